@@ -1,0 +1,42 @@
+"""boto3 clients, made once per process and shared (boto3 clients are thread-safe).
+
+Locally ``CODESHOT_AWS_ENDPOINT_URL`` points every client at moto's server; there the
+credentials are placeholders so a developer needs no AWS account.
+"""
+
+from __future__ import annotations
+
+import threading
+from functools import lru_cache
+from typing import Any
+
+from codeshot.settings import Settings
+
+_lock = threading.Lock()
+
+
+@lru_cache(maxsize=32)
+def _client(service: str, region: str, endpoint_url: str | None) -> Any:
+    import boto3
+    from botocore.config import Config
+
+    config = Config(
+        region_name=region,
+        retries={"mode": "standard", "max_attempts": 4},
+        connect_timeout=3,
+        read_timeout=20,
+        s3={"addressing_style": "path"} if endpoint_url else None,
+        signature_version="s3v4" if service == "s3" else None,
+    )
+    extra: dict[str, Any] = {}
+    if endpoint_url:
+        extra = {"aws_access_key_id": "codeshot-local", "aws_secret_access_key": "codeshot-local"}
+    # boto3's default session is not thread-safe to create clients from; serialise that.
+    with _lock:
+        return boto3.session.Session().client(
+            service, endpoint_url=endpoint_url, config=config, **extra
+        )
+
+
+def client(service: str, settings: Settings) -> Any:
+    return _client(service, settings.region, settings.aws_endpoint_url)

@@ -1,0 +1,64 @@
+"""The ``codeshot`` command."""
+
+from __future__ import annotations
+
+import argparse
+import signal
+import sys
+from pathlib import Path
+
+from codeshot.errors import CodeshotError
+
+
+def _local_up(args: argparse.Namespace) -> int:
+    from codeshot.local.stack import LocalStack
+
+    stack = LocalStack(host=args.host, port=args.port, aws_port=args.aws_port,
+                       progress=lambda line: print(line, flush=True))
+
+    def shutdown(signum: int, _frame: object) -> None:
+        print(f"Stopping ({signal.Signals(signum).name}) ...", flush=True)
+        stack.stop()
+
+    signal.signal(signal.SIGINT, shutdown)
+    signal.signal(signal.SIGTERM, shutdown)
+    stack.start()
+    stack.wait()
+    print("Stopped.", flush=True)
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="codeshot", description="Run and manage a codeshot agent platform."
+    )
+    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    local = commands.add_parser("local", help="the embedded local stack")
+    local_commands = local.add_subparsers(dest="local_command", required=True, metavar="ACTION")
+    up = local_commands.add_parser(
+        "up",
+        help="start moto + the platform on loopback until Ctrl-C",
+        description="Start the whole platform locally on moto's server. Prints the API URL, "
+        "the AWS endpoint and an API key, and writes .codeshot/local.json in the current "
+        "directory once ready (removed on stop).",
+    )
+    up.add_argument("--host", default="127.0.0.1", help="address to listen on")
+    up.add_argument("--port", type=int, default=8080, help="API port (default 8080)")
+    up.add_argument("--aws-port", type=int, default=None,
+                    help="moto server port (default: API port + 1)")
+    up.set_defaults(run=_local_up)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        return args.run(args)
+    except CodeshotError as exc:
+        print(f"codeshot: error: {exc.message} ({exc.code})", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,51 @@
+"""Time-ordered identifiers.
+
+Message ids are ULIDs made monotonic within a process: two messages written in the same
+millisecond still sort in the order they were made, which keeps a session's log in order
+(one session is processed by one runner at a time, so per-process monotonicity suffices).
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+import threading
+import time
+
+_CROCKFORD = "0123456789ABCDEFGHJKMNPQRSTVWXYZ"
+_lock = threading.Lock()
+_last_ms = -1
+_last_rand = 0
+
+
+def _encode(value: int, length: int) -> str:
+    chars = []
+    for _ in range(length):
+        value, rem = divmod(value, 32)
+        chars.append(_CROCKFORD[rem])
+    return "".join(reversed(chars))
+
+
+def ulid(now_ms: int | None = None) -> str:
+    """A 26-character ULID, strictly increasing across calls in this process."""
+    global _last_ms, _last_rand
+    with _lock:
+        ms = int(time.time() * 1000) if now_ms is None else now_ms
+        if ms <= _last_ms:
+            ms, rand = _last_ms, _last_rand + 1
+        else:
+            rand = int.from_bytes(os.urandom(10), "big") >> 1  # room to increment
+        _last_ms, _last_rand = ms, rand
+    return _encode(ms, 10) + _encode(rand, 16)
+
+
+def ulid_time_ms(value: str) -> int:
+    ms = 0
+    for ch in value[:10]:
+        ms = ms * 32 + _CROCKFORD.index(ch)
+    return ms
+
+
+def handle(nbytes: int = 9) -> str:
+    """A short, URL-safe, unguessable handle (sessions, API key ids)."""
+    return secrets.token_urlsafe(nbytes)

@@ -1,0 +1,97 @@
+"""The embedded local stack: moto's server plus the platform, all on loopback.
+
+``codeshot local up`` builds one of these, prints where everything is, writes
+``.codeshot/local.json`` once ready and removes it on shutdown.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import threading
+import time
+from pathlib import Path
+from typing import Any, Callable
+
+from codeshot.local.aws_server import LocalAWS, check_port_free
+from codeshot.settings import Settings
+
+STATE_FILE = Path(".codeshot") / "local.json"
+
+
+def read_state(directory: Path | None = None) -> dict[str, Any] | None:
+    """The running stack's ``local.json`` in ``directory`` (default: cwd), if any."""
+    path = (directory or Path.cwd()) / STATE_FILE
+    try:
+        return json.loads(path.read_text())
+    except (FileNotFoundError, ValueError):
+        return None
+
+
+class LocalStack:
+    def __init__(
+        self,
+        host: str = "127.0.0.1",
+        port: int = 8080,
+        aws_port: int | None = None,
+        directory: Path | None = None,
+        base: Settings | None = None,
+        progress: Callable[[str], None] = print,
+    ) -> None:
+        self.host, self.port = host, port
+        self.aws = LocalAWS(host, port + 1 if aws_port is None and port else aws_port or 0)
+        self.state_path = (directory or Path.cwd()) / STATE_FILE
+        self.base = base or Settings()
+        self.progress = progress
+        self.settings: Settings | None = None
+        self.state: dict[str, Any] = {}
+        self._stopped = threading.Event()
+
+    @property
+    def api_url(self) -> str:
+        return f"http://{self.host}:{self.port}"
+
+    def start(self) -> dict[str, Any]:
+        began = time.perf_counter()
+        check_port_free(self.host, self.port)
+        self.progress("Starting local AWS (moto server) ...")
+        endpoint = self.aws.start()
+        try:
+            self.settings = self._provision(endpoint)
+        except BaseException:
+            self.aws.stop()
+            raise
+        self.state = {
+            "api_url": self.api_url,
+            "graphql_url": f"{self.api_url}/graphql",
+            "aws_endpoint_url": endpoint,
+            "queue_url": self.settings.queue_url,
+        }
+        self._write_state()
+        self.progress(f"AWS endpoint: {endpoint}")
+        self.progress(f"Ready in {time.perf_counter() - began:.2f}s (Ctrl-C to stop)")
+        return self.state
+
+    def _provision(self, endpoint: str) -> Settings:
+        from codeshot.store.provision import create_all
+
+        self.progress("Creating tables, embeds bucket and session queue ...")
+        settings = self.base.model_copy(
+            update={"aws_endpoint_url": endpoint, "api_url": self.api_url, "local_mode": True}
+        )
+        return create_all(settings)
+
+    def _write_state(self) -> None:
+        self.state_path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = self.state_path.with_suffix(".tmp")
+        tmp.write_text(json.dumps(self.state, indent=2) + "\n")
+        os.chmod(tmp, 0o600)  # it will hold an API key
+        tmp.replace(self.state_path)
+
+    def wait(self) -> None:
+        self._stopped.wait()
+
+    def stop(self) -> None:
+        self.state_path.unlink(missing_ok=True)
+        self.aws.stop()
+        self._stopped.set()

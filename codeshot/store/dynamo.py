@@ -1,0 +1,88 @@
+"""Small helpers over the low-level DynamoDB client: (de)serialisation, condition
+failures and opaque page tokens."""
+
+from __future__ import annotations
+
+import base64
+import json
+from dataclasses import dataclass
+from typing import Any, Generic, TypeVar
+
+from boto3.dynamodb.types import Binary, TypeDeserializer, TypeSerializer
+
+from codeshot.errors import InvalidInput
+
+_ser = TypeSerializer()
+_deser = TypeDeserializer()
+T = TypeVar("T")
+
+
+def to_item(values: dict[str, Any]) -> dict[str, Any]:
+    """Serialise, dropping None and empty strings/sets (DynamoDB cannot index them)."""
+    return {
+        k: _ser.serialize(v)
+        for k, v in values.items()
+        if v is not None and not (isinstance(v, (set, frozenset)) and not v)
+    }
+
+
+def to_value(value: Any) -> dict[str, Any]:
+    return _ser.serialize(value)
+
+
+def from_item(item: dict[str, Any]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for key, raw in item.items():
+        value = _deser.deserialize(raw)
+        if isinstance(value, Binary):
+            value = bytes(value)
+        elif type(value).__name__ == "Decimal":
+            value = int(value) if value == int(value) else float(value)
+        out[key] = value
+    return out
+
+
+def is_condition_failure(exc: Exception) -> bool:
+    code = getattr(exc, "response", {}).get("Error", {}).get("Code", "")
+    return code in ("ConditionalCheckFailedException", "TransactionCanceledException")
+
+
+@dataclass
+class Page(Generic[T]):
+    items: list[T]
+    next_token: str | None = None
+
+
+def encode_token(last_key: dict[str, Any] | None) -> str | None:
+    if not last_key:
+        return None
+    plain = from_item(last_key)
+    return base64.urlsafe_b64encode(json.dumps(plain, sort_keys=True).encode()).decode()
+
+
+def decode_token(token: str | None, required: dict[str, str]) -> dict[str, Any] | None:
+    """Turn a page token back into an ExclusiveStartKey.
+
+    ``required`` pins attributes to the values of the current query (the partition being
+    read), so a token made for another user's partition cannot be replayed here.
+    """
+    if not token:
+        return None
+    try:
+        plain = json.loads(base64.urlsafe_b64decode(token.encode()))
+        if not isinstance(plain, dict) or not all(isinstance(v, str) for v in plain.values()):
+            raise ValueError
+    except (ValueError, TypeError) as exc:
+        raise InvalidInput("invalid page token") from exc
+    for name, value in required.items():
+        if plain.get(name) != value:
+            raise InvalidInput("invalid page token")
+    return to_item(plain)
+
+
+def clamp_limit(limit: int | None, default: int = 50, maximum: int = 200) -> int:
+    if limit is None:
+        return default
+    if limit < 1:
+        raise InvalidInput("limit must be at least 1")
+    return min(limit, maximum)

@@ -1,0 +1,92 @@
+"""Create every resource of ``tables.py`` against an AWS endpoint (moto, locally).
+
+In AWS, CDK creates these from the same specs; this is for the local stack and tests.
+Creating is idempotent: resources that exist are left as they are.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from codeshot import aws
+from codeshot.settings import Settings
+from codeshot.store.tables import EMBEDS_BUCKET, SESSION_QUEUE, TABLES
+
+
+def create_tables(settings: Settings, dynamodb: Any | None = None) -> list[str]:
+    db = dynamodb or aws.client("dynamodb", settings)
+    existing = set(db.list_tables().get("TableNames", []))
+    names = []
+    for table in TABLES:
+        name = getattr(settings, table.setting)
+        names.append(name)
+        if name in existing:
+            continue
+        db.create_table(**table.create_table_kwargs(name))
+        if table.ttl:
+            db.update_time_to_live(
+                TableName=name,
+                TimeToLiveSpecification={"Enabled": True, "AttributeName": table.ttl},
+            )
+    return names
+
+
+def create_bucket(settings: Settings, s3: Any | None = None) -> str:
+    s3 = s3 or aws.client("s3", settings)
+    name = getattr(settings, EMBEDS_BUCKET.setting)
+    kwargs: dict[str, Any] = {"Bucket": name}
+    if settings.region != "us-east-1":
+        kwargs["CreateBucketConfiguration"] = {"LocationConstraint": settings.region}
+    try:
+        s3.create_bucket(**kwargs)
+    except s3.exceptions.BucketAlreadyOwnedByYou:
+        return name
+    s3.put_public_access_block(
+        Bucket=name,
+        PublicAccessBlockConfiguration={
+            "BlockPublicAcls": True,
+            "IgnorePublicAcls": True,
+            "BlockPublicPolicy": True,
+            "RestrictPublicBuckets": True,
+        },
+    )
+    s3.put_bucket_encryption(
+        Bucket=name,
+        ServerSideEncryptionConfiguration={
+            "Rules": [{"ApplyServerSideEncryptionByDefault": {"SSEAlgorithm": "AES256"}}]
+        },
+    )
+    return name
+
+
+def create_queue(settings: Settings, sqs: Any | None = None) -> str:
+    sqs = sqs or aws.client("sqs", settings)
+    spec = SESSION_QUEUE
+    name = getattr(settings, spec.setting)
+    dlq_url = sqs.create_queue(
+        QueueName=spec.dlq_name(name),
+        Attributes={"FifoQueue": "true", "MessageRetentionPeriod": str(14 * 24 * 3600)},
+    )["QueueUrl"]
+    dlq_arn = sqs.get_queue_attributes(QueueUrl=dlq_url, AttributeNames=["QueueArn"])[
+        "Attributes"
+    ]["QueueArn"]
+    return sqs.create_queue(
+        QueueName=name,
+        Attributes={
+            "FifoQueue": "true",
+            "VisibilityTimeout": str(spec.visibility_timeout_seconds),
+            "MessageRetentionPeriod": str(spec.retention_seconds),
+            "RedrivePolicy": json.dumps(
+                {"deadLetterTargetArn": dlq_arn, "maxReceiveCount": spec.max_receive_count}
+            ),
+        },
+    )["QueueUrl"]
+
+
+def create_all(settings: Settings) -> Settings:
+    """Create tables, bucket and queue; returns settings with the queue URL filled in."""
+    create_tables(settings)
+    create_bucket(settings)
+    queue_url = create_queue(settings)
+    return settings.model_copy(update={"queue_url": queue_url})

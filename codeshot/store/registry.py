@@ -1,0 +1,156 @@
+"""The agent registry: one item per agent, keyed "owner/handle"."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from codeshot.errors import Conflict, NotFound
+from codeshot.models import Agent, utcnow
+from codeshot.store.base import Repository
+from codeshot.store.dynamo import (
+    Page,
+    clamp_limit,
+    decode_token,
+    encode_token,
+    from_item,
+    is_condition_failure,
+    to_item,
+)
+from codeshot.store.tables import REGISTRY
+
+
+def _to_item(agent: Agent) -> dict[str, Any]:
+    values = agent.model_dump(mode="json", exclude={"embeddings"})
+    values["embeddings"] = agent.embeddings
+    return to_item(values)
+
+
+class AgentRegistry(Repository):
+    table = REGISTRY
+
+    def create(self, agent: Agent) -> Agent:
+        try:
+            self.db.put_item(
+                TableName=self.table_name,
+                Item=_to_item(agent),
+                ConditionExpression="attribute_not_exists(agent_id)",
+            )
+        except self.db.exceptions.ConditionalCheckFailedException as exc:
+            raise Conflict(f"agent {agent.agent_id} already exists") from exc
+        return agent
+
+    def replace(self, agent: Agent, *, previous_id: str | None = None) -> Agent:
+        """Write an existing agent back (optionally under a new id, for renames)."""
+        agent = agent.model_copy(update={"modified": utcnow()})
+        if previous_id and previous_id != agent.agent_id:
+            try:
+                self.db.transact_write_items(
+                    TransactItems=[
+                        {
+                            "Put": {
+                                "TableName": self.table_name,
+                                "Item": _to_item(agent),
+                                "ConditionExpression": "attribute_not_exists(agent_id)",
+                            }
+                        },
+                        {
+                            "Delete": {
+                                "TableName": self.table_name,
+                                "Key": {"agent_id": {"S": previous_id}},
+                                "ConditionExpression": "attribute_exists(agent_id)",
+                            }
+                        },
+                    ]
+                )
+            except Exception as exc:
+                if is_condition_failure(exc):
+                    raise Conflict(f"agent {agent.agent_id} already exists") from exc
+                raise
+            return agent
+        try:
+            self.db.put_item(
+                TableName=self.table_name,
+                Item=_to_item(agent),
+                ConditionExpression="attribute_exists(agent_id)",
+            )
+        except self.db.exceptions.ConditionalCheckFailedException as exc:
+            raise NotFound(f"agent {agent.agent_id} not found") from exc
+        return agent
+
+    def get(self, agent_id: str) -> Agent:
+        item = self.db.get_item(
+            TableName=self.table_name, Key={"agent_id": {"S": agent_id}}, ConsistentRead=True
+        ).get("Item")
+        if not item:
+            raise NotFound(f"agent {agent_id} not found")
+        return Agent(**from_item(item))
+
+    def delete(self, agent_id: str, owner: str) -> None:
+        try:
+            self.db.delete_item(
+                TableName=self.table_name,
+                Key={"agent_id": {"S": agent_id}},
+                ConditionExpression="#o = :owner",
+                ExpressionAttributeNames={"#o": "owner"},
+                ExpressionAttributeValues={":owner": {"S": owner}},
+            )
+        except self.db.exceptions.ConditionalCheckFailedException as exc:
+            # Someone else's agent and a missing one look the same to the caller.
+            raise NotFound(f"agent {agent_id} not found") from exc
+
+    def list_by_owner(
+        self, owner: str, limit: int | None = None, token: str | None = None
+    ) -> Page[Agent]:
+        kwargs: dict[str, Any] = {
+            "TableName": self.table_name,
+            "IndexName": "by_owner",
+            "KeyConditionExpression": "#o = :owner",
+            "ExpressionAttributeNames": {"#o": "owner"},
+            "ExpressionAttributeValues": {":owner": {"S": owner}},
+            "Limit": clamp_limit(limit),
+        }
+        start = decode_token(token, {"owner": owner})
+        if start:
+            kwargs["ExclusiveStartKey"] = start
+        out = self.db.query(**kwargs)
+        return Page(
+            [Agent(**from_item(i)) for i in out.get("Items", [])],
+            encode_token(out.get("LastEvaluatedKey")),
+        )
+
+    def list_visible(
+        self, viewer: str | None, limit: int | None = None, token: str | None = None
+    ) -> Page[Agent]:
+        """Published agents plus the viewer's own, in pages (a filtered scan)."""
+        names = {"#p": "published"}
+        values: dict[str, Any] = {":t": {"BOOL": True}}
+        expr = "#p = :t"
+        if viewer:
+            names["#o"] = "owner"
+            values[":viewer"] = {"S": viewer}
+            expr += " OR #o = :viewer"
+        kwargs: dict[str, Any] = {
+            "TableName": self.table_name,
+            "FilterExpression": expr,
+            "ExpressionAttributeNames": names,
+            "ExpressionAttributeValues": values,
+            "Limit": clamp_limit(limit, default=100, maximum=500),
+        }
+        start = decode_token(token, {})
+        if start:
+            kwargs["ExclusiveStartKey"] = start
+        out = self.db.scan(**kwargs)
+        return Page(
+            [Agent(**from_item(i)) for i in out.get("Items", [])],
+            encode_token(out.get("LastEvaluatedKey")),
+        )
+
+    def all_agents(self, viewer: str | None) -> list[Agent]:
+        agents: list[Agent] = []
+        token = None
+        while True:
+            page = self.list_visible(viewer, limit=500, token=token)
+            agents.extend(page.items)
+            if not page.next_token:
+                return agents
+            token = page.next_token

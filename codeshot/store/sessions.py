@@ -1,0 +1,271 @@
+"""Sessions, their time-ordered messages, their embeds and a paused program's state.
+
+All of a session lives in one partition (see ``tables.SESSIONS``), so one Query reads
+a session with its recent history and deleting a session is one partition sweep.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from codeshot.errors import Conflict, InvalidInput, NotFound
+from codeshot.models import Embed, Message, Session, SessionStatus, utcnow
+from codeshot.store.base import Repository
+from codeshot.store.dynamo import (
+    Page,
+    clamp_limit,
+    decode_token,
+    encode_token,
+    from_item,
+    to_item,
+)
+from codeshot.store.tables import SESSIONS
+
+SESSION_ITEM = "SESSION"
+STATE_ITEM = "STATE"
+MSG_PREFIX = "MSG#"
+EMBED_PREFIX = "EMBED#"
+
+
+def _key(session_id: str, item: str) -> dict[str, Any]:
+    return {"session_id": {"S": session_id}, "item": {"S": item}}
+
+
+def message_item(message: Message) -> dict[str, Any]:
+    values = message.model_dump(mode="json")
+    values["item"] = MSG_PREFIX + message.message_id
+    values["embeds"] = json.dumps(values["embeds"]) if message.embeds else None
+    return to_item(values)
+
+
+def _message(values: dict[str, Any]) -> Message:
+    values["embeds"] = json.loads(values.get("embeds") or "{}")
+    return Message(**values)
+
+
+class SessionStore(Repository):
+    table = SESSIONS
+
+    # -- sessions ---------------------------------------------------------------------
+    def create(self, session: Session) -> Session:
+        values = session.model_dump(mode="json")
+        values["item"] = SESSION_ITEM
+        try:
+            self.db.put_item(
+                TableName=self.table_name,
+                Item=to_item(values),
+                ConditionExpression="attribute_not_exists(session_id)",
+            )
+        except self.db.exceptions.ConditionalCheckFailedException as exc:
+            raise Conflict(f"session {session.session_id} already exists") from exc
+        return session
+
+    def get(self, session_id: str, owner: str | None = None) -> Session:
+        """The session; with ``owner``, another user's session is reported as missing."""
+        item = self.db.get_item(
+            TableName=self.table_name, Key=_key(session_id, SESSION_ITEM), ConsistentRead=True
+        ).get("Item")
+        session = Session(**from_item(item)) if item else None
+        if session is None or (owner is not None and session.owner != owner):
+            raise NotFound(f"session {session_id} not found")
+        return session
+
+    def list_by_owner(
+        self, owner: str, limit: int | None = None, token: str | None = None
+    ) -> Page[Session]:
+        """The owner's sessions, newest first."""
+        kwargs: dict[str, Any] = {
+            "TableName": self.table_name,
+            "IndexName": "by_owner",
+            "KeyConditionExpression": "#o = :owner",
+            "ExpressionAttributeNames": {"#o": "owner"},
+            "ExpressionAttributeValues": {":owner": {"S": owner}},
+            "ScanIndexForward": False,
+            "Limit": clamp_limit(limit),
+        }
+        start = decode_token(token, {"owner": owner})
+        if start:
+            kwargs["ExclusiveStartKey"] = start
+        out = self.db.query(**kwargs)
+        return Page(
+            [Session(**from_item(i)) for i in out.get("Items", [])],
+            encode_token(out.get("LastEvaluatedKey")),
+        )
+
+    def set_status(
+        self, session_id: str, status: SessionStatus, expected: SessionStatus | None = None
+    ) -> None:
+        kwargs: dict[str, Any] = {
+            "TableName": self.table_name,
+            "Key": _key(session_id, SESSION_ITEM),
+            "UpdateExpression": "SET #s = :s, modified = :m",
+            "ConditionExpression": "attribute_exists(session_id)",
+            "ExpressionAttributeNames": {"#s": "status"},
+            "ExpressionAttributeValues": {
+                ":s": {"S": status.value},
+                ":m": {"S": utcnow().isoformat()},
+            },
+        }
+        if expected is not None:
+            kwargs["ConditionExpression"] += " AND #s = :e"
+            kwargs["ExpressionAttributeValues"][":e"] = {"S": expected.value}
+        try:
+            self.db.update_item(**kwargs)
+        except self.db.exceptions.ConditionalCheckFailedException as exc:
+            raise Conflict(f"session {session_id} is not {expected or 'present'}") from exc
+
+    def delete(self, session_id: str, owner: str) -> Session:
+        """Delete the session and everything in its partition."""
+        session = self.get(session_id, owner)
+        keys: list[dict[str, Any]] = []
+        kwargs: dict[str, Any] = {
+            "TableName": self.table_name,
+            "KeyConditionExpression": "session_id = :s",
+            "ExpressionAttributeValues": {":s": {"S": session_id}},
+            "ProjectionExpression": "session_id, #i",
+            "ExpressionAttributeNames": {"#i": "item"},
+        }
+        while True:
+            out = self.db.query(**kwargs)
+            keys.extend(out.get("Items", []))
+            if "LastEvaluatedKey" not in out:
+                break
+            kwargs["ExclusiveStartKey"] = out["LastEvaluatedKey"]
+        # The SESSION item goes last so a half-finished delete can be retried.
+        keys.sort(key=lambda k: k["item"]["S"] == SESSION_ITEM)
+        for start in range(0, len(keys), 25):
+            requests = [{"DeleteRequest": {"Key": k}} for k in keys[start : start + 25]]
+            pending: dict[str, Any] = {self.table_name: requests}
+            while pending:
+                out = self.db.batch_write_item(RequestItems=pending)
+                pending = out.get("UnprocessedItems") or {}
+        return session
+
+    # -- messages ---------------------------------------------------------------------
+    def add_message(self, message: Message) -> Message:
+        try:
+            self.db.put_item(
+                TableName=self.table_name,
+                Item=message_item(message),
+                ConditionExpression="attribute_not_exists(#i)",
+                ExpressionAttributeNames={"#i": "item"},
+            )
+        except self.db.exceptions.ConditionalCheckFailedException as exc:
+            raise Conflict(f"message {message.message_id} already exists") from exc
+        return message
+
+    def get_message(self, session_id: str, message_id: str) -> Message:
+        item = self.db.get_item(
+            TableName=self.table_name,
+            Key=_key(session_id, MSG_PREFIX + message_id),
+            ConsistentRead=True,
+        ).get("Item")
+        if not item:
+            raise NotFound(f"message {message_id} not found")
+        return _message(from_item(item))
+
+    def list_messages(
+        self,
+        session_id: str,
+        limit: int | None = None,
+        token: str | None = None,
+        newest_first: bool = False,
+    ) -> Page[Message]:
+        kwargs: dict[str, Any] = {
+            "TableName": self.table_name,
+            "KeyConditionExpression": "session_id = :s AND begins_with(#i, :p)",
+            "ExpressionAttributeNames": {"#i": "item"},
+            "ExpressionAttributeValues": {":s": {"S": session_id}, ":p": {"S": MSG_PREFIX}},
+            "ScanIndexForward": not newest_first,
+            "ConsistentRead": True,
+            "Limit": clamp_limit(limit, default=100, maximum=1000),
+        }
+        start = decode_token(token, {"session_id": session_id})
+        if start:
+            kwargs["ExclusiveStartKey"] = start
+        out = self.db.query(**kwargs)
+        return Page(
+            [_message(from_item(i)) for i in out.get("Items", [])],
+            encode_token(out.get("LastEvaluatedKey")),
+        )
+
+    def all_messages(self, session_id: str) -> list[Message]:
+        messages: list[Message] = []
+        token = None
+        while True:
+            page = self.list_messages(session_id, limit=1000, token=token)
+            messages.extend(page.items)
+            if not page.next_token:
+                return messages
+            token = page.next_token
+
+    # -- embeds -----------------------------------------------------------------------
+    def put_embed(self, embed: Embed) -> Embed:
+        """Attach an embed under its key; a key, once used, is never rebound."""
+        values = embed.model_dump(mode="json")
+        values["item"] = EMBED_PREFIX + embed.key
+        values["embed_owner"] = values.pop("owner")  # keep `owner` for SESSION items only
+        try:
+            self.db.put_item(
+                TableName=self.table_name,
+                Item=to_item(values),
+                ConditionExpression="attribute_not_exists(#i)",
+                ExpressionAttributeNames={"#i": "item"},
+            )
+        except self.db.exceptions.ConditionalCheckFailedException as exc:
+            existing = self.get_embed(embed.session_id, embed.key)
+            if existing.content_hash == embed.content_hash:
+                return existing  # a retry of the same attachment
+            raise Conflict(f"embed {embed.key!r} already exists in this session") from exc
+        return embed
+
+    def get_embed(self, session_id: str, key: str) -> Embed:
+        item = self.db.get_item(
+            TableName=self.table_name,
+            Key=_key(session_id, EMBED_PREFIX + key),
+            ConsistentRead=True,
+        ).get("Item")
+        if not item:
+            raise NotFound(f"embed {key!r} not found")
+        return _embed(from_item(item))
+
+    def list_embeds(self, session_id: str) -> list[Embed]:
+        kwargs: dict[str, Any] = {
+            "TableName": self.table_name,
+            "KeyConditionExpression": "session_id = :s AND begins_with(#i, :p)",
+            "ExpressionAttributeNames": {"#i": "item"},
+            "ExpressionAttributeValues": {":s": {"S": session_id}, ":p": {"S": EMBED_PREFIX}},
+            "ConsistentRead": True,
+        }
+        embeds: list[Embed] = []
+        while True:
+            out = self.db.query(**kwargs)
+            embeds.extend(_embed(from_item(i)) for i in out.get("Items", []))
+            if "LastEvaluatedKey" not in out:
+                return embeds
+            kwargs["ExclusiveStartKey"] = out["LastEvaluatedKey"]
+
+    # -- paused program ---------------------------------------------------------------
+    def put_state(self, session_id: str, state: dict[str, Any]) -> None:
+        body = json.dumps(state, separators=(",", ":"))
+        if len(body.encode()) > 350_000:
+            raise InvalidInput("paused program state exceeds 350 kB")
+        self.db.put_item(
+            TableName=self.table_name,
+            Item=to_item({"session_id": session_id, "item": STATE_ITEM, "state": body}),
+        )
+
+    def get_state(self, session_id: str) -> dict[str, Any] | None:
+        item = self.db.get_item(
+            TableName=self.table_name, Key=_key(session_id, STATE_ITEM), ConsistentRead=True
+        ).get("Item")
+        return json.loads(from_item(item)["state"]) if item else None
+
+    def delete_state(self, session_id: str) -> None:
+        self.db.delete_item(TableName=self.table_name, Key=_key(session_id, STATE_ITEM))
+
+
+def _embed(values: dict[str, Any]) -> Embed:
+    values["owner"] = values.pop("embed_owner")
+    return Embed(**values)

@@ -1,0 +1,132 @@
+"""The one definition of every DynamoDB table, key, index and TTL, the embeds bucket and
+the session queue.
+
+CDK (``infra/``), the local stack and the tests all build their resources from these
+specs, so the three can never disagree. Physical names come from :mod:`codeshot.settings`
+(``setting`` names the field that holds each one).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+
+@dataclass(frozen=True)
+class Index:
+    name: str
+    pk: str
+    sk: str | None = None
+
+
+@dataclass(frozen=True)
+class Table:
+    logical: str
+    setting: str  # Settings field holding the physical table name
+    pk: str
+    sk: str | None = None
+    indexes: tuple[Index, ...] = ()
+    ttl: str | None = None
+    # Key attributes are all strings in this design; kept explicit for CDK and create_table.
+    attribute_types: dict[str, str] = field(default_factory=dict)
+
+    def key_attributes(self) -> dict[str, str]:
+        names = [self.pk, self.sk] + [a for i in self.indexes for a in (i.pk, i.sk)]
+        return {n: self.attribute_types.get(n, "S") for n in names if n}
+
+    def create_table_kwargs(self, physical_name: str) -> dict[str, Any]:
+        """Arguments for DynamoDB ``create_table`` (local stack and tests)."""
+
+        def schema(pk: str, sk: str | None) -> list[dict[str, str]]:
+            keys = [{"AttributeName": pk, "KeyType": "HASH"}]
+            if sk:
+                keys.append({"AttributeName": sk, "KeyType": "RANGE"})
+            return keys
+
+        kwargs: dict[str, Any] = {
+            "TableName": physical_name,
+            "BillingMode": "PAY_PER_REQUEST",
+            "KeySchema": schema(self.pk, self.sk),
+            "AttributeDefinitions": [
+                {"AttributeName": n, "AttributeType": t} for n, t in self.key_attributes().items()
+            ],
+        }
+        if self.indexes:
+            kwargs["GlobalSecondaryIndexes"] = [
+                {
+                    "IndexName": i.name,
+                    "KeySchema": schema(i.pk, i.sk),
+                    "Projection": {"ProjectionType": "ALL"},
+                }
+                for i in self.indexes
+            ]
+        return kwargs
+
+
+REGISTRY = Table(
+    logical="registry",
+    setting="registry_table",
+    pk="agent_id",
+    indexes=(Index("by_owner", pk="owner", sk="agent_id"),),
+)
+
+# One partition per session: the SESSION item, MSG#<ulid> messages, EMBED#<key> embeds,
+# STATE (a paused program). Only SESSION items carry `owner`, so the index is sparse.
+SESSIONS = Table(
+    logical="sessions",
+    setting="sessions_table",
+    pk="session_id",
+    sk="item",
+    indexes=(Index("by_owner", pk="owner", sk="created"),),
+)
+
+USER_STORAGE = Table(
+    logical="user_storage",
+    setting="user_storage_table",
+    pk="scope",  # "<user_id>#<agent_id>"
+    sk="key",
+)
+
+USAGE = Table(
+    logical="usage",
+    setting="usage_table",
+    pk="counter",  # "<kind>#<subject>#<window>"
+    ttl="expires_at",
+)
+
+# Users by id; a guard item "@<username>" per user makes usernames unique (written in the
+# same transaction as the user) and doubles as the strongly consistent username index.
+USERS = Table(logical="users", setting="users_table", pk="user_id")
+
+TABLES: tuple[Table, ...] = (REGISTRY, SESSIONS, USER_STORAGE, USAGE, USERS)
+
+
+@dataclass(frozen=True)
+class Bucket:
+    setting: str
+    prefix: str
+
+
+EMBEDS_BUCKET = Bucket(setting="embeds_bucket", prefix="embeds/")
+
+
+@dataclass(frozen=True)
+class Queue:
+    setting: str  # Settings field holding the queue name (a URL is set in Lambda)
+    visibility_timeout_seconds: int
+    max_receive_count: int
+    retention_seconds: int
+
+    @staticmethod
+    def dlq_name(name: str) -> str:
+        return name.removesuffix(".fifo") + "-dlq.fifo"
+
+
+# FIFO: message group = session id (in order per session), dedup id = message id.
+# Visibility timeout covers the runner Lambda's timeout (see infra) with a margin.
+SESSION_QUEUE = Queue(
+    setting="queue_name",
+    visibility_timeout_seconds=6 * 60,
+    max_receive_count=3,
+    retention_seconds=4 * 24 * 3600,
+)

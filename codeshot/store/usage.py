@@ -1,0 +1,86 @@
+"""Usage counters: one atomic, conditional increment per charge, expiring by TTL.
+
+A counter lives at "<kind>#<subject>#<window start>"; the conditional update is the whole
+check-and-charge, so concurrent callers can never push a counter past its limit.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime, timedelta, timezone
+from typing import Any
+
+from codeshot.errors import RateLimited
+from codeshot.models import utcnow
+from codeshot.store.base import Repository
+from codeshot.store.tables import USAGE
+
+WINDOWS = {"day": timedelta(days=1), "minute": timedelta(minutes=1)}
+
+
+@dataclass(frozen=True)
+class Window:
+    start: datetime
+    end: datetime
+
+    @classmethod
+    def of(cls, window: str, now: datetime) -> Window:
+        length = WINDOWS[window]
+        epoch = datetime(1970, 1, 1, tzinfo=timezone.utc)
+        start = epoch + ((now - epoch) // length) * length
+        return cls(start, start + length)
+
+    def tag(self) -> str:
+        return self.start.strftime("%Y%m%dT%H%M")
+
+
+class UsageCounters(Repository):
+    table = USAGE
+
+    def _counter(self, kind: str, subject: str, window: str, now: datetime | None):
+        span = Window.of(window, now or utcnow())
+        return f"{kind}#{subject}#{span.tag()}", span
+
+    def charge_request(
+        self, kind: str, subject: str, limit: int, window: str = "day", now: datetime | None = None
+    ) -> dict[str, Any]:
+        """The UpdateItem request that charges one unit, for use alone or in a transaction."""
+        counter, span = self._counter(kind, subject, window, now)
+        return {
+            "TableName": self.table_name,
+            "Key": {"counter": {"S": counter}},
+            "UpdateExpression": "ADD used :one SET expires_at = :exp",
+            "ConditionExpression": "attribute_not_exists(used) OR used < :limit",
+            "ExpressionAttributeValues": {
+                ":one": {"N": "1"},
+                ":limit": {"N": str(limit)},
+                # Kept a day past the window so "used today" stays readable near midnight.
+                ":exp": {"N": str(int((span.end + timedelta(days=1)).timestamp()))},
+            },
+        }
+
+    def rate_limited(self, kind: str, limit: int, window: str, now: datetime | None = None):
+        span = Window.of(window, now or utcnow())
+        return RateLimited(
+            f"{kind} limit of {limit} per {window} reached; resets at {span.end.isoformat()}",
+            limit=limit,
+            resets_at=span.end.isoformat(),
+        )
+
+    def charge(
+        self, kind: str, subject: str, limit: int, window: str = "day", now: datetime | None = None
+    ) -> int:
+        """Charge one unit; returns the new count or raises RATE_LIMITED (nothing charged)."""
+        request = self.charge_request(kind, subject, limit, window, now)
+        try:
+            out = self.db.update_item(**request, ReturnValues="UPDATED_NEW")
+        except self.db.exceptions.ConditionalCheckFailedException as exc:
+            raise self.rate_limited(kind, limit, window, now) from exc
+        return int(out["Attributes"]["used"]["N"])
+
+    def used(self, kind: str, subject: str, window: str = "day", now: datetime | None = None) -> int:
+        counter, _ = self._counter(kind, subject, window, now)
+        item = self.db.get_item(
+            TableName=self.table_name, Key={"counter": {"S": counter}}, ConsistentRead=True
+        ).get("Item")
+        return int(item["used"]["N"]) if item else 0

@@ -1,0 +1,100 @@
+"""Per-user, per-agent key-value storage (the agent's "cookies").
+
+Values arrive as JSON text (FIXIE_COMPAT.md) and are stored as that text after a check
+that it parses; bytes inside are already encoded by the SDK as ``_bytes_ascii`` objects.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from codeshot.errors import InvalidInput, NotFound
+from codeshot.models import utcnow
+from codeshot.store.base import Repository
+from codeshot.store.dynamo import Page, clamp_limit, decode_token, encode_token, from_item
+from codeshot.store.tables import USER_STORAGE
+
+MAX_KEY_BYTES = 512
+
+
+def _scope(user_id: str, agent_id: str) -> str:
+    return f"{user_id}#{agent_id}"
+
+
+def _check_key(key: str) -> None:
+    if not key or not key.strip():
+        raise InvalidInput("user storage key must not be empty")
+    if len(key.encode()) > MAX_KEY_BYTES:
+        raise InvalidInput(f"user storage key exceeds {MAX_KEY_BYTES} bytes")
+
+
+class UserStorage(Repository):
+    table = USER_STORAGE
+
+    def _key(self, user_id: str, agent_id: str, key: str) -> dict[str, Any]:
+        _check_key(key)
+        return {"scope": {"S": _scope(user_id, agent_id)}, "key": {"S": key}}
+
+    def put(self, user_id: str, agent_id: str, key: str, data: str) -> None:
+        """Store ``data`` (JSON text) under ``key``; replaces any earlier value."""
+        item_key = self._key(user_id, agent_id, key)
+        size = len(data.encode())
+        limit = self.settings.max_storage_value_bytes
+        if size > limit:
+            raise InvalidInput(f"value is {size} bytes; the limit is {limit}", limit=limit)
+        try:
+            json.loads(data)
+        except ValueError as exc:
+            raise InvalidInput("value must be JSON text") from exc
+        self.db.put_item(
+            TableName=self.table_name,
+            Item={
+                **item_key,
+                "data": {"S": data},
+                "modified": {"S": utcnow().isoformat()},
+            },
+        )
+
+    def get(self, user_id: str, agent_id: str, key: str) -> str:
+        item = self.db.get_item(
+            TableName=self.table_name,
+            Key=self._key(user_id, agent_id, key),
+            ConsistentRead=True,
+        ).get("Item")
+        if not item:
+            raise NotFound(f"no value for key {key!r}")
+        return item["data"]["S"]
+
+    def delete(self, user_id: str, agent_id: str, key: str) -> None:
+        try:
+            self.db.delete_item(
+                TableName=self.table_name,
+                Key=self._key(user_id, agent_id, key),
+                ConditionExpression="attribute_exists(#k)",
+                ExpressionAttributeNames={"#k": "key"},
+            )
+        except self.db.exceptions.ConditionalCheckFailedException as exc:
+            raise NotFound(f"no value for key {key!r}") from exc
+
+    def list_keys(
+        self, user_id: str, agent_id: str, limit: int | None = None, token: str | None = None
+    ) -> Page[str]:
+        scope = _scope(user_id, agent_id)
+        kwargs: dict[str, Any] = {
+            "TableName": self.table_name,
+            "KeyConditionExpression": "#s = :s",
+            "ExpressionAttributeNames": {"#s": "scope", "#k": "key"},
+            "ExpressionAttributeValues": {":s": {"S": scope}},
+            "ProjectionExpression": "#s, #k",
+            "ConsistentRead": True,
+            "Limit": clamp_limit(limit, default=1000, maximum=1000),
+        }
+        start = decode_token(token, {"scope": scope})
+        if start:
+            kwargs["ExclusiveStartKey"] = start
+        out = self.db.query(**kwargs)
+        return Page(
+            [from_item(i)["key"] for i in out.get("Items", [])],
+            encode_token(out.get("LastEvaluatedKey")),
+        )

@@ -1,0 +1,86 @@
+"""Users and the ids of their active API keys (the keys themselves are never stored)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from codeshot import ids
+from codeshot.errors import Conflict, NotFound
+from codeshot.models import User, validate_handle
+from codeshot.store.base import Repository
+from codeshot.store.dynamo import from_item, is_condition_failure, to_item
+from codeshot.store.tables import USERS
+
+GUARD_PREFIX = "@"  # "@<username>" -> user_id, written with the user in one transaction
+
+
+class UserStore(Repository):
+    table = USERS
+
+    def create(self, username: str, **profile: Any) -> User:
+        validate_handle(username, "username")
+        user = User(user_id="u_" + ids.ulid().lower(), username=username, **profile)
+        try:
+            self.db.transact_write_items(
+                TransactItems=[
+                    {
+                        "Put": {
+                            "TableName": self.table_name,
+                            "Item": to_item(
+                                {"user_id": GUARD_PREFIX + username, "owner_id": user.user_id}
+                            ),
+                            "ConditionExpression": "attribute_not_exists(user_id)",
+                        }
+                    },
+                    {
+                        "Put": {
+                            "TableName": self.table_name,
+                            "Item": to_item(user.model_dump(mode="json") | {"api_key_ids": None}),
+                            "ConditionExpression": "attribute_not_exists(user_id)",
+                        }
+                    },
+                ]
+            )
+        except Exception as exc:
+            if is_condition_failure(exc):
+                raise Conflict(f"username {username!r} is taken") from exc
+            raise
+        return user
+
+    def get(self, user_id: str) -> User:
+        if user_id.startswith(GUARD_PREFIX):
+            raise NotFound(f"user {user_id} not found")
+        item = self.db.get_item(
+            TableName=self.table_name, Key={"user_id": {"S": user_id}}, ConsistentRead=True
+        ).get("Item")
+        if not item:
+            raise NotFound(f"user {user_id} not found")
+        return User(**from_item(item))
+
+    def get_by_username(self, username: str) -> User:
+        guard = self.db.get_item(
+            TableName=self.table_name,
+            Key={"user_id": {"S": GUARD_PREFIX + username}},
+            ConsistentRead=True,
+        ).get("Item")
+        if not guard:
+            raise NotFound(f"user {username!r} not found")
+        return self.get(guard["owner_id"]["S"])
+
+    def _keys(self, user_id: str, action: str, key_id: str) -> None:
+        try:
+            self.db.update_item(
+                TableName=self.table_name,
+                Key={"user_id": {"S": user_id}},
+                UpdateExpression=f"{action} api_key_ids :k",
+                ConditionExpression="attribute_exists(user_id)",
+                ExpressionAttributeValues={":k": {"SS": [key_id]}},
+            )
+        except self.db.exceptions.ConditionalCheckFailedException as exc:
+            raise NotFound(f"user {user_id} not found") from exc
+
+    def add_key(self, user_id: str, key_id: str) -> None:
+        self._keys(user_id, "ADD", key_id)
+
+    def revoke_key(self, user_id: str, key_id: str) -> None:
+        self._keys(user_id, "DELETE", key_id)

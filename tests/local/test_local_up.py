@@ -1,0 +1,68 @@
+"""`codeshot local up` as a user runs it: a real process, real ports, real signals."""
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import boto3
+
+from tests.conftest import free_port
+
+
+def start(tmp_path: Path, port: int) -> subprocess.Popen:
+    return subprocess.Popen(
+        [sys.executable, "-m", "codeshot.cli", "local", "up", "--port", str(port),
+         "--aws-port", str(free_port())],
+        cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        env={**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2])},
+    )
+
+
+def wait_for_file(path: Path, proc: subprocess.Popen, timeout: float = 30) -> dict:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if path.exists():
+            return json.loads(path.read_text())
+        assert proc.poll() is None, proc.communicate()
+        time.sleep(0.05)
+    raise AssertionError("local.json never appeared")
+
+
+def test_local_up_creates_resources_and_cleans_up_on_sigterm(tmp_path):
+    proc = start(tmp_path, free_port())
+    state_file = tmp_path / ".codeshot" / "local.json"
+    try:
+        state = wait_for_file(state_file, proc)
+        assert {"api_url", "graphql_url", "aws_endpoint_url"} <= set(state)
+        kw = dict(endpoint_url=state["aws_endpoint_url"], region_name="us-east-1",
+                  aws_access_key_id="x", aws_secret_access_key="x")
+        tables = boto3.client("dynamodb", **kw).list_tables()["TableNames"]
+        assert {"codeshot-registry", "codeshot-sessions", "codeshot-user-storage",
+                "codeshot-usage", "codeshot-users"} <= set(tables)
+        buckets = [b["Name"] for b in boto3.client("s3", **kw).list_buckets()["Buckets"]]
+        assert "codeshot-embeds" in buckets
+        queues = boto3.client("sqs", **kw).list_queues()["QueueUrls"]
+        assert any(q.endswith("codeshot-sessions.fifo") for q in queues)
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        out, err = proc.communicate(timeout=20)
+    assert proc.returncode == 0, err
+    assert "AWS endpoint: http://127.0.0.1:" in out and "Ready in" in out
+    assert not state_file.exists()
+
+
+def test_port_in_use_is_a_clear_error(tmp_path):
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        port = busy.getsockname()[1]
+        proc = start(tmp_path, port)
+        out, err = proc.communicate(timeout=30)
+    assert proc.returncode == 2
+    assert f"port {port} on 127.0.0.1 is already in use" in err
+    assert not (tmp_path / ".codeshot" / "local.json").exists()

@@ -1,0 +1,91 @@
+import struct
+
+import pytest
+
+from codeshot.errors import Conflict, InvalidInput, NotFound
+from codeshot.models import Agent, AgentKind
+from codeshot.store.registry import AgentRegistry
+
+
+def agent(owner: str, handle: str, **kw) -> Agent:
+    return Agent(agent_id=Agent.make_id(owner, handle), owner=owner, handle=handle, **kw)
+
+
+def test_round_trip_keeps_every_field(aws):
+    reg = AgentRegistry(aws)
+    vectors = struct.pack("<4f", 0.5, -1.0, 2.25, 0.0)
+    created = reg.create(
+        agent(
+            "alice", "quotes", name="Quotes", kind=AgentKind.CODE_SHOT,
+            base_prompt="I quote stocks.", few_shots=["Q: a\nA: b"],
+            sample_queries=["price of GOOG?"], embeddings=vectors, embedding_model="hashing",
+            func_url="https://example.com/f", published=True,
+        )
+    )
+    got = reg.get("alice/quotes")
+    assert got == created
+    assert got.embeddings == vectors and got.kind is AgentKind.CODE_SHOT
+
+
+def test_create_twice_is_a_conflict_and_keeps_the_first(aws):
+    reg = AgentRegistry(aws)
+    reg.create(agent("alice", "a", name="first"))
+    with pytest.raises(Conflict):
+        reg.create(agent("alice", "a", name="second"))
+    assert reg.get("alice/a").name == "first"
+
+
+def test_replace_requires_existing_and_renames_atomically(aws):
+    reg = AgentRegistry(aws)
+    with pytest.raises(NotFound):
+        reg.replace(agent("alice", "ghost"))
+    reg.create(agent("alice", "old"))
+    reg.create(agent("alice", "taken"))
+    with pytest.raises(Conflict):
+        reg.replace(agent("alice", "taken"), previous_id="alice/old")
+    assert reg.get("alice/old")  # nothing moved
+    reg.replace(agent("alice", "new"), previous_id="alice/old")
+    assert reg.get("alice/new").handle == "new"
+    with pytest.raises(NotFound):
+        reg.get("alice/old")
+
+
+def test_only_the_owner_deletes(aws):
+    reg = AgentRegistry(aws)
+    reg.create(agent("alice", "a"))
+    with pytest.raises(NotFound):
+        reg.delete("alice/a", owner="bob")
+    reg.delete("alice/a", owner="alice")
+    with pytest.raises(NotFound):
+        reg.get("alice/a")
+
+
+def test_list_by_owner_pages_and_visible_listing(aws):
+    reg = AgentRegistry(aws)
+    for i in range(7):
+        reg.create(agent("alice", f"a{i}"))
+    reg.create(agent("bob", "public", published=True))
+    reg.create(agent("bob", "private"))
+    seen, token = [], None
+    while True:
+        page = reg.list_by_owner("alice", limit=3, token=token)
+        assert len(page.items) <= 3
+        seen += [a.handle for a in page.items]
+        token = page.next_token
+        if not token:
+            break
+    assert seen == [f"a{i}" for i in range(7)]
+    visible = {a.agent_id for a in reg.all_agents("alice")}
+    assert "bob/public" in visible and "bob/private" not in visible and "alice/a3" in visible
+    assert {a.agent_id for a in reg.all_agents(None)} == {"bob/public"}
+
+
+def test_page_token_of_another_owner_is_refused(aws):
+    reg = AgentRegistry(aws)
+    for i in range(3):
+        reg.create(agent("bob", f"b{i}"))
+    token = reg.list_by_owner("bob", limit=1).next_token
+    with pytest.raises(InvalidInput):
+        reg.list_by_owner("alice", limit=1, token=token)
+    with pytest.raises(InvalidInput):
+        reg.list_by_owner("alice", token="not-a-token")

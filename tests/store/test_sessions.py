@@ -1,0 +1,157 @@
+import time
+
+import pytest
+
+from codeshot import ids
+from codeshot.errors import Conflict, InvalidInput, NotFound
+from codeshot.models import Embed, EmbedRef, Message, MessageType, Session, SessionStatus
+from codeshot.store.sessions import SessionStore
+
+
+def new_session(store: SessionStore, owner: str = "u1", sid: str | None = None) -> Session:
+    return store.create(Session(session_id=sid or ids.handle(), owner=owner))
+
+
+def msg(session_id: str, text: str, **kw) -> Message:
+    return Message(session_id=session_id, message_id=ids.ulid(), text=text, **kw)
+
+
+def test_session_round_trip_and_owner_isolation(aws):
+    store = SessionStore(aws)
+    s = new_session(store, "alice")
+    assert store.get(s.session_id) == s
+    assert store.get(s.session_id, owner="alice") == s
+    with pytest.raises(NotFound):
+        store.get(s.session_id, owner="bob")
+    with pytest.raises(NotFound, match="session nope not found"):
+        store.get("nope")
+    with pytest.raises(Conflict):
+        store.create(Session(session_id=s.session_id, owner="bob"))
+    assert store.get(s.session_id).owner == "alice"
+
+
+def test_messages_keep_the_order_they_were_written(aws):
+    store = SessionStore(aws)
+    s = new_session(store)
+    # Many ids in the same millisecond still sort in creation order.
+    texts = [f"m{i}" for i in range(30)]
+    for text in texts:
+        store.add_message(msg(s.session_id, text))
+    assert [m.text for m in store.all_messages(s.session_id)] == texts
+    newest = store.list_messages(s.session_id, limit=2, newest_first=True).items
+    assert [m.text for m in newest] == ["m29", "m28"]
+
+
+def test_message_fields_and_embeds_round_trip(aws):
+    store = SessionStore(aws)
+    s = new_session(store)
+    q = store.add_message(msg(s.session_id, "look at #1",
+                              embeds={"1": EmbedRef(content_type="image/png",
+                                                    content_hash="a" * 64, size=3)}))
+    r = store.add_message(msg(s.session_id, "done", type=MessageType.RESPONSE,
+                              sent_by="alice/dice", in_reply_to=q.message_id))
+    got = store.all_messages(s.session_id)
+    assert got == [q, r]
+    assert got[0].embeds["1"].content_hash == "a" * 64
+    assert store.get_message(s.session_id, r.message_id).in_reply_to == q.message_id
+
+
+def test_message_write_is_not_duplicated(aws):
+    store = SessionStore(aws)
+    s = new_session(store)
+    m = store.add_message(msg(s.session_id, "once"))
+    with pytest.raises(Conflict):
+        store.add_message(m.model_copy(update={"text": "twice"}))
+    assert [x.text for x in store.all_messages(s.session_id)] == ["once"]
+
+
+def test_messages_page_through(aws):
+    store = SessionStore(aws)
+    s = new_session(store)
+    for i in range(10):
+        store.add_message(msg(s.session_id, str(i)))
+    texts, token = [], None
+    while True:
+        page = store.list_messages(s.session_id, limit=4, token=token)
+        texts += [m.text for m in page.items]
+        if not (token := page.next_token):
+            break
+    assert texts == [str(i) for i in range(10)]
+    other = new_session(store)
+    first = store.list_messages(s.session_id, limit=4)
+    with pytest.raises(InvalidInput):
+        store.list_messages(other.session_id, token=first.next_token)
+
+
+def test_sessions_listed_newest_first_with_paging(aws):
+    store = SessionStore(aws)
+    made = []
+    for _ in range(5):
+        made.append(new_session(store, "alice").session_id)
+        time.sleep(0.002)
+    new_session(store, "bob")
+    page1 = store.list_by_owner("alice", limit=3)
+    page2 = store.list_by_owner("alice", limit=3, token=page1.next_token)
+    listed = [x.session_id for x in page1.items + page2.items]
+    assert listed == list(reversed(made))
+
+
+def test_status_changes_are_conditional(aws):
+    store = SessionStore(aws)
+    s = new_session(store)
+    store.set_status(s.session_id, SessionStatus.RUNNING, expected=SessionStatus.IDLE)
+    with pytest.raises(Conflict):
+        store.set_status(s.session_id, SessionStatus.RUNNING, expected=SessionStatus.IDLE)
+    assert store.get(s.session_id).status is SessionStatus.RUNNING
+    with pytest.raises(Conflict):
+        store.set_status("missing", SessionStatus.IDLE)
+
+
+def test_delete_removes_the_whole_partition(aws):
+    store = SessionStore(aws)
+    s = new_session(store, "alice")
+    for i in range(30):
+        store.add_message(msg(s.session_id, str(i)))
+    store.put_state(s.session_id, {"step": 3})
+    store.put_embed(Embed(key="1", session_id=s.session_id, owner="alice",
+                          content_type="text/plain", content_hash="b" * 64, size=1))
+    with pytest.raises(NotFound):
+        store.delete(s.session_id, owner="bob")
+    store.delete(s.session_id, owner="alice")
+    with pytest.raises(NotFound):
+        store.get(s.session_id)
+    assert store.all_messages(s.session_id) == []
+    assert store.get_state(s.session_id) is None
+    assert store.list_embeds(s.session_id) == []
+
+
+def test_embed_keys_bind_once(aws):
+    store = SessionStore(aws)
+    s = new_session(store, "alice")
+    e = Embed(key="1", session_id=s.session_id, owner="alice", content_type="text/plain",
+              content_hash="c" * 64, size=5)
+    store.put_embed(e)
+    assert store.put_embed(e) == e  # a retry is fine
+    with pytest.raises(Conflict):
+        store.put_embed(e.model_copy(update={"content_hash": "d" * 64}))
+    assert store.get_embed(s.session_id, "1").content_hash == "c" * 64
+    # The embed item must not appear as a session of its owner.
+    assert [x.session_id for x in store.list_by_owner("alice").items] == [s.session_id]
+
+
+def test_paused_state_round_trip(aws):
+    store = SessionStore(aws)
+    s = new_session(store)
+    assert store.get_state(s.session_id) is None
+    store.put_state(s.session_id, {"transcript": ["Q: hi"], "step": 2})
+    assert store.get_state(s.session_id) == {"transcript": ["Q: hi"], "step": 2}
+    with pytest.raises(InvalidInput):
+        store.put_state(s.session_id, {"blob": "x" * 400_000})
+    store.delete_state(s.session_id)
+    assert store.get_state(s.session_id) is None
+
+
+def test_invalid_embed_key_is_refused():
+    with pytest.raises(ValueError, match="embed key"):
+        Message(session_id="s", message_id="m",
+                embeds={"bad key!": EmbedRef(content_type="a/b", content_hash="e" * 64)})

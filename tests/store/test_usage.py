@@ -1,0 +1,69 @@
+import threading
+from datetime import datetime, timezone
+
+import pytest
+
+from codeshot.errors import RateLimited
+from codeshot.store.usage import UsageCounters
+
+
+def charge_concurrently(counters: UsageCounters, subject: str, limit: int, n: int):
+    ok, refused, lock = [], [], threading.Lock()
+    barrier = threading.Barrier(n)
+
+    def worker() -> None:
+        barrier.wait()
+        try:
+            count = counters.charge("query", subject, limit)
+            with lock:
+                ok.append(count)
+        except RateLimited:
+            with lock:
+                refused.append(1)
+
+    threads = [threading.Thread(target=worker) for _ in range(n)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    return ok, refused
+
+
+def test_counter_stops_exactly_at_limit_under_50_threads(aws):
+    counters = UsageCounters(aws)
+    ok, refused = charge_concurrently(counters, "alice", limit=20, n=50)
+    assert sorted(ok) == list(range(1, 21))  # each count handed out once
+    assert len(refused) == 30
+    assert counters.used("query", "alice") == 20
+
+
+def test_counter_exact_over_http_against_moto_server(server_aws):
+    counters = UsageCounters(server_aws)
+    ok, refused = charge_concurrently(counters, "bob", limit=20, n=50)
+    assert (len(ok), len(refused), counters.used("query", "bob")) == (20, 30, 20)
+
+
+def test_refusal_says_when_it_resets_and_ttl_is_set(aws):
+    counters = UsageCounters(aws)
+    now = datetime(2026, 11, 21, 15, 30, tzinfo=timezone.utc)
+    assert counters.charge("query", "u", 1, now=now) == 1
+    with pytest.raises(RateLimited) as err:
+        counters.charge("query", "u", 1, now=now)
+    assert err.value.details["resets_at"] == "2026-11-22T00:00:00+00:00"
+    assert "resets at 2026-11-22T00:00:00+00:00" in err.value.message
+    item = counters.db.scan(TableName=counters.table_name)["Items"][0]
+    expires = int(item["expires_at"]["N"])
+    assert expires == int(datetime(2026, 11, 23, tzinfo=timezone.utc).timestamp())
+    ttl = counters.db.describe_time_to_live(TableName=counters.table_name)
+    assert ttl["TimeToLiveDescription"]["AttributeName"] == "expires_at"
+    assert ttl["TimeToLiveDescription"]["TimeToLiveStatus"] == "ENABLED"
+
+
+def test_a_new_window_starts_from_zero(aws):
+    counters = UsageCounters(aws)
+    t1 = datetime(2026, 11, 21, 12, 0, 59, tzinfo=timezone.utc)
+    t2 = datetime(2026, 11, 21, 12, 1, 0, tzinfo=timezone.utc)
+    counters.charge("storage", "u#a/b", 1, window="minute", now=t1)
+    with pytest.raises(RateLimited):
+        counters.charge("storage", "u#a/b", 1, window="minute", now=t1)
+    assert counters.charge("storage", "u#a/b", 1, window="minute", now=t2) == 1
