@@ -1,0 +1,179 @@
+"""The standard components, and the component lists of a Code Shot agent and the planner.
+
+The runner supplies the callers (HTTP to a Func, a call to an agent); the engine only
+knows them as ``(name, text) -> result`` callables, so it runs the same offline.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+
+from codeshot.engine.components import Command, CommandResult, Decision, Explain, Failure, Retry
+from codeshot.engine.fewshot import (
+    FewShot,
+    Kind,
+    Step,
+    func_names,
+    parse_few_shots,
+    validate_base_prompt,
+)
+from codeshot.engine.prompt import examples_message
+from codeshot.llm.base import ChatMessage
+
+# (func name, argument text) -> result; (agent id, message text) -> result.
+FuncCaller = Callable[[str, str], CommandResult | str]
+AgentCaller = Callable[[str, str], CommandResult | str]
+
+TEXT_PARAMETER = {"type": "string"}
+HISTORY_HEADER = "Earlier in this conversation:"
+EMBEDS_HEADER = "Embeds in this session (refer to them as #key):"
+
+
+@dataclass(frozen=True)
+class BasePrompt:
+    text: str
+
+    def __post_init__(self) -> None:
+        validate_base_prompt(self.text)
+
+    def base_prompt(self) -> str:
+        return self.text
+
+
+@dataclass(frozen=True)
+class Directives:
+    constraint_list: Sequence[str] = ()
+    resource_list: Sequence[str] = ()
+    best_practice_list: Sequence[str] = ()
+
+    def constraints(self) -> list[str]:
+        return list(self.constraint_list)
+
+    def resources(self) -> list[str]:
+        return list(self.resource_list)
+
+    def best_practices(self) -> list[str]:
+        return list(self.best_practice_list)
+
+
+@dataclass(frozen=True)
+class FewShotExamples:
+    few_shots: Sequence[FewShot]
+
+    def messages(self, query: str) -> list[ChatMessage]:
+        return [examples_message(self.few_shots)] if self.few_shots else []
+
+
+@dataclass(frozen=True)
+class Commands:
+    command_list: Sequence[Command]
+
+    def commands(self) -> list[Command]:
+        return list(self.command_list)
+
+
+def func_commands(names: Sequence[str], caller: FuncCaller) -> Commands:
+    """One Func command per name, each calling ``caller(name, text)``."""
+    return Commands(
+        [
+            Command(name, "", TEXT_PARAMETER, lambda text, name=name: caller(name, text))
+            for name in names
+        ]
+    )
+
+
+@dataclass(frozen=True)
+class AgentTool:
+    """An agent the planner may ask, as the router proposes it."""
+
+    agent_id: str
+    description: str = ""
+
+
+def agent_commands(agents: Sequence[AgentTool], caller: AgentCaller) -> Commands:
+    """One Agent command per agent, each calling ``caller(agent_id, text)``."""
+    return Commands(
+        [
+            Command(
+                a.agent_id,
+                a.description,
+                TEXT_PARAMETER,
+                lambda text, agent_id=a.agent_id: caller(agent_id, text),
+                kind="agent",
+            )
+            for a in agents
+        ]
+    )
+
+
+@dataclass(frozen=True)
+class SessionHistory:
+    """Earlier questions and answers of the session, and its embeds (key -> content type)."""
+
+    turns: Sequence[tuple[str, str]] = ()
+    embeds: Mapping[str, str] = field(default_factory=dict)
+
+    def messages(self, query: str) -> list[ChatMessage]:
+        out = []
+        if self.turns:
+            lines = [
+                Step(kind, text).render()
+                for q, a in self.turns
+                for kind, text in ((Kind.Q, q), (Kind.A, a))
+            ]
+            out.append(ChatMessage("user", HISTORY_HEADER + "\n" + "\n".join(lines)))
+        if self.embeds:
+            lines = [f"- #{key}: {ctype}" for key, ctype in self.embeds.items()]
+            out.append(ChatMessage("user", EMBEDS_HEADER + "\n" + "\n".join(lines)))
+        return out
+
+
+@dataclass(frozen=True)
+class RetryThenExplain:
+    """The default for failed commands: retry with exponential backoff, then say what failed.
+
+    Errors that retrying cannot fix (bad input) are explained at once.
+    """
+
+    retries: int = 2
+    base_delay: float = 0.5
+    factor: float = 2.0
+    permanent: frozenset[str] = frozenset({"INVALID_INPUT", "NOT_FOUND", "FORBIDDEN"})
+
+    def on_failure(self, failure: Failure) -> Decision:
+        if failure.attempt <= self.retries and failure.code not in self.permanent:
+            return Retry(self.base_delay * self.factor ** (failure.attempt - 1))
+        return Explain(explain(failure))
+
+
+def explain(failure: Failure) -> str:
+    """The answer a user gets when a command failed for good."""
+    what = failure.step.label
+    return f"Sorry, I could not finish: {what} failed ({failure.message})."
+
+
+def code_shot_components(
+    base_prompt: str, few_shots: str | Sequence[str], func_caller: FuncCaller
+) -> list[object]:
+    """A Code Shot agent: its base prompt, its few-shots, and a command per Func they use."""
+    parsed = parse_few_shots(few_shots)
+    return [
+        BasePrompt(base_prompt),
+        FewShotExamples(parsed),
+        func_commands(func_names(parsed), func_caller),
+    ]
+
+
+def planner_components(
+    base_prompt: str,
+    few_shots: str | Sequence[str],
+    agents: Sequence[AgentTool],
+    agent_caller: AgentCaller,
+) -> list[object]:
+    """The planner: a Code Shot program whose commands are the proposed agents."""
+    return [
+        BasePrompt(base_prompt),
+        FewShotExamples(parse_few_shots(few_shots)),
+        agent_commands(agents, agent_caller),
+    ]

@@ -1,0 +1,244 @@
+"""Extension points: an agent is a list of components, each implementing some protocols.
+
+Order-independent protocols (base prompt, directives, commands) are merged wherever the
+components sit in the list; order-dependent ones (messages, after-parse, execution
+failure, after-execute) run in list order, so earlier components see things first.
+"""
+
+from __future__ import annotations
+
+import inspect
+import json
+import types
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import (
+    Any,
+    Literal,
+    Protocol,
+    Union,
+    get_args,
+    get_origin,
+    get_type_hints,
+    runtime_checkable,
+)
+
+from codeshot.engine.fewshot import Step
+from codeshot.errors import InvalidInput
+from codeshot.llm.base import ChatMessage
+
+EmbedLink = dict[str, str]  # {"content_type": ..., "uri": ...}
+
+
+@dataclass(frozen=True)
+class CommandResult:
+    """What a command returns: text for the says line, embeds, or a request for input."""
+
+    text: str
+    embeds: dict[str, EmbedLink] = field(default_factory=dict)
+    needs_input: bool = False
+    question: str | None = None
+
+    @property
+    def pause_question(self) -> str:
+        return self.question or self.text
+
+
+def as_result(value: Any) -> CommandResult:
+    """A command's return value as a CommandResult (strings as-is, the rest as JSON)."""
+    if isinstance(value, CommandResult):
+        return value
+    if isinstance(value, str):
+        return CommandResult(value)
+    return CommandResult(json.dumps(value, default=str))
+
+
+@dataclass(frozen=True)
+class Command:
+    """A tool the LLM may ask for: ``Ask Func[name]: args`` or ``Ask Agent[name]: text``."""
+
+    name: str
+    description: str
+    parameters: dict[str, Any]
+    call: Callable[[str], CommandResult | str]
+    kind: Literal["func", "agent"] = "func"
+
+
+@dataclass(frozen=True)
+class Failure:
+    """A failed command call; ``attempt`` counts the calls made so far (1 = first)."""
+
+    step: Step
+    code: str
+    message: str
+    attempt: int
+
+
+@dataclass(frozen=True)
+class Retry:
+    delay: float
+
+
+@dataclass(frozen=True)
+class Fallback:
+    result: CommandResult
+
+
+@dataclass(frozen=True)
+class Explain:
+    answer: str
+
+
+Decision = Retry | Fallback | Explain
+
+
+@runtime_checkable
+class BasePromptProvider(Protocol):
+    """Who the agent is: the first lines of the system prompt."""
+
+    def base_prompt(self) -> str: ...
+
+
+@runtime_checkable
+class DirectiveProvider(Protocol):
+    def constraints(self) -> list[str]: ...
+
+    def resources(self) -> list[str]: ...
+
+    def best_practices(self) -> list[str]: ...
+
+
+@runtime_checkable
+class CommandProvider(Protocol):
+    def commands(self) -> list[Command]: ...
+
+
+@runtime_checkable
+class MessageProvider(Protocol):
+    """Adds chat messages before the transcript: few-shots, session history, embeds."""
+
+    def messages(self, query: str) -> list[ChatMessage]: ...
+
+
+@runtime_checkable
+class AfterParse(Protocol):
+    """Sees each parsed LLM step before it runs; returns it or a replacement."""
+
+    def after_parse(self, step: Step) -> Step: ...
+
+
+@runtime_checkable
+class ExecutionFailure(Protocol):
+    """Decides what a failed command leads to; None passes to the next component."""
+
+    def on_failure(self, failure: Failure) -> Decision | None: ...
+
+
+@runtime_checkable
+class AfterExecute(Protocol):
+    """Sees each successful command result; returns it or a replacement."""
+
+    def after_execute(self, step: Step, result: CommandResult) -> CommandResult: ...
+
+
+_JSON_TYPES: dict[Any, str] = {
+    str: "string",
+    int: "integer",
+    float: "number",
+    bool: "boolean",
+    list: "array",
+    dict: "object",
+}
+
+
+def json_schema(hint: Any) -> dict[str, Any]:
+    """The JSON schema of a type hint (str, int, float, bool, list, dict, Literal, Optional)."""
+    origin, args = get_origin(hint), get_args(hint)
+    if origin is Literal:
+        return {"enum": list(args)}
+    if origin in (Union, types.UnionType):
+        options = [json_schema(arg) for arg in args if arg is not type(None)]
+        return options[0] if len(options) == 1 else {"anyOf": options}
+    if origin is list and args:
+        return {"type": "array", "items": json_schema(args[0])}
+    if (origin or hint) in _JSON_TYPES:
+        return {"type": _JSON_TYPES[origin or hint]}
+    return {}
+
+
+def _coerce(value: Any, hint: Any, name: str) -> Any:
+    """An argument converted to its parameter's type; text from Ask lines arrives as str."""
+    schema = json_schema(hint)
+    kind = schema.get("type")
+    try:
+        if not isinstance(value, str) or kind == "string":
+            return value
+        text = value.strip()
+        if kind == "integer":
+            return int(text)
+        if kind == "number":
+            return float(text)
+        if kind == "boolean":
+            if text.lower() in ("true", "yes", "1"):
+                return True
+            if text.lower() in ("false", "no", "0"):
+                return False
+            raise ValueError(text)
+        if kind in ("array", "object"):
+            return json.loads(text)
+        return text
+    except ValueError:
+        raise InvalidInput(f"argument {name} must be {kind}, got {value!r}") from None
+
+
+def _adapter(fn: Callable[..., Any]) -> tuple[Callable[[str], CommandResult], dict[str, Any]]:
+    """A text-in caller for ``fn`` and its parameters' JSON schema.
+
+    The Ask line's text is a JSON object of named arguments, the whole text for a
+    one-parameter function, or comma-separated positional arguments.
+    """
+    hints = get_type_hints(fn)
+    params = list(inspect.signature(fn).parameters.values())
+    schema: dict[str, Any] = {
+        "type": "object",
+        "properties": {p.name: json_schema(hints.get(p.name, str)) for p in params},
+        "required": [p.name for p in params if p.default is inspect.Parameter.empty],
+    }
+
+    def call(text: str) -> CommandResult:
+        stripped = text.strip()
+        if stripped.startswith("{"):
+            try:
+                kwargs = json.loads(stripped)
+            except ValueError:
+                raise InvalidInput(f"{fn.__name__}: arguments are not valid JSON") from None
+        elif not params:
+            kwargs = {}
+        elif len(params) == 1:
+            kwargs = {params[0].name: text}
+        else:
+            values = [part.strip() for part in text.split(",")] if stripped else []
+            if not len(schema["required"]) <= len(values) <= len(params):
+                names = ", ".join(p.name for p in params)
+                raise InvalidInput(f"{fn.__name__} expects ({names}), got {text!r}")
+            kwargs = {p.name: v for p, v in zip(params, values)}
+        unknown = set(kwargs) - {p.name for p in params}
+        if unknown:
+            raise InvalidInput(f"{fn.__name__} has no argument {min(unknown)!r}")
+        args = {k: _coerce(v, hints.get(k, str), k) for k, v in kwargs.items()}
+        return as_result(fn(**args))
+
+    return call, schema
+
+
+def command(fn: Callable[..., Any] | None = None, *, name: str | None = None) -> Any:
+    """Make a function a Func command: description from its docstring, schema from its hints.
+
+    Use as ``@command`` or ``@command(name="other")``.
+    """
+
+    def wrap(f: Callable[..., Any]) -> Command:
+        call, schema = _adapter(f)
+        return Command(name or f.__name__, inspect.getdoc(f) or "", schema, call)
+
+    return wrap(fn) if fn is not None else wrap
