@@ -191,7 +191,7 @@ def _coerce(value: Any, hint: Any, name: str) -> Any:
         raise InvalidInput(f"argument {name} must be {kind}, got {value!r}") from None
 
 
-def _adapter(fn: Callable[..., Any]) -> tuple[Callable[[str], CommandResult], dict[str, Any]]:
+def _adapter(fn: Callable[..., Any], name: str) -> tuple[Callable[[str], CommandResult], dict[str, Any]]:
     """A text-in caller for ``fn`` and its parameters' JSON schema.
 
     The Ask line's text is a JSON object of named arguments, the whole text for a
@@ -211,7 +211,7 @@ def _adapter(fn: Callable[..., Any]) -> tuple[Callable[[str], CommandResult], di
             try:
                 kwargs = json.loads(stripped)
             except ValueError:
-                raise InvalidInput(f"{fn.__name__}: arguments are not valid JSON") from None
+                raise InvalidInput(f"{name}: arguments are not valid JSON") from None
         elif not params:
             kwargs = {}
         elif len(params) == 1:
@@ -220,11 +220,11 @@ def _adapter(fn: Callable[..., Any]) -> tuple[Callable[[str], CommandResult], di
             values = [part.strip() for part in text.split(",")] if stripped else []
             if not len(schema["required"]) <= len(values) <= len(params):
                 names = ", ".join(p.name for p in params)
-                raise InvalidInput(f"{fn.__name__} expects ({names}), got {text!r}")
+                raise InvalidInput(f"{name} expects ({names}), got {text!r}")
             kwargs = {p.name: v for p, v in zip(params, values)}
         unknown = set(kwargs) - {p.name for p in params}
         if unknown:
-            raise InvalidInput(f"{fn.__name__} has no argument {min(unknown)!r}")
+            raise InvalidInput(f"{name} has no argument {min(unknown)!r}")
         args = {k: _coerce(v, hints.get(k, str), k) for k, v in kwargs.items()}
         return as_result(fn(**args))
 
@@ -238,7 +238,7 @@ def command(fn: Callable[..., Any] | None = None, *, name: str | None = None) ->
     """
 
     def wrap(f: Callable[..., Any]) -> Command:
-        call, schema = _adapter(f)
+        call, schema = _adapter(f, name or f.__name__)
         return Command(name or f.__name__, inspect.getdoc(f) or "", schema, call)
 
     return wrap(fn) if fn is not None else wrap

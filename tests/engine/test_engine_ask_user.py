@@ -1,0 +1,110 @@
+"""Asking the user: the run pauses with a JSON state; a new executor resumes it."""
+
+from __future__ import annotations
+
+import json
+import random
+
+import pytest
+
+from codeshot.engine import CommandResult, Executor, Status, TraceStep, code_shot_components
+from codeshot.errors import InvalidInput
+from codeshot.llm.fewshot import FewShotLLM
+from codeshot.models import MessageType
+
+BOOKING_PROMPT = "I book restaurant tables."
+BOOKING_SHOTS = [
+    (
+        "Q: Book a table for dinner\n"
+        "Ask User: For how many people?\n"
+        "User says: 4\n"
+        "Ask Func[book]: 4\n"
+        "Func[book] says: confirmation R-1001\n"
+        "A: Your table for 4 is booked, confirmation R-1001."
+    )
+]
+
+
+class Bookings:
+    def __init__(self) -> None:
+        self.calls: list[tuple[str, str]] = []
+
+    def __call__(self, name: str, people: str) -> str:
+        confirmation = f"R-{random.randint(2000, 9999)}"
+        self.calls.append((people, confirmation))
+        return f"confirmation {confirmation}"
+
+
+def test_ask_user_pauses_and_a_new_executor_resumes(trace: list[TraceStep]) -> None:
+    bookings = Bookings()
+    first = Executor(
+        code_shot_components(BOOKING_PROMPT, BOOKING_SHOTS, bookings), FewShotLLM(),
+        trace=trace.append,
+    )  # fmt: skip
+    paused = first.run("Book a table for dinner tonight")
+    assert (paused.status, paused.text) == (Status.AWAITING_INPUT, "For how many people?")
+    assert trace == [TraceStep(MessageType.AWAITING_INPUT, "For how many people?")]
+    assert bookings.calls == []
+
+    stored = json.loads(json.dumps(paused.state))  # as the runner stores it
+    second = Executor(
+        code_shot_components(BOOKING_PROMPT, BOOKING_SHOTS, bookings), FewShotLLM(),
+        trace=trace.append,
+    )  # fmt: skip
+    done = second.resume(stored, "2")
+
+    [(people, confirmation)] = bookings.calls
+    assert people == "2"
+    assert done.status is Status.DONE
+    assert done.text == f"Your table for 2 is booked, confirmation {confirmation}."
+    assert done.steps == 3 and done.state is None
+    assert [t.type for t in trace] == [
+        MessageType.AWAITING_INPUT,
+        MessageType.FUNC_CALL,
+        MessageType.RESULT,
+        MessageType.RESPONSE,
+    ]
+
+
+def test_a_func_can_ask_for_input(scripted, trace: list[TraceStep]) -> None:
+    def balance(name: str, account: str) -> CommandResult:
+        if not account:
+            return CommandResult("Several accounts match.", needs_input=True,
+                                 question="Which account, checking or savings?")  # fmt: skip
+        return CommandResult(f"{account}: $12.50")
+
+    shots = ["Q: What is my balance?\nAsk Func[balance]: savings\nFunc[balance] says: $1\nA: $1"]
+    llm = scripted("Ask Func[balance]:")
+    paused = Executor(code_shot_components("I bank.", shots, balance), llm, trace=trace.append).run(
+        "What is my balance?"
+    )
+    assert (paused.status, paused.text) == (
+        Status.AWAITING_INPUT,
+        "Which account, checking or savings?",
+    )
+    assert [(t.type, t.text) for t in trace][-2:] == [
+        (MessageType.RESULT, "Several accounts match."),
+        (MessageType.AWAITING_INPUT, "Which account, checking or savings?"),
+    ]
+
+    llm = scripted("Ask Func[balance]: savings", "A: Your savings hold $12.50.")
+    resumed = Executor(code_shot_components("I bank.", shots, balance), llm)
+    done = resumed.resume(json.loads(json.dumps(paused.state)), "savings")
+    assert done.text == "Your savings hold $12.50."
+    assert llm.transcript(0).endswith(
+        "Q: What is my balance?\nAsk Func[balance]:\nFunc[balance] says: Several accounts match.\n"
+        "Ask User: Which account, checking or savings?\nUser says: savings\n"
+    )
+    assert llm.transcript(1).endswith("Func[balance] says: savings: $12.50\n")
+
+
+def test_resume_rejects_a_state_that_is_not_paused(scripted) -> None:
+    agent = Executor([], scripted())
+    done_state = {"version": 1, "query": "q", "transcript": [{"kind": "q", "text": "q"}],
+                  "steps": 1, "input_tokens": 0, "output_tokens": 0, "embeds": {}}  # fmt: skip
+    with pytest.raises(InvalidInput, match="not awaiting user input"):
+        agent.resume(done_state, "yes")
+    with pytest.raises(InvalidInput, match="not a paused Code Shot state"):
+        agent.resume({**done_state, "version": 99}, "yes")
+    with pytest.raises(InvalidInput, match="not a paused Code Shot state"):
+        agent.resume({"transcript": "nonsense"}, "yes")

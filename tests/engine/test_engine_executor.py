@@ -1,0 +1,183 @@
+"""The executor loop: limits, misbehaving models and commands, agents as commands."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import pytest
+
+from codeshot.engine import (
+    AgentTool,
+    CommandResult,
+    Executor,
+    Limits,
+    Status,
+    TraceStep,
+    code_shot_components,
+    planner_components,
+)
+from codeshot.engine.fewshot import Kind, Step
+from codeshot.engine.prompt import STOP_SEQUENCES
+from codeshot.errors import InvalidInput, LLMError
+from codeshot.models import MessageType
+
+QUOTE_SHOTS = ["Q: Price of AAPL?\nAsk Func[quote]: AAPL\nFunc[quote] says: $1\nA: AAPL is at $1."]
+
+
+def quote(name: str, text: str) -> str:
+    return f"{text} is at $7"
+
+
+def test_stop_sequences_and_token_limits_reach_the_llm(scripted) -> None:
+    llm = scripted("Ask Func[quote]: GOOG", "A: done", tokens=(300, 50))
+    agent = Executor(
+        code_shot_components("I quote.", QUOTE_SHOTS, quote), llm,
+        limits=Limits(token_budget=1000, max_tokens_per_call=800),
+    )  # fmt: skip
+    outcome = agent.run("Price of GOOG?")
+    assert [(stop, max_tokens) for _, stop, max_tokens in llm.calls] == [
+        (STOP_SEQUENCES, 800),
+        (STOP_SEQUENCES, 650),
+    ]
+    assert STOP_SEQUENCES == ["\nFunc[", "\nAgent[", "\nUser says:", "\nQ:"]
+    assert (outcome.input_tokens, outcome.output_tokens, outcome.steps) == (600, 100, 2)
+
+
+def test_token_budget_stops_the_run(scripted, trace: list[TraceStep]) -> None:
+    llm = scripted("Thought: a", "Thought: b", tokens=(60, 40))
+    outcome = Executor([], llm, limits=Limits(token_budget=150), trace=trace.append).run("q")
+    assert outcome.status is Status.ERROR and outcome.error_code == "AGENT_ERROR"
+    assert outcome.text == "I used up my token budget before reaching an answer."
+    assert len(llm.calls) == 2
+    assert trace[-1] == TraceStep(MessageType.ERROR, outcome.text, error_code="AGENT_ERROR")
+
+
+def test_step_limit_stops_a_model_that_never_answers(scripted) -> None:
+    llm = scripted(*["Thought: still thinking"] * 10)
+    outcome = Executor([], llm, limits=Limits(max_steps=3)).run("q")
+    assert (outcome.status, outcome.error_code, outcome.steps) == (Status.ERROR, "AGENT_ERROR", 3)
+    assert outcome.text == "I stopped after 3 steps without reaching an answer."
+    assert llm.transcript().endswith("Thought: still thinking\nThought: still thinking\n")
+
+
+def test_llm_failures_end_in_an_error_outcome_not_an_exception(trace: list[TraceStep]) -> None:
+    class Failing:
+        def __init__(self, exc: Exception) -> None:
+            self.exc = exc
+
+        def complete(self, messages, stop, max_tokens):  # type: ignore[no-untyped-def]
+            raise self.exc
+
+    outcome = Executor([], Failing(LLMError("Bedrock ThrottlingException: slow down"))).run("q")
+    assert (outcome.status, outcome.error_code) == (Status.ERROR, "LLM_ERROR")
+    assert outcome.text == "The language model failed: Bedrock ThrottlingException: slow down"
+    outcome = Executor([], Failing(KeyError("choices")), trace=trace.append).run("q")
+    assert outcome.text == "The language model failed: KeyError: 'choices'"
+    assert trace[-1].error_code == "LLM_ERROR"
+
+
+def test_a_hanging_command_times_out(scripted, trace: list[TraceStep]) -> None:
+    release = threading.Event()
+
+    def hang(name: str, text: str) -> str:
+        release.wait(10)
+        return "too late"
+
+    agent = Executor(
+        code_shot_components("I quote.", QUOTE_SHOTS, hang), scripted("Ask Func[quote]: GOOG"),
+        limits=Limits(command_timeout=0.2), trace=trace.append, sleep=lambda s: None,
+    )  # fmt: skip
+    started = time.monotonic()
+    try:
+        outcome = agent.run("Price of GOOG?")
+    finally:
+        release.set()
+    assert time.monotonic() - started < 2
+    assert outcome.text == "Sorry, I could not finish: Func[quote] failed (no reply within 0.2s)."
+    assert [t.error_code for t in trace if t.type is MessageType.ERROR] == ["TIMEOUT"] * 3
+
+
+def test_a_model_running_past_its_turn_is_cut_at_the_ask(scripted) -> None:
+    calls: list[str] = []
+    llm = scripted(
+        "Thought: need GOOG\nAsk Func[quote]: GOOG\nFunc[quote] says: $1 (made up)\nA: $1",
+        "A: GOOG is at $7.",
+    )
+    agent = Executor(
+        code_shot_components("I quote.", QUOTE_SHOTS, lambda n, t: calls.append(t) or "$7"), llm
+    )
+    assert agent.run("Price of GOOG?").text == "GOOG is at $7."
+    assert calls == ["GOOG"]
+    assert llm.transcript().endswith(
+        "Q: Price of GOOG?\nThought: need GOOG\nAsk Func[quote]: GOOG\nFunc[quote] says: $7\n"
+    )
+
+
+def test_free_text_is_taken_as_the_answer_and_empty_text_as_an_error(scripted) -> None:
+    outcome = Executor([], scripted("GOOG is at $7.\nHope that helps.")).run("q")
+    assert (outcome.status, outcome.text) == (Status.DONE, "GOOG is at $7.\nHope that helps.")
+    outcome = Executor([], scripted("  \n")).run("q")
+    assert (outcome.status, outcome.error_code) == (Status.ERROR, "LLM_ERROR")
+    with pytest.raises(InvalidInput):
+        Executor([], scripted()).run("   ")
+
+
+def test_after_parse_may_replace_a_step(scripted) -> None:
+    class NoFuncsOnSundays:
+        def after_parse(self, step: Step) -> Step:
+            if step.kind is Kind.ASK_FUNC:
+                return Step(Kind.A, "Funcs rest today.")
+            return step
+
+    calls: list[str] = []
+    components = [
+        *code_shot_components("I quote.", QUOTE_SHOTS, lambda n, t: calls.append(t) or ""),
+        NoFuncsOnSundays(),
+    ]
+    outcome = Executor(components, scripted("Ask Func[quote]: GOOG")).run("Price of GOOG?")
+    assert outcome.text == "Funcs rest today." and calls == []
+
+
+def test_embeds_from_results_reach_the_trace_and_the_outcome(
+    scripted, trace: list[TraceStep]
+) -> None:
+    chart = {"content_type": "image/png", "uri": "https://embeds.example/abc"}
+
+    def plot(name: str, text: str) -> CommandResult:
+        return CommandResult("Here is the chart: #chart", {"chart": chart})
+
+    shots = ["Q: Plot AAPL\nAsk Func[plot]: AAPL\nFunc[plot] says: #chart\nA: See #chart."]
+    llm = scripted("Ask Func[plot]: GOOG", "A: See #chart.")
+    outcome = Executor(code_shot_components("I plot.", shots, plot), llm, trace=trace.append).run(
+        "Plot GOOG"
+    )
+    assert outcome.embeds == {"chart": chart}
+    assert [t.embeds for t in trace if t.type is MessageType.RESULT] == [{"chart": chart}]
+
+
+def test_the_planner_asks_agents_through_the_agent_caller(scripted, trace: list[TraceStep]) -> None:
+    asked: list[tuple[str, str]] = []
+
+    def agent_caller(agent_id: str, text: str) -> str:
+        asked.append((agent_id, text))
+        return "GOOG is at $7."
+
+    shots = [("Q: What is AAPL at?\nAsk Agent[fixie/stocks]: What is AAPL at?\n"
+             "Agent[fixie/stocks] says: AAPL is at $1.\nA: AAPL is at $1.")]  # fmt: skip
+    components = planner_components(
+        "I route questions to agents.", shots,
+        [AgentTool("fixie/stocks", "Stock prices."), AgentTool("dev/weather", "Forecasts.")],
+        agent_caller,
+    )  # fmt: skip
+    llm = scripted("Ask Agent[fixie/stocks]: What is GOOG at?", "A: GOOG is at $7.")
+    outcome = Executor(components, llm, trace=trace.append).run("What is GOOG at?")
+    assert outcome.text == "GOOG is at $7."
+    assert asked == [("fixie/stocks", "What is GOOG at?")]
+    system = llm.calls[0][0][0].content
+    assert "- Agent[fixie/stocks]: Stock prices.\n- Agent[dev/weather]: Forecasts." in system
+    assert [(t.type, t.target) for t in trace] == [
+        (MessageType.AGENT_CALL, "Agent[fixie/stocks]"),
+        (MessageType.RESULT, "Agent[fixie/stocks]"),
+        (MessageType.RESPONSE, None),
+    ]
