@@ -17,6 +17,7 @@ from codeshot.local.aws_server import LocalAWS, check_port_free
 from codeshot.settings import Settings
 
 STATE_FILE = Path(".codeshot") / "local.json"
+LOCAL_USER = "local"
 
 
 def read_state(directory: Path | None = None) -> dict[str, Any] | None:
@@ -46,6 +47,8 @@ class LocalStack:
         self.settings: Settings | None = None
         self.state: dict[str, Any] = {}
         self._stopped = threading.Event()
+        self.services: Any = None
+        self.api: Any = None
 
     @property
     def api_url(self) -> str:
@@ -61,14 +64,22 @@ class LocalStack:
         except BaseException:
             self.aws.stop()
             raise
+        try:
+            api_key = self._start_platform()
+        except BaseException:
+            self.stop()
+            raise
         self.state = {
             "api_url": self.api_url,
             "graphql_url": f"{self.api_url}/graphql",
             "aws_endpoint_url": endpoint,
             "queue_url": self.settings.queue_url,
+            "api_key": api_key,
         }
         self._write_state()
+        self.progress(f"API: {self.api_url}")
         self.progress(f"AWS endpoint: {endpoint}")
+        self.progress(f"API key: {api_key}")
         self.progress(f"Ready in {time.perf_counter() - began:.2f}s (Ctrl-C to stop)")
         return self.state
 
@@ -80,6 +91,22 @@ class LocalStack:
             update={"aws_endpoint_url": endpoint, "api_url": self.api_url, "local_mode": True}
         )
         return create_all(settings)
+
+    def _start_platform(self) -> str:
+        """The API on loopback and a first user; returns that user's API key."""
+        from codeshot.api.app import create_app
+        from codeshot.local.http_server import HttpServer
+        from codeshot.services import Services
+
+        assert self.settings is not None
+        self.services = Services(self.settings)
+        self.progress("Creating signing keys and the first user ...")
+        user = self.services.users.create(LOCAL_USER)
+        api_key = self.services.auth.issue_api_key(user)
+        self.progress("Starting the API ...")
+        self.api = HttpServer(create_app(services=self.services), self.host, self.port)
+        self.api.start()
+        return api_key
 
     def _write_state(self) -> None:
         self.state_path.parent.mkdir(parents=True, exist_ok=True)
@@ -93,5 +120,8 @@ class LocalStack:
 
     def stop(self) -> None:
         self.state_path.unlink(missing_ok=True)
+        if self.api is not None:
+            self.api.stop()
+            self.api = None
         self.aws.stop()
         self._stopped.set()

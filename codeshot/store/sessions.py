@@ -171,12 +171,19 @@ class SessionStore(Repository):
         limit: int | None = None,
         token: str | None = None,
         newest_first: bool = False,
+        after: str | None = None,
     ) -> Page[Message]:
+        """Messages in time order (or newest first); ``after`` = only those newer than
+        that message id."""
+        low = MSG_PREFIX + (after or "")
         kwargs: dict[str, Any] = {
             "TableName": self.table_name,
-            "KeyConditionExpression": "session_id = :s AND begins_with(#i, :p)",
+            # "$" sorts right after "#": the range covers every MSG# item and nothing else.
+            "KeyConditionExpression": "session_id = :s AND #i BETWEEN :lo AND :hi",
             "ExpressionAttributeNames": {"#i": "item"},
-            "ExpressionAttributeValues": {":s": {"S": session_id}, ":p": {"S": MSG_PREFIX}},
+            "ExpressionAttributeValues": {
+                ":s": {"S": session_id}, ":lo": {"S": low}, ":hi": {"S": "MSG$"},
+            },
             "ScanIndexForward": not newest_first,
             "ConsistentRead": True,
             "Limit": clamp_limit(limit, default=100, maximum=1000),
@@ -185,8 +192,9 @@ class SessionStore(Repository):
         if start:
             kwargs["ExclusiveStartKey"] = start
         out = self.db.query(**kwargs)
+        items = [_message(from_item(i)) for i in out.get("Items", [])]
         return Page(
-            [_message(from_item(i)) for i in out.get("Items", [])],
+            [m for m in items if m.message_id != after],
             encode_token(out.get("LastEvaluatedKey")),
         )
 

@@ -1,0 +1,131 @@
+"""Registering, updating, refreshing and deleting agents.
+
+A registration learns what the agent is from its handshake (``GET {url}/``) unless the
+few-shots come inline; the few-shots are validated with the engine's grammar before
+anything is written, and agent URLs must pass the SSRF check.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable
+
+from codeshot.engine.fewshot import parse_few_shots, sample_queries, validate_base_prompt
+from codeshot.errors import InvalidInput, NotFound
+from codeshot.models import Agent, AgentKind, Principal, utcnow, validate_handle
+from codeshot.runner.agent_client import Handshake, fetch_handshake
+from codeshot.runner.agent_urls import check_agent_url
+from codeshot.services import Services
+
+HandshakeFetcher = Callable[[str, str], Handshake]
+
+
+@dataclass
+class AgentFields:
+    """What a client may set on an agent; None leaves a field as it is on update."""
+
+    name: str | None = None
+    description: str | None = None
+    query_url: str | None = None
+    func_url: str | None = None
+    more_info_url: str | None = None
+    published: bool | None = None
+    base_prompt: str | None = None
+    few_shots: list[str] | None = None
+    sample_queries: list[str] | None = None
+
+
+class AgentRegistration:
+    def __init__(self, services: Services, fetch: HandshakeFetcher = fetch_handshake) -> None:
+        self.s = services
+        self.fetch = fetch
+
+    def _owner(self, principal: Principal) -> str:
+        if not principal.username:
+            raise InvalidInput("only users can own agents")
+        return principal.username
+
+    def _check_urls(self, agent: Agent) -> None:
+        allow = self.s.settings.local_mode
+        for url in (agent.query_url, agent.func_url):
+            if url:
+                check_agent_url(url, allow_loopback=allow)
+        if agent.more_info_url and not agent.more_info_url.startswith(("http://", "https://")):
+            raise InvalidInput("moreInfoUrl must be an http(s) URL")
+
+    def describe(self, agent: Agent, inline: bool) -> Agent:
+        """Fill prompt, few-shots, kind and sample queries from the handshake (or inline)."""
+        self._check_urls(agent)
+        url = agent.func_url or agent.query_url
+        if not inline:
+            if not url:
+                raise InvalidInput("give queryUrl or funcUrl, or the few-shots inline")
+            token = self.s.auth.agent_token(agent.agent_id, None, None)
+            hs = self.fetch(url, token)
+            kind = AgentKind.STANDALONE if hs.type == "standalone" else AgentKind.CODE_SHOT
+            agent = agent.model_copy(update={
+                "kind": kind, "base_prompt": hs.base_prompt, "few_shots": hs.few_shots,
+                "sample_queries": hs.sample_queries or agent.sample_queries,
+            })
+        elif agent.few_shots:
+            agent = agent.model_copy(update={"kind": AgentKind.CODE_SHOT})
+        if agent.kind is AgentKind.CODE_SHOT:
+            if not agent.few_shots:
+                raise InvalidInput(f"code-shot agent {agent.agent_id} has no few-shots")
+            validate_base_prompt(agent.base_prompt)
+            parsed = parse_few_shots(agent.few_shots)
+            if not agent.func_url:
+                agent = agent.model_copy(update={"func_url": agent.query_url})
+            queries = list(dict.fromkeys(sample_queries(parsed) + agent.sample_queries))
+            agent = agent.model_copy(update={"sample_queries": queries})
+        elif not agent.query_url:
+            raise InvalidInput("a standalone agent needs queryUrl")
+        return agent
+
+    def create(self, principal: Principal, handle: str, fields: AgentFields) -> Agent:
+        owner = self._owner(principal)
+        validate_handle(handle)
+        agent = Agent(agent_id=Agent.make_id(owner, handle), owner=owner, handle=handle)
+        agent = self._apply(agent, fields)
+        agent = self.describe(agent, inline=fields.few_shots is not None)
+        return self.s.registry.create(agent)
+
+    def update(
+        self, principal: Principal, handle: str, fields: AgentFields, new_handle: str | None
+    ) -> Agent:
+        owner = self._owner(principal)
+        current = self._owned(owner, handle)
+        agent = self._apply(current, fields)
+        if new_handle and new_handle != handle:
+            validate_handle(new_handle)
+            agent = agent.model_copy(
+                update={"handle": new_handle, "agent_id": Agent.make_id(owner, new_handle)}
+            )
+        urls_changed = (agent.query_url, agent.func_url) != (current.query_url, current.func_url)
+        if urls_changed or fields.few_shots is not None or fields.base_prompt is not None:
+            agent = self.describe(agent, inline=fields.few_shots is not None)
+        return self.s.registry.replace(agent, previous_id=current.agent_id)
+
+    def refresh(self, principal: Principal, owner: str, handle: str) -> Agent:
+        """Re-read the agent's handshake (after its code changed)."""
+        agent = self._owned(self._owner(principal), handle, owner=owner)
+        agent = self.describe(agent, inline=False)
+        return self.s.registry.replace(agent)
+
+    def delete(self, principal: Principal, owner: str, handle: str) -> Agent:
+        agent = self._owned(self._owner(principal), handle, owner=owner)
+        self.s.registry.delete(agent.agent_id, owner=agent.owner)
+        return agent
+
+    def _owned(self, caller: str, handle: str, owner: str | None = None) -> Agent:
+        agent_id = Agent.make_id(owner or caller, handle)
+        agent = self.s.registry.get(agent_id)
+        if agent.owner != caller:
+            raise NotFound(f"agent {agent_id} not found")  # others' agents look absent
+        return agent
+
+    @staticmethod
+    def _apply(agent: Agent, fields: AgentFields) -> Agent:
+        updates = {k: v for k, v in vars(fields).items() if v is not None}
+        return agent.model_copy(update={**updates, "modified": utcnow()})
+

@@ -1,0 +1,91 @@
+"""The platform's HTTP API: one FastAPI app for uvicorn (locally) and Mangum (Lambda)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from fastapi import Depends, FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+from strawberry.fastapi import GraphQLRouter
+
+from codeshot.api.errors import rest_body
+from codeshot.api.graphql import Context, schema
+from codeshot.api.rest import get_services, router
+from codeshot.errors import CodeshotError, InvalidInput
+from codeshot.services import Services
+from codeshot.settings import Settings, get_settings
+
+MAX_REQUEST_BYTES = 4 * 1024 * 1024
+
+
+class BodyLimit:
+    """Refuse request bodies over a size, declared or streamed, before they are read."""
+
+    def __init__(self, app: Any, limit: int) -> None:
+        self.app, self.limit = app, limit
+
+    async def __call__(self, scope: dict, receive: Any, send: Any) -> None:
+        if scope["type"] != "http":
+            return await self.app(scope, receive, send)
+        headers = dict(scope.get("headers") or [])
+        declared = headers.get(b"content-length")
+        if declared is not None and (not declared.isdigit() or int(declared) > self.limit):
+            return await self._refuse(send)
+        seen = 0
+
+        async def counted() -> dict:
+            nonlocal seen
+            message = await receive()
+            seen += len(message.get("body", b""))
+            if seen > self.limit:
+                raise _TooLarge
+            return message
+
+        try:
+            await self.app(scope, counted, send)
+        except _TooLarge:
+            await self._refuse(send)
+
+    async def _refuse(self, send: Any) -> None:
+        error = InvalidInput(f"request body exceeds {self.limit} bytes")
+        response = JSONResponse(rest_body(error), status_code=413)
+        await response({"type": "http"}, None, send)
+
+
+class _TooLarge(Exception):
+    pass
+
+
+def create_app(settings: Settings | None = None, services: Services | None = None) -> FastAPI:
+    services = services or Services(settings or get_settings())
+    app = FastAPI(title="codeshot", version="0.1.0", docs_url=None, redoc_url=None)
+    app.state.services = services
+
+    @app.exception_handler(CodeshotError)
+    async def codeshot_error(_: Request, exc: CodeshotError) -> JSONResponse:
+        return JSONResponse(rest_body(exc), status_code=exc.http_status)
+
+    @app.exception_handler(RequestValidationError)
+    async def validation_error(_: Request, exc: RequestValidationError) -> JSONResponse:
+        first = exc.errors()[0] if exc.errors() else {}
+        where = ".".join(str(p) for p in first.get("loc", ()))
+        error = InvalidInput(f"{where}: {first.get('msg', 'invalid request')}")
+        return JSONResponse(rest_body(error), status_code=400)
+
+    @app.get("/healthz")
+    def healthz() -> dict[str, str]:
+        return {"status": "ok"}
+
+    @app.get("/.well-known/jwks.json")
+    def jwks(s: Services = Depends(get_services)) -> JSONResponse:
+        return JSONResponse(s.keyring.jwks(), headers={"Cache-Control": "public, max-age=300"})
+
+    async def context(request: Request) -> Context:
+        return Context(request.app.state.services, request.headers.get("authorization"))
+
+    app.include_router(GraphQLRouter(schema, context_getter=context, graphql_ide="graphiql"),
+                       prefix="/graphql")
+    app.include_router(router)
+    app.add_middleware(BodyLimit, limit=MAX_REQUEST_BYTES)
+    return app

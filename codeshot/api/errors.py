@@ -1,0 +1,54 @@
+"""Stable error codes on the wire: GraphQL ``extensions.code`` and REST error bodies."""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from graphql.error import GraphQLError
+from pydantic import ValidationError
+from strawberry.extensions import MaskErrors
+
+from codeshot.errors import CodeshotError, InvalidInput
+
+log = logging.getLogger("codeshot.api")
+
+
+def as_codeshot_error(exc: BaseException | None) -> CodeshotError | None:
+    if isinstance(exc, CodeshotError):
+        return exc
+    if isinstance(exc, ValidationError):
+        first = exc.errors()[0] if exc.errors() else {}
+        where = ".".join(str(p) for p in first.get("loc", ()))
+        return InvalidInput(f"{where}: {first.get('msg', 'invalid value')}".strip(": "))
+    return None
+
+
+def rest_body(error: CodeshotError) -> dict[str, Any]:
+    return {"error": error.to_dict()}
+
+
+class ErrorCodes(MaskErrors):
+    """Give every GraphQL error a stable code; never show a stack trace or internals."""
+
+    def __init__(self) -> None:
+        super().__init__(error_message="internal error")
+
+    def _process_errors(self, errors: list[GraphQLError]) -> list[GraphQLError]:
+        out = []
+        for error in errors:
+            original = error.original_error
+            known = as_codeshot_error(original)
+            if known is not None:
+                code, message = known.code, known.message
+                extensions = {"code": code, **({"details": known.details} if known.details
+                                               else {})}
+            elif original is None:  # syntax, validation, depth limit: the query is at fault
+                message, extensions = error.message, {"code": "INVALID_INPUT"}
+            else:
+                log.error("unexpected error in %s", error.path, exc_info=original)
+                message, extensions = "internal error", {"code": "INTERNAL"}
+            out.append(GraphQLError(message, nodes=error.nodes, source=error.source,
+                                    positions=error.positions, path=error.path,
+                                    extensions=extensions))
+        return out

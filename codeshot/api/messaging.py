@@ -1,0 +1,205 @@
+"""Posting a user's message to a session and following its reply.
+
+One DynamoDB transaction charges the daily quota, stores the message, binds its embeds
+and (optionally) records an idempotency key: it all happens or none of it does, so a
+refused or failed post stores nothing, and a retried post returns the first message.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+from dataclasses import dataclass
+from typing import Any
+
+from botocore.exceptions import ClientError
+
+from codeshot import ids
+from codeshot.errors import CodeshotError, Conflict, InvalidInput
+from codeshot.models import Embed, EmbedRef, Message, MessageType, Principal
+from codeshot.services import Services
+from codeshot.store.dynamo import to_item
+from codeshot.store.embeds import check_content_type
+from codeshot.store.queue import Work
+from codeshot.store.sessions import EMBED_PREFIX, message_item
+
+TERMINAL = frozenset({MessageType.RESPONSE, MessageType.ERROR, MessageType.AWAITING_INPUT})
+MAX_EMBEDS_PER_MESSAGE = 20
+IDEMPOTENCY_PREFIX = "IDEM#"
+
+
+@dataclass(frozen=True)
+class EmbedUpload:
+    """An embed sent with a message: small bytes inline, or the hash of an upload."""
+
+    key: str
+    content_type: str
+    content_base64: str | None = None
+    content_hash: str | None = None
+
+
+class Messaging:
+    def __init__(self, services: Services) -> None:
+        self.s = services
+
+    def _check_text(self, text: str, has_embeds: bool) -> str:
+        limit = self.s.settings.max_message_length
+        if len(text) > limit:
+            raise InvalidInput(f"message is {len(text)} characters; the limit is {limit}")
+        if "\x00" in text:
+            raise InvalidInput("message text must not contain NUL characters")
+        if not text.strip() and not has_embeds:
+            raise InvalidInput("message text must not be empty")
+        return text
+
+    def _embed_refs(self, uploads: list[EmbedUpload]) -> dict[str, EmbedRef]:
+        """Check every embed, store inline bytes on S3 (content-addressed, so a blob
+        left behind by a failed post is harmless and reused by its retry)."""
+        if len(uploads) > MAX_EMBEDS_PER_MESSAGE:
+            raise InvalidInput(f"at most {MAX_EMBEDS_PER_MESSAGE} embeds per message")
+        refs: dict[str, EmbedRef] = {}
+        pending: list[tuple[EmbedUpload, bytes | None]] = []
+        for up in uploads:
+            check_content_type(up.content_type)
+            if up.key in refs or any(p.key == up.key for p, _ in pending):
+                raise InvalidInput(f"embed key {up.key!r} appears twice")
+            if (up.content_base64 is None) == (up.content_hash is None):
+                raise InvalidInput(f"embed {up.key!r}: give exactly one of content or contentHash")
+            data = None
+            if up.content_base64 is not None:
+                try:
+                    data = base64.b64decode(up.content_base64, validate=True)
+                except (binascii.Error, ValueError) as exc:
+                    raise InvalidInput(f"embed {up.key!r}: content is not base64") from exc
+                limit = self.s.settings.max_inline_embed_bytes
+                if len(data) > limit:
+                    raise InvalidInput(
+                        f"embed {up.key!r} is {len(data)} bytes; inline embeds are limited to "
+                        f"{limit}: upload larger ones with createEmbedUpload"
+                    )
+            pending.append((up, data))
+        for up, data in pending:
+            if data is not None:
+                digest, size = self.s.embeds.put(data, up.content_type), len(data)
+            else:
+                digest = up.content_hash or ""
+                size = self.s.embeds.verify(digest)  # uploaded bytes must match their name
+            refs[up.key] = EmbedRef(content_type=up.content_type, content_hash=digest, size=size)
+        return refs
+
+    def post(
+        self,
+        principal: Principal,
+        session_id: str,
+        text: str,
+        embeds: list[EmbedUpload] | None = None,
+        idempotency_key: str | None = None,
+    ) -> tuple[Message, bool]:
+        """Store and enqueue a user message; returns (message, newly_created)."""
+        assert principal.user_id
+        embeds = embeds or []
+        self._check_text(text, bool(embeds))
+        if idempotency_key is not None and not 1 <= len(idempotency_key) <= 128:
+            raise InvalidInput("idempotencyKey must be 1-128 characters")
+        session = self.s.sessions.get(session_id, owner=principal.user_id)
+        if idempotency_key:
+            earlier = self._earlier_post(session_id, idempotency_key)
+            if earlier:
+                return earlier, False
+        refs = self._embed_refs(embeds)
+        new_embeds = self._unbound_embeds(session_id, principal.user_id, refs)
+        message = Message(
+            session_id=session_id, message_id=ids.ulid(), text=text,
+            type=MessageType.QUERY, sent_by=principal.username or principal.user_id,
+            embeds=refs,
+        )
+        user = self.s.users.get(principal.user_id)
+        limit = self.s.daily_limit(user.daily_query_limit)
+        charge = self.s.usage.charge_request("query", principal.user_id, limit)
+        table = self.s.sessions.table_name
+        items: list[dict[str, Any]] = [
+            {"Update": charge},
+            {"Put": {"TableName": table, "Item": message_item(message),
+                     "ConditionExpression": "attribute_not_exists(#i)",
+                     "ExpressionAttributeNames": {"#i": "item"}}},
+        ]
+        for embed in new_embeds:
+            values = embed.model_dump(mode="json")
+            values["item"] = EMBED_PREFIX + embed.key
+            values["embed_owner"] = values.pop("owner")
+            items.append({"Put": {"TableName": table, "Item": to_item(values),
+                                  "ConditionExpression": "attribute_not_exists(#i)",
+                                  "ExpressionAttributeNames": {"#i": "item"}}})
+        if idempotency_key:
+            items.append({"Put": {
+                "TableName": table,
+                "Item": to_item({"session_id": session_id,
+                                 "item": IDEMPOTENCY_PREFIX + idempotency_key,
+                                 "message_id": message.message_id}),
+                "ConditionExpression": "attribute_not_exists(#i)",
+                "ExpressionAttributeNames": {"#i": "item"}}})
+        try:
+            self.s.sessions.db.transact_write_items(TransactItems=items)
+        except ClientError as exc:
+            reasons = [r.get("Code") for r in exc.response.get("CancellationReasons", [])]
+            if reasons and reasons[0] == "ConditionalCheckFailed":
+                raise self.s.usage.rate_limited("daily query", limit, "day") from exc
+            if idempotency_key and reasons and reasons[-1] == "ConditionalCheckFailed":
+                earlier = self._earlier_post(session_id, idempotency_key)
+                if earlier:
+                    return earlier, False
+            if reasons:
+                raise Conflict("the message collided with a concurrent change; retry") from exc
+            raise
+        self._enqueue(session.session_id, message)
+        return message, True
+
+    def _unbound_embeds(
+        self, session_id: str, owner: str, refs: dict[str, EmbedRef]
+    ) -> list[Embed]:
+        """Embeds to bind now; a key already bound must name the same bytes (immutable)."""
+        existing = {e.key: e for e in self.s.sessions.list_embeds(session_id)} if refs else {}
+        new = []
+        for key, ref in refs.items():
+            if key in existing:
+                if existing[key].content_hash != ref.content_hash:
+                    raise Conflict(f"embed {key!r} already exists in this session; embeds are "
+                                   "immutable, use a new key")
+                continue
+            new.append(Embed(key=key, session_id=session_id, owner=owner,
+                             content_type=ref.content_type, content_hash=ref.content_hash,
+                             size=ref.size))
+        return new
+
+    def _earlier_post(self, session_id: str, key: str) -> Message | None:
+        item = self.s.sessions.db.get_item(
+            TableName=self.s.sessions.table_name,
+            Key={"session_id": {"S": session_id}, "item": {"S": IDEMPOTENCY_PREFIX + key}},
+            ConsistentRead=True,
+        ).get("Item")
+        if not item:
+            return None
+        return self.s.sessions.get_message(session_id, item["message_id"]["S"])
+
+    def _enqueue(self, session_id: str, message: Message) -> None:
+        try:
+            self.s.queue.enqueue(Work(session_id, message.message_id))
+        except Exception as exc:
+            # Never leave a query that no runner will answer: close it with an error.
+            self.s.sessions.add_message(Message(
+                session_id=session_id, message_id=ids.ulid(), type=MessageType.ERROR,
+                text="The platform could not queue this message; please send it again.",
+                sent_by="platform", in_reply_to=message.message_id,
+                error_code="AGENT_UNAVAILABLE",
+            ))
+            raise CodeshotError("could not queue the message") from exc
+
+    def newer(self, session_id: str, after: str) -> list[Message]:
+        return self.s.sessions.list_messages(session_id, after=after, limit=1000).items
+
+    def reply_to(self, session_id: str, query_id: str) -> Message | None:
+        """The terminal reply (response, error or a question) to a query, if there is one."""
+        for message in self.newer(session_id, query_id):
+            if message.in_reply_to == query_id and message.type in TERMINAL:
+                return message
+        return None

@@ -1,0 +1,43 @@
+"""An ASGI app on uvicorn in a background thread (the local API, local agents, tests)."""
+
+from __future__ import annotations
+
+import threading
+import time
+from typing import Any
+
+from codeshot.local.aws_server import check_port_free
+
+
+class HttpServer:
+    def __init__(self, app: Any, host: str = "127.0.0.1", port: int = 0) -> None:
+        import uvicorn
+
+        self.host = host
+        check_port_free(host, port)
+        self._server = uvicorn.Server(uvicorn.Config(
+            app, host=host, port=port, log_level="warning", lifespan="off",
+            timeout_graceful_shutdown=2,
+        ))
+        self._thread = threading.Thread(target=self._server.run, name=f"http-{port}", daemon=True)
+
+    def start(self, timeout: float = 15.0) -> str:
+        self._thread.start()
+        deadline = time.monotonic() + timeout
+        while not self._server.started:
+            if not self._thread.is_alive() or time.monotonic() > deadline:
+                raise RuntimeError(f"HTTP server on {self.host} did not start")
+            time.sleep(0.01)
+        return self.url
+
+    @property
+    def port(self) -> int:
+        return self._server.servers[0].sockets[0].getsockname()[1]
+
+    @property
+    def url(self) -> str:
+        return f"http://{self.host}:{self.port}"
+
+    def stop(self) -> None:
+        self._server.should_exit = True
+        self._thread.join(timeout=10)

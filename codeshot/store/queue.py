@@ -1,0 +1,54 @@
+"""The session work queue (SQS FIFO): one message group per session, keeping each
+session's messages in order; the message id deduplicates retries of the same send."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Any
+
+from codeshot import aws
+from codeshot.settings import Settings
+
+
+@dataclass(frozen=True)
+class Work:
+    session_id: str
+    message_id: str
+
+    def body(self) -> str:
+        return json.dumps({"session_id": self.session_id, "message_id": self.message_id})
+
+    @classmethod
+    def parse(cls, body: str) -> Work:
+        data = json.loads(body)
+        return cls(session_id=str(data["session_id"]), message_id=str(data["message_id"]))
+
+
+class SessionQueue:
+    def __init__(self, settings: Settings, sqs: Any | None = None) -> None:
+        if not settings.queue_url:
+            raise RuntimeError("CODESHOT_QUEUE_URL is not set")
+        self.url = settings.queue_url
+        self.sqs = sqs or aws.client("sqs", settings)
+
+    def enqueue(self, work: Work) -> None:
+        self.sqs.send_message(
+            QueueUrl=self.url,
+            MessageBody=work.body(),
+            MessageGroupId=work.session_id,
+            MessageDeduplicationId=work.message_id,
+        )
+
+    def receive(self, max_messages: int = 10, wait_seconds: int = 1) -> list[dict[str, Any]]:
+        """Raw SQS messages, for the local poller (Lambda receives them as events)."""
+        out = self.sqs.receive_message(
+            QueueUrl=self.url,
+            MaxNumberOfMessages=max_messages,
+            WaitTimeSeconds=wait_seconds,
+            AttributeNames=["All"],
+        )
+        return out.get("Messages", [])
+
+    def delete(self, receipt_handle: str) -> None:
+        self.sqs.delete_message(QueueUrl=self.url, ReceiptHandle=receipt_handle)

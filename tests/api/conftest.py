@@ -1,0 +1,120 @@
+"""The API over real HTTP: uvicorn on loopback, moto's server behind it."""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass
+from typing import Any
+
+import httpx
+import pytest
+from fastapi import FastAPI
+from fastapi.responses import JSONResponse, PlainTextResponse
+
+from codeshot import ids
+from codeshot.api.app import create_app
+from codeshot.local.http_server import HttpServer
+from codeshot.models import Message, MessageType
+from codeshot.services import Services
+from codeshot.store.queue import Work
+from tests.conftest import free_port
+
+
+@dataclass
+class Platform:
+    url: str
+    services: Services
+
+    def user(self, name: str | None = None, **profile: Any) -> tuple[str, str]:
+        """A new user; returns (user_id, API key)."""
+        user = self.services.users.create(name or f"u{ids.handle(4).lower().replace('-', '')}"
+                                          .replace("_", ""), **profile)
+        return user.user_id, self.services.auth.issue_api_key(user)
+
+    def gql(self, key: str | None, query: str, variables: dict | None = None,
+            timeout: float = 30) -> dict:
+        headers = {"Authorization": f"Bearer {key}"} if key else {}
+        r = httpx.post(f"{self.url}/graphql", json={"query": query, "variables": variables or {}},
+                       headers=headers, timeout=timeout)
+        assert r.status_code == 200, r.text
+        return r.json()
+
+
+def code(result: dict) -> str:
+    assert result.get("errors"), result
+    return result["errors"][0]["extensions"]["code"]
+
+
+@pytest.fixture
+def platform(server_aws):
+    port = free_port()
+    settings = server_aws.model_copy(update={
+        "api_url": f"http://127.0.0.1:{port}", "local_mode": True, "reply_wait_seconds": 5.0,
+    })
+    services = Services(settings)
+    server = HttpServer(create_app(services=services), "127.0.0.1", port)
+    server.start()
+    yield Platform(server.url, services)
+    server.stop()
+
+
+class EchoRunner:
+    """A test double standing in for the session runner (it arrives in #6): it takes
+    work from the real SQS queue and stores a `response` echoing the query."""
+
+    def __init__(self, services: Services) -> None:
+        self.services = services
+        self.stop = threading.Event()
+        self.thread = threading.Thread(target=self.run, daemon=True)
+
+    def run(self) -> None:
+        while not self.stop.is_set():
+            for raw in self.services.queue.receive(wait_seconds=0):
+                work = Work.parse(raw["Body"])
+                query = self.services.sessions.get_message(work.session_id, work.message_id)
+                self.services.sessions.add_message(Message(
+                    session_id=work.session_id, message_id=ids.ulid(), type=MessageType.RESPONSE,
+                    text=f"echo: {query.text}", sent_by="test/echo", in_reply_to=query.message_id,
+                ))
+                self.services.queue.delete(raw["ReceiptHandle"])
+            self.stop.wait(0.05)
+
+
+@pytest.fixture
+def echo_runner(platform):
+    runner = EchoRunner(platform.services)
+    runner.thread.start()
+    yield runner
+    runner.stop.set()
+    runner.thread.join()
+
+
+HANDSHAKE = {
+    "type": "code_shot",
+    "base_prompt": "I am a simple agent that generates random numbers.",
+    "few_shots": ["Q: Generate a random number between 0 and 100.\n"
+                  "Ask Func[genrand]: 0, 100\nFunc[genrand] says: 42\n"
+                  "A: The random number is 42."],
+    "conversational": False,
+}
+
+
+@pytest.fixture(scope="session")
+def handshake_agent():
+    """A minimal agent on loopback answering the handshake in JSON, or YAML when asked."""
+    import yaml
+
+    app = FastAPI()
+
+    @app.get("/")
+    def handshake():
+        return JSONResponse(HANDSHAKE)
+
+    @app.get("/yaml/")
+    def handshake_yaml():
+        return PlainTextResponse(yaml.safe_dump(HANDSHAKE), media_type="application/yaml")
+
+    server = HttpServer(app, "127.0.0.1", 0)
+    server.start()
+    yield server.url
+    server.stop()
