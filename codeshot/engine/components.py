@@ -191,7 +191,9 @@ def _coerce(value: Any, hint: Any, name: str) -> Any:
         raise InvalidInput(f"argument {name} must be {kind}, got {value!r}") from None
 
 
-def _adapter(fn: Callable[..., Any], name: str) -> tuple[Callable[[str], CommandResult], dict[str, Any]]:
+def _adapter(
+    fn: Callable[..., Any], name: str
+) -> tuple[Callable[[str], CommandResult], dict[str, Any]]:
     """A text-in caller for ``fn`` and its parameters' JSON schema.
 
     The Ask line's text is a JSON object of named arguments, the whole text for a

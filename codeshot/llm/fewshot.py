@@ -49,8 +49,8 @@ def similarity(a: str, b: str) -> float:
 def word_substitutions(example: str, actual: str) -> dict[str, str]:
     """Which of the example's words became which of the actual text's, by alignment.
 
-    Equal-length replaced runs map word to word, others phrase to phrase; pairs
-    involving stopwords are skipped so "for" -> "of" never rewrites an argument.
+    Replaced runs, trimmed of function words, map word to word when of equal length and
+    phrase to phrase otherwise; "for" -> "of" is never a substitution.
     """
     left, right = _WORD.findall(example), _WORD.findall(actual)
     matcher = SequenceMatcher(
@@ -60,15 +60,26 @@ def word_substitutions(example: str, actual: str) -> dict[str, str]:
     for op, i1, i2, j1, j2 in matcher.get_opcodes():
         if op != "replace":
             continue
-        if i2 - i1 == j2 - j1:
-            pairs.extend(zip(left[i1:i2], right[j1:j2]))
-        else:
-            pairs.append((" ".join(left[i1:i2]), " ".join(right[j1:j2])))
+        old, new = _trim(left[i1:i2]), _trim(right[j1:j2])
+        if len(old) == len(new):
+            pairs.extend(zip(old, new))
+        elif old and new:
+            pairs.append((" ".join(old), " ".join(new)))
     return {
         old: new
         for old, new in pairs
         if old.lower() not in _STOPWORDS and new.lower() not in _STOPWORDS
     }
+
+
+def _trim(words: list[str]) -> list[str]:
+    """A run of words without the function words at its ends ("for AAPL" -> "AAPL")."""
+    start, end = 0, len(words)
+    while start < end and words[start].lower() in _STOPWORDS:
+        start += 1
+    while end > start and words[end - 1].lower() in _STOPWORDS:
+        end -= 1
+    return words[start:end]
 
 
 def substitute(text: str, subs: dict[str, str]) -> str:

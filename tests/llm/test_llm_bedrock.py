@@ -121,10 +121,17 @@ def test_get_llm_picks_the_provider_from_settings() -> None:
     bedrock = get_llm(Settings(llm="bedrock", llm_model="amazon.nova-lite-v1:0"))
     assert isinstance(bedrock, BedrockLLM) and bedrock.model_id == "amazon.nova-lite-v1:0"
     openai = get_llm(
-        Settings(llm="openai", llm_model="gpt-4o-mini", openai_base_url="http://h:1/v1/", openai_api_key="k")
+        Settings(
+            llm="openai",
+            llm_model="gpt-4o-mini",
+            openai_base_url="http://h:1/v1/",
+            openai_api_key="k",
+        )
     )
     assert isinstance(openai, OpenAILLM)
     assert (openai.model, openai.url, openai.api_key) == (
-        "gpt-4o-mini", "http://h:1/v1/chat/completions", "k"
+        "gpt-4o-mini",
+        "http://h:1/v1/chat/completions",
+        "k",
     )
     assert isinstance(get_llm(Settings(llm="fewshot")), FewShotLLM)

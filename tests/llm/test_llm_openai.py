@@ -30,7 +30,7 @@ class ChatServer:
         server = self
 
         class Handler(BaseHTTPRequestHandler):
-            def do_POST(self) -> None:  # noqa: N802 - http.server's naming
+            def do_POST(self) -> None:
                 length = int(self.headers["Content-Length"])
                 server.requests.append((self.path, dict(self.headers), self.rfile.read(length)))
                 time.sleep(server.delay)
@@ -55,7 +55,7 @@ class ChatServer:
 @pytest.fixture
 def server() -> Iterator[ChatServer]:
     chat = ChatServer()
-    thread = threading.Thread(target=chat.httpd.serve_forever, daemon=True)
+    thread = threading.Thread(target=chat.httpd.serve_forever, args=(0.05,), daemon=True)
     thread.start()
     yield chat
     chat.httpd.shutdown()
@@ -88,7 +88,9 @@ def test_request_carries_stop_and_max_tokens_and_usage_is_read(server: ChatServe
         MESSAGES, STOP, 321
     )
     assert (completion.text, completion.input_tokens, completion.output_tokens) == (
-        "Ask Func[quote]: GOOG", 31, 6
+        "Ask Func[quote]: GOOG",
+        31,
+        6,
     )
     [(path, headers, raw)] = server.requests
     assert path == "/v1/chat/completions"
@@ -119,7 +121,11 @@ def test_no_api_key_sends_no_authorization(server: ChatServer) -> None:
         (200, b"<html>not json</html>", r"malformed response \(JSONDecodeError"),
         (200, {"choices": []}, r"malformed response \(IndexError"),
         (200, completion_body(None), r"malformed response \(TypeError"),
-        (200, {"choices": [{"message": {"content": "x"}}]}, r"malformed response \(KeyError\('usage"),
+        (
+            200,
+            {"choices": [{"message": {"content": "x"}}]},
+            r"malformed response \(KeyError\('usage",
+        ),
     ],
 )
 def test_bad_replies_are_llm_errors(

@@ -1,0 +1,92 @@
+"""The offline ``fewshot`` provider: reading the prompt back, matching, substituting."""
+
+from __future__ import annotations
+
+from codeshot.engine import Executor, code_shot_components
+from codeshot.engine.fewshot import Kind, Step, parse_few_shots
+from codeshot.engine.prompt import STOP_SEQUENCES, read_examples, read_transcript
+from codeshot.llm.fewshot import (
+    CANT_HELP,
+    FewShotLLM,
+    next_lines,
+    similarity,
+    substitute,
+    word_substitutions,
+)
+
+WEATHER = [
+    (
+        "Q: What's the weather in Paris tomorrow?\n"
+        "Thought: I need the Paris forecast for tomorrow\n"
+        "Ask Func[forecast]: Paris, tomorrow\n"
+        "Func[forecast] says: 18C, light rain\n"
+        "Thought: 18C, light rain is mild\n"
+        "A: Tomorrow in Paris: 18C, light rain.\n"
+        "Q: Will it snow in Berlin this week?\n"
+        "A: I only forecast one day at a time."
+    )
+]
+
+
+def test_the_prompt_the_engine_builds_reads_back() -> None:
+    agent = Executor(code_shot_components("I forecast.", WEATHER, lambda n, t: ""), FewShotLLM())
+    transcript = [Step(Kind.Q, "Weather in Oslo?"), Step(Kind.FUNC_SAYS, "5C\nwindy", "forecast")]
+    messages = agent.messages("Weather in Oslo?", transcript)
+    assert read_examples(messages) == parse_few_shots(WEATHER)
+    assert read_transcript(messages) == transcript
+
+
+def test_similarity_ignores_function_words_and_has_a_threshold() -> None:
+    assert (
+        similarity("What is the stock price for AAPL?", "What is the stock price for GOOG?") > 0.6
+    )
+    assert similarity("What is the capital of France?", "What is the stock price for AAPL?") == 0
+    assert similarity("the of and", "the of and") == 0
+    examples = parse_few_shots(WEATHER)
+    assert next_lines(examples, [Step(Kind.Q, "Tell me a joke")]) == f"A: {CANT_HELP}"
+    assert next_lines([], [Step(Kind.Q, "Weather in Rome?")]) == f"A: {CANT_HELP}"
+    assert next_lines(examples, []) == f"A: {CANT_HELP}"
+
+
+def test_word_substitutions_align_the_differing_words() -> None:
+    assert word_substitutions("between 0 and 100.", "between 0 and 19.") == {"100": "19"}
+    assert word_substitutions("Compare AAPL and MSFT", "Compare GOOG and BRK.B") == {
+        "AAPL": "GOOG", "MSFT": "BRK.B"
+    }  # fmt: skip
+    assert word_substitutions("price for AAPL", "price of Alphabet Inc") == {"AAPL": "Alphabet Inc"}
+    # Replaced runs of unequal length map phrase to phrase; function words never map.
+    assert word_substitutions("weather in Paris", "weather at New York") == {"Paris": "New York"}
+    assert substitute("0, 100 or 1000", {"100": "19"}) == "0, 19 or 1000"
+    assert substitute("$150.12 and 150", {"$150.12": "$9.99", "150": "7"}) == "$9.99 and 7"
+
+
+def test_thoughts_are_replayed_and_results_carried_into_the_answer() -> None:
+    examples = parse_few_shots(WEATHER)
+    query = Step(Kind.Q, "What's the weather in Oslo tomorrow?")
+    assert next_lines(examples, [query]) == (
+        "Thought: I need the Oslo forecast for tomorrow\nAsk Func[forecast]: Oslo, tomorrow"
+    )
+    done = [query, Step(Kind.ASK_FUNC, "Oslo, tomorrow", "forecast"),
+            Step(Kind.FUNC_SAYS, "4C, snow", "forecast")]  # fmt: skip
+    assert next_lines(examples, done) == (
+        "Thought: 4C, snow is mild\nA: Tomorrow in Oslo: 4C, snow."
+    )
+
+
+def test_the_second_turn_of_a_few_shot_is_a_candidate_too() -> None:
+    transcript = [Step(Kind.Q, "Will it snow in Madrid this week?")]
+    assert next_lines(parse_few_shots(WEATHER), transcript) == (
+        "A: I only forecast one day at a time."
+    )
+
+
+def test_completion_is_deterministic_counts_tokens_and_honours_max_tokens() -> None:
+    agent = Executor(code_shot_components("I forecast.", WEATHER, lambda n, t: ""), FewShotLLM())
+    messages = agent.messages("x", [Step(Kind.Q, "What's the weather in Oslo tomorrow?")])
+    llm = FewShotLLM()
+    full = llm.complete(messages, STOP_SEQUENCES, 100)
+    assert full == llm.complete(messages, STOP_SEQUENCES, 100)
+    assert full.output_tokens == len(full.text.split()) == 12
+    assert full.input_tokens == sum(len(m.content.split()) for m in messages)
+    short = llm.complete(messages, STOP_SEQUENCES, 4)
+    assert (short.text, short.output_tokens) == ("Thought: I need the", 4)
