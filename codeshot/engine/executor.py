@@ -224,9 +224,10 @@ class Executor:
                 return self._stop(
                     run, "AGENT_ERROR", "I used up my token budget before reaching an answer."
                 )
+            messages = self.messages(run.query, run.transcript)
             try:
                 completion = self.llm.complete(
-                    self.messages(run.query, run.transcript),
+                    messages,
                     list(STOP_SEQUENCES),
                     min(self.limits.max_tokens_per_call, remaining),
                 )
@@ -265,48 +266,52 @@ class Executor:
         return None
 
     def _execute(self, run: _Run, step: Step) -> Outcome | None:
-        kind = "func" if step.kind is Kind.ASK_FUNC else "agent"
-        label = step.label
-        command = self._commands.get((kind, step.target or ""))
-        attempt = 0
-        while True:
-            attempt += 1
-            try:
-                if command is None:
-                    raise NotFound(f"there is no {label}")
-                result = as_result(self._call(command, step.text))
-                for component in self._of(AfterExecute):
-                    result = component.after_execute(step, result)
-                break
-            except Exception as exc:  # noqa: BLE001 - any command failure is handled
-                code, message = _error_of(exc)
-                log.info("%s failed (attempt %d): %s", label, attempt, message)
-                self._trace(
-                    TraceStep(
-                        MessageType.ERROR, f"{label} failed: {message}", label, error_code=code
-                    )
-                )
-                decision = self._decide(Failure(step, code, message, attempt))
-                if isinstance(decision, Retry):
-                    self._sleep(decision.delay)
-                    continue
-                if isinstance(decision, Fallback):
-                    result = decision.result
-                    break
-                answer = Step(Kind.A, decision.answer)
-                run.transcript.append(answer)
-                self._emit(answer)
-                return self._outcome(Status.DONE, answer.text, run)
-        reply = step.reply(result.text)
-        run.transcript.append(reply)
+        """Run the Ask's command; its reply joins the transcript, or the failure ends the run."""
+        attempted = self._attempt(step)
+        if isinstance(attempted, Explain):
+            answer = Step(Kind.A, attempted.answer)
+            run.transcript.append(answer)
+            self._emit(answer)
+            return self._outcome(Status.DONE, answer.text, run)
+        result, succeeded = attempted
+        if succeeded:
+            for component in self._of(AfterExecute):
+                result = component.after_execute(step, result)
+        run.transcript.append(step.reply(result.text))
         run.embeds.update(result.embeds)
-        self._trace(TraceStep(MessageType.RESULT, result.text, label, dict(result.embeds)))
+        self._trace(TraceStep(MessageType.RESULT, result.text, step.label, dict(result.embeds)))
         if not result.needs_input:
             return None
         question = Step(Kind.ASK_USER, result.pause_question)
         run.transcript.append(question)
         self._emit(question)
         return self._outcome(Status.AWAITING_INPUT, question.text, run)
+
+    def _attempt(self, step: Step) -> tuple[CommandResult, bool] | Explain:
+        """(result, True) on success, (fallback, False), or the failure explained."""
+        kind = "func" if step.kind is Kind.ASK_FUNC else "agent"
+        command = self._commands.get((kind, step.target or ""))
+        attempt = 0
+        while True:
+            attempt += 1
+            try:
+                if command is None:
+                    raise NotFound(f"there is no {step.label}")
+                return as_result(self._call(command, step.text)), True
+            except Exception as exc:  # noqa: BLE001 - any command failure is handled
+                code, message = _error_of(exc)
+                log.info("%s failed (attempt %d): %s", step.label, attempt, message)
+                self._trace(
+                    TraceStep(MessageType.ERROR, f"{step.label} failed: {message}", step.label,
+                              error_code=code)
+                )  # fmt: skip
+                decision = self._decide(Failure(step, code, message, attempt))
+                if isinstance(decision, Retry):
+                    self._sleep(decision.delay)
+                    continue
+                if isinstance(decision, Fallback):
+                    return decision.result, False
+                return decision
 
     def _decide(self, failure: Failure) -> Retry | Fallback | Explain:
         """The first decision of the failure handlers; retries stop at ``max_attempts``."""

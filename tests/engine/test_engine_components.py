@@ -198,10 +198,12 @@ def test_a_failure_handler_may_fall_back_to_a_result(scripted) -> None:
         def on_failure(self, failure: Failure) -> Fallback:
             return Fallback(CommandResult("$90.00 (cached)"))
 
+    log: Log = []
     llm = scripted("Ask Func[quote]: GOOG", "A: GOOG was $90.00.")
-    outcome = Executor([Flaky([], failures=1), Cached()], llm).run("GOOG?")
+    outcome = Executor([Flaky(log, failures=1), Cached(), Executed(log, "e")], llm).run("GOOG?")
     assert outcome.text == "GOOG was $90.00."
     assert "Func[quote] says: $90.00 (cached)" in llm.transcript()
+    assert log == ["quote(GOOG)"]  # a fallback is no success: AfterExecute is not called
 
 
 def test_endless_retries_are_capped(scripted) -> None:
