@@ -272,7 +272,7 @@ def parse_few_shot(text: str, number: int = 1) -> FewShot:
 
 def split_few_shots(text: str) -> list[str]:
     """A FEW_SHOTS text split on blank lines."""
-    return [block for block in re.split(r"\n[ \t]*\n", text.strip()) if block.strip()]
+    return [block for block in re.split(r"\n\s*\n", text.strip()) if block.strip()]
 
 
 def parse_few_shots(few_shots: str | Sequence[str]) -> list[FewShot]:

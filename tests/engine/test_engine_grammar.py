@@ -52,7 +52,7 @@ def test_every_line_kind_parses_into_typed_steps() -> None:
 
 
 def test_text_splits_on_blank_lines_and_a_list_is_taken_as_is() -> None:
-    text = f"\n  {GOOD}\n   \n\nQ: Hi\nA: Hello.\n\n"
+    text = f"\n  {GOOD}\n   \r\n\nQ: Hi\r\nA: Hello.\n\n"
     from_text = parse_few_shots(text)
     assert len(from_text) == 2
     assert from_text == parse_few_shots([GOOD, "Q: Hi\nA: Hello."])
