@@ -28,6 +28,31 @@ def _local_up(args: argparse.Namespace) -> int:
     return 0
 
 
+def _target_settings():
+    """The stack to act on: the running `codeshot local up` in this directory, or the
+    environment's settings (a deployed platform)."""
+    from codeshot.local.stack import read_state
+    from codeshot.settings import get_settings
+
+    settings = get_settings()
+    state = read_state()
+    if state:
+        settings = settings.model_copy(update={
+            "aws_endpoint_url": state["aws_endpoint_url"], "api_url": state["api_url"],
+            "queue_url": state.get("queue_url"),
+        })
+    return settings
+
+
+def _users_create(args: argparse.Namespace) -> int:
+    from codeshot.services import Services
+
+    services = Services(_target_settings())
+    user = services.users.create(args.name)
+    print(services.auth.issue_api_key(user))
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="codeshot", description="Run and manage a codeshot agent platform."
@@ -48,6 +73,18 @@ def build_parser() -> argparse.ArgumentParser:
     up.add_argument("--aws-port", type=int, default=None,
                     help="moto server port (default: API port + 1)")
     up.set_defaults(run=_local_up)
+
+    users = commands.add_parser("users", help="platform users and their API keys")
+    user_commands = users.add_subparsers(dest="users_command", required=True, metavar="ACTION")
+    create = user_commands.add_parser(
+        "create",
+        help="create a user and print their API key (shown once)",
+        description="Create a user and print a new API key. Run in the directory of a running "
+        "`codeshot local up`, it targets that stack (via .codeshot/local.json); otherwise the "
+        "platform named by the CODESHOT_* environment.",
+    )
+    create.add_argument("name", help="username: 1-63 of a-z, 0-9, '_' or '-'")
+    create.set_defaults(run=_users_create)
     return parser
 
 

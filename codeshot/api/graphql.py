@@ -15,7 +15,7 @@ from typing import Annotated, Any, Callable, TypeVar
 
 import anyio.to_thread
 import strawberry
-from strawberry.extensions import QueryDepthLimiter
+from strawberry.extensions import MaxAliasesLimiter, MaxTokensLimiter, QueryDepthLimiter
 from strawberry.fastapi import BaseContext
 from strawberry.types import Info
 
@@ -465,5 +465,12 @@ class CodeshotSchema(strawberry.Schema):
 schema = CodeshotSchema(
     query=Query,
     mutation=Mutation,
-    extensions=[lambda: QueryDepthLimiter(max_depth=8), ErrorCodes],
+    # Our types hold no cycles, so depth bounds little; tokens and aliases bound the
+    # amplification a single request can ask for.
+    extensions=[
+        lambda: QueryDepthLimiter(max_depth=10),
+        lambda: MaxAliasesLimiter(max_alias_count=20),
+        lambda: MaxTokensLimiter(max_token_count=2000),
+        ErrorCodes,
+    ],
 )

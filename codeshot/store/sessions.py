@@ -174,27 +174,24 @@ class SessionStore(Repository):
         after: str | None = None,
     ) -> Page[Message]:
         """Messages in time order (or newest first); ``after`` = only those newer than
-        that message id."""
-        low = MSG_PREFIX + (after or "")
+        that message id (read from just past it, so a page is always full)."""
         kwargs: dict[str, Any] = {
             "TableName": self.table_name,
-            # "$" sorts right after "#": the range covers every MSG# item and nothing else.
-            "KeyConditionExpression": "session_id = :s AND #i BETWEEN :lo AND :hi",
+            "KeyConditionExpression": "session_id = :s AND begins_with(#i, :p)",
             "ExpressionAttributeNames": {"#i": "item"},
-            "ExpressionAttributeValues": {
-                ":s": {"S": session_id}, ":lo": {"S": low}, ":hi": {"S": "MSG$"},
-            },
+            "ExpressionAttributeValues": {":s": {"S": session_id}, ":p": {"S": MSG_PREFIX}},
             "ScanIndexForward": not newest_first,
             "ConsistentRead": True,
             "Limit": clamp_limit(limit, default=100, maximum=1000),
         }
         start = decode_token(token, {"session_id": session_id})
+        if start is None and after:
+            start = _key(session_id, MSG_PREFIX + after)
         if start:
             kwargs["ExclusiveStartKey"] = start
         out = self.db.query(**kwargs)
-        items = [_message(from_item(i)) for i in out.get("Items", [])]
         return Page(
-            [m for m in items if m.message_id != after],
+            [_message(from_item(i)) for i in out.get("Items", [])],
             encode_token(out.get("LastEvaluatedKey")),
         )
 

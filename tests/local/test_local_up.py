@@ -38,7 +38,7 @@ def test_local_up_creates_resources_and_cleans_up_on_sigterm(tmp_path):
     state_file = tmp_path / ".codeshot" / "local.json"
     try:
         state = wait_for_file(state_file, proc)
-        assert {"api_url", "graphql_url", "aws_endpoint_url"} <= set(state)
+        assert {"api_url", "graphql_url", "aws_endpoint_url", "api_key"} <= set(state)
         kw = dict(endpoint_url=state["aws_endpoint_url"], region_name="us-east-1",
                   aws_access_key_id="x", aws_secret_access_key="x")
         tables = boto3.client("dynamodb", **kw).list_tables()["TableNames"]
@@ -53,6 +53,7 @@ def test_local_up_creates_resources_and_cleans_up_on_sigterm(tmp_path):
         out, err = proc.communicate(timeout=20)
     assert proc.returncode == 0, err
     assert "AWS endpoint: http://127.0.0.1:" in out and "Ready in" in out
+    assert "API: http://127.0.0.1:" in out and "API key: ey" in out
     assert not state_file.exists()
 
 
@@ -66,3 +67,30 @@ def test_port_in_use_is_a_clear_error(tmp_path):
     assert proc.returncode == 2
     assert f"port {port} on 127.0.0.1 is already in use" in err
     assert not (tmp_path / ".codeshot" / "local.json").exists()
+
+
+def test_users_create_targets_the_running_stack(tmp_path):
+    proc = start(tmp_path, free_port())
+    try:
+        state = wait_for_file(tmp_path / ".codeshot" / "local.json", proc)
+        env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2])}
+        made = subprocess.run([sys.executable, "-m", "codeshot.cli", "users", "create", "zoe"],
+                              cwd=tmp_path, capture_output=True, text=True, env=env, timeout=60)
+        assert made.returncode == 0, made.stderr
+        key = made.stdout.strip()
+        import httpx
+
+        r = httpx.post(state["graphql_url"], json={"query": "{ user { username } }"},
+                       headers={"Authorization": f"Bearer {key}"})
+        assert r.json() == {"data": {"user": {"username": "zoe"}}}
+        again = subprocess.run([sys.executable, "-m", "codeshot.cli", "users", "create", "zoe"],
+                               cwd=tmp_path, capture_output=True, text=True, env=env, timeout=60)
+        assert again.returncode == 2 and "username 'zoe' is taken" in again.stderr
+        # The first user's key from local.json works as well.
+        r = httpx.post(state["graphql_url"], json={"query": "{ user { username } }"},
+                       headers={"Authorization": f"Bearer {state['api_key']}"})
+        assert r.json() == {"data": {"user": {"username": "local"}}}
+    finally:
+        proc.send_signal(signal.SIGINT)
+        proc.communicate(timeout=20)
+    assert proc.returncode == 0

@@ -1,0 +1,91 @@
+from concurrent.futures import ThreadPoolExecutor
+
+from tests.api.conftest import code
+
+POST = """mutation ($s: String!, $t: String!, $k: String) {
+  sendSessionMessage(messageData: {session: $s, text: $t, wait: false, idempotencyKey: $k}) {
+    message { id text } } }"""
+
+
+def new_session(platform, key):
+    return platform.gql(key, "mutation { createSession { session { handle } } }")["data"][
+        "createSession"
+    ]["session"]["handle"]
+
+
+def test_quota_is_exact_under_60_concurrent_posts(platform):
+    _, key = platform.user("busy", daily_query_limit=50)
+    session = new_session(platform, key)
+    with ThreadPoolExecutor(max_workers=60) as pool:
+        results = list(
+            pool.map(lambda i: platform.gql(key, POST, {"s": session, "t": f"q{i}"}), range(60))
+        )
+    ok = [r for r in results if not r.get("errors")]
+    refused = [r for r in results if r.get("errors")]
+    assert len(ok) == 50 and len(refused) == 10
+    assert {code(r) for r in refused} == {"RATE_LIMITED"}
+    assert all("resets_at" in r["errors"][0]["extensions"]["details"] for r in refused)
+    stored = platform.services.sessions.all_messages(session)
+    assert len(stored) == 50
+    assert {m.text for m in stored} == {
+        r["data"]["sendSessionMessage"]["message"]["text"] for r in ok
+    }
+    used = platform.gql(key, "{ user { dailyQueryLimit dailyUsedQueries } }")["data"]["user"]
+    assert used == {"dailyQueryLimit": 50, "dailyUsedQueries": 50}
+
+
+def test_a_retried_post_is_not_duplicated_nor_charged_twice(platform):
+    _, key = platform.user()
+    session = new_session(platform, key)
+    first = platform.gql(key, POST, {"s": session, "t": "once", "k": "client-retry-1"})
+    again = platform.gql(key, POST, {"s": session, "t": "once", "k": "client-retry-1"})
+    assert first["data"] == again["data"]
+    assert [m.text for m in platform.services.sessions.all_messages(session)] == ["once"]
+    assert (
+        platform.gql(key, "{ user { dailyUsedQueries } }")["data"]["user"]["dailyUsedQueries"] == 1
+    )
+    queued = platform.services.queue.receive(wait_seconds=0)
+    assert len(queued) == 1  # one unit of work for the runner
+
+
+def test_wait_returns_the_reply_in_the_same_call(platform, echo_runner):
+    _, key = platform.user()
+    session = new_session(platform, key)
+    out = platform.gql(
+        key,
+        """mutation ($s: String!) { sendSessionMessage(messageData:
+        {session: $s, text: "ping"}) { message { text } reply { text type inReplyTo { id } } } }""",
+        {"s": session},
+    )["data"]["sendSessionMessage"]
+    assert out["reply"]["text"] == "echo: ping" and out["reply"]["type"] == "response"
+
+
+def test_wait_is_bounded_when_no_runner_answers(platform):
+    _, key = platform.user()
+    session = new_session(platform, key)
+    out = platform.gql(
+        key,
+        """mutation ($s: String!) { sendSessionMessage(messageData:
+        {session: $s, text: "anyone?"}) { message { text } reply { text } } }""",
+        {"s": session},
+        timeout=20,
+    )["data"]["sendSessionMessage"]
+    assert out == {"message": {"text": "anyone?"}, "reply": None}
+
+
+def test_paging_messages_with_after(platform):
+    _, key = platform.user()
+    session = new_session(platform, key)
+    ids = [
+        platform.gql(key, POST, {"s": session, "t": f"m{i}"})["data"]["sendSessionMessage"][
+            "message"
+        ]["id"]
+        for i in range(5)
+    ]
+    page = platform.gql(
+        key,
+        """query ($h: String!, $a: String) { sessionByHandle(handle: $h) {
+        messages(after: $a, limit: 2) { text } } }""",
+        {"h": session, "a": ids[1]},
+    )
+    assert page["data"]["sessionByHandle"]["messages"] == [{"text": "m2"}, {"text": "m3"}]

@@ -1,0 +1,91 @@
+"""User storage over REST exactly as the Fixie 1.0 SDK calls it, scoped by the JWT."""
+
+import json
+import time
+
+import httpx
+import jwt
+import pytest
+
+from codeshot.auth import tokens
+
+
+def storage(platform, token, method, path, **kw):
+    return httpx.request(method, f"{platform.url}/api/userstorage/{path}",
+                         headers={"Authorization": f"Bearer {token}"}, **kw)
+
+
+def test_round_trip_with_fixie_shapes(platform):
+    user_id, _ = platform.user("alice")
+    token = platform.services.auth.agent_token("alice/notes", user_id, "s1")
+    value = {"n": 1, "b": {"type": "_bytes_ascii", "data": "AAEC"}}
+    r = storage(platform, token, "POST", "alice/notes/my key", json={"data": json.dumps(value)})
+    assert r.status_code == 200
+    got = storage(platform, token, "GET", "alice/notes/my key")
+    assert got.status_code == 200 and json.loads(got.json()["data"]) == value
+    assert storage(platform, token, "HEAD", "alice/notes/my key").status_code == 200
+    assert storage(platform, token, "HEAD", "alice/notes/other").status_code == 404
+    assert storage(platform, token, "GET", "alice/notes").json() == [{"key": "my key"}]
+    assert storage(platform, token, "DELETE", "alice/notes/my key").status_code == 200
+    assert storage(platform, token, "DELETE", "alice/notes/my key").status_code == 404
+    missing = storage(platform, token, "GET", "alice/notes/my key")
+    assert missing.status_code == 404 and missing.json()["error"]["code"] == "NOT_FOUND"
+
+
+def test_scope_comes_from_the_token_not_the_url(platform):
+    alice, _ = platform.user("alice2")
+    bob, _ = platform.user("bob2")
+    a_token = platform.services.auth.agent_token("x/notes", alice, None)
+    b_token = platform.services.auth.agent_token("x/notes", bob, None)
+    storage(platform, a_token, "POST", "x/notes/secret", json={"data": "\"alice's\""})
+    assert storage(platform, b_token, "GET", "x/notes/secret").status_code == 404
+    assert storage(platform, b_token, "GET", "x/notes").json() == []
+    # A token for one agent cannot reach another agent's storage.
+    other = storage(platform, a_token, "GET", "x/other/secret")
+    assert other.status_code == 403 and other.json()["error"]["code"] == "FORBIDDEN"
+    anon = platform.services.auth.agent_token("x/notes", None, None)
+    assert storage(platform, anon, "GET", "x/notes/secret").status_code == 403
+
+
+def test_bad_tokens_are_refused(platform):
+    user_id, api_key = platform.user("carl")
+    auth = platform.services.auth
+    good = auth.agent_token("carl/a", user_id, None)
+    claims = jwt.decode(good, options={"verify_signature": False})
+    key = platform.services.keyring.signing_key()
+    expired = tokens.sign({**claims, "iat": int(time.time()) - 900,
+                           "exp": int(time.time()) - 600}, key.kid, key.private_key())
+    wrong_aud = tokens.sign({**claims, "aud": "https://app.fixie.ai/api"}, key.kid,
+                            key.private_key())
+    for bad in (None, "junk", expired, wrong_aud, api_key, good[:-4] + "AAAA"):
+        headers = {"Authorization": f"Bearer {bad}"} if bad else {}
+        r = httpx.get(f"{platform.url}/api/userstorage/carl/a", headers=headers)
+        assert r.status_code == 401, bad
+        assert r.json()["error"]["code"] == "UNAUTHENTICATED"
+    assert storage(platform, good, "GET", "carl/a").status_code == 200
+
+
+def test_bad_values_write_nothing(platform):
+    user_id, _ = platform.user("dora")
+    token = platform.services.auth.agent_token("dora/a", user_id, None)
+    big = json.dumps("x" * 100_001)
+    r = storage(platform, token, "POST", "dora/a/k", json={"data": big})
+    assert r.status_code == 400 and r.json()["error"]["code"] == "INVALID_INPUT"
+    r = storage(platform, token, "POST", "dora/a/k", json={"nodata": 1})
+    assert r.status_code == 400 and r.json()["error"]["code"] == "INVALID_INPUT"
+    assert storage(platform, token, "GET", "dora/a").json() == []
+
+
+@pytest.mark.settings(storage_rate_limit=5)
+def test_rate_limit_per_user_and_agent(platform):
+    user_id, _ = platform.user("eve")
+    token = platform.services.auth.agent_token("eve/a", user_id, None)
+    while time.time() % 60 > 55:  # keep the burst inside one one-minute window
+        time.sleep(0.5)
+    codes = [storage(platform, token, "GET", "eve/a").status_code for _ in range(7)]
+    assert codes == [200] * 5 + [429] * 2
+    r = storage(platform, token, "GET", "eve/a")
+    assert r.json()["error"]["code"] == "RATE_LIMITED"
+    assert "resets_at" in r.json()["error"]["details"]
+    other = platform.services.auth.agent_token("eve/b", user_id, None)
+    assert storage(platform, other, "GET", "eve/b").status_code == 200
