@@ -1,0 +1,224 @@
+"""Developer tools behind ``codeshot new``, ``codeshot agent test`` and the test fixtures.
+
+Unlike the rest of ``codeshot.sdk`` this module runs the platform (moto + API on
+loopback) to give an agent real JWKS, real tokens and real user storage, so it is never
+imported by ``codeshot.sdk`` itself nor shipped in an agent's bundle.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+import socket
+import tempfile
+import textwrap
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import codeshot
+from codeshot import ids
+from codeshot.engine import CommandResult, Executor, Status, code_shot_components
+from codeshot.errors import AgentError, InvalidInput
+from codeshot.llm import LLM, get_llm
+from codeshot.local.http_server import HttpServer
+from codeshot.local.stack import LOCAL_USER, LocalStack
+from codeshot.runner.agent_client import Handshake, fetch_handshake, request
+from codeshot.sdk.agent import AgentBase
+from codeshot.sdk.project import CONFIG_FILE, AgentConfig, AgentTest, load_agent, read_config
+from codeshot.settings import Settings, get_settings
+
+# agent_template/ sits beside the codeshot package in the repository (editable installs).
+TEMPLATE_DIR = Path(codeshot.__file__).resolve().parent.parent / "agent_template"
+CALL_TIMEOUT = 30.0
+
+
+def handle_for(name: str) -> str:
+    """A directory name as an agent handle: lower case, runs of other characters -> '-'."""
+    handle = re.sub(r"[^a-z0-9_-]+", "-", name.lower()).strip("-_")[:63].rstrip("-_")
+    if not handle:
+        raise InvalidInput(f"cannot make an agent handle out of {name!r}")
+    return handle
+
+
+def new_agent(target: Path) -> str:
+    """Copy the template to ``target`` (which must not exist) with its own handle."""
+    if not (TEMPLATE_DIR / CONFIG_FILE).is_file():
+        raise InvalidInput(f"the agent template is missing (looked in {TEMPLATE_DIR})")
+    if target.exists():
+        raise InvalidInput(f"{target} already exists")
+    handle = handle_for(target.resolve().name)
+    shutil.copytree(TEMPLATE_DIR, target,
+                    ignore=shutil.ignore_patterns("__pycache__", "*.pyc", ".pytest_cache"))
+    config = target / CONFIG_FILE
+    config.write_text(re.sub(r"(?m)^handle:.*$", f"handle: {handle}", config.read_text(), 1))
+    return handle
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+@dataclass
+class LocalPlatform:
+    """The platform on loopback: what an agent needs from it (JWKS, storage, tokens)."""
+
+    url: str
+    services: Any  # codeshot.services.Services
+
+    def user(self) -> str:
+        """A new user's id."""
+        return self.services.users.create("u" + ids.ulid().lower()[-12:]).user_id
+
+    def token(self, agent_id: str, user_id: str | None = None,
+              session_id: str | None = None) -> str:
+        return self.services.auth.agent_token(agent_id, user_id, session_id)
+
+
+@contextmanager
+def local_platform(state_dir: Path, base: Settings | None = None) -> Iterator[LocalPlatform]:
+    """moto's server and the API on free loopback ports, for as long as the block runs."""
+    stack = LocalStack(port=_free_port(), aws_port=0, directory=state_dir,
+                       base=base or Settings(), progress=lambda line: None)
+    stack.start()
+    try:
+        yield LocalPlatform(stack.api_url, stack.services)
+    finally:
+        stack.stop()
+
+
+@dataclass
+class AgentClient:
+    """Calls an agent the way the platform does, with a fresh token per call."""
+
+    url: str
+    token: Callable[[], str]
+
+    def handshake(self) -> Handshake:
+        return fetch_handshake(self.url, self.token())
+
+    def call(self, func: str, text: str) -> tuple[int, dict[str, Any]]:
+        """(HTTP status, reply body) of ``POST /{func}``."""
+        token = self.token()
+        body = {"message": {"text": text, "embeds": {}}, "access_token": token}
+        status, _, raw = request("POST", f"{self.url}/{func}", token, timeout=CALL_TIMEOUT,
+                                 json_body=body)
+        return status, json.loads(raw)
+
+    def func_result(self, func: str, text: str) -> CommandResult:
+        """A Func's reply as the engine's CommandResult; an error reply raises AGENT_ERROR."""
+        status, body = self.call(func, text)
+        if body.get("error") or status != 200:
+            error = body.get("error") or {}
+            raise AgentError(f"Func[{func}] failed: {error.get('message', f'HTTP {status}')}",
+                             agent_code=error.get("code"))
+        message = body["message"]
+        return CommandResult(message["text"], message.get("embeds") or {},
+                             bool(body.get("needs_input")), body.get("question"))
+
+    def query(self, text: str) -> list[dict[str, Any]]:
+        """A standalone agent's streamed replies, in order."""
+        token = self.token()
+        body = {"message": {"text": text, "embeds": {}}, "access_token": token}
+        status, _, raw = request("POST", self.url + "/", token, timeout=CALL_TIMEOUT,
+                                 json_body=body)
+        if status != 200:
+            raise AgentError(f"agent query answered HTTP {status}: {raw[:200]!r}")
+        return [json.loads(line) for line in raw.decode().splitlines() if line.strip()]
+
+
+@dataclass
+class ServedAgent:
+    """An agent from a directory, served on loopback against a local platform."""
+
+    config: AgentConfig
+    agent_id: str
+    user_id: str
+    platform: LocalPlatform
+    client: AgentClient
+
+
+@contextmanager
+def serve(agent: AgentBase, api_url: str, agent_id: str) -> Iterator[str]:
+    """``agent`` on a free loopback port, trusting the platform at ``api_url``."""
+    server = HttpServer(agent.app(Settings(api_url=api_url, agent_id=agent_id)), "127.0.0.1", 0)
+    server.start()
+    try:
+        yield server.url
+    finally:
+        server.stop()
+
+
+@contextmanager
+def serve_agent_dir(agent_dir: Path, platform: LocalPlatform) -> Iterator[ServedAgent]:
+    config = read_config(agent_dir)
+    agent_id = f"{LOCAL_USER}/{config.handle}"
+    user_id = platform.user()
+    with serve(load_agent(agent_dir, config), platform.url, agent_id) as url:
+        client = AgentClient(url, lambda: platform.token(agent_id, user_id, ids.ulid()))
+        yield ServedAgent(config, agent_id, user_id, platform, client)
+
+
+@dataclass(frozen=True)
+class CaseResult:
+    case: AgentTest
+    answer: str
+    status: str
+
+    @property
+    def passed(self) -> bool:
+        return self.status == Status.DONE.value and _norm(self.case.expected) in _norm(self.answer)
+
+
+def _norm(text: str) -> str:
+    return " ".join(text.lower().split())
+
+
+def run_cases(client: AgentClient, cases: list[AgentTest], llm: LLM) -> list[CaseResult]:
+    """Each case through the engine (Code Shot) or the agent itself (standalone), in order,
+    as one user: a case may rely on what earlier ones stored."""
+    handshake = client.handshake()
+    results = []
+    for case in cases:
+        if handshake.type == "standalone":
+            replies = client.query(case.query)
+            answer = replies[-1]["message"]["text"] if replies else ""
+            status = Status.ERROR if not replies or replies[-1].get("error") else Status.DONE
+            results.append(CaseResult(case, answer, status.value))
+            continue
+        components = code_shot_components(handshake.base_prompt, handshake.few_shots,
+                                          client.func_result)
+        outcome = Executor(components, llm).run(case.query)
+        results.append(CaseResult(case, outcome.text, outcome.status.value))
+    return results
+
+
+def run_agent_tests(agent_dir: Path, settings: Settings | None = None) -> list[CaseResult]:
+    """``agent.yaml``'s tests against the agent, served on loopback with a local platform."""
+    llm = get_llm(settings or get_settings())
+    with (
+        tempfile.TemporaryDirectory(prefix="codeshot-agent-test-") as state,
+        local_platform(Path(state)) as platform,
+        serve_agent_dir(agent_dir, platform) as served,
+    ):
+        if not served.config.tests:
+            raise InvalidInput(f"{agent_dir / CONFIG_FILE} has no tests")
+        return run_cases(served.client, served.config.tests, llm)
+
+
+def format_results(results: list[CaseResult], width: int = 40) -> str:
+    rows = [("", "query", "expected", "answer")] + [
+        ("PASS" if r.passed else "FAIL", r.case.query, r.case.expected,
+         r.answer if r.status == Status.DONE.value else f"[{r.status}] {r.answer}")
+        for r in results
+    ]
+    cells = [[textwrap.shorten(c, width, placeholder="...") for c in row] for row in rows]
+    widths = [max(len(row[i]) for row in cells) for i in range(4)]
+    lines = ["  ".join(c.ljust(w) for c, w in zip(row, widths)).rstrip() for row in cells]
+    passed = sum(r.passed for r in results)
+    return "\n".join(lines + [f"{passed}/{len(results)} passed"])

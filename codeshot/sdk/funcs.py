@@ -1,0 +1,150 @@
+"""How a Python function becomes a Func: what it is given, and what its result means.
+
+Parameters are bound as in the Fixie 1.0 SDK: by type (``AgentQuery``, ``Message``,
+``UserStorage``) or by name (``query``/``message``, ``user_storage``); a lone remaining
+``str`` or untyped first parameter gets the message text. Any other parameters are
+typed arguments, parsed from the Ask line's text by the engine's Command rules (a JSON
+object, the whole text for one parameter, or comma-separated values) and published
+with their JSON schema in the handshake.
+"""
+
+from __future__ import annotations
+
+import inspect
+import json
+import logging
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass
+from typing import Any, get_type_hints
+
+from codeshot.engine.components import Command, command
+from codeshot.errors import CodeshotError
+from codeshot.sdk.auth import Claims
+from codeshot.sdk.user_storage import UserStorage
+from codeshot.sdk.wire import (
+    UNHANDLED_TEXT,
+    AgentException,
+    AgentQuery,
+    AgentResponse,
+    Message,
+)
+
+log = logging.getLogger(__name__)
+
+# (query, claims, api_url) -> the value a parameter receives
+Injector = Callable[[AgentQuery, Claims, str], Any]
+
+_MESSAGE_BY_TYPE: dict[Any, Injector] = {
+    AgentQuery: lambda q, c, u: q,
+    Message: lambda q, c, u: q.message,
+    str: lambda q, c, u: q.message.text,
+}
+
+
+def _storage(query: AgentQuery, claims: Claims, api_url: str) -> UserStorage:
+    return UserStorage(claims, api_url)
+
+
+@dataclass(frozen=True)
+class Func:
+    name: str
+    impl: Callable[..., Any]
+    injected: dict[str, Injector]
+    arguments: Command | None  # typed parameters, parsed from the message text
+
+    @property
+    def description(self) -> str:
+        return inspect.getdoc(self.impl) or ""
+
+    @property
+    def parameters(self) -> dict[str, Any]:
+        return self.arguments.parameters if self.arguments else {"type": "string"}
+
+    def __call__(self, query: AgentQuery, claims: Claims, api_url: str) -> Iterator[AgentResponse]:
+        """The replies of one call; any failure surfaces as an AgentException (no traceback)."""
+        try:
+            kwargs = {name: inject(query, claims, api_url) for name, inject in self.injected.items()}
+            if self.arguments is not None:
+                kwargs.update(json.loads(self.arguments.call(query.message.text).text))
+            result = self.impl(**kwargs)
+            yield from responses(result)
+        except AgentException:
+            raise
+        except Exception as exc:
+            raise as_agent_exception(exc, self.name) from exc
+
+
+def as_agent_exception(exc: Exception, func_name: str) -> AgentException:
+    if isinstance(exc, CodeshotError):
+        return AgentException(exc.message, exc.code, exc.message, exc.http_status)
+    log.exception("Func[%s] failed", func_name)
+    return AgentException(UNHANDLED_TEXT, "ERR_AGENT_UNHANDLED_EXCEPTION",
+                          "An unhandled exception occurred while processing the request.")
+
+
+def responses(result: Any) -> Iterator[AgentResponse]:
+    """A result as replies: AgentResponse, Message, str, an iterator of those (streamed);
+    anything else (numbers, lists, dicts from typed Funcs) as its JSON text."""
+    if isinstance(result, AgentResponse):
+        yield result
+    elif isinstance(result, Message):
+        yield AgentResponse(result)
+    elif isinstance(result, str):
+        yield AgentResponse(Message(result))
+    elif isinstance(result, Iterator):
+        for item in result:
+            yield from responses(item)
+    else:
+        yield AgentResponse(Message(json.dumps(result, default=str)))
+
+
+def _bind(
+    params: dict[str, inspect.Parameter], hints: dict[str, Any],
+    by_type: Iterable[tuple[Any, Injector]], by_name: Iterable[tuple[str, Injector]],
+) -> tuple[str, Injector] | None:
+    """The first parameter matching a type, else a name; removed from ``params``."""
+    candidates = [(n, inject) for kind, inject in by_type for n in params if hints.get(n) is kind]
+    candidates += [(wanted, inject) for wanted, inject in by_name if wanted in params]
+    if not candidates:
+        return None
+    del params[candidates[0][0]]
+    return candidates[0]
+
+
+def _arguments(fn: Callable[..., Any], name: str, params: list[inspect.Parameter],
+               hints: dict[str, Any]) -> Command:
+    """The engine's Command for ``fn``'s typed parameters; calling it returns them as JSON."""
+
+    def parsed(**kwargs: Any) -> dict[str, Any]:
+        return kwargs
+
+    parsed.__signature__ = inspect.Signature(params)  # type: ignore[attr-defined]
+    parsed.__annotations__ = {p.name: hints[p.name] for p in params if p.name in hints}
+    parsed.__doc__ = fn.__doc__
+    return command(parsed, name=name)
+
+
+def make_func(fn: Callable[..., Any], name: str) -> Func:
+    """Bind ``fn``'s parameters; TypeError (at registration) for ones it cannot be given."""
+    if not callable(fn):
+        raise TypeError(f"Func {name} must be a function, got {type(fn).__name__}")
+    signature = inspect.signature(fn)
+    if any(p.kind in (p.VAR_POSITIONAL, p.VAR_KEYWORD) for p in signature.parameters.values()):
+        raise TypeError(f"Func {name} cannot take *args or **kwargs")
+    hints = {k: v for k, v in get_type_hints(fn).items() if k != "return"}
+    params = dict(signature.parameters)
+    first = next(iter(params), None)
+    message = _bind(params, hints, [(AgentQuery, _MESSAGE_BY_TYPE[AgentQuery]),
+                                    (Message, _MESSAGE_BY_TYPE[Message])],
+                    [("query", _MESSAGE_BY_TYPE[Message]), ("message", _MESSAGE_BY_TYPE[Message])])
+    storage = _bind(params, hints, [(UserStorage, _storage)], [("user_storage", _storage)])
+    if message is None and len(params) == 1:
+        (only,) = params
+        if hints.get(only, str) is str and (only in hints or only == first):
+            message = _bind(params, hints, [], [(only, _MESSAGE_BY_TYPE[str])])
+    injected = dict(b for b in (message, storage) if b is not None)
+    if message is not None and params:
+        raise TypeError(f"Func {name} takes the message, so it cannot also take "
+                        f"typed arguments {sorted(params)}")
+    arguments = _arguments(fn, name, list(params.values()), hints) if params else None
+    return Func(name, fn, injected, arguments)
