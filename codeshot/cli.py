@@ -53,6 +53,28 @@ def _users_create(args: argparse.Namespace) -> int:
     return 0
 
 
+def _serve(args: argparse.Namespace) -> int:
+    from codeshot.sdk.project import load_agent, read_config
+
+    load_agent(args.agent_dir, read_config(args.agent_dir)).serve(args.port)
+    return 0
+
+
+def _new(args: argparse.Namespace) -> int:
+    from codeshot.sdk.devtools import new_agent
+
+    print(f"Created agent {new_agent(args.agent_dir)!r} in {args.agent_dir}")
+    return 0
+
+
+def _agent_test(args: argparse.Namespace) -> int:
+    from codeshot.sdk.devtools import format_results, run_agent_tests
+
+    results = run_agent_tests(args.agent_dir)
+    print(format_results(results))
+    return 0 if all(result.passed for result in results) else 1
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="codeshot", description="Run and manage a codeshot agent platform."
@@ -85,6 +107,33 @@ def build_parser() -> argparse.ArgumentParser:
     )
     create.add_argument("name", help="username: 1-63 of a-z, 0-9, '_' or '-'")
     create.set_defaults(run=_users_create)
+
+    serve = commands.add_parser(
+        "serve", help="serve an agent directory over HTTP on 127.0.0.1",
+        description="Serve AGENT_DIR (agent.py defining `agent`, agent.yaml) on 127.0.0.1. "
+        "It trusts the platform at CODESHOT_API_URL and, when set, only CODESHOT_AGENT_ID.",
+    )
+    serve.add_argument("agent_dir", type=Path, metavar="AGENT_DIR")
+    serve.add_argument("--port", type=int, default=8181, help="port (default 8181)")
+    serve.set_defaults(run=_serve)
+
+    new = commands.add_parser(
+        "new", help="copy the agent template into a new directory",
+        description="Copy the agent template to AGENT_DIR; the handle is the directory name.",
+    )
+    new.add_argument("agent_dir", type=Path, metavar="AGENT_DIR")
+    new.set_defaults(run=_new)
+
+    agent = commands.add_parser("agent", help="develop agents")
+    agent_commands = agent.add_subparsers(dest="agent_command", required=True, metavar="ACTION")
+    test = agent_commands.add_parser(
+        "test", help="run agent.yaml's tests against the agent",
+        description="Serve AGENT_DIR on loopback against an in-process local platform and run "
+        "each test of agent.yaml through the engine (CODESHOT_LLM, fewshot by default): a test "
+        "passes when the answer contains `expected`. Exits 1 if any test fails.",
+    )
+    test.add_argument("agent_dir", type=Path, metavar="AGENT_DIR")
+    test.set_defaults(run=_agent_test)
     return parser
 
 
