@@ -70,5 +70,17 @@ class Services:
 
         return Auth(self.settings, self.keyring, self.users)
 
+    @cached_property
+    def embedder(self):
+        from codeshot.routing.embedders import get_embedder
+
+        return get_embedder(self.settings)
+
+    @cached_property
+    def router(self):
+        from codeshot.routing.router import Router
+
+        return Router(self.registry, self.embedder)
+
     def daily_limit(self, user_limit: int | None) -> int:
         return self.settings.daily_query_limit if user_limit is None else user_limit

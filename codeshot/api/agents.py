@@ -14,6 +14,7 @@ from codeshot.engine.fewshot import parse_few_shots, sample_queries, validate_ba
 from codeshot.errors import InvalidInput, NotFound
 from codeshot.models import Agent, AgentKind, Principal, utcnow, validate_handle
 from codeshot.runner.agent_client import Handshake, fetch_handshake
+from codeshot.routing.index import with_embeddings
 from codeshot.runner.agent_urls import check_agent_url
 from codeshot.services import Services
 
@@ -80,7 +81,7 @@ class AgentRegistration:
             agent = agent.model_copy(update={"sample_queries": queries})
         elif not agent.query_url:
             raise InvalidInput("a standalone agent needs queryUrl")
-        return agent
+        return with_embeddings(agent, self.s.embedder)
 
     def create(self, principal: Principal, handle: str, fields: AgentFields) -> Agent:
         owner = self._owner(principal)
@@ -104,6 +105,8 @@ class AgentRegistration:
         urls_changed = (agent.query_url, agent.func_url) != (current.query_url, current.func_url)
         if urls_changed or fields.few_shots is not None or fields.base_prompt is not None:
             agent = self.describe(agent, inline=fields.few_shots is not None)
+        else:  # name, description or sample queries may have changed what it matches
+            agent = with_embeddings(agent, self.s.embedder)
         return self.s.registry.replace(agent, previous_id=current.agent_id)
 
     def refresh(self, principal: Principal, owner: str, handle: str) -> Agent:

@@ -342,11 +342,29 @@ class Query:
                 break
         return [SessionType.of(s) for s in sessions]
 
+    @strawberry.field(description="The agents the router would pick for this text, best first.")
+    async def route(self, info: Info, text: str, k: int = 3) -> list[RouteType]:
+        c = ctx(info)
+        p = await blocking(lambda: c.principal)
+        if not text.strip() or len(text) > c.services.settings.max_message_length:
+            raise InvalidInput("text must be non-empty and within the message length limit")
+        if not 1 <= k <= 50:
+            raise InvalidInput("k must be between 1 and 50")
+        routes = await blocking(c.services.router.route, text, k, p.username)
+        return [RouteType(agent_id=r.agent_id, score=r.score, matched=r.matched) for r in routes]
+
     @strawberry.field
     async def session_by_handle(self, info: Info, handle: str) -> SessionType:
         c = ctx(info)
         p = await blocking(lambda: c.principal)
         return SessionType.of(await blocking(c.services.sessions.get, handle, p.user_id))
+
+
+@strawberry.type
+class RouteType:
+    agent_id: str
+    score: float
+    matched: str = strawberry.field(description="the sample query that matched best")
 
 
 @strawberry.type

@@ -89,3 +89,116 @@ def fetch_handshake(url: str, token: str, timeout: float = 10.0) -> Handshake:
         return Handshake(**document)
     except (ValueError, yaml.YAMLError, ValidationError) as exc:
         raise AgentError(f"agent handshake at {url} is not a valid document: {exc}") from exc
+
+
+RETRYABLE_STATUS = frozenset({500, 502, 503, 504})
+
+
+class AgentClient:
+    """Calls agents for the runner: a fresh JWT per call, bounded retries on 5xx and
+    connection errors only, and the URL checked again at call time (DNS may change)."""
+
+    def __init__(
+        self,
+        mint_token: Any,  # (agent_id) -> JWT for this user and session
+        *,
+        timeout: float,
+        allow_loopback: bool,
+        retries: int = 2,
+        backoff: float = 0.2,
+    ) -> None:
+        self.mint_token = mint_token
+        self.timeout = timeout
+        self.allow_loopback = allow_loopback
+        self.retries = retries
+        self.backoff = backoff
+        self.http = httpx.Client(follow_redirects=False)
+
+    def close(self) -> None:
+        self.http.close()
+
+    def _post(self, agent_id: str, url: str, body: dict[str, Any]) -> tuple[str, bytes]:
+        import time
+
+        from codeshot.runner.agent_urls import check_agent_url
+
+        check_agent_url(url, allow_loopback=self.allow_loopback)
+        attempt = 0
+        while True:
+            token = self.mint_token(agent_id)
+            try:
+                status, content_type, data = request(
+                    "POST", url, token, timeout=self.timeout,
+                    json_body={**body, "access_token": token}, client=self.http,
+                    accept="application/json, application/x-ndjson",
+                )
+            except AgentUnavailable:
+                if attempt >= self.retries:
+                    raise
+            else:
+                if status not in RETRYABLE_STATUS or attempt >= self.retries:
+                    return _checked(url, status, data), content_type
+            attempt += 1
+            time.sleep(self.backoff * 2 ** (attempt - 1))
+
+    def call_func(self, agent_id: str, func_url: str, func: str, text: str,
+                  embeds: dict[str, Any] | None = None) -> FuncReply:
+        url = func_url.rstrip("/") + "/" + func
+        data, _ = self._post(agent_id, url, {"message": {"text": text, "embeds": embeds or {}}})
+        return FuncReply.parse(url, data)
+
+    def query_standalone(self, agent_id: str, query_url: str, text: str,
+                         embeds: dict[str, Any] | None = None) -> FuncReply:
+        """POST the query; the reply streams newline-delimited AgentResponse objects and
+        the last one is the answer (as the Fixie SDK reads it)."""
+        data, _ = self._post(agent_id, query_url.rstrip("/") + "/",
+                             {"message": {"text": text, "embeds": embeds or {}}})
+        lines = [line for line in data.decode("utf-8", "replace").splitlines() if line.strip()]
+        if not lines:
+            raise AgentError(f"agent {agent_id} sent an empty reply")
+        return FuncReply.parse(query_url, lines[-1].encode())
+
+
+def _checked(url: str, status: int, data: bytes) -> bytes:
+    """The body of a 2xx reply; any other status is the agent's failure, with its own
+    error message when it sent one (Fixie agents send {"error": {"code", "message"}})."""
+    if 200 <= status < 300:
+        return data
+    detail = ""
+    try:
+        error = json.loads(data).get("error") or {}
+        detail = f": {error.get('code', '')} {error.get('message', '')}".rstrip()
+    except (ValueError, AttributeError):
+        pass
+    raise AgentError(f"agent at {url} answered HTTP {status}{detail}")
+
+
+class FuncReply(BaseModel):
+    """An agent's answer: ``{"message": {"text", "embeds"}, "error", "needs_input",
+    "question"}``; ``needs_input`` asks the platform to pause for the user."""
+
+    text: str = ""
+    embeds: dict[str, Any] = Field(default_factory=dict)
+    needs_input: bool = False
+    question: str | None = None
+
+    @classmethod
+    def parse(cls, url: str, data: bytes) -> FuncReply:
+        try:
+            body = json.loads(data)
+            if not isinstance(body, dict):
+                raise ValueError("not an object")
+        except (ValueError, UnicodeDecodeError) as exc:
+            raise AgentError(f"agent at {url} sent invalid JSON") from exc
+        error = body.get("error")
+        if error:
+            message = error.get("message") if isinstance(error, dict) else str(error)
+            raise AgentError(f"agent at {url} reported an error: {message}")
+        message = body.get("message") or {}
+        if not isinstance(message, dict) or not isinstance(message.get("text", ""), str):
+            raise AgentError(f"agent at {url} sent a reply without message.text")
+        embeds = message.get("embeds") or {}
+        return cls(text=message.get("text", ""),
+                   embeds=embeds if isinstance(embeds, dict) else {},
+                   needs_input=bool(body.get("needs_input")),
+                   question=body.get("question"))

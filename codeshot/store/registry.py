@@ -25,8 +25,39 @@ def _to_item(agent: Agent) -> dict[str, Any]:
     return to_item(values)
 
 
+VERSION_ID = "#version"  # a counter bumped on every change, so caches know to reload
+
+
 class AgentRegistry(Repository):
     table = REGISTRY
+
+    def _bump(self) -> None:
+        self.db.update_item(
+            TableName=self.table_name,
+            Key={"agent_id": {"S": VERSION_ID}},
+            UpdateExpression="ADD version :one",
+            ExpressionAttributeValues={":one": {"N": "1"}},
+        )
+
+    def version(self) -> int:
+        item = self.db.get_item(
+            TableName=self.table_name, Key={"agent_id": {"S": VERSION_ID}}, ConsistentRead=True
+        ).get("Item")
+        return int(item["version"]["N"]) if item else 0
+
+    def scan_all(self) -> list[Agent]:
+        """Every agent (for the router's index), page by page."""
+        kwargs: dict[str, Any] = {
+            "TableName": self.table_name,
+            "FilterExpression": "attribute_exists(handle)",
+        }
+        agents: list[Agent] = []
+        while True:
+            out = self.db.scan(**kwargs)
+            agents += [Agent(**from_item(i)) for i in out.get("Items", [])]
+            if "LastEvaluatedKey" not in out:
+                return agents
+            kwargs["ExclusiveStartKey"] = out["LastEvaluatedKey"]
 
     def create(self, agent: Agent) -> Agent:
         try:
@@ -37,6 +68,7 @@ class AgentRegistry(Repository):
             )
         except self.db.exceptions.ConditionalCheckFailedException as exc:
             raise Conflict(f"agent {agent.agent_id} already exists") from exc
+        self._bump()
         return agent
 
     def replace(self, agent: Agent, *, previous_id: str | None = None) -> Agent:
@@ -66,6 +98,7 @@ class AgentRegistry(Repository):
                 if is_condition_failure(exc):
                     raise Conflict(f"agent {agent.agent_id} already exists") from exc
                 raise
+            self._bump()
             return agent
         try:
             self.db.put_item(
@@ -75,9 +108,12 @@ class AgentRegistry(Repository):
             )
         except self.db.exceptions.ConditionalCheckFailedException as exc:
             raise NotFound(f"agent {agent.agent_id} not found") from exc
+        self._bump()
         return agent
 
     def get(self, agent_id: str) -> Agent:
+        if agent_id == VERSION_ID:
+            raise NotFound(f"agent {agent_id} not found")
         item = self.db.get_item(
             TableName=self.table_name, Key={"agent_id": {"S": agent_id}}, ConsistentRead=True
         ).get("Item")
@@ -97,6 +133,7 @@ class AgentRegistry(Repository):
         except self.db.exceptions.ConditionalCheckFailedException as exc:
             # Someone else's agent and a missing one look the same to the caller.
             raise NotFound(f"agent {agent_id} not found") from exc
+        self._bump()
 
     def list_by_owner(
         self, owner: str, limit: int | None = None, token: str | None = None

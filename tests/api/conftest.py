@@ -3,62 +3,17 @@
 from __future__ import annotations
 
 import threading
-from dataclasses import dataclass
 from typing import Any
 
-import httpx
 import pytest
 from fastapi import FastAPI
 from fastapi.responses import JSONResponse, PlainTextResponse
 
 from codeshot import ids
-from codeshot.api.app import create_app
 from codeshot.local.http_server import HttpServer
 from codeshot.models import Message, MessageType
 from codeshot.services import Services
 from codeshot.store.queue import Work
-from tests.conftest import free_port
-
-
-@dataclass
-class Platform:
-    url: str
-    services: Services
-
-    def user(self, name: str | None = None, **profile: Any) -> tuple[str, str]:
-        """A new user; returns (user_id, API key)."""
-        user = self.services.users.create(name or f"u{ids.handle(4).lower().replace('-', '')}"
-                                          .replace("_", ""), **profile)
-        return user.user_id, self.services.auth.issue_api_key(user)
-
-    def gql(self, key: str | None, query: str, variables: dict | None = None,
-            timeout: float = 30) -> dict:
-        headers = {"Authorization": f"Bearer {key}"} if key else {}
-        r = httpx.post(f"{self.url}/graphql", json={"query": query, "variables": variables or {}},
-                       headers=headers, timeout=timeout)
-        assert r.status_code == 200, r.text
-        return r.json()
-
-
-def code(result: dict) -> str:
-    assert result.get("errors"), result
-    return result["errors"][0]["extensions"]["code"]
-
-
-@pytest.fixture
-def platform(server_aws, request):
-    """The API on loopback; ``@pytest.mark.settings(name=value)`` overrides settings."""
-    port = free_port()
-    marker = request.node.get_closest_marker("settings")
-    settings = server_aws.model_copy(update={
-        "api_url": f"http://127.0.0.1:{port}", "local_mode": True, "reply_wait_seconds": 5.0,
-        **(marker.kwargs if marker else {}),
-    })
-    services = Services(settings)
-    server = HttpServer(create_app(services=services), "127.0.0.1", port)
-    server.start()
-    yield Platform(server.url, services)
-    server.stop()
 
 
 class EchoRunner:

@@ -2,7 +2,8 @@
 
 from datetime import datetime
 
-from tests.api.conftest import HANDSHAKE, code
+from tests.api.conftest import HANDSHAKE
+from tests.conftest import code
 
 ALL_AGENTS = "{ allAgents { agentId name description moreInfoUrl } }"
 AGENT_BY_ID = """query ($agentId: String!) { agentById(agentId: $agentId) { agentId handle name description queries moreInfoUrl published owner { __typename ... on UserType { username } ... on OrganizationType { handle } } queryUrl funcUrl created modified } }"""  # noqa: E501

@@ -1,6 +1,6 @@
 from concurrent.futures import ThreadPoolExecutor
 
-from tests.api.conftest import code
+from tests.conftest import code
 
 POST = """mutation ($s: String!, $t: String!, $k: String) {
   sendSessionMessage(messageData: {session: $s, text: $t, wait: false, idempotencyKey: $k}) {

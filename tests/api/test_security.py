@@ -11,7 +11,7 @@ import pytest
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from codeshot.auth import tokens
-from tests.api.conftest import code
+from tests.conftest import code
 
 USER_QUERY = "{ user { username } }"
 

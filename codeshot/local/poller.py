@@ -1,0 +1,63 @@
+"""Feeds the local SQS queue to the runner the way Lambda's event source would: batches,
+partial failures retried, sessions processed in parallel and each in order."""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections import defaultdict
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+from codeshot.runner.batch import process_batch, record_of
+from codeshot.store.queue import SessionQueue
+
+log = logging.getLogger("codeshot.local")
+RETRY_DELAY_SECONDS = 2  # Lambda waits out the visibility timeout; locally, retry soon
+
+
+class QueuePoller:
+    def __init__(self, queue: SessionQueue, handle: Any, workers: int = 8) -> None:
+        self.queue, self.handle = queue, handle
+        self._stop = threading.Event()
+        self._pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="runner")
+        self._thread = threading.Thread(target=self._loop, name="sqs-poller", daemon=True)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join(timeout=10)
+        self._pool.shutdown(wait=True, cancel_futures=True)
+
+    def _loop(self) -> None:
+        while not self._stop.is_set():
+            try:
+                messages = self.queue.receive(max_messages=10, wait_seconds=1)
+            except Exception:
+                if self._stop.is_set():
+                    return
+                log.exception("receiving from the session queue failed")
+                self._stop.wait(1)
+                continue
+            groups: dict[str, list[dict[str, Any]]] = defaultdict(list)
+            for message in messages:
+                groups[message.get("Attributes", {}).get("MessageGroupId", "")].append(message)
+            for batch in groups.values():
+                self._pool.submit(self._process, batch)
+
+    def _process(self, messages: list[dict[str, Any]]) -> None:
+        records = [record_of(m) for m in messages]
+        result = process_batch({"Records": records}, self.handle)
+        failed = {f["itemIdentifier"] for f in result["batchItemFailures"]}
+        for record in records:
+            try:
+                if record["messageId"] in failed:
+                    self.queue.sqs.change_message_visibility(
+                        QueueUrl=self.queue.url, ReceiptHandle=record["receiptHandle"],
+                        VisibilityTimeout=RETRY_DELAY_SECONDS)
+                else:
+                    self.queue.delete(record["receiptHandle"])
+            except Exception:
+                log.exception("acknowledging %s failed", record["messageId"])

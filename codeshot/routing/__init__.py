@@ -1,0 +1,1 @@
+"""Routing: embed queries and agents' sample queries, pick agents by cosine similarity."""

@@ -1,0 +1,212 @@
+"""Turns one queued user message into its answer, stored in the session.
+
+Exactly once: the terminal message (response, error or question) is written in one
+transaction with a ``REPLY#<query id>`` marker, so a redelivered or concurrently retried
+message can never be answered twice; a message whose marker exists is skipped at once.
+Every intermediate step is stored as a message too: the session is its own trace.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import json
+import logging
+import re
+from typing import Any
+
+from codeshot import ids
+from codeshot.engine import Outcome, SessionHistory, Status, TraceStep
+from codeshot.errors import CodeshotError, NotFound
+from codeshot.llm import get_llm
+from codeshot.models import EmbedRef, Message, MessageType, Session, SessionStatus
+from codeshot.runner.agent_client import AgentClient
+from codeshot.runner.programs import (
+    PLANNER_ID,
+    PlannerProgram,
+    RunContext,
+    failure_outcome,
+    program_for,
+)
+from codeshot.services import Services
+from codeshot.store.dynamo import to_item
+from codeshot.store.queue import Work
+from codeshot.store.sessions import SESSION_ITEM, STATE_ITEM, message_item
+
+log = logging.getLogger("codeshot.runner")
+
+REPLY_PREFIX = "REPLY#"
+HISTORY_MESSAGES = 40
+_TERMINAL = {Status.DONE: MessageType.RESPONSE, Status.ERROR: MessageType.ERROR,
+             Status.AWAITING_INPUT: MessageType.AWAITING_INPUT}
+
+
+def _line(step: TraceStep) -> str:
+    """A trace step as the transcript line it stands for (what a person reads)."""
+    if step.type is MessageType.FUNC_CALL or step.type is MessageType.AGENT_CALL:
+        return f"Ask {step.target}: {step.text}"
+    if step.type is MessageType.RESULT and step.target:
+        return f"{step.target} says: {step.text}"
+    return step.text
+
+
+class SessionRunner:
+    def __init__(self, services: Services, llm: Any | None = None) -> None:
+        self.s = services
+        self.llm = llm or get_llm(services.settings)
+
+    # -- the one entry point ---------------------------------------------------------
+    def handle(self, work: Work, final_attempt: bool = False) -> None:
+        sessions = self.s.sessions
+        try:
+            query = sessions.get_message(work.session_id, work.message_id)
+            session = sessions.get(work.session_id)
+        except NotFound:
+            return  # the session was deleted meanwhile: nothing left to answer
+        if self._answered(query):
+            return
+        paused = sessions.get_state(session.session_id) \
+            if session.status is SessionStatus.AWAITING_INPUT else None
+        try:
+            outcome, program_state = self._run(session, query, paused)
+        except CodeshotError as exc:
+            outcome, program_state = failure_outcome(exc), None
+        except Exception:
+            if not final_attempt:
+                raise  # infrastructure trouble: let SQS redeliver
+            log.exception("giving up on %s/%s", work.session_id, work.message_id)
+            outcome = Outcome(Status.ERROR, "The platform failed to answer; please try again.",
+                              error_code="AGENT_ERROR")
+            program_state = None
+        self._finish(session, query, outcome, program_state)
+
+    # -- running -----------------------------------------------------------------------
+    def _run(self, session: Session, query: Message,
+             paused: dict[str, Any] | None) -> tuple[Outcome, dict[str, Any] | None]:
+        settings = self.s.settings
+        client = AgentClient(
+            lambda agent_id: self.s.auth.agent_token(agent_id, session.owner, session.session_id),
+            timeout=settings.agent_call_timeout_seconds, allow_loopback=settings.local_mode,
+        )
+        try:
+            ctx = RunContext(
+                llm=self.llm, client=client, registry_get=self.s.registry.get,
+                trace=lambda sent_by, step: self._trace(session, query, sent_by, step),
+                history=self._history(session, query),
+                embeds={k: {"content_type": e.content_type,
+                            "uri": self.s.embeds.get_url(e.content_hash)}
+                        for k, e in query.embeds.items()},
+            )
+            program, owner_id = self._program(session, ctx)
+            if paused and paused.get("program") == owner_id:
+                outcome = program.resume(paused["state"], query.text)
+            else:
+                outcome = program.run(query.text)
+            state = {"program": owner_id, "state": outcome.state} \
+                if outcome.status is Status.AWAITING_INPUT else None
+            return outcome, state
+        finally:
+            client.close()
+
+    def _program(self, session: Session, ctx: RunContext) -> tuple[Any, str]:
+        if session.frontend_agent_id:
+            try:
+                agent = self.s.registry.get(session.frontend_agent_id)
+            except NotFound as exc:
+                raise NotFound(f"agent {session.frontend_agent_id} no longer exists") from exc
+            return program_for(agent, ctx), agent.agent_id
+        viewer = self.s.users.get(session.owner).username
+        offline = self.s.settings.llm == "fewshot"
+        return PlannerProgram(ctx, self.s.router, viewer, offline), PLANNER_ID
+
+    def _history(self, session: Session, query: Message) -> SessionHistory:
+        recent = self.s.sessions.list_messages(session.session_id, limit=HISTORY_MESSAGES,
+                                               newest_first=True).items
+        questions = {m.message_id: m.text for m in recent if m.type is MessageType.QUERY}
+        turns = [(questions[m.in_reply_to], m.text) for m in reversed(recent)
+                 if m.type is MessageType.RESPONSE and m.in_reply_to in questions
+                 and m.in_reply_to != query.message_id]
+        embeds = {e.key: e.content_type for e in self.s.sessions.list_embeds(session.session_id)}
+        return SessionHistory(turns=turns, embeds=embeds)
+
+    def _trace(self, session: Session, query: Message, sent_by: str, step: TraceStep) -> None:
+        if step.type in (MessageType.RESPONSE, MessageType.AWAITING_INPUT):
+            return  # nested answers come back as results; the terminal one is _finish's
+        kind = step.type
+        if kind is MessageType.ERROR:
+            if not step.target:
+                return  # a run that ended in error: _finish writes it
+            kind = MessageType.RESULT  # a failed call: its "says" line is the failure
+        self.s.sessions.add_message(Message(
+            session_id=session.session_id, message_id=ids.ulid(), text=_line(step), type=kind,
+            sent_by=sent_by, in_reply_to=query.message_id, error_code=step.error_code,
+        ))
+
+    # -- finishing, exactly once -------------------------------------------------------
+    def _answered(self, query: Message) -> bool:
+        item = self.s.sessions.db.get_item(
+            TableName=self.s.sessions.table_name,
+            Key={"session_id": {"S": query.session_id},
+                 "item": {"S": REPLY_PREFIX + query.message_id}},
+            ConsistentRead=True,
+        ).get("Item")
+        return item is not None
+
+    def _finish(self, session: Session, query: Message, outcome: Outcome,
+                program_state: dict[str, Any] | None) -> None:
+        reply = Message(
+            session_id=session.session_id, message_id=ids.ulid(), text=outcome.text,
+            type=_TERMINAL[outcome.status], in_reply_to=query.message_id,
+            sent_by=session.frontend_agent_id or PLANNER_ID, error_code=outcome.error_code,
+            embeds=self._store_embeds(outcome.embeds),
+        )
+        table = self.s.sessions.table_name
+        key = {"session_id": {"S": session.session_id}}
+        status = SessionStatus.AWAITING_INPUT if program_state else SessionStatus.IDLE
+        items: list[dict[str, Any]] = [
+            {"Put": {"TableName": table,
+                     "Item": to_item({"session_id": session.session_id,
+                                      "item": REPLY_PREFIX + query.message_id,
+                                      "reply_id": reply.message_id}),
+                     "ConditionExpression": "attribute_not_exists(#i)",
+                     "ExpressionAttributeNames": {"#i": "item"}}},
+            {"Put": {"TableName": table, "Item": message_item(reply)}},
+            {"Update": {"TableName": table, "Key": {**key, "item": {"S": SESSION_ITEM}},
+                        "UpdateExpression": "SET #s = :s, modified = :m",
+                        "ConditionExpression": "attribute_exists(session_id)",
+                        "ExpressionAttributeNames": {"#s": "status"},
+                        "ExpressionAttributeValues": {":s": {"S": status.value},
+                                                      ":m": {"S": reply.timestamp.isoformat()}}}},
+        ]
+        if program_state:
+            items.append({"Put": {"TableName": table, "Item": to_item({
+                "session_id": session.session_id, "item": STATE_ITEM,
+                "state": json.dumps(program_state, separators=(",", ":"))})}})
+        else:
+            items.append({"Delete": {"TableName": table, "Key": {**key, "item": {"S": STATE_ITEM}}}})
+        try:
+            self.s.sessions.db.transact_write_items(TransactItems=items)
+        except self.s.sessions.db.exceptions.TransactionCanceledException:
+            # Answered meanwhile, or the session was deleted: either way, nothing to add.
+            log.info("reply to %s not written: already answered or session gone",
+                     query.message_id)
+
+    def _store_embeds(self, embeds: dict[str, Any]) -> dict[str, EmbedRef]:
+        """Agents' embeds given as data: URIs become immutable embeds of ours; the platform
+        does not fetch arbitrary URLs an agent names (that would be an SSRF hole)."""
+        out: dict[str, EmbedRef] = {}
+        for key, embed in embeds.items():
+            uri = str((embed or {}).get("uri", ""))
+            if not uri.startswith("data:") or ";base64," not in uri:
+                continue
+            content_type = uri[5:].split(";", 1)[0] or "application/octet-stream"
+            try:
+                data = base64.b64decode(uri.split(";base64,", 1)[1], validate=True)
+                digest = self.s.embeds.put(data, content_type)
+            except (binascii.Error, ValueError, CodeshotError):
+                continue
+            if not re.fullmatch(r"[A-Za-z0-9_.-]{1,64}", str(key)):
+                continue
+            out[str(key)] = EmbedRef(content_type=content_type, content_hash=digest,
+                                          size=len(data))
+        return out

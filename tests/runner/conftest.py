@@ -1,0 +1,147 @@
+"""The whole loop on loopback: API + runner (fed by the SQS poller) + agents over HTTP."""
+
+from __future__ import annotations
+
+import json
+import random
+import re
+import time
+from typing import Any
+
+import pytest
+from fastapi import FastAPI, Request
+from fastapi.responses import JSONResponse, PlainTextResponse
+
+from codeshot.local.http_server import HttpServer
+from codeshot.local.poller import QueuePoller
+from codeshot.runner.session_runner import SessionRunner
+
+DICE = {
+    "type": "code_shot",
+    "base_prompt": "I am a dice roller. I roll dice written like 2d6 or 1d20.",
+    "few_shots": [
+        "Q: Roll 1d20\nAsk Func[roll]: 1d20\nFunc[roll] says: 17\nA: You rolled 17.",
+        "Q: Roll 3d8 for me\nAsk Func[roll]: 3d8\nFunc[roll] says: 4 + 2 + 7 = 13\n"
+        "A: You rolled 4 + 2 + 7 = 13.",
+    ],
+}
+
+BOOKING = {
+    "type": "code_shot",
+    "base_prompt": "I book restaurant tables.",
+    "few_shots": [
+        "Q: Book a table at Luigi's\nAsk User: For how many people?\nUser says: 4\n"
+        "Ask Func[book]: Luigi's\nFunc[book] says: Booked Luigi's\nA: Done: Booked Luigi's.",
+    ],
+}
+
+
+STANDALONE = {"type": "standalone", "sample_queries": ["Repeat after me: hello"]}
+
+
+class AgentServer:
+    """Plain-protocol agents (JSON over HTTP) behaving well or badly, for the runner."""
+
+    def __init__(self) -> None:
+        self.rolls: list[str] = []
+        self.calls: list[tuple[str, str, str]] = []  # (path, text, bearer)
+        app = FastAPI()
+
+        @app.get("/{agent}/")
+        def handshake(agent: str) -> Any:
+            return {"dice": DICE, "booking": BOOKING, "standalone": STANDALONE}.get(agent, DICE)
+
+        @app.post("/{agent}/{func}")
+        async def func(agent: str, func: str, request: Request) -> Any:
+            body = await request.json()
+            text = body["message"]["text"]
+            self.calls.append((f"{agent}/{func}", text, request.headers.get("authorization", "")))
+            if agent == "broken":
+                return JSONResponse({"error": {"code": "ERR", "message": "kaput"}},
+                                    status_code=500)
+            if agent == "slow":
+                time.sleep(3)
+            if agent == "garbage":
+                return PlainTextResponse("{not json", media_type="application/json")
+            if agent == "booking":
+                return {"message": {"text": f"Booked {text}", "embeds": {}}, "error": None}
+            count, sides = map(int, re.fullmatch(r"\s*(\d+)d(\d+)\s*", text).groups())
+            dice = [random.randint(1, sides) for _ in range(count)]
+            result = f"{' + '.join(map(str, dice))} = {sum(dice)}" if count > 1 else str(dice[0])
+            self.rolls.append(result)
+            return {"message": {"text": result, "embeds": {}}, "error": None}
+
+        @app.post("/standalone/")
+        async def standalone(request: Request) -> Any:
+            body = await request.json()
+            text = body["message"]["text"]
+            lines = [{"message": {"text": "thinking...", "embeds": {}}},
+                     {"message": {"text": f"You said: {text}", "embeds": {}}}]
+            return PlainTextResponse("\n".join(map(json.dumps, lines)),
+                                     media_type="application/x-ndjson")
+
+        self.server = HttpServer(app, "127.0.0.1", 0)
+        self.url = self.server.start()
+
+    def stop(self) -> None:
+        self.server.stop()
+
+
+@pytest.fixture(scope="session")
+def agents():
+    server = AgentServer()
+    yield server
+    server.stop()
+
+
+@pytest.fixture
+def live(platform):
+    """The platform with the real runner consuming its queue."""
+    runner = SessionRunner(platform.services)
+    poller = QueuePoller(platform.services.queue, runner.handle)
+    poller.start()
+    yield platform
+    poller.stop()
+
+
+def register(platform, key: str, handle: str, url: str, published: bool = True) -> str:
+    out = platform.gql(key, """mutation ($h: String!, $u: String!, $p: Boolean) {
+        createAgent(agentData: {handle: $h, queryUrl: $u, funcUrl: $u, published: $p,
+          description: "test agent"}) { agent { agentId } } }""",
+                       {"h": handle, "u": url, "p": published})
+    assert "errors" not in out, out
+    return out["data"]["createAgent"]["agent"]["agentId"]
+
+
+def session(platform, key: str, frontend: str | None = None) -> str:
+    out = platform.gql(key, """mutation ($f: String) { createSession(sessionData:
+        {frontendAgentId: $f}) { session { handle } } }""", {"f": frontend})
+    return out["data"]["createSession"]["session"]["handle"]
+
+
+def send(platform, key: str, handle: str, text: str) -> dict:
+    out = platform.gql(key, """mutation ($s: String!, $t: String!) { sendSessionMessage(
+        messageData: {session: $s, text: $t}) { message { id } reply { id text type } } }""",
+                       {"s": handle, "t": text}, timeout=60)
+    assert "errors" not in out, out
+    return out["data"]["sendSessionMessage"]
+
+
+def messages(platform, key: str, handle: str) -> list[dict]:
+    out = platform.gql(key, """query ($h: String!) { sessionByHandle(handle: $h) { status
+        messages { id text type sentBy { handle agentId } inReplyTo { id } errorCode } } }""",
+                       {"h": handle})
+    return out["data"]["sessionByHandle"]["messages"]
+
+
+def status(platform, key: str, handle: str) -> str:
+    out = platform.gql(key, "query ($h: String!) { sessionByHandle(handle: $h) { status } }",
+                       {"h": handle})
+    return out["data"]["sessionByHandle"]["status"]
+
+
+def closed_port_url() -> str:
+    from tests.conftest import free_port
+
+    return f"http://127.0.0.1:{free_port()}"
+

@@ -1,0 +1,108 @@
+"""Queries answered end to end: API -> SQS -> runner -> planner/router -> agent -> Func."""
+
+import re
+
+import pytest
+
+from tests.runner.conftest import closed_port_url, messages, register, send, session, status
+
+
+def test_roll_2d6_through_the_planner(live, agents):
+    _, key = live.user("alice")
+    register(live, key, "dice", agents.url + "/dice")
+    register(live, key, "booking", agents.url + "/booking")
+    h = session(live, key)
+    sent = send(live, key, h, "Roll 2d6")
+    trace = messages(live, key, h)
+    reply = trace[-1]
+    assert reply["type"] == "response" and sent["reply"]["id"] == reply["id"]
+    rolled = agents.rolls[-1]  # the Func's real result, e.g. "3 + 5 = 8"
+    assert re.fullmatch(r"\d \+ \d = \d+", rolled)
+    assert rolled in reply["text"]
+    kinds = [(m["type"], m["sentBy"]["agentId"]) for m in trace]
+    assert kinds == [
+        ("query", None),
+        ("thought", "platform/planner"),       # the router's proposal
+        ("agent_call", "platform/planner"),    # Ask Agent[alice/dice]: Roll 2d6
+        ("func_call", "alice/dice"),           # Ask Func[roll]: 2d6
+        ("result", "alice/dice"),              # Func[roll] says: ...
+        ("result", "platform/planner"),        # Agent[alice/dice] says: ...
+        ("response", "platform/planner"),
+    ]
+    assert trace[1]["text"].startswith("Router proposes: alice/dice")
+    assert trace[2]["text"] == "Ask Agent[alice/dice]: Roll 2d6"
+    assert trace[3]["text"] == "Ask Func[roll]: 2d6"
+    assert all(m["inReplyTo"] == {"id": trace[0]["id"]} for m in trace[1:])
+    # The Func got a real agent JWT for this user, session and agent.
+    path, text, bearer = agents.calls[-1]
+    claims = live.services.auth.principal_for_agent_token(bearer.split()[1])
+    assert (path, text, claims.agent_id, claims.session_id) == ("dice/roll", "2d6", "alice/dice", h)
+    assert status(live, key, h) == "idle"
+
+
+def test_session_with_a_frontend_agent_talks_to_it_directly(live, agents):
+    _, key = live.user("bob")
+    dice = register(live, key, "dice", agents.url + "/dice", published=False)
+    h = session(live, key, frontend=dice)
+    send(live, key, h, "Roll 1d20")
+    trace = messages(live, key, h)
+    assert [m["type"] for m in trace] == ["query", "func_call", "result", "response"]
+    assert trace[-1]["text"] == f"You rolled {agents.rolls[-1]}."
+
+
+def test_standalone_agent_answers_with_its_last_response(live, agents):
+    _, key = live.user("carl")
+    echo = register(live, key, "echo", agents.url + "/standalone")
+    assert live.services.registry.get(echo).kind.value == "standalone"
+    direct = session(live, key, frontend=echo)
+    assert send(live, key, direct, "hello")["reply"]["text"] == "You said: hello"
+    routed = session(live, key)  # through the planner: routed by its sample query
+    reply = send(live, key, routed, "Repeat after me: good morning")["reply"]
+    assert reply == {**reply, "type": "response",
+                     "text": "You said: Repeat after me: good morning"}
+
+
+def test_ask_user_pauses_and_resumes(live, agents):
+    _, key = live.user("dora")
+    booking = register(live, key, "booking", agents.url + "/booking")
+    h = session(live, key, frontend=booking)
+    first = send(live, key, h, "Book a table at Mario's")
+    assert first["reply"]["type"] == "awaiting_input"
+    assert first["reply"]["text"] == "For how many people?"
+    assert status(live, key, h) == "awaiting_input"
+    second = send(live, key, h, "2")
+    assert second["reply"]["type"] == "response"
+    assert "Booked Mario's" in second["reply"]["text"]
+    assert status(live, key, h) == "idle"
+    trace = messages(live, key, h)
+    assert [m["type"] for m in trace] == ["query", "awaiting_input", "query", "func_call",
+                                          "result", "response"]
+
+
+@pytest.mark.settings(agent_call_timeout_seconds=1.0, reply_wait_seconds=20.0)
+def test_agents_down_broken_slow_or_garbled_end_in_one_error(live, agents):
+    _, key = live.user("eve")
+    cases = {"down": closed_port_url() + "/x", "broken": agents.url + "/broken",
+             "garbage": agents.url + "/garbage", "slow": agents.url + "/slow"}
+    for handle, url in cases.items():
+        # Register with the dice handshake, then point the Funcs at the faulty agent.
+        register(live, key, handle, agents.url + "/dice", published=False)
+        agent = live.services.registry.get(f"eve/{handle}")
+        live.services.registry.replace(agent.model_copy(update={"func_url": url}))
+    expected = {"down": "AGENT_UNAVAILABLE", "broken": "AGENT_ERROR",
+                "garbage": "AGENT_ERROR", "slow": "TIMEOUT"}
+    for handle, code in expected.items():
+        h = session(live, key, frontend=f"eve/{handle}")
+        reply = send(live, key, h, "Roll 1d20")["reply"]
+        trace = messages(live, key, h)
+        terminal = [m for m in trace if m["type"] in ("response", "error")]
+        assert len(terminal) == 1, (handle, trace)
+        assert terminal[0]["id"] == reply["id"] == trace[-1]["id"]
+        assert "could not finish" in reply["text"], (handle, reply)
+        failed = [m for m in trace if m["errorCode"]]
+        assert failed and {m["errorCode"] for m in failed} == {code}, (handle, failed)
+        # The session keeps working: the next message is answered too.
+        live.services.registry.replace(live.services.registry.get(f"eve/{handle}")
+                                       .model_copy(update={"func_url": agents.url + "/dice"}))
+        again = send(live, key, h, "Roll 1d20")["reply"]
+        assert again["type"] == "response" and again["text"] == f"You rolled {agents.rolls[-1]}."
