@@ -4,6 +4,7 @@ import re
 
 import pytest
 
+from tests.conftest import code
 from tests.runner.conftest import closed_port_url, messages, register, send, session, status
 
 
@@ -106,3 +107,13 @@ def test_agents_down_broken_slow_or_garbled_end_in_one_error(live, agents):
                                        .model_copy(update={"func_url": agents.url + "/dice"}))
         again = send(live, key, h, "Roll 1d20")["reply"]
         assert again["type"] == "response" and again["text"] == f"You rolled {agents.rolls[-1]}."
+
+
+def test_route_query_in_graphql(platform, agents):
+    _, key = platform.user("ria")
+    register(platform, key, "dice", agents.url + "/dice")
+    out = platform.gql(key, '{ route(text: "Roll 4d6", k: 2) { agentId score matched } }')
+    [route] = out["data"]["route"]
+    assert route["agentId"] == "ria/dice" and 0 < route["score"] <= 1
+    assert code(platform.gql(key, '{ route(text: "", k: 2) { agentId } }')) == "INVALID_INPUT"
+    assert code(platform.gql(None, '{ route(text: "x") { agentId } }')) == "UNAUTHENTICATED"

@@ -1,0 +1,109 @@
+"""SQS redelivery and crashes never answer a message twice nor leave it unanswered."""
+
+import threading
+
+from codeshot.runner.batch import process_batch, record_of
+from codeshot.runner.session_runner import SessionRunner
+from tests.runner.conftest import register, session
+
+
+def post(platform, key, h, text):
+    out = platform.gql(key, """mutation ($s: String!, $t: String!) { sendSessionMessage(
+        messageData: {session: $s, text: $t, wait: false}) { message { id } } }""",
+                       {"s": h, "t": text})
+    return out["data"]["sendSessionMessage"]["message"]["id"]
+
+
+def terminal(platform, h):
+    return [m for m in platform.services.sessions.all_messages(h)
+            if m.type.value in ("response", "error", "awaiting_input")]
+
+
+def test_same_message_delivered_twice_is_answered_once(platform, agents):
+    _, key = platform.user("rita")
+    dice = register(platform, key, "dice", agents.url + "/dice")
+    h = session(platform, key, frontend=dice)
+    post(platform, key, h, "Roll 1d20")
+    [raw] = platform.services.queue.receive(wait_seconds=1)
+    runner = SessionRunner(platform.services)
+    event = {"Records": [record_of(raw)]}
+    calls_before = len(agents.calls)
+    assert process_batch(event, runner.handle) == {"batchItemFailures": []}
+    assert process_batch(event, runner.handle) == {"batchItemFailures": []}  # redelivery
+    assert len(terminal(platform, h)) == 1
+    assert len(agents.calls) == calls_before + 1  # the agent was not called again
+
+
+def test_concurrent_duplicates_write_one_reply(platform, agents):
+    _, key = platform.user("sam")
+    dice = register(platform, key, "dice", agents.url + "/dice")
+    h = session(platform, key, frontend=dice)
+    post(platform, key, h, "Roll 1d20")
+    [raw] = platform.services.queue.receive(wait_seconds=1)
+    runner = SessionRunner(platform.services)
+    threads = [threading.Thread(target=process_batch, args=({"Records": [record_of(raw)]},
+                                                            runner.handle)) for _ in range(4)]
+    [t.start() for t in threads]
+    [t.join() for t in threads]
+    assert len(terminal(platform, h)) == 1
+
+
+def test_runner_killed_mid_program_finishes_exactly_once(platform, agents, monkeypatch):
+    _, key = platform.user("tom")
+    dice = register(platform, key, "dice", agents.url + "/dice")
+    h = session(platform, key, frontend=dice)
+    post(platform, key, h, "Roll 1d20")
+    [raw] = platform.services.queue.receive(wait_seconds=1)
+    runner = SessionRunner(platform.services)
+    store = platform.services.sessions
+    real_add = store.add_message
+
+    def crash_after_first_step(message):
+        real_add(message)
+        raise ConnectionError("container died")  # after the func_call step is stored
+
+    monkeypatch.setattr(store, "add_message", crash_after_first_step)
+    first = process_batch({"Records": [record_of(raw)]}, runner.handle)
+    assert first == {"batchItemFailures": [{"itemIdentifier": raw["MessageId"]}]}
+    assert terminal(platform, h) == []
+    monkeypatch.setattr(store, "add_message", real_add)
+    retry = {**record_of(raw), "attributes": {**raw.get("Attributes", {}),
+                                              "ApproximateReceiveCount": "2"}}
+    assert process_batch({"Records": [retry]}, runner.handle) == {"batchItemFailures": []}
+    [reply] = terminal(platform, h)
+    assert reply.type.value == "response" and reply.text == f"You rolled {agents.rolls[-1]}."
+
+
+def test_failure_keeps_the_rest_of_that_session_in_order(platform):
+    handled = []
+
+    def handle(work, final):
+        handled.append(work.message_id)
+        if work.message_id == "m1":
+            raise RuntimeError("boom")
+
+    records = [
+        {"messageId": f"r{i}", "body": f'{{"session_id": "{s}", "message_id": "m{i}"}}',
+         "attributes": {"MessageGroupId": s}}
+        for i, s in enumerate(["a", "a", "b", "a"])
+    ]
+    records.append({"messageId": "bad", "body": "not json", "attributes": {}})
+    result = process_batch({"Records": records}, handle)
+    assert result == {"batchItemFailures": [{"itemIdentifier": "r1"}, {"itemIdentifier": "r3"}]}
+    assert handled == ["m0", "m1", "m2"]
+
+
+def test_giving_up_on_the_last_attempt_leaves_an_error_not_a_stuck_session(platform, agents,
+                                                                            monkeypatch):
+    _, key = platform.user("uma")
+    dice = register(platform, key, "dice", agents.url + "/dice")
+    h = session(platform, key, frontend=dice)
+    post(platform, key, h, "Roll 1d20")
+    [raw] = platform.services.queue.receive(wait_seconds=1)
+    runner = SessionRunner(platform.services)
+    monkeypatch.setattr(runner, "_history", lambda *a: (_ for _ in ()).throw(OSError("disk")))
+    last = {**record_of(raw), "attributes": {"ApproximateReceiveCount": "3",
+                                             "MessageGroupId": h}}
+    assert process_batch({"Records": [last]}, runner.handle) == {"batchItemFailures": []}
+    [reply] = terminal(platform, h)
+    assert reply.type.value == "error" and reply.error_code == "AGENT_ERROR"
