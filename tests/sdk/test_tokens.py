@@ -1,0 +1,101 @@
+"""Every request's JWT is checked: signature (JWKS), expiry, audience, type and agent id."""
+
+from __future__ import annotations
+
+import time
+
+import httpx
+import pytest
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+
+import codeshot.sdk.auth
+from codeshot.auth import tokens
+from codeshot.sdk.devtools import serve
+from tests.sdk.demo import demo_agent
+
+
+def claims(platform, served, **changes):
+    settings = platform.services.settings
+    base = tokens.agent_token_claims(platform.url, settings.token_audiences(), served.agent_id,
+                                     "u_1", "s_1", 300)
+    return {**base, **changes}
+
+
+def signed(platform, payload, private_key=None, kid=None):
+    key = platform.services.keyring.signing_key()
+    return tokens.sign(payload, kid or key.kid, private_key or key.private_key())
+
+
+def post(served, token: str | None):
+    headers = {"Authorization": f"Bearer {token}"} if token else {}
+    return httpx.post(served.url + "/add", headers=headers,
+                      json={"message": {"text": "1, 2"}, "access_token": token})
+
+
+def refused(reply, status: int, code: str, message: str) -> None:
+    assert reply.status_code == status, reply.text
+    assert reply.json()["error"]["code"] == code
+    assert message in reply.json()["error"]["message"]
+
+
+def test_a_valid_token_is_accepted(platform, sdk_agent):
+    reply = post(sdk_agent, signed(platform, claims(platform, sdk_agent)))
+    assert reply.status_code == 200 and reply.json()["message"]["text"] == "3"
+
+
+def test_no_token(platform, sdk_agent):
+    refused(post(sdk_agent, None), 401, "UNAUTHENTICATED", "missing Authorization header")
+    handshake = httpx.get(sdk_agent.url + "/")
+    refused(handshake, 401, "UNAUTHENTICATED", "missing Authorization header")
+
+
+def test_forged_token_with_the_platforms_kid(platform, sdk_agent):
+    forged = signed(platform, claims(platform, sdk_agent), private_key=Ed25519PrivateKey.generate())
+    refused(post(sdk_agent, forged), 401, "UNAUTHENTICATED", "signature is invalid")
+
+
+def test_token_signed_by_an_unknown_key(platform, sdk_agent):
+    stranger = signed(platform, claims(platform, sdk_agent), Ed25519PrivateKey.generate(), "k_x")
+    refused(post(sdk_agent, stranger), 401, "UNAUTHENTICATED", "unknown key")
+
+
+def test_expired_token(platform, sdk_agent):
+    past = int(time.time()) - 600
+    expired = signed(platform, claims(platform, sdk_agent, iat=past, exp=past + 300))
+    refused(post(sdk_agent, expired), 401, "UNAUTHENTICATED", "expired")
+
+
+def test_token_for_another_agent(platform, sdk_agent):
+    other = platform.services.auth.agent_token("acme/other", "u_1", "s_1")
+    refused(post(sdk_agent, other), 403, "FORBIDDEN", "for agent acme/other")
+
+
+def test_token_for_another_audience_or_issuer(platform, sdk_agent):
+    wrong_aud = signed(platform, claims(platform, sdk_agent, aud=["https://elsewhere.example"]))
+    refused(post(sdk_agent, wrong_aud), 401, "UNAUTHENTICATED", "audience")
+    wrong_iss = signed(platform, claims(platform, sdk_agent, iss="https://elsewhere.example"))
+    refused(post(sdk_agent, wrong_iss), 401, "UNAUTHENTICATED", "issued by someone else")
+
+
+def test_an_api_key_is_not_an_agent_token(platform, sdk_agent):
+    _, api_key = platform.user()
+    refused(post(sdk_agent, api_key), 401, "UNAUTHENTICATED", "lacks the 'exp' claim")
+
+
+def test_rotated_keys_are_fetched_on_an_unknown_kid(platform, sdk_agent, monkeypatch):
+    assert post(sdk_agent, platform.services.auth.agent_token(sdk_agent.agent_id, None, None)
+                ).status_code == 200  # the agent has cached the JWKS
+    new_key = platform.services.keyring.rotate()
+    token = platform.services.auth.agent_token(sdk_agent.agent_id, None, None)
+    assert tokens.jwt.get_unverified_header(token)["kid"] == new_key.kid
+    refused(post(sdk_agent, token), 401, "UNAUTHENTICATED", "unknown key")  # refetch rate limit
+    monkeypatch.setattr(codeshot.sdk.auth, "MIN_REFETCH_INTERVAL", 0.0)
+    assert post(sdk_agent, token).status_code == 200
+
+
+@pytest.mark.parametrize("agent_id", ["acme/sdkdemo", None])
+def test_agent_id_is_only_enforced_when_configured(platform, agent_id):
+    with serve(demo_agent(), platform.url, agent_id) as url:
+        token = platform.services.auth.agent_token("acme/other", None, None)
+        status = httpx.get(url + "/", headers={"Authorization": f"Bearer {token}"}).status_code
+    assert status == (403 if agent_id else 200)
