@@ -20,6 +20,17 @@ STATE_FILE = Path(".codeshot") / "local.json"
 LOCAL_USER = "local"
 
 
+def example_agent_dirs() -> list[Path]:
+    """The agents the local stack runs: the copy-and-edit template (when the repository is
+    here) and the examples shipped with the package (a dice roller, a standalone clock)."""
+    import codeshot
+
+    package = Path(codeshot.__file__).resolve().parent
+    dirs = [package.parent / "agent_template"]
+    dirs += sorted(p for p in (package / "local" / "examples").iterdir() if p.is_dir())
+    return [d for d in dirs if (d / "agent.yaml").is_file()]
+
+
 def read_state(directory: Path | None = None) -> dict[str, Any] | None:
     """The running stack's ``local.json`` in ``directory`` (default: cwd), if any."""
     path = (directory or Path.cwd()) / STATE_FILE
@@ -49,6 +60,8 @@ class LocalStack:
         self._stopped = threading.Event()
         self.services: Any = None
         self.api: Any = None
+        self.poller: Any = None
+        self.agents: list[Any] = []
 
     @property
     def api_url(self) -> str:
@@ -106,7 +119,39 @@ class LocalStack:
         self.progress("Starting the API ...")
         self.api = HttpServer(create_app(services=self.services), self.host, self.port)
         self.api.start()
+        self._start_runner()
+        self._start_agents(user)
         return api_key
+
+    def _start_runner(self) -> None:
+        from codeshot.local.poller import QueuePoller
+        from codeshot.runner.session_runner import SessionRunner
+
+        self.progress("Starting the session runner ...")
+        self.poller = QueuePoller(self.services.queue, SessionRunner(self.services).handle)
+        self.poller.start()
+
+    def _start_agents(self, user: Any) -> None:
+        """Serve the example agents on loopback and register them, owned by the first user."""
+        from codeshot.api.agents import AgentFields, AgentRegistration
+        from codeshot.local.http_server import HttpServer
+        from codeshot.models import Principal
+        from codeshot.sdk.project import load_agent, read_config
+
+        owner = Principal(user_id=user.user_id, username=user.username)
+        registration = AgentRegistration(self.services)
+        for directory in example_agent_dirs():
+            config = read_config(directory)
+            agent_id = f"{user.username}/{config.handle}"
+            self.progress(f"Starting agent {agent_id} ...")
+            app = load_agent(directory, config).app(
+                self.settings.model_copy(update={"agent_id": agent_id}))
+            server = HttpServer(app, self.host, 0)
+            url = server.start()
+            self.agents.append(server)
+            registration.create(owner, config.handle, AgentFields(
+                name=config.name, description=config.description, query_url=url, func_url=url,
+                published=True, sample_queries=config.sample_queries))
 
     def _write_state(self) -> None:
         self.state_path.parent.mkdir(parents=True, exist_ok=True)
@@ -120,6 +165,12 @@ class LocalStack:
 
     def stop(self) -> None:
         self.state_path.unlink(missing_ok=True)
+        if self.poller is not None:
+            self.poller.stop()
+            self.poller = None
+        for server in self.agents:
+            server.stop()
+        self.agents = []
         if self.api is not None:
             self.api.stop()
             self.api = None

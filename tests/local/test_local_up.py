@@ -48,6 +48,22 @@ def test_local_up_creates_resources_and_cleans_up_on_sigterm(tmp_path):
         assert "codeshot-embeds" in buckets
         queues = boto3.client("sqs", **kw).list_queues()["QueueUrls"]
         assert any(q.endswith("codeshot-sessions.fifo") for q in queues)
+        # The whole loop runs: the example agents are registered and answer.
+        import httpx
+
+        def gql(query, **variables):
+            return httpx.post(state["graphql_url"], json={"query": query, "variables": variables},
+                              headers={"Authorization": f"Bearer {state['api_key']}"},
+                              timeout=60).json()["data"]
+
+        agents = {a["agentId"] for a in gql("{ allAgents { agentId } }")["allAgents"]}
+        assert {"local/dice", "local/clock", "local/notes"} <= agents
+        h = gql("mutation { createSession { session { handle } } }")["createSession"][
+            "session"]["handle"]
+        reply = gql("mutation ($s: String!) { sendSessionMessage(messageData: {session: $s, "
+                    "text: \"Roll a d20\"}) { reply { text type } } }", s=h)[
+            "sendSessionMessage"]["reply"]
+        assert reply["type"] == "response" and reply["text"].startswith("You rolled ")
     finally:
         proc.send_signal(signal.SIGTERM)
         out, err = proc.communicate(timeout=20)
