@@ -1,0 +1,84 @@
+"""``codeshot chat``: a console session with the platform, over its public GraphQL API."""
+
+from __future__ import annotations
+
+import sys
+from typing import Any, TextIO
+
+import httpx
+
+from codeshot.errors import CodeshotError, InvalidInput
+
+SEND = """mutation ($s: String!, $t: String!) { sendSessionMessage(messageData:
+  {session: $s, text: $t}) { message { id } reply { id text type errorCode } } }"""
+TRACE = """query ($h: String!, $a: String) { sessionByHandle(handle: $h) {
+  messages(after: $a) { id text type sentBy { handle agentId } } } }"""
+
+
+class ChatClient:
+    def __init__(self, graphql_url: str, api_key: str, timeout: float = 60.0) -> None:
+        self.url = graphql_url
+        self.http = httpx.Client(headers={"Authorization": f"Bearer {api_key}"},
+                                 timeout=timeout)
+
+    def call(self, query: str, variables: dict[str, Any] | None = None) -> dict[str, Any]:
+        try:
+            response = self.http.post(self.url, json={"query": query,
+                                                      "variables": variables or {}})
+        except httpx.HTTPError as exc:
+            raise InvalidInput(f"cannot reach the platform at {self.url}: {exc}") from exc
+        body = response.json()
+        if body.get("errors"):
+            error = body["errors"][0]
+            raise _RemoteError(error.get("message", "error"),
+                               error.get("extensions", {}).get("code", "INTERNAL"))
+        return body["data"]
+
+    def new_session(self, agent_id: str | None) -> str:
+        data = self.call("mutation ($f: String) { createSession(sessionData: "
+                         "{frontendAgentId: $f}) { session { handle } } }", {"f": agent_id})
+        return data["createSession"]["session"]["handle"]
+
+    def send(self, session: str, text: str) -> tuple[str, dict[str, Any] | None]:
+        out = self.call(SEND, {"s": session, "t": text})["sendSessionMessage"]
+        return out["message"]["id"], out["reply"]
+
+    def trace(self, session: str, after: str) -> list[dict[str, Any]]:
+        return self.call(TRACE, {"h": session, "a": after})["sessionByHandle"]["messages"]
+
+
+class _RemoteError(CodeshotError):
+    def __init__(self, message: str, code: str) -> None:
+        super().__init__(message)
+        self.code = code  # type: ignore[misc]
+
+
+def run_chat(client: ChatClient, agent_id: str | None, show_trace: bool,
+             stdin: TextIO = sys.stdin, stdout: TextIO = sys.stdout) -> int:
+    session = client.new_session(agent_id)
+    print(f"Session {session} with {agent_id or 'the planner'}. Ctrl-D to quit.", file=stdout)
+    while True:
+        print("> ", end="", file=stdout, flush=True)
+        line = stdin.readline()
+        if not line:
+            print(file=stdout)
+            return 0
+        text = line.strip()
+        if not text:
+            continue
+        try:
+            query_id, reply = client.send(session, text)
+        except _RemoteError as exc:
+            print(f"! {exc.code}: {exc.message}", file=stdout)
+            continue
+        if show_trace:
+            for step in client.trace(session, query_id):
+                if step["id"] != (reply or {}).get("id"):
+                    who = step["sentBy"]["agentId"] or step["sentBy"]["handle"]
+                    print(f"  [{step['type']}] {who}: {step['text']}", file=stdout)
+        if reply is None:
+            print("(no reply yet; it will appear in the session)", file=stdout)
+        elif reply["type"] == "error":
+            print(f"! {reply['errorCode']}: {reply['text']}", file=stdout)
+        else:
+            print(reply["text"], file=stdout)
