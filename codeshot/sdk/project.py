@@ -62,14 +62,19 @@ def read_config(agent_dir: Path) -> AgentConfig:
 
 
 def load_agent(agent_dir: Path, config: AgentConfig) -> AgentBase:
-    """Import the entry point from ``agent_dir`` (put first on sys.path)."""
+    """Import the entry point from ``agent_dir`` (put first on sys.path).
+
+    Agent directories all call their module ``agent``, and one process may load several
+    (the local stack, tests), so a same-named module from elsewhere is dropped first.
+    """
     module_name, _, attr = config.entry_point.partition(":")
     root = str(agent_dir.resolve())
     cached = sys.modules.get(module_name)
     if cached is not None and not str(getattr(cached, "__file__", "")).startswith(root + os.sep):
         del sys.modules[module_name]  # another agent directory's module of the same name
-    if root not in sys.path:
-        sys.path.insert(0, root)
+    if root in sys.path:
+        sys.path.remove(root)
+    sys.path.insert(0, root)  # first, so its module wins over other agent directories'
     agent = getattr(importlib.import_module(module_name), attr, None)
     if not isinstance(agent, AgentBase):
         raise InvalidInput(f"{config.entry_point} in {agent_dir} must be a CodeShotAgent or "
