@@ -137,6 +137,8 @@ def make_func(fn: Callable[..., Any], name: str) -> Func:
     message = _bind(params, hints, [(AgentQuery, _MESSAGE_BY_TYPE[AgentQuery]),
                                     (Message, _MESSAGE_BY_TYPE[Message])],
                     [("query", _MESSAGE_BY_TYPE[Message]), ("message", _MESSAGE_BY_TYPE[Message])])
+    if message is not None and hints.get(message[0]) in _MESSAGE_BY_TYPE:
+        message = (message[0], _MESSAGE_BY_TYPE[hints[message[0]]])  # query: str gets the text
     storage = _bind(params, hints, [(UserStorage, _storage)], [("user_storage", _storage)])
     if message is None and len(params) == 1:
         (only,) = params
