@@ -1,0 +1,131 @@
+"""The copy-and-edit workflow: ``codeshot new``, edit, ``pytest`` in the copy,
+``codeshot agent test`` and ``codeshot serve``, all as an author runs them."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import httpx
+import pytest
+import yaml
+
+from codeshot.runner.agent_client import fetch_handshake
+from codeshot.sdk.devtools import handle_for
+from tests.conftest import free_port
+
+NEW_FEW_SHOT = '''
+Q: Delete note 1
+Ask Func[forget_note]: 1
+Func[forget_note] says: Deleted note 1: buy milk
+A: Deleted note 1: buy milk
+'''
+
+NEW_FUNC = '''
+
+@agent.register_func
+def forget_note(number: int, user_storage: UserStorage) -> str:
+    """Delete the note with this number."""
+    notes = user_storage.get("notes", [])
+    if not 1 <= number <= len(notes):
+        return f"There is no note {number}."
+    removed = notes.pop(number - 1)
+    user_storage["notes"] = notes
+    return f"Deleted note {number}: {removed}"
+'''
+
+NEW_TEST = '''
+def test_forget_note_takes_a_typed_number(agent_server):
+    for text in ("first", "second"):
+        assert agent_server.client.call("add_note", text)[0] == 200
+    assert agent_server.client.call("forget_note", "1")[1]["message"]["text"] == (
+        "Deleted note 1: first")
+    status, reply = agent_server.client.call("forget_note", "one")
+    assert status == 400 and reply["error"]["code"] == "INVALID_INPUT"
+'''
+
+
+def codeshot(*args: str, cwd: Path | None = None, **env: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "codeshot.cli", *args], cwd=cwd, text=True,
+                          capture_output=True, env={**os.environ, **env}, timeout=120)
+
+
+@pytest.fixture
+def copy(tmp_path: Path) -> Path:
+    target = tmp_path / "Shopping List"
+    made = codeshot("new", str(target))
+    assert made.returncode == 0, made.stderr
+    return target
+
+
+def test_new_copies_the_template_with_the_directory_as_handle(copy):
+    assert sorted(p.name for p in copy.iterdir()) == [
+        "README.md", "agent.py", "agent.yaml", "requirements.txt", "tests"]
+    assert yaml.safe_load((copy / "agent.yaml").read_text())["handle"] == "shopping-list"
+    assert codeshot("new", str(copy)).returncode == 2  # never over an existing directory
+
+
+@pytest.mark.parametrize(("name", "handle"), [
+    ("My Notes_Agent!", "my-notes_agent"), ("--x--", "x"), ("Ünïcode 2", "n-code-2")])
+def test_handles_are_normalised(name, handle):
+    assert handle_for(name) == handle
+
+
+def test_an_edited_copy_passes_its_own_tests(copy):
+    agent_py = copy / "agent.py"
+    source = agent_py.read_text()
+    assert '"""\n\nagent = CodeShotAgent' in source
+    agent_py.write_text(source.replace('"""\n\nagent = CodeShotAgent',
+                                       NEW_FEW_SHOT + '"""\n\nagent = CodeShotAgent') + NEW_FUNC)
+    config = yaml.safe_load((copy / "agent.yaml").read_text())
+    config["tests"] += [{"query": "Delete note 1", "expected": "Deleted note 1: call the dentist"},
+                        {"query": "What are my notes?", "expected": "no notes"}]
+    (copy / "agent.yaml").write_text(yaml.safe_dump(config))
+    (copy / "tests" / "test_forget.py").write_text(NEW_TEST)
+
+    tests = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider"],
+                           cwd=copy, capture_output=True, text=True, timeout=300)
+    assert tests.returncode == 0, tests.stdout + tests.stderr
+    assert "5 passed" in tests.stdout
+
+    checked = codeshot("agent", "test", str(copy))
+    assert checked.returncode == 0, checked.stdout + checked.stderr
+    assert "PASS  Delete note 1" in checked.stdout and "4/4 passed" in checked.stdout
+
+
+def test_agent_test_fails_on_a_wrong_expectation(copy):
+    config = yaml.safe_load((copy / "agent.yaml").read_text())
+    config["tests"][1]["expected"] = "buy bread"
+    (copy / "agent.yaml").write_text(yaml.safe_dump(config))
+    checked = codeshot("agent", "test", str(copy))
+    assert checked.returncode == 1
+    assert "FAIL  What are my notes?" in checked.stdout and "1/2 passed" in checked.stdout
+
+
+def test_serve_runs_the_agent_on_loopback(copy, platform):
+    port, agent_id = free_port(), "acme/shopping-list"
+    server = subprocess.Popen(
+        [sys.executable, "-m", "codeshot.cli", "serve", str(copy), "--port", str(port)],
+        env={**os.environ, "CODESHOT_API_URL": platform.url, "CODESHOT_AGENT_ID": agent_id},
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        token = platform.services.auth.agent_token(agent_id, None, None)
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                handshake = fetch_handshake(f"http://127.0.0.1:{port}", token, timeout=2)
+                break
+            except Exception:
+                if server.poll() is not None or time.monotonic() > deadline:
+                    raise
+                time.sleep(0.2)
+        assert handshake.base_prompt.startswith("I am a notes agent.")
+        other = platform.services.auth.agent_token("acme/other", None, None)
+        refused = httpx.get(f"http://127.0.0.1:{port}/", headers={"Authorization": f"Bearer {other}"})
+        assert refused.status_code == 403
+    finally:
+        server.terminate()
+        server.wait(timeout=10)
