@@ -54,7 +54,7 @@ def fixie_python() -> Path:
         shutil.rmtree(VENV, ignore_errors=True)
         subprocess.run([sys.executable, "-m", "venv", str(VENV)], check=True)
         install = subprocess.run([str(python), "-m", "pip", "install", "-q", FIXIE],
-                                 capture_output=True, text=True, timeout=600)
+                                 capture_output=True, text=True, timeout=600, check=False)
         if install.returncode != 0:
             pytest.skip(f"cannot install {FIXIE} from PyPI: {install.stderr.strip()[-300:]}")
         done.touch()

@@ -1,0 +1,121 @@
+"""The SDK's rules without HTTP: parameter binding, few-shot checks, embeds, Accept."""
+
+from __future__ import annotations
+
+import pytest
+
+from codeshot.engine import FewShotError
+from codeshot.sdk import AgentQuery, CodeShotAgent, Embed, Message, UserStorage
+from codeshot.sdk.app import prefers_yaml
+from codeshot.sdk.auth import Claims
+from codeshot.sdk.funcs import make_func
+from codeshot.sdk.user_storage import from_json_type, to_json_type
+
+QUERY = AgentQuery(Message("7, 8"))
+CLAIMS = Claims("acme/a", None, None, "t")
+
+
+def first_text(fn) -> str:
+    return next(make_func(fn, "f")(QUERY, CLAIMS, "http://p")).message.text
+
+
+@pytest.mark.parametrize("fn", [
+    lambda query: query.text,  # by name: a Message
+    lambda message: message.text,
+    lambda x: x,  # a lone untyped first parameter: the text (as in fixieai)
+])
+def test_fixie_style_parameters_get_the_message(fn):
+    assert first_text(fn) == "7, 8"
+
+
+def test_typed_parameters_are_parsed_from_the_text():
+    def add(a: int, b: float) -> float:
+        return a + b
+
+    def whole(q: AgentQuery) -> str:
+        return q.message.text.upper()
+
+    assert first_text(add) == "15.0"
+    assert first_text(whole) == "7, 8"
+    assert make_func(add, "add").parameters["required"] == ["a", "b"]
+
+
+def test_user_storage_is_injected_by_name_or_type():
+    def by_type(store: UserStorage, query: str) -> str: ...
+    def by_name(user_storage, query: str) -> str: ...
+
+    assert set(make_func(by_type, "f").injected) == {"store", "query"}
+    assert set(make_func(by_name, "f").injected) == {"user_storage", "query"}
+
+
+@pytest.mark.parametrize(("fn", "error"), [
+    (lambda *args: None, "cannot take \\*args"),
+    (lambda query, n=1: None, "cannot also take typed arguments \\['n'\\]"),
+])
+def test_funcs_it_cannot_call_are_refused_at_registration(fn, error):
+    with pytest.raises(TypeError, match=error):
+        make_func(fn, "f")
+
+
+def test_few_shots_are_checked_at_construction_with_line_numbers():
+    with pytest.raises(FewShotError, match='few-shot 2, line 3: expected "Func\\[b\\] says:"'):
+        CodeShotAgent("I test.", "Q: x\nA: y\n\nQ: z\nAsk Func[b]: 1\nA: w")
+    with pytest.raises(FewShotError, match="base prompt must not be empty"):
+        CodeShotAgent("  \n ", "Q: x\nA: y")
+
+
+def test_prompts_in_indented_strings_are_stripped_as_fixie_does():
+    agent = CodeShotAgent("""
+        I test.
+    """, """
+        Q: x
+        A: y
+    """)
+    assert agent.base_prompt == "I test." and agent.few_shots == ["Q: x\nA: y"]
+
+
+def test_the_app_refuses_few_shots_asking_unregistered_funcs():
+    agent = CodeShotAgent("I test.", ["Q: x\nAsk Func[missing]: 1\nFunc[missing] says: 2\nA: 2"])
+    with pytest.raises(FewShotError, match="Func\\[missing\\], which no @agent.register_func"):
+        agent.app()
+
+
+def test_register_func_keeps_the_function_and_refuses_duplicates():
+    agent = CodeShotAgent("I test.", "Q: x\nA: y")
+
+    @agent.register_func(func_name="other")
+    def f(query):
+        return "ok"
+
+    assert f(None) == "ok" and list(agent.funcs) == ["other"]
+    with pytest.raises(ValueError, match="already registered"):
+        agent.register_func(f, func_name="other")
+    with pytest.raises(ValueError, match="letters, digits"):
+        agent.register_func(f, func_name="bad-name")
+
+
+def test_embed_content_from_a_data_uri_both_ways():
+    embed = Embed("text/plain", "data:text/plain,caf%C3%A9")
+    assert embed.text == "café"
+    embed.content = b"\x00\x01"
+    assert embed.uri == "data:text/plain;base64,AAE=" and embed.content == b"\x00\x01"
+
+
+def test_embed_content_from_a_signed_url(platform):
+    # any reachable URL will do; the platform's JWKS is one
+    assert b'"keys"' in Embed("application/json", platform.url + "/.well-known/jwks.json").content
+
+
+@pytest.mark.parametrize(("accept", "yaml"), [
+    (None, False), ("*/*", False), ("application/yaml", True),
+    ("application/json, application/yaml;q=0.9", False), ("application/json;q=0.5, text/yaml", True),
+])
+def test_yaml_only_when_ranked_above_json(accept, yaml):
+    assert prefers_yaml(accept) is yaml
+
+
+def test_bytes_round_trip_in_storage_values():
+    value = {"a": [b"\xff", 1, None], "b": {"type": "x", "data": "y"}}
+    encoded = to_json_type(value)
+    assert encoded["a"][0] == {"type": "_bytes_ascii", "data": "/w=="}
+    assert from_json_type(encoded) == value
