@@ -22,10 +22,11 @@ from typing import Any
 import codeshot
 from codeshot import ids
 from codeshot.engine import CommandResult, Executor, Status, code_shot_components
-from codeshot.errors import AgentError, InvalidInput
+from codeshot.errors import CodeshotError, InvalidInput
 from codeshot.llm import LLM, get_llm
 from codeshot.local.http_server import HttpServer
 from codeshot.local.stack import LOCAL_USER, LocalStack
+from codeshot.runner.agent_client import AgentClient as RunnerClient
 from codeshot.runner.agent_client import Handshake, fetch_handshake, request
 from codeshot.sdk.agent import AgentBase
 from codeshot.sdk.project import CONFIG_FILE, AgentConfig, AgentTest, load_agent, read_config
@@ -94,9 +95,10 @@ def local_platform(state_dir: Path, base: Settings | None = None) -> Iterator[Lo
 
 @dataclass
 class AgentClient:
-    """Calls an agent the way the platform does, with a fresh token per call."""
+    """Calls one agent with a fresh token per call: raw (``call``) or as the runner does."""
 
     url: str
+    agent_id: str
     token: Callable[[], str]
 
     def handshake(self) -> Handshake:
@@ -110,26 +112,15 @@ class AgentClient:
                                  json_body=body)
         return status, json.loads(raw)
 
-    def func_result(self, func: str, text: str) -> CommandResult:
-        """A Func's reply as the engine's CommandResult; an error reply raises AGENT_ERROR."""
-        status, body = self.call(func, text)
-        if body.get("error") or status != 200:
-            error = body.get("error") or {}
-            raise AgentError(f"Func[{func}] failed: {error.get('message', f'HTTP {status}')}",
-                             agent_code=error.get("code"))
-        message = body["message"]
-        return CommandResult(message["text"], message.get("embeds") or {},
-                             bool(body.get("needs_input")), body.get("question"))
-
-    def query(self, text: str) -> list[dict[str, Any]]:
-        """A standalone agent's streamed replies, in order."""
-        token = self.token()
-        body = {"message": {"text": text, "embeds": {}}, "access_token": token}
-        status, _, raw = request("POST", self.url + "/", token, timeout=CALL_TIMEOUT,
-                                 json_body=body)
-        if status != 200:
-            raise AgentError(f"agent query answered HTTP {status}: {raw[:200]!r}")
-        return [json.loads(line) for line in raw.decode().splitlines() if line.strip()]
+    @contextmanager
+    def runner(self) -> Iterator[RunnerClient]:
+        """The platform runner's own client (retries, reply parsing), minting our tokens."""
+        client = RunnerClient(lambda _agent_id: self.token(), timeout=CALL_TIMEOUT,
+                              allow_loopback=True)
+        try:
+            yield client
+        finally:
+            client.close()
 
 
 @dataclass
@@ -160,7 +151,7 @@ def serve_agent_dir(agent_dir: Path, platform: LocalPlatform) -> Iterator[Served
     agent_id = f"{LOCAL_USER}/{config.handle}"
     user_id = platform.user()
     with serve(load_agent(agent_dir, config), platform.url, agent_id) as url:
-        client = AgentClient(url, lambda: platform.token(agent_id, user_id, ids.ulid()))
+        client = AgentClient(url, agent_id, lambda: platform.token(agent_id, user_id, ids.ulid()))
         yield ServedAgent(config, agent_id, user_id, platform, client)
 
 
@@ -184,17 +175,24 @@ def run_cases(client: AgentClient, cases: list[AgentTest], llm: LLM) -> list[Cas
     as one user: a case may rely on what earlier ones stored."""
     handshake = client.handshake()
     results = []
-    for case in cases:
-        if handshake.type == "standalone":
-            replies = client.query(case.query)
-            answer = replies[-1]["message"]["text"] if replies else ""
-            status = Status.ERROR if not replies or replies[-1].get("error") else Status.DONE
-            results.append(CaseResult(case, answer, status.value))
-            continue
-        components = code_shot_components(handshake.base_prompt, handshake.few_shots,
-                                          client.func_result)
-        outcome = Executor(components, llm).run(case.query)
-        results.append(CaseResult(case, outcome.text, outcome.status.value))
+    with client.runner() as runner:
+
+        def call_func(func: str, text: str) -> CommandResult:
+            reply = runner.call_func(client.agent_id, client.url, func, text)
+            return CommandResult(reply.text, reply.embeds, reply.needs_input, reply.question)
+
+        for case in cases:
+            if handshake.type == "standalone":
+                try:
+                    answer = runner.query_standalone(client.agent_id, client.url, case.query)
+                    results.append(CaseResult(case, answer.text, Status.DONE.value))
+                except CodeshotError as exc:
+                    results.append(CaseResult(case, exc.message, Status.ERROR.value))
+                continue
+            components = code_shot_components(handshake.base_prompt, handshake.few_shots,
+                                              call_func)
+            outcome = Executor(components, llm).run(case.query)
+            results.append(CaseResult(case, outcome.text, outcome.status.value))
     return results
 
 

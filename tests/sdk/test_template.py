@@ -130,3 +130,17 @@ def test_serve_runs_the_agent_on_loopback(copy, platform):
     finally:
         server.terminate()
         server.wait(timeout=10)
+
+
+def test_agent_test_runs_a_standalone_agent(tmp_path):
+    (tmp_path / "agent.py").write_text(
+        "from codeshot.sdk import StandaloneAgent\n\n"
+        "def handle(query: str):\n"
+        "    yield 'thinking'\n"
+        "    yield query[::-1]\n\n"
+        "agent = StandaloneAgent(handle, sample_queries=['abc'])\n")
+    (tmp_path / "agent.yaml").write_text(
+        "handle: reverser\ntests:\n  - {query: abc, expected: cba}\n  - {query: xy, expected: xy}\n")
+    checked = codeshot("agent", "test", str(tmp_path))
+    assert checked.returncode == 1
+    assert "PASS  abc" in checked.stdout and "FAIL  xy" in checked.stdout, checked.stdout

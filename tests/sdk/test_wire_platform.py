@@ -10,6 +10,8 @@ import pytest
 import yaml
 
 from codeshot.runner.agent_client import fetch_handshake
+from codeshot.settings import get_settings
+from tests.sdk.demo import demo_agent
 
 
 def call(platform, served, func: str, text: str, user: str | None = "default", **token_kw):
@@ -110,3 +112,28 @@ def test_standalone_agent_streams_ndjson(platform, standalone_agent):
         lines = [json.loads(line) for line in reply.iter_lines() if line]
     assert [line["message"]["text"] for line in lines] == ["thinking", "you said hello"]
     assert platform.services.storage.get(user_id, standalone_agent.agent_id, "last") == '"hello"'
+
+
+@pytest.fixture
+def lambda_environment(platform, monkeypatch):
+    """The settings a Lambda reads from its environment, as CDK would set them."""
+    monkeypatch.setenv("CODESHOT_API_URL", platform.url)
+    monkeypatch.setenv("CODESHOT_AGENT_ID", "acme/sdkdemo")
+    get_settings.cache_clear()
+    yield
+    get_settings.cache_clear()
+
+
+def test_lambda_handler_answers_an_http_api_event(platform, lambda_environment):
+    agent = demo_agent()
+    token = platform.services.auth.agent_token("acme/sdkdemo", None, None)
+    event = {
+        "version": "2.0", "routeKey": "$default", "rawPath": "/add", "rawQueryString": "",
+        "headers": {"authorization": f"Bearer {token}", "content-type": "application/json"},
+        "requestContext": {"http": {"method": "POST", "path": "/add", "sourceIp": "127.0.0.1",
+                                    "protocol": "HTTP/1.1"}, "stage": "$default"},
+        "body": json.dumps({"message": {"text": "20, 22"}}), "isBase64Encoded": False,
+    }
+    reply = agent.handler(event, None)
+    assert reply["statusCode"] == 200, reply
+    assert json.loads(reply["body"])["message"]["text"] == "42"
