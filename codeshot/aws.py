@@ -8,11 +8,25 @@ from __future__ import annotations
 
 import threading
 from functools import lru_cache
-from typing import Any
+from typing import Any, Callable
 
 from codeshot.settings import Settings
 
 _lock = threading.Lock()
+# (service, operation) observers of every AWS call this process makes: how benchmarks
+# count round-trips per query through botocore's own event hooks.
+_listeners: list[Callable[[str, str], None]] = []
+
+
+def on_call(listener: Callable[[str, str], None]) -> Callable[[], None]:
+    """Observe every AWS API call made through these clients; returns an unsubscribe."""
+    _listeners.append(listener)
+    return lambda: _listeners.remove(listener)
+
+
+def _notify(model: Any = None, **_: Any) -> None:
+    for listener in list(_listeners):
+        listener(model.service_model.service_name, model.name)
 
 
 @lru_cache(maxsize=32)
@@ -33,9 +47,11 @@ def _client(service: str, region: str, endpoint_url: str | None) -> Any:
         extra = {"aws_access_key_id": "codeshot-local", "aws_secret_access_key": "codeshot-local"}
     # boto3's default session is not thread-safe to create clients from; serialise that.
     with _lock:
-        return boto3.session.Session().client(
+        made = boto3.session.Session().client(
             service, endpoint_url=endpoint_url, config=config, **extra
         )
+    made.meta.events.register("before-call", _notify)
+    return made
 
 
 def client(service: str, settings: Settings) -> Any:

@@ -1,0 +1,76 @@
+"""AWS round-trips per query, counted through botocore's event hooks, end to end on the
+local stack (API + runner + agents in this process): DynamoDB reads and writes, SQS,
+S3 and Secrets Manager calls for one plain query and one Func-calling query.
+
+    python -m benchmarks.cost_per_query
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+
+from benchmarks.local import local_stack
+from codeshot import aws
+
+READS = {"GetItem", "Query", "Scan", "BatchGetItem", "TransactGetItems", "DescribeTable"}
+WRITES = {"PutItem", "UpdateItem", "DeleteItem", "BatchWriteItem", "TransactWriteItems"}
+
+
+def classify(calls: Counter) -> dict[str, int]:
+    row = Counter()
+    for (service, op), n in calls.items():
+        if service == "dynamodb":
+            row["DynamoDB reads" if op in READS else "DynamoDB writes" if op in WRITES
+                else f"DynamoDB {op}"] += n
+        elif service == "sqs":
+            row["SQS send" if op == "SendMessage" else "SQS receive/delete"] += n
+        else:
+            row[{"s3": "S3", "secretsmanager": "Secrets Manager"}.get(service, service)] += n
+    return dict(row)
+
+
+def measure(client, frontend, text, repeats=5) -> tuple[dict[str, int], Counter]:
+    """Calls per query, averaged over warm repeats (the first one warms caches)."""
+    session = client.session(frontend)
+    client.ask(session, text)  # warm-up: keys, registry index, clients
+    calls: Counter = Counter()
+    unsubscribe = aws.on_call(lambda service, op: calls.update([(service, op)]))
+    try:
+        for _ in range(repeats):
+            reply = client.ask(session, text)["reply"]
+            assert reply and reply["type"] == "response", reply
+    finally:
+        unsubscribe()
+    per_query = {k: round(v / repeats, 1) for k, v in classify(calls).items()}
+    return per_query, calls
+
+
+def main() -> None:
+    columns = ["DynamoDB reads", "DynamoDB writes", "SQS send", "SQS receive/delete", "S3",
+               "Secrets Manager"]
+    with local_stack() as (stack, client):
+        owner = stack.services.users.get_by_username("local").username
+        cases = [
+            ("plain (planner -> standalone clock)", None, "What time is it?"),
+            ("Func-calling (planner -> dice -> roll)", None, "Roll 2d6"),
+            ("Func-calling, direct frontend agent", f"{owner}/dice", "Roll 2d6"),
+        ]
+        rows, details = [], {}
+        for name, frontend, text in cases:
+            per_query, calls = measure(client, frontend, text)
+            rows.append((name, per_query))
+            details[name] = calls
+    print("## AWS calls per query (local stack, warm, mean of 5; SQS receive/delete are the "
+          "local poller's, which Lambda's event source does for free)\n")
+    print("| query | " + " | ".join(columns) + " |")
+    print("|---|" + "---:|" * len(columns))
+    for name, per_query in rows:
+        print(f"| {name} | " + " | ".join(str(per_query.get(c, 0)) for c in columns) + " |")
+    print("\n## By operation (totals over 5 queries)\n")
+    for name, calls in details.items():
+        ops = ", ".join(f"{s}.{o} x{n}" for (s, o), n in sorted(calls.items()))
+        print(f"- {name}: {ops}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,56 @@
+"""A local stack in this process for benchmarks, on free ports, with a GraphQL helper."""
+
+from __future__ import annotations
+
+import socket
+import tempfile
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any, Iterator
+
+import httpx
+
+from codeshot.local.stack import LocalStack
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+class Client:
+    def __init__(self, graphql_url: str, key: str) -> None:
+        self.http = httpx.Client(headers={"Authorization": f"Bearer {key}"}, timeout=120)
+        self.url = graphql_url
+
+    def gql(self, query: str, **variables: Any) -> dict[str, Any]:
+        body = self.http.post(self.url, json={"query": query, "variables": variables}).json()
+        if body.get("errors"):
+            raise RuntimeError(body["errors"])
+        return body["data"]
+
+    def session(self, frontend: str | None = None) -> str:
+        return self.gql("mutation ($f: String) { createSession(sessionData: "
+                        "{frontendAgentId: $f}) { session { handle } } }",
+                        f=frontend)["createSession"]["session"]["handle"]
+
+    def ask(self, session: str, text: str, wait: bool = True) -> dict[str, Any]:
+        return self.gql("mutation ($s: String!, $t: String!, $w: Boolean!) { sendSessionMessage("
+                        "messageData: {session: $s, text: $t, wait: $w}) { message { id } "
+                        "reply { text type } } }", s=session, t=text, w=wait)[
+            "sendSessionMessage"]
+
+
+@contextmanager
+def local_stack(**settings: Any) -> Iterator[tuple[LocalStack, Client]]:
+    from codeshot.settings import Settings
+
+    with tempfile.TemporaryDirectory() as directory:
+        stack = LocalStack(port=free_port(), aws_port=free_port(), directory=Path(directory),
+                           base=Settings(**settings), progress=lambda _line: None)
+        state = stack.start()
+        try:
+            yield stack, Client(state["graphql_url"], state["api_key"])
+        finally:
+            stack.stop()
