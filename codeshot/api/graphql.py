@@ -19,7 +19,6 @@ from strawberry.extensions import MaxAliasesLimiter, MaxTokensLimiter, QueryDept
 from strawberry.fastapi import BaseContext
 from strawberry.types import Info
 
-from codeshot.api.agents import AgentFields, AgentRegistration
 from codeshot.api.errors import ErrorCodes
 from codeshot.api.messaging import EmbedUpload, Messaging
 from codeshot.auth.tokens import bearer
@@ -289,8 +288,12 @@ class EmbedUploadType:
     content_hash: str
 
 
-def _fields(data: AgentInput) -> AgentFields:
-    return AgentFields(
+def _registration(services: Services, data: AgentInput) -> tuple[Any, Any]:
+    """The registration service and the fields to set; imported on use because agent
+    registration (handshakes, few-shot grammar, embeddings) is rare and heavy to import."""
+    from codeshot.api.agents import AgentFields, AgentRegistration
+
+    return AgentRegistration(services), AgentFields(
         name=data.name, description=data.description, query_url=data.query_url,
         func_url=data.func_url, more_info_url=data.more_info_url, published=data.published,
         base_prompt=data.base_prompt, few_shots=data.few_shots,
@@ -373,23 +376,24 @@ class Mutation:
     async def create_agent(self, info: Info, agent_data: AgentInput) -> AgentPayload:
         c = ctx(info)
         p = await blocking(lambda: c.principal)
-        reg = AgentRegistration(c.services)
-        agent = await blocking(reg.create, p, agent_data.handle, _fields(agent_data))
+        reg, fields = _registration(c.services, agent_data)
+        agent = await blocking(reg.create, p, agent_data.handle, fields)
         return AgentPayload(agent=AgentType.of(agent))
 
     @strawberry.mutation
     async def update_agent(self, info: Info, agent_data: AgentInput) -> AgentPayload:
         c = ctx(info)
         p = await blocking(lambda: c.principal)
-        reg = AgentRegistration(c.services)
-        agent = await blocking(reg.update, p, agent_data.handle, _fields(agent_data),
-                               agent_data.new_handle)
+        reg, fields = _registration(c.services, agent_data)
+        agent = await blocking(reg.update, p, agent_data.handle, fields, agent_data.new_handle)
         return AgentPayload(agent=AgentType.of(agent))
 
     @strawberry.mutation
     async def delete_agent(self, info: Info, agent_data: DeleteAgentInput) -> AgentPayload:
         c = ctx(info)
         p = await blocking(lambda: c.principal)
+        from codeshot.api.agents import AgentRegistration
+
         reg = AgentRegistration(c.services)
         agent = await blocking(reg.delete, p, agent_data.owner or p.username or "",
                                agent_data.handle)

@@ -12,7 +12,6 @@ from fastapi import APIRouter, Depends, Header, Request, Response
 from fastapi.responses import JSONResponse, StreamingResponse
 from pydantic import BaseModel, Field
 
-from codeshot.api.agents import AgentRegistration
 from codeshot.api.graphql import blocking, create_session
 from codeshot.api.messaging import TERMINAL, Messaging
 from codeshot.auth.tokens import bearer
@@ -107,6 +106,8 @@ def delete_storage(owner: str, handle: str, key: str, caller: Principal = Depend
 @router.post("/api/refresh/{owner}/{handle}")
 def refresh_agent(owner: str, handle: str, user: Principal = Depends(api_user),
                   services: Services = Depends(get_services)) -> dict[str, Any]:
+    from codeshot.api.agents import AgentRegistration  # rare and heavy: imported on use
+
     agent = AgentRegistration(services).refresh(user, owner, handle)
     return {"agentId": agent.agent_id, "kind": agent.kind.value,
             "modified": agent.modified.isoformat()}

@@ -9,10 +9,12 @@ from __future__ import annotations
 
 import threading
 import time
+from typing import TYPE_CHECKING
 
-from codeshot.routing.embedders import Embedder
-from codeshot.routing.index import AgentIndex, Route
-from codeshot.store.registry import AgentRegistry
+if TYPE_CHECKING:  # numpy comes with the index, on the first route: not at cold start
+    from codeshot.routing.embedders import Embedder
+    from codeshot.routing.index import AgentIndex, Route
+    from codeshot.store.registry import AgentRegistry
 
 
 class Router:
@@ -34,6 +36,8 @@ class Router:
                 self._checked = now
                 version = self.registry.version()
                 if self._index is None or version != self._version:
+                    from codeshot.routing.index import AgentIndex
+
                     self._index = AgentIndex(self.registry.scan_all(), self.embedder)
                     self._version = version
             return self._index

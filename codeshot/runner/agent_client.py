@@ -11,8 +11,7 @@ import json
 from typing import Any
 
 import httpx
-import yaml
-from pydantic import BaseModel, Field, ValidationError
+from pydantic import BaseModel, Field, ValidationError, field_validator
 
 from codeshot.errors import AgentError, AgentUnavailable, Timeout
 
@@ -28,6 +27,14 @@ class Handshake(BaseModel):
     sample_queries: list[str] = Field(default_factory=list)
     conversational: bool = False
 
+    @field_validator("base_prompt", "few_shots", "sample_queries", mode="before")
+    @classmethod
+    def _null_is_empty(cls, value: Any, info: Any) -> Any:
+        # Fixie's SDK sends `sample_queries: null` (and may send other nulls).
+        if value is None:
+            return "" if info.field_name == "base_prompt" else []
+        return value
+
 
 def _read_capped(response: httpx.Response) -> bytes:
     body = b""
@@ -40,6 +47,8 @@ def _read_capped(response: httpx.Response) -> bytes:
 
 def parse_document(body: bytes, content_type: str) -> Any:
     """JSON, or YAML when the agent says so (the Fixie SDK answers YAML)."""
+    import yaml  # only YAML handshakes need it
+
     text = body.decode("utf-8", errors="strict")
     if "yaml" in content_type:
         return yaml.safe_load(text)
@@ -82,6 +91,8 @@ def fetch_handshake(url: str, token: str, timeout: float = 10.0) -> Handshake:
     )
     if status != 200:
         raise AgentError(f"agent handshake at {url} answered HTTP {status}")
+    import yaml
+
     try:
         document = parse_document(body, content_type)
         if not isinstance(document, dict):

@@ -5,7 +5,7 @@ run with the user's answer; nested calls (planner -> agent -> Func) share one tr
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Callable, Protocol
+from typing import TYPE_CHECKING, Any, Callable, Protocol
 
 from codeshot.engine import (
     AgentTool,
@@ -22,8 +22,10 @@ from codeshot.engine import (
 from codeshot.errors import AgentError, CodeshotError
 from codeshot.llm.base import LLM
 from codeshot.models import Agent, AgentKind, MessageType
-from codeshot.routing.router import Router
 from codeshot.runner.agent_client import AgentClient
+
+if TYPE_CHECKING:
+    from codeshot.routing.router import Router
 
 PLANNER_ID = "platform/planner"
 
