@@ -75,6 +75,23 @@ def _agent_test(args: argparse.Namespace) -> int:
     return 0 if all(result.passed for result in results) else 1
 
 
+def _chat(args: argparse.Namespace) -> int:
+    from codeshot.chat import ChatClient, run_chat
+    from codeshot.errors import InvalidInput
+    from codeshot.local.stack import read_state
+    from codeshot.settings import get_settings
+
+    state = read_state() or {}
+    settings = get_settings()
+    api_url = args.api_url or state.get("api_url") or settings.api_url
+    key = args.api_key or state.get("api_key") or settings.api_key
+    if not key:
+        raise InvalidInput("no API key: run beside `codeshot local up`, or set "
+                           "CODESHOT_API_KEY, or pass --api-key")
+    client = ChatClient(api_url.rstrip("/") + "/graphql", key)
+    return run_chat(client, args.agent, args.trace)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="codeshot", description="Run and manage a codeshot agent platform."
@@ -134,6 +151,20 @@ def build_parser() -> argparse.ArgumentParser:
     )
     test.add_argument("agent_dir", type=Path, metavar="AGENT_DIR")
     test.set_defaults(run=_agent_test)
+
+    chat = commands.add_parser(
+        "chat", help="a console chat session with the platform",
+        description="Open a session and chat in the console. Targets the running `codeshot "
+        "local up` of this directory (.codeshot/local.json), else CODESHOT_API_URL with "
+        "CODESHOT_API_KEY. Ctrl-D ends it.",
+    )
+    chat.add_argument("--agent", metavar="AGENT_ID",
+                      help="talk to this agent directly (default: the planner routes)")
+    chat.add_argument("--trace", action="store_true",
+                      help="show every step: router, agent and Func calls")
+    chat.add_argument("--api-url", help="the platform's URL")
+    chat.add_argument("--api-key", help="your API key")
+    chat.set_defaults(run=_chat)
     return parser
 
 

@@ -43,6 +43,10 @@ class Settings(BaseSettings):
         "http://127.0.0.1:8080",
         validation_alias=AliasChoices("CODESHOT_API_URL", "FIXIE_API_URL"),
     )
+    # Client side (`codeshot chat`): the user's API key.
+    api_key: str | None = Field(
+        None, validation_alias=AliasChoices("CODESHOT_API_KEY", "FIXIE_API_KEY")
+    )
     # Agent side: when set, an agent accepts only tokens minted for this agent id.
     agent_id: str | None = Field(
         None, validation_alias=AliasChoices("CODESHOT_AGENT_ID", "FIXIE_ALLOWED_AGENT_ID")

@@ -1,0 +1,49 @@
+"""`codeshot chat` against the running local stack."""
+
+import io
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+from codeshot.chat import ChatClient, run_chat
+
+
+def test_chat_answers_roll_a_d20_and_shows_the_trace(live_stack):
+    state = live_stack
+    client = ChatClient(state["graphql_url"], state["api_key"])
+    out = io.StringIO()
+    code = run_chat(client, None, show_trace=True,
+                    stdin=io.StringIO("Roll a d20\n\nWhat time is it?\n"), stdout=out)
+    text = out.getvalue()
+    assert code == 0
+    assert "with the planner" in text
+    assert "[func_call] local/dice: Ask Func[roll]: a d20" in text
+    lines = text.splitlines()
+    rolled = [line for line in lines if line.startswith("You rolled ")]
+    assert len(rolled) == 1 and rolled[0].removeprefix("You rolled ").rstrip(".").isdigit()
+    assert any(line.startswith("It is ") and "UTC" in line for line in lines)
+
+
+def test_chat_reports_errors_with_their_code(live_stack):
+    client = ChatClient(live_stack["graphql_url"], "not-a-key")
+    out = io.StringIO()
+    try:
+        run_chat(client, None, False, stdin=io.StringIO("hi\n"), stdout=out)
+    except Exception as exc:  # creating the session already fails
+        assert getattr(exc, "code", "") == "UNAUTHENTICATED"
+    else:
+        raise AssertionError("a bad key must be refused")
+
+
+def test_chat_command_line(live_stack):
+    root = Path(__file__).resolve().parents[2]
+    out = subprocess.run(
+        [sys.executable, "-m", "codeshot.cli", "chat", "--agent", "local/dice",
+         "--api-url", live_stack["api_url"], "--api-key", live_stack["api_key"]],
+        input="Roll 3d8\n", capture_output=True, text=True, timeout=60,
+        env={**os.environ, "PYTHONPATH": str(root)},
+    )
+    assert out.returncode == 0, out.stderr
+    assert "with local/dice" in out.stdout
+    assert "You rolled " in out.stdout and " = " in out.stdout
