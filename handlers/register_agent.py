@@ -1,0 +1,151 @@
+"""Lambda entry point of the ``Custom::CodeshotAgentRegistration`` resource: registers a
+deployed agent with the platform on create/update and unregisters it on delete, so
+``cdk deploy`` is the only step.
+
+It goes through :class:`codeshot.api.agents.AgentRegistration`, exactly as a user's
+``createAgent`` would (handshake, few-shot validation, embeddings), as the admin user
+(created if missing). CloudFormation waits for the answer PUT to ``ResponseURL``: every
+path answers, failures included, so a stack never hangs on this resource.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+import urllib.request
+from collections.abc import Callable
+from functools import lru_cache
+from typing import Any
+
+log = logging.getLogger(__name__)
+log.setLevel(logging.INFO)
+
+# Physical id of a Create that registered nothing: deleting it (rollback) does nothing.
+UNREGISTERED = "codeshot-unregistered:"
+RETRY_SECONDS = 5  # a new agent API may answer 5xx for its first seconds
+RESPONSE_MARGIN_MS = 15_000  # time kept to answer CloudFormation before the Lambda timeout
+
+
+@lru_cache(maxsize=1)
+def _services() -> Any:
+    from codeshot.services import Services
+    from codeshot.settings import get_settings
+
+    return Services(get_settings())
+
+
+def _truthy(value: Any) -> bool:
+    return str(value).strip().lower() in ("true", "1", "yes")
+
+
+def ensure_user(services: Any, username: str) -> Any:
+    """The owner of deployed agents; created (without API keys) on first use."""
+    from codeshot.errors import Conflict, NotFound
+
+    try:
+        return services.users.get_by_username(username)
+    except NotFound:
+        pass
+    try:
+        return services.users.create(username)
+    except Conflict:  # created concurrently by another registration
+        return services.users.get_by_username(username)
+
+
+def retrying(fetch: Callable[[str, str], Any], deadline: Callable[[], bool],
+             sleep: Callable[[float], None] = time.sleep) -> Callable[[str, str], Any]:
+    """``fetch`` retried until it succeeds or ``deadline()`` says time is up."""
+
+    def call(url: str, token: str) -> Any:
+        while True:
+            try:
+                return fetch(url, token)
+            except Exception as exc:
+                if deadline():
+                    raise
+                log.info("handshake at %s failed (%s), retrying", url, exc)
+                sleep(RETRY_SECONDS)
+
+    return call
+
+
+def apply(event: dict[str, Any], services: Any, fetch: Callable[[str, str], Any] | None = None,
+          ) -> tuple[str, dict[str, str]]:
+    """Do what the event asks; returns (physical resource id = agent id, response data)."""
+    from codeshot.api.agents import AgentFields, AgentRegistration
+    from codeshot.errors import NotFound
+    from codeshot.models import Agent, Principal
+    from codeshot.runner.agent_client import fetch_handshake
+
+    registration = AgentRegistration(services, fetch=fetch or fetch_handshake)
+    props = event["ResourceProperties"]
+    if event["RequestType"] == "Delete":
+        agent_id = event.get("PhysicalResourceId", "")
+        if agent_id.startswith(UNREGISTERED) or "/" not in agent_id:
+            return agent_id, {}
+        owner, handle = agent_id.split("/", 1)
+        try:
+            user = services.users.get_by_username(owner)
+            registration.delete(Principal(user_id=user.user_id, username=owner), owner, handle)
+        except NotFound:
+            log.info("agent %s is already gone", agent_id)
+        return agent_id, {}
+
+    owner, handle = props["Owner"], props["Handle"]
+    user = ensure_user(services, owner)
+    principal = Principal(user_id=user.user_id, username=user.username)
+    fields = AgentFields(
+        name=props.get("Name") or handle,
+        description=props.get("Description", ""),
+        query_url=props["Url"],
+        published=_truthy(props.get("Published", "true")),
+        sample_queries=list(props.get("SampleQueries") or []),
+    )
+    try:
+        services.registry.get(Agent.make_id(owner, handle))
+        exists = True
+    except NotFound:
+        exists = False
+    if exists:  # a redeploy (or an agent registered by hand before): update, re-read
+        registration.update(principal, handle, fields, new_handle=None)
+        agent = registration.refresh(principal, owner, handle)
+    else:
+        agent = registration.create(principal, handle, fields)
+    return agent.agent_id, {"AgentId": agent.agent_id, "Kind": agent.kind.value}
+
+
+def respond(event: dict[str, Any], status: str, physical_id: str, reason: str,
+            data: dict[str, str]) -> None:
+    body = json.dumps({
+        "Status": status, "Reason": reason[:3000] or status, "PhysicalResourceId": physical_id,
+        "StackId": event["StackId"], "RequestId": event["RequestId"],
+        "LogicalResourceId": event["LogicalResourceId"], "Data": data,
+    }).encode()
+    request = urllib.request.Request(event["ResponseURL"], data=body, method="PUT",
+                                     headers={"Content-Type": ""})
+    for attempt in range(3):
+        try:
+            with urllib.request.urlopen(request, timeout=10):
+                return
+        except OSError:
+            log.exception("answering CloudFormation failed (attempt %d)", attempt + 1)
+            time.sleep(2)
+
+
+def handler(event: dict[str, Any], context: Any) -> None:
+    log.info("%s %s", event.get("RequestType"), event.get("ResourceProperties", {}).get("Handle"))
+
+    def deadline() -> bool:
+        return context.get_remaining_time_in_millis() < RESPONSE_MARGIN_MS + 10_000
+
+    from codeshot.runner.agent_client import fetch_handshake
+
+    try:
+        physical_id, data = apply(event, _services(), retrying(fetch_handshake, deadline))
+        status, reason = "SUCCESS", ""
+    except Exception as exc:
+        log.exception("registration failed")
+        status, reason, data = "FAILED", f"{type(exc).__name__}: {exc}", {}
+        physical_id = event.get("PhysicalResourceId") or UNREGISTERED + event["RequestId"]
+    respond(event, status, physical_id, reason, data)

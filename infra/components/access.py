@@ -1,0 +1,97 @@
+"""Least-privilege IAM statements, spelled out action by action.
+
+The CDK ``grant*`` helpers add more than codeshot uses (DescribeTable, Abort*, tagging,
+legal hold ...). Explicit lists keep each role to what the code calls, and make the
+tests' "runner cannot write the registry" checks meaningful.
+"""
+
+from __future__ import annotations
+
+from aws_cdk import ArnFormat, Aws, Stack
+from aws_cdk import aws_dynamodb as dynamodb
+from aws_cdk import aws_iam as iam
+from aws_cdk import aws_s3 as s3
+from aws_cdk import aws_sqs as sqs
+from cdk_nag import RegexAppliesTo
+
+from codeshot.store.tables import Table
+from infra.nag import suppress
+
+# What codeshot's stores call (transactions and batches need the per-item actions).
+DYNAMO_READ = ("dynamodb:GetItem", "dynamodb:BatchGetItem", "dynamodb:Query",
+               "dynamodb:Scan", "dynamodb:ConditionCheckItem")
+DYNAMO_WRITE = ("dynamodb:PutItem", "dynamodb:UpdateItem", "dynamodb:DeleteItem",
+                "dynamodb:BatchWriteItem")
+SQS_SEND = ("sqs:SendMessage",)
+SECRET_READ = ("secretsmanager:GetSecretValue",)
+SECRET_CREATE = ("secretsmanager:CreateSecret",)
+# Converse and InvokeModel are both authorised by bedrock:InvokeModel.
+BEDROCK_INVOKE = ("bedrock:InvokeModel",)
+# Cross-region inference profile ids start with a geography ("us.", "eu.", "global." ...).
+INFERENCE_PROFILE_PREFIXES = ("us.", "eu.", "apac.", "us-gov.", "ca.", "jp.", "au.", "global.")
+
+
+def table_access(role: iam.Role, table: dynamodb.ITable, spec: Table, *, write: bool) -> None:
+    """Read (and optionally write) one table, and query its indexes if it has any."""
+    actions = DYNAMO_READ + (DYNAMO_WRITE if write else ())
+    resources = [table.table_arn]
+    if spec.indexes:
+        resources.append(f"{table.table_arn}/index/*")
+        suppress(role, "AwsSolutions-IAM5",
+                 "Querying a GSI needs the index ARN; '/index/*' covers only this table's "
+                 "indexes, all defined in codeshot/store/tables.py.",
+                 [RegexAppliesTo(regex=r"/^Resource::<.*\.Arn>\/index\/\*$/g")])
+    role.add_to_principal_policy(iam.PolicyStatement(actions=list(actions), resources=resources))
+
+
+def object_access(role: iam.Role, bucket: s3.IBucket, prefix: str, *, put: bool) -> None:
+    """GetObject (GET and HEAD) and optionally PutObject under ``prefix`` only.
+
+    ListBucket on that prefix lets a missing key answer 404 instead of 403, which the
+    embed store maps to NOT_FOUND.
+    """
+    actions = ["s3:GetObject"] + (["s3:PutObject"] if put else [])
+    suppress(role, "AwsSolutions-IAM5",
+             f"Embeds are content-addressed ({prefix}<sha256>): keys are unknown until "
+             f"written, so access is scoped to the '{prefix}' prefix, not to single objects.",
+             [RegexAppliesTo(regex=rf"/^Resource::<.*\.Arn>\/{prefix.rstrip('/')}\/\*$/g")])
+    role.add_to_principal_policy(iam.PolicyStatement(
+        actions=actions, resources=[bucket.arn_for_objects(prefix + "*")]))
+    role.add_to_principal_policy(iam.PolicyStatement(
+        actions=["s3:ListBucket"], resources=[bucket.bucket_arn],
+        conditions={"StringLike": {"s3:prefix": [prefix + "*"]}}))
+
+
+def send_messages(role: iam.IRole, queue: sqs.IQueue) -> None:
+    role.add_to_principal_policy(iam.PolicyStatement(
+        actions=list(SQS_SEND), resources=[queue.queue_arn]))
+
+
+def secret_arn_pattern(stack: Stack, secret_name: str) -> str:
+    """The ARN of a secret made later by the key ring (Secrets Manager adds 6 characters)."""
+    return stack.format_arn(
+        service="secretsmanager", resource="secret", resource_name=f"{secret_name}-??????",
+        arn_format=ArnFormat.COLON_RESOURCE_NAME)
+
+
+def signing_secret(role: iam.IRole, stack: Stack, secret_name: str, *, create: bool) -> None:
+    actions = SECRET_READ + (SECRET_CREATE if create else ())
+    role.add_to_principal_policy(iam.PolicyStatement(
+        actions=list(actions), resources=[secret_arn_pattern(stack, secret_name)]))
+
+
+def model_arns(model_id: str) -> list[str]:
+    """Foundation model ARN, or for an inference profile its ARN plus the models it routes
+    to in any region (Bedrock checks both)."""
+    if model_id.startswith(INFERENCE_PROFILE_PREFIXES):
+        base = model_id.split(".", 1)[1]
+        return [f"arn:{Aws.PARTITION}:bedrock:{Aws.REGION}:{Aws.ACCOUNT_ID}:inference-profile/"
+                f"{model_id}", f"arn:{Aws.PARTITION}:bedrock:*::foundation-model/{base}"]
+    return [f"arn:{Aws.PARTITION}:bedrock:{Aws.REGION}::foundation-model/{model_id}"]
+
+
+def invoke_models(role: iam.IRole, model_ids: list[str]) -> None:
+    if model_ids:
+        role.add_to_principal_policy(iam.PolicyStatement(
+            actions=list(BEDROCK_INVOKE),
+            resources=[a for m in dict.fromkeys(model_ids) for a in model_arns(m)]))

@@ -1,0 +1,123 @@
+"""The platform's state: DynamoDB tables, the embeds bucket and the session queue, all
+generated from ``codeshot/store/tables.py`` (the one definition the local stack uses too).
+"""
+
+from __future__ import annotations
+
+from aws_cdk import Duration, RemovalPolicy
+from aws_cdk import aws_dynamodb as dynamodb
+from aws_cdk import aws_s3 as s3
+from aws_cdk import aws_sqs as sqs
+from constructs import Construct
+
+from codeshot.store import tables
+
+_TYPES = {"S": dynamodb.AttributeType.STRING, "N": dynamodb.AttributeType.NUMBER,
+          "B": dynamodb.AttributeType.BINARY}
+
+DLQ_RETENTION = Duration.days(14)  # the maximum: time to look at what failed
+
+
+def _attribute(spec: tables.Table, name: str | None) -> dynamodb.Attribute | None:
+    if name is None:
+        return None
+    return dynamodb.Attribute(name=name, type=_TYPES[spec.key_attributes()[name]])
+
+
+class PlatformTables(Construct):
+    """One table per ``tables.TABLES`` entry: on demand, PITR, AWS-managed KMS encryption,
+    retained on stack deletion (they hold users' data)."""
+
+    def __init__(self, scope: Construct, id: str) -> None:
+        super().__init__(scope, id)
+        self.tables: dict[str, dynamodb.Table] = {}
+        for spec in tables.TABLES:
+            table = dynamodb.Table(
+                self, spec.logical.replace("_", " ").title().replace(" ", ""),
+                partition_key=_attribute(spec, spec.pk),
+                sort_key=_attribute(spec, spec.sk),
+                billing_mode=dynamodb.BillingMode.PAY_PER_REQUEST,
+                point_in_time_recovery_specification=dynamodb.PointInTimeRecoverySpecification(
+                    point_in_time_recovery_enabled=True),
+                encryption=dynamodb.TableEncryption.AWS_MANAGED,
+                time_to_live_attribute=spec.ttl,
+                removal_policy=RemovalPolicy.RETAIN,
+            )
+            for index in spec.indexes:
+                table.add_global_secondary_index(
+                    index_name=index.name,
+                    partition_key=_attribute(spec, index.pk),
+                    sort_key=_attribute(spec, index.sk),
+                    projection_type=dynamodb.ProjectionType.ALL,
+                )
+            self.tables[spec.setting] = table
+
+    def by_spec(self, spec: tables.Table) -> dynamodb.Table:
+        return self.tables[spec.setting]
+
+
+class EmbedsBucket(Construct):
+    """Content-addressed embeds: private, TLS only, encrypted, versioned (an object can
+    never be silently replaced or lost), with its own access-log bucket."""
+
+    def __init__(self, scope: Construct, id: str) -> None:
+        super().__init__(scope, id)
+        self.access_logs = s3.Bucket(
+            self, "AccessLogs",
+            block_public_access=s3.BlockPublicAccess.BLOCK_ALL,
+            encryption=s3.BucketEncryption.S3_MANAGED,  # log delivery cannot use SSE-KMS
+            enforce_ssl=True,
+            object_ownership=s3.ObjectOwnership.BUCKET_OWNER_PREFERRED,
+            lifecycle_rules=[s3.LifecycleRule(expiration=Duration.days(365))],
+            removal_policy=RemovalPolicy.RETAIN,
+        )
+        self.bucket = s3.Bucket(
+            self, "Bucket",
+            block_public_access=s3.BlockPublicAccess.BLOCK_ALL,
+            # SSE-S3: presigned GET/PUT URLs work without granting KMS to their users.
+            encryption=s3.BucketEncryption.S3_MANAGED,
+            enforce_ssl=True,
+            versioned=True,
+            object_ownership=s3.ObjectOwnership.BUCKET_OWNER_ENFORCED,
+            server_access_logs_bucket=self.access_logs,
+            server_access_logs_prefix="embeds/",
+            # Writes use If-None-Match, so there should be no old versions; if one ever
+            # appears, keep it a month for recovery, then let it go.
+            lifecycle_rules=[s3.LifecycleRule(
+                noncurrent_version_expiration=Duration.days(30),
+                abort_incomplete_multipart_upload_after=Duration.days(1))],
+            removal_policy=RemovalPolicy.RETAIN,
+        )
+        self.prefix = tables.EMBEDS_BUCKET.prefix
+
+
+class SessionQueue(Construct):
+    """The FIFO session queue and its FIFO dead-letter queue, from ``tables.SESSION_QUEUE``.
+
+    High-throughput FIFO: deduplication and throughput per message group (= session), as
+    message ids are ULIDs and sessions are independent.
+    """
+
+    def __init__(self, scope: Construct, id: str) -> None:
+        super().__init__(scope, id)
+        spec = tables.SESSION_QUEUE
+        self.spec = spec
+        self.dlq = sqs.Queue(
+            self, "DeadLetterQueue",
+            fifo=True,
+            encryption=sqs.QueueEncryption.SQS_MANAGED,
+            enforce_ssl=True,
+            retention_period=DLQ_RETENTION,
+        )
+        self.queue = sqs.Queue(
+            self, "Queue",
+            fifo=True,
+            deduplication_scope=sqs.DeduplicationScope.MESSAGE_GROUP,
+            fifo_throughput_limit=sqs.FifoThroughputLimit.PER_MESSAGE_GROUP_ID,
+            encryption=sqs.QueueEncryption.SQS_MANAGED,
+            enforce_ssl=True,
+            visibility_timeout=Duration.seconds(spec.visibility_timeout_seconds),
+            retention_period=Duration.seconds(spec.retention_seconds),
+            dead_letter_queue=sqs.DeadLetterQueue(
+                queue=self.dlq, max_receive_count=spec.max_receive_count),
+        )

@@ -1,0 +1,85 @@
+"""Deploy-time choices, read once from CDK context (``cdk.json`` or ``-c key=value``).
+
+Every key is documented in ``cdk.json``; defaults here match it, so the app also
+synthesizes when run bare (``python -m infra.app``) from the repository root.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from constructs import Node
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+
+LLMS = ("bedrock", "fewshot")  # openai needs an endpoint and a key: not a deploy default
+EMBEDDERS = ("bedrock", "hashing")  # minilm needs torch: far too big for a Lambda zip
+
+
+@dataclass(frozen=True)
+class InfraConfig:
+    stack_name: str = "Codeshot"
+    agent_dirs: tuple[str, ...] = ("agent_template",)
+    admin_username: str = "admin"
+    publish_agents: bool = True
+    llm: str = "bedrock"
+    llm_model: str = "anthropic.claude-3-5-haiku-20241022-v1:0"
+    embedder: str = "bedrock"
+    embedding_model: str = "amazon.titan-embed-text-v2:0"
+    # The Lambda runtime's boto3 is used unless this is set (see README deploy notes).
+    bundle_boto3: bool = False
+    # Requests per second and burst on each HTTP API stage (platform and agents).
+    api_rate_limit: int = 50
+    api_burst_limit: int = 100
+    extra_env: dict[str, str] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if self.llm not in LLMS:
+            raise ValueError(f"codeshot:llm must be one of {LLMS}, got {self.llm!r}")
+        if self.embedder not in EMBEDDERS:
+            raise ValueError(f"codeshot:embedder must be one of {EMBEDDERS}, got {self.embedder!r}")
+
+    @property
+    def signing_secret_id(self) -> str:
+        """Per stack, so two deployments in one account never share keys."""
+        return f"codeshot/{self.stack_name}/signing-keys"
+
+    def agent_paths(self) -> list[Path]:
+        return [(REPO_ROOT / d).resolve() for d in self.agent_dirs]
+
+
+def _value(node: Node, key: str, default: Any) -> Any:
+    raw = node.try_get_context(key)
+    if raw is None:
+        return default
+    if isinstance(default, bool) and isinstance(raw, str):  # -c key=false arrives as text
+        return raw.strip().lower() in ("1", "true", "yes")
+    if isinstance(default, (tuple, dict)) and isinstance(raw, str):
+        raw = json.loads(raw)  # -c 'codeshot:agentDirs=["a","b"]'
+    if isinstance(default, tuple):
+        return tuple(raw)
+    if isinstance(default, int) and not isinstance(default, bool):
+        return int(raw)
+    return raw
+
+
+def read_config(node: Node) -> InfraConfig:
+    defaults = InfraConfig()
+    keys = {
+        "stack_name": "codeshot:stackName",
+        "agent_dirs": "codeshot:agentDirs",
+        "admin_username": "codeshot:adminUsername",
+        "publish_agents": "codeshot:publishAgents",
+        "llm": "codeshot:llm",
+        "llm_model": "codeshot:llmModel",
+        "embedder": "codeshot:embedder",
+        "embedding_model": "codeshot:embeddingModel",
+        "bundle_boto3": "codeshot:bundleBoto3",
+        "api_rate_limit": "codeshot:apiRateLimit",
+        "api_burst_limit": "codeshot:apiBurstLimit",
+        "extra_env": "codeshot:extraEnv",
+    }
+    return InfraConfig(**{f: _value(node, k, getattr(defaults, f)) for f, k in keys.items()})

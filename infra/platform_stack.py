@@ -1,0 +1,147 @@
+"""The platform: data, the API and runner Lambdas, the HTTP API, alarms, and the Lambda
+that registers deployed agents. Wiring only; the parts live in ``infra/components``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from aws_cdk import CfnOutput, Duration, Stack
+from aws_cdk import aws_iam as iam
+from aws_cdk import aws_lambda as lambda_
+from aws_cdk import aws_lambda_event_sources as events
+from constructs import Construct
+
+from codeshot.store import tables
+from infra.bundling import lambda_code, platform_bundle
+from infra.components import access
+from infra.components.alarms import PlatformAlarms
+from infra.components.data import EmbedsBucket, PlatformTables, SessionQueue
+from infra.components.function import PythonFunction
+from infra.components.http_api import LambdaHttpApi
+from infra.config import REPO_ROOT, InfraConfig
+from infra.settings_env import extra_env, settings_env
+
+# API: HTTP APIs cut integrations off at 30 s, so 29 s lets the Lambda answer (or fail)
+# first. sendSessionMessage waits for the reply at most REPLY_WAIT, inside that budget.
+API_TIMEOUT = Duration.seconds(29)
+API_REPLY_WAIT_SECONDS = 24
+# Runner: a planner turn is several LLM calls plus agent calls of up to 30 s each; 5 min
+# is generous and stays below the queue's 6 min visibility timeout, so a message is never
+# redelivered while its first attempt still runs.
+RUNNER_TIMEOUT = Duration.minutes(5)
+# Registration: a handshake (10 s, retried while a new agent's API warms up) + embeddings.
+REGISTER_TIMEOUT = Duration.minutes(2)
+# Memory buys CPU in Lambda: 1 GB keeps cold imports (FastAPI, Strawberry, pydantic,
+# numpy) and the router's matrix maths quick; the registration Lambda is mostly waiting.
+API_MEMORY_MB = 1024
+RUNNER_MEMORY_MB = 1024
+REGISTER_MEMORY_MB = 512
+# Messages per runner invocation; failures are reported per message, so a bad one does
+# not redeliver the rest. FIFO keeps one session's messages in order within a batch.
+RUNNER_BATCH_SIZE = 10
+
+assert RUNNER_TIMEOUT.to_seconds() < tables.SESSION_QUEUE.visibility_timeout_seconds
+assert API_REPLY_WAIT_SECONDS < API_TIMEOUT.to_seconds()
+
+
+class PlatformStack(Stack):
+    def __init__(self, scope: Construct, id: str, *, config: InfraConfig, **kwargs: Any) -> None:
+        super().__init__(scope, id, description="codeshot platform (API, runner, data)",
+                         **kwargs)
+        self.config = config
+        self.tables = PlatformTables(self, "Tables")
+        self.embeds = EmbedsBucket(self, "Embeds")
+        self.sessions_queue = SessionQueue(self, "SessionQueue")
+        self.http = LambdaHttpApi(
+            self, "Api", description="codeshot platform API",
+            rate_limit=config.api_rate_limit, burst_limit=config.api_burst_limit)
+        code = lambda_code(platform_bundle(config.bundle_boto3), REPO_ROOT / "handlers")
+
+        table_env = {spec.setting: self.tables.by_spec(spec).table_name for spec in tables.TABLES}
+        common = settings_env(
+            api_url=self.http.url,
+            signing_secret_id=config.signing_secret_id,
+            embedder=config.embedder,
+            embedding_model=config.embedding_model,
+            **table_env,
+        ) | extra_env(config.extra_env)
+        data_env = settings_env(
+            embeds_bucket=self.embeds.bucket.bucket_name,
+            llm=config.llm,
+            llm_model=config.llm_model,
+        )
+        embedding_models = [config.embedding_model] if config.embedder == "bedrock" else []
+        llm_models = [config.llm_model] if config.llm == "bedrock" else []
+
+        self.api = PythonFunction(
+            self, "ApiFunction", code=code, handler="handlers.api.handler",
+            description="GraphQL and REST API (Mangum around FastAPI)",
+            memory_mb=API_MEMORY_MB, timeout=API_TIMEOUT,
+            environment=common | data_env | settings_env(
+                queue_url=self.sessions_queue.queue.queue_url,
+                queue_name=self.sessions_queue.queue.queue_name,
+                reply_wait_seconds=API_REPLY_WAIT_SECONDS),
+        )
+        self.http.route_to(self.api.function)
+        role = self.api.role
+        for spec in tables.TABLES:  # registry, sessions, users, usage, user storage
+            self._table(role, spec, write=True)
+        access.object_access(role, self.embeds.bucket, self.embeds.prefix, put=True)
+        access.send_messages(role, self.sessions_queue.queue)
+        access.signing_secret(role, self, config.signing_secret_id, create=True)
+        access.invoke_models(role, embedding_models)
+
+        self.runner = PythonFunction(
+            self, "RunnerFunction", code=code, handler="handlers.runner.handler",
+            description="Session runner: SQS FIFO batches to answered sessions",
+            memory_mb=RUNNER_MEMORY_MB, timeout=RUNNER_TIMEOUT,
+            environment=common | data_env,
+        )
+        self.runner.function.add_event_source(events.SqsEventSource(
+            self.sessions_queue.queue, batch_size=RUNNER_BATCH_SIZE,
+            report_batch_item_failures=True))
+        role = self.runner.role
+        self._table(role, tables.SESSIONS, write=True)
+        self._table(role, tables.REGISTRY, write=False)
+        self._table(role, tables.USERS, write=False)
+        access.object_access(role, self.embeds.bucket, self.embeds.prefix, put=True)
+        access.signing_secret(role, self, config.signing_secret_id, create=False)
+        access.invoke_models(role, llm_models + embedding_models)
+
+        self.register_agent = PythonFunction(
+            self, "RegisterAgentFunction", code=code,
+            handler="handlers.register_agent.handler",
+            description="CloudFormation custom resource: (un)registers deployed agents",
+            memory_mb=REGISTER_MEMORY_MB, timeout=REGISTER_TIMEOUT,
+            environment=common,
+        )
+        role = self.register_agent.role
+        self._table(role, tables.REGISTRY, write=True)
+        self._table(role, tables.USERS, write=True)
+        # The first deploy may register an agent before the API ever started: the key
+        # ring then creates the signing keys, exactly as the API would.
+        access.signing_secret(role, self, config.signing_secret_id, create=True)
+        access.invoke_models(role, embedding_models)
+
+        self.alarms = PlatformAlarms(
+            self, "Alarms",
+            functions={"Api": self.api.function, "Runner": self.runner.function,
+                       "RegisterAgent": self.register_agent.function},
+            dead_letter_queue=self.sessions_queue.dlq,
+        )
+
+        CfnOutput(self, "ApiUrl", value=self.http.url, description="platform API")
+        CfnOutput(self, "GraphqlUrl", value=f"{self.http.url}/graphql")
+        CfnOutput(self, "JwksUrl", value=f"{self.http.url}/.well-known/jwks.json")
+
+    def _table(self, role: iam.Role, spec: tables.Table, *, write: bool) -> None:
+        access.table_access(role, self.tables.by_spec(spec), spec, write=write)
+
+    @property
+    def api_url(self) -> str:
+        return self.http.url
+
+    @property
+    def register_agent_function(self) -> lambda_.IFunction:
+        return self.register_agent.function
