@@ -22,3 +22,21 @@ lint: $(BIN)/.installed
 
 clean:
 	rm -rf $(VENV) .codeshot .pytest_cache
+
+# --- AWS deployment (infra/): `make synth` needs no AWS account, `npx cdk deploy` does ---
+.PHONY: synth cdk-install
+
+$(BIN)/.cdk-installed: $(BIN)/.installed pyproject.toml
+	$(BIN)/python -m pip install -q -e '.[cdk]'
+	touch $@
+
+node_modules/.package-lock.json: package.json package-lock.json
+	npm ci --no-audit --no-fund
+
+cdk-install: $(BIN)/.cdk-installed node_modules/.package-lock.json  ## CDK libraries and the pinned CDK CLI
+
+synth: cdk-install  ## CloudFormation templates in cdk.out, both ways, each linted (cfn-lint, cdk-nag)
+	$(BIN)/python -m infra.app
+	$(BIN)/python -m infra.lint cdk.out
+	CDK_DISABLE_CLI_TELEMETRY=true npx --no-install cdk synth --quiet
+	$(BIN)/python -m infra.lint cdk.out
