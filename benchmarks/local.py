@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import socket
 import tempfile
+from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 import httpx
 

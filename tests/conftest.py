@@ -4,8 +4,12 @@ for unit tests, and moto's real server over HTTP for end-to-end tests."""
 from __future__ import annotations
 
 import os
+import shutil
 import socket
+import subprocess
+import sys
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -26,6 +30,11 @@ os.environ.update(
     AWS_SECRET_ACCESS_KEY="testing",
     AWS_DEFAULT_REGION="us-east-1",
 )
+
+
+FIXIE = "fixieai==1.0.4"
+FIXIE_VENV = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "codeshot-tests" \
+    / "fixieai-1.0.4"
 
 
 def free_port() -> int:
@@ -68,10 +77,16 @@ def server_aws(moto_server, request):
     """Fresh resources on the moto server (unique names per test); yields settings."""
     from codeshot.store.provision import create_all
 
+    settings = unique_settings(aws_endpoint_url=moto_server.endpoint_url)
+    return create_all(settings)
+
+
+def unique_settings(**overrides: Any) -> Settings:
+    """Settings whose resources no other test uses: moto keeps one in-memory AWS per
+    process, shared by every moto server and local stack a test run starts."""
     suffix = f"t{free_port()}"
-    settings = Settings(
+    return Settings(
         region="us-east-1",
-        aws_endpoint_url=moto_server.endpoint_url,
         registry_table=f"registry-{suffix}",
         sessions_table=f"sessions-{suffix}",
         user_storage_table=f"user-storage-{suffix}",
@@ -80,8 +95,8 @@ def server_aws(moto_server, request):
         embeds_bucket=f"embeds-{suffix}",
         signing_secret_id=f"codeshot/signing-{suffix}",
         queue_name=f"sessions-{suffix}.fifo",
+        **overrides,
     )
-    return create_all(settings)
 
 
 @dataclass
@@ -123,3 +138,33 @@ def platform(server_aws, request):
     server.start()
     yield Platform(server.url, services)
     server.stop()
+
+
+@pytest.fixture(scope="session")
+def fixie_python() -> Path:
+    """The virtualenv's python, built once and cached across runs (~150 MB)."""
+    python, done = FIXIE_VENV / "bin" / "python", FIXIE_VENV / ".installed"
+    if not done.exists():
+        shutil.rmtree(FIXIE_VENV, ignore_errors=True)
+        subprocess.run([sys.executable, "-m", "venv", str(FIXIE_VENV)], check=True)
+        install = subprocess.run([str(python), "-m", "pip", "install", "-q", FIXIE],
+                                 capture_output=True, text=True, timeout=600, check=False)
+        if install.returncode != 0:
+            pytest.skip(f"cannot install {FIXIE} from PyPI: {install.stderr.strip()[-300:]}")
+        done.touch()
+    return python
+
+
+@pytest.fixture(scope="module")
+def live_stack():
+    """The embedded local stack in this process, as `codeshot local up` runs it."""
+    import tempfile
+
+    from codeshot.local.stack import LocalStack
+
+    with tempfile.TemporaryDirectory() as directory:
+        stack = LocalStack(port=free_port(), aws_port=free_port(), directory=Path(directory),
+                           base=unique_settings(), progress=lambda _line: None)
+        state = stack.start()
+        yield state
+        stack.stop()

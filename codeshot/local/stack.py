@@ -49,6 +49,7 @@ class LocalStack:
         directory: Path | None = None,
         base: Settings | None = None,
         progress: Callable[[str], None] = print,
+        examples: bool = True,
     ) -> None:
         self.host, self.port = host, port
         self.aws = LocalAWS(host, port + 1 if aws_port is None and port else aws_port or 0)
@@ -58,6 +59,7 @@ class LocalStack:
         self.settings: Settings | None = None
         self.state: dict[str, Any] = {}
         self._stopped = threading.Event()
+        self.examples = examples
         self.services: Any = None
         self.api: Any = None
         self.poller: Any = None
@@ -114,14 +116,25 @@ class LocalStack:
         assert self.settings is not None
         self.services = Services(self.settings)
         self.progress("Creating signing keys and the first user ...")
-        user = self.services.users.create(LOCAL_USER)
+        user = self._first_user()
         api_key = self.services.auth.issue_api_key(user)
         self.progress("Starting the API ...")
         self.api = HttpServer(create_app(services=self.services), self.host, self.port)
         self.api.start()
         self._start_runner()
-        self._start_agents(user)
+        if self.examples:
+            self._start_agents(user)
         return api_key
+
+    def _first_user(self) -> Any:
+        """The stack's own user; reused when the AWS behind it already has one (another
+        stack in this process: moto keeps one in-memory AWS per process)."""
+        from codeshot.errors import Conflict
+
+        try:
+            return self.services.users.create(LOCAL_USER)
+        except Conflict:
+            return self.services.users.get_by_username(LOCAL_USER)
 
     def _start_runner(self) -> None:
         from codeshot.local.poller import QueuePoller
@@ -134,6 +147,7 @@ class LocalStack:
     def _start_agents(self, user: Any) -> None:
         """Serve the example agents on loopback and register them, owned by the first user."""
         from codeshot.api.agents import AgentFields, AgentRegistration
+        from codeshot.errors import Conflict
         from codeshot.local.http_server import HttpServer
         from codeshot.models import Principal
         from codeshot.sdk.project import load_agent, read_config
@@ -149,9 +163,13 @@ class LocalStack:
             server = HttpServer(app, self.host, 0)
             url = server.start()
             self.agents.append(server)
-            registration.create(owner, config.handle, AgentFields(
+            fields = AgentFields(
                 name=config.name, description=config.description, query_url=url, func_url=url,
-                published=True, sample_queries=config.sample_queries))
+                published=True, sample_queries=config.sample_queries)
+            try:
+                registration.create(owner, config.handle, fields)
+            except Conflict:  # registered by an earlier stack on the same AWS: repoint it
+                registration.update(owner, config.handle, fields, None)
 
     def _write_state(self) -> None:
         self.state_path.parent.mkdir(parents=True, exist_ok=True)

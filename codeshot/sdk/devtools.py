@@ -85,7 +85,8 @@ class LocalPlatform:
 def local_platform(state_dir: Path, base: Settings | None = None) -> Iterator[LocalPlatform]:
     """moto's server and the API on free loopback ports, for as long as the block runs."""
     stack = LocalStack(port=_free_port(), aws_port=0, directory=state_dir,
-                       base=base or Settings(), progress=lambda line: None)
+                       base=base or Settings(), progress=lambda line: None,
+                       examples=False)
     stack.start()
     try:
         yield LocalPlatform(stack.api_url, stack.services)

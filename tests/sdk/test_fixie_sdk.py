@@ -4,12 +4,9 @@ virtualenv: it pins FastAPI 0.89 and pydantic 1) talks to our platform unchanged
 from __future__ import annotations
 
 import os
-import shutil
 import subprocess
-import sys
 import time
 from collections.abc import Iterator
-from pathlib import Path
 
 import httpx
 import pytest
@@ -18,8 +15,6 @@ from codeshot.errors import AgentError
 from codeshot.runner.agent_client import fetch_handshake
 from tests.conftest import free_port
 
-FIXIE = "fixieai==1.0.4"
-VENV = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "codeshot-tests" / "fixieai-1.0.4"
 AGENT_ID = "acme/fixie-genrand"
 
 AGENT = '''
@@ -44,21 +39,6 @@ def remember(query: Message, user_storage: UserStorage) -> str:
 
 agent.serve(host="127.0.0.1", port=int(sys.argv[1]))
 '''
-
-
-@pytest.fixture(scope="session")
-def fixie_python() -> Path:
-    """The virtualenv's python, built once and cached across runs (~150 MB)."""
-    python, done = VENV / "bin" / "python", VENV / ".installed"
-    if not done.exists():
-        shutil.rmtree(VENV, ignore_errors=True)
-        subprocess.run([sys.executable, "-m", "venv", str(VENV)], check=True)
-        install = subprocess.run([str(python), "-m", "pip", "install", "-q", FIXIE],
-                                 capture_output=True, text=True, timeout=600, check=False)
-        if install.returncode != 0:
-            pytest.skip(f"cannot install {FIXIE} from PyPI: {install.stderr.strip()[-300:]}")
-        done.touch()
-    return python
 
 
 @pytest.fixture

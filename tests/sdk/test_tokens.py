@@ -5,6 +5,7 @@ from __future__ import annotations
 import time
 
 import httpx
+import jwt
 import pytest
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
@@ -87,7 +88,7 @@ def test_rotated_keys_are_fetched_on_an_unknown_kid(platform, sdk_agent, monkeyp
                 ).status_code == 200  # the agent has cached the JWKS
     new_key = platform.services.keyring.rotate()
     token = platform.services.auth.agent_token(sdk_agent.agent_id, None, None)
-    assert tokens.jwt.get_unverified_header(token)["kid"] == new_key.kid
+    assert jwt.get_unverified_header(token)["kid"] == new_key.kid
     refused(post(sdk_agent, token), 401, "UNAUTHENTICATED", "unknown key")  # refetch rate limit
     monkeypatch.setattr(codeshot.sdk.auth, "MIN_REFETCH_INTERVAL", 0.0)
     assert post(sdk_agent, token).status_code == 200

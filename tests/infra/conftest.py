@@ -1,0 +1,38 @@
+"""Synthesizes the app once per test session, without bundling (``aws:cdk:bundling-stacks``
+= []), with cdk-nag applied as in ``cdk synth``; tests read the templates it wrote."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+os.environ.setdefault("JSII_SILENCE_WARNING_DEPRECATED_NODE_VERSION", "1")
+
+from tests.infra.cfn import Template  # noqa: E402
+
+NO_BUNDLING = {"aws:cdk:bundling-stacks": []}
+
+
+@dataclass
+class Synth:
+    outdir: Path
+    platform: Template
+    agent: Template
+
+
+def synthesize(outdir: Path, agent_stack: str = "CodeshotAgent-notes", **context: object
+               ) -> Synth:
+    """Synthesize the app into ``outdir``; ``context`` overrides cdk.json's."""
+    from infra.app import build_app, cdk_json_context
+
+    build_app(cdk_json_context() | NO_BUNDLING | context, outdir=str(outdir)).synth()
+    return Synth(outdir, Template.load(outdir / "Codeshot.template.json"),
+                 Template.load(outdir / f"{agent_stack}.template.json"))
+
+
+@pytest.fixture(scope="session")
+def synth(tmp_path_factory: pytest.TempPathFactory) -> Synth:
+    return synthesize(tmp_path_factory.mktemp("cdk.out"))

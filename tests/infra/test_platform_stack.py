@@ -1,0 +1,237 @@
+"""The platform template: resources as tables.py defines them, and each function's role
+holding exactly what that function needs."""
+
+from __future__ import annotations
+
+import pytest
+
+from codeshot.settings import Settings
+from codeshot.store import tables
+from infra.components.access import DYNAMO_READ, DYNAMO_WRITE
+from infra.settings_env import env_name
+from tests.infra.cfn import refs as refs_of
+
+API = "handlers.api.handler"
+RUNNER = "handlers.runner.handler"
+REGISTER = "handlers.register_agent.handler"
+SIGNING_SECRET = "codeshot/Codeshot/signing-keys-??????"
+SQS_CONSUME = {"sqs:ReceiveMessage", "sqs:DeleteMessage", "sqs:ChangeMessageVisibility"}
+
+
+def table_id(synth, spec: tables.Table) -> str:
+    """The table's logical id, found through the API's environment (so names agree too)."""
+    value = synth.platform.env(API)[env_name(spec.setting)]
+    assert set(value) == {"Ref"}, value
+    return value["Ref"]
+
+
+def sorted_keys(schema):
+    return sorted(schema, key=lambda k: k["KeyType"])
+
+
+@pytest.mark.parametrize("spec", tables.TABLES, ids=lambda s: s.logical)
+def test_each_table_is_generated_from_tables_py(synth, spec):
+    props = synth.platform.props(table_id(synth, spec))
+    local = spec.create_table_kwargs("unused")  # what the local stack creates
+    assert sorted_keys(props["KeySchema"]) == sorted_keys(local["KeySchema"])
+    assert sorted(props["AttributeDefinitions"], key=lambda a: a["AttributeName"]) == sorted(
+        local["AttributeDefinitions"], key=lambda a: a["AttributeName"])
+    indexes = {i["IndexName"]: (sorted_keys(i["KeySchema"]), i["Projection"])
+               for i in props.get("GlobalSecondaryIndexes", [])}
+    assert indexes == {i["IndexName"]: (sorted_keys(i["KeySchema"]), i["Projection"])
+                       for i in local.get("GlobalSecondaryIndexes", [])}
+    if spec.ttl:
+        assert props["TimeToLiveSpecification"] == {"AttributeName": spec.ttl, "Enabled": True}
+    else:
+        assert "TimeToLiveSpecification" not in props
+    assert props["BillingMode"] == "PAY_PER_REQUEST"
+    assert props["PointInTimeRecoverySpecification"]["PointInTimeRecoveryEnabled"] is True
+    assert props["SSESpecification"]["SSEEnabled"] is True
+    assert synth.platform.resources[table_id(synth, spec)]["DeletionPolicy"] == "Retain"
+
+
+def test_no_table_outside_tables_py(synth):
+    assert len(synth.platform.of_type("AWS::DynamoDB::Table")) == len(tables.TABLES)
+    assert not synth.agent.of_type("AWS::DynamoDB::Table")
+
+
+def embeds_bucket_id(synth) -> str:
+    return synth.platform.env(API)[env_name(tables.EMBEDS_BUCKET.setting)]["Ref"]
+
+
+def test_embeds_bucket_is_private_encrypted_versioned(synth):
+    props = synth.platform.props(embeds_bucket_id(synth))
+    assert props["PublicAccessBlockConfiguration"] == {
+        "BlockPublicAcls": True, "BlockPublicPolicy": True,
+        "IgnorePublicAcls": True, "RestrictPublicBuckets": True}
+    rule = props["BucketEncryption"]["ServerSideEncryptionConfiguration"][0]
+    assert rule["ServerSideEncryptionByDefault"]["SSEAlgorithm"] in ("AES256", "aws:kms")
+    assert props["VersioningConfiguration"] == {"Status": "Enabled"}
+    assert "LoggingConfiguration" in props
+
+
+def test_every_bucket_policy_denies_requests_without_tls(synth):
+    covered = set()
+    for policy in synth.platform.of_type("AWS::S3::BucketPolicy").values():
+        bucket = policy["Properties"]["Bucket"]["Ref"]
+        for st in policy["Properties"]["PolicyDocument"]["Statement"]:
+            if (st["Effect"] == "Deny" and st["Principal"] == {"AWS": "*"}
+                    and st["Action"] == "s3:*"
+                    and st["Condition"] == {"Bool": {"aws:SecureTransport": "false"}}):
+                covered.add(bucket)
+    assert embeds_bucket_id(synth) in covered
+    assert covered == set(synth.platform.of_type("AWS::S3::Bucket"))  # access logs too
+
+
+def test_queue_is_fifo_with_a_fifo_dead_letter_queue(synth):
+    queue_url = synth.platform.env(API)[env_name("queue_url")]
+    queue_id = queue_url["Ref"]
+    queue = synth.platform.props(queue_id)
+    spec = tables.SESSION_QUEUE
+    assert queue["FifoQueue"] is True
+    assert queue["VisibilityTimeout"] == spec.visibility_timeout_seconds
+    assert queue["MessageRetentionPeriod"] == spec.retention_seconds
+    assert queue["SqsManagedSseEnabled"] is True
+    redrive = queue["RedrivePolicy"]
+    assert redrive["maxReceiveCount"] == spec.max_receive_count
+    dlq_id = redrive["deadLetterTargetArn"]["Fn::GetAtt"][0]
+    dlq = synth.platform.props(dlq_id)
+    assert dlq["FifoQueue"] is True and dlq["SqsManagedSseEnabled"] is True
+    # The runner consumes it in batches and reports failures per message.
+    (mapping,) = synth.platform.of_type("AWS::Lambda::EventSourceMapping").values()
+    props = mapping["Properties"]
+    assert props["EventSourceArn"] == {"Fn::GetAtt": [queue_id, "Arn"]}
+    assert props["FunctionResponseTypes"] == ["ReportBatchItemFailures"]
+    assert props["BatchSize"] == 10
+    assert props["FunctionName"] == {"Ref": synth.platform.function(RUNNER)[0]}
+    # TLS only for the queues too.
+    denies = [st for p in synth.platform.of_type("AWS::SQS::QueuePolicy").values()
+              for st in p["Properties"]["PolicyDocument"]["Statement"] if st["Effect"] == "Deny"]
+    assert len(denies) == 2 and all(
+        d["Condition"] == {"Bool": {"aws:SecureTransport": "false"}} for d in denies)
+
+
+@pytest.mark.parametrize("handler", [API, RUNNER, REGISTER])
+def test_functions_runtime_and_observability(synth, handler):
+    logical_id, props = synth.platform.function(handler)
+    assert props["Runtime"].startswith("python3.") and props["Runtime"] >= "python3.12"
+    assert props["Architectures"] == ["arm64"]
+    assert props["TracingConfig"] == {"Mode": "Active"}
+    log_group = synth.platform.props(props["LoggingConfig"]["LogGroup"]["Ref"])
+    assert log_group["RetentionInDays"] == 30
+    for name in props["Environment"]["Variables"]:  # every variable is a real setting
+        assert name.startswith("CODESHOT_")
+        assert name.removeprefix("CODESHOT_").lower() in Settings.model_fields, name
+
+
+def test_timeouts_fit_api_gateway_and_the_queue(synth):
+    assert synth.platform.function(API)[1]["Timeout"] <= 29
+    assert synth.platform.function(RUNNER)[1]["Timeout"] < (
+        tables.SESSION_QUEUE.visibility_timeout_seconds)
+    reply_wait = int(synth.platform.env(API)["CODESHOT_REPLY_WAIT_SECONDS"])
+    assert reply_wait < synth.platform.function(API)[1]["Timeout"]
+
+
+def test_environment_points_functions_at_the_resources(synth):
+    env = synth.platform.env(API)
+    (api_id,) = synth.platform.of_type("AWS::ApiGatewayV2::Api")
+    assert env["CODESHOT_API_URL"] == {"Fn::GetAtt": [api_id, "ApiEndpoint"]}
+    assert env["CODESHOT_LLM"] == "bedrock"
+    assert env["CODESHOT_EMBEDDER"] in ("bedrock", "hashing")
+    assert env["CODESHOT_SIGNING_SECRET_ID"] == "codeshot/Codeshot/signing-keys"
+    assert "CODESHOT_QUEUE_URL" in env
+    assert "CODESHOT_QUEUE_URL" not in synth.platform.env(RUNNER)  # it never enqueues
+    assert env["CODESHOT_API_URL"] == synth.platform.env(RUNNER)["CODESHOT_API_URL"]
+
+
+def test_http_api_default_route_goes_to_the_api_function_with_throttling(synth):
+    t = synth.platform
+    (route,) = t.of_type("AWS::ApiGatewayV2::Route").values()
+    assert route["Properties"]["RouteKey"] == "$default"
+    integration = t.props(route["Properties"]["Target"]["Fn::Join"][1][1]["Ref"])
+    assert integration["IntegrationType"] == "AWS_PROXY"
+    assert integration["PayloadFormatVersion"] == "2.0"
+    assert refs_of(integration["IntegrationUri"]) == {t.function(API)[0]}
+    (stage,) = t.of_type("AWS::ApiGatewayV2::Stage").values()
+    assert stage["Properties"]["StageName"] == "$default"
+    throttle = stage["Properties"]["DefaultRouteSettings"]
+    assert throttle["ThrottlingRateLimit"] > 0 and throttle["ThrottlingBurstLimit"] > 0
+    assert "AccessLogSettings" in stage["Properties"]
+
+
+def test_outputs(synth):
+    outputs = synth.platform.data["Outputs"]
+    (api_id,) = synth.platform.of_type("AWS::ApiGatewayV2::Api")
+    endpoint = {"Fn::GetAtt": [api_id, "ApiEndpoint"]}
+    assert outputs["ApiUrl"]["Value"] == endpoint
+    assert outputs["GraphqlUrl"]["Value"] == {"Fn::Join": ["", [endpoint, "/graphql"]]}
+    assert outputs["JwksUrl"]["Value"] == {"Fn::Join": ["", [endpoint, "/.well-known/jwks.json"]]}
+
+
+def test_alarms_on_function_errors_and_dead_letters(synth):
+    alarms = [a["Properties"] for a in synth.platform.of_type("AWS::CloudWatch::Alarm").values()]
+    errors = {refs_of(a["Dimensions"]).pop() for a in alarms if a["MetricName"] == "Errors"}
+    assert errors == {synth.platform.function(h)[0] for h in (API, RUNNER, REGISTER)}
+    dlq = [a for a in alarms if a["MetricName"] == "ApproximateNumberOfMessagesVisible"]
+    assert len(dlq) == 1 and dlq[0]["Threshold"] == 1
+    queue_id = synth.platform.env(API)["CODESHOT_QUEUE_URL"]["Ref"]
+    dlq_id = synth.platform.props(queue_id)["RedrivePolicy"]["deadLetterTargetArn"]["Fn::GetAtt"][0]
+    assert refs_of(dlq[0]["Dimensions"]) == {dlq_id}
+
+
+# --- least privilege, function by function -------------------------------------------------
+
+def test_api_role(synth):
+    t = synth.platform
+    for spec in tables.TABLES:  # registry, sessions, users, usage, user storage: read/write
+        assert t.actions_on(API, table_id(synth, spec)) == set(DYNAMO_READ + DYNAMO_WRITE)
+    bucket = embeds_bucket_id(synth)
+    assert t.actions_on(API, bucket) == {"s3:GetObject", "s3:PutObject", "s3:ListBucket"}
+    queue = t.env(API)["CODESHOT_QUEUE_URL"]["Ref"]
+    assert t.actions_on(API, queue) == {"sqs:SendMessage"}  # it cannot consume
+    assert not SQS_CONSUME & t.all_actions(API)
+    secrets = [g for g in t.grants(API) if any(a.startswith("secretsmanager:") for a in g.actions)]
+    assert len(secrets) == 1
+    assert secrets[0].actions == {"secretsmanager:GetSecretValue", "secretsmanager:CreateSecret"}
+    assert all(r.endswith(":secret:" + SIGNING_SECRET) for r in secrets[0].resource_texts())
+
+
+def test_runner_role(synth):
+    t = synth.platform
+    assert t.actions_on(RUNNER, table_id(synth, tables.SESSIONS)) == set(DYNAMO_READ + DYNAMO_WRITE)
+    registry = t.actions_on(RUNNER, table_id(synth, tables.REGISTRY))
+    assert registry and registry <= set(DYNAMO_READ)  # the runner cannot write the registry
+    assert not registry & set(DYNAMO_WRITE)
+    assert t.actions_on(RUNNER, table_id(synth, tables.USERS)) <= set(DYNAMO_READ)
+    assert not t.actions_on(RUNNER, table_id(synth, tables.USER_STORAGE))
+    assert not t.actions_on(RUNNER, table_id(synth, tables.USAGE))
+    assert t.actions_on(RUNNER, embeds_bucket_id(synth)) == {
+        "s3:GetObject", "s3:PutObject", "s3:ListBucket"}
+    queue = t.env(API)["CODESHOT_QUEUE_URL"]["Ref"]
+    assert SQS_CONSUME <= t.actions_on(RUNNER, queue)
+    assert "sqs:SendMessage" not in t.all_actions(RUNNER)
+    assert {a for a in t.all_actions(RUNNER) if a.startswith("secretsmanager:")} == {
+        "secretsmanager:GetSecretValue"}
+    bedrock = [g for g in t.grants(RUNNER) if "bedrock:InvokeModel" in g.actions]
+    models = " ".join(r for g in bedrock for r in g.resource_texts())
+    assert "foundation-model/anthropic.claude-3-5-haiku-20241022-v1:0" in models
+
+
+def test_register_agent_role(synth):
+    t = synth.platform
+    for spec in (tables.REGISTRY, tables.USERS):
+        assert t.actions_on(REGISTER, table_id(synth, spec)) == set(DYNAMO_READ + DYNAMO_WRITE)
+    for spec in (tables.SESSIONS, tables.USAGE, tables.USER_STORAGE):
+        assert not t.actions_on(REGISTER, table_id(synth, spec))
+    assert not {a for a in t.all_actions(REGISTER) if a.startswith(("s3:", "sqs:"))}
+
+
+@pytest.mark.parametrize("handler", [API, RUNNER, REGISTER])
+def test_no_wildcards_but_x_ray(synth, handler):
+    for grant in synth.platform.grants(handler):
+        assert not any(a == "*" or a.endswith(":*") for a in grant.actions), grant
+        if "*" in grant.resources:
+            assert grant.actions == {"xray:PutTraceSegments", "xray:PutTelemetryRecords"}
+        logs = [a for a in grant.actions if a.startswith("logs:")]
+        if logs:  # only its own log group, never any group
+            assert len(grant.resources) == 1 and "Fn::GetAtt" in grant.resources[0]
