@@ -14,13 +14,13 @@ from typing import Any
 
 os.environ.setdefault("JSII_SILENCE_WARNING_DEPRECATED_NODE_VERSION", "1")
 
-from aws_cdk import App, Environment  # noqa: E402
+from aws_cdk import App, Environment
 
-from codeshot.sdk.project import read_config as read_agent_config  # noqa: E402
-from infra.agent_stack import AgentStack  # noqa: E402
-from infra.config import REPO_ROOT, read_config  # noqa: E402
-from infra.nag import apply_checks  # noqa: E402
-from infra.platform_stack import PlatformStack  # noqa: E402
+from codeshot.sdk.project import read_config as read_agent_config
+from infra.agent_stack import AgentStack
+from infra.config import REPO_ROOT, read_config
+from infra.nag import apply_checks
+from infra.platform_stack import PlatformStack
 
 # Set by the CDK CLI when it runs the app (it then passes cdk.json's context itself).
 CLI_ENV = "CDK_CONTEXT_JSON"

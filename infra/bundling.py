@@ -154,7 +154,7 @@ def sdk_files() -> tuple[str, ...]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("CODESHOT_")}
     env["PYTHONPATH"] = str(REPO_ROOT)
     proc = subprocess.run([sys.executable, "-c", _SDK_PROBE, str(REPO_ROOT)], cwd=REPO_ROOT,
-                          env=env, capture_output=True, text=True, timeout=120)
+                          env=env, capture_output=True, text=True, timeout=120, check=False)
     if proc.returncode:
         raise BundlingError("importing codeshot.sdk failed:\n" + proc.stderr)
     found = json.loads(proc.stdout.strip().splitlines()[-1])
@@ -210,7 +210,7 @@ def _build(spec: BundleSpec, out: Path) -> None:
     if spec.requirements:
         cmd = [sys.executable, "-m", "pip", "install", "--quiet", "--disable-pip-version-check",
                "--no-compile", *PIP_TARGET_ARGS, "--target", str(out), *spec.requirements]
-        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=900)
+        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=900, check=False)
         if proc.returncode:
             raise BundlingError(f"pip failed for bundle {spec.name}:\n{proc.stderr[-4000:]}")
     shutil.rmtree(out / "bin", ignore_errors=True)  # console scripts: never run in Lambda

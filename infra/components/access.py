@@ -85,8 +85,9 @@ def model_arns(model_id: str) -> list[str]:
     to in any region (Bedrock checks both)."""
     if model_id.startswith(INFERENCE_PROFILE_PREFIXES):
         base = model_id.split(".", 1)[1]
-        return [f"arn:{Aws.PARTITION}:bedrock:{Aws.REGION}:{Aws.ACCOUNT_ID}:inference-profile/"
-                f"{model_id}", f"arn:{Aws.PARTITION}:bedrock:*::foundation-model/{base}"]
+        profile = (f"arn:{Aws.PARTITION}:bedrock:{Aws.REGION}:{Aws.ACCOUNT_ID}:"
+                   f"inference-profile/{model_id}")
+        return [profile, f"arn:{Aws.PARTITION}:bedrock:*::foundation-model/{base}"]
     return [f"arn:{Aws.PARTITION}:bedrock:{Aws.REGION}::foundation-model/{model_id}"]
 
 

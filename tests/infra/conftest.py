@@ -11,7 +11,7 @@ import pytest
 
 os.environ.setdefault("JSII_SILENCE_WARNING_DEPRECATED_NODE_VERSION", "1")
 
-from tests.infra.cfn import Template  # noqa: E402
+from tests.infra.cfn import Template
 
 NO_BUNDLING = {"aws:cdk:bundling-stacks": []}
 

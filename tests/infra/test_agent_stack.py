@@ -25,7 +25,7 @@ def platform_output(synth, stack_output: dict) -> dict:
 
 
 def test_registration_custom_resource(synth):
-    (logical_id, resource), = synth.agent.of_type("Custom::CodeshotAgentRegistration").items()
+    (_, resource), = synth.agent.of_type("Custom::CodeshotAgentRegistration").items()
     props = resource["Properties"]
     register_fn = synth.platform.function("handlers.register_agent.handler")[0]
     assert platform_output(synth, props["ServiceToken"]) == {"Fn::GetAtt": [register_fn, "Arn"]}

@@ -113,8 +113,9 @@ def test_queue_is_fifo_with_a_fifo_dead_letter_queue(synth):
 
 @pytest.mark.parametrize("handler", [API, RUNNER, REGISTER])
 def test_functions_runtime_and_observability(synth, handler):
-    logical_id, props = synth.platform.function(handler)
-    assert props["Runtime"].startswith("python3.") and props["Runtime"] >= "python3.12"
+    _, props = synth.platform.function(handler)
+    version = tuple(int(p) for p in props["Runtime"].removeprefix("python").split("."))
+    assert props["Runtime"].startswith("python") and version >= (3, 12)
     assert props["Architectures"] == ["arm64"]
     assert props["TracingConfig"] == {"Mode": "Active"}
     log_group = synth.platform.props(props["LoggingConfig"]["LogGroup"]["Ref"])

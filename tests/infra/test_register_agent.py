@@ -1,0 +1,151 @@
+"""The custom resource behind ``cdk deploy``'s agent registration, on moto: create,
+update, rename, delete, and a failure answered to CloudFormation instead of hanging."""
+
+from __future__ import annotations
+
+import json
+import threading
+from http.server import BaseHTTPRequestHandler, HTTPServer
+from typing import ClassVar
+
+import pytest
+
+from codeshot.errors import NotFound
+from codeshot.runner.agent_client import Handshake
+from codeshot.sdk.project import load_agent, read_config
+from codeshot.services import Services
+from handlers import register_agent
+from infra.config import REPO_ROOT
+
+URL = "https://93.184.215.14/notes"  # public address literal: passes the SSRF check offline
+
+
+@pytest.fixture
+def services(aws):
+    return Services(aws)
+
+
+@pytest.fixture
+def fetch():
+    """The template agent's real handshake document, without HTTP; records calls."""
+    directory = REPO_ROOT / "agent_template"
+    agent = load_agent(directory, read_config(directory))
+    calls: list[tuple[str, str]] = []
+
+    def fetch(url: str, token: str) -> Handshake:
+        calls.append((url, token))
+        return Handshake(**agent.metadata())
+
+    fetch.calls = calls
+    return fetch
+
+
+def event(kind: str, physical_id: str | None = None, **props) -> dict:
+    properties = {"Owner": "admin", "Handle": "notes", "Name": "Notes",
+                  "Description": "Saves notes", "Url": URL, "Published": "true",
+                  "SampleQueries": ["What are my notes?"], "CodeHash": "h1", **props}
+    out = {"RequestType": kind, "ResourceProperties": properties, "RequestId": "req-1",
+           "StackId": "arn:aws:cloudformation:us-east-1:1:stack/S/x", "LogicalResourceId": "R",
+           "ResponseURL": "http://127.0.0.1:9/unused"}
+    if physical_id:
+        out["PhysicalResourceId"] = physical_id
+    return out
+
+
+def test_create_registers_under_a_new_admin_user(services, fetch):
+    physical_id, data = register_agent.apply(event("Create"), services, fetch)
+    assert physical_id == "admin/notes" == data["AgentId"]
+    agent = services.registry.get("admin/notes")
+    admin = services.users.get_by_username("admin")
+    assert agent.owner == "admin" and agent.published
+    assert agent.kind.value == data["Kind"] == "code_shot"
+    assert agent.func_url == URL and agent.few_shots  # from the handshake
+    assert "What are my notes?" in agent.sample_queries
+    assert fetch.calls[0][0] == URL
+    # A second agent reuses the same admin user.
+    register_agent.apply(event("Create", Handle="notes2"), services, fetch)
+    assert services.users.get_by_username("admin").user_id == admin.user_id
+
+
+def test_update_rereads_the_handshake_and_changes_fields(services, fetch):
+    register_agent.apply(event("Create"), services, fetch)
+    before = len(fetch.calls)
+    physical_id, _ = register_agent.apply(
+        event("Update", "admin/notes", Description="Now with more notes", CodeHash="h2"),
+        services, fetch)
+    assert physical_id == "admin/notes"
+    assert services.registry.get("admin/notes").description == "Now with more notes"
+    assert len(fetch.calls) > before  # code may have changed at the same URL
+
+
+def test_renamed_handle_gets_a_new_physical_id_and_delete_removes_the_old(services, fetch):
+    register_agent.apply(event("Create"), services, fetch)
+    physical_id, _ = register_agent.apply(
+        event("Update", "admin/notes", Handle="jotter"), services, fetch)
+    assert physical_id == "admin/jotter"  # CloudFormation then deletes the old id
+    register_agent.apply(event("Delete", "admin/notes"), services, fetch)
+    with pytest.raises(NotFound):
+        services.registry.get("admin/notes")
+    assert services.registry.get("admin/jotter").owner == "admin"
+
+
+def test_delete_is_idempotent_and_ignores_failed_creates(services, fetch):
+    register_agent.apply(event("Create"), services, fetch)
+    assert register_agent.apply(event("Delete", "admin/notes"), services, fetch)[0] == "admin/notes"
+    register_agent.apply(event("Delete", "admin/notes"), services, fetch)  # already gone
+    failed = register_agent.UNREGISTERED + "req-0"
+    assert register_agent.apply(event("Delete", failed), services, fetch) == (failed, {})
+
+
+def test_retrying_gives_a_new_agent_api_time_then_gives_up():
+    attempts = []
+
+    def flaky(url, token):
+        attempts.append(url)
+        if len(attempts) < 3:
+            raise RuntimeError("503")
+        return "ok"
+
+    assert register_agent.retrying(flaky, lambda: False, sleep=lambda s: None)("u", "t") == "ok"
+    assert len(attempts) == 3
+
+    def down(url, token):
+        raise RuntimeError("down")
+
+    with pytest.raises(RuntimeError, match="down"):  # out of time: the error goes up
+        register_agent.retrying(down, lambda: True, sleep=lambda s: None)("u", "t")
+
+
+class _Recorder(BaseHTTPRequestHandler):
+    bodies: ClassVar[list[dict]] = []
+
+    def do_PUT(self):
+        self.bodies.append(json.loads(self.rfile.read(int(self.headers["Content-Length"]))))
+        self.send_response(200)
+        self.end_headers()
+
+    def log_message(self, *args):
+        pass
+
+
+class _Context:
+    def get_remaining_time_in_millis(self) -> int:
+        return 100_000
+
+
+def test_handler_answers_cloudformation_even_when_registration_fails(aws, monkeypatch):
+    server = HTTPServer(("127.0.0.1", 0), _Recorder)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    _Recorder.bodies.clear()
+    monkeypatch.setattr(register_agent, "_services", lambda: Services(aws))
+    try:
+        bad = event("Create", Url="http://127.0.0.1:1/")  # loopback: refused (SSRF check)
+        bad["ResponseURL"] = f"http://127.0.0.1:{server.server_port}/response"
+        register_agent.handler(bad, _Context())
+    finally:
+        server.shutdown()
+    (body,) = _Recorder.bodies
+    assert body["Status"] == "FAILED"
+    assert "non-public address" in body["Reason"] or "refused" in body["Reason"]
+    assert body["PhysicalResourceId"] == register_agent.UNREGISTERED + "req-1"
+    assert (body["RequestId"], body["LogicalResourceId"]) == ("req-1", "R")
