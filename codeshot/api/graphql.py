@@ -174,6 +174,7 @@ class SessionType:
     name: str
     description: str
     frontend_agent_id: str | None
+    callback_url: str | None
     status: str
     created: datetime
     modified: datetime
@@ -200,7 +201,8 @@ class SessionType:
     @classmethod
     def of(cls, s: Session) -> SessionType:
         return cls(handle=s.session_id, name=s.name, description=s.description,
-                   frontend_agent_id=s.frontend_agent_id, status=s.status.value,
+                   frontend_agent_id=s.frontend_agent_id, callback_url=s.callback_url,
+                   status=s.status.value,
                    created=s.created, modified=s.modified)
 
 
@@ -238,6 +240,8 @@ class SessionInput:
     frontend_agent_id: str | None = None
     name: str | None = None
     description: str | None = None
+    callback_url: str | None = strawberry.field(
+        default=None, description="receives signed response/error/awaiting_input events")
 
 
 @strawberry.input
@@ -407,7 +411,7 @@ class Mutation:
         p = await blocking(lambda: c.principal)
         data = session_data or SessionInput()
         session = await blocking(create_session, c.services, p, data.frontend_agent_id,
-                                 data.name or "", data.description or "")
+                                 data.name or "", data.description or "", data.callback_url)
         return SessionPayload(session=SessionType.of(session))
 
     @strawberry.mutation
@@ -450,10 +454,13 @@ class Mutation:
 
 def create_session(
     services: Services, principal: Principal, frontend_agent_id: str | None,
-    name: str = "", description: str = "",
+    name: str = "", description: str = "", callback_url: str | None = None,
 ) -> Session:
     from codeshot import ids
+    from codeshot.runner.agent_urls import check_agent_url
 
+    if callback_url:
+        check_agent_url(callback_url, allow_loopback=services.settings.local_mode)
     if frontend_agent_id:
         agent = services.registry.get(frontend_agent_id)
         if not (agent.published or agent.owner == principal.username):
@@ -463,7 +470,7 @@ def create_session(
     assert principal.user_id
     return services.sessions.create(Session(
         session_id=ids.handle(), owner=principal.user_id, frontend_agent_id=frontend_agent_id,
-        name=name, description=description,
+        name=name, description=description, callback_url=callback_url,
     ))
 
 

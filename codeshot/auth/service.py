@@ -23,7 +23,8 @@ class Auth:
     def issuer(self) -> str:
         return self.settings.api_url.rstrip("/")
 
-    def _sign(self, claims: dict[str, Any]) -> str:
+    def sign(self, claims: dict[str, Any]) -> str:
+        """Sign claims with the newest key (tokens and signed callback events)."""
         key = self.keyring.signing_key()
         return tokens.sign(claims, key.kid, key.private_key())
 
@@ -32,7 +33,7 @@ class Auth:
         """A new API key for ``user``; only its id is stored, so it is shown once."""
         key_id = "key_" + ids.handle(12)
         self.users.add_key(user.user_id, key_id)
-        return self._sign(tokens.api_key_claims(self.issuer, user.user_id, key_id))
+        return self.sign(tokens.api_key_claims(self.issuer, user.user_id, key_id))
 
     def revoke_api_key(self, user: User, key_id: str) -> None:
         self.users.revoke_key(user.user_id, key_id)
@@ -56,7 +57,7 @@ class Auth:
 
     # -- agent-call tokens ------------------------------------------------------------
     def agent_token(self, agent_id: str, user_id: str | None, session_id: str | None) -> str:
-        return self._sign(
+        return self.sign(
             tokens.agent_token_claims(
                 self.issuer,
                 self.settings.token_audiences(),

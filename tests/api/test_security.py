@@ -39,8 +39,8 @@ def test_bad_api_keys_are_refused(platform):
         "malformed": "not-a-jwt",
         "tampered": tamper(key, sub="u_someone_else"),
         "forged": forge(claims, kid),
-        "wrong audience": platform.services.auth._sign({**claims, "aud": "https://elsewhere"}),
-        "wrong issuer": platform.services.auth._sign({**claims, "iss": "https://evil"}),
+        "wrong audience": platform.services.auth.sign({**claims, "aud": "https://elsewhere"}),
+        "wrong issuer": platform.services.auth.sign({**claims, "iss": "https://evil"}),
         "agent token as API key": agent_token,
         "HS256": jwt.encode(claims, "s" * 32, algorithm="HS256", headers={"kid": kid}),
     }

@@ -147,3 +147,39 @@ def test_real_agent_bundling_through_cdk_with_the_cache(tmp_path, monkeypatch, c
     outside = [f for f in result["files"] if not f.startswith(str(tmp_path / "task"))]
     assert outside == [] and result["files"]
     assert result["boto3"] is False
+
+
+def test_platform_bundle_code_imports_without_the_excluded_parts(tmp_path):
+    """Every module the platform bundle ships imports from the bundle alone (no local
+    stack, CLI or dev tools), and the API handler answers /healthz."""
+    task = tmp_path / "task"
+    for dest, source in platform_bundle().files:
+        (task / dest).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(source, task / dest)
+    modules = sorted(d.removesuffix(".py").removesuffix("/__init__").replace("/", ".")
+                     for d, _ in platform_bundle().files)
+    probe = f"""
+import importlib, json, sys
+for name in {modules!r}:
+    importlib.import_module(name)
+import handlers.api
+event = {{"version": "2.0", "routeKey": "$default", "rawPath": "/healthz", "rawQueryString": "",
+          "headers": {{"host": "api.example"}},
+          "requestContext": {{"http": {{"method": "GET", "path": "/healthz",
+                               "protocol": "HTTP/1.1", "sourceIp": "203.0.113.1",
+                               "userAgent": "t"}}, "domainName": "api.example",
+                              "stage": "$default", "requestId": "r", "accountId": "1",
+                              "apiId": "a"}}, "isBase64Encoded": False}}
+out = handlers.api.handler(event, None)
+files = [m.__file__ for n, m in list(sys.modules.items())
+         if n.split(".")[0] in ("codeshot", "handlers") and getattr(m, "__file__", None)]
+print(json.dumps({{"status": out["statusCode"], "files": files}}))
+"""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("CODESHOT_", "PYTHON"))}
+    env.update(PYTHONPATH=str(task), CODESHOT_QUEUE_URL="https://sqs.invalid/q.fifo")
+    proc = subprocess.run([sys.executable, "-c", probe], cwd=task, env=env,
+                          capture_output=True, text=True, timeout=120, check=False)
+    assert proc.returncode == 0, proc.stderr
+    result = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert result["status"] == 200
+    assert [f for f in result["files"] if not f.startswith(str(task))] == []
