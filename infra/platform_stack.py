@@ -134,6 +134,11 @@ class PlatformStack(Stack):
         CfnOutput(self, "ApiUrl", value=self.http.url, description="platform API")
         CfnOutput(self, "GraphqlUrl", value=f"{self.http.url}/graphql")
         CfnOutput(self, "JwksUrl", value=f"{self.http.url}/.well-known/jwks.json")
+        # What `codeshot users create NAME` needs (with AWS credentials) to add users here.
+        CfnOutput(self, "UsersTable", value=self.tables.by_spec(tables.USERS).table_name,
+                  description="CODESHOT_USERS_TABLE for the codeshot CLI")
+        CfnOutput(self, "SigningSecretId", value=config.signing_secret_id,
+                  description="CODESHOT_SIGNING_SECRET_ID for the codeshot CLI")
 
     def _table(self, role: iam.Role, spec: tables.Table, *, write: bool) -> None:
         access.table_access(role, self.tables.by_spec(spec), spec, write=write)

@@ -167,6 +167,9 @@ def test_outputs(synth):
     assert outputs["ApiUrl"]["Value"] == endpoint
     assert outputs["GraphqlUrl"]["Value"] == {"Fn::Join": ["", [endpoint, "/graphql"]]}
     assert outputs["JwksUrl"]["Value"] == {"Fn::Join": ["", [endpoint, "/.well-known/jwks.json"]]}
+    assert outputs["UsersTable"]["Value"] == {"Ref": table_id(synth, tables.USERS)}
+    assert outputs["SigningSecretId"]["Value"] == synth.platform.env(API)[
+        "CODESHOT_SIGNING_SECRET_ID"]
 
 
 def test_alarms_on_function_errors_and_dead_letters(synth):
