@@ -156,7 +156,7 @@ def fixie_python() -> Path:
 
 
 @pytest.fixture(scope="module")
-def live_stack():
+def live_stack_object():
     """The embedded local stack in this process, as `codeshot local up` runs it."""
     import tempfile
 
@@ -165,6 +165,12 @@ def live_stack():
     with tempfile.TemporaryDirectory() as directory:
         stack = LocalStack(port=free_port(), aws_port=free_port(), directory=Path(directory),
                            base=unique_settings(), progress=lambda _line: None)
-        state = stack.start()
-        yield state
+        stack.start()
+        yield stack
         stack.stop()
+
+
+@pytest.fixture(scope="module")
+def live_stack(live_stack_object):
+    """What `codeshot local up` writes to .codeshot/local.json for the stack above."""
+    return live_stack_object.state

@@ -483,7 +483,7 @@ async def wait_for_reply(messaging: Messaging, message: Message, timeout: float)
         if reply or time.monotonic() >= deadline:
             return reply
         await asyncio.sleep(min(delay, max(0.0, deadline - time.monotonic())))
-        delay = min(delay * 1.5, 0.5)
+        delay = min(delay * 1.5, 0.25)
 
 
 class CodeshotSchema(strawberry.Schema):

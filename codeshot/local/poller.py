@@ -14,6 +14,9 @@ from codeshot.store.queue import SessionQueue
 
 log = logging.getLogger("codeshot.local")
 RETRY_DELAY_SECONDS = 2  # Lambda waits out the visibility timeout; locally, retry soon
+# Short polls, not long ones: moto decides which FIFO groups are busy when a receive
+# starts, so a long poll would hold a session's next message for the whole wait.
+IDLE_SLEEP_SECONDS = 0.05
 
 
 class QueuePoller:
@@ -34,12 +37,15 @@ class QueuePoller:
     def _loop(self) -> None:
         while not self._stop.is_set():
             try:
-                messages = self.queue.receive(max_messages=10, wait_seconds=1)
+                messages = self.queue.receive(max_messages=10, wait_seconds=0)
             except Exception:
                 if self._stop.is_set():
                     return
                 log.exception("receiving from the session queue failed")
                 self._stop.wait(1)
+                continue
+            if not messages:
+                self._stop.wait(IDLE_SLEEP_SECONDS)
                 continue
             groups: dict[str, list[dict[str, Any]]] = defaultdict(list)
             for message in messages:
