@@ -184,12 +184,13 @@ def agent_bundle(agent_dir: Path, entry_point: str) -> BundleSpec:
     files = [(f, REPO_ROOT / f) for f in sdk_files()]
     for path in sorted(agent_dir.rglob("*")):
         rel = path.relative_to(agent_dir)
-        if (path.is_file() and not set(rel.parts[:-1]) & AGENT_SKIP_DIRS
-                and rel.parts[0] not in AGENT_SKIP_DIRS and not rel.name.startswith(".")
-                and path.suffix != ".pyc" and rel.as_posix() != "requirements.txt"):
-            if rel.parts[0] == "codeshot":
-                raise BundlingError(f"{agent_dir} must not contain a 'codeshot' package")
-            files.append((rel.as_posix(), path))
+        skipped = (set(rel.parts[:-1]) & AGENT_SKIP_DIRS or any(p.startswith(".") for p in rel.parts)
+                   or path.suffix == ".pyc" or rel.as_posix() == "requirements.txt")
+        if not path.is_file() or skipped:
+            continue
+        if rel.parts[0] == "codeshot":
+            raise BundlingError(f"{agent_dir} must not contain a 'codeshot' package")
+        files.append((rel.as_posix(), path))
     requirements = sdk_requirements() + read_requirements(agent_dir / "requirements.txt")
     generated = ((AGENT_ENTRY_MODULE + ".py", agent_entry_source(entry_point)),)
     return BundleSpec(f"agent:{agent_dir.name}", tuple(files), generated, tuple(requirements))
