@@ -184,7 +184,8 @@ def agent_bundle(agent_dir: Path, entry_point: str) -> BundleSpec:
     files = [(f, REPO_ROOT / f) for f in sdk_files()]
     for path in sorted(agent_dir.rglob("*")):
         rel = path.relative_to(agent_dir)
-        skipped = (set(rel.parts[:-1]) & AGENT_SKIP_DIRS or any(p.startswith(".") for p in rel.parts)
+        skipped = (set(rel.parts[:-1]) & AGENT_SKIP_DIRS
+                   or any(part.startswith(".") for part in rel.parts)
                    or path.suffix == ".pyc" or rel.as_posix() == "requirements.txt")
         if not path.is_file() or skipped:
             continue
