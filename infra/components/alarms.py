@@ -12,6 +12,8 @@ from aws_cdk import aws_lambda as lambda_
 from aws_cdk import aws_sqs as sqs
 from constructs import Construct
 
+AT_LEAST = cloudwatch.ComparisonOperator.GREATER_THAN_OR_EQUAL_TO_THRESHOLD
+
 
 class PlatformAlarms(Construct):
     def __init__(
@@ -31,7 +33,7 @@ class PlatformAlarms(Construct):
                 metric=function.metric_errors(period=Duration.minutes(5), statistic="Sum"),
                 threshold=1,
                 evaluation_periods=1,
-                comparison_operator=cloudwatch.ComparisonOperator.GREATER_THAN_OR_EQUAL_TO_THRESHOLD,
+                comparison_operator=AT_LEAST,
                 treat_missing_data=cloudwatch.TreatMissingData.NOT_BREACHING,
             ))
         self.alarms.append(cloudwatch.Alarm(
@@ -41,6 +43,6 @@ class PlatformAlarms(Construct):
                 period=Duration.minutes(5), statistic="Maximum"),
             threshold=1,
             evaluation_periods=1,
-            comparison_operator=cloudwatch.ComparisonOperator.GREATER_THAN_OR_EQUAL_TO_THRESHOLD,
+            comparison_operator=AT_LEAST,
             treat_missing_data=cloudwatch.TreatMissingData.NOT_BREACHING,
         ))

@@ -82,7 +82,8 @@ class Template:
         role = self.props(role_id)
         assert not role.get("ManagedPolicyArns"), "functions use inline least-privilege only"
         docs = [p["PolicyDocument"] for p in role.get("Policies", [])]
-        docs += [p["Properties"]["PolicyDocument"] for p in self.of_type("AWS::IAM::Policy").values()
+        policies = self.of_type("AWS::IAM::Policy").values()
+        docs += [p["Properties"]["PolicyDocument"] for p in policies
                  if role_id in refs(p["Properties"].get("Roles", []))]
         out = []
         for doc in docs:

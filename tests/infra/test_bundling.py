@@ -62,7 +62,8 @@ def test_bundle_hash_follows_code_and_requirements(tmp_path):
     with (agent_dir / "requirements.txt").open("a") as f:
         f.write("\nhumanize>=4\n")
     assert agent_bundle(agent_dir, "agent:agent").hash != second
-    assert agent_bundle(agent_dir, "other:thing").hash != agent_bundle(agent_dir, "agent:agent").hash
+    other_entry = agent_bundle(agent_dir, "other:thing").hash
+    assert other_entry != agent_bundle(agent_dir, "agent:agent").hash
 
 
 def test_requirements_reject_pip_options(tmp_path):
@@ -132,7 +133,8 @@ def test_real_agent_bundling_through_cdk_with_the_cache(tmp_path, monkeypatch, c
         assert (bundle / present).exists(), present
     # arm64 wheels for the Lambda's CPython, not this machine's.
     (core,) = (bundle / "pydantic_core").glob("_pydantic_core*.so")
-    assert "aarch64" in core.name and f"cpython-{bundling.PYTHON_VERSION.replace('.', '')}" in core.name
+    abi = "cpython-" + bundling.PYTHON_VERSION.replace(".", "")
+    assert "aarch64" in core.name and abi in core.name
 
     # The cache: the second time nothing is built.
     logs: list[str] = []
