@@ -10,7 +10,7 @@ from typing import Any, Generic, TypeVar
 
 from boto3.dynamodb.types import Binary, TypeDeserializer, TypeSerializer
 
-from codeshot.errors import InvalidInput
+from codeshot.errors import InvalidInput, NotFound
 
 _ser = TypeSerializer()
 _deser = TypeDeserializer()
@@ -86,3 +86,14 @@ def clamp_limit(limit: int | None, default: int = 50, maximum: int = 200) -> int
     if limit < 1:
         raise InvalidInput("limit must be at least 1")
     return min(limit, maximum)
+
+
+MAX_KEY_BYTES = 1024  # DynamoDB's limit for a sort key; partition keys allow 2048
+
+
+def lookup_key(value: str, what: str) -> str:
+    """An id used to look something up: an empty or oversized one cannot exist, so the
+    caller gets NOT_FOUND rather than DynamoDB's ValidationException."""
+    if not value or len(value.encode()) > MAX_KEY_BYTES:
+        raise NotFound(f"{what} {value[:80]!r} not found")
+    return value

@@ -14,6 +14,7 @@ from codeshot.store.dynamo import (
     encode_token,
     from_item,
     is_condition_failure,
+    lookup_key,
     to_item,
 )
 from codeshot.store.tables import REGISTRY
@@ -112,7 +113,7 @@ class AgentRegistry(Repository):
         return agent
 
     def get(self, agent_id: str) -> Agent:
-        if agent_id == VERSION_ID:
+        if lookup_key(agent_id, "agent") == VERSION_ID:
             raise NotFound(f"agent {agent_id} not found")
         item = self.db.get_item(
             TableName=self.table_name, Key={"agent_id": {"S": agent_id}}, ConsistentRead=True
@@ -122,6 +123,7 @@ class AgentRegistry(Repository):
         return Agent(**from_item(item))
 
     def delete(self, agent_id: str, owner: str) -> None:
+        lookup_key(agent_id, "agent")
         try:
             self.db.delete_item(
                 TableName=self.table_name,

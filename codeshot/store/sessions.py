@@ -18,6 +18,7 @@ from codeshot.store.dynamo import (
     decode_token,
     encode_token,
     from_item,
+    lookup_key,
     to_item,
 )
 from codeshot.store.tables import SESSIONS
@@ -29,6 +30,8 @@ EMBED_PREFIX = "EMBED#"
 
 
 def _key(session_id: str, item: str) -> dict[str, Any]:
+    lookup_key(session_id, "session")
+    lookup_key(item, "item")
     return {"session_id": {"S": session_id}, "item": {"S": item}}
 
 
@@ -75,6 +78,7 @@ class SessionStore(Repository):
         self, owner: str, limit: int | None = None, token: str | None = None
     ) -> Page[Session]:
         """The owner's sessions, newest first."""
+        lookup_key(owner, "owner")
         kwargs: dict[str, Any] = {
             "TableName": self.table_name,
             "IndexName": "by_owner",
@@ -173,6 +177,7 @@ class SessionStore(Repository):
         newest_first: bool = False,
         after: str | None = None,
     ) -> Page[Message]:
+        lookup_key(session_id, "session")
         """Messages in time order (or newest first); ``after`` = only those newer than
         that message id (read from just past it, so a page is always full)."""
         kwargs: dict[str, Any] = {
@@ -236,6 +241,7 @@ class SessionStore(Repository):
         return _embed(from_item(item))
 
     def list_embeds(self, session_id: str) -> list[Embed]:
+        lookup_key(session_id, "session")
         kwargs: dict[str, Any] = {
             "TableName": self.table_name,
             "KeyConditionExpression": "session_id = :s AND begins_with(#i, :p)",

@@ -8,7 +8,7 @@ from codeshot import ids
 from codeshot.errors import Conflict, NotFound
 from codeshot.models import User, validate_handle
 from codeshot.store.base import Repository
-from codeshot.store.dynamo import from_item, is_condition_failure, to_item
+from codeshot.store.dynamo import from_item, is_condition_failure, lookup_key, to_item
 from codeshot.store.tables import USERS
 
 GUARD_PREFIX = "@"  # "@<username>" -> user_id, written with the user in one transaction
@@ -48,7 +48,7 @@ class UserStore(Repository):
         return user
 
     def get(self, user_id: str) -> User:
-        if user_id.startswith(GUARD_PREFIX):
+        if lookup_key(user_id, "user").startswith(GUARD_PREFIX):
             raise NotFound(f"user {user_id} not found")
         item = self.db.get_item(
             TableName=self.table_name, Key={"user_id": {"S": user_id}}, ConsistentRead=True
@@ -58,6 +58,7 @@ class UserStore(Repository):
         return User(**from_item(item))
 
     def get_by_username(self, username: str) -> User:
+        lookup_key(username, "user")
         guard = self.db.get_item(
             TableName=self.table_name,
             Key={"user_id": {"S": GUARD_PREFIX + username}},
