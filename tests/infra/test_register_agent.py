@@ -144,8 +144,9 @@ def test_handler_answers_cloudformation_even_when_registration_fails(aws, monkey
         register_agent.handler(bad, _Context())
     finally:
         server.shutdown()
-    (body,) = _Recorder.bodies
-    assert body["Status"] == "FAILED"
-    assert "non-public address" in body["Reason"] or "refused" in body["Reason"]
+    assert len(_Recorder.bodies) == 1, _Recorder.bodies
+    body = _Recorder.bodies[0]
+    assert body["Status"] == "FAILED", body
+    assert "non-public address" in body["Reason"] or "refused" in body["Reason"], body
     assert body["PhysicalResourceId"] == register_agent.UNREGISTERED + "req-1"
     assert (body["RequestId"], body["LogicalResourceId"]) == ("req-1", "R")
