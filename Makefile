@@ -17,6 +17,12 @@ run: $(BIN)/.installed  ## the whole platform locally on moto
 test: $(BIN)/.installed  ## every test
 	$(BIN)/pytest
 
+bench: $(BIN)/.installed  ## every benchmark, printing tables (not part of the tests)
+	$(BIN)/python -m benchmarks.cold_start
+	$(BIN)/python -m benchmarks.cost_per_query
+	$(BIN)/python -m benchmarks.load
+	$(BIN)/python -m benchmarks.router
+
 lint: $(BIN)/.installed
 	$(BIN)/ruff check codeshot tests
 

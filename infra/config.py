@@ -29,8 +29,9 @@ class InfraConfig:
     llm_model: str = "anthropic.claude-3-5-haiku-20241022-v1:0"
     embedder: str = "bedrock"
     embedding_model: str = "amazon.titan-embed-text-v2:0"
-    # The Lambda runtime's boto3 is used unless this is set (see README deploy notes).
-    bundle_boto3: bool = False
+    # Ship our own boto3: the embed store's conditional puts (If-None-Match) need a newer
+    # botocore than some Lambda runtimes carry. False saves ~25 MB per platform bundle.
+    bundle_boto3: bool = True
     # Requests per second and burst on each HTTP API stage (platform and agents).
     api_rate_limit: int = 50
     api_burst_limit: int = 100
