@@ -36,7 +36,7 @@ def _client(service: str, region: str, endpoint_url: str | None) -> Any:
 
     config = Config(
         region_name=region,
-        retries={"mode": "standard", "max_attempts": 4},
+        retries={"mode": "standard", "total_max_attempts": 4},  # 1 try + 3 retries
         connect_timeout=3,
         read_timeout=20,
         s3={"addressing_style": "path"} if endpoint_url else None,

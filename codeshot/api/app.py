@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
 from fastapi import Depends, FastAPI, Request
@@ -9,7 +10,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from strawberry.fastapi import GraphQLRouter
 
-from codeshot.api.errors import rest_body
+from codeshot.api.errors import as_codeshot_error, rest_body
 from codeshot.api.graphql import Context, schema
 from codeshot.api.rest import get_services, router
 from codeshot.errors import CodeshotError, InvalidInput
@@ -17,6 +18,7 @@ from codeshot.services import Services
 from codeshot.settings import Settings, get_settings
 
 MAX_REQUEST_BYTES = 4 * 1024 * 1024
+log = logging.getLogger("codeshot.api")
 
 
 class BodyLimit:
@@ -65,6 +67,15 @@ def create_app(settings: Settings | None = None, services: Services | None = Non
     @app.exception_handler(CodeshotError)
     async def codeshot_error(_: Request, exc: CodeshotError) -> JSONResponse:
         return JSONResponse(rest_body(exc), status_code=exc.http_status)
+
+    @app.exception_handler(Exception)
+    async def unexpected_error(_: Request, exc: Exception) -> JSONResponse:
+        known = as_codeshot_error(exc)
+        if known is None:
+            log.error("unexpected error", exc_info=exc)
+            return JSONResponse({"error": {"code": "INTERNAL", "message": "internal error"}},
+                                status_code=500)
+        return JSONResponse(rest_body(known), status_code=known.http_status)
 
     @app.exception_handler(RequestValidationError)
     async def validation_error(_: Request, exc: RequestValidationError) -> JSONResponse:

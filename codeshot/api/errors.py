@@ -9,14 +9,23 @@ from graphql.error import GraphQLError
 from pydantic import ValidationError
 from strawberry.extensions import MaskErrors
 
-from codeshot.errors import CodeshotError, InvalidInput
+from codeshot.errors import CodeshotError, InvalidInput, RateLimited
 
 log = logging.getLogger("codeshot.api")
+
+
+THROTTLING = frozenset({
+    "ProvisionedThroughputExceededException", "ThrottlingException", "RequestLimitExceeded",
+    "Throttling", "TooManyRequestsException", "SlowDown",
+})
 
 
 def as_codeshot_error(exc: BaseException | None) -> CodeshotError | None:
     if isinstance(exc, CodeshotError):
         return exc
+    code = getattr(exc, "response", {}).get("Error", {}).get("Code") if exc else None
+    if code in THROTTLING:  # still throttled after botocore's retries with backoff
+        return RateLimited("the platform is busy right now; retry in a moment")
     if isinstance(exc, ValidationError):
         first = exc.errors()[0] if exc.errors() else {}
         where = ".".join(str(p) for p in first.get("loc", ()))

@@ -1,0 +1,110 @@
+"""AWS misbehaving: DynamoDB throttling is retried with backoff; Secrets Manager being
+unreachable gives a clear error and the API keeps serving what does not need it."""
+
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+import httpx
+import pytest
+
+from codeshot.api.app import create_app
+from codeshot.errors import NotFound
+from codeshot.local.http_server import HttpServer
+from codeshot.services import Services
+from codeshot.store.sessions import SessionStore
+from tests.conftest import code, free_port
+
+THROTTLED = b'{"__type":"com.amazonaws.dynamodb.v20120810#ThrottlingException",' \
+            b'"message":"Rate of requests exceeds the allowed throughput."}'
+
+
+class ThrottlingProxy:
+    """Forwards to moto, answering the first ``throttle`` DynamoDB calls with throttling."""
+
+    def __init__(self, target: str, throttle: int) -> None:
+        self.throttle, self.dynamodb_calls, self.targets = throttle, 0, []
+        proxy = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def _forward(self):
+                body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
+                if "DynamoDB" in self.headers.get("X-Amz-Target", ""):
+                    proxy.dynamodb_calls += 1
+                    proxy.targets.append(self.headers.get("X-Amz-Target"))
+                    if proxy.dynamodb_calls <= proxy.throttle:
+                        self.send_response(400)
+                        self.send_header("Content-Type", "application/x-amz-json-1.0")
+                        self.send_header("Content-Length", str(len(THROTTLED)))
+                        self.end_headers()
+                        self.wfile.write(THROTTLED)
+                        return
+                headers = {k: v for k, v in self.headers.items() if k.lower() != "host"}
+                r = httpx.request(self.command, target + self.path, content=body,
+                                  headers=headers)
+                self.send_response(r.status_code)
+                for k, v in r.headers.items():
+                    if k.lower() not in ("content-length", "transfer-encoding", "connection"):
+                        self.send_header(k, v)
+                self.send_header("Content-Length", str(len(r.content)))
+                self.end_headers()
+                self.wfile.write(r.content)
+
+            do_GET = do_POST = do_PUT = do_HEAD = do_DELETE = _forward
+
+            def log_message(self, *args):
+                pass
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+
+@pytest.fixture
+def proxy(server_aws):
+    p = ThrottlingProxy(server_aws.aws_endpoint_url, throttle=0)
+    yield p, server_aws.model_copy(update={"aws_endpoint_url": p.url})
+    p.server.shutdown()
+
+
+def test_throttled_calls_are_retried_with_backoff(proxy):
+    p, settings = proxy
+    store = SessionStore(settings)
+    p.throttle, p.dynamodb_calls = 2, 0
+    with pytest.raises(NotFound):  # it reached DynamoDB after two throttled tries
+        store.get("no-such-session")
+    assert p.dynamodb_calls == 3
+
+
+def test_throttling_that_outlasts_the_retries_is_rate_limited_not_internal(proxy):
+    p, settings = proxy
+    port = free_port()
+    services = Services(settings.model_copy(update={"api_url": f"http://127.0.0.1:{port}"}))
+    user = services.users.create("throttled")
+    key = services.auth.issue_api_key(user)
+    server = HttpServer(create_app(services=services), "127.0.0.1", port)
+    server.start()
+    try:
+        p.throttle, p.dynamodb_calls, p.targets = 10**6, 0, []
+        r = httpx.post(f"{server.url}/graphql", json={"query": "{ allSessions { handle } }"},
+                       headers={"Authorization": f"Bearer {key}"}, timeout=60)
+        assert code(r.json()) == "RATE_LIMITED"
+        assert p.dynamodb_calls == 4, p.targets  # the first try and three retries
+    finally:
+        server.stop()
+
+
+def test_secrets_manager_unreachable_is_a_clear_error(server_aws):
+    closed = f"http://127.0.0.1:{free_port()}"
+    port = free_port()
+    services = Services(server_aws.model_copy(update={
+        "aws_endpoint_url": closed, "api_url": f"http://127.0.0.1:{port}"}))
+    server = HttpServer(create_app(services=services), "127.0.0.1", port)
+    server.start()  # the app starts: nothing reaches AWS at cold start
+    try:
+        assert httpx.get(f"{server.url}/healthz").json() == {"status": "ok"}
+        r = httpx.get(f"{server.url}/.well-known/jwks.json", timeout=120)
+        assert r.status_code == 503
+        assert r.json()["error"]["code"] == "UNAVAILABLE"
+        assert "signing keys are unavailable" in r.json()["error"]["message"]
+    finally:
+        server.stop()
