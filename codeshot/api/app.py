@@ -8,6 +8,7 @@ from typing import Any
 from fastapi import Depends, FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
+from starlette.exceptions import HTTPException as StarletteHTTPException
 from strawberry.fastapi import GraphQLRouter
 
 from codeshot.api.errors import as_codeshot_error, rest_body
@@ -19,6 +20,7 @@ from codeshot.settings import Settings, get_settings
 
 MAX_REQUEST_BYTES = 4 * 1024 * 1024
 log = logging.getLogger("codeshot.api")
+HTTP_CODES = {401: "UNAUTHENTICATED", 403: "FORBIDDEN", 404: "NOT_FOUND", 429: "RATE_LIMITED"}
 
 
 class BodyLimit:
@@ -67,6 +69,13 @@ def create_app(settings: Settings | None = None, services: Services | None = Non
     @app.exception_handler(CodeshotError)
     async def codeshot_error(_: Request, exc: CodeshotError) -> JSONResponse:
         return JSONResponse(rest_body(exc), status_code=exc.http_status)
+
+    @app.exception_handler(StarletteHTTPException)
+    async def http_error(_: Request, exc: StarletteHTTPException) -> JSONResponse:
+        # Framework errors (unknown route, unparsable body) in our error shape too.
+        code = HTTP_CODES.get(exc.status_code, "INVALID_INPUT")
+        return JSONResponse({"error": {"code": code, "message": str(exc.detail)}},
+                            status_code=exc.status_code, headers=exc.headers)
 
     @app.exception_handler(Exception)
     async def unexpected_error(_: Request, exc: Exception) -> JSONResponse:

@@ -23,6 +23,8 @@ THROTTLING = frozenset({
 def as_codeshot_error(exc: BaseException | None) -> CodeshotError | None:
     if isinstance(exc, CodeshotError):
         return exc
+    if isinstance(exc, UnicodeError):  # bodies that are not UTF-8, lone surrogates
+        return InvalidInput("text must be valid UTF-8 without lone surrogates")
     code = getattr(exc, "response", {}).get("Error", {}).get("Code") if exc else None
     if code in THROTTLING:  # still throttled after botocore's retries with backoff
         return RateLimited("the platform is busy right now; retry in a moment")

@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 from fastapi import FastAPI, Request
-from fastapi.responses import JSONResponse, PlainTextResponse
+from fastapi.responses import JSONResponse, PlainTextResponse, Response
 
 from codeshot.local.http_server import HttpServer
 from codeshot.local.poller import QueuePoller
@@ -56,6 +56,9 @@ class AgentServer:
             body = await request.json()
             text = body["message"]["text"]
             self.calls.append((f"{agent}/{func}", text, request.headers.get("authorization", "")))
+            if agent == "redirect":
+                return Response(status_code=302,
+                                headers={"Location": "http://169.254.169.254/latest/meta-data/"})
             if agent == "broken":
                 return JSONResponse({"error": {"code": "ERR", "message": "kaput"}},
                                     status_code=500)
