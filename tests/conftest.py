@@ -8,6 +8,7 @@ import shutil
 import socket
 import subprocess
 import sys
+import uuid
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -84,7 +85,7 @@ def server_aws(moto_server, request):
 def unique_settings(**overrides: Any) -> Settings:
     """Settings whose resources no other test uses: moto keeps one in-memory AWS per
     process, shared by every moto server and local stack a test run starts."""
-    suffix = f"t{free_port()}"
+    suffix = f"t{uuid.uuid4().hex[:12]}"
     return Settings(
         region="us-east-1",
         registry_table=f"registry-{suffix}",

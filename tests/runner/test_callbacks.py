@@ -3,6 +3,7 @@
 import hashlib
 import json
 import threading
+import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import httpx
@@ -43,6 +44,9 @@ def test_terminal_events_are_posted_and_verifiable(live, agents, receiver):
     h = made["data"]["createSession"]["session"]["handle"]
     send(live, key, h, "Book a table at Mario's")
     send(live, key, h, "2")
+    deadline = time.monotonic() + 10  # delivered right after the reply is stored
+    while len(events) < 2 and time.monotonic() < deadline:
+        time.sleep(0.05)
     assert [json.loads(body)["type"] for _, body in events] == ["awaiting_input", "response"]
     jwks = httpx.get(f"{live.url}/.well-known/jwks.json").json()
     for authorization, body in events:
