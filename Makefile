@@ -24,7 +24,7 @@ bench: $(BIN)/.installed  ## every benchmark, printing tables (not part of the t
 	$(BIN)/python -m benchmarks.router
 
 lint: $(BIN)/.installed
-	$(BIN)/ruff check codeshot tests
+	$(BIN)/ruff check codeshot tests handlers benchmarks infra
 
 clean:
 	rm -rf $(VENV) .codeshot .pytest_cache

@@ -7,8 +7,9 @@ credentials are placeholders so a developer needs no AWS account.
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable
 from functools import lru_cache
-from typing import Any, Callable
+from typing import Any
 
 from codeshot.settings import Settings
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import re
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from enum import Enum
 from typing import Any
 
@@ -13,7 +13,7 @@ HANDLE_RE = re.compile(r"^[a-z0-9][a-z0-9_-]{0,62}$")
 
 
 def utcnow() -> datetime:
-    return datetime.now(timezone.utc)
+    return datetime.now(UTC)
 
 
 def validate_handle(value: str, what: str = "handle") -> str:

@@ -7,14 +7,14 @@ anything is written, and agent URLs must pass the SSRF check.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable
 
 from codeshot.engine.fewshot import parse_few_shots, sample_queries, validate_base_prompt
 from codeshot.errors import InvalidInput, NotFound
 from codeshot.models import Agent, AgentKind, Principal, utcnow, validate_handle
-from codeshot.runner.agent_client import Handshake, fetch_handshake
 from codeshot.routing.index import with_embeddings
+from codeshot.runner.agent_client import Handshake, fetch_handshake
 from codeshot.runner.agent_urls import check_agent_url
 from codeshot.services import Services
 

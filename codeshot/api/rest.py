@@ -6,7 +6,8 @@ from __future__ import annotations
 import asyncio
 import json
 import time
-from typing import Any, AsyncIterator
+from collections.abc import AsyncIterator
+from typing import Any
 
 from fastapi import APIRouter, Depends, Header, Request, Response
 from fastapi.responses import JSONResponse, StreamingResponse
@@ -38,7 +39,9 @@ def api_user(
     return services.auth.user_for_api_key(bearer(authorization))
 
 
-def storage_scope(owner: str, handle: str, caller: Principal, services: Services) -> tuple[str, str]:
+def storage_scope(
+    owner: str, handle: str, caller: Principal, services: Services
+) -> tuple[str, str]:
     """(user, agent) from the token's claims: the URL only has to agree with them."""
     agent_id = f"{owner}/{handle}"
     if caller.agent_id != agent_id:

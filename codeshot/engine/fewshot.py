@@ -199,11 +199,13 @@ def _check(steps_and_lines: list[tuple[Step, str]]) -> tuple[int, str] | None:
                 expected = prev_step.reply("")
                 if step.kind is not expected.kind or step.target != expected.target:
                     return number, (
-                        f'expected "{expected.prefix}" after {_quote(prev_line)}, got {_quote(line)}'
+                        f'expected "{expected.prefix}" after {_quote(prev_line)}, '
+                        f"got {_quote(line)}"
                     )
             elif step.kind in SAYS:
+                says = Step(SAYS[step.kind], "", step.target).prefix
                 return number, (
-                    f'{_quote(line)} must follow its "{Step(SAYS[step.kind], "", step.target).prefix}"'
+                    f'{_quote(line)} must follow its "{says}"'
                     " line"
                 )
             elif prev_step.kind is Kind.A and step.kind is not Kind.Q:

@@ -7,7 +7,7 @@ import functools
 import logging
 import socket
 import threading
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from codeshot.errors import CodeshotError
@@ -75,8 +75,8 @@ def reject_expired_presigned(app: Any) -> Any:
                 signed = datetime.strptime(query["X-Amz-Date"][0], "%Y%m%dT%H%M%SZ")
                 lifetime = int(query["X-Amz-Expires"][0])
             except ValueError:
-                lifetime, signed = -1, datetime.now(timezone.utc).replace(tzinfo=None)
-            expired = datetime.now(timezone.utc).replace(tzinfo=None) > signed + timedelta(
+                lifetime, signed = -1, datetime.now(UTC).replace(tzinfo=None)
+            expired = datetime.now(UTC).replace(tzinfo=None) > signed + timedelta(
                 seconds=lifetime
             )
             if lifetime < 0 or expired:

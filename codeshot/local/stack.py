@@ -10,8 +10,9 @@ import json
 import os
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from codeshot.local.aws_server import LocalAWS, check_port_free
 from codeshot.settings import Settings

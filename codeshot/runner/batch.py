@@ -8,7 +8,8 @@ order. Other sessions' records in the batch go on.
 from __future__ import annotations
 
 import logging
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from codeshot.store.queue import Work
 from codeshot.store.tables import SESSION_QUEUE

@@ -4,8 +4,9 @@ run with the user's answer; nested calls (planner -> agent -> Func) share one tr
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Callable, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from codeshot.engine import (
     AgentTool,

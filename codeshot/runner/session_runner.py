@@ -183,7 +183,8 @@ class SessionRunner:
                 "session_id": session.session_id, "item": STATE_ITEM,
                 "state": json.dumps(program_state, separators=(",", ":"))})}})
         else:
-            items.append({"Delete": {"TableName": table, "Key": {**key, "item": {"S": STATE_ITEM}}}})
+            state_key = {**key, "item": {"S": STATE_ITEM}}
+            items.append({"Delete": {"TableName": table, "Key": state_key}})
         try:
             self.s.sessions.db.transact_write_items(TransactItems=items)
         except self.s.sessions.db.exceptions.TransactionCanceledException:

@@ -57,7 +57,9 @@ class JwksKeys:
             response.raise_for_status()
             keys = {k["kid"]: jwt.PyJWK(k).key for k in response.json()["keys"] if "kid" in k}
         except (httpx.HTTPError, ValueError, KeyError, jwt.PyJWTError) as exc:
-            raise JwksUnavailable(f"cannot read the platform's keys at {self.jwks_url}: {exc}")
+            raise JwksUnavailable(
+                f"cannot read the platform's keys at {self.jwks_url}: {exc}"
+            ) from exc
         self._keys, self._fetched_at = keys, time.monotonic()
 
     def key_for_kid(self, kid: str | None) -> Any:

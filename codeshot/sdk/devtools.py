@@ -55,7 +55,8 @@ def new_agent(target: Path) -> str:
     shutil.copytree(TEMPLATE_DIR, target,
                     ignore=shutil.ignore_patterns("__pycache__", "*.pyc", ".pytest_cache"))
     config = target / CONFIG_FILE
-    config.write_text(re.sub(r"(?m)^handle:.*$", f"handle: {handle}", config.read_text(), 1))
+    config.write_text(re.sub(r"(?m)^handle:.*$", f"handle: {handle}", config.read_text(),
+                                   count=1))
     return handle
 
 

@@ -63,7 +63,8 @@ class Func:
     def __call__(self, query: AgentQuery, claims: Claims, api_url: str) -> Iterator[AgentResponse]:
         """The replies of one call; any failure surfaces as an AgentException (no traceback)."""
         try:
-            kwargs = {name: inject(query, claims, api_url) for name, inject in self.injected.items()}
+            kwargs = {name: inject(query, claims, api_url)
+                      for name, inject in self.injected.items()}
             if self.arguments is not None:
                 kwargs.update(json.loads(self.arguments.call(query.message.text).text))
             result = self.impl(**kwargs)

@@ -56,7 +56,9 @@ def read_config(agent_dir: Path) -> AgentConfig:
     try:
         return AgentConfig.model_validate(yaml.safe_load(path.read_text()) or {})
     except FileNotFoundError:
-        raise InvalidInput(f"{agent_dir} is not an agent directory: it has no {CONFIG_FILE}")
+        raise InvalidInput(
+            f"{agent_dir} is not an agent directory: it has no {CONFIG_FILE}"
+        ) from None
     except (yaml.YAMLError, ValidationError) as exc:
         raise InvalidInput(f"{path} is not valid: {exc}") from None
 

@@ -7,7 +7,7 @@ check-and-charge, so concurrent callers can never push a counter past its limit.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from codeshot.errors import RateLimited
@@ -26,7 +26,7 @@ class Window:
     @classmethod
     def of(cls, window: str, now: datetime) -> Window:
         length = WINDOWS[window]
-        epoch = datetime(1970, 1, 1, tzinfo=timezone.utc)
+        epoch = datetime(1970, 1, 1, tzinfo=UTC)
         start = epoch + ((now - epoch) // length) * length
         return cls(start, start + length)
 
@@ -78,7 +78,9 @@ class UsageCounters(Repository):
             raise self.rate_limited(kind, limit, window, now) from exc
         return int(out["Attributes"]["used"]["N"])
 
-    def used(self, kind: str, subject: str, window: str = "day", now: datetime | None = None) -> int:
+    def used(
+        self, kind: str, subject: str, window: str = "day", now: datetime | None = None
+    ) -> int:
         counter, _ = self._counter(kind, subject, window, now)
         item = self.db.get_item(
             TableName=self.table_name, Key={"counter": {"S": counter}}, ConsistentRead=True

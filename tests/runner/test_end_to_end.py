@@ -92,7 +92,7 @@ def test_agents_down_broken_slow_or_garbled_end_in_one_error(live, agents):
         live.services.registry.replace(agent.model_copy(update={"func_url": url}))
     expected = {"down": "AGENT_UNAVAILABLE", "broken": "AGENT_ERROR",
                 "garbage": "AGENT_ERROR", "slow": "TIMEOUT"}
-    for handle, code in expected.items():
+    for handle, error_code in expected.items():
         h = session(live, key, frontend=f"eve/{handle}")
         reply = send(live, key, h, "Roll 1d20")["reply"]
         trace = messages(live, key, h)
@@ -101,7 +101,7 @@ def test_agents_down_broken_slow_or_garbled_end_in_one_error(live, agents):
         assert terminal[0]["id"] == reply["id"] == trace[-1]["id"]
         assert "could not finish" in reply["text"], (handle, reply)
         failed = [m for m in trace if m["errorCode"]]
-        assert failed and {m["errorCode"] for m in failed} == {code}, (handle, failed)
+        assert failed and {m["errorCode"] for m in failed} == {error_code}, (handle, failed)
         # The session keeps working: the next message is answered too.
         live.services.registry.replace(live.services.registry.get(f"eve/{handle}")
                                        .model_copy(update={"func_url": agents.url + "/dice"}))

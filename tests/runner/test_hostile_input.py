@@ -1,6 +1,7 @@
 """Hostile input: forged transcript lines, SSRF through agent URLs and redirects, unicode
 edge cases and binary junk get a clear error or are neutralised, and store nothing."""
 
+import json
 import os
 
 import httpx
@@ -62,8 +63,10 @@ def test_lone_surrogates_and_binary_junk_are_refused(platform):
     user_id, key = platform.user()
     h = session(platform, key)
     auth = {"Authorization": f"Bearer {key}", "Content-Type": "application/json"}
-    raw = ('{"query": "mutation { sendSessionMessage(messageData: {session: \\"%s\\", '
-           'text: \\"bad \\\\ud800 surrogate\\", wait: false}) { message { id } } }"}' % h)
+    # A lone surrogate escaped in JSON: valid JSON text, not valid Unicode.
+    query = ("mutation ($s: String!) { sendSessionMessage(messageData: {session: $s, "
+             "text: \"bad \\ud800 surrogate\", wait: false}) { message { id } } }")
+    raw = json.dumps({"query": query, "variables": {"s": h}})
     r = httpx.post(f"{platform.url}/graphql", content=raw.encode(), headers=auth)
     assert r.status_code < 500 and code(r.json()) == "INVALID_INPUT"
     for junk in (os.urandom(2048), b"\xff\xfe\x00garbage", b'{"query": 12}', b"[]"):

@@ -14,18 +14,23 @@ def post(platform, key, h, text):
     return out["data"]["sendSessionMessage"]["message"]["id"]
 
 
+def queued_roll(platform, agents, username):
+    """A dice session with one queued "Roll 1d20": (session, raw SQS message, runner)."""
+    _, key = platform.user(username)
+    dice = register(platform, key, "dice", agents.url + "/dice")
+    h = session(platform, key, frontend=dice)
+    post(platform, key, h, "Roll 1d20")
+    [raw] = platform.services.queue.receive(wait_seconds=1)
+    return h, raw, SessionRunner(platform.services)
+
+
 def terminal(platform, h):
     return [m for m in platform.services.sessions.all_messages(h)
             if m.type.value in ("response", "error", "awaiting_input")]
 
 
 def test_same_message_delivered_twice_is_answered_once(platform, agents):
-    _, key = platform.user("rita")
-    dice = register(platform, key, "dice", agents.url + "/dice")
-    h = session(platform, key, frontend=dice)
-    post(platform, key, h, "Roll 1d20")
-    [raw] = platform.services.queue.receive(wait_seconds=1)
-    runner = SessionRunner(platform.services)
+    h, raw, runner = queued_roll(platform, agents, "rita")
     event = {"Records": [record_of(raw)]}
     calls_before = len(agents.calls)
     assert process_batch(event, runner.handle) == {"batchItemFailures": []}
@@ -35,12 +40,7 @@ def test_same_message_delivered_twice_is_answered_once(platform, agents):
 
 
 def test_concurrent_duplicates_write_one_reply(platform, agents):
-    _, key = platform.user("sam")
-    dice = register(platform, key, "dice", agents.url + "/dice")
-    h = session(platform, key, frontend=dice)
-    post(platform, key, h, "Roll 1d20")
-    [raw] = platform.services.queue.receive(wait_seconds=1)
-    runner = SessionRunner(platform.services)
+    h, raw, runner = queued_roll(platform, agents, "sam")
     threads = [threading.Thread(target=process_batch, args=({"Records": [record_of(raw)]},
                                                             runner.handle)) for _ in range(4)]
     [t.start() for t in threads]
@@ -49,12 +49,7 @@ def test_concurrent_duplicates_write_one_reply(platform, agents):
 
 
 def test_runner_killed_mid_program_finishes_exactly_once(platform, agents, monkeypatch):
-    _, key = platform.user("tom")
-    dice = register(platform, key, "dice", agents.url + "/dice")
-    h = session(platform, key, frontend=dice)
-    post(platform, key, h, "Roll 1d20")
-    [raw] = platform.services.queue.receive(wait_seconds=1)
-    runner = SessionRunner(platform.services)
+    h, raw, runner = queued_roll(platform, agents, "tom")
     store = platform.services.sessions
     real_add = store.add_message
 
@@ -95,12 +90,7 @@ def test_failure_keeps_the_rest_of_that_session_in_order(platform):
 
 def test_giving_up_on_the_last_attempt_leaves_an_error_not_a_stuck_session(platform, agents,
                                                                             monkeypatch):
-    _, key = platform.user("uma")
-    dice = register(platform, key, "dice", agents.url + "/dice")
-    h = session(platform, key, frontend=dice)
-    post(platform, key, h, "Roll 1d20")
-    [raw] = platform.services.queue.receive(wait_seconds=1)
-    runner = SessionRunner(platform.services)
+    h, raw, runner = queued_roll(platform, agents, "uma")
     monkeypatch.setattr(runner, "_history", lambda *a: (_ for _ in ()).throw(OSError("disk")))
     last = {**record_of(raw), "attributes": {"ApproximateReceiveCount": "3",
                                              "MessageGroupId": h}}

@@ -1,5 +1,5 @@
 import threading
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 import pytest
 
@@ -45,7 +45,7 @@ def test_counter_exact_over_http_against_moto_server(server_aws):
 
 def test_refusal_says_when_it_resets_and_ttl_is_set(aws):
     counters = UsageCounters(aws)
-    now = datetime(2026, 11, 21, 15, 30, tzinfo=timezone.utc)
+    now = datetime(2026, 11, 21, 15, 30, tzinfo=UTC)
     assert counters.charge("query", "u", 1, now=now) == 1
     with pytest.raises(RateLimited) as err:
         counters.charge("query", "u", 1, now=now)
@@ -53,7 +53,7 @@ def test_refusal_says_when_it_resets_and_ttl_is_set(aws):
     assert "resets at 2026-11-22T00:00:00+00:00" in err.value.message
     item = counters.db.scan(TableName=counters.table_name)["Items"][0]
     expires = int(item["expires_at"]["N"])
-    assert expires == int(datetime(2026, 11, 23, tzinfo=timezone.utc).timestamp())
+    assert expires == int(datetime(2026, 11, 23, tzinfo=UTC).timestamp())
     ttl = counters.db.describe_time_to_live(TableName=counters.table_name)
     assert ttl["TimeToLiveDescription"]["AttributeName"] == "expires_at"
     assert ttl["TimeToLiveDescription"]["TimeToLiveStatus"] == "ENABLED"
@@ -61,8 +61,8 @@ def test_refusal_says_when_it_resets_and_ttl_is_set(aws):
 
 def test_a_new_window_starts_from_zero(aws):
     counters = UsageCounters(aws)
-    t1 = datetime(2026, 11, 21, 12, 0, 59, tzinfo=timezone.utc)
-    t2 = datetime(2026, 11, 21, 12, 1, 0, tzinfo=timezone.utc)
+    t1 = datetime(2026, 11, 21, 12, 0, 59, tzinfo=UTC)
+    t2 = datetime(2026, 11, 21, 12, 1, 0, tzinfo=UTC)
     counters.charge("storage", "u#a/b", 1, window="minute", now=t1)
     with pytest.raises(RateLimited):
         counters.charge("storage", "u#a/b", 1, window="minute", now=t1)
