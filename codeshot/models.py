@@ -5,7 +5,6 @@ from __future__ import annotations
 import re
 from datetime import UTC, datetime
 from enum import Enum
-from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
@@ -69,6 +68,7 @@ class SessionStatus(str, Enum):
 class Session(_Model):
     session_id: str  # the Fixie "handle"
     owner: str  # user id
+    owner_name: str | None = None  # the owner's username: agents they may use are theirs
     name: str = ""
     description: str = ""
     frontend_agent_id: str | None = None
@@ -148,6 +148,6 @@ class Principal(_Model):
     agent_id: str | None = None
     session_id: str | None = None
     key_id: str | None = None
-
-    def as_dict(self) -> dict[str, Any]:
-        return self.model_dump(exclude_none=True)
+    # The user's own daily query limit (None: the platform default), read with the user
+    # when the API key was checked, so posting a message needs no second read.
+    daily_query_limit: int | None = None

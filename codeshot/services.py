@@ -82,5 +82,11 @@ class Services:
 
         return Router(self.registry, self.embedder)
 
+    @cached_property
+    def agents(self):
+        from codeshot.store.registry import AgentCache
+
+        return AgentCache(self.registry, self.settings.agent_cache_seconds)
+
     def daily_limit(self, user_limit: int | None) -> int:
         return self.settings.daily_query_limit if user_limit is None else user_limit

@@ -71,6 +71,8 @@ class Settings(BaseSettings):
     reply_wait_seconds: float = Field(25.0, ge=0)
     agent_token_ttl_seconds: int = Field(300, ge=1, le=300)
     agent_call_timeout_seconds: float = Field(30.0, gt=0)
+    # How long a warm runner reuses an agent's registry record (0: read it every time).
+    agent_cache_seconds: float = Field(5.0, ge=0)
 
     # Tokens for agents also carry the Fixie SDK's audiences (FIXIE_COMPAT.md).
     fixie_audiences: bool = True

@@ -470,7 +470,8 @@ def create_session(
         raise InvalidInput("session name or description is too long")
     assert principal.user_id
     return services.sessions.create(Session(
-        session_id=ids.handle(), owner=principal.user_id, frontend_agent_id=frontend_agent_id,
+        session_id=ids.handle(), owner=principal.user_id, owner_name=principal.username,
+        frontend_agent_id=frontend_agent_id,
         name=name, description=description, callback_url=callback_url,
     ))
 

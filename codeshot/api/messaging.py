@@ -113,8 +113,7 @@ class Messaging:
             type=MessageType.QUERY, sent_by=principal.username or principal.user_id,
             embeds=refs,
         )
-        user = self.s.users.get(principal.user_id)
-        limit = self.s.daily_limit(user.daily_query_limit)
+        limit = self.s.daily_limit(principal.daily_query_limit)
         charge = self.s.usage.charge_request("query", principal.user_id, limit)
         table = self.s.sessions.table_name
         items: list[dict[str, Any]] = [

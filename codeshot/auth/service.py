@@ -53,7 +53,8 @@ class Auth:
             raise Unauthenticated("API key belongs to no user") from exc
         if claims["jti"] not in user.api_key_ids:
             raise Unauthenticated("API key has been revoked")
-        return Principal(user_id=user.user_id, username=user.username, key_id=claims["jti"])
+        return Principal(user_id=user.user_id, username=user.username, key_id=claims["jti"],
+                         daily_query_limit=user.daily_query_limit)
 
     # -- agent-call tokens ------------------------------------------------------------
     def agent_token(self, agent_id: str, user_id: str | None, session_id: str | None) -> str:

@@ -31,7 +31,7 @@ from codeshot.runner.programs import (
 from codeshot.services import Services
 from codeshot.store.dynamo import to_item
 from codeshot.store.queue import Work
-from codeshot.store.sessions import SESSION_ITEM, STATE_ITEM, message_item
+from codeshot.store.sessions import MSG_PREFIX, SESSION_ITEM, STATE_ITEM, message_item
 
 log = logging.getLogger("codeshot.runner")
 
@@ -58,15 +58,18 @@ class SessionRunner:
     # -- the one entry point ---------------------------------------------------------
     def handle(self, work: Work, final_attempt: bool = False) -> None:
         sessions = self.s.sessions
-        try:
-            query = sessions.get_message(work.session_id, work.message_id)
-            session = sessions.get(work.session_id)
-        except NotFound:
+        # The session, the query, its reply marker and a paused program: one round-trip.
+        msg_item, reply_item = MSG_PREFIX + work.message_id, REPLY_PREFIX + work.message_id
+        found = sessions.get_items(work.session_id,
+                                   [SESSION_ITEM, msg_item, reply_item, STATE_ITEM])
+        if SESSION_ITEM not in found or msg_item not in found:
             return  # the session was deleted meanwhile: nothing left to answer
-        if self._answered(query):
-            return
-        paused = sessions.get_state(session.session_id) \
-            if session.status is SessionStatus.AWAITING_INPUT else None
+        if reply_item in found:
+            return  # answered already: this is a redelivery
+        session = sessions.session_of(found[SESSION_ITEM])
+        query = sessions.message_of(found[msg_item])
+        paused = json.loads(found[STATE_ITEM]["state"]) \
+            if session.status is SessionStatus.AWAITING_INPUT and STATE_ITEM in found else None
         try:
             outcome, program_state = self._run(session, query, paused)
         except CodeshotError as exc:
@@ -90,7 +93,7 @@ class SessionRunner:
         )
         try:
             ctx = RunContext(
-                llm=self.llm, client=client, registry_get=self.s.registry.get,
+                llm=self.llm, client=client, registry_get=self.s.agents.get,
                 trace=lambda sent_by, step: self._trace(session, query, sent_by, step),
                 history=self._history(session, query),
                 embeds={k: {"content_type": e.content_type,
@@ -111,11 +114,11 @@ class SessionRunner:
     def _program(self, session: Session, ctx: RunContext) -> tuple[Any, str]:
         if session.frontend_agent_id:
             try:
-                agent = self.s.registry.get(session.frontend_agent_id)
+                agent = self.s.agents.get(session.frontend_agent_id)
             except NotFound as exc:
                 raise NotFound(f"agent {session.frontend_agent_id} no longer exists") from exc
             return program_for(agent, ctx), agent.agent_id
-        viewer = self.s.users.get(session.owner).username
+        viewer = session.owner_name or self.s.users.get(session.owner).username
         offline = self.s.settings.llm == "fewshot"
         return PlannerProgram(ctx, self.s.router, viewer, offline), PLANNER_ID
 
@@ -143,15 +146,6 @@ class SessionRunner:
         ))
 
     # -- finishing, exactly once -------------------------------------------------------
-    def _answered(self, query: Message) -> bool:
-        item = self.s.sessions.db.get_item(
-            TableName=self.s.sessions.table_name,
-            Key={"session_id": {"S": query.session_id},
-                 "item": {"S": REPLY_PREFIX + query.message_id}},
-            ConsistentRead=True,
-        ).get("Item")
-        return item is not None
-
     def _finish(self, session: Session, query: Message, outcome: Outcome,
                 program_state: dict[str, Any] | None) -> None:
         reply = Message(

@@ -193,3 +193,23 @@ class AgentRegistry(Repository):
             if not page.next_token:
                 return agents
             token = page.next_token
+
+
+class AgentCache:
+    """Agents by id, kept per container for ``ttl`` seconds: a warm runner reads an agent
+    once, not on every call, and sees a changed agent within ``ttl``."""
+
+    def __init__(self, registry: AgentRegistry, ttl: float) -> None:
+        self.registry, self.ttl = registry, ttl
+        self._agents: dict[str, tuple[float, Agent]] = {}
+
+    def get(self, agent_id: str) -> Agent:
+        import time
+
+        now = time.monotonic()
+        cached = self._agents.get(agent_id)
+        if cached and now - cached[0] < self.ttl:
+            return cached[1]
+        agent = self.registry.get(agent_id)
+        self._agents[agent_id] = (now, agent)
+        return agent

@@ -146,6 +146,27 @@ class SessionStore(Repository):
                 pending = out.get("UnprocessedItems") or {}
         return session
 
+    def get_items(self, session_id: str, items: list[str]) -> dict[str, dict[str, Any]]:
+        """Several items of one session in one consistent round-trip: item -> values."""
+        keys = [_key(session_id, item) for item in items]
+        found: dict[str, dict[str, Any]] = {}
+        request: dict[str, Any] = {self.table_name: {"Keys": keys, "ConsistentRead": True}}
+        while request:
+            out = self.db.batch_get_item(RequestItems=request)
+            for raw in out.get("Responses", {}).get(self.table_name, []):
+                values = from_item(raw)
+                found[values["item"]] = values
+            request = out.get("UnprocessedKeys") or {}
+        return found
+
+    @staticmethod
+    def session_of(values: dict[str, Any]) -> Session:
+        return Session(**values)
+
+    @staticmethod
+    def message_of(values: dict[str, Any]) -> Message:
+        return _message(dict(values))
+
     # -- messages ---------------------------------------------------------------------
     def add_message(self, message: Message) -> Message:
         try:
