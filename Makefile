@@ -1,5 +1,6 @@
 # The README's entry points. Each target sets up what it needs on a fresh clone.
 PYTHON ?= python3
+export JSII_SILENCE_WARNING_DEPRECATED_NODE_VERSION := 1
 VENV ?= .venv
 BIN := $(VENV)/bin
 

@@ -1,6 +1,7 @@
 """AWS round-trips per query, counted through botocore's event hooks, end to end on the
 local stack (API + runner + agents in this process): DynamoDB reads and writes, SQS,
-S3 and Secrets Manager calls for one plain query and one Func-calling query.
+S3 and Secrets Manager calls for a plain query, a Func-calling query and a two-agent
+query (the planner in `plan` mode).
 
     python -m benchmarks.cost_per_query
 """
@@ -48,18 +49,20 @@ def measure(client, frontend, text, repeats=5) -> tuple[dict[str, int], Counter]
 def main() -> None:
     columns = ["DynamoDB reads", "DynamoDB writes", "SQS send", "SQS receive/delete", "S3",
                "Secrets Manager"]
-    with local_stack() as (stack, client):
-        owner = stack.services.users.get_by_username("local").username
-        cases = [
-            ("plain (planner -> standalone clock)", None, "What time is it?"),
-            ("Func-calling (planner -> dice -> roll)", None, "Roll 2d6"),
-            ("Func-calling, direct frontend agent", f"{owner}/dice", "Roll 2d6"),
-        ]
-        rows, details = [], {}
-        for name, frontend, text in cases:
-            per_query, calls = measure(client, frontend, text)
-            rows.append((name, per_query))
-            details[name] = calls
+    cases = [
+        ("route", "plain (planner -> standalone clock)", None, "What time is it?"),
+        ("route", "Func-calling (planner -> dice -> roll)", None, "Roll 2d6"),
+        ("route", "Func-calling, direct frontend agent", "local/dice", "Roll 2d6"),
+        ("plan", "two agents (planner -> dice + clock)", None, "Roll 3d8 and tell me the time"),
+    ]
+    rows, details = [], {}
+    for mode in ("route", "plan"):
+        with local_stack(planner_mode=mode) as (_stack, client):
+            for case_mode, name, frontend, text in cases:
+                if case_mode == mode:
+                    per_query, calls = measure(client, frontend, text)
+                    rows.append((name, per_query))
+                    details[name] = calls
     print("## AWS calls per query (local stack, warm, mean of 5; SQS receive/delete are the "
           "local poller's, which Lambda's event source does for free)\n")
     print("| query | " + " | ".join(columns) + " |")

@@ -58,6 +58,9 @@ class Settings(BaseSettings):
     openai_base_url: str = "http://127.0.0.1:11434/v1"
     openai_api_key: str | None = None
     embedder: Literal["hashing", "minilm", "bedrock"] = "hashing"
+    # "route": the planner hands each query to the best agent; "plan": the LLM plans
+    # across agents; "auto": route with the offline fewshot provider, else plan.
+    planner_mode: Literal["auto", "route", "plan"] = "auto"
     embedding_model: str = "amazon.titan-embed-text-v2:0"
 
     # Limits

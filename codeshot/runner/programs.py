@@ -36,18 +36,19 @@ PLANNER_PROMPT = (
     "agents that are listed, and I answer directly when no agent fits."
 )
 
+# Examples of planning, written with the local stack's example agents.
 PLANNER_FEW_SHOTS = [
     "Q: Roll a d20 for me\n"
     "Ask Agent[local/dice]: Roll a d20\n"
     "Agent[local/dice] says: You rolled 14.\n"
     "A: You rolled 14.",
-    "Q: Roll 2d6 and tell me the price of GOOG\n"
-    "Thought: Two agents are needed: the dice roller and the stock quoter.\n"
+    "Q: Roll 2d6 and tell me the time\n"
+    "Thought: Two agents are needed: the dice roller and the clock.\n"
     "Ask Agent[local/dice]: Roll 2d6\n"
-    "Agent[local/dice] says: You rolled 3 and 5, total 8.\n"
-    "Ask Agent[local/stocks]: What is the price of GOOG?\n"
-    "Agent[local/stocks] says: GOOG is at $172.10.\n"
-    "A: You rolled 8 (3 and 5), and GOOG is at $172.10.",
+    "Agent[local/dice] says: You rolled 3 + 5 = 8.\n"
+    "Ask Agent[local/clock]: What time is it?\n"
+    "Agent[local/clock] says: It is 10:04 UTC on Monday, 2 March 2026.\n"
+    "A: You rolled 3 + 5 = 8. It is 10:04 UTC on Monday, 2 March 2026.",
 ]
 
 
@@ -129,13 +130,15 @@ class PlannerProgram:
     """The "Fixie agent": routes the query to agents and combines their answers.
 
     With an LLM it runs a Code Shot program whose commands are the router's top-k agents.
-    With the offline ``fewshot`` provider (which cannot plan) it hands the whole query to
+    In ``route`` mode (the default with the offline ``fewshot`` provider, which cannot
+    plan freely) it hands the whole query to
     the best-matching agent and answers with that agent's reply.
     """
 
     def __init__(self, ctx: RunContext, router: Router, viewer: str | None,
-                 offline: bool, k: int = 3) -> None:
-        self.ctx, self.router, self.viewer, self.offline, self.k = ctx, router, viewer, offline, k
+                 route_only: bool, k: int = 3) -> None:
+        self.ctx, self.router, self.viewer, self.k = ctx, router, viewer, k
+        self.route_only = route_only
 
     def _thought(self, text: str) -> None:
         self.ctx.trace(PLANNER_ID, TraceStep(MessageType.THOUGHT, text))
@@ -148,7 +151,7 @@ class PlannerProgram:
 
     def run(self, query: str) -> Outcome:
         routes = self._routes(query)
-        if self.offline:
+        if self.route_only:
             return self._delegate(routes[0].agent_id if routes else None, query)
         tools = []
         for route in routes:

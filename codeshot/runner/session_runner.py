@@ -119,8 +119,9 @@ class SessionRunner:
                 raise NotFound(f"agent {session.frontend_agent_id} no longer exists") from exc
             return program_for(agent, ctx), agent.agent_id
         viewer = session.owner_name or self.s.users.get(session.owner).username
-        offline = self.s.settings.llm == "fewshot"
-        return PlannerProgram(ctx, self.s.router, viewer, offline), PLANNER_ID
+        mode = self.s.settings.planner_mode
+        route_only = mode == "route" or (mode == "auto" and self.s.settings.llm == "fewshot")
+        return PlannerProgram(ctx, self.s.router, viewer, route_only), PLANNER_ID
 
     def _history(self, session: Session, query: Message) -> SessionHistory:
         recent = self.s.sessions.list_messages(session.session_id, limit=HISTORY_MESSAGES,
