@@ -61,6 +61,9 @@ class SessionStore(Repository):
                 ConditionExpression="attribute_not_exists(session_id)",
             )
         except self.db.exceptions.ConditionalCheckFailedException as exc:
+            # botocore retries a put whose reply was lost: the item may be our own write.
+            if self.get(session.session_id) == session:
+                return session
             raise Conflict(f"session {session.session_id} already exists") from exc
         return session
 
@@ -177,6 +180,8 @@ class SessionStore(Repository):
                 ExpressionAttributeNames={"#i": "item"},
             )
         except self.db.exceptions.ConditionalCheckFailedException as exc:
+            if self.get_message(message.session_id, message.message_id) == message:
+                return message  # our own write, retried after a lost reply
             raise Conflict(f"message {message.message_id} already exists") from exc
         return message
 
