@@ -296,14 +296,13 @@ class EmbedUploadType:
 def _registration(services: Services, data: AgentInput) -> tuple[Any, Any]:
     """The registration service and the fields to set; imported on use because agent
     registration (handshakes, few-shot grammar, embeddings) is rare and heavy to import."""
+    from dataclasses import fields
+
     from codeshot.api.agents import AgentFields, AgentRegistration
 
-    return AgentRegistration(services), AgentFields(
-        name=data.name, description=data.description, query_url=data.query_url,
-        func_url=data.func_url, more_info_url=data.more_info_url, published=data.published,
-        base_prompt=data.base_prompt, few_shots=data.few_shots,
-        sample_queries=data.sample_queries,
-    )
+    # AgentInput carries every AgentFields field under the same (snake_case) name.
+    values = {f.name: getattr(data, f.name) for f in fields(AgentFields)}
+    return AgentRegistration(services), AgentFields(**values)
 
 
 # -- operations ----------------------------------------------------------------------
