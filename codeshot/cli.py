@@ -37,10 +37,10 @@ def _target_settings():
     settings = get_settings()
     state = read_state()
     if state:
-        settings = settings.model_copy(update={
-            "aws_endpoint_url": state["aws_endpoint_url"], "api_url": state["api_url"],
-            "queue_url": state.get("queue_url"),
-        })
+        settings = settings.replace(
+            aws_endpoint_url=state["aws_endpoint_url"], api_url=state["api_url"],
+            queue_url=state.get("queue_url"),
+        )
     return settings
 
 

@@ -1,31 +1,47 @@
 """Every ``CODESHOT_*`` setting, typed, in one place.
 
 Lambda functions get these from CDK, the local stack from its environment; both use the
-same names. Read them through :func:`get_settings` (cached per process) or inject a
-:class:`Settings` built by hand in tests.
+same names. Read them through :func:`get_settings` (cached per process) or build one by
+hand in tests: ``Settings(llm="openai")`` is the environment with that one field changed.
+
+A frozen dataclass read by ~40 lines here rather than a pydantic-settings model: every
+field is a scalar, and pydantic-settings (with the schema build and annotated-types it
+pulls in) cost ~100 ms of every cold start (benchmarks/cold_start.py).
 """
 
 from __future__ import annotations
 
+import dataclasses
+import operator
+import os
 from functools import lru_cache
-from typing import Literal
+from typing import Any
 
-from pydantic import AliasChoices, Field
-from pydantic_settings import BaseSettings, SettingsConfigDict
+ENV_PREFIX = "CODESHOT_"
 
 # The Fixie 1.0 SDK hard-codes these audiences; tokens for its agents must carry one.
 FIXIE_AUDIENCES = ("https://app.fixie.ai/api", "https://app.dev.fixie.ai/api")
 
+_TRUE = {"1", "true", "yes", "on"}
+_FALSE = {"0", "false", "no", "off"}
 
-class Settings(BaseSettings):
-    model_config = SettingsConfigDict(
-        env_prefix="CODESHOT_", extra="ignore", frozen=True, populate_by_name=True
-    )
 
+class SettingsError(ValueError):
+    """A setting has a value it cannot take; the message names the variable."""
+
+
+def setting(default: Any, *, env: tuple[str, ...] = (), choices: tuple[str, ...] = (),
+            ge: float | None = None, le: float | None = None, gt: float | None = None) -> Any:
+    """A field with where it is read from (default CODESHOT_<NAME>) and what it accepts."""
+    meta = {"env": env, "choices": choices, "ge": ge, "le": le, "gt": gt}
+    return dataclasses.field(default=default, metadata=meta)
+
+
+@dataclasses.dataclass(frozen=True, init=False)
+class Settings:
     # AWS
-    region: str = Field(
-        "us-east-1",
-        validation_alias=AliasChoices("CODESHOT_REGION", "AWS_REGION", "AWS_DEFAULT_REGION"),
+    region: str = setting(
+        "us-east-1", env=("CODESHOT_REGION", "AWS_REGION", "AWS_DEFAULT_REGION")
     )
     aws_endpoint_url: str | None = None  # moto's server locally; unset in AWS
     registry_table: str = "codeshot-registry"
@@ -39,54 +55,105 @@ class Settings(BaseSettings):
     signing_secret_id: str = "codeshot/signing-keys"
 
     # Where agents and clients reach the platform; also the JWT issuer.
-    api_url: str = Field(
-        "http://127.0.0.1:8080",
-        validation_alias=AliasChoices("CODESHOT_API_URL", "FIXIE_API_URL"),
-    )
+    api_url: str = setting("http://127.0.0.1:8080", env=("CODESHOT_API_URL", "FIXIE_API_URL"))
     # Client side (`codeshot chat`): the user's API key.
-    api_key: str | None = Field(
-        None, validation_alias=AliasChoices("CODESHOT_API_KEY", "FIXIE_API_KEY")
-    )
+    api_key: str | None = setting(None, env=("CODESHOT_API_KEY", "FIXIE_API_KEY"))
     # Agent side: when set, an agent accepts only tokens minted for this agent id.
-    agent_id: str | None = Field(
-        None, validation_alias=AliasChoices("CODESHOT_AGENT_ID", "FIXIE_ALLOWED_AGENT_ID")
-    )
+    agent_id: str | None = setting(None, env=("CODESHOT_AGENT_ID", "FIXIE_ALLOWED_AGENT_ID"))
 
     # LLM and routing
-    llm: Literal["bedrock", "openai", "fewshot"] = "fewshot"
+    llm: str = setting("fewshot", choices=("bedrock", "openai", "fewshot"))
     llm_model: str = "anthropic.claude-3-5-haiku-20241022-v1:0"
     openai_base_url: str = "http://127.0.0.1:11434/v1"
     openai_api_key: str | None = None
-    embedder: Literal["hashing", "minilm", "bedrock"] = "hashing"
+    embedder: str = setting("hashing", choices=("hashing", "minilm", "bedrock"))
     # "route": the planner hands each query to the best agent; "plan": the LLM plans
     # across agents; "auto": route with the offline fewshot provider, else plan.
-    planner_mode: Literal["auto", "route", "plan"] = "auto"
+    planner_mode: str = setting("auto", choices=("auto", "route", "plan"))
     embedding_model: str = "amazon.titan-embed-text-v2:0"
 
     # Limits
-    daily_query_limit: int = Field(1000, ge=0)
-    storage_rate_limit: int = Field(600, ge=1, description="user-storage calls per minute")
-    max_message_length: int = Field(16_000, ge=1)
-    max_storage_value_bytes: int = Field(100_000, ge=1, le=350_000)
-    max_inline_embed_bytes: int = Field(256 * 1024, ge=1)
-    max_embed_bytes: int = Field(10 * 1024 * 1024, ge=1)
-    embed_url_ttl_seconds: int = Field(900, ge=1, le=7 * 24 * 3600)
-    reply_wait_seconds: float = Field(25.0, ge=0)
-    agent_token_ttl_seconds: int = Field(300, ge=1, le=300)
-    agent_call_timeout_seconds: float = Field(30.0, gt=0)
+    daily_query_limit: int = setting(1000, ge=0)
+    storage_rate_limit: int = setting(600, ge=1)  # user-storage calls per minute
+    max_message_length: int = setting(16_000, ge=1)
+    max_storage_value_bytes: int = setting(100_000, ge=1, le=350_000)
+    max_inline_embed_bytes: int = setting(256 * 1024, ge=1)
+    max_embed_bytes: int = setting(10 * 1024 * 1024, ge=1)
+    embed_url_ttl_seconds: int = setting(900, ge=1, le=7 * 24 * 3600)
+    reply_wait_seconds: float = setting(25.0, ge=0)
+    agent_token_ttl_seconds: int = setting(300, ge=1, le=300)
+    agent_call_timeout_seconds: float = setting(30.0, gt=0)
     # How long a warm runner reuses an agent's registry record (0: read it every time).
-    agent_cache_seconds: float = Field(5.0, ge=0)
+    agent_cache_seconds: float = setting(5.0, ge=0)
 
     # Tokens for agents also carry the Fixie SDK's audiences (FIXIE_COMPAT.md).
     fixie_audiences: bool = True
     # Local runs may register agents on loopback addresses; AWS never does.
     local_mode: bool = False
 
+    def __init__(self, **overrides: Any) -> None:
+        unknown = set(overrides) - {f.name for f in FIELDS}
+        if unknown:
+            raise SettingsError(f"unknown settings: {', '.join(sorted(unknown))}")
+        for field in FIELDS:
+            if field.name in overrides:
+                value = _check(field, overrides[field.name], field.name)
+            else:
+                var = next((v for v in env_names(field) if v in os.environ), None)
+                value = field.default if var is None else _check(field, os.environ[var], var)
+            object.__setattr__(self, field.name, value)
+
+    def replace(self, **changes: Any) -> Settings:
+        """A copy with these fields changed (checked like any other value)."""
+        return Settings(**{f.name: getattr(self, f.name) for f in FIELDS} | changes)
+
     def token_audiences(self) -> list[str]:
         audiences = [self.api_url.rstrip("/")]
         if self.fixie_audiences:
             audiences.extend(FIXIE_AUDIENCES)
         return audiences
+
+
+FIELDS = dataclasses.fields(Settings)
+
+
+def env_names(field: dataclasses.Field) -> tuple[str, ...]:
+    """The variables a field is read from, first found wins."""
+    return field.metadata.get("env") or (ENV_PREFIX + field.name.upper(),)
+
+
+def field_named(name: str) -> dataclasses.Field:
+    for field in FIELDS:
+        if field.name == name:
+            return field
+    raise KeyError(f"codeshot.settings.Settings has no field {name!r}")
+
+
+def _check(field: dataclasses.Field, value: Any, source: str) -> Any:
+    kind = type(field.default) if field.default is not None else str
+    meta, given = field.metadata, value
+    if value is None and field.default is None:
+        return None
+    if isinstance(value, str) and kind is not str:
+        text = value.strip().lower()
+        if kind is bool and text in _TRUE | _FALSE:
+            value = text in _TRUE
+        elif kind in (int, float):
+            try:
+                value = kind(text)
+            except ValueError:
+                raise SettingsError(f"{source}={given!r}: not a number") from None
+    if kind is float and type(value) is int:
+        value = float(value)
+    if type(value) is not kind:
+        raise SettingsError(f"{source}={given!r}: expected {kind.__name__}")
+    if meta.get("choices") and value not in meta["choices"]:
+        raise SettingsError(f"{source}={given!r}: expected one of {', '.join(meta['choices'])}")
+    for bound, holds in (("ge", operator.ge), ("le", operator.le), ("gt", operator.gt)):
+        limit = meta.get(bound)
+        if limit is not None and not holds(value, limit):
+            raise SettingsError(f"{source}={given!r}: must be {bound} {limit}")
+    return value
 
 
 @lru_cache(maxsize=1)

@@ -47,7 +47,7 @@ PIP_TARGET_ARGS = (
 # Distributions of pyproject's [project].dependencies that a platform Lambda leaves out.
 PLATFORM_EXCLUDED = {"boto3": "the Lambda runtime provides it", "uvicorn": "local serving only"}
 # What codeshot.sdk needs at run time (an agent Lambda gets only these).
-SDK_DISTS = ("pydantic", "pydantic-settings", "httpx", "pyjwt", "fastapi", "mangum", "pyyaml")
+SDK_DISTS = ("pydantic", "httpx", "pyjwt", "fastapi", "mangum", "pyyaml")
 # Parts of codeshot that never run in Lambda.
 PLATFORM_EXCLUDED_PATHS = (
     "codeshot/local/", "codeshot/cli.py", "codeshot/chat.py",

@@ -9,15 +9,12 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from codeshot.settings import Settings
-
-PREFIX = Settings.model_config["env_prefix"]
+from codeshot.settings import ENV_PREFIX as PREFIX
+from codeshot.settings import env_names, field_named
 
 
 def env_name(field: str) -> str:
-    if field not in Settings.model_fields:
-        raise KeyError(f"codeshot.settings.Settings has no field {field!r}")
-    return PREFIX + field.upper()
+    return env_names(field_named(field))[0]
 
 
 def _text(value: Any) -> Any:

@@ -130,7 +130,7 @@ def platform(server_aws, request):
     """The API on loopback; ``@pytest.mark.settings(name=value)`` overrides settings."""
     port = free_port()
     marker = request.node.get_closest_marker("settings")
-    settings = server_aws.model_copy(update={
+    settings = server_aws.replace(**{
         "api_url": f"http://127.0.0.1:{port}", "local_mode": True, "reply_wait_seconds": 5.0,
         **(marker.kwargs if marker else {}),
     })

@@ -103,8 +103,8 @@ class LocalStack:
         from codeshot.store.provision import create_all
 
         self.progress("Creating tables, embeds bucket and session queue ...")
-        settings = self.base.model_copy(
-            update={"aws_endpoint_url": endpoint, "api_url": self.api_url, "local_mode": True}
+        settings = self.base.replace(
+            aws_endpoint_url=endpoint, api_url=self.api_url, local_mode=True
         )
         return create_all(settings)
 
@@ -160,7 +160,7 @@ class LocalStack:
             agent_id = f"{user.username}/{config.handle}"
             self.progress(f"Starting agent {agent_id} ...")
             app = load_agent(directory, config).app(
-                self.settings.model_copy(update={"agent_id": agent_id}))
+                self.settings.replace(agent_id=agent_id))
             server = HttpServer(app, self.host, 0)
             url = server.start()
             self.agents.append(server)

@@ -89,4 +89,4 @@ def create_all(settings: Settings) -> Settings:
     create_tables(settings)
     create_bucket(settings)
     queue_url = create_queue(settings)
-    return settings.model_copy(update={"queue_url": queue_url})
+    return settings.replace(queue_url=queue_url)

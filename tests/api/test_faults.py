@@ -62,7 +62,7 @@ class ThrottlingProxy:
 @pytest.fixture
 def proxy(server_aws):
     p = ThrottlingProxy(server_aws.aws_endpoint_url, throttle=0)
-    yield p, server_aws.model_copy(update={"aws_endpoint_url": p.url})
+    yield p, server_aws.replace(aws_endpoint_url=p.url)
     p.server.shutdown()
 
 
@@ -78,7 +78,7 @@ def test_throttled_calls_are_retried_with_backoff(proxy):
 def test_throttling_that_outlasts_the_retries_is_rate_limited_not_internal(proxy):
     p, settings = proxy
     port = free_port()
-    services = Services(settings.model_copy(update={"api_url": f"http://127.0.0.1:{port}"}))
+    services = Services(settings.replace(api_url=f"http://127.0.0.1:{port}"))
     user = services.users.create("throttled")
     key = services.auth.issue_api_key(user)
     server = HttpServer(create_app(services=services), "127.0.0.1", port)
@@ -96,8 +96,8 @@ def test_throttling_that_outlasts_the_retries_is_rate_limited_not_internal(proxy
 def test_secrets_manager_unreachable_is_a_clear_error(server_aws):
     closed = f"http://127.0.0.1:{free_port()}"
     port = free_port()
-    services = Services(server_aws.model_copy(update={
-        "aws_endpoint_url": closed, "api_url": f"http://127.0.0.1:{port}"}))
+    services = Services(server_aws.replace(
+        aws_endpoint_url=closed, api_url=f"http://127.0.0.1:{port}"))
     server = HttpServer(create_app(services=services), "127.0.0.1", port)
     server.start()  # the app starts: nothing reaches AWS at cold start
     try:

@@ -1,5 +1,6 @@
 """handlers/api.py answers a real API Gateway HTTP API (payload 2.0) event."""
 
+import dataclasses
 import importlib
 import json
 
@@ -24,7 +25,7 @@ def http_api_event(method: str, path: str, body: str = "", headers: dict | None 
 
 @pytest.fixture
 def handler(server_aws, monkeypatch):
-    for name, value in server_aws.model_dump().items():
+    for name, value in dataclasses.asdict(server_aws).items():
         if value is not None:
             monkeypatch.setenv(f"CODESHOT_{name.upper()}", str(value))
     from codeshot.settings import get_settings
