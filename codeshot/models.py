@@ -1,14 +1,22 @@
-"""Domain types shared by the store, the API, the runner and the SDK."""
+"""Domain types shared by the store, the API, the runner and the SDK.
+
+Plain dataclasses, not pydantic models: the runner handles every query with these, and
+pydantic's import and schema builds were most of its cold start (benchmarks/cold_start.py).
+Input from people is validated where it enters (GraphQL, REST, agent replies); values read
+back from storage are coerced by :meth:`Record.from_dict`.
+"""
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from datetime import UTC, datetime
 from enum import Enum
-
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from typing import Any, ClassVar, TypeVar
 
 HANDLE_RE = re.compile(r"^[a-z0-9][a-z0-9_-]{0,62}$")
+EMBED_KEY_RE = re.compile(r"[A-Za-z0-9_.-]{1,64}")
+R = TypeVar("R", bound="Record")
 
 
 def utcnow() -> datetime:
@@ -26,8 +34,53 @@ def validate_handle(value: str, what: str = "handle") -> str:
     return value
 
 
-class _Model(BaseModel):
-    model_config = ConfigDict(extra="ignore", populate_by_name=True)
+def _datetime(value: Any) -> datetime:
+    return datetime.fromisoformat(value) if isinstance(value, str) else value
+
+
+def _jsonable(value: Any) -> Any:
+    if isinstance(value, datetime):
+        return value.isoformat(timespec="microseconds")  # fixed width: sorts as text
+    if isinstance(value, Enum):
+        return value.value
+    if isinstance(value, Record):
+        return value.to_dict()
+    if isinstance(value, dict):
+        return {k: _jsonable(v) for k, v in value.items()}
+    if isinstance(value, (set, frozenset)):
+        return sorted(value)
+    if isinstance(value, list):
+        return [_jsonable(v) for v in value]
+    return value
+
+
+class Record:
+    """What the domain dataclasses share: JSON-ready dicts out, coerced dicts in."""
+
+    # field name -> how a stored value becomes the field's type
+    COERCE: ClassVar[dict[str, Any]] = {}
+
+    def __post_init__(self) -> None:
+        for name, convert in self.COERCE.items():
+            value = getattr(self, name)
+            if value is not None:
+                setattr(self, name, convert(value))
+
+    def to_dict(self, exclude: frozenset[str] = frozenset()) -> dict[str, Any]:
+        return {f.name: _jsonable(getattr(self, f.name))
+                for f in dataclasses.fields(self) if f.name not in exclude}  # type: ignore[arg-type]
+
+    @classmethod
+    def from_dict(cls: type[R], values: dict[str, Any]) -> R:
+        """A record from stored attributes; attributes it does not know are dropped."""
+        names = {f.name for f in dataclasses.fields(cls)}  # type: ignore[arg-type]
+        return cls(**{k: v for k, v in values.items() if k in names})
+
+    def replace(self: R, **changes: Any) -> R:
+        return dataclasses.replace(self, **changes)  # type: ignore[type-var]
+
+
+record = dataclasses.dataclass(kw_only=True)
 
 
 class AgentKind(str, Enum):
@@ -35,7 +88,8 @@ class AgentKind(str, Enum):
     STANDALONE = "standalone"
 
 
-class Agent(_Model):
+@record
+class Agent(Record):
     agent_id: str  # "owner/handle"
     owner: str
     handle: str
@@ -47,12 +101,14 @@ class Agent(_Model):
     published: bool = False
     kind: AgentKind = AgentKind.STANDALONE
     base_prompt: str = ""
-    few_shots: list[str] = Field(default_factory=list)
-    sample_queries: list[str] = Field(default_factory=list)
+    few_shots: list[str] = dataclasses.field(default_factory=list)
+    sample_queries: list[str] = dataclasses.field(default_factory=list)
     embeddings: bytes | None = None  # float32 rows, one per sample query
     embedding_model: str | None = None
-    created: datetime = Field(default_factory=utcnow)
-    modified: datetime = Field(default_factory=utcnow)
+    created: datetime = dataclasses.field(default_factory=utcnow)
+    modified: datetime = dataclasses.field(default_factory=utcnow)
+
+    COERCE = {"kind": AgentKind, "created": _datetime, "modified": _datetime}
 
     @staticmethod
     def make_id(owner: str, handle: str) -> str:
@@ -65,7 +121,8 @@ class SessionStatus(str, Enum):
     AWAITING_INPUT = "awaiting_input"
 
 
-class Session(_Model):
+@record
+class Session(Record):
     session_id: str  # the Fixie "handle"
     owner: str  # user id
     owner_name: str | None = None  # the owner's username: agents they may use are theirs
@@ -74,8 +131,10 @@ class Session(_Model):
     frontend_agent_id: str | None = None
     status: SessionStatus = SessionStatus.IDLE
     callback_url: str | None = None
-    created: datetime = Field(default_factory=utcnow)
-    modified: datetime = Field(default_factory=utcnow)
+    created: datetime = dataclasses.field(default_factory=utcnow)
+    modified: datetime = dataclasses.field(default_factory=utcnow)
+
+    COERCE = {"status": SessionStatus, "created": _datetime, "modified": _datetime}
 
 
 class MessageType(str, Enum):
@@ -89,7 +148,8 @@ class MessageType(str, Enum):
     ERROR = "error"
 
 
-class EmbedRef(_Model):
+@record
+class EmbedRef(Record):
     """An embed as a message carries it: what it is and where its bytes live."""
 
     content_type: str
@@ -97,27 +157,32 @@ class EmbedRef(_Model):
     size: int = 0
 
 
-class Message(_Model):
+def _embed_ref(key: str, ref: EmbedRef | dict[str, Any]) -> EmbedRef:
+    if not isinstance(key, str) or not EMBED_KEY_RE.fullmatch(key):
+        from codeshot.errors import InvalidInput
+
+        raise InvalidInput(f"embed key {key!r} must be 1-64 of A-Z a-z 0-9 _ . -")
+    return ref if isinstance(ref, EmbedRef) else EmbedRef.from_dict(ref)
+
+
+@record
+class Message(Record):
     session_id: str
     message_id: str  # ULID: sorts by time
     text: str = ""
     type: MessageType = MessageType.QUERY
     sent_by: str = "user"  # "user" or an agent id
     in_reply_to: str | None = None
-    embeds: dict[str, EmbedRef] = Field(default_factory=dict)
+    embeds: dict[str, EmbedRef] = dataclasses.field(default_factory=dict)
     error_code: str | None = None
-    timestamp: datetime = Field(default_factory=utcnow)
+    timestamp: datetime = dataclasses.field(default_factory=utcnow)
 
-    @field_validator("embeds")
-    @classmethod
-    def _embed_keys(cls, value: dict[str, EmbedRef]) -> dict[str, EmbedRef]:
-        for key in value:
-            if not re.fullmatch(r"[A-Za-z0-9_.-]{1,64}", key):
-                raise ValueError(f"embed key {key!r} must be 1-64 of A-Z a-z 0-9 _ . -")
-        return value
+    COERCE = {"type": MessageType, "timestamp": _datetime,
+              "embeds": lambda refs: {k: _embed_ref(k, v) for k, v in refs.items()}}
 
 
-class Embed(_Model):
+@record
+class Embed(Record):
     """An immutable attachment of a session, addressed by its content hash."""
 
     key: str
@@ -126,21 +191,27 @@ class Embed(_Model):
     content_type: str
     content_hash: str
     size: int
-    created: datetime = Field(default_factory=utcnow)
+    created: datetime = dataclasses.field(default_factory=utcnow)
+
+    COERCE = {"created": _datetime}
 
 
-class User(_Model):
+@record
+class User(Record):
     user_id: str
     username: str
     first_name: str | None = None
     last_name: str | None = None
     email: str | None = None
     daily_query_limit: int | None = None  # None: the platform default
-    api_key_ids: set[str] = Field(default_factory=set)
-    created: datetime = Field(default_factory=utcnow)
+    api_key_ids: set[str] = dataclasses.field(default_factory=set)
+    created: datetime = dataclasses.field(default_factory=utcnow)
+
+    COERCE = {"api_key_ids": set, "created": _datetime}
 
 
-class Principal(_Model):
+@record
+class Principal(Record):
     """Who is calling: a user (API key) or an agent acting for a user (agent JWT)."""
 
     user_id: str | None

@@ -76,7 +76,7 @@ def apply(event: dict[str, Any], services: Any, fetch: Callable[[str, str], Any]
     from codeshot.api.agents import AgentFields, AgentRegistration
     from codeshot.errors import NotFound
     from codeshot.models import Agent, Principal
-    from codeshot.runner.agent_client import fetch_handshake
+    from codeshot.runner.handshake import fetch_handshake
 
     registration = AgentRegistration(services, fetch=fetch or fetch_handshake)
     props = event["ResourceProperties"]
@@ -139,7 +139,7 @@ def handler(event: dict[str, Any], context: Any) -> None:
     def deadline() -> bool:
         return context.get_remaining_time_in_millis() < RESPONSE_MARGIN_MS + 10_000
 
-    from codeshot.runner.agent_client import fetch_handshake
+    from codeshot.runner.handshake import fetch_handshake
 
     try:
         physical_id, data = apply(event, _services(), retrying(fetch_handshake, deadline))

@@ -14,8 +14,8 @@ from codeshot.engine.fewshot import parse_few_shots, sample_queries, validate_ba
 from codeshot.errors import InvalidInput, NotFound
 from codeshot.models import Agent, AgentKind, Principal, utcnow, validate_handle
 from codeshot.routing.index import with_embeddings
-from codeshot.runner.agent_client import Handshake, fetch_handshake
 from codeshot.runner.agent_urls import check_agent_url
+from codeshot.runner.handshake import Handshake, fetch_handshake
 from codeshot.services import Services
 
 HandshakeFetcher = Callable[[str, str], Handshake]
@@ -64,21 +64,21 @@ class AgentRegistration:
             token = self.s.auth.agent_token(agent.agent_id, None, None)
             hs = self.fetch(url, token)
             kind = AgentKind.STANDALONE if hs.type == "standalone" else AgentKind.CODE_SHOT
-            agent = agent.model_copy(update={
+            agent = agent.replace(**{
                 "kind": kind, "base_prompt": hs.base_prompt, "few_shots": hs.few_shots,
                 "sample_queries": hs.sample_queries or agent.sample_queries,
             })
         elif agent.few_shots:
-            agent = agent.model_copy(update={"kind": AgentKind.CODE_SHOT})
+            agent = agent.replace(**{"kind": AgentKind.CODE_SHOT})
         if agent.kind is AgentKind.CODE_SHOT:
             if not agent.few_shots:
                 raise InvalidInput(f"code-shot agent {agent.agent_id} has no few-shots")
             validate_base_prompt(agent.base_prompt)
             parsed = parse_few_shots(agent.few_shots)
             if not agent.func_url:
-                agent = agent.model_copy(update={"func_url": agent.query_url})
+                agent = agent.replace(**{"func_url": agent.query_url})
             queries = list(dict.fromkeys(sample_queries(parsed) + agent.sample_queries))
-            agent = agent.model_copy(update={"sample_queries": queries})
+            agent = agent.replace(**{"sample_queries": queries})
         elif not agent.query_url:
             raise InvalidInput("a standalone agent needs queryUrl")
         return with_embeddings(agent, self.s.embedder)
@@ -99,8 +99,8 @@ class AgentRegistration:
         agent = self._apply(current, fields)
         if new_handle and new_handle != handle:
             validate_handle(new_handle)
-            agent = agent.model_copy(
-                update={"handle": new_handle, "agent_id": Agent.make_id(owner, new_handle)}
+            agent = agent.replace(**
+                {"handle": new_handle, "agent_id": Agent.make_id(owner, new_handle)}
             )
         urls_changed = (agent.query_url, agent.func_url) != (current.query_url, current.func_url)
         if urls_changed or fields.few_shots is not None or fields.base_prompt is not None:
@@ -130,5 +130,5 @@ class AgentRegistration:
     @staticmethod
     def _apply(agent: Agent, fields: AgentFields) -> Agent:
         updates = {k: v for k, v in vars(fields).items() if v is not None}
-        return agent.model_copy(update={**updates, "modified": utcnow()})
+        return agent.replace(**{**updates, "modified": utcnow()})
 

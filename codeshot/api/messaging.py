@@ -123,7 +123,7 @@ class Messaging:
                      "ExpressionAttributeNames": {"#i": "item"}}},
         ]
         for embed in new_embeds:
-            values = embed.model_dump(mode="json")
+            values = embed.to_dict()
             values["item"] = EMBED_PREFIX + embed.key
             values["embed_owner"] = values.pop("owner")
             items.append({"Put": {"TableName": table, "Item": to_item(values),

@@ -26,7 +26,7 @@ def agent_texts(agent: Agent) -> list[str]:
 
 def with_embeddings(agent: Agent, embedder: Embedder) -> Agent:
     matrix = embedder.embed(agent_texts(agent))
-    return agent.model_copy(update={
+    return agent.replace(**{
         "embeddings": matrix.astype("<f4").tobytes(), "embedding_model": embedder.model_id,
     })
 

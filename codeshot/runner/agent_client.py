@@ -2,38 +2,21 @@
 
 Every call carries a fresh agent-call JWT; every reply is size-capped and parsed
 defensively, and failures map to AGENT_UNAVAILABLE (could not reach it), AGENT_ERROR
-(it answered badly) or TIMEOUT.
+(it answered badly) or TIMEOUT. The handshake, read at registration, is in
+:mod:`codeshot.runner.handshake`, so the runner never imports pydantic.
 """
 
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass, field
 from typing import Any
 
 import httpx
-from pydantic import BaseModel, Field, ValidationError, field_validator
 
 from codeshot.errors import AgentError, AgentUnavailable, Timeout
 
 MAX_REPLY_BYTES = 2 * 1024 * 1024
-
-
-class Handshake(BaseModel):
-    """What an agent says about itself at ``GET /`` (Fixie SDK: YAML; plain: JSON)."""
-
-    type: str = "code_shot"
-    base_prompt: str = ""
-    few_shots: list[str] = Field(default_factory=list)
-    sample_queries: list[str] = Field(default_factory=list)
-    conversational: bool = False
-
-    @field_validator("base_prompt", "few_shots", "sample_queries", mode="before")
-    @classmethod
-    def _null_is_empty(cls, value: Any, info: Any) -> Any:
-        # Fixie's SDK sends `sample_queries: null` (and may send other nulls).
-        if value is None:
-            return "" if info.field_name == "base_prompt" else []
-        return value
 
 
 def _read_capped(response: httpx.Response) -> bytes:
@@ -82,24 +65,6 @@ def request(
     finally:
         if owned:
             http.close()
-
-
-def fetch_handshake(url: str, token: str, timeout: float = 10.0) -> Handshake:
-    status, content_type, body = request(
-        "GET", url.rstrip("/") + "/", token, timeout=timeout,
-        accept="application/json, application/yaml;q=0.9",
-    )
-    if status != 200:
-        raise AgentError(f"agent handshake at {url} answered HTTP {status}")
-    import yaml
-
-    try:
-        document = parse_document(body, content_type)
-        if not isinstance(document, dict):
-            raise ValueError("not a mapping")
-        return Handshake(**document)
-    except (ValueError, yaml.YAMLError, ValidationError) as exc:
-        raise AgentError(f"agent handshake at {url} is not a valid document: {exc}") from exc
 
 
 RETRYABLE_STATUS = frozenset({500, 502, 503, 504})
@@ -184,12 +149,13 @@ def _checked(url: str, status: int, data: bytes) -> bytes:
     raise AgentError(f"agent at {url} answered HTTP {status}{detail}")
 
 
-class FuncReply(BaseModel):
+@dataclass
+class FuncReply:
     """An agent's answer: ``{"message": {"text", "embeds"}, "error", "needs_input",
     "question"}``; ``needs_input`` asks the platform to pause for the user."""
 
     text: str = ""
-    embeds: dict[str, Any] = Field(default_factory=dict)
+    embeds: dict[str, Any] = field(default_factory=dict)
     needs_input: bool = False
     question: str | None = None
 

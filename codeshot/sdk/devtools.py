@@ -27,7 +27,8 @@ from codeshot.llm import LLM, get_llm
 from codeshot.local.http_server import HttpServer
 from codeshot.local.stack import LOCAL_USER, LocalStack
 from codeshot.runner.agent_client import AgentClient as RunnerClient
-from codeshot.runner.agent_client import Handshake, fetch_handshake, request
+from codeshot.runner.agent_client import request
+from codeshot.runner.handshake import Handshake, fetch_handshake
 from codeshot.sdk.agent import AgentBase
 from codeshot.sdk.project import CONFIG_FILE, AgentConfig, AgentTest, load_agent, read_config
 from codeshot.settings import Settings, get_settings

@@ -21,7 +21,7 @@ from codeshot.store.tables import REGISTRY
 
 
 def _to_item(agent: Agent) -> dict[str, Any]:
-    values = agent.model_dump(mode="json", exclude={"embeddings"})
+    values = agent.to_dict(exclude=frozenset({"embeddings"}))
     values["embeddings"] = agent.embeddings
     return to_item(values)
 
@@ -55,7 +55,7 @@ class AgentRegistry(Repository):
         agents: list[Agent] = []
         while True:
             out = self.db.scan(**kwargs)
-            agents += [Agent(**from_item(i)) for i in out.get("Items", [])]
+            agents += [Agent.from_dict(from_item(i)) for i in out.get("Items", [])]
             if "LastEvaluatedKey" not in out:
                 return agents
             kwargs["ExclusiveStartKey"] = out["LastEvaluatedKey"]
@@ -74,7 +74,7 @@ class AgentRegistry(Repository):
 
     def replace(self, agent: Agent, *, previous_id: str | None = None) -> Agent:
         """Write an existing agent back (optionally under a new id, for renames)."""
-        agent = agent.model_copy(update={"modified": utcnow()})
+        agent = agent.replace(**{"modified": utcnow()})
         if previous_id and previous_id != agent.agent_id:
             try:
                 self.db.transact_write_items(
@@ -120,7 +120,7 @@ class AgentRegistry(Repository):
         ).get("Item")
         if not item:
             raise NotFound(f"agent {agent_id} not found")
-        return Agent(**from_item(item))
+        return Agent.from_dict(from_item(item))
 
     def delete(self, agent_id: str, owner: str) -> None:
         lookup_key(agent_id, "agent")
@@ -153,7 +153,7 @@ class AgentRegistry(Repository):
             kwargs["ExclusiveStartKey"] = start
         out = self.db.query(**kwargs)
         return Page(
-            [Agent(**from_item(i)) for i in out.get("Items", [])],
+            [Agent.from_dict(from_item(i)) for i in out.get("Items", [])],
             encode_token(out.get("LastEvaluatedKey")),
         )
 
@@ -180,7 +180,7 @@ class AgentRegistry(Repository):
             kwargs["ExclusiveStartKey"] = start
         out = self.db.scan(**kwargs)
         return Page(
-            [Agent(**from_item(i)) for i in out.get("Items", [])],
+            [Agent.from_dict(from_item(i)) for i in out.get("Items", [])],
             encode_token(out.get("LastEvaluatedKey")),
         )
 

@@ -36,7 +36,7 @@ def _key(session_id: str, item: str) -> dict[str, Any]:
 
 
 def message_item(message: Message) -> dict[str, Any]:
-    values = message.model_dump(mode="json")
+    values = message.to_dict()
     values["item"] = MSG_PREFIX + message.message_id
     values["embeds"] = json.dumps(values["embeds"]) if message.embeds else None
     return to_item(values)
@@ -44,7 +44,7 @@ def message_item(message: Message) -> dict[str, Any]:
 
 def _message(values: dict[str, Any]) -> Message:
     values["embeds"] = json.loads(values.get("embeds") or "{}")
-    return Message(**values)
+    return Message.from_dict(values)
 
 
 class SessionStore(Repository):
@@ -52,7 +52,7 @@ class SessionStore(Repository):
 
     # -- sessions ---------------------------------------------------------------------
     def create(self, session: Session) -> Session:
-        values = session.model_dump(mode="json")
+        values = session.to_dict()
         values["item"] = SESSION_ITEM
         try:
             self.db.put_item(
@@ -72,7 +72,7 @@ class SessionStore(Repository):
         item = self.db.get_item(
             TableName=self.table_name, Key=_key(session_id, SESSION_ITEM), ConsistentRead=True
         ).get("Item")
-        session = Session(**from_item(item)) if item else None
+        session = Session.from_dict(from_item(item)) if item else None
         if session is None or (owner is not None and session.owner != owner):
             raise NotFound(f"session {session_id} not found")
         return session
@@ -96,7 +96,7 @@ class SessionStore(Repository):
             kwargs["ExclusiveStartKey"] = start
         out = self.db.query(**kwargs)
         return Page(
-            [Session(**from_item(i)) for i in out.get("Items", [])],
+            [Session.from_dict(from_item(i)) for i in out.get("Items", [])],
             encode_token(out.get("LastEvaluatedKey")),
         )
 
@@ -164,7 +164,7 @@ class SessionStore(Repository):
 
     @staticmethod
     def session_of(values: dict[str, Any]) -> Session:
-        return Session(**values)
+        return Session.from_dict(values)
 
     @staticmethod
     def message_of(values: dict[str, Any]) -> Message:
@@ -239,7 +239,7 @@ class SessionStore(Repository):
     # -- embeds -----------------------------------------------------------------------
     def put_embed(self, embed: Embed) -> Embed:
         """Attach an embed under its key; a key, once used, is never rebound."""
-        values = embed.model_dump(mode="json")
+        values = embed.to_dict()
         values["item"] = EMBED_PREFIX + embed.key
         values["embed_owner"] = values.pop("owner")  # keep `owner` for SESSION items only
         try:
@@ -305,4 +305,4 @@ class SessionStore(Repository):
 
 def _embed(values: dict[str, Any]) -> Embed:
     values["owner"] = values.pop("embed_owner")
-    return Embed(**values)
+    return Embed.from_dict(values)

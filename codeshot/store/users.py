@@ -35,7 +35,7 @@ class UserStore(Repository):
                     {
                         "Put": {
                             "TableName": self.table_name,
-                            "Item": to_item(user.model_dump(mode="json") | {"api_key_ids": None}),
+                            "Item": to_item(user.to_dict() | {"api_key_ids": None}),
                             "ConditionExpression": "attribute_not_exists(user_id)",
                         }
                     },
@@ -55,7 +55,7 @@ class UserStore(Repository):
         ).get("Item")
         if not item:
             raise NotFound(f"user {user_id} not found")
-        return User(**from_item(item))
+        return User.from_dict(from_item(item))
 
     def get_by_username(self, username: str) -> User:
         lookup_key(username, "user")

@@ -11,7 +11,7 @@ from typing import ClassVar
 import pytest
 
 from codeshot.errors import NotFound
-from codeshot.runner.agent_client import Handshake
+from codeshot.runner.handshake import Handshake
 from codeshot.sdk.project import load_agent, read_config
 from codeshot.services import Services
 from handlers import register_agent

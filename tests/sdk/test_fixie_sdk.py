@@ -12,7 +12,7 @@ import httpx
 import pytest
 
 from codeshot.errors import AgentError
-from codeshot.runner.agent_client import fetch_handshake
+from codeshot.runner.handshake import fetch_handshake
 from tests.conftest import free_port
 
 AGENT_ID = "acme/fixie-genrand"

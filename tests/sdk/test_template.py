@@ -13,7 +13,7 @@ import httpx
 import pytest
 import yaml
 
-from codeshot.runner.agent_client import fetch_handshake
+from codeshot.runner.handshake import fetch_handshake
 from codeshot.sdk.devtools import handle_for
 from tests.conftest import free_port
 

@@ -9,7 +9,7 @@ import httpx
 import pytest
 import yaml
 
-from codeshot.runner.agent_client import fetch_handshake
+from codeshot.runner.handshake import fetch_handshake
 from codeshot.settings import get_settings
 from tests.sdk.demo import demo_agent
 

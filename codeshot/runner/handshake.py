@@ -1,0 +1,50 @@
+"""The handshake: what an agent says about itself at ``GET /``, read when it registers.
+
+Kept apart from :mod:`codeshot.runner.agent_client` because it validates with pydantic,
+which the API has loaded anyway and the runner never needs.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import BaseModel, Field, ValidationError, field_validator
+
+from codeshot.errors import AgentError
+from codeshot.runner.agent_client import parse_document, request
+
+
+class Handshake(BaseModel):
+    """What an agent says about itself at ``GET /`` (Fixie SDK: YAML; plain: JSON)."""
+
+    type: str = "code_shot"
+    base_prompt: str = ""
+    few_shots: list[str] = Field(default_factory=list)
+    sample_queries: list[str] = Field(default_factory=list)
+    conversational: bool = False
+
+    @field_validator("base_prompt", "few_shots", "sample_queries", mode="before")
+    @classmethod
+    def _null_is_empty(cls, value: Any, info: Any) -> Any:
+        # Fixie's SDK sends `sample_queries: null` (and may send other nulls).
+        if value is None:
+            return "" if info.field_name == "base_prompt" else []
+        return value
+
+
+def fetch_handshake(url: str, token: str, timeout: float = 10.0) -> Handshake:
+    status, content_type, body = request(
+        "GET", url.rstrip("/") + "/", token, timeout=timeout,
+        accept="application/json, application/yaml;q=0.9",
+    )
+    if status != 200:
+        raise AgentError(f"agent handshake at {url} answered HTTP {status}")
+    import yaml
+
+    try:
+        document = parse_document(body, content_type)
+        if not isinstance(document, dict):
+            raise ValueError("not a mapping")
+        return Handshake(**document)
+    except (ValueError, yaml.YAMLError, ValidationError) as exc:
+        raise AgentError(f"agent handshake at {url} is not a valid document: {exc}") from exc
