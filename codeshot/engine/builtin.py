@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 from codeshot.engine.components import Command, CommandResult, Decision, Explain, Failure, Retry
 from codeshot.engine.fewshot import (
@@ -21,9 +22,11 @@ from codeshot.engine.fewshot import (
 from codeshot.engine.prompt import examples_message
 from codeshot.llm.base import ChatMessage
 
-# (func name, argument text) -> result; (agent id, message text) -> result.
+# (func name, argument text) -> result; (agent id, message text) -> result;
+# (agent id, paused state, the user's answer) -> result.
 FuncCaller = Callable[[str, str], CommandResult | str]
 AgentCaller = Callable[[str, str], CommandResult | str]
+AgentResumer = Callable[[str, dict[str, Any], str], CommandResult | str]
 
 TEXT_PARAMETER = {"type": "string"}
 HISTORY_HEADER = "Earlier in this conversation:"
@@ -91,8 +94,11 @@ class AgentTool:
     description: str = ""
 
 
-def agent_commands(agents: Sequence[AgentTool], caller: AgentCaller) -> Commands:
-    """One Agent command per agent, each calling ``caller(agent_id, text)``."""
+def agent_commands(
+    agents: Sequence[AgentTool], caller: AgentCaller, resumer: AgentResumer | None = None
+) -> Commands:
+    """One Agent command per agent, each calling ``caller(agent_id, text)``; a paused agent
+    continues through ``resumer(agent_id, state, answer)``."""
     return Commands(
         [
             Command(
@@ -101,6 +107,9 @@ def agent_commands(agents: Sequence[AgentTool], caller: AgentCaller) -> Commands
                 TEXT_PARAMETER,
                 lambda text, agent_id=a.agent_id: caller(agent_id, text),
                 kind="agent",
+                resume=None if resumer is None else (
+                    lambda state, answer, agent_id=a.agent_id: resumer(agent_id, state, answer)
+                ),
             )
             for a in agents
         ]
@@ -170,10 +179,11 @@ def planner_components(
     few_shots: str | Sequence[str],
     agents: Sequence[AgentTool],
     agent_caller: AgentCaller,
+    agent_resumer: AgentResumer | None = None,
 ) -> list[object]:
     """The planner: a Code Shot program whose commands are the proposed agents."""
     return [
         BasePrompt(base_prompt),
         FewShotExamples(parse_few_shots(few_shots)),
-        agent_commands(agents, agent_caller),
+        agent_commands(agents, agent_caller, agent_resumer),
     ]

@@ -38,6 +38,9 @@ class CommandResult:
     embeds: dict[str, EmbedLink] = field(default_factory=dict)
     needs_input: bool = False
     question: str | None = None
+    # With needs_input: where the command itself stopped (a nested agent's paused run);
+    # the user's answer then goes back to the command's ``resume``, not to this LLM.
+    state: dict[str, Any] | None = None
 
     @property
     def pause_question(self) -> str:
@@ -62,6 +65,8 @@ class Command:
     parameters: dict[str, Any]
     call: Callable[[str], CommandResult | str]
     kind: Literal["func", "agent"] = "func"
+    # (state, answer) -> result: continues a call that paused with CommandResult.state
+    resume: Callable[[dict[str, Any], str], CommandResult | str] | None = None
 
 
 @dataclass(frozen=True)

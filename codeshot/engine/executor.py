@@ -7,6 +7,7 @@ command time keep a bad model, agent or Func from hanging a session.
 
 from __future__ import annotations
 
+import functools
 import logging
 import threading
 import time
@@ -115,6 +116,8 @@ class _Run:
     input_tokens: int = 0
     output_tokens: int = 0
     embeds: dict[str, EmbedLink] = field(default_factory=dict)
+    # A command that asked the user and continues itself: {"ask": step, "state": its state}
+    pending: dict[str, Any] | None = None
 
     def to_state(self) -> dict[str, Any]:
         return {
@@ -125,6 +128,7 @@ class _Run:
             "input_tokens": self.input_tokens,
             "output_tokens": self.output_tokens,
             "embeds": self.embeds,
+            "pending": self.pending,
         }
 
     @classmethod
@@ -139,6 +143,7 @@ class _Run:
                 int(state["input_tokens"]),
                 int(state["output_tokens"]),
                 dict(state["embeds"]),
+                state.get("pending"),
             )
         except (KeyError, TypeError, ValueError) as exc:
             raise InvalidInput(f"not a paused Code Shot state: {exc}") from None
@@ -196,6 +201,17 @@ class Executor:
         """Continue a paused run (``Outcome.state``) with the user's answer."""
         run = _Run.from_state(state)
         run.transcript.append(Step(Kind.USER_SAYS, answer.strip()))
+        pending, run.pending = run.pending, None
+        if pending is not None:
+            # The command that asked continues with the answer, shown to this LLM as one
+            # more Ask and its reply; it may ask again.
+            asked = Step.from_dict(pending["ask"])
+            ask = Step(asked.kind, answer.strip(), asked.target)
+            run.transcript.append(ask)
+            self._emit(ask)
+            outcome = self._execute(run, ask, resume_state=pending["state"])
+            if outcome is not None:
+                return outcome
         return self._loop(run)
 
     def messages(self, query: str, transcript: Sequence[Step]) -> list[ChatMessage]:
@@ -265,9 +281,11 @@ class Executor:
                 return self._execute(run, step)
         return None
 
-    def _execute(self, run: _Run, step: Step) -> Outcome | None:
-        """Run the Ask's command; its reply joins the transcript, or the failure ends the run."""
-        attempted = self._attempt(step)
+    def _execute(self, run: _Run, step: Step, resume_state: dict[str, Any] | None = None
+                 ) -> Outcome | None:
+        """Run the Ask's command (or continue it from ``resume_state``); its reply joins the
+        transcript, or the failure ends the run."""
+        attempted = self._attempt(step, resume_state)
         if isinstance(attempted, Explain):
             answer = Step(Kind.A, attempted.answer)
             run.transcript.append(answer)
@@ -282,12 +300,15 @@ class Executor:
         self._trace(TraceStep(MessageType.RESULT, result.text, step.label, dict(result.embeds)))
         if not result.needs_input:
             return None
+        if result.state is not None:
+            run.pending = {"ask": step.to_dict(), "state": result.state}
         question = Step(Kind.ASK_USER, result.pause_question)
         run.transcript.append(question)
         self._emit(question)
         return self._outcome(Status.AWAITING_INPUT, question.text, run)
 
-    def _attempt(self, step: Step) -> tuple[CommandResult, bool] | Explain:
+    def _attempt(self, step: Step, resume_state: dict[str, Any] | None = None
+                 ) -> tuple[CommandResult, bool] | Explain:
         """(result, True) on success, (fallback, False), or the failure explained."""
         kind = "func" if step.kind is Kind.ASK_FUNC else "agent"
         command = self._commands.get((kind, step.target or ""))
@@ -297,7 +318,13 @@ class Executor:
             try:
                 if command is None:
                     raise NotFound(f"there is no {step.label}")
-                return as_result(self._call(command, step.text)), True
+                if resume_state is None:
+                    call = command.call
+                elif command.resume is None:
+                    raise NotFound(f"{step.label} cannot continue a paused call")
+                else:
+                    call = functools.partial(command.resume, resume_state)
+                return as_result(self._call(command.name, call, step.text)), True
             except Exception as exc:  # noqa: BLE001 - any command failure is handled
                 code, message = _error_of(exc)
                 log.info("%s failed (attempt %d): %s", step.label, attempt, message)
@@ -324,17 +351,17 @@ class Executor:
             return decision
         return Explain(explain(failure))
 
-    def _call(self, command: Command, text: str) -> CommandResult | str:
+    def _call(self, name: str, call: Callable[[str], Any], text: str) -> CommandResult | str:
         """The command's result, or Timeout after ``command_timeout`` (the thread is left)."""
         box: dict[str, Any] = {}
 
         def target() -> None:
             try:
-                box["result"] = command.call(text)
+                box["result"] = call(text)
             except BaseException as exc:  # noqa: BLE001 - re-raised in the caller's thread
                 box["error"] = exc
 
-        worker = threading.Thread(target=target, name=f"command-{command.name}", daemon=True)
+        worker = threading.Thread(target=target, name=f"command-{name}", daemon=True)
         worker.start()
         worker.join(self.limits.command_timeout)
         if worker.is_alive():

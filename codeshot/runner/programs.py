@@ -78,8 +78,9 @@ def outcome_as_result(agent_id: str, outcome: Outcome) -> CommandResult:
     """A nested agent's outcome as the caller's command result (or its failure)."""
     if outcome.status is Status.ERROR:
         raise AgentError(f"{agent_id}: {outcome.text}")
-    if outcome.status is Status.AWAITING_INPUT:
-        return CommandResult(text="", needs_input=True, question=outcome.text)
+    if outcome.status is Status.AWAITING_INPUT:  # its state comes back with the answer
+        return CommandResult(text="", needs_input=True, question=outcome.text,
+                             state=outcome.state)
     return CommandResult(text=outcome.text, embeds=dict(outcome.embeds))
 
 
@@ -174,7 +175,13 @@ class PlannerProgram:
             agent = planner.ctx.registry_get(agent_id)
             return outcome_as_result(agent_id, program_for(agent, planner.ctx).run(text))
 
-        components = planner_components(PLANNER_PROMPT, PLANNER_FEW_SHOTS, tools, call_agent)
+        def resume_agent(agent_id: str, state: dict[str, Any], answer: str) -> CommandResult:
+            agent = planner.ctx.registry_get(agent_id)
+            return outcome_as_result(agent_id,
+                                     program_for(agent, planner.ctx).resume(state, answer))
+
+        components = planner_components(PLANNER_PROMPT, PLANNER_FEW_SHOTS, tools, call_agent,
+                                        resume_agent)
         executor = Executor([*components, self.ctx.history], self.ctx.llm,
                             limits=self.ctx.limits,
                             trace=lambda step: self.ctx.trace(PLANNER_ID, step))

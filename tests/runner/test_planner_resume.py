@@ -1,0 +1,54 @@
+"""An agent that asks the user while the planner is running it keeps its own paused run:
+the answer goes back to that agent, not to a fresh call of it (plan mode, any LLM)."""
+
+import json
+
+from codeshot.engine import Status
+from codeshot.models import Agent, AgentKind, MessageType
+from codeshot.routing.embedders import HashingEmbedder
+from codeshot.routing.index import with_embeddings
+from codeshot.routing.router import Router
+from codeshot.runner.agent_client import AgentClient
+from codeshot.runner.programs import PLANNER_ID, PlannerProgram, RunContext
+from codeshot.store.registry import AgentRegistry
+from tests.engine.conftest import ScriptedLLM
+
+BOOKING = Agent(
+    agent_id="me/booking", owner="me", handle="booking", published=True,
+    kind=AgentKind.CODE_SHOT, description="books restaurant tables",
+    base_prompt="I book restaurant tables.", sample_queries=["book a table for dinner"],
+    few_shots=["Q: Book a table\nAsk User: For how many people?\nUser says: 2\n"
+               "A: Booked a table for 2."],
+)
+
+
+def planner(aws, llm, trace):
+    registry = AgentRegistry(aws)
+    ctx = RunContext(llm=llm, registry_get=registry.get,
+                     client=AgentClient(lambda _: "", timeout=1, allow_loopback=True),
+                     trace=lambda sent_by, step: trace.append((sent_by, step.type, step.text)))
+    return PlannerProgram(ctx, Router(registry, HashingEmbedder()), viewer=None,
+                          route_only=False)
+
+
+def test_the_paused_agent_resumes_with_the_answer(aws):
+    AgentRegistry(aws).create(with_embeddings(BOOKING, HashingEmbedder()))
+    trace: list = []
+    llm = ScriptedLLM("Ask Agent[me/booking]: Book a table for dinner",  # planner
+                      "Ask User: For how many people?")  # the booking agent
+    paused = planner(aws, llm, trace).run("Book me a table for dinner")
+    assert (paused.status, paused.text) == (Status.AWAITING_INPUT, "For how many people?")
+
+    stored = json.loads(json.dumps(paused.state))  # as the runner keeps it between messages
+    llm = ScriptedLLM("A: Booked a table for 4.",  # the booking agent, resumed
+                      "A: Your table for 4 is booked.")  # planner
+    done = planner(aws, llm, trace).resume(stored, "4")
+
+    assert (done.status, done.text) == (Status.DONE, "Your table for 4 is booked.")
+    agent_sees = llm.transcript(0)  # its own run goes on: its query, its question, the answer
+    assert "Q: Book a table for dinner" in agent_sees
+    assert "Ask User: For how many people?\nUser says: 4" in agent_sees
+    planner_sees = llm.transcript(1)
+    assert ("User says: 4\nAsk Agent[me/booking]: 4\n"
+            "Agent[me/booking] says: Booked a table for 4.") in planner_sees
+    assert (PLANNER_ID, MessageType.AGENT_CALL, "4") in trace  # the answer, passed on
