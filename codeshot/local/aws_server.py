@@ -7,6 +7,7 @@ printing the port once listening; :class:`LocalAWS` runs that as a child process
 from __future__ import annotations
 
 import argparse
+import copy
 import errno
 import functools
 import logging
@@ -18,6 +19,7 @@ import sys
 import threading
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 from codeshot.errors import CodeshotError
@@ -51,6 +53,7 @@ def make_dynamodb_writes_atomic() -> None:
 
     if getattr(DynamoDBBackend, "_codeshot_atomic_writes", False):
         return
+    roll_back_transactions_by_item()  # inside the lock below, so its snapshots hold
     lock = threading.RLock()
 
     def locked(original: Any) -> Any:
@@ -65,6 +68,51 @@ def make_dynamodb_writes_atomic() -> None:
                  "batch_write_item"):
         setattr(DynamoDBBackend, name, locked(getattr(DynamoDBBackend, name)))
     DynamoDBBackend._codeshot_atomic_writes = True
+
+
+def roll_back_transactions_by_item() -> None:
+    """moto rolls a failed TransactWriteItems back by deep-copying, up front, every table
+    it names: each post to a session then costs time in proportion to all sessions stored.
+    Snapshot only the items the transaction names and restore those instead (the caller
+    serialises writes, so nothing else changes them meanwhile)."""
+    from moto.dynamodb import models
+    from moto.dynamodb.models import DynamoDBBackend
+    from moto.dynamodb.models.dynamo_type import DynamoType
+    from moto.dynamodb.models.table import Table
+
+    # moto's "copy" of each table becomes the table itself, so its own rollback is a no-op.
+    models.copy = SimpleNamespace(deepcopy=lambda value, memo=None: (
+        value if isinstance(value, Table) else copy.deepcopy(value, memo)))
+    original = DynamoDBBackend.transact_write_items
+
+    def snapshot(backend: Any, request: dict[str, Any]) -> tuple[Any, ...] | None:
+        """(table, hash key, range key, item attributes or None) of one operation."""
+        try:
+            kind, op = next(iter(request.items()))
+            table = backend.tables[op["TableName"]]
+            attrs = op["Item"] if kind == "Put" else op["Key"]
+            hash_key = DynamoType(attrs[table.hash_key_attr])
+            range_key = DynamoType(attrs[table.range_key_attr]) if table.range_key_attr \
+                else None
+        except (StopIteration, AttributeError, KeyError, TypeError):
+            return None  # malformed: moto refuses it without writing
+        item = table.get_item(hash_key, range_key)
+        return table, hash_key, range_key, item.to_json()["Attributes"] if item else None
+
+    @functools.wraps(original)
+    def transact_write_items(self: Any, transact_items: list[dict[str, Any]]) -> None:
+        saved = [snapshot(self, request) for request in transact_items]
+        try:
+            original(self, transact_items)
+        except Exception:
+            for table, hash_key, range_key, attrs in filter(None, reversed(saved)):
+                if attrs is None:
+                    table.delete_item(hash_key, range_key)
+                else:
+                    table.put_item(attrs, overwrite=True)
+            raise
+
+    DynamoDBBackend.transact_write_items = transact_write_items
 
 
 _EXPIRED = (
