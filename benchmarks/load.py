@@ -57,13 +57,11 @@ def run_load(stack, client_for, users: int, sessions: int, messages: int, over: 
 
     with ThreadPoolExecutor(max_workers=workers) as pool:
         list(pool.map(one_session, [a for a in accounts for _ in range(sessions)]))
-    # Wait for the runner, reading sessions one by one every few seconds: polling
-    # harder would compete with the platform for the same 2 cores.
+    # Wait for the runner to drain the queue (it deletes a message once handled), asking
+    # SQS once a second: reading sessions meanwhile would compete with the platform.
     deadline = time.monotonic() + timeout
-    pending = list(handles)
-    while pending and time.monotonic() < deadline:
-        time.sleep(2)
-        pending = [p for p in pending if not answered(stack, p[1])]
+    while queued(stack) and time.monotonic() < deadline:
+        time.sleep(1)
     for user, _ in accounts:
         stored = sum(len([m for m in stack.services.sessions.all_messages(h)
                           if m.type is MessageType.QUERY]) for uid, h in handles
@@ -78,11 +76,13 @@ def run_load(stack, client_for, users: int, sessions: int, messages: int, over: 
     return result, wall
 
 
-def answered(stack, handle: str) -> bool:
-    log = stack.services.sessions.all_messages(handle)
-    queries = [m for m in log if m.type is MessageType.QUERY]
-    replies = [m for m in log if m.type in TERMINAL]
-    return len(replies) >= len(queries)
+def queued(stack) -> int:
+    """Messages in the session queue: waiting, in flight or delayed."""
+    queue = stack.services.queue
+    counts = queue.sqs.get_queue_attributes(QueueUrl=queue.url, AttributeNames=[
+        "ApproximateNumberOfMessages", "ApproximateNumberOfMessagesNotVisible",
+        "ApproximateNumberOfMessagesDelayed"])["Attributes"]
+    return sum(int(n) for n in counts.values())
 
 
 def check_session(stack, handle: str, result: Result, first: list, last: list) -> None:

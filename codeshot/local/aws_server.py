@@ -10,6 +10,7 @@ import argparse
 import copy
 import errno
 import functools
+import inspect
 import logging
 import os
 import select
@@ -115,6 +116,38 @@ def roll_back_transactions_by_item() -> None:
     DynamoDBBackend.transact_write_items = transact_write_items
 
 
+def query_one_partition() -> None:
+    """moto's Query gathers and sorts every item of a table, then keeps one partition:
+    reading a session cost time in proportion to all sessions stored. Give it a view of
+    the table holding just the partition asked for (indexes still see the whole table)."""
+    from moto.dynamodb.models.table import Table
+
+    original = Table.query
+    signature = inspect.signature(original)
+
+    @functools.wraps(original)
+    def query(self: Any, *args: Any, **kwargs: Any) -> Any:
+        asked = signature.bind(self, *args, **kwargs).arguments
+        hash_key = asked["hash_key"]
+        if asked.get("index_name") or hash_key is None:
+            return original(self, *args, **kwargs)
+        view = object.__new__(Table)  # not Table(): moto tracks every instance it makes
+        view.__dict__.update(self.__dict__)
+        view.items = {hash_key: self.items[hash_key]} if hash_key in self.items else {}
+        return original(view, *args, **kwargs)
+
+    Table.query = query
+
+
+def list_moto_services_once() -> None:
+    """moto lists its package directory (150 stat calls) to route every request, under
+    a lock shared by all requests; the list does not change while it runs."""
+    from moto import backends
+
+    modules = tuple(backends.list_of_moto_modules())
+    backends.list_of_moto_modules = lambda: modules
+
+
 _EXPIRED = (
     b"<?xml version=\"1.0\" encoding=\"UTF-8\"?><Error><Code>AccessDenied</Code>"
     b"<Message>Request has expired</Message></Error>"
@@ -215,6 +248,8 @@ def serve(host: str, port: int) -> None:
     from werkzeug.serving import make_server
 
     make_dynamodb_writes_atomic()
+    query_one_partition()
+    list_moto_services_once()
     logging.getLogger("werkzeug").setLevel(logging.WARNING)  # no line per request
     app = reject_expired_presigned(DomainDispatcherApplication(create_backend_app))
     server = make_server(host, port, app, threaded=True, request_handler=MotoRequestHandler)
