@@ -62,15 +62,15 @@ def run_load(stack, client_for, users: int, sessions: int, messages: int, over: 
     deadline = time.monotonic() + timeout
     while queued(stack) and time.monotonic() < deadline:
         time.sleep(1)
+    logs = {handle: stack.services.sessions.all_messages(handle) for _, handle in handles}
     for user, _ in accounts:
-        stored = sum(len([m for m in stack.services.sessions.all_messages(h)
-                          if m.type is MessageType.QUERY]) for uid, h in handles
-                     if uid == user.user_id)
+        stored = sum(m.type is MessageType.QUERY for uid, h in handles
+                     if uid == user.user_id for m in logs[h])
         if stored != limit:
             result.failures.append(f"{user.username}: {stored} queries stored, limit {limit}")
     first, last = [], []
-    for _, handle in handles:
-        check_session(stack, handle, result, first, last)
+    for handle, log in logs.items():
+        check_session(handle, log, result, first, last)
     # Busy time as the platform saw it: first query stored -> last reply stored.
     wall = (max(last) - min(first)).total_seconds() if first and last else 0.0
     return result, wall
@@ -85,8 +85,7 @@ def queued(stack) -> int:
     return sum(int(n) for n in counts.values())
 
 
-def check_session(stack, handle: str, result: Result, first: list, last: list) -> None:
-    log = stack.services.sessions.all_messages(handle)
+def check_session(handle: str, log: list, result: Result, first: list, last: list) -> None:
     queries = [m for m in log if m.type is MessageType.QUERY]
     replies = [m for m in log if m.type in TERMINAL]
     if [r.in_reply_to for r in replies] != [q.message_id for q in queries]:
