@@ -57,36 +57,35 @@ def run_load(stack, client_for, users: int, sessions: int, messages: int, over: 
 
     with ThreadPoolExecutor(max_workers=workers) as pool:
         list(pool.map(one_session, [a for a in accounts for _ in range(sessions)]))
-    # Wait for the runner, reading sessions one by one every few seconds: polling
-    # harder would compete with the platform for the same 2 cores.
+    # Wait for the runner to drain the queue (it deletes a message once handled), asking
+    # SQS once a second: reading sessions meanwhile would compete with the platform.
     deadline = time.monotonic() + timeout
-    pending = list(handles)
-    while pending and time.monotonic() < deadline:
-        time.sleep(2)
-        pending = [p for p in pending if not answered(stack, p[1])]
+    while queued(stack) and time.monotonic() < deadline:
+        time.sleep(1)
+    logs = {handle: stack.services.sessions.all_messages(handle) for _, handle in handles}
     for user, _ in accounts:
-        stored = sum(len([m for m in stack.services.sessions.all_messages(h)
-                          if m.type is MessageType.QUERY]) for uid, h in handles
-                     if uid == user.user_id)
+        stored = sum(m.type is MessageType.QUERY for uid, h in handles
+                     if uid == user.user_id for m in logs[h])
         if stored != limit:
             result.failures.append(f"{user.username}: {stored} queries stored, limit {limit}")
     first, last = [], []
-    for _, handle in handles:
-        check_session(stack, handle, result, first, last)
+    for handle, log in logs.items():
+        check_session(handle, log, result, first, last)
     # Busy time as the platform saw it: first query stored -> last reply stored.
     wall = (max(last) - min(first)).total_seconds() if first and last else 0.0
     return result, wall
 
 
-def answered(stack, handle: str) -> bool:
-    log = stack.services.sessions.all_messages(handle)
-    queries = [m for m in log if m.type is MessageType.QUERY]
-    replies = [m for m in log if m.type in TERMINAL]
-    return len(replies) >= len(queries)
+def queued(stack) -> int:
+    """Messages in the session queue: waiting, in flight or delayed."""
+    queue = stack.services.queue
+    counts = queue.sqs.get_queue_attributes(QueueUrl=queue.url, AttributeNames=[
+        "ApproximateNumberOfMessages", "ApproximateNumberOfMessagesNotVisible",
+        "ApproximateNumberOfMessagesDelayed"])["Attributes"]
+    return sum(int(n) for n in counts.values())
 
 
-def check_session(stack, handle: str, result: Result, first: list, last: list) -> None:
-    log = stack.services.sessions.all_messages(handle)
+def check_session(handle: str, log: list, result: Result, first: list, last: list) -> None:
     queries = [m for m in log if m.type is MessageType.QUERY]
     replies = [m for m in log if m.type in TERMINAL]
     if [r.in_reply_to for r in replies] != [q.message_id for q in queries]:

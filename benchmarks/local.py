@@ -1,4 +1,5 @@
-"""A local stack in this process for benchmarks, on free ports, with a GraphQL helper."""
+"""A local stack (the platform in this process, moto in a child) for benchmarks, on free
+ports, with a GraphQL helper."""
 
 from __future__ import annotations
 

@@ -83,8 +83,8 @@ def server_aws(moto_server, request):
 
 
 def unique_settings(**overrides: Any) -> Settings:
-    """Settings whose resources no other test uses: moto keeps one in-memory AWS per
-    process, shared by every moto server and local stack a test run starts."""
+    """Settings whose resources no other test uses: one moto server serves every
+    end-to-end test of a run."""
     suffix = f"t{uuid.uuid4().hex[:12]}"
     return Settings(
         region="us-east-1",
@@ -158,7 +158,8 @@ def fixie_python() -> Path:
 
 @pytest.fixture(scope="module")
 def live_stack_object():
-    """The embedded local stack in this process, as `codeshot local up` runs it."""
+    """The local stack (the platform in this process, moto in a child), as `codeshot local
+    up` runs it."""
     import tempfile
 
     from codeshot.local.stack import LocalStack

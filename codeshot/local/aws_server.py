@@ -1,13 +1,26 @@
-"""moto's server on loopback: the local AWS (DynamoDB, S3, SQS, Secrets Manager)."""
+"""moto's server on loopback: the local AWS (DynamoDB, S3, SQS, Secrets Manager).
+
+``python -m codeshot.local.aws_server --port P`` serves it with our fidelity patches,
+printing the port once listening; :class:`LocalAWS` runs that as a child process.
+"""
 
 from __future__ import annotations
 
+import argparse
+import copy
 import errno
 import functools
+import inspect
 import logging
+import os
+import select
 import socket
+import subprocess
+import sys
 import threading
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 from codeshot.errors import CodeshotError
@@ -41,6 +54,7 @@ def make_dynamodb_writes_atomic() -> None:
 
     if getattr(DynamoDBBackend, "_codeshot_atomic_writes", False):
         return
+    roll_back_transactions_by_item()  # inside the lock below, so its snapshots hold
     lock = threading.RLock()
 
     def locked(original: Any) -> Any:
@@ -55,6 +69,83 @@ def make_dynamodb_writes_atomic() -> None:
                  "batch_write_item"):
         setattr(DynamoDBBackend, name, locked(getattr(DynamoDBBackend, name)))
     DynamoDBBackend._codeshot_atomic_writes = True
+
+
+def roll_back_transactions_by_item() -> None:
+    """moto rolls a failed TransactWriteItems back by deep-copying, up front, every table
+    it names: each post to a session then costs time in proportion to all sessions stored.
+    Snapshot only the items the transaction names and restore those instead (the caller
+    serialises writes, so nothing else changes them meanwhile)."""
+    from moto.dynamodb import models
+    from moto.dynamodb.models import DynamoDBBackend
+    from moto.dynamodb.models.dynamo_type import DynamoType
+    from moto.dynamodb.models.table import Table
+
+    # moto's "copy" of each table becomes the table itself, so its own rollback is a no-op.
+    models.copy = SimpleNamespace(deepcopy=lambda value, memo=None: (
+        value if isinstance(value, Table) else copy.deepcopy(value, memo)))
+    original = DynamoDBBackend.transact_write_items
+
+    def snapshot(backend: Any, request: dict[str, Any]) -> tuple[Any, ...] | None:
+        """(table, hash key, range key, item attributes or None) of one operation."""
+        try:
+            kind, op = next(iter(request.items()))
+            table = backend.tables[op["TableName"]]
+            attrs = op["Item"] if kind == "Put" else op["Key"]
+            hash_key = DynamoType(attrs[table.hash_key_attr])
+            range_key = DynamoType(attrs[table.range_key_attr]) if table.range_key_attr \
+                else None
+        except (StopIteration, AttributeError, KeyError, TypeError):
+            return None  # malformed: moto refuses it without writing
+        item = table.get_item(hash_key, range_key)
+        return table, hash_key, range_key, item.to_json()["Attributes"] if item else None
+
+    @functools.wraps(original)
+    def transact_write_items(self: Any, transact_items: list[dict[str, Any]]) -> None:
+        saved = [snapshot(self, request) for request in transact_items]
+        try:
+            original(self, transact_items)
+        except Exception:
+            for table, hash_key, range_key, attrs in filter(None, reversed(saved)):
+                if attrs is None:
+                    table.delete_item(hash_key, range_key)
+                else:
+                    table.put_item(attrs, overwrite=True)
+            raise
+
+    DynamoDBBackend.transact_write_items = transact_write_items
+
+
+def query_one_partition() -> None:
+    """moto's Query gathers and sorts every item of a table, then keeps one partition:
+    reading a session cost time in proportion to all sessions stored. Give it a view of
+    the table holding just the partition asked for (indexes still see the whole table)."""
+    from moto.dynamodb.models.table import Table
+
+    original = Table.query
+    signature = inspect.signature(original)
+
+    @functools.wraps(original)
+    def query(self: Any, *args: Any, **kwargs: Any) -> Any:
+        asked = signature.bind(self, *args, **kwargs).arguments
+        hash_key = asked["hash_key"]
+        if asked.get("index_name") or hash_key is None:
+            return original(self, *args, **kwargs)
+        view = object.__new__(Table)  # not Table(): moto tracks every instance it makes
+        view.__dict__.update(self.__dict__)
+        view.items = {hash_key: self.items[hash_key]} if hash_key in self.items else {}
+        return original(view, *args, **kwargs)
+
+    Table.query = query
+
+
+def list_moto_services_once() -> None:
+    """moto lists its package directory (150 stat calls) to route every request, under
+    a lock shared by all requests; the list does not change while it runs."""
+    from moto import backends
+
+    modules = tuple(backends.list_of_moto_modules())
+    backends.list_of_moto_modules = lambda: modules
 
 
 _EXPIRED = (
@@ -88,41 +179,98 @@ def reject_expired_presigned(app: Any) -> Any:
 
 
 class LocalAWS:
-    """A moto server in a daemon thread of this process."""
+    """moto's server in a child process of this one: moto handles every request in Python
+    (an SQS receive scans the whole queue), so in the platform's process it would compete
+    with the API and the runner for one GIL."""
 
     def __init__(self, host: str = "127.0.0.1", port: int = 0) -> None:
         self.host, self.port = host, port
-        self._server: Any = None
-        self._thread: threading.Thread | None = None
+        self._process: subprocess.Popen[str] | None = None
 
-    def start(self) -> str:
+    def start(self, timeout: float = 60.0) -> str:
         check_port_free(self.host, self.port)
-        from moto.moto_server.werkzeug_app import (
-            DomainDispatcherApplication,
-            MotoRequestHandler,
-            create_backend_app,
-        )
-        from werkzeug.serving import make_server
+        import codeshot
 
-        make_dynamodb_writes_atomic()
-        logging.getLogger("werkzeug").setLevel(logging.WARNING)  # no line per request
-        app = reject_expired_presigned(DomainDispatcherApplication(create_backend_app))
-        self._server = make_server(
-            self.host, self.port, app, threaded=True, request_handler=MotoRequestHandler
+        # The child imports the same codeshot as this process, wherever that comes from.
+        source = str(Path(codeshot.__file__).resolve().parents[1])
+        path = os.pathsep.join(p for p in (source, os.environ.get("PYTHONPATH")) if p)
+        self._process = subprocess.Popen(
+            [sys.executable, "-m", "codeshot.local.aws_server", "--host", self.host,
+             "--port", str(self.port)],
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+            env={**os.environ, "PYTHONPATH": path},
+            start_new_session=True,  # Ctrl-C goes to the parent, which stops us in order
         )
-        self.port = self._server.server_address[1]
-        self._thread = threading.Thread(
-            target=self._server.serve_forever, name="moto-server", daemon=True
-        )
-        self._thread.start()
+        try:
+            self.port = self._listening_port(timeout)
+        except BaseException:
+            self.stop()
+            raise
         return self.endpoint_url
+
+    def _listening_port(self, timeout: float) -> int:
+        """The port the child prints once its socket listens (connections queue from then)."""
+        assert self._process is not None and self._process.stdout is not None
+        ready, _, _ = select.select([self._process.stdout], [], [], timeout)
+        line = self._process.stdout.readline() if ready else ""
+        if not line.strip().isdigit():
+            code = self._process.poll()
+            why = f"exited with code {code}" if code is not None else f"not up in {timeout:.0f}s"
+            raise RuntimeError(f"moto server on {self.host}:{self.port} {why}")
+        return int(line)
 
     @property
     def endpoint_url(self) -> str:
         return f"http://{self.host}:{self.port}"
 
     def stop(self) -> None:
-        if self._server is not None:
-            self._server.shutdown()
-            self._server.server_close()
-            self._server = None
+        if self._process is None:
+            return
+        process, self._process = self._process, None
+        assert process.stdin is not None and process.stdout is not None
+        process.stdin.close()  # the child's cue to shut down
+        process.stdout.close()
+        try:
+            process.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+
+
+def serve(host: str, port: int) -> None:
+    """Serve moto with our fidelity patches until stdin closes: the parent closes it to
+    stop us, and the OS closes it if the parent dies, so this process never outlives it."""
+    from moto.moto_server.werkzeug_app import (
+        DomainDispatcherApplication,
+        MotoRequestHandler,
+        create_backend_app,
+    )
+    from werkzeug.serving import make_server
+
+    make_dynamodb_writes_atomic()
+    query_one_partition()
+    list_moto_services_once()
+    logging.getLogger("werkzeug").setLevel(logging.WARNING)  # no line per request
+    app = reject_expired_presigned(DomainDispatcherApplication(create_backend_app))
+    server = make_server(host, port, app, threaded=True, request_handler=MotoRequestHandler)
+    print(server.server_address[1], flush=True)
+    os.dup2(os.open(os.devnull, os.O_WRONLY), 1)  # nobody reads our stdout after the port
+
+    def until_stdin_closes() -> None:
+        sys.stdin.read()
+        server.shutdown()
+
+    threading.Thread(target=until_stdin_closes, daemon=True).start()
+    try:
+        server.serve_forever()
+    except KeyboardInterrupt:  # run by hand
+        pass
+    server.server_close()
+
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser(description="moto's server with codeshot's fixes")
+    parser.add_argument("--host", default="127.0.0.1")
+    parser.add_argument("--port", type=int, default=0)
+    args = parser.parse_args()
+    serve(args.host, args.port)

@@ -1,4 +1,5 @@
-"""The embedded local stack: moto's server plus the platform, all on loopback.
+"""The local stack: moto's server (a child process) plus the platform (the API, the
+session runner and the example agents, in this process), all on loopback.
 
 ``codeshot local up`` builds one of these, prints where everything is, writes
 ``.codeshot/local.json`` once ready and removes it on shutdown.
@@ -117,7 +118,7 @@ class LocalStack:
         assert self.settings is not None
         self.services = Services(self.settings)
         self.progress("Creating signing keys and the first user ...")
-        user = self._first_user()
+        user = self.services.users.create(LOCAL_USER)
         api_key = self.services.auth.issue_api_key(user)
         self.progress("Starting the API ...")
         self.api = HttpServer(create_app(services=self.services), self.host, self.port)
@@ -126,16 +127,6 @@ class LocalStack:
         if self.examples:
             self._start_agents(user)
         return api_key
-
-    def _first_user(self) -> Any:
-        """The stack's own user; reused when the AWS behind it already has one (another
-        stack in this process: moto keeps one in-memory AWS per process)."""
-        from codeshot.errors import Conflict
-
-        try:
-            return self.services.users.create(LOCAL_USER)
-        except Conflict:
-            return self.services.users.get_by_username(LOCAL_USER)
 
     def _start_runner(self) -> None:
         from codeshot.local.poller import QueuePoller
@@ -148,7 +139,6 @@ class LocalStack:
     def _start_agents(self, user: Any) -> None:
         """Serve the example agents on loopback and register them, owned by the first user."""
         from codeshot.api.agents import AgentFields, AgentRegistration
-        from codeshot.errors import Conflict
         from codeshot.local.http_server import HttpServer
         from codeshot.models import Principal
         from codeshot.sdk.project import load_agent, read_config
@@ -167,10 +157,7 @@ class LocalStack:
             fields = AgentFields(
                 name=config.name, description=config.description, query_url=url, func_url=url,
                 published=True, sample_queries=config.sample_queries)
-            try:
-                registration.create(owner, config.handle, fields)
-            except Conflict:  # registered by an earlier stack on the same AWS: repoint it
-                registration.update(owner, config.handle, fields, None)
+            registration.create(owner, config.handle, fields)
 
     def _write_state(self) -> None:
         self.state_path.parent.mkdir(parents=True, exist_ok=True)
