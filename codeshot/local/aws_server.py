@@ -20,7 +20,6 @@ import sys
 import threading
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from types import SimpleNamespace
 from typing import Any
 
 from codeshot.errors import CodeshotError
@@ -81,9 +80,18 @@ def roll_back_transactions_by_item() -> None:
     from moto.dynamodb.models.dynamo_type import DynamoType
     from moto.dynamodb.models.table import Table
 
-    # moto's "copy" of each table becomes the table itself, so its own rollback is a no-op.
-    models.copy = SimpleNamespace(deepcopy=lambda value, memo=None: (
-        value if isinstance(value, Table) else copy.deepcopy(value, memo)))
+    class CopyKeepingTables:
+        """The copy module as moto's DynamoDB models see it: a deep copy of a table is the
+        table itself, so moto's own whole-table rollback becomes a no-op."""
+
+        def __getattr__(self, name: str) -> Any:
+            return getattr(copy, name)
+
+        @staticmethod
+        def deepcopy(value: Any, memo: Any = None) -> Any:
+            return value if isinstance(value, Table) else copy.deepcopy(value, memo)
+
+    models.copy = CopyKeepingTables()
     original = DynamoDBBackend.transact_write_items
 
     def snapshot(backend: Any, request: dict[str, Any]) -> tuple[Any, ...] | None:

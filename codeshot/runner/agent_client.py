@@ -70,6 +70,11 @@ def request(
 RETRYABLE_STATUS = frozenset({500, 502, 503, 504})
 
 
+def agent_http_client() -> httpx.Client:
+    """HTTP to agents: redirects are never followed (an agent could point us anywhere)."""
+    return httpx.Client(follow_redirects=False)
+
+
 class AgentClient:
     """Calls agents for the runner: a fresh JWT per call, bounded retries on 5xx and
     connection errors only, and the URL checked again at call time (DNS may change)."""
@@ -82,16 +87,21 @@ class AgentClient:
         allow_loopback: bool,
         retries: int = 2,
         backoff: float = 0.2,
+        http: httpx.Client | None = None,
     ) -> None:
         self.mint_token = mint_token
         self.timeout = timeout
         self.allow_loopback = allow_loopback
         self.retries = retries
         self.backoff = backoff
-        self.http = httpx.Client(follow_redirects=False)
+        # Pass the process's shared client (Services.agent_http): a client of our own
+        # costs a TLS context per query and reuses no connection to the agents.
+        self._owned = http is None
+        self.http = http or agent_http_client()
 
     def close(self) -> None:
-        self.http.close()
+        if self._owned:
+            self.http.close()
 
     def _post(self, agent_id: str, url: str, body: dict[str, Any]) -> tuple[str, bytes]:
         import time
