@@ -288,3 +288,14 @@ def test_internal_errors_do_not_leak(platform, monkeypatch):
     result = platform.gql(a, "{ user { dailyUsedQueries } }")
     assert code(result) == "INTERNAL"
     assert "secret" not in json.dumps(result) and "Traceback" not in json.dumps(result)
+
+
+def test_a_bad_embed_key_is_refused_and_nothing_is_stored_or_charged(platform):
+    user_id, a = platform.user("badkey")
+    h = new_session(platform, a)
+    bad = platform.gql(a, SEND_EMBED, {"s": h, "e": [
+        {"key": "no spaces!", "contentType": "text/plain",
+         "content": base64.b64encode(b"x").decode()}]})
+    assert code(bad) == "INVALID_INPUT" and "embed key" in bad["errors"][0]["message"]
+    assert platform.services.sessions.all_messages(h) == []
+    assert platform.services.usage.used("query", user_id) == 0
