@@ -55,7 +55,10 @@ def _jsonable(value: Any) -> Any:
 
 
 class Record:
-    """What the domain dataclasses share: JSON-ready dicts out, coerced dicts in."""
+    """What the domain dataclasses share: plain dicts out, coerced dicts in.
+
+    ``from_dict`` expects values as :func:`codeshot.store.dynamo.from_item` returns them
+    (numbers as int/float, Binary as bytes)."""
 
     # field name -> how a stored value becomes the field's type
     COERCE: ClassVar[dict[str, Any]] = {}
@@ -67,6 +70,7 @@ class Record:
                 setattr(self, name, convert(value))
 
     def to_dict(self, exclude: frozenset[str] = frozenset()) -> dict[str, Any]:
+        """Attributes as JSON types, except bytes (DynamoDB stores them as Binary)."""
         return {f.name: _jsonable(getattr(self, f.name))
                 for f in dataclasses.fields(self) if f.name not in exclude}  # type: ignore[arg-type]
 
@@ -157,11 +161,16 @@ class EmbedRef(Record):
     size: int = 0
 
 
-def _embed_ref(key: str, ref: EmbedRef | dict[str, Any]) -> EmbedRef:
+def check_embed_key(key: str) -> str:
     if not isinstance(key, str) or not EMBED_KEY_RE.fullmatch(key):
         from codeshot.errors import InvalidInput
 
         raise InvalidInput(f"embed key {key!r} must be 1-64 of A-Z a-z 0-9 _ . -")
+    return key
+
+
+def _embed_ref(key: str, ref: EmbedRef | dict[str, Any]) -> EmbedRef:
+    check_embed_key(key)
     return ref if isinstance(ref, EmbedRef) else EmbedRef.from_dict(ref)
 
 

@@ -16,7 +16,7 @@ from botocore.exceptions import ClientError
 
 from codeshot import ids
 from codeshot.errors import CodeshotError, Conflict, InvalidInput
-from codeshot.models import Embed, EmbedRef, Message, MessageType, Principal
+from codeshot.models import Embed, EmbedRef, Message, MessageType, Principal, check_embed_key
 from codeshot.services import Services
 from codeshot.store.dynamo import to_item
 from codeshot.store.embeds import check_content_type
@@ -60,6 +60,7 @@ class Messaging:
         refs: dict[str, EmbedRef] = {}
         pending: list[tuple[EmbedUpload, bytes | None]] = []
         for up in uploads:
+            check_embed_key(up.key)  # before any bytes go to S3
             check_content_type(up.content_type)
             if up.key in refs or any(p.key == up.key for p, _ in pending):
                 raise InvalidInput(f"embed key {up.key!r} appears twice")

@@ -11,6 +11,7 @@ import pytest
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from codeshot.auth import tokens
+from codeshot.errors import NotFound
 from tests.conftest import code
 
 USER_QUERY = "{ user { username } }"
@@ -299,3 +300,5 @@ def test_a_bad_embed_key_is_refused_and_nothing_is_stored_or_charged(platform):
     assert code(bad) == "INVALID_INPUT" and "embed key" in bad["errors"][0]["message"]
     assert platform.services.sessions.all_messages(h) == []
     assert platform.services.usage.used("query", user_id) == 0
+    with pytest.raises(NotFound):  # nor did its bytes reach S3
+        platform.services.embeds.verify(hashlib.sha256(b"x").hexdigest())
