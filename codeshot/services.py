@@ -88,12 +88,5 @@ class Services:
 
         return AgentCache(self.registry, self.settings.agent_cache_seconds)
 
-    @cached_property
-    def agent_http(self):
-        """One HTTP client for calls to agents, shared by every query of this process."""
-        from codeshot.runner.agent_client import agent_http_client
-
-        return agent_http_client()
-
     def daily_limit(self, user_limit: int | None) -> int:
         return self.settings.daily_query_limit if user_limit is None else user_limit

@@ -8,7 +8,10 @@ defensively, and failures map to AGENT_UNAVAILABLE (could not reach it), AGENT_E
 
 from __future__ import annotations
 
+import functools
+import http.cookiejar
 import json
+import ssl
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -53,9 +56,9 @@ def request(
 ) -> tuple[int, str, bytes]:
     headers = {"Authorization": f"Bearer {token}", "Accept": accept}
     owned = client is None
-    http = client or httpx.Client(follow_redirects=False)
+    conn = client or agent_http_client()
     try:
-        with http.stream(method, url, headers=headers, json=json_body,
+        with conn.stream(method, url, headers=headers, json=json_body,
                          timeout=httpx.Timeout(timeout, connect=min(timeout, 5.0))) as r:
             return r.status_code, r.headers.get("content-type", ""), _read_capped(r)
     except httpx.TimeoutException as exc:
@@ -64,15 +67,29 @@ def request(
         raise AgentUnavailable(f"agent at {url} is unreachable: {exc.__class__.__name__}") from exc
     finally:
         if owned:
-            http.close()
+            conn.close()
 
 
 RETRYABLE_STATUS = frozenset({500, 502, 503, 504})
 
 
+@functools.cache
+def _tls_context() -> ssl.SSLContext:
+    # Loading the CA bundle is most of what a new client costs; the context is shareable.
+    return httpx.create_ssl_context()
+
+
+class _NoCookies(http.cookiejar.CookieJar):
+    """Agents answer many users through one runner: none of them may set a cookie."""
+
+    def __init__(self) -> None:
+        super().__init__(http.cookiejar.DefaultCookiePolicy(allowed_domains=[]))
+
+
 def agent_http_client() -> httpx.Client:
-    """HTTP to agents: redirects are never followed (an agent could point us anywhere)."""
-    return httpx.Client(follow_redirects=False)
+    """A client for one query's agent calls: redirects never followed (an agent could point
+    us anywhere), no cookies kept, closed with the query so no abandoned call outlives it."""
+    return httpx.Client(follow_redirects=False, verify=_tls_context(), cookies=_NoCookies())
 
 
 class AgentClient:
@@ -87,21 +104,16 @@ class AgentClient:
         allow_loopback: bool,
         retries: int = 2,
         backoff: float = 0.2,
-        http: httpx.Client | None = None,
     ) -> None:
         self.mint_token = mint_token
         self.timeout = timeout
         self.allow_loopback = allow_loopback
         self.retries = retries
         self.backoff = backoff
-        # Pass the process's shared client (Services.agent_http): a client of our own
-        # costs a TLS context per query and reuses no connection to the agents.
-        self._owned = http is None
-        self.http = http or agent_http_client()
+        self.http = agent_http_client()
 
     def close(self) -> None:
-        if self._owned:
-            self.http.close()
+        self.http.close()
 
     def _post(self, agent_id: str, url: str, body: dict[str, Any]) -> tuple[str, bytes]:
         import time
@@ -184,8 +196,11 @@ class FuncReply:
         message = body.get("message") or {}
         if not isinstance(message, dict) or not isinstance(message.get("text", ""), str):
             raise AgentError(f"agent at {url} sent a reply without message.text")
+        question = body.get("question")
+        if question is not None and not isinstance(question, str):
+            raise AgentError(f"agent at {url} sent a question that is not text")
         embeds = message.get("embeds") or {}
         return cls(text=message.get("text", ""),
                    embeds=embeds if isinstance(embeds, dict) else {},
                    needs_input=bool(body.get("needs_input")),
-                   question=body.get("question"))
+                   question=question)

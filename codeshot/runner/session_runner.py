@@ -90,24 +90,26 @@ class SessionRunner:
         client = AgentClient(
             lambda agent_id: self.s.auth.agent_token(agent_id, session.owner, session.session_id),
             timeout=settings.agent_call_timeout_seconds, allow_loopback=settings.local_mode,
-            http=self.s.agent_http,
         )
-        ctx = RunContext(
-            llm=self.llm, client=client, registry_get=self.s.agents.get,
-            trace=lambda sent_by, step: self._trace(session, query, sent_by, step),
-            history=self._history(session, query),
-            embeds={k: {"content_type": e.content_type,
-                        "uri": self.s.embeds.get_url(e.content_hash)}
-                    for k, e in query.embeds.items()},
-        )
-        program, owner_id = self._program(session, ctx)
-        if paused and paused.get("program") == owner_id:
-            outcome = program.resume(paused["state"], query.text)
-        else:
-            outcome = program.run(query.text)
-        state = {"program": owner_id, "state": outcome.state} \
-            if outcome.status is Status.AWAITING_INPUT else None
-        return outcome, state
+        try:
+            ctx = RunContext(
+                llm=self.llm, client=client, registry_get=self.s.agents.get,
+                trace=lambda sent_by, step: self._trace(session, query, sent_by, step),
+                history=self._history(session, query),
+                embeds={k: {"content_type": e.content_type,
+                            "uri": self.s.embeds.get_url(e.content_hash)}
+                        for k, e in query.embeds.items()},
+            )
+            program, owner_id = self._program(session, ctx)
+            if paused and paused.get("program") == owner_id:
+                outcome = program.resume(paused["state"], query.text)
+            else:
+                outcome = program.run(query.text)
+            state = {"program": owner_id, "state": outcome.state} \
+                if outcome.status is Status.AWAITING_INPUT else None
+            return outcome, state
+        finally:
+            client.close()  # an abandoned (timed-out) call ends with its query
 
     def _program(self, session: Session, ctx: RunContext) -> tuple[Any, str]:
         if session.frontend_agent_id:

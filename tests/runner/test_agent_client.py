@@ -1,0 +1,48 @@
+"""The runner's HTTP client for agents, against a real agent on loopback: nothing one call
+learns (cookies) reaches the next, and a reply of the wrong shape is the agent's error."""
+
+import pytest
+from fastapi import FastAPI, Request, Response
+
+from codeshot.errors import AgentError
+from codeshot.local.http_server import HttpServer
+from codeshot.runner.agent_client import AgentClient
+
+
+@pytest.fixture(scope="module")
+def agent():
+    app, seen = FastAPI(), []
+
+    @app.post("/remember")
+    async def remember(request: Request, response: Response) -> dict:
+        seen.append(request.headers.get("cookie"))
+        response.set_cookie("session", "secret-of-" + request.headers["authorization"][-5:])
+        return {"message": {"text": "noted"}}
+
+    @app.post("/ask")
+    async def ask() -> dict:
+        return {"message": {"text": ""}, "needs_input": True, "question": {"not": "text"}}
+
+    server = HttpServer(app)
+    server.start()
+    yield server.url, seen
+    server.stop()
+
+
+def client(user: str) -> AgentClient:
+    return AgentClient(lambda _agent_id: f"token-{user}", timeout=5, allow_loopback=True)
+
+
+def test_no_cookie_set_by_an_agent_is_ever_sent_back(agent):
+    url, seen = agent
+    alice = client("alice")
+    assert alice.call_func("me/notes", url, "remember", "hi").text == "noted"
+    alice.call_func("me/notes", url, "remember", "again")
+    client("bob").call_func("me/notes", url, "remember", "hi")
+    assert seen == [None, None, None]
+
+
+def test_a_question_that_is_not_text_is_the_agents_error(agent):
+    url, _ = agent
+    with pytest.raises(AgentError, match="question that is not text"):
+        client("alice").call_func("me/notes", url, "ask", "book it")
