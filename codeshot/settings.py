@@ -22,8 +22,10 @@ ENV_PREFIX = "CODESHOT_"
 # The Fixie 1.0 SDK hard-codes these audiences; tokens for its agents must carry one.
 FIXIE_AUDIENCES = ("https://app.fixie.ai/api", "https://app.dev.fixie.ai/api")
 
-_TRUE = {"1", "true", "yes", "on"}
-_FALSE = {"0", "false", "no", "off"}
+# The words pydantic accepts for booleans, so values that worked before still do.
+_TRUE = {"1", "true", "t", "yes", "y", "on"}
+_FALSE = {"0", "false", "f", "no", "n", "off"}
+_KINDS = {"str": str, "int": int, "float": float, "bool": bool}
 
 
 class SettingsError(ValueError):
@@ -95,12 +97,15 @@ class Settings:
         unknown = set(overrides) - {f.name for f in FIELDS}
         if unknown:
             raise SettingsError(f"unknown settings: {', '.join(sorted(unknown))}")
+        # Exact names first, then any case (codeshot_llm=...), as pydantic-settings read them.
+        environ = {k.upper(): (k, v) for k, v in os.environ.items()} | {
+            k: (k, v) for k, v in os.environ.items()}
         for field in FIELDS:
             if field.name in overrides:
                 value = _check(field, overrides[field.name], field.name)
             else:
-                var = next((v for v in env_names(field) if v in os.environ), None)
-                value = field.default if var is None else _check(field, os.environ[var], var)
+                found = next((environ[v] for v in env_names(field) if v in environ), None)
+                value = field.default if found is None else _check(field, found[1], found[0])
             object.__setattr__(self, field.name, value)
 
     def replace(self, **changes: Any) -> Settings:
@@ -115,6 +120,8 @@ class Settings:
 
 
 FIELDS = dataclasses.fields(Settings)
+# Each field's type, from its annotation; a type this reader cannot parse fails at import.
+_KIND_OF = {f.name: _KINDS[str(f.type).removesuffix(" | None")] for f in FIELDS}
 
 
 def env_names(field: dataclasses.Field) -> tuple[str, ...]:
@@ -130,7 +137,7 @@ def field_named(name: str) -> dataclasses.Field:
 
 
 def _check(field: dataclasses.Field, value: Any, source: str) -> Any:
-    kind = type(field.default) if field.default is not None else str
+    kind = _KIND_OF[field.name]
     meta, given = field.metadata, value
     if value is None and field.default is None:
         return None

@@ -15,6 +15,15 @@ def test_environment_is_read_and_explicit_values_win(monkeypatch):
     assert Settings(llm="fewshot").daily_query_limit == 7
 
 
+def test_names_in_any_case_and_pydantic_boolean_words(monkeypatch):
+    monkeypatch.delenv("CODESHOT_LLM", raising=False)
+    monkeypatch.setenv("codeshot_llm", "openai")
+    monkeypatch.setenv("CODESHOT_LOCAL_MODE", "t")
+    assert (Settings().llm, Settings().local_mode) == ("openai", True)
+    monkeypatch.setenv("CODESHOT_LLM", "bedrock")  # the exact name wins
+    assert Settings().llm == "bedrock"
+
+
 def test_aliases_are_read_in_order(monkeypatch):
     monkeypatch.delenv("CODESHOT_API_URL", raising=False)
     monkeypatch.setenv("FIXIE_API_URL", "https://fixie.example")
