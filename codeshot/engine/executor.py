@@ -143,8 +143,12 @@ class _Run:
                 int(state["input_tokens"]),
                 int(state["output_tokens"]),
                 dict(state["embeds"]),
-                state.get("pending"),
+                state.get("pending"),  # absent in states paused before it existed
             )
+            if run.pending is not None:
+                Step.from_dict(run.pending["ask"])
+                if not isinstance(run.pending["state"], dict):
+                    raise TypeError("pending state is not an object")
         except (KeyError, TypeError, ValueError) as exc:
             raise InvalidInput(f"not a paused Code Shot state: {exc}") from None
         if not run.transcript or run.transcript[-1].kind is not Kind.ASK_USER:

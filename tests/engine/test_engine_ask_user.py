@@ -108,3 +108,9 @@ def test_resume_rejects_a_state_that_is_not_paused(scripted) -> None:
         agent.resume({**done_state, "version": 99}, "yes")
     with pytest.raises(InvalidInput, match="not a paused Code Shot state"):
         agent.resume({"transcript": "nonsense"}, "yes")
+    paused = {**done_state, "transcript": [{"kind": "q", "text": "q"},
+                                           {"kind": "ask_user", "text": "how many?"}]}
+    for pending in ({"state": {}}, {"ask": {"kind": "nonsense"}, "state": {}},
+                    {"ask": {"kind": "ask_agent", "text": "q", "target": "a/b"}, "state": 3}):
+        with pytest.raises(InvalidInput, match="not a paused Code Shot state"):
+            agent.resume({**paused, "pending": pending}, "yes")
