@@ -222,7 +222,10 @@ class LocalAWS:
         ready, _, _ = select.select([self._process.stdout], [], [], timeout)
         line = self._process.stdout.readline() if ready else ""
         if not line.strip().isdigit():
-            code = self._process.poll()
+            try:  # an early exit closes stdout a moment before its code is there
+                code = self._process.wait(timeout=5 if ready else 0)
+            except subprocess.TimeoutExpired:
+                code = None
             why = f"exited with code {code}" if code is not None else f"not up in {timeout:.0f}s"
             raise RuntimeError(f"moto server on {self.host}:{self.port} {why}")
         return int(line)
