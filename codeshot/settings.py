@@ -122,6 +122,7 @@ class Settings:
 FIELDS = dataclasses.fields(Settings)
 # Each field's type, from its annotation; a type this reader cannot parse fails at import.
 _KIND_OF = {f.name: _KINDS[str(f.type).removesuffix(" | None")] for f in FIELDS}
+_OPTIONAL = {f.name for f in FIELDS if str(f.type).endswith(" | None")}
 
 
 def env_names(field: dataclasses.Field) -> tuple[str, ...]:
@@ -139,7 +140,7 @@ def field_named(name: str) -> dataclasses.Field:
 def _check(field: dataclasses.Field, value: Any, source: str) -> Any:
     kind = _KIND_OF[field.name]
     meta, given = field.metadata, value
-    if value is None and field.default is None:
+    if value is None and field.name in _OPTIONAL:
         return None
     if isinstance(value, str) and kind is not str:
         text = value.strip().lower()
