@@ -133,27 +133,25 @@ def accuracy(index: AgentIndex, held_out: list[tuple[str, str]]) -> tuple[float,
     return top1 / len(held_out), top3 / len(held_out), misses
 
 
+def _timed_searches(index: AgentIndex, queries: list[str], warmup: int) -> list[float]:
+    for q in queries[:warmup]:
+        index.search(q, k=3)
+    times = []
+    for q in queries:
+        t0 = time.perf_counter()
+        index.search(q, k=3)
+        times.append((time.perf_counter() - t0) * 1e3)
+    return times
+
+
 def time_routes(index: AgentIndex, queries: list[str], vectors: np.ndarray,
                 warmup: int = 10) -> tuple[list[float], list[float]]:
     """Per-query ms: ``search()`` with the real embedder, then with precomputed vectors."""
     real = index.embedder
-    lookup = Precomputed(real.model_id, queries, vectors)
-    for q in queries[:warmup]:
-        index.search(q, k=3)
-    full = []
-    for q in queries:
-        t0 = time.perf_counter()
-        index.search(q, k=3)
-        full.append((time.perf_counter() - t0) * 1e3)
-    index.embedder = lookup
+    full = _timed_searches(index, queries, warmup)
+    index.embedder = Precomputed(real.model_id, queries, vectors)
     try:
-        for q in queries[:warmup]:
-            index.search(q, k=3)
-        alone = []
-        for q in queries:
-            t0 = time.perf_counter()
-            index.search(q, k=3)
-            alone.append((time.perf_counter() - t0) * 1e3)
+        alone = _timed_searches(index, queries, warmup)
     finally:
         index.embedder = real
     return full, alone
