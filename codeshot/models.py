@@ -9,6 +9,7 @@ back from storage are coerced by :meth:`Record.from_dict`.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import re
 from datetime import UTC, datetime
 from enum import Enum
@@ -77,7 +78,7 @@ class Record:
     @classmethod
     def from_dict(cls: type[R], values: dict[str, Any]) -> R:
         """A record from stored attributes; attributes it does not know are dropped."""
-        names = {f.name for f in dataclasses.fields(cls)}  # type: ignore[arg-type]
+        names = _field_names(cls)
         return cls(**{k: v for k, v in values.items() if k in names})
 
     def replace(self: R, **changes: Any) -> R:
@@ -85,6 +86,11 @@ class Record:
 
 
 record = dataclasses.dataclass(kw_only=True)
+
+
+@functools.cache
+def _field_names(cls: type) -> frozenset[str]:
+    return frozenset(f.name for f in dataclasses.fields(cls))
 
 
 class AgentKind(str, Enum):

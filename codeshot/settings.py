@@ -17,6 +17,8 @@ import os
 from functools import lru_cache
 from typing import Any
 
+from codeshot.errors import InvalidInput
+
 ENV_PREFIX = "CODESHOT_"
 
 # The Fixie 1.0 SDK hard-codes these audiences; tokens for its agents must carry one.
@@ -28,7 +30,7 @@ _FALSE = {"0", "false", "f", "no", "n", "off"}
 _KINDS = {"str": str, "int": int, "float": float, "bool": bool}
 
 
-class SettingsError(ValueError):
+class SettingsError(InvalidInput):
     """A setting has a value it cannot take; the message names the variable."""
 
 
