@@ -8,18 +8,14 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
-from codeshot.engine import (
+from codeshot.engine.builtin import (
     AgentTool,
-    CommandResult,
-    Executor,
-    Limits,
-    Outcome,
     SessionHistory,
-    Status,
-    TraceStep,
     code_shot_components,
     planner_components,
 )
+from codeshot.engine.components import CommandResult
+from codeshot.engine.executor import Executor, Limits, Outcome, Status, TraceStep
 from codeshot.errors import AgentError, CodeshotError
 from codeshot.llm.base import LLM
 from codeshot.models import Agent, AgentKind, MessageType

@@ -16,7 +16,8 @@ import re
 from typing import Any
 
 from codeshot import ids
-from codeshot.engine import Outcome, SessionHistory, Status, TraceStep
+from codeshot.engine.builtin import SessionHistory
+from codeshot.engine.executor import Outcome, Status, TraceStep
 from codeshot.errors import CodeshotError, NotFound
 from codeshot.llm import get_llm
 from codeshot.models import EmbedRef, Message, MessageType, Session, SessionStatus

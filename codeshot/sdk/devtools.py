@@ -21,7 +21,9 @@ from typing import Any
 
 import codeshot
 from codeshot import ids
-from codeshot.engine import CommandResult, Executor, Status, code_shot_components
+from codeshot.engine.builtin import code_shot_components
+from codeshot.engine.components import CommandResult
+from codeshot.engine.executor import Executor, Status
 from codeshot.errors import CodeshotError, InvalidInput
 from codeshot.llm import LLM, get_llm
 from codeshot.local.http_server import HttpServer
