@@ -6,11 +6,11 @@ its hash covers all of them, is the asset's CUSTOM hash, and keys a cache direct
 bundle is built once and reused by every later synth until its inputs change.
 
 - platform (API, runner, agent registration): ``codeshot`` without the local stack, CLI and
-  dev tools, ``handlers/``, and the runtime dependencies from pyproject.toml except boto3
-  (the Lambda runtime provides it) and uvicorn (local serving only).
+  dev tools, ``handlers/``, and pyproject.toml's dependencies plus its ``platform`` extra,
+  except boto3 (the Lambda runtime provides it) and uvicorn (local serving only).
 - agent: the agent directory, a generated entry module, only the ``codeshot`` modules the
-  SDK imports (measured in a subprocess), the SDK's dependencies and the agent's own
-  requirements.txt. No store, api, runner or boto3.
+  SDK imports (measured in a subprocess), pyproject.toml's dependencies (the SDK's, less
+  uvicorn) and the agent's own requirements.txt. No store, api, runner or boto3.
 """
 
 from __future__ import annotations
@@ -44,15 +44,11 @@ PIP_TARGET_ARGS = (
     "--python-version", PYTHON_VERSION, "--only-binary=:all:",
 )
 
-# Distributions of pyproject's [project].dependencies that a platform Lambda leaves out.
-PLATFORM_EXCLUDED = {"boto3": "the Lambda runtime provides it", "uvicorn": "local serving only"}
-# What codeshot.sdk needs at run time (an agent Lambda gets only these).
-SDK_DISTS = ("pydantic", "httpx", "pyjwt", "fastapi", "mangum", "pyyaml")
+# Distributions no Lambda installs (local serving only); boto3 is the runtime's, unless bundled.
+NOT_IN_LAMBDA = frozenset({"uvicorn"})
 # Parts of codeshot that never run in Lambda.
-PLATFORM_EXCLUDED_PATHS = (
-    "codeshot/local/", "codeshot/cli.py", "codeshot/chat.py",
-    "codeshot/sdk/devtools.py", "codeshot/sdk/testing.py",
-)
+PLATFORM_EXCLUDED_PATHS = ("codeshot/local/", "codeshot/devtools/", "codeshot/cli.py",
+                           "codeshot/chat.py")
 # Packages an agent bundle must never contain (asserted when it is built).
 PLATFORM_ONLY = ("codeshot/store/", "codeshot/api/", "codeshot/runner/", "codeshot/services.py",
                  "codeshot/aws.py", "boto3/", "botocore/")
@@ -72,9 +68,12 @@ def dist_name(requirement: str) -> str:
     return re.sub(r"[-_.]+", "-", match.group(1)).lower()
 
 
-def pyproject_dependencies() -> list[str]:
-    data = tomllib.loads((REPO_ROOT / "pyproject.toml").read_text())
-    return list(data["project"]["dependencies"])
+def pyproject_dependencies(extra: str | None = None) -> list[str]:
+    """[project].dependencies (the SDK's), or the requirements of one extra."""
+    project = tomllib.loads((REPO_ROOT / "pyproject.toml").read_text())["project"]
+    if extra is None:
+        return list(project["dependencies"])
+    return list(project["optional-dependencies"][extra])
 
 
 def read_requirements(path: Path) -> list[str]:
@@ -122,9 +121,9 @@ def _tree(root: Path, rel: str, skip: tuple[str, ...] = ()) -> list[tuple[str, P
 
 
 def platform_bundle(bundle_boto3: bool = False) -> BundleSpec:
-    excluded = set() if bundle_boto3 else {"boto3"}
-    excluded.add("uvicorn")
-    requirements = [r for r in pyproject_dependencies() if dist_name(r) not in excluded]
+    excluded = NOT_IN_LAMBDA if bundle_boto3 else NOT_IN_LAMBDA | {"boto3"}
+    requirements = [r for r in pyproject_dependencies() + pyproject_dependencies("platform")
+                    if dist_name(r) not in excluded]
     files = _tree(REPO_ROOT, "codeshot", PLATFORM_EXCLUDED_PATHS) + _tree(REPO_ROOT, "handlers")
     return BundleSpec("platform", tuple(files), requirements=tuple(requirements))
 
@@ -133,10 +132,8 @@ _SDK_PROBE = r"""
 import importlib, json, pkgutil, sys
 from pathlib import Path
 import codeshot.sdk
-skip = {"codeshot.sdk.devtools", "codeshot.sdk.testing"}
 for info in pkgutil.iter_modules(codeshot.sdk.__path__, "codeshot.sdk."):
-    if info.name not in skip:
-        importlib.import_module(info.name)
+    importlib.import_module(info.name)
 from codeshot.sdk import StandaloneAgent
 StandaloneAgent(lambda query: "ok").app()   # what agent.handler builds on a cold start
 import mangum
@@ -166,11 +163,7 @@ def sdk_files() -> tuple[str, ...]:
 
 
 def sdk_requirements() -> list[str]:
-    deps = {dist_name(r): r for r in pyproject_dependencies()}
-    missing = [d for d in SDK_DISTS if d not in deps]
-    if missing:
-        raise BundlingError(f"pyproject.toml no longer lists the SDK's dependencies {missing}")
-    return [deps[d] for d in SDK_DISTS]
+    return [r for r in pyproject_dependencies() if dist_name(r) not in NOT_IN_LAMBDA]
 
 
 def agent_entry_source(entry_point: str) -> str:
