@@ -49,10 +49,10 @@ def _target_settings():
 
 def _users_create(args: argparse.Namespace) -> int:
     from codeshot.services import Services
+    from codeshot.usecases.users import create_user
 
-    services = Services(_target_settings())
-    user = services.users.create(args.name)
-    print(services.auth.issue_api_key(user))
+    _, api_key = create_user(Services(_target_settings()), args.name)
+    print(api_key)
     return 0
 
 

@@ -28,8 +28,7 @@ from codeshot.errors import CodeshotError, InvalidInput
 from codeshot.llm import LLM, get_llm
 from codeshot.local.http_server import HttpServer
 from codeshot.local.stack import LOCAL_USER, LocalStack
-from codeshot.runner.agent_client import AgentClient
-from codeshot.runner.agent_client import request
+from codeshot.runner.agent_client import AgentClient, request
 from codeshot.runner.handshake import Handshake, fetch_handshake
 from codeshot.sdk.agent import AgentBase
 from codeshot.sdk.project import CONFIG_FILE, AgentConfig, AgentTest, load_agent, read_config
@@ -156,7 +155,8 @@ def serve_agent_dir(agent_dir: Path, platform: LocalPlatform) -> Iterator[Served
     agent_id = f"{LOCAL_USER}/{config.handle}"
     user_id = platform.user()
     with serve(load_agent(agent_dir, config), platform.url, agent_id) as url:
-        client = AgentTestClient(url, agent_id, lambda: platform.token(agent_id, user_id, ids.ulid()))
+        client = AgentTestClient(url, agent_id,
+                                 lambda: platform.token(agent_id, user_id, ids.ulid()))
         yield ServedAgent(config, agent_id, user_id, platform, client)
 
 
