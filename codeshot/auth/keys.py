@@ -16,16 +16,15 @@ from dataclasses import dataclass
 from typing import Any
 
 from codeshot import aws, ids
-from codeshot.errors import CodeshotError, Unauthenticated
+from codeshot.errors import Unauthenticated, Unavailable
 from codeshot.models import utcnow
 from codeshot.settings import Settings
 
 REFRESH_SECONDS = 300  # pick up rotations made by other containers
 
 
-class SigningUnavailable(CodeshotError):
-    code = "UNAVAILABLE"
-    http_status = 503
+class SigningUnavailable(Unavailable):
+    """Secrets Manager cannot be read and no keys are cached."""
 
 
 def _b64url(data: bytes) -> str:

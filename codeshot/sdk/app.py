@@ -15,7 +15,7 @@ from fastapi import Depends, FastAPI, Header, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 
-from codeshot.errors import CodeshotError, InvalidInput
+from codeshot.errors import ERR_FUNC_NOT_DEFINED, ERR_NO_RESPONSE, CodeshotError, InvalidInput
 from codeshot.sdk.auth import Claims, TokenVerifier
 from codeshot.sdk.funcs import Func
 from codeshot.sdk.wire import AgentException, AgentQuery
@@ -51,7 +51,7 @@ def _first_reply(func: Func, query: AgentQuery, claims: Claims, api_url: str) ->
     except AgentException as exc:
         return _error(exc)
     if reply is None:
-        return _error(AgentException("I'm sorry, I have no answer.", "ERR_NO_RESPONSE",
+        return _error(AgentException("I'm sorry, I have no answer.", ERR_NO_RESPONSE,
                                      f"Func[{func.name}] returned nothing"))
     return JSONResponse(reply.to_wire())
 
@@ -110,7 +110,7 @@ def build_app(agent: ServableAgent, settings: Settings) -> FastAPI:
         funcs = agent.funcs
         if func_name not in funcs:
             return _error(AgentException(
-                f"I'm sorry, Func[{func_name}] is not defined.", "ERR_FUNC_NOT_DEFINED",
+                f"I'm sorry, Func[{func_name}] is not defined.", ERR_FUNC_NOT_DEFINED,
                 "The function was not defined.", 404,
                 func_name=func_name, available_funcs=sorted(funcs)))
         return _first_reply(funcs[func_name], query, claims, api_url)

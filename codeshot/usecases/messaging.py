@@ -18,7 +18,7 @@ from typing import Any
 from botocore.exceptions import ClientError
 
 from codeshot import ids
-from codeshot.errors import CodeshotError, Conflict, InvalidInput
+from codeshot.errors import AgentUnavailable, CodeshotError, Conflict, InvalidInput
 from codeshot.models import Embed, EmbedRef, Message, MessageType, Principal, check_embed_key
 from codeshot.services import Services
 from codeshot.store.dynamo import to_item
@@ -195,7 +195,7 @@ class Messaging:
                 session_id=session_id, message_id=ids.ulid(), type=MessageType.ERROR,
                 text="The platform could not queue this message; please send it again.",
                 sent_by="platform", in_reply_to=message.message_id,
-                error_code="AGENT_UNAVAILABLE",
+                error_code=AgentUnavailable.code,
             ))
             raise CodeshotError("could not queue the message") from exc
 
