@@ -26,6 +26,7 @@ bench: $(BIN)/.installed  ## every benchmark, printing tables (not part of the t
 
 lint: $(BIN)/.installed
 	$(BIN)/ruff check codeshot tests handlers benchmarks infra
+	$(BIN)/mypy
 
 clean:
 	rm -rf $(VENV) .codeshot .pytest_cache

@@ -11,6 +11,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import re
+from collections.abc import Callable
 from datetime import UTC, datetime
 from enum import Enum
 from typing import Any, ClassVar, TypeVar
@@ -22,6 +23,11 @@ R = TypeVar("R", bound="Record")
 
 def utcnow() -> datetime:
     return datetime.now(UTC)
+
+
+# What tells the time where a rule depends on it (usage windows): ``utcnow`` in the
+# platform, a clock the test controls in tests.
+Clock = Callable[[], datetime]
 
 
 def validate_handle(value: str, what: str = "handle") -> str:
@@ -78,19 +84,17 @@ class Record:
     @classmethod
     def from_dict(cls: type[R], values: dict[str, Any]) -> R:
         """A record from stored attributes; attributes it does not know are dropped."""
-        names = _field_names(cls)
+        names = _field_names(cls)  # type: ignore[arg-type]  # classes hash; type[R] is not Hashable to mypy
         return cls(**{k: v for k, v in values.items() if k in names})
 
     def replace(self: R, **changes: Any) -> R:
         return dataclasses.replace(self, **changes)  # type: ignore[type-var]
 
 
-record = dataclasses.dataclass(kw_only=True)
-
 
 @functools.cache
-def _field_names(cls: type) -> frozenset[str]:
-    return frozenset(f.name for f in dataclasses.fields(cls))
+def _field_names(cls: type[Record]) -> frozenset[str]:
+    return frozenset(f.name for f in dataclasses.fields(cls))  # type: ignore[arg-type]
 
 
 class AgentKind(str, Enum):
@@ -98,7 +102,7 @@ class AgentKind(str, Enum):
     STANDALONE = "standalone"
 
 
-@record
+@dataclasses.dataclass(kw_only=True)
 class Agent(Record):
     agent_id: str  # "owner/handle"
     owner: str
@@ -131,7 +135,7 @@ class SessionStatus(str, Enum):
     AWAITING_INPUT = "awaiting_input"
 
 
-@record
+@dataclasses.dataclass(kw_only=True)
 class Session(Record):
     session_id: str  # the Fixie "handle"
     owner: str  # user id
@@ -158,7 +162,7 @@ class MessageType(str, Enum):
     ERROR = "error"
 
 
-@record
+@dataclasses.dataclass(kw_only=True)
 class EmbedRef(Record):
     """An embed as a message carries it: what it is and where its bytes live."""
 
@@ -180,7 +184,7 @@ def _embed_ref(key: str, ref: EmbedRef | dict[str, Any]) -> EmbedRef:
     return ref if isinstance(ref, EmbedRef) else EmbedRef.from_dict(ref)
 
 
-@record
+@dataclasses.dataclass(kw_only=True)
 class Message(Record):
     session_id: str
     message_id: str  # ULID: sorts by time
@@ -196,7 +200,7 @@ class Message(Record):
               "embeds": lambda refs: {k: _embed_ref(k, v) for k, v in refs.items()}}
 
 
-@record
+@dataclasses.dataclass(kw_only=True)
 class Embed(Record):
     """An immutable attachment of a session, addressed by its content hash."""
 
@@ -211,7 +215,7 @@ class Embed(Record):
     COERCE = {"created": _datetime}
 
 
-@record
+@dataclasses.dataclass(kw_only=True)
 class User(Record):
     user_id: str
     username: str
@@ -225,7 +229,7 @@ class User(Record):
     COERCE = {"api_key_ids": set, "created": _datetime}
 
 
-@record
+@dataclasses.dataclass(kw_only=True)
 class Principal(Record):
     """Who is calling: a user (API key) or an agent acting for a user (agent JWT)."""
 

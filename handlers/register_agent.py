@@ -111,7 +111,8 @@ def handler(event: dict[str, Any], context: Any) -> None:
     log.info("%s %s", event.get("RequestType"), event.get("ResourceProperties", {}).get("Handle"))
 
     def deadline() -> bool:
-        return context.get_remaining_time_in_millis() < RESPONSE_MARGIN_MS + 10_000
+        remaining: int = context.get_remaining_time_in_millis()
+        return remaining < RESPONSE_MARGIN_MS + 10_000
 
     from codeshot.runner.handshake import fetch_handshake
 

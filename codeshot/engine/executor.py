@@ -372,7 +372,8 @@ class Executor:
             raise Timeout(f"no reply within {self.limits.command_timeout:g}s")
         if "error" in box:
             raise box["error"]
-        return box["result"]
+        result: CommandResult | str = box["result"]
+        return result
 
     def _emit(self, step: Step) -> None:
         target = step.label

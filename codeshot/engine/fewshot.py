@@ -220,8 +220,8 @@ def _check(steps_and_lines: list[tuple[Step, str]]) -> tuple[int, str] | None:
     assert previous is not None
     last_step, last_line = previous
     if last_step.kind in ASKS:
-        expected = last_step.reply("").prefix
-        return len(steps_and_lines), f'expected "{expected}" after {_quote(last_line)}, got the end'
+        awaited = last_step.reply("").prefix
+        return len(steps_and_lines), f'expected "{awaited}" after {_quote(last_line)}, got the end'
     if last_step.kind is not Kind.A:
         return len(steps_and_lines), f'a few-shot must end with "A:", got {_quote(last_line)}'
     return None
