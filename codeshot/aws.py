@@ -33,7 +33,7 @@ def on_call(listener: Callable[[str, str], None]) -> Callable[[], None]:
 
 
 def _notify(model: Any = None, **_: Any) -> None:
-    for listener in list(_listeners):
+    for listener in _listeners:
         listener(model.service_model.service_name, model.name)
 
 

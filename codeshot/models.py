@@ -122,7 +122,8 @@ class Agent(Record):
     created: datetime = dataclasses.field(default_factory=utcnow)
     modified: datetime = dataclasses.field(default_factory=utcnow)
 
-    COERCE = {"kind": AgentKind, "created": _datetime, "modified": _datetime}
+    COERCE: ClassVar[dict[str, Any]] = {
+        "kind": AgentKind, "created": _datetime, "modified": _datetime}
 
     @staticmethod
     def make_id(owner: str, handle: str) -> str:
@@ -148,7 +149,8 @@ class Session(Record):
     created: datetime = dataclasses.field(default_factory=utcnow)
     modified: datetime = dataclasses.field(default_factory=utcnow)
 
-    COERCE = {"status": SessionStatus, "created": _datetime, "modified": _datetime}
+    COERCE: ClassVar[dict[str, Any]] = {
+        "status": SessionStatus, "created": _datetime, "modified": _datetime}
 
 
 class MessageType(str, Enum):
@@ -196,7 +198,7 @@ class Message(Record):
     error_code: str | None = None
     timestamp: datetime = dataclasses.field(default_factory=utcnow)
 
-    COERCE = {"type": MessageType, "timestamp": _datetime,
+    COERCE: ClassVar[dict[str, Any]] = {"type": MessageType, "timestamp": _datetime,
               "embeds": lambda refs: {k: _embed_ref(k, v) for k, v in refs.items()}}
 
 
@@ -212,7 +214,7 @@ class Embed(Record):
     size: int
     created: datetime = dataclasses.field(default_factory=utcnow)
 
-    COERCE = {"created": _datetime}
+    COERCE: ClassVar[dict[str, Any]] = {"created": _datetime}
 
 
 @dataclasses.dataclass(kw_only=True)
@@ -226,7 +228,7 @@ class User(Record):
     api_key_ids: set[str] = dataclasses.field(default_factory=set)
     created: datetime = dataclasses.field(default_factory=utcnow)
 
-    COERCE = {"api_key_ids": set, "created": _datetime}
+    COERCE: ClassVar[dict[str, Any]] = {"api_key_ids": set, "created": _datetime}
 
 
 @dataclasses.dataclass(kw_only=True)

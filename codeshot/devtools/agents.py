@@ -226,4 +226,4 @@ def format_results(results: list[CaseResult], width: int = 40) -> str:
     widths = [max(len(row[i]) for row in cells) for i in range(4)]
     lines = ["  ".join(c.ljust(w) for c, w in zip(row, widths)).rstrip() for row in cells]
     passed = sum(r.passed for r in results)
-    return "\n".join(lines + [f"{passed}/{len(results)} passed"])
+    return "\n".join([*lines, f"{passed}/{len(results)} passed"])

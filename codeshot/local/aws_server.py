@@ -7,6 +7,7 @@ printing the port once listening; :class:`LocalAWS` runs that as a child process
 from __future__ import annotations
 
 import argparse
+import contextlib
 import copy
 import errno
 import functools
@@ -275,10 +276,8 @@ def serve(host: str, port: int) -> None:
         server.shutdown()
 
     threading.Thread(target=until_stdin_closes, daemon=True).start()
-    try:
+    with contextlib.suppress(KeyboardInterrupt):  # run by hand
         server.serve_forever()
-    except KeyboardInterrupt:  # run by hand
-        pass
     server.server_close()
 
 

@@ -78,7 +78,7 @@ class Func:
 def as_agent_exception(exc: Exception, func_name: str) -> AgentException:
     if isinstance(exc, CodeshotError):
         return AgentException(exc.message, exc.code, exc.message, exc.http_status)
-    log.exception("Func[%s] failed", func_name)
+    log.error("Func[%s] failed", func_name, exc_info=exc)
     return AgentException(UNHANDLED_TEXT, ERR_AGENT_UNHANDLED_EXCEPTION,
                           "An unhandled exception occurred while processing the request.")
 
