@@ -44,17 +44,23 @@ UNIT_DIRS = {"", "engine", "llm", "routing", "store"}
 UNIT_FILES = {"sdk/test_sdk_units.py"}
 SERVER_FIXTURES = {"server_aws", "moto_server", "platform", "live_stack", "live_stack_object",
                    "fixie_python"}
+# Fixtures that take ten seconds or more to build (a CDK synth, a whole local stack).
+SLOW_FIXTURES = {"synth", "live_stack", "live_stack_object"}
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """unit / integration / browser by where a test lives and what it starts."""
+    """unit / integration / browser by where a test lives and what it starts; slow for
+    the fixtures that take long (others mark themselves)."""
     for item in items:
+        fixtures = set(getattr(item, "fixturenames", ()))
+        if fixtures & SLOW_FIXTURES:
+            item.add_marker(pytest.mark.slow)
         relative = Path(item.path).relative_to(TESTS)
         where = relative.parts[0] if len(relative.parts) > 1 else ""
         if where == "browser":
             item.add_marker(pytest.mark.browser)
         elif (where in UNIT_DIRS or relative.as_posix() in UNIT_FILES) \
-                and not SERVER_FIXTURES & set(getattr(item, "fixturenames", ())):
+                and not SERVER_FIXTURES & fixtures:
             item.add_marker(pytest.mark.unit)
         else:
             item.add_marker(pytest.mark.integration)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import shutil
 
+import pytest
 import yaml
 
 from codeshot.sdk.project import read_config
@@ -68,6 +69,7 @@ def test_agent_stack_has_no_platform_resources(synth):
     assert not {k for k in kinds if k.startswith(("AWS::DynamoDB", "AWS::SQS", "AWS::S3::"))}
 
 
+@pytest.mark.slow
 def test_context_chooses_agents_owner_and_models(tmp_path):
     agent_dir = tmp_path / "my_notes"
     shutil.copytree(REPO_ROOT / "agent_template", agent_dir,
