@@ -137,7 +137,7 @@ class FewShot:
     def turns(self) -> list[tuple[Step, ...]]:
         """The Q..A turns of this few-shot, in order."""
         starts = [i for i, step in enumerate(self.steps) if step.kind is Kind.Q]
-        return [self.steps[a:b] for a, b in zip(starts, starts[1:] + [len(self.steps)])]
+        return [self.steps[a:b] for a, b in zip(starts, [*starts[1:], len(self.steps)])]
 
     def render(self) -> str:
         """The few-shot as its author wrote it (lines stripped). Unindented continuation
