@@ -285,8 +285,8 @@ def _structure_error(
         previous = source
     assert previous is not None
     if previous.step.kind in ASKS:
-        expected = previous.step.reply("").prefix
-        return total_lines, f'expected "{expected}" after {_quote(previous.line)}, got the end'
+        awaited = previous.step.reply("").prefix
+        return total_lines, f'expected "{awaited}" after {_quote(previous.line)}, got the end'
     if in_turn:
         last = previous.continuation[-1] if previous.continuation else previous.line
         return total_lines, f'a few-shot must end with "A:", got {_quote(last)}'
@@ -361,7 +361,8 @@ def split_few_shots(text: str) -> list[str]:
     """A FEW_SHOTS text split where Fixie split it: at a blank line followed by a ``Q:``
     line. A blank line followed by anything else stays inside its few-shot."""
     lines = [line.strip() for line in lines_of(text.strip())]
-    blocks, current = [], []
+    blocks: list[list[str]] = []
+    current: list[str] = []
     for index, line in enumerate(lines):
         if line.startswith("Q:") and index and not lines[index - 1] and current:
             blocks.append(current)
