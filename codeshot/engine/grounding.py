@@ -1,0 +1,100 @@
+"""A cheap grounding check: answers that did not come from the agent's commands.
+
+When an agent's few-shots answer with numbers taken from Func (or agent) replies, an
+answer whose numbers appear in no reply of the run and not in the question was most
+likely invented: a price quoted without asking the Func, a dice total copied from an
+example. Sums of one reply's numbers count as grounded (dice totals); other arithmetic
+is flagged, so a flag is a hint in the trace, not a verdict. When every few-shot asks a
+command before answering, an answer that asked none is flagged too.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from decimal import Decimal, InvalidOperation
+
+from codeshot.engine.components import AnswerFlag
+from codeshot.engine.fewshot import ASKS, SAYS, FewShot, Kind, Step
+
+# 1,234.50 or 171.42 or 7 (also inside "2d10" and "$5")
+_NUMBER = re.compile(r"\d{1,3}(?:,\d{3})+(?:\.\d+)?(?!\d)|\d+(?:\.\d+)?")
+_REPLIES = tuple(SAYS)
+# Whether an answer that fails the check goes back to the model once (benchmarks/engine.py
+# measures both ways).
+REPROMPT_UNGROUNDED = False
+
+
+def numbers(text: str) -> dict[Decimal, str]:
+    """The numbers written in ``text``: value (1,234.50 == 1234.5) -> how it was written."""
+    found: dict[Decimal, str] = {}
+    for match in _NUMBER.finditer(text):
+        try:
+            found.setdefault(Decimal(match.group(0).replace(",", "")).normalize(), match.group(0))
+        except InvalidOperation:
+            continue
+    return found
+
+
+def _grounded(question: str, replies: Iterable[str]) -> set[Decimal]:
+    allowed = set(numbers(question))
+    for reply in replies:
+        values = list(numbers(reply))
+        allowed.update(values)
+        if len(values) > 1:
+            allowed.add(sum(values, Decimal(0)).normalize())
+    return allowed
+
+
+def _turns(few_shots: Sequence[FewShot]) -> list[tuple[Step, ...]]:
+    return [turn for shot in few_shots for turn in shot.turns()]
+
+
+def _numbers_from_replies(turn: tuple[Step, ...]) -> bool:
+    """Whether the turn answers with a number a reply gave (and its question did not)."""
+    replies = set().union(*(numbers(s.text) for s in turn if s.kind in _REPLIES))
+    given = replies - set(numbers(turn[0].text))
+    return any(n in given for s in turn if s.kind is Kind.A for n in numbers(s.text))
+
+
+@dataclass(frozen=True)
+class GroundingCheck:
+    """Flags answers with numbers no reply of the run (or the question) holds
+    (``numbers``), and answers that asked nothing when every example asks (``must_ask``).
+
+    ``reprompt``: the model is asked once more, told what had no source.
+    """
+
+    numbers: bool
+    must_ask: bool
+    reprompt: bool = False
+
+    def check_answer(self, transcript: Sequence[Step], answer: str) -> AnswerFlag | None:
+        q_index = max((i for i, s in enumerate(transcript) if s.kind is Kind.Q), default=0)
+        run = transcript[q_index:]
+        replies = [s.text for s in run if s.kind in _REPLIES]
+        allowed = _grounded(run[0].text if run else "", replies)
+        unsourced = [shown for value, shown in numbers(answer).items() if value not in allowed]
+        if self.numbers and unsourced:
+            where = "no reply of this run" if replies else "no reply (no command was asked)"
+            return self._flag(f"{', '.join(unsourced)} in the answer came from {where} or the "
+                              "question", "ask the command that gives these numbers, or answer "
+                              "only with what the replies said")
+        if self.must_ask and not any(s.kind in ASKS or s.kind in _REPLIES for s in run):
+            return self._flag("the answer asked no command, though every example asks one",
+                              "answer only after asking the command that gives the answer")
+        return None
+
+    def _flag(self, found: str, fix: str) -> AnswerFlag:
+        return AnswerFlag(f"Grounding check: {found}.", f"{found}; {fix}" if self.reprompt
+                          else None)
+
+
+def grounding_check(few_shots: Sequence[FewShot], reprompt: bool = REPROMPT_UNGROUNDED
+                    ) -> GroundingCheck | None:
+    """The check the few-shots call for, or None when they show no grounded answers."""
+    turns = _turns(few_shots)
+    numeric = any(_numbers_from_replies(turn) for turn in turns)
+    must_ask = bool(turns) and all(any(s.kind in ASKS for s in turn) for turn in turns)
+    return GroundingCheck(numeric, must_ask, reprompt) if numeric or must_ask else None
