@@ -12,6 +12,8 @@ invented numbers are flagged.
 
 from __future__ import annotations
 
+import itertools
+
 import pytest
 
 from codeshot.engine.executor import Status
@@ -79,7 +81,7 @@ def test_every_recorded_query_is_covered() -> None:
     assert recorded == set(OUTCOMES)
 
 
-@pytest.mark.parametrize(("name", "index"), sorted(OUTCOMES), ids=lambda v: str(v))
+@pytest.mark.parametrize(("name", "index"), sorted(OUTCOMES), ids=str)
 def test_recorded_output_has_its_defined_outcome(name: str, index: int) -> None:
     status, calls, answer, funcs, flagged = OUTCOMES[name, index]
     run = replay(name + ".jsonl", index)
@@ -89,7 +91,7 @@ def test_recorded_output_has_its_defined_outcome(name: str, index: int) -> None:
     assert (len(run.requests), run.func_calls, bool(outcome.flags)) == (calls, funcs, flagged)
     # Never an identical re-send, and the server gets four stops (the rest are cut here).
     prompts = [r.get("messages") or r.get("prompt") for r in run.requests]
-    assert all(a != b for a, b in zip(prompts, prompts[1:]))
+    assert all(a != b for a, b in itertools.pairwise(prompts))
     assert all(len(r["stop"]) == 4 for r in run.requests)
 
 
