@@ -37,7 +37,8 @@ def numbers(text: str) -> dict[Decimal, str]:
     return found
 
 
-def _grounded(question: str, replies: Iterable[str]) -> set[Decimal]:
+def grounded_numbers(question: str, replies: Iterable[str]) -> set[Decimal]:
+    """The numbers an answer may state: the question's, the replies', each reply's sum."""
     allowed = set(numbers(question))
     for reply in replies:
         values = list(numbers(reply))
@@ -74,7 +75,7 @@ class GroundingCheck:
         q_index = max((i for i, s in enumerate(transcript) if s.kind is Kind.Q), default=0)
         run = transcript[q_index:]
         replies = [s.text for s in run if s.kind in _REPLIES]
-        allowed = _grounded(run[0].text if run else "", replies)
+        allowed = grounded_numbers(run[0].text if run else "", replies)
         unsourced = [shown for value, shown in numbers(answer).items() if value not in allowed]
         if self.numbers and unsourced:
             where = "no reply of this run" if replies else "no reply (no command was asked)"
