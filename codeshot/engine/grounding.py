@@ -1,11 +1,10 @@
-"""A cheap grounding check: answers that did not come from the agent's commands.
+"""A cheap grounding check: numbers in an answer that came from nowhere.
 
 When an agent's few-shots answer with numbers taken from Func (or agent) replies, an
 answer whose numbers appear in no reply of the run and not in the question was most
 likely invented: a price quoted without asking the Func, a dice total copied from an
 example. Sums of one reply's numbers count as grounded (dice totals); other arithmetic
-is flagged, so a flag is a hint in the trace, not a verdict. When every few-shot asks a
-command before answering, an answer that asked none is flagged too.
+is flagged, so a flag is a hint in the trace, not a verdict.
 """
 
 from __future__ import annotations
@@ -48,10 +47,6 @@ def grounded_numbers(question: str, replies: Iterable[str]) -> set[Decimal]:
     return allowed
 
 
-def _turns(few_shots: Sequence[FewShot]) -> list[tuple[Step, ...]]:
-    return [turn for shot in few_shots for turn in shot.turns()]
-
-
 def _numbers_from_replies(turn: tuple[Step, ...]) -> bool:
     """Whether the turn answers with a number a reply gave (and its question did not)."""
     replies = set().union(*(numbers(s.text) for s in turn if s.kind in _REPLIES))
@@ -61,13 +56,13 @@ def _numbers_from_replies(turn: tuple[Step, ...]) -> bool:
 
 @dataclass(frozen=True)
 class GroundingCheck:
-    """Flags answers with numbers no reply of the run (or the question) holds
-    (``numbers``), and answers that asked nothing when every example asks (``must_ask``).
+    """Flags answers with numbers no reply of the run (or the question) holds. When every
+    example asks a command (``must_ask``) and the run asked none, the question's numbers
+    do not count either: "You rolled a 6" for "Roll a d6" rolled nothing.
 
-    ``reprompt``: the model is asked once more, told what had no source.
+    ``reprompt``: the model is asked once more, told which numbers had no source.
     """
 
-    numbers: bool
     must_ask: bool
     reprompt: bool = False
 
@@ -75,27 +70,26 @@ class GroundingCheck:
         q_index = max((i for i, s in enumerate(transcript) if s.kind is Kind.Q), default=0)
         run = transcript[q_index:]
         replies = [s.text for s in run if s.kind in _REPLIES]
-        allowed = grounded_numbers(run[0].text if run else "", replies)
+        asked = any(s.kind in ASKS for s in run) or bool(replies)
+        question = run[0].text if run and (asked or not self.must_ask) else ""
+        allowed = grounded_numbers(question, replies)
         unsourced = [shown for value, shown in numbers(answer).items() if value not in allowed]
-        if self.numbers and unsourced:
-            where = "no reply of this run" if replies else "no reply (no command was asked)"
-            return self._flag(f"{', '.join(unsourced)} in the answer came from {where} or the "
-                              "question", "ask the command that gives these numbers, or answer "
-                              "only with what the replies said")
-        if self.must_ask and not any(s.kind in ASKS or s.kind in _REPLIES for s in run):
-            return self._flag("the answer asked no command, though every example asks one",
-                              "answer only after asking the command that gives the answer")
-        return None
-
-    def _flag(self, found: str, fix: str) -> AnswerFlag:
+        if not unsourced:
+            return None
+        where = ("no reply of this run or the question" if replies else
+                 "no reply (no command was asked)" if self.must_ask else
+                 "no reply (no command was asked) or the question")
+        found = f"{', '.join(unsourced)} in the answer came from {where}"
+        fix = "ask the command that gives these numbers, or answer only with what the replies said"
         return AnswerFlag(f"Grounding check: {found}.", f"{found}; {fix}" if self.reprompt
                           else None)
 
 
 def grounding_check(few_shots: Sequence[FewShot], reprompt: bool = REPROMPT_UNGROUNDED
                     ) -> GroundingCheck | None:
-    """The check the few-shots call for, or None when they show no grounded answers."""
-    turns = _turns(few_shots)
-    numeric = any(_numbers_from_replies(turn) for turn in turns)
-    must_ask = bool(turns) and all(any(s.kind in ASKS for s in turn) for turn in turns)
-    return GroundingCheck(numeric, must_ask, reprompt) if numeric or must_ask else None
+    """The check, when some few-shot answers with numbers its replies gave; else None."""
+    turns = [turn for shot in few_shots for turn in shot.turns()]
+    if not any(_numbers_from_replies(turn) for turn in turns):
+        return None
+    must_ask = all(any(s.kind in ASKS for s in turn) for turn in turns)
+    return GroundingCheck(must_ask, reprompt)

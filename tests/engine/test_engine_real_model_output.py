@@ -63,7 +63,7 @@ OUTCOMES = {
     ('smollm2-135m-instruct.chat', 1): ('DONE', 1, 'You rolled a 2, 10.', [], True),
     ('smollm2-135m-instruct.chat', 2): ('DONE', 1, "You rolled a 4, and you're going to blow your own head off.", [], True),
     ('smollm2-135m-instruct.chat', 3): ('DONE', 1, 'You rolled a 100, for a total of 21.', [], True),
-    ('smollm2-135m-instruct.chat', 4): ('DONE', 1, 'GOOG', [], True),
+    ('smollm2-135m-instruct.chat', 4): ('DONE', 1, 'GOOG', [], False),
     ('smollm2-135m-instruct.chat', 5): ('LLM_ERROR', 2, 'Sorry, the language model gave no usable step: it wrote a new question ("Q: What is the difference between Apple and Microsoft?"); only the user asks questions.', [], False),
     # smollm2-135m-instruct.completions.jsonl
     ('smollm2-135m-instruct.completions', 0): ('DONE', 2, "You rolled a 4, and you're going to roll another.", [('roll', '6 1')], False),
@@ -168,12 +168,13 @@ def test_thoughts_before_the_ask_are_kept_in_the_trace() -> None:
 def test_invented_numbers_are_flagged_in_the_trace() -> None:
     run = replay("qwen2.5-coder-0.5b-instruct.chat.jsonl", 5)
     flag = "Grounding check: 105.20, 134.80 in the answer came from no reply (no command " \
-           "was asked) or the question."
+           "was asked)."
     assert run.outcome.flags == (flag,)
     assert (MessageType.THOUGHT, flag) in [(t.type, t.text) for t in run.trace]
     gemma = replay("gemma-3-270m-base.chat.jsonl", 4).outcome.flags
     assert gemma == ("Grounding check: 30, 185.69 in the answer came from no reply of this "
                      "run or the question.",)
+    # Every example rolls: "You rolled a 6" for "Roll a d6" rolled nothing.
     no_call = replay("smollm2-135m-instruct.chat.jsonl", 0).outcome.flags
-    assert no_call == ("Grounding check: the answer asked no command, though every example "
-                       "asks one.",)
+    assert no_call == ("Grounding check: 6 in the answer came from no reply (no command was "
+                       "asked).",)
