@@ -18,7 +18,7 @@ def get_llm(settings: Settings) -> LLM:
         from codeshot.llm.openai import OpenAILLM
 
         return OpenAILLM(settings.llm_model, settings.openai_base_url, settings.openai_api_key,
-                         endpoint=settings.openai_endpoint)
+                         timeout=settings.llm_timeout_seconds, endpoint=settings.openai_endpoint)
     from codeshot.llm.fewshot import FewShotLLM
 
     return FewShotLLM()
