@@ -5,7 +5,9 @@ so scoring 10,000 agents is a few thousand additions. (rank-bm25 scores every do
 per term and is no longer maintained; bm25s needs scipy, too heavy for the runner's
 Lambda bundle.)
 
-Scores are divided by the query's IDF mass, so they compare across queries: 1.0 when
+Numbers are left out (a query's numbers are its values, not its topic: "what's 2+2" is
+not about dice because a dice agent's sample says "2d6"). Scores are divided by the
+query's IDF mass, so they compare across queries: 1.0 when
 every query term occurs once in a document of average length, 0 when none occurs. BM25's
 length normalisation is the per-agent normalisation here: an agent with many samples has
 a long document, and a term occurring once in it weighs less than in a short one.
@@ -26,6 +28,7 @@ class BM25:
         n = len(documents)
         average = sum(map(len, documents)) / n if n else 1.0
         postings: dict[str, list[tuple[int, float]]] = {}
+        documents = [[t for t in document if not t.isdigit()] for document in documents]
         for i, document in enumerate(documents):
             norm = self.K1 * (1 - self.B + self.B * len(document) / (average or 1.0))
             for term, tf in Counter(document).items():
@@ -38,12 +41,11 @@ class BM25:
         self._arrays: dict[str, tuple[Any, Any]] = {}
 
     def _mass(self, query: dict[str, None]) -> float:
-        # Numbers no agent mentions are ignored: they are the query's values, not its topic.
-        return sum(self.idf.get(t, 0.0 if t.isdigit() else self.unseen) for t in query)
+        return sum(self.idf.get(t, self.unseen) for t in query)
 
     def array_scores(self, np: Any, terms: list[str]) -> Any:
         """:meth:`scores` for every agent, as a numpy array (postings kept as arrays)."""
-        query = dict.fromkeys(terms)
+        query = dict.fromkeys(t for t in terms if not t.isdigit())
         acc = np.zeros(self.n, dtype=np.float32)
         mass = self._mass(query)
         for term in query:
@@ -57,7 +59,7 @@ class BM25:
 
     def scores(self, terms: list[str]) -> dict[int, float]:
         """Agent position -> normalised BM25, for the agents sharing a term with the query."""
-        query = dict.fromkeys(terms)
+        query = dict.fromkeys(t for t in terms if not t.isdigit())
         mass = self._mass(query)
         if not mass:
             return {}
