@@ -318,7 +318,7 @@ def main(argv: list[str] | None = None) -> int:
     return run(args)
 
 
-def run(args: argparse.Namespace) -> int:  # noqa: PLR0915 - one report, top to bottom
+def run(args: argparse.Namespace) -> int:
     names = [n.strip() for n in args.embedders.split(",") if n.strip()]
     sizes = [int(s) for s in args.sizes.split(",") if s]
     rng = np.random.default_rng(args.seed)

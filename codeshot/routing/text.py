@@ -17,7 +17,8 @@ from typing import Any
 _TOKEN = re.compile(r"[^\W_]+")
 _RUNS = re.compile(r"\d+|[^\W\d_]+")
 
-STOP_WORDS = frozenset("""
+# Snowball's English stop words, and the pieces contractions leave ("don't" -> "don").
+_STOP_WORDS = """
 i me my myself we our ours ourselves you your yours yourself yourselves he him his himself
 she her hers herself it its itself they them their theirs themselves what which who whom
 this that these those am is are was were be been being have has had having do does did
@@ -27,7 +28,8 @@ in out on off over under again further then once here there when where why how a
 both each few more most other some such no nor not only own same so than too very can will
 just please isn aren wasn weren hasn haven hadn doesn don didn won wouldn shan shouldn
 couldn mustn cannot let ll re ve
-""".split())
+"""
+STOP_WORDS = frozenset(_STOP_WORDS.split())
 
 
 @functools.cache
