@@ -1,6 +1,7 @@
 # The README's entry points. Each target sets up what it needs on a fresh clone.
 PYTHON ?= python3
 export JSII_SILENCE_WARNING_DEPRECATED_NODE_VERSION := 1
+export JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION := 20
 VENV ?= .venv
 BIN := $(VENV)/bin
 

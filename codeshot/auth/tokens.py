@@ -23,9 +23,19 @@ def api_key_audience(issuer: str) -> str:
     return issuer.rstrip("/") + "/api-keys"
 
 
-def sign(claims: dict[str, Any], kid: str, private_key: Any) -> str:
-    import jwt  # with cryptography, ~40 ms: paid on first use, not at cold start
+def _jwt() -> Any:
+    """PyJWT with EdDSA on PyNaCl (codeshot.auth.eddsa); imported on first use, not at
+    cold start."""
+    import jwt
 
+    from codeshot.auth import eddsa
+
+    eddsa.install()
+    return jwt
+
+
+def sign(claims: dict[str, Any], kid: str, private_key: Any) -> str:
+    jwt = _jwt()
     return jwt.encode(claims, private_key, algorithm=ALGORITHM, headers={"kid": kid})
 
 
@@ -39,7 +49,7 @@ def decode(
     require: tuple[str, ...] = (),
 ) -> dict[str, Any]:
     """Verify signature, audience, issuer, expiry and type; raise UNAUTHENTICATED."""
-    import jwt
+    jwt = _jwt()
 
     try:
         header = jwt.get_unverified_header(token)
