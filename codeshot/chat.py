@@ -31,7 +31,7 @@ class ChatClient:
         if body.get("errors"):
             error = body["errors"][0]
             raise _RemoteError(error.get("message", "error"),
-                               error.get("extensions", {}).get("code", "INTERNAL"))
+                               error.get("extensions", {}).get("code", CodeshotError.code))
         return body["data"]
 
     def new_session(self, agent_id: str | None) -> str:

@@ -9,6 +9,9 @@ from pathlib import Path
 
 from codeshot.errors import CodeshotError
 
+# Third-party packages of the `platform` and `local` extras (not installed with the SDK).
+PLATFORM_PACKAGES = frozenset({"boto3", "botocore", "strawberry", "numpy", "moto"})
+
 
 def _local_up(args: argparse.Namespace) -> int:
     from codeshot.local.stack import LocalStack
@@ -46,10 +49,10 @@ def _target_settings():
 
 def _users_create(args: argparse.Namespace) -> int:
     from codeshot.services import Services
+    from codeshot.usecases.users import create_user
 
-    services = Services(_target_settings())
-    user = services.users.create(args.name)
-    print(services.auth.issue_api_key(user))
+    _, api_key = create_user(Services(_target_settings()), args.name)
+    print(api_key)
     return 0
 
 
@@ -61,14 +64,14 @@ def _serve(args: argparse.Namespace) -> int:
 
 
 def _new(args: argparse.Namespace) -> int:
-    from codeshot.sdk.devtools import new_agent
+    from codeshot.devtools.agents import new_agent
 
     print(f"Created agent {new_agent(args.agent_dir)!r} in {args.agent_dir}")
     return 0
 
 
 def _agent_test(args: argparse.Namespace) -> int:
-    from codeshot.sdk.devtools import format_results, run_agent_tests
+    from codeshot.devtools.agents import format_results, run_agent_tests
 
     results = run_agent_tests(args.agent_dir)
     print(format_results(results))
@@ -174,6 +177,13 @@ def main(argv: list[str] | None = None) -> int:
         return args.run(args)
     except CodeshotError as exc:
         print(f"codeshot: error: {exc.message} ({exc.code})", file=sys.stderr)
+        return 2
+    except ModuleNotFoundError as exc:
+        if (exc.name or "").split(".")[0] not in PLATFORM_PACKAGES:
+            raise
+        # `pip install codeshot-kit` is the SDK alone; the platform is an extra.
+        print(f"codeshot: error: this command runs the platform, which needs "
+              f"`pip install 'codeshot-kit[local]'` ({exc.name} is missing)", file=sys.stderr)
         return 2
 
 

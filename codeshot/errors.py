@@ -1,7 +1,9 @@
-"""Errors with the stable codes of DESIGN.md.
+"""Every error code of the platform, each defined once (docs/errors.md lists them).
 
 Every layer raises these; the API turns them into GraphQL ``extensions.code`` or REST
-``{"error": {"code", "message"}}`` without knowing where they came from.
+``{"error": {"code", "message"}}`` without knowing where they came from. Code that needs
+a code as text (a stored message's ``error_code``) reads it from the class:
+``AgentFailed.code``.
 """
 
 from __future__ import annotations
@@ -10,6 +12,8 @@ from typing import Any, ClassVar
 
 
 class CodeshotError(Exception):
+    """Anything unexpected: INTERNAL, shown without details."""
+
     code: ClassVar[str] = "INTERNAL"
     http_status: ClassVar[int] = 500
 
@@ -55,11 +59,16 @@ class RateLimited(CodeshotError):
 
 
 class AgentUnavailable(CodeshotError):
+    """An agent could not be reached (or the platform could not queue work for it)."""
+
     code = "AGENT_UNAVAILABLE"
     http_status = 502
 
 
-class AgentError(CodeshotError):
+class AgentFailed(CodeshotError):
+    """An agent answered with an error or a reply that breaks the protocol, or a run
+    failed (step or token budget used up)."""
+
     code = "AGENT_ERROR"
     http_status = 502
 
@@ -72,3 +81,21 @@ class LLMError(CodeshotError):
 class Timeout(CodeshotError):
     code = "TIMEOUT"
     http_status = 504
+
+
+class Unavailable(CodeshotError):
+    """A part the platform (or an agent) depends on cannot be read right now: the signing
+    keys in Secrets Manager, the platform's JWKS."""
+
+    code = "UNAVAILABLE"
+    http_status = 503
+
+
+# The codes of an agent's error replies on the Fixie wire (``{"error": {"code", ...}}``),
+# named as the Fixie 1.0 SDK names them. Agents send these; the platform reports such a
+# reply as AGENT_ERROR with the agent's code in the message.
+ERR_FUNC_NOT_DEFINED = "ERR_FUNC_NOT_DEFINED"  # POST /{func} for a Func it does not have
+ERR_NO_RESPONSE = "ERR_NO_RESPONSE"  # the Func returned nothing
+ERR_AGENT_UNHANDLED_EXCEPTION = "ERR_AGENT_UNHANDLED_EXCEPTION"  # the Func raised
+ERR_USERSTORAGE_REQUIRES_USER = "ERR_USERSTORAGE_REQUIRES_USER"  # anonymous token
+ERR_USERSTORAGE = "ERR_USERSTORAGE"  # the platform's storage answered without an error body

@@ -42,9 +42,9 @@ class Services:
 
     @cached_property
     def storage(self):
-        from codeshot.store.user_storage import UserStorage
+        from codeshot.store.user_storage import UserStorageStore
 
-        return UserStorage(self.settings)
+        return UserStorageStore(self.settings)
 
     @cached_property
     def embeds(self):

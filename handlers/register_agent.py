@@ -2,7 +2,7 @@
 deployed agent with the platform on create/update and unregisters it on delete, so
 ``cdk deploy`` is the only step.
 
-It goes through :class:`codeshot.api.agents.AgentRegistration`, exactly as a user's
+It goes through :class:`codeshot.usecases.registration.AgentRegistration`, exactly as a user's
 ``createAgent`` would (handshake, few-shot validation, embeddings), as the admin user
 (created if missing). CloudFormation waits for the answer PUT to ``ResponseURL``: every
 path answers, failures included, so a stack never hangs on this resource.
@@ -39,20 +39,6 @@ def _truthy(value: Any) -> bool:
     return str(value).strip().lower() in ("true", "1", "yes")
 
 
-def ensure_user(services: Any, username: str) -> Any:
-    """The owner of deployed agents; created (without API keys) on first use."""
-    from codeshot.errors import Conflict, NotFound
-
-    try:
-        return services.users.get_by_username(username)
-    except NotFound:
-        pass
-    try:
-        return services.users.create(username)
-    except Conflict:  # created concurrently by another registration
-        return services.users.get_by_username(username)
-
-
 def retrying(fetch: Callable[[str, str], Any], deadline: Callable[[], bool],
              sleep: Callable[[float], None] = time.sleep) -> Callable[[str, str], Any]:
     """``fetch`` retried until it succeeds or ``deadline()`` says time is up."""
@@ -73,10 +59,10 @@ def retrying(fetch: Callable[[str, str], Any], deadline: Callable[[], bool],
 def apply(event: dict[str, Any], services: Any, fetch: Callable[[str, str], Any] | None = None,
           ) -> tuple[str, dict[str, str]]:
     """Do what the event asks; returns (physical resource id = agent id, response data)."""
-    from codeshot.api.agents import AgentFields, AgentRegistration
     from codeshot.errors import NotFound
-    from codeshot.models import Agent, Principal
     from codeshot.runner.handshake import fetch_handshake
+    from codeshot.usecases.registration import AgentFields, AgentRegistration
+    from codeshot.usecases.users import ensure_user, find_user, principal_of
 
     registration = AgentRegistration(services, fetch=fetch or fetch_handshake)
     props = event["ResourceProperties"]
@@ -86,32 +72,20 @@ def apply(event: dict[str, Any], services: Any, fetch: Callable[[str, str], Any]
             return agent_id, {}
         owner, handle = agent_id.split("/", 1)
         try:
-            user = services.users.get_by_username(owner)
-            registration.delete(Principal(user_id=user.user_id, username=owner), owner, handle)
+            registration.delete(principal_of(find_user(services, owner)), owner, handle)
         except NotFound:
             log.info("agent %s is already gone", agent_id)
         return agent_id, {}
 
-    owner, handle = props["Owner"], props["Handle"]
-    user = ensure_user(services, owner)
-    principal = Principal(user_id=user.user_id, username=user.username)
     fields = AgentFields(
-        name=props.get("Name") or handle,
+        name=props.get("Name") or props["Handle"],
         description=props.get("Description", ""),
         query_url=props["Url"],
         published=_truthy(props.get("Published", "true")),
         sample_queries=list(props.get("SampleQueries") or []),
     )
-    try:
-        services.registry.get(Agent.make_id(owner, handle))
-        exists = True
-    except NotFound:
-        exists = False
-    if exists:  # a redeploy (or an agent registered by hand before): update, re-read
-        registration.update(principal, handle, fields, new_handle=None)
-        agent = registration.refresh(principal, owner, handle)
-    else:
-        agent = registration.create(principal, handle, fields)
+    owner = principal_of(ensure_user(services, props["Owner"]))
+    agent = registration.deploy(owner, props["Handle"], fields)
     return agent.agent_id, {"AgentId": agent.agent_id, "Kind": agent.kind.value}
 
 

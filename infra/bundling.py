@@ -49,10 +49,8 @@ from infra.locks import (
 BUNDLER_VERSION = "2"  # bump when the bundle layout changes, to invalidate caches
 
 # Parts of codeshot that never run in Lambda.
-PLATFORM_EXCLUDED_PATHS = (
-    "codeshot/local/", "codeshot/cli.py", "codeshot/chat.py",
-    "codeshot/sdk/devtools.py", "codeshot/sdk/testing.py",
-)
+PLATFORM_EXCLUDED_PATHS = ("codeshot/local/", "codeshot/devtools/", "codeshot/cli.py",
+                           "codeshot/chat.py")
 # Packages an agent bundle must never contain (asserted when it is built).
 PLATFORM_ONLY = ("codeshot/store/", "codeshot/api/", "codeshot/runner/", "codeshot/services.py",
                  "codeshot/aws.py", "boto3/", "botocore/")
@@ -201,10 +199,8 @@ _SDK_PROBE = r"""
 import importlib, json, pkgutil, sys
 from pathlib import Path
 import codeshot.sdk
-skip = {"codeshot.sdk.devtools", "codeshot.sdk.testing"}
 for info in pkgutil.iter_modules(codeshot.sdk.__path__, "codeshot.sdk."):
-    if info.name not in skip:
-        importlib.import_module(info.name)
+    importlib.import_module(info.name)
 from codeshot.sdk import StandaloneAgent
 StandaloneAgent(lambda query: "ok").app()   # what agent.handler builds on a cold start
 import mangum

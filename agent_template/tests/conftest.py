@@ -2,7 +2,7 @@ from pathlib import Path
 
 import pytest
 
-from codeshot.sdk.testing import agent_server, codeshot_platform  # noqa: F401 (fixtures)
+from codeshot.devtools.testing import agent_server, codeshot_platform  # noqa: F401 (fixtures)
 
 
 @pytest.fixture(scope="session")

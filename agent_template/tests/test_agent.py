@@ -3,7 +3,7 @@
 import httpx
 
 from codeshot.llm import get_llm
-from codeshot.sdk.devtools import AgentClient, format_results, run_cases
+from codeshot.devtools.agents import AgentTestClient, format_results, run_cases
 from codeshot.settings import Settings
 
 
@@ -20,7 +20,7 @@ def test_notes_are_saved_per_user(agent_server):
     assert "1. water the plants" in agent_server.client.call("list_notes", "")[1]["message"]["text"]
 
     platform, other_user = agent_server.platform, agent_server.platform.user()
-    other = AgentClient(agent_server.client.url, agent_server.agent_id,
+    other = AgentTestClient(agent_server.client.url, agent_server.agent_id,
                         lambda: platform.token(agent_server.agent_id, other_user))
     assert other.call("list_notes", "")[1]["message"]["text"] == "You have no notes."
 

@@ -11,16 +11,25 @@ from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from strawberry.fastapi import GraphQLRouter
 
-from codeshot.api.errors import as_codeshot_error, rest_body
+from codeshot.api.errors import INTERNAL_MESSAGE, as_codeshot_error, rest_body
 from codeshot.api.graphql import Context, schema
 from codeshot.api.rest import get_services, router
-from codeshot.errors import CodeshotError, InvalidInput
+from codeshot.errors import (
+    CodeshotError,
+    Forbidden,
+    InvalidInput,
+    NotFound,
+    RateLimited,
+    Unauthenticated,
+)
 from codeshot.services import Services
 from codeshot.settings import Settings, get_settings
 
 MAX_REQUEST_BYTES = 4 * 1024 * 1024
 log = logging.getLogger("codeshot.api")
-HTTP_CODES = {401: "UNAUTHENTICATED", 403: "FORBIDDEN", 404: "NOT_FOUND", 429: "RATE_LIMITED"}
+# Framework errors (unknown route, wrong method, unparsable body) by HTTP status.
+HTTP_ERRORS: dict[int, type[CodeshotError]] = {
+    e.http_status: e for e in (Unauthenticated, Forbidden, NotFound, RateLimited)}
 
 
 class BodyLimit:
@@ -73,7 +82,7 @@ def create_app(settings: Settings | None = None, services: Services | None = Non
     @app.exception_handler(StarletteHTTPException)
     async def http_error(_: Request, exc: StarletteHTTPException) -> JSONResponse:
         # Framework errors (unknown route, unparsable body) in our error shape too.
-        code = HTTP_CODES.get(exc.status_code, "INVALID_INPUT")
+        code = HTTP_ERRORS.get(exc.status_code, InvalidInput).code
         return JSONResponse({"error": {"code": code, "message": str(exc.detail)}},
                             status_code=exc.status_code, headers=exc.headers)
 
@@ -82,8 +91,7 @@ def create_app(settings: Settings | None = None, services: Services | None = Non
         known = as_codeshot_error(exc)
         if known is None:
             log.error("unexpected error", exc_info=exc)
-            return JSONResponse({"error": {"code": "INTERNAL", "message": "internal error"}},
-                                status_code=500)
+            return JSONResponse(rest_body(CodeshotError(INTERNAL_MESSAGE)), status_code=500)
         return JSONResponse(rest_body(known), status_code=known.http_status)
 
     @app.exception_handler(RequestValidationError)

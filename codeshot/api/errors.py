@@ -12,6 +12,7 @@ from strawberry.extensions import MaskErrors
 from codeshot.errors import CodeshotError, InvalidInput, RateLimited
 
 log = logging.getLogger("codeshot.api")
+INTERNAL_MESSAGE = "internal error"  # all a caller learns of an unexpected failure
 
 
 THROTTLING = frozenset({
@@ -43,7 +44,7 @@ class ErrorCodes(MaskErrors):
     """Give every GraphQL error a stable code; never show a stack trace or internals."""
 
     def __init__(self) -> None:
-        super().__init__(error_message="internal error")
+        super().__init__(error_message=INTERNAL_MESSAGE)
 
     def _process_errors(self, errors: list[GraphQLError]) -> list[GraphQLError]:
         out = []
@@ -55,10 +56,10 @@ class ErrorCodes(MaskErrors):
                 extensions = {"code": code, **({"details": known.details} if known.details
                                                else {})}
             elif original is None:  # syntax, validation, depth limit: the query is at fault
-                message, extensions = error.message, {"code": "INVALID_INPUT"}
+                message, extensions = error.message, {"code": InvalidInput.code}
             else:
                 log.error("unexpected error in %s", error.path, exc_info=original)
-                message, extensions = "internal error", {"code": "INTERNAL"}
+                message, extensions = INTERNAL_MESSAGE, {"code": CodeshotError.code}
             out.append(GraphQLError(message, nodes=error.nodes, source=error.source,
                                     positions=error.positions, path=error.path,
                                     extensions=extensions))

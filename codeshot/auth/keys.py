@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from codeshot import aws, ids
-from codeshot.errors import CodeshotError, Unauthenticated
+from codeshot.errors import Unauthenticated, Unavailable
 from codeshot.models import utcnow
 from codeshot.settings import Settings
 from codeshot.store.tables import SIGNING_SECRET
@@ -29,9 +29,8 @@ REFRESH_SECONDS = 300  # pick up rotations made by other containers
 SEED_CONTEXT = b"codeshot-ed25519-signing-key-v1\0"
 
 
-class SigningUnavailable(CodeshotError):
-    code = "UNAVAILABLE"
-    http_status = 503
+class SigningUnavailable(Unavailable):
+    """Secrets Manager cannot be read and no keys are cached."""
 
 
 def _b64url(data: bytes) -> str:

@@ -20,6 +20,7 @@ from codeshot.engine.fewshot import (
     validate_base_prompt,
 )
 from codeshot.engine.prompt import examples_message
+from codeshot.errors import Forbidden, InvalidInput, NotFound
 from codeshot.llm.base import ChatMessage
 
 # (func name, argument text) -> result; (agent id, message text) -> result;
@@ -148,7 +149,7 @@ class RetryThenExplain:
     retries: int = 2
     base_delay: float = 0.5
     factor: float = 2.0
-    permanent: frozenset[str] = frozenset({"INVALID_INPUT", "NOT_FOUND", "FORBIDDEN"})
+    permanent: frozenset[str] = frozenset({InvalidInput.code, NotFound.code, Forbidden.code})
 
     def on_failure(self, failure: Failure) -> Decision:
         if failure.attempt <= self.retries and failure.code not in self.permanent:

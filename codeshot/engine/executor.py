@@ -36,7 +36,7 @@ from codeshot.engine.components import (
 )
 from codeshot.engine.fewshot import Kind, Step, parse_line, parse_lines
 from codeshot.engine.prompt import STOP_SEQUENCES, system_prompt, transcript_message
-from codeshot.errors import CodeshotError, InvalidInput, NotFound, Timeout
+from codeshot.errors import AgentFailed, CodeshotError, InvalidInput, LLMError, NotFound, Timeout
 from codeshot.llm.base import LLM, ChatMessage
 from codeshot.models import MessageType
 
@@ -161,7 +161,7 @@ def _error_of(exc: BaseException) -> tuple[str, str]:
     if isinstance(exc, CodeshotError):
         return exc.code, exc.message
     message = f"{type(exc).__name__}: {exc}"
-    return "AGENT_ERROR", message if len(message) <= 200 else message[:197] + "..."
+    return AgentFailed.code, message if len(message) <= 200 else message[:197] + "..."
 
 
 class Executor:
@@ -236,13 +236,13 @@ class Executor:
             if run.steps >= self.limits.max_steps:
                 return self._stop(
                     run,
-                    "AGENT_ERROR",
+                    AgentFailed.code,
                     f"I stopped after {run.steps} steps without reaching an answer.",
                 )
             remaining = self.limits.token_budget - run.input_tokens - run.output_tokens
             if remaining <= 0:
                 return self._stop(
-                    run, "AGENT_ERROR", "I used up my token budget before reaching an answer."
+                    run, AgentFailed.code, "I used up my token budget before reaching an answer."
                 )
             messages = self.messages(run.query, run.transcript)
             try:
@@ -254,7 +254,7 @@ class Executor:
             except Exception as exc:  # a provider bug must not reach the user as a trace
                 log.warning("LLM call failed", exc_info=not isinstance(exc, CodeshotError))
                 _, message = _error_of(exc)
-                return self._stop(run, "LLM_ERROR", f"The language model failed: {message}")
+                return self._stop(run, LLMError.code, f"The language model failed: {message}")
             run.steps += 1
             run.input_tokens += completion.input_tokens
             run.output_tokens += completion.output_tokens
@@ -266,7 +266,7 @@ class Executor:
         """Carry out one LLM reply: thoughts, then one Ask or the answer."""
         steps = parse_lines(text)
         if not steps:
-            return self._stop(run, "LLM_ERROR", "The language model returned nothing.")
+            return self._stop(run, LLMError.code, "The language model returned nothing.")
         first_line = text.strip().split("\n", 1)[0]
         if _is_free_text(first_line) and not any(s.kind in (Kind.A, *_ASKS) for s in steps):
             steps = [Step(Kind.A, text.strip())]  # a model that forgot the protocol answered

@@ -114,12 +114,12 @@ class LocalStack:
         from codeshot.api.app import create_app
         from codeshot.local.http_server import HttpServer
         from codeshot.services import Services
+        from codeshot.usecases.users import create_user
 
         assert self.settings is not None
         self.services = Services(self.settings)
         self.progress("Creating signing keys and the first user ...")
-        user = self.services.users.create(LOCAL_USER)
-        api_key = self.services.auth.issue_api_key(user)
+        user, api_key = create_user(self.services, LOCAL_USER)
         self.progress("Starting the API ...")
         self.api = HttpServer(create_app(services=self.services), self.host, self.port)
         self.api.start()
@@ -138,12 +138,12 @@ class LocalStack:
 
     def _start_agents(self, user: Any) -> None:
         """Serve the example agents on loopback and register them, owned by the first user."""
-        from codeshot.api.agents import AgentFields, AgentRegistration
         from codeshot.local.http_server import HttpServer
-        from codeshot.models import Principal
         from codeshot.sdk.project import load_agent, read_config
+        from codeshot.usecases.registration import AgentFields, AgentRegistration
+        from codeshot.usecases.users import principal_of
 
-        owner = Principal(user_id=user.user_id, username=user.username)
+        owner = principal_of(user)
         registration = AgentRegistration(self.services)
         for directory in example_agent_dirs():
             config = read_config(directory)

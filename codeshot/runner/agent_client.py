@@ -17,7 +17,7 @@ from typing import Any
 
 import httpx
 
-from codeshot.errors import AgentError, AgentUnavailable, Timeout
+from codeshot.errors import AgentFailed, AgentUnavailable, Timeout
 
 MAX_REPLY_BYTES = 2 * 1024 * 1024
 
@@ -27,7 +27,7 @@ def _read_capped(response: httpx.Response) -> bytes:
     for chunk in response.iter_bytes():
         body += chunk
         if len(body) > MAX_REPLY_BYTES:
-            raise AgentError(f"agent reply exceeds {MAX_REPLY_BYTES} bytes")
+            raise AgentFailed(f"agent reply exceeds {MAX_REPLY_BYTES} bytes")
     return body
 
 
@@ -153,7 +153,7 @@ class AgentClient:
                              {"message": {"text": text, "embeds": embeds or {}}})
         lines = [line for line in data.decode("utf-8", "replace").splitlines() if line.strip()]
         if not lines:
-            raise AgentError(f"agent {agent_id} sent an empty reply")
+            raise AgentFailed(f"agent {agent_id} sent an empty reply")
         return FuncReply.parse(query_url, lines[-1].encode())
 
 
@@ -168,7 +168,7 @@ def _checked(url: str, status: int, data: bytes) -> bytes:
         detail = f": {error.get('code', '')} {error.get('message', '')}".rstrip()
     except (ValueError, AttributeError):
         pass
-    raise AgentError(f"agent at {url} answered HTTP {status}{detail}")
+    raise AgentFailed(f"agent at {url} answered HTTP {status}{detail}")
 
 
 @dataclass
@@ -188,17 +188,17 @@ class FuncReply:
             if not isinstance(body, dict):
                 raise ValueError("not an object")
         except (ValueError, UnicodeDecodeError) as exc:
-            raise AgentError(f"agent at {url} sent invalid JSON") from exc
+            raise AgentFailed(f"agent at {url} sent invalid JSON") from exc
         error = body.get("error")
         if error:
             message = error.get("message") if isinstance(error, dict) else str(error)
-            raise AgentError(f"agent at {url} reported an error: {message}")
+            raise AgentFailed(f"agent at {url} reported an error: {message}")
         message = body.get("message") or {}
         if not isinstance(message, dict) or not isinstance(message.get("text", ""), str):
-            raise AgentError(f"agent at {url} sent a reply without message.text")
+            raise AgentFailed(f"agent at {url} sent a reply without message.text")
         question = body.get("question")
         if question is not None and not isinstance(question, str):
-            raise AgentError(f"agent at {url} sent a question that is not text")
+            raise AgentFailed(f"agent at {url} sent a question that is not text")
         embeds = message.get("embeds") or {}
         return cls(text=message.get("text", ""),
                    embeds=embeds if isinstance(embeds, dict) else {},

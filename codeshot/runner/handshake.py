@@ -10,7 +10,7 @@ from typing import Any
 
 from pydantic import BaseModel, Field, ValidationError, field_validator
 
-from codeshot.errors import AgentError
+from codeshot.errors import AgentFailed
 from codeshot.runner.agent_client import parse_document, request
 
 
@@ -38,7 +38,7 @@ def fetch_handshake(url: str, token: str, timeout: float = 10.0) -> Handshake:
         accept="application/json, application/yaml;q=0.9",
     )
     if status != 200:
-        raise AgentError(f"agent handshake at {url} answered HTTP {status}")
+        raise AgentFailed(f"agent handshake at {url} answered HTTP {status}")
     import yaml
 
     try:
@@ -47,4 +47,4 @@ def fetch_handshake(url: str, token: str, timeout: float = 10.0) -> Handshake:
             raise ValueError("not a mapping")
         return Handshake(**document)
     except (ValueError, yaml.YAMLError, ValidationError) as exc:
-        raise AgentError(f"agent handshake at {url} is not a valid document: {exc}") from exc
+        raise AgentFailed(f"agent handshake at {url} is not a valid document: {exc}") from exc

@@ -8,19 +8,15 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
-from codeshot.engine import (
+from codeshot.engine.builtin import (
     AgentTool,
-    CommandResult,
-    Executor,
-    Limits,
-    Outcome,
     SessionHistory,
-    Status,
-    TraceStep,
     code_shot_components,
     planner_components,
 )
-from codeshot.errors import AgentError, CodeshotError
+from codeshot.engine.components import CommandResult
+from codeshot.engine.executor import Executor, Limits, Outcome, Status, TraceStep
+from codeshot.errors import AgentFailed, CodeshotError
 from codeshot.llm.base import LLM
 from codeshot.models import Agent, AgentKind, MessageType
 from codeshot.runner.agent_client import AgentClient
@@ -77,7 +73,7 @@ class RunContext:
 def outcome_as_result(agent_id: str, outcome: Outcome) -> CommandResult:
     """A nested agent's outcome as the caller's command result (or its failure)."""
     if outcome.status is Status.ERROR:
-        raise AgentError(f"{agent_id}: {outcome.text}")
+        raise AgentFailed(f"{agent_id}: {outcome.text}")
     if outcome.status is Status.AWAITING_INPUT:  # its state comes back with the answer
         return CommandResult(text="", needs_input=True, question=outcome.text,
                              state=outcome.state)

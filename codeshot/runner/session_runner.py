@@ -16,8 +16,9 @@ import re
 from typing import Any
 
 from codeshot import ids
-from codeshot.engine import Outcome, SessionHistory, Status, TraceStep
-from codeshot.errors import CodeshotError, NotFound
+from codeshot.engine.builtin import SessionHistory
+from codeshot.engine.executor import Outcome, Status, TraceStep
+from codeshot.errors import AgentFailed, CodeshotError, NotFound
 from codeshot.llm import get_llm
 from codeshot.models import EmbedRef, Message, MessageType, Session, SessionStatus
 from codeshot.runner.agent_client import AgentClient
@@ -79,7 +80,7 @@ class SessionRunner:
                 raise  # infrastructure trouble: let SQS redeliver
             log.exception("giving up on %s/%s", work.session_id, work.message_id)
             outcome = Outcome(Status.ERROR, "The platform failed to answer; please try again.",
-                              error_code="AGENT_ERROR")
+                              error_code=AgentFailed.code)
             program_state = None
         self._finish(session, query, outcome, program_state)
 

@@ -30,6 +30,11 @@ class AgentBase:
     def funcs(self) -> dict[str, Func]:
         return dict(self._funcs)
 
+    @property
+    def query_func(self) -> Func | None:
+        """What answers queries at ``POST /`` (standalone agents); None: Funcs only."""
+        return None
+
     def register_func(
         self, func: Callable[..., Any] | None = None, *, func_name: str | None = None
     ) -> Any:
@@ -135,6 +140,10 @@ class StandaloneAgent(AgentBase):
         super().__init__()
         self.handle_message = make_func(handle_message, "handle_message")
         self.sample_queries = list(sample_queries or [])
+
+    @property
+    def query_func(self) -> Func:
+        return self.handle_message
 
     def metadata(self) -> dict[str, Any]:
         return {"type": "standalone", "sample_queries": self.sample_queries}

@@ -8,21 +8,18 @@ No ``from __future__ import annotations``: FastAPI must see the route's real typ
 
 import json
 from collections.abc import Iterator
-from typing import TYPE_CHECKING, Annotated, Any
+from typing import Annotated, Any, Protocol
 
 import yaml
 from fastapi import Depends, FastAPI, Header, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 
-from codeshot.errors import CodeshotError, InvalidInput
+from codeshot.errors import ERR_FUNC_NOT_DEFINED, ERR_NO_RESPONSE, CodeshotError, InvalidInput
 from codeshot.sdk.auth import Claims, TokenVerifier
 from codeshot.sdk.funcs import Func
 from codeshot.sdk.wire import AgentException, AgentQuery
 from codeshot.settings import Settings
-
-if TYPE_CHECKING:
-    from codeshot.sdk.agent import AgentBase
 
 YAML_TYPES = ("application/yaml", "application/x-yaml", "text/yaml")
 
@@ -54,7 +51,7 @@ def _first_reply(func: Func, query: AgentQuery, claims: Claims, api_url: str) ->
     except AgentException as exc:
         return _error(exc)
     if reply is None:
-        return _error(AgentException("I'm sorry, I have no answer.", "ERR_NO_RESPONSE",
+        return _error(AgentException("I'm sorry, I have no answer.", ERR_NO_RESPONSE,
                                      f"Func[{func.name}] returned nothing"))
     return JSONResponse(reply.to_wire())
 
@@ -68,9 +65,19 @@ def _stream(func: Func, query: AgentQuery, claims: Claims, api_url: str) -> Iter
         yield (json.dumps(exc.to_response().to_wire()) + "\n").encode()
 
 
-def build_app(agent: "AgentBase", settings: Settings) -> FastAPI:
-    from codeshot.sdk.agent import StandaloneAgent
+class ServableAgent(Protocol):
+    """What the app serves (:class:`codeshot.sdk.agent.AgentBase` implements it)."""
 
+    @property
+    def funcs(self) -> dict[str, Func]: ...
+
+    @property
+    def query_func(self) -> Func | None: ...
+
+    def metadata(self) -> dict[str, Any]: ...
+
+
+def build_app(agent: ServableAgent, settings: Settings) -> FastAPI:
     verifier = TokenVerifier(settings.api_url, settings.agent_id)
     api_url = verifier.issuer
     app = FastAPI(title="codeshot agent", docs_url=None, redoc_url=None, openapi_url=None)
@@ -103,13 +110,13 @@ def build_app(agent: "AgentBase", settings: Settings) -> FastAPI:
         funcs = agent.funcs
         if func_name not in funcs:
             return _error(AgentException(
-                f"I'm sorry, Func[{func_name}] is not defined.", "ERR_FUNC_NOT_DEFINED",
+                f"I'm sorry, Func[{func_name}] is not defined.", ERR_FUNC_NOT_DEFINED,
                 "The function was not defined.", 404,
                 func_name=func_name, available_funcs=sorted(funcs)))
         return _first_reply(funcs[func_name], query, claims, api_url)
 
-    if isinstance(agent, StandaloneAgent):
-        handle = agent.handle_message
+    handle = agent.query_func
+    if handle is not None:
 
         @app.post("/")
         def query(body: AgentQuery, claims: Caller) -> StreamingResponse:

@@ -18,16 +18,15 @@ import jwt
 
 from codeshot.auth import tokens
 from codeshot.auth.eddsa import verify_key_from_jwk
-from codeshot.errors import CodeshotError, Forbidden, Unauthenticated
+from codeshot.errors import Forbidden, Unauthenticated, Unavailable
 from codeshot.settings import FIXIE_AUDIENCES
 
 MAX_KEY_AGE = 300.0  # the platform serves its JWKS with max-age=300
 MIN_REFETCH_INTERVAL = 5.0
 
 
-class JwksUnavailable(CodeshotError):
-    code = "UNAVAILABLE"
-    http_status = 503
+class JwksUnavailable(Unavailable):
+    """The platform's JWKS cannot be read, so no token can be checked."""
 
 
 @dataclass(frozen=True)

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from typing import Any, get_type_hints
 
 from codeshot.engine.components import Command, command
-from codeshot.errors import CodeshotError
+from codeshot.errors import ERR_AGENT_UNHANDLED_EXCEPTION, CodeshotError
 from codeshot.sdk.auth import Claims
 from codeshot.sdk.user_storage import UserStorage
 from codeshot.sdk.wire import (
@@ -79,7 +79,7 @@ def as_agent_exception(exc: Exception, func_name: str) -> AgentException:
     if isinstance(exc, CodeshotError):
         return AgentException(exc.message, exc.code, exc.message, exc.http_status)
     log.exception("Func[%s] failed", func_name)
-    return AgentException(UNHANDLED_TEXT, "ERR_AGENT_UNHANDLED_EXCEPTION",
+    return AgentException(UNHANDLED_TEXT, ERR_AGENT_UNHANDLED_EXCEPTION,
                           "An unhandled exception occurred while processing the request.")
 
 

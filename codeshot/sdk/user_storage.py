@@ -15,6 +15,7 @@ from urllib.parse import quote
 
 import httpx
 
+from codeshot.errors import ERR_USERSTORAGE, ERR_USERSTORAGE_REQUIRES_USER
 from codeshot.sdk.auth import Claims
 from codeshot.sdk.wire import AgentException
 
@@ -55,7 +56,7 @@ class UserStorage(MutableMapping[str, Any]):
         if claims.is_anonymous:
             raise AgentException(
                 response_message="I'm sorry, you must log in to use this agent.",
-                error_code="ERR_USERSTORAGE_REQUIRES_USER",
+                error_code=ERR_USERSTORAGE_REQUIRES_USER,
                 error_message="user storage needs a token issued for a user",
                 http_status_code=400,
             )
@@ -101,7 +102,7 @@ def _storage_error(response: httpx.Response) -> AgentException:
         error = response.json()["error"]
         code, message = str(error["code"]), str(error["message"])
     except (ValueError, KeyError, TypeError):
-        code, message = "ERR_USERSTORAGE", response.text[:200]
+        code, message = ERR_USERSTORAGE, response.text[:200]
     return AgentException(
         response_message="I'm sorry, I could not use your storage.",
         error_code=code,

@@ -29,7 +29,7 @@ def _check_key(key: str) -> None:
         raise InvalidInput(f"user storage key exceeds {MAX_KEY_BYTES} bytes")
 
 
-class UserStorage(Repository):
+class UserStorageStore(Repository):
     table = USER_STORAGE
 
     def _key(self, user_id: str, agent_id: str, key: str) -> dict[str, Any]:

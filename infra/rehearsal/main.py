@@ -5,7 +5,6 @@ destroy, print. ``python -m infra.rehearsal`` (``make rehearse``); exits 1 on an
 from __future__ import annotations
 
 import argparse
-import os
 import shutil
 import statistics
 import sys

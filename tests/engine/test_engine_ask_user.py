@@ -7,7 +7,9 @@ import random
 
 import pytest
 
-from codeshot.engine import CommandResult, Executor, Status, TraceStep, code_shot_components
+from codeshot.engine.builtin import code_shot_components
+from codeshot.engine.components import CommandResult
+from codeshot.engine.executor import Executor, Status, TraceStep
 from codeshot.errors import InvalidInput
 from codeshot.llm.fewshot import FewShotLLM
 from codeshot.models import MessageType

@@ -7,7 +7,8 @@ import random
 
 import pytest
 
-from codeshot.engine import Executor, Status, TraceStep, code_shot_components
+from codeshot.engine.builtin import code_shot_components
+from codeshot.engine.executor import Executor, Status, TraceStep
 from codeshot.engine.prompt import STOP_SEQUENCES
 from codeshot.llm.fewshot import CANT_HELP, FewShotLLM
 from codeshot.models import MessageType

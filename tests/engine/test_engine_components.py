@@ -7,7 +7,6 @@ from typing import Literal
 
 import pytest
 
-from codeshot.engine import Executor, Status, TraceStep, command
 from codeshot.engine.builtin import (
     BasePrompt,
     Commands,
@@ -26,7 +25,9 @@ from codeshot.engine.components import (
     Fallback,
     MessageProvider,
     Retry,
+    command,
 )
+from codeshot.engine.executor import Executor, Status, TraceStep
 from codeshot.engine.fewshot import Kind, Step, parse_few_shots
 from codeshot.errors import AgentUnavailable, InvalidInput
 from codeshot.llm.base import ChatMessage

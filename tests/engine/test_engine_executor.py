@@ -7,16 +7,9 @@ import time
 
 import pytest
 
-from codeshot.engine import (
-    AgentTool,
-    CommandResult,
-    Executor,
-    Limits,
-    Status,
-    TraceStep,
-    code_shot_components,
-    planner_components,
-)
+from codeshot.engine.builtin import AgentTool, code_shot_components, planner_components
+from codeshot.engine.components import CommandResult
+from codeshot.engine.executor import Executor, Limits, Status, TraceStep
 from codeshot.engine.fewshot import Kind, Step
 from codeshot.engine.prompt import STOP_SEQUENCES
 from codeshot.errors import InvalidInput, LLMError

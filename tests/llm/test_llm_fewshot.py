@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from codeshot.engine import Executor, code_shot_components
+from codeshot.engine.builtin import code_shot_components
+from codeshot.engine.executor import Executor
 from codeshot.engine.fewshot import Kind, Step, parse_few_shots
 from codeshot.engine.prompt import STOP_SEQUENCES, read_examples, read_transcript
 from codeshot.llm.fewshot import (

@@ -7,7 +7,7 @@ import sys
 
 CHECK = """
 import sys
-import codeshot.engine, codeshot.llm, codeshot.llm.bedrock, codeshot.llm.openai, codeshot.llm.fewshot
+import codeshot.engine.executor, codeshot.engine.builtin, codeshot.llm, codeshot.llm.bedrock, codeshot.llm.openai, codeshot.llm.fewshot
 loaded = sorted(m for m in sys.modules if m.split(".")[0] in ("boto3", "botocore", "httpx"))
 print(",".join(loaded))
 """

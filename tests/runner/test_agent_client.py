@@ -4,7 +4,7 @@ learns (cookies) reaches the next, and a reply of the wrong shape is the agent's
 import pytest
 from fastapi import FastAPI, Request, Response
 
-from codeshot.errors import AgentError
+from codeshot.errors import AgentFailed
 from codeshot.local.http_server import HttpServer
 from codeshot.runner.agent_client import AgentClient
 
@@ -44,5 +44,5 @@ def test_no_cookie_set_by_an_agent_is_ever_sent_back(agent):
 
 def test_a_question_that_is_not_text_is_the_agents_error(agent):
     url, _ = agent
-    with pytest.raises(AgentError, match="question that is not text"):
+    with pytest.raises(AgentFailed, match="question that is not text"):
         client("alice").call_func("me/notes", url, "ask", "book it")

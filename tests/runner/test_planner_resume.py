@@ -3,7 +3,7 @@ the answer goes back to that agent, not to a fresh call of it (plan mode, any LL
 
 import json
 
-from codeshot.engine import Status
+from codeshot.engine.executor import Status
 from codeshot.models import Agent, AgentKind, MessageType
 from codeshot.routing.embedders import HashingEmbedder
 from codeshot.routing.index import with_embeddings

@@ -7,8 +7,8 @@ from dataclasses import dataclass
 
 import pytest
 
+from codeshot.devtools.agents import serve
 from codeshot.sdk import AgentResponse, Message, StandaloneAgent, UserStorage
-from codeshot.sdk.devtools import serve
 from tests.sdk.demo import AGENT_ID, demo_agent
 
 

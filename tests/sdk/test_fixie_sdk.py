@@ -11,7 +11,7 @@ from collections.abc import Iterator
 import httpx
 import pytest
 
-from codeshot.errors import AgentError
+from codeshot.errors import AgentFailed
 from codeshot.runner.handshake import fetch_handshake
 from tests.conftest import free_port
 
@@ -100,6 +100,6 @@ def test_fixie_agent_uses_our_user_storage(platform, fixie_agent):
 @pytest.mark.settings(fixie_audiences=False)
 def test_without_fixie_audiences_a_fixie_agent_refuses_our_tokens(platform, fixie_agent):
     token = platform.services.auth.agent_token(AGENT_ID, None, None)
-    with pytest.raises(AgentError, match="answered HTTP 500"):
+    with pytest.raises(AgentFailed, match="answered HTTP 500"):
         fetch_handshake(fixie_agent, token)
     assert call(platform, fixie_agent, "genrand", "0, 100").status_code == 500

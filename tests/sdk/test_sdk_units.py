@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from codeshot.engine import FewShotError
+from codeshot.engine.fewshot import FewShotError
 from codeshot.sdk import AgentQuery, CodeShotAgent, Embed, Message, UserStorage
 from codeshot.sdk.app import prefers_yaml
 from codeshot.sdk.auth import Claims

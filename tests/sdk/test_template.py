@@ -13,8 +13,8 @@ import httpx
 import pytest
 import yaml
 
+from codeshot.devtools.agents import handle_for
 from codeshot.runner.handshake import fetch_handshake
-from codeshot.sdk.devtools import handle_for
 from tests.conftest import free_port
 
 NEW_FEW_SHOT = '''

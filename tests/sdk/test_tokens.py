@@ -11,7 +11,7 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 import codeshot.sdk.auth
 from codeshot.auth import tokens
-from codeshot.sdk.devtools import serve
+from codeshot.devtools.agents import serve
 from tests.sdk.demo import demo_agent
 
 

@@ -3,11 +3,11 @@ import json
 import pytest
 
 from codeshot.errors import InvalidInput, NotFound
-from codeshot.store.user_storage import UserStorage
+from codeshot.store.user_storage import UserStorageStore
 
 
 def test_round_trip_scoped_to_user_and_agent(aws):
-    st = UserStorage(aws)
+    st = UserStorageStore(aws)
     value = json.dumps({"count": 3, "blob": {"type": "_bytes_ascii", "data": "AAE="}})
     st.put("u1", "alice/notes", "k", value)
     assert json.loads(st.get("u1", "alice/notes", "k")) == json.loads(value)
@@ -19,7 +19,7 @@ def test_round_trip_scoped_to_user_and_agent(aws):
 
 
 def test_bad_input_is_refused_and_writes_nothing(aws):
-    st = UserStorage(aws)
+    st = UserStorageStore(aws)
     too_big = json.dumps("x" * (aws.max_storage_value_bytes + 1))
     with pytest.raises(InvalidInput, match="limit is 100000"):
         st.put("u1", "a/b", "big", too_big)
@@ -35,7 +35,7 @@ def test_bad_input_is_refused_and_writes_nothing(aws):
 
 
 def test_delete_and_list_keys_in_pages(aws):
-    st = UserStorage(aws)
+    st = UserStorageStore(aws)
     for i in range(5):
         st.put("u1", "a/b", f"k{i}", str(i))
     st.put("u2", "a/b", "other-user", "1")

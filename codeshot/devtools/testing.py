@@ -2,13 +2,13 @@
 
 In an agent's ``tests/conftest.py``::
 
-    from codeshot.sdk.testing import agent_server, codeshot_platform  # noqa: F401
+    from codeshot.devtools.testing import agent_server, codeshot_platform  # noqa: F401
 
     @pytest.fixture(scope="session")
     def agent_dir() -> Path:
         return Path(__file__).resolve().parent.parent
 
-``agent_server`` is a :class:`~codeshot.sdk.devtools.ServedAgent` with a fresh user per
+``agent_server`` is a :class:`~codeshot.devtools.agents.ServedAgent` with a fresh user per
 test; call Funcs with ``agent_server.client.call(name, text)``.
 """
 
@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from codeshot.sdk.devtools import LocalPlatform, ServedAgent, local_platform, serve_agent_dir
+from codeshot.devtools.agents import LocalPlatform, ServedAgent, local_platform, serve_agent_dir
 
 
 @pytest.fixture(scope="session")

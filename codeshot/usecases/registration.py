@@ -2,7 +2,8 @@
 
 A registration learns what the agent is from its handshake (``GET {url}/``) unless the
 few-shots come inline; the few-shots are validated with the engine's grammar before
-anything is written, and agent URLs must pass the SSRF check.
+anything is written, and agent URLs must pass the SSRF check. Heavy to import (the
+router's embeddings): transports import it where they use it.
 """
 
 from __future__ import annotations
@@ -108,6 +109,17 @@ class AgentRegistration:
         else:  # name, description or sample queries may have changed what it matches
             agent = with_embeddings(agent, self.s.embedder)
         return self.s.registry.replace(agent, previous_id=current.agent_id)
+
+    def deploy(self, principal: Principal, handle: str, fields: AgentFields) -> Agent:
+        """Register a deployed agent, or update one registered before (a redeploy, or an
+        agent registered by hand) and re-read its handshake."""
+        owner = self._owner(principal)
+        try:
+            self.s.registry.get(Agent.make_id(owner, handle))
+        except NotFound:
+            return self.create(principal, handle, fields)
+        self.update(principal, handle, fields, new_handle=None)
+        return self.refresh(principal, owner, handle)
 
     def refresh(self, principal: Principal, owner: str, handle: str) -> Agent:
         """Re-read the agent's handshake (after its code changed)."""

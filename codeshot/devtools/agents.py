@@ -1,8 +1,8 @@
 """Developer tools behind ``codeshot new``, ``codeshot agent test`` and the test fixtures.
 
-Unlike the rest of ``codeshot.sdk`` this module runs the platform (moto + API on
-loopback) to give an agent real JWKS, real tokens and real user storage, so it is never
-imported by ``codeshot.sdk`` itself nor shipped in an agent's bundle.
+These run the platform (moto + API on loopback) to give an agent real JWKS, real tokens
+and real user storage, so they live outside ``codeshot.sdk``: an agent's bundle never
+ships them, and the SDK installs without the platform's dependencies.
 """
 
 from __future__ import annotations
@@ -21,13 +21,14 @@ from typing import Any
 
 import codeshot
 from codeshot import ids
-from codeshot.engine import CommandResult, Executor, Status, code_shot_components
+from codeshot.engine.builtin import code_shot_components
+from codeshot.engine.components import CommandResult
+from codeshot.engine.executor import Executor, Status
 from codeshot.errors import CodeshotError, InvalidInput
 from codeshot.llm import LLM, get_llm
 from codeshot.local.http_server import HttpServer
 from codeshot.local.stack import LOCAL_USER, LocalStack
-from codeshot.runner.agent_client import AgentClient as RunnerClient
-from codeshot.runner.agent_client import request
+from codeshot.runner.agent_client import AgentClient, request
 from codeshot.runner.handshake import Handshake, fetch_handshake
 from codeshot.sdk.agent import AgentBase
 from codeshot.sdk.project import CONFIG_FILE, AgentConfig, AgentTest, load_agent, read_config
@@ -97,7 +98,7 @@ def local_platform(state_dir: Path, base: Settings | None = None) -> Iterator[Lo
 
 
 @dataclass
-class AgentClient:
+class AgentTestClient:
     """Calls one agent with a fresh token per call: raw (``call``) or as the runner does."""
 
     url: str
@@ -116,9 +117,9 @@ class AgentClient:
         return status, json.loads(raw)
 
     @contextmanager
-    def runner(self) -> Iterator[RunnerClient]:
+    def runner(self) -> Iterator[AgentClient]:
         """The platform runner's own client (retries, reply parsing), minting our tokens."""
-        client = RunnerClient(lambda _agent_id: self.token(), timeout=CALL_TIMEOUT,
+        client = AgentClient(lambda _agent_id: self.token(), timeout=CALL_TIMEOUT,
                               allow_loopback=True)
         try:
             yield client
@@ -134,7 +135,7 @@ class ServedAgent:
     agent_id: str
     user_id: str
     platform: LocalPlatform
-    client: AgentClient
+    client: AgentTestClient
 
 
 @contextmanager
@@ -154,7 +155,8 @@ def serve_agent_dir(agent_dir: Path, platform: LocalPlatform) -> Iterator[Served
     agent_id = f"{LOCAL_USER}/{config.handle}"
     user_id = platform.user()
     with serve(load_agent(agent_dir, config), platform.url, agent_id) as url:
-        client = AgentClient(url, agent_id, lambda: platform.token(agent_id, user_id, ids.ulid()))
+        client = AgentTestClient(url, agent_id,
+                                 lambda: platform.token(agent_id, user_id, ids.ulid()))
         yield ServedAgent(config, agent_id, user_id, platform, client)
 
 
@@ -173,7 +175,7 @@ def _norm(text: str) -> str:
     return " ".join(text.lower().split())
 
 
-def run_cases(client: AgentClient, cases: list[AgentTest], llm: LLM) -> list[CaseResult]:
+def run_cases(client: AgentTestClient, cases: list[AgentTest], llm: LLM) -> list[CaseResult]:
     """Each case through the engine (Code Shot) or the agent itself (standalone), in order,
     as one user: a case may rely on what earlier ones stored."""
     handshake = client.handshake()

@@ -7,21 +7,26 @@ refused or failed post stores nothing, and a retried post returns the first mess
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import binascii
+import time
+from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from typing import Any
 
 from botocore.exceptions import ClientError
 
 from codeshot import ids
-from codeshot.errors import CodeshotError, Conflict, InvalidInput
+from codeshot.errors import AgentUnavailable, CodeshotError, Conflict, InvalidInput
 from codeshot.models import Embed, EmbedRef, Message, MessageType, Principal, check_embed_key
 from codeshot.services import Services
 from codeshot.store.dynamo import to_item
 from codeshot.store.embeds import check_content_type
 from codeshot.store.queue import Work
 from codeshot.store.sessions import EMBED_PREFIX, message_item
+from codeshot.usecases.threads import blocking
+from codeshot.usecases.users import user_id_of
 
 TERMINAL = frozenset({MessageType.RESPONSE, MessageType.ERROR, MessageType.AWAITING_INPUT})
 MAX_EMBEDS_PER_MESSAGE = 20
@@ -97,25 +102,25 @@ class Messaging:
         idempotency_key: str | None = None,
     ) -> tuple[Message, bool]:
         """Store and enqueue a user message; returns (message, newly_created)."""
-        assert principal.user_id
+        user_id = user_id_of(principal)
         embeds = embeds or []
         self._check_text(text, bool(embeds))
         if idempotency_key is not None and not 1 <= len(idempotency_key) <= 128:
             raise InvalidInput("idempotencyKey must be 1-128 characters")
-        session = self.s.sessions.get(session_id, owner=principal.user_id)
+        session = self.s.sessions.get(session_id, owner=user_id)
         if idempotency_key:
             earlier = self._earlier_post(session_id, idempotency_key)
             if earlier:
                 return earlier, False
         refs = self._embed_refs(embeds)
-        new_embeds = self._unbound_embeds(session_id, principal.user_id, refs)
+        new_embeds = self._unbound_embeds(session_id, user_id, refs)
         message = Message(
             session_id=session_id, message_id=ids.ulid(), text=text,
-            type=MessageType.QUERY, sent_by=principal.username or principal.user_id,
+            type=MessageType.QUERY, sent_by=principal.username or user_id,
             embeds=refs,
         )
         limit = self.s.daily_limit(principal.daily_query_limit)
-        charge = self.s.usage.charge_request("query", principal.user_id, limit)
+        charge = self.s.usage.charge_request("query", user_id, limit)
         table = self.s.sessions.table_name
         items: list[dict[str, Any]] = [
             {"Update": charge},
@@ -190,7 +195,7 @@ class Messaging:
                 session_id=session_id, message_id=ids.ulid(), type=MessageType.ERROR,
                 text="The platform could not queue this message; please send it again.",
                 sent_by="platform", in_reply_to=message.message_id,
-                error_code="AGENT_UNAVAILABLE",
+                error_code=AgentUnavailable.code,
             ))
             raise CodeshotError("could not queue the message") from exc
 
@@ -203,3 +208,46 @@ class Messaging:
             if message.in_reply_to == query_id and message.type in TERMINAL:
                 return message
         return None
+
+
+async def wait_for_reply(messaging: Messaging, message: Message, timeout: float) -> Message | None:
+    """Poll for the reply with a growing interval, never holding a worker thread."""
+    deadline = time.monotonic() + timeout
+    delay = 0.05
+    while True:
+        reply = await blocking(messaging.reply_to, message.session_id, message.message_id)
+        if reply or time.monotonic() >= deadline:
+            return reply
+        await asyncio.sleep(min(delay, max(0.0, deadline - time.monotonic())))
+        delay = min(delay * 1.5, 0.25)
+
+
+async def follow(messaging: Messaging, query: Message, timeout: float) -> AsyncIterator[Message]:
+    """Yield each message stored after ``query`` until its terminal reply (or timeout)."""
+    deadline = time.monotonic() + timeout
+    last = query.message_id
+    while time.monotonic() < deadline:
+        for message in await blocking(messaging.newer, query.session_id, last):
+            last = message.message_id
+            yield message
+            if message.in_reply_to == query.message_id and message.type in TERMINAL:
+                return
+        await asyncio.sleep(0.1)
+
+
+@dataclass(frozen=True)
+class PresignedUpload:
+    """Where to PUT an embed's bytes, with the headers the upload must carry."""
+
+    url: str
+    headers: dict[str, str]
+    content_hash: str
+
+
+def upload_url(services: Services, principal: Principal, content_type: str, size: int,
+               content_hash: str) -> PresignedUpload:
+    """A presigned URL for the caller to upload an embed's bytes to, before sending it
+    with a message by its ``content_hash``."""
+    user_id_of(principal)
+    upload = services.embeds.put_url(content_hash, content_type, size)
+    return PresignedUpload(upload["url"], upload["headers"], content_hash)

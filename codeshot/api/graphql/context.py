@@ -1,0 +1,36 @@
+"""Per-request GraphQL context: the platform's services and the caller, authenticated
+on first use by the API key in ``Authorization: Bearer``."""
+
+from __future__ import annotations
+
+from functools import cached_property
+
+from strawberry.fastapi import BaseContext
+from strawberry.types import Info
+
+from codeshot.auth.tokens import bearer
+from codeshot.models import Principal
+from codeshot.services import Services
+from codeshot.usecases.threads import blocking
+
+
+class Context(BaseContext):
+    def __init__(self, services: Services, authorization: str | None) -> None:
+        super().__init__()
+        self.services = services
+        self.authorization = authorization
+
+    @cached_property
+    def principal(self) -> Principal:
+        return self.services.auth.user_for_api_key(bearer(self.authorization))
+
+
+def ctx(info: Info) -> Context:
+    context: Context = info.context
+    return context
+
+
+async def caller(info: Info) -> tuple[Services, Principal]:
+    """The services and the authenticated caller (UNAUTHENTICATED without a valid key)."""
+    c = ctx(info)
+    return c.services, await blocking(lambda: c.principal)

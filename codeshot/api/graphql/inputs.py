@@ -1,0 +1,53 @@
+"""The GraphQL input types (what mutations take), with Fixie 1.0's names and fields."""
+
+from __future__ import annotations
+
+import strawberry
+
+
+@strawberry.input
+class AgentInput:
+    handle: str
+    name: str | None = None
+    description: str | None = None
+    query_url: str | None = None
+    func_url: str | None = None
+    more_info_url: str | None = None
+    published: bool | None = None
+    base_prompt: str | None = None
+    few_shots: list[str] | None = None
+    sample_queries: list[str] | None = None
+    new_handle: str | None = None
+
+
+@strawberry.input
+class DeleteAgentInput:
+    owner: str | None = None
+    handle: str
+
+
+@strawberry.input
+class SessionInput:
+    frontend_agent_id: str | None = None
+    name: str | None = None
+    description: str | None = None
+    callback_url: str | None = strawberry.field(
+        default=None, description="receives signed response/error/awaiting_input events")
+
+
+@strawberry.input
+class EmbedInput:
+    key: str
+    content_type: str
+    content: str | None = strawberry.field(default=None, description="base64, small only")
+    content_hash: str | None = strawberry.field(
+        default=None, description="SHA-256 of bytes uploaded with createEmbedUpload")
+
+
+@strawberry.input
+class MessageInput:
+    session: str
+    text: str = ""
+    embeds: list[EmbedInput] | None = None
+    wait: bool = strawberry.field(default=True, description="wait (bounded) for the reply")
+    idempotency_key: str | None = None

@@ -1,0 +1,105 @@
+"""GraphQL mutations: each authenticates the caller and runs one use case off the loop."""
+
+from __future__ import annotations
+
+from dataclasses import fields
+from typing import TYPE_CHECKING
+
+import strawberry
+from strawberry.types import Info
+
+from codeshot.api.graphql.context import caller
+from codeshot.api.graphql.inputs import AgentInput, DeleteAgentInput, MessageInput, SessionInput
+from codeshot.api.graphql.types import (
+    AgentPayload,
+    AgentType,
+    EmbedUploadType,
+    MessageGQL,
+    MessagePayload,
+    SessionPayload,
+    SessionType,
+)
+from codeshot.services import Services
+from codeshot.usecases import sessions
+from codeshot.usecases.messaging import EmbedUpload, Messaging, upload_url, wait_for_reply
+from codeshot.usecases.threads import blocking
+
+if TYPE_CHECKING:
+    from codeshot.usecases.registration import AgentFields, AgentRegistration
+
+
+def _registration(services: Services, data: AgentInput | None = None
+                  ) -> tuple[AgentRegistration, AgentFields]:
+    """The registration use case and the fields to set; imported on use because agent
+    registration (handshakes, few-shot grammar, embeddings) is rare and heavy to import."""
+    from codeshot.usecases.registration import AgentFields, AgentRegistration
+
+    # AgentInput carries every AgentFields field under the same (snake_case) name.
+    values = {f.name: getattr(data, f.name) for f in fields(AgentFields)} if data else {}
+    return AgentRegistration(services), AgentFields(**values)
+
+
+@strawberry.type
+class Mutation:
+    @strawberry.mutation
+    async def create_agent(self, info: Info, agent_data: AgentInput) -> AgentPayload:
+        services, p = await caller(info)
+        reg, values = _registration(services, agent_data)
+        agent = await blocking(reg.create, p, agent_data.handle, values)
+        return AgentPayload(agent=AgentType.of(agent))
+
+    @strawberry.mutation
+    async def update_agent(self, info: Info, agent_data: AgentInput) -> AgentPayload:
+        services, p = await caller(info)
+        reg, values = _registration(services, agent_data)
+        agent = await blocking(reg.update, p, agent_data.handle, values, agent_data.new_handle)
+        return AgentPayload(agent=AgentType.of(agent))
+
+    @strawberry.mutation
+    async def delete_agent(self, info: Info, agent_data: DeleteAgentInput) -> AgentPayload:
+        services, p = await caller(info)
+        reg, _ = _registration(services)
+        agent = await blocking(reg.delete, p, agent_data.owner or p.username or "",
+                               agent_data.handle)
+        return AgentPayload(agent=AgentType.of(agent))
+
+    @strawberry.mutation
+    async def create_session(
+        self, info: Info, session_data: SessionInput | None = None
+    ) -> SessionPayload:
+        services, p = await caller(info)
+        data = session_data or SessionInput()
+        session = await blocking(sessions.create_session, services, p, data.frontend_agent_id,
+                                 data.name or "", data.description or "", data.callback_url)
+        return SessionPayload(session=SessionType.of(session))
+
+    @strawberry.mutation
+    async def delete_session(self, info: Info, handle: str) -> SessionPayload:
+        services, p = await caller(info)
+        session = await blocking(sessions.delete_session, services, p, handle)
+        return SessionPayload(session=SessionType.of(session))
+
+    @strawberry.mutation
+    async def send_session_message(self, info: Info, message_data: MessageInput) -> MessagePayload:
+        services, p = await caller(info)
+        uploads = [EmbedUpload(key=e.key, content_type=e.content_type,
+                               content_base64=e.content, content_hash=e.content_hash)
+                   for e in message_data.embeds or []]
+        messaging = Messaging(services)
+        message, _ = await blocking(messaging.post, p, message_data.session, message_data.text,
+                                    uploads, message_data.idempotency_key)
+        reply = None
+        if message_data.wait:
+            reply = await wait_for_reply(messaging, message, services.settings.reply_wait_seconds)
+        return MessagePayload(
+            message=MessageGQL.of(message, services),
+            reply=MessageGQL.of(reply, services) if reply else None,
+        )
+
+    @strawberry.mutation(description="A presigned URL to upload an embed's bytes to.")
+    async def create_embed_upload(
+        self, info: Info, content_type: str, size: int, content_hash: str
+    ) -> EmbedUploadType:
+        services, p = await caller(info)
+        upload = await blocking(upload_url, services, p, content_type, size, content_hash)
+        return EmbedUploadType.of(upload)

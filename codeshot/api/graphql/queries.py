@@ -1,0 +1,45 @@
+"""GraphQL queries: each authenticates the caller and runs one use case off the loop."""
+
+from __future__ import annotations
+
+import strawberry
+from strawberry.types import Info
+
+from codeshot.api.graphql.context import caller
+from codeshot.api.graphql.types import AgentType, RouteType, SessionType, UserType
+from codeshot.usecases import agents, sessions, users
+from codeshot.usecases.threads import blocking
+
+
+@strawberry.type
+class Query:
+    @strawberry.field(description="Published agents and your own.")
+    async def all_agents(self, info: Info) -> list[AgentType]:
+        services, p = await caller(info)
+        return [AgentType.of(a) for a in await blocking(agents.visible_agents, services, p)]
+
+    @strawberry.field
+    async def agent_by_id(self, info: Info, agent_id: str) -> AgentType | None:
+        services, p = await caller(info)
+        agent = await blocking(agents.find_agent, services, p, agent_id)
+        return AgentType.of(agent) if agent else None
+
+    @strawberry.field
+    async def user(self, info: Info) -> UserType:
+        services, p = await caller(info)
+        return UserType.of(await blocking(users.profile, services, p))
+
+    @strawberry.field(description="Your sessions, newest first.")
+    async def all_sessions(self, info: Info) -> list[SessionType]:
+        services, p = await caller(info)
+        return [SessionType.of(s) for s in await blocking(sessions.list_sessions, services, p)]
+
+    @strawberry.field(description="The agents the router would pick for this text, best first.")
+    async def route(self, info: Info, text: str, k: int = 3) -> list[RouteType]:
+        services, p = await caller(info)
+        return [RouteType.of(r) for r in await blocking(agents.route, services, p, text, k)]
+
+    @strawberry.field
+    async def session_by_handle(self, info: Info, handle: str) -> SessionType:
+        services, p = await caller(info)
+        return SessionType.of(await blocking(sessions.get_session, services, p, handle))

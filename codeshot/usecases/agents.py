@@ -1,0 +1,54 @@
+"""Finding agents: which ones a caller may see and use, and which the router picks.
+
+Registering and changing agents is :mod:`codeshot.usecases.registration` (heavier).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from codeshot.errors import InvalidInput, NotFound
+from codeshot.models import Agent, Principal
+from codeshot.services import Services
+
+if TYPE_CHECKING:
+    from codeshot.routing.index import Route
+
+MAX_ROUTES = 50
+
+
+def can_use(agent: Agent, principal: Principal) -> bool:
+    """Published agents are everyone's; unpublished ones only their owner's."""
+    return agent.published or agent.owner == principal.username
+
+
+def visible_agents(services: Services, principal: Principal) -> list[Agent]:
+    """Published agents and the caller's own, by id."""
+    agents = services.registry.all_agents(principal.username)
+    return sorted(agents, key=lambda a: a.agent_id)
+
+
+def find_agent(services: Services, principal: Principal, agent_id: str) -> Agent | None:
+    """The agent, or None when it does not exist or the caller may not see it."""
+    try:
+        agent = services.registry.get(agent_id)
+    except NotFound:
+        return None
+    return agent if can_use(agent, principal) else None
+
+
+def usable_agent(services: Services, principal: Principal, agent_id: str) -> Agent:
+    """The agent, or NOT_FOUND: others' unpublished agents look absent."""
+    agent = find_agent(services, principal, agent_id)
+    if agent is None:
+        raise NotFound(f"agent {agent_id} not found")
+    return agent
+
+
+def route(services: Services, principal: Principal, text: str, k: int = 3) -> list[Route]:
+    """The agents the router would pick for ``text``, best first."""
+    if not text.strip() or len(text) > services.settings.max_message_length:
+        raise InvalidInput("text must be non-empty and within the message length limit")
+    if not 1 <= k <= MAX_ROUTES:
+        raise InvalidInput(f"k must be between 1 and {MAX_ROUTES}")
+    return services.router.route(text, k, principal.username)
