@@ -77,6 +77,7 @@ def references(resource: dict[str, Any]) -> set[str]:
 
 def read_assembly(outdir: Path) -> list[Stack]:
     """The stacks of a cloud assembly, platform first (manifest dependency order)."""
+    outdir = outdir.resolve()
     manifest = json.loads((outdir / "manifest.json").read_text())
     artifacts = manifest["artifacts"]
     stacks: dict[str, Stack] = {}

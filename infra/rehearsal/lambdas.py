@@ -141,7 +141,8 @@ class Instance:
                      "from awslambdaric.__main__ import main; main(['awslambdaric', sys.argv[3]])")
         self.log = self.log_path.open("wb")
         self.process = subprocess.Popen(
-            [python, "-I", "-S", "-c", bootstrap, str(spec.asset), str(runtime_dir),
+            # -B: /var/task is read-only in Lambda, so no .pyc is ever written there.
+            [python, "-I", "-S", "-B", "-c", bootstrap, str(spec.asset), str(runtime_dir),
              spec.handler], cwd=spec.asset, env=env, stdin=subprocess.DEVNULL,
             stdout=self.log, stderr=subprocess.STDOUT)
 
