@@ -73,6 +73,7 @@ def fixie_python() -> Path:
 @dataclass
 class Report:
     calls: Any  # the IAM proxy's CallLog
+    function_errors: list[Any]  # every failed invocation (FunctionError)
     checks: list[tuple[str, float, str]] = field(default_factory=list)
     sections: list[str] = field(default_factory=list)
 
@@ -80,15 +81,17 @@ class Report:
         return "; ".join([str(d) for d in self.calls.denials] + self.calls.unmapped)
 
     def check(self, name: str, run: Callable[[], str]) -> None:
-        """Run one check; its failure fails the rehearsal, named, with any AWS call the
-        IAM proxy refused meanwhile (the usual cause)."""
+        """Run one check; its failure fails the rehearsal, named, with the AWS calls the IAM
+        proxy refused and the functions that failed meanwhile (the usual causes)."""
         started = time.monotonic()
         try:
             detail = run()
         except Exception as exc:
             refused = self.refused()
+            failed = "\n".join(str(e) for e in self.function_errors[-3:])
             raise RehearsalError(f"check '{name}' failed: {type(exc).__name__}: {exc}"
                                  + (f"\nAWS calls refused: {refused}" if refused else "")
+                                 + (f"\nfunctions failed: {failed}" if failed else "")
                                  ) from exc
         self.checks.append((name, time.monotonic() - started, detail))
 
@@ -349,7 +352,7 @@ def bundles_section(rehearsal: Any) -> str:
 
 
 def run_checks(rehearsal: Any) -> str:
-    report = Report(rehearsal.proxy.log)
+    report = Report(rehearsal.proxy.log, rehearsal.lambdas.errors)
     user = create_user(rehearsal, "rehearsal")
     report.check("agent stacks registered (custom resources)", lambda: check_registered(user))
     report.check("codeshot chat: Roll a d20", lambda: check_chat(rehearsal, user))

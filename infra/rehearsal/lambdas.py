@@ -222,9 +222,10 @@ class Instance:
 class Function:
     """A deployed function: its spec and its instances (Lambda's scaling, in small)."""
 
-    def __init__(self, spec: FunctionSpec, launch: Callable[[FunctionSpec, int], Instance]
-                 ) -> None:
+    def __init__(self, spec: FunctionSpec, launch: Callable[[FunctionSpec, int], Instance],
+                 errors: list[FunctionError]) -> None:
         self.spec = spec
+        self.errors = errors
         self._launch = launch
         self.instances: list[Instance] = []
         self._lock = threading.Lock()
@@ -252,6 +253,9 @@ class Function:
         instance = self._acquire(fresh)
         try:
             return instance.invoke(event)
+        except FunctionError as exc:
+            self.errors.append(exc)
+            raise
         finally:
             instance.busy = False
 
@@ -271,11 +275,12 @@ class Lambdas:
         self.python, self.runtime_dir = python, runtime_dir
         self.aws_endpoint, self.log_dir = aws_endpoint, log_dir
         self.functions: dict[str, Function] = {}
+        self.errors: list[FunctionError] = []  # every failed invocation, in order
         log_dir.mkdir(parents=True, exist_ok=True)
 
     def add(self, spec: FunctionSpec) -> Function:
         function = Function(spec, lambda s, n: Instance(
-            s, self.python, self.runtime_dir, self.aws_endpoint, self.log_dir, n))
+            s, self.python, self.runtime_dir, self.aws_endpoint, self.log_dir, n), self.errors)
         self.functions[spec.physical_name] = function
         return function
 

@@ -131,7 +131,12 @@ def stand_up(outdir: Path, log_dir: Path) -> Rehearsal:
         rehearsal = Rehearsal(outdir, deployment, lambdas, proxy, moto_url, {}, python,
                               stoppers)
         for stack in stacks:
-            rehearsal.outputs[stack.name] = deployment.deploy(stack).outputs
+            try:
+                rehearsal.outputs[stack.name] = deployment.deploy(stack).outputs
+            except RehearsalError as exc:
+                failed = "\n".join(str(e) for e in lambdas.errors[-3:])
+                raise RehearsalError(f"deploying {stack.name}: {exc}" + (
+                    f"\nfunctions failed: {failed}" if failed else "")) from exc
         return rehearsal
     except BaseException:
         for stop in reversed(stoppers):
