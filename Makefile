@@ -29,10 +29,10 @@ lint: $(BIN)/.installed
 	$(BIN)/ruff check codeshot tests handlers benchmarks infra
 
 clean:
-	rm -rf $(VENV) .codeshot .pytest_cache
+	rm -rf $(VENV) .codeshot .pytest_cache .rehearsal
 
 # --- AWS deployment (infra/): `make synth` needs no AWS account, `npx cdk deploy` does ---
-.PHONY: synth cdk-install
+.PHONY: synth cdk-install rehearse lock
 
 $(BIN)/.cdk-installed: $(BIN)/.installed pyproject.toml
 	$(BIN)/python -m pip install -q -e '.[cdk]'
@@ -48,3 +48,9 @@ synth: cdk-install  ## CloudFormation templates in cdk.out, both ways, each lint
 	$(BIN)/python -m infra.lint cdk.out
 	CDK_DISABLE_CLI_TELEMETRY=true npx --no-install cdk synth --quiet
 	$(BIN)/python -m infra.lint cdk.out
+
+rehearse: cdk-install  ## what `cdk deploy` would ship, run here from cdk.out with its IAM enforced (no AWS, no Docker)
+	$(BIN)/python -m infra.rehearsal
+
+lock: $(BIN)/.cdk-installed  ## re-lock each Lambda bundle's dependencies (infra/locks; uv, needs PyPI)
+	$(BIN)/python -m infra.locks
