@@ -48,7 +48,7 @@ def from_bytes(data: bytes, n_rows: int) -> list[array[float]]:
 
 def with_embeddings(agent: Agent, embedder: Embedder) -> Agent:
     rows = embedder.embed(agent_texts(agent))
-    return agent.replace(**{"embeddings": to_bytes(rows), "embedding_model": embedder.model_id})
+    return agent.replace(embeddings=to_bytes(rows), embedding_model=embedder.model_id)
 
 
 def stored_rows(agent: Agent, embedder: Embedder) -> Vectors:

@@ -15,7 +15,7 @@ import binascii
 import json
 import logging
 import re
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from codeshot import ids
 from codeshot.engine.builtin import SessionHistory
@@ -41,6 +41,9 @@ from codeshot.store.sessions import (
     STATE_ITEM,
     message_item,
 )
+
+if TYPE_CHECKING:
+    from types_boto3_dynamodb.type_defs import TransactWriteItemTypeDef
 
 log = logging.getLogger("codeshot.runner")
 
@@ -188,7 +191,7 @@ class SessionRunner:
         table = self.s.sessions.table_name
         key = {"session_id": {"S": session.session_id}}
         status = SessionStatus.AWAITING_INPUT if program_state else SessionStatus.IDLE
-        items: list[dict[str, Any]] = [
+        items: list[TransactWriteItemTypeDef] = [
             {"Put": {"TableName": table,
                      "Item": to_item({"session_id": session.session_id,
                                       "item": ANSWER_PREFIX + query.message_id,
