@@ -65,7 +65,8 @@ def _keys_rotate(args: argparse.Namespace) -> int:
 
     keyring = Services(_target_settings()).keyring
     new = keyring.rotate()
-    print(f"New signing key {new.kid}; all keys: {', '.join(k.kid for k in keyring.keys())}")
+    kids = [jwk["kid"] for jwk in keyring.jwks()["keys"]]
+    print(f"New signing key {new.kid}; all keys: {', '.join(kids)}")
     return 0
 
 

@@ -177,9 +177,9 @@ class PlatformFunction:
 def platform_bundle(function: PlatformFunction, *, target: Target = LAMBDA_TARGET,
                     bundle_boto3: bool = True) -> BundleSpec:
     handler_file = function.handler.rsplit(".", 1)[0].replace(".", "/") + ".py"
-    files = _tree(REPO_ROOT, "codeshot", PLATFORM_EXCLUDED_PATHS) + [
-        ("handlers/__init__.py", REPO_ROOT / "handlers" / "__init__.py"),
-        (handler_file, REPO_ROOT / handler_file)]
+    files = [*_tree(REPO_ROOT, "codeshot", PLATFORM_EXCLUDED_PATHS),
+             ("handlers/__init__.py", REPO_ROOT / "handlers" / "__init__.py"),
+             (handler_file, REPO_ROOT / handler_file)]
     return BundleSpec(function.name, tuple(files), function.lock(), target,
                       aws_services=function.aws_services if bundle_boto3 else None)
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 import time
 import uuid
 from collections.abc import Callable
+from types import ModuleType
 from typing import Any
 
 from codeshot.errors import Unauthenticated
@@ -23,7 +24,7 @@ def api_key_audience(issuer: str) -> str:
     return issuer.rstrip("/") + "/api-keys"
 
 
-def _jwt() -> Any:
+def _jwt() -> ModuleType:
     """PyJWT with EdDSA on PyNaCl (codeshot.auth.eddsa); imported on first use, not at
     cold start."""
     import jwt
@@ -35,8 +36,8 @@ def _jwt() -> Any:
 
 
 def sign(claims: dict[str, Any], kid: str, private_key: Any) -> str:
-    jwt = _jwt()
-    return jwt.encode(claims, private_key, algorithm=ALGORITHM, headers={"kid": kid})
+    token: str = _jwt().encode(claims, private_key, algorithm=ALGORITHM, headers={"kid": kid})
+    return token
 
 
 def decode(
@@ -55,7 +56,7 @@ def decode(
         header = jwt.get_unverified_header(token)
         if header.get("alg") != ALGORITHM:
             raise Unauthenticated("token must be signed with EdDSA")
-        claims = jwt.decode(
+        claims: dict[str, Any] = jwt.decode(
             token,
             key_for_kid(header.get("kid")),
             algorithms=[ALGORITHM],

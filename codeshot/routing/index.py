@@ -67,7 +67,7 @@ class Route:
 
 class _PythonScores:
     def __init__(self, rows: list[Sequence[float]], starts: list[int]) -> None:
-        self.rows, self.bounds = rows, list(zip(starts, starts[1:] + [len(rows)]))
+        self.rows, self.bounds = rows, list(zip(starts, [*starts[1:], len(rows)]))
 
     def __call__(self, query: Sequence[float]) -> tuple[Sequence[float], list[float]]:
         scores = [sum(a * b for a, b in zip(row, query)) for row in self.rows]

@@ -6,6 +6,7 @@ Creating is idempotent: resources that exist are left as they are.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import secrets
 from typing import Any
@@ -88,14 +89,12 @@ def create_queue(settings: Settings, sqs: Any | None = None) -> str:
 def create_signing_secret(settings: Settings, secretsmanager: Any | None = None) -> str:
     """The signing keys' secret with a fresh random seed, as CloudFormation makes it."""
     client = secretsmanager or aws.client("secretsmanager", settings)
-    name = getattr(settings, SIGNING_SECRET.setting)
+    name = str(getattr(settings, SIGNING_SECRET.setting))
     alphabet = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789"
     seed = "".join(secrets.choice(alphabet) for _ in range(SIGNING_SECRET.seed_length))
-    try:
+    with contextlib.suppress(client.exceptions.ResourceExistsException):
         client.create_secret(Name=name, Description="codeshot Ed25519 signing keys",
                              SecretString=json.dumps({SIGNING_SECRET.seed_key: seed}))
-    except client.exceptions.ResourceExistsException:
-        pass
     return name
 
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from codeshot.errors import Conflict, InvalidInput, NotFound
 from codeshot.models import Embed, Message, Session, SessionStatus, utcnow
@@ -26,6 +26,9 @@ from codeshot.store.dynamo import (
     to_item,
 )
 from codeshot.store.tables import SESSIONS
+
+if TYPE_CHECKING:
+    from types_boto3_dynamodb.type_defs import AttributeValueTypeDef, UpdateTypeDef
 
 SESSION_ITEM = "SESSION"
 STATE_ITEM = "STATE"
@@ -163,10 +166,11 @@ class SessionStore(Repository):
                 pending = dict(written.get("UnprocessedItems") or {})
         return session
 
-    def owner_update(self, session_id: str, owner: str, new_embeds: int = 0) -> dict[str, Any]:
+    def owner_update(self, session_id: str, owner: str, new_embeds: int = 0) -> UpdateTypeDef:
         """The transaction Update that checks ``owner`` has the session (a post's own write
         is its ownership check: no read first) and counts newly bound embeds."""
-        values: dict[str, Any] = {":o": {"S": owner}, ":m": {"S": utcnow().isoformat()}}
+        values: dict[str, AttributeValueTypeDef] = {":o": {"S": owner},
+                                                     ":m": {"S": utcnow().isoformat()}}
         update = "SET modified = :m"
         if new_embeds:
             update += " ADD embed_count :n"

@@ -272,7 +272,7 @@ class AwsProxy:
         headers = {k: v for k, v in request.headers.items()
                    if k.lower() not in ("connection", "transfer-encoding", "content-length")}
         headers["Content-Length"] = str(len(body))
-        connection = http.client.HTTPConnection(self.moto.hostname, self.moto.port, timeout=60)
+        connection = http.client.HTTPConnection(self.moto.netloc, timeout=60)
         try:
             connection.request(request.command, request.path, body=body, headers=headers)
             response = connection.getresponse()

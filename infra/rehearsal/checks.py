@@ -17,6 +17,7 @@ import shutil
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 from collections import Counter
 from collections.abc import Callable
@@ -101,7 +102,7 @@ class Report:
     def text(self) -> str:
         lines = ["## End-to-end checks\n", "| check | s | result |", "|---|---:|---|"]
         lines += [f"| {n} | {s:.1f} | {d} |" for n, s, d in self.checks]
-        return "\n".join(lines + [""] + self.sections)
+        return "\n".join([*lines, "", *self.sections])
 
 
 class User:
@@ -174,16 +175,14 @@ def check_chat(rehearsal: Any, user: User) -> str:
 
 
 def check_fixie_client(user: User) -> str:
-    script = Path(os.environ.get("TMPDIR", "/tmp")) / f"fixie-{secrets.token_hex(4)}.py"
-    script.write_text(FIXIE_CLIENT)
-    try:
+    with tempfile.TemporaryDirectory() as home:
+        script = Path(home) / "client.py"
+        script.write_text(FIXIE_CLIENT)
         proc = subprocess.run(
             [str(fixie_python()), str(script), "admin/dice", "Roll 2d6"], capture_output=True,
             text=True, timeout=180, check=False,
-            env={"PATH": os.environ.get("PATH", ""), "HOME": str(script.parent),
+            env={"PATH": os.environ.get("PATH", ""), "HOME": home,
                  "FIXIE_API_URL": user.api_url, "FIXIE_API_KEY": user.api_key})
-    finally:
-        script.unlink()
     if proc.returncode:
         raise RehearsalError(f"fixieai Session.query failed: {proc.stderr[-1500:]}")
     result = json.loads(proc.stdout.strip().splitlines()[-1])

@@ -87,9 +87,10 @@ def _client_factory(moto_url: str, proxy_url: str) -> Callable[..., Any]:
                     s3={"addressing_style": "path"})
 
     def client(service: str, access_key: str | None = None) -> Any:
-        return session.client(
+        return session.client(  # type: ignore[call-overload]
             service, endpoint_url=proxy_url if access_key else moto_url, config=config,
-            aws_access_key_id=access_key or "rehearsal-admin", aws_secret_access_key="x",
+            aws_access_key_id=access_key or "rehearsal-admin",
+            aws_secret_access_key="rehearsal",  # noqa: S106  (moto and the proxy take any)
             aws_session_token="rehearsal" if access_key else None)
 
     return client

@@ -44,7 +44,7 @@ def test_codeshot_keys_rotate_adds_a_key_and_old_api_keys_stay_valid(aws, monkey
     assert cli.main(["keys", "rotate"]) == 0
     printed = capsys.readouterr().out
     stored = secret(aws)["keys"]
-    assert [k["kid"] for k in stored][0] == first.kid and len(stored) == 2
+    assert stored[0]["kid"] == first.kid and len(stored) == 2
     assert stored[1]["kid"] in printed and first.kid in printed
     fresh = Services(aws)  # a cold container after the rotation
     assert fresh.keyring.signing_key().kid == stored[1]["kid"]

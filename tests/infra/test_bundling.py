@@ -89,7 +89,7 @@ def test_every_lock_is_current_and_within_pyproject_ranges():
 
 def test_a_stale_lock_fails_the_synth(tmp_path, monkeypatch):
     lock = locks.api_lock()
-    stale = locks.Lock(lock.name, lock.requirements + ("humanize>=4",), lock.path)
+    stale = locks.Lock(lock.name, (*lock.requirements, "humanize>=4"), lock.path)
     with pytest.raises(locks.LockError, match="make lock"):
         stale.text()
     missing = locks.Lock("x", ("humanize>=4",), tmp_path / "missing.txt")
