@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -201,13 +201,3 @@ class Resolver:
 
         return re.sub(r"\$\{([^!}][^}]*)\}", value, text)
 
-
-def walk_strings(value: Any) -> Iterator[str]:
-    if isinstance(value, str):
-        yield value
-    elif isinstance(value, dict):
-        for v in value.values():
-            yield from walk_strings(v)
-    elif isinstance(value, list):
-        for v in value:
-            yield from walk_strings(v)

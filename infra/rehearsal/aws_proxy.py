@@ -22,11 +22,12 @@ import threading
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from typing import Any
 from urllib.parse import parse_qs, unquote, urlsplit
 
 from infra.rehearsal.assembly import ACCOUNT, PARTITION, REGION
+from infra.rehearsal.loopback import LoopbackServer, reply
 
 CREDENTIAL = re.compile(r"Credential=([A-Z0-9]+)/\d{8}/([a-z0-9-]+)/([a-z0-9-]+)/aws4_request")
 
@@ -205,30 +206,11 @@ class AwsProxy:
         self.secret_arn = secret_arn
         self.principals: dict[str, Principal] = {}
         self.log = CallLog()
-        proxy = self
-
-        class Handler(BaseHTTPRequestHandler):
-            protocol_version = "HTTP/1.1"
-
-            def _handle(self) -> None:
-                proxy.handle(self)
-
-            do_GET = do_PUT = do_POST = do_HEAD = do_DELETE = _handle
-
-            def log_message(self, *args: Any) -> None:
-                pass
-
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.server.daemon_threads = True
-        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
-        self._thread = threading.Thread(target=self.server.serve_forever, daemon=True)
-
-    def start(self) -> None:
-        self._thread.start()
+        self.loopback = LoopbackServer(self.handle)
+        self.url = self.loopback.url
 
     def stop(self) -> None:
-        self.server.shutdown()
-        self.server.server_close()
+        self.loopback.stop()
 
     def add_principal(self, access_key: str, principal: Principal) -> None:
         self.principals[access_key] = principal
@@ -277,15 +259,8 @@ class AwsProxy:
             connection.request(request.command, request.path, body=body, headers=headers)
             response = connection.getresponse()
             data = response.read()
-            request.send_response(response.status, response.reason)
-            for key, value in response.getheaders():
-                if key.lower() not in ("connection", "transfer-encoding", "content-length",
-                                       "server", "date"):
-                    request.send_header(key, value)
-            request.send_header("Content-Length", str(len(data)))
-            request.end_headers()
-            if request.command != "HEAD":
-                request.wfile.write(data)
+            reply(request, response.status, data, [
+                (k, v) for k, v in response.getheaders() if k.lower() not in ("server", "date")])
         finally:
             connection.close()
 
@@ -304,12 +279,7 @@ class AwsProxy:
             data = (f"<{tag}><Code>AccessDenied</Code><Message>{message}</Message></{close}>"
                     ).encode()
             status, content_type = 403, "application/xml"
-        request.send_response(status)
-        request.send_header("Content-Type", content_type)
-        request.send_header("Content-Length", str(len(data)))
-        request.end_headers()
-        if request.command != "HEAD":
-            request.wfile.write(data)
+        reply(request, status, data, [("Content-Type", content_type)])
 
 
 def _read_chunked(request: BaseHTTPRequestHandler) -> bytes:

@@ -18,7 +18,7 @@ import time
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from typing import Any
 
 from infra.rehearsal.assembly import (
@@ -33,6 +33,7 @@ from infra.rehearsal.assembly import (
 from infra.rehearsal.aws_proxy import AwsProxy, Principal
 from infra.rehearsal.front_door import FrontDoor, Route
 from infra.rehearsal.lambdas import Function, FunctionError, FunctionSpec, Lambdas
+from infra.rehearsal.loopback import LoopbackServer, reply
 
 # Types CloudFormation creates that run nothing the rehearsal could exercise.
 NOT_EMULATED = {"AWS::CloudWatch::Alarm", "AWS::CDK::Metadata", "AWS::ApiGatewayV2::Stage"}
@@ -53,27 +54,16 @@ class ResponseServer:
     def __init__(self) -> None:
         self.answers: dict[str, dict[str, Any]] = {}
         self.arrived: dict[str, threading.Event] = {}
-        server = self
+        self.loopback = LoopbackServer(self._answer)
+        self.url = f"{self.loopback.url}/cloudformation-response"
 
-        class Handler(BaseHTTPRequestHandler):
-            protocol_version = "HTTP/1.1"
-
-            def do_PUT(self) -> None:
-                body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
-                request_id = self.path.rsplit("/", 1)[-1]
-                server.answers[request_id] = json.loads(body or b"{}")
-                server.arrived.setdefault(request_id, threading.Event()).set()
-                self.send_response(200)
-                self.send_header("Content-Length", "0")
-                self.end_headers()
-
-            def log_message(self, *args: Any) -> None:
-                pass
-
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.server.daemon_threads = True
-        self.url = f"http://127.0.0.1:{self.server.server_address[1]}/cloudformation-response"
-        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+    def _answer(self, request: BaseHTTPRequestHandler) -> None:
+        body = request.rfile.read(int(request.headers.get("Content-Length") or 0))
+        request_id = request.path.rsplit("/", 1)[-1]
+        if request.command == "PUT":
+            self.answers[request_id] = json.loads(body or b"{}")
+            self.arrived.setdefault(request_id, threading.Event()).set()
+        reply(request, 200 if request.command == "PUT" else 405, b"")
 
     def expect(self, request_id: str) -> str:
         self.arrived[request_id] = threading.Event()
@@ -85,8 +75,7 @@ class ResponseServer:
         return self.answers[request_id]
 
     def stop(self) -> None:
-        self.server.shutdown()
-        self.server.server_close()
+        self.loopback.stop()
 
 
 @dataclass
@@ -272,9 +261,9 @@ class Deployment:
                 s3.put_bucket_logging(Bucket=name, BucketLoggingStatus={"LoggingEnabled": {
                     "TargetBucket": logging_config["DestinationBucketName"],
                     "TargetPrefix": logging_config.get("LogFilePrefix", "")}})
-            except Exception as exc:
+            except s3.exceptions.ClientError as exc:  # moto wants the ACL grant, not a policy
                 self.notes.append(f"{stack.name}/{logical_id}: access logging not emulated "
-                                  f"({type(exc).__name__})")
+                                  f"({exc.response['Error']['Code']})")
         return name, {"Arn": f"arn:{PARTITION}:s3:::{name}",
                       "DomainName": f"{name}.s3.amazonaws.com",
                       "RegionalDomainName": f"{name}.s3.{REGION}.amazonaws.com"}

@@ -10,18 +10,18 @@ from __future__ import annotations
 
 import base64
 import json
-import threading
 import time
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from typing import Any
 from urllib.parse import parse_qsl, urlsplit
 
 from infra.rehearsal.assembly import ACCOUNT
 from infra.rehearsal.lambdas import FunctionError
+from infra.rehearsal.loopback import LoopbackServer, reply
 
 INTEGRATION_TIMEOUT_S = 30.0
 MAX_REQUEST_BYTES = 10 * 1024 * 1024
@@ -96,23 +96,8 @@ class FrontDoor:
         self.api_id = api_id
         self.routes: dict[str, Route] = {}
         self.requests = 0
-        door = self
-
-        class Handler(BaseHTTPRequestHandler):
-            protocol_version = "HTTP/1.1"
-
-            def _handle(self) -> None:
-                door.handle(self)
-
-            do_GET = do_PUT = do_POST = do_HEAD = do_DELETE = do_PATCH = do_OPTIONS = _handle
-
-            def log_message(self, *args: Any) -> None:
-                pass
-
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.server.daemon_threads = True
-        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
-        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+        self.loopback = LoopbackServer(self.handle)
+        self.url = self.loopback.url
 
     def add_route(self, route: Route) -> None:
         self.routes[route.key] = route
@@ -124,11 +109,11 @@ class FrontDoor:
         self.requests += 1
         length = int(request.headers.get("Content-Length") or 0)
         if length > MAX_REQUEST_BYTES:
-            return self._send(request, 413, [], b'{"message":"Request Entity Too Large"}')
+            return reply(request, 413, b'{"message":"Request Entity Too Large"}')
         body = request.rfile.read(length) if length else b""
         route = self._route(request.command, urlsplit(request.path).path)
         if route is None:
-            return self._send(request, 404, [], b'{"message":"Not Found"}')
+            return reply(request, 404, b'{"message":"Not Found"}')
         event = v2_event(self.api_id, route.key, request.command, request.path,
                          request.headers, body, request.client_address[0],
                          request.headers.get("Host", "127.0.0.1"))
@@ -137,32 +122,13 @@ class FrontDoor:
             status, headers, data = http_response(route.invoke(event))
         except FunctionError:
             if time.monotonic() - started >= INTEGRATION_TIMEOUT_S:
-                return self._send(request, 503, [], b'{"message":"Service Unavailable"}')
-            return self._send(request, 500, [], b'{"message":"Internal Server Error"}')
+                return reply(request, 503, b'{"message":"Service Unavailable"}')
+            return reply(request, 500, b'{"message":"Internal Server Error"}')
         if time.monotonic() - started > INTEGRATION_TIMEOUT_S:
-            return self._send(request, 503, [], b'{"message":"Service Unavailable"}')
+            return reply(request, 503, b'{"message":"Service Unavailable"}')
         if len(data) > MAX_RESPONSE_BYTES:
-            return self._send(request, 500, [], b'{"message":"Internal Server Error"}')
-        self._send(request, status, headers, data)
-
-    @staticmethod
-    def _send(request: BaseHTTPRequestHandler, status: int, headers: list[tuple[str, str]],
-              data: bytes) -> None:
-        request.send_response(status)
-        names = {k.lower() for k, _ in headers}
-        for key, value in headers:
-            if key.lower() not in ("content-length", "connection", "transfer-encoding"):
-                request.send_header(key, value)
-        if "content-type" not in names:
-            request.send_header("Content-Type", "application/json")
-        request.send_header("Content-Length", str(len(data)))
-        try:
-            request.end_headers()
-            if request.command != "HEAD":
-                request.wfile.write(data)
-        except (BrokenPipeError, ConnectionResetError):
-            pass  # the client gave up (its timeout): API Gateway drops the answer too
+            return reply(request, 500, b'{"message":"Internal Server Error"}')
+        reply(request, status, data, headers)
 
     def stop(self) -> None:
-        self.server.shutdown()
-        self.server.server_close()
+        self.loopback.stop()

@@ -19,11 +19,12 @@ import time
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 from typing import Any
 
 from infra.rehearsal.assembly import ACCOUNT, PARTITION, REGION, RehearsalError
+from infra.rehearsal.loopback import LoopbackServer, reply
 
 RUNTIME_PATH = "/2018-06-01/runtime"
 MAX_INSTANCES = 8  # per function; the rehearsal's traffic needs a few at most
@@ -84,43 +85,11 @@ class Instance:
         self.started = time.monotonic()
         self.first_answer: float | None = None
         self.log_path = log_dir / f"{spec.name.replace(':', '-')}-{number}.log"
-        instance = self
-
-        class Handler(BaseHTTPRequestHandler):
-            protocol_version = "HTTP/1.1"
-
-            def do_GET(self) -> None:
-                if self.path == f"{RUNTIME_PATH}/invocation/next":
-                    instance._next(self)
-                else:
-                    self._reply(404, b"{}")
-
-            def do_POST(self) -> None:
-                body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
-                parts = self.path.removeprefix(RUNTIME_PATH).strip("/").split("/")
-                if parts == ["init", "error"]:
-                    instance.init_error = json.loads(body or b"{}")
-                elif len(parts) == 3 and parts[0] == "invocation":
-                    instance._answer(parts[1], parts[2], body)
-                self._reply(202, b'{"status":"OK"}')
-
-            def _reply(self, status: int, data: bytes) -> None:
-                self.send_response(status)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(data)))
-                self.end_headers()
-                self.wfile.write(data)
-
-            def log_message(self, *args: Any) -> None:
-                pass
-
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.server.daemon_threads = True
-        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+        self.runtime_api = LoopbackServer(self._runtime_api)
         env = {
             **spec.environment,
             # What Lambda sets for every Python function.
-            "AWS_LAMBDA_RUNTIME_API": f"127.0.0.1:{self.server.server_address[1]}",
+            "AWS_LAMBDA_RUNTIME_API": self.runtime_api.url.removeprefix("http://"),
             "AWS_REGION": REGION, "AWS_DEFAULT_REGION": REGION,
             "AWS_LAMBDA_FUNCTION_NAME": spec.physical_name,
             "AWS_LAMBDA_FUNCTION_MEMORY_SIZE": str(spec.memory_mb),
@@ -147,6 +116,19 @@ class Instance:
             stdout=self.log, stderr=subprocess.STDOUT)
 
     # -- Runtime API ------------------------------------------------------------------
+    def _runtime_api(self, request: BaseHTTPRequestHandler) -> None:
+        if request.command == "GET" and request.path == f"{RUNTIME_PATH}/invocation/next":
+            return self._next(request)
+        if request.command != "POST":
+            return reply(request, 404, b"{}")
+        body = request.rfile.read(int(request.headers.get("Content-Length") or 0))
+        parts = request.path.removeprefix(RUNTIME_PATH).strip("/").split("/")
+        if parts == ["init", "error"]:
+            self.init_error = json.loads(body or b"{}")
+        elif len(parts) == 3 and parts[0] == "invocation":
+            self._answer(parts[1], parts[2], body)
+        return reply(request, 202, b'{"status":"OK"}')
+
     def _next(self, request: BaseHTTPRequestHandler) -> None:
         invocation = self.pending.get()
         self.current = invocation
@@ -214,8 +196,7 @@ class Instance:
             except subprocess.TimeoutExpired:
                 self.process.kill()
                 self.process.wait()
-        self.server.shutdown()
-        self.server.server_close()
+        self.runtime_api.stop()
         self.log.close()
 
 

@@ -119,7 +119,6 @@ def stand_up(outdir: Path, log_dir: Path) -> Rehearsal:
         deployment_ref: list[Deployment] = []
         proxy = AwsProxy(moto_url, lambda secret_id: deployment_ref[0].secret_arns.get(
             secret_id, secret_id))
-        proxy.start()
         stoppers.append(proxy.stop)
         lambdas = Lambdas(python, lambda_runtime_dir(version), proxy.url, log_dir)
         stoppers.append(lambdas.stop)

@@ -15,6 +15,9 @@ from infra.rehearsal.assembly import RehearsalError
 from infra.rehearsal.checks import run_checks
 from infra.rehearsal.main import standing, synthesize
 
+# A rehearsal deploys four stacks and runs a dozen function processes: minutes, not seconds.
+pytestmark = pytest.mark.timeout(900)
+
 API = "handlers.api.handler"
 RUNNER = "handlers.runner.handler"
 
