@@ -93,7 +93,7 @@ class Settings:
     # still verified by its signature on every request (0: read the user every time).
     api_key_cache_seconds: float = setting(30.0, ge=0)
 
-    # Tokens for agents also carry the Fixie SDK's audiences (FIXIE_COMPAT.md).
+    # Tokens for agents also carry the Fixie SDK's audiences (docs/fixie-wire-contract.md).
     fixie_audiences: bool = True
     # Local runs may register agents on loopback addresses; AWS never does.
     local_mode: bool = False

@@ -51,9 +51,11 @@ BUNDLER_VERSION = "2"  # bump when the bundle layout changes, to invalidate cach
 # Parts of codeshot that never run in Lambda.
 PLATFORM_EXCLUDED_PATHS = ("codeshot/local/", "codeshot/devtools/", "codeshot/cli.py",
                            "codeshot/chat.py")
-# Packages an agent bundle must never contain (asserted when it is built).
+# Packages an agent bundle must never contain (asserted when it is built; import-linter's
+# contract on codeshot.sdk keeps the SDK from importing them in the first place).
 PLATFORM_ONLY = ("codeshot/store/", "codeshot/api/", "codeshot/runner/", "codeshot/services.py",
-                 "codeshot/aws.py", "boto3/", "botocore/")
+                 "codeshot/aws.py", "codeshot/usecases/", "codeshot/devtools/",
+                 "codeshot/local/", "boto3/", "botocore/")
 AGENT_ENTRY_MODULE = "_codeshot_lambda"
 AGENT_SKIP_DIRS = {"tests", "__pycache__", ".venv", "node_modules", "cdk.out"}
 # Test suites some wheels ship; nothing imports them at run time (numpy's are 8 MB).

@@ -133,6 +133,7 @@ def _asset_dir(synth, template) -> Path:
     return synth.outdir / ("asset." + props["Code"]["S3Key"].removesuffix(".zip"))
 
 
+@pytest.mark.slow
 def test_real_agent_bundling_through_cdk_with_the_cache(tmp_path, monkeypatch, capfd):
     monkeypatch.setenv("CODESHOT_BUNDLE_CACHE", str(tmp_path / "cache"))
     spec = agent_bundle(TEMPLATE, "agent:agent")
@@ -168,6 +169,7 @@ def test_real_agent_bundling_through_cdk_with_the_cache(tmp_path, monkeypatch, c
     assert cached.parent == tmp_path / "cache"
 
 
+@pytest.mark.slow
 def test_platform_bundle_code_imports_without_the_excluded_parts(tmp_path):
     """Every module the platform bundles ship imports from the bundle's code alone (no
     local stack, CLI or dev tools), and the API handler answers /healthz."""
@@ -204,6 +206,7 @@ print(json.dumps({{"status": out["statusCode"], "files": files}}))
     assert [f for f in result["files"] if not f.startswith(str(task))] == []
 
 
+@pytest.mark.slow
 def test_two_builds_of_a_bundle_are_byte_identical(tmp_path, monkeypatch):
     """Same commit, same lock: the same bytes, whoever builds it (fresh caches)."""
     spec = agent_bundle(TEMPLATE, "agent:agent")
@@ -214,6 +217,7 @@ def test_two_builds_of_a_bundle_are_byte_identical(tmp_path, monkeypatch):
     assert digests[0] == digests[1]
 
 
+@pytest.mark.slow
 def test_two_synths_give_the_same_asset_hashes(tmp_path):
     def asset_keys(outdir: Path) -> list[str]:
         keys = []

@@ -16,7 +16,7 @@ from infra.rehearsal.checks import run_checks
 from infra.rehearsal.main import standing, synthesize
 
 # A rehearsal deploys four stacks and runs a dozen function processes: minutes, not seconds.
-pytestmark = pytest.mark.timeout(900)
+pytestmark = [pytest.mark.timeout(900), pytest.mark.slow]
 
 API = "handlers.api.handler"
 RUNNER = "handlers.runner.handler"
