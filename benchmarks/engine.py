@@ -1,4 +1,4 @@
-"""Code Shot accuracy benchmark (issue #15): 11 agents, 66 queries written here.
+"""Code Shot accuracy benchmark (issue #15): 12 agents, 66 queries written here.
 
     .venv/bin/python -m benchmarks.engine                  # the offline fewshot provider
     CODESHOT_OPENAI_BASE_URL=http://127.0.0.1:8080/v1 CODESHOT_LLM_MODEL=m \\
