@@ -36,7 +36,15 @@ from codeshot.engine.components import (
 )
 from codeshot.engine.fewshot import Kind, Step, lines_of, parse_line, parse_lines
 from codeshot.engine.prompt import STOP_SEQUENCES, system_prompt, transcript_message
-from codeshot.errors import AgentFailed, CodeshotError, InvalidInput, LLMError, NotFound, Timeout
+from codeshot.errors import (
+    AgentFailed,
+    BudgetExceeded,
+    CodeshotError,
+    InvalidInput,
+    LLMError,
+    NotFound,
+    Timeout,
+)
 from codeshot.llm.base import LLM, ChatMessage
 from codeshot.models import MessageType
 
@@ -251,6 +259,8 @@ class Executor:
                     list(STOP_SEQUENCES),
                     min(self.limits.max_tokens_per_call, remaining),
                 )
+            except BudgetExceeded:
+                raise  # the query's token budget is spent: it ends, whatever runs it
             except Exception as exc:  # a provider bug must not reach the user as a trace
                 log.warning("LLM call failed", exc_info=not isinstance(exc, CodeshotError))
                 _, message = _error_of(exc)
@@ -330,6 +340,8 @@ class Executor:
                 else:
                     call = functools.partial(command.resume, resume_state)
                 return as_result(self._call(command.name, call, step.text)), True
+            except BudgetExceeded:
+                raise  # a nested agent spent the budget: no retry, no explanation
             except Exception as exc:
                 code, message = _error_of(exc)
                 log.info("%s failed (attempt %d): %s", step.label, attempt, message)
