@@ -70,6 +70,10 @@ class Settings:
     llm_model: str = "anthropic.claude-3-5-haiku-20241022-v1:0"
     openai_base_url: str = "http://127.0.0.1:11434/v1"
     openai_api_key: str | None = None
+    # /chat/completions, or /completions for base models (one prompt, no chat template)
+    openai_endpoint: str = setting("chat", choices=("chat", "completions"))
+    # Seconds one call to the openai provider may take (a small model on a busy CPU is slow).
+    llm_timeout_seconds: float = setting(60.0, gt=0)
     embedder: str = setting("hashing", choices=("hashing", "minilm", "bedrock"))
     # "route": the planner hands each query to the best agent; "plan": the LLM plans
     # across agents; "auto": route with the offline fewshot provider, else plan.

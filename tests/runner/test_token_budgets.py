@@ -21,7 +21,7 @@ from tests.runner.conftest import messages, register, send, session
 
 
 class Pondering:
-    """A model that never answers: each call is one thought of ``tokens`` tokens."""
+    """A model that never answers: each call asks Func[think] again, for ``tokens``."""
 
     def __init__(self, tokens: tuple[int, int] = (60, 40)) -> None:
         self.tokens, self.calls, self.lock = tokens, 0, threading.Lock()
@@ -30,13 +30,16 @@ class Pondering:
                  ) -> Completion:
         with self.lock:
             self.calls += 1
-        return Completion("Thought: I should think more.", *self.tokens)
+            step = self.calls
+        return Completion(f"Ask Func[think]: step {step}", *self.tokens)
+
+
+THINKER = ["Q: Think hard\nAsk Func[think]: step 1\nFunc[think] says: hmm\nA: Done."]
 
 
 def pondering_run(budget: TokenBudget, agent_id: str, llm: Pondering):
-    executor = Executor(code_shot_components("I think.", [], lambda name, text: ""),
-                        budget.metered(llm, agent_id))
-    return executor.run("Think hard")
+    components = code_shot_components("I think.", THINKER, lambda name, text: "hmm")
+    return Executor(components, budget.metered(llm, agent_id)).run("Think hard")
 
 
 def test_user_budget_stops_the_run_before_the_call_that_would_pass_it(aws):
