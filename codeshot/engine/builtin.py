@@ -146,7 +146,8 @@ class SessionHistory:
 class RetryThenExplain:
     """The default for failed commands: retry with exponential backoff, then say what failed.
 
-    Errors that retrying cannot fix (bad input) are explained at once.
+    Errors that retrying cannot fix (bad input, a nested run that failed) are explained at
+    once.
     """
 
     retries: int = 2
@@ -155,7 +156,8 @@ class RetryThenExplain:
     permanent: frozenset[str] = frozenset({InvalidInput.code, NotFound.code, Forbidden.code})
 
     def on_failure(self, failure: Failure) -> Decision:
-        if failure.attempt <= self.retries and failure.code not in self.permanent:
+        if (failure.attempt <= self.retries and failure.code not in self.permanent
+                and not failure.permanent):
             return Retry(self.base_delay * self.factor ** (failure.attempt - 1))
         return Explain(explain(failure))
 

@@ -81,6 +81,7 @@ class Failure:
     code: str
     message: str
     attempt: int
+    permanent: bool = False  # the error says a retry cannot fix it
 
 
 @dataclass(frozen=True)

@@ -434,7 +434,8 @@ class Executor:
                     TraceStep(MessageType.ERROR, f"{step.label} failed: {message}", step.label,
                               error_code=code)
                 )  # fmt: skip
-                failure = Failure(step, code, message, attempt)
+                failure = Failure(step, code, message, attempt,
+                                  isinstance(exc, CodeshotError) and exc.permanent)
                 if correctable and code == InvalidInput.code:
                     return _Unusable(f'{step.label} refused the input "{_short(step.text)}": '
                                      f"{message}; ask again with input it accepts",

@@ -48,6 +48,9 @@ def protocol(commands: Sequence[Command]) -> str:
         "After an Ask line, stop: its reply comes back on the next line, written for you.",
         'Never write a "says:" line or a "Q:" line yourself. Use only the commands listed.',
     ]
+    if commands:  # small models answer with an example's values instead of asking
+        lines.append("Numbers, dates and times in an answer come from this transcript's "
+                     "replies: ask for them, never reuse an example's.")
     return "\n".join(lines)
 
 
