@@ -3,10 +3,15 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from datetime import UTC, datetime
 
-from codeshot.errors import Conflict, NotFound, Unauthenticated
+from codeshot import ids
+from codeshot.errors import Conflict, InvalidInput, NotFound, Unauthenticated
 from codeshot.models import Principal, User
 from codeshot.services import Services
+from codeshot.store.usage import Window
+
+MAX_API_KEYS = 20  # active keys per user: revoke one to make another
 
 
 def user_id_of(principal: Principal) -> str:
@@ -49,10 +54,57 @@ class Profile:
     user: User
     daily_query_limit: int
     daily_used_queries: int
+    quota_resets_at: datetime  # when today's count starts again from zero
 
 
 def profile(services: Services, principal: Principal) -> Profile:
-    """The caller's profile with today's quota and use of it."""
+    """The caller's profile with today's quota, use of it and when it resets."""
     user = services.users.get(user_id_of(principal))
-    used = services.usage.used("query", user.user_id)
-    return Profile(user, services.daily_limit(user.daily_query_limit), used)
+    now = services.clock()
+    used = services.usage.used("query", user.user_id, now=now)
+    return Profile(user, services.daily_limit(user.daily_query_limit), used,
+                   Window.of("day", now).end)
+
+
+@dataclass(frozen=True)
+class ApiKey:
+    """An active API key as its owner sees it: the key itself is shown only once."""
+
+    key_id: str
+    created: datetime | None  # None: a key made before key ids carried their time
+
+    @classmethod
+    def of(cls, key_id: str) -> ApiKey:
+        stamp = key_id.removeprefix("key_")
+        try:
+            created = datetime.fromtimestamp(ids.ulid_time_ms(stamp) / 1000, UTC) \
+                if len(stamp) == ids.ULID_LENGTH else None
+        except ValueError:  # not Crockford base 32: an older random id
+            created = None
+        return cls(key_id, created)
+
+
+def api_keys(services: Services, principal: Principal) -> list[ApiKey]:
+    """The caller's active API keys, oldest first."""
+    user = services.users.get(user_id_of(principal))
+    keys = [ApiKey.of(k) for k in user.api_key_ids]
+    return sorted(keys, key=lambda k: (k.created is not None, k.created or 0, k.key_id))
+
+
+def create_api_key(services: Services, principal: Principal) -> tuple[ApiKey, str]:
+    """A new API key for the caller: (its record, the key, shown this once)."""
+    user = services.users.get(user_id_of(principal))
+    if len(user.api_key_ids) >= MAX_API_KEYS:
+        raise InvalidInput(f"you have {MAX_API_KEYS} active API keys, the most allowed; "
+                           "revoke one first")
+    key_id, key = services.auth.new_api_key(user)
+    return ApiKey.of(key_id), key
+
+
+def revoke_api_key(services: Services, principal: Principal, key_id: str) -> ApiKey:
+    """Revoke one of the caller's keys (the one in use too): it stops working at once."""
+    user = services.users.get(user_id_of(principal))
+    if key_id not in user.api_key_ids:
+        raise NotFound(f"API key {key_id} not found")  # others' keys look absent too
+    services.auth.revoke_api_key(user, key_id)
+    return ApiKey.of(key_id)
