@@ -1,0 +1,23 @@
+// GraphiQL from the console's own copies (no CDN). The Authorization header starts as
+// the console's sign-in (session storage); GraphiQL is told not to keep headers.
+"use strict";
+
+(function () {
+  let headers = "";
+  try {
+    const credential = JSON.parse(sessionStorage.getItem("codeshot.credential") || "null");
+    if (credential && credential.token) {
+      headers = JSON.stringify({ Authorization: "Bearer " + credential.token }, null, 2);
+    }
+  } catch (_) { /* no sign-in: the headers start empty */ }
+  const element = document.getElementById("graphiql");
+  const fetcher = GraphiQL.createFetcher({ url: new URL(element.dataset.endpoint, location.href).href });
+  const explorer = GraphiQLPluginExplorer.explorerPlugin();
+  ReactDOM.createRoot(element).render(React.createElement(GraphiQL, {
+    fetcher: fetcher,
+    defaultHeaders: headers,
+    shouldPersistHeaders: false,
+    defaultEditorToolsVisibility: headers ? "headers" : false,
+    plugins: [explorer],
+  }));
+})();
