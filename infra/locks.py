@@ -110,8 +110,9 @@ def _platform_lock(name: str, *dists: str) -> Lock:
 
 # What each function imports (third-party), measured by running it (`make rehearse`).
 def api_lock() -> Lock:
+    # jinja2: the web console's pages (codeshot/api/console).
     return _platform_lock("api", "fastapi", "pydantic", "strawberry-graphql", "mangum",
-                          "httpx", "pyjwt", "pynacl", "pyyaml", "boto3")
+                          "httpx", "pyjwt", "pynacl", "pyyaml", "boto3", "jinja2")
 
 
 def runner_lock() -> Lock:

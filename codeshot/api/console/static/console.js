@@ -40,8 +40,11 @@
   // -- showing a page ---------------------------------------------------------------------
   let contentShown = false;
 
+  // Each request from its own source element: htmx lets one element have one request in
+  // flight, and both would come from <body> otherwise.
   function load(url) {
-    htmx.ajax("GET", url, { target: "#main", swap: "innerHTML" });
+    // An aborted load was replaced by a newer request (hx-sync): nothing to report.
+    htmx.ajax("GET", url, { source: main, target: main, swap: "innerHTML" }).catch(() => {});
   }
 
   function showSignIn(reason) {
@@ -64,7 +67,9 @@
 
   function signedIn() {
     nav.hidden = false;
-    htmx.ajax("GET", "/console/signed-in", { target: "#whoami", swap: "innerHTML" });
+    const whoami = document.getElementById("whoami");
+    htmx.ajax("GET", "/console/signed-in", { source: whoami, target: whoami, swap: "innerHTML" })
+      .catch(() => {});
   }
 
   for (const form of document.querySelectorAll("form[data-signin]")) {
@@ -87,7 +92,7 @@
   }
 
   document.getElementById("sign-out").addEventListener("click", () => {
-    forget();
+    sessionStorage.clear(); // the key, and GraphiQL's tabs and history (they hold headers)
     window.location.assign("/console/");
   });
 
@@ -130,8 +135,10 @@
     return textError("HTTP " + xhr.status, "The platform refused the request.");
   }
 
-  document.body.addEventListener("htmx:responseError", (event) => {
+  // Refusals (4xx, 5xx) are not swapped (the htmx-config in shell.html): shown here.
+  document.body.addEventListener("htmx:beforeSwap", (event) => {
     const xhr = event.detail.xhr;
+    if (xhr.status < 400 || xhr.status === 422) return;
     if (xhr.status === 401) {
       const reason = errorContent(xhr);
       showSignIn(typeof reason === "string" ? reason : reason.outerHTML);
@@ -152,7 +159,8 @@
   });
 
   document.body.addEventListener("htmx:afterRequest", (event) => {
-    if (!event.detail.successful) return;
+    const xhr = event.detail.xhr;
+    if (!event.detail.successful || xhr.status >= 400) return;
     const elt = event.detail.elt;
     if (elt.id === "poller") {
       polling.failures = 0;
@@ -163,15 +171,14 @@
       document.getElementById("flash").replaceChildren();
     }
     const form = elt.closest ? elt.closest("form") : null;
-    if (form) {
-      const slot = form.querySelector(".form-error");
-      if (slot && event.detail.xhr.status < 400) slot.replaceChildren();
-      if (form.hasAttribute("data-chat-form") && event.detail.xhr.status < 400) {
-        form.reset();
-        newIdempotencyKey(form);
-        const field = form.querySelector("textarea, input[name=text]");
-        if (field && document.body.contains(field)) field.focus();
-      }
+    if (!form) return;
+    const slot = form.querySelector(".form-error");
+    if (slot) slot.replaceChildren();
+    if (form.hasAttribute("data-chat-form")) {
+      form.reset();
+      newIdempotencyKey(form);
+      const field = form.querySelector("textarea, input[name=text]");
+      if (field && document.body.contains(field)) field.focus();
     }
   });
 
@@ -275,11 +282,13 @@
     }
   });
 
-  // -- start ------------------------------------------------------------------------------
-  if (credential()) {
-    signedIn();
-    load(main.dataset.url);
-  } else {
-    showSignIn("");
-  }
+  // -- start (after htmx has read the page and its config) ------------------------------
+  document.addEventListener("DOMContentLoaded", () => {
+    if (credential()) {
+      signedIn();
+      load(main.dataset.url);
+    } else {
+      showSignIn("");
+    }
+  });
 })();

@@ -1,5 +1,6 @@
 // GraphiQL from the console's own copies (no CDN). The Authorization header starts as
-// the console's sign-in (session storage); GraphiQL is told not to keep headers.
+// the console's sign-in; GraphiQL keeps its tabs and history (which hold headers) in this
+// tab's session storage, like the key itself, and the console's sign-out clears them.
 "use strict";
 
 (function () {
@@ -17,6 +18,7 @@
     fetcher: fetcher,
     defaultHeaders: headers,
     shouldPersistHeaders: false,
+    storage: window.sessionStorage,
     defaultEditorToolsVisibility: headers ? "headers" : false,
     plugins: [explorer],
   }));
