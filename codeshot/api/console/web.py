@@ -209,9 +209,12 @@ async def form(request: Request) -> dict[str, str]:
         raise InvalidInput(f"unreadable form: {exc}") from exc
 
 
-def error_response(error: CodeshotError, status: int | None = None) -> HTMLResponse:
-    body = templates.render("error.html", error=error)
-    return html(body, status=status or error.http_status)
+def error_response(request: Request, error: CodeshotError) -> HTMLResponse:
+    """The error as the page shows it: a whole page when a page was asked for (a link),
+    else a message for where the user acted (console.js puts it there)."""
+    page = request.method == "GET" and request.headers.get("HX-Target") == "main"
+    body = templates.render("error_page.html" if page else "error.html", error=error)
+    return html(body, status=error.http_status)
 
 
 class ConsoleRoute(APIRoute):
@@ -229,12 +232,13 @@ class ConsoleRoute(APIRoute):
             except RequestValidationError as exc:
                 first = exc.errors()[0] if exc.errors() else {}
                 where = ".".join(str(p) for p in first.get("loc", ()))
-                return error_response(InvalidInput(f"{where}: {first.get('msg', 'invalid')}"))
+                return error_response(request,
+                                      InvalidInput(f"{where}: {first.get('msg', 'invalid')}"))
             except Exception as exc:
                 known = as_codeshot_error(exc)
                 if known is None:
                     log.error("unexpected error in %s", request.url.path, exc_info=exc)
                     known = CodeshotError(INTERNAL_MESSAGE)
-                return error_response(known)
+                return error_response(request, known)
 
         return handle

@@ -144,8 +144,15 @@
       showSignIn(typeof reason === "string" ? reason : reason.outerHTML);
       return;
     }
-    showError(slotFor(event.detail.elt), errorContent(xhr));
-    resumePolling(event.detail.elt);
+    const isPage = event.detail.target === main && event.detail.requestConfig.verb === "get";
+    if (isPage && (xhr.getResponseHeader("Content-Type") || "").startsWith("text/html")) {
+      event.detail.shouldSwap = true; // the page could not be shown: the server says why
+      contentShown = true;
+      return;
+    }
+    const source = event.detail.requestConfig.elt; // (detail.elt is the swap target)
+    showError(slotFor(source), errorContent(xhr));
+    resumePolling(source);
   });
 
   document.body.addEventListener("htmx:sendError", (event) => {
