@@ -74,7 +74,10 @@ class Settings:
     # "route": the planner hands each query to the best agent; "plan": the LLM plans
     # across agents; "auto": route with the offline fewshot provider, else plan.
     planner_mode: str = setting("auto", choices=("auto", "route", "plan"))
+    planner_top_k: int = setting(3, ge=1, le=10)  # agents the router offers the planner
     embedding_model: str = "amazon.titan-embed-text-v2:0"
+    # Below this router score no agent fits; unset: the floor calibrated for the embedder.
+    router_floor: float | None = setting(None, ge=0, le=1)
 
     # Limits
     daily_query_limit: int = setting(1000, ge=0)

@@ -153,7 +153,8 @@ class SessionRunner:
         viewer = session.owner_name or self.s.users.get(session.owner).username
         mode = self.s.settings.planner_mode
         route_only = mode == "route" or (mode == "auto" and self.s.settings.llm == "fewshot")
-        return PlannerProgram(ctx, self.s.router, viewer, route_only), PLANNER_ID
+        return (PlannerProgram(ctx, self.s.router, viewer, route_only,
+                               self.s.settings.planner_top_k), PLANNER_ID)
 
     def _history(self, session: Session, query: Message, recent: list[Message]
                  ) -> SessionHistory:
