@@ -16,6 +16,7 @@ class CodeshotError(Exception):
 
     code: ClassVar[str] = "INTERNAL"
     http_status: ClassVar[int] = 500
+    permanent: ClassVar[bool] = False  # a retry cannot fix it (the engine never retries)
 
     def __init__(self, message: str, **details: Any) -> None:
         super().__init__(message)
@@ -71,6 +72,13 @@ class AgentFailed(CodeshotError):
 
     code = "AGENT_ERROR"
     http_status = 502
+
+
+class AgentRunFailed(AgentFailed):
+    """A nested agent's whole run failed (step limit, no usable reply, a failed Func): it
+    already retried what it could, so running it again would repeat the same work."""
+
+    permanent = True
 
 
 class LLMError(CodeshotError):

@@ -70,9 +70,17 @@ class Settings:
     llm_model: str = "anthropic.claude-3-5-haiku-20241022-v1:0"
     openai_base_url: str = "http://127.0.0.1:11434/v1"
     openai_api_key: str | None = None
+    # /chat/completions, or /completions for base models (one prompt, no chat template)
+    openai_endpoint: str = setting("chat", choices=("chat", "completions"))
+    # Seconds one call to the openai provider may take (a small model on a busy CPU is slow).
+    llm_timeout_seconds: float = setting(60.0, gt=0)
+    # Tokens one LLM call may generate in a query's run: a step or an answer needs far
+    # fewer; a runaway (a model repeating itself to the server's cap) ends early.
+    llm_max_tokens_per_call: int = setting(256, ge=16, le=8192)
     embedder: str = setting("hashing", choices=("hashing", "minilm", "bedrock"))
     # "route": the planner hands each query to the best agent; "plan": the LLM plans
-    # across agents; "auto": route with the offline fewshot provider, else plan.
+    # across agents; "auto": plan compound queries (two agents fit, "and"/"then") and
+    # queries no agent fits, route the rest (always route with the offline fewshot).
     planner_mode: str = setting("auto", choices=("auto", "route", "plan"))
     planner_top_k: int = setting(3, ge=1, le=10)  # agents the router offers the planner
     embedding_model: str = "amazon.titan-embed-text-v2:0"
