@@ -49,7 +49,9 @@ def pytest_terminal_summary(terminalreporter: Any) -> None:
                                     red=True, bold=True)
 
 
-@pytest.fixture(scope="session")
+# Per module: Playwright's sync API keeps an event loop running in this thread while it
+# is open, which would break later tests that run their own (asyncio.run, Mangum).
+@pytest.fixture(scope="module")
 def browser() -> Iterator[Any]:
     if not CHROMIUM.exists():
         MISSING.append(CHROMIUM)
