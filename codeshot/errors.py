@@ -59,6 +59,11 @@ class RateLimited(CodeshotError):
     http_status = 429
 
 
+class BudgetExceeded(RateLimited):
+    """A user's or an agent's LLM token budget is spent: the query ends here, whichever
+    program or nested agent was running (no failure handler retries or explains it)."""
+
+
 class AgentUnavailable(CodeshotError):
     """An agent could not be reached (or the platform could not queue work for it)."""
 

@@ -89,6 +89,10 @@ class Settings:
 
     # Limits
     daily_query_limit: int = setting(1000, ge=0)
+    # LLM tokens (prompt + completion) per day: a user's across agents (operators may set
+    # one user's own), an agent's across users (the planner is agent platform/planner).
+    daily_token_limit: int = setting(200_000, ge=0)
+    agent_daily_token_limit: int = setting(2_000_000, ge=0)
     storage_rate_limit: int = setting(600, ge=1)  # user-storage calls per minute
     max_message_length: int = setting(16_000, ge=1)
     max_storage_value_bytes: int = setting(100_000, ge=1, le=350_000)

@@ -44,7 +44,15 @@ from codeshot.engine.prompt import (
     transcript_message,
 )
 from codeshot.engine.replies import clean_answer, read_reply
-from codeshot.errors import AgentFailed, CodeshotError, InvalidInput, LLMError, NotFound, Timeout
+from codeshot.errors import (
+    AgentFailed,
+    BudgetExceeded,
+    CodeshotError,
+    InvalidInput,
+    LLMError,
+    NotFound,
+    Timeout,
+)
 from codeshot.llm.base import LLM, ChatMessage
 from codeshot.models import MessageType
 
@@ -281,6 +289,8 @@ class Executor:
                     [*STOP_SEQUENCES, *ECHO_STOPS],
                     min(self.limits.max_tokens_per_call, remaining),
                 )
+            except BudgetExceeded:
+                raise  # the query's token budget is spent: it ends, whatever runs it
             except Exception as exc:  # a provider bug must not reach the user as a trace
                 log.warning("LLM call failed", exc_info=not isinstance(exc, CodeshotError))
                 _, message = _error_of(exc)
@@ -415,7 +425,9 @@ class Executor:
                 else:
                     call = functools.partial(command.resume, resume_state)
                 return as_result(self._call(command.name, call, step.text)), True
-            except Exception as exc:  # any command failure is handled
+            except BudgetExceeded:
+                raise  # a nested agent spent the budget: no retry, no explanation
+            except Exception as exc:  # any other command failure is handled
                 code, message = _error_of(exc)
                 log.info("%s failed (attempt %d): %s", step.label, attempt, message)
                 self._trace(

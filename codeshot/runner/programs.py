@@ -26,6 +26,7 @@ from codeshot.runner.agent_client import AgentClient
 if TYPE_CHECKING:
     from codeshot.routing.index import Candidate
     from codeshot.routing.router import Router
+    from codeshot.runner.budgets import TokenBudget
 
 PLANNER_ID = "platform/planner"
 
@@ -57,6 +58,11 @@ class RunContext:
     history: SessionHistory = field(default_factory=SessionHistory)
     embeds: dict[str, Any] = field(default_factory=dict)  # the query's, as agents get them
     limits: Limits = field(default_factory=Limits)
+    budget: TokenBudget | None = None  # the user's and agents' daily LLM tokens
+
+    def llm_for(self, agent_id: str) -> LLM:
+        """The LLM as ``agent_id``'s program uses it: metered against the budgets."""
+        return self.llm if self.budget is None else self.budget.metered(self.llm, agent_id)
 
 
 def outcome_as_result(agent_id: str, outcome: Outcome) -> CommandResult:
@@ -78,7 +84,8 @@ class CodeShotProgram:
                                  needs_input=reply.needs_input, question=reply.question)
 
         components = code_shot_components(agent.base_prompt, agent.few_shots, call_func)
-        self.executor = Executor([*components, ctx.history], ctx.llm, limits=ctx.limits,
+        self.executor = Executor([*components, ctx.history], ctx.llm_for(agent.agent_id),
+                                 limits=ctx.limits,
                                  trace=lambda step: ctx.trace(agent.agent_id, step))
 
     def run(self, query: str) -> Outcome:
@@ -211,7 +218,8 @@ class PlannerProgram:
         components = planner_components(PLANNER_PROMPT, examples, tools, call_agent,
                                         resume_agent)
         guards = [CarryReplies(), PlannerGuard(tuple(a.agent_id for a in agents))]
-        executor = Executor([*components, *guards, self.ctx.history], self.ctx.llm,
+        executor = Executor([*components, *guards, self.ctx.history],
+                            self.ctx.llm_for(PLANNER_ID),
                             limits=self.ctx.limits,
                             trace=lambda step: self.ctx.trace(PLANNER_ID, step))
         return _RememberTools(executor, [a.agent_id for a in agents])

@@ -24,6 +24,7 @@ from codeshot.errors import AgentFailed, CodeshotError, NotFound
 from codeshot.llm import get_llm
 from codeshot.models import EmbedRef, Message, MessageType, Session, SessionStatus
 from codeshot.runner.agent_client import AgentClient
+from codeshot.runner.budgets import TokenBudget
 from codeshot.runner.programs import (
     PLANNER_ID,
     PlannerProgram,
@@ -132,6 +133,7 @@ class SessionRunner:
                             "uri": self.s.embeds.get_url(e.content_hash)}
                         for k, e in query.embeds.items()},
                 limits=Limits(max_tokens_per_call=settings.llm_max_tokens_per_call),
+                budget=self._budget(session),
             )
             program, owner_id = self._program(session, ctx)
             if paused and paused.get("program") == owner_id:
@@ -143,6 +145,16 @@ class SessionRunner:
             return outcome, state
         finally:
             client.close()  # an abandoned (timed-out) call ends with its query
+
+    def _budget(self, session: Session) -> TokenBudget:
+        settings = self.s.settings
+
+        def user_limit() -> int:
+            own = self.s.users.get(session.owner).daily_token_limit
+            return settings.daily_token_limit if own is None else own
+
+        return TokenBudget(self.s.usage, session.owner, user_limit,
+                           settings.agent_daily_token_limit)
 
     def _program(self, session: Session, ctx: RunContext) -> tuple[Any, str]:
         if session.frontend_agent_id:

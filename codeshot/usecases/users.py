@@ -7,7 +7,8 @@ from datetime import UTC, datetime
 
 from codeshot import ids
 from codeshot.errors import Conflict, InvalidInput, NotFound, Unauthenticated
-from codeshot.models import Principal, User
+from codeshot.models import Agent, Principal, User
+from codeshot.runner.budgets import AGENT_TOKENS, USER_TOKENS, WINDOW
 from codeshot.services import Services
 from codeshot.store.usage import Window
 
@@ -54,16 +55,37 @@ class Profile:
     user: User
     daily_query_limit: int
     daily_used_queries: int
-    quota_resets_at: datetime  # when today's count starts again from zero
+    daily_token_limit: int
+    daily_used_tokens: int
+    quota_resets_at: datetime  # when today's counts start again from zero
 
 
 def profile(services: Services, principal: Principal) -> Profile:
-    """The caller's profile with today's quota, use of it and when it resets."""
+    """The caller's profile with today's quota and LLM token budget, use of them, and when
+    they reset."""
     user = services.users.get(user_id_of(principal))
     now = services.clock()
     used = services.usage.used("query", user.user_id, now=now)
-    return Profile(user, services.daily_limit(user.daily_query_limit), used,
-                   Window.of("day", now).end)
+    [tokens] = services.usage.token_usage([(USER_TOKENS, user.user_id)], WINDOW, now=now)
+    token_limit = services.settings.daily_token_limit if user.daily_token_limit is None \
+        else user.daily_token_limit
+    return Profile(user, services.daily_limit(user.daily_query_limit), used, token_limit,
+                   tokens.used, Window.of(WINDOW, now).end)
+
+
+def agent_tokens_today(services: Services, principal: Principal, agent: Agent) -> int | None:
+    """The LLM tokens ``agent`` spent today across its users; only its owner sees them."""
+    if principal.username is None or principal.username != agent.owner:
+        return None
+    [tokens] = services.usage.token_usage([(AGENT_TOKENS, agent.agent_id)], WINDOW)
+    return tokens.used
+
+
+def set_limits(services: Services, username: str, daily_queries: int | None = None,
+               daily_tokens: int | None = None) -> User:
+    """An operator's per-user limits (None leaves a limit as it is)."""
+    return services.users.set_limits(find_user(services, username).user_id,
+                                     daily_queries, daily_tokens)
 
 
 @dataclass(frozen=True)

@@ -148,6 +148,7 @@ def test_keys_are_shown_once_and_a_revoked_key_is_refused(console, new_user):
     console.heading("Account")
     page = console.page
     expect(page.locator("#quota-text")).to_contain_text(re.compile(r"0 of [\d,]+ used;\s+resets .+ \(in \d+"))
+    expect(page.locator("#tokens-text")).to_contain_text(re.compile(r"^0 of [\d,]+ used"))
     expect(page.locator("table.keys tbody tr")).to_have_count(1)
     expect(page.locator("table.keys")).to_contain_text("this browser")
 
