@@ -9,8 +9,8 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
-from strawberry.fastapi import GraphQLRouter
 
+from codeshot.api import console
 from codeshot.api.errors import INTERNAL_MESSAGE, as_codeshot_error, rest_body
 from codeshot.api.graphql import Context, schema
 from codeshot.api.rest import get_services, router
@@ -114,8 +114,9 @@ def create_app(settings: Settings | None = None, services: Services | None = Non
     async def context(request: Request) -> Context:
         return Context(request.app.state.services, request.headers.get("authorization"))
 
-    app.include_router(GraphQLRouter(schema, context_getter=context, graphql_ide="graphiql"),
-                       prefix="/graphql")
+    app.include_router(console.ConsoleGraphQLRouter(schema, context_getter=context,
+                                                     graphql_ide="graphiql"), prefix="/graphql")
     app.include_router(router)
+    console.install(app)
     app.add_middleware(BodyLimit, limit=MAX_REQUEST_BYTES)
     return app

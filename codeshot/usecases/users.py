@@ -3,11 +3,16 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from datetime import UTC, datetime
 
-from codeshot.errors import Conflict, NotFound, Unauthenticated
+from codeshot import ids
+from codeshot.errors import Conflict, InvalidInput, NotFound, Unauthenticated
 from codeshot.models import Agent, Principal, User
 from codeshot.runner.budgets import AGENT_TOKENS, USER_TOKENS, WINDOW
 from codeshot.services import Services
+from codeshot.store.usage import Window
+
+MAX_API_KEYS = 20  # active keys per user: revoke one to make another
 
 
 def user_id_of(principal: Principal) -> str:
@@ -52,17 +57,20 @@ class Profile:
     daily_used_queries: int
     daily_token_limit: int
     daily_used_tokens: int
+    quota_resets_at: datetime  # when today's counts start again from zero
 
 
 def profile(services: Services, principal: Principal) -> Profile:
-    """The caller's profile with today's quota and LLM token budget, and use of them."""
+    """The caller's profile with today's quota and LLM token budget, use of them, and when
+    they reset."""
     user = services.users.get(user_id_of(principal))
-    used = services.usage.used("query", user.user_id)
-    [tokens] = services.usage.token_usage([(USER_TOKENS, user.user_id)], WINDOW)
+    now = services.clock()
+    used = services.usage.used("query", user.user_id, now=now)
+    [tokens] = services.usage.token_usage([(USER_TOKENS, user.user_id)], WINDOW, now=now)
     token_limit = services.settings.daily_token_limit if user.daily_token_limit is None \
         else user.daily_token_limit
     return Profile(user, services.daily_limit(user.daily_query_limit), used, token_limit,
-                   tokens.used)
+                   tokens.used, Window.of(WINDOW, now).end)
 
 
 def agent_tokens_today(services: Services, principal: Principal, agent: Agent) -> int | None:
@@ -78,3 +86,47 @@ def set_limits(services: Services, username: str, daily_queries: int | None = No
     """An operator's per-user limits (None leaves a limit as it is)."""
     return services.users.set_limits(find_user(services, username).user_id,
                                      daily_queries, daily_tokens)
+
+
+@dataclass(frozen=True)
+class ApiKey:
+    """An active API key as its owner sees it: the key itself is shown only once."""
+
+    key_id: str
+    created: datetime | None  # None: a key made before key ids carried their time
+
+    @classmethod
+    def of(cls, key_id: str) -> ApiKey:
+        stamp = key_id.removeprefix("key_")
+        try:
+            created = datetime.fromtimestamp(ids.ulid_time_ms(stamp) / 1000, UTC) \
+                if len(stamp) == ids.ULID_LENGTH else None
+        except ValueError:  # not Crockford base 32: an older random id
+            created = None
+        return cls(key_id, created)
+
+
+def api_keys(services: Services, principal: Principal) -> list[ApiKey]:
+    """The caller's active API keys, oldest first."""
+    user = services.users.get(user_id_of(principal))
+    keys = [ApiKey.of(k) for k in user.api_key_ids]
+    return sorted(keys, key=lambda k: (k.created is not None, k.created or 0, k.key_id))
+
+
+def create_api_key(services: Services, principal: Principal) -> tuple[ApiKey, str]:
+    """A new API key for the caller: (its record, the key, shown this once)."""
+    user = services.users.get(user_id_of(principal))
+    if len(user.api_key_ids) >= MAX_API_KEYS:
+        raise InvalidInput(f"you have {MAX_API_KEYS} active API keys, the most allowed; "
+                           "revoke one first")
+    key_id, key = services.auth.new_api_key(user)
+    return ApiKey.of(key_id), key
+
+
+def revoke_api_key(services: Services, principal: Principal, key_id: str) -> ApiKey:
+    """Revoke one of the caller's keys (the one in use too): it stops working at once."""
+    user = services.users.get(user_id_of(principal))
+    if key_id not in user.api_key_ids:
+        raise NotFound(f"API key {key_id} not found")  # others' keys look absent too
+    services.auth.revoke_api_key(user, key_id)
+    return ApiKey.of(key_id)

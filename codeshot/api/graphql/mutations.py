@@ -13,14 +13,16 @@ from codeshot.api.graphql.inputs import AgentInput, DeleteAgentInput, MessageInp
 from codeshot.api.graphql.types import (
     AgentPayload,
     AgentType,
+    ApiKeyType,
     EmbedUploadType,
     MessageGQL,
     MessagePayload,
+    NewApiKeyPayload,
     SessionPayload,
     SessionType,
 )
 from codeshot.services import Services
-from codeshot.usecases import sessions
+from codeshot.usecases import sessions, users
 from codeshot.usecases.messaging import EmbedUpload, Messaging, upload_url, wait_for_reply
 from codeshot.usecases.threads import blocking
 
@@ -103,3 +105,14 @@ class Mutation:
         services, p = await caller(info)
         upload = await blocking(upload_url, services, p, content_type, size, content_hash)
         return EmbedUploadType.of(upload)
+
+    @strawberry.mutation(description="A new API key of yours, shown once in `key`.")
+    async def create_api_key(self, info: Info) -> NewApiKeyPayload:
+        services, p = await caller(info)
+        record, key = await blocking(users.create_api_key, services, p)
+        return NewApiKeyPayload(api_key=ApiKeyType.of(record, p.key_id), key=key)
+
+    @strawberry.mutation(description="Revoke one of your API keys: it stops working at once.")
+    async def revoke_api_key(self, info: Info, id: str) -> ApiKeyType:
+        services, p = await caller(info)
+        return ApiKeyType.of(await blocking(users.revoke_api_key, services, p, id), p.key_id)

@@ -6,7 +6,7 @@ import strawberry
 from strawberry.types import Info
 
 from codeshot.api.graphql.context import caller
-from codeshot.api.graphql.types import AgentType, RouteType, SessionType, UserType
+from codeshot.api.graphql.types import AgentType, ApiKeyType, RouteType, SessionType, UserType
 from codeshot.usecases import agents, sessions, users
 from codeshot.usecases.threads import blocking
 
@@ -28,6 +28,11 @@ class Query:
     async def user(self, info: Info) -> UserType:
         services, p = await caller(info)
         return UserType.of(await blocking(users.profile, services, p))
+
+    @strawberry.field(description="Your active API keys, oldest first.")
+    async def api_keys(self, info: Info) -> list[ApiKeyType]:
+        services, p = await caller(info)
+        return [ApiKeyType.of(k, p.key_id) for k in await blocking(users.api_keys, services, p)]
 
     @strawberry.field(description="Your sessions, newest first.")
     async def all_sessions(self, info: Info) -> list[SessionType]:

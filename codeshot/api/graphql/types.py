@@ -12,12 +12,13 @@ from codeshot.api.graphql.context import caller, ctx
 from codeshot.models import Agent, Embed, Message, Session
 from codeshot.services import Services
 from codeshot.usecases import sessions, users
+from codeshot.usecases.messaging import Messaging, next_messages
 from codeshot.usecases.threads import blocking
 
 if TYPE_CHECKING:
     from codeshot.routing.index import Candidate  # not at the API's cold start
     from codeshot.usecases.messaging import PresignedUpload
-    from codeshot.usecases.users import Profile
+    from codeshot.usecases.users import ApiKey, Profile
 
 
 @strawberry.type
@@ -38,6 +39,9 @@ class UserType:
     daily_used_queries: int = 0
     daily_token_limit: int = 0  # LLM tokens (prompt + completion) per day
     daily_used_tokens: int = 0
+    daily_quota_resets_at: datetime | None = strawberry.field(
+        default=None,
+        description="when dailyUsedQueries and dailyUsedTokens start again from zero")
 
     @classmethod
     def of(cls, p: Profile) -> UserType:
@@ -45,7 +49,25 @@ class UserType:
         return cls(username=u.username, first_name=u.first_name, last_name=u.last_name,
                    email=u.email, daily_query_limit=p.daily_query_limit,
                    daily_used_queries=p.daily_used_queries,
-                   daily_token_limit=p.daily_token_limit, daily_used_tokens=p.daily_used_tokens)
+                   daily_token_limit=p.daily_token_limit, daily_used_tokens=p.daily_used_tokens,
+                   daily_quota_resets_at=p.quota_resets_at)
+
+
+@strawberry.type(description="One of your active API keys (the key itself is shown once).")
+class ApiKeyType:
+    id: str
+    created: datetime | None
+    current: bool = strawberry.field(description="the key this request was made with")
+
+    @classmethod
+    def of(cls, key: ApiKey, current_key_id: str | None) -> ApiKeyType:
+        return cls(id=key.key_id, created=key.created, current=key.key_id == current_key_id)
+
+
+@strawberry.type
+class NewApiKeyPayload:
+    api_key: ApiKeyType
+    key: str = strawberry.field(description="the API key: shown this once, never stored")
 
 
 OwnerType = Annotated[UserType | OrganizationType, strawberry.union("OwnerType")]
@@ -168,11 +190,17 @@ class SessionType:
 
     session: strawberry.Private[Session]  # read with the owner's check
 
-    @strawberry.field(description="Messages in time order; `after` = only newer than that id.")
+    @strawberry.field(description=(
+        "Messages in time order; `after` = only newer than that id. `waitSeconds` (at most "
+        "the reply wait) long-polls: with nothing newer yet, wait for the next message."))
     async def messages(
-        self, info: Info, after: str | None = None, limit: int | None = None
+        self, info: Info, after: str | None = None, limit: int | None = None,
+        wait_seconds: float = 0,
     ) -> list[MessageGQL]:
         services = ctx(info).services
+        if wait_seconds > 0:
+            wait = min(wait_seconds, services.settings.reply_wait_seconds)
+            await next_messages(Messaging(services), self.session.session_id, after, wait)
         found = await blocking(sessions.list_messages, services, self.session, after, limit)
         return [MessageGQL.of(m, services) for m in found]
 
