@@ -11,6 +11,7 @@ from typing import Any
 from pydantic import BaseModel, Field, ValidationError, field_validator
 
 from codeshot.errors import AgentFailed
+from codeshot.net.http import public_client
 from codeshot.runner.agent_client import parse_document, request
 
 
@@ -32,11 +33,15 @@ class Handshake(BaseModel):
         return value
 
 
-def fetch_handshake(url: str, token: str, timeout: float = 10.0) -> Handshake:
-    status, content_type, body = request(
-        "GET", url.rstrip("/") + "/", token, timeout=timeout,
-        accept="application/json, application/yaml;q=0.9",
-    )
+def fetch_handshake(url: str, token: str, timeout: float = 10.0, *,
+                    allow_loopback: bool = False) -> Handshake:
+    """The agent's handshake, read over a :func:`~codeshot.net.http.public_client`
+    (loopback only with ``allow_loopback``, the local stack's setting)."""
+    with public_client(allow_loopback=allow_loopback) as client:
+        status, content_type, body = request(
+            "GET", url.rstrip("/") + "/", token, timeout=timeout,
+            accept="application/json, application/yaml;q=0.9", client=client,
+        )
     if status != 200:
         raise AgentFailed(f"agent handshake at {url} answered HTTP {status}")
     import yaml

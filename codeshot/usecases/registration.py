@@ -8,14 +8,15 @@ router's embeddings): transports import it where they use it.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 from dataclasses import dataclass
 
 from codeshot.engine.fewshot import parse_few_shots, sample_queries, validate_base_prompt
 from codeshot.errors import InvalidInput, NotFound
 from codeshot.models import Agent, AgentKind, Principal, utcnow, validate_handle
+from codeshot.net.addresses import check_public_url
 from codeshot.routing.index import with_embeddings
-from codeshot.runner.agent_urls import check_agent_url
 from codeshot.runner.handshake import Handshake, fetch_handshake
 from codeshot.services import Services
 
@@ -38,9 +39,10 @@ class AgentFields:
 
 
 class AgentRegistration:
-    def __init__(self, services: Services, fetch: HandshakeFetcher = fetch_handshake) -> None:
+    def __init__(self, services: Services, fetch: HandshakeFetcher | None = None) -> None:
         self.s = services
-        self.fetch = fetch
+        self.fetch = fetch or functools.partial(
+            fetch_handshake, allow_loopback=services.settings.local_mode)
 
     def _owner(self, principal: Principal) -> str:
         if not principal.username:
@@ -51,7 +53,7 @@ class AgentRegistration:
         allow = self.s.settings.local_mode
         for url in (agent.query_url, agent.func_url):
             if url:
-                check_agent_url(url, allow_loopback=allow)
+                check_public_url(url, allow_loopback=allow)
         if agent.more_info_url and not agent.more_info_url.startswith(("http://", "https://")):
             raise InvalidInput("moreInfoUrl must be an http(s) URL")
 

@@ -20,11 +20,11 @@ def create_session(
 ) -> Session:
     """A new session of the caller's, talking to ``frontend_agent_id`` (default: the
     planner); ``callback_url`` receives its signed terminal events."""
-    from codeshot.runner.agent_urls import check_agent_url
+    from codeshot.net.addresses import check_public_url
 
     user_id = user_id_of(principal)
     if callback_url:
-        check_agent_url(callback_url, allow_loopback=services.settings.local_mode)
+        check_public_url(callback_url, allow_loopback=services.settings.local_mode)
     if frontend_agent_id:
         usable_agent(services, principal, frontend_agent_id)
     if len(name) > MAX_NAME or len(description) > MAX_DESCRIPTION:
