@@ -15,7 +15,7 @@ from datetime import UTC, datetime
 from enum import Enum
 from typing import Any, ClassVar, TypeVar
 
-HANDLE_RE = re.compile(r"^[a-z0-9][a-z0-9_-]{0,62}$")
+HANDLE_RE = re.compile(r"[a-z0-9][a-z0-9_-]{0,62}")
 EMBED_KEY_RE = re.compile(r"[A-Za-z0-9_.-]{1,64}")
 R = TypeVar("R", bound="Record")
 
@@ -25,7 +25,7 @@ def utcnow() -> datetime:
 
 
 def validate_handle(value: str, what: str = "handle") -> str:
-    if not HANDLE_RE.match(value or ""):
+    if not HANDLE_RE.fullmatch(value or ""):
         from codeshot.errors import InvalidInput
 
         raise InvalidInput(

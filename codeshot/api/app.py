@@ -94,6 +94,12 @@ def create_app(settings: Settings | None = None, services: Services | None = Non
             return JSONResponse(rest_body(CodeshotError(INTERNAL_MESSAGE)), status_code=500)
         return JSONResponse(rest_body(known), status_code=known.http_status)
 
+    @app.exception_handler(RecursionError)
+    async def too_deep(_: Request, exc: RecursionError) -> JSONResponse:
+        # JSON nested 100,000 deep: the parser gives up; the caller's input is at fault.
+        error = as_codeshot_error(exc) or InvalidInput("the request is nested too deeply")
+        return JSONResponse(rest_body(error), status_code=error.http_status)
+
     @app.exception_handler(RequestValidationError)
     async def validation_error(_: Request, exc: RequestValidationError) -> JSONResponse:
         first = exc.errors()[0] if exc.errors() else {}

@@ -156,6 +156,14 @@ class _Run:
         return run
 
 
+@dataclass(frozen=True)
+class _GaveUp:
+    """A command that failed for good: the answer explaining it, and the failure's code."""
+
+    explain: Explain
+    code: str
+
+
 def _error_of(exc: BaseException) -> tuple[str, str]:
     """A failure's stable code and a one-line message; never a traceback."""
     if isinstance(exc, CodeshotError):
@@ -290,11 +298,11 @@ class Executor:
         """Run the Ask's command (or continue it from ``resume_state``); its reply joins the
         transcript, or the failure ends the run."""
         attempted = self._attempt(step, resume_state)
-        if isinstance(attempted, Explain):
-            answer = Step(Kind.A, attempted.answer)
+        if isinstance(attempted, _GaveUp):  # the run ends in that failure, with its code
+            answer = Step(Kind.A, attempted.explain.answer)
             run.transcript.append(answer)
             self._emit(answer)
-            return self._outcome(Status.DONE, answer.text, run)
+            return self._outcome(Status.ERROR, answer.text, run, error_code=attempted.code)
         result, succeeded = attempted
         if succeeded:
             for component in self._of(AfterExecute):
@@ -312,8 +320,11 @@ class Executor:
         return self._outcome(Status.AWAITING_INPUT, question.text, run)
 
     def _attempt(self, step: Step, resume_state: dict[str, Any] | None = None
-                 ) -> tuple[CommandResult, bool] | Explain:
-        """(result, True) on success, (fallback, False), or the failure explained."""
+                 ) -> tuple[CommandResult, bool] | _GaveUp:
+        """(result, True) on success, (fallback, False), or the failure explained.
+
+        An error with ``retryable = False`` (a nested agent that already retried inside)
+        counts as the last attempt: handlers may fall back or explain, not retry."""
         kind = "func" if step.kind is Kind.ASK_FUNC else "agent"
         command = self._commands.get((kind, step.target or ""))
         attempt = 0
@@ -336,13 +347,14 @@ class Executor:
                     TraceStep(MessageType.ERROR, f"{step.label} failed: {message}", step.label,
                               error_code=code)
                 )  # fmt: skip
-                decision = self._decide(Failure(step, code, message, attempt))
+                last = attempt if getattr(exc, "retryable", True) else self.limits.max_attempts
+                decision = self._decide(Failure(step, code, message, last))
                 if isinstance(decision, Retry):
                     self._sleep(decision.delay)
                     continue
                 if isinstance(decision, Fallback):
                     return decision.result, False
-                return decision
+                return _GaveUp(decision, code)
 
     def _decide(self, failure: Failure) -> Retry | Fallback | Explain:
         """The first decision of the failure handlers; retries stop at ``max_attempts``."""

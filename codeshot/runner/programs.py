@@ -16,7 +16,7 @@ from codeshot.engine.builtin import (
 )
 from codeshot.engine.components import CommandResult
 from codeshot.engine.executor import Executor, Limits, Outcome, Status, TraceStep
-from codeshot.errors import AgentFailed, CodeshotError
+from codeshot.errors import CodeshotError, error_for
 from codeshot.llm.base import LLM
 from codeshot.models import Agent, AgentKind, MessageType
 from codeshot.runner.agent_client import AgentClient
@@ -71,9 +71,12 @@ class RunContext:
 
 
 def outcome_as_result(agent_id: str, outcome: Outcome) -> CommandResult:
-    """A nested agent's outcome as the caller's command result (or its failure)."""
+    """A nested agent's outcome as the caller's command result (or its failure, with the
+    nested run's code; not retried, since the nested run retried its own calls)."""
     if outcome.status is Status.ERROR:
-        raise AgentFailed(f"{agent_id}: {outcome.text}")
+        failure = error_for(outcome.error_code, f"{agent_id}: {outcome.text}")
+        failure.retryable = False  # type: ignore[attr-defined]
+        raise failure
     if outcome.status is Status.AWAITING_INPUT:  # its state comes back with the answer
         return CommandResult(text="", needs_input=True, question=outcome.text,
                              state=outcome.state)

@@ -19,8 +19,8 @@ from codeshot.errors import InvalidInput, NotFound
 from codeshot.settings import Settings
 from codeshot.store.tables import EMBEDS_BUCKET
 
-_SHA256_RE = re.compile(r"^[0-9a-f]{64}$")
-_CONTENT_TYPE_RE = re.compile(r"^[\w.+-]+/[\w.+-]+(;\s*[\w.+-]+=[\w.+-]+)*$")
+_SHA256_RE = re.compile(r"[0-9a-f]{64}")
+_CONTENT_TYPE_RE = re.compile(r"[\w.+-]+/[\w.+-]+(;[ \t]*[\w.+-]+=[\w.+-]+)*", re.ASCII)
 
 
 def content_hash(data: bytes) -> str:
@@ -28,13 +28,13 @@ def content_hash(data: bytes) -> str:
 
 
 def check_content_type(content_type: str) -> str:
-    if not _CONTENT_TYPE_RE.match(content_type or "") or len(content_type) > 200:
+    if not _CONTENT_TYPE_RE.fullmatch(content_type or "") or len(content_type) > 200:
         raise InvalidInput(f"invalid content type {content_type!r}")
     return content_type
 
 
 def _check_hash(value: str) -> str:
-    if not _SHA256_RE.match(value or ""):
+    if not _SHA256_RE.fullmatch(value or ""):
         raise InvalidInput("content hash must be 64 lowercase hex digits (SHA-256)")
     return value
 

@@ -25,6 +25,7 @@ from codeshot.store.dynamo import to_item
 from codeshot.store.embeds import check_content_type
 from codeshot.store.queue import Work
 from codeshot.store.sessions import EMBED_PREFIX, message_item
+from codeshot.text import check_text
 from codeshot.usecases.threads import blocking
 from codeshot.usecases.users import user_id_of
 
@@ -48,11 +49,7 @@ class Messaging:
         self.s = services
 
     def _check_text(self, text: str, has_embeds: bool) -> str:
-        limit = self.s.settings.max_message_length
-        if len(text) > limit:
-            raise InvalidInput(f"message is {len(text)} characters; the limit is {limit}")
-        if "\x00" in text:
-            raise InvalidInput("message text must not contain NUL characters")
+        check_text(text, "message", self.s.settings.max_message_length)
         if not text.strip() and not has_embeds:
             raise InvalidInput("message text must not be empty")
         return text
@@ -111,7 +108,7 @@ class Messaging:
         if idempotency_key:
             earlier = self._earlier_post(session_id, idempotency_key)
             if earlier:
-                return earlier, False
+                return self._same_post(earlier, text, embeds), False
         refs = self._embed_refs(embeds)
         new_embeds = self._unbound_embeds(session_id, user_id, refs)
         message = Message(
@@ -152,7 +149,7 @@ class Messaging:
             if idempotency_key and reasons and reasons[-1] == "ConditionalCheckFailed":
                 earlier = self._earlier_post(session_id, idempotency_key)
                 if earlier:
-                    return earlier, False
+                    return self._same_post(earlier, text, embeds), False
             if reasons:
                 raise Conflict("the message collided with a concurrent change; retry") from exc
             raise
@@ -175,6 +172,24 @@ class Messaging:
                              content_type=ref.content_type, content_hash=ref.content_hash,
                              size=ref.size))
         return new
+
+    def precheck(self, principal: Principal, text: str) -> None:
+        """Refuse, before anything is made for it, a post that would be refused: bad text,
+        or a daily quota already used up (the post itself charges it exactly)."""
+        user_id = user_id_of(principal)
+        self._check_text(text, has_embeds=False)
+        limit = self.s.daily_limit(principal.daily_query_limit)
+        if self.s.usage.used("query", user_id) >= limit:
+            raise self.s.usage.rate_limited("daily query", limit, "day")
+
+    @staticmethod
+    def _same_post(earlier: Message, text: str, embeds: list[EmbedUpload]) -> Message:
+        """A retry sends the same message again; other content under the key is a mistake
+        the client must hear about, not a silent replay of the first message."""
+        if earlier.text != text or set(earlier.embeds) != {e.key for e in embeds}:
+            raise Conflict("this idempotencyKey was already used for a different message; "
+                           "use a new key for a new message")
+        return earlier
 
     def _earlier_post(self, session_id: str, key: str) -> Message | None:
         item = self.s.sessions.db.get_item(

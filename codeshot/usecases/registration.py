@@ -19,8 +19,42 @@ from codeshot.net.addresses import check_public_url
 from codeshot.routing.index import with_embeddings
 from codeshot.runner.handshake import Handshake, fetch_handshake
 from codeshot.services import Services
+from codeshot.text import check_text
 
 HandshakeFetcher = Callable[[str, str], Handshake]
+
+# Caps on what an agent's record holds: it must fit one DynamoDB item (400 KB, with a
+# float32 embedding row per sample query), and lists of agents must stay small to send.
+MAX_NAME = 100
+MAX_DESCRIPTION = 1_000
+MAX_BASE_PROMPT = 10_000
+MAX_FEW_SHOTS = 50
+MAX_FEW_SHOT = 4_000  # characters in one few-shot
+MAX_SAMPLE_QUERIES = 50
+MAX_SAMPLE_QUERY = 500
+MAX_URL = 2_048
+
+
+def check_agent_fields(agent: Agent) -> Agent:
+    """INVALID_INPUT unless every field is within its cap; the name and description are
+    one line (the planner shows them to an LLM)."""
+    check_text(agent.name, "name", MAX_NAME, one_line=True)
+    check_text(agent.description, "description", MAX_DESCRIPTION, one_line=True)
+    check_text(agent.base_prompt, "basePrompt", MAX_BASE_PROMPT)
+    for what, url in (("queryUrl", agent.query_url), ("funcUrl", agent.func_url),
+                      ("moreInfoUrl", agent.more_info_url)):
+        check_text(url or "", what, MAX_URL, one_line=True)
+    if len(agent.few_shots) > MAX_FEW_SHOTS:
+        raise InvalidInput(f"{len(agent.few_shots)} few-shots; an agent has at most "
+                           f"{MAX_FEW_SHOTS}")
+    for i, shot in enumerate(agent.few_shots, 1):
+        check_text(shot, f"few-shot {i}", MAX_FEW_SHOT)
+    if len(agent.sample_queries) > MAX_SAMPLE_QUERIES:
+        raise InvalidInput(f"{len(agent.sample_queries)} sample queries; an agent has at most "
+                           f"{MAX_SAMPLE_QUERIES}")
+    for query in agent.sample_queries:
+        check_text(query, "a sample query", MAX_SAMPLE_QUERY, one_line=True)
+    return agent
 
 
 @dataclass
@@ -67,10 +101,10 @@ class AgentRegistration:
             token = self.s.auth.agent_token(agent.agent_id, None, None)
             hs = self.fetch(url, token)
             kind = AgentKind.STANDALONE if hs.type == "standalone" else AgentKind.CODE_SHOT
-            agent = agent.replace(**{
+            agent = check_agent_fields(agent.replace(**{
                 "kind": kind, "base_prompt": hs.base_prompt, "few_shots": hs.few_shots,
                 "sample_queries": hs.sample_queries or agent.sample_queries,
-            })
+            }))
         elif agent.few_shots:
             agent = agent.replace(**{"kind": AgentKind.CODE_SHOT})
         if agent.kind is AgentKind.CODE_SHOT:
@@ -80,7 +114,8 @@ class AgentRegistration:
             parsed = parse_few_shots(agent.few_shots)
             if not agent.func_url:
                 agent = agent.replace(**{"func_url": agent.query_url})
-            queries = list(dict.fromkeys(sample_queries(parsed) + agent.sample_queries))
+            queries = list(dict.fromkeys(sample_queries(parsed) + agent.sample_queries)
+                           )[:MAX_SAMPLE_QUERIES]
             agent = agent.replace(**{"sample_queries": queries})
         elif not agent.query_url:
             raise InvalidInput("a standalone agent needs queryUrl")
@@ -90,7 +125,7 @@ class AgentRegistration:
         owner = self._owner(principal)
         validate_handle(handle)
         agent = Agent(agent_id=Agent.make_id(owner, handle), owner=owner, handle=handle)
-        agent = self._apply(agent, fields)
+        agent = check_agent_fields(self._apply(agent, fields))
         agent = self.describe(agent, inline=fields.few_shots is not None)
         return self.s.registry.create(agent)
 
@@ -99,7 +134,7 @@ class AgentRegistration:
     ) -> Agent:
         owner = self._owner(principal)
         current = self._owned(owner, handle)
-        agent = self._apply(current, fields)
+        agent = check_agent_fields(self._apply(current, fields))
         if new_handle and new_handle != handle:
             validate_handle(new_handle)
             agent = agent.replace(**

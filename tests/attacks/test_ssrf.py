@@ -68,7 +68,7 @@ def test_dns_rebinding_never_reaches_the_loopback_service(live, dns, internal):
     assert "errors" not in out, out  # the check saw 8.8.8.8
     h = session(live, key, frontend="mallory/rebound")
     reply = send(live, key, h, "Roll 1d20")["reply"]
-    assert "127.0.0.1" in reply["text"] and "refused" in reply["text"], reply
+    assert reply["type"] == "error" and "127.0.0.1" in reply["text"], reply
 
     handshake = dns.answer("hs.attacker.example", ["8.8.8.8"], ["127.0.0.1"])
     out = live.gql(key, CREATE, {"h": "rebound2", "u": f"http://{handshake}:{internal.port}/"})
