@@ -17,6 +17,7 @@ import httpx
 from codeshot.errors import AgentFailed, AgentUnavailable, Timeout
 from codeshot.net.addresses import check_public_url
 from codeshot.net.http import public_client
+from codeshot.text import as_one_line
 
 MAX_REPLY_BYTES = 2 * 1024 * 1024
 
@@ -142,10 +143,15 @@ def _checked(url: str, status: int, data: bytes) -> bytes:
     detail = ""
     try:
         error = json.loads(data).get("error") or {}
-        detail = f": {error.get('code', '')} {error.get('message', '')}".rstrip()
+        detail = f": {_said(error.get('code'), 64)} {_said(error.get('message'))}".rstrip()
     except (ValueError, AttributeError):
-        pass
+        pass  # not an agent's error reply: what it was stays unsaid (a page, a service)
     raise AgentFailed(f"agent at {url} answered HTTP {status}{detail}")
+
+
+def _said(value: Any, limit: int = 300) -> str:
+    """An agent's own error text, as one short line (an agent's words, not a page)."""
+    return as_one_line(value, limit) if isinstance(value, str) else ""
 
 
 @dataclass
@@ -168,8 +174,8 @@ class FuncReply:
             raise AgentFailed(f"agent at {url} sent invalid JSON") from exc
         error = body.get("error")
         if error:
-            message = error.get("message") if isinstance(error, dict) else str(error)
-            raise AgentFailed(f"agent at {url} reported an error: {message}")
+            message = error.get("message") if isinstance(error, dict) else error
+            raise AgentFailed(f"agent at {url} reported an error: {_said(message)}")
         message = body.get("message") or {}
         if not isinstance(message, dict) or not isinstance(message.get("text", ""), str):
             raise AgentFailed(f"agent at {url} sent a reply without message.text")

@@ -3,9 +3,13 @@ and the connection, and handshake errors that would repeat what a target answere
 
 from __future__ import annotations
 
+import json
+
 import httpx
 import pytest
+from fastapi import FastAPI, Response
 
+from codeshot.local.http_server import HttpServer
 from tests.conftest import code
 from tests.runner.conftest import send, session
 
@@ -87,3 +91,41 @@ def test_dns_rebinding_never_reaches_the_loopback_service(live, dns, internal):
     assert socket.getaddrinfo(naive, 80)[0][4][0] == "8.8.8.8"  # what a check would see
     assert httpx.get(f"http://{naive}:{internal.port}/latest").status_code == 200
     assert internal.hits == ["GET /latest"]
+
+
+SECRET = "AKIA-INTERNAL-SECRET-7731"
+TARGETS = {
+    "html": (200, "text/html", f"<html><title>Router admin</title><p>{SECRET}</p></html>"),
+    "json keys": (200, "application/json",
+                  json.dumps({"aws_secret_access_key": SECRET, "type": 12})),
+    "yaml": (200, "application/yaml", f"type: code_shot\nfew_shots: {SECRET}\n"),
+    "error page": (500, "application/json",
+                   json.dumps({"detail": SECRET, "stack": ["at internal.py"]})),
+    "teapot": (418, "text/plain", SECRET),
+}
+
+
+@pytest.fixture(scope="module")
+def target():
+    """Public services that are not agents, answering the handshake with what they have."""
+    app = FastAPI()
+
+    @app.get("/{name}/")
+    def page(name: str) -> Response:
+        status, media_type, body = TARGETS[name.replace("-", " ")]
+        return Response(body, status_code=status, media_type=media_type)
+
+    server = HttpServer(app, "127.0.0.1", 0)
+    yield server.start()
+    server.stop()
+
+
+def test_handshake_errors_never_repeat_what_the_target_answered(platform, target):
+    _, key = platform.user("mallory")
+    for name in TARGETS:
+        out = platform.gql(key, CREATE, {"h": "probe", "u": f"{target}/{name.replace(' ', '-')}"})
+        message = out["errors"][0]["message"]
+        assert code(out) == "AGENT_ERROR", (name, out)
+        for leaked in (SECRET, "aws_secret_access_key", "Router admin", "stack", "detail"):
+            assert leaked not in json.dumps(out), (name, message)
+    assert platform.services.registry.scan_all() == []
