@@ -24,14 +24,18 @@ def test_unknown_kids_do_not_hammer_secrets_manager(platform, monkeypatch):
     reads: list[str] = []
     stop = aws.on_call(lambda service, op: reads.append(op) if op == "GetSecretValue" else None)
     forged = [tokens.sign(claims, f"k_forged{i}", Ed25519PrivateKey.generate())
-              for i in range(320)]
+              for i in range(200)]
+    began = time.monotonic()
     try:
         with ThreadPoolExecutor(max_workers=8) as pool:
             results = list(pool.map(lambda t: platform.gql(t, USER), forged))
     finally:
         stop()
+    took = time.monotonic() - began
     assert {code(r) for r in results} == {"UNAUTHENTICATED"}
-    assert len(reads) <= 1, f"{len(reads)} Secrets Manager reads for 320 forged kids"
+    # One read per reload interval at most, however many forged kids arrive (was one each).
+    allowed = 1 + int(took // keys.UNKNOWN_KID_RELOAD_SECONDS)
+    assert len(reads) <= allowed, f"{len(reads)} reads for 200 forged kids in {took:.1f}s"
     assert platform.gql(key, USER)["data"]["user"]["username"] == "kid"
 
     # A key rotated in by another container is still picked up, once the interval passed.
