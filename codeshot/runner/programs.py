@@ -4,6 +4,7 @@ run with the user's answer; nested calls (planner -> agent -> Func) share one tr
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
@@ -18,8 +19,9 @@ from codeshot.engine.components import CommandResult
 from codeshot.engine.executor import Executor, Limits, Outcome, Status, TraceStep
 from codeshot.errors import CodeshotError, error_for
 from codeshot.llm.base import LLM
-from codeshot.models import Agent, AgentKind, MessageType
+from codeshot.models import MAX_AGENT_DESCRIPTION, Agent, AgentKind, MessageType
 from codeshot.runner.agent_client import AgentClient
+from codeshot.text import as_one_line
 
 if TYPE_CHECKING:
     from codeshot.routing.router import Router
@@ -68,6 +70,14 @@ class RunContext:
     history: SessionHistory = field(default_factory=SessionHistory)
     embeds: dict[str, Any] = field(default_factory=dict)  # the query's, as agents get them
     limits: Limits = field(default_factory=Limits)
+
+
+def as_data(text: str) -> str:
+    """An agent's own words as the planner's prompt shows them: one line, capped, and
+    quoted as a JSON string, so they read as a value and never as a line of the prompt
+    (other users' queries see them). Registration refuses line breaks; this also holds
+    for agents stored before it did."""
+    return json.dumps(as_one_line(text, MAX_AGENT_DESCRIPTION), ensure_ascii=False)
 
 
 def outcome_as_result(agent_id: str, outcome: Outcome) -> CommandResult:
@@ -156,7 +166,7 @@ class PlannerProgram:
         tools = []
         for route in routes:
             agent = self.ctx.registry_get(route.agent_id)
-            tools.append(AgentTool(agent.agent_id, agent.description or agent.name))
+            tools.append(AgentTool(agent.agent_id, as_data(agent.description or agent.name)))
         return self._executor(tools).run(query)
 
     def resume(self, state: dict[str, Any], answer: str) -> Outcome:

@@ -14,47 +14,22 @@ from dataclasses import dataclass
 
 from codeshot.engine.fewshot import parse_few_shots, sample_queries, validate_base_prompt
 from codeshot.errors import InvalidInput, NotFound
-from codeshot.models import Agent, AgentKind, Principal, utcnow, validate_handle
+from codeshot.models import (
+    MAX_SAMPLE_QUERIES,
+    Agent,
+    AgentKind,
+    Principal,
+    check_agent_fields,
+    utcnow,
+    validate_handle,
+)
 from codeshot.net.addresses import check_public_url
 from codeshot.routing.index import with_embeddings
 from codeshot.runner.handshake import Handshake, fetch_handshake
 from codeshot.services import Services
-from codeshot.text import check_text
 
 HandshakeFetcher = Callable[[str, str], Handshake]
 
-# Caps on what an agent's record holds: it must fit one DynamoDB item (400 KB, with a
-# float32 embedding row per sample query), and lists of agents must stay small to send.
-MAX_NAME = 100
-MAX_DESCRIPTION = 1_000
-MAX_BASE_PROMPT = 10_000
-MAX_FEW_SHOTS = 50
-MAX_FEW_SHOT = 4_000  # characters in one few-shot
-MAX_SAMPLE_QUERIES = 50
-MAX_SAMPLE_QUERY = 500
-MAX_URL = 2_048
-
-
-def check_agent_fields(agent: Agent) -> Agent:
-    """INVALID_INPUT unless every field is within its cap; the name and description are
-    one line (the planner shows them to an LLM)."""
-    check_text(agent.name, "name", MAX_NAME, one_line=True)
-    check_text(agent.description, "description", MAX_DESCRIPTION, one_line=True)
-    check_text(agent.base_prompt, "basePrompt", MAX_BASE_PROMPT)
-    for what, url in (("queryUrl", agent.query_url), ("funcUrl", agent.func_url),
-                      ("moreInfoUrl", agent.more_info_url)):
-        check_text(url or "", what, MAX_URL, one_line=True)
-    if len(agent.few_shots) > MAX_FEW_SHOTS:
-        raise InvalidInput(f"{len(agent.few_shots)} few-shots; an agent has at most "
-                           f"{MAX_FEW_SHOTS}")
-    for i, shot in enumerate(agent.few_shots, 1):
-        check_text(shot, f"few-shot {i}", MAX_FEW_SHOT)
-    if len(agent.sample_queries) > MAX_SAMPLE_QUERIES:
-        raise InvalidInput(f"{len(agent.sample_queries)} sample queries; an agent has at most "
-                           f"{MAX_SAMPLE_QUERIES}")
-    for query in agent.sample_queries:
-        check_text(query, "a sample query", MAX_SAMPLE_QUERY, one_line=True)
-    return agent
 
 
 @dataclass

@@ -12,7 +12,8 @@ import pytest
 from fastapi import FastAPI, Request
 
 from codeshot.local.http_server import HttpServer
-from tests.runner.conftest import agents, live  # noqa: F401 (fixtures)
+from tests.conftest import Platform, marked_settings, serving
+from tests.runner.conftest import agents, live, running  # noqa: F401 (fixtures)
 
 
 class InternalService:
@@ -70,3 +71,40 @@ def dns(monkeypatch) -> RebindingDNS:
     resolver = RebindingDNS(socket.getaddrinfo)
     monkeypatch.setattr(socket, "getaddrinfo", resolver)
     return resolver
+
+
+class ChatServer:
+    """An OpenAI-compatible chat-completions endpoint on loopback: records every prompt
+    and answers each call with the next scripted reply (the last one repeats)."""
+
+    def __init__(self) -> None:
+        self.prompts: list[list[dict[str, str]]] = []
+        self.replies: list[str] = ["A: ok"]
+        app = FastAPI()
+
+        @app.post("/v1/chat/completions")
+        async def complete(request: Request) -> dict[str, Any]:
+            body = await request.json()
+            self.prompts.append(body["messages"])
+            text = self.replies[min(len(self.prompts) - 1, len(self.replies) - 1)]
+            return {"choices": [{"message": {"role": "assistant", "content": text}}],
+                    "usage": {"prompt_tokens": 100, "completion_tokens": 10}}
+
+        self.server = HttpServer(app, "127.0.0.1", 0)
+        self.url = self.server.start() + "/v1"
+
+
+@pytest.fixture(scope="session")
+def chat_server() -> Iterator[ChatServer]:
+    server = ChatServer()
+    yield server
+    server.server.stop()
+
+
+@pytest.fixture
+def llm_live(server_aws, request, chat_server) -> Iterator[Platform]:
+    """``live``, with the ``openai`` LLM provider talking to ``chat_server``."""
+    overrides = {"llm": "openai", "openai_base_url": chat_server.url, **marked_settings(request)}
+    with serving(server_aws, **overrides) as platform, running(platform):
+        chat_server.prompts.clear()
+        yield platform
