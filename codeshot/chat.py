@@ -32,19 +32,23 @@ class ChatClient:
             error = body["errors"][0]
             raise _RemoteError(error.get("message", "error"),
                                error.get("extensions", {}).get("code", CodeshotError.code))
-        return body["data"]
+        data: dict[str, Any] = body["data"]
+        return data
 
     def new_session(self, agent_id: str | None) -> str:
         data = self.call("mutation ($f: String) { createSession(sessionData: "
                          "{frontendAgentId: $f}) { session { handle } } }", {"f": agent_id})
-        return data["createSession"]["session"]["handle"]
+        handle: str = data["createSession"]["session"]["handle"]
+        return handle
 
     def send(self, session: str, text: str) -> tuple[str, dict[str, Any] | None]:
         out = self.call(SEND, {"s": session, "t": text})["sendSessionMessage"]
         return out["message"]["id"], out["reply"]
 
     def trace(self, session: str, after: str) -> list[dict[str, Any]]:
-        return self.call(TRACE, {"h": session, "a": after})["sessionByHandle"]["messages"]
+        messages: list[dict[str, Any]] = self.call(
+            TRACE, {"h": session, "a": after})["sessionByHandle"]["messages"]
+        return messages
 
 
 class _RemoteError(CodeshotError):

@@ -11,6 +11,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import re
+from collections.abc import Callable
 from datetime import UTC, datetime
 from enum import Enum
 from typing import Any, ClassVar, TypeVar
@@ -25,6 +26,11 @@ R = TypeVar("R", bound="Record")
 
 def utcnow() -> datetime:
     return datetime.now(UTC)
+
+
+# What tells the time where a rule depends on it (usage windows): ``utcnow`` in the
+# platform, a clock the test controls in tests.
+Clock = Callable[[], datetime]
 
 
 def validate_handle(value: str, what: str = "handle") -> str:
@@ -79,19 +85,17 @@ class Record:
     @classmethod
     def from_dict(cls: type[R], values: dict[str, Any]) -> R:
         """A record from stored attributes; attributes it does not know are dropped."""
-        names = _field_names(cls)
+        names = _field_names(cls)  # type: ignore[arg-type]  # classes hash; type[R] is not Hashable to mypy
         return cls(**{k: v for k, v in values.items() if k in names})
 
     def replace(self: R, **changes: Any) -> R:
         return dataclasses.replace(self, **changes)  # type: ignore[type-var]
 
 
-record = dataclasses.dataclass(kw_only=True)
-
 
 @functools.cache
-def _field_names(cls: type) -> frozenset[str]:
-    return frozenset(f.name for f in dataclasses.fields(cls))
+def _field_names(cls: type[Record]) -> frozenset[str]:
+    return frozenset(f.name for f in dataclasses.fields(cls))  # type: ignore[arg-type]
 
 
 class AgentKind(str, Enum):
@@ -99,7 +103,7 @@ class AgentKind(str, Enum):
     STANDALONE = "standalone"
 
 
-@record
+@dataclasses.dataclass(kw_only=True)
 class Agent(Record):
     agent_id: str  # "owner/handle"
     owner: str
@@ -119,7 +123,8 @@ class Agent(Record):
     created: datetime = dataclasses.field(default_factory=utcnow)
     modified: datetime = dataclasses.field(default_factory=utcnow)
 
-    COERCE = {"kind": AgentKind, "created": _datetime, "modified": _datetime}
+    COERCE: ClassVar[dict[str, Any]] = {
+        "kind": AgentKind, "created": _datetime, "modified": _datetime}
 
     @staticmethod
     def make_id(owner: str, handle: str) -> str:
@@ -166,7 +171,7 @@ class SessionStatus(str, Enum):
     AWAITING_INPUT = "awaiting_input"
 
 
-@record
+@dataclasses.dataclass(kw_only=True)
 class Session(Record):
     session_id: str  # the Fixie "handle"
     owner: str  # user id
@@ -179,7 +184,8 @@ class Session(Record):
     created: datetime = dataclasses.field(default_factory=utcnow)
     modified: datetime = dataclasses.field(default_factory=utcnow)
 
-    COERCE = {"status": SessionStatus, "created": _datetime, "modified": _datetime}
+    COERCE: ClassVar[dict[str, Any]] = {
+        "status": SessionStatus, "created": _datetime, "modified": _datetime}
 
 
 class MessageType(str, Enum):
@@ -193,7 +199,7 @@ class MessageType(str, Enum):
     ERROR = "error"
 
 
-@record
+@dataclasses.dataclass(kw_only=True)
 class EmbedRef(Record):
     """An embed as a message carries it: what it is and where its bytes live."""
 
@@ -213,7 +219,7 @@ def _embed_ref(key: str, ref: EmbedRef | dict[str, Any]) -> EmbedRef:
     return ref if isinstance(ref, EmbedRef) else EmbedRef.from_dict(ref)
 
 
-@record
+@dataclasses.dataclass(kw_only=True)
 class Message(Record):
     session_id: str
     message_id: str  # ULID: sorts by time
@@ -225,11 +231,11 @@ class Message(Record):
     error_code: str | None = None
     timestamp: datetime = dataclasses.field(default_factory=utcnow)
 
-    COERCE = {"type": MessageType, "timestamp": _datetime,
+    COERCE: ClassVar[dict[str, Any]] = {"type": MessageType, "timestamp": _datetime,
               "embeds": lambda refs: {k: _embed_ref(k, v) for k, v in refs.items()}}
 
 
-@record
+@dataclasses.dataclass(kw_only=True)
 class Embed(Record):
     """An immutable attachment of a session, addressed by its content hash."""
 
@@ -241,10 +247,10 @@ class Embed(Record):
     size: int
     created: datetime = dataclasses.field(default_factory=utcnow)
 
-    COERCE = {"created": _datetime}
+    COERCE: ClassVar[dict[str, Any]] = {"created": _datetime}
 
 
-@record
+@dataclasses.dataclass(kw_only=True)
 class User(Record):
     user_id: str
     username: str
@@ -255,10 +261,10 @@ class User(Record):
     api_key_ids: set[str] = dataclasses.field(default_factory=set)
     created: datetime = dataclasses.field(default_factory=utcnow)
 
-    COERCE = {"api_key_ids": set, "created": _datetime}
+    COERCE: ClassVar[dict[str, Any]] = {"api_key_ids": set, "created": _datetime}
 
 
-@record
+@dataclasses.dataclass(kw_only=True)
 class Principal(Record):
     """Who is calling: a user (API key) or an agent acting for a user (agent JWT)."""
 

@@ -34,7 +34,7 @@ from codeshot.engine.components import (
     Retry,
     as_result,
 )
-from codeshot.engine.fewshot import Kind, Step, parse_line, parse_lines
+from codeshot.engine.fewshot import Kind, Step, lines_of, parse_line, parse_lines
 from codeshot.engine.prompt import STOP_SEQUENCES, system_prompt, transcript_message
 from codeshot.errors import AgentFailed, CodeshotError, InvalidInput, LLMError, NotFound, Timeout
 from codeshot.llm.base import LLM, ChatMessage
@@ -275,10 +275,11 @@ class Executor:
         steps = parse_lines(text)
         if not steps:
             return self._stop(run, LLMError.code, "The language model returned nothing.")
-        first_line = text.strip().split("\n", 1)[0]
+        first_line = (lines_of(text.strip()) or [""])[0]
         if _is_free_text(first_line) and not any(s.kind in (Kind.A, *_ASKS) for s in steps):
             steps = [Step(Kind.A, text.strip())]  # a model that forgot the protocol answered
-        for step in steps:
+        for parsed in steps:
+            step = parsed
             for component in self._of(AfterParse):
                 step = component.after_parse(step)
             if step.kind in _REPLIES:
@@ -340,7 +341,7 @@ class Executor:
                 else:
                     call = functools.partial(command.resume, resume_state)
                 return as_result(self._call(command.name, call, step.text)), True
-            except Exception as exc:  # noqa: BLE001 - any command failure is handled
+            except Exception as exc:
                 code, message = _error_of(exc)
                 log.info("%s failed (attempt %d): %s", step.label, attempt, message)
                 self._trace(
@@ -374,7 +375,7 @@ class Executor:
         def target() -> None:
             try:
                 box["result"] = call(text)
-            except BaseException as exc:  # noqa: BLE001 - re-raised in the caller's thread
+            except BaseException as exc:
                 box["error"] = exc
 
         worker = threading.Thread(target=target, name=f"command-{name}", daemon=True)
@@ -384,7 +385,8 @@ class Executor:
             raise Timeout(f"no reply within {self.limits.command_timeout:g}s")
         if "error" in box:
             raise box["error"]
-        return box["result"]
+        result: CommandResult | str = box["result"]
+        return result
 
     def _emit(self, step: Step) -> None:
         target = step.label

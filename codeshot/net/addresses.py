@@ -14,13 +14,14 @@ from __future__ import annotations
 import ipaddress
 import socket
 from collections.abc import Callable
+from typing import Any
 from urllib.parse import urlsplit
 
 from codeshot.errors import InvalidInput
 
 IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
 # (host, port) -> getaddrinfo's answers; socket.getaddrinfo unless a test says otherwise
-Resolver = Callable[..., list[tuple]]
+Resolver = Callable[..., list[tuple[Any, ...]]]
 
 # Ranges ipaddress (3.11) counts as global that are not reachable public hosts.
 _NOT_GLOBAL = tuple(ipaddress.ip_network(n) for n in (

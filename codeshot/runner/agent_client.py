@@ -9,6 +9,7 @@ defensively, and failures map to AGENT_UNAVAILABLE (could not reach it), AGENT_E
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -78,7 +79,7 @@ class AgentClient:
 
     def __init__(
         self,
-        mint_token: Any,  # (agent_id) -> JWT for this user and session
+        mint_token: Callable[[str], str],  # (agent_id) -> JWT for this user and session
         *,
         timeout: float,
         allow_loopback: bool,
@@ -95,7 +96,8 @@ class AgentClient:
     def close(self) -> None:
         self.http.close()
 
-    def _post(self, agent_id: str, url: str, body: dict[str, Any]) -> tuple[str, bytes]:
+    def _post(self, agent_id: str, url: str, body: dict[str, Any]) -> tuple[bytes, str]:
+        """(reply body, its content type) of a 2xx reply, after bounded retries."""
         import time
 
         check_public_url(url, allow_loopback=self.allow_loopback, resolve=False)

@@ -27,7 +27,7 @@ def to_item(values: dict[str, Any]) -> dict[str, Any]:
 
 
 def to_value(value: Any) -> dict[str, Any]:
-    return _ser.serialize(value)
+    return dict(_ser.serialize(value))
 
 
 def from_item(item: dict[str, Any]) -> dict[str, Any]:
@@ -35,7 +35,7 @@ def from_item(item: dict[str, Any]) -> dict[str, Any]:
     for key, raw in item.items():
         value = _deser.deserialize(raw)
         if isinstance(value, Binary):
-            value = bytes(value)
+            value = bytes(value)  # type: ignore[call-overload]  # the stub types __bytes__ as str
         elif type(value).__name__ == "Decimal":
             value = int(value) if value == int(value) else float(value)
         out[key] = value

@@ -83,7 +83,7 @@ def test_a_lone_surrogate_in_a_variable_is_invalid_input(platform):
 
 
 def test_the_agent_endpoint_checks_text_and_quota_before_making_a_session(platform, agents):
-    user_id, key = platform.user("quoted", daily_query_limit=0)
+    _, key = platform.user("quoted", daily_query_limit=0)
     agent = register(platform, key, "dice", agents.url + "/dice")
     headers = {"Authorization": f"Bearer {key}"}
     for body, expected in (({"message": {"text": ""}}, 400),

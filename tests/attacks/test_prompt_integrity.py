@@ -76,8 +76,6 @@ def echo_func():
 ECHO_SHOT = "Q: Say hi\nAsk Func[say]: hi\nFunc[say] says: hi\nA: hi"
 
 
-@pytest.mark.xfail(reason="the engine's transcript rendering (issue 14 item 1 / 15, the "
-                   "engine helper's) still splits lines on \\n only", strict=False)
 def test_separators_in_user_and_func_text_never_forge_a_step_line(
         llm_live, echo_func, chat_server):
     live = llm_live

@@ -82,6 +82,7 @@ def test_ask_user_pauses_and_resumes(live, agents):
 
 @pytest.mark.settings(agent_call_timeout_seconds=1.0, reply_wait_seconds=20.0,
                       agent_cache_seconds=0)  # the test repoints agents between queries
+@pytest.mark.slow
 def test_agents_down_broken_slow_or_garbled_end_in_one_error(live, agents):
     _, key = live.user("eve")
     cases = {"down": closed_port_url() + "/x", "broken": agents.url + "/broken",
@@ -90,7 +91,7 @@ def test_agents_down_broken_slow_or_garbled_end_in_one_error(live, agents):
         # Register with the dice handshake, then point the Funcs at the faulty agent.
         register(live, key, handle, agents.url + "/dice", published=False)
         agent = live.services.registry.get(f"eve/{handle}")
-        live.services.registry.replace(agent.replace(**{"func_url": url}))
+        live.services.registry.replace(agent.replace(func_url=url))
     expected = {"down": "AGENT_UNAVAILABLE", "broken": "AGENT_ERROR",
                 "garbage": "AGENT_ERROR", "slow": "TIMEOUT"}
     for handle, error_code in expected.items():
@@ -105,7 +106,7 @@ def test_agents_down_broken_slow_or_garbled_end_in_one_error(live, agents):
         assert failed and {m["errorCode"] for m in failed} == {error_code}, (handle, failed)
         # The session keeps working: the next message is answered too.
         live.services.registry.replace(live.services.registry.get(f"eve/{handle}")
-                                       .replace(**{"func_url": agents.url + "/dice"}))
+                                       .replace(func_url=agents.url + "/dice"))
         again = send(live, key, h, "Roll 1d20")["reply"]
         assert again["type"] == "response" and again["text"] == f"You rolled {agents.rolls[-1]}."
 

@@ -1,4 +1,4 @@
-import time
+from datetime import UTC, datetime, timedelta
 
 import pytest
 
@@ -8,8 +8,9 @@ from codeshot.models import Embed, EmbedRef, Message, MessageType, Session, Sess
 from codeshot.store.sessions import SessionStore
 
 
-def new_session(store: SessionStore, owner: str = "u1", sid: str | None = None) -> Session:
-    return store.create(Session(session_id=sid or ids.handle(), owner=owner))
+def new_session(store: SessionStore, owner: str = "u1", sid: str | None = None,
+                **fields) -> Session:
+    return store.create(Session(session_id=sid or ids.handle(), owner=owner, **fields))
 
 
 def msg(session_id: str, text: str, **kw) -> Message:
@@ -63,7 +64,7 @@ def test_message_write_is_not_duplicated(aws):
     m = store.add_message(msg(s.session_id, "once"))
     assert store.add_message(m) == m  # a retried write of the same message is harmless
     with pytest.raises(Conflict):
-        store.add_message(m.replace(**{"text": "twice"}))
+        store.add_message(m.replace(text="twice"))
     assert [x.text for x in store.all_messages(s.session_id)] == ["once"]
 
 
@@ -87,10 +88,9 @@ def test_messages_page_through(aws):
 
 def test_sessions_listed_newest_first_with_paging(aws):
     store = SessionStore(aws)
-    made = []
-    for _ in range(5):
-        made.append(new_session(store, "alice").session_id)
-        time.sleep(0.002)
+    start = datetime(2026, 3, 2, 10, 4, tzinfo=UTC)
+    made = [new_session(store, "alice", created=start + timedelta(seconds=i)).session_id
+            for i in range(5)]
     new_session(store, "bob")
     page1 = store.list_by_owner("alice", limit=3)
     page2 = store.list_by_owner("alice", limit=3, token=page1.next_token)
@@ -135,7 +135,7 @@ def test_embed_keys_bind_once(aws):
     store.put_embed(e)
     assert store.put_embed(e) == e  # a retry is fine
     with pytest.raises(Conflict):
-        store.put_embed(e.replace(**{"content_hash": "d" * 64}))
+        store.put_embed(e.replace(content_hash="d" * 64))
     assert store.get_embed(s.session_id, "1").content_hash == "c" * 64
     # The embed item must not appear as a session of its owner.
     assert [x.session_id for x in store.list_by_owner("alice").items] == [s.session_id]
