@@ -78,6 +78,8 @@ class Settings:
 
     # Limits
     daily_query_limit: int = setting(1000, ge=0)
+    daily_session_limit: int = setting(500, ge=0)  # sessions a user may create per day
+    daily_upload_bytes: int = setting(1024**3, ge=0)  # embed bytes a user may upload per day
     storage_rate_limit: int = setting(600, ge=1)  # user-storage calls per minute
     max_message_length: int = setting(16_000, ge=1)
     max_storage_value_bytes: int = setting(100_000, ge=1, le=350_000)

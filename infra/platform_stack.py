@@ -88,6 +88,8 @@ class PlatformStack(Stack):
         for spec in tables.TABLES:  # registry, sessions, users, usage, user storage
             self._table(role, spec, write=True)
         access.object_access(role, self.embeds.bucket, self.embeds.prefix, put=True)
+        # Presigned upload URLs are signed by this role; it reads an upload to bind it.
+        access.object_access(role, self.embeds.bucket, self.embeds.uploads_prefix, put=True)
         access.send_messages(role, self.sessions_queue.queue)
         access.signing_secret(role, self, config.signing_secret_id, create=True)
         access.invoke_models(role, embedding_models)

@@ -101,7 +101,7 @@ class SessionRunner:
                 trace=lambda sent_by, step: self._trace(session, query, sent_by, step),
                 history=self._history(session, query),
                 embeds={k: {"content_type": e.content_type,
-                            "uri": self.s.embeds.get_url(e.content_hash)}
+                            "uri": self.s.embeds.get_url(e.content_hash, e.content_type)}
                         for k, e in query.embeds.items()},
             )
             program, owner_id = self._program(session, ctx)

@@ -35,6 +35,7 @@ if TYPE_CHECKING:
 TERMINAL = frozenset({MessageType.RESPONSE, MessageType.ERROR, MessageType.AWAITING_INPUT})
 MAX_EMBEDS_PER_MESSAGE = 20
 IDEMPOTENCY_PREFIX = "IDEM#"
+UPLOAD_BYTES = "upload_bytes"  # usage counter: bytes uploaded (inline or presigned) per day
 
 
 @dataclass(frozen=True)
@@ -57,9 +58,12 @@ class Messaging:
             raise InvalidInput("message text must not be empty")
         return text
 
-    def _embed_refs(self, uploads: list[EmbedUpload]) -> dict[str, EmbedRef]:
+    def _embed_refs(self, owner: str, uploads: list[EmbedUpload]
+                    ) -> tuple[dict[str, EmbedRef], int]:
         """Check every embed, store inline bytes on S3 (content-addressed, so a blob
-        left behind by a failed post is harmless and reused by its retry)."""
+        left behind by a failed post is harmless and reused by its retry) and turn the
+        caller's own uploads into embeds; returns the refs and the inline bytes (charged
+        to the daily upload allowance with the post)."""
         if len(uploads) > MAX_EMBEDS_PER_MESSAGE:
             raise InvalidInput(f"at most {MAX_EMBEDS_PER_MESSAGE} embeds per message")
         refs: dict[str, EmbedRef] = {}
@@ -84,14 +88,18 @@ class Messaging:
                         f"{limit}: upload larger ones with createEmbedUpload"
                     )
             pending.append((up, data))
+        inline = sum(len(data) for _, data in pending if data is not None)
+        allowance = self.s.settings.daily_upload_bytes
+        if inline and self.s.usage.used(UPLOAD_BYTES, owner) + inline > allowance:
+            raise self.s.usage.rate_limited("daily upload bytes", allowance, "day")
         for up, data in pending:
             if data is not None:
                 digest, size = self.s.embeds.put(data, up.content_type), len(data)
-            else:
+            else:  # only the caller's own upload: another user's bytes cannot be named
                 digest = up.content_hash or ""
-                size = self.s.embeds.verify(digest)  # uploaded bytes must match their name
+                size = self.s.embeds.claim_upload(owner, digest, up.content_type)
             refs[up.key] = EmbedRef(content_type=up.content_type, content_hash=digest, size=size)
-        return refs
+        return refs, inline
 
     def post(
         self,
@@ -112,7 +120,7 @@ class Messaging:
             earlier = self._earlier_post(session_id, idempotency_key)
             if earlier:
                 return self._same_post(earlier, text, embeds), False
-        refs = self._embed_refs(embeds)
+        refs, inline_bytes = self._embed_refs(user_id, embeds)
         new_embeds = self._unbound_embeds(session_id, user_id, refs)
         message = Message(
             session_id=session_id, message_id=ids.ulid(), text=text,
@@ -120,10 +128,17 @@ class Messaging:
             embeds=refs,
         )
         limit = self.s.daily_limit(principal.daily_query_limit)
-        charge = self.s.usage.charge_request("query", user_id, limit)
-        table = self.s.sessions.table_name
+        # (what is charged, its limit): the transaction's first items, in this order
+        charges = [("daily query", limit)]
         items: list[TransactWriteItemTypeDef] = [
-            {"Update": charge},
+            {"Update": self.s.usage.charge_request("query", user_id, limit)}]
+        if inline_bytes:
+            allowance = self.s.settings.daily_upload_bytes
+            charges.append(("daily upload bytes", allowance))
+            items.append({"Update": self.s.usage.charge_request(
+                UPLOAD_BYTES, user_id, allowance, amount=inline_bytes)})
+        table = self.s.sessions.table_name
+        items += [
             {"Put": {"TableName": table, "Item": message_item(message),
                      "ConditionExpression": "attribute_not_exists(#i)",
                      "ExpressionAttributeNames": {"#i": "item"}}},
@@ -147,8 +162,9 @@ class Messaging:
             self.s.sessions.db.transact_write_items(TransactItems=items)
         except ClientError as exc:
             reasons = [r.get("Code") for r in exc.response.get("CancellationReasons", [])]
-            if reasons and reasons[0] == "ConditionalCheckFailed":
-                raise self.s.usage.rate_limited("daily query", limit, "day") from exc
+            for (what, most), reason in zip(charges, reasons):
+                if reason == "ConditionalCheckFailed":
+                    raise self.s.usage.rate_limited(what, most, "day") from exc
             if idempotency_key and reasons and reasons[-1] == "ConditionalCheckFailed":
                 earlier = self._earlier_post(session_id, idempotency_key)
                 if earlier:
@@ -265,7 +281,10 @@ class PresignedUpload:
 def upload_url(services: Services, principal: Principal, content_type: str, size: int,
                content_hash: str) -> PresignedUpload:
     """A presigned URL for the caller to upload an embed's bytes to, before sending it
-    with a message by its ``content_hash``."""
-    user_id_of(principal)
-    upload = services.embeds.put_url(content_hash, content_type, size)
+    with a message by its ``content_hash``; ``size`` counts against the caller's daily
+    upload allowance."""
+    user_id = user_id_of(principal)
+    upload = services.embeds.put_url(user_id, content_hash, content_type, size)  # checks
+    services.usage.charge(UPLOAD_BYTES, user_id, services.settings.daily_upload_bytes,
+                          amount=size)
     return PresignedUpload(upload["url"], upload["headers"], content_hash)

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 from codeshot import ids
 from codeshot.errors import InvalidInput
-from codeshot.models import Embed, Message, Principal, Session
+from codeshot.models import MAX_URL, Embed, Message, Principal, Session
 from codeshot.services import Services
+from codeshot.text import check_text
 from codeshot.usecases.agents import usable_agent
 from codeshot.usecases.users import user_id_of
 
@@ -23,12 +24,14 @@ def create_session(
     from codeshot.net.addresses import check_public_url
 
     user_id = user_id_of(principal)
+    check_text(name, "session name", MAX_NAME, one_line=True)
+    check_text(description, "session description", MAX_DESCRIPTION)
     if callback_url:
+        check_text(callback_url, "callbackUrl", MAX_URL, one_line=True)
         check_public_url(callback_url, allow_loopback=services.settings.local_mode)
     if frontend_agent_id:
         usable_agent(services, principal, frontend_agent_id)
-    if len(name) > MAX_NAME or len(description) > MAX_DESCRIPTION:
-        raise InvalidInput("session name or description is too long")
+    services.usage.charge("session", user_id, services.settings.daily_session_limit)
     return services.sessions.create(Session(
         session_id=ids.handle(), owner=user_id, owner_name=principal.username,
         frontend_agent_id=frontend_agent_id,

@@ -140,7 +140,8 @@ class MessageGQL:
             timestamp=m.timestamp, error_code=m.error_code,
             embeds=[
                 MessageEmbedType(key=k, content_type=e.content_type, content_hash=e.content_hash,
-                                 size=e.size, url=services.embeds.get_url(e.content_hash))
+                                 size=e.size,
+                                 url=services.embeds.get_url(e.content_hash, e.content_type))
                 for k, e in m.embeds.items()
             ],
         )
@@ -185,7 +186,7 @@ def _embed(e: Embed, services: Services) -> EmbedType:
     return EmbedType(id=e.content_hash, content_type=e.content_type, created=e.created,
                      content_hash=e.content_hash, size=e.size,
                      owner=EmbedOwnerType(username=e.owner),
-                     url=services.embeds.get_url(e.content_hash))
+                     url=services.embeds.get_url(e.content_hash, e.content_type))
 
 
 @strawberry.type
