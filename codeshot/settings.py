@@ -92,6 +92,11 @@ class Settings:
     # How long a warm runner reuses an agent's registry record (0: read it every time).
     agent_cache_seconds: float = setting(5.0, ge=0)
 
+    # GraphQL: storage reads one request may make (see codeshot/api/graphql/cost.py), and
+    # whether the schema can be introspected (and GraphiQL served); the CDK app turns it off.
+    graphql_max_cost: int = setting(500, ge=1)
+    graphql_introspection: bool = True
+
     # Tokens for agents also carry the Fixie SDK's audiences (docs/fixie-wire-contract.md).
     fixie_audiences: bool = True
     # Local runs may register agents on loopback addresses; AWS never does.

@@ -81,7 +81,9 @@ class PlatformStack(Stack):
             environment=common | data_env | settings_env(
                 queue_url=self.sessions_queue.queue.queue_url,
                 queue_name=self.sessions_queue.queue.queue_name,
-                reply_wait_seconds=API_REPLY_WAIT_SECONDS),
+                reply_wait_seconds=API_REPLY_WAIT_SECONDS,
+                # A deployed schema is not browsable; codeshot:extraEnv can turn it on.
+                graphql_introspection=False) | extra_env(config.extra_env),
         )
         self.http.route_to(self.api.function)
         role = self.api.role

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+from typing import Literal
 
 from fastapi import Depends, FastAPI, Request
 from fastapi.exceptions import RequestValidationError
@@ -12,7 +13,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from strawberry.fastapi import GraphQLRouter
 
 from codeshot.api.errors import INTERNAL_MESSAGE, as_codeshot_error, rest_body
-from codeshot.api.graphql import Context, schema
+from codeshot.api.graphql import Context, build_schema
 from codeshot.api.rest import get_services, router
 from codeshot.errors import (
     CodeshotError,
@@ -120,7 +121,11 @@ def create_app(settings: Settings | None = None, services: Services | None = Non
     async def context(request: Request) -> Context:
         return Context(request.app.state.services, request.headers.get("authorization"))
 
-    app.include_router(GraphQLRouter(schema, context_getter=context, graphql_ide="graphiql"),
+    settings = services.settings
+    schema = build_schema(settings.graphql_introspection, settings.graphql_max_cost)
+    # GraphiQL needs introspection to be of any use; without it /graphql answers POSTs only.
+    ide: Literal["graphiql"] | None = "graphiql" if settings.graphql_introspection else None
+    app.include_router(GraphQLRouter(schema, context_getter=context, graphql_ide=ide),
                        prefix="/graphql")
     app.include_router(router)
     app.add_middleware(BodyLimit, limit=MAX_REQUEST_BYTES)

@@ -7,12 +7,12 @@ from codeshot.errors import InvalidInput
 from codeshot.models import MAX_URL, Embed, Message, Principal, Session
 from codeshot.services import Services
 from codeshot.text import check_text
+from codeshot.usecases import paging
 from codeshot.usecases.agents import usable_agent
 from codeshot.usecases.users import user_id_of
 
 MAX_NAME = 200
 MAX_DESCRIPTION = 2000
-LIST_PAGE = 200
 
 
 def create_session(
@@ -44,16 +44,13 @@ def get_session(services: Services, principal: Principal, session_id: str) -> Se
     return services.sessions.get(session_id, owner=user_id_of(principal))
 
 
-def list_sessions(services: Services, principal: Principal) -> list[Session]:
-    """Every session of the caller's, newest first."""
+def list_sessions(services: Services, principal: Principal, after: str | None = None,
+                  limit: int | None = None) -> list[Session]:
+    """A page of the caller's sessions, newest first; ``after``: older than that one."""
     user_id = user_id_of(principal)
-    sessions: list[Session] = []
-    token = None
-    while True:
-        page = services.sessions.list_by_owner(user_id, LIST_PAGE, token)
-        sessions += page.items
-        if not (token := page.next_token):
-            return sessions
+    start = services.sessions.get(after, owner=user_id) if after else None
+    return services.sessions.list_by_owner(user_id, paging.SESSIONS.of(limit),
+                                           after=start).items
 
 
 def delete_session(services: Services, principal: Principal, session_id: str) -> Session:
@@ -78,11 +75,13 @@ def list_messages(
 ) -> list[Message]:
     """A session's messages in time order (``after``: only newer than that id); the
     session comes from :func:`get_session`, which checked the caller owns it."""
-    if limit is None and after is None:
-        return services.sessions.all_messages(session.session_id)
-    return services.sessions.list_messages(session.session_id, limit=limit, after=after).items
+    return services.sessions.list_messages(session.session_id, limit=paging.MESSAGES.of(limit),
+                                           after=after).items
 
 
-def list_embeds(services: Services, session: Session) -> list[Embed]:
-    """A session's embeds (the session as :func:`get_session` returned it)."""
-    return services.sessions.list_embeds(session.session_id)
+def list_embeds(services: Services, session: Session, after: str | None = None,
+                limit: int | None = None) -> list[Embed]:
+    """A page of a session's embeds by key (the session as :func:`get_session` returned
+    it); ``after``: keys after that one."""
+    return services.sessions.list_embeds(session.session_id, after=after,
+                                         limit=paging.EMBEDS.of(limit))

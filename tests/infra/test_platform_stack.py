@@ -161,6 +161,7 @@ def test_environment_points_functions_at_the_resources(synth):
     assert "CODESHOT_QUEUE_URL" in env
     assert "CODESHOT_QUEUE_URL" not in synth.platform.env(RUNNER)  # it never enqueues
     assert env["CODESHOT_API_URL"] == synth.platform.env(RUNNER)["CODESHOT_API_URL"]
+    assert env["CODESHOT_GRAPHQL_INTROSPECTION"] == "false"  # a deployed schema is not browsable
 
 
 def test_http_api_default_route_goes_to_the_api_function_with_throttling(synth):

@@ -13,10 +13,13 @@ from codeshot.usecases.threads import blocking
 
 @strawberry.type
 class Query:
-    @strawberry.field(description="Published agents and your own.")
-    async def all_agents(self, info: Info) -> list[AgentType]:
+    @strawberry.field(description="Published agents and your own, by id, a page at a time: "
+                      "`after` = the last agent id of the previous page.")
+    async def all_agents(self, info: Info, after: str | None = None,
+                         limit: int | None = None) -> list[AgentType]:
         services, p = await caller(info)
-        return [AgentType.of(a) for a in await blocking(agents.visible_agents, services, p)]
+        found = await blocking(agents.visible_agents, services, p, after, limit)
+        return [AgentType.of(a) for a in found]
 
     @strawberry.field
     async def agent_by_id(self, info: Info, agent_id: str) -> AgentType | None:
@@ -29,10 +32,13 @@ class Query:
         services, p = await caller(info)
         return UserType.of(await blocking(users.profile, services, p))
 
-    @strawberry.field(description="Your sessions, newest first.")
-    async def all_sessions(self, info: Info) -> list[SessionType]:
+    @strawberry.field(description="Your sessions, newest first, a page at a time: `after` = "
+                      "the last handle of the previous page.")
+    async def all_sessions(self, info: Info, after: str | None = None,
+                           limit: int | None = None) -> list[SessionType]:
         services, p = await caller(info)
-        return [SessionType.of(s) for s in await blocking(sessions.list_sessions, services, p)]
+        found = await blocking(sessions.list_sessions, services, p, after, limit)
+        return [SessionType.of(s) for s in found]
 
     @strawberry.field(description="The agents the router would pick for this text, best first.")
     async def route(self, info: Info, text: str, k: int = 3) -> list[RouteType]:

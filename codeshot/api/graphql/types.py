@@ -160,7 +160,8 @@ class SessionType:
 
     session: strawberry.Private[Session]  # read with the owner's check
 
-    @strawberry.field(description="Messages in time order; `after` = only newer than that id.")
+    @strawberry.field(description="Messages in time order, a page at a time (at most 1,000); "
+                      "`after` = only newer than that id.")
     async def messages(
         self, info: Info, after: str | None = None, limit: int | None = None
     ) -> list[MessageGQL]:
@@ -168,10 +169,12 @@ class SessionType:
         found = await blocking(sessions.list_messages, services, self.session, after, limit)
         return [MessageGQL.of(m, services) for m in found]
 
-    @strawberry.field
-    async def embeds(self, info: Info) -> list[SessionEmbedType]:
+    @strawberry.field(description="Embeds by key, a page at a time; `after` = the last key of "
+                      "the previous page.")
+    async def embeds(self, info: Info, after: str | None = None,
+                     limit: int | None = None) -> list[SessionEmbedType]:
         services = ctx(info).services
-        found = await blocking(sessions.list_embeds, services, self.session)
+        found = await blocking(sessions.list_embeds, services, self.session, after, limit)
         return [SessionEmbedType(key=e.key, embed=_embed(e, services)) for e in found]
 
     @classmethod
