@@ -12,6 +12,8 @@ from codeshot.models import Principal, User
 from codeshot.settings import Settings
 from codeshot.store.users import UserStore
 
+KEY_PREFIX = "key_"  # API key ids (the key's jti)
+
 
 class Auth:
     def __init__(self, settings: Settings, keyring: KeyRing, users: UserStore) -> None:
@@ -31,7 +33,7 @@ class Auth:
     # -- API keys ---------------------------------------------------------------------
     def issue_api_key(self, user: User) -> str:
         """A new API key for ``user``; only its id is stored, so it is shown once."""
-        key_id = "key_" + ids.handle(12)
+        key_id = KEY_PREFIX + ids.handle(12)
         self.users.add_key(user.user_id, key_id)
         return self.sign(tokens.api_key_claims(self.issuer, user.user_id, key_id))
 

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from codeshot.errors import Conflict, NotFound, Unauthenticated
+from codeshot.auth.service import KEY_PREFIX
+from codeshot.errors import Conflict, InvalidInput, NotFound, Unauthenticated
 from codeshot.models import Principal, User
 from codeshot.services import Services
 
@@ -26,6 +27,66 @@ def create_user(services: Services, username: str) -> tuple[User, str]:
     """A new user and their first API key (shown once: only its id is stored)."""
     user = services.users.create(username)
     return user, services.auth.issue_api_key(user)
+
+
+MAX_API_KEYS = 20  # active keys one user may hold
+
+
+@dataclass(frozen=True)
+class ApiKey:
+    key_id: str
+    current: bool  # the key this request came with
+
+
+def create_api_key(services: Services, principal: Principal) -> tuple[str, str]:
+    """A new API key of the caller's: (its id, the key, shown once)."""
+    user = services.users.get(user_id_of(principal))
+    if len(user.api_key_ids) >= MAX_API_KEYS:
+        raise InvalidInput(f"you have {MAX_API_KEYS} API keys; revoke one first")
+    key = services.auth.issue_api_key(user)
+    return key_id_of(key), key
+
+
+def list_api_keys(services: Services, principal: Principal) -> list[ApiKey]:
+    """The ids of the caller's active API keys (keys themselves are never stored)."""
+    user = services.users.get(user_id_of(principal))
+    return [ApiKey(k, k == principal.key_id) for k in sorted(user.api_key_ids)]
+
+
+def revoke_api_key(services: Services, principal: Principal, key_id: str) -> ApiKey:
+    """Revoke one of the caller's keys (the one in use too: that signs out). Another
+    user's key, or none, is NOT_FOUND; the last key cannot go (the user would be locked
+    out: create another first)."""
+    user = services.users.get(user_id_of(principal))
+    return _revoke(services, user, key_id, principal.key_id)
+
+
+def revoke_key_of(services: Services, username: str, key: str) -> ApiKey:
+    """Revoke ``username``'s key, named by its id or given whole (the CLI, an operator)."""
+    user = services.users.get_by_username(username)
+    return _revoke(services, user, key if key.startswith(KEY_PREFIX) else key_id_of(key), None)
+
+
+def _revoke(services: Services, user: User, key_id: str, current: str | None) -> ApiKey:
+    if key_id not in user.api_key_ids:
+        raise NotFound(f"no active API key {key_id!r}")
+    if len(user.api_key_ids) == 1:
+        raise InvalidInput("this is the last API key; create another before revoking it")
+    services.auth.revoke_api_key(user, key_id)
+    return ApiKey(key_id, key_id == current)
+
+
+def key_id_of(key: str) -> str:
+    """The id (``jti``) inside an API key, unverified: it only names the key to revoke."""
+    import jwt
+
+    try:
+        key_id = jwt.decode(key, options={"verify_signature": False}).get("jti")
+    except jwt.PyJWTError:
+        key_id = None
+    if not isinstance(key_id, str) or not key_id.startswith(KEY_PREFIX):
+        raise InvalidInput("give an API key id (key_...) or the API key itself")
+    return key_id
 
 
 def ensure_user(services: Services, username: str) -> User:

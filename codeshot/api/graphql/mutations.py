@@ -13,14 +13,16 @@ from codeshot.api.graphql.inputs import AgentInput, DeleteAgentInput, MessageInp
 from codeshot.api.graphql.types import (
     AgentPayload,
     AgentType,
+    ApiKeyType,
     EmbedUploadType,
     MessageGQL,
     MessagePayload,
+    NewApiKeyType,
     SessionPayload,
     SessionType,
 )
 from codeshot.services import Services
-from codeshot.usecases import sessions
+from codeshot.usecases import sessions, users
 from codeshot.usecases.messaging import EmbedUpload, Messaging, upload_url, wait_for_reply
 from codeshot.usecases.threads import blocking
 
@@ -95,6 +97,17 @@ class Mutation:
             message=MessageGQL.of(message, services),
             reply=MessageGQL.of(reply, services) if reply else None,
         )
+
+    @strawberry.mutation(description="A new API key of yours (shown once).")
+    async def create_api_key(self, info: Info) -> NewApiKeyType:
+        services, p = await caller(info)
+        key_id, key = await blocking(users.create_api_key, services, p)
+        return NewApiKeyType(id=key_id, key=key)
+
+    @strawberry.mutation(description="Revoke one of your API keys (not the last one).")
+    async def revoke_api_key(self, info: Info, id: str) -> ApiKeyType:
+        services, p = await caller(info)
+        return ApiKeyType.of(await blocking(users.revoke_api_key, services, p, id))
 
     @strawberry.mutation(description="A presigned URL to upload an embed's bytes to.")
     async def create_embed_upload(

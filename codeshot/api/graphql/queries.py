@@ -6,7 +6,7 @@ import strawberry
 from strawberry.types import Info
 
 from codeshot.api.graphql.context import caller
-from codeshot.api.graphql.types import AgentType, RouteType, SessionType, UserType
+from codeshot.api.graphql.types import AgentType, ApiKeyType, RouteType, SessionType, UserType
 from codeshot.usecases import agents, sessions, users
 from codeshot.usecases.threads import blocking
 
@@ -26,6 +26,11 @@ class Query:
         services, p = await caller(info)
         agent = await blocking(agents.find_agent, services, p, agent_id)
         return AgentType.of(agent) if agent else None
+
+    @strawberry.field(description="Your active API keys (their ids).")
+    async def api_keys(self, info: Info) -> list[ApiKeyType]:
+        services, p = await caller(info)
+        return [ApiKeyType.of(k) for k in await blocking(users.list_api_keys, services, p)]
 
     @strawberry.field
     async def user(self, info: Info) -> UserType:

@@ -17,7 +17,7 @@ from codeshot.usecases.threads import blocking
 if TYPE_CHECKING:
     from codeshot.routing.index import Route  # numpy: not at the API's cold start
     from codeshot.usecases.messaging import PresignedUpload
-    from codeshot.usecases.users import Profile
+    from codeshot.usecases.users import ApiKey, Profile
 
 
 @strawberry.type
@@ -201,6 +201,22 @@ class RouteType:
     @classmethod
     def of(cls, r: Route) -> RouteType:
         return cls(agent_id=r.agent_id, score=r.score, matched=r.matched)
+
+
+@strawberry.type(description="One of your API keys: only its id is kept.")
+class ApiKeyType:
+    id: str
+    current: bool = strawberry.field(description="the key this request came with")
+
+    @classmethod
+    def of(cls, key: ApiKey) -> ApiKeyType:
+        return cls(id=key.key_id, current=key.current)
+
+
+@strawberry.type(description="A new API key: `key` is shown this once.")
+class NewApiKeyType:
+    id: str
+    key: str
 
 
 @strawberry.type
