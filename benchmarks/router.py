@@ -1,15 +1,22 @@
-"""Router benchmark (issue #6): routing accuracy on held-out queries, and route latency.
+"""Router benchmark (issues #6, #20): accuracy on held-out queries, the no-agent floor,
+and route latency.
 
-    .venv/bin/python -m benchmarks.router [--embedders hashing,minilm]
+    .venv/bin/python -m benchmarks.router [--embedders hashing,minilm] [--calibrate]
 
-(a) top-1 / top-3 accuracy of ``AgentIndex.search`` over the hand-written corpus in
-    ``benchmarks/router_corpus.json`` (agents indexed by their sample queries and
-    name/description; the held-out queries are never indexed), plus the time to embed
-    the corpus.
-(b) route latency at several index sizes: ``search()`` end to end (query embedding
-    included) and the index search alone (query vector precomputed). Sizes beyond the
-    base corpus are synthesised by replicating its agents with suffixed handles and
-    lightly perturbed texts; their vectors are precomputed (see the printed notes).
+(a) On ``benchmarks/router_corpus.json`` (50 agents; held-out queries written apart from
+    the samples, labelled with the agent that should take them or with none): top-1 and
+    top-3 over the answerable queries, and the no-agent outcome: the share of no-agent
+    queries declined (below the floor), the share of answerable ones wrongly declined,
+    and the precision of a decline. "before" is the router as it was (hashing-v1
+    features, best sample cosine, no lexical score, no floor), rebuilt here; "after" is
+    ``AgentIndex`` with its calibrated scoring. The test split is reported; the dev split
+    chose the weights and floors (``--calibrate`` prints that choice again).
+(b) Route latency at several index sizes: ``search()`` end to end (query embedding
+    included) and with the query vector precomputed. Sizes beyond the corpus are
+    replicas of its agents with suffixed handles and lightly perturbed texts; minilm
+    replicas reuse their base agent's vectors plus noise. Large dense indexes shortlist
+    on a projection: "same top-1" is how often the shortlist's first agent is the one an
+    exhaustive scan ranks first (replicas compared by their base agent).
 
 Everything printed is measured on this run.
 """
@@ -17,17 +24,23 @@ Everything printed is measured on this run.
 from __future__ import annotations
 
 import argparse
+import dataclasses
+import itertools
 import json
 import os
 import statistics
 import sys
 import time
+import zlib
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
 
 from codeshot.models import Agent
-from codeshot.routing.embedders import Embedder, HashingEmbedder, MiniLMEmbedder, normalise
+from codeshot.routing import index as index_module
+from codeshot.routing.calibration import Scoring, scoring_for
+from codeshot.routing.embedders import Embedder, HashingEmbedder, MiniLMEmbedder
 from codeshot.routing.index import AgentIndex, agent_texts
 
 CORPUS = Path(__file__).with_name("router_corpus.json")
@@ -35,9 +48,14 @@ OWNER = "bench"
 # Prefixes that perturb a replicated agent's sample queries (replica r uses PREFIXES[r % n]).
 PREFIXES = ["", "please ", "hey, ", "quick question: ", "can you ", "I'd like to know: ",
             "help: ", "ok so "]
+WEIGHTS = (0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 1.0)
+ALLOWED_WRONG_DECLINES = 0.03  # of the dev split's answerable queries, when calibrating
+
+Labelled = list[tuple[str, str | None]]  # (query, agent handle or None)
+Search = Callable[[str, int], list[tuple[str, float, bool]]]  # -> (handle, score, fits)
 
 
-def load_corpus(path: Path = CORPUS) -> tuple[list[Agent], list[tuple[str, str]]]:
+def load_corpus(path: Path = CORPUS) -> tuple[list[Agent], dict[str, Labelled]]:
     data = json.loads(path.read_text())
     agents = [
         Agent(agent_id=Agent.make_id(OWNER, a["handle"]), owner=OWNER, handle=a["handle"],
@@ -46,29 +64,150 @@ def load_corpus(path: Path = CORPUS) -> tuple[list[Agent], list[tuple[str, str]]
         for a in data["agents"]
     ]
     handles = {a.handle for a in agents}
-    held_out = [(h["query"], h["agent"]) for h in data["held_out"]]
-    unknown = {label for _, label in held_out} - handles
+    splits = {name: [(q["query"], q["agent"]) for q in data[name]] for name in ("test", "dev")}
+    unknown = {label for split in splits.values() for _, label in split} - handles - {None}
     if unknown:
-        raise SystemExit(f"held-out queries name unknown agents: {sorted(unknown)}")
-    return agents, held_out
+        raise SystemExit(f"queries name unknown agents: {sorted(unknown)}")
+    return agents, splits
 
 
-def attach(agent: Agent, matrix: np.ndarray, model_id: str) -> Agent:
-    """The agent with ``matrix`` stored as its embeddings (what ``with_embeddings`` stores)."""
-    return agent.replace(embeddings=np.ascontiguousarray(matrix, dtype="<f4").tobytes(), embedding_model=model_id)
+# --- before: the router of issue #6, rebuilt (hashing-v1, best sample cosine) ---
+
+class HashingV1:
+    """The ``hashing`` embedder before issue #20: words, word pairs, character trigrams."""
+
+    model_id = "hashing-v1-1024"
+
+    def embed(self, texts: list[str]) -> np.ndarray:
+        out = np.zeros((len(texts), 1024), dtype=np.float32)
+        for row, text in enumerate(texts):
+            words = [w for w in "".join(c if c.isalnum() else " " for c in text.lower()).split()
+                     if w.isascii()]
+            feats = [(w, 1.0) for w in words]
+            feats += [(f"{a} {b}", 0.5) for a, b in itertools.pairwise(words)]
+            for w in words:
+                padded = f"#{w}#"
+                feats += [(padded[i:i + 3], 0.25) for i in range(len(padded) - 2)]
+            for feature, weight in feats:
+                h = zlib.crc32(feature.encode())
+                out[row, h % 1024] += weight if h & 0x80000000 else -weight
+        norms = np.linalg.norm(out, axis=1, keepdims=True)
+        return out / np.where(norms == 0, 1, norms)
+
+
+def before_search(agents: list[Agent], embedder: Embedder) -> Search:
+    """Best sample cosine per agent over samples and "name description"; no floor."""
+    texts = [[*a.sample_queries, f"{a.name} {a.description}"] for a in agents]
+    matrix = np.asarray(embedder.embed([t for ts in texts for t in ts]), dtype=np.float32)
+    starts = np.cumsum([0] + [len(ts) for ts in texts[:-1]])
+
+    def search(text: str, k: int) -> list[tuple[str, float, bool]]:
+        query = np.asarray(embedder.embed([text]), dtype=np.float32)[0]
+        best = np.maximum.reduceat(matrix @ query, starts)
+        top = np.argsort(-best, kind="stable")[:k]
+        return [(agents[i].handle, float(best[i]), True) for i in top]
+
+    return search
+
+
+def after_search(index: AgentIndex) -> Search:
+    def search(text: str, k: int) -> list[tuple[str, float, bool]]:
+        return [(c.agent_id.split("/", 1)[1], c.score, c.fits) for c in index.search(text, k)]
+
+    return search
+
+
+@dataclasses.dataclass
+class Result:
+    top1: float
+    top3: float
+    declined: float  # share of no-agent queries declined
+    wrongly: float  # share of answerable queries declined
+    precision: float  # declined no-agent queries / all declines
+    counts: str
+    misses: list[str]
+
+
+def evaluate(search: Search, queries: Labelled) -> Result:
+    top1 = top3 = declined = wrongly = 0
+    answerable = [(q, label) for q, label in queries if label]
+    none = [q for q, label in queries if not label]
+    misses = []
+    for query, label in answerable:
+        got = search(query, 3)
+        handles = [h for h, _, _ in got]
+        top1 += handles[:1] == [label]
+        top3 += label in handles
+        wrongly += not got[0][2]
+        if handles[:1] != [label] or not got[0][2]:
+            misses.append(f"{query!r}: want {label}, got "
+                          + ", ".join(f"{h} {s:.2f}" for h, s, _ in got)
+                          + ("" if got[0][2] else " (declined)"))
+    for query in none:
+        got = search(query, 1)
+        declined += not got[0][2]
+        if got[0][2]:
+            misses.append(f"{query!r}: want none, got {got[0][0]} {got[0][1]:.2f}")
+    all_declines = declined + wrongly
+    return Result(top1 / len(answerable), top3 / len(answerable), declined / len(none),
+                  wrongly / len(answerable), declined / all_declines if all_declines else 0.0,
+                  f"{top1}/{top3}/{len(answerable)}; {declined}/{len(none)}; {wrongly}",
+                  misses)
 
 
 def embed_agents(agents: list[Agent], embedder: Embedder) -> list[Agent]:
     """Every agent with stored embeddings; unique texts are embedded once, in one batch."""
     unique = list(dict.fromkeys(t for a in agents for t in agent_texts(a)))
-    vectors = embedder.embed(unique)
+    vectors = np.asarray(embedder.embed(unique), dtype=np.float32)
     row = {t: i for i, t in enumerate(unique)}
     return [attach(a, vectors[[row[t] for t in agent_texts(a)]], embedder.model_id)
             for a in agents]
 
 
+def attach(agent: Agent, matrix: np.ndarray, model_id: str) -> Agent:
+    """The agent with ``matrix`` stored as its embeddings (what ``with_embeddings`` stores)."""
+    return agent.replace(embeddings=np.ascontiguousarray(matrix, dtype="<f4").tobytes(),
+                         embedding_model=model_id)
+
+
+def calibrate(agents: list[Agent], embedder: Embedder, dev: Labelled) -> Scoring:
+    """The dense weight with the best dev top-1 (ties: more no-agent queries declined),
+    and the highest floor that wrongly declines at most 3% of dev's answerable queries."""
+    best: tuple[float, float, Scoring] | None = None
+    for w in WEIGHTS:
+        index = AgentIndex(agents, embedder, Scoring(w, 0.0))
+        tops = [(index.search(q, 1)[0], label) for q, label in dev]
+        answerable = sorted(c.score for c, label in tops if label)
+        floor = answerable[int(ALLOWED_WRONG_DECLINES * len(answerable))]
+        floor = int(floor * 1000) / 1000  # rounded down: at most the allowed declines
+        top1 = sum(c.agent_id.endswith("/" + label) for c, label in tops if label)
+        declined = sum(c.score < floor for c, label in tops if not label)
+        key = (top1, declined)
+        print(f"- w={w}: dev top-1 {top1}/{len(answerable)}, floor {floor:.3f} declines "
+              f"{declined}/{len(tops) - len(answerable)} no-agent queries")
+        if best is None or key > best[:2]:
+            best = (top1, declined, Scoring(w, floor))
+    assert best is not None
+    return best[2]
+
+
+class Cached:
+    """The embedder with each text embedded once (queries repeat across weights)."""
+
+    def __init__(self, embedder: Embedder) -> None:
+        self.embedder, self.model_id = embedder, embedder.model_id
+        self._rows: dict[str, np.ndarray] = {}
+
+    def embed(self, texts: list[str]) -> np.ndarray:
+        todo = [t for t in dict.fromkeys(texts) if t not in self._rows]
+        if todo:
+            vectors = np.asarray(self.embedder.embed(todo), dtype=np.float32)
+            self._rows.update(zip(todo, vectors, strict=True))
+        return np.stack([self._rows[t] for t in texts])
+
+
 class Precomputed:
-    """An embedder that looks query vectors up: times the index search without the model."""
+    """An embedder that looks query vectors up: times the index without the model."""
 
     def __init__(self, model_id: str, texts: list[str], vectors: np.ndarray) -> None:
         self.model_id = model_id
@@ -88,7 +227,10 @@ def replicate(base: list[Agent], n: int) -> list[Agent]:
             continue
         handle = f"{src.handle}-{r}"
         prefix = PREFIXES[r % len(PREFIXES)]
-        out.append(src.replace(agent_id=Agent.make_id(OWNER, handle), handle=handle, name=f"{src.name} {r}", sample_queries=[prefix + q for q in src.sample_queries], embeddings=None, embedding_model=None))
+        out.append(src.replace(agent_id=Agent.make_id(OWNER, handle), handle=handle,
+                               name=f"{src.name} {r}",
+                               sample_queries=[prefix + q for q in src.sample_queries],
+                               embeddings=None, embedding_model=None))
     return out
 
 
@@ -102,8 +244,10 @@ def noisy_copies(base_embedded: list[Agent], replicas: list[Agent], model_id: st
             out.append(by_handle[agent.handle])
             continue
         src = by_handle[agent.handle.rsplit("-", 1)[0]]
-        rows = np.frombuffer(src.embeddings, dtype="<f4").reshape(len(agent_texts(src)), -1)
-        out.append(attach(agent, normalise(rows + rng.normal(0, sigma, rows.shape)),
+        rows = np.frombuffer(src.embeddings or b"", dtype="<f4").reshape(
+            len(agent_texts(src)), -1)
+        noisy = rows + rng.normal(0, sigma, rows.shape)
+        out.append(attach(agent, noisy / np.linalg.norm(noisy, axis=1, keepdims=True),
                           model_id))
     return out
 
@@ -112,20 +256,7 @@ def pct(values: list[float], q: float) -> float:
     return float(np.percentile(np.asarray(values), q))
 
 
-def accuracy(index: AgentIndex, held_out: list[tuple[str, str]]) -> tuple[float, float, list]:
-    top1 = top3 = 0
-    misses = []
-    for query, label in held_out:
-        routes = index.search(query, k=3)
-        got = [r.agent_id.split("/", 1)[1] for r in routes]
-        top1 += bool(got) and got[0] == label
-        top3 += label in got
-        if not got or got[0] != label:
-            misses.append((query, label, got))
-    return top1 / len(held_out), top3 / len(held_out), misses
-
-
-def _timed_searches(index: AgentIndex, queries: list[str], warmup: int) -> list[float]:
+def timed(index: AgentIndex, queries: list[str], warmup: int = 10) -> list[float]:
     for q in queries[:warmup]:
         index.search(q, k=3)
     times = []
@@ -136,17 +267,22 @@ def _timed_searches(index: AgentIndex, queries: list[str], warmup: int) -> list[
     return times
 
 
-def time_routes(index: AgentIndex, queries: list[str], vectors: np.ndarray,
-                warmup: int = 10) -> tuple[list[float], list[float]]:
-    """Per-query ms: ``search()`` with the real embedder, then with precomputed vectors."""
-    real = index.embedder
-    full = _timed_searches(index, queries, warmup)
-    index.embedder = Precomputed(real.model_id, queries, vectors)
+def same_top1(index: AgentIndex, queries: list[str]) -> str:
+    """How often the index's first agent is an exhaustive scan's (by base agent)."""
+    if getattr(index._scores, "projection", None) is None:
+        return "exact"
+    saved = index_module.EXACT_CELLS
     try:
-        alone = _timed_searches(index, queries, warmup)
+        index_module.EXACT_CELLS = 1 << 62
+        exact = AgentIndex(index.agents, index.embedder, index.scoring)
     finally:
-        index.embedder = real
-    return full, alone
+        index_module.EXACT_CELLS = saved
+
+    def base(c: list) -> str:
+        return c[0].agent_id.split("/")[1].rsplit("-", 1)[0] if c else ""
+
+    same = sum(base(index.search(q, 1)) == base(exact.search(q, 1)) for q in queries)
+    return f"{same}/{len(queries)}"
 
 
 def make_embedder(name: str) -> tuple[Embedder | None, float, str]:
@@ -166,129 +302,107 @@ def make_embedder(name: str) -> tuple[Embedder | None, float, str]:
     return None, 0.0, f"unknown embedder {name!r}"
 
 
-def thread_pools() -> str:
-    try:
-        from threadpoolctl import threadpool_info
-    except ImportError:
-        return "unknown (threadpoolctl not installed)"
-    return ", ".join(f"{i['internal_api']} {i['num_threads']} ({Path(i['filepath']).name})"
-                     for i in threadpool_info())
-
-
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0])
     parser.add_argument("--embedders", default="hashing,minilm")
+    parser.add_argument("--split", default="test", choices=("test", "dev"))
+    parser.add_argument("--calibrate", action="store_true",
+                        help="choose each embedder's weight and floor on the dev split")
     parser.add_argument("--sizes", default="10,1000,10000")
     parser.add_argument("--queries", type=int, default=200, help="timed routes per size")
     parser.add_argument("--noise", type=float, default=0.015,
                         help="per-dimension sigma of the noise on replicated minilm vectors")
     parser.add_argument("--seed", type=int, default=6)
-    parser.add_argument("--misses", action="store_true", help="list top-1 misses")
-    parser.add_argument("--blas-threads", type=int, default=0,
-                        help="limit BLAS threads (needs threadpoolctl); 0: library default")
+    parser.add_argument("--misses", action="store_true", help="list misses and wrong fits")
     args = parser.parse_args(argv)
-    if args.blas_threads:
-        from threadpoolctl import threadpool_limits
-
-        with threadpool_limits(limits=args.blas_threads, user_api="blas"):
-            return run(args)
     return run(args)
 
 
 def run(args: argparse.Namespace) -> int:
     names = [n.strip() for n in args.embedders.split(",") if n.strip()]
-    sizes = [int(s) for s in args.sizes.split(",")]
+    sizes = [int(s) for s in args.sizes.split(",") if s]
     rng = np.random.default_rng(args.seed)
     started = time.perf_counter()
     load_before = os.getloadavg()[0]
-
-    base, held_out = load_corpus()
-    n_texts = sum(len(agent_texts(a)) for a in base)
-    queries = [held_out[i % len(held_out)][0] for i in range(args.queries)]
-
+    base, splits = load_corpus()
+    queries = splits[args.split]
     embedders: dict[str, Embedder] = {}
-    loads: dict[str, float] = {}
     for name in names:
         embedder, load_s, why = make_embedder(name)
         if embedder is None:
             print(f"> {name}: skipped: {why}\n")
         else:
-            embedders[name], loads[name] = embedder, load_s
+            embedders[name] = embedder
+            print(f"> {name}: {embedder.model_id}, model load {load_s:.2f} s")
 
-    print(f"## Routing accuracy ({len(base)} agents, {n_texts} indexed texts, "
-          f"{len(held_out)} held-out queries)\n")
-    print("| embedder | model | top-1 | top-3 | model load (s) | embed corpus (s) |")
-    print("|---|---|---|---|---|---|")
-    embedded: dict[str, list[Agent]] = {}
-    all_misses = {}
-    for name, embedder in embedders.items():
-        t0 = time.perf_counter()
-        embedded[name] = embed_agents(base, embedder)
-        embed_s = time.perf_counter() - t0
-        index = AgentIndex(embedded[name], embedder)
-        top1, top3, misses = accuracy(index, held_out)
-        all_misses[name] = misses
-        print(f"| {name} | {embedder.model_id} | {top1:.1%} ({round(top1 * len(held_out))}"
-              f"/{len(held_out)}) | {top3:.1%} ({round(top3 * len(held_out))}/{len(held_out)})"
-              f" | {loads[name]:.2f} | {embed_s:.3f} |")
+    embedded = {name: embed_agents(base, e) for name, e in embedders.items()}
+    cached = {name: Cached(e) for name, e in embedders.items()}
+    if args.calibrate:
+        for name in embedders:
+            print(f"\ncalibrating {name} on the dev split:")
+            print(f"=> {calibrate(embedded[name], cached[name], splits['dev'])}")
+
+    n_answerable = sum(1 for _, label in queries if label)
+    print(f"\n## Routing accuracy and the no-agent floor ({len(base)} agents; {args.split} "
+          f"split: {n_answerable} answerable queries, {len(queries) - n_answerable} that no "
+          "agent should take)\n")
+    print("| embedder | router | top-1 | top-3 | no-agent declined | answerable wrongly "
+          "declined | decline precision | floor |")
+    print("|---|---|---|---|---|---|---|---|")
+    misses: dict[str, list[str]] = {}
+    for name in embedders:
+        before_embedder: Embedder = HashingV1() if name == "hashing" else cached[name]
+        index = AgentIndex(embedded[name], cached[name])
+        for label, search in (("before", before_search(base, before_embedder)),
+                              ("after", after_search(index))):
+            r = evaluate(search, queries)
+            floor = "none" if label == "before" else f"{index.scoring.floor:.3f}"
+            print(f"| {name} | {label} | {r.top1:.3f} | {r.top3:.3f} | {r.declined:.2f} | "
+                  f"{r.wrongly:.3f} | {r.precision:.2f} | {floor} |")
+            misses[f"{name} {label}"] = r.misses
     if args.misses:
-        for name, misses in all_misses.items():
-            print(f"\n{name} top-1 misses:")
-            for query, label, got in misses:
-                print(f"- {query!r}: want {label}, got {got}")
+        for key, lines in misses.items():
+            print(f"\n{key}: misses, wrong declines and no-agent queries taken:")
+            for line in lines:
+                print(f"- {line}")
 
+    timed_queries = [q for q, _ in itertools.islice(itertools.cycle(queries), args.queries)]
     print(f"\n## Route latency ({args.queries} routes per row, k=3, ms)\n")
-    print("| embedder | agents | rows | build vectors (s) | build index (s) "
-          "| search() p50 | search() p95 | index only p50 | index only p95 |")
+    print("| embedder | agents | rows | build index (s) | search() p50 | search() p95 "
+          "| precomputed query p50 | p95 | same top-1 as exhaustive |")
     print("|---|---|---|---|---|---|---|---|---|")
-    notes = []
     for name, embedder in embedders.items():
-        t0 = time.perf_counter()
-        qvecs = embedder.embed(queries)
-        qvec_s = time.perf_counter() - t0
+        vectors = np.asarray(embedder.embed(timed_queries), dtype=np.float32)
         for size in sizes:
             agents = replicate(base, size)
-            t0 = time.perf_counter()
             if size <= len(base):
                 agents = embedded[name][:size]
-                how = "base"
             elif name == "hashing":
                 agents = embed_agents(agents, embedder)
-                how = "embedded"
             else:
                 agents = noisy_copies(embedded[name], agents, embedder.model_id,
                                       args.noise, rng)
-                how = "noise"
-            vec_s = time.perf_counter() - t0
             t0 = time.perf_counter()
             index = AgentIndex(agents, embedder)
             build_s = time.perf_counter() - t0
-            full, alone = time_routes(index, queries, qvecs)
-            vec_cell = "-" if how == "base" else f"{vec_s:.2f} ({how})"
-            print(f"| {name} | {size:,} | {index.matrix.shape[0]:,} | {vec_cell} | "
-                  f"{build_s:.3f} | {statistics.median(full):.2f} | {pct(full, 95):.2f} | "
-                  f"{statistics.median(alone):.3f} | {pct(alone, 95):.3f} |")
-        notes.append(f"- {name}: {args.queries} query vectors for the index-only column "
-                     f"embedded in one batch in {qvec_s:.2f} s.")
+            full = timed(index, timed_queries)
+            index.embedder = Precomputed(embedder.model_id, timed_queries, vectors)
+            alone = timed(index, timed_queries)
+            agree = same_top1(index, timed_queries[:50])
+            rows = sum(len(r) for r in index.rows)
+            print(f"| {name} | {size:,} | {rows:,} | {build_s:.2f} | "
+                  f"{statistics.median(full):.2f} | {pct(full, 95):.2f} | "
+                  f"{statistics.median(alone):.2f} | {pct(alone, 95):.2f} | {agree} |")
     print()
     print("Notes:")
-    print(f"- Agents beyond the {len(base)} of the corpus are replicas with suffixed handles "
-          "(`dice-1`, ...) and sample queries prefixed with one of "
-          f"{len(PREFIXES) - 1} phrases (\"please \", \"hey, \", ...).")
-    if "hashing" in embedders:
-        print("- hashing: replicas' unique texts were really embedded (one batch; "
-              "\"build vectors\").")
-    if "minilm" in embedders:
-        print("- minilm: replicas were NOT embedded by the model: each reuses its base "
-              f"agent's vectors plus Gaussian noise (sigma {args.noise} per dimension), "
-              "re-normalised (\"build vectors\"); latency does not depend on the values.")
-    print("- search(): `AgentIndex.search` as the router calls it, query embedding "
-          "included. index only: the same call with the query vector precomputed.")
-    print("- build index: `AgentIndex(...)` over agents with stored embeddings.")
-    for line in notes:
-        print(line)
+    print(f"- Agents beyond the {len(base)} of the corpus are replicas with suffixed "
+          f"handles and sample queries prefixed with one of {len(PREFIXES) - 1} phrases; "
+          "hashing replicas are really embedded, minilm replicas reuse their base agent's "
+          f"vectors plus Gaussian noise (sigma {args.noise}).")
+    for name in embedders:
+        print(f"- {name}: {scoring_for(embedders[name].model_id)}")
     print(f"- total run time {time.perf_counter() - started:.1f} s on {os.cpu_count()} CPUs; "
-          f"thread pools: {thread_pools()}; 1-min load average {load_before:.2f} at start, {os.getloadavg()[0]:.2f} at end "
+          f"1-min load average {load_before:.2f} at start, {os.getloadavg()[0]:.2f} at end "
           "(other processes inflate the p95s); "
           f"numpy {np.__version__}, python {sys.version.split()[0]}.")
     return 0

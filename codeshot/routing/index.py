@@ -1,89 +1,233 @@
-"""An in-memory cosine index over every agent's sample-query embeddings.
+"""The agent index: which agents fit a query, best first.
 
-Rows are grouped by agent, so an agent's score (its best row) is one
-``np.maximum.reduceat`` over the similarity vector: routing 10,000 agents is a single
-matrix-vector product.
+An agent is represented by its sample queries and a line made of its name and
+description, each embedded once at registration (stored with it). Two scores are fused:
+
+- dense: the cosine between the query and the agent's centroid (the mean of its rows).
+  One vector per agent, however many samples it has, so an agent with many samples does
+  not win by count (a best-row maximum would: each sample is one more chance).
+- lexical: BM25 over the same texts' stems (:mod:`codeshot.routing.lexical`), divided by
+  the query's IDF mass, so it reads as the share of the query's words the agent knows.
+
+``score = w * dense + (1 - w) * lexical``, with ``w`` and the no-agent floor calibrated
+per embedder (:mod:`codeshot.routing.calibration`); a candidate below the floor does not
+fit. ``matched_sample`` is the agent's row closest to the query.
+
+With numpy (the runner's bundle ships it) a query costs one product with the centroid
+matrix; a sparse query vector (``hashing``) reads only its own columns, and a large dense
+index (``minilm`` beyond a few thousand agents) shortlists agents on a 64-dimension
+projection, next to BM25's best, before scoring the shortlist exactly. Without numpy
+(bundles that route rarely) the same scores come from plain Python.
 """
 
 from __future__ import annotations
 
+import heapq
+import math
+import sys
+from array import array
+from collections.abc import Sequence
 from dataclasses import dataclass
-
-import numpy as np
+from typing import Any
 
 from codeshot.models import Agent
-from codeshot.routing.embedders import Embedder
+from codeshot.routing.calibration import Scoring, scoring_for
+from codeshot.routing.embedders import Embedder, Vectors
+from codeshot.routing.lexical import BM25
+from codeshot.routing.text import terms
+
+EXACT_CELLS = 1 << 20  # centroid cells (agents x dimensions) scanned exactly per query
+SHORTLIST = 256  # agents taken from each first stage of a large index
+PROJECTION = 64  # dimensions of the first stage
 
 
 def agent_texts(agent: Agent) -> list[str]:
     """What represents an agent: its sample queries, and its name with its description."""
     texts = [q for q in agent.sample_queries if q.strip()]
-    summary = " ".join(part for part in (agent.name, agent.description) if part).strip()
+    summary = ". ".join(part.strip() for part in (agent.name, agent.description)
+                        if part.strip())
     if summary:
         texts.append(summary)
     return texts or [agent.handle]
 
 
+def to_bytes(rows: Vectors) -> bytes:
+    """Rows as little-endian float32, the registry's storage format."""
+    flat = array("f", (float(x) for row in rows for x in row))
+    if sys.byteorder != "little":
+        flat.byteswap()
+    return flat.tobytes()
+
+
+def from_bytes(data: bytes, n_rows: int) -> list[array[float]]:
+    flat = array("f")
+    flat.frombytes(data)
+    if sys.byteorder != "little":
+        flat.byteswap()
+    width = len(flat) // n_rows
+    return [flat[i * width:(i + 1) * width] for i in range(n_rows)]
+
+
 def with_embeddings(agent: Agent, embedder: Embedder) -> Agent:
-    matrix = embedder.embed(agent_texts(agent))
-    return agent.replace(embeddings=matrix.astype("<f4").tobytes(),
-                         embedding_model=embedder.model_id)
+    rows = embedder.embed(agent_texts(agent))
+    return agent.replace(embeddings=to_bytes(rows), embedding_model=embedder.model_id)
 
 
-def stored_matrix(agent: Agent, embedder: Embedder) -> np.ndarray:
+def stored_rows(agent: Agent, embedder: Embedder) -> Vectors:
     """The agent's stored rows, or fresh ones if they were made by another model."""
+    texts = agent_texts(agent)
     if agent.embeddings and agent.embedding_model == embedder.model_id:
-        rows = np.frombuffer(agent.embeddings, dtype="<f4")
-        return rows.reshape(-1, rows.size // len(agent_texts(agent)))
-    return embedder.embed(agent_texts(agent))
+        rows = from_bytes(agent.embeddings, len(texts))
+        if rows and len(rows[-1]) and len(agent.embeddings) % len(texts) == 0:
+            return rows
+    return embedder.embed(texts)
 
 
 @dataclass(frozen=True)
-class Route:
+class Candidate:
+    """An agent the router proposes for a query."""
+
     agent_id: str
-    score: float
-    matched: str  # the sample query (or description) that matched best
+    score: float  # fused dense and lexical score, 0..1; compare with the floor
+    matched_sample: str  # the sample query (or name and description) closest to the query
+    fits: bool  # score >= the router's floor: below it, no agent should take the query
+
+
+def _centroid(rows: Vectors) -> list[float]:
+    width = len(rows[0])
+    sums = [sum(row[j] for row in rows) for j in range(width)]
+    norm = math.sqrt(sum(x * x for x in sums))
+    return [x / norm for x in sums] if norm else sums
+
+
+class _PythonScores:
+    """Exact fused scores in plain Python (no numpy installed)."""
+
+    def __init__(self, rows: list[Vectors], published: list[bool],
+                 dense_weight: float) -> None:
+        self.centroids, self.w = [_centroid(r) for r in rows], dense_weight
+        self.published = [i for i, p in enumerate(published) if p]
+
+    def top(self, query: Sequence[float], bm25: BM25, words: list[str], extra: list[int],
+            k: int) -> list[tuple[int, float]]:
+        nz = [(j, x) for j, x in enumerate(query) if x]
+        lexical = bm25.scores(words)
+
+        def fused(i: int) -> float:
+            dense = sum(self.centroids[i][j] * x for j, x in nz)
+            return self.w * dense + (1 - self.w) * lexical.get(i, 0.0)
+
+        scored = ((i, fused(i)) for i in dict.fromkeys(self.published + extra))
+        return heapq.nlargest(k, scored, key=lambda pair: pair[1])
+
+    def row_scores(self, rows: Vectors, query: Sequence[float]) -> list[float]:
+        return [sum(a * b for a, b in zip(row, query, strict=False)) for row in rows]
+
+
+class _NumpyScores:
+    """Fused scores with numpy: exact for small indexes and sparse queries, else on a
+    shortlist from a projection onto the centroids' main directions plus BM25's best."""
+
+    def __init__(self, np: Any, rows: list[Vectors], published: list[bool],
+                 dense_weight: float) -> None:
+        self.np, self.w = np, dense_weight
+        flat = np.stack([np.frombuffer(row, dtype=np.float32) if isinstance(row, array)
+                         else np.asarray(row, dtype=np.float32) for r in rows for row in r])
+        sums = np.add.reduceat(flat, np.cumsum([0] + [len(r) for r in rows[:-1]]), axis=0)
+        norms = np.linalg.norm(sums, axis=1, keepdims=True)
+        self.matrix = sums / np.where(norms == 0, 1, norms)
+        # Transposed: a sparse query reads only the rows of its own dimensions.
+        self.by_dimension = np.ascontiguousarray(self.matrix.T)
+        self.published = np.asarray(published, dtype=bool)
+        n, d = self.matrix.shape
+        self.large = n * d > EXACT_CELLS and d > PROJECTION
+        self.projection: Any = None
+        self.projected: Any = None
+
+    def _project(self) -> None:
+        """The top eigenvectors of C^T C (they keep dot products, not only variance)."""
+        np, matrix = self.np, self.matrix
+        sample = matrix[:: max(1, len(matrix) // 4096)]
+        _, vectors = np.linalg.eigh(sample.T @ sample)
+        self.projection = np.ascontiguousarray(vectors[:, -PROJECTION:], dtype=np.float32)
+        self.projected = np.ascontiguousarray(matrix @ self.projection)
+
+    def top(self, query: Sequence[float], bm25: BM25, words: list[str], extra: list[int],
+            k: int) -> list[tuple[int, float]]:
+        np, matrix = self.np, self.matrix
+        q = np.asarray(query, dtype=np.float32)
+        nz = np.flatnonzero(q)
+        n, d = matrix.shape
+        lexical = bm25.array_scores(np, words)
+        if not self.large or len(nz) * 8 <= d:  # exact, over every agent
+            ids = np.arange(n)
+            dense = q[nz] @ self.by_dimension[nz] if len(nz) * 2 < d else matrix @ q
+        else:
+            if self.projection is None:
+                self._project()
+            rough = self.projected @ (q @ self.projection)
+            near = np.argpartition(-rough, min(SHORTLIST, n) - 1)[:SHORTLIST]
+            best_lexical = np.argpartition(-lexical, min(SHORTLIST, n) - 1)[:SHORTLIST]
+            ids = np.union1d(near, best_lexical[lexical[best_lexical] > 0])
+            dense = matrix[ids] @ q
+        fused = self.w * dense + (1 - self.w) * lexical[ids]
+        visible = self.published[ids]
+        if extra:
+            visible = visible | np.isin(ids, extra)
+        fused = np.where(visible, fused, -np.inf)
+        k = min(k, int(visible.sum()))
+        if k == 0:
+            return []
+        top = np.argpartition(-fused, k - 1)[:k]
+        top = top[np.argsort(-fused[top], kind="stable")]
+        return [(int(ids[t]), float(fused[t])) for t in top]
+
+    def row_scores(self, rows: Vectors, query: Sequence[float]) -> list[float]:
+        np = self.np
+        out: list[float] = (np.asarray(rows, dtype=np.float32)
+                            @ np.asarray(query, dtype=np.float32)).tolist()
+        return out
+
+
+def _scores(rows: list[Vectors], published: list[bool],
+            dense_weight: float) -> _PythonScores | _NumpyScores:
+    try:
+        import numpy
+    except ImportError:
+        return _PythonScores(rows, published, dense_weight)
+    return _NumpyScores(numpy, rows, published, dense_weight)
 
 
 class AgentIndex:
-    def __init__(self, agents: list[Agent], embedder: Embedder) -> None:
+    def __init__(self, agents: list[Agent], embedder: Embedder,
+                 scoring: Scoring | None = None) -> None:
         self.embedder = embedder
+        self.scoring = scoring or scoring_for(embedder.model_id)
         self.agents = list(agents)
-        blocks, texts, starts = [], [], []
-        offset = 0
-        for agent in self.agents:
-            rows = stored_matrix(agent, embedder)
-            starts.append(offset)
-            offset += len(rows)
-            blocks.append(rows)
-            texts.extend(agent_texts(agent))
-        self.texts = texts
-        self.starts = np.asarray(starts, dtype=np.int64)
-        self.matrix = np.vstack(blocks) if blocks else np.zeros((0, 1), dtype=np.float32)
-        self.published = np.asarray([a.published for a in self.agents], dtype=bool)
-        self.owners = np.asarray([a.owner for a in self.agents], dtype=object)
+        self.texts = [agent_texts(a) for a in self.agents]
+        self.rows = [stored_rows(a, embedder) for a in self.agents]
+        self._scores = _scores(self.rows, [a.published for a in self.agents],
+                               self.scoring.dense_weight) if self.agents else None
+        self._bm25 = BM25([terms(" ".join(texts)) for texts in self.texts])
+        self._unpublished: dict[str, list[int]] = {}
+        for i, a in enumerate(self.agents):
+            if not a.published:
+                self._unpublished.setdefault(a.owner, []).append(i)
 
     def __len__(self) -> int:
         return len(self.agents)
 
-    def search(self, text: str, k: int = 3, viewer: str | None = None) -> list[Route]:
-        if not self.agents or k < 1:
+    def search(self, text: str, k: int = 3, viewer: str | None = None) -> list[Candidate]:
+        """The ``k`` best agents ``viewer`` may use, best first, whether they fit or not."""
+        if self._scores is None or k < 1:
             return []
         query = self.embedder.embed([text])[0]
-        scores = self.matrix @ query
-        best = np.maximum.reduceat(scores, self.starts)
-        visible = self.published | (self.owners == viewer) if viewer else self.published
-        best = np.where(visible, best, -np.inf)
-        k = min(k, int(visible.sum()))
-        if k == 0:
-            return []
-        top = np.argpartition(-best, k - 1)[:k]
-        top = top[np.argsort(-best[top], kind="stable")]
-        routes = []
-        for i in top:
-            start = self.starts[i]
-            end = self.starts[i + 1] if i + 1 < len(self.starts) else len(scores)
-            row = start + int(np.argmax(scores[start:end]))
-            routes.append(Route(self.agents[i].agent_id, round(float(best[i]), 4),
-                                self.texts[row]))
-        return routes
+        extra = self._unpublished.get(viewer, []) if viewer else []
+        out = []
+        for i, fused in self._scores.top(query, self._bm25, terms(text), extra, k):
+            row_scores = self._scores.row_scores(self.rows[i], query)
+            best_row = max(range(len(row_scores)), key=row_scores.__getitem__)
+            score = round(fused, 4)
+            out.append(Candidate(self.agents[i].agent_id, score, self.texts[i][best_row],
+                                 score >= self.scoring.floor))
+        return out

@@ -1,5 +1,13 @@
 """The router: the agent index, cached per process and rebuilt when the registry changes.
 
+``Router.route(text, k, viewer)`` returns the ``k`` best :class:`Candidate` agents the
+viewer may use, best first: ``agent_id``, ``score`` (dense and lexical fused, 0..1),
+``matched_sample`` (the agent's sample closest to the text) and ``fits`` (``score >=
+Router.floor``). Below the floor no agent should take the query; the candidates are
+still returned, so a caller can say which came closest. The floor is calibrated per
+embedder (:mod:`codeshot.routing.calibration`); ``floor=`` (``CODESHOT_ROUTER_FLOOR``)
+overrides it.
+
 Every registry write bumps a version counter; the router looks at it at most every
 ``check_seconds``, so a warm runner pays one small read now and then, not a table scan
 per query.
@@ -11,19 +19,23 @@ import threading
 import time
 from typing import TYPE_CHECKING
 
-if TYPE_CHECKING:  # numpy comes with the index, on the first route: not at cold start
+if TYPE_CHECKING:  # the index (and numpy) load on the first route: not at cold start
     from codeshot.routing.embedders import Embedder
-    from codeshot.routing.index import AgentIndex, Route
+    from codeshot.routing.index import AgentIndex, Candidate
     from codeshot.store.registry import AgentRegistry
 
 
 class Router:
     def __init__(
-        self, registry: AgentRegistry, embedder: Embedder, check_seconds: float = 5.0
+        self, registry: AgentRegistry, embedder: Embedder, check_seconds: float = 5.0,
+        floor: float | None = None,
     ) -> None:
+        from codeshot.routing.calibration import scoring_for
+
         self.registry = registry
         self.embedder = embedder
         self.check_seconds = check_seconds
+        self.scoring = scoring_for(embedder.model_id, floor)
         self._index: AgentIndex | None = None
         self._version = -1
         self._checked = 0.0
@@ -38,9 +50,15 @@ class Router:
                 if self._index is None or version != self._version:
                     from codeshot.routing.index import AgentIndex
 
-                    self._index = AgentIndex(self.registry.scan_all(), self.embedder)
+                    self._index = AgentIndex(self.registry.scan_all(), self.embedder,
+                                             self.scoring)
                     self._version = version
             return self._index
 
-    def route(self, text: str, k: int = 3, viewer: str | None = None) -> list[Route]:
+    @property
+    def floor(self) -> float:
+        """The score below which no agent fits."""
+        return self.scoring.floor
+
+    def route(self, text: str, k: int = 3, viewer: str | None = None) -> list[Candidate]:
         return self.index().search(text, k, viewer)

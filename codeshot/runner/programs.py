@@ -24,6 +24,7 @@ from codeshot.runner.agent_client import AgentClient
 from codeshot.text import as_one_line
 
 if TYPE_CHECKING:
+    from codeshot.routing.index import Candidate
     from codeshot.routing.router import Router
 
 PLANNER_ID = "platform/planner"
@@ -136,13 +137,35 @@ def program_for(agent: Agent, ctx: RunContext) -> Program:
     return StandaloneProgram(agent, ctx)
 
 
+SAMPLES_IN_PROMPT = 3  # sample queries shown with each agent the planner may ask
+
+
+def tool_description(agent: Agent) -> str:
+    """What the planner's prompt says about an agent: its description and a few samples,
+    each as data (``as_data``)."""
+    samples = "; ".join(as_data(q) for q in agent.sample_queries[:SAMPLES_IN_PROMPT])
+    description = as_data((agent.description or agent.name).strip())
+    return f"{description} For example: {samples}" if samples else description
+
+
+def no_agent_answer(closest: Agent | None) -> str:
+    if closest is None:
+        return "I can't help with that: no agent is registered yet."
+    about = ": ".join(part for part in (closest.name, closest.description) if part)
+    return (f"No agent here can help with that. The closest is {closest.agent_id}"
+            + (f" ({about})" if about else "") + ", but it does not fit this request.")
+
+
 class PlannerProgram:
     """The "Fixie agent": routes the query to agents and combines their answers.
 
-    With an LLM it runs a Code Shot program whose commands are the router's top-k agents.
-    In ``route`` mode (the default with the offline ``fewshot`` provider, which cannot
-    plan freely) it hands the whole query to
-    the best-matching agent and answers with that agent's reply.
+    The router proposes the top-k agents; only those scoring above its floor are used.
+    With an LLM it runs a Code Shot program whose commands are those agents (their
+    descriptions and sample queries in the prompt). In ``route`` mode (the default with
+    the offline ``fewshot`` provider, which cannot plan freely) it hands the whole query
+    to the best agent and answers with that agent's reply. When no agent fits, route mode
+    answers so and names the closest agent; plan mode leaves the LLM with no agents to
+    ask, so it answers directly.
     """
 
     def __init__(self, ctx: RunContext, router: Router, viewer: str | None,
@@ -153,20 +176,32 @@ class PlannerProgram:
     def _thought(self, text: str) -> None:
         self.ctx.trace(PLANNER_ID, TraceStep(MessageType.THOUGHT, text))
 
-    def _routes(self, query: str) -> list[Any]:
-        routes = self.router.route(query, self.k, self.viewer)
-        listing = ", ".join(f"{r.agent_id} ({r.score:.2f})" for r in routes) or "no agents"
+    def _routes(self, query: str) -> list[Candidate]:
+        candidates = self.router.route(query, self.k, self.viewer)
+        fitting = [c for c in candidates if c.fits]
+        if fitting:
+            listing = ", ".join(f"{c.agent_id} ({c.score:.2f})" for c in fitting)
+        elif candidates:
+            closest = candidates[0]
+            listing = (f"no agent fits (closest: {closest.agent_id} {closest.score:.2f}, "
+                       f"floor {self.router.floor:.2f})")
+        else:
+            listing = "no agents"
         self._thought(f"Router proposes: {listing}")
-        return routes
+        return candidates
 
     def run(self, query: str) -> Outcome:
-        routes = self._routes(query)
+        candidates = self._routes(query)
+        fitting = [c for c in candidates if c.fits]
         if self.route_only:
-            return self._delegate(routes[0].agent_id if routes else None, query)
+            if not fitting:
+                closest = self.ctx.registry_get(candidates[0].agent_id) if candidates else None
+                return Outcome(Status.DONE, no_agent_answer(closest))
+            return self._delegate(fitting[0].agent_id, query)
         tools = []
-        for route in routes:
-            agent = self.ctx.registry_get(route.agent_id)
-            tools.append(AgentTool(agent.agent_id, as_data(agent.description or agent.name)))
+        for candidate in fitting:
+            agent = self.ctx.registry_get(candidate.agent_id)
+            tools.append(AgentTool(agent.agent_id, tool_description(agent)))
         return self._executor(tools).run(query)
 
     def resume(self, state: dict[str, Any], answer: str) -> Outcome:
@@ -196,9 +231,7 @@ class PlannerProgram:
                             trace=lambda step: self.ctx.trace(PLANNER_ID, step))
         return _RememberTools(executor, [t.agent_id for t in tools])
 
-    def _delegate(self, agent_id: str | None, query: str) -> Outcome:
-        if agent_id is None:
-            return Outcome(Status.DONE, "I can't help with that: no agent is registered yet.")
+    def _delegate(self, agent_id: str, query: str) -> Outcome:
         step = TraceStep(MessageType.AGENT_CALL, query, f"Agent[{agent_id}]")
         self.ctx.trace(PLANNER_ID, step)
         agent = self.ctx.registry_get(agent_id)

@@ -14,7 +14,7 @@ from codeshot.usecases import paging
 from codeshot.usecases.users import user_id_of
 
 if TYPE_CHECKING:
-    from codeshot.routing.index import Route
+    from codeshot.routing.index import Candidate
 
 MAX_ROUTES = 50
 
@@ -50,8 +50,10 @@ def usable_agent(services: Services, principal: Principal, agent_id: str) -> Age
     return agent
 
 
-def route(services: Services, principal: Principal, text: str, k: int = 3) -> list[Route]:
-    """The agents the router would pick for ``text``, best first."""
+def route(services: Services, principal: Principal, text: str,
+          k: int = 3) -> list[Candidate]:
+    """The ``k`` agents the router proposes for ``text``, best first, each saying whether
+    it fits (scores at least the router's floor)."""
     if not text.strip() or len(text) > services.settings.max_message_length:
         raise InvalidInput("text must be non-empty and within the message length limit")
     if not 1 <= k <= MAX_ROUTES:

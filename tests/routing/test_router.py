@@ -1,54 +1,170 @@
-import numpy as np
+import builtins
+import math
+from array import array
+
+import pytest
 
 from codeshot.models import Agent
+from codeshot.routing import index as index_module
+from codeshot.routing.calibration import CALIBRATED
 from codeshot.routing.embedders import HashingEmbedder
 from codeshot.routing.index import AgentIndex, with_embeddings
 from codeshot.routing.router import Router
+from codeshot.routing.text import terms
 from codeshot.store.registry import AgentRegistry
 
 
-def agent(owner, handle, queries, published=True, description=""):
+def agent(owner, handle, queries, published=True, description="", name=""):
     return Agent(agent_id=f"{owner}/{handle}", owner=owner, handle=handle, published=published,
-                 sample_queries=queries, description=description)
+                 sample_queries=queries, description=description, name=name)
+
+
+def indexed(*agents, embedder=None):
+    e = embedder or HashingEmbedder()
+    return AgentIndex([with_embeddings(a, e) for a in agents], e)
+
+
+def cosine(a, b):
+    return sum(x * y for x, y in zip(a, b, strict=True))
 
 
 def test_hashing_embeddings_are_unit_vectors_and_deterministic():
     e = HashingEmbedder()
     m = e.embed(["roll two dice", "roll two dice", ""])
-    assert m.dtype == np.float32 and m.shape == (3, e.dim)
-    assert np.allclose(np.linalg.norm(m[:2], axis=1), 1.0)
-    assert np.array_equal(m[0], m[1]) and not m[2].any()
+    assert len(m) == 3 and all(len(row) == e.dim for row in m)
+    assert all(math.isclose(math.hypot(*row), 1.0) for row in m[:2])
+    assert m[0] == m[1] and not any(m[2])
 
 
-def test_best_row_per_agent_and_visibility():
+def test_hashing_matches_word_forms_and_subwords_and_ignores_stop_words():
+    assert terms("What is the forecast?") == terms("forecasts") == ["forecast"]
+    assert terms("Roll 3d6") == ["roll", "3d6", "3", "d", "6"]  # dice notation meets its parts
     e = HashingEmbedder()
-    agents = [
-        with_embeddings(agent("a", "dice", ["roll a d20", "roll two dice"]), e),
-        with_embeddings(agent("a", "stocks", ["stock price of GOOG", "quote for AAPL"]), e),
-        with_embeddings(agent("b", "secret-dice", ["roll dice secretly"], published=False), e),
-    ]
-    index = AgentIndex(agents, e)
-    routes = index.search("please roll two dice", k=5)
-    assert [r.agent_id for r in routes] == ["a/dice", "a/stocks"]  # b's private agent hidden
-    assert routes[0].matched == "roll two dice" and routes[0].score > routes[1].score
-    assert "b/secret-dice" in [r.agent_id for r in index.search("roll dice", 5, viewer="b")]
+    [translating, translation, weather, crypto, cryptocurrencies] = e.embed(
+        ["translating", "translation", "weather", "crypto", "cryptocurrencies"])
+    assert cosine(translating, translation) > 0.9  # one stem
+    assert cosine(crypto, cryptocurrencies) > 0.05 > abs(cosine(crypto, weather))  # subwords
+
+
+def test_best_agents_first_with_the_closest_sample_and_visibility():
+    index = indexed(
+        agent("a", "dice", ["roll a d20", "roll two dice"]),
+        agent("a", "stocks", ["stock price of GOOG", "quote for AAPL"]),
+        agent("b", "secret-dice", ["roll dice secretly"], published=False),
+    )
+    found = index.search("please roll two dice", k=5)
+    assert [c.agent_id for c in found] == ["a/dice", "a/stocks"]  # b's private agent hidden
+    assert found[0].matched_sample == "roll two dice" and found[0].score > found[1].score
+    assert "b/secret-dice" in [c.agent_id for c in index.search("roll dice", 5, viewer="b")]
     assert index.search("anything", k=0) == []
-    assert AgentIndex([], e).search("x") == []
+    assert AgentIndex([], HashingEmbedder()).search("x") == []
 
 
-def test_router_reloads_when_the_registry_changes(aws):
+def test_name_and_description_are_indexed():
+    index = indexed(
+        agent("a", "weather", ["Will it rain tomorrow?"], name="Weather",
+              description="Forecasts temperature and humidity for any city."),
+        agent("a", "stocks", ["Price of Apple shares"], name="Stock Quotes",
+              description="Share prices and market indices."),
+    )
+    [best] = index.search("how humid is Oslo today?", 1)
+    assert best.agent_id == "a/weather" and best.fits
+    assert best.matched_sample == "Weather. Forecasts temperature and humidity for any city."
+    assert index.search("market indices", 1)[0].agent_id == "a/stocks"
+
+
+def test_an_agent_does_not_win_by_its_number_of_samples():
+    focused = agent("a", "dice", ["roll a die", "roll 2d6"], description="Rolls dice.")
+    # One sample shares the query's words; nineteen others are about anything else.
+    broad = agent("a", "assistant", [
+        "roll a die for me", "weather in Paris", "translate hello to French",
+        "stock price of Apple", "set a timer for ten minutes", "play some jazz",
+        "what's on my calendar", "send an email to Bob", "recipe for pancakes",
+        "news headlines", "convert 5 miles to km", "book a hotel in Rome",
+        "flights to Tokyo", "track my package", "define serendipity",
+        "turn off the lights", "tell me a joke", "who won the game", "find a sushi place",
+        "how many calories in an egg"], description="Helps with everyday things.")
+    index = indexed(focused, broad)
+    found = index.search("roll a die for me", 2)
+    assert [c.agent_id for c in found] == ["a/dice", "a/assistant"]
+    # The assistant has the query word for word among its many samples, yet the agent
+    # about dice wins.
+    assert found[1].matched_sample == "roll a die for me"
+
+
+def test_below_the_floor_no_agent_fits_and_the_closest_is_still_named():
+    e = HashingEmbedder()
+    index = indexed(agent("local", "dice", ["Roll a d20", "Roll 3d8"], name="Dice",
+                          description="Rolls dice for games."),
+                    agent("local", "clock", ["What time is it?"], name="Clock",
+                          description="Tells the current time."), embedder=e)
+    assert index.scoring == CALIBRATED[e.model_id] and index.scoring.floor > 0
+    for text in ("hello", "what's 2+2", "write me a poem"):
+        found = index.search(text, 2)
+        assert len(found) == 2 and not any(c.fits for c in found), (text, found)
+        assert all(c.score < index.scoring.floor for c in found)
+    assert [c.fits for c in index.search("roll a d12", 2)] == [True, False]
+
+
+def test_router_reloads_when_the_registry_changes_and_takes_a_floor(aws):
     registry = AgentRegistry(aws)
     e = HashingEmbedder()
     router = Router(registry, e, check_seconds=0)
     assert router.route("roll dice") == []
     registry.create(with_embeddings(agent("a", "dice", ["roll dice"]), e))
-    assert [r.agent_id for r in router.route("roll dice")] == ["a/dice"]
+    [found] = router.route("roll dice")
+    assert found.agent_id == "a/dice" and found.fits and router.floor == CALIBRATED[e.model_id].floor
+    strict = Router(registry, e, check_seconds=0, floor=1.0)
+    assert strict.floor == 1.0 and not strict.route("roll a die")[0].fits
     registry.delete("a/dice", owner="a")
     assert router.route("roll dice") == []
 
 
-def test_embeddings_from_another_model_are_recomputed(aws):
+def test_embeddings_from_another_model_are_recomputed():
     e = HashingEmbedder()
-    stale = agent("a", "dice", ["roll dice"]).replace(embeddings=np.ones((2, 8), dtype="<f4").tobytes(), embedding_model="old-model")
-    [route] = AgentIndex([stale], e).search("roll dice", 1)
-    assert route.score > 0.99
+    stale = agent("a", "dice", ["roll dice"]).replace(
+        embeddings=array("f", [1.0] * 16).tobytes(), embedding_model="old-model")
+    [found] = AgentIndex([stale], e).search("roll dice", 1)
+    assert found.score > 0.9
+
+
+CORPUS = [
+    agent("a", "dice", ["roll a d20", "flip a coin"], description="Rolls dice."),
+    agent("a", "weather", ["weather in Paris", "will it rain"], description="Forecasts."),
+    agent("a", "stocks", ["stock price of Apple"], description="Share prices."),
+    agent("a", "translate", ["translate hello to French"], description="Translates text."),
+    agent("b", "notes", ["save a note"], published=False, description="Keeps notes."),
+]
+QUERIES = ["roll two dice", "is it raining in Rome", "apple shares", "say hi in German",
+           "note this down", "hello"]
+
+
+def results(index, viewer="b"):
+    # Agents scoring 0 tie; which of them fill the k places is arbitrary.
+    return [[(c.agent_id, round(c.score, 3), c.matched_sample, c.fits)
+             for c in index.search(q, 3, viewer) if c.score > 0] for q in QUERIES]
+
+
+def test_plain_python_scores_as_numpy_does(monkeypatch):
+    with_numpy = results(indexed(*CORPUS))
+    real_import = builtins.__import__
+
+    def no_numpy(name, *args, **kwargs):
+        if name == "numpy":
+            raise ImportError(name)
+        return real_import(name, *args, **kwargs)
+
+    monkeypatch.setattr(builtins, "__import__", no_numpy)
+    index = indexed(*CORPUS)
+    assert type(index._scores).__name__ == "_PythonScores"
+    assert results(index) == with_numpy
+
+
+@pytest.mark.parametrize("dim", [96])
+def test_a_large_dense_index_shortlists_without_changing_the_answer(monkeypatch, dim):
+    e = HashingEmbedder(dim=dim)  # few dimensions: query vectors are dense, as minilm's
+    exact = results(indexed(*CORPUS, embedder=e))
+    monkeypatch.setattr(index_module, "EXACT_CELLS", 10)
+    index = indexed(*CORPUS, embedder=e)
+    assert results(index) == exact
+    assert index._scores.projection is not None  # the shortlist came from the projection

@@ -114,8 +114,13 @@ def test_agents_down_broken_slow_or_garbled_end_in_one_error(live, agents):
 def test_route_query_in_graphql(platform, agents):
     _, key = platform.user("ria")
     register(platform, key, "dice", agents.url + "/dice")
-    out = platform.gql(key, '{ route(text: "Roll 4d6", k: 2) { agentId score matched } }')
+    fields = "agentId score matchedSample fits matched"
+    out = platform.gql(key, f'{{ route(text: "Roll 4d6", k: 2) {{ {fields} }} }}')
     [route] = out["data"]["route"]
-    assert route["agentId"] == "ria/dice" and 0 < route["score"] <= 1
+    assert route["agentId"] == "ria/dice" and 0 < route["score"] <= 1 and route["fits"]
+    assert route["matchedSample"] == route["matched"] in ("Roll 1d20", "Roll 3d8 for me")
+    out = platform.gql(key, f'{{ route(text: "hello there", k: 1) {{ {fields} }} }}')
+    [closest] = out["data"]["route"]  # still named, but it does not fit
+    assert closest["agentId"] == "ria/dice" and not closest["fits"]
     assert code(platform.gql(key, '{ route(text: "", k: 2) { agentId } }')) == "INVALID_INPUT"
     assert code(platform.gql(None, '{ route(text: "x") { agentId } }')) == "UNAUTHENTICATED"

@@ -15,7 +15,7 @@ from codeshot.usecases import sessions
 from codeshot.usecases.threads import blocking
 
 if TYPE_CHECKING:
-    from codeshot.routing.index import Route  # numpy: not at the API's cold start
+    from codeshot.routing.index import Candidate  # not at the API's cold start
     from codeshot.usecases.messaging import PresignedUpload
     from codeshot.usecases.users import ApiKey, Profile
 
@@ -192,15 +192,22 @@ def _embed(e: Embed, services: Services) -> EmbedType:
                      url=services.embeds.get_url(e.content_hash, e.content_type))
 
 
-@strawberry.type
+@strawberry.type(description="An agent the router proposes for a text, as the planner sees it.")
 class RouteType:
     agent_id: str
-    score: float
-    matched: str = strawberry.field(description="the sample query that matched best")
+    score: float = strawberry.field(
+        description="dense and lexical similarity fused, 0 to 1; compare with `fits`")
+    matched_sample: str = strawberry.field(
+        description="the agent's sample query (or name and description) closest to the text")
+    fits: bool = strawberry.field(
+        description="the score reaches the router's floor; when no candidate fits, the "
+                    "planner answers that no agent can help")
+    matched: str = strawberry.field(deprecation_reason="use matchedSample")
 
     @classmethod
-    def of(cls, r: Route) -> RouteType:
-        return cls(agent_id=r.agent_id, score=r.score, matched=r.matched)
+    def of(cls, c: Candidate) -> RouteType:
+        return cls(agent_id=c.agent_id, score=c.score, matched_sample=c.matched_sample,
+                   fits=c.fits, matched=c.matched_sample)
 
 
 @strawberry.type(description="One of your API keys: only its id is kept.")
