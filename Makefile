@@ -24,6 +24,7 @@ bench: $(BIN)/.installed  ## every benchmark, printing tables (not part of the t
 	$(BIN)/python -m benchmarks.cost_per_query
 	$(BIN)/python -m benchmarks.load
 	$(BIN)/python -m benchmarks.router
+	$(BIN)/python -m benchmarks.engine
 
 lint: $(BIN)/.installed  ## ruff, mypy --strict (pyproject's [tool.mypy]), import-linter's layer contracts
 	$(BIN)/ruff check codeshot tests handlers benchmarks infra

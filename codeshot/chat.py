@@ -51,6 +51,17 @@ class ChatClient:
         return messages
 
 
+    def llm_provider(self) -> str:
+        provider: str = self.call("{ llmProvider }")["llmProvider"]
+        return provider
+
+
+REPLAY_NOTICE = ("Note: this platform runs the offline fewshot provider. It is not a language "
+                 "model: it replays the agents' examples with your words and the real Func "
+                 "results, and says when no example matches. Set CODESHOT_LLM to openai or "
+                 "bedrock on the platform for a real model.")
+
+
 class _RemoteError(CodeshotError):
     def __init__(self, message: str, code: str) -> None:
         super().__init__(message)
@@ -61,6 +72,8 @@ def run_chat(client: ChatClient, agent_id: str | None, show_trace: bool,
              stdin: TextIO = sys.stdin, stdout: TextIO = sys.stdout) -> int:
     session = client.new_session(agent_id)
     print(f"Session {session} with {agent_id or 'the planner'}. Ctrl-D to quit.", file=stdout)
+    if client.llm_provider() == "fewshot":
+        print(REPLAY_NOTICE, file=stdout)
     while True:
         print("> ", end="", file=stdout, flush=True)
         line = stdin.readline()

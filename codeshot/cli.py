@@ -78,6 +78,19 @@ def _users_create(args: argparse.Namespace) -> int:
     return 0
 
 
+def _users_limits(args: argparse.Namespace) -> int:
+    from codeshot.services import Services
+    from codeshot.usecases.users import set_limits
+
+    services = Services(_target_settings())
+    user = set_limits(services, args.name, args.daily_queries, args.daily_tokens)
+    queries = services.daily_limit(user.daily_query_limit)
+    tokens = services.settings.daily_token_limit if user.daily_token_limit is None \
+        else user.daily_token_limit
+    print(f"{user.username}: {queries} queries and {tokens} LLM tokens per day")
+    return 0
+
+
 def _keys_rotate(args: argparse.Namespace) -> int:
     from codeshot.services import Services
 
@@ -176,6 +189,18 @@ def build_parser() -> argparse.ArgumentParser:
     revoke.add_argument("name", help="username")
     revoke.add_argument("key", metavar="KEY", help="the key's id (key_...) or the API key")
     revoke.set_defaults(run=_users_revoke_key)
+    limits = user_commands.add_parser(
+        "limits",
+        help="set one user's own daily limits, or show them",
+        description="Set USERNAME's own limits per day (UTC), overriding "
+        "CODESHOT_DAILY_QUERY_LIMIT and CODESHOT_DAILY_TOKEN_LIMIT for that user; without "
+        "options, print the limits that apply. Targets the stack as `users create` does.",
+    )
+    limits.add_argument("name", help="username")
+    limits.add_argument("--daily-queries", type=int, metavar="N", help="queries per day")
+    limits.add_argument("--daily-tokens", type=int, metavar="N",
+                        help="LLM tokens (prompt + completion) per day, across agents")
+    limits.set_defaults(run=_users_limits)
 
     keys = commands.add_parser("keys", help="the platform's signing keys")
     key_commands = keys.add_subparsers(dest="keys_command", required=True, metavar="ACTION")

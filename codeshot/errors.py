@@ -16,6 +16,7 @@ class CodeshotError(Exception):
 
     code: ClassVar[str] = "INTERNAL"
     http_status: ClassVar[int] = 500
+    permanent: ClassVar[bool] = False  # a retry cannot fix it (the engine never retries)
 
     def __init__(self, message: str, **details: Any) -> None:
         super().__init__(message)
@@ -58,6 +59,11 @@ class RateLimited(CodeshotError):
     http_status = 429
 
 
+class BudgetExceeded(RateLimited):
+    """A user's or an agent's LLM token budget is spent: the query ends here, whichever
+    program or nested agent was running (no failure handler retries or explains it)."""
+
+
 class AgentUnavailable(CodeshotError):
     """An agent could not be reached (or the platform could not queue work for it)."""
 
@@ -71,6 +77,13 @@ class AgentFailed(CodeshotError):
 
     code = "AGENT_ERROR"
     http_status = 502
+
+
+class AgentRunFailed(AgentFailed):
+    """A nested agent's whole run failed (step limit, no usable reply, a failed Func): it
+    already retried what it could, so running it again would repeat the same work."""
+
+    permanent = True
 
 
 class LLMError(CodeshotError):

@@ -260,6 +260,7 @@ class User(Record):
     last_name: str | None = None
     email: str | None = None
     daily_query_limit: int | None = None  # None: the platform default
+    daily_token_limit: int | None = None  # LLM tokens per day; None: the platform default
     api_key_ids: set[str] = dataclasses.field(default_factory=set)
     created: datetime = dataclasses.field(default_factory=utcnow)
 

@@ -70,9 +70,17 @@ class Settings:
     llm_model: str = "anthropic.claude-3-5-haiku-20241022-v1:0"
     openai_base_url: str = "http://127.0.0.1:11434/v1"
     openai_api_key: str | None = None
+    # /chat/completions, or /completions for base models (one prompt, no chat template)
+    openai_endpoint: str = setting("chat", choices=("chat", "completions"))
+    # Seconds one call to the openai provider may take (a small model on a busy CPU is slow).
+    llm_timeout_seconds: float = setting(60.0, gt=0)
+    # Tokens one LLM call may generate in a query's run: a step or an answer needs far
+    # fewer; a runaway (a model repeating itself to the server's cap) ends early.
+    llm_max_tokens_per_call: int = setting(256, ge=16, le=8192)
     embedder: str = setting("hashing", choices=("hashing", "minilm", "bedrock"))
     # "route": the planner hands each query to the best agent; "plan": the LLM plans
-    # across agents; "auto": route with the offline fewshot provider, else plan.
+    # across agents; "auto": plan compound queries (two agents fit, "and"/"then") and
+    # queries no agent fits, route the rest (always route with the offline fewshot).
     planner_mode: str = setting("auto", choices=("auto", "route", "plan"))
     planner_top_k: int = setting(3, ge=1, le=10)  # agents the router offers the planner
     embedding_model: str = "amazon.titan-embed-text-v2:0"
@@ -83,6 +91,10 @@ class Settings:
     daily_query_limit: int = setting(1000, ge=0)
     daily_session_limit: int = setting(500, ge=0)  # sessions a user may create per day
     daily_upload_bytes: int = setting(1024**3, ge=0)  # embed bytes a user may upload per day
+    # LLM tokens (prompt + completion) per day: a user's across agents (operators may set
+    # one user's own), an agent's across users (the planner is agent platform/planner).
+    daily_token_limit: int = setting(200_000, ge=0)
+    agent_daily_token_limit: int = setting(2_000_000, ge=0)
     storage_rate_limit: int = setting(600, ge=1)  # user-storage calls per minute
     max_message_length: int = setting(16_000, ge=1)
     max_storage_value_bytes: int = setting(100_000, ge=1, le=350_000)

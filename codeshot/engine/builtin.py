@@ -7,7 +7,7 @@ knows them as ``(name, text) -> result`` callables, so it runs the same offline.
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -18,9 +18,11 @@ from codeshot.engine.fewshot import (
     Step,
     func_names,
     parse_few_shots,
+    unasked_funcs,
     validate_base_prompt,
 )
-from codeshot.engine.prompt import examples_message
+from codeshot.engine.grounding import REPROMPT_UNGROUNDED, grounding_check
+from codeshot.engine.prompt import EMBEDS_HEADER, HISTORY_HEADER, examples_message
 from codeshot.errors import Forbidden, InvalidInput, NotFound
 from codeshot.llm.base import ChatMessage
 
@@ -31,8 +33,6 @@ AgentCaller = Callable[[str, str], CommandResult | str]
 AgentResumer = Callable[[str, dict[str, Any], str], CommandResult | str]
 
 TEXT_PARAMETER = {"type": "string"}
-HISTORY_HEADER = "Earlier in this conversation:"
-EMBEDS_HEADER = "Embeds in this session (refer to them as #key):"
 
 
 @dataclass(frozen=True)
@@ -78,11 +78,15 @@ class Commands:
         return list(self.command_list)
 
 
-def func_commands(names: Sequence[str], caller: FuncCaller) -> Commands:
-    """One Func command per name, each calling ``caller(name, text)``."""
+def func_commands(
+    names: Sequence[str], caller: FuncCaller, unasked: Collection[str] = ()
+) -> Commands:
+    """One Func command per name, each calling ``caller(name, text)``; those in
+    ``unasked`` reply with no Ask too (the engine calls them with no input)."""
     return Commands(
         [
-            Command(name, "", TEXT_PARAMETER, functools.partial(caller, name))
+            Command(name, "", TEXT_PARAMETER, functools.partial(caller, name),
+                    unasked=name in unasked)
             for name in names
         ]
     )
@@ -142,7 +146,8 @@ class SessionHistory:
 class RetryThenExplain:
     """The default for failed commands: retry with exponential backoff, then say what failed.
 
-    Errors that retrying cannot fix (bad input) are explained at once.
+    Errors that retrying cannot fix (bad input, a nested run that failed) are explained at
+    once.
     """
 
     retries: int = 2
@@ -151,7 +156,8 @@ class RetryThenExplain:
     permanent: frozenset[str] = frozenset({InvalidInput.code, NotFound.code, Forbidden.code})
 
     def on_failure(self, failure: Failure) -> Decision:
-        if failure.attempt <= self.retries and failure.code not in self.permanent:
+        if (failure.attempt <= self.retries and failure.code not in self.permanent
+                and not failure.permanent):
             return Retry(self.base_delay * self.factor ** (failure.attempt - 1))
         return Explain(explain(failure))
 
@@ -162,15 +168,24 @@ def explain(failure: Failure) -> str:
     return f"Sorry, I could not finish: {what} failed ({failure.message})."
 
 
+def _checks(few_shots: Sequence[FewShot], reprompt_ungrounded: bool) -> list[object]:
+    """The answer checks the few-shots call for (grounding, when they show it)."""
+    check = grounding_check(few_shots, reprompt_ungrounded)
+    return [] if check is None else [check]
+
+
 def code_shot_components(
-    base_prompt: str, few_shots: str | Sequence[str], func_caller: FuncCaller
+    base_prompt: str, few_shots: str | Sequence[str], func_caller: FuncCaller,
+    *, reprompt_ungrounded: bool = REPROMPT_UNGROUNDED,
 ) -> list[object]:
-    """A Code Shot agent: its base prompt, its few-shots, and a command per Func they use."""
+    """A Code Shot agent: its base prompt, its few-shots, a command per Func they use, and
+    the answer checks they call for."""
     parsed = parse_few_shots(few_shots)
     return [
         BasePrompt(base_prompt),
         FewShotExamples(parsed),
-        func_commands(func_names(parsed), func_caller),
+        func_commands(func_names(parsed), func_caller, unasked_funcs(parsed)),
+        *_checks(parsed, reprompt_ungrounded),
     ]
 
 
@@ -180,10 +195,13 @@ def planner_components(
     agents: Sequence[AgentTool],
     agent_caller: AgentCaller,
     agent_resumer: AgentResumer | None = None,
+    *, reprompt_ungrounded: bool = REPROMPT_UNGROUNDED,
 ) -> list[object]:
     """The planner: a Code Shot program whose commands are the proposed agents."""
+    parsed = parse_few_shots(few_shots)
     return [
         BasePrompt(base_prompt),
-        FewShotExamples(parse_few_shots(few_shots)),
+        FewShotExamples(parsed),
         agent_commands(agents, agent_caller, agent_resumer),
+        *_checks(parsed, reprompt_ungrounded),
     ]

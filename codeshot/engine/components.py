@@ -10,7 +10,7 @@ from __future__ import annotations
 import inspect
 import json
 import types
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import (
     Any,
@@ -68,6 +68,9 @@ class Command:
     kind: Literal["func", "agent"] = "func"
     # (state, answer) -> result: continues a call that paused with CommandResult.state
     resume: Callable[[dict[str, Any], str], CommandResult | str] | None = None
+    # The few-shots show its reply with no Ask (a clock, the user's work hours): when the
+    # model starts its says line, the engine calls it with no input and writes the reply.
+    unasked: bool = False
 
 
 @dataclass(frozen=True)
@@ -78,6 +81,7 @@ class Failure:
     code: str
     message: str
     attempt: int
+    permanent: bool = False  # the error says a retry cannot fix it
 
 
 @dataclass(frozen=True)
@@ -140,6 +144,22 @@ class ExecutionFailure(Protocol):
     def on_failure(self, failure: Failure) -> Decision | None: ...
 
 
+@dataclass(frozen=True)
+class AnswerFlag:
+    """What a check found wrong with an answer: ``message`` goes into the trace; with a
+    ``note``, the model is asked once more (the note says what to fix)."""
+
+    message: str
+    note: str | None = None
+
+
+@runtime_checkable
+class AnswerCheck(Protocol):
+    """Looks at the model's answer before the user gets it (grounding, format)."""
+
+    def check_answer(self, transcript: Sequence[Step], answer: str) -> AnswerFlag | None: ...
+
+
 @runtime_checkable
 class AfterExecute(Protocol):
     """Sees each successful command result; returns it or a replacement."""
@@ -197,13 +217,25 @@ def _coerce(value: Any, hint: Any, name: str) -> Any:
         raise InvalidInput(f"argument {name} must be {kind}, got {value!r}") from None
 
 
+def _positional(text: str, least: int, most: int) -> list[str]:
+    """An Ask line's positional arguments, split on commas, else on spaces when that fits."""
+    if not text:
+        return []
+    parts = [part.strip() for part in text.split(",")]
+    words = text.split()
+    if len(parts) == 1 and len(words) > 1 and least <= len(words) <= most:
+        return words
+    return parts
+
+
 def _adapter(
     fn: Callable[..., Any], name: str
 ) -> tuple[Callable[[str], CommandResult], dict[str, Any]]:
     """A text-in caller for ``fn`` and its parameters' JSON schema.
 
     The Ask line's text is a JSON object of named arguments, the whole text for a
-    one-parameter function, or comma-separated positional arguments.
+    one-parameter function, or positional arguments: comma-separated, or without commas
+    space-separated when that gives as many values as the function takes ("6 2").
     """
     hints = get_type_hints(fn)
     params = list(inspect.signature(fn).parameters.values())
@@ -225,7 +257,7 @@ def _adapter(
         elif len(params) == 1:
             kwargs = {params[0].name: text}
         else:
-            values = [part.strip() for part in text.split(",")] if stripped else []
+            values = _positional(stripped, len(schema["required"]), len(params))
             if not len(schema["required"]) <= len(values) <= len(params):
                 names = ", ".join(p.name for p in params)
                 raise InvalidInput(f"{name} expects ({names}), got {text!r}")

@@ -20,6 +20,7 @@ from codeshot.engine.builtin import RetryThenExplain, explain
 from codeshot.engine.components import (
     AfterExecute,
     AfterParse,
+    AnswerCheck,
     BasePromptProvider,
     Command,
     CommandProvider,
@@ -34,9 +35,24 @@ from codeshot.engine.components import (
     Retry,
     as_result,
 )
-from codeshot.engine.fewshot import Kind, Step, lines_of, parse_line, parse_lines
-from codeshot.engine.prompt import STOP_SEQUENCES, system_prompt, transcript_message
-from codeshot.errors import AgentFailed, CodeshotError, InvalidInput, LLMError, NotFound, Timeout
+from codeshot.engine.fewshot import Kind, Step
+from codeshot.engine.prompt import (
+    ECHO_STOPS,
+    STOP_SEQUENCES,
+    correction_message,
+    system_prompt,
+    transcript_message,
+)
+from codeshot.engine.replies import clean_answer, read_reply
+from codeshot.errors import (
+    AgentFailed,
+    BudgetExceeded,
+    CodeshotError,
+    InvalidInput,
+    LLMError,
+    NotFound,
+    Timeout,
+)
 from codeshot.llm.base import LLM, ChatMessage
 from codeshot.models import MessageType
 
@@ -53,7 +69,6 @@ _TRACE_TYPES = {
     Kind.A: MessageType.RESPONSE,
 }
 _ASKS = (Kind.ASK_FUNC, Kind.ASK_AGENT)
-_REPLIES = {Kind.Q, Kind.FUNC_SAYS, Kind.AGENT_SAYS, Kind.USER_SAYS}
 
 
 class Status(str, Enum):
@@ -106,6 +121,7 @@ class Outcome:
     steps: int = 0
     input_tokens: int = 0
     output_tokens: int = 0
+    flags: tuple[str, ...] = ()  # what answer checks found (AnswerCheck), as in the trace
 
 
 @dataclass
@@ -157,11 +173,25 @@ class _Run:
 
 
 @dataclass(frozen=True)
+class _Unusable:
+    """A reply (or the Ask it made) that adds no step, and why. ``explanation``: the
+    answer the user gets when the model's next reply does not ask again (a command
+    refused its input: the failure, explained, never the model's paraphrase of it)."""
+
+    problem: str
+    explanation: str | None = None
+
+
+@dataclass(frozen=True)
 class _GaveUp:
     """A command that failed for good: the answer explaining it, and the failure's code."""
 
     explain: Explain
     code: str
+
+
+def _short(text: str, limit: int = 60) -> str:
+    return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
 def _error_of(exc: BaseException) -> tuple[str, str]:
@@ -196,6 +226,8 @@ class Executor:
         for provider in self._of(CommandProvider):
             for cmd in provider.commands():
                 self._commands.setdefault((cmd.kind, cmd.name), cmd)
+        self._unasked = {cmd.name for (kind, _), cmd in self._commands.items()
+                         if kind == "func" and cmd.unasked}
         self._failure_handlers: list[ExecutionFailure] = [
             *self._of(ExecutionFailure),
             RetryThenExplain(),
@@ -222,12 +254,14 @@ class Executor:
             run.transcript.append(ask)
             self._emit(ask)
             outcome = self._execute(run, ask, resume_state=pending["state"])
-            if outcome is not None:
+            if isinstance(outcome, Outcome):  # not correctable: it never hands the step back
                 return outcome
         return self._loop(run)
 
-    def messages(self, query: str, transcript: Sequence[Step]) -> list[ChatMessage]:
-        """The prompt: system text, component messages in list order, the transcript."""
+    def messages(self, query: str, transcript: Sequence[Step], problem: str | None = None
+                 ) -> list[ChatMessage]:
+        """The prompt: system text, component messages in list order, what was wrong with
+        the previous reply (``problem``), the transcript."""
         directives = self._of(DirectiveProvider)
         system = system_prompt(
             [p.base_prompt() for p in self._of(BasePromptProvider)],
@@ -237,9 +271,12 @@ class Executor:
             list(self._commands.values()),
         )
         extra = [m for provider in self._of(MessageProvider) for m in provider.messages(query)]
-        return [ChatMessage("system", system), *extra, transcript_message(transcript)]
+        commands = list(self._commands.values())
+        correction = [] if problem is None else [correction_message(problem, commands)]
+        return [ChatMessage("system", system), *extra, *correction, transcript_message(transcript)]
 
     def _loop(self, run: _Run) -> Outcome:
+        pending: _Unusable | None = None  # the previous reply, not used; told to the model
         while True:
             if run.steps >= self.limits.max_steps:
                 return self._stop(
@@ -252,13 +289,16 @@ class Executor:
                 return self._stop(
                     run, AgentFailed.code, "I used up my token budget before reaching an answer."
                 )
-            messages = self.messages(run.query, run.transcript)
+            messages = self.messages(run.query, run.transcript,
+                                     pending.problem if pending else None)
             try:
                 completion = self.llm.complete(
                     messages,
-                    list(STOP_SEQUENCES),
+                    [*STOP_SEQUENCES, *ECHO_STOPS],
                     min(self.limits.max_tokens_per_call, remaining),
                 )
+            except BudgetExceeded:
+                raise  # the query's token budget is spent: it ends, whatever runs it
             except Exception as exc:  # a provider bug must not reach the user as a trace
                 log.warning("LLM call failed", exc_info=not isinstance(exc, CodeshotError))
                 _, message = _error_of(exc)
@@ -266,39 +306,97 @@ class Executor:
             run.steps += 1
             run.input_tokens += completion.input_tokens
             run.output_tokens += completion.output_tokens
-            outcome = self._apply(run, completion.text)
-            if outcome is not None:
-                return outcome
+            result = self._apply(run, completion.text, pending)
+            if isinstance(result, Outcome):
+                return result
+            if isinstance(result, _Unusable):
+                if pending is not None:  # told once already: this step adds nothing
+                    if pending.explanation is not None:
+                        return self._explained(run, pending.explanation)
+                    return self._stop(run, LLMError.code, "Sorry, the language model gave no "
+                                      f"usable step: {result.problem}.")
+                self._trace(TraceStep(MessageType.THOUGHT, f"The language model's reply was not "
+                                      f"used ({result.problem}); asking it again."))
+                pending = result
+                continue
+            pending = None
 
-    def _apply(self, run: _Run, text: str) -> Outcome | None:
-        """Carry out one LLM reply: thoughts, then one Ask or the answer."""
-        steps = parse_lines(text)
-        if not steps:
-            return self._stop(run, LLMError.code, "The language model returned nothing.")
-        first_line = (lines_of(text.strip()) or [""])[0]
-        if _is_free_text(first_line) and not any(s.kind in (Kind.A, *_ASKS) for s in steps):
-            steps = [Step(Kind.A, text.strip())]  # a model that forgot the protocol answered
-        for parsed in steps:
-            step = parsed
-            for component in self._of(AfterParse):
-                step = component.after_parse(step)
-            if step.kind in _REPLIES:
-                break  # the model ran on past its turn; replies are the engine's to write
+    def _apply(self, run: _Run, text: str, pending: _Unusable | None
+               ) -> Outcome | _Unusable | None:
+        """Carry out one LLM reply: its thoughts, then one Ask or the answer. ``pending``:
+        what was wrong with the previous reply (then nothing goes back to the model again)."""
+        reply = read_reply(text, self._unasked)
+        if reply.action is None:
+            return _Unusable(reply.problem or "it added no step")
+        if pending is not None and pending.explanation is not None and \
+                reply.action.kind not in _ASKS:
+            return self._explained(run, pending.explanation)  # it gave up on the command
+        correctable = pending is None
+        thoughts = [self._after_parse(step) for step in reply.thoughts]
+        action = self._after_parse(reply.action)
+        if action.kind in _ASKS and self._command(action) is None:
+            return _Unusable(f"there is no {action.label}")
+        if action.kind is Kind.A:
+            return self._answer(run, thoughts, action, correctable)
+        mark = len(run.transcript)
+        for step in [*thoughts, action]:
+            if step.kind is not Kind.FUNC_SAYS:  # an unasked Func's reply comes from the call
+                run.transcript.append(step)
+                self._emit(step)
+        if action.kind is Kind.ASK_USER:
+            return self._outcome(Status.AWAITING_INPUT, action.text, run)
+        if action.kind is Kind.FUNC_SAYS:  # the model began an unasked Func's says line
+            ask = Step(Kind.ASK_FUNC, "", action.target)
+            self._emit(ask)
+            return self._execute(run, ask)
+        result = self._execute(run, action, correctable=correctable)
+        if isinstance(result, _Unusable):
+            del run.transcript[mark:]  # the model gets the step back, with what was wrong
+        return result
+
+    def _answer(self, run: _Run, thoughts: list[Step], action: Step, correctable: bool
+                ) -> Outcome | _Unusable:
+        """The model's answer, cleaned and checked; a check may give the model one more try."""
+        answer = Step(Kind.A, clean_answer(action.text))
+        if not answer.text:
+            return _Unusable('its "A:" line had no answer')
+        flags = [flag for check in self._of(AnswerCheck)
+                 if (flag := check.check_answer(run.transcript, answer.text)) is not None]
+        for flag in flags:
+            self._trace(TraceStep(MessageType.THOUGHT, flag.message))
+        retry = next((flag.note for flag in flags if flag.note), None)
+        if retry is not None and correctable:
+            return _Unusable(retry)
+        for step in [*thoughts, answer]:
             run.transcript.append(step)
             self._emit(step)
-            if step.kind is Kind.A:
-                return self._outcome(Status.DONE, step.text, run)
-            if step.kind is Kind.ASK_USER:
-                return self._outcome(Status.AWAITING_INPUT, step.text, run)
-            if step.kind in _ASKS:
-                return self._execute(run, step)
-        return None
+        return self._outcome(Status.DONE, answer.text, run,
+                             flags=tuple(flag.message for flag in flags))
 
-    def _execute(self, run: _Run, step: Step, resume_state: dict[str, Any] | None = None
-                 ) -> Outcome | None:
+    def _explained(self, run: _Run, explanation: str) -> Outcome:
+        """The run ends with the engine's own answer (a command failed for good)."""
+        answer = Step(Kind.A, explanation)
+        run.transcript.append(answer)
+        self._emit(answer)
+        return self._outcome(Status.DONE, answer.text, run)
+
+    def _after_parse(self, step: Step) -> Step:
+        for component in self._of(AfterParse):
+            step = component.after_parse(step)
+        return step
+
+    def _command(self, step: Step) -> Command | None:
+        kind = "func" if step.kind is Kind.ASK_FUNC else "agent"
+        return self._commands.get((kind, step.target or ""))
+
+    def _execute(self, run: _Run, step: Step, resume_state: dict[str, Any] | None = None,
+                 correctable: bool = False) -> Outcome | _Unusable | None:
         """Run the Ask's command (or continue it from ``resume_state``); its reply joins the
-        transcript, or the failure ends the run."""
-        attempted = self._attempt(step, resume_state)
+        transcript, or the failure ends the run. ``correctable``: input the command refuses
+        goes back to the model once."""
+        attempted = self._attempt(step, resume_state, correctable)
+        if isinstance(attempted, _Unusable):
+            return attempted
         if isinstance(attempted, _GaveUp):  # the run ends in that failure, with its code
             answer = Step(Kind.A, attempted.explain.answer)
             run.transcript.append(answer)
@@ -320,14 +418,11 @@ class Executor:
         self._emit(question)
         return self._outcome(Status.AWAITING_INPUT, question.text, run)
 
-    def _attempt(self, step: Step, resume_state: dict[str, Any] | None = None
-                 ) -> tuple[CommandResult, bool] | _GaveUp:
-        """(result, True) on success, (fallback, False), or the failure explained.
-
-        An error with ``retryable = False`` (a nested agent that already retried inside)
-        counts as the last attempt: handlers may fall back or explain, not retry."""
-        kind = "func" if step.kind is Kind.ASK_FUNC else "agent"
-        command = self._commands.get((kind, step.target or ""))
+    def _attempt(self, step: Step, resume_state: dict[str, Any] | None = None,
+                 correctable: bool = False) -> tuple[CommandResult, bool] | _GaveUp | _Unusable:
+        """(result, True) on success, (fallback, False), the failure explained, or (input
+        the command refused, when ``correctable``) the step back to the model."""
+        command = self._command(step)
         attempt = 0
         while True:
             attempt += 1
@@ -341,15 +436,22 @@ class Executor:
                 else:
                     call = functools.partial(command.resume, resume_state)
                 return as_result(self._call(command.name, call, step.text)), True
-            except Exception as exc:
+            except BudgetExceeded:
+                raise  # a nested agent spent the budget: no retry, no explanation
+            except Exception as exc:  # any other command failure is handled
                 code, message = _error_of(exc)
                 log.info("%s failed (attempt %d): %s", step.label, attempt, message)
                 self._trace(
                     TraceStep(MessageType.ERROR, f"{step.label} failed: {message}", step.label,
                               error_code=code)
                 )  # fmt: skip
-                last = attempt if getattr(exc, "retryable", True) else self.limits.max_attempts
-                decision = self._decide(Failure(step, code, message, last))
+                failure = Failure(step, code, message, attempt,
+                                  isinstance(exc, CodeshotError) and exc.permanent)
+                if correctable and code == InvalidInput.code:
+                    return _Unusable(f'{step.label} refused the input "{_short(step.text)}": '
+                                     f"{message}; ask again with input it accepts",
+                                     explain(failure))
+                decision = self._decide(failure)
                 if isinstance(decision, Retry):
                     self._sleep(decision.delay)
                     continue
@@ -397,7 +499,8 @@ class Executor:
         return self._outcome(Status.ERROR, message, run, error_code=code)
 
     def _outcome(
-        self, status: Status, text: str, run: _Run, error_code: str | None = None
+        self, status: Status, text: str, run: _Run, error_code: str | None = None,
+        flags: tuple[str, ...] = (),
     ) -> Outcome:
         state = run.to_state() if status is Status.AWAITING_INPUT else None
         return Outcome(
@@ -409,11 +512,5 @@ class Executor:
             run.steps,
             run.input_tokens,
             run.output_tokens,
+            flags,
         )
-
-
-def _is_free_text(line: str) -> bool:
-    try:
-        return parse_line(line.strip()) is None
-    except ValueError:
-        return True

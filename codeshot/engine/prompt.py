@@ -15,22 +15,53 @@ from codeshot.engine.components import Command
 from codeshot.engine.fewshot import FewShot, Step, parse_few_shots, parse_transcript
 from codeshot.llm.base import ChatMessage
 
-# The LLM stops right after an Ask line: the engine, not the model, writes the reply.
-# Four at most: OpenAI-compatible servers accept no more.
-STOP_SEQUENCES = ["\nFunc[", "\nAgent[", "\nUser says:", "\nQ:"]
-
 EXAMPLES_HEADER = "Examples of questions and how they were answered:"
 TRANSCRIPT_HEADER = "Continue this transcript with its next lines:"
+HISTORY_HEADER = "Earlier in this conversation:"
+EMBEDS_HEADER = "Embeds in this session (refer to them as #key):"
+CORRECTION_HEADER = "Your previous reply to this transcript could not be used:"
 
-PROTOCOL = """\
-Answer by writing the next lines of the transcript, one step per line:
-Thought: <reasoning, optional>
-Ask Func[name]: <input> - call a Func; stop after this line, its reply comes back as \
-"Func[name] says: ..."
-Ask Agent[id]: <message> - ask another agent; its reply comes back as "Agent[id] says: ..."
-Ask User: <question> - when only the user can supply something; stop after this line
-A: <the final answer to the question>
-Use only the commands listed. Never write a "says:" line yourself."""
+# Where the model must stop, most important first (servers take four, the provider cuts
+# at the rest). "] says:" ends a reply the moment the model starts a Func's or an agent's
+# says line, which only the engine writes: the reply then ends with "Func[name]", and the
+# engine knows which reply the model was about to invent.
+STOP_SEQUENCES = ["] says:", "\nUser says:", "\nQ:", TRANSCRIPT_HEADER]
+# Echoes of this prompt's own headers and chat-template tokens that small models print.
+ECHO_STOPS = [EXAMPLES_HEADER, HISTORY_HEADER, EMBEDS_HEADER, CORRECTION_HEADER, "[INST]",
+              "[/INST]", "<|im_start|>", "<|im_end|>", "<|endoftext|>", "<end_of_turn>",
+              "<start_of_turn>", "</s>"]
+# Ask lines written out in the protocol, one per command up to this many.
+_SHOWN_COMMANDS = 6
+
+
+def protocol(commands: Sequence[Command]) -> str:
+    """How to write the transcript, with the agent's real command names (a placeholder such
+    as "Func[name]" is what small models copy)."""
+    asks = [f"Ask {c.kind.capitalize()}[{c.name}]: <{'input' if c.kind == 'func' else 'message'}>"
+            for c in commands[:_SHOWN_COMMANDS]]
+    lines = [
+        "Answer by writing the next lines of the transcript, one step per line:",
+        "Thought: <your reasoning, when it helps>",
+        *asks,
+        "Ask User: <a question only the user can answer>",
+        "A: <the final answer to the question>",
+        "After an Ask line, stop: its reply comes back on the next line, written for you.",
+        'Never write a "says:" line or a "Q:" line yourself. Use only the commands listed.',
+    ]
+    if commands:  # small models answer with an example's values instead of asking
+        lines.append("Numbers, dates and times in an answer come from this transcript's "
+                     "replies: ask for them, never reuse an example's.")
+    return "\n".join(lines)
+
+
+def correction_message(problem: str, commands: Sequence[Command]) -> ChatMessage:
+    """What the model is told after a reply the engine could not use."""
+    asks = [f"Ask {c.kind.capitalize()}[{c.name}]: ..." for c in commands[:_SHOWN_COMMANDS]]
+    steps = " or ".join(f'"{a}"' for a in asks)
+    way = f"with one step: {steps} (then stop), or \"A: ...\"" if asks else 'with "A: ..."'
+    return ChatMessage(
+        "user", f"{CORRECTION_HEADER} {problem}. Continue the transcript below {way}."
+    )
 
 
 def _section(title: str, items: Sequence[str]) -> str:
@@ -60,7 +91,7 @@ def system_prompt(
         _section("Resources", resources),
         _section("Best practices", best_practices),
         _section("Commands", [_describe(c) for c in commands]),
-        PROTOCOL,
+        protocol(commands),
     ]
     return "\n\n".join(part for part in parts if part)
 

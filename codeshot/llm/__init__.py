@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from codeshot.llm.base import LLM, ChatMessage, Completion
+from codeshot.llm.base import LLM, ChatMessage, Completion, LlmSettings, configured
 from codeshot.settings import Settings
 
-__all__ = ["LLM", "ChatMessage", "Completion", "get_llm"]
+__all__ = ["LLM", "ChatMessage", "Completion", "LlmSettings", "configured", "get_llm"]
 
 
 def get_llm(settings: Settings) -> LLM:
@@ -17,7 +17,8 @@ def get_llm(settings: Settings) -> LLM:
     if settings.llm == "openai":
         from codeshot.llm.openai import OpenAILLM
 
-        return OpenAILLM(settings.llm_model, settings.openai_base_url, settings.openai_api_key)
+        return OpenAILLM(settings.llm_model, settings.openai_base_url, settings.openai_api_key,
+                         timeout=settings.llm_timeout_seconds, endpoint=settings.openai_endpoint)
     from codeshot.llm.fewshot import FewShotLLM
 
     return FewShotLLM()

@@ -2,14 +2,19 @@
 
 The engine speaks only this: chat messages, stop sequences and a token limit in; text and
 token counts out. Providers turn their own failures into ``LLMError``.
+
+Servers take only a few stop sequences (OpenAI-compatible ones and Bedrock: four), so a
+provider sends the first ``SERVER_STOPS`` and cuts the text at every stop itself
+(:func:`cut_at_stops`); the engine lists the stops that matter most first.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Literal, Protocol, runtime_checkable
+from dataclasses import dataclass, replace
+from typing import Any, Literal, Protocol, runtime_checkable
 
 Role = Literal["system", "user", "assistant"]
+SERVER_STOPS = 4
 
 
 @dataclass(frozen=True)
@@ -25,8 +30,70 @@ class Completion:
     output_tokens: int
 
 
+@dataclass(frozen=True)
+class LlmSettings:
+    """One agent's model settings (Fixie 1.0's ``LlmSettings``); None keeps the platform's.
+
+    Providers apply what they can: ``temperature`` and ``maximum_tokens`` always, ``model``
+    where it names one of theirs.
+    """
+
+    model: str | None = None
+    temperature: float | None = None
+    maximum_tokens: int | None = None
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any] | None) -> LlmSettings | None:
+        """The settings of a registry record (``{model, temperature, maximum_tokens}``)."""
+        if not data:
+            return None
+        settings = cls(
+            model=str(data["model"]) if data.get("model") else None,
+            temperature=float(data["temperature"]) if data.get("temperature") is not None
+            else None,
+            maximum_tokens=int(data["maximum_tokens"]) if data.get("maximum_tokens") else None,
+        )
+        return settings if settings != cls() else None
+
+    def max_tokens(self, engine_limit: int) -> int:
+        """The engine's token limit for a call, lowered to the agent's own."""
+        if self.maximum_tokens is None:
+            return engine_limit
+        return max(1, min(engine_limit, self.maximum_tokens))
+
+    def merged(self, other: LlmSettings | None) -> LlmSettings:
+        """These settings with ``other``'s set fields on top."""
+        if other is None:
+            return self
+        return replace(self, **{k: v for k, v in vars(other).items() if v is not None})
+
+
 @runtime_checkable
 class LLM(Protocol):
     def complete(
         self, messages: list[ChatMessage], stop: list[str], max_tokens: int
     ) -> Completion: ...
+
+
+@runtime_checkable
+class ConfigurableLLM(LLM, Protocol):
+    def with_settings(self, settings: LlmSettings) -> LLM:
+        """This provider with one agent's settings applied."""
+        ...
+
+
+def configured(llm: LLM, settings: LlmSettings | None) -> LLM:
+    """``llm`` with an agent's settings, when it has any and the provider takes them."""
+    if settings is None or not isinstance(llm, ConfigurableLLM):
+        return llm
+    return llm.with_settings(settings)
+
+
+def cut_at_stops(text: str, stops: list[str]) -> str:
+    """``text`` up to the first stop sequence, as a server would have cut it.
+
+    Leading whitespace is skipped first: a reply that starts with a blank line is not empty.
+    """
+    start = len(text) - len(text.lstrip())
+    cut = min((i for i in (text.find(s, start) for s in stops if s) if i >= 0), default=-1)
+    return text if cut < 0 else text[:cut]

@@ -6,11 +6,19 @@ cheap on a Lambda cold start.
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 from codeshot.errors import LLMError
-from codeshot.llm.base import ChatMessage, Completion
+from codeshot.llm.base import SERVER_STOPS, ChatMessage, Completion, LlmSettings, cut_at_stops
 from codeshot.settings import Settings
+
+# A Bedrock model id or inference profile (an agent's "gpt-4" means nothing here).
+BEDROCK_MODEL = re.compile(
+    r"arn:aws[\w-]*:bedrock:.+|(?:(?:us|eu|apac|global|us-gov)\.)?"
+    r"(?:amazon|anthropic|ai21|cohere|meta|mistral|deepseek|writer|openai|qwen|stability)"
+    r"\.[\w.:-]+"
+)
 
 
 def converse_messages(
@@ -31,10 +39,19 @@ def converse_messages(
 
 
 class BedrockLLM:
-    def __init__(self, model_id: str, settings: Settings | None = None, client: Any = None) -> None:
+    def __init__(self, model_id: str, settings: Settings | None = None, client: Any = None,
+                 llm_settings: LlmSettings | None = None) -> None:
         self.model_id = model_id
         self._settings = settings
         self._client = client
+        self.llm_settings = llm_settings or LlmSettings()
+
+    def with_settings(self, settings: LlmSettings) -> BedrockLLM:
+        """An agent's temperature and token limit; its model only when Bedrock has it."""
+        model = settings.model if settings.model and BEDROCK_MODEL.fullmatch(settings.model) \
+            else self.model_id
+        return BedrockLLM(model, self._settings, self._bedrock(),
+                          self.llm_settings.merged(settings))
 
     def _bedrock(self) -> Any:
         if self._client is None:
@@ -51,7 +68,12 @@ class BedrockLLM:
         request: dict[str, Any] = {
             "modelId": self.model_id,
             "messages": turns,
-            "inferenceConfig": {"maxTokens": max_tokens, "stopSequences": stop, "temperature": 0.0},
+            "inferenceConfig": {
+                "maxTokens": self.llm_settings.max_tokens(max_tokens),
+                "stopSequences": stop[:SERVER_STOPS],
+                "temperature": 0.0 if self.llm_settings.temperature is None
+                else self.llm_settings.temperature,
+            },
         }
         if system:
             request["system"] = system
@@ -68,6 +90,7 @@ class BedrockLLM:
             blocks = response["output"]["message"]["content"]
             text = "".join(block["text"] for block in blocks if "text" in block)
             usage = response["usage"]
-            return Completion(text, int(usage["inputTokens"]), int(usage["outputTokens"]))
+            return Completion(cut_at_stops(text, stop), int(usage["inputTokens"]),
+                              int(usage["outputTokens"]))
         except (KeyError, TypeError, ValueError) as exc:
             raise LLMError(f"Bedrock returned a malformed response ({exc!r})") from exc

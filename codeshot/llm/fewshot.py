@@ -3,10 +3,13 @@
 It reads the few-shot examples and the transcript back out of the prompt the engine
 built, takes the example whose question is closest to the query by word overlap, and
 replays it: the query's differing words replace the example's in the Ask lines, the
-real Func results replace the example's in the answer, one Ask per call. When no
-example is close it answers plainly that it can't help. Use it for local runs and tests
-of agents whose queries look like their few-shots; use ``bedrock`` or ``openai`` for
-anything else.
+real Func results replace the example's in the answer, one Ask per call (a Func the
+example shows replying with no Ask: its label, as a model cut at the "] says:" stop
+writes it). A replay never contradicts a result: when the example's answer cannot carry
+every real result (a total the example computed, more dice than it rolled), the answer
+is the results as returned. When no example is close it says it is an offline replay
+that found none. Use it for local runs and tests of agents whose queries look like their
+few-shots; use ``bedrock`` or ``openai`` for anything else.
 """
 
 from __future__ import annotations
@@ -15,14 +18,22 @@ import re
 from collections.abc import Sequence
 from difflib import SequenceMatcher
 
-from codeshot.engine.fewshot import SAYS, FewShot, Kind, Step
+from codeshot.engine.fewshot import ASKS, SAYS, FewShot, Kind, Step
+from codeshot.engine.grounding import grounded_numbers, numbers
 from codeshot.engine.prompt import read_examples, read_transcript
 from codeshot.llm.base import ChatMessage, Completion
 
-CANT_HELP = "I can't help with that."
+CANT_HELP = ("No example of this agent is close to your question, and this is an offline "
+             "replay (the fewshot provider), not a language model: it only replays examples. "
+             "Set CODESHOT_LLM to bedrock or openai for a real model.")
+AS_RETURNED = "The offline replay cannot fit these results into its example's answer:"
+# An agent with no few-shots is a plain LLM agent: nothing here can stand in for the model.
+NEEDS_LLM = ("This agent needs a language model to answer, and the offline fewshot provider "
+             "is not one: set CODESHOT_LLM to bedrock or openai.")
 THRESHOLD = 0.4  # below this Dice overlap of content words, an example does not apply
 
-_WORD = re.compile(r"\w+(?:[.'-]\w+)*")
+# A URL is one word, so a query's URL replaces an example's whole.
+_WORD = re.compile(r"https?://[^\s\"'<>]*[^\s\"'<>.,;:!?)]|\w+(?:[.'-]\w+)*")
 # fmt: off
 _STOPWORDS = frozenset({
     "a", "an", "the", "is", "are", "was", "were", "be", "been", "of", "for", "to", "in", "on",
@@ -34,13 +45,14 @@ _STOPWORDS = frozenset({
 # fmt: on
 
 
-def _content(text: str) -> set[str]:
+def content_words(text: str) -> set[str]:
+    """The lower-cased words of ``text`` that carry meaning (no stopwords)."""
     return {w for w in (t.lower() for t in _WORD.findall(text)) if w not in _STOPWORDS}
 
 
 def similarity(a: str, b: str) -> float:
     """Dice coefficient of the two texts' content words (0 when either has none)."""
-    left, right = _content(a), _content(b)
+    left, right = content_words(a), content_words(b)
     if not left or not right:
         return 0.0
     return 2 * len(left & right) / (len(left) + len(right))
@@ -91,25 +103,54 @@ def substitute(text: str, subs: dict[str, str]) -> str:
     return pattern.sub(lambda m: subs[m.group(0)], text)
 
 
+def _carried(answer: str, turn: Sequence[Step], query: str, real: Sequence[Step]) -> bool:
+    """Whether a replayed answer states the real results as its example stated its own,
+    and nothing an example result said that the real ones did not."""
+    texts = [r.text for r in real]
+    allowed = grounded_numbers(query, texts)
+    if any(n not in allowed for n in numbers(answer)):
+        return False  # a number from the example (a total, a price) is still there
+    real_words = content_words(query).union(*(content_words(t) for t in texts))
+    example_replies = [s.text for s in turn if s.kind in SAYS]
+    answer_words = content_words(answer)
+    if any(content_words(ex) & answer_words - real_words for ex in example_replies):
+        return False  # words of an example result are still there
+    stated = [s.text for s in turn if s.kind is Kind.A]
+    if any(set(numbers(ex)) & set(numbers(a)) for ex in example_replies for a in stated):
+        shown = numbers(answer)
+        return all(n in shown for t in texts for n in numbers(t))
+    return True
+
+
+def _as_returned(real: Sequence[Step]) -> str:
+    """The real results, plainly, for an answer the replay could not fit them into."""
+    lines = [f"{r.label or 'The user'} returned: {r.text}" for r in real]
+    return Step(Kind.A, "\n".join([AS_RETURNED, *lines])).render()
+
+
 def next_lines(examples: Sequence[FewShot], transcript: Sequence[Step]) -> str:
-    """The lines the nearest example says come next: up to its next Ask, or its answer."""
+    """The lines the nearest example says come next: up to its next Ask (or the label of a
+    reply it shows with no Ask), or its answer."""
     q_index = max((i for i, s in enumerate(transcript) if s.kind is Kind.Q), default=None)
     turns = [turn for shot in examples for turn in shot.turns()]
-    if q_index is None or not turns:
+    if not turns:
+        return f"A: {NEEDS_LLM}"
+    if q_index is None:
         return f"A: {CANT_HELP}"
     query = transcript[q_index].text
     turn = max(turns, key=lambda t: similarity(t[0].text, query))
     if similarity(turn[0].text, query) < THRESHOLD:
         return f"A: {CANT_HELP}"
 
-    real_replies = [s.text for s in transcript[q_index + 1 :] if s.kind in SAYS]
+    real = [s for s in transcript[q_index + 1 :] if s.kind in SAYS]
+    real_replies = [s.text for s in real]
     example_replies = [(i, s.text) for i, s in enumerate(turn) if s.kind in SAYS]
     # Actual results first: they win over the query's words when both would apply.
-    subs = {ex: real for (_, ex), real in zip(example_replies, real_replies) if ex}
+    subs = {ex: real for (_, ex), real in zip(example_replies, real_replies, strict=False) if ex}
     for key, value in word_substitutions(turn[0].text, query).items():
         subs.setdefault(key, value)
-    for (_, ex), real in zip(example_replies, real_replies):
-        for key, value in word_substitutions(ex, real).items():
+    for (_, ex), reply in zip(example_replies, real_replies, strict=False):
+        for key, value in word_substitutions(ex, reply).items():
             subs.setdefault(key, value)
 
     done = len(real_replies)
@@ -117,8 +158,15 @@ def next_lines(examples: Sequence[FewShot], transcript: Sequence[Step]) -> str:
     if done > len(example_replies):
         start = len(turn) - 1  # the transcript went beyond the example: answer now
     lines = []
-    for step in turn[start:]:
-        lines.append(Step(step.kind, substitute(step.text, subs), step.target).render())
+    for previous, step in zip(turn[start - 1 : -1], turn[start:], strict=True):
+        if step.kind in SAYS and previous.kind not in ASKS:
+            lines.append(f"{step.label}")  # a reply with no Ask: the engine calls it
+            break
+        replayed = Step(step.kind, substitute(step.text, subs), step.target)
+        if step.kind is Kind.A and real and not _carried(replayed.text, turn, query, real):
+            lines.append(_as_returned(real))
+            break
+        lines.append(replayed.render())
         if step.kind is not Kind.THOUGHT:
             break
     return "\n".join(lines)

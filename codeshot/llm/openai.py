@@ -1,50 +1,136 @@
-"""The ``openai`` provider: any OpenAI-compatible chat-completions endpoint (OpenAI, vLLM,
-Ollama, llama.cpp server). httpx is imported on first use."""
+"""The ``openai`` provider: any OpenAI-compatible server (OpenAI, vLLM, Ollama, llama.cpp).
+
+Two endpoints (``CODESHOT_OPENAI_ENDPOINT``): ``chat`` (``/chat/completions``, the
+messages as they are) and ``completions`` (``/completions``, for base models: the messages
+joined into one prompt that ends where the transcript continues).
+
+Servers differ in what they take; the provider learns it from their refusals, once per
+server: a 400 naming ``max_tokens`` (OpenAI's newer models) switches to
+``max_completion_tokens``; one naming ``stop`` or ``temperature`` drops that field. Only
+four stop sequences go to the server; the text is cut at all of them here. httpx is
+imported on first use.
+"""
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
 from typing import Any
 
 from codeshot.errors import LLMError
-from codeshot.llm.base import ChatMessage, Completion
+from codeshot.llm.base import SERVER_STOPS, ChatMessage, Completion, LlmSettings, cut_at_stops
+
+ENDPOINTS = ("chat", "completions")
+_ADAPTABLE = ("max_tokens", "stop", "temperature")
+
+
+@dataclass
+class _ServerQuirks:
+    """What one server refused, shared by every copy of a provider that talks to it."""
+
+    tokens_field: str = "max_tokens"
+    dropped: set[str] = field(default_factory=set)
+
+    def adapt(self, status: int, body: Any) -> bool:
+        """Learn from a refusal; True when the request is worth sending again."""
+        error = body.get("error") if isinstance(body, dict) else None
+        if status != 400 or not isinstance(error, dict):
+            return False
+        message = str(error.get("message", ""))
+        param = error.get("param")
+        if "max_completion_tokens" in message or param == "max_tokens":
+            if self.tokens_field == "max_completion_tokens":
+                return False
+            self.tokens_field = "max_completion_tokens"
+            return True
+        if param in _ADAPTABLE and param not in self.dropped:
+            self.dropped.add(param)
+            return True
+        return False
+
+
+def flatten(messages: list[ChatMessage]) -> str:
+    """The messages as one prompt for a completions endpoint; it ends as the transcript
+    does, on a new line, so the model writes the next line."""
+    return "\n\n".join(m.content.strip("\n") for m in messages if m.content) + "\n"
 
 
 class OpenAILLM:
     def __init__(
-        self, model: str, base_url: str, api_key: str | None = None, timeout: float = 60.0
+        self,
+        model: str,
+        base_url: str,
+        api_key: str | None = None,
+        timeout: float = 60.0,
+        endpoint: str = "chat",
+        settings: LlmSettings | None = None,
+        quirks: _ServerQuirks | None = None,
     ) -> None:
-        self.model = model
-        self.url = base_url.rstrip("/") + "/chat/completions"
+        if endpoint not in ENDPOINTS:
+            raise LLMError(f"unknown OpenAI endpoint {endpoint!r}: use chat or completions")
+        self.settings = LlmSettings(model=model).merged(settings)
+        self.base_url = base_url.rstrip("/")
+        self.endpoint = endpoint
+        self.url = f"{self.base_url}/{'chat/completions' if endpoint == 'chat' else 'completions'}"
         self.api_key = api_key
         self.timeout = timeout
+        self._quirks = quirks or _ServerQuirks()
+
+    @property
+    def model(self) -> str | None:
+        return self.settings.model
+
+    def with_settings(self, settings: LlmSettings) -> OpenAILLM:
+        return OpenAILLM(self.model or "", self.base_url, self.api_key, self.timeout,
+                         self.endpoint, self.settings.merged(settings), self._quirks)
+
+    def _body(self, messages: list[ChatMessage], stop: list[str], max_tokens: int
+              ) -> dict[str, Any]:
+        body: dict[str, Any] = {"model": self.model}
+        if self.endpoint == "chat":
+            body["messages"] = [{"role": m.role, "content": m.content} for m in messages]
+        else:
+            body["prompt"] = flatten(messages)
+        optional = {
+            "stop": stop[:SERVER_STOPS] or None,
+            "temperature": 0 if self.settings.temperature is None else self.settings.temperature,
+        }
+        body.update({k: v for k, v in optional.items()
+                     if v is not None and k not in self._quirks.dropped})
+        body[self._quirks.tokens_field] = self.settings.max_tokens(max_tokens)
+        return body
 
     def complete(self, messages: list[ChatMessage], stop: list[str], max_tokens: int) -> Completion:
         import httpx
 
-        body: dict[str, Any] = {
-            "model": self.model,
-            "messages": [{"role": m.role, "content": m.content} for m in messages],
-            "stop": stop,
-            "max_tokens": max_tokens,
-            "temperature": 0,
-        }
         headers = {"Authorization": f"Bearer {self.api_key}"} if self.api_key else {}
-        try:
-            response = httpx.post(self.url, json=body, headers=headers, timeout=self.timeout)
-        except httpx.TimeoutException as exc:
-            raise LLMError(f"{self.url} timed out after {self.timeout:g}s") from exc
-        except httpx.HTTPError as exc:
-            raise LLMError(f"{self.url} unreachable: {exc}") from exc
+        for _ in range(len(_ADAPTABLE) + 1):
+            body = self._body(messages, stop, max_tokens)
+            try:
+                response = httpx.post(self.url, json=body, headers=headers, timeout=self.timeout)
+            except httpx.TimeoutException as exc:
+                raise LLMError(f"{self.url} timed out after {self.timeout:g}s") from exc
+            except httpx.HTTPError as exc:
+                raise LLMError(f"{self.url} unreachable: {exc}") from exc
+            if response.status_code == 200:
+                break
+            try:
+                refusal = response.json()
+            except ValueError:
+                refusal = None
+            if not self._quirks.adapt(response.status_code, refusal):
+                break
         if response.status_code != 200:
             raise LLMError(
                 f"{self.url} returned HTTP {response.status_code}: {response.text[:200]}"
             )
         try:
             data = response.json()
-            text = data["choices"][0]["message"]["content"]
-            usage = data["usage"]
+            choice = data["choices"][0]
+            text = choice["message"]["content"] if self.endpoint == "chat" else choice["text"]
             if not isinstance(text, str):
-                raise TypeError("content is not text")
-            return Completion(text, int(usage["prompt_tokens"]), int(usage["completion_tokens"]))
+                raise TypeError("the reply has no text")
+            usage = data.get("usage") or {}
+            return Completion(cut_at_stops(text, stop), int(usage.get("prompt_tokens", 0)),
+                              int(usage.get("completion_tokens", 0)))
         except (ValueError, KeyError, IndexError, TypeError) as exc:
             raise LLMError(f"{self.url} returned a malformed response ({exc!r})") from exc

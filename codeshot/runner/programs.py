@@ -5,7 +5,8 @@ run with the user's answer; nested calls (planner -> agent -> Func) share one tr
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
+import re
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -17,7 +18,8 @@ from codeshot.engine.builtin import (
 )
 from codeshot.engine.components import CommandResult
 from codeshot.engine.executor import Executor, Limits, Outcome, Status, TraceStep
-from codeshot.errors import CodeshotError, error_for
+from codeshot.engine.planning import CarryReplies, OfferedAgent, PlannerGuard, planner_examples
+from codeshot.errors import AgentRunFailed, CodeshotError
 from codeshot.llm.base import LLM
 from codeshot.models import MAX_AGENT_DESCRIPTION, Agent, AgentKind, MessageType
 from codeshot.runner.agent_client import AgentClient
@@ -26,6 +28,7 @@ from codeshot.text import as_one_line
 if TYPE_CHECKING:
     from codeshot.routing.index import Candidate
     from codeshot.routing.router import Router
+    from codeshot.runner.budgets import TokenBudget
 
 PLANNER_ID = "platform/planner"
 
@@ -34,22 +37,8 @@ PLANNER_PROMPT = (
     "agents listed below, one step at a time, and I combine their answers. I only ask "
     "agents that are listed, and I answer directly when no agent fits."
 )
-
-# Examples of planning, written with the local stack's example agents.
-PLANNER_FEW_SHOTS = [
-    "Q: Roll a d20 for me\n"
-    "Ask Agent[local/dice]: Roll a d20\n"
-    "Agent[local/dice] says: You rolled 14.\n"
-    "A: You rolled 14.",
-    "Q: Roll 2d6 and tell me the time\n"
-    "Thought: Two agents are needed: the dice roller and the clock.\n"
-    "Ask Agent[local/dice]: Roll 2d6\n"
-    "Agent[local/dice] says: You rolled 3 + 5 = 8.\n"
-    "Ask Agent[local/clock]: What time is it?\n"
-    "Agent[local/clock] says: It is 10:04 UTC on Monday, 2 March 2026.\n"
-    "A: You rolled 3 + 5 = 8. It is 10:04 UTC on Monday, 2 March 2026.",
-]
-
+# A query naming two tasks goes to plan mode in auto (one task: the best agent answers).
+_COMPOUND = re.compile(r"\b(and|then|also)\b", re.IGNORECASE)
 
 class Program(Protocol):
     def run(self, query: str) -> Outcome: ...
@@ -71,6 +60,11 @@ class RunContext:
     history: SessionHistory = field(default_factory=SessionHistory)
     embeds: dict[str, Any] = field(default_factory=dict)  # the query's, as agents get them
     limits: Limits = field(default_factory=Limits)
+    budget: TokenBudget | None = None  # the user's and agents' daily LLM tokens
+
+    def llm_for(self, agent_id: str) -> LLM:
+        """The LLM as ``agent_id``'s program uses it: metered against the budgets."""
+        return self.llm if self.budget is None else self.budget.metered(self.llm, agent_id)
 
 
 def as_data(text: str) -> str:
@@ -82,12 +76,9 @@ def as_data(text: str) -> str:
 
 
 def outcome_as_result(agent_id: str, outcome: Outcome) -> CommandResult:
-    """A nested agent's outcome as the caller's command result (or its failure, with the
-    nested run's code; not retried, since the nested run retried its own calls)."""
-    if outcome.status is Status.ERROR:
-        failure = error_for(outcome.error_code, f"{agent_id}: {outcome.text}")
-        failure.retryable = False  # type: ignore[attr-defined]
-        raise failure
+    """A nested agent's outcome as the caller's command result (or its failure)."""
+    if outcome.status is Status.ERROR:  # it retried its own Funcs already: not again
+        raise AgentRunFailed(f"{agent_id}: {outcome.text}")
     if outcome.status is Status.AWAITING_INPUT:  # its state comes back with the answer
         return CommandResult(text="", needs_input=True, question=outcome.text,
                              state=outcome.state)
@@ -103,7 +94,8 @@ class CodeShotProgram:
                                  needs_input=reply.needs_input, question=reply.question)
 
         components = code_shot_components(agent.base_prompt, agent.few_shots, call_func)
-        self.executor = Executor([*components, ctx.history], ctx.llm, limits=ctx.limits,
+        self.executor = Executor([*components, ctx.history], ctx.llm_for(agent.agent_id),
+                                 limits=ctx.limits,
                                  trace=lambda step: ctx.trace(agent.agent_id, step))
 
     def run(self, query: str) -> Outcome:
@@ -159,19 +151,17 @@ def no_agent_answer(closest: Agent | None) -> str:
 class PlannerProgram:
     """The "Fixie agent": routes the query to agents and combines their answers.
 
-    The router proposes the top-k agents; only those scoring above its floor are used.
-    With an LLM it runs a Code Shot program whose commands are those agents (their
-    descriptions and sample queries in the prompt). In ``route`` mode (the default with
-    the offline ``fewshot`` provider, which cannot plan freely) it hands the whole query
-    to the best agent and answers with that agent's reply. When no agent fits, route mode
-    answers so and names the closest agent; plan mode leaves the LLM with no agents to
-    ask, so it answers directly.
+    The router proposes the top-k agents; only those scoring above its floor are offered.
+    ``mode``: ``route`` hands the whole query to the best agent (or says that no agent
+    fits, naming the closest); ``plan`` runs a Code Shot program whose commands are the
+    offered agents, with examples built from their own sample queries (with none offered
+    it answers directly); ``auto`` plans when the query is compound (two agents fit, or
+    it says "and"/"then") or no agent fits, and routes otherwise.
     """
 
     def __init__(self, ctx: RunContext, router: Router, viewer: str | None,
-                 route_only: bool, k: int = 3) -> None:
-        self.ctx, self.router, self.viewer, self.k = ctx, router, viewer, k
-        self.route_only = route_only
+                 mode: str, k: int = 3) -> None:
+        self.ctx, self.router, self.viewer, self.k, self.mode = ctx, router, viewer, k, mode
 
     def _thought(self, text: str) -> None:
         self.ctx.trace(PLANNER_ID, TraceStep(MessageType.THOUGHT, text))
@@ -190,29 +180,36 @@ class PlannerProgram:
         self._thought(f"Router proposes: {listing}")
         return candidates
 
+    def _plans(self, query: str, fitting: list[Candidate]) -> bool:
+        if self.mode != "auto":
+            return self.mode == "plan"
+        return not fitting or len(fitting) > 1 or bool(_COMPOUND.search(query))
+
     def run(self, query: str) -> Outcome:
         candidates = self._routes(query)
         fitting = [c for c in candidates if c.fits]
-        if self.route_only:
+        if not self._plans(query, fitting):
             if not fitting:
                 closest = self.ctx.registry_get(candidates[0].agent_id) if candidates else None
                 return Outcome(Status.DONE, no_agent_answer(closest))
             return self._delegate(fitting[0].agent_id, query)
-        tools = []
-        for candidate in fitting:
-            agent = self.ctx.registry_get(candidate.agent_id)
-            tools.append(AgentTool(agent.agent_id, tool_description(agent)))
-        return self._executor(tools).run(query)
+        agents = [self.ctx.registry_get(c.agent_id) for c in fitting]
+        samples = [c.matched_sample for c in fitting]  # each agent's sample nearest the query
+        outcome = self._executor(agents, samples).run(query)
+        if fitting and any(f.startswith(PlannerGuard.SKIPPED) for f in outcome.flags):
+            return self._delegate(fitting[0].agent_id, query)  # asked twice, asked no agent
+        return outcome
 
     def resume(self, state: dict[str, Any], answer: str) -> Outcome:
         if "delegate" in state:
             agent = self.ctx.registry_get(state["delegate"])
             outcome = program_for(agent, self.ctx).resume(state["state"], answer)
             return self._wrap(agent.agent_id, outcome)
-        tools = [AgentTool(a) for a in state.get("tools", [])]
-        return self._executor(tools).resume(state["state"], answer)
+        agents = [self.ctx.registry_get(a) for a in state.get("tools", [])]
+        return self._executor(agents).resume(state["state"], answer)
 
-    def _executor(self, tools: list[AgentTool]) -> Program:
+    def _executor(self, agents: list[Agent], samples: Sequence[str] = ()) -> Program:
+        """``samples``: each agent's sample query nearest this query (else its first)."""
         planner = self
 
         def call_agent(agent_id: str, text: str) -> CommandResult:
@@ -224,12 +221,19 @@ class PlannerProgram:
             return outcome_as_result(agent_id,
                                      program_for(agent, planner.ctx).resume(state, answer))
 
-        components = planner_components(PLANNER_PROMPT, PLANNER_FEW_SHOTS, tools, call_agent,
+        tools = [AgentTool(a.agent_id, tool_description(a)) for a in agents]
+        examples = planner_examples([
+            OfferedAgent(a.agent_id, (*samples[i:i + 1], *a.sample_queries,
+                                      a.description or a.name)[0])
+            for i, a in enumerate(agents)])
+        components = planner_components(PLANNER_PROMPT, examples, tools, call_agent,
                                         resume_agent)
-        executor = Executor([*components, self.ctx.history], self.ctx.llm,
+        guards = [CarryReplies(), PlannerGuard(tuple(a.agent_id for a in agents))]
+        executor = Executor([*components, *guards, self.ctx.history],
+                            self.ctx.llm_for(PLANNER_ID),
                             limits=self.ctx.limits,
                             trace=lambda step: self.ctx.trace(PLANNER_ID, step))
-        return _RememberTools(executor, [t.agent_id for t in tools])
+        return _RememberTools(executor, [a.agent_id for a in agents])
 
     def _delegate(self, agent_id: str, query: str) -> Outcome:
         step = TraceStep(MessageType.AGENT_CALL, query, f"Agent[{agent_id}]")

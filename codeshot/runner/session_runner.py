@@ -19,11 +19,12 @@ from typing import TYPE_CHECKING, Any
 
 from codeshot import ids
 from codeshot.engine.builtin import SessionHistory
-from codeshot.engine.executor import Outcome, Status, TraceStep
+from codeshot.engine.executor import Limits, Outcome, Status, TraceStep
 from codeshot.errors import AgentFailed, CodeshotError, NotFound
 from codeshot.llm import get_llm
 from codeshot.models import EmbedRef, Message, MessageType, Session, SessionStatus
 from codeshot.runner.agent_client import AgentClient
+from codeshot.runner.budgets import TokenBudget
 from codeshot.runner.programs import (
     PLANNER_ID,
     PlannerProgram,
@@ -131,6 +132,8 @@ class SessionRunner:
                 embeds={k: {"content_type": e.content_type,
                             "uri": self.s.embeds.get_url(e.content_hash, e.content_type)}
                         for k, e in query.embeds.items()},
+                limits=Limits(max_tokens_per_call=settings.llm_max_tokens_per_call),
+                budget=self._budget(session),
             )
             program, owner_id = self._program(session, ctx)
             if paused and paused.get("program") == owner_id:
@@ -143,6 +146,16 @@ class SessionRunner:
         finally:
             client.close()  # an abandoned (timed-out) call ends with its query
 
+    def _budget(self, session: Session) -> TokenBudget:
+        settings = self.s.settings
+
+        def user_limit() -> int:
+            own = self.s.users.get(session.owner).daily_token_limit
+            return settings.daily_token_limit if own is None else own
+
+        return TokenBudget(self.s.usage, session.owner, user_limit,
+                           settings.agent_daily_token_limit)
+
     def _program(self, session: Session, ctx: RunContext) -> tuple[Any, str]:
         if session.frontend_agent_id:
             try:
@@ -152,8 +165,9 @@ class SessionRunner:
             return program_for(agent, ctx), agent.agent_id
         viewer = session.owner_name or self.s.users.get(session.owner).username
         mode = self.s.settings.planner_mode
-        route_only = mode == "route" or (mode == "auto" and self.s.settings.llm == "fewshot")
-        return (PlannerProgram(ctx, self.s.router, viewer, route_only,
+        if mode == "auto" and self.s.settings.llm == "fewshot":
+            mode = "route"  # the offline replay cannot plan freely
+        return (PlannerProgram(ctx, self.s.router, viewer, mode,
                                self.s.settings.planner_top_k), PLANNER_ID)
 
     def _history(self, session: Session, query: Message, recent: list[Message]

@@ -4,7 +4,7 @@ Parameters are bound as in the Fixie 1.0 SDK: by type (``AgentQuery``, ``Message
 ``UserStorage``) or by name (``query``/``message``, ``user_storage``); a lone remaining
 ``str`` or untyped first parameter gets the message text. Any other parameters are
 typed arguments, parsed from the Ask line's text by the engine's Command rules (a JSON
-object, the whole text for one parameter, or comma-separated values) and published
+object, the whole text for one parameter, or comma- or space-separated values) and published
 with their JSON schema in the handshake.
 """
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from codeshot.errors import RateLimited
 from codeshot.models import Clock, utcnow
@@ -18,7 +18,7 @@ from codeshot.store.tables import USAGE
 
 if TYPE_CHECKING:
     from types_boto3_dynamodb import DynamoDBClient
-    from types_boto3_dynamodb.type_defs import UpdateTypeDef
+    from types_boto3_dynamodb.type_defs import TransactWriteItemTypeDef, UpdateTypeDef
 
 WINDOWS = {"day": timedelta(days=1), "minute": timedelta(minutes=1)}
 
@@ -37,6 +37,24 @@ class Window:
 
     def tag(self) -> str:
         return self.start.strftime("%Y%m%dT%H%M")
+
+
+@dataclass(frozen=True)
+class TokenUsage:
+    """LLM tokens one subject spent in one window (``used`` = input + output)."""
+
+    used: int = 0
+    input_tokens: int = 0
+    output_tokens: int = 0
+    calls: int = 0
+
+    @classmethod
+    def of(cls, item: dict[str, Any] | None) -> TokenUsage:
+        def number(name: str) -> int:
+            return int(item[name]["N"]) if item and name in item else 0
+
+        return cls(number("used"), number("input_tokens"), number("output_tokens"),
+                   number("calls"))
 
 
 class UsageCounters(Repository):
@@ -106,3 +124,39 @@ class UsageCounters(Repository):
             TableName=self.table_name, Key={"counter": {"S": counter}}, ConsistentRead=True
         ).get("Item")
         return int(item["used"]["N"]) if item else 0
+
+    # -- amounts known only after the fact (LLM tokens) ------------------------------
+    def add(self, charges: list[tuple[str, str]], input_tokens: int, output_tokens: int,
+            window: str = "day", now: datetime | None = None) -> None:
+        """Add one LLM call's tokens to each (kind, subject) counter, all in one transaction.
+
+        Unconditional: the tokens are spent already. Limits are checked before each call
+        (:meth:`token_usage`), so concurrent callers overspend by at most one call each."""
+        items: list[TransactWriteItemTypeDef] = []
+        for kind, subject in charges:
+            counter, span = self._counter(kind, subject, window, now)
+            items.append({"Update": {
+                "TableName": self.table_name,
+                "Key": {"counter": {"S": counter}},
+                "UpdateExpression": "ADD used :used, input_tokens :in, output_tokens :out, "
+                                    "calls :one SET expires_at = :exp",
+                "ExpressionAttributeValues": {
+                    ":used": {"N": str(input_tokens + output_tokens)},
+                    ":in": {"N": str(input_tokens)},
+                    ":out": {"N": str(output_tokens)},
+                    ":one": {"N": "1"},
+                    ":exp": {"N": str(int((span.end + timedelta(days=1)).timestamp()))},
+                },
+            }})
+        self.db.transact_write_items(TransactItems=items)
+
+    def token_usage(self, charges: list[tuple[str, str]], window: str = "day",
+                    now: datetime | None = None) -> list[TokenUsage]:
+        """Each (kind, subject) counter's usage in this window, read consistently at once."""
+        counters = [self._counter(kind, subject, window, now)[0] for kind, subject in charges]
+        unique = list(dict.fromkeys(counters))
+        out = self.db.batch_get_item(RequestItems={self.table_name: {
+            "Keys": [{"counter": {"S": c}} for c in unique], "ConsistentRead": True}})
+        found = {item["counter"]["S"]: item
+                 for item in out.get("Responses", {}).get(self.table_name, [])}
+        return [TokenUsage.of(found.get(c)) for c in counters]

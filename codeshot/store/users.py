@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from codeshot import ids
-from codeshot.errors import Conflict, NotFound
+from codeshot.errors import Conflict, InvalidInput, NotFound
 from codeshot.models import User, validate_handle
 from codeshot.store.base import Repository
 from codeshot.store.dynamo import from_item, is_condition_failure, lookup_key, to_item
@@ -85,3 +85,25 @@ class UserStore(Repository):
 
     def revoke_key(self, user_id: str, key_id: str) -> None:
         self._keys(user_id, "DELETE", key_id)
+
+    def set_limits(self, user_id: str, daily_queries: int | None,
+                   daily_tokens: int | None) -> User:
+        """Set the user's own limits (each None: left as it is); returns the user."""
+        values = {"daily_query_limit": daily_queries, "daily_token_limit": daily_tokens}
+        changes = {name: value for name, value in values.items() if value is not None}
+        if any(value < 0 for value in changes.values()):
+            raise InvalidInput("limits must be 0 or more")
+        if not changes:
+            return self.get(user_id)
+        try:
+            out = self.db.update_item(
+                TableName=self.table_name,
+                Key={"user_id": {"S": user_id}},
+                UpdateExpression="SET " + ", ".join(f"{n} = :{n}" for n in changes),
+                ConditionExpression="attribute_exists(user_id)",
+                ExpressionAttributeValues={f":{n}": {"N": str(v)} for n, v in changes.items()},
+                ReturnValues="ALL_NEW",
+            )
+        except self.db.exceptions.ConditionalCheckFailedException as exc:
+            raise NotFound(f"user {user_id} not found") from exc
+        return User.from_dict(from_item(out["Attributes"]))

@@ -6,7 +6,8 @@ from dataclasses import dataclass
 
 from codeshot.auth.service import KEY_PREFIX
 from codeshot.errors import Conflict, InvalidInput, NotFound, Unauthenticated
-from codeshot.models import Principal, User
+from codeshot.models import Agent, Principal, User
+from codeshot.runner.budgets import AGENT_TOKENS, USER_TOKENS, WINDOW
 from codeshot.services import Services
 
 
@@ -110,10 +111,31 @@ class Profile:
     user: User
     daily_query_limit: int
     daily_used_queries: int
+    daily_token_limit: int
+    daily_used_tokens: int
 
 
 def profile(services: Services, principal: Principal) -> Profile:
-    """The caller's profile with today's quota and use of it."""
+    """The caller's profile with today's quota and LLM token budget, and use of them."""
     user = services.users.get(user_id_of(principal))
     used = services.usage.used("query", user.user_id)
-    return Profile(user, services.daily_limit(user.daily_query_limit), used)
+    [tokens] = services.usage.token_usage([(USER_TOKENS, user.user_id)], WINDOW)
+    token_limit = services.settings.daily_token_limit if user.daily_token_limit is None \
+        else user.daily_token_limit
+    return Profile(user, services.daily_limit(user.daily_query_limit), used, token_limit,
+                   tokens.used)
+
+
+def agent_tokens_today(services: Services, principal: Principal, agent: Agent) -> int | None:
+    """The LLM tokens ``agent`` spent today across its users; only its owner sees them."""
+    if principal.username is None or principal.username != agent.owner:
+        return None
+    [tokens] = services.usage.token_usage([(AGENT_TOKENS, agent.agent_id)], WINDOW)
+    return tokens.used
+
+
+def set_limits(services: Services, username: str, daily_queries: int | None = None,
+               daily_tokens: int | None = None) -> User:
+    """An operator's per-user limits (None leaves a limit as it is)."""
+    return services.users.set_limits(find_user(services, username).user_id,
+                                     daily_queries, daily_tokens)

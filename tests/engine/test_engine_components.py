@@ -216,23 +216,39 @@ def test_endless_retries_are_capped(scripted) -> None:
     assert outcome.text.startswith("Sorry, I could not finish: Func[quote] failed")
 
 
-def test_bad_input_and_unknown_commands_are_explained_without_retrying(scripted) -> None:
+def test_bad_input_goes_back_to_the_model_once_then_is_explained(scripted) -> None:
     @command
     def genrand(low: int, high: int) -> int:
         """A random integer between low and high."""
         return (low + high) // 2
 
     sleeps: list[float] = []
-    llm = scripted("Ask Func[genrand]: 1, many", "Ask Func[nope]: 1")
+    llm = scripted("Ask Func[genrand]: 1, many", "Ask Func[genrand]: 1 9", "A: 5")
     agent = Executor([Commands([genrand])], llm, sleep=sleeps.append)
-    assert agent.run("a").text == (
-        "Sorry, I could not finish: Func[genrand] failed (argument high must be integer, got 'many')."
-    )
-    assert (
-        agent.run("b").text
-        == "Sorry, I could not finish: Func[nope] failed (there is no Func[nope])."
+    outcome = agent.run("a")
+    assert (outcome.text, outcome.steps) == ("5", 3)
+    note = llm.calls[1][0][-2].content
+    assert note.startswith("Your previous reply to this transcript could not be used: "
+                           'Func[genrand] refused the input "1, many": argument high must be '
+                           "integer, got 'many'; ask again with input it accepts.")
+    assert "Ask Func[genrand]: 1, many" not in llm.transcript(1)  # the step was taken back
+    assert "Func[genrand] says: 5" in llm.transcript(2)
+
+    llm = scripted("Ask Func[genrand]: 1, many", "Ask Func[genrand]: 1, lots")
+    outcome = Executor([Commands([genrand])], llm, sleep=sleeps.append).run("b")
+    assert (outcome.status, outcome.steps) == (Status.DONE, 2)
+    assert outcome.text == (
+        "Sorry, I could not finish: Func[genrand] failed (argument high must be integer, "
+        "got 'lots')."
     )
     assert sleeps == []
+
+
+def test_an_unknown_command_is_not_called_and_ends_in_an_llm_error(scripted) -> None:
+    llm = scripted("Ask Func[nope]: 1", "Ask Func[nope]: 2")
+    outcome = Executor([Commands([])], llm).run("b")
+    assert (outcome.status, outcome.error_code, outcome.steps) == (Status.ERROR, "LLM_ERROR", 2)
+    assert outcome.text == "Sorry, the language model gave no usable step: there is no Func[nope]."
 
 
 def test_command_decorator_builds_schema_and_parses_arguments() -> None:
@@ -297,3 +313,18 @@ def test_session_history_and_few_shot_messages_keep_list_order(scripted) -> None
     assert embeds.content.endswith("\n- #chart: image/png")
     assert shots.content.endswith("\n\nQ: hi\nA: hello")
     assert transcript.content.endswith("\n\nQ: x\n")
+
+
+def test_positional_arguments_split_on_commas_or_else_on_spaces() -> None:
+    @command
+    def roll(size: int, count: int = 1) -> str:
+        """Roll dice."""
+        return f"{count}d{size}"
+
+    assert roll.call("6 2").text == "2d6"
+    assert roll.call("6, 2").text == "2d6"
+    assert roll.call("20").text == "1d20"
+    with pytest.raises(InvalidInput, match="argument size must be integer, got '4 4 4 4'"):
+        roll.call("4 4 4 4")  # more words than parameters: one value
+    with pytest.raises(InvalidInput, match="argument size must be integer, got 'a'"):
+        roll.call("a d6")

@@ -11,7 +11,7 @@ from codeshot.engine.builtin import AgentTool, code_shot_components, planner_com
 from codeshot.engine.components import CommandResult
 from codeshot.engine.executor import Executor, Limits, Status, TraceStep
 from codeshot.engine.fewshot import Kind, Step
-from codeshot.engine.prompt import STOP_SEQUENCES
+from codeshot.engine.prompt import ECHO_STOPS, STOP_SEQUENCES
 from codeshot.errors import InvalidInput, LLMError
 from codeshot.models import MessageType
 
@@ -30,16 +30,19 @@ def test_stop_sequences_and_token_limits_reach_the_llm(scripted) -> None:
     )  # fmt: skip
     outcome = agent.run("Price of GOOG?")
     assert [(stop, max_tokens) for _, stop, max_tokens in llm.calls] == [
-        (STOP_SEQUENCES, 800),
-        (STOP_SEQUENCES, 650),
+        ([*STOP_SEQUENCES, *ECHO_STOPS], 800),
+        ([*STOP_SEQUENCES, *ECHO_STOPS], 650),
     ]
-    assert STOP_SEQUENCES == ["\nFunc[", "\nAgent[", "\nUser says:", "\nQ:"]
+    assert STOP_SEQUENCES == ["] says:", "\nUser says:", "\nQ:",
+                              "Continue this transcript with its next lines:"]
     assert (outcome.input_tokens, outcome.output_tokens, outcome.steps) == (600, 100, 2)
 
 
 def test_token_budget_stops_the_run(scripted, trace: list[TraceStep]) -> None:
-    llm = scripted("Thought: a", "Thought: b", tokens=(60, 40))
-    outcome = Executor([], llm, limits=Limits(token_budget=150), trace=trace.append).run("q")
+    llm = scripted("Ask Func[quote]: A", "Ask Func[quote]: B", tokens=(60, 40))
+    agent = Executor(code_shot_components("I quote.", QUOTE_SHOTS, quote), llm,
+                     limits=Limits(token_budget=150), trace=trace.append)
+    outcome = agent.run("q")
     assert outcome.status is Status.ERROR and outcome.error_code == "AGENT_ERROR"
     assert outcome.text == "I used up my token budget before reaching an answer."
     assert len(llm.calls) == 2
@@ -47,11 +50,13 @@ def test_token_budget_stops_the_run(scripted, trace: list[TraceStep]) -> None:
 
 
 def test_step_limit_stops_a_model_that_never_answers(scripted) -> None:
-    llm = scripted(*["Thought: still thinking"] * 10)
-    outcome = Executor([], llm, limits=Limits(max_steps=3)).run("q")
+    llm = scripted(*["Ask Func[quote]: GOOG"] * 10)
+    agent = Executor(code_shot_components("I quote.", QUOTE_SHOTS, quote), llm,
+                     limits=Limits(max_steps=3))
+    outcome = agent.run("q")
     assert (outcome.status, outcome.error_code, outcome.steps) == (Status.ERROR, "AGENT_ERROR", 3)
     assert outcome.text == "I stopped after 3 steps without reaching an answer."
-    assert llm.transcript().endswith("Thought: still thinking\nThought: still thinking\n")
+    assert llm.transcript().endswith("Ask Func[quote]: GOOG\nFunc[quote] says: GOOG is at $7\n")
 
 
 def test_llm_failures_end_in_an_error_outcome_not_an_exception(trace: list[TraceStep]) -> None:
@@ -107,11 +112,12 @@ def test_a_model_running_past_its_turn_is_cut_at_the_ask(scripted) -> None:
     )
 
 
-def test_free_text_is_taken_as_the_answer_and_empty_text_as_an_error(scripted) -> None:
+def test_free_text_is_taken_as_the_answer_and_empty_text_is_asked_again(scripted) -> None:
     outcome = Executor([], scripted("GOOG is at $7.\nHope that helps.")).run("q")
     assert (outcome.status, outcome.text) == (Status.DONE, "GOOG is at $7.\nHope that helps.")
-    outcome = Executor([], scripted("  \n")).run("q")
+    outcome = Executor([], scripted("  \n", "\n")).run("q")
     assert (outcome.status, outcome.error_code) == (Status.ERROR, "LLM_ERROR")
+    assert outcome.text == "Sorry, the language model gave no usable step: the reply was empty."
     with pytest.raises(InvalidInput):
         Executor([], scripted()).run("   ")
 
@@ -174,3 +180,99 @@ def test_the_planner_asks_agents_through_the_agent_caller(scripted, trace: list[
         (MessageType.RESULT, "Agent[fixie/stocks]"),
         (MessageType.RESPONSE, None),
     ]
+
+
+REMINDER_SHOTS = [
+    "Q: Remind me to call the plumber in two hours\nThought: I need the current time first.\n"
+    "Func[fixie_local_datetime] says: Tuesday May 6 2025 02:15 PM\n"
+    "Ask Func[remind]: May 6 2025 04:15 PM, call the plumber\nFunc[remind] says: Reminder set\n"
+    "A: I will remind you at 4:15 PM to call the plumber."
+]
+
+
+def test_a_func_the_few_shots_show_with_no_ask_is_called_when_the_model_starts_its_reply(
+    scripted, trace: list[TraceStep]
+) -> None:
+    calls: list[tuple[str, str]] = []
+
+    def funcs(name: str, text: str) -> str:
+        calls.append((name, text))
+        return {"fixie_local_datetime": "Friday June 6 2025 09:00 AM", "remind": "Reminder set"}[
+            name]
+
+    llm = scripted(
+        "Thought: I need the time.\nFunc[fixie_local_datetime",  # cut at the "] says:" stop
+        "Ask Func[remind]: June 6 2025 10:00 AM, water the plants",
+        "A: I will remind you at 10:00 AM.",
+    )
+    agent = Executor(code_shot_components("I set reminders.", REMINDER_SHOTS, funcs), llm,
+                     trace=trace.append)
+    outcome = agent.run("Remind me to water the plants in an hour")
+    assert outcome.text == "I will remind you at 10:00 AM."
+    assert calls == [("fixie_local_datetime", ""), ("remind", "June 6 2025 10:00 AM, water the plants")]
+    assert llm.transcript(1).endswith(
+        "Q: Remind me to water the plants in an hour\nThought: I need the time.\n"
+        "Func[fixie_local_datetime] says: Friday June 6 2025 09:00 AM\n")
+    assert [(t.type, t.text) for t in trace[:3]] == [
+        (MessageType.THOUGHT, "I need the time."), (MessageType.FUNC_CALL, ""),
+        (MessageType.RESULT, "Friday June 6 2025 09:00 AM")]
+
+
+def test_a_server_ignoring_stops_gets_the_real_reply_not_the_invented_one(scripted) -> None:
+    llm = scripted("Func[fixie_local_datetime] says: Monday 1999\nA: It is 1999.",
+                   "A: It is Friday.")
+    agent = Executor(code_shot_components(
+        "I set reminders.", REMINDER_SHOTS, lambda name, text: "Friday June 6 2025"), llm)
+    assert agent.run("What day is it?").text == "It is Friday."
+    assert "Func[fixie_local_datetime] says: Friday June 6 2025\n" in llm.transcript(1)
+    assert "1999" not in llm.transcript(1)
+
+
+def test_a_model_writing_a_reply_itself_is_told_so_once(scripted) -> None:
+    llm = scripted("Func[quote", "Func[quote")
+    outcome = Executor(code_shot_components("I quote.", QUOTE_SHOTS, quote), llm).run("GOOG?")
+    assert (outcome.error_code, outcome.steps) == ("LLM_ERROR", 2)
+    assert outcome.text == ('Sorry, the language model gave no usable step: it wrote '
+                            '"Func[quote] says:" itself; only the engine writes replies, after '
+                            "an Ask line.")
+    assert llm.calls[1][0][-2].content.startswith(
+        "Your previous reply to this transcript could not be used: it wrote \"Func[quote] says:\"")
+
+
+def test_only_thoughts_is_no_step(scripted) -> None:
+    outcome = Executor([], scripted("Thought: hmm", "Thought: still hmm")).run("q")
+    assert outcome.text == "Sorry, the language model gave no usable step: it had only a " \
+                           "Thought and no step."
+
+
+def test_multi_line_answers_are_kept_and_text_running_on_is_cut(scripted) -> None:
+    table = "A: Your cellar holds:\nWine | Bottles\n--- | ---\nBarolo 2016 | 6\n" \
+            "Thought: that was easy\nQ: and now?"
+    outcome = Executor([], scripted(table)).run("What is in my cellar?")
+    assert outcome.text == "Your cellar holds:\nWine | Bottles\n--- | ---\nBarolo 2016 | 6"
+    run_on = "A: You rolled a 4! Thought: The user asked for a d6. Agent[id"
+    assert Executor([], scripted(run_on)).run("Roll a d6").text == "You rolled a 4!"
+    outcome = Executor([], scripted("A: Thought: nothing", "A: 4")).run("q")
+    assert (outcome.text, outcome.steps) == ("4", 2)  # an answer that was only run-on
+
+
+def test_self_ask_lines_before_the_ask_are_thoughts(scripted, trace: list[TraceStep]) -> None:
+    llm = scripted("Self Ask: Which symbol is Alphabet?\nAnswer: GOOG\nAsk Func[quote]: GOOG",
+                   "A: GOOG is at $7.")
+    agent = Executor(code_shot_components("I quote.", QUOTE_SHOTS, quote), llm, trace=trace.append)
+    assert agent.run("Price of Alphabet?").text == "GOOG is at $7."
+    assert trace[0] == TraceStep(MessageType.THOUGHT,
+                                 "Self Ask: Which symbol is Alphabet?\nAnswer: GOOG")
+
+
+def test_ungrounded_answers_are_flagged_or_sent_back_once(scripted) -> None:
+    invented = "A: GOOG is at $812.00."
+    outcome = Executor(code_shot_components("I quote.", QUOTE_SHOTS, quote),
+                       scripted(invented)).run("Price of GOOG?")
+    assert outcome.steps == 1 and outcome.flags == (
+        "Grounding check: 812.00 in the answer came from no reply (no command was asked).",)
+    llm = scripted(invented, "Ask Func[quote]: GOOG", "A: GOOG is at $7.")
+    outcome = Executor(code_shot_components("I quote.", QUOTE_SHOTS, quote,
+                                            reprompt_ungrounded=True), llm).run("Price of GOOG?")
+    assert (outcome.text, outcome.steps, outcome.flags) == ("GOOG is at $7.", 3, ())
+    assert "812.00 in the answer came from no reply" in llm.calls[1][0][-2].content

@@ -13,7 +13,7 @@ from botocore.stub import Stubber
 
 from codeshot.errors import LLMError
 from codeshot.llm import get_llm
-from codeshot.llm.base import ChatMessage
+from codeshot.llm.base import ChatMessage, LlmSettings, configured
 from codeshot.llm.bedrock import BedrockLLM
 from codeshot.settings import Settings
 
@@ -72,6 +72,28 @@ def test_converse_request_and_usage(stubbed: tuple[BedrockLLM, Stubber]) -> None
     completion = llm.complete(MESSAGES, STOP, 256)
     assert completion.text == "Thought: look it up\nAsk Func[quote]: GOOG"
     assert (completion.input_tokens, completion.output_tokens) == (42, 7)
+
+
+def test_stops_past_four_are_cut_here_and_agent_settings_apply(
+    stubbed: tuple[BedrockLLM, Stubber]
+) -> None:
+    llm, stubber = stubbed
+    stops = [*STOP, "<|im_end|>"]
+    agent = configured(llm, LlmSettings(model="gpt-4", temperature=0.7, maximum_tokens=64))
+    other = configured(llm, LlmSettings(model="us.anthropic.claude-3-haiku-20240307-v1:0"))
+    for model, temperature, max_tokens in [(MODEL, 0.7, 64),
+                                           ("us.anthropic.claude-3-haiku-20240307-v1:0", 0.0, 256)]:
+        stubber.add_response("converse", converse_response("A: 4<|im_end|>junk"), {
+            "modelId": model,  # an agent's "gpt-4" is no Bedrock model: the platform's stays
+            "system": [{"text": "I quote stocks."}],
+            "messages": [
+                {"role": "user", "content": [{"text": "Examples: ...\n\nQ: What is GOOG at?\n"}]}
+            ],
+            "inferenceConfig": {"maxTokens": max_tokens, "stopSequences": STOP,
+                                "temperature": temperature},
+        })
+    assert agent.complete(MESSAGES, stops, 256).text == "A: 4"
+    assert other.complete(MESSAGES, stops, 256).text == "A: 4"
 
 
 def test_service_errors_become_llm_errors(stubbed: tuple[BedrockLLM, Stubber]) -> None:

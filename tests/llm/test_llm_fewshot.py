@@ -8,6 +8,7 @@ from codeshot.engine.fewshot import Kind, Step, parse_few_shots
 from codeshot.engine.prompt import STOP_SEQUENCES, read_examples, read_transcript
 from codeshot.llm.fewshot import (
     CANT_HELP,
+    NEEDS_LLM,
     FewShotLLM,
     next_lines,
     similarity,
@@ -45,7 +46,8 @@ def test_similarity_ignores_function_words_and_has_a_threshold() -> None:
     assert similarity("the of and", "the of and") == 0
     examples = parse_few_shots(WEATHER)
     assert next_lines(examples, [Step(Kind.Q, "Tell me a joke")]) == f"A: {CANT_HELP}"
-    assert next_lines([], [Step(Kind.Q, "Weather in Rome?")]) == f"A: {CANT_HELP}"
+    # no few-shots at all: a plain LLM agent, which nothing offline can stand in for
+    assert next_lines([], [Step(Kind.Q, "Weather in Rome?")]) == f"A: {NEEDS_LLM}"
     assert next_lines(examples, []) == f"A: {CANT_HELP}"
 
 
@@ -91,3 +93,45 @@ def test_completion_is_deterministic_counts_tokens_and_honours_max_tokens() -> N
     assert full.input_tokens == sum(len(m.content.split()) for m in messages)
     short = llm.complete(messages, STOP_SEQUENCES, 4)
     assert (short.text, short.output_tokens) == ("Thought: I need the", 4)
+
+
+DICE = ["Q: Roll two dice and blow on them first for good luck\nAsk Func[roll]: 6 2\n"
+        "Func[roll] says: 4 3\nA: You rolled a 4 and a 3, with a total of 7.",
+        "Q: Roll a d20\nAsk Func[roll]: 20 1\nFunc[roll] says: 12\nA: You rolled a 12!"]
+
+
+def roll_transcript(query: str, ask: str, result: str) -> list[Step]:
+    return [Step(Kind.Q, query), Step(Kind.ASK_FUNC, ask, "roll"),
+            Step(Kind.FUNC_SAYS, result, "roll")]
+
+
+def test_a_replay_never_contradicts_a_result() -> None:
+    examples = parse_few_shots(DICE)
+    # The example's total (7) cannot be carried: the results come as returned.
+    assert next_lines(examples, roll_transcript("Roll two dice for luck", "6 2", "3 2")) == (
+        "A: The offline replay cannot fit these results into its example's answer:\n"
+        "  Func[roll] returned: 3 2")
+    # More dice than the example rolled: nothing of the example's answer fits.
+    assert next_lines(examples, roll_transcript("Roll three dice for luck", "6 3", "1 5 2")) == (
+        "A: The offline replay cannot fit these results into its example's answer:\n"
+        "  Func[roll] returned: 1 5 2")
+    # What the example's answer carries, the replay carries.
+    assert next_lines(examples, roll_transcript("Roll a d12", "12 1", "9")) == "A: You rolled a 9!"
+
+
+def test_below_the_threshold_it_says_it_is_an_offline_replay() -> None:
+    answer = next_lines(parse_few_shots(DICE), [Step(Kind.Q, "What is the capital of France?")])
+    assert answer.startswith("A: No example of this agent is close to your question, and this "
+                             "is an offline replay (the fewshot provider), not a language model")
+
+
+def test_a_func_shown_replying_with_no_ask_is_left_to_the_engine() -> None:
+    shots = ["Q: What time is it in my place?\nThought: I need the local time.\n"
+             "Func[fixie_local_datetime] says: Monday 09:00\nA: It is Monday 09:00."]
+    calls: list[tuple[str, str]] = []
+    agent = Executor(code_shot_components(
+        "I tell the time.", shots, lambda name, text: calls.append((name, text)) or "Friday 17:30"),
+        FewShotLLM())
+    outcome = agent.run("What time is it in my place now?")
+    assert outcome.text == "It is Friday 17:30."
+    assert calls == [("fixie_local_datetime", "")]

@@ -1,114 +1,147 @@
-"""The openai provider against a small chat-completions server on 127.0.0.1."""
+"""The openai provider against an OpenAI-compatible server on 127.0.0.1: both endpoints,
+client-side stops, what servers refuse, per-agent settings, failures."""
 
 from __future__ import annotations
 
-import json
 import socket
-import threading
 import time
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
 
 import pytest
 
 from codeshot.errors import LLMError
-from codeshot.llm.base import ChatMessage
+from codeshot.llm import get_llm
+from codeshot.llm.base import ChatMessage, LlmSettings, configured
 from codeshot.llm.openai import OpenAILLM
+from codeshot.settings import Settings
+from tests.openai_server import OpenAICompatibleServer, completion_payload, serving
 
-STOP = ["\nFunc[", "\nAgent[", "\nUser says:", "\nQ:"]
-MESSAGES = [ChatMessage("system", "I quote stocks."), ChatMessage("user", "Q: GOOG?\n")]
+STOP = ["] says:", "\nUser says:", "\nQ:", "Continue this transcript", "<|im_end|>", "\n\n"]
+MESSAGES = [ChatMessage("system", "I quote stocks."), ChatMessage("user", "Examples: ..."),
+            ChatMessage("user", "Q: GOOG?\n")]
 
 
-class ChatServer:
-    """Records requests; answers with ``status`` and ``body`` after ``delay`` seconds."""
+class Replies:
+    """What the server answers next: (status, payload) per request, the text reply last."""
 
     def __init__(self) -> None:
-        self.requests: list[tuple[str, dict[str, str], bytes]] = []
-        self.status = 200
-        self.body: bytes = b""
-        self.delay = 0.0
-        server = self
+        self.queue: list[tuple[int, object]] = []
 
-        class Handler(BaseHTTPRequestHandler):
-            def do_POST(self) -> None:
-                length = int(self.headers["Content-Length"])
-                server.requests.append((self.path, dict(self.headers), self.rfile.read(length)))
-                time.sleep(server.delay)
-                self.send_response(server.status)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(server.body)))
-                self.end_headers()
-                self.wfile.write(server.body)
-
-            def log_message(self, *args: object) -> None:
-                pass
-
-        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.httpd.daemon_threads = True
-        self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}/v1"
-
-    def reply(self, payload: object, status: int = 200) -> None:
-        self.status = status
-        self.body = payload if isinstance(payload, bytes) else json.dumps(payload).encode()
+    def __call__(self, path: str, body: dict[str, Any]) -> tuple[int, object]:
+        status, payload = self.queue.pop(0) if self.queue else (200, "Ask Func[quote]: GOOG")
+        if isinstance(payload, str):
+            payload = completion_payload(path, payload, 31, 6)
+        return status, payload
 
 
 @pytest.fixture
-def server() -> Iterator[ChatServer]:
-    chat = ChatServer()
-    thread = threading.Thread(target=chat.httpd.serve_forever, args=(0.05,), daemon=True)
-    thread.start()
-    yield chat
-    chat.httpd.shutdown()
-    chat.httpd.server_close()
+def replies() -> Replies:
+    return Replies()
 
 
-def completion_body(text: str | None, prompt_tokens: int = 31, completion_tokens: int = 6) -> dict:
-    return {
-        "id": "chatcmpl-1",
-        "object": "chat.completion",
-        "model": "llama3.1",
-        "choices": [
-            {
-                "index": 0,
-                "message": {"role": "assistant", "content": text},
-                "finish_reason": "stop",
-            }
-        ],
-        "usage": {
-            "prompt_tokens": prompt_tokens,
-            "completion_tokens": completion_tokens,
-            "total_tokens": prompt_tokens + completion_tokens,
-        },
-    }
+@pytest.fixture
+def server(replies: Replies) -> Iterator[OpenAICompatibleServer]:
+    with serving(replies) as chat:
+        yield chat
 
 
-def test_request_carries_stop_and_max_tokens_and_usage_is_read(server: ChatServer) -> None:
-    server.reply(completion_body("Ask Func[quote]: GOOG", 31, 6))
+def test_chat_request_carries_four_stops_and_max_tokens_and_usage_is_read(
+    server: OpenAICompatibleServer,
+) -> None:
     completion = OpenAILLM("llama3.1", server.url + "/", api_key="sk-test").complete(
         MESSAGES, STOP, 321
     )
     assert (completion.text, completion.input_tokens, completion.output_tokens) == (
-        "Ask Func[quote]: GOOG",
-        31,
-        6,
-    )
-    [(path, headers, raw)] = server.requests
+        "Ask Func[quote]: GOOG", 31, 6)
+    [(path, headers, body)] = server.requests
     assert path == "/v1/chat/completions"
     assert headers["Authorization"] == "Bearer sk-test"
-    assert json.loads(raw) == {
+    assert body == {
         "model": "llama3.1",
-        "messages": [
-            {"role": "system", "content": "I quote stocks."},
-            {"role": "user", "content": "Q: GOOG?\n"},
-        ],
-        "stop": STOP,
+        "messages": [{"role": m.role, "content": m.content} for m in MESSAGES],
+        "stop": STOP[:4],  # servers take four; the rest are cut here
         "max_tokens": 321,
         "temperature": 0,
     }
 
 
-def test_no_api_key_sends_no_authorization(server: ChatServer) -> None:
-    server.reply(completion_body("A: hi"))
+def test_completions_endpoint_sends_one_prompt_ending_on_the_transcript(
+    server: OpenAICompatibleServer,
+) -> None:
+    llm = get_llm(Settings(llm="openai", openai_base_url=server.url, llm_model="base",
+                           openai_endpoint="completions"))
+    assert llm.complete(MESSAGES, STOP, 50).text == "Ask Func[quote]: GOOG"
+    [(path, _, body)] = server.requests
+    assert path == "/v1/completions"
+    assert body["prompt"] == "I quote stocks.\n\nExamples: ...\n\nQ: GOOG?\n"
+    assert "messages" not in body
+
+
+@pytest.mark.parametrize(("text", "cut"), [
+    # stops past the fourth, which the server never saw
+    ("A: 4<|im_end|>\nuser", "A: 4"),
+    ("A: You rolled 4.\n\nQ: another", "A: You rolled 4."),
+    # a reply that starts with blank lines is not empty
+    ("\n\nA: You rolled 4.", "\n\nA: You rolled 4."),
+    # a server that ignores stops is cut here too
+    ("Ask Func[roll]: 6 1\nFunc[roll] says: 3", "Ask Func[roll]: 6 1\nFunc[roll"),
+])
+def test_every_stop_is_applied_to_the_text(
+    server: OpenAICompatibleServer, replies: Replies, text: str, cut: str
+) -> None:
+    replies.queue.append((200, text))
+    assert OpenAILLM("m", server.url).complete(MESSAGES, STOP, 10).text == cut
+
+
+def test_max_completion_tokens_where_the_server_wants_it_learned_once(
+    server: OpenAICompatibleServer, replies: Replies
+) -> None:
+    refusal = {"error": {"message": "Unsupported parameter: 'max_tokens' is not supported with "
+                         "this model. Use 'max_completion_tokens' instead.",
+                         "type": "invalid_request_error", "param": "max_tokens",
+                         "code": "unsupported_parameter"}}
+    replies.queue += [(400, refusal), (200, "A: one"), (200, "A: two")]
+    llm = OpenAILLM("o-mini", server.url)
+    assert llm.complete(MESSAGES, STOP, 99).text == "A: one"
+    assert configured(llm, LlmSettings(temperature=0.5)).complete(MESSAGES, STOP, 99).text == (
+        "A: two")
+    first, second, third = server.bodies
+    assert first["max_tokens"] == 99 and "max_completion_tokens" not in first
+    assert second["max_completion_tokens"] == 99 and "max_tokens" not in second
+    assert third["max_completion_tokens"] == 99 and third["temperature"] == 0.5
+
+
+def test_fields_a_server_refuses_are_dropped_and_stops_still_apply(
+    server: OpenAICompatibleServer, replies: Replies
+) -> None:
+    def refuse(param: str) -> tuple[int, object]:
+        return 400, {"error": {"message": f"Unsupported parameter: '{param}'", "param": param}}
+
+    replies.queue += [refuse("stop"), refuse("temperature"), (200, "A: 7\n\nQ: more")]
+    assert OpenAILLM("reasoner", server.url).complete(MESSAGES, STOP, 20).text == "A: 7"
+    assert "stop" not in server.bodies[-1] and "temperature" not in server.bodies[-1]
+    replies.queue.append(refuse("stop"))  # refused again although dropped: a real error
+    replies.queue.append(refuse("stop"))
+    server.requests.clear()
+    with pytest.raises(LLMError, match="returned HTTP 400"):
+        OpenAILLM("other", server.url).complete(MESSAGES, STOP, 20)
+    assert len(server.requests) == 2
+
+
+def test_an_agents_llm_settings_reach_the_request(server: OpenAICompatibleServer) -> None:
+    llm = configured(OpenAILLM("platform-model", server.url),
+                     LlmSettings.from_dict({"model": "gpt-4o-mini", "temperature": 1.0,
+                                            "maximum_tokens": 50}))
+    llm.complete(MESSAGES, STOP, 300)  # the agent's limit is lower: it wins
+    llm.complete(MESSAGES, STOP, 20)  # the engine's limit is lower: it wins
+    first, second = server.bodies
+    assert (first["model"], first["temperature"], first["max_tokens"]) == ("gpt-4o-mini", 1.0, 50)
+    assert second["max_tokens"] == 20
+    assert LlmSettings.from_dict({"model": None, "temperature": None}) is None
+
+
+def test_no_api_key_sends_no_authorization(server: OpenAICompatibleServer) -> None:
     OpenAILLM("m", server.url).complete(MESSAGES, STOP, 10)
     assert "Authorization" not in server.requests[0][1]
 
@@ -120,25 +153,28 @@ def test_no_api_key_sends_no_authorization(server: ChatServer) -> None:
         (401, {"error": "bad key"}, "returned HTTP 401"),
         (200, b"<html>not json</html>", r"malformed response \(JSONDecodeError"),
         (200, {"choices": []}, r"malformed response \(IndexError"),
-        (200, completion_body(None), r"malformed response \(TypeError"),
-        (
-            200,
-            {"choices": [{"message": {"content": "x"}}]},
-            r"malformed response \(KeyError\('usage",
-        ),
+        (200, completion_payload("/v1/chat/completions", None), r"malformed response \(TypeError"),
+        (200, {"choices": [{"text": "x"}]}, r"malformed response \(KeyError\('message"),
     ],
 )
 def test_bad_replies_are_llm_errors(
-    server: ChatServer, status: int, payload: object, message: str
+    server: OpenAICompatibleServer, replies: Replies, status: int, payload: object, message: str
 ) -> None:
-    server.reply(payload, status)
+    replies.queue.append((status, payload))
     with pytest.raises(LLMError, match=message) as info:
         OpenAILLM("m", server.url).complete(MESSAGES, STOP, 10)
     assert info.value.code == "LLM_ERROR"
 
 
-def test_a_slow_server_times_out(server: ChatServer) -> None:
-    server.reply(completion_body("late"))
+def test_a_reply_without_usage_counts_no_tokens(
+    server: OpenAICompatibleServer, replies: Replies
+) -> None:
+    replies.queue.append((200, {"choices": [{"message": {"content": "A: hi"}}]}))
+    completion = OpenAILLM("m", server.url).complete(MESSAGES, STOP, 10)
+    assert (completion.text, completion.input_tokens, completion.output_tokens) == ("A: hi", 0, 0)
+
+
+def test_a_slow_server_times_out(server: OpenAICompatibleServer) -> None:
     server.delay = 1.0
     started = time.monotonic()
     with pytest.raises(LLMError, match=r"timed out after 0\.2s"):

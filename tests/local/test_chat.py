@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from codeshot.chat import ChatClient, run_chat
+from codeshot.chat import REPLAY_NOTICE, ChatClient, run_chat
 from codeshot.errors import CodeshotError
 
 
@@ -21,6 +21,7 @@ def test_chat_answers_roll_a_d20_and_shows_the_trace(live_stack):
     text = out.getvalue()
     assert code == 0
     assert "with the planner" in text
+    assert text.count(REPLAY_NOTICE) == 1  # the local stack runs the offline replay
     assert "[func_call] local/dice: Ask Func[roll]: a d20" in text
     lines = text.splitlines()
     rolled = [line for line in lines if line.startswith("You rolled ")]

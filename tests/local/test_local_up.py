@@ -105,6 +105,21 @@ def test_users_create_targets_the_running_stack(tmp_path):
         again = subprocess.run([sys.executable, "-m", "codeshot.cli", "users", "create", "zoe"],
                                cwd=tmp_path, capture_output=True, text=True, check=False, env=env, timeout=60)
         assert again.returncode == 2 and "username 'zoe' is taken" in again.stderr
+        # An operator sets her own limits; her profile shows them at once.
+        limits = subprocess.run([sys.executable, "-m", "codeshot.cli", "users", "limits", "zoe",
+                                 "--daily-queries", "7", "--daily-tokens", "5000"],
+                                cwd=tmp_path, capture_output=True, text=True, check=False,
+                                env=env, timeout=60)
+        assert limits.stdout.strip() == "zoe: 7 queries and 5000 LLM tokens per day"
+        r = httpx.post(state["graphql_url"], json={"query": "{ user { dailyQueryLimit "
+                                                   "dailyTokenLimit dailyUsedTokens } }"},
+                       headers={"Authorization": f"Bearer {key}"})
+        assert r.json()["data"]["user"] == {"dailyQueryLimit": 7, "dailyTokenLimit": 5000,
+                                            "dailyUsedTokens": 0}
+        nobody = subprocess.run([sys.executable, "-m", "codeshot.cli", "users", "limits", "nobody",
+                                 "--daily-tokens", "1"], cwd=tmp_path, capture_output=True,
+                                text=True, check=False, env=env, timeout=60)
+        assert nobody.returncode == 2 and "user 'nobody' not found" in nobody.stderr
         # The first user's key from local.json works as well.
         r = httpx.post(state["graphql_url"], json={"query": "{ user { username } }"},
                        headers={"Authorization": f"Bearer {state['api_key']}"})

@@ -28,7 +28,7 @@ def planner(aws, llm, trace):
                      client=AgentClient(lambda _: "", timeout=1, allow_loopback=True),
                      trace=lambda sent_by, step: trace.append((sent_by, step.type, step.text)))
     return PlannerProgram(ctx, Router(registry, HashingEmbedder()), viewer=None,
-                          route_only=False)
+                          mode="plan")
 
 
 def test_the_paused_agent_resumes_with_the_answer(aws):

@@ -50,6 +50,12 @@ class Query:
         services, p = await caller(info)
         return [RouteType.of(r) for r in await blocking(agents.route, services, p, text, k)]
 
+    @strawberry.field(description="The platform's LLM provider: bedrock, openai, or fewshot "
+                      "(an offline replay of the agents' examples, not a language model).")
+    async def llm_provider(self, info: Info) -> str:
+        services, _ = await caller(info)
+        return services.settings.llm
+
     @strawberry.field
     async def session_by_handle(self, info: Info, handle: str) -> SessionType:
         services, p = await caller(info)

@@ -8,10 +8,10 @@ from typing import TYPE_CHECKING, Annotated
 import strawberry
 from strawberry.types import Info
 
-from codeshot.api.graphql.context import ctx
+from codeshot.api.graphql.context import caller, ctx
 from codeshot.models import Agent, Embed, Message, Session
 from codeshot.services import Services
-from codeshot.usecases import sessions
+from codeshot.usecases import sessions, users
 from codeshot.usecases.threads import blocking
 
 if TYPE_CHECKING:
@@ -36,13 +36,16 @@ class UserType:
     avatar: str | None = None
     daily_query_limit: int = 0
     daily_used_queries: int = 0
+    daily_token_limit: int = 0  # LLM tokens (prompt + completion) per day
+    daily_used_tokens: int = 0
 
     @classmethod
     def of(cls, p: Profile) -> UserType:
         u = p.user
         return cls(username=u.username, first_name=u.first_name, last_name=u.last_name,
                    email=u.email, daily_query_limit=p.daily_query_limit,
-                   daily_used_queries=p.daily_used_queries)
+                   daily_used_queries=p.daily_used_queries,
+                   daily_token_limit=p.daily_token_limit, daily_used_tokens=p.daily_used_tokens)
 
 
 OwnerType = Annotated[UserType | OrganizationType, strawberry.union("OwnerType")]
@@ -65,10 +68,16 @@ class AgentType:
     kind: str
     base_prompt: str
     few_shots: list[str]
+    agent: strawberry.Private[Agent]
+
+    @strawberry.field(description="LLM tokens this agent spent today; its owner's eyes only")
+    async def daily_used_tokens(self, info: Info) -> int | None:
+        services, principal = await caller(info)
+        return await blocking(users.agent_tokens_today, services, principal, self.agent)
 
     @classmethod
     def of(cls, a: Agent) -> AgentType:
-        return cls(
+        return cls(agent=a,
             agent_id=a.agent_id, handle=a.handle, name=a.name, description=a.description,
             queries=a.sample_queries, more_info_url=a.more_info_url, published=a.published,
             owner=UserType(username=a.owner), query_url=a.query_url, func_url=a.func_url,

@@ -1,0 +1,80 @@
+"""LLM token budgets: every LLM call of a query is checked against its user's and its
+agent's daily budgets before it is made, and its tokens (the provider's usage) are
+counted after.
+
+The check reads both counters; the count adds to both in one transaction. A query
+whose budget is spent ends with RATE_LIMITED (``BudgetExceeded``) naming the limit and
+when it resets, and makes no further LLM call. Concurrent queries of one user can each
+pass the check once more before seeing the others' tokens: the overspend is at most one
+call per query.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from datetime import datetime
+
+from codeshot.errors import BudgetExceeded
+from codeshot.llm.base import LLM, ChatMessage, Completion
+from codeshot.store.usage import TokenUsage, UsageCounters, Window
+
+USER_TOKENS = "tokens"  # per user per day
+AGENT_TOKENS = "agent_tokens"  # per agent (the planner included) per day
+WINDOW = "day"
+
+
+class TokenBudget:
+    """One query's budgets: its user's and, per LLM call, the calling agent's.
+
+    ``user_limit`` is called at most once, at the first LLM call (a query answered
+    without the LLM reads nothing)."""
+
+    def __init__(self, usage: UsageCounters, user_id: str, user_limit: Callable[[], int],
+                 agent_limit: int) -> None:
+        self.usage, self.user_id, self.agent_limit = usage, user_id, agent_limit
+        self._user_limit = user_limit
+        self._limit: int | None = None
+
+    def charges(self, agent_id: str) -> list[tuple[str, str]]:
+        return [(USER_TOKENS, self.user_id), (AGENT_TOKENS, agent_id)]
+
+    def check(self, agent_id: str) -> None:
+        """Raise BudgetExceeded when the user's or the agent's tokens are spent."""
+        if self._limit is None:
+            self._limit = self._user_limit()
+        now = self.usage.clock()
+        user, agent = self.usage.token_usage(self.charges(agent_id), WINDOW, now)
+        if user.used >= self._limit:
+            raise exceeded(f"your daily LLM token limit of {self._limit}", user, now)
+        if agent.used >= self.agent_limit:
+            raise exceeded(f"agent {agent_id}'s daily LLM token limit of {self.agent_limit}",
+                           agent, now)
+
+    def record(self, agent_id: str, completion: Completion) -> None:
+        self.usage.add(self.charges(agent_id), completion.input_tokens,
+                       completion.output_tokens, WINDOW)
+
+    def metered(self, llm: LLM, agent_id: str) -> LLM:
+        return MeteredLLM(llm, self, agent_id)
+
+
+def exceeded(limit: str, usage: TokenUsage, now: datetime) -> BudgetExceeded:
+    resets = Window.of(WINDOW, now).end.isoformat()
+    return BudgetExceeded(
+        f"{limit} is used up ({usage.used} tokens today); it resets at {resets}",
+        used=usage.used, resets_at=resets,
+    )
+
+
+class MeteredLLM:
+    """An LLM whose every call is checked against, and counted in, a query's budgets."""
+
+    def __init__(self, llm: LLM, budget: TokenBudget, agent_id: str) -> None:
+        self.llm, self.budget, self.agent_id = llm, budget, agent_id
+
+    def complete(self, messages: list[ChatMessage], stop: list[str], max_tokens: int
+                 ) -> Completion:
+        self.budget.check(self.agent_id)
+        completion = self.llm.complete(messages, stop, max_tokens)
+        self.budget.record(self.agent_id, completion)
+        return completion
