@@ -8,9 +8,14 @@ from __future__ import annotations
 
 import re
 
+import pytest
 from playwright.sync_api import expect
 
+from codeshot.errors import NotFound
+from codeshot.local.http_server import HttpServer
+from codeshot.local.stack import example_agent_dirs
 from codeshot.models import MessageType
+from codeshot.sdk.project import load_agent, read_config
 from tests.browser.conftest import AXE, PHONE
 
 
@@ -279,4 +284,65 @@ def test_axe_finds_no_accessibility_violations(console, new_user):
             page.goto(console.url + path)
             console.heading(heading)
         assert violations() == [], path
+    console.check_clean()
+
+
+def test_an_agent_from_a_url_edited_refreshed_chatted_with_and_deleted(console, new_user, stack):
+    user, key = new_user()
+    # The example dice agent, served for this user's agent id (it checks the platform's
+    # tokens name it).
+    dice = next(d for d in example_agent_dirs() if d.name == "dice")
+    app = load_agent(dice, read_config(dice)).app(
+        stack.settings.replace(agent_id=f"{user.username}/mydice"))
+    server = HttpServer(app, "127.0.0.1", 0)
+    dice_url = server.start()
+    try:
+        _agent_from_a_url(console, stack, user, key, dice_url)
+    finally:
+        server.stop()
+
+
+def _agent_from_a_url(console, stack, user, key: str, dice_url: str) -> None:
+    console.sign_in(key, "/console/agents/new")
+    console.heading("New agent")
+    page = console.page
+    page.get_by_label("Handle").fill("mydice")
+    page.get_by_label("Query URL", exact=True).fill(dice_url)
+    page.get_by_role("button", name="Create agent").click()
+    console.heading("mydice")  # no name given: the handle
+    expect(page.get_by_role("status")).to_contain_text(f"Created {user.username}/mydice.")
+    expect(page.locator(".facts")).to_contain_text("Code Shot")  # its handshake was read
+
+    page.get_by_role("link", name="Edit").click()
+    console.heading("mydice")
+    page.get_by_label("Name").fill("My dice")
+    page.get_by_role("button", name="Save").click()
+    console.heading("My dice")
+    expect(page.get_by_role("status")).to_contain_text(f"Saved {user.username}/mydice.")
+    page.get_by_role("button", name="Refresh handshake").click()
+    expect(page.get_by_role("status")).to_contain_text("Read the agent's handshake again.")
+    console.heading("My dice")
+
+    page.get_by_role("button", name="Chat with this agent").click()
+    page.get_by_label("Message").wait_for()
+    expect(page.locator(".chat-head .meta")).to_contain_text(f"{user.username}/mydice")
+    send(console, "Roll 2d6")
+    expect(page.locator(".answer .msg-agent")).to_contain_text("You rolled", timeout=20_000)
+    session = page.url.rsplit("/", 1)[-1]
+
+    page.on("dialog", lambda dialog: dialog.accept())
+    page.get_by_role("button", name="Delete session").click()
+    console.heading("Chat")
+    expect(page.get_by_role("status")).to_contain_text(f"Deleted session {session}.")
+    expect(page.locator(".sessions li")).to_have_count(0)
+    with pytest.raises(NotFound):
+        stack.services.sessions.get(session)
+    assert stack.services.sessions.all_messages(session) == []  # its messages went with it
+
+    page.goto(console.url + f"/console/agents/{user.username}/mydice")
+    console.heading("My dice")
+    page.get_by_role("button", name="Delete agent").click()
+    console.heading("Agents")
+    expect(page.get_by_role("status")).to_contain_text(f"Deleted {user.username}/mydice.")
+    expect(page.locator(".agent-card", has_text=f"{user.username}/mydice")).to_have_count(0)
     console.check_clean()
