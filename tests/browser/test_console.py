@@ -169,6 +169,8 @@ def test_keys_are_shown_once_and_a_revoked_key_is_refused(console, new_user):
     expect(page.locator("#keys .notice")).to_contain_text("It was the key this browser")
     expect(page.locator("table.keys tbody tr")).to_have_count(1)
     expect(page.get_by_label(re.compile("Your new API key"))).to_have_count(0)  # shown once
+    expect(page.locator("table.keys")).to_contain_text("your last key")  # it stays
+    expect(page.get_by_role("button", name=re.compile("^Revoke"))).to_have_count(0)
 
     console.nav("Agents")  # the next request, with the revoked key
     dialog = page.get_by_role("dialog")

@@ -32,7 +32,7 @@ class Query:
     @strawberry.field(description="Your active API keys, oldest first.")
     async def api_keys(self, info: Info) -> list[ApiKeyType]:
         services, p = await caller(info)
-        return [ApiKeyType.of(k, p.key_id) for k in await blocking(users.api_keys, services, p)]
+        return [ApiKeyType.of(k) for k in await blocking(users.list_api_keys, services, p)]
 
     @strawberry.field(description="Your sessions, newest first.")
     async def all_sessions(self, info: Info) -> list[SessionType]:

@@ -53,21 +53,23 @@ class UserType:
                    daily_quota_resets_at=p.quota_resets_at)
 
 
-@strawberry.type(description="One of your active API keys (the key itself is shown once).")
+@strawberry.type(description="One of your active API keys: only its id is kept.")
 class ApiKeyType:
     id: str
-    created: datetime | None
-    current: bool = strawberry.field(description="the key this request was made with")
+    created: datetime | None = strawberry.field(
+        description="when it was made (unknown for keys older than time-ordered ids)")
+    current: bool = strawberry.field(description="the key this request came with")
 
     @classmethod
-    def of(cls, key: ApiKey, current_key_id: str | None) -> ApiKeyType:
-        return cls(id=key.key_id, created=key.created, current=key.key_id == current_key_id)
+    def of(cls, key: ApiKey) -> ApiKeyType:
+        return cls(id=key.key_id, created=key.created, current=key.current)
 
 
-@strawberry.type
-class NewApiKeyPayload:
-    api_key: ApiKeyType
-    key: str = strawberry.field(description="the API key: shown this once, never stored")
+@strawberry.type(description="A new API key: `key` is shown this once, never stored.")
+class NewApiKeyType:
+    id: str
+    created: datetime | None
+    key: str
 
 
 OwnerType = Annotated[UserType | OrganizationType, strawberry.union("OwnerType")]
