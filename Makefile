@@ -47,6 +47,7 @@ bench: $(BIN)/.installed  ## every benchmark, printing tables (not part of the t
 	$(BIN)/python -m benchmarks.load
 	$(BIN)/python -m benchmarks.router
 	$(BIN)/python -m benchmarks.engine
+	$(BIN)/python -m benchmarks.planner
 
 lint: $(BIN)/.installed  ## ruff, mypy --strict (pyproject's [tool.mypy]), import-linter's layer contracts
 	$(BIN)/ruff check codeshot tests handlers benchmarks infra
