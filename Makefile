@@ -5,7 +5,10 @@ export JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION := 20
 VENV ?= .venv
 BIN := $(VENV)/bin
 
-.PHONY: run test bench lint clean
+VENDOR := codeshot/api/console/static/vendor
+CHROMIUM ?= /usr/bin/chromium
+
+.PHONY: run test bench lint clean assets
 
 $(BIN)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -13,10 +16,29 @@ $(BIN)/.installed: pyproject.toml
 	$(BIN)/python -m pip install -q -e '.[dev]'
 	touch $@
 
-run: $(BIN)/.installed  ## the whole platform locally on moto
+# The console's third-party browser files (htmx, GraphiQL, React), pinned by
+# web/package-lock.json, copied into the package (and so into the wheel and the API bundle).
+$(VENDOR)/versions.json: web/package.json web/package-lock.json web/vendor.mjs
+	cd web && npm ci --ignore-scripts --no-audit --no-fund --loglevel=error
+	cd web && node vendor.mjs
+
+assets: $(VENDOR)/versions.json  ## the console's browser files from npm
+
+# The browser tests drive Debian's chromium (Playwright, through its executable path),
+# installed here when missing (as root, or by sudo without a password). Where it cannot
+# be, the browser tests are skipped and say so loudly (tests/browser/conftest.py).
+$(CHROMIUM):
+	@if [ "$$(id -u)" = 0 ]; then sudo=; elif sudo -n true 2>/dev/null; then sudo="sudo -n"; \
+	else sudo=none; fi; \
+	if [ "$$sudo" != none ] && command -v apt-get >/dev/null && $$sudo apt-get update -q && \
+	   $$sudo apt-get install -y -q chromium; then :; else \
+	echo "!! $(CHROMIUM) is missing and could not be installed (apt-get install -y chromium" \
+	     "needs root or sudo): the browser tests will be SKIPPED" >&2; fi
+
+run: $(BIN)/.installed assets  ## the whole platform locally on moto
 	$(BIN)/codeshot local up
 
-test: $(BIN)/.installed  ## every test
+test: $(BIN)/.installed assets $(CHROMIUM)  ## every test
 	$(BIN)/pytest
 
 bench: $(BIN)/.installed  ## every benchmark, printing tables (not part of the tests)
@@ -25,6 +47,7 @@ bench: $(BIN)/.installed  ## every benchmark, printing tables (not part of the t
 	$(BIN)/python -m benchmarks.load
 	$(BIN)/python -m benchmarks.router
 	$(BIN)/python -m benchmarks.engine
+	$(BIN)/python -m benchmarks.planner
 
 lint: $(BIN)/.installed  ## ruff, mypy --strict (pyproject's [tool.mypy]), import-linter's layer contracts
 	$(BIN)/ruff check codeshot tests handlers benchmarks infra
@@ -32,7 +55,7 @@ lint: $(BIN)/.installed  ## ruff, mypy --strict (pyproject's [tool.mypy]), impor
 	$(BIN)/lint-imports
 
 clean:
-	rm -rf $(VENV) .codeshot .pytest_cache .rehearsal
+	rm -rf $(VENV) .codeshot .pytest_cache .rehearsal web/node_modules $(VENDOR)
 
 # --- AWS deployment (infra/): `make synth` needs no AWS account, `npx cdk deploy` does ---
 .PHONY: synth cdk-install rehearse lock
@@ -46,13 +69,13 @@ node_modules/.package-lock.json: package.json package-lock.json
 
 cdk-install: $(BIN)/.cdk-installed node_modules/.package-lock.json  ## CDK libraries and the pinned CDK CLI
 
-synth: cdk-install  ## CloudFormation templates in cdk.out, both ways, each linted (cfn-lint, cdk-nag)
+synth: cdk-install assets  ## CloudFormation templates in cdk.out, both ways, each linted (cfn-lint, cdk-nag)
 	$(BIN)/python -m infra.app
 	$(BIN)/python -m infra.lint cdk.out
 	CDK_DISABLE_CLI_TELEMETRY=true npx --no-install cdk synth --quiet
 	$(BIN)/python -m infra.lint cdk.out
 
-rehearse: cdk-install  ## what `cdk deploy` would ship, run here from cdk.out with its IAM enforced (no AWS, no Docker)
+rehearse: cdk-install assets  ## what `cdk deploy` would ship, run here from cdk.out with its IAM enforced (no AWS, no Docker)
 	$(BIN)/python -m infra.rehearsal
 
 lock: $(BIN)/.cdk-installed  ## re-lock each Lambda bundle's dependencies (infra/locks; uv, needs PyPI)

@@ -13,6 +13,7 @@ import threading
 import time
 
 _CROCKFORD = "0123456789ABCDEFGHJKMNPQRSTVWXYZ"
+ULID_LENGTH = 26
 _lock = threading.Lock()
 _last_ms = -1
 _last_rand = 0
@@ -37,6 +38,10 @@ def ulid(now_ms: int | None = None) -> str:
             rand = int.from_bytes(os.urandom(10), "big") >> 1  # room to increment
         _last_ms, _last_rand = ms, rand
     return _encode(ms, 10) + _encode(rand, 16)
+
+
+def is_ulid(value: str) -> bool:
+    return len(value) == ULID_LENGTH and all(ch in _CROCKFORD for ch in value)
 
 
 def ulid_time_ms(value: str) -> int:

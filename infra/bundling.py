@@ -166,14 +166,43 @@ def _tree(root: Path, rel: str, skip: tuple[str, ...] = ()) -> list[tuple[str, P
     return out
 
 
+def _data(rel: str) -> list[tuple[str, Path]]:
+    """Every file under ``rel`` (templates, browser files): shipped as they are."""
+    root = REPO_ROOT / rel
+    files = [(p.relative_to(REPO_ROOT).as_posix(), p) for p in sorted(root.rglob("*"))
+             if p.is_file() and "__pycache__" not in p.parts]
+    if not files:
+        raise BundlingError(f"{rel} is empty: run `make assets`")
+    return files
+
+
+CONSOLE = "codeshot/api/console"
+# web/package.json lists the third-party browser files `make assets` copies from npm.
+CONSOLE_VENDOR_MANIFEST = REPO_ROOT / "web" / "package.json"
+
+
+def console_files() -> list[tuple[str, Path]]:
+    """The web console's templates and browser files (the API serves them); a bundle
+    without the third-party ones would serve a broken console, so it is not built."""
+    vendor = json.loads(CONSOLE_VENDOR_MANIFEST.read_text())["vendor"]
+    missing = [name for name in vendor
+               if not (REPO_ROOT / CONSOLE / "static" / "vendor" / name).is_file()]
+    if missing:
+        raise BundlingError(f"the console's browser files {missing} are missing from "
+                            f"{CONSOLE}/static/vendor: run `make assets`")
+    return _data(f"{CONSOLE}/templates") + _data(f"{CONSOLE}/static")
+
+
 @dataclass(frozen=True)
 class PlatformFunction:
-    """A platform Lambda: its handler module, its lock and the AWS services it calls."""
+    """A platform Lambda: its handler module, its lock, the AWS services it calls and the
+    data files it serves."""
 
     name: str
     handler: str  # "handlers.api.handler"
     lock: Callable[[], Lock]
     aws_services: tuple[str, ...]
+    data: Callable[[], list[tuple[str, Path]]] = list
 
 
 def platform_bundle(function: PlatformFunction, *, target: Target = LAMBDA_TARGET,
@@ -181,14 +210,15 @@ def platform_bundle(function: PlatformFunction, *, target: Target = LAMBDA_TARGE
     handler_file = function.handler.rsplit(".", 1)[0].replace(".", "/") + ".py"
     files = [*_tree(REPO_ROOT, "codeshot", PLATFORM_EXCLUDED_PATHS),
              ("handlers/__init__.py", REPO_ROOT / "handlers" / "__init__.py"),
-             (handler_file, REPO_ROOT / handler_file)]
+             (handler_file, REPO_ROOT / handler_file), *function.data()]
     return BundleSpec(function.name, tuple(files), function.lock(), target,
                       aws_services=function.aws_services if bundle_boto3 else None)
 
 
 # Each platform function, with the AWS services its code calls.
 API_FUNCTION = PlatformFunction("api", "handlers.api.handler", api_lock,
-                                ("dynamodb", "s3", "sqs", "secretsmanager", "bedrock-runtime"))
+                                ("dynamodb", "s3", "sqs", "secretsmanager", "bedrock-runtime"),
+                                console_files)
 RUNNER_FUNCTION = PlatformFunction("runner", "handlers.runner.handler", runner_lock,
                                    ("dynamodb", "s3", "secretsmanager", "bedrock-runtime"))
 REGISTER_FUNCTION = PlatformFunction("register", "handlers.register_agent.handler",

@@ -111,8 +111,10 @@ def _platform_lock(name: str, *dists: str) -> Lock:
 # What each function imports (third-party), measured by running it (`make rehearse`).
 # PyStemmer: the router's word stems (API route query, registration, planner).
 def api_lock() -> Lock:
+    # jinja2: the web console's pages (codeshot/api/console).
     return _platform_lock("api", "fastapi", "pydantic", "strawberry-graphql", "mangum",
-                          "httpx", "pyjwt", "pynacl", "pyyaml", "boto3", "pystemmer")
+                          "httpx", "pyjwt", "pynacl", "pyyaml", "boto3", "jinja2",
+                          "pystemmer")
 
 
 def runner_lock() -> Lock:

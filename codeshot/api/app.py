@@ -10,8 +10,8 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
-from strawberry.fastapi import GraphQLRouter
 
+from codeshot.api import console
 from codeshot.api.errors import INTERNAL_MESSAGE, as_codeshot_error, rest_body
 from codeshot.api.graphql import Context, build_schema
 from codeshot.api.rest import get_services, router
@@ -125,8 +125,9 @@ def create_app(settings: Settings | None = None, services: Services | None = Non
     schema = build_schema(settings.graphql_introspection, settings.graphql_max_cost)
     # GraphiQL needs introspection to be of any use; without it /graphql answers POSTs only.
     ide: Literal["graphiql"] | None = "graphiql" if settings.graphql_introspection else None
-    app.include_router(GraphQLRouter(schema, context_getter=context, graphql_ide=ide),
-                       prefix="/graphql")
+    app.include_router(console.ConsoleGraphQLRouter(schema, context_getter=context,
+                                                     graphql_ide=ide), prefix="/graphql")
     app.include_router(router)
+    console.install(app)
     app.add_middleware(BodyLimit, limit=MAX_REQUEST_BYTES)
     return app

@@ -13,8 +13,9 @@ from codeshot.models import Principal, User
 from codeshot.settings import Settings
 from codeshot.store.users import UserStore
 
-KEY_PREFIX = "key_"  # API key ids (the key's jti)
 MAX_CACHED_KEYS = 10_000  # per warm process; expired entries go when it fills
+
+KEY_PREFIX = "key_"  # API key ids (the key's jti)
 
 
 class Auth:
@@ -36,9 +37,13 @@ class Auth:
     # -- API keys ---------------------------------------------------------------------
     def issue_api_key(self, user: User) -> str:
         """A new API key for ``user``; only its id is stored, so it is shown once."""
-        key_id = KEY_PREFIX + ids.handle(12)
+        return self.new_api_key(user)[1]
+
+    def new_api_key(self, user: User) -> tuple[str, str]:
+        """(key id, API key): the id is a ULID, so it tells when the key was made."""
+        key_id = KEY_PREFIX + ids.ulid()
         self.users.add_key(user.user_id, key_id)
-        return self.sign(tokens.api_key_claims(self.issuer, user.user_id, key_id))
+        return key_id, self.sign(tokens.api_key_claims(self.issuer, user.user_id, key_id))
 
     def revoke_api_key(self, user: User, key_id: str) -> None:
         self.users.revoke_key(user.user_id, key_id)

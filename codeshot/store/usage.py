@@ -6,6 +6,7 @@ check-and-charge, so concurrent callers can never push a counter past its limit.
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
@@ -20,6 +21,7 @@ if TYPE_CHECKING:
     from types_boto3_dynamodb import DynamoDBClient
     from types_boto3_dynamodb.type_defs import TransactWriteItemTypeDef, UpdateTypeDef
 
+UNPROCESSED_RETRIES = 4  # BatchGetItem rounds for keys DynamoDB left unprocessed
 WINDOWS = {"day": timedelta(days=1), "minute": timedelta(minutes=1)}
 
 
@@ -154,9 +156,18 @@ class UsageCounters(Repository):
                     now: datetime | None = None) -> list[TokenUsage]:
         """Each (kind, subject) counter's usage in this window, read consistently at once."""
         counters = [self._counter(kind, subject, window, now)[0] for kind, subject in charges]
-        unique = list(dict.fromkeys(counters))
-        out = self.db.batch_get_item(RequestItems={self.table_name: {
-            "Keys": [{"counter": {"S": c}} for c in unique], "ConsistentRead": True}})
-        found = {item["counter"]["S"]: item
-                 for item in out.get("Responses", {}).get(self.table_name, [])}
-        return [TokenUsage.of(found.get(c)) for c in counters]
+        request: dict[str, Any] = {self.table_name: {
+            "Keys": [{"counter": {"S": c}} for c in dict.fromkeys(counters)],
+            "ConsistentRead": True}}
+        found: dict[str, dict[str, Any]] = {}
+        for attempt in range(UNPROCESSED_RETRIES):
+            if attempt:
+                time.sleep(0.05 * 2 ** attempt)  # DynamoDB asks callers to back off
+            out = self.db.batch_get_item(RequestItems=request)
+            found.update((item["counter"]["S"], item)
+                         for item in out.get("Responses", {}).get(self.table_name, []))
+            request = dict(out.get("UnprocessedKeys") or {})
+            if not request:
+                return [TokenUsage.of(found.get(c)) for c in counters]
+        # Unread under throttling: not "nothing used", which would let a spent budget pass.
+        raise RateLimited("the usage counters cannot be read right now; retry in a moment")

@@ -12,7 +12,7 @@ import asyncio
 import base64
 import binascii
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -242,6 +242,14 @@ class Messaging:
     def newer(self, session_id: str, after: str) -> list[Message]:
         return self.s.sessions.list_messages(session_id, after=after, limit=1000).items
 
+    def since(self, session_id: str, after: str | None) -> list[Message]:
+        """Messages newer than ``after``, or every message without it."""
+        if after is None:
+            return self.s.sessions.all_messages(session_id)
+        if not ids.is_ulid(after):
+            raise InvalidInput("after must be a message id")
+        return self.newer(session_id, after)
+
     def reply_to(self, session_id: str, query_id: str) -> Message | None:
         """The terminal reply (response, error or a question) to a query, if there is one."""
         for message in self.newer(session_id, query_id):
@@ -279,6 +287,24 @@ async def follow(messaging: Messaging, query: Message, timeout: float) -> AsyncI
             if message.in_reply_to == query.message_id and message.type in TERMINAL:
                 return
         await asyncio.sleep(0.1)
+
+
+async def next_messages(
+    messaging: Messaging, session_id: str, after: str | None, timeout: float,
+    gone: Callable[[], Awaitable[bool]] | None = None,
+) -> list[Message]:
+    """Messages newer than ``after`` (all of them without it), waiting up to ``timeout``
+    seconds for the first to arrive: a long poll, which works the same behind API Gateway
+    (whose responses are buffered, so server-sent events would not stream) and locally.
+    ``gone`` tells when the caller has hung up, to stop waiting early."""
+    deadline = time.monotonic() + max(timeout, 0.0)
+    delay = 0.1
+    while True:
+        found = await blocking(messaging.since, session_id, after)
+        if found or time.monotonic() >= deadline or (gone is not None and await gone()):
+            return found
+        await asyncio.sleep(min(delay, max(0.0, deadline - time.monotonic())))
+        delay = min(delay * 1.5, 0.5)
 
 
 @dataclass(frozen=True)

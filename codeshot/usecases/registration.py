@@ -12,8 +12,14 @@ import functools
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from codeshot.engine.fewshot import parse_few_shots, sample_queries, validate_base_prompt
-from codeshot.errors import InvalidInput, NotFound
+from codeshot.engine.fewshot import (
+    lines_of,
+    parse_few_shots,
+    sample_queries,
+    split_few_shots,
+    validate_base_prompt,
+)
+from codeshot.errors import CodeshotError, InvalidInput, NotFound
 from codeshot.models import (
     MAX_SAMPLE_QUERIES,
     Agent,
@@ -45,6 +51,39 @@ class AgentFields:
     base_prompt: str | None = None
     few_shots: list[str] | None = None
     sample_queries: list[str] | None = None
+
+
+@dataclass(frozen=True)
+class FewShotText:
+    """Few-shots written as one text, as a form holds them: split where Fixie split them
+    (a blank line, then ``Q:``), remembering where each starts, so that a grammar error
+    ("few-shot 2, line 3") can be shown on the line of the text it names."""
+
+    lines: list[str]
+    few_shots: list[str]
+    starts: list[int]  # each few-shot's first line, as an index into ``lines``
+
+    @classmethod
+    def of(cls, text: str) -> FewShotText:
+        lines = lines_of(text)
+        few_shots = split_few_shots(text) if text.strip() else []
+        starts, cursor = [], 0
+        for block in few_shots:
+            first = lines_of(block)[0]
+            while lines[cursor].strip() != first:  # blank lines between few-shots
+                cursor += 1
+            starts.append(cursor)
+            cursor += len(lines_of(block))
+        return cls(lines, few_shots, starts)
+
+    def line_of(self, error: CodeshotError) -> int | None:
+        """The index into ``lines`` that a grammar error names, if it names one."""
+        number, line = error.details.get("few_shot"), error.details.get("line")
+        if not isinstance(number, int) or not 1 <= number <= len(self.starts):
+            return None
+        if not isinstance(line, int):
+            return self.starts[number - 1]
+        return min(self.starts[number - 1] + line - 1, len(self.lines) - 1)
 
 
 class AgentRegistration:

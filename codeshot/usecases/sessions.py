@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 from codeshot import ids
-from codeshot.errors import InvalidInput
-from codeshot.models import MAX_URL, Embed, Message, Principal, Session
+from codeshot.errors import InvalidInput, NotFound
+from codeshot.models import MAX_URL, Embed, EmbedRef, Message, Principal, Session
 from codeshot.services import Services
 from codeshot.text import check_text
 from codeshot.usecases import paging
@@ -13,6 +13,7 @@ from codeshot.usecases.users import user_id_of
 
 MAX_NAME = 200
 MAX_DESCRIPTION = 2000
+TEXT_PREVIEW_BYTES = 64 * 1024  # text embeds up to this size can be shown in a page
 
 
 def create_session(
@@ -75,6 +76,8 @@ def list_messages(
 ) -> list[Message]:
     """A session's messages in time order (``after``: only newer than that id); the
     session comes from :func:`get_session`, which checked the caller owns it."""
+    if after is not None and not ids.is_ulid(after):
+        raise InvalidInput("after must be a message id")
     return services.sessions.list_messages(session.session_id, limit=paging.MESSAGES.of(limit),
                                            after=after).items
 
@@ -85,3 +88,29 @@ def list_embeds(services: Services, session: Session, after: str | None = None,
     it); ``after``: keys after that one."""
     return services.sessions.list_embeds(session.session_id, after=after,
                                          limit=paging.EMBEDS.of(limit))
+
+
+def message_embed(services: Services, principal: Principal, session_id: str, message_id: str,
+                  key: str) -> EmbedRef:
+    """The embed ``key`` of a message in one of the caller's sessions."""
+    get_session(services, principal, session_id)
+    if not ids.is_ulid(message_id):
+        raise NotFound(f"message {message_id} not found")
+    ref = services.sessions.get_message(session_id, message_id).embeds.get(key)
+    if ref is None:
+        raise NotFound(f"embed {key} not found")
+    return ref
+
+
+def embed_text(services: Services, principal: Principal, session_id: str, message_id: str,
+               key: str) -> str:
+    """A small text embed's content, to show in place (larger ones are downloaded)."""
+    ref = message_embed(services, principal, session_id, message_id, key)
+    if not ref.content_type.startswith("text/") or ref.size > TEXT_PREVIEW_BYTES:
+        raise InvalidInput(f"embed {key} is not text of at most {TEXT_PREVIEW_BYTES} bytes")
+    return services.embeds.read(ref.content_hash).decode("utf-8", errors="replace")
+
+
+def embed_url(services: Services, ref: EmbedRef) -> str:
+    """A presigned URL to read an embed's bytes (the embed as a caller's message has it)."""
+    return services.embeds.get_url(ref.content_hash, ref.content_type)

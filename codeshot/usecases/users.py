@@ -3,12 +3,17 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from datetime import UTC, datetime
 
+from codeshot import ids
 from codeshot.auth.service import KEY_PREFIX
 from codeshot.errors import Conflict, InvalidInput, NotFound, Unauthenticated
 from codeshot.models import Agent, Principal, User
 from codeshot.runner.budgets import AGENT_TOKENS, USER_TOKENS, WINDOW
 from codeshot.services import Services
+from codeshot.store.usage import Window
+
+MAX_API_KEYS = 20  # active keys per user: revoke one to make another
 
 
 def user_id_of(principal: Principal) -> str:
@@ -28,66 +33,6 @@ def create_user(services: Services, username: str) -> tuple[User, str]:
     """A new user and their first API key (shown once: only its id is stored)."""
     user = services.users.create(username)
     return user, services.auth.issue_api_key(user)
-
-
-MAX_API_KEYS = 20  # active keys one user may hold
-
-
-@dataclass(frozen=True)
-class ApiKey:
-    key_id: str
-    current: bool  # the key this request came with
-
-
-def create_api_key(services: Services, principal: Principal) -> tuple[str, str]:
-    """A new API key of the caller's: (its id, the key, shown once)."""
-    user = services.users.get(user_id_of(principal))
-    if len(user.api_key_ids) >= MAX_API_KEYS:
-        raise InvalidInput(f"you have {MAX_API_KEYS} API keys; revoke one first")
-    key = services.auth.issue_api_key(user)
-    return key_id_of(key), key
-
-
-def list_api_keys(services: Services, principal: Principal) -> list[ApiKey]:
-    """The ids of the caller's active API keys (keys themselves are never stored)."""
-    user = services.users.get(user_id_of(principal))
-    return [ApiKey(k, k == principal.key_id) for k in sorted(user.api_key_ids)]
-
-
-def revoke_api_key(services: Services, principal: Principal, key_id: str) -> ApiKey:
-    """Revoke one of the caller's keys (the one in use too: that signs out). Another
-    user's key, or none, is NOT_FOUND; the last key cannot go (the user would be locked
-    out: create another first)."""
-    user = services.users.get(user_id_of(principal))
-    return _revoke(services, user, key_id, principal.key_id)
-
-
-def revoke_key_of(services: Services, username: str, key: str) -> ApiKey:
-    """Revoke ``username``'s key, named by its id or given whole (the CLI, an operator)."""
-    user = services.users.get_by_username(username)
-    return _revoke(services, user, key if key.startswith(KEY_PREFIX) else key_id_of(key), None)
-
-
-def _revoke(services: Services, user: User, key_id: str, current: str | None) -> ApiKey:
-    if key_id not in user.api_key_ids:
-        raise NotFound(f"no active API key {key_id!r}")
-    if len(user.api_key_ids) == 1:
-        raise InvalidInput("this is the last API key; create another before revoking it")
-    services.auth.revoke_api_key(user, key_id)
-    return ApiKey(key_id, key_id == current)
-
-
-def key_id_of(key: str) -> str:
-    """The id (``jti``) inside an API key, unverified: it only names the key to revoke."""
-    import jwt
-
-    try:
-        key_id = jwt.decode(key, options={"verify_signature": False}).get("jti")
-    except jwt.PyJWTError:
-        key_id = None
-    if not isinstance(key_id, str) or not key_id.startswith(KEY_PREFIX):
-        raise InvalidInput("give an API key id (key_...) or the API key itself")
-    return key_id
 
 
 def ensure_user(services: Services, username: str) -> User:
@@ -113,17 +58,20 @@ class Profile:
     daily_used_queries: int
     daily_token_limit: int
     daily_used_tokens: int
+    quota_resets_at: datetime  # when today's counts start again from zero
 
 
 def profile(services: Services, principal: Principal) -> Profile:
-    """The caller's profile with today's quota and LLM token budget, and use of them."""
+    """The caller's profile with today's quota and LLM token budget, use of them, and when
+    they reset."""
     user = services.users.get(user_id_of(principal))
-    used = services.usage.used("query", user.user_id)
-    [tokens] = services.usage.token_usage([(USER_TOKENS, user.user_id)], WINDOW)
+    now = services.clock()
+    used = services.usage.used("query", user.user_id, now=now)
+    [tokens] = services.usage.token_usage([(USER_TOKENS, user.user_id)], WINDOW, now=now)
     token_limit = services.settings.daily_token_limit if user.daily_token_limit is None \
         else user.daily_token_limit
     return Profile(user, services.daily_limit(user.daily_query_limit), used, token_limit,
-                   tokens.used)
+                   tokens.used, Window.of(WINDOW, now).end)
 
 
 def agent_tokens_today(services: Services, principal: Principal, agent: Agent) -> int | None:
@@ -139,3 +87,75 @@ def set_limits(services: Services, username: str, daily_queries: int | None = No
     """An operator's per-user limits (None leaves a limit as it is)."""
     return services.users.set_limits(find_user(services, username).user_id,
                                      daily_queries, daily_tokens)
+
+
+@dataclass(frozen=True)
+class ApiKey:
+    """An active API key as its owner sees it: the key itself is shown only once."""
+
+    key_id: str
+    created: datetime | None  # None: a key made before key ids carried their time
+    current: bool = False  # the key this request came with
+
+    @classmethod
+    def of(cls, key_id: str, current_key_id: str | None = None) -> ApiKey:
+        stamp = key_id.removeprefix(KEY_PREFIX)
+        try:
+            created = datetime.fromtimestamp(ids.ulid_time_ms(stamp) / 1000, UTC) \
+                if len(stamp) == ids.ULID_LENGTH else None
+        except ValueError:  # not Crockford base 32: an older random id
+            created = None
+        return cls(key_id, created, key_id == current_key_id)
+
+
+def list_api_keys(services: Services, principal: Principal) -> list[ApiKey]:
+    """The caller's active API keys, oldest first (keys themselves are never stored)."""
+    user = services.users.get(user_id_of(principal))
+    keys = [ApiKey.of(k, principal.key_id) for k in user.api_key_ids]
+    return sorted(keys, key=lambda k: (k.created is not None, k.created or 0, k.key_id))
+
+
+def create_api_key(services: Services, principal: Principal) -> tuple[ApiKey, str]:
+    """A new API key for the caller: (its record, the key, shown this once)."""
+    user = services.users.get(user_id_of(principal))
+    if len(user.api_key_ids) >= MAX_API_KEYS:
+        raise InvalidInput(f"you have {MAX_API_KEYS} active API keys, the most allowed; "
+                           "revoke one first")
+    key_id, key = services.auth.new_api_key(user)
+    return ApiKey.of(key_id, principal.key_id), key
+
+
+def revoke_api_key(services: Services, principal: Principal, key_id: str) -> ApiKey:
+    """Revoke one of the caller's keys (the one in use too: that signs out). Another
+    user's key, or none, is NOT_FOUND; the last key cannot go (the user would be locked
+    out: create another first)."""
+    user = services.users.get(user_id_of(principal))
+    return _revoke(services, user, key_id, principal.key_id)
+
+
+def revoke_key_of(services: Services, username: str, key: str) -> ApiKey:
+    """Revoke ``username``'s key, named by its id or given whole (the CLI, an operator)."""
+    user = services.users.get_by_username(username)
+    return _revoke(services, user, key if key.startswith(KEY_PREFIX) else key_id_of(key), None)
+
+
+def _revoke(services: Services, user: User, key_id: str, current: str | None) -> ApiKey:
+    if key_id not in user.api_key_ids:
+        raise NotFound(f"no active API key {key_id!r}")  # another's looks absent too
+    if len(user.api_key_ids) == 1:
+        raise InvalidInput("this is the last API key; create another before revoking it")
+    services.auth.revoke_api_key(user, key_id)
+    return ApiKey.of(key_id, current)
+
+
+def key_id_of(key: str) -> str:
+    """The id (``jti``) inside an API key, unverified: it only names the key to revoke."""
+    import jwt
+
+    try:
+        key_id = jwt.decode(key, options={"verify_signature": False}).get("jti")
+    except jwt.PyJWTError:
+        key_id = None
+    if not isinstance(key_id, str) or not key_id.startswith(KEY_PREFIX):
+        raise InvalidInput("give an API key id (key_...) or the API key itself")
+    return key_id

@@ -98,17 +98,6 @@ class Mutation:
             reply=MessageGQL.of(reply, services) if reply else None,
         )
 
-    @strawberry.mutation(description="A new API key of yours (shown once).")
-    async def create_api_key(self, info: Info) -> NewApiKeyType:
-        services, p = await caller(info)
-        key_id, key = await blocking(users.create_api_key, services, p)
-        return NewApiKeyType(id=key_id, key=key)
-
-    @strawberry.mutation(description="Revoke one of your API keys (not the last one).")
-    async def revoke_api_key(self, info: Info, id: str) -> ApiKeyType:
-        services, p = await caller(info)
-        return ApiKeyType.of(await blocking(users.revoke_api_key, services, p, id))
-
     @strawberry.mutation(description="A presigned URL to upload an embed's bytes to.")
     async def create_embed_upload(
         self, info: Info, content_type: str, size: int, content_hash: str
@@ -116,3 +105,15 @@ class Mutation:
         services, p = await caller(info)
         upload = await blocking(upload_url, services, p, content_type, size, content_hash)
         return EmbedUploadType.of(upload)
+
+    @strawberry.mutation(description="A new API key of yours (shown once).")
+    async def create_api_key(self, info: Info) -> NewApiKeyType:
+        services, p = await caller(info)
+        record, key = await blocking(users.create_api_key, services, p)
+        return NewApiKeyType(id=record.key_id, created=record.created, key=key)
+
+    @strawberry.mutation(description="Revoke one of your API keys (not the last one): it is "
+                         "refused at once.")
+    async def revoke_api_key(self, info: Info, id: str) -> ApiKeyType:
+        services, p = await caller(info)
+        return ApiKeyType.of(await blocking(users.revoke_api_key, services, p, id))

@@ -27,15 +27,15 @@ class Query:
         agent = await blocking(agents.find_agent, services, p, agent_id)
         return AgentType.of(agent) if agent else None
 
-    @strawberry.field(description="Your active API keys (their ids).")
-    async def api_keys(self, info: Info) -> list[ApiKeyType]:
-        services, p = await caller(info)
-        return [ApiKeyType.of(k) for k in await blocking(users.list_api_keys, services, p)]
-
     @strawberry.field
     async def user(self, info: Info) -> UserType:
         services, p = await caller(info)
         return UserType.of(await blocking(users.profile, services, p))
+
+    @strawberry.field(description="Your active API keys, oldest first.")
+    async def api_keys(self, info: Info) -> list[ApiKeyType]:
+        services, p = await caller(info)
+        return [ApiKeyType.of(k) for k in await blocking(users.list_api_keys, services, p)]
 
     @strawberry.field(description="Your sessions, newest first, a page at a time: `after` = "
                       "the last handle of the previous page.")

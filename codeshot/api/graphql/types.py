@@ -12,6 +12,7 @@ from codeshot.api.graphql.context import caller, ctx
 from codeshot.models import Agent, Embed, Message, Session
 from codeshot.services import Services
 from codeshot.usecases import sessions, users
+from codeshot.usecases.messaging import Messaging, next_messages
 from codeshot.usecases.threads import blocking
 
 if TYPE_CHECKING:
@@ -38,6 +39,9 @@ class UserType:
     daily_used_queries: int = 0
     daily_token_limit: int = 0  # LLM tokens (prompt + completion) per day
     daily_used_tokens: int = 0
+    daily_quota_resets_at: datetime | None = strawberry.field(
+        default=None,
+        description="when dailyUsedQueries and dailyUsedTokens start again from zero")
 
     @classmethod
     def of(cls, p: Profile) -> UserType:
@@ -45,7 +49,27 @@ class UserType:
         return cls(username=u.username, first_name=u.first_name, last_name=u.last_name,
                    email=u.email, daily_query_limit=p.daily_query_limit,
                    daily_used_queries=p.daily_used_queries,
-                   daily_token_limit=p.daily_token_limit, daily_used_tokens=p.daily_used_tokens)
+                   daily_token_limit=p.daily_token_limit, daily_used_tokens=p.daily_used_tokens,
+                   daily_quota_resets_at=p.quota_resets_at)
+
+
+@strawberry.type(description="One of your active API keys: only its id is kept.")
+class ApiKeyType:
+    id: str
+    created: datetime | None = strawberry.field(
+        description="when it was made (unknown for keys older than time-ordered ids)")
+    current: bool = strawberry.field(description="the key this request came with")
+
+    @classmethod
+    def of(cls, key: ApiKey) -> ApiKeyType:
+        return cls(id=key.key_id, created=key.created, current=key.current)
+
+
+@strawberry.type(description="A new API key: `key` is shown this once, never stored.")
+class NewApiKeyType:
+    id: str
+    created: datetime | None
+    key: str
 
 
 OwnerType = Annotated[UserType | OrganizationType, strawberry.union("OwnerType")]
@@ -169,12 +193,18 @@ class SessionType:
 
     session: strawberry.Private[Session]  # read with the owner's check
 
-    @strawberry.field(description="Messages in time order, a page at a time (at most 1,000); "
-                      "`after` = only newer than that id.")
+    @strawberry.field(description=(
+        "Messages in time order, a page at a time (at most 1,000); `after` = only newer than "
+        "that id. `waitSeconds` (at most the reply wait) long-polls: with nothing newer yet, "
+        "wait for the next message."))
     async def messages(
-        self, info: Info, after: str | None = None, limit: int | None = None
+        self, info: Info, after: str | None = None, limit: int | None = None,
+        wait_seconds: float = 0,
     ) -> list[MessageGQL]:
         services = ctx(info).services
+        if wait_seconds > 0:
+            wait = min(wait_seconds, services.settings.reply_wait_seconds)
+            await next_messages(Messaging(services), self.session.session_id, after, wait)
         found = await blocking(sessions.list_messages, services, self.session, after, limit)
         return [MessageGQL.of(m, services) for m in found]
 
@@ -217,22 +247,6 @@ class RouteType:
     def of(cls, c: Candidate) -> RouteType:
         return cls(agent_id=c.agent_id, score=c.score, matched_sample=c.matched_sample,
                    fits=c.fits, matched=c.matched_sample)
-
-
-@strawberry.type(description="One of your API keys: only its id is kept.")
-class ApiKeyType:
-    id: str
-    current: bool = strawberry.field(description="the key this request came with")
-
-    @classmethod
-    def of(cls, key: ApiKey) -> ApiKeyType:
-        return cls(id=key.key_id, current=key.current)
-
-
-@strawberry.type(description="A new API key: `key` is shown this once.")
-class NewApiKeyType:
-    id: str
-    key: str
 
 
 @strawberry.type

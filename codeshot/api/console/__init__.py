@@ -1,0 +1,27 @@
+"""The web console at ``/console/``: server-rendered pages (Jinja2) updated in place by
+htmx, over the same use cases as GraphQL and REST; GraphiQL at ``/graphql``. Every file
+a page loads is served from ``/console/static`` (the third-party ones are copied from
+npm by ``make assets``), so the console works with no other host reachable."""
+
+from __future__ import annotations
+
+from fastapi import FastAPI
+from fastapi.responses import RedirectResponse
+
+from codeshot.api.console import account, agents, chat
+from codeshot.api.console.graphiql import ConsoleGraphQLRouter
+from codeshot.api.console.web import STATIC, STATIC_PREFIX, Assets
+
+__all__ = ["ConsoleGraphQLRouter", "install"]
+
+
+def install(app: FastAPI) -> None:
+    """Serve the console from ``app``: pages, static files, and ``/`` leading to it."""
+    app.mount(STATIC_PREFIX, Assets(directory=STATIC), name="console-static")
+    for module in (chat, agents, account):
+        app.include_router(module.router)
+
+    @app.get("/", include_in_schema=False)
+    @app.get("/console", include_in_schema=False)
+    def to_console() -> RedirectResponse:
+        return RedirectResponse("/console/", status_code=307)

@@ -1,0 +1,64 @@
+"""The account page: who is signed in, today's quota and when it resets, and the API
+keys: listed by id and creation time, created (the key is shown once) and revoked."""
+
+from __future__ import annotations
+
+from fastapi import APIRouter, Depends, Request
+from fastapi.responses import HTMLResponse
+
+from codeshot.api.console.web import (
+    ConsoleRoute,
+    caller,
+    html,
+    page_request,
+    services_of,
+    templates,
+)
+from codeshot.models import Principal
+from codeshot.services import Services
+from codeshot.usecases import users
+from codeshot.usecases.threads import blocking
+
+router = APIRouter(route_class=ConsoleRoute)
+
+
+def _keys(services: Services, user: Principal, new_key: str | None = None,
+          notice: str | None = None) -> str:
+    return templates.render("account/keys.html", keys=users.list_api_keys(services, user),
+                            new_key=new_key, notice=notice)
+
+
+def _account(services: Services, user: Principal) -> str:
+    profile = users.profile(services, user)
+    return templates.render("account/account.html", profile=profile, now=services.clock(),
+                            keys=_keys(services, user))
+
+
+@router.get("/console/account", dependencies=[Depends(page_request)])
+async def account(request: Request, user: Principal = Depends(caller)) -> HTMLResponse:
+    return html(await blocking(_account, services_of(request), user))
+
+
+@router.post("/console/account/keys")
+async def create_key(request: Request, user: Principal = Depends(caller)) -> HTMLResponse:
+    services = services_of(request)
+    record, key = await blocking(users.create_api_key, services, user)
+    return html(await blocking(_keys, services, user, key,
+                               f"Created {record.key_id}. Copy the key now: it is shown once."))
+
+
+@router.delete("/console/account/keys/{key_id}")
+async def revoke_key(request: Request, key_id: str, user: Principal = Depends(caller)
+                     ) -> HTMLResponse:
+    services = services_of(request)
+    revoked = await blocking(users.revoke_api_key, services, user, key_id)
+    notice = f"Revoked {revoked.key_id}." + (
+        " It was the key this browser signed in with: the next request will ask you to sign "
+        "in with another key." if revoked.current else "")
+    return html(await blocking(_keys, services, user, None, notice))
+
+
+@router.get("/console/signed-in")
+async def signed_in(user: Principal = Depends(caller)) -> HTMLResponse:
+    """Who the credential belongs to (the header shows it; a sign-in checks it)."""
+    return html(templates.render("account/signed_in.html", username=user.username))
