@@ -7,6 +7,10 @@ and axe's accessibility rules."""
 from __future__ import annotations
 
 import re
+import struct
+import zlib
+from base64 import b64encode
+from pathlib import Path
 
 import pytest
 from playwright.sync_api import expect
@@ -16,6 +20,8 @@ from codeshot.local.http_server import HttpServer
 from codeshot.local.stack import example_agent_dirs
 from codeshot.models import MessageType
 from codeshot.sdk.project import load_agent, read_config
+from codeshot.usecases.messaging import EmbedUpload, Messaging
+from codeshot.usecases.users import principal_of
 from tests.browser.conftest import AXE, PHONE
 
 
@@ -347,4 +353,48 @@ def _agent_from_a_url(console, stack, user, key: str, dice_url: str) -> None:
     console.heading("Agents")
     expect(page.get_by_role("status")).to_contain_text(f"Deleted {user.username}/mydice.")
     expect(page.locator(".agent-card", has_text=f"{user.username}/mydice")).to_have_count(0)
+    console.check_clean()
+
+
+def gradient_png(width: int, height: int) -> bytes:
+    """A small RGB PNG, made here (zlib and the format's chunks): a real image to show."""
+    def chunk(kind: bytes, data: bytes) -> bytes:
+        body = kind + data
+        return struct.pack(">I", len(data)) + body + struct.pack(">I", zlib.crc32(body))
+
+    rows = b"".join(b"\x00" + b"".join(bytes((x * 255 // width, y * 255 // height, 160))
+                                        for x in range(width)) for y in range(height))
+    header = struct.pack(">IIBBBBB", width, height, 8, 2, 0, 0, 0)
+    return (b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", header) + chunk(b"IDAT", zlib.compress(rows))
+            + chunk(b"IEND", b""))
+
+
+def test_embeds_inline_or_as_downloads(console, new_user, stack):
+    user, key = new_user()
+    console.sign_in(key)
+    session = start_session(console)
+    text = "Shopping list:\n<script>window.pwned = 1</script>\n- milk"
+    picture = b64encode(gradient_png(96, 48)).decode()
+    uploads = [EmbedUpload("photo", "image/png", content_base64=picture),
+               EmbedUpload("list", "text/plain", content_base64=b64encode(text.encode()).decode()),
+               EmbedUpload("data", "application/octet-stream",
+                           content_base64=b64encode(bytes(range(256))).decode())]
+    Messaging(stack.services).post(principal_of(user), session, "Here are my files",
+                                   embeds=uploads)  # as the API or the SDK would send them
+    page = console.page
+    page.reload()
+    attachments = page.get_by_role("list", name="Attachments")
+    image = attachments.get_by_role("img", name="Image photo")
+    expect(image).to_be_visible()
+    page.wait_for_function("(img) => img.complete && img.naturalWidth === 96",
+                           arg=image.element_handle())  # its bytes, from the platform's S3
+    expect(attachments.locator("pre.embed-text")).to_have_text(text)  # shown as text
+    download = attachments.get_by_role("link", name="Download #data")
+    expect(attachments).to_contain_text("application/octet-stream, 256 bytes")
+    with page.expect_download() as got:
+        download.click()
+    assert Path(got.value.path()).read_bytes() == bytes(range(256))
+    assert page.evaluate("window.pwned") is None
+    page.locator(".answer .msg-agent, .answer .msg-error").wait_for(timeout=20_000)
+    console.shot("embeds")
     console.check_clean()
