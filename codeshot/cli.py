@@ -51,6 +51,24 @@ def _target_settings() -> Settings:
     return settings
 
 
+def _users_keys(args: argparse.Namespace) -> int:
+    from codeshot.services import Services
+    from codeshot.usecases.users import find_user
+
+    for key_id in sorted(find_user(Services(_target_settings()), args.name).api_key_ids):
+        print(key_id)
+    return 0
+
+
+def _users_revoke_key(args: argparse.Namespace) -> int:
+    from codeshot.services import Services
+    from codeshot.usecases.users import revoke_key_of
+
+    revoked = revoke_key_of(Services(_target_settings()), args.name, args.key)
+    print(f"Revoked {revoked.key_id} of {args.name}")
+    return 0
+
+
 def _users_create(args: argparse.Namespace) -> int:
     from codeshot.services import Services
     from codeshot.usecases.users import create_user
@@ -154,6 +172,23 @@ def build_parser() -> argparse.ArgumentParser:
     )
     create.add_argument("name", help="username: 1-63 of a-z, 0-9, '_' or '-'")
     create.set_defaults(run=_users_create)
+    keys = user_commands.add_parser(
+        "keys", help="list the ids of a user's active API keys",
+        description="Print the id of each of NAME's active API keys, one a line (the keys "
+        "themselves are never stored). Targets the stack as `users create` does.",
+    )
+    keys.add_argument("name", help="username")
+    keys.set_defaults(run=_users_keys)
+    revoke = user_commands.add_parser(
+        "revoke-key", help="revoke one of a user's API keys",
+        description="Revoke KEY, one of NAME's API keys, given by its id (key_..., from "
+        "`codeshot users keys NAME`) or whole; requests with it are refused from then on. A "
+        "user's last key cannot be revoked (create another first). Users revoke their own "
+        "keys with the revokeApiKey mutation. Targets the stack as `users create` does.",
+    )
+    revoke.add_argument("name", help="username")
+    revoke.add_argument("key", metavar="KEY", help="the key's id (key_...) or the API key")
+    revoke.set_defaults(run=_users_revoke_key)
     limits = user_commands.add_parser(
         "limits",
         help="set one user's own daily limits, or show them",

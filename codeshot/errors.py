@@ -104,6 +104,14 @@ class Unavailable(CodeshotError):
     http_status = 503
 
 
+def error_for(code: str | None, message: str) -> CodeshotError:
+    """An error of the class whose code is ``code`` (AGENT_ERROR for an unknown one)."""
+    classes = {cls.code: cls for cls in (Unauthenticated, Forbidden, NotFound, InvalidInput,
+                                         RateLimited, AgentUnavailable, AgentFailed, LLMError,
+                                         Timeout, Unavailable)}
+    return classes.get(code or "", AgentFailed)(message)
+
+
 # The codes of an agent's error replies on the Fixie wire (``{"error": {"code", ...}}``),
 # named as the Fixie 1.0 SDK names them. Agents send these; the platform reports such a
 # reply as AGENT_ERROR with the agent's code in the message.

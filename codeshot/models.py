@@ -16,7 +16,10 @@ from datetime import UTC, datetime
 from enum import Enum
 from typing import Any, ClassVar, TypeVar
 
-HANDLE_RE = re.compile(r"^[a-z0-9][a-z0-9_-]{0,62}$")
+from codeshot.errors import InvalidInput
+from codeshot.text import check_text
+
+HANDLE_RE = re.compile(r"[a-z0-9][a-z0-9_-]{0,62}")
 EMBED_KEY_RE = re.compile(r"[A-Za-z0-9_.-]{1,64}")
 R = TypeVar("R", bound="Record")
 
@@ -31,9 +34,7 @@ Clock = Callable[[], datetime]
 
 
 def validate_handle(value: str, what: str = "handle") -> str:
-    if not HANDLE_RE.match(value or ""):
-        from codeshot.errors import InvalidInput
-
+    if not HANDLE_RE.fullmatch(value or ""):
         raise InvalidInput(
             f"{what} {value!r} must be 1-63 characters of a-z, 0-9, '_' or '-', "
             "starting with a letter or digit"
@@ -130,6 +131,40 @@ class Agent(Record):
         return f"{owner}/{handle}"
 
 
+# Caps on what an agent's record holds: it must fit one DynamoDB item (400 KB, with a
+# float32 embedding row per sample query), and lists of agents must stay small to send.
+MAX_AGENT_NAME = 100
+MAX_AGENT_DESCRIPTION = 1_000
+MAX_BASE_PROMPT = 10_000
+MAX_FEW_SHOTS = 50
+MAX_FEW_SHOT = 4_000  # characters in one few-shot
+MAX_SAMPLE_QUERIES = 50
+MAX_SAMPLE_QUERY = 500
+MAX_URL = 2_048
+
+
+def check_agent_fields(agent: Agent) -> Agent:
+    """INVALID_INPUT unless every field is within its cap; the name and description are
+    one line (the planner shows them to an LLM)."""
+    check_text(agent.name, "name", MAX_AGENT_NAME, one_line=True)
+    check_text(agent.description, "description", MAX_AGENT_DESCRIPTION, one_line=True)
+    check_text(agent.base_prompt, "basePrompt", MAX_BASE_PROMPT)
+    for what, url in (("queryUrl", agent.query_url), ("funcUrl", agent.func_url),
+                      ("moreInfoUrl", agent.more_info_url)):
+        check_text(url or "", what, MAX_URL, one_line=True)
+    if len(agent.few_shots) > MAX_FEW_SHOTS:
+        raise InvalidInput(f"{len(agent.few_shots)} few-shots; an agent has at most "
+                           f"{MAX_FEW_SHOTS}")
+    for i, shot in enumerate(agent.few_shots, 1):
+        check_text(shot, f"few-shot {i}", MAX_FEW_SHOT)
+    if len(agent.sample_queries) > MAX_SAMPLE_QUERIES:
+        raise InvalidInput(f"{len(agent.sample_queries)} sample queries; an agent has at most "
+                           f"{MAX_SAMPLE_QUERIES}")
+    for query in agent.sample_queries:
+        check_text(query, "a sample query", MAX_SAMPLE_QUERY, one_line=True)
+    return agent
+
+
 class SessionStatus(str, Enum):
     IDLE = "idle"
     RUNNING = "running"
@@ -177,8 +212,6 @@ class EmbedRef(Record):
 
 def check_embed_key(key: str) -> str:
     if not isinstance(key, str) or not EMBED_KEY_RE.fullmatch(key):
-        from codeshot.errors import InvalidInput
-
         raise InvalidInput(f"embed key {key!r} must be 1-64 of A-Z a-z 0-9 _ . -")
     return key
 

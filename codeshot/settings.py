@@ -89,6 +89,8 @@ class Settings:
 
     # Limits
     daily_query_limit: int = setting(1000, ge=0)
+    daily_session_limit: int = setting(500, ge=0)  # sessions a user may create per day
+    daily_upload_bytes: int = setting(1024**3, ge=0)  # embed bytes a user may upload per day
     # LLM tokens (prompt + completion) per day: a user's across agents (operators may set
     # one user's own), an agent's across users (the planner is agent platform/planner).
     daily_token_limit: int = setting(200_000, ge=0)
@@ -107,6 +109,11 @@ class Settings:
     # How long a warm API reuses an API key's user record (revocation, limits); a key is
     # still verified by its signature on every request (0: read the user every time).
     api_key_cache_seconds: float = setting(30.0, ge=0)
+
+    # GraphQL: storage reads one request may make (see codeshot/api/graphql/cost.py), and
+    # whether the schema can be introspected (and GraphiQL served); the CDK app turns it off.
+    graphql_max_cost: int = setting(500, ge=1)
+    graphql_introspection: bool = True
 
     # Tokens for agents also carry the Fixie SDK's audiences (docs/fixie-wire-contract.md).
     fixie_audiences: bool = True

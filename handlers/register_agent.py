@@ -60,11 +60,10 @@ def apply(event: dict[str, Any], services: Any, fetch: Callable[[str, str], Any]
           ) -> tuple[str, dict[str, str]]:
     """Do what the event asks; returns (physical resource id = agent id, response data)."""
     from codeshot.errors import NotFound
-    from codeshot.runner.handshake import fetch_handshake
     from codeshot.usecases.registration import AgentFields, AgentRegistration
     from codeshot.usecases.users import ensure_user, find_user, principal_of
 
-    registration = AgentRegistration(services, fetch=fetch or fetch_handshake)
+    registration = AgentRegistration(services, fetch=fetch)
     props = event["ResourceProperties"]
     if event["RequestType"] == "Delete":
         agent_id = event.get("PhysicalResourceId", "")
@@ -115,10 +114,14 @@ def handler(event: dict[str, Any], context: Any) -> None:
         remaining: int = context.get_remaining_time_in_millis()
         return remaining < RESPONSE_MARGIN_MS + 10_000
 
+    from functools import partial
+
     from codeshot.runner.handshake import fetch_handshake
 
+    services = _services()
+    fetch = partial(fetch_handshake, allow_loopback=services.settings.local_mode)
     try:
-        physical_id, data = apply(event, _services(), retrying(fetch_handshake, deadline))
+        physical_id, data = apply(event, services, retrying(fetch, deadline))
         status, reason = "SUCCESS", ""
     except Exception as exc:
         log.exception("registration failed")

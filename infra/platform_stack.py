@@ -90,13 +90,17 @@ class PlatformStack(Stack):
             environment=common | data_env | settings_env(
                 queue_url=self.sessions_queue.queue.queue_url,
                 queue_name=self.sessions_queue.queue.queue_name,
-                reply_wait_seconds=API_REPLY_WAIT_SECONDS),
+                reply_wait_seconds=API_REPLY_WAIT_SECONDS,
+                # A deployed schema is not browsable; codeshot:extraEnv can turn it on.
+                graphql_introspection=False) | extra_env(config.extra_env),
         )
         self.http.route_to(self.api.function)
         role = self.api.role
         for spec in tables.TABLES:  # registry, sessions, users, usage, user storage
             self._table(role, spec, write=True)
         access.object_access(role, self.embeds.bucket, self.embeds.prefix, put=True)
+        # Presigned upload URLs are signed by this role; it reads an upload to bind it.
+        access.object_access(role, self.embeds.bucket, self.embeds.uploads_prefix, put=True)
         access.send_messages(role, self.sessions_queue.queue)
         self.signing_keys.grant_read(role)
         access.invoke_models(role, embedding_models)

@@ -171,21 +171,34 @@ def code(result: dict) -> str:
     return result["errors"][0]["extensions"]["code"]
 
 
-@pytest.fixture
-def platform(server_aws, request):
-    """The API on loopback; ``@pytest.mark.settings(name=value)`` overrides settings."""
+@contextmanager
+def serving(settings: Settings, **overrides: Any) -> Iterator[Platform]:
+    """The API on loopback for ``settings`` (local mode, short reply waits) + overrides."""
     port = free_port()
-    marker = request.node.get_closest_marker("settings")
-    settings = server_aws.replace(**{
+    settings = settings.replace(**{
         "api_url": f"http://127.0.0.1:{port}", "local_mode": True, "reply_wait_seconds": 5.0,
-        **(marker.kwargs if marker else {}),
+        **overrides,
     })
     clock = TestClock()
     services = Services(settings, clock=clock)
     server = HttpServer(create_app(services=services), "127.0.0.1", port)
     server.start()
-    yield Platform(server.url, services, clock)
-    server.stop()
+    try:
+        yield Platform(server.url, services, clock)
+    finally:
+        server.stop()
+
+
+def marked_settings(request: pytest.FixtureRequest) -> dict[str, Any]:
+    marker = request.node.get_closest_marker("settings")
+    return dict(marker.kwargs) if marker else {}
+
+
+@pytest.fixture
+def platform(server_aws, request):
+    """The API on loopback; ``@pytest.mark.settings(name=value)`` overrides settings."""
+    with serving(server_aws, **marked_settings(request)) as platform:
+        yield platform
 
 
 @pytest.fixture(scope="session")

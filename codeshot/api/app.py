@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+from typing import Literal
 
 from fastapi import Depends, FastAPI, Request
 from fastapi.exceptions import RequestValidationError
@@ -12,7 +13,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from codeshot.api import console
 from codeshot.api.errors import INTERNAL_MESSAGE, as_codeshot_error, rest_body
-from codeshot.api.graphql import Context, schema
+from codeshot.api.graphql import Context, build_schema
 from codeshot.api.rest import get_services, router
 from codeshot.errors import (
     CodeshotError,
@@ -96,6 +97,12 @@ def create_app(settings: Settings | None = None, services: Services | None = Non
             return JSONResponse(rest_body(CodeshotError(INTERNAL_MESSAGE)), status_code=500)
         return JSONResponse(rest_body(known), status_code=known.http_status)
 
+    @app.exception_handler(RecursionError)
+    async def too_deep(_: Request, exc: RecursionError) -> JSONResponse:
+        # JSON nested 100,000 deep: the parser gives up; the caller's input is at fault.
+        error = as_codeshot_error(exc) or InvalidInput("the request is nested too deeply")
+        return JSONResponse(rest_body(error), status_code=error.http_status)
+
     @app.exception_handler(RequestValidationError)
     async def validation_error(_: Request, exc: RequestValidationError) -> JSONResponse:
         first = exc.errors()[0] if exc.errors() else {}
@@ -114,8 +121,12 @@ def create_app(settings: Settings | None = None, services: Services | None = Non
     async def context(request: Request) -> Context:
         return Context(request.app.state.services, request.headers.get("authorization"))
 
+    settings = services.settings
+    schema = build_schema(settings.graphql_introspection, settings.graphql_max_cost)
+    # GraphiQL needs introspection to be of any use; without it /graphql answers POSTs only.
+    ide: Literal["graphiql"] | None = "graphiql" if settings.graphql_introspection else None
     app.include_router(console.ConsoleGraphQLRouter(schema, context_getter=context,
-                                                     graphql_ide="graphiql"), prefix="/graphql")
+                                                     graphql_ide=ide), prefix="/graphql")
     app.include_router(router)
     console.install(app)
     app.add_middleware(BodyLimit, limit=MAX_REQUEST_BYTES)

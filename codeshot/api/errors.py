@@ -26,7 +26,11 @@ def as_codeshot_error(exc: BaseException | None) -> CodeshotError | None:
         return exc
     if isinstance(exc, UnicodeError):  # bodies that are not UTF-8, lone surrogates
         return InvalidInput("text must be valid UTF-8 without lone surrogates")
-    code = getattr(exc, "response", {}).get("Error", {}).get("Code") if exc else None
+    if isinstance(exc, RecursionError):  # JSON (or a query) nested beyond any use
+        return InvalidInput("the request is nested too deeply")
+    response = getattr(exc, "response", None)  # botocore's errors carry a dict
+    error = response.get("Error") if isinstance(response, dict) else None
+    code = error.get("Code") if isinstance(error, dict) else None
     if code in THROTTLING:  # still throttled after botocore's retries with backoff
         return RateLimited("the platform is busy right now; retry in a moment")
     if isinstance(exc, ValidationError):

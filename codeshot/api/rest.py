@@ -118,8 +118,9 @@ async def query_agent(owner: str, handle: str, body: AgentQueryBody,
                       user: Principal = Depends(api_user),
                       services: Services = Depends(get_services)) -> Response:
     agent_id = Agent.make_id(owner, handle)
-    session_id = await blocking(session_for_agent, services, user, agent_id, body.session)
     messaging = Messaging(services)
+    await blocking(messaging.precheck, user, body.message.text)  # before making a session
+    session_id = await blocking(session_for_agent, services, user, agent_id, body.session)
     query, _ = await blocking(messaging.post, user, session_id, body.message.text)
     timeout = max(services.settings.reply_wait_seconds, 1.0)
     if not body.stream:

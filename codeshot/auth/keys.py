@@ -13,6 +13,7 @@ from __future__ import annotations
 import base64
 import hashlib
 import json
+import logging
 import threading
 import time
 from dataclasses import dataclass
@@ -24,7 +25,11 @@ from codeshot.models import utcnow
 from codeshot.settings import Settings
 from codeshot.store.tables import SIGNING_SECRET
 
+log = logging.getLogger("codeshot.auth")
 REFRESH_SECONDS = 300  # pick up rotations made by other containers
+# A token naming a key we do not have may be signed by a fresh rotation, or forged: read
+# the keys again for it at most this often, so forged kids cannot hammer Secrets Manager.
+UNKNOWN_KID_RELOAD_SECONDS = 10
 # Domain separation: the deploy-time seed text is never used as a key directly.
 SEED_CONTEXT = b"codeshot-ed25519-signing-key-v1\0"
 
@@ -110,18 +115,21 @@ class KeyRing:
         value = self.secrets.get_secret_value(SecretId=self.settings.signing_secret_id)
         return parse_secret(value["SecretString"])
 
-    def keys(self) -> list[SigningKey]:
+    def keys(self, max_age: float = REFRESH_SECONDS) -> list[SigningKey]:
+        """The keys, read again if they were read more than ``max_age`` seconds ago (the
+        check and the read happen under one lock: concurrent callers share one read)."""
         with self._lock:
-            if not self._keys or time.monotonic() - self._loaded_at > REFRESH_SECONDS:
-                try:
-                    self._keys = self._read()
-                except Exception as exc:
-                    if self._keys:  # keep serving with the keys we have
-                        return self._keys
+            if self._keys and time.monotonic() - self._loaded_at < max_age:
+                return self._keys
+            try:
+                self._keys = self._read()
+            except Exception as exc:
+                if not self._keys:
                     raise SigningUnavailable(
                         "signing keys are unavailable (Secrets Manager): " + str(exc)
                     ) from exc
-                self._loaded_at = time.monotonic()
+                log.warning("reading the signing keys failed; keeping the cached ones: %s", exc)
+            self._loaded_at = time.monotonic()  # after a failure too: no retry per request
             return self._keys
 
     def signing_key(self) -> SigningKey:
@@ -131,8 +139,7 @@ class KeyRing:
         for key in self.keys():
             if key.kid == kid:
                 return key.public_key()
-        self._loaded_at = 0.0  # an unknown kid may be a fresh rotation: reload once
-        for key in self.keys():
+        for key in self.keys(max_age=UNKNOWN_KID_RELOAD_SECONDS):
             if key.kid == kid:
                 return key.public_key()
         raise Unauthenticated("token signed by an unknown key")

@@ -15,6 +15,8 @@ from codeshot.store.users import UserStore
 
 MAX_CACHED_KEYS = 10_000  # per warm process; expired entries go when it fills
 
+KEY_PREFIX = "key_"  # API key ids (the key's jti)
+
 
 class Auth:
     def __init__(self, settings: Settings, keyring: KeyRing, users: UserStore) -> None:
@@ -39,7 +41,7 @@ class Auth:
 
     def new_api_key(self, user: User) -> tuple[str, str]:
         """(key id, API key): the id is a ULID, so it tells when the key was made."""
-        key_id = "key_" + ids.ulid()
+        key_id = KEY_PREFIX + ids.ulid()
         self.users.add_key(user.user_id, key_id)
         return key_id, self.sign(tokens.api_key_claims(self.issuer, user.user_id, key_id))
 

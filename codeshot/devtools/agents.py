@@ -28,6 +28,7 @@ from codeshot.errors import CodeshotError, InvalidInput
 from codeshot.llm import LLM, get_llm
 from codeshot.local.http_server import HttpServer
 from codeshot.local.stack import LOCAL_USER, LocalStack
+from codeshot.net.http import public_client
 from codeshot.runner.agent_client import AgentClient, request
 from codeshot.runner.handshake import Handshake, fetch_handshake
 from codeshot.sdk.agent import AgentBase
@@ -108,14 +109,15 @@ class AgentTestClient:
     token: Callable[[], str]
 
     def handshake(self) -> Handshake:
-        return fetch_handshake(self.url, self.token())
+        return fetch_handshake(self.url, self.token(), allow_loopback=True)
 
     def call(self, func: str, text: str) -> tuple[int, dict[str, Any]]:
         """(HTTP status, reply body) of ``POST /{func}``."""
         token = self.token()
         body = {"message": {"text": text, "embeds": {}}, "access_token": token}
-        status, _, raw = request("POST", f"{self.url}/{func}", token, timeout=CALL_TIMEOUT,
-                                 json_body=body)
+        with public_client(allow_loopback=True) as client:
+            status, _, raw = request("POST", f"{self.url}/{func}", token, timeout=CALL_TIMEOUT,
+                                     json_body=body, client=client)
         return status, json.loads(raw)
 
     @contextmanager

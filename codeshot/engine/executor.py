@@ -182,6 +182,14 @@ class _Unusable:
     explanation: str | None = None
 
 
+@dataclass(frozen=True)
+class _GaveUp:
+    """A command that failed for good: the answer explaining it, and the failure's code."""
+
+    explain: Explain
+    code: str
+
+
 def _short(text: str, limit: int = 60) -> str:
     return text if len(text) <= limit else text[: limit - 3] + "..."
 
@@ -389,8 +397,11 @@ class Executor:
         attempted = self._attempt(step, resume_state, correctable)
         if isinstance(attempted, _Unusable):
             return attempted
-        if isinstance(attempted, Explain):
-            return self._explained(run, attempted.answer)
+        if isinstance(attempted, _GaveUp):  # the run ends in that failure, with its code
+            answer = Step(Kind.A, attempted.explain.answer)
+            run.transcript.append(answer)
+            self._emit(answer)
+            return self._outcome(Status.ERROR, answer.text, run, error_code=attempted.code)
         result, succeeded = attempted
         if succeeded:
             for component in self._of(AfterExecute):
@@ -408,7 +419,7 @@ class Executor:
         return self._outcome(Status.AWAITING_INPUT, question.text, run)
 
     def _attempt(self, step: Step, resume_state: dict[str, Any] | None = None,
-                 correctable: bool = False) -> tuple[CommandResult, bool] | Explain | _Unusable:
+                 correctable: bool = False) -> tuple[CommandResult, bool] | _GaveUp | _Unusable:
         """(result, True) on success, (fallback, False), the failure explained, or (input
         the command refused, when ``correctable``) the step back to the model."""
         command = self._command(step)
@@ -446,7 +457,7 @@ class Executor:
                     continue
                 if isinstance(decision, Fallback):
                     return decision.result, False
-                return decision
+                return _GaveUp(decision, code)
 
     def _decide(self, failure: Failure) -> Retry | Fallback | Explain:
         """The first decision of the failure handlers; retries stop at ``max_attempts``."""

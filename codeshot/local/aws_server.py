@@ -192,6 +192,90 @@ def reject_expired_presigned(app: Any) -> Any:
     return middleware
 
 
+# The credentials every local client uses (codeshot.aws): presigned URLs they sign are
+# checked as S3 checks them; URLs signed with other keys pass as moto lets them.
+LOCAL_SECRETS = {"codeshot-local": "codeshot-local"}
+
+
+def _s3_error(start_response: Any, status: str, code: str, message: str) -> list[bytes]:
+    start_response(status, [("Content-Type", "application/xml")])
+    return [f'<?xml version="1.0" encoding="UTF-8"?><Error><Code>{code}</Code>'
+            f"<Message>{message}</Message></Error>".encode()]
+
+
+def presigned_signature(method: str, raw_uri: str, headers: dict[str, str], secret: str
+                        ) -> tuple[str, str]:
+    """(the SigV4 query signature this request should carry, the one it carries)."""
+    import hashlib
+    import hmac
+    from urllib.parse import quote, unquote
+
+    def sign(key: bytes, text: str) -> bytes:
+        return hmac.new(key, text.encode(), hashlib.sha256).digest()
+
+    path, _, query = raw_uri.partition("?")
+    params = {unquote(k): unquote(v) for k, _, v in (p.partition("=") for p in query.split("&")
+                                                     if p)}
+    canonical_query = "&".join(
+        f"{quote(k, safe='-_.~')}={quote(v, safe='-_.~')}"
+        for k, v in sorted(params.items()) if k != "X-Amz-Signature")
+    signed = params["X-Amz-SignedHeaders"].split(";")
+    canonical_headers = "".join(f"{h}:{' '.join(headers.get(h, '').split())}\n" for h in signed)
+    request = "\n".join([method, path, canonical_query, canonical_headers, ";".join(signed),
+                         "UNSIGNED-PAYLOAD"])
+    _, date, region, service, terminal = params["X-Amz-Credential"].split("/")
+    to_sign = "\n".join(["AWS4-HMAC-SHA256", params["X-Amz-Date"],
+                         f"{date}/{region}/{service}/{terminal}",
+                         hashlib.sha256(request.encode()).hexdigest()])
+    key = sign(("AWS4" + secret).encode(), date)
+    for part in (region, service, terminal):
+        key = sign(key, part)
+    return hmac.new(key, to_sign.encode(), hashlib.sha256).hexdigest(), params["X-Amz-Signature"]
+
+
+def check_presigned_s3(app: Any) -> Any:
+    """S3 refuses a presigned request whose signature does not cover what it sends (a
+    signed header left out or changed), and a PUT whose body does not match its
+    x-amz-checksum-sha256; moto checks neither. This WSGI layer does, so an upload URL
+    can only deliver the bytes it was made for, locally as in AWS."""
+    import base64
+    import hashlib
+    import hmac
+    import io
+    from urllib.parse import parse_qs, unquote
+
+    def middleware(environ: dict[str, Any], start_response: Any) -> Any:
+        query = parse_qs(environ.get("QUERY_STRING", ""))
+        credential = query.get("X-Amz-Credential", [""])[0]
+        secret = LOCAL_SECRETS.get(unquote(credential).split("/")[0])
+        if "X-Amz-Signature" in query and secret:
+            headers = {k[5:].replace("_", "-").lower(): v for k, v in environ.items()
+                       if k.startswith("HTTP_")}
+            headers |= {"content-type": environ.get("CONTENT_TYPE", ""),
+                        "content-length": environ.get("CONTENT_LENGTH", "")}
+            raw_uri = environ.get("RAW_URI") or environ.get("REQUEST_URI") or ""
+            try:
+                expected, given = presigned_signature(environ["REQUEST_METHOD"], raw_uri,
+                                                      headers, secret)
+            except (KeyError, ValueError):
+                expected, given = "", "malformed"
+            if not hmac.compare_digest(expected, given):
+                return _s3_error(start_response, "403 Forbidden", "SignatureDoesNotMatch",
+                                 "The request signature we calculated does not match the "
+                                 "signature you provided.")
+        checksum = environ.get("HTTP_X_AMZ_CHECKSUM_SHA256")
+        if environ["REQUEST_METHOD"] == "PUT" and checksum:
+            body = environ["wsgi.input"].read(int(environ.get("CONTENT_LENGTH") or 0))
+            environ["wsgi.input"] = io.BytesIO(body)
+            if base64.b64encode(hashlib.sha256(body).digest()).decode() != checksum:
+                return _s3_error(start_response, "400 Bad Request", "BadDigest",
+                                 "The SHA256 you specified did not match the calculated "
+                                 "checksum.")
+        return app(environ, start_response)
+
+    return middleware
+
+
 class LocalAWS:
     """moto's server in a child process of this one: moto handles every request in Python
     (an SQS receive scans the whole queue), so in the platform's process it would compete
@@ -268,7 +352,8 @@ def serve(host: str, port: int) -> None:
     query_one_partition()
     list_moto_services_once()
     logging.getLogger("werkzeug").setLevel(logging.WARNING)  # no line per request
-    app = reject_expired_presigned(DomainDispatcherApplication(create_backend_app))
+    app = check_presigned_s3(reject_expired_presigned(
+        DomainDispatcherApplication(create_backend_app)))
     server = make_server(host, port, app, threaded=True, request_handler=MotoRequestHandler)
     print(server.server_address[1], flush=True)
     os.dup2(os.open(os.devnull, os.O_WRONLY), 1)  # nobody reads our stdout after the port

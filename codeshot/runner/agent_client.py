@@ -8,10 +8,7 @@ defensively, and failures map to AGENT_UNAVAILABLE (could not reach it), AGENT_E
 
 from __future__ import annotations
 
-import functools
-import http.cookiejar
 import json
-import ssl
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -19,6 +16,9 @@ from typing import Any
 import httpx
 
 from codeshot.errors import AgentFailed, AgentUnavailable, Timeout
+from codeshot.net.addresses import check_public_url
+from codeshot.net.http import public_client
+from codeshot.text import as_one_line
 
 MAX_REPLY_BYTES = 2 * 1024 * 1024
 
@@ -53,49 +53,29 @@ def request(
     timeout: float,
     json_body: Any = None,
     accept: str = "application/json",
-    client: httpx.Client | None = None,
+    client: httpx.Client,
 ) -> tuple[int, str, bytes]:
+    """(status, content type, capped body) of one call through ``client`` (a
+    :func:`~codeshot.net.http.public_client`: a refused address raises INVALID_INPUT)."""
     headers = {"Authorization": f"Bearer {token}", "Accept": accept}
-    owned = client is None
-    conn = client or agent_http_client()
     try:
-        with conn.stream(method, url, headers=headers, json=json_body,
+        with client.stream(method, url, headers=headers, json=json_body,
                          timeout=httpx.Timeout(timeout, connect=min(timeout, 5.0))) as r:
             return r.status_code, r.headers.get("content-type", ""), _read_capped(r)
     except httpx.TimeoutException as exc:
         raise Timeout(f"agent at {url} did not answer within {timeout:g}s") from exc
     except httpx.HTTPError as exc:
         raise AgentUnavailable(f"agent at {url} is unreachable: {exc.__class__.__name__}") from exc
-    finally:
-        if owned:
-            conn.close()
 
 
 RETRYABLE_STATUS = frozenset({500, 502, 503, 504})
 
 
-@functools.cache
-def _tls_context() -> ssl.SSLContext:
-    # Loading the CA bundle is most of what a new client costs; the context is shareable.
-    return httpx.create_ssl_context()
-
-
-class _NoCookies(http.cookiejar.CookieJar):
-    """Agents answer many users through one runner: none of them may set a cookie."""
-
-    def __init__(self) -> None:
-        super().__init__(http.cookiejar.DefaultCookiePolicy(allowed_domains=[]))
-
-
-def agent_http_client() -> httpx.Client:
-    """A client for one query's agent calls: redirects never followed (an agent could point
-    us anywhere), no cookies kept, closed with the query so no abandoned call outlives it."""
-    return httpx.Client(follow_redirects=False, verify=_tls_context(), cookies=_NoCookies())
-
-
 class AgentClient:
     """Calls agents for the runner: a fresh JWT per call, bounded retries on 5xx and
-    connection errors only, and the URL checked again at call time (DNS may change)."""
+    connection errors only. Its HTTP client (one per query, closed with it, so no
+    abandoned call outlives the query) connects only to addresses it checked at that
+    moment, follows no redirect and keeps no cookie."""
 
     def __init__(
         self,
@@ -111,7 +91,7 @@ class AgentClient:
         self.allow_loopback = allow_loopback
         self.retries = retries
         self.backoff = backoff
-        self.http = agent_http_client()
+        self.http = public_client(allow_loopback=allow_loopback)
 
     def close(self) -> None:
         self.http.close()
@@ -120,9 +100,7 @@ class AgentClient:
         """(reply body, its content type) of a 2xx reply, after bounded retries."""
         import time
 
-        from codeshot.runner.agent_urls import check_agent_url
-
-        check_agent_url(url, allow_loopback=self.allow_loopback)
+        check_public_url(url, allow_loopback=self.allow_loopback, resolve=False)
         attempt = 0
         while True:
             token = self.mint_token(agent_id)
@@ -167,10 +145,15 @@ def _checked(url: str, status: int, data: bytes) -> bytes:
     detail = ""
     try:
         error = json.loads(data).get("error") or {}
-        detail = f": {error.get('code', '')} {error.get('message', '')}".rstrip()
+        detail = f": {_said(error.get('code'), 64)} {_said(error.get('message'))}".rstrip()
     except (ValueError, AttributeError):
-        pass
+        pass  # not an agent's error reply: what it was stays unsaid (a page, a service)
     raise AgentFailed(f"agent at {url} answered HTTP {status}{detail}")
+
+
+def _said(value: Any, limit: int = 300) -> str:
+    """An agent's own error text, as one short line (an agent's words, not a page)."""
+    return as_one_line(value, limit) if isinstance(value, str) else ""
 
 
 @dataclass
@@ -193,8 +176,8 @@ class FuncReply:
             raise AgentFailed(f"agent at {url} sent invalid JSON") from exc
         error = body.get("error")
         if error:
-            message = error.get("message") if isinstance(error, dict) else str(error)
-            raise AgentFailed(f"agent at {url} reported an error: {message}")
+            message = error.get("message") if isinstance(error, dict) else error
+            raise AgentFailed(f"agent at {url} reported an error: {_said(message)}")
         message = body.get("message") or {}
         if not isinstance(message, dict) or not isinstance(message.get("text", ""), str):
             raise AgentFailed(f"agent at {url} sent a reply without message.text")

@@ -4,7 +4,9 @@ awaiting_input) to the session's callback URL, signed so the receiver can trust 
 The body is the event as JSON; ``Authorization: Bearer <JWT>`` carries a platform-signed
 token (EdDSA, verifiable with the JWKS) whose ``aud`` is the callback URL, ``sid`` the
 session and ``body_sha256`` the hash of the exact body sent. Delivery is best effort with
-a short timeout and one retry: a slow receiver never holds up a session.
+a short timeout and one retry: a slow receiver never holds up a session. The URL is
+checked again as it is connected to (:func:`codeshot.net.http.public_client`): DNS may
+have changed since the session was made.
 """
 
 from __future__ import annotations
@@ -18,7 +20,9 @@ from typing import Any
 
 import httpx
 
+from codeshot.errors import CodeshotError
 from codeshot.models import Message
+from codeshot.net.http import public_client
 
 log = logging.getLogger("codeshot.runner")
 EVENT_TYPE = "event"
@@ -42,16 +46,20 @@ def event_claims(issuer: str, url: str, session_id: str, body: bytes) -> dict[st
             "body_sha256": hashlib.sha256(body).hexdigest()}
 
 
-def deliver(url: str, body: bytes, token: str, timeout: float = 5.0, attempts: int = 2) -> bool:
-    for attempt in range(attempts):
-        try:
-            response = httpx.post(url, content=body, timeout=timeout, follow_redirects=False,
-                                  headers={"Authorization": f"Bearer {token}",
-                                           "Content-Type": "application/json"})
-            if response.status_code < 500:
-                return response.is_success
-        except httpx.HTTPError as exc:
-            log.info("callback to %s failed (attempt %d): %s", url, attempt + 1, exc)
+def deliver(url: str, body: bytes, token: str, *, allow_loopback: bool, timeout: float = 5.0,
+            attempts: int = 2) -> bool:
+    headers = {"Authorization": f"Bearer {token}", "Content-Type": "application/json"}
+    with public_client(allow_loopback=allow_loopback, timeout=timeout) as client:
+        for attempt in range(attempts):
+            try:
+                response = client.post(url, content=body, headers=headers)
+                if response.status_code < 500:
+                    return response.is_success
+            except CodeshotError as exc:  # the address is refused: retrying cannot help
+                log.warning("callback %s refused: %s", url, exc.message)
+                return False
+            except httpx.HTTPError as exc:
+                log.info("callback to %s failed (attempt %d): %s", url, attempt + 1, exc)
     return False
 
 

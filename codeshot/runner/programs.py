@@ -4,6 +4,7 @@ run with the user's answer; nested calls (planner -> agent -> Func) share one tr
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -20,8 +21,9 @@ from codeshot.engine.executor import Executor, Limits, Outcome, Status, TraceSte
 from codeshot.engine.planning import CarryReplies, OfferedAgent, PlannerGuard, planner_examples
 from codeshot.errors import AgentRunFailed, CodeshotError
 from codeshot.llm.base import LLM
-from codeshot.models import Agent, AgentKind, MessageType
+from codeshot.models import MAX_AGENT_DESCRIPTION, Agent, AgentKind, MessageType
 from codeshot.runner.agent_client import AgentClient
+from codeshot.text import as_one_line
 
 if TYPE_CHECKING:
     from codeshot.routing.index import Candidate
@@ -63,6 +65,14 @@ class RunContext:
     def llm_for(self, agent_id: str) -> LLM:
         """The LLM as ``agent_id``'s program uses it: metered against the budgets."""
         return self.llm if self.budget is None else self.budget.metered(self.llm, agent_id)
+
+
+def as_data(text: str) -> str:
+    """An agent's own words as the planner's prompt shows them: one line, capped, and
+    quoted as a JSON string, so they read as a value and never as a line of the prompt
+    (other users' queries see them). Registration refuses line breaks; this also holds
+    for agents stored before it did."""
+    return json.dumps(as_one_line(text, MAX_AGENT_DESCRIPTION), ensure_ascii=False)
 
 
 def outcome_as_result(agent_id: str, outcome: Outcome) -> CommandResult:
@@ -123,9 +133,10 @@ SAMPLES_IN_PROMPT = 3  # sample queries shown with each agent the planner may as
 
 
 def tool_description(agent: Agent) -> str:
-    """What the planner's prompt says about an agent: its description and a few samples."""
-    samples = "; ".join(f'"{q}"' for q in agent.sample_queries[:SAMPLES_IN_PROMPT])
-    description = (agent.description or agent.name).strip()
+    """What the planner's prompt says about an agent: its description and a few samples,
+    each as data (``as_data``)."""
+    samples = "; ".join(as_data(q) for q in agent.sample_queries[:SAMPLES_IN_PROMPT])
+    description = as_data((agent.description or agent.name).strip())
     return f"{description} For example: {samples}" if samples else description
 
 

@@ -1,14 +1,23 @@
-"""Embed bytes on S3: content-addressed, written once, read and written by presigned URL.
+"""Embed bytes on S3: the platform's content-addressed objects, and users' uploads.
 
-The object name is the SHA-256 of the content, and every write is conditional
-(``If-None-Match: *``), so an embed can never be overwritten, not even through a
-presigned URL: S3 answers 412 and the original bytes stay.
+An embed's bytes live at ``embeds/<sha256>``, written only by the platform, after it has
+the bytes in hand (sent inline, returned by an agent, or read back from an upload and
+hashed), always conditionally (``If-None-Match: *``). Users upload larger bytes through a
+presigned PUT to ``uploads/<their user id>/<sha256>``: a place only they can name, so a
+user can bind only their own uploads to a message (guessing another user's hash finds
+nothing, and says the same as a wrong guess), and nobody can put bytes where another
+user's content will be looked for. The PUT signs its length and SHA-256 checksum, so S3
+refuses other bytes or a request without those headers. Unbound uploads expire.
+
+Presigned GETs serve only a few passive types inline; anything a browser could run
+(HTML, SVG, XML, scripts) comes as a download, text as text/plain.
 """
 
 from __future__ import annotations
 
 import base64
 import hashlib
+import logging
 import re
 from typing import Any
 
@@ -19,8 +28,15 @@ from codeshot.errors import InvalidInput, NotFound
 from codeshot.settings import Settings
 from codeshot.store.tables import EMBEDS_BUCKET
 
-_SHA256_RE = re.compile(r"^[0-9a-f]{64}$")
-_CONTENT_TYPE_RE = re.compile(r"^[\w.+-]+/[\w.+-]+(;\s*[\w.+-]+=[\w.+-]+)*$")
+log = logging.getLogger("codeshot.store")
+
+_SHA256_RE = re.compile(r"[0-9a-f]{64}")
+_CONTENT_TYPE_RE = re.compile(r"[\w.+-]+/[\w.+-]+(;[ \t]*[\w.+-]+=[\w.+-]+)*", re.ASCII)
+_OWNER_RE = re.compile(r"[A-Za-z0-9_-]{1,64}")
+_MISSING = ("404", "NoSuchKey", "NotFound")
+# Served inline with their own type: nothing a browser would run.
+_INLINE = re.compile(r"(text/plain|image/(png|jpeg|gif|webp|avif|bmp)|audio/[\w.+-]+|"
+                     r"video/[\w.+-]+|application/pdf)", re.ASCII)
 
 
 def content_hash(data: bytes) -> str:
@@ -28,15 +44,29 @@ def content_hash(data: bytes) -> str:
 
 
 def check_content_type(content_type: str) -> str:
-    if not _CONTENT_TYPE_RE.match(content_type or "") or len(content_type) > 200:
+    if not _CONTENT_TYPE_RE.fullmatch(content_type or "") or len(content_type) > 200:
         raise InvalidInput(f"invalid content type {content_type!r}")
     return content_type
 
 
 def _check_hash(value: str) -> str:
-    if not _SHA256_RE.match(value or ""):
+    if not _SHA256_RE.fullmatch(value or ""):
         raise InvalidInput("content hash must be 64 lowercase hex digits (SHA-256)")
     return value
+
+
+def served_as(content_type: str) -> dict[str, str]:
+    """The presigned GET's response overrides for an embed of ``content_type``."""
+    media = content_type.split(";", 1)[0].strip().lower()
+    if _INLINE.fullmatch(media):
+        return {}
+    shown = "text/plain; charset=utf-8" if media.startswith("text/") else \
+        "application/octet-stream"
+    return {"ResponseContentType": shown, "ResponseContentDisposition": "attachment"}
+
+
+class NoSuchUpload(NotFound):
+    """The caller has no upload with that hash: never says whether anyone else has."""
 
 
 class EmbedStore:
@@ -48,59 +78,85 @@ class EmbedStore:
     def object_key(self, digest: str) -> str:
         return EMBEDS_BUCKET.prefix + _check_hash(digest)
 
+    def upload_key(self, owner: str, digest: str) -> str:
+        if not _OWNER_RE.fullmatch(owner or ""):
+            raise InvalidInput("uploads belong to a user")
+        return f"{EMBEDS_BUCKET.uploads_prefix}{owner}/{_check_hash(digest)}"
+
     def put(self, data: bytes, content_type: str) -> str:
-        """Store bytes once; returns their SHA-256. Storing the same bytes again is a no-op."""
+        """Store bytes once; returns their SHA-256. Storing the same bytes again is a
+        no-op; an object under that name holding other bytes (written before uploads had
+        their own place, or by hand) is replaced, so a name always means its content."""
         check_content_type(content_type)
         if len(data) > self.settings.max_embed_bytes:
             raise InvalidInput(f"embed exceeds {self.settings.max_embed_bytes} bytes")
         digest = content_hash(data)
+        key = self.object_key(digest)
         try:
-            self.s3.put_object(
-                Bucket=self.bucket,
-                Key=self.object_key(digest),
-                Body=data,
-                ContentType=content_type,
-                IfNoneMatch="*",
-            )
+            self.s3.put_object(Bucket=self.bucket, Key=key, Body=data,
+                               ContentType=content_type, IfNoneMatch="*")
         except ClientError as exc:
             if exc.response["Error"]["Code"] not in ("PreconditionFailed", "412"):
                 raise
+            if content_hash(self._get(key)) != digest:
+                log.warning("embed %s held other bytes; replacing them", digest)
+                self.s3.put_object(Bucket=self.bucket, Key=key, Body=data,
+                                   ContentType=content_type)
         return digest
 
     def head(self, digest: str) -> dict[str, Any]:
         try:
             out = self.s3.head_object(Bucket=self.bucket, Key=self.object_key(digest))
         except ClientError as exc:
-            if exc.response["Error"]["Code"] in ("404", "NoSuchKey", "NotFound"):
+            if exc.response["Error"]["Code"] in _MISSING:
                 raise NotFound(f"embed content {digest} not found") from exc
             raise
         return {"size": out["ContentLength"], "content_type": out.get("ContentType")}
 
+    def _get(self, key: str) -> bytes:
+        """The object's bytes, or NotFound (callers word it)."""
+        try:
+            out = self.s3.get_object(Bucket=self.bucket, Key=key)
+        except ClientError as exc:
+            if exc.response["Error"]["Code"] in _MISSING:
+                raise NotFound(f"{key} not found") from exc
+            raise
+        body: bytes = out["Body"].read()
+        return body
+
     def read(self, digest: str) -> bytes:
         try:
-            out = self.s3.get_object(Bucket=self.bucket, Key=self.object_key(digest))
-        except ClientError as exc:
-            if exc.response["Error"]["Code"] in ("404", "NoSuchKey"):
-                raise NotFound(f"embed content {digest} not found") from exc
-            raise
-        return out["Body"].read()
+            return self._get(self.object_key(digest))
+        except NotFound:
+            raise NotFound(f"embed content {digest} not found") from None
 
-    def verify(self, digest: str) -> int:
-        """Check that uploaded bytes hash to their name; returns their size."""
-        data = self.read(digest)
+    def claim_upload(self, owner: str, digest: str, content_type: str) -> int:
+        """Make ``owner``'s upload of ``digest`` an embed (checked: the bytes must hash to
+        their name); returns its size. NOT_FOUND, worded the same whoever else holds such
+        bytes, unless ``owner`` uploaded them."""
+        try:
+            data = self._get(self.upload_key(owner, digest))
+        except NotFound:
+            raise NoSuchUpload(f"you have no upload with contentHash {digest}: upload the "
+                               "bytes with createEmbedUpload first") from None
         if content_hash(data) != digest:
             raise InvalidInput("uploaded bytes do not match their SHA-256")
+        self.put(data, content_type)
         return len(data)
 
-    def get_url(self, digest: str, expires_in: int | None = None) -> str:
+    def get_url(self, digest: str, content_type: str = "application/octet-stream",
+                expires_in: int | None = None) -> str:
+        """A presigned GET; only passive types are served inline as themselves."""
         return self.s3.generate_presigned_url(
             "get_object",
-            Params={"Bucket": self.bucket, "Key": self.object_key(digest)},
+            Params={"Bucket": self.bucket, "Key": self.object_key(digest),
+                    **served_as(content_type)},
             ExpiresIn=expires_in or self.settings.embed_url_ttl_seconds,
         )
 
-    def put_url(self, digest: str, content_type: str, size: int) -> dict[str, Any]:
-        """A presigned PUT for bytes with this SHA-256; the uploader must send the headers."""
+    def put_url(self, owner: str, digest: str, content_type: str, size: int) -> dict[str, Any]:
+        """A presigned PUT of exactly ``size`` bytes hashing to ``digest``, to ``owner``'s
+        own upload place; the uploader must send the headers (they are signed)."""
         check_content_type(content_type)
         if not 0 < size <= self.settings.max_embed_bytes:
             raise InvalidInput(f"embed size must be 1..{self.settings.max_embed_bytes} bytes")
@@ -109,17 +165,12 @@ class EmbedStore:
             "put_object",
             Params={
                 "Bucket": self.bucket,
-                "Key": self.object_key(digest),
+                "Key": self.upload_key(owner, digest),
                 "ContentType": content_type,
                 "ContentLength": size,
                 "ChecksumSHA256": checksum,
-                "IfNoneMatch": "*",
             },
             ExpiresIn=self.settings.embed_url_ttl_seconds,
         )
-        headers = {
-            "Content-Type": content_type,
-            "x-amz-checksum-sha256": checksum,
-            "If-None-Match": "*",
-        }
+        headers = {"Content-Type": content_type, "x-amz-checksum-sha256": checksum}
         return {"url": url, "headers": headers}

@@ -95,9 +95,10 @@ class SessionStore(Repository):
         return session
 
     def list_by_owner(
-        self, owner: str, limit: int | None = None, token: str | None = None
+        self, owner: str, limit: int | None = None, token: str | None = None,
+        after: Session | None = None,
     ) -> Page[Session]:
-        """The owner's sessions, newest first."""
+        """The owner's sessions, newest first; from ``token``, or older than ``after``."""
         lookup_key(owner, "owner")
         kwargs: dict[str, Any] = {
             "TableName": self.table_name,
@@ -109,6 +110,9 @@ class SessionStore(Repository):
             "Limit": clamp_limit(limit),
         }
         start = decode_token(token, {"owner": owner})
+        if start is None and after is not None:
+            start = {**_key(after.session_id, SESSION_ITEM), "owner": {"S": owner},
+                     "created": {"S": after.to_dict()["created"]}}
         if start:
             kwargs["ExclusiveStartKey"] = start
         out = self.db.query(**kwargs)
@@ -328,7 +332,9 @@ class SessionStore(Repository):
             raise NotFound(f"embed {key!r} not found")
         return _embed(from_item(item))
 
-    def list_embeds(self, session_id: str) -> list[Embed]:
+    def list_embeds(self, session_id: str, after: str | None = None,
+                    limit: int | None = None) -> list[Embed]:
+        """The session's embeds by key: all of them, or ``limit`` after the key ``after``."""
         lookup_key(session_id, "session")
         kwargs: dict[str, Any] = {
             "TableName": self.table_name,
@@ -337,11 +343,15 @@ class SessionStore(Repository):
             "ExpressionAttributeValues": {":s": {"S": session_id}, ":p": {"S": EMBED_PREFIX}},
             "ConsistentRead": True,
         }
+        if after:
+            kwargs["ExclusiveStartKey"] = _key(session_id, EMBED_PREFIX + after)
+        if limit is not None:
+            kwargs["Limit"] = limit
         embeds: list[Embed] = []
         while True:
             out = self.db.query(**kwargs)
             embeds.extend(_embed(from_item(i)) for i in out.get("Items", []))
-            if "LastEvaluatedKey" not in out:
+            if "LastEvaluatedKey" not in out or limit is not None:
                 return embeds
             kwargs["ExclusiveStartKey"] = out["LastEvaluatedKey"]
 

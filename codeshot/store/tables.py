@@ -104,10 +104,15 @@ TABLES: tuple[Table, ...] = (REGISTRY, SESSIONS, USER_STORAGE, USAGE, USERS)
 @dataclass(frozen=True)
 class Bucket:
     setting: str
-    prefix: str
+    prefix: str  # the platform's content-addressed objects: "<prefix><sha256>"
+    # Users' uploads, "<uploads_prefix><user id>/<sha256>", each only its uploader's until
+    # bound to a message (then copied under ``prefix``); unbound ones expire.
+    uploads_prefix: str
+    uploads_expire_days: int
 
 
-EMBEDS_BUCKET = Bucket(setting="embeds_bucket", prefix="embeds/")
+EMBEDS_BUCKET = Bucket(setting="embeds_bucket", prefix="embeds/", uploads_prefix="uploads/",
+                       uploads_expire_days=1)
 
 
 @dataclass(frozen=True)

@@ -75,18 +75,22 @@ class UsageCounters(Repository):
         return f"{kind}#{subject}#{span.tag()}", span
 
     def charge_request(
-        self, kind: str, subject: str, limit: int, window: str = "day", now: datetime | None = None
+        self, kind: str, subject: str, limit: int, window: str = "day",
+        now: datetime | None = None, amount: int = 1,
     ) -> UpdateTypeDef:
-        """The UpdateItem request that charges one unit, for use alone or in a transaction."""
+        """The UpdateItem request that charges ``amount`` units (one query, or the bytes of
+        an upload), for use alone or in a transaction; the charge must fit in ``limit``."""
+        if not 0 < amount <= limit:
+            raise self.rate_limited(kind, limit, window, now)
         counter, span = self._counter(kind, subject, window, now)
         return {
             "TableName": self.table_name,
             "Key": {"counter": {"S": counter}},
-            "UpdateExpression": "ADD used :one SET expires_at = :exp",
-            "ConditionExpression": "attribute_not_exists(used) OR used < :limit",
+            "UpdateExpression": "ADD used :amount SET expires_at = :exp",
+            "ConditionExpression": "attribute_not_exists(used) OR used <= :most",
             "ExpressionAttributeValues": {
-                ":one": {"N": "1"},
-                ":limit": {"N": str(limit)},
+                ":amount": {"N": str(amount)},
+                ":most": {"N": str(limit - amount)},
                 # Kept a day past the window so "used today" stays readable near midnight.
                 ":exp": {"N": str(int((span.end + timedelta(days=1)).timestamp()))},
             },
@@ -102,10 +106,12 @@ class UsageCounters(Repository):
         )
 
     def charge(
-        self, kind: str, subject: str, limit: int, window: str = "day", now: datetime | None = None
+        self, kind: str, subject: str, limit: int, window: str = "day",
+        now: datetime | None = None, amount: int = 1,
     ) -> int:
-        """Charge one unit; returns the new count or raises RATE_LIMITED (nothing charged)."""
-        request = self.charge_request(kind, subject, limit, window, now)
+        """Charge ``amount`` units; returns the new count or raises RATE_LIMITED (nothing
+        charged)."""
+        request = self.charge_request(kind, subject, limit, window, now, amount)
         try:
             out = self.db.update_item(**request, ReturnValues="UPDATED_NEW")
         except self.db.exceptions.ConditionalCheckFailedException as exc:

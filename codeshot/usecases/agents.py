@@ -10,6 +10,8 @@ from typing import TYPE_CHECKING
 from codeshot.errors import InvalidInput, NotFound
 from codeshot.models import Agent, Principal
 from codeshot.services import Services
+from codeshot.usecases import paging
+from codeshot.usecases.users import user_id_of
 
 if TYPE_CHECKING:
     from codeshot.routing.index import Candidate
@@ -22,10 +24,13 @@ def can_use(agent: Agent, principal: Principal) -> bool:
     return agent.published or agent.owner == principal.username
 
 
-def visible_agents(services: Services, principal: Principal) -> list[Agent]:
-    """Published agents and the caller's own, by id."""
-    agents = services.registry.all_agents(principal.username)
-    return sorted(agents, key=lambda a: a.agent_id)
+def visible_agents(services: Services, principal: Principal, after: str | None = None,
+                   limit: int | None = None) -> list[Agent]:
+    """Published agents and the caller's own, by id: a page of them, after ``after``."""
+    agents = sorted(services.registry.all_agents(principal.username), key=lambda a: a.agent_id)
+    if after is not None:
+        agents = [a for a in agents if a.agent_id > after]
+    return agents[: paging.AGENTS.of(limit)]
 
 
 def find_agent(services: Services, principal: Principal, agent_id: str) -> Agent | None:
@@ -53,4 +58,7 @@ def route(services: Services, principal: Principal, text: str,
         raise InvalidInput("text must be non-empty and within the message length limit")
     if not 1 <= k <= MAX_ROUTES:
         raise InvalidInput(f"k must be between 1 and {MAX_ROUTES}")
+    # Each call embeds the text (a Bedrock call in AWS): counted per day like queries.
+    services.usage.charge("route", user_id_of(principal),
+                          services.daily_limit(principal.daily_query_limit))
     return services.router.route(text, k, principal.username)

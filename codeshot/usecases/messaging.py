@@ -26,6 +26,7 @@ from codeshot.store.dynamo import to_item
 from codeshot.store.embeds import check_content_type
 from codeshot.store.queue import Work
 from codeshot.store.sessions import EMBED_PREFIX, message_item
+from codeshot.text import check_text
 from codeshot.usecases.threads import blocking
 from codeshot.usecases.users import user_id_of
 
@@ -35,6 +36,7 @@ if TYPE_CHECKING:
 TERMINAL = frozenset({MessageType.RESPONSE, MessageType.ERROR, MessageType.AWAITING_INPUT})
 MAX_EMBEDS_PER_MESSAGE = 20
 IDEMPOTENCY_PREFIX = "IDEM#"
+UPLOAD_BYTES = "upload_bytes"  # usage counter: bytes uploaded (inline or presigned) per day
 
 
 @dataclass(frozen=True)
@@ -52,18 +54,17 @@ class Messaging:
         self.s = services
 
     def _check_text(self, text: str, has_embeds: bool) -> str:
-        limit = self.s.settings.max_message_length
-        if len(text) > limit:
-            raise InvalidInput(f"message is {len(text)} characters; the limit is {limit}")
-        if "\x00" in text:
-            raise InvalidInput("message text must not contain NUL characters")
+        check_text(text, "message", self.s.settings.max_message_length)
         if not text.strip() and not has_embeds:
             raise InvalidInput("message text must not be empty")
         return text
 
-    def _embed_refs(self, uploads: list[EmbedUpload]) -> dict[str, EmbedRef]:
+    def _embed_refs(self, owner: str, uploads: list[EmbedUpload]
+                    ) -> tuple[dict[str, EmbedRef], int]:
         """Check every embed, store inline bytes on S3 (content-addressed, so a blob
-        left behind by a failed post is harmless and reused by its retry)."""
+        left behind by a failed post is harmless and reused by its retry) and turn the
+        caller's own uploads into embeds; returns the refs and the inline bytes (charged
+        to the daily upload allowance with the post)."""
         if len(uploads) > MAX_EMBEDS_PER_MESSAGE:
             raise InvalidInput(f"at most {MAX_EMBEDS_PER_MESSAGE} embeds per message")
         refs: dict[str, EmbedRef] = {}
@@ -88,14 +89,18 @@ class Messaging:
                         f"{limit}: upload larger ones with createEmbedUpload"
                     )
             pending.append((up, data))
+        inline = sum(len(data) for _, data in pending if data is not None)
+        allowance = self.s.settings.daily_upload_bytes
+        if inline and self.s.usage.used(UPLOAD_BYTES, owner) + inline > allowance:
+            raise self.s.usage.rate_limited("daily upload bytes", allowance, "day")
         for up, data in pending:
             if data is not None:
                 digest, size = self.s.embeds.put(data, up.content_type), len(data)
-            else:
+            else:  # only the caller's own upload: another user's bytes cannot be named
                 digest = up.content_hash or ""
-                size = self.s.embeds.verify(digest)  # uploaded bytes must match their name
+                size = self.s.embeds.claim_upload(owner, digest, up.content_type)
             refs[up.key] = EmbedRef(content_type=up.content_type, content_hash=digest, size=size)
-        return refs
+        return refs, inline
 
     def post(
         self,
@@ -117,8 +122,8 @@ class Messaging:
         if idempotency_key:
             earlier = self._earlier_post(session_id, idempotency_key)
             if earlier:
-                return earlier, False
-        refs = self._embed_refs(embeds)
+                return self._same_post(earlier, text, embeds), False
+        refs, inline_bytes = self._embed_refs(user_id, embeds)
         new_embeds = self._unbound_embeds(session_id, user_id, refs)
         message = Message(
             session_id=session_id, message_id=ids.ulid(), text=text,
@@ -126,10 +131,17 @@ class Messaging:
             embeds=refs,
         )
         limit = self.s.daily_limit(principal.daily_query_limit)
-        charge = self.s.usage.charge_request("query", user_id, limit)
-        table = self.s.sessions.table_name
+        # (what is charged, its limit): the transaction's first items, in this order
+        charges = [("daily query", limit)]
         items: list[TransactWriteItemTypeDef] = [
-            {"Update": charge},
+            {"Update": self.s.usage.charge_request("query", user_id, limit)}]
+        if inline_bytes:
+            allowance = self.s.settings.daily_upload_bytes
+            charges.append(("daily upload bytes", allowance))
+            items.append({"Update": self.s.usage.charge_request(
+                UPLOAD_BYTES, user_id, allowance, amount=inline_bytes)})
+        table = self.s.sessions.table_name
+        items += [
             {"Update": self.s.sessions.owner_update(session_id, user_id, len(new_embeds))},
             {"Put": {"TableName": table, "Item": message_item(message),
                      "ConditionExpression": "attribute_not_exists(#i)",
@@ -154,14 +166,15 @@ class Messaging:
             self.s.sessions.db.transact_write_items(TransactItems=items)
         except ClientError as exc:
             reasons = [r.get("Code") for r in exc.response.get("CancellationReasons", [])]
-            if len(reasons) > 1 and reasons[1] == "ConditionalCheckFailed":
+            for (what, most), reason in zip(charges, reasons):
+                if reason == "ConditionalCheckFailed":
+                    raise self.s.usage.rate_limited(what, most, "day") from exc
+            if len(reasons) > len(charges) and reasons[len(charges)] == "ConditionalCheckFailed":
                 raise NotFound(f"session {session_id} not found") from exc
-            if reasons and reasons[0] == "ConditionalCheckFailed":
-                raise self.s.usage.rate_limited("daily query", limit, "day") from exc
             if idempotency_key and reasons and reasons[-1] == "ConditionalCheckFailed":
                 earlier = self._earlier_post(session_id, idempotency_key)
                 if earlier:
-                    return earlier, False
+                    return self._same_post(earlier, text, embeds), False
             if reasons:
                 raise Conflict("the message collided with a concurrent change; retry") from exc
             raise
@@ -184,6 +197,24 @@ class Messaging:
                              content_type=ref.content_type, content_hash=ref.content_hash,
                              size=ref.size))
         return new
+
+    def precheck(self, principal: Principal, text: str) -> None:
+        """Refuse, before anything is made for it, a post that would be refused: bad text,
+        or a daily quota already used up (the post itself charges it exactly)."""
+        user_id = user_id_of(principal)
+        self._check_text(text, has_embeds=False)
+        limit = self.s.daily_limit(principal.daily_query_limit)
+        if self.s.usage.used("query", user_id) >= limit:
+            raise self.s.usage.rate_limited("daily query", limit, "day")
+
+    @staticmethod
+    def _same_post(earlier: Message, text: str, embeds: list[EmbedUpload]) -> Message:
+        """A retry sends the same message again; other content under the key is a mistake
+        the client must hear about, not a silent replay of the first message."""
+        if earlier.text != text or set(earlier.embeds) != {e.key for e in embeds}:
+            raise Conflict("this idempotencyKey was already used for a different message; "
+                           "use a new key for a new message")
+        return earlier
 
     def _earlier_post(self, session_id: str, key: str) -> Message | None:
         item = self.s.sessions.db.get_item(
@@ -288,7 +319,10 @@ class PresignedUpload:
 def upload_url(services: Services, principal: Principal, content_type: str, size: int,
                content_hash: str) -> PresignedUpload:
     """A presigned URL for the caller to upload an embed's bytes to, before sending it
-    with a message by its ``content_hash``."""
-    user_id_of(principal)
-    upload = services.embeds.put_url(content_hash, content_type, size)
+    with a message by its ``content_hash``; ``size`` counts against the caller's daily
+    upload allowance."""
+    user_id = user_id_of(principal)
+    upload = services.embeds.put_url(user_id, content_hash, content_type, size)  # checks
+    services.usage.charge(UPLOAD_BYTES, user_id, services.settings.daily_upload_bytes,
+                          amount=size)
     return PresignedUpload(upload["url"], upload["headers"], content_hash)

@@ -8,6 +8,7 @@ router's embeddings): transports import it where they use it.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -19,13 +20,22 @@ from codeshot.engine.fewshot import (
     validate_base_prompt,
 )
 from codeshot.errors import CodeshotError, InvalidInput, NotFound
-from codeshot.models import Agent, AgentKind, Principal, utcnow, validate_handle
+from codeshot.models import (
+    MAX_SAMPLE_QUERIES,
+    Agent,
+    AgentKind,
+    Principal,
+    check_agent_fields,
+    utcnow,
+    validate_handle,
+)
+from codeshot.net.addresses import check_public_url
 from codeshot.routing.index import with_embeddings
-from codeshot.runner.agent_urls import check_agent_url
 from codeshot.runner.handshake import Handshake, fetch_handshake
 from codeshot.services import Services
 
 HandshakeFetcher = Callable[[str, str], Handshake]
+
 
 
 @dataclass
@@ -77,9 +87,10 @@ class FewShotText:
 
 
 class AgentRegistration:
-    def __init__(self, services: Services, fetch: HandshakeFetcher = fetch_handshake) -> None:
+    def __init__(self, services: Services, fetch: HandshakeFetcher | None = None) -> None:
         self.s = services
-        self.fetch = fetch
+        self.fetch = fetch or functools.partial(
+            fetch_handshake, allow_loopback=services.settings.local_mode)
 
     def _owner(self, principal: Principal) -> str:
         if not principal.username:
@@ -90,7 +101,7 @@ class AgentRegistration:
         allow = self.s.settings.local_mode
         for url in (agent.query_url, agent.func_url):
             if url:
-                check_agent_url(url, allow_loopback=allow)
+                check_public_url(url, allow_loopback=allow)
         if agent.more_info_url and not agent.more_info_url.startswith(("http://", "https://")):
             raise InvalidInput("moreInfoUrl must be an http(s) URL")
 
@@ -104,8 +115,9 @@ class AgentRegistration:
             token = self.s.auth.agent_token(agent.agent_id, None, None)
             hs = self.fetch(url, token)
             kind = AgentKind.STANDALONE if hs.type == "standalone" else AgentKind.CODE_SHOT
-            agent = agent.replace(kind=kind, base_prompt=hs.base_prompt, few_shots=hs.few_shots,
-                                  sample_queries=hs.sample_queries or agent.sample_queries)
+            agent = check_agent_fields(agent.replace(
+                kind=kind, base_prompt=hs.base_prompt, few_shots=hs.few_shots,
+                sample_queries=hs.sample_queries or agent.sample_queries))
         elif agent.few_shots:
             agent = agent.replace(kind=AgentKind.CODE_SHOT)
         if agent.kind is AgentKind.CODE_SHOT:
@@ -115,7 +127,8 @@ class AgentRegistration:
             parsed = parse_few_shots(agent.few_shots)
             if not agent.func_url:
                 agent = agent.replace(func_url=agent.query_url)
-            queries = list(dict.fromkeys(sample_queries(parsed) + agent.sample_queries))
+            queries = list(dict.fromkeys(sample_queries(parsed) + agent.sample_queries)
+                           )[:MAX_SAMPLE_QUERIES]
             agent = agent.replace(sample_queries=queries)
         elif not agent.query_url:
             raise InvalidInput("a standalone agent needs queryUrl")
@@ -125,7 +138,7 @@ class AgentRegistration:
         owner = self._owner(principal)
         validate_handle(handle)
         agent = Agent(agent_id=Agent.make_id(owner, handle), owner=owner, handle=handle)
-        agent = self._apply(agent, fields)
+        agent = check_agent_fields(self._apply(agent, fields))
         agent = self.describe(agent, inline=fields.few_shots is not None)
         return self.s.registry.create(agent)
 
@@ -134,7 +147,7 @@ class AgentRegistration:
     ) -> Agent:
         owner = self._owner(principal)
         current = self._owned(owner, handle)
-        agent = self._apply(current, fields)
+        agent = check_agent_fields(self._apply(current, fields))
         if new_handle and new_handle != handle:
             validate_handle(new_handle)
             agent = agent.replace(handle=new_handle, agent_id=Agent.make_id(owner, new_handle)

@@ -4,14 +4,15 @@ from __future__ import annotations
 
 from codeshot import ids
 from codeshot.errors import InvalidInput, NotFound
-from codeshot.models import Embed, EmbedRef, Message, Principal, Session
+from codeshot.models import MAX_URL, Embed, EmbedRef, Message, Principal, Session
 from codeshot.services import Services
+from codeshot.text import check_text
+from codeshot.usecases import paging
 from codeshot.usecases.agents import usable_agent
 from codeshot.usecases.users import user_id_of
 
 MAX_NAME = 200
 MAX_DESCRIPTION = 2000
-LIST_PAGE = 200
 TEXT_PREVIEW_BYTES = 64 * 1024  # text embeds up to this size can be shown in a page
 
 
@@ -21,15 +22,17 @@ def create_session(
 ) -> Session:
     """A new session of the caller's, talking to ``frontend_agent_id`` (default: the
     planner); ``callback_url`` receives its signed terminal events."""
-    from codeshot.runner.agent_urls import check_agent_url
+    from codeshot.net.addresses import check_public_url
 
     user_id = user_id_of(principal)
+    check_text(name, "session name", MAX_NAME, one_line=True)
+    check_text(description, "session description", MAX_DESCRIPTION)
     if callback_url:
-        check_agent_url(callback_url, allow_loopback=services.settings.local_mode)
+        check_text(callback_url, "callbackUrl", MAX_URL, one_line=True)
+        check_public_url(callback_url, allow_loopback=services.settings.local_mode)
     if frontend_agent_id:
         usable_agent(services, principal, frontend_agent_id)
-    if len(name) > MAX_NAME or len(description) > MAX_DESCRIPTION:
-        raise InvalidInput("session name or description is too long")
+    services.usage.charge("session", user_id, services.settings.daily_session_limit)
     return services.sessions.create(Session(
         session_id=ids.handle(), owner=user_id, owner_name=principal.username,
         frontend_agent_id=frontend_agent_id,
@@ -42,16 +45,13 @@ def get_session(services: Services, principal: Principal, session_id: str) -> Se
     return services.sessions.get(session_id, owner=user_id_of(principal))
 
 
-def list_sessions(services: Services, principal: Principal) -> list[Session]:
-    """Every session of the caller's, newest first."""
+def list_sessions(services: Services, principal: Principal, after: str | None = None,
+                  limit: int | None = None) -> list[Session]:
+    """A page of the caller's sessions, newest first; ``after``: older than that one."""
     user_id = user_id_of(principal)
-    sessions: list[Session] = []
-    token = None
-    while True:
-        page = services.sessions.list_by_owner(user_id, LIST_PAGE, token)
-        sessions += page.items
-        if not (token := page.next_token):
-            return sessions
+    start = services.sessions.get(after, owner=user_id) if after else None
+    return services.sessions.list_by_owner(user_id, paging.SESSIONS.of(limit),
+                                           after=start).items
 
 
 def delete_session(services: Services, principal: Principal, session_id: str) -> Session:
@@ -78,14 +78,16 @@ def list_messages(
     session comes from :func:`get_session`, which checked the caller owns it."""
     if after is not None and not ids.is_ulid(after):
         raise InvalidInput("after must be a message id")
-    if limit is None and after is None:
-        return services.sessions.all_messages(session.session_id)
-    return services.sessions.list_messages(session.session_id, limit=limit, after=after).items
+    return services.sessions.list_messages(session.session_id, limit=paging.MESSAGES.of(limit),
+                                           after=after).items
 
 
-def list_embeds(services: Services, session: Session) -> list[Embed]:
-    """A session's embeds (the session as :func:`get_session` returned it)."""
-    return services.sessions.list_embeds(session.session_id)
+def list_embeds(services: Services, session: Session, after: str | None = None,
+                limit: int | None = None) -> list[Embed]:
+    """A page of a session's embeds by key (the session as :func:`get_session` returned
+    it); ``after``: keys after that one."""
+    return services.sessions.list_embeds(session.session_id, after=after,
+                                         limit=paging.EMBEDS.of(limit))
 
 
 def message_embed(services: Services, principal: Principal, session_id: str, message_id: str,
@@ -111,4 +113,4 @@ def embed_text(services: Services, principal: Principal, session_id: str, messag
 
 def embed_url(services: Services, ref: EmbedRef) -> str:
     """A presigned URL to read an embed's bytes (the embed as a caller's message has it)."""
-    return services.embeds.get_url(ref.content_hash)
+    return services.embeds.get_url(ref.content_hash, ref.content_type)

@@ -6,6 +6,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 
 from codeshot import ids
+from codeshot.auth.service import KEY_PREFIX
 from codeshot.errors import Conflict, InvalidInput, NotFound, Unauthenticated
 from codeshot.models import Agent, Principal, User
 from codeshot.runner.budgets import AGENT_TOKENS, USER_TOKENS, WINDOW
@@ -94,22 +95,23 @@ class ApiKey:
 
     key_id: str
     created: datetime | None  # None: a key made before key ids carried their time
+    current: bool = False  # the key this request came with
 
     @classmethod
-    def of(cls, key_id: str) -> ApiKey:
-        stamp = key_id.removeprefix("key_")
+    def of(cls, key_id: str, current_key_id: str | None = None) -> ApiKey:
+        stamp = key_id.removeprefix(KEY_PREFIX)
         try:
             created = datetime.fromtimestamp(ids.ulid_time_ms(stamp) / 1000, UTC) \
                 if len(stamp) == ids.ULID_LENGTH else None
         except ValueError:  # not Crockford base 32: an older random id
             created = None
-        return cls(key_id, created)
+        return cls(key_id, created, key_id == current_key_id)
 
 
-def api_keys(services: Services, principal: Principal) -> list[ApiKey]:
-    """The caller's active API keys, oldest first."""
+def list_api_keys(services: Services, principal: Principal) -> list[ApiKey]:
+    """The caller's active API keys, oldest first (keys themselves are never stored)."""
     user = services.users.get(user_id_of(principal))
-    keys = [ApiKey.of(k) for k in user.api_key_ids]
+    keys = [ApiKey.of(k, principal.key_id) for k in user.api_key_ids]
     return sorted(keys, key=lambda k: (k.created is not None, k.created or 0, k.key_id))
 
 
@@ -120,13 +122,40 @@ def create_api_key(services: Services, principal: Principal) -> tuple[ApiKey, st
         raise InvalidInput(f"you have {MAX_API_KEYS} active API keys, the most allowed; "
                            "revoke one first")
     key_id, key = services.auth.new_api_key(user)
-    return ApiKey.of(key_id), key
+    return ApiKey.of(key_id, principal.key_id), key
 
 
 def revoke_api_key(services: Services, principal: Principal, key_id: str) -> ApiKey:
-    """Revoke one of the caller's keys (the one in use too): it stops working at once."""
+    """Revoke one of the caller's keys (the one in use too: that signs out). Another
+    user's key, or none, is NOT_FOUND; the last key cannot go (the user would be locked
+    out: create another first)."""
     user = services.users.get(user_id_of(principal))
+    return _revoke(services, user, key_id, principal.key_id)
+
+
+def revoke_key_of(services: Services, username: str, key: str) -> ApiKey:
+    """Revoke ``username``'s key, named by its id or given whole (the CLI, an operator)."""
+    user = services.users.get_by_username(username)
+    return _revoke(services, user, key if key.startswith(KEY_PREFIX) else key_id_of(key), None)
+
+
+def _revoke(services: Services, user: User, key_id: str, current: str | None) -> ApiKey:
     if key_id not in user.api_key_ids:
-        raise NotFound(f"API key {key_id} not found")  # others' keys look absent too
+        raise NotFound(f"no active API key {key_id!r}")  # another's looks absent too
+    if len(user.api_key_ids) == 1:
+        raise InvalidInput("this is the last API key; create another before revoking it")
     services.auth.revoke_api_key(user, key_id)
-    return ApiKey.of(key_id)
+    return ApiKey.of(key_id, current)
+
+
+def key_id_of(key: str) -> str:
+    """The id (``jti``) inside an API key, unverified: it only names the key to revoke."""
+    import jwt
+
+    try:
+        key_id = jwt.decode(key, options={"verify_signature": False}).get("jti")
+    except jwt.PyJWTError:
+        key_id = None
+    if not isinstance(key_id, str) or not key_id.startswith(KEY_PREFIX):
+        raise InvalidInput("give an API key id (key_...) or the API key itself")
+    return key_id

@@ -90,13 +90,22 @@ class EmbedsBucket(Construct):
             server_access_logs_prefix="embeds/",
             # Writes use If-None-Match, so there should be no old versions; if one ever
             # appears, keep it a month for recovery, then let it go.
-            lifecycle_rules=[s3.LifecycleRule(
-                noncurrent_version_expiration=Duration.days(30),
-                abort_incomplete_multipart_upload_after=Duration.days(1))],
+            lifecycle_rules=[
+                s3.LifecycleRule(
+                    noncurrent_version_expiration=Duration.days(30),
+                    abort_incomplete_multipart_upload_after=Duration.days(1)),
+                # Users' uploads are copied to embeds/ when a message binds them; the
+                # upload itself is only needed until then.
+                s3.LifecycleRule(
+                    prefix=tables.EMBEDS_BUCKET.uploads_prefix,
+                    expiration=Duration.days(tables.EMBEDS_BUCKET.uploads_expire_days),
+                    noncurrent_version_expiration=Duration.days(1)),
+            ],
             removal_policy=removal_policy(retain),
             auto_delete_objects=not retain,
         )
         self.prefix = tables.EMBEDS_BUCKET.prefix
+        self.uploads_prefix = tables.EMBEDS_BUCKET.uploads_prefix
 
 
 class SessionQueue(Construct):

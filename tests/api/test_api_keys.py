@@ -9,7 +9,7 @@ from codeshot.usecases.users import MAX_API_KEYS
 from tests.conftest import code
 
 KEYS = "{ apiKeys { id created current } }"
-CREATE = "mutation { createApiKey { key apiKey { id created current } } }"
+CREATE = "mutation { createApiKey { id created key } }"
 REVOKE = "mutation ($id: String!) { revokeApiKey(id: $id) { id current } }"
 
 
@@ -20,9 +20,8 @@ def test_create_list_revoke(platform):
     assert len(first) == 1 and first[0]["current"] is True
 
     made = platform.gql(key, CREATE)["data"]["createApiKey"]
-    new_id, new_key = made["apiKey"]["id"], made["key"]
-    assert made["apiKey"]["current"] is False
-    created = datetime.fromisoformat(made["apiKey"]["created"])
+    new_id, new_key = made["id"], made["key"]
+    created = datetime.fromisoformat(made["created"])
     assert before <= created <= datetime.now(UTC) + timedelta(seconds=5)
     # The new key works, and only its id is stored: never the key.
     assert platform.gql(new_key, "{ user { username } }")["data"]["user"]["username"]
@@ -41,10 +40,20 @@ def test_create_list_revoke(platform):
 
 def test_revoking_the_key_in_use_refuses_the_next_request(platform):
     _, key = platform.user()
-    key_id = platform.gql(key, KEYS)["data"]["apiKeys"][0]["id"]
-    assert platform.gql(key, REVOKE, {"id": key_id})["data"]["revokeApiKey"]["current"] is True
+    spare = platform.gql(key, CREATE)["data"]["createApiKey"]["key"]
+    [in_use] = [k for k in platform.gql(key, KEYS)["data"]["apiKeys"] if k["current"]]
+    assert platform.gql(key, REVOKE, {"id": in_use["id"]})["data"]["revokeApiKey"]["current"]
     refused = platform.gql(key, KEYS)
     assert code(refused) == "UNAUTHENTICATED" and "revoked" in refused["errors"][0]["message"]
+    assert len(platform.gql(spare, KEYS)["data"]["apiKeys"]) == 1
+
+
+def test_the_last_key_stays(platform):
+    _, key = platform.user()
+    [last] = platform.gql(key, KEYS)["data"]["apiKeys"]
+    refused = platform.gql(key, REVOKE, {"id": last["id"]})
+    assert code(refused) == "INVALID_INPUT" and "create another" in refused["errors"][0]["message"]
+    assert platform.gql(key, KEYS)["data"]["apiKeys"] == [last]  # still works
 
 
 def test_another_users_key_looks_absent_and_stays_active(platform):

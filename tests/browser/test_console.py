@@ -7,10 +7,21 @@ and axe's accessibility rules."""
 from __future__ import annotations
 
 import re
+import struct
+import zlib
+from base64 import b64encode
+from pathlib import Path
 
+import pytest
 from playwright.sync_api import expect
 
+from codeshot.errors import NotFound
+from codeshot.local.http_server import HttpServer
+from codeshot.local.stack import example_agent_dirs
 from codeshot.models import MessageType
+from codeshot.sdk.project import load_agent, read_config
+from codeshot.usecases.messaging import EmbedUpload, Messaging
+from codeshot.usecases.users import principal_of
 from tests.browser.conftest import AXE, PHONE
 
 
@@ -164,6 +175,8 @@ def test_keys_are_shown_once_and_a_revoked_key_is_refused(console, new_user):
     expect(page.locator("#keys .notice")).to_contain_text("It was the key this browser")
     expect(page.locator("table.keys tbody tr")).to_have_count(1)
     expect(page.get_by_label(re.compile("Your new API key"))).to_have_count(0)  # shown once
+    expect(page.locator("table.keys")).to_contain_text("your last key")  # it stays
+    expect(page.get_by_role("button", name=re.compile("^Revoke"))).to_have_count(0)
 
     console.nav("Agents")  # the next request, with the revoked key
     dialog = page.get_by_role("dialog")
@@ -279,4 +292,109 @@ def test_axe_finds_no_accessibility_violations(console, new_user):
             page.goto(console.url + path)
             console.heading(heading)
         assert violations() == [], path
+    console.check_clean()
+
+
+def test_an_agent_from_a_url_edited_refreshed_chatted_with_and_deleted(console, new_user, stack):
+    user, key = new_user()
+    # The example dice agent, served for this user's agent id (it checks the platform's
+    # tokens name it).
+    dice = next(d for d in example_agent_dirs() if d.name == "dice")
+    app = load_agent(dice, read_config(dice)).app(
+        stack.settings.replace(agent_id=f"{user.username}/mydice"))
+    server = HttpServer(app, "127.0.0.1", 0)
+    dice_url = server.start()
+    try:
+        _agent_from_a_url(console, stack, user, key, dice_url)
+    finally:
+        server.stop()
+
+
+def _agent_from_a_url(console, stack, user, key: str, dice_url: str) -> None:
+    console.sign_in(key, "/console/agents/new")
+    console.heading("New agent")
+    page = console.page
+    page.get_by_label("Handle").fill("mydice")
+    page.get_by_label("Query URL", exact=True).fill(dice_url)
+    page.get_by_role("button", name="Create agent").click()
+    console.heading("mydice")  # no name given: the handle
+    expect(page.get_by_role("status")).to_contain_text(f"Created {user.username}/mydice.")
+    expect(page.locator(".facts")).to_contain_text("Code Shot")  # its handshake was read
+
+    page.get_by_role("link", name="Edit").click()
+    console.heading("mydice")
+    page.get_by_label("Name").fill("My dice")
+    page.get_by_role("button", name="Save").click()
+    console.heading("My dice")
+    expect(page.get_by_role("status")).to_contain_text(f"Saved {user.username}/mydice.")
+    page.get_by_role("button", name="Refresh handshake").click()
+    expect(page.get_by_role("status")).to_contain_text("Read the agent's handshake again.")
+    console.heading("My dice")
+
+    page.get_by_role("button", name="Chat with this agent").click()
+    page.get_by_label("Message").wait_for()
+    expect(page.locator(".chat-head .meta")).to_contain_text(f"{user.username}/mydice")
+    send(console, "Roll 2d6")
+    expect(page.locator(".answer .msg-agent")).to_contain_text("You rolled", timeout=20_000)
+    session = page.url.rsplit("/", 1)[-1]
+
+    page.on("dialog", lambda dialog: dialog.accept())
+    page.get_by_role("button", name="Delete session").click()
+    console.heading("Chat")
+    expect(page.get_by_role("status")).to_contain_text(f"Deleted session {session}.")
+    expect(page.locator(".sessions li")).to_have_count(0)
+    with pytest.raises(NotFound):
+        stack.services.sessions.get(session)
+    assert stack.services.sessions.all_messages(session) == []  # its messages went with it
+
+    page.goto(console.url + f"/console/agents/{user.username}/mydice")
+    console.heading("My dice")
+    page.get_by_role("button", name="Delete agent").click()
+    console.heading("Agents")
+    expect(page.get_by_role("status")).to_contain_text(f"Deleted {user.username}/mydice.")
+    expect(page.locator(".agent-card", has_text=f"{user.username}/mydice")).to_have_count(0)
+    console.check_clean()
+
+
+def gradient_png(width: int, height: int) -> bytes:
+    """A small RGB PNG, made here (zlib and the format's chunks): a real image to show."""
+    def chunk(kind: bytes, data: bytes) -> bytes:
+        body = kind + data
+        return struct.pack(">I", len(data)) + body + struct.pack(">I", zlib.crc32(body))
+
+    rows = b"".join(b"\x00" + b"".join(bytes((x * 255 // width, y * 255 // height, 160))
+                                        for x in range(width)) for y in range(height))
+    header = struct.pack(">IIBBBBB", width, height, 8, 2, 0, 0, 0)
+    return (b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", header) + chunk(b"IDAT", zlib.compress(rows))
+            + chunk(b"IEND", b""))
+
+
+def test_embeds_inline_or_as_downloads(console, new_user, stack):
+    user, key = new_user()
+    console.sign_in(key)
+    session = start_session(console)
+    text = "Shopping list:\n<script>window.pwned = 1</script>\n- milk"
+    picture = b64encode(gradient_png(96, 48)).decode()
+    uploads = [EmbedUpload("photo", "image/png", content_base64=picture),
+               EmbedUpload("list", "text/plain", content_base64=b64encode(text.encode()).decode()),
+               EmbedUpload("data", "application/octet-stream",
+                           content_base64=b64encode(bytes(range(256))).decode())]
+    Messaging(stack.services).post(principal_of(user), session, "Here are my files",
+                                   embeds=uploads)  # as the API or the SDK would send them
+    page = console.page
+    page.reload()
+    attachments = page.get_by_role("list", name="Attachments")
+    image = attachments.get_by_role("img", name="Image photo")
+    expect(image).to_be_visible()
+    page.wait_for_function("(img) => img.complete && img.naturalWidth === 96",
+                           arg=image.element_handle())  # its bytes, from the platform's S3
+    expect(attachments.locator("pre.embed-text")).to_have_text(text)  # shown as text
+    download = attachments.get_by_role("link", name="Download #data")
+    expect(attachments).to_contain_text("application/octet-stream, 256 bytes")
+    with page.expect_download() as got:
+        download.click()
+    assert Path(got.value.path()).read_bytes() == bytes(range(256))
+    assert page.evaluate("window.pwned") is None
+    page.locator(".answer .msg-agent, .answer .msg-error").wait_for(timeout=20_000)
+    console.shot("embeds")
     console.check_clean()

@@ -181,7 +181,7 @@ def test_a_failing_command_is_retried_with_backoff_then_explained(
     outcome = Executor([Flaky(log, failures=99)], llm, trace=trace.append, sleep=sleeps.append).run(
         "Price of GOOG?"
     )
-    assert outcome.status is Status.DONE
+    assert (outcome.status, outcome.error_code) == (Status.ERROR, "AGENT_UNAVAILABLE")
     assert outcome.text == "Sorry, I could not finish: Func[quote] failed (quote service is down)."
     assert log == ["quote(GOOG)"] * 3
     assert sleeps == [0.5, 1.0]
@@ -236,7 +236,9 @@ def test_bad_input_goes_back_to_the_model_once_then_is_explained(scripted) -> No
 
     llm = scripted("Ask Func[genrand]: 1, many", "Ask Func[genrand]: 1, lots")
     outcome = Executor([Commands([genrand])], llm, sleep=sleeps.append).run("b")
-    assert (outcome.status, outcome.steps) == (Status.DONE, 2)
+    # a failure for good: the run ends as an error with the command's code (#13 item 13)
+    assert (outcome.status, outcome.error_code, outcome.steps) == (
+        Status.ERROR, "INVALID_INPUT", 2)
     assert outcome.text == (
         "Sorry, I could not finish: Func[genrand] failed (argument high must be integer, "
         "got 'lots')."

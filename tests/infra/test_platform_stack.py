@@ -75,6 +75,17 @@ def test_embeds_bucket_is_private_encrypted_versioned(synth):
     assert rule["ServerSideEncryptionByDefault"]["SSEAlgorithm"] in ("AES256", "aws:kms")
 
 
+def test_unbound_uploads_expire_and_only_the_api_may_sign_them(synth):
+    rules = synth.platform.props(embeds_bucket_id(synth))["LifecycleConfiguration"]["Rules"]
+    uploads = [r for r in rules if r.get("Prefix") == tables.EMBEDS_BUCKET.uploads_prefix]
+    assert [r["ExpirationInDays"] for r in uploads] == [tables.EMBEDS_BUCKET.uploads_expire_days]
+    assert not any("ExpirationInDays" in r for r in rules if r not in uploads)  # embeds stay
+    for handler, may in ((API, True), (RUNNER, False), (REGISTER, False)):
+        texts = [r for g in synth.platform.grants(handler) if "s3:PutObject" in g.actions
+                 for r in g.resource_texts()]
+        assert any(tables.EMBEDS_BUCKET.uploads_prefix in r for r in texts) is may, handler
+
+
 def test_every_bucket_policy_denies_requests_without_tls(synth):
     deny_without_tls = Match.object_like({
         "Effect": "Deny", "Principal": {"AWS": "*"}, "Action": "s3:*",
@@ -149,6 +160,7 @@ def test_environment_points_functions_at_the_resources(synth):
     assert "CODESHOT_QUEUE_URL" in env
     assert "CODESHOT_QUEUE_URL" not in synth.platform.env(RUNNER)  # it never enqueues
     assert env["CODESHOT_API_URL"] == synth.platform.env(RUNNER)["CODESHOT_API_URL"]
+    assert env["CODESHOT_GRAPHQL_INTROSPECTION"] == "false"  # a deployed schema is not browsable
 
 
 def test_http_api_default_route_goes_to_the_api_function_with_throttling(synth):

@@ -6,6 +6,8 @@ import asyncio
 import json
 import random
 import re
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import pytest
@@ -97,14 +99,22 @@ def agents():
     server.stop()
 
 
+@contextmanager
+def running(platform: Any) -> Iterator[Any]:
+    """The real session runner consuming the platform's queue."""
+    poller = QueuePoller(platform.services.queue, SessionRunner(platform.services).handle)
+    poller.start()
+    try:
+        yield platform
+    finally:
+        poller.stop()
+
+
 @pytest.fixture
 def live(platform):
     """The platform with the real runner consuming its queue."""
-    runner = SessionRunner(platform.services)
-    poller = QueuePoller(platform.services.queue, runner.handle)
-    poller.start()
-    yield platform
-    poller.stop()
+    with running(platform):
+        yield platform
 
 
 def register(platform, key: str, handle: str, url: str, published: bool = True) -> str:

@@ -119,7 +119,8 @@ def test_serve_runs_the_agent_on_loopback(copy, platform):
         deadline = time.monotonic() + 30
         while True:
             try:
-                handshake = fetch_handshake(f"http://127.0.0.1:{port}", token, timeout=2)
+                handshake = fetch_handshake(f"http://127.0.0.1:{port}", token, timeout=2,
+                                            allow_loopback=True)
                 break
             except Exception:
                 if server.poll() is not None or time.monotonic() > deadline:

@@ -23,7 +23,7 @@ def call(platform, served, func: str, text: str, user: str | None = "default", *
 
 def test_runner_reads_the_handshake(platform, sdk_agent):
     token = platform.services.auth.agent_token(sdk_agent.agent_id, None, None)
-    handshake = fetch_handshake(sdk_agent.url, token)
+    handshake = fetch_handshake(sdk_agent.url, token, allow_loopback=True)
     assert handshake.type == "code_shot"
     assert handshake.base_prompt == "I am a demo agent for SDK tests."
     assert handshake.few_shots[1].startswith("Q: Add 2 and 3\nAsk Func[add]: 2, 3")
@@ -98,14 +98,14 @@ def test_a_crashing_func_leaks_no_internals(platform, sdk_agent):
 @pytest.mark.settings(fixie_audiences=False)
 def test_tokens_without_fixie_audiences_are_accepted(platform, sdk_agent):
     token = platform.services.auth.agent_token(sdk_agent.agent_id, None, None)
-    assert fetch_handshake(sdk_agent.url, token).type == "code_shot"
+    assert fetch_handshake(sdk_agent.url, token, allow_loopback=True).type == "code_shot"
 
 
 def test_standalone_agent_streams_ndjson(platform, standalone_agent):
     user_id, _ = platform.user()
     token = platform.services.auth.agent_token(standalone_agent.agent_id, user_id, None)
     headers = {"Authorization": f"Bearer {token}"}
-    assert fetch_handshake(standalone_agent.url, token).sample_queries == ["say hi"]
+    assert fetch_handshake(standalone_agent.url, token, allow_loopback=True).sample_queries == ["say hi"]
     with httpx.stream("POST", standalone_agent.url + "/", headers=headers,
                       json={"message": {"text": "hello"}, "access_token": token}) as reply:
         assert reply.headers["content-type"] == "application/x-ndjson"

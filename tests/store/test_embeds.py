@@ -15,7 +15,6 @@ def test_same_bytes_same_name_and_never_overwritten(aws):
     assert digest == hashlib.sha256(b"hello").hexdigest()
     assert store.put(b"hello", "text/plain") == digest
     assert store.read(digest) == b"hello"
-    assert store.head(digest) == {"size": 5, "content_type": "text/plain"}
 
 
 def test_bad_input_is_refused(aws):
@@ -34,33 +33,25 @@ def test_presigned_put_then_get_over_http(server_aws):
     store = EmbedStore(server_aws)
     data = b"\x89PNG fake image bytes"
     digest = hashlib.sha256(data).hexdigest()
-    upload = store.put_url(digest, "image/png", len(data))
+    upload = store.put_url("u_alice", digest, "image/png", len(data))
     r = httpx.put(upload["url"], content=data, headers=upload["headers"])
     assert r.status_code == 200, r.text
-    assert store.verify(digest) == len(data)
-    got = httpx.get(store.get_url(digest))
+    assert store.claim_upload("u_alice", digest, "image/png") == len(data)
+    got = httpx.get(store.get_url(digest, "image/png"))
     assert got.status_code == 200 and got.content == data
+    assert got.headers["content-type"] == "image/png"
 
 
-def test_presigned_put_cannot_overwrite(server_aws):
-    store = EmbedStore(server_aws)
-    digest = store.put(b"original", "text/plain")
-    upload = store.put_url(digest, "text/plain", len(b"evil!!!!"))
-    r = httpx.put(upload["url"], content=b"evil!!!!", headers=upload["headers"])
-    assert r.status_code in (400, 403, 412)
-    assert store.read(digest) == b"original"
-
-
-def test_wrong_bytes_under_a_hash_are_detected(server_aws):
+def test_an_upload_url_delivers_only_its_own_bytes(server_aws):
     store = EmbedStore(server_aws)
     claimed = hashlib.sha256(b"what I said").hexdigest()
-    upload = store.put_url(claimed, "text/plain", 9)
-    r = httpx.put(upload["url"], content=b"something", headers=upload["headers"])
-    if r.status_code == 200:  # S3 checks x-amz-checksum-sha256; if not, verify() must
-        with pytest.raises(InvalidInput, match="do not match"):
-            store.verify(claimed)
-    else:
-        assert r.status_code in (400, 403)
+    upload = store.put_url("u_bob", claimed, "text/plain", 9)
+    other = httpx.put(upload["url"], content=b"something", headers=upload["headers"])
+    assert other.status_code == 400 and b"BadDigest" in other.content
+    bare = httpx.put(upload["url"], content=b"something")  # the signed headers left out
+    assert bare.status_code == 403 and b"SignatureDoesNotMatch" in bare.content
+    with pytest.raises(NotFound, match="no upload"):
+        store.claim_upload("u_bob", claimed, "text/plain")
 
 
 def test_presigned_get_expires(server_aws):

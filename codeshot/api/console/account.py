@@ -24,8 +24,8 @@ router = APIRouter(route_class=ConsoleRoute)
 
 def _keys(services: Services, user: Principal, new_key: str | None = None,
           notice: str | None = None) -> str:
-    return templates.render("account/keys.html", keys=users.api_keys(services, user),
-                            current=user.key_id, new_key=new_key, notice=notice)
+    return templates.render("account/keys.html", keys=users.list_api_keys(services, user),
+                            new_key=new_key, notice=notice)
 
 
 def _account(services: Services, user: Principal) -> str:
@@ -54,7 +54,7 @@ async def revoke_key(request: Request, key_id: str, user: Principal = Depends(ca
     revoked = await blocking(users.revoke_api_key, services, user, key_id)
     notice = f"Revoked {revoked.key_id}." + (
         " It was the key this browser signed in with: the next request will ask you to sign "
-        "in with another key." if revoked.key_id == user.key_id else "")
+        "in with another key." if revoked.current else "")
     return html(await blocking(_keys, services, user, None, notice))
 
 

@@ -2,6 +2,6 @@
 authenticates through the ``context`` and calls one use case), assembled in ``schema``."""
 
 from codeshot.api.graphql.context import Context
-from codeshot.api.graphql.schema import schema
+from codeshot.api.graphql.schema import build_schema
 
-__all__ = ["Context", "schema"]
+__all__ = ["Context", "build_schema"]

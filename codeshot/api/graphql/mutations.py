@@ -17,7 +17,7 @@ from codeshot.api.graphql.types import (
     EmbedUploadType,
     MessageGQL,
     MessagePayload,
-    NewApiKeyPayload,
+    NewApiKeyType,
     SessionPayload,
     SessionType,
 )
@@ -106,13 +106,14 @@ class Mutation:
         upload = await blocking(upload_url, services, p, content_type, size, content_hash)
         return EmbedUploadType.of(upload)
 
-    @strawberry.mutation(description="A new API key of yours, shown once in `key`.")
-    async def create_api_key(self, info: Info) -> NewApiKeyPayload:
+    @strawberry.mutation(description="A new API key of yours (shown once).")
+    async def create_api_key(self, info: Info) -> NewApiKeyType:
         services, p = await caller(info)
         record, key = await blocking(users.create_api_key, services, p)
-        return NewApiKeyPayload(api_key=ApiKeyType.of(record, p.key_id), key=key)
+        return NewApiKeyType(id=record.key_id, created=record.created, key=key)
 
-    @strawberry.mutation(description="Revoke one of your API keys: it stops working at once.")
+    @strawberry.mutation(description="Revoke one of your API keys (not the last one): it is "
+                         "refused at once.")
     async def revoke_api_key(self, info: Info, id: str) -> ApiKeyType:
         services, p = await caller(info)
-        return ApiKeyType.of(await blocking(users.revoke_api_key, services, p, id), p.key_id)
+        return ApiKeyType.of(await blocking(users.revoke_api_key, services, p, id))

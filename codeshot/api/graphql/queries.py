@@ -13,10 +13,13 @@ from codeshot.usecases.threads import blocking
 
 @strawberry.type
 class Query:
-    @strawberry.field(description="Published agents and your own.")
-    async def all_agents(self, info: Info) -> list[AgentType]:
+    @strawberry.field(description="Published agents and your own, by id, a page at a time: "
+                      "`after` = the last agent id of the previous page.")
+    async def all_agents(self, info: Info, after: str | None = None,
+                         limit: int | None = None) -> list[AgentType]:
         services, p = await caller(info)
-        return [AgentType.of(a) for a in await blocking(agents.visible_agents, services, p)]
+        found = await blocking(agents.visible_agents, services, p, after, limit)
+        return [AgentType.of(a) for a in found]
 
     @strawberry.field
     async def agent_by_id(self, info: Info, agent_id: str) -> AgentType | None:
@@ -32,12 +35,15 @@ class Query:
     @strawberry.field(description="Your active API keys, oldest first.")
     async def api_keys(self, info: Info) -> list[ApiKeyType]:
         services, p = await caller(info)
-        return [ApiKeyType.of(k, p.key_id) for k in await blocking(users.api_keys, services, p)]
+        return [ApiKeyType.of(k) for k in await blocking(users.list_api_keys, services, p)]
 
-    @strawberry.field(description="Your sessions, newest first.")
-    async def all_sessions(self, info: Info) -> list[SessionType]:
+    @strawberry.field(description="Your sessions, newest first, a page at a time: `after` = "
+                      "the last handle of the previous page.")
+    async def all_sessions(self, info: Info, after: str | None = None,
+                           limit: int | None = None) -> list[SessionType]:
         services, p = await caller(info)
-        return [SessionType.of(s) for s in await blocking(sessions.list_sessions, services, p)]
+        found = await blocking(sessions.list_sessions, services, p, after, limit)
+        return [SessionType.of(s) for s in found]
 
     @strawberry.field(description="The agents the router would pick for this text, best first.")
     async def route(self, info: Info, text: str, k: int = 3) -> list[RouteType]:

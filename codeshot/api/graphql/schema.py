@@ -1,15 +1,24 @@
 """The schema: every Fixie 1.0 operation (docs/fixie-wire-contract.md) plus our own,
-with limits on what one request may ask for and stable error codes."""
+with limits on what one request may ask for (depth, tokens, aliases, storage reads) and
+stable error codes; introspection can be turned off (the CDK app does)."""
 
 from __future__ import annotations
 
+import functools
 from typing import Any
 
 import strawberry
 from graphql.error import GraphQLError
-from strawberry.extensions import MaxAliasesLimiter, MaxTokensLimiter, QueryDepthLimiter
+from strawberry.extensions import (
+    AddValidationRules,
+    DisableIntrospection,
+    MaxAliasesLimiter,
+    MaxTokensLimiter,
+    QueryDepthLimiter,
+)
 
 from codeshot.api.errors import ErrorCodes
+from codeshot.api.graphql.cost import cost_limit_rule
 from codeshot.api.graphql.mutations import Mutation
 from codeshot.api.graphql.queries import Query
 
@@ -19,15 +28,18 @@ class CodeshotSchema(strawberry.Schema):
         return None  # ErrorCodes logs the unexpected ones; expected ones are not news
 
 
-schema = CodeshotSchema(
-    query=Query,
-    mutation=Mutation,
-    # Our types hold no cycles, so depth bounds little; tokens and aliases bound the
-    # amplification a single request can ask for.
-    extensions=[
+@functools.cache
+def build_schema(introspection: bool = True, max_cost: int = 500) -> CodeshotSchema:
+    """The schema with these settings (CODESHOT_GRAPHQL_INTROSPECTION, _MAX_COST)."""
+    extensions: list[Any] = [
+        # Our types hold no cycles, so depth bounds little; tokens, aliases and the cost
+        # rule bound the work a single request can ask for.
         lambda: QueryDepthLimiter(max_depth=10),
         lambda: MaxAliasesLimiter(max_alias_count=20),
         lambda: MaxTokensLimiter(max_token_count=2000),
+        lambda: AddValidationRules([cost_limit_rule(max_cost)]),
         ErrorCodes,
-    ],
-)
+    ]
+    if not introspection:
+        extensions.insert(0, DisableIntrospection)
+    return CodeshotSchema(query=Query, mutation=Mutation, extensions=extensions)

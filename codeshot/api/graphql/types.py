@@ -53,21 +53,23 @@ class UserType:
                    daily_quota_resets_at=p.quota_resets_at)
 
 
-@strawberry.type(description="One of your active API keys (the key itself is shown once).")
+@strawberry.type(description="One of your active API keys: only its id is kept.")
 class ApiKeyType:
     id: str
-    created: datetime | None
-    current: bool = strawberry.field(description="the key this request was made with")
+    created: datetime | None = strawberry.field(
+        description="when it was made (unknown for keys older than time-ordered ids)")
+    current: bool = strawberry.field(description="the key this request came with")
 
     @classmethod
-    def of(cls, key: ApiKey, current_key_id: str | None) -> ApiKeyType:
-        return cls(id=key.key_id, created=key.created, current=key.key_id == current_key_id)
+    def of(cls, key: ApiKey) -> ApiKeyType:
+        return cls(id=key.key_id, created=key.created, current=key.current)
 
 
-@strawberry.type
-class NewApiKeyPayload:
-    api_key: ApiKeyType
-    key: str = strawberry.field(description="the API key: shown this once, never stored")
+@strawberry.type(description="A new API key: `key` is shown this once, never stored.")
+class NewApiKeyType:
+    id: str
+    created: datetime | None
+    key: str
 
 
 OwnerType = Annotated[UserType | OrganizationType, strawberry.union("OwnerType")]
@@ -171,7 +173,8 @@ class MessageGQL:
             timestamp=m.timestamp, error_code=m.error_code,
             embeds=[
                 MessageEmbedType(key=k, content_type=e.content_type, content_hash=e.content_hash,
-                                 size=e.size, url=services.embeds.get_url(e.content_hash))
+                                 size=e.size,
+                                 url=services.embeds.get_url(e.content_hash, e.content_type))
                 for k, e in m.embeds.items()
             ],
         )
@@ -191,8 +194,9 @@ class SessionType:
     session: strawberry.Private[Session]  # read with the owner's check
 
     @strawberry.field(description=(
-        "Messages in time order; `after` = only newer than that id. `waitSeconds` (at most "
-        "the reply wait) long-polls: with nothing newer yet, wait for the next message."))
+        "Messages in time order, a page at a time (at most 1,000); `after` = only newer than "
+        "that id. `waitSeconds` (at most the reply wait) long-polls: with nothing newer yet, "
+        "wait for the next message."))
     async def messages(
         self, info: Info, after: str | None = None, limit: int | None = None,
         wait_seconds: float = 0,
@@ -204,10 +208,12 @@ class SessionType:
         found = await blocking(sessions.list_messages, services, self.session, after, limit)
         return [MessageGQL.of(m, services) for m in found]
 
-    @strawberry.field
-    async def embeds(self, info: Info) -> list[SessionEmbedType]:
+    @strawberry.field(description="Embeds by key, a page at a time; `after` = the last key of "
+                      "the previous page.")
+    async def embeds(self, info: Info, after: str | None = None,
+                     limit: int | None = None) -> list[SessionEmbedType]:
         services = ctx(info).services
-        found = await blocking(sessions.list_embeds, services, self.session)
+        found = await blocking(sessions.list_embeds, services, self.session, after, limit)
         return [SessionEmbedType(key=e.key, embed=_embed(e, services)) for e in found]
 
     @classmethod
@@ -222,7 +228,7 @@ def _embed(e: Embed, services: Services) -> EmbedType:
     return EmbedType(id=e.content_hash, content_type=e.content_type, created=e.created,
                      content_hash=e.content_hash, size=e.size,
                      owner=EmbedOwnerType(username=e.owner),
-                     url=services.embeds.get_url(e.content_hash))
+                     url=services.embeds.get_url(e.content_hash, e.content_type))
 
 
 @strawberry.type(description="An agent the router proposes for a text, as the planner sees it.")

@@ -1,0 +1,99 @@
+"""What one GraphQL request may cost: resolver calls that read storage, counted before
+anything runs.
+
+Each field that reads DynamoDB or S3 costs 1, multiplied by the page sizes of the lists
+it sits in (a ``limit`` argument, or the list's default page; a variable counts as the
+largest page). ``allSessions { messages embeds }`` is 1 + 50 x 2; twenty aliases of it,
+2,020, are refused before the first read. Validation rejects a request over the limit
+with INVALID_INPUT, naming its cost.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from graphql import (
+    FieldNode,
+    FragmentSpreadNode,
+    GraphQLError,
+    GraphQLObjectType,
+    InlineFragmentNode,
+    IntValueNode,
+    OperationDefinitionNode,
+    SelectionSetNode,
+    ValidationRule,
+    VariableNode,
+    get_named_type,
+)
+
+from codeshot.usecases import paging
+from codeshot.usecases.agents import MAX_ROUTES
+
+# (type, field) -> the page it returns, for lists of objects whose fields read storage
+PAGES: dict[tuple[str, str], paging.PageSize] = {
+    ("Query", "allAgents"): paging.AGENTS,
+    ("Query", "allSessions"): paging.SESSIONS,
+    ("Query", "route"): paging.PageSize(3, MAX_ROUTES),
+    ("SessionType", "messages"): paging.MESSAGES,
+    ("SessionType", "embeds"): paging.EMBEDS,
+}
+PAGE_ARGUMENT = {("Query", "route"): "k"}
+# Fields whose resolver reads storage: every root field, and these.
+READS = frozenset({("SessionType", "messages"), ("SessionType", "embeds")})
+
+
+def _page(type_name: str, node: FieldNode) -> int:
+    size = PAGES.get((type_name, node.name.value))
+    if size is None:
+        return 1
+    name = PAGE_ARGUMENT.get((type_name, node.name.value), "limit")
+    for argument in node.arguments or ():
+        if argument.name.value == name:
+            if isinstance(argument.value, IntValueNode):
+                return max(1, min(int(argument.value.value), size.maximum))
+            if isinstance(argument.value, VariableNode):
+                return size.maximum
+    return size.default
+
+
+def cost_limit_rule(max_cost: int) -> type[ValidationRule]:
+    class CostLimit(ValidationRule):
+        def enter_operation_definition(self, node: OperationDefinitionNode, *_: Any) -> None:
+            root = self.context.schema.get_root_type(node.operation)
+            if root is None:
+                return
+            cost = self._cost(node.selection_set, root, 1, frozenset(), is_root=True)
+            if cost > max_cost:
+                self.report_error(GraphQLError(
+                    f"this request would make {cost} storage reads; the limit per request is "
+                    f"{max_cost}: ask for smaller pages (limit) or fewer fields", node))
+
+        def _cost(self, selections: SelectionSetNode | None, parent: GraphQLObjectType,
+                  multiplier: int, spread: frozenset[str], is_root: bool = False) -> int:
+            """``spread``: the fragments this path went through (a cycle, which another
+            rule reports, must not recurse forever here)."""
+            total = 0
+            for selection in selections.selections if selections else ():
+                if isinstance(selection, FieldNode):
+                    field = parent.fields.get(selection.name.value)
+                    if field is None:
+                        continue  # another rule reports unknown fields
+                    key = (parent.name, selection.name.value)
+                    if is_root or key in READS:
+                        total += multiplier
+                    inner = get_named_type(field.type)
+                    if isinstance(inner, GraphQLObjectType):
+                        total += self._cost(selection.selection_set, inner,
+                                            multiplier * _page(parent.name, selection), spread)
+                elif isinstance(selection, InlineFragmentNode):
+                    total += self._cost(selection.selection_set, parent, multiplier, spread,
+                                        is_root)
+                elif isinstance(selection, FragmentSpreadNode):
+                    name = selection.name.value
+                    fragment = self.context.get_fragment(name)
+                    if fragment is not None and name not in spread:
+                        total += self._cost(fragment.selection_set, parent, multiplier,
+                                            spread | {name}, is_root)
+            return total
+
+    return CostLimit

@@ -1,0 +1,40 @@
+"""Checks for text that people and agents send the platform, before any of it is stored.
+
+Every stored string has a size cap; names and descriptions are one line, because they
+are shown to an LLM (the planner lists agents in its prompt) where a line break would
+let the text pose as a line of the prompt's own.
+"""
+
+from __future__ import annotations
+
+import re
+
+from codeshot.errors import InvalidInput
+
+# Every character that ends a line somewhere (str.splitlines, Unicode, terminals), and
+# the other C0/C1 controls, which have no place in a one-line name either.
+_CONTROLS = re.compile(r"[\x00-\x1f\x7f-\x9f\u2028\u2029]")
+
+
+def check_text(value: str, what: str, max_chars: int, *, one_line: bool = False) -> str:
+    """``value`` if it is valid Unicode (no lone surrogates), has no NUL, is at most
+    ``max_chars`` long and, with ``one_line``, has no line break or control character."""
+    if len(value) > max_chars:
+        raise InvalidInput(f"{what} is {len(value)} characters; the limit is {max_chars}")
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        raise InvalidInput(f"{what} must be valid Unicode (it has a lone surrogate)") from None
+    if "\x00" in value:
+        raise InvalidInput(f"{what} must not contain NUL characters")
+    if one_line and _CONTROLS.search(value):
+        raise InvalidInput(f"{what} must be one line, without line breaks or control "
+                           "characters")
+    return value
+
+
+def as_one_line(value: str, max_chars: int) -> str:
+    """``value`` on one line (every line break and control character a space), at most
+    ``max_chars`` long: for text stored before these checks existed."""
+    line = " ".join(_CONTROLS.sub(" ", value).split())
+    return line if len(line) <= max_chars else line[: max_chars - 1] + "…"

@@ -1,0 +1,119 @@
+"""Clean errors (#13 item 13): each bad input gets INVALID_INPUT (or the failure's own
+code), a clear message, and writes nothing."""
+
+from __future__ import annotations
+
+import base64
+import json
+
+import httpx
+import pytest
+
+from tests.conftest import code
+from tests.runner.conftest import register, session
+
+CREATE = """mutation ($h: String!, $d: String, $f: [String!]) { createAgent(agentData:
+  {handle: $h, description: $d, fewShots: $f, basePrompt: "I roll dice.",
+   funcUrl: "http://127.0.0.1:9/"}) { agent { agentId } } }"""
+SHOT = "Q: Roll 1d20\nAsk Func[roll]: 1d20\nFunc[roll] says: 7\nA: You rolled 7."
+POST = """mutation ($s: String!, $t: String!, $k: String, $e: [EmbedInput!]) {
+  sendSessionMessage(messageData: {session: $s, text: $t, wait: false, idempotencyKey: $k,
+  embeds: $e}) { message { id text } } }"""
+
+
+def test_a_handle_with_a_trailing_newline_is_refused(platform):
+    _, key = platform.user("bob")
+    out = platform.gql(key, CREATE, {"h": "abc\n", "f": [SHOT]})
+    assert code(out) == "INVALID_INPUT" and "handle" in out["errors"][0]["message"]
+    assert platform.services.registry.scan_all() == []
+
+
+def test_a_content_type_with_a_newline_is_refused_with_a_code(platform):
+    user_id, key = platform.user()
+    h = session(platform, key)
+    embed = {"key": "page", "contentType": "text/html\n",
+             "content": base64.b64encode(b"<b>hi</b>").decode()}
+    out = platform.gql(key, POST, {"s": h, "t": "see", "e": [embed]})
+    assert code(out) == "INVALID_INPUT" and "content type" in out["errors"][0]["message"]
+    upload = platform.gql(key, """mutation { createEmbedUpload(contentType: "text/html\\n",
+        size: 3, contentHash: "%s") { url } }""" % ("0" * 64))
+    assert code(upload) == "INVALID_INPUT"
+    assert platform.services.sessions.all_messages(h) == []
+    assert platform.services.usage.used("query", user_id) == 0
+
+
+def test_huge_agent_fields_are_invalid_input_not_internal(platform):
+    _, key = platform.user()
+    huge = platform.gql(key, CREATE, {"h": "big", "d": "x" * 3_000_000, "f": [SHOT]},
+                        timeout=60)
+    assert code(huge) == "INVALID_INPUT", huge
+    many = platform.gql(key, CREATE, {"h": "many", "f": [SHOT] * 2000}, timeout=60)
+    assert code(many) == "INVALID_INPUT" and "few-shots" in many["errors"][0]["message"]
+    assert platform.services.registry.scan_all() == []
+
+
+def test_json_nested_100000_deep_is_invalid_input(platform):
+    _, key = platform.user()
+    headers = {"Authorization": f"Bearer {key}", "Content-Type": "application/json"}
+    deep = b'{"query": "{ user { username } }", "variables": {"x": ' + b"[" * 100_000 \
+        + b"]" * 100_000 + b"}}"
+    r = httpx.post(f"{platform.url}/graphql", content=deep, headers=headers, timeout=30)
+    assert r.status_code == 400 and r.json()["error"]["code"] == "INVALID_INPUT", r.text[:300]
+    user_id = platform.services.users.get_by_username(
+        platform.gql(key, "{ user { username } }")["data"]["user"]["username"]).user_id
+    token = platform.services.auth.agent_token("x/y", user_id, None)
+    r = httpx.post(f"{platform.url}/api/userstorage/x/y/k", timeout=30,
+                   content=b'{"data": ' + b"[" * 100_000 + b"]" * 100_000 + b"}",
+                   headers={"Authorization": f"Bearer {token}",
+                            "Content-Type": "application/json"})
+    assert r.status_code == 400 and r.json()["error"]["code"] == "INVALID_INPUT", r.text[:300]
+
+
+def test_a_lone_surrogate_in_a_variable_is_invalid_input(platform):
+    user_id, key = platform.user()
+    h = session(platform, key)
+    raw = json.dumps({"query": POST, "variables": {"s": h, "t": "bad \ud800 surrogate"}})
+    r = httpx.post(f"{platform.url}/graphql", content=raw.encode(),
+                   headers={"Authorization": f"Bearer {key}",
+                            "Content-Type": "application/json"})
+    out = r.json()
+    assert code(out) == "INVALID_INPUT" and "surrogate" in out["errors"][0]["message"], out
+    assert platform.services.sessions.all_messages(h) == []
+    assert platform.services.usage.used("query", user_id) == 0
+
+
+def test_the_agent_endpoint_checks_text_and_quota_before_making_a_session(platform, agents):
+    _, key = platform.user("quoted", daily_query_limit=0)
+    agent = register(platform, key, "dice", agents.url + "/dice")
+    headers = {"Authorization": f"Bearer {key}"}
+    for body, expected in (({"message": {"text": ""}}, 400),
+                           ({"message": {"text": "x" * 20_000}}, 400),
+                           ({"message": {"text": "Roll 1d20"}}, 429)):
+        r = httpx.post(f"{platform.url}/api/agents/{agent}", json=body, headers=headers)
+        assert r.status_code == expected, r.text
+    assert platform.gql(key, "{ allSessions { handle } }")["data"]["allSessions"] == []
+
+
+def test_an_idempotency_key_reused_for_other_text_is_a_conflict(platform):
+    _, key = platform.user()
+    h = session(platform, key)
+    first = platform.gql(key, POST, {"s": h, "t": "pay 10", "k": "k-1"})
+    assert "errors" not in first
+    other = platform.gql(key, POST, {"s": h, "t": "pay 1000", "k": "k-1"})
+    assert code(other) == "INVALID_INPUT" and "idempotencyKey" in other["errors"][0]["message"]
+    assert [m.text for m in platform.services.sessions.all_messages(h)] == ["pay 10"]
+
+
+@pytest.mark.settings(agent_call_timeout_seconds=1.0)
+def test_a_func_that_times_out_or_sends_garbage_is_an_error_with_its_code(live, agents):
+    _, key = live.user("ted")
+    for handle, path, expected in (("slowpoke", "/slow", "TIMEOUT"),
+                                   ("junk", "/garbage", "AGENT_ERROR")):
+        register(live, key, handle, agents.url + "/dice", published=False)
+        agent = live.services.registry.get(f"ted/{handle}")
+        live.services.registry.replace(agent.replace(func_url=agents.url + path))
+        h = session(live, key, frontend=f"ted/{handle}")
+        reply = live.gql(key, """mutation ($s: String!) { sendSessionMessage(messageData:
+            {session: $s, text: "Roll 1d20"}) { reply { type errorCode text } } }""",
+                         {"s": h}, timeout=90)["data"]["sendSessionMessage"]["reply"]
+        assert reply["type"] == "error" and reply["errorCode"] == expected, reply

@@ -1,0 +1,144 @@
+"""Unbounded work (#13 items 9-10): what one request, or one user, may make the platform
+do is bounded and charged."""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import time
+from concurrent.futures import ThreadPoolExecutor
+
+import httpx
+import jwt
+import pytest
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+
+from codeshot import aws
+from codeshot.auth import keys, tokens
+from codeshot.auth.keys import KeyRing
+from codeshot.auth.service import Auth
+from tests.conftest import code
+from tests.runner.conftest import register
+
+USER = "{ user { username } }"
+
+
+def test_unknown_kids_do_not_hammer_secrets_manager(platform, monkeypatch):
+    _, key = platform.user("kid")
+    claims = jwt.decode(key, options={"verify_signature": False})
+    reads: list[str] = []
+    stop = aws.on_call(lambda service, op: reads.append(op) if op == "GetSecretValue" else None)
+    forged = [tokens.sign(claims, f"k_forged{i}", Ed25519PrivateKey.generate())
+              for i in range(200)]
+    began = time.monotonic()
+    try:
+        with ThreadPoolExecutor(max_workers=8) as pool:
+            results = list(pool.map(lambda t: platform.gql(t, USER), forged))
+    finally:
+        stop()
+    took = time.monotonic() - began
+    assert {code(r) for r in results} == {"UNAUTHENTICATED"}
+    # One read per reload interval at most, however many forged kids arrive (was one each).
+    allowed = 1 + int(took // keys.UNKNOWN_KID_RELOAD_SECONDS)
+    assert len(reads) <= allowed, f"{len(reads)} reads for 200 forged kids in {took:.1f}s"
+    assert platform.gql(key, USER)["data"]["user"]["username"] == "kid"
+
+    # A key rotated in by another container is still picked up, once the interval passed.
+    monkeypatch.setattr(keys, "UNKNOWN_KID_RELOAD_SECONDS", 0.5)
+    elsewhere = KeyRing(platform.services.settings)
+    new_key = elsewhere.rotate()
+    user = platform.services.users.create("fresh")
+    fresh = Auth(platform.services.settings, elsewhere, platform.services.users).issue_api_key(
+        user)
+    assert jwt.get_unverified_header(fresh)["kid"] == new_key.kid
+    time.sleep(0.6)
+    assert platform.gql(fresh, USER)["data"]["user"]["username"] == "fresh"
+
+
+SESSION = "mutation { createSession { session { handle } } }"
+UPLOAD = """mutation ($n: Int!, $h: String!) { createEmbedUpload(contentType: "text/plain",
+  size: $n, contentHash: $h) { url } }"""
+
+
+@pytest.mark.settings(daily_session_limit=3, daily_upload_bytes=1000)
+def test_sessions_uploads_and_routes_are_counted_per_day(platform, agents):
+    user_id, key = platform.user("hoarder", daily_query_limit=2)
+    made = [platform.gql(key, SESSION) for _ in range(4)]
+    assert [code(m) if "errors" in m else "ok" for m in made] == ["ok"] * 3 + ["RATE_LIMITED"]
+    # The streaming agent endpoint makes sessions too: it is refused, and makes none.
+    agent = register(platform, key, "dice", agents.url + "/dice")
+    r = httpx.post(f"{platform.url}/api/agents/{agent}", json={"message": {"text": "Roll"}},
+                   headers={"Authorization": f"Bearer {key}"})
+    assert r.status_code == 429
+    assert len(platform.gql(key, "{ allSessions { handle } }")["data"]["allSessions"]) == 3
+
+    digest = hashlib.sha256(b"x").hexdigest()
+    assert "errors" not in platform.gql(key, UPLOAD, {"n": 600, "h": digest})
+    assert code(platform.gql(key, UPLOAD, {"n": 600, "h": digest})) == "RATE_LIMITED"
+    h = made[0]["data"]["createSession"]["session"]["handle"]
+    big = {"key": "b", "contentType": "text/plain",
+           "content": base64.b64encode(b"y" * 500).decode()}
+    out = platform.gql(key, """mutation ($s: String!, $e: [EmbedInput!]) { sendSessionMessage(
+        messageData: {session: $s, text: "see", embeds: $e, wait: false}) { message { id } } }""",
+                       {"s": h, "e": [big]})
+    assert code(out) == "RATE_LIMITED" and "upload" in out["errors"][0]["message"]
+    assert platform.services.sessions.all_messages(h) == []
+    assert platform.services.usage.used("upload_bytes", user_id) == 600
+
+    routes = [platform.gql(key, '{ route(text: "Roll a d20") { agentId } }') for _ in range(3)]
+    assert [code(r) if "errors" in r else "ok" for r in routes] == ["ok", "ok", "RATE_LIMITED"]
+
+
+FAN_OUT = "{ " + " ".join(f"a{i}: allSessions {{ handle messages {{ text }} embeds {{ key }} }}"
+                          for i in range(20)) + " }"
+
+
+def test_one_request_cannot_fan_out_into_thousands_of_reads(platform):
+    _, key = platform.user("fanout")
+    handles = [platform.gql(key, SESSION)["data"]["createSession"]["session"]["handle"]
+               for _ in range(12)]
+    calls: list[str] = []
+    stop = aws.on_call(lambda service, op: calls.append(op))
+    try:
+        out = platform.gql(key, FAN_OUT)
+    finally:
+        stop()
+    assert code(out) == "INVALID_INPUT" and "2020 storage reads" in out["errors"][0]["message"]
+    assert out.get("data") is None
+    assert len(calls) <= 1, calls  # the API key's user, nothing more
+    # Pages: small ones are fine, and walking them lists each session exactly once.
+    seen, after = [], None
+    while True:
+        page = platform.gql(key, """query ($a: String) { allSessions(after: $a, limit: 5) {
+            handle messages(limit: 2) { text } } }""", {"a": after})["data"]["allSessions"]
+        seen += [s["handle"] for s in page]
+        if len(page) < 5:
+            break
+        after = page[-1]["handle"]
+    assert seen == list(reversed(handles))
+    variable = platform.gql(key, "query ($n: Int) { " + " ".join(
+        f"a{i}: allSessions(limit: $n) {{ messages {{ text }} }}" for i in range(3)) + " }",
+        {"n": 3})
+    assert code(variable) == "INVALID_INPUT"  # a variable page counts as the largest
+
+
+def test_agent_lists_are_paged_and_agent_fields_capped(platform, agents):
+    _, key = platform.user("lister")
+    huge = platform.gql(key, """mutation ($u: String!, $d: String!) { createAgent(agentData:
+        {handle: "huge", queryUrl: $u, description: $d}) { agent { agentId } } }""",
+                        {"u": agents.url + "/dice", "d": "d" * 340_000}, timeout=60)
+    assert code(huge) == "INVALID_INPUT"
+    ids = sorted(register(platform, key, f"a{i}", agents.url + "/dice") for i in range(5))
+    seen, after = [], None
+    while True:
+        page = platform.gql(key, """query ($a: String) { allAgents(after: $a, limit: 2) {
+            agentId } }""", {"a": after})["data"]["allAgents"]
+        seen += [a["agentId"] for a in page]
+        if len(page) < 2:
+            break
+        after = page[-1]["agentId"]
+    assert seen == ids
+    r = httpx.post(f"{platform.url}/graphql", json={"query": "{ allAgents(limit: 1000) { "
+                   "description fewShots basePrompt } }"},
+                   headers={"Authorization": f"Bearer {key}"})
+    assert len(r.json()["data"]["allAgents"]) == 5 and len(r.content) < 6 * 1024 * 1024
