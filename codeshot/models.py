@@ -130,6 +130,10 @@ class Agent(Record):
     def make_id(owner: str, handle: str) -> str:
         return f"{owner}/{handle}"
 
+    def usable_by(self, username: str | None) -> bool:
+        """Published agents are everyone's; unpublished ones only their owner's."""
+        return self.published or self.owner == username
+
 
 # Caps on what an agent's record holds: it must fit one DynamoDB item (400 KB, with a
 # float32 embedding row per sample query), and lists of agents must stay small to send.

@@ -19,7 +19,7 @@ from codeshot.engine.builtin import (
 from codeshot.engine.components import CommandResult
 from codeshot.engine.executor import Executor, Limits, Outcome, Status, TraceStep
 from codeshot.engine.planning import CarryReplies, OfferedAgent, PlannerGuard, planner_examples
-from codeshot.errors import AgentRunFailed, CodeshotError
+from codeshot.errors import AgentRunFailed, CodeshotError, NotFound
 from codeshot.llm.base import LLM
 from codeshot.models import MAX_AGENT_DESCRIPTION, Agent, AgentKind, MessageType
 from codeshot.runner.agent_client import AgentClient
@@ -167,7 +167,8 @@ class PlannerProgram:
         self.ctx.trace(PLANNER_ID, TraceStep(MessageType.THOUGHT, text))
 
     def _routes(self, query: str) -> list[Candidate]:
-        candidates = self.router.route(query, self.k, self.viewer)
+        candidates = [c for c in self.router.route(query, self.k, self.viewer)
+                      if self._usable(c.agent_id)]
         fitting = [c for c in candidates if c.fits]
         if fitting:
             listing = ", ".join(f"{c.agent_id} ({c.score:.2f})" for c in fitting)
@@ -179,6 +180,15 @@ class PlannerProgram:
             listing = "no agents"
         self._thought(f"Router proposes: {listing}")
         return candidates
+
+    def _usable(self, agent_id: str) -> bool:
+        """Whether this user may still use a routed agent (the router's index may lag a
+        change, such as an agent just unpublished, by a few seconds)."""
+        try:
+            self.ctx.registry_get(agent_id)
+        except NotFound:
+            return False
+        return True
 
     def _plans(self, query: str, fitting: list[Candidate]) -> bool:
         if self.mode != "auto":

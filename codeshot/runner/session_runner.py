@@ -22,7 +22,7 @@ from codeshot.engine.builtin import SessionHistory
 from codeshot.engine.executor import Limits, Outcome, Status, TraceStep
 from codeshot.errors import AgentFailed, CodeshotError, NotFound
 from codeshot.llm import get_llm
-from codeshot.models import EmbedRef, Message, MessageType, Session, SessionStatus
+from codeshot.models import Agent, EmbedRef, Message, MessageType, Session, SessionStatus
 from codeshot.runner.agent_client import AgentClient
 from codeshot.runner.budgets import TokenBudget
 from codeshot.runner.programs import (
@@ -124,9 +124,19 @@ class SessionRunner:
             lambda agent_id: self.s.auth.agent_token(agent_id, session.owner, session.session_id),
             timeout=settings.agent_call_timeout_seconds, allow_loopback=settings.local_mode,
         )
+        viewer = session.owner_name or self.s.users.get(session.owner).username
+
+        def usable(agent_id: str) -> Agent:
+            """The agent, if the session's owner may use it now: one unpublished since the
+            session began is gone for its other users (within the agent cache's seconds)."""
+            agent = self.s.agents.get(agent_id)
+            if not agent.usable_by(viewer):
+                raise NotFound(f"agent {agent_id} is not available")
+            return agent
+
         try:
             ctx = RunContext(
-                llm=self.llm, client=client, registry_get=self.s.agents.get,
+                llm=self.llm, client=client, registry_get=usable,
                 trace=lambda sent_by, step: self._trace(query, sent_by, step, trace),
                 history=self._history(session, query, recent),
                 embeds={k: {"content_type": e.content_type,
@@ -135,7 +145,7 @@ class SessionRunner:
                 limits=Limits(max_tokens_per_call=settings.llm_max_tokens_per_call),
                 budget=self._budget(session),
             )
-            program, owner_id = self._program(session, ctx)
+            program, owner_id = self._program(session, ctx, viewer)
             if paused and paused.get("program") == owner_id:
                 outcome = program.resume(paused["state"], query.text)
             else:
@@ -156,14 +166,14 @@ class SessionRunner:
         return TokenBudget(self.s.usage, session.owner, user_limit,
                            settings.agent_daily_token_limit)
 
-    def _program(self, session: Session, ctx: RunContext) -> tuple[Any, str]:
+    def _program(self, session: Session, ctx: RunContext, viewer: str) -> tuple[Any, str]:
         if session.frontend_agent_id:
             try:
-                agent = self.s.agents.get(session.frontend_agent_id)
+                agent = ctx.registry_get(session.frontend_agent_id)
             except NotFound as exc:
-                raise NotFound(f"agent {session.frontend_agent_id} no longer exists") from exc
+                raise NotFound(f"agent {session.frontend_agent_id} is no longer available"
+                               ) from exc
             return program_for(agent, ctx), agent.agent_id
-        viewer = session.owner_name or self.s.users.get(session.owner).username
         mode = self.s.settings.planner_mode
         if mode == "auto" and self.s.settings.llm == "fewshot":
             mode = "route"  # the offline replay cannot plan freely

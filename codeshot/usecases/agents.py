@@ -21,7 +21,7 @@ MAX_ROUTES = 50
 
 def can_use(agent: Agent, principal: Principal) -> bool:
     """Published agents are everyone's; unpublished ones only their owner's."""
-    return agent.published or agent.owner == principal.username
+    return agent.usable_by(principal.username)
 
 
 def visible_agents(services: Services, principal: Principal, after: str | None = None,
