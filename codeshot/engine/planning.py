@@ -93,9 +93,10 @@ class CarryReplies:
 
 @dataclass(frozen=True)
 class PlannerGuard:
-    """Sends an answer back once when it holds a placeholder, states numbers (times,
-    dates, counts) that no agent returned and the question did not hold, or asked none of
-    the agents the router chose (``offered``)."""
+    """Sends an answer back once when it asked none of the agents the router chose
+    (``offered``; checked first, so the planner can hand such a run to the best agent),
+    holds a placeholder, or states numbers (times, dates, counts) that no agent returned
+    and the question did not hold."""
 
     offered: tuple[str, ...]
     SKIPPED: ClassVar[str] = "Planner guard: the answer asked none of"
@@ -104,15 +105,15 @@ class PlannerGuard:
         q_index = max((i for i, s in enumerate(transcript) if s.kind is Kind.Q), default=0)
         run = transcript[q_index:]
         question = run[0].text if run else ""
+        if self.offered and not any(s.kind in ASKS for s in run):
+            listed = ", ".join(f"Agent[{a}]" for a in self.offered)
+            return AnswerFlag(f"{self.SKIPPED} {listed}.",
+                              f"it answered without asking {listed}; ask the agent that fits")
         if (placeholder := _PLACEHOLDER.search(answer)) is not None:
             return AnswerFlag(f"Planner guard: the answer holds the placeholder "
                               f"{placeholder.group(0)}.",
                               f"the answer holds {placeholder.group(0)}; ask the agent and "
                               "answer with what it says")
-        if self.offered and not any(s.kind in ASKS for s in run):
-            listed = ", ".join(f"Agent[{a}]" for a in self.offered)
-            return AnswerFlag(f"{self.SKIPPED} {listed}.",
-                              f"it answered without asking {listed}; ask the agent that fits")
         allowed = grounded_numbers(question, [s.text for s in run if s.kind in SAYS])
         unsourced = [shown for value, shown in numbers(answer).items() if value not in allowed]
         if unsourced:

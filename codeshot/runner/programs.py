@@ -233,8 +233,9 @@ class PlannerProgram:
 
         tools = [AgentTool(a.agent_id, tool_description(a)) for a in agents]
         examples = planner_examples([
-            OfferedAgent(a.agent_id, (*samples[i:i + 1], *a.sample_queries,
-                                      a.description or a.name)[0])
+            OfferedAgent(a.agent_id, as_one_line((*samples[i:i + 1], *a.sample_queries,
+                                                  a.description or a.name)[0],
+                                                 MAX_AGENT_DESCRIPTION))
             for i, a in enumerate(agents)])
         components = planner_components(PLANNER_PROMPT, examples, tools, call_agent,
                                         resume_agent)

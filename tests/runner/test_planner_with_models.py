@@ -126,3 +126,11 @@ def test_a_failed_nested_run_is_not_retried(registry):
     assert len(llm.calls) == 3
     assert done.text.startswith("Sorry, I could not finish: Agent[me/dice] failed (me/dice: "
                                 "Sorry, the language model gave no usable step")
+
+
+def test_a_copied_placeholder_answer_is_never_the_reply(registry):
+    # benchmarks/planner.py, qwen0.5b: "Your time is <what Agent[bench/notes] says>".
+    copied = "A: Your time is <what Agent[me/clock] says>"
+    llm = ScriptedLLM(copied, copied, "A: It is 23:41 UTC.")  # planner x2, then clock
+    done = planner(registry, llm, "plan", []).run("What time is it?")
+    assert done.text == "It is 23:41 UTC." and len(llm.calls) == 3
