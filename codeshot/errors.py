@@ -79,6 +79,13 @@ class AgentFailed(CodeshotError):
     http_status = 502
 
 
+class ReplyTooLarge(AgentFailed):
+    """An agent's reply text is larger than the platform stores; calling again would only
+    repeat the work (and the agent's side effects)."""
+
+    permanent = True
+
+
 class AgentRunFailed(AgentFailed):
     """A nested agent's whole run failed (step limit, no usable reply, a failed Func): it
     already retried what it could, so running it again would repeat the same work."""

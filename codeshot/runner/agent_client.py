@@ -15,12 +15,15 @@ from typing import Any
 
 import httpx
 
-from codeshot.errors import AgentFailed, AgentUnavailable, Timeout
+from codeshot.errors import AgentFailed, AgentUnavailable, ReplyTooLarge, Timeout
 from codeshot.net.addresses import check_public_url
 from codeshot.net.http import public_client
 from codeshot.text import as_one_line
 
 MAX_REPLY_BYTES = 2 * 1024 * 1024
+# A reply's text is stored in the message and trace items (DynamoDB: 400 KB an item) and
+# read by the next LLM call: larger text is refused, once, instead of failing to store.
+MAX_REPLY_TEXT_BYTES = 100_000
 
 
 def _read_capped(response: httpx.Response) -> bytes:
@@ -184,6 +187,9 @@ class FuncReply:
         question = body.get("question")
         if question is not None and not isinstance(question, str):
             raise AgentFailed(f"agent at {url} sent a question that is not text")
+        if len(message.get("text", "").encode("utf-8", "surrogatepass")) > MAX_REPLY_TEXT_BYTES:
+            raise ReplyTooLarge(f"agent at {url} sent a reply text over "
+                                f"{MAX_REPLY_TEXT_BYTES} bytes (send large content as an embed)")
         embeds = message.get("embeds") or {}
         return cls(text=message.get("text", ""),
                    embeds=embeds if isinstance(embeds, dict) else {},

@@ -117,3 +117,22 @@ def test_a_func_that_times_out_or_sends_garbage_is_an_error_with_its_code(live, 
             {session: $s, text: "Roll 1d20"}) { reply { type errorCode text } } }""",
                          {"s": h}, timeout=90)["data"]["sendSessionMessage"]["reply"]
         assert reply["type"] == "error" and reply["errorCode"] == expected, reply
+
+
+def test_a_reply_too_large_to_store_is_refused_once_with_its_code(live, agents):
+    """#13 item 12: a 1.9 MB Func reply (under the 2 MB cap, over DynamoDB's 400 KB item)
+    ends the query as AGENT_ERROR, with the Func called once (not retried, no duplicates)."""
+    _, key = live.user("hugo")
+    register(live, key, "huge", agents.url + "/dice", published=False)
+    agent = live.services.registry.get("hugo/huge")
+    live.services.registry.replace(agent.replace(func_url=agents.url + "/huge"))
+    before = len([c for c in agents.calls if c[0].startswith("huge/")])
+    h = session(live, key, frontend="hugo/huge")
+    reply = live.gql(key, """mutation ($s: String!) { sendSessionMessage(messageData:
+        {session: $s, text: "Roll 1d20"}) { reply { type errorCode text } } }""",
+                     {"s": h}, timeout=90)["data"]["sendSessionMessage"]["reply"]
+    assert reply["type"] == "error" and reply["errorCode"] == "AGENT_ERROR", reply
+    assert "100000 bytes" in reply["text"] or "failed" in reply["text"], reply
+    assert len([c for c in agents.calls if c[0].startswith("huge/")]) - before == 1
+    asks = [m for m in live.services.sessions.all_messages(h) if m.type.value == "agent_call"]
+    assert len(asks) <= 1

@@ -68,6 +68,8 @@ class AgentServer:
                 await asyncio.sleep(3)  # past the call timeout; other calls go on meanwhile
             if agent == "garbage":
                 return PlainTextResponse("{not json", media_type="application/json")
+            if agent == "huge":  # under the 2 MB reply cap, over DynamoDB's 400 KB item
+                return {"message": {"text": "x" * 1_900_000, "embeds": {}}, "error": None}
             if agent == "booking":
                 return {"message": {"text": f"Booked {text}", "embeds": {}}, "error": None}
             count, sides = map(int, re.fullmatch(r"\s*(\d+)d(\d+)\s*", text).groups())
