@@ -119,6 +119,7 @@ class PlatformStack(Stack):
         self._table(role, tables.SESSIONS, write=True)
         self._table(role, tables.REGISTRY, write=False)
         self._table(role, tables.USERS, write=False)
+        self._table(role, tables.USAGE, write=True)  # LLM token counters, checked per call
         access.object_access(role, self.embeds.bucket, self.embeds.prefix, put=True)
         self.signing_keys.grant_read(role)
         access.invoke_models(role, llm_models + embedding_models)

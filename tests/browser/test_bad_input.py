@@ -140,7 +140,7 @@ def test_a_deleted_agent(console, new_user, stack):
     send(console, "Book a table")
     error = page.locator(".answer .msg-error")
     expect(error).to_contain_text("NOT_FOUND", timeout=20_000)
-    expect(error).to_contain_text(f"agent {user.username}/booking no longer exists")
+    expect(error).to_contain_text(f"agent {user.username}/booking is no longer available")
     expect(page.locator(".msg-user .text")).to_have_text("Book a table")  # kept
 
     page.goto(console.url + f"/console/agents/{user.username}/booking")

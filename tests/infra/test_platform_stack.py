@@ -268,7 +268,8 @@ def test_runner_role(synth):
     assert not registry & set(DYNAMO_WRITE)
     assert t.actions_on(RUNNER, table_id(synth, tables.USERS)) <= set(DYNAMO_READ)
     assert not t.actions_on(RUNNER, table_id(synth, tables.USER_STORAGE))
-    assert not t.actions_on(RUNNER, table_id(synth, tables.USAGE))
+    # It counts each LLM call's tokens against the user's and the agent's daily budgets.
+    assert t.actions_on(RUNNER, table_id(synth, tables.USAGE)) == set(DYNAMO_READ + DYNAMO_WRITE)
     assert t.actions_on(RUNNER, embeds_bucket_id(synth)) == {
         "s3:GetObject", "s3:PutObject", "s3:ListBucket"}
     queue = t.env(API)["CODESHOT_QUEUE_URL"]["Ref"]
