@@ -59,7 +59,7 @@ def _users_create(args: argparse.Namespace) -> int:
 def _serve(args: argparse.Namespace) -> int:
     from codeshot.sdk.project import load_agent, read_config
 
-    load_agent(args.agent_dir, read_config(args.agent_dir)).serve(args.port)
+    load_agent(args.agent_dir, read_config(args.agent_dir)).serve(port=args.port)
     return 0
 
 

@@ -91,6 +91,14 @@ class Unavailable(CodeshotError):
     http_status = 503
 
 
+class NotSupported(CodeshotError):
+    """A Fixie 1.0 feature the platform accepts (so agents using it load and register)
+    but does not run yet: document corpora, OAuth."""
+
+    code = "NOT_SUPPORTED"
+    http_status = 501
+
+
 # The codes of an agent's error replies on the Fixie wire (``{"error": {"code", ...}}``),
 # named as the Fixie 1.0 SDK names them. Agents send these; the platform reports such a
 # reply as AGENT_ERROR with the agent's code in the message.

@@ -20,6 +20,9 @@ from codeshot.engine.prompt import read_examples, read_transcript
 from codeshot.llm.base import ChatMessage, Completion
 
 CANT_HELP = "I can't help with that."
+# An agent with no few-shots is a plain LLM agent: nothing here can stand in for the model.
+NEEDS_LLM = ("This agent needs a language model to answer, and the offline fewshot provider "
+             "is not one: set CODESHOT_LLM to bedrock or openai.")
 THRESHOLD = 0.4  # below this Dice overlap of content words, an example does not apply
 
 _WORD = re.compile(r"\w+(?:[.'-]\w+)*")
@@ -34,13 +37,14 @@ _STOPWORDS = frozenset({
 # fmt: on
 
 
-def _content(text: str) -> set[str]:
+def content_words(text: str) -> set[str]:
+    """The lower-cased words of ``text`` that carry meaning (no stopwords)."""
     return {w for w in (t.lower() for t in _WORD.findall(text)) if w not in _STOPWORDS}
 
 
 def similarity(a: str, b: str) -> float:
     """Dice coefficient of the two texts' content words (0 when either has none)."""
-    left, right = _content(a), _content(b)
+    left, right = content_words(a), content_words(b)
     if not left or not right:
         return 0.0
     return 2 * len(left & right) / (len(left) + len(right))
@@ -95,7 +99,9 @@ def next_lines(examples: Sequence[FewShot], transcript: Sequence[Step]) -> str:
     """The lines the nearest example says come next: up to its next Ask, or its answer."""
     q_index = max((i for i, s in enumerate(transcript) if s.kind is Kind.Q), default=None)
     turns = [turn for shot in examples for turn in shot.turns()]
-    if q_index is None or not turns:
+    if not turns:
+        return f"A: {NEEDS_LLM}"
+    if q_index is None:
         return f"A: {CANT_HELP}"
     query = transcript[q_index].text
     turn = max(turns, key=lambda t: similarity(t[0].text, query))

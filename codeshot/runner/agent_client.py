@@ -17,7 +17,7 @@ from typing import Any
 
 import httpx
 
-from codeshot.errors import AgentFailed, AgentUnavailable, Timeout
+from codeshot.errors import ERR_FUNC_NOT_DEFINED, AgentFailed, AgentUnavailable, Timeout
 
 MAX_REPLY_BYTES = 2 * 1024 * 1024
 
@@ -157,18 +157,24 @@ class AgentClient:
         return FuncReply.parse(query_url, lines[-1].encode())
 
 
+class FuncNotDefined(AgentFailed):
+    """The agent has no Func of that name (HTTP 404, ERR_FUNC_NOT_DEFINED)."""
+
+
 def _checked(url: str, status: int, data: bytes) -> bytes:
     """The body of a 2xx reply; any other status is the agent's failure, with its own
     error message when it sent one (Fixie agents send {"error": {"code", "message"}})."""
     if 200 <= status < 300:
         return data
-    detail = ""
+    code, detail = None, ""
     try:
         error = json.loads(data).get("error") or {}
-        detail = f": {error.get('code', '')} {error.get('message', '')}".rstrip()
+        code = error.get("code")
+        detail = f": {code or ''} {error.get('message', '')}".rstrip()
     except (ValueError, AttributeError):
         pass
-    raise AgentFailed(f"agent at {url} answered HTTP {status}{detail}")
+    failure = FuncNotDefined if status == 404 and code == ERR_FUNC_NOT_DEFINED else AgentFailed
+    raise failure(f"agent at {url} answered HTTP {status}{detail}")
 
 
 @dataclass

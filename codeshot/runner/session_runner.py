@@ -8,11 +8,9 @@ Every intermediate step is stored as a message too: the session is its own trace
 
 from __future__ import annotations
 
-import base64
-import binascii
 import json
 import logging
-import re
+from dataclasses import dataclass
 from typing import Any
 
 from codeshot import ids
@@ -22,6 +20,9 @@ from codeshot.errors import AgentFailed, CodeshotError, NotFound
 from codeshot.llm import get_llm
 from codeshot.models import EmbedRef, Message, MessageType, Session, SessionStatus
 from codeshot.runner.agent_client import AgentClient
+from codeshot.runner.embeds import EmbedBook
+from codeshot.runner.fetch import Fetched, fetch_public_url
+from codeshot.runner.platform_funcs import FuncContext
 from codeshot.runner.programs import (
     PLANNER_ID,
     PlannerProgram,
@@ -51,6 +52,42 @@ def _line(step: TraceStep) -> str:
     return step.text
 
 
+@dataclass(frozen=True)
+class SessionMemory:
+    """A session's recent messages before the current query (oldest first), read once."""
+
+    recent: list[Message]
+    frontend: str  # who answers the session's queries: an agent id or PLANNER_ID
+
+    def turns(self) -> list[tuple[str, str]]:
+        """The user's questions and the session's answers."""
+        questions = {m.message_id: m.text for m in self.recent if m.type is MessageType.QUERY}
+        return [(questions[m.in_reply_to], m.text) for m in self.recent
+                if m.type is MessageType.RESPONSE and m.in_reply_to in questions]
+
+    def turns_with(self, agent_id: str) -> list[tuple[str, str]]:
+        """What ``agent_id`` was asked in this session and what it answered: the session's
+        turns when it is the frontend, else the planner's calls of it (as _line wrote them)."""
+        if agent_id == self.frontend:
+            return self.turns()
+        ask, says = f"Ask Agent[{agent_id}]: ", f"Agent[{agent_id}] says: "
+        asked: dict[str | None, str] = {}
+        turns = []
+        for m in self.recent:
+            if m.sent_by != PLANNER_ID:
+                continue
+            if m.type is MessageType.AGENT_CALL and m.text.startswith(ask):
+                asked[m.in_reply_to] = m.text.removeprefix(ask)
+            elif m.type is MessageType.RESULT and m.text.startswith(says) \
+                    and m.in_reply_to in asked:
+                turns.append((asked.pop(m.in_reply_to), m.text.removeprefix(says)))
+        return turns
+
+    def embeds(self) -> dict[str, EmbedRef]:
+        """The embeds earlier messages carried (a key used twice: the later one)."""
+        return {key: ref for m in self.recent for key, ref in m.embeds.items()}
+
+
 class SessionRunner:
     def __init__(self, services: Services, llm: Any | None = None) -> None:
         self.s = services
@@ -71,8 +108,9 @@ class SessionRunner:
         query = sessions.message_of(found[msg_item])
         paused = json.loads(found[STATE_ITEM]["state"]) \
             if session.status is SessionStatus.AWAITING_INPUT and STATE_ITEM in found else None
+        book = EmbedBook(self.s.embeds, self._fetch_embed, given=query.embeds)
         try:
-            outcome, program_state = self._run(session, query, paused)
+            outcome, program_state = self._run(session, query, paused, book)
         except CodeshotError as exc:
             outcome, program_state = failure_outcome(exc), None
         except Exception:
@@ -82,12 +120,17 @@ class SessionRunner:
             outcome = Outcome(Status.ERROR, "The platform failed to answer; please try again.",
                               error_code=AgentFailed.code)
             program_state = None
-        self._finish(session, query, outcome, program_state)
+        self._finish(session, query, outcome, program_state, book)
 
     # -- running -----------------------------------------------------------------------
-    def _run(self, session: Session, query: Message,
-             paused: dict[str, Any] | None) -> tuple[Outcome, dict[str, Any] | None]:
+    def _run(self, session: Session, query: Message, paused: dict[str, Any] | None,
+             book: EmbedBook) -> tuple[Outcome, dict[str, Any] | None]:
         settings = self.s.settings
+        memory = self._memory(session, query)
+        book.know({e.key: EmbedRef(content_type=e.content_type, content_hash=e.content_hash,
+                                   size=e.size)
+                   for e in self.s.sessions.list_embeds(session.session_id)})
+        book.know(memory.embeds())
         client = AgentClient(
             lambda agent_id: self.s.auth.agent_token(agent_id, session.owner, session.session_id),
             timeout=settings.agent_call_timeout_seconds, allow_loopback=settings.local_mode,
@@ -96,10 +139,12 @@ class SessionRunner:
             ctx = RunContext(
                 llm=self.llm, client=client, registry_get=self.s.agents.get,
                 trace=lambda sent_by, step: self._trace(session, query, sent_by, step),
-                history=self._history(session, query),
-                embeds={k: {"content_type": e.content_type,
-                            "uri": self.s.embeds.get_url(e.content_hash)}
-                        for k, e in query.embeds.items()},
+                embeds=book,
+                platform=FuncContext(
+                    time_zone=lambda: self.s.users.get(session.owner).time_zone or "UTC",
+                    embeds=book, llm=None if settings.llm == "fewshot" else self.llm),
+                history=SessionHistory(turns=memory.turns(), embeds=book.content_types()),
+                agent_turns=memory.turns_with,
             )
             program, owner_id = self._program(session, ctx)
             if paused and paused.get("program") == owner_id:
@@ -124,15 +169,18 @@ class SessionRunner:
         route_only = mode == "route" or (mode == "auto" and self.s.settings.llm == "fewshot")
         return PlannerProgram(ctx, self.s.router, viewer, route_only), PLANNER_ID
 
-    def _history(self, session: Session, query: Message) -> SessionHistory:
+    def _memory(self, session: Session, query: Message) -> SessionMemory:
         recent = self.s.sessions.list_messages(session.session_id, limit=HISTORY_MESSAGES,
                                                newest_first=True).items
-        questions = {m.message_id: m.text for m in recent if m.type is MessageType.QUERY}
-        turns = [(questions[m.in_reply_to], m.text) for m in reversed(recent)
-                 if m.type is MessageType.RESPONSE and m.in_reply_to in questions
-                 and m.in_reply_to != query.message_id]
-        embeds = {e.key: e.content_type for e in self.s.sessions.list_embeds(session.session_id)}
-        return SessionHistory(turns=turns, embeds=embeds)
+        earlier = [m for m in reversed(recent)
+                   if m.message_id != query.message_id and m.in_reply_to != query.message_id]
+        return SessionMemory(earlier, session.frontend_agent_id or PLANNER_ID)
+
+    def _fetch_embed(self, url: str) -> Fetched:
+        settings = self.s.settings
+        return fetch_public_url(url, max_bytes=settings.max_embed_bytes,
+                                allow_loopback=settings.local_mode,
+                                timeout=settings.agent_call_timeout_seconds)
 
     def _trace(self, session: Session, query: Message, sent_by: str, step: TraceStep) -> None:
         if step.type in (MessageType.RESPONSE, MessageType.AWAITING_INPUT):
@@ -149,12 +197,12 @@ class SessionRunner:
 
     # -- finishing, exactly once -------------------------------------------------------
     def _finish(self, session: Session, query: Message, outcome: Outcome,
-                program_state: dict[str, Any] | None) -> None:
+                program_state: dict[str, Any] | None, book: EmbedBook) -> None:
         reply = Message(
             session_id=session.session_id, message_id=ids.ulid(), text=outcome.text,
             type=_TERMINAL[outcome.status], in_reply_to=query.message_id,
             sent_by=session.frontend_agent_id or PLANNER_ID, error_code=outcome.error_code,
-            embeds=self._store_embeds(outcome.embeds),
+            embeds=book.refs(outcome.embeds),
         )
         table = self.s.sessions.table_name
         key = {"session_id": {"S": session.session_id}}
@@ -202,23 +250,3 @@ class SessionRunner:
             return
         body, token = sign_event(self.s.auth.sign, self.s.auth.issuer, url, reply)
         deliver(url, body, token)
-
-    def _store_embeds(self, embeds: dict[str, Any]) -> dict[str, EmbedRef]:
-        """Agents' embeds given as data: URIs become immutable embeds of ours; the platform
-        does not fetch arbitrary URLs an agent names (that would be an SSRF hole)."""
-        out: dict[str, EmbedRef] = {}
-        for key, embed in embeds.items():
-            uri = str((embed or {}).get("uri", ""))
-            if not uri.startswith("data:") or ";base64," not in uri:
-                continue
-            content_type = uri[5:].split(";", 1)[0] or "application/octet-stream"
-            try:
-                data = base64.b64decode(uri.split(";base64,", 1)[1], validate=True)
-                digest = self.s.embeds.put(data, content_type)
-            except (binascii.Error, ValueError, CodeshotError):
-                continue
-            if not re.fullmatch(r"[A-Za-z0-9_.-]{1,64}", str(key)):
-                continue
-            out[str(key)] = EmbedRef(content_type=content_type, content_hash=digest,
-                                          size=len(data))
-        return out

@@ -80,6 +80,19 @@ class UserStore(Repository):
         except self.db.exceptions.ConditionalCheckFailedException as exc:
             raise NotFound(f"user {user_id} not found") from exc
 
+    def set_time_zone(self, user_id: str, time_zone: str | None) -> None:
+        """Set (or, with None, clear) the user's time zone."""
+        update = ("SET time_zone = :z", {":z": {"S": time_zone}}) if time_zone \
+            else ("REMOVE time_zone", None)
+        try:
+            self.db.update_item(
+                TableName=self.table_name, Key={"user_id": {"S": user_id}},
+                UpdateExpression=update[0], ConditionExpression="attribute_exists(user_id)",
+                **({"ExpressionAttributeValues": update[1]} if update[1] else {}),
+            )
+        except self.db.exceptions.ConditionalCheckFailedException as exc:
+            raise NotFound(f"user {user_id} not found") from exc
+
     def add_key(self, user_id: str, key_id: str) -> None:
         self._keys(user_id, "ADD", key_id)
 

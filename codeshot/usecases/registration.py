@@ -68,12 +68,13 @@ class AgentRegistration:
             agent = agent.replace(**{
                 "kind": kind, "base_prompt": hs.base_prompt, "few_shots": hs.few_shots,
                 "sample_queries": hs.sample_queries or agent.sample_queries,
+                "conversational": hs.conversational, "llm_settings": hs.llm_settings(),
+                "corpora": hs.corpora, "funcs": hs.func_names(),
             })
-        elif agent.few_shots:
+        elif agent.few_shots or agent.base_prompt:
             agent = agent.replace(**{"kind": AgentKind.CODE_SHOT})
         if agent.kind is AgentKind.CODE_SHOT:
-            if not agent.few_shots:
-                raise InvalidInput(f"code-shot agent {agent.agent_id} has no few-shots")
+            # No few-shots: a plain LLM agent answering from its base prompt (Fixie 1.0).
             validate_base_prompt(agent.base_prompt)
             parsed = parse_few_shots(agent.few_shots)
             if not agent.func_url:

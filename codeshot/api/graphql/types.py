@@ -36,16 +36,25 @@ class UserType:
     avatar: str | None = None
     daily_query_limit: int = 0
     daily_used_queries: int = 0
+    time_zone: str = strawberry.field(
+        default="UTC", description="where platform Funcs give your local time")
 
     @classmethod
     def of(cls, p: Profile) -> UserType:
         u = p.user
         return cls(username=u.username, first_name=u.first_name, last_name=u.last_name,
                    email=u.email, daily_query_limit=p.daily_query_limit,
-                   daily_used_queries=p.daily_used_queries)
+                   daily_used_queries=p.daily_used_queries, time_zone=u.time_zone or "UTC")
 
 
 OwnerType = Annotated[UserType | OrganizationType, strawberry.union("OwnerType")]
+
+
+@strawberry.type(description="What an agent asks its LLM for (Fixie 1.0's LlmSettings).")
+class LlmSettingsType:
+    model: str | None = None
+    temperature: float | None = None
+    maximum_tokens: int | None = None
 
 
 @strawberry.type
@@ -65,6 +74,8 @@ class AgentType:
     kind: str
     base_prompt: str
     few_shots: list[str]
+    conversational: bool = False
+    llm_settings: LlmSettingsType | None = None
 
     @classmethod
     def of(cls, a: Agent) -> AgentType:
@@ -74,6 +85,8 @@ class AgentType:
             owner=UserType(username=a.owner), query_url=a.query_url, func_url=a.func_url,
             created=a.created, modified=a.modified, kind=a.kind.value,
             base_prompt=a.base_prompt, few_shots=a.few_shots,
+            conversational=a.conversational,
+            llm_settings=LlmSettingsType(**a.llm_settings) if a.llm_settings else None,
         )
 
 
