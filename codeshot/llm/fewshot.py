@@ -25,7 +25,8 @@ NEEDS_LLM = ("This agent needs a language model to answer, and the offline fewsh
              "is not one: set CODESHOT_LLM to bedrock or openai.")
 THRESHOLD = 0.4  # below this Dice overlap of content words, an example does not apply
 
-_WORD = re.compile(r"\w+(?:[.'-]\w+)*")
+# A URL is one word, so a query's URL replaces an example's whole.
+_WORD = re.compile(r"https?://[^\s\"'<>]*[^\s\"'<>.,;:!?)]|\w+(?:[.'-]\w+)*")
 # fmt: off
 _STOPWORDS = frozenset({
     "a", "an", "the", "is", "are", "was", "were", "be", "been", "of", "for", "to", "in", "on",

@@ -8,6 +8,7 @@ from codeshot.engine.fewshot import Kind, Step, parse_few_shots
 from codeshot.engine.prompt import STOP_SEQUENCES, read_examples, read_transcript
 from codeshot.llm.fewshot import (
     CANT_HELP,
+    NEEDS_LLM,
     FewShotLLM,
     next_lines,
     similarity,
@@ -45,7 +46,8 @@ def test_similarity_ignores_function_words_and_has_a_threshold() -> None:
     assert similarity("the of and", "the of and") == 0
     examples = parse_few_shots(WEATHER)
     assert next_lines(examples, [Step(Kind.Q, "Tell me a joke")]) == f"A: {CANT_HELP}"
-    assert next_lines([], [Step(Kind.Q, "Weather in Rome?")]) == f"A: {CANT_HELP}"
+    # no few-shots at all: a plain LLM agent, which nothing offline can stand in for
+    assert next_lines([], [Step(Kind.Q, "Weather in Rome?")]) == f"A: {NEEDS_LLM}"
     assert next_lines(examples, []) == f"A: {CANT_HELP}"
 
 
