@@ -20,7 +20,7 @@ from codeshot.engine.fewshot import (
     validate_base_prompt,
 )
 from codeshot.engine.prompt import examples_message
-from codeshot.errors import Forbidden, InvalidInput, NotFound
+from codeshot.errors import Forbidden, InvalidInput, NotFound, NotSupported
 from codeshot.llm.base import ChatMessage
 
 # (func name, argument text) -> result; (agent id, message text) -> result;
@@ -149,7 +149,8 @@ class RetryThenExplain:
     retries: int = 2
     base_delay: float = 0.5
     factor: float = 2.0
-    permanent: frozenset[str] = frozenset({InvalidInput.code, NotFound.code, Forbidden.code})
+    permanent: frozenset[str] = frozenset({InvalidInput.code, NotFound.code, Forbidden.code,
+                                           NotSupported.code})
 
     def on_failure(self, failure: Failure) -> Decision:
         if failure.attempt <= self.retries and failure.code not in self.permanent:

@@ -44,7 +44,7 @@ _MESSAGE_BY_TYPE: dict[Any, Injector] = {
 
 
 def _storage(query: AgentQuery, claims: Claims, api_url: str) -> UserStorage:
-    return UserStorage(claims, api_url)
+    return UserStorage(claims, f"{api_url}/api/userstorage")
 
 
 @dataclass(frozen=True)
