@@ -24,8 +24,10 @@ bench: $(BIN)/.installed  ## every benchmark, printing tables (not part of the t
 	$(BIN)/python -m benchmarks.load
 	$(BIN)/python -m benchmarks.router
 
-lint: $(BIN)/.installed
+lint: $(BIN)/.installed  ## ruff, mypy --strict (pyproject's [tool.mypy]), import-linter's layer contracts
 	$(BIN)/ruff check codeshot tests handlers benchmarks infra
+	$(BIN)/mypy
+	$(BIN)/lint-imports
 
 clean:
 	rm -rf $(VENV) .codeshot .pytest_cache

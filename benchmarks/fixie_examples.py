@@ -226,6 +226,7 @@ def run_case(case: Case, way: str, examples: Path, work: Path, stack_dir: Path,
             return row
         register = subprocess.run([CODESHOT, "agent", "register", str(agent_dir), "--url", url],
                                   cwd=stack_dir, capture_output=True, text=True, timeout=120,
+                                  check=False,
                                   env=serve_env("codeshot", api_url, agent_id))
         out = (register.stdout + register.stderr).strip().splitlines()
         row.registers = "yes" if register.returncode == 0 else \

@@ -55,10 +55,7 @@ def load_corpus(path: Path = CORPUS) -> tuple[list[Agent], list[tuple[str, str]]
 
 def attach(agent: Agent, matrix: np.ndarray, model_id: str) -> Agent:
     """The agent with ``matrix`` stored as its embeddings (what ``with_embeddings`` stores)."""
-    return agent.replace(**{
-        "embeddings": np.ascontiguousarray(matrix, dtype="<f4").tobytes(),
-        "embedding_model": model_id,
-    })
+    return agent.replace(embeddings=np.ascontiguousarray(matrix, dtype="<f4").tobytes(), embedding_model=model_id)
 
 
 def embed_agents(agents: list[Agent], embedder: Embedder) -> list[Agent]:
@@ -91,12 +88,7 @@ def replicate(base: list[Agent], n: int) -> list[Agent]:
             continue
         handle = f"{src.handle}-{r}"
         prefix = PREFIXES[r % len(PREFIXES)]
-        out.append(src.replace(**{
-            "agent_id": Agent.make_id(OWNER, handle), "handle": handle,
-            "name": f"{src.name} {r}",
-            "sample_queries": [prefix + q for q in src.sample_queries],
-            "embeddings": None, "embedding_model": None,
-        }))
+        out.append(src.replace(agent_id=Agent.make_id(OWNER, handle), handle=handle, name=f"{src.name} {r}", sample_queries=[prefix + q for q in src.sample_queries], embeddings=None, embedding_model=None))
     return out
 
 

@@ -9,9 +9,16 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable
 from functools import lru_cache
-from typing import Any
+from typing import TYPE_CHECKING, Any, Literal, overload
 
 from codeshot.settings import Settings
+
+if TYPE_CHECKING:  # the stubs are a dev dependency (types-boto3); nothing imports them at run time
+    from types_boto3_bedrock_runtime import BedrockRuntimeClient
+    from types_boto3_dynamodb import DynamoDBClient
+    from types_boto3_s3 import S3Client
+    from types_boto3_secretsmanager import SecretsManagerClient
+    from types_boto3_sqs import SQSClient
 
 _lock = threading.Lock()
 # (service, operation) observers of every AWS call this process makes: how benchmarks
@@ -26,7 +33,7 @@ def on_call(listener: Callable[[str, str], None]) -> Callable[[], None]:
 
 
 def _notify(model: Any = None, **_: Any) -> None:
-    for listener in list(_listeners):
+    for listener in _listeners:
         listener(model.service_model.service_name, model.name)
 
 
@@ -48,12 +55,23 @@ def _client(service: str, region: str, endpoint_url: str | None) -> Any:
         extra = {"aws_access_key_id": "codeshot-local", "aws_secret_access_key": "codeshot-local"}
     # boto3's default session is not thread-safe to create clients from; serialise that.
     with _lock:
-        made = boto3.session.Session().client(
-            service, endpoint_url=endpoint_url, config=config, **extra
+        made: Any = boto3.session.Session().client(  # type: ignore[call-overload]
+            service, endpoint_url=endpoint_url, config=config, **extra  # service: any name
         )
     made.meta.events.register("before-call", _notify)
     return made
 
 
+@overload
+def client(service: Literal["dynamodb"], settings: Settings) -> DynamoDBClient: ...
+@overload
+def client(service: Literal["s3"], settings: Settings) -> S3Client: ...
+@overload
+def client(service: Literal["sqs"], settings: Settings) -> SQSClient: ...
+@overload
+def client(service: Literal["secretsmanager"], settings: Settings) -> SecretsManagerClient: ...
+@overload
+def client(service: Literal["bedrock-runtime"], settings: Settings) -> BedrockRuntimeClient: ...
 def client(service: str, settings: Settings) -> Any:
+    """The shared client of ``service`` for these settings (typed per service for mypy)."""
     return _client(service, settings.region, settings.aws_endpoint_url)

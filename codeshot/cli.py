@@ -6,8 +6,12 @@ import argparse
 import signal
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from codeshot.errors import CodeshotError
+
+if TYPE_CHECKING:
+    from codeshot.settings import Settings
 
 # Third-party packages of the `platform` and `local` extras (not installed with the SDK).
 PLATFORM_PACKAGES = frozenset({"boto3", "botocore", "strawberry", "numpy", "moto"})
@@ -31,7 +35,7 @@ def _local_up(args: argparse.Namespace) -> int:
     return 0
 
 
-def _target_settings():
+def _target_settings() -> Settings:
     """The stack to act on: the running `codeshot local up` in this directory, or the
     environment's settings (a deployed platform)."""
     from codeshot.client import read_state
@@ -242,7 +246,8 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
-        return args.run(args)
+        code: int = args.run(args)
+        return code
     except CodeshotError as exc:
         print(f"codeshot: error: {exc.message} ({exc.code})", file=sys.stderr)
         return 2

@@ -11,6 +11,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import re
+from collections.abc import Callable
 from datetime import UTC, datetime
 from enum import Enum
 from typing import Any, ClassVar, TypeVar
@@ -22,6 +23,11 @@ R = TypeVar("R", bound="Record")
 
 def utcnow() -> datetime:
     return datetime.now(UTC)
+
+
+# What tells the time where a rule depends on it (usage windows): ``utcnow`` in the
+# platform, a clock the test controls in tests.
+Clock = Callable[[], datetime]
 
 
 def validate_handle(value: str, what: str = "handle") -> str:
@@ -78,19 +84,17 @@ class Record:
     @classmethod
     def from_dict(cls: type[R], values: dict[str, Any]) -> R:
         """A record from stored attributes; attributes it does not know are dropped."""
-        names = _field_names(cls)
+        names = _field_names(cls)  # type: ignore[arg-type]  # classes hash; type[R] is not Hashable to mypy
         return cls(**{k: v for k, v in values.items() if k in names})
 
     def replace(self: R, **changes: Any) -> R:
         return dataclasses.replace(self, **changes)  # type: ignore[type-var]
 
 
-record = dataclasses.dataclass(kw_only=True)
-
 
 @functools.cache
-def _field_names(cls: type) -> frozenset[str]:
-    return frozenset(f.name for f in dataclasses.fields(cls))
+def _field_names(cls: type[Record]) -> frozenset[str]:
+    return frozenset(f.name for f in dataclasses.fields(cls))  # type: ignore[arg-type]
 
 
 class AgentKind(str, Enum):
@@ -98,7 +102,7 @@ class AgentKind(str, Enum):
     STANDALONE = "standalone"
 
 
-@record
+@dataclasses.dataclass(kw_only=True)
 class Agent(Record):
     agent_id: str  # "owner/handle"
     owner: str
@@ -123,7 +127,8 @@ class Agent(Record):
     created: datetime = dataclasses.field(default_factory=utcnow)
     modified: datetime = dataclasses.field(default_factory=utcnow)
 
-    COERCE = {"kind": AgentKind, "created": _datetime, "modified": _datetime}
+    COERCE: ClassVar[dict[str, Any]] = {
+        "kind": AgentKind, "created": _datetime, "modified": _datetime}
 
     @staticmethod
     def make_id(owner: str, handle: str) -> str:
@@ -136,7 +141,7 @@ class SessionStatus(str, Enum):
     AWAITING_INPUT = "awaiting_input"
 
 
-@record
+@dataclasses.dataclass(kw_only=True)
 class Session(Record):
     session_id: str  # the Fixie "handle"
     owner: str  # user id
@@ -149,7 +154,8 @@ class Session(Record):
     created: datetime = dataclasses.field(default_factory=utcnow)
     modified: datetime = dataclasses.field(default_factory=utcnow)
 
-    COERCE = {"status": SessionStatus, "created": _datetime, "modified": _datetime}
+    COERCE: ClassVar[dict[str, Any]] = {
+        "status": SessionStatus, "created": _datetime, "modified": _datetime}
 
 
 class MessageType(str, Enum):
@@ -163,7 +169,7 @@ class MessageType(str, Enum):
     ERROR = "error"
 
 
-@record
+@dataclasses.dataclass(kw_only=True)
 class EmbedRef(Record):
     """An embed as a message carries it: what it is and where its bytes live."""
 
@@ -185,7 +191,7 @@ def _embed_ref(key: str, ref: EmbedRef | dict[str, Any]) -> EmbedRef:
     return ref if isinstance(ref, EmbedRef) else EmbedRef.from_dict(ref)
 
 
-@record
+@dataclasses.dataclass(kw_only=True)
 class Message(Record):
     session_id: str
     message_id: str  # ULID: sorts by time
@@ -197,11 +203,11 @@ class Message(Record):
     error_code: str | None = None
     timestamp: datetime = dataclasses.field(default_factory=utcnow)
 
-    COERCE = {"type": MessageType, "timestamp": _datetime,
+    COERCE: ClassVar[dict[str, Any]] = {"type": MessageType, "timestamp": _datetime,
               "embeds": lambda refs: {k: _embed_ref(k, v) for k, v in refs.items()}}
 
 
-@record
+@dataclasses.dataclass(kw_only=True)
 class Embed(Record):
     """An immutable attachment of a session, addressed by its content hash."""
 
@@ -213,10 +219,10 @@ class Embed(Record):
     size: int
     created: datetime = dataclasses.field(default_factory=utcnow)
 
-    COERCE = {"created": _datetime}
+    COERCE: ClassVar[dict[str, Any]] = {"created": _datetime}
 
 
-@record
+@dataclasses.dataclass(kw_only=True)
 class User(Record):
     user_id: str
     username: str
@@ -228,10 +234,10 @@ class User(Record):
     api_key_ids: set[str] = dataclasses.field(default_factory=set)
     created: datetime = dataclasses.field(default_factory=utcnow)
 
-    COERCE = {"api_key_ids": set, "created": _datetime}
+    COERCE: ClassVar[dict[str, Any]] = {"api_key_ids": set, "created": _datetime}
 
 
-@record
+@dataclasses.dataclass(kw_only=True)
 class Principal(Record):
     """Who is calling: a user (API key) or an agent acting for a user (agent JWT)."""
 

@@ -8,82 +8,98 @@ Lambda cold starts short.
 from __future__ import annotations
 
 from functools import cached_property
+from typing import TYPE_CHECKING
 
+from codeshot.models import Clock, utcnow
 from codeshot.settings import Settings
+
+if TYPE_CHECKING:  # the parts are imported when first used, not when Services is
+    from codeshot.auth.keys import KeyRing
+    from codeshot.auth.service import Auth
+    from codeshot.routing.embedders import Embedder
+    from codeshot.routing.router import Router
+    from codeshot.store.embeds import EmbedStore
+    from codeshot.store.queue import SessionQueue
+    from codeshot.store.registry import AgentCache, AgentRegistry
+    from codeshot.store.sessions import SessionStore
+    from codeshot.store.usage import UsageCounters
+    from codeshot.store.user_storage import UserStorageStore
+    from codeshot.store.users import UserStore
 
 
 class Services:
-    def __init__(self, settings: Settings) -> None:
+    def __init__(self, settings: Settings, clock: Clock = utcnow) -> None:
         self.settings = settings
+        self.clock = clock  # the time the platform's rules see (tests inject their own)
 
     @cached_property
-    def registry(self):
+    def registry(self) -> AgentRegistry:
         from codeshot.store.registry import AgentRegistry
 
         return AgentRegistry(self.settings)
 
     @cached_property
-    def sessions(self):
+    def sessions(self) -> SessionStore:
         from codeshot.store.sessions import SessionStore
 
         return SessionStore(self.settings)
 
     @cached_property
-    def users(self):
+    def users(self) -> UserStore:
         from codeshot.store.users import UserStore
 
         return UserStore(self.settings)
 
     @cached_property
-    def usage(self):
+    def usage(self) -> UsageCounters:
         from codeshot.store.usage import UsageCounters
 
-        return UsageCounters(self.settings)
+        return UsageCounters(self.settings, clock=self.clock)
 
     @cached_property
-    def storage(self):
+    def storage(self) -> UserStorageStore:
         from codeshot.store.user_storage import UserStorageStore
 
         return UserStorageStore(self.settings)
 
     @cached_property
-    def embeds(self):
+    def embeds(self) -> EmbedStore:
         from codeshot.store.embeds import EmbedStore
 
         return EmbedStore(self.settings)
 
     @cached_property
-    def queue(self):
+    def queue(self) -> SessionQueue:
         from codeshot.store.queue import SessionQueue
 
         return SessionQueue(self.settings)
 
     @cached_property
-    def keyring(self):
+    def keyring(self) -> KeyRing:
         from codeshot.auth.keys import KeyRing
 
         return KeyRing(self.settings)
 
     @cached_property
-    def auth(self):
+    def auth(self) -> Auth:
         from codeshot.auth.service import Auth
 
         return Auth(self.settings, self.keyring, self.users)
 
     @cached_property
-    def embedder(self):
+    def embedder(self) -> Embedder:
         from codeshot.routing.embedders import get_embedder
 
         return get_embedder(self.settings)
 
     @cached_property
-    def router(self):
+    def router(self) -> Router:
         from codeshot.routing.router import Router
 
         return Router(self.registry, self.embedder)
 
     @cached_property
-    def agents(self):
+    def agents(self) -> AgentCache:
         from codeshot.store.registry import AgentCache
 
         return AgentCache(self.registry, self.settings.agent_cache_seconds)

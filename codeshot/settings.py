@@ -27,7 +27,7 @@ FIXIE_AUDIENCES = ("https://app.fixie.ai/api", "https://app.dev.fixie.ai/api")
 # The words pydantic accepts for booleans, so values that worked before still do.
 _TRUE = {"1", "true", "t", "yes", "y", "on"}
 _FALSE = {"0", "false", "f", "no", "n", "off"}
-_KINDS = {"str": str, "int": int, "float": float, "bool": bool}
+_KINDS: dict[str, type[Any]] = {"str": str, "int": int, "float": float, "bool": bool}
 
 
 class SettingsError(InvalidInput):
@@ -56,7 +56,7 @@ class Settings:
     embeds_bucket: str = "codeshot-embeds"
     queue_name: str = "codeshot-sessions.fifo"  # local stack and tests create it
     queue_url: str | None = None  # set by CDK in AWS, by the local stack locally
-    signing_secret_id: str = "codeshot/signing-keys"
+    signing_secret_id: str = "codeshot/signing-keys"  # noqa: S105 - the secret's name
 
     # Where agents and clients reach the platform; also the JWT issuer.
     api_url: str = setting("http://127.0.0.1:8080", env=("CODESHOT_API_URL", "FIXIE_API_URL"))
@@ -127,19 +127,19 @@ _KIND_OF = {f.name: _KINDS[str(f.type).removesuffix(" | None")] for f in FIELDS}
 _OPTIONAL = {f.name for f in FIELDS if str(f.type).endswith(" | None")}
 
 
-def env_names(field: dataclasses.Field) -> tuple[str, ...]:
+def env_names(field: dataclasses.Field[Any]) -> tuple[str, ...]:
     """The variables a field is read from, first found wins."""
     return field.metadata.get("env") or (ENV_PREFIX + field.name.upper(),)
 
 
-def field_named(name: str) -> dataclasses.Field:
+def field_named(name: str) -> dataclasses.Field[Any]:
     for field in FIELDS:
         if field.name == name:
             return field
     raise KeyError(f"codeshot.settings.Settings has no field {name!r}")
 
 
-def _check(field: dataclasses.Field, value: Any, source: str) -> Any:
+def _check(field: dataclasses.Field[Any], value: Any, source: str) -> Any:
     kind = _KIND_OF[field.name]
     meta, given = field.metadata, value
     if value is None and field.name in _OPTIONAL:
@@ -160,7 +160,7 @@ def _check(field: dataclasses.Field, value: Any, source: str) -> Any:
     if meta.get("choices") and value not in meta["choices"]:
         raise SettingsError(f"{source}={given!r}: expected one of {', '.join(meta['choices'])}")
     for bound, holds in (("ge", operator.ge), ("le", operator.le), ("gt", operator.gt)):
-        limit = meta.get(bound)
+        limit: float | None = meta.get(bound)
         if limit is not None and not holds(value, limit):
             raise SettingsError(f"{source}={given!r}: must be {bound} {limit}")
     return value

@@ -1,12 +1,18 @@
 """Lambda entry point of the session runner: SQS FIFO batches -> answered sessions."""
 
+from __future__ import annotations
+
 from functools import lru_cache
+from typing import TYPE_CHECKING, Any
 
 from codeshot.runner.batch import process_batch
 
+if TYPE_CHECKING:
+    from codeshot.runner.session_runner import SessionRunner
+
 
 @lru_cache(maxsize=1)
-def _runner():
+def _runner() -> SessionRunner:
     # Built on the first invocation, not at import: nothing touches AWS during init.
     from codeshot.runner.session_runner import SessionRunner
     from codeshot.services import Services
@@ -15,5 +21,5 @@ def _runner():
     return SessionRunner(Services(get_settings()))
 
 
-def handler(event, context):
+def handler(event: dict[str, Any], context: Any) -> dict[str, list[dict[str, str]]]:
     return process_batch(event, _runner().handle)

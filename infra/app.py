@@ -27,7 +27,8 @@ CLI_ENV = "CDK_CONTEXT_JSON"
 
 
 def cdk_json_context() -> dict[str, Any]:
-    return json.loads((REPO_ROOT / "cdk.json").read_text()).get("context", {})
+    context: dict[str, Any] = json.loads((REPO_ROOT / "cdk.json").read_text()).get("context", {})
+    return context
 
 
 def _environment() -> Environment | None:

@@ -42,7 +42,7 @@ REGISTER_MEMORY_MB = 512
 RUNNER_BATCH_SIZE = 10
 
 assert RUNNER_TIMEOUT.to_seconds() < tables.SESSION_QUEUE.visibility_timeout_seconds
-assert API_REPLY_WAIT_SECONDS < API_TIMEOUT.to_seconds()
+assert API_TIMEOUT.to_seconds() > API_REPLY_WAIT_SECONDS
 
 
 class PlatformStack(Stack):

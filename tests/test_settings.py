@@ -32,7 +32,7 @@ def test_aliases_are_read_in_order(monkeypatch):
     assert Settings().api_url == "https://ours.example"
 
 
-@pytest.mark.parametrize("var, value, why", [
+@pytest.mark.parametrize(("var", "value", "why"), [
     ("CODESHOT_DAILY_QUERY_LIMIT", "-1", "must be ge 0"),
     ("CODESHOT_DAILY_QUERY_LIMIT", "ten", "not a number"),
     ("CODESHOT_LLM", "gpt", "expected one of bedrock, openai, fewshot"),

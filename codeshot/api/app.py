@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import logging
-from typing import Any
 
 from fastapi import Depends, FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from strawberry.fastapi import GraphQLRouter
 
 from codeshot.api.errors import INTERNAL_MESSAGE, as_codeshot_error, rest_body
@@ -35,19 +35,21 @@ HTTP_ERRORS: dict[int, type[CodeshotError]] = {
 class BodyLimit:
     """Refuse request bodies over a size, declared or streamed, before they are read."""
 
-    def __init__(self, app: Any, limit: int) -> None:
+    def __init__(self, app: ASGIApp, limit: int) -> None:
         self.app, self.limit = app, limit
 
-    async def __call__(self, scope: dict, receive: Any, send: Any) -> None:
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
-            return await self.app(scope, receive, send)
+            await self.app(scope, receive, send)
+            return
         headers = dict(scope.get("headers") or [])
         declared = headers.get(b"content-length")
         if declared is not None and (not declared.isdigit() or int(declared) > self.limit):
-            return await self._refuse(send)
+            await self._refuse(receive, send)
+            return
         seen = 0
 
-        async def counted() -> dict:
+        async def counted() -> Message:
             nonlocal seen
             message = await receive()
             seen += len(message.get("body", b""))
@@ -58,12 +60,12 @@ class BodyLimit:
         try:
             await self.app(scope, counted, send)
         except _TooLarge:
-            await self._refuse(send)
+            await self._refuse(receive, send)
 
-    async def _refuse(self, send: Any) -> None:
+    async def _refuse(self, receive: Receive, send: Send) -> None:
         error = InvalidInput(f"request body exceeds {self.limit} bytes")
         response = JSONResponse(rest_body(error), status_code=413)
-        await response({"type": "http"}, None, send)
+        await response({"type": "http"}, receive, send)
 
 
 class _TooLarge(Exception):

@@ -30,9 +30,11 @@ def as_codeshot_error(exc: BaseException | None) -> CodeshotError | None:
     if code in THROTTLING:  # still throttled after botocore's retries with backoff
         return RateLimited("the platform is busy right now; retry in a moment")
     if isinstance(exc, ValidationError):
-        first = exc.errors()[0] if exc.errors() else {}
-        where = ".".join(str(p) for p in first.get("loc", ()))
-        return InvalidInput(f"{where}: {first.get('msg', 'invalid value')}".strip(": "))
+        if not exc.errors():
+            return InvalidInput("invalid value")
+        first = exc.errors()[0]
+        where = ".".join(str(p) for p in first["loc"])
+        return InvalidInput(f"{where}: {first['msg']}".strip(": "))
     return None
 
 

@@ -146,7 +146,7 @@ class KeyRing:
         with self._lock:
             current = self._read() or []
             new = SigningKey.generate()
-            keys = current + [new]
+            keys = [*current, new]
             self.secrets.put_secret_value(
                 SecretId=self.settings.signing_secret_id,
                 SecretString=json.dumps({"keys": [k.to_json() for k in keys]}),

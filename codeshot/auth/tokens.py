@@ -16,7 +16,7 @@ from codeshot.errors import Unauthenticated
 
 ALGORITHM = "EdDSA"
 API_KEY_TYPE = "api_key"
-AGENT_TOKEN_TYPE = "agent"
+AGENT_TOKEN_TYPE = "agent"  # noqa: S105 - a token type, not a secret
 
 
 def api_key_audience(issuer: str) -> str:

@@ -33,6 +33,7 @@ from codeshot.runner.agent_client import AgentClient, request
 from codeshot.runner.handshake import Handshake, fetch_handshake
 from codeshot.sdk.agent import AgentBase
 from codeshot.sdk.project import CONFIG_FILE, AgentConfig, AgentTest, load_agent, read_config
+from codeshot.services import Services
 from codeshot.settings import Settings, get_settings
 
 # agent_template/ sits beside the codeshot package in the repository (editable installs).
@@ -66,7 +67,8 @@ def new_agent(target: Path) -> str:
 def _free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
+        port: int = sock.getsockname()[1]
+        return port
 
 
 @dataclass
@@ -74,7 +76,7 @@ class LocalPlatform:
     """The platform on loopback: what an agent needs from it (JWKS, storage, tokens)."""
 
     url: str
-    services: Any  # codeshot.services.Services
+    services: Services
 
     def user(self) -> str:
         """A new user's id."""
@@ -162,7 +164,7 @@ def serve_agent_dir(agent_dir: Path, platform: LocalPlatform) -> Iterator[Served
 
 
 class Verdict(str, Enum):
-    PASS = "PASS"
+    PASS = "PASS"  # noqa: S105 - a verdict, not a password
     FAIL = "FAIL"
     SKIP = "SKIP"
 
@@ -286,5 +288,5 @@ def format_results(results: list[CaseResult], width: int = 36) -> str:
             parts = [(c[n] if n < len(c) else "").ljust(w) for c, w in zip(row, widths)]
             lines.append("  ".join(parts).rstrip())
     counts = {v: sum(r.verdict is v for r in results) for v in Verdict}
-    return "\n".join(lines + [f"{counts[Verdict.PASS]} passed, {counts[Verdict.FAIL]} failed, "
-                              f"{counts[Verdict.SKIP]} skipped"])
+    return "\n".join([*lines, f"{counts[Verdict.PASS]} passed, {counts[Verdict.FAIL]} "
+                               f"failed, {counts[Verdict.SKIP]} skipped"])

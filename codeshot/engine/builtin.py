@@ -6,6 +6,7 @@ knows them as ``(name, text) -> result`` callables, so it runs the same offline.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -81,7 +82,7 @@ def func_commands(names: Sequence[str], caller: FuncCaller) -> Commands:
     """One Func command per name, each calling ``caller(name, text)``."""
     return Commands(
         [
-            Command(name, "", TEXT_PARAMETER, lambda text, name=name: caller(name, text))
+            Command(name, "", TEXT_PARAMETER, functools.partial(caller, name))
             for name in names
         ]
     )
@@ -106,11 +107,9 @@ def agent_commands(
                 a.agent_id,
                 a.description,
                 TEXT_PARAMETER,
-                lambda text, agent_id=a.agent_id: caller(agent_id, text),
+                functools.partial(caller, a.agent_id),
                 kind="agent",
-                resume=None if resumer is None else (
-                    lambda state, answer, agent_id=a.agent_id: resumer(agent_id, state, answer)
-                ),
+                resume=None if resumer is None else functools.partial(resumer, a.agent_id),
             )
             for a in agents
         ]

@@ -20,6 +20,7 @@ from typing import (
     get_args,
     get_origin,
     get_type_hints,
+    overload,
     runtime_checkable,
 )
 
@@ -238,7 +239,13 @@ def _adapter(
     return call, schema
 
 
-def command(fn: Callable[..., Any] | None = None, *, name: str | None = None) -> Any:
+@overload
+def command(fn: Callable[..., Any], *, name: str | None = None) -> Command: ...
+@overload
+def command(fn: None = None, *, name: str | None = None
+            ) -> Callable[[Callable[..., Any]], Command]: ...
+def command(fn: Callable[..., Any] | None = None, *, name: str | None = None
+            ) -> Command | Callable[[Callable[..., Any]], Command]:
     """Make a function a Func command: description from its docstring, schema from its hints.
 
     Use as ``@command`` or ``@command(name="other")``.

@@ -270,7 +270,8 @@ class Executor:
         first_line = text.strip().split("\n", 1)[0]
         if _is_free_text(first_line) and not any(s.kind in (Kind.A, *_ASKS) for s in steps):
             steps = [Step(Kind.A, text.strip())]  # a model that forgot the protocol answered
-        for step in steps:
+        for parsed in steps:
+            step = parsed
             for component in self._of(AfterParse):
                 step = component.after_parse(step)
             if step.kind in _REPLIES:
@@ -329,7 +330,7 @@ class Executor:
                 else:
                     call = functools.partial(command.resume, resume_state)
                 return as_result(self._call(command.name, call, step.text)), True
-            except Exception as exc:  # noqa: BLE001 - any command failure is handled
+            except Exception as exc:
                 code, message = _error_of(exc)
                 log.info("%s failed (attempt %d): %s", step.label, attempt, message)
                 self._trace(
@@ -362,7 +363,7 @@ class Executor:
         def target() -> None:
             try:
                 box["result"] = call(text)
-            except BaseException as exc:  # noqa: BLE001 - re-raised in the caller's thread
+            except BaseException as exc:
                 box["error"] = exc
 
         worker = threading.Thread(target=target, name=f"command-{name}", daemon=True)
@@ -372,7 +373,8 @@ class Executor:
             raise Timeout(f"no reply within {self.limits.command_timeout:g}s")
         if "error" in box:
             raise box["error"]
-        return box["result"]
+        result: CommandResult | str = box["result"]
+        return result
 
     def _emit(self, step: Step) -> None:
         target = step.label

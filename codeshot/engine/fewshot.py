@@ -113,7 +113,7 @@ class FewShot:
     def turns(self) -> list[tuple[Step, ...]]:
         """The Q..A turns of this few-shot, in order."""
         starts = [i for i, step in enumerate(self.steps) if step.kind is Kind.Q]
-        return [self.steps[a:b] for a, b in zip(starts, starts[1:] + [len(self.steps)])]
+        return [self.steps[a:b] for a, b in zip(starts, [*starts[1:], len(self.steps)])]
 
     def render(self) -> str:
         return "\n".join(step.render() for step in self.steps)
@@ -220,8 +220,8 @@ def _check(steps_and_lines: list[tuple[Step, str]]) -> tuple[int, str] | None:
     assert previous is not None
     last_step, last_line = previous
     if last_step.kind in ASKS:
-        expected = last_step.reply("").prefix
-        return len(steps_and_lines), f'expected "{expected}" after {_quote(last_line)}, got the end'
+        awaited = last_step.reply("").prefix
+        return len(steps_and_lines), f'expected "{awaited}" after {_quote(last_line)}, got the end'
     if last_step.kind is not Kind.A:
         return len(steps_and_lines), f'a few-shot must end with "A:", got {_quote(last_line)}'
     return None

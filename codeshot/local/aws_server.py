@@ -7,6 +7,7 @@ printing the port once listening; :class:`LocalAWS` runs that as a child process
 from __future__ import annotations
 
 import argparse
+import contextlib
 import copy
 import errno
 import functools
@@ -67,7 +68,7 @@ def make_dynamodb_writes_atomic() -> None:
     for name in ("put_item", "update_item", "delete_item", "transact_write_items",
                  "batch_write_item"):
         setattr(DynamoDBBackend, name, locked(getattr(DynamoDBBackend, name)))
-    DynamoDBBackend._codeshot_atomic_writes = True
+    DynamoDBBackend._codeshot_atomic_writes = True  # type: ignore[attr-defined]  # our mark
 
 
 def roll_back_transactions_by_item() -> None:
@@ -91,7 +92,7 @@ def roll_back_transactions_by_item() -> None:
         def deepcopy(value: Any, memo: Any = None) -> Any:
             return value if isinstance(value, Table) else copy.deepcopy(value, memo)
 
-    models.copy = CopyKeepingTables()
+    models.copy = CopyKeepingTables()  # type: ignore[attr-defined,assignment]  # moto's import
     original = DynamoDBBackend.transact_write_items
 
     def snapshot(backend: Any, request: dict[str, Any]) -> tuple[Any, ...] | None:
@@ -121,7 +122,7 @@ def roll_back_transactions_by_item() -> None:
                     table.put_item(attrs, overwrite=True)
             raise
 
-    DynamoDBBackend.transact_write_items = transact_write_items
+    DynamoDBBackend.transact_write_items = transact_write_items  # type: ignore[method-assign]
 
 
 def query_one_partition() -> None:
@@ -139,12 +140,15 @@ def query_one_partition() -> None:
         hash_key = asked["hash_key"]
         if asked.get("index_name") or hash_key is None:
             return original(self, *args, **kwargs)
-        view = object.__new__(Table)  # not Table(): moto tracks every instance it makes
+        # not Table(): moto tracks every instance it makes
+        view = object.__new__(Table)  # type: ignore[type-abstract]
         view.__dict__.update(self.__dict__)
-        view.items = {hash_key: self.items[hash_key]} if hash_key in self.items else {}
+        # A plain dict, only read here.
+        view.items = {hash_key: self.items[hash_key]} \
+            if hash_key in self.items else {}  # type: ignore[assignment]
         return original(view, *args, **kwargs)
 
-    Table.query = query
+    Table.query = query  # type: ignore[method-assign]
 
 
 def list_moto_services_once() -> None:
@@ -272,10 +276,8 @@ def serve(host: str, port: int) -> None:
         server.shutdown()
 
     threading.Thread(target=until_stdin_closes, daemon=True).start()
-    try:
+    with contextlib.suppress(KeyboardInterrupt):  # run by hand
         server.serve_forever()
-    except KeyboardInterrupt:  # run by hand
-        pass
     server.server_close()
 
 

@@ -32,7 +32,8 @@ class HttpServer:
 
     @property
     def port(self) -> int:
-        return self._server.servers[0].sockets[0].getsockname()[1]
+        port: int = self._server.servers[0].sockets[0].getsockname()[1]
+        return port
 
     @property
     def url(self) -> str:

@@ -13,11 +13,17 @@ import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from codeshot.client import STATE_FILE
 from codeshot.local.aws_server import LocalAWS, check_port_free
 from codeshot.settings import Settings
+
+if TYPE_CHECKING:
+    from codeshot.local.http_server import HttpServer
+    from codeshot.local.poller import QueuePoller
+    from codeshot.models import User
+    from codeshot.services import Services
 
 LOCAL_USER = "local"
 
@@ -53,10 +59,17 @@ class LocalStack:
         self.state: dict[str, Any] = {}
         self._stopped = threading.Event()
         self.examples = examples
-        self.services: Any = None
-        self.api: Any = None
-        self.poller: Any = None
-        self.agents: list[Any] = []
+        self._services: Services | None = None
+        self.api: HttpServer | None = None
+        self.poller: QueuePoller | None = None
+        self.agents: list[HttpServer] = []
+
+    @property
+    def services(self) -> Services:
+        """The platform's services (once :meth:`start` has provisioned the stack)."""
+        if self._services is None:
+            raise RuntimeError("the local stack is not started")
+        return self._services
 
     @property
     def api_url(self) -> str:
@@ -108,7 +121,7 @@ class LocalStack:
         from codeshot.usecases.users import create_user
 
         assert self.settings is not None
-        self.services = Services(self.settings)
+        self._services = Services(self.settings)
         self.progress("Creating signing keys and the first user ...")
         user, api_key = create_user(self.services, LOCAL_USER)
         self.progress("Starting the API ...")
@@ -127,13 +140,14 @@ class LocalStack:
         self.poller = QueuePoller(self.services.queue, SessionRunner(self.services).handle)
         self.poller.start()
 
-    def _start_agents(self, user: Any) -> None:
+    def _start_agents(self, user: User) -> None:
         """Serve the example agents on loopback and register them, owned by the first user."""
         from codeshot.local.http_server import HttpServer
         from codeshot.sdk.project import load_agent, read_config
         from codeshot.usecases.registration import AgentFields, AgentRegistration
         from codeshot.usecases.users import principal_of
 
+        assert self.settings is not None
         owner = principal_of(user)
         registration = AgentRegistration(self.services)
         for directory in example_agent_dirs():

@@ -9,6 +9,7 @@
 
 from __future__ import annotations
 
+import itertools
 import json
 import re
 import threading
@@ -44,7 +45,7 @@ class HashingEmbedder:
     def _features(self, text: str) -> list[tuple[str, float]]:
         words = _WORD.findall(text.lower())
         feats = [(w, 1.0) for w in words]
-        feats += [(f"{a} {b}", 0.5) for a, b in zip(words, words[1:])]
+        feats += [(f"{a} {b}", 0.5) for a, b in itertools.pairwise(words)]
         for w in words:
             padded = f"#{w}#"
             feats += [(padded[i : i + 3], 0.25) for i in range(len(padded) - 2)]

@@ -26,9 +26,8 @@ def agent_texts(agent: Agent) -> list[str]:
 
 def with_embeddings(agent: Agent, embedder: Embedder) -> Agent:
     matrix = embedder.embed(agent_texts(agent))
-    return agent.replace(**{
-        "embeddings": matrix.astype("<f4").tobytes(), "embedding_model": embedder.model_id,
-    })
+    return agent.replace(embeddings=matrix.astype("<f4").tobytes(),
+                         embedding_model=embedder.model_id)
 
 
 def stored_matrix(agent: Agent, embedder: Embedder) -> np.ndarray:
@@ -49,7 +48,7 @@ class Route:
 class AgentIndex:
     def __init__(self, agents: list[Agent], embedder: Embedder) -> None:
         self.embedder = embedder
-        self.agents = [a for a in agents]
+        self.agents = list(agents)
         blocks, texts, starts = [], [], []
         offset = 0
         for agent in self.agents:

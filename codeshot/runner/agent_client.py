@@ -12,6 +12,7 @@ import functools
 import http.cookiejar
 import json
 import ssl
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -98,7 +99,7 @@ class AgentClient:
 
     def __init__(
         self,
-        mint_token: Any,  # (agent_id) -> JWT for this user and session
+        mint_token: Callable[[str], str],  # (agent_id) -> JWT for this user and session
         *,
         timeout: float,
         allow_loopback: bool,
@@ -115,7 +116,8 @@ class AgentClient:
     def close(self) -> None:
         self.http.close()
 
-    def _post(self, agent_id: str, url: str, body: dict[str, Any]) -> tuple[str, bytes]:
+    def _post(self, agent_id: str, url: str, body: dict[str, Any]) -> tuple[bytes, str]:
+        """(reply body, its content type) of a 2xx reply, after bounded retries."""
         import time
 
         from codeshot.runner.agent_urls import check_agent_url

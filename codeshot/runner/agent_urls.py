@@ -50,7 +50,7 @@ def check_agent_url(url: str, *, allow_loopback: bool, resolve: bool = True) -> 
             infos = socket.getaddrinfo(host, port or 443, proto=socket.IPPROTO_TCP)
         except socket.gaierror as exc:
             raise InvalidInput(f"agent host {host!r} does not resolve") from exc
-        addresses = [ipaddress.ip_address(info[4][0].split("%")[0]) for info in infos]
+        addresses = [ipaddress.ip_address(str(info[4][0]).split("%")[0]) for info in infos]
     for address in addresses:
         if _refused(address, allow_loopback):
             raise InvalidInput(

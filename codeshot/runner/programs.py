@@ -189,7 +189,7 @@ class PlannerProgram:
         tools = [AgentTool(a) for a in state.get("tools", [])]
         return self._executor(tools).resume(state["state"], answer)
 
-    def _executor(self, tools: list[AgentTool]) -> Any:
+    def _executor(self, tools: list[AgentTool]) -> Program:
         planner = self
 
         def call_agent(agent_id: str, text: str) -> CommandResult:

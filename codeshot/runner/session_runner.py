@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 import logging
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from codeshot import ids
 from codeshot.engine.builtin import SessionHistory
@@ -34,6 +34,9 @@ from codeshot.services import Services
 from codeshot.store.dynamo import to_item
 from codeshot.store.queue import Work
 from codeshot.store.sessions import MSG_PREFIX, SESSION_ITEM, STATE_ITEM, message_item
+
+if TYPE_CHECKING:
+    from types_boto3_dynamodb.type_defs import TransactWriteItemTypeDef
 
 log = logging.getLogger("codeshot.runner")
 
@@ -207,7 +210,7 @@ class SessionRunner:
         table = self.s.sessions.table_name
         key = {"session_id": {"S": session.session_id}}
         status = SessionStatus.AWAITING_INPUT if program_state else SessionStatus.IDLE
-        items: list[dict[str, Any]] = [
+        items: list[TransactWriteItemTypeDef] = [
             {"Put": {"TableName": table,
                      "Item": to_item({"session_id": session.session_id,
                                       "item": REPLY_PREFIX + query.message_id,

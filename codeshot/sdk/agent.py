@@ -73,7 +73,7 @@ class AgentBase:
 
     @staticmethod
     def _new_name(func: Callable[..., Any], func_name: str | None, taken: dict[str, Any]) -> str:
-        name = func_name or getattr(func, "__name__", "")
+        name = str(func_name or getattr(func, "__name__", ""))
         if not FUNC_NAME.fullmatch(name):
             raise ValueError(f"Func names are letters, digits and _, got {name!r}")
         if name in taken:
@@ -147,7 +147,8 @@ class CodeShotAgent(AgentBase):
     @property
     def corpora(self) -> list[UrlDocumentCorpus | CustomCorpus] | None:
         """The URL corpora, then one per corpus Func; None when there are none (Fixie)."""
-        corpora = [*self.url_corpora, *(CustomCorpus(n) for n in self._corpus_funcs)]
+        corpora: list[UrlDocumentCorpus | CustomCorpus] = [
+            *self.url_corpora, *(CustomCorpus(n) for n in self._corpus_funcs)]
         return corpora or None
 
     def metadata(self) -> dict[str, Any]:

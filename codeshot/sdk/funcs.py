@@ -18,7 +18,7 @@ from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any, get_type_hints
 
-from codeshot.engine.components import Command, command
+from codeshot.engine.components import Command, as_result, command
 from codeshot.errors import ERR_AGENT_UNHANDLED_EXCEPTION, CodeshotError
 from codeshot.sdk.auth import Claims
 from codeshot.sdk.oauth import OAuthHandler, OAuthParams
@@ -68,7 +68,7 @@ class Func:
             kwargs = {name: inject(query, claims, api_url)
                       for name, inject in self.injected.items()}
             if self.arguments is not None:
-                kwargs.update(json.loads(self.arguments.call(query.message.text).text))
+                kwargs.update(json.loads(as_result(self.arguments.call(query.message.text)).text))
             result = self.impl(**kwargs)
             yield from responses(result)
         except AgentException:
@@ -80,7 +80,7 @@ class Func:
 def as_agent_exception(exc: Exception, func_name: str) -> AgentException:
     if isinstance(exc, CodeshotError):
         return AgentException(exc.message, exc.code, exc.message, exc.http_status)
-    log.exception("Func[%s] failed", func_name)
+    log.error("Func[%s] failed", func_name, exc_info=exc)
     return AgentException(UNHANDLED_TEXT, ERR_AGENT_UNHANDLED_EXCEPTION,
                           "An unhandled exception occurred while processing the request.")
 

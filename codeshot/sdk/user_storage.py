@@ -8,6 +8,7 @@ Values are JSON; bytes anywhere inside are encoded as Fixie does (``_bytes_ascii
 from __future__ import annotations
 
 import base64
+import functools
 import json
 from collections.abc import Iterator, MutableMapping
 from typing import Any
@@ -20,15 +21,12 @@ from codeshot.sdk.auth import Claims
 from codeshot.sdk.wire import AgentException
 
 TIMEOUT = 10.0
-_client: httpx.Client | None = None
 
 
+@functools.cache
 def _http() -> httpx.Client:
     """One pooled client per process (thread-safe); funcs run on worker threads."""
-    global _client
-    if _client is None:
-        _client = httpx.Client(timeout=TIMEOUT, follow_redirects=False)
-    return _client
+    return httpx.Client(timeout=TIMEOUT, follow_redirects=False)
 
 
 def to_json_type(value: Any) -> Any:

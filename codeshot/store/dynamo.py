@@ -50,14 +50,16 @@ def to_item(values: dict[str, Any]) -> dict[str, Any]:
 
 
 def to_value(value: Any) -> dict[str, Any]:
-    return _ser.serialize(value)
+    return dict(_ser.serialize(value))
 
 
 def from_item(item: dict[str, Any]) -> dict[str, Any]:
     out: dict[str, Any] = {}
     for key, raw in item.items():
         value = _deser.deserialize(raw)
-        out[key] = bytes(value) if isinstance(value, Binary) else _numbers_out(value)
+        if isinstance(value, Binary):
+            value = bytes(value)  # type: ignore[call-overload]  # the stub types __bytes__ as str
+        out[key] = _numbers_out(value)
     return out
 
 

@@ -34,7 +34,7 @@ def create_tables(settings: Settings, dynamodb: Any | None = None) -> list[str]:
 
 def create_bucket(settings: Settings, s3: Any | None = None) -> str:
     s3 = s3 or aws.client("s3", settings)
-    name = getattr(settings, EMBEDS_BUCKET.setting)
+    name: str = getattr(settings, EMBEDS_BUCKET.setting)
     kwargs: dict[str, Any] = {"Bucket": name}
     if settings.region != "us-east-1":
         kwargs["CreateBucketConfiguration"] = {"LocationConstraint": settings.region}
@@ -63,7 +63,7 @@ def create_bucket(settings: Settings, s3: Any | None = None) -> str:
 def create_queue(settings: Settings, sqs: Any | None = None) -> str:
     sqs = sqs or aws.client("sqs", settings)
     spec = SESSION_QUEUE
-    name = getattr(settings, spec.setting)
+    name: str = getattr(settings, spec.setting)
     dlq_url = sqs.create_queue(
         QueueName=spec.dlq_name(name),
         Attributes={"FifoQueue": "true", "MessageRetentionPeriod": str(14 * 24 * 3600)},

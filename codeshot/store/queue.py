@@ -48,7 +48,7 @@ class SessionQueue:
             WaitTimeSeconds=wait_seconds,
             AttributeNames=["All"],
         )
-        return out.get("Messages", [])
+        return [dict(m) for m in out.get("Messages", [])]
 
     def delete(self, receipt_handle: str) -> None:
         self.sqs.delete_message(QueueUrl=self.url, ReceiptHandle=receipt_handle)

@@ -74,7 +74,7 @@ class AgentRegistry(Repository):
 
     def replace(self, agent: Agent, *, previous_id: str | None = None) -> Agent:
         """Write an existing agent back (optionally under a new id, for renames)."""
-        agent = agent.replace(**{"modified": utcnow()})
+        agent = agent.replace(modified=utcnow())
         if previous_id and previous_id != agent.agent_id:
             try:
                 self.db.transact_write_items(

@@ -145,8 +145,8 @@ class SessionStore(Repository):
             requests = [{"DeleteRequest": {"Key": k}} for k in keys[start : start + 25]]
             pending: dict[str, Any] = {self.table_name: requests}
             while pending:
-                out = self.db.batch_write_item(RequestItems=pending)
-                pending = out.get("UnprocessedItems") or {}
+                written = self.db.batch_write_item(RequestItems=pending)
+                pending = dict(written.get("UnprocessedItems") or {})
         return session
 
     def get_items(self, session_id: str, items: list[str]) -> dict[str, dict[str, Any]]:

@@ -8,12 +8,17 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
-from typing import Any
+from typing import TYPE_CHECKING
 
 from codeshot.errors import RateLimited
-from codeshot.models import utcnow
+from codeshot.models import Clock, utcnow
+from codeshot.settings import Settings
 from codeshot.store.base import Repository
 from codeshot.store.tables import USAGE
+
+if TYPE_CHECKING:
+    from types_boto3_dynamodb import DynamoDBClient
+    from types_boto3_dynamodb.type_defs import UpdateTypeDef
 
 WINDOWS = {"day": timedelta(days=1), "minute": timedelta(minutes=1)}
 
@@ -35,15 +40,23 @@ class Window:
 
 
 class UsageCounters(Repository):
+    """``clock`` tells which window a charge falls in (injected by tests)."""
+
     table = USAGE
 
-    def _counter(self, kind: str, subject: str, window: str, now: datetime | None):
-        span = Window.of(window, now or utcnow())
+    def __init__(self, settings: Settings, dynamodb: DynamoDBClient | None = None,
+                 clock: Clock = utcnow) -> None:
+        super().__init__(settings, dynamodb)
+        self.clock = clock
+
+    def _counter(self, kind: str, subject: str, window: str, now: datetime | None
+                 ) -> tuple[str, Window]:
+        span = Window.of(window, now or self.clock())
         return f"{kind}#{subject}#{span.tag()}", span
 
     def charge_request(
         self, kind: str, subject: str, limit: int, window: str = "day", now: datetime | None = None
-    ) -> dict[str, Any]:
+    ) -> UpdateTypeDef:
         """The UpdateItem request that charges one unit, for use alone or in a transaction."""
         counter, span = self._counter(kind, subject, window, now)
         return {
@@ -59,8 +72,9 @@ class UsageCounters(Repository):
             },
         }
 
-    def rate_limited(self, kind: str, limit: int, window: str, now: datetime | None = None):
-        span = Window.of(window, now or utcnow())
+    def rate_limited(self, kind: str, limit: int, window: str, now: datetime | None = None
+                     ) -> RateLimited:
+        span = Window.of(window, now or self.clock())
         return RateLimited(
             f"{kind} limit of {limit} per {window} reached; resets at {span.end.isoformat()}",
             limit=limit,

@@ -82,14 +82,17 @@ class UserStore(Repository):
 
     def set_time_zone(self, user_id: str, time_zone: str | None) -> None:
         """Set (or, with None, clear) the user's time zone."""
-        update = ("SET time_zone = :z", {":z": {"S": time_zone}}) if time_zone \
-            else ("REMOVE time_zone", None)
+        key: dict[str, Any] = {"user_id": {"S": user_id}}
         try:
-            self.db.update_item(
-                TableName=self.table_name, Key={"user_id": {"S": user_id}},
-                UpdateExpression=update[0], ConditionExpression="attribute_exists(user_id)",
-                **({"ExpressionAttributeValues": update[1]} if update[1] else {}),
-            )
+            if time_zone:
+                self.db.update_item(
+                    TableName=self.table_name, Key=key, UpdateExpression="SET time_zone = :z",
+                    ExpressionAttributeValues={":z": {"S": time_zone}},
+                    ConditionExpression="attribute_exists(user_id)")
+            else:
+                self.db.update_item(
+                    TableName=self.table_name, Key=key, UpdateExpression="REMOVE time_zone",
+                    ConditionExpression="attribute_exists(user_id)")
         except self.db.exceptions.ConditionalCheckFailedException as exc:
             raise NotFound(f"user {user_id} not found") from exc
 

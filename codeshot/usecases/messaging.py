@@ -13,7 +13,7 @@ import binascii
 import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING
 
 from botocore.exceptions import ClientError
 
@@ -27,6 +27,9 @@ from codeshot.store.queue import Work
 from codeshot.store.sessions import EMBED_PREFIX, message_item
 from codeshot.usecases.threads import blocking
 from codeshot.usecases.users import user_id_of
+
+if TYPE_CHECKING:
+    from types_boto3_dynamodb.type_defs import TransactWriteItemTypeDef
 
 TERMINAL = frozenset({MessageType.RESPONSE, MessageType.ERROR, MessageType.AWAITING_INPUT})
 MAX_EMBEDS_PER_MESSAGE = 20
@@ -122,7 +125,7 @@ class Messaging:
         limit = self.s.daily_limit(principal.daily_query_limit)
         charge = self.s.usage.charge_request("query", user_id, limit)
         table = self.s.sessions.table_name
-        items: list[dict[str, Any]] = [
+        items: list[TransactWriteItemTypeDef] = [
             {"Update": charge},
             {"Put": {"TableName": table, "Item": message_item(message),
                      "ConditionExpression": "attribute_not_exists(#i)",

@@ -65,22 +65,21 @@ class AgentRegistration:
             token = self.s.auth.agent_token(agent.agent_id, None, None)
             hs = self.fetch(url, token)
             kind = AgentKind.STANDALONE if hs.type == "standalone" else AgentKind.CODE_SHOT
-            agent = agent.replace(**{
-                "kind": kind, "base_prompt": hs.base_prompt, "few_shots": hs.few_shots,
-                "sample_queries": hs.sample_queries or agent.sample_queries,
-                "conversational": hs.conversational, "llm_settings": hs.llm_settings(),
-                "corpora": hs.corpora, "funcs": hs.func_names(),
-            })
+            agent = agent.replace(
+                kind=kind, base_prompt=hs.base_prompt, few_shots=hs.few_shots,
+                sample_queries=hs.sample_queries or agent.sample_queries,
+                conversational=hs.conversational, llm_settings=hs.llm_settings(),
+                corpora=hs.corpora, funcs=hs.func_names())
         elif agent.few_shots or agent.base_prompt:
-            agent = agent.replace(**{"kind": AgentKind.CODE_SHOT})
+            agent = agent.replace(kind=AgentKind.CODE_SHOT)
         if agent.kind is AgentKind.CODE_SHOT:
             # No few-shots: a plain LLM agent answering from its base prompt (Fixie 1.0).
             validate_base_prompt(agent.base_prompt)
             parsed = parse_few_shots(agent.few_shots)
             if not agent.func_url:
-                agent = agent.replace(**{"func_url": agent.query_url})
+                agent = agent.replace(func_url=agent.query_url)
             queries = list(dict.fromkeys(sample_queries(parsed) + agent.sample_queries))
-            agent = agent.replace(**{"sample_queries": queries})
+            agent = agent.replace(sample_queries=queries)
         elif not agent.query_url:
             raise InvalidInput("a standalone agent needs queryUrl")
         return with_embeddings(agent, self.s.embedder)
@@ -101,8 +100,7 @@ class AgentRegistration:
         agent = self._apply(current, fields)
         if new_handle and new_handle != handle:
             validate_handle(new_handle)
-            agent = agent.replace(**
-                {"handle": new_handle, "agent_id": Agent.make_id(owner, new_handle)}
+            agent = agent.replace(handle=new_handle, agent_id=Agent.make_id(owner, new_handle)
             )
         urls_changed = (agent.query_url, agent.func_url) != (current.query_url, current.func_url)
         if urls_changed or fields.few_shots is not None or fields.base_prompt is not None:

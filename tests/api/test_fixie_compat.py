@@ -6,16 +6,16 @@ from tests.api.conftest import HANDSHAKE
 from tests.conftest import code
 
 ALL_AGENTS = "{ allAgents { agentId name description moreInfoUrl } }"
-AGENT_BY_ID = """query ($agentId: String!) { agentById(agentId: $agentId) { agentId handle name description queries moreInfoUrl published owner { __typename ... on UserType { username } ... on OrganizationType { handle } } queryUrl funcUrl created modified } }"""  # noqa: E501
-USER = "{ user { username firstName lastName email organization { handle name } dailyQueryLimit dailyUsedQueries avatar } }"  # noqa: E501
+AGENT_BY_ID = """query ($agentId: String!) { agentById(agentId: $agentId) { agentId handle name description queries moreInfoUrl published owner { __typename ... on UserType { username } ... on OrganizationType { handle } } queryUrl funcUrl created modified } }"""
+USER = "{ user { username firstName lastName email organization { handle name } dailyQueryLimit dailyUsedQueries avatar } }"
 ALL_SESSIONS = "{ allSessions { handle } }"
-SESSION_BY_HANDLE = """query ($handle: String!) { sessionByHandle(handle: $handle) { handle name description frontendAgentId messages { id text sentBy { handle } type inReplyTo { id } timestamp } embeds { key embed { id contentType created contentHash owner { username } url } } } }"""  # noqa: E501
-CREATE_AGENT = """mutation ($handle: String!, $name: String, $description: String, $queryUrl: String, $funcUrl: String, $moreInfoUrl: String, $published: Boolean) { createAgent(agentData: {handle: $handle, name: $name, description: $description, queryUrl: $queryUrl, funcUrl: $funcUrl, moreInfoUrl: $moreInfoUrl, published: $published}) { agent { agentId } } }"""  # noqa: E501
-UPDATE_AGENT = """mutation ($handle: String!, $newHandle: String, $name: String, $description: String, $queryUrl: String, $funcUrl: String, $moreInfoUrl: String, $published: Boolean) { updateAgent(agentData: {handle: $handle, newHandle: $newHandle, name: $name, description: $description, queryUrl: $queryUrl, funcUrl: $funcUrl, moreInfoUrl: $moreInfoUrl, published: $published}) { agent { agentId } } }"""  # noqa: E501
-DELETE_AGENT = """mutation ($owner: String, $handle: String!) { deleteAgent(agentData: {owner: $owner, handle: $handle}) { agent { handle } } }"""  # noqa: E501
-CREATE_SESSION = """mutation ($frontendAgentId: String) { createSession(sessionData: {frontendAgentId: $frontendAgentId}) { session { handle frontendAgentId } } }"""  # noqa: E501
-DELETE_SESSION = """mutation ($handle: String!) { deleteSession(handle: $handle) { session { handle } } }"""  # noqa: E501
-SEND_MESSAGE = """mutation ($session: String!, $text: String!) { sendSessionMessage(messageData: {session: $session, text: $text}) { message { text } } }"""  # noqa: E501
+SESSION_BY_HANDLE = """query ($handle: String!) { sessionByHandle(handle: $handle) { handle name description frontendAgentId messages { id text sentBy { handle } type inReplyTo { id } timestamp } embeds { key embed { id contentType created contentHash owner { username } url } } } }"""
+CREATE_AGENT = """mutation ($handle: String!, $name: String, $description: String, $queryUrl: String, $funcUrl: String, $moreInfoUrl: String, $published: Boolean) { createAgent(agentData: {handle: $handle, name: $name, description: $description, queryUrl: $queryUrl, funcUrl: $funcUrl, moreInfoUrl: $moreInfoUrl, published: $published}) { agent { agentId } } }"""
+UPDATE_AGENT = """mutation ($handle: String!, $newHandle: String, $name: String, $description: String, $queryUrl: String, $funcUrl: String, $moreInfoUrl: String, $published: Boolean) { updateAgent(agentData: {handle: $handle, newHandle: $newHandle, name: $name, description: $description, queryUrl: $queryUrl, funcUrl: $funcUrl, moreInfoUrl: $moreInfoUrl, published: $published}) { agent { agentId } } }"""
+DELETE_AGENT = """mutation ($owner: String, $handle: String!) { deleteAgent(agentData: {owner: $owner, handle: $handle}) { agent { handle } } }"""
+CREATE_SESSION = """mutation ($frontendAgentId: String) { createSession(sessionData: {frontendAgentId: $frontendAgentId}) { session { handle frontendAgentId } } }"""
+DELETE_SESSION = """mutation ($handle: String!) { deleteSession(handle: $handle) { session { handle } } }"""
+SEND_MESSAGE = """mutation ($session: String!, $text: String!) { sendSessionMessage(messageData: {session: $session, text: $text}) { message { text } } }"""
 
 
 def register(platform, key, url, handle="genrand", published=True):

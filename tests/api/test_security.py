@@ -246,7 +246,7 @@ def test_large_embeds_go_through_a_presigned_upload(platform):
 
 
 @pytest.mark.parametrize(
-    "text,expected", [("", "must not be empty"), ("x" * 16_001, "limit"), ("nul\x00byte", "NUL")]
+    ("text", "expected"), [("", "must not be empty"), ("x" * 16_001, "limit"), ("nul\x00byte", "NUL")]
 )
 def test_bad_messages_store_nothing(platform, text, expected):
     _, a = platform.user()

@@ -69,7 +69,7 @@ def agent_dir(tmp_path: Path, handle: str, module: str = "codeshot.sdk as fixiea
 
 
 def codeshot(*args: str, cwd: Path, **kwargs) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "codeshot.cli", *args], cwd=cwd,
+    return subprocess.run([sys.executable, "-m", "codeshot.cli", *args], cwd=cwd, check=False,
                           capture_output=True, text=True, timeout=120,
                           env={**os.environ, "PYTHONPATH": str(ROOT)}, **kwargs)
 

@@ -82,7 +82,7 @@ def test_service_errors_become_llm_errors(stubbed: tuple[BedrockLLM, Stubber]) -
     stubber.add_client_error(
         "converse", "ValidationException", "The model returned an error", http_status_code=400
     )
-    with pytest.raises(LLMError, match="^Bedrock ThrottlingException: Too many requests$") as info:
+    with pytest.raises(LLMError, match=r"^Bedrock ThrottlingException: Too many requests$") as info:
         llm.complete(MESSAGES, STOP, 100)
     assert info.value.code == "LLM_ERROR"
     with pytest.raises(LLMError, match="ValidationException"):
@@ -110,7 +110,7 @@ def test_an_unreachable_endpoint_is_an_llm_error() -> None:
         endpoint_url=f"http://127.0.0.1:{port}",
         config=Config(retries={"max_attempts": 1}, connect_timeout=1),
     )
-    with pytest.raises(LLMError, match="^Bedrock unreachable: Could not connect"):
+    with pytest.raises(LLMError, match=r"^Bedrock unreachable: Could not connect"):
         BedrockLLM(MODEL, client=client).complete(MESSAGES, STOP, 100)
 
 

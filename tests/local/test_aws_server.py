@@ -33,8 +33,8 @@ def test_query_reads_one_partition_in_order_and_pages(server_aws):
         for n in range(5):
             db.put_item(TableName=table, Item={"session_id": {"S": session},
                                                 "item": {"S": f"MSG#{n}"}})
-    asked = dict(TableName=table, KeyConditionExpression="session_id = :s",
-                 ExpressionAttributeValues={":s": {"S": "s2"}}, ScanIndexForward=False, Limit=3)
+    asked = {"TableName": table, "KeyConditionExpression": "session_id = :s",
+                 "ExpressionAttributeValues": {":s": {"S": "s2"}}, "ScanIndexForward": False, "Limit": 3}
     first = db.query(**asked)
     rest = db.query(**asked, ExclusiveStartKey=first["LastEvaluatedKey"])
     assert [i["item"]["S"] for i in first["Items"] + rest["Items"]] == \

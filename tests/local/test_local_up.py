@@ -39,8 +39,8 @@ def test_local_up_creates_resources_and_cleans_up_on_sigterm(tmp_path):
     try:
         state = wait_for_file(state_file, proc)
         assert {"api_url", "graphql_url", "aws_endpoint_url", "api_key"} <= set(state)
-        kw = dict(endpoint_url=state["aws_endpoint_url"], region_name="us-east-1",
-                  aws_access_key_id="x", aws_secret_access_key="x")
+        kw = {"endpoint_url": state["aws_endpoint_url"], "region_name": "us-east-1",
+                  "aws_access_key_id": "x", "aws_secret_access_key": "x"}
         tables = boto3.client("dynamodb", **kw).list_tables()["TableNames"]
         assert {"codeshot-registry", "codeshot-sessions", "codeshot-user-storage",
                 "codeshot-usage", "codeshot-users"} <= set(tables)
@@ -79,7 +79,7 @@ def test_port_in_use_is_a_clear_error(tmp_path):
         busy.listen()
         port = busy.getsockname()[1]
         proc = start(tmp_path, port)
-        out, err = proc.communicate(timeout=30)
+        _out, err = proc.communicate(timeout=30)
     assert proc.returncode == 2
     assert f"port {port} on 127.0.0.1 is already in use" in err
     assert not (tmp_path / ".codeshot" / "local.json").exists()
@@ -91,7 +91,7 @@ def test_users_create_targets_the_running_stack(tmp_path):
         state = wait_for_file(tmp_path / ".codeshot" / "local.json", proc)
         env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2])}
         made = subprocess.run([sys.executable, "-m", "codeshot.cli", "users", "create", "zoe"],
-                              cwd=tmp_path, capture_output=True, text=True, env=env, timeout=60)
+                              cwd=tmp_path, capture_output=True, text=True, check=False, env=env, timeout=60)
         assert made.returncode == 0, made.stderr
         key = made.stdout.strip()
         import httpx
@@ -100,7 +100,7 @@ def test_users_create_targets_the_running_stack(tmp_path):
                        headers={"Authorization": f"Bearer {key}"})
         assert r.json() == {"data": {"user": {"username": "zoe"}}}
         again = subprocess.run([sys.executable, "-m", "codeshot.cli", "users", "create", "zoe"],
-                               cwd=tmp_path, capture_output=True, text=True, env=env, timeout=60)
+                               cwd=tmp_path, capture_output=True, text=True, check=False, env=env, timeout=60)
         assert again.returncode == 2 and "username 'zoe' is taken" in again.stderr
         # The first user's key from local.json works as well.
         r = httpx.post(state["graphql_url"], json={"query": "{ user { username } }"},

@@ -49,7 +49,6 @@ def test_router_reloads_when_the_registry_changes(aws):
 
 def test_embeddings_from_another_model_are_recomputed(aws):
     e = HashingEmbedder()
-    stale = agent("a", "dice", ["roll dice"]).replace(**{
-        "embeddings": np.ones((2, 8), dtype="<f4").tobytes(), "embedding_model": "old-model"})
+    stale = agent("a", "dice", ["roll dice"]).replace(embeddings=np.ones((2, 8), dtype="<f4").tobytes(), embedding_model="old-model")
     [route] = AgentIndex([stale], e).search("roll dice", 1)
     assert route.score > 0.99

@@ -19,7 +19,7 @@ def receiver():
     events = []
 
     class Handler(BaseHTTPRequestHandler):
-        def do_POST(self):  # noqa: N802
+        def do_POST(self):
             body = self.rfile.read(int(self.headers["Content-Length"]))
             events.append((self.headers.get("Authorization", ""), body))
             self.send_response(204)

@@ -90,7 +90,7 @@ def test_agents_down_broken_slow_or_garbled_end_in_one_error(live, agents):
         # Register with the dice handshake, then point the Funcs at the faulty agent.
         register(live, key, handle, agents.url + "/dice", published=False)
         agent = live.services.registry.get(f"eve/{handle}")
-        live.services.registry.replace(agent.replace(**{"func_url": url}))
+        live.services.registry.replace(agent.replace(func_url=url))
     expected = {"down": "AGENT_UNAVAILABLE", "broken": "AGENT_ERROR",
                 "garbage": "AGENT_ERROR", "slow": "TIMEOUT"}
     for handle, error_code in expected.items():
@@ -105,7 +105,7 @@ def test_agents_down_broken_slow_or_garbled_end_in_one_error(live, agents):
         assert failed and {m["errorCode"] for m in failed} == {error_code}, (handle, failed)
         # The session keeps working: the next message is answered too.
         live.services.registry.replace(live.services.registry.get(f"eve/{handle}")
-                                       .replace(**{"func_url": agents.url + "/dice"}))
+                                       .replace(func_url=agents.url + "/dice"))
         again = send(live, key, h, "Roll 1d20")["reply"]
         assert again["type"] == "response" and again["text"] == f"You rolled {agents.rolls[-1]}."
 

@@ -41,7 +41,7 @@ def test_redirects_to_the_metadata_service_are_not_followed(live, agents):
     _, key = live.user("trent")
     register(live, key, "redir", agents.url + "/dice", published=False)
     agent = live.services.registry.get("trent/redir")
-    live.services.registry.replace(agent.replace(**{"func_url": agents.url + "/redirect"}))
+    live.services.registry.replace(agent.replace(func_url=agents.url + "/redirect"))
     h = session(live, key, frontend="trent/redir")
     reply = send(live, key, h, "Roll 1d20")["reply"]
     assert "could not finish" in reply["text"] and "HTTP 302" in reply["text"]

@@ -76,7 +76,7 @@ def test_prompts_in_indented_strings_are_stripped_as_fixie_does():
 
 def test_the_app_refuses_few_shots_asking_unregistered_funcs():
     agent = CodeShotAgent("I test.", ["Q: x\nAsk Func[missing]: 1\nFunc[missing] says: 2\nA: 2"])
-    with pytest.raises(FewShotError, match="Func\\[missing\\], which no @agent.register_func"):
+    with pytest.raises(FewShotError, match=r"Func\[missing\], which no @agent\.register_func"):
         agent.app()
 
 

@@ -63,7 +63,7 @@ def test_message_write_is_not_duplicated(aws):
     m = store.add_message(msg(s.session_id, "once"))
     assert store.add_message(m) == m  # a retried write of the same message is harmless
     with pytest.raises(Conflict):
-        store.add_message(m.replace(**{"text": "twice"}))
+        store.add_message(m.replace(text="twice"))
     assert [x.text for x in store.all_messages(s.session_id)] == ["once"]
 
 
@@ -135,7 +135,7 @@ def test_embed_keys_bind_once(aws):
     store.put_embed(e)
     assert store.put_embed(e) == e  # a retry is fine
     with pytest.raises(Conflict):
-        store.put_embed(e.replace(**{"content_hash": "d" * 64}))
+        store.put_embed(e.replace(content_hash="d" * 64))
     assert store.get_embed(s.session_id, "1").content_hash == "c" * 64
     # The embed item must not appear as a session of its owner.
     assert [x.session_id for x in store.list_by_owner("alice").items] == [s.session_id]
