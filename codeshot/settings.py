@@ -90,7 +90,7 @@ class Settings:
     # How long a warm runner reuses an agent's registry record (0: read it every time).
     agent_cache_seconds: float = setting(5.0, ge=0)
 
-    # Tokens for agents also carry the Fixie SDK's audiences (FIXIE_COMPAT.md).
+    # Tokens for agents also carry the Fixie SDK's audiences (docs/fixie-wire-contract.md).
     fixie_audiences: bool = True
     # Local runs may register agents on loopback addresses; AWS never does.
     local_mode: bool = False

@@ -49,9 +49,11 @@ NOT_IN_LAMBDA = frozenset({"uvicorn"})
 # Parts of codeshot that never run in Lambda.
 PLATFORM_EXCLUDED_PATHS = ("codeshot/local/", "codeshot/devtools/", "codeshot/cli.py",
                            "codeshot/chat.py")
-# Packages an agent bundle must never contain (asserted when it is built).
+# Packages an agent bundle must never contain (asserted when it is built; import-linter's
+# contract on codeshot.sdk keeps the SDK from importing them in the first place).
 PLATFORM_ONLY = ("codeshot/store/", "codeshot/api/", "codeshot/runner/", "codeshot/services.py",
-                 "codeshot/aws.py", "boto3/", "botocore/")
+                 "codeshot/aws.py", "codeshot/usecases/", "codeshot/devtools/",
+                 "codeshot/local/", "boto3/", "botocore/")
 AGENT_ENTRY_MODULE = "_codeshot_lambda"
 AGENT_SKIP_DIRS = {"tests", "__pycache__", ".venv", "node_modules", "cdk.out"}
 

@@ -13,10 +13,13 @@ import threading
 import time
 import uuid
 from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
+from unittest import mock
 
 import httpx
 import pytest
@@ -36,6 +39,35 @@ os.environ.update(
     AWS_SECRET_ACCESS_KEY="testing",
     AWS_DEFAULT_REGION="us-east-1",
 )
+
+
+TESTS = Path(__file__).resolve().parent
+# Directories whose tests run in-process; a test there that asks for a server is still
+# an integration test.
+UNIT_DIRS = {"", "engine", "llm", "routing", "store"}
+UNIT_FILES = {"sdk/test_sdk_units.py"}
+SERVER_FIXTURES = {"server_aws", "moto_server", "platform", "live_stack", "live_stack_object",
+                   "fixie_python"}
+# Fixtures that take ten seconds or more to build (a CDK synth, a whole local stack).
+SLOW_FIXTURES = {"synth", "live_stack", "live_stack_object"}
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """unit / integration / browser by where a test lives and what it starts; slow for
+    the fixtures that take long (others mark themselves)."""
+    for item in items:
+        fixtures = set(getattr(item, "fixturenames", ()))
+        if fixtures & SLOW_FIXTURES:
+            item.add_marker(pytest.mark.slow)
+        relative = Path(item.path).relative_to(TESTS)
+        where = relative.parts[0] if len(relative.parts) > 1 else ""
+        if where == "browser":
+            item.add_marker(pytest.mark.browser)
+        elif (where in UNIT_DIRS or relative.as_posix() in UNIT_FILES) \
+                and not SERVER_FIXTURES & fixtures:
+            item.add_marker(pytest.mark.unit)
+        else:
+            item.add_marker(pytest.mark.integration)
 
 
 FIXIE = "fixieai==1.0.4"
@@ -105,10 +137,30 @@ def unique_settings(**overrides: Any) -> Settings:
     )
 
 
+class TestClock:
+    """The time the platform's rules see (usage windows): real unless a test sets it."""
+
+    def __init__(self) -> None:
+        self.now: datetime | None = None
+
+    def __call__(self) -> datetime:
+        return self.now or datetime.now(UTC)
+
+
+@contextmanager
+def signing_time(at: datetime) -> Iterator[None]:
+    """Presigned URLs made in this block are signed as of ``at``: botocore reads the
+    signing time from ``botocore.auth.get_current_datetime`` (naive UTC)."""
+    naive = at.astimezone(UTC).replace(tzinfo=None)
+    with mock.patch("botocore.auth.get_current_datetime", return_value=naive):
+        yield
+
+
 @dataclass
 class Platform:
     url: str
     services: Services
+    clock: TestClock
 
     def user(self, name: str | None = None, **profile: Any) -> tuple[str, str]:
         """A new user; returns (user_id, API key)."""
@@ -139,10 +191,11 @@ def platform(server_aws, request):
         "api_url": f"http://127.0.0.1:{port}", "local_mode": True, "reply_wait_seconds": 5.0,
         **(marker.kwargs if marker else {}),
     })
-    services = Services(settings)
+    clock = TestClock()
+    services = Services(settings, clock=clock)
     server = HttpServer(create_app(services=services), "127.0.0.1", port)
     server.start()
-    yield Platform(server.url, services)
+    yield Platform(server.url, services, clock)
     server.stop()
 
 

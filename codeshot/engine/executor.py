@@ -34,7 +34,7 @@ from codeshot.engine.components import (
     Retry,
     as_result,
 )
-from codeshot.engine.fewshot import Kind, Step, parse_line, parse_lines
+from codeshot.engine.fewshot import Kind, Step, lines_of, parse_line, parse_lines
 from codeshot.engine.prompt import STOP_SEQUENCES, system_prompt, transcript_message
 from codeshot.errors import AgentFailed, CodeshotError, InvalidInput, LLMError, NotFound, Timeout
 from codeshot.llm.base import LLM, ChatMessage
@@ -267,7 +267,7 @@ class Executor:
         steps = parse_lines(text)
         if not steps:
             return self._stop(run, LLMError.code, "The language model returned nothing.")
-        first_line = text.strip().split("\n", 1)[0]
+        first_line = (lines_of(text.strip()) or [""])[0]
         if _is_free_text(first_line) and not any(s.kind in (Kind.A, *_ASKS) for s in steps):
             steps = [Step(Kind.A, text.strip())]  # a model that forgot the protocol answered
         for parsed in steps:

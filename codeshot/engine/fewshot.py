@@ -1,8 +1,18 @@
 """The Code Shot grammar: typed steps, few-shot parsing and validation.
 
-Agent authors write few-shots by hand and the LLM imitates them, so a malformed example
-teaches the model a malformed protocol; validation rejects it at registration with the
-few-shot number, the line number and the offending line.
+The grammar is the one fixieai 1.0.4 accepted. A line that starts with a step prefix
+(``Q:``, ``Thought:``, ``Ask Func[f]:``, ``Func[f] says:``, ``Ask Agent[id]:``,
+``Agent[id] says:``, ``Ask User:``, ``User says:``, ``A:``) begins a step; any other line
+(a table row, a poem's next line, ``Self Ask:``, a blank line) continues the step before
+it, so answers and replies span several lines. Agent authors write few-shots by hand and
+the LLM imitates them: what Fixie refused, validation refuses at registration, naming the
+few-shot, the line and the offending text.
+
+Transcripts (the current query, Func results, user answers) hold text nobody checked.
+:meth:`Step.render` indents every continuation line, and readers take only unindented
+lines as steps, so no such text can forge a step line. Every line separator Python knows
+(``\\r``, ``\\v``, ``\\f``, ``\\x1c``-``\\x1e``, U+0085, U+2028, U+2029, not only ``\\n``)
+counts as a line break wherever a transcript is rendered or read.
 """
 
 from __future__ import annotations
@@ -16,6 +26,10 @@ from codeshot.errors import InvalidInput
 
 FUNC_NAME = r"\w+"
 AGENT_ID = r"[\w.-]+(?:/[\w.-]+)?"
+# Continuation lines of a rendered step start with this, so they never read as steps.
+INDENT = "  "
+# An embed reference: an odd number of '#' then a key (Fixie's rule: ``##x`` is a literal).
+EMBED_REF = re.compile(r"(?<!#)(?:##)*#(?!#)(?P<key>\w+)(?!\w)")
 
 
 class FewShotError(InvalidInput):
@@ -59,11 +73,19 @@ _PREFIXES = {
     Kind.USER_SAYS: "User says:",
 }
 _TARGET = {"Func": re.compile(rf"{FUNC_NAME}\Z"), "Agent": re.compile(rf"{AGENT_ID}\Z")}
+# New embeds come from the question or a reply; Fixie refused them first in these steps.
+_NO_NEW_EMBEDS = (Kind.ASK_FUNC, Kind.ASK_AGENT, Kind.ASK_USER, Kind.A)
+
+
+def lines_of(text: str) -> list[str]:
+    """``text`` split at every line break (``str.splitlines``: \\n, \\r, \\v, \\f, \\x1c-\\x1e,
+    U+0085, U+2028, U+2029), so no separator can hide a line from a reader."""
+    return text.splitlines()
 
 
 @dataclass(frozen=True)
 class Step:
-    """One line of a Code Shot program; ``target`` is the func name or agent id."""
+    """One step of a Code Shot program; ``target`` is the func name or agent id."""
 
     kind: Kind
     text: str = ""
@@ -86,10 +108,12 @@ class Step:
             return f"{self.label} says:"
         return _PREFIXES[self.kind]
 
-    def render(self) -> str:
-        """The step as a line; continuation lines are indented so they never read as steps."""
-        text = "\n  ".join(self.text.split("\n"))
-        return f"{self.prefix} {text}" if text else self.prefix
+    def render(self, indent: str = INDENT) -> str:
+        """The step as transcript lines: continuation lines start with ``indent``, so
+        whatever the text holds, only the first line reads as a step."""
+        first, *rest = lines_of(self.text) or [""]
+        head = f"{self.prefix} {first}" if first else self.prefix
+        return "\n".join([head, *(indent + line for line in rest)])
 
     def reply(self, text: str) -> Step:
         """The says line answering this Ask."""
@@ -116,7 +140,9 @@ class FewShot:
         return [self.steps[a:b] for a, b in zip(starts, [*starts[1:], len(self.steps)])]
 
     def render(self) -> str:
-        return "\n".join(step.render() for step in self.steps)
+        """The few-shot as its author wrote it (lines stripped). Unindented continuation
+        lines are safe here: validation made sure none of them reads as a step."""
+        return "\n".join(step.render(indent="") for step in self.steps)
 
 
 class _LineError(ValueError):
@@ -124,7 +150,7 @@ class _LineError(ValueError):
 
 
 def parse_line(line: str) -> Step | None:
-    """The step a stripped line holds, None for a line of no known kind.
+    """The step a stripped line starts, None for a line of no known kind.
 
     Raises ``ValueError`` for a known kind with a bad func name or agent id.
     """
@@ -157,130 +183,207 @@ def parse_line(line: str) -> Step | None:
     return Step(kind, text, target)
 
 
-def parse_lines(text: str) -> list[Step]:
-    """Lenient parse of a transcript or LLM output.
+def _lenient_step(line: str) -> Step | None:
+    try:
+        return parse_line(line.strip())
+    except _LineError:
+        return None  # a bad target makes the line text: the model wrote it, not an author
 
-    Lines of no known kind (and indented lines) continue the previous step; leading ones
-    become a Thought. A bad func name or agent id makes the line plain text.
-    """
+
+def _parse(text: str, indent: str) -> list[Step]:
     steps: list[Step] = []
-    for raw in text.strip("\n").split("\n"):
-        step = None
-        if raw[:1] not in (" ", "\t"):
-            try:
-                step = parse_line(raw.strip())
-            except _LineError:
-                step = None
+    for raw in lines_of(text.lstrip()):
+        step = None if raw[:1] in (" ", "\t") else _lenient_step(raw)
         if step is not None:
             steps.append(step)
-        elif steps:
+            continue
+        line = raw.removeprefix(indent).rstrip() if indent else raw.rstrip()
+        if steps:
             last = steps[-1]
-            joined = f"{last.text}\n{raw.strip()}" if last.text else raw.strip()
-            steps[-1] = Step(last.kind, joined, last.target)
-        elif raw.strip():
-            steps.append(Step(Kind.THOUGHT, raw.strip()))
-    return steps
+            steps[-1] = Step(last.kind, f"{last.text}\n{line}" if last.text else line.strip(),
+                             last.target)
+        elif line.strip():
+            steps.append(Step(Kind.THOUGHT, line.strip()))
+    return [Step(s.kind, s.text.rstrip(), s.target) for s in steps]
+
+
+def parse_lines(text: str) -> list[Step]:
+    """Lenient parse of LLM output.
+
+    Indented lines and lines of no known kind continue the previous step (as written);
+    leading ones become a Thought. A bad func name or agent id makes the line plain text.
+    """
+    return _parse(text, indent="")
+
+
+def parse_transcript(text: str) -> list[Step]:
+    """A transcript rendered with :meth:`Step.render`, read back exactly."""
+    return _parse(text, indent=INDENT)
 
 
 def _quote(line: str, limit: int = 80) -> str:
+    if not line:
+        return "a blank line"
     return '"' + (line if len(line) <= limit else line[: limit - 3] + "...") + '"'
 
 
-def _check(steps_and_lines: list[tuple[Step, str]]) -> tuple[int, str] | None:
-    """The first grammar violation as (line number, message), or None."""
-    previous: tuple[Step, str] | None = None
-    in_turn = False
-    for number, (step, line) in enumerate(steps_and_lines, start=1):
-        if previous is None and step.kind is not Kind.Q:
-            return number, f'a few-shot must start with "Q:", got {_quote(line)}'
-        if previous is not None:
-            prev_step, prev_line = previous
-            if prev_step.kind in ASKS:
-                expected = prev_step.reply("")
-                if step.kind is not expected.kind or step.target != expected.target:
-                    return number, (
-                        f'expected "{expected.prefix}" after {_quote(prev_line)}, '
-                        f"got {_quote(line)}"
-                    )
-            elif step.kind in SAYS:
-                says = Step(SAYS[step.kind], "", step.target).prefix
-                return number, (
-                    f'{_quote(line)} must follow its "{says}"'
-                    " line"
+@dataclass(frozen=True)
+class _Source:
+    """A parsed few-shot step and where it came from: its first line and line number,
+    and the lines that continue it."""
+
+    step: Step
+    number: int
+    line: str
+    continuation: tuple[str, ...] = ()
+
+
+def _structure_error(
+    sources: list[_Source], conversational: bool, total_lines: int
+) -> tuple[int, str] | None:
+    """The first violation of the Q .. A structure as (line number, message), or None."""
+    previous: _Source | None = None
+    in_turn = False  # a Q: is waiting for its A:
+    for source in sources:
+        step, line = source.step, source.line
+        if previous is None:
+            if step.kind is not Kind.Q:
+                return source.number, f'a few-shot must start with "Q:", got {_quote(line)}'
+        elif previous.step.kind in ASKS:
+            expected = previous.step.reply("")
+            if step.kind is not expected.kind or step.target != expected.target:
+                return source.number, (
+                    f'expected "{expected.prefix}" after {_quote(previous.line)}, '
+                    f"got {_quote(line)}"
                 )
-            elif prev_step.kind is Kind.A and step.kind is not Kind.Q:
-                return number, f'expected "Q:" after {_quote(prev_line)}, got {_quote(line)}'
-            elif step.kind is Kind.Q and in_turn:
-                return (
-                    number,
-                    f'{_quote(line)} comes before the previous "Q:" was answered with "A:"',
+        elif step.kind is Kind.USER_SAYS:
+            return source.number, f'{_quote(line)} must follow its "Ask User:" line'
+        if step.kind is Kind.Q:
+            if in_turn:
+                return source.number, (
+                    f'{_quote(line)} comes before the previous "Q:" was answered with "A:"'
                 )
-        in_turn = step.kind is not Kind.A
-        previous = step, line
+            if previous is not None and not conversational:
+                return source.number, (
+                    f"{_quote(line)} starts a second question: several Q/A turns in one "
+                    "few-shot need a conversational agent (conversational=True)"
+                )
+        elif step.kind is not Kind.THOUGHT and not in_turn:
+            answer = next(s for s in reversed(sources[: sources.index(source)])
+                          if s.step.kind is Kind.A)
+            return source.number, (
+                f'expected "Q:" after {_quote(answer.line)}, got {_quote(line)}'
+            )
+        if step.kind in ASKS and source.continuation:
+            expected = step.reply("")
+            return source.number + 1, (
+                f'expected "{expected.prefix}" after {_quote(line)}, '
+                f"got {_quote(source.continuation[0])}"
+            )
+        if step.kind is not Kind.THOUGHT:
+            in_turn = step.kind is not Kind.A
+        previous = source
     assert previous is not None
-    last_step, last_line = previous
-    if last_step.kind in ASKS:
-        awaited = last_step.reply("").prefix
-        return len(steps_and_lines), f'expected "{awaited}" after {_quote(last_line)}, got the end'
-    if last_step.kind is not Kind.A:
-        return len(steps_and_lines), f'a few-shot must end with "A:", got {_quote(last_line)}'
+    if previous.step.kind in ASKS:
+        awaited = previous.step.reply("").prefix
+        return total_lines, f'expected "{awaited}" after {_quote(previous.line)}, got the end'
+    if in_turn:
+        last = previous.continuation[-1] if previous.continuation else previous.line
+        return total_lines, f'a few-shot must end with "A:", got {_quote(last)}'
     return None
 
 
-def parse_few_shot(text: str, number: int = 1) -> FewShot:
-    """Parse and validate one few-shot; ``number`` (1-based) goes into error messages."""
-    lines = [line.strip() for line in text.strip().split("\n")]
-    if not lines or lines == [""]:
+def _embed_error(sources: list[_Source]) -> tuple[int, str] | None:
+    """A new embed first named where Fixie refused it (Ask and A: steps), or None.
+
+    ``Thought:`` lines belong to the step before them, as in Fixie (where they were text).
+    """
+    known: set[str] = set()
+    owner = Kind.Q
+    for source in sources:
+        if source.step.kind is not Kind.THOUGHT:
+            owner = source.step.kind
+        for offset, line in enumerate((source.line, *source.continuation)):
+            for match in EMBED_REF.finditer(line):
+                key = match["key"]
+                if key not in known and owner in _NO_NEW_EMBEDS:
+                    return source.number + offset, (
+                        f'embed "#{key}" is new in {_quote(line)}: an embed must first come '
+                        'from the question or a reply, not an Ask or "A:" line'
+                    )
+                known.add(key)
+    return None
+
+
+def parse_few_shot(text: str, number: int = 1, *, conversational: bool = True) -> FewShot:
+    """Parse and validate one few-shot; ``number`` (1-based) goes into error messages.
+
+    Lines are stripped first (Fixie's authors indent their triple-quoted few-shots).
+    ``conversational=False`` refuses several Q/A turns in one few-shot, as Fixie did.
+    """
+
+    def error(line_number: int, message: str) -> FewShotError:
+        return FewShotError(
+            f"few-shot {number}, line {line_number}: {message}", few_shot=number, line=line_number
+        )
+
+    lines = [line.strip() for line in lines_of(text.strip())]
+    if not lines:
         raise FewShotError(f"few-shot {number} is empty", few_shot=number)
-    parsed: list[tuple[Step, str]] = []
+    sources: list[_Source] = []
     for line_number, line in enumerate(lines, start=1):
-        if not line:
-            raise FewShotError(
-                f"few-shot {number}, line {line_number}: blank line inside a few-shot",
-                few_shot=number,
-                line=line_number,
-            )
         try:
             step = parse_line(line)
         except _LineError as exc:
-            raise FewShotError(
-                f"few-shot {number}, line {line_number}: {exc} in {_quote(line)}",
-                few_shot=number,
-                line=line_number,
-            ) from None
-        if step is None:
-            raise FewShotError(
-                f"few-shot {number}, line {line_number}: unknown line {_quote(line)}; lines start"
-                ' with "Q:", "Thought:", "Ask Func[name]:", "Func[name] says:", "Ask Agent[id]:",'
-                ' "Agent[id] says:", "Ask User:", "User says:" or "A:"',
-                few_shot=number,
-                line=line_number,
-            )
-        if step.kind in (Kind.Q, Kind.A) and not step.text:
-            raise FewShotError(
-                f"few-shot {number}, line {line_number}: {_quote(line)} has no text",
-                few_shot=number,
-                line=line_number,
-            )
-        parsed.append((step, line))
-    problem = _check(parsed)
+            raise error(line_number, f"{exc} in {_quote(line)}") from None
+        if step is not None:
+            sources.append(_Source(step, line_number, line))
+        elif not sources:
+            raise error(line_number, f'a few-shot must start with "Q:", got {_quote(line)}')
+        else:
+            last = sources[-1]
+            sources[-1] = _Source(last.step, last.number, last.line, (*last.continuation, line))
+    steps = []
+    for source in sources:
+        body = "\n".join((source.step.text, *source.continuation)).strip()
+        if source.step.kind is Kind.Q and not source.step.text:
+            raise error(source.number, f"{_quote(source.line)} has no text")
+        if source.step.kind is Kind.A and not body:
+            raise error(source.number, f"{_quote(source.line)} has no text")
+        steps.append(Step(source.step.kind, body, source.step.target))
+    problem = _structure_error(sources, conversational, len(lines)) or _embed_error(sources)
     if problem is not None:
-        line_number, message = problem
-        raise FewShotError(
-            f"few-shot {number}, line {line_number}: {message}", few_shot=number, line=line_number
-        )
-    return FewShot(tuple(step for step, _ in parsed))
+        raise error(*problem)
+    return FewShot(tuple(steps))
 
 
 def split_few_shots(text: str) -> list[str]:
-    """A FEW_SHOTS text split on blank lines."""
-    return [block for block in re.split(r"\n\s*\n", text.strip()) if block.strip()]
+    """A FEW_SHOTS text split where Fixie split it: at a blank line followed by a ``Q:``
+    line. A blank line followed by anything else stays inside its few-shot."""
+    lines = [line.strip() for line in lines_of(text.strip())]
+    blocks: list[list[str]] = []
+    current: list[str] = []
+    for index, line in enumerate(lines):
+        if line.startswith("Q:") and index and not lines[index - 1] and current:
+            blocks.append(current)
+            current = []
+        current.append(line)
+    blocks.append(current)
+    return ["\n".join(block).strip() for block in blocks]
 
 
-def parse_few_shots(few_shots: str | Sequence[str]) -> list[FewShot]:
-    """Parse a FEW_SHOTS text or a list of few-shot strings, validating each."""
+def parse_few_shots(
+    few_shots: str | Sequence[str], *, conversational: bool = True
+) -> list[FewShot]:
+    """Parse a FEW_SHOTS text or a list of few-shot strings, validating each.
+
+    An empty list is no few-shots (a plain LLM agent); an empty text is an error.
+    """
     blocks = split_few_shots(few_shots) if isinstance(few_shots, str) else list(few_shots)
-    return [parse_few_shot(block, number) for number, block in enumerate(blocks, start=1)]
+    return [
+        parse_few_shot(block, number, conversational=conversational)
+        for number, block in enumerate(blocks, start=1)
+    ]
 
 
 def validate_base_prompt(base_prompt: str) -> str:
@@ -298,6 +401,25 @@ def sample_queries(few_shots: Iterable[FewShot]) -> list[str]:
 
 
 def func_names(few_shots: Iterable[FewShot]) -> list[str]:
-    """The funcs the few-shots call, each once, in order of first use."""
-    names = (s.target for shot in few_shots for s in shot.steps if s.kind is Kind.ASK_FUNC)
+    """The Funcs the few-shots use (asked, or replying with no Ask), each once, in order of
+    first use."""
+    names = (
+        s.target
+        for shot in few_shots
+        for s in shot.steps
+        if s.kind in (Kind.ASK_FUNC, Kind.FUNC_SAYS)
+    )
     return list(dict.fromkeys(n for n in names if n is not None))
+
+
+def unasked_funcs(few_shots: Iterable[FewShot]) -> list[str]:
+    """Funcs whose reply a few-shot shows with no Ask before it (gcalendar's
+    ``Func[fixie_local_datetime] says:``): the engine calls them, with no input, when the
+    model starts their says line."""
+    names = []
+    for shot in few_shots:
+        for previous, step in zip((None, *shot.steps), shot.steps):
+            asked = previous is not None and previous.kind is Kind.ASK_FUNC
+            if step.kind is Kind.FUNC_SAYS and not asked and step.target is not None:
+                names.append(step.target)
+    return list(dict.fromkeys(names))

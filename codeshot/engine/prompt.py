@@ -12,7 +12,7 @@ import json
 from collections.abc import Sequence
 
 from codeshot.engine.components import Command
-from codeshot.engine.fewshot import FewShot, Step, parse_few_shots, parse_lines
+from codeshot.engine.fewshot import FewShot, Step, parse_few_shots, parse_transcript
 from codeshot.llm.base import ChatMessage
 
 # The LLM stops right after an Ask line: the engine, not the model, writes the reply.
@@ -89,5 +89,5 @@ def read_transcript(messages: Sequence[ChatMessage]) -> list[Step]:
     """The current transcript of a prompt built here (empty if there is none)."""
     for message in reversed(messages):
         if message.content.startswith(TRANSCRIPT_HEADER):
-            return parse_lines(message.content.removeprefix(TRANSCRIPT_HEADER))
+            return parse_transcript(message.content.removeprefix(TRANSCRIPT_HEADER))
     return []

@@ -61,7 +61,9 @@ def make_dynamodb_writes_atomic() -> None:
         @functools.wraps(original)
         def wrapper(*args: Any, **kwargs: Any) -> Any:
             with lock:
-                return original(*args, **kwargs)
+                # A copy: moto hands back the stored item itself, which a later write could
+                # change before this response is serialised (a counter read twice as 4).
+                return copy.deepcopy(original(*args, **kwargs))
 
         return wrapper
 

@@ -138,7 +138,7 @@ class CodeShotAgent(AgentBase):
         self.base_prompt = validate_base_prompt(_strip_lines(base_prompt))
         source = _strip_lines(few_shots) if isinstance(few_shots, str) else [
             _strip_lines(shot) for shot in few_shots]
-        self.parsed_few_shots = parse_few_shots(source)
+        self.parsed_few_shots = parse_few_shots(source, conversational=conversational)
         self.few_shots = [shot.render() for shot in self.parsed_few_shots]
         self.url_corpora = list(corpora or [])
         self.conversational = conversational

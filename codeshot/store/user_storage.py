@@ -1,6 +1,6 @@
 """Per-user, per-agent key-value storage (the agent's "cookies").
 
-Values arrive as JSON text (FIXIE_COMPAT.md) and are stored as that text after a check
+Values arrive as JSON text (docs/fixie-wire-contract.md) and are stored as that text after a check
 that it parses; bytes inside are already encoded by the SDK as ``_bytes_ascii`` objects.
 """
 

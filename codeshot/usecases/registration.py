@@ -35,6 +35,7 @@ class AgentFields:
     base_prompt: str | None = None
     few_shots: list[str] | None = None
     sample_queries: list[str] | None = None
+    conversational: bool | None = None  # inline few-shots' agent; a handshake says its own
 
 
 class AgentRegistration:
@@ -75,7 +76,7 @@ class AgentRegistration:
         if agent.kind is AgentKind.CODE_SHOT:
             # No few-shots: a plain LLM agent answering from its base prompt (Fixie 1.0).
             validate_base_prompt(agent.base_prompt)
-            parsed = parse_few_shots(agent.few_shots)
+            parsed = parse_few_shots(agent.few_shots, conversational=agent.conversational)
             if not agent.func_url:
                 agent = agent.replace(func_url=agent.query_url)
             queries = list(dict.fromkeys(sample_queries(parsed) + agent.sample_queries))

@@ -1,4 +1,4 @@
-"""Every GraphQL operation of FIXIE_COMPAT.md, with the exact query text listed there."""
+"""Every GraphQL operation of docs/fixie-wire-contract.md, with the exact query text listed there."""
 
 from datetime import datetime
 

@@ -1,8 +1,11 @@
 """Schemathesis against the API: generated GraphQL operations and REST calls (valid and
 invalid shapes) never get a 500 nor an INTERNAL error."""
 
+import pytest
 import schemathesis
 from hypothesis import HealthCheck, given, settings
+
+pytestmark = pytest.mark.slow
 
 FUZZ = settings(max_examples=25, deadline=None, derandomize=True, database=None,
                 suppress_health_check=list(HealthCheck))

@@ -1,5 +1,7 @@
 from concurrent.futures import ThreadPoolExecutor
 
+import pytest
+
 from tests.conftest import code
 
 POST = """mutation ($s: String!, $t: String!, $k: String) {
@@ -13,6 +15,7 @@ def new_session(platform, key):
     ]["session"]["handle"]
 
 
+@pytest.mark.slow
 def test_quota_is_exact_under_60_concurrent_posts(platform):
     _, key = platform.user("busy", daily_query_limit=50)
     session = new_session(platform, key)

@@ -3,7 +3,7 @@
 import base64
 import hashlib
 import json
-import time
+from datetime import UTC, datetime, timedelta
 
 import httpx
 import jwt
@@ -12,7 +12,7 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from codeshot.auth import tokens
 from codeshot.errors import NotFound
-from tests.conftest import code
+from tests.conftest import code, signing_time
 
 USER_QUERY = "{ user { username } }"
 
@@ -190,8 +190,8 @@ def test_embeds_private_immutable_and_expiring(platform):
     assert platform.services.embeds.read(embed["contentHash"]) == data
 
     # Signed URLs expire.
-    short = platform.services.embeds.get_url(embed["contentHash"], expires_in=1)
-    time.sleep(2.1)
+    with signing_time(datetime.now(UTC) - timedelta(minutes=10)):
+        short = platform.services.embeds.get_url(embed["contentHash"], expires_in=60)
     assert httpx.get(short).status_code == 403
 
 

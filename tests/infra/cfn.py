@@ -1,12 +1,20 @@
 """Reading synthesized CloudFormation templates in tests: resources, references, and the
-IAM statements that reach each function's role."""
+IAM statements that reach each function's role.
+
+``Template.assertions`` is CDK's own :class:`aws_cdk.assertions.Template` over the same
+JSON, for what it states plainly (a resource with these properties, so many of a type);
+the rest here answers what it cannot: which statements reach one function's role, and
+what they grant on which resource."""
 
 from __future__ import annotations
 
 import json
 from dataclasses import dataclass
+from functools import cached_property
 from pathlib import Path
 from typing import Any
+
+from aws_cdk import assertions
 
 
 def refs(expr: Any) -> set[str]:
@@ -58,6 +66,10 @@ class Template:
     @classmethod
     def load(cls, path: Path) -> Template:
         return cls(json.loads(path.read_text()))
+
+    @cached_property
+    def assertions(self) -> assertions.Template:
+        return assertions.Template.from_json(self.data)
 
     def of_type(self, kind: str) -> dict[str, dict[str, Any]]:
         return {k: v for k, v in self.resources.items() if v["Type"] == kind}

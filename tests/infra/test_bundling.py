@@ -110,6 +110,7 @@ print(json.dumps({{"status": out["statusCode"], "files": files,
     return json.loads(proc.stdout.strip().splitlines()[-1])
 
 
+@pytest.mark.slow
 def test_real_agent_bundling_through_cdk_with_the_cache(tmp_path, monkeypatch, capfd):
     monkeypatch.setenv("CODESHOT_BUNDLE_CACHE", str(tmp_path / "cache"))
     spec = agent_bundle(TEMPLATE, "agent:agent")
@@ -152,6 +153,7 @@ def test_real_agent_bundling_through_cdk_with_the_cache(tmp_path, monkeypatch, c
     assert result["boto3"] is False
 
 
+@pytest.mark.slow
 def test_platform_bundle_code_imports_without_the_excluded_parts(tmp_path):
     """Every module the platform bundle ships imports from the bundle alone (no local
     stack, CLI or dev tools), and the API handler answers /healthz."""

@@ -12,6 +12,8 @@ from infra import lint
 from infra.app import cdk_json_context
 from infra.nag import apply_checks
 
+pytestmark = pytest.mark.slow
+
 
 def test_cfn_lint_passes_on_every_template(synth):
     assert len(lint.templates(synth.outdir)) == 2

@@ -4,6 +4,7 @@ holding exactly what that function needs."""
 from __future__ import annotations
 
 import pytest
+from aws_cdk.assertions import Match
 
 from codeshot.settings import FIELDS
 from codeshot.store import tables
@@ -51,8 +52,8 @@ def test_each_table_is_generated_from_tables_py(synth, spec):
 
 
 def test_no_table_outside_tables_py(synth):
-    assert len(synth.platform.of_type("AWS::DynamoDB::Table")) == len(tables.TABLES)
-    assert not synth.agent.of_type("AWS::DynamoDB::Table")
+    synth.platform.assertions.resource_count_is("AWS::DynamoDB::Table", len(tables.TABLES))
+    synth.agent.assertions.resource_count_is("AWS::DynamoDB::Table", 0)
 
 
 def embeds_bucket_id(synth) -> str:
@@ -60,25 +61,28 @@ def embeds_bucket_id(synth) -> str:
 
 
 def test_embeds_bucket_is_private_encrypted_versioned(synth):
-    props = synth.platform.props(embeds_bucket_id(synth))
-    assert props["PublicAccessBlockConfiguration"] == {
-        "BlockPublicAcls": True, "BlockPublicPolicy": True,
-        "IgnorePublicAcls": True, "RestrictPublicBuckets": True}
-    rule = props["BucketEncryption"]["ServerSideEncryptionConfiguration"][0]
+    buckets = synth.platform.assertions.find_resources("AWS::S3::Bucket", {"Properties": {
+        "PublicAccessBlockConfiguration": {
+            "BlockPublicAcls": True, "BlockPublicPolicy": True,
+            "IgnorePublicAcls": True, "RestrictPublicBuckets": True},
+        "BucketEncryption": {"ServerSideEncryptionConfiguration": [{
+            "ServerSideEncryptionByDefault": {"SSEAlgorithm": Match.any_value()}}]},
+        "VersioningConfiguration": {"Status": "Enabled"},
+        "LoggingConfiguration": Match.any_value(),
+    }})
+    assert embeds_bucket_id(synth) in buckets
+    rule = buckets[embeds_bucket_id(synth)]["Properties"]["BucketEncryption"][
+        "ServerSideEncryptionConfiguration"][0]
     assert rule["ServerSideEncryptionByDefault"]["SSEAlgorithm"] in ("AES256", "aws:kms")
-    assert props["VersioningConfiguration"] == {"Status": "Enabled"}
-    assert "LoggingConfiguration" in props
 
 
 def test_every_bucket_policy_denies_requests_without_tls(synth):
-    covered = set()
-    for policy in synth.platform.of_type("AWS::S3::BucketPolicy").values():
-        bucket = policy["Properties"]["Bucket"]["Ref"]
-        for st in policy["Properties"]["PolicyDocument"]["Statement"]:
-            if (st["Effect"] == "Deny" and st["Principal"] == {"AWS": "*"}
-                    and st["Action"] == "s3:*"
-                    and st["Condition"] == {"Bool": {"aws:SecureTransport": "false"}}):
-                covered.add(bucket)
+    deny_without_tls = Match.object_like({
+        "Effect": "Deny", "Principal": {"AWS": "*"}, "Action": "s3:*",
+        "Condition": {"Bool": {"aws:SecureTransport": "false"}}})
+    policies = synth.platform.assertions.find_resources("AWS::S3::BucketPolicy", {
+        "Properties": {"PolicyDocument": {"Statement": Match.array_with([deny_without_tls])}}})
+    covered = {p["Properties"]["Bucket"]["Ref"] for p in policies.values()}
     assert embeds_bucket_id(synth) in covered
     assert covered == set(synth.platform.of_type("AWS::S3::Bucket"))  # access logs too
 
@@ -86,24 +90,27 @@ def test_every_bucket_policy_denies_requests_without_tls(synth):
 def test_queue_is_fifo_with_a_fifo_dead_letter_queue(synth):
     queue_url = synth.platform.env(API)[env_name("queue_url")]
     queue_id = queue_url["Ref"]
-    queue = synth.platform.props(queue_id)
     spec = tables.SESSION_QUEUE
-    assert queue["FifoQueue"] is True
-    assert queue["VisibilityTimeout"] == spec.visibility_timeout_seconds
-    assert queue["MessageRetentionPeriod"] == spec.retention_seconds
-    assert queue["SqsManagedSseEnabled"] is True
-    redrive = queue["RedrivePolicy"]
-    assert redrive["maxReceiveCount"] == spec.max_receive_count
-    dlq_id = redrive["deadLetterTargetArn"]["Fn::GetAtt"][0]
-    dlq = synth.platform.props(dlq_id)
-    assert dlq["FifoQueue"] is True and dlq["SqsManagedSseEnabled"] is True
+    template = synth.platform.assertions
+    queues = template.find_resources("AWS::SQS::Queue", {"Properties": {
+        "FifoQueue": True, "SqsManagedSseEnabled": True,
+        "VisibilityTimeout": spec.visibility_timeout_seconds,
+        "MessageRetentionPeriod": spec.retention_seconds,
+        "RedrivePolicy": {"maxReceiveCount": spec.max_receive_count,
+                          "deadLetterTargetArn": Match.any_value()}}})
+    assert list(queues) == [queue_id]
+    dlq_id = queues[queue_id]["Properties"]["RedrivePolicy"]["deadLetterTargetArn"][
+        "Fn::GetAtt"][0]
+    assert dlq_id in template.find_resources("AWS::SQS::Queue", {"Properties": {
+        "FifoQueue": True, "SqsManagedSseEnabled": True}})
     # The runner consumes it in batches and reports failures per message.
-    (mapping,) = synth.platform.of_type("AWS::Lambda::EventSourceMapping").values()
-    props = mapping["Properties"]
-    assert props["EventSourceArn"] == {"Fn::GetAtt": [queue_id, "Arn"]}
-    assert props["FunctionResponseTypes"] == ["ReportBatchItemFailures"]
-    assert props["BatchSize"] == 10
-    assert props["FunctionName"] == {"Ref": synth.platform.function(RUNNER)[0]}
+    template.resource_count_is("AWS::Lambda::EventSourceMapping", 1)
+    template.has_resource_properties("AWS::Lambda::EventSourceMapping", {
+        "EventSourceArn": {"Fn::GetAtt": [queue_id, "Arn"]},
+        "FunctionResponseTypes": ["ReportBatchItemFailures"],
+        "BatchSize": 10,
+        "FunctionName": {"Ref": synth.platform.function(RUNNER)[0]},
+    })
     # TLS only for the queues too.
     denies = [st for p in synth.platform.of_type("AWS::SQS::QueuePolicy").values()
               for st in p["Properties"]["PolicyDocument"]["Statement"] if st["Effect"] == "Deny"]

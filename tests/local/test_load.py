@@ -1,8 +1,12 @@
 """What must hold under concurrent load (benchmarks/load.py measures it at scale): no lost
 or duplicated message, replies in each session's order, quotas exact."""
 
+import pytest
+
 from benchmarks.load import run_load
 from benchmarks.local import Client
+
+pytestmark = pytest.mark.slow
 
 
 def test_concurrent_users_and_sessions(live_stack_object):

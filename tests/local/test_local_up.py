@@ -10,8 +10,11 @@ import time
 from pathlib import Path
 
 import boto3
+import pytest
 
 from tests.conftest import free_port
+
+pytestmark = pytest.mark.slow
 
 
 def start(tmp_path: Path, port: int) -> subprocess.Popen:

@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import random
 import re
-import time
 from typing import Any
 
 import pytest
@@ -63,7 +63,7 @@ class AgentServer:
                 return JSONResponse({"error": {"code": "ERR", "message": "kaput"}},
                                     status_code=500)
             if agent == "slow":
-                time.sleep(3)
+                await asyncio.sleep(3)  # past the call timeout; other calls go on meanwhile
             if agent == "garbage":
                 return PlainTextResponse("{not json", media_type="application/json")
             if agent == "booking":

@@ -82,6 +82,7 @@ def test_ask_user_pauses_and_resumes(live, agents):
 
 @pytest.mark.settings(agent_call_timeout_seconds=1.0, reply_wait_seconds=20.0,
                       agent_cache_seconds=0)  # the test repoints agents between queries
+@pytest.mark.slow
 def test_agents_down_broken_slow_or_garbled_end_in_one_error(live, agents):
     _, key = live.user("eve")
     cases = {"down": closed_port_url() + "/x", "broken": agents.url + "/broken",

@@ -75,6 +75,7 @@ def test_handles_are_normalised(name, handle):
     assert handle_for(name) == handle
 
 
+@pytest.mark.slow
 def test_an_edited_copy_passes_its_own_tests(copy):
     agent_py = copy / "agent.py"
     source = agent_py.read_text()
@@ -98,6 +99,7 @@ def test_an_edited_copy_passes_its_own_tests(copy):
     assert "4 passed, 0 failed, 0 skipped" in checked.stdout
 
 
+@pytest.mark.slow
 def test_agent_test_fails_on_a_wrong_expectation(copy):
     config = yaml.safe_load((copy / "agent.yaml").read_text())
     config["tests"][1]["expected"] = "buy bread"
@@ -134,6 +136,7 @@ def test_serve_runs_the_agent_on_loopback(copy, platform):
         server.wait(timeout=10)
 
 
+@pytest.mark.slow
 def test_agent_test_runs_a_standalone_agent(tmp_path):
     (tmp_path / "agent.py").write_text(
         "from codeshot.sdk import StandaloneAgent\n\n"

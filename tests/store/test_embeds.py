@@ -1,11 +1,12 @@
 import hashlib
-import time
+from datetime import UTC, datetime, timedelta
 
 import httpx
 import pytest
 
 from codeshot.errors import InvalidInput, NotFound
 from codeshot.store.embeds import EmbedStore
+from tests.conftest import signing_time
 
 
 def test_same_bytes_same_name_and_never_overwritten(aws):
@@ -65,7 +66,7 @@ def test_wrong_bytes_under_a_hash_are_detected(server_aws):
 def test_presigned_get_expires(server_aws):
     store = EmbedStore(server_aws)
     digest = store.put(b"short-lived", "text/plain")
-    url = store.get_url(digest, expires_in=3)  # X-Amz-Date has whole seconds: leave slack
-    assert httpx.get(url).status_code == 200
-    time.sleep(4.1)
-    assert httpx.get(url).status_code == 403
+    assert httpx.get(store.get_url(digest, expires_in=60)).status_code == 200
+    with signing_time(datetime.now(UTC) - timedelta(minutes=10)):
+        expired = store.get_url(digest, expires_in=60)  # valid from 10 to 9 minutes ago
+    assert httpx.get(expired).status_code == 403

@@ -1,4 +1,4 @@
-import time
+from datetime import UTC, datetime, timedelta
 
 import pytest
 
@@ -8,8 +8,9 @@ from codeshot.models import Embed, EmbedRef, Message, MessageType, Session, Sess
 from codeshot.store.sessions import SessionStore
 
 
-def new_session(store: SessionStore, owner: str = "u1", sid: str | None = None) -> Session:
-    return store.create(Session(session_id=sid or ids.handle(), owner=owner))
+def new_session(store: SessionStore, owner: str = "u1", sid: str | None = None,
+                **fields) -> Session:
+    return store.create(Session(session_id=sid or ids.handle(), owner=owner, **fields))
 
 
 def msg(session_id: str, text: str, **kw) -> Message:
@@ -87,10 +88,9 @@ def test_messages_page_through(aws):
 
 def test_sessions_listed_newest_first_with_paging(aws):
     store = SessionStore(aws)
-    made = []
-    for _ in range(5):
-        made.append(new_session(store, "alice").session_id)
-        time.sleep(0.002)
+    start = datetime(2026, 3, 2, 10, 4, tzinfo=UTC)
+    made = [new_session(store, "alice", created=start + timedelta(seconds=i)).session_id
+            for i in range(5)]
     new_session(store, "bob")
     page1 = store.list_by_owner("alice", limit=3)
     page2 = store.list_by_owner("alice", limit=3, token=page1.next_token)
