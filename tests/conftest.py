@@ -3,20 +3,16 @@ for unit tests, and moto's real server over HTTP for end-to-end tests."""
 
 from __future__ import annotations
 
-import json
 import os
 import shutil
 import socket
 import subprocess
 import sys
-import threading
-import time
 import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 from unittest import mock
@@ -234,74 +230,3 @@ def live_stack_object():
 def live_stack(live_stack_object):
     """What `codeshot local up` writes to .codeshot/local.json for the stack above."""
     return live_stack_object.state
-
-
-class ChatServer:
-    """An OpenAI-compatible chat-completions server on loopback: records requests and
-    answers with the queued bodies in order (``replies``), then with ``body`` after
-    ``delay`` seconds."""
-
-    def __init__(self) -> None:
-        self.requests: list[tuple[str, dict[str, str], bytes]] = []
-        self.status = 200
-        self.body: bytes = b""
-        self.queued: list[bytes] = []
-        self.delay = 0.0
-        server = self
-
-        class Handler(BaseHTTPRequestHandler):
-            def do_POST(self) -> None:
-                length = int(self.headers["Content-Length"])
-                server.requests.append((self.path, dict(self.headers), self.rfile.read(length)))
-                time.sleep(server.delay)
-                body = server.queued.pop(0) if server.queued else server.body
-                self.send_response(server.status)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(body)))
-                self.end_headers()
-                self.wfile.write(body)
-
-            def log_message(self, *args: object) -> None:
-                pass
-
-        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.httpd.daemon_threads = True
-        self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}/v1"
-
-    def reply(self, payload: object, status: int = 200) -> None:
-        self.status = status
-        self.body = payload if isinstance(payload, bytes) else json.dumps(payload).encode()
-
-    def replies(self, *texts: str) -> None:
-        """Completions with these texts, one per request, in order."""
-        self.queued += [json.dumps(completion_body(text)).encode() for text in texts]
-
-
-@pytest.fixture
-def chat_server() -> Iterator[ChatServer]:
-    chat = ChatServer()
-    thread = threading.Thread(target=chat.httpd.serve_forever, args=(0.05,), daemon=True)
-    thread.start()
-    yield chat
-    chat.httpd.shutdown()
-    chat.httpd.server_close()
-
-
-def completion_body(text: str | None, prompt_tokens: int = 31, completion_tokens: int = 6) -> dict:
-    return {
-        "id": "chatcmpl-1",
-        "object": "chat.completion",
-        "model": "llama3.1",
-        "choices": [
-            {
-                "index": 0,
-                "message": {"role": "assistant", "content": text},
-                "finish_reason": "stop",
-            }
-        ],
-        "usage": {
-            "prompt_tokens": prompt_tokens,
-            "completion_tokens": completion_tokens,
-            "total_tokens": prompt_tokens + completion_tokens,
-        },
-    }

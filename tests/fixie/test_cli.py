@@ -18,9 +18,17 @@ from pathlib import Path
 import httpx
 import pytest
 
-from codeshot.devtools.agents import NEEDS_JUDGE, format_results, run_agent_tests
+from codeshot.devtools.agents import (
+    NEEDS_JUDGE,
+    format_results,
+    local_platform,
+    run_agent_tests,
+    run_cases,
+    serve_agent_dir,
+)
 from codeshot.settings import Settings
 from tests.conftest import free_port
+from tests.engine.conftest import ScriptedLLM
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -192,17 +200,17 @@ def test_agent_test_skips_sentences_offline_and_checks_text_and_regex(tmp_path):
     assert sum(row.startswith("PASS") for row in rows) == 2
 
 
-def test_a_real_llm_judges_sentences_with_its_reason(tmp_path, chat_server):
+def test_a_language_model_judges_sentences_with_its_reason(tmp_path):
     directory = agent_dir(tmp_path, "shouter")
-    chat_server.replies("Ask Func[shout]: hello", "A: HELLO!",  # the agent's run
-                        "FAIL\nIt is in capitals but not the word hello.",  # the judge
-                        "Ask Func[shout]: hello", "A: HELLO!",
-                        "Ask Func[shout]: hello", "A: HELLO!")
-    settings = Settings(llm="openai", openai_base_url=chat_server.url, llm_model="judge")
-    results = run_agent_tests(directory, settings)
+    llm = ScriptedLLM("Ask Func[shout]: hello", "A: HELLO!",  # the agent's run
+                      "FAIL\nIt is in capitals but not the word hello.",  # the judge
+                      "Ask Func[shout]: hello", "A: HELLO!", "Ask Func[shout]: hello", "A: HELLO!")
+    with local_platform(tmp_path / "state") as platform, \
+            serve_agent_dir(directory, platform) as served:
+        results = run_cases(served.client, served.config.tests, llm, judging=True)
     assert [r.verdict.value for r in results] == ["FAIL", "PASS", "PASS"]
     assert results[0].reason == "It is in capitals but not the word hello"
-    judged = chat_server.requests[2][2].decode()
+    judged = "\n".join(m.content for m in llm.calls[2][0])
     assert "The response should be the word hello in capitals." in judged and "HELLO!" in judged
 
 

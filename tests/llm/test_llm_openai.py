@@ -4,22 +4,82 @@ from __future__ import annotations
 
 import json
 import socket
+import threading
 import time
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
 from codeshot.errors import LLMError
 from codeshot.llm.base import ChatMessage
 from codeshot.llm.openai import OpenAILLM
-from tests.conftest import ChatServer, completion_body
 
 STOP = ["\nFunc[", "\nAgent[", "\nUser says:", "\nQ:"]
 MESSAGES = [ChatMessage("system", "I quote stocks."), ChatMessage("user", "Q: GOOG?\n")]
 
 
+class ChatServer:
+    """Records requests; answers with ``status`` and ``body`` after ``delay`` seconds."""
+
+    def __init__(self) -> None:
+        self.requests: list[tuple[str, dict[str, str], bytes]] = []
+        self.status = 200
+        self.body: bytes = b""
+        self.delay = 0.0
+        server = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_POST(self) -> None:
+                length = int(self.headers["Content-Length"])
+                server.requests.append((self.path, dict(self.headers), self.rfile.read(length)))
+                time.sleep(server.delay)
+                self.send_response(server.status)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(server.body)))
+                self.end_headers()
+                self.wfile.write(server.body)
+
+            def log_message(self, *args: object) -> None:
+                pass
+
+        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.httpd.daemon_threads = True
+        self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}/v1"
+
+    def reply(self, payload: object, status: int = 200) -> None:
+        self.status = status
+        self.body = payload if isinstance(payload, bytes) else json.dumps(payload).encode()
+
+
 @pytest.fixture
-def server(chat_server: ChatServer) -> ChatServer:
-    return chat_server
+def server() -> Iterator[ChatServer]:
+    chat = ChatServer()
+    thread = threading.Thread(target=chat.httpd.serve_forever, args=(0.05,), daemon=True)
+    thread.start()
+    yield chat
+    chat.httpd.shutdown()
+    chat.httpd.server_close()
+
+
+def completion_body(text: str | None, prompt_tokens: int = 31, completion_tokens: int = 6) -> dict:
+    return {
+        "id": "chatcmpl-1",
+        "object": "chat.completion",
+        "model": "llama3.1",
+        "choices": [
+            {
+                "index": 0,
+                "message": {"role": "assistant", "content": text},
+                "finish_reason": "stop",
+            }
+        ],
+        "usage": {
+            "prompt_tokens": prompt_tokens,
+            "completion_tokens": completion_tokens,
+            "total_tokens": prompt_tokens + completion_tokens,
+        },
+    }
 
 
 def test_request_carries_stop_and_max_tokens_and_usage_is_read(server: ChatServer) -> None:
