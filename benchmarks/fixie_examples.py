@@ -343,8 +343,9 @@ def main() -> None:
     cases = [c for c in CASES if only is None or c.agent in only]
     ways = args.ways.split(",")
     fixie_python = fixie_venv(args.fixie_python) if "fixieai" in ways else Path()
-    llm = {"llm": "openai", "openai_base_url": args.llm_base_url, "llm_model": args.llm_model} \
-        if args.llm_base_url else {}
+    # A local model on CPU takes its time: wait (nearly) as long as the client does.
+    llm = {"llm": "openai", "openai_base_url": args.llm_base_url, "llm_model": args.llm_model,
+           "reply_wait_seconds": 110.0} if args.llm_base_url else {}
     rows = []
     with tempfile.TemporaryDirectory(prefix="fixie-examples-") as tmp, \
             document_server() as doc_url:
