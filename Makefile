@@ -1,6 +1,7 @@
 # The README's entry points. Each target sets up what it needs on a fresh clone.
 PYTHON ?= python3
 export JSII_SILENCE_WARNING_DEPRECATED_NODE_VERSION := 1
+export JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION := 20
 VENV ?= .venv
 BIN := $(VENV)/bin
 
@@ -30,10 +31,10 @@ lint: $(BIN)/.installed  ## ruff, mypy --strict (pyproject's [tool.mypy]), impor
 	$(BIN)/lint-imports
 
 clean:
-	rm -rf $(VENV) .codeshot .pytest_cache
+	rm -rf $(VENV) .codeshot .pytest_cache .rehearsal
 
 # --- AWS deployment (infra/): `make synth` needs no AWS account, `npx cdk deploy` does ---
-.PHONY: synth cdk-install
+.PHONY: synth cdk-install rehearse lock
 
 $(BIN)/.cdk-installed: $(BIN)/.installed pyproject.toml
 	$(BIN)/python -m pip install -q -e '.[cdk]'
@@ -49,3 +50,9 @@ synth: cdk-install  ## CloudFormation templates in cdk.out, both ways, each lint
 	$(BIN)/python -m infra.lint cdk.out
 	CDK_DISABLE_CLI_TELEMETRY=true npx --no-install cdk synth --quiet
 	$(BIN)/python -m infra.lint cdk.out
+
+rehearse: cdk-install  ## what `cdk deploy` would ship, run here from cdk.out with its IAM enforced (no AWS, no Docker)
+	$(BIN)/python -m infra.rehearsal
+
+lock: $(BIN)/.cdk-installed  ## re-lock each Lambda bundle's dependencies (infra/locks; uv, needs PyPI)
+	$(BIN)/python -m infra.locks

@@ -6,7 +6,7 @@ doing a minimal version of the job (a FastAPI app with one pydantic-bodied route
 one-field Strawberry schema behind Mangum; for the runner, an HTTP client), which is what
 any app on these frameworks pays. Ratios compare medians within one run.
 
-The runner defers what only a query needs (numpy for routing, PyJWT and cryptography for
+The runner defers what only a query needs (numpy for routing, PyJWT and PyNaCl for
 agent tokens); the "first query" row adds those on both sides, so the cold query's
 overhead of our own code is visible too, not only the init's.
 
@@ -24,8 +24,8 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 
-ED25519 = "cryptography.hazmat.primitives.asymmetric.ed25519"
-# What a planner query loads beyond init: routing (numpy), agent tokens (PyJWT, cryptography)
+ED25519 = "nacl.signing"
+# What a planner query loads beyond init: routing (numpy), agent tokens (PyJWT, PyNaCl)
 # and the offline LLM; the lazy imports in those modules say so.
 FIRST_QUERY = ("import jwt, " + ED25519 + ", codeshot.routing.router, codeshot.routing.index, "
                "codeshot.llm.fewshot, codeshot.auth.tokens")

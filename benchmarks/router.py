@@ -27,7 +27,7 @@ from pathlib import Path
 import numpy as np
 
 from codeshot.models import Agent
-from codeshot.routing.embedders import Embedder, HashingEmbedder, MiniLMEmbedder, normalise
+from codeshot.routing.embedders import Embedder, HashingEmbedder, MiniLMEmbedder
 from codeshot.routing.index import AgentIndex, agent_texts
 
 CORPUS = Path(__file__).with_name("router_corpus.json")
@@ -61,7 +61,7 @@ def attach(agent: Agent, matrix: np.ndarray, model_id: str) -> Agent:
 def embed_agents(agents: list[Agent], embedder: Embedder) -> list[Agent]:
     """Every agent with stored embeddings; unique texts are embedded once, in one batch."""
     unique = list(dict.fromkeys(t for a in agents for t in agent_texts(a)))
-    vectors = embedder.embed(unique)
+    vectors = np.asarray(embedder.embed(unique), dtype=np.float32)
     row = {t: i for i, t in enumerate(unique)}
     return [attach(a, vectors[[row[t] for t in agent_texts(a)]], embedder.model_id)
             for a in agents]
@@ -103,7 +103,8 @@ def noisy_copies(base_embedded: list[Agent], replicas: list[Agent], model_id: st
             continue
         src = by_handle[agent.handle.rsplit("-", 1)[0]]
         rows = np.frombuffer(src.embeddings, dtype="<f4").reshape(len(agent_texts(src)), -1)
-        out.append(attach(agent, normalise(rows + rng.normal(0, sigma, rows.shape)),
+        noisy = rows + rng.normal(0, sigma, rows.shape)
+        out.append(attach(agent, noisy / np.linalg.norm(noisy, axis=1, keepdims=True),
                           model_id))
     return out
 
@@ -244,7 +245,7 @@ def run(args: argparse.Namespace) -> int:
     notes = []
     for name, embedder in embedders.items():
         t0 = time.perf_counter()
-        qvecs = embedder.embed(queries)
+        qvecs = np.asarray(embedder.embed(queries), dtype=np.float32)
         qvec_s = time.perf_counter() - t0
         for size in sizes:
             agents = replicate(base, size)

@@ -60,6 +60,16 @@ def _users_create(args: argparse.Namespace) -> int:
     return 0
 
 
+def _keys_rotate(args: argparse.Namespace) -> int:
+    from codeshot.services import Services
+
+    keyring = Services(_target_settings()).keyring
+    new = keyring.rotate()
+    kids = [jwk["kid"] for jwk in keyring.jwks()["keys"]]
+    print(f"New signing key {new.kid}; all keys: {', '.join(kids)}")
+    return 0
+
+
 def _wait_for_signal() -> str:
     """Block until SIGINT or SIGTERM; returns its name."""
     import threading
@@ -175,6 +185,19 @@ def build_parser() -> argparse.ArgumentParser:
     )
     create.add_argument("name", help="username: 1-63 of a-z, 0-9, '_' or '-'")
     create.set_defaults(run=_users_create)
+
+    keys = commands.add_parser("keys", help="the platform's signing keys")
+    key_commands = keys.add_subparsers(dest="keys_command", required=True, metavar="ACTION")
+    rotate = key_commands.add_parser(
+        "rotate",
+        help="add a new signing key; the older ones keep verifying",
+        description="Add a new Ed25519 signing key to the platform's secret "
+        "(CODESHOT_SIGNING_SECRET_ID; needs secretsmanager:GetSecretValue and PutSecretValue). "
+        "New tokens are signed with it at once by this process and within 5 minutes by warm "
+        "Lambdas; tokens and API keys signed by older keys stay valid while those keys are in "
+        "the secret. Run beside a running `codeshot local up` to rotate its keys.",
+    )
+    rotate.set_defaults(run=_keys_rotate)
 
     serve = commands.add_parser(
         "serve", help="serve an agent directory over HTTP on 127.0.0.1",

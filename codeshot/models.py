@@ -153,9 +153,11 @@ class Session(Record):
     callback_url: str | None = None
     created: datetime = dataclasses.field(default_factory=utcnow)
     modified: datetime = dataclasses.field(default_factory=utcnow)
+    embed_count: int = 0  # embeds bound: the runner lists them only when there are some
 
     COERCE: ClassVar[dict[str, Any]] = {
-        "status": SessionStatus, "created": _datetime, "modified": _datetime}
+        "status": SessionStatus, "created": _datetime, "modified": _datetime,
+        "embed_count": int}
 
 
 class MessageType(str, Enum):

@@ -40,4 +40,5 @@ class AgentStack(Stack):
             published=config.publish_agents,
             rate_limit=config.api_rate_limit,
             burst_limit=config.api_burst_limit,
+            target=config.target,
         )

@@ -1,16 +1,18 @@
-"""Lambda bundles built without Docker: ``pip --platform`` for arm64 wheels, plus only the
-code each function runs.
+"""Lambda bundles built without Docker: locked wheels for the target (uv, binary only),
+plus only the code each function runs.
 
-Each bundle is described by a :class:`BundleSpec` (files, generated files, requirements);
-its hash covers all of them, is the asset's CUSTOM hash, and keys a cache directory, so a
-bundle is built once and reused by every later synth until its inputs change.
+Each bundle is described by a :class:`BundleSpec` (files, generated files, the lock it
+installs, the target, what is pruned); its hash covers all of them, is the asset's CUSTOM
+hash, and keys a cache directory, so a bundle is built once and reused by every later
+synth until its inputs change. Two synths of the same commit give the same asset hashes
+and the same bytes (tests/infra/test_bundling.py).
 
-- platform (API, runner, agent registration): ``codeshot`` without the local stack, CLI and
-  dev tools, ``handlers/``, and pyproject.toml's dependencies plus its ``platform`` extra,
-  except boto3 (the Lambda runtime provides it) and uvicorn (local serving only).
+- api, runner, register: ``codeshot`` without the local stack, CLI and dev tools, the
+  function's own handler, and its lock (``infra/locks``). boto3 is bundled (see
+  ``codeshot:bundleBoto3``) with only the botocore service models the function calls.
 - agent: the agent directory, a generated entry module, only the ``codeshot`` modules the
-  SDK imports (measured in a subprocess), pyproject.toml's dependencies (the SDK's, less
-  uvicorn) and the agent's own requirements.txt. No store, api, runner or boto3.
+  SDK imports (measured in a subprocess), and the SDK's lock (or the agent's own lock when
+  its requirements.txt adds requirements). No store, api, runner or boto3.
 """
 
 from __future__ import annotations
@@ -18,12 +20,12 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import re
+import platform
 import shutil
 import subprocess
 import sys
 import tempfile
-import tomllib
+from collections.abc import Callable
 from dataclasses import dataclass
 from functools import cached_property, lru_cache
 from pathlib import Path
@@ -34,18 +36,18 @@ from aws_cdk import AssetHashType, BundlingOptions, ILocalBundling
 from aws_cdk import aws_lambda as lambda_
 
 from infra.config import REPO_ROOT
-
-BUNDLER_VERSION = "1"  # bump when the bundle layout changes, to invalidate caches
-PYTHON_VERSION = "3.12"
-RUNTIME = lambda_.Runtime.PYTHON_3_12
-ARCHITECTURE = lambda_.Architecture.ARM_64
-PIP_TARGET_ARGS = (
-    "--platform", "manylinux2014_aarch64", "--implementation", "cp",
-    "--python-version", PYTHON_VERSION, "--only-binary=:all:",
+from infra.locks import (
+    BOTO3_FAMILY,
+    Lock,
+    agent_lock,
+    api_lock,
+    dist_name,
+    register_lock,
+    runner_lock,
 )
 
-# Distributions no Lambda installs (local serving only); boto3 is the runtime's, unless bundled.
-NOT_IN_LAMBDA = frozenset({"uvicorn"})
+BUNDLER_VERSION = "2"  # bump when the bundle layout changes, to invalidate caches
+
 # Parts of codeshot that never run in Lambda.
 PLATFORM_EXCLUDED_PATHS = ("codeshot/local/", "codeshot/devtools/", "codeshot/cli.py",
                            "codeshot/chat.py")
@@ -56,56 +58,98 @@ PLATFORM_ONLY = ("codeshot/store/", "codeshot/api/", "codeshot/runner/", "codesh
                  "codeshot/local/", "boto3/", "botocore/")
 AGENT_ENTRY_MODULE = "_codeshot_lambda"
 AGENT_SKIP_DIRS = {"tests", "__pycache__", ".venv", "node_modules", "cdk.out"}
+# Test suites some wheels ship; nothing imports them at run time (numpy's are 8 MB).
+PRUNED_TEST_DIRS = ("numpy",)
 
 
 class BundlingError(RuntimeError):
     pass
 
 
-def dist_name(requirement: str) -> str:
-    """The normalized distribution name of a requirement line (PEP 503)."""
-    match = re.match(r"\s*([A-Za-z0-9][A-Za-z0-9._-]*)", requirement)
-    if not match:
-        raise BundlingError(f"cannot read a distribution name from {requirement!r}")
-    return re.sub(r"[-_.]+", "-", match.group(1)).lower()
+@dataclass(frozen=True)
+class Target:
+    """The platform the bundles' wheels are for: Lambda's, or this machine's (rehearsal).
+
+    manylinux_2_28: Lambda's Python 3.12 runtime is Amazon Linux 2023 (glibc 2.34).
+    """
+
+    python_version: str  # "3.12"
+    machine: str  # "aarch64" | "x86_64"
+
+    @property
+    def runtime(self) -> lambda_.Runtime:
+        return lambda_.Runtime(f"python{self.python_version}", lambda_.RuntimeFamily.PYTHON)
+
+    @property
+    def architecture(self) -> lambda_.Architecture:
+        return lambda_.Architecture.ARM_64 if self.machine == "aarch64" else \
+            lambda_.Architecture.X86_64
+
+    @property
+    def uv_platform(self) -> str:
+        return f"{self.machine}-manylinux_2_28"
+
+    @property
+    def abi_tag(self) -> str:
+        """What CPython extension file names carry: ``cpython-312-aarch64-linux-gnu``."""
+        return f"cpython-{self.python_version.replace('.', '')}-{self.machine}-linux-gnu"
 
 
-def pyproject_dependencies(extra: str | None = None) -> list[str]:
-    """[project].dependencies (the SDK's), or the requirements of one extra."""
-    project = tomllib.loads((REPO_ROOT / "pyproject.toml").read_text())["project"]
-    if extra is None:
-        return list(project["dependencies"])
-    return list(project["optional-dependencies"][extra])
+LAMBDA_TARGET = Target("3.12", "aarch64")
 
 
-def read_requirements(path: Path) -> list[str]:
-    """An agent's requirements.txt, minus codeshot-kit (the SDK ships from this checkout)."""
-    if not path.exists():
-        return []
-    lines = []
-    for raw in path.read_text().splitlines():
-        line = raw.split(" #", 1)[0].strip()
-        if not line or line.startswith("#"):
-            continue
-        if line.startswith("-"):
-            raise BundlingError(f"{path}: pip options ({line!r}) are not supported; "
-                                "list requirements one per line")
-        if dist_name(line) not in ("codeshot-kit", "codeshot"):
-            lines.append(line)
-    return lines
+@lru_cache(maxsize=8)
+def find_python(version: str) -> str | None:
+    """An interpreter of ``version`` on this machine (this one, pyenv's versions, PATH)."""
+    if f"{sys.version_info.major}.{sys.version_info.minor}" == version:
+        return str(getattr(sys, "_base_executable", sys.executable))
+    pyenv = Path(os.environ.get("PYENV_ROOT", Path.home() / ".pyenv")) / "versions"
+    candidates = [str(p / "bin" / f"python{version}")
+                  for p in sorted(pyenv.glob(f"{version}.*"), reverse=True)]
+    candidates.append(shutil.which(f"python{version}") or "")
+    for binary in filter(None, candidates):
+        probe = subprocess.run([binary, "-c", "import sys; print(*sys.version_info[:2])"],
+                               capture_output=True, text=True, timeout=30, check=False)
+        if probe.stdout.split() == version.split("."):  # not a shim that fails
+            return binary
+    return None
+
+
+def host_target() -> Target:
+    """This machine's CPU, with Lambda's Python where the machine has it (else its own):
+    what `make rehearse` runs bundles on."""
+    machine = {"arm64": "aarch64", "amd64": "x86_64"}.get(platform.machine().lower(),
+                                                          platform.machine().lower())
+    version = LAMBDA_TARGET.python_version
+    if find_python(version) is None:
+        version = f"{sys.version_info.major}.{sys.version_info.minor}"
+    return Target(version, machine)
 
 
 @dataclass(frozen=True)
 class BundleSpec:
     name: str
     files: tuple[tuple[str, Path], ...]  # (path in the bundle, source file)
+    lock: Lock
+    target: Target = LAMBDA_TARGET
     generated: tuple[tuple[str, str], ...] = ()  # (path in the bundle, text)
-    requirements: tuple[str, ...] = ()
+    # botocore/boto3 service models kept; None = boto3 is not bundled (the runtime's).
+    aws_services: tuple[str, ...] | None = None
+
+    @cached_property
+    def requirements(self) -> tuple[str, ...]:
+        """The locked requirement lines installed (hashes stay in the lock file)."""
+        pins = self.lock.pins()
+        skip = set() if self.aws_services is not None else BOTO3_FAMILY
+        return tuple(line for dist, lines in sorted(pins.items()) if dist not in skip
+                     for line in lines)
 
     @cached_property
     def hash(self) -> str:
         h = hashlib.sha256()
-        h.update(json.dumps([BUNDLER_VERSION, PIP_TARGET_ARGS, self.requirements]).encode())
+        h.update(json.dumps([BUNDLER_VERSION, self.target.uv_platform, self.target.python_version,
+                             self.aws_services, PRUNED_TEST_DIRS, self.requirements]).encode())
+        h.update(hashlib.sha256(self.lock.text().encode()).digest())
         for dest, source in sorted(self.files):
             h.update(b"\0F" + dest.encode() + b"\0" + hashlib.sha256(source.read_bytes()).digest())
         for dest, text in sorted(self.generated):
@@ -122,12 +166,35 @@ def _tree(root: Path, rel: str, skip: tuple[str, ...] = ()) -> list[tuple[str, P
     return out
 
 
-def platform_bundle(bundle_boto3: bool = False) -> BundleSpec:
-    excluded = NOT_IN_LAMBDA if bundle_boto3 else NOT_IN_LAMBDA | {"boto3"}
-    requirements = [r for r in pyproject_dependencies() + pyproject_dependencies("platform")
-                    if dist_name(r) not in excluded]
-    files = _tree(REPO_ROOT, "codeshot", PLATFORM_EXCLUDED_PATHS) + _tree(REPO_ROOT, "handlers")
-    return BundleSpec("platform", tuple(files), requirements=tuple(requirements))
+@dataclass(frozen=True)
+class PlatformFunction:
+    """A platform Lambda: its handler module, its lock and the AWS services it calls."""
+
+    name: str
+    handler: str  # "handlers.api.handler"
+    lock: Callable[[], Lock]
+    aws_services: tuple[str, ...]
+
+
+def platform_bundle(function: PlatformFunction, *, target: Target = LAMBDA_TARGET,
+                    bundle_boto3: bool = True) -> BundleSpec:
+    handler_file = function.handler.rsplit(".", 1)[0].replace(".", "/") + ".py"
+    files = [*_tree(REPO_ROOT, "codeshot", PLATFORM_EXCLUDED_PATHS),
+             ("handlers/__init__.py", REPO_ROOT / "handlers" / "__init__.py"),
+             (handler_file, REPO_ROOT / handler_file)]
+    return BundleSpec(function.name, tuple(files), function.lock(), target,
+                      aws_services=function.aws_services if bundle_boto3 else None)
+
+
+# Each platform function, with the AWS services its code calls.
+API_FUNCTION = PlatformFunction("api", "handlers.api.handler", api_lock,
+                                ("dynamodb", "s3", "sqs", "secretsmanager", "bedrock-runtime"))
+RUNNER_FUNCTION = PlatformFunction("runner", "handlers.runner.handler", runner_lock,
+                                   ("dynamodb", "s3", "secretsmanager", "bedrock-runtime"))
+REGISTER_FUNCTION = PlatformFunction("register", "handlers.register_agent.handler",
+                                     register_lock,
+                                     ("dynamodb", "secretsmanager", "bedrock-runtime"))
+PLATFORM_FUNCTIONS = (API_FUNCTION, RUNNER_FUNCTION, REGISTER_FUNCTION)
 
 
 _SDK_PROBE = r"""
@@ -164,32 +231,30 @@ def sdk_files() -> tuple[str, ...]:
     return tuple(found["files"])
 
 
-def sdk_requirements() -> list[str]:
-    return [r for r in pyproject_dependencies() if dist_name(r) not in NOT_IN_LAMBDA]
-
-
 def agent_entry_source(entry_point: str) -> str:
     module, _, attr = entry_point.partition(":")
     return (f'"""Generated by infra/bundling.py: the Lambda entry point of this agent."""\n\n'
             f"from {module} import {attr} as _agent\n\nhandler = _agent.handler\n")
 
 
-def agent_bundle(agent_dir: Path, entry_point: str) -> BundleSpec:
+def agent_bundle(agent_dir: Path, entry_point: str, target: Target = LAMBDA_TARGET
+                 ) -> BundleSpec:
     agent_dir = agent_dir.resolve()
     files = [(f, REPO_ROOT / f) for f in sdk_files()]
     for path in sorted(agent_dir.rglob("*")):
         rel = path.relative_to(agent_dir)
         skipped = (set(rel.parts[:-1]) & AGENT_SKIP_DIRS
                    or any(part.startswith(".") for part in rel.parts)
-                   or path.suffix == ".pyc" or rel.as_posix() == "requirements.txt")
+                   or path.suffix == ".pyc"
+                   or rel.as_posix() in ("requirements.txt", "requirements.lock"))
         if not path.is_file() or skipped:
             continue
         if rel.parts[0] == "codeshot":
             raise BundlingError(f"{agent_dir} must not contain a 'codeshot' package")
         files.append((rel.as_posix(), path))
-    requirements = sdk_requirements() + read_requirements(agent_dir / "requirements.txt")
     generated = ((AGENT_ENTRY_MODULE + ".py", agent_entry_source(entry_point)),)
-    return BundleSpec(f"agent:{agent_dir.name}", tuple(files), generated, tuple(requirements))
+    return BundleSpec(f"agent:{agent_dir.name}", tuple(files), agent_lock(agent_dir), target,
+                      generated)
 
 
 def cache_root() -> Path:
@@ -203,16 +268,59 @@ def dir_size(path: Path) -> tuple[int, int]:
     return sum(sizes), len(sizes)
 
 
-def _build(spec: BundleSpec, out: Path) -> None:
-    if spec.requirements:
-        cmd = [sys.executable, "-m", "pip", "install", "--quiet", "--disable-pip-version-check",
-               "--no-compile", *PIP_TARGET_ARGS, "--target", str(out), *spec.requirements]
+def tree_digest(path: Path) -> str:
+    """A digest of every file's path and bytes: equal for byte-identical bundles."""
+    h = hashlib.sha256()
+    for file in sorted(p for p in path.rglob("*") if p.is_file()):
+        h.update(file.relative_to(path).as_posix().encode() + b"\0")
+        h.update(hashlib.sha256(file.read_bytes()).digest())
+    return h.hexdigest()
+
+
+def _install(spec: BundleSpec, out: Path) -> None:
+    """The locked wheels for the target, hashes checked, nothing built from source."""
+    with tempfile.TemporaryDirectory() as tmp:
+        requirements = Path(tmp) / "requirements.txt"
+        # The lock's own lines (with their hashes), minus what this bundle leaves out.
+        keep = {dist_name(r) for r in spec.requirements}
+        blocks, current = [], []
+        for line in spec.lock.text().splitlines():
+            if line and not line[0].isspace() and not line.startswith("#"):
+                current = [line]
+                blocks.append(current)
+            elif current and line.strip().startswith("--hash"):
+                current.append(line)
+        requirements.write_text("\n".join(
+            "\n".join(block) for block in blocks if dist_name(block[0]) in keep) + "\n")
+        cmd = [sys.executable, "-m", "uv", "pip", "install", "--quiet", "--no-config",
+               "--target", str(out), "--python-platform", spec.target.uv_platform,
+               "--python-version", spec.target.python_version, "--no-deps", "--require-hashes",
+               "--no-build", "--link-mode", "copy", "-r", str(requirements)]
         proc = subprocess.run(cmd, capture_output=True, text=True, timeout=900, check=False)
-        if proc.returncode:
-            raise BundlingError(f"pip failed for bundle {spec.name}:\n{proc.stderr[-4000:]}")
+    if proc.returncode:
+        raise BundlingError(f"uv could not install bundle {spec.name}:\n{proc.stderr[-4000:]}")
+
+
+def _prune(spec: BundleSpec, out: Path) -> None:
     shutil.rmtree(out / "bin", ignore_errors=True)  # console scripts: never run in Lambda
     for cache in list(out.rglob("__pycache__")):
         shutil.rmtree(cache, ignore_errors=True)
+    for stub in list(out.rglob("*.pyi")):  # type stubs: read by type checkers, not by Python
+        stub.unlink()
+    for package in PRUNED_TEST_DIRS:
+        for tests in sorted((out / package).rglob("tests"), reverse=True):
+            shutil.rmtree(tests, ignore_errors=True)
+    if spec.aws_services is not None:  # keep only the service models the function calls
+        for data in (out / "botocore" / "data", out / "boto3" / "data"):
+            for service in data.iterdir() if data.is_dir() else ():
+                if service.is_dir() and service.name not in spec.aws_services:
+                    shutil.rmtree(service)
+
+
+def _build(spec: BundleSpec, out: Path) -> None:
+    if spec.requirements:
+        _install(spec, out)
+    _prune(spec, out)
     for dest, source in spec.files:
         target = out / dest
         target.parent.mkdir(parents=True, exist_ok=True)
@@ -221,9 +329,9 @@ def _build(spec: BundleSpec, out: Path) -> None:
         (out / dest).write_text(text)
 
 
-def ensure_bundle(spec: BundleSpec, log: Any = None) -> Path:
+def ensure_bundle(spec: BundleSpec, log: Callable[[str], Any] | None = None) -> Path:
     """The cached bundle directory for ``spec``, built first if it is not there yet."""
-    log = log or (lambda msg: print(msg, file=sys.stderr))
+    say = log or (lambda msg: print(msg, file=sys.stderr))
     final = cache_root() / spec.hash
     state = "cached"
     if not (final / ".complete").exists():
@@ -242,7 +350,7 @@ def ensure_bundle(spec: BundleSpec, log: Any = None) -> Path:
         finally:
             shutil.rmtree(work, ignore_errors=True)
     size, count = dir_size(final)
-    log(f"[codeshot] bundle {spec.name}: {size / 1e6:.1f} MB unzipped, {count} files "
+    say(f"[codeshot] bundle {spec.name}: {size / 1e6:.1f} MB unzipped, {count} files "
         f"({state}, {spec.hash[:12]})")
     return final
 
@@ -270,5 +378,6 @@ def lambda_code(spec: BundleSpec, source_dir: Path) -> lambda_.Code:
         str(source_dir),
         asset_hash=spec.hash,
         asset_hash_type=AssetHashType.CUSTOM,
-        bundling=BundlingOptions(image=RUNTIME.bundling_image, local=LocalBundler(spec)),
+        bundling=BundlingOptions(image=spec.target.runtime.bundling_image,
+                                 local=LocalBundler(spec)),
     )

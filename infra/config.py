@@ -9,14 +9,18 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from constructs import Node
+
+if TYPE_CHECKING:
+    from infra.bundling import Target
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 
 LLMS = ("bedrock", "fewshot")  # openai needs an endpoint and a key: not a deploy default
 EMBEDDERS = ("bedrock", "hashing")  # minilm needs torch: far too big for a Lambda zip
+BUNDLE_TARGETS = ("lambda", "host")
 
 
 @dataclass(frozen=True)
@@ -36,17 +40,26 @@ class InfraConfig:
     api_rate_limit: int = 50
     api_burst_limit: int = 100
     extra_env: dict[str, str] = field(default_factory=dict)
+    # Tables and the embeds buckets outlive `cdk destroy` (they hold users' data) unless
+    # this is false; everything else (functions, queues, APIs, the signing keys) goes.
+    retain_data: bool = True
+    # "lambda": arm64 wheels for Lambda's CPython; "host": this machine's (make rehearse).
+    bundle_target: str = "lambda"
 
     def __post_init__(self) -> None:
         if self.llm not in LLMS:
             raise ValueError(f"codeshot:llm must be one of {LLMS}, got {self.llm!r}")
         if self.embedder not in EMBEDDERS:
             raise ValueError(f"codeshot:embedder must be one of {EMBEDDERS}, got {self.embedder!r}")
+        if self.bundle_target not in BUNDLE_TARGETS:
+            raise ValueError(f"codeshot:bundleTarget must be one of {BUNDLE_TARGETS}, "
+                             f"got {self.bundle_target!r}")
 
     @property
-    def signing_secret_id(self) -> str:
-        """Per stack, so two deployments in one account never share keys."""
-        return f"codeshot/{self.stack_name}/signing-keys"
+    def target(self) -> Target:
+        from infra.bundling import LAMBDA_TARGET, host_target
+
+        return host_target() if self.bundle_target == "host" else LAMBDA_TARGET
 
     def agent_paths(self) -> list[Path]:
         return [(REPO_ROOT / d).resolve() for d in self.agent_dirs]
@@ -82,5 +95,7 @@ def read_config(node: Node) -> InfraConfig:
         "api_rate_limit": "codeshot:apiRateLimit",
         "api_burst_limit": "codeshot:apiBurstLimit",
         "extra_env": "codeshot:extraEnv",
+        "retain_data": "codeshot:retainData",
+        "bundle_target": "codeshot:bundleTarget",
     }
     return InfraConfig(**{f: _value(node, k, getattr(defaults, f)) for f, k in keys.items()})

@@ -13,12 +13,20 @@ from aws_cdk import aws_lambda_event_sources as events
 from constructs import Construct
 
 from codeshot.store import tables
-from infra.bundling import lambda_code, platform_bundle
+from infra.bundling import (
+    API_FUNCTION,
+    REGISTER_FUNCTION,
+    RUNNER_FUNCTION,
+    PlatformFunction,
+    lambda_code,
+    platform_bundle,
+)
 from infra.components import access
 from infra.components.alarms import PlatformAlarms
 from infra.components.data import EmbedsBucket, PlatformTables, SessionQueue
 from infra.components.function import PythonFunction
 from infra.components.http_api import LambdaHttpApi
+from infra.components.signing import SigningKeys
 from infra.config import REPO_ROOT, InfraConfig
 from infra.settings_env import extra_env, settings_env
 
@@ -50,18 +58,18 @@ class PlatformStack(Stack):
         super().__init__(scope, id, description="codeshot platform (API, runner, data)",
                          **kwargs)
         self.config = config
-        self.tables = PlatformTables(self, "Tables")
-        self.embeds = EmbedsBucket(self, "Embeds")
+        self.tables = PlatformTables(self, "Tables", retain=config.retain_data)
+        self.embeds = EmbedsBucket(self, "Embeds", retain=config.retain_data)
         self.sessions_queue = SessionQueue(self, "SessionQueue")
+        self.signing_keys = SigningKeys(self, "SigningKeys")
         self.http = LambdaHttpApi(
             self, "Api", description="codeshot platform API",
             rate_limit=config.api_rate_limit, burst_limit=config.api_burst_limit)
-        code = lambda_code(platform_bundle(config.bundle_boto3), REPO_ROOT / "handlers")
 
         table_env = {spec.setting: self.tables.by_spec(spec).table_name for spec in tables.TABLES}
         common = settings_env(
             api_url=self.http.url,
-            signing_secret_id=config.signing_secret_id,
+            signing_secret_id=self.signing_keys.secret_id,
             embedder=config.embedder,
             embedding_model=config.embedding_model,
             **table_env,
@@ -75,7 +83,8 @@ class PlatformStack(Stack):
         llm_models = [config.llm_model] if config.llm == "bedrock" else []
 
         self.api = PythonFunction(
-            self, "ApiFunction", code=code, handler="handlers.api.handler",
+            self, "ApiFunction", code=self._code(API_FUNCTION), handler=API_FUNCTION.handler,
+            target=config.target,
             description="GraphQL and REST API (Mangum around FastAPI)",
             memory_mb=API_MEMORY_MB, timeout=API_TIMEOUT,
             environment=common | data_env | settings_env(
@@ -89,11 +98,12 @@ class PlatformStack(Stack):
             self._table(role, spec, write=True)
         access.object_access(role, self.embeds.bucket, self.embeds.prefix, put=True)
         access.send_messages(role, self.sessions_queue.queue)
-        access.signing_secret(role, self, config.signing_secret_id, create=True)
+        self.signing_keys.grant_read(role)
         access.invoke_models(role, embedding_models)
 
         self.runner = PythonFunction(
-            self, "RunnerFunction", code=code, handler="handlers.runner.handler",
+            self, "RunnerFunction", code=self._code(RUNNER_FUNCTION),
+            handler=RUNNER_FUNCTION.handler, target=config.target,
             description="Session runner: SQS FIFO batches to answered sessions",
             memory_mb=RUNNER_MEMORY_MB, timeout=RUNNER_TIMEOUT,
             environment=common | data_env,
@@ -106,12 +116,12 @@ class PlatformStack(Stack):
         self._table(role, tables.REGISTRY, write=False)
         self._table(role, tables.USERS, write=False)
         access.object_access(role, self.embeds.bucket, self.embeds.prefix, put=True)
-        access.signing_secret(role, self, config.signing_secret_id, create=False)
+        self.signing_keys.grant_read(role)
         access.invoke_models(role, llm_models + embedding_models)
 
         self.register_agent = PythonFunction(
-            self, "RegisterAgentFunction", code=code,
-            handler="handlers.register_agent.handler",
+            self, "RegisterAgentFunction", code=self._code(REGISTER_FUNCTION),
+            handler=REGISTER_FUNCTION.handler, target=config.target,
             description="CloudFormation custom resource: (un)registers deployed agents",
             memory_mb=REGISTER_MEMORY_MB, timeout=REGISTER_TIMEOUT,
             environment=common,
@@ -119,9 +129,7 @@ class PlatformStack(Stack):
         role = self.register_agent.role
         self._table(role, tables.REGISTRY, write=True)
         self._table(role, tables.USERS, write=True)
-        # The first deploy may register an agent before the API ever started: the key
-        # ring then creates the signing keys, exactly as the API would.
-        access.signing_secret(role, self, config.signing_secret_id, create=True)
+        self.signing_keys.grant_read(role)
         access.invoke_models(role, embedding_models)
 
         self.alarms = PlatformAlarms(
@@ -137,8 +145,13 @@ class PlatformStack(Stack):
         # What `codeshot users create NAME` needs (with AWS credentials) to add users here.
         CfnOutput(self, "UsersTable", value=self.tables.by_spec(tables.USERS).table_name,
                   description="CODESHOT_USERS_TABLE for the codeshot CLI")
-        CfnOutput(self, "SigningSecretId", value=config.signing_secret_id,
+        CfnOutput(self, "SigningSecretId", value=self.signing_keys.secret_id,
                   description="CODESHOT_SIGNING_SECRET_ID for the codeshot CLI")
+
+    def _code(self, function: PlatformFunction) -> lambda_.Code:
+        spec = platform_bundle(function, target=self.config.target,
+                               bundle_boto3=self.config.bundle_boto3)
+        return lambda_code(spec, REPO_ROOT / "handlers")
 
     def _table(self, role: iam.Role, spec: tables.Table, *, write: bool) -> None:
         access.table_access(role, self.tables.by_spec(spec), spec, write=write)

@@ -4,10 +4,7 @@ for unit tests, and moto's real server over HTTP for end-to-end tests."""
 from __future__ import annotations
 
 import os
-import shutil
 import socket
-import subprocess
-import sys
 import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -65,10 +62,6 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
         else:
             item.add_marker(pytest.mark.integration)
 
-
-FIXIE = "fixieai==1.0.4"
-FIXIE_VENV = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "codeshot-tests" \
-    / "fixieai-1.0.4"
 
 
 def free_port() -> int:
@@ -198,16 +191,13 @@ def platform(server_aws, request):
 @pytest.fixture(scope="session")
 def fixie_python() -> Path:
     """The virtualenv's python, built once and cached across runs (~150 MB)."""
-    python, done = FIXIE_VENV / "bin" / "python", FIXIE_VENV / ".installed"
-    if not done.exists():
-        shutil.rmtree(FIXIE_VENV, ignore_errors=True)
-        subprocess.run([sys.executable, "-m", "venv", str(FIXIE_VENV)], check=True)
-        install = subprocess.run([str(python), "-m", "pip", "install", "-q", FIXIE],
-                                 capture_output=True, text=True, timeout=600, check=False)
-        if install.returncode != 0:
-            pytest.skip(f"cannot install {FIXIE} from PyPI: {install.stderr.strip()[-300:]}")
-        done.touch()
-    return python
+    from infra.rehearsal.assembly import RehearsalError
+    from infra.rehearsal.checks import fixie_python
+
+    try:
+        return fixie_python()
+    except RehearsalError as exc:
+        pytest.skip(str(exc))
 
 
 @pytest.fixture(scope="module")

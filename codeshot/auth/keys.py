@@ -1,14 +1,17 @@
 """Ed25519 signing keys kept in Secrets Manager, published as a JWKS.
 
-The secret holds every key, newest last: the newest signs, all verify (so tokens signed
-before a rotation stay valid until they expire). The secret is created on first use
-with ``create_secret``, which fails if another cold start created it first; the loser
-then reads the winner's keys, so two starts can never end up with different keys.
+The secret is made by whoever deploys (CloudFormation in AWS: ``infra/components/
+signing.py``; ``codeshot.store.provision`` locally) with a random seed text generated at
+deploy time (``{"seed": ...}``, see ``tables.SIGNING_SECRET``); the first key derives from
+it. A rotation (``codeshot keys rotate``) rewrites the secret as an explicit list,
+``{"keys": [...]}``, newest last: the newest signs, all verify, so tokens and API keys
+signed before a rotation stay valid. The platform only reads the secret.
 """
 
 from __future__ import annotations
 
 import base64
+import hashlib
 import json
 import threading
 import time
@@ -19,8 +22,11 @@ from codeshot import aws, ids
 from codeshot.errors import Unauthenticated, Unavailable
 from codeshot.models import utcnow
 from codeshot.settings import Settings
+from codeshot.store.tables import SIGNING_SECRET
 
 REFRESH_SECONDS = 300  # pick up rotations made by other containers
+# Domain separation: the deploy-time seed text is never used as a key directly.
+SEED_CONTEXT = b"codeshot-ed25519-signing-key-v1\0"
 
 
 class SigningUnavailable(Unavailable):
@@ -39,33 +45,33 @@ class SigningKey:
 
     @classmethod
     def generate(cls) -> SigningKey:
-        from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
-        from cryptography.hazmat.primitives.serialization import (
-            Encoding,
-            NoEncryption,
-            PrivateFormat,
-        )
+        from codeshot.auth.eddsa import new_seed
 
-        raw = Ed25519PrivateKey.generate().private_bytes(
-            Encoding.Raw, PrivateFormat.Raw, NoEncryption()
-        )
-        return cls(kid="k_" + ids.ulid().lower(), private_bytes=raw,
+        return cls(kid="k_" + ids.ulid().lower(), private_bytes=new_seed(),
                    created=utcnow().isoformat())
 
-    def private_key(self) -> Any:
-        from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+    @classmethod
+    def from_seed_text(cls, text: str) -> SigningKey:
+        """The key a deploy-time generated seed text stands for (kid from its public key)."""
+        from codeshot.auth.eddsa import public_jwk
 
-        return Ed25519PrivateKey.from_private_bytes(self.private_bytes)
+        seed = hashlib.sha256(SEED_CONTEXT + text.encode()).digest()
+        public = public_jwk(seed)["x"]
+        return cls(kid="k_" + _b64url(hashlib.sha256(public.encode()).digest()[:12]),
+                   private_bytes=seed, created="")
+
+    def private_key(self) -> Any:
+        from codeshot.auth.eddsa import signing_key
+
+        return signing_key(self.private_bytes)
 
     def public_key(self) -> Any:
-        return self.private_key().public_key()
+        return self.private_key().verify_key
 
     def jwk(self) -> dict[str, str]:
-        from cryptography.hazmat.primitives.serialization import Encoding, PublicFormat
+        from codeshot.auth.eddsa import public_jwk
 
-        raw = self.public_key().public_bytes(Encoding.Raw, PublicFormat.Raw)
-        return {"kty": "OKP", "crv": "Ed25519", "alg": "EdDSA", "use": "sig",
-                "kid": self.kid, "x": _b64url(raw)}
+        return {**public_jwk(self.private_bytes), "alg": "EdDSA", "use": "sig", "kid": self.kid}
 
     def to_json(self) -> dict[str, str]:
         return {"kid": self.kid, "d": _b64url(self.private_bytes), "created": self.created}
@@ -74,6 +80,14 @@ class SigningKey:
     def from_json(cls, data: dict[str, str]) -> SigningKey:
         raw = base64.urlsafe_b64decode(data["d"] + "=" * (-len(data["d"]) % 4))
         return cls(kid=data["kid"], private_bytes=raw, created=data["created"])
+
+
+def parse_secret(text: str) -> list[SigningKey]:
+    """The keys a secret holds, in either form (generated seed, or an explicit list)."""
+    data = json.loads(text)
+    if "keys" in data:
+        return [SigningKey.from_json(k) for k in data["keys"]]
+    return [SigningKey.from_seed_text(data[SIGNING_SECRET.seed_key])]
 
 
 class KeyRing:
@@ -92,30 +106,15 @@ class KeyRing:
             self._secrets = aws.client("secretsmanager", self.settings)
         return self._secrets
 
-    def _read(self) -> list[SigningKey] | None:
-        try:
-            value = self.secrets.get_secret_value(SecretId=self.settings.signing_secret_id)
-        except self.secrets.exceptions.ResourceNotFoundException:
-            return None
-        return [SigningKey.from_json(k) for k in json.loads(value["SecretString"])["keys"]]
-
-    def _create(self) -> list[SigningKey]:
-        keys = [SigningKey.generate()]
-        try:
-            self.secrets.create_secret(
-                Name=self.settings.signing_secret_id,
-                Description="codeshot Ed25519 signing keys (newest signs)",
-                SecretString=json.dumps({"keys": [k.to_json() for k in keys]}),
-            )
-        except self.secrets.exceptions.ResourceExistsException:
-            return self._read() or []  # another start won the race: use its keys
-        return keys
+    def _read(self) -> list[SigningKey]:
+        value = self.secrets.get_secret_value(SecretId=self.settings.signing_secret_id)
+        return parse_secret(value["SecretString"])
 
     def keys(self) -> list[SigningKey]:
         with self._lock:
             if not self._keys or time.monotonic() - self._loaded_at > REFRESH_SECONDS:
                 try:
-                    self._keys = self._read() or self._create()
+                    self._keys = self._read()
                 except Exception as exc:
                     if self._keys:  # keep serving with the keys we have
                         return self._keys
@@ -142,9 +141,11 @@ class KeyRing:
         return {"keys": [k.jwk() for k in self.keys()]}
 
     def rotate(self) -> SigningKey:
-        """Add a new newest key (the old ones keep verifying)."""
+        """Add a new newest key (the old ones keep verifying): an operator's step
+        (``codeshot keys rotate``, needs secretsmanager:PutSecretValue), never the
+        platform's."""
         with self._lock:
-            current = self._read() or []
+            current = self._read()
             new = SigningKey.generate()
             keys = [*current, new]
             self.secrets.put_secret_value(

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 from codeshot import ids
@@ -12,12 +13,15 @@ from codeshot.models import Principal, User
 from codeshot.settings import Settings
 from codeshot.store.users import UserStore
 
+MAX_CACHED_KEYS = 10_000  # per warm process; expired entries go when it fills
+
 
 class Auth:
     def __init__(self, settings: Settings, keyring: KeyRing, users: UserStore) -> None:
         self.settings = settings
         self.keyring = keyring
         self.users = users
+        self._principals: dict[str, tuple[Principal, float]] = {}  # key id -> (who, until)
 
     @property
     def issuer(self) -> str:
@@ -37,8 +41,11 @@ class Auth:
 
     def revoke_api_key(self, user: User, key_id: str) -> None:
         self.users.revoke_key(user.user_id, key_id)
+        self._principals.pop(key_id, None)
 
     def user_for_api_key(self, token: str) -> Principal:
+        """The key's user, if the key is signed by us and not revoked. The user record (key
+        ids, limits) is reused for ``api_key_cache_seconds`` in a warm process."""
         claims = tokens.decode(
             token,
             self.keyring.verification_key,
@@ -47,14 +54,24 @@ class Auth:
             typ=tokens.API_KEY_TYPE,
             require=("sub", "jti"),
         )
+        cached = self._principals.get(claims["jti"])
+        if cached and cached[1] > time.monotonic() and cached[0].user_id == claims["sub"]:
+            return cached[0]
         try:
             user = self.users.get(claims["sub"])
         except NotFound as exc:
             raise Unauthenticated("API key belongs to no user") from exc
         if claims["jti"] not in user.api_key_ids:
             raise Unauthenticated("API key has been revoked")
-        return Principal(user_id=user.user_id, username=user.username, key_id=claims["jti"],
-                         daily_query_limit=user.daily_query_limit)
+        principal = Principal(user_id=user.user_id, username=user.username,
+                              key_id=claims["jti"], daily_query_limit=user.daily_query_limit)
+        if self.settings.api_key_cache_seconds > 0:
+            now = time.monotonic()
+            if len(self._principals) >= MAX_CACHED_KEYS:
+                self._principals = {k: v for k, v in self._principals.items() if v[1] > now}
+            self._principals[claims["jti"]] = (principal,
+                                               now + self.settings.api_key_cache_seconds)
+        return principal
 
     # -- agent-call tokens ------------------------------------------------------------
     def agent_token(self, agent_id: str, user_id: str | None, session_id: str | None) -> str:

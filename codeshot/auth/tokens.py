@@ -10,6 +10,7 @@ from __future__ import annotations
 import time
 import uuid
 from collections.abc import Callable
+from types import ModuleType
 from typing import Any
 
 from codeshot.errors import Unauthenticated
@@ -23,10 +24,20 @@ def api_key_audience(issuer: str) -> str:
     return issuer.rstrip("/") + "/api-keys"
 
 
-def sign(claims: dict[str, Any], kid: str, private_key: Any) -> str:
-    import jwt  # with cryptography, ~40 ms: paid on first use, not at cold start
+def _jwt() -> ModuleType:
+    """PyJWT with EdDSA on PyNaCl (codeshot.auth.eddsa); imported on first use, not at
+    cold start."""
+    import jwt
 
-    return jwt.encode(claims, private_key, algorithm=ALGORITHM, headers={"kid": kid})
+    from codeshot.auth import eddsa
+
+    eddsa.install()
+    return jwt
+
+
+def sign(claims: dict[str, Any], kid: str, private_key: Any) -> str:
+    token: str = _jwt().encode(claims, private_key, algorithm=ALGORITHM, headers={"kid": kid})
+    return token
 
 
 def decode(
@@ -39,13 +50,13 @@ def decode(
     require: tuple[str, ...] = (),
 ) -> dict[str, Any]:
     """Verify signature, audience, issuer, expiry and type; raise UNAUTHENTICATED."""
-    import jwt
+    jwt = _jwt()
 
     try:
         header = jwt.get_unverified_header(token)
         if header.get("alg") != ALGORITHM:
             raise Unauthenticated("token must be signed with EdDSA")
-        claims = jwt.decode(
+        claims: dict[str, Any] = jwt.decode(
             token,
             key_for_kid(header.get("kid")),
             algorithms=[ALGORITHM],

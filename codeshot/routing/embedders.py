@@ -1,4 +1,6 @@
-"""Text embedders behind one interface: ``embed(texts) -> float32 (n, d)``, L2-normalised.
+"""Text embedders behind one interface: ``embed(texts) -> n rows of d floats``,
+L2-normalised. None needs numpy (the API's and the registration Lambda's bundles have
+none); :mod:`codeshot.routing.index` uses it where it is installed.
 
 - ``hashing``: no dependencies, lexical (word and character n-grams hashed into a fixed
   space). Fast and offline; it matches words, not meanings.
@@ -11,28 +13,31 @@ from __future__ import annotations
 
 import itertools
 import json
+import math
 import re
 import threading
 import zlib
+from collections.abc import Sequence
 from typing import Any, Protocol
-
-import numpy as np
 
 from codeshot.errors import LLMError
 from codeshot.settings import Settings
 
 _WORD = re.compile(r"[a-z0-9]+")
 
+# Rows of floats: lists here, a numpy array from sentence-transformers.
+Vectors = Sequence[Sequence[float]]
 
-def normalise(matrix: np.ndarray) -> np.ndarray:
-    norms = np.linalg.norm(matrix, axis=1, keepdims=True)
-    return (matrix / np.where(norms == 0, 1, norms)).astype(np.float32)
+
+def normalise(row: Sequence[float]) -> list[float]:
+    norm = math.sqrt(sum(x * x for x in row))
+    return [x / norm for x in row] if norm else [float(x) for x in row]
 
 
 class Embedder(Protocol):
     model_id: str
 
-    def embed(self, texts: list[str]) -> np.ndarray: ...
+    def embed(self, texts: list[str]) -> Vectors: ...
 
 
 class HashingEmbedder:
@@ -51,13 +56,15 @@ class HashingEmbedder:
             feats += [(padded[i : i + 3], 0.25) for i in range(len(padded) - 2)]
         return feats
 
-    def embed(self, texts: list[str]) -> np.ndarray:
-        out = np.zeros((len(texts), self.dim), dtype=np.float32)
-        for row, text in enumerate(texts):
+    def embed(self, texts: list[str]) -> Vectors:
+        out = []
+        for text in texts:
+            row = [0.0] * self.dim
             for feature, weight in self._features(text):
                 h = zlib.crc32(feature.encode())
-                out[row, h % self.dim] += weight if h & 0x80000000 else -weight
-        return normalise(out)
+                row[h % self.dim] += weight if h & 0x80000000 else -weight
+            out.append(normalise(row))
+        return out
 
 
 class MiniLMEmbedder:
@@ -84,10 +91,10 @@ class MiniLMEmbedder:
                 )
             return MiniLMEmbedder._model
 
-    def embed(self, texts: list[str]) -> np.ndarray:
-        vectors = self._load().encode(texts, batch_size=64, convert_to_numpy=True,
-                                      normalize_embeddings=True)
-        return np.asarray(vectors, dtype=np.float32).reshape(len(texts), -1)
+    def embed(self, texts: list[str]) -> Vectors:
+        vectors: Vectors = self._load().encode(texts, batch_size=64, convert_to_numpy=True,
+                                               normalize_embeddings=True)
+        return vectors
 
 
 class BedrockEmbedder:
@@ -96,7 +103,7 @@ class BedrockEmbedder:
         self.model_id = settings.embedding_model
         self._client = client
 
-    def embed(self, texts: list[str]) -> np.ndarray:
+    def embed(self, texts: list[str]) -> Vectors:
         from codeshot import aws
 
         client = self._client or aws.client("bedrock-runtime", self.settings)
@@ -109,10 +116,10 @@ class BedrockEmbedder:
                     contentType="application/json",
                     accept="application/json",
                 )
-                rows.append(json.loads(out["body"].read())["embedding"])
+                rows.append(normalise(json.loads(out["body"].read())["embedding"]))
             except Exception as exc:
                 raise LLMError(f"embedding with {self.model_id} failed: {exc}") from exc
-        return normalise(np.asarray(rows, dtype=np.float32))
+        return rows
 
 
 def get_embedder(settings: Settings) -> Embedder:

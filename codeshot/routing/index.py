@@ -1,18 +1,23 @@
 """An in-memory cosine index over every agent's sample-query embeddings.
 
-Rows are grouped by agent, so an agent's score (its best row) is one
-``np.maximum.reduceat`` over the similarity vector: routing 10,000 agents is a single
-matrix-vector product.
+Rows are grouped by agent; an agent's score is its best row. With numpy (the runner's
+bundle ships it) the scores are one matrix-vector product and one ``maximum.reduceat``,
+so routing 10,000 agents stays a few milliseconds; without it (the API and the
+registration Lambda, which route rarely and keep their bundles small) the same scores
+come from plain Python.
 """
 
 from __future__ import annotations
 
+import heapq
+import sys
+from array import array
+from collections.abc import Sequence
 from dataclasses import dataclass
-
-import numpy as np
+from typing import Any
 
 from codeshot.models import Agent
-from codeshot.routing.embedders import Embedder
+from codeshot.routing.embedders import Embedder, Vectors
 
 
 def agent_texts(agent: Agent) -> list[str]:
@@ -24,17 +29,32 @@ def agent_texts(agent: Agent) -> list[str]:
     return texts or [agent.handle]
 
 
+def to_bytes(rows: Vectors) -> bytes:
+    """Rows as little-endian float32, the registry's storage format."""
+    flat = array("f", (float(x) for row in rows for x in row))
+    if sys.byteorder != "little":
+        flat.byteswap()
+    return flat.tobytes()
+
+
+def from_bytes(data: bytes, n_rows: int) -> list[array[float]]:
+    flat = array("f")
+    flat.frombytes(data)
+    if sys.byteorder != "little":
+        flat.byteswap()
+    width = len(flat) // n_rows
+    return [flat[i * width:(i + 1) * width] for i in range(n_rows)]
+
+
 def with_embeddings(agent: Agent, embedder: Embedder) -> Agent:
-    matrix = embedder.embed(agent_texts(agent))
-    return agent.replace(embeddings=matrix.astype("<f4").tobytes(),
-                         embedding_model=embedder.model_id)
+    rows = embedder.embed(agent_texts(agent))
+    return agent.replace(embeddings=to_bytes(rows), embedding_model=embedder.model_id)
 
 
-def stored_matrix(agent: Agent, embedder: Embedder) -> np.ndarray:
+def stored_rows(agent: Agent, embedder: Embedder) -> Vectors:
     """The agent's stored rows, or fresh ones if they were made by another model."""
     if agent.embeddings and agent.embedding_model == embedder.model_id:
-        rows = np.frombuffer(agent.embeddings, dtype="<f4")
-        return rows.reshape(-1, rows.size // len(agent_texts(agent)))
+        return from_bytes(agent.embeddings, len(agent_texts(agent)))
     return embedder.embed(agent_texts(agent))
 
 
@@ -45,45 +65,61 @@ class Route:
     matched: str  # the sample query (or description) that matched best
 
 
+class _PythonScores:
+    def __init__(self, rows: list[Sequence[float]], starts: list[int]) -> None:
+        self.rows, self.bounds = rows, list(zip(starts, [*starts[1:], len(rows)]))
+
+    def __call__(self, query: Sequence[float]) -> tuple[Sequence[float], list[float]]:
+        scores = [sum(a * b for a, b in zip(row, query)) for row in self.rows]
+        return scores, [max(scores[start:end]) for start, end in self.bounds]
+
+
+class _NumpyScores:
+    def __init__(self, np: Any, rows: list[Sequence[float]], starts: list[int]) -> None:
+        self.np = np
+        self.matrix = np.asarray(rows, dtype=np.float32).reshape(len(rows), -1)
+        self.starts = np.asarray(starts, dtype=np.int64)
+
+    def __call__(self, query: Sequence[float]) -> tuple[Sequence[float], list[float]]:
+        scores = self.matrix @ self.np.asarray(query, dtype=self.np.float32)
+        return scores, self.np.maximum.reduceat(scores, self.starts).tolist()
+
+
+def _scorer(rows: list[Sequence[float]], starts: list[int]) -> Any:
+    try:
+        import numpy
+    except ImportError:
+        return _PythonScores(rows, starts)
+    return _NumpyScores(numpy, rows, starts)
+
+
 class AgentIndex:
     def __init__(self, agents: list[Agent], embedder: Embedder) -> None:
         self.embedder = embedder
         self.agents = list(agents)
-        blocks, texts, starts = [], [], []
-        offset = 0
+        rows: list[Sequence[float]] = []
+        self.starts: list[int] = []
+        self.texts: list[str] = []
         for agent in self.agents:
-            rows = stored_matrix(agent, embedder)
-            starts.append(offset)
-            offset += len(rows)
-            blocks.append(rows)
-            texts.extend(agent_texts(agent))
-        self.texts = texts
-        self.starts = np.asarray(starts, dtype=np.int64)
-        self.matrix = np.vstack(blocks) if blocks else np.zeros((0, 1), dtype=np.float32)
-        self.published = np.asarray([a.published for a in self.agents], dtype=bool)
-        self.owners = np.asarray([a.owner for a in self.agents], dtype=object)
+            self.starts.append(len(rows))
+            rows.extend(stored_rows(agent, embedder))
+            self.texts.extend(agent_texts(agent))
+        self._scores = _scorer(rows, self.starts) if rows else None
 
     def __len__(self) -> int:
         return len(self.agents)
 
     def search(self, text: str, k: int = 3, viewer: str | None = None) -> list[Route]:
-        if not self.agents or k < 1:
+        if self._scores is None or k < 1:
             return []
-        query = self.embedder.embed([text])[0]
-        scores = self.matrix @ query
-        best = np.maximum.reduceat(scores, self.starts)
-        visible = self.published | (self.owners == viewer) if viewer else self.published
-        best = np.where(visible, best, -np.inf)
-        k = min(k, int(visible.sum()))
-        if k == 0:
-            return []
-        top = np.argpartition(-best, k - 1)[:k]
-        top = top[np.argsort(-best[top], kind="stable")]
+        scores, best = self._scores(self.embedder.embed([text])[0])
+        visible = [i for i, a in enumerate(self.agents)
+                   if a.published or (viewer is not None and a.owner == viewer)]
         routes = []
-        for i in top:
+        for i in heapq.nlargest(k, visible, key=best.__getitem__):
             start = self.starts[i]
             end = self.starts[i + 1] if i + 1 < len(self.starts) else len(scores)
-            row = start + int(np.argmax(scores[start:end]))
+            row = max(range(start, end), key=lambda r: scores[r])
             routes.append(Route(self.agents[i].agent_id, round(float(best[i]), 4),
                                 self.texts[row]))
         return routes

@@ -11,7 +11,7 @@ import threading
 import time
 from typing import TYPE_CHECKING
 
-if TYPE_CHECKING:  # numpy comes with the index, on the first route: not at cold start
+if TYPE_CHECKING:  # the index (and numpy) load on the first route: not at cold start
     from codeshot.routing.embedders import Embedder
     from codeshot.routing.index import AgentIndex, Route
     from codeshot.store.registry import AgentRegistry

@@ -1,9 +1,11 @@
 """Turns one queued user message into its answer, stored in the session.
 
 Exactly once: the terminal message (response, error or question) is written in one
-transaction with a ``REPLY#<query id>`` marker, so a redelivered or concurrently retried
-message can never be answered twice; a message whose marker exists is skipped at once.
-Every intermediate step is stored as a message too: the session is its own trace.
+transaction with an ``ANSWER#<query id>`` marker, so a redelivered or concurrently retried
+message can never be answered twice; a message already answered is skipped at once.
+Every intermediate step is stored as a message too (the session is its own trace), in
+that same transaction: a retried run never leaves a half or doubled trace, and a query
+costs one read (session, paused program and history together) and one write.
 """
 
 from __future__ import annotations
@@ -33,15 +35,23 @@ from codeshot.runner.programs import (
 from codeshot.services import Services
 from codeshot.store.dynamo import to_item
 from codeshot.store.queue import Work
-from codeshot.store.sessions import MSG_PREFIX, SESSION_ITEM, STATE_ITEM, message_item
+from codeshot.store.sessions import (
+    ANSWER_PREFIX,
+    MSG_PREFIX,
+    SESSION_ITEM,
+    STATE_ITEM,
+    message_item,
+)
 
 if TYPE_CHECKING:
     from types_boto3_dynamodb.type_defs import TransactWriteItemTypeDef
 
 log = logging.getLogger("codeshot.runner")
 
-REPLY_PREFIX = "REPLY#"
 HISTORY_MESSAGES = 40
+# DynamoDB's limits on one transaction; a longer trace is written ahead of the reply.
+TRANSACTION_ITEMS = 100
+TRANSACTION_BYTES = 3_500_000  # of 4 MB, leaving room for keys and attribute names
 _TERMINAL = {Status.DONE: MessageType.RESPONSE, Status.ERROR: MessageType.ERROR,
              Status.AWAITING_INPUT: MessageType.AWAITING_INPUT}
 
@@ -98,22 +108,20 @@ class SessionRunner:
 
     # -- the one entry point ---------------------------------------------------------
     def handle(self, work: Work, final_attempt: bool = False) -> None:
-        sessions = self.s.sessions
-        # The session, the query, its reply marker and a paused program: one round-trip.
-        msg_item, reply_item = MSG_PREFIX + work.message_id, REPLY_PREFIX + work.message_id
-        found = sessions.get_items(work.session_id,
-                                   [SESSION_ITEM, msg_item, reply_item, STATE_ITEM])
-        if SESSION_ITEM not in found or msg_item not in found:
+        # The session, its paused program and recent history (the query in it): one read.
+        recent = self.s.sessions.recent(work.session_id, HISTORY_MESSAGES)
+        if recent.session is None:
             return  # the session was deleted meanwhile: nothing left to answer
-        if reply_item in found:
-            return  # answered already: this is a redelivery
-        session = sessions.session_of(found[SESSION_ITEM])
-        query = sessions.message_of(found[msg_item])
-        paused = json.loads(found[STATE_ITEM]["state"]) \
-            if session.status is SessionStatus.AWAITING_INPUT and STATE_ITEM in found else None
+        session = recent.session
+        found = self._query(work, recent.messages)
+        if found is None:
+            return  # deleted meanwhile, or answered already (a redelivery)
+        query, history = found
+        paused = recent.state if session.status is SessionStatus.AWAITING_INPUT else None
+        trace: list[Message] = []
         book = EmbedBook(self.s.embeds, self._fetch_embed, given=query.embeds)
         try:
-            outcome, program_state = self._run(session, query, paused, book)
+            outcome, program_state = self._run(session, query, paused, history, trace, book)
         except CodeshotError as exc:
             outcome, program_state = failure_outcome(exc), None
         except Exception:
@@ -123,16 +131,37 @@ class SessionRunner:
             outcome = Outcome(Status.ERROR, "The platform failed to answer; please try again.",
                               error_code=AgentFailed.code)
             program_state = None
-        self._finish(session, query, outcome, program_state, book)
+        self._finish(session, query, outcome, program_state, trace, book)
+
+    def _query(self, work: Work, recent: list[Message]) -> tuple[Message, list[Message]] | None:
+        """The queued query and the history before it, or None if there is nothing to do.
+
+        Its reply is written with the marker, so a terminal reply among the recent
+        messages means "answered"; a query older than the recent window (many messages
+        posted after it) is read with its marker instead."""
+        query = next((m for m in recent if m.message_id == work.message_id), None)
+        if query is None:
+            marker = ANSWER_PREFIX + work.message_id
+            items = self.s.sessions.get_items(work.session_id,
+                                              [MSG_PREFIX + work.message_id, marker])
+            if marker in items or MSG_PREFIX + work.message_id not in items:
+                return None
+            return self.s.sessions.message_of(items[MSG_PREFIX + work.message_id]), recent
+        if any(m.in_reply_to == query.message_id and m.type in _TERMINAL.values()
+               for m in recent):
+            return None
+        return query, recent
 
     # -- running -----------------------------------------------------------------------
     def _run(self, session: Session, query: Message, paused: dict[str, Any] | None,
-             book: EmbedBook) -> tuple[Outcome, dict[str, Any] | None]:
+             recent: list[Message], trace: list[Message], book: EmbedBook
+             ) -> tuple[Outcome, dict[str, Any] | None]:
         settings = self.s.settings
-        memory = self._memory(session, query)
-        book.know({e.key: EmbedRef(content_type=e.content_type, content_hash=e.content_hash,
-                                   size=e.size)
-                   for e in self.s.sessions.list_embeds(session.session_id)})
+        memory = self._memory(session, query, recent)
+        if session.embed_count:
+            book.know({e.key: EmbedRef(content_type=e.content_type,
+                                       content_hash=e.content_hash, size=e.size)
+                       for e in self.s.sessions.list_embeds(session.session_id)})
         book.know(memory.embeds())
         client = AgentClient(
             lambda agent_id: self.s.auth.agent_token(agent_id, session.owner, session.session_id),
@@ -141,7 +170,7 @@ class SessionRunner:
         try:
             ctx = RunContext(
                 llm=self.llm, client=client, registry_get=self.s.agents.get,
-                trace=lambda sent_by, step: self._trace(session, query, sent_by, step),
+                trace=lambda sent_by, step: self._trace(query, sent_by, step, trace),
                 embeds=book,
                 platform=FuncContext(
                     time_zone=lambda: self.s.users.get(session.owner).time_zone or "UTC",
@@ -172,9 +201,8 @@ class SessionRunner:
         route_only = mode == "route" or (mode == "auto" and self.s.settings.llm == "fewshot")
         return PlannerProgram(ctx, self.s.router, viewer, route_only), PLANNER_ID
 
-    def _memory(self, session: Session, query: Message) -> SessionMemory:
-        recent = self.s.sessions.list_messages(session.session_id, limit=HISTORY_MESSAGES,
-                                               newest_first=True).items
+    @staticmethod
+    def _memory(session: Session, query: Message, recent: list[Message]) -> SessionMemory:
         earlier = [m for m in reversed(recent)
                    if m.message_id != query.message_id and m.in_reply_to != query.message_id]
         return SessionMemory(earlier, session.frontend_agent_id or PLANNER_ID)
@@ -185,7 +213,8 @@ class SessionRunner:
                                 allow_loopback=settings.local_mode,
                                 timeout=settings.agent_call_timeout_seconds)
 
-    def _trace(self, session: Session, query: Message, sent_by: str, step: TraceStep) -> None:
+    def _trace(self, query: Message, sent_by: str, step: TraceStep, trace: list[Message]
+               ) -> None:
         if step.type in (MessageType.RESPONSE, MessageType.AWAITING_INPUT):
             return  # nested answers come back as results; the terminal one is _finish's
         kind = step.type
@@ -193,14 +222,15 @@ class SessionRunner:
             if not step.target:
                 return  # a run that ended in error: _finish writes it
             kind = MessageType.RESULT  # a failed call: its "says" line is the failure
-        self.s.sessions.add_message(Message(
-            session_id=session.session_id, message_id=ids.ulid(), text=_line(step), type=kind,
+        trace.append(Message(
+            session_id=query.session_id, message_id=ids.ulid(), text=_line(step), type=kind,
             sent_by=sent_by, in_reply_to=query.message_id, error_code=step.error_code,
         ))
 
     # -- finishing, exactly once -------------------------------------------------------
     def _finish(self, session: Session, query: Message, outcome: Outcome,
-                program_state: dict[str, Any] | None, book: EmbedBook) -> None:
+                program_state: dict[str, Any] | None, trace: list[Message], book: EmbedBook
+                ) -> None:
         reply = Message(
             session_id=session.session_id, message_id=ids.ulid(), text=outcome.text,
             type=_TERMINAL[outcome.status], in_reply_to=query.message_id,
@@ -213,7 +243,7 @@ class SessionRunner:
         items: list[TransactWriteItemTypeDef] = [
             {"Put": {"TableName": table,
                      "Item": to_item({"session_id": session.session_id,
-                                      "item": REPLY_PREFIX + query.message_id,
+                                      "item": ANSWER_PREFIX + query.message_id,
                                       "reply_id": reply.message_id}),
                      "ConditionExpression": "attribute_not_exists(#i)",
                      "ExpressionAttributeNames": {"#i": "item"}}},
@@ -232,6 +262,12 @@ class SessionRunner:
         else:
             state_key = {**key, "item": {"S": STATE_ITEM}}
             items.append({"Delete": {"TableName": table, "Key": state_key}})
+        steps = [message_item(m) for m in trace]
+        if len(items) + len(steps) <= TRANSACTION_ITEMS and \
+                len(json.dumps(steps)) <= TRANSACTION_BYTES:
+            items[1:1] = [{"Put": {"TableName": table, "Item": step}} for step in steps]
+        else:  # too long for one transaction: the trace goes first, in batches
+            self.s.sessions.put_messages(trace)
         try:
             self.s.sessions.db.transact_write_items(TransactItems=items)
         except self.s.sessions.db.exceptions.TransactionCanceledException:

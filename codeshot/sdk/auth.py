@@ -17,6 +17,7 @@ import httpx
 import jwt
 
 from codeshot.auth import tokens
+from codeshot.auth.eddsa import verify_key_from_jwk
 from codeshot.errors import Forbidden, Unauthenticated, Unavailable
 from codeshot.settings import FIXIE_AUDIENCES
 
@@ -54,7 +55,7 @@ class JwksKeys:
         try:
             response = httpx.get(self.jwks_url, timeout=self.timeout)
             response.raise_for_status()
-            keys = {k["kid"]: jwt.PyJWK(k).key for k in response.json()["keys"] if "kid" in k}
+            keys = {k["kid"]: verify_key_from_jwk(k) for k in response.json()["keys"] if "kid" in k}
         except (httpx.HTTPError, ValueError, KeyError, jwt.PyJWTError) as exc:
             raise JwksUnavailable(
                 f"cannot read the platform's keys at {self.jwks_url}: {exc}"

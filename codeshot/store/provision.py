@@ -6,12 +6,14 @@ Creating is idempotent: resources that exist are left as they are.
 
 from __future__ import annotations
 
+import contextlib
 import json
+import secrets
 from typing import Any
 
 from codeshot import aws
 from codeshot.settings import Settings
-from codeshot.store.tables import EMBEDS_BUCKET, SESSION_QUEUE, TABLES
+from codeshot.store.tables import EMBEDS_BUCKET, SESSION_QUEUE, SIGNING_SECRET, TABLES
 
 
 def create_tables(settings: Settings, dynamodb: Any | None = None) -> list[str]:
@@ -84,9 +86,23 @@ def create_queue(settings: Settings, sqs: Any | None = None) -> str:
     )["QueueUrl"]
 
 
+def create_signing_secret(settings: Settings, secretsmanager: Any | None = None) -> str:
+    """The signing keys' secret with a fresh random seed, as CloudFormation makes it."""
+    client = secretsmanager or aws.client("secretsmanager", settings)
+    name = str(getattr(settings, SIGNING_SECRET.setting))
+    alphabet = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789"
+    seed = "".join(secrets.choice(alphabet) for _ in range(SIGNING_SECRET.seed_length))
+    with contextlib.suppress(client.exceptions.ResourceExistsException):
+        client.create_secret(Name=name, Description="codeshot Ed25519 signing keys",
+                             SecretString=json.dumps({SIGNING_SECRET.seed_key: seed}))
+    return name
+
+
 def create_all(settings: Settings) -> Settings:
-    """Create tables, bucket and queue; returns settings with the queue URL filled in."""
+    """Create tables, bucket, queue and signing secret; returns settings with the queue
+    URL filled in."""
     create_tables(settings)
     create_bucket(settings)
+    create_signing_secret(settings)
     queue_url = create_queue(settings)
     return settings.replace(queue_url=queue_url)

@@ -1,13 +1,17 @@
 """Sessions, their time-ordered messages, their embeds and a paused program's state.
 
 All of a session lives in one partition (see ``tables.SESSIONS``), so one Query reads
-a session with its recent history and deleting a session is one partition sweep.
+a session with its recent history and deleting a session is one partition sweep. Item
+keys sort so that a descending read from the top returns the paused program (``STATE``),
+the session (``SESSION``) and then the newest messages (``MSG#<ulid>``): every other kind
+(``ANSWER#``, ``EMBED#``, ``IDEM#``) sorts below ``MSG#``.
 """
 
 from __future__ import annotations
 
 import json
-from typing import Any
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
 
 from codeshot.errors import Conflict, InvalidInput, NotFound
 from codeshot.models import Embed, Message, Session, SessionStatus, utcnow
@@ -23,10 +27,23 @@ from codeshot.store.dynamo import (
 )
 from codeshot.store.tables import SESSIONS
 
+if TYPE_CHECKING:
+    from types_boto3_dynamodb.type_defs import AttributeValueTypeDef, UpdateTypeDef
+
 SESSION_ITEM = "SESSION"
 STATE_ITEM = "STATE"
 MSG_PREFIX = "MSG#"
 EMBED_PREFIX = "EMBED#"
+ANSWER_PREFIX = "ANSWER#"  # the runner's exactly-once marker of an answered query
+
+
+@dataclass(frozen=True)
+class Recent:
+    """A session's newest items from one read (see :meth:`SessionStore.recent`)."""
+
+    session: Session | None
+    state: dict[str, Any] | None  # a paused program
+    messages: list[Message]  # newest first
 
 
 def _key(session_id: str, item: str) -> dict[str, Any]:
@@ -149,6 +166,41 @@ class SessionStore(Repository):
                 pending = dict(written.get("UnprocessedItems") or {})
         return session
 
+    def owner_update(self, session_id: str, owner: str, new_embeds: int = 0) -> UpdateTypeDef:
+        """The transaction Update that checks ``owner`` has the session (a post's own write
+        is its ownership check: no read first) and counts newly bound embeds."""
+        values: dict[str, AttributeValueTypeDef] = {":o": {"S": owner},
+                                                     ":m": {"S": utcnow().isoformat()}}
+        update = "SET modified = :m"
+        if new_embeds:
+            update += " ADD embed_count :n"
+            values[":n"] = {"N": str(new_embeds)}
+        return {"TableName": self.table_name, "Key": _key(session_id, SESSION_ITEM),
+                "UpdateExpression": update, "ExpressionAttributeValues": values,
+                "ConditionExpression": "attribute_exists(session_id) AND #o = :o",
+                "ExpressionAttributeNames": {"#o": "owner"}}
+
+    def recent(self, session_id: str, messages: int) -> Recent:
+        """The session, its paused program and its ``messages`` newest messages, in one
+        consistent Query (descending from the top of the partition)."""
+        out = self.db.query(
+            TableName=self.table_name,
+            KeyConditionExpression="session_id = :s AND #i >= :m",
+            ExpressionAttributeNames={"#i": "item"},
+            ExpressionAttributeValues={":s": {"S": session_id}, ":m": {"S": MSG_PREFIX}},
+            ScanIndexForward=False, ConsistentRead=True, Limit=messages + 2,
+        )
+        session, state, found = None, None, []
+        for raw in out.get("Items", []):
+            values = from_item(raw)
+            if values["item"] == SESSION_ITEM:
+                session = Session.from_dict(values)
+            elif values["item"] == STATE_ITEM:
+                state = json.loads(values["state"])
+            else:
+                found.append(_message(values))
+        return Recent(session, state, found[:messages])
+
     def get_items(self, session_id: str, items: list[str]) -> dict[str, dict[str, Any]]:
         """Several items of one session in one consistent round-trip: item -> values."""
         keys = [_key(session_id, item) for item in items]
@@ -171,6 +223,16 @@ class SessionStore(Repository):
         return _message(dict(values))
 
     # -- messages ---------------------------------------------------------------------
+    def put_messages(self, messages: list[Message]) -> None:
+        """Many new messages in batches of 25 (ULIDs: they never overwrite another)."""
+        for start in range(0, len(messages), 25):
+            requests = [{"PutRequest": {"Item": message_item(m)}}
+                        for m in messages[start:start + 25]]
+            pending: dict[str, Any] = {self.table_name: requests}
+            while pending:
+                out = self.db.batch_write_item(RequestItems=pending)
+                pending = out.get("UnprocessedItems") or {}
+
     def add_message(self, message: Message) -> Message:
         try:
             self.db.put_item(

@@ -130,3 +130,18 @@ SESSION_QUEUE = Queue(
     max_receive_count=3,
     retention_seconds=4 * 24 * 3600,
 )
+
+
+@dataclass(frozen=True)
+class SigningSecret:
+    """The signing keys' secret as it is made at deploy time: a random text of
+    ``seed_length`` letters and digits under ``seed_key`` (CloudFormation's
+    GenerateSecretString; the local stack does the same), from which the first Ed25519 key
+    is derived (``codeshot.auth.keys``)."""
+
+    setting: str
+    seed_key: str
+    seed_length: int
+
+
+SIGNING_SECRET = SigningSecret(setting="signing_secret_id", seed_key="seed", seed_length=64)

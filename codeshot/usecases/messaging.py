@@ -1,8 +1,9 @@
 """Posting a user's message to a session and following its reply.
 
-One DynamoDB transaction charges the daily quota, stores the message, binds its embeds
-and (optionally) records an idempotency key: it all happens or none of it does, so a
-refused or failed post stores nothing, and a retried post returns the first message.
+One DynamoDB transaction checks the session is the poster's, charges the daily quota,
+stores the message, binds its embeds and (optionally) records an idempotency key: it all
+happens or none of it does, so a refused or failed post stores nothing, and a retried
+post returns the first message. A plain post reads nothing first.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from typing import TYPE_CHECKING
 from botocore.exceptions import ClientError
 
 from codeshot import ids
-from codeshot.errors import AgentUnavailable, CodeshotError, Conflict, InvalidInput
+from codeshot.errors import AgentUnavailable, CodeshotError, Conflict, InvalidInput, NotFound
 from codeshot.models import Embed, EmbedRef, Message, MessageType, Principal, check_embed_key
 from codeshot.services import Services
 from codeshot.store.dynamo import to_item
@@ -110,7 +111,9 @@ class Messaging:
         self._check_text(text, bool(embeds))
         if idempotency_key is not None and not 1 <= len(idempotency_key) <= 128:
             raise InvalidInput("idempotencyKey must be 1-128 characters")
-        session = self.s.sessions.get(session_id, owner=user_id)
+        if idempotency_key or embeds:
+            # Both read the session's items before the write: only its owner may.
+            self.s.sessions.get(session_id, owner=user_id)
         if idempotency_key:
             earlier = self._earlier_post(session_id, idempotency_key)
             if earlier:
@@ -127,6 +130,7 @@ class Messaging:
         table = self.s.sessions.table_name
         items: list[TransactWriteItemTypeDef] = [
             {"Update": charge},
+            {"Update": self.s.sessions.owner_update(session_id, user_id, len(new_embeds))},
             {"Put": {"TableName": table, "Item": message_item(message),
                      "ConditionExpression": "attribute_not_exists(#i)",
                      "ExpressionAttributeNames": {"#i": "item"}}},
@@ -150,6 +154,8 @@ class Messaging:
             self.s.sessions.db.transact_write_items(TransactItems=items)
         except ClientError as exc:
             reasons = [r.get("Code") for r in exc.response.get("CancellationReasons", [])]
+            if len(reasons) > 1 and reasons[1] == "ConditionalCheckFailed":
+                raise NotFound(f"session {session_id} not found") from exc
             if reasons and reasons[0] == "ConditionalCheckFailed":
                 raise self.s.usage.rate_limited("daily query", limit, "day") from exc
             if idempotency_key and reasons and reasons[-1] == "ConditionalCheckFailed":
@@ -159,7 +165,7 @@ class Messaging:
             if reasons:
                 raise Conflict("the message collided with a concurrent change; retry") from exc
             raise
-        self._enqueue(session.session_id, message)
+        self._enqueue(session_id, message)
         return message, True
 
     def _unbound_embeds(
@@ -213,16 +219,22 @@ class Messaging:
         return None
 
 
+# Reply polls: none before a runner could have answered, then a growing interval (each
+# poll is a DynamoDB read). Issue 21 replaces polling altogether.
+FIRST_POLL_SECONDS = 0.4
+MAX_POLL_INTERVAL_SECONDS = 1.0
+
+
 async def wait_for_reply(messaging: Messaging, message: Message, timeout: float) -> Message | None:
     """Poll for the reply with a growing interval, never holding a worker thread."""
     deadline = time.monotonic() + timeout
-    delay = 0.05
+    delay = FIRST_POLL_SECONDS
     while True:
+        await asyncio.sleep(min(delay, max(0.0, deadline - time.monotonic())))
         reply = await blocking(messaging.reply_to, message.session_id, message.message_id)
         if reply or time.monotonic() >= deadline:
             return reply
-        await asyncio.sleep(min(delay, max(0.0, deadline - time.monotonic())))
-        delay = min(delay * 1.5, 0.25)
+        delay = min(delay * 1.5, MAX_POLL_INTERVAL_SECONDS)
 
 
 async def follow(messaging: Messaging, query: Message, timeout: float) -> AsyncIterator[Message]:

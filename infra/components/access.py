@@ -7,7 +7,7 @@ tests' "runner cannot write the registry" checks meaningful.
 
 from __future__ import annotations
 
-from aws_cdk import ArnFormat, Aws, Stack
+from aws_cdk import Aws
 from aws_cdk import aws_dynamodb as dynamodb
 from aws_cdk import aws_iam as iam
 from aws_cdk import aws_s3 as s3
@@ -23,8 +23,6 @@ DYNAMO_READ = ("dynamodb:GetItem", "dynamodb:BatchGetItem", "dynamodb:Query",
 DYNAMO_WRITE = ("dynamodb:PutItem", "dynamodb:UpdateItem", "dynamodb:DeleteItem",
                 "dynamodb:BatchWriteItem")
 SQS_SEND = ("sqs:SendMessage",)
-SECRET_READ = ("secretsmanager:GetSecretValue",)
-SECRET_CREATE = ("secretsmanager:CreateSecret",)
 # Converse and InvokeModel are both authorised by bedrock:InvokeModel.
 BEDROCK_INVOKE = ("bedrock:InvokeModel",)
 # Cross-region inference profile ids start with a geography ("us.", "eu.", "global." ...).
@@ -65,19 +63,6 @@ def object_access(role: iam.Role, bucket: s3.IBucket, prefix: str, *, put: bool)
 def send_messages(role: iam.IRole, queue: sqs.IQueue) -> None:
     role.add_to_principal_policy(iam.PolicyStatement(
         actions=list(SQS_SEND), resources=[queue.queue_arn]))
-
-
-def secret_arn_pattern(stack: Stack, secret_name: str) -> str:
-    """The ARN of a secret made later by the key ring (Secrets Manager adds 6 characters)."""
-    return stack.format_arn(
-        service="secretsmanager", resource="secret", resource_name=f"{secret_name}-??????",
-        arn_format=ArnFormat.COLON_RESOURCE_NAME)
-
-
-def signing_secret(role: iam.IRole, stack: Stack, secret_name: str, *, create: bool) -> None:
-    actions = SECRET_READ + (SECRET_CREATE if create else ())
-    role.add_to_principal_policy(iam.PolicyStatement(
-        actions=list(actions), resources=[secret_arn_pattern(stack, secret_name)]))
 
 
 def model_arns(model_id: str) -> list[str]:

@@ -16,7 +16,7 @@ from constructs import Construct
 
 from codeshot.models import Agent
 from codeshot.sdk.project import AgentConfig
-from infra.bundling import AGENT_ENTRY_MODULE, agent_bundle, lambda_code
+from infra.bundling import AGENT_ENTRY_MODULE, LAMBDA_TARGET, Target, agent_bundle, lambda_code
 from infra.components.function import PythonFunction
 from infra.components.http_api import LambdaHttpApi
 from infra.settings_env import settings_env
@@ -41,10 +41,11 @@ class AgentFunction(Construct):
         published: bool,
         rate_limit: int,
         burst_limit: int,
+        target: Target = LAMBDA_TARGET,
     ) -> None:
         super().__init__(scope, id)
         self.agent_id = Agent.make_id(owner, agent_config.handle)
-        spec = agent_bundle(agent_dir, agent_config.entry_point)
+        spec = agent_bundle(agent_dir, agent_config.entry_point, target)
         self.http = LambdaHttpApi(
             self, "Api", description=f"codeshot agent {self.agent_id}",
             rate_limit=rate_limit, burst_limit=burst_limit)
@@ -52,7 +53,7 @@ class AgentFunction(Construct):
             self, "AgentFunction", code=lambda_code(spec, agent_dir),
             handler=f"{AGENT_ENTRY_MODULE}.handler",
             description=f"codeshot agent {self.agent_id}",
-            memory_mb=AGENT_MEMORY_MB, timeout=AGENT_TIMEOUT,
+            memory_mb=AGENT_MEMORY_MB, timeout=AGENT_TIMEOUT, target=target,
             # Tokens are verified against the platform's JWKS and must be for this agent.
             environment=settings_env(api_url=platform_api_url, agent_id=self.agent_id),
         )

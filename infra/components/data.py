@@ -24,11 +24,15 @@ def _attribute(spec: tables.Table, name: str | None) -> dynamodb.Attribute | Non
     return dynamodb.Attribute(name=name, type=_TYPES[spec.key_attributes()[name]])
 
 
+def removal_policy(retain: bool) -> RemovalPolicy:
+    return RemovalPolicy.RETAIN if retain else RemovalPolicy.DESTROY
+
+
 class PlatformTables(Construct):
     """One table per ``tables.TABLES`` entry: on demand, PITR, AWS-managed KMS encryption,
-    retained on stack deletion (they hold users' data)."""
+    retained on stack deletion unless ``retain`` is false (they hold users' data)."""
 
-    def __init__(self, scope: Construct, id: str) -> None:
+    def __init__(self, scope: Construct, id: str, *, retain: bool) -> None:
         super().__init__(scope, id)
         self.tables: dict[str, dynamodb.Table] = {}
         for spec in tables.TABLES:
@@ -41,7 +45,7 @@ class PlatformTables(Construct):
                     point_in_time_recovery_enabled=True),
                 encryption=dynamodb.TableEncryption.AWS_MANAGED,
                 time_to_live_attribute=spec.ttl,
-                removal_policy=RemovalPolicy.RETAIN,
+                removal_policy=removal_policy(retain),
             )
             for index in spec.indexes:
                 table.add_global_secondary_index(
@@ -58,9 +62,11 @@ class PlatformTables(Construct):
 
 class EmbedsBucket(Construct):
     """Content-addressed embeds: private, TLS only, encrypted, versioned (an object can
-    never be silently replaced or lost), with its own access-log bucket."""
+    never be silently replaced or lost), with its own access-log bucket. Both are retained
+    on stack deletion unless ``retain`` is false; then CDK's auto-delete custom resource
+    empties them first, so `cdk destroy` can delete them."""
 
-    def __init__(self, scope: Construct, id: str) -> None:
+    def __init__(self, scope: Construct, id: str, *, retain: bool) -> None:
         super().__init__(scope, id)
         self.access_logs = s3.Bucket(
             self, "AccessLogs",
@@ -69,7 +75,8 @@ class EmbedsBucket(Construct):
             enforce_ssl=True,
             object_ownership=s3.ObjectOwnership.BUCKET_OWNER_PREFERRED,
             lifecycle_rules=[s3.LifecycleRule(expiration=Duration.days(365))],
-            removal_policy=RemovalPolicy.RETAIN,
+            removal_policy=removal_policy(retain),
+            auto_delete_objects=not retain,
         )
         self.bucket = s3.Bucket(
             self, "Bucket",
@@ -86,7 +93,8 @@ class EmbedsBucket(Construct):
             lifecycle_rules=[s3.LifecycleRule(
                 noncurrent_version_expiration=Duration.days(30),
                 abort_incomplete_multipart_upload_after=Duration.days(1))],
-            removal_policy=RemovalPolicy.RETAIN,
+            removal_policy=removal_policy(retain),
+            auto_delete_objects=not retain,
         )
         self.prefix = tables.EMBEDS_BUCKET.prefix
 

@@ -15,7 +15,7 @@ from aws_cdk import aws_lambda as lambda_
 from aws_cdk import aws_logs as logs
 from constructs import Construct
 
-from infra.bundling import ARCHITECTURE, PYTHON_VERSION, RUNTIME
+from infra.bundling import LAMBDA_TARGET, Target
 from infra.nag import X_RAY_REASON, suppress
 
 LOG_RETENTION = logs.RetentionDays.ONE_MONTH
@@ -33,6 +33,7 @@ class PythonFunction(Construct):
         memory_mb: int,
         timeout: Duration,
         environment: Mapping[str, str],
+        target: Target = LAMBDA_TARGET,
     ) -> None:
         super().__init__(scope, id)
         self.log_group = logs.LogGroup(
@@ -48,8 +49,8 @@ class PythonFunction(Construct):
             resources=[self.log_group.log_group_arn]))
         self.function = lambda_.Function(
             self, "Function",
-            runtime=RUNTIME,
-            architecture=ARCHITECTURE,
+            runtime=target.runtime,
+            architecture=target.architecture,
             code=code,
             handler=handler,
             description=description,
@@ -63,6 +64,6 @@ class PythonFunction(Construct):
         )
         suppress(self.role, "AwsSolutions-IAM5", X_RAY_REASON, ["Resource::*"])
         suppress(self.function, "AwsSolutions-L1",
-                 f"Pinned to Python {PYTHON_VERSION}, the CPython ABI the bundles' arm64 wheels "
-                 "are built for (infra/bundling.py, one constant to bump); it is in Lambda's "
-                 "standard support until 2028.")
+                 f"Pinned to Python {LAMBDA_TARGET.python_version}, the CPython ABI the bundles' "
+                 "arm64 wheels are built for (infra/bundling.py, one constant to bump); it is in "
+                 "Lambda's standard support until 2028.")

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from aws_cdk import App, Stack
 
-from infra.components.access import model_arns, secret_arn_pattern
+from infra.components.access import model_arns
 from tests.infra.cfn import text
 
 
@@ -26,10 +26,3 @@ def test_inference_profile_also_allows_the_routed_model_in_any_region():
         "us.anthropic.claude-3-5-haiku-20241022-v1:0")
     assert resolved(model) == (
         "arn:<AWS::Partition>:bedrock:*::foundation-model/anthropic.claude-3-5-haiku-20241022-v1:0")
-
-
-def test_secret_arn_matches_only_the_signing_secret():
-    stack = Stack(App(), "S")
-    arn = text(stack.resolve(secret_arn_pattern(stack, "codeshot/S/signing-keys")))
-    assert arn == ("arn:<AWS::Partition>:secretsmanager:<AWS::Region>:<AWS::AccountId>:"
-                   "secret:codeshot/S/signing-keys-??????")

@@ -15,7 +15,6 @@ from tests.infra.cfn import refs as refs_of
 API = "handlers.api.handler"
 RUNNER = "handlers.runner.handler"
 REGISTER = "handlers.register_agent.handler"
-SIGNING_SECRET = "codeshot/Codeshot/signing-keys-??????"
 SQS_CONSUME = {"sqs:ReceiveMessage", "sqs:DeleteMessage", "sqs:ChangeMessageVisibility"}
 
 
@@ -146,7 +145,7 @@ def test_environment_points_functions_at_the_resources(synth):
     assert env["CODESHOT_API_URL"] == {"Fn::GetAtt": [api_id, "ApiEndpoint"]}
     assert env["CODESHOT_LLM"] == "bedrock"
     assert env["CODESHOT_EMBEDDER"] in ("bedrock", "hashing")
-    assert env["CODESHOT_SIGNING_SECRET_ID"] == "codeshot/Codeshot/signing-keys"
+    assert env["CODESHOT_SIGNING_SECRET_ID"] == {"Ref": signing_secret_id(synth)}
     assert "CODESHOT_QUEUE_URL" in env
     assert "CODESHOT_QUEUE_URL" not in synth.platform.env(RUNNER)  # it never enqueues
     assert env["CODESHOT_API_URL"] == synth.platform.env(RUNNER)["CODESHOT_API_URL"]
@@ -190,6 +189,51 @@ def test_alarms_on_function_errors_and_dead_letters(synth):
     assert refs_of(dlq[0]["Dimensions"]) == {dlq_id}
 
 
+def signing_secret_id(synth) -> str:
+    (secret_id,) = synth.platform.of_type("AWS::SecretsManager::Secret")
+    return secret_id
+
+
+def test_signing_keys_are_generated_at_deploy_and_go_with_the_stack(synth):
+    secret = synth.platform.resources[signing_secret_id(synth)]
+    generate = secret["Properties"]["GenerateSecretString"]
+    assert generate["GenerateStringKey"] == tables.SIGNING_SECRET.seed_key
+    assert generate["PasswordLength"] == tables.SIGNING_SECRET.seed_length >= 64
+    assert generate["ExcludePunctuation"] is True
+    assert "SecretString" not in secret["Properties"]
+    assert secret["DeletionPolicy"] == "Delete"
+    for handler in (API, RUNNER, REGISTER):  # the platform only reads it
+        written = {a for a in synth.platform.all_actions(handler)
+                   if a.startswith("secretsmanager:") and a != "secretsmanager:GetSecretValue"}
+        assert not written, (handler, written)
+
+
+def test_destroy_keeps_the_tables_and_buckets_and_nothing_else(synth):
+    kept = {k for k, v in synth.platform.resources.items() if v.get("DeletionPolicy") == "Retain"}
+    data = set(synth.platform.of_type("AWS::DynamoDB::Table")) | set(
+        synth.platform.of_type("AWS::S3::Bucket"))
+    assert kept == data
+    assert not [k for k, v in synth.agent.resources.items() if v.get("DeletionPolicy") == "Retain"]
+
+
+def test_retain_data_false_lets_destroy_remove_everything(tmp_path):
+    from tests.infra.conftest import synthesize
+
+    platform = synthesize(tmp_path, **{"codeshot:retainData": False}).platform
+    assert not [k for k, v in platform.resources.items()
+                if v.get("DeletionPolicy") in ("Retain", "Snapshot")]
+    # Buckets are emptied first by CDK's auto-delete custom resource, or deleting fails.
+    assert len(platform.of_type("Custom::S3AutoDeleteObjects")) == 2
+
+
+def assert_reads_only_the_signing_secret(synth, handler: str) -> None:
+    secrets = [g for g in synth.platform.grants(handler)
+               if any(a.startswith("secretsmanager:") for a in g.actions)]
+    assert len(secrets) == 1
+    assert secrets[0].actions == {"secretsmanager:GetSecretValue"}
+    assert secrets[0].resources == ({"Ref": signing_secret_id(synth)},)
+
+
 # --- least privilege, function by function -------------------------------------------------
 
 def test_api_role(synth):
@@ -201,10 +245,7 @@ def test_api_role(synth):
     queue = t.env(API)["CODESHOT_QUEUE_URL"]["Ref"]
     assert t.actions_on(API, queue) == {"sqs:SendMessage"}  # it cannot consume
     assert not SQS_CONSUME & t.all_actions(API)
-    secrets = [g for g in t.grants(API) if any(a.startswith("secretsmanager:") for a in g.actions)]
-    assert len(secrets) == 1
-    assert secrets[0].actions == {"secretsmanager:GetSecretValue", "secretsmanager:CreateSecret"}
-    assert all(r.endswith(":secret:" + SIGNING_SECRET) for r in secrets[0].resource_texts())
+    assert_reads_only_the_signing_secret(synth, API)
 
 
 def test_runner_role(synth):
@@ -221,8 +262,7 @@ def test_runner_role(synth):
     queue = t.env(API)["CODESHOT_QUEUE_URL"]["Ref"]
     assert t.actions_on(RUNNER, queue) >= SQS_CONSUME
     assert "sqs:SendMessage" not in t.all_actions(RUNNER)
-    assert {a for a in t.all_actions(RUNNER) if a.startswith("secretsmanager:")} == {
-        "secretsmanager:GetSecretValue"}
+    assert_reads_only_the_signing_secret(synth, RUNNER)
     bedrock = [g for g in t.grants(RUNNER) if "bedrock:InvokeModel" in g.actions]
     models = " ".join(r for g in bedrock for r in g.resource_texts())
     assert "foundation-model/anthropic.claude-3-5-haiku-20241022-v1:0" in models
@@ -230,6 +270,7 @@ def test_runner_role(synth):
 
 def test_register_agent_role(synth):
     t = synth.platform
+    assert_reads_only_the_signing_secret(synth, REGISTER)
     for spec in (tables.REGISTRY, tables.USERS):
         assert t.actions_on(REGISTER, table_id(synth, spec)) == set(DYNAMO_READ + DYNAMO_WRITE)
     for spec in (tables.SESSIONS, tables.USAGE, tables.USER_STORAGE):

@@ -1,5 +1,5 @@
 """The runner's cold start stays small: building it loads no pydantic, and a query's
-heavier libraries (numpy, PyJWT, cryptography) wait for the first query.
+heavier libraries (numpy, PyJWT, PyNaCl) wait for the first query.
 benchmarks/cold_start.py measures the times; this keeps the imports from creeping back."""
 
 from __future__ import annotations
@@ -8,8 +8,8 @@ import json
 import subprocess
 import sys
 
-DEFERRED = ("pydantic", "pydantic_core", "numpy", "jwt", "cryptography", "yaml", "fastapi",
-            "strawberry")
+DEFERRED = ("pydantic", "pydantic_core", "numpy", "jwt", "nacl", "cryptography", "yaml",
+            "fastapi", "strawberry")
 
 
 def test_building_the_runner_loads_only_what_it_needs():

@@ -50,23 +50,24 @@ def test_concurrent_duplicates_write_one_reply(platform, agents):
 
 def test_runner_killed_mid_program_finishes_exactly_once(platform, agents, monkeypatch):
     h, raw, runner = queued_roll(platform, agents, "tom")
-    store = platform.services.sessions
-    real_add = store.add_message
+    real_finish = runner._finish
 
-    def crash_after_first_step(message):
-        real_add(message)
-        raise ConnectionError("container died")  # after the func_call step is stored
+    def die_before_storing(*args):
+        raise ConnectionError("container died")  # the agent was called, nothing stored
 
-    monkeypatch.setattr(store, "add_message", crash_after_first_step)
+    monkeypatch.setattr(runner, "_finish", die_before_storing)
     first = process_batch({"Records": [record_of(raw)]}, runner.handle)
     assert first == {"batchItemFailures": [{"itemIdentifier": raw["MessageId"]}]}
     assert terminal(platform, h) == []
-    monkeypatch.setattr(store, "add_message", real_add)
+    monkeypatch.setattr(runner, "_finish", real_finish)
     retry = {**record_of(raw), "attributes": {**raw.get("Attributes", {}),
                                               "ApproximateReceiveCount": "2"}}
     assert process_batch({"Records": [retry]}, runner.handle) == {"batchItemFailures": []}
     [reply] = terminal(platform, h)
     assert reply.type.value == "response" and reply.text == f"You rolled {agents.rolls[-1]}."
+    # The trace is stored with the reply: the retried run left no half or doubled trace.
+    steps = [m.type.value for m in platform.services.sessions.all_messages(h)]
+    assert steps.count("func_call") == 1 and steps.count("result") == 1, steps
 
 
 def test_failure_keeps_the_rest_of_that_session_in_order(platform):

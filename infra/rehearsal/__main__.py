@@ -1,0 +1,3 @@
+from infra.rehearsal.main import main
+
+raise SystemExit(main())

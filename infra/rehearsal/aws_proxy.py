@@ -1,0 +1,293 @@
+"""The AWS endpoint the rehearsed functions see: every call is checked against the
+caller's role policy from the template, counted, then passed on to moto's server.
+
+The caller is known from the access key in the request's SigV4 signature (or in a
+presigned URL's ``X-Amz-Credential``: S3 authorizes a presigned request as its signer, so
+an embed upload is checked against the API's role). Each request becomes the IAM actions
+and resource ARNs AWS would authorize (a DynamoDB transaction is one action per item, a
+presigned PUT is ``s3:PutObject`` on ``arn:aws:s3:::bucket/key`` ...), evaluated with
+moto's IAM policy evaluator (``moto.iam.access_control.IAMPolicy``). A call the rehearsal
+cannot map is refused too: nothing reaches moto unchecked.
+
+Not evaluated (stated in the printout): resource policies (bucket and queue policies),
+condition operators other than moto's StringEquals, permission boundaries, SCPs.
+"""
+
+from __future__ import annotations
+
+import http.client
+import json
+import re
+import threading
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler
+from typing import Any
+from urllib.parse import parse_qs, unquote, urlsplit
+
+from infra.rehearsal.assembly import ACCOUNT, PARTITION, REGION
+from infra.rehearsal.loopback import LoopbackServer, reply
+
+CREDENTIAL = re.compile(r"Credential=([A-Z0-9]+)/\d{8}/([a-z0-9-]+)/([a-z0-9-]+)/aws4_request")
+
+
+@dataclass(frozen=True)
+class Check:
+    action: str
+    resource: str
+    context: tuple[tuple[str, str], ...] = ()
+
+
+@dataclass(frozen=True)
+class Call:
+    service: str
+    operation: str
+    checks: tuple[Check, ...]
+
+
+@dataclass
+class Principal:
+    """Who calls: a function (or an event source) with its role's policy documents."""
+
+    name: str
+    role: str
+    policies: list[dict[str, Any]]
+
+
+@dataclass(frozen=True)
+class Denial:
+    principal: str
+    action: str
+    resource: str
+
+    def __str__(self) -> str:
+        return f"{self.principal} may not {self.action} on {self.resource}"
+
+
+class Unmapped(Exception):
+    pass
+
+
+def _table_arn(name: str) -> str:
+    return name if name.startswith("arn:") else \
+        f"arn:{PARTITION}:dynamodb:{REGION}:{ACCOUNT}:table/{name}"
+
+
+def _queue_arn(url: str) -> str:
+    account, name = urlsplit(url).path.strip("/").split("/")[-2:]
+    return f"arn:{PARTITION}:sqs:{REGION}:{account}:{name}"
+
+
+def dynamodb_checks(operation: str, body: dict[str, Any]) -> list[Check]:
+    if operation in ("BatchGetItem", "BatchWriteItem"):
+        return [Check(f"dynamodb:{operation}", _table_arn(t)) for t in body["RequestItems"]]
+    if operation in ("TransactWriteItems", "TransactGetItems"):
+        actions = {"Put": "PutItem", "Update": "UpdateItem", "Delete": "DeleteItem",
+                   "ConditionCheck": "ConditionCheckItem", "Get": "GetItem"}
+        return [Check(f"dynamodb:{actions[kind]}", _table_arn(request["TableName"]))
+                for item in body["TransactItems"] for kind, request in item.items()]
+    if "TableName" not in body:
+        raise Unmapped(f"dynamodb {operation} without a table")
+    arn = _table_arn(body["TableName"])
+    if body.get("IndexName"):
+        arn += "/index/" + body["IndexName"]
+    return [Check(f"dynamodb:{operation}", arn)]
+
+
+def sqs_checks(operation: str, params: dict[str, Any]) -> list[Check]:
+    if "QueueUrl" in params:
+        return [Check(f"sqs:{operation}", _queue_arn(params["QueueUrl"]))]
+    if "QueueName" in params:
+        return [Check(f"sqs:{operation}",
+                      f"arn:{PARTITION}:sqs:{REGION}:{ACCOUNT}:{params['QueueName']}")]
+    raise Unmapped(f"sqs {operation} without a queue")
+
+
+def s3_call(method: str, path: str, query: dict[str, list[str]], headers: Any) -> Call:
+    bucket, _, key = unquote(path).lstrip("/").partition("/")
+    if not bucket:
+        raise Unmapped(f"s3 {method} /")
+    bucket_arn = f"arn:{PARTITION}:s3:::{bucket}"
+    if not key:
+        if method in ("GET", "HEAD") and not (set(query) - {"list-type", "prefix", "delimiter",
+                                                           "max-keys", "continuation-token",
+                                                           "start-after", "encoding-type"}):
+            context = (("s3:prefix", query.get("prefix", [""])[0]),)
+            return Call("s3", "ListObjectsV2" if method == "GET" else "HeadBucket",
+                        (Check("s3:ListBucket", bucket_arn, context),))
+        raise Unmapped(f"s3 bucket request {method} ?{'&'.join(query)}")
+    object_arn = f"{bucket_arn}/{key}"
+    if set(query) & {"uploads", "uploadId", "partNumber"} and method in ("POST", "PUT"):
+        return Call("s3", "MultipartUpload", (Check("s3:PutObject", object_arn),))
+    if method in ("GET", "HEAD"):
+        action = "s3:GetObjectVersion" if "versionId" in query else "s3:GetObject"
+        return Call("s3", "GetObject" if method == "GET" else "HeadObject",
+                    (Check(action, object_arn),))
+    if method == "PUT":
+        checks = [Check("s3:PutObject", object_arn)]
+        source = headers.get("x-amz-copy-source")
+        if source:
+            checks.append(Check("s3:GetObject",
+                                f"arn:{PARTITION}:s3:::{unquote(source).lstrip('/')}"))
+        return Call("s3", "CopyObject" if source else "PutObject", tuple(checks))
+    if method == "DELETE":
+        return Call("s3", "DeleteObject", (Check("s3:DeleteObject", object_arn),))
+    raise Unmapped(f"s3 object request {method}")
+
+
+def describe(service: str, method: str, path: str, query: dict[str, list[str]],
+             headers: Any, body: bytes, secret_arn: Callable[[str], str]) -> Call:
+    """The IAM actions and resources of one request."""
+    if service == "s3":
+        return s3_call(method, path, query, headers)
+    target = headers.get("x-amz-target", "")
+    if service == "bedrock":  # bedrock-runtime signs as "bedrock"
+        match = re.match(r"/model/([^/]+)/(invoke|converse)", unquote(path))
+        if not match:
+            raise Unmapped(f"bedrock {path}")
+        model = match.group(1)
+        arn = model if model.startswith("arn:") else \
+            f"arn:{PARTITION}:bedrock:{REGION}::foundation-model/{model}"
+        return Call("bedrock-runtime", match.group(2).title(),
+                    (Check("bedrock:InvokeModel", arn),))
+    if target:
+        operation = target.rsplit(".", 1)[-1]
+        params = json.loads(body or b"{}")
+    else:  # query protocol (form-encoded Action=...)
+        form = {k: v[0] for k, v in parse_qs(body.decode()).items()} | \
+            {k: v[0] for k, v in query.items()}
+        operation, params = form.get("Action", ""), form
+    if service == "sts" and operation == "GetCallerIdentity":
+        return Call("sts", operation, ())  # allowed to everyone, as in AWS
+    if service == "dynamodb":
+        return Call(service, operation, tuple(dynamodb_checks(operation, params)))
+    if service == "sqs":
+        return Call(service, operation, tuple(sqs_checks(operation, params)))
+    if service == "secretsmanager" and "SecretId" in params:
+        return Call(service, operation, (Check(f"secretsmanager:{operation}",
+                                               secret_arn(params["SecretId"])),))
+    raise Unmapped(f"{service} {operation or method + ' ' + path}")
+
+
+def allowed(policies: list[dict[str, Any]], check: Check) -> bool:
+    """moto's IAM evaluation: an explicit Deny wins, else some statement must Allow."""
+    from moto.iam.access_control import IAMPolicy, PermissionResult
+
+    permitted = False
+    for document in policies:
+        result = IAMPolicy(json.dumps(document)).is_action_permitted(
+            check.action, check.resource, incoming_condition_values=dict(check.context))
+        if result == PermissionResult.DENIED:
+            return False
+        permitted = permitted or result == PermissionResult.PERMITTED
+    return permitted
+
+
+@dataclass
+class CallLog:
+    """Counts of allowed calls by (principal, service, operation), and every denial."""
+
+    counts: Counter[tuple[str, str, str]] = field(default_factory=Counter)
+    denials: list[Denial] = field(default_factory=list)
+    unmapped: list[str] = field(default_factory=list)
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def snapshot(self) -> Counter[tuple[str, str, str]]:
+        with self.lock:
+            return Counter(self.counts)
+
+
+class AwsProxy:
+    """A loopback HTTP endpoint in front of moto's server (``AWS_ENDPOINT_URL``)."""
+
+    def __init__(self, moto_url: str, secret_arn: Callable[[str], str]) -> None:
+        self.moto = urlsplit(moto_url)
+        self.secret_arn = secret_arn
+        self.principals: dict[str, Principal] = {}
+        self.log = CallLog()
+        self.loopback = LoopbackServer(self.handle)
+        self.url = self.loopback.url
+
+    def stop(self) -> None:
+        self.loopback.stop()
+
+    def add_principal(self, access_key: str, principal: Principal) -> None:
+        self.principals[access_key] = principal
+
+    # -- one request ----------------------------------------------------------------------
+    def handle(self, request: BaseHTTPRequestHandler) -> None:
+        parts = urlsplit(request.path)
+        query = parse_qs(parts.query, keep_blank_values=True)
+        length = int(request.headers.get("Content-Length") or 0)
+        body = request.rfile.read(length) if length else b""
+        if request.headers.get("Transfer-Encoding", "").lower() == "chunked":
+            body = _read_chunked(request)
+        signed = request.headers.get("Authorization", "") + " Credential=" + \
+            query.get("X-Amz-Credential", [""])[0]
+        match = CREDENTIAL.search(signed.replace("%2F", "/"))
+        principal = self.principals.get(match.group(1)) if match else None
+        if principal is None or match is None:
+            return self._deny(request, "unknown", "(unsigned or unknown credentials)",
+                              request.path, s3=True)
+        service = match.group(3)
+        try:
+            call = describe(service, request.command, parts.path, query, request.headers,
+                            body, self.secret_arn)
+        except (Unmapped, KeyError, ValueError) as exc:
+            with self.log.lock:
+                self.log.unmapped.append(f"{principal.name}: {exc}")
+            return self._deny(request, principal.name, f"{service}:?", str(exc),
+                              s3=service == "s3")
+        for check in call.checks:
+            if not allowed(principal.policies, check):
+                with self.log.lock:
+                    self.log.denials.append(Denial(principal.name, check.action, check.resource))
+                return self._deny(request, principal.role, check.action, check.resource,
+                                  s3=service == "s3", json_protocol="x-amz-target" in
+                                  {k.lower() for k in request.headers})
+        with self.log.lock:
+            self.log.counts[(principal.name, call.service, call.operation)] += 1
+        self._forward(request, body)
+
+    def _forward(self, request: BaseHTTPRequestHandler, body: bytes) -> None:
+        headers = {k: v for k, v in request.headers.items()
+                   if k.lower() not in ("connection", "transfer-encoding", "content-length")}
+        headers["Content-Length"] = str(len(body))
+        connection = http.client.HTTPConnection(self.moto.netloc, timeout=60)
+        try:
+            connection.request(request.command, request.path, body=body, headers=headers)
+            response = connection.getresponse()
+            data = response.read()
+            reply(request, response.status, data, [
+                (k, v) for k, v in response.getheaders() if k.lower() not in ("server", "date")])
+        finally:
+            connection.close()
+
+    @staticmethod
+    def _deny(request: BaseHTTPRequestHandler, who: str, action: str, resource: str, *,
+              s3: bool = False, json_protocol: bool = False) -> None:
+        message = (f"User: arn:{PARTITION}:sts::{ACCOUNT}:assumed-role/{who} is not "
+                   f"authorized to perform: {action} on resource: {resource} because no "
+                   "identity-based policy allows the action")
+        if json_protocol:
+            data = json.dumps({"__type": "AccessDeniedException", "message": message}).encode()
+            status, content_type = 400, "application/x-amz-json-1.0"
+        else:
+            tag = "Error" if s3 else "ErrorResponse><Error"
+            close = "Error" if s3 else "Error></ErrorResponse"
+            data = (f"<{tag}><Code>AccessDenied</Code><Message>{message}</Message></{close}>"
+                    ).encode()
+            status, content_type = 403, "application/xml"
+        reply(request, status, data, [("Content-Type", content_type)])
+
+
+def _read_chunked(request: BaseHTTPRequestHandler) -> bytes:
+    out = b""
+    while True:
+        size = int(request.rfile.readline().split(b";")[0].strip() or b"0", 16)
+        if size == 0:
+            request.rfile.readline()
+            return out
+        out += request.rfile.read(size)
+        request.rfile.readline()

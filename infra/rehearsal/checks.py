@@ -1,0 +1,396 @@
+"""End-to-end checks through a standing rehearsal, as a user of the deployment would drive
+it, and the measurements the printout reports.
+
+Users come from ``codeshot users create`` with the stack's outputs (the README's deploy
+guide); queries go through ``codeshot chat``, the Fixie 1.0 client (fixieai 1.0.4 in its
+own virtualenv) and the GraphQL API, all over the front doors.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+import secrets
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+from infra.rehearsal.assembly import REGION, RehearsalError
+
+FIXIE = "fixieai==1.0.4"
+FIXIE_VENV = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "codeshot-tests" \
+    / "fixieai-1.0.4"
+PLATFORM_STACK = "Codeshot"
+AGENTS = ("admin/notes", "admin/dice", "admin/clock")
+# The calls of one query are those of the functions that answer it (the event source
+# mapping's polling is Lambda's, and agents call nothing in AWS).
+QUERY_FUNCTIONS = ("api", "runner")
+READS = {"GetItem", "Query", "Scan", "BatchGetItem", "TransactGetItems"}
+WRITES = {"PutItem", "UpdateItem", "DeleteItem", "BatchWriteItem", "TransactWriteItems"}
+COLD_STARTS_PER_FUNCTION = 3
+# Goals (issue 16): AWS calls per query, the first reply poll included (a client needs one
+# look to see the reply; how many more depends on how fast the runner answers).
+BUDGETS = {"plain": 6, "Func": 8}
+
+SEND = """mutation ($s: String!, $t: String!, $e: [EmbedInput!]) { sendSessionMessage(
+  messageData: {session: $s, text: $t, embeds: $e}) {
+  message { id embeds { key contentHash url } } reply { text type } } }"""
+NEW_SESSION = """mutation ($f: String) { createSession(sessionData: {frontendAgentId: $f}) {
+  session { handle } } }"""
+FIXIE_CLIENT = '''
+import json, sys
+import fixieai
+
+client = fixieai.FixieClient()
+agents = sorted(client.get_agents())
+session = client.create_session(sys.argv[1])
+print(json.dumps({"agents": agents, "answer": session.query(sys.argv[2])}))
+'''
+
+
+def fixie_python() -> Path:
+    """A virtualenv with the real Fixie 1.0 SDK, built once and cached (~150 MB)."""
+    python, done = FIXIE_VENV / "bin" / "python", FIXIE_VENV / ".installed"
+    if not done.exists():
+        shutil.rmtree(FIXIE_VENV, ignore_errors=True)
+        subprocess.run([sys.executable, "-m", "venv", str(FIXIE_VENV)], check=True)
+        install = subprocess.run([str(python), "-m", "pip", "install", "-q", FIXIE],
+                                 capture_output=True, text=True, timeout=600, check=False)
+        if install.returncode != 0:
+            raise RehearsalError(f"cannot install {FIXIE}: {install.stderr.strip()[-300:]}")
+        done.touch()
+    return python
+
+
+@dataclass
+class Report:
+    calls: Any  # the IAM proxy's CallLog
+    function_errors: list[Any]  # every failed invocation (FunctionError)
+    checks: list[tuple[str, float, str]] = field(default_factory=list)
+    sections: list[str] = field(default_factory=list)
+
+    def refused(self) -> str:
+        return "; ".join([str(d) for d in self.calls.denials] + self.calls.unmapped)
+
+    def check(self, name: str, run: Callable[[], str]) -> None:
+        """Run one check; its failure fails the rehearsal, named, with the AWS calls the IAM
+        proxy refused and the functions that failed meanwhile (the usual causes)."""
+        started = time.monotonic()
+        try:
+            detail = run()
+        except Exception as exc:
+            refused = self.refused()
+            failed = "\n".join(str(e) for e in self.function_errors[-3:])
+            raise RehearsalError(f"check '{name}' failed: {type(exc).__name__}: {exc}"
+                                 + (f"\nAWS calls refused: {refused}" if refused else "")
+                                 + (f"\nfunctions failed: {failed}" if failed else "")
+                                 ) from exc
+        self.checks.append((name, time.monotonic() - started, detail))
+
+    def text(self) -> str:
+        lines = ["## End-to-end checks\n", "| check | s | result |", "|---|---:|---|"]
+        lines += [f"| {n} | {s:.1f} | {d} |" for n, s, d in self.checks]
+        return "\n".join([*lines, "", *self.sections])
+
+
+class User:
+    """A platform user with an API key, talking to the deployment's front door."""
+
+    def __init__(self, api_url: str, api_key: str) -> None:
+        self.api_url, self.api_key = api_url, api_key
+        self.http = httpx.Client(headers={"Authorization": f"Bearer {api_key}"}, timeout=60)
+
+    def gql(self, query: str, variables: dict[str, Any] | None = None) -> dict[str, Any]:
+        response = self.http.post(f"{self.api_url}/graphql",
+                                  json={"query": query, "variables": variables or {}})
+        body = response.json()
+        if response.status_code != 200 or body.get("errors"):
+            raise RehearsalError(f"GraphQL answered {response.status_code}: "
+                                 f"{json.dumps(body)[:500]}")
+        return dict(body["data"])
+
+    def session(self, agent_id: str | None = None) -> str:
+        return str(self.gql(NEW_SESSION, {"f": agent_id})["createSession"]["session"]["handle"])
+
+    def ask(self, session: str, text: str, embeds: list[dict[str, str]] | None = None
+            ) -> dict[str, Any]:
+        out = self.gql(SEND, {"s": session, "t": text, "e": embeds})["sendSessionMessage"]
+        if not out["reply"]:
+            raise RehearsalError(f"no reply to {text!r} within the API's wait")
+        return dict(out)
+
+
+def cli_env(rehearsal: Any, **extra: str) -> dict[str, str]:
+    """The environment of a person running the codeshot CLI against the deployment."""
+    outputs = rehearsal.outputs[PLATFORM_STACK]
+    return {"PATH": os.environ.get("PATH", ""), "HOME": os.environ.get("HOME", "/root"),
+            "AWS_REGION": REGION, "AWS_ACCESS_KEY_ID": "operator",
+            "AWS_SECRET_ACCESS_KEY": "operator", "AWS_ENDPOINT_URL": rehearsal.moto_url,
+            "CODESHOT_API_URL": outputs["ApiUrl"], "CODESHOT_USERS_TABLE": outputs["UsersTable"],
+            "CODESHOT_SIGNING_SECRET_ID": outputs["SigningSecretId"], **extra}
+
+
+def codeshot_cli(rehearsal: Any, args: list[str], stdin: str = "", **env: str) -> str:
+    codeshot = Path(sys.executable).with_name("codeshot")
+    proc = subprocess.run([str(codeshot), *args], input=stdin, capture_output=True, text=True,
+                          env=cli_env(rehearsal, **env), timeout=180, check=False)
+    if proc.returncode:
+        raise RehearsalError(f"codeshot {' '.join(args)} exited {proc.returncode}: "
+                             f"{proc.stderr[-1500:]}")
+    return proc.stdout
+
+
+def create_user(rehearsal: Any, name: str) -> User:
+    key = codeshot_cli(rehearsal, ["users", "create", name]).strip().splitlines()[-1]
+    return User(rehearsal.outputs[PLATFORM_STACK]["ApiUrl"], key)
+
+
+# -- the checks ---------------------------------------------------------------------------
+def check_registered(user: User) -> str:
+    found = {a["agentId"] for a in user.gql("{ allAgents { agentId } }")["allAgents"]}
+    missing = set(AGENTS) - found
+    if missing:
+        raise RehearsalError(f"agents not registered: {sorted(missing)} (found {sorted(found)})")
+    return ", ".join(sorted(found & set(AGENTS)))
+
+
+def check_chat(rehearsal: Any, user: User) -> str:
+    out = codeshot_cli(rehearsal, ["chat"], stdin="Roll a d20\n", CODESHOT_API_KEY=user.api_key)
+    match = re.search(r"You rolled (\d+)\.", out)
+    if not match or not 1 <= int(match.group(1)) <= 20:
+        raise RehearsalError(f"codeshot chat did not roll a d20: {out[-500:]!r}")
+    return match.group(0)
+
+
+def check_fixie_client(user: User) -> str:
+    with tempfile.TemporaryDirectory() as home:
+        script = Path(home) / "client.py"
+        script.write_text(FIXIE_CLIENT)
+        proc = subprocess.run(
+            [str(fixie_python()), str(script), "admin/dice", "Roll 2d6"], capture_output=True,
+            text=True, timeout=180, check=False,
+            env={"PATH": os.environ.get("PATH", ""), "HOME": home,
+                 "FIXIE_API_URL": user.api_url, "FIXIE_API_KEY": user.api_key})
+    if proc.returncode:
+        raise RehearsalError(f"fixieai Session.query failed: {proc.stderr[-1500:]}")
+    result = json.loads(proc.stdout.strip().splitlines()[-1])
+    answer = str(result["answer"])
+    dice = re.fullmatch(r"You rolled (\d+) \+ (\d+) = (\d+)\.", answer)
+    if not dice or int(dice[1]) + int(dice[2]) != int(dice[3]) or not set(AGENTS) <= set(
+            result["agents"]):
+        raise RehearsalError(f"fixieai Session.query answered {result}")
+    return answer
+
+
+def check_user_storage(user: User) -> str:
+    note = f"rehearsal {secrets.token_hex(3)}"
+    session = user.session("admin/notes")
+    saved = user.ask(session, f"Save a note: {note}")["reply"]["text"]
+    listed = user.ask(session, "What are my notes?")["reply"]["text"]
+    if note not in saved or note not in listed:
+        raise RehearsalError(f"notes agent: saved {saved!r}, listed {listed!r}")
+    return f"saved and read back {note!r}"
+
+
+def check_embeds(user: User) -> str:
+    data = secrets.token_bytes(300_000)  # over the inline limit: a presigned upload
+    digest = hashlib.sha256(data).hexdigest()
+    upload = user.gql("""mutation ($t: String!, $n: Int!, $h: String!) {
+      createEmbedUpload(contentType: $t, size: $n, contentHash: $h) { url headers { name value } }
+    }""", {"t": "application/octet-stream", "n": len(data), "h": digest})["createEmbedUpload"]
+    headers = {h["name"]: h["value"] for h in upload["headers"]}
+    put = httpx.put(upload["url"], content=data, headers=headers, timeout=60)
+    if put.status_code != 200:
+        raise RehearsalError(f"presigned upload answered {put.status_code}: {put.text[:300]}")
+    session = user.session("admin/clock")
+    sent = user.ask(session, "What time is it?", embeds=[
+        {"key": "blob", "contentType": "application/octet-stream", "contentHash": digest}])
+    (embed,) = sent["message"]["embeds"]
+    got = httpx.get(embed["url"], timeout=60)
+    if got.status_code != 200 or got.content != data:
+        raise RehearsalError(f"embed download answered {got.status_code}, "
+                             f"{len(got.content)} bytes")
+    return f"{len(data)} bytes up (presigned PUT) and down (presigned GET)"
+
+
+def check_redeploy(rehearsal: Any) -> str:
+    """An agent stack's update (its code changed): the registration re-reads it."""
+    deployment = rehearsal.deployment
+    stack = next(s for s in deployment.stacks.values() if s.stack.name.endswith("Agent-notes"))
+    (logical_id, resource), = stack.stack.of_type("Custom::CodeshotAgentRegistration").items()
+    from infra.rehearsal.assembly import Resolver
+
+    props = Resolver(stack, lambda n: deployment.stacks[n], deployment.exports)(
+        resource["Properties"])
+    physical_id, data = deployment.custom_resource_event(
+        stack.stack, logical_id, resource["Type"], props | {"CodeHash": "changed"}, "Update",
+        stack.refs[logical_id], old_props=props)
+    if physical_id != stack.refs[logical_id]:
+        raise RehearsalError(f"an update replaced the registration: {physical_id}")
+    return f"Update answered SUCCESS for {physical_id} ({data.get('Kind')})"
+
+
+def check_destroy(rehearsal: Any, user: User) -> str:
+    """``cdk destroy`` of the agent stacks: each registration's Delete unregisters it."""
+    deployment = rehearsal.deployment
+    kept: list[str] = []
+    for deployed in reversed(list(deployment.stacks.values())):
+        if deployed.stack.name != PLATFORM_STACK:
+            kept += deployment.destroy(deployed.stack)
+    left = {a["agentId"] for a in user.gql("{ allAgents { agentId } }")["allAgents"]}
+    if left & set(AGENTS):
+        raise RehearsalError(f"still registered after destroy: {sorted(left & set(AGENTS))}")
+    if kept:
+        raise RehearsalError(f"agent stacks would leave {kept} behind")
+    return "agents unregistered; agent stacks keep nothing"
+
+
+# -- measurements -------------------------------------------------------------------------
+def calls_per_query(rehearsal: Any, user: User, agent: str | None, text: str,
+                    repeats: int = 3) -> tuple[dict[str, float], Counter[tuple[str, str, str]]]:
+    session = user.session(agent)
+    user.ask(session, text)  # warm-up: keys, clients, caches
+    log = rehearsal.proxy.log
+    before = log.snapshot()
+    for _ in range(repeats):
+        user.ask(session, text)
+    time.sleep(0.5)  # the runner's last write may land after the API saw the reply
+    diff = log.snapshot() - before
+    calls = Counter({k: v for k, v in diff.items() if k[0] in QUERY_FUNCTIONS})
+    kinds: Counter[str] = Counter()
+    for (who, service, operation), n in calls.items():
+        if (who, operation) == ("api", "Query"):
+            kind = "API reply polls"  # sendSessionMessage waiting (issue 21 removes it)
+        elif service == "dynamodb":
+            kind = "DynamoDB reads" if operation in READS else "DynamoDB writes" \
+                if operation in WRITES else f"DynamoDB {operation}"
+        else:
+            kind = {"sqs": "SQS", "s3": "S3", "secretsmanager": "Secrets Manager"}.get(
+                service, service)
+        kinds[kind] += n
+    return {k: v / repeats for k, v in kinds.items()}, calls
+
+
+def over_budget(name: str, kinds: dict[str, float]) -> str | None:
+    """The query's calls against its goal, counting one reply poll (the one that finds it)."""
+    budget = next(v for k, v in BUDGETS.items() if name.startswith(k))
+    counted = sum(kinds.values()) - max(0.0, kinds.get("API reply polls", 0.0) - 1)
+    return None if counted <= budget else f"{name}: {counted:.1f} AWS calls, goal {budget}"
+
+
+def calls_section(rows: list[tuple[str, dict[str, float], Counter[tuple[str, str, str]]]],
+                  repeats: int) -> str:
+    columns = ["DynamoDB reads", "DynamoDB writes", "API reply polls", "SQS", "S3",
+               "Secrets Manager"]
+    lines = [f"## AWS calls per query (API + runner, warm, mean of {repeats}; through the "
+             "IAM proxy)\n", "| query | total | " + " | ".join(columns) + " |",
+             "|---|---:|" + "---:|" * len(columns)]
+    for name, kinds, _ in rows:
+        lines.append(f"| {name} | {sum(kinds.values()):.1f} | "
+                     + " | ".join(f"{kinds.get(c, 0):.1f}" for c in columns) + " |")
+    lines.append("")
+    for name, _, calls in rows:
+        ops = ", ".join(f"{who}.{op} x{n / repeats:g}"
+                        for (who, _, op), n in sorted(calls.items()))
+        lines.append(f"- {name}: {ops}")
+    return "\n".join(lines) + "\n"
+
+
+def measure_cold_starts(rehearsal: Any, user: User) -> str:
+    """Fresh instances of each function, timed from process start to first answered
+    event (the events a first user brings), plus those the checks started."""
+    lambdas = rehearsal.lambdas
+    from infra.rehearsal.front_door import v2_event
+
+    def api_event(path: str, headers: dict[str, str], body: str = "") -> dict[str, Any]:
+        return v2_event("rehearsal", "$default", "POST" if body else "GET", path, headers,
+                        body.encode(), "127.0.0.1", "rehearsal")
+
+    events: dict[str, Callable[[], Any]] = {
+        "api": lambda: api_event("/graphql", {
+            "content-type": "application/json", "authorization": f"Bearer {user.api_key}"},
+            json.dumps({"query": "{ user { username } }"})),
+        "runner": lambda: {"Records": [{
+            "messageId": secrets.token_hex(8), "receiptHandle": "r", "md5OfBody": "",
+            "body": json.dumps({"session_id": "gone", "message_id": "gone"}),
+            "attributes": {"ApproximateReceiveCount": "1", "MessageGroupId": "gone"},
+            "messageAttributes": {}, "eventSource": "aws:sqs", "awsRegion": REGION}]},
+        "register": lambda: {
+            "RequestType": "Delete", "PhysicalResourceId": "codeshot-unregistered:rehearsal",
+            "ResponseURL": rehearsal.deployment.responses.expect("cold"), "StackId": "s",
+            "RequestId": "cold", "LogicalResourceId": "Cold", "ResourceProperties": {}},
+        "agent:notes": lambda: api_event("/", {"accept": "application/json"}),
+    }
+    for name, event in events.items():
+        function = lambdas.named(name)
+        for _ in range(COLD_STARTS_PER_FUNCTION):
+            function.invoke(event(), fresh=True)
+    lines = ["## Cold starts (process start to first answered event; this machine, "
+             f"{rehearsal.python})\n", "| function | runtime | instances | median ms | "
+             "min ms | max ms |", "|---|---|---:|---:|---:|---:|"]
+    for function in sorted(lambdas.functions.values(), key=lambda f: f.spec.name):
+        times = [t * 1000 for t in function.cold_starts()]
+        if times:
+            lines.append(f"| {function.spec.name} | {function.spec.runtime} | {len(times)} | "
+                         f"{statistics.median(times):.0f} | {min(times):.0f} | "
+                         f"{max(times):.0f} |")
+    return "\n".join(lines) + "\n"
+
+
+def bundles_section(rehearsal: Any) -> str:
+    """Each function's asset as CDK staged it (this machine's wheels)."""
+    from infra.bundling import dir_size
+
+    lines = ["## Bundles (unzipped, as staged in cdk.out for this machine)\n",
+             "| function | MB | files |", "|---|---:|---:|"]
+    seen: set[Path] = set()
+    for function in sorted(rehearsal.lambdas.functions.values(), key=lambda f: f.spec.name):
+        if function.spec.asset in seen:
+            continue
+        seen.add(function.spec.asset)
+        size, count = dir_size(function.spec.asset)
+        lines.append(f"| {function.spec.name} | {size / 1e6:.1f} | {count} |")
+    return "\n".join(lines) + "\n"
+
+
+def run_checks(rehearsal: Any) -> str:
+    report = Report(rehearsal.proxy.log, rehearsal.lambdas.errors)
+    user = create_user(rehearsal, "rehearsal")
+    report.check("agent stacks registered (custom resources)", lambda: check_registered(user))
+    report.check("codeshot chat: Roll a d20", lambda: check_chat(rehearsal, user))
+    report.check("fixieai 1.0.4 Session.query", lambda: check_fixie_client(user))
+    report.check("user storage from an agent", lambda: check_user_storage(user))
+    report.check("embed upload and download", lambda: check_embeds(user))
+    rows = []
+    for name, agent, text in (("plain (planner -> clock)", None, "What time is it?"),
+                              ("Func (planner -> dice -> roll)", None, "Roll a d20")):
+        kinds, calls = calls_per_query(rehearsal, user, agent, text)
+        rows.append((name, kinds, calls))
+    report.sections.append(calls_section(rows, 3))
+    over = [o for name, kinds, _ in rows if (o := over_budget(name, kinds))]
+    if over:
+        raise RehearsalError("over the AWS-calls goal: " + "; ".join(over) + "\n"
+                             + report.sections[-1])
+    report.sections.append(measure_cold_starts(rehearsal, user))
+    report.check("agent redeploy (Update event)", lambda: check_redeploy(rehearsal))
+    report.check("cdk destroy of the agent stacks (Delete events)",
+                 lambda: check_destroy(rehearsal, user))
+    report.sections.append(bundles_section(rehearsal))
+    if report.refused():
+        raise RehearsalError(f"AWS calls refused: {report.refused()}")
+    notes = [f"not emulated: {kind} x{n}" for kind, n in
+             sorted(rehearsal.deployment.not_emulated.items())] + rehearsal.deployment.notes
+    report.sections.append("## Notes\n\n" + "\n".join(f"- {n}" for n in notes))
+    return report.text()
