@@ -45,12 +45,13 @@ class Client:
 
 
 @contextmanager
-def local_stack(**settings: Any) -> Iterator[tuple[LocalStack, Client]]:
+def local_stack(examples: bool = True, **settings: Any) -> Iterator[tuple[LocalStack, Client]]:
     from codeshot.settings import Settings
 
     with tempfile.TemporaryDirectory() as directory:
         stack = LocalStack(port=free_port(), aws_port=free_port(), directory=Path(directory),
-                           base=Settings(**settings), progress=lambda _line: None)
+                           base=Settings(**settings), progress=lambda _line: None,
+                           examples=examples)
         state = stack.start()
         try:
             yield stack, Client(state["graphql_url"], state["api_key"])

@@ -5,9 +5,7 @@ from __future__ import annotations
 import sys
 from typing import Any, TextIO
 
-import httpx
-
-from codeshot.errors import CodeshotError, InvalidInput
+from codeshot.client import GraphQLClient, RemoteError
 
 SEND = """mutation ($s: String!, $t: String!) { sendSessionMessage(messageData:
   {session: $s, text: $t}) { message { id } reply { id text type errorCode } } }"""
@@ -15,41 +13,20 @@ TRACE = """query ($h: String!, $a: String) { sessionByHandle(handle: $h) {
   messages(after: $a) { id text type sentBy { handle agentId } } } }"""
 
 
-class ChatClient:
-    def __init__(self, graphql_url: str, api_key: str, timeout: float = 60.0) -> None:
-        self.url = graphql_url
-        self.http = httpx.Client(headers={"Authorization": f"Bearer {api_key}"},
-                                 timeout=timeout)
-
-    def call(self, query: str, variables: dict[str, Any] | None = None) -> dict[str, Any]:
-        try:
-            response = self.http.post(self.url, json={"query": query,
-                                                      "variables": variables or {}})
-        except httpx.HTTPError as exc:
-            raise InvalidInput(f"cannot reach the platform at {self.url}: {exc}") from exc
-        body = response.json()
-        if body.get("errors"):
-            error = body["errors"][0]
-            raise _RemoteError(error.get("message", "error"),
-                               error.get("extensions", {}).get("code", CodeshotError.code))
-        data: dict[str, Any] = body["data"]
-        return data
-
+class ChatClient(GraphQLClient):
     def new_session(self, agent_id: str | None) -> str:
         data = self.call("mutation ($f: String) { createSession(sessionData: "
                          "{frontendAgentId: $f}) { session { handle } } }", {"f": agent_id})
-        handle: str = data["createSession"]["session"]["handle"]
-        return handle
+        return str(data["createSession"]["session"]["handle"])
 
     def send(self, session: str, text: str) -> tuple[str, dict[str, Any] | None]:
         out = self.call(SEND, {"s": session, "t": text})["sendSessionMessage"]
         return out["message"]["id"], out["reply"]
 
     def trace(self, session: str, after: str) -> list[dict[str, Any]]:
-        messages: list[dict[str, Any]] = self.call(
-            TRACE, {"h": session, "a": after})["sessionByHandle"]["messages"]
+        messages: list[dict[str, Any]] = \
+            self.call(TRACE, {"h": session, "a": after})["sessionByHandle"]["messages"]
         return messages
-
 
     def llm_provider(self) -> str:
         provider: str = self.call("{ llmProvider }")["llmProvider"]
@@ -60,12 +37,6 @@ REPLAY_NOTICE = ("Note: this platform runs the offline fewshot provider. It is n
                  "model: it replays the agents' examples with your words and the real Func "
                  "results, and says when no example matches. Set CODESHOT_LLM to openai or "
                  "bedrock on the platform for a real model.")
-
-
-class _RemoteError(CodeshotError):
-    def __init__(self, message: str, code: str) -> None:
-        super().__init__(message)
-        self.code = code  # type: ignore[misc]
 
 
 def run_chat(client: ChatClient, agent_id: str | None, show_trace: bool,
@@ -85,7 +56,7 @@ def run_chat(client: ChatClient, agent_id: str | None, show_trace: bool,
             continue
         try:
             query_id, reply = client.send(session, text)
-        except _RemoteError as exc:
+        except RemoteError as exc:
             print(f"! {exc.code}: {exc.message}", file=stdout)
             continue
         if show_trace:

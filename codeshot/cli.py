@@ -38,7 +38,7 @@ def _local_up(args: argparse.Namespace) -> int:
 def _target_settings() -> Settings:
     """The stack to act on: the running `codeshot local up` in this directory, or the
     environment's settings (a deployed platform)."""
-    from codeshot.local.stack import read_state
+    from codeshot.client import read_state
     from codeshot.settings import get_settings
 
     settings = get_settings()
@@ -101,10 +101,62 @@ def _keys_rotate(args: argparse.Namespace) -> int:
     return 0
 
 
-def _serve(args: argparse.Namespace) -> int:
-    from codeshot.sdk.project import load_agent, read_config
+def _wait_for_signal() -> str:
+    """Block until SIGINT or SIGTERM; returns its name."""
+    import threading
 
-    load_agent(args.agent_dir, read_config(args.agent_dir)).serve(args.port)
+    received: list[str] = []
+    stop = threading.Event()
+
+    def handler(signum: int, _frame: object) -> None:
+        received.append(signal.Signals(signum).name)
+        stop.set()
+
+    signal.signal(signal.SIGINT, handler)
+    signal.signal(signal.SIGTERM, handler)
+    stop.wait()
+    return received[0]
+
+
+def _serve(args: argparse.Namespace) -> int:
+    from codeshot.client import PlatformClient, Target, agent_fields
+    from codeshot.local.http_server import HttpServer
+    from codeshot.sdk.project import load_agent, read_config
+    from codeshot.settings import get_settings
+
+    config = read_config(args.agent_dir)
+    target = Target.find()
+    settings = get_settings().replace(api_url=target.api_url)
+    client = PlatformClient(target) if args.register else None
+    if client is not None:  # it will be this user's agent: accept tokens for it only
+        settings = settings.replace(agent_id=f"{client.username()}/{config.handle}")
+    app = load_agent(args.agent_dir, config).app(settings)
+    server = HttpServer(app, "127.0.0.1", args.port)
+    url = server.start()
+    try:
+        print(f"Serving {config.handle} at {url} for the platform at {target.api_url}",
+              flush=True)
+        if client is not None:
+            print(f"Registered {client.register(agent_fields(config, url))}", flush=True)
+        print(f"Stopping ({_wait_for_signal()}) ...", flush=True)
+    finally:
+        server.stop()
+    return 0
+
+
+def _agent_register(args: argparse.Namespace) -> int:
+    from codeshot.client import PlatformClient, Target, agent_fields
+    from codeshot.errors import InvalidInput
+    from codeshot.sdk.project import read_config
+
+    config = read_config(args.agent_dir)
+    url = args.url or config.deployment_url
+    if not url:
+        raise InvalidInput(f"where is {config.handle} served? Give --url URL (or "
+                           f"deployment_url in agent.yaml), or serve and register it with "
+                           f"`codeshot serve {args.agent_dir} --register`")
+    agent_id = PlatformClient(Target.find()).register(agent_fields(config, url))
+    print(f"Registered {agent_id} at {url}")
     return 0
 
 
@@ -125,19 +177,11 @@ def _agent_test(args: argparse.Namespace) -> int:
 
 def _chat(args: argparse.Namespace) -> int:
     from codeshot.chat import ChatClient, run_chat
-    from codeshot.errors import InvalidInput
-    from codeshot.local.stack import read_state
-    from codeshot.settings import get_settings
+    from codeshot.client import Target
 
-    state = read_state() or {}
-    settings = get_settings()
-    api_url = args.api_url or state.get("api_url") or settings.api_url
-    key = args.api_key or state.get("api_key") or settings.api_key
-    if not key:
-        raise InvalidInput("no API key: run beside `codeshot local up`, or set "
-                           "CODESHOT_API_KEY, or pass --api-key")
-    client = ChatClient(api_url.rstrip("/") + "/graphql", key)
-    return run_chat(client, args.agent, args.trace)
+    target = Target.find(args.api_url, args.api_key)
+    return run_chat(ChatClient(target.api_url + "/graphql", target.api_key), args.agent,
+                    args.trace)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -217,11 +261,18 @@ def build_parser() -> argparse.ArgumentParser:
 
     serve = commands.add_parser(
         "serve", help="serve an agent directory over HTTP on 127.0.0.1",
-        description="Serve AGENT_DIR (agent.py defining `agent`, agent.yaml) on 127.0.0.1. "
-        "It trusts the platform at CODESHOT_API_URL and, when set, only CODESHOT_AGENT_ID.",
+        description="Serve AGENT_DIR (agent.yaml, and the code its entry_point names: "
+        "agent.py or Fixie's main.py defining `agent`) on 127.0.0.1 until Ctrl-C. It trusts "
+        "the platform of the running `codeshot local up` in this directory "
+        "(.codeshot/local.json), else CODESHOT_API_URL; it accepts tokens for "
+        "CODESHOT_AGENT_ID only, when set. With --register it also registers (or updates) "
+        "the agent as yours (.codeshot/local.json's or CODESHOT_API_KEY's user), prints its "
+        "id and accepts tokens for it only.",
     )
     serve.add_argument("agent_dir", type=Path, metavar="AGENT_DIR")
-    serve.add_argument("--port", type=int, default=8181, help="port (default 8181)")
+    serve.add_argument("--port", type=int, default=8181, help="port (default 8181; 0: any)")
+    serve.add_argument("--register", action="store_true",
+                       help="register (or update) the agent with the platform")
     serve.set_defaults(run=_serve)
 
     new = commands.add_parser(
@@ -236,11 +287,28 @@ def build_parser() -> argparse.ArgumentParser:
     test = agent_commands.add_parser(
         "test", help="run agent.yaml's tests against the agent",
         description="Serve AGENT_DIR on loopback against an in-process local platform and run "
-        "each test of agent.yaml through the engine (CODESHOT_LLM, fewshot by default): a test "
-        "passes when the answer contains `expected`. Exits 1 if any test fails.",
+        "each test of agent.yaml through the engine (CODESHOT_LLM, fewshot by default). A "
+        "test's `expected` that is a sentence about the response (\"The response should "
+        "...\", as Fixie's tests are written) is judged by the language model, and SKIPPED "
+        "with the offline fewshot provider; any other `expected` must appear in the answer; "
+        "`regex` must match it. Prints PASS / FAIL / SKIP per test with the reason; exits 1 "
+        "if any test fails.",
     )
     test.add_argument("agent_dir", type=Path, metavar="AGENT_DIR")
     test.set_defaults(run=_agent_test)
+
+    register = agent_commands.add_parser(
+        "register", help="register (or update) an agent served at a URL",
+        description="Register AGENT_DIR's agent as yours with the platform (the running "
+        "`codeshot local up` of this directory, else CODESHOT_API_URL with CODESHOT_API_KEY), "
+        "or update it and re-read its handshake. Its handle, name, description, "
+        "more_info_url and public/published come from agent.yaml (Fixie's field names). The "
+        "agent must be served already: at --url (any server, an unmodified fixieai 1.0.4 "
+        "agent too), else at agent.yaml's deployment_url.",
+    )
+    register.add_argument("agent_dir", type=Path, metavar="AGENT_DIR")
+    register.add_argument("--url", help="where the agent is served")
+    register.set_defaults(run=_agent_register)
 
     chat = commands.add_parser(
         "chat", help="a console chat session with the platform",

@@ -111,12 +111,12 @@ class Unavailable(CodeshotError):
     http_status = 503
 
 
-def error_for(code: str | None, message: str) -> CodeshotError:
-    """An error of the class whose code is ``code`` (AGENT_ERROR for an unknown one)."""
-    classes = {cls.code: cls for cls in (Unauthenticated, Forbidden, NotFound, InvalidInput,
-                                         RateLimited, AgentUnavailable, AgentFailed, LLMError,
-                                         Timeout, Unavailable)}
-    return classes.get(code or "", AgentFailed)(message)
+class NotSupported(CodeshotError):
+    """A Fixie 1.0 feature the platform accepts (so agents using it load and register)
+    but does not run yet: document corpora, OAuth."""
+
+    code = "NOT_SUPPORTED"
+    http_status = 501
 
 
 # The codes of an agent's error replies on the Fixie wire (``{"error": {"code", ...}}``),
@@ -127,3 +127,11 @@ ERR_NO_RESPONSE = "ERR_NO_RESPONSE"  # the Func returned nothing
 ERR_AGENT_UNHANDLED_EXCEPTION = "ERR_AGENT_UNHANDLED_EXCEPTION"  # the Func raised
 ERR_USERSTORAGE_REQUIRES_USER = "ERR_USERSTORAGE_REQUIRES_USER"  # anonymous token
 ERR_USERSTORAGE = "ERR_USERSTORAGE"  # the platform's storage answered without an error body
+
+
+def error_for(code: str | None, message: str) -> CodeshotError:
+    """An error of the class whose code is ``code`` (AGENT_ERROR for an unknown one)."""
+    classes = {cls.code: cls for cls in (Unauthenticated, Forbidden, NotFound, InvalidInput,
+                                         RateLimited, AgentUnavailable, AgentFailed, LLMError,
+                                         Timeout, Unavailable, NotSupported)}
+    return classes.get(code or "", AgentFailed)(message)

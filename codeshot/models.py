@@ -118,6 +118,11 @@ class Agent(Record):
     base_prompt: str = ""
     few_shots: list[str] = dataclasses.field(default_factory=list)
     sample_queries: list[str] = dataclasses.field(default_factory=list)
+    # From a Code Shot agent's handshake (Fixie 1.0's fields):
+    conversational: bool = False  # its earlier turns in a session go into its prompt
+    llm_settings: dict[str, Any] | None = None  # {temperature, model, maximum_tokens}
+    corpora: list[dict[str, Any]] | None = None  # declared document corpora (not indexed yet)
+    funcs: list[str] | None = None  # its Funcs, when the handshake lists them (None: unknown)
     embeddings: bytes | None = None  # float32 rows, one per sample query
     embedding_model: str | None = None
     created: datetime = dataclasses.field(default_factory=utcnow)
@@ -265,6 +270,7 @@ class User(Record):
     email: str | None = None
     daily_query_limit: int | None = None  # None: the platform default
     daily_token_limit: int | None = None  # LLM tokens per day; None: the platform default
+    time_zone: str | None = None  # IANA name (Europe/Paris) for local times; None: UTC
     api_key_ids: set[str] = dataclasses.field(default_factory=set)
     created: datetime = dataclasses.field(default_factory=utcnow)
 

@@ -109,18 +109,19 @@ def _platform_lock(name: str, *dists: str) -> Lock:
 
 
 # What each function imports (third-party), measured by running it (`make rehearse`).
-# PyStemmer: the router's word stems (API route query, registration, planner).
+# PyStemmer: the router's word stems (API route query, registration, planner); tzdata:
+# users' time zones (Lambda's image may have no zoneinfo); pypdf: fixie_query_embed.
 def api_lock() -> Lock:
     # jinja2: the web console's pages (codeshot/api/console).
     return _platform_lock("api", "fastapi", "pydantic", "strawberry-graphql", "mangum",
                           "httpx", "pyjwt", "pynacl", "pyyaml", "boto3", "jinja2",
-                          "pystemmer")
+                          "pystemmer", "tzdata")
 
 
 def runner_lock() -> Lock:
     # numpy makes routing over thousands of agents one matrix product (codeshot/routing).
     return _platform_lock("runner", "httpx", "pyjwt", "pynacl", "pyyaml", "numpy", "boto3",
-                          "pystemmer")
+                          "pystemmer", "pypdf", "tzdata")
 
 
 def register_lock() -> Lock:

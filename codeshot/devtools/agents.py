@@ -16,6 +16,7 @@ import textwrap
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
+from enum import Enum
 from pathlib import Path
 from typing import Any
 
@@ -25,7 +26,7 @@ from codeshot.engine.builtin import code_shot_components
 from codeshot.engine.components import CommandResult
 from codeshot.engine.executor import Executor, Status
 from codeshot.errors import CodeshotError, InvalidInput
-from codeshot.llm import LLM, get_llm
+from codeshot.llm import LLM, ChatMessage, get_llm
 from codeshot.local.http_server import HttpServer
 from codeshot.local.stack import LOCAL_USER, LocalStack
 from codeshot.net.http import public_client
@@ -164,24 +165,75 @@ def serve_agent_dir(agent_dir: Path, platform: LocalPlatform) -> Iterator[Served
         yield ServedAgent(config, agent_id, user_id, platform, client)
 
 
+class Verdict(str, Enum):
+    PASS = "PASS"  # noqa: S105 - a verdict, not a password
+    FAIL = "FAIL"
+    SKIP = "SKIP"
+
+
 @dataclass(frozen=True)
 class CaseResult:
     case: AgentTest
     answer: str
-    status: str
+    status: str  # how the run ended (Status)
+    verdict: Verdict
+    reason: str = ""  # why it failed or was skipped; the judge's words
 
     @property
     def passed(self) -> bool:
-        return self.status == Status.DONE.value and _norm(self.case.expected) in _norm(self.answer)
+        """Not failed: a test skipped for want of a language model is no failure."""
+        return self.verdict is not Verdict.FAIL
 
 
 def _norm(text: str) -> str:
     return " ".join(text.lower().split())
 
 
-def run_cases(client: AgentTestClient, cases: list[AgentTest], llm: LLM) -> list[CaseResult]:
+JUDGE_PROMPT = (
+    "You check an AI agent's answer against what its test expects. Reply with PASS or "
+    "FAIL on the first line, then one short sentence saying why."
+)
+NEEDS_JUDGE = ("a sentence about the response needs a language model to judge it, and the "
+               "offline fewshot provider is not one (set CODESHOT_LLM to bedrock or openai)")
+
+
+def judge(llm: LLM, query: str, answer: str, expectation: str) -> tuple[Verdict, str]:
+    """The language model's verdict on ``answer`` and its reason."""
+    prompt = f"Query: {query}\nAnswer: {answer}\nExpectation: {expectation}\nVerdict:"
+    text = llm.complete([ChatMessage("system", JUDGE_PROMPT), ChatMessage("user", prompt)],
+                        ["\n\n"], 200).text.strip()
+    word, _, reason = text.partition("\n") if "\n" in text else text.partition(" ")
+    verdict = word.strip(" .:*").upper()
+    if verdict not in (Verdict.PASS.value, Verdict.FAIL.value):
+        return Verdict.FAIL, f"the judge answered neither PASS nor FAIL: {text[:200]!r}"
+    return Verdict(verdict), reason.strip(" .:-") or text
+
+
+def check(case: AgentTest, answer: str, status: str, llm: LLM,
+          judging: bool) -> CaseResult:
+    """``answer`` against the test: a judged sentence, contained text, or a regex."""
+    if status != Status.DONE.value:
+        return CaseResult(case, answer, status, Verdict.FAIL, f"the run ended in {status}")
+    if case.regex is not None:
+        found = re.search(case.regex, answer) is not None
+        return CaseResult(case, answer, status, Verdict.PASS if found else Verdict.FAIL,
+                          "" if found else f"no match for /{case.regex}/")
+    expected = case.expected or ""
+    if case.judged:
+        if not judging:
+            return CaseResult(case, answer, status, Verdict.SKIP, NEEDS_JUDGE)
+        verdict, reason = judge(llm, case.query, answer, expected)
+        return CaseResult(case, answer, status, verdict, reason)
+    found = _norm(expected) in _norm(answer)
+    return CaseResult(case, answer, status, Verdict.PASS if found else Verdict.FAIL,
+                      "" if found else "the answer does not contain the expected text")
+
+
+def run_cases(client: AgentTestClient, cases: list[AgentTest], llm: LLM,
+              judging: bool = False) -> list[CaseResult]:
     """Each case through the engine (Code Shot) or the agent itself (standalone), in order,
-    as one user: a case may rely on what earlier ones stored."""
+    as one user: a case may rely on what earlier ones stored. ``judging``: ``llm`` is a
+    language model, which judges sentences about the response (else they are skipped)."""
     handshake = client.handshake()
     results = []
     with client.runner() as runner:
@@ -194,20 +246,22 @@ def run_cases(client: AgentTestClient, cases: list[AgentTest], llm: LLM) -> list
             if handshake.type == "standalone":
                 try:
                     answer = runner.query_standalone(client.agent_id, client.url, case.query)
-                    results.append(CaseResult(case, answer.text, Status.DONE.value))
+                    text, status = answer.text, Status.DONE.value
                 except CodeshotError as exc:
-                    results.append(CaseResult(case, exc.message, Status.ERROR.value))
-                continue
-            components = code_shot_components(handshake.base_prompt, handshake.few_shots,
-                                              call_func)
-            outcome = Executor(components, llm).run(case.query)
-            results.append(CaseResult(case, outcome.text, outcome.status.value))
+                    text, status = exc.message, Status.ERROR.value
+            else:
+                components = code_shot_components(handshake.base_prompt, handshake.few_shots,
+                                                  call_func)
+                outcome = Executor(components, llm).run(case.query)
+                text, status = outcome.text, outcome.status.value
+            results.append(check(case, text, status, llm, judging))
     return results
 
 
 def run_agent_tests(agent_dir: Path, settings: Settings | None = None) -> list[CaseResult]:
     """``agent.yaml``'s tests against the agent, served on loopback with a local platform."""
-    llm = get_llm(settings or get_settings())
+    settings = settings or get_settings()
+    llm = get_llm(settings)
     with (
         tempfile.TemporaryDirectory(prefix="codeshot-agent-test-") as state,
         local_platform(Path(state)) as platform,
@@ -215,17 +269,26 @@ def run_agent_tests(agent_dir: Path, settings: Settings | None = None) -> list[C
     ):
         if not served.config.tests:
             raise InvalidInput(f"{agent_dir / CONFIG_FILE} has no tests")
-        return run_cases(served.client, served.config.tests, llm)
+        return run_cases(served.client, served.config.tests, llm,
+                         judging=settings.llm != "fewshot")
 
 
-def format_results(results: list[CaseResult], width: int = 40) -> str:
-    rows = [("", "query", "expected", "answer")] + [
-        ("PASS" if r.passed else "FAIL", r.case.query, r.case.expected,
-         r.answer if r.status == Status.DONE.value else f"[{r.status}] {r.answer}")
+def format_results(results: list[CaseResult], width: int = 36) -> str:
+    """A table of every test, cells wrapped (never cut) at ``width`` characters."""
+    rows = [("", "query", "expected", "answer", "reason")] + [
+        (r.verdict.value, r.case.query,
+         r.case.expected if r.case.expected is not None else f"/{r.case.regex}/",
+         r.answer if r.status == Status.DONE.value else f"[{r.status}] {r.answer}", r.reason)
         for r in results
     ]
-    cells = [[textwrap.shorten(c, width, placeholder="...") for c in row] for row in rows]
-    widths = [max(len(row[i]) for row in cells) for i in range(4)]
-    lines = ["  ".join(c.ljust(w) for c, w in zip(row, widths)).rstrip() for row in cells]
-    passed = sum(r.passed for r in results)
-    return "\n".join([*lines, f"{passed}/{len(results)} passed"])
+    cells = [[textwrap.wrap(c, width, replace_whitespace=True) or [""] for c in row]
+             for row in rows]
+    widths = [max(len(line) for row in cells for line in row[i]) for i in range(5)]
+    lines = []
+    for row in cells:
+        for n in range(max(len(c) for c in row)):
+            parts = [(c[n] if n < len(c) else "").ljust(w) for c, w in zip(row, widths)]
+            lines.append("  ".join(parts).rstrip())
+    counts = {v: sum(r.verdict is v for r in results) for v in Verdict}
+    return "\n".join([*lines, f"{counts[Verdict.PASS]} passed, {counts[Verdict.FAIL]} "
+                               f"failed, {counts[Verdict.SKIP]} skipped"])

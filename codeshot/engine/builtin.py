@@ -23,7 +23,7 @@ from codeshot.engine.fewshot import (
 )
 from codeshot.engine.grounding import REPROMPT_UNGROUNDED, grounding_check
 from codeshot.engine.prompt import EMBEDS_HEADER, HISTORY_HEADER, examples_message
-from codeshot.errors import Forbidden, InvalidInput, NotFound
+from codeshot.errors import Forbidden, InvalidInput, NotFound, NotSupported
 from codeshot.llm.base import ChatMessage
 
 # (func name, argument text) -> result; (agent id, message text) -> result;
@@ -153,7 +153,8 @@ class RetryThenExplain:
     retries: int = 2
     base_delay: float = 0.5
     factor: float = 2.0
-    permanent: frozenset[str] = frozenset({InvalidInput.code, NotFound.code, Forbidden.code})
+    permanent: frozenset[str] = frozenset({InvalidInput.code, NotFound.code, Forbidden.code,
+                                           NotSupported.code})
 
     def on_failure(self, failure: Failure) -> Decision:
         if (failure.attempt <= self.retries and failure.code not in self.permanent

@@ -15,6 +15,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from codeshot.client import STATE_FILE
 from codeshot.local.aws_server import LocalAWS, check_port_free
 from codeshot.settings import Settings
 
@@ -24,7 +25,6 @@ if TYPE_CHECKING:
     from codeshot.models import User
     from codeshot.services import Services
 
-STATE_FILE = Path(".codeshot") / "local.json"
 LOCAL_USER = "local"
 
 
@@ -37,16 +37,6 @@ def example_agent_dirs() -> list[Path]:
     dirs = [package.parent / "agent_template"]
     dirs += sorted(p for p in (package / "local" / "examples").iterdir() if p.is_dir())
     return [d for d in dirs if (d / "agent.yaml").is_file()]
-
-
-def read_state(directory: Path | None = None) -> dict[str, Any] | None:
-    """The running stack's ``local.json`` in ``directory`` (default: cwd), if any."""
-    path = (directory or Path.cwd()) / STATE_FILE
-    try:
-        state: dict[str, Any] = json.loads(path.read_text())
-        return state
-    except (FileNotFoundError, ValueError):
-        return None
 
 
 class LocalStack:

@@ -15,7 +15,13 @@ from typing import Any
 
 import httpx
 
-from codeshot.errors import AgentFailed, AgentUnavailable, ReplyTooLarge, Timeout
+from codeshot.errors import (
+    ERR_FUNC_NOT_DEFINED,
+    AgentFailed,
+    AgentUnavailable,
+    ReplyTooLarge,
+    Timeout,
+)
 from codeshot.net.addresses import check_public_url
 from codeshot.net.http import public_client
 from codeshot.text import as_one_line
@@ -140,18 +146,24 @@ class AgentClient:
         return FuncReply.parse(query_url, lines[-1].encode())
 
 
+class FuncNotDefined(AgentFailed):
+    """The agent has no Func of that name (HTTP 404, ERR_FUNC_NOT_DEFINED)."""
+
+
 def _checked(url: str, status: int, data: bytes) -> bytes:
     """The body of a 2xx reply; any other status is the agent's failure, with its own
     error message when it sent one (Fixie agents send {"error": {"code", "message"}})."""
     if 200 <= status < 300:
         return data
-    detail = ""
+    code, detail = None, ""
     try:
         error = json.loads(data).get("error") or {}
-        detail = f": {_said(error.get('code'), 64)} {_said(error.get('message'))}".rstrip()
+        code = error.get("code")
+        detail = f": {_said(code, 64)} {_said(error.get('message'))}".rstrip()
     except (ValueError, AttributeError):
         pass  # not an agent's error reply: what it was stays unsaid (a page, a service)
-    raise AgentFailed(f"agent at {url} answered HTTP {status}{detail}")
+    failure = FuncNotDefined if status == 404 and code == ERR_FUNC_NOT_DEFINED else AgentFailed
+    raise failure(f"agent at {url} answered HTTP {status}{detail}")
 
 
 def _said(value: Any, limit: int = 300) -> str:

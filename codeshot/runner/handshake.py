@@ -18,6 +18,20 @@ from codeshot.runner.agent_client import parse_document, request
 log = logging.getLogger("codeshot.runner")
 
 
+class ResponseModel(BaseModel):
+    """Fixie 1.0's ``response_model`` (``LlmSettings``): what the agent asks its LLM for."""
+
+    model: str | None = Field(default=None, max_length=200)
+    temperature: float | None = Field(default=None, ge=0, le=2)
+    maximum_tokens: int | None = Field(default=None, ge=1)
+
+
+class FuncInfo(BaseModel):
+    """A Func as codeshot's SDK lists it (Fixie's handshake has no Func list)."""
+
+    name: str
+
+
 class Handshake(BaseModel):
     """What an agent says about itself at ``GET /`` (Fixie SDK: YAML; plain: JSON)."""
 
@@ -26,14 +40,25 @@ class Handshake(BaseModel):
     few_shots: list[str] = Field(default_factory=list)
     sample_queries: list[str] = Field(default_factory=list)
     conversational: bool = False
+    response_model: ResponseModel | None = None
+    corpora: list[dict[str, Any]] | None = None
+    funcs: list[FuncInfo] | None = None
 
-    @field_validator("base_prompt", "few_shots", "sample_queries", mode="before")
+    @field_validator("base_prompt", "few_shots", "sample_queries", "conversational",
+                     mode="before")
     @classmethod
     def _null_is_empty(cls, value: Any, info: Any) -> Any:
         # Fixie's SDK sends `sample_queries: null` (and may send other nulls).
         if value is None:
-            return "" if info.field_name == "base_prompt" else []
+            return {"base_prompt": "", "conversational": False}.get(info.field_name, [])
         return value
+
+    def llm_settings(self) -> dict[str, Any] | None:
+        """``response_model`` as the registry keeps it: {temperature, model, maximum_tokens}."""
+        return self.response_model.model_dump() if self.response_model else None
+
+    def func_names(self) -> list[str] | None:
+        return None if self.funcs is None else [f.name for f in self.funcs]
 
 
 def fetch_handshake(url: str, token: str, timeout: float = 10.0, *,

@@ -22,7 +22,9 @@ from codeshot.engine.planning import CarryReplies, OfferedAgent, PlannerGuard, p
 from codeshot.errors import AgentRunFailed, CodeshotError, NotFound
 from codeshot.llm.base import LLM
 from codeshot.models import MAX_AGENT_DESCRIPTION, Agent, AgentKind, MessageType
-from codeshot.runner.agent_client import AgentClient
+from codeshot.runner.agent_client import AgentClient, FuncNotDefined
+from codeshot.runner.embeds import EmbedBook
+from codeshot.runner.platform_funcs import LIBRARY, FuncContext
 from codeshot.text import as_one_line
 
 if TYPE_CHECKING:
@@ -57,8 +59,11 @@ class RunContext:
     client: AgentClient
     registry_get: Callable[[str], Agent]
     trace: Trace
-    history: SessionHistory = field(default_factory=SessionHistory)
-    embeds: dict[str, Any] = field(default_factory=dict)  # the query's, as agents get them
+    embeds: EmbedBook
+    platform: FuncContext  # for the platform's own Funcs
+    history: SessionHistory = field(default_factory=SessionHistory)  # the planner's
+    # agent id -> the session's earlier (question, answer) turns with that agent
+    agent_turns: Callable[[str], Sequence[tuple[str, str]]] = lambda _agent_id: ()
     limits: Limits = field(default_factory=Limits)
     budget: TokenBudget | None = None  # the user's and agents' daily LLM tokens
 
@@ -86,15 +91,35 @@ def outcome_as_result(agent_id: str, outcome: Outcome) -> CommandResult:
 
 
 class CodeShotProgram:
+    """A Code Shot agent: its few-shots run here; its Funcs are called over HTTP, except
+    the platform's own (:mod:`codeshot.runner.platform_funcs`) that it does not define.
+
+    A conversational agent sees the session's earlier turns with it; every agent sees
+    which embeds the session holds.
+    """
+
     def __init__(self, agent: Agent, ctx: RunContext) -> None:
+        # The agent's Funcs: listed by codeshot's SDK; unknown for Fixie's (ask it first).
+        own = agent.funcs if agent.func_url else []
+
         def call_func(name: str, text: str) -> CommandResult:
-            reply = ctx.client.call_func(agent.agent_id, agent.func_url or "", name, text,
-                                         ctx.embeds)
-            return CommandResult(text=reply.text, embeds=reply.embeds,
+            builtin = LIBRARY.get(name)
+            if builtin is not None and own is not None and name not in own:
+                return CommandResult(builtin(text, ctx.platform))
+            try:
+                reply = ctx.client.call_func(agent.agent_id, agent.func_url or "", name, text,
+                                             ctx.embeds.links())
+            except FuncNotDefined:
+                if builtin is None:
+                    raise
+                return CommandResult(builtin(text, ctx.platform))
+            return CommandResult(text=reply.text, embeds=ctx.embeds.ingest(reply.embeds),
                                  needs_input=reply.needs_input, question=reply.question)
 
+        turns = ctx.agent_turns(agent.agent_id) if agent.conversational else ()
+        history = SessionHistory(turns=turns, embeds=ctx.history.embeds)
         components = code_shot_components(agent.base_prompt, agent.few_shots, call_func)
-        self.executor = Executor([*components, ctx.history], ctx.llm_for(agent.agent_id),
+        self.executor = Executor([*components, history], ctx.llm_for(agent.agent_id),
                                  limits=ctx.limits,
                                  trace=lambda step: ctx.trace(agent.agent_id, step))
 
@@ -113,11 +138,11 @@ class StandaloneProgram:
 
     def run(self, query: str) -> Outcome:
         reply = self.ctx.client.query_standalone(self.agent.agent_id, self.agent.query_url or "",
-                                                 query, self.ctx.embeds)
+                                                 query, self.ctx.embeds.links())
         if reply.needs_input:
             return Outcome(Status.AWAITING_INPUT, reply.question or reply.text,
                            state={"query": query})
-        return Outcome(Status.DONE, reply.text, embeds=reply.embeds)
+        return Outcome(Status.DONE, reply.text, embeds=self.ctx.embeds.ingest(reply.embeds))
 
     def resume(self, state: dict[str, Any], answer: str) -> Outcome:
         return self.run(answer)  # a custom agent keeps its own conversation state

@@ -10,11 +10,9 @@ costs one read (session, paused program and history together) and one write.
 
 from __future__ import annotations
 
-import base64
-import binascii
 import json
 import logging
-import re
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from codeshot import ids
@@ -25,6 +23,9 @@ from codeshot.llm import get_llm
 from codeshot.models import Agent, EmbedRef, Message, MessageType, Session, SessionStatus
 from codeshot.runner.agent_client import AgentClient
 from codeshot.runner.budgets import TokenBudget
+from codeshot.runner.embeds import EmbedBook
+from codeshot.runner.fetch import Fetched, fetch_public_url
+from codeshot.runner.platform_funcs import FuncContext
 from codeshot.runner.programs import (
     PLANNER_ID,
     PlannerProgram,
@@ -65,6 +66,42 @@ def _line(step: TraceStep) -> str:
     return step.text
 
 
+@dataclass(frozen=True)
+class SessionMemory:
+    """A session's recent messages before the current query (oldest first), read once."""
+
+    recent: list[Message]
+    frontend: str  # who answers the session's queries: an agent id or PLANNER_ID
+
+    def turns(self) -> list[tuple[str, str]]:
+        """The user's questions and the session's answers."""
+        questions = {m.message_id: m.text for m in self.recent if m.type is MessageType.QUERY}
+        return [(questions[m.in_reply_to], m.text) for m in self.recent
+                if m.type is MessageType.RESPONSE and m.in_reply_to in questions]
+
+    def turns_with(self, agent_id: str) -> list[tuple[str, str]]:
+        """What ``agent_id`` was asked in this session and what it answered: the session's
+        turns when it is the frontend, else the planner's calls of it (as _line wrote them)."""
+        if agent_id == self.frontend:
+            return self.turns()
+        ask, says = f"Ask Agent[{agent_id}]: ", f"Agent[{agent_id}] says: "
+        asked: dict[str | None, str] = {}
+        turns = []
+        for m in self.recent:
+            if m.sent_by != PLANNER_ID:
+                continue
+            if m.type is MessageType.AGENT_CALL and m.text.startswith(ask):
+                asked[m.in_reply_to] = m.text.removeprefix(ask)
+            elif m.type is MessageType.RESULT and m.text.startswith(says) \
+                    and m.in_reply_to in asked:
+                turns.append((asked.pop(m.in_reply_to), m.text.removeprefix(says)))
+        return turns
+
+    def embeds(self) -> dict[str, EmbedRef]:
+        """The embeds earlier messages carried (a key used twice: the later one)."""
+        return {key: ref for m in self.recent for key, ref in m.embeds.items()}
+
+
 class SessionRunner:
     def __init__(self, services: Services, llm: Any | None = None) -> None:
         self.s = services
@@ -83,8 +120,9 @@ class SessionRunner:
         query, history = found
         paused = recent.state if session.status is SessionStatus.AWAITING_INPUT else None
         trace: list[Message] = []
+        book = EmbedBook(self.s.embeds, self._fetch_embed, given=query.embeds)
         try:
-            outcome, program_state = self._run(session, query, paused, history, trace)
+            outcome, program_state = self._run(session, query, paused, history, trace, book)
         except CodeshotError as exc:
             outcome, program_state = failure_outcome(exc), None
         except Exception:
@@ -94,7 +132,7 @@ class SessionRunner:
             outcome = Outcome(Status.ERROR, "The platform failed to answer; please try again.",
                               error_code=AgentFailed.code)
             program_state = None
-        self._finish(session, query, outcome, program_state, trace)
+        self._finish(session, query, outcome, program_state, trace, book)
 
     def _query(self, work: Work, recent: list[Message]) -> tuple[Message, list[Message]] | None:
         """The queued query and the history before it, or None if there is nothing to do.
@@ -117,9 +155,15 @@ class SessionRunner:
 
     # -- running -----------------------------------------------------------------------
     def _run(self, session: Session, query: Message, paused: dict[str, Any] | None,
-             recent: list[Message], trace: list[Message]
+             recent: list[Message], trace: list[Message], book: EmbedBook
              ) -> tuple[Outcome, dict[str, Any] | None]:
         settings = self.s.settings
+        memory = self._memory(session, query, recent)
+        if session.embed_count:
+            book.know({e.key: EmbedRef(content_type=e.content_type,
+                                       content_hash=e.content_hash, size=e.size)
+                       for e in self.s.sessions.list_embeds(session.session_id)})
+        book.know(memory.embeds())
         client = AgentClient(
             lambda agent_id: self.s.auth.agent_token(agent_id, session.owner, session.session_id),
             timeout=settings.agent_call_timeout_seconds, allow_loopback=settings.local_mode,
@@ -138,10 +182,12 @@ class SessionRunner:
             ctx = RunContext(
                 llm=self.llm, client=client, registry_get=usable,
                 trace=lambda sent_by, step: self._trace(query, sent_by, step, trace),
-                history=self._history(session, query, recent),
-                embeds={k: {"content_type": e.content_type,
-                            "uri": self.s.embeds.get_url(e.content_hash, e.content_type)}
-                        for k, e in query.embeds.items()},
+                embeds=book,
+                platform=FuncContext(
+                    time_zone=lambda: self.s.users.get(session.owner).time_zone or "UTC",
+                    embeds=book, llm=None if settings.llm == "fewshot" else self.llm),
+                history=SessionHistory(turns=memory.turns(), embeds=book.content_types()),
+                agent_turns=memory.turns_with,
                 limits=Limits(max_tokens_per_call=settings.llm_max_tokens_per_call),
                 budget=self._budget(session),
             )
@@ -180,15 +226,17 @@ class SessionRunner:
         return (PlannerProgram(ctx, self.s.router, viewer, mode,
                                self.s.settings.planner_top_k), PLANNER_ID)
 
-    def _history(self, session: Session, query: Message, recent: list[Message]
-                 ) -> SessionHistory:
-        questions = {m.message_id: m.text for m in recent if m.type is MessageType.QUERY}
-        turns = [(questions[m.in_reply_to], m.text) for m in reversed(recent)
-                 if m.type is MessageType.RESPONSE and m.in_reply_to in questions
-                 and m.in_reply_to != query.message_id]
-        embeds = {e.key: e.content_type for e in self.s.sessions.list_embeds(session.session_id)
-                  } if session.embed_count else {}
-        return SessionHistory(turns=turns, embeds=embeds)
+    @staticmethod
+    def _memory(session: Session, query: Message, recent: list[Message]) -> SessionMemory:
+        earlier = [m for m in reversed(recent)
+                   if m.message_id != query.message_id and m.in_reply_to != query.message_id]
+        return SessionMemory(earlier, session.frontend_agent_id or PLANNER_ID)
+
+    def _fetch_embed(self, url: str) -> Fetched:
+        settings = self.s.settings
+        return fetch_public_url(url, max_bytes=settings.max_embed_bytes,
+                                allow_loopback=settings.local_mode,
+                                timeout=settings.agent_call_timeout_seconds)
 
     def _trace(self, query: Message, sent_by: str, step: TraceStep, trace: list[Message]
                ) -> None:
@@ -206,12 +254,13 @@ class SessionRunner:
 
     # -- finishing, exactly once -------------------------------------------------------
     def _finish(self, session: Session, query: Message, outcome: Outcome,
-                program_state: dict[str, Any] | None, trace: list[Message]) -> None:
+                program_state: dict[str, Any] | None, trace: list[Message], book: EmbedBook
+                ) -> None:
         reply = Message(
             session_id=session.session_id, message_id=ids.ulid(), text=outcome.text,
             type=_TERMINAL[outcome.status], in_reply_to=query.message_id,
             sent_by=session.frontend_agent_id or PLANNER_ID, error_code=outcome.error_code,
-            embeds=self._store_embeds(outcome.embeds),
+            embeds=book.refs(outcome.embeds),
         )
         table = self.s.sessions.table_name
         key = {"session_id": {"S": session.session_id}}
@@ -259,23 +308,3 @@ class SessionRunner:
 
         body, token = sign_event(self.s.auth.sign, self.s.auth.issuer, url, reply)
         deliver(url, body, token, allow_loopback=self.s.settings.local_mode)
-
-    def _store_embeds(self, embeds: dict[str, Any]) -> dict[str, EmbedRef]:
-        """Agents' embeds given as data: URIs become immutable embeds of ours; the platform
-        does not fetch arbitrary URLs an agent names (that would be an SSRF hole)."""
-        out: dict[str, EmbedRef] = {}
-        for key, embed in embeds.items():
-            uri = str((embed or {}).get("uri", ""))
-            if not uri.startswith("data:") or ";base64," not in uri:
-                continue
-            content_type = uri[5:].split(";", 1)[0] or "application/octet-stream"
-            try:
-                data = base64.b64decode(uri.split(";base64,", 1)[1], validate=True)
-                digest = self.s.embeds.put(data, content_type)
-            except (binascii.Error, ValueError, CodeshotError):
-                continue
-            if not re.fullmatch(r"[A-Za-z0-9_.-]{1,64}", str(key)):
-                continue
-            out[str(key)] = EmbedRef(content_type=content_type, content_hash=digest,
-                                          size=len(data))
-        return out

@@ -1,30 +1,43 @@
 """The agent classes authors instantiate: ``CodeShotAgent`` and ``StandaloneAgent``.
 
-Same constructors and decorators as the Fixie 1.0 SDK. A Code Shot agent's few-shots
-are checked with the engine's grammar when it is built, so a malformed example fails at
-import with the few-shot and line number, not later on the platform.
+Same constructors, arguments and decorators as the Fixie 1.0 SDK (fixieai 1.0.4). A Code
+Shot agent's few-shots are checked with the engine's grammar when it is built, so a
+malformed example fails at import with the few-shot and line number, not later on the
+platform.
 """
 
 from __future__ import annotations
 
 import functools
+import json
 import re
 from collections.abc import Callable
 from typing import Any
 
 from codeshot.engine.fewshot import FewShotError, func_names, parse_few_shots, validate_base_prompt
+from codeshot.sdk.corpora import CustomCorpus, UrlDocumentCorpus
 from codeshot.sdk.funcs import Func, make_func
+from codeshot.sdk.llm_settings import LlmSettings
+from codeshot.sdk.oauth import OAuthHandler, OAuthParams
+from codeshot.sdk.wire import Message
 from codeshot.settings import Settings, get_settings
 
 FUNC_NAME = re.compile(r"\w+")
+# Funcs the platform answers itself (fixie_local_datetime, fixie_query_embed, ...): few-shots
+# may ask them without registering them, as in Fixie 1.0.
+PLATFORM_FUNC_PREFIX = "fixie_"
 
 
 class AgentBase:
     """Funcs, the HTTP app (``app()``), Lambda (``handler``) and a local server (``serve``)."""
 
-    def __init__(self) -> None:
+    def __init__(self, oauth_params: OAuthParams | None = None) -> None:
+        self.oauth_params = oauth_params
         self._funcs: dict[str, Func] = {}
+        self._corpus_funcs: dict[str, Callable[..., Any]] = {}
         self._lambda: Callable[[Any, Any], Any] | None = None
+        if oauth_params is not None:
+            self.register_func(_oauth)
 
     @property
     def funcs(self) -> dict[str, Func]:
@@ -44,13 +57,28 @@ class AgentBase:
         """
         if func is None:
             return functools.partial(self.register_func, func_name=func_name)
-        name = func_name or func.__name__
+        name = self._new_name(func, func_name, self._funcs)
+        self._funcs[name] = make_func(func, name, self.oauth_params)
+        return func
+
+    def register_corpus_func(
+        self, func: Callable[..., Any] | None = None, *, func_name: str | None = None
+    ) -> Any:
+        """Decorator: a Func loading a custom document corpus (Fixie 1.0). It is declared in
+        the handshake's ``corpora``; the platform does not index corpora yet."""
+        if func is None:
+            return functools.partial(self.register_corpus_func, func_name=func_name)
+        self._corpus_funcs[self._new_name(func, func_name, self._corpus_funcs)] = func
+        return func
+
+    @staticmethod
+    def _new_name(func: Callable[..., Any], func_name: str | None, taken: dict[str, Any]) -> str:
+        name = str(func_name or getattr(func, "__name__", ""))
         if not FUNC_NAME.fullmatch(name):
             raise ValueError(f"Func names are letters, digits and _, got {name!r}")
-        if name in self._funcs:
+        if name in taken:
             raise ValueError(f"Func[{name}] is already registered with this agent")
-        self._funcs[name] = make_func(func, name)
-        return func
+        return name
 
     def metadata(self) -> dict[str, Any]:
         """The handshake document (``GET /``)."""
@@ -74,8 +102,9 @@ class AgentBase:
             self._lambda = Mangum(self.app(), lifespan="off")
         return self._lambda(event, context)
 
-    def serve(self, port: int = 8181, host: str = "127.0.0.1") -> None:
-        """Serve on uvicorn until stopped (loopback by default: put a proxy in front)."""
+    def serve(self, host: str = "127.0.0.1", port: int = 8181) -> None:
+        """Serve on uvicorn until stopped (Fixie's arguments; loopback by default: put a
+        proxy in front)."""
         import uvicorn
 
         uvicorn.run(self.app(), host=host, port=port)
@@ -87,32 +116,49 @@ def _strip_lines(text: str) -> str:
 
 
 class CodeShotAgent(AgentBase):
+    """An agent made of a base prompt and few-shots; the platform runs them with its LLM.
+
+    ``few_shots`` may be empty: the agent is then a plain LLM agent with its base prompt.
+    ``conversational``: the session's earlier turns with this agent go into its prompt.
+    ``llm_settings``: model, temperature and token limit for the platform's provider.
+    ``corpora`` and ``oauth_params`` are accepted and declared; the platform does not run
+    them yet (NOT_SUPPORTED when used).
+    """
+
     def __init__(
         self,
         base_prompt: str,
         few_shots: str | list[str],
-        corpora: list[Any] | None = None,
+        corpora: list[UrlDocumentCorpus] | None = None,
         conversational: bool = False,
-        response_model: Any = None,
+        oauth_params: OAuthParams | None = None,
+        llm_settings: LlmSettings | None = None,
     ) -> None:
-        super().__init__()
+        super().__init__(oauth_params)
         self.base_prompt = validate_base_prompt(_strip_lines(base_prompt))
         source = _strip_lines(few_shots) if isinstance(few_shots, str) else [
             _strip_lines(shot) for shot in few_shots]
         self.parsed_few_shots = parse_few_shots(source, conversational=conversational)
         self.few_shots = [shot.render() for shot in self.parsed_few_shots]
-        self.corpora = corpora
+        self.url_corpora = list(corpora or [])
         self.conversational = conversational
-        self.response_model = response_model
+        self.llm_settings = llm_settings
+
+    @property
+    def corpora(self) -> list[UrlDocumentCorpus | CustomCorpus] | None:
+        """The URL corpora, then one per corpus Func; None when there are none (Fixie)."""
+        corpora: list[UrlDocumentCorpus | CustomCorpus] = [
+            *self.url_corpora, *(CustomCorpus(n) for n in self._corpus_funcs)]
+        return corpora or None
 
     def metadata(self) -> dict[str, Any]:
         return {
             "type": "code_shot",
             "base_prompt": self.base_prompt,
             "few_shots": self.few_shots,
-            "corpora": self.corpora,
+            "corpora": [c.to_wire() for c in self.corpora or []] or None,
             "conversational": self.conversational,
-            "response_model": self.response_model,
+            "response_model": self.llm_settings.to_wire() if self.llm_settings else None,
             "funcs": [
                 {"name": f.name, "description": f.description, "parameters": f.parameters}
                 for f in self._funcs.values()
@@ -120,7 +166,8 @@ class CodeShotAgent(AgentBase):
         }
 
     def validate(self) -> None:
-        missing = [n for n in func_names(self.parsed_few_shots) if n not in self._funcs]
+        missing = [n for n in func_names(self.parsed_few_shots)
+                   if n not in self._funcs and not n.startswith(PLATFORM_FUNC_PREFIX)]
         if missing:
             raise FewShotError(
                 "the few-shots ask " + ", ".join(f"Func[{n}]" for n in missing)
@@ -135,10 +182,11 @@ class StandaloneAgent(AgentBase):
     """
 
     def __init__(
-        self, handle_message: Callable[..., Any], sample_queries: list[str] | None = None
+        self, handle_message: Callable[..., Any], sample_queries: list[str] | None = None,
+        oauth_params: OAuthParams | None = None,
     ) -> None:
-        super().__init__()
-        self.handle_message = make_func(handle_message, "handle_message")
+        super().__init__(oauth_params)
+        self.handle_message = make_func(handle_message, "handle_message", oauth_params)
         self.sample_queries = list(sample_queries or [])
 
     @property
@@ -147,3 +195,11 @@ class StandaloneAgent(AgentBase):
 
     def metadata(self) -> dict[str, Any]:
         return {"type": "standalone", "sample_queries": self.sample_queries}
+
+
+def _oauth(query: Message, oauth_handler: OAuthHandler) -> str:
+    """The Func Fixie 1.0 registers for agents with ``oauth_params``: the platform calls it
+    with the authorization ``{"state", "code"}`` to complete the flow."""
+    request = json.loads(query.text)
+    oauth_handler.authorize(request["state"], request["code"])
+    return "Authorization successful!"

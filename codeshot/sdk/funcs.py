@@ -1,8 +1,9 @@
 """How a Python function becomes a Func: what it is given, and what its result means.
 
 Parameters are bound as in the Fixie 1.0 SDK: by type (``AgentQuery``, ``Message``,
-``UserStorage``) or by name (``query``/``message``, ``user_storage``); a lone remaining
-``str`` or untyped first parameter gets the message text. Any other parameters are
+``UserStorage``, ``OAuthHandler``) or by name (``query``/``message``, ``user_storage``,
+``oauth_handler``); a lone remaining untyped first parameter gets the Message, a lone
+``str`` one its text. Any other parameters are
 typed arguments, parsed from the Ask line's text by the engine's Command rules (a JSON
 object, the whole text for one parameter, or comma- or space-separated values) and published
 with their JSON schema in the handshake.
@@ -20,6 +21,7 @@ from typing import Any, get_type_hints
 from codeshot.engine.components import Command, as_result, command
 from codeshot.errors import ERR_AGENT_UNHANDLED_EXCEPTION, CodeshotError
 from codeshot.sdk.auth import Claims
+from codeshot.sdk.oauth import OAuthHandler, OAuthParams
 from codeshot.sdk.user_storage import UserStorage
 from codeshot.sdk.wire import (
     UNHANDLED_TEXT,
@@ -42,7 +44,7 @@ _MESSAGE_BY_TYPE: dict[Any, Injector] = {
 
 
 def _storage(query: AgentQuery, claims: Claims, api_url: str) -> UserStorage:
-    return UserStorage(claims, api_url)
+    return UserStorage(claims, f"{api_url}/api/userstorage")
 
 
 @dataclass(frozen=True)
@@ -125,8 +127,12 @@ def _arguments(fn: Callable[..., Any], name: str, params: list[inspect.Parameter
     return command(parsed, name=name)
 
 
-def make_func(fn: Callable[..., Any], name: str) -> Func:
-    """Bind ``fn``'s parameters; TypeError (at registration) for ones it cannot be given."""
+def make_func(fn: Callable[..., Any], name: str, oauth_params: OAuthParams | None = None
+              ) -> Func:
+    """Bind ``fn``'s parameters; TypeError (at registration) for ones it cannot be given.
+
+    ``oauth_params``: the agent's, given to an ``oauth_handler`` parameter (refused without).
+    """
     if not callable(fn):
         raise TypeError(f"Func {name} must be a function, got {type(fn).__name__}")
     signature = inspect.signature(fn)
@@ -141,11 +147,21 @@ def make_func(fn: Callable[..., Any], name: str) -> Func:
     if message is not None and hints.get(message[0]) in _MESSAGE_BY_TYPE:
         message = (message[0], _MESSAGE_BY_TYPE[hints[message[0]]])  # query: str gets the text
     storage = _bind(params, hints, [(UserStorage, _storage)], [("user_storage", _storage)])
+
+    def _oauth(query: AgentQuery, claims: Claims, api_url: str) -> OAuthHandler:
+        assert oauth_params is not None
+        return OAuthHandler(oauth_params, claims)
+
+    oauth = _bind(params, hints, [(OAuthHandler, _oauth)], [("oauth_handler", _oauth)])
+    if oauth is not None and oauth_params is None:
+        raise TypeError(f"Func {name} takes {oauth[0]!r}, so its agent needs oauth_params")
     if message is None and len(params) == 1:
         (only,) = params
-        if hints.get(only, str) is str and (only in hints or only == first):
+        if only in hints and hints[only] is str:
             message = _bind(params, hints, [], [(only, _MESSAGE_BY_TYPE[str])])
-    injected = dict(b for b in (message, storage) if b is not None)
+        elif only not in hints and only == first:  # Fixie 1.0: the Message
+            message = _bind(params, hints, [], [(only, _MESSAGE_BY_TYPE[Message])])
+    injected = dict(b for b in (message, storage, oauth) if b is not None)
     if message is not None and params:
         raise TypeError(f"Func {name} takes the message, so it cannot also take "
                         f"typed arguments {sorted(params)}")

@@ -1,60 +1,116 @@
 """An agent directory: ``agent.yaml`` (who the agent is, its tests) and the code it names.
 
-Used by ``codeshot serve``, ``codeshot agent test``, the deploy tooling and test fixtures.
+``agent.yaml`` takes Fixie 1.0's fields (handle, name, description, more_info_url,
+public, entry_point, deployment_url, tests) and codeshot's (published, sample_queries).
+Used by ``codeshot serve`` and ``codeshot agent register``/``test``, the deploy tooling
+and test fixtures.
 """
 
 from __future__ import annotations
 
 import importlib
 import os
+import re
 import sys
 from pathlib import Path
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from codeshot.errors import InvalidInput
 from codeshot.models import validate_handle
 from codeshot.sdk.agent import AgentBase
 
 CONFIG_FILE = "agent.yaml"
+# A Fixie test's `expected` is a sentence about the response, for a language model to judge.
+JUDGE_SENTENCE = re.compile(r"^\s*the (response|answer) should\b", re.IGNORECASE)
 
 
 class AgentTest(BaseModel):
-    """One check: the agent's answer to ``query`` must contain ``expected``."""
+    """One check of the agent's answer to ``query``.
+
+    ``expected``: a sentence about the response ("The response should mention dinosaurs",
+    as Fixie's tests are written), judged by the configured language model; any other
+    text must appear in the answer (any case). ``regex``: must match the answer.
+    """
 
     query: str
-    expected: str
+    expected: str | None = None
+    regex: str | None = None
+
+    @model_validator(mode="after")
+    def _one_check(self) -> AgentTest:
+        if (self.expected is None) == (self.regex is None):
+            raise ValueError(f"test {self.query!r} needs exactly one of expected or regex")
+        if self.regex is not None:
+            try:
+                re.compile(self.regex)
+            except re.error as exc:
+                raise ValueError(f"test {self.query!r}: bad regex: {exc}") from None
+        return self
+
+    @property
+    def judged(self) -> bool:
+        """Whether a language model decides (an ``expected`` sentence about the response)."""
+        return self.expected is not None and bool(JUDGE_SENTENCE.match(self.expected))
 
 
 class AgentConfig(BaseModel):
-    model_config = ConfigDict(extra="ignore")
+    model_config = ConfigDict(extra="ignore", populate_by_name=True)
 
     handle: str
     name: str = ""
     description: str = ""
+    more_info_url: str = ""
+    published: bool = Field(default=False, alias="public")
+    deployment_url: str | None = None
     sample_queries: list[str] = Field(default_factory=list)
     tests: list[AgentTest] = Field(default_factory=list)
     entry_point: str = "agent:agent"
+
+    @model_validator(mode="before")
+    @classmethod
+    def _published(cls, values: object) -> object:
+        # codeshot's `published` and Fixie's `public` say the same; null means no.
+        if isinstance(values, dict):
+            values = dict(values)
+            public = values.pop("published", None)
+            values["public"] = bool(values.get("public") or public)
+        return values
 
     @field_validator("handle")
     @classmethod
     def _handle(cls, value: str) -> str:
         return validate_handle(value)
 
+    @field_validator("name", "description", "more_info_url", mode="before")
+    @classmethod
+    def _null_is_empty(cls, value: object) -> object:
+        return "" if value is None else value
+
     @field_validator("entry_point")
     @classmethod
     def _entry_point(cls, value: str) -> str:
         module, _, attr = value.partition(":")
-        if not module or not attr.isidentifier():
+        attr = attr or "agent"  # Fixie 1.0: "main" means main:agent
+        if not all(part.isidentifier() for part in module.split(".")) or not attr.isidentifier():
             raise ValueError(f"entry_point must be 'module:attribute', got {value!r}")
-        return value
+        return f"{module}:{attr}"
 
 
 def read_config(agent_dir: Path) -> AgentConfig:
+    if not agent_dir.exists():
+        raise InvalidInput(f"{agent_dir} does not exist")
+    if not agent_dir.is_dir():
+        raise InvalidInput(f"{agent_dir} is a file: give the agent's directory (with "
+                           f"{CONFIG_FILE} and its code)")
     path = agent_dir / CONFIG_FILE
     try:
-        return AgentConfig.model_validate(yaml.safe_load(path.read_text()) or {})
+        values = yaml.safe_load(path.read_text()) or {}
+        if isinstance(values, dict) and "entry_point" not in values \
+                and not (agent_dir / "agent.py").is_file():
+            values["entry_point"] = "main:agent"  # Fixie 1.0's default
+        return AgentConfig.model_validate(values)
     except FileNotFoundError:
         raise InvalidInput(
             f"{agent_dir} is not an agent directory: it has no {CONFIG_FILE}"
@@ -66,8 +122,9 @@ def read_config(agent_dir: Path) -> AgentConfig:
 def load_agent(agent_dir: Path, config: AgentConfig) -> AgentBase:
     """Import the entry point from ``agent_dir`` (put first on sys.path).
 
-    Agent directories all call their module ``agent``, and one process may load several
-    (the local stack, tests), so a same-named module from elsewhere is dropped first.
+    Agent directories all call their module ``agent`` (or ``main``), and one process may
+    load several (the local stack, tests), so a same-named module from elsewhere is
+    dropped first.
     """
     module_name, _, attr = config.entry_point.partition(":")
     root = str(agent_dir.resolve())

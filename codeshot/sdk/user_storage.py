@@ -50,7 +50,15 @@ def from_json_type(value: Any) -> Any:
 
 
 class UserStorage(MutableMapping[str, Any]):
-    def __init__(self, claims: Claims, api_url: str) -> None:
+    """Fixie 1.0's arguments: the verified token, and the platform's user storage URL
+    (default: ``{CODESHOT_API_URL}/api/userstorage``)."""
+
+    def __init__(self, token_claims: Claims, userstorage_url: str | None = None) -> None:
+        claims = token_claims
+        if userstorage_url is None:
+            from codeshot.settings import get_settings
+
+            userstorage_url = get_settings().api_url.rstrip("/") + "/api/userstorage"
         if claims.is_anonymous:
             raise AgentException(
                 response_message="I'm sorry, you must log in to use this agent.",
@@ -58,7 +66,7 @@ class UserStorage(MutableMapping[str, Any]):
                 error_message="user storage needs a token issued for a user",
                 http_status_code=400,
             )
-        self._base = f"{api_url.rstrip('/')}/api/userstorage/{claims.agent_id}"
+        self._base = f"{userstorage_url.rstrip('/')}/{claims.agent_id}"
         self._headers = {"Authorization": f"Bearer {claims.token}"}
 
     def _call(self, method: str, key: str | None = None, **kwargs: Any) -> httpx.Response:

@@ -31,7 +31,10 @@ class Embed:
     def content(self) -> bytes:
         if self.uri.startswith("data:"):
             header, _, data = self.uri.partition(",")
-            return base64.b64decode(data) if header.endswith(";base64") else unquote_to_bytes(data)
+            # "data:<type>;base64," or Fixie 1.0's own "data:base64," (no media type)
+            if header.endswith((";base64", ":base64")):
+                return base64.b64decode(data)
+            return unquote_to_bytes(data)
         response = httpx.get(self.uri, timeout=EMBED_FETCH_TIMEOUT)
         response.raise_for_status()
         return response.content

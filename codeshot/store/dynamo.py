@@ -6,6 +6,7 @@ from __future__ import annotations
 import base64
 import json
 from dataclasses import dataclass
+from decimal import Decimal
 from typing import Any, Generic, TypeVar
 
 from boto3.dynamodb.types import Binary, TypeDeserializer, TypeSerializer
@@ -17,10 +18,32 @@ _deser = TypeDeserializer()
 T = TypeVar("T")
 
 
+def _numbers_in(value: Any) -> Any:
+    """Floats (at any depth) as the Decimals DynamoDB stores."""
+    if isinstance(value, float):
+        return Decimal(str(value))
+    if isinstance(value, dict):
+        return {k: _numbers_in(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_numbers_in(v) for v in value]
+    return value
+
+
+def _numbers_out(value: Any) -> Any:
+    """Decimals (at any depth) back as int or float."""
+    if isinstance(value, Decimal):
+        return int(value) if value == int(value) else float(value)
+    if isinstance(value, dict):
+        return {k: _numbers_out(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_numbers_out(v) for v in value]
+    return value
+
+
 def to_item(values: dict[str, Any]) -> dict[str, Any]:
     """Serialise, dropping None and empty strings/sets (DynamoDB cannot index them)."""
     return {
-        k: _ser.serialize(v)
+        k: _ser.serialize(_numbers_in(v))
         for k, v in values.items()
         if v is not None and not (isinstance(v, (set, frozenset)) and not v)
     }
@@ -36,9 +59,7 @@ def from_item(item: dict[str, Any]) -> dict[str, Any]:
         value = _deser.deserialize(raw)
         if isinstance(value, Binary):
             value = bytes(value)  # type: ignore[call-overload]  # the stub types __bytes__ as str
-        elif type(value).__name__ == "Decimal":
-            value = int(value) if value == int(value) else float(value)
-        out[key] = value
+        out[key] = _numbers_out(value)
     return out
 
 

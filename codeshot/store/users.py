@@ -80,6 +80,22 @@ class UserStore(Repository):
         except self.db.exceptions.ConditionalCheckFailedException as exc:
             raise NotFound(f"user {user_id} not found") from exc
 
+    def set_time_zone(self, user_id: str, time_zone: str | None) -> None:
+        """Set (or, with None, clear) the user's time zone."""
+        key: dict[str, Any] = {"user_id": {"S": user_id}}
+        try:
+            if time_zone:
+                self.db.update_item(
+                    TableName=self.table_name, Key=key, UpdateExpression="SET time_zone = :z",
+                    ExpressionAttributeValues={":z": {"S": time_zone}},
+                    ConditionExpression="attribute_exists(user_id)")
+            else:
+                self.db.update_item(
+                    TableName=self.table_name, Key=key, UpdateExpression="REMOVE time_zone",
+                    ConditionExpression="attribute_exists(user_id)")
+        except self.db.exceptions.ConditionalCheckFailedException as exc:
+            raise NotFound(f"user {user_id} not found") from exc
+
     def add_key(self, user_id: str, key_id: str) -> None:
         self._keys(user_id, "ADD", key_id)
 

@@ -51,6 +51,7 @@ class AgentFields:
     base_prompt: str | None = None
     few_shots: list[str] | None = None
     sample_queries: list[str] | None = None
+    conversational: bool | None = None  # inline few-shots' agent; a handshake says its own
 
 
 @dataclass(frozen=True)
@@ -117,14 +118,15 @@ class AgentRegistration:
             kind = AgentKind.STANDALONE if hs.type == "standalone" else AgentKind.CODE_SHOT
             agent = check_agent_fields(agent.replace(
                 kind=kind, base_prompt=hs.base_prompt, few_shots=hs.few_shots,
-                sample_queries=hs.sample_queries or agent.sample_queries))
-        elif agent.few_shots:
+                sample_queries=hs.sample_queries or agent.sample_queries,
+                conversational=hs.conversational, llm_settings=hs.llm_settings(),
+                corpora=hs.corpora, funcs=hs.func_names()))
+        elif agent.few_shots or agent.base_prompt:
             agent = agent.replace(kind=AgentKind.CODE_SHOT)
         if agent.kind is AgentKind.CODE_SHOT:
-            if not agent.few_shots:
-                raise InvalidInput(f"code-shot agent {agent.agent_id} has no few-shots")
+            # No few-shots: a plain LLM agent answering from its base prompt (Fixie 1.0).
             validate_base_prompt(agent.base_prompt)
-            parsed = parse_few_shots(agent.few_shots)
+            parsed = parse_few_shots(agent.few_shots, conversational=agent.conversational)
             if not agent.func_url:
                 agent = agent.replace(func_url=agent.query_url)
             queries = list(dict.fromkeys(sample_queries(parsed) + agent.sample_queries)

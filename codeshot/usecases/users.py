@@ -47,6 +47,22 @@ def ensure_user(services: Services, username: str) -> User:
         return services.users.get_by_username(username)
 
 
+def set_time_zone(services: Services, principal: Principal, time_zone: str | None) -> User:
+    """The caller's time zone (an IANA name such as Europe/Paris; None or "" for UTC),
+    in which platform Funcs give local times."""
+    from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+
+    user_id = user_id_of(principal)
+    if time_zone:
+        try:
+            ZoneInfo(time_zone)
+        except (ZoneInfoNotFoundError, ValueError):
+            raise InvalidInput(f"{time_zone!r} is not a time zone name such as "
+                               "Europe/Paris or America/New_York") from None
+    services.users.set_time_zone(user_id, time_zone or None)
+    return services.users.get(user_id)
+
+
 def find_user(services: Services, username: str) -> User:
     return services.users.get_by_username(username)
 

@@ -3,13 +3,18 @@ the answer goes back to that agent, not to a fresh call of it (plan mode, any LL
 
 import json
 
+import pytest
+
 from codeshot.engine.executor import Status
 from codeshot.models import Agent, AgentKind, MessageType
 from codeshot.routing.embedders import HashingEmbedder
 from codeshot.routing.index import with_embeddings
 from codeshot.routing.router import Router
 from codeshot.runner.agent_client import AgentClient
+from codeshot.runner.embeds import EmbedBook
+from codeshot.runner.platform_funcs import FuncContext
 from codeshot.runner.programs import PLANNER_ID, PlannerProgram, RunContext
+from codeshot.store.embeds import EmbedStore
 from codeshot.store.registry import AgentRegistry
 from tests.engine.conftest import ScriptedLLM
 
@@ -24,7 +29,9 @@ BOOKING = Agent(
 
 def planner(aws, llm, trace):
     registry = AgentRegistry(aws)
-    ctx = RunContext(llm=llm, registry_get=registry.get,
+    embeds = EmbedBook(EmbedStore(aws), fetch=lambda url: pytest.fail(f"fetched {url}"))
+    ctx = RunContext(llm=llm, registry_get=registry.get, embeds=embeds,
+                     platform=FuncContext(lambda: "UTC", embeds, None),
                      client=AgentClient(lambda _: "", timeout=1, allow_loopback=True),
                      trace=lambda sent_by, step: trace.append((sent_by, step.type, step.text)))
     return PlannerProgram(ctx, Router(registry, HashingEmbedder()), viewer=None,

@@ -92,7 +92,7 @@ def test_failure_keeps_the_rest_of_that_session_in_order(platform):
 def test_giving_up_on_the_last_attempt_leaves_an_error_not_a_stuck_session(platform, agents,
                                                                             monkeypatch):
     h, raw, runner = queued_roll(platform, agents, "uma")
-    monkeypatch.setattr(runner, "_history", lambda *a: (_ for _ in ()).throw(OSError("disk")))
+    monkeypatch.setattr(runner, "_memory", lambda *a: (_ for _ in ()).throw(OSError("disk")))
     last = {**record_of(raw), "attributes": {"ApproximateReceiveCount": "3",
                                              "MessageGroupId": h}}
     assert process_batch({"Records": [last]}, runner.handle) == {"batchItemFailures": []}

@@ -17,6 +17,7 @@ class AgentInput:
     base_prompt: str | None = None
     few_shots: list[str] | None = None
     sample_queries: list[str] | None = None
+    conversational: bool | None = None
     new_handle: str | None = None
 
 

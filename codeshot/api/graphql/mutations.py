@@ -20,6 +20,7 @@ from codeshot.api.graphql.types import (
     NewApiKeyType,
     SessionPayload,
     SessionType,
+    UserType,
 )
 from codeshot.services import Services
 from codeshot.usecases import sessions, users
@@ -97,6 +98,13 @@ class Mutation:
             message=MessageGQL.of(message, services),
             reply=MessageGQL.of(reply, services) if reply else None,
         )
+
+    @strawberry.mutation(description="Set your time zone (an IANA name such as Europe/Paris; "
+                         "null for UTC): platform Funcs such as fixie_local_datetime use it.")
+    async def set_time_zone(self, info: Info, time_zone: str | None = None) -> UserType:
+        services, p = await caller(info)
+        await blocking(users.set_time_zone, services, p, time_zone)
+        return UserType.of(await blocking(users.profile, services, p))
 
     @strawberry.mutation(description="A presigned URL to upload an embed's bytes to.")
     async def create_embed_upload(

@@ -42,6 +42,8 @@ class UserType:
     daily_quota_resets_at: datetime | None = strawberry.field(
         default=None,
         description="when dailyUsedQueries and dailyUsedTokens start again from zero")
+    time_zone: str = strawberry.field(
+        default="UTC", description="where platform Funcs give your local time")
 
     @classmethod
     def of(cls, p: Profile) -> UserType:
@@ -50,7 +52,7 @@ class UserType:
                    email=u.email, daily_query_limit=p.daily_query_limit,
                    daily_used_queries=p.daily_used_queries,
                    daily_token_limit=p.daily_token_limit, daily_used_tokens=p.daily_used_tokens,
-                   daily_quota_resets_at=p.quota_resets_at)
+                   daily_quota_resets_at=p.quota_resets_at, time_zone=u.time_zone or "UTC")
 
 
 @strawberry.type(description="One of your active API keys: only its id is kept.")
@@ -73,6 +75,13 @@ class NewApiKeyType:
 
 
 OwnerType = Annotated[UserType | OrganizationType, strawberry.union("OwnerType")]
+
+
+@strawberry.type(description="What an agent asks its LLM for (Fixie 1.0's LlmSettings).")
+class LlmSettingsType:
+    model: str | None = None
+    temperature: float | None = None
+    maximum_tokens: int | None = None
 
 
 @strawberry.type
@@ -98,6 +107,8 @@ class AgentType:
     async def daily_used_tokens(self, info: Info) -> int | None:
         services, principal = await caller(info)
         return await blocking(users.agent_tokens_today, services, principal, self.agent)
+    conversational: bool = False
+    llm_settings: LlmSettingsType | None = None
 
     @classmethod
     def of(cls, a: Agent) -> AgentType:
@@ -107,6 +118,8 @@ class AgentType:
             owner=UserType(username=a.owner), query_url=a.query_url, func_url=a.func_url,
             created=a.created, modified=a.modified, kind=a.kind.value,
             base_prompt=a.base_prompt, few_shots=a.few_shots,
+            conversational=a.conversational,
+            llm_settings=LlmSettingsType(**a.llm_settings) if a.llm_settings else None,
         )
 
 

@@ -1,0 +1,45 @@
+"""Fetching a URL an agent named (a URL embed in a Func's reply): public addresses only.
+
+The one place the runner fetches third-party URLs, so the SSRF rules live in one spot:
+:func:`codeshot.net.http.public_client` connects only to the public address it checked
+(loopback only in local mode; no DNS rebinding), follows no redirects, and the body is
+capped.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import httpx
+
+from codeshot.errors import AgentUnavailable, InvalidInput, Timeout
+from codeshot.net.addresses import check_public_url
+from codeshot.net.http import public_client
+
+
+@dataclass(frozen=True)
+class Fetched:
+    content_type: str  # the server's, without parameters; "" when it sent none
+    data: bytes
+
+
+def fetch_public_url(url: str, *, max_bytes: int, allow_loopback: bool,
+                     timeout: float = 10.0) -> Fetched:
+    """GET ``url`` if the platform may call it; INVALID_INPUT when refused or too large."""
+    check_public_url(url, allow_loopback=allow_loopback, resolve=False)
+    try:
+        with public_client(allow_loopback=allow_loopback, timeout=timeout) as client, \
+                client.stream("GET", url) as response:
+            if response.status_code != 200:
+                raise InvalidInput(f"{url} answered HTTP {response.status_code}")
+            data = b""
+            for chunk in response.iter_bytes():
+                data += chunk
+                if len(data) > max_bytes:
+                    raise InvalidInput(f"{url} is larger than {max_bytes} bytes")
+            content_type = response.headers.get("content-type", "").split(";")[0].strip()
+    except httpx.TimeoutException as exc:
+        raise Timeout(f"{url} did not answer within {timeout:g}s") from exc
+    except httpx.HTTPError as exc:
+        raise AgentUnavailable(f"{url} is unreachable: {exc.__class__.__name__}") from exc
+    return Fetched(content_type, data)

@@ -1,0 +1,46 @@
+"""The platform's own Funcs: any Code Shot agent's few-shots may ask them without defining
+them (Fixie 1.0's built-ins, ``fixie_*``). An agent's own Func of the same name wins.
+
+Each Func is ``(text, context) -> answer text``; to add one, write it in a module here and
+name it in :data:`LIBRARY`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Protocol
+
+from codeshot.llm.base import LLM
+from codeshot.runner.platform_funcs.clock import local_datetime
+from codeshot.runner.platform_funcs.documents import query_corpus, query_embed
+
+
+class EmbedReader(Protocol):
+    """The embeds the current query can name by key (the session's and its Funcs')."""
+
+    def keys(self) -> list[str]: ...
+
+    def read(self, key: str) -> tuple[str, bytes]:
+        """(content type, bytes); NOT_FOUND for a key the query cannot name."""
+        ...
+
+
+@dataclass(frozen=True)
+class FuncContext:
+    """What a platform Func may use: the user's settings, the query's embeds, the LLM."""
+
+    time_zone: Callable[[], str]  # the user's IANA time zone (read on use)
+    embeds: EmbedReader
+    llm: LLM | None  # None: the offline fewshot provider, which is not a language model
+    now: Callable[[], datetime] = field(default=lambda: datetime.now(UTC))
+
+
+PlatformFunc = Callable[[str, FuncContext], str]
+
+LIBRARY: dict[str, PlatformFunc] = {
+    "fixie_local_datetime": local_datetime,
+    "fixie_query_embed": query_embed,
+    "fixie_query_corpus": query_corpus,
+}

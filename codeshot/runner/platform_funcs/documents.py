@@ -1,0 +1,136 @@
+"""``fixie_query_embed``: answers a question from the text of an embed the query names
+(``Summarize this document #doc1``). Plain text, HTML and PDF (pypdf) are read.
+
+The passages sharing most of the question's words are picked; a language model answers
+from them, and with the offline ``fewshot`` provider (not a language model) they are
+the answer, quoted as they are. ``fixie_query_corpus`` needs document corpora, which the
+platform does not index yet.
+"""
+
+from __future__ import annotations
+
+import io
+import math
+import re
+from collections import Counter
+from html.parser import HTMLParser
+from typing import TYPE_CHECKING
+
+from codeshot.errors import InvalidInput, NotSupported
+from codeshot.llm.base import ChatMessage
+from codeshot.llm.fewshot import content_words
+
+if TYPE_CHECKING:
+    from codeshot.runner.platform_funcs import FuncContext
+
+# Fixie's embed reference: an odd number of '#' before the key ("##x" is a literal "#x").
+EMBED_REF = re.compile(r"(?<!#)(?:##)*#(?!#)([\w.-]*\w)")
+PASSAGE_CHARS = 800
+TOP_PASSAGES = 3
+OFFLINE_CHARS = 1500
+MAX_ANSWER_TOKENS = 512
+TEXT_TYPES = ("application/json", "application/xml", "application/x-yaml", "application/csv")
+ANSWER_PROMPT = (
+    "Answer the question from the document excerpts below, and only from them. If they "
+    "do not hold the answer, say so. Answer in plain text, without preamble."
+)
+
+
+class _Text(HTMLParser):
+    """The visible text of an HTML page (no scripts or styles)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.parts: list[str] = []
+        self._hidden = 0
+
+    def handle_starttag(self, tag: str, attrs: object) -> None:
+        self._hidden += tag in ("script", "style")
+        if tag in ("p", "br", "div", "li", "tr", "h1", "h2", "h3", "h4", "h5", "h6"):
+            self.parts.append("\n\n")
+
+    def handle_endtag(self, tag: str) -> None:
+        self._hidden -= tag in ("script", "style") and self._hidden > 0
+
+    def handle_data(self, data: str) -> None:
+        if not self._hidden:
+            self.parts.append(data)
+
+
+def document_text(content_type: str, data: bytes) -> str:
+    """The text of an embed's bytes; INVALID_INPUT for kinds that hold no readable text."""
+    kind, _, params = content_type.partition(";")
+    kind = kind.strip().lower()
+    charset = re.search(r"charset=([\w.-]+)", params)
+    if kind == "application/pdf":
+        from pypdf import PdfReader
+        from pypdf.errors import PdfReadError
+
+        try:
+            pages = PdfReader(io.BytesIO(data)).pages
+            return "\n\n".join(page.extract_text() or "" for page in pages)
+        except (PdfReadError, ValueError, KeyError) as exc:
+            raise InvalidInput(f"the PDF cannot be read: {exc}") from exc
+    if not (kind.startswith("text/") or kind in TEXT_TYPES or kind.endswith("+json")):
+        raise InvalidInput(f"a {kind} embed holds no text to answer from")
+    text = data.decode(charset[1] if charset else "utf-8", errors="replace")
+    if kind in ("text/html", "application/xhtml+xml"):
+        parser = _Text()
+        parser.feed(text)
+        text = "".join(parser.parts)
+    return text
+
+
+def passages(text: str) -> list[str]:
+    """Paragraphs; long ones cut between sentences into pieces of up to PASSAGE_CHARS."""
+    out: list[str] = []
+    for paragraph in re.split(r"\n\s*\n", text):
+        current = ""
+        for sentence in re.split(r"(?<=[.!?])\s+", " ".join(paragraph.split())):
+            if current and len(current) + len(sentence) >= PASSAGE_CHARS:
+                out.append(current)
+                current = ""
+            current = f"{current} {sentence}".strip()[:PASSAGE_CHARS]
+        if current:
+            out.append(current)
+    return out
+
+
+def best_passages(question: str, candidates: list[str], k: int = TOP_PASSAGES) -> list[str]:
+    """The ``k`` passages sharing most of the question's words (rarer words count more),
+    in document order; the opening ones when none shares any."""
+    words = content_words(question)
+    bags = [content_words(p) & words for p in candidates]
+    frequency = Counter(w for bag in bags for w in bag)
+    scores = [sum(math.log(1 + len(bags) / frequency[w]) for w in bag) for bag in bags]
+    ranked = sorted(range(len(candidates)), key=lambda i: -scores[i])[:k]
+    chosen = [i for i in ranked if scores[i] > 0] or list(range(min(k, len(candidates))))
+    return [candidates[i] for i in sorted(chosen)]
+
+
+def query_embed(text: str, ctx: FuncContext) -> str:
+    keys = list(dict.fromkeys(EMBED_REF.findall(text)))
+    if not keys:
+        raise InvalidInput("name the embed to read, as in: Summarize this document #doc1")
+    question = " ".join(EMBED_REF.sub(" ", text).split())
+    excerpts = []
+    for key in keys:
+        content_type, data = ctx.embeds.read(key)
+        chosen = best_passages(question, passages(document_text(content_type, data)))
+        if not chosen:
+            raise InvalidInput(f"embed #{key} holds no text")
+        excerpts.append((key, chosen))
+    if ctx.llm is None:  # not a language model: the passages themselves are the answer
+        answer = "\n\n".join(p for _, chosen in excerpts for p in chosen)
+        return answer if len(answer) <= OFFLINE_CHARS else answer[: OFFLINE_CHARS - 3] + "..."
+    document = "\n\n".join(f"[#{key}] {p}" for key, chosen in excerpts for p in chosen)
+    completion = ctx.llm.complete(
+        [ChatMessage("system", ANSWER_PROMPT),
+         ChatMessage("user", f"Excerpts:\n{document}\n\nQuestion: {question or 'Summarize.'}")],
+        ["\nQuestion:"], MAX_ANSWER_TOKENS)
+    return completion.text.strip()
+
+
+def query_corpus(text: str, ctx: FuncContext) -> str:
+    raise NotSupported("document corpora are not indexed by this platform yet, so "
+                       "Func[fixie_query_corpus] has no documents to search")

@@ -1,0 +1,226 @@
+"""``codeshot serve DIR --register``, ``codeshot agent register DIR --url`` and
+``codeshot agent test DIR`` as a user runs them: real processes in the directory of a
+running local stack (its .codeshot/local.json), against agents written as Fixie's are,
+and an unmodified fixieai 1.0.4 agent served by fixieai's own loader."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import httpx
+import pytest
+
+from codeshot.devtools.agents import (
+    NEEDS_JUDGE,
+    format_results,
+    local_platform,
+    run_agent_tests,
+    run_cases,
+    serve_agent_dir,
+)
+from codeshot.settings import Settings
+from tests.conftest import free_port
+from tests.engine.conftest import ScriptedLLM
+
+ROOT = Path(__file__).resolve().parents[2]
+
+MAIN = '''
+import {module}
+
+BASE_PROMPT = """I am an agent that shouts words back."""
+FEW_SHOTS = """
+Q: Shout hello
+Ask Func[shout]: hello
+Func[shout] says: HELLO
+A: HELLO!
+"""
+agent = fixieai.CodeShotAgent(BASE_PROMPT, FEW_SHOTS)
+
+
+@agent.register_func
+def shout(query: fixieai.Message) -> str:
+    return query.text.upper()
+'''
+
+AGENT_YAML = """
+handle: {handle}
+name: Shouter
+description: |
+  The `shouter` agent shouts words back.
+more_info_url: https://example.com/shouter
+entry_point: main:agent
+public: true
+tests:
+  - query: Shout hello
+    expected: The response should be the word hello in capitals.
+  - query: Shout hello
+    expected: HELLO
+  - query: Shout hello
+    regex: "^HEL+O!$"
+"""
+
+
+def agent_dir(tmp_path: Path, handle: str, module: str = "codeshot.sdk as fixieai") -> Path:
+    directory = tmp_path / handle
+    directory.mkdir()
+    (directory / "main.py").write_text(MAIN.format(module=module))
+    (directory / "agent.yaml").write_text(AGENT_YAML.format(handle=handle))
+    return directory
+
+
+def codeshot(*args: str, cwd: Path, **kwargs) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "codeshot.cli", *args], cwd=cwd, check=False,
+                          capture_output=True, text=True, timeout=120,
+                          env={**os.environ, "PYTHONPATH": str(ROOT)}, **kwargs)
+
+
+@pytest.fixture(scope="module")
+def stack_dir(live_stack_object) -> Path:
+    """Where `codeshot local up` runs: its .codeshot/local.json is there."""
+    return live_stack_object.state_path.parent.parent
+
+
+def gql(live_stack, query: str, **variables) -> dict:
+    body = httpx.post(live_stack["graphql_url"], json={"query": query, "variables": variables},
+                      headers={"Authorization": f"Bearer {live_stack['api_key']}"},
+                      timeout=60).json()
+    assert "errors" not in body, body
+    return body["data"]
+
+
+def ask(live_stack, agent_id: str, text: str) -> str:
+    handle = gql(live_stack, "mutation ($f: String) { createSession(sessionData: "
+                 "{frontendAgentId: $f}) { session { handle } } }",
+                 f=agent_id)["createSession"]["session"]["handle"]
+    return gql(live_stack, "mutation ($s: String!, $t: String!) { sendSessionMessage("
+               "messageData: {session: $s, text: $t}) { reply { text } } }",
+               s=handle, t=text)["sendSessionMessage"]["reply"]["text"]
+
+
+@contextmanager
+def running(argv: list[str], cwd: Path, env: dict[str, str], until: str) -> Iterator[list[str]]:
+    """A long-running process, once it printed a line containing ``until``; its output."""
+    proc = subprocess.Popen(argv, cwd=cwd, env=env, stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True)
+    lines: list[str] = []
+    try:
+        deadline = time.monotonic() + 60
+        while not any(until in line for line in lines):
+            line = proc.stdout.readline()
+            if not line and (proc.poll() is not None or time.monotonic() > deadline):
+                pytest.fail(f"{argv} ended early: {''.join(lines)}")
+            lines.append(line)
+        yield lines
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        rest, _ = proc.communicate(timeout=20)
+        lines += rest.splitlines(keepends=True)
+    assert proc.returncode == 0, lines
+
+
+def test_serve_register_reads_local_json_and_agent_yaml(live_stack, stack_dir, tmp_path):
+    directory = agent_dir(tmp_path, "shouter")
+    argv = [sys.executable, "-m", "codeshot.cli", "serve", str(directory), "--port", "0",
+            "--register"]
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    with running(argv, stack_dir, env, until="Registered local/shouter") as lines:
+        assert ask(live_stack, "local/shouter", "Shout hello") == "HELLO!"
+        agent = gql(live_stack, 'query { agentById(agentId: "local/shouter") { name '
+                    'description moreInfoUrl published } }')["agentById"]
+    assert agent == {"name": "Shouter", "description": "The `shouter` agent shouts words "
+                     "back.\n", "moreInfoUrl": "https://example.com/shouter", "published": True}
+    assert lines[0].startswith("Serving shouter at http://127.0.0.1:")
+    assert lines[-1].strip() == "Stopping (SIGTERM) ..."
+
+
+def test_register_an_unmodified_fixieai_agent_by_url(live_stack, stack_dir, tmp_path,
+                                                     fixie_python):
+    directory = agent_dir(tmp_path, "fxshouter", module="fixieai")
+    port = free_port()
+    argv = [str(fixie_python), "-m", "uvicorn", "fixieai.cli.agent.loader:uvicorn_app_factory",
+            "--factory", "--host", "127.0.0.1", "--port", str(port)]
+    env = {"PATH": os.environ["PATH"], "FIXIE_API_URL": live_stack["api_url"],
+           "FIXIE_ALLOWED_AGENT_ID": "local/fxshouter"}
+    with running(argv, directory, env, until="Uvicorn running"):
+        out = codeshot("agent", "register", str(directory), "--url",
+                       f"http://127.0.0.1:{port}", cwd=stack_dir)
+        assert out.returncode == 0, out.stderr
+        assert out.stdout.strip() == f"Registered local/fxshouter at http://127.0.0.1:{port}"
+        assert ask(live_stack, "local/fxshouter", "Shout hello") == "HELLO!"
+        (directory / "agent.yaml").write_text(AGENT_YAML.format(handle="fxshouter")
+                                              .replace("name: Shouter", "name: Loud"))
+        again = codeshot("agent", "register", str(directory), "--url",
+                         f"http://127.0.0.1:{port}", cwd=stack_dir)  # an update
+        assert again.returncode == 0, again.stderr
+    assert gql(live_stack, 'query { agentById(agentId: "local/fxshouter") { name } }'
+               )["agentById"]["name"] == "Loud"
+
+
+def test_bad_input_is_one_clear_line(stack_dir, tmp_path):
+    directory = agent_dir(tmp_path, "oops")
+    busy = free_port()
+    cases = [
+        (["serve", str(directory / "main.py")], "is a file: give the agent's directory"),
+        (["serve", str(tmp_path)], "is not an agent directory: it has no agent.yaml"),
+        (["agent", "register", str(tmp_path / "nowhere")], "does not exist"),
+        (["agent", "register", str(directory)], "Give --url URL"),
+    ]
+    import socket
+
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", busy))
+        taken.listen()
+        cases.append((["serve", str(directory), "--port", str(busy)],
+                       f"port {busy} on 127.0.0.1 is already in use"))
+        for args, message in cases:
+            out = codeshot(*args, cwd=stack_dir)
+            assert out.returncode == 2, (args, out.stdout, out.stderr)
+            assert out.stdout == "" and len(out.stderr.splitlines()) == 1, out.stderr
+            assert message in out.stderr and out.stderr.startswith("codeshot: error: ")
+
+
+def test_agent_test_skips_sentences_offline_and_checks_text_and_regex(tmp_path):
+    directory = agent_dir(tmp_path, "shouter")
+    out = codeshot("agent", "test", str(directory), cwd=tmp_path)
+    assert out.returncode == 0, out.stdout + out.stderr  # a skip is no failure
+    rows = out.stdout.splitlines()
+    assert rows[-1] == "2 passed, 0 failed, 1 skipped"
+    assert rows[1].startswith("SKIP  Shout hello")
+    assert [row[:4] for row in rows if row[:4] in ("PASS", "FAIL")] == ["PASS", "PASS"]
+    skipped = run_agent_tests(directory, Settings())[0]
+    assert (skipped.verdict.value, skipped.reason) == ("SKIP", NEEDS_JUDGE)
+    assert sum(row.startswith("PASS") for row in rows) == 2
+
+
+def test_a_language_model_judges_sentences_with_its_reason(tmp_path):
+    directory = agent_dir(tmp_path, "shouter")
+    llm = ScriptedLLM("Ask Func[shout]: hello", "A: HELLO!",  # the agent's run
+                      "FAIL\nIt is in capitals but not the word hello.",  # the judge
+                      "Ask Func[shout]: hello", "A: HELLO!", "Ask Func[shout]: hello", "A: HELLO!")
+    with local_platform(tmp_path / "state") as platform, \
+            serve_agent_dir(directory, platform) as served:
+        results = run_cases(served.client, served.config.tests, llm, judging=True)
+    assert [r.verdict.value for r in results] == ["FAIL", "PASS", "PASS"]
+    assert results[0].reason == "It is in capitals but not the word hello"
+    judged = "\n".join(m.content for m in llm.calls[2][0])
+    assert "The response should be the word hello in capitals." in judged and "HELLO!" in judged
+
+
+def test_the_table_wraps_long_answers_instead_of_cutting_them(tmp_path):
+    from codeshot.devtools.agents import CaseResult, Verdict
+    from codeshot.sdk.project import AgentTest
+
+    answer = "word " * 60 + "END"
+    table = format_results([CaseResult(AgentTest(query="q", expected="word"), answer, "done",
+                                       Verdict.PASS)])
+    assert "END" in table and "..." not in table
+    assert " ".join(table.split()).count("word") == 61  # 60 in the answer, one expected
+    assert textwrap.dedent(table).splitlines()[-1] == "1 passed, 0 failed, 0 skipped"

@@ -1,0 +1,138 @@
+"""The platform's own Funcs, asked by agents written as Fixie's examples are: the user's
+local time (fixie_local_datetime) and answers from a session embed (fixie_query_embed,
+text and PDF), through real sessions (offline fewshot provider)."""
+
+from __future__ import annotations
+
+import base64
+from datetime import UTC, datetime, timedelta
+from zoneinfo import ZoneInfo
+
+import codeshot.sdk as fixieai
+from tests.runner.conftest import messages, session
+
+CLOCK_FEW_SHOTS = """
+Q: What time is it?
+Ask Func[fixie_local_datetime]: now
+Func[fixie_local_datetime] says: Friday June 24 2022 01:55 PM UTC-08:00
+A: It is Friday June 24 2022 01:55 PM UTC-08:00.
+"""
+
+READER_FEW_SHOTS = """
+Q: When is the launch? #doc1
+Ask Func[fixie_query_embed]: When is the launch? #doc1
+Func[fixie_query_embed] says: The launch is on June 2.
+A: The launch is on June 2.
+"""
+
+SEND_WITH_EMBEDS = """mutation ($s: String!, $t: String!, $e: [EmbedInput!]) {
+  sendSessionMessage(messageData: {session: $s, text: $t, embeds: $e}) {
+    reply { text type } } }"""
+
+
+def clock_agent() -> fixieai.CodeShotAgent:
+    return fixieai.CodeShotAgent("I tell the time where you are.", CLOCK_FEW_SHOTS)
+
+
+def ask(live, user, agent_id: str, text: str,
+        embeds: dict[str, tuple[str, bytes]] | None = None):
+    uploads = [{"key": k, "contentType": t, "content": base64.b64encode(b).decode()}
+               for k, (t, b) in (embeds or {}).items()] or None
+    handle = session(live, user.key, agent_id)
+    out = live.gql(user.key, SEND_WITH_EMBEDS, {"s": handle, "t": text, "e": uploads},
+                   timeout=60)
+    assert "errors" not in out, out
+    return out["data"]["sendSessionMessage"]["reply"], messages(live, user.key, handle)
+
+
+def test_local_datetime_is_in_the_users_time_zone(live, user, deploy):
+    agent_id = deploy(clock_agent(), "clock")
+    reply, _ = ask(live, user, agent_id, "What time is it?")
+    assert "UTC+00:00" in reply["text"]  # no setting: UTC
+
+    out = live.gql(user.key, 'mutation { setTimeZone(timeZone: "Asia/Kolkata") { timeZone } }')
+    assert out["data"]["setTimeZone"]["timeZone"] == "Asia/Kolkata"
+    before = datetime.now(UTC)
+    reply, trace = ask(live, user, agent_id, "What time is it?")
+    said = next(m["text"] for m in trace if m["text"].startswith("Func[fixie_local_datetime]"))
+    stamp = said.removeprefix("Func[fixie_local_datetime] says: ")
+    local = datetime.strptime(stamp.removesuffix(" UTC+05:30"), "%A %B %d %Y %I:%M %p")
+    local = local.replace(tzinfo=ZoneInfo("Asia/Kolkata"))
+    assert stamp.endswith(" UTC+05:30")
+    assert before - timedelta(minutes=1) <= local <= datetime.now(UTC)
+    assert stamp in reply["text"]
+
+
+def test_a_bad_time_zone_is_refused_and_changes_nothing(live, user):
+    out = live.gql(user.key, 'mutation { setTimeZone(timeZone: "Mars/Olympus") { timeZone } }')
+    assert out["errors"][0]["extensions"]["code"] == "INVALID_INPUT"
+    assert "Mars/Olympus" in out["errors"][0]["message"]
+    assert live.gql(user.key, "{ user { timeZone } }")["data"]["user"]["timeZone"] == "UTC"
+
+
+def test_an_agents_own_func_of_the_same_name_wins(live, user, deploy):
+    agent = clock_agent()
+
+    @agent.register_func
+    def fixie_local_datetime(query: fixieai.Message) -> str:
+        return "Teatime on Discworld"
+
+    reply, _ = ask(live, user, deploy(agent, "discclock"), "What time is it?")
+    assert "Teatime on Discworld" in reply["text"]
+
+
+def tiny_pdf(text: str) -> bytes:
+    """A one-page PDF showing ``text`` (Helvetica), with a correct cross-reference table."""
+    objects = [
+        b"<< /Type /Catalog /Pages 2 0 R >>",
+        b"<< /Type /Pages /Kids [3 0 R] /Count 1 >>",
+        b"<< /Type /Page /Parent 2 0 R /MediaBox [0 0 612 792] /Contents 4 0 R "
+        b"/Resources << /Font << /F1 5 0 R >> >> >>",
+        None,  # the content stream
+        b"<< /Type /Font /Subtype /Type1 /BaseFont /Helvetica >>",
+    ]
+    content = f"BT /F1 12 Tf 72 720 Td ({text}) Tj ET".encode()
+    objects[3] = b"<< /Length %d >>\nstream\n%s\nendstream" % (len(content), content)
+    out, offsets = bytearray(b"%PDF-1.4\n"), []
+    for number, body in enumerate(objects, start=1):
+        offsets.append(len(out))
+        out += b"%d 0 obj\n%s\nendobj\n" % (number, body)
+    xref = len(out)
+    out += b"xref\n0 %d\n0000000000 65535 f \n" % (len(objects) + 1)
+    out += b"".join(b"%010d 00000 n \n" % o for o in offsets)
+    out += b"trailer\n<< /Size %d /Root 1 0 R >>\nstartxref\n%d\n%%%%EOF\n" % (
+        len(objects) + 1, xref)
+    return bytes(out)
+
+
+def test_query_embed_answers_from_a_text_or_pdf_embed(live, user, deploy):
+    agent_id = deploy(fixieai.CodeShotAgent(
+        "I answer questions about the document you upload.", READER_FEW_SHOTS,
+        conversational=True), "reader")
+    notes = (b"Project notes.\n\nThe launch is on May 5 at the harbour.\n\n"
+             b"The budget is twelve thousand euros.\n")
+    reply, trace = ask(live, user, agent_id, "When is the launch? #doc1",
+                       {"doc1": ("text/plain", notes)})
+    assert "Ask Func[fixie_query_embed]: When is the launch? #doc1" in [m["text"] for m in trace]
+    assert "May 5 at the harbour" in reply["text"]
+
+    pdf = tiny_pdf("The launch is on October 9 in Lisbon.")
+    reply, _ = ask(live, user, agent_id, "When is the launch? #doc1",
+                   {"doc1": ("application/pdf", pdf)})
+    assert "October 9 in Lisbon" in reply["text"]
+
+
+def test_query_embed_without_such_an_embed_says_so(live, user, deploy):
+    agent_id = deploy(fixieai.CodeShotAgent("I read documents.", READER_FEW_SHOTS), "reader2")
+    reply, _ = ask(live, user, agent_id, "When is the launch? #doc1")
+    assert "there is no embed #doc1 in this session" in reply["text"]
+
+
+def test_query_corpus_says_corpora_are_not_indexed_yet(live, user, deploy):
+    agent_id = deploy(fixieai.CodeShotAgent(
+        "I answer from the manual.",
+        "Q: How do I start?\nAsk Func[fixie_query_corpus]: How do I start?\n"
+        "Func[fixie_query_corpus] says: Run the installer.\nA: Run the installer.",
+        corpora=[fixieai.DocumentCorpus(urls=["https://docs.example/*"])]), "manual")
+    reply, _ = ask(live, user, agent_id, "How do I start?")
+    assert "document corpora are not indexed by this platform yet" in reply["text"]
