@@ -1,0 +1,120 @@
+"""Which addresses the platform may call: global unicast only.
+
+URLs come from users, and the platform calls them from inside the user's AWS account,
+so an address on a private network, a link-local range, the instance metadata service or
+a carrier-grade NAT (used by some providers' metadata services) would let a user make the
+platform call what it must not (SSRF). ``ipaddress``'s ``is_global`` misses addresses
+that carry an IPv4 address inside an IPv6 one (6to4, NAT64, Teredo, IPv4-compatible,
+IPv4-translated), which reach that IPv4 host through a gateway: those are judged by the
+IPv4 address they carry. Local mode (the embedded stack) also allows loopback.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import socket
+from collections.abc import Callable
+from typing import Any
+from urllib.parse import urlsplit
+
+from codeshot.errors import InvalidInput
+
+IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
+# (host, port) -> getaddrinfo's answers; socket.getaddrinfo unless a test says otherwise
+Resolver = Callable[..., list[tuple[Any, ...]]]
+
+# Ranges ipaddress (3.11) counts as global that are not reachable public hosts.
+_NOT_GLOBAL = tuple(ipaddress.ip_network(n) for n in (
+    "192.0.0.0/24",  # IETF protocol assignments (192.0.0.8 dummy, DS-Lite, NAT64 discovery)
+    "64:ff9b:1::/48",  # NAT64 for local use (RFC 8215)
+))
+# IPv6 ranges whose last 32 bits are an IPv4 address a gateway forwards to.
+_EMBEDDED_LOW32 = tuple(ipaddress.ip_network(n) for n in (
+    "64:ff9b::/96",  # NAT64 well-known prefix (RFC 6052)
+    "::/96",  # IPv4-compatible (deprecated)
+    "::ffff:0:0:0/96",  # IPv4-translated (SIIT)
+))
+
+
+class RefusedAddress(InvalidInput):
+    """A URL or address the platform will not call."""
+
+
+def embedded_ipv4(address: ipaddress.IPv6Address) -> ipaddress.IPv4Address | None:
+    """The IPv4 address an IPv6 address carries and would be delivered to, if any."""
+    if address.ipv4_mapped is not None:
+        return address.ipv4_mapped
+    if address.sixtofour is not None:
+        return address.sixtofour
+    if address.teredo is not None:
+        return address.teredo[1]  # the client behind the NAT
+    if int(address) > 1 and any(address in net for net in _EMBEDDED_LOW32):
+        return ipaddress.IPv4Address(int(address) & 0xFFFFFFFF)
+    return None
+
+
+def refusal(address: IPAddress, allow_loopback: bool = False) -> str | None:
+    """Why the platform must not connect to ``address`` (None: it may)."""
+    if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped is not None:
+        return refusal(address.ipv4_mapped, allow_loopback)  # the same host, over IPv6
+    if isinstance(address, ipaddress.IPv6Address):
+        inner = embedded_ipv4(address)  # reached through a gateway: never our loopback
+        why = refusal(inner) if inner is not None else None
+        if why:
+            return f"{why} (carried in {address})"
+    if address.is_loopback:
+        return None if allow_loopback else "a loopback address"
+    if address.is_multicast:
+        return "a multicast address"
+    if not address.is_global or any(address in net for net in _NOT_GLOBAL):
+        return "not a public address"
+    return None
+
+
+def resolve_public(host: str, port: int, *, allow_loopback: bool,
+                   resolver: Resolver | None = None) -> list[IPAddress]:
+    """Every address ``host`` resolves to, all of them allowed, or RefusedAddress.
+
+    One refused answer refuses the name: an attacker's DNS may order its answers."""
+    try:
+        addresses = [ipaddress.ip_address(host.strip("[]"))]
+    except ValueError:
+        try:
+            infos = (resolver or socket.getaddrinfo)(host, port, type=socket.SOCK_STREAM)
+        except (socket.gaierror, UnicodeError) as exc:
+            raise RefusedAddress(f"host {host!r} does not resolve") from exc
+        addresses = list(dict.fromkeys(
+            ipaddress.ip_address(str(info[4][0]).split("%")[0]) for info in infos))
+    if not addresses:
+        raise RefusedAddress(f"host {host!r} does not resolve")
+    for address in addresses:
+        why = refusal(address, allow_loopback)
+        if why:
+            raise RefusedAddress(f"{host} resolves to {address}, {why}; refused")
+    return addresses
+
+
+def check_public_url(url: str, *, allow_loopback: bool, resolve: bool = True) -> str:
+    """``url`` if it is an http(s) URL without credentials whose host resolves to allowed
+    addresses (with ``resolve=False``, the host is checked only if it is an address)."""
+    try:
+        parts = urlsplit(url)
+        port = parts.port
+    except ValueError as exc:
+        raise RefusedAddress(f"URL {url!r} is not a valid URL") from exc
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise RefusedAddress(f"URL {url!r} must be http(s)://host/...")
+    if parts.username or parts.password:
+        raise RefusedAddress("the URL must not carry credentials")
+    host = parts.hostname
+    default_port = 443 if parts.scheme == "https" else 80
+    try:
+        ipaddress.ip_address(host)
+    except ValueError:
+        if not resolve:
+            return url
+    try:
+        resolve_public(host, port or default_port, allow_loopback=allow_loopback)
+    except RefusedAddress as exc:
+        raise RefusedAddress(f"URL {url!r}: {exc.message}") from None
+    return url

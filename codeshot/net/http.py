@@ -1,0 +1,85 @@
+"""The HTTP client for URLs users name: it connects only to an address it has checked.
+
+Checking a URL and then letting the HTTP library resolve its host again leaves a gap: a
+DNS name can answer a public address to the check and a private one to the connection
+(DNS rebinding). Here the check *is* the resolution: the connection pool's network
+backend resolves the host, refuses the name unless every answer is allowed
+(:func:`codeshot.net.addresses.resolve_public`), and opens the socket to the address it
+checked. The URL, the Host header and TLS (SNI and certificate checks) keep the
+hostname. No proxy from the environment is used (a proxy would resolve the name itself),
+redirects are never followed and no cookie is kept.
+"""
+
+from __future__ import annotations
+
+import functools
+import http.cookiejar
+import ssl
+from collections.abc import Iterable
+from typing import Any
+
+import httpcore
+import httpx
+
+from codeshot.net.addresses import Resolver, resolve_public
+
+
+class PinnedBackend(httpcore.SyncBackend):
+    """Resolves and checks the host, then connects to the checked addresses only."""
+
+    def __init__(self, allow_loopback: bool, resolver: Resolver | None = None) -> None:
+        self.allow_loopback = allow_loopback
+        self.resolver = resolver
+
+    def connect_tcp(self, host: str, port: int, timeout: float | None = None,
+                    local_address: str | None = None,
+                    socket_options: Iterable[Any] | None = None) -> httpcore.NetworkStream:
+        addresses = resolve_public(host, port, allow_loopback=self.allow_loopback,
+                                   resolver=self.resolver)
+        failure: Exception | None = None
+        for address in addresses:  # as socket.create_connection tries each answer
+            try:
+                return super().connect_tcp(str(address), port, timeout, local_address,
+                                           socket_options)
+            except (httpcore.ConnectError, httpcore.ConnectTimeout) as exc:
+                failure = exc
+        assert failure is not None
+        raise failure
+
+
+@functools.cache
+def tls_context() -> ssl.SSLContext:
+    # Loading the CA bundle is most of what a new client costs; the context is shareable.
+    return httpx.create_ssl_context()
+
+
+class NoCookies(http.cookiejar.CookieJar):
+    """Agents answer many users through one client: none of them may set a cookie."""
+
+    def __init__(self) -> None:
+        super().__init__(http.cookiejar.DefaultCookiePolicy(allowed_domains=[]))
+
+
+class PinnedTransport(httpx.HTTPTransport):
+    def __init__(self, allow_loopback: bool, resolver: Resolver | None = None) -> None:
+        super().__init__(verify=tls_context(), trust_env=False)
+        limits = httpx.Limits()
+        self._pool = httpcore.ConnectionPool(
+            ssl_context=tls_context(), max_connections=limits.max_connections,
+            max_keepalive_connections=limits.max_keepalive_connections,
+            keepalive_expiry=limits.keepalive_expiry,
+            network_backend=PinnedBackend(allow_loopback, resolver),
+        )
+
+
+def public_client(*, allow_loopback: bool, timeout: float | httpx.Timeout | None = None,
+                  resolver: Resolver | None = None) -> httpx.Client:
+    """An httpx client for user-named URLs: connections only to checked public addresses
+    (loopback too when ``allow_loopback``, the local stack's setting), no redirects
+    followed, no cookies kept, no proxy. A refused address raises
+    :class:`~codeshot.net.addresses.RefusedAddress` (INVALID_INPUT) from the request."""
+    return httpx.Client(
+        transport=PinnedTransport(allow_loopback, resolver), follow_redirects=False,
+        cookies=NoCookies(), trust_env=False,
+        timeout=timeout if timeout is not None else httpx.Timeout(10.0),
+    )
