@@ -16,6 +16,9 @@ from datetime import UTC, datetime
 from enum import Enum
 from typing import Any, ClassVar, TypeVar
 
+# The planner's agent id: the sender of its messages, its A2A path; asking it is asking
+# the platform.
+PLANNER_ID = "platform/planner"
 HANDLE_RE = re.compile(r"^[a-z0-9][a-z0-9_-]{0,62}$")
 EMBED_KEY_RE = re.compile(r"[A-Za-z0-9_.-]{1,64}")
 R = TypeVar("R", bound="Record")
@@ -146,6 +149,17 @@ class Session(Record):
     frontend_agent_id: str | None = None
     status: SessionStatus = SessionStatus.IDLE
     callback_url: str | None = None
+    # Push notifications in A2A's form ("a2a": a StreamResponse, the client's token in
+    # X-A2A-Notification-Token, under the config id it chose); None: codeshot's events.
+    callback_format: str | None = None
+    callback_token: str | None = None
+    callback_id: str | None = None
+    # Agent Protocol option 2: questions go to this URL as prompts, answers are polled.
+    prompt_url: str | None = None
+    # Agent Protocol task creation: its input (the first step's default) and
+    # additional_input (JSON text), as the client gave them.
+    task_input: str | None = None
+    task_additional_input: str | None = None
     created: datetime = dataclasses.field(default_factory=utcnow)
     modified: datetime = dataclasses.field(default_factory=utcnow)
     embed_count: int = 0  # embeds bound: the runner lists them only when there are some

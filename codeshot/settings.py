@@ -93,6 +93,10 @@ class Settings:
     # still verified by its signature on every request (0: read the user every time).
     api_key_cache_seconds: float = setting(30.0, ge=0)
 
+    # MCP server (/mcp): besides ask and find_agents, one tool per agent the caller may use,
+    # for up to this many agents (0: none; find_agents keeps a client's tool list short).
+    mcp_agent_tools: int = setting(0, ge=0, le=200)
+
     # Tokens for agents also carry the Fixie SDK's audiences (docs/fixie-wire-contract.md).
     fixie_audiences: bool = True
     # Local runs may register agents on loopback addresses; AWS never does.

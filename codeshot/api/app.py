@@ -8,11 +8,13 @@ from fastapi import Depends, FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.routing import Route
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from strawberry.fastapi import GraphQLRouter
 
 from codeshot.api.errors import INTERNAL_MESSAGE, as_codeshot_error, rest_body
 from codeshot.api.graphql import Context, schema
+from codeshot.api.protocols import LazyEndpoint
 from codeshot.api.rest import get_services, router
 from codeshot.errors import (
     CodeshotError,
@@ -117,5 +119,8 @@ def create_app(settings: Settings | None = None, services: Services | None = Non
     app.include_router(GraphQLRouter(schema, context_getter=context, graphql_ide="graphiql"),
                        prefix="/graphql")
     app.include_router(router)
+    # A plain route, not a mount: a mount redirects /mcp to /mcp/, and MCP clients POST.
+    app.router.routes.append(Route("/mcp", LazyEndpoint("codeshot.api.mcp"),
+                                   methods=["GET", "POST", "DELETE"]))
     app.add_middleware(BodyLimit, limit=MAX_REQUEST_BYTES)
     return app

@@ -18,13 +18,11 @@ from codeshot.engine.components import CommandResult
 from codeshot.engine.executor import Executor, Limits, Outcome, Status, TraceStep
 from codeshot.errors import AgentFailed, CodeshotError
 from codeshot.llm.base import LLM
-from codeshot.models import Agent, AgentKind, MessageType
+from codeshot.models import PLANNER_ID, Agent, AgentKind, MessageType
 from codeshot.runner.agent_client import AgentClient
 
 if TYPE_CHECKING:
     from codeshot.routing.router import Router
-
-PLANNER_ID = "platform/planner"
 
 PLANNER_PROMPT = (
     "I am the planner of an agent platform. I answer the user's query by asking the "

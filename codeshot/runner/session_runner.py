@@ -22,10 +22,9 @@ from codeshot.engine.builtin import SessionHistory
 from codeshot.engine.executor import Outcome, Status, TraceStep
 from codeshot.errors import AgentFailed, CodeshotError, NotFound
 from codeshot.llm import get_llm
-from codeshot.models import EmbedRef, Message, MessageType, Session, SessionStatus
+from codeshot.models import PLANNER_ID, EmbedRef, Message, MessageType, Session, SessionStatus
 from codeshot.runner.agent_client import AgentClient
 from codeshot.runner.programs import (
-    PLANNER_ID,
     PlannerProgram,
     RunContext,
     failure_outcome,

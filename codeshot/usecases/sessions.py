@@ -17,14 +17,18 @@ LIST_PAGE = 200
 def create_session(
     services: Services, principal: Principal, frontend_agent_id: str | None = None,
     name: str = "", description: str = "", callback_url: str | None = None,
+    prompt_url: str | None = None, task_input: str | None = None,
+    task_additional_input: str | None = None,
 ) -> Session:
     """A new session of the caller's, talking to ``frontend_agent_id`` (default: the
-    planner); ``callback_url`` receives its signed terminal events."""
+    planner); ``callback_url`` receives its signed terminal events, ``prompt_url`` its
+    questions as Agent Protocol prompts (see :mod:`codeshot.usecases.prompts`)."""
     from codeshot.runner.agent_urls import check_agent_url
 
     user_id = user_id_of(principal)
-    if callback_url:
-        check_agent_url(callback_url, allow_loopback=services.settings.local_mode)
+    for url in (callback_url, prompt_url):
+        if url:
+            check_agent_url(url, allow_loopback=services.settings.local_mode)
     if frontend_agent_id:
         usable_agent(services, principal, frontend_agent_id)
     if len(name) > MAX_NAME or len(description) > MAX_DESCRIPTION:
@@ -33,6 +37,8 @@ def create_session(
         session_id=ids.handle(), owner=user_id, owner_name=principal.username,
         frontend_agent_id=frontend_agent_id,
         name=name, description=description, callback_url=callback_url,
+        prompt_url=prompt_url, task_input=task_input,
+        task_additional_input=task_additional_input,
     ))
 
 
