@@ -180,6 +180,31 @@ class MessageType(str, Enum):
     ERROR = "error"
 
 
+class TaskState(str, Enum):
+    """A session seen as an agent protocol's task: the state of its newest turn (a user
+    message and the agent's terminal reply). The names are A2A's, lower case."""
+
+    SUBMITTED = "submitted"  # nothing asked yet (a task created without a message)
+    WORKING = "working"  # a message has no terminal reply yet
+    INPUT_REQUIRED = "input_required"  # the agent asked the user (awaiting_input)
+    COMPLETED = "completed"
+    FAILED = "failed"
+    CANCELED = "canceled"  # the user turned the agent's question down
+
+    @classmethod
+    def of_reply(cls, reply: Message | None) -> TaskState:
+        """The state a turn is in with this terminal reply (None: still working)."""
+        if reply is None:
+            return cls.WORKING
+        if reply.type is MessageType.AWAITING_INPUT:
+            return cls.INPUT_REQUIRED
+        if reply.type is MessageType.RESPONSE:
+            return cls.COMPLETED
+        from codeshot.errors import Canceled
+
+        return cls.CANCELED if reply.error_code == Canceled.code else cls.FAILED
+
+
 @dataclasses.dataclass(kw_only=True)
 class EmbedRef(Record):
     """An embed as a message carries it: what it is and where its bytes live."""

@@ -15,6 +15,7 @@ from strawberry.fastapi import GraphQLRouter
 from codeshot.api.errors import INTERNAL_MESSAGE, as_codeshot_error, rest_body
 from codeshot.api.graphql import Context, schema
 from codeshot.api.protocols import LazyEndpoint
+from codeshot.api.protocols import router as protocols_router
 from codeshot.api.rest import get_services, router
 from codeshot.errors import (
     CodeshotError,
@@ -119,6 +120,7 @@ def create_app(settings: Settings | None = None, services: Services | None = Non
     app.include_router(GraphQLRouter(schema, context_getter=context, graphql_ide="graphiql"),
                        prefix="/graphql")
     app.include_router(router)
+    app.include_router(protocols_router)
     # A plain route, not a mount: a mount redirects /mcp to /mcp/, and MCP clients POST.
     app.router.routes.append(Route("/mcp", LazyEndpoint("codeshot.api.mcp"),
                                    methods=["GET", "POST", "DELETE"]))

@@ -226,19 +226,22 @@ class SessionRunner:
                      query.message_id)
             return
         if session.callback_url:
-            self._notify(session.callback_url, reply)
+            self._notify(session, reply)
 
-    def _notify(self, url: str, reply: Message) -> None:
+    def _notify(self, session: Session, reply: Message) -> None:
         from codeshot.runner.agent_urls import check_agent_url
-        from codeshot.runner.callbacks import deliver, sign_event
+        from codeshot.runner.callbacks import A2A_TOKEN_HEADER, deliver, sign_event
 
+        url = session.callback_url or ""
         try:  # checked again at delivery: DNS may have changed since the session was made
             check_agent_url(url, allow_loopback=self.s.settings.local_mode)
         except CodeshotError as exc:
             log.warning("callback %s refused: %s", url, exc.message)
             return
-        body, token = sign_event(self.s.auth.sign, self.s.auth.issuer, url, reply)
-        deliver(url, body, token)
+        body, token = sign_event(self.s.auth.sign, self.s.auth.issuer, url, reply,
+                                 session.callback_format)
+        extra = {A2A_TOKEN_HEADER: session.callback_token} if session.callback_token else {}
+        deliver(url, body, token, headers=extra)
 
     def _store_embeds(self, embeds: dict[str, Any]) -> dict[str, EmbedRef]:
         """Agents' embeds given as data: URIs become immutable embeds of ours; the platform

@@ -11,6 +11,7 @@ from codeshot.usecases.users import user_id_of
 
 MAX_NAME = 200
 MAX_DESCRIPTION = 2000
+MAX_URL = 2000
 LIST_PAGE = 200
 
 
@@ -23,12 +24,10 @@ def create_session(
     """A new session of the caller's, talking to ``frontend_agent_id`` (default: the
     planner); ``callback_url`` receives its signed terminal events, ``prompt_url`` its
     questions as Agent Protocol prompts (see :mod:`codeshot.usecases.prompts`)."""
-    from codeshot.runner.agent_urls import check_agent_url
-
     user_id = user_id_of(principal)
     for url in (callback_url, prompt_url):
         if url:
-            check_agent_url(url, allow_loopback=services.settings.local_mode)
+            check_callback_url(services, url)
     if frontend_agent_id:
         usable_agent(services, principal, frontend_agent_id)
     if len(name) > MAX_NAME or len(description) > MAX_DESCRIPTION:
@@ -40,6 +39,16 @@ def create_session(
         prompt_url=prompt_url, task_input=task_input,
         task_additional_input=task_additional_input,
     ))
+
+
+def check_callback_url(services: Services, url: str) -> str:
+    """``url`` if the platform may call it back (http(s), a public address; loopback too
+    in local mode), else INVALID_INPUT. Checked again whenever it is called."""
+    from codeshot.runner.agent_urls import check_agent_url
+
+    if len(url) > MAX_URL:
+        raise InvalidInput(f"callback URL is longer than {MAX_URL} characters")
+    return check_agent_url(url, allow_loopback=services.settings.local_mode)
 
 
 def get_session(services: Services, principal: Principal, session_id: str) -> Session:

@@ -10,26 +10,16 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from enum import Enum
 
 from codeshot import ids
 from codeshot.errors import Canceled, Conflict, InvalidInput
-from codeshot.models import PLANNER_ID, Message, MessageType, Principal, Session
+from codeshot.models import PLANNER_ID, Message, MessageType, Principal, Session, TaskState
 from codeshot.services import Services
 from codeshot.usecases.agents import usable_agent
 from codeshot.usecases.messaging import TERMINAL, EmbedUpload, Messaging, wait_for_reply
 from codeshot.usecases.sessions import create_session, get_session
 from codeshot.usecases.threads import blocking
 from codeshot.usecases.users import user_id_of
-
-
-class TaskState(str, Enum):
-    WORKING = "working"  # a message has no terminal reply yet
-    INPUT_REQUIRED = "input_required"  # the agent asked the user (awaiting_input)
-    COMPLETED = "completed"
-    FAILED = "failed"
-    CANCELED = "canceled"  # the user turned the question down
-    SUBMITTED = "submitted"  # nothing asked yet (a task created without a message)
 
 
 @dataclass(frozen=True)
@@ -41,14 +31,7 @@ class Turn:
 
     @property
     def state(self) -> TaskState:
-        if self.reply is None:
-            return TaskState.WORKING
-        if self.reply.type is MessageType.AWAITING_INPUT:
-            return TaskState.INPUT_REQUIRED
-        if self.reply.type is MessageType.RESPONSE:
-            return TaskState.COMPLETED
-        return TaskState.CANCELED if self.reply.error_code == Canceled.code \
-            else TaskState.FAILED
+        return TaskState.of_reply(self.reply)
 
 
 def frontend_of(agent_id: str | None) -> str | None:
