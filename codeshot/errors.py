@@ -103,6 +103,23 @@ class Timeout(CodeshotError):
     http_status = 504
 
 
+class Canceled(CodeshotError):
+    """The user turned down a question an agent asked (A2A tasks/cancel, a declined MCP
+    elicitation, an Agent Protocol prompt rejected at its callback), or a task that is not
+    waiting for input was asked to cancel."""
+
+    code = "CANCELED"
+    http_status = 409
+
+
+class CallbackFailed(CodeshotError):
+    """A task's callback URL (Agent Protocol ``callback_url``) could not be reached,
+    answered with an error status, or sent a reply that is not a prompt status."""
+
+    code = "CALLBACK_FAILED"
+    http_status = 502
+
+
 class Unavailable(CodeshotError):
     """A part the platform (or an agent) depends on cannot be read right now: the signing
     keys in Secrets Manager, the platform's JWKS."""

@@ -20,6 +20,9 @@ from codeshot.errors import InvalidInput
 from codeshot.text import check_text
 
 HANDLE_RE = re.compile(r"[a-z0-9][a-z0-9_-]{0,62}")
+# The planner's agent id: the sender of its messages, its A2A path; asking it is asking
+# the platform.
+PLANNER_ID = "platform/planner"
 EMBED_KEY_RE = re.compile(r"[A-Za-z0-9_.-]{1,64}")
 R = TypeVar("R", bound="Record")
 
@@ -190,6 +193,17 @@ class Session(Record):
     frontend_agent_id: str | None = None
     status: SessionStatus = SessionStatus.IDLE
     callback_url: str | None = None
+    # Push notifications in A2A's form ("a2a": a StreamResponse, the client's token in
+    # X-A2A-Notification-Token, under the config id it chose); None: codeshot's events.
+    callback_format: str | None = None
+    callback_token: str | None = None
+    callback_id: str | None = None
+    # Agent Protocol option 2: questions go to this URL as prompts, answers are polled.
+    prompt_url: str | None = None
+    # Agent Protocol task creation: its input (the first step's default) and
+    # additional_input (JSON text), as the client gave them.
+    task_input: str | None = None
+    task_additional_input: str | None = None
     created: datetime = dataclasses.field(default_factory=utcnow)
     modified: datetime = dataclasses.field(default_factory=utcnow)
     embed_count: int = 0  # embeds bound: the runner lists them only when there are some
@@ -208,6 +222,31 @@ class MessageType(str, Enum):
     AWAITING_INPUT = "awaiting_input"
     RESPONSE = "response"
     ERROR = "error"
+
+
+class TaskState(str, Enum):
+    """A session seen as an agent protocol's task: the state of its newest turn (a user
+    message and the agent's terminal reply). The names are A2A's, lower case."""
+
+    SUBMITTED = "submitted"  # nothing asked yet (a task created without a message)
+    WORKING = "working"  # a message has no terminal reply yet
+    INPUT_REQUIRED = "input_required"  # the agent asked the user (awaiting_input)
+    COMPLETED = "completed"
+    FAILED = "failed"
+    CANCELED = "canceled"  # the user turned the agent's question down
+
+    @classmethod
+    def of_reply(cls, reply: Message | None) -> TaskState:
+        """The state a turn is in with this terminal reply (None: still working)."""
+        if reply is None:
+            return cls.WORKING
+        if reply.type is MessageType.AWAITING_INPUT:
+            return cls.INPUT_REQUIRED
+        if reply.type is MessageType.RESPONSE:
+            return cls.COMPLETED
+        from codeshot.errors import Canceled
+
+        return cls.CANCELED if reply.error_code == Canceled.code else cls.FAILED
 
 
 @dataclasses.dataclass(kw_only=True)

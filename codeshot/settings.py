@@ -114,6 +114,9 @@ class Settings:
     # whether the schema can be introspected (and GraphiQL served); the CDK app turns it off.
     graphql_max_cost: int = setting(500, ge=1)
     graphql_introspection: bool = True
+    # MCP server (/mcp): besides ask and find_agents, one tool per agent the caller may use,
+    # for up to this many agents (0: none; find_agents keeps a client's tool list short).
+    mcp_agent_tools: int = setting(0, ge=0, le=200)
 
     # Tokens for agents also carry the Fixie SDK's audiences (docs/fixie-wire-contract.md).
     fixie_audiences: bool = True

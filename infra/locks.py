@@ -112,10 +112,10 @@ def _platform_lock(name: str, *dists: str) -> Lock:
 # PyStemmer: the router's word stems (API route query, registration, planner); tzdata:
 # users' time zones (Lambda's image may have no zoneinfo); pypdf: fixie_query_embed.
 def api_lock() -> Lock:
-    # jinja2: the web console's pages (codeshot/api/console).
+    # jinja2: the web console's pages (codeshot/api/console); mcp and a2a-sdk: /mcp, /a2a.
     return _platform_lock("api", "fastapi", "pydantic", "strawberry-graphql", "mangum",
                           "httpx", "pyjwt", "pynacl", "pyyaml", "boto3", "jinja2",
-                          "pystemmer", "tzdata")
+                          "pystemmer", "tzdata", "mcp", "a2a-sdk")
 
 
 def runner_lock() -> Lock:

@@ -9,11 +9,14 @@ from fastapi import Depends, FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.routing import Route
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from codeshot.api import console
 from codeshot.api.errors import INTERNAL_MESSAGE, as_codeshot_error, rest_body
 from codeshot.api.graphql import Context, build_schema
+from codeshot.api.protocols import LazyEndpoint
+from codeshot.api.protocols import router as protocols_router
 from codeshot.api.rest import get_services, router
 from codeshot.errors import (
     CodeshotError,
@@ -128,6 +131,10 @@ def create_app(settings: Settings | None = None, services: Services | None = Non
     app.include_router(console.ConsoleGraphQLRouter(schema, context_getter=context,
                                                      graphql_ide=ide), prefix="/graphql")
     app.include_router(router)
+    app.include_router(protocols_router)
+    # A plain route, not a mount: a mount redirects /mcp to /mcp/, and MCP clients POST.
+    app.router.routes.append(Route("/mcp", LazyEndpoint("codeshot.api.mcp"),
+                                   methods=["GET", "POST", "DELETE"]))
     console.install(app)
     app.add_middleware(BodyLimit, limit=MAX_REQUEST_BYTES)
     return app

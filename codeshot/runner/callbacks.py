@@ -1,12 +1,14 @@
 """Session callbacks: the platform POSTs each terminal event (response, error,
 awaiting_input) to the session's callback URL, signed so the receiver can trust it.
 
-The body is the event as JSON; ``Authorization: Bearer <JWT>`` carries a platform-signed
-token (EdDSA, verifiable with the JWKS) whose ``aud`` is the callback URL, ``sid`` the
-session and ``body_sha256`` the hash of the exact body sent. Delivery is best effort with
-a short timeout and one retry: a slow receiver never holds up a session. The URL is
-checked again as it is connected to (:func:`codeshot.net.http.public_client`): DNS may
-have changed since the session was made.
+The body is the event as JSON: codeshot's own, or for sessions whose callback is an A2A
+push-notification config an A2A ``StreamResponse`` with the task's new status (and the
+client's token in ``X-A2A-Notification-Token``). ``Authorization: Bearer <JWT>`` carries
+a platform-signed token (EdDSA, verifiable with the JWKS) whose ``aud`` is the callback
+URL, ``sid`` the session and ``body_sha256`` the hash of the exact body sent. Delivery is
+best effort with a short timeout and one retry: a slow receiver never holds up a session.
+The URL is checked again as it is connected to (:func:`codeshot.net.http.public_client`):
+DNS may have changed since the session was made.
 """
 
 from __future__ import annotations
@@ -16,19 +18,35 @@ import json
 import logging
 import time
 import uuid
+from datetime import UTC
 from typing import Any
 
 import httpx
 
 from codeshot.errors import CodeshotError
-from codeshot.models import Message
+from codeshot.models import Message, TaskState
 from codeshot.net.http import public_client
 
 log = logging.getLogger("codeshot.runner")
 EVENT_TYPE = "event"
+A2A_FORMAT = "a2a"  # Session.callback_format of an A2A push-notification config
+A2A_TOKEN_HEADER = "X-A2A-Notification-Token"  # noqa: S105 - a header's name
 
 
-def event_body(message: Message) -> bytes:
+def a2a_status_update(message: Message) -> dict[str, Any]:
+    """A2A 1.0's push body (a StreamResponse, protobuf JSON): the task (= session) is now
+    in the state this terminal message puts it in, with the message."""
+    task = message.session_id
+    when = message.timestamp.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+    return {"statusUpdate": {"taskId": task, "contextId": task, "status": {
+        "state": "TASK_STATE_" + TaskState.of_reply(message).name, "timestamp": when,
+        "message": {"messageId": message.message_id, "taskId": task, "contextId": task,
+                    "role": "ROLE_AGENT", "parts": [{"text": message.text}]}}}}
+
+
+def event_body(message: Message, form: str | None = None) -> bytes:
+    if form == A2A_FORMAT:
+        return json.dumps(a2a_status_update(message), separators=(",", ":")).encode()
     event = {
         "type": message.type.value,
         "session": message.session_id,
@@ -47,8 +65,9 @@ def event_claims(issuer: str, url: str, session_id: str, body: bytes) -> dict[st
 
 
 def deliver(url: str, body: bytes, token: str, *, allow_loopback: bool, timeout: float = 5.0,
-            attempts: int = 2) -> bool:
-    headers = {"Authorization": f"Bearer {token}", "Content-Type": "application/json"}
+            attempts: int = 2, extra_headers: dict[str, str] | None = None) -> bool:
+    headers = {"Authorization": f"Bearer {token}", "Content-Type": "application/json",
+               **(extra_headers or {})}
     with public_client(allow_loopback=allow_loopback, timeout=timeout) as client:
         for attempt in range(attempts):
             try:
@@ -63,8 +82,9 @@ def deliver(url: str, body: bytes, token: str, *, allow_loopback: bool, timeout:
     return False
 
 
-def sign_event(sign: Any, issuer: str, url: str, message: Message) -> tuple[bytes, str]:
+def sign_event(sign: Any, issuer: str, url: str, message: Message,
+               form: str | None = None) -> tuple[bytes, str]:
     """(body, token) for ``message``; ``sign(claims)`` signs with the platform's key."""
-    body = event_body(message)
+    body = event_body(message, form)
     return body, sign(event_claims(issuer, url, message.session_id, body))
 

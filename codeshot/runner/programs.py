@@ -21,7 +21,7 @@ from codeshot.engine.executor import Executor, Limits, Outcome, Status, TraceSte
 from codeshot.engine.planning import CarryReplies, OfferedAgent, PlannerGuard, planner_examples
 from codeshot.errors import AgentRunFailed, CodeshotError, NotFound
 from codeshot.llm.base import LLM
-from codeshot.models import MAX_AGENT_DESCRIPTION, Agent, AgentKind, MessageType
+from codeshot.models import MAX_AGENT_DESCRIPTION, PLANNER_ID, Agent, AgentKind, MessageType
 from codeshot.runner.agent_client import AgentClient, FuncNotDefined
 from codeshot.runner.embeds import EmbedBook
 from codeshot.runner.platform_funcs import LIBRARY, FuncContext
@@ -31,8 +31,6 @@ if TYPE_CHECKING:
     from codeshot.routing.index import Candidate
     from codeshot.routing.router import Router
     from codeshot.runner.budgets import TokenBudget
-
-PLANNER_ID = "platform/planner"
 
 PLANNER_PROMPT = (
     "I am the planner of an agent platform. I answer the user's query by asking the "

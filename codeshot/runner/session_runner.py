@@ -20,14 +20,21 @@ from codeshot.engine.builtin import SessionHistory
 from codeshot.engine.executor import Limits, Outcome, Status, TraceStep
 from codeshot.errors import AgentFailed, CodeshotError, NotFound
 from codeshot.llm import get_llm
-from codeshot.models import Agent, EmbedRef, Message, MessageType, Session, SessionStatus
+from codeshot.models import (
+    PLANNER_ID,
+    Agent,
+    EmbedRef,
+    Message,
+    MessageType,
+    Session,
+    SessionStatus,
+)
 from codeshot.runner.agent_client import AgentClient
 from codeshot.runner.budgets import TokenBudget
 from codeshot.runner.embeds import EmbedBook
 from codeshot.runner.fetch import Fetched, fetch_public_url
 from codeshot.runner.platform_funcs import FuncContext
 from codeshot.runner.programs import (
-    PLANNER_ID,
     PlannerProgram,
     RunContext,
     failure_outcome,
@@ -301,10 +308,14 @@ class SessionRunner:
                      query.message_id)
             return
         if session.callback_url:
-            self._notify(session.callback_url, reply)
+            self._notify(session, reply)
 
-    def _notify(self, url: str, reply: Message) -> None:
-        from codeshot.runner.callbacks import deliver, sign_event
+    def _notify(self, session: Session, reply: Message) -> None:
+        from codeshot.runner.callbacks import A2A_TOKEN_HEADER, deliver, sign_event
 
-        body, token = sign_event(self.s.auth.sign, self.s.auth.issuer, url, reply)
-        deliver(url, body, token, allow_loopback=self.s.settings.local_mode)
+        url = session.callback_url or ""
+        body, token = sign_event(self.s.auth.sign, self.s.auth.issuer, url, reply,
+                                 session.callback_format)
+        extra = {A2A_TOKEN_HEADER: session.callback_token} if session.callback_token else {}
+        deliver(url, body, token, allow_loopback=self.s.settings.local_mode,
+                extra_headers=extra)

@@ -35,6 +35,8 @@ STATE_ITEM = "STATE"
 MSG_PREFIX = "MSG#"
 EMBED_PREFIX = "EMBED#"
 ANSWER_PREFIX = "ANSWER#"  # the runner's exactly-once marker of an answered query
+# A question asked through a task's callback URL (Agent Protocol option 2): "ASK#<reply id>".
+ASK_PREFIX = "ASK#"
 
 
 @dataclass(frozen=True)
@@ -305,22 +307,39 @@ class SessionStore(Repository):
     # -- embeds -----------------------------------------------------------------------
     def put_embed(self, embed: Embed) -> Embed:
         """Attach an embed under its key; a key, once used, is never rebound."""
-        values = embed.to_dict()
-        values["item"] = EMBED_PREFIX + embed.key
-        values["embed_owner"] = values.pop("owner")  # keep `owner` for SESSION items only
         try:
             self.db.put_item(
                 TableName=self.table_name,
-                Item=to_item(values),
+                Item=embed_item(embed),
                 ConditionExpression="attribute_not_exists(#i)",
                 ExpressionAttributeNames={"#i": "item"},
             )
         except self.db.exceptions.ConditionalCheckFailedException as exc:
-            existing = self.get_embed(embed.session_id, embed.key)
-            if existing.content_hash == embed.content_hash:
-                return existing  # a retry of the same attachment
-            raise Conflict(f"embed {embed.key!r} already exists in this session") from exc
+            return self._same_embed(embed, exc)
         return embed
+
+    def bind_embed(self, embed: Embed) -> Embed:
+        """Attach an embed to its owner's session and count it, in one transaction (others'
+        sessions look absent); binding the same bytes under the same key again is a no-op."""
+        try:
+            self.db.transact_write_items(TransactItems=[
+                {"Update": self.owner_update(embed.session_id, embed.owner, new_embeds=1)},
+                {"Put": {"TableName": self.table_name, "Item": embed_item(embed),
+                         "ConditionExpression": "attribute_not_exists(#i)",
+                         "ExpressionAttributeNames": {"#i": "item"}}},
+            ])
+        except self.db.exceptions.TransactionCanceledException as exc:
+            reasons = [r.get("Code") for r in exc.response.get("CancellationReasons", [])]
+            if reasons and reasons[0] == "ConditionalCheckFailed":
+                raise NotFound(f"session {embed.session_id} not found") from exc
+            return self._same_embed(embed, exc)
+        return embed
+
+    def _same_embed(self, embed: Embed, exc: Exception) -> Embed:
+        existing = self.get_embed(embed.session_id, embed.key)
+        if existing.content_hash == embed.content_hash:
+            return existing  # a retry of the same attachment
+        raise Conflict(f"embed {embed.key!r} already exists in this session") from exc
 
     def get_embed(self, session_id: str, key: str) -> Embed:
         item = self.db.get_item(
@@ -373,6 +392,78 @@ class SessionStore(Repository):
 
     def delete_state(self, session_id: str) -> None:
         self.db.delete_item(TableName=self.table_name, Key=_key(session_id, STATE_ITEM))
+
+    def end_pause(self, message: Message, owner: str | None = None) -> None:
+        """End a paused program without resuming it: ``message`` (an error saying why) is
+        stored, the paused state dropped and the session idle again, in one transaction
+        that holds only while the session still awaits input (and is ``owner``'s)."""
+        condition = "#s = :awaiting" + (" AND #o = :o" if owner else "")
+        values: dict[str, AttributeValueTypeDef] = {
+            ":awaiting": {"S": SessionStatus.AWAITING_INPUT.value},
+            ":idle": {"S": SessionStatus.IDLE.value},
+            ":m": {"S": message.timestamp.isoformat()}}
+        names = {"#s": "status"}
+        if owner:
+            values[":o"] = {"S": owner}
+            names["#o"] = "owner"
+        try:
+            self.db.transact_write_items(TransactItems=[
+                {"Update": {"TableName": self.table_name,
+                            "Key": _key(message.session_id, SESSION_ITEM),
+                            "UpdateExpression": "SET #s = :idle, modified = :m",
+                            "ConditionExpression": condition,
+                            "ExpressionAttributeNames": names,
+                            "ExpressionAttributeValues": values}},
+                {"Delete": {"TableName": self.table_name,
+                            "Key": _key(message.session_id, STATE_ITEM)}},
+                {"Put": {"TableName": self.table_name, "Item": message_item(message),
+                         "ConditionExpression": "attribute_not_exists(#i)",
+                         "ExpressionAttributeNames": {"#i": "item"}}},
+            ])
+        except self.db.exceptions.TransactionCanceledException as exc:
+            raise Conflict(f"session {message.session_id} is not waiting for input") from exc
+
+    def set_callback(self, session_id: str, owner: str, **fields: str | None) -> Session:
+        """Set (a value) or remove (None) the session's callback fields (``callback_url``,
+        ``callback_token``, ``callback_id``, ``callback_format``); others' sessions look
+        absent."""
+        allowed = {"callback_url", "callback_token", "callback_id", "callback_format"}
+        assert set(fields) <= allowed, fields
+        sets = [f"#{k} = :{k}" for k, v in fields.items() if v is not None]
+        removes = [f"#{k}" for k, v in fields.items() if v is None]
+        expression = (("SET " + ", ".join(sets)) if sets else "") + \
+            ((" REMOVE " + ", ".join(removes)) if removes else "")
+        values: dict[str, AttributeValueTypeDef] = {
+            f":{k}": {"S": v} for k, v in fields.items() if v is not None}
+        values[":o"] = {"S": owner}
+        try:
+            out = self.db.update_item(
+                TableName=self.table_name, Key=_key(session_id, SESSION_ITEM),
+                UpdateExpression=expression.strip(),
+                ConditionExpression="attribute_exists(session_id) AND #owner = :o",
+                ExpressionAttributeNames={"#owner": "owner", **{f"#{k}": k for k in fields}},
+                ExpressionAttributeValues=values, ReturnValues="ALL_NEW")
+        except self.db.exceptions.ConditionalCheckFailedException as exc:
+            raise NotFound(f"session {session_id} not found") from exc
+        return Session.from_dict(from_item(out["Attributes"]))
+
+    # -- questions asked through a callback URL ---------------------------------------
+    def put_ask(self, session_id: str, reply_id: str, values: dict[str, Any]) -> None:
+        self.db.put_item(TableName=self.table_name, Item=to_item(
+            {**values, "session_id": session_id, "item": ASK_PREFIX + reply_id}))
+
+    def get_ask(self, session_id: str, reply_id: str) -> dict[str, Any] | None:
+        item = self.db.get_item(TableName=self.table_name,
+                                Key=_key(session_id, ASK_PREFIX + reply_id),
+                                ConsistentRead=True).get("Item")
+        return from_item(item) if item else None
+
+
+def embed_item(embed: Embed) -> dict[str, Any]:
+    values = embed.to_dict()
+    values["item"] = EMBED_PREFIX + embed.key
+    values["embed_owner"] = values.pop("owner")  # keep `owner` for SESSION items only
+    return to_item(values)
 
 
 def _embed(values: dict[str, Any]) -> Embed:

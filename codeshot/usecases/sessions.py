@@ -19,17 +19,16 @@ TEXT_PREVIEW_BYTES = 64 * 1024  # text embeds up to this size can be shown in a 
 def create_session(
     services: Services, principal: Principal, frontend_agent_id: str | None = None,
     name: str = "", description: str = "", callback_url: str | None = None,
+    prompt_url: str | None = None, task_input: str | None = None,
+    task_additional_input: str | None = None,
 ) -> Session:
     """A new session of the caller's, talking to ``frontend_agent_id`` (default: the
-    planner); ``callback_url`` receives its signed terminal events."""
-    from codeshot.net.addresses import check_public_url
-
+    planner); ``callback_url`` receives its signed terminal events, ``prompt_url`` its
+    questions as Agent Protocol prompts (see :mod:`codeshot.usecases.prompts`)."""
     user_id = user_id_of(principal)
-    check_text(name, "session name", MAX_NAME, one_line=True)
-    check_text(description, "session description", MAX_DESCRIPTION)
-    if callback_url:
-        check_text(callback_url, "callbackUrl", MAX_URL, one_line=True)
-        check_public_url(callback_url, allow_loopback=services.settings.local_mode)
+    for url in (callback_url, prompt_url):
+        if url:
+            check_callback_url(services, url)
     if frontend_agent_id:
         usable_agent(services, principal, frontend_agent_id)
     services.usage.charge("session", user_id, services.settings.daily_session_limit)
@@ -37,7 +36,18 @@ def create_session(
         session_id=ids.handle(), owner=user_id, owner_name=principal.username,
         frontend_agent_id=frontend_agent_id,
         name=name, description=description, callback_url=callback_url,
+        prompt_url=prompt_url, task_input=task_input,
+        task_additional_input=task_additional_input,
     ))
+
+
+def check_callback_url(services: Services, url: str) -> str:
+    """``url`` if the platform may call it back (http(s), a public address; loopback too
+    in local mode), else INVALID_INPUT. Checked again whenever it is called."""
+    from codeshot.net.addresses import check_public_url
+
+    check_text(url, "callbackUrl", MAX_URL, one_line=True)
+    return check_public_url(url, allow_loopback=services.settings.local_mode)
 
 
 def get_session(services: Services, principal: Principal, session_id: str) -> Session:

@@ -1,0 +1,478 @@
+"""Every agent as an A2A agent: its card and a JSON-RPC endpoint at ``/a2a/{owner}/{handle}``
+(the planner at ``/a2a/platform/planner``, its card also at ``/.well-known/agent-card.json``).
+
+The official ``a2a-sdk`` parses and answers the JSON-RPC (A2A 1.0's ``SendMessage``,
+``SendStreamingMessage``, ``GetTask`` ... and 0.3's ``message/send``, ``message/stream``,
+``tasks/get``, ``tasks/cancel``, ``tasks/pushNotificationConfig/*`` on the same URL); its
+``RequestHandler`` here maps A2A onto codeshot's sessions, because agents run in the
+runner (SQS), never in this process:
+
+- a task is a session (task id = context id = session handle); a message without a task
+  starts one, a message with a task id continues it (answering a question, or a new turn);
+- the task's state is its newest turn's (``input-required`` = ``awaiting_input``), its
+  artifacts the answers, its history the session's message log (every step, with its
+  type and sender in the metadata);
+- push notifications are the session's signed callback, sent in A2A's form with the
+  client's token; one config per task.
+
+Imported on the first A2A request (``codeshot.api.protocols``), not at cold start.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import AsyncGenerator, Awaitable, Callable
+from typing import Any, TypeVar
+
+from a2a.auth.user import User
+from a2a.server.context import ServerCallContext
+from a2a.server.events.event_queue import Event
+from a2a.server.request_handlers.request_handler import RequestHandler
+from a2a.server.request_handlers.response_helpers import agent_card_to_dict
+from a2a.server.routes.common import DefaultServerCallContextBuilder
+from a2a.server.routes.jsonrpc_dispatcher import JsonRpcDispatcher
+from a2a.types import (
+    AgentCapabilities,
+    AgentCard,
+    AgentInterface,
+    AgentSkill,
+    Artifact,
+    CancelTaskRequest,
+    DeleteTaskPushNotificationConfigRequest,
+    GetExtendedAgentCardRequest,
+    GetTaskPushNotificationConfigRequest,
+    GetTaskRequest,
+    HTTPAuthSecurityScheme,
+    ListTaskPushNotificationConfigsRequest,
+    ListTaskPushNotificationConfigsResponse,
+    ListTasksRequest,
+    ListTasksResponse,
+    Message,
+    Part,
+    Role,
+    SecurityRequirement,
+    SecurityScheme,
+    SendMessageRequest,
+    StringList,
+    SubscribeToTaskRequest,
+    Task,
+    TaskArtifactUpdateEvent,
+    TaskPushNotificationConfig,
+    TaskState,
+    TaskStatus,
+    TaskStatusUpdateEvent,
+)
+from a2a.utils.errors import (
+    A2AError,
+    ContentTypeNotSupportedError,
+    ExtendedAgentCardNotConfiguredError,
+    InternalError,
+    InvalidParamsError,
+    TaskNotCancelableError,
+    TaskNotFoundError,
+)
+from starlette.requests import Request
+from starlette.responses import Response
+
+from codeshot import models
+from codeshot.api.errors import INTERNAL_MESSAGE
+from codeshot.errors import CodeshotError, Conflict, InvalidInput, NotFound
+from codeshot.models import PLANNER_ID, Agent, MessageType, Principal, Session
+from codeshot.services import Services
+from codeshot.usecases import agents, sessions, tasks
+from codeshot.usecases.messaging import TERMINAL, Messaging, follow
+from codeshot.usecases.threads import blocking
+from codeshot.usecases.users import user_id_of
+
+log = logging.getLogger("codeshot.api")
+
+A2A_FORMAT = "a2a"  # Session.callback_format of a push-notification config
+DEFAULT_PUSH_CONFIG_ID = "default"
+MAX_SKILLS = 50
+MAX_LIST_PAGE = 20
+T = TypeVar("T")
+
+
+# -- cards ------------------------------------------------------------------------------
+def _security() -> dict[str, Any]:
+    scheme = SecurityScheme(http_auth_security_scheme=HTTPAuthSecurityScheme(
+        scheme="bearer", description="a codeshot API key"))
+    return {"security_schemes": {"apiKey": scheme},
+            "security_requirements": [SecurityRequirement(schemes={"apiKey": StringList()})]}
+
+
+def _card(services: Services, agent_id: str, name: str, description: str,
+          skills: list[AgentSkill]) -> AgentCard:
+    url = f"{services.settings.api_url.rstrip('/')}/a2a/{agent_id}"
+    return AgentCard(
+        name=name, description=description or name, version="1",
+        supported_interfaces=[AgentInterface(url=url, protocol_binding="JSONRPC",
+                                             protocol_version="1.0")],
+        capabilities=AgentCapabilities(streaming=True, push_notifications=True),
+        default_input_modes=["text/plain"], default_output_modes=["text/plain"],
+        skills=skills[:MAX_SKILLS], **_security())
+
+
+def agent_card(services: Services, agent: Agent) -> AgentCard:
+    """An agent's card: one skill, the agent, with its sample queries as examples."""
+    skill = AgentSkill(id=agent.handle, name=agent.name or agent.handle,
+                       description=agent.description or agent.name or agent.agent_id,
+                       tags=[agent.owner, agent.kind.value],
+                       examples=agent.sample_queries[:10])
+    return _card(services, agent.agent_id, agent.name or agent.agent_id, agent.description,
+                 [skill])
+
+
+def planner_card(services: Services, visible: list[Agent]) -> AgentCard:
+    """The planner's card: a skill per agent it can route to."""
+    skills = [AgentSkill(id=a.agent_id.replace("/", "."), name=a.name or a.agent_id,
+                         description=a.description or a.agent_id, tags=[a.owner],
+                         examples=a.sample_queries[:3]) for a in visible]
+    return _card(services, PLANNER_ID, "codeshot planner",
+                 "Answers by routing each request to the platform's agents.", skills)
+
+
+def card_json(services: Services, principal: Principal | None, agent_id: str
+              ) -> dict[str, Any]:
+    """The card of ``agent_id`` as the caller may see it (published agents are public;
+    unpublished ones only their owner's, others get NOT_FOUND)."""
+    viewer = principal or Principal(user_id=None)
+    if agent_id == PLANNER_ID:
+        visible = agents.visible_agents(services, viewer) if principal else \
+            [a for a in services.registry.all_agents(None) if a.published]
+        return agent_card_to_dict(planner_card(services, visible))
+    return agent_card_to_dict(agent_card(services, agents.usable_agent(services, viewer,
+                                                                        agent_id)))
+
+
+# -- sessions as tasks ------------------------------------------------------------------
+def _parts(services: Services, message: models.Message) -> list[Part]:
+    parts = [Part(text=message.text)]
+    parts += [Part(url=services.embeds.get_url(ref.content_hash), media_type=ref.content_type,
+                   filename=key) for key, ref in message.embeds.items()]
+    return parts
+
+
+def wire_message(services: Services, message: models.Message) -> Message:
+    """A session message as an A2A message: the user's own are the user's, every other
+    step (thoughts, calls, results, answers) the agent's, its type and sender in metadata."""
+    out = Message(message_id=message.message_id, context_id=message.session_id,
+                  task_id=message.session_id, parts=_parts(services, message),
+                  role=Role.ROLE_USER if message.type is MessageType.QUERY else Role.ROLE_AGENT)
+    out.metadata.update({"type": message.type.value, "sentBy": message.sent_by,
+                         **({"errorCode": message.error_code} if message.error_code else {})})
+    return out
+
+
+def _state(state: models.TaskState) -> Any:
+    return TaskState.Value("TASK_STATE_" + state.name)
+
+
+def _status(services: Services, turn: tasks.Turn | None) -> TaskStatus:
+    state = turn.state if turn else models.TaskState.SUBMITTED
+    status = TaskStatus(state=_state(state))
+    last = turn.reply or turn.query if turn else None
+    if last is not None:
+        status.timestamp.FromDatetime(last.timestamp)
+    if turn is not None and turn.reply is not None:
+        status.message.CopyFrom(wire_message(services, turn.reply))
+    return status
+
+
+def _artifact(services: Services, reply: models.Message) -> Artifact:
+    return Artifact(artifact_id=reply.message_id, name="answer", parts=_parts(services, reply))
+
+
+def task_of(services: Services, session: Session, messages: list[models.Message],
+            history_length: int | None = None) -> Task:
+    found = tasks.turns(messages)
+    history = [wire_message(services, m) for m in messages]
+    if history_length is not None:
+        history = history[-history_length:] if history_length else []
+    return Task(id=session.session_id, context_id=session.session_id,
+                status=_status(services, found[-1] if found else None),
+                artifacts=[_artifact(services, t.reply) for t in found
+                           if t.reply is not None and t.state is models.TaskState.COMPLETED],
+                history=history)
+
+
+def _text_of(message: Message) -> str:
+    texts = []
+    for part in message.parts:
+        kind = part.WhichOneof("content")
+        if kind == "text":
+            texts.append(part.text)
+        elif kind == "data":
+            from google.protobuf.json_format import MessageToJson
+
+            texts.append(MessageToJson(part.data, indent=None))
+        else:
+            raise ContentTypeNotSupportedError(
+                message="codeshot agents take text and data parts; send files as links")
+    return "\n".join(texts)
+
+
+# -- the request handler ----------------------------------------------------------------
+class CodeshotUser(User):
+    def __init__(self, principal: Principal) -> None:
+        self.principal = principal
+
+    @property
+    def is_authenticated(self) -> bool:
+        return True
+
+    @property
+    def user_name(self) -> str:
+        return self.principal.username or self.principal.user_id or ""
+
+
+class ContextBuilder(DefaultServerCallContextBuilder):
+    def build_user(self, request: Request) -> User:
+        principal: Principal = request.state.codeshot_principal
+        return CodeshotUser(principal)
+
+
+def _a2a_error(exc: Exception) -> A2AError:
+    """codeshot's errors in A2A's terms; nothing unexpected leaks its details."""
+    if isinstance(exc, A2AError):
+        return exc
+    if isinstance(exc, NotFound):
+        return TaskNotFoundError(message=exc.message)
+    if isinstance(exc, Conflict):
+        return TaskNotCancelableError(message=exc.message)
+    if isinstance(exc, InvalidInput):
+        return InvalidParamsError(message=exc.message, data={"code": exc.code})
+    if isinstance(exc, CodeshotError):
+        return InternalError(message=exc.message, data={"code": exc.code})
+    log.error("A2A request failed", exc_info=exc)
+    return InternalError(message=INTERNAL_MESSAGE)
+
+
+class SessionTasks(RequestHandler):
+    """A2A's operations for one agent's endpoint, over the caller's sessions with it."""
+
+    def __init__(self, services: Services, agent_id: str) -> None:
+        self.s = services
+        self.agent_id = agent_id
+        self.frontend = tasks.frontend_of(agent_id)
+
+    @staticmethod
+    def _principal(context: ServerCallContext) -> Principal:
+        user = context.user
+        assert isinstance(user, CodeshotUser)
+        return user.principal
+
+    async def _call(self, fn: Callable[..., Awaitable[T]], *args: Any) -> T:
+        try:
+            return await fn(*args)
+        except Exception as exc:  # every failure becomes an A2A error
+            raise _a2a_error(exc) from exc
+
+    async def _session(self, principal: Principal, task_id: str) -> Session:
+        session = await blocking(sessions.get_session, self.s, principal, task_id)
+        if session.frontend_agent_id != self.frontend:
+            raise TaskNotFoundError(message=f"task {task_id} is not {self.agent_id}'s")
+        return session
+
+    async def _task(self, principal: Principal, task_id: str,
+                    history_length: int | None = None) -> Task:
+        session = await self._session(principal, task_id)
+        messages = await blocking(self.s.sessions.all_messages, session.session_id)
+        return task_of(self.s, session, messages, history_length)
+
+    async def _existing(self, principal: Principal, message: Message) -> str | None:
+        """The session a message continues: its task, or a context that is one of the
+        caller's sessions with this agent (a client's own context id starts a new one)."""
+        if message.task_id:
+            return (await self._session(principal, message.task_id)).session_id
+        if message.context_id:
+            try:
+                return (await self._session(principal, message.context_id)).session_id
+            except (NotFound, TaskNotFoundError):
+                return None
+        return None
+
+    async def _post(self, params: SendMessageRequest, context: ServerCallContext,
+                    wait: float) -> tuple[Session, tasks.Turn]:
+        principal = self._principal(context)
+        text = _text_of(params.message)
+        session_id = await self._existing(principal, params.message)
+        if session_id is None:
+            session = await blocking(tasks.open_session, self.s, principal, self.agent_id, None)
+            session_id = session.session_id
+        config = params.configuration
+        if config.HasField("task_push_notification_config"):
+            await self._set_push(principal, session_id, config.task_push_notification_config)
+        return await tasks.ask(self.s, principal, text, agent_id=self.agent_id,
+                               session_id=session_id, wait=wait,
+                               idempotency_key=params.message.message_id[:128] or None)
+
+    async def on_message_send(self, params: SendMessageRequest, context: ServerCallContext
+                              ) -> Task:
+        async def send() -> Task:
+            immediately = params.configuration.return_immediately
+            session, _ = await self._post(params, context, 0 if immediately else
+                                          self.s.settings.reply_wait_seconds)
+            length = params.configuration.history_length \
+                if params.configuration.HasField("history_length") else None
+            return await self._task(self._principal(context), session.session_id, length)
+
+        return await self._call(send)
+
+    async def on_message_send_stream(self, params: SendMessageRequest,
+                                     context: ServerCallContext) -> AsyncGenerator[Event]:
+        try:
+            session, turn = await self._post(params, context, wait=0)
+        except Exception as exc:
+            raise _a2a_error(exc) from exc
+        task = task_of(self.s, session, [turn.query], 0)
+        yield task
+        async for event in self._updates(session.session_id, turn.query):
+            yield event
+
+    async def _updates(self, task_id: str, query: models.Message
+                       ) -> AsyncGenerator[Event]:
+        """Each step after ``query`` as a working status, then the answer as an artifact
+        and the final status; the stream ends at the terminal reply (or the reply wait)."""
+        timeout = max(self.s.settings.reply_wait_seconds, 1.0)
+        async for message in follow(Messaging(self.s), query, timeout):
+            terminal = message.in_reply_to == query.message_id and \
+                message.type in TERMINAL
+            turn = tasks.Turn(query, message if terminal else None)
+            if terminal and turn.state is models.TaskState.COMPLETED:
+                yield TaskArtifactUpdateEvent(task_id=task_id, context_id=task_id,
+                                              artifact=_artifact(self.s, message),
+                                              last_chunk=True)
+            status = _status(self.s, turn)
+            if not terminal:
+                status.message.CopyFrom(wire_message(self.s, message))
+            yield TaskStatusUpdateEvent(task_id=task_id, context_id=task_id, status=status)
+
+    async def on_subscribe_to_task(self, params: SubscribeToTaskRequest,
+                                   context: ServerCallContext) -> AsyncGenerator[Event]:
+        principal = self._principal(context)
+        try:
+            session = await self._session(principal, params.id)
+            messages = await blocking(self.s.sessions.all_messages, session.session_id)
+        except Exception as exc:
+            raise _a2a_error(exc) from exc
+        yield task_of(self.s, session, messages, 0)
+        found = tasks.turns(messages)
+        if found and found[-1].reply is None:  # still working: follow it to its end
+            async for event in self._updates(session.session_id, found[-1].query):
+                yield event
+
+    async def on_get_task(self, params: GetTaskRequest, context: ServerCallContext
+                          ) -> Task | None:
+        length = params.history_length if params.HasField("history_length") else None
+        return await self._call(self._task, self._principal(context), params.id, length)
+
+    async def on_list_tasks(self, params: ListTasksRequest, context: ServerCallContext
+                            ) -> ListTasksResponse:
+        async def listing() -> ListTasksResponse:
+            principal = self._principal(context)
+            mine = [s for s in await blocking(sessions.list_sessions, self.s, principal)
+                    if s.frontend_agent_id == self.frontend]
+            size = min(params.page_size or MAX_LIST_PAGE, MAX_LIST_PAGE)
+            start = int(params.page_token) if params.page_token.isdigit() else 0
+            page = []
+            length = params.history_length if params.HasField("history_length") else 0
+            for session in mine[start:start + size]:
+                messages = await blocking(self.s.sessions.all_messages, session.session_id)
+                page.append(task_of(self.s, session, messages, length))
+            more = start + size < len(mine)
+            return ListTasksResponse(tasks=page, page_size=size, total_size=len(mine),
+                                     next_page_token=str(start + size) if more else "")
+
+        return await self._call(listing)
+
+    async def on_cancel_task(self, params: CancelTaskRequest, context: ServerCallContext
+                             ) -> Task | None:
+        async def cancel() -> Task:
+            principal = self._principal(context)
+            await self._session(principal, params.id)
+            await blocking(tasks.cancel, self.s, principal, params.id)
+            return await self._task(principal, params.id)
+
+        return await self._call(cancel)
+
+    # -- push notifications: the session's signed callback, in A2A's form ---------------
+    async def _set_push(self, principal: Principal, task_id: str,
+                        config: TaskPushNotificationConfig) -> TaskPushNotificationConfig:
+        if config.HasField("authentication"):
+            raise InvalidParamsError(message=(
+                "push notifications carry the platform's signed JWT in Authorization "
+                "(verify it with /.well-known/jwks.json); leave authentication out"))
+        await blocking(sessions.check_callback_url, self.s, config.url)
+        config_id = config.id or DEFAULT_PUSH_CONFIG_ID
+        await blocking(self.s.sessions.set_callback, task_id, user_id_of(principal),
+                       callback_url=config.url, callback_token=config.token or None,
+                       callback_id=config_id, callback_format=A2A_FORMAT)
+        return TaskPushNotificationConfig(id=config_id, task_id=task_id, url=config.url,
+                                          token=config.token)
+
+    async def _push_config(self, principal: Principal, task_id: str
+                           ) -> TaskPushNotificationConfig | None:
+        session = await self._session(principal, task_id)
+        if session.callback_format != A2A_FORMAT or not session.callback_url:
+            return None
+        return TaskPushNotificationConfig(id=session.callback_id or DEFAULT_PUSH_CONFIG_ID,
+                                          task_id=task_id, url=session.callback_url,
+                                          token=session.callback_token or "")
+
+    async def on_create_task_push_notification_config(
+            self, params: TaskPushNotificationConfig, context: ServerCallContext
+    ) -> TaskPushNotificationConfig:
+        async def create() -> TaskPushNotificationConfig:
+            principal = self._principal(context)
+            await self._session(principal, params.task_id)
+            return await self._set_push(principal, params.task_id, params)
+
+        return await self._call(create)
+
+    async def on_get_task_push_notification_config(
+            self, params: GetTaskPushNotificationConfigRequest, context: ServerCallContext
+    ) -> TaskPushNotificationConfig:
+        async def get() -> TaskPushNotificationConfig:
+            config = await self._push_config(self._principal(context), params.task_id)
+            if config is None or (params.id and params.id != config.id):
+                raise InvalidParamsError(message=f"task {params.task_id} has no push "
+                                                 f"notification config {params.id!r}")
+            return config
+
+        return await self._call(get)
+
+    async def on_list_task_push_notification_configs(
+            self, params: ListTaskPushNotificationConfigsRequest, context: ServerCallContext
+    ) -> ListTaskPushNotificationConfigsResponse:
+        async def listing() -> ListTaskPushNotificationConfigsResponse:
+            config = await self._push_config(self._principal(context), params.task_id)
+            return ListTaskPushNotificationConfigsResponse(configs=[config] if config else [])
+
+        return await self._call(listing)
+
+    async def on_delete_task_push_notification_config(
+            self, params: DeleteTaskPushNotificationConfigRequest, context: ServerCallContext
+    ) -> None:
+        async def delete() -> None:
+            principal = self._principal(context)
+            config = await self._push_config(principal, params.task_id)
+            if config is not None and (not params.id or params.id == config.id):
+                await blocking(self.s.sessions.set_callback, params.task_id,
+                               user_id_of(principal), callback_url=None, callback_token=None,
+                               callback_id=None, callback_format=None)
+
+        await self._call(delete)
+
+    async def on_get_extended_agent_card(self, params: GetExtendedAgentCardRequest,
+                                         context: ServerCallContext) -> AgentCard:
+        raise ExtendedAgentCardNotConfiguredError
+
+
+async def jsonrpc(request: Request, services: Services, principal: Principal,
+                  agent_id: str) -> Response:
+    """Answer one JSON-RPC request (1.0 and 0.3 method names) for ``agent_id``."""
+    request.state.codeshot_principal = principal
+    dispatcher = JsonRpcDispatcher(SessionTasks(services, agent_id),
+                                   context_builder=ContextBuilder(), enable_v0_3_compat=True)
+    return await dispatcher.handle_requests(request)

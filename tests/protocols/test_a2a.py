@@ -1,0 +1,245 @@
+"""Every agent as an A2A agent, driven by the official a2a-sdk client against the local
+stack: cards, messages, streams, tasks, input-required answered, signed push
+notifications received on loopback, and bad input."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import re
+import uuid
+
+import httpx
+import jwt
+import pytest
+from a2a.client import ClientConfig, ClientFactory
+from a2a.helpers import get_message_text
+from a2a.types import (
+    CancelTaskRequest,
+    GetTaskPushNotificationConfigRequest,
+    GetTaskRequest,
+    Message,
+    Part,
+    Role,
+    SendMessageRequest,
+    StreamResponse,
+    TaskPushNotificationConfig,
+    TaskState,
+)
+from a2a.utils.errors import TaskNotCancelableError, TaskNotFoundError
+from fastapi import FastAPI, Request
+from google.protobuf.json_format import ParseDict
+
+from codeshot.local.http_server import HttpServer
+from tests.protocols.conftest import new_user
+
+
+def user_message(text: str, task_id: str = "", context_id: str = "") -> Message:
+    return Message(role=Role.ROLE_USER, message_id=str(uuid.uuid4()), parts=[Part(text=text)],
+                   task_id=task_id, context_id=context_id)
+
+
+def client_for(stack, key: str, path: str, streaming: bool = False):
+    http = httpx.AsyncClient(headers={"Authorization": f"Bearer {key}"}, timeout=60)
+    factory = ClientFactory(ClientConfig(httpx_client=http, streaming=streaming))
+    return factory.create_from_url(f"{stack.api_url}/a2a/{path}")
+
+
+async def send(client, message: Message):
+    task = None
+    async for response in client.send_message(SendMessageRequest(message=message)):
+        task = response.task
+    return task
+
+
+def test_a_card_is_found_and_a_message_answered_with_the_funcs_number(stack):
+    async def exchange():
+        client = await client_for(stack, stack.state["api_key"], "local/dice")
+        card = client._card
+        task = await send(client, user_message("Roll a d20"))
+        got = await client.get_task(GetTaskRequest(id=task.id))
+        return card, task, got
+
+    card, task, got = asyncio.run(exchange())
+    assert card.name == "Dice" and card.supported_interfaces[0].url.endswith("/a2a/local/dice")
+    assert "Roll a d20" in card.skills[0].examples
+    assert card.capabilities.streaming and card.capabilities.push_notifications
+    assert "apiKey" in card.security_schemes
+    assert task.status.state == TaskState.TASK_STATE_COMPLETED
+    answer = get_message_text(task.status.message)
+    rolled = re.fullmatch(r"You rolled (\d+)\.", answer)
+    assert rolled and 1 <= int(rolled.group(1)) <= 20
+    assert [p.text for p in task.artifacts[0].parts] == [answer]
+    # The history is the session's message log, the Func's own result among it.
+    steps = [(m.metadata["type"], get_message_text(m)) for m in got.history]
+    assert steps[0] == ("query", "Roll a d20")
+    assert ("result", f"Func[roll] says: {rolled.group(1)}") in steps
+    assert got.id == task.id == got.context_id
+    assert stack.services.sessions.get(task.id).frontend_agent_id == "local/dice"
+
+
+def test_the_planners_card_and_a_streamed_answer(stack):
+    card = httpx.get(f"{stack.api_url}/.well-known/agent-card.json").json()
+    assert card["supportedInterfaces"][0]["url"].endswith("/a2a/platform/planner")
+    assert {s["id"] for s in card["skills"]} >= {"local.dice", "local.clock"}
+
+    async def stream():
+        client = await client_for(stack, stack.state["api_key"], "platform/planner",
+                                  streaming=True)
+        return [response async for response in client.send_message(SendMessageRequest(
+            message=user_message("Roll a d20")))]
+
+    events = asyncio.run(stream())
+    kinds = [e.WhichOneof("payload") for e in events]
+    assert kinds[0] == "task" and kinds[-1] == "status_update"
+    assert "artifact_update" in kinds
+    working = [get_message_text(e.status_update.status.message) for e in events
+               if e.WhichOneof("payload") == "status_update"
+               and e.status_update.status.state == TaskState.TASK_STATE_WORKING]
+    assert working[0].startswith("Router proposes: local/dice")  # the trace, step by step
+    assert "Ask Func[roll]: a d20" in working
+    final = events[-1].status_update.status
+    assert final.state == TaskState.TASK_STATE_COMPLETED
+    assert re.fullmatch(r"You rolled \d+\.", get_message_text(final.message))
+
+
+class PushReceiver:
+    """A push-notification endpoint on loopback that checks nothing: the test does."""
+
+    def __init__(self) -> None:
+        self.received: list[tuple[dict, dict]] = []
+        app = FastAPI()
+
+        @app.post("/hook")
+        async def hook(request: Request) -> dict:
+            self.received.append((dict(request.headers), await request.json()))
+            return {}
+
+        self.server = HttpServer(app, "127.0.0.1", 0)
+        self.url = self.server.start() + "/hook"
+
+
+@pytest.fixture
+def receiver():
+    hook = PushReceiver()
+    yield hook
+    hook.server.stop()
+
+
+def test_an_input_required_task_is_answered_and_pushes_signed_updates(stack, booking, receiver):
+    agent_id, made = booking
+
+    async def exchange():
+        client = await client_for(stack, stack.state["api_key"], agent_id)
+        task = await send(client, user_message("Book a table at Alfredo's"))
+        asked = task
+        config = await client.create_task_push_notification_config(
+            TaskPushNotificationConfig(task_id=task.id, url=receiver.url, token="tok-123"))
+        got = await client.get_task_push_notification_config(
+            GetTaskPushNotificationConfigRequest(task_id=task.id, id=config.id))
+        done = await send(client, user_message("5", task_id=task.id, context_id=task.context_id))
+        return asked, config, got, done
+
+    asked, config, got, done = asyncio.run(exchange())
+    assert asked.status.state == TaskState.TASK_STATE_INPUT_REQUIRED
+    assert get_message_text(asked.status.message) == "For how many people?"
+    assert (got.url, got.token, got.id) == (receiver.url, "tok-123", config.id)
+    assert done.status.state == TaskState.TASK_STATE_COMPLETED
+    assert made[-1] == "Alfredo's for 5"
+    assert "Booked Alfredo's for 5" in get_message_text(done.status.message)
+    # The push: signed by the platform (JWKS), for this URL and body, in A2A's form.
+    for _ in range(50):
+        if receiver.received:
+            break
+        asyncio.run(asyncio.sleep(0.1))
+    headers, body = receiver.received[-1]
+    assert headers["x-a2a-notification-token"] == "tok-123"
+    token = headers["authorization"].split()[1]
+    key = jwt.PyJWKClient(f"{stack.api_url}/.well-known/jwks.json").get_signing_key_from_jwt(token)
+    claims = jwt.decode(token, key.key, algorithms=["EdDSA"], audience=receiver.url)
+    import hashlib
+
+    assert claims["sid"] == done.id
+    assert claims["body_sha256"] == hashlib.sha256(
+        json.dumps(body, separators=(",", ":")).encode()).hexdigest()
+    update = ParseDict(body, StreamResponse()).status_update  # valid A2A, strictly parsed
+    assert update.task_id == done.id
+    assert update.status.state == TaskState.TASK_STATE_COMPLETED
+    assert "Booked Alfredo's for 5" in get_message_text(update.status.message)
+
+
+def test_cancel_a_question_and_a_finished_task_cannot_be_canceled(stack, booking):
+    agent_id, _ = booking
+
+    async def exchange():
+        client = await client_for(stack, stack.state["api_key"], agent_id)
+        task = await send(client, user_message("Book a table at Nino's"))
+        canceled = await client.cancel_task(CancelTaskRequest(id=task.id))
+        with pytest.raises(TaskNotCancelableError):
+            await client.cancel_task(CancelTaskRequest(id=task.id))
+        return canceled
+
+    canceled = asyncio.run(exchange())
+    assert canceled.status.state == TaskState.TASK_STATE_CANCELED
+    assert stack.services.sessions.get(canceled.id).status.value == "idle"
+
+
+def test_the_v03_method_names_on_the_same_endpoint(stack):
+    url = f"{stack.api_url}/a2a/local/dice"
+    auth = {"Authorization": f"Bearer {stack.state['api_key']}"}
+    sent = httpx.post(url, headers=auth, timeout=60, json={
+        "jsonrpc": "2.0", "id": 1, "method": "message/send", "params": {"message": {
+            "kind": "message", "role": "user", "messageId": str(uuid.uuid4()),
+            "parts": [{"kind": "text", "text": "Roll 3d8"}]}}}).json()
+    task = sent["result"]
+    assert task["kind"] == "task" and task["status"]["state"] == "completed"
+    got = httpx.post(url, headers=auth, timeout=60, json={
+        "jsonrpc": "2.0", "id": 2, "method": "tasks/get", "params": {"id": task["id"]}}).json()
+    assert got["result"]["id"] == task["id"]
+    text = got["result"]["status"]["message"]["parts"][0]["text"]
+    assert re.fullmatch(r"You rolled \d \+ \d \+ \d = \d+\.", text)
+
+
+def test_bad_input_gets_clear_protocol_errors(stack):
+    url = f"{stack.api_url}/a2a/local/dice"
+    auth = {"Authorization": f"Bearer {stack.state['api_key']}", "A2A-Version": "1.0"}
+
+    def rpc(body, headers=auth):
+        return httpx.post(url, headers=headers, content=body, timeout=60,
+                          )
+
+    assert rpc("{garbage").json()["error"]["code"] == -32700
+    assert rpc(json.dumps({"jsonrpc": "2.0", "id": 1, "method": "nope"})).json()["error"][
+        "code"] == -32601
+    assert rpc(json.dumps({"jsonrpc": "2.0", "id": 2, "method": "GetTask",
+                           "params": {"id": 5}})).json()["error"]["code"] == -32602
+    too_long = rpc(json.dumps({"jsonrpc": "2.0", "id": 3, "method": "SendMessage", "params": {
+        "message": {"role": "ROLE_USER", "messageId": "m1",
+                    "parts": [{"text": "x" * 20_000}]}}})).json()["error"]
+    assert too_long["code"] == -32602 and "16000" in too_long["message"]
+    huge = rpc("x" * (5 * 1024 * 1024))
+    assert huge.status_code == 413
+    no_key = httpx.post(url, json={"jsonrpc": "2.0", "id": 4, "method": "GetTask",
+                                   "params": {"id": "x"}})
+    assert no_key.status_code == 401 and no_key.json()["error"]["code"] == "UNAUTHENTICATED"
+    unknown = httpx.post(f"{stack.api_url}/a2a/local/nobody", headers=auth, json={})
+    assert unknown.status_code == 404
+    missing = rpc(json.dumps({"jsonrpc": "2.0", "id": 5, "method": "GetTask",
+                              "params": {"id": "no-such-task"}})).json()["error"]
+    assert missing["code"] == -32001
+    assert "Traceback" not in json.dumps(missing)
+
+
+def test_another_users_task_is_not_found(stack):
+    async def exchange():
+        mine = await send(await client_for(stack, stack.state["api_key"], "local/dice"),
+                          user_message("Roll 1d6"))
+        other = await client_for(stack, new_user(stack, "a2aother"), "local/dice")
+        with pytest.raises(TaskNotFoundError):
+            await other.get_task(GetTaskRequest(id=mine.id))
+        with pytest.raises(TaskNotFoundError):  # nor continue it
+            await send(other, user_message("Roll 1d4", task_id=mine.id))
+        return mine
+
+    mine = asyncio.run(exchange())
+    assert len(stack.services.sessions.all_messages(mine.id)) > 0

@@ -1,0 +1,173 @@
+"""The platform as an MCP server, driven by the official `mcp` SDK's streamable-HTTP
+client against the local stack."""
+
+from __future__ import annotations
+
+import asyncio
+import re
+
+import httpx
+import httpx2
+import mcp_types as types
+import pytest
+from mcp import Client
+from mcp.client.streamable_http import streamable_http_client
+from mcp.shared.exceptions import MCPError
+
+from tests.protocols.conftest import new_user
+
+
+def connect(stack, key: str | None, **kwargs) -> Client:
+    headers = {"Authorization": f"Bearer {key}"} if key else {}
+    http = httpx2.AsyncClient(headers=headers, timeout=60)
+    return Client(streamable_http_client(f"{stack.api_url}/mcp", http_client=http), **kwargs)
+
+
+def run(coro):
+    return asyncio.run(coro)
+
+
+def test_lists_tools_finds_agents_and_asks_the_planner_with_the_funcs_real_number(stack):
+    key = stack.state["api_key"]
+
+    async def session():
+        async with connect(stack, key) as client:
+            tools = {t.name: t for t in (await client.list_tools()).tools}
+            found = await client.call_tool("find_agents", {"text": "Roll a d20", "limit": 2})
+            asked = await client.call_tool("ask", {"query": "Roll a d20"})
+            return client.protocol_version, tools, found, asked
+
+    version, tools, found, asked = run(session())
+    assert version == "2026-07-28"
+    assert {"ask", "find_agents", "local.dice", "local.clock", "local.notes"} <= set(tools)
+    assert tools["ask"].input_schema["required"] == ["query"]
+    assert "Roll a d20" in tools["local.dice"].description  # its sample queries
+    assert not found.is_error
+    best = found.structured_content["agents"][0]
+    assert best["agentId"] == "local/dice" and best["score"] > 0
+    assert "Roll a d20" in best["sampleQueries"]
+    assert not asked.is_error, asked
+    answer = asked.content[0].text
+    rolled = re.fullmatch(r"You rolled (\d+)\.", answer)
+    assert rolled and 1 <= int(rolled.group(1)) <= 20
+    # The number is the Func's own: the session's trace has it as the Func's result.
+    session_id = asked.structured_content["session"]
+    trace = stack.services.sessions.all_messages(session_id)
+    func_results = [m.text for m in trace if m.type.value == "result" and m.sent_by == "local/dice"]
+    assert func_results == [f"Func[roll] says: {rolled.group(1)}"]
+
+
+def test_an_agent_tool_asks_that_agent_directly(stack):
+    async def session():
+        async with connect(stack, stack.state["api_key"]) as client:
+            return await client.call_tool("local.clock", {"query": "What time is it?"})
+
+    result = run(session())
+    assert not result.is_error, result
+    assert result.structured_content["sentBy"] == "local/clock"
+    assert re.search(r"\d\d:\d\d", result.content[0].text)
+
+
+def test_refused_without_a_key_or_with_a_wrong_one(stack):
+    for key in (None, "not-a-key"):
+        async def session(key=key):
+            async with connect(stack, key) as client:
+                await client.list_tools()
+
+        with pytest.raises(ExceptionGroup) as caught:  # the SDK wraps the refusal
+            run(session())
+        assert caught.group_contains(MCPError)
+    refused = httpx.post(f"{stack.api_url}/mcp", json={"jsonrpc": "2.0", "id": 1,
+                                                       "method": "tools/list"})
+    assert refused.status_code == 401
+    assert refused.headers["www-authenticate"].startswith("Bearer")
+
+
+def test_an_agents_question_is_an_elicitation_the_client_answers(stack, booking):
+    agent_id, made = booking
+    asked: list[str] = []
+
+    async def answer(context, params: types.ElicitRequestParams) -> types.ElicitResult:
+        asked.append(params.message)
+        return types.ElicitResult(action="accept", content={"answer": "3"})
+
+    async def session():
+        async with connect(stack, stack.state["api_key"], elicitation_callback=answer) as client:
+            return await client.call_tool("ask", {"query": "Book a table at Mario's",
+                                                  "agent": agent_id})
+
+    result = run(session())
+    assert asked == ["For how many people?"]
+    assert not result.is_error, result
+    assert made[-1] == "Mario's for 3"
+    assert "Booked Mario's for 3" in result.content[0].text
+
+
+def test_a_client_without_elicitation_is_told_what_to_answer(stack, booking):
+    agent_id, made = booking
+    key = new_user(stack, "mcpnoelicit")
+
+    async def session():
+        async with connect(stack, key) as client:
+            first = await client.call_tool("ask", {"query": "Book a table at Roma",
+                                                   "agent": agent_id})
+            session_id = first.structured_content["session"]
+            second = await client.call_tool("ask", {"query": "2", "session": session_id,
+                                                    "agent": agent_id})
+            return first, second
+
+    first, second = run(session())
+    assert first.structured_content["status"] == "input_required"
+    assert "The agent asks: For how many people?" in first.content[0].text
+    assert first.structured_content["session"] in first.content[0].text
+    assert made[-1] == "Roma for 2"
+    assert "Booked Roma for 2" in second.content[0].text
+
+
+def test_a_declined_elicitation_cancels_the_question(stack, booking):
+    agent_id, _ = booking
+
+    async def decline(context, params):
+        return types.ElicitResult(action="decline")
+
+    async def session():
+        async with connect(stack, stack.state["api_key"], elicitation_callback=decline) as c:
+            return await c.call_tool("ask", {"query": "Book a table at Vesuvio",
+                                             "agent": agent_id})
+
+    result = run(session())
+    assert result.structured_content["status"] == "canceled"
+    session_id = result.structured_content["session"]
+    last = stack.services.sessions.all_messages(session_id)[-1]
+    assert (last.type.value, last.error_code) == ("error", "CANCELED")
+    assert stack.services.sessions.get(session_id).status.value == "idle"
+
+
+def test_bad_arguments_and_unknown_tools_are_clear_errors(stack):
+    async def session():
+        async with connect(stack, stack.state["api_key"]) as client:
+            out = [await client.call_tool("find_agents", {"text": "dice", "limit": 99}),
+                   await client.call_tool("ask", {"query": "x" * 20_000}),
+                   await client.call_tool("ask", {"query": "hi", "session": "nope"})]
+            try:
+                await client.call_tool("no_such_tool", {})
+            except MCPError as exc:
+                out.append(exc)
+            return out
+
+    too_many, too_long, no_session, unknown = run(session())
+    assert too_many.is_error and "INVALID_INPUT" in too_many.content[0].text
+    assert too_long.is_error and "INVALID_INPUT" in too_long.content[0].text
+    assert no_session.is_error and no_session.content[0].text.startswith("NOT_FOUND")
+    assert "Unknown tool" in str(unknown)
+
+
+def test_another_users_session_is_not_found(stack):
+    async def session(key, **args):
+        async with connect(stack, key) as client:
+            return await client.call_tool("ask", args)
+
+    mine = run(session(stack.state["api_key"], query="What time is it?"))
+    theirs = run(session(new_user(stack, "mcpother"), query="What time is it?",
+                         session=mine.structured_content["session"]))
+    assert theirs.is_error and theirs.content[0].text.startswith("NOT_FOUND")
