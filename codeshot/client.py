@@ -126,7 +126,9 @@ class PlatformClient(GraphQLClient):
 
 def agent_fields(config: AgentConfig, url: str) -> dict[str, Any]:
     """agent.yaml as ``createAgent``/``updateAgent``'s agentData, served at ``url``."""
-    fields: dict[str, Any] = {"handle": config.handle, "description": config.description,
+    # Fixie's agent.yaml descriptions are often block scalars; the platform keeps one line.
+    description = " ".join(config.description.split())
+    fields: dict[str, Any] = {"handle": config.handle, "description": description,
                               "queryUrl": url, "funcUrl": url, "published": config.published}
     if config.name:
         fields["name"] = config.name

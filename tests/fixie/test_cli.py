@@ -135,8 +135,9 @@ def test_serve_register_reads_local_json_and_agent_yaml(live_stack, stack_dir, t
         assert ask(live_stack, "local/shouter", "Shout hello") == "HELLO!"
         agent = gql(live_stack, 'query { agentById(agentId: "local/shouter") { name '
                     'description moreInfoUrl published } }')["agentById"]
+    # agent.yaml's block scalar, folded to the one line the platform keeps
     assert agent == {"name": "Shouter", "description": "The `shouter` agent shouts words "
-                     "back.\n", "moreInfoUrl": "https://example.com/shouter", "published": True}
+                     "back.", "moreInfoUrl": "https://example.com/shouter", "published": True}
     assert lines[0].startswith("Serving shouter at http://127.0.0.1:")
     assert lines[-1].strip() == "Stopping (SIGTERM) ..."
 

@@ -93,7 +93,7 @@ def test_a_url_the_platform_may_not_fetch_is_refused_out_loud(live, user, deploy
                        "Draw the chart at http://10.1.2.3/secret.png")
     assert answer["embeds"] == []
     assert "embed #image1 cannot be stored" in answer["text"]
-    assert "non-public address" in answer["text"]
+    assert "not a public address" in answer["text"]
 
 
 @pytest.fixture

@@ -13,6 +13,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import pytest
 
 import codeshot.sdk as fixieai
+from codeshot.llm.fewshot import AS_RETURNED
 from tests.engine.test_engine_grammar import CELLAR, LOGS, READER
 from tests.runner.conftest import messages, send, session
 
@@ -47,8 +48,11 @@ def test_multi_line_answers_tables_and_csv(live, user, deploy):
     assert calls == ['Ask Func[add]: {"Chianti 2019": 12}', "Func[add] says: Done"]
     reply, calls = funcs_of(live, user, handle, "What is in my cellar?")
     assert calls == ["Ask Func[inventory]: -", 'Func[inventory] says: {"Chianti 2019": 12}']
-    lines = [line.strip() for line in reply["text"].splitlines()]
-    assert lines[:3] == ["Your cellar holds:", "Wine | Bottles", "--- | ---"]  # the table
+    # The offline replay cannot rewrite the example's table around these numbers, so it
+    # gives the real result as returned rather than the example's (a real LLM writes the
+    # table); what matters here is that the multi-line answer parsed and the Funcs ran.
+    assert reply["text"].startswith(AS_RETURNED)
+    assert '{"Chianti 2019": 12}' in reply["text"]
 
 
 def test_self_ask_notes_and_multi_line_func_results(live, user, deploy):
@@ -64,7 +68,8 @@ def test_self_ask_notes_and_multi_line_func_results(live, user, deploy):
     assert calls == ["Ask Func[search_logs]: index:shop-prod service:checkout status:error",
                      "Func[search_logs] says: 1 entry matches.\n"
                      "16:02:11 checkout: address service unreachable"]
-    assert reply["type"] == "response" and reply["text"].startswith("There were")
+    assert reply["type"] == "response"
+    assert "16:02:11 checkout: address service unreachable" in reply["text"]  # never invented
 
 
 @pytest.fixture

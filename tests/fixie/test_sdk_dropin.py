@@ -130,7 +130,7 @@ def test_declarations_reach_the_platform_in_the_handshake(platform, tmp_path):
     agent = fixie_style_agent(tmp_path)
     with serve(agent, platform.url, "acme/reader") as url:
         token = platform.services.auth.agent_token("acme/reader", None, None)
-        handshake = fetch_handshake(url, token)
+        handshake = fetch_handshake(url, token, allow_loopback=True)
         yaml_body = httpx.get(url + "/", headers={"Authorization": f"Bearer {token}",
                                                   "Accept": "application/yaml"}).text
     assert handshake.conversational is True

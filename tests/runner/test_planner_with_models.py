@@ -16,7 +16,10 @@ from codeshot.routing.embedders import HashingEmbedder
 from codeshot.routing.index import with_embeddings
 from codeshot.routing.router import Router
 from codeshot.runner.agent_client import AgentClient
+from codeshot.runner.embeds import EmbedBook
+from codeshot.runner.platform_funcs import FuncContext
 from codeshot.runner.programs import PLANNER_ID, PlannerProgram, RunContext
+from codeshot.store.embeds import EmbedStore
 from codeshot.store.registry import AgentRegistry
 from tests.engine.conftest import ScriptedLLM
 
@@ -51,7 +54,10 @@ def registry(aws: Any) -> AgentRegistry:
 
 def planner(registry: AgentRegistry, llm: ScriptedLLM, mode: str,
             trace: list[tuple[str, MessageType, str]]) -> PlannerProgram:
-    ctx = RunContext(llm=llm, registry_get=registry.get,
+    embeds = EmbedBook(EmbedStore(registry.settings),
+                       fetch=lambda url: pytest.fail(f"fetched {url}"))
+    ctx = RunContext(llm=llm, registry_get=registry.get, embeds=embeds,
+                     platform=FuncContext(lambda: "UTC", embeds, None),
                      client=AgentClient(lambda _: "", timeout=1, allow_loopback=True),
                      trace=lambda by, step: trace.append((by, step.type, step.text)))
     return PlannerProgram(ctx, Router(registry, HashingEmbedder()), viewer=None, mode=mode)
