@@ -19,6 +19,7 @@ from codeshot.errors import (
     ERR_FUNC_NOT_DEFINED,
     AgentFailed,
     AgentUnavailable,
+    InvalidInput,
     ReplyTooLarge,
     Timeout,
 )
@@ -155,13 +156,17 @@ def _checked(url: str, status: int, data: bytes) -> bytes:
     error message when it sent one (Fixie agents send {"error": {"code", "message"}})."""
     if 200 <= status < 300:
         return data
-    code, detail = None, ""
+    code, detail, said = None, "", ""
     try:
         error = json.loads(data).get("error") or {}
-        code = error.get("code")
-        detail = f": {_said(code, 64)} {_said(error.get('message'))}".rstrip()
+        code, said = error.get("code"), _said(error.get("message"))
+        detail = f": {_said(code, 64)} {said}".rstrip()
     except (ValueError, AttributeError):
         pass  # not an agent's error reply: what it was stays unsaid (a page, a service)
+    if status == 400 and code == InvalidInput.code and said:
+        # The Func refused its input: the model may ask again (as with in-process Funcs),
+        # rather than the call being retried as the agent's failure.
+        raise InvalidInput(said)
     failure = FuncNotDefined if status == 404 and code == ERR_FUNC_NOT_DEFINED else AgentFailed
     raise failure(f"agent at {url} answered HTTP {status}{detail}")
 

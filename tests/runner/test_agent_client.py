@@ -4,7 +4,7 @@ learns (cookies) reaches the next, and a reply of the wrong shape is the agent's
 import pytest
 from fastapi import FastAPI, Request, Response
 
-from codeshot.errors import AgentFailed
+from codeshot.errors import AgentFailed, InvalidInput
 from codeshot.local.http_server import HttpServer
 from codeshot.runner.agent_client import AgentClient
 
@@ -18,6 +18,12 @@ def agent():
         seen.append(request.headers.get("cookie"))
         response.set_cookie("session", "secret-of-" + request.headers["authorization"][-5:])
         return {"message": {"text": "noted"}}
+
+    @app.post("/roll")
+    async def roll() -> Response:  # what an SDK Func raising InvalidInput answers
+        return Response('{"error": {"code": "INVALID_INPUT", "message": "give two whole '
+                        'numbers, such as 1 6"}}', status_code=400,
+                        media_type="application/json")
 
     @app.post("/ask")
     async def ask() -> dict:
@@ -46,3 +52,11 @@ def test_a_question_that_is_not_text_is_the_agents_error(agent):
     url, _ = agent
     with pytest.raises(AgentFailed, match="question that is not text"):
         client("alice").call_func("me/notes", url, "ask", "book it")
+
+
+def test_a_func_refusing_its_input_is_input_to_correct_not_the_agents_failure(agent):
+    # The engine gives INVALID_INPUT back to the model once (it may ask again) and never
+    # retries it; AGENT_ERROR would be retried as if the agent were down.
+    url, _ = agent
+    with pytest.raises(InvalidInput, match="^give two whole numbers, such as 1 6$"):
+        client("alice").call_func("me/dice", url, "roll", "1, many")
