@@ -58,5 +58,5 @@ def test_a_func_refusing_its_input_is_input_to_correct_not_the_agents_failure(ag
     # The engine gives INVALID_INPUT back to the model once (it may ask again) and never
     # retries it; AGENT_ERROR would be retried as if the agent were down.
     url, _ = agent
-    with pytest.raises(InvalidInput, match="^give two whole numbers, such as 1 6$"):
+    with pytest.raises(InvalidInput, match=r"^give two whole numbers, such as 1 6$"):
         client("alice").call_func("me/dice", url, "roll", "1, many")
