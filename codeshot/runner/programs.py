@@ -20,7 +20,7 @@ from codeshot.engine.components import CommandResult
 from codeshot.engine.executor import Executor, Limits, Outcome, Status, TraceStep
 from codeshot.engine.planning import CarryReplies, OfferedAgent, PlannerGuard, planner_examples
 from codeshot.errors import AgentRunFailed, CodeshotError, NotFound
-from codeshot.llm.base import LLM
+from codeshot.llm.base import LLM, LlmSettings, configured
 from codeshot.models import MAX_AGENT_DESCRIPTION, PLANNER_ID, Agent, AgentKind, MessageType
 from codeshot.runner.agent_client import AgentClient, FuncNotDefined
 from codeshot.runner.embeds import EmbedBook
@@ -65,9 +65,12 @@ class RunContext:
     limits: Limits = field(default_factory=Limits)
     budget: TokenBudget | None = None  # the user's and agents' daily LLM tokens
 
-    def llm_for(self, agent_id: str) -> LLM:
-        """The LLM as ``agent_id``'s program uses it: metered against the budgets."""
-        return self.llm if self.budget is None else self.budget.metered(self.llm, agent_id)
+    def llm_for(self, agent_id: str, settings: dict[str, Any] | None = None) -> LLM:
+        """The LLM as ``agent_id``'s program uses it: with the agent's own model settings
+        (Fixie's ``llm_settings``) where the provider takes them, metered against the
+        budgets."""
+        llm = configured(self.llm, LlmSettings.from_dict(settings))
+        return llm if self.budget is None else self.budget.metered(llm, agent_id)
 
 
 def as_data(text: str) -> str:
@@ -117,7 +120,8 @@ class CodeShotProgram:
         turns = ctx.agent_turns(agent.agent_id) if agent.conversational else ()
         history = SessionHistory(turns=turns, embeds=ctx.history.embeds)
         components = code_shot_components(agent.base_prompt, agent.few_shots, call_func)
-        self.executor = Executor([*components, history], ctx.llm_for(agent.agent_id),
+        self.executor = Executor([*components, history],
+                                 ctx.llm_for(agent.agent_id, agent.llm_settings),
                                  limits=ctx.limits,
                                  trace=lambda step: ctx.trace(agent.agent_id, step))
 
