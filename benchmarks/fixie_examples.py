@@ -44,12 +44,10 @@ import httpx
 
 from benchmarks.local import Client, free_port, local_stack
 from codeshot.engine.fewshot import Kind, parse_few_shots
+from infra.rehearsal.checks import fixie_python
 
 ROOT = Path(__file__).resolve().parents[1]
 CODESHOT = str(Path(sys.executable).with_name("codeshot"))
-FIXIE = "fixieai==1.0.4"
-FIXIE_VENV = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / \
-    "codeshot-tests" / "fixieai-1.0.4"
 OWNER = "local"  # the local stack's first user, whose key local.json holds
 START_TIMEOUT = 60.0
 
@@ -301,15 +299,7 @@ def document_server() -> Iterator[str]:
 
 def fixie_venv(python: Path | None) -> Path:
     """fixieai 1.0.4's own virtualenv (the tests' cached one, built if missing)."""
-    if python:
-        return python
-    python = FIXIE_VENV / "bin" / "python"
-    if not (FIXIE_VENV / ".installed").exists():
-        shutil.rmtree(FIXIE_VENV, ignore_errors=True)
-        subprocess.run([sys.executable, "-m", "venv", str(FIXIE_VENV)], check=True)
-        subprocess.run([str(python), "-m", "pip", "install", "-q", FIXIE], check=True)
-        (FIXIE_VENV / ".installed").touch()
-    return python
+    return python or fixie_python()
 
 
 def print_table(rows: list[Row], cases: list[Case]) -> None:

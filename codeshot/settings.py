@@ -96,6 +96,10 @@ class Settings:
     daily_token_limit: int = setting(200_000, ge=0)
     agent_daily_token_limit: int = setting(2_000_000, ge=0)
     storage_rate_limit: int = setting(600, ge=1)  # user-storage calls per minute
+    # The OpenAI proxy for agents (/api/openai-proxy/v1): calls per minute per user and
+    # agent, and the tokens one call may generate (a request's max_tokens only lowers it).
+    openai_proxy_rate_limit: int = setting(60, ge=1)
+    openai_proxy_max_tokens: int = setting(1024, ge=16, le=8192)
     max_message_length: int = setting(16_000, ge=1)
     max_storage_value_bytes: int = setting(100_000, ge=1, le=350_000)
     max_inline_embed_bytes: int = setting(256 * 1024, ge=1)

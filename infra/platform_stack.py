@@ -103,7 +103,8 @@ class PlatformStack(Stack):
         access.object_access(role, self.embeds.bucket, self.embeds.uploads_prefix, put=True)
         access.send_messages(role, self.sessions_queue.queue)
         self.signing_keys.grant_read(role)
-        access.invoke_models(role, embedding_models)
+        # The LLM too: agents call it through the OpenAI proxy (/api/openai-proxy/v1).
+        access.invoke_models(role, llm_models + embedding_models)
 
         self.runner = PythonFunction(
             self, "RunnerFunction", code=self._code(RUNNER_FUNCTION),

@@ -15,7 +15,7 @@ from codeshot.auth.tokens import bearer
 from codeshot.models import Agent, Message, Principal
 from codeshot.services import Services
 from codeshot.usecases import user_storage
-from codeshot.usecases.messaging import Messaging, follow
+from codeshot.usecases.messaging import TERMINAL, Messaging, follow
 from codeshot.usecases.sessions import session_for_agent
 from codeshot.usecases.threads import blocking
 
@@ -117,20 +117,51 @@ def _wire(message: Message) -> dict[str, Any]:
 async def query_agent(owner: str, handle: str, body: AgentQueryBody,
                       user: Principal = Depends(api_user),
                       services: Services = Depends(get_services)) -> Response:
-    agent_id = Agent.make_id(owner, handle)
+    return await _query(Agent.make_id(owner, handle), body, user, services)
+
+
+# fixieai 1.0.4 posts a session without an agent (`fixie query "..."`, `fixieai.query`,
+# `fixie console`) to /api/agents/None: Fixie's default agent, here the planner.
+DEFAULT_AGENT_NAMES = ("None", "null")
+
+
+@router.post("/api/agents")
+@router.post("/api/agents/")
+@router.post("/api/agents/{handle}")
+async def query_default_or_own_agent(body: AgentQueryBody, handle: str = "",
+                                     user: Principal = Depends(api_user),
+                                     services: Services = Depends(get_services)) -> Response:
+    """The planner for no agent; ``dice`` is the caller's own ``<username>/dice``, as
+    ``fixie query --agent dice`` meant on Fixie."""
+    if handle in ("", *DEFAULT_AGENT_NAMES):
+        return await _query(None, body, user, services)
+    return await _query(Agent.make_id(user.username or "", handle), body, user, services)
+
+
+async def _query(agent_id: str | None, body: AgentQueryBody, user: Principal,
+                 services: Services) -> Response:
     messaging = Messaging(services)
     await blocking(messaging.precheck, user, body.message.text)  # before making a session
     session_id = await blocking(session_for_agent, services, user, agent_id, body.session)
     query, _ = await blocking(messaging.post, user, session_id, body.message.text)
     timeout = max(services.settings.reply_wait_seconds, 1.0)
+
+    async def replies() -> AsyncIterator[Message]:
+        # The terminal reply only: `fixie console` prints each streamed text from where
+        # the previous one ended, so a step's text before the answer garbles it (the
+        # steps are the session's trace, in GraphQL).
+        async for message in follow(messaging, query, timeout):
+            if message.in_reply_to == query.message_id and message.type in TERMINAL:
+                yield message
+
     if not body.stream:
         reply = None
-        async for message in follow(messaging, query, timeout):
+        async for message in replies():
             reply = message
         return JSONResponse(_wire(reply) if reply else {"message": None, "session": session_id})
 
     async def lines() -> AsyncIterator[bytes]:
-        async for message in follow(messaging, query, timeout):
+        async for message in replies():
             yield (json.dumps(_wire(message)) + "\n").encode()
 
     return StreamingResponse(lines(), media_type="application/x-ndjson",

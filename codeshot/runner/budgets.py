@@ -13,10 +13,14 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from datetime import datetime
+from typing import TYPE_CHECKING
 
 from codeshot.errors import BudgetExceeded
 from codeshot.llm.base import LLM, ChatMessage, Completion
 from codeshot.store.usage import TokenUsage, UsageCounters, Window
+
+if TYPE_CHECKING:
+    from codeshot.services import Services
 
 USER_TOKENS = "tokens"  # per user per day
 AGENT_TOKENS = "agent_tokens"  # per agent (the planner included) per day
@@ -56,6 +60,18 @@ class TokenBudget:
 
     def metered(self, llm: LLM, agent_id: str) -> LLM:
         return MeteredLLM(llm, self, agent_id)
+
+
+def budget_for(services: Services, user_id: str) -> TokenBudget:
+    """The budgets of ``user_id``'s LLM calls: their own daily limit (read at the first
+    call) or the platform's, and each agent's."""
+    settings = services.settings
+
+    def user_limit() -> int:
+        own = services.users.get(user_id).daily_token_limit
+        return settings.daily_token_limit if own is None else own
+
+    return TokenBudget(services.usage, user_id, user_limit, settings.agent_daily_token_limit)
 
 
 def exceeded(limit: str, usage: TokenUsage, now: datetime) -> BudgetExceeded:

@@ -30,7 +30,7 @@ from codeshot.models import (
     SessionStatus,
 )
 from codeshot.runner.agent_client import AgentClient
-from codeshot.runner.budgets import TokenBudget
+from codeshot.runner.budgets import budget_for
 from codeshot.runner.embeds import EmbedBook
 from codeshot.runner.fetch import Fetched, fetch_public_url
 from codeshot.runner.platform_funcs import FuncContext
@@ -196,7 +196,7 @@ class SessionRunner:
                 history=SessionHistory(turns=memory.turns(), embeds=book.content_types()),
                 agent_turns=memory.turns_with,
                 limits=Limits(max_tokens_per_call=settings.llm_max_tokens_per_call),
-                budget=self._budget(session),
+                budget=budget_for(self.s, session.owner),
             )
             program, owner_id = self._program(session, ctx, viewer)
             if paused and paused.get("program") == owner_id:
@@ -208,16 +208,6 @@ class SessionRunner:
             return outcome, state
         finally:
             client.close()  # an abandoned (timed-out) call ends with its query
-
-    def _budget(self, session: Session) -> TokenBudget:
-        settings = self.s.settings
-
-        def user_limit() -> int:
-            own = self.s.users.get(session.owner).daily_token_limit
-            return settings.daily_token_limit if own is None else own
-
-        return TokenBudget(self.s.usage, session.owner, user_limit,
-                           settings.agent_daily_token_limit)
 
     def _program(self, session: Session, ctx: RunContext, viewer: str) -> tuple[Any, str]:
         if session.frontend_agent_id:

@@ -29,9 +29,11 @@ import httpx
 
 from infra.rehearsal.assembly import REGION, RehearsalError
 
-FIXIE = "fixieai==1.0.4"
+# The real Fixie 1.0 SDK, and the openai package its agents called the platform's OpenAI
+# proxy with (fixieai 1.0.4 patches only openai < 1.0).
+FIXIE = ("fixieai==1.0.4", "openai==0.27.8")
 FIXIE_VENV = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "codeshot-tests" \
-    / "fixieai-1.0.4"
+    / "fixieai-1.0.4+openai-0.27.8"
 PLATFORM_STACK = "Codeshot"
 AGENTS = ("admin/notes", "admin/dice", "admin/clock")
 # The calls of one query are those of the functions that answer it (the event source
@@ -68,10 +70,11 @@ def fixie_python() -> Path:
     if not done.exists():
         shutil.rmtree(FIXIE_VENV, ignore_errors=True)
         subprocess.run([sys.executable, "-m", "venv", str(FIXIE_VENV)], check=True)
-        install = subprocess.run([str(python), "-m", "pip", "install", "-q", FIXIE],
+        install = subprocess.run([str(python), "-m", "pip", "install", "-q", *FIXIE],
                                  capture_output=True, text=True, timeout=600, check=False)
         if install.returncode != 0:
-            raise RehearsalError(f"cannot install {FIXIE}: {install.stderr.strip()[-300:]}")
+            raise RehearsalError(f"cannot install {' '.join(FIXIE)}: "
+                                 f"{install.stderr.strip()[-300:]}")
         done.touch()
     return python
 

@@ -258,6 +258,13 @@ def test_api_role(synth):
     assert t.actions_on(API, queue) == {"sqs:SendMessage"}  # it cannot consume
     assert not SQS_CONSUME & t.all_actions(API)
     assert_reads_only_the_signing_secret(synth, API)
+    # Agents reach the platform's LLM through the API's OpenAI proxy.
+    assert "foundation-model/anthropic.claude-3-5-haiku-20241022-v1:0" in invoked_models(t, API)
+
+
+def invoked_models(t, handler) -> str:
+    grants = [g for g in t.grants(handler) if "bedrock:InvokeModel" in g.actions]
+    return " ".join(r for g in grants for r in g.resource_texts())
 
 
 def test_runner_role(synth):
@@ -276,9 +283,8 @@ def test_runner_role(synth):
     assert t.actions_on(RUNNER, queue) >= SQS_CONSUME
     assert "sqs:SendMessage" not in t.all_actions(RUNNER)
     assert_reads_only_the_signing_secret(synth, RUNNER)
-    bedrock = [g for g in t.grants(RUNNER) if "bedrock:InvokeModel" in g.actions]
-    models = " ".join(r for g in bedrock for r in g.resource_texts())
-    assert "foundation-model/anthropic.claude-3-5-haiku-20241022-v1:0" in models
+    assert "foundation-model/anthropic.claude-3-5-haiku-20241022-v1:0" in invoked_models(
+        t, RUNNER)
 
 
 def test_register_agent_role(synth):

@@ -1,0 +1,43 @@
+"""The LLM for agents: Fixie 1.0's OpenAI proxy.
+
+fixieai 1.0.4's loader points an agent's ``openai`` package (0.27) at
+``{API}/api/openai-proxy/v1`` and sends, as the API key, the agent-call token of the
+request it is answering. The platform answers with its own provider (bedrock, openai or
+fewshot), so no provider key ever reaches an agent, and it counts every call as the
+engine's own: against the token's user's daily LLM budget and the agent's, and against a
+per-minute limit of calls per user and agent.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from codeshot.errors import Forbidden
+from codeshot.llm import ChatMessage, Completion, LlmSettings, configured, get_llm
+from codeshot.models import Principal
+from codeshot.runner.budgets import budget_for
+from codeshot.services import Services
+
+__all__ = ["ChatMessage", "Completion", "ProxyRequest", "complete"]
+
+
+@dataclass(frozen=True)
+class ProxyRequest:
+    messages: list[ChatMessage]
+    stop: list[str]
+    max_tokens: int | None = None
+    temperature: float | None = None
+
+
+def complete(services: Services, caller: Principal, request: ProxyRequest) -> Completion:
+    """One completion for the agent and user of ``caller`` (an agent token's principal)."""
+    if not caller.user_id or not caller.agent_id:
+        raise Forbidden("the OpenAI proxy needs an agent-call token issued for a user")
+    settings = services.settings
+    services.usage.charge("llm_proxy", f"{caller.user_id}#{caller.agent_id}",
+                          settings.openai_proxy_rate_limit, window="minute")
+    limit = settings.openai_proxy_max_tokens
+    max_tokens = limit if request.max_tokens is None else max(1, min(request.max_tokens, limit))
+    llm = configured(get_llm(settings), LlmSettings(temperature=request.temperature))
+    metered = budget_for(services, caller.user_id).metered(llm, caller.agent_id)
+    return metered.complete(request.messages, request.stop, max_tokens)
