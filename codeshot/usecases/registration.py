@@ -112,7 +112,11 @@ class AgentRegistration:
         url = agent.func_url or agent.query_url
         if not inline:
             if not url:
-                raise InvalidInput("give queryUrl or funcUrl, or the few-shots inline")
+                raise InvalidInput(
+                    "give queryUrl or funcUrl, or the few-shots inline. (`fixie deploy` "
+                    "uploads code for Fixie to host; codeshot does not build code on "
+                    "request: use `codeshot serve DIR --register` locally, `cdk deploy` in "
+                    "AWS, or `codeshot agent register DIR --url URL`.)")
             token = self.s.auth.agent_token(agent.agent_id, None, None)
             hs = self.fetch(url, token)
             kind = AgentKind.STANDALONE if hs.type == "standalone" else AgentKind.CODE_SHOT

@@ -140,3 +140,18 @@ def test_fixieai_top_level_calls_and_a_new_session(live_stack, fixie_python, tmp
     assert {"local/dice", "local/clock", "local/notes"} <= set(result["agents"])
     assert result["embeds"] == []  # the default session holds none
     assert result["messages"] >= 2  # the query and its answer, at least
+
+
+def test_fixie_deploy_is_refused_with_the_ways_that_work(live_stack, fixie_python, tmp_path):
+    directory = tmp_path / "coin"
+    directory.mkdir()
+    (directory / "main.py").write_text("import fixieai\n\nagent = fixieai.CodeShotAgent("
+                                       "'I flip coins.', ['Q: Flip\\nA: heads'])\n")
+    (directory / "agent.yaml").write_text("handle: coin\nname: Coin\nentry_point: main:agent\n")
+    env = fixie_env(live_stack, tmp_path)
+    out = subprocess.run([str(fixie_python.with_name("fixie")), "deploy", "--no-validate"],
+                         cwd=directory, env=env, capture_output=True, text=True, timeout=120,
+                         check=False)
+    assert out.returncode != 0
+    assert "codeshot serve DIR --register" in out.stderr and "INVALID_INPUT" in out.stderr
+    assert "local/coin" not in fixie(fixie_python, env, "agent", "list")  # nothing half-made
