@@ -130,6 +130,9 @@ def _serve(args: argparse.Namespace) -> int:
     client = PlatformClient(target) if args.register else None
     if client is not None:  # it will be this user's agent: accept tokens for it only
         settings = settings.replace(agent_id=f"{client.username()}/{config.handle}")
+    elif not settings.agent_id and target.api_key:  # beside a local stack: its user's agent
+        settings = settings.replace(
+            agent_id=f"{PlatformClient(target).username()}/{config.handle}")
     app = load_agent(args.agent_dir, config).app(settings)
     server = HttpServer(app, "127.0.0.1", args.port)
     url = server.start()
@@ -264,10 +267,10 @@ def build_parser() -> argparse.ArgumentParser:
         description="Serve AGENT_DIR (agent.yaml, and the code its entry_point names: "
         "agent.py or Fixie's main.py defining `agent`) on 127.0.0.1 until Ctrl-C. It trusts "
         "the platform of the running `codeshot local up` in this directory "
-        "(.codeshot/local.json), else CODESHOT_API_URL; it accepts tokens for "
-        "CODESHOT_AGENT_ID only, when set. With --register it also registers (or updates) "
-        "the agent as yours (.codeshot/local.json's or CODESHOT_API_KEY's user), prints its "
-        "id and accepts tokens for it only.",
+        "(.codeshot/local.json), else CODESHOT_API_URL; it accepts only tokens minted for "
+        "CODESHOT_AGENT_ID (owner/handle), or when that is unset for <your username>/<handle> "
+        "(.codeshot/local.json's or CODESHOT_API_KEY's user). With --register it also "
+        "registers (or updates) the agent as yours and prints its id.",
     )
     serve.add_argument("agent_dir", type=Path, metavar="AGENT_DIR")
     serve.add_argument("--port", type=int, default=8181, help="port (default 8181; 0: any)")

@@ -234,7 +234,9 @@ import codeshot.sdk
 for info in pkgutil.iter_modules(codeshot.sdk.__path__, "codeshot.sdk."):
     importlib.import_module(info.name)
 from codeshot.sdk import StandaloneAgent
-StandaloneAgent(lambda query: "ok").app()   # what agent.handler builds on a cold start
+from codeshot.settings import Settings
+# what agent.handler builds on a cold start (the CDK app sets CODESHOT_AGENT_ID)
+StandaloneAgent(lambda query: "ok").app(Settings(agent_id="probe/agent"))
 import mangum
 root = Path(sys.argv[1]).resolve()
 files = sorted({Path(m.__file__).resolve().relative_to(root).as_posix()

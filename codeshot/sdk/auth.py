@@ -18,9 +18,12 @@ import jwt
 
 from codeshot.auth import tokens
 from codeshot.auth.eddsa import verify_key_from_jwk
-from codeshot.errors import Forbidden, Unauthenticated, Unavailable
+from codeshot.errors import Forbidden, InvalidInput, Unauthenticated, Unavailable
 from codeshot.settings import FIXIE_AUDIENCES
 
+# CODESHOT_AGENT_ID=* accepts tokens minted for any agent: for trying things out only (an
+# agent's owner sees every token sent to it and could replay it to such an agent).
+ANY_AGENT = "*"
 MAX_KEY_AGE = 300.0  # the platform serves its JWKS with max-age=300
 MIN_REFETCH_INTERVAL = 5.0
 
@@ -73,9 +76,16 @@ class JwksKeys:
 
 
 class TokenVerifier:
-    """Verifies ``Authorization: Bearer`` tokens for one agent."""
+    """Verifies ``Authorization: Bearer`` tokens for one agent: each token names the agent
+    it was minted for (``aid``), and only ``agent_id``'s are accepted (``*``: any)."""
 
     def __init__(self, api_url: str, agent_id: str | None, keys: JwksKeys | None = None) -> None:
+        if not agent_id:
+            raise InvalidInput(
+                "CODESHOT_AGENT_ID is not set: set it to this agent's id, owner/handle (it "
+                "accepts only tokens minted for it; `codeshot serve --register`, the local "
+                "stack and the CDK app set it), or to * to accept any agent's tokens, for "
+                "trying things out only")
         self.issuer = api_url.rstrip("/")
         self.agent_id = agent_id
         self.keys = keys or JwksKeys(self.issuer + "/.well-known/jwks.json")
@@ -90,6 +100,6 @@ class TokenVerifier:
             typ=tokens.AGENT_TOKEN_TYPE,
             require=("exp", "aid"),
         )
-        if self.agent_id and claims["aid"] != self.agent_id:
+        if self.agent_id != ANY_AGENT and claims["aid"] != self.agent_id:
             raise Forbidden(f"this token is for agent {claims['aid']}, not {self.agent_id}")
         return Claims(claims["aid"], claims.get("sub"), claims.get("sid"), token)

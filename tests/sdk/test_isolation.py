@@ -18,10 +18,11 @@ PLATFORM = ("codeshot.store", "codeshot.api", "codeshot.runner", "codeshot.servi
             "codeshot.routing", "codeshot.engine.executor", "codeshot.engine.builtin",
             "boto3", "botocore", "strawberry", "numpy")
 AGENT_APP = ("from codeshot.sdk import CodeShotAgent\n"
+             "from codeshot.settings import Settings\n"
              "agent = CodeShotAgent('I echo.', 'Q: hi\\nAsk Func[echo]: hi\\n"
              "Func[echo] says: hi\\nA: hi')\n"
              "agent.register_func(lambda query: query.text, func_name='echo')\n"
-             "agent.app()")
+             "agent.app(Settings(agent_id='me/echo'))")
 REPORT = "\nimport json, sys\nprint(json.dumps(sorted(sys.modules)))"
 
 
@@ -82,7 +83,7 @@ def test_the_sdk_installs_and_runs_with_only_its_own_dependencies(tmp_path):
         AGENT_APP + "\nfrom fastapi.testclient import TestClient\n"
         "import codeshot\n"
         "assert 'site-packages' in codeshot.__file__, codeshot.__file__\n"
-        "reply = TestClient(agent.app()).get('/')\n"
+        "reply = TestClient(agent.app(Settings(agent_id='me/echo'))).get('/')\n"
         "assert reply.status_code == 401, reply.text  # the app runs: it wants a token",
         python, outside)
     assert "codeshot.sdk.app" in loaded

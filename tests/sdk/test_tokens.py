@@ -94,9 +94,9 @@ def test_rotated_keys_are_fetched_on_an_unknown_kid(platform, sdk_agent, monkeyp
     assert post(sdk_agent, token).status_code == 200
 
 
-@pytest.mark.parametrize("agent_id", ["acme/sdkdemo", None])
-def test_agent_id_is_only_enforced_when_configured(platform, agent_id):
+@pytest.mark.parametrize("agent_id", ["acme/sdkdemo", "*"])
+def test_an_agent_takes_only_its_own_tokens_unless_told_any(platform, agent_id):
     with serve(demo_agent(), platform.url, agent_id) as url:
         token = platform.services.auth.agent_token("acme/other", None, None)
         status = httpx.get(url + "/", headers={"Authorization": f"Bearer {token}"}).status_code
-    assert status == (403 if agent_id else 200)
+    assert status == (403 if agent_id != "*" else 200)
