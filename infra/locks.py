@@ -110,7 +110,8 @@ def _platform_lock(name: str, *dists: str) -> Lock:
 
 # What each function imports (third-party), measured by running it (`make rehearse`).
 # PyStemmer: the router's word stems (API route query, registration, planner); tzdata:
-# users' time zones (Lambda's image may have no zoneinfo); pypdf: fixie_query_embed.
+# users' time zones (Lambda's image may have no zoneinfo); pypdf: fixie_query_embed;
+# beautifulsoup4: HTML's text (fixie_query_embed, fixie_http_get).
 def api_lock() -> Lock:
     # jinja2: the web console's pages (codeshot/api/console); mcp and a2a-sdk: /mcp, /a2a.
     return _platform_lock("api", "fastapi", "pydantic", "strawberry-graphql", "mangum",
@@ -121,7 +122,7 @@ def api_lock() -> Lock:
 def runner_lock() -> Lock:
     # numpy makes routing over thousands of agents one matrix product (codeshot/routing).
     return _platform_lock("runner", "httpx", "pyjwt", "pynacl", "pyyaml", "numpy", "boto3",
-                          "pystemmer", "pypdf", "tzdata")
+                          "pystemmer", "pypdf", "beautifulsoup4", "tzdata")
 
 
 def register_lock() -> Lock:

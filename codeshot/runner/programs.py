@@ -4,6 +4,7 @@ run with the user's answer; nested calls (planner -> agent -> Func) share one tr
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import re
 from collections.abc import Callable, Sequence
@@ -102,18 +103,21 @@ class CodeShotProgram:
     def __init__(self, agent: Agent, ctx: RunContext) -> None:
         # The agent's Funcs: listed by codeshot's SDK; unknown for Fixie's (ask it first).
         own = agent.funcs if agent.func_url else []
+        # The platform Funcs' model calls count against this agent's and the user's budgets.
+        platform = ctx.platform if ctx.platform.llm is None else \
+            dataclasses.replace(ctx.platform, llm=ctx.llm_for(agent.agent_id))
 
         def call_func(name: str, text: str) -> CommandResult:
             builtin = LIBRARY.get(name)
             if builtin is not None and own is not None and name not in own:
-                return CommandResult(builtin(text, ctx.platform))
+                return CommandResult(builtin(text, platform))
             try:
                 reply = ctx.client.call_func(agent.agent_id, agent.func_url or "", name, text,
                                              ctx.embeds.links())
             except FuncNotDefined:
                 if builtin is None:
                     raise
-                return CommandResult(builtin(text, ctx.platform))
+                return CommandResult(builtin(text, platform))
             return CommandResult(text=reply.text, embeds=ctx.embeds.ingest(reply.embeds),
                                  needs_input=reply.needs_input, question=reply.question)
 

@@ -192,7 +192,8 @@ class SessionRunner:
                 embeds=book,
                 platform=FuncContext(
                     time_zone=lambda: self.s.users.get(session.owner).time_zone or "UTC",
-                    embeds=book, llm=None if settings.llm == "fewshot" else self.llm),
+                    embeds=book, llm=None if settings.llm == "fewshot" else self.llm,
+                    allow_loopback=settings.local_mode),
                 history=SessionHistory(turns=memory.turns(), embeds=book.content_types()),
                 agent_turns=memory.turns_with,
                 limits=Limits(max_tokens_per_call=settings.llm_max_tokens_per_call),

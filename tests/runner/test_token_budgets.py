@@ -185,3 +185,45 @@ def test_query_past_the_users_token_limit_stops_mid_way(counted, agents):
     _, other = platform.user("gus")
     other_view = platform.gql(other, agent_query, {"id": dice})["data"]["agentById"]
     assert other_view["dailyUsedTokens"] is None
+
+
+class Scripted:
+    """A model answering ``texts`` in order, each call costing ``tokens``."""
+
+    def __init__(self, texts: list[str], tokens: tuple[int, int] = (30, 10)) -> None:
+        self.texts, self.tokens = list(texts), tokens
+
+    def complete(self, messages: list[ChatMessage], stop: list[str], max_tokens: int
+                 ) -> Completion:
+        return Completion(self.texts.pop(0), *self.tokens)
+
+
+def test_a_platform_funcs_model_calls_count_against_the_agent_and_user(aws, monkeypatch):
+    from codeshot.models import Agent, AgentKind
+    from codeshot.runner.agent_client import AgentClient
+    from codeshot.runner.embeds import EmbedBook
+    from codeshot.runner.platform_funcs import LIBRARY, FuncContext
+    from codeshot.runner.programs import CodeShotProgram, RunContext
+    from codeshot.store.embeds import EmbedStore
+
+    # A platform Func that asks the model, as fixie_query_embed does with a real provider.
+    monkeypatch.setitem(LIBRARY, "fixie_summary", lambda text, ctx: ctx.llm.complete(
+        [ChatMessage("user", text)], [], 50).text)
+    agent = Agent(agent_id="me/reader", owner="me", handle="reader", published=True,
+                  kind=AgentKind.CODE_SHOT, base_prompt="I summarize.",
+                  few_shots=["Q: Sum up x\nAsk Func[fixie_summary]: x\n"
+                             "Func[fixie_summary] says: x in short\nA: x in short"])
+    llm = Scripted(["Ask Func[fixie_summary]: the report", "the report, in short",
+                    "A: The report, in short."])
+    counters = UsageCounters(aws)
+    budget = TokenBudget(counters, "u_me", lambda: 10_000, agent_limit=10_000)
+    embeds = EmbedBook(EmbedStore(aws), fetch=lambda url: pytest.fail(f"fetched {url}"))
+    ctx = RunContext(llm=llm, registry_get=lambda _: agent, embeds=embeds,
+                     platform=FuncContext(lambda: "UTC", embeds, llm),
+                     client=AgentClient(lambda _: "", timeout=1, allow_loopback=True),
+                     trace=lambda _by, _step: None, budget=budget)
+    assert CodeShotProgram(agent, ctx).run("Sum up the report").text == \
+        "The report, in short."
+    user, reader = counters.token_usage([(USER_TOKENS, "u_me"), (AGENT_TOKENS, "me/reader")])
+    assert (user.calls, user.used) == (3, 120)  # the agent's two calls and the Func's one
+    assert reader == user

@@ -13,8 +13,10 @@ from datetime import UTC, datetime
 from typing import Protocol
 
 from codeshot.llm.base import LLM
+from codeshot.runner.platform_funcs.calc import calc
 from codeshot.runner.platform_funcs.clock import local_datetime
 from codeshot.runner.platform_funcs.documents import query_corpus, query_embed
+from codeshot.runner.platform_funcs.web import http_get
 
 
 class EmbedReader(Protocol):
@@ -35,6 +37,7 @@ class FuncContext:
     embeds: EmbedReader
     llm: LLM | None  # None: the offline fewshot provider, which is not a language model
     now: Callable[[], datetime] = field(default=lambda: datetime.now(UTC))
+    allow_loopback: bool = False  # URLs on loopback (the local stack only)
 
 
 PlatformFunc = Callable[[str, FuncContext], str]
@@ -43,4 +46,6 @@ LIBRARY: dict[str, PlatformFunc] = {
     "fixie_local_datetime": local_datetime,
     "fixie_query_embed": query_embed,
     "fixie_query_corpus": query_corpus,
+    "fixie_calc": calc,
+    "fixie_http_get": http_get,
 }

@@ -13,7 +13,6 @@ import io
 import math
 import re
 from collections import Counter
-from html.parser import HTMLParser
 from typing import TYPE_CHECKING
 
 from codeshot.errors import InvalidInput, NotSupported
@@ -30,31 +29,32 @@ TOP_PASSAGES = 3
 OFFLINE_CHARS = 1500
 MAX_ANSWER_TOKENS = 512
 TEXT_TYPES = ("application/json", "application/xml", "application/x-yaml", "application/csv")
+HIDDEN_TAGS = ("script", "style", "noscript", "template", "svg", "iframe", "head")
+BLOCK_TAGS = ("p", "div", "br", "li", "tr", "h1", "h2", "h3", "h4", "h5", "h6", "pre",
+              "table", "ul", "ol", "dl", "dt", "dd", "blockquote", "section", "article",
+              "header", "footer", "nav", "main", "aside", "figure", "figcaption", "hr",
+              "form")
 ANSWER_PROMPT = (
     "Answer the question from the document excerpts below, and only from them. If they "
     "do not hold the answer, say so. Answer in plain text, without preamble."
 )
 
 
-class _Text(HTMLParser):
-    """The visible text of an HTML page (no scripts or styles)."""
+def html_text(html: bytes) -> str:
+    """The visible text of an HTML page (Beautiful Soup; its encoding sniffed from the
+    bytes): a paragraph per block, words as a reader sees them, no scripts or styles."""
+    from bs4 import BeautifulSoup  # only the Funcs reading HTML need it
 
-    def __init__(self) -> None:
-        super().__init__()
-        self.parts: list[str] = []
-        self._hidden = 0
-
-    def handle_starttag(self, tag: str, attrs: object) -> None:
-        self._hidden += tag in ("script", "style")
-        if tag in ("p", "br", "div", "li", "tr", "h1", "h2", "h3", "h4", "h5", "h6"):
-            self.parts.append("\n\n")
-
-    def handle_endtag(self, tag: str) -> None:
-        self._hidden -= tag in ("script", "style") and self._hidden > 0
-
-    def handle_data(self, data: str) -> None:
-        if not self._hidden:
-            self.parts.append(data)
+    soup = BeautifulSoup(html, "html.parser")
+    title = soup.title.get_text(" ", strip=True) if soup.title else ""
+    for hidden in soup(HIDDEN_TAGS):
+        hidden.decompose()
+    for block in soup(BLOCK_TAGS):
+        block.insert_before("\n")
+        block.insert_after("\n")
+    lines = (" ".join(line.split()) for line in soup.get_text().splitlines())
+    body = "\n\n".join(line for line in lines if line)
+    return f"{title}\n\n{body}" if title and not body.startswith(title) else body
 
 
 def document_text(content_type: str, data: bytes) -> str:
@@ -73,12 +73,9 @@ def document_text(content_type: str, data: bytes) -> str:
             raise InvalidInput(f"the PDF cannot be read: {exc}") from exc
     if not (kind.startswith("text/") or kind in TEXT_TYPES or kind.endswith("+json")):
         raise InvalidInput(f"a {kind} embed holds no text to answer from")
-    text = data.decode(charset[1] if charset else "utf-8", errors="replace")
     if kind in ("text/html", "application/xhtml+xml"):
-        parser = _Text()
-        parser.feed(text)
-        text = "".join(parser.parts)
-    return text
+        return html_text(data)
+    return data.decode(charset[1] if charset else "utf-8", errors="replace")
 
 
 def passages(text: str) -> list[str]:

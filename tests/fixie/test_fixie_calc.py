@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from codeshot.errors import InvalidInput
-from codeshot.runner.calc import calc
+from codeshot.runner.platform_funcs.calc import calc
 
 TABLE = [
     ("0.1 + 0.2", "0.3"),  # exact decimals, not binary floats

@@ -21,8 +21,12 @@ from decimal import (
     InvalidOperation,
     localcontext,
 )
+from typing import TYPE_CHECKING
 
 from codeshot.errors import InvalidInput
+
+if TYPE_CHECKING:
+    from codeshot.runner.platform_funcs import FuncContext
 
 MAX_INPUT = 500  # characters of one expression
 MAX_EXPONENT = 1_000  # ``2^1000000`` would take the runner's time and memory
@@ -222,6 +226,6 @@ def render(value: Decimal) -> str:
     return text
 
 
-def calc(text: str, _ctx: object = None) -> str:
-    """The Func: the expression's value as text."""
+def calc(text: str, _ctx: FuncContext | None = None) -> str:
+    """The Func: the expression's value as text (it needs nothing from the context)."""
     return render(evaluate(text))

@@ -1,0 +1,98 @@
+"""The shared Funcs fixie_calc and fixie_http_get: asked by an agent that defines neither,
+through real sessions (offline fewshot provider, agents and pages on loopback)."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator
+from dataclasses import replace
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+import pytest
+
+import codeshot.sdk as fixieai
+from codeshot.errors import InvalidInput
+from codeshot.runner.platform_funcs import LIBRARY, FuncContext
+from tests.fixie.test_platform_funcs import ask
+
+CALC_FEW_SHOTS = """
+Q: Calculate 1.1 + 2.2 exactly
+Ask Func[fixie_calc]: 1.1 + 2.2
+Func[fixie_calc] says: 3.3
+A: 1.1 + 2.2 is 3.3.
+"""
+
+READER_FEW_SHOTS = """
+Q: What does http://example.com/tides say?
+Ask Func[fixie_http_get]: http://example.com/tides
+Func[fixie_http_get] says: High tide at 10:42.
+A: The page says: High tide at 10:42.
+"""
+
+PAGE = b"""<!doctype html><html><head><title>Harbour tides</title>
+<style>p { color: red }</style><script>document.write('no')</script></head>
+<body><h1>Today</h1><p>High tide at <b>10:42</b>, low tide at 16:55.</p></body></html>"""
+
+
+@pytest.fixture(scope="module")
+def page_url() -> Iterator[str]:
+    class Page(BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            body = PAGE if self.path == "/tides" else b"x" * 3_000_000
+            self.send_response(200)
+            self.send_header("Content-Type", "text/html; charset=utf-8")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Page)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    yield f"http://127.0.0.1:{server.server_address[1]}"
+    server.shutdown()
+    server.server_close()
+
+
+def test_calc_answers_an_agent_that_does_not_define_it(live, user, deploy):
+    agent_id = deploy(fixieai.CodeShotAgent("I do sums.", CALC_FEW_SHOTS), "sums")
+    reply, trace = ask(live, user, agent_id, "Calculate 0.1 + 2.2 exactly")
+    said = [m["text"] for m in trace if m["text"].startswith("Func[fixie_calc] says:")]
+    assert said == ["Func[fixie_calc] says: 2.3"], trace  # not 2.3000000000000003
+    assert reply["text"] == "0.1 + 2.2 is 2.3."
+
+
+def test_http_get_reads_a_loopback_page_in_local_mode(live, user, deploy, page_url):
+    agent_id = deploy(fixieai.CodeShotAgent("I read web pages.", READER_FEW_SHOTS), "reader")
+    reply, trace = ask(live, user, agent_id, f"What does {page_url}/tides say?")
+    said = next(m["text"] for m in trace if m["text"].startswith("Func[fixie_http_get] says:"))
+    assert "Harbour tides" in said and "High tide at 10:42, low tide at 16:55." in said
+    assert "color" not in said and "document.write" not in said  # no styles or scripts
+    assert reply["type"] == "response"
+
+
+def context(allow_loopback: bool) -> FuncContext:
+    return FuncContext(time_zone=lambda: "UTC", embeds=None, llm=None,  # type: ignore[arg-type]
+                       allow_loopback=allow_loopback)
+
+
+@pytest.mark.parametrize("url", ["http://127.0.0.1:9/", "http://10.0.0.8/", "http://[::1]/",
+                                 "http://169.254.169.254/latest/meta-data/",
+                                 "http://192.168.1.1/"])
+def test_http_get_refuses_private_addresses_outside_local_mode(url):
+    with pytest.raises(InvalidInput) as err:
+        LIBRARY["fixie_http_get"](url, context(allow_loopback=False))
+    assert err.value.message.endswith("address; refused"), err.value.message
+    assert "loopback" in err.value.message or "not a public" in err.value.message
+
+
+def test_http_get_limits(page_url):
+    http_get = LIBRARY["fixie_http_get"]
+    local = context(allow_loopback=True)
+    with pytest.raises(InvalidInput, match="larger than"):
+        http_get(f"{page_url}/huge", local)
+    for bad in ("file:///etc/passwd", "ftp://example.com/", "two http://a http://b", ""):
+        with pytest.raises(InvalidInput, match="one http:// or https:// URL"):
+            http_get(bad, local)
+    assert http_get(f"{page_url}/tides", replace(local)).startswith("Harbour tides")
