@@ -96,6 +96,10 @@ class Settings:
     daily_token_limit: int = setting(200_000, ge=0)
     agent_daily_token_limit: int = setting(2_000_000, ge=0)
     storage_rate_limit: int = setting(600, ge=1)  # user-storage calls per minute
+    # Fairness: one user's queries running at once (more are refused, RATE_LIMITED), and
+    # the time one query may take in all, below the runner's timeout (TIMEOUT after it).
+    max_running_queries: int = setting(4, ge=1)
+    query_time_budget_seconds: float = setting(120.0, gt=0, le=600)
     # The OpenAI proxy for agents (/api/openai-proxy/v1): calls per minute per user and
     # agent, and the tokens one call may generate (a request's max_tokens only lowers it).
     openai_proxy_rate_limit: int = setting(60, ge=1)

@@ -84,6 +84,14 @@ class Limits:
     max_tokens_per_call: int = 1_024
     command_timeout: float = 30.0  # seconds per command call
     max_attempts: int = 5  # calls per command step, whatever failure handlers decide
+    # time.monotonic() by which the whole query ends (shared by nested runs); None: no end
+    deadline: float | None = None
+
+    def seconds_left(self, wanted: float) -> float:
+        """``wanted`` seconds, or fewer when the query's deadline comes first."""
+        if self.deadline is None:
+            return wanted
+        return max(0.0, min(wanted, self.deadline - time.monotonic()))
 
 
 @dataclass(frozen=True)
@@ -278,6 +286,9 @@ class Executor:
     def _loop(self, run: _Run) -> Outcome:
         pending: _Unusable | None = None  # the previous reply, not used; told to the model
         while True:
+            if self.limits.seconds_left(1.0) <= 0:
+                return self._stop(run, Timeout.code,
+                                  "This query's time ran out before I reached an answer.")
             if run.steps >= self.limits.max_steps:
                 return self._stop(
                     run,
@@ -482,9 +493,12 @@ class Executor:
 
         worker = threading.Thread(target=target, name=f"command-{name}", daemon=True)
         worker.start()
-        worker.join(self.limits.command_timeout)
+        wait = self.limits.seconds_left(self.limits.command_timeout)
+        worker.join(wait)
         if worker.is_alive():
-            raise Timeout(f"no reply within {self.limits.command_timeout:g}s")
+            if wait < self.limits.command_timeout:
+                raise Timeout("this query's time ran out while waiting for a reply")
+            raise Timeout(f"no reply within {wait:g}s")
         if "error" in box:
             raise box["error"]
         result: CommandResult | str = box["result"]

@@ -2,13 +2,14 @@
 
 Within a message group (a session) order matters: once a record fails, the later
 records of that group are reported failed too, untouched, so SQS redelivers them in
-order. Other sessions' records in the batch go on.
+order. Other sessions' records in the batch go on, each session in its own thread.
 """
 
 from __future__ import annotations
 
 import logging
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from codeshot.store.queue import Work
@@ -20,12 +21,27 @@ Handle = Callable[[Work, bool], None]  # (work, final_attempt)
 
 
 def process_batch(event: dict[str, Any], handle: Handle) -> dict[str, list[dict[str, str]]]:
-    failures: list[dict[str, str]] = []
-    failed_groups: set[str] = set()
+    """Each session's records in order, different sessions side by side (a slow agent in
+    one session never holds up the others); the records to redeliver."""
+    groups: dict[str, list[dict[str, Any]]] = {}
     for record in event.get("Records", []):
-        attributes = record.get("attributes", {})
-        group = attributes.get("MessageGroupId", "")
-        if group in failed_groups:
+        group = record.get("attributes", {}).get("MessageGroupId", "")
+        groups.setdefault(group, []).append(record)
+    if len(groups) <= 1:
+        failures = [f for records in groups.values() for f in _process_group(records, handle)]
+    else:
+        with ThreadPoolExecutor(max_workers=len(groups),
+                                thread_name_prefix="session") as pool:
+            done = pool.map(lambda records: _process_group(records, handle), groups.values())
+            failures = [f for group_failures in done for f in group_failures]
+    return {"batchItemFailures": failures}
+
+
+def _process_group(records: list[dict[str, Any]], handle: Handle) -> list[dict[str, str]]:
+    """One session's records in order; after a failure the rest are failed untouched."""
+    failures: list[dict[str, str]] = []
+    for record in records:
+        if failures:
             failures.append({"itemIdentifier": record["messageId"]})
             continue
         try:
@@ -33,15 +49,14 @@ def process_batch(event: dict[str, Any], handle: Handle) -> dict[str, list[dict[
         except (ValueError, KeyError, TypeError):
             log.error("dropping malformed queue message %s", record.get("messageId"))
             continue  # retrying cannot fix it
-        final = int(attributes.get("ApproximateReceiveCount", "1")) >= \
+        final = int(record.get("attributes", {}).get("ApproximateReceiveCount", "1")) >= \
             SESSION_QUEUE.max_receive_count
         try:
             handle(work, final)
         except Exception:
             log.exception("session %s message %s failed", work.session_id, work.message_id)
             failures.append({"itemIdentifier": record["messageId"]})
-            failed_groups.add(group)
-    return {"batchItemFailures": failures}
+    return failures
 
 
 def record_of(message: dict[str, Any]) -> dict[str, Any]:

@@ -32,6 +32,7 @@ from codeshot.models import (
 from codeshot.runner.agent_client import AgentClient
 from codeshot.runner.budgets import budget_for
 from codeshot.runner.embeds import EmbedBook
+from codeshot.runner.fairness import query_deadline, running_query
 from codeshot.runner.fetch import Fetched, fetch_public_url
 from codeshot.runner.platform_funcs import FuncContext
 from codeshot.runner.programs import (
@@ -129,7 +130,9 @@ class SessionRunner:
         trace: list[Message] = []
         book = EmbedBook(self.s.embeds, self._fetch_embed, given=query.embeds)
         try:
-            outcome, program_state = self._run(session, query, paused, history, trace, book)
+            with running_query(self.s, session.owner):
+                outcome, program_state = self._run(session, query, paused, history, trace,
+                                                   book)
         except CodeshotError as exc:
             outcome, program_state = failure_outcome(exc), None
         except Exception:
@@ -196,7 +199,8 @@ class SessionRunner:
                     allow_loopback=settings.local_mode),
                 history=SessionHistory(turns=memory.turns(), embeds=book.content_types()),
                 agent_turns=memory.turns_with,
-                limits=Limits(max_tokens_per_call=settings.llm_max_tokens_per_call),
+                limits=Limits(max_tokens_per_call=settings.llm_max_tokens_per_call,
+                              deadline=query_deadline(settings)),
                 budget=budget_for(self.s, session.owner),
             )
             program, owner_id = self._program(session, ctx, viewer)

@@ -6,6 +6,7 @@ check-and-charge, so concurrent callers can never push a counter past its limit.
 
 from __future__ import annotations
 
+import contextlib
 import time
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
@@ -22,7 +23,10 @@ if TYPE_CHECKING:
     from types_boto3_dynamodb.type_defs import TransactWriteItemTypeDef, UpdateTypeDef
 
 UNPROCESSED_RETRIES = 4  # BatchGetItem rounds for keys DynamoDB left unprocessed
-WINDOWS = {"day": timedelta(days=1), "minute": timedelta(minutes=1)}
+# "lease": counts of things in progress (running queries): one that a crashed runner never
+# released is gone when its window ends (longer than any query may run).
+WINDOWS = {"day": timedelta(days=1), "minute": timedelta(minutes=1),
+           "lease": timedelta(minutes=15)}
 
 
 @dataclass(frozen=True)
@@ -117,6 +121,16 @@ class UsageCounters(Repository):
         except self.db.exceptions.ConditionalCheckFailedException as exc:
             raise self.rate_limited(kind, limit, window, now) from exc
         return int(out["Attributes"]["used"]["N"])
+
+    def release(self, kind: str, subject: str, window: str, now: datetime) -> None:
+        """Give back one unit charged at ``now`` (a lease's end); never below zero."""
+        counter, _ = self._counter(kind, subject, window, now)
+        # Not there (its window ended and the item expired): nothing to give back.
+        with contextlib.suppress(self.db.exceptions.ConditionalCheckFailedException):
+            self.db.update_item(
+                TableName=self.table_name, Key={"counter": {"S": counter}},
+                UpdateExpression="ADD used :minus", ConditionExpression="used > :zero",
+                ExpressionAttributeValues={":minus": {"N": "-1"}, ":zero": {"N": "0"}})
 
     def used(
         self, kind: str, subject: str, window: str = "day", now: datetime | None = None

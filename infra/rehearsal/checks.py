@@ -45,8 +45,9 @@ COLD_STARTS_PER_FUNCTION = 3
 # Goals (issue 16): AWS calls per query, the first reply poll included (a client needs one
 # look to see the reply; how many more depends on how fast the runner answers). The Func
 # query's goal was 8 before LLM token budgets (issue 26), which add a consistent read
-# before and a transaction after each metered LLM call: two calls here, so 8 + 4.
-BUDGETS = {"plain": 6, "Func": 12}
+# before and a transaction after each metered LLM call: two calls here, so 8 + 4. The
+# per-user cap on running queries (issue 13) takes and gives back a slot: 2 more each.
+BUDGETS = {"plain": 8, "Func": 14}
 
 SEND = """mutation ($s: String!, $t: String!, $e: [EmbedInput!]) { sendSessionMessage(
   messageData: {session: $s, text: $t, embeds: $e}) {

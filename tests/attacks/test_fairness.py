@@ -1,0 +1,101 @@
+"""Fairness (#13 item 11): a slow agent cannot hold a query past its time budget, one
+user cannot fill the runner with running queries, and the sessions of one runner batch do
+not wait on each other."""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+
+import pytest
+
+from codeshot.runner.batch import process_batch
+from tests.runner.conftest import messages, register, send, session
+
+SEND_NO_WAIT = """mutation ($s: String!, $t: String!) { sendSessionMessage(
+  messageData: {session: $s, text: $t, wait: false}) { message { id } } }"""
+
+
+def reply_to(platform, key: str, handle: str, timeout: float = 30) -> dict:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        terminal = [m for m in messages(platform, key, handle)
+                    if m["type"] in ("response", "error", "awaiting_input")]
+        if terminal:
+            return terminal[-1]
+        time.sleep(0.1)
+    raise AssertionError(f"no reply in session {handle}")
+
+
+@pytest.mark.settings(query_time_budget_seconds=1.5, agent_call_timeout_seconds=10)
+def test_a_slow_agent_cannot_hold_a_query_past_its_time_budget(live, agents):
+    _, key = live.user("tess")
+    slow = register(live, key, "slow", agents.url + "/slow")  # each Func call takes 3 s
+    handle = session(live, key, frontend=slow)
+    reply = send(live, key, handle, "Roll 1d20")["reply"]
+    assert reply["type"] == "error", reply
+    assert "this query's time ran out" in reply["text"].lower(), reply
+    assert messages(live, key, handle)[-1]["errorCode"] == "TIMEOUT"
+
+
+@pytest.mark.settings(max_running_queries=1, agent_call_timeout_seconds=10)
+def test_one_user_cannot_run_more_than_their_cap_at_once(live, agents):
+    _, key = live.user("hog")
+    _, other = live.user("polite")
+    slow = register(live, key, "slow", agents.url + "/slow")
+    first = session(live, key, frontend=slow)
+    out = live.gql(key, SEND_NO_WAIT, {"s": first, "t": "Roll 1d20"})
+    assert "errors" not in out, out
+    time.sleep(1)  # the slow query is running (its Func takes 3 s)
+    second = session(live, key, frontend=slow)
+    refused = send(live, key, second, "Roll 1d20")["reply"]
+    assert refused["type"] == "error" and "you already have 1 queries running" in \
+        refused["text"], refused
+    assert messages(live, key, second)[-1]["errorCode"] == "RATE_LIMITED"
+    # Another user is not held back meanwhile.
+    dice = register(live, other, "dice", agents.url + "/dice")
+    assert send(live, other, session(live, other, frontend=dice),
+                "Roll 1d20")["reply"]["type"] == "response"
+    # Once the first query has answered, its slot is free again.
+    assert reply_to(live, key, first)["type"] == "response"
+    again = send(live, key, second, "Roll 1d20")["reply"]
+    assert again["type"] == "response", again
+
+
+def record(message_id: str, session_id: str) -> dict:
+    body = json.dumps({"session_id": session_id, "message_id": message_id})
+    return {"messageId": message_id, "body": body,
+            "attributes": {"MessageGroupId": session_id, "ApproximateReceiveCount": "1"}}
+
+
+def test_the_sessions_of_one_batch_do_not_wait_on_each_other():
+    other_done = threading.Event()
+    seen: list[str] = []
+
+    def handle(work, final):
+        if work.session_id == "s-slow":
+            # Waits for the other session's record: run one after another, it never comes.
+            seen.append("other ran meanwhile" if other_done.wait(10) else "waited alone")
+        else:
+            other_done.set()
+
+    result = process_batch({"Records": [record("m1", "s-slow"), record("m2", "s-fast")]},
+                           handle)
+    assert result == {"batchItemFailures": []}
+    assert seen == ["other ran meanwhile"]
+
+
+def test_a_failed_record_still_fails_the_rest_of_its_session_only():
+    handled: list[str] = []
+
+    def handle(work, final):
+        handled.append(work.message_id)
+        if work.message_id == "a1":
+            raise RuntimeError("boom")
+
+    records = [record("a1", "s-a"), record("b1", "s-b"), record("a2", "s-a"),
+               record("b2", "s-b")]
+    result = process_batch({"Records": records}, handle)
+    assert sorted(f["itemIdentifier"] for f in result["batchItemFailures"]) == ["a1", "a2"]
+    assert sorted(handled) == ["a1", "b1", "b2"]  # a2 untouched: its session's order holds
