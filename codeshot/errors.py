@@ -103,6 +103,14 @@ class Timeout(CodeshotError):
     http_status = 504
 
 
+class Interrupted(CodeshotError):
+    """A query's run stopped mid-way (its runner crashed or timed out) and was delivered
+    again: it is not run twice, so no agent repeats what it may already have done."""
+
+    code = "INTERRUPTED"
+    http_status = 503
+
+
 class Canceled(CodeshotError):
     """The user turned down a question an agent asked (A2A tasks/cancel, a declined MCP
     elicitation, an Agent Protocol prompt rejected at its callback), or a task that is not

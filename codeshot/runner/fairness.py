@@ -2,9 +2,11 @@
 than a few queries running at once, so one user's slow agent cannot hold the runner for
 everyone else.
 
-:func:`running_query` is the per-user cap (a count in the usage table, charged when a
-query starts and given back when it ends; a count a crashed runner never gave back
-lapses with its 15-minute window). :func:`query_deadline` is when the query's time is up:
+:func:`running_query` is the per-user cap (a count in the usage table, with the ids of
+the queries holding a slot: taken when a query starts, given back when it ends). It also
+keeps a query from running twice: a run that crashed mid-way never gave its slot back, so
+its redelivery is answered INTERRUPTED instead of calling its agents again; the slot
+lapses with its 15-minute window. :func:`query_deadline` is when the query's time is up:
 every program of the query (the planner and the agents it calls) shares it through
 ``Limits.deadline``, and each agent call waits at most until then.
 """
@@ -14,9 +16,11 @@ from __future__ import annotations
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
+from datetime import UTC, datetime
 from typing import TYPE_CHECKING
 
-from codeshot.errors import RateLimited
+from codeshot import ids
+from codeshot.errors import CodeshotError, Interrupted, RateLimited
 
 if TYPE_CHECKING:
     from codeshot.services import Services
@@ -27,20 +31,30 @@ LEASE = "lease"
 
 
 @contextmanager
-def running_query(services: Services, user_id: str) -> Iterator[None]:
-    """Hold one of ``user_id``'s running-query slots for the block; RATE_LIMITED when all
-    are taken."""
+def running_query(services: Services, user_id: str, query_id: str) -> Iterator[None]:
+    """Hold one of ``user_id``'s running-query slots while ``query_id`` runs: RATE_LIMITED
+    when all are taken, Interrupted when this query took one before and never gave it
+    back (its run stopped mid-way; the queue delivered it again)."""
     usage, cap = services.usage, services.settings.max_running_queries
-    started = usage.clock()
+    # The window of the query's own time: a redelivery finds the lease its first run took.
+    posted = datetime.fromtimestamp(ids.ulid_time_ms(query_id) / 1000, UTC)
     try:
-        usage.charge(RUNNING, user_id, cap, window=LEASE, now=started)
+        usage.take_lease(RUNNING, user_id, cap, LEASE, posted, query_id)
+    except Interrupted:
+        # Answered INTERRUPTED now (a later delivery finds that answer): the slot is free.
+        usage.release(RUNNING, user_id, LEASE, posted, query_id)
+        raise
     except RateLimited as exc:
         raise RateLimited(f"you already have {cap} queries running; send this one again "
                           f"when one of them has answered", limit=cap) from exc
     try:
         yield
-    finally:
-        usage.release(RUNNING, user_id, LEASE, started)
+    except CodeshotError:
+        usage.release(RUNNING, user_id, LEASE, posted, query_id)
+        raise
+    # Anything else propagates with the slot held: the run may have stopped mid-way, and
+    # its redelivery must not run it again.
+    usage.release(RUNNING, user_id, LEASE, posted, query_id)
 
 
 def query_deadline(settings: Settings) -> float:

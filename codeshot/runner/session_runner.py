@@ -130,10 +130,17 @@ class SessionRunner:
         trace: list[Message] = []
         book = EmbedBook(self.s.embeds, self._fetch_embed, given=query.embeds)
         try:
-            with running_query(self.s, session.owner):
-                outcome, program_state = self._run(session, query, paused, history, trace,
-                                                   book)
-        except CodeshotError as exc:
+            # The slot is held until the reply is stored: a run that stops before that
+            # (a crash, a failed write) is not run again when the queue redelivers it.
+            with running_query(self.s, session.owner, query.message_id):
+                try:
+                    outcome, program_state = self._run(session, query, paused, history,
+                                                       trace, book)
+                except CodeshotError as exc:
+                    outcome, program_state = failure_outcome(exc), None
+                self._finish(session, query, outcome, program_state, trace, book)
+                return
+        except CodeshotError as exc:  # not run: all slots taken, or interrupted before
             outcome, program_state = failure_outcome(exc), None
         except Exception:
             if not final_attempt:

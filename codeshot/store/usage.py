@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
-from codeshot.errors import RateLimited
+from codeshot.errors import Interrupted, RateLimited
 from codeshot.models import Clock, utcnow
 from codeshot.settings import Settings
 from codeshot.store.base import Repository
@@ -122,15 +122,43 @@ class UsageCounters(Repository):
             raise self.rate_limited(kind, limit, window, now) from exc
         return int(out["Attributes"]["used"]["N"])
 
-    def release(self, kind: str, subject: str, window: str, now: datetime) -> None:
-        """Give back one unit charged at ``now`` (a lease's end); never below zero."""
+    def take_lease(self, kind: str, subject: str, limit: int, window: str, now: datetime,
+                   lease_id: str) -> None:
+        """Take one of ``subject``'s ``limit`` slots for ``lease_id``. RATE_LIMITED when all
+        are taken; Interrupted when ``lease_id`` took one before and never gave it back (a
+        run that stopped mid-way)."""
+        counter, span = self._counter(kind, subject, window, now)
+        try:
+            self.db.update_item(
+                TableName=self.table_name, Key={"counter": {"S": counter}},
+                UpdateExpression="ADD used :one, leases :id SET expires_at = :exp",
+                ConditionExpression="(attribute_not_exists(used) OR used < :limit) AND "
+                                    "(attribute_not_exists(leases) OR NOT contains(leases, :lid))",
+                ExpressionAttributeValues={
+                    ":one": {"N": "1"}, ":id": {"SS": [lease_id]}, ":lid": {"S": lease_id},
+                    ":limit": {"N": str(limit)},
+                    ":exp": {"N": str(int((span.end + timedelta(days=1)).timestamp()))}})
+        except self.db.exceptions.ConditionalCheckFailedException as exc:
+            item = self.db.get_item(TableName=self.table_name, Key={"counter": {"S": counter}},
+                                    ConsistentRead=True).get("Item", {})
+            if lease_id in item.get("leases", {}).get("SS", []):
+                raise Interrupted("this query was interrupted mid-way and is not run again, "
+                                  "so no agent repeats what it may already have done; send "
+                                  "it again to retry") from exc
+            raise self.rate_limited(kind, limit, window, now) from exc
+
+    def release(self, kind: str, subject: str, window: str, now: datetime,
+                lease_id: str) -> None:
+        """Give back ``lease_id``'s slot (taken at ``now``)."""
         counter, _ = self._counter(kind, subject, window, now)
         # Not there (its window ended and the item expired): nothing to give back.
         with contextlib.suppress(self.db.exceptions.ConditionalCheckFailedException):
             self.db.update_item(
                 TableName=self.table_name, Key={"counter": {"S": counter}},
-                UpdateExpression="ADD used :minus", ConditionExpression="used > :zero",
-                ExpressionAttributeValues={":minus": {"N": "-1"}, ":zero": {"N": "0"}})
+                UpdateExpression="ADD used :minus DELETE leases :id",
+                ConditionExpression="contains(leases, :lid)",
+                ExpressionAttributeValues={":minus": {"N": "-1"}, ":id": {"SS": [lease_id]},
+                                           ":lid": {"S": lease_id}})
 
     def used(
         self, kind: str, subject: str, window: str = "day", now: datetime | None = None
