@@ -113,19 +113,11 @@ class Interrupted(CodeshotError):
 
 class Canceled(CodeshotError):
     """The user turned down a question an agent asked (A2A tasks/cancel, a declined MCP
-    elicitation, an Agent Protocol prompt rejected at its callback), or a task that is not
+    elicitation), or a task that is not
     waiting for input was asked to cancel."""
 
     code = "CANCELED"
     http_status = 409
-
-
-class CallbackFailed(CodeshotError):
-    """A task's callback URL (Agent Protocol ``callback_url``) could not be reached,
-    answered with an error status, or sent a reply that is not a prompt status."""
-
-    code = "CALLBACK_FAILED"
-    http_status = 502
 
 
 class Unavailable(CodeshotError):

@@ -198,12 +198,6 @@ class Session(Record):
     callback_format: str | None = None
     callback_token: str | None = None
     callback_id: str | None = None
-    # Agent Protocol option 2: questions go to this URL as prompts, answers are polled.
-    prompt_url: str | None = None
-    # Agent Protocol task creation: its input (the first step's default) and
-    # additional_input (JSON text), as the client gave them.
-    task_input: str | None = None
-    task_additional_input: str | None = None
     created: datetime = dataclasses.field(default_factory=utcnow)
     modified: datetime = dataclasses.field(default_factory=utcnow)
     embed_count: int = 0  # embeds bound: the runner lists them only when there are some

@@ -35,8 +35,6 @@ STATE_ITEM = "STATE"
 MSG_PREFIX = "MSG#"
 EMBED_PREFIX = "EMBED#"
 ANSWER_PREFIX = "ANSWER#"  # the runner's exactly-once marker of an answered query
-# A question asked through a task's callback URL (Agent Protocol option 2): "ASK#<reply id>".
-ASK_PREFIX = "ASK#"
 
 
 @dataclass(frozen=True)
@@ -446,17 +444,6 @@ class SessionStore(Repository):
         except self.db.exceptions.ConditionalCheckFailedException as exc:
             raise NotFound(f"session {session_id} not found") from exc
         return Session.from_dict(from_item(out["Attributes"]))
-
-    # -- questions asked through a callback URL ---------------------------------------
-    def put_ask(self, session_id: str, reply_id: str, values: dict[str, Any]) -> None:
-        self.db.put_item(TableName=self.table_name, Item=to_item(
-            {**values, "session_id": session_id, "item": ASK_PREFIX + reply_id}))
-
-    def get_ask(self, session_id: str, reply_id: str) -> dict[str, Any] | None:
-        item = self.db.get_item(TableName=self.table_name,
-                                Key=_key(session_id, ASK_PREFIX + reply_id),
-                                ConsistentRead=True).get("Item")
-        return from_item(item) if item else None
 
 
 def embed_item(embed: Embed) -> dict[str, Any]:

@@ -19,16 +19,12 @@ TEXT_PREVIEW_BYTES = 64 * 1024  # text embeds up to this size can be shown in a 
 def create_session(
     services: Services, principal: Principal, frontend_agent_id: str | None = None,
     name: str = "", description: str = "", callback_url: str | None = None,
-    prompt_url: str | None = None, task_input: str | None = None,
-    task_additional_input: str | None = None,
 ) -> Session:
     """A new session of the caller's, talking to ``frontend_agent_id`` (default: the
-    planner); ``callback_url`` receives its signed terminal events, ``prompt_url`` its
-    questions as Agent Protocol prompts (see :mod:`codeshot.usecases.prompts`)."""
+    planner); ``callback_url`` receives its signed terminal events."""
     user_id = user_id_of(principal)
-    for url in (callback_url, prompt_url):
-        if url:
-            check_callback_url(services, url)
+    if callback_url:
+        check_callback_url(services, callback_url)
     if frontend_agent_id:
         usable_agent(services, principal, frontend_agent_id)
     services.usage.charge("session", user_id, services.settings.daily_session_limit)
@@ -36,8 +32,6 @@ def create_session(
         session_id=ids.handle(), owner=user_id, owner_name=principal.username,
         frontend_agent_id=frontend_agent_id,
         name=name, description=description, callback_url=callback_url,
-        prompt_url=prompt_url, task_input=task_input,
-        task_additional_input=task_additional_input,
     ))
 
 

@@ -1,4 +1,4 @@
-"""Sessions as the tasks of agent protocols: MCP's ``ask``, A2A tasks, Agent Protocol tasks.
+"""Sessions as the tasks of agent protocols: MCP's ``ask``, A2A tasks.
 
 A task is a session and a turn is one user message with the agent's terminal reply
 (response, error, or a question: ``awaiting_input``). Every protocol reads the same
