@@ -22,4 +22,4 @@ def _runner() -> SessionRunner:
 
 
 def handler(event: dict[str, Any], context: Any) -> dict[str, list[dict[str, str]]]:
-    return process_batch(event, _runner().handle)
+    return process_batch(event, _runner().handle, context.get_remaining_time_in_millis)

@@ -43,6 +43,17 @@ class InfraConfig:
     # Tables and the embeds buckets outlive `cdk destroy` (they hold users' data) unless
     # this is false; everything else (functions, queues, APIs, the signing keys) goes.
     retain_data: bool = True
+    # Tables refuse DeleteTable (console, CLI, a stack change that would replace them)
+    # until this is turned off and deployed.
+    deletion_protection: bool = True
+    # Runner instances SQS may run at once (its event source's maximum concurrency, and the
+    # runner's reserved concurrency): size it to the LLM quota (see README, Concurrency).
+    runner_max_concurrency: int = 10
+    # Reserved (and so maximum) concurrency of the API function: what it may take of the
+    # account's pool, leaving the rest to the runner and the agents. 0: no reservation.
+    api_reserved_concurrency: int = 200
+    # Alarms notify an SNS topic; this address is subscribed to it when set.
+    alarm_email: str = ""
     # "lambda": arm64 wheels for Lambda's CPython; "host": this machine's (make rehearse).
     bundle_target: str = "lambda"
 
@@ -54,6 +65,12 @@ class InfraConfig:
         if self.bundle_target not in BUNDLE_TARGETS:
             raise ValueError(f"codeshot:bundleTarget must be one of {BUNDLE_TARGETS}, "
                              f"got {self.bundle_target!r}")
+        if not 2 <= self.runner_max_concurrency <= 1000:  # SQS event sources' range
+            raise ValueError("codeshot:runnerMaxConcurrency must be 2..1000, "
+                             f"got {self.runner_max_concurrency}")
+        if self.api_reserved_concurrency < 0:
+            raise ValueError("codeshot:apiReservedConcurrency must be 0 or more, "
+                             f"got {self.api_reserved_concurrency}")
 
     @property
     def target(self) -> Target:
@@ -97,5 +114,9 @@ def read_config(node: Node) -> InfraConfig:
         "extra_env": "codeshot:extraEnv",
         "retain_data": "codeshot:retainData",
         "bundle_target": "codeshot:bundleTarget",
+        "deletion_protection": "codeshot:deletionProtection",
+        "runner_max_concurrency": "codeshot:runnerMaxConcurrency",
+        "api_reserved_concurrency": "codeshot:apiReservedConcurrency",
+        "alarm_email": "codeshot:alarmEmail",
     }
     return InfraConfig(**{f: _value(node, k, getattr(defaults, f)) for f, k in keys.items()})

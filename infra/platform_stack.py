@@ -12,6 +12,7 @@ from aws_cdk import aws_lambda as lambda_
 from aws_cdk import aws_lambda_event_sources as events
 from constructs import Construct
 
+from codeshot.runner.batch import RECORD_RESERVE_MS
 from codeshot.store import tables
 from infra.bundling import (
     API_FUNCTION,
@@ -34,10 +35,10 @@ from infra.settings_env import extra_env, settings_env
 # first. sendSessionMessage waits for the reply at most REPLY_WAIT, inside that budget.
 API_TIMEOUT = Duration.seconds(29)
 API_REPLY_WAIT_SECONDS = 24
-# Runner: a planner turn is several LLM calls plus agent calls of up to 30 s each; 5 min
-# is generous and stays below the queue's 6 min visibility timeout, so a message is never
+# Runner: a planner turn is several LLM calls plus agent calls of up to 30 s each. The
+# queue's visibility timeout is 6x this (tables.SESSION_QUEUE), so a message is never
 # redelivered while its first attempt still runs.
-RUNNER_TIMEOUT = Duration.minutes(5)
+RUNNER_TIMEOUT = Duration.seconds(tables.RUNNER_TIMEOUT_SECONDS)
 # Registration: a handshake (10 s, retried while a new agent's API warms up) + embeddings.
 REGISTER_TIMEOUT = Duration.minutes(2)
 # Memory buys CPU in Lambda: 1 GB keeps cold imports (FastAPI, Strawberry, pydantic,
@@ -47,18 +48,24 @@ RUNNER_MEMORY_MB = 1024
 REGISTER_MEMORY_MB = 512
 # Messages per runner invocation; failures are reported per message, so a bad one does
 # not redeliver the rest. FIFO keeps one session's messages in order within a batch.
+# Sessions run side by side, each session's records in order, and none starts in the last
+# RECORD_RESERVE_MS, so a batch finishes or reports what it left (codeshot/runner/batch.py).
 RUNNER_BATCH_SIZE = 10
 
-assert RUNNER_TIMEOUT.to_seconds() < tables.SESSION_QUEUE.visibility_timeout_seconds
+assert tables.SESSION_QUEUE.visibility_timeout_seconds >= 6 * RUNNER_TIMEOUT.to_seconds()
+assert RUNNER_TIMEOUT.to_milliseconds() > 2 * RECORD_RESERVE_MS
 assert API_TIMEOUT.to_seconds() > API_REPLY_WAIT_SECONDS
 
 
 class PlatformStack(Stack):
     def __init__(self, scope: Construct, id: str, *, config: InfraConfig, **kwargs: Any) -> None:
+        # Termination protection: agent stacks import this one's register function and
+        # API URL, so it is deleted last, on purpose (README, Destroy).
         super().__init__(scope, id, description="codeshot platform (API, runner, data)",
-                         **kwargs)
+                         termination_protection=True, **kwargs)
         self.config = config
-        self.tables = PlatformTables(self, "Tables", retain=config.retain_data)
+        self.tables = PlatformTables(self, "Tables", retain=config.retain_data,
+                                     deletion_protection=config.deletion_protection)
         self.embeds = EmbedsBucket(self, "Embeds", retain=config.retain_data)
         self.sessions_queue = SessionQueue(self, "SessionQueue")
         self.signing_keys = SigningKeys(self, "SigningKeys")
@@ -87,6 +94,7 @@ class PlatformStack(Stack):
             target=config.target,
             description="GraphQL and REST API (Mangum around FastAPI)",
             memory_mb=API_MEMORY_MB, timeout=API_TIMEOUT,
+            reserved_concurrency=config.api_reserved_concurrency or None,
             environment=common | data_env | settings_env(
                 queue_url=self.sessions_queue.queue.queue_url,
                 queue_name=self.sessions_queue.queue.queue_name,
@@ -111,10 +119,14 @@ class PlatformStack(Stack):
             handler=RUNNER_FUNCTION.handler, target=config.target,
             description="Session runner: SQS FIFO batches to answered sessions",
             memory_mb=RUNNER_MEMORY_MB, timeout=RUNNER_TIMEOUT,
+            # Reserved as high as the trigger's maximum: the API and agents cannot starve
+            # it, and SQS never has a batch throttled (a throttle counts as a receive).
+            reserved_concurrency=config.runner_max_concurrency,
             environment=common | data_env,
         )
         self.runner.function.add_event_source(events.SqsEventSource(
             self.sessions_queue.queue, batch_size=RUNNER_BATCH_SIZE,
+            max_concurrency=config.runner_max_concurrency,
             report_batch_item_failures=True))
         role = self.runner.role
         self._table(role, tables.SESSIONS, write=True)
@@ -142,7 +154,9 @@ class PlatformStack(Stack):
             self, "Alarms",
             functions={"Api": self.api.function, "Runner": self.runner.function,
                        "RegisterAgent": self.register_agent.function},
+            queue=self.sessions_queue.queue,
             dead_letter_queue=self.sessions_queue.dlq,
+            email=config.alarm_email,
         )
 
         CfnOutput(self, "ApiUrl", value=self.http.url, description="platform API")

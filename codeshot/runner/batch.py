@@ -3,6 +3,11 @@
 Within a message group (a session) order matters: once a record fails, the later
 records of that group are reported failed too, untouched, so SQS redelivers them in
 order. Other sessions' records in the batch go on, each session in its own thread.
+
+No record starts once less than ``RECORD_RESERVE_MS`` of the invocation is left: it and
+the records of its session after it are reported failed, untouched, so a batch that would
+run into the Lambda timeout ends first and SQS redelivers what it did not process (a
+timed-out invocation reports nothing, and its whole batch comes back).
 """
 
 from __future__ import annotations
@@ -18,9 +23,15 @@ from codeshot.store.tables import SESSION_QUEUE
 log = logging.getLogger("codeshot.runner")
 
 Handle = Callable[[Work, bool], None]  # (work, final_attempt)
+RemainingMs = Callable[[], int]  # the Lambda context's get_remaining_time_in_millis
+
+# What one query may take: CODESHOT_QUERY_TIME_BUDGET_SECONDS (120 s by default) and the
+# writes of its reply.
+RECORD_RESERVE_MS = 130_000
 
 
-def process_batch(event: dict[str, Any], handle: Handle) -> dict[str, list[dict[str, str]]]:
+def process_batch(event: dict[str, Any], handle: Handle, remaining_ms: RemainingMs | None = None
+                  ) -> dict[str, list[dict[str, str]]]:
     """Each session's records in order, different sessions side by side (a slow agent in
     one session never holds up the others); the records to redeliver."""
     groups: dict[str, list[dict[str, Any]]] = {}
@@ -28,19 +39,28 @@ def process_batch(event: dict[str, Any], handle: Handle) -> dict[str, list[dict[
         group = record.get("attributes", {}).get("MessageGroupId", "")
         groups.setdefault(group, []).append(record)
     if len(groups) <= 1:
-        failures = [f for records in groups.values() for f in _process_group(records, handle)]
+        failures = [f for records in groups.values()
+                    for f in _process_group(records, handle, remaining_ms)]
     else:
         with ThreadPoolExecutor(max_workers=len(groups),
                                 thread_name_prefix="session") as pool:
-            done = pool.map(lambda records: _process_group(records, handle), groups.values())
+            done = pool.map(lambda records: _process_group(records, handle, remaining_ms),
+                            groups.values())
             failures = [f for group_failures in done for f in group_failures]
     return {"batchItemFailures": failures}
 
 
-def _process_group(records: list[dict[str, Any]], handle: Handle) -> list[dict[str, str]]:
-    """One session's records in order; after a failure the rest are failed untouched."""
+def _process_group(records: list[dict[str, Any]], handle: Handle,
+                   remaining_ms: RemainingMs | None) -> list[dict[str, str]]:
+    """One session's records in order; after a failure, or too close to the invocation's
+    end, the rest are failed untouched."""
     failures: list[dict[str, str]] = []
     for record in records:
+        if not failures and remaining_ms is not None and remaining_ms() < RECORD_RESERVE_MS:
+            log.warning("leaving %s for the next delivery: the invocation ends in %d ms",
+                        record["messageId"], remaining_ms())
+            failures.append({"itemIdentifier": record["messageId"]})
+            continue
         if failures:
             failures.append({"itemIdentifier": record["messageId"]})
             continue

@@ -29,6 +29,7 @@ from codeshot.models import (
     Session,
     SessionStatus,
 )
+from codeshot.runner import metrics
 from codeshot.runner.agent_client import AgentClient
 from codeshot.runner.budgets import budget_for
 from codeshot.runner.embeds import EmbedBook
@@ -146,6 +147,7 @@ class SessionRunner:
             if not final_attempt:
                 raise  # infrastructure trouble: let SQS redeliver
             log.exception("giving up on %s/%s", work.session_id, work.message_id)
+            metrics.emit(metrics.QUERIES_GIVEN_UP, self.s.settings.queue_name)
             outcome = Outcome(Status.ERROR, "The platform failed to answer; please try again.",
                               error_code=AgentFailed.code)
             program_state = None

@@ -127,12 +127,17 @@ class Queue:
         return name.removesuffix(".fifo") + "-dlq.fifo"
 
 
+# The runner Lambda's timeout (infra): its batch stops starting queries before it ends.
+RUNNER_TIMEOUT_SECONDS = 300
+
 # FIFO: message group = session id (in order per session), dedup id = message id.
-# Visibility timeout covers the runner Lambda's timeout (see infra) with a margin.
+# AWS's advice for a Lambda SQS trigger: a visibility timeout of at least 6x the function's
+# timeout (the poller retries throttled batches within it) and a maxReceiveCount of at
+# least 5 (a throttled or put-back delivery counts as a receive too).
 SESSION_QUEUE = Queue(
     setting="queue_name",
-    visibility_timeout_seconds=6 * 60,
-    max_receive_count=3,
+    visibility_timeout_seconds=6 * RUNNER_TIMEOUT_SECONDS,
+    max_receive_count=5,
     retention_seconds=4 * 24 * 3600,
 )
 

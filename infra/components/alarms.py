@@ -1,18 +1,28 @@
-"""CloudWatch alarms for what needs a human: a function erroring, work dead-lettered.
+"""CloudWatch alarms for what needs a human, sent to an SNS topic (an email subscribed to
+it when ``codeshot:alarmEmail`` is set; add other subscribers as your team pages).
 
-The alarms carry no actions (who to page differs per account): add an SNS action with
-``alarm.add_alarm_action`` or in the console. A DLQ message means a query was given up on.
+They watch: a function erroring or being throttled; a query waiting in the queue for
+minutes (the runner is down or starved); work dead-lettered; a query the runner gave up
+on (answered with an error after its last attempt: ``codeshot.runner.metrics``).
 """
 
 from __future__ import annotations
 
 from aws_cdk import Duration
 from aws_cdk import aws_cloudwatch as cloudwatch
+from aws_cdk import aws_cloudwatch_actions as actions
+from aws_cdk import aws_kms as kms
 from aws_cdk import aws_lambda as lambda_
+from aws_cdk import aws_sns as sns
+from aws_cdk import aws_sns_subscriptions as subscriptions
 from aws_cdk import aws_sqs as sqs
 from constructs import Construct
 
+from codeshot.runner import metrics
+
 AT_LEAST = cloudwatch.ComparisonOperator.GREATER_THAN_OR_EQUAL_TO_THRESHOLD
+PERIOD = Duration.minutes(5)
+OLDEST_MESSAGE_SECONDS = 300  # a query waiting this long in the queue is not being run
 
 
 class PlatformAlarms(Construct):
@@ -22,27 +32,39 @@ class PlatformAlarms(Construct):
         id: str,
         *,
         functions: dict[str, lambda_.IFunction],
+        queue: sqs.IQueue,
         dead_letter_queue: sqs.IQueue,
+        email: str = "",
     ) -> None:
         super().__init__(scope, id)
+        self.topic = sns.Topic(
+            self, "Topic", display_name="codeshot alarms", enforce_ssl=True,
+            master_key=kms.Alias.from_alias_name(self, "SnsKey", "alias/aws/sns"))
+        if email:
+            self.topic.add_subscription(subscriptions.EmailSubscription(email))
         self.alarms: list[cloudwatch.Alarm] = []
         for name, function in functions.items():
-            self.alarms.append(cloudwatch.Alarm(
-                self, f"{name}Errors",
-                alarm_description=f"codeshot {name} Lambda reported errors",
-                metric=function.metric_errors(period=Duration.minutes(5), statistic="Sum"),
-                threshold=1,
-                evaluation_periods=1,
-                comparison_operator=AT_LEAST,
-                treat_missing_data=cloudwatch.TreatMissingData.NOT_BREACHING,
-            ))
-        self.alarms.append(cloudwatch.Alarm(
-            self, "DeadLetters",
-            alarm_description="codeshot session work reached the dead-letter queue",
-            metric=dead_letter_queue.metric_approximate_number_of_messages_visible(
-                period=Duration.minutes(5), statistic="Maximum"),
-            threshold=1,
-            evaluation_periods=1,
-            comparison_operator=AT_LEAST,
-            treat_missing_data=cloudwatch.TreatMissingData.NOT_BREACHING,
-        ))
+            self._alarm(f"{name}Errors", f"codeshot {name} Lambda reported errors",
+                        function.metric_errors(period=PERIOD, statistic="Sum"), 1)
+            self._alarm(f"{name}Throttles", f"codeshot {name} Lambda was throttled",
+                        function.metric_throttles(period=PERIOD, statistic="Sum"), 1)
+        self._alarm("QueueBacklog", "codeshot queries waited minutes in the session queue",
+                    queue.metric_approximate_age_of_oldest_message(
+                        period=PERIOD, statistic="Maximum"), OLDEST_MESSAGE_SECONDS)
+        self._alarm("DeadLetters", "codeshot session work reached the dead-letter queue",
+                    dead_letter_queue.metric_approximate_number_of_messages_visible(
+                        period=PERIOD, statistic="Maximum"), 1)
+        self._alarm("QueriesGivenUp", "the codeshot runner gave up on queries",
+                    cloudwatch.Metric(
+                        namespace=metrics.NAMESPACE, metric_name=metrics.QUERIES_GIVEN_UP,
+                        dimensions_map={metrics.QUEUE_DIMENSION: queue.queue_name},
+                        period=PERIOD, statistic="Sum"), 1)
+
+    def _alarm(self, id: str, description: str, metric: cloudwatch.IMetric,
+               threshold: float) -> None:
+        alarm = cloudwatch.Alarm(
+            self, id, alarm_description=description, metric=metric, threshold=threshold,
+            evaluation_periods=1, comparison_operator=AT_LEAST,
+            treat_missing_data=cloudwatch.TreatMissingData.NOT_BREACHING)
+        alarm.add_alarm_action(actions.SnsAction(self.topic))
+        self.alarms.append(alarm)

@@ -30,9 +30,11 @@ def removal_policy(retain: bool) -> RemovalPolicy:
 
 class PlatformTables(Construct):
     """One table per ``tables.TABLES`` entry: on demand, PITR, AWS-managed KMS encryption,
-    retained on stack deletion unless ``retain`` is false (they hold users' data)."""
+    retained on stack deletion unless ``retain`` is false (they hold users' data), and
+    protected from deletion unless ``deletion_protection`` is false."""
 
-    def __init__(self, scope: Construct, id: str, *, retain: bool) -> None:
+    def __init__(self, scope: Construct, id: str, *, retain: bool,
+                 deletion_protection: bool) -> None:
         super().__init__(scope, id)
         self.tables: dict[str, dynamodb.Table] = {}
         for spec in tables.TABLES:
@@ -45,6 +47,7 @@ class PlatformTables(Construct):
                     point_in_time_recovery_enabled=True),
                 encryption=dynamodb.TableEncryption.AWS_MANAGED,
                 time_to_live_attribute=spec.ttl,
+                deletion_protection=deletion_protection,
                 removal_policy=removal_policy(retain),
             )
             for index in spec.indexes:

@@ -34,6 +34,7 @@ class PythonFunction(Construct):
         timeout: Duration,
         environment: Mapping[str, str],
         target: Target = LAMBDA_TARGET,
+        reserved_concurrency: int | None = None,
     ) -> None:
         super().__init__(scope, id)
         self.log_group = logs.LogGroup(
@@ -61,6 +62,7 @@ class PythonFunction(Construct):
             log_group=self.log_group,
             logging_format=lambda_.LoggingFormat.JSON,
             tracing=lambda_.Tracing.ACTIVE,
+            reserved_concurrent_executions=reserved_concurrency,
         )
         suppress(self.role, "AwsSolutions-IAM5", X_RAY_REASON, ["Resource::*"])
         suppress(self.function, "AwsSolutions-L1",

@@ -3,6 +3,8 @@ holding exactly what that function needs."""
 
 from __future__ import annotations
 
+import json
+
 import pytest
 from aws_cdk.assertions import Match
 
@@ -119,6 +121,7 @@ def test_queue_is_fifo_with_a_fifo_dead_letter_queue(synth):
         "EventSourceArn": {"Fn::GetAtt": [queue_id, "Arn"]},
         "FunctionResponseTypes": ["ReportBatchItemFailures"],
         "BatchSize": 10,
+        "ScalingConfig": {"MaximumConcurrency": 10},
         "FunctionName": {"Ref": synth.platform.function(RUNNER)[0]},
     })
     # TLS only for the queues too.
@@ -144,8 +147,14 @@ def test_functions_runtime_and_observability(synth, handler):
 
 def test_timeouts_fit_api_gateway_and_the_queue(synth):
     assert synth.platform.function(API)[1]["Timeout"] <= 29
-    assert synth.platform.function(RUNNER)[1]["Timeout"] < (
-        tables.SESSION_QUEUE.visibility_timeout_seconds)
+    # AWS's advice for SQS triggers: visibility >= 6x the function timeout, 5+ receives.
+    runner_timeout = synth.platform.function(RUNNER)[1]["Timeout"]
+    assert tables.SESSION_QUEUE.visibility_timeout_seconds >= 6 * runner_timeout
+    assert tables.SESSION_QUEUE.max_receive_count >= 5
+    # A batch of slow queries cannot outlive the invocation: each starts with the reserve
+    # left, so at least two fit, and the rest are reported back (codeshot/runner/batch.py).
+    from codeshot.runner.batch import RECORD_RESERVE_MS
+    assert runner_timeout * 1000 > 2 * RECORD_RESERVE_MS
     reply_wait = int(synth.platform.env(API)["CODESHOT_REPLY_WAIT_SECONDS"])
     assert reply_wait < synth.platform.function(API)[1]["Timeout"]
 
@@ -190,7 +199,7 @@ def test_outputs(synth):
         "CODESHOT_SIGNING_SECRET_ID"]
 
 
-def test_alarms_on_function_errors_and_dead_letters(synth):
+def test_alarms_notify_a_topic_on_errors_throttles_backlog_and_given_up_queries(synth):
     alarms = [a["Properties"] for a in synth.platform.of_type("AWS::CloudWatch::Alarm").values()]
     errors = {refs_of(a["Dimensions"]).pop() for a in alarms if a["MetricName"] == "Errors"}
     assert errors == {synth.platform.function(h)[0] for h in (API, RUNNER, REGISTER)}
@@ -199,6 +208,26 @@ def test_alarms_on_function_errors_and_dead_letters(synth):
     queue_id = synth.platform.env(API)["CODESHOT_QUEUE_URL"]["Ref"]
     dlq_id = synth.platform.props(queue_id)["RedrivePolicy"]["deadLetterTargetArn"]["Fn::GetAtt"][0]
     assert refs_of(dlq[0]["Dimensions"]) == {dlq_id}
+    throttles = {refs_of(a["Dimensions"]).pop() for a in alarms if a["MetricName"] == "Throttles"}
+    assert throttles == errors
+    [backlog] = [a for a in alarms if a["MetricName"] == "ApproximateAgeOfOldestMessage"]
+    assert refs_of(backlog["Dimensions"]) == {queue_id} and backlog["Threshold"] == 300
+    [given_up] = [a for a in alarms if a["MetricName"] == "QueriesGivenUp"]
+    assert given_up["Namespace"] == "codeshot"
+    # Every alarm notifies the one topic: encrypted, TLS only, no subscriber by default.
+    (topic_id,) = synth.platform.of_type("AWS::SNS::Topic")
+    assert all(a["AlarmActions"] == [{"Ref": topic_id}] for a in alarms)
+    assert synth.platform.props(topic_id)["KmsMasterKeyId"]
+    assert not synth.platform.of_type("AWS::SNS::Subscription")
+
+
+def test_an_alarm_email_is_subscribed_when_set(tmp_path):
+    from tests.infra.conftest import synthesize
+
+    platform = synthesize(tmp_path, **{"codeshot:alarmEmail": "ops@example.com"}).platform
+    [subscription] = platform.of_type("AWS::SNS::Subscription").values()
+    assert subscription["Properties"]["Protocol"] == "email"
+    assert subscription["Properties"]["Endpoint"] == "ops@example.com"
 
 
 def signing_secret_id(synth) -> str:
@@ -226,6 +255,51 @@ def test_destroy_keeps_the_tables_and_buckets_and_nothing_else(synth):
         synth.platform.of_type("AWS::S3::Bucket"))
     assert kept == data
     assert not [k for k, v in synth.agent.resources.items() if v.get("DeletionPolicy") == "Retain"]
+
+
+def test_concurrency_is_capped_and_the_runner_has_its_share(synth):
+    """The runner's reserved concurrency is at least its trigger's maximum (so batches are
+    never throttled back to the queue), and the API cannot take the whole account pool."""
+    runner = synth.platform.function(RUNNER)[1]
+    [mapping] = synth.platform.of_type("AWS::Lambda::EventSourceMapping").values()
+    maximum = mapping["Properties"]["ScalingConfig"]["MaximumConcurrency"]
+    assert runner["ReservedConcurrentExecutions"] >= maximum == 10
+    assert synth.platform.function(API)[1]["ReservedConcurrentExecutions"] == 200
+    assert "ReservedConcurrentExecutions" not in synth.platform.function(REGISTER)[1]
+
+
+def test_concurrency_settings_come_from_context(tmp_path):
+    from tests.infra.conftest import synthesize
+
+    platform = synthesize(tmp_path, **{"codeshot:runnerMaxConcurrency": 40,
+                                       "codeshot:apiReservedConcurrency": 0}).platform
+    [mapping] = platform.of_type("AWS::Lambda::EventSourceMapping").values()
+    assert mapping["Properties"]["ScalingConfig"]["MaximumConcurrency"] == 40
+    assert platform.function(RUNNER)[1]["ReservedConcurrentExecutions"] == 40
+    assert "ReservedConcurrentExecutions" not in platform.function(API)[1]
+
+
+@pytest.mark.parametrize(("key", "value"), [("codeshot:runnerMaxConcurrency", 1),
+                                       ("codeshot:apiReservedConcurrency", -1)])
+def test_bad_concurrency_settings_are_refused(tmp_path, key, value):
+    from tests.infra.conftest import synthesize
+
+    with pytest.raises(ValueError, match=key):
+        synthesize(tmp_path, **{key: value})
+
+
+def test_tables_and_the_platform_stack_are_protected_from_deletion(synth, tmp_path):
+    tables_ = synth.platform.of_type("AWS::DynamoDB::Table").values()
+    assert all(t["Properties"]["DeletionProtectionEnabled"] is True for t in tables_)
+    manifest = json.loads((synth.outdir / "manifest.json").read_text())
+    assert manifest["artifacts"]["Codeshot"]["properties"]["terminationProtection"] is True
+    assert not manifest["artifacts"]["CodeshotAgent-notes"]["properties"].get(
+        "terminationProtection")
+    from tests.infra.conftest import synthesize
+
+    platform = synthesize(tmp_path, **{"codeshot:deletionProtection": False}).platform
+    assert not any(t["Properties"].get("DeletionProtectionEnabled")
+                   for t in platform.of_type("AWS::DynamoDB::Table").values())
 
 
 def test_retain_data_false_lets_destroy_remove_everything(tmp_path):

@@ -1,9 +1,11 @@
 """SQS redelivery and crashes never answer a message twice nor leave it unanswered."""
 
+import json
 import threading
 
-from codeshot.runner.batch import process_batch, record_of
+from codeshot.runner.batch import RECORD_RESERVE_MS, process_batch, record_of
 from codeshot.runner.session_runner import SessionRunner
+from codeshot.store.tables import SESSION_QUEUE
 from tests.runner.conftest import register, session
 
 
@@ -91,12 +93,35 @@ def test_failure_keeps_the_rest_of_that_session_in_order(platform):
     assert sorted(handled) == ["m0", "m1", "m2"]  # sessions side by side; m3 untouched
 
 
+def test_a_batch_stops_starting_records_before_the_invocation_ends():
+    """Each record takes 100 s of a 300 s invocation: two run, the rest of the session are
+    reported unprocessed (SQS redelivers them) instead of the invocation timing out whole."""
+    left_ms = [300_000]
+    handled = []
+
+    def handle(work, final):
+        handled.append(work.message_id)
+        left_ms[0] -= 100_000
+
+    records = [{"messageId": f"r{i}", "body": f'{{"session_id": "s", "message_id": "m{i}"}}',
+                "attributes": {"MessageGroupId": "s"}} for i in range(5)]
+    result = process_batch({"Records": records}, handle, lambda: left_ms[0])
+    assert handled == ["m0", "m1"]  # m2 would start with 100 s left, under the reserve
+    assert result == {"batchItemFailures": [{"itemIdentifier": f"r{i}"} for i in (2, 3, 4)]}
+    assert RECORD_RESERVE_MS > 100_000
+
+
 def test_giving_up_on_the_last_attempt_leaves_an_error_not_a_stuck_session(platform, agents,
-                                                                            monkeypatch):
+                                                                            monkeypatch, capsys):
     h, raw, runner = queued_roll(platform, agents, "uma")
     monkeypatch.setattr(runner, "_memory", lambda *a: (_ for _ in ()).throw(OSError("disk")))
-    last = {**record_of(raw), "attributes": {"ApproximateReceiveCount": "3",
-                                             "MessageGroupId": h}}
+    last = {**record_of(raw), "attributes": {
+        "ApproximateReceiveCount": str(SESSION_QUEUE.max_receive_count), "MessageGroupId": h}}
     assert process_batch({"Records": [last]}, runner.handle) == {"batchItemFailures": []}
     [reply] = terminal(platform, h)
     assert reply.type.value == "error" and reply.error_code == "AGENT_ERROR"
+    # ... and counts it as a CloudWatch metric (EMF), which an alarm watches.
+    [emf] = [json.loads(line) for line in capsys.readouterr().out.splitlines()
+             if '"_aws"' in line]
+    assert emf["QueriesGivenUp"] == 1 and emf["QueueName"] == runner.s.settings.queue_name
+    assert emf["_aws"]["CloudWatchMetrics"][0]["Namespace"] == "codeshot"
