@@ -23,6 +23,7 @@ from infra.bundling import (
     platform_bundle,
 )
 from infra.components import access
+from infra.components.agent_function import REGISTRATION_SERVICE_TIMEOUT
 from infra.components.alarms import PlatformAlarms
 from infra.components.data import EmbedsBucket, PlatformTables, SessionQueue
 from infra.components.function import PythonFunction
@@ -55,6 +56,7 @@ RUNNER_BATCH_SIZE = 10
 assert tables.SESSION_QUEUE.visibility_timeout_seconds >= 6 * RUNNER_TIMEOUT.to_seconds()
 assert RUNNER_TIMEOUT.to_milliseconds() > 2 * RECORD_RESERVE_MS
 assert API_TIMEOUT.to_seconds() > API_REPLY_WAIT_SECONDS
+assert REGISTER_TIMEOUT.to_seconds() < REGISTRATION_SERVICE_TIMEOUT.to_seconds()
 
 
 class PlatformStack(Stack):

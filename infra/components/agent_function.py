@@ -26,6 +26,9 @@ RESOURCE_TYPE = "Custom::CodeshotAgentRegistration"
 AGENT_TIMEOUT = Duration.seconds(29)
 AGENT_MEMORY_MB = 512
 
+# How long CloudFormation waits for the registration function's answer (its default is an
+# hour): longer than that function's own timeout (infra/platform_stack.py asserts it).
+REGISTRATION_SERVICE_TIMEOUT = Duration.minutes(3)
 
 class AgentFunction(Construct):
     def __init__(
@@ -62,6 +65,7 @@ class AgentFunction(Construct):
             self, "Registration",
             service_token=register_function.function_arn,
             resource_type=RESOURCE_TYPE,
+            service_timeout=REGISTRATION_SERVICE_TIMEOUT,
             properties={
                 "Owner": owner,
                 "Handle": agent_config.handle,

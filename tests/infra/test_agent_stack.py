@@ -36,6 +36,8 @@ def test_registration_custom_resource(synth):
     assert props["SampleQueries"] == config.sample_queries
     (api_id,) = synth.agent.of_type("AWS::ApiGatewayV2::Api")
     assert props["Url"] == {"Fn::GetAtt": [api_id, "ApiEndpoint"]}
+    # A registration that hangs fails the deploy in minutes, not CloudFormation's hour.
+    assert props["ServiceTimeout"] == "180"
     # A code change re-reads the handshake: the bundle hash is a property.
     assert props["CodeHash"] == agent_bundle(REPO_ROOT / "agent_template", "agent:agent").hash
     # Registered only after the route and stage serve the function.
