@@ -4,9 +4,7 @@ conversational agent remembers, and agents with no few-shots, through real sessi
 from __future__ import annotations
 
 import hashlib
-import threading
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import httpx
 import pytest
@@ -18,6 +16,7 @@ from codeshot.local.poller import QueuePoller
 from codeshot.models import Message, MessageType
 from codeshot.runner.session_runner import PLANNER_ID, SessionMemory, SessionRunner
 from tests.engine.conftest import ScriptedLLM
+from tests.fixie.conftest import serving_pages
 from tests.runner.conftest import register, send, session
 
 PICTURE = b"\x89PNG\r\n\x1a\n pretend chart"
@@ -32,21 +31,8 @@ A: Here you go! #image1
 
 @pytest.fixture
 def picture_url() -> Iterator[str]:
-    class Handler(BaseHTTPRequestHandler):
-        def do_GET(self) -> None:
-            self.send_response(200)
-            self.send_header("Content-Type", "image/png")
-            self.send_header("Content-Length", str(len(PICTURE)))
-            self.end_headers()
-            self.wfile.write(PICTURE)
-
-        def log_message(self, *args: object) -> None:
-            pass
-
-    httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    threading.Thread(target=httpd.serve_forever, args=(0.05,), daemon=True).start()
-    yield f"http://127.0.0.1:{httpd.server_address[1]}/chart.png"
-    httpd.shutdown()
+    with serving_pages(lambda _path: ("image/png", PICTURE)) as url:
+        yield url + "/chart.png"
 
 
 def chart_agent() -> fixieai.CodeShotAgent:

@@ -3,16 +3,15 @@ through real sessions (offline fewshot provider, agents and pages on loopback)."
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Iterator
 from dataclasses import replace
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
 import codeshot.sdk as fixieai
 from codeshot.errors import InvalidInput
 from codeshot.runner.platform_funcs import LIBRARY, FuncContext
+from tests.fixie.conftest import serving_pages
 from tests.fixie.test_platform_funcs import ask
 
 CALC_FEW_SHOTS = """
@@ -36,23 +35,11 @@ PAGE = b"""<!doctype html><html><head><title>Harbour tides</title>
 
 @pytest.fixture(scope="module")
 def page_url() -> Iterator[str]:
-    class Page(BaseHTTPRequestHandler):
-        def do_GET(self) -> None:
-            body = PAGE if self.path == "/tides" else b"x" * 3_000_000
-            self.send_response(200)
-            self.send_header("Content-Type", "text/html; charset=utf-8")
-            self.send_header("Content-Length", str(len(body)))
-            self.end_headers()
-            self.wfile.write(body)
+    def page(path: str) -> tuple[str, bytes]:
+        return "text/html; charset=utf-8", PAGE if path == "/tides" else b"x" * 3_000_000
 
-        def log_message(self, *args: object) -> None:
-            pass
-
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Page)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    yield f"http://127.0.0.1:{server.server_address[1]}"
-    server.shutdown()
-    server.server_close()
+    with serving_pages(page) as url:
+        yield url
 
 
 def test_calc_answers_an_agent_that_does_not_define_it(live, user, deploy):
