@@ -6,15 +6,14 @@ offline fewshot provider."""
 from __future__ import annotations
 
 import json
-import threading
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
 import codeshot.sdk as fixieai
 from codeshot.llm.fewshot import AS_RETURNED
 from tests.engine.test_engine_grammar import CELLAR, LOGS, READER
+from tests.fixie.conftest import serving_pages
 from tests.runner.conftest import messages, send, session
 
 MINUTES = (b"Minutes of the parents' evening.\n\n"
@@ -74,20 +73,8 @@ def test_self_ask_notes_and_multi_line_func_results(live, user, deploy):
 
 @pytest.fixture
 def minutes_url() -> Iterator[str]:
-    class Handler(BaseHTTPRequestHandler):
-        def do_GET(self) -> None:
-            self.send_response(200)
-            self.send_header("Content-Type", "text/plain")
-            self.end_headers()
-            self.wfile.write(MINUTES)
-
-        def log_message(self, *args: object) -> None:
-            pass
-
-    httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    threading.Thread(target=httpd.serve_forever, args=(0.05,), daemon=True).start()
-    yield f"http://127.0.0.1:{httpd.server_address[1]}/minutes.txt"
-    httpd.shutdown()
+    with serving_pages(lambda _path: ("text/plain", MINUTES)) as url:
+        yield url + "/minutes.txt"
 
 
 def test_conversational_turns_with_a_url_embed_and_query_embed(live, user, deploy,
