@@ -105,11 +105,17 @@ def converse(fixie_python: Path, env: dict[str, str], args: list[str], lines: li
 
 
 def test_fixie_console_answers_each_line_in_one_session(live_stack, fixie_python, tmp_path):
-    transcript, answers = converse(fixie_python, fixie_env(live_stack, tmp_path), ["console"],
-                                   ["Roll 2d6", "Roll a d20"])
+    env = fixie_env(live_stack, tmp_path)
+    transcript, answers = converse(fixie_python, env, ["console"], ["Roll 2d6", "Roll a d20"])
     assert "Welcome to Fixie!" in transcript
     dice(answers[0], 2, 6)
     dice(answers[1], 1, 20)
+    # `fixie session new --agent` opens the same console on a new session with that agent.
+    sessions = fixie(fixie_python, env, "session", "list").split()
+    _, answers = converse(fixie_python, env, ["session", "new", "--agent", "local/dice"],
+                          ["Roll 4d4"])
+    dice(answers[0], 4, 4)
+    assert len(set(fixie(fixie_python, env, "session", "list").split()) - set(sessions)) == 1
 
 
 CLIENT = '''
