@@ -16,6 +16,7 @@ from __future__ import annotations
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING
 
@@ -23,6 +24,8 @@ from codeshot import ids
 from codeshot.errors import CodeshotError, Interrupted, RateLimited
 
 if TYPE_CHECKING:
+    from types_boto3_dynamodb.type_defs import TransactWriteItemTypeDef
+
     from codeshot.services import Services
     from codeshot.settings import Settings
 
@@ -30,31 +33,54 @@ RUNNING = "running"
 LEASE = "lease"
 
 
+@dataclass
+class Lease:
+    """A running query's slot. The runner gives it back in the transaction that stores
+    the reply (:meth:`release_item`, then ``released``); otherwise leaving the block does."""
+
+    services: Services
+    user_id: str
+    query_id: str
+    taken_at: datetime
+    released: bool = False
+
+    def release_item(self) -> TransactWriteItemTypeDef:
+        return {"Update": self.services.usage.release_request(
+            RUNNING, self.user_id, LEASE, self.taken_at, self.query_id)}
+
+    def release(self) -> None:
+        if not self.released:
+            self.services.usage.release(RUNNING, self.user_id, LEASE, self.taken_at,
+                                        self.query_id)
+            self.released = True
+
+
 @contextmanager
-def running_query(services: Services, user_id: str, query_id: str) -> Iterator[None]:
+def running_query(services: Services, user_id: str, query_id: str) -> Iterator[Lease]:
     """Hold one of ``user_id``'s running-query slots while ``query_id`` runs: RATE_LIMITED
     when all are taken, Interrupted when this query took one before and never gave it
     back (its run stopped mid-way; the queue delivered it again)."""
     usage, cap = services.usage, services.settings.max_running_queries
     # The window of the query's own time: a redelivery finds the lease its first run took.
     posted = datetime.fromtimestamp(ids.ulid_time_ms(query_id) / 1000, UTC)
+    lease = Lease(services, user_id, query_id, posted)
     try:
         usage.take_lease(RUNNING, user_id, cap, LEASE, posted, query_id)
     except Interrupted:
         # Answered INTERRUPTED now (a later delivery finds that answer): the slot is free.
-        usage.release(RUNNING, user_id, LEASE, posted, query_id)
+        lease.release()
         raise
     except RateLimited as exc:
         raise RateLimited(f"you already have {cap} queries running; send this one again "
                           f"when one of them has answered", limit=cap) from exc
     try:
-        yield
+        yield lease
     except CodeshotError:
-        usage.release(RUNNING, user_id, LEASE, posted, query_id)
+        lease.release()
         raise
     # Anything else propagates with the slot held: the run may have stopped mid-way, and
     # its redelivery must not run it again.
-    usage.release(RUNNING, user_id, LEASE, posted, query_id)
+    lease.release()
 
 
 def query_deadline(settings: Settings) -> float:

@@ -33,7 +33,7 @@ from codeshot.runner import metrics
 from codeshot.runner.agent_client import AgentClient
 from codeshot.runner.budgets import budget_for
 from codeshot.runner.embeds import EmbedBook
-from codeshot.runner.fairness import query_deadline, running_query
+from codeshot.runner.fairness import Lease, query_deadline, running_query
 from codeshot.runner.fetch import Fetched, fetch_public_url
 from codeshot.runner.platform_funcs import FuncContext
 from codeshot.runner.programs import (
@@ -133,13 +133,13 @@ class SessionRunner:
         try:
             # The slot is held until the reply is stored: a run that stops before that
             # (a crash, a failed write) is not run again when the queue redelivers it.
-            with running_query(self.s, session.owner, query.message_id):
+            with running_query(self.s, session.owner, query.message_id) as lease:
                 try:
                     outcome, program_state = self._run(session, query, paused, history,
                                                        trace, book)
                 except CodeshotError as exc:
                     outcome, program_state = failure_outcome(exc), None
-                self._finish(session, query, outcome, program_state, trace, book)
+                self._finish(session, query, outcome, program_state, trace, book, lease)
                 return
         except CodeshotError as exc:  # not run: all slots taken, or interrupted before
             outcome, program_state = failure_outcome(exc), None
@@ -265,8 +265,8 @@ class SessionRunner:
 
     # -- finishing, exactly once -------------------------------------------------------
     def _finish(self, session: Session, query: Message, outcome: Outcome,
-                program_state: dict[str, Any] | None, trace: list[Message], book: EmbedBook
-                ) -> None:
+                program_state: dict[str, Any] | None, trace: list[Message], book: EmbedBook,
+                lease: Lease | None = None) -> None:
         reply = Message(
             session_id=session.session_id, message_id=ids.ulid(), text=outcome.text,
             type=_TERMINAL[outcome.status], in_reply_to=query.message_id,
@@ -298,6 +298,8 @@ class SessionRunner:
         else:
             state_key = {**key, "item": {"S": STATE_ITEM}}
             items.append({"Delete": {"TableName": table, "Key": state_key}})
+        if lease is not None:  # the running slot is given back with the reply
+            items.append(lease.release_item())
         steps = [message_item(m) for m in trace]
         if len(items) + len(steps) <= TRANSACTION_ITEMS and \
                 len(json.dumps(steps)) <= TRANSACTION_BYTES:
@@ -311,6 +313,8 @@ class SessionRunner:
             log.info("reply to %s not written: already answered or session gone",
                      query.message_id)
             return
+        if lease is not None:
+            lease.released = True
         if session.callback_url:
             self._notify(session, reply)
 

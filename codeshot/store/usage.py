@@ -147,18 +147,27 @@ class UsageCounters(Repository):
                                   "it again to retry") from exc
             raise self.rate_limited(kind, limit, window, now) from exc
 
+    def release_request(self, kind: str, subject: str, window: str, now: datetime,
+                        lease_id: str) -> UpdateTypeDef:
+        """The update that gives back ``lease_id``'s slot (taken at ``now``), for a
+        transaction (the runner's reply write): unconditional, so it never cancels one."""
+        counter, _ = self._counter(kind, subject, window, now)
+        return {"TableName": self.table_name, "Key": {"counter": {"S": counter}},
+                "UpdateExpression": "ADD used :minus DELETE leases :id",
+                "ExpressionAttributeValues": {":minus": {"N": "-1"},
+                                              ":id": {"SS": [lease_id]}}}
+
     def release(self, kind: str, subject: str, window: str, now: datetime,
                 lease_id: str) -> None:
-        """Give back ``lease_id``'s slot (taken at ``now``)."""
-        counter, _ = self._counter(kind, subject, window, now)
-        # Not there (its window ended and the item expired): nothing to give back.
+        """Give back ``lease_id``'s slot, if it still holds one."""
+        request = self.release_request(kind, subject, window, now, lease_id)
+        values = {**request["ExpressionAttributeValues"], ":lid": {"S": lease_id}}
+        # Not there (given back already, or its window ended and the item expired).
         with contextlib.suppress(self.db.exceptions.ConditionalCheckFailedException):
             self.db.update_item(
-                TableName=self.table_name, Key={"counter": {"S": counter}},
-                UpdateExpression="ADD used :minus DELETE leases :id",
-                ConditionExpression="contains(leases, :lid)",
-                ExpressionAttributeValues={":minus": {"N": "-1"}, ":id": {"SS": [lease_id]},
-                                           ":lid": {"S": lease_id}})
+                TableName=request["TableName"], Key=request["Key"],
+                UpdateExpression=request["UpdateExpression"],
+                ConditionExpression="contains(leases, :lid)", ExpressionAttributeValues=values)
 
     def used(
         self, kind: str, subject: str, window: str = "day", now: datetime | None = None
