@@ -13,7 +13,7 @@ agents' Funcs in-process. Scores, separately:
   and chit-chat, no agent ran;
 - grounded: the answer states no number (count, time, date, price) that no Func
   returned and the query did not hold, and is not an error;
-- LLM calls per query.
+- LLM calls and tokens (prompt and completion) per query.
 
 Categories: single agent, two agents (a result passed on), no agent fits, chit-chat,
 ambiguous (loose wording, one agent meant).
@@ -304,6 +304,8 @@ class Result:
     agents_ok: bool
     grounded: bool
     calls: int
+    tokens_in: int
+    tokens_out: int
     answer: str
     made: list[tuple[str, str, str]]
 
@@ -343,17 +345,28 @@ def registry() -> Iterator[Any]:
         yield agents
 
 
+def no_url_embeds(url: str) -> Any:
+    raise AssertionError(f"the planner benchmark's agents return no URL embeds ({url})")
+
+
 def run_case(case: Case, llm: LLM, mode: str, agents: Any) -> Result:
+    from codeshot.runner.embeds import EmbedBook
+    from codeshot.runner.platform_funcs import FuncContext
+    from codeshot.store.embeds import EmbedStore
+
     counting = Counting(llm)
     client = InProcessAgents()
-    ctx = RunContext(llm=counting, client=client, registry_get=agents.get,
+    embeds = EmbedBook(EmbedStore(agents.settings), fetch=no_url_embeds)
+    ctx = RunContext(llm=counting, client=client, registry_get=agents.get, embeds=embeds,
+                     platform=FuncContext(lambda: "UTC", embeds, None),
                      trace=lambda _by, _step: None,
                      limits=Limits(max_tokens_per_call=Settings().llm_max_tokens_per_call))
     router = Router(agents, HashingEmbedder())
     outcome = PlannerProgram(ctx, router, viewer="bench", mode=mode).run(case.query)
     return Result(case, agents_ok(case, client.calls),
                   grounded(case, outcome.status, outcome.text, client.calls),
-                  counting.calls, outcome.text, client.calls)
+                  counting.calls, counting.tokens_in, counting.tokens_out, outcome.text,
+                  client.calls)
 
 
 def _row(label: str, results: Sequence[Result]) -> str:
@@ -362,13 +375,16 @@ def _row(label: str, results: Sequence[Result]) -> str:
     return (f"| {label} | {n} | {sum(r.agents_ok for r in results) / n:.0%} | "
             f"{sum(r.grounded for r in results) / n:.0%} | {both / n:.0%} | "
             f"{statistics.mean(r.calls for r in results):.2f} | "
-            f"{max(r.calls for r in results)} |")
+            f"{max(r.calls for r in results)} | "
+            f"{statistics.mean(r.tokens_in for r in results):.0f} | "
+            f"{statistics.mean(r.tokens_out for r in results):.0f} |")
 
 
 def report(title: str, results: Sequence[Result], verbose: bool) -> None:
     print(f"\n### {title}\n")
     print("| category | queries | right agents and inputs | grounded | both | "
-          "LLM calls/query | max calls |\n|---|---:|---:|---:|---:|---:|---:|")
+          "LLM calls/query | max calls | tokens in/query | tokens out/query |\n"
+          "|---|---:|---:|---:|---:|---:|---:|---:|---:|")
     for category in dict.fromkeys(r.case.category for r in results):
         print(_row(category, [r for r in results if r.case.category == category]))
     print(_row("**all**", results))
