@@ -3,7 +3,8 @@ it when ``codeshot:alarmEmail`` is set; add other subscribers as your team pages
 
 They watch: a function erroring or being throttled; a query waiting in the queue for
 minutes (the runner is down or starved); work dead-lettered; a query the runner gave up
-on (answered with an error after its last attempt: ``codeshot.runner.metrics``).
+on (answered with an error after its last attempt: ``codeshot.runner.metrics``). A
+dashboard shows each alarm's metric, and each function's invocations and p99 duration.
 """
 
 from __future__ import annotations
@@ -59,6 +60,15 @@ class PlatformAlarms(Construct):
                         namespace=metrics.NAMESPACE, metric_name=metrics.QUERIES_GIVEN_UP,
                         dimensions_map={metrics.QUEUE_DIMENSION: queue.queue_name},
                         period=PERIOD, statistic="Sum"), 1)
+        self.dashboard = cloudwatch.Dashboard(self, "Dashboard")
+        self.dashboard.add_widgets(*[
+            cloudwatch.GraphWidget(title=f"{name}: invocations and p99 duration (ms)",
+                                   left=[function.metric_invocations(period=PERIOD)],
+                                   right=[function.metric_duration(period=PERIOD,
+                                                                   statistic="p99")])
+            for name, function in functions.items()])
+        self.dashboard.add_widgets(*[cloudwatch.AlarmWidget(title=alarm.node.id, alarm=alarm)
+                                     for alarm in self.alarms])
 
     def _alarm(self, id: str, description: str, metric: cloudwatch.IMetric,
                threshold: float) -> None:

@@ -219,6 +219,10 @@ def test_alarms_notify_a_topic_on_errors_throttles_backlog_and_given_up_queries(
     assert all(a["AlarmActions"] == [{"Ref": topic_id}] for a in alarms)
     assert synth.platform.props(topic_id)["KmsMasterKeyId"]
     assert not synth.platform.of_type("AWS::SNS::Subscription")
+    # One dashboard: every alarm, and each function's invocations and p99 duration.
+    [dashboard] = synth.platform.of_type("AWS::CloudWatch::Dashboard").values()
+    body = json.dumps(dashboard["Properties"]["DashboardBody"])
+    assert body.count("alarm") >= len(alarms) and "p99" in body
 
 
 def test_an_alarm_email_is_subscribed_when_set(tmp_path):
