@@ -17,11 +17,25 @@ from cdk_nag import RegexAppliesTo
 from codeshot.store.tables import Table
 from infra.nag import suppress
 
-# What codeshot's stores call (transactions and batches need the per-item actions).
-DYNAMO_READ = ("dynamodb:GetItem", "dynamodb:BatchGetItem", "dynamodb:Query",
-               "dynamodb:Scan", "dynamodb:ConditionCheckItem")
-DYNAMO_WRITE = ("dynamodb:PutItem", "dynamodb:UpdateItem", "dynamodb:DeleteItem",
-                "dynamodb:BatchWriteItem")
+# What codeshot's stores call on every table (transactions need the per-item actions)...
+DYNAMO_READ = ("dynamodb:GetItem", "dynamodb:Query")
+DYNAMO_WRITE = ("dynamodb:PutItem", "dynamodb:UpdateItem", "dynamodb:DeleteItem")
+# ... and what only some tables' stores call (codeshot/store/<logical>.py; a test reads
+# the stores' calls and checks these lists against them both ways).
+EXTRA_READS: dict[str, tuple[str, ...]] = {
+    "registry": ("dynamodb:Scan",),  # the agent list and the router's index
+    "sessions": ("dynamodb:BatchGetItem",),
+    "usage": ("dynamodb:BatchGetItem",),  # a user's and an agent's token counters at once
+}
+EXTRA_WRITES: dict[str, tuple[str, ...]] = {
+    "sessions": ("dynamodb:BatchWriteItem",),  # a long trace; a deleted session's items
+}
+
+
+def table_actions(spec: Table, *, write: bool) -> tuple[str, ...]:
+    """The DynamoDB actions a role gets on ``spec``'s table."""
+    reads = DYNAMO_READ + EXTRA_READS.get(spec.logical, ())
+    return reads + (DYNAMO_WRITE + EXTRA_WRITES.get(spec.logical, ()) if write else ())
 SQS_SEND = ("sqs:SendMessage",)
 # Converse and InvokeModel are both authorised by bedrock:InvokeModel.
 BEDROCK_INVOKE = ("bedrock:InvokeModel",)
@@ -31,7 +45,7 @@ INFERENCE_PROFILE_PREFIXES = ("us.", "eu.", "apac.", "us-gov.", "ca.", "jp.", "a
 
 def table_access(role: iam.Role, table: dynamodb.ITable, spec: Table, *, write: bool) -> None:
     """Read (and optionally write) one table, and query its indexes if it has any."""
-    actions = DYNAMO_READ + (DYNAMO_WRITE if write else ())
+    actions = table_actions(spec, write=write)
     resources = [table.table_arn]
     if spec.indexes:
         resources.append(f"{table.table_arn}/index/*")

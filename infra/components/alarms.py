@@ -44,6 +44,7 @@ class PlatformAlarms(Construct):
         if email:
             self.topic.add_subscription(subscriptions.EmailSubscription(email))
         self.alarms: list[cloudwatch.Alarm] = []
+        self.thresholds: list[tuple[cloudwatch.Alarm, float]] = []
         for name, function in functions.items():
             self._alarm(f"{name}Errors", f"codeshot {name} Lambda reported errors",
                         function.metric_errors(period=PERIOD, statistic="Sum"), 1)
@@ -67,8 +68,13 @@ class PlatformAlarms(Construct):
                                    right=[function.metric_duration(period=PERIOD,
                                                                    statistic="p99")])
             for name, function in functions.items()])
-        self.dashboard.add_widgets(*[cloudwatch.AlarmWidget(title=alarm.node.id, alarm=alarm)
-                                     for alarm in self.alarms])
+        # Each alarm's metric with its threshold (a graph, not an AlarmWidget: that one
+        # names the alarm by ARN, which the rehearsal's local CloudFormation does not make).
+        self.dashboard.add_widgets(*[
+            cloudwatch.GraphWidget(title=alarm.node.id, left=[alarm.metric],
+                                   left_annotations=[cloudwatch.HorizontalAnnotation(
+                                       value=threshold, label="alarm")])
+            for alarm, threshold in self.thresholds])
 
     def _alarm(self, id: str, description: str, metric: cloudwatch.IMetric,
                threshold: float) -> None:
@@ -78,3 +84,4 @@ class PlatformAlarms(Construct):
             treat_missing_data=cloudwatch.TreatMissingData.NOT_BREACHING)
         alarm.add_alarm_action(actions.SnsAction(self.topic))
         self.alarms.append(alarm)
+        self.thresholds.append((alarm, threshold))
