@@ -10,15 +10,18 @@ from __future__ import annotations
 
 from collections import Counter
 
-from benchmarks.local import local_stack
+from benchmarks.local import Client, local_stack
 from codeshot import aws
 
 READS = {"GetItem", "Query", "Scan", "BatchGetItem", "TransactGetItems", "DescribeTable"}
 WRITES = {"PutItem", "UpdateItem", "DeleteItem", "BatchWriteItem", "TransactWriteItems"}
 
 
-def classify(calls: Counter) -> dict[str, int]:
-    row = Counter()
+Calls = Counter[tuple[str, str]]  # (service, operation) -> count
+
+
+def classify(calls: Calls) -> dict[str, int]:
+    row: Counter[str] = Counter()
     for (service, op), n in calls.items():
         if service == "dynamodb":
             row["DynamoDB reads" if op in READS else "DynamoDB writes" if op in WRITES
@@ -30,11 +33,12 @@ def classify(calls: Counter) -> dict[str, int]:
     return dict(row)
 
 
-def measure(client, frontend, text, repeats=5) -> tuple[dict[str, int], Counter]:
+def measure(client: Client, frontend: str | None, text: str, repeats: int = 5
+            ) -> tuple[dict[str, float], Calls]:
     """Calls per query, averaged over warm repeats (the first one warms caches)."""
     session = client.session(frontend)
     client.ask(session, text)  # warm-up: keys, registry index, clients
-    calls: Counter = Counter()
+    calls: Calls = Counter()
     unsubscribe = aws.on_call(lambda service, op: calls.update([(service, op)]))
     try:
         for _ in range(repeats):

@@ -638,7 +638,7 @@ def run_case(agent: BenchAgent, case: Case, llm: LLM, reprompt: bool) -> Result:
     def call_func(name: str, text: str) -> CommandResult | str:
         result = agent.funcs[name].call(text)
         made.append(("func", name, text))
-        replies.append(result.text)
+        replies.append(result.text if isinstance(result, CommandResult) else result)
         return result
 
     def call_agent(agent_id: str, text: str) -> CommandResult | str:

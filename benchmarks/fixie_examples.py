@@ -39,6 +39,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
+from typing import Any
 
 import httpx
 
@@ -139,7 +140,7 @@ def handle_of(agent_dir: Path) -> str:
 
 # -- serving --------------------------------------------------------------------------------
 @contextmanager
-def process(argv: list[str], **kwargs) -> Iterator[subprocess.Popen]:
+def process(argv: list[str], **kwargs: Any) -> Iterator[subprocess.Popen[str]]:
     proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                             **kwargs)
     try:
@@ -153,12 +154,13 @@ def process(argv: list[str], **kwargs) -> Iterator[subprocess.Popen]:
             proc.wait()
 
 
-def wait_listening(proc: subprocess.Popen, url: str) -> str | None:
+def wait_listening(proc: subprocess.Popen[str], url: str) -> str | None:
     """None once ``url`` answers HTTP; else why the server is not there."""
     deadline = time.monotonic() + START_TIMEOUT
     while time.monotonic() < deadline:
         if proc.poll() is not None:
-            lines = [line for line in proc.stderr.read().splitlines() if line.strip()]
+            err = proc.stderr.read() if proc.stderr else ""
+            lines = [line for line in err.splitlines() if line.strip()]
             return lines[-1] if lines else f"exited {proc.returncode}"
         try:
             httpx.get(url + "/", timeout=1)
@@ -183,7 +185,8 @@ def serve_env(way: str, api_url: str, agent_id: str) -> dict[str, str]:
 
 
 # -- one agent ------------------------------------------------------------------------------
-def expected_calls(shots: list, case: Case, replace: dict[str, str]) -> list[list[str]]:
+def expected_calls(shots: list[Any], case: Case, replace: dict[str, str]
+                   ) -> list[list[str]]:
     """Per query: the Func calls its few-shot makes, as transcript lines."""
     calls = []
     for index in case.shots:
@@ -199,7 +202,7 @@ def apply(text: str, replace: dict[str, str]) -> str:
     return text
 
 
-def queries(shots: list, case: Case, replace: dict[str, str]) -> list[str]:
+def queries(shots: list[Any], case: Case, replace: dict[str, str]) -> list[str]:
     if case.query:
         return [case.query]
     return [apply(shots[i].turns()[0][0].text, replace) for i in case.shots]
@@ -266,7 +269,8 @@ TRACE = """query ($h: String!, $a: String) { sessionByHandle(handle: $h) {
   messages(after: $a) { text type } } }"""
 
 
-def ask(client: Client, session: str, text: str, embeds: dict[str, tuple[str, bytes]]):
+def ask(client: Client, session: str, text: str, embeds: dict[str, tuple[str, bytes]]
+        ) -> tuple[dict[str, Any], list[dict[str, Any]]]:
     uploads = [{"key": k, "contentType": t, "content": base64.b64encode(b).decode()}
                for k, (t, b) in embeds.items()] or None
     out = client.gql(ASK, s=session, t=text, e=uploads)["sendSessionMessage"]

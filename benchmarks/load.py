@@ -13,11 +13,14 @@ from __future__ import annotations
 import argparse
 import statistics
 import time
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
+from datetime import datetime
 
 from benchmarks.local import Client, local_stack
-from codeshot.models import MessageType
+from codeshot.local.stack import LocalStack
+from codeshot.models import Message, MessageType, User
 
 TERMINAL = {MessageType.RESPONSE, MessageType.ERROR, MessageType.AWAITING_INPUT}
 QUERIES = ["Roll 2d6", "Roll a d20", "What time is it?"]
@@ -30,12 +33,13 @@ class Result:
     latencies: list[float] = field(default_factory=list)
 
 
-def run_load(stack, client_for, users: int, sessions: int, messages: int, over: int,
+def run_load(stack: LocalStack, client_for: Callable[[str], Client], users: int,
+             sessions: int, messages: int, over: int,
              workers: int = 32, timeout: float = 300.0) -> tuple[Result, float]:
     """Each user may post ``sessions * messages - over`` queries today and tries
     ``sessions * messages``; returns what was observed and the wall time."""
     limit = sessions * messages - over
-    accounts = []
+    accounts: list[tuple[User, Client]] = []
     for i in range(users):
         user = stack.services.users.create(f"load{i}-{time.monotonic_ns() % 10**8}",
                                            daily_query_limit=limit)
@@ -43,7 +47,7 @@ def run_load(stack, client_for, users: int, sessions: int, messages: int, over: 
     result = Result()
     handles: list[tuple[str, str]] = []  # (user_id, session)
 
-    def one_session(account) -> None:
+    def one_session(account: tuple[User, Client]) -> None:
         user, client = account
         handle = client.session()
         handles.append((user.user_id, handle))
@@ -68,7 +72,8 @@ def run_load(stack, client_for, users: int, sessions: int, messages: int, over: 
                      if uid == user.user_id for m in logs[h])
         if stored != limit:
             result.failures.append(f"{user.username}: {stored} queries stored, limit {limit}")
-    first, last = [], []
+    first: list[datetime] = []
+    last: list[datetime] = []
     for handle, log in logs.items():
         check_session(handle, log, result, first, last)
     # Busy time as the platform saw it: first query stored -> last reply stored.
@@ -76,7 +81,7 @@ def run_load(stack, client_for, users: int, sessions: int, messages: int, over: 
     return result, wall
 
 
-def queued(stack) -> int:
+def queued(stack: LocalStack) -> int:
     """Messages in the session queue: waiting, in flight or delayed."""
     queue = stack.services.queue
     counts = queue.sqs.get_queue_attributes(QueueUrl=queue.url, AttributeNames=[
@@ -85,7 +90,8 @@ def queued(stack) -> int:
     return sum(int(n) for n in counts.values())
 
 
-def check_session(handle: str, log: list, result: Result, first: list, last: list) -> None:
+def check_session(handle: str, log: list[Message], result: Result, first: list[datetime],
+                  last: list[datetime]) -> None:
     queries = [m for m in log if m.type is MessageType.QUERY]
     replies = [m for m in log if m.type in TERMINAL]
     if [r.in_reply_to for r in replies] != [q.message_id for q in queries]:

@@ -18,7 +18,8 @@ from codeshot.local.stack import LocalStack
 def free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
+        port: int = sock.getsockname()[1]
+        return port
 
 
 class Client:
@@ -27,21 +28,25 @@ class Client:
         self.url = graphql_url
 
     def gql(self, query: str, **variables: Any) -> dict[str, Any]:
-        body = self.http.post(self.url, json={"query": query, "variables": variables}).json()
+        body: dict[str, Any] = self.http.post(
+            self.url, json={"query": query, "variables": variables}).json()
         if body.get("errors"):
             raise RuntimeError(body["errors"])
-        return body["data"]
+        data: dict[str, Any] = body["data"]
+        return data
 
     def session(self, frontend: str | None = None) -> str:
-        return self.gql("mutation ($f: String) { createSession(sessionData: "
-                        "{frontendAgentId: $f}) { session { handle } } }",
-                        f=frontend)["createSession"]["session"]["handle"]
+        handle: str = self.gql("mutation ($f: String) { createSession(sessionData: "
+                               "{frontendAgentId: $f}) { session { handle } } }",
+                               f=frontend)["createSession"]["session"]["handle"]
+        return handle
 
     def ask(self, session: str, text: str, wait: bool = True) -> dict[str, Any]:
-        return self.gql("mutation ($s: String!, $t: String!, $w: Boolean!) { sendSessionMessage("
-                        "messageData: {session: $s, text: $t, wait: $w}) { message { id } "
-                        "reply { text type } } }", s=session, t=text, w=wait)[
-            "sendSessionMessage"]
+        sent: dict[str, Any] = self.gql(
+            "mutation ($s: String!, $t: String!, $w: Boolean!) { sendSessionMessage("
+            "messageData: {session: $s, text: $t, wait: $w}) { message { id } "
+            "reply { text type } } }", s=session, t=text, w=wait)["sendSessionMessage"]
+        return sent
 
 
 @contextmanager

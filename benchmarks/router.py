@@ -34,13 +34,14 @@ import time
 import zlib
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any, cast
 
 import numpy as np
 
 from codeshot.models import Agent
 from codeshot.routing import index as index_module
 from codeshot.routing.calibration import Scoring, scoring_for
-from codeshot.routing.embedders import Embedder, HashingEmbedder, MiniLMEmbedder
+from codeshot.routing.embedders import Embedder, HashingEmbedder, MiniLMEmbedder, Vectors
 from codeshot.routing.index import AgentIndex, agent_texts
 
 CORPUS = Path(__file__).with_name("router_corpus.json")
@@ -78,7 +79,7 @@ class HashingV1:
 
     model_id = "hashing-v1-1024"
 
-    def embed(self, texts: list[str]) -> np.ndarray:
+    def embed(self, texts: list[str]) -> Vectors:
         out = np.zeros((len(texts), 1024), dtype=np.float32)
         for row, text in enumerate(texts):
             words = [w for w in "".join(c if c.isalnum() else " " for c in text.lower()).split()
@@ -92,7 +93,7 @@ class HashingV1:
                 h = zlib.crc32(feature.encode())
                 out[row, h % 1024] += weight if h & 0x80000000 else -weight
         norms = np.linalg.norm(out, axis=1, keepdims=True)
-        return out / np.where(norms == 0, 1, norms)
+        return cast(Vectors, out / np.where(norms == 0, 1, norms))
 
 
 def before_search(agents: list[Agent], embedder: Embedder) -> Search:
@@ -198,12 +199,13 @@ class Cached:
         self.embedder, self.model_id = embedder, embedder.model_id
         self._rows: dict[str, np.ndarray] = {}
 
-    def embed(self, texts: list[str]) -> np.ndarray:
+    def embed(self, texts: list[str]) -> Vectors:
         todo = [t for t in dict.fromkeys(texts) if t not in self._rows]
         if todo:
             vectors = np.asarray(self.embedder.embed(todo), dtype=np.float32)
             self._rows.update(zip(todo, vectors, strict=True))
-        return np.stack([self._rows[t] for t in texts])
+        # An array is what the index takes in (it reads any sequence of rows).
+        return cast(Vectors, np.stack([self._rows[t] for t in texts]))
 
 
 class Precomputed:
@@ -213,8 +215,8 @@ class Precomputed:
         self.model_id = model_id
         self._rows = {t: vectors[i] for i, t in enumerate(texts)}
 
-    def embed(self, texts: list[str]) -> np.ndarray:
-        return np.stack([self._rows[t] for t in texts])
+    def embed(self, texts: list[str]) -> Vectors:
+        return cast(Vectors, np.stack([self._rows[t] for t in texts]))
 
 
 def replicate(base: list[Agent], n: int) -> list[Agent]:
@@ -278,7 +280,7 @@ def same_top1(index: AgentIndex, queries: list[str]) -> str:
     finally:
         index_module.EXACT_CELLS = saved
 
-    def base(c: list) -> str:
+    def base(c: list[Any]) -> str:
         return c[0].agent_id.split("/")[1].rsplit("-", 1)[0] if c else ""
 
     same = sum(base(index.search(q, 1)) == base(exact.search(q, 1)) for q in queries)
