@@ -110,6 +110,9 @@ class Settings:
     max_embed_bytes: int = setting(10 * 1024 * 1024, ge=1)
     embed_url_ttl_seconds: int = setting(900, ge=1, le=7 * 24 * 3600)
     reply_wait_seconds: float = setting(25.0, ge=0)
+    # Days a session's items (the session, its messages and steps, embeds, paused program)
+    # are kept after they were last written; DynamoDB's TTL then deletes them. 0: forever.
+    session_ttl_days: int = setting(90, ge=0, le=3650)
     agent_token_ttl_seconds: int = setting(300, ge=1, le=300)
     agent_call_timeout_seconds: float = setting(30.0, gt=0)
     # How long a warm runner reuses an agent's registry record (0: read it every time).

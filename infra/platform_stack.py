@@ -85,6 +85,7 @@ class PlatformStack(Stack):
         ) | extra_env(config.extra_env)
         data_env = settings_env(
             embeds_bucket=self.embeds.bucket.bucket_name,
+            session_ttl_days=config.session_ttl_days,
             llm=config.llm,
             llm_model=config.llm_model,
         )
@@ -108,7 +109,7 @@ class PlatformStack(Stack):
         role = self.api.role
         for spec in tables.TABLES:  # registry, sessions, users, usage, user storage
             self._table(role, spec, write=True)
-        access.object_access(role, self.embeds.bucket, self.embeds.prefix, put=True)
+        access.object_access(role, self.embeds.bucket, self.embeds.prefix, put=True, delete=True)
         # Presigned upload URLs are signed by this role; it reads an upload to bind it.
         access.object_access(role, self.embeds.bucket, self.embeds.uploads_prefix, put=True)
         access.send_messages(role, self.sessions_queue.queue)
@@ -135,7 +136,7 @@ class PlatformStack(Stack):
         self._table(role, tables.REGISTRY, write=False)
         self._table(role, tables.USERS, write=False)
         self._table(role, tables.USAGE, write=True)  # LLM token counters, checked per call
-        access.object_access(role, self.embeds.bucket, self.embeds.prefix, put=True)
+        access.object_access(role, self.embeds.bucket, self.embeds.prefix, put=True, delete=True)
         self.signing_keys.grant_read(role)
         access.invoke_models(role, llm_models + embedding_models)
 

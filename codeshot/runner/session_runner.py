@@ -43,14 +43,12 @@ from codeshot.runner.programs import (
     program_for,
 )
 from codeshot.services import Services
-from codeshot.store.dynamo import to_item
 from codeshot.store.queue import Work
 from codeshot.store.sessions import (
     ANSWER_PREFIX,
     MSG_PREFIX,
     SESSION_ITEM,
     STATE_ITEM,
-    message_item,
 )
 
 if TYPE_CHECKING:
@@ -276,23 +274,25 @@ class SessionRunner:
         table = self.s.sessions.table_name
         key = {"session_id": {"S": session.session_id}}
         status = SessionStatus.AWAITING_INPUT if program_state else SessionStatus.IDLE
+        update, values = self.s.sessions.touch(
+            "SET #s = :s, modified = :m",
+            {":s": {"S": status.value}, ":m": {"S": reply.timestamp.isoformat()}})
         items: list[TransactWriteItemTypeDef] = [
             {"Put": {"TableName": table,
-                     "Item": to_item({"session_id": session.session_id,
-                                      "item": ANSWER_PREFIX + query.message_id,
-                                      "reply_id": reply.message_id}),
+                     "Item": self.s.sessions.item({"session_id": session.session_id,
+                                                   "item": ANSWER_PREFIX + query.message_id,
+                                                   "reply_id": reply.message_id}),
                      "ConditionExpression": "attribute_not_exists(#i)",
                      "ExpressionAttributeNames": {"#i": "item"}}},
-            {"Put": {"TableName": table, "Item": message_item(reply)}},
+            {"Put": {"TableName": table, "Item": self.s.sessions.message_item(reply)}},
             {"Update": {"TableName": table, "Key": {**key, "item": {"S": SESSION_ITEM}},
-                        "UpdateExpression": "SET #s = :s, modified = :m",
+                        "UpdateExpression": update,
                         "ConditionExpression": "attribute_exists(session_id)",
                         "ExpressionAttributeNames": {"#s": "status"},
-                        "ExpressionAttributeValues": {":s": {"S": status.value},
-                                                      ":m": {"S": reply.timestamp.isoformat()}}}},
+                        "ExpressionAttributeValues": values}},
         ]
         if program_state:
-            items.append({"Put": {"TableName": table, "Item": to_item({
+            items.append({"Put": {"TableName": table, "Item": self.s.sessions.item({
                 "session_id": session.session_id, "item": STATE_ITEM,
                 "state": json.dumps(program_state, separators=(",", ":"))})}})
         else:
@@ -300,7 +300,7 @@ class SessionRunner:
             items.append({"Delete": {"TableName": table, "Key": state_key}})
         if lease is not None:  # the running slot is given back with the reply
             items.append(lease.release_item())
-        steps = [message_item(m) for m in trace]
+        steps = [self.s.sessions.message_item(m) for m in trace]
         if len(items) + len(steps) <= TRANSACTION_ITEMS and \
                 len(json.dumps(steps)) <= TRANSACTION_BYTES:
             items[1:1] = [{"Put": {"TableName": table, "Item": step}} for step in steps]

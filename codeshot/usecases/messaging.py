@@ -22,10 +22,8 @@ from codeshot import ids
 from codeshot.errors import AgentUnavailable, CodeshotError, Conflict, InvalidInput, NotFound
 from codeshot.models import Embed, EmbedRef, Message, MessageType, Principal, check_embed_key
 from codeshot.services import Services
-from codeshot.store.dynamo import to_item
 from codeshot.store.embeds import check_content_type
 from codeshot.store.queue import Work
-from codeshot.store.sessions import EMBED_PREFIX, message_item
 from codeshot.text import check_text
 from codeshot.usecases.threads import blocking
 from codeshot.usecases.users import user_id_of
@@ -143,23 +141,20 @@ class Messaging:
         table = self.s.sessions.table_name
         items += [
             {"Update": self.s.sessions.owner_update(session_id, user_id, len(new_embeds))},
-            {"Put": {"TableName": table, "Item": message_item(message),
+            {"Put": {"TableName": table, "Item": self.s.sessions.message_item(message),
                      "ConditionExpression": "attribute_not_exists(#i)",
                      "ExpressionAttributeNames": {"#i": "item"}}},
         ]
         for embed in new_embeds:
-            values = embed.to_dict()
-            values["item"] = EMBED_PREFIX + embed.key
-            values["embed_owner"] = values.pop("owner")
-            items.append({"Put": {"TableName": table, "Item": to_item(values),
+            items.append({"Put": {"TableName": table, "Item": self.s.sessions.embed_item(embed),
                                   "ConditionExpression": "attribute_not_exists(#i)",
                                   "ExpressionAttributeNames": {"#i": "item"}}})
         if idempotency_key:
             items.append({"Put": {
                 "TableName": table,
-                "Item": to_item({"session_id": session_id,
-                                 "item": IDEMPOTENCY_PREFIX + idempotency_key,
-                                 "message_id": message.message_id}),
+                "Item": self.s.sessions.item({"session_id": session_id,
+                                              "item": IDEMPOTENCY_PREFIX + idempotency_key,
+                                              "message_id": message.message_id}),
                 "ConditionExpression": "attribute_not_exists(#i)",
                 "ExpressionAttributeNames": {"#i": "item"}}})
         try:

@@ -56,13 +56,18 @@ def table_access(role: iam.Role, table: dynamodb.ITable, spec: Table, *, write: 
     role.add_to_principal_policy(iam.PolicyStatement(actions=list(actions), resources=resources))
 
 
-def object_access(role: iam.Role, bucket: s3.IBucket, prefix: str, *, put: bool) -> None:
-    """GetObject (GET and HEAD) and optionally PutObject under ``prefix`` only.
+def object_access(role: iam.Role, bucket: s3.IBucket, prefix: str, *, put: bool,
+                  delete: bool = False) -> None:
+    """GetObject (GET and HEAD), optionally PutObject and DeleteObject, under ``prefix``.
+
+    DeleteObject is for replacing other bytes found under a content name: the bucket
+    refuses unconditional puts, so it is delete, then put with If-None-Match (embeds.py).
 
     ListBucket on that prefix lets a missing key answer 404 instead of 403, which the
     embed store maps to NOT_FOUND.
     """
-    actions = ["s3:GetObject"] + (["s3:PutObject"] if put else [])
+    actions = ["s3:GetObject"] + (["s3:PutObject"] if put else []) + \
+        (["s3:DeleteObject"] if delete else [])
     suppress(role, "AwsSolutions-IAM5",
              f"Embeds are content-addressed ({prefix}<sha256>): keys are unknown until "
              f"written, so access is scoped to the '{prefix}' prefix, not to single objects.",

@@ -99,6 +99,40 @@ def test_every_bucket_policy_denies_requests_without_tls(synth):
     assert covered == set(synth.platform.of_type("AWS::S3::Bucket"))  # access logs too
 
 
+def test_the_embeds_bucket_refuses_overwrites(synth):
+    """Any PutObject or CompleteMultipartUpload without If-None-Match is denied, whoever
+    sends it; the platform replaces bad bytes by delete + conditional put (embeds.py)."""
+    bucket = embeds_bucket_id(synth)
+    (policy,) = [p["Properties"]["PolicyDocument"]["Statement"]
+                 for p in synth.platform.of_type("AWS::S3::BucketPolicy").values()
+                 if p["Properties"]["Bucket"] == {"Ref": bucket}]
+    (deny,) = [st for st in policy if st.get("Sid") == "DenyOverwrites"]
+    assert deny["Effect"] == "Deny" and deny["Principal"] == {"AWS": "*"}
+    assert deny["Action"] == "s3:PutObject"
+    assert deny["Resource"] == {"Fn::Join": ["", [{"Fn::GetAtt": [bucket, "Arn"]}, "/*"]]}
+    assert deny["Condition"] == {"Null": {"s3:if-none-match": "true"},
+                                 "Bool": {"s3:ObjectCreationOperation": "true"}}
+    # Deleting (to replace) is granted to the two writers of embeds/, and only there.
+    for handler, may in ((API, True), (RUNNER, True), (REGISTER, False)):
+        texts = [r for g in synth.platform.grants(handler) if "s3:DeleteObject" in g.actions
+                 for r in g.resource_texts()]
+        assert texts == ([f"<{bucket}.Arn>/{tables.EMBEDS_BUCKET.prefix}*"] if may else []), \
+            handler
+
+
+def test_sessions_expire_after_the_ttl_setting(synth, tmp_path):
+    props = synth.platform.props(table_id(synth, tables.SESSIONS))
+    assert props["TimeToLiveSpecification"] == {"AttributeName": "expires_at", "Enabled": True}
+    for handler in (API, RUNNER):  # the two that write sessions
+        assert synth.platform.env(handler)["CODESHOT_SESSION_TTL_DAYS"] == "90"
+    from tests.infra.conftest import synthesize
+
+    platform = synthesize(tmp_path / "week", **{"codeshot:sessionTtlDays": 7}).platform
+    assert {platform.env(h)["CODESHOT_SESSION_TTL_DAYS"] for h in (API, RUNNER)} == {"7"}
+    with pytest.raises(ValueError, match=r"sessionTtlDays must be 0\.\.3650"):
+        synthesize(tmp_path / "bad", **{"codeshot:sessionTtlDays": -1})
+
+
 def test_queue_is_fifo_with_a_fifo_dead_letter_queue(synth):
     queue_url = synth.platform.env(API)[env_name("queue_url")]
     queue_id = queue_url["Ref"]
@@ -332,7 +366,8 @@ def test_api_role(synth):
     for spec in tables.TABLES:  # registry, sessions, users, usage, user storage: read/write
         assert t.actions_on(API, table_id(synth, spec)) == set(table_actions(spec, write=True))
     bucket = embeds_bucket_id(synth)
-    assert t.actions_on(API, bucket) == {"s3:GetObject", "s3:PutObject", "s3:ListBucket"}
+    assert t.actions_on(API, bucket) == {"s3:GetObject", "s3:PutObject", "s3:DeleteObject",
+                                         "s3:ListBucket"}
     queue = t.env(API)["CODESHOT_QUEUE_URL"]["Ref"]
     assert t.actions_on(API, queue) == {"sqs:SendMessage"}  # it cannot consume
     assert not SQS_CONSUME & t.all_actions(API)
@@ -360,7 +395,7 @@ def test_runner_role(synth):
     assert t.actions_on(RUNNER, table_id(synth, tables.USAGE)) == set(
         table_actions(tables.USAGE, write=True))
     assert t.actions_on(RUNNER, embeds_bucket_id(synth)) == {
-        "s3:GetObject", "s3:PutObject", "s3:ListBucket"}
+        "s3:GetObject", "s3:PutObject", "s3:DeleteObject", "s3:ListBucket"}
     queue = t.env(API)["CODESHOT_QUEUE_URL"]["Ref"]
     assert t.actions_on(RUNNER, queue) >= SQS_CONSUME
     assert "sqs:SendMessage" not in t.all_actions(RUNNER)
