@@ -11,8 +11,27 @@ stated below (Bedrock, short prompts), which the function making it is billed fo
 
     python -m benchmarks.cost
 
-Prints the AWS calls per query, then the cost per million queries of each design
-("before": the API waits for the reply, polling DynamoDB; "after": see DESIGNS).
+Prints the AWS calls per query, then the cost per million queries of each way a reply
+can reach its client (DESIGNS). Measured 2026-11-25 (USD per million, plain / Func / two
+agents):
+
+- before, the API waits for every reply (polling DynamoDB): 28.9 / 103.9 / 221.6. The API
+  function is billed for the whole run: 5.9 / 40.0 / 93.0 of it.
+- a function URL streaming the reply: 27.9 / 102.9 / 220.6. It saves API Gateway's
+  request, not the wait: the function still runs until the reply is stored (and
+  Python's managed runtime cannot stream a response anyway).
+- an API Gateway WebSocket, the runner pushing the reply: 24.9 / 66.0 / 129.5.
+- after, the post returns at once and the client polls each second: 24.9 / 69.0 / 138.7.
+
+Decision: "client polls". WebSockets would save another 3-9 per million, but need a second
+API, a connection store, the runner's ManageConnections right, and a WebSocket client;
+polling needs nothing new (`wait: false`, then `messages(after: <query id>)`), works from
+any HTTP client, and costs one cheap request a second while a reply is due. `codeshot chat`
+and the web console poll this way. The Fixie 1.0 paths cannot: `Session.query` is one
+request that must carry the reply, and older clients read the newest message right after
+`sendSessionMessage`; they keep the bounded wait (the "before" column), paid only by
+those clients. The plain query is under the $40 goal either way; the largest share left
+is DynamoDB's write units (transactions bill twice) and the runner waiting on the LLM.
 """
 
 from __future__ import annotations

@@ -1,9 +1,11 @@
 """Queries answered end to end: API -> SQS -> runner -> planner/router -> agent -> Func."""
 
+import io
 import re
 
 import pytest
 
+from codeshot.chat import ChatClient, run_chat
 from tests.conftest import code
 from tests.runner.conftest import closed_port_url, messages, register, send, session, status
 
@@ -124,3 +126,13 @@ def test_route_query_in_graphql(platform, agents):
     assert closest["agentId"] == "ria/dice" and not closest["fits"]
     assert code(platform.gql(key, '{ route(text: "", k: 2) { agentId } }')) == "INVALID_INPUT"
     assert code(platform.gql(None, '{ route(text: "x") { agentId } }')) == "UNAUTHENTICATED"
+
+
+@pytest.mark.settings(reply_wait_seconds=0.0)  # the API never holds a request for a reply
+def test_codeshot_chat_gets_replies_without_the_api_waiting(live, agents):
+    _, key = live.user("chad")
+    register(live, key, "dice", agents.url + "/dice")
+    out = io.StringIO()
+    run_chat(ChatClient(live.url + "/graphql", key), None, show_trace=False,
+             stdin=io.StringIO("Roll 2d6\n"), stdout=out)
+    assert f"You rolled {agents.rolls[-1]}." in out.getvalue()
