@@ -52,6 +52,10 @@ REGISTER_MEMORY_MB = 512
 # Sessions run side by side, each session's records in order, and none starts in the last
 # RECORD_RESERVE_MS, so a batch finishes or reports what it left (codeshot/runner/batch.py).
 RUNNER_BATCH_SIZE = 10
+# Registration reads, writes and deletes single items (an agent, its owner): no Query or
+# Scan. Each role's actions are what its code calls (tests/infra/test_function_actions.py).
+REGISTER_TABLE_ACTIONS = ("dynamodb:GetItem", "dynamodb:PutItem", "dynamodb:UpdateItem",
+                          "dynamodb:DeleteItem")
 
 assert tables.SESSION_QUEUE.visibility_timeout_seconds >= 6 * RUNNER_TIMEOUT.to_seconds()
 assert RUNNER_TIMEOUT.to_milliseconds() > 2 * RECORD_RESERVE_MS
@@ -136,7 +140,9 @@ class PlatformStack(Stack):
         self._table(role, tables.REGISTRY, write=False)
         self._table(role, tables.USERS, write=False)
         self._table(role, tables.USAGE, write=True)  # LLM token counters, checked per call
-        access.object_access(role, self.embeds.bucket, self.embeds.prefix, put=True, delete=True)
+        # It reads only embeds its sessions hold: no 404 to tell from a 403.
+        access.object_access(role, self.embeds.bucket, self.embeds.prefix, put=True,
+                             delete=True, missing_as_404=False)
         self.signing_keys.grant_read(role)
         access.invoke_models(role, llm_models + embedding_models)
 
@@ -148,8 +154,8 @@ class PlatformStack(Stack):
             environment=common,
         )
         role = self.register_agent.role
-        self._table(role, tables.REGISTRY, write=True)
-        self._table(role, tables.USERS, write=True)
+        self._table(role, tables.REGISTRY, write=True, only=REGISTER_TABLE_ACTIONS)
+        self._table(role, tables.USERS, write=True, only=REGISTER_TABLE_ACTIONS)
         self.signing_keys.grant_read(role)
         access.invoke_models(role, embedding_models)
 
@@ -176,8 +182,9 @@ class PlatformStack(Stack):
                                bundle_boto3=self.config.bundle_boto3)
         return lambda_code(spec, REPO_ROOT / "handlers")
 
-    def _table(self, role: iam.Role, spec: tables.Table, *, write: bool) -> None:
-        access.table_access(role, self.tables.by_spec(spec), spec, write=write)
+    def _table(self, role: iam.Role, spec: tables.Table, *, write: bool,
+               only: tuple[str, ...] | None = None) -> None:
+        access.table_access(role, self.tables.by_spec(spec), spec, write=write, only=only)
 
     @property
     def api_url(self) -> str:

@@ -395,7 +395,7 @@ def test_runner_role(synth):
     assert t.actions_on(RUNNER, table_id(synth, tables.USAGE)) == set(
         table_actions(tables.USAGE, write=True))
     assert t.actions_on(RUNNER, embeds_bucket_id(synth)) == {
-        "s3:GetObject", "s3:PutObject", "s3:DeleteObject", "s3:ListBucket"}
+        "s3:GetObject", "s3:PutObject", "s3:DeleteObject"}
     queue = t.env(API)["CODESHOT_QUEUE_URL"]["Ref"]
     assert t.actions_on(RUNNER, queue) >= SQS_CONSUME
     assert "sqs:SendMessage" not in t.all_actions(RUNNER)
@@ -407,9 +407,9 @@ def test_runner_role(synth):
 def test_register_agent_role(synth):
     t = synth.platform
     assert_reads_only_the_signing_secret(synth, REGISTER)
-    for spec in (tables.REGISTRY, tables.USERS):
-        assert t.actions_on(REGISTER, table_id(synth, spec)) == set(
-            table_actions(spec, write=True))
+    for spec in (tables.REGISTRY, tables.USERS):  # single items: no Query, no Scan
+        assert t.actions_on(REGISTER, table_id(synth, spec)) == {
+            "dynamodb:GetItem", "dynamodb:PutItem", "dynamodb:UpdateItem", "dynamodb:DeleteItem"}
     for spec in (tables.SESSIONS, tables.USAGE, tables.USER_STORAGE):
         assert not t.actions_on(REGISTER, table_id(synth, spec))
     assert not {a for a in t.all_actions(REGISTER) if a.startswith(("s3:", "sqs:"))}
