@@ -1,10 +1,12 @@
-"""Lambda entry point of the session runner: SQS FIFO batches -> answered sessions."""
+"""Lambda entry point of the session runner: SQS FIFO batches -> answered sessions, with
+Powertools' Logger and Tracer (built on the first batch)."""
 
 from __future__ import annotations
 
 from functools import lru_cache
 from typing import TYPE_CHECKING, Any
 
+from codeshot.observability import lambda_handler
 from codeshot.runner.batch import process_batch
 
 if TYPE_CHECKING:
@@ -21,5 +23,6 @@ def _runner() -> SessionRunner:
     return SessionRunner(Services(get_settings()))
 
 
+@lambda_handler("codeshot-runner")
 def handler(event: dict[str, Any], context: Any) -> dict[str, list[dict[str, str]]]:
     return process_batch(event, _runner().handle, context.get_remaining_time_in_millis)

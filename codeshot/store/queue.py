@@ -15,14 +15,19 @@ from codeshot.settings import Settings
 class Work:
     session_id: str
     message_id: str
+    correlation_id: str | None = None  # the posting request's (codeshot/observability.py)
 
     def body(self) -> str:
-        return json.dumps({"session_id": self.session_id, "message_id": self.message_id})
+        return json.dumps({"session_id": self.session_id, "message_id": self.message_id}
+                          | ({"correlation_id": self.correlation_id}
+                             if self.correlation_id else {}))
 
     @classmethod
     def parse(cls, body: str) -> Work:
         data = json.loads(body)
-        return cls(session_id=str(data["session_id"]), message_id=str(data["message_id"]))
+        correlation = data.get("correlation_id")
+        return cls(session_id=str(data["session_id"]), message_id=str(data["message_id"]),
+                   correlation_id=str(correlation) if correlation else None)
 
 
 class SessionQueue:

@@ -21,6 +21,7 @@ from botocore.exceptions import ClientError
 from codeshot import ids
 from codeshot.errors import AgentUnavailable, CodeshotError, Conflict, InvalidInput, NotFound
 from codeshot.models import Embed, EmbedRef, Message, MessageType, Principal, check_embed_key
+from codeshot.observability import correlation_id
 from codeshot.services import Services
 from codeshot.store.embeds import check_content_type
 from codeshot.store.queue import Work
@@ -223,7 +224,7 @@ class Messaging:
 
     def _enqueue(self, session_id: str, message: Message) -> None:
         try:
-            self.s.queue.enqueue(Work(session_id, message.message_id))
+            self.s.queue.enqueue(Work(session_id, message.message_id, correlation_id()))
         except Exception as exc:
             # Never leave a query that no runner will answer: close it with an error.
             self.s.sessions.add_message(Message(
