@@ -78,6 +78,10 @@ def test_embeds_bucket_is_private_encrypted_versioned(synth):
 
 
 def test_unbound_uploads_expire_and_only_the_api_may_sign_them(synth):
+    synth.platform.assertions.has_resource_properties("AWS::S3::Bucket", {
+        "LifecycleConfiguration": {"Rules": Match.array_with([Match.object_like({
+            "Prefix": tables.EMBEDS_BUCKET.uploads_prefix, "Status": "Enabled",
+            "ExpirationInDays": tables.EMBEDS_BUCKET.uploads_expire_days})])}})
     rules = synth.platform.props(embeds_bucket_id(synth))["LifecycleConfiguration"]["Rules"]
     uploads = [r for r in rules if r.get("Prefix") == tables.EMBEDS_BUCKET.uploads_prefix]
     assert [r["ExpirationInDays"] for r in uploads] == [tables.EMBEDS_BUCKET.uploads_expire_days]
@@ -103,15 +107,14 @@ def test_the_embeds_bucket_refuses_overwrites(synth):
     """Any PutObject or CompleteMultipartUpload without If-None-Match is denied, whoever
     sends it; the platform replaces bad bytes by delete + conditional put (embeds.py)."""
     bucket = embeds_bucket_id(synth)
-    (policy,) = [p["Properties"]["PolicyDocument"]["Statement"]
-                 for p in synth.platform.of_type("AWS::S3::BucketPolicy").values()
-                 if p["Properties"]["Bucket"] == {"Ref": bucket}]
-    (deny,) = [st for st in policy if st.get("Sid") == "DenyOverwrites"]
-    assert deny["Effect"] == "Deny" and deny["Principal"] == {"AWS": "*"}
-    assert deny["Action"] == "s3:PutObject"
-    assert deny["Resource"] == {"Fn::Join": ["", [{"Fn::GetAtt": [bucket, "Arn"]}, "/*"]]}
-    assert deny["Condition"] == {"Null": {"s3:if-none-match": "true"},
-                                 "Bool": {"s3:ObjectCreationOperation": "true"}}
+    synth.platform.assertions.has_resource_properties("AWS::S3::BucketPolicy", {
+        "Bucket": {"Ref": bucket},
+        "PolicyDocument": {"Statement": Match.array_with([{
+            "Sid": "DenyOverwrites", "Effect": "Deny", "Principal": {"AWS": "*"},
+            "Action": "s3:PutObject",
+            "Resource": {"Fn::Join": ["", [{"Fn::GetAtt": [bucket, "Arn"]}, "/*"]]},
+            "Condition": {"Null": {"s3:if-none-match": "true"},
+                          "Bool": {"s3:ObjectCreationOperation": "true"}}}])}})
     # Deleting (to replace) is granted to the two writers of embeds/, and only there.
     for handler, may in ((API, True), (RUNNER, True), (REGISTER, False)):
         texts = [r for g in synth.platform.grants(handler) if "s3:DeleteObject" in g.actions
@@ -121,10 +124,13 @@ def test_the_embeds_bucket_refuses_overwrites(synth):
 
 
 def test_sessions_expire_after_the_ttl_setting(synth, tmp_path):
-    props = synth.platform.props(table_id(synth, tables.SESSIONS))
-    assert props["TimeToLiveSpecification"] == {"AttributeName": "expires_at", "Enabled": True}
+    synth.platform.assertions.has_resource_properties("AWS::DynamoDB::Table", {
+        "KeySchema": Match.array_with([{"AttributeName": "session_id", "KeyType": "HASH"}]),
+        "TimeToLiveSpecification": {"AttributeName": "expires_at", "Enabled": True}})
     for handler in (API, RUNNER):  # the two that write sessions
-        assert synth.platform.env(handler)["CODESHOT_SESSION_TTL_DAYS"] == "90"
+        synth.platform.assertions.has_resource_properties("AWS::Lambda::Function", {
+            "Handler": handler, "Environment": {"Variables": Match.object_like(
+                {"CODESHOT_SESSION_TTL_DAYS": "90"})}})
     from tests.infra.conftest import synthesize
 
     platform = synthesize(tmp_path / "week", **{"codeshot:sessionTtlDays": 7}).platform
