@@ -12,16 +12,20 @@ stated below (Bedrock, short prompts), which the function making it is billed fo
     python -m benchmarks.cost
 
 Prints the AWS calls per query, then the cost per million queries of each way a reply
-can reach its client (DESIGNS). Measured 2026-11-25 (USD per million, plain / Func / two
-agents):
+can reach its client (DESIGNS). Measured 2026-11-25 on a shared 2-core machine (USD per
+million, plain / Func / two agents; the local times vary by some tens of ms a run):
 
-- before, the API waits for every reply (polling DynamoDB): 28.9 / 103.9 / 221.6. The API
-  function is billed for the whole run: 5.9 / 40.0 / 93.0 of it.
-- a function URL streaming the reply: 27.9 / 102.9 / 220.6. It saves API Gateway's
+- before, the API waits for every reply (polling DynamoDB): 28.9 / 104.4 / 221.0. The API
+  function is billed for the whole run: 6.2 / 40.8 / 93.0 of it.
+- a function URL streaming the reply: 27.9 / 103.4 / 220.0. It saves API Gateway's
   request, not the wait: the function still runs until the reply is stored (and
   Python's managed runtime cannot stream a response anyway).
-- an API Gateway WebSocket, the runner pushing the reply: 24.9 / 66.0 / 129.5.
-- after, the post returns at once and the client polls each second: 24.9 / 69.0 / 138.7.
+- an API Gateway WebSocket, the runner pushing the reply: 24.9 / 66.5 / 129.0.
+- after, the post returns at once and the client polls each second: 24.9 / 69.5 / 138.1.
+
+DynamoDB is then the largest share of a plain query (13.4: 21 write units, transactions
+bill each item twice; a reply no longer deletes a paused program that was never there,
+which saved 2).
 
 Decision: "client polls". WebSockets would save another 3-9 per million, but need a second
 API, a connection store, the runner's ManageConnections right, and a WebSocket client;
@@ -30,8 +34,8 @@ any HTTP client, and costs one cheap request a second while a reply is due. `cod
 and the web console poll this way. The Fixie 1.0 paths cannot: `Session.query` is one
 request that must carry the reply, and older clients read the newest message right after
 `sendSessionMessage`; they keep the bounded wait (the "before" column), paid only by
-those clients. The plain query is under the $40 goal either way; the largest share left
-is DynamoDB's write units (transactions bill twice) and the runner waiting on the LLM.
+those clients. The plain query is under the $40 goal either way; past DynamoDB, what is
+left is the runner waiting on the LLM (its memory size: 1024 MB buys cold-start CPU).
 """
 
 from __future__ import annotations
@@ -49,7 +53,11 @@ from typing import Any
 import botocore.client
 
 from benchmarks.local import Client, local_stack
-from codeshot.usecases.messaging import Messaging
+from codeshot.usecases.messaging import (
+    FIRST_POLL_SECONDS,
+    MAX_POLL_INTERVAL_SECONDS,
+    Messaging,
+)
 
 # -- list prices, us-east-1, on demand, November 2026 (USD) -------------------------------
 PRICE = {
@@ -245,9 +253,9 @@ def measure(stack: Any, client: Client, frontend: str | None, text: str, name: s
 
 
 # -- the designs priced --------------------------------------------------------------------
-# How the API waited for the reply before (codeshot/usecases/messaging.py, until #21): a
-# DynamoDB Query at 0.4 s, then at intervals growing x1.5 up to 1 s.
-FIRST_POLL_SECONDS, POLL_GROWTH, MAX_POLL_INTERVAL = 0.4, 1.5, 1.0
+# How the API waits for a reply (codeshot/usecases/messaging.py): a DynamoDB Query at
+# FIRST_POLL_SECONDS, then at intervals growing x1.5 up to MAX_POLL_INTERVAL_SECONDS.
+POLL_GROWTH = 1.5
 CLIENT_POLL_SECONDS = 1.0  # design "client polls": one short request a second
 POLL_REQUEST_SECONDS = 0.015  # the API answering one such poll, warm
 AGENT_INVOCATION_SECONDS = 0.02  # an agent Lambda answering a call, warm
@@ -260,7 +268,7 @@ def poll_times(ready: float) -> list[float]:
         times.append(at)
         if at >= ready:
             return times
-        interval = min(interval * POLL_GROWTH, MAX_POLL_INTERVAL)
+        interval = min(interval * POLL_GROWTH, MAX_POLL_INTERVAL_SECONDS)
         at += interval
 
 

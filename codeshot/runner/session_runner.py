@@ -137,7 +137,8 @@ class SessionRunner:
                                                        trace, book)
                 except CodeshotError as exc:
                     outcome, program_state = failure_outcome(exc), None
-                self._finish(session, query, outcome, program_state, trace, book, lease)
+                self._finish(session, query, outcome, program_state, trace, book, lease,
+                             had_state=recent.state is not None)
                 return
         except CodeshotError as exc:  # not run: all slots taken, or interrupted before
             outcome, program_state = failure_outcome(exc), None
@@ -149,7 +150,8 @@ class SessionRunner:
             outcome = Outcome(Status.ERROR, "The platform failed to answer; please try again.",
                               error_code=AgentFailed.code)
             program_state = None
-        self._finish(session, query, outcome, program_state, trace, book)
+        self._finish(session, query, outcome, program_state, trace, book,
+                     had_state=recent.state is not None)
 
     def _query(self, work: Work, recent: list[Message]) -> tuple[Message, list[Message]] | None:
         """The queued query and the history before it, or None if there is nothing to do.
@@ -264,7 +266,7 @@ class SessionRunner:
     # -- finishing, exactly once -------------------------------------------------------
     def _finish(self, session: Session, query: Message, outcome: Outcome,
                 program_state: dict[str, Any] | None, trace: list[Message], book: EmbedBook,
-                lease: Lease | None = None) -> None:
+                lease: Lease | None = None, *, had_state: bool) -> None:
         reply = Message(
             session_id=session.session_id, message_id=ids.ulid(), text=outcome.text,
             type=_TERMINAL[outcome.status], in_reply_to=query.message_id,
@@ -295,7 +297,7 @@ class SessionRunner:
             items.append({"Put": {"TableName": table, "Item": self.s.sessions.item({
                 "session_id": session.session_id, "item": STATE_ITEM,
                 "state": json.dumps(program_state, separators=(",", ":"))})}})
-        else:
+        elif had_state:  # a paused program ends (a Delete bills 2 WRU even of nothing)
             state_key = {**key, "item": {"S": STATE_ITEM}}
             items.append({"Delete": {"TableName": table, "Key": state_key}})
         if lease is not None:  # the running slot is given back with the reply

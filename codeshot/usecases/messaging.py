@@ -255,7 +255,8 @@ class Messaging:
 
 
 # Reply polls: none before a runner could have answered, then a growing interval (each
-# poll is a DynamoDB read). Issue 21 replaces polling altogether.
+# poll is a DynamoDB read). Only the Fixie 1.0 paths wait; clients that can poll post with
+# wait: false (benchmarks/cost.py prices both).
 FIRST_POLL_SECONDS = 0.4
 MAX_POLL_INTERVAL_SECONDS = 1.0
 
