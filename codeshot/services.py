@@ -18,6 +18,7 @@ if TYPE_CHECKING:  # the parts are imported when first used, not when Services i
     from codeshot.auth.service import Auth
     from codeshot.routing.embedders import Embedder
     from codeshot.routing.router import Router
+    from codeshot.store.agent_secrets import AgentSecrets
     from codeshot.store.embeds import EmbedStore
     from codeshot.store.queue import SessionQueue
     from codeshot.store.registry import AgentCache, AgentRegistry
@@ -73,6 +74,12 @@ class Services:
         from codeshot.store.queue import SessionQueue
 
         return SessionQueue(self.settings)
+
+    @cached_property
+    def agent_secrets(self) -> AgentSecrets:
+        from codeshot.store.agent_secrets import AgentSecrets
+
+        return AgentSecrets(self.settings)
 
     @cached_property
     def keyring(self) -> KeyRing:

@@ -57,6 +57,8 @@ class Settings:
     queue_name: str = "codeshot-sessions.fifo"  # local stack and tests create it
     queue_url: str | None = None  # set by CDK in AWS, by the local stack locally
     signing_secret_id: str = "codeshot/signing-keys"  # noqa: S105 - the secret's name
+    # Where secrets that agents' owners give (an MCP server's Authorization) are kept.
+    agent_secrets_prefix: str = "codeshot/agent-auth/"
 
     # Where agents and clients reach the platform; also the JWT issuer.
     api_url: str = setting("http://127.0.0.1:8080", env=("CODESHOT_API_URL", "FIXIE_API_URL"))

@@ -121,8 +121,9 @@ def api_lock() -> Lock:
 
 def runner_lock() -> Lock:
     # numpy makes routing over thousands of agents one matrix product (codeshot/routing).
+    # mcp: MCP servers registered as agents (imported only when one is called).
     return _platform_lock("runner", "httpx", "pyjwt", "pynacl", "pyyaml", "numpy", "boto3",
-                          "pystemmer", "pypdf", "beautifulsoup4", "tzdata")
+                          "pystemmer", "pypdf", "beautifulsoup4", "tzdata", "mcp")
 
 
 def register_lock() -> Lock:

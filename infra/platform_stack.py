@@ -13,6 +13,7 @@ from aws_cdk import aws_lambda_event_sources as events
 from constructs import Construct
 
 from codeshot.runner.batch import RECORD_RESERVE_MS
+from codeshot.settings import field_named
 from codeshot.store import tables
 from infra.bundling import (
     API_FUNCTION,
@@ -47,6 +48,8 @@ REGISTER_TIMEOUT = Duration.minutes(2)
 API_MEMORY_MB = 1024
 RUNNER_MEMORY_MB = 1024
 REGISTER_MEMORY_MB = 512
+# Functions keep the setting's default name prefix for agents' secrets (IAM is scoped to it).
+AGENT_SECRETS_PREFIX = str(field_named("agent_secrets_prefix").default)
 # Messages per runner invocation; failures are reported per message, so a bad one does
 # not redeliver the rest. FIFO keeps one session's messages in order within a batch.
 # Sessions run side by side, each session's records in order, and none starts in the last
@@ -113,6 +116,7 @@ class PlatformStack(Stack):
         access.object_access(role, self.embeds.bucket, self.embeds.uploads_prefix, put=True)
         access.send_messages(role, self.sessions_queue.queue)
         self.signing_keys.grant_read(role)
+        access.agent_secrets(role, AGENT_SECRETS_PREFIX, manage=True)
         # The LLM too: agents call it through the OpenAI proxy (/api/openai-proxy/v1).
         access.invoke_models(role, llm_models + embedding_models)
 
@@ -137,6 +141,7 @@ class PlatformStack(Stack):
         self._table(role, tables.USAGE, write=True)  # LLM token counters, checked per call
         access.object_access(role, self.embeds.bucket, self.embeds.prefix, put=True)
         self.signing_keys.grant_read(role)
+        access.agent_secrets(role, AGENT_SECRETS_PREFIX, manage=False)
         access.invoke_models(role, llm_models + embedding_models)
 
         self.register_agent = PythonFunction(

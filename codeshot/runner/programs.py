@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from codeshot.engine.builtin import (
     AgentTool,
+    FuncSpec,
     SessionHistory,
     code_shot_components,
     planner_components,
@@ -65,6 +66,8 @@ class RunContext:
     agent_turns: Callable[[str], Sequence[tuple[str, str]]] = lambda _agent_id: ()
     limits: Limits = field(default_factory=Limits)
     budget: TokenBudget | None = None  # the user's and agents' daily LLM tokens
+    # A secret an agent's owner gave, by name (an MCP server's Authorization header).
+    agent_secret: Callable[[str], str] | None = None
 
     def llm_for(self, agent_id: str, settings: dict[str, Any] | None = None) -> LLM:
         """The LLM as ``agent_id``'s program uses it: with the agent's own model settings
@@ -121,9 +124,14 @@ class CodeShotProgram:
             return CommandResult(text=reply.text, embeds=ctx.embeds.ingest(reply.embeds),
                                  needs_input=reply.needs_input, question=reply.question)
 
+        funcs: Callable[[str, str], CommandResult] = call_func
+        specs: list[FuncSpec] = []
+        if agent.mcp_url:
+            funcs, specs = mcp_funcs(agent, ctx, platform)
         turns = ctx.agent_turns(agent.agent_id) if agent.conversational else ()
         history = SessionHistory(turns=turns, embeds=ctx.history.embeds)
-        components = code_shot_components(agent.base_prompt, agent.few_shots, call_func)
+        components = code_shot_components(agent.base_prompt, agent.few_shots, funcs,
+                                          funcs=specs)
         self.executor = Executor([*components, history],
                                  ctx.llm_for(agent.agent_id, agent.llm_settings),
                                  limits=ctx.limits,
@@ -134,6 +142,31 @@ class CodeShotProgram:
 
     def resume(self, state: dict[str, Any], answer: str) -> Outcome:
         return self.executor.resume(state, answer)
+
+
+def mcp_funcs(agent: Agent, ctx: RunContext, platform: FuncContext
+              ) -> tuple[Callable[[str, str], CommandResult], list[FuncSpec]]:
+    """An MCP agent's Funcs: its server's tools (``tools/call`` with the Ask line's JSON),
+    then the platform's own; each tool described with its JSON schema."""
+    from codeshot.runner.mcp_servers import McpServer, McpTool
+
+    tools = {t.func: t for t in map(McpTool.from_dict, agent.mcp_tools or [])}
+    authorization = None
+    if agent.mcp_auth_secret and ctx.agent_secret is not None:
+        authorization = ctx.agent_secret(agent.mcp_auth_secret)
+    server = McpServer(agent.mcp_url or "", authorization, timeout=ctx.client.timeout,
+                       allow_loopback=ctx.client.allow_loopback)
+
+    def call_func(name: str, text: str) -> CommandResult:
+        tool = tools.get(name)
+        if tool is not None:
+            return CommandResult(server.call(tool.name, text))
+        builtin = LIBRARY.get(name)
+        if builtin is None:
+            raise FuncNotDefined(f"the MCP server of {agent.agent_id} has no tool {name}")
+        return CommandResult(builtin(text, platform))
+
+    return call_func, [FuncSpec(t.func, t.description, t.input_schema) for t in tools.values()]
 
 
 class StandaloneProgram:

@@ -211,6 +211,7 @@ class SessionRunner:
                 limits=Limits(max_tokens_per_call=settings.llm_max_tokens_per_call,
                               deadline=query_deadline(settings)),
                 budget=budget_for(self.s, session.owner),
+                agent_secret=self.s.agent_secrets.get,
             )
             program, owner_id = self._program(session, ctx, viewer)
             if paused and paused.get("program") == owner_id:

@@ -12,6 +12,7 @@ from codeshot.settings import FIELDS
 from codeshot.store import tables
 from infra.components.access import DYNAMO_WRITE, table_actions
 from infra.settings_env import env_name
+from tests.infra import cfn
 from tests.infra.cfn import refs as refs_of
 
 API = "handlers.api.handler"
@@ -249,9 +250,8 @@ def test_signing_keys_are_generated_at_deploy_and_go_with_the_stack(synth):
     assert "SecretString" not in secret["Properties"]
     assert secret["DeletionPolicy"] == "Delete"
     for handler in (API, RUNNER, REGISTER):  # the platform only reads it
-        written = {a for a in synth.platform.all_actions(handler)
-                   if a.startswith("secretsmanager:") and a != "secretsmanager:GetSecretValue"}
-        assert not written, (handler, written)
+        on_signing_secret = synth.platform.actions_on(handler, signing_secret_id(synth))
+        assert on_signing_secret == {"secretsmanager:GetSecretValue"}, handler
 
 
 def test_destroy_keeps_the_tables_and_buckets_and_nothing_else(synth):
@@ -317,12 +317,21 @@ def test_retain_data_false_lets_destroy_remove_everything(tmp_path):
     assert len(platform.of_type("Custom::S3AutoDeleteObjects")) == 2
 
 
-def assert_reads_only_the_signing_secret(synth, handler: str) -> None:
-    secrets = [g for g in synth.platform.grants(handler)
-               if any(a.startswith("secretsmanager:") for a in g.actions)]
-    assert len(secrets) == 1
-    assert secrets[0].actions == {"secretsmanager:GetSecretValue"}
-    assert secrets[0].resources == ({"Ref": signing_secret_id(synth)},)
+def assert_reads_only_the_signing_secret(synth, handler: str,
+                                         agent_secrets: set[str] | None = None) -> None:
+    """The signing keys it reads; and under agents' secrets' prefix only ``agent_secrets``
+    (what the MCP agents' Authorization headers need), or nothing."""
+    signing, prefix = {"Ref": signing_secret_id(synth)}, set()
+    for grant in synth.platform.grants(handler):
+        if not any(a.startswith("secretsmanager:") for a in grant.actions):
+            continue
+        for resource in grant.resources:
+            if resource == signing:
+                assert grant.actions == {"secretsmanager:GetSecretValue"}
+            else:
+                assert cfn.text(resource).endswith(":secret:codeshot/agent-auth/*"), resource
+                prefix |= grant.actions
+    assert prefix == (agent_secrets or set())
 
 
 # --- least privilege, function by function -------------------------------------------------
@@ -336,7 +345,9 @@ def test_api_role(synth):
     queue = t.env(API)["CODESHOT_QUEUE_URL"]["Ref"]
     assert t.actions_on(API, queue) == {"sqs:SendMessage"}  # it cannot consume
     assert not SQS_CONSUME & t.all_actions(API)
-    assert_reads_only_the_signing_secret(synth, API)
+    assert_reads_only_the_signing_secret(synth, API, {
+        "secretsmanager:GetSecretValue", "secretsmanager:CreateSecret",
+        "secretsmanager:DeleteSecret"})
     # Agents reach the platform's LLM through the API's OpenAI proxy.
     assert "foundation-model/anthropic.claude-3-5-haiku-20241022-v1:0" in invoked_models(t, API)
 
@@ -364,7 +375,7 @@ def test_runner_role(synth):
     queue = t.env(API)["CODESHOT_QUEUE_URL"]["Ref"]
     assert t.actions_on(RUNNER, queue) >= SQS_CONSUME
     assert "sqs:SendMessage" not in t.all_actions(RUNNER)
-    assert_reads_only_the_signing_secret(synth, RUNNER)
+    assert_reads_only_the_signing_secret(synth, RUNNER, {"secretsmanager:GetSecretValue"})
     assert "foundation-model/anthropic.claude-3-5-haiku-20241022-v1:0" in invoked_models(
         t, RUNNER)
 

@@ -109,6 +109,9 @@ class AgentType:
         return await blocking(users.agent_tokens_today, services, principal, self.agent)
     conversational: bool = False
     llm_settings: LlmSettingsType | None = None
+    mcp_url: str | None = None
+    mcp_tools: list[str] | None = strawberry.field(
+        default=None, description="an MCP agent's tools, as its Funcs are named")
 
     @classmethod
     def of(cls, a: Agent) -> AgentType:
@@ -120,6 +123,8 @@ class AgentType:
             base_prompt=a.base_prompt, few_shots=a.few_shots,
             conversational=a.conversational,
             llm_settings=LlmSettingsType(**a.llm_settings) if a.llm_settings else None,
+            mcp_url=a.mcp_url,
+            mcp_tools=None if a.mcp_tools is None else [t["func"] for t in a.mcp_tools],
         )
 
 
