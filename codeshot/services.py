@@ -19,6 +19,7 @@ if TYPE_CHECKING:  # the parts are imported when first used, not when Services i
     from codeshot.routing.embedders import Embedder
     from codeshot.routing.router import Router
     from codeshot.store.agent_secrets import AgentSecrets
+    from codeshot.store.corpora import CorpusStore
     from codeshot.store.embeds import EmbedStore
     from codeshot.store.queue import SessionQueue
     from codeshot.store.registry import AgentCache, AgentRegistry
@@ -74,6 +75,12 @@ class Services:
         from codeshot.store.queue import SessionQueue
 
         return SessionQueue(self.settings)
+
+    @cached_property
+    def corpora(self) -> CorpusStore:
+        from codeshot.store.corpora import CorpusStore
+
+        return CorpusStore(self.settings)
 
     @cached_property
     def agent_secrets(self) -> AgentSecrets:

@@ -53,6 +53,7 @@ class Settings:
     user_storage_table: str = "codeshot-user-storage"
     usage_table: str = "codeshot-usage"
     users_table: str = "codeshot-users"
+    corpora_table: str = "codeshot-corpora"
     embeds_bucket: str = "codeshot-embeds"
     queue_name: str = "codeshot-sessions.fifo"  # local stack and tests create it
     queue_url: str | None = None  # set by CDK in AWS, by the local stack locally
@@ -98,6 +99,15 @@ class Settings:
     daily_token_limit: int = setting(200_000, ge=0)
     agent_daily_token_limit: int = setting(2_000_000, ge=0)
     storage_rate_limit: int = setting(600, ge=1)  # user-storage calls per minute
+    # Document corpora (an agent's declared URLs): pages fetched per ingestion (links
+    # followed within a URL's prefix), bytes one document and all of them may have.
+    corpus_max_pages: int = setting(50, ge=1, le=1000)
+    corpus_max_document_bytes: int = setting(10 * 1024 * 1024, ge=1)
+    corpus_max_bytes: int = setting(50 * 1024 * 1024, ge=1)
+    # Where fixie_query_corpus searches: "lambda" (the index from S3, in the runner) or
+    # "s3vectors" (an S3 Vectors index; the CDK app makes its bucket with this setting).
+    corpus_search: str = setting("lambda", choices=("lambda", "s3vectors"))
+    corpus_vector_bucket: str = "codeshot-corpus-vectors"
     # Fairness: one user's queries running at once (more are refused, RATE_LIMITED), and
     # the time one query may take in all, below the runner's timeout (TIMEOUT after it).
     max_running_queries: int = setting(4, ge=1)

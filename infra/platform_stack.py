@@ -139,7 +139,9 @@ class PlatformStack(Stack):
         self._table(role, tables.REGISTRY, write=False)
         self._table(role, tables.USERS, write=False)
         self._table(role, tables.USAGE, write=True)  # LLM token counters, checked per call
+        self._table(role, tables.CORPORA, write=True)  # it runs corpus ingestions
         access.object_access(role, self.embeds.bucket, self.embeds.prefix, put=True)
+        access.object_access(role, self.embeds.bucket, tables.CORPUS_OBJECTS_PREFIX, put=True)
         self.signing_keys.grant_read(role)
         access.agent_secrets(role, AGENT_SECRETS_PREFIX, manage=False)
         access.invoke_models(role, llm_models + embedding_models)
@@ -149,11 +151,16 @@ class PlatformStack(Stack):
             handler=REGISTER_FUNCTION.handler, target=config.target,
             description="CloudFormation custom resource: (un)registers deployed agents",
             memory_mb=REGISTER_MEMORY_MB, timeout=REGISTER_TIMEOUT,
-            environment=common,
+            environment=common | settings_env(
+                queue_url=self.sessions_queue.queue.queue_url,
+                queue_name=self.sessions_queue.queue.queue_name),
         )
         role = self.register_agent.role
         self._table(role, tables.REGISTRY, write=True)
         self._table(role, tables.USERS, write=True)
+        # A deployed agent's corpora: their ingestion is queued for the runner.
+        self._table(role, tables.CORPORA, write=True)
+        access.send_messages(role, self.sessions_queue.queue)
         self.signing_keys.grant_read(role)
         access.invoke_models(role, embedding_models)
 

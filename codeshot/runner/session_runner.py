@@ -10,6 +10,7 @@ costs one read (session, paused program and history together) and one write.
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
 from dataclasses import dataclass
@@ -43,6 +44,7 @@ from codeshot.runner.programs import (
     program_for,
 )
 from codeshot.services import Services
+from codeshot.store.corpora import CorpusState
 from codeshot.store.dynamo import to_item
 from codeshot.store.queue import Work
 from codeshot.store.sessions import (
@@ -55,6 +57,8 @@ from codeshot.store.sessions import (
 
 if TYPE_CHECKING:
     from types_boto3_dynamodb.type_defs import TransactWriteItemTypeDef
+
+    from codeshot.runner.corpora import CorpusSearch
 
 log = logging.getLogger("codeshot.runner")
 
@@ -118,6 +122,9 @@ class SessionRunner:
 
     # -- the one entry point ---------------------------------------------------------
     def handle(self, work: Work, final_attempt: bool = False) -> None:
+        if work.kind == Work.CORPUS:
+            self._ingest(work)
+            return
         # The session, its paused program and recent history (the query in it): one read.
         recent = self.s.sessions.recent(work.session_id, HISTORY_MESSAGES)
         if recent.session is None:
@@ -152,6 +159,26 @@ class SessionRunner:
                               error_code=AgentFailed.code)
             program_state = None
         self._finish(session, query, outcome, program_state, trace, book)
+
+    @functools.cached_property
+    def corpus_search(self) -> CorpusSearch:
+        from codeshot.runner.corpora import corpus_search
+
+        return corpus_search(self.s.settings, self.s.corpora, self.s.embedder)
+
+    def _ingest(self, work: Work) -> None:
+        """An agent's corpus ingestion, unless a newer one was queued since (or it ran)."""
+        from codeshot.runner.corpora import S3VectorsSearch, ingest
+
+        recent = self.s.corpora.recent(work.agent_id, 1)  # none: the agent was deleted
+        if not recent or recent[0].version != work.message_id or \
+                recent[0].state is not CorpusState.INGESTING:
+            return
+        vectors_to = None
+        if self.s.settings.corpus_search == "s3vectors":
+            vectors_to = S3VectorsSearch(self.s.settings, self.s.corpora, self.s.embedder)
+        ingest(recent[0], recent[0].corpora, self.s.settings, self.s.corpora,
+               self.s.embedder, vectors_to=vectors_to)
 
     def _query(self, work: Work, recent: list[Message]) -> tuple[Message, list[Message]] | None:
         """The queued query and the history before it, or None if there is nothing to do.
@@ -212,6 +239,7 @@ class SessionRunner:
                               deadline=query_deadline(settings)),
                 budget=budget_for(self.s, session.owner),
                 agent_secret=self.s.agent_secrets.get,
+                corpus_search=lambda: self.corpus_search,
             )
             program, owner_id = self._program(session, ctx, viewer)
             if paused and paused.get("program") == owner_id:

@@ -13,16 +13,33 @@ from codeshot.settings import Settings
 
 @dataclass(frozen=True)
 class Work:
+    """A queued query (``session_id``, ``message_id``), or with ``kind`` "corpus" an
+    agent's corpus ingestion (``corpus/<agent id>`` as its group, the version as its id)."""
+
     session_id: str
     message_id: str
+    kind: str = "query"
+
+    CORPUS = "corpus"
+
+    @classmethod
+    def corpus(cls, agent_id: str, version: str) -> Work:
+        return cls(f"{cls.CORPUS}/{agent_id}", version, cls.CORPUS)
+
+    @property
+    def agent_id(self) -> str:
+        """The agent of a corpus ingestion."""
+        return self.session_id.removeprefix(f"{self.CORPUS}/")
 
     def body(self) -> str:
-        return json.dumps({"session_id": self.session_id, "message_id": self.message_id})
+        body = {"session_id": self.session_id, "message_id": self.message_id}
+        return json.dumps(body if self.kind == "query" else {**body, "kind": self.kind})
 
     @classmethod
     def parse(cls, body: str) -> Work:
         data = json.loads(body)
-        return cls(session_id=str(data["session_id"]), message_id=str(data["message_id"]))
+        return cls(session_id=str(data["session_id"]), message_id=str(data["message_id"]),
+                   kind=str(data.get("kind", "query")))
 
 
 class SessionQueue:

@@ -98,7 +98,10 @@ USAGE = Table(
 # same transaction as the user) and doubles as the strongly consistent username index.
 USERS = Table(logical="users", setting="users_table", pk="user_id")
 
-TABLES: tuple[Table, ...] = (REGISTRY, SESSIONS, USER_STORAGE, USAGE, USERS)
+# Agents' document corpora: an item per ingestion ("v#<ulid>"), its index on S3.
+CORPORA = Table(logical="corpora", setting="corpora_table", pk="agent_id", sk="version")
+
+TABLES: tuple[Table, ...] = (REGISTRY, SESSIONS, USER_STORAGE, USAGE, USERS, CORPORA)
 
 
 @dataclass(frozen=True)
@@ -113,6 +116,8 @@ class Bucket:
 
 EMBEDS_BUCKET = Bucket(setting="embeds_bucket", prefix="embeds/", uploads_prefix="uploads/",
                        uploads_expire_days=1)
+# Corpus indexes in the same bucket: "<prefix><sha256>", written by the runner only.
+CORPUS_OBJECTS_PREFIX = "corpora/"
 
 
 @dataclass(frozen=True)

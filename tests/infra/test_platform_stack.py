@@ -372,6 +372,12 @@ def test_runner_role(synth):
         table_actions(tables.USAGE, write=True))
     assert t.actions_on(RUNNER, embeds_bucket_id(synth)) == {
         "s3:GetObject", "s3:PutObject", "s3:ListBucket"}
+    # It runs corpus ingestions: their versions, and their indexes under corpora/ only.
+    assert t.actions_on(RUNNER, table_id(synth, tables.CORPORA)) == set(
+        table_actions(tables.CORPORA, write=True))
+    corpus_objects = [g for g in t.grants(RUNNER) if "s3:PutObject" in g.actions
+                      and any("corpora/*" in r for r in g.resource_texts())]
+    assert len(corpus_objects) == 1
     queue = t.env(API)["CODESHOT_QUEUE_URL"]["Ref"]
     assert t.actions_on(RUNNER, queue) >= SQS_CONSUME
     assert "sqs:SendMessage" not in t.all_actions(RUNNER)
@@ -388,7 +394,11 @@ def test_register_agent_role(synth):
             table_actions(spec, write=True))
     for spec in (tables.SESSIONS, tables.USAGE, tables.USER_STORAGE):
         assert not t.actions_on(REGISTER, table_id(synth, spec))
-    assert not {a for a in t.all_actions(REGISTER) if a.startswith(("s3:", "sqs:"))}
+    # A deployed agent's corpora: it records and queues their ingestion, nothing more.
+    assert t.actions_on(REGISTER, table_id(synth, tables.CORPORA)) == set(
+        table_actions(tables.CORPORA, write=True))
+    assert {a for a in t.all_actions(REGISTER) if a.startswith("sqs:")} == {"sqs:SendMessage"}
+    assert not {a for a in t.all_actions(REGISTER) if a.startswith("s3:")}
 
 
 @pytest.mark.parametrize("handler", [API, RUNNER, REGISTER])

@@ -11,7 +11,7 @@ from strawberry.types import Info
 from codeshot.api.graphql.context import caller, ctx
 from codeshot.models import Agent, Embed, Message, Session
 from codeshot.services import Services
-from codeshot.usecases import sessions, users
+from codeshot.usecases import agents, sessions, users
 from codeshot.usecases.messaging import Messaging, next_messages
 from codeshot.usecases.threads import blocking
 
@@ -84,6 +84,17 @@ class LlmSettingsType:
     maximum_tokens: int | None = None
 
 
+@strawberry.type(description="The newest ingestion of an agent's document corpora.")
+class CorpusStatusType:
+    state: str = strawberry.field(description="ingesting, ready or failed")
+    documents: int
+    chunks: int
+    bytes: int
+    errors: list[str]
+    started: datetime
+    finished: datetime | None
+
+
 @strawberry.type
 class AgentType:
     agent_id: str
@@ -102,6 +113,18 @@ class AgentType:
     base_prompt: str
     few_shots: list[str]
     agent: strawberry.Private[Agent]
+
+    @strawberry.field(description="its document corpora's newest ingestion; its owner's eyes "
+                      "only (null when it declares none)")
+    async def corpus_status(self, info: Info) -> CorpusStatusType | None:
+        services, principal = await caller(info)
+        version = await blocking(agents.corpus_status, services, principal, self.agent)
+        if version is None:
+            return None
+        return CorpusStatusType(state=version.state.value, documents=version.documents,
+                                chunks=version.chunks, bytes=version.bytes,
+                                errors=version.errors, started=version.started,
+                                finished=version.finished)
 
     @strawberry.field(description="LLM tokens this agent spent today; its owner's eyes only")
     async def daily_used_tokens(self, info: Info) -> int | None:
