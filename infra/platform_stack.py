@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from aws_cdk import CfnOutput, Duration, Stack
+from aws_cdk import Aws, CfnOutput, Duration, Stack
 from aws_cdk import aws_iam as iam
 from aws_cdk import aws_lambda as lambda_
 from aws_cdk import aws_lambda_event_sources as events
@@ -26,6 +26,7 @@ from infra.bundling import (
 from infra.components import access
 from infra.components.agent_function import REGISTRATION_SERVICE_TIMEOUT
 from infra.components.alarms import PlatformAlarms
+from infra.components.corpus_vectors import CorpusVectors
 from infra.components.data import EmbedsBucket, PlatformTables, SessionQueue
 from infra.components.function import PythonFunction
 from infra.components.http_api import LambdaHttpApi
@@ -79,6 +80,9 @@ class PlatformStack(Stack):
             rate_limit=config.api_rate_limit, burst_limit=config.api_burst_limit)
 
         table_env = {spec.setting: self.tables.by_spec(spec).table_name for spec in tables.TABLES}
+        self.corpus_vectors = None if config.corpus_search != "s3vectors" else CorpusVectors(
+            self, "CorpusVectors", bucket_name=f"{config.stack_name.lower()}-corpus-vectors-"
+                                               f"{Aws.ACCOUNT_ID}")
         common = settings_env(
             api_url=self.http.url,
             signing_secret_id=self.signing_keys.secret_id,
@@ -86,7 +90,9 @@ class PlatformStack(Stack):
             embedding_model=config.embedding_model,
             **table_env,
         ) | extra_env(config.extra_env)
-        data_env = settings_env(
+        corpus_env = {} if self.corpus_vectors is None else settings_env(
+            corpus_search="s3vectors", corpus_vector_bucket=self.corpus_vectors.bucket_name)
+        data_env = corpus_env | settings_env(
             embeds_bucket=self.embeds.bucket.bucket_name,
             llm=config.llm,
             llm_model=config.llm_model,
@@ -140,6 +146,8 @@ class PlatformStack(Stack):
         self._table(role, tables.USERS, write=False)
         self._table(role, tables.USAGE, write=True)  # LLM token counters, checked per call
         self._table(role, tables.CORPORA, write=True)  # it runs corpus ingestions
+        if self.corpus_vectors is not None:
+            self.corpus_vectors.grant_search(role)
         access.object_access(role, self.embeds.bucket, self.embeds.prefix, put=True)
         access.object_access(role, self.embeds.bucket, tables.CORPUS_OBJECTS_PREFIX, put=True)
         self.signing_keys.grant_read(role)

@@ -410,3 +410,24 @@ def test_no_wildcards_but_x_ray(synth, handler):
         logs = [a for a in grant.actions if a.startswith("logs:")]
         if logs:  # only its own log group, never any group
             assert len(grant.resources) == 1 and "Fn::GetAtt" in grant.resources[0]
+
+
+def test_corpora_search_in_s3_vectors_when_set(synth, tmp_path):
+    from tests.infra.conftest import synthesize
+
+    assert not synth.platform.of_type("AWS::S3Vectors::VectorBucket")  # the default: lambda
+    assert "CODESHOT_CORPUS_SEARCH" not in synth.platform.env(RUNNER)
+    platform = synthesize(tmp_path, **{"codeshot:corpusSearch": "s3vectors"}).platform
+    [bucket] = platform.of_type("AWS::S3Vectors::VectorBucket").values()
+    assert bucket["Properties"]["EncryptionConfiguration"] == {"SseType": "AES256"}
+    env = platform.env(RUNNER)
+    assert env["CODESHOT_CORPUS_SEARCH"] == "s3vectors"
+    assert cfn.text(env["CODESHOT_CORPUS_VECTOR_BUCKET"]) == cfn.text(
+        bucket["Properties"]["VectorBucketName"])
+    vectors = {a for a in platform.all_actions(RUNNER) if a.startswith("s3vectors:")}
+    assert vectors == {"s3vectors:CreateIndex", "s3vectors:PutVectors",
+                       "s3vectors:QueryVectors", "s3vectors:GetVectors"}
+    for handler in (API, REGISTER):
+        assert not {a for a in platform.all_actions(handler) if a.startswith("s3vectors:")}
+    with pytest.raises(ValueError, match="codeshot:corpusSearch"):
+        synthesize(tmp_path / "bad", **{"codeshot:corpusSearch": "pinecone"})
