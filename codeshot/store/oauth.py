@@ -11,12 +11,15 @@ agent sealed inside, so an item copied to another user or agent does not open th
 from __future__ import annotations
 
 import json
+import logging
 import secrets
 import threading
 import time
 from dataclasses import dataclass
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
+
+from nacl.exceptions import CryptoError
 
 from codeshot import aws
 from codeshot.errors import InvalidInput, OAuthStateInvalid
@@ -29,6 +32,7 @@ if TYPE_CHECKING:
     from nacl.secret import SecretBox
     from types_boto3_dynamodb import DynamoDBClient
 
+log = logging.getLogger(__name__)
 STATE_PREFIX, USER_PREFIX, AGENT_PREFIX = "STATE#", "USER#", "AGENT#"
 MAX_TOKEN_BYTES = 16_000  # a token response (access, refresh, id token) is far smaller
 KEY_PERSON = b"codeshot-oauth1"  # the derivation's domain: this key is for nothing else
@@ -169,7 +173,13 @@ class OAuthStore(Repository):
                                 ConsistentRead=True).get("Item")
         if not item:
             return None
-        return self.cipher.open(user_id, agent_id, item["sealed"]["B"])
+        try:
+            return self.cipher.open(user_id, agent_id, item["sealed"]["B"])
+        except (CryptoError, ValueError, KeyError):
+            # Sealed under an older seed (a new stack kept the old table) or tampered with:
+            # as good as none, so the agent asks the user to authorize again.
+            log.warning("OAuth token of %s for %s cannot be opened", user_id, agent_id)
+            return None
 
     def delete_token(self, user_id: str, agent_id: str) -> bool:
         """Forget the token; whether there was one."""
