@@ -113,7 +113,11 @@ class OAuthHandler:
         return response
 
     def _client(self) -> Any:
-        from authlib.integrations.httpx_client import OAuth2Client  # only OAuth agents
+        try:  # only OAuth agents ship authlib (and its cryptography)
+            from authlib.integrations.httpx_client import OAuth2Client
+        except ImportError as exc:
+            raise ImportError("an agent with oauth_params needs authlib: add "
+                              "'authlib>=1.3,<2' to its requirements.txt") from exc
 
         return OAuth2Client(self.oauth_params.client_id, self.oauth_params.client_secret,
                             token_endpoint_auth_method="client_secret_post",  # noqa: S106 - a name

@@ -12,6 +12,7 @@ import time
 import httpx
 import pytest
 
+from codeshot.cli import main
 from codeshot.models import MessageType
 from codeshot.sdk import CodeShotAgent, Message, OAuthHandler, OAuthParams
 from tests.oauth_provider import Provider
@@ -126,7 +127,7 @@ def user_id(stack, key: str) -> str:
 
 
 def test_a_query_pauses_for_authorization_and_resumes_with_the_users_token(
-        stack, provider, reader):
+        stack, provider, reader, capsys):
     alice = new_user(stack, "alice")
     session, answer = first_authorization(stack, provider, alice, "alice")
     assert answer == "Your reading list: Middlemarch, Ulysses."
@@ -179,6 +180,16 @@ def test_a_query_pauses_for_authorization_and_resumes_with_the_users_token(
     _, paused = ask(stack, alice, QUESTION)  # it must ask again
     assert paused["type"] == "awaiting_input"
     assert stack.services.oauth.get_token(user_id(stack, bob), reader) is not None  # bob's stays
+
+    # The CLI lists and revokes the same way.
+    target = ["--api-url", stack.api_url, "--api-key", bob]
+    capsys.readouterr()
+    assert main(["oauth", "list", *target]) == 0
+    assert capsys.readouterr().out.startswith(reader + "\tauthorized ")
+    assert main(["oauth", "revoke", reader, *target]) == 0
+    assert stack.services.oauth.get_token(user_id(stack, bob), reader) is None
+    assert main(["oauth", "list", *target]) == 0
+    assert capsys.readouterr().out == f"Revoked {reader}'s token: it must ask you to authorize it again\n"
 
 
 
