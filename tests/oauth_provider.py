@@ -34,7 +34,9 @@ from starlette.routing import Route
 
 from codeshot.local.http_server import HttpServer
 
-BOOKS = {"alice": ["Middlemarch", "Ulysses"], "bob": ["Beloved", "Solaris"]}
+BOOKS = {"alice": ["Middlemarch", "Ulysses"], "bob": ["Beloved", "Solaris"],
+         "carol": ["Emma"], "dave": ["Dune"], "erin": ["Walden", "Kindred"],
+         "frank": ["Persuasion"]}
 
 
 @dataclass

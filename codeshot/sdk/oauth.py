@@ -4,9 +4,8 @@ with Fixie 1.0's names and semantics.
 Who holds what:
 
 - The agent holds its OAuth client, secret included (``OAuthParams``; the secret from the
-  agent's environment or its own Secrets Manager secret): only the agent talks to the
-  token endpoint, so no third-party client secret is ever sent to, or kept by, the
-  platform.
+  agent's environment or a client secrets file): only the agent talks to the token
+  endpoint, so no third-party client secret is ever sent to, or kept by, the platform.
 - The platform holds the flow and the tokens: ``get_authorization_url()`` asks it for a
   URL whose ``state`` it binds to this user, agent and session (single use, expiring) with
   a PKCE verifier it keeps; its callback hands the code and verifier to this agent's
@@ -59,9 +58,8 @@ class OAuthParams:
 
     @classmethod
     def from_env(cls, prefix: str, scopes: list[str]) -> OAuthParams:
-        """From ``{prefix}CLIENT_ID``, ``{prefix}CLIENT_SECRET``, ``{prefix}AUTH_URI`` and
-        ``{prefix}TOKEN_URI``: in Lambda, the agent's stack sets the secret's variable
-        from its own Secrets Manager secret."""
+        """From the environment: ``{prefix}CLIENT_ID``, ``{prefix}CLIENT_SECRET``,
+        ``{prefix}AUTH_URI`` and ``{prefix}TOKEN_URI``."""
         try:
             client_id, secret, auth_uri, token_uri = (
                 os.environ[prefix + name]

@@ -66,9 +66,36 @@ def reader(stack, provider) -> str:
     return "local/reader"
 
 
-def ask(stack, key: str, text: str, session: str | None = None) -> tuple[str, dict]:
-    """(session, terminal reply) of a query to local/reader."""
-    response = httpx.post(f"{stack.api_url}/api/agents/local/reader",
+@pytest.fixture(scope="module")
+def shelf(stack, provider) -> str:
+    """local/shelf: a standalone agent answering with the user's books."""
+    from codeshot.local.http_server import HttpServer
+    from codeshot.sdk import StandaloneAgent
+    from codeshot.usecases.registration import AgentFields, AgentRegistration
+    from codeshot.usecases.users import find_user, principal_of
+
+    def handle_message(query: Message, oauth_handler: OAuthHandler) -> str:
+        token = oauth_handler.require_token()
+        reply = httpx.get(provider.url + "/books", headers={"Authorization": f"Bearer {token}"})
+        return "On your shelf: " + ", ".join(reply.json()["books"])
+
+    agent = StandaloneAgent(handle_message, oauth_params=OAuthParams(
+        "reader-client", "reader-secret", provider.url + "/authorize", provider.url + "/token",
+        ["books.read"]))
+    server = HttpServer(agent.app(stack.settings.replace(agent_id="local/shelf")),
+                        "127.0.0.1", 0)
+    stack.agents.append(server)
+    AgentRegistration(stack.services).create(
+        principal_of(find_user(stack.services, "local")), "shelf",
+        AgentFields(query_url=server.start(), published=True,
+                    description="Shows the books on your shelf."))
+    return "local/shelf"
+
+
+def ask(stack, key: str, text: str, session: str | None = None,
+        agent: str = "local/reader") -> tuple[str, dict]:
+    """(session, terminal reply) of a query to ``agent`` ("" for the planner)."""
+    response = httpx.post(f"{stack.api_url}/api/agents/{agent}".rstrip("/"),
                           json={"message": {"text": text}, "session": session},
                           headers={"Authorization": f"Bearer {key}"}, timeout=60)
     assert response.status_code == 200, response.text
@@ -98,10 +125,11 @@ def answer_after(stack, session: str, after: int, timeout: float = 60) -> object
     raise AssertionError("the session did not answer")
 
 
-def first_authorization(stack, provider, key: str, user: str) -> tuple[str, str]:
+def first_authorization(stack, provider, key: str, user: str, agent: str = "local/reader",
+                        question: str = QUESTION) -> tuple[str, str]:
     """Ask, follow the URL the paused query asks for, wait for the answer;
     returns (session, answer text)."""
-    session, paused = ask(stack, key, QUESTION)
+    session, paused = ask(stack, key, question, agent=agent)
     assert paused["type"] == "awaiting_input", paused
     (url,) = URL.findall(paused["message"]["text"])
     assert url.startswith(provider.url + "/authorize?")
@@ -234,3 +262,17 @@ def test_agents_need_a_users_session_token_for_oauth(stack, reader):
     assert refused.status_code == 403
     assert refused.json()["error"]["code"] == "FORBIDDEN"
     assert httpx.get(f"{stack.api_url}/api/oauth/token", timeout=30).status_code == 401
+
+
+def test_an_agent_the_planner_asks_pauses_and_resumes_the_same_way(stack, provider, reader):
+    erin = new_user(stack, "erin")
+    session, answer = first_authorization(stack, provider, erin, "erin", agent="")
+    assert "Walden, Kindred" in answer
+    assert stack.services.sessions.get(session).frontend_agent_id != reader  # the planner's
+
+
+def test_a_standalone_agent_is_asked_its_query_again_once_authorized(stack, provider, shelf):
+    frank = new_user(stack, "frank")
+    _, answer = first_authorization(stack, provider, frank, "frank", agent=shelf,
+                                    question="Which books are on my shelf?")
+    assert answer == "On your shelf: Persuasion"
