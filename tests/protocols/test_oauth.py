@@ -276,3 +276,19 @@ def test_a_standalone_agent_is_asked_its_query_again_once_authorized(stack, prov
     _, answer = first_authorization(stack, provider, frank, "frank", agent=shelf,
                                     question="Which books are on my shelf?")
     assert answer == "On your shelf: Persuasion"
+
+
+def test_the_console_account_page_lists_authorized_agents_and_revokes_them(
+        stack, provider, reader):
+    grace = new_user(stack, "grace")
+    first_authorization(stack, provider, grace, "grace")
+    console = {"Authorization": f"Bearer {grace}", "HX-Request": "true"}
+    page = httpx.get(f"{stack.api_url}/console/account", headers=console, timeout=30)
+    assert page.status_code == 200
+    assert "Authorized agents" in page.text and "<code>local/reader</code>" in page.text
+    revoked = httpx.delete(f"{stack.api_url}/console/account/grants/local/reader",
+                           headers=console, timeout=30)
+    assert revoked.status_code == 200
+    assert "Revoked local/reader&#39;s token" in revoked.text
+    assert "No agent holds a token of yours." in revoked.text
+    assert stack.services.oauth.get_token(user_id(stack, grace), reader) is None
