@@ -190,11 +190,17 @@ class OAuthStore(Repository):
 
     def grants(self, user_id: str) -> list[Grant]:
         """The agents holding a token for the user, by agent id."""
-        items = self.db.query(
-            TableName=self.table_name, KeyConditionExpression="pk = :u",
-            ExpressionAttributeValues={":u": {"S": USER_PREFIX + user_id}},
-            ProjectionExpression="sk, created, modified",
-        )["Items"]  # one user's grants: far below a page
-        return [Grant(i["sk"]["S"].removeprefix(AGENT_PREFIX),
-                      datetime.fromisoformat(i["created"]["S"]),
-                      datetime.fromisoformat(i["modified"]["S"])) for i in items]
+        kwargs: dict[str, Any] = {
+            "TableName": self.table_name, "KeyConditionExpression": "pk = :u",
+            "ExpressionAttributeValues": {":u": {"S": USER_PREFIX + user_id}},
+            "ProjectionExpression": "sk, created, modified",
+        }
+        grants: list[Grant] = []
+        while True:
+            page = self.db.query(**kwargs)
+            grants += [Grant(i["sk"]["S"].removeprefix(AGENT_PREFIX),
+                             datetime.fromisoformat(i["created"]["S"]),
+                             datetime.fromisoformat(i["modified"]["S"])) for i in page["Items"]]
+            if "LastEvaluatedKey" not in page:
+                return grants
+            kwargs["ExclusiveStartKey"] = page["LastEvaluatedKey"]

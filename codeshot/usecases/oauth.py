@@ -65,10 +65,10 @@ def authorization_url(services: Services, caller: Principal, auth_uri: str, clie
                            f"{MAX_SCOPES})")
     flow = services.oauth.start_flow(user_id, agent_id, caller.session_id,
                                      redirect_uri(services))
-    client = OAuth2Client(client_id, scope=" ".join(scopes), redirect_uri=flow.redirect_uri,
-                          code_challenge_method="S256")
-    url, _ = client.create_authorization_url(auth_uri, state=flow.state,
-                                             code_verifier=flow.code_verifier)
+    with OAuth2Client(client_id, scope=" ".join(scopes), redirect_uri=flow.redirect_uri,
+                      code_challenge_method="S256") as client:  # builds the URL; no request
+        url, _ = client.create_authorization_url(auth_uri, state=flow.state,
+                                                 code_verifier=flow.code_verifier)
     return str(url)
 
 
