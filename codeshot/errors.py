@@ -128,9 +128,27 @@ class Unavailable(CodeshotError):
     http_status = 503
 
 
+class OAuthStateInvalid(InvalidInput):
+    """An OAuth callback whose ``state`` the platform did not issue, or issued for a flow
+    that is already over (used once, or expired): nothing is exchanged or stored."""
+
+    code = "OAUTH_STATE_INVALID"
+    http_status = 400
+    permanent = True
+
+
+class OAuthFailed(CodeshotError):
+    """The user's authorization did not produce a token: the authorization server
+    refused (the user denied access) or the agent's code exchange failed."""
+
+    code = "OAUTH_FAILED"
+    http_status = 502
+    permanent = True
+
+
 class NotSupported(CodeshotError):
     """A Fixie 1.0 feature the platform accepts (so agents using it load and register)
-    but does not run yet: document corpora, OAuth."""
+    but does not run yet: document corpora."""
 
     code = "NOT_SUPPORTED"
     http_status = 501

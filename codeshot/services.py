@@ -21,6 +21,7 @@ if TYPE_CHECKING:  # the parts are imported when first used, not when Services i
     from codeshot.store.agent_secrets import AgentSecrets
     from codeshot.store.corpora import CorpusStore
     from codeshot.store.embeds import EmbedStore
+    from codeshot.store.oauth import OAuthStore
     from codeshot.store.queue import SessionQueue
     from codeshot.store.registry import AgentCache, AgentRegistry
     from codeshot.store.sessions import SessionStore
@@ -69,6 +70,12 @@ class Services:
         from codeshot.store.embeds import EmbedStore
 
         return EmbedStore(self.settings)
+
+    @cached_property
+    def oauth(self) -> OAuthStore:
+        from codeshot.store.oauth import OAuthStore
+
+        return OAuthStore(self.settings)
 
     @cached_property
     def queue(self) -> SessionQueue:

@@ -54,10 +54,13 @@ class Settings:
     usage_table: str = "codeshot-usage"
     users_table: str = "codeshot-users"
     corpora_table: str = "codeshot-corpora"
+    oauth_table: str = "codeshot-oauth"  # OAuth flows in progress and users' agent tokens
     embeds_bucket: str = "codeshot-embeds"
     queue_name: str = "codeshot-sessions.fifo"  # local stack and tests create it
     queue_url: str | None = None  # set by CDK in AWS, by the local stack locally
     signing_secret_id: str = "codeshot/signing-keys"  # noqa: S105 - the secret's name
+    # The seed of the key that encrypts users' OAuth tokens for agents (codeshot/store/oauth.py).
+    oauth_key_secret_id: str = "codeshot/oauth-token-key"  # noqa: S105 - the secret's name
     # Where secrets that agents' owners give (an MCP server's Authorization) are kept.
     agent_secrets_prefix: str = "codeshot/agent-auth/"
 
@@ -124,6 +127,8 @@ class Settings:
     reply_wait_seconds: float = setting(25.0, ge=0)
     agent_token_ttl_seconds: int = setting(300, ge=1, le=300)
     agent_call_timeout_seconds: float = setting(30.0, gt=0)
+    # How long a user has to authorize an agent at its OAuth provider (the state's life).
+    oauth_state_seconds: int = setting(600, ge=60, le=3600)
     # How long a warm runner reuses an agent's registry record (0: read it every time).
     agent_cache_seconds: float = setting(5.0, ge=0)
     # How long a warm API reuses an API key's user record (revocation, limits); a key is

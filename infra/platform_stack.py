@@ -30,7 +30,7 @@ from infra.components.corpus_vectors import CorpusVectors
 from infra.components.data import EmbedsBucket, PlatformTables, SessionQueue
 from infra.components.function import PythonFunction
 from infra.components.http_api import LambdaHttpApi
-from infra.components.signing import SigningKeys
+from infra.components.signing import OAuthTokenKey, SigningKeys
 from infra.config import REPO_ROOT, InfraConfig
 from infra.settings_env import extra_env, settings_env
 
@@ -75,6 +75,7 @@ class PlatformStack(Stack):
         self.embeds = EmbedsBucket(self, "Embeds", retain=config.retain_data)
         self.sessions_queue = SessionQueue(self, "SessionQueue")
         self.signing_keys = SigningKeys(self, "SigningKeys")
+        self.oauth_key = OAuthTokenKey(self, "OAuthTokenKey")
         self.http = LambdaHttpApi(
             self, "Api", description="codeshot platform API",
             rate_limit=config.api_rate_limit, burst_limit=config.api_burst_limit)
@@ -86,6 +87,7 @@ class PlatformStack(Stack):
         common = settings_env(
             api_url=self.http.url,
             signing_secret_id=self.signing_keys.secret_id,
+            oauth_key_secret_id=self.oauth_key.secret_id,
             embedder=config.embedder,
             embedding_model=config.embedding_model,
             **table_env,
@@ -115,13 +117,15 @@ class PlatformStack(Stack):
         )
         self.http.route_to(self.api.function)
         role = self.api.role
-        for spec in tables.TABLES:  # registry, sessions, users, usage, user storage
+        for spec in tables.TABLES:  # registry, sessions, users, usage, user storage, oauth
             self._table(role, spec, write=True)
         access.object_access(role, self.embeds.bucket, self.embeds.prefix, put=True)
         # Presigned upload URLs are signed by this role; it reads an upload to bind it.
         access.object_access(role, self.embeds.bucket, self.embeds.uploads_prefix, put=True)
         access.send_messages(role, self.sessions_queue.queue)
         self.signing_keys.grant_read(role)
+        # OAuth for agents (codeshot/usecases/oauth.py): only the API seals and opens tokens.
+        self.oauth_key.grant_read(role)
         access.agent_secrets(role, AGENT_SECRETS_PREFIX, manage=True)
         # The LLM too: agents call it through the OpenAI proxy (/api/openai-proxy/v1).
         access.invoke_models(role, llm_models + embedding_models)

@@ -121,6 +121,8 @@ def unique_settings(**overrides: Any) -> Settings:
         users_table=f"users-{suffix}",
         embeds_bucket=f"embeds-{suffix}",
         signing_secret_id=f"codeshot/signing-{suffix}",
+        oauth_table=f"oauth-{suffix}",
+        oauth_key_secret_id=f"codeshot/oauth-key-{suffix}",
         queue_name=f"sessions-{suffix}.fifo",
         **overrides,
     )

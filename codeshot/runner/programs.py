@@ -129,7 +129,8 @@ class CodeShotProgram:
                     raise
                 return CommandResult(builtin(text, platform))
             return CommandResult(text=reply.text, embeds=ctx.embeds.ingest(reply.embeds),
-                                 needs_input=reply.needs_input, question=reply.question)
+                                 needs_input=reply.needs_input, question=reply.question,
+                                 repeat_on_answer=reply.repeat_on_answer)
 
         funcs: Callable[[str, str], CommandResult] = call_func
         specs: list[FuncSpec] = []
@@ -187,11 +188,13 @@ class StandaloneProgram:
                                                  query, self.ctx.embeds.links())
         if reply.needs_input:
             return Outcome(Status.AWAITING_INPUT, reply.question or reply.text,
-                           state={"query": query})
+                           state={"query": query, "repeat": reply.repeat_on_answer})
         return Outcome(Status.DONE, reply.text, embeds=self.ctx.embeds.ingest(reply.embeds))
 
     def resume(self, state: dict[str, Any], answer: str) -> Outcome:
-        return self.run(answer)  # a custom agent keeps its own conversation state
+        # A custom agent keeps its own conversation state; one that paused for the user to
+        # act elsewhere (authorize it) is asked the first query again.
+        return self.run(state["query"] if state.get("repeat") else answer)
 
 
 def program_for(agent: Agent, ctx: RunContext) -> Program:

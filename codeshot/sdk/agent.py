@@ -122,8 +122,8 @@ class CodeShotAgent(AgentBase):
     ``conversational``: the session's earlier turns with this agent go into its prompt.
     ``llm_settings``: model, temperature and token limit for the platform's provider.
     ``corpora``: URL corpora the platform reads and ``Func[fixie_query_corpus]`` searches.
-    ``oauth_params`` is accepted and declared; the platform does not run it yet
-    (NOT_SUPPORTED when used).
+    ``oauth_params``: the agent's OAuth client, for Funcs taking an ``oauth_handler``
+    (:mod:`codeshot.sdk.oauth`).
     """
 
     def __init__(
@@ -199,8 +199,9 @@ class StandaloneAgent(AgentBase):
 
 
 def _oauth(query: Message, oauth_handler: OAuthHandler) -> str:
-    """The Func Fixie 1.0 registers for agents with ``oauth_params``: the platform calls it
-    with the authorization ``{"state", "code"}`` to complete the flow."""
+    """The Func Fixie 1.0 registers for agents with ``oauth_params``: the platform's OAuth
+    callback calls it with ``{"state", "code", "code_verifier", "redirect_uri"}`` to
+    complete the flow."""
     request = json.loads(query.text)
     oauth_handler.authorize(request["state"], request["code"])
     return "Authorization successful!"

@@ -13,7 +13,14 @@ from typing import Any
 
 from codeshot import aws
 from codeshot.settings import Settings
-from codeshot.store.tables import EMBEDS_BUCKET, SESSION_QUEUE, SIGNING_SECRET, TABLES
+from codeshot.store.tables import (
+    EMBEDS_BUCKET,
+    OAUTH_KEY_SECRET,
+    SESSION_QUEUE,
+    SIGNING_SECRET,
+    TABLES,
+    SeedSecret,
+)
 
 
 def create_tables(settings: Settings, dynamodb: Any | None = None) -> list[str]:
@@ -86,16 +93,19 @@ def create_queue(settings: Settings, sqs: Any | None = None) -> str:
     )["QueueUrl"]
 
 
-def create_signing_secret(settings: Settings, secretsmanager: Any | None = None) -> str:
-    """The signing keys' secret with a fresh random seed, as CloudFormation makes it."""
+def create_seed_secret(settings: Settings, spec: SeedSecret,
+                       secretsmanager: Any | None = None) -> str:
+    """A seed secret (signing keys, OAuth token key) with a fresh random seed, as
+    CloudFormation makes it; one that exists is kept."""
     client = secretsmanager or aws.client("secretsmanager", settings)
-    name = str(getattr(settings, SIGNING_SECRET.setting))
+    name = str(getattr(settings, spec.setting))
     alphabet = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789"
-    seed = "".join(secrets.choice(alphabet) for _ in range(SIGNING_SECRET.seed_length))
+    seed = "".join(secrets.choice(alphabet) for _ in range(spec.seed_length))
     with contextlib.suppress(client.exceptions.ResourceExistsException):
-        client.create_secret(Name=name, Description="codeshot Ed25519 signing keys",
-                             SecretString=json.dumps({SIGNING_SECRET.seed_key: seed}))
+        client.create_secret(Name=name, Description=spec.description,
+                             SecretString=json.dumps({spec.seed_key: seed}))
     return name
+
 
 
 def create_all(settings: Settings) -> Settings:
@@ -103,6 +113,7 @@ def create_all(settings: Settings) -> Settings:
     URL filled in."""
     create_tables(settings)
     create_bucket(settings)
-    create_signing_secret(settings)
+    for spec in (SIGNING_SECRET, OAUTH_KEY_SECRET):
+        create_seed_secret(settings, spec)
     queue_url = create_queue(settings)
     return settings.replace(queue_url=queue_url)

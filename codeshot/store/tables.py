@@ -101,7 +101,12 @@ USERS = Table(logical="users", setting="users_table", pk="user_id")
 # Agents' document corpora: an item per ingestion ("v#<ulid>"), its index on S3.
 CORPORA = Table(logical="corpora", setting="corpora_table", pk="agent_id", sk="version")
 
-TABLES: tuple[Table, ...] = (REGISTRY, SESSIONS, USER_STORAGE, USAGE, USERS, CORPORA)
+# OAuth for agents (codeshot/store/oauth.py): "STATE#<state>" / "STATE", a flow waiting
+# for its callback (expires); "USER#<user_id>" / "AGENT#<agent_id>", a user's encrypted
+# token for an agent (a user's tokens are one partition: listing them is one query).
+OAUTH = Table(logical="oauth", setting="oauth_table", pk="pk", sk="sk", ttl="expires_at")
+
+TABLES: tuple[Table, ...] = (REGISTRY, SESSIONS, USER_STORAGE, USAGE, USERS, CORPORA, OAUTH)
 
 
 @dataclass(frozen=True)
@@ -148,15 +153,20 @@ SESSION_QUEUE = Queue(
 
 
 @dataclass(frozen=True)
-class SigningSecret:
-    """The signing keys' secret as it is made at deploy time: a random text of
-    ``seed_length`` letters and digits under ``seed_key`` (CloudFormation's
-    GenerateSecretString; the local stack does the same), from which the first Ed25519 key
-    is derived (``codeshot.auth.keys``)."""
+class SeedSecret:
+    """A secret as it is made at deploy time: a random text of ``seed_length`` letters and
+    digits under ``seed_key`` (CloudFormation's GenerateSecretString; the local stack does
+    the same), from which a key is derived."""
 
     setting: str
     seed_key: str
     seed_length: int
+    description: str
 
 
-SIGNING_SECRET = SigningSecret(setting="signing_secret_id", seed_key="seed", seed_length=64)
+# The first Ed25519 signing key derives from it (``codeshot.auth.keys``).
+SIGNING_SECRET = SeedSecret(setting="signing_secret_id", seed_key="seed", seed_length=64,
+                            description="codeshot Ed25519 signing keys")
+# The key that encrypts users' OAuth tokens derives from it (``codeshot.store.oauth``).
+OAUTH_KEY_SECRET = SeedSecret(setting="oauth_key_secret_id", seed_key="seed", seed_length=64,
+                              description="codeshot OAuth token encryption key")

@@ -166,7 +166,10 @@ def test_environment_points_functions_at_the_resources(synth):
     assert env["CODESHOT_API_URL"] == {"Fn::GetAtt": [api_id, "ApiEndpoint"]}
     assert env["CODESHOT_LLM"] == "bedrock"
     assert env["CODESHOT_EMBEDDER"] in ("bedrock", "hashing")
-    assert env["CODESHOT_SIGNING_SECRET_ID"] == {"Ref": signing_secret_id(synth)}
+    assert env["CODESHOT_SIGNING_SECRET_ID"] == {
+        "Ref": seed_secret_id(synth, tables.SIGNING_SECRET)}
+    assert env["CODESHOT_OAUTH_KEY_SECRET_ID"] == {
+        "Ref": seed_secret_id(synth, tables.OAUTH_KEY_SECRET)}
     assert "CODESHOT_QUEUE_URL" in env
     assert "CODESHOT_QUEUE_URL" not in synth.platform.env(RUNNER)  # it never enqueues
     assert env["CODESHOT_API_URL"] == synth.platform.env(RUNNER)["CODESHOT_API_URL"]
@@ -236,22 +239,28 @@ def test_an_alarm_email_is_subscribed_when_set(tmp_path):
     assert subscription["Properties"]["Endpoint"] == "ops@example.com"
 
 
-def signing_secret_id(synth) -> str:
-    (secret_id,) = synth.platform.of_type("AWS::SecretsManager::Secret")
+def seed_secret_id(synth, spec: tables.SeedSecret) -> str:
+    (secret_id,) = [k for k, v in synth.platform.of_type("AWS::SecretsManager::Secret").items()
+                    if v["Properties"]["Description"].startswith(spec.description)]
     return secret_id
 
 
-def test_signing_keys_are_generated_at_deploy_and_go_with_the_stack(synth):
-    secret = synth.platform.resources[signing_secret_id(synth)]
+@pytest.mark.parametrize(("spec", "readers"), [
+    (tables.SIGNING_SECRET, (API, RUNNER, REGISTER)),  # every function checks or mints JWTs
+    (tables.OAUTH_KEY_SECRET, (API,)),  # only the API seals and opens users' OAuth tokens
+])
+def test_seed_secrets_are_generated_at_deploy_and_go_with_the_stack(synth, spec, readers):
+    secret_id = seed_secret_id(synth, spec)
+    secret = synth.platform.resources[secret_id]
     generate = secret["Properties"]["GenerateSecretString"]
-    assert generate["GenerateStringKey"] == tables.SIGNING_SECRET.seed_key
-    assert generate["PasswordLength"] == tables.SIGNING_SECRET.seed_length >= 64
+    assert generate["GenerateStringKey"] == spec.seed_key
+    assert generate["PasswordLength"] == spec.seed_length >= 64
     assert generate["ExcludePunctuation"] is True
     assert "SecretString" not in secret["Properties"]
     assert secret["DeletionPolicy"] == "Delete"
     for handler in (API, RUNNER, REGISTER):  # the platform only reads it
-        on_signing_secret = synth.platform.actions_on(handler, signing_secret_id(synth))
-        assert on_signing_secret == {"secretsmanager:GetSecretValue"}, handler
+        expected = {"secretsmanager:GetSecretValue"} if handler in readers else set()
+        assert synth.platform.actions_on(handler, secret_id) == expected, handler
 
 
 def test_destroy_keeps_the_tables_and_buckets_and_nothing_else(synth):
@@ -318,15 +327,18 @@ def test_retain_data_false_lets_destroy_remove_everything(tmp_path):
 
 
 def assert_reads_only_the_signing_secret(synth, handler: str,
-                                         agent_secrets: set[str] | None = None) -> None:
-    """The signing keys it reads; and under agents' secrets' prefix only ``agent_secrets``
-    (what the MCP agents' Authorization headers need), or nothing."""
-    signing, prefix = {"Ref": signing_secret_id(synth)}, set()
+                                         agent_secrets: set[str] | None = None,
+                                         oauth_key: bool = False) -> None:
+    """The signing keys it reads (and the OAuth token key, ``oauth_key``); under agents'
+    secrets' prefix only ``agent_secrets`` (what the MCP agents' Authorization headers
+    need), or nothing."""
+    seeds = [tables.SIGNING_SECRET, *([tables.OAUTH_KEY_SECRET] if oauth_key else [])]
+    readable, prefix = [{"Ref": seed_secret_id(synth, spec)} for spec in seeds], set()
     for grant in synth.platform.grants(handler):
         if not any(a.startswith("secretsmanager:") for a in grant.actions):
             continue
         for resource in grant.resources:
-            if resource == signing:
+            if resource in readable:
                 assert grant.actions == {"secretsmanager:GetSecretValue"}
             else:
                 assert cfn.text(resource).endswith(":secret:codeshot/agent-auth/*"), resource
@@ -347,7 +359,7 @@ def test_api_role(synth):
     assert not SQS_CONSUME & t.all_actions(API)
     assert_reads_only_the_signing_secret(synth, API, {
         "secretsmanager:GetSecretValue", "secretsmanager:CreateSecret",
-        "secretsmanager:DeleteSecret"})
+        "secretsmanager:DeleteSecret"}, oauth_key=True)
     # Agents reach the platform's LLM through the API's OpenAI proxy.
     assert "foundation-model/anthropic.claude-3-5-haiku-20241022-v1:0" in invoked_models(t, API)
 

@@ -17,6 +17,7 @@ from codeshot.usecases.threads import blocking
 
 if TYPE_CHECKING:
     from codeshot.routing.index import Candidate  # not at the API's cold start
+    from codeshot.store.oauth import Grant
     from codeshot.usecases.messaging import PresignedUpload
     from codeshot.usecases.users import ApiKey, Profile
 
@@ -65,6 +66,19 @@ class ApiKeyType:
     @classmethod
     def of(cls, key: ApiKey) -> ApiKeyType:
         return cls(id=key.key_id, created=key.created, current=key.current)
+
+
+@strawberry.type(description="An agent holding your OAuth token for a third-party service "
+                 "(the token itself is never shown).")
+class OAuthGrantType:
+    agent_id: str
+    created: datetime = strawberry.field(description="when you first authorized it")
+    modified: datetime = strawberry.field(description="when the token last changed "
+                                          "(authorized again or refreshed)")
+
+    @classmethod
+    def of(cls, grant: Grant) -> OAuthGrantType:
+        return cls(agent_id=grant.agent_id, created=grant.created, modified=grant.modified)
 
 
 @strawberry.type(description="A new API key: `key` is shown this once, never stored.")
