@@ -168,11 +168,10 @@ def settings_for_bench() -> Settings:
                     corpus_max_bytes=512 * 1024 * 1024, aws_endpoint_url=None)
 
 
-def recall(embedder: Embedder, count: int = 100) -> dict[str, Any]:
+def recall(embedder: Embedder, store: CorpusStore, count: int = 100) -> dict[str, Any]:
     rng = random.Random(SEED)
     all_towns = towns(count, rng)
-    settings = settings_for_bench()
-    store = store_on_moto(settings)
+    settings = store.settings
     with serving(site(all_towns)) as base:
         started = time.perf_counter()
         version = ingest(store.start("bench/towns", []), [{"urls": [f"{base}/towns/*"]}],
@@ -223,11 +222,10 @@ def latency(embedder: Embedder, sizes: list[int]) -> list[dict[str, Any]]:
     return rows
 
 
-def ingestion_rate(embedder: Embedder) -> dict[str, Any]:
-    """Seconds per MB of HTML, every stage, on ~4 MB of town pages."""
+def ingestion_rate(embedder: Embedder, store: CorpusStore) -> dict[str, Any]:
+    """Seconds per MB of HTML, every stage, on 600 town pages."""
     rng = random.Random(SEED + 1)
-    settings = settings_for_bench()
-    store = CorpusStore(settings)
+    settings = store.settings
     pages = site(towns(600, rng))
     with serving(pages) as base:
         started = time.perf_counter()
@@ -261,8 +259,9 @@ def main() -> None:
                                  for name in args.embedders.split(",")]
     sizes = [int(s) for s in args.sizes.split(",")]
     with mock_aws():
-        quality = [recall(e) for e in embedders]
-        rates = [ingestion_rate(e) for e in embedders]
+        store = store_on_moto(settings_for_bench())
+        quality = [recall(e, store) for e in embedders]
+        rates = [ingestion_rate(e, store) for e in embedders]
     print("(a) retrieval on the towns corpus\n" + table(quality) + "\n")
     print("(b) in-Lambda search by corpus size\n"
           + table([r for e in embedders for r in latency(e, sizes)]) + "\n")

@@ -45,6 +45,7 @@ log = logging.getLogger("codeshot.runner")
 FETCH_TIMEOUT_SECONDS = 10.0
 INGEST_SECONDS = 120.0  # one ingestion's time in all (the runner's query budget)
 EMBED_BATCH = 64
+PROGRESS_EVERY = 10  # documents between the progress an ingesting version shows
 
 
 @dataclass(frozen=True)
@@ -77,8 +78,9 @@ def _links(html: bytes, base: str) -> list[str]:
 class Crawl:
     """One ingestion's fetching: bounded in pages, bytes and time."""
 
-    def __init__(self, settings: Settings, fetch: Callable[..., Any] = fetch_public_url) -> None:
-        self.settings, self.fetch = settings, fetch
+    def __init__(self, settings: Settings, fetch: Callable[..., Any] = fetch_public_url,
+                 progress: Callable[[int, int], None] = lambda _pages, _bytes: None) -> None:
+        self.settings, self.fetch, self.progress = settings, fetch, progress
         self.pages = 0
         self.bytes = 0
         self.errors: list[str] = []
@@ -122,6 +124,8 @@ class Crawl:
                              allow_loopback=settings.local_mode, timeout=FETCH_TIMEOUT_SECONDS)
         self.pages += 1
         self.bytes += len(fetched.data)
+        if self.pages % PROGRESS_EVERY == 0:
+            self.progress(self.pages, self.bytes)
         if self.bytes > settings.corpus_max_bytes:
             raise InvalidInput(f"the corpus passed its {settings.corpus_max_bytes} bytes")
         kind = fetched.content_type or "text/plain"
@@ -146,7 +150,8 @@ def ingest(version: CorpusVersion, corpora: list[dict[str, Any]], settings: Sett
     """Run one ingestion to its end and store how it ended (never raises for the
     documents' sake: their errors are the version's). ``vectors_to``: also write the
     vectors to S3 Vectors (``CODESHOT_CORPUS_SEARCH=s3vectors``)."""
-    crawl = Crawl(settings, fetch)
+    crawl = Crawl(settings, fetch, lambda pages, size: store.progress(
+        version.replace(documents=pages, bytes=size)))
     try:
         documents = [d for corpus in corpora for d in crawl.documents(corpus)]
         chunks = [{"text": c, "url": d.url} for d in documents for c in chunked(d.text)]

@@ -75,6 +75,10 @@ class CorpusStore(Repository):
                          ConditionExpression="attribute_not_exists(version)")
         return version
 
+    def progress(self, version: CorpusVersion) -> None:
+        """What an ingestion has read so far (documents, bytes), while it runs."""
+        self.db.put_item(TableName=self.table_name, Item=to_item(version.to_dict()))
+
     def finish(self, version: CorpusVersion) -> None:
         """Store how the ingestion ended; once ready, drop the older versions' items."""
         version = version.replace(errors=version.errors[:MAX_ERRORS], finished=utcnow())

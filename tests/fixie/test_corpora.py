@@ -223,3 +223,27 @@ def test_a_failed_refresh_keeps_the_corpus_queries_search(live, user, deploy, pa
         PAGES["/handbook/wifi.html"] = kept
     text = answer(live, user, agent_id, "What does the handbook say about the wifi password?")
     assert "heron-42-lantern" in text
+
+
+def test_an_ingestion_shows_its_progress_while_it_runs(aws):
+    from codeshot.routing.embedders import HashingEmbedder
+    from codeshot.runner.corpora import ingest
+    from codeshot.store.corpora import CorpusStore
+
+    def page(path: str) -> tuple[str, bytes]:
+        if path == "/docs/":
+            links = "".join(f'<a href="p{i}.html">{i}</a>' for i in range(24))
+            return "text/html", f"<p>Index</p>{links}".encode()
+        return "text/html", f"<p>Page {path} says fact {path[-7:-5]}.</p>".encode()
+
+    store = CorpusStore(aws)
+    shown: list[tuple[int, str]] = []
+    progress = store.progress
+    store.progress = lambda v: (shown.append((v.documents, v.state.value)),  # type: ignore[method-assign]
+                                progress(v))[1]
+    with serving_pages(page) as base:
+        done = ingest(store.start("ann/docs", []), [{"urls": [f"{base}/docs/*"]}],
+                      aws.replace(local_mode=True), store, HashingEmbedder())
+    assert shown == [(10, "ingesting"), (20, "ingesting")]
+    assert (done.state.value, done.documents) == ("ready", 25)
+    assert store.recent("ann/docs")[0].documents == 25
