@@ -1,4 +1,5 @@
-"""Lambda entry point of the session runner: SQS FIFO batches -> answered sessions."""
+"""Lambda entry point of the session runner: SQS FIFO batches -> answered sessions, and the
+prompt queue's batches -> Agent Protocol callbacks asked and polled."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ from codeshot.runner.batch import process_batch
 
 if TYPE_CHECKING:
     from codeshot.runner.session_runner import SessionRunner
+    from codeshot.usecases.prompts import Prompts
 
 
 @lru_cache(maxsize=1)
@@ -21,5 +23,16 @@ def _runner() -> SessionRunner:
     return SessionRunner(Services(get_settings()))
 
 
+@lru_cache(maxsize=1)
+def _prompts() -> Prompts:
+    from codeshot.usecases.prompts import Prompts
+
+    return Prompts(_runner().s)
+
+
 def handler(event: dict[str, Any], context: Any) -> dict[str, list[dict[str, str]]]:
+    from codeshot.usecases.prompts import is_prompt_batch, process_prompts
+
+    if is_prompt_batch(event, _runner().s):
+        return process_prompts(event, _prompts(), context.get_remaining_time_in_millis)
     return process_batch(event, _runner().handle, context.get_remaining_time_in_millis)

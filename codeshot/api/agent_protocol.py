@@ -65,6 +65,8 @@ class TaskRequest(BaseModel):
 
     input: str | None = None
     additional_input: dict[str, Any] | None = None
+    # The RFC's option 2: where the platform asks the user the agent's questions.
+    callback_url: str | None = None
 
 
 class StepRequest(BaseModel):
@@ -128,8 +130,10 @@ def pagination_json(page: ap.Page[Any]) -> dict[str, int]:
 def create_task(body: TaskRequest, user: Principal = Depends(api_user),
                 services: Services = Depends(get_services)) -> dict[str, Any]:
     """A new task: a session with the planner, or the agent ``additional_input.agent``
-    names; its input is its first step."""
-    task = ap.create_task(services, user, body.input, body.additional_input)
+    names; its input is its first step. With ``callback_url``, the agent's questions go
+    there (:mod:`codeshot.usecases.prompts`)."""
+    task = ap.create_task(services, user, body.input, body.additional_input,
+                          callback_url=body.callback_url)
     return task_json(services, task)
 
 

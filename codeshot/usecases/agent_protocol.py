@@ -4,9 +4,9 @@ an artifact is an embed. The same data GraphQL, the console, the Fixie endpoints
 A2A read; only the names differ.
 
 - Creating a task with an ``input`` posts it at once (the agent starts working); a step
-  executed without input is that work: it waits for the newest turn's reply. So the
-  protocol's usual loop (create the task, execute steps until ``is_last``) works, and so
-  does a client that sends each step's input itself.
+  executed without input is that work: it waits for the newest turn's reply (or returns
+  it, done). So the protocol's usual loop (create the task, execute steps until
+  ``is_last``) works, and so does a client that sends each step's input itself.
 - A step whose agent asks the user is ``completed`` (asking was its work) and not
   ``is_last``, the question its output: the next step's input answers it and the paused
   program resumes (the RFC's option 1; see :func:`step_status`).
@@ -34,6 +34,7 @@ from codeshot.models import (
     Session,
     check_embed_key,
 )
+from codeshot.runner.callbacks import PROMPT_FORMAT
 from codeshot.services import Services
 from codeshot.store.embeds import check_content_type, content_hash
 from codeshot.text import check_text
@@ -135,14 +136,19 @@ def task_options(additional_input: dict[str, Any] | None) -> str | None:
 
 
 def create_task(services: Services, principal: Principal, text: str | None,
-                additional_input: dict[str, Any] | None = None) -> Task:
+                additional_input: dict[str, Any] | None = None,
+                callback_url: str | None = None) -> Task:
     """A new session with the agent additional_input names (the planner by default);
-    its input, if any, is posted at once. Nothing is made for input that is refused."""
+    its input, if any, is posted at once. With ``callback_url`` (checked: a public
+    address), the agent's questions are asked there (:mod:`codeshot.usecases.prompts`).
+    Nothing is made for input that is refused."""
     agent_id = task_options(additional_input)
     messaging = Messaging(services)
     if text:
         messaging.precheck(principal, text)
-    session = tasks.open_session(services, principal, agent_id, None)
+    session = tasks.open_session(services, principal, agent_id, None,
+                                 callback_url=callback_url or None,
+                                 callback_format=PROMPT_FORMAT if callback_url else None)
     if not text:
         return Task(session, [])
     query, _ = messaging.post(principal, session.session_id, text)
@@ -177,8 +183,8 @@ async def execute_step(services: Services, principal: Principal, task_id: str,
                        text: str | None, additional_input: dict[str, Any] | None = None
                        ) -> tasks.Turn:
     """Post ``text`` as the task's next step and wait (the reply wait at most) for its
-    reply; without text, wait for the step the task is working on (or return its last
-    one, finished). A question the agent asked needs an input: its answer."""
+    reply; without text, wait for the step the task is working on, or return its last one
+    (a question stays the last step until a step's input answers it)."""
     if additional_input:
         raise InvalidInput("a step takes no additional_input; name the agent when "
                            "creating the task")
@@ -194,9 +200,6 @@ async def execute_step(services: Services, principal: Principal, task_id: str,
     if last.reply is None:
         reply = await wait_for_reply(Messaging(services), last.query, wait)
         return tasks.Turn(last.query, reply)
-    if last.reply.type is MessageType.AWAITING_INPUT:
-        raise InvalidInput(f"the agent asked: {last.reply.text!r}; give this step an input "
-                           "to answer it")
     return last
 
 

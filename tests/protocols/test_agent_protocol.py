@@ -119,18 +119,20 @@ def test_a_question_is_answered_by_the_next_steps_input(stack, booking, agent_pr
     assert [s["step_id"] for s in got["listed"]] == [asked["step_id"], answered["step_id"]]
 
 
-def test_a_waiting_task_says_so_and_wants_an_answer(stack, booking):
+def test_a_waiting_task_says_so_and_stays_at_its_question(stack, booking):
     agent_id, _ = booking
     key = new_user(stack, "apwait")
     task = ap(stack, key, "POST", "/tasks", json={"input": "Book a table at Mario's",
                                                   "additional_input": {"agent": agent_id}})
     step = ap(stack, key, "POST", f"/tasks/{task.json()['task_id']}/steps").json()
-    assert step["output"] == "For how many people?"
+    assert step["output"] == "For how many people?" and not step["is_last"]
     got = ap(stack, key, "GET", f"/tasks/{step['task_id']}").json()
     assert got["status"] == "awaiting_input"
-    again = ap(stack, key, "POST", f"/tasks/{step['task_id']}/steps", json={})
-    assert again.status_code == 400
-    assert "For how many people?" in again.json()["message"]
+    # Without an input, the task stays at its question (asked once, not again).
+    again = ap(stack, key, "POST", f"/tasks/{step['task_id']}/steps", json={}).json()
+    assert again == step
+    listed = ap(stack, key, "GET", f"/tasks/{step['task_id']}/steps").json()
+    assert listed["steps"] == [step]
 
 
 def test_bad_input_is_refused_clearly_and_makes_nothing(stack):
