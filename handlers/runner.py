@@ -6,7 +6,7 @@ from __future__ import annotations
 from functools import lru_cache
 from typing import TYPE_CHECKING, Any
 
-from codeshot.runner.batch import process_batch
+from codeshot.runner.batch import process_batch, source_queue
 
 if TYPE_CHECKING:
     from codeshot.runner.session_runner import SessionRunner
@@ -31,8 +31,9 @@ def _prompts() -> Prompts:
 
 
 def handler(event: dict[str, Any], context: Any) -> dict[str, list[dict[str, str]]]:
-    from codeshot.usecases.prompts import is_prompt_batch, process_prompts
+    if source_queue(event) == _runner().s.settings.prompt_queue_name:
+        # Imported only here: the session queue's cold start never pays for it.
+        from codeshot.usecases.prompts import process_prompts
 
-    if is_prompt_batch(event, _runner().s):
         return process_prompts(event, _prompts(), context.get_remaining_time_in_millis)
     return process_batch(event, _runner().handle, context.get_remaining_time_in_millis)

@@ -89,3 +89,9 @@ def record_of(message: dict[str, Any]) -> dict[str, Any]:
         "attributes": message.get("Attributes", {}),
         "eventSource": "aws:sqs",
     }
+
+
+def source_queue(event: dict[str, Any]) -> str:
+    """The name of the queue a Lambda SQS event's records come from (one per event)."""
+    records = event.get("Records") or [{}]
+    return str(records[0].get("eventSourceARN", "")).rsplit(":", 1)[-1]

@@ -27,6 +27,7 @@ import logging
 import math
 import time
 from typing import Any
+from urllib.parse import quote
 
 import httpx
 
@@ -71,7 +72,7 @@ class Prompts:
                                    f"from the task's callback in time.", Timeout.code)
                 return
             else:
-                reply = self._call(session, f"{url.rstrip('/')}/{work.prompt_id}")
+                reply = self._call(session, f"{url.rstrip('/')}/{quote(work.prompt_id, safe='')}")
             self._follow(session, question, work, reply)
         except CallbackFailed as exc:
             self._end(session, f"The question {question.text!r} could not be asked through "
@@ -160,13 +161,6 @@ class Prompts:
         log.info("ending the question of %s: %s", session.session_id, text)
         with contextlib.suppress(CodeshotError):  # answered meanwhile: nothing to end
             end_question(self.s, session, text, code)
-
-
-def is_prompt_batch(event: dict[str, Any], services: Services) -> bool:
-    """Whether a Lambda SQS event comes from the prompt queue (else: the session queue)."""
-    records = event.get("Records") or [{}]
-    source = str(records[0].get("eventSourceARN", ""))
-    return source.rsplit(":", 1)[-1] == services.settings.prompt_queue_name
 
 
 def process_prompts(event: dict[str, Any], prompts: Prompts,

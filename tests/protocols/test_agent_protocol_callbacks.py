@@ -183,3 +183,50 @@ def test_a_private_address_is_refused_at_creation_and_when_called(stack, booking
     assert step["additional_output"]["error"]["code"] == "CALLBACK_FAILED"
     assert "10.1.2.3" in step["output"]
     assert httpx.get(f"{stack.api_url}/healthz").status_code == 200
+
+
+class LambdaContext:
+    @staticmethod
+    def get_remaining_time_in_millis() -> int:
+        return 300_000
+
+
+@pytest.mark.parametrize("callback", [[(200, {"prompt_id": "p-9", "status": "resolved",
+                                             "answer": "3"})]], indirect=True)
+def test_the_runner_lambda_takes_prompt_queue_batches(stack, booking, callback, monkeypatch):
+    """In AWS the runner function reads both queues: a batch from the prompt queue (by its
+    event source) goes to the prompt exchange, not to the session runner."""
+    import handlers.runner
+    from codeshot.runner.callbacks import PROMPT_FORMAT
+    from codeshot.store.queue import PromptWork
+
+    agent_id, made = booking
+    key = new_user(stack, f"cb{uuid.uuid4().hex[:12]}")
+    task_id = ap(stack, key, "POST", "/tasks", json={
+        "input": "Book a table at Lino", "additional_input": {"agent": agent_id}}).json()["task_id"]
+    question = ap(stack, key, "POST", f"/tasks/{task_id}/steps").json()
+    assert question["output"] == QUESTION
+    owner = stack.services.sessions.get(task_id).owner
+    stack.services.sessions.set_callback(task_id, owner, callback_url=callback.url,
+                                         callback_format=PROMPT_FORMAT)
+    monkeypatch.setattr("codeshot.settings.get_settings", lambda: stack.settings)
+    handlers.runner._runner.cache_clear()
+    handlers.runner._prompts.cache_clear()
+    try:
+        [asked] = stack.services.sessions.list_messages(task_id, limit=1,
+                                                        newest_first=True).items
+        assert asked.type.value == "awaiting_input"
+        work = PromptWork(task_id, asked.message_id, time.time() + 60)
+        event = {"Records": [{
+            "messageId": "m-1", "receiptHandle": "r-1", "body": work.body(),
+            "attributes": {"ApproximateReceiveCount": "1"}, "eventSource": "aws:sqs",
+            "eventSourceARN": f"arn:aws:sqs:us-east-1:123456789012:"
+                              f"{stack.settings.prompt_queue_name}"}]}
+        assert handlers.runner.handler(event, LambdaContext()) == {"batchItemFailures": []}
+    finally:
+        handlers.runner._runner.cache_clear()
+        handlers.runner._prompts.cache_clear()
+    assert [m for _, m, *_ in callback.seen] == ["POST"]
+    answered = ap(stack, key, "POST", f"/tasks/{task_id}/steps").json()
+    assert answered["input"] == "3" and "Booked Lino for 3" in answered["output"]
+    assert made[-1] == "Lino for 3"
