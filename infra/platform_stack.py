@@ -195,7 +195,8 @@ class PlatformStack(Stack):
             functions={"Api": self.api.function, "Runner": self.runner.function,
                        "RegisterAgent": self.register_agent.function},
             queue=self.sessions_queue.queue,
-            dead_letter_queue=self.sessions_queue.dlq,
+            # "" keeps the session queue's alarm id (DeadLetters) as it was deployed.
+            dead_letter_queues={"": self.sessions_queue.dlq, "Prompt": self.prompt_queue.dlq},
             email=config.alarm_email,
         )
 

@@ -55,7 +55,9 @@ class Prompts:
         self.s = services
 
     def handle(self, work: PromptWork, final_attempt: bool = False) -> None:
-        """One exchange about ``work``'s question (a queue delivery)."""
+        """One exchange about ``work``'s question (a queue delivery). Trouble of the
+        platform's own (a failed read or write) is retried by redelivery; on the last
+        delivery the question ends instead of waiting forever."""
         try:
             session = self.s.sessions.get(work.session_id)
         except NotFound:
@@ -63,6 +65,16 @@ class Prompts:
         question = self._pending_question(session, work.question_id)
         if question is None:
             return  # answered or ended another way meanwhile
+        try:
+            self._exchange(session, question, work)
+        except Exception:
+            if not final_attempt:
+                raise
+            log.exception("giving up on the question of %s", session.session_id)
+            self._end(session, "The platform could not ask the question through the task's "
+                               "callback; please answer it with a step.", CallbackFailed.code)
+
+    def _exchange(self, session: Session, question: Message, work: PromptWork) -> None:
         url = session.callback_url or ""
         try:
             if work.prompt_id is None:

@@ -232,11 +232,15 @@ def test_alarms_notify_a_topic_on_errors_throttles_backlog_and_given_up_queries(
     alarms = [a["Properties"] for a in synth.platform.of_type("AWS::CloudWatch::Alarm").values()]
     errors = {refs_of(a["Dimensions"]).pop() for a in alarms if a["MetricName"] == "Errors"}
     assert errors == {synth.platform.function(h)[0] for h in (API, RUNNER, REGISTER)}
-    dlq = [a for a in alarms if a["MetricName"] == "ApproximateNumberOfMessagesVisible"]
-    assert len(dlq) == 1 and dlq[0]["Threshold"] == 1
+    dlqs = [a for a in alarms if a["MetricName"] == "ApproximateNumberOfMessagesVisible"]
+    assert len(dlqs) == 2 and all(a["Threshold"] == 1 for a in dlqs)
     queue_id = synth.platform.env(API)["CODESHOT_QUEUE_URL"]["Ref"]
-    dlq_id = synth.platform.props(queue_id)["RedrivePolicy"]["deadLetterTargetArn"]["Fn::GetAtt"][0]
-    assert refs_of(dlq[0]["Dimensions"]) == {dlq_id}
+    dlq_ids = set()
+    for queue in (queue_id,
+                  synth.platform.env(RUNNER)["CODESHOT_PROMPT_QUEUE_URL"]["Ref"]):
+        dlq_ids.add(synth.platform.props(queue)["RedrivePolicy"]["deadLetterTargetArn"][
+            "Fn::GetAtt"][0])
+    assert {refs_of(a["Dimensions"]).pop() for a in dlqs} == dlq_ids
     throttles = {refs_of(a["Dimensions"]).pop() for a in alarms if a["MetricName"] == "Throttles"}
     assert throttles == errors
     [backlog] = [a for a in alarms if a["MetricName"] == "ApproximateAgeOfOldestMessage"]

@@ -191,31 +191,42 @@ class LambdaContext:
         return 300_000
 
 
+def asked_without_callback(stack, agent_id: str, place: str) -> tuple[str, str, object]:
+    """A booking task that asked its question before it had a callback (so the stack's
+    own poller has nothing queued for it): (key, task id, the question)."""
+    key = new_user(stack, f"cb{uuid.uuid4().hex[:12]}")
+    task_id = ap(stack, key, "POST", "/tasks", json={
+        "input": f"Book a table at {place}",
+        "additional_input": {"agent": agent_id}}).json()["task_id"]
+    assert ap(stack, key, "POST", f"/tasks/{task_id}/steps").json()["output"] == QUESTION
+    [asked] = stack.services.sessions.list_messages(task_id, limit=1, newest_first=True).items
+    assert asked.type.value == "awaiting_input"
+    return key, task_id, asked
+
+
+def with_callback(stack, task_id: str, url: str) -> None:
+    from codeshot.runner.callbacks import PROMPT_FORMAT
+
+    owner = stack.services.sessions.get(task_id).owner
+    stack.services.sessions.set_callback(task_id, owner, callback_url=url,
+                                         callback_format=PROMPT_FORMAT)
+
+
 @pytest.mark.parametrize("callback", [[(200, {"prompt_id": "p-9", "status": "resolved",
                                              "answer": "3"})]], indirect=True)
 def test_the_runner_lambda_takes_prompt_queue_batches(stack, booking, callback, monkeypatch):
     """In AWS the runner function reads both queues: a batch from the prompt queue (by its
     event source) goes to the prompt exchange, not to the session runner."""
     import handlers.runner
-    from codeshot.runner.callbacks import PROMPT_FORMAT
     from codeshot.store.queue import PromptWork
 
     agent_id, made = booking
-    key = new_user(stack, f"cb{uuid.uuid4().hex[:12]}")
-    task_id = ap(stack, key, "POST", "/tasks", json={
-        "input": "Book a table at Lino", "additional_input": {"agent": agent_id}}).json()["task_id"]
-    question = ap(stack, key, "POST", f"/tasks/{task_id}/steps").json()
-    assert question["output"] == QUESTION
-    owner = stack.services.sessions.get(task_id).owner
-    stack.services.sessions.set_callback(task_id, owner, callback_url=callback.url,
-                                         callback_format=PROMPT_FORMAT)
+    key, task_id, asked = asked_without_callback(stack, agent_id, "Lino")
+    with_callback(stack, task_id, callback.url)
     monkeypatch.setattr("codeshot.settings.get_settings", lambda: stack.settings)
     handlers.runner._runner.cache_clear()
     handlers.runner._prompts.cache_clear()
     try:
-        [asked] = stack.services.sessions.list_messages(task_id, limit=1,
-                                                        newest_first=True).items
-        assert asked.type.value == "awaiting_input"
         work = PromptWork(task_id, asked.message_id, time.time() + 60)
         event = {"Records": [{
             "messageId": "m-1", "receiptHandle": "r-1", "body": work.body(),
@@ -230,3 +241,28 @@ def test_the_runner_lambda_takes_prompt_queue_batches(stack, booking, callback, 
     answered = ap(stack, key, "POST", f"/tasks/{task_id}/steps").json()
     assert answered["input"] == "3" and "Booked Lino for 3" in answered["output"]
     assert made[-1] == "Lino for 3"
+
+
+@pytest.mark.parametrize("callback", [[PENDING]], indirect=True)
+def test_the_platforms_own_trouble_is_retried_then_ends_the_question(stack, booking,
+                                                                     callback, monkeypatch):
+    from codeshot.store.queue import PromptWork
+    from codeshot.usecases.prompts import Prompts
+
+    agent_id, _ = booking
+    key, task_id, asked = asked_without_callback(stack, agent_id, "Rita")
+    with_callback(stack, task_id, callback.url)
+    prompts = Prompts(stack.services)
+
+    def queue_down(*_args):
+        raise ConnectionError("SQS is down")
+
+    monkeypatch.setattr(stack.services.prompt_queue, "schedule", queue_down)
+    work = PromptWork(task_id, asked.message_id, time.time() + 60)
+    with pytest.raises(ConnectionError):  # redelivered by SQS
+        prompts.handle(work)
+    assert ap(stack, key, "GET", f"/tasks/{task_id}").json()["status"] == "awaiting_input"
+    prompts.handle(work, final_attempt=True)  # the last delivery: the question ends
+    [step] = ap(stack, key, "GET", f"/tasks/{task_id}/steps").json()["steps"]
+    assert step["additional_output"]["error"]["code"] == "CALLBACK_FAILED"
+    assert "answer it with a step" in step["output"]
