@@ -220,7 +220,8 @@ API_FUNCTION = PlatformFunction("api", "handlers.api.handler", api_lock,
                                 ("dynamodb", "s3", "sqs", "secretsmanager", "bedrock-runtime"),
                                 console_files)
 RUNNER_FUNCTION = PlatformFunction("runner", "handlers.runner.handler", runner_lock,
-                                   ("dynamodb", "s3", "secretsmanager", "bedrock-runtime"))
+                                   ("dynamodb", "s3", "sqs", "secretsmanager",
+                                    "bedrock-runtime"))
 REGISTER_FUNCTION = PlatformFunction("register", "handlers.register_agent.handler",
                                      register_lock,
                                      ("dynamodb", "secretsmanager", "bedrock-runtime"))
