@@ -20,7 +20,7 @@ from fastapi import FastAPI, Request, Response
 
 from codeshot.local.http_server import HttpServer
 from tests.conftest import free_port
-from tests.protocols.conftest import new_user, start_stack
+from tests.protocols.conftest import new_user, stack_with
 from tests.protocols.test_agent_protocol import ap
 
 PENDING = (200, {"prompt_id": "p-1", "status": "pending"})
@@ -29,11 +29,8 @@ QUESTION = "For how many people?"
 
 @pytest.fixture(scope="module")
 def stack():
-    running, directory = start_stack(reply_wait_seconds=20.0, prompt_deadline_seconds=8,
-                                     prompt_poll_max_seconds=2)
-    yield running
-    running.stop()
-    directory.cleanup()
+    yield from stack_with(reply_wait_seconds=20.0, prompt_deadline_seconds=8,
+                          prompt_poll_max_seconds=2)
 
 
 class Callback:
