@@ -49,7 +49,7 @@ OWNER = "bench"
 # Prefixes that perturb a replicated agent's sample queries (replica r uses PREFIXES[r % n]).
 PREFIXES = ["", "please ", "hey, ", "quick question: ", "can you ", "I'd like to know: ",
             "help: ", "ok so "]
-WEIGHTS = (0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 1.0)
+WEIGHTS = (0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 1.0)
 ALLOWED_WRONG_DECLINES = 0.03  # of the dev split's answerable queries, when calibrating
 
 Labelled = list[tuple[str, str | None]]  # (query, agent handle or None)
