@@ -126,6 +126,12 @@ class Agent(Record):
     llm_settings: dict[str, Any] | None = None  # {temperature, model, maximum_tokens}
     corpora: list[dict[str, Any]] | None = None  # declared document corpora (not indexed yet)
     funcs: list[str] | None = None  # its Funcs, when the handshake lists them (None: unknown)
+    # An MCP server whose tools are its Funcs (instead of a Fixie agent's func_url): the
+    # tools as read at registration (codeshot.runner.mcp_servers.McpTool dicts), and the
+    # Secrets Manager name of the Authorization header its owner gave for it, if any.
+    mcp_url: str | None = None
+    mcp_tools: list[dict[str, Any]] | None = None
+    mcp_auth_secret: str | None = None
     embeddings: bytes | None = None  # float32 rows, one per sample query
     embedding_model: str | None = None
     created: datetime = dataclasses.field(default_factory=utcnow)
@@ -162,7 +168,7 @@ def check_agent_fields(agent: Agent) -> Agent:
     check_text(agent.description, "description", MAX_AGENT_DESCRIPTION, one_line=True)
     check_text(agent.base_prompt, "basePrompt", MAX_BASE_PROMPT)
     for what, url in (("queryUrl", agent.query_url), ("funcUrl", agent.func_url),
-                      ("moreInfoUrl", agent.more_info_url)):
+                      ("mcpUrl", agent.mcp_url), ("moreInfoUrl", agent.more_info_url)):
         check_text(url or "", what, MAX_URL, one_line=True)
     if len(agent.few_shots) > MAX_FEW_SHOTS:
         raise InvalidInput(f"{len(agent.few_shots)} few-shots; an agent has at most "
@@ -289,6 +295,7 @@ class Embed(Record):
     content_type: str
     content_hash: str
     size: int
+    path: str | None = None  # where an Agent Protocol client keeps it (relative_path)
     created: datetime = dataclasses.field(default_factory=utcnow)
 
     COERCE: ClassVar[dict[str, Any]] = {"created": _datetime}

@@ -78,16 +78,31 @@ class Commands:
         return list(self.command_list)
 
 
+@dataclass(frozen=True)
+class FuncSpec:
+    """A Func the model is told about beyond its name (an MCP tool): what it does and its
+    input as a JSON schema (its Ask line then carries one JSON object)."""
+
+    name: str
+    description: str = ""
+    parameters: Mapping[str, Any] = field(default_factory=lambda: TEXT_PARAMETER)
+
+
 def func_commands(
-    names: Sequence[str], caller: FuncCaller, unasked: Collection[str] = ()
+    names: Sequence[str], caller: FuncCaller, unasked: Collection[str] = (),
+    specs: Sequence[FuncSpec] = (),
 ) -> Commands:
-    """One Func command per name, each calling ``caller(name, text)``; those in
-    ``unasked`` reply with no Ask too (the engine calls them with no input)."""
+    """One Func command per name, then per spec not named, each calling
+    ``caller(name, text)``; those in ``unasked`` reply with no Ask too (the engine calls
+    them with no input)."""
+    described = {spec.name: spec for spec in specs}
+    every = list(dict.fromkeys([*names, *described]))
     return Commands(
         [
-            Command(name, "", TEXT_PARAMETER, functools.partial(caller, name),
-                    unasked=name in unasked)
-            for name in names
+            Command(name, described[name].description if name in described else "",
+                    dict(described[name].parameters) if name in described else TEXT_PARAMETER,
+                    functools.partial(caller, name), unasked=name in unasked)
+            for name in every
         ]
     )
 
@@ -177,15 +192,15 @@ def _checks(few_shots: Sequence[FewShot], reprompt_ungrounded: bool) -> list[obj
 
 def code_shot_components(
     base_prompt: str, few_shots: str | Sequence[str], func_caller: FuncCaller,
-    *, reprompt_ungrounded: bool = REPROMPT_UNGROUNDED,
+    *, reprompt_ungrounded: bool = REPROMPT_UNGROUNDED, funcs: Sequence[FuncSpec] = (),
 ) -> list[object]:
-    """A Code Shot agent: its base prompt, its few-shots, a command per Func they use, and
-    the answer checks they call for."""
+    """A Code Shot agent: its base prompt, its few-shots, a command per Func they use (and
+    per Func in ``funcs``, described), and the answer checks they call for."""
     parsed = parse_few_shots(few_shots)
     return [
         BasePrompt(base_prompt),
         FewShotExamples(parsed),
-        func_commands(func_names(parsed), func_caller, unasked_funcs(parsed)),
+        func_commands(func_names(parsed), func_caller, unasked_funcs(parsed), funcs),
         *_checks(parsed, reprompt_ungrounded),
     ]
 

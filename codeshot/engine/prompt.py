@@ -37,7 +37,7 @@ _SHOWN_COMMANDS = 6
 def protocol(commands: Sequence[Command]) -> str:
     """How to write the transcript, with the agent's real command names (a placeholder such
     as "Func[name]" is what small models copy)."""
-    asks = [f"Ask {c.kind.capitalize()}[{c.name}]: <{'input' if c.kind == 'func' else 'message'}>"
+    asks = [f"Ask {c.kind.capitalize()}[{c.name}]: <{_placeholder(c)}>"
             for c in commands[:_SHOWN_COMMANDS]]
     lines = [
         "Answer by writing the next lines of the transcript, one step per line:",
@@ -52,6 +52,13 @@ def protocol(commands: Sequence[Command]) -> str:
         lines.append("Numbers, dates and times in an answer come from this transcript's "
                      "replies: ask for them, never reuse an example's.")
     return "\n".join(lines)
+
+
+def _placeholder(command: Command) -> str:
+    if command.kind == "agent":
+        return "message"
+    return "one JSON object of its parameters" if command.parameters.get("type") == "object" \
+        else "input"
 
 
 def correction_message(problem: str, commands: Sequence[Command]) -> ChatMessage:

@@ -10,13 +10,14 @@ from codeshot.local.aws_server import check_port_free
 
 
 class HttpServer:
-    def __init__(self, app: Any, host: str = "127.0.0.1", port: int = 0) -> None:
+    def __init__(self, app: Any, host: str = "127.0.0.1", port: int = 0, *,
+                 lifespan: bool = False) -> None:
         import uvicorn
 
         self.host = host
         check_port_free(host, port)
         self._server = uvicorn.Server(uvicorn.Config(
-            app, host=host, port=port, log_level="warning", lifespan="off",
+            app, host=host, port=port, log_level="warning", lifespan="on" if lifespan else "off",
             timeout_graceful_shutdown=2,
         ))
         self._thread = threading.Thread(target=self._server.run, name=f"http-{port}", daemon=True)

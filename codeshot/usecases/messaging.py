@@ -224,7 +224,8 @@ class Messaging:
 
     def _enqueue(self, session_id: str, message: Message) -> None:
         try:
-            self.s.queue.enqueue(Work(session_id, message.message_id, correlation_id()))
+            self.s.queue.enqueue(Work(session_id, message.message_id,
+                                      correlation_id=correlation_id()))
         except Exception as exc:
             # Never leave a query that no runner will answer: close it with an error.
             self.s.sessions.add_message(Message(

@@ -11,8 +11,10 @@ from __future__ import annotations
 import functools
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from codeshot.engine.fewshot import (
+    func_names,
     lines_of,
     parse_few_shots,
     sample_queries,
@@ -22,6 +24,7 @@ from codeshot.engine.fewshot import (
 from codeshot.errors import CodeshotError, InvalidInput, NotFound
 from codeshot.models import (
     MAX_SAMPLE_QUERIES,
+    MAX_SAMPLE_QUERY,
     Agent,
     AgentKind,
     Principal,
@@ -33,9 +36,14 @@ from codeshot.net.addresses import check_public_url
 from codeshot.routing.index import with_embeddings
 from codeshot.runner.handshake import Handshake, fetch_handshake
 from codeshot.services import Services
+from codeshot.text import as_one_line
+
+if TYPE_CHECKING:
+    from codeshot.runner.mcp_servers import McpServerInfo
 
 HandshakeFetcher = Callable[[str, str], Handshake]
-
+# (MCP server URL, its Authorization header or None) -> its name, instructions and tools
+McpDescriber = Callable[[str, str | None], "McpServerInfo"]
 
 
 @dataclass
@@ -52,6 +60,8 @@ class AgentFields:
     few_shots: list[str] | None = None
     sample_queries: list[str] | None = None
     conversational: bool | None = None  # inline few-shots' agent; a handshake says its own
+    mcp_url: str | None = None  # an MCP server whose tools are the agent's Funcs ("": none)
+    mcp_authorization: str | None = None  # the header to call it with; kept as a secret
 
 
 @dataclass(frozen=True)
@@ -88,10 +98,19 @@ class FewShotText:
 
 
 class AgentRegistration:
-    def __init__(self, services: Services, fetch: HandshakeFetcher | None = None) -> None:
+    def __init__(self, services: Services, fetch: HandshakeFetcher | None = None,
+                 describe_mcp: McpDescriber | None = None) -> None:
         self.s = services
         self.fetch = fetch or functools.partial(
             fetch_handshake, allow_loopback=services.settings.local_mode)
+        self.describe_mcp = describe_mcp or self._describe_mcp
+
+    def _describe_mcp(self, url: str, authorization: str | None) -> McpServerInfo:
+        from codeshot.runner.mcp_servers import McpServer
+
+        settings = self.s.settings
+        return McpServer(url, authorization, timeout=settings.agent_call_timeout_seconds,
+                         allow_loopback=settings.local_mode).describe()
 
     def _owner(self, principal: Principal) -> str:
         if not principal.username:
@@ -100,15 +119,20 @@ class AgentRegistration:
 
     def _check_urls(self, agent: Agent) -> None:
         allow = self.s.settings.local_mode
-        for url in (agent.query_url, agent.func_url):
+        for url in (agent.query_url, agent.func_url, agent.mcp_url):
             if url:
                 check_public_url(url, allow_loopback=allow)
         if agent.more_info_url and not agent.more_info_url.startswith(("http://", "https://")):
             raise InvalidInput("moreInfoUrl must be an http(s) URL")
 
-    def describe(self, agent: Agent, inline: bool) -> Agent:
-        """Fill prompt, few-shots, kind and sample queries from the handshake (or inline)."""
+    def describe(self, agent: Agent, inline: bool, authorization: str | None = None) -> Agent:
+        """Fill prompt, few-shots, kind and sample queries from the handshake (or inline);
+        an MCP agent's tools from its server (``authorization``: the header to call it
+        with; else the one kept for it)."""
         self._check_urls(agent)
+        if agent.mcp_url:
+            return self._describe_mcp_agent(agent, authorization)
+        agent = agent.replace(mcp_tools=None)
         url = agent.func_url or agent.query_url
         if not inline:
             if not url:
@@ -140,13 +164,81 @@ class AgentRegistration:
             raise InvalidInput("a standalone agent needs queryUrl")
         return with_embeddings(agent, self.s.embedder)
 
+    def _describe_mcp_agent(self, agent: Agent, authorization: str | None) -> Agent:
+        """A Code Shot agent whose Funcs are the server's tools: few-shots if its owner
+        wrote some (asking only those tools or the platform's Funcs), a base prompt and
+        description from the server unless given, and the tools' descriptions as sample
+        queries when no few-shot gives any."""
+        from codeshot.runner.platform_funcs import LIBRARY
+
+        if agent.query_url or agent.func_url:
+            raise InvalidInput("an agent is an MCP server (mcpUrl) or a Fixie agent "
+                               "(queryUrl, funcUrl), not both")
+        if authorization is None and agent.mcp_auth_secret:
+            authorization = self.s.agent_secrets.get(agent.mcp_auth_secret)
+        info = self.describe_mcp(agent.mcp_url or "", authorization)
+        parsed = parse_few_shots(agent.few_shots, conversational=agent.conversational)
+        tools = {t.func for t in info.tools}
+        unknown = [f for f in func_names(parsed) if f not in tools and f not in LIBRARY]
+        if unknown:
+            raise InvalidInput(f"the few-shots ask Func[{unknown[0]}], which the MCP server "
+                               f"does not have (its tools: {', '.join(sorted(tools)) or 'none'})")
+        prompt = agent.base_prompt or as_one_line(
+            f"I am {agent.name or info.name}. I answer with the tools of an MCP server: I ask "
+            "a tool with its arguments as one JSON object that matches its parameters, and "
+            f"I answer from what the tools return. {info.instructions}", 2_000)
+        validate_base_prompt(prompt)
+        queries = sample_queries(parsed) + agent.sample_queries or [
+            as_one_line(t.description, MAX_SAMPLE_QUERY) for t in info.tools if t.description]
+        agent = check_agent_fields(agent.replace(
+            kind=AgentKind.CODE_SHOT, base_prompt=prompt, name=agent.name or info.name,
+            description=agent.description or info.description(),
+            mcp_tools=[t.to_dict() for t in info.tools], funcs=sorted(tools),
+            sample_queries=list(dict.fromkeys(queries))[:MAX_SAMPLE_QUERIES]))
+        return with_embeddings(agent, self.s.embedder)
+
     def create(self, principal: Principal, handle: str, fields: AgentFields) -> Agent:
         owner = self._owner(principal)
         validate_handle(handle)
         agent = Agent(agent_id=Agent.make_id(owner, handle), owner=owner, handle=handle)
         agent = check_agent_fields(self._apply(agent, fields))
-        agent = self.describe(agent, inline=fields.few_shots is not None)
-        return self.s.registry.create(agent)
+        agent = self.describe(agent, inline=fields.few_shots is not None,
+                              authorization=fields.mcp_authorization)
+        return self._store(agent, fields, self.s.registry.create)
+
+    def _store(self, agent: Agent, fields: AgentFields, write: Callable[[Agent], Agent],
+               previous_secret: str | None = None) -> Agent:
+        """Write the agent with a new secret for the Authorization given (if any): the
+        new secret is deleted if the write fails, the one it replaces once it succeeded."""
+        if fields.mcp_authorization and agent.mcp_url:
+            agent = agent.replace(mcp_auth_secret=self.s.agent_secrets.create(
+                agent.agent_id, fields.mcp_authorization))
+        elif not agent.mcp_url:
+            agent = agent.replace(mcp_auth_secret=None)
+        try:
+            stored = write(agent)
+        except Exception:
+            if agent.mcp_auth_secret != previous_secret:
+                self.s.agent_secrets.delete(agent.mcp_auth_secret)
+            raise
+        if previous_secret != stored.mcp_auth_secret:
+            self.s.agent_secrets.delete(previous_secret)
+        self._ingest_corpora(stored)
+        return stored
+
+    def _ingest_corpora(self, agent: Agent, again: bool = False) -> None:
+        """Queue the ingestion of the agent's declared URL corpora (the runner reads them,
+        never a query): when they are new or changed, or ``again`` (a refresh)."""
+        from codeshot.runner.corpora import url_corpora
+        from codeshot.store.queue import Work
+
+        if not url_corpora(agent.corpora):
+            return
+        latest = self.s.corpora.recent(agent.agent_id, 1)
+        if latest and not again and latest[0].corpora == url_corpora(agent.corpora):
+            return
+        version = self.s.corpora.start(agent.agent_id, url_corpora(agent.corpora))
+        self.s.queue.enqueue(Work.corpus(agent.agent_id, version.version))
 
     def update(
         self, principal: Principal, handle: str, fields: AgentFields, new_handle: str | None
@@ -158,12 +250,17 @@ class AgentRegistration:
             validate_handle(new_handle)
             agent = agent.replace(handle=new_handle, agent_id=Agent.make_id(owner, new_handle)
             )
-        urls_changed = (agent.query_url, agent.func_url) != (current.query_url, current.func_url)
-        if urls_changed or fields.few_shots is not None or fields.base_prompt is not None:
-            agent = self.describe(agent, inline=fields.few_shots is not None)
+        urls_changed = ((agent.query_url, agent.func_url, agent.mcp_url)
+                        != (current.query_url, current.func_url, current.mcp_url))
+        if (urls_changed or fields.few_shots is not None or fields.base_prompt is not None
+                or fields.mcp_authorization is not None):
+            agent = self.describe(agent, inline=fields.few_shots is not None,
+                                  authorization=fields.mcp_authorization)
         else:  # name, description or sample queries may have changed what it matches
             agent = with_embeddings(agent, self.s.embedder)
-        return self.s.registry.replace(agent, previous_id=current.agent_id)
+        return self._store(agent, fields,
+                           lambda a: self.s.registry.replace(a, previous_id=current.agent_id),
+                           previous_secret=current.mcp_auth_secret)
 
     def deploy(self, principal: Principal, handle: str, fields: AgentFields) -> Agent:
         """Register a deployed agent, or update one registered before (a redeploy, or an
@@ -180,11 +277,15 @@ class AgentRegistration:
         """Re-read the agent's handshake (after its code changed)."""
         agent = self._owned(self._owner(principal), handle, owner=owner)
         agent = self.describe(agent, inline=False)
-        return self.s.registry.replace(agent)
+        stored = self.s.registry.replace(agent)
+        self._ingest_corpora(stored, again=True)
+        return stored
 
     def delete(self, principal: Principal, owner: str, handle: str) -> Agent:
         agent = self._owned(self._owner(principal), handle, owner=owner)
         self.s.registry.delete(agent.agent_id, owner=agent.owner)
+        self.s.agent_secrets.delete(agent.mcp_auth_secret)
+        self.s.corpora.delete_agent(agent.agent_id)
         return agent
 
     def _owned(self, caller: str, handle: str, owner: str | None = None) -> Agent:
@@ -196,6 +297,9 @@ class AgentRegistration:
 
     @staticmethod
     def _apply(agent: Agent, fields: AgentFields) -> Agent:
-        updates = {k: v for k, v in vars(fields).items() if v is not None}
+        updates = {k: v for k, v in vars(fields).items()
+                   if v is not None and k != "mcp_authorization"}
+        if updates.get("mcp_url") == "":
+            updates["mcp_url"] = None  # no longer an MCP server
         return agent.replace(**{**updates, "modified": utcnow()})
 

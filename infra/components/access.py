@@ -106,3 +106,20 @@ def invoke_models(role: iam.IRole, model_ids: list[str]) -> None:
         role.add_to_principal_policy(iam.PolicyStatement(
             actions=list(BEDROCK_INVOKE),
             resources=[a for m in dict.fromkeys(model_ids) for a in model_arns(m)]))
+
+
+# Secrets agents' owners give (codeshot/store/agent_secrets.py): the API creates and
+# deletes them with the agent (and reads one to read an MCP server's tools again), the
+# runner reads them to call the agent.
+AGENT_SECRETS_READ = ("secretsmanager:GetSecretValue",)
+AGENT_SECRETS_MANAGE = ("secretsmanager:CreateSecret", "secretsmanager:DeleteSecret")
+
+
+def agent_secrets(role: iam.Role, prefix: str, *, manage: bool) -> None:
+    actions = AGENT_SECRETS_READ + (AGENT_SECRETS_MANAGE if manage else ())
+    suppress(role, "AwsSolutions-IAM5",
+             f"Each agent secret is created at run time under '{prefix}' with a name of its "
+             "own (codeshot/store/agent_secrets.py): access is scoped to that prefix.",
+             [RegexAppliesTo(regex=r"/^Resource::arn:.*:secret:.*\*$/g")])
+    role.add_to_principal_policy(iam.PolicyStatement(actions=list(actions), resources=[
+        f"arn:{Aws.PARTITION}:secretsmanager:{Aws.REGION}:{Aws.ACCOUNT_ID}:secret:{prefix}*"]))

@@ -23,7 +23,8 @@ from botocore import xform_name
 REPO = Path(__file__).resolve().parents[2]
 # boto3 service name -> IAM prefix
 PREFIXES = {"dynamodb": "dynamodb", "s3": "s3", "sqs": "sqs",
-            "secretsmanager": "secretsmanager", "bedrock-runtime": "bedrock"}
+            "secretsmanager": "secretsmanager", "bedrock-runtime": "bedrock",
+            "s3vectors": "s3vectors"}
 # Operations authorised by another action than their own name.
 AUTHORISED_AS = {
     "s3:HeadObject": "s3:GetObject",

@@ -46,21 +46,26 @@ def test_each_platform_function_ships_only_what_it_imports():
         assert not [d for d in dests if d.startswith(bundling.PLATFORM_EXCLUDED_PATHS)]
         assert "moto" not in dists(spec)
     # The protocol SDKs the API imports on /mcp and /a2a only bring uvicorn (mcp) and
-    # cryptography (pyjwt[crypto], google-auth via a2a-sdk); the other functions stay clean.
+    # cryptography (pyjwt[crypto], google-auth via a2a-sdk); the runner has mcp's client
+    # for MCP servers registered as agents (imported only when one is called, see
+    # tests/runner/test_cold_start.py), registration neither.
+    assert not dists(register) & {"uvicorn", "cryptography", "mcp", "a2a-sdk"}
+    assert "mcp" in dists(runner) and "a2a-sdk" not in dists(runner)
     for spec in (runner, register):
-        assert not dists(spec) & {"uvicorn", "cryptography", "mcp", "a2a-sdk"}
         assert {"boto3", "botocore", "pyjwt", "pynacl", "httpx"} <= dists(spec)
     assert [d for d, _ in api.files if d.startswith("handlers/")] == [
         "handlers/__init__.py", "handlers/api.py"]
     assert {"fastapi", "strawberry-graphql", "mangum", "pydantic"} <= dists(api)
     assert "numpy" not in dists(api) | dists(register)  # routing works without it
     assert "numpy" in dists(runner)  # routing thousands of agents: one matrix product
-    assert not dists(runner) & {"pydantic", "fastapi", "strawberry-graphql", "mangum"}
+    assert not dists(runner) & {"fastapi", "strawberry-graphql", "mangum"}
     assert not dists(register) & {"fastapi", "strawberry-graphql", "mangum"}
     # The runtime's boto3 instead (codeshot:bundleBoto3=false): none of boto3's family.
     assert not dists(platform_bundle(API_FUNCTION, bundle_boto3=False)) & locks.BOTO3_FAMILY
-    assert set(RUNNER_FUNCTION.aws_services) < set(API_FUNCTION.aws_services)
-    assert "sqs" not in RUNNER_FUNCTION.aws_services + REGISTER_FUNCTION.aws_services
+    # The runner also searches S3 Vectors (codeshot:corpusSearch); registration queues a
+    # deployed agent's corpus ingestion, and never touches S3.
+    assert set(RUNNER_FUNCTION.aws_services) - {"s3vectors"} <= set(API_FUNCTION.aws_services)
+    assert "sqs" in REGISTER_FUNCTION.aws_services and "s3" not in REGISTER_FUNCTION.aws_services
 
 
 def test_agent_bundle_spec_has_only_the_sdk_and_the_agent():

@@ -171,3 +171,20 @@ def test_another_users_session_is_not_found(stack):
     theirs = run(session(new_user(stack, "mcpother"), query="What time is it?",
                          session=mine.structured_content["session"]))
     assert theirs.is_error and theirs.content[0].text.startswith("NOT_FOUND")
+
+
+def test_malformed_json_rpc_and_oversized_bodies_are_protocol_errors(stack):
+    headers = {"Authorization": f"Bearer {stack.state['api_key']}",
+               "Accept": "application/json, text/event-stream",
+               "Content-Type": "application/json", "MCP-Protocol-Version": "2025-06-18"}
+
+    def post(body: str) -> httpx.Response:
+        return httpx.post(f"{stack.api_url}/mcp", headers=headers, content=body, timeout=30)
+
+    garbage = post("{garbage")
+    assert garbage.status_code == 400 and garbage.json()["error"]["code"] == -32700
+    unknown = post('{"jsonrpc": "2.0", "id": 1, "method": "no/such/method", "params": {}}')
+    assert unknown.json()["error"]["code"] == -32601  # METHOD_NOT_FOUND
+    huge = post('{"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": {"name": "ask", '
+                '"arguments": {"query": "' + "x" * (5 * 1024 * 1024) + '"}}}')
+    assert huge.status_code == 413

@@ -9,7 +9,7 @@ import subprocess
 import sys
 
 DEFERRED = ("pydantic", "pydantic_core", "numpy", "jwt", "nacl", "cryptography", "yaml",
-            "fastapi", "strawberry")
+            "fastapi", "strawberry", "mcp", "httpx2")
 
 
 def test_building_the_runner_loads_only_what_it_needs():

@@ -18,6 +18,12 @@ class AgentInput:
     few_shots: list[str] | None = None
     sample_queries: list[str] | None = None
     conversational: bool | None = None
+    mcp_url: str | None = strawberry.field(
+        default=None, description="an MCP server (streamable HTTP) whose tools are the "
+        "agent's Funcs, instead of queryUrl/funcUrl; \"\" on update: no longer one")
+    mcp_authorization: str | None = strawberry.field(
+        default=None, description="the Authorization header to call mcpUrl with; kept in "
+        "Secrets Manager, never shown again")
     new_handle: str | None = None
 
 
