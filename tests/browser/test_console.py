@@ -22,7 +22,7 @@ from codeshot.models import MessageType
 from codeshot.sdk.project import load_agent, read_config
 from codeshot.usecases.messaging import EmbedUpload, Messaging
 from codeshot.usecases.users import principal_of
-from tests.browser.conftest import AXE, PHONE
+from tests.browser.conftest import PHONE
 
 
 def start_session(console, agent_label: str | None = None) -> str:
@@ -184,7 +184,7 @@ def test_keys_are_shown_once_and_a_revoked_key_is_refused(console, new_user):
     expect(dialog).to_contain_text("UNAUTHENTICATED")
     expect(page.get_by_role("heading", name="Account", level=1)).to_be_visible()  # page kept
     dialog.get_by_label("API key").fill(new_key)
-    dialog.get_by_role("button", name="Sign in").click()
+    dialog.get_by_role("button", name="Sign in", exact=True).click()
     expect(dialog).to_be_hidden()
     console.nav("Agents")
     console.heading("Agents")
@@ -269,15 +269,7 @@ def test_axe_finds_no_accessibility_violations(console, new_user):
     _, key = new_user()
     console.open("/")
     page = console.page
-    source = AXE.read_text()
-
-    def violations() -> list[str]:
-        page.evaluate(source)  # through the debugger: the page's CSP allows no injected script
-        found = page.evaluate("""async () => (await axe.run(document, {
-            runOnly: {type: 'tag', values: ['wcag2a', 'wcag2aa', 'wcag21a', 'wcag21aa']}
-        })).violations.map(v => v.id + ': ' + v.nodes.map(n => n.target.join(' ')).join(', '))""")
-        return found
-
+    violations = console.axe_violations
     assert violations() == []  # the sign-in page
     console.sign_in(key)
     session = start_session(console)
