@@ -27,7 +27,7 @@ class PoolSpec:
     """What the user pool enforces, in AWS and locally alike."""
 
     password_min_length: int = 12
-    password_classes: tuple[str, ...] = ("lowercase", "uppercase", "numbers")
+    password_classes: tuple[str, ...] = ("lowercase", "uppercase", "numbers", "symbols")
     id_token_minutes: int = 60
     console_client: str = "console"
     # The console signs in with a password sent to the platform (USER_PASSWORD_AUTH).
@@ -146,18 +146,10 @@ class Accounts:
         self._call("admin_confirm_sign_up", UserPoolId=self.pool_id, Username=_email(email))
 
     def set_enabled(self, identity: str, enabled: bool) -> None:
-        """Let the identity sign in, or not (Cognito refuses its password from then on)."""
-        name = self._username_of(identity)
+        """Let the identity sign in, or not (Cognito refuses its password from then on).
+        In a pool whose usernames are emails, a user's username is its sub."""
         self._call("admin_enable_user" if enabled else "admin_disable_user",
-                   UserPoolId=self.pool_id, Username=name)
-
-    def _username_of(self, identity: str) -> str:
-        out = self._call("list_users", UserPoolId=self.pool_id,
-                         Filter=f'sub = "{identity}"', Limit=1)
-        if not out.get("Users"):
-            raise NotFound(f"no account {identity} in the user pool")
-        name: str = out["Users"][0]["Username"]
-        return name
+                   UserPoolId=self.pool_id, Username=identity)
 
     def _call(self, operation: str, **kwargs: Any) -> Any:
         """Cognito's errors as codeshot's (each with a message a person can act on)."""

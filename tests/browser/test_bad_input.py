@@ -19,7 +19,7 @@ def test_a_wrong_key_is_refused_with_the_reason(console):
     page = console.page
     page.get_by_label("API key").first.fill("not-a-key")
     page.get_by_role("button", name="Sign in").first.click()
-    error = page.locator("#signin-page .form-error")
+    error = page.locator("#signin-page form[data-signin] .form-error")
     expect(error).to_contain_text("UNAUTHENTICATED")
     expect(page.get_by_role("navigation")).to_be_hidden()
     expect(page.get_by_label("API key").first).to_be_focused()
