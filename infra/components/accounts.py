@@ -91,7 +91,7 @@ class Accounts(Construct):
                      "Threat protection (advanced security) needs the paid Plus feature plan; "
                      "a deploying team turns it on when it wants it.")
         supported = [cognito.UserPoolClientIdentityProvider.COGNITO]
-        federated: list[cognito.UserPoolIdentityProvider] = []
+        federated: list[cognito.IUserPoolIdentityProvider] = []
         if "google" in providers.settings:
             google = providers.settings["google"]
             federated.append(cognito.UserPoolIdentityProviderGoogle(
