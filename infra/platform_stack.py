@@ -179,6 +179,8 @@ class PlatformStack(Stack):
                   description="CODESHOT_USERS_TABLE for the codeshot CLI")
         CfnOutput(self, "SigningSecretId", value=self.signing_keys.secret_id,
                   description="CODESHOT_SIGNING_SECRET_ID for the codeshot CLI")
+        CfnOutput(self, "UserPoolId", value=self.accounts.pool.user_pool_id,
+                  description="CODESHOT_USER_POOL_ID for `codeshot users disable/confirm`")
 
     def _code(self, function: PlatformFunction) -> lambda_.Code:
         spec = platform_bundle(function, target=self.config.target,
