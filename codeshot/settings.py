@@ -63,6 +63,11 @@ class Settings:
     # console signs users up and in with; unset: API keys are the only way in.
     user_pool_id: str | None = None
     user_pool_client_id: str | None = None
+    # Google and GitHub sign-in go through the pool's hosted pages at this base URL
+    # (https://<prefix>.auth.<region>.amazoncognito.com), for the providers named here
+    # (comma-separated, as the pool names them: "Google,GitHub"); both set by CDK.
+    user_pool_domain: str | None = None
+    user_pool_providers: str = ""
 
     # Where agents and clients reach the platform; also the JWT issuer.
     api_url: str = setting("http://127.0.0.1:8080", env=("CODESHOT_API_URL", "FIXIE_API_URL"))

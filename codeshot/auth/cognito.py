@@ -140,6 +140,52 @@ class Accounts:
             raise Unauthenticated("invalid sign-in token: not an ID token")
         return Identity(sub=claims["sub"], email=claims.get("email"))
 
+    # -- Google and GitHub, through the pool's hosted pages (OAuth code flow + PKCE) -------
+    def providers(self) -> list[str]:
+        if not self.settings.user_pool_domain:
+            return []
+        return [p.strip() for p in self.settings.user_pool_providers.split(",") if p.strip()]
+
+    def authorize_url(self, provider: str, redirect_uri: str, state: str,
+                      verifier: str) -> str:
+        """Where the browser goes to sign in with ``provider`` (then back to
+        ``redirect_uri`` with a code and ``state``)."""
+        import base64
+        import hashlib
+        from urllib.parse import urlencode
+
+        if provider not in self.providers():
+            raise NotFound(f"no sign-in with {provider!r} here")
+        challenge = base64.urlsafe_b64encode(hashlib.sha256(verifier.encode()).digest())
+        query = urlencode({
+            "identity_provider": provider, "client_id": self.client_id,
+            "response_type": "code", "scope": "openid email", "redirect_uri": redirect_uri,
+            "state": state, "code_challenge": challenge.decode().rstrip("="),
+            "code_challenge_method": "S256"})
+        return f"{self._domain}/oauth2/authorize?{query}"
+
+    def exchange_code(self, code: str, redirect_uri: str, verifier: str) -> str:
+        """The ID token for an authorization code (verified like any other)."""
+        import httpx
+
+        try:
+            response = httpx.post(f"{self._domain}/oauth2/token", timeout=10, data={
+                "grant_type": "authorization_code", "client_id": self.client_id,
+                "code": code, "redirect_uri": redirect_uri, "code_verifier": verifier})
+        except httpx.HTTPError as exc:
+            raise Unavailable(f"the user pool cannot be reached: {exc}") from exc
+        if response.status_code != 200:
+            raise Unauthenticated("the sign-in was not accepted: sign in again")
+        token = response.json().get("id_token")
+        if not isinstance(token, str):
+            raise Unauthenticated("the sign-in gave no ID token: sign in again")
+        self.verify(token)
+        return token
+
+    @property
+    def _domain(self) -> str:
+        return (self.settings.user_pool_domain or "").rstrip("/")
+
     # -- what operators do (IAM-authorised Admin* calls) ---------------------------------
     def admin_confirm(self, email: str) -> None:
         """Confirm an account without its code (the email never came; the local stack)."""

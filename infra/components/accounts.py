@@ -134,11 +134,16 @@ class Accounts(Construct):
         )
         for provider in federated:
             self.client.node.add_dependency(provider)
+        self.providers = [p.name for p in supported[1:]]
 
     def env(self) -> dict[str, str]:
-        """The API's settings naming the pool and the console's client."""
+        """The API's settings naming the pool, the console's client and, with identity
+        providers, the hosted pages they sign in through."""
+        federated = settings_env(user_pool_domain=self.domain.base_url(),
+                                 user_pool_providers=",".join(self.providers)) \
+            if self.domain else {}
         return settings_env(user_pool_id=self.pool.user_pool_id,
-                            user_pool_client_id=self.client.user_pool_client_id)
+                            user_pool_client_id=self.client.user_pool_client_id) | federated
 
     def grant_admin(self, role: iam.IRole) -> None:
         role.add_to_principal_policy(iam.PolicyStatement(

@@ -1,25 +1,42 @@
 """Accounts in the console against the local stack's user pool (moto's Cognito): sign up
 with email and password, confirm, sign in, pick a username, make an API key and use it
 with the real fixieai client, revoke it, sign out; one account cannot see another's
-sessions; an operator sets a user's limit and disables them, whose keys are then refused.
+sessions; an operator sets a user's limit and disables them, whose keys are then refused;
+Google sign-in through the pool's hosted pages (a loopback stand-in: moto has none).
 
 Locally no email is sent and moto's ConfirmSignUp checks no code: the confirm form is
 the one AWS users fill in, and any code confirms here (README, Accounts)."""
 
 from __future__ import annotations
 
+import base64
+import hashlib
+import json
 import os
 import re
+import secrets
 import subprocess
+import tempfile
+import threading
+import time
+import uuid
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
+from urllib.parse import parse_qsl, urlencode, urlsplit
 
 import httpx
+import jwt
+import pytest
+from moto.utilities.utils import load_resource
 from playwright.sync_api import expect
 
 from codeshot import ids
+from codeshot.local.stack import LocalStack
 from codeshot.usecases import accounts
-from tests.browser.conftest import open_console
-from tests.browser.test_console import send, start_session
+from tests.browser.conftest import DESKTOP, open_console
+from tests.browser.test_console import send
+from tests.conftest import free_port, unique_settings
 
 PASSWORD = "Correct-horse-9"
 
@@ -43,11 +60,16 @@ def make_account(stack, email: str, username: str, *, operator: bool = False) ->
         accounts.set_operator(services, username, True)
 
 
-def sign_in_with_email(console, email: str, password: str = PASSWORD) -> None:
+def sign_in_with_email(console, email: str, password: str = PASSWORD, *,
+                       refused: bool = False) -> None:
+    """Sign in on the sign-in page; unless ``refused``, wait until the header says who is
+    signed in (leaving a page mid-request aborts it, which htmx logs as an error)."""
     form = console.page.locator("#signin-page form[data-account][hx-post$='sign-in']")
     form.get_by_label("Email").fill(email)
     form.get_by_label("Password").fill(password)
     form.get_by_role("button", name="Sign in with email").click()
+    if not refused:
+        console.page.locator("#whoami").get_by_text("Signed in as").wait_for()
 
 
 def fixie_user(fixie_python: Path, stack, key: str, home: Path) -> subprocess.CompletedProcess[str]:
@@ -76,7 +98,7 @@ def test_sign_up_confirm_sign_in_pick_a_username_use_and_revoke_a_key_sign_out(
     confirm = page.locator("form[hx-post$='confirm']")
     expect(confirm).to_contain_text(f"We sent a code to {email}")
 
-    sign_in_with_email(console, email)  # before confirming: refused, on its form
+    sign_in_with_email(console, email, refused=True)  # before confirming: on its form
     expect(page.locator("form[hx-post$='sign-in'] .form-error").first).to_contain_text(
         "confirm your email first")
     expect(page.get_by_role("heading", name="Sign in", level=1)).to_be_visible()
@@ -84,7 +106,7 @@ def test_sign_up_confirm_sign_in_pick_a_username_use_and_revoke_a_key_sign_out(
     confirm.get_by_label("Code from the email").fill("123456")
     confirm.get_by_role("button", name="Confirm").click()
     expect(page.get_by_text("Your email is confirmed")).to_be_visible()
-    sign_in_with_email(console, email, "Wrong-password-1")
+    sign_in_with_email(console, email, "Wrong-password-1", refused=True)
     expect(page.locator("form[hx-post$='sign-in'] .form-error").first).to_contain_text(
         "wrong email or password")
     sign_in_with_email(console, email)
@@ -92,8 +114,8 @@ def test_sign_up_confirm_sign_in_pick_a_username_use_and_revoke_a_key_sign_out(
     expect(page.locator("#whoami")).to_contain_text(email)
     assert console.axe_violations() == []
     console.shot("pick-a-username")
-    # A reload asks again (axe leaves style="" on what it checked, which htmx would copy
-    # onto the next form; the page's CSP refuses inline styles).
+    # A reload asks again (axe and the screenshot left style="" on what they touched,
+    # which htmx would copy onto the next form; the page's CSP refuses inline styles).
     page.reload()
     console.heading("Pick a username")
 
@@ -137,21 +159,26 @@ def test_a_second_account_cannot_see_the_first_accounts_sessions(console, browse
         make_account(stack, email, username)
     console.open("/")
     sign_in_with_email(console, first[0])
-    console.heading("Chat")
-    session = start_session(console)
+    console.heading("Chat")  # (start_session's own click on Chat could race the Start)
+    console.page.get_by_role("button", name="Start", exact=True).click()
+    console.page.get_by_label("Message").wait_for()
+    session = console.page.url.rsplit("/", 1)[-1]
     send(console, "Roll a d20")
     expect(console.page.locator(".turn .answer .msg-agent")).to_contain_text(
         re.compile(r"You rolled \d+\."), timeout=20_000)
+    # The run is over when the page stops asking for more (leaving mid-request aborts it).
+    expect(console.page.locator("#poller[hx-get]")).to_have_count(0, timeout=20_000)
+    console.nav("Chat")
+    expect(console.page.locator(".sessions li")).to_have_count(1)  # the first's own
 
-    for other in open_console(browser, stack, tmp_path / "second", {"width": 1180,
-                                                                    "height": 860}):
-        other.open("/")
+    for other in open_console(browser, stack, tmp_path / "second", DESKTOP):
+        other.open(f"/console/sessions/{session}")  # the first's link, signed in as the second
         sign_in_with_email(other, second[0])
-        other.heading("Chat")
-        expect(other.page.locator("#main")).not_to_contain_text(session)
-        other.open(f"/console/sessions/{session}")
         other.heading("Not found")
         expect(other.page.locator("#main")).not_to_contain_text("You rolled")
+        other.nav("Chat")
+        other.heading("Chat")
+        expect(other.page.locator("#main")).not_to_contain_text(session)
         other.check_clean(expected_statuses=frozenset({404}))
     console.check_clean()
 
@@ -186,7 +213,6 @@ def test_an_operator_limits_and_disables_a_user_whose_keys_are_then_refused(
     expect(console.page.locator("#users .notice")).to_contain_text(
         f"{victim.username} is disabled")
     expect(row).to_contain_text("disabled")
-    console.shot("users")
     refused = whoami(key)
     assert refused["errors"][0]["extensions"]["code"] == "UNAUTHENTICATED"
     assert "disabled" in refused["errors"][0]["message"]
@@ -194,5 +220,110 @@ def test_an_operator_limits_and_disables_a_user_whose_keys_are_then_refused(
     row.get_by_role("button", name=f"Enable {victim.username}").click()
     expect(console.page.locator("#users .notice")).to_contain_text("enabled again")
     assert whoami(key)["data"]["user"]["username"] == victim.username
-    assert console.axe_violations() == []  # last: axe leaves style="" that htmx would copy
+    # Last: axe and screenshots leave style="" on elements, which htmx would copy onto
+    # what it swaps in next (and the page's CSP refuses inline styles).
+    assert console.axe_violations() == []
+    console.shot("users")
     console.check_clean()
+
+
+class HostedPages:
+    """Cognito's hosted sign-in pages on loopback (moto has none), answering as Cognito does
+    once a person has signed in with Google: /oauth2/authorize sends the browser back to
+    the callback with a code, and /oauth2/token trades that code, checking the client, the
+    redirect URI and the PKCE verifier, for an ID token signed with the pool's key (moto's
+    one key, which its JWKS publishes, so the platform verifies it as any other)."""
+
+    def __init__(self) -> None:
+        self.codes: dict[str, dict[str, str]] = {}
+        self.authorized: list[dict[str, str]] = []
+        self.pool_id = self.client_id = ""
+        self.sub = str(uuid.uuid4())
+        self.email = new_email()
+        pages = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_GET(self) -> None:
+                url = urlsplit(self.path)
+                query = dict(parse_qsl(url.query))
+                pages.authorized.append(query)
+                code = secrets.token_urlsafe(16)
+                pages.codes[code] = query
+                back = f"{query['redirect_uri']}?{urlencode({'code': code, 'state': query['state']})}"
+                self.send_response(302)
+                self.send_header("Location", back)
+                self.end_headers()
+
+            def do_POST(self) -> None:
+                form = dict(parse_qsl(self.rfile.read(int(self.headers["Content-Length"])).decode()))
+                asked = pages.codes.pop(form.get("code", ""), None)
+                challenge = base64.urlsafe_b64encode(hashlib.sha256(
+                    form.get("code_verifier", "").encode()).digest()).decode().rstrip("=")
+                if not asked or asked["client_id"] != form.get("client_id") or \
+                        asked["redirect_uri"] != form.get("redirect_uri") or \
+                        asked["code_challenge"] != challenge:
+                    self.send_response(400)
+                    self.end_headers()
+                    return
+                now = int(time.time())
+                claims = {"iss": f"https://cognito-idp.us-east-1.amazonaws.com/{pages.pool_id}",
+                          "aud": pages.client_id, "sub": pages.sub, "email": pages.email,
+                          "token_use": "id", "iat": now, "exp": now + 3600}
+                key = jwt.PyJWK(load_resource("cognitoidp/resources/jwks-private.json")).key
+                body = json.dumps({"id_token": jwt.encode(claims, key, algorithm="RS256",
+                                                          headers={"kid": "dummy"})}).encode()
+                self.send_response(200)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            def log_message(self, *args: object) -> None:
+                pass
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+
+@pytest.fixture(scope="module")
+def google_stack() -> Iterator[tuple[LocalStack, HostedPages]]:
+    """A local stack whose pool offers Google sign-in through the hosted pages above."""
+    pages = HostedPages()
+    with tempfile.TemporaryDirectory() as directory:
+        stack = LocalStack(port=free_port(), aws_port=free_port(), directory=Path(directory),
+                           base=unique_settings(user_pool_domain=pages.url,
+                                                user_pool_providers="Google"),
+                           progress=lambda _line: None, examples=False)
+        stack.start()
+        pages.pool_id = stack.settings.user_pool_id or ""
+        pages.client_id = stack.settings.user_pool_client_id or ""
+        yield stack, pages
+        stack.stop()
+    pages.server.shutdown()
+
+
+def test_sign_in_with_google_through_the_hosted_pages(browser, google_stack, tmp_path):
+    stack, pages = google_stack
+    for console in open_console(browser, stack, tmp_path, DESKTOP):
+        page = console.page
+        console.open(f"/console/auth/callback?code=stolen&state={secrets.token_urlsafe(8)}")
+        expect(page.locator("#signin-page .form-error").first).to_contain_text(
+            "did not start here")  # no state of this browser's: refused, nothing kept
+        assert page.url.endswith("/console/")
+        assert page.evaluate("sessionStorage.getItem('codeshot.credential')") is None
+
+        page.get_by_role("link", name="Sign in with Google").click()
+        console.heading("Pick a username")
+        [asked] = pages.authorized
+        assert (asked["identity_provider"], asked["code_challenge_method"]) == ("Google", "S256")
+        assert asked["redirect_uri"] == f"{stack.api_url}/console/auth/callback"
+        assert page.url == f"{stack.api_url}/console/"  # nothing of the sign-in left in it
+        expect(page.locator("#whoami")).to_contain_text(pages.email)
+        username = new_username()
+        page.get_by_label("Username").fill(username)
+        page.get_by_role("button", name="Save username").click()
+        console.heading("Account")
+        user = stack.services.users.get_by_username(username)
+        assert (user.identity, user.email) == (pages.sub, pages.email)
+        console.check_clean()

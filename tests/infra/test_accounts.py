@@ -61,6 +61,7 @@ def test_the_console_client_signs_in_with_a_password_and_has_no_secret(synth):
 def test_no_identity_provider_unless_settings_name_one(synth):
     assert synth.platform.of_type("AWS::Cognito::UserPoolIdentityProvider") == {}
     assert synth.platform.of_type("AWS::Cognito::UserPoolDomain") == {}
+    assert env_name("user_pool_domain") not in synth.platform.env(API)
 
 
 def test_google_and_github_are_switched_on_by_settings_with_secrets_from_secrets_manager(
@@ -91,8 +92,12 @@ def test_google_and_github_are_switched_on_by_settings_with_secrets_from_secrets
     assert props["AllowedOAuthFlows"] == ["code"]
     [callback] = [text(u) for u in props["CallbackURLs"]]
     assert callback.endswith("/console/auth/callback")
-    only(platform, "AWS::Cognito::UserPoolDomain")  # Cognito's pages for the providers
+    domain_id, _ = only(platform, "AWS::Cognito::UserPoolDomain")  # the hosted pages
     assert json.dumps(props).count("resolve:secretsmanager") == 0
+    # The console offers both, signing in through the pool's hosted pages.
+    env = platform.env(API)
+    assert env[env_name("user_pool_providers")] == "Google,GitHub"
+    assert domain_id in text(env[env_name("user_pool_domain")])
 
 
 @pytest.mark.parametrize(("value", "message"), [

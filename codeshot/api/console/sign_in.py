@@ -3,26 +3,34 @@ sign in, and pick a username on the first sign-in (codeshot/usecases/accounts.py
 
 The forms post here and Cognito is called from the platform, so the browser talks only to
 the platform. A sign-in answers with the ID token in an ``HX-Trigger`` header (an event
-console.js turns into the tab's credential, as it does a typed API key): never in a URL,
-a cookie or the page.
+console.js turns into the tab's credential, as it does a typed API key): never in a URL
+or a cookie.
+
+Google and GitHub are the exception: the browser goes to the pool's hosted pages and
+comes back to /console/auth/callback with a code (OAuth's code flow, with PKCE and a state
+kept in a short-lived cookie scoped to the callback); the platform trades the code for the
+ID token and hands it to console.js in the page it answers with.
 """
 
 from __future__ import annotations
 
 import json
+import secrets
 
 from fastapi import APIRouter, Request
-from fastapi.responses import HTMLResponse
+from fastapi.responses import HTMLResponse, RedirectResponse
 
 from codeshot.api.console.web import (
     ConsoleRoute,
     form,
     html,
     services_of,
+    shell,
     templates,
 )
 from codeshot.auth.tokens import bearer
-from codeshot.errors import Conflict
+from codeshot.errors import CodeshotError, Conflict, InvalidInput, Unauthenticated
+from codeshot.services import Services
 from codeshot.usecases import accounts
 from codeshot.usecases.threads import blocking
 
@@ -66,3 +74,44 @@ async def choose_username(request: Request) -> HTMLResponse:
         return html(templates.render("account/username.html", error=error, username=username,
                                      email=None), status=422)
     return html("", headers={"HX-Redirect": "/console/account"})
+
+
+CALLBACK = "/console/auth/callback"
+STATE_COOKIE = "codeshot_sign_in"  # "<state>.<PKCE verifier>", for the callback only
+
+
+def _redirect_uri(services: Services) -> str:
+    return services.settings.api_url.rstrip("/") + CALLBACK
+
+
+@router.get("/console/auth/federated/{provider}")
+async def federated(request: Request, provider: str) -> RedirectResponse:
+    """Off to sign in with ``provider`` on the pool's hosted pages."""
+    services = services_of(request)
+    state, verifier = secrets.token_urlsafe(24), secrets.token_urlsafe(48)
+    url = services.accounts.authorize_url(provider, _redirect_uri(services), state, verifier)
+    response = RedirectResponse(url, status_code=303)
+    response.set_cookie(STATE_COOKIE, f"{state}.{verifier}", max_age=600, path=CALLBACK,
+                        httponly=True, samesite="lax",
+                        secure=services.settings.api_url.startswith("https:"))
+    return response
+
+
+@router.get(CALLBACK)
+async def callback(request: Request, code: str = "", state: str = "", error: str = "",
+                   error_description: str = "") -> HTMLResponse:
+    """Back from the hosted pages: the console's page, signed in (or saying why not)."""
+    services = services_of(request)
+    saved, _, verifier = request.cookies.get(STATE_COOKIE, "").partition(".")
+    try:
+        if error:
+            raise Unauthenticated(f"the sign-in was refused: {error_description or error}")
+        if not (saved and state and code and secrets.compare_digest(saved, state)):
+            raise InvalidInput("this sign-in expired or did not start here: sign in again")
+        token = await blocking(services.accounts.exchange_code, code,
+                               _redirect_uri(services), verifier)
+        response = shell(request, path="/console/", token=token)
+    except CodeshotError as refused:
+        response = shell(request, path="/console/", refused=refused)
+    response.delete_cookie(STATE_COOKIE, path=CALLBACK)
+    return response

@@ -154,15 +154,20 @@ def embeds_origin(services: Services) -> str:
     return f"{parts.scheme}://{parts.netloc}"
 
 
-def shell(request: Request) -> HTMLResponse:
-    """The page without data; its script loads the content with the caller's key."""
+def shell(request: Request, path: str | None = None, token: str | None = None,
+          refused: CodeshotError | None = None) -> HTMLResponse:
+    """The page without data; its script loads the content with the caller's key. Back
+    from Google or GitHub sign-in, it carries the account's ID token for the script to
+    keep (``token``), or why the sign-in failed (``refused``), and loads ``path``."""
     services: Services = request.app.state.services
     missing = missing_assets()
-    body = templates.render("shell.html", missing=missing, path=request.url.path,
-                            query=request.url.query,
-                            max_message_length=services.settings.max_message_length,
-                            accounts=bool(services.settings.user_pool_client_id),
-                            password_rule=POOL.password_rule())
+    settings = services.settings
+    providers = services.accounts.providers() if settings.user_pool_client_id else []
+    body = templates.render("shell.html", missing=missing, path=path or request.url.path,
+                            query="" if path else request.url.query,
+                            max_message_length=settings.max_message_length,
+                            accounts=bool(settings.user_pool_client_id), providers=providers,
+                            password_rule=POOL.password_rule(), token=token, refused=refused)
     csp = content_security_policy(images=embeds_origin(services))
     return html(body, status=503 if missing else 200,
                 headers={"Content-Security-Policy": csp})

@@ -96,8 +96,12 @@
     });
   }
 
+  // Fired while htmx still handles the sign-in's response: load the page once that
+  // request is over, or the page's request (hx-sync on #main) would abort it.
   document.body.addEventListener("codeshot:signed-in", (event) => {
-    useCredential(event.target.closest("form"), "account", event.detail.token);
+    const form = event.target.closest("form");
+    const token = event.detail.token;
+    setTimeout(() => useCredential(form, "account", token), 0);
   });
 
   document.getElementById("sign-out").addEventListener("click", () => {
@@ -303,11 +307,20 @@
 
   // -- start (after htmx has read the page and its config) ------------------------------
   document.addEventListener("DOMContentLoaded", () => {
+    // Back from Google or GitHub: the page carries the account's ID token (kept like any
+    // credential, then gone from the page and the address bar), or why it failed.
+    const handoff = document.querySelector('meta[name="codeshot-signed-in"]');
+    if (handoff) {
+      sessionStorage.setItem(STORE, JSON.stringify({ method: "account", token: handoff.content }));
+      handoff.remove();
+    }
+    const refused = document.querySelector('meta[name="codeshot-sign-in-refused"]');
+    if (handoff || refused) window.history.replaceState(null, "", main.dataset.url);
     if (credential()) {
       signedIn();
       load(main.dataset.url);
     } else {
-      showSignIn("");
+      showSignIn(refused ? textError(refused.dataset.code, refused.content) : "");
     }
   });
 })();
