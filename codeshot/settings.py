@@ -67,7 +67,7 @@ class Settings:
     # (https://<prefix>.auth.<region>.amazoncognito.com), for the providers named here
     # (comma-separated, as the pool names them: "Google,GitHub"); both set by CDK.
     user_pool_domain: str | None = None
-    user_pool_providers: str = ""
+    user_pool_providers: str | None = None
 
     # Where agents and clients reach the platform; also the JWT issuer.
     api_url: str = setting("http://127.0.0.1:8080", env=("CODESHOT_API_URL", "FIXIE_API_URL"))

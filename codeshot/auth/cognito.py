@@ -144,7 +144,8 @@ class Accounts:
     def providers(self) -> list[str]:
         if not self.settings.user_pool_domain:
             return []
-        return [p.strip() for p in self.settings.user_pool_providers.split(",") if p.strip()]
+        return [p.strip() for p in (self.settings.user_pool_providers or "").split(",")
+                if p.strip()]
 
     def authorize_url(self, provider: str, redirect_uri: str, state: str,
                       verifier: str) -> str:
