@@ -39,10 +39,6 @@ def sign_in(services: Services, email: str, password: str) -> str:
     return services.accounts.sign_in(email, password)
 
 
-def identity_of(services: Services, token: str) -> Identity:
-    return services.accounts.verify(token)
-
-
 def principal_for_token(services: Services, token: str) -> Principal:
     """The user behind a console credential: an API key, or an ID token of the pool."""
     if not (services.settings.user_pool_id and services.accounts.is_id_token(token)):
