@@ -223,6 +223,24 @@ def _agent_test(args: argparse.Namespace) -> int:
     return 0 if all(result.passed for result in results) else 1
 
 
+def _oauth_list(args: argparse.Namespace) -> int:
+    from codeshot.client import PlatformClient, Target
+
+    client = PlatformClient(Target.find(args.api_url, args.api_key))
+    for grant in client.call("{ oauthGrants { agentId created modified } }")["oauthGrants"]:
+        print(f"{grant['agentId']}\tauthorized {grant['created']}\tmodified {grant['modified']}")
+    return 0
+
+
+def _oauth_revoke(args: argparse.Namespace) -> int:
+    from codeshot.client import PlatformClient, Target
+
+    client = PlatformClient(Target.find(args.api_url, args.api_key))
+    client.call("mutation($a: String!) { revokeOAuthGrant(agentId: $a) }", {"a": args.agent_id})
+    print(f"Revoked {args.agent_id}'s token: it must ask you to authorize it again")
+    return 0
+
+
 def _chat(args: argparse.Namespace) -> int:
     from codeshot.chat import ChatClient, run_chat
     from codeshot.client import Target
@@ -382,6 +400,23 @@ def build_parser() -> argparse.ArgumentParser:
     register.add_argument("agent_dir", type=Path, metavar="AGENT_DIR")
     register.add_argument("--url", help="where the agent is served")
     register.set_defaults(run=_agent_register)
+
+    oauth = commands.add_parser(
+        "oauth", help="your OAuth tokens held for agents",
+        description="The agents holding your OAuth token for a third-party service, and "
+        "revoking one. Targets the running `codeshot local up` of this directory "
+        "(.codeshot/local.json), else CODESHOT_API_URL with CODESHOT_API_KEY.")
+    oauth_commands = oauth.add_subparsers(dest="oauth_command", required=True, metavar="ACTION")
+    oauth_list = oauth_commands.add_parser(
+        "list", help="agents holding a token of yours, one a line (never the token)")
+    oauth_list.set_defaults(run=_oauth_list)
+    oauth_revoke = oauth_commands.add_parser(
+        "revoke", help="forget your token for AGENT_ID; it must ask you again")
+    oauth_revoke.add_argument("agent_id", metavar="AGENT_ID", help="owner/handle")
+    oauth_revoke.set_defaults(run=_oauth_revoke)
+    for command in (oauth_list, oauth_revoke):
+        command.add_argument("--api-url", help="the platform's URL")
+        command.add_argument("--api-key", help="your API key")
 
     chat = commands.add_parser(
         "chat", help="a console chat session with the platform",

@@ -120,6 +120,15 @@ class Canceled(CodeshotError):
     http_status = 409
 
 
+class CallbackFailed(CodeshotError):
+    """An Agent Protocol task's callback_url could not be used to ask the user the agent's
+    question: unreachable, a refused (private) address, an error status, or a reply that
+    breaks the RFC's prompt exchange. The question ends with this error."""
+
+    code = "CALLBACK_FAILED"
+    http_status = 502
+
+
 class Unavailable(CodeshotError):
     """A part the platform (or an agent) depends on cannot be read right now: the signing
     keys in Secrets Manager, the platform's JWKS."""
@@ -128,9 +137,27 @@ class Unavailable(CodeshotError):
     http_status = 503
 
 
+class OAuthStateInvalid(InvalidInput):
+    """An OAuth callback whose ``state`` the platform did not issue, or issued for a flow
+    that is already over (used once, or expired): nothing is exchanged or stored."""
+
+    code = "OAUTH_STATE_INVALID"
+    http_status = 400
+    permanent = True
+
+
+class OAuthFailed(CodeshotError):
+    """The user's authorization did not produce a token: the authorization server
+    refused (the user denied access) or the agent's code exchange failed."""
+
+    code = "OAUTH_FAILED"
+    http_status = 502
+    permanent = True
+
+
 class NotSupported(CodeshotError):
     """A Fixie 1.0 feature the platform accepts (so agents using it load and register)
-    but does not run yet: document corpora, OAuth."""
+    but does not run yet: document corpora."""
 
     code = "NOT_SUPPORTED"
     http_status = 501

@@ -20,8 +20,10 @@ if TYPE_CHECKING:  # the parts are imported when first used, not when Services i
     from codeshot.routing.embedders import Embedder
     from codeshot.routing.router import Router
     from codeshot.store.agent_secrets import AgentSecrets
+    from codeshot.store.corpora import CorpusStore
     from codeshot.store.embeds import EmbedStore
-    from codeshot.store.queue import SessionQueue
+    from codeshot.store.oauth import OAuthStore
+    from codeshot.store.queue import PromptQueue, SessionQueue
     from codeshot.store.registry import AgentCache, AgentRegistry
     from codeshot.store.sessions import SessionStore
     from codeshot.store.usage import UsageCounters
@@ -78,16 +80,34 @@ class Services:
         return EmbedStore(self.settings)
 
     @cached_property
+    def oauth(self) -> OAuthStore:
+        from codeshot.store.oauth import OAuthStore
+
+        return OAuthStore(self.settings)
+
+    @cached_property
     def queue(self) -> SessionQueue:
         from codeshot.store.queue import SessionQueue
 
         return SessionQueue(self.settings)
 
     @cached_property
+    def corpora(self) -> CorpusStore:
+        from codeshot.store.corpora import CorpusStore
+
+        return CorpusStore(self.settings)
+
+    @cached_property
     def agent_secrets(self) -> AgentSecrets:
         from codeshot.store.agent_secrets import AgentSecrets
 
         return AgentSecrets(self.settings)
+
+    @cached_property
+    def prompt_queue(self) -> PromptQueue:
+        from codeshot.store.queue import PromptQueue
+
+        return PromptQueue(self.settings)
 
     @cached_property
     def keyring(self) -> KeyRing:

@@ -53,10 +53,18 @@ class Settings:
     user_storage_table: str = "codeshot-user-storage"
     usage_table: str = "codeshot-usage"
     users_table: str = "codeshot-users"
+    corpora_table: str = "codeshot-corpora"
+    oauth_table: str = "codeshot-oauth"  # OAuth flows in progress and users' agent tokens
     embeds_bucket: str = "codeshot-embeds"
     queue_name: str = "codeshot-sessions.fifo"  # local stack and tests create it
     queue_url: str | None = None  # set by CDK in AWS, by the local stack locally
+    # The Agent Protocol's callback polls: a standard queue (a FIFO one has no per-message
+    # delays), read by the runner too.
+    prompt_queue_name: str = "codeshot-prompts"
+    prompt_queue_url: str | None = None
     signing_secret_id: str = "codeshot/signing-keys"  # noqa: S105 - the secret's name
+    # The seed of the key that encrypts users' OAuth tokens for agents (codeshot/store/oauth.py).
+    oauth_key_secret_id: str = "codeshot/oauth-token-key"  # noqa: S105 - the secret's name
     # Where secrets that agents' owners give (an MCP server's Authorization) are kept.
     agent_secrets_prefix: str = "codeshot/agent-auth/"
     # Accounts (codeshot/auth/cognito.py): the Cognito user pool and its app client the
@@ -107,6 +115,15 @@ class Settings:
     daily_token_limit: int = setting(200_000, ge=0)
     agent_daily_token_limit: int = setting(2_000_000, ge=0)
     storage_rate_limit: int = setting(600, ge=1)  # user-storage calls per minute
+    # Document corpora (an agent's declared URLs): pages fetched per ingestion (links
+    # followed within a URL's prefix), bytes one document and all of them may have.
+    corpus_max_pages: int = setting(50, ge=1, le=1000)
+    corpus_max_document_bytes: int = setting(10 * 1024 * 1024, ge=1)
+    corpus_max_bytes: int = setting(50 * 1024 * 1024, ge=1)
+    # Where fixie_query_corpus searches: "lambda" (the index from S3, in the runner) or
+    # "s3vectors" (an S3 Vectors index; the CDK app makes its bucket with this setting).
+    corpus_search: str = setting("lambda", choices=("lambda", "s3vectors"))
+    corpus_vector_bucket: str = "codeshot-corpus-vectors"
     # Fairness: one user's queries running at once (more are refused, RATE_LIMITED), and
     # the time one query may take in all, below the runner's timeout (TIMEOUT after it).
     max_running_queries: int = setting(4, ge=1)
@@ -121,8 +138,15 @@ class Settings:
     max_embed_bytes: int = setting(10 * 1024 * 1024, ge=1)
     embed_url_ttl_seconds: int = setting(900, ge=1, le=7 * 24 * 3600)
     reply_wait_seconds: float = setting(25.0, ge=0)
+    # An Agent Protocol task's callback_url (RFC option 2): how long the platform polls it
+    # for the answer to an agent's question, and the longest pause between two polls (the
+    # pauses double from 1 s; SQS delays a message 900 s at most).
+    prompt_deadline_seconds: int = setting(3600, ge=1, le=14 * 24 * 3600)
+    prompt_poll_max_seconds: int = setting(60, ge=1, le=900)
     agent_token_ttl_seconds: int = setting(300, ge=1, le=300)
     agent_call_timeout_seconds: float = setting(30.0, gt=0)
+    # How long a user has to authorize an agent at its OAuth provider (the state's life).
+    oauth_state_seconds: int = setting(600, ge=60, le=3600)
     # How long a warm runner reuses an agent's registry record (0: read it every time).
     agent_cache_seconds: float = setting(5.0, ge=0)
     # How long a warm API reuses an API key's user record (revocation, limits); a key is

@@ -19,6 +19,7 @@ if TYPE_CHECKING:
 REPO_ROOT = Path(__file__).resolve().parent.parent
 
 LLMS = ("bedrock", "fewshot")  # openai needs an endpoint and a key: not a deploy default
+CORPUS_SEARCHES = ("lambda", "s3vectors")
 EMBEDDERS = ("bedrock", "hashing")  # minilm needs torch: far too big for a Lambda zip
 BUNDLE_TARGETS = ("lambda", "host")
 
@@ -54,6 +55,9 @@ class InfraConfig:
     api_reserved_concurrency: int = 200
     # Alarms notify an SNS topic; this address is subscribed to it when set.
     alarm_email: str = ""
+    # Where fixie_query_corpus searches: "lambda" (indexes on S3, loaded by the runner) or
+    # "s3vectors" (an S3 Vectors bucket is made; for corpora too large to load).
+    corpus_search: str = "lambda"
     # "lambda": arm64 wheels for Lambda's CPython; "host": this machine's (make rehearse).
     bundle_target: str = "lambda"
 
@@ -68,6 +72,9 @@ class InfraConfig:
         if not 2 <= self.runner_max_concurrency <= 1000:  # SQS event sources' range
             raise ValueError("codeshot:runnerMaxConcurrency must be 2..1000, "
                              f"got {self.runner_max_concurrency}")
+        if self.corpus_search not in CORPUS_SEARCHES:
+            raise ValueError(f"codeshot:corpusSearch must be one of {CORPUS_SEARCHES}, "
+                             f"got {self.corpus_search!r}")
         if self.api_reserved_concurrency < 0:
             raise ValueError("codeshot:apiReservedConcurrency must be 0 or more, "
                              f"got {self.api_reserved_concurrency}")
@@ -118,5 +125,6 @@ def read_config(node: Node) -> InfraConfig:
         "runner_max_concurrency": "codeshot:runnerMaxConcurrency",
         "api_reserved_concurrency": "codeshot:apiReservedConcurrency",
         "alarm_email": "codeshot:alarmEmail",
+        "corpus_search": "codeshot:corpusSearch",
     }
     return InfraConfig(**{f: _value(node, k, getattr(defaults, f)) for f, k in keys.items()})

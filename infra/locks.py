@@ -113,10 +113,11 @@ def _platform_lock(name: str, *dists: str) -> Lock:
 # users' time zones (Lambda's image may have no zoneinfo); pypdf: fixie_query_embed;
 # beautifulsoup4: HTML's text (fixie_query_embed, fixie_http_get).
 def api_lock() -> Lock:
-    # jinja2: the web console's pages (codeshot/api/console); mcp and a2a-sdk: /mcp, /a2a.
+    # jinja2: the web console's pages (codeshot/api/console); mcp and a2a-sdk: /mcp, /a2a;
+    # authlib: OAuth for agents' authorization URLs (codeshot/usecases/oauth.py).
     return _platform_lock("api", "fastapi", "pydantic", "strawberry-graphql", "mangum",
                           "httpx", "pyjwt", "pynacl", "pyyaml", "boto3", "jinja2",
-                          "pystemmer", "tzdata", "mcp", "a2a-sdk")
+                          "pystemmer", "tzdata", "mcp", "a2a-sdk", "authlib")
 
 
 def runner_lock() -> Lock:
@@ -132,7 +133,8 @@ def register_lock() -> Lock:
 
 
 def sdk_lock() -> Lock:
-    """An agent's bundle: what ``codeshot.sdk`` imports."""
+    """An agent's bundle: what ``codeshot.sdk`` imports. (An agent with ``oauth_params``
+    lists authlib in its own requirements.txt: not every agent ships cryptography.)"""
     return _platform_lock("agent", "fastapi", "pydantic", "mangum", "httpx", "pyjwt", "pynacl",
                           "pyyaml")
 

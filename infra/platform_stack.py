@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from aws_cdk import CfnOutput, Duration, Stack
+from aws_cdk import Aws, CfnOutput, Duration, Stack
 from aws_cdk import aws_iam as iam
 from aws_cdk import aws_lambda as lambda_
 from aws_cdk import aws_lambda_event_sources as events
@@ -27,10 +27,11 @@ from infra.components import access
 from infra.components.accounts import Accounts
 from infra.components.agent_function import REGISTRATION_SERVICE_TIMEOUT
 from infra.components.alarms import PlatformAlarms
+from infra.components.corpus_vectors import CorpusVectors
 from infra.components.data import EmbedsBucket, PlatformTables, SessionQueue
 from infra.components.function import PythonFunction
 from infra.components.http_api import LambdaHttpApi
-from infra.components.signing import SigningKeys
+from infra.components.signing import OAuthTokenKey, SigningKeys
 from infra.config import REPO_ROOT, InfraConfig
 from infra.settings_env import extra_env, settings_env
 
@@ -56,6 +57,9 @@ AGENT_SECRETS_PREFIX = str(field_named("agent_secrets_prefix").default)
 # Sessions run side by side, each session's records in order, and none starts in the last
 # RECORD_RESERVE_MS, so a batch finishes or reports what it left (codeshot/runner/batch.py).
 RUNNER_BATCH_SIZE = 10
+# The prompt queue's trigger: each record is one short HTTP exchange with a task's
+# callback; two concurrent batches (SQS's minimum) keep its share of the runner small.
+PROMPT_MAX_CONCURRENCY = 2
 
 assert tables.SESSION_QUEUE.visibility_timeout_seconds >= 6 * RUNNER_TIMEOUT.to_seconds()
 assert RUNNER_TIMEOUT.to_milliseconds() > 2 * RECORD_RESERVE_MS
@@ -74,7 +78,10 @@ class PlatformStack(Stack):
                                      deletion_protection=config.deletion_protection)
         self.embeds = EmbedsBucket(self, "Embeds", retain=config.retain_data)
         self.sessions_queue = SessionQueue(self, "SessionQueue")
+        # Agent Protocol callback polls (codeshot.usecases.prompts), read by the runner.
+        self.prompt_queue = SessionQueue(self, "PromptQueue", tables.PROMPT_QUEUE)
         self.signing_keys = SigningKeys(self, "SigningKeys")
+        self.oauth_key = OAuthTokenKey(self, "OAuthTokenKey")
         self.http = LambdaHttpApi(
             self, "Api", description="codeshot platform API",
             rate_limit=config.api_rate_limit, burst_limit=config.api_burst_limit)
@@ -83,14 +90,20 @@ class PlatformStack(Stack):
                                  deletion_protection=config.deletion_protection)
 
         table_env = {spec.setting: self.tables.by_spec(spec).table_name for spec in tables.TABLES}
+        self.corpus_vectors = None if config.corpus_search != "s3vectors" else CorpusVectors(
+            self, "CorpusVectors", bucket_name=f"{config.stack_name.lower()}-corpus-vectors-"
+                                               f"{Aws.ACCOUNT_ID}")
         common = settings_env(
             api_url=self.http.url,
             signing_secret_id=self.signing_keys.secret_id,
+            oauth_key_secret_id=self.oauth_key.secret_id,
             embedder=config.embedder,
             embedding_model=config.embedding_model,
             **table_env,
         ) | extra_env(config.extra_env)
-        data_env = settings_env(
+        corpus_env = {} if self.corpus_vectors is None else settings_env(
+            corpus_search="s3vectors", corpus_vector_bucket=self.corpus_vectors.bucket_name)
+        data_env = corpus_env | settings_env(
             embeds_bucket=self.embeds.bucket.bucket_name,
             llm=config.llm,
             llm_model=config.llm_model,
@@ -113,13 +126,15 @@ class PlatformStack(Stack):
         )
         self.http.route_to(self.api.function)
         role = self.api.role
-        for spec in tables.TABLES:  # registry, sessions, users, usage, user storage
+        for spec in tables.TABLES:  # registry, sessions, users, usage, user storage, oauth
             self._table(role, spec, write=True)
         access.object_access(role, self.embeds.bucket, self.embeds.prefix, put=True)
         # Presigned upload URLs are signed by this role; it reads an upload to bind it.
         access.object_access(role, self.embeds.bucket, self.embeds.uploads_prefix, put=True)
         access.send_messages(role, self.sessions_queue.queue)
         self.signing_keys.grant_read(role)
+        # OAuth for agents (codeshot/usecases/oauth.py): only the API seals and opens tokens.
+        self.oauth_key.grant_read(role)
         access.agent_secrets(role, AGENT_SECRETS_PREFIX, manage=True)
         self.accounts.grant_admin(role)
         # The LLM too: agents call it through the OpenAI proxy (/api/openai-proxy/v1).
@@ -128,23 +143,36 @@ class PlatformStack(Stack):
         self.runner = PythonFunction(
             self, "RunnerFunction", code=self._code(RUNNER_FUNCTION),
             handler=RUNNER_FUNCTION.handler, target=config.target,
-            description="Session runner: SQS FIFO batches to answered sessions",
+            description="Session runner: SQS FIFO batches to answered sessions, and "
+                        "Agent Protocol callback polls",
             memory_mb=RUNNER_MEMORY_MB, timeout=RUNNER_TIMEOUT,
-            # Reserved as high as the trigger's maximum: the API and agents cannot starve
-            # it, and SQS never has a batch throttled (a throttle counts as a receive).
-            reserved_concurrency=config.runner_max_concurrency,
-            environment=common | data_env,
+            # Reserved as high as the triggers' maximums together: the API and agents cannot
+            # starve it, and SQS never has a batch throttled (a throttle counts as a receive).
+            reserved_concurrency=config.runner_max_concurrency + PROMPT_MAX_CONCURRENCY,
+            environment=common | data_env | settings_env(
+                # A callback's answer is posted to the session queue as the user's message.
+                queue_url=self.sessions_queue.queue.queue_url,
+                queue_name=self.sessions_queue.queue.queue_name,
+                prompt_queue_url=self.prompt_queue.queue.queue_url,
+                prompt_queue_name=self.prompt_queue.queue.queue_name),
         )
-        self.runner.function.add_event_source(events.SqsEventSource(
-            self.sessions_queue.queue, batch_size=RUNNER_BATCH_SIZE,
-            max_concurrency=config.runner_max_concurrency,
-            report_batch_item_failures=True))
+        for queue, concurrency in ((self.sessions_queue.queue, config.runner_max_concurrency),
+                                   (self.prompt_queue.queue, PROMPT_MAX_CONCURRENCY)):
+            self.runner.function.add_event_source(events.SqsEventSource(
+                queue, batch_size=RUNNER_BATCH_SIZE, max_concurrency=concurrency,
+                report_batch_item_failures=True))
         role = self.runner.role
+        access.send_messages(role, self.sessions_queue.queue)
+        access.send_messages(role, self.prompt_queue.queue)
         self._table(role, tables.SESSIONS, write=True)
         self._table(role, tables.REGISTRY, write=False)
         self._table(role, tables.USERS, write=False)
         self._table(role, tables.USAGE, write=True)  # LLM token counters, checked per call
+        self._table(role, tables.CORPORA, write=True)  # it runs corpus ingestions
+        if self.corpus_vectors is not None:
+            self.corpus_vectors.grant_search(role)
         access.object_access(role, self.embeds.bucket, self.embeds.prefix, put=True)
+        access.object_access(role, self.embeds.bucket, tables.CORPUS_OBJECTS_PREFIX, put=True)
         self.signing_keys.grant_read(role)
         access.agent_secrets(role, AGENT_SECRETS_PREFIX, manage=False)
         access.invoke_models(role, llm_models + embedding_models)
@@ -154,11 +182,16 @@ class PlatformStack(Stack):
             handler=REGISTER_FUNCTION.handler, target=config.target,
             description="CloudFormation custom resource: (un)registers deployed agents",
             memory_mb=REGISTER_MEMORY_MB, timeout=REGISTER_TIMEOUT,
-            environment=common,
+            environment=common | settings_env(
+                queue_url=self.sessions_queue.queue.queue_url,
+                queue_name=self.sessions_queue.queue.queue_name),
         )
         role = self.register_agent.role
         self._table(role, tables.REGISTRY, write=True)
         self._table(role, tables.USERS, write=True)
+        # A deployed agent's corpora: their ingestion is queued for the runner.
+        self._table(role, tables.CORPORA, write=True)
+        access.send_messages(role, self.sessions_queue.queue)
         self.signing_keys.grant_read(role)
         access.invoke_models(role, embedding_models)
 
@@ -167,7 +200,8 @@ class PlatformStack(Stack):
             functions={"Api": self.api.function, "Runner": self.runner.function,
                        "RegisterAgent": self.register_agent.function},
             queue=self.sessions_queue.queue,
-            dead_letter_queue=self.sessions_queue.dlq,
+            # "" keeps the session queue's alarm id (DeadLetters) as it was deployed.
+            dead_letter_queues={"": self.sessions_queue.dlq, "Prompt": self.prompt_queue.dlq},
             email=config.alarm_email,
         )
 

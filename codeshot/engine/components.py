@@ -42,6 +42,9 @@ class CommandResult:
     # With needs_input: where the command itself stopped (a nested agent's paused run);
     # the user's answer then goes back to the command's ``resume``, not to this LLM.
     state: dict[str, Any] | None = None
+    # With needs_input: the user acts outside the conversation (authorizes an agent), and
+    # their answer calls the command again as first asked, as if it had never paused.
+    repeat_on_answer: bool = False
 
     @property
     def pause_question(self) -> str:

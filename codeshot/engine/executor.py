@@ -252,8 +252,18 @@ class Executor:
     def resume(self, state: dict[str, Any], answer: str) -> Outcome:
         """Continue a paused run (``Outcome.state``) with the user's answer."""
         run = _Run.from_state(state)
-        run.transcript.append(Step(Kind.USER_SAYS, answer.strip()))
         pending, run.pending = run.pending, None
+        if pending is not None and pending.get("repeat"):
+            # The user acted outside the conversation (authorized an agent): the command is
+            # called again as first asked; the model sees it as if it had never paused.
+            run.transcript.pop()  # the question
+            asked = Step.from_dict(pending["ask"])
+            self._emit(asked)
+            outcome = self._execute(run, asked)
+            if isinstance(outcome, Outcome):
+                return outcome
+            return self._loop(run)
+        run.transcript.append(Step(Kind.USER_SAYS, answer.strip()))
         if pending is not None:
             # The command that asked continues with the answer, shown to this LLM as one
             # more Ask and its reply; it may ask again.
@@ -417,12 +427,16 @@ class Executor:
         if succeeded:
             for component in self._of(AfterExecute):
                 result = component.after_execute(step, result)
-        run.transcript.append(step.reply(result.text))
+        repeat = result.needs_input and result.repeat_on_answer
+        if not repeat:  # a call to repeat has no reply yet, as far as the model knows
+            run.transcript.append(step.reply(result.text))
         run.embeds.update(result.embeds)
         self._trace(TraceStep(MessageType.RESULT, result.text, step.label, dict(result.embeds)))
         if not result.needs_input:
             return None
-        if result.state is not None:
+        if repeat:
+            run.pending = {"ask": step.to_dict(), "state": {}, "repeat": True}
+        elif result.state is not None:
             run.pending = {"ask": step.to_dict(), "state": result.state}
         question = Step(Kind.ASK_USER, result.pause_question)
         run.transcript.append(question)

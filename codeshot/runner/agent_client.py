@@ -179,12 +179,14 @@ def _said(value: Any, limit: int = 300) -> str:
 @dataclass
 class FuncReply:
     """An agent's answer: ``{"message": {"text", "embeds"}, "error", "needs_input",
-    "question"}``; ``needs_input`` asks the platform to pause for the user."""
+    "question", "repeat_on_answer"}``; ``needs_input`` asks the platform to pause for the
+    user; ``repeat_on_answer``: the user's answer calls the Func again as first asked."""
 
     text: str = ""
     embeds: dict[str, Any] = field(default_factory=dict)
     needs_input: bool = False
     question: str | None = None
+    repeat_on_answer: bool = False
 
     @classmethod
     def parse(cls, url: str, data: bytes) -> FuncReply:
@@ -211,4 +213,5 @@ class FuncReply:
         return cls(text=message.get("text", ""),
                    embeds=embeds if isinstance(embeds, dict) else {},
                    needs_input=bool(body.get("needs_input")),
-                   question=question)
+                   question=question,
+                   repeat_on_answer=bool(body.get("repeat_on_answer")))

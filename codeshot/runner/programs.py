@@ -25,6 +25,7 @@ from codeshot.errors import AgentRunFailed, CodeshotError, NotFound
 from codeshot.llm.base import LLM, LlmSettings, configured
 from codeshot.models import MAX_AGENT_DESCRIPTION, PLANNER_ID, Agent, AgentKind, MessageType
 from codeshot.runner.agent_client import AgentClient, FuncNotDefined
+from codeshot.runner.corpora import url_corpora
 from codeshot.runner.embeds import EmbedBook
 from codeshot.runner.platform_funcs import LIBRARY, FuncContext
 from codeshot.text import as_one_line
@@ -33,6 +34,7 @@ if TYPE_CHECKING:
     from codeshot.routing.index import Candidate
     from codeshot.routing.router import Router
     from codeshot.runner.budgets import TokenBudget
+    from codeshot.runner.corpora import CorpusSearch
 
 PLANNER_PROMPT = (
     "I am the planner of an agent platform. I answer the user's query by asking the "
@@ -68,6 +70,7 @@ class RunContext:
     budget: TokenBudget | None = None  # the user's and agents' daily LLM tokens
     # A secret an agent's owner gave, by name (an MCP server's Authorization header).
     agent_secret: Callable[[str], str] | None = None
+    corpus_search: Callable[[], CorpusSearch] | None = None  # agents' document corpora
 
     def llm_for(self, agent_id: str, settings: dict[str, Any] | None = None) -> LLM:
         """The LLM as ``agent_id``'s program uses it: with the agent's own model settings
@@ -109,6 +112,10 @@ class CodeShotProgram:
         # The platform Funcs' model calls count against this agent's and the user's budgets.
         platform = ctx.platform if ctx.platform.llm is None else \
             dataclasses.replace(ctx.platform, llm=ctx.llm_for(agent.agent_id))
+        if ctx.corpus_search is not None and url_corpora(agent.corpora):
+            search = ctx.corpus_search
+            platform = dataclasses.replace(platform, corpus=lambda question, k: search().search(
+                agent.agent_id, question, k))
 
         def call_func(name: str, text: str) -> CommandResult:
             builtin = LIBRARY.get(name)
@@ -122,7 +129,8 @@ class CodeShotProgram:
                     raise
                 return CommandResult(builtin(text, platform))
             return CommandResult(text=reply.text, embeds=ctx.embeds.ingest(reply.embeds),
-                                 needs_input=reply.needs_input, question=reply.question)
+                                 needs_input=reply.needs_input, question=reply.question,
+                                 repeat_on_answer=reply.repeat_on_answer)
 
         funcs: Callable[[str, str], CommandResult] = call_func
         specs: list[FuncSpec] = []
@@ -180,11 +188,13 @@ class StandaloneProgram:
                                                  query, self.ctx.embeds.links())
         if reply.needs_input:
             return Outcome(Status.AWAITING_INPUT, reply.question or reply.text,
-                           state={"query": query})
+                           state={"query": query, "repeat": reply.repeat_on_answer})
         return Outcome(Status.DONE, reply.text, embeds=self.ctx.embeds.ingest(reply.embeds))
 
     def resume(self, state: dict[str, Any], answer: str) -> Outcome:
-        return self.run(answer)  # a custom agent keeps its own conversation state
+        # A custom agent keeps its own conversation state; one that paused for the user to
+        # act elsewhere (authorize it) is asked the first query again.
+        return self.run(state["query"] if state.get("repeat") else answer)
 
 
 def program_for(agent: Agent, ctx: RunContext) -> Program:

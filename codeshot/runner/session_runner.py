@@ -10,15 +10,18 @@ costs one read (session, paused program and history together) and one write.
 
 from __future__ import annotations
 
+import contextlib
+import functools
 import json
 import logging
+import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from codeshot import ids
 from codeshot.engine.builtin import SessionHistory
 from codeshot.engine.executor import Limits, Outcome, Status, TraceStep
-from codeshot.errors import AgentFailed, CodeshotError, NotFound
+from codeshot.errors import AgentFailed, CallbackFailed, CodeshotError, NotFound
 from codeshot.llm import get_llm
 from codeshot.models import (
     PLANNER_ID,
@@ -32,6 +35,7 @@ from codeshot.models import (
 from codeshot.runner import metrics
 from codeshot.runner.agent_client import AgentClient
 from codeshot.runner.budgets import budget_for
+from codeshot.runner.callbacks import PROMPT_FORMAT
 from codeshot.runner.embeds import EmbedBook
 from codeshot.runner.fairness import Lease, query_deadline, running_query
 from codeshot.runner.fetch import Fetched, fetch_public_url
@@ -43,8 +47,9 @@ from codeshot.runner.programs import (
     program_for,
 )
 from codeshot.services import Services
+from codeshot.store.corpora import CorpusState
 from codeshot.store.dynamo import to_item
-from codeshot.store.queue import Work
+from codeshot.store.queue import PromptWork, Work
 from codeshot.store.sessions import (
     ANSWER_PREFIX,
     MSG_PREFIX,
@@ -55,6 +60,8 @@ from codeshot.store.sessions import (
 
 if TYPE_CHECKING:
     from types_boto3_dynamodb.type_defs import TransactWriteItemTypeDef
+
+    from codeshot.runner.corpora import CorpusSearch
 
 log = logging.getLogger("codeshot.runner")
 
@@ -118,6 +125,9 @@ class SessionRunner:
 
     # -- the one entry point ---------------------------------------------------------
     def handle(self, work: Work, final_attempt: bool = False) -> None:
+        if work.kind == Work.CORPUS:
+            self._ingest(work)
+            return
         # The session, its paused program and recent history (the query in it): one read.
         recent = self.s.sessions.recent(work.session_id, HISTORY_MESSAGES)
         if recent.session is None:
@@ -152,6 +162,26 @@ class SessionRunner:
                               error_code=AgentFailed.code)
             program_state = None
         self._finish(session, query, outcome, program_state, trace, book)
+
+    @functools.cached_property
+    def corpus_search(self) -> CorpusSearch:
+        from codeshot.runner.corpora import corpus_search
+
+        return corpus_search(self.s.settings, self.s.corpora, self.s.embedder)
+
+    def _ingest(self, work: Work) -> None:
+        """An agent's corpus ingestion, unless a newer one was queued since (or it ran)."""
+        from codeshot.runner.corpora import S3VectorsSearch, ingest
+
+        recent = self.s.corpora.recent(work.agent_id, 1)  # none: the agent was deleted
+        if not recent or recent[0].version != work.message_id or \
+                recent[0].state is not CorpusState.INGESTING:
+            return
+        vectors_to = None
+        if self.s.settings.corpus_search == "s3vectors":
+            vectors_to = S3VectorsSearch(self.s.settings, self.s.corpora, self.s.embedder)
+        ingest(recent[0], recent[0].corpora, self.s.settings, self.s.corpora,
+               self.s.embedder, vectors_to=vectors_to)
 
     def _query(self, work: Work, recent: list[Message]) -> tuple[Message, list[Message]] | None:
         """The queued query and the history before it, or None if there is nothing to do.
@@ -212,6 +242,7 @@ class SessionRunner:
                               deadline=query_deadline(settings)),
                 budget=budget_for(self.s, session.owner),
                 agent_secret=self.s.agent_secrets.get,
+                corpus_search=lambda: self.corpus_search,
             )
             program, owner_id = self._program(session, ctx, viewer)
             if paused and paused.get("program") == owner_id:
@@ -316,8 +347,27 @@ class SessionRunner:
             return
         if lease is not None:
             lease.released = True
-        if session.callback_url:
+        if session.callback_url and session.callback_format == PROMPT_FORMAT:
+            if reply.type is MessageType.AWAITING_INPUT:
+                self._prompt(session, reply)
+        elif session.callback_url:
             self._notify(session, reply)
+
+    def _prompt(self, session: Session, question: Message) -> None:
+        """Queue the question for the task's callback (codeshot.usecases.prompts); if it
+        cannot be queued, end it: a question nobody will ask would wait forever."""
+        deadline = time.time() + self.s.settings.prompt_deadline_seconds
+        try:
+            self.s.prompt_queue.schedule(PromptWork(session.session_id, question.message_id,
+                                                    deadline))
+        except Exception:
+            log.exception("could not queue the question of %s", session.session_id)
+            with contextlib.suppress(CodeshotError):  # answered meanwhile
+                self.s.sessions.end_pause(Message(
+                    session_id=session.session_id, message_id=ids.ulid(),
+                    text="The platform could not send the question to the task's callback.",
+                    type=MessageType.ERROR, sent_by="platform",
+                    in_reply_to=question.message_id, error_code=CallbackFailed.code))
 
     def _notify(self, session: Session, reply: Message) -> None:
         from codeshot.runner.callbacks import A2A_TOKEN_HEADER, deliver, sign_event

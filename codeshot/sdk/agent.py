@@ -65,7 +65,7 @@ class AgentBase:
         self, func: Callable[..., Any] | None = None, *, func_name: str | None = None
     ) -> Any:
         """Decorator: a Func loading a custom document corpus (Fixie 1.0). It is declared in
-        the handshake's ``corpora``; the platform does not index corpora yet."""
+        the handshake's ``corpora``; the platform does not read custom corpora yet."""
         if func is None:
             return functools.partial(self.register_corpus_func, func_name=func_name)
         self._corpus_funcs[self._new_name(func, func_name, self._corpus_funcs)] = func
@@ -121,8 +121,9 @@ class CodeShotAgent(AgentBase):
     ``few_shots`` may be empty: the agent is then a plain LLM agent with its base prompt.
     ``conversational``: the session's earlier turns with this agent go into its prompt.
     ``llm_settings``: model, temperature and token limit for the platform's provider.
-    ``corpora`` and ``oauth_params`` are accepted and declared; the platform does not run
-    them yet (NOT_SUPPORTED when used).
+    ``corpora``: URL corpora the platform reads and ``Func[fixie_query_corpus]`` searches.
+    ``oauth_params``: the agent's OAuth client, for Funcs taking an ``oauth_handler``
+    (:mod:`codeshot.sdk.oauth`).
     """
 
     def __init__(
@@ -198,8 +199,9 @@ class StandaloneAgent(AgentBase):
 
 
 def _oauth(query: Message, oauth_handler: OAuthHandler) -> str:
-    """The Func Fixie 1.0 registers for agents with ``oauth_params``: the platform calls it
-    with the authorization ``{"state", "code"}`` to complete the flow."""
+    """The Func Fixie 1.0 registers for agents with ``oauth_params``: the platform's OAuth
+    callback calls it with ``{"state", "code", "code_verifier", "redirect_uri"}`` to
+    complete the flow."""
     request = json.loads(query.text)
     oauth_handler.authorize(request["state"], request["code"])
     return "Authorization successful!"

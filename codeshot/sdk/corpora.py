@@ -1,8 +1,9 @@
 """Fixie 1.0's document corpus names: an agent may declare URL corpora and custom corpus
 Funcs, and they are sent in its handshake (``corpora``) and kept on its registry record.
 
-The platform does not index corpora yet, so ``Func[fixie_query_corpus]`` answers
-NOT_SUPPORTED; the data classes have Fixie's fields so agents written for them load.
+The platform reads URL corpora and searches them for ``Func[fixie_query_corpus]``
+(:mod:`codeshot.runner.corpora`); custom corpus Funcs are declared but not read yet. The
+data classes have Fixie's fields so agents written for them load.
 """
 
 from __future__ import annotations

@@ -21,7 +21,7 @@ from typing import Any, get_type_hints
 from codeshot.engine.components import Command, as_result, command
 from codeshot.errors import ERR_AGENT_UNHANDLED_EXCEPTION, CodeshotError
 from codeshot.sdk.auth import Claims
-from codeshot.sdk.oauth import OAuthHandler, OAuthParams
+from codeshot.sdk.oauth import AuthorizationRequired, OAuthHandler, OAuthParams
 from codeshot.sdk.user_storage import UserStorage
 from codeshot.sdk.wire import (
     UNHANDLED_TEXT,
@@ -71,6 +71,8 @@ class Func:
                 kwargs.update(json.loads(as_result(self.arguments.call(query.message.text)).text))
             result = self.impl(**kwargs)
             yield from responses(result)
+        except AuthorizationRequired as needed:  # OAuthHandler.require_token(): ask the user
+            yield needed.to_response()
         except AgentException:
             raise
         except Exception as exc:
@@ -150,7 +152,7 @@ def make_func(fn: Callable[..., Any], name: str, oauth_params: OAuthParams | Non
 
     def _oauth(query: AgentQuery, claims: Claims, api_url: str) -> OAuthHandler:
         assert oauth_params is not None
-        return OAuthHandler(oauth_params, claims)
+        return OAuthHandler(oauth_params, claims, api_url, query)
 
     oauth = _bind(params, hints, [(OAuthHandler, _oauth)], [("oauth_handler", _oauth)])
     if oauth is not None and oauth_params is None:

@@ -1,21 +1,40 @@
-"""``OAuthParams`` and ``OAuthHandler``: Fixie 1.0's OAuth names, accepted so that agents
-declaring OAuth load, register and serve; the flow itself is not run yet.
+"""``OAuthParams`` and ``OAuthHandler``: an agent acting for a user at a third-party service,
+with Fixie 1.0's names and semantics.
 
-A Func that takes ``oauth_handler`` gets an :class:`OAuthHandler`; calling any of its
-methods raises NOT_SUPPORTED, which the platform shows as that Func's failure.
+Who holds what:
+
+- The agent holds its OAuth client, secret included (``OAuthParams``; the secret from the
+  agent's environment or a client secrets file): only the agent talks to the token
+  endpoint, so no third-party client secret is ever sent to, or kept by, the platform.
+- The platform holds the flow and the tokens: ``get_authorization_url()`` asks it for a
+  URL whose ``state`` it binds to this user, agent and session (single use, expiring) with
+  a PKCE verifier it keeps; its callback hands the code and verifier to this agent's
+  ``Func[_oauth]`` (as Fixie's did), whose ``authorize()`` exchanges them and gives the
+  token back to the platform, which stores it encrypted per user and agent. The user can
+  revoke it there.
+- ``user_token()`` reads the user's token from the platform, refreshing it here first
+  when it has expired; ``require_token()`` is the same, but pauses the conversation to
+  ask the user to authorize when there is none, and calls the Func again once they have.
 """
 
 from __future__ import annotations
 
 import json
+import os
+import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import NoReturn
+from typing import Any
 
-from codeshot.errors import NotSupported
+import httpx
+
+from codeshot.errors import Forbidden
 from codeshot.sdk.auth import Claims
+from codeshot.sdk.wire import AgentException, AgentQuery, AgentResponse, Message
 
-MISSING = "OAuth is not supported by this platform yet: {what} needs the platform's OAuth flow"
+TIMEOUT = 10.0
+EXPIRY_MARGIN_SECONDS = 30  # refresh a token this close to its expiry: it may lapse in flight
+ERR_OAUTH = "ERR_OAUTH"  # the platform's OAuth API failed without an error body
 
 
 @dataclass
@@ -37,22 +56,134 @@ class OAuthParams:
         return cls(secrets["client_id"], secrets["client_secret"], secrets["auth_uri"],
                    secrets["token_uri"], scopes)
 
+    @classmethod
+    def from_env(cls, prefix: str, scopes: list[str]) -> OAuthParams:
+        """From the environment: ``{prefix}CLIENT_ID``, ``{prefix}CLIENT_SECRET``,
+        ``{prefix}AUTH_URI`` and ``{prefix}TOKEN_URI``."""
+        try:
+            client_id, secret, auth_uri, token_uri = (
+                os.environ[prefix + name]
+                for name in ("CLIENT_ID", "CLIENT_SECRET", "AUTH_URI", "TOKEN_URI"))
+        except KeyError as exc:
+            raise KeyError(f"OAuthParams.from_env: {exc.args[0]} is not set") from None
+        return cls(client_id, secret, auth_uri, token_uri, scopes)
+
+
+class AuthorizationRequired(Exception):
+    """Raised by :meth:`OAuthHandler.require_token`: the Func's reply asks the user to
+    authorize at ``url``, and the platform calls the Func again once they have."""
+
+    def __init__(self, agent_id: str, url: str) -> None:
+        super().__init__(f"the user has not authorized {agent_id}")
+        self.agent_id = agent_id
+        self.url = url
+
+    def to_response(self) -> AgentResponse:
+        question = (f"{self.agent_id} needs your permission to act for you. Authorize it "
+                    f"here, then come back: {self.url}")
+        return AgentResponse(Message(question), needs_input=True, question=question,
+                             repeat_on_answer=True)
+
 
 class OAuthHandler:
     """One user's OAuth state for this agent (Fixie 1.0's methods)."""
 
-    def __init__(self, oauth_params: OAuthParams, token_claims: Claims) -> None:
+    def __init__(self, oauth_params: OAuthParams, token_claims: Claims,
+                 api_url: str | None = None, query: AgentQuery | None = None) -> None:
+        if api_url is None:
+            from codeshot.settings import get_settings
+
+            api_url = get_settings().api_url
         self.oauth_params = oauth_params
         self.claims = token_claims
+        self._base = api_url.rstrip("/") + "/api/oauth"
+        self._query = query
 
-    def _missing(self, what: str) -> NoReturn:
-        raise NotSupported(MISSING.format(what=f"OAuthHandler.{what}()"))
+    # -- the platform's OAuth API, called with this request's own token ----------------
+    def _call(self, method: str, path: str, **kwargs: Any) -> httpx.Response:
+        if self.claims.is_anonymous:
+            raise Forbidden("OAuth needs a token issued for a user")
+        response = httpx.request(method, self._base + path, timeout=TIMEOUT,
+                                 headers={"Authorization": f"Bearer {self.claims.token}"},
+                                 **kwargs)
+        if response.status_code >= 400 and response.status_code != 404:
+            raise _platform_error(response)
+        return response
 
+    def _client(self) -> Any:
+        try:  # only OAuth agents ship authlib (and its cryptography)
+            from authlib.integrations.httpx_client import OAuth2Client
+        except ImportError as exc:
+            raise ImportError("an agent with oauth_params needs authlib: add "
+                              "'authlib>=1.3,<2' to its requirements.txt") from exc
+
+        return OAuth2Client(self.oauth_params.client_id, self.oauth_params.client_secret,
+                            token_endpoint_auth_method="client_secret_post",  # noqa: S106 - a name
+                            timeout=TIMEOUT)
+
+    # -- Fixie 1.0's methods -----------------------------------------------------------
     def get_authorization_url(self) -> str:
-        self._missing("get_authorization_url")
+        """A URL where the user authorizes this agent; its state is good for one use, for
+        this user, agent and session, for a few minutes."""
+        params = self.oauth_params
+        response = self._call("POST", "/authorizations", json={
+            "authUri": params.auth_uri, "clientId": params.client_id, "scopes": params.scopes})
+        return str(response.json()["url"])
 
     def user_token(self) -> str | None:
-        self._missing("user_token")
+        """The user's access token, refreshed first if it has expired; None when the user
+        has not authorized this agent (or revoked it, or it expired with no refresh)."""
+        response = self._call("GET", "/token")
+        if response.status_code == 404:
+            return None
+        token: dict[str, Any] = response.json()
+        expires_at = token.get("expires_at")
+        if expires_at is not None and float(expires_at) <= time.time() + EXPIRY_MARGIN_SECONDS:
+            if not token.get("refresh_token"):
+                return None
+            with self._client() as client:
+                fresh = dict(client.refresh_token(self.oauth_params.token_uri,
+                                                  refresh_token=token["refresh_token"]))
+            fresh.setdefault("refresh_token", token["refresh_token"])  # not always re-issued
+            self._save(fresh)
+            token = fresh
+        return str(token["access_token"])
+
+    def require_token(self) -> str:
+        """The user's access token; without one, :class:`AuthorizationRequired`, which
+        pauses the conversation to ask the user to authorize this agent."""
+        token = self.user_token()
+        if token is None:
+            raise AuthorizationRequired(self.claims.agent_id, self.get_authorization_url())
+        return token
 
     def authorize(self, state: str, code: str) -> None:
-        self._missing("authorize")
+        """Exchange the code the user's authorization brought back (``Func[_oauth]``, called
+        by the platform's callback, which checked ``state``) and keep the token."""
+        request: dict[str, Any] = json.loads(self._query.message.text) if self._query else {}
+        if request.get("state") != state:
+            raise ValueError("Unknown state token")
+        with self._client() as client:
+            token = client.fetch_token(self.oauth_params.token_uri, code=code,
+                                       redirect_uri=request.get("redirect_uri"),
+                                       code_verifier=request.get("code_verifier"))
+        self._save(dict(token))
+
+    def _save(self, token: dict[str, Any]) -> None:
+        self._call("PUT", "/token", json={"token": token})
+
+
+def _platform_error(response: httpx.Response) -> AgentException:
+    """The platform's refusal ({"error": {"code", "message"}}) as this Func's error."""
+    try:
+        error = response.json()["error"]
+        code, message = str(error["code"]), str(error["message"])
+    except (ValueError, KeyError, TypeError):
+        code, message = ERR_OAUTH, response.text[:200]
+    return AgentException(
+        response_message="I'm sorry, I could not reach your authorization for this agent.",
+        error_code=code,
+        error_message=f"the platform's OAuth API answered HTTP {response.status_code}: "
+                      f"{message}",
+        http_status_code=502,
+    )

@@ -3,7 +3,9 @@
 Same names, fields and positional order as ``fixieai.agents.api`` so a ported agent's
 ``Message("hi")`` or ``AgentResponse(Message("hi"))`` keeps working. One addition: a Func
 reply may ask the user something (``needs_input`` + ``question``); the platform pauses
-the program and resumes it with the user's answer.
+the program and resumes it with the user's answer, or, with ``repeat_on_answer``, calls
+the Func again as it was first asked (the user did something outside the conversation,
+such as authorizing the agent).
 """
 
 from __future__ import annotations
@@ -75,18 +77,22 @@ class AgentError:
 
 @dataclass
 class AgentResponse:
-    """A reply. ``needs_input=True`` means: ask the user ``question`` (or the text)."""
+    """A reply. ``needs_input=True`` means: ask the user ``question`` (or the text);
+    ``repeat_on_answer``: then call this Func again with the same input."""
 
     message: Message
     error: AgentError | None = None
     needs_input: bool = False
     question: str | None = None
+    repeat_on_answer: bool = False
 
     def to_wire(self) -> dict[str, Any]:
         """The JSON body; the input fields only when set, so plain replies stay Fixie's shape."""
         body = dataclasses.asdict(self)
         if not self.needs_input:
             del body["needs_input"], body["question"]
+        if not self.repeat_on_answer:
+            del body["repeat_on_answer"]
         return body
 
 

@@ -13,7 +13,16 @@ from typing import Any
 
 from codeshot import aws
 from codeshot.settings import Settings
-from codeshot.store.tables import EMBEDS_BUCKET, SESSION_QUEUE, SIGNING_SECRET, TABLES
+from codeshot.store.tables import (
+    EMBEDS_BUCKET,
+    OAUTH_KEY_SECRET,
+    PROMPT_QUEUE,
+    SESSION_QUEUE,
+    SIGNING_SECRET,
+    TABLES,
+    Queue,
+    SeedSecret,
+)
 
 
 def create_tables(settings: Settings, dynamodb: Any | None = None) -> list[str]:
@@ -62,13 +71,14 @@ def create_bucket(settings: Settings, s3: Any | None = None) -> str:
     return name
 
 
-def create_queue(settings: Settings, sqs: Any | None = None) -> str:
+def create_queue(settings: Settings, sqs: Any | None = None, spec: Queue = SESSION_QUEUE
+                 ) -> str:
     sqs = sqs or aws.client("sqs", settings)
-    spec = SESSION_QUEUE
     name: str = getattr(settings, spec.setting)
+    fifo: dict[Any, str] = {"FifoQueue": "true"} if spec.fifo else {}
     dlq_url = sqs.create_queue(
         QueueName=spec.dlq_name(name),
-        Attributes={"FifoQueue": "true", "MessageRetentionPeriod": str(14 * 24 * 3600)},
+        Attributes={**fifo, "MessageRetentionPeriod": str(14 * 24 * 3600)},
     )["QueueUrl"]
     dlq_arn = sqs.get_queue_attributes(QueueUrl=dlq_url, AttributeNames=["QueueArn"])[
         "Attributes"
@@ -76,7 +86,7 @@ def create_queue(settings: Settings, sqs: Any | None = None) -> str:
     return sqs.create_queue(
         QueueName=name,
         Attributes={
-            "FifoQueue": "true",
+            **fifo,
             "VisibilityTimeout": str(spec.visibility_timeout_seconds),
             "MessageRetentionPeriod": str(spec.retention_seconds),
             "RedrivePolicy": json.dumps(
@@ -86,15 +96,17 @@ def create_queue(settings: Settings, sqs: Any | None = None) -> str:
     )["QueueUrl"]
 
 
-def create_signing_secret(settings: Settings, secretsmanager: Any | None = None) -> str:
-    """The signing keys' secret with a fresh random seed, as CloudFormation makes it."""
+def create_seed_secret(settings: Settings, spec: SeedSecret,
+                       secretsmanager: Any | None = None) -> str:
+    """A seed secret (signing keys, OAuth token key) with a fresh random seed, as
+    CloudFormation makes it; one that exists is kept."""
     client = secretsmanager or aws.client("secretsmanager", settings)
-    name = str(getattr(settings, SIGNING_SECRET.setting))
+    name = str(getattr(settings, spec.setting))
     alphabet = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789"
-    seed = "".join(secrets.choice(alphabet) for _ in range(SIGNING_SECRET.seed_length))
+    seed = "".join(secrets.choice(alphabet) for _ in range(spec.seed_length))
     with contextlib.suppress(client.exceptions.ResourceExistsException):
-        client.create_secret(Name=name, Description="codeshot Ed25519 signing keys",
-                             SecretString=json.dumps({SIGNING_SECRET.seed_key: seed}))
+        client.create_secret(Name=name, Description=spec.description,
+                             SecretString=json.dumps({spec.seed_key: seed}))
     return name
 
 
@@ -115,10 +127,11 @@ def create_user_pool(settings: Settings) -> Settings:
 
 
 def create_all(settings: Settings) -> Settings:
-    """Create tables, bucket, queue and signing secret; returns settings with the queue
-    URL filled in."""
+    """Create tables, bucket, queues and seed secrets; returns settings with the queues'
+    URLs filled in."""
     create_tables(settings)
     create_bucket(settings)
-    create_signing_secret(settings)
-    queue_url = create_queue(settings)
-    return settings.replace(queue_url=queue_url)
+    for spec in (SIGNING_SECRET, OAUTH_KEY_SECRET):
+        create_seed_secret(settings, spec)
+    return settings.replace(queue_url=create_queue(settings),
+                            prompt_queue_url=create_queue(settings, spec=PROMPT_QUEUE))

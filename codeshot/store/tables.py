@@ -98,7 +98,15 @@ USAGE = Table(
 # same transaction as the user) and doubles as the strongly consistent username index.
 USERS = Table(logical="users", setting="users_table", pk="user_id")
 
-TABLES: tuple[Table, ...] = (REGISTRY, SESSIONS, USER_STORAGE, USAGE, USERS)
+# Agents' document corpora: an item per ingestion ("v#<ulid>"), its index on S3.
+CORPORA = Table(logical="corpora", setting="corpora_table", pk="agent_id", sk="version")
+
+# OAuth for agents (codeshot/store/oauth.py): "STATE#<state>" / "STATE", a flow waiting
+# for its callback (expires); "USER#<user_id>" / "AGENT#<agent_id>", a user's encrypted
+# token for an agent (a user's tokens are one partition: listing them is one query).
+OAUTH = Table(logical="oauth", setting="oauth_table", pk="pk", sk="sk", ttl="expires_at")
+
+TABLES: tuple[Table, ...] = (REGISTRY, SESSIONS, USER_STORAGE, USAGE, USERS, CORPORA, OAUTH)
 
 
 @dataclass(frozen=True)
@@ -113,6 +121,8 @@ class Bucket:
 
 EMBEDS_BUCKET = Bucket(setting="embeds_bucket", prefix="embeds/", uploads_prefix="uploads/",
                        uploads_expire_days=1)
+# Corpus indexes in the same bucket: "<prefix><sha256>", written by the runner only.
+CORPUS_OBJECTS_PREFIX = "corpora/"
 
 
 @dataclass(frozen=True)
@@ -121,10 +131,10 @@ class Queue:
     visibility_timeout_seconds: int
     max_receive_count: int
     retention_seconds: int
+    fifo: bool = True
 
-    @staticmethod
-    def dlq_name(name: str) -> str:
-        return name.removesuffix(".fifo") + "-dlq.fifo"
+    def dlq_name(self, name: str) -> str:
+        return name.removesuffix(".fifo") + ("-dlq.fifo" if self.fifo else "-dlq")
 
 
 # The runner Lambda's timeout (infra): its batch stops starting queries before it ends.
@@ -141,17 +151,32 @@ SESSION_QUEUE = Queue(
     retention_seconds=4 * 24 * 3600,
 )
 
+# Standard (per-message delays, which FIFO queues lack): an Agent Protocol task's callback
+# polls (RFC option 2), each delayed by its backoff; read by the runner Lambda.
+PROMPT_QUEUE = Queue(
+    setting="prompt_queue_name",
+    visibility_timeout_seconds=6 * RUNNER_TIMEOUT_SECONDS,
+    max_receive_count=5,
+    retention_seconds=4 * 24 * 3600,
+    fifo=False,
+)
+
 
 @dataclass(frozen=True)
-class SigningSecret:
-    """The signing keys' secret as it is made at deploy time: a random text of
-    ``seed_length`` letters and digits under ``seed_key`` (CloudFormation's
-    GenerateSecretString; the local stack does the same), from which the first Ed25519 key
-    is derived (``codeshot.auth.keys``)."""
+class SeedSecret:
+    """A secret as it is made at deploy time: a random text of ``seed_length`` letters and
+    digits under ``seed_key`` (CloudFormation's GenerateSecretString; the local stack does
+    the same), from which a key is derived."""
 
     setting: str
     seed_key: str
     seed_length: int
+    description: str
 
 
-SIGNING_SECRET = SigningSecret(setting="signing_secret_id", seed_key="seed", seed_length=64)
+# The first Ed25519 signing key derives from it (``codeshot.auth.keys``).
+SIGNING_SECRET = SeedSecret(setting="signing_secret_id", seed_key="seed", seed_length=64,
+                            description="codeshot Ed25519 signing keys")
+# The key that encrypts users' OAuth tokens derives from it (``codeshot.store.oauth``).
+OAUTH_KEY_SECRET = SeedSecret(setting="oauth_key_secret_id", seed_key="seed", seed_length=64,
+                              description="codeshot OAuth token encryption key")

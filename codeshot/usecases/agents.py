@@ -15,6 +15,7 @@ from codeshot.usecases.users import user_id_of
 
 if TYPE_CHECKING:
     from codeshot.routing.index import Candidate
+    from codeshot.store.corpora import CorpusVersion
 
 MAX_ROUTES = 50
 
@@ -62,3 +63,13 @@ def route(services: Services, principal: Principal, text: str,
     services.usage.charge("route", user_id_of(principal),
                           services.daily_limit(principal.daily_query_limit))
     return services.router.route(text, k, principal.username)
+
+
+def corpus_status(services: Services, principal: Principal, agent: Agent
+                  ) -> CorpusVersion | None:
+    """The newest ingestion of the agent's document corpora (its owner's eyes only: the
+    errors name the URLs it read)."""
+    if principal.username is None or principal.username != agent.owner or not agent.corpora:
+        return None
+    recent = services.corpora.recent(agent.agent_id, 1)
+    return recent[0] if recent else None

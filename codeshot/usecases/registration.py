@@ -223,7 +223,22 @@ class AgentRegistration:
             raise
         if previous_secret != stored.mcp_auth_secret:
             self.s.agent_secrets.delete(previous_secret)
+        self._ingest_corpora(stored)
         return stored
+
+    def _ingest_corpora(self, agent: Agent, again: bool = False) -> None:
+        """Queue the ingestion of the agent's declared URL corpora (the runner reads them,
+        never a query): when they are new or changed, or ``again`` (a refresh)."""
+        from codeshot.runner.corpora import url_corpora
+        from codeshot.store.queue import Work
+
+        if not url_corpora(agent.corpora):
+            return
+        latest = self.s.corpora.recent(agent.agent_id, 1)
+        if latest and not again and latest[0].corpora == url_corpora(agent.corpora):
+            return
+        version = self.s.corpora.start(agent.agent_id, url_corpora(agent.corpora))
+        self.s.queue.enqueue(Work.corpus(agent.agent_id, version.version))
 
     def update(
         self, principal: Principal, handle: str, fields: AgentFields, new_handle: str | None
@@ -262,12 +277,15 @@ class AgentRegistration:
         """Re-read the agent's handshake (after its code changed)."""
         agent = self._owned(self._owner(principal), handle, owner=owner)
         agent = self.describe(agent, inline=False)
-        return self.s.registry.replace(agent)
+        stored = self.s.registry.replace(agent)
+        self._ingest_corpora(stored, again=True)
+        return stored
 
     def delete(self, principal: Principal, owner: str, handle: str) -> Agent:
         agent = self._owned(self._owner(principal), handle, owner=owner)
         self.s.registry.delete(agent.agent_id, owner=agent.owner)
         self.s.agent_secrets.delete(agent.mcp_auth_secret)
+        self.s.corpora.delete_agent(agent.agent_id)
         return agent
 
     def _owned(self, caller: str, handle: str, owner: str | None = None) -> Agent:

@@ -8,6 +8,7 @@ from __future__ import annotations
 import inspect
 import json
 import subprocess
+import urllib.parse
 
 import httpx
 import pytest
@@ -144,16 +145,22 @@ def test_declarations_reach_the_platform_in_the_handshake(platform, tmp_path):
     assert {f.name for f in handshake.funcs or []} == {"reading_list", "_oauth"}
 
 
-def test_using_oauth_before_the_platform_runs_it_is_a_clear_error(platform, tmp_path):
+def test_a_fixie_oauth_func_gets_the_platforms_authorization_url(platform, tmp_path):
+    # fixie-examples' pattern: `user_token() or get_authorization_url()`, for a user who
+    # has not authorized the agent yet (tests/protocols/test_oauth.py runs the whole flow).
     user_id, _ = platform.user()
     with serve(fixie_style_agent(tmp_path), platform.url, "acme/reader") as url:
         token = platform.services.auth.agent_token("acme/reader", user_id, "s_1")
         reply = httpx.post(f"{url}/reading_list", headers={"Authorization": f"Bearer {token}"},
                            json={"message": {"text": "all"}, "access_token": token}, timeout=10)
-    assert reply.status_code == 501
-    assert reply.json()["error"]["code"] == "NOT_SUPPORTED"
-    assert "OAuth is not supported by this platform yet" in reply.json()["message"]["text"]
-    assert "OAuthHandler.user_token()" in reply.json()["message"]["text"]
+    assert reply.status_code == 200, reply.text
+    link = urllib.parse.urlsplit(reply.json()["message"]["text"])
+    query = dict(urllib.parse.parse_qsl(link.query))
+    assert f"{link.scheme}://{link.netloc}{link.path}" == "https://auth.example/o"
+    assert query["client_id"] == "cid" and query["scope"] == "books.read"
+    assert query["redirect_uri"] == platform.url + "/api/oauth/callback"
+    assert query["code_challenge_method"] == "S256" and "shh" not in reply.text
+    assert platform.services.oauth.take_flow(query["state"]).user_id == user_id
 
 
 def test_an_oauth_handler_needs_oauth_params_as_in_fixie():

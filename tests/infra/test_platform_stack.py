@@ -117,7 +117,7 @@ def test_queue_is_fifo_with_a_fifo_dead_letter_queue(synth):
     assert dlq_id in template.find_resources("AWS::SQS::Queue", {"Properties": {
         "FifoQueue": True, "SqsManagedSseEnabled": True}})
     # The runner consumes it in batches and reports failures per message.
-    template.resource_count_is("AWS::Lambda::EventSourceMapping", 1)
+    template.resource_count_is("AWS::Lambda::EventSourceMapping", 2)  # and the prompt queue
     template.has_resource_properties("AWS::Lambda::EventSourceMapping", {
         "EventSourceArn": {"Fn::GetAtt": [queue_id, "Arn"]},
         "FunctionResponseTypes": ["ReportBatchItemFailures"],
@@ -128,8 +128,30 @@ def test_queue_is_fifo_with_a_fifo_dead_letter_queue(synth):
     # TLS only for the queues too.
     denies = [st for p in synth.platform.of_type("AWS::SQS::QueuePolicy").values()
               for st in p["Properties"]["PolicyDocument"]["Statement"] if st["Effect"] == "Deny"]
-    assert len(denies) == 2 and all(
+    assert len(denies) == 4 and all(  # the session and prompt queues and their DLQs
         d["Condition"] == {"Bool": {"aws:SecureTransport": "false"}} for d in denies)
+
+
+def test_the_prompt_queue_is_standard_for_its_delays_and_read_by_the_runner(synth):
+    """Agent Protocol callback polls wait out their backoff as SQS delays, which only a
+    standard queue has per message."""
+    queue_id = synth.platform.env(RUNNER)[env_name("prompt_queue_url")]["Ref"]
+    spec = tables.PROMPT_QUEUE
+    template = synth.platform.assertions
+    [queue] = [q for q_id, q in synth.platform.of_type("AWS::SQS::Queue").items()
+               if q_id == queue_id]
+    props = queue["Properties"]
+    assert "FifoQueue" not in props and props["SqsManagedSseEnabled"]
+    assert props["RedrivePolicy"]["maxReceiveCount"] == spec.max_receive_count
+    dlq_id = props["RedrivePolicy"]["deadLetterTargetArn"]["Fn::GetAtt"][0]
+    assert "FifoQueue" not in synth.platform.of_type("AWS::SQS::Queue")[dlq_id]["Properties"]
+    template.has_resource_properties("AWS::Lambda::EventSourceMapping", {
+        "EventSourceArn": {"Fn::GetAtt": [queue_id, "Arn"]},
+        "FunctionResponseTypes": ["ReportBatchItemFailures"],
+        "ScalingConfig": {"MaximumConcurrency": 2},
+        "FunctionName": {"Ref": synth.platform.function(RUNNER)[0]},
+    })
+    assert env_name("prompt_queue_url") not in synth.platform.env(API)
 
 
 @pytest.mark.parametrize("handler", [API, RUNNER, REGISTER])
@@ -166,9 +188,15 @@ def test_environment_points_functions_at_the_resources(synth):
     assert env["CODESHOT_API_URL"] == {"Fn::GetAtt": [api_id, "ApiEndpoint"]}
     assert env["CODESHOT_LLM"] == "bedrock"
     assert env["CODESHOT_EMBEDDER"] in ("bedrock", "hashing")
-    assert env["CODESHOT_SIGNING_SECRET_ID"] == {"Ref": signing_secret_id(synth)}
+    assert env["CODESHOT_SIGNING_SECRET_ID"] == {
+        "Ref": seed_secret_id(synth, tables.SIGNING_SECRET)}
+    assert env["CODESHOT_OAUTH_KEY_SECRET_ID"] == {
+        "Ref": seed_secret_id(synth, tables.OAUTH_KEY_SECRET)}
     assert "CODESHOT_QUEUE_URL" in env
-    assert "CODESHOT_QUEUE_URL" not in synth.platform.env(RUNNER)  # it never enqueues
+    # It enqueues only a callback's answer (Agent Protocol prompts) and the next poll.
+    runner = synth.platform.env(RUNNER)
+    assert runner["CODESHOT_QUEUE_URL"] == env["CODESHOT_QUEUE_URL"]
+    assert "CODESHOT_PROMPT_QUEUE_URL" in runner
     assert env["CODESHOT_API_URL"] == synth.platform.env(RUNNER)["CODESHOT_API_URL"]
     assert env["CODESHOT_GRAPHQL_INTROSPECTION"] == "false"  # a deployed schema is not browsable
 
@@ -204,11 +232,15 @@ def test_alarms_notify_a_topic_on_errors_throttles_backlog_and_given_up_queries(
     alarms = [a["Properties"] for a in synth.platform.of_type("AWS::CloudWatch::Alarm").values()]
     errors = {refs_of(a["Dimensions"]).pop() for a in alarms if a["MetricName"] == "Errors"}
     assert errors == {synth.platform.function(h)[0] for h in (API, RUNNER, REGISTER)}
-    dlq = [a for a in alarms if a["MetricName"] == "ApproximateNumberOfMessagesVisible"]
-    assert len(dlq) == 1 and dlq[0]["Threshold"] == 1
+    dlqs = [a for a in alarms if a["MetricName"] == "ApproximateNumberOfMessagesVisible"]
+    assert len(dlqs) == 2 and all(a["Threshold"] == 1 for a in dlqs)
     queue_id = synth.platform.env(API)["CODESHOT_QUEUE_URL"]["Ref"]
-    dlq_id = synth.platform.props(queue_id)["RedrivePolicy"]["deadLetterTargetArn"]["Fn::GetAtt"][0]
-    assert refs_of(dlq[0]["Dimensions"]) == {dlq_id}
+    dlq_ids = set()
+    for queue in (queue_id,
+                  synth.platform.env(RUNNER)["CODESHOT_PROMPT_QUEUE_URL"]["Ref"]):
+        dlq_ids.add(synth.platform.props(queue)["RedrivePolicy"]["deadLetterTargetArn"][
+            "Fn::GetAtt"][0])
+    assert {refs_of(a["Dimensions"]).pop() for a in dlqs} == dlq_ids
     throttles = {refs_of(a["Dimensions"]).pop() for a in alarms if a["MetricName"] == "Throttles"}
     assert throttles == errors
     [backlog] = [a for a in alarms if a["MetricName"] == "ApproximateAgeOfOldestMessage"]
@@ -236,22 +268,28 @@ def test_an_alarm_email_is_subscribed_when_set(tmp_path):
     assert subscription["Properties"]["Endpoint"] == "ops@example.com"
 
 
-def signing_secret_id(synth) -> str:
-    (secret_id,) = synth.platform.of_type("AWS::SecretsManager::Secret")
+def seed_secret_id(synth, spec: tables.SeedSecret) -> str:
+    (secret_id,) = [k for k, v in synth.platform.of_type("AWS::SecretsManager::Secret").items()
+                    if v["Properties"]["Description"].startswith(spec.description)]
     return secret_id
 
 
-def test_signing_keys_are_generated_at_deploy_and_go_with_the_stack(synth):
-    secret = synth.platform.resources[signing_secret_id(synth)]
+@pytest.mark.parametrize(("spec", "readers"), [
+    (tables.SIGNING_SECRET, (API, RUNNER, REGISTER)),  # every function checks or mints JWTs
+    (tables.OAUTH_KEY_SECRET, (API,)),  # only the API seals and opens users' OAuth tokens
+])
+def test_seed_secrets_are_generated_at_deploy_and_go_with_the_stack(synth, spec, readers):
+    secret_id = seed_secret_id(synth, spec)
+    secret = synth.platform.resources[secret_id]
     generate = secret["Properties"]["GenerateSecretString"]
-    assert generate["GenerateStringKey"] == tables.SIGNING_SECRET.seed_key
-    assert generate["PasswordLength"] == tables.SIGNING_SECRET.seed_length >= 64
+    assert generate["GenerateStringKey"] == spec.seed_key
+    assert generate["PasswordLength"] == spec.seed_length >= 64
     assert generate["ExcludePunctuation"] is True
     assert "SecretString" not in secret["Properties"]
     assert secret["DeletionPolicy"] == "Delete"
     for handler in (API, RUNNER, REGISTER):  # the platform only reads it
-        on_signing_secret = synth.platform.actions_on(handler, signing_secret_id(synth))
-        assert on_signing_secret == {"secretsmanager:GetSecretValue"}, handler
+        expected = {"secretsmanager:GetSecretValue"} if handler in readers else set()
+        assert synth.platform.actions_on(handler, secret_id) == expected, handler
 
 
 def test_destroy_keeps_the_tables_and_buckets_and_nothing_else(synth):
@@ -264,12 +302,14 @@ def test_destroy_keeps_the_tables_and_buckets_and_nothing_else(synth):
 
 
 def test_concurrency_is_capped_and_the_runner_has_its_share(synth):
-    """The runner's reserved concurrency is at least its trigger's maximum (so batches are
-    never throttled back to the queue), and the API cannot take the whole account pool."""
+    """The runner's reserved concurrency is at least its triggers' maximums together (so
+    batches are never throttled back to the queues), and the API cannot take the whole
+    account pool."""
     runner = synth.platform.function(RUNNER)[1]
-    [mapping] = synth.platform.of_type("AWS::Lambda::EventSourceMapping").values()
-    maximum = mapping["Properties"]["ScalingConfig"]["MaximumConcurrency"]
-    assert runner["ReservedConcurrentExecutions"] >= maximum == 10
+    maximums = sorted(m["Properties"]["ScalingConfig"]["MaximumConcurrency"]
+                      for m in synth.platform.of_type("AWS::Lambda::EventSourceMapping").values())
+    assert maximums == [2, 10]
+    assert runner["ReservedConcurrentExecutions"] >= sum(maximums)
     assert synth.platform.function(API)[1]["ReservedConcurrentExecutions"] == 200
     assert "ReservedConcurrentExecutions" not in synth.platform.function(REGISTER)[1]
 
@@ -279,9 +319,10 @@ def test_concurrency_settings_come_from_context(tmp_path):
 
     platform = synthesize(tmp_path, **{"codeshot:runnerMaxConcurrency": 40,
                                        "codeshot:apiReservedConcurrency": 0}).platform
-    [mapping] = platform.of_type("AWS::Lambda::EventSourceMapping").values()
-    assert mapping["Properties"]["ScalingConfig"]["MaximumConcurrency"] == 40
-    assert platform.function(RUNNER)[1]["ReservedConcurrentExecutions"] == 40
+    maximums = sorted(m["Properties"]["ScalingConfig"]["MaximumConcurrency"]
+                      for m in platform.of_type("AWS::Lambda::EventSourceMapping").values())
+    assert maximums == [2, 40]  # the prompt queue's is fixed
+    assert platform.function(RUNNER)[1]["ReservedConcurrentExecutions"] == 42
     assert "ReservedConcurrentExecutions" not in platform.function(API)[1]
 
 
@@ -319,15 +360,18 @@ def test_retain_data_false_lets_destroy_remove_everything(tmp_path):
 
 
 def assert_reads_only_the_signing_secret(synth, handler: str,
-                                         agent_secrets: set[str] | None = None) -> None:
-    """The signing keys it reads; and under agents' secrets' prefix only ``agent_secrets``
-    (what the MCP agents' Authorization headers need), or nothing."""
-    signing, prefix = {"Ref": signing_secret_id(synth)}, set()
+                                         agent_secrets: set[str] | None = None,
+                                         oauth_key: bool = False) -> None:
+    """The signing keys it reads (and the OAuth token key, ``oauth_key``); under agents'
+    secrets' prefix only ``agent_secrets`` (what the MCP agents' Authorization headers
+    need), or nothing."""
+    seeds = [tables.SIGNING_SECRET, *([tables.OAUTH_KEY_SECRET] if oauth_key else [])]
+    readable, prefix = [{"Ref": seed_secret_id(synth, spec)} for spec in seeds], set()
     for grant in synth.platform.grants(handler):
         if not any(a.startswith("secretsmanager:") for a in grant.actions):
             continue
         for resource in grant.resources:
-            if resource == signing:
+            if resource in readable:
                 assert grant.actions == {"secretsmanager:GetSecretValue"}
             else:
                 assert cfn.text(resource).endswith(":secret:codeshot/agent-auth/*"), resource
@@ -348,7 +392,7 @@ def test_api_role(synth):
     assert not SQS_CONSUME & t.all_actions(API)
     assert_reads_only_the_signing_secret(synth, API, {
         "secretsmanager:GetSecretValue", "secretsmanager:CreateSecret",
-        "secretsmanager:DeleteSecret"})
+        "secretsmanager:DeleteSecret"}, oauth_key=True)
     # Agents reach the platform's LLM through the API's OpenAI proxy.
     assert "foundation-model/anthropic.claude-3-5-haiku-20241022-v1:0" in invoked_models(t, API)
 
@@ -373,9 +417,20 @@ def test_runner_role(synth):
         table_actions(tables.USAGE, write=True))
     assert t.actions_on(RUNNER, embeds_bucket_id(synth)) == {
         "s3:GetObject", "s3:PutObject", "s3:ListBucket"}
+    # It runs corpus ingestions: their versions, and their indexes under corpora/ only.
+    assert t.actions_on(RUNNER, table_id(synth, tables.CORPORA)) == set(
+        table_actions(tables.CORPORA, write=True))
+    corpus_objects = [g for g in t.grants(RUNNER) if "s3:PutObject" in g.actions
+                      and any("corpora/*" in r for r in g.resource_texts())]
+    assert len(corpus_objects) == 1
     queue = t.env(API)["CODESHOT_QUEUE_URL"]["Ref"]
-    assert t.actions_on(RUNNER, queue) >= SQS_CONSUME
-    assert "sqs:SendMessage" not in t.all_actions(RUNNER)
+    prompts = t.env(RUNNER)["CODESHOT_PROMPT_QUEUE_URL"]["Ref"]
+    # It consumes both queues; it sends a callback's answer to the session queue and the
+    # next poll to the prompt queue, and nothing anywhere else.
+    assert t.actions_on(RUNNER, queue) >= SQS_CONSUME | {"sqs:SendMessage"}
+    assert t.actions_on(RUNNER, prompts) >= SQS_CONSUME | {"sqs:SendMessage"}
+    assert {r for g in t.grants(RUNNER) if "sqs:SendMessage" in g.actions
+            for r in g.targets()} == {queue, prompts}
     assert_reads_only_the_signing_secret(synth, RUNNER, {"secretsmanager:GetSecretValue"})
     assert "foundation-model/anthropic.claude-3-5-haiku-20241022-v1:0" in invoked_models(
         t, RUNNER)
@@ -389,7 +444,11 @@ def test_register_agent_role(synth):
             table_actions(spec, write=True))
     for spec in (tables.SESSIONS, tables.USAGE, tables.USER_STORAGE):
         assert not t.actions_on(REGISTER, table_id(synth, spec))
-    assert not {a for a in t.all_actions(REGISTER) if a.startswith(("s3:", "sqs:"))}
+    # A deployed agent's corpora: it records and queues their ingestion, nothing more.
+    assert t.actions_on(REGISTER, table_id(synth, tables.CORPORA)) == set(
+        table_actions(tables.CORPORA, write=True))
+    assert {a for a in t.all_actions(REGISTER) if a.startswith("sqs:")} == {"sqs:SendMessage"}
+    assert not {a for a in t.all_actions(REGISTER) if a.startswith("s3:")}
 
 
 @pytest.mark.parametrize("handler", [API, RUNNER, REGISTER])
@@ -401,3 +460,24 @@ def test_no_wildcards_but_x_ray(synth, handler):
         logs = [a for a in grant.actions if a.startswith("logs:")]
         if logs:  # only its own log group, never any group
             assert len(grant.resources) == 1 and "Fn::GetAtt" in grant.resources[0]
+
+
+def test_corpora_search_in_s3_vectors_when_set(synth, tmp_path):
+    from tests.infra.conftest import synthesize
+
+    assert not synth.platform.of_type("AWS::S3Vectors::VectorBucket")  # the default: lambda
+    assert "CODESHOT_CORPUS_SEARCH" not in synth.platform.env(RUNNER)
+    platform = synthesize(tmp_path, **{"codeshot:corpusSearch": "s3vectors"}).platform
+    [bucket] = platform.of_type("AWS::S3Vectors::VectorBucket").values()
+    assert bucket["Properties"]["EncryptionConfiguration"] == {"SseType": "AES256"}
+    env = platform.env(RUNNER)
+    assert env["CODESHOT_CORPUS_SEARCH"] == "s3vectors"
+    assert cfn.text(env["CODESHOT_CORPUS_VECTOR_BUCKET"]) == cfn.text(
+        bucket["Properties"]["VectorBucketName"])
+    vectors = {a for a in platform.all_actions(RUNNER) if a.startswith("s3vectors:")}
+    assert vectors == {"s3vectors:CreateIndex", "s3vectors:PutVectors",
+                       "s3vectors:QueryVectors", "s3vectors:GetVectors"}
+    for handler in (API, REGISTER):
+        assert not {a for a in platform.all_actions(handler) if a.startswith("s3vectors:")}
+    with pytest.raises(ValueError, match="codeshot:corpusSearch"):
+        synthesize(tmp_path / "bad", **{"codeshot:corpusSearch": "pinecone"})

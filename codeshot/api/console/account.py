@@ -1,5 +1,6 @@
-"""The account page: who is signed in, today's quota and when it resets, and the API
-keys: listed by id and creation time, created (the key is shown once) and revoked."""
+"""The account page: who is signed in, today's quota and when it resets, the API keys
+(listed by id and creation time, created: the key is shown once, and revoked), and the
+agents holding the user's OAuth tokens (revoked)."""
 
 from __future__ import annotations
 
@@ -16,7 +17,7 @@ from codeshot.api.console.web import (
 )
 from codeshot.models import Principal
 from codeshot.services import Services
-from codeshot.usecases import users
+from codeshot.usecases import oauth, users
 from codeshot.usecases.accounts import NoUsername
 from codeshot.usecases.threads import blocking
 
@@ -30,10 +31,15 @@ def _keys(services: Services, user: Principal, new_key: str | None = None,
                             new_key=new_key, notice=notice, has_account=has_account)
 
 
+def _grants(services: Services, user: Principal, notice: str | None = None) -> str:
+    return templates.render("account/grants.html", grants=oauth.grants(services, user),
+                            notice=notice)
+
+
 def _account(services: Services, user: Principal) -> str:
     profile = users.profile(services, user)
     return templates.render("account/account.html", profile=profile, now=services.clock(),
-                            keys=_keys(services, user))
+                            keys=_keys(services, user), grants=_grants(services, user))
 
 
 @router.get("/console/account", dependencies=[Depends(page_request)])
@@ -58,6 +64,16 @@ async def revoke_key(request: Request, key_id: str, user: Principal = Depends(ca
         " It was the key this browser signed in with: the next request will ask you to sign "
         "in with another key." if revoked.current else "")
     return html(await blocking(_keys, services, user, None, notice))
+
+
+@router.delete("/console/account/grants/{owner}/{handle}")
+async def revoke_grant(request: Request, owner: str, handle: str,
+                       user: Principal = Depends(caller)) -> HTMLResponse:
+    services = services_of(request)
+    agent_id = f"{owner}/{handle}"
+    await blocking(oauth.revoke, services, user, agent_id)
+    return html(await blocking(_grants, services, user,
+                               f"Revoked {agent_id}'s token: it must ask you again."))
 
 
 @router.get("/console/signed-in")

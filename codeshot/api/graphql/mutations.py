@@ -23,7 +23,7 @@ from codeshot.api.graphql.types import (
     UserType,
 )
 from codeshot.services import Services
-from codeshot.usecases import sessions, users
+from codeshot.usecases import oauth, sessions, users
 from codeshot.usecases.messaging import EmbedUpload, Messaging, upload_url, wait_for_reply
 from codeshot.usecases.threads import blocking
 
@@ -119,6 +119,14 @@ class Mutation:
         services, p = await caller(info)
         record, key = await blocking(users.create_api_key, services, p)
         return NewApiKeyType(id=record.key_id, created=record.created, key=key)
+
+    @strawberry.mutation(name="revokeOAuthGrant",
+                         description="Forget your OAuth token for an agent: it can no longer "
+                         "act for you at that service until you authorize it again.")
+    async def revoke_oauth_grant(self, info: Info, agent_id: str) -> bool:
+        services, p = await caller(info)
+        await blocking(oauth.revoke, services, p, agent_id)
+        return True
 
     @strawberry.mutation(description="Revoke one of your API keys (not the last one): it is "
                          "refused at once.")

@@ -6,8 +6,15 @@ import strawberry
 from strawberry.types import Info
 
 from codeshot.api.graphql.context import caller
-from codeshot.api.graphql.types import AgentType, ApiKeyType, RouteType, SessionType, UserType
-from codeshot.usecases import agents, sessions, users
+from codeshot.api.graphql.types import (
+    AgentType,
+    ApiKeyType,
+    OAuthGrantType,
+    RouteType,
+    SessionType,
+    UserType,
+)
+from codeshot.usecases import agents, oauth, sessions, users
 from codeshot.usecases.threads import blocking
 
 
@@ -36,6 +43,12 @@ class Query:
     async def api_keys(self, info: Info) -> list[ApiKeyType]:
         services, p = await caller(info)
         return [ApiKeyType.of(k) for k in await blocking(users.list_api_keys, services, p)]
+
+    @strawberry.field(description="The agents holding your OAuth token for a third-party "
+                      "service (you authorized them), by agent id.")
+    async def oauth_grants(self, info: Info) -> list[OAuthGrantType]:
+        services, p = await caller(info)
+        return [OAuthGrantType.of(g) for g in await blocking(oauth.grants, services, p)]
 
     @strawberry.field(description="Your sessions, newest first, a page at a time: `after` = "
                       "the last handle of the previous page.")

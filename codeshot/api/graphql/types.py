@@ -11,12 +11,13 @@ from strawberry.types import Info
 from codeshot.api.graphql.context import caller, ctx
 from codeshot.models import Agent, Embed, Message, Session
 from codeshot.services import Services
-from codeshot.usecases import sessions, users
+from codeshot.usecases import agents, sessions, users
 from codeshot.usecases.messaging import Messaging, next_messages
 from codeshot.usecases.threads import blocking
 
 if TYPE_CHECKING:
     from codeshot.routing.index import Candidate  # not at the API's cold start
+    from codeshot.store.oauth import Grant
     from codeshot.usecases.messaging import PresignedUpload
     from codeshot.usecases.users import ApiKey, Profile
 
@@ -67,6 +68,19 @@ class ApiKeyType:
         return cls(id=key.key_id, created=key.created, current=key.current)
 
 
+@strawberry.type(description="An agent holding your OAuth token for a third-party service "
+                 "(the token itself is never shown).")
+class OAuthGrantType:
+    agent_id: str
+    created: datetime = strawberry.field(description="when you first authorized it")
+    modified: datetime = strawberry.field(description="when the token last changed "
+                                          "(authorized again or refreshed)")
+
+    @classmethod
+    def of(cls, grant: Grant) -> OAuthGrantType:
+        return cls(agent_id=grant.agent_id, created=grant.created, modified=grant.modified)
+
+
 @strawberry.type(description="A new API key: `key` is shown this once, never stored.")
 class NewApiKeyType:
     id: str
@@ -82,6 +96,17 @@ class LlmSettingsType:
     model: str | None = None
     temperature: float | None = None
     maximum_tokens: int | None = None
+
+
+@strawberry.type(description="The newest ingestion of an agent's document corpora.")
+class CorpusStatusType:
+    state: str = strawberry.field(description="ingesting, ready or failed")
+    documents: int
+    chunks: int
+    bytes: int
+    errors: list[str]
+    started: datetime
+    finished: datetime | None
 
 
 @strawberry.type
@@ -102,6 +127,18 @@ class AgentType:
     base_prompt: str
     few_shots: list[str]
     agent: strawberry.Private[Agent]
+
+    @strawberry.field(description="its document corpora's newest ingestion; its owner's eyes "
+                      "only (null when it declares none)")
+    async def corpus_status(self, info: Info) -> CorpusStatusType | None:
+        services, principal = await caller(info)
+        version = await blocking(agents.corpus_status, services, principal, self.agent)
+        if version is None:
+            return None
+        return CorpusStatusType(state=version.state.value, documents=version.documents,
+                                chunks=version.chunks, bytes=version.bytes,
+                                errors=version.errors, started=version.started,
+                                finished=version.finished)
 
     @strawberry.field(description="LLM tokens this agent spent today; its owner's eyes only")
     async def daily_used_tokens(self, info: Info) -> int | None:

@@ -10,13 +10,16 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 from codeshot.llm.base import LLM
 from codeshot.runner.platform_funcs.calc import calc
 from codeshot.runner.platform_funcs.clock import local_datetime
 from codeshot.runner.platform_funcs.documents import query_corpus, query_embed
 from codeshot.runner.platform_funcs.web import http_get
+
+if TYPE_CHECKING:
+    from codeshot.runner.corpora import Passage
 
 
 class EmbedReader(Protocol):
@@ -38,6 +41,8 @@ class FuncContext:
     llm: LLM | None  # None: the offline fewshot provider, which is not a language model
     now: Callable[[], datetime] = field(default=lambda: datetime.now(UTC))
     allow_loopback: bool = False  # URLs on loopback (the local stack only)
+    # (question, k) -> the asking agent's corpus passages, best first; None: no corpus
+    corpus: Callable[[str, int], list[Passage]] | None = None
 
 
 PlatformFunc = Callable[[str, FuncContext], str]

@@ -3,8 +3,8 @@
 
 The passages sharing most of the question's words are picked; a language model answers
 from them, and with the offline ``fewshot`` provider (not a language model) they are
-the answer, quoted as they are. ``fixie_query_corpus`` needs document corpora, which the
-platform does not index yet.
+the answer, quoted as they are. ``fixie_query_corpus`` does the same over the agent's
+document corpus (:mod:`codeshot.runner.corpora`), citing each passage's URL.
 """
 
 from __future__ import annotations
@@ -129,5 +129,22 @@ def query_embed(text: str, ctx: FuncContext) -> str:
 
 
 def query_corpus(text: str, ctx: FuncContext) -> str:
-    raise NotSupported("document corpora are not indexed by this platform yet, so "
-                       "Func[fixie_query_corpus] has no documents to search")
+    """The agent's corpus passages nearest the question, each with its source URL; with a
+    language model, its answer from them, citing the URLs it used."""
+    question = " ".join(text.split())
+    if not question:
+        raise InvalidInput("ask fixie_query_corpus a question")
+    if ctx.corpus is None:
+        raise NotSupported("this agent declares no document corpus to search")
+    found = ctx.corpus(question, TOP_PASSAGES)
+    if not found:
+        return ("No passages: this agent's document corpus is not indexed (yet, or its "
+                "ingestion failed: its owner sees why in the agent's corpusStatus).")
+    sourced = "\n\n".join(f"{p.text}\n(Source: {p.url})" for p in found)
+    if ctx.llm is None:  # not a language model: the passages themselves are the answer
+        return sourced
+    completion = ctx.llm.complete(
+        [ChatMessage("system", ANSWER_PROMPT + " Cite the source URL of what you use."),
+         ChatMessage("user", f"Excerpts:\n{sourced}\n\nQuestion: {question}")],
+        ["\nQuestion:"], MAX_ANSWER_TOKENS)
+    return completion.text.strip()

@@ -1,0 +1,248 @@
+"""Document corpus benchmark (#19): retrieval quality, search latency by corpus size, and
+ingestion time per MB, through the real pipeline (``codeshot.runner.corpora``).
+
+    .venv/bin/python -m benchmarks.corpus [--embedders hashing,minilm] [--sizes 1000,10000,100000]
+
+(a) Recall@3: a corpus written here (fictional towns, each a page of facts: charter,
+    trade, festival, transport, water, school) is served on 127.0.0.1 and ingested as an
+    agent's corpus would be (fetch, Beautiful Soup, passages, embedder, S3 and DynamoDB
+    on moto in-process). The questions paraphrase the facts (``established`` for
+    ``charter``, ``work`` for ``earn their living``); a hit is a top-3 passage holding the
+    fact's answer and coming from its town's page.
+(b) In-Lambda search at 1k / 10k / 100k passages (synthetic passages and unit vectors of
+    the embedder's size, stored in the index format): the index's bytes, the time to load
+    it (once per runner container and version) and a search's time (the question's
+    embedding, one matrix product, the top 3), median of 20.
+(c) Ingestion time per MB of HTML served on loopback, all stages.
+
+Everything printed is measured on this run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import base64
+import json
+import random
+import statistics
+import time
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from codeshot.devtools.pages import serving_pages
+from codeshot.routing.embedders import Embedder, HashingEmbedder, MiniLMEmbedder
+from codeshot.runner.corpora import InLambdaSearch, ingest
+from codeshot.settings import Settings
+from codeshot.store.corpora import CorpusState, CorpusStore
+from codeshot.store.tables import CORPORA
+
+SEED = 19
+SYLLABLES = ["bran", "dle", "moor", "fen", "wick", "ash", "by", "thorn", "vale", "holt", "mere",
+             "cress", "ford", "lan", "ridge", "quill", "stow", "barrow", "coll", "wyn"]
+INDUSTRIES = ["cider pressing", "slate quarrying", "clockmaking", "oyster farming",
+              "wool weaving", "glass blowing", "paper milling", "beekeeping", "rope making",
+              "boat building", "cheese making", "pottery", "lace making", "tanning"]
+FEATURES = ["river crossing", "monastery", "market cross", "salt spring", "hill fort",
+            "harbour", "windmill", "coaching inn"]
+MONTHS = ["January", "February", "March", "April", "May", "June", "July", "August",
+          "September", "October", "November", "December"]
+ACTIVITIES = ["lanterns float down the river", "children race wooden carts", "bakers share "
+              "the longest loaf", "bands march to the square", "bonfires are lit on the hill"]
+SCHOOL_WORDS = ["grammar school", "village school", "academy", "free school"]
+
+
+@dataclass(frozen=True)
+class Town:
+    name: str
+    year: int
+    feature: str
+    industry: str
+    employer: str
+    month: str
+    festival: str
+    activity: str
+    km: int
+    station: str
+    reservoir: str
+    pupils: int
+    school: str
+
+    def page(self) -> str:
+        paragraphs = [
+            f"{self.name} grew up around a {self.feature} and received its royal charter in "
+            f"{self.year}, after a long dispute with the neighbouring manor over grazing "
+            "rights and the tolls of the old road.",
+            f"Most people in {self.name} earn their living from {self.industry}; the largest "
+            f"employer is {self.employer}, which still keeps its original workshop near the "
+            "church and takes apprentices every autumn.",
+            f"Every {self.month} the town holds the {self.festival}, when {self.activity}. "
+            "Visitors are asked to book rooms early, since the inns fill weeks ahead.",
+            f"The nearest railway station is {self.km} kilometres away in {self.station}; "
+            "buses leave hourly from the market square and the last one returns at ten.",
+            f"Drinking water comes from the {self.reservoir} reservoir, which was dug by hand "
+            "in the nineteenth century and is now looked after by a volunteer trust.",
+            f"The {self.school} of {self.name} teaches {self.pupils} pupils and is known for "
+            "its choir, which sings at the festival and tours the county in summer.",
+        ]
+        body = "".join(f"<p>{p}</p>" for p in paragraphs)
+        return f"<html><head><title>{self.name}</title></head><body><h1>{self.name}</h1>{body}"\
+               "</body></html>"
+
+    def questions(self) -> list[tuple[str, str]]:
+        """(question, the answer a passage must hold)."""
+        return [
+            (f"In which year was {self.name} established as a town?", str(self.year)),
+            (f"What do most residents of {self.name} do for work?", self.industry),
+            (f"How far is {self.name} from a train station?", f"{self.km} kilometres"),
+            (f"Where does {self.name} get its water from?", self.reservoir),
+            (f"How many children attend school in {self.name}?", str(self.pupils)),
+            (f"When is the {self.festival} celebrated?", self.month),
+        ]
+
+
+def towns(count: int, rng: random.Random) -> list[Town]:
+    names: set[str] = set()
+    out: list[Town] = []
+    while len(out) < count:
+        name = "".join(rng.sample(SYLLABLES, 3)).capitalize()
+        if name in names:
+            continue
+        names.add(name)
+        out.append(Town(
+            name=name, year=rng.randint(1100, 1890), feature=rng.choice(FEATURES),
+            industry=rng.choice(INDUSTRIES), employer=f"{rng.choice(SYLLABLES).capitalize()} "
+            f"& Sons", month=rng.choice(MONTHS),
+            festival=f"{rng.choice(SYLLABLES).capitalize()} Fair",
+            activity=rng.choice(ACTIVITIES), km=rng.randint(2, 60),
+            station="".join(rng.sample(SYLLABLES, 2)).capitalize(),
+            reservoir="".join(rng.sample(SYLLABLES, 2)).capitalize(),
+            pupils=rng.randint(40, 900), school=rng.choice(SCHOOL_WORDS)))
+    return out
+
+
+def site(all_towns: list[Town]) -> dict[str, tuple[str, bytes]]:
+    html = "text/html; charset=utf-8"
+    pages = {f"/towns/{t.name.lower()}.html": (html, t.page().encode()) for t in all_towns}
+    index = "".join(f'<a href="{path}">{path}</a> ' for path in pages)
+    return {"/towns/": (html, f"<html><body><p>Towns: {index}</p></body></html>".encode()),
+            **pages}
+
+
+def store_on_moto(settings: Settings) -> CorpusStore:
+    import boto3
+
+    boto3.client("s3", region_name=settings.region).create_bucket(Bucket=settings.embeds_bucket)
+    boto3.client("dynamodb", region_name=settings.region).create_table(
+        **CORPORA.create_table_kwargs(settings.corpora_table))
+    return CorpusStore(settings)
+
+
+def settings_for_bench() -> Settings:
+    return Settings(local_mode=True, corpus_max_pages=1000,
+                    corpus_max_bytes=512 * 1024 * 1024, aws_endpoint_url=None)
+
+
+def recall(embedder: Embedder, store: CorpusStore, count: int = 100) -> dict[str, Any]:
+    rng = random.Random(SEED)
+    all_towns = towns(count, rng)
+    settings = store.settings
+    with serving_pages(site(all_towns).get) as base:
+        started = time.perf_counter()
+        version = ingest(store.start("bench/towns", []), [{"urls": [f"{base}/towns/*"]}],
+                         settings, store, embedder)
+        seconds = time.perf_counter() - started
+        assert version.state is CorpusState.READY, version.errors
+        search = InLambdaSearch(store, embedder)
+        asked = rng.sample([(t, q, a) for t in all_towns for q, a in t.questions()], 60)
+        hits = 0
+        for town, question, fact in asked:
+            found = search.search("bench/towns", question, 3)
+            hits += any(fact in p.text and p.url.endswith(f"/{town.name.lower()}.html")
+                        for p in found)
+    return {"embedder": embedder.model_id, "pages": version.documents,
+            "chunks": version.chunks, "questions": len(asked),
+            "recall@3": hits / len(asked), "ingest s": seconds,
+            "MB": version.bytes / 1e6}
+
+
+def latency(embedder: Embedder, sizes: list[int]) -> list[dict[str, Any]]:
+    rng = np.random.default_rng(SEED)
+    dim = len(embedder.embed(["dimension probe"])[0])
+    rows = []
+    for size in sizes:
+        vectors = rng.standard_normal((size, dim), dtype=np.float32)
+        vectors /= np.linalg.norm(vectors, axis=1, keepdims=True)
+        chunks = [{"text": f"passage {i} " + "lorem ipsum dolor " * 33, "url": f"https://x/{i}"}
+                  for i in range(size)]
+        blob = json.dumps({"embedding_model": embedder.model_id, "chunks": chunks, "dim": dim,
+                           "vectors": base64.b64encode(vectors.tobytes()).decode()}).encode()
+        started = time.perf_counter()
+        data = json.loads(blob)
+        loaded = np.frombuffer(base64.b64decode(data["vectors"]), dtype="<f4").reshape(size, dim)
+        load = time.perf_counter() - started
+        times = []
+        for i in range(20):
+            started = time.perf_counter()
+            query = np.asarray(embedder.embed([f"question number {i} about passages"]),
+                               dtype=np.float32)[0]
+            scores = loaded @ query
+            best = np.argsort(-scores)[:3]
+            times.append(time.perf_counter() - started)
+            assert len(best) == 3
+        rows.append({"embedder": embedder.model_id, "passages": size,
+                     "index MB": len(blob) / 1e6, "load s": load,
+                     "search ms p50": statistics.median(times) * 1000})
+        del data, loaded, blob, vectors
+    return rows
+
+
+def ingestion_rate(embedder: Embedder, store: CorpusStore) -> dict[str, Any]:
+    """Seconds per MB of HTML, every stage, on 600 town pages."""
+    rng = random.Random(SEED + 1)
+    settings = store.settings
+    pages = site(towns(600, rng))
+    with serving_pages(pages.get) as base:
+        started = time.perf_counter()
+        version = ingest(store.start("bench/rate", []), [{"urls": [f"{base}/towns/*"]}],
+                         settings, store, embedder)
+        seconds = time.perf_counter() - started
+    assert version.state is CorpusState.READY, version.errors
+    return {"embedder": embedder.model_id, "MB": version.bytes / 1e6, "pages": version.documents,
+            "chunks": version.chunks, "s": seconds, "s per MB": seconds / (version.bytes / 1e6)}
+
+
+def table(rows: list[dict[str, Any]]) -> str:
+    keys = list(rows[0])
+    cells = [[f"{r[k]:.3f}" if isinstance(r[k], float) else str(r[k]) for k in keys]
+             for r in rows]
+    widths = [max(len(k), *(len(c[i]) for c in cells)) for i, k in enumerate(keys)]
+    lines = [" | ".join(k.ljust(w) for k, w in zip(keys, widths)),
+             "-|-".join("-" * w for w in widths)]
+    lines += [" | ".join(c.ljust(w) for c, w in zip(row, widths)) for row in cells]
+    return "\n".join(lines)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--embedders", default="hashing")
+    parser.add_argument("--sizes", default="1000,10000,100000")
+    args = parser.parse_args()
+    from moto import mock_aws
+
+    embedders: list[Embedder] = [MiniLMEmbedder() if name == "minilm" else HashingEmbedder()
+                                 for name in args.embedders.split(",")]
+    sizes = [int(s) for s in args.sizes.split(",")]
+    with mock_aws():
+        store = store_on_moto(settings_for_bench())
+        quality = [recall(e, store) for e in embedders]
+        rates = [ingestion_rate(e, store) for e in embedders]
+    print("(a) retrieval on the towns corpus\n" + table(quality) + "\n")
+    print("(b) in-Lambda search by corpus size\n"
+          + table([r for e in embedders for r in latency(e, sizes)]) + "\n")
+    print("(c) ingestion\n" + table(rates))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,60 @@
+"""OAuth for agents over HTTP: the agent's calls (agent JWT) and the provider's redirect
+back to the platform (the user's browser, no credentials: the state is the binding).
+See :mod:`codeshot.usecases.oauth`."""
+
+from __future__ import annotations
+
+import html
+from typing import Any
+
+from fastapi import APIRouter, Depends
+from fastapi.responses import HTMLResponse
+from pydantic import BaseModel, Field
+
+from codeshot.api.rest import agent_caller, get_services
+from codeshot.models import Principal
+from codeshot.services import Services
+from codeshot.usecases import oauth
+from codeshot.usecases.threads import blocking
+
+router = APIRouter()
+
+
+class AuthorizationRequest(BaseModel):
+    authUri: str = Field(max_length=2000)  # the wire's camelCase, as GraphQL's
+    clientId: str = Field(max_length=500)
+    scopes: list[str] = Field(default_factory=list)
+
+
+class TokenBody(BaseModel):
+    token: dict[str, Any]
+
+
+@router.post("/api/oauth/authorizations")
+def start(body: AuthorizationRequest, caller: Principal = Depends(agent_caller),
+          services: Services = Depends(get_services)) -> dict[str, str]:
+    return {"url": oauth.authorization_url(services, caller, body.authUri, body.clientId,
+                                           body.scopes)}
+
+
+@router.get("/api/oauth/token")
+def read_token(caller: Principal = Depends(agent_caller),
+               services: Services = Depends(get_services)) -> dict[str, Any]:
+    return oauth.get_token(services, caller)
+
+
+@router.put("/api/oauth/token")
+def write_token(body: TokenBody, caller: Principal = Depends(agent_caller),
+                services: Services = Depends(get_services)) -> dict[str, bool]:
+    oauth.put_token(services, caller, body.token)
+    return {"stored": True}
+
+
+@router.get(oauth.CALLBACK_PATH)
+async def callback(state: str = "", code: str | None = None, error: str | None = None,
+                   services: Services = Depends(get_services)) -> HTMLResponse:
+    flow = await blocking(oauth.complete, services, state, code, error)
+    agent = html.escape(flow.agent_id)
+    return HTMLResponse(f"<!doctype html><title>Authorized</title><p>You authorized "
+                        f"<b>{agent}</b>. Your conversation continues where it paused; you "
+                        f"may close this tab.</p>")

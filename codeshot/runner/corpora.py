@@ -1,0 +1,304 @@
+"""Document corpora: ingestion (fetch, extract, chunk, embed, store) and search.
+
+An agent declares URL corpora in its handshake (Fixie's ``DocumentCorpus(urls=...)``; a
+URL ending in ``*`` is every page below it, reached by following links). Registration
+queues an ingestion; the runner runs it (:func:`ingest`): each page through the runner's
+one fetch of third-party URLs (SSRF rules, size cap), its text read as embeds are (HTML
+with Beautiful Soup, PDF with pypdf, plain text and Markdown), cut into passages,
+embedded with the router's embedder, and stored as one immutable object. A declared URL
+that cannot be read, a document over the size cap, or no text at all fail the version
+(nothing stored; the previous index stays in use); a linked page that cannot be read is
+listed and skipped.
+
+Search (``Func[fixie_query_corpus]``) goes through :class:`CorpusSearch`:
+:class:`InLambdaSearch` loads the newest ready index from S3 once per container (cached by
+version) and ranks passages by cosine similarity in numpy; :class:`S3VectorsSearch` keeps
+the vectors in an S3 Vectors index instead (``CODESHOT_CORPUS_SEARCH=s3vectors``) for
+corpora too large to load per container (see the README for where that line is).
+"""
+
+from __future__ import annotations
+
+import base64
+import fnmatch
+import json
+import logging
+import threading
+import time
+from collections import deque
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Protocol
+from urllib.parse import urldefrag, urljoin
+
+from codeshot.errors import CodeshotError, InvalidInput
+from codeshot.runner.fetch import fetch_public_url
+from codeshot.runner.platform_funcs.documents import PASSAGE_CHARS, document_text, passages
+from codeshot.settings import Settings
+from codeshot.store.corpora import CorpusState, CorpusStore, CorpusVersion
+
+if TYPE_CHECKING:
+    from codeshot.routing.embedders import Embedder
+
+log = logging.getLogger("codeshot.runner")
+
+FETCH_TIMEOUT_SECONDS = 10.0
+INGEST_SECONDS = 120.0  # one ingestion's time in all (the runner's query budget)
+EMBED_BATCH = 64
+PROGRESS_EVERY = 10  # documents between the progress an ingesting version shows
+
+
+@dataclass(frozen=True)
+class Passage:
+    text: str
+    url: str
+    score: float = 0.0
+
+
+@dataclass(frozen=True)
+class Document:
+    url: str
+    text: str
+    size: int
+
+
+def url_corpora(corpora: Iterable[dict[str, Any]] | None) -> list[dict[str, Any]]:
+    """The declared corpora the platform fetches (URL corpora; custom corpus Funcs are
+    the agent's own)."""
+    return [c for c in corpora or [] if isinstance(c, dict) and c.get("urls")]
+
+
+def _links(html: bytes, base: str) -> list[str]:
+    from bs4 import BeautifulSoup
+
+    soup = BeautifulSoup(html, "html.parser")
+    return [urldefrag(urljoin(base, str(a["href"])))[0] for a in soup.find_all("a", href=True)]
+
+
+class Crawl:
+    """One ingestion's fetching: bounded in pages, bytes and time."""
+
+    def __init__(self, settings: Settings, fetch: Callable[..., Any] = fetch_public_url,
+                 progress: Callable[[int, int], None] = lambda _pages, _bytes: None) -> None:
+        self.settings, self.fetch, self.progress = settings, fetch, progress
+        self.pages = 0
+        self.bytes = 0
+        self.errors: list[str] = []
+        self.deadline = time.monotonic() + INGEST_SECONDS
+
+    def documents(self, corpus: dict[str, Any]) -> list[Document]:
+        excluded = [p for p in corpus.get("exclude_patterns") or [] if isinstance(p, str)]
+        found: list[Document] = []
+        for root in corpus["urls"]:
+            if not isinstance(root, str):
+                raise InvalidInput(f"corpus URL {root!r} is not text")
+            prefix = root[:-1] if root.endswith("*") else None
+            queue, seen = deque([prefix or root]), {prefix or root}
+            first = True
+            while queue:
+                url = queue.popleft()
+                try:
+                    document, links = self._read(url, follow=prefix is not None)
+                except CodeshotError as exc:
+                    if first:  # the URL the agent declared: the corpus is not what it says
+                        raise InvalidInput(f"{url}: {exc.message}") from exc
+                    self.errors.append(f"skipped {url}: {exc.message}")
+                    continue
+                finally:
+                    first = False
+                found.append(document)
+                for link in links:
+                    if (prefix and link.startswith(prefix) and link not in seen
+                            and not any(fnmatch.fnmatch(link, p) for p in excluded)):
+                        seen.add(link)
+                        queue.append(link)
+        return found
+
+    def _read(self, url: str, follow: bool) -> tuple[Document, list[str]]:
+        settings = self.settings
+        if self.pages >= settings.corpus_max_pages:
+            raise InvalidInput(f"the corpus reached its {settings.corpus_max_pages} pages")
+        if time.monotonic() > self.deadline:
+            raise InvalidInput(f"ingestion ran out of its {INGEST_SECONDS:g}s")
+        fetched = self.fetch(url, max_bytes=settings.corpus_max_document_bytes,
+                             allow_loopback=settings.local_mode, timeout=FETCH_TIMEOUT_SECONDS)
+        self.pages += 1
+        self.bytes += len(fetched.data)
+        if self.pages % PROGRESS_EVERY == 0:
+            self.progress(self.pages, self.bytes)
+        if self.bytes > settings.corpus_max_bytes:
+            raise InvalidInput(f"the corpus passed its {settings.corpus_max_bytes} bytes")
+        kind = fetched.content_type or "text/plain"
+        if kind == "text/markdown" or url.lower().endswith((".md", ".markdown")):
+            kind = "text/plain"
+        text = document_text(kind, fetched.data)
+        html = kind in ("text/html", "application/xhtml+xml")
+        return Document(url, text, len(fetched.data)), \
+            (_links(fetched.data, url) if follow and html else [])
+
+
+def corpus_search(settings: Settings, store: CorpusStore, embedder: Embedder) -> CorpusSearch:
+    if settings.corpus_search == "s3vectors":
+        return S3VectorsSearch(settings, store, embedder)
+    return InLambdaSearch(store, embedder)
+
+
+def ingest(version: CorpusVersion, corpora: list[dict[str, Any]], settings: Settings,
+           store: CorpusStore, embedder: Embedder,
+           fetch: Callable[..., Any] = fetch_public_url,
+           vectors_to: S3VectorsSearch | None = None) -> CorpusVersion:
+    """Run one ingestion to its end and store how it ended (never raises for the
+    documents' sake: their errors are the version's). ``vectors_to``: also write the
+    vectors to S3 Vectors (``CODESHOT_CORPUS_SEARCH=s3vectors``)."""
+    crawl = Crawl(settings, fetch, lambda pages, size: store.progress(
+        version.replace(documents=pages, bytes=size)))
+    try:
+        documents = [d for corpus in corpora for d in crawl.documents(corpus)]
+        chunks = [{"text": c, "url": d.url} for d in documents for c in chunked(d.text)]
+        if not chunks:
+            raise InvalidInput("the corpus holds no text")
+        vectors = _embed(embedder, [c["text"] for c in chunks])
+        index = {"embedding_model": embedder.model_id, "chunks": chunks,
+                 "dim": len(vectors[0]) if len(vectors) else 0,
+                 "vectors": base64.b64encode(_float32(vectors)).decode()}
+        key = store.put_index(json.dumps(index).encode())
+        if vectors_to is not None:
+            vectors_to.write(version.agent_id, version.version, chunks, vectors)
+        done = version.replace(state=CorpusState.READY, documents=len(documents),
+                               chunks=len(chunks), bytes=crawl.bytes, object_key=key,
+                               embedding_model=embedder.model_id, errors=crawl.errors)
+    except CodeshotError as exc:
+        done = version.replace(state=CorpusState.FAILED, bytes=crawl.bytes,
+                               errors=[exc.message, *crawl.errors])
+    except Exception as exc:  # what went wrong is logged; the agent's status says it failed
+        log.exception("ingesting %s %s failed", version.agent_id, version.version)
+        done = version.replace(state=CorpusState.FAILED,
+                               errors=[f"ingestion failed: {exc.__class__.__name__}"])
+    store.finish(done)
+    return done
+
+
+def chunked(text: str, size: int = PASSAGE_CHARS) -> list[str]:
+    """A document's passages, consecutive short ones joined up to ``size`` characters: a
+    heading stays with its paragraph, and a line of links is not a passage of its own."""
+    out: list[str] = []
+    for passage in passages(text):
+        if out and len(out[-1]) + len(passage) + 1 <= size:
+            out[-1] = f"{out[-1]}\n{passage}"
+        else:
+            out.append(passage)
+    return out
+
+
+def _embed(embedder: Embedder, texts: list[str]) -> Any:
+    import numpy as np
+
+    rows = [np.asarray(embedder.embed(texts[i:i + EMBED_BATCH]), dtype=np.float32)
+            for i in range(0, len(texts), EMBED_BATCH)]
+    return np.vstack(rows)
+
+
+def _float32(vectors: Any) -> bytes:
+    import numpy as np
+
+    data: bytes = np.ascontiguousarray(vectors, dtype="<f4").tobytes()
+    return data
+
+
+class CorpusSearch(Protocol):
+    def search(self, agent_id: str, question: str, k: int) -> list[Passage]: ...
+
+
+@dataclass(frozen=True)
+class LoadedIndex:
+    version: str
+    chunks: list[dict[str, str]]
+    vectors: Any  # numpy float32, n x d, rows L2-normalised
+
+
+class InLambdaSearch:
+    """The newest ready index, loaded from S3 once per container and version."""
+
+    def __init__(self, store: CorpusStore, embedder: Embedder) -> None:
+        self.store, self.embedder = store, embedder
+        self._cache: dict[str, LoadedIndex] = {}
+        self._lock = threading.Lock()
+
+    def index(self, agent_id: str) -> LoadedIndex | None:
+        import numpy as np
+
+        version = self.store.newest_ready(agent_id)
+        if version is None or not version.object_key:
+            return None
+        with self._lock:
+            cached = self._cache.get(agent_id)
+        if cached and cached.version == version.version:
+            return cached
+        data = json.loads(self.store.read_index(version.object_key))
+        vectors = np.frombuffer(base64.b64decode(data["vectors"]), dtype="<f4").reshape(
+            len(data["chunks"]), data["dim"])
+        loaded = LoadedIndex(version.version, data["chunks"], vectors)
+        with self._lock:
+            self._cache[agent_id] = loaded
+        return loaded
+
+    def search(self, agent_id: str, question: str, k: int) -> list[Passage]:
+        import numpy as np
+
+        index = self.index(agent_id)
+        if index is None or not index.chunks:
+            return []
+        query = np.asarray(self.embedder.embed([question]), dtype=np.float32)[0]
+        scores = index.vectors @ query
+        best = np.argsort(-scores)[:k]
+        return [Passage(index.chunks[i]["text"], index.chunks[i]["url"], float(scores[i]))
+                for i in best]
+
+
+class S3VectorsSearch:
+    """The passages' vectors in an S3 Vectors index per agent version (their text and URL
+    as metadata): for corpora too large to load into a Lambda; written at ingestion."""
+
+    def __init__(self, settings: Settings, store: CorpusStore, embedder: Embedder,
+                 client: Any | None = None) -> None:
+        self.settings, self.store, self.embedder = settings, store, embedder
+        self._client = client
+
+    @property
+    def client(self) -> Any:
+        if self._client is None:
+            from codeshot import aws
+
+            self._client = aws.client("s3vectors", self.settings)
+        return self._client
+
+    @staticmethod
+    def index_name(agent_id: str, version: str) -> str:
+        # Index names: 3-63 of a-z 0-9 '-' '.'; one index per agent version, so a search
+        # never sees a half-written one.
+        safe = "".join(c if c.isalnum() else "-" for c in agent_id.lower())[:30]
+        return f"{safe}-{version.removeprefix('v#').lower()}"
+
+    def write(self, agent_id: str, version: str, chunks: list[dict[str, str]],
+              vectors: Any) -> None:
+        bucket = self.settings.corpus_vector_bucket
+        name = self.index_name(agent_id, version)
+        self.client.create_index(vectorBucketName=bucket, indexName=name, dataType="float32",
+                                 dimension=int(vectors.shape[1]), distanceMetric="cosine")
+        for start in range(0, len(chunks), 500):  # PutVectors takes at most 500
+            self.client.put_vectors(vectorBucketName=bucket, indexName=name, vectors=[
+                {"key": str(i), "data": {"float32": [float(x) for x in vectors[i]]},
+                 "metadata": chunks[i]}
+                for i in range(start, min(start + 500, len(chunks)))])
+
+    def search(self, agent_id: str, question: str, k: int) -> list[Passage]:
+        version = self.store.newest_ready(agent_id)
+        if version is None:
+            return []
+        query = [float(x) for x in self.embedder.embed([question])[0]]
+        out = self.client.query_vectors(
+            vectorBucketName=self.settings.corpus_vector_bucket,
+            indexName=self.index_name(agent_id, version.version), topK=k,
+            queryVector={"float32": query}, returnMetadata=True, returnDistance=True)
+        return [Passage(v["metadata"]["text"], v["metadata"]["url"],
+                        1.0 - float(v.get("distance", 1.0))) for v in out["vectors"]]

@@ -1,0 +1,128 @@
+"""Agents' document corpora: one item per ingestion (a version) in DynamoDB, and each
+finished index as one immutable, content-addressed object on S3.
+
+An ingestion is written as ``ingesting`` when it is queued, then ``ready`` (with the S3
+object of its chunks and vectors) or ``failed`` (with its errors, and no object). Searches
+use the newest ``ready`` version, so a failed or running ingestion never takes away the
+corpus a query can search; older versions' items are deleted once a newer one is ready.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+from datetime import datetime
+from enum import Enum
+from typing import TYPE_CHECKING, Any, ClassVar
+
+from botocore.exceptions import ClientError
+
+from codeshot import aws, ids
+from codeshot.models import Record, _datetime, utcnow
+from codeshot.settings import Settings
+from codeshot.store.base import Repository
+from codeshot.store.dynamo import from_item, to_item
+from codeshot.store.tables import CORPORA, CORPUS_OBJECTS_PREFIX, EMBEDS_BUCKET
+
+if TYPE_CHECKING:
+    from types_boto3_dynamodb import DynamoDBClient
+    from types_boto3_s3 import S3Client
+
+MAX_ERRORS = 20  # kept per version, each one line
+VERSION_PREFIX = "v#"
+RECENT_VERSIONS = 10  # read to find the newest ready one
+
+
+class CorpusState(str, Enum):
+    INGESTING = "ingesting"
+    READY = "ready"
+    FAILED = "failed"
+
+
+@dataclasses.dataclass(kw_only=True)
+class CorpusVersion(Record):
+    agent_id: str
+    version: str  # "v#<ulid>": sorts by time
+    corpora: list[dict[str, Any]] = dataclasses.field(default_factory=list)  # as declared
+    state: CorpusState = CorpusState.INGESTING
+    documents: int = 0
+    chunks: int = 0
+    bytes: int = 0  # of documents fetched
+    errors: list[str] = dataclasses.field(default_factory=list)
+    object_key: str | None = None  # the index on S3, once ready
+    embedding_model: str | None = None
+    started: datetime = dataclasses.field(default_factory=utcnow)
+    finished: datetime | None = None
+
+    COERCE: ClassVar[dict[str, Any]] = {"state": CorpusState, "started": _datetime,
+                                        "finished": _datetime}
+
+
+class CorpusStore(Repository):
+    table = CORPORA
+
+    def __init__(self, settings: Settings, dynamodb: DynamoDBClient | None = None,
+                 s3: S3Client | None = None) -> None:
+        super().__init__(settings, dynamodb)
+        self._s3 = s3
+        self.bucket: str = getattr(settings, EMBEDS_BUCKET.setting)
+
+    @property
+    def s3(self) -> S3Client:
+        # Made on first use: registration (no S3 in its bundle) only reads versions.
+        if self._s3 is None:
+            self._s3 = aws.client("s3", self.settings)
+        return self._s3
+
+    def start(self, agent_id: str, corpora: list[dict[str, Any]]) -> CorpusVersion:
+        """A new version of these declared corpora, ``ingesting``."""
+        version = CorpusVersion(agent_id=agent_id, version=VERSION_PREFIX + ids.ulid(),
+                                corpora=corpora)
+        self.db.put_item(TableName=self.table_name, Item=to_item(version.to_dict()),
+                         ConditionExpression="attribute_not_exists(version)")
+        return version
+
+    def progress(self, version: CorpusVersion) -> None:
+        """What an ingestion has read so far (documents, bytes), while it runs."""
+        self.db.put_item(TableName=self.table_name, Item=to_item(version.to_dict()))
+
+    def finish(self, version: CorpusVersion) -> None:
+        """Store how the ingestion ended; once ready, drop the older versions' items."""
+        version = version.replace(errors=version.errors[:MAX_ERRORS], finished=utcnow())
+        self.db.put_item(TableName=self.table_name, Item=to_item(version.to_dict()))
+        if version.state is CorpusState.READY:
+            for older in self.recent(version.agent_id, RECENT_VERSIONS * 10):
+                if older.version < version.version:
+                    self.db.delete_item(TableName=self.table_name, Key={
+                        "agent_id": {"S": older.agent_id}, "version": {"S": older.version}})
+
+    def recent(self, agent_id: str, limit: int = RECENT_VERSIONS) -> list[CorpusVersion]:
+        """The agent's versions, newest first."""
+        out = self.db.query(TableName=self.table_name, KeyConditionExpression="agent_id = :a",
+                            ExpressionAttributeValues={":a": {"S": agent_id}},
+                            ScanIndexForward=False, Limit=limit)
+        return [CorpusVersion.from_dict(from_item(i)) for i in out.get("Items", [])]
+
+    def newest_ready(self, agent_id: str) -> CorpusVersion | None:
+        return next((v for v in self.recent(agent_id) if v.state is CorpusState.READY), None)
+
+    def put_index(self, data: bytes) -> str:
+        """Store an index's bytes once, under their SHA-256; returns the object's key."""
+        key = f"{CORPUS_OBJECTS_PREFIX}{hashlib.sha256(data).hexdigest()}"
+        try:
+            self.s3.put_object(Bucket=self.bucket, Key=key, Body=data,
+                               ContentType="application/json", IfNoneMatch="*")
+        except ClientError as exc:  # the same bytes are there already
+            if exc.response["Error"]["Code"] not in ("PreconditionFailed", "412"):
+                raise
+        return key
+
+    def read_index(self, key: str) -> bytes:
+        body: bytes = self.s3.get_object(Bucket=self.bucket, Key=key)["Body"].read()
+        return body
+
+    def delete_agent(self, agent_id: str) -> None:
+        """Forget an agent's versions (its deleted agent's corpus is searched no more)."""
+        for version in self.recent(agent_id, RECENT_VERSIONS * 10):
+            self.db.delete_item(TableName=self.table_name, Key={
+                "agent_id": {"S": agent_id}, "version": {"S": version.version}})

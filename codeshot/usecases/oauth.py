@@ -1,0 +1,134 @@
+"""OAuth for agents: an agent's Func asks for a user's authorization, the user's browser
+comes back to the platform's callback, and the paused query resumes.
+
+1. The agent (its Func, with the agent token the platform sent it) asks for an
+   authorization URL: the platform starts a flow bound to that token's user, agent and
+   session, with a PKCE verifier it keeps, and builds the URL with authlib.
+2. The Func's reply asks the user to open it (``needs_input``, ``repeat_on_answer``): the
+   session awaits input with the URL as its question.
+3. The provider redirects the browser to ``/api/oauth/callback``: the flow is taken (once,
+   unexpired), the code and verifier go to the agent's ``Func[_oauth]``, which exchanges
+   them with its client secret and hands the token back (``PUT /api/oauth/token``), and a
+   message from the user resumes the session, which calls the Func again.
+4. The agent reads the token with ``GET /api/oauth/token`` (refreshing it itself when it
+   has expired); the user lists and revokes tokens (GraphQL, CLI, console).
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+from urllib.parse import urlsplit
+
+from codeshot.errors import CodeshotError, Forbidden, InvalidInput, NotFound, OAuthFailed
+from codeshot.models import Principal, SessionStatus
+from codeshot.services import Services
+from codeshot.store.oauth import Flow, Grant
+from codeshot.text import as_one_line
+from codeshot.usecases.messaging import Messaging
+from codeshot.usecases.users import principal_of, user_id_of
+
+CALLBACK_PATH = "/api/oauth/callback"
+OAUTH_FUNC = "_oauth"  # the Func Fixie 1.0's SDK registers for agents with oauth_params
+MAX_SCOPES = 50
+
+
+def _acting_for(services: Services, caller: Principal) -> tuple[str, str]:
+    """(user, agent) of an agent token issued for a user; charges the per-minute limit."""
+    if not caller.user_id or not caller.agent_id:
+        raise Forbidden("OAuth needs an agent token issued for a user")
+    services.usage.charge("oauth", f"{caller.user_id}#{caller.agent_id}",
+                          services.settings.storage_rate_limit, window="minute")
+    return caller.user_id, caller.agent_id
+
+
+def redirect_uri(services: Services) -> str:
+    return services.settings.api_url.rstrip("/") + CALLBACK_PATH
+
+
+def authorization_url(services: Services, caller: Principal, auth_uri: str, client_id: str,
+                      scopes: list[str]) -> str:
+    """Where the user authorizes the calling agent; the flow is bound to the token's user,
+    agent and session (a query's session: that is what resumes)."""
+    from authlib.integrations.httpx_client import OAuth2Client
+
+    user_id, agent_id = _acting_for(services, caller)
+    if not caller.session_id:
+        raise Forbidden("OAuth needs an agent token issued for a session")
+    parts = urlsplit(auth_uri)
+    allowed = ("https", "http") if services.settings.local_mode else ("https",)
+    if parts.scheme not in allowed or not parts.hostname:
+        raise InvalidInput(f"authUri must be an {' or '.join(allowed)} URL")
+    if not client_id or len(scopes) > MAX_SCOPES or not all(
+            isinstance(s, str) and s and " " not in s for s in scopes):
+        raise InvalidInput("clientId must be set and scopes must be words (at most "
+                           f"{MAX_SCOPES})")
+    flow = services.oauth.start_flow(user_id, agent_id, caller.session_id,
+                                     redirect_uri(services))
+    with OAuth2Client(client_id, scope=" ".join(scopes), redirect_uri=flow.redirect_uri,
+                      code_challenge_method="S256") as client:  # builds the URL; no request
+        url, _ = client.create_authorization_url(auth_uri, state=flow.state,
+                                                 code_verifier=flow.code_verifier)
+    return str(url)
+
+
+def get_token(services: Services, caller: Principal) -> dict[str, Any]:
+    user_id, agent_id = _acting_for(services, caller)
+    token = services.oauth.get_token(user_id, agent_id)
+    if token is None:
+        raise NotFound(f"the user has not authorized {agent_id}")
+    return token
+
+
+def put_token(services: Services, caller: Principal, token: Any) -> None:
+    user_id, agent_id = _acting_for(services, caller)
+    services.oauth.put_token(user_id, agent_id, token)
+
+
+def complete(services: Services, state: str, code: str | None, error: str | None) -> Flow:
+    """The provider's redirect: take the flow (OAUTH_STATE_INVALID if it is not one the
+    platform has open), have the agent exchange the code, and resume the session."""
+    flow = services.oauth.take_flow(state)  # first: a replay is refused whatever it carries
+    if error or not code:
+        raise OAuthFailed("the authorization server did not authorize the agent: "
+                          + as_one_line(error or "no code", 100))
+    _exchange(services, flow, code)
+    if services.oauth.get_token(flow.user_id, flow.agent_id) is None:
+        raise OAuthFailed(f"{flow.agent_id} did not keep a token from the authorization")
+    session = services.sessions.get(flow.session_id, owner=flow.user_id)
+    if session.status is SessionStatus.AWAITING_INPUT:
+        user = principal_of(services.users.get(flow.user_id))
+        Messaging(services).post(user, flow.session_id, f"I authorized {flow.agent_id}.")
+    return flow
+
+
+def _exchange(services: Services, flow: Flow, code: str) -> None:
+    """``Func[_oauth]`` of the flow's agent, for its user and session: the agent holds the
+    client secret, so it makes the token request."""
+    from codeshot.runner.agent_client import AgentClient
+
+    agent = services.registry.get(flow.agent_id)
+    url = agent.func_url or agent.query_url or ""
+    client = AgentClient(
+        lambda agent_id: services.auth.agent_token(agent_id, flow.user_id, flow.session_id),
+        timeout=services.settings.agent_call_timeout_seconds,
+        allow_loopback=services.settings.local_mode, retries=0)
+    request = {"state": flow.state, "code": code, "code_verifier": flow.code_verifier,
+               "redirect_uri": flow.redirect_uri}
+    try:
+        client.call_func(flow.agent_id, url, OAUTH_FUNC, json.dumps(request))
+    except CodeshotError as exc:
+        raise OAuthFailed(f"{flow.agent_id} could not complete the authorization: "
+                          f"{exc.message}") from exc
+    finally:
+        client.close()
+
+
+def grants(services: Services, principal: Principal) -> list[Grant]:
+    return services.oauth.grants(user_id_of(principal))
+
+
+def revoke(services: Services, principal: Principal, agent_id: str) -> None:
+    """Forget the caller's token for ``agent_id``: the agent must ask again."""
+    if not services.oauth.delete_token(user_id_of(principal), agent_id):
+        raise NotFound(f"{agent_id} holds no token of yours")

@@ -1,0 +1,37 @@
+"""An S3 Vectors bucket for document corpora (``codeshot:corpusSearch`` = ``s3vectors``):
+the runner creates an index per ingestion in it, writes the passages' vectors and
+queries them (codeshot/runner/corpora.py, ``S3VectorsSearch``)."""
+
+from __future__ import annotations
+
+from aws_cdk import Aws
+from aws_cdk import aws_iam as iam
+from aws_cdk import aws_s3vectors as s3vectors
+from cdk_nag import RegexAppliesTo
+from constructs import Construct
+
+from infra.nag import suppress
+
+# What S3VectorsSearch calls (QueryVectors with metadata needs GetVectors as well).
+VECTOR_ACTIONS = ("s3vectors:CreateIndex", "s3vectors:PutVectors", "s3vectors:QueryVectors",
+                  "s3vectors:GetVectors")
+
+
+class CorpusVectors(Construct):
+    def __init__(self, scope: Construct, id: str, *, bucket_name: str) -> None:
+        super().__init__(scope, id)
+        self.bucket_name = bucket_name
+        self.bucket = s3vectors.CfnVectorBucket(
+            self, "Bucket", vector_bucket_name=bucket_name,
+            encryption_configuration=s3vectors.CfnVectorBucket.EncryptionConfigurationProperty(
+                sse_type="AES256"))
+
+    def grant_search(self, role: iam.Role) -> None:
+        bucket_arn = (f"arn:{Aws.PARTITION}:s3vectors:{Aws.REGION}:{Aws.ACCOUNT_ID}:bucket/"
+                      f"{self.bucket_name}")
+        suppress(role, "AwsSolutions-IAM5",
+                 "Each corpus ingestion gets an index of its own, created at run time, so "
+                 "access is scoped to this vector bucket's indexes.",
+                 [RegexAppliesTo(regex=r"/^Resource::arn:.*:s3vectors:.*\/index\/\*$/g")])
+        role.add_to_principal_policy(iam.PolicyStatement(
+            actions=list(VECTOR_ACTIONS), resources=[bucket_arn, f"{bucket_arn}/index/*"]))

@@ -1,0 +1,255 @@
+"""Document corpora through real sessions: an agent declares a corpus of pages served on
+loopback (facts that are in no few-shot), registration queues its ingestion, the runner
+reads, chunks, embeds and stores it, and ``Func[fixie_query_corpus]`` answers with the
+right passage and its URL; documents that cannot be read are the agent's visible
+ingestion errors, with nothing half-stored and queries still answered."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+
+import httpx
+import pytest
+
+import codeshot.sdk as fixieai
+from codeshot.devtools.agents import serve
+from codeshot.local.poller import QueuePoller
+from codeshot.runner.session_runner import SessionRunner
+from tests.engine.conftest import ScriptedLLM
+from tests.fixie.conftest import User, serving_pages
+from tests.runner.conftest import register, send, session
+
+FEW_SHOTS = """
+Q: What does the handbook say about the coffee machine?
+Ask Func[fixie_query_corpus]: What does the handbook say about the coffee machine?
+Func[fixie_query_corpus] says: The coffee machine is descaled on Fridays. (Source: https://handbook.example/kitchen)
+A: The coffee machine is descaled on Fridays. (Source: https://handbook.example/kitchen)
+"""
+
+
+def pdf_with(text: str) -> bytes:
+    """A one-page PDF showing ``text`` (objects and a cross-reference table, by hand)."""
+    stream = f"BT /F1 12 Tf 72 720 Td ({text}) Tj ET".encode()
+    objects = [b"<< /Type /Catalog /Pages 2 0 R >>", b"<< /Type /Pages /Kids [3 0 R] /Count 1 >>",
+               b"<< /Type /Page /Parent 2 0 R /MediaBox [0 0 612 792] /Contents 4 0 R "
+               b"/Resources << /Font << /F1 5 0 R >> >> >>",
+               b"<< /Length %d >>\nstream\n%s\nendstream" % (len(stream), stream),
+               b"<< /Type /Font /Subtype /Type1 /BaseFont /Helvetica >>"]
+    out, offsets = b"%PDF-1.4\n", []
+    for number, body in enumerate(objects, 1):
+        offsets.append(len(out))
+        out += b"%d 0 obj\n%s\nendobj\n" % (number, body)
+    xref = len(out)
+    out += b"xref\n0 %d\n0000000000 65535 f \n" % (len(objects) + 1)
+    out += b"".join(b"%010d 00000 n \n" % o for o in offsets)
+    return out + b"trailer\n<< /Size %d /Root 1 0 R >>\nstartxref\n%d\n%%%%EOF\n" % (
+        len(objects) + 1, xref)
+
+
+PAGES = {
+    "/handbook/": ("text/html", b"""<html><head><title>Staff handbook</title></head><body>
+        <nav><a href="wifi.html">Wifi</a> <a href="/handbook/parking.html#lots">Parking</a>
+        <a href="bikes.pdf">Bikes</a> <a href="lunch.md">Lunch</a>
+        <a href="/elsewhere/secret.html">Not the handbook</a>
+        <a href="missing.html">A broken link</a></nav>
+        <p>Welcome to the staff handbook of the Quillfeather office.</p></body></html>"""),
+    "/handbook/wifi.html": ("text/html; charset=utf-8", b"""<html><body><h1>Wifi</h1>
+        <p>The guest wifi network is called Quill-Guest and its password is
+        heron-42-lantern. It is changed every quarter.</p>
+        <script>var password = "not-this-one";</script></body></html>"""),
+    "/handbook/parking.html": ("text/html", b"""<html><body><h1 id="lots">Parking</h1>
+        <p>Staff park in lot C behind the warehouse; visitors use the two bays by the
+        fountain.</p></body></html>"""),
+    "/handbook/bikes.pdf": ("application/pdf", pdf_with("The bike shed opens at 06:30.")),
+    "/handbook/lunch.md": ("text/markdown", b"# Lunch\n\nThe canteen serves lunch from "
+                                             b"11:45 to 14:15 on weekdays."),
+    "/elsewhere/secret.html": ("text/html", b"<p>The vault code is 9911.</p>"),
+}
+
+
+@pytest.fixture
+def pages() -> Iterator[tuple[str, list[str]]]:
+    """The handbook on loopback; the paths it was asked for."""
+    asked: list[str] = []
+
+    def page(path: str) -> tuple[str, bytes]:
+        asked.append(path)
+        return PAGES.get(path, ("text/html", b"<p>Not found</p>"))
+
+    with serving_pages(page) as url:
+        yield url, asked
+
+
+def corpus_agent(urls: list[str]) -> fixieai.CodeShotAgent:
+    return fixieai.CodeShotAgent("I answer from the staff handbook.", FEW_SHOTS,
+                                 corpora=[fixieai.DocumentCorpus(urls=urls)])
+
+
+STATUS = """query ($a: String!) { agentById(agentId: $a) { corpusStatus {
+  state documents chunks bytes errors } } }"""
+
+
+def ingested(live, user, agent_id: str, timeout: float = 30) -> dict:
+    """The agent's corpus status once its ingestion has ended."""
+    deadline = time.monotonic() + timeout
+    while True:
+        status = live.gql(user.key, STATUS, {"a": agent_id})["data"]["agentById"]["corpusStatus"]
+        if status["state"] != "ingesting" or time.monotonic() > deadline:
+            return status
+        time.sleep(0.2)
+
+
+def answer(live, user, agent_id: str, text: str) -> str:
+    reply = send(live, user.key, session(live, user.key, agent_id), text)["reply"]
+    assert reply["type"] == "response", reply
+    return reply["text"]
+
+
+def test_a_question_is_answered_with_the_right_passage_and_its_url(live, user, deploy, pages):
+    base, asked = pages
+    agent_id = deploy(corpus_agent([f"{base}/handbook/*"]), "handbook")
+    status = ingested(live, user, agent_id)
+    assert status["state"] == "ready", status
+    assert status["documents"] == 6  # index, wifi, parking, PDF, Markdown, the broken link's page
+    assert "/elsewhere/secret.html" not in asked  # outside the declared prefix
+    assert asked.count("/handbook/parking.html") == 1  # its #fragment is the same page
+
+    text = answer(live, user, agent_id, "What does the handbook say about the wifi password?")
+    assert "heron-42-lantern" in text and f"(Source: {base}/handbook/wifi.html)" in text
+    assert "not-this-one" not in text  # scripts are not a page's text
+    pdf = answer(live, user, agent_id, "What does the handbook say about the bike shed hours?")
+    assert "06:30" in pdf and f"{base}/handbook/bikes.pdf" in pdf
+    lunch = answer(live, user, agent_id, "What does the handbook say about the canteen lunch?")
+    assert "11:45" in lunch and f"{base}/handbook/lunch.md" in lunch
+
+    # The owner's agent page in the console says so too.
+    page = httpx.get(f"{live.url}/console/agents/{agent_id}", timeout=30, headers={
+        "Authorization": f"Bearer {user.key}", "HX-Request": "true"})
+    assert page.status_code == 200 and "Document corpus" in page.text
+    assert "ready · 6 documents" in page.text
+
+    # Nobody else sees the status (its errors name the URLs read).
+    _, other_key = live.user()
+    seen = live.gql(other_key, STATUS, {"a": agent_id})["data"]["agentById"]
+    assert seen is None or seen["corpusStatus"] is None
+
+
+@pytest.fixture
+def scripted_runner(platform):
+    """The platform with the runner answering from a scripted model (the test's)."""
+    llm = ScriptedLLM()
+    poller = QueuePoller(platform.services.queue, SessionRunner(platform.services, llm=llm).handle)
+    poller.start()
+    yield platform, llm
+    poller.stop()
+
+
+def test_the_engines_real_path_gives_the_model_the_passages_and_urls(scripted_runner, pages):
+    live, llm = scripted_runner
+    base, _ = pages
+    user_id, key = live.user()
+    username = live.services.users.get(user_id).username
+    user = User(user_id, key, username)
+    with serve(corpus_agent([f"{base}/handbook/*"]), live.url, f"{username}/handbook") as url:
+        agent_id = f"{username}/{register(live, key, 'handbook', url).split('/')[1]}"
+        assert ingested(live, user, agent_id)["state"] == "ready"
+        llm.replies += ["Ask Func[fixie_query_corpus]: where do staff park",
+                        f"A: In lot C, behind the warehouse ({base}/handbook/parking.html)."]
+        text = answer(live, user, agent_id, "Where do staff park?")
+    assert text == f"In lot C, behind the warehouse ({base}/handbook/parking.html)."
+    # What the model read before answering: the Func's passages, each with its URL.
+    said = llm.transcript(1).split("Func[fixie_query_corpus] says: ", 1)[1]
+    assert said.startswith("Parking\n  Staff park in lot C behind the warehouse;")
+    assert f"(Source: {base}/handbook/parking.html)" in said
+
+
+def test_with_a_model_the_func_answers_from_the_passages_citing_them(aws):
+    """fixie_query_corpus with a language model: its answer, from the passages it got."""
+    from codeshot.runner.corpora import Passage
+    from codeshot.runner.platform_funcs import FuncContext
+    from codeshot.runner.platform_funcs.documents import query_corpus
+
+    llm = ScriptedLLM("Lot C (https://h.example/parking).")
+    found = [Passage("Staff park in lot C.", "https://h.example/parking", 0.9)]
+    ctx = FuncContext(time_zone=lambda: "UTC", embeds=None, llm=llm,  # type: ignore[arg-type]
+                      corpus=lambda question, k: found[:k])
+    assert query_corpus("where do staff park", ctx) == "Lot C (https://h.example/parking)."
+    prompt = llm.calls[0][0][-1].content
+    assert "Staff park in lot C.\n(Source: https://h.example/parking)" in prompt
+    assert "where do staff park" in prompt
+
+
+BAD_PAGES = {
+    "/huge.txt": ("text/plain", b"x" * (50 * 1024 * 1024)),
+    "/broken.pdf": ("application/pdf", b"%PDF-1.4\nthis is not a PDF at all\n%%EOF"),
+    "/empty.html": ("text/html", b"<html><head></head><body><script>x()</script></body></html>"),
+}
+
+
+def corpus_objects(live) -> set[str]:
+    listed = live.services.embeds.s3.list_objects_v2(
+        Bucket=live.services.settings.embeds_bucket, Prefix="corpora/")
+    return {o["Key"] for o in listed.get("Contents", [])}
+
+
+def test_unreadable_documents_are_visible_errors_with_nothing_half_stored(live, user, deploy):
+    with serving_pages(lambda path: BAD_PAGES[path]) as base:
+        stored_before = corpus_objects(live)
+        cases = {
+            "unreachable": ("http://127.0.0.1:9/manual.html", "is unreachable"),
+            "private": ("http://10.1.2.3/manual.html", "not a public address"),
+            "huge": (f"{base}/huge.txt", "larger than 10485760 bytes"),
+            "badpdf": (f"{base}/broken.pdf", "the PDF cannot be read"),
+            "empty": (f"{base}/empty.html", "the corpus holds no text"),
+        }
+        for handle, (url, says) in cases.items():
+            agent_id = deploy(corpus_agent([url]), handle)
+            status = ingested(live, user, agent_id)
+            assert status["state"] == "failed", (handle, status)
+            assert says in status["errors"][0], (handle, status)
+            assert status["chunks"] == 0
+            # A query still gets an answer, saying the corpus has nothing to search.
+            text = answer(live, user, agent_id, "What does the handbook say about the wifi?")
+            assert "not indexed" in text, (handle, text)
+        assert corpus_objects(live) == stored_before  # nothing half-stored
+
+
+def test_a_failed_refresh_keeps_the_corpus_queries_search(live, user, deploy, pages):
+    base, _ = pages
+    agent_id = deploy(corpus_agent([f"{base}/handbook/wifi.html"]), "wifi")
+    assert ingested(live, user, agent_id)["state"] == "ready"
+    PAGES["/handbook/wifi.html"], kept = ("text/html", b""), PAGES["/handbook/wifi.html"]
+    try:
+        refreshed = httpx.post(f"{live.url}/api/refresh/{agent_id}", timeout=30,
+                               headers={"Authorization": f"Bearer {user.key}"})
+        assert refreshed.status_code == 200, refreshed.text
+        assert ingested(live, user, agent_id)["state"] == "failed"
+    finally:
+        PAGES["/handbook/wifi.html"] = kept
+    text = answer(live, user, agent_id, "What does the handbook say about the wifi password?")
+    assert "heron-42-lantern" in text
+
+
+def test_an_ingestion_shows_its_progress_while_it_runs(aws):
+    from codeshot.routing.embedders import HashingEmbedder
+    from codeshot.runner.corpora import ingest
+    from codeshot.store.corpora import CorpusStore
+
+    def page(path: str) -> tuple[str, bytes]:
+        if path == "/docs/":
+            links = "".join(f'<a href="p{i}.html">{i}</a>' for i in range(24))
+            return "text/html", f"<p>Index</p>{links}".encode()
+        return "text/html", f"<p>Page {path} says fact {path[-7:-5]}.</p>".encode()
+
+    store = CorpusStore(aws)
+    shown: list[tuple[int, str]] = []
+    progress = store.progress
+    store.progress = lambda v: (shown.append((v.documents, v.state.value)),  # type: ignore[method-assign]
+                                progress(v))[1]
+    with serving_pages(page) as base:
+        done = ingest(store.start("ann/docs", []), [{"urls": [f"{base}/docs/*"]}],
+                      aws.replace(local_mode=True), store, HashingEmbedder())
+    assert shown == [(10, "ingesting"), (20, "ingesting")]
+    assert (done.state.value, done.documents) == ("ready", 25)
+    assert store.recent("ann/docs")[0].documents == 25

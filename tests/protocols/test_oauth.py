@@ -1,0 +1,294 @@
+"""OAuth for agents, end to end on the local stack: an agent written with codeshot.sdk
+whose Func reads a user's reading list at a third-party service, a real OAuth 2
+authorization server on loopback (tests/oauth_provider.py), and a browser that follows
+the authorization URL the paused query asks the user to open."""
+
+from __future__ import annotations
+
+import json
+import re
+import time
+
+import httpx
+import pytest
+
+from codeshot.cli import main
+from codeshot.models import MessageType
+from codeshot.sdk import CodeShotAgent, Message, OAuthHandler, OAuthParams
+from tests.oauth_provider import Provider
+from tests.protocols.conftest import new_user
+
+READER_FEW_SHOTS = """
+Q: What is on my reading list?
+Ask Func[reading_list]: all
+Func[reading_list] says: Dune, Emma
+A: Your reading list: Dune, Emma.
+"""
+QUESTION = "What is on my reading list?"
+URL = re.compile(r"https?://\S+")
+
+
+@pytest.fixture(scope="module")
+def provider(stack):
+    provider = Provider("reader-client", "reader-secret",
+                        stack.settings.api_url.rstrip("/") + "/api/oauth/callback")
+    provider.url = provider.start()
+    yield provider
+    provider.stop()
+
+
+@pytest.fixture(scope="module")
+def reader(stack, provider) -> str:
+    """local/reader: its Func reads the user's books with the user's own token."""
+    from codeshot.local.http_server import HttpServer
+    from codeshot.usecases.registration import AgentFields, AgentRegistration
+    from codeshot.usecases.users import find_user, principal_of
+
+    agent = CodeShotAgent("I read your reading list at Books.", READER_FEW_SHOTS,
+                          oauth_params=OAuthParams("reader-client", "reader-secret",
+                                                   provider.url + "/authorize",
+                                                   provider.url + "/token", ["books.read"]))
+
+    @agent.register_func
+    def reading_list(query: Message, oauth_handler: OAuthHandler) -> str:
+        token = oauth_handler.require_token()
+        reply = httpx.get(provider.url + "/books", headers={"Authorization": f"Bearer {token}"})
+        reply.raise_for_status()
+        return ", ".join(reply.json()["books"])
+
+    server = HttpServer(agent.app(stack.settings.replace(agent_id="local/reader")),
+                        "127.0.0.1", 0)
+    stack.agents.append(server)
+    AgentRegistration(stack.services).create(
+        principal_of(find_user(stack.services, "local")), "reader",
+        AgentFields(func_url=server.start(), published=True,
+                    description="Reads your reading list at Books."))
+    return "local/reader"
+
+
+@pytest.fixture(scope="module")
+def shelf(stack, provider) -> str:
+    """local/shelf: a standalone agent answering with the user's books."""
+    from codeshot.local.http_server import HttpServer
+    from codeshot.sdk import StandaloneAgent
+    from codeshot.usecases.registration import AgentFields, AgentRegistration
+    from codeshot.usecases.users import find_user, principal_of
+
+    def handle_message(query: Message, oauth_handler: OAuthHandler) -> str:
+        token = oauth_handler.require_token()
+        reply = httpx.get(provider.url + "/books", headers={"Authorization": f"Bearer {token}"})
+        return "On your shelf: " + ", ".join(reply.json()["books"])
+
+    agent = StandaloneAgent(handle_message, oauth_params=OAuthParams(
+        "reader-client", "reader-secret", provider.url + "/authorize", provider.url + "/token",
+        ["books.read"]))
+    server = HttpServer(agent.app(stack.settings.replace(agent_id="local/shelf")),
+                        "127.0.0.1", 0)
+    stack.agents.append(server)
+    AgentRegistration(stack.services).create(
+        principal_of(find_user(stack.services, "local")), "shelf",
+        AgentFields(query_url=server.start(), published=True,
+                    description="Shows the books on your shelf."))
+    return "local/shelf"
+
+
+def ask(stack, key: str, text: str, session: str | None = None,
+        agent: str = "local/reader") -> tuple[str, dict]:
+    """(session, terminal reply) of a query to ``agent`` ("" for the planner)."""
+    response = httpx.post(f"{stack.api_url}/api/agents/{agent}".rstrip("/"),
+                          json={"message": {"text": text}, "session": session},
+                          headers={"Authorization": f"Bearer {key}"}, timeout=60)
+    assert response.status_code == 200, response.text
+    lines = [json.loads(line) for line in response.text.splitlines() if line.strip()]
+    return response.headers["X-Codeshot-Session"], lines[-1]
+
+
+def authorize(provider, url: str, user: str) -> httpx.Response:
+    """What the user's browser does: open the authorization URL (signed in at the
+    provider as ``user``), and follow its redirect back to the platform's callback."""
+    with httpx.Client(cookies={"user": user}, follow_redirects=False, timeout=60) as browser:
+        consent = browser.get(url)
+        assert consent.status_code == 302, consent.text
+        return browser.get(consent.headers["Location"])
+
+
+def answer_after(stack, session: str, after: int, timeout: float = 60) -> object:
+    """The session's first answer (response or error) after its first ``after`` messages."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        messages = stack.services.sessions.all_messages(session)[after:]
+        done = [m for m in messages if m.type in (MessageType.RESPONSE, MessageType.ERROR,
+                                                  MessageType.AWAITING_INPUT)]
+        if done:
+            return done[0]
+        time.sleep(0.2)
+    raise AssertionError("the session did not answer")
+
+
+def first_authorization(stack, provider, key: str, user: str, agent: str = "local/reader",
+                        question: str = QUESTION) -> tuple[str, str]:
+    """Ask, follow the URL the paused query asks for, wait for the answer;
+    returns (session, answer text)."""
+    session, paused = ask(stack, key, question, agent=agent)
+    assert paused["type"] == "awaiting_input", paused
+    (url,) = URL.findall(paused["message"]["text"])
+    assert url.startswith(provider.url + "/authorize?")
+    assert "code_challenge=" in url and "code_challenge_method=S256" in url
+    seen = len(stack.services.sessions.all_messages(session))
+    back = authorize(provider, url, user)
+    assert back.status_code == 200, back.text
+    assert "You authorized" in back.text
+    answer = answer_after(stack, session, seen)
+    assert answer.type is MessageType.RESPONSE, answer.text
+    return session, answer.text
+
+
+def gql(stack, key: str, query: str) -> dict:
+    response = httpx.post(f"{stack.api_url}/graphql", json={"query": query},
+                          headers={"Authorization": f"Bearer {key}"}, timeout=30)
+    assert response.status_code == 200, response.text
+    return response.json()
+
+
+def user_id(stack, key: str) -> str:
+    return stack.services.auth.user_for_api_key(key).user_id
+
+
+def test_a_query_pauses_for_authorization_and_resumes_with_the_users_token(
+        stack, provider, reader, capsys):
+    alice = new_user(stack, "alice")
+    session, answer = first_authorization(stack, provider, alice, "alice")
+    assert answer == "Your reading list: Middlemarch, Ulysses."
+    assert provider.reads[-1][0] == "alice"
+    assert provider.grants == ["authorization_code"]
+    # The session's trace shows the pause and the Func called again after it.
+    kinds = [m.type for m in stack.services.sessions.all_messages(session)]
+    assert MessageType.AWAITING_INPUT in kinds and kinds[-1] is MessageType.RESPONSE
+    # Held: the next query needs no authorization.
+    _, again = ask(stack, alice, QUESTION)
+    assert again["message"]["text"] == "Your reading list: Middlemarch, Ulysses."
+    stored = stack.services.oauth.get_token(user_id(stack, alice), reader)
+    assert stored["access_token"] == provider.reads[-1][1]
+
+    # A second user gets their own token, and their own books.
+    bob = new_user(stack, "bob")
+    _, bobs = first_authorization(stack, provider, bob, "bob")
+    assert bobs == "Your reading list: Beloved, Solaris."
+    assert provider.reads[-1][0] == "bob"
+    bobs_token = stack.services.oauth.get_token(user_id(stack, bob), reader)
+    assert bobs_token["access_token"] != stored["access_token"]
+    # The token is sealed at rest, bound to its user and agent.
+    item = stack.services.oauth.db.get_item(
+        TableName=stack.services.oauth.table_name,
+        Key={"pk": {"S": "USER#" + user_id(stack, bob)}, "sk": {"S": "AGENT#" + reader}},
+    )["Item"]
+    assert bobs_token["access_token"].encode() not in item["sealed"]["B"]
+
+    # An expired token is refreshed by the agent before it is used.
+    alice_id = user_id(stack, alice)
+    stale = stack.services.oauth.get_token(alice_id, reader)
+    stack.services.oauth.put_token(alice_id, reader, {**stale, "expires_at": time.time() - 5})
+    _, refreshed = ask(stack, alice, QUESTION)
+    assert refreshed["message"]["text"] == "Your reading list: Middlemarch, Ulysses."
+    assert provider.grants[-1] == "refresh_token"
+    fresh = stack.services.oauth.get_token(alice_id, reader)
+    assert fresh["access_token"] != stale["access_token"]
+    assert fresh["expires_at"] > time.time()
+    assert provider.reads[-1] == ("alice", fresh["access_token"])
+
+    # The user sees which agents hold a token for them, and revokes one.
+    grants = gql(stack, alice, "{ oauthGrants { agentId created modified } }")
+    assert [g["agentId"] for g in grants["data"]["oauthGrants"]] == [reader]
+    revoked = gql(stack, alice, 'mutation { revokeOAuthGrant(agentId: "local/reader") }')
+    assert revoked == {"data": {"revokeOAuthGrant": True}}
+    assert stack.services.oauth.get_token(alice_id, reader) is None
+    assert gql(stack, alice, "{ oauthGrants { agentId } }")["data"]["oauthGrants"] == []
+    again_revoked = gql(stack, alice, 'mutation { revokeOAuthGrant(agentId: "local/reader") }')
+    assert again_revoked["errors"][0]["extensions"]["code"] == "NOT_FOUND"
+    _, paused = ask(stack, alice, QUESTION)  # it must ask again
+    assert paused["type"] == "awaiting_input"
+    assert stack.services.oauth.get_token(user_id(stack, bob), reader) is not None  # bob's stays
+
+    # The CLI lists and revokes the same way.
+    target = ["--api-url", stack.api_url, "--api-key", bob]
+    capsys.readouterr()
+    assert main(["oauth", "list", *target]) == 0
+    assert capsys.readouterr().out.startswith(reader + "\tauthorized ")
+    assert main(["oauth", "revoke", reader, *target]) == 0
+    assert stack.services.oauth.get_token(user_id(stack, bob), reader) is None
+    assert main(["oauth", "list", *target]) == 0
+    assert capsys.readouterr().out == f"Revoked {reader}'s token: it must ask you to authorize it again\n"
+
+
+
+def test_a_replayed_or_foreign_state_is_refused_and_changes_nothing(stack, provider, reader):
+    carol = new_user(stack, "carol")
+    _, paused = ask(stack, carol, QUESTION)
+    (url,) = URL.findall(paused["message"]["text"])
+    with httpx.Client(cookies={"user": "alice"}, timeout=60) as browser:
+        callback = browser.get(url).headers["Location"]  # alice's code, carol's flow
+    forged = re.sub(r"state=[^&]+", "state=" + "x" * 43, callback)
+    refused = httpx.get(forged, timeout=60)
+    assert refused.status_code == 400
+    assert refused.json()["error"]["code"] == "OAUTH_STATE_INVALID"
+    assert stack.services.oauth.get_token(user_id(stack, carol), reader) is None
+
+    assert httpx.get(callback, timeout=60).status_code == 200  # the real one, once
+    replayed = httpx.get(callback, timeout=60)
+    assert replayed.status_code == 400
+    assert replayed.json()["error"]["code"] == "OAUTH_STATE_INVALID"
+    stored = stack.services.oauth.get_token(user_id(stack, carol), reader)
+    assert stored is not None and len(provider.codes) == 0  # the code was used, once
+
+
+def test_a_denied_authorization_is_a_clear_error(stack, provider, reader):
+    dave = new_user(stack, "dave")
+    _, paused = ask(stack, dave, QUESTION)
+    (url,) = URL.findall(paused["message"]["text"])
+    state = re.search(r"state=([^&]+)", url).group(1)
+    denied = httpx.get(f"{stack.api_url}/api/oauth/callback",
+                       params={"state": state, "error": "access_denied"}, timeout=60)
+    assert denied.status_code == 502
+    assert denied.json()["error"]["code"] == "OAUTH_FAILED"
+    assert "access_denied" in denied.json()["error"]["message"]
+    assert stack.services.oauth.get_token(user_id(stack, dave), reader) is None
+
+
+def test_agents_need_a_users_session_token_for_oauth(stack, reader):
+    anonymous = stack.services.auth.agent_token(reader, None, None)
+    refused = httpx.post(f"{stack.api_url}/api/oauth/authorizations",
+                         json={"authUri": "https://auth.example/o", "clientId": "c"},
+                         headers={"Authorization": f"Bearer {anonymous}"}, timeout=30)
+    assert refused.status_code == 403
+    assert refused.json()["error"]["code"] == "FORBIDDEN"
+    assert httpx.get(f"{stack.api_url}/api/oauth/token", timeout=30).status_code == 401
+
+
+def test_an_agent_the_planner_asks_pauses_and_resumes_the_same_way(stack, provider, reader):
+    erin = new_user(stack, "erin")
+    session, answer = first_authorization(stack, provider, erin, "erin", agent="")
+    assert "Walden, Kindred" in answer
+    assert stack.services.sessions.get(session).frontend_agent_id != reader  # the planner's
+
+
+def test_a_standalone_agent_is_asked_its_query_again_once_authorized(stack, provider, shelf):
+    frank = new_user(stack, "frank")
+    _, answer = first_authorization(stack, provider, frank, "frank", agent=shelf,
+                                    question="Which books are on my shelf?")
+    assert answer == "On your shelf: Persuasion"
+
+
+def test_the_console_account_page_lists_authorized_agents_and_revokes_them(
+        stack, provider, reader):
+    grace = new_user(stack, "grace")
+    first_authorization(stack, provider, grace, "grace")
+    console = {"Authorization": f"Bearer {grace}", "HX-Request": "true"}
+    page = httpx.get(f"{stack.api_url}/console/account", headers=console, timeout=30)
+    assert page.status_code == 200
+    assert "Authorized agents" in page.text and "<code>local/reader</code>" in page.text
+    revoked = httpx.delete(f"{stack.api_url}/console/account/grants/local/reader",
+                           headers=console, timeout=30)
+    assert revoked.status_code == 200
+    assert "Revoked local/reader&#39;s token" in revoked.text
+    assert "No agent holds a token of yours." in revoked.text
+    assert stack.services.oauth.get_token(user_id(stack, grace), reader) is None

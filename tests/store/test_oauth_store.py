@@ -1,0 +1,70 @@
+import time
+
+import pytest
+
+from codeshot.errors import InvalidInput, OAuthStateInvalid
+from codeshot.store.oauth import OAuthStore
+from codeshot.store.provision import create_seed_secret
+from codeshot.store.tables import OAUTH_KEY_SECRET
+
+TOKEN = {"access_token": "at-1", "refresh_token": "rt-1", "expires_at": 1.7e9,
+         "token_type": "Bearer", "scope": "books.read"}
+
+
+def test_a_flow_is_taken_once_and_only_before_it_expires(aws):
+    store = OAuthStore(aws)
+    flow = store.start_flow("u1", "acme/books", "s1", "https://p.example/api/oauth/callback")
+    assert 43 <= len(flow.code_verifier) <= 128  # RFC 7636
+    assert store.take_flow(flow.state) == flow
+    with pytest.raises(OAuthStateInvalid, match="already used or expired"):
+        store.take_flow(flow.state)
+
+    stale = store.start_flow("u1", "acme/books", "s1", "https://p.example/api/oauth/callback")
+    store.db.update_item(  # its time ran out (DynamoDB's TTL deletes it only later)
+        TableName=store.table_name, Key={"pk": {"S": "STATE#" + stale.state}, "sk": {"S": "STATE"}},
+        UpdateExpression="SET expires_at = :t",
+        ExpressionAttributeValues={":t": {"N": str(int(time.time()) - 1)}})
+    with pytest.raises(OAuthStateInvalid):
+        store.take_flow(stale.state)
+    for forged in ("", "x" * 129, "never-issued"):
+        with pytest.raises(OAuthStateInvalid):
+            store.take_flow(forged)
+
+
+def test_tokens_are_sealed_for_their_user_and_agent(aws):
+    store = OAuthStore(aws)
+    store.put_token("u1", "acme/books", TOKEN)
+    assert store.get_token("u1", "acme/books") == TOKEN
+    assert store.get_token("u2", "acme/books") is None
+    assert store.get_token("u1", "acme/other") is None
+    key = {"pk": {"S": "USER#u1"}, "sk": {"S": "AGENT#acme/books"}}
+    item = store.db.get_item(TableName=store.table_name, Key=key)["Item"]
+    assert b"at-1" not in item["sealed"]["B"] and b"rt-1" not in item["sealed"]["B"]
+
+    # Copied under another user (a bug, an operator's mistake): it does not open there.
+    store.db.put_item(TableName=store.table_name, Item={
+        **item, "pk": {"S": "USER#u2"}})
+    assert store.get_token("u2", "acme/books") is None
+    # Nor under another seed (a new stack that kept the old table): the user asks again.
+    other = aws.replace(oauth_key_secret_id="codeshot/oauth-other")
+    create_seed_secret(other, OAUTH_KEY_SECRET)
+    assert OAuthStore(other).get_token("u1", "acme/books") is None
+
+    assert [g.agent_id for g in store.grants("u1")] == ["acme/books"]
+    assert store.delete_token("u1", "acme/books") is True
+    assert store.delete_token("u1", "acme/books") is False
+    assert store.grants("u1") == []
+
+
+@pytest.mark.parametrize(("token", "problem"), [
+    ({}, "access_token"),
+    ({"access_token": ""}, "access_token"),
+    ({"access_token": "a", "refresh_token": 7}, "refresh_token must be text"),
+    ({"access_token": "a", "expires_at": "soon"}, "expires_at must be a number"),
+    ({"access_token": "a" * 20_000}, "exceeds 16000 bytes"),
+])
+def test_a_malformed_token_is_refused_and_writes_nothing(aws, token, problem):
+    store = OAuthStore(aws)
+    with pytest.raises(InvalidInput, match=problem):
+        store.put_token("u1", "acme/books", token)
+    assert store.grants("u1") == []
