@@ -127,7 +127,7 @@ def test_sign_up_confirm_sign_in_pick_a_username_use_and_revoke_a_key_sign_out(
     console.heading("Account")
     expect(page.locator(".facts")).to_contain_text(username)
     expect(page.locator("#whoami")).to_contain_text(f"Signed in as {username}")
-    expect(page.locator("table.keys")).to_contain_text("No active keys.")
+    expect(page.locator("#keys table.keys")).to_contain_text("No active keys.")
 
     page.get_by_role("button", name="Create a key").click()
     key = page.get_by_label(re.compile("Your new API key")).input_value()
@@ -139,7 +139,7 @@ def test_sign_up_confirm_sign_in_pick_a_username_use_and_revoke_a_key_sign_out(
     # An account signs in without keys, so its last key can go.
     page.get_by_role("button", name=re.compile("^Revoke")).click()
     expect(page.locator("#keys .notice")).to_contain_text("Revoked")
-    expect(page.locator("table.keys")).to_contain_text("No active keys.")
+    expect(page.locator("#keys table.keys")).to_contain_text("No active keys.")
     refused = fixie_user(fixie_python, stack, key, tmp_path)
     assert refused.returncode != 0 and "revoked" in refused.stdout + refused.stderr
 
