@@ -45,6 +45,9 @@ class PoolSpec:
 
 
 POOL = PoolSpec()
+# Where the pool's hosted pages send the browser back after Google or GitHub sign-in (the
+# app client's callback URL, under the platform's URL).
+CONSOLE_CALLBACK = "/console/auth/callback"
 MAX_EMAIL = 254
 MAX_PASSWORD = 256
 

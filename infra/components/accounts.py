@@ -24,7 +24,7 @@ from aws_cdk import aws_cognito as cognito
 from aws_cdk import aws_iam as iam
 from constructs import Construct, Node
 
-from codeshot.auth.cognito import POOL
+from codeshot.auth.cognito import CONSOLE_CALLBACK, POOL
 from infra.nag import suppress
 from infra.settings_env import settings_env
 
@@ -129,7 +129,7 @@ class Accounts(Construct):
             o_auth=cognito.OAuthSettings(
                 flows=cognito.OAuthFlows(authorization_code_grant=True),
                 scopes=[cognito.OAuthScope.OPENID, cognito.OAuthScope.EMAIL],
-                callback_urls=[f"{api_url}/console/auth/callback"]) if federated else None,
+                callback_urls=[api_url + CONSOLE_CALLBACK]) if federated else None,
             disable_o_auth=not federated,
         )
         for provider in federated:

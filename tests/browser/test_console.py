@@ -160,22 +160,22 @@ def test_keys_are_shown_once_and_a_revoked_key_is_refused(console, new_user):
     page = console.page
     expect(page.locator("#quota-text")).to_contain_text(re.compile(r"0 of [\d,]+ used;\s+resets .+ \(in \d+"))
     expect(page.locator("#tokens-text")).to_contain_text(re.compile(r"^0 of [\d,]+ used"))
-    expect(page.locator("table.keys tbody tr")).to_have_count(1)
-    expect(page.locator("table.keys")).to_contain_text("this browser")
+    expect(page.locator("#keys table.keys tbody tr")).to_have_count(1)
+    expect(page.locator("#keys table.keys")).to_contain_text("this browser")
 
     page.get_by_role("button", name="Create a key").click()
     new_key = page.get_by_label(re.compile("Your new API key")).input_value()
     assert new_key.count(".") == 2 and new_key != key
-    expect(page.locator("table.keys tbody tr")).to_have_count(2)
+    expect(page.locator("#keys table.keys tbody tr")).to_have_count(2)
     console.shot("account")
 
     page.on("dialog", lambda dialog: dialog.accept())
-    current = page.locator("table.keys tbody tr", has_text="this browser")
+    current = page.locator("#keys table.keys tbody tr", has_text="this browser")
     current.get_by_role("button", name=re.compile("^Revoke")).click()
     expect(page.locator("#keys .notice")).to_contain_text("It was the key this browser")
-    expect(page.locator("table.keys tbody tr")).to_have_count(1)
+    expect(page.locator("#keys table.keys tbody tr")).to_have_count(1)
     expect(page.get_by_label(re.compile("Your new API key"))).to_have_count(0)  # shown once
-    expect(page.locator("table.keys")).to_contain_text("your last key")  # it stays
+    expect(page.locator("#keys table.keys")).to_contain_text("your last key")  # it stays
     expect(page.get_by_role("button", name=re.compile("^Revoke"))).to_have_count(0)
 
     console.nav("Agents")  # the next request, with the revoked key

@@ -28,6 +28,7 @@ from codeshot.api.console.web import (
     shell,
     templates,
 )
+from codeshot.auth.cognito import CONSOLE_CALLBACK
 from codeshot.auth.tokens import bearer
 from codeshot.errors import CodeshotError, Conflict, InvalidInput, Unauthenticated
 from codeshot.services import Services
@@ -76,12 +77,11 @@ async def choose_username(request: Request) -> HTMLResponse:
     return html("", headers={"HX-Redirect": "/console/account"})
 
 
-CALLBACK = "/console/auth/callback"
 STATE_COOKIE = "codeshot_sign_in"  # "<state>.<PKCE verifier>", for the callback only
 
 
 def _redirect_uri(services: Services) -> str:
-    return services.settings.api_url.rstrip("/") + CALLBACK
+    return services.settings.api_url.rstrip("/") + CONSOLE_CALLBACK
 
 
 @router.get("/console/auth/federated/{provider}")
@@ -91,13 +91,13 @@ async def federated(request: Request, provider: str) -> RedirectResponse:
     state, verifier = secrets.token_urlsafe(24), secrets.token_urlsafe(48)
     url = services.accounts.authorize_url(provider, _redirect_uri(services), state, verifier)
     response = RedirectResponse(url, status_code=303)
-    response.set_cookie(STATE_COOKIE, f"{state}.{verifier}", max_age=600, path=CALLBACK,
+    response.set_cookie(STATE_COOKIE, f"{state}.{verifier}", max_age=600, path=CONSOLE_CALLBACK,
                         httponly=True, samesite="lax",
                         secure=services.settings.api_url.startswith("https:"))
     return response
 
 
-@router.get(CALLBACK)
+@router.get(CONSOLE_CALLBACK)
 async def callback(request: Request, code: str = "", state: str = "", error: str = "",
                    error_description: str = "") -> HTMLResponse:
     """Back from the hosted pages: the console's page, signed in (or saying why not)."""
@@ -113,5 +113,5 @@ async def callback(request: Request, code: str = "", state: str = "", error: str
         response = shell(request, path="/console/", token=token)
     except CodeshotError as refused:
         response = shell(request, path="/console/", refused=refused)
-    response.delete_cookie(STATE_COOKIE, path=CALLBACK)
+    response.delete_cookie(STATE_COOKIE, path=CONSOLE_CALLBACK)
     return response
