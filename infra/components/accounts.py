@@ -86,10 +86,9 @@ class Accounts(Construct):
         suppress(self.pool, "AwsSolutions-COG2",
                  "MFA is optional on purpose: people sign up by themselves with an email, and "
                  "each may turn on an authenticator app; requiring it would keep them out.")
-        for rule in ("AwsSolutions-COG3", "AwsSolutions-COG8"):
-            suppress(self.pool, rule,
-                     "Threat protection (advanced security) needs the paid Plus feature plan; "
-                     "a deploying team turns it on when it wants it.")
+        suppress(self.pool, "AwsSolutions-COG8",
+                 "Threat protection (advanced security) needs the paid Plus feature plan; a "
+                 "deploying team turns it on when it wants it.")
         supported = [cognito.UserPoolClientIdentityProvider.COGNITO]
         federated: list[cognito.IUserPoolIdentityProvider] = []
         if "google" in providers.settings:
