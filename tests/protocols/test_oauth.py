@@ -237,6 +237,10 @@ def test_a_replayed_or_foreign_state_is_refused_and_changes_nothing(stack, provi
     replayed = httpx.get(callback, timeout=60)
     assert replayed.status_code == 400
     assert replayed.json()["error"]["code"] == "OAUTH_STATE_INVALID"
+    in_a_browser = httpx.get(callback, headers={"Accept": "text/html"}, timeout=60)
+    assert in_a_browser.status_code == 400
+    assert in_a_browser.headers["content-type"].startswith("text/html")
+    assert "Not authorized" in in_a_browser.text and "(OAUTH_STATE_INVALID)" in in_a_browser.text
     stored = stack.services.oauth.get_token(user_id(stack, carol), reader)
     assert stored is not None and len(provider.codes) == 0  # the code was used, once
 
