@@ -195,6 +195,13 @@ def test_a_query_pauses_for_authorization_and_resumes_with_the_users_token(
     assert fresh["access_token"] != stale["access_token"]
     assert fresh["expires_at"] > time.time()
     assert provider.reads[-1] == ("alice", fresh["access_token"])
+    # A refresh the provider refuses (that refresh token was rotated away, as if the grant
+    # had been revoked there) asks the user to authorize again.
+    stack.services.oauth.put_token(alice_id, reader, {**stale, "expires_at": time.time() - 5})
+    _, refused = ask(stack, alice, QUESTION)
+    assert refused["type"] == "awaiting_input", refused
+    assert URL.search(refused["message"]["text"])
+    stack.services.oauth.put_token(alice_id, reader, fresh)
 
     # The user sees which agents hold a token for them, and revokes one.
     grants = gql(stack, alice, "{ oauthGrants { agentId created modified } }")
