@@ -64,11 +64,13 @@ async def callback(request: Request, state: str = "", code: str | None = None,
     """A browser (it asks for HTML) reads a page, the error's code on it when it failed;
     any other client the JSON error of every REST route."""
     try:
-        flow = await blocking(oauth.complete, services, state, code, error)
+        flow, resumed = await blocking(oauth.complete, services, state, code, error)
     except CodeshotError as exc:
         if "text/html" not in request.headers.get("accept", ""):
             raise
         return _page("Not authorized", f"{html.escape(exc.message)} ({exc.code})",
                      exc.http_status)
-    return _page("Authorized", f"You authorized <b>{html.escape(flow.agent_id)}</b>. Your "
-                 "conversation continues where it paused; you may close this tab.")
+    then = ("Your conversation continues where it paused" if resumed else
+            "Ask it again in your conversation")
+    return _page("Authorized", f"You authorized <b>{html.escape(flow.agent_id)}</b>. {then}; "
+                 "you may close this tab.")

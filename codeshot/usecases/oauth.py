@@ -21,7 +21,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from codeshot.errors import CodeshotError, Forbidden, InvalidInput, NotFound, OAuthFailed
-from codeshot.models import Principal, SessionStatus
+from codeshot.models import MessageType, Principal, SessionStatus
 from codeshot.services import Services
 from codeshot.store.oauth import Flow, Grant
 from codeshot.text import as_one_line
@@ -31,6 +31,7 @@ from codeshot.usecases.users import principal_of, user_id_of
 CALLBACK_PATH = "/api/oauth/callback"
 OAUTH_FUNC = "_oauth"  # the Func Fixie 1.0's SDK registers for agents with oauth_params
 MAX_SCOPES = 50
+RECENT_MESSAGES = 10  # a paused question is the session's newest terminal message
 
 
 def _acting_for(services: Services, caller: Principal) -> tuple[str, str]:
@@ -85,9 +86,11 @@ def put_token(services: Services, caller: Principal, token: Any) -> None:
     services.oauth.put_token(user_id, agent_id, token)
 
 
-def complete(services: Services, state: str, code: str | None, error: str | None) -> Flow:
+def complete(services: Services, state: str, code: str | None, error: str | None
+             ) -> tuple[Flow, bool]:
     """The provider's redirect: take the flow (OAUTH_STATE_INVALID if it is not one the
-    platform has open), have the agent exchange the code, and resume the session."""
+    platform has open), have the agent exchange the code, and resume the session if it
+    is paused on this authorization; returns the flow and whether it resumed."""
     flow = services.oauth.take_flow(state)  # first: a replay is refused whatever it carries
     if error or not code:
         raise OAuthFailed("the authorization server did not authorize the agent: "
@@ -95,11 +98,24 @@ def complete(services: Services, state: str, code: str | None, error: str | None
     _exchange(services, flow, code)
     if services.oauth.get_token(flow.user_id, flow.agent_id) is None:
         raise OAuthFailed(f"{flow.agent_id} did not keep a token from the authorization")
-    session = services.sessions.get(flow.session_id, owner=flow.user_id)
-    if session.status is SessionStatus.AWAITING_INPUT:
-        user = principal_of(services.users.get(flow.user_id))
-        Messaging(services).post(user, flow.session_id, f"I authorized {flow.agent_id}.")
-    return flow
+    return flow, _resume(services, flow)
+
+
+def _resume(services: Services, flow: Flow) -> bool:
+    """Answer the session's question with "I authorized <agent>." (as its user), if the
+    question is this flow's link: not one asked since, nor a Fixie-style agent's link
+    that was part of an answer (the user asks again then)."""
+    recent = services.sessions.recent(flow.session_id, RECENT_MESSAGES)
+    session = recent.session
+    if session is None or session.owner != flow.user_id or \
+            session.status is not SessionStatus.AWAITING_INPUT:
+        return False
+    question = next((m for m in recent.messages if m.type is MessageType.AWAITING_INPUT), None)
+    if question is None or flow.state not in question.text:
+        return False
+    user = principal_of(services.users.get(flow.user_id))
+    Messaging(services).post(user, flow.session_id, f"I authorized {flow.agent_id}.")
+    return True
 
 
 def _exchange(services: Services, flow: Flow, code: str) -> None:

@@ -303,3 +303,40 @@ def test_the_console_account_page_lists_authorized_agents_and_revokes_them(
     assert "Revoked local/reader&#39;s token" in revoked.text
     assert "No agent holds a token of yours." in revoked.text
     assert stack.services.oauth.get_token(user_id(stack, grace), reader) is None
+
+
+def test_a_fixie_style_func_answers_with_the_link_and_the_user_asks_again(stack, provider):
+    """fixie-examples' pattern: `user_token()`, else the link as the Func's result; the
+    session does not pause, so the callback stores the token and the user asks again."""
+    from codeshot.local.http_server import HttpServer
+    from codeshot.usecases.registration import AgentFields, AgentRegistration
+    from codeshot.usecases.users import find_user, principal_of
+
+    agent = CodeShotAgent("I read your reading list at Books.", READER_FEW_SHOTS,
+                          oauth_params=OAuthParams("reader-client", "reader-secret",
+                                                   provider.url + "/authorize",
+                                                   provider.url + "/token", ["books.read"]))
+
+    @agent.register_func
+    def reading_list(query, oauth_handler) -> str:
+        token = oauth_handler.user_token()
+        if token is None:
+            return oauth_handler.get_authorization_url()
+        reply = httpx.get(provider.url + "/books", headers={"Authorization": f"Bearer {token}"})
+        return ", ".join(reply.json()["books"])
+
+    server = HttpServer(agent.app(stack.settings.replace(agent_id="local/fixiereader")),
+                        "127.0.0.1", 0)
+    stack.agents.append(server)
+    AgentRegistration(stack.services).create(
+        principal_of(find_user(stack.services, "local")), "fixiereader",
+        AgentFields(func_url=server.start(), published=True, description="Fixie style."))
+
+    heidi = new_user(stack, "heidi")
+    session, answered = ask(stack, heidi, QUESTION, agent="local/fixiereader")
+    assert answered["type"] == "response", answered  # the link is the Func's result
+    (url,) = URL.findall(answered["message"]["text"])
+    back = authorize(provider, url.rstrip("."), "heidi")
+    assert back.status_code == 200 and "Ask it again in your conversation" in back.text
+    _, again = ask(stack, heidi, QUESTION, session=session, agent="local/fixiereader")
+    assert again["message"]["text"] == "Your reading list: Orlando, Nostromo."
