@@ -23,7 +23,7 @@ from urllib.parse import urlsplit
 from codeshot.errors import CodeshotError, Forbidden, InvalidInput, NotFound, OAuthFailed
 from codeshot.models import MessageType, Principal, SessionStatus
 from codeshot.services import Services
-from codeshot.store.oauth import Flow, Grant
+from codeshot.store.oauth import Flow, Grant, check_token
 from codeshot.text import as_one_line
 from codeshot.usecases.messaging import Messaging
 from codeshot.usecases.users import principal_of, user_id_of
@@ -31,16 +31,22 @@ from codeshot.usecases.users import principal_of, user_id_of
 CALLBACK_PATH = "/api/oauth/callback"
 OAUTH_FUNC = "_oauth"  # the Func Fixie 1.0's SDK registers for agents with oauth_params
 MAX_SCOPES = 50
+MAX_SCOPE_CHARS = 200
 RECENT_MESSAGES = 10  # a paused question is the session's newest terminal message
 
 
 def _acting_for(services: Services, caller: Principal) -> tuple[str, str]:
-    """(user, agent) of an agent token issued for a user; charges the per-minute limit."""
+    """(user, agent) of an agent token issued for a user."""
     if not caller.user_id or not caller.agent_id:
         raise Forbidden("OAuth needs an agent token issued for a user")
-    services.usage.charge("oauth", f"{caller.user_id}#{caller.agent_id}",
-                          services.settings.storage_rate_limit, window="minute")
     return caller.user_id, caller.agent_id
+
+
+def _charge(services: Services, user_id: str, agent_id: str) -> None:
+    """One call against the per-minute limit of this user and agent (after the input's
+    checks: refused input writes nothing, the counter included)."""
+    services.usage.charge("oauth", f"{user_id}#{agent_id}",
+                          services.settings.storage_rate_limit, window="minute")
 
 
 def redirect_uri(services: Services) -> str:
@@ -56,14 +62,8 @@ def authorization_url(services: Services, caller: Principal, auth_uri: str, clie
     user_id, agent_id = _acting_for(services, caller)
     if not caller.session_id:
         raise Forbidden("OAuth needs an agent token issued for a session")
-    parts = urlsplit(auth_uri)
-    allowed = ("https", "http") if services.settings.local_mode else ("https",)
-    if parts.scheme not in allowed or not parts.hostname:
-        raise InvalidInput(f"authUri must be an {' or '.join(allowed)} URL")
-    if not client_id or len(scopes) > MAX_SCOPES or not all(
-            isinstance(s, str) and s and " " not in s for s in scopes):
-        raise InvalidInput("clientId must be set and scopes must be words (at most "
-                           f"{MAX_SCOPES})")
+    _check_client(services, auth_uri, client_id, scopes)
+    _charge(services, user_id, agent_id)
     flow = services.oauth.start_flow(user_id, agent_id, caller.session_id,
                                      redirect_uri(services))
     with OAuth2Client(client_id, scope=" ".join(scopes), redirect_uri=flow.redirect_uri,
@@ -73,8 +73,22 @@ def authorization_url(services: Services, caller: Principal, auth_uri: str, clie
     return str(url)
 
 
+def _check_client(services: Services, auth_uri: str, client_id: str, scopes: list[str]
+                  ) -> None:
+    parts = urlsplit(auth_uri)
+    allowed = ("https", "http") if services.settings.local_mode else ("https",)
+    if parts.scheme not in allowed or not parts.hostname:
+        raise InvalidInput(f"authUri must be an {' or '.join(allowed)} URL")
+    words = all(isinstance(s, str) and 0 < len(s) <= MAX_SCOPE_CHARS
+                and not any(c.isspace() for c in s) for s in scopes)
+    if not client_id or len(scopes) > MAX_SCOPES or not words:
+        raise InvalidInput(f"clientId must be set and scopes must be words (at most "
+                           f"{MAX_SCOPES}, of at most {MAX_SCOPE_CHARS} characters)")
+
+
 def get_token(services: Services, caller: Principal) -> dict[str, Any]:
     user_id, agent_id = _acting_for(services, caller)
+    _charge(services, user_id, agent_id)
     token = services.oauth.get_token(user_id, agent_id)
     if token is None:
         raise NotFound(f"the user has not authorized {agent_id}")
@@ -83,6 +97,8 @@ def get_token(services: Services, caller: Principal) -> dict[str, Any]:
 
 def put_token(services: Services, caller: Principal, token: Any) -> None:
     user_id, agent_id = _acting_for(services, caller)
+    check_token(token)
+    _charge(services, user_id, agent_id)
     services.oauth.put_token(user_id, agent_id, token)
 
 

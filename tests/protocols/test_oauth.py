@@ -273,6 +273,20 @@ def test_agents_need_a_users_session_token_for_oauth(stack, reader):
     assert refused.status_code == 403
     assert refused.json()["error"]["code"] == "FORBIDDEN"
     assert httpx.get(f"{stack.api_url}/api/oauth/token", timeout=30).status_code == 401
+    user_id_ = user_id(stack, new_user(stack, "ivan"))
+    token = stack.services.auth.agent_token(reader, user_id_, "s_1")
+    for body in ({"authUri": "ftp://auth.example/o", "clientId": "c"},
+                 {"authUri": "https://auth.example/o", "clientId": ""},
+                 {"authUri": "https://auth.example/o", "clientId": "c", "scopes": ["a b"]},
+                 {"authUri": "https://auth.example/o", "clientId": "c", "scopes": ["x" * 201]}):
+        bad = httpx.post(f"{stack.api_url}/api/oauth/authorizations", json=body,
+                         headers={"Authorization": f"Bearer {token}"}, timeout=30)
+        assert bad.status_code == 400 and bad.json()["error"]["code"] == "INVALID_INPUT", body
+    stored = httpx.put(f"{stack.api_url}/api/oauth/token", json={"token": {"scope": "x"}},
+                       headers={"Authorization": f"Bearer {token}"}, timeout=30)
+    assert stored.status_code == 400 and stored.json()["error"]["code"] == "INVALID_INPUT"
+    assert stack.services.oauth.grants(user_id_) == []  # nothing written, not even
+    assert stack.services.usage.used("oauth", f"{user_id_}#{reader}", "minute") == 0  # a count
 
 
 def test_an_agent_the_planner_asks_pauses_and_resumes_the_same_way(stack, provider, reader):
