@@ -8,8 +8,9 @@ comes back to the platform's callback, and the paused query resumes.
    session awaits input with the URL as its question.
 3. The provider redirects the browser to ``/api/oauth/callback``: the flow is taken (once,
    unexpired), the code and verifier go to the agent's ``Func[_oauth]``, which exchanges
-   them with its client secret and hands the token back (``PUT /api/oauth/token``), and a
-   message from the user resumes the session, which calls the Func again.
+   them with its client secret and hands the token back (``PUT /api/oauth/token``), and,
+   if the session's question is this link, a message from the user resumes the session,
+   which calls the Func again.
 4. The agent reads the token with ``GET /api/oauth/token`` (refreshing it itself when it
    has expired); the user lists and revokes tokens (GraphQL, CLI, console).
 """
@@ -35,7 +36,7 @@ MAX_SCOPE_CHARS = 200
 RECENT_MESSAGES = 10  # a paused question is the session's newest terminal message
 
 
-def _acting_for(services: Services, caller: Principal) -> tuple[str, str]:
+def _acting_for(caller: Principal) -> tuple[str, str]:
     """(user, agent) of an agent token issued for a user."""
     if not caller.user_id or not caller.agent_id:
         raise Forbidden("OAuth needs an agent token issued for a user")
@@ -59,7 +60,7 @@ def authorization_url(services: Services, caller: Principal, auth_uri: str, clie
     agent and session (a query's session: that is what resumes)."""
     from authlib.integrations.httpx_client import OAuth2Client
 
-    user_id, agent_id = _acting_for(services, caller)
+    user_id, agent_id = _acting_for(caller)
     if not caller.session_id:
         raise Forbidden("OAuth needs an agent token issued for a session")
     _check_client(services, auth_uri, client_id, scopes)
@@ -87,7 +88,7 @@ def _check_client(services: Services, auth_uri: str, client_id: str, scopes: lis
 
 
 def get_token(services: Services, caller: Principal) -> dict[str, Any]:
-    user_id, agent_id = _acting_for(services, caller)
+    user_id, agent_id = _acting_for(caller)
     _charge(services, user_id, agent_id)
     token = services.oauth.get_token(user_id, agent_id)
     if token is None:
@@ -96,7 +97,7 @@ def get_token(services: Services, caller: Principal) -> dict[str, Any]:
 
 
 def put_token(services: Services, caller: Principal, token: Any) -> None:
-    user_id, agent_id = _acting_for(services, caller)
+    user_id, agent_id = _acting_for(caller)
     check_token(token)
     _charge(services, user_id, agent_id)
     services.oauth.put_token(user_id, agent_id, token)
