@@ -46,6 +46,7 @@ bench: $(BIN)/.installed  ## every benchmark, printing tables (not part of the t
 	$(BIN)/python -m benchmarks.cost_per_query
 	$(BIN)/python -m benchmarks.load
 	$(BIN)/python -m benchmarks.router
+	$(BIN)/python -m benchmarks.corpus
 	$(BIN)/python -m benchmarks.engine
 	$(BIN)/python -m benchmarks.planner
 

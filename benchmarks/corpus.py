@@ -26,15 +26,12 @@ import json
 import random
 import statistics
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
 from dataclasses import dataclass
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from threading import Thread
 from typing import Any
 
 import numpy as np
 
+from codeshot.devtools.pages import serving_pages
 from codeshot.routing.embedders import Embedder, HashingEmbedder, MiniLMEmbedder
 from codeshot.runner.corpora import InLambdaSearch, ingest
 from codeshot.settings import Settings
@@ -125,33 +122,12 @@ def towns(count: int, rng: random.Random) -> list[Town]:
     return out
 
 
-@contextmanager
-def serving(pages: dict[str, bytes]) -> Iterator[str]:
-    class Handler(BaseHTTPRequestHandler):
-        def do_GET(self) -> None:
-            body = pages.get(self.path, b"")
-            self.send_response(200 if body else 404)
-            self.send_header("Content-Type", "text/html; charset=utf-8")
-            self.send_header("Content-Length", str(len(body)))
-            self.end_headers()
-            self.wfile.write(body)
-
-        def log_message(self, *args: object) -> None:
-            pass
-
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    Thread(target=server.serve_forever, args=(0.05,), daemon=True).start()
-    try:
-        yield f"http://127.0.0.1:{server.server_address[1]}"
-    finally:
-        server.shutdown()
-        server.server_close()
-
-
-def site(all_towns: list[Town]) -> dict[str, bytes]:
-    pages = {f"/towns/{t.name.lower()}.html": t.page().encode() for t in all_towns}
+def site(all_towns: list[Town]) -> dict[str, tuple[str, bytes]]:
+    html = "text/html; charset=utf-8"
+    pages = {f"/towns/{t.name.lower()}.html": (html, t.page().encode()) for t in all_towns}
     index = "".join(f'<a href="{path}">{path}</a> ' for path in pages)
-    return {"/towns/": f"<html><body><p>Towns: {index}</p></body></html>".encode(), **pages}
+    return {"/towns/": (html, f"<html><body><p>Towns: {index}</p></body></html>".encode()),
+            **pages}
 
 
 def store_on_moto(settings: Settings) -> CorpusStore:
@@ -172,7 +148,7 @@ def recall(embedder: Embedder, store: CorpusStore, count: int = 100) -> dict[str
     rng = random.Random(SEED)
     all_towns = towns(count, rng)
     settings = store.settings
-    with serving(site(all_towns)) as base:
+    with serving_pages(site(all_towns).get) as base:
         started = time.perf_counter()
         version = ingest(store.start("bench/towns", []), [{"urls": [f"{base}/towns/*"]}],
                          settings, store, embedder)
@@ -227,7 +203,7 @@ def ingestion_rate(embedder: Embedder, store: CorpusStore) -> dict[str, Any]:
     rng = random.Random(SEED + 1)
     settings = store.settings
     pages = site(towns(600, rng))
-    with serving(pages) as base:
+    with serving_pages(pages.get) as base:
         started = time.perf_counter()
         version = ingest(store.start("bench/rate", []), [{"urls": [f"{base}/towns/*"]}],
                          settings, store, embedder)

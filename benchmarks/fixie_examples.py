@@ -32,18 +32,17 @@ import shutil
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
 import httpx
 
 from benchmarks.local import Client, free_port, local_stack
+from codeshot.devtools.pages import serving_pages
 from codeshot.engine.fewshot import Kind, parse_few_shots
 from infra.rehearsal.checks import fixie_python
 
@@ -279,26 +278,10 @@ def ask(client: Client, session: str, text: str, embeds: dict[str, tuple[str, by
 
 
 # -- the document summarizer reads -----------------------------------------------------------
-@contextmanager
-def document_server() -> Iterator[str]:
-    class Handler(BaseHTTPRequestHandler):
-        def do_GET(self) -> None:
-            self.send_response(200 if self.path == DOC_PATH else 404)
-            self.send_header("Content-Type", "text/plain; charset=utf-8")
-            self.send_header("Content-Length", str(len(VOYNICH)))
-            self.end_headers()
-            self.wfile.write(VOYNICH)
-
-        def log_message(self, *args: object) -> None:
-            pass
-
-    httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    thread = threading.Thread(target=httpd.serve_forever, args=(0.05,), daemon=True)
-    thread.start()
-    try:
-        yield f"http://127.0.0.1:{httpd.server_address[1]}{DOC_PATH}"
-    finally:
-        httpd.shutdown()
+def document_server() -> AbstractContextManager[str]:
+    """The summarizer's document on loopback (at DOC_PATH below the URL it yields)."""
+    return serving_pages(lambda path: ("text/plain; charset=utf-8", VOYNICH)
+                         if path == DOC_PATH else None)
 
 
 def fixie_venv(python: Path | None) -> Path:
@@ -342,14 +325,15 @@ def main() -> None:
            "reply_wait_seconds": 110.0} if args.llm_base_url else {}
     rows = []
     with tempfile.TemporaryDirectory(prefix="fixie-examples-") as tmp, \
-            document_server() as doc_url:
+            document_server() as doc_base:
         for way in ways:
             with local_stack(examples=False, **llm) as (stack, client):
                 stack_dir = stack.state_path.parent.parent
                 for case in cases:
                     began = time.perf_counter()
                     rows.append(run_case(case, way, args.examples, Path(tmp), stack_dir,
-                                         client, stack.api_url, fixie_python, doc_url))
+                                         client, stack.api_url, fixie_python,
+                                         doc_base + DOC_PATH))
                     print(f"{way:8} {case.agent:16} {time.perf_counter() - began:5.1f}s  "
                           f"{rows[-1].result}", file=sys.stderr, flush=True)
     print_table(rows, cases)

@@ -11,6 +11,33 @@ and route latency.
     features, best sample cosine, no lexical score, no floor), rebuilt here; "after" is
     ``AgentIndex`` with its calibrated scoring. The test split is reported; the dev split
     chose the weights and floors (``--calibrate`` prints that choice again).
+
+    Keeping the test split honest: it (200 + 30 queries) was written before any tuning
+    and is only run to report, never with ``--misses`` while changing the router. Every
+    choice (features, BM25's field weight, fusion weights, floors) is made with
+    ``--split dev``. The dev split's first 120 queries proved too close to the samples
+    (dev top-1 0.95 where test gave 0.815 for minilm), so 204 more were written for it
+    (4 per agent, 30 for none), without reading the test split; 26 more that happened to
+    match a test query word for word were dropped.
+
+    On the test split (hashing then minilm; top-1, top-3, no-agent queries declined,
+    answerable queries wrongly declined):
+
+    | router | hashing | minilm |
+    |---|---|---|
+    | #6 ("before" here) | 0.270, 0.500, -, - | 0.700, 0.945, -, - |
+    | #20 first pass: centroid + BM25, floors on the 120-query dev | 0.465, 0.615, 0.20, 0.030 | 0.815, 0.955, 0.70, 0.075 |
+    | #20 now: BM25 weighs name and description 3x, recalibrated on the 324-query dev | 0.455, 0.615, 0.10, 0.025 | 0.830, 0.960, 0.50, 0.050 |
+
+    The issue's goals (minilm top-1 >= 0.90, hashing >= 0.60, >= 0.8 of no-agent queries
+    declined with <= 0.05 wrongly declined) are not met. Tried on dev and not kept:
+    best-sample, top-2 and mixed pooling, per-agent z-scores against the other agents'
+    samples, centring and whitening the embedding space, more hashing dimensions and
+    other feature weights, fusing hashing with minilm, declining on margins or on the
+    score minus the query's mean (none moved dev top-1 by more than noise, about 0.02, or
+    declined more than 0.6 of no-agent queries at 3-5% wrong declines); and word classes
+    for hashing (k-means of MiniLM's word embeddings over 14,000 stems: test top-1 0.495,
+    top-3 0.690, but "hello" then fits the example notes agent).
 (b) Route latency at several index sizes: ``search()`` end to end (query embedding
     included) and with the query vector precomputed. Sizes beyond the corpus are
     replicas of its agents with suffixed handles and lightly perturbed texts; minilm
@@ -49,7 +76,7 @@ OWNER = "bench"
 # Prefixes that perturb a replicated agent's sample queries (replica r uses PREFIXES[r % n]).
 PREFIXES = ["", "please ", "hey, ", "quick question: ", "can you ", "I'd like to know: ",
             "help: ", "ok so "]
-WEIGHTS = (0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 1.0)
+WEIGHTS = (0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 1.0)
 ALLOWED_WRONG_DECLINES = 0.03  # of the dev split's answerable queries, when calibrating
 
 Labelled = list[tuple[str, str | None]]  # (query, agent handle or None)

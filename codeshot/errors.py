@@ -120,6 +120,15 @@ class Canceled(CodeshotError):
     http_status = 409
 
 
+class CallbackFailed(CodeshotError):
+    """An Agent Protocol task's callback_url could not be used to ask the user the agent's
+    question: unreachable, a refused (private) address, an error status, or a reply that
+    breaks the RFC's prompt exchange. The question ends with this error."""
+
+    code = "CALLBACK_FAILED"
+    http_status = 502
+
+
 class Unavailable(CodeshotError):
     """A part the platform (or an agent) depends on cannot be read right now: the signing
     keys in Secrets Manager, the platform's JWKS."""

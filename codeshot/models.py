@@ -295,6 +295,7 @@ class Embed(Record):
     content_type: str
     content_hash: str
     size: int
+    path: str | None = None  # where an Agent Protocol client keeps it (relative_path)
     created: datetime = dataclasses.field(default_factory=utcnow)
 
     COERCE: ClassVar[dict[str, Any]] = {"created": _datetime}

@@ -22,7 +22,7 @@ if TYPE_CHECKING:  # the parts are imported when first used, not when Services i
     from codeshot.store.corpora import CorpusStore
     from codeshot.store.embeds import EmbedStore
     from codeshot.store.oauth import OAuthStore
-    from codeshot.store.queue import SessionQueue
+    from codeshot.store.queue import PromptQueue, SessionQueue
     from codeshot.store.registry import AgentCache, AgentRegistry
     from codeshot.store.sessions import SessionStore
     from codeshot.store.usage import UsageCounters
@@ -94,6 +94,12 @@ class Services:
         from codeshot.store.agent_secrets import AgentSecrets
 
         return AgentSecrets(self.settings)
+
+    @cached_property
+    def prompt_queue(self) -> PromptQueue:
+        from codeshot.store.queue import PromptQueue
+
+        return PromptQueue(self.settings)
 
     @cached_property
     def keyring(self) -> KeyRing:

@@ -58,6 +58,10 @@ class Settings:
     embeds_bucket: str = "codeshot-embeds"
     queue_name: str = "codeshot-sessions.fifo"  # local stack and tests create it
     queue_url: str | None = None  # set by CDK in AWS, by the local stack locally
+    # The Agent Protocol's callback polls: a standard queue (a FIFO one has no per-message
+    # delays), read by the runner too.
+    prompt_queue_name: str = "codeshot-prompts"
+    prompt_queue_url: str | None = None
     signing_secret_id: str = "codeshot/signing-keys"  # noqa: S105 - the secret's name
     # The seed of the key that encrypts users' OAuth tokens for agents (codeshot/store/oauth.py).
     oauth_key_secret_id: str = "codeshot/oauth-token-key"  # noqa: S105 - the secret's name
@@ -125,6 +129,11 @@ class Settings:
     max_embed_bytes: int = setting(10 * 1024 * 1024, ge=1)
     embed_url_ttl_seconds: int = setting(900, ge=1, le=7 * 24 * 3600)
     reply_wait_seconds: float = setting(25.0, ge=0)
+    # An Agent Protocol task's callback_url (RFC option 2): how long the platform polls it
+    # for the answer to an agent's question, and the longest pause between two polls (the
+    # pauses double from 1 s; SQS delays a message 900 s at most).
+    prompt_deadline_seconds: int = setting(3600, ge=1, le=14 * 24 * 3600)
+    prompt_poll_max_seconds: int = setting(60, ge=1, le=900)
     agent_token_ttl_seconds: int = setting(300, ge=1, le=300)
     agent_call_timeout_seconds: float = setting(30.0, gt=0)
     # How long a user has to authorize an agent at its OAuth provider (the state's life).

@@ -1,14 +1,16 @@
-"""Lambda entry point of the session runner: SQS FIFO batches -> answered sessions."""
+"""Lambda entry point of the session runner: SQS FIFO batches -> answered sessions, and the
+prompt queue's batches -> Agent Protocol callbacks asked and polled."""
 
 from __future__ import annotations
 
 from functools import lru_cache
 from typing import TYPE_CHECKING, Any
 
-from codeshot.runner.batch import process_batch
+from codeshot.runner.batch import process_batch, source_queue
 
 if TYPE_CHECKING:
     from codeshot.runner.session_runner import SessionRunner
+    from codeshot.usecases.prompts import Prompts
 
 
 @lru_cache(maxsize=1)
@@ -21,5 +23,17 @@ def _runner() -> SessionRunner:
     return SessionRunner(Services(get_settings()))
 
 
+@lru_cache(maxsize=1)
+def _prompts() -> Prompts:
+    from codeshot.usecases.prompts import Prompts
+
+    return Prompts(_runner().s)
+
+
 def handler(event: dict[str, Any], context: Any) -> dict[str, list[dict[str, str]]]:
+    if source_queue(event) == _runner().s.settings.prompt_queue_name:
+        # Imported only here: the session queue's cold start never pays for it.
+        from codeshot.usecases.prompts import process_prompts
+
+        return process_prompts(event, _prompts(), context.get_remaining_time_in_millis)
     return process_batch(event, _runner().handle, context.get_remaining_time_in_millis)

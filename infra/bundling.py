@@ -219,11 +219,14 @@ def platform_bundle(function: PlatformFunction, *, target: Target = LAMBDA_TARGE
 API_FUNCTION = PlatformFunction("api", "handlers.api.handler", api_lock,
                                 ("dynamodb", "s3", "sqs", "secretsmanager", "bedrock-runtime"),
                                 console_files)
+# s3vectors: corpus search with codeshot:corpusSearch=s3vectors; sqs for registration:
+# a deployed agent's corpus ingestion is queued.
 RUNNER_FUNCTION = PlatformFunction("runner", "handlers.runner.handler", runner_lock,
-                                   ("dynamodb", "s3", "secretsmanager", "bedrock-runtime"))
+                                   ("dynamodb", "s3", "sqs", "secretsmanager",
+                                    "bedrock-runtime", "s3vectors"))
 REGISTER_FUNCTION = PlatformFunction("register", "handlers.register_agent.handler",
                                      register_lock,
-                                     ("dynamodb", "secretsmanager", "bedrock-runtime"))
+                                     ("dynamodb", "sqs", "secretsmanager", "bedrock-runtime"))
 PLATFORM_FUNCTIONS = (API_FUNCTION, RUNNER_FUNCTION, REGISTER_FUNCTION)
 
 

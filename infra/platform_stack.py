@@ -56,6 +56,9 @@ AGENT_SECRETS_PREFIX = str(field_named("agent_secrets_prefix").default)
 # Sessions run side by side, each session's records in order, and none starts in the last
 # RECORD_RESERVE_MS, so a batch finishes or reports what it left (codeshot/runner/batch.py).
 RUNNER_BATCH_SIZE = 10
+# The prompt queue's trigger: each record is one short HTTP exchange with a task's
+# callback; two concurrent batches (SQS's minimum) keep its share of the runner small.
+PROMPT_MAX_CONCURRENCY = 2
 
 assert tables.SESSION_QUEUE.visibility_timeout_seconds >= 6 * RUNNER_TIMEOUT.to_seconds()
 assert RUNNER_TIMEOUT.to_milliseconds() > 2 * RECORD_RESERVE_MS
@@ -74,6 +77,8 @@ class PlatformStack(Stack):
                                      deletion_protection=config.deletion_protection)
         self.embeds = EmbedsBucket(self, "Embeds", retain=config.retain_data)
         self.sessions_queue = SessionQueue(self, "SessionQueue")
+        # Agent Protocol callback polls (codeshot.usecases.prompts), read by the runner.
+        self.prompt_queue = SessionQueue(self, "PromptQueue", tables.PROMPT_QUEUE)
         self.signing_keys = SigningKeys(self, "SigningKeys")
         self.oauth_key = OAuthTokenKey(self, "OAuthTokenKey")
         self.http = LambdaHttpApi(
@@ -133,18 +138,27 @@ class PlatformStack(Stack):
         self.runner = PythonFunction(
             self, "RunnerFunction", code=self._code(RUNNER_FUNCTION),
             handler=RUNNER_FUNCTION.handler, target=config.target,
-            description="Session runner: SQS FIFO batches to answered sessions",
+            description="Session runner: SQS FIFO batches to answered sessions, and "
+                        "Agent Protocol callback polls",
             memory_mb=RUNNER_MEMORY_MB, timeout=RUNNER_TIMEOUT,
-            # Reserved as high as the trigger's maximum: the API and agents cannot starve
-            # it, and SQS never has a batch throttled (a throttle counts as a receive).
-            reserved_concurrency=config.runner_max_concurrency,
-            environment=common | data_env,
+            # Reserved as high as the triggers' maximums together: the API and agents cannot
+            # starve it, and SQS never has a batch throttled (a throttle counts as a receive).
+            reserved_concurrency=config.runner_max_concurrency + PROMPT_MAX_CONCURRENCY,
+            environment=common | data_env | settings_env(
+                # A callback's answer is posted to the session queue as the user's message.
+                queue_url=self.sessions_queue.queue.queue_url,
+                queue_name=self.sessions_queue.queue.queue_name,
+                prompt_queue_url=self.prompt_queue.queue.queue_url,
+                prompt_queue_name=self.prompt_queue.queue.queue_name),
         )
-        self.runner.function.add_event_source(events.SqsEventSource(
-            self.sessions_queue.queue, batch_size=RUNNER_BATCH_SIZE,
-            max_concurrency=config.runner_max_concurrency,
-            report_batch_item_failures=True))
+        for queue, concurrency in ((self.sessions_queue.queue, config.runner_max_concurrency),
+                                   (self.prompt_queue.queue, PROMPT_MAX_CONCURRENCY)):
+            self.runner.function.add_event_source(events.SqsEventSource(
+                queue, batch_size=RUNNER_BATCH_SIZE, max_concurrency=concurrency,
+                report_batch_item_failures=True))
         role = self.runner.role
+        access.send_messages(role, self.sessions_queue.queue)
+        access.send_messages(role, self.prompt_queue.queue)
         self._table(role, tables.SESSIONS, write=True)
         self._table(role, tables.REGISTRY, write=False)
         self._table(role, tables.USERS, write=False)
@@ -181,7 +195,8 @@ class PlatformStack(Stack):
             functions={"Api": self.api.function, "Runner": self.runner.function,
                        "RegisterAgent": self.register_agent.function},
             queue=self.sessions_queue.queue,
-            dead_letter_queue=self.sessions_queue.dlq,
+            # "" keeps the session queue's alarm id (DeadLetters) as it was deployed.
+            dead_letter_queues={"": self.sessions_queue.dlq, "Prompt": self.prompt_queue.dlq},
             email=config.alarm_email,
         )
 

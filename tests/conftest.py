@@ -124,6 +124,7 @@ def unique_settings(**overrides: Any) -> Settings:
         oauth_table=f"oauth-{suffix}",
         oauth_key_secret_id=f"codeshot/oauth-key-{suffix}",
         queue_name=f"sessions-{suffix}.fifo",
+        prompt_queue_name=f"prompts-{suffix}",
         **overrides,
     )
 
@@ -211,6 +212,23 @@ def fixie_python() -> Path:
 
     try:
         return fixie_python()
+    except RehearsalError as exc:
+        pytest.skip(str(exc))
+
+
+# The Agent Protocol's official Python client pins pydantic < 2 and urllib3 < 2, which
+# the platform's own dependencies (mcp, a2a-sdk) cannot share a virtualenv with.
+AGENT_PROTOCOL_CLIENT = ("agent-protocol-client==1.1.0",)
+
+
+@pytest.fixture(scope="session")
+def agent_protocol_python() -> Path:
+    """A virtualenv's python with the official agent-protocol-client, built once, cached."""
+    from infra.rehearsal.assembly import RehearsalError
+    from infra.rehearsal.checks import VENVS, cached_python
+
+    try:
+        return cached_python(VENVS / "agent-protocol-client-1.1.0", AGENT_PROTOCOL_CLIENT)
     except RehearsalError as exc:
         pytest.skip(str(exc))
 

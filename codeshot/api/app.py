@@ -13,6 +13,7 @@ from starlette.routing import Route
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from codeshot.api import console
+from codeshot.api.agent_protocol import router as agent_protocol_router
 from codeshot.api.errors import INTERNAL_MESSAGE, as_codeshot_error, rest_body
 from codeshot.api.graphql import Context, build_schema
 from codeshot.api.oauth import router as oauth_router
@@ -136,6 +137,7 @@ def create_app(settings: Settings | None = None, services: Services | None = Non
     app.include_router(openai_proxy_router)
     app.include_router(oauth_router)
     app.include_router(protocols_router)
+    app.include_router(agent_protocol_router)
     # A plain route, not a mount: a mount redirects /mcp to /mcp/, and MCP clients POST.
     app.router.routes.append(Route("/mcp", LazyEndpoint("codeshot.api.mcp"),
                                    methods=["GET", "POST", "DELETE"]))

@@ -9,8 +9,8 @@ from collections import defaultdict
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
-from codeshot.runner.batch import process_batch, record_of
-from codeshot.store.queue import SessionQueue
+from codeshot.runner.batch import Parse, process_batch, record_of
+from codeshot.store.queue import Work
 
 log = logging.getLogger("codeshot.local")
 RETRY_DELAY_SECONDS = 2  # Lambda waits out the visibility timeout; locally, retry soon
@@ -20,11 +20,12 @@ IDLE_SLEEP_SECONDS = 0.05
 
 
 class QueuePoller:
-    def __init__(self, queue: SessionQueue, handle: Any, workers: int = 8) -> None:
-        self.queue, self.handle = queue, handle
+    def __init__(self, queue: Any, handle: Any, workers: int = 8, parse: Parse = Work.parse,
+                 name: str = "sqs-poller") -> None:
+        self.queue, self.handle, self.parse = queue, handle, parse
         self._stop = threading.Event()
         self._pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="runner")
-        self._thread = threading.Thread(target=self._loop, name="sqs-poller", daemon=True)
+        self._thread = threading.Thread(target=self._loop, name=name, daemon=True)
 
     def start(self) -> None:
         self._thread.start()
@@ -55,7 +56,7 @@ class QueuePoller:
 
     def _process(self, messages: list[dict[str, Any]]) -> None:
         records = [record_of(m) for m in messages]
-        result = process_batch({"Records": records}, self.handle)
+        result = process_batch({"Records": records}, self.handle, parse=self.parse)
         failed = {f["itemIdentifier"] for f in result["batchItemFailures"]}
         for record in records:
             try:

@@ -61,7 +61,7 @@ class LocalStack:
         self.examples = examples
         self._services: Services | None = None
         self.api: HttpServer | None = None
-        self.poller: QueuePoller | None = None
+        self.pollers: list[QueuePoller] = []
         self.agents: list[HttpServer] = []
 
     @property
@@ -135,10 +135,17 @@ class LocalStack:
     def _start_runner(self) -> None:
         from codeshot.local.poller import QueuePoller
         from codeshot.runner.session_runner import SessionRunner
+        from codeshot.store.queue import PromptWork
+        from codeshot.usecases.prompts import Prompts
 
         self.progress("Starting the session runner ...")
-        self.poller = QueuePoller(self.services.queue, SessionRunner(self.services).handle)
-        self.poller.start()
+        self.pollers = [
+            QueuePoller(self.services.queue, SessionRunner(self.services).handle),
+            # Agent Protocol callbacks: each poll waits out its delay in the queue.
+            QueuePoller(self.services.prompt_queue, Prompts(self.services).handle,
+                        parse=PromptWork.parse, name="prompt-poller")]
+        for poller in self.pollers:
+            poller.start()
 
     def _start_agents(self, user: User) -> None:
         """Serve the example agents on loopback and register them, owned by the first user."""
@@ -176,9 +183,9 @@ class LocalStack:
 
     def stop(self) -> None:
         self.state_path.unlink(missing_ok=True)
-        if self.poller is not None:
-            self.poller.stop()
-            self.poller = None
+        for poller in self.pollers:
+            poller.stop()
+        self.pollers = []
         for server in self.agents:
             server.stop()
         self.agents = []

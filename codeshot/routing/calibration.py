@@ -19,8 +19,8 @@ class Scoring:
 
 
 CALIBRATED = {
-    "hashing-v2-1024": Scoring(dense_weight=0.3, floor=0.026),
-    "all-MiniLM-L6-v2": Scoring(dense_weight=0.8, floor=0.276),
+    "hashing-v2-1024": Scoring(dense_weight=0.8, floor=0.057),
+    "all-MiniLM-L6-v2": Scoring(dense_weight=0.9, floor=0.26),
 }
 # An embedder never calibrated here (Bedrock's): the dense score leads, and nothing is
 # declined unless CODESHOT_ROUTER_FLOOR sets a floor.

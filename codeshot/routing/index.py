@@ -8,6 +8,10 @@ description, each embedded once at registration (stored with it). Two scores are
   not win by count (a best-row maximum would: each sample is one more chance).
 - lexical: BM25 over the same texts' stems (:mod:`codeshot.routing.lexical`), divided by
   the query's IDF mass, so it reads as the share of the query's words the agent knows.
+  The name and description count ``SUMMARY_WEIGHT`` times (BM25F's field weight): they
+  say what the agent is for, where a sample's other words (a city, a ticker) are
+  incidental, and "what time is it in Tokyo" should not go to the weather agent because
+  one of its samples names Tokyo.
 
 ``score = w * dense + (1 - w) * lexical``, with ``w`` and the no-agent floor calibrated
 per embedder (:mod:`codeshot.routing.calibration`); a candidate below the floor does not
@@ -39,6 +43,7 @@ from codeshot.routing.text import terms
 EXACT_CELLS = 1 << 20  # centroid cells (agents x dimensions) scanned exactly per query
 SHORTLIST = 256  # agents taken from each first stage of a large index
 PROJECTION = 64  # dimensions of the first stage
+SUMMARY_WEIGHT = 3  # the name and description's terms count this many times in BM25
 
 
 def agent_texts(agent: Agent) -> list[str]:
@@ -49,6 +54,14 @@ def agent_texts(agent: Agent) -> list[str]:
     if summary:
         texts.append(summary)
     return texts or [agent.handle]
+
+
+def lexical_terms(agent: Agent) -> list[str]:
+    """BM25's document for an agent: its samples' stems, then its name and description's
+    stems ``SUMMARY_WEIGHT`` times."""
+    samples = [t for q in agent.sample_queries for t in terms(q)]
+    summary = terms(f"{agent.name} {agent.description}")
+    return samples + summary * SUMMARY_WEIGHT or terms(agent.handle)
 
 
 def to_bytes(rows: Vectors) -> bytes:
@@ -208,7 +221,7 @@ class AgentIndex:
         self.rows = [stored_rows(a, embedder) for a in self.agents]
         self._scores = _scores(self.rows, [a.published for a in self.agents],
                                self.scoring.dense_weight) if self.agents else None
-        self._bm25 = BM25([terms(" ".join(texts)) for texts in self.texts])
+        self._bm25 = BM25([lexical_terms(a) for a in self.agents])
         self._unpublished: dict[str, list[int]] = {}
         for i, a in enumerate(self.agents):
             if not a.published:

@@ -22,7 +22,8 @@ from codeshot.store.tables import SESSION_QUEUE
 
 log = logging.getLogger("codeshot.runner")
 
-Handle = Callable[[Work, bool], None]  # (work, final_attempt)
+Handle = Callable[[Any, bool], None]  # (work, final_attempt); work: what ``parse`` made
+Parse = Callable[[str], Any]  # a record's body -> its work (Work, PromptWork)
 RemainingMs = Callable[[], int]  # the Lambda context's get_remaining_time_in_millis
 
 # What one query may take: CODESHOT_QUERY_TIME_BUDGET_SECONDS (120 s by default) and the
@@ -30,8 +31,8 @@ RemainingMs = Callable[[], int]  # the Lambda context's get_remaining_time_in_mi
 RECORD_RESERVE_MS = 130_000
 
 
-def process_batch(event: dict[str, Any], handle: Handle, remaining_ms: RemainingMs | None = None
-                  ) -> dict[str, list[dict[str, str]]]:
+def process_batch(event: dict[str, Any], handle: Handle, remaining_ms: RemainingMs | None = None,
+                  parse: Parse = Work.parse) -> dict[str, list[dict[str, str]]]:
     """Each session's records in order, different sessions side by side (a slow agent in
     one session never holds up the others); the records to redeliver."""
     groups: dict[str, list[dict[str, Any]]] = {}
@@ -40,18 +41,18 @@ def process_batch(event: dict[str, Any], handle: Handle, remaining_ms: Remaining
         groups.setdefault(group, []).append(record)
     if len(groups) <= 1:
         failures = [f for records in groups.values()
-                    for f in _process_group(records, handle, remaining_ms)]
+                    for f in _process_group(records, handle, remaining_ms, parse)]
     else:
         with ThreadPoolExecutor(max_workers=len(groups),
                                 thread_name_prefix="session") as pool:
-            done = pool.map(lambda records: _process_group(records, handle, remaining_ms),
-                            groups.values())
+            done = pool.map(lambda records: _process_group(records, handle, remaining_ms,
+                                                           parse), groups.values())
             failures = [f for group_failures in done for f in group_failures]
     return {"batchItemFailures": failures}
 
 
 def _process_group(records: list[dict[str, Any]], handle: Handle,
-                   remaining_ms: RemainingMs | None) -> list[dict[str, str]]:
+                   remaining_ms: RemainingMs | None, parse: Parse) -> list[dict[str, str]]:
     """One session's records in order; after a failure, or too close to the invocation's
     end, the rest are failed untouched."""
     failures: list[dict[str, str]] = []
@@ -65,7 +66,7 @@ def _process_group(records: list[dict[str, Any]], handle: Handle,
             failures.append({"itemIdentifier": record["messageId"]})
             continue
         try:
-            work = Work.parse(record["body"])
+            work = parse(record["body"])
         except (ValueError, KeyError, TypeError):
             log.error("dropping malformed queue message %s", record.get("messageId"))
             continue  # retrying cannot fix it
@@ -74,7 +75,7 @@ def _process_group(records: list[dict[str, Any]], handle: Handle,
         try:
             handle(work, final)
         except Exception:
-            log.exception("session %s message %s failed", work.session_id, work.message_id)
+            log.exception("session %s work %s failed", work.session_id, record["messageId"])
             failures.append({"itemIdentifier": record["messageId"]})
     return failures
 
@@ -88,3 +89,9 @@ def record_of(message: dict[str, Any]) -> dict[str, Any]:
         "attributes": message.get("Attributes", {}),
         "eventSource": "aws:sqs",
     }
+
+
+def source_queue(event: dict[str, Any]) -> str:
+    """The name of the queue a Lambda SQS event's records come from (one per event)."""
+    records = event.get("Records") or [{}]
+    return str(records[0].get("eventSourceARN", "")).rsplit(":", 1)[-1]

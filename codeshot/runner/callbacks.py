@@ -31,6 +31,9 @@ log = logging.getLogger("codeshot.runner")
 EVENT_TYPE = "event"
 A2A_FORMAT = "a2a"  # Session.callback_format of an A2A push-notification config
 A2A_TOKEN_HEADER = "X-A2A-Notification-Token"  # noqa: S105 - a header's name
+# Session.callback_format of an Agent Protocol task's callback_url: only the agent's
+# questions go there, as prompts (codeshot.usecases.prompts), nothing is pushed.
+PROMPT_FORMAT = "agent-protocol-prompt"
 
 
 def a2a_status_update(message: Message) -> dict[str, Any]:

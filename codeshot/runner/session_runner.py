@@ -10,16 +10,18 @@ costs one read (session, paused program and history together) and one write.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import json
 import logging
+import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from codeshot import ids
 from codeshot.engine.builtin import SessionHistory
 from codeshot.engine.executor import Limits, Outcome, Status, TraceStep
-from codeshot.errors import AgentFailed, CodeshotError, NotFound
+from codeshot.errors import AgentFailed, CallbackFailed, CodeshotError, NotFound
 from codeshot.llm import get_llm
 from codeshot.models import (
     PLANNER_ID,
@@ -33,6 +35,7 @@ from codeshot.models import (
 from codeshot.runner import metrics
 from codeshot.runner.agent_client import AgentClient
 from codeshot.runner.budgets import budget_for
+from codeshot.runner.callbacks import PROMPT_FORMAT
 from codeshot.runner.embeds import EmbedBook
 from codeshot.runner.fairness import Lease, query_deadline, running_query
 from codeshot.runner.fetch import Fetched, fetch_public_url
@@ -46,7 +49,7 @@ from codeshot.runner.programs import (
 from codeshot.services import Services
 from codeshot.store.corpora import CorpusState
 from codeshot.store.dynamo import to_item
-from codeshot.store.queue import Work
+from codeshot.store.queue import PromptWork, Work
 from codeshot.store.sessions import (
     ANSWER_PREFIX,
     MSG_PREFIX,
@@ -344,8 +347,27 @@ class SessionRunner:
             return
         if lease is not None:
             lease.released = True
-        if session.callback_url:
+        if session.callback_url and session.callback_format == PROMPT_FORMAT:
+            if reply.type is MessageType.AWAITING_INPUT:
+                self._prompt(session, reply)
+        elif session.callback_url:
             self._notify(session, reply)
+
+    def _prompt(self, session: Session, question: Message) -> None:
+        """Queue the question for the task's callback (codeshot.usecases.prompts); if it
+        cannot be queued, end it: a question nobody will ask would wait forever."""
+        deadline = time.time() + self.s.settings.prompt_deadline_seconds
+        try:
+            self.s.prompt_queue.schedule(PromptWork(session.session_id, question.message_id,
+                                                    deadline))
+        except Exception:
+            log.exception("could not queue the question of %s", session.session_id)
+            with contextlib.suppress(CodeshotError):  # answered meanwhile
+                self.s.sessions.end_pause(Message(
+                    session_id=session.session_id, message_id=ids.ulid(),
+                    text="The platform could not send the question to the task's callback.",
+                    type=MessageType.ERROR, sent_by="platform",
+                    in_reply_to=question.message_id, error_code=CallbackFailed.code))
 
     def _notify(self, session: Session, reply: Message) -> None:
         from codeshot.runner.callbacks import A2A_TOKEN_HEADER, deliver, sign_event

@@ -64,8 +64,15 @@ class CorpusStore(Repository):
     def __init__(self, settings: Settings, dynamodb: DynamoDBClient | None = None,
                  s3: S3Client | None = None) -> None:
         super().__init__(settings, dynamodb)
-        self.s3 = s3 or aws.client("s3", settings)
+        self._s3 = s3
         self.bucket: str = getattr(settings, EMBEDS_BUCKET.setting)
+
+    @property
+    def s3(self) -> S3Client:
+        # Made on first use: registration (no S3 in its bundle) only reads versions.
+        if self._s3 is None:
+            self._s3 = aws.client("s3", self.settings)
+        return self._s3
 
     def start(self, agent_id: str, corpora: list[dict[str, Any]]) -> CorpusVersion:
         """A new version of these declared corpora, ``ingesting``."""

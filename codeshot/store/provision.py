@@ -16,9 +16,11 @@ from codeshot.settings import Settings
 from codeshot.store.tables import (
     EMBEDS_BUCKET,
     OAUTH_KEY_SECRET,
+    PROMPT_QUEUE,
     SESSION_QUEUE,
     SIGNING_SECRET,
     TABLES,
+    Queue,
     SeedSecret,
 )
 
@@ -69,13 +71,14 @@ def create_bucket(settings: Settings, s3: Any | None = None) -> str:
     return name
 
 
-def create_queue(settings: Settings, sqs: Any | None = None) -> str:
+def create_queue(settings: Settings, sqs: Any | None = None, spec: Queue = SESSION_QUEUE
+                 ) -> str:
     sqs = sqs or aws.client("sqs", settings)
-    spec = SESSION_QUEUE
     name: str = getattr(settings, spec.setting)
+    fifo: dict[Any, str] = {"FifoQueue": "true"} if spec.fifo else {}
     dlq_url = sqs.create_queue(
         QueueName=spec.dlq_name(name),
-        Attributes={"FifoQueue": "true", "MessageRetentionPeriod": str(14 * 24 * 3600)},
+        Attributes={**fifo, "MessageRetentionPeriod": str(14 * 24 * 3600)},
     )["QueueUrl"]
     dlq_arn = sqs.get_queue_attributes(QueueUrl=dlq_url, AttributeNames=["QueueArn"])[
         "Attributes"
@@ -83,7 +86,7 @@ def create_queue(settings: Settings, sqs: Any | None = None) -> str:
     return sqs.create_queue(
         QueueName=name,
         Attributes={
-            "FifoQueue": "true",
+            **fifo,
             "VisibilityTimeout": str(spec.visibility_timeout_seconds),
             "MessageRetentionPeriod": str(spec.retention_seconds),
             "RedrivePolicy": json.dumps(
@@ -109,11 +112,11 @@ def create_seed_secret(settings: Settings, spec: SeedSecret,
 
 
 def create_all(settings: Settings) -> Settings:
-    """Create tables, bucket, queue and signing secret; returns settings with the queue
-    URL filled in."""
+    """Create tables, bucket, queues and seed secrets; returns settings with the queues'
+    URLs filled in."""
     create_tables(settings)
     create_bucket(settings)
     for spec in (SIGNING_SECRET, OAUTH_KEY_SECRET):
         create_seed_secret(settings, spec)
-    queue_url = create_queue(settings)
-    return settings.replace(queue_url=queue_url)
+    return settings.replace(queue_url=create_queue(settings),
+                            prompt_queue_url=create_queue(settings, spec=PROMPT_QUEUE))

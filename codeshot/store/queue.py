@@ -1,10 +1,12 @@
-"""The session work queue (SQS FIFO): one message group per session, keeping each
-session's messages in order; the message id deduplicates retries of the same send."""
+"""The platform's queues. The session work queue (SQS FIFO): one message group per
+session, keeping each session's messages in order; the message id deduplicates retries
+of the same send. The prompt queue (standard, for its per-message delays): the polls of
+an Agent Protocol task's callback, each sent with its backoff as its delay."""
 
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from typing import Any
 
 from codeshot import aws
@@ -42,20 +44,37 @@ class Work:
                    kind=str(data.get("kind", "query")))
 
 
-class SessionQueue:
-    def __init__(self, settings: Settings, sqs: Any | None = None) -> None:
-        if not settings.queue_url:
-            raise RuntimeError("CODESHOT_QUEUE_URL is not set")
-        self.url = settings.queue_url
-        self.sqs = sqs or aws.client("sqs", settings)
+@dataclass(frozen=True)
+class PromptWork:
+    """The next exchange with a task's callback about the question ``question_id``: the
+    prompt's POST (no ``prompt_id`` yet), or poll number ``attempt`` of its status."""
 
-    def enqueue(self, work: Work) -> None:
-        self.sqs.send_message(
-            QueueUrl=self.url,
-            MessageBody=work.body(),
-            MessageGroupId=work.session_id,
-            MessageDeduplicationId=work.message_id,
-        )
+    session_id: str
+    question_id: str
+    deadline: float  # epoch seconds: no answer by then ends the question
+    prompt_id: str | None = None
+    attempt: int = 0
+
+    def body(self) -> str:
+        return json.dumps(asdict(self))
+
+    @classmethod
+    def parse(cls, body: str) -> PromptWork:
+        data = json.loads(body)
+        prompt_id = data.get("prompt_id")
+        return cls(session_id=str(data["session_id"]), question_id=str(data["question_id"]),
+                   deadline=float(data["deadline"]),
+                   prompt_id=None if prompt_id is None else str(prompt_id),
+                   attempt=int(data.get("attempt", 0)))
+
+
+class _Queue:
+    def __init__(self, url: str | None, what: str, settings: Settings,
+                 sqs: Any | None = None) -> None:
+        if not url:
+            raise RuntimeError(f"{what} is not set")
+        self.url = url
+        self.sqs = sqs or aws.client("sqs", settings)
 
     def receive(self, max_messages: int = 10, wait_seconds: int = 1) -> list[dict[str, Any]]:
         """Raw SQS messages, for the local poller (Lambda receives them as events)."""
@@ -69,3 +88,27 @@ class SessionQueue:
 
     def delete(self, receipt_handle: str) -> None:
         self.sqs.delete_message(QueueUrl=self.url, ReceiptHandle=receipt_handle)
+
+
+class SessionQueue(_Queue):
+    def __init__(self, settings: Settings, sqs: Any | None = None) -> None:
+        super().__init__(settings.queue_url, "CODESHOT_QUEUE_URL", settings, sqs)
+
+    def enqueue(self, work: Work) -> None:
+        self.sqs.send_message(
+            QueueUrl=self.url,
+            MessageBody=work.body(),
+            MessageGroupId=work.session_id,
+            MessageDeduplicationId=work.message_id,
+        )
+
+
+class PromptQueue(_Queue):
+    MAX_DELAY_SECONDS = 900  # SQS's limit
+
+    def __init__(self, settings: Settings, sqs: Any | None = None) -> None:
+        super().__init__(settings.prompt_queue_url, "CODESHOT_PROMPT_QUEUE_URL", settings, sqs)
+
+    def schedule(self, work: PromptWork, delay_seconds: int = 0) -> None:
+        self.sqs.send_message(QueueUrl=self.url, MessageBody=work.body(),
+                              DelaySeconds=max(0, min(delay_seconds, self.MAX_DELAY_SECONDS)))

@@ -121,6 +121,23 @@ class SessionStore(Repository):
             encode_token(out.get("LastEvaluatedKey")),
         )
 
+    def count_by_owner(self, owner: str) -> int:
+        """How many sessions the owner has (counted by DynamoDB, none returned)."""
+        lookup_key(owner, "owner")
+        kwargs: dict[str, Any] = {
+            "TableName": self.table_name, "IndexName": "by_owner", "Select": "COUNT",
+            "KeyConditionExpression": "#o = :owner",
+            "ExpressionAttributeNames": {"#o": "owner"},
+            "ExpressionAttributeValues": {":owner": {"S": owner}},
+        }
+        total = 0
+        while True:
+            out = self.db.query(**kwargs)
+            total += out["Count"]
+            if "LastEvaluatedKey" not in out:
+                return total
+            kwargs["ExclusiveStartKey"] = out["LastEvaluatedKey"]
+
     def set_status(
         self, session_id: str, status: SessionStatus, expected: SessionStatus | None = None
     ) -> None:

@@ -131,10 +131,10 @@ class Queue:
     visibility_timeout_seconds: int
     max_receive_count: int
     retention_seconds: int
+    fifo: bool = True
 
-    @staticmethod
-    def dlq_name(name: str) -> str:
-        return name.removesuffix(".fifo") + "-dlq.fifo"
+    def dlq_name(self, name: str) -> str:
+        return name.removesuffix(".fifo") + ("-dlq.fifo" if self.fifo else "-dlq")
 
 
 # The runner Lambda's timeout (infra): its batch stops starting queries before it ends.
@@ -149,6 +149,16 @@ SESSION_QUEUE = Queue(
     visibility_timeout_seconds=6 * RUNNER_TIMEOUT_SECONDS,
     max_receive_count=5,
     retention_seconds=4 * 24 * 3600,
+)
+
+# Standard (per-message delays, which FIFO queues lack): an Agent Protocol task's callback
+# polls (RFC option 2), each delayed by its backoff; read by the runner Lambda.
+PROMPT_QUEUE = Queue(
+    setting="prompt_queue_name",
+    visibility_timeout_seconds=6 * RUNNER_TIMEOUT_SECONDS,
+    max_receive_count=5,
+    retention_seconds=4 * 24 * 3600,
+    fifo=False,
 )
 
 

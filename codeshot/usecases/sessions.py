@@ -19,9 +19,11 @@ TEXT_PREVIEW_BYTES = 64 * 1024  # text embeds up to this size can be shown in a 
 def create_session(
     services: Services, principal: Principal, frontend_agent_id: str | None = None,
     name: str = "", description: str = "", callback_url: str | None = None,
+    callback_format: str | None = None,
 ) -> Session:
     """A new session of the caller's, talking to ``frontend_agent_id`` (default: the
-    planner); ``callback_url`` receives its signed terminal events."""
+    planner); ``callback_url`` receives its signed terminal events (in
+    ``callback_format``, see :class:`Session`)."""
     user_id = user_id_of(principal)
     if callback_url:
         check_callback_url(services, callback_url)
@@ -32,6 +34,7 @@ def create_session(
         session_id=ids.handle(), owner=user_id, owner_name=principal.username,
         frontend_agent_id=frontend_agent_id,
         name=name, description=description, callback_url=callback_url,
+        callback_format=callback_format if callback_url else None,
     ))
 
 

@@ -34,7 +34,7 @@ class PlatformAlarms(Construct):
         *,
         functions: dict[str, lambda_.IFunction],
         queue: sqs.IQueue,
-        dead_letter_queue: sqs.IQueue,
+        dead_letter_queues: dict[str, sqs.IQueue],
         email: str = "",
     ) -> None:
         super().__init__(scope, id)
@@ -53,9 +53,10 @@ class PlatformAlarms(Construct):
         self._alarm("QueueBacklog", "codeshot queries waited minutes in the session queue",
                     queue.metric_approximate_age_of_oldest_message(
                         period=PERIOD, statistic="Maximum"), OLDEST_MESSAGE_SECONDS)
-        self._alarm("DeadLetters", "codeshot session work reached the dead-letter queue",
-                    dead_letter_queue.metric_approximate_number_of_messages_visible(
-                        period=PERIOD, statistic="Maximum"), 1)
+        for name, dlq in dead_letter_queues.items():  # id prefix -> a queue's DLQ
+            self._alarm(f"{name}DeadLetters", f"codeshot {name} work reached its dead-letter "
+                        "queue", dlq.metric_approximate_number_of_messages_visible(
+                            period=PERIOD, statistic="Maximum"), 1)
         self._alarm("QueriesGivenUp", "the codeshot runner gave up on queries",
                     cloudwatch.Metric(
                         namespace=metrics.NAMESPACE, metric_name=metrics.QUERIES_GIVEN_UP,

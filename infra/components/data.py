@@ -4,6 +4,8 @@ generated from ``codeshot/store/tables.py`` (the one definition the local stack 
 
 from __future__ import annotations
 
+from typing import Any
+
 from aws_cdk import Duration, RemovalPolicy
 from aws_cdk import aws_dynamodb as dynamodb
 from aws_cdk import aws_s3 as s3
@@ -112,28 +114,30 @@ class EmbedsBucket(Construct):
 
 
 class SessionQueue(Construct):
-    """The FIFO session queue and its FIFO dead-letter queue, from ``tables.SESSION_QUEUE``.
-
-    High-throughput FIFO: deduplication and throughput per message group (= session), as
-    message ids are ULIDs and sessions are independent.
+    """A queue and its dead-letter queue from ``spec``: by default the FIFO session queue
+    (``tables.SESSION_QUEUE``), high-throughput FIFO (deduplication and throughput per
+    message group = session, as message ids are ULIDs and sessions are independent); or a
+    standard one such as ``tables.PROMPT_QUEUE`` (per-message delays).
     """
 
-    def __init__(self, scope: Construct, id: str) -> None:
+    def __init__(self, scope: Construct, id: str,
+                 spec: tables.Queue = tables.SESSION_QUEUE) -> None:
         super().__init__(scope, id)
-        spec = tables.SESSION_QUEUE
         self.spec = spec
+        fifo: dict[str, Any] = {"fifo": True} if spec.fifo else {}
         self.dlq = sqs.Queue(
             self, "DeadLetterQueue",
-            fifo=True,
+            **fifo,
             encryption=sqs.QueueEncryption.SQS_MANAGED,
             enforce_ssl=True,
             retention_period=DLQ_RETENTION,
         )
+        if spec.fifo:
+            fifo.update(deduplication_scope=sqs.DeduplicationScope.MESSAGE_GROUP,
+                        fifo_throughput_limit=sqs.FifoThroughputLimit.PER_MESSAGE_GROUP_ID)
         self.queue = sqs.Queue(
             self, "Queue",
-            fifo=True,
-            deduplication_scope=sqs.DeduplicationScope.MESSAGE_GROUP,
-            fifo_throughput_limit=sqs.FifoThroughputLimit.PER_MESSAGE_GROUP_ID,
+            **fifo,
             encryption=sqs.QueueEncryption.SQS_MANAGED,
             enforce_ssl=True,
             visibility_timeout=Duration.seconds(spec.visibility_timeout_seconds),

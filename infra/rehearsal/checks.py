@@ -32,8 +32,8 @@ from infra.rehearsal.assembly import REGION, RehearsalError
 # The real Fixie 1.0 SDK, and the openai package its agents called the platform's OpenAI
 # proxy with (fixieai 1.0.4 patches only openai < 1.0).
 FIXIE = ("fixieai==1.0.4", "openai==0.27.8")
-FIXIE_VENV = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "codeshot-tests" \
-    / "fixieai-1.0.4+openai-0.27.8"
+VENVS = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "codeshot-tests"
+FIXIE_VENV = VENVS / "fixieai-1.0.4+openai-0.27.8"
 PLATFORM_STACK = "Codeshot"
 AGENTS = ("admin/notes", "admin/dice", "admin/clock")
 # The calls of one query are those of the functions that answer it (the event source
@@ -69,14 +69,20 @@ print(json.dumps({"agents": agents, "answer": session.query(sys.argv[2])}))
 
 def fixie_python() -> Path:
     """A virtualenv with the real Fixie 1.0 SDK, built once and cached (~150 MB)."""
-    python, done = FIXIE_VENV / "bin" / "python", FIXIE_VENV / ".installed"
+    return cached_python(FIXIE_VENV, FIXIE)
+
+
+def cached_python(venv: Path, requirements: tuple[str, ...]) -> Path:
+    """The python of a virtualenv holding ``requirements``, built once and cached: for
+    clients whose pins clash with the platform's own dependencies."""
+    python, done = venv / "bin" / "python", venv / ".installed"
     if not done.exists():
-        shutil.rmtree(FIXIE_VENV, ignore_errors=True)
-        subprocess.run([sys.executable, "-m", "venv", str(FIXIE_VENV)], check=True)
-        install = subprocess.run([str(python), "-m", "pip", "install", "-q", *FIXIE],
+        shutil.rmtree(venv, ignore_errors=True)
+        subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
+        install = subprocess.run([str(python), "-m", "pip", "install", "-q", *requirements],
                                  capture_output=True, text=True, timeout=600, check=False)
         if install.returncode != 0:
-            raise RehearsalError(f"cannot install {' '.join(FIXIE)}: "
+            raise RehearsalError(f"cannot install {' '.join(requirements)}: "
                                  f"{install.stderr.strip()[-300:]}")
         done.touch()
     return python

@@ -3,15 +3,14 @@ loopback and run by the platform's real runner; the runner tests' helpers are sh
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Callable, Iterator
-from contextlib import ExitStack, contextmanager
+from contextlib import ExitStack
 from dataclasses import dataclass
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
 from codeshot.devtools.agents import serve
+from codeshot.devtools.pages import serving_pages  # noqa: F401 - the tests' page server
 from codeshot.sdk import AgentBase
 from tests.runner.conftest import live, register  # noqa: F401 - shared fixture
 
@@ -41,29 +40,3 @@ def deploy(live, user) -> Iterator[Callable[[AgentBase, str], str]]:  # noqa: F8
             return agent_id
 
         yield deploy_one
-
-
-@contextmanager
-def serving_pages(page: Callable[[str], tuple[str, bytes]]) -> Iterator[str]:
-    """A web server on loopback answering GET ``path`` with ``page(path)`` (content type,
-    body); yields its base URL."""
-
-    class Handler(BaseHTTPRequestHandler):
-        def do_GET(self) -> None:
-            content_type, body = page(self.path)
-            self.send_response(200)
-            self.send_header("Content-Type", content_type)
-            self.send_header("Content-Length", str(len(body)))
-            self.end_headers()
-            self.wfile.write(body)
-
-        def log_message(self, *args: object) -> None:
-            pass
-
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    threading.Thread(target=server.serve_forever, args=(0.05,), daemon=True).start()
-    try:
-        yield f"http://127.0.0.1:{server.server_address[1]}"
-    finally:
-        server.shutdown()
-        server.server_close()

@@ -123,6 +123,12 @@ def test_a_question_is_answered_with_the_right_passage_and_its_url(live, user, d
     lunch = answer(live, user, agent_id, "What does the handbook say about the canteen lunch?")
     assert "11:45" in lunch and f"{base}/handbook/lunch.md" in lunch
 
+    # The owner's agent page in the console says so too.
+    page = httpx.get(f"{live.url}/console/agents/{agent_id}", timeout=30, headers={
+        "Authorization": f"Bearer {user.key}", "HX-Request": "true"})
+    assert page.status_code == 200 and "Document corpus" in page.text
+    assert "ready · 6 documents" in page.text
+
     # Nobody else sees the status (its errors name the URLs read).
     _, other_key = live.user()
     seen = live.gql(other_key, STATUS, {"a": agent_id})["data"]["agentById"]

@@ -117,7 +117,7 @@ def test_queue_is_fifo_with_a_fifo_dead_letter_queue(synth):
     assert dlq_id in template.find_resources("AWS::SQS::Queue", {"Properties": {
         "FifoQueue": True, "SqsManagedSseEnabled": True}})
     # The runner consumes it in batches and reports failures per message.
-    template.resource_count_is("AWS::Lambda::EventSourceMapping", 1)
+    template.resource_count_is("AWS::Lambda::EventSourceMapping", 2)  # and the prompt queue
     template.has_resource_properties("AWS::Lambda::EventSourceMapping", {
         "EventSourceArn": {"Fn::GetAtt": [queue_id, "Arn"]},
         "FunctionResponseTypes": ["ReportBatchItemFailures"],
@@ -128,8 +128,30 @@ def test_queue_is_fifo_with_a_fifo_dead_letter_queue(synth):
     # TLS only for the queues too.
     denies = [st for p in synth.platform.of_type("AWS::SQS::QueuePolicy").values()
               for st in p["Properties"]["PolicyDocument"]["Statement"] if st["Effect"] == "Deny"]
-    assert len(denies) == 2 and all(
+    assert len(denies) == 4 and all(  # the session and prompt queues and their DLQs
         d["Condition"] == {"Bool": {"aws:SecureTransport": "false"}} for d in denies)
+
+
+def test_the_prompt_queue_is_standard_for_its_delays_and_read_by_the_runner(synth):
+    """Agent Protocol callback polls wait out their backoff as SQS delays, which only a
+    standard queue has per message."""
+    queue_id = synth.platform.env(RUNNER)[env_name("prompt_queue_url")]["Ref"]
+    spec = tables.PROMPT_QUEUE
+    template = synth.platform.assertions
+    [queue] = [q for q_id, q in synth.platform.of_type("AWS::SQS::Queue").items()
+               if q_id == queue_id]
+    props = queue["Properties"]
+    assert "FifoQueue" not in props and props["SqsManagedSseEnabled"]
+    assert props["RedrivePolicy"]["maxReceiveCount"] == spec.max_receive_count
+    dlq_id = props["RedrivePolicy"]["deadLetterTargetArn"]["Fn::GetAtt"][0]
+    assert "FifoQueue" not in synth.platform.of_type("AWS::SQS::Queue")[dlq_id]["Properties"]
+    template.has_resource_properties("AWS::Lambda::EventSourceMapping", {
+        "EventSourceArn": {"Fn::GetAtt": [queue_id, "Arn"]},
+        "FunctionResponseTypes": ["ReportBatchItemFailures"],
+        "ScalingConfig": {"MaximumConcurrency": 2},
+        "FunctionName": {"Ref": synth.platform.function(RUNNER)[0]},
+    })
+    assert env_name("prompt_queue_url") not in synth.platform.env(API)
 
 
 @pytest.mark.parametrize("handler", [API, RUNNER, REGISTER])
@@ -171,7 +193,10 @@ def test_environment_points_functions_at_the_resources(synth):
     assert env["CODESHOT_OAUTH_KEY_SECRET_ID"] == {
         "Ref": seed_secret_id(synth, tables.OAUTH_KEY_SECRET)}
     assert "CODESHOT_QUEUE_URL" in env
-    assert "CODESHOT_QUEUE_URL" not in synth.platform.env(RUNNER)  # it never enqueues
+    # It enqueues only a callback's answer (Agent Protocol prompts) and the next poll.
+    runner = synth.platform.env(RUNNER)
+    assert runner["CODESHOT_QUEUE_URL"] == env["CODESHOT_QUEUE_URL"]
+    assert "CODESHOT_PROMPT_QUEUE_URL" in runner
     assert env["CODESHOT_API_URL"] == synth.platform.env(RUNNER)["CODESHOT_API_URL"]
     assert env["CODESHOT_GRAPHQL_INTROSPECTION"] == "false"  # a deployed schema is not browsable
 
@@ -207,11 +232,15 @@ def test_alarms_notify_a_topic_on_errors_throttles_backlog_and_given_up_queries(
     alarms = [a["Properties"] for a in synth.platform.of_type("AWS::CloudWatch::Alarm").values()]
     errors = {refs_of(a["Dimensions"]).pop() for a in alarms if a["MetricName"] == "Errors"}
     assert errors == {synth.platform.function(h)[0] for h in (API, RUNNER, REGISTER)}
-    dlq = [a for a in alarms if a["MetricName"] == "ApproximateNumberOfMessagesVisible"]
-    assert len(dlq) == 1 and dlq[0]["Threshold"] == 1
+    dlqs = [a for a in alarms if a["MetricName"] == "ApproximateNumberOfMessagesVisible"]
+    assert len(dlqs) == 2 and all(a["Threshold"] == 1 for a in dlqs)
     queue_id = synth.platform.env(API)["CODESHOT_QUEUE_URL"]["Ref"]
-    dlq_id = synth.platform.props(queue_id)["RedrivePolicy"]["deadLetterTargetArn"]["Fn::GetAtt"][0]
-    assert refs_of(dlq[0]["Dimensions"]) == {dlq_id}
+    dlq_ids = set()
+    for queue in (queue_id,
+                  synth.platform.env(RUNNER)["CODESHOT_PROMPT_QUEUE_URL"]["Ref"]):
+        dlq_ids.add(synth.platform.props(queue)["RedrivePolicy"]["deadLetterTargetArn"][
+            "Fn::GetAtt"][0])
+    assert {refs_of(a["Dimensions"]).pop() for a in dlqs} == dlq_ids
     throttles = {refs_of(a["Dimensions"]).pop() for a in alarms if a["MetricName"] == "Throttles"}
     assert throttles == errors
     [backlog] = [a for a in alarms if a["MetricName"] == "ApproximateAgeOfOldestMessage"]
@@ -272,12 +301,14 @@ def test_destroy_keeps_the_tables_and_buckets_and_nothing_else(synth):
 
 
 def test_concurrency_is_capped_and_the_runner_has_its_share(synth):
-    """The runner's reserved concurrency is at least its trigger's maximum (so batches are
-    never throttled back to the queue), and the API cannot take the whole account pool."""
+    """The runner's reserved concurrency is at least its triggers' maximums together (so
+    batches are never throttled back to the queues), and the API cannot take the whole
+    account pool."""
     runner = synth.platform.function(RUNNER)[1]
-    [mapping] = synth.platform.of_type("AWS::Lambda::EventSourceMapping").values()
-    maximum = mapping["Properties"]["ScalingConfig"]["MaximumConcurrency"]
-    assert runner["ReservedConcurrentExecutions"] >= maximum == 10
+    maximums = sorted(m["Properties"]["ScalingConfig"]["MaximumConcurrency"]
+                      for m in synth.platform.of_type("AWS::Lambda::EventSourceMapping").values())
+    assert maximums == [2, 10]
+    assert runner["ReservedConcurrentExecutions"] >= sum(maximums)
     assert synth.platform.function(API)[1]["ReservedConcurrentExecutions"] == 200
     assert "ReservedConcurrentExecutions" not in synth.platform.function(REGISTER)[1]
 
@@ -287,9 +318,10 @@ def test_concurrency_settings_come_from_context(tmp_path):
 
     platform = synthesize(tmp_path, **{"codeshot:runnerMaxConcurrency": 40,
                                        "codeshot:apiReservedConcurrency": 0}).platform
-    [mapping] = platform.of_type("AWS::Lambda::EventSourceMapping").values()
-    assert mapping["Properties"]["ScalingConfig"]["MaximumConcurrency"] == 40
-    assert platform.function(RUNNER)[1]["ReservedConcurrentExecutions"] == 40
+    maximums = sorted(m["Properties"]["ScalingConfig"]["MaximumConcurrency"]
+                      for m in platform.of_type("AWS::Lambda::EventSourceMapping").values())
+    assert maximums == [2, 40]  # the prompt queue's is fixed
+    assert platform.function(RUNNER)[1]["ReservedConcurrentExecutions"] == 42
     assert "ReservedConcurrentExecutions" not in platform.function(API)[1]
 
 
@@ -391,8 +423,13 @@ def test_runner_role(synth):
                       and any("corpora/*" in r for r in g.resource_texts())]
     assert len(corpus_objects) == 1
     queue = t.env(API)["CODESHOT_QUEUE_URL"]["Ref"]
-    assert t.actions_on(RUNNER, queue) >= SQS_CONSUME
-    assert "sqs:SendMessage" not in t.all_actions(RUNNER)
+    prompts = t.env(RUNNER)["CODESHOT_PROMPT_QUEUE_URL"]["Ref"]
+    # It consumes both queues; it sends a callback's answer to the session queue and the
+    # next poll to the prompt queue, and nothing anywhere else.
+    assert t.actions_on(RUNNER, queue) >= SQS_CONSUME | {"sqs:SendMessage"}
+    assert t.actions_on(RUNNER, prompts) >= SQS_CONSUME | {"sqs:SendMessage"}
+    assert {r for g in t.grants(RUNNER) if "sqs:SendMessage" in g.actions
+            for r in g.targets()} == {queue, prompts}
     assert_reads_only_the_signing_secret(synth, RUNNER, {"secretsmanager:GetSecretValue"})
     assert "foundation-model/anthropic.claude-3-5-haiku-20241022-v1:0" in invoked_models(
         t, RUNNER)

@@ -23,12 +23,17 @@ def start_stack(**settings):
     return stack, directory
 
 
-@pytest.fixture(scope="module")
-def stack():
-    running, directory = start_stack(mcp_agent_tools=10, reply_wait_seconds=20.0)
+def stack_with(**settings):
+    """A module's stack with these settings: a generator for a module-scoped fixture."""
+    running, directory = start_stack(**settings)
     yield running
     running.stop()
     directory.cleanup()
+
+
+@pytest.fixture(scope="module")
+def stack():
+    yield from stack_with(mcp_agent_tools=10, reply_wait_seconds=20.0)
 
 
 def new_user(stack, name: str) -> str:

@@ -16,7 +16,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 
 from codeshot.local.http_server import HttpServer
 from codeshot.routing.router import Router
-from tests.protocols.conftest import new_user, start_stack
+from tests.protocols.conftest import new_user, stack_with
 
 TOKEN = "Bearer warehouse-s3cret"
 WAREHOUSE_FEW_SHOTS = [
@@ -32,10 +32,7 @@ CREATE = """mutation($data: AgentInput!) { createAgent(agentData: $data) {
 @pytest.fixture(scope="module")
 def stack():
     # Agent calls time out after 2 s here, so the slow servers below are quick to test.
-    running, directory = start_stack(agent_call_timeout_seconds=2.0, reply_wait_seconds=20.0)
-    yield running
-    running.stop()
-    directory.cleanup()
+    yield from stack_with(agent_call_timeout_seconds=2.0, reply_wait_seconds=20.0)
 
 
 class RequireAuthorization:

@@ -6,7 +6,7 @@ import pytest
 
 from codeshot.models import Agent
 from codeshot.routing import index as index_module
-from codeshot.routing.calibration import CALIBRATED
+from codeshot.routing.calibration import CALIBRATED, Scoring
 from codeshot.routing.embedders import HashingEmbedder
 from codeshot.routing.index import AgentIndex, with_embeddings
 from codeshot.routing.router import Router
@@ -71,6 +71,21 @@ def test_name_and_description_are_indexed():
     assert best.agent_id == "a/weather" and best.fits
     assert best.matched_sample == "Weather. Forecasts temperature and humidity for any city."
     assert index.search("market indices", 1)[0].agent_id == "a/stocks"
+
+
+def test_a_word_of_the_description_weighs_more_than_the_same_word_in_a_sample():
+    # Mirror images: each agent has "tide" and "ferry" once, one in its description and
+    # the other in a sample. The description says what an agent is for; a sample's other
+    # words (a city, a ticker) are incidental, so the lexical score weighs it more.
+    tides = agent("a", "tides", ["when is the next ferry"], name="Alpha", description="Tides.")
+    ferries = agent("a", "ferries", ["when is the next tide"], name="Beta",
+                    description="Ferries.")
+    e = HashingEmbedder()
+    lexical_only = AgentIndex([with_embeddings(a, e) for a in (tides, ferries)], e,
+                              Scoring(dense_weight=0.0, floor=0.0))
+    for query, want in (("tide timetable", "a/tides"), ("ferries timetable", "a/ferries")):
+        first, second = lexical_only.search(query, 2)
+        assert first.agent_id == want and first.score > second.score > 0
 
 
 def test_an_agent_does_not_win_by_its_number_of_samples():

@@ -75,13 +75,16 @@ def _find(services: Services, user: Principal, owner: str, handle: str) -> Agent
 async def agent_page(request: Request, owner: str, handle: str,
                      user: Principal = Depends(caller)) -> HTMLResponse:
     agent = await blocking(_find, services_of(request), user, owner, handle)
-    return _agent_page(agent, user)
+    return await _agent_page(request, agent, user)
 
 
-def _agent_page(agent: Agent, user: Principal, notice: str | None = None,
-                headers: dict[str, str] | None = None) -> HTMLResponse:
+async def _agent_page(request: Request, agent: Agent, user: Principal,
+                      notice: str | None = None, headers: dict[str, str] | None = None
+                      ) -> HTMLResponse:
+    corpus = await blocking(agents.corpus_status, services_of(request), user, agent)
     return html(templates.render("agents/agent.html", agent=agent, notice=notice,
-                                 mine=agent.owner == user.username), headers=headers)
+                                 mine=agent.owner == user.username, corpus=corpus),
+                headers=headers)
 
 
 @router.get("/console/agents/{owner}/{handle}/edit", dependencies=[Depends(page_request)])
@@ -141,8 +144,8 @@ async def _save(request: Request, user: Principal, agent: Agent | None) -> HTMLR
     except CodeshotError as exc:
         return _form_page(agent, values, exc, few_shots.line_of(exc), few_shots.lines)
     verb = "Created" if agent is None else "Saved"
-    return _agent_page(saved, user, notice=f"{verb} {saved.agent_id}.",
-                       headers={"HX-Push-Url": f"/console/agents/{saved.agent_id}"})
+    return await _agent_page(request, saved, user, notice=f"{verb} {saved.agent_id}.",
+                             headers={"HX-Push-Url": f"/console/agents/{saved.agent_id}"})
 
 
 @router.post("/console/agents")
@@ -164,7 +167,7 @@ async def refresh_agent(request: Request, owner: str, handle: str,
                         user: Principal = Depends(caller)) -> HTMLResponse:
     registration = _registration(services_of(request))
     agent = await blocking(registration.refresh, user, owner, handle)
-    return _agent_page(agent, user, notice="Read the agent's handshake again.")
+    return await _agent_page(request, agent, user, notice="Read the agent's handshake again.")
 
 
 @router.delete("/console/agents/{owner}/{handle}")

@@ -1,0 +1,274 @@
+"""The Agent Protocol (v1) over sessions: a task is a session, a step is a turn
+(:class:`codeshot.usecases.tasks.Turn`: a user message and the agent's terminal reply),
+an artifact is an embed. The same data GraphQL, the console, the Fixie endpoints, MCP and
+A2A read; only the names differ.
+
+- Creating a task with an ``input`` posts it at once (the agent starts working); a step
+  executed without input is that work: it waits for the newest turn's reply (or returns
+  it, done). So the protocol's usual loop (create the task, execute steps until
+  ``is_last``) works, and so does a client that sends each step's input itself.
+- A step whose agent asks the user is ``completed`` (asking was its work) and not
+  ``is_last``, the question its output: the next step's input answers it and the paused
+  program resumes (the RFC's option 1; see :func:`step_status`).
+- Artifacts are the session's embeds (uploaded ones, ``agent_created`` false, by key) and
+  those the agents' replies carry (``agent_created`` true, ``<message id>:<key>``).
+"""
+
+from __future__ import annotations
+
+import math
+import mimetypes
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any, Generic, TypeVar
+
+from codeshot.errors import Conflict, InvalidInput, NotFound
+from codeshot.models import (
+    PLANNER_ID,
+    Embed,
+    EmbedRef,
+    Message,
+    MessageType,
+    Principal,
+    Session,
+    check_embed_key,
+)
+from codeshot.runner.callbacks import PROMPT_FORMAT
+from codeshot.services import Services
+from codeshot.store.embeds import check_content_type, content_hash
+from codeshot.text import check_text
+from codeshot.usecases import paging, tasks
+from codeshot.usecases.messaging import UPLOAD_BYTES, Messaging, wait_for_reply
+from codeshot.usecases.sessions import get_session
+from codeshot.usecases.threads import blocking
+from codeshot.usecases.users import user_id_of
+
+T = TypeVar("T")
+PAGE = paging.PageSize(10, 100)  # the protocol's default page size is 10
+AGENT = "agent"  # the additional_input key naming the task's agent
+TASK_OPTIONS = frozenset({AGENT})
+MAX_RELATIVE_PATH = 512
+
+
+@dataclass(frozen=True)
+class Page(Generic[T]):
+    """One page as the protocol numbers them (from 1), with the totals it reports."""
+
+    items: list[T]
+    total_items: int
+    current_page: int
+    page_size: int
+
+    @property
+    def total_pages(self) -> int:
+        return math.ceil(self.total_items / self.page_size)
+
+
+def page_numbers(current_page: int | None, page_size: int | None) -> tuple[int, int]:
+    if current_page is not None and current_page < 1:
+        raise InvalidInput("current_page must be at least 1")
+    if page_size is not None and page_size < 1:
+        raise InvalidInput("page_size must be at least 1")
+    return current_page or 1, PAGE.of(page_size)
+
+
+def page_of(items: Sequence[T], current_page: int | None, page_size: int | None) -> Page[T]:
+    page, size = page_numbers(current_page, page_size)
+    start = (page - 1) * size
+    return Page(list(items[start:start + size]), len(items), page, size)
+
+
+@dataclass(frozen=True)
+class Task:
+    session: Session
+    messages: list[Message]
+
+    @property
+    def turns(self) -> list[tasks.Turn]:
+        return tasks.turns(self.messages)
+
+    @property
+    def input(self) -> str | None:
+        return next((m.text for m in self.messages if m.type is MessageType.QUERY), None)
+
+    @property
+    def agent(self) -> str:
+        return self.session.frontend_agent_id or PLANNER_ID
+
+
+@dataclass(frozen=True)
+class Artifact:
+    artifact_id: str
+    agent_created: bool
+    file_name: str
+    relative_path: str | None
+    ref: EmbedRef
+    created: datetime
+
+
+def step_status(turn: tasks.Turn) -> str:
+    """The step's status in the protocol's terms: ``running`` until the agent replies,
+    then ``completed``, a question included. The RFC's ``awaiting_input`` is not in v1's
+    enum, which clients check (the official client refuses any other value); a question
+    shows as ``is_last`` false, with ``awaiting_input`` in the step's additional_output
+    and as the task's status."""
+    return "running" if turn.reply is None else "completed"
+
+
+def is_last(turn: tasks.Turn) -> bool:
+    """The task has nothing left to do until given new input: answered, or failed."""
+    return turn.reply is not None and turn.reply.type is not MessageType.AWAITING_INPUT
+
+
+# -- tasks --------------------------------------------------------------------------------
+def task_options(additional_input: dict[str, Any] | None) -> str | None:
+    """The agent a task's additional_input names (None: the planner)."""
+    options = additional_input or {}
+    unknown = set(options) - TASK_OPTIONS
+    if unknown:
+        raise InvalidInput(f"additional_input takes only {sorted(TASK_OPTIONS)}, "
+                           f"not {sorted(unknown)}")
+    agent = options.get(AGENT)
+    if agent is not None and not isinstance(agent, str):
+        raise InvalidInput("additional_input.agent must be an agent id, owner/handle")
+    return agent or None
+
+
+def create_task(services: Services, principal: Principal, text: str | None,
+                additional_input: dict[str, Any] | None = None,
+                callback_url: str | None = None) -> Task:
+    """A new session with the agent additional_input names (the planner by default);
+    its input, if any, is posted at once. With ``callback_url`` (checked: a public
+    address), the agent's questions are asked there (:mod:`codeshot.usecases.prompts`).
+    Nothing is made for input that is refused."""
+    agent_id = task_options(additional_input)
+    messaging = Messaging(services)
+    if text:
+        messaging.precheck(principal, text)
+    session = tasks.open_session(services, principal, agent_id, None,
+                                 callback_url=callback_url or None,
+                                 callback_format=PROMPT_FORMAT if callback_url else None)
+    if not text:
+        return Task(session, [])
+    query, _ = messaging.post(principal, session.session_id, text)
+    return Task(session, [query])
+
+
+def get_task(services: Services, principal: Principal, task_id: str) -> Task:
+    return Task(*tasks.history(services, principal, task_id))
+
+
+def list_tasks(services: Services, principal: Principal, current_page: int | None,
+               page_size: int | None) -> Page[Task]:
+    """A page of the caller's sessions, newest first."""
+    page, size = page_numbers(current_page, page_size)
+    user_id = user_id_of(principal)
+    start = (page - 1) * size
+    found: list[Session] = []
+    token = None
+    while len(found) < start + size:
+        batch = services.sessions.list_by_owner(user_id, paging.SESSIONS.maximum, token)
+        found += batch.items
+        token = batch.next_token
+        if not token:
+            break
+    total = services.sessions.count_by_owner(user_id) if token else len(found)
+    return Page([Task(s, services.sessions.all_messages(s.session_id))
+                 for s in found[start:start + size]], total, page, size)
+
+
+# -- steps --------------------------------------------------------------------------------
+async def execute_step(services: Services, principal: Principal, task_id: str,
+                       text: str | None, additional_input: dict[str, Any] | None = None
+                       ) -> tasks.Turn:
+    """Post ``text`` as the task's next step and wait (the reply wait at most) for its
+    reply; without text, wait for the step the task is working on, or return its last one
+    (a question stays the last step until a step's input answers it)."""
+    if additional_input:
+        raise InvalidInput("a step takes no additional_input; name the agent when "
+                           "creating the task")
+    wait = services.settings.reply_wait_seconds
+    if text:
+        _, turn = await tasks.ask(services, principal, text, session_id=task_id, wait=wait)
+        return turn
+    task = await blocking(get_task, services, principal, task_id)
+    found = task.turns
+    if not found:
+        raise InvalidInput(f"task {task_id} has no input yet: give this step an input")
+    last = found[-1]
+    if last.reply is None:
+        reply = await wait_for_reply(Messaging(services), last.query, wait)
+        return tasks.Turn(last.query, reply)
+    return last
+
+
+def get_step(services: Services, principal: Principal, task_id: str, step_id: str
+             ) -> tasks.Turn:
+    for turn in get_task(services, principal, task_id).turns:
+        if turn.query.message_id == step_id:
+            return turn
+    raise NotFound(f"step {step_id} not found in task {task_id}")
+
+
+# -- artifacts ----------------------------------------------------------------------------
+def artifacts_of(services: Services, task: Task) -> list[Artifact]:
+    """The task's embeds: uploaded ones (the session's, by key), then those agents sent."""
+    found = [Artifact(e.key, False, e.key, e.path,
+                      EmbedRef(content_type=e.content_type, content_hash=e.content_hash,
+                               size=e.size), e.created)
+             for e in (services.sessions.list_embeds(task.session.session_id)
+                       if task.session.embed_count else [])]
+    for message in task.messages:
+        if message.type is not MessageType.QUERY:  # a user's are the session's: above
+            found += message_artifacts(message)
+    return found
+
+
+def message_artifacts(message: Message) -> list[Artifact]:
+    """The embeds an agent's message carries."""
+    return [Artifact(f"{message.message_id}:{key}", True, key, None, ref, message.timestamp)
+            for key, ref in message.embeds.items()]
+
+
+def upload_artifact(services: Services, principal: Principal, task_id: str,
+                    file_name: str, data: bytes, content_type: str | None = None,
+                    relative_path: str | None = None) -> Artifact:
+    """Attach a file to the task (a session embed under its file name): the agents of
+    the task's next steps see it. Its size counts against the daily upload allowance."""
+    check_embed_key(file_name)
+    content_type = check_content_type(content_type or mimetypes.guess_type(file_name)[0]
+                                      or "application/octet-stream")
+    if relative_path:
+        check_text(relative_path, "relative_path", MAX_RELATIVE_PATH, one_line=True)
+    limit = services.settings.max_embed_bytes
+    if len(data) > limit:
+        raise InvalidInput(f"{file_name} is {len(data)} bytes; an artifact has at most {limit}")
+    session = get_session(services, principal, task_id)
+    user_id = user_id_of(principal)
+    try:  # an embed is immutable: a key taken by other bytes is refused before any charge
+        taken = services.sessions.get_embed(session.session_id, file_name)
+    except NotFound:
+        taken = None
+    if taken is not None and taken.content_hash != content_hash(data):
+        raise Conflict(f"artifact {file_name!r} already exists in task {task_id}; "
+                       "artifacts are immutable, upload under another name")
+    services.usage.charge(UPLOAD_BYTES, user_id, services.settings.daily_upload_bytes,
+                          amount=len(data))
+    digest = services.embeds.put(data, content_type)
+    embed = services.sessions.bind_embed(Embed(
+        key=file_name, session_id=session.session_id, owner=user_id,
+        content_type=content_type, content_hash=digest, size=len(data),
+        path=relative_path or None))
+    return Artifact(embed.key, False, embed.key, embed.path, EmbedRef(
+        content_type=embed.content_type, content_hash=embed.content_hash, size=embed.size),
+        embed.created)
+
+
+def artifact_bytes(services: Services, principal: Principal, task_id: str,
+                   artifact_id: str) -> tuple[Artifact, bytes]:
+    task = get_task(services, principal, task_id)
+    for artifact in artifacts_of(services, task):
+        if artifact.artifact_id == artifact_id:
+            return artifact, services.embeds.read(artifact.ref.content_hash)
+    raise NotFound(f"artifact {artifact_id} not found in task {task_id}")

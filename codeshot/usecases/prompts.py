@@ -1,0 +1,181 @@
+"""Asking the user through an Agent Protocol task's ``callback_url`` (the RFC's option 2).
+
+When a task's agent asks the user, the runner stores the question and queues a
+:class:`PromptWork` on the prompt queue; each delivery is one exchange, never a wait:
+
+1. ``POST {callback_url}`` ``{"prompt": question}``; the reply names the prompt:
+   ``{"prompt_id", "status": "pending" | "resolved" | "rejected", "answer"?}``.
+2. ``pending``: the next poll, ``GET {callback_url}/{prompt_id}``, is queued with a delay
+   that doubles from 1 s up to ``CODESHOT_PROMPT_POLL_MAX_SECONDS`` (SQS holds it: no
+   Lambda waits meanwhile), until ``CODESHOT_PROMPT_DEADLINE_SECONDS`` after the question.
+3. ``resolved``: the answer is posted to the session as the user's message, and the paused
+   program resumes with it (as if the user had typed it). ``rejected``: the question ends,
+   CANCELED; the deadline: TIMEOUT. A reply that breaks these rules, an error status, an
+   unreachable or refused address: CALLBACK_FAILED. Every end is the question's reply, so
+   the task never stays stuck.
+
+Each request is signed as session callbacks are (a platform JWT whose ``aud`` is the URL
+called and ``body_sha256`` the body's hash), and goes through the SSRF-checked client.
+A question answered meanwhile (by a step's input, or canceled) stops the exchange.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import math
+import time
+from typing import Any
+from urllib.parse import quote
+
+import httpx
+
+from codeshot.errors import CallbackFailed, Canceled, CodeshotError, NotFound, Timeout
+from codeshot.models import Message, MessageType, Session, SessionStatus
+from codeshot.net.http import public_client
+from codeshot.runner.batch import RemainingMs, process_batch
+from codeshot.runner.callbacks import event_claims
+from codeshot.services import Services
+from codeshot.store.queue import PromptWork
+from codeshot.usecases.messaging import Messaging
+from codeshot.usecases.tasks import end_question
+from codeshot.usecases.users import principal_of
+
+log = logging.getLogger("codeshot.prompts")
+CALL_TIMEOUT_SECONDS = 5.0
+FIRST_DELAY_SECONDS = 1
+MAX_REPLY_BYTES = 64 * 1024
+MAX_PROMPT_ID = 200
+STATUSES = frozenset({"pending", "resolved", "rejected"})
+
+
+class Prompts:
+    def __init__(self, services: Services) -> None:
+        self.s = services
+
+    def handle(self, work: PromptWork, final_attempt: bool = False) -> None:
+        """One exchange about ``work``'s question (a queue delivery). Trouble of the
+        platform's own (a failed read or write) is retried by redelivery; on the last
+        delivery the question ends instead of waiting forever."""
+        try:
+            session = self.s.sessions.get(work.session_id)
+        except NotFound:
+            return  # deleted meanwhile
+        question = self._pending_question(session, work.question_id)
+        if question is None:
+            return  # answered or ended another way meanwhile
+        try:
+            self._exchange(session, question, work)
+        except Exception:
+            if not final_attempt:
+                raise
+            log.exception("giving up on the question of %s", session.session_id)
+            self._end(session, "The platform could not ask the question through the task's "
+                               "callback; please answer it with a step.", CallbackFailed.code)
+
+    def _exchange(self, session: Session, question: Message, work: PromptWork) -> None:
+        url = session.callback_url or ""
+        try:
+            if work.prompt_id is None:
+                reply = self._call(session, url, {"prompt": question.text})
+            elif time.time() >= work.deadline:
+                self._end(session, f"No answer to the question {question.text!r} came back "
+                                   f"from the task's callback in time.", Timeout.code)
+                return
+            else:
+                reply = self._call(session, f"{url.rstrip('/')}/{quote(work.prompt_id, safe='')}")
+            self._follow(session, question, work, reply)
+        except CallbackFailed as exc:
+            self._end(session, f"The question {question.text!r} could not be asked through "
+                               f"the task's callback: {exc.message}", exc.code)
+
+    def _pending_question(self, session: Session, question_id: str) -> Message | None:
+        if session.status is not SessionStatus.AWAITING_INPUT:
+            return None
+        newest = self.s.sessions.list_messages(session.session_id, limit=1,
+                                               newest_first=True).items
+        if not newest or newest[0].message_id != question_id or \
+                newest[0].type is not MessageType.AWAITING_INPUT:
+            return None
+        return newest[0]
+
+    def _call(self, session: Session, url: str, payload: dict[str, Any] | None = None
+              ) -> dict[str, Any]:
+        """POST ``payload`` (or GET without one) to ``url``, signed; the reply's JSON."""
+        body = b"" if payload is None else json.dumps(payload, separators=(",", ":")).encode()
+        token = self.s.auth.sign(event_claims(self.s.auth.issuer, url, session.session_id,
+                                              body))
+        headers = {"Authorization": f"Bearer {token}", "Accept": "application/json"}
+        try:
+            with public_client(allow_loopback=self.s.settings.local_mode,
+                               timeout=CALL_TIMEOUT_SECONDS) as client:
+                if payload is None:
+                    response = client.get(url, headers=headers)
+                else:
+                    response = client.post(url, content=body, headers={
+                        **headers, "Content-Type": "application/json"})
+        except CodeshotError as exc:  # the address is refused
+            raise CallbackFailed(exc.message) from exc
+        except httpx.HTTPError as exc:
+            raise CallbackFailed(f"{url} could not be reached ({type(exc).__name__})") from exc
+        if not response.is_success:
+            raise CallbackFailed(f"{url} answered HTTP {response.status_code}")
+        if len(response.content) > MAX_REPLY_BYTES:
+            raise CallbackFailed(f"{url} answered more than {MAX_REPLY_BYTES} bytes")
+        try:
+            reply = response.json()
+        except ValueError as exc:
+            raise CallbackFailed(f"{url} did not answer JSON") from exc
+        if not isinstance(reply, dict) or reply.get("status") not in STATUSES:
+            raise CallbackFailed(f"{url} answered no status of {sorted(STATUSES)}")
+        return reply
+
+    def _follow(self, session: Session, question: Message, work: PromptWork,
+                reply: dict[str, Any]) -> None:
+        status = reply["status"]
+        if status == "resolved":
+            answer = reply.get("answer")
+            if not isinstance(answer, str) or not answer.strip():
+                raise CallbackFailed("a resolved prompt needs a non-empty text answer")
+            self._answer(session, question.message_id, answer)
+        elif status == "rejected":
+            self._end(session, f"The user declined to answer the question {question.text!r}.",
+                      Canceled.code)
+        else:
+            prompt_id = work.prompt_id or reply.get("prompt_id")
+            if not isinstance(prompt_id, str) or not 0 < len(prompt_id) <= MAX_PROMPT_ID \
+                    or "/" in prompt_id:
+                raise CallbackFailed(f"a pending prompt needs a prompt_id of 1-{MAX_PROMPT_ID} "
+                                     "characters without '/'")
+            self._schedule(PromptWork(session.session_id, question.message_id, work.deadline,
+                                      prompt_id, work.attempt + 1))
+
+    def _schedule(self, work: PromptWork) -> None:
+        """The next poll, after the backoff (the deadline's poll ends the question)."""
+        backoff = min(FIRST_DELAY_SECONDS * 2 ** (work.attempt - 1),
+                      self.s.settings.prompt_poll_max_seconds)
+        delay = min(backoff, math.ceil(max(0.0, work.deadline - time.time())))
+        self.s.prompt_queue.schedule(work, delay)
+
+    def _answer(self, session: Session, question_id: str, answer: str) -> None:
+        """The answer as the session owner's message: the runner resumes the program."""
+        owner = principal_of(self.s.users.get(session.owner))
+        try:
+            # Keyed by the question: a poll delivered twice still answers once.
+            Messaging(self.s).post(owner, session.session_id, answer,
+                                   idempotency_key=f"prompt-{question_id}")
+        except CodeshotError as exc:  # too long, over the daily quota ...
+            self._end(session, f"The callback's answer could not be used: {exc.message}",
+                      exc.code)
+
+    def _end(self, session: Session, text: str, code: str) -> None:
+        log.info("ending the question of %s: %s", session.session_id, text)
+        with contextlib.suppress(CodeshotError):  # answered meanwhile: nothing to end
+            end_question(self.s, session, text, code)
+
+
+def process_prompts(event: dict[str, Any], prompts: Prompts,
+                    remaining_ms: RemainingMs | None = None) -> dict[str, list[dict[str, str]]]:
+    """A batch of the prompt queue, as the runner's batches are processed."""
+    return process_batch(event, prompts.handle, remaining_ms, parse=PromptWork.parse)

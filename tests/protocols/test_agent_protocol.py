@@ -1,0 +1,179 @@
+"""The Agent Protocol v1 at /ap/v1/agent, driven by its official Python client
+(agent-protocol-client, in its own virtualenv: tests/protocols/ap_client.py) against the
+local stack: tasks run to their end, steps, artifacts, pagination, a question answered by
+the next step (the RFC's option 1), and bad input."""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+from pathlib import Path
+
+import httpx
+import pytest
+
+from tests.protocols.conftest import new_user
+
+CLIENT = Path(__file__).with_name("ap_client.py")
+AP = "/ap/v1/agent"
+
+
+def run_client(python: Path, stack, key: str, *args: str) -> dict:
+    out = subprocess.run([str(python), str(CLIENT), stack.api_url, key, *args],
+                         capture_output=True, text=True, timeout=120, check=False)
+    assert out.returncode == 0, out.stderr[-3000:]
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def ap(stack, key: str, method: str, path: str, **kwargs) -> httpx.Response:
+    return httpx.request(method, f"{stack.api_url}{AP}{path}", timeout=60,
+                         headers={"Authorization": f"Bearer {key}"}, **kwargs)
+
+
+def gql_messages(stack, key: str, handle: str) -> list[tuple[str, str]]:
+    out = httpx.post(f"{stack.api_url}/graphql", timeout=30,
+                     headers={"Authorization": f"Bearer {key}"},
+                     json={"query": "query ($h: String!) { sessionByHandle(handle: $h) "
+                                    "{ frontendAgentId messages { type text } } }",
+                           "variables": {"h": handle}}).json()
+    return [(m["type"], m["text"]) for m in out["data"]["sessionByHandle"]["messages"]]
+
+
+def test_a_task_runs_to_its_end_with_the_funcs_real_result(stack, agent_protocol_python):
+    key = new_user(stack, "apdice")
+    got = run_client(agent_protocol_python, stack, key, "steps",
+                     json.dumps({"input": "Roll a d20",
+                                 "additional_input": {"agent": "local/dice"}}), "")
+    task_id = got["task"]["task_id"]
+    assert got["task"]["input"] == "Roll a d20"
+    assert got["task"]["additional_input"] == {"agent": "local/dice"}
+    [step] = got["steps"]  # the step without input is the task's own
+    assert (step["input"], step["status"], step["is_last"]) == ("Roll a d20", "completed", True)
+    rolled = re.fullmatch(r"You rolled (\d+)\.", step["output"])
+    assert rolled and 1 <= int(rolled.group(1)) <= 20
+    assert got["listed"] == [step] and got["listed_pagination"] == {
+        "total_items": 1, "total_pages": 1, "current_page": 1, "page_size": 10}
+    assert got["tasks"] == [task_id]  # newest first, one a page
+    assert got["tasks_pagination"]["total_items"] == 1
+    # The same session from GraphQL: the step is a turn, the Func's own result in its trace.
+    messages = gql_messages(stack, key, task_id)
+    assert messages[0] == ("query", "Roll a d20")
+    assert ("result", f"Func[roll] says: {rolled.group(1)}") in messages
+    assert messages[-1] == ("response", step["output"])
+
+
+def test_the_planner_by_default_and_a_new_step_continues_the_task(stack, agent_protocol_python):
+    key = new_user(stack, "applanner")
+    got = run_client(agent_protocol_python, stack, key, "steps", json.dumps({}),
+                     "Roll a d6", "")
+    first, again = got["steps"]
+    assert got["task"]["input"] is None and got["got"]["input"] == "Roll a d6"
+    assert got["got"]["additional_input"] == {"agent": "platform/planner"}
+    assert first["is_last"] and re.search(r"\d", first["output"])
+    assert again == first  # nothing left to run: the last step again
+    raw = ap(stack, key, "GET", f"/tasks/{got['task']['task_id']}").json()
+    assert raw["status"] == "completed"
+
+
+def test_artifacts_are_uploaded_listed_and_downloaded(stack, agent_protocol_python, tmp_path):
+    key = new_user(stack, "apfiles")
+    task = ap(stack, key, "POST", "/tasks", json={}).json()
+    upload = tmp_path / "notes.txt"
+    upload.write_text("Remember the milk.\n")
+    got = run_client(agent_protocol_python, stack, key, "artifacts", task["task_id"],
+                     str(upload))
+    assert got["uploaded"]["artifact_id"] == "notes.txt"
+    assert got["uploaded"]["file_name"] == "notes.txt"
+    assert got["uploaded"]["relative_path"] == "in/"
+    assert not got["uploaded"]["agent_created"]
+    assert got["listed"] == [got["uploaded"]]
+    assert got["pagination"]["total_items"] == 1
+    assert got["downloaded"] == "Remember the milk.\n"
+    assert got["missing"]["status"] == 404 and "nothing.txt" in got["missing"]["body"]["message"]
+    # The artifact is the session's embed: GraphQL and the task's agents see it.
+    embed = stack.services.sessions.get_embed(task["task_id"], "notes.txt")
+    assert (embed.content_type, embed.size) == ("text/plain", 19)
+    # The same name with other bytes is refused (embeds are immutable); nothing changes.
+    again = ap(stack, key, "POST", f"/tasks/{task['task_id']}/artifacts",
+               files={"file": ("notes.txt", b"other", "text/plain")})
+    assert again.status_code == 400 and again.json()["error"]["code"] == "INVALID_INPUT"
+    assert stack.services.sessions.get_embed(task["task_id"], "notes.txt") == embed
+
+
+def test_a_question_is_answered_by_the_next_steps_input(stack, booking, agent_protocol_python):
+    agent_id, made = booking
+    key = new_user(stack, "apbook")
+    got = run_client(agent_protocol_python, stack, key, "steps",
+                     json.dumps({"input": "Book a table at Luigi's",
+                                 "additional_input": {"agent": agent_id}}), "", "4")
+    asked, answered = got["steps"]
+    # The question: completed (asking was the step's work), not the last, its output.
+    assert (asked["status"], asked["is_last"], asked["output"]) == (
+        "completed", False, "For how many people?")
+    assert asked["additional_output"]["status"] == "awaiting_input"
+    # The next step's input answered it: the paused program went on with it.
+    assert answered["input"] == "4" and answered["is_last"]
+    assert "Booked Luigi's for 4" in answered["output"]
+    assert made[-1] == "Luigi's for 4"
+    assert [s["step_id"] for s in got["listed"]] == [asked["step_id"], answered["step_id"]]
+
+
+def test_a_waiting_task_says_so_and_stays_at_its_question(stack, booking):
+    agent_id, _ = booking
+    key = new_user(stack, "apwait")
+    task = ap(stack, key, "POST", "/tasks", json={"input": "Book a table at Mario's",
+                                                  "additional_input": {"agent": agent_id}})
+    step = ap(stack, key, "POST", f"/tasks/{task.json()['task_id']}/steps").json()
+    assert step["output"] == "For how many people?" and not step["is_last"]
+    got = ap(stack, key, "GET", f"/tasks/{step['task_id']}").json()
+    assert got["status"] == "awaiting_input"
+    # Without an input, the task stays at its question (asked once, not again).
+    again = ap(stack, key, "POST", f"/tasks/{step['task_id']}/steps", json={}).json()
+    assert again == step
+    listed = ap(stack, key, "GET", f"/tasks/{step['task_id']}/steps").json()
+    assert listed["steps"] == [step]
+
+
+def test_bad_input_is_refused_clearly_and_makes_nothing(stack):
+    key = new_user(stack, "apbad")
+    for body, says in [({"additional_input": {"agent": "nobody/none"}}, "NOT_FOUND"),
+                       ({"additional_input": {"model": "x"}}, "INVALID_INPUT"),
+                       ({"input": " "}, "INVALID_INPUT"),
+                       ({"inputs": "typo"}, "INVALID_INPUT")]:
+        r = ap(stack, key, "POST", "/tasks", json=body)
+        assert r.json()["error"]["code"] == says, (body, r.text)
+        assert r.json()["message"]
+    listed = ap(stack, key, "GET", "/tasks").json()
+    assert listed["tasks"] == [] and listed["pagination"]["total_items"] == 0
+    assert ap(stack, key, "GET", "/tasks?current_page=0").status_code == 400
+    assert ap(stack, "wrong", "GET", "/tasks").status_code == 401
+    task = ap(stack, key, "POST", "/tasks", json={}).json()
+    r = ap(stack, key, "POST", f"/tasks/{task['task_id']}/steps", json={})
+    assert r.status_code == 400 and "no input" in r.json()["message"]
+    r = ap(stack, key, "POST", f"/tasks/{task['task_id']}/artifacts",
+           files={"file": ("../../etc/passwd", b"x", "text/plain")})
+    assert r.status_code == 400 and r.json()["error"]["code"] == "INVALID_INPUT"
+
+
+def test_another_users_task_is_not_found(stack):
+    mine, theirs = new_user(stack, "apmine"), new_user(stack, "aptheirs")
+    task = ap(stack, mine, "POST", "/tasks", json={"input": "Roll a d4"}).json()
+    for method, path in [("GET", ""), ("GET", "/steps"), ("POST", "/steps"),
+                         ("GET", "/artifacts")]:
+        r = ap(stack, theirs, method, f"/tasks/{task['task_id']}{path}")
+        assert r.status_code == 404, (method, path, r.text)
+    assert ap(stack, theirs, "GET", "/tasks").json()["tasks"] == []
+
+
+@pytest.mark.parametrize("size", [1, 2])
+def test_tasks_come_in_numbered_pages(stack, size):
+    key = new_user(stack, f"appages{size}")
+    made = [ap(stack, key, "POST", "/tasks", json={}).json()["task_id"] for _ in range(3)]
+    seen = []
+    for page in (1, 2, 3):
+        got = ap(stack, key, "GET", f"/tasks?current_page={page}&page_size={size}").json()
+        seen += [t["task_id"] for t in got["tasks"]]
+        assert got["pagination"] == {"total_items": 3, "total_pages": -(-3 // size),
+                                     "current_page": page, "page_size": size}
+    assert seen == made[::-1]

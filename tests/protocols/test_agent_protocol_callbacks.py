@@ -1,0 +1,265 @@
+"""The RFC's option 2 against the local stack: a task's callback_url is asked the agent's
+question (``POST {"prompt"}``) and polled (``GET {callback_url}/{prompt_id}``) through the
+prompt queue's delayed messages, by a loopback server written here that answers as each
+test scripts it. Raw HTTP creates the tasks: the official client (1.1.0) predates the RFC
+and drops ``callback_url`` from its TaskRequestBody."""
+
+from __future__ import annotations
+
+import hashlib
+import itertools
+import json
+import threading
+import time
+import uuid
+
+import httpx
+import jwt
+import pytest
+from fastapi import FastAPI, Request, Response
+
+from codeshot.local.http_server import HttpServer
+from tests.conftest import free_port
+from tests.protocols.conftest import new_user, stack_with
+from tests.protocols.test_agent_protocol import ap
+
+PENDING = (200, {"prompt_id": "p-1", "status": "pending"})
+QUESTION = "For how many people?"
+
+
+@pytest.fixture(scope="module")
+def stack():
+    yield from stack_with(reply_wait_seconds=20.0, prompt_deadline_seconds=8,
+                          prompt_poll_max_seconds=2)
+
+
+class Callback:
+    """The client's prompt endpoint: answers the prompt's POST, then each poll, with the
+    scripted replies in turn (the last one again when they run out)."""
+
+    def __init__(self, *replies: tuple[int, object]) -> None:
+        self.replies = list(replies)
+        self.seen: list[tuple[float, str, str, dict[str, str], bytes]] = []
+        self.lock = threading.Lock()
+        app = FastAPI()
+
+        @app.api_route("/prompts", methods=["POST"])
+        @app.api_route("/prompts/{prompt_id}", methods=["GET"])
+        async def prompt(request: Request) -> Response:
+            body = await request.body()
+            with self.lock:
+                self.seen.append((time.monotonic(), request.method, request.url.path,
+                                  dict(request.headers), body))
+                status, reply = self.replies.pop(0) if len(self.replies) > 1 \
+                    else self.replies[0]
+            content = reply if isinstance(reply, bytes) else json.dumps(reply).encode()
+            return Response(content, status_code=status, media_type="application/json")
+
+        self.server = HttpServer(app, "127.0.0.1", 0)
+        self.url = f"{self.server.start()}/prompts"
+
+
+@pytest.fixture
+def callback(request):
+    hook = Callback(*request.param)
+    yield hook
+    hook.server.stop()
+
+
+def run_task(stack, agent_id: str, callback_url: str, place: str) -> tuple[str, dict, list]:
+    """A booking task with ``callback_url``, followed to its end: (key, task, steps)."""
+    key = new_user(stack, f"cb{uuid.uuid4().hex[:12]}")
+    created = ap(stack, key, "POST", "/tasks", json={
+        "input": f"Book a table at {place}", "additional_input": {"agent": agent_id},
+        "callback_url": callback_url})
+    assert created.status_code == 200, created.text
+    task_id = created.json()["task_id"]
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        task = ap(stack, key, "GET", f"/tasks/{task_id}").json()
+        if task["status"] not in ("running", "awaiting_input"):
+            break
+        time.sleep(0.2)
+    steps = ap(stack, key, "GET", f"/tasks/{task_id}/steps").json()["steps"]
+    return key, task, steps
+
+
+@pytest.mark.parametrize("callback", [[PENDING, PENDING, PENDING,
+                                       (200, {"prompt_id": "p-1", "status": "resolved",
+                                              "answer": "6"})]], indirect=True)
+def test_a_resolved_prompt_answers_the_question_after_polls_with_backoff(stack, booking,
+                                                                         callback):
+    agent_id, made = booking
+    _, task, steps = run_task(stack, agent_id, callback.url, "Gino")
+    assert task["status"] == "completed"
+    asked, answered = steps
+    assert (asked["output"], asked["is_last"]) == (QUESTION, False)
+    assert answered["input"] == "6" and answered["is_last"]
+    assert "Booked Gino for 6" in answered["output"] and made[-1] == "Gino for 6"
+    # The prompt's POST, then three polls of its id, each further apart.
+    calls = [(method, path) for _, method, path, _, _ in callback.seen]
+    assert calls == [("POST", "/prompts")] + [("GET", "/prompts/p-1")] * 3
+    assert json.loads(callback.seen[0][4]) == {"prompt": QUESTION}
+    times = [at for at, *_ in callback.seen]
+    gaps = [b - a for a, b in itertools.pairwise(times)]
+    # 1 s, then 2 s and 2 s again (the cap here): SQS held each poll, nobody waited.
+    assert 0.9 <= gaps[0] < 1.8 and min(gaps[1:]) >= 1.8, gaps
+    # Signed as session callbacks are: the platform's key, this URL, this body.
+    for _, _, path, headers, body in (callback.seen[0], callback.seen[1]):
+        token = headers["authorization"].split()[1]
+        url = callback.url if path == "/prompts" else f"{callback.url}/p-1"
+        key = jwt.PyJWKClient(f"{stack.api_url}/.well-known/jwks.json"
+                              ).get_signing_key_from_jwt(token)
+        claims = jwt.decode(token, key.key, algorithms=["EdDSA"], audience=url)
+        assert claims["sid"] == task["task_id"]
+        assert claims["body_sha256"] == hashlib.sha256(body).hexdigest()
+
+
+@pytest.mark.parametrize(("callback", "status", "code", "says"), [
+    ([PENDING, (200, {"prompt_id": "p-1", "status": "rejected"})],
+     "canceled", "CANCELED", "declined to answer"),
+    ([PENDING], "failed", "TIMEOUT", "in time"),  # pending until the deadline
+    ([(500, {"oops": True})], "failed", "CALLBACK_FAILED", "HTTP 500"),
+    ([PENDING, (200, b"{not json")], "failed", "CALLBACK_FAILED", "did not answer JSON"),
+    ([(200, {"prompt_id": "p-1", "status": "maybe"})], "failed", "CALLBACK_FAILED",
+     "no status"),
+    ([(200, {"status": "resolved", "answer": ""})], "failed", "CALLBACK_FAILED",
+     "non-empty text answer"),
+], indirect=["callback"])
+def test_every_other_end_ends_the_task_with_a_clear_error(stack, booking, callback, status,
+                                                          code, says):
+    agent_id, made = booking
+    before = len(made)
+    started = time.monotonic()
+    key, task, steps = run_task(stack, agent_id, callback.url, f"Place{code[:4]}")
+    assert task["status"] == status
+    [step] = steps  # the question's step ends with the error: nothing was booked
+    assert step["is_last"] and says in step["output"], step
+    assert step["additional_output"]["error"]["code"] == code
+    assert len(made) == before
+    if code == "TIMEOUT":
+        assert time.monotonic() - started >= 8  # the deadline, not earlier
+    # The task is idle again: a new step runs (and asks anew).
+    again = ap(stack, key, "POST", f"/tasks/{task['task_id']}/steps",
+               json={"input": "Book a table at Nino's"}).json()
+    assert again["output"] == QUESTION
+
+
+def test_an_unreachable_callback_ends_the_task(stack, booking):
+    agent_id, _ = booking
+    _, task, [step] = run_task(stack, agent_id, f"http://127.0.0.1:{free_port()}/prompts",
+                               "Closed")
+    assert task["status"] == "failed"
+    assert step["additional_output"]["error"]["code"] == "CALLBACK_FAILED"
+    assert "could not be reached" in step["output"]
+
+
+def test_a_private_address_is_refused_at_creation_and_when_called(stack, booking):
+    agent_id, _ = booking
+    key = new_user(stack, "cbprivate")
+    for url in ("http://10.1.2.3/prompts", "http://169.254.169.254/latest/meta-data"):
+        r = ap(stack, key, "POST", "/tasks", json={
+            "input": "Book a table at Tom's", "callback_url": url,
+            "additional_input": {"agent": agent_id}})
+        assert r.status_code == 400 and r.json()["error"]["code"] == "INVALID_INPUT", r.text
+    assert ap(stack, key, "GET", "/tasks").json()["tasks"] == []  # nothing was made
+    # A name that pointed elsewhere when the task was made is checked again when called.
+    task = ap(stack, key, "POST", "/tasks", json={
+        "callback_url": "http://127.0.0.1:9/prompts",
+        "additional_input": {"agent": agent_id}}).json()
+    owner = stack.services.sessions.get(task["task_id"]).owner
+    stack.services.sessions.set_callback(task["task_id"], owner,
+                                         callback_url="http://10.1.2.3/prompts")
+    ap(stack, key, "POST", f"/tasks/{task['task_id']}/steps",
+       json={"input": "Book a table at Tom's"})
+    for _ in range(100):
+        [step] = ap(stack, key, "GET", f"/tasks/{task['task_id']}/steps").json()["steps"]
+        if step["is_last"]:
+            break
+        time.sleep(0.1)
+    assert step["additional_output"]["error"]["code"] == "CALLBACK_FAILED"
+    assert "10.1.2.3" in step["output"]
+    assert httpx.get(f"{stack.api_url}/healthz").status_code == 200
+
+
+class LambdaContext:
+    @staticmethod
+    def get_remaining_time_in_millis() -> int:
+        return 300_000
+
+
+def asked_without_callback(stack, agent_id: str, place: str) -> tuple[str, str, object]:
+    """A booking task that asked its question before it had a callback (so the stack's
+    own poller has nothing queued for it): (key, task id, the question)."""
+    key = new_user(stack, f"cb{uuid.uuid4().hex[:12]}")
+    task_id = ap(stack, key, "POST", "/tasks", json={
+        "input": f"Book a table at {place}",
+        "additional_input": {"agent": agent_id}}).json()["task_id"]
+    assert ap(stack, key, "POST", f"/tasks/{task_id}/steps").json()["output"] == QUESTION
+    [asked] = stack.services.sessions.list_messages(task_id, limit=1, newest_first=True).items
+    assert asked.type.value == "awaiting_input"
+    return key, task_id, asked
+
+
+def with_callback(stack, task_id: str, url: str) -> None:
+    from codeshot.runner.callbacks import PROMPT_FORMAT
+
+    owner = stack.services.sessions.get(task_id).owner
+    stack.services.sessions.set_callback(task_id, owner, callback_url=url,
+                                         callback_format=PROMPT_FORMAT)
+
+
+@pytest.mark.parametrize("callback", [[(200, {"prompt_id": "p-9", "status": "resolved",
+                                             "answer": "3"})]], indirect=True)
+def test_the_runner_lambda_takes_prompt_queue_batches(stack, booking, callback, monkeypatch):
+    """In AWS the runner function reads both queues: a batch from the prompt queue (by its
+    event source) goes to the prompt exchange, not to the session runner."""
+    import handlers.runner
+    from codeshot.store.queue import PromptWork
+
+    agent_id, made = booking
+    key, task_id, asked = asked_without_callback(stack, agent_id, "Lino")
+    with_callback(stack, task_id, callback.url)
+    monkeypatch.setattr("codeshot.settings.get_settings", lambda: stack.settings)
+    handlers.runner._runner.cache_clear()
+    handlers.runner._prompts.cache_clear()
+    try:
+        work = PromptWork(task_id, asked.message_id, time.time() + 60)
+        event = {"Records": [{
+            "messageId": "m-1", "receiptHandle": "r-1", "body": work.body(),
+            "attributes": {"ApproximateReceiveCount": "1"}, "eventSource": "aws:sqs",
+            "eventSourceARN": f"arn:aws:sqs:us-east-1:123456789012:"
+                              f"{stack.settings.prompt_queue_name}"}]}
+        assert handlers.runner.handler(event, LambdaContext()) == {"batchItemFailures": []}
+    finally:
+        handlers.runner._runner.cache_clear()
+        handlers.runner._prompts.cache_clear()
+    assert [m for _, m, *_ in callback.seen] == ["POST"]
+    answered = ap(stack, key, "POST", f"/tasks/{task_id}/steps").json()
+    assert answered["input"] == "3" and "Booked Lino for 3" in answered["output"]
+    assert made[-1] == "Lino for 3"
+
+
+@pytest.mark.parametrize("callback", [[PENDING]], indirect=True)
+def test_the_platforms_own_trouble_is_retried_then_ends_the_question(stack, booking,
+                                                                     callback, monkeypatch):
+    from codeshot.store.queue import PromptWork
+    from codeshot.usecases.prompts import Prompts
+
+    agent_id, _ = booking
+    key, task_id, asked = asked_without_callback(stack, agent_id, "Rita")
+    with_callback(stack, task_id, callback.url)
+    prompts = Prompts(stack.services)
+
+    def queue_down(*_args):
+        raise ConnectionError("SQS is down")
+
+    monkeypatch.setattr(stack.services.prompt_queue, "schedule", queue_down)
+    work = PromptWork(task_id, asked.message_id, time.time() + 60)
+    with pytest.raises(ConnectionError):  # redelivered by SQS
+        prompts.handle(work)
+    assert ap(stack, key, "GET", f"/tasks/{task_id}").json()["status"] == "awaiting_input"
+    prompts.handle(work, final_attempt=True)  # the last delivery: the question ends
+    [step] = ap(stack, key, "GET", f"/tasks/{task_id}/steps").json()["steps"]
+    assert step["additional_output"]["error"]["code"] == "CALLBACK_FAILED"
+    assert "answer it with a step" in step["output"]
