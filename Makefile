@@ -43,7 +43,7 @@ test: $(BIN)/.installed assets $(CHROMIUM)  ## every test
 
 bench: $(BIN)/.installed  ## every benchmark, printing tables (not part of the tests)
 	$(BIN)/python -m benchmarks.cold_start
-	$(BIN)/python -m benchmarks.cost_per_query
+	$(BIN)/python -m benchmarks.cost
 	$(BIN)/python -m benchmarks.load
 	$(BIN)/python -m benchmarks.router
 	$(BIN)/python -m benchmarks.corpus

@@ -3,14 +3,21 @@
 from __future__ import annotations
 
 import sys
+import time
 from typing import Any, TextIO
 
 from codeshot.client import GraphQLClient, RemoteError
 
+# The post returns at once (wait: false) and the client asks for the reply each second:
+# no API function is paid to sit waiting for the runner (benchmarks/cost.py).
 SEND = """mutation ($s: String!, $t: String!) { sendSessionMessage(messageData:
-  {session: $s, text: $t}) { message { id } reply { id text type errorCode } } }"""
+  {session: $s, text: $t, wait: false}) { message { id } } }"""
 TRACE = """query ($h: String!, $a: String) { sessionByHandle(handle: $h) {
-  messages(after: $a) { id text type sentBy { handle agentId } } } }"""
+  messages(after: $a) { id text type errorCode sentBy { handle agentId } inReplyTo { id } }
+  } }"""
+TERMINAL = ("response", "error", "awaiting_input")
+POLL_SECONDS = 1.0
+REPLY_TIMEOUT_SECONDS = 180.0  # past the platform's longest query (its time budget)
 
 
 class ChatClient(GraphQLClient):
@@ -19,9 +26,19 @@ class ChatClient(GraphQLClient):
                          "{frontendAgentId: $f}) { session { handle } } }", {"f": agent_id})
         return str(data["createSession"]["session"]["handle"])
 
-    def send(self, session: str, text: str) -> tuple[str, dict[str, Any] | None]:
-        out = self.call(SEND, {"s": session, "t": text})["sendSessionMessage"]
-        return out["message"]["id"], out["reply"]
+    def send(self, session: str, text: str, timeout: float = REPLY_TIMEOUT_SECONDS
+             ) -> tuple[str, dict[str, Any] | None]:
+        """Post ``text``; returns its id and its reply (None if none came in ``timeout``)."""
+        query_id: str = self.call(SEND, {"s": session, "t": text})[
+            "sendSessionMessage"]["message"]["id"]
+        deadline = time.monotonic() + timeout
+        while True:
+            time.sleep(POLL_SECONDS)
+            reply = next((m for m in self.trace(session, query_id)
+                          if m["type"] in TERMINAL and m["inReplyTo"] == {"id": query_id}),
+                         None)
+            if reply is not None or time.monotonic() >= deadline:
+                return query_id, reply
 
     def trace(self, session: str, after: str) -> list[dict[str, Any]]:
         messages: list[dict[str, Any]] = \

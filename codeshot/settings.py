@@ -138,6 +138,9 @@ class Settings:
     max_embed_bytes: int = setting(10 * 1024 * 1024, ge=1)
     embed_url_ttl_seconds: int = setting(900, ge=1, le=7 * 24 * 3600)
     reply_wait_seconds: float = setting(25.0, ge=0)
+    # Days a session's items (the session, its messages and steps, embeds, paused program)
+    # are kept after they were last written; DynamoDB's TTL then deletes them. 0: forever.
+    session_ttl_days: int = setting(90, ge=0, le=3650)
     # An Agent Protocol task's callback_url (RFC option 2): how long the platform polls it
     # for the answer to an agent's question, and the longest pause between two polls (the
     # pauses double from 1 s; SQS delays a message 900 s at most).

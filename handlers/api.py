@@ -1,7 +1,9 @@
-"""Lambda entry point of the API: Mangum around the FastAPI app (API Gateway HTTP API)."""
+"""Lambda entry point of the API: Mangum around the FastAPI app (API Gateway HTTP API),
+with Powertools' Logger and Tracer (built on the first request)."""
 
 from mangum import Mangum
 
 from codeshot.api.app import create_app
+from codeshot.observability import lambda_handler
 
-handler = Mangum(create_app(), lifespan="off")
+handler = lambda_handler("codeshot-api")(Mangum(create_app(), lifespan="off"))

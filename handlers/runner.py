@@ -1,11 +1,13 @@
 """Lambda entry point of the session runner: SQS FIFO batches -> answered sessions, and the
-prompt queue's batches -> Agent Protocol callbacks asked and polled."""
+prompt queue's batches -> Agent Protocol callbacks asked and polled; with Powertools'
+Logger and Tracer (built on the first batch)."""
 
 from __future__ import annotations
 
 from functools import lru_cache
 from typing import TYPE_CHECKING, Any
 
+from codeshot.observability import lambda_handler
 from codeshot.runner.batch import process_batch, source_queue
 
 if TYPE_CHECKING:
@@ -30,6 +32,7 @@ def _prompts() -> Prompts:
     return Prompts(_runner().s)
 
 
+@lambda_handler("codeshot-runner")
 def handler(event: dict[str, Any], context: Any) -> dict[str, list[dict[str, str]]]:
     if source_queue(event) == _runner().s.settings.prompt_queue_name:
         # Imported only here: the session queue's cold start never pays for it.

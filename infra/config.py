@@ -47,6 +47,9 @@ class InfraConfig:
     # Tables refuse DeleteTable (console, CLI, a stack change that would replace them)
     # until this is turned off and deployed.
     deletion_protection: bool = True
+    # Days a session's items are kept after they were last written (DynamoDB TTL; the
+    # functions' CODESHOT_SESSION_TTL_DAYS); 0 keeps sessions forever.
+    session_ttl_days: int = 90
     # Runner instances SQS may run at once (its event source's maximum concurrency, and the
     # runner's reserved concurrency): size it to the LLM quota (see README, Concurrency).
     runner_max_concurrency: int = 10
@@ -72,6 +75,9 @@ class InfraConfig:
         if not 2 <= self.runner_max_concurrency <= 1000:  # SQS event sources' range
             raise ValueError("codeshot:runnerMaxConcurrency must be 2..1000, "
                              f"got {self.runner_max_concurrency}")
+        if not 0 <= self.session_ttl_days <= 3650:
+            raise ValueError("codeshot:sessionTtlDays must be 0..3650, "
+                             f"got {self.session_ttl_days}")
         if self.corpus_search not in CORPUS_SEARCHES:
             raise ValueError(f"codeshot:corpusSearch must be one of {CORPUS_SEARCHES}, "
                              f"got {self.corpus_search!r}")
@@ -122,6 +128,7 @@ def read_config(node: Node) -> InfraConfig:
         "retain_data": "codeshot:retainData",
         "bundle_target": "codeshot:bundleTarget",
         "deletion_protection": "codeshot:deletionProtection",
+        "session_ttl_days": "codeshot:sessionTtlDays",
         "runner_max_concurrency": "codeshot:runnerMaxConcurrency",
         "api_reserved_concurrency": "codeshot:apiReservedConcurrency",
         "alarm_email": "codeshot:alarmEmail",

@@ -87,17 +87,25 @@ class Lock:
         with tempfile.TemporaryDirectory() as tmp:
             infile = Path(tmp) / f"{self.name}.in"
             infile.write_text("\n".join(self.requirements) + "\n")
+            # The current lock as uv's output file: it keeps those pins where they still
+            # fit, so adding a requirement does not move every other one.
+            outfile = Path(tmp) / f"{self.name}.txt"
+            if self.path.exists():
+                outfile.write_text(self.path.read_text())
             proc = subprocess.run(
                 [sys.executable, "-m", "uv", "pip", "compile", "--quiet", "--no-config",
                  "--universal", "--python-version", MIN_PYTHON, "--generate-hashes",
-                 "--no-header", infile.name],
+                 "--no-header", "--output-file", outfile.name, infile.name],
                 cwd=tmp, capture_output=True, text=True, timeout=600, check=False)
+            locked = outfile.read_text() if proc.returncode == 0 else ""
         if proc.returncode:
             raise LockError(f"uv could not lock {self.name}:\n{proc.stderr[-3000:]}")
         header = (f"# Locked by `make lock` (uv pip compile --universal --generate-hashes) for "
                   f"the {self.name} bundle; do not edit.\n{INPUTS_LINE}{self.inputs_digest}\n")
+        body = "\n".join(line for line in locked.splitlines()
+                         if not line.startswith(("# Locked by", INPUTS_LINE))) + "\n"
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        self.path.write_text(header + proc.stdout)
+        self.path.write_text(header + body.lstrip("\n"))
 
 
 def _platform_lock(name: str, *dists: str) -> Lock:
@@ -117,14 +125,16 @@ def api_lock() -> Lock:
     # authlib: OAuth for agents' authorization URLs (codeshot/usecases/oauth.py).
     return _platform_lock("api", "fastapi", "pydantic", "strawberry-graphql", "mangum",
                           "httpx", "pyjwt", "pynacl", "pyyaml", "boto3", "jinja2",
-                          "pystemmer", "tzdata", "mcp", "a2a-sdk", "authlib")
+                          "pystemmer", "tzdata", "mcp", "a2a-sdk", "authlib",
+                          "aws-lambda-powertools")
 
 
 def runner_lock() -> Lock:
     # numpy makes routing over thousands of agents one matrix product (codeshot/routing).
     # mcp: MCP servers registered as agents (imported only when one is called).
     return _platform_lock("runner", "httpx", "pyjwt", "pynacl", "pyyaml", "numpy", "boto3",
-                          "pystemmer", "pypdf", "beautifulsoup4", "tzdata", "mcp")
+                          "pystemmer", "pypdf", "beautifulsoup4", "tzdata", "mcp",
+                          "aws-lambda-powertools")
 
 
 def register_lock() -> Lock:

@@ -57,6 +57,10 @@ AGENT_SECRETS_PREFIX = str(field_named("agent_secrets_prefix").default)
 # Sessions run side by side, each session's records in order, and none starts in the last
 # RECORD_RESERVE_MS, so a batch finishes or reports what it left (codeshot/runner/batch.py).
 RUNNER_BATCH_SIZE = 10
+# Registration reads, writes and deletes single items (an agent, its owner): no Query or
+# Scan. Each role's actions are what its code calls (tests/infra/test_function_actions.py).
+REGISTER_TABLE_ACTIONS = ("dynamodb:GetItem", "dynamodb:PutItem", "dynamodb:UpdateItem",
+                          "dynamodb:DeleteItem")
 # The prompt queue's trigger: each record is one short HTTP exchange with a task's
 # callback; two concurrent batches (SQS's minimum) keep its share of the runner small.
 PROMPT_MAX_CONCURRENCY = 2
@@ -105,6 +109,7 @@ class PlatformStack(Stack):
             corpus_search="s3vectors", corpus_vector_bucket=self.corpus_vectors.bucket_name)
         data_env = corpus_env | settings_env(
             embeds_bucket=self.embeds.bucket.bucket_name,
+            session_ttl_days=config.session_ttl_days,
             llm=config.llm,
             llm_model=config.llm_model,
         )
@@ -128,7 +133,7 @@ class PlatformStack(Stack):
         role = self.api.role
         for spec in tables.TABLES:  # registry, sessions, users, usage, user storage, oauth
             self._table(role, spec, write=True)
-        access.object_access(role, self.embeds.bucket, self.embeds.prefix, put=True)
+        access.object_access(role, self.embeds.bucket, self.embeds.prefix, put=True, delete=True)
         # Presigned upload URLs are signed by this role; it reads an upload to bind it.
         access.object_access(role, self.embeds.bucket, self.embeds.uploads_prefix, put=True)
         access.send_messages(role, self.sessions_queue.queue)
@@ -171,8 +176,12 @@ class PlatformStack(Stack):
         self._table(role, tables.CORPORA, write=True)  # it runs corpus ingestions
         if self.corpus_vectors is not None:
             self.corpus_vectors.grant_search(role)
-        access.object_access(role, self.embeds.bucket, self.embeds.prefix, put=True)
-        access.object_access(role, self.embeds.bucket, tables.CORPUS_OBJECTS_PREFIX, put=True)
+        # It reads only embeds its sessions hold, and corpus indexes their versions name:
+        # no 404 to tell from a 403.
+        access.object_access(role, self.embeds.bucket, self.embeds.prefix, put=True,
+                             delete=True, missing_as_404=False)
+        access.object_access(role, self.embeds.bucket, tables.CORPUS_OBJECTS_PREFIX, put=True,
+                             missing_as_404=False)
         self.signing_keys.grant_read(role)
         access.agent_secrets(role, AGENT_SECRETS_PREFIX, manage=False)
         access.invoke_models(role, llm_models + embedding_models)
@@ -187,8 +196,8 @@ class PlatformStack(Stack):
                 queue_name=self.sessions_queue.queue.queue_name),
         )
         role = self.register_agent.role
-        self._table(role, tables.REGISTRY, write=True)
-        self._table(role, tables.USERS, write=True)
+        self._table(role, tables.REGISTRY, write=True, only=REGISTER_TABLE_ACTIONS)
+        self._table(role, tables.USERS, write=True, only=REGISTER_TABLE_ACTIONS)
         # A deployed agent's corpora: their ingestion is queued for the runner.
         self._table(role, tables.CORPORA, write=True)
         access.send_messages(role, self.sessions_queue.queue)
@@ -221,8 +230,9 @@ class PlatformStack(Stack):
                                bundle_boto3=self.config.bundle_boto3)
         return lambda_code(spec, REPO_ROOT / "handlers")
 
-    def _table(self, role: iam.Role, spec: tables.Table, *, write: bool) -> None:
-        access.table_access(role, self.tables.by_spec(spec), spec, write=write)
+    def _table(self, role: iam.Role, spec: tables.Table, *, write: bool,
+               only: tuple[str, ...] | None = None) -> None:
+        access.table_access(role, self.tables.by_spec(spec), spec, write=write, only=only)
 
     @property
     def api_url(self) -> str:

@@ -29,6 +29,7 @@ from codeshot.errors import (
     RateLimited,
     Unauthenticated,
 )
+from codeshot.observability import HEADER, correlated
 from codeshot.services import Services
 from codeshot.settings import Settings, get_settings
 
@@ -37,6 +38,30 @@ log = logging.getLogger("codeshot.api")
 # Framework errors (unknown route, wrong method, unparsable body) by HTTP status.
 HTTP_ERRORS: dict[int, type[CodeshotError]] = {
     e.http_status: e for e in (Unauthenticated, Forbidden, NotFound, RateLimited)}
+
+
+class Correlation:
+    """Each request runs under a correlation id (its X-Correlation-Id, or a new one), which
+    goes with the work it queues and is answered in the same header."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        given = dict(scope.get("headers") or []).get(HEADER.lower().encode(), b"")
+        with correlated(given.decode("latin-1")) as correlation:
+
+            async def answer(message: Message) -> None:
+                if message["type"] == "http.response.start":
+                    message = {**message, "headers": [
+                        *message.get("headers", []),
+                        (HEADER.lower().encode(), correlation.encode())]}
+                await send(message)
+
+            await self.app(scope, receive, answer)
 
 
 class BodyLimit:
@@ -143,4 +168,5 @@ def create_app(settings: Settings | None = None, services: Services | None = Non
                                    methods=["GET", "POST", "DELETE"]))
     console.install(app)
     app.add_middleware(BodyLimit, limit=MAX_REQUEST_BYTES)
+    app.add_middleware(Correlation)
     return app

@@ -7,6 +7,7 @@ command time keep a bad model, agent or Func from hanging a session.
 
 from __future__ import annotations
 
+import contextvars
 import functools
 import logging
 import threading
@@ -505,7 +506,9 @@ class Executor:
             except BaseException as exc:
                 box["error"] = exc
 
-        worker = threading.Thread(target=target, name=f"command-{name}", daemon=True)
+        # In this query's context: the correlation id goes with its agent calls.
+        worker = threading.Thread(target=contextvars.copy_context().run, args=(target,),
+                                  name=f"command-{name}", daemon=True)
         worker.start()
         wait = self.limits.seconds_left(self.limits.command_timeout)
         worker.join(wait)

@@ -15,6 +15,7 @@ from typing import Any
 
 import httpx
 
+from codeshot import observability
 from codeshot.errors import (
     ERR_FUNC_NOT_DEFINED,
     AgentFailed,
@@ -67,7 +68,7 @@ def request(
 ) -> tuple[int, str, bytes]:
     """(status, content type, capped body) of one call through ``client`` (a
     :func:`~codeshot.net.http.public_client`: a refused address raises INVALID_INPUT)."""
-    headers = {"Authorization": f"Bearer {token}", "Accept": accept}
+    headers = {"Authorization": f"Bearer {token}", "Accept": accept} | observability.headers()
     try:
         with client.stream(method, url, headers=headers, json=json_body,
                          timeout=httpx.Timeout(timeout, connect=min(timeout, 5.0))) as r:

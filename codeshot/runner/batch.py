@@ -17,6 +17,7 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
+from codeshot.observability import correlated
 from codeshot.store.queue import Work
 from codeshot.store.tables import SESSION_QUEUE
 
@@ -73,7 +74,8 @@ def _process_group(records: list[dict[str, Any]], handle: Handle,
         final = int(record.get("attributes", {}).get("ApproximateReceiveCount", "1")) >= \
             SESSION_QUEUE.max_receive_count
         try:
-            handle(work, final)
+            with correlated(work.correlation_id):  # its logs and agent calls carry it
+                handle(work, final)
         except Exception:
             log.exception("session %s work %s failed", work.session_id, record["messageId"])
             failures.append({"itemIdentifier": record["messageId"]})

@@ -1,28 +1,23 @@
-"""CloudWatch metrics from the runner, in the Embedded Metric Format: one JSON log line
-per data point, which CloudWatch turns into a metric (no API call, no client to build).
+"""CloudWatch metrics from the runner, in the Embedded Metric Format (Powertools Metrics):
+one JSON log line per data point, which CloudWatch turns into a metric (no API call, no
+client to build).
 
 Namespace and dimension are what ``infra/components/alarms.py`` watches.
 """
 
 from __future__ import annotations
 
-import json
-import sys
-import time
-from typing import TextIO
-
 NAMESPACE = "codeshot"
 QUEUE_DIMENSION = "QueueName"
 QUERIES_GIVEN_UP = "QueriesGivenUp"  # answered with an error after the last attempt failed
 
 
-def emit(name: str, queue_name: str, value: float = 1, out: TextIO | None = None) -> None:
-    """Write one EMF data point (Count) for ``name`` on the session queue ``queue_name``."""
-    record = {
-        "_aws": {"Timestamp": int(time.time() * 1000), "CloudWatchMetrics": [{
-            "Namespace": NAMESPACE, "Dimensions": [[QUEUE_DIMENSION]],
-            "Metrics": [{"Name": name, "Unit": "Count"}]}]},
-        QUEUE_DIMENSION: queue_name,
-        name: value,
-    }
-    print(json.dumps(record, separators=(",", ":")), file=out or sys.stdout, flush=True)
+def emit(name: str, queue_name: str, value: float = 1) -> None:
+    """Write one EMF data point (Count) for ``name`` on the session queue ``queue_name``,
+    through Powertools Metrics (imported here: it is rare, and the runner's init stays
+    small). No service dimension: the alarm watches exactly [QueueName]."""
+    from aws_lambda_powertools.metrics import MetricUnit, single_metric
+
+    with single_metric(name=name, unit=MetricUnit.Count, value=value, namespace=NAMESPACE,
+                       default_dimensions={QUEUE_DIMENSION: queue_name}):
+        pass

@@ -48,14 +48,12 @@ from codeshot.runner.programs import (
 )
 from codeshot.services import Services
 from codeshot.store.corpora import CorpusState
-from codeshot.store.dynamo import to_item
 from codeshot.store.queue import PromptWork, Work
 from codeshot.store.sessions import (
     ANSWER_PREFIX,
     MSG_PREFIX,
     SESSION_ITEM,
     STATE_ITEM,
-    message_item,
 )
 
 if TYPE_CHECKING:
@@ -149,7 +147,8 @@ class SessionRunner:
                                                        trace, book)
                 except CodeshotError as exc:
                     outcome, program_state = failure_outcome(exc), None
-                self._finish(session, query, outcome, program_state, trace, book, lease)
+                self._finish(session, query, outcome, program_state, trace, book, lease,
+                             had_state=recent.state is not None)
                 return
         except CodeshotError as exc:  # not run: all slots taken, or interrupted before
             outcome, program_state = failure_outcome(exc), None
@@ -161,7 +160,8 @@ class SessionRunner:
             outcome = Outcome(Status.ERROR, "The platform failed to answer; please try again.",
                               error_code=AgentFailed.code)
             program_state = None
-        self._finish(session, query, outcome, program_state, trace, book)
+        self._finish(session, query, outcome, program_state, trace, book,
+                     had_state=recent.state is not None)
 
     @functools.cached_property
     def corpus_search(self) -> CorpusSearch:
@@ -298,7 +298,7 @@ class SessionRunner:
     # -- finishing, exactly once -------------------------------------------------------
     def _finish(self, session: Session, query: Message, outcome: Outcome,
                 program_state: dict[str, Any] | None, trace: list[Message], book: EmbedBook,
-                lease: Lease | None = None) -> None:
+                lease: Lease | None = None, *, had_state: bool) -> None:
         reply = Message(
             session_id=session.session_id, message_id=ids.ulid(), text=outcome.text,
             type=_TERMINAL[outcome.status], in_reply_to=query.message_id,
@@ -308,31 +308,33 @@ class SessionRunner:
         table = self.s.sessions.table_name
         key = {"session_id": {"S": session.session_id}}
         status = SessionStatus.AWAITING_INPUT if program_state else SessionStatus.IDLE
+        update, values = self.s.sessions.touch(
+            "SET #s = :s, modified = :m",
+            {":s": {"S": status.value}, ":m": {"S": reply.timestamp.isoformat()}})
         items: list[TransactWriteItemTypeDef] = [
             {"Put": {"TableName": table,
-                     "Item": to_item({"session_id": session.session_id,
-                                      "item": ANSWER_PREFIX + query.message_id,
-                                      "reply_id": reply.message_id}),
+                     "Item": self.s.sessions.item({"session_id": session.session_id,
+                                                   "item": ANSWER_PREFIX + query.message_id,
+                                                   "reply_id": reply.message_id}),
                      "ConditionExpression": "attribute_not_exists(#i)",
                      "ExpressionAttributeNames": {"#i": "item"}}},
-            {"Put": {"TableName": table, "Item": message_item(reply)}},
+            {"Put": {"TableName": table, "Item": self.s.sessions.message_item(reply)}},
             {"Update": {"TableName": table, "Key": {**key, "item": {"S": SESSION_ITEM}},
-                        "UpdateExpression": "SET #s = :s, modified = :m",
+                        "UpdateExpression": update,
                         "ConditionExpression": "attribute_exists(session_id)",
                         "ExpressionAttributeNames": {"#s": "status"},
-                        "ExpressionAttributeValues": {":s": {"S": status.value},
-                                                      ":m": {"S": reply.timestamp.isoformat()}}}},
+                        "ExpressionAttributeValues": values}},
         ]
         if program_state:
-            items.append({"Put": {"TableName": table, "Item": to_item({
+            items.append({"Put": {"TableName": table, "Item": self.s.sessions.item({
                 "session_id": session.session_id, "item": STATE_ITEM,
                 "state": json.dumps(program_state, separators=(",", ":"))})}})
-        else:
+        elif had_state:  # a paused program ends (a Delete bills 2 WRU even of nothing)
             state_key = {**key, "item": {"S": STATE_ITEM}}
             items.append({"Delete": {"TableName": table, "Key": state_key}})
         if lease is not None:  # the running slot is given back with the reply
             items.append(lease.release_item())
-        steps = [message_item(m) for m in trace]
+        steps = [self.s.sessions.message_item(m) for m in trace]
         if len(items) + len(steps) <= TRANSACTION_ITEMS and \
                 len(json.dumps(steps)) <= TRANSACTION_BYTES:
             items[1:1] = [{"Put": {"TableName": table, "Item": step}} for step in steps]

@@ -9,6 +9,10 @@ nothing, and says the same as a wrong guess), and nobody can put bytes where ano
 user's content will be looked for. The PUT signs its length and SHA-256 checksum, so S3
 refuses other bytes or a request without those headers. Unbound uploads expire.
 
+Every write is conditional: in AWS the bucket's policy refuses a PutObject without
+``If-None-Match`` (infra/components/data.py), so nothing, the platform included, can
+overwrite an object in place.
+
 Presigned GETs serve only a few passive types inline; anything a browser could run
 (HTML, SVG, XML, scripts) comes as a download, text as text/plain.
 """
@@ -92,17 +96,30 @@ class EmbedStore:
             raise InvalidInput(f"embed exceeds {self.settings.max_embed_bytes} bytes")
         digest = content_hash(data)
         key = self.object_key(digest)
+        if self._put_new(key, data, content_type) or content_hash(self._get(key)) == digest:
+            return digest
+        # Other bytes under this name. Replaced by delete, then a conditional put (the
+        # bucket refuses an unconditional one): the key stays the content's hash, which
+        # every reader derives the object from, and versioning keeps the bad bytes as a
+        # noncurrent version for a look (30 days). A racing writer can only be the
+        # platform putting these same bytes, which the check after a 412 accepts.
+        log.warning("embed %s held other bytes; replacing them", digest)
+        self.s3.delete_object(Bucket=self.bucket, Key=key)
+        if not self._put_new(key, data, content_type) and \
+                content_hash(self._get(key)) != digest:
+            raise RuntimeError(f"embed {digest} holds other bytes and could not be replaced")
+        return digest
+
+    def _put_new(self, key: str, data: bytes, content_type: str) -> bool:
+        """Write ``key`` unless it exists (If-None-Match: *); False if it did."""
         try:
             self.s3.put_object(Bucket=self.bucket, Key=key, Body=data,
                                ContentType=content_type, IfNoneMatch="*")
         except ClientError as exc:
             if exc.response["Error"]["Code"] not in ("PreconditionFailed", "412"):
                 raise
-            if content_hash(self._get(key)) != digest:
-                log.warning("embed %s held other bytes; replacing them", digest)
-                self.s3.put_object(Bucket=self.bucket, Key=key, Body=data,
-                                   ContentType=content_type)
-        return digest
+            return False
+        return True
 
     def head(self, digest: str) -> dict[str, Any]:
         try:
@@ -156,7 +173,8 @@ class EmbedStore:
 
     def put_url(self, owner: str, digest: str, content_type: str, size: int) -> dict[str, Any]:
         """A presigned PUT of exactly ``size`` bytes hashing to ``digest``, to ``owner``'s
-        own upload place; the uploader must send the headers (they are signed)."""
+        own upload place; the uploader must send the headers (they are signed). It never
+        overwrites: a 412 answer means those bytes are uploaded already."""
         check_content_type(content_type)
         if not 0 < size <= self.settings.max_embed_bytes:
             raise InvalidInput(f"embed size must be 1..{self.settings.max_embed_bytes} bytes")
@@ -169,8 +187,10 @@ class EmbedStore:
                 "ContentType": content_type,
                 "ContentLength": size,
                 "ChecksumSHA256": checksum,
+                "IfNoneMatch": "*",
             },
             ExpiresIn=self.settings.embed_url_ttl_seconds,
         )
-        headers = {"Content-Type": content_type, "x-amz-checksum-sha256": checksum}
+        headers = {"Content-Type": content_type, "x-amz-checksum-sha256": checksum,
+                   "If-None-Match": "*"}
         return {"url": url, "headers": headers}

@@ -68,6 +68,12 @@ def create_bucket(settings: Settings, s3: Any | None = None) -> str:
             "Rules": [{"ApplyServerSideEncryptionByDefault": {"SSEAlgorithm": "AES256"}}]
         },
     )
+    # As in AWS: a replaced object stays as a noncurrent version; unbound uploads expire.
+    s3.put_bucket_versioning(Bucket=name, VersioningConfiguration={"Status": "Enabled"})
+    s3.put_bucket_lifecycle_configuration(Bucket=name, LifecycleConfiguration={"Rules": [{
+        "ID": "unbound-uploads", "Status": "Enabled",
+        "Filter": {"Prefix": EMBEDS_BUCKET.uploads_prefix},
+        "Expiration": {"Days": EMBEDS_BUCKET.uploads_expire_days}}]})
     return name
 
 

@@ -21,6 +21,7 @@ class Work:
     session_id: str
     message_id: str
     kind: str = "query"
+    correlation_id: str | None = None  # the posting request's (codeshot/observability.py)
 
     CORPUS = "corpus"
 
@@ -35,13 +36,19 @@ class Work:
 
     def body(self) -> str:
         body = {"session_id": self.session_id, "message_id": self.message_id}
-        return json.dumps(body if self.kind == "query" else {**body, "kind": self.kind})
+        if self.kind != "query":
+            body["kind"] = self.kind
+        if self.correlation_id:
+            body["correlation_id"] = self.correlation_id
+        return json.dumps(body)
 
     @classmethod
     def parse(cls, body: str) -> Work:
         data = json.loads(body)
+        correlation = data.get("correlation_id")
         return cls(session_id=str(data["session_id"]), message_id=str(data["message_id"]),
-                   kind=str(data.get("kind", "query")))
+                   kind=str(data.get("kind", "query")),
+                   correlation_id=str(correlation) if correlation else None)
 
 
 @dataclass(frozen=True)

@@ -10,6 +10,7 @@ the session (``SESSION``) and then the newest messages (``MSG#<ulid>``): every o
 from __future__ import annotations
 
 import json
+import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -25,7 +26,7 @@ from codeshot.store.dynamo import (
     lookup_key,
     to_item,
 )
-from codeshot.store.tables import SESSIONS
+from codeshot.store.tables import EXPIRES_AT, SESSIONS
 
 if TYPE_CHECKING:
     from types_boto3_dynamodb.type_defs import AttributeValueTypeDef, UpdateTypeDef
@@ -52,11 +53,11 @@ def _key(session_id: str, item: str) -> dict[str, Any]:
     return {"session_id": {"S": session_id}, "item": {"S": item}}
 
 
-def message_item(message: Message) -> dict[str, Any]:
+def _message_values(message: Message) -> dict[str, Any]:
     values = message.to_dict()
     values["item"] = MSG_PREFIX + message.message_id
     values["embeds"] = json.dumps(values["embeds"]) if message.embeds else None
-    return to_item(values)
+    return values
 
 
 def _message(values: dict[str, Any]) -> Message:
@@ -67,6 +68,37 @@ def _message(values: dict[str, Any]) -> Message:
 class SessionStore(Repository):
     table = SESSIONS
 
+    # -- expiry -----------------------------------------------------------------------
+    def expires_at(self) -> int | None:
+        """When an item written now expires (epoch seconds, the table's TTL attribute),
+        or None: CODESHOT_SESSION_TTL_DAYS = 0 keeps sessions forever."""
+        days = self.settings.session_ttl_days
+        return int(time.time()) + days * 86400 if days else None
+
+    def item(self, values: dict[str, Any]) -> dict[str, Any]:
+        """``values`` as a sessions-table item that expires with the session's TTL."""
+        return to_item(values | {EXPIRES_AT: self.expires_at()})
+
+    def message_item(self, message: Message) -> dict[str, Any]:
+        return self.item(_message_values(message))
+
+    def embed_item(self, embed: Embed) -> dict[str, Any]:
+        values = embed.to_dict()
+        values["item"] = EMBED_PREFIX + embed.key
+        values["embed_owner"] = values.pop("owner")  # keep `owner` for SESSION items only
+        return self.item(values)
+
+    def touch(self, expression: str, values: dict[str, AttributeValueTypeDef]
+              ) -> tuple[str, dict[str, AttributeValueTypeDef]]:
+        """An update (expression starting with SET, and its values) that also pushes the
+        item's expiry out: the SESSION item lives as long as the session is used."""
+        expires = self.expires_at()
+        if expires is None:
+            return expression, values
+        assert expression.startswith("SET "), expression
+        return (f"SET {EXPIRES_AT} = :expires, " + expression[4:],
+                values | {":expires": {"N": str(expires)}})
+
     # -- sessions ---------------------------------------------------------------------
     def create(self, session: Session) -> Session:
         values = session.to_dict()
@@ -74,7 +106,7 @@ class SessionStore(Repository):
         try:
             self.db.put_item(
                 TableName=self.table_name,
-                Item=to_item(values),
+                Item=self.item(values),
                 ConditionExpression="attribute_not_exists(session_id)",
             )
         except self.db.exceptions.ConditionalCheckFailedException as exc:
@@ -155,6 +187,8 @@ class SessionStore(Repository):
         if expected is not None:
             kwargs["ConditionExpression"] += " AND #s = :e"
             kwargs["ExpressionAttributeValues"][":e"] = {"S": expected.value}
+        kwargs["UpdateExpression"], kwargs["ExpressionAttributeValues"] = self.touch(
+            kwargs["UpdateExpression"], kwargs["ExpressionAttributeValues"])
         try:
             self.db.update_item(**kwargs)
         except self.db.exceptions.ConditionalCheckFailedException as exc:
@@ -196,6 +230,7 @@ class SessionStore(Repository):
         if new_embeds:
             update += " ADD embed_count :n"
             values[":n"] = {"N": str(new_embeds)}
+        update, values = self.touch(update, values)
         return {"TableName": self.table_name, "Key": _key(session_id, SESSION_ITEM),
                 "UpdateExpression": update, "ExpressionAttributeValues": values,
                 "ConditionExpression": "attribute_exists(session_id) AND #o = :o",
@@ -247,7 +282,7 @@ class SessionStore(Repository):
     def put_messages(self, messages: list[Message]) -> None:
         """Many new messages in batches of 25 (ULIDs: they never overwrite another)."""
         for start in range(0, len(messages), 25):
-            requests = [{"PutRequest": {"Item": message_item(m)}}
+            requests = [{"PutRequest": {"Item": self.message_item(m)}}
                         for m in messages[start:start + 25]]
             pending: dict[str, Any] = {self.table_name: requests}
             while pending:
@@ -258,7 +293,7 @@ class SessionStore(Repository):
         try:
             self.db.put_item(
                 TableName=self.table_name,
-                Item=message_item(message),
+                Item=self.message_item(message),
                 ConditionExpression="attribute_not_exists(#i)",
                 ExpressionAttributeNames={"#i": "item"},
             )
@@ -325,7 +360,7 @@ class SessionStore(Repository):
         try:
             self.db.put_item(
                 TableName=self.table_name,
-                Item=embed_item(embed),
+                Item=self.embed_item(embed),
                 ConditionExpression="attribute_not_exists(#i)",
                 ExpressionAttributeNames={"#i": "item"},
             )
@@ -339,7 +374,7 @@ class SessionStore(Repository):
         try:
             self.db.transact_write_items(TransactItems=[
                 {"Update": self.owner_update(embed.session_id, embed.owner, new_embeds=1)},
-                {"Put": {"TableName": self.table_name, "Item": embed_item(embed),
+                {"Put": {"TableName": self.table_name, "Item": self.embed_item(embed),
                          "ConditionExpression": "attribute_not_exists(#i)",
                          "ExpressionAttributeNames": {"#i": "item"}}},
             ])
@@ -396,7 +431,7 @@ class SessionStore(Repository):
             raise InvalidInput("paused program state exceeds 350 kB")
         self.db.put_item(
             TableName=self.table_name,
-            Item=to_item({"session_id": session_id, "item": STATE_ITEM, "state": body}),
+            Item=self.item({"session_id": session_id, "item": STATE_ITEM, "state": body}),
         )
 
     def get_state(self, session_id: str) -> dict[str, Any] | None:
@@ -421,17 +456,18 @@ class SessionStore(Repository):
         if owner:
             values[":o"] = {"S": owner}
             names["#o"] = "owner"
+        update, values = self.touch("SET #s = :idle, modified = :m", values)
         try:
             self.db.transact_write_items(TransactItems=[
                 {"Update": {"TableName": self.table_name,
                             "Key": _key(message.session_id, SESSION_ITEM),
-                            "UpdateExpression": "SET #s = :idle, modified = :m",
+                            "UpdateExpression": update,
                             "ConditionExpression": condition,
                             "ExpressionAttributeNames": names,
                             "ExpressionAttributeValues": values}},
                 {"Delete": {"TableName": self.table_name,
                             "Key": _key(message.session_id, STATE_ITEM)}},
-                {"Put": {"TableName": self.table_name, "Item": message_item(message),
+                {"Put": {"TableName": self.table_name, "Item": self.message_item(message),
                          "ConditionExpression": "attribute_not_exists(#i)",
                          "ExpressionAttributeNames": {"#i": "item"}}},
             ])
@@ -462,12 +498,6 @@ class SessionStore(Repository):
             raise NotFound(f"session {session_id} not found") from exc
         return Session.from_dict(from_item(out["Attributes"]))
 
-
-def embed_item(embed: Embed) -> dict[str, Any]:
-    values = embed.to_dict()
-    values["item"] = EMBED_PREFIX + embed.key
-    values["embed_owner"] = values.pop("owner")  # keep `owner` for SESSION items only
-    return to_item(values)
 
 
 def _embed(values: dict[str, Any]) -> Embed:

@@ -11,6 +11,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+# The TTL attribute (epoch seconds) of the tables whose items expire.
+EXPIRES_AT = "expires_at"
+
 
 @dataclass(frozen=True)
 class Index:
@@ -72,12 +75,14 @@ REGISTRY = Table(
 
 # One partition per session: the SESSION item, MSG#<ulid> messages, EMBED#<key> embeds,
 # STATE (a paused program). Only SESSION items carry `owner`, so the index is sparse.
+# Every item expires CODESHOT_SESSION_TTL_DAYS after it was last written.
 SESSIONS = Table(
     logical="sessions",
     setting="sessions_table",
     pk="session_id",
     sk="item",
     indexes=(Index("by_owner", pk="owner", sk="created"),),
+    ttl=EXPIRES_AT,
 )
 
 USER_STORAGE = Table(
@@ -91,7 +96,7 @@ USAGE = Table(
     logical="usage",
     setting="usage_table",
     pk="counter",  # "<kind>#<subject>#<window>"
-    ttl="expires_at",
+    ttl=EXPIRES_AT,
 )
 
 # Users by id; a guard item "@<username>" per user makes usernames unique (written in the

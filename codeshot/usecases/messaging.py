@@ -21,11 +21,10 @@ from botocore.exceptions import ClientError
 from codeshot import ids
 from codeshot.errors import AgentUnavailable, CodeshotError, Conflict, InvalidInput, NotFound
 from codeshot.models import Embed, EmbedRef, Message, MessageType, Principal, check_embed_key
+from codeshot.observability import correlation_id
 from codeshot.services import Services
-from codeshot.store.dynamo import to_item
 from codeshot.store.embeds import check_content_type
 from codeshot.store.queue import Work
-from codeshot.store.sessions import EMBED_PREFIX, message_item
 from codeshot.text import check_text
 from codeshot.usecases.threads import blocking
 from codeshot.usecases.users import user_id_of
@@ -143,23 +142,20 @@ class Messaging:
         table = self.s.sessions.table_name
         items += [
             {"Update": self.s.sessions.owner_update(session_id, user_id, len(new_embeds))},
-            {"Put": {"TableName": table, "Item": message_item(message),
+            {"Put": {"TableName": table, "Item": self.s.sessions.message_item(message),
                      "ConditionExpression": "attribute_not_exists(#i)",
                      "ExpressionAttributeNames": {"#i": "item"}}},
         ]
         for embed in new_embeds:
-            values = embed.to_dict()
-            values["item"] = EMBED_PREFIX + embed.key
-            values["embed_owner"] = values.pop("owner")
-            items.append({"Put": {"TableName": table, "Item": to_item(values),
+            items.append({"Put": {"TableName": table, "Item": self.s.sessions.embed_item(embed),
                                   "ConditionExpression": "attribute_not_exists(#i)",
                                   "ExpressionAttributeNames": {"#i": "item"}}})
         if idempotency_key:
             items.append({"Put": {
                 "TableName": table,
-                "Item": to_item({"session_id": session_id,
-                                 "item": IDEMPOTENCY_PREFIX + idempotency_key,
-                                 "message_id": message.message_id}),
+                "Item": self.s.sessions.item({"session_id": session_id,
+                                              "item": IDEMPOTENCY_PREFIX + idempotency_key,
+                                              "message_id": message.message_id}),
                 "ConditionExpression": "attribute_not_exists(#i)",
                 "ExpressionAttributeNames": {"#i": "item"}}})
         try:
@@ -228,7 +224,8 @@ class Messaging:
 
     def _enqueue(self, session_id: str, message: Message) -> None:
         try:
-            self.s.queue.enqueue(Work(session_id, message.message_id))
+            self.s.queue.enqueue(Work(session_id, message.message_id,
+                                      correlation_id=correlation_id()))
         except Exception as exc:
             # Never leave a query that no runner will answer: close it with an error.
             self.s.sessions.add_message(Message(
@@ -259,7 +256,8 @@ class Messaging:
 
 
 # Reply polls: none before a runner could have answered, then a growing interval (each
-# poll is a DynamoDB read). Issue 21 replaces polling altogether.
+# poll is a DynamoDB read). Only the Fixie 1.0 paths wait; clients that can poll post with
+# wait: false (benchmarks/cost.py prices both).
 FIRST_POLL_SECONDS = 0.4
 MAX_POLL_INTERVAL_SECONDS = 1.0
 

@@ -7,6 +7,8 @@ tests' "runner cannot write the registry" checks meaningful.
 
 from __future__ import annotations
 
+from collections.abc import Collection
+
 from aws_cdk import Aws
 from aws_cdk import aws_dynamodb as dynamodb
 from aws_cdk import aws_iam as iam
@@ -44,9 +46,11 @@ BEDROCK_INVOKE = ("bedrock:InvokeModel",)
 INFERENCE_PROFILE_PREFIXES = ("us.", "eu.", "apac.", "us-gov.", "ca.", "jp.", "au.", "global.")
 
 
-def table_access(role: iam.Role, table: dynamodb.ITable, spec: Table, *, write: bool) -> None:
-    """Read (and optionally write) one table, and query its indexes if it has any."""
-    actions = table_actions(spec, write=write)
+def table_access(role: iam.Role, table: dynamodb.ITable, spec: Table, *, write: bool,
+                 only: Collection[str] | None = None) -> None:
+    """Read (and optionally write) one table, and query its indexes if it has any; with
+    ``only``, just those of these actions (a function that calls fewer)."""
+    actions = tuple(a for a in table_actions(spec, write=write) if only is None or a in only)
     resources = [table.table_arn]
     if spec.indexes:
         resources.append(f"{table.table_arn}/index/*")
@@ -57,22 +61,29 @@ def table_access(role: iam.Role, table: dynamodb.ITable, spec: Table, *, write: 
     role.add_to_principal_policy(iam.PolicyStatement(actions=list(actions), resources=resources))
 
 
-def object_access(role: iam.Role, bucket: s3.IBucket, prefix: str, *, put: bool) -> None:
-    """GetObject (GET and HEAD) and optionally PutObject under ``prefix`` only.
+def object_access(role: iam.Role, bucket: s3.IBucket, prefix: str, *, put: bool,
+                  delete: bool = False, missing_as_404: bool = True) -> None:
+    """GetObject (GET and HEAD), optionally PutObject and DeleteObject, under ``prefix``.
 
-    ListBucket on that prefix lets a missing key answer 404 instead of 403, which the
-    embed store maps to NOT_FOUND.
+    DeleteObject is for replacing other bytes found under a content name: the bucket
+    refuses unconditional puts, so it is delete, then put with If-None-Match (embeds.py).
+
+    ListBucket on that prefix (``missing_as_404``) lets a missing key answer 404 instead
+    of 403, which the embed store maps to NOT_FOUND; a function that only reads objects
+    it knows exist does without.
     """
-    actions = ["s3:GetObject"] + (["s3:PutObject"] if put else [])
+    actions = ["s3:GetObject"] + (["s3:PutObject"] if put else []) + \
+        (["s3:DeleteObject"] if delete else [])
     suppress(role, "AwsSolutions-IAM5",
              f"Embeds are content-addressed ({prefix}<sha256>): keys are unknown until "
              f"written, so access is scoped to the '{prefix}' prefix, not to single objects.",
              [RegexAppliesTo(regex=rf"/^Resource::<.*\.Arn>\/{prefix.rstrip('/')}\/\*$/g")])
     role.add_to_principal_policy(iam.PolicyStatement(
         actions=actions, resources=[bucket.arn_for_objects(prefix + "*")]))
-    role.add_to_principal_policy(iam.PolicyStatement(
-        actions=["s3:ListBucket"], resources=[bucket.bucket_arn],
-        conditions={"StringLike": {"s3:prefix": [prefix + "*"]}}))
+    if missing_as_404:
+        role.add_to_principal_policy(iam.PolicyStatement(
+            actions=["s3:ListBucket"], resources=[bucket.bucket_arn],
+            conditions={"StringLike": {"s3:prefix": [prefix + "*"]}}))
 
 
 def send_messages(role: iam.IRole, queue: sqs.IQueue) -> None:

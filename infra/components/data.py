@@ -8,6 +8,7 @@ from typing import Any
 
 from aws_cdk import Duration, RemovalPolicy
 from aws_cdk import aws_dynamodb as dynamodb
+from aws_cdk import aws_iam as iam
 from aws_cdk import aws_s3 as s3
 from aws_cdk import aws_sqs as sqs
 from constructs import Construct
@@ -93,8 +94,8 @@ class EmbedsBucket(Construct):
             object_ownership=s3.ObjectOwnership.BUCKET_OWNER_ENFORCED,
             server_access_logs_bucket=self.access_logs,
             server_access_logs_prefix="embeds/",
-            # Writes use If-None-Match, so there should be no old versions; if one ever
-            # appears, keep it a month for recovery, then let it go.
+            # Writes use If-None-Match, so old versions appear only when other bytes found
+            # under a content name are replaced (embeds.py): kept a month for a look.
             lifecycle_rules=[
                 s3.LifecycleRule(
                     noncurrent_version_expiration=Duration.days(30),
@@ -109,6 +110,15 @@ class EmbedsBucket(Construct):
             removal_policy=removal_policy(retain),
             auto_delete_objects=not retain,
         )
+        # Objects are never overwritten: a PutObject (or CompleteMultipartUpload) without
+        # If-None-Match is refused, whoever sends it. The parts of a multipart upload cannot
+        # carry the header, so only the operations that create an object are held to it.
+        self.bucket.add_to_resource_policy(iam.PolicyStatement(
+            sid="DenyOverwrites", effect=iam.Effect.DENY,
+            principals=[iam.AnyPrincipal()], actions=["s3:PutObject"],
+            resources=[self.bucket.arn_for_objects("*")],
+            conditions={"Null": {"s3:if-none-match": "true"},
+                        "Bool": {"s3:ObjectCreationOperation": "true"}}))
         self.prefix = tables.EMBEDS_BUCKET.prefix
         self.uploads_prefix = tables.EMBEDS_BUCKET.uploads_prefix
 

@@ -286,7 +286,7 @@ def calls_per_query(rehearsal: Any, user: User, agent: str | None, text: str,
     kinds: Counter[str] = Counter()
     for (who, service, operation), n in calls.items():
         if (who, operation) == ("api", "Query"):
-            kind = "API reply polls"  # sendSessionMessage waiting (issue 21 removes it)
+            kind = "API reply polls"  # sendSessionMessage waiting, as Fixie 1.0 clients do
         elif service == "dynamodb":
             kind = "DynamoDB reads" if operation in READS else "DynamoDB writes" \
                 if operation in WRITES else f"DynamoDB {operation}"

@@ -79,6 +79,10 @@ def test_embeds_bucket_is_private_encrypted_versioned(synth):
 
 
 def test_unbound_uploads_expire_and_only_the_api_may_sign_them(synth):
+    synth.platform.assertions.has_resource_properties("AWS::S3::Bucket", {
+        "LifecycleConfiguration": {"Rules": Match.array_with([Match.object_like({
+            "Prefix": tables.EMBEDS_BUCKET.uploads_prefix, "Status": "Enabled",
+            "ExpirationInDays": tables.EMBEDS_BUCKET.uploads_expire_days})])}})
     rules = synth.platform.props(embeds_bucket_id(synth))["LifecycleConfiguration"]["Rules"]
     uploads = [r for r in rules if r.get("Prefix") == tables.EMBEDS_BUCKET.uploads_prefix]
     assert [r["ExpirationInDays"] for r in uploads] == [tables.EMBEDS_BUCKET.uploads_expire_days]
@@ -98,6 +102,42 @@ def test_every_bucket_policy_denies_requests_without_tls(synth):
     covered = {p["Properties"]["Bucket"]["Ref"] for p in policies.values()}
     assert embeds_bucket_id(synth) in covered
     assert covered == set(synth.platform.of_type("AWS::S3::Bucket"))  # access logs too
+
+
+def test_the_embeds_bucket_refuses_overwrites(synth):
+    """Any PutObject or CompleteMultipartUpload without If-None-Match is denied, whoever
+    sends it; the platform replaces bad bytes by delete + conditional put (embeds.py)."""
+    bucket = embeds_bucket_id(synth)
+    synth.platform.assertions.has_resource_properties("AWS::S3::BucketPolicy", {
+        "Bucket": {"Ref": bucket},
+        "PolicyDocument": {"Statement": Match.array_with([{
+            "Sid": "DenyOverwrites", "Effect": "Deny", "Principal": {"AWS": "*"},
+            "Action": "s3:PutObject",
+            "Resource": {"Fn::Join": ["", [{"Fn::GetAtt": [bucket, "Arn"]}, "/*"]]},
+            "Condition": {"Null": {"s3:if-none-match": "true"},
+                          "Bool": {"s3:ObjectCreationOperation": "true"}}}])}})
+    # Deleting (to replace) is granted to the two writers of embeds/, and only there.
+    for handler, may in ((API, True), (RUNNER, True), (REGISTER, False)):
+        texts = [r for g in synth.platform.grants(handler) if "s3:DeleteObject" in g.actions
+                 for r in g.resource_texts()]
+        assert texts == ([f"<{bucket}.Arn>/{tables.EMBEDS_BUCKET.prefix}*"] if may else []), \
+            handler
+
+
+def test_sessions_expire_after_the_ttl_setting(synth, tmp_path):
+    synth.platform.assertions.has_resource_properties("AWS::DynamoDB::Table", {
+        "KeySchema": Match.array_with([{"AttributeName": "session_id", "KeyType": "HASH"}]),
+        "TimeToLiveSpecification": {"AttributeName": "expires_at", "Enabled": True}})
+    for handler in (API, RUNNER):  # the two that write sessions
+        synth.platform.assertions.has_resource_properties("AWS::Lambda::Function", {
+            "Handler": handler, "Environment": {"Variables": Match.object_like(
+                {"CODESHOT_SESSION_TTL_DAYS": "90"})}})
+    from tests.infra.conftest import synthesize
+
+    platform = synthesize(tmp_path / "week", **{"codeshot:sessionTtlDays": 7}).platform
+    assert {platform.env(h)["CODESHOT_SESSION_TTL_DAYS"] for h in (API, RUNNER)} == {"7"}
+    with pytest.raises(ValueError, match=r"sessionTtlDays must be 0\.\.3650"):
+        synthesize(tmp_path / "bad", **{"codeshot:sessionTtlDays": -1})
 
 
 def test_queue_is_fifo_with_a_fifo_dead_letter_queue(synth):
@@ -386,7 +426,8 @@ def test_api_role(synth):
     for spec in tables.TABLES:  # registry, sessions, users, usage, user storage: read/write
         assert t.actions_on(API, table_id(synth, spec)) == set(table_actions(spec, write=True))
     bucket = embeds_bucket_id(synth)
-    assert t.actions_on(API, bucket) == {"s3:GetObject", "s3:PutObject", "s3:ListBucket"}
+    assert t.actions_on(API, bucket) == {"s3:GetObject", "s3:PutObject", "s3:DeleteObject",
+                                         "s3:ListBucket"}
     queue = t.env(API)["CODESHOT_QUEUE_URL"]["Ref"]
     assert t.actions_on(API, queue) == {"sqs:SendMessage"}  # it cannot consume
     assert not SQS_CONSUME & t.all_actions(API)
@@ -416,7 +457,7 @@ def test_runner_role(synth):
     assert t.actions_on(RUNNER, table_id(synth, tables.USAGE)) == set(
         table_actions(tables.USAGE, write=True))
     assert t.actions_on(RUNNER, embeds_bucket_id(synth)) == {
-        "s3:GetObject", "s3:PutObject", "s3:ListBucket"}
+        "s3:GetObject", "s3:PutObject", "s3:DeleteObject"}
     # It runs corpus ingestions: their versions, and their indexes under corpora/ only.
     assert t.actions_on(RUNNER, table_id(synth, tables.CORPORA)) == set(
         table_actions(tables.CORPORA, write=True))
@@ -439,9 +480,9 @@ def test_runner_role(synth):
 def test_register_agent_role(synth):
     t = synth.platform
     assert_reads_only_the_signing_secret(synth, REGISTER)
-    for spec in (tables.REGISTRY, tables.USERS):
-        assert t.actions_on(REGISTER, table_id(synth, spec)) == set(
-            table_actions(spec, write=True))
+    for spec in (tables.REGISTRY, tables.USERS):  # single items: no Query, no Scan
+        assert t.actions_on(REGISTER, table_id(synth, spec)) == {
+            "dynamodb:GetItem", "dynamodb:PutItem", "dynamodb:UpdateItem", "dynamodb:DeleteItem"}
     for spec in (tables.SESSIONS, tables.USAGE, tables.USER_STORAGE):
         assert not t.actions_on(REGISTER, table_id(synth, spec))
     # A deployed agent's corpora: it records and queues their ingestion, nothing more.

@@ -47,6 +47,7 @@ class AgentServer:
     def __init__(self) -> None:
         self.rolls: list[str] = []
         self.calls: list[tuple[str, str, str]] = []  # (path, text, bearer)
+        self.correlations: list[str | None] = []  # each call's X-Correlation-Id
         app = FastAPI()
 
         @app.get("/{agent}/")
@@ -58,6 +59,7 @@ class AgentServer:
             body = await request.json()
             text = body["message"]["text"]
             self.calls.append((f"{agent}/{func}", text, request.headers.get("authorization", "")))
+            self.correlations.append(request.headers.get("x-correlation-id"))
             if agent == "redirect":
                 return Response(status_code=302,
                                 headers={"Location": "http://169.254.169.254/latest/meta-data/"})

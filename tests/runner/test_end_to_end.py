@@ -1,9 +1,12 @@
 """Queries answered end to end: API -> SQS -> runner -> planner/router -> agent -> Func."""
 
+import io
 import re
 
+import httpx
 import pytest
 
+from codeshot.chat import ChatClient, run_chat
 from tests.conftest import code
 from tests.runner.conftest import closed_port_url, messages, register, send, session, status
 
@@ -124,3 +127,37 @@ def test_route_query_in_graphql(platform, agents):
     assert closest["agentId"] == "ria/dice" and not closest["fits"]
     assert code(platform.gql(key, '{ route(text: "", k: 2) { agentId } }')) == "INVALID_INPUT"
     assert code(platform.gql(None, '{ route(text: "x") { agentId } }')) == "UNAUTHENTICATED"
+
+
+@pytest.mark.settings(reply_wait_seconds=0.0)  # the API never holds a request for a reply
+def test_codeshot_chat_gets_replies_without_the_api_waiting(live, agents):
+    _, key = live.user("chad")
+    register(live, key, "dice", agents.url + "/dice")
+    out = io.StringIO()
+    run_chat(ChatClient(live.url + "/graphql", key), None, show_trace=False,
+             stdin=io.StringIO("Roll 2d6\n"), stdout=out)
+    assert f"You rolled {agents.rolls[-1]}." in out.getvalue()
+
+
+def test_a_correlation_id_goes_from_the_request_through_the_queue_to_each_agent_call(
+        live, agents):
+    _, key = live.user("cora")
+    register(live, key, "dice", agents.url + "/dice")
+    h = session(live, key)
+
+    def post(correlation: str | None) -> str:
+        extra = {"X-Correlation-Id": correlation} if correlation else {}
+        out = httpx.post(live.url + "/graphql", timeout=60, json={
+            "query": """mutation ($s: String!) { sendSessionMessage(messageData:
+                {session: $s, text: "Roll 2d6"}) { reply { type } } }""",
+            "variables": {"s": h}}, headers={"Authorization": f"Bearer {key}", **extra})
+        assert out.json()["data"]["sendSessionMessage"]["reply"]["type"] == "response"
+        return out.headers["x-correlation-id"]
+
+    assert post("trace-42") == "trace-42"
+    assert agents.correlations[-1] == "trace-42"  # API -> SQS -> runner -> the Func call
+    made = post(None)  # none given: the API makes one
+    assert re.fullmatch(r"[0-9A-Z]{26}", made) and agents.correlations[-1] == made
+    odd = "<script>alert(1)</script> " + "x" * 200  # not an id: not logged nor passed on
+    replaced = post(odd)
+    assert replaced != odd and agents.correlations[-1] == replaced

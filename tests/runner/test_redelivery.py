@@ -123,5 +123,6 @@ def test_giving_up_on_the_last_attempt_leaves_an_error_not_a_stuck_session(platf
     # ... and counts it as a CloudWatch metric (EMF), which an alarm watches.
     [emf] = [json.loads(line) for line in capsys.readouterr().out.splitlines()
              if '"_aws"' in line]
-    assert emf["QueriesGivenUp"] == 1 and emf["QueueName"] == runner.s.settings.queue_name
+    assert emf["QueriesGivenUp"] == [1] and emf["QueueName"] == runner.s.settings.queue_name
     assert emf["_aws"]["CloudWatchMetrics"][0]["Namespace"] == "codeshot"
+    assert emf["_aws"]["CloudWatchMetrics"][0]["Dimensions"] == [["QueueName"]]  # the alarm's

@@ -1,6 +1,6 @@
 from codeshot import aws as aws_clients
 from codeshot.store.provision import create_all
-from codeshot.store.tables import TABLES
+from codeshot.store.tables import EMBEDS_BUCKET, TABLES
 
 
 def test_every_table_is_created_as_specified(aws):
@@ -27,6 +27,14 @@ def test_bucket_is_private_and_encrypted_and_queue_is_fifo_with_dlq(aws):
     attrs = sqs.get_queue_attributes(QueueUrl=aws.queue_url, AttributeNames=["All"])[
         "Attributes"]
     assert attrs["FifoQueue"] == "true" and "dlq.fifo" in attrs["RedrivePolicy"]
+
+
+def test_the_bucket_keeps_replaced_bytes_and_lets_unbound_uploads_expire(aws):
+    s3 = aws_clients.client("s3", aws)
+    assert s3.get_bucket_versioning(Bucket=aws.embeds_bucket)["Status"] == "Enabled"
+    rules = s3.get_bucket_lifecycle_configuration(Bucket=aws.embeds_bucket)["Rules"]
+    assert [(r["Filter"], r["Expiration"]) for r in rules] == [
+        ({"Prefix": EMBEDS_BUCKET.uploads_prefix}, {"Days": EMBEDS_BUCKET.uploads_expire_days})]
 
 
 def test_provisioning_twice_is_harmless(aws):

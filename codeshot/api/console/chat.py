@@ -31,11 +31,10 @@ from codeshot.errors import InvalidInput
 from codeshot.models import Message, MessageType, Principal
 from codeshot.services import Services
 from codeshot.usecases import agents, sessions
-from codeshot.usecases.messaging import TERMINAL, Messaging, next_messages
+from codeshot.usecases.messaging import TERMINAL, Messaging
 from codeshot.usecases.threads import blocking
 
 router = APIRouter(route_class=ConsoleRoute)
-POLL_SECONDS = 20.0  # one long poll; under API Gateway's 29 s and the reply wait
 
 
 @dataclass
@@ -213,9 +212,9 @@ async def session_updates(request: Request, session_id: str, after: str | None =
     await blocking(sessions.get_session, services, user, session_id)  # the caller's own
     messaging = Messaging(services)
     after = _message_id(after, "after")
-    wait = min(POLL_SECONDS, services.settings.reply_wait_seconds)
-    found = await next_messages(messaging, session_id, after, wait,
-                                gone=request.is_disconnected)
+    # No waiting here: the page asks again a second later while a reply is due, so no API
+    # function is paid to sit waiting for the runner (benchmarks/cost.py).
+    found = await blocking(messaging.since, session_id, after)
     updates = await blocking(_updates, messaging, session_id, after,
                              _message_id(waiting_for, "waiting_for"),
                              _message_id(asking, "asking"), found)

@@ -1,0 +1,362 @@
+"""The AWS actions a function's code can cause, read from its source: the boto3 client
+calls reachable from its handler.
+
+Reachable is over-approximated by name, which is safe for a least-privilege check (a call
+counted that never happens keeps a grant, it never removes a needed one): from the
+handler, and from what the frameworks call (route and resolver functions, registered by
+decorators), every function or method whose name is called or referenced is followed,
+in the modules the handler imports (grimp's import graph, lazy imports included).
+"""
+
+from __future__ import annotations
+
+import ast
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from functools import cache
+from pathlib import Path
+
+import botocore.session
+import grimp
+from botocore import xform_name
+
+REPO = Path(__file__).resolve().parents[2]
+# boto3 service name -> IAM prefix
+PREFIXES = {"dynamodb": "dynamodb", "s3": "s3", "sqs": "sqs",
+            "secretsmanager": "secretsmanager", "bedrock-runtime": "bedrock",
+            "s3vectors": "s3vectors"}
+# Operations authorised by another action than their own name.
+AUTHORISED_AS = {
+    "s3:HeadObject": "s3:GetObject",
+    "s3:ListObjectsV2": "s3:ListBucket",
+    "bedrock:Converse": "bedrock:InvokeModel",
+    "bedrock:ConverseStream": "bedrock:InvokeModelWithResponseStream",
+}
+# A transaction is authorised item by item: its items' kinds, as the code spells them.
+TRANSACTION_ITEMS = {"Put": "dynamodb:PutItem", "Update": "dynamodb:UpdateItem",
+                     "Delete": "dynamodb:DeleteItem",
+                     "ConditionCheck": "dynamodb:ConditionCheckItem"}
+TRANSACTIONS = {"dynamodb:TransactWriteItems", "dynamodb:TransactGetItems"}
+NOT_OPERATIONS = {"generate_presigned_url", "generate_presigned_post", "get_paginator",
+                  "get_waiter", "can_paginate", "close"}
+# Called on a receiver of unknown type, these are taken as the builtin types' methods, not
+# ours of the same name (our stores' get, delete ... are reached through typed receivers).
+BUILTIN_METHODS = {name for kind in (dict, list, str, set, bytes) for name in dir(kind)
+                   if not name.startswith("_")}
+# Decorators that do not hand a function to a framework.
+PLAIN_DECORATORS = {"cache", "lru_cache", "cached_property", "property", "staticmethod",
+                    "classmethod", "contextmanager", "asynccontextmanager", "overload",
+                    "wraps", "setter", "dataclass", "override", "abstractmethod"}
+
+
+@cache
+def _methods(services: tuple[str, ...]) -> dict[str, frozenset[str]]:
+    """boto3 method name -> the IAM actions of that operation in ``services``."""
+    session = botocore.session.get_session()
+    methods: dict[str, set[str]] = {}
+    for service in services:
+        model = session.get_service_model(service)
+        for operation in model.operation_names:
+            action = f"{PREFIXES[service]}:{operation}"
+            methods.setdefault(xform_name(operation), set()).add(
+                AUTHORISED_AS.get(action, action))
+    return {k: frozenset(v) for k, v in methods.items()}
+
+
+def handler_modules(handler_module: str) -> list[Path]:
+    """The source files of ``handler_module`` and every module of ours it imports."""
+    graph = grimp.build_graph("codeshot", "handlers", exclude_type_checking_imports=True,
+                              cache_dir=None)
+    names = {handler_module} | graph.find_upstream_modules(handler_module)
+    paths = []
+    for name in names:
+        path = REPO / Path(*name.split("."))
+        paths.append(path / "__init__.py" if path.is_dir() else path.with_suffix(".py"))
+    return sorted(paths)
+
+
+@dataclass
+class _Body:
+    """What one function (or a module's top level) refers to and which boto3 calls it
+    makes. A reference is a name, or (class, name) where the receiver's class is known
+    from an annotation: ``self.x()``, ``self.store.x()`` (``store: SessionStore``),
+    ``services.sessions.x()`` (a property returning SessionStore), ``registry.x()`` (a
+    parameter ``registry: AgentRegistry``) or ``thing = Thing(...); thing.x()``."""
+
+    cls: str | None
+    references: set[tuple[str | None, str]] = field(default_factory=set)
+    calls: set[str] = field(default_factory=set)  # boto3 method names; "get_object" for
+    #                                               a presigned GET
+    transaction_items: set[str] = field(default_factory=set)
+
+
+@dataclass
+class _Types:
+    classes: set[str]
+    attributes: dict[str, str]  # attribute name -> class, where only one class is named
+    members: dict[tuple[str, str], str]  # (class, attribute) -> class
+    modules: dict[str, str] = field(default_factory=dict)  # this file's module aliases
+    # (module or None for "the only one of that name", function) -> the classes it returns
+    # (one, or a tuple's), and the module being read
+    returns: dict[tuple[str | None, str], list[str | None]] = field(default_factory=dict)
+    module: str = ""
+
+    def made_by(self, call: ast.expr) -> list[str | None]:
+        """The classes of what ``call`` returns: a constructor's, or an annotated
+        function's (a tuple's item by item)."""
+        if not isinstance(call, ast.Call):
+            return []
+        func = call.func
+        if made := self.of(func):
+            return [made]
+        name = func.id if isinstance(func, ast.Name) else \
+            func.attr if isinstance(func, ast.Attribute) else ""
+        return self.returns.get((self.module, name)) or self.returns.get((None, name)) or []
+
+    def returned(self, node: ast.expr | None) -> list[str | None]:
+        if isinstance(node, ast.Subscript) and isinstance(node.value, ast.Name) and \
+                node.value.id == "tuple" and isinstance(node.slice, ast.Tuple):
+            return [self.of(e) for e in node.slice.elts]
+        return [self.of(node)] if self.of(node) else []
+
+    def of(self, node: ast.expr | None) -> str | None:
+        """The class an annotation names, if it is one of ours."""
+        if isinstance(node, ast.Constant) and isinstance(node.value, str):
+            node = ast.parse(node.value, mode="eval").body
+        if isinstance(node, ast.BinOp):  # X | None
+            return self.of(node.left) or self.of(node.right)
+        name = node.id if isinstance(node, ast.Name) else \
+            node.attr if isinstance(node, ast.Attribute) else None
+        return name if name in self.classes else None
+
+
+def _receiver_class(receiver: ast.expr, cls: str | None, types: _Types,
+                    local: dict[str, str]) -> str | None:
+    if isinstance(receiver, ast.Name):
+        if receiver.id == "self":
+            return cls
+        if receiver.id in local:  # a parameter or local variable, typed or not
+            return local[receiver.id] or None
+        return types.modules.get(receiver.id)
+    if isinstance(receiver, ast.Call):
+        made = types.made_by(receiver)
+        return made[0] if len(made) == 1 else None
+    if isinstance(receiver, ast.Attribute):
+        owner = _receiver_class(receiver.value, cls, types, local)
+        if owner and (owner, receiver.attr) in types.members:
+            return types.members[(owner, receiver.attr)]
+        return types.attributes.get(receiver.attr)
+    return None
+
+
+def _value_class(value: ast.expr, cls: str | None, types: _Types,
+                 local: dict[str, str]) -> str | None:
+    """The class of a value: made by a call, or a typed attribute (``services.storage``)."""
+    if isinstance(value, ast.Attribute):
+        owner = _receiver_class(value.value, cls, types, local)
+        return types.members.get((owner, value.attr)) if owner else \
+            types.attributes.get(value.attr)
+    made = types.made_by(value)
+    return made[0] if len(made) == 1 else None
+
+
+def _scan(nodes: Iterable[ast.AST], cls: str | None, types: _Types,
+          local: dict[str, str] | None = None) -> _Body:
+    body, local = _Body(cls), dict(local or {})
+    nodes = list(nodes)
+    bound: set[str] = set(local)  # names bound here are not functions of ours
+    for top in nodes:  # local variables made by a constructor or a typed function
+        for node in ast.walk(top):
+            if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Store):
+                bound.add(node.id)
+            if not isinstance(node, ast.Assign):
+                continue
+            if made := _value_class(node.value, cls, types, local):
+                local |= {t.id: made for t in node.targets if isinstance(t, ast.Name)}
+            for target in node.targets:  # reg, values = _registration(...)
+                items = types.made_by(node.value)
+                if isinstance(target, ast.Tuple) and len(items) == len(target.elts) > 1:
+                    local |= {t.id: k for t, k in zip(target.elts, items, strict=True)
+                              if isinstance(t, ast.Name) and k}
+    for top in nodes:
+        called = {id(n.func) for n in ast.walk(top)
+                  if isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute)}
+        for node in ast.walk(top):
+            if isinstance(node, ast.Attribute) and id(node) not in called:
+                body.references.add(
+                    (_receiver_class(node.value, cls, types, local), node.attr))
+            elif isinstance(node, ast.Name) and node.id not in bound:
+                body.references.add((None, node.id))
+            elif isinstance(node, ast.Dict):
+                body.transaction_items |= {k.value for k in node.keys if isinstance(
+                    k, ast.Constant) and k.value in TRANSACTION_ITEMS}
+            if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)):
+                continue
+            name = node.func.attr
+            if name == "generate_presigned_url" and node.args and \
+                    isinstance(node.args[0], ast.Constant):
+                body.calls.add(str(node.args[0].value))
+            elif name not in NOT_OPERATIONS:
+                body.calls.add(name)
+            body.references.add((_receiver_class(node.func.value, cls, types, local), name))
+    return body
+
+
+def _module_aliases(tree: ast.Module, modules: set[str]) -> dict[str, str]:
+    """Names this file binds to our modules: ``from codeshot.usecases import users``."""
+    aliases = {}
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom) and node.module:
+            for alias in node.names:
+                if f"{node.module}.{alias.name}" in modules:
+                    aliases[alias.asname or alias.name] = f"module:{node.module}.{alias.name}"
+        elif isinstance(node, ast.Import):
+            aliases |= {a.asname: f"module:{a.name}" for a in node.names
+                        if a.asname and a.name in modules}
+    return aliases
+
+
+def _decorator_name(node: ast.expr) -> str:
+    target = node.func if isinstance(node, ast.Call) else node
+    return target.attr if isinstance(target, ast.Attribute) else \
+        target.id if isinstance(target, ast.Name) else ""
+
+
+def _types(trees: list[ast.Module], modules: list[str], bases: dict[str, list[str]]
+           ) -> _Types:
+    """What annotations say about attributes: properties' return types, class-level
+    annotations, and ``self.x = x`` of an annotated ``__init__`` parameter."""
+    types = _Types(set(bases), {}, {})
+    named: dict[str, set[str]] = {}
+    for tree in trees:
+        for cls in (n for n in ast.walk(tree) if isinstance(n, ast.ClassDef)):
+            for item in cls.body:
+                found: dict[str, str | None] = {}
+                if isinstance(item, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                    found[item.name] = types.of(item.returns)
+                    params = {a.arg: types.of(a.annotation) for a in item.args.args}
+                    for node in ast.walk(item):
+                        if isinstance(node, ast.AnnAssign) and isinstance(
+                                node.target, ast.Attribute):
+                            found[node.target.attr] = types.of(node.annotation)
+                        elif isinstance(node, ast.Assign) and isinstance(
+                                node.value, ast.Name) and params.get(node.value.id):
+                            found |= {t.attr: params[node.value.id] for t in node.targets
+                                      if isinstance(t, ast.Attribute)}
+                elif isinstance(item, ast.AnnAssign) and isinstance(item.target, ast.Name):
+                    found[item.target.id] = types.of(item.annotation)
+                for attr, kind in found.items():
+                    if kind:
+                        types.members[(cls.name, attr)] = kind
+                        named.setdefault(attr, set()).add(kind)
+    types.attributes = {attr: next(iter(c)) for attr, c in named.items() if len(c) == 1}
+    by_name: dict[str, list[list[str | None]]] = {}
+    for tree, module in zip(trees, modules, strict=True):
+        for node in tree.body:
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and \
+                    (kinds := types.returned(node.returns)):
+                types.returns[(module, node.name)] = kinds
+                by_name.setdefault(node.name, []).append(kinds)
+    types.returns |= {(None, name): k[0] for name, k in by_name.items() if len(k) == 1}
+    return types
+
+
+def actions_called(files: Iterable[Path], services: tuple[str, ...],
+                   entry: str = "handler") -> dict[str, str]:
+    """The IAM actions of the boto3 calls of ``services`` reachable from ``entry``, module
+    top levels and framework-registered functions in ``files``, each with a path of
+    references that reaches it (for messages)."""
+    methods = _methods(services)
+    files = list(files)
+    trees = [ast.parse(path.read_text(), str(path)) for path in files]
+    module_names = [".".join(p.relative_to(REPO).with_suffix("").parts).removesuffix(
+        ".__init__") for p in files]
+    bases: dict[str, list[str]] = {}
+    for tree in trees:
+        for node in ast.walk(tree):
+            if isinstance(node, ast.ClassDef):
+                bases.setdefault(node.name, []).extend(
+                    b.id for b in node.bases if isinstance(b, ast.Name))
+    types = _types(trees, module_names, bases)
+    subclasses: dict[str, list[str]] = {}
+    for name, parents in bases.items():
+        for parent in parents:
+            subclasses.setdefault(parent, []).append(name)
+    by_name: dict[str, list[_Body]] = {}
+    by_class: dict[tuple[str, str], list[_Body]] = {}
+    roots: list[_Body] = []
+
+    def define(node: ast.FunctionDef | ast.AsyncFunctionDef, cls: str | None,
+               module: str) -> None:
+        args = node.args.posonlyargs + node.args.args + node.args.kwonlyargs + \
+            [a for a in (node.args.vararg, node.args.kwarg) if a]
+        params = {a.arg: types.of(a.annotation) or "" for a in args}
+        body = _scan(node.body, cls, types, params)
+        for decorator in node.decorator_list:  # @retried, not @router.delete("/x")
+            body.references |= {(None, n.id) for n in ast.walk(decorator)
+                                if isinstance(n, ast.Name)}
+        by_name.setdefault(node.name, []).append(body)
+        by_class.setdefault((cls or f"module:{module}", node.name), []).append(body)
+        if any(_decorator_name(d) not in PLAIN_DECORATORS for d in node.decorator_list):
+            roots.append(body)  # handed to a framework (a route, a resolver)
+
+    for tree, module in zip(trees, module_names, strict=True):
+        types.modules = _module_aliases(tree, set(module_names))
+        types.module = module
+        rest = []
+        for node in tree.body:
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                define(node, None, module)
+            elif isinstance(node, ast.ClassDef):
+                inner = []
+                for item in node.body:
+                    if isinstance(item, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                        define(item, node.name, module)
+                    else:
+                        inner.append(item)
+                roots.append(_scan(inner, node.name, types))  # a class body runs
+            else:
+                rest.append(node)
+        roots.append(_scan(rest, None, types))  # so does a module's top level
+
+    def closure(cls: str, edges: dict[str, list[str]]) -> set[str]:
+        out, pending = set(), [cls]
+        while pending:
+            current = pending.pop()
+            if current not in out:
+                out.add(current)
+                pending += edges.get(current, [])
+        return out
+
+    def related(cls: str) -> set[str]:
+        """The class, what it inherits from and what inherits from it (the object may be
+        a subclass)."""
+        return closure(cls, bases) | closure(cls, subclasses)
+
+    def targets(cls: str | None, name: str) -> list[_Body]:
+        if cls is None and name in BUILTIN_METHODS:
+            return []  # d.get(k), s.index(x) ...: taken as the builtin's
+        if cls is not None and cls.startswith("module:"):
+            return by_class.get((cls, name), [])
+        if cls is None or "Protocol" in {b for c in related(cls) for b in bases.get(c, [])}:
+            return by_name.get(name, [])
+        return [b for c in related(cls) for b in by_class.get((c, name), [])]
+
+    roots += by_name.get(entry, [])
+    via: dict[int, str] = {id(r): "" for r in roots}
+    pending, seen, actions = list(roots), set(), {}
+    while pending:  # breadth first: the paths are short ones
+        body = pending.pop(0)
+        if id(body) in seen:
+            continue
+        seen.add(id(body))
+        called = {a for c in body.calls for a in methods.get(c, ())}
+        if called & TRANSACTIONS:
+            called |= {TRANSACTION_ITEMS[k] for k in body.transaction_items}
+        for action in called - TRANSACTIONS:
+            actions.setdefault(action, via[id(body)])
+        for cls, name in body.references:
+            for target in targets(cls, name):
+                via.setdefault(id(target), f"{via[id(body)]} > {cls or ''}.{name}".strip())
+                pending.append(target)
+    return actions

@@ -1,0 +1,52 @@
+"""Powertools around a Lambda handler: the ``codeshot`` loggers write JSON lines with the
+service, the Lambda context and the correlation id of the work being handled. Run in a
+child process: the logging set-up is process-wide, as it is in a Lambda."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+SCRIPT = """
+import logging, sys
+from dataclasses import dataclass
+from codeshot.observability import correlated, lambda_handler
+
+@dataclass
+class Context:
+    function_name: str = "codeshot-runner-fn"
+    memory_limit_in_mb: int = 1024
+    invoked_function_arn: str = "arn:aws:lambda:us-east-1:123456789012:function:fn"
+    aws_request_id: str = "req-1"
+
+@lambda_handler("codeshot-runner")
+def handler(event, context):
+    with correlated(event["correlation_id"]):
+        logging.getLogger("codeshot.runner").warning("answering %s", event["message"])
+    logging.getLogger("codeshot.runner").warning("between queries")
+    return "ok"
+
+print("loaded before the first invocation:", "aws_lambda_powertools" in sys.modules,
+      file=sys.stderr)
+print(handler({"correlation_id": "trace-7", "message": "m1"}, Context()), file=sys.stderr)
+"""
+
+
+def test_handler_logs_are_json_with_the_lambda_context_and_correlation_id():
+    root = Path(__file__).resolve().parents[1]
+    run = subprocess.run([sys.executable, "-c", SCRIPT], capture_output=True, text=True,
+                         check=True, cwd=root, timeout=60,
+                         env={"PYTHONPATH": str(root), "PATH": "", "AWS_DEFAULT_REGION":
+                              "us-east-1", "AWS_LAMBDA_FUNCTION_NAME": "codeshot-runner-fn",
+                              "POWERTOOLS_TRACE_DISABLED": "true"})
+    lines = [json.loads(line) for line in run.stdout.splitlines() if line.startswith("{")]
+    answering, between = lines
+    assert answering["message"] == "answering m1"
+    assert answering["correlation_id"] == "trace-7"
+    assert answering["service"] == "codeshot-runner"
+    assert answering["function_name"] == "codeshot-runner-fn"
+    assert answering["function_request_id"] == "req-1"
+    assert "correlation_id" not in between  # the id is the query's, not the process's
+    assert "loaded before the first invocation: False\nok" in run.stderr  # a lazy import
