@@ -46,7 +46,8 @@ def _target_settings() -> Settings:
     if state:
         settings = settings.replace(
             aws_endpoint_url=state["aws_endpoint_url"], api_url=state["api_url"],
-            queue_url=state.get("queue_url"),
+            queue_url=state.get("queue_url"), user_pool_id=state.get("user_pool_id"),
+            user_pool_client_id=state.get("user_pool_client_id"),
         )
     return settings
 
@@ -88,6 +89,50 @@ def _users_limits(args: argparse.Namespace) -> int:
     tokens = services.settings.daily_token_limit if user.daily_token_limit is None \
         else user.daily_token_limit
     print(f"{user.username}: {queries} queries and {tokens} LLM tokens per day")
+    return 0
+
+
+def _users_list(args: argparse.Namespace) -> int:
+    from codeshot.services import Services
+    from codeshot.usecases.accounts import list_users
+
+    services = Services(_target_settings())
+    after = None
+    while True:
+        page = list_users(services, after)
+        for user in page.users:
+            flags = [f for f in ("operator", "disabled") if getattr(user, f)]
+            limit = services.daily_limit(user.daily_query_limit)
+            print(f"{user.username}\t{user.email or '-'}\t{limit} queries/day\t"
+                  f"{','.join(flags) or 'active'}")
+        if page.after is None:
+            return 0
+        after = page.after
+
+
+def _users_disable(args: argparse.Namespace) -> int:
+    from codeshot.services import Services
+    from codeshot.usecases.accounts import set_disabled
+
+    user = set_disabled(Services(_target_settings()), args.name, args.disable)
+    print(f"{user.username} is {'disabled' if user.disabled else 'enabled'}")
+    return 0
+
+
+def _users_operator(args: argparse.Namespace) -> int:
+    from codeshot.services import Services
+    from codeshot.usecases.accounts import set_operator
+
+    user = set_operator(Services(_target_settings()), args.name, not args.off)
+    print(f"{user.username} is {'an operator' if user.operator else 'not an operator'}")
+    return 0
+
+
+def _users_confirm(args: argparse.Namespace) -> int:
+    from codeshot.services import Services
+
+    Services(_target_settings()).accounts.admin_confirm(args.email)
+    print(f"{args.email} is confirmed: it can sign in")
     return 0
 
 
@@ -266,6 +311,31 @@ def build_parser() -> argparse.ArgumentParser:
     limits.add_argument("--daily-tokens", type=int, metavar="N",
                         help="LLM tokens (prompt + completion) per day, across agents")
     limits.set_defaults(run=_users_limits)
+    listing = user_commands.add_parser(
+        "list", help="list users: name, email, daily query limit, operator or disabled",
+        description="Print every user, one a line (tab-separated). Targets the stack as "
+        "`users create` does.")
+    listing.set_defaults(run=_users_list)
+    for name, disable, what in (("disable", True, "refuse all of a user's API keys and "
+                                 "their sign-in at once"),
+                                ("enable", False, "let a disabled user in again")):
+        toggle = user_commands.add_parser(name, help=what, description=what.capitalize()
+                                          + ". Targets the stack as `users create` does.")
+        toggle.add_argument("name", help="username")
+        toggle.set_defaults(run=_users_disable, disable=disable)
+    operator = user_commands.add_parser(
+        "operator", help="make a user an operator (or, with --off, no longer one)",
+        description="Operators see the console's Users page: they list users, set their "
+        "daily query limits and disable them. Targets the stack as `users create` does.")
+    operator.add_argument("name", help="username")
+    operator.add_argument("--off", action="store_true", help="take the role away")
+    operator.set_defaults(run=_users_operator)
+    confirm = user_commands.add_parser(
+        "confirm", help="confirm an account's email without its code",
+        description="Confirm EMAIL's sign-up (Cognito AdminConfirmSignUp), for an account "
+        "whose code never arrived. Targets the stack as `users create` does.")
+    confirm.add_argument("email", help="the account's email")
+    confirm.set_defaults(run=_users_confirm)
 
     keys = commands.add_parser("keys", help="the platform's signing keys")
     key_commands = keys.add_subparsers(dest="keys_command", required=True, metavar="ACTION")

@@ -313,6 +313,9 @@ class User(Record):
     time_zone: str | None = None  # IANA name (Europe/Paris) for local times; None: UTC
     api_key_ids: set[str] = dataclasses.field(default_factory=set)
     created: datetime = dataclasses.field(default_factory=utcnow)
+    identity: str | None = None  # the Cognito user (sub) who signs in as this user
+    disabled: bool = False  # an operator turned the user off: every credential is refused
+    operator: bool = False  # may list users, set their limits and disable them
 
     COERCE: ClassVar[dict[str, Any]] = {"api_key_ids": set, "created": _datetime}
 

@@ -14,6 +14,7 @@ from codeshot.models import Clock, utcnow
 from codeshot.settings import Settings
 
 if TYPE_CHECKING:  # the parts are imported when first used, not when Services is
+    from codeshot.auth.cognito import Accounts
     from codeshot.auth.keys import KeyRing
     from codeshot.auth.service import Auth
     from codeshot.routing.embedders import Embedder
@@ -46,6 +47,13 @@ class Services:
         from codeshot.store.sessions import SessionStore
 
         return SessionStore(self.settings)
+
+    @cached_property
+    def accounts(self) -> Accounts:
+        """The Cognito user pool (NOT_FOUND when the platform has none)."""
+        from codeshot.auth.cognito import Accounts
+
+        return Accounts(self.settings)
 
     @cached_property
     def users(self) -> UserStore:

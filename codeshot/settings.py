@@ -67,6 +67,15 @@ class Settings:
     oauth_key_secret_id: str = "codeshot/oauth-token-key"  # noqa: S105 - the secret's name
     # Where secrets that agents' owners give (an MCP server's Authorization) are kept.
     agent_secrets_prefix: str = "codeshot/agent-auth/"
+    # Accounts (codeshot/auth/cognito.py): the Cognito user pool and its app client the
+    # console signs users up and in with; unset: API keys are the only way in.
+    user_pool_id: str | None = None
+    user_pool_client_id: str | None = None
+    # Google and GitHub sign-in go through the pool's hosted pages at this base URL
+    # (https://<prefix>.auth.<region>.amazoncognito.com), for the providers named here
+    # (comma-separated, as the pool names them: "Google,GitHub"); both set by CDK.
+    user_pool_domain: str | None = None
+    user_pool_providers: str | None = None
 
     # Where agents and clients reach the platform; also the JWT issuer.
     api_url: str = setting("http://127.0.0.1:8080", env=("CODESHOT_API_URL", "FIXIE_API_URL"))

@@ -24,6 +24,7 @@ from infra.bundling import (
     platform_bundle,
 )
 from infra.components import access
+from infra.components.accounts import Accounts
 from infra.components.agent_function import REGISTRATION_SERVICE_TIMEOUT
 from infra.components.alarms import PlatformAlarms
 from infra.components.corpus_vectors import CorpusVectors
@@ -88,6 +89,9 @@ class PlatformStack(Stack):
         self.http = LambdaHttpApi(
             self, "Api", description="codeshot platform API",
             rate_limit=config.api_rate_limit, burst_limit=config.api_burst_limit)
+        self.accounts = Accounts(self, "Accounts", api_url=self.http.url,
+                                 retain=config.retain_data,
+                                 deletion_protection=config.deletion_protection)
 
         table_env = {spec.setting: self.tables.by_spec(spec).table_name for spec in tables.TABLES}
         self.corpus_vectors = None if config.corpus_search != "s3vectors" else CorpusVectors(
@@ -123,7 +127,7 @@ class PlatformStack(Stack):
                 queue_name=self.sessions_queue.queue.queue_name,
                 reply_wait_seconds=API_REPLY_WAIT_SECONDS,
                 # A deployed schema is not browsable; codeshot:extraEnv can turn it on.
-                graphql_introspection=False) | extra_env(config.extra_env),
+                graphql_introspection=False) | self.accounts.env() | extra_env(config.extra_env),
         )
         self.http.route_to(self.api.function)
         role = self.api.role
@@ -137,6 +141,7 @@ class PlatformStack(Stack):
         # OAuth for agents (codeshot/usecases/oauth.py): only the API seals and opens tokens.
         self.oauth_key.grant_read(role)
         access.agent_secrets(role, AGENT_SECRETS_PREFIX, manage=True)
+        self.accounts.grant_admin(role)
         # The LLM too: agents call it through the OpenAI proxy (/api/openai-proxy/v1).
         access.invoke_models(role, llm_models + embedding_models)
 
@@ -217,6 +222,8 @@ class PlatformStack(Stack):
                   description="CODESHOT_USERS_TABLE for the codeshot CLI")
         CfnOutput(self, "SigningSecretId", value=self.signing_keys.secret_id,
                   description="CODESHOT_SIGNING_SECRET_ID for the codeshot CLI")
+        CfnOutput(self, "UserPoolId", value=self.accounts.pool.user_pool_id,
+                  description="CODESHOT_USER_POOL_ID for `codeshot users disable/confirm`")
 
     def _code(self, function: PlatformFunction) -> lambda_.Code:
         spec = platform_bundle(function, target=self.config.target,

@@ -36,7 +36,7 @@ from codeshot.local.http_server import HttpServer
 
 BOOKS = {"alice": ["Middlemarch", "Ulysses"], "bob": ["Beloved", "Solaris"],
          "carol": ["Emma"], "dave": ["Dune"], "erin": ["Walden", "Kindred"],
-         "frank": ["Persuasion"], "grace": ["Rebecca"]}
+         "frank": ["Persuasion"], "grace": ["Rebecca"], "heidi": ["Orlando", "Nostromo"]}
 
 
 @dataclass

@@ -16,6 +16,7 @@ from codeshot.store.users import UserStore
 MAX_CACHED_KEYS = 10_000  # per warm process; expired entries go when it fills
 
 KEY_PREFIX = "key_"  # API key ids (the key's jti)
+DISABLED = "this user has been disabled by an operator"
 
 
 class Auth:
@@ -49,6 +50,11 @@ class Auth:
         self.users.revoke_key(user.user_id, key_id)
         self._principals.pop(key_id, None)
 
+    def forget_user(self, user_id: str) -> None:
+        """Drop this process's cached records of the user (disabled: refused at once)."""
+        self._principals = {k: v for k, v in self._principals.items()
+                            if v[0].user_id != user_id}
+
     def user_for_api_key(self, token: str) -> Principal:
         """The key's user, if the key is signed by us and not revoked. The user record (key
         ids, limits) is reused for ``api_key_cache_seconds`` in a warm process."""
@@ -69,6 +75,8 @@ class Auth:
             raise Unauthenticated("API key belongs to no user") from exc
         if claims["jti"] not in user.api_key_ids:
             raise Unauthenticated("API key has been revoked")
+        if user.disabled:
+            raise Unauthenticated(DISABLED)
         principal = Principal(user_id=user.user_id, username=user.username,
                               key_id=claims["jti"], daily_query_limit=user.daily_query_limit)
         if self.settings.api_key_cache_seconds > 0:

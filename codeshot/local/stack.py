@@ -95,6 +95,8 @@ class LocalStack:
             "graphql_url": f"{self.api_url}/graphql",
             "aws_endpoint_url": endpoint,
             "queue_url": self.settings.queue_url,
+            "user_pool_id": self.settings.user_pool_id,
+            "user_pool_client_id": self.settings.user_pool_client_id,
             "api_key": api_key,
         }
         self._write_state()
@@ -105,13 +107,13 @@ class LocalStack:
         return self.state
 
     def _provision(self, endpoint: str) -> Settings:
-        from codeshot.store.provision import create_all
+        from codeshot.store.provision import create_all, create_user_pool
 
-        self.progress("Creating tables, embeds bucket and session queue ...")
+        self.progress("Creating tables, embeds bucket, session queue and user pool ...")
         settings = self.base.replace(
             aws_endpoint_url=endpoint, api_url=self.api_url, local_mode=True
         )
-        return create_all(settings)
+        return create_user_pool(create_all(settings))
 
     def _start_platform(self) -> str:
         """The API on loopback and a first user; returns that user's API key."""

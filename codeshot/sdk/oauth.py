@@ -132,22 +132,36 @@ class OAuthHandler:
 
     def user_token(self) -> str | None:
         """The user's access token, refreshed first if it has expired; None when the user
-        has not authorized this agent (or revoked it, or it expired with no refresh)."""
+        has not authorized this agent (or revoked it, or it expired and cannot be
+        refreshed: the provider refused, or gave no refresh token)."""
+        token = self._stored()
+        if token is None or not _expired(token):
+            return None if token is None else str(token["access_token"])
+        if not token.get("refresh_token"):
+            return None
+        from authlib.integrations.base_client import OAuthError
+
+        try:
+            with self._client() as client:
+                fresh = dict(client.refresh_token(self.oauth_params.token_uri,
+                                                  refresh_token=token["refresh_token"]))
+        except OAuthError:
+            # Another call may have refreshed it first (providers that rotate refresh
+            # tokens refuse the old one), or the grant is gone at the provider.
+            again = self._stored()
+            if again is None or _expired(again):
+                return None
+            return str(again["access_token"])
+        fresh.setdefault("refresh_token", token["refresh_token"])  # not always re-issued
+        self._save(fresh)
+        return str(fresh["access_token"])
+
+    def _stored(self) -> dict[str, Any] | None:
         response = self._call("GET", "/token")
         if response.status_code == 404:
             return None
         token: dict[str, Any] = response.json()
-        expires_at = token.get("expires_at")
-        if expires_at is not None and float(expires_at) <= time.time() + EXPIRY_MARGIN_SECONDS:
-            if not token.get("refresh_token"):
-                return None
-            with self._client() as client:
-                fresh = dict(client.refresh_token(self.oauth_params.token_uri,
-                                                  refresh_token=token["refresh_token"]))
-            fresh.setdefault("refresh_token", token["refresh_token"])  # not always re-issued
-            self._save(fresh)
-            token = fresh
-        return str(token["access_token"])
+        return token
 
     def require_token(self) -> str:
         """The user's access token; without one, :class:`AuthorizationRequired`, which
@@ -171,6 +185,12 @@ class OAuthHandler:
 
     def _save(self, token: dict[str, Any]) -> None:
         self._call("PUT", "/token", json={"token": token})
+
+
+def _expired(token: dict[str, Any]) -> bool:
+    """Expired, or about to: it could lapse on its way to the provider."""
+    expires_at = token.get("expires_at")
+    return expires_at is not None and float(expires_at) <= time.time() + EXPIRY_MARGIN_SECONDS
 
 
 def _platform_error(response: httpx.Response) -> AgentException:

@@ -116,6 +116,21 @@ def create_seed_secret(settings: Settings, spec: SeedSecret,
     return name
 
 
+def create_user_pool(settings: Settings) -> Settings:
+    """A user pool and the console's app client as the CDK app makes them (sign-up by
+    email, the same password policy); returns settings naming them."""
+    from codeshot.auth.cognito import POOL
+
+    cognito = aws.client("cognito-idp", settings)  # type: ignore[call-overload]  # no stubs
+    pool = cognito.create_user_pool(
+        PoolName="codeshot-users", UsernameAttributes=["email"],
+        AutoVerifiedAttributes=["email"], MfaConfiguration="OPTIONAL",
+        Policies={"PasswordPolicy": POOL.password_policy()})["UserPool"]
+    client = cognito.create_user_pool_client(
+        UserPoolId=pool["Id"], ClientName=POOL.console_client, GenerateSecret=False,
+        ExplicitAuthFlows=list(POOL.auth_flows))["UserPoolClient"]
+    return settings.replace(user_pool_id=pool["Id"], user_pool_client_id=client["ClientId"])
+
 
 def create_all(settings: Settings) -> Settings:
     """Create tables, bucket, queues and seed secrets; returns settings with the queues'

@@ -12,43 +12,38 @@ from codeshot.store.dynamo import from_item, is_condition_failure, lookup_key, t
 from codeshot.store.tables import USERS
 
 GUARD_PREFIX = "@"  # "@<username>" -> user_id, written with the user in one transaction
+# "!<Cognito sub>" -> user_id: the one user a signed-in identity is, written the same way.
+IDENTITY_PREFIX = "!"
+LIST_PAGE = 100  # users an operator's list shows at a time
 
 
 class UserStore(Repository):
     table = USERS
 
-    def create(self, username: str, **profile: Any) -> User:
+    def create(self, username: str, identity: str | None = None, **profile: Any) -> User:
+        """A new user; with ``identity`` (a Cognito sub), the user that identity signs in
+        as. A taken username, or an identity that already has a user, is a Conflict."""
         validate_handle(username, "username")
-        user = User(user_id="u_" + ids.ulid().lower(), username=username, **profile)
+        user = User(user_id="u_" + ids.ulid().lower(), username=username, identity=identity,
+                    **profile)
+        guards = [GUARD_PREFIX + username] + ([IDENTITY_PREFIX + identity] if identity else [])
+        puts = [{"user_id": guard, "owner_id": user.user_id} for guard in guards]
+        puts.append(user.to_dict() | {"api_key_ids": None})
         try:
-            self.db.transact_write_items(
-                TransactItems=[
-                    {
-                        "Put": {
-                            "TableName": self.table_name,
-                            "Item": to_item(
-                                {"user_id": GUARD_PREFIX + username, "owner_id": user.user_id}
-                            ),
-                            "ConditionExpression": "attribute_not_exists(user_id)",
-                        }
-                    },
-                    {
-                        "Put": {
-                            "TableName": self.table_name,
-                            "Item": to_item(user.to_dict() | {"api_key_ids": None}),
-                            "ConditionExpression": "attribute_not_exists(user_id)",
-                        }
-                    },
-                ]
-            )
+            self.db.transact_write_items(TransactItems=[
+                {"Put": {"TableName": self.table_name, "Item": to_item(item),
+                         "ConditionExpression": "attribute_not_exists(user_id)"}}
+                for item in puts])
         except Exception as exc:
             if is_condition_failure(exc):
+                if identity and self.find_by_identity(identity):
+                    raise Conflict("this account already has a username") from exc
                 raise Conflict(f"username {username!r} is taken") from exc
             raise
         return user
 
     def get(self, user_id: str) -> User:
-        if lookup_key(user_id, "user").startswith(GUARD_PREFIX):
+        if lookup_key(user_id, "user").startswith((GUARD_PREFIX, IDENTITY_PREFIX)):
             raise NotFound(f"user {user_id} not found")
         item = self.db.get_item(
             TableName=self.table_name, Key={"user_id": {"S": user_id}}, ConsistentRead=True
@@ -59,14 +54,46 @@ class UserStore(Repository):
 
     def get_by_username(self, username: str) -> User:
         lookup_key(username, "user")
-        guard = self.db.get_item(
-            TableName=self.table_name,
-            Key={"user_id": {"S": GUARD_PREFIX + username}},
-            ConsistentRead=True,
-        ).get("Item")
-        if not guard:
+        user = self._by_guard(GUARD_PREFIX + username)
+        if user is None:
             raise NotFound(f"user {username!r} not found")
-        return self.get(guard["owner_id"]["S"])
+        return user
+
+    def find_by_identity(self, identity: str) -> User | None:
+        """The user a Cognito identity signs in as; None before it has picked a username."""
+        return self._by_guard(IDENTITY_PREFIX + lookup_key(identity, "identity"))
+
+    def _by_guard(self, guard_id: str) -> User | None:
+        guard = self.db.get_item(
+            TableName=self.table_name, Key={"user_id": {"S": guard_id}}, ConsistentRead=True,
+        ).get("Item")
+        return self.get(guard["owner_id"]["S"]) if guard else None
+
+    def list(self, after: str | None = None) -> tuple[list[User], str | None]:
+        """A page of users in no particular order, and the user id to go on after (None:
+        the last page). A Scan: only operators list users, and rarely."""
+        kwargs: dict[str, Any] = {"TableName": self.table_name, "Limit": LIST_PAGE}
+        if after:
+            kwargs["ExclusiveStartKey"] = {"user_id": {"S": lookup_key(after, "user")}}
+        out = self.db.scan(**kwargs)
+        users = [User.from_dict(from_item(item)) for item in out.get("Items", [])
+                 if not item["user_id"]["S"].startswith((GUARD_PREFIX, IDENTITY_PREFIX))]
+        last = out.get("LastEvaluatedKey")
+        return users, last["user_id"]["S"] if last else None
+
+    def set_flag(self, user_id: str, name: str, value: bool) -> User:
+        """Set one of the user's switches (``disabled``, ``operator``); returns the user."""
+        if name not in ("disabled", "operator"):
+            raise ValueError(name)
+        try:
+            out = self.db.update_item(
+                TableName=self.table_name, Key={"user_id": {"S": user_id}},
+                UpdateExpression="SET #f = :v", ExpressionAttributeNames={"#f": name},
+                ConditionExpression="attribute_exists(user_id)",
+                ExpressionAttributeValues={":v": {"BOOL": value}}, ReturnValues="ALL_NEW")
+        except self.db.exceptions.ConditionalCheckFailedException as exc:
+            raise NotFound(f"user {user_id} not found") from exc
+        return User.from_dict(from_item(out["Attributes"]))
 
     def _keys(self, user_id: str, action: str, key_id: str) -> None:
         try:

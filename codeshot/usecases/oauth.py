@@ -8,8 +8,9 @@ comes back to the platform's callback, and the paused query resumes.
    session awaits input with the URL as its question.
 3. The provider redirects the browser to ``/api/oauth/callback``: the flow is taken (once,
    unexpired), the code and verifier go to the agent's ``Func[_oauth]``, which exchanges
-   them with its client secret and hands the token back (``PUT /api/oauth/token``), and a
-   message from the user resumes the session, which calls the Func again.
+   them with its client secret and hands the token back (``PUT /api/oauth/token``), and,
+   if the session's question is this link, a message from the user resumes the session,
+   which calls the Func again.
 4. The agent reads the token with ``GET /api/oauth/token`` (refreshing it itself when it
    has expired); the user lists and revokes tokens (GraphQL, CLI, console).
 """
@@ -21,9 +22,9 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from codeshot.errors import CodeshotError, Forbidden, InvalidInput, NotFound, OAuthFailed
-from codeshot.models import Principal, SessionStatus
+from codeshot.models import MessageType, Principal, SessionStatus
 from codeshot.services import Services
-from codeshot.store.oauth import Flow, Grant
+from codeshot.store.oauth import Flow, Grant, check_token
 from codeshot.text import as_one_line
 from codeshot.usecases.messaging import Messaging
 from codeshot.usecases.users import principal_of, user_id_of
@@ -31,15 +32,22 @@ from codeshot.usecases.users import principal_of, user_id_of
 CALLBACK_PATH = "/api/oauth/callback"
 OAUTH_FUNC = "_oauth"  # the Func Fixie 1.0's SDK registers for agents with oauth_params
 MAX_SCOPES = 50
+MAX_SCOPE_CHARS = 200
+RECENT_MESSAGES = 10  # a paused question is the session's newest terminal message
 
 
-def _acting_for(services: Services, caller: Principal) -> tuple[str, str]:
-    """(user, agent) of an agent token issued for a user; charges the per-minute limit."""
+def _acting_for(caller: Principal) -> tuple[str, str]:
+    """(user, agent) of an agent token issued for a user."""
     if not caller.user_id or not caller.agent_id:
         raise Forbidden("OAuth needs an agent token issued for a user")
-    services.usage.charge("oauth", f"{caller.user_id}#{caller.agent_id}",
-                          services.settings.storage_rate_limit, window="minute")
     return caller.user_id, caller.agent_id
+
+
+def _charge(services: Services, user_id: str, agent_id: str) -> None:
+    """One call against the per-minute limit of this user and agent (after the input's
+    checks: refused input writes nothing, the counter included)."""
+    services.usage.charge("oauth", f"{user_id}#{agent_id}",
+                          services.settings.storage_rate_limit, window="minute")
 
 
 def redirect_uri(services: Services) -> str:
@@ -52,17 +60,11 @@ def authorization_url(services: Services, caller: Principal, auth_uri: str, clie
     agent and session (a query's session: that is what resumes)."""
     from authlib.integrations.httpx_client import OAuth2Client
 
-    user_id, agent_id = _acting_for(services, caller)
+    user_id, agent_id = _acting_for(caller)
     if not caller.session_id:
         raise Forbidden("OAuth needs an agent token issued for a session")
-    parts = urlsplit(auth_uri)
-    allowed = ("https", "http") if services.settings.local_mode else ("https",)
-    if parts.scheme not in allowed or not parts.hostname:
-        raise InvalidInput(f"authUri must be an {' or '.join(allowed)} URL")
-    if not client_id or len(scopes) > MAX_SCOPES or not all(
-            isinstance(s, str) and s and " " not in s for s in scopes):
-        raise InvalidInput("clientId must be set and scopes must be words (at most "
-                           f"{MAX_SCOPES})")
+    _check_client(services, auth_uri, client_id, scopes)
+    _charge(services, user_id, agent_id)
     flow = services.oauth.start_flow(user_id, agent_id, caller.session_id,
                                      redirect_uri(services))
     with OAuth2Client(client_id, scope=" ".join(scopes), redirect_uri=flow.redirect_uri,
@@ -72,8 +74,22 @@ def authorization_url(services: Services, caller: Principal, auth_uri: str, clie
     return str(url)
 
 
+def _check_client(services: Services, auth_uri: str, client_id: str, scopes: list[str]
+                  ) -> None:
+    parts = urlsplit(auth_uri)
+    allowed = ("https", "http") if services.settings.local_mode else ("https",)
+    if parts.scheme not in allowed or not parts.hostname:
+        raise InvalidInput(f"authUri must be an {' or '.join(allowed)} URL")
+    words = all(isinstance(s, str) and 0 < len(s) <= MAX_SCOPE_CHARS
+                and not any(c.isspace() for c in s) for s in scopes)
+    if not client_id or len(scopes) > MAX_SCOPES or not words:
+        raise InvalidInput(f"clientId must be set and scopes must be words (at most "
+                           f"{MAX_SCOPES}, of at most {MAX_SCOPE_CHARS} characters)")
+
+
 def get_token(services: Services, caller: Principal) -> dict[str, Any]:
-    user_id, agent_id = _acting_for(services, caller)
+    user_id, agent_id = _acting_for(caller)
+    _charge(services, user_id, agent_id)
     token = services.oauth.get_token(user_id, agent_id)
     if token is None:
         raise NotFound(f"the user has not authorized {agent_id}")
@@ -81,13 +97,17 @@ def get_token(services: Services, caller: Principal) -> dict[str, Any]:
 
 
 def put_token(services: Services, caller: Principal, token: Any) -> None:
-    user_id, agent_id = _acting_for(services, caller)
+    user_id, agent_id = _acting_for(caller)
+    check_token(token)
+    _charge(services, user_id, agent_id)
     services.oauth.put_token(user_id, agent_id, token)
 
 
-def complete(services: Services, state: str, code: str | None, error: str | None) -> Flow:
+def complete(services: Services, state: str, code: str | None, error: str | None
+             ) -> tuple[Flow, bool]:
     """The provider's redirect: take the flow (OAUTH_STATE_INVALID if it is not one the
-    platform has open), have the agent exchange the code, and resume the session."""
+    platform has open), have the agent exchange the code, and resume the session if it
+    is paused on this authorization; returns the flow and whether it resumed."""
     flow = services.oauth.take_flow(state)  # first: a replay is refused whatever it carries
     if error or not code:
         raise OAuthFailed("the authorization server did not authorize the agent: "
@@ -95,11 +115,24 @@ def complete(services: Services, state: str, code: str | None, error: str | None
     _exchange(services, flow, code)
     if services.oauth.get_token(flow.user_id, flow.agent_id) is None:
         raise OAuthFailed(f"{flow.agent_id} did not keep a token from the authorization")
-    session = services.sessions.get(flow.session_id, owner=flow.user_id)
-    if session.status is SessionStatus.AWAITING_INPUT:
-        user = principal_of(services.users.get(flow.user_id))
-        Messaging(services).post(user, flow.session_id, f"I authorized {flow.agent_id}.")
-    return flow
+    return flow, _resume(services, flow)
+
+
+def _resume(services: Services, flow: Flow) -> bool:
+    """Answer the session's question with "I authorized <agent>." (as its user), if the
+    question is this flow's link: not one asked since, nor a Fixie-style agent's link
+    that was part of an answer (the user asks again then)."""
+    recent = services.sessions.recent(flow.session_id, RECENT_MESSAGES)
+    session = recent.session
+    if session is None or session.owner != flow.user_id or \
+            session.status is not SessionStatus.AWAITING_INPUT:
+        return False
+    question = next((m for m in recent.messages if m.type is MessageType.AWAITING_INPUT), None)
+    if question is None or flow.state not in question.text:
+        return False
+    user = principal_of(services.users.get(flow.user_id))
+    Messaging(services).post(user, flow.session_id, f"I authorized {flow.agent_id}.")
+    return True
 
 
 def _exchange(services: Services, flow: Flow, code: str) -> None:

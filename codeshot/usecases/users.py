@@ -143,8 +143,8 @@ def create_api_key(services: Services, principal: Principal) -> tuple[ApiKey, st
 
 def revoke_api_key(services: Services, principal: Principal, key_id: str) -> ApiKey:
     """Revoke one of the caller's keys (the one in use too: that signs out). Another
-    user's key, or none, is NOT_FOUND; the last key cannot go (the user would be locked
-    out: create another first)."""
+    user's key, or none, is NOT_FOUND; the last key of a user with no account (email and
+    password) cannot go (the user would be locked out: create another first)."""
     user = services.users.get(user_id_of(principal))
     return _revoke(services, user, key_id, principal.key_id)
 
@@ -158,7 +158,7 @@ def revoke_key_of(services: Services, username: str, key: str) -> ApiKey:
 def _revoke(services: Services, user: User, key_id: str, current: str | None) -> ApiKey:
     if key_id not in user.api_key_ids:
         raise NotFound(f"no active API key {key_id!r}")  # another's looks absent too
-    if len(user.api_key_ids) == 1:
+    if len(user.api_key_ids) == 1 and not user.identity:  # an account signs in without keys
         raise InvalidInput("this is the last API key; create another before revoking it")
     services.auth.revoke_api_key(user, key_id)
     return ApiKey.of(key_id, current)

@@ -28,6 +28,7 @@ EXTRA_READS: dict[str, tuple[str, ...]] = {
     "registry": ("dynamodb:Scan",),  # the agent list and the router's index
     "sessions": ("dynamodb:BatchGetItem",),
     "usage": ("dynamodb:BatchGetItem",),  # a user's and an agent's token counters at once
+    "users": ("dynamodb:Scan",),  # an operator's list of users
 }
 EXTRA_WRITES: dict[str, tuple[str, ...]] = {
     "sessions": ("dynamodb:BatchWriteItem",),  # a long trace; a deleted session's items

@@ -331,6 +331,24 @@ class Deployment:
         self.secret_arns[name] = arn
         return arn, {"Id": arn}
 
+    def _AWS_Cognito_UserPool(self, stack: Stack, logical_id: str, props: dict[str, Any]
+                              ) -> tuple[str, dict[str, Any]]:
+        """The accounts' pool, with the template's sign-in and password rules."""
+        keys = ("UsernameAttributes", "AutoVerifiedAttributes", "MfaConfiguration", "Policies")
+        pool = self.aws("cognito-idp").create_user_pool(
+            PoolName=props.get("UserPoolName") or physical_name(stack.name, logical_id, 128),
+            **{k: props[k] for k in keys if k in props})["UserPool"]
+        return pool["Id"], {"Arn": pool["Arn"], "ProviderName": pool["Id"]}
+
+    def _AWS_Cognito_UserPoolClient(self, stack: Stack, logical_id: str,
+                                    props: dict[str, Any]) -> tuple[str, dict[str, Any]]:
+        keys = ("ExplicitAuthFlows", "GenerateSecret", "PreventUserExistenceErrors")
+        client = self.aws("cognito-idp").create_user_pool_client(
+            UserPoolId=props["UserPoolId"],
+            ClientName=props.get("ClientName") or physical_name(stack.name, logical_id, 128),
+            **{k: props[k] for k in keys if k in props})["UserPoolClient"]
+        return client["ClientId"], {}
+
     def _AWS_Logs_LogGroup(self, stack: Stack, logical_id: str, props: dict[str, Any]
                            ) -> tuple[str, dict[str, Any]]:
         """Named only: function output goes to files under the rehearsal's logs/."""

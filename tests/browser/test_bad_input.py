@@ -19,7 +19,7 @@ def test_a_wrong_key_is_refused_with_the_reason(console):
     page = console.page
     page.get_by_label("API key").first.fill("not-a-key")
     page.get_by_role("button", name="Sign in").first.click()
-    error = page.locator("#signin-page .form-error")
+    error = page.locator("#signin-page form[data-signin] .form-error")
     expect(error).to_contain_text("UNAUTHENTICATED")
     expect(page.get_by_role("navigation")).to_be_hidden()
     expect(page.get_by_label("API key").first).to_be_focused()
@@ -43,7 +43,7 @@ def test_a_sign_in_that_expires_mid_draft_keeps_the_draft(console, new_user, sta
     expect(page.get_by_label("Message")).to_have_value("Roll a d20, please")  # kept
     assert stack.services.sessions.all_messages(session) == []  # nothing was posted
     dialog.get_by_label("API key").fill(second_key)
-    dialog.get_by_role("button", name="Sign in").click()
+    dialog.get_by_role("button", name="Sign in", exact=True).click()
     expect(dialog).to_be_hidden()
     page.get_by_role("button", name="Send").click()
     expect(page.locator(".answer .msg-agent")).to_contain_text("You rolled", timeout=20_000)

@@ -22,7 +22,7 @@ from codeshot.models import MessageType
 from codeshot.sdk.project import load_agent, read_config
 from codeshot.usecases.messaging import EmbedUpload, Messaging
 from codeshot.usecases.users import principal_of
-from tests.browser.conftest import AXE, PHONE
+from tests.browser.conftest import PHONE
 
 
 def start_session(console, agent_label: str | None = None) -> str:
@@ -160,22 +160,22 @@ def test_keys_are_shown_once_and_a_revoked_key_is_refused(console, new_user):
     page = console.page
     expect(page.locator("#quota-text")).to_contain_text(re.compile(r"0 of [\d,]+ used;\s+resets .+ \(in \d+"))
     expect(page.locator("#tokens-text")).to_contain_text(re.compile(r"^0 of [\d,]+ used"))
-    expect(page.locator("table.keys tbody tr")).to_have_count(1)
-    expect(page.locator("table.keys")).to_contain_text("this browser")
+    expect(page.locator("#keys table.keys tbody tr")).to_have_count(1)
+    expect(page.locator("#keys table.keys")).to_contain_text("this browser")
 
     page.get_by_role("button", name="Create a key").click()
     new_key = page.get_by_label(re.compile("Your new API key")).input_value()
     assert new_key.count(".") == 2 and new_key != key
-    expect(page.locator("table.keys tbody tr")).to_have_count(2)
+    expect(page.locator("#keys table.keys tbody tr")).to_have_count(2)
     console.shot("account")
 
     page.on("dialog", lambda dialog: dialog.accept())
-    current = page.locator("table.keys tbody tr", has_text="this browser")
+    current = page.locator("#keys table.keys tbody tr", has_text="this browser")
     current.get_by_role("button", name=re.compile("^Revoke")).click()
     expect(page.locator("#keys .notice")).to_contain_text("It was the key this browser")
-    expect(page.locator("table.keys tbody tr")).to_have_count(1)
+    expect(page.locator("#keys table.keys tbody tr")).to_have_count(1)
     expect(page.get_by_label(re.compile("Your new API key"))).to_have_count(0)  # shown once
-    expect(page.locator("table.keys")).to_contain_text("your last key")  # it stays
+    expect(page.locator("#keys table.keys")).to_contain_text("your last key")  # it stays
     expect(page.get_by_role("button", name=re.compile("^Revoke"))).to_have_count(0)
 
     console.nav("Agents")  # the next request, with the revoked key
@@ -184,7 +184,7 @@ def test_keys_are_shown_once_and_a_revoked_key_is_refused(console, new_user):
     expect(dialog).to_contain_text("UNAUTHENTICATED")
     expect(page.get_by_role("heading", name="Account", level=1)).to_be_visible()  # page kept
     dialog.get_by_label("API key").fill(new_key)
-    dialog.get_by_role("button", name="Sign in").click()
+    dialog.get_by_role("button", name="Sign in", exact=True).click()
     expect(dialog).to_be_hidden()
     console.nav("Agents")
     console.heading("Agents")
@@ -269,15 +269,7 @@ def test_axe_finds_no_accessibility_violations(console, new_user):
     _, key = new_user()
     console.open("/")
     page = console.page
-    source = AXE.read_text()
-
-    def violations() -> list[str]:
-        page.evaluate(source)  # through the debugger: the page's CSP allows no injected script
-        found = page.evaluate("""async () => (await axe.run(document, {
-            runOnly: {type: 'tag', values: ['wcag2a', 'wcag2aa', 'wcag21a', 'wcag21aa']}
-        })).violations.map(v => v.id + ': ' + v.nodes.map(n => n.target.join(' ')).join(', '))""")
-        return found
-
+    violations = console.axe_violations
     assert violations() == []  # the sign-in page
     console.sign_in(key)
     session = start_session(console)

@@ -100,6 +100,39 @@ def test_a_func_can_ask_for_input(scripted, trace: list[TraceStep]) -> None:
     assert llm.transcript(1).endswith("Func[balance] says: savings: $12.50\n")
 
 
+def test_a_func_that_asks_the_user_to_act_elsewhere_is_called_again(scripted, trace) -> None:
+    """``repeat_on_answer`` (an OAuth authorization): the answer calls the Func again as
+    first asked, and the model reads the transcript as if the call had never paused."""
+    tokens: list[str] = []
+
+    def books(name: str, text: str) -> CommandResult:
+        if not tokens:
+            return CommandResult("", needs_input=True, repeat_on_answer=True,
+                                 question="Authorize Books here: https://books.example/o")
+        return CommandResult(f"{text}: Dune, Emma")
+
+    shots = ["Q: What is on my list?\nAsk Func[books]: all\nFunc[books] says: X\nA: X"]
+    paused = Executor(code_shot_components("I read.", shots, books), scripted("Ask Func[books]: all"),
+                      trace=trace.append).run("What is on my list?")
+    assert (paused.status, paused.text) == (
+        Status.AWAITING_INPUT, "Authorize Books here: https://books.example/o")
+
+    tokens.append("t")  # the user authorized the agent
+    llm = scripted("A: Dune, Emma.")
+    done = Executor(code_shot_components("I read.", shots, books), llm,
+                    trace=trace.append).resume(json.loads(json.dumps(paused.state)),
+                                               "I authorized acme/books.")
+    assert done.text == "Dune, Emma."
+    assert llm.transcript(0).endswith(
+        "Q: What is on my list?\nAsk Func[books]: all\nFunc[books] says: all: Dune, Emma\n")
+    assert "authorized" not in llm.transcript(0) and "Authorize" not in llm.transcript(0)
+    assert [(t.type, t.text) for t in trace] == [  # the session's trace keeps the pause
+        (MessageType.FUNC_CALL, "all"), (MessageType.RESULT, ""),
+        (MessageType.AWAITING_INPUT, "Authorize Books here: https://books.example/o"),
+        (MessageType.FUNC_CALL, "all"), (MessageType.RESULT, "all: Dune, Emma"),
+        (MessageType.RESPONSE, "Dune, Emma.")]
+
+
 def test_resume_rejects_a_state_that_is_not_paused(scripted) -> None:
     agent = Executor([], scripted())
     done_state = {"version": 1, "query": "q", "transcript": [{"kind": "q", "text": "q"}],

@@ -128,11 +128,11 @@ def test_query_embed_without_such_an_embed_says_so(live, user, deploy):
     assert "there is no embed #doc1 in this session" in reply["text"]
 
 
-def test_query_corpus_says_corpora_are_not_indexed_yet(live, user, deploy):
+def test_query_corpus_without_a_declared_corpus_says_so(live, user, deploy):
+    """(Agents with corpora: tests/fixie/test_corpora.py.)"""
     agent_id = deploy(fixieai.CodeShotAgent(
         "I answer from the manual.",
         "Q: How do I start?\nAsk Func[fixie_query_corpus]: How do I start?\n"
-        "Func[fixie_query_corpus] says: Run the installer.\nA: Run the installer.",
-        corpora=[fixieai.DocumentCorpus(urls=["https://docs.example/*"])]), "manual")
+        "Func[fixie_query_corpus] says: Run the installer.\nA: Run the installer."), "manual")
     reply, _ = ask(live, user, agent_id, "How do I start?")
-    assert "document corpora are not indexed by this platform yet" in reply["text"]
+    assert "this agent declares no document corpus to search" in reply["text"]

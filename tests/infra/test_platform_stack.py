@@ -335,7 +335,8 @@ def test_seed_secrets_are_generated_at_deploy_and_go_with_the_stack(synth, spec,
 def test_destroy_keeps_the_tables_and_buckets_and_nothing_else(synth):
     kept = {k for k, v in synth.platform.resources.items() if v.get("DeletionPolicy") == "Retain"}
     data = set(synth.platform.of_type("AWS::DynamoDB::Table")) | set(
-        synth.platform.of_type("AWS::S3::Bucket"))
+        synth.platform.of_type("AWS::S3::Bucket")) | set(
+        synth.platform.of_type("AWS::Cognito::UserPool"))  # accounts
     assert kept == data
     assert not [k for k, v in synth.agent.resources.items() if v.get("DeletionPolicy") == "Retain"]
 

@@ -195,6 +195,13 @@ def test_a_query_pauses_for_authorization_and_resumes_with_the_users_token(
     assert fresh["access_token"] != stale["access_token"]
     assert fresh["expires_at"] > time.time()
     assert provider.reads[-1] == ("alice", fresh["access_token"])
+    # A refresh the provider refuses (that refresh token was rotated away, as if the grant
+    # had been revoked there) asks the user to authorize again.
+    stack.services.oauth.put_token(alice_id, reader, {**stale, "expires_at": time.time() - 5})
+    _, refused = ask(stack, alice, QUESTION)
+    assert refused["type"] == "awaiting_input", refused
+    assert URL.search(refused["message"]["text"])
+    stack.services.oauth.put_token(alice_id, reader, fresh)
 
     # The user sees which agents hold a token for them, and revokes one.
     grants = gql(stack, alice, "{ oauthGrants { agentId created modified } }")
@@ -237,6 +244,10 @@ def test_a_replayed_or_foreign_state_is_refused_and_changes_nothing(stack, provi
     replayed = httpx.get(callback, timeout=60)
     assert replayed.status_code == 400
     assert replayed.json()["error"]["code"] == "OAUTH_STATE_INVALID"
+    in_a_browser = httpx.get(callback, headers={"Accept": "text/html"}, timeout=60)
+    assert in_a_browser.status_code == 400
+    assert in_a_browser.headers["content-type"].startswith("text/html")
+    assert "Not authorized" in in_a_browser.text and "(OAUTH_STATE_INVALID)" in in_a_browser.text
     stored = stack.services.oauth.get_token(user_id(stack, carol), reader)
     assert stored is not None and len(provider.codes) == 0  # the code was used, once
 
@@ -262,6 +273,20 @@ def test_agents_need_a_users_session_token_for_oauth(stack, reader):
     assert refused.status_code == 403
     assert refused.json()["error"]["code"] == "FORBIDDEN"
     assert httpx.get(f"{stack.api_url}/api/oauth/token", timeout=30).status_code == 401
+    user_id_ = user_id(stack, new_user(stack, "ivan"))
+    token = stack.services.auth.agent_token(reader, user_id_, "s_1")
+    for body in ({"authUri": "ftp://auth.example/o", "clientId": "c"},
+                 {"authUri": "https://auth.example/o", "clientId": ""},
+                 {"authUri": "https://auth.example/o", "clientId": "c", "scopes": ["a b"]},
+                 {"authUri": "https://auth.example/o", "clientId": "c", "scopes": ["x" * 201]}):
+        bad = httpx.post(f"{stack.api_url}/api/oauth/authorizations", json=body,
+                         headers={"Authorization": f"Bearer {token}"}, timeout=30)
+        assert bad.status_code == 400 and bad.json()["error"]["code"] == "INVALID_INPUT", body
+    stored = httpx.put(f"{stack.api_url}/api/oauth/token", json={"token": {"scope": "x"}},
+                       headers={"Authorization": f"Bearer {token}"}, timeout=30)
+    assert stored.status_code == 400 and stored.json()["error"]["code"] == "INVALID_INPUT"
+    assert stack.services.oauth.grants(user_id_) == []  # nothing written, not even
+    assert stack.services.usage.used("oauth", f"{user_id_}#{reader}", "minute") == 0  # a count
 
 
 def test_an_agent_the_planner_asks_pauses_and_resumes_the_same_way(stack, provider, reader):
@@ -292,3 +317,40 @@ def test_the_console_account_page_lists_authorized_agents_and_revokes_them(
     assert "Revoked local/reader&#39;s token" in revoked.text
     assert "No agent holds a token of yours." in revoked.text
     assert stack.services.oauth.get_token(user_id(stack, grace), reader) is None
+
+
+def test_a_fixie_style_func_answers_with_the_link_and_the_user_asks_again(stack, provider):
+    """fixie-examples' pattern: `user_token()`, else the link as the Func's result; the
+    session does not pause, so the callback stores the token and the user asks again."""
+    from codeshot.local.http_server import HttpServer
+    from codeshot.usecases.registration import AgentFields, AgentRegistration
+    from codeshot.usecases.users import find_user, principal_of
+
+    agent = CodeShotAgent("I read your reading list at Books.", READER_FEW_SHOTS,
+                          oauth_params=OAuthParams("reader-client", "reader-secret",
+                                                   provider.url + "/authorize",
+                                                   provider.url + "/token", ["books.read"]))
+
+    @agent.register_func
+    def reading_list(query, oauth_handler) -> str:
+        token = oauth_handler.user_token()
+        if token is None:
+            return oauth_handler.get_authorization_url()
+        reply = httpx.get(provider.url + "/books", headers={"Authorization": f"Bearer {token}"})
+        return ", ".join(reply.json()["books"])
+
+    server = HttpServer(agent.app(stack.settings.replace(agent_id="local/fixiereader")),
+                        "127.0.0.1", 0)
+    stack.agents.append(server)
+    AgentRegistration(stack.services).create(
+        principal_of(find_user(stack.services, "local")), "fixiereader",
+        AgentFields(func_url=server.start(), published=True, description="Fixie style."))
+
+    heidi = new_user(stack, "heidi")
+    session, answered = ask(stack, heidi, QUESTION, agent="local/fixiereader")
+    assert answered["type"] == "response", answered  # the link is the Func's result
+    (url,) = URL.findall(answered["message"]["text"])
+    back = authorize(provider, url.rstrip("."), "heidi")
+    assert back.status_code == 200 and "Ask it again in your conversation" in back.text
+    _, again = ask(stack, heidi, QUESTION, session=session, agent="local/fixiereader")
+    assert again["message"]["text"] == "Your reading list: Orlando, Nostromo."

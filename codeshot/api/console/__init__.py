@@ -8,7 +8,7 @@ from __future__ import annotations
 from fastapi import FastAPI
 from fastapi.responses import RedirectResponse
 
-from codeshot.api.console import account, agents, chat
+from codeshot.api.console import account, agents, chat, operators, sign_in
 from codeshot.api.console.graphiql import ConsoleGraphQLRouter
 from codeshot.api.console.web import STATIC, STATIC_PREFIX, Assets
 
@@ -18,7 +18,7 @@ __all__ = ["ConsoleGraphQLRouter", "install"]
 def install(app: FastAPI) -> None:
     """Serve the console from ``app``: pages, static files, and ``/`` leading to it."""
     app.mount(STATIC_PREFIX, Assets(directory=STATIC), name="console-static")
-    for module in (chat, agents, account):
+    for module in (chat, agents, account, sign_in, operators):
         app.include_router(module.router)
 
     @app.get("/", include_in_schema=False)

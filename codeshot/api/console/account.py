@@ -18,6 +18,7 @@ from codeshot.api.console.web import (
 from codeshot.models import Principal
 from codeshot.services import Services
 from codeshot.usecases import oauth, users
+from codeshot.usecases.accounts import NoUsername
 from codeshot.usecases.threads import blocking
 
 router = APIRouter(route_class=ConsoleRoute)
@@ -25,8 +26,9 @@ router = APIRouter(route_class=ConsoleRoute)
 
 def _keys(services: Services, user: Principal, new_key: str | None = None,
           notice: str | None = None) -> str:
+    has_account = services.users.get(user.user_id or "").identity is not None
     return templates.render("account/keys.html", keys=users.list_api_keys(services, user),
-                            new_key=new_key, notice=notice)
+                            new_key=new_key, notice=notice, has_account=has_account)
 
 
 def _grants(services: Services, user: Principal, notice: str | None = None) -> str:
@@ -75,6 +77,14 @@ async def revoke_grant(request: Request, owner: str, handle: str,
 
 
 @router.get("/console/signed-in")
-async def signed_in(user: Principal = Depends(caller)) -> HTMLResponse:
-    """Who the credential belongs to (the header shows it; a sign-in checks it)."""
-    return html(templates.render("account/signed_in.html", username=user.username))
+async def signed_in(request: Request) -> HTMLResponse:
+    """Who the credential belongs to (the header shows it, and to operators a link to the
+    users; a sign-in checks it). An account with no username yet shows its email."""
+    try:
+        user = await caller(request)
+    except NoUsername as exc:
+        return html(templates.render("account/signed_in.html", username=exc.identity.email,
+                                     operator=False))
+    record = await blocking(services_of(request).users.get, user.user_id or "")
+    return html(templates.render("account/signed_in.html", username=user.username,
+                                 operator=record.operator))

@@ -28,10 +28,12 @@ from fastapi.staticfiles import StaticFiles
 from starlette.types import Scope
 
 from codeshot.api.errors import INTERNAL_MESSAGE, as_codeshot_error
+from codeshot.auth.cognito import POOL
 from codeshot.auth.tokens import bearer
 from codeshot.errors import CodeshotError, InvalidInput
 from codeshot.models import Principal
 from codeshot.services import Services
+from codeshot.usecases.accounts import NoUsername
 from codeshot.usecases.sessions import TEXT_PREVIEW_BYTES
 from codeshot.usecases.threads import blocking
 
@@ -152,13 +154,20 @@ def embeds_origin(services: Services) -> str:
     return f"{parts.scheme}://{parts.netloc}"
 
 
-def shell(request: Request) -> HTMLResponse:
-    """The page without data; its script loads the content with the caller's key."""
+def shell(request: Request, path: str | None = None, token: str | None = None,
+          refused: CodeshotError | None = None) -> HTMLResponse:
+    """The page without data; its script loads the content with the caller's key. Back
+    from Google or GitHub sign-in, it carries the account's ID token for the script to
+    keep (``token``), or why the sign-in failed (``refused``), and loads ``path``."""
     services: Services = request.app.state.services
     missing = missing_assets()
-    body = templates.render("shell.html", missing=missing, path=request.url.path,
-                            query=request.url.query,
-                            max_message_length=services.settings.max_message_length)
+    settings = services.settings
+    providers = services.accounts.providers() if settings.user_pool_client_id else []
+    body = templates.render("shell.html", missing=missing, path=path or request.url.path,
+                            query="" if path else request.url.query,
+                            max_message_length=settings.max_message_length,
+                            accounts=bool(settings.user_pool_client_id), providers=providers,
+                            password_rule=POOL.password_rule(), token=token, refused=refused)
     csp = content_security_policy(images=embeds_origin(services))
     return html(body, status=503 if missing else 200,
                 headers={"Content-Security-Policy": csp})
@@ -186,14 +195,14 @@ def services_of(request: Request) -> Services:
 
 
 async def caller(request: Request) -> Principal:
-    """The signed-in user: today an API key, sent as a Bearer token.
+    """The signed-in user: an API key or an account's ID token, sent as a Bearer token.
 
-    This is the one place that turns the console's credential into a user, so another
-    way to sign in (issue 25: Cognito) adds a branch here and a form to the sign-in page;
-    the pages and the header they send stay the same."""
-    services = services_of(request)
+    This is the one place that turns the console's credential into a user; an account
+    with no username yet raises NoUsername (the page asks for one)."""
+    from codeshot.usecases.accounts import principal_for_token
+
     token = bearer(request.headers.get("authorization"))
-    return await blocking(services.auth.user_for_api_key, token)
+    return await blocking(principal_for_token, services_of(request), token)
 
 
 async def form(request: Request) -> dict[str, str]:
@@ -229,6 +238,11 @@ class ConsoleRoute(APIRoute):
                 return await handler(request)
             except ShellNeeded:
                 return shell(request)
+            except NoUsername as exc:
+                if request.method == "GET" and request.headers.get("HX-Target") == "main":
+                    return html(templates.render("account/username.html", error=None,
+                                                 username="", email=exc.identity.email))
+                return error_response(request, exc)
             except RequestValidationError as exc:
                 first = exc.errors()[0] if exc.errors() else {}
                 where = ".".join(str(p) for p in first.get("loc", ()))

@@ -1,5 +1,6 @@
 """Per-request GraphQL context: the platform's services and the caller, authenticated
-on first use by the API key in ``Authorization: Bearer``."""
+on first use by the API key (or, from the console's GraphiQL, the account's ID token) in
+``Authorization: Bearer``."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ from strawberry.types import Info
 from codeshot.auth.tokens import bearer
 from codeshot.models import Principal
 from codeshot.services import Services
+from codeshot.usecases.accounts import principal_for_token
 from codeshot.usecases.threads import blocking
 
 
@@ -22,7 +24,7 @@ class Context(BaseContext):
 
     @cached_property
     def principal(self) -> Principal:
-        return self.services.auth.user_for_api_key(bearer(self.authorization))
+        return principal_for_token(self.services, bearer(self.authorization))
 
 
 def ctx(info: Info) -> Context:

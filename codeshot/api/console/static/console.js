@@ -12,8 +12,9 @@
   const signinPage = document.getElementById("signin-page");
 
   // -- the credential -------------------------------------------------------------------
-  // {method, token}: today the method is "api-key"; another sign-in method (issue 25)
-  // adds a reader below that yields a token the platform accepts as a Bearer.
+  // {method, token}: "api-key" (read from its form below) or "account" (an ID token the
+  // platform hands back after an email and password sign-in, in a "codeshot:signed-in"
+  // event); either is sent as a Bearer.
   const readers = {
     "api-key": (form) => form.elements.api_key.value.trim(),
   };
@@ -72,6 +73,17 @@
       .catch(() => {});
   }
 
+  function useCredential(form, method, token) {
+    sessionStorage.setItem(STORE, JSON.stringify({ method: method, token: token }));
+    form.reset();
+    if (dialog.open) dialog.close();
+    signedIn();
+    if (!contentShown) {
+      signinPage.hidden = true;
+      load(main.dataset.url);
+    }
+  }
+
   for (const form of document.querySelectorAll("form[data-signin]")) {
     form.addEventListener("submit", (event) => {
       event.preventDefault();
@@ -80,16 +92,17 @@
         showError(form.querySelector(".form-error"), textError("INVALID_INPUT", "Enter an API key."));
         return;
       }
-      sessionStorage.setItem(STORE, JSON.stringify({ method: form.dataset.signin, token: token }));
-      form.reset();
-      if (dialog.open) dialog.close();
-      signedIn();
-      if (!contentShown) {
-        signinPage.hidden = true;
-        load(main.dataset.url);
-      }
+      useCredential(form, form.dataset.signin, token);
     });
   }
+
+  // Fired while htmx still handles the sign-in's response: load the page once that
+  // request is over, or the page's request (hx-sync on #main) would abort it.
+  document.body.addEventListener("codeshot:signed-in", (event) => {
+    const form = event.target.closest("form");
+    const token = event.detail.token;
+    setTimeout(() => useCredential(form, "account", token), 0);
+  });
 
   document.getElementById("sign-out").addEventListener("click", () => {
     sessionStorage.clear(); // the key, and GraphiQL's tabs and history (they hold headers)
@@ -139,7 +152,10 @@
   document.body.addEventListener("htmx:beforeSwap", (event) => {
     const xhr = event.detail.xhr;
     if (xhr.status < 400 || xhr.status === 422) return;
-    if (xhr.status === 401) {
+    const source = event.detail.requestConfig.elt; // (detail.elt is the swap target)
+    // A refused sign-in (a wrong password) is shown on its form, not taken as signed out.
+    const signingIn = source && source.closest && source.closest("[data-account]");
+    if (xhr.status === 401 && !signingIn) {
       const reason = errorContent(xhr);
       showSignIn(typeof reason === "string" ? reason : reason.outerHTML);
       return;
@@ -150,7 +166,6 @@
       contentShown = true;
       return;
     }
-    const source = event.detail.requestConfig.elt; // (detail.elt is the swap target)
     showError(slotFor(source), errorContent(xhr));
     resumePolling(source);
   });
@@ -278,7 +293,8 @@
   document.body.addEventListener("htmx:afterSettle", (event) => {
     if (event.detail.target !== main) return;
     const section = window.location.pathname.startsWith("/console/agents") ? "agents"
-      : window.location.pathname.startsWith("/console/account") ? "account" : "chat";
+      : window.location.pathname.startsWith("/console/account") ? "account"
+      : window.location.pathname.startsWith("/console/users") ? "users" : "chat";
     for (const link of nav.querySelectorAll("a[data-nav]")) {
       if (link.dataset.nav === section) link.setAttribute("aria-current", "page");
       else link.removeAttribute("aria-current");
@@ -291,11 +307,20 @@
 
   // -- start (after htmx has read the page and its config) ------------------------------
   document.addEventListener("DOMContentLoaded", () => {
+    // Back from Google or GitHub: the page carries the account's ID token (kept like any
+    // credential, then gone from the page and the address bar), or why it failed.
+    const handoff = document.querySelector('meta[name="codeshot-signed-in"]');
+    if (handoff) {
+      sessionStorage.setItem(STORE, JSON.stringify({ method: "account", token: handoff.content }));
+      handoff.remove();
+    }
+    const refused = document.querySelector('meta[name="codeshot-sign-in-refused"]');
+    if (handoff || refused) window.history.replaceState(null, "", main.dataset.url);
     if (credential()) {
       signedIn();
       load(main.dataset.url);
     } else {
-      showSignIn("");
+      showSignIn(refused ? textError(refused.dataset.code, refused.content) : "");
     }
   });
 })();

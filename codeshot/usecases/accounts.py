@@ -1,0 +1,94 @@
+"""Accounts: signing up and in with email and password (a Cognito user pool), the codeshot
+user an account becomes on its first sign-in, and what operators do to users.
+
+A console request carries either an API key or an ID token from the pool; both become
+the same :class:`Principal`. An account with no username yet is signed in but is no user:
+its requests get :class:`NoUsername` until it picks one.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from codeshot.auth.cognito import Identity
+from codeshot.auth.service import DISABLED
+from codeshot.errors import Forbidden, Unauthenticated
+from codeshot.models import Principal, User
+from codeshot.services import Services
+from codeshot.usecases.users import find_user
+
+
+class NoUsername(Forbidden):
+    """A signed-in account that has not picked its username yet."""
+
+    def __init__(self, identity: Identity) -> None:
+        super().__init__("pick a username first")
+        self.identity = identity
+
+
+def sign_up(services: Services, email: str, password: str) -> None:
+    services.accounts.sign_up(email, password)
+
+
+def confirm(services: Services, email: str, code: str) -> None:
+    services.accounts.confirm(email, code)
+
+
+def sign_in(services: Services, email: str, password: str) -> str:
+    """An ID token the console sends as its Bearer credential."""
+    return services.accounts.sign_in(email, password)
+
+
+def principal_for_token(services: Services, token: str) -> Principal:
+    """The user behind a console credential: an API key, or an ID token of the pool."""
+    if not (services.settings.user_pool_id and services.accounts.is_id_token(token)):
+        return services.auth.user_for_api_key(token)
+    identity = services.accounts.verify(token)
+    user = services.users.find_by_identity(identity.sub)
+    if user is None:
+        raise NoUsername(identity)
+    if user.disabled:
+        raise Unauthenticated(DISABLED)
+    return Principal(user_id=user.user_id, username=user.username,
+                     daily_query_limit=user.daily_query_limit)
+
+
+def choose_username(services: Services, token: str, username: str) -> User:
+    """The codeshot user for this account, named ``username`` (unique, as any user's)."""
+    identity = services.accounts.verify(token)
+    return services.users.create(username.strip(), identity=identity.sub,
+                                 email=identity.email)
+
+
+# -- operators ---------------------------------------------------------------------------
+def require_operator(services: Services, principal: Principal) -> User:
+    user = services.users.get(principal.user_id or "")
+    if not user.operator:
+        raise Forbidden("only operators may manage users")
+    return user
+
+
+@dataclass(frozen=True)
+class UserPage:
+    users: list[User]
+    after: str | None  # where the next page starts; None: this is the last
+
+
+def list_users(services: Services, after: str | None = None) -> UserPage:
+    users, last = services.users.list(after)
+    return UserPage(sorted(users, key=lambda u: u.username), last)
+
+
+def set_disabled(services: Services, username: str, disabled: bool) -> User:
+    """Turn a user off (every API key and sign-in refused) or on again. An account's
+    password is turned off in the pool too, so it cannot even sign in."""
+    user = services.users.set_flag(find_user(services, username).user_id, "disabled",
+                                   disabled)
+    services.auth.forget_user(user.user_id)
+    if user.identity and services.settings.user_pool_id:
+        services.accounts.set_enabled(user.identity, not disabled)
+    return user
+
+
+def set_operator(services: Services, username: str, operator: bool) -> User:
+    return services.users.set_flag(find_user(services, username).user_id, "operator", operator)
