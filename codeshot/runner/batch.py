@@ -74,7 +74,8 @@ def _process_group(records: list[dict[str, Any]], handle: Handle,
         final = int(record.get("attributes", {}).get("ApproximateReceiveCount", "1")) >= \
             SESSION_QUEUE.max_receive_count
         try:
-            with correlated(work.correlation_id):  # its logs and agent calls carry it
+            # A query's logs and agent calls carry its correlation id (a prompt has none).
+            with correlated(getattr(work, "correlation_id", None)):
                 handle(work, final)
         except Exception:
             log.exception("session %s work %s failed", work.session_id, record["messageId"])

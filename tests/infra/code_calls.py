@@ -11,6 +11,7 @@ in the modules the handler imports (grimp's import graph, lazy imports included)
 from __future__ import annotations
 
 import ast
+import builtins
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from functools import cache
@@ -43,6 +44,8 @@ NOT_OPERATIONS = {"generate_presigned_url", "generate_presigned_post", "get_pagi
 # ours of the same name (our stores' get, delete ... are reached through typed receivers).
 BUILTIN_METHODS = {name for kind in (dict, list, str, set, bytes) for name in dir(kind)
                    if not name.startswith("_")}
+# list(...), dict[str, str] ...: the builtins, not our functions of the same name.
+BUILTIN_NAMES = set(dir(builtins))
 # Decorators that do not hand a function to a framework.
 PLAIN_DECORATORS = {"cache", "lru_cache", "cached_property", "property", "staticmethod",
                     "classmethod", "contextmanager", "asynccontextmanager", "overload",
@@ -185,7 +188,7 @@ def _scan(nodes: Iterable[ast.AST], cls: str | None, types: _Types,
             if isinstance(node, ast.Attribute) and id(node) not in called:
                 body.references.add(
                     (_receiver_class(node.value, cls, types, local), node.attr))
-            elif isinstance(node, ast.Name) and node.id not in bound:
+            elif isinstance(node, ast.Name) and node.id not in bound | BUILTIN_NAMES:
                 body.references.add((None, node.id))
             elif isinstance(node, ast.Dict):
                 body.transaction_items |= {k.value for k in node.keys if isinstance(
