@@ -136,7 +136,9 @@ def test_codeshot_chat_gets_replies_without_the_api_waiting(live, agents):
     out = io.StringIO()
     run_chat(ChatClient(live.url + "/graphql", key), None, show_trace=False,
              stdin=io.StringIO("Roll 2d6\n"), stdout=out)
-    assert f"You rolled {agents.rolls[-1]}." in out.getvalue()
+    # The Func's own roll (the shared agent server may have rolled for others since).
+    rolled = re.search(r"You rolled (\d \+ \d = \d+)\.", out.getvalue())
+    assert rolled and rolled.group(1) in agents.rolls
 
 
 def test_a_correlation_id_goes_from_the_request_through_the_queue_to_each_agent_call(
