@@ -54,26 +54,35 @@ A: Done: Booked Luigi's for 4 at 19:00.
 """
 
 
-def serve_agent(stack, handle: str, base_prompt: str, few_shots: str, funcs: dict,
-                owner: str = "local", description: str = "") -> str:
-    """A Code Shot agent written with codeshot.sdk, served on loopback and registered (as
-    `codeshot serve --register` would); returns its agent id."""
+def register_served(stack, agent, handle: str, owner: str = "local", *,
+                    url_field: str = "func_url", description: str = "") -> str:
+    """``agent`` (written with codeshot.sdk) served on loopback and registered as
+    ``owner/handle`` (as `codeshot serve --register` would), its URL as ``url_field``;
+    returns its agent id."""
     from codeshot.local.http_server import HttpServer
-    from codeshot.sdk import CodeShotAgent
     from codeshot.usecases.registration import AgentFields, AgentRegistration
     from codeshot.usecases.users import find_user, principal_of
 
-    agent = CodeShotAgent(base_prompt, few_shots)
-    for name, fn in funcs.items():
-        agent.register_func(fn, func_name=name)
     agent_id = f"{owner}/{handle}"
     server = HttpServer(agent.app(stack.settings.replace(agent_id=agent_id)), "127.0.0.1", 0)
     url = server.start()
     stack.agents.append(server)  # stopped with the stack
     principal = principal_of(find_user(stack.services, owner))
     AgentRegistration(stack.services).create(principal, handle, AgentFields(
-        func_url=url, published=True, description=description or base_prompt))
+        published=True, description=description, **{url_field: url}))
     return agent_id
+
+
+def serve_agent(stack, handle: str, base_prompt: str, few_shots: str, funcs: dict,
+                owner: str = "local", description: str = "") -> str:
+    """A Code Shot agent with these Funcs, served and registered (``register_served``)."""
+    from codeshot.sdk import CodeShotAgent
+
+    agent = CodeShotAgent(base_prompt, few_shots)
+    for name, fn in funcs.items():
+        agent.register_func(fn, func_name=name)
+    return register_served(stack, agent, handle, owner,
+                           description=description or base_prompt)
 
 
 @pytest.fixture(scope="module")

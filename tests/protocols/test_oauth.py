@@ -16,7 +16,7 @@ from codeshot.cli import main
 from codeshot.models import MessageType
 from codeshot.sdk import CodeShotAgent, Message, OAuthHandler, OAuthParams
 from tests.oauth_provider import Provider
-from tests.protocols.conftest import new_user
+from tests.protocols.conftest import new_user, register_served
 
 READER_FEW_SHOTS = """
 Q: What is on my reading list?
@@ -37,17 +37,18 @@ def provider(stack):
     provider.stop()
 
 
+def reader_client(provider) -> OAuthParams:
+    """The agents' OAuth client at the test's provider."""
+    return OAuthParams("reader-client", "reader-secret", provider.url + "/authorize",
+                       provider.url + "/token", ["books.read"])
+
+
 @pytest.fixture(scope="module")
 def reader(stack, provider) -> str:
     """local/reader: its Func reads the user's books with the user's own token."""
-    from codeshot.local.http_server import HttpServer
-    from codeshot.usecases.registration import AgentFields, AgentRegistration
-    from codeshot.usecases.users import find_user, principal_of
 
     agent = CodeShotAgent("I read your reading list at Books.", READER_FEW_SHOTS,
-                          oauth_params=OAuthParams("reader-client", "reader-secret",
-                                                   provider.url + "/authorize",
-                                                   provider.url + "/token", ["books.read"]))
+                          oauth_params=reader_client(provider))
 
     @agent.register_func
     def reading_list(query: Message, oauth_handler: OAuthHandler) -> str:
@@ -56,40 +57,23 @@ def reader(stack, provider) -> str:
         reply.raise_for_status()
         return ", ".join(reply.json()["books"])
 
-    server = HttpServer(agent.app(stack.settings.replace(agent_id="local/reader")),
-                        "127.0.0.1", 0)
-    stack.agents.append(server)
-    AgentRegistration(stack.services).create(
-        principal_of(find_user(stack.services, "local")), "reader",
-        AgentFields(func_url=server.start(), published=True,
-                    description="Reads your reading list at Books."))
-    return "local/reader"
+    return register_served(stack, agent, "reader",
+                           description="Reads your reading list at Books.")
 
 
 @pytest.fixture(scope="module")
 def shelf(stack, provider) -> str:
     """local/shelf: a standalone agent answering with the user's books."""
-    from codeshot.local.http_server import HttpServer
     from codeshot.sdk import StandaloneAgent
-    from codeshot.usecases.registration import AgentFields, AgentRegistration
-    from codeshot.usecases.users import find_user, principal_of
 
     def handle_message(query: Message, oauth_handler: OAuthHandler) -> str:
         token = oauth_handler.require_token()
         reply = httpx.get(provider.url + "/books", headers={"Authorization": f"Bearer {token}"})
         return "On your shelf: " + ", ".join(reply.json()["books"])
 
-    agent = StandaloneAgent(handle_message, oauth_params=OAuthParams(
-        "reader-client", "reader-secret", provider.url + "/authorize", provider.url + "/token",
-        ["books.read"]))
-    server = HttpServer(agent.app(stack.settings.replace(agent_id="local/shelf")),
-                        "127.0.0.1", 0)
-    stack.agents.append(server)
-    AgentRegistration(stack.services).create(
-        principal_of(find_user(stack.services, "local")), "shelf",
-        AgentFields(query_url=server.start(), published=True,
-                    description="Shows the books on your shelf."))
-    return "local/shelf"
+    agent = StandaloneAgent(handle_message, oauth_params=reader_client(provider))
+    return register_served(stack, agent, "shelf", url_field="query_url",
+                           description="Shows the books on your shelf.")
 
 
 def ask(stack, key: str, text: str, session: str | None = None,
@@ -322,14 +306,9 @@ def test_the_console_account_page_lists_authorized_agents_and_revokes_them(
 def test_a_fixie_style_func_answers_with_the_link_and_the_user_asks_again(stack, provider):
     """fixie-examples' pattern: `user_token()`, else the link as the Func's result; the
     session does not pause, so the callback stores the token and the user asks again."""
-    from codeshot.local.http_server import HttpServer
-    from codeshot.usecases.registration import AgentFields, AgentRegistration
-    from codeshot.usecases.users import find_user, principal_of
 
     agent = CodeShotAgent("I read your reading list at Books.", READER_FEW_SHOTS,
-                          oauth_params=OAuthParams("reader-client", "reader-secret",
-                                                   provider.url + "/authorize",
-                                                   provider.url + "/token", ["books.read"]))
+                          oauth_params=reader_client(provider))
 
     @agent.register_func
     def reading_list(query, oauth_handler) -> str:
@@ -339,12 +318,7 @@ def test_a_fixie_style_func_answers_with_the_link_and_the_user_asks_again(stack,
         reply = httpx.get(provider.url + "/books", headers={"Authorization": f"Bearer {token}"})
         return ", ".join(reply.json()["books"])
 
-    server = HttpServer(agent.app(stack.settings.replace(agent_id="local/fixiereader")),
-                        "127.0.0.1", 0)
-    stack.agents.append(server)
-    AgentRegistration(stack.services).create(
-        principal_of(find_user(stack.services, "local")), "fixiereader",
-        AgentFields(func_url=server.start(), published=True, description="Fixie style."))
+    register_served(stack, agent, "fixiereader", description="Fixie style.")
 
     heidi = new_user(stack, "heidi")
     session, answered = ask(stack, heidi, QUESTION, agent="local/fixiereader")
