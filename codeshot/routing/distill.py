@@ -6,7 +6,10 @@ Every token of MiniLM's WordPiece vocabulary is embedded alone (``[CLS] token [S
 mean-pooled as the sentence-transformer pools a sentence); the vectors are centred and
 reduced by PCA to ``DIM`` dimensions, and each token is weighted by Zipf-estimated SIF
 (``a / (a + p(rank))``: BERT's vocabulary lists words by frequency, so frequent tokens
-such as "the" or "what" weigh little). A text's vector is then the normalised sum of its
+such as "the" or "what" weigh little). Tokens that say nothing about a topic get no
+vector at all: stop words (the list BM25 and hashing drop), punctuation and symbols, and
+numbers (a query's values, as for BM25), so "what's 2+2" is not near an agent because
+its samples ask "what's" too. A text's vector is then the normalised sum of its
 tokens' rows (:class:`codeshot.routing.embedders.StaticEmbedder`): no model at run time.
 
 Rows are stored in 4 bits per value (-7..7, two to a byte, the low nibble first) with
@@ -22,6 +25,7 @@ from __future__ import annotations
 
 import argparse
 import hashlib
+import unicodedata
 from pathlib import Path
 from typing import Any
 
@@ -33,8 +37,18 @@ SIF = 1e-4  # model2vec's default SIF coefficient
 BATCH = 512
 
 
-def token_vectors(model: Any, vocab_size: int, special: set[int]) -> Any:
-    """Each token's mean-pooled MiniLM output, zero for special and unused tokens."""
+def topicless(token: str) -> bool:
+    """A special token ([CLS], [unused0]), a stop word, punctuation, a symbol or a number."""
+    from codeshot.routing.text import STOP_WORDS
+
+    word = token.removeprefix("##")
+    return ((token.startswith("[") and token.endswith("]")) or token in STOP_WORDS
+            or word.isdigit()
+            or all(unicodedata.category(c).startswith(("P", "S")) for c in word))
+
+
+def token_vectors(model: Any, vocab_size: int) -> Any:
+    """Each token's mean-pooled MiniLM output."""
     import numpy as np
     import torch
 
@@ -49,13 +63,12 @@ def token_vectors(model: Any, vocab_size: int, special: set[int]) -> Any:
             hidden = transformer(input_ids=batch,
                                  attention_mask=torch.ones_like(batch)).last_hidden_state
             out[start:start + len(ids)] = hidden.mean(dim=1).double().numpy()
-    out[sorted(special)] = 0.0
     return out
 
 
 def reduce(vectors: Any, dim: int, keep: Any) -> Any:
-    """PCA to ``dim`` dimensions (fitted on the kept tokens), signs fixed so that each
-    component's largest loading is positive."""
+    """PCA to ``dim`` dimensions (fitted on the kept tokens, the others zero), signs
+    fixed so that each component's largest loading is positive."""
     import numpy as np
 
     mean = vectors[keep].mean(axis=0)
@@ -110,11 +123,9 @@ def main(argv: list[str] | None = None) -> int:
     model = SentenceTransformer(str(path), device="cpu")
     tokenizer = Tokenizer.from_file(str(path / "tokenizer.json"))
     vocab = tokenizer.get_vocab()
-    # [PAD], [UNK], [CLS], [SEP], [MASK] and the [unusedN] slots carry no meaning.
-    special = {i for token, i in vocab.items() if token.startswith("[") and token.endswith("]")}
-    vectors = token_vectors(model, len(vocab), special)
+    vectors = token_vectors(model, len(vocab))
     keep = np.ones(len(vocab), dtype=bool)
-    keep[sorted(special)] = False
+    keep[[i for token, i in vocab.items() if topicless(token)]] = False
     rows = reduce(vectors, args.dim, keep) * sif_weights(len(vocab), args.sif)[:, None]
     data = quantise(rows)
     args.out.parent.mkdir(parents=True, exist_ok=True)
@@ -122,8 +133,8 @@ def main(argv: list[str] | None = None) -> int:
     tokenizer.no_padding()
     tokenizer.no_truncation()
     tokenizer.save(str(args.tokenizer_out))
-    print(f"{args.out}: {len(vocab)} tokens x {args.dim} dims, {len(data):,} bytes, "
-          f"sha256 {hashlib.sha256(data).hexdigest()}")
+    print(f"{args.out}: {int(keep.sum())} of {len(vocab)} tokens x {args.dim} dims, "
+          f"{len(data):,} bytes, sha256 {hashlib.sha256(data).hexdigest()}")
     return 0
 
 

@@ -94,7 +94,7 @@ DATA = Path(__file__).with_name("data")
 # that differs was made by another run or version, and its rows would not match the
 # vectors stored with agents under this model id.
 STATIC_VECTORS, STATIC_TOKENIZER = DATA / "static-minilm.bin", DATA / "minilm-tokenizer.json"
-STATIC_SHA256 = "0118b63d95bf2466901f08b0385e51ea8a00a070cc7a331217f3e6a221319946"
+STATIC_SHA256 = "2dd3535de9b7eb55e70614619ab60e9679451534ba36b87440c2394e5b7578ce"
 
 
 @dataclass(frozen=True)
