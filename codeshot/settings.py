@@ -96,7 +96,7 @@ class Settings:
     # Tokens one LLM call may generate in a query's run: a step or an answer needs far
     # fewer; a runaway (a model repeating itself to the server's cap) ends early.
     llm_max_tokens_per_call: int = setting(256, ge=16, le=8192)
-    embedder: str = setting("hashing", choices=("hashing", "minilm", "bedrock"))
+    embedder: str = setting("static", choices=("static", "hashing", "minilm", "bedrock"))
     # "route": the planner hands each query to the best agent; "plan": the LLM plans
     # across agents; "auto": plan compound queries (two agents fit, "and"/"then") and
     # queries no agent fits, route the rest (always route with the offline fewshot).

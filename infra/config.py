@@ -20,7 +20,8 @@ REPO_ROOT = Path(__file__).resolve().parent.parent
 
 LLMS = ("bedrock", "fewshot")  # openai needs an endpoint and a key: not a deploy default
 CORPUS_SEARCHES = ("lambda", "s3vectors")
-EMBEDDERS = ("bedrock", "hashing")  # minilm needs torch: far too big for a Lambda zip
+# minilm needs torch: far too big for a Lambda zip (static is MiniLM distilled, 4 MB).
+EMBEDDERS = ("bedrock", "static", "hashing")
 BUNDLE_TARGETS = ("lambda", "host")
 
 

