@@ -50,7 +50,7 @@ BUNDLER_VERSION = "2"  # bump when the bundle layout changes, to invalidate cach
 
 # Parts of codeshot that never run in Lambda.
 PLATFORM_EXCLUDED_PATHS = ("codeshot/local/", "codeshot/devtools/", "codeshot/cli.py",
-                           "codeshot/chat.py")
+                           "codeshot/chat.py", "codeshot/routing/distill.py")
 # Packages an agent bundle must never contain (asserted when it is built; import-linter's
 # contract on codeshot.sdk keeps the SDK from importing them in the first place).
 PLATFORM_ONLY = ("codeshot/store/", "codeshot/api/", "codeshot/runner/", "codeshot/services.py",
@@ -193,6 +193,16 @@ def console_files() -> list[tuple[str, Path]]:
     return _data(f"{CONSOLE}/templates") + _data(f"{CONSOLE}/static")
 
 
+def router_files() -> list[tuple[str, Path]]:
+    """The static embedder's vectors and vocabulary (every function that routes or embeds
+    agents: codeshot:embedder=static)."""
+    return _data("codeshot/routing/data")
+
+
+def api_files() -> list[tuple[str, Path]]:
+    return console_files() + router_files()
+
+
 @dataclass(frozen=True)
 class PlatformFunction:
     """A platform Lambda: its handler module, its lock, the AWS services it calls and the
@@ -218,15 +228,16 @@ def platform_bundle(function: PlatformFunction, *, target: Target = LAMBDA_TARGE
 # Each platform function, with the AWS services its code calls.
 API_FUNCTION = PlatformFunction("api", "handlers.api.handler", api_lock,
                                 ("dynamodb", "s3", "sqs", "secretsmanager", "bedrock-runtime"),
-                                console_files)
+                                api_files)
 # s3vectors: corpus search with codeshot:corpusSearch=s3vectors; sqs for registration:
 # a deployed agent's corpus ingestion is queued.
 RUNNER_FUNCTION = PlatformFunction("runner", "handlers.runner.handler", runner_lock,
                                    ("dynamodb", "s3", "sqs", "secretsmanager",
-                                    "bedrock-runtime", "s3vectors"))
+                                    "bedrock-runtime", "s3vectors"), router_files)
 REGISTER_FUNCTION = PlatformFunction("register", "handlers.register_agent.handler",
                                      register_lock,
-                                     ("dynamodb", "sqs", "secretsmanager", "bedrock-runtime"))
+                                     ("dynamodb", "sqs", "secretsmanager", "bedrock-runtime"),
+                                     router_files)
 PLATFORM_FUNCTIONS = (API_FUNCTION, RUNNER_FUNCTION, REGISTER_FUNCTION)
 
 

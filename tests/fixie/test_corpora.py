@@ -253,3 +253,30 @@ def test_an_ingestion_shows_its_progress_while_it_runs(aws):
     assert shown == [(10, "ingesting"), (20, "ingesting")]
     assert (done.state.value, done.documents) == ("ready", 25)
     assert store.recent("ann/docs")[0].documents == 25
+
+
+def test_a_corpus_ingested_with_another_embedder_is_still_searched(aws):
+    """A stack that changed CODESHOT_EMBEDDER (hashing was the default) keeps answering
+    from the corpora it ingested before: their passages are embedded anew on load."""
+    from codeshot.routing.embedders import HashingEmbedder, StaticEmbedder
+    from codeshot.runner.corpora import InLambdaSearch, S3VectorsSearch, ingest
+    from codeshot.store.corpora import CorpusStore
+
+    facts = {"/docs/kitchen.html": "The coffee machine is descaled on Fridays.",
+             "/docs/office.html": "Visitors sign in at the front desk on the ground floor."}
+
+    def page(path: str) -> tuple[str, bytes]:
+        if path == "/docs/":
+            return "text/html", b'<a href="kitchen.html">k</a><a href="office.html">o</a>'
+        return "text/html", f"<p>{facts[path]}</p>".encode()
+
+    store = CorpusStore(aws)
+    with serving_pages(page) as base:
+        done = ingest(store.start("ann/docs", []), [{"urls": [f"{base}/docs/*"]}],
+                      aws.replace(local_mode=True), store, HashingEmbedder())
+    assert done.embedding_model == HashingEmbedder().model_id
+    question = "When does the espresso maker get cleaned?"  # no word of the passage
+    for search in (InLambdaSearch(store, StaticEmbedder()),
+                   S3VectorsSearch(aws, store, StaticEmbedder())):  # its index is hashing's
+        [best] = search.search("ann/docs", question, k=1)
+        assert best.text == facts["/docs/kitchen.html"] and best.url.endswith("kitchen.html")

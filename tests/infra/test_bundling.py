@@ -45,6 +45,9 @@ def test_each_platform_function_ships_only_what_it_imports():
         assert {"codeshot/store/tables.py", "codeshot/api/app.py", "handlers/__init__.py"} <= dests
         assert not [d for d in dests if d.startswith(bundling.PLATFORM_EXCLUDED_PATHS)]
         assert "moto" not in dists(spec)
+        # Each routes or embeds agents: codeshot:embedder=static needs its vectors there.
+        assert {"codeshot/routing/data/static-minilm.bin",
+                "codeshot/routing/data/minilm-vocab.txt"} <= dests
     # The protocol SDKs the API imports on /mcp and /a2a only bring uvicorn (mcp) and
     # cryptography (pyjwt[crypto], google-auth via a2a-sdk); the runner has mcp's client
     # for MCP servers registered as agents (imported only when one is called, see
