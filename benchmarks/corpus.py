@@ -1,7 +1,7 @@
 """Document corpus benchmark (#19): retrieval quality, search latency by corpus size, and
 ingestion time per MB, through the real pipeline (``codeshot.runner.corpora``).
 
-    .venv/bin/python -m benchmarks.corpus [--embedders hashing,minilm] [--sizes 1000,10000,100000]
+    .venv/bin/python -m benchmarks.corpus [--embedders static,hashing,minilm] [--sizes 1000,10000,100000]
 
 (a) Recall@3: a corpus written here (fictional towns, each a page of facts: charter,
     trade, festival, transport, water, school) is served on 127.0.0.1 and ingested as an
@@ -32,7 +32,7 @@ from typing import Any
 import numpy as np
 
 from codeshot.devtools.pages import serving_pages
-from codeshot.routing.embedders import Embedder, HashingEmbedder, MiniLMEmbedder
+from codeshot.routing.embedders import Embedder, HashingEmbedder, MiniLMEmbedder, StaticEmbedder
 from codeshot.runner.corpora import InLambdaSearch, ingest
 from codeshot.settings import Settings
 from codeshot.store.corpora import CorpusState, CorpusStore
@@ -226,13 +226,14 @@ def table(rows: list[dict[str, Any]]) -> str:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--embedders", default="hashing")
+    parser.add_argument("--embedders", default="static,hashing")
     parser.add_argument("--sizes", default="1000,10000,100000")
     args = parser.parse_args()
     from moto import mock_aws
 
-    embedders: list[Embedder] = [MiniLMEmbedder() if name == "minilm" else HashingEmbedder()
-                                 for name in args.embedders.split(",")]
+    known: dict[str, type[Embedder]] = {"static": StaticEmbedder, "hashing": HashingEmbedder,
+                                        "minilm": MiniLMEmbedder}
+    embedders = [known[name]() for name in args.embedders.split(",")]
     sizes = [int(s) for s in args.sizes.split(",")]
     with mock_aws():
         store = store_on_moto(settings_for_bench())

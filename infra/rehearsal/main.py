@@ -29,7 +29,7 @@ WORK_DIR = REPO_ROOT / ".rehearsal"
 CONTEXT = {
     "codeshot:bundleTarget": "host",
     "codeshot:llm": "fewshot",
-    "codeshot:embedder": "hashing",
+    "codeshot:embedder": "static",
     "codeshot:agentDirs": ["agent_template", "codeshot/local/examples/dice",
                            "codeshot/local/examples/clock"],
     "codeshot:extraEnv": {"CODESHOT_LOCAL_MODE": "true"},

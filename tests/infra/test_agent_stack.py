@@ -83,7 +83,7 @@ def test_context_chooses_agents_owner_and_models(tmp_path):
     assert stack_id == "CodeshotAgent-my-notes"  # stack names allow no '_'
     synth = synthesize(tmp_path / "out", agent_stack=stack_id, **{
         "codeshot:agentDirs": [str(agent_dir)], "codeshot:adminUsername": "ops",
-        "codeshot:llm": "fewshot", "codeshot:embedder": "hashing"})
+        "codeshot:llm": "fewshot", "codeshot:embedder": "static"})
     stacks = {p.name.removesuffix(".template.json") for p in synth.outdir.glob("*.template.json")}
     assert stacks == {"Codeshot", stack_id}
     assert synth.agent.env(AGENT_HANDLER)["CODESHOT_AGENT_ID"] == "ops/my_notes"
@@ -94,5 +94,5 @@ def test_context_chooses_agents_owner_and_models(tmp_path):
     for handler in ("handlers.api.handler", "handlers.runner.handler",
                     "handlers.register_agent.handler"):
         assert not {a for a in synth.platform.all_actions(handler) if a.startswith("bedrock:")}
-        assert synth.platform.env(handler)["CODESHOT_EMBEDDER"] == "hashing"
+        assert synth.platform.env(handler)["CODESHOT_EMBEDDER"] == "static"
     assert synth.platform.env("handlers.runner.handler")["CODESHOT_LLM"] == "fewshot"
