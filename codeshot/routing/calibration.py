@@ -20,7 +20,7 @@ class Scoring:
 
 CALIBRATED = {
     "hashing-v2-1024": Scoring(dense_weight=0.8, floor=0.057),
-    "static-minilm-v1-256": Scoring(dense_weight=0.9, floor=0.222),
+    "static-minilm-256-e43a8e0c634a": Scoring(dense_weight=0.9, floor=0.222),
     "all-MiniLM-L6-v2": Scoring(dense_weight=0.9, floor=0.26),
 }
 # An embedder never calibrated here (Bedrock's): the dense score leads, and nothing is

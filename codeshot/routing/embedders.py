@@ -144,7 +144,9 @@ class StaticEmbedder:
     """all-MiniLM-L6-v2's static distillation: a text's vector is the normalised sum of
     its WordPiece tokens' rows (each row already carries its token's SIF weight)."""
 
-    model_id = "static-minilm-v1-256"
+    # Other files make other vectors: the id (stored with every agent's vectors, and the
+    # calibration's key) changes with them, so old and new are never compared.
+    model_id = f"static-minilm-256-{STATIC_SHA256[:12]}"
 
     def embed(self, texts: list[str]) -> Vectors:
         table = static_table()
@@ -154,6 +156,8 @@ class StaticEmbedder:
             acc = [0.0] * table.dim
             for token in table.tokenizer.encode(text):
                 scale, start = scales[token], token * width
+                if not scale:  # a stop word, punctuation or a number: no vector
+                    continue
                 values = [x for b in rows[start:start + width] for x in _NIBBLES[b]]
                 acc = [a + scale * x for a, x in zip(acc, values)]
             out.append(normalise(acc))

@@ -13,6 +13,7 @@ import pytest
 
 from codeshot.errors import LLMError
 from codeshot.models import Agent
+from codeshot.routing.calibration import CALIBRATED
 from codeshot.routing.embedders import (
     STATIC_SHA256,
     STATIC_VECTORS,
@@ -82,6 +83,9 @@ def test_the_shipped_files_are_the_checked_ones():
     assert tokens == 30522 and len(vectors) == tokens * (4 + 256 // 2)  # scales, 4-bit rows
     assert hashlib.sha256(vocab + vectors).hexdigest() == STATIC_SHA256
     assert len(vectors) <= 4_100_000  # small enough for every Lambda bundle that routes
+    # Regenerated files are a new model id, and must be calibrated before they route.
+    assert StaticEmbedder.model_id.endswith(STATIC_SHA256[:12])
+    assert StaticEmbedder.model_id in CALIBRATED
 
 
 def test_a_missing_or_different_vector_file_is_a_clear_error(tmp_path: Path):
