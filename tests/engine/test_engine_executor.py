@@ -127,6 +127,23 @@ def test_a_nested_run_whose_caller_timed_out_stops_at_its_next_step(scripted) ->
     assert nested_calls == ["call"] and funcs_called == []
 
 
+def test_a_func_always_asked_with_no_input_is_called_when_the_model_skips_its_ask(
+    scripted, trace: list[TraceStep]
+) -> None:
+    # qwen2.5-coder-1.5b answered the clock's few-shot with "Func[now" (then the '] says:'
+    # stop), twice, and the query failed.
+    shots = ["Q: What time is it?\nAsk Func[now]:\nFunc[now] says: 08:15 UTC\nA: It is 08:15."]
+    asked: list[str] = []
+    llm = scripted("Func[now", "A: It is 23:41 UTC.")
+    agent = Executor(code_shot_components("I tell the time.", shots,
+                                          lambda n, t: asked.append(t) or "23:41 UTC"),
+                     llm, trace=trace.append)
+    assert agent.run("What time is it?").text == "It is 23:41 UTC."
+    assert asked == [""]
+    assert [(t.type, t.target, t.text) for t in trace[:2]] == [
+        (MessageType.FUNC_CALL, "Func[now]", ""), (MessageType.RESULT, "Func[now]", "23:41 UTC")]
+
+
 def test_a_model_running_past_its_turn_is_cut_at_the_ask(scripted) -> None:
     calls: list[str] = []
     llm = scripted(
