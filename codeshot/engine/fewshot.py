@@ -417,7 +417,9 @@ def unasked_funcs(few_shots: Iterable[FewShot]) -> list[str]:
     whose reply a few-shot shows with no Ask before it (gcalendar's
     ``Func[fixie_local_datetime] says:``), and those every Ask of the few-shots gives no
     input (a clock's ``Ask Func[now]:``, whose empty Ask small models skip)."""
-    names, empty_asks, with_input = [], [], set()
+    names: list[str] = []
+    empty_asks: list[str] = []
+    with_input: set[str] = set()
     for shot in few_shots:
         for previous, step in zip((None, *shot.steps), shot.steps):
             asked = previous is not None and previous.kind is Kind.ASK_FUNC
