@@ -98,14 +98,22 @@ def quote(symbol: str) -> str:
     return PRICES[symbol.strip().upper()]
 
 
+UNITS = {"mi": "mi", "mile": "mi", "miles": "mi", "km": "km", "kilometre": "km",
+         "kilometres": "km", "kilometer": "km", "kilometers": "km", "kg": "kg", "kgs": "kg",
+         "kilogram": "kg", "kilograms": "kg", "lb": "lb", "lbs": "lb", "pound": "lb",
+         "pounds": "lb"}
+
+
 def convert(text: str) -> str:
-    match = re.fullmatch(r"\s*([\d.]+)\s*(mi|km|kg|lb)\s+to\s+(mi|km|kg|lb)\s*", text)
+    match = re.fullmatch(r"\s*([\d.]+)\s*([a-z]+)\s+to\s+([a-z]+)\s*", text.lower())
     factors = {("mi", "km"): 1.609344, ("km", "mi"): 1 / 1.609344, ("kg", "lb"): 2.20462,
                ("lb", "kg"): 1 / 2.20462}
-    if match is None or (match.group(2), match.group(3)) not in factors:
-        raise InvalidInput(f"convert expects '<value> <unit> to <unit>', got {text!r}")
-    value = float(match.group(1)) * factors[match.group(2), match.group(3)]
-    return f"{value:.2f} {match.group(3)}"
+    units = (UNITS.get(match.group(2)), UNITS.get(match.group(3))) if match else None
+    if match is None or units not in factors:
+        raise InvalidInput(f"convert expects '<value> <unit> to <unit>' with units mi, km, kg "
+                           f"or lb, got {text!r}")
+    value = float(match.group(1)) * factors[units]
+    return f"{value:.2f} {units[1]}"
 
 
 def _agent(handle: str, description: str, samples: list[str], shots: str) -> Agent:
