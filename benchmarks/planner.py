@@ -12,7 +12,8 @@ agents' Funcs in-process. Scores, separately:
   two-step case's second input must carry the first Func's result); for "no agent fits"
   and chit-chat, no agent ran;
 - grounded: the answer states no number (count, time, date, price) that no Func
-  returned and the query did not hold, and is not an error;
+  returned and the query did not hold, and is not an error (the platform's own "no agent
+  fits" answer counts as grounded: its numbers are from the closest agent's description);
 - LLM calls and tokens (prompt and completion) per query.
 
 Categories: single agent, two agents (a result passed on), no agent fits, chit-chat,
@@ -43,7 +44,7 @@ from codeshot.routing.embedders import HashingEmbedder
 from codeshot.routing.index import with_embeddings
 from codeshot.routing.router import Router
 from codeshot.runner.agent_client import AgentClient, FuncReply
-from codeshot.runner.programs import PlannerProgram, RunContext
+from codeshot.runner.programs import NO_AGENT_FITS, PlannerProgram, RunContext
 from codeshot.settings import Settings
 
 Func = Callable[[str], str]
@@ -333,6 +334,8 @@ def grounded(case: Case, status: Status, answer: str, made: Sequence[tuple[str, 
              ) -> bool:
     if status is not Status.DONE or answer.startswith("Sorry"):
         return False
+    if answer.startswith(NO_AGENT_FITS):  # the platform's words; numbers from a description
+        return True
     allowed = grounded_numbers(case.query, [result for _, _, result in made])
     return all(value in allowed for value in numbers(answer))
 

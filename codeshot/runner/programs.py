@@ -234,11 +234,14 @@ def tool_description(agent: Agent) -> str:
     return f"{description} For example: {samples}" if samples else description
 
 
+NO_AGENT_FITS = "No agent here can help with that."
+
+
 def no_agent_answer(closest: Agent | None) -> str:
     if closest is None:
         return "I can't help with that: no agent is registered yet."
     about = ": ".join(part for part in (closest.name, closest.description) if part)
-    return (f"No agent here can help with that. The closest is {closest.agent_id}"
+    return (f"{NO_AGENT_FITS} The closest is {closest.agent_id}"
             + (f" ({about})" if about else "") + ", but it does not fit this request.")
 
 
