@@ -2,9 +2,10 @@
 
     .venv/bin/python -m benchmarks.planner                 # the offline fewshot provider
     CODESHOT_OPENAI_BASE_URL=http://127.0.0.1:8080/v1 CODESHOT_LLM_MODEL=m \\
-        .venv/bin/python -m benchmarks.planner [--modes auto,route,plan] [--verbose]
+        .venv/bin/python -m benchmarks.planner [--modes auto,route,plan] [--embedder E] [--verbose]
 
-Each query goes through the real planner (``PlannerProgram``: the hashing router over a
+Each query goes through the real planner (``PlannerProgram``: the router (the
+platform's embedder, ``CODESHOT_EMBEDDER``, or ``--embedder``) over a
 moto registry, the planner's Code Shot program, the agents' own Code Shot runs) with the
 agents' Funcs in-process. Scores, separately:
 
@@ -40,7 +41,7 @@ from codeshot.llm import get_llm
 from codeshot.llm.base import LLM
 from codeshot.llm.fewshot import FewShotLLM
 from codeshot.models import Agent, AgentKind
-from codeshot.routing.embedders import HashingEmbedder
+from codeshot.routing.embedders import Embedder, get_embedder
 from codeshot.routing.index import with_embeddings
 from codeshot.routing.router import Router
 from codeshot.runner.agent_client import AgentClient, FuncReply
@@ -341,7 +342,7 @@ def grounded(case: Case, status: Status, answer: str, made: Sequence[tuple[str, 
 
 
 @contextmanager
-def registry() -> Iterator[Any]:
+def registry(embedder: Embedder) -> Iterator[Any]:
     from moto import mock_aws
 
     from codeshot.local.aws_server import make_dynamodb_writes_atomic
@@ -352,7 +353,7 @@ def registry() -> Iterator[Any]:
     with mock_aws():
         agents = AgentRegistry(create_all(Settings(region="us-east-1")))
         for agent in AGENTS:
-            agents.create(with_embeddings(agent, HashingEmbedder()))
+            agents.create(with_embeddings(agent, embedder))
         yield agents
 
 
@@ -360,7 +361,7 @@ def no_url_embeds(url: str) -> Any:
     raise AssertionError(f"the planner benchmark's agents return no URL embeds ({url})")
 
 
-def run_case(case: Case, llm: LLM, mode: str, agents: Any) -> Result:
+def run_case(case: Case, llm: LLM, mode: str, agents: Any, embedder: Embedder) -> Result:
     from codeshot.runner.embeds import EmbedBook
     from codeshot.runner.platform_funcs import FuncContext
     from codeshot.store.embeds import EmbedStore
@@ -372,7 +373,7 @@ def run_case(case: Case, llm: LLM, mode: str, agents: Any) -> Result:
                      platform=FuncContext(lambda: "UTC", embeds, None),
                      trace=lambda _by, _step: None,
                      limits=Limits(max_tokens_per_call=Settings().llm_max_tokens_per_call))
-    router = Router(agents, HashingEmbedder())
+    router = Router(agents, embedder)
     outcome = PlannerProgram(ctx, router, viewer="bench", mode=mode).run(case.query)
     return Result(case, agents_ok(case, client.calls),
                   grounded(case, outcome.status, outcome.text, client.calls),
@@ -412,6 +413,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--modes", default="auto,route,plan",
                         help="planner modes to run with the openai provider")
     parser.add_argument("--only", help="comma-separated categories")
+    parser.add_argument("--embedder", help="the router's embedder (default: the platform's)")
     parser.add_argument("--verbose", action="store_true", help="one line per query")
     args = parser.parse_args(argv)
     cases = [c for c in CASES if not args.only or c.category in args.only.split(",")]
@@ -422,9 +424,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         settings = Settings(llm="openai")
         runs.extend((f"openai {settings.llm_model} ({settings.openai_endpoint}), {mode} mode",
                      get_llm(settings), mode) for mode in args.modes.split(","))
-    with registry() as agents:
+    settings = Settings(**({"embedder": args.embedder} if args.embedder else {}))
+    embedder = get_embedder(settings)
+    print(f"Router embedder: {settings.embedder}.")
+    with registry(embedder) as agents:
         for label, llm, mode in runs:
-            report(label, [run_case(case, llm, mode, agents) for case in cases], args.verbose)
+            report(label, [run_case(case, llm, mode, agents, embedder) for case in cases],
+                   args.verbose)
     return 0
 
 
