@@ -147,6 +147,17 @@ def test_auto_runs_two_tasks_as_two_agent_calls_the_second_given_the_first_answe
     assert "Q: tell me the time\n" in llm.transcript(1)
 
 
+def test_a_compound_query_whose_halves_are_not_two_different_agents_is_planned(registry):
+    # "and" inside one task: its halves do not place two agents, so the model plans it
+    llm = ScriptedLLM("Ask Agent[me/dice]: Roll a d20 and a d6", "A: You rolled 12 and 3.",
+                      "A: You rolled 12 and 3.")  # planner, dice, planner
+    trace: list = []
+    done = planner(registry, llm, "auto", trace).run("Roll a d20 and a d6 for me")
+    assert done.text == "You rolled 12 and 3." and len(llm.calls) == 3
+    assert not any(text.startswith("Two tasks") for _, _, text in trace)
+    assert EXAMPLES_HEADER in llm.calls[0][0][1].content  # the planner's own prompt
+
+
 def test_a_planned_answer_that_skips_an_agent_a_compound_query_needs_is_sent_back(registry):
     llm = ScriptedLLM("Ask Agent[me/dice]: Roll a d100", "A: You rolled 90.",  # planner, dice
                       "A: You rolled 90.",  # planner: the notes agent skipped
