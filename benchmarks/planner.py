@@ -2,9 +2,10 @@
 
     .venv/bin/python -m benchmarks.planner                 # the offline fewshot provider
     CODESHOT_OPENAI_BASE_URL=http://127.0.0.1:8080/v1 CODESHOT_LLM_MODEL=m \\
-        .venv/bin/python -m benchmarks.planner [--modes auto,route,plan] [--verbose]
+        .venv/bin/python -m benchmarks.planner [--modes auto,route,plan] [--embedder E] [--verbose]
 
-Each query goes through the real planner (``PlannerProgram``: the hashing router over a
+Each query goes through the real planner (``PlannerProgram``: the router (the
+platform's embedder, ``CODESHOT_EMBEDDER``, or ``--embedder``) over a
 moto registry, the planner's Code Shot program, the agents' own Code Shot runs) with the
 agents' Funcs in-process. Scores, separately:
 
@@ -12,7 +13,8 @@ agents' Funcs in-process. Scores, separately:
   two-step case's second input must carry the first Func's result); for "no agent fits"
   and chit-chat, no agent ran;
 - grounded: the answer states no number (count, time, date, price) that no Func
-  returned and the query did not hold, and is not an error;
+  returned and the query did not hold, and is not an error (the platform's own "no agent
+  fits" answer counts as grounded: its numbers are from the closest agent's description);
 - LLM calls and tokens (prompt and completion) per query.
 
 Categories: single agent, two agents (a result passed on), no agent fits, chit-chat,
@@ -39,11 +41,11 @@ from codeshot.llm import get_llm
 from codeshot.llm.base import LLM
 from codeshot.llm.fewshot import FewShotLLM
 from codeshot.models import Agent, AgentKind
-from codeshot.routing.embedders import HashingEmbedder
+from codeshot.routing.embedders import Embedder, get_embedder
 from codeshot.routing.index import with_embeddings
 from codeshot.routing.router import Router
 from codeshot.runner.agent_client import AgentClient, FuncReply
-from codeshot.runner.programs import PlannerProgram, RunContext
+from codeshot.runner.programs import NO_AGENT_FITS, PlannerProgram, RunContext
 from codeshot.settings import Settings
 
 Func = Callable[[str], str]
@@ -98,14 +100,22 @@ def quote(symbol: str) -> str:
     return PRICES[symbol.strip().upper()]
 
 
+UNITS = {"mi": "mi", "mile": "mi", "miles": "mi", "km": "km", "kilometre": "km",
+         "kilometres": "km", "kilometer": "km", "kilometers": "km", "kg": "kg", "kgs": "kg",
+         "kilogram": "kg", "kilograms": "kg", "lb": "lb", "lbs": "lb", "pound": "lb",
+         "pounds": "lb"}
+
+
 def convert(text: str) -> str:
-    match = re.fullmatch(r"\s*([\d.]+)\s*(mi|km|kg|lb)\s+to\s+(mi|km|kg|lb)\s*", text)
+    match = re.fullmatch(r"\s*([\d.]+)\s*([a-z]+)\s+to\s+([a-z]+)\s*", text.lower())
     factors = {("mi", "km"): 1.609344, ("km", "mi"): 1 / 1.609344, ("kg", "lb"): 2.20462,
                ("lb", "kg"): 1 / 2.20462}
-    if match is None or (match.group(2), match.group(3)) not in factors:
-        raise InvalidInput(f"convert expects '<value> <unit> to <unit>', got {text!r}")
-    value = float(match.group(1)) * factors[match.group(2), match.group(3)]
-    return f"{value:.2f} {match.group(3)}"
+    units = (UNITS.get(match.group(2)), UNITS.get(match.group(3))) if match else None
+    if match is None or units not in factors:
+        raise InvalidInput(f"convert expects '<value> <unit> to <unit>' with units mi, km, kg "
+                           f"or lb, got {text!r}")
+    value = float(match.group(1)) * factors[units]
+    return f"{value:.2f} {units[1]}"
 
 
 def _agent(handle: str, description: str, samples: list[str], shots: str) -> Agent:
@@ -325,12 +335,14 @@ def grounded(case: Case, status: Status, answer: str, made: Sequence[tuple[str, 
              ) -> bool:
     if status is not Status.DONE or answer.startswith("Sorry"):
         return False
+    if answer.startswith(NO_AGENT_FITS):  # the platform's words; numbers from a description
+        return True
     allowed = grounded_numbers(case.query, [result for _, _, result in made])
     return all(value in allowed for value in numbers(answer))
 
 
 @contextmanager
-def registry() -> Iterator[Any]:
+def registry(embedder: Embedder) -> Iterator[Any]:
     from moto import mock_aws
 
     from codeshot.local.aws_server import make_dynamodb_writes_atomic
@@ -341,7 +353,7 @@ def registry() -> Iterator[Any]:
     with mock_aws():
         agents = AgentRegistry(create_all(Settings(region="us-east-1")))
         for agent in AGENTS:
-            agents.create(with_embeddings(agent, HashingEmbedder()))
+            agents.create(with_embeddings(agent, embedder))
         yield agents
 
 
@@ -349,7 +361,7 @@ def no_url_embeds(url: str) -> Any:
     raise AssertionError(f"the planner benchmark's agents return no URL embeds ({url})")
 
 
-def run_case(case: Case, llm: LLM, mode: str, agents: Any) -> Result:
+def run_case(case: Case, llm: LLM, mode: str, agents: Any, embedder: Embedder) -> Result:
     from codeshot.runner.embeds import EmbedBook
     from codeshot.runner.platform_funcs import FuncContext
     from codeshot.store.embeds import EmbedStore
@@ -361,7 +373,7 @@ def run_case(case: Case, llm: LLM, mode: str, agents: Any) -> Result:
                      platform=FuncContext(lambda: "UTC", embeds, None),
                      trace=lambda _by, _step: None,
                      limits=Limits(max_tokens_per_call=Settings().llm_max_tokens_per_call))
-    router = Router(agents, HashingEmbedder())
+    router = Router(agents, embedder)
     outcome = PlannerProgram(ctx, router, viewer="bench", mode=mode).run(case.query)
     return Result(case, agents_ok(case, client.calls),
                   grounded(case, outcome.status, outcome.text, client.calls),
@@ -401,6 +413,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--modes", default="auto,route,plan",
                         help="planner modes to run with the openai provider")
     parser.add_argument("--only", help="comma-separated categories")
+    parser.add_argument("--embedder", help="the router's embedder (default: the platform's)")
     parser.add_argument("--verbose", action="store_true", help="one line per query")
     args = parser.parse_args(argv)
     cases = [c for c in CASES if not args.only or c.category in args.only.split(",")]
@@ -411,9 +424,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         settings = Settings(llm="openai")
         runs.extend((f"openai {settings.llm_model} ({settings.openai_endpoint}), {mode} mode",
                      get_llm(settings), mode) for mode in args.modes.split(","))
-    with registry() as agents:
+    settings = Settings(**({"embedder": args.embedder} if args.embedder else {}))
+    embedder = get_embedder(settings)
+    print(f"Router embedder: {settings.embedder}.")
+    with registry(embedder) as agents:
         for label, llm, mode in runs:
-            report(label, [run_case(case, llm, mode, agents) for case in cases], args.verbose)
+            report(label, [run_case(case, llm, mode, agents, embedder) for case in cases],
+                   args.verbose)
     return 0
 
 

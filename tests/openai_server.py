@@ -11,7 +11,8 @@ from contextlib import contextmanager
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
-# (path, JSON body) -> (HTTP status, payload: an object sent as JSON, or raw bytes)
+# (path, JSON body) -> (HTTP status, payload: an object sent as JSON, or streamed as
+# events when the request asks for a stream; raw bytes; or a list of raw stream events)
 Responder = Callable[[str, dict[str, Any]], tuple[int, object]]
 
 
@@ -33,14 +34,33 @@ def completion_payload(path: str, text: str | None, prompt_tokens: int = 31,
     }
 
 
+def event_stream(path: str, payload: dict[str, Any], piece: int = 3) -> list[bytes]:
+    """A reply as a streaming server sends it: its text a few characters per event, then
+    an event with the usage and no choices (``stream_options.include_usage``), then
+    ``[DONE]``."""
+    choice = payload["choices"][0]
+    text = choice["message"]["content"] if "message" in choice else choice["text"]
+    events = []
+    for start in range(0, len(text or ""), piece):
+        part = text[start:start + piece]
+        events.append({"choices": [{"index": 0, "delta": {"content": part}} if "chat" in path
+                                   else {"index": 0, "text": part}]})
+    events.append({"choices": [], "usage": payload["usage"]})
+    return [b"data: " + json.dumps(e).encode() + b"\n\n" for e in events] + [b"data: [DONE]\n\n"]
+
+
 class OpenAICompatibleServer:
     """Records every request (path, headers, JSON body) and answers with ``respond``;
-    ``delay`` seconds before each answer."""
+    ``delay`` seconds before each answer, ``event_delay`` between a stream's events (how
+    many went out before the client left: ``events_sent``)."""
 
     def __init__(self, respond: Responder) -> None:
         self.respond = respond
         self.requests: list[tuple[str, dict[str, str], dict[str, Any]]] = []
         self.delay = 0.0
+        self.streams = True  # False: a server that ignores "stream" (sends JSON)
+        self.event_delay = 0.0
+        self.events_sent: list[int] = []  # per streamed reply
         server = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -50,6 +70,13 @@ class OpenAICompatibleServer:
                 server.requests.append((self.path, dict(self.headers), body))
                 time.sleep(server.delay)
                 status, payload = server.respond(self.path, body)
+                if isinstance(payload, list):  # events as they are
+                    self.stream(payload)
+                    return
+                if body.get("stream") and server.streams and status == 200 \
+                        and isinstance(payload, dict):
+                    self.stream(event_stream(self.path, payload))
+                    return
                 data = payload if isinstance(payload, bytes) else json.dumps(payload).encode()
                 try:
                     self.send_response(status)
@@ -59,6 +86,21 @@ class OpenAICompatibleServer:
                     self.wfile.write(data)
                 except (BrokenPipeError, ConnectionResetError):
                     pass  # the client gave up first (a timeout test)
+
+            def stream(self, events: list[bytes]) -> None:
+                self.send_response(200)
+                self.send_header("Content-Type", "text/event-stream")
+                self.end_headers()
+                server.events_sent.append(0)
+                try:
+                    for event in events:
+                        self.wfile.write(event)
+                        self.wfile.flush()
+                        server.events_sent[-1] += 1
+                        time.sleep(server.event_delay)
+                except (BrokenPipeError, ConnectionResetError):
+                    pass  # the client stopped reading (a stop or a repeated line)
+                self.close_connection = True
 
             def log_message(self, *args: object) -> None:
                 pass

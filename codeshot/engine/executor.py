@@ -70,6 +70,21 @@ _TRACE_TYPES = {
     Kind.A: MessageType.RESPONSE,
 }
 _ASKS = (Kind.ASK_FUNC, Kind.ASK_AGENT)
+# The timeouts of the command calls this run is nested in: a command that timed out sets
+# its event, and the run inside it (a nested agent, still in its thread) stops at its
+# next step instead of going on calling the model and tracing into the session.
+_ABANDONED: contextvars.ContextVar[tuple[threading.Event, ...]] = contextvars.ContextVar(
+    "codeshot_abandoned", default=())
+
+
+class _Abandoned(BaseException):
+    """Raised in a nested run whose caller gave up waiting; nobody reads it. Not an
+    Exception, so no failure handler on the way out retries or traces it."""
+
+
+def _stop_if_abandoned() -> None:
+    if any(event.is_set() for event in _ABANDONED.get()):
+        raise _Abandoned
 
 
 class Status(str, Enum):
@@ -297,6 +312,7 @@ class Executor:
     def _loop(self, run: _Run) -> Outcome:
         pending: _Unusable | None = None  # the previous reply, not used; told to the model
         while True:
+            _stop_if_abandoned()
             if self.limits.seconds_left(1.0) <= 0:
                 return self._stop(run, Timeout.code,
                                   "This query's time ran out before I reached an answer.")
@@ -325,6 +341,7 @@ class Executor:
                 log.warning("LLM call failed", exc_info=not isinstance(exc, CodeshotError))
                 _, message = _error_of(exc)
                 return self._stop(run, LLMError.code, f"The language model failed: {message}")
+            _stop_if_abandoned()  # its caller gave up during the call: nothing more to do
             run.steps += 1
             run.input_tokens += completion.input_tokens
             run.output_tokens += completion.output_tokens
@@ -497,10 +514,13 @@ class Executor:
         return Explain(explain(failure))
 
     def _call(self, name: str, call: Callable[[str], Any], text: str) -> CommandResult | str:
-        """The command's result, or Timeout after ``command_timeout`` (the thread is left)."""
+        """The command's result, or Timeout after ``command_timeout``. The thread is left
+        to end on its own; a run nested in it stops at its next step (``_ABANDONED``)."""
         box: dict[str, Any] = {}
+        abandoned = threading.Event()
 
         def target() -> None:
+            _ABANDONED.set((*_ABANDONED.get(), abandoned))
             try:
                 box["result"] = call(text)
             except BaseException as exc:
@@ -513,6 +533,7 @@ class Executor:
         wait = self.limits.seconds_left(self.limits.command_timeout)
         worker.join(wait)
         if worker.is_alive():
+            abandoned.set()
             if wait < self.limits.command_timeout:
                 raise Timeout("this query's time ran out while waiting for a reply")
             raise Timeout(f"no reply within {wait:g}s")

@@ -413,13 +413,18 @@ def func_names(few_shots: Iterable[FewShot]) -> list[str]:
 
 
 def unasked_funcs(few_shots: Iterable[FewShot]) -> list[str]:
-    """Funcs whose reply a few-shot shows with no Ask before it (gcalendar's
-    ``Func[fixie_local_datetime] says:``): the engine calls them, with no input, when the
-    model starts their says line."""
-    names = []
+    """Funcs the engine calls, with no input, when the model starts their says line: those
+    whose reply a few-shot shows with no Ask before it (gcalendar's
+    ``Func[fixie_local_datetime] says:``), and those every Ask of the few-shots gives no
+    input (a clock's ``Ask Func[now]:``, whose empty Ask small models skip)."""
+    names: list[str] = []
+    empty_asks: list[str] = []
+    with_input: set[str] = set()
     for shot in few_shots:
         for previous, step in zip((None, *shot.steps), shot.steps):
             asked = previous is not None and previous.kind is Kind.ASK_FUNC
             if step.kind is Kind.FUNC_SAYS and not asked and step.target is not None:
                 names.append(step.target)
-    return list(dict.fromkeys(names))
+            if step.kind is Kind.ASK_FUNC and step.target is not None:
+                (with_input.add if step.text.strip() else empty_asks.append)(step.target)
+    return list(dict.fromkeys([*names, *(n for n in empty_asks if n not in with_input)]))

@@ -95,10 +95,12 @@ class CarryReplies:
 class PlannerGuard:
     """Sends an answer back once when it asked none of the agents the router chose
     (``offered``; checked first, so the planner can hand such a run to the best agent),
-    holds a placeholder, or states numbers (times, dates, counts) that no agent returned
-    and the question did not hold."""
+    skipped one the query needs (``needed``: a compound query's two best agents), holds a
+    placeholder, or states numbers (times, dates, counts) that no agent returned and the
+    question did not hold."""
 
     offered: tuple[str, ...]
+    needed: tuple[str, ...] = ()
     SKIPPED: ClassVar[str] = "Planner guard: the answer asked none of"
 
     def check_answer(self, transcript: Sequence[Step], answer: str) -> AnswerFlag | None:
@@ -109,6 +111,12 @@ class PlannerGuard:
             listed = ", ".join(f"Agent[{a}]" for a in self.offered)
             return AnswerFlag(f"{self.SKIPPED} {listed}.",
                               f"it answered without asking {listed}; ask the agent that fits")
+        asked = {s.target for s in run if s.kind in ASKS}
+        if missing := [a for a in self.needed if a not in asked]:
+            listed = ", ".join(f"Agent[{a}]" for a in missing)
+            return AnswerFlag(f"Planner guard: the answer skipped {listed}.",
+                              f"the query also needs {listed}; ask it, giving it what the "
+                              "other agent said")
         if (placeholder := _PLACEHOLDER.search(answer)) is not None:
             return AnswerFlag(f"Planner guard: the answer holds the placeholder "
                               f"{placeholder.group(0)}.",

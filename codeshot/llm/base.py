@@ -5,7 +5,9 @@ token counts out. Providers turn their own failures into ``LLMError``.
 
 Servers take only a few stop sequences (OpenAI-compatible ones and Bedrock: four), so a
 provider sends the first ``SERVER_STOPS`` and cuts the text at every stop itself
-(:func:`cut_at_stops`); the engine lists the stops that matter most first.
+(:func:`cut_at_stops`); the engine lists the stops that matter most first. A line the
+model already wrote in the same reply also ends it: small models loop ("Thought: I need
+the time." over and over up to the token cap), and a streaming provider stops there.
 """
 
 from __future__ import annotations
@@ -90,10 +92,25 @@ def configured(llm: LLM, settings: LlmSettings | None) -> LLM:
 
 
 def cut_at_stops(text: str, stops: list[str]) -> str:
-    """``text`` up to the first stop sequence, as a server would have cut it.
+    """``text`` up to the first stop sequence, as a server would have cut it, and before
+    the first complete line that repeats an earlier one.
 
     Leading whitespace is skipped first: a reply that starts with a blank line is not empty.
     """
     start = len(text) - len(text.lstrip())
     cut = min((i for i in (text.find(s, start) for s in stops if s) if i >= 0), default=-1)
-    return text if cut < 0 else text[:cut]
+    return _cut_at_repeated_line(text if cut < 0 else text[:cut])
+
+
+def _cut_at_repeated_line(text: str) -> str:
+    """Lines with no letter or digit (a code fence, a rule, a blank) may repeat."""
+    seen: set[str] = set()
+    offset = 0
+    for line in text.split("\n")[:-1]:  # complete lines only: the last may still grow
+        key = line.strip()
+        if any(c.isalnum() for c in key):
+            if key in seen:
+                return text[:offset].rstrip("\n")
+            seen.add(key)
+        offset += len(line) + 1
+    return text

@@ -7,12 +7,17 @@ joined into one prompt that ends where the transcript continues).
 Servers differ in what they take; the provider learns it from their refusals, once per
 server: a 400 naming ``max_tokens`` (OpenAI's newer models) switches to
 ``max_completion_tokens``; one naming ``stop`` or ``temperature`` drops that field. Only
-four stop sequences go to the server; the text is cut at all of them here. httpx is
-imported on first use.
+four stop sequences go to the server; the text is cut at all of them here. Replies are
+streamed, so a reply is dropped as soon as it reaches one of the other stops or repeats a
+line (a small model looping) rather than when the token cap ends it; the usage the
+server sends last is then estimated (prompt characters / 4, one token per piece). httpx
+is imported on first use.
 """
 
 from __future__ import annotations
 
+import json
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -20,7 +25,7 @@ from codeshot.errors import LLMError
 from codeshot.llm.base import SERVER_STOPS, ChatMessage, Completion, LlmSettings, cut_at_stops
 
 ENDPOINTS = ("chat", "completions")
-_ADAPTABLE = ("max_tokens", "stop", "temperature")
+_ADAPTABLE = ("max_tokens", "stop", "temperature", "stream_options")
 
 
 @dataclass
@@ -97,32 +102,40 @@ class OpenAILLM:
         body.update({k: v for k, v in optional.items()
                      if v is not None and k not in self._quirks.dropped})
         body[self._quirks.tokens_field] = self.settings.max_tokens(max_tokens)
+        body["stream"] = True
+        if "stream_options" not in self._quirks.dropped:
+            body["stream_options"] = {"include_usage": True}
         return body
 
     def complete(self, messages: list[ChatMessage], stop: list[str], max_tokens: int) -> Completion:
         import httpx
 
         headers = {"Authorization": f"Bearer {self.api_key}"} if self.api_key else {}
-        for _ in range(len(_ADAPTABLE) + 1):
-            body = self._body(messages, stop, max_tokens)
-            try:
-                response = httpx.post(self.url, json=body, headers=headers, timeout=self.timeout)
-            except httpx.TimeoutException as exc:
-                raise LLMError(f"{self.url} timed out after {self.timeout:g}s") from exc
-            except httpx.HTTPError as exc:
-                raise LLMError(f"{self.url} unreachable: {exc}") from exc
-            if response.status_code == 200:
-                break
-            try:
-                refusal = response.json()
-            except ValueError:
-                refusal = None
-            if not self._quirks.adapt(response.status_code, refusal):
-                break
-        if response.status_code != 200:
-            raise LLMError(
-                f"{self.url} returned HTTP {response.status_code}: {response.text[:200]}"
-            )
+        try:
+            for _ in range(len(_ADAPTABLE) + 1):
+                body = self._body(messages, stop, max_tokens)
+                with httpx.stream("POST", self.url, json=body, headers=headers,
+                                  timeout=self.timeout) as response:
+                    if response.status_code == 200 and response.headers.get(
+                            "content-type", "").startswith("text/event-stream"):
+                        return self._read(response.iter_lines(), messages, stop)
+                    response.read()
+                    if response.status_code == 200:  # a server that does not stream
+                        return self._parse(response, stop)
+                    try:
+                        refusal = response.json()
+                    except ValueError:
+                        refusal = None
+                    if not self._quirks.adapt(response.status_code, refusal):
+                        raise LLMError(f"{self.url} returned HTTP {response.status_code}: "
+                                       f"{response.text[:200]}")
+        except httpx.TimeoutException as exc:
+            raise LLMError(f"{self.url} timed out after {self.timeout:g}s") from exc
+        except httpx.HTTPError as exc:
+            raise LLMError(f"{self.url} unreachable: {exc}") from exc
+        raise LLMError(f"{self.url} refused every form of the request")
+
+    def _parse(self, response: Any, stop: list[str]) -> Completion:
         try:
             data = response.json()
             choice = data["choices"][0]
@@ -134,3 +147,34 @@ class OpenAILLM:
                               int(usage.get("completion_tokens", 0)))
         except (ValueError, KeyError, IndexError, TypeError) as exc:
             raise LLMError(f"{self.url} returned a malformed response ({exc!r})") from exc
+
+    def _read(self, lines: Iterator[str], messages: list[ChatMessage], stop: list[str]
+              ) -> Completion:
+        """The streamed reply, read until it ends, reaches a stop or repeats a line
+        (leaving the ``with`` closes the stream, and the server stops generating)."""
+        text, chunks, usage = "", 0, None
+        try:
+            for line in lines:
+                data = line.removeprefix("data:").strip()
+                if not line.startswith("data:") or not data:
+                    continue
+                if data == "[DONE]":
+                    break
+                event = json.loads(data)
+                usage = event.get("usage") or usage
+                for choice in event.get("choices") or []:
+                    piece = (choice.get("delta") or {}).get("content") \
+                        if self.endpoint == "chat" else choice.get("text")
+                    if not isinstance(piece, str | None):
+                        raise TypeError("a streamed piece is not text")
+                    text += piece or ""
+                    chunks += 1
+                if cut_at_stops(text, stop) != text:
+                    break  # what follows is cut anyway: stop paying for it
+            if usage is None:  # stopped early, or a server that sends no usage: estimated
+                usage = {"prompt_tokens": sum(len(m.content) for m in messages) // 4,
+                         "completion_tokens": chunks}
+            return Completion(cut_at_stops(text, stop), int(usage.get("prompt_tokens", 0)),
+                              int(usage.get("completion_tokens", 0)))
+        except (ValueError, AttributeError, TypeError) as exc:
+            raise LLMError(f"{self.url} returned a malformed stream ({exc!r})") from exc

@@ -20,9 +20,12 @@ from codeshot.engine.builtin import (
 )
 from codeshot.engine.components import CommandResult
 from codeshot.engine.executor import Executor, Limits, Outcome, Status, TraceStep
+from codeshot.engine.grounding import numbers
 from codeshot.engine.planning import CarryReplies, OfferedAgent, PlannerGuard, planner_examples
-from codeshot.errors import AgentRunFailed, CodeshotError, NotFound
-from codeshot.llm.base import LLM, LlmSettings, configured
+from codeshot.engine.prompt import ECHO_STOPS, STOP_SEQUENCES
+from codeshot.engine.replies import clean_answer
+from codeshot.errors import AgentRunFailed, CodeshotError, LLMError, NotFound
+from codeshot.llm.base import LLM, ChatMessage, LlmSettings, configured
 from codeshot.models import MAX_AGENT_DESCRIPTION, PLANNER_ID, Agent, AgentKind, MessageType
 from codeshot.runner.agent_client import AgentClient, FuncNotDefined
 from codeshot.runner.corpora import url_corpora
@@ -41,8 +44,25 @@ PLANNER_PROMPT = (
     "agents listed below, one step at a time, and I combine their answers. I only ask "
     "agents that are listed, and I answer directly when no agent fits."
 )
+# When no agent fits, one call sorts small talk (answered in kind) from requests (declined
+# by the platform): told to decline, a 1.5B model still answered "Who won the 1998 World
+# Cup?" itself, wrongly; sorting by example it does reliably. With the Code Shot protocol
+# and no command to ask, small models used "Ask User:" to echo the question back.
+SMALL_TALK_PROMPT = (
+    "I am the planner of an agent platform: agents answer requests, and none of them fits "
+    "this message. If the message is small talk (a greeting, thanks, goodbye, or a question "
+    "about me), I reply with one short friendly sentence after \"A:\". If it asks for "
+    "anything else (a fact, a number, a date, an action), I reply only \"NONE\"."
+)
+SMALL_TALK_EXAMPLES = [("hi!", "A: Hello! What can I do for you?"),
+                       ("What is the tallest mountain in Peru?", "NONE"),
+                       ("thank you", "A: You're welcome!"),
+                       ("Send an email to my boss", "NONE")]
 # A query naming two tasks goes to plan mode in auto (one task: the best agent answers).
 _COMPOUND = re.compile(r"\b(and|then|also)\b", re.IGNORECASE)
+# A second task that refers to the first one's result ("save it as a note").
+_REFERS_BACK = re.compile(r"\b(it|that|this|them|the (result|number|total|price|answer))\b",
+                          re.IGNORECASE)
 
 class Program(Protocol):
     def run(self, query: str) -> Outcome: ...
@@ -214,11 +234,14 @@ def tool_description(agent: Agent) -> str:
     return f"{description} For example: {samples}" if samples else description
 
 
+NO_AGENT_FITS = "No agent here can help with that."
+
+
 def no_agent_answer(closest: Agent | None) -> str:
     if closest is None:
         return "I can't help with that: no agent is registered yet."
     about = ": ".join(part for part in (closest.name, closest.description) if part)
-    return (f"No agent here can help with that. The closest is {closest.agent_id}"
+    return (f"{NO_AGENT_FITS} The closest is {closest.agent_id}"
             + (f" ({about})" if about else "") + ", but it does not fit this request.")
 
 
@@ -228,9 +251,11 @@ class PlannerProgram:
     The router proposes the top-k agents; only those scoring above its floor are offered.
     ``mode``: ``route`` hands the whole query to the best agent (or says that no agent
     fits, naming the closest); ``plan`` runs a Code Shot program whose commands are the
-    offered agents, with examples built from their own sample queries (with none offered
-    it answers directly); ``auto`` plans when the query is compound (two agents fit, or
-    it says "and"/"then") or no agent fits, and routes otherwise.
+    offered agents, with examples built from their own sample queries (with none offered,
+    small talk is answered and anything else declined: ``_direct``); ``auto`` runs "X
+    and/then Y" as two agent calls when each half fits a different agent (``_two_steps``),
+    plans the other compound queries (two agents fit, or it says "and"/"then") and those
+    no agent fits, and routes the rest.
     """
 
     def __init__(self, ctx: RunContext, router: Router, viewer: str | None,
@@ -272,14 +297,21 @@ class PlannerProgram:
     def run(self, query: str) -> Outcome:
         candidates = self._routes(query)
         fitting = [c for c in candidates if c.fits]
+        if self.mode == "auto" and (steps := self._two_steps(query)):
+            return self._run_steps(*steps)
         if not self._plans(query, fitting):
             if not fitting:
                 closest = self.ctx.registry_get(candidates[0].agent_id) if candidates else None
                 return Outcome(Status.DONE, no_agent_answer(closest))
             return self._delegate(fitting[0].agent_id, query)
+        if not fitting:
+            return self._direct(query, candidates[0].agent_id if candidates else None)
         agents = [self.ctx.registry_get(c.agent_id) for c in fitting]
         samples = [c.matched_sample for c in fitting]  # each agent's sample nearest the query
-        outcome = self._executor(agents, samples).run(query)
+        # Two agents fit a query naming two tasks: the answer must have asked both.
+        needed = tuple(a.agent_id for a in agents[:2]) \
+            if len(agents) > 1 and _COMPOUND.search(query) else ()
+        outcome = self._executor(agents, samples, needed).run(query)
         if fitting and any(f.startswith(PlannerGuard.SKIPPED) for f in outcome.flags):
             return self._delegate(fitting[0].agent_id, query)  # asked twice, asked no agent
         return outcome
@@ -292,8 +324,61 @@ class PlannerProgram:
         agents = [self.ctx.registry_get(a) for a in state.get("tools", [])]
         return self._executor(agents).resume(state["state"], answer)
 
-    def _executor(self, agents: list[Agent], samples: Sequence[str] = ()) -> Program:
-        """``samples``: each agent's sample query nearest this query (else its first)."""
+    def _two_steps(self, query: str) -> tuple[tuple[str, str], tuple[str, str]] | None:
+        """A query of two tasks ("X and/then Y") whose halves each fit a different agent:
+        ((agent, X), (agent, Y)). Else None (the model plans)."""
+        match = _COMPOUND.search(query)
+        if match is None:
+            return None
+        halves = (query[:match.start()].strip(" ,;"), query[match.end():].strip(" ,;"))
+        steps = []
+        for half in halves:
+            best = next(iter(self.router.route(half, 1, self.viewer)), None) if half else None
+            if best is None or not best.fits or not self._usable(best.agent_id):
+                return None
+            steps.append((best.agent_id, half))
+        first, second = steps
+        return (first, second) if first[0] != second[0] else None
+
+    def _run_steps(self, first: tuple[str, str], second: tuple[str, str]) -> Outcome:
+        """Two tasks in order, without the model planning them: the second agent is given
+        the first one's answer when its task refers back to it ("save it as a note")."""
+        self._thought(f"Two tasks: Agent[{first[0]}], then Agent[{second[0]}].")
+        one = self._delegate(*first)
+        if one.status is not Status.DONE:
+            return one
+        agent_id, task = second
+        given = f"{task} (given: {one.text})" if _REFERS_BACK.search(task) else task
+        two = self._delegate(agent_id, given)
+        if two.status is not Status.DONE:
+            return two
+        return Outcome(Status.DONE, f"{one.text}\n{two.text}", embeds={**one.embeds, **two.embeds})
+
+    def _direct(self, query: str, closest: str | None) -> Outcome:
+        """The reply when no agent fits: small talk answered in kind, anything else
+        declined by the platform (naming the closest agent). A reply stating a number the
+        query did not hold was made up: it is declined too."""
+        messages = [ChatMessage("system", SMALL_TALK_PROMPT)]
+        for example, reply in SMALL_TALK_EXAMPLES:
+            messages += [ChatMessage("user", example), ChatMessage("assistant", reply)]
+        messages.append(ChatMessage("user", query))
+        text = ""
+        try:
+            completion = self.ctx.llm_for(PLANNER_ID).complete(
+                messages, [*STOP_SEQUENCES, *ECHO_STOPS], self.ctx.limits.max_tokens_per_call)
+            if completion.text.strip().startswith("A:"):
+                text = clean_answer(completion.text.strip().removeprefix("A:"))
+        except LLMError as exc:  # the platform's own answer holds without the model
+            self._thought(f"The language model failed ({exc.message}).")
+        if not text or set(numbers(text)) - set(numbers(query)):
+            text = no_agent_answer(self.ctx.registry_get(closest) if closest else None)
+        self.ctx.trace(PLANNER_ID, TraceStep(MessageType.RESPONSE, text))
+        return Outcome(Status.DONE, text)
+
+    def _executor(self, agents: list[Agent], samples: Sequence[str] = (),
+                  needed: tuple[str, ...] = ()) -> Program:
+        """``samples``: each agent's sample query nearest this query (else its first);
+        ``needed``: the agents the answer must have asked."""
         planner = self
 
         def call_agent(agent_id: str, text: str) -> CommandResult:
@@ -313,7 +398,7 @@ class PlannerProgram:
             for i, a in enumerate(agents)])
         components = planner_components(PLANNER_PROMPT, examples, tools, call_agent,
                                         resume_agent)
-        guards = [CarryReplies(), PlannerGuard(tuple(a.agent_id for a in agents))]
+        guards = [CarryReplies(), PlannerGuard(tuple(a.agent_id for a in agents), needed)]
         executor = Executor([*components, *guards, self.ctx.history],
                             self.ctx.llm_for(PLANNER_ID),
                             limits=self.ctx.limits,

@@ -96,6 +96,54 @@ def test_a_hanging_command_times_out(scripted, trace: list[TraceStep]) -> None:
     assert [t.error_code for t in trace if t.type is MessageType.ERROR] == ["TIMEOUT"] * 3
 
 
+def test_a_nested_run_whose_caller_timed_out_stops_at_its_next_step(scripted) -> None:
+    # A nested agent's run is left in its thread when the planner's Ask times out; it
+    # must not keep the model busy (and call Funcs) for a query that has moved on.
+    nested_calls: list[str] = []
+    funcs_called: list[str] = []
+
+    class SlowModel:
+        def complete(self, messages, stop, max_tokens):  # type: ignore[no-untyped-def]
+            from codeshot.llm.base import Completion
+            nested_calls.append("call")
+            time.sleep(0.3)
+            return Completion("Ask Func[quote]: GOOG", 10, 5)
+
+    def nested_agent(agent_id: str, text: str) -> CommandResult:
+        agent = Executor(code_shot_components("I quote.", QUOTE_SHOTS,
+                                              lambda n, t: funcs_called.append(t) or "$7"),
+                         SlowModel())
+        return CommandResult(agent.run(text).text)
+
+    components = planner_components("I route.", [], [AgentTool("fixie/stocks", "Prices.")],
+                                    nested_agent)
+    planner = Executor(components, scripted("Ask Agent[fixie/stocks]: GOOG?"),
+                       limits=Limits(command_timeout=0.1, max_attempts=1),
+                       sleep=lambda s: None)
+    outcome = planner.run("What is GOOG at?")
+    assert (outcome.error_code, outcome.text) == (
+        "TIMEOUT", "Sorry, I could not finish: Agent[fixie/stocks] failed (no reply within 0.1s).")
+    time.sleep(1.0)  # time for three more of the nested model's steps, were it going on
+    assert nested_calls == ["call"] and funcs_called == []
+
+
+def test_a_func_always_asked_with_no_input_is_called_when_the_model_skips_its_ask(
+    scripted, trace: list[TraceStep]
+) -> None:
+    # qwen2.5-coder-1.5b answered the clock's few-shot with "Func[now" (then the '] says:'
+    # stop), twice, and the query failed.
+    shots = ["Q: What time is it?\nAsk Func[now]:\nFunc[now] says: 08:15 UTC\nA: It is 08:15."]
+    asked: list[str] = []
+    llm = scripted("Func[now", "A: It is 23:41 UTC.")
+    agent = Executor(code_shot_components("I tell the time.", shots,
+                                          lambda n, t: asked.append(t) or "23:41 UTC"),
+                     llm, trace=trace.append)
+    assert agent.run("What time is it?").text == "It is 23:41 UTC."
+    assert asked == [""]
+    assert [(t.type, t.target, t.text) for t in trace[:2]] == [
+        (MessageType.FUNC_CALL, "Func[now]", ""), (MessageType.RESULT, "Func[now]", "23:41 UTC")]
+
+
 def test_a_model_running_past_its_turn_is_cut_at_the_ask(scripted) -> None:
     calls: list[str] = []
     llm = scripted(

@@ -188,6 +188,11 @@ def test_builtin_and_registered_funcs_may_reply_with_no_ask() -> None:
     assert func_names(shots) == ["fixie_local_datetime", "remind", "work_hours"]
     assert unasked_funcs(shots) == ["fixie_local_datetime", "work_hours"]
     assert unasked_funcs(parse_few_shots([GOOD])) == []
+    clock = ["Q: What time is it?\nAsk Func[now]:\nFunc[now] says: 08:15 UTC\nA: It is 08:15.",
+             "Q: Time in Oslo?\nAsk Func[zone]: Oslo\nFunc[zone] says: 09:15\nA: 09:15.",
+             "Q: And UTC?\nAsk Func[zone]:\nFunc[zone] says: 08:15\nA: 08:15."]
+    # every Ask of now is empty; zone takes input in one example
+    assert unasked_funcs(parse_few_shots(clock)) == ["now"]
 
 
 def test_conversational_few_shots_with_builtin_asks_and_list_form() -> None:

@@ -63,7 +63,38 @@ def test_chat_request_carries_four_stops_and_max_tokens_and_usage_is_read(
         "stop": STOP[:4],  # servers take four; the rest are cut here
         "max_tokens": 321,
         "temperature": 0,
+        "stream": True,  # so a reply is dropped where it is cut, not at the token cap
+        "stream_options": {"include_usage": True},
     }
+
+
+def test_a_looping_reply_is_cut_before_its_repeated_line_and_the_stream_dropped(
+    server: OpenAICompatibleServer, replies: Replies
+) -> None:
+    # qwen2.5-coder-1.5b wrote one Thought line until the 256-token cap: 47 s on this CPU.
+    replies.queue.append((200, "Thought: I need the time.\nThought: Let me think.\n" * 40))
+    server.event_delay = 0.005
+    started = time.monotonic()
+    completion = OpenAILLM("m", server.url).complete(MESSAGES, STOP, 256)
+    assert completion.text == "Thought: I need the time.\nThought: Let me think."
+    assert time.monotonic() - started < 0.005 * 200  # not the whole stream
+    time.sleep(0.1)  # the server notices the client left on its next write
+    [sent] = server.events_sent
+    assert sent < 40  # of 681 events: dropped after the first repeat
+    # no usage arrived: estimated from the prompt (characters / 4) and the pieces read
+    assert completion.input_tokens == sum(len(m.content) for m in MESSAGES) // 4
+    assert 17 <= completion.output_tokens <= sent
+
+
+def test_stream_options_are_dropped_for_a_server_that_refuses_them(
+    server: OpenAICompatibleServer, replies: Replies
+) -> None:
+    replies.queue += [(400, {"error": {"message": "Unrecognized request argument supplied: "
+                                       "stream_options", "param": "stream_options"}}),
+                      (200, "A: 7")]
+    completion = OpenAILLM("m", server.url).complete(MESSAGES, STOP, 20)
+    assert (completion.text, completion.input_tokens, completion.output_tokens) == ("A: 7", 31, 6)
+    assert "stream_options" in server.bodies[0] and "stream_options" not in server.bodies[1]
 
 
 def test_completions_endpoint_sends_one_prompt_ending_on_the_transcript(
@@ -157,19 +188,33 @@ def test_no_api_key_sends_no_authorization(server: OpenAICompatibleServer) -> No
         (200, {"choices": [{"text": "x"}]}, r"malformed response \(KeyError\('message"),
     ],
 )
-def test_bad_replies_are_llm_errors(
+def test_bad_replies_are_llm_errors(  # from a server that does not stream
     server: OpenAICompatibleServer, replies: Replies, status: int, payload: object, message: str
 ) -> None:
     replies.queue.append((status, payload))
+    server.streams = False
     with pytest.raises(LLMError, match=message) as info:
         OpenAILLM("m", server.url).complete(MESSAGES, STOP, 10)
     assert info.value.code == "LLM_ERROR"
+
+
+def test_a_broken_stream_is_an_llm_error(
+    server: OpenAICompatibleServer, replies: Replies
+) -> None:
+    replies.queue += [(200, [b'data: {"choices": [{"delta": {"content": "A: "}}]}\n\n',
+                             b"data: {not json\n\n"]),
+                      (200, [b'data: {"choices": [{"delta": {"content": 7}}]}\n\n'])]
+    with pytest.raises(LLMError, match=r"malformed stream \(JSONDecodeError"):
+        OpenAILLM("m", server.url).complete(MESSAGES, STOP, 10)
+    with pytest.raises(LLMError, match=r"malformed stream \(TypeError"):
+        OpenAILLM("m", server.url).complete(MESSAGES, STOP, 10)
 
 
 def test_a_reply_without_usage_counts_no_tokens(
     server: OpenAICompatibleServer, replies: Replies
 ) -> None:
     replies.queue.append((200, {"choices": [{"message": {"content": "A: hi"}}]}))
+    server.streams = False
     completion = OpenAILLM("m", server.url).complete(MESSAGES, STOP, 10)
     assert (completion.text, completion.input_tokens, completion.output_tokens) == ("A: hi", 0, 0)
 

@@ -11,6 +11,7 @@ import pytest
 
 from codeshot.engine.executor import Status
 from codeshot.engine.prompt import CORRECTION_HEADER, EXAMPLES_HEADER
+from codeshot.errors import LLMError
 from codeshot.models import Agent, AgentKind, MessageType
 from codeshot.routing.embedders import HashingEmbedder
 from codeshot.routing.index import with_embeddings
@@ -76,7 +77,7 @@ def test_a_two_step_plan_carries_the_first_answer_into_the_second_ask(registry):
         "A: Saved note 1: You rolled 90.",  # notes
         "A: Saved note 1: You rolled 90.")  # planner
     trace: list = []
-    done = planner(registry, llm, "auto", trace).run("Roll a d100 then save the result as a note")
+    done = planner(registry, llm, "plan", trace).run("Roll a d100 then save the result as a note")
     assert (done.status, done.text, done.flags) == (Status.DONE, "Saved note 1: You rolled 90.", ())
     assert "Q: Save the result as a note: You rolled 90." in llm.transcript(3)  # notes' run
     shown = examples(llm)
@@ -123,6 +124,79 @@ def test_auto_routes_one_task_and_plans_compound_or_unfitting_queries(registry):
     assert done.text == "Hello! How can I help?" and len(llm.calls) == 1
     assert "Ask Agent[" not in llm.calls[0][0][0].content  # no agent offered
     assert trace[0][2].startswith("Router proposes: no agent fits")
+
+
+def test_auto_runs_two_tasks_as_two_agent_calls_the_second_given_the_first_answer(registry):
+    # qwen2.5-coder-1.5b planning "Check the weather in Oslo and save it as a note" asked
+    # the first agent, then answered "Note that Oslo: 2C, snow." without the notes agent,
+    # even when told once that the query needed it.
+    llm = ScriptedLLM("A: You rolled 90.", "A: Saved note 1: You rolled 90.")  # dice, notes
+    trace: list = []
+    done = planner(registry, llm, "auto", trace).run("Roll a d100 then save the result as a note")
+    assert (done.status, done.text) == (Status.DONE, "You rolled 90.\nSaved note 1: You rolled 90.")
+    assert len(llm.calls) == 2  # no planner call: the router placed both halves
+    assert "Q: Roll a d100\n" in llm.transcript(0)
+    assert "Q: save the result as a note (given: You rolled 90.)\n" in llm.transcript(1)
+    assert [(by, text) for by, kind, text in trace if kind is MessageType.AGENT_CALL] == [
+        (PLANNER_ID, "Roll a d100"), (PLANNER_ID, "save the result as a note (given: You rolled 90.)")]
+
+    # a second task that does not refer back is not handed the first answer
+    llm = ScriptedLLM("A: You rolled 12.", "A: It is 23:41 UTC.")
+    done = planner(registry, llm, "auto", []).run("Roll a d20 and tell me the time")
+    assert done.text == "You rolled 12.\nIt is 23:41 UTC."
+    assert "Q: tell me the time\n" in llm.transcript(1)
+
+
+def test_a_compound_query_whose_halves_are_not_two_different_agents_is_planned(registry):
+    # "and" inside one task: its halves do not place two agents, so the model plans it
+    llm = ScriptedLLM("Ask Agent[me/dice]: Roll a d20 and a d6", "A: You rolled 12 and 3.",
+                      "A: You rolled 12 and 3.")  # planner, dice, planner
+    trace: list = []
+    done = planner(registry, llm, "auto", trace).run("Roll a d20 and a d6 for me")
+    assert done.text == "You rolled 12 and 3." and len(llm.calls) == 3
+    assert not any(text.startswith("Two tasks") for _, _, text in trace)
+    assert EXAMPLES_HEADER in llm.calls[0][0][1].content  # the planner's own prompt
+
+
+def test_a_planned_answer_that_skips_an_agent_a_compound_query_needs_is_sent_back(registry):
+    llm = ScriptedLLM("Ask Agent[me/dice]: Roll a d100", "A: You rolled 90.",  # planner, dice
+                      "A: You rolled 90.",  # planner: the notes agent skipped
+                      "Ask Agent[me/notes]: Save a note: You rolled 90.",
+                      "A: Saved note 1: You rolled 90.", "A: Saved note 1: You rolled 90.")
+    done = planner(registry, llm, "plan", []).run("Roll a d100 then save the result as a note")
+    assert done.text == "Saved note 1: You rolled 90." and len(llm.calls) == 6
+    note = next(m.content for m in llm.calls[3][0] if m.content.startswith(CORRECTION_HEADER))
+    assert "the query also needs Agent[me/notes]" in note
+
+
+@pytest.mark.parametrize(("query", "reply", "answer"), [
+    ("hello", "A: Hello! What can I do for you?", "Hello! What can I do for you?"),
+    # a request no agent fits is declined by the platform, not answered by the model
+    ("Who won the 1998 World Cup?", "NONE", "No agent here can help with that. The closest is "),
+    ("Who won the 1998 World Cup?", "A: Brazil won it.", "Brazil won it."),  # sorted as talk
+    # a number the question did not hold was made up
+    ("What's the square root of 144?", "A: It is 12.", "No agent here can help with that."),
+    ("thanks", "", "No agent here can help with that."),
+])
+def test_when_no_agent_fits_small_talk_is_answered_and_requests_declined(
+        registry, query, reply, answer):
+    llm = ScriptedLLM(reply)
+    done = planner(registry, llm, "auto", []).run(query)
+    assert done.status is Status.DONE and done.text.startswith(answer)
+    [(messages, _, _)] = llm.calls
+    assert messages[-1].content == query and "Ask Agent[" not in messages[0].content
+
+
+def test_with_no_agent_fitting_a_failing_model_still_gets_the_platforms_answer(registry):
+    class Down(ScriptedLLM):
+        def complete(self, messages: Any, stop: Any, max_tokens: int) -> Any:
+            raise LLMError("http://127.0.0.1:8091/v1/chat/completions unreachable")
+
+    trace: list = []
+    done = planner(registry, Down(), "auto", trace).run("Book me a flight to Rome")
+    assert done.status is Status.DONE
+    assert done.text.startswith("No agent here can help with that. The closest is me/")
+    assert any("The language model failed" in text for _, _, text in trace)
 
 
 def test_a_failed_nested_run_is_not_retried(registry):
