@@ -517,7 +517,7 @@ def report_llm(embedded: dict[str, list[Agent]], cached: dict[str, Cached],
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0])
-    parser.add_argument("--embedders", default="hashing,minilm")
+    parser.add_argument("--embedders", default="hashing,static,minilm")
     parser.add_argument("--split", default="test", choices=("test", "dev"))
     parser.add_argument("--calibrate", action="store_true",
                         help="choose each embedder's weight and floor on the dev split")

@@ -119,7 +119,7 @@ def test_wordpiece_agrees_with_hugging_faces_tokenizer():
                                                    / "tokenizer.json"))
     reference.no_truncation()
     reference.no_padding()
-    corpus = json.loads(Path("benchmarks/router_corpus.json").read_text())
+    corpus = json.loads((Path(__file__).parents[2] / "benchmarks" / "router_corpus.json").read_text())
     texts = TEXTS + [q["query"] for split in ("dev", "test") for q in corpus[split]]
     wordpiece = WordPiece(STATIC_VOCAB.read_text().splitlines())
     assert [wordpiece.encode(t) for t in texts] == [
