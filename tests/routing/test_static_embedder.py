@@ -127,6 +127,8 @@ def test_wordpiece_agrees_with_hugging_faces_tokenizer():
 
 
 @pytest.mark.slow
+@pytest.mark.slow
+@pytest.mark.timeout(1200)  # MiniLM over 30,522 tokens on CPU: minutes on a busy machine
 def test_the_distillation_reproduces_the_shipped_files(tmp_path: Path):
     pytest.importorskip("sentence_transformers", reason="the embeddings extra")
     from codeshot.routing import distill
