@@ -19,6 +19,22 @@ agents' Funcs in-process. Scores, separately:
 
 Categories: single agent, two agents (a result passed on), no agent fits, chit-chat,
 ambiguous (loose wording, one agent meant).
+
+Measured with Qwen2.5-Coder-1.5B-Instruct Q4_K_M on llama.cpp (2 CPU threads,
+temperature 0); "before" is the planner before issue #22 (route and plan modes only),
+run with this file; "both" is right agents and inputs, and grounded:
+
+| planner | router | mode | right agents | grounded | both | LLM calls/query (max) |
+|---|---|---|---:|---:|---:|---:|
+| before | hashing | route | 73% | 94% | 73% | 1.35 (3) |
+| before | hashing | plan | 67% | 52% | 50% | 3.15 (10) |
+| after | hashing | route | 76% | 97% | 76% | 1.33 (2) |
+| after | hashing | plan | 83% | 97% | 82% | 3.65 (9) |
+| after | hashing | auto | 94% | 100% | 94% | 2.06 (4) |
+| after | static | route | 77% | 95% | 74% | 1.52 (2) |
+| after | static | auto | 92% | 95% | 89% | 2.36 (4) |
+
+Every answer in auto that is not grounded is an error reply, not an invented number.
 """
 
 from __future__ import annotations
