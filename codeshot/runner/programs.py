@@ -20,7 +20,7 @@ from codeshot.engine.builtin import (
 )
 from codeshot.engine.components import CommandResult
 from codeshot.engine.executor import Executor, Limits, Outcome, Status, TraceStep
-from codeshot.engine.grounding import numbers
+from codeshot.engine.grounding import grounded_numbers, numbers
 from codeshot.engine.planning import CarryReplies, OfferedAgent, PlannerGuard, planner_examples
 from codeshot.engine.prompt import ECHO_STOPS, STOP_SEQUENCES
 from codeshot.engine.replies import clean_answer
@@ -370,7 +370,7 @@ class PlannerProgram:
                 text = clean_answer(completion.text.strip().removeprefix("A:"))
         except LLMError as exc:  # the platform's own answer holds without the model
             self._thought(f"The language model failed ({exc.message}).")
-        if not text or set(numbers(text)) - set(numbers(query)):
+        if not text or not set(numbers(text)) <= grounded_numbers(query, ()):
             text = no_agent_answer(self.ctx.registry_get(closest) if closest else None)
         self.ctx.trace(PLANNER_ID, TraceStep(MessageType.RESPONSE, text))
         return Outcome(Status.DONE, text)

@@ -74,10 +74,8 @@ def test_a_looping_reply_is_cut_before_its_repeated_line_and_the_stream_dropped(
     # qwen2.5-coder-1.5b wrote one Thought line until the 256-token cap: 47 s on this CPU.
     replies.queue.append((200, "Thought: I need the time.\nThought: Let me think.\n" * 40))
     server.event_delay = 0.005
-    started = time.monotonic()
     completion = OpenAILLM("m", server.url).complete(MESSAGES, STOP, 256)
     assert completion.text == "Thought: I need the time.\nThought: Let me think."
-    assert time.monotonic() - started < 0.005 * 200  # not the whole stream
     time.sleep(0.1)  # the server notices the client left on its next write
     [sent] = server.events_sent
     assert sent < 40  # of 681 events: dropped after the first repeat
