@@ -251,25 +251,57 @@ def attach(agent: Agent, matrix: np.ndarray, model_id: str) -> Agent:
                          embedding_model=model_id)
 
 
-def calibrate(agents: list[Agent], embedder: Embedder, dev: Labelled) -> Scoring:
-    """The dense weight with the best dev top-1 (ties: more no-agent queries declined),
-    and the highest floor that wrongly declines at most 3% of dev's answerable queries."""
+def calibrate(agents: list[Agent], embedder: Embedder, dev: Labelled,
+              verbose: bool = True) -> tuple[Scoring, Scoring]:
+    """The dense weight with the best dev top-1 (ties: more no-agent queries declined);
+    then, for that weight, the highest floor alone, and the floor and no-agent margin
+    together, that decline the most dev no-agent queries while wrongly declining at most
+    3% of the answerable ones. Returns (floor alone, floor and margin)."""
     best: tuple[float, float, Scoring] | None = None
+    allowed = int(ALLOWED_WRONG_DECLINES * sum(1 for _, label in dev if label))
     for w in WEIGHTS:
         index = AgentIndex(agents, embedder, Scoring(w, 0.0))
         tops = [(index.search(q, 1)[0], label) for q, label in dev]
         answerable = sorted(c.score for c, label in tops if label)
-        floor = answerable[int(ALLOWED_WRONG_DECLINES * len(answerable))]
-        floor = int(floor * 1000) / 1000  # rounded down: at most the allowed declines
+        floor = int(answerable[allowed] * 1000) / 1000  # rounded down: at most the allowed
         top1 = sum(c.agent_id.endswith("/" + label) for c, label in tops if label)
         declined = sum(c.score < floor for c, label in tops if not label)
-        key = (top1, declined)
-        print(f"- w={w}: dev top-1 {top1}/{len(answerable)}, floor {floor:.3f} declines "
-              f"{declined}/{len(tops) - len(answerable)} no-agent queries")
-        if best is None or key > best[:2]:
+        if verbose:
+            print(f"- w={w}: dev top-1 {top1}/{len(answerable)}, floor {floor:.3f} declines "
+                  f"{declined}/{len(tops) - len(answerable)} no-agent queries")
+        if best is None or (top1, declined) > best[:2]:
             best = (top1, declined, Scoring(w, floor))
     assert best is not None
-    return best[2]
+    floor_alone = best[2]
+    # Each dev query's best agent: its fused score, and how much nearer the query is to a
+    # no-agent example than to that agent's nearest row.
+    index = AgentIndex(agents, embedder, Scoring(floor_alone.dense_weight, 0.0))
+    position = {a.agent_id: i for i, a in enumerate(index.agents)}
+    examples = np.asarray(index_module.no_agent_rows(embedder), dtype=np.float32)
+    points = []
+    for q, label in dev:
+        top = index.search(q, 1)[0]
+        query = np.asarray(embedder.embed([q]), dtype=np.float32)[0]
+        nearest_row = float(np.max(np.asarray(index.rows[position[top.agent_id]],
+                                              dtype=np.float32) @ query))
+        points.append((label is None, top.score, float(np.max(examples @ query)) - nearest_row))
+    choice: tuple[int, int, float, float] | None = None
+    for floor in np.arange(0.0, 0.5, 0.005):
+        for margin in np.arange(-0.3, 0.305, 0.01):
+            declines = [none for none, score, gap in points if score < floor or gap > margin]
+            wrong = declines.count(False)
+            key = (declines.count(True), -wrong, round(float(margin), 2), round(float(floor), 3))
+            if wrong <= allowed and (choice is None or key > choice):
+                choice = key
+    assert choice is not None
+    if choice[0] <= best[1]:  # the examples decline nothing more: the floor alone
+        return floor_alone, floor_alone
+    joint = Scoring(floor_alone.dense_weight, choice[3], choice[2])
+    if verbose:
+        print(f"- floor {joint.floor:.3f} and no-agent margin {joint.no_agent_margin}: "
+              f"declines {choice[0]}/{sum(p[0] for p in points)} no-agent queries, "
+              f"{-choice[1]} answerable wrongly")
+    return floor_alone, joint
 
 
 class Cached:
@@ -555,28 +587,37 @@ def run(args: argparse.Namespace) -> int:
 
     embedded = {name: embed_agents(base, e) for name, e in embedders.items()}
     cached = {name: Cached(e) for name, e in embedders.items()}
-    if args.calibrate:
-        for name in embedders:
+    calibrated = {}
+    for name in embedders:
+        if args.calibrate:
             print(f"\ncalibrating {name} on the dev split:")
-            print(f"=> {calibrate(embedded[name], cached[name], splits['dev'])}")
+        calibrated[name] = calibrate(embedded[name], cached[name], splits["dev"],
+                                     args.calibrate)
+        if args.calibrate:
+            print(f"=> {calibrated[name]}")
 
     n_answerable = sum(1 for _, label in queries if label)
     print(f"\n## Routing accuracy and the no-agent floor ({len(base)} agents; {args.split} "
           f"split: {n_answerable} answerable queries, {len(queries) - n_answerable} that no "
           "agent should take)\n")
     print("| embedder | router | top-1 | top-3 | no-agent declined | answerable wrongly "
-          "declined | decline precision | floor |")
+          "declined | decline precision | floor, no-agent margin |")
     print("|---|---|---|---|---|---|---|---|")
     misses: dict[str, list[str]] = {}
     for name in embedders:
         before_embedder: Embedder = HashingV1() if name == "hashing" else cached[name]
+        floor_alone = AgentIndex(embedded[name], cached[name], calibrated[name][0])
         index = AgentIndex(embedded[name], cached[name])
-        for label, search in (("before", before_search(base, before_embedder)),
-                              ("after", after_search(index))):
+        for label, search, scoring in (
+                ("before", before_search(base, before_embedder), None),
+                ("after, floor alone", after_search(floor_alone), floor_alone.scoring),
+                ("after", after_search(index), index.scoring)):
             r = evaluate(search, queries)
-            floor = "none" if label == "before" else f"{index.scoring.floor:.3f}"
+            rule = "none" if scoring is None else f"{scoring.floor:.3f}"
+            if scoring and scoring.no_agent_margin is not None:
+                rule += f", margin {scoring.no_agent_margin:.2f}"
             print(f"| {name} | {label} | {r.top1:.3f} | {r.top3:.3f} | {r.declined:.2f} | "
-                  f"{r.wrongly:.3f} | {r.precision:.2f} | {floor} |")
+                  f"{r.wrongly:.3f} | {r.precision:.2f} | {rule} |")
             misses[f"{name} {label}"] = r.misses
     if args.misses:
         for key, lines in misses.items():

@@ -17,6 +17,13 @@ description, each embedded once at registration (stored with it). Two scores are
 per embedder (:mod:`codeshot.routing.calibration`); a candidate below the floor does not
 fit. ``matched_sample`` is the agent's row closest to the query.
 
+A floor alone cannot tell "hello" from a short request: both score low on every agent.
+So the platform ships examples of queries no agent should take (``data/no-agent.txt``:
+greetings, feelings, advice, chores), embedded once per process, and a candidate does
+not fit when the query's nearest example is closer than the agent's nearest row by more
+than the calibrated margin: an out-of-scope class, as intent classifiers have. An agent
+made for small talk still takes "hello": its own sample is as close as any example.
+
 With numpy (the runner's bundle ships it) a query costs one product with the centroid
 matrix; a sparse query vector (``hashing``) reads only its own columns, and a large dense
 index (``minilm`` beyond a few thousand agents) shortlists agents on a 64-dimension
@@ -32,6 +39,7 @@ import sys
 from array import array
 from collections.abc import Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from codeshot.models import Agent
@@ -44,6 +52,20 @@ EXACT_CELLS = 1 << 20  # centroid cells (agents x dimensions) scanned exactly pe
 SHORTLIST = 256  # agents taken from each first stage of a large index
 PROJECTION = 64  # dimensions of the first stage
 SUMMARY_WEIGHT = 3  # the name and description's terms count this many times in BM25
+NO_AGENT_EXAMPLES = Path(__file__).with_name("data") / "no-agent.txt"
+_no_agent_rows: dict[str, Vectors] = {}  # by embedder model id: embedded once per process
+
+
+def no_agent_examples() -> list[str]:
+    lines = (line.strip() for line in NO_AGENT_EXAMPLES.read_text().splitlines())
+    return [line for line in lines if line and not line.startswith("#")]
+
+
+def no_agent_rows(embedder: Embedder) -> Vectors:
+    rows = _no_agent_rows.get(embedder.model_id)
+    if rows is None:
+        rows = _no_agent_rows[embedder.model_id] = embedder.embed(no_agent_examples())
+    return rows
 
 
 def agent_texts(agent: Agent) -> list[str]:
@@ -103,7 +125,7 @@ class Candidate:
     agent_id: str
     score: float  # fused dense and lexical score, 0..1; compare with the floor
     matched_sample: str  # the sample query (or name and description) closest to the query
-    fits: bool  # score >= the router's floor: below it, no agent should take the query
+    fits: bool  # at or above the floor and not nearer a no-agent example: else decline
 
 
 def _centroid(rows: Vectors) -> list[float]:
@@ -132,6 +154,9 @@ class _PythonScores:
 
         scored = ((i, fused(i)) for i in dict.fromkeys(self.published + extra))
         return heapq.nlargest(k, scored, key=lambda pair: pair[1])
+
+    def prepared(self, rows: Vectors) -> Vectors:
+        return rows
 
     def row_scores(self, rows: Vectors, query: Sequence[float]) -> list[float]:
         return [sum(a * b for a, b in zip(row, query, strict=False)) for row in rows]
@@ -195,6 +220,11 @@ class _NumpyScores:
         top = top[np.argsort(-fused[top], kind="stable")]
         return [(int(ids[t]), float(fused[t])) for t in top]
 
+    def prepared(self, rows: Vectors) -> Vectors:
+        """Rows scored on every query, converted once."""
+        out: Vectors = self.np.asarray(rows, dtype=self.np.float32)
+        return out
+
     def row_scores(self, rows: Vectors, query: Sequence[float]) -> list[float]:
         np = self.np
         out: list[float] = (np.asarray(rows, dtype=np.float32)
@@ -222,6 +252,8 @@ class AgentIndex:
         self._scores = _scores(self.rows, [a.published for a in self.agents],
                                self.scoring.dense_weight) if self.agents else None
         self._bm25 = BM25([lexical_terms(a) for a in self.agents])
+        self._no_agent = (self._scores.prepared(no_agent_rows(embedder))
+                          if self._scores and self.scoring.no_agent_margin is not None else None)
         self._unpublished: dict[str, list[int]] = {}
         for i, a in enumerate(self.agents):
             if not a.published:
@@ -236,11 +268,18 @@ class AgentIndex:
             return []
         query = self.embedder.embed([text])[0]
         extra = self._unpublished.get(viewer, []) if viewer else []
+        # How much closer than an agent's nearest row the query may be to a no-agent
+        # example and still fit that agent.
+        allowance = math.inf
+        if self._no_agent is not None and self.scoring.no_agent_margin is not None:
+            nearest = max(self._scores.row_scores(self._no_agent, query))
+            allowance = self.scoring.no_agent_margin - nearest
         out = []
         for i, fused in self._scores.top(query, self._bm25, terms(text), extra, k):
             row_scores = self._scores.row_scores(self.rows[i], query)
             best_row = max(range(len(row_scores)), key=row_scores.__getitem__)
             score = round(fused, 4)
+            fits = score >= self.scoring.floor and row_scores[best_row] + allowance >= 0
             out.append(Candidate(self.agents[i].agent_id, score, self.texts[i][best_row],
-                                 score >= self.scoring.floor))
+                                 fits))
         return out

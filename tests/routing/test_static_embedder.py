@@ -4,6 +4,7 @@ and refuses vector files that are not the ones it was calibrated with."""
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import shutil
@@ -23,10 +24,12 @@ from codeshot.routing.embedders import (
     get_embedder,
     static_table,
 )
-from codeshot.routing.index import AgentIndex, with_embeddings
+from codeshot.routing.index import AgentIndex, no_agent_examples, with_embeddings
+from codeshot.routing.router import Router
 from codeshot.routing.text import terms
 from codeshot.routing.wordpiece import WordPiece
 from codeshot.settings import Settings
+from codeshot.store.registry import AgentRegistry
 
 AGENTS = [
     Agent(agent_id="local/clock", owner="local", handle="clock", name="Clock",
@@ -52,7 +55,7 @@ def test_it_is_the_default_offline_embedder():
 
 @pytest.mark.parametrize(("query", "agent"), [
     ("do I need an umbrella this afternoon", "local/weather"),
-    ("is it morning yet", "local/clock"),
+    ("which hour is it now", "local/clock"),
     ("pick a random number from one to twenty", "local/dice"),
 ])
 def test_a_paraphrase_sharing_no_word_with_the_agent_reaches_it(query, agent):
@@ -68,6 +71,40 @@ def test_a_paraphrase_sharing_no_word_with_the_agent_reaches_it(query, agent):
 @pytest.mark.parametrize("query", ["hello", "what's 2+2"])
 def test_the_issues_small_talk_fits_no_agent(query):
     assert not index(StaticEmbedder()).search(query, k=1)[0].fits
+
+
+@pytest.mark.parametrize("query", ["good evening", "hey there!", "thanks!",
+                                   "how should I ask for a raise?"])
+def test_small_talk_nearer_a_no_agent_example_than_any_agent_fits_none(query):
+    assert query not in no_agent_examples()
+    routed = index(StaticEmbedder())
+    [best] = routed.search(query, k=1)
+    assert not best.fits and best.score >= routed.scoring.floor  # the examples declined it
+    # The floor alone would have handed it to the closest agent.
+    floor_alone = dataclasses.replace(routed.scoring, no_agent_margin=None)
+    assert AgentIndex(routed.agents, routed.embedder, floor_alone).search(query, k=1)[0].fits
+
+
+def test_an_agent_made_for_small_talk_still_takes_it():
+    chat = Agent(agent_id="local/chat", owner="local", handle="chat", name="Chat",
+                 description="Friendly small talk.", published=True,
+                 sample_queries=["Hello!", "How are you?", "Tell me about yourself"])
+    e = StaticEmbedder()
+    routed = AgentIndex([with_embeddings(a, e) for a in [*AGENTS, chat]], e)
+    for query in ("hey there!", "hello"):
+        [best] = routed.search(query, k=1)
+        assert (best.agent_id, best.fits) == ("local/chat", True), query
+    [best] = routed.search("roll a d12", k=1)
+    assert (best.agent_id, best.fits) == ("local/dice", True)
+
+
+def test_a_floor_setting_replaces_the_no_agent_rule(aws):
+    e = StaticEmbedder()
+    registry = AgentRegistry(aws)
+    for a in AGENTS:
+        registry.create(with_embeddings(a, e))
+    assert not Router(registry, e).route("good evening", k=1)[0].fits
+    assert Router(registry, e, floor=0.0).route("good evening", k=1)[0].fits
 
 
 def test_embeddings_are_unit_vectors_of_the_files_width():
