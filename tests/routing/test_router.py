@@ -7,7 +7,7 @@ import pytest
 from codeshot.models import Agent
 from codeshot.routing import index as index_module
 from codeshot.routing.calibration import CALIBRATED, Scoring
-from codeshot.routing.embedders import HashingEmbedder
+from codeshot.routing.embedders import HashingEmbedder, StaticEmbedder
 from codeshot.routing.index import AgentIndex, with_embeddings
 from codeshot.routing.router import Router
 from codeshot.routing.text import terms
@@ -160,8 +160,11 @@ def results(index, viewer="b"):
              for c in index.search(q, 3, viewer) if c.score > 0] for q in QUERIES]
 
 
-def test_plain_python_scores_as_numpy_does(monkeypatch):
-    with_numpy = results(indexed(*CORPUS))
+@pytest.mark.parametrize("embedder", [HashingEmbedder(), StaticEmbedder()],
+                         ids=["hashing", "static: no-agent examples too"])
+def test_plain_python_scores_as_numpy_does(monkeypatch, embedder):
+    with_numpy = results(indexed(*CORPUS, embedder=embedder))
+    assert any(not fits for found in with_numpy for *_, fits in found)
     real_import = builtins.__import__
 
     def no_numpy(name, *args, **kwargs):
@@ -170,7 +173,7 @@ def test_plain_python_scores_as_numpy_does(monkeypatch):
         return real_import(name, *args, **kwargs)
 
     monkeypatch.setattr(builtins, "__import__", no_numpy)
-    index = indexed(*CORPUS)
+    index = indexed(*CORPUS, embedder=embedder)
     assert type(index._scores).__name__ == "_PythonScores"
     assert results(index) == with_numpy
 
