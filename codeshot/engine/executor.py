@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextvars
 import functools
+import itertools
 import logging
 import threading
 import time
@@ -36,7 +37,7 @@ from codeshot.engine.components import (
     Retry,
     as_result,
 )
-from codeshot.engine.fewshot import Kind, Step
+from codeshot.engine.fewshot import ASKS, Kind, Step
 from codeshot.engine.prompt import (
     ECHO_STOPS,
     STOP_SEQUENCES,
@@ -252,6 +253,7 @@ class Executor:
                 self._commands.setdefault((cmd.kind, cmd.name), cmd)
         self._unasked = {cmd.name for (kind, _), cmd in self._commands.items()
                          if kind == "func" and cmd.unasked}
+        self._agents = {name for kind, name in self._commands if kind == "agent"}
         self._failure_handlers: list[ExecutionFailure] = [
             *self._of(ExecutionFailure),
             RetryThenExplain(),
@@ -364,7 +366,12 @@ class Executor:
                ) -> Outcome | _Unusable | None:
         """Carry out one LLM reply: its thoughts, then one Ask or the answer. ``pending``:
         what was wrong with the previous reply (then nothing goes back to the model again)."""
-        reply = read_reply(text, self._unasked)
+        # Before any Ask on this query, an agent's says line the model wrote stands for
+        # asking that agent the query itself.
+        since_query = itertools.takewhile(lambda step: step.kind is not Kind.Q,
+                                          reversed(run.transcript))
+        first_step = not any(step.kind in ASKS for step in since_query)
+        reply = read_reply(text, self._unasked, self._agents if first_step else ())
         if reply.action is None:
             return _Unusable(reply.problem or "it added no step")
         if pending is not None and pending.explanation is not None and \
@@ -386,6 +393,11 @@ class Executor:
             return self._outcome(Status.AWAITING_INPUT, action.text, run)
         if action.kind is Kind.FUNC_SAYS:  # the model began an unasked Func's says line
             ask = Step(Kind.ASK_FUNC, "", action.target)
+            self._emit(ask)
+            return self._execute(run, ask)
+        if action.kind is Kind.AGENT_SAYS:  # it began an agent's reply, asking nothing
+            ask = Step(Kind.ASK_AGENT, run.query, action.target)
+            run.transcript.append(ask)
             self._emit(ask)
             return self._execute(run, ask)
         result = self._execute(run, action, correctable=correctable)

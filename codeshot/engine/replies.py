@@ -49,9 +49,12 @@ def _is_step_line(line: str) -> bool:
         return False
 
 
-def read_reply(text: str, unasked: Collection[str] = ()) -> Reply:
+def read_reply(text: str, unasked: Collection[str] = (),
+               agents_on_query: Collection[str] = ()) -> Reply:
     """The step ``text`` adds. ``unasked``: Funcs the few-shots show replying with no Ask;
-    the model starting one of their says lines is the action (the engine calls them)."""
+    the model starting one of their says lines is the action (the engine calls them).
+    ``agents_on_query``: agents the model may start the says line of without asking (the
+    engine asks them the query: small models skip the Ask of a query passed on as it is)."""
     wanted = None
     label = _DANGLING_LABEL.search(text.rstrip())
     if label is not None:
@@ -73,8 +76,9 @@ def read_reply(text: str, unasked: Collection[str] = ()) -> Reply:
         break
     if wanted is None:
         return Reply(tuple(thoughts), problem="it had only a Thought and no step")
-    if wanted.kind is Kind.FUNC_SAYS and wanted.target in unasked:
-        return Reply(tuple(thoughts), Step(Kind.FUNC_SAYS, "", wanted.target))
+    if wanted.target in {Kind.FUNC_SAYS: unasked, Kind.AGENT_SAYS: agents_on_query}.get(
+            wanted.kind, ()):
+        return Reply(tuple(thoughts), Step(wanted.kind, "", wanted.target))
     if wanted.kind is Kind.Q:
         first = _short(wanted.render().splitlines()[0])
         return Reply(problem=f'it wrote a new question ("{first}"); only the user asks questions')

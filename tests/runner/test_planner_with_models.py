@@ -103,6 +103,23 @@ def test_an_invented_time_is_sent_back_once_then_the_routed_agent_answers(regist
     assert (PLANNER_ID, MessageType.AGENT_CALL, "What time is it?") in trace
 
 
+def test_an_agents_reply_the_model_starts_without_asking_asks_it_the_query(registry):
+    # planner benchmark, qwen2.5-coder-1.5b: "Convert 5 miles to km" drew
+    # "Agent[bench/units] says:" twice, and the query failed.
+    llm = ScriptedLLM("Agent[me/dice] says:", "A: You rolled 7.", "A: You rolled 7.")
+    trace: list = []
+    done = planner(registry, llm, "plan", trace).run("Roll a d20")
+    assert (done.status, done.text) == (Status.DONE, "You rolled 7.")
+    assert "Q: Roll a d20" in llm.transcript(1)  # the dice agent's own run
+    assert llm.transcript(2).endswith("Ask Agent[me/dice]: Roll a d20\n"
+                                      "Agent[me/dice] says: You rolled 7.\n")
+    # After an Ask, a reply the model writes itself is still its mistake.
+    llm = ScriptedLLM("Ask Agent[me/dice]: Roll a d20", "A: You rolled 7.",
+                      "Agent[me/notes] says:", "Agent[me/notes] says:")
+    done = planner(registry, llm, "plan", []).run("Roll a d20 and note it")
+    assert done.status is Status.ERROR and "itself" in done.text and len(llm.calls) == 4
+
+
 def test_numbers_no_agent_returned_are_sent_back_once(registry):
     # plan05 #0: the dice answer with the example's clock time appended.
     llm = ScriptedLLM("Ask Agent[me/dice]: Roll a d20", "A: You rolled 7.",
