@@ -33,6 +33,21 @@ and route latency.
     | #20 first pass: centroid + BM25, floors on the 120-query dev | 0.465, 0.615, 0.20, 0.030 | | 0.815, 0.955, 0.70, 0.075 |
     | #20: BM25 weighs name and description 3x, recalibrated on the 324-query dev | 0.455, 0.615, 0.10, 0.025 | | 0.830, 0.960, 0.50, 0.050 |
     | #20: the static embedder, calibrated on dev (w 0.9, floor 0.222) | | 0.695, 0.855, 0.10, 0.035 | |
+    | #20: no-agent examples (72), floor and margin calibrated on dev | unchanged | 0.695, 0.855, 0.57, 0.025 | 0.830, 0.960, 0.67, 0.050 |
+    | #20 now: 10 more examples (82) | unchanged | 0.695, 0.855, 0.60, 0.025 | 0.830, 0.960, 0.80, 0.070 |
+
+    The no-agent examples (``codeshot/routing/data/no-agent.txt``) are what moved the
+    decline: a query nearer one of them than to the agent's nearest sample, by more than
+    the calibrated margin, fits no agent. Floor alone, dev declined 6 (static) and 18
+    (minilm) of 42 no-agent queries at the allowed 3% of wrong declines; with the
+    examples, 21 and 40 (margins 0.13 and 0.01; the floors fall to 0.110 and 0.135). The
+    first 72 examples were written before any no-agent miss was read; the last 10 after
+    reading dev's misses (stories and poems, learning a hobby, homework, boredom), so
+    dev's decline with them is flattering. Both lists ran once on test (above): the 10
+    cost minilm 4 more wrong declines for 4 more declines, and static nothing for one
+    more. The 82 ship, for the default's sake; neither meets the decline goal for both
+    embedders. For hashing the examples decline nothing the floor does not, so it keeps
+    the floor alone.
 
     The static embedder's choices, all on dev (top-1 of 282): 256 dimensions in 4 bits
     (221) over 128 in 8 bits (212) at the same 4 MB, 64 dimensions (202), SIF coefficient
@@ -42,8 +57,12 @@ and route latency.
     0.675.
 
     The issue's goals (minilm top-1 >= 0.90, hashing >= 0.60 for the offline default,
-    >= 0.8 of no-agent queries declined with <= 0.05 wrongly declined) are met only for
-    the offline default's top-1 (static, 0.695). Tried on dev and not kept:
+    >= 0.8 of no-agent queries declined with <= 0.05 wrongly declined) are met for the
+    offline default's top-1 (static, 0.695) and, nearly, minilm's decline (0.80 at 0.070
+    wrong; 0.67 at 0.050 with the first 72 examples). Tried on dev and not kept: extra
+    samples written by an LLM for each agent (doc2query: Qwen2.5-Coder-1.5B, 8 per agent;
+    dev top-1 unchanged, minilm 0.883, static 0.784, and fewer declines), the name and
+    description row counted 2 to 5 times in the centroid (no gain);
     best-sample, top-2 and mixed pooling, per-agent z-scores against the other agents'
     samples, centring and whitening the embedding space, more hashing dimensions and
     other feature weights, fusing hashing with minilm, declining on margins or on the
