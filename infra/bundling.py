@@ -195,7 +195,7 @@ def console_files() -> list[tuple[str, Path]]:
 
 def router_files() -> list[tuple[str, Path]]:
     """The static embedder's vectors and vocabulary (every function that routes or embeds
-    agents: codeshot:embedder=static)."""
+    agents: codeshot:embedder=static), and the router's no-agent examples."""
     return _data("codeshot/routing/data")
 
 
