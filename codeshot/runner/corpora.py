@@ -12,9 +12,14 @@ listed and skipped.
 
 Search (``Func[fixie_query_corpus]``) goes through :class:`CorpusSearch`:
 :class:`InLambdaSearch` loads the newest ready index from S3 once per container (cached by
-version) and ranks passages by cosine similarity in numpy; :class:`S3VectorsSearch` keeps
-the vectors in an S3 Vectors index instead (``CODESHOT_CORPUS_SEARCH=s3vectors``) for
-corpora too large to load per container (see the README for where that line is).
+version) and ranks passages as the router ranks agents, ``w * dense + (1 - w) * lexical``:
+the cosine with the question in numpy, fused with BM25 over the passages' stems
+(:mod:`codeshot.routing.lexical`, normalised by the question's IDF mass), so a question
+naming a rare word (a name, a code) finds the passage holding it however unlike it the
+question is phrased. BM25 is built from the stored passages when the index is loaded
+(the stored format is unchanged). :class:`S3VectorsSearch` keeps the vectors in an S3
+Vectors index instead (``CODESHOT_CORPUS_SEARCH=s3vectors``) for corpora too large to
+load per container (see the README for where that line is); it ranks by cosine only.
 """
 
 from __future__ import annotations
@@ -32,6 +37,8 @@ from typing import TYPE_CHECKING, Any, Protocol
 from urllib.parse import urldefrag, urljoin
 
 from codeshot.errors import CodeshotError, InvalidInput
+from codeshot.routing.lexical import BM25
+from codeshot.routing.text import terms
 from codeshot.runner.fetch import fetch_public_url
 from codeshot.runner.platform_funcs.documents import PASSAGE_CHARS, document_text, passages
 from codeshot.settings import Settings
@@ -46,6 +53,12 @@ FETCH_TIMEOUT_SECONDS = 10.0
 INGEST_SECONDS = 120.0  # one ingestion's time in all (the runner's query budget)
 EMBED_BATCH = 64
 PROGRESS_EVERY = 10  # documents between the progress an ingesting version shows
+# Search's dense weight per embedder (score = w * dense + (1 - w) * lexical): the best
+# recall@3 on the corpus benchmark's dev towns (``python -m benchmarks.corpus
+# --calibrate``); the benchmark reports on its test towns, which took no part.
+DENSE_WEIGHT = {"hashing-v2-1024": 0.6, "static-minilm-256-e43a8e0c634a": 0.3,
+                "all-MiniLM-L6-v2": 0.85}
+UNCALIBRATED_DENSE_WEIGHT = 0.8  # an embedder never calibrated here (Bedrock's)
 
 
 @dataclass(frozen=True)
@@ -214,19 +227,53 @@ class LoadedIndex:
     version: str
     chunks: list[dict[str, str]]
     vectors: Any  # numpy float32, n x d, rows L2-normalised
+    lexical: BM25 | None  # over the passages' stems; None when search is dense only
+
+    @classmethod
+    def read(cls, version: str, data: bytes, embedder: Embedder,
+             lexical: bool = True) -> LoadedIndex:
+        """A stored index (``ingest``'s JSON) ready to search with ``embedder``."""
+        import numpy as np
+
+        index = json.loads(data)
+        chunks = index["chunks"]
+        if index.get("embedding_model") == embedder.model_id or not chunks:
+            vectors = np.frombuffer(base64.b64decode(index["vectors"]), dtype="<f4").reshape(
+                len(chunks), index["dim"])
+        else:
+            # Ingested with another embedder (CODESHOT_EMBEDDER changed since): its vectors
+            # do not compare with this one's queries, so the passages are embedded anew.
+            vectors = _embed(embedder, [c["text"] for c in chunks])
+        bm25 = BM25([terms(c["text"]) for c in chunks]) if lexical and chunks else None
+        return cls(version, chunks, vectors, bm25)
+
+    def search(self, query: Any, question: str, k: int, dense_weight: float) -> list[Passage]:
+        """The ``k`` best passages for ``question`` (``query``: its embedding)."""
+        import numpy as np
+
+        scores = self.vectors @ np.asarray(query, dtype=np.float32)
+        if self.lexical is not None:
+            lexical = self.lexical.array_scores(np, terms(question))
+            scores = dense_weight * scores + (1 - dense_weight) * lexical
+        k = min(k, len(self.chunks))
+        best = np.argpartition(-scores, k - 1)[:k]
+        best = best[np.argsort(-scores[best])]
+        return [Passage(self.chunks[i]["text"], self.chunks[i]["url"], float(scores[i]))
+                for i in best]
 
 
 class InLambdaSearch:
     """The newest ready index, loaded from S3 once per container and version."""
 
-    def __init__(self, store: CorpusStore, embedder: Embedder) -> None:
+    def __init__(self, store: CorpusStore, embedder: Embedder,
+                 dense_weight: float | None = None) -> None:
         self.store, self.embedder = store, embedder
+        self.dense_weight = DENSE_WEIGHT.get(embedder.model_id, UNCALIBRATED_DENSE_WEIGHT) \
+            if dense_weight is None else dense_weight
         self._cache: dict[str, LoadedIndex] = {}
         self._lock = threading.Lock()
 
     def index(self, agent_id: str) -> LoadedIndex | None:
-        import numpy as np
-
         version = self.store.newest_ready(agent_id)
         if version is None or not version.object_key:
             return None
@@ -234,30 +281,18 @@ class InLambdaSearch:
             cached = self._cache.get(agent_id)
         if cached and cached.version == version.version:
             return cached
-        data = json.loads(self.store.read_index(version.object_key))
-        if data.get("embedding_model") == self.embedder.model_id or not data["chunks"]:
-            vectors = np.frombuffer(base64.b64decode(data["vectors"]), dtype="<f4").reshape(
-                len(data["chunks"]), data["dim"])
-        else:
-            # Ingested with another embedder (CODESHOT_EMBEDDER changed since): its vectors
-            # do not compare with this one's queries, so the passages are embedded anew.
-            vectors = _embed(self.embedder, [c["text"] for c in data["chunks"]])
-        loaded = LoadedIndex(version.version, data["chunks"], vectors)
+        loaded = LoadedIndex.read(version.version, self.store.read_index(version.object_key),
+                                  self.embedder, lexical=self.dense_weight < 1)
         with self._lock:
             self._cache[agent_id] = loaded
         return loaded
 
     def search(self, agent_id: str, question: str, k: int) -> list[Passage]:
-        import numpy as np
-
         index = self.index(agent_id)
-        if index is None or not index.chunks:
+        if index is None or not index.chunks or k < 1:
             return []
-        query = np.asarray(self.embedder.embed([question]), dtype=np.float32)[0]
-        scores = index.vectors @ query
-        best = np.argsort(-scores)[:k]
-        return [Passage(index.chunks[i]["text"], index.chunks[i]["url"], float(scores[i]))
-                for i in best]
+        query = self.embedder.embed([question])[0]
+        return index.search(query, question, k, self.dense_weight)
 
 
 class S3VectorsSearch:

@@ -280,3 +280,43 @@ def test_a_corpus_ingested_with_another_embedder_is_still_searched(aws):
                    S3VectorsSearch(aws, store, StaticEmbedder())):  # its index is hashing's
         [best] = search.search("ann/docs", question, k=1)
         assert best.text == facts["/docs/kitchen.html"] and best.url.endswith("kitchen.html")
+
+
+def test_a_question_naming_a_rare_word_finds_the_passage_holding_it(aws):
+    """The default embedder reads "fill out a QX7" as "fill in the equipment request";
+    the form's code, in one passage only, is what finds the answer (BM25 fused in)."""
+    from codeshot.routing.embedders import StaticEmbedder
+    from codeshot.runner.corpora import InLambdaSearch, ingest
+    from codeshot.store.corpora import CorpusStore
+
+    facts = {
+        "induction": "Everyone must complete the safety induction in their first week, "
+                     "before touching any machine.",
+        "visitors": "Visitors sign in at the front desk on the ground floor and wear a badge "
+                    "at all times.",
+        "expenses": "Expense claims are submitted within thirty days with the receipts "
+                    "attached.",
+        "starters": "New starters fill in the equipment request so their laptop is ready on "
+                    "day one.",
+        "contractors": "Contractors hand in form QX7 to the site office before they start "
+                       "work on the roof.",
+        "holidays": "Holiday requests go to your manager at least two weeks ahead.",
+    }
+
+    def page(path: str) -> tuple[str, bytes]:
+        if path == "/handbook/":
+            return "text/html", "".join(f'<a href="{name}.html">{name}</a>'
+                                        for name in facts).encode()
+        return "text/html", f"<p>{facts[path.removeprefix('/handbook/')[:-5]]}</p>".encode()
+
+    store = CorpusStore(aws)
+    with serving_pages(page) as base:
+        ingest(store.start("ann/handbook", []), [{"urls": [f"{base}/handbook/*"]}],
+               aws.replace(local_mode=True), store, StaticEmbedder())
+    question = "Which people need to fill out a QX7?"
+    [best] = InLambdaSearch(store, StaticEmbedder()).search("ann/handbook", question, k=1)
+    assert best.text == facts["contractors"] and best.url.endswith("/contractors.html")
+    # The cosine alone ranks the passage sharing "fill" above it.
+    [dense] = InLambdaSearch(store, StaticEmbedder(), dense_weight=1.0).search(
+        "ann/handbook", question, k=1)
+    assert dense.text == facts["starters"]
