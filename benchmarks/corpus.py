@@ -47,6 +47,7 @@ from codeshot.store.tables import CORPORA
 
 SEED = 19  # the towns reported on
 DEV_SEED = 2019  # the towns the dense weight is chosen on (--calibrate)
+TOLERANCE = 0.01  # recall@3 within this of the best: 6 of 600 questions, about one s.e.
 SYLLABLES = ["bran", "dle", "moor", "fen", "wick", "ash", "by", "thorn", "vale", "holt", "mere",
              "cress", "ford", "lan", "ridge", "quill", "stow", "barrow", "coll", "wyn"]
 INDUSTRIES = ["cider pressing", "slate quarrying", "clockmaking", "oyster farming",
@@ -166,12 +167,14 @@ def recall(embedder: Embedder, store: CorpusStore, weights: list[float], seed: i
                          settings, store, embedder)
     assert version.state is CorpusState.READY, version.errors
     asked = rng.sample([(t, q, a) for t in all_towns for q, a in t.questions()], questions)
+    index = InLambdaSearch(store, embedder).index("bench/towns")
+    assert index is not None and index.lexical is not None
+    queries = embedder.embed([question for _, question, _ in asked])  # once for every weight
     rows = []
     for weight in weights:
-        search = InLambdaSearch(store, embedder, dense_weight=weight)
         hits = 0
-        for town, question, fact in asked:
-            found = search.search("bench/towns", question, 3)
+        for (town, question, fact), query in zip(asked, queries, strict=True):
+            found = index.search(query, question, 3, weight)
             hits += any(fact in p.text and p.url.endswith(f"/{town.name.lower()}.html")
                         for p in found)
         rows.append({"embedder": embedder.model_id, "search": search_name(weight),
@@ -185,14 +188,16 @@ def search_name(weight: float) -> str:
 
 
 def calibrate(embedder: Embedder, store: CorpusStore) -> float:
-    """The dense weight with the best recall@3 on all 600 questions of the dev towns (the
-    highest on a tie: the least lexical that does as well)."""
+    """The highest dense weight whose recall@3 on all 600 questions of the dev towns is
+    within ``TOLERANCE`` of the best. Every towns question names its town or festival, which favours
+    words over meaning more than most questions do, so of the weights that do about as
+    well here the one that leans most on meaning is taken."""
     grid = [round(0.05 * i, 2) for i in range(21)]
     rows = recall(embedder, store, grid, seed=DEV_SEED, questions=600)
     print(f"dev recall@3, {embedder.model_id}: "
           + ", ".join(f"{w:g}: {r['recall@3']:.3f}" for w, r in zip(grid, rows, strict=True)))
     best = max(r["recall@3"] for r in rows)
-    return max(w for w, r in zip(grid, rows, strict=True) if r["recall@3"] == best)
+    return max(w for w, r in zip(grid, rows, strict=True) if r["recall@3"] >= best - TOLERANCE)
 
 
 def latency(embedder: Embedder, sizes: list[int]) -> list[dict[str, Any]]:

@@ -56,8 +56,8 @@ PROGRESS_EVERY = 10  # documents between the progress an ingesting version shows
 # Search's dense weight per embedder (score = w * dense + (1 - w) * lexical): the best
 # recall@3 on the corpus benchmark's dev towns (``python -m benchmarks.corpus
 # --calibrate``); the benchmark reports on its test towns, which took no part.
-DENSE_WEIGHT = {"hashing-v2-1024": 0.6, "static-minilm-256-e43a8e0c634a": 0.3,
-                "all-MiniLM-L6-v2": 0.85}
+DENSE_WEIGHT = {"hashing-v2-1024": 0.9, "static-minilm-256-e43a8e0c634a": 0.75,
+                "all-MiniLM-L6-v2": 0.75}
 UNCALIBRATED_DENSE_WEIGHT = 0.8  # an embedder never calibrated here (Bedrock's)
 
 

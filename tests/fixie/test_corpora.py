@@ -283,8 +283,9 @@ def test_a_corpus_ingested_with_another_embedder_is_still_searched(aws):
 
 
 def test_a_question_naming_a_rare_word_finds_the_passage_holding_it(aws):
-    """The default embedder reads "fill out a QX7" as "fill in the equipment request";
-    the form's code, in one passage only, is what finds the answer (BM25 fused in)."""
+    """Asked where a form goes, the default embedder's cosine prefers passages about
+    requests and claims; the form's code, in one passage only, is what finds the answer
+    (BM25 fused in)."""
     from codeshot.routing.embedders import StaticEmbedder
     from codeshot.runner.corpora import InLambdaSearch, ingest
     from codeshot.store.corpora import CorpusStore
@@ -313,10 +314,10 @@ def test_a_question_naming_a_rare_word_finds_the_passage_holding_it(aws):
     with serving_pages(page) as base:
         ingest(store.start("ann/handbook", []), [{"urls": [f"{base}/handbook/*"]}],
                aws.replace(local_mode=True), store, StaticEmbedder())
-    question = "Which people need to fill out a QX7?"
+    question = "Where do I send my QX7?"
     [best] = InLambdaSearch(store, StaticEmbedder()).search("ann/handbook", question, k=1)
     assert best.text == facts["contractors"] and best.url.endswith("/contractors.html")
-    # The cosine alone ranks the passage sharing "fill" above it.
-    [dense] = InLambdaSearch(store, StaticEmbedder(), dense_weight=1.0).search(
-        "ann/handbook", question, k=1)
-    assert dense.text == facts["starters"]
+    # The cosine alone ranks two other passages above it.
+    dense = InLambdaSearch(store, StaticEmbedder(), dense_weight=1.0).search(
+        "ann/handbook", question, k=2)
+    assert facts["contractors"] not in [p.text for p in dense]
