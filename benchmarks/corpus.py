@@ -26,6 +26,7 @@ import json
 import random
 import statistics
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -35,11 +36,14 @@ from codeshot.devtools.pages import serving_pages
 from codeshot.routing.embedders import Embedder, HashingEmbedder, MiniLMEmbedder, StaticEmbedder
 from codeshot.runner.corpora import (
     DENSE_WEIGHT,
+    RERANK_POOL,
     UNCALIBRATED_DENSE_WEIGHT,
     InLambdaSearch,
     LoadedIndex,
+    Passage,
     chunked,
     ingest,
+    reranked,
 )
 from codeshot.settings import Settings
 from codeshot.store.corpora import CorpusState, CorpusStore
@@ -155,10 +159,26 @@ def settings_for_bench() -> Settings:
                     corpus_max_bytes=512 * 1024 * 1024, aws_endpoint_url=None)
 
 
-def recall(embedder: Embedder, store: CorpusStore, weights: list[float], seed: int = SEED,
-           questions: int = 60, count: int = 100) -> list[dict[str, Any]]:
+Search = Callable[[LoadedIndex, Any, str], list[Passage]]  # (index, query vector, question)
+
+
+def in_lambda(weight: float) -> tuple[str, Search]:
+    """The runner's search (weight 1: the cosine only)."""
+    return ("dense" if weight == 1 else f"hybrid w={weight:g}",
+            lambda index, query, question: index.search(query, question, 3, weight))
+
+
+def s3vectors(weight: float) -> tuple[str, Search]:
+    """S3 Vectors' search: its exact nearest (S3 Vectors' own are approximate), reranked."""
+    return (f"s3vectors nearest {3 * RERANK_POOL}, reranked w={weight:g}",
+            lambda index, query, question: reranked(
+                index.search(query, question, 3 * RERANK_POOL, 1.0), question, 3, weight))
+
+
+def recall(embedder: Embedder, store: CorpusStore, searches: list[tuple[str, Search]],
+           seed: int = SEED, questions: int = 60, count: int = 100) -> list[dict[str, Any]]:
     """Recall@3 of ``questions`` questions on ``count`` towns written from ``seed``, for
-    each dense weight in ``weights`` (1.0: dense only), the corpus ingested once."""
+    each search, the corpus ingested once."""
     rng = random.Random(seed)
     all_towns = towns(count, rng)
     settings = store.settings
@@ -169,22 +189,18 @@ def recall(embedder: Embedder, store: CorpusStore, weights: list[float], seed: i
     asked = rng.sample([(t, q, a) for t in all_towns for q, a in t.questions()], questions)
     index = InLambdaSearch(store, embedder).index("bench/towns")
     assert index is not None and index.lexical is not None
-    queries = embedder.embed([question for _, question, _ in asked])  # once for every weight
+    queries = embedder.embed([question for _, question, _ in asked])  # once for every search
     rows = []
-    for weight in weights:
+    for name, search in searches:
         hits = 0
         for (town, question, fact), query in zip(asked, queries, strict=True):
-            found = index.search(query, question, 3, weight)
+            found = search(index, query, question)
             hits += any(fact in p.text and p.url.endswith(f"/{town.name.lower()}.html")
                         for p in found)
-        rows.append({"embedder": embedder.model_id, "search": search_name(weight),
+        rows.append({"embedder": embedder.model_id, "search": name,
                      "passages": version.chunks, "questions": len(asked),
                      "recall@3": hits / len(asked)})
     return rows
-
-
-def search_name(weight: float) -> str:
-    return "dense" if weight == 1 else f"hybrid w={weight:g}"
 
 
 def calibrate(embedder: Embedder, store: CorpusStore) -> float:
@@ -193,7 +209,8 @@ def calibrate(embedder: Embedder, store: CorpusStore) -> float:
     words over meaning more than most questions do, so of the weights that do about as
     well here the one that leans most on meaning is taken."""
     grid = [round(0.05 * i, 2) for i in range(21)]
-    rows = recall(embedder, store, grid, seed=DEV_SEED, questions=600)
+    rows = recall(embedder, store, [in_lambda(w) for w in grid], seed=DEV_SEED,
+                  questions=600)
     print(f"dev recall@3, {embedder.model_id}: "
           + ", ".join(f"{w:g}: {r['recall@3']:.3f}" for w, r in zip(grid, rows, strict=True)))
     best = max(r["recall@3"] for r in rows)
@@ -281,8 +298,10 @@ def main() -> None:
             for e in embedders:
                 print(f"{e.model_id}: dense weight {calibrate(e, store):g}")
             return
-        quality = [row for e in embedders for row in recall(
-            e, store, [1.0, DENSE_WEIGHT.get(e.model_id, UNCALIBRATED_DENSE_WEIGHT)])]
+        quality = []
+        for e in embedders:
+            weight = DENSE_WEIGHT.get(e.model_id, UNCALIBRATED_DENSE_WEIGHT)
+            quality += recall(e, store, [in_lambda(1.0), in_lambda(weight), s3vectors(weight)])
         rates = [ingestion_rate(e, store) for e in embedders]
     print("(a) retrieval on the towns corpus\n" + table(quality) + "\n")
     print("(b) in-Lambda search by corpus size\n"

@@ -19,7 +19,8 @@ naming a rare word (a name, a code) finds the passage holding it however unlike 
 question is phrased. BM25 is built from the stored passages when the index is loaded
 (the stored format is unchanged). :class:`S3VectorsSearch` keeps the vectors in an S3
 Vectors index instead (``CODESHOT_CORPUS_SEARCH=s3vectors``) for corpora too large to
-load per container (see the README for where that line is); it ranks by cosine only.
+load per container (see the README for where that line is); it has no lexical score, so
+the cosine's nearest few are reranked with BM25 over their own text.
 """
 
 from __future__ import annotations
@@ -59,6 +60,7 @@ PROGRESS_EVERY = 10  # documents between the progress an ingesting version shows
 DENSE_WEIGHT = {"hashing-v2-1024": 0.9, "static-minilm-256-e43a8e0c634a": 0.75,
                 "all-MiniLM-L6-v2": 0.75}
 UNCALIBRATED_DENSE_WEIGHT = 0.8  # an embedder never calibrated here (Bedrock's)
+RERANK_POOL = 4  # S3 Vectors: the nearest k times this many are reranked with BM25
 
 
 @dataclass(frozen=True)
@@ -297,13 +299,16 @@ class InLambdaSearch:
 
 class S3VectorsSearch:
     """The passages' vectors in an S3 Vectors index per agent version (their text and URL
-    as metadata): for corpora too large to load into a Lambda; written at ingestion."""
+    as metadata): for corpora too large to load into a Lambda; written at ingestion. A
+    search takes the cosine's ``RERANK_POOL * k`` nearest and reranks them with BM25
+    (:func:`reranked`)."""
 
     def __init__(self, settings: Settings, store: CorpusStore, embedder: Embedder,
                  client: Any | None = None) -> None:
         self.settings, self.store, self.embedder = settings, store, embedder
         self._client = client
         self._loaded = InLambdaSearch(store, embedder)
+        self.dense_weight = self._loaded.dense_weight
 
     @property
     def client(self) -> Any:
@@ -343,7 +348,23 @@ class S3VectorsSearch:
         query = [float(x) for x in self.embedder.embed([question])[0]]
         out = self.client.query_vectors(
             vectorBucketName=self.settings.corpus_vector_bucket,
-            indexName=self.index_name(agent_id, version.version), topK=k,
+            indexName=self.index_name(agent_id, version.version), topK=k * RERANK_POOL,
             queryVector={"float32": query}, returnMetadata=True, returnDistance=True)
-        return [Passage(v["metadata"]["text"], v["metadata"]["url"],
-                        1.0 - float(v.get("distance", 1.0))) for v in out["vectors"]]
+        nearest = [Passage(v["metadata"]["text"], v["metadata"]["url"],
+                           1.0 - float(v.get("distance", 1.0))) for v in out["vectors"]]
+        return reranked(nearest, question, k, self.dense_weight)
+
+
+def reranked(nearest: list[Passage], question: str, k: int,
+             dense_weight: float) -> list[Passage]:
+    """The ``k`` best of the cosine's nearest passages (their score: the cosine) once BM25,
+    over only these passages' stems, is fused in: S3 Vectors has no lexical score, so a
+    passage the cosine ranks below the pool is not found, as it is in the runner."""
+    if not nearest or dense_weight >= 1:
+        return nearest[:k]
+    import numpy as np
+
+    lexical = BM25([terms(p.text) for p in nearest]).array_scores(np, terms(question))
+    fused = [Passage(p.text, p.url, dense_weight * p.score + (1 - dense_weight) * float(s))
+             for p, s in zip(nearest, lexical, strict=True)]
+    return sorted(fused, key=lambda p: -p.score)[:k]
