@@ -28,21 +28,22 @@ class BM25:
     def __init__(self, documents: list[list[str]]) -> None:
         n = len(documents)
         average = sum(map(len, documents)) / n if n else 1.0
-        lists: dict[str, tuple[list[int], list[float]]] = {}
+        # Term -> (document positions, weights) as packed arrays: 8 bytes a posting where a
+        # tuple takes about 100 (a corpus of 100,000 passages has millions of postings),
+        # and numpy reads them without a copy.
+        postings: dict[str, tuple[array[int], array[float]]] = {}
         documents = [[t for t in document if not t.isdigit()] for document in documents]
         for i, document in enumerate(documents):
             norm = self.K1 * (1 - self.B + self.B * len(document) / (average or 1.0))
             for term, tf in Counter(document).items():
-                ids, weights = lists.setdefault(term, ([], []))
-                ids.append(i)
-                weights.append(tf * (self.K1 + 1) / (tf + norm))
-        # Term -> (document positions, weights) as packed arrays: 8 bytes a posting where a
-        # tuple takes about 100 (a corpus of 100,000 passages has millions of postings),
-        # and numpy reads them without a copy.
-        self.postings = {t: (array("i", ids), array("f", weights))
-                         for t, (ids, weights) in lists.items()}
+                entry = postings.get(term)
+                if entry is None:
+                    entry = postings[term] = (array("i"), array("f"))
+                entry[0].append(i)
+                entry[1].append(tf * (self.K1 + 1) / (tf + norm))
+        self.postings = postings
         self.idf = {t: math.log(1 + (n - len(ids) + 0.5) / (len(ids) + 0.5))
-                    for t, (ids, _) in lists.items()}
+                    for t, (ids, _) in postings.items()}
         self.unseen = self.UNSEEN * math.log(1 + (n + 0.5) / 0.5)
         self.n = n
 
