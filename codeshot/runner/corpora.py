@@ -12,9 +12,15 @@ listed and skipped.
 
 Search (``Func[fixie_query_corpus]``) goes through :class:`CorpusSearch`:
 :class:`InLambdaSearch` loads the newest ready index from S3 once per container (cached by
-version) and ranks passages by cosine similarity in numpy; :class:`S3VectorsSearch` keeps
-the vectors in an S3 Vectors index instead (``CODESHOT_CORPUS_SEARCH=s3vectors``) for
-corpora too large to load per container (see the README for where that line is).
+version) and ranks passages as the router ranks agents, ``w * dense + (1 - w) * lexical``:
+the cosine with the question in numpy, fused with BM25 over the passages' stems
+(:mod:`codeshot.routing.lexical`, normalised by the question's IDF mass), so a question
+naming a rare word (a name, a code) finds the passage holding it however unlike it the
+question is phrased. BM25 is built from the stored passages when the index is loaded
+(the stored format is unchanged). :class:`S3VectorsSearch` keeps the vectors in an S3
+Vectors index instead (``CODESHOT_CORPUS_SEARCH=s3vectors``) for corpora too large to
+load per container (see the README for where that line is); it has no lexical score, so
+the cosine's nearest few are reranked with BM25 over their own text.
 """
 
 from __future__ import annotations
@@ -32,6 +38,8 @@ from typing import TYPE_CHECKING, Any, Protocol
 from urllib.parse import urldefrag, urljoin
 
 from codeshot.errors import CodeshotError, InvalidInput
+from codeshot.routing.lexical import BM25
+from codeshot.routing.text import terms
 from codeshot.runner.fetch import fetch_public_url
 from codeshot.runner.platform_funcs.documents import PASSAGE_CHARS, document_text, passages
 from codeshot.settings import Settings
@@ -46,6 +54,13 @@ FETCH_TIMEOUT_SECONDS = 10.0
 INGEST_SECONDS = 120.0  # one ingestion's time in all (the runner's query budget)
 EMBED_BATCH = 64
 PROGRESS_EVERY = 10  # documents between the progress an ingesting version shows
+# Search's dense weight per embedder (score = w * dense + (1 - w) * lexical): the highest
+# whose recall@3 on the corpus benchmark's dev towns is within 0.01 of the best (``python
+# -m benchmarks.corpus --calibrate``); the benchmark reports on other towns.
+DENSE_WEIGHT = {"hashing-v2-1024": 0.9, "static-minilm-256-e43a8e0c634a": 0.75,
+                "all-MiniLM-L6-v2": 0.75}
+UNCALIBRATED_DENSE_WEIGHT = 0.8  # an embedder never calibrated here (Bedrock's)
+RERANK_POOL = 4  # S3 Vectors: the nearest k times this many are reranked with BM25
 
 
 @dataclass(frozen=True)
@@ -214,19 +229,53 @@ class LoadedIndex:
     version: str
     chunks: list[dict[str, str]]
     vectors: Any  # numpy float32, n x d, rows L2-normalised
+    lexical: BM25 | None  # over the passages' stems; None when search is dense only
+
+    @classmethod
+    def read(cls, version: str, data: bytes, embedder: Embedder,
+             lexical: bool = True) -> LoadedIndex:
+        """A stored index (``ingest``'s JSON) ready to search with ``embedder``."""
+        import numpy as np
+
+        index = json.loads(data)
+        chunks = index["chunks"]
+        if index.get("embedding_model") == embedder.model_id or not chunks:
+            vectors = np.frombuffer(base64.b64decode(index["vectors"]), dtype="<f4").reshape(
+                len(chunks), index["dim"])
+        else:
+            # Ingested with another embedder (CODESHOT_EMBEDDER changed since): its vectors
+            # do not compare with this one's queries, so the passages are embedded anew.
+            vectors = _embed(embedder, [c["text"] for c in chunks])
+        bm25 = BM25([terms(c["text"]) for c in chunks]) if lexical and chunks else None
+        return cls(version, chunks, vectors, bm25)
+
+    def search(self, query: Any, question: str, k: int, dense_weight: float) -> list[Passage]:
+        """The ``k`` best passages for ``question`` (``query``: its embedding)."""
+        import numpy as np
+
+        scores = self.vectors @ np.asarray(query, dtype=np.float32)
+        if self.lexical is not None:
+            lexical = self.lexical.array_scores(np, terms(question))
+            scores = dense_weight * scores + (1 - dense_weight) * lexical
+        k = min(k, len(self.chunks))
+        best = np.argpartition(-scores, k - 1)[:k]
+        best = best[np.argsort(-scores[best])]
+        return [Passage(self.chunks[i]["text"], self.chunks[i]["url"], float(scores[i]))
+                for i in best]
 
 
 class InLambdaSearch:
     """The newest ready index, loaded from S3 once per container and version."""
 
-    def __init__(self, store: CorpusStore, embedder: Embedder) -> None:
+    def __init__(self, store: CorpusStore, embedder: Embedder,
+                 dense_weight: float | None = None) -> None:
         self.store, self.embedder = store, embedder
+        self.dense_weight = DENSE_WEIGHT.get(embedder.model_id, UNCALIBRATED_DENSE_WEIGHT) \
+            if dense_weight is None else dense_weight
         self._cache: dict[str, LoadedIndex] = {}
         self._lock = threading.Lock()
 
     def index(self, agent_id: str) -> LoadedIndex | None:
-        import numpy as np
-
         version = self.store.newest_ready(agent_id)
         if version is None or not version.object_key:
             return None
@@ -234,41 +283,32 @@ class InLambdaSearch:
             cached = self._cache.get(agent_id)
         if cached and cached.version == version.version:
             return cached
-        data = json.loads(self.store.read_index(version.object_key))
-        if data.get("embedding_model") == self.embedder.model_id or not data["chunks"]:
-            vectors = np.frombuffer(base64.b64decode(data["vectors"]), dtype="<f4").reshape(
-                len(data["chunks"]), data["dim"])
-        else:
-            # Ingested with another embedder (CODESHOT_EMBEDDER changed since): its vectors
-            # do not compare with this one's queries, so the passages are embedded anew.
-            vectors = _embed(self.embedder, [c["text"] for c in data["chunks"]])
-        loaded = LoadedIndex(version.version, data["chunks"], vectors)
+        loaded = LoadedIndex.read(version.version, self.store.read_index(version.object_key),
+                                  self.embedder, lexical=self.dense_weight < 1)
         with self._lock:
             self._cache[agent_id] = loaded
         return loaded
 
     def search(self, agent_id: str, question: str, k: int) -> list[Passage]:
-        import numpy as np
-
         index = self.index(agent_id)
-        if index is None or not index.chunks:
+        if index is None or not index.chunks or k < 1:
             return []
-        query = np.asarray(self.embedder.embed([question]), dtype=np.float32)[0]
-        scores = index.vectors @ query
-        best = np.argsort(-scores)[:k]
-        return [Passage(index.chunks[i]["text"], index.chunks[i]["url"], float(scores[i]))
-                for i in best]
+        query = self.embedder.embed([question])[0]
+        return index.search(query, question, k, self.dense_weight)
 
 
 class S3VectorsSearch:
     """The passages' vectors in an S3 Vectors index per agent version (their text and URL
-    as metadata): for corpora too large to load into a Lambda; written at ingestion."""
+    as metadata): for corpora too large to load into a Lambda; written at ingestion. A
+    search takes the cosine's ``RERANK_POOL * k`` nearest and reranks them with BM25
+    (:func:`reranked`)."""
 
     def __init__(self, settings: Settings, store: CorpusStore, embedder: Embedder,
                  client: Any | None = None) -> None:
         self.settings, self.store, self.embedder = settings, store, embedder
         self._client = client
         self._loaded = InLambdaSearch(store, embedder)
+        self.dense_weight = self._loaded.dense_weight
 
     @property
     def client(self) -> Any:
@@ -308,7 +348,23 @@ class S3VectorsSearch:
         query = [float(x) for x in self.embedder.embed([question])[0]]
         out = self.client.query_vectors(
             vectorBucketName=self.settings.corpus_vector_bucket,
-            indexName=self.index_name(agent_id, version.version), topK=k,
+            indexName=self.index_name(agent_id, version.version), topK=k * RERANK_POOL,
             queryVector={"float32": query}, returnMetadata=True, returnDistance=True)
-        return [Passage(v["metadata"]["text"], v["metadata"]["url"],
-                        1.0 - float(v.get("distance", 1.0))) for v in out["vectors"]]
+        nearest = [Passage(v["metadata"]["text"], v["metadata"]["url"],
+                           1.0 - float(v.get("distance", 1.0))) for v in out["vectors"]]
+        return reranked(nearest, question, k, self.dense_weight)
+
+
+def reranked(nearest: list[Passage], question: str, k: int,
+             dense_weight: float) -> list[Passage]:
+    """The ``k`` best of the cosine's nearest passages (their score: the cosine) once BM25,
+    over only these passages' stems, is fused in: S3 Vectors has no lexical score, so a
+    passage the cosine ranks below the pool is not found, as it is in the runner."""
+    if not nearest or dense_weight >= 1:
+        return nearest[:k]
+    import numpy as np
+
+    lexical = BM25([terms(p.text) for p in nearest]).array_scores(np, terms(question))
+    fused = [Passage(p.text, p.url, dense_weight * p.score + (1 - dense_weight) * float(s))
+             for p, s in zip(nearest, lexical, strict=True)]
+    return sorted(fused, key=lambda p: -p.score)[:k]

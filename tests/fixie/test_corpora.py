@@ -280,3 +280,63 @@ def test_a_corpus_ingested_with_another_embedder_is_still_searched(aws):
                    S3VectorsSearch(aws, store, StaticEmbedder())):  # its index is hashing's
         [best] = search.search("ann/docs", question, k=1)
         assert best.text == facts["/docs/kitchen.html"] and best.url.endswith("kitchen.html")
+
+
+HANDBOOK = {
+    "induction": "Everyone must complete the safety induction in their first week, before "
+                 "touching any machine.",
+    "visitors": "Visitors sign in at the front desk on the ground floor and wear a badge at "
+                "all times.",
+    "expenses": "Expense claims are submitted within thirty days with the receipts attached.",
+    "starters": "New starters fill in the equipment request so their laptop is ready on day "
+                "one.",
+    "contractors": "Contractors hand in form QX7 to the site office before they start work "
+                   "on the roof.",
+    "holidays": "Holiday requests go to your manager at least two weeks ahead.",
+}
+RARE_WORD_QUESTION = "Where do I send my QX7?"
+
+
+def test_a_question_naming_a_rare_word_finds_the_passage_holding_it(aws):
+    """Asked where a form goes, the default embedder's cosine prefers passages about
+    requests and claims; the form's code, in one passage only, is what finds the answer
+    (BM25 fused in)."""
+    from codeshot.routing.embedders import StaticEmbedder
+    from codeshot.runner.corpora import InLambdaSearch, ingest
+    from codeshot.store.corpora import CorpusStore
+
+    def page(path: str) -> tuple[str, bytes]:
+        if path == "/handbook/":
+            return "text/html", "".join(f'<a href="{name}.html">{name}</a>'
+                                        for name in HANDBOOK).encode()
+        return "text/html", f"<p>{HANDBOOK[path.removeprefix('/handbook/')[:-5]]}</p>".encode()
+
+    store = CorpusStore(aws)
+    with serving_pages(page) as base:
+        ingest(store.start("ann/handbook", []), [{"urls": [f"{base}/handbook/*"]}],
+               aws.replace(local_mode=True), store, StaticEmbedder())
+    [best] = InLambdaSearch(store, StaticEmbedder()).search("ann/handbook",
+                                                            RARE_WORD_QUESTION, k=1)
+    assert best.text == HANDBOOK["contractors"] and best.url.endswith("/contractors.html")
+    # The cosine alone ranks two other passages above it.
+    dense = InLambdaSearch(store, StaticEmbedder(), dense_weight=1.0).search(
+        "ann/handbook", RARE_WORD_QUESTION, k=2)
+    assert HANDBOOK["contractors"] not in [p.text for p in dense]
+
+
+def test_s3_vectors_nearest_passages_are_reranked_by_the_rare_word():
+    """S3 Vectors ranks by cosine only: the passages it returns (with their text) are
+    reranked with BM25 over them, so the same question finds the same passage."""
+    import numpy as np
+
+    from codeshot.routing.embedders import StaticEmbedder
+    from codeshot.runner.corpora import DENSE_WEIGHT, Passage, reranked
+
+    embedder = StaticEmbedder()
+    query, *rows = np.asarray(embedder.embed([RARE_WORD_QUESTION, *HANDBOOK.values()]))
+    nearest = sorted((Passage(text, f"https://docs.example/{name}", float(row @ query))
+                      for (name, text), row in zip(HANDBOOK.items(), rows, strict=True)),
+                     key=lambda p: -p.score)  # as QueryVectors returns them
+    assert HANDBOOK["contractors"] not in [p.text for p in nearest[:2]]
+    [best] = reranked(nearest, RARE_WORD_QUESTION, 1, DENSE_WEIGHT[embedder.model_id])
+    assert best.url == "https://docs.example/contractors"
