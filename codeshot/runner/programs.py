@@ -59,7 +59,7 @@ SMALL_TALK_EXAMPLES = [("hi!", "A: Hello! What can I do for you?"),
                        ("thank you", "A: You're welcome!"),
                        ("Send an email to my boss", "NONE")]
 # A query naming two tasks goes to plan mode in auto (one task: the best agent answers).
-_COMPOUND = re.compile(r"\b(and|then|also)\b", re.IGNORECASE)
+_COMPOUND = re.compile(r"\b(and then|and also|and|then|also)\b", re.IGNORECASE)
 # A second task that refers to the first one's result ("save it as a note").
 _REFERS_BACK = re.compile(r"\b(it|that|this|them|the (result|number|total|price|answer))\b",
                           re.IGNORECASE)
@@ -319,8 +319,12 @@ class PlannerProgram:
     def resume(self, state: dict[str, Any], answer: str) -> Outcome:
         if "delegate" in state:
             agent = self.ctx.registry_get(state["delegate"])
-            outcome = program_for(agent, self.ctx).resume(state["state"], answer)
-            return self._wrap(agent.agent_id, outcome)
+            outcome = self._wrap(agent.agent_id,
+                                 program_for(agent, self.ctx).resume(state["state"], answer))
+            if "then" not in state:
+                return outcome
+            then_agent, then_task = state["then"]
+            return self._then(outcome, (then_agent, then_task))
         agents = [self.ctx.registry_get(a) for a in state.get("tools", [])]
         return self._executor(agents).resume(state["state"], answer)
 
@@ -344,15 +348,24 @@ class PlannerProgram:
         """Two tasks in order, without the model planning them: the second agent is given
         the first one's answer when its task refers back to it ("save it as a note")."""
         self._thought(f"Two tasks: Agent[{first[0]}], then Agent[{second[0]}].")
-        one = self._delegate(*first)
+        return self._then(self._delegate(*first), second)
+
+    def _then(self, one: Outcome, second: tuple[str, str]) -> Outcome:
+        """The second task, after the first task's outcome. A first agent that asks the
+        user keeps the second task in its paused state: the answer resumes both."""
+        if one.status is Status.AWAITING_INPUT:
+            return dataclasses.replace(one, state={**(one.state or {}), "then": list(second)})
         if one.status is not Status.DONE:
             return one
         agent_id, task = second
         given = f"{task} (given: {one.text})" if _REFERS_BACK.search(task) else task
         two = self._delegate(agent_id, given)
+        embeds = {**one.embeds, **two.embeds}
+        if two.status is Status.AWAITING_INPUT:  # the first answer is shown with the question
+            return dataclasses.replace(two, text=f"{one.text}\n{two.text}", embeds=embeds)
         if two.status is not Status.DONE:
             return two
-        return Outcome(Status.DONE, f"{one.text}\n{two.text}", embeds={**one.embeds, **two.embeds})
+        return Outcome(Status.DONE, f"{one.text}\n{two.text}", embeds=embeds)
 
     def _direct(self, query: str, closest: str | None) -> Outcome:
         """The reply when no agent fits: small talk answered in kind, anything else

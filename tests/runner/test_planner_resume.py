@@ -1,5 +1,6 @@
 """An agent that asks the user while the planner is running it keeps its own paused run:
-the answer goes back to that agent, not to a fresh call of it (plan mode, any LLM)."""
+the answer goes back to that agent, not to a fresh call of it (plan mode, any LLM); in
+auto mode a two-task query then runs its second task."""
 
 import json
 
@@ -27,15 +28,22 @@ BOOKING = Agent(
 )
 
 
-def planner(aws, llm, trace):
+NOTES = Agent(
+    agent_id="me/notes", owner="me", handle="notes", published=True,
+    kind=AgentKind.CODE_SHOT, description="saves the user's notes",
+    base_prompt="I save notes.", sample_queries=["save a note: buy milk", "note this down"],
+    few_shots=["Q: Save a note: call mum\nA: Saved note 1: call mum."],
+)
+
+
+def planner(aws, llm, trace, mode="plan"):
     registry = AgentRegistry(aws)
     embeds = EmbedBook(EmbedStore(aws), fetch=lambda url: pytest.fail(f"fetched {url}"))
     ctx = RunContext(llm=llm, registry_get=registry.get, embeds=embeds,
                      platform=FuncContext(lambda: "UTC", embeds, None),
                      client=AgentClient(lambda _: "", timeout=1, allow_loopback=True),
                      trace=lambda sent_by, step: trace.append((sent_by, step.type, step.text)))
-    return PlannerProgram(ctx, Router(registry, HashingEmbedder()), viewer=None,
-                          mode="plan")
+    return PlannerProgram(ctx, Router(registry, HashingEmbedder()), viewer=None, mode=mode)
 
 
 def test_the_paused_agent_resumes_with_the_answer(aws):
@@ -59,3 +67,20 @@ def test_the_paused_agent_resumes_with_the_answer(aws):
     assert ("User says: 4\nAsk Agent[me/booking]: 4\n"
             "Agent[me/booking] says: Booked a table for 4.") in planner_sees
     assert (PLANNER_ID, MessageType.AGENT_CALL, "4") in trace  # the answer, passed on
+
+
+def test_a_two_task_query_whose_first_agent_asks_the_user_runs_its_second_after_the_answer(aws):
+    for agent in (BOOKING, NOTES):
+        AgentRegistry(aws).create(with_embeddings(agent, HashingEmbedder()))
+    query = "Book me a table for dinner and then save it as a note"
+    llm = ScriptedLLM("Ask User: For how many people?")  # the booking agent (auto: no plan)
+    paused = planner(aws, llm, [], mode="auto").run(query)
+    assert (paused.status, paused.text) == (Status.AWAITING_INPUT, "For how many people?")
+
+    stored = json.loads(json.dumps(paused.state))
+    llm = ScriptedLLM("A: Booked a table for 4.",  # the booking agent, resumed
+                      "A: Saved note 1: Booked a table for 4.")  # then the notes agent
+    done = planner(aws, llm, [], mode="auto").resume(stored, "4")
+    assert (done.status, done.text) == (
+        Status.DONE, "Booked a table for 4.\nSaved note 1: Booked a table for 4.")
+    assert "Q: save it as a note (given: Booked a table for 4.)" in llm.transcript(1)
