@@ -84,3 +84,17 @@ def test_a_two_task_query_whose_first_agent_asks_the_user_runs_its_second_after_
     assert (done.status, done.text) == (
         Status.DONE, "Booked a table for 4.\nSaved note 1: Booked a table for 4.")
     assert "Q: save it as a note (given: Booked a table for 4.)" in llm.transcript(1)
+
+
+def test_a_second_task_asking_the_user_shows_the_first_answer_with_its_question(aws):
+    for agent in (BOOKING, NOTES):
+        AgentRegistry(aws).create(with_embeddings(agent, HashingEmbedder()))
+    llm = ScriptedLLM("A: Saved note 1: buy milk.",  # notes
+                      "Ask User: For how many people?")  # then the booking agent
+    paused = planner(aws, llm, [], mode="auto").run(
+        "Save a note: buy milk and then book a table for dinner")
+    assert (paused.status, paused.text) == (
+        Status.AWAITING_INPUT, "Saved note 1: buy milk.\nFor how many people?")
+    llm = ScriptedLLM("A: Booked a table for 2.")  # the booking agent, resumed
+    done = planner(aws, llm, [], mode="auto").resume(json.loads(json.dumps(paused.state)), "2")
+    assert (done.status, done.text) == (Status.DONE, "Booked a table for 2.")
