@@ -22,7 +22,7 @@ class Scoring:
 
 
 CALIBRATED = {
-    "hashing-v2-1024": Scoring(dense_weight=0.8, floor=0.057),
+    "hashing-v2-1024": Scoring(dense_weight=0.8, floor=0.045, no_agent_margin=0.29),
     "static-minilm-256-e43a8e0c634a": Scoring(dense_weight=0.9, floor=0.11,
                                               no_agent_margin=0.13),
     "all-MiniLM-L6-v2": Scoring(dense_weight=0.9, floor=0.135, no_agent_margin=0.01),

@@ -127,6 +127,9 @@ class Candidate:
     score: float  # fused dense and lexical score, 0..1; compare with the floor
     matched_sample: str  # the sample query (or name and description) closest to the query
     fits: bool  # at or above the floor and not nearer a no-agent example: else decline
+    # How much nearer the query is to its nearest no-agent example than to the agent's
+    # nearest row (fits only up to the margin); -inf when the scoring has no margin.
+    no_agent_gap: float = -math.inf
 
 
 def _centroid(rows: Vectors) -> list[float]:
@@ -269,18 +272,16 @@ class AgentIndex:
             return []
         query = self.embedder.embed([text])[0]
         extra = self._unpublished.get(viewer, []) if viewer else []
-        # How much closer than an agent's nearest row the query may be to a no-agent
-        # example and still fit that agent.
-        allowance = math.inf
-        if self._no_agent is not None and self.scoring.no_agent_margin is not None:
-            nearest = max(self._scores.row_scores(self._no_agent, query))
-            allowance = self.scoring.no_agent_margin - nearest
+        margin = self.scoring.no_agent_margin
+        nearest_example = (max(self._scores.row_scores(self._no_agent, query))
+                           if self._no_agent is not None else math.inf)
         out = []
         for i, fused in self._scores.top(query, self._bm25, terms(text), extra, k):
             row_scores = self._scores.row_scores(self.rows[i], query)
             best_row = max(range(len(row_scores)), key=row_scores.__getitem__)
             score = round(fused, 4)
-            fits = score >= self.scoring.floor and row_scores[best_row] + allowance >= 0
+            gap = nearest_example - row_scores[best_row] if margin is not None else -math.inf
+            fits = score >= self.scoring.floor and (margin is None or gap <= margin)
             out.append(Candidate(self.agents[i].agent_id, score, self.texts[i][best_row],
-                                 fits))
+                                 fits, gap))
         return out
