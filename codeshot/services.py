@@ -131,7 +131,8 @@ class Services:
     def router(self) -> Router:
         from codeshot.routing.router import Router
 
-        return Router(self.registry, self.embedder, floor=self.settings.router_floor)
+        return Router(self.registry, self.embedder, floor=self.settings.router_floor,
+                      margin=self.settings.router_margin)
 
     @cached_property
     def agents(self) -> AgentCache:

@@ -105,6 +105,9 @@ class Settings:
     embedding_model: str = "amazon.titan-embed-text-v2:0"
     # Below this router score no agent fits; unset: the floor calibrated for the embedder.
     router_floor: float | None = setting(None, ge=0, le=1)
+    # How much nearer a no-agent example than an agent's samples a query may be and still
+    # fit the agent; unset: the embedder's calibrated margin (or none if the floor is set).
+    router_margin: float | None = setting(None, ge=-1, le=1)
 
     # Limits
     daily_query_limit: int = setting(1000, ge=0)

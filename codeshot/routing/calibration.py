@@ -27,13 +27,22 @@ CALIBRATED = {
                                               no_agent_margin=0.13),
     "all-MiniLM-L6-v2": Scoring(dense_weight=0.9, floor=0.135, no_agent_margin=0.01),
 }
-# An embedder never calibrated here (Bedrock's): the dense score leads, and nothing is
-# declined unless CODESHOT_ROUTER_FLOOR sets a floor.
-UNCALIBRATED = Scoring(dense_weight=0.8, floor=0.0)
+# An embedder never calibrated here (Bedrock's Titan, the deployed default): no floor,
+# since score scales differ between models, but the no-agent examples still decline a
+# query nearer one of them than to the agent's nearest row by more than 0.05 of cosine.
+# On the dev split that margin alone declines 0.88 of no-agent queries for 0.025 of
+# answerable ones wrongly declined with minilm, 0.69 for 0.071 with static (a weaker
+# model). `python -m benchmarks.router --calibrate --embedders bedrock` measures Titan's
+# own; CODESHOT_ROUTER_FLOOR and CODESHOT_ROUTER_MARGIN set what it prints.
+UNCALIBRATED = Scoring(dense_weight=0.8, floor=0.0, no_agent_margin=0.05)
 
 
-def scoring_for(model_id: str, floor: float | None = None) -> Scoring:
-    """The calibrated scoring; a ``floor`` given replaces the whole no-agent rule (the
-    calibrated floor and margin), so ``floor=0`` never declines."""
+def scoring_for(model_id: str, floor: float | None = None,
+                margin: float | None = None) -> Scoring:
+    """The calibrated scoring, or the one the settings give: a ``floor`` alone replaces
+    the whole no-agent rule (``floor=0`` never declines); a ``margin`` sets the no-agent
+    margin, with the calibrated floor unless ``floor`` is given too."""
     scoring = CALIBRATED.get(model_id, UNCALIBRATED)
-    return scoring if floor is None else Scoring(scoring.dense_weight, floor)
+    if floor is None and margin is None:
+        return scoring
+    return Scoring(scoring.dense_weight, scoring.floor if floor is None else floor, margin)

@@ -195,28 +195,39 @@ class MiniLMEmbedder:
 
 
 class BedrockEmbedder:
+    """Titan on Bedrock. Titan embeds one text per call, so several texts (an agent's
+    samples at registration, the no-agent examples at a runner's first route) go out
+    ``CONCURRENCY`` calls at a time (boto3 clients are thread-safe)."""
+
+    CONCURRENCY = 8
+
     def __init__(self, settings: Settings, client: Any | None = None) -> None:
         self.settings = settings
         self.model_id = settings.embedding_model
         self._client = client
 
+    def _embed_one(self, client: Any, text: str) -> list[float]:
+        try:
+            out = client.invoke_model(
+                modelId=self.model_id,
+                body=json.dumps({"inputText": text[:8000]}),
+                contentType="application/json",
+                accept="application/json",
+            )
+            return normalise(json.loads(out["body"].read())["embedding"])
+        except Exception as exc:
+            raise LLMError(f"embedding with {self.model_id} failed: {exc}") from exc
+
     def embed(self, texts: list[str]) -> Vectors:
         from codeshot import aws
 
         client = self._client or aws.client("bedrock-runtime", self.settings)
-        rows = []
-        for text in texts:  # Titan embeds one text per call
-            try:
-                out = client.invoke_model(
-                    modelId=self.model_id,
-                    body=json.dumps({"inputText": text[:8000]}),
-                    contentType="application/json",
-                    accept="application/json",
-                )
-                rows.append(normalise(json.loads(out["body"].read())["embedding"]))
-            except Exception as exc:
-                raise LLMError(f"embedding with {self.model_id} failed: {exc}") from exc
-        return rows
+        if len(texts) < 2:
+            return [self._embed_one(client, text) for text in texts]
+        from concurrent.futures import ThreadPoolExecutor
+
+        with ThreadPoolExecutor(min(self.CONCURRENCY, len(texts))) as pool:
+            return list(pool.map(lambda text: self._embed_one(client, text), texts))
 
 
 def get_embedder(settings: Settings) -> Embedder:

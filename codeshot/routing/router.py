@@ -2,11 +2,12 @@
 
 ``Router.route(text, k, viewer)`` returns the ``k`` best :class:`Candidate` agents the
 viewer may use, best first: ``agent_id``, ``score`` (dense and lexical fused, 0..1),
-``matched_sample`` (the agent's sample closest to the text) and ``fits`` (``score >=
-Router.floor``). Below the floor no agent should take the query; the candidates are
-still returned, so a caller can say which came closest. The floor is calibrated per
-embedder (:mod:`codeshot.routing.calibration`); ``floor=`` (``CODESHOT_ROUTER_FLOOR``)
-overrides it.
+``matched_sample`` (the agent's sample closest to the text) and ``fits`` (at or above
+the floor, and not nearer a no-agent example by more than the margin). When no candidate
+fits, no agent should take the query; the candidates are still returned, so a caller can
+say which came closest. Floor and margin are calibrated per embedder
+(:mod:`codeshot.routing.calibration`); ``floor=`` and ``margin=``
+(``CODESHOT_ROUTER_FLOOR``, ``CODESHOT_ROUTER_MARGIN``) override them.
 
 Every registry write bumps a version counter; the router looks at it at most every
 ``check_seconds``, so a warm runner pays one small read now and then, not a table scan
@@ -28,14 +29,14 @@ if TYPE_CHECKING:  # the index (and numpy) load on the first route: not at cold 
 class Router:
     def __init__(
         self, registry: AgentRegistry, embedder: Embedder, check_seconds: float = 5.0,
-        floor: float | None = None,
+        floor: float | None = None, margin: float | None = None,
     ) -> None:
         from codeshot.routing.calibration import scoring_for
 
         self.registry = registry
         self.embedder = embedder
         self.check_seconds = check_seconds
-        self.scoring = scoring_for(embedder.model_id, floor)
+        self.scoring = scoring_for(embedder.model_id, floor, margin)
         self._index: AgentIndex | None = None
         self._version = -1
         self._checked = 0.0
