@@ -274,13 +274,13 @@ class AgentIndex:
         extra = self._unpublished.get(viewer, []) if viewer else []
         margin = self.scoring.no_agent_margin
         nearest_example = (max(self._scores.row_scores(self._no_agent, query))
-                           if self._no_agent is not None else math.inf)
+                           if self._no_agent is not None else -math.inf)  # no margin
         out = []
         for i, fused in self._scores.top(query, self._bm25, terms(text), extra, k):
             row_scores = self._scores.row_scores(self.rows[i], query)
             best_row = max(range(len(row_scores)), key=row_scores.__getitem__)
             score = round(fused, 4)
-            gap = nearest_example - row_scores[best_row] if margin is not None else -math.inf
+            gap = nearest_example - row_scores[best_row]
             fits = score >= self.scoring.floor and (margin is None or gap <= margin)
             out.append(Candidate(self.agents[i].agent_id, score, self.texts[i][best_row],
                                  fits, gap))
