@@ -424,7 +424,13 @@ def test_deleting_an_agent_deletes_its_users_tokens_and_a_new_one_inherits_none(
     assert gql(stack, liam, "{ oauthGrants { agentId } }")["data"]["oauthGrants"] == []
     refused_with(httpx.get(mias_link, timeout=60), 400, "OAUTH_STATE_INVALID")
 
-    # The same owner registers an agent of that handle again: it must ask liam anew.
+    # A call of the deleted agent still in flight stores a token with its call token...
+    late = stack.services.auth.agent_token(agent_id, user_id(stack, liam), "s_late")
+    stored = httpx.put(f"{stack.api_url}/api/oauth/token", json={"token": {"access_token": "x"}},
+                       headers={"Authorization": f"Bearer {late}"}, timeout=30)
+    assert stored.json() == {"stored": True}
+    # ... and the same owner registers an agent of that handle again: it inherits nothing
+    # and must ask liam anew.
     register_served(stack, reader_agent(provider), "lender", description="Lends again.")
     assert stack.services.oauth.get_token(user_id(stack, liam), agent_id) is None
     _, again = ask(stack, liam, QUESTION, agent=agent_id)
