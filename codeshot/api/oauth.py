@@ -74,7 +74,7 @@ def _refusal(request: Request, exc: CodeshotError) -> Response:
     return _page("Not authorized", f"{html.escape(exc.message)} ({exc.code})", exc.http_status)
 
 
-def _secure(api_url: str) -> bool:
+def secure_cookie(api_url: str) -> bool:
     """Secure cookies, but on plain http to this machine (the local stack)."""
     parts = urlsplit(api_url)
     if parts.scheme != "http":
@@ -99,7 +99,7 @@ async def open_link(request: Request, state: str = "",
     # Set again each time: it lives as long as the newest flow it opened can.
     response.set_cookie(BROWSER_COOKIE, browser, max_age=services.settings.oauth_state_seconds,
                         path=COOKIE_PATH, httponly=True, samesite="lax",
-                        secure=_secure(services.settings.api_url))
+                        secure=secure_cookie(services.settings.api_url))
     return response
 
 

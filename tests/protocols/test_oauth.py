@@ -14,6 +14,7 @@ from urllib.parse import urlsplit
 import httpx
 import pytest
 
+from codeshot.api.oauth import secure_cookie
 from codeshot.cli import main
 from codeshot.models import MessageType
 from codeshot.sdk import CodeShotAgent, Message, OAuthHandler, OAuthParams
@@ -435,3 +436,28 @@ def test_deleting_an_agent_deletes_its_users_tokens_and_a_new_one_inherits_none(
     assert stack.services.oauth.get_token(user_id(stack, liam), agent_id) is None
     _, again = ask(stack, liam, QUESTION, agent=agent_id)
     assert again["type"] == "awaiting_input", again
+
+
+def test_renaming_an_agent_deletes_its_users_tokens(stack, provider):
+    """A token is sealed to its agent's id: the renamed agent asks anew, and none stays
+    behind under the old id for an agent registered there later."""
+    agent_id = register_served(stack, reader_agent(provider), "borrower",
+                               description="Borrows your reading list from Books.")
+    nina = user_id(stack, new_user(stack, "nina"))
+    stack.services.oauth.put_token(nina, agent_id, {"access_token": "a"})  # as _oauth would
+    renamed = gql(stack, stack.state["api_key"],
+                  'mutation { updateAgent(agentData: {handle: "borrower", newHandle: '
+                  '"borrowed"}) { agent { agentId } } }')
+    assert renamed == {"data": {"updateAgent": {"agent": {"agentId": "local/borrowed"}}}}
+    assert stack.services.oauth.get_token(nina, agent_id) is None
+    assert stack.services.oauth.grants(nina) == []
+
+
+@pytest.mark.parametrize(("api_url", "secure"), [
+    ("https://abc.execute-api.us-east-1.amazonaws.com", True),
+    ("http://127.0.0.1:8080", False), ("http://[::1]:8080", False),
+    ("http://localhost:8080", False),
+    ("http://10.0.0.5:8080", True),  # a browser drops it: refused, never sent in clear
+])
+def test_the_links_cookie_is_secure_but_on_plain_http_to_this_machine(api_url, secure):
+    assert secure_cookie(api_url) is secure
