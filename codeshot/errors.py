@@ -146,6 +146,16 @@ class OAuthStateInvalid(InvalidInput):
     permanent = True
 
 
+class OAuthBrowserMismatch(Forbidden):
+    """An OAuth link or callback in another browser than the one that opened the link
+    first (its cookie is missing or not that one): a leaked link, or a callback an
+    attacker made someone else's browser open (RFC 6749, 10.12). Nothing is written."""
+
+    code = "OAUTH_BROWSER_MISMATCH"
+    http_status = 403
+    permanent = True
+
+
 class OAuthFailed(CodeshotError):
     """The user's authorization did not produce a token: the authorization server
     refused (the user denied access) or the agent's code exchange failed."""

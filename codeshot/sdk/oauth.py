@@ -7,11 +7,11 @@ Who holds what:
   agent's environment or a client secrets file): only the agent talks to the token
   endpoint, so no third-party client secret is ever sent to, or kept by, the platform.
 - The platform holds the flow and the tokens: ``get_authorization_url()`` asks it for a
-  URL whose ``state`` it binds to this user, agent and session (single use, expiring) with
-  a PKCE verifier it keeps; its callback hands the code and verifier to this agent's
-  ``Func[_oauth]`` (as Fixie's did), whose ``authorize()`` exchanges them and gives the
-  token back to the platform, which stores it encrypted per user and agent. The user can
-  revoke it there.
+  link whose ``state`` it binds to this user, agent and session (single use, expiring)
+  with a PKCE verifier it keeps, and to the browser that opens it (a cookie); its
+  callback hands the code and verifier to this agent's ``Func[_oauth]`` (as Fixie's
+  did), whose ``authorize()`` exchanges them and gives the token back to the platform,
+  which stores it encrypted per user and agent. The user can revoke it there.
 - ``user_token()`` reads the user's token from the platform, refreshing it here first
   when it has expired; ``require_token()`` is the same, but pauses the conversation to
   ask the user to authorize when there is none, and calls the Func again once they have.

@@ -2,14 +2,18 @@
 tokens for agents, encrypted.
 
 A flow (``STATE#<state>``) is bound to a user, an agent and a session, holds the PKCE
-verifier, is taken once (a conditional delete: a replay finds nothing) and only before it
-expires. A token (``USER#<user>`` / ``AGENT#<agent>``) is sealed with XSalsa20-Poly1305
-(PyNaCl's SecretBox) under a key derived from a Secrets Manager seed secret, the user and
-agent sealed inside, so an item copied to another user or agent does not open there.
+verifier and the provider's authorization URL, is bound to the first browser that opens
+its link (the SHA-256 of that browser's cookie), and is taken once (a conditional delete:
+a replay finds nothing), only before it expires and only by that browser. A token
+(``USER#<user>`` / ``AGENT#<agent>``) is sealed with XSalsa20-Poly1305 (PyNaCl's
+SecretBox) under a key derived from a Secrets Manager seed secret, the user and agent
+sealed inside, so an item copied to another user or agent does not open there. Flows and
+tokens carry ``agent_id``, the key of the ``by_agent`` index: an agent's are found at once.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import logging
 import secrets
@@ -22,7 +26,7 @@ from typing import TYPE_CHECKING, Any
 from nacl.exceptions import CryptoError
 
 from codeshot import aws
-from codeshot.errors import InvalidInput, OAuthStateInvalid
+from codeshot.errors import InvalidInput, OAuthBrowserMismatch, OAuthStateInvalid
 from codeshot.models import utcnow
 from codeshot.settings import Settings
 from codeshot.store.base import Repository
@@ -36,6 +40,8 @@ log = logging.getLogger(__name__)
 STATE_PREFIX, USER_PREFIX, AGENT_PREFIX = "STATE#", "USER#", "AGENT#"
 MAX_TOKEN_BYTES = 16_000  # a token response (access, refresh, id token) is far smaller
 KEY_PERSON = b"codeshot-oauth1"  # the derivation's domain: this key is for nothing else
+BY_AGENT = "by_agent"
+BATCH = 25  # BatchWriteItem's most requests
 
 
 @dataclass(frozen=True)
@@ -48,6 +54,19 @@ class Flow:
     session_id: str
     code_verifier: str
     redirect_uri: str
+
+    @classmethod
+    def new(cls, user_id: str, agent_id: str, session_id: str, redirect_uri: str) -> Flow:
+        """A fresh state and PKCE verifier (RFC 7636: 43-128 characters)."""
+        from authlib.common.security import generate_token
+
+        return cls(secrets.token_urlsafe(32), user_id, agent_id, session_id,
+                   generate_token(64), redirect_uri)
+
+
+def browser_digest(browser: str) -> str:
+    """What is stored of a browser's cookie: a reader of the table cannot forge it."""
+    return hashlib.sha256(browser.encode()).hexdigest()
 
 
 @dataclass(frozen=True)
@@ -119,40 +138,100 @@ class OAuthStore(Repository):
         self.cipher = cipher or TokenCipher(settings)
 
     # -- flows --------------------------------------------------------------------------
-    def start_flow(self, user_id: str, agent_id: str, session_id: str, redirect_uri: str
-                   ) -> Flow:
-        from authlib.common.security import generate_token
-
-        flow = Flow(secrets.token_urlsafe(32), user_id, agent_id, session_id,
-                    generate_token(64), redirect_uri)  # RFC 7636: 43-128 characters
-        self.db.put_item(TableName=self.table_name, Item={
-            "pk": {"S": STATE_PREFIX + flow.state}, "sk": {"S": "STATE"},
-            "user_id": {"S": user_id}, "agent_id": {"S": agent_id},
-            "session_id": {"S": session_id}, "code_verifier": {"S": flow.code_verifier},
-            "redirect_uri": {"S": redirect_uri},
-            "expires_at": {"N": str(int(time.time()) + self.settings.oauth_state_seconds)},
-        }, ConditionExpression="attribute_not_exists(pk)")
-        return flow
-
-    def take_flow(self, state: str) -> Flow:
-        """The flow ``state`` names, removed: single use; OAUTH_STATE_INVALID when there is
-        none (never issued, already used) or it has expired."""
+    @staticmethod
+    def _flow_key(state: str) -> dict[str, Any]:
         if not state or len(state) > 128:
             raise OAuthStateInvalid("the OAuth state is missing or malformed")
+        return {"pk": {"S": STATE_PREFIX + state}, "sk": {"S": "STATE"}}
+
+    def start_flow(self, flow: Flow, authorize_url: str) -> None:
+        """Keep ``flow`` open for its callback; ``authorize_url`` is where its link sends
+        the browser (the provider's authorization URL with the flow's state)."""
+        self.db.put_item(TableName=self.table_name, Item={
+            **self._flow_key(flow.state),
+            "user_id": {"S": flow.user_id}, "agent_id": {"S": flow.agent_id},
+            "session_id": {"S": flow.session_id}, "code_verifier": {"S": flow.code_verifier},
+            "redirect_uri": {"S": flow.redirect_uri}, "authorize_url": {"S": authorize_url},
+            "expires_at": {"N": str(int(time.time()) + self.settings.oauth_state_seconds)},
+        }, ConditionExpression="attribute_not_exists(pk)")
+
+    def open_flow(self, state: str, browser: str) -> str:
+        """Bind the flow to ``browser`` (its cookie) if no browser opened its link yet, and
+        return the provider's URL; the same browser may open it again, no other."""
         try:
-            item = self.db.delete_item(
-                TableName=self.table_name,
-                Key={"pk": {"S": STATE_PREFIX + state}, "sk": {"S": "STATE"}},
-                ConditionExpression="attribute_exists(pk) AND expires_at > :now",
-                ExpressionAttributeValues={":now": {"N": str(int(time.time()))}},
-                ReturnValues="ALL_OLD",
+            item = self.db.update_item(
+                TableName=self.table_name, Key=self._flow_key(state),
+                UpdateExpression="SET browser = :b",
+                ConditionExpression="attribute_exists(pk) AND expires_at > :now AND "
+                                    "(attribute_not_exists(browser) OR browser = :b)",
+                ExpressionAttributeValues={":b": {"S": browser_digest(browser)},
+                                           ":now": {"N": str(int(time.time()))}},
+                ReturnValues="ALL_NEW", ReturnValuesOnConditionCheckFailure="ALL_OLD",
             )["Attributes"]
         except self.db.exceptions.ConditionalCheckFailedException as exc:
-            raise OAuthStateInvalid("this authorization link is unknown, already used or "
-                                    "expired; ask the agent again for a new one") from exc
+            raise self._refusal(exc.response.get("Item"), opening=True) from exc
+        return item["authorize_url"]["S"]
+
+    def take_flow(self, state: str, browser: str | None) -> Flow:
+        """The flow ``state`` names, removed: single use, by the browser that opened its
+        link. OAUTH_STATE_INVALID when there is none (never issued, already used) or it
+        has expired; OAUTH_BROWSER_MISMATCH, the flow left as it was, when ``browser``
+        (the callback's cookie) is not the one that opened it, or there is none."""
+        try:
+            item = self.db.delete_item(
+                TableName=self.table_name, Key=self._flow_key(state),
+                ConditionExpression="attribute_exists(pk) AND expires_at > :now "
+                                    "AND browser = :b",
+                ExpressionAttributeValues={":now": {"N": str(int(time.time()))},
+                                           ":b": {"S": browser_digest(browser or "")}},
+                ReturnValues="ALL_OLD", ReturnValuesOnConditionCheckFailure="ALL_OLD",
+            )["Attributes"]
+        except self.db.exceptions.ConditionalCheckFailedException as exc:
+            raise self._refusal(exc.response.get("Item"), opening=False,
+                                cookie=bool(browser)) from exc
         return Flow(state, item["user_id"]["S"], item["agent_id"]["S"],
                     item["session_id"]["S"], item["code_verifier"]["S"],
                     item["redirect_uri"]["S"])
+
+    @staticmethod
+    def _refusal(item: Any, *, opening: bool, cookie: bool = True) -> Exception:
+        """Why a flow's conditional write failed, from the item as it was (None: none)."""
+        if not item or int(item["expires_at"]["N"]) <= time.time():
+            return OAuthStateInvalid("this authorization link is unknown, already used or "
+                                     "expired; ask the agent again for a new one")
+        if opening:
+            return OAuthBrowserMismatch("this authorization link was opened in another "
+                                        "browser first; ask the agent again for a new one")
+        if not cookie:
+            return OAuthBrowserMismatch(
+                "this browser did not open the authorization link (no OAuth cookie: it was "
+                "opened elsewhere, or cookies are blocked); open the link the agent gave "
+                "you in this browser")
+        return OAuthBrowserMismatch("this authorization was started in another browser; "
+                                    "finish it there, or ask the agent again for a new link")
+
+    def forget_agent(self, agent_id: str) -> int:
+        """Delete the agent's flows and every user's token for it (a deleted or renamed
+        agent: one registered later under its id starts with none); how many."""
+        kwargs: dict[str, Any] = {
+            "TableName": self.table_name, "IndexName": BY_AGENT,
+            "KeyConditionExpression": "agent_id = :a",
+            "ExpressionAttributeValues": {":a": {"S": agent_id}},
+        }
+        deleted = 0
+        while True:
+            page = self.db.query(**kwargs)
+            keys = [{"pk": i["pk"], "sk": i["sk"]} for i in page["Items"]]
+            for start in range(0, len(keys), BATCH):
+                pending: dict[str, Any] = {self.table_name: [
+                    {"DeleteRequest": {"Key": k}} for k in keys[start:start + BATCH]]}
+                while pending:
+                    pending = dict(self.db.batch_write_item(RequestItems=pending)
+                                   .get("UnprocessedItems") or {})
+            deleted += len(keys)
+            if "LastEvaluatedKey" not in page:
+                return deleted
+            kwargs["ExclusiveStartKey"] = page["LastEvaluatedKey"]
 
     # -- tokens -------------------------------------------------------------------------
     @staticmethod
@@ -164,8 +243,10 @@ class OAuthStore(Repository):
         now = utcnow().isoformat()
         self.db.update_item(
             TableName=self.table_name, Key=self._token_key(user_id, agent_id),
-            UpdateExpression="SET sealed = :s, modified = :m, created = if_not_exists(created, :m)",
-            ExpressionAttributeValues={":s": {"B": sealed}, ":m": {"S": now}},
+            UpdateExpression="SET sealed = :s, agent_id = :a, modified = :m, "
+                             "created = if_not_exists(created, :m)",
+            ExpressionAttributeValues={":s": {"B": sealed}, ":a": {"S": agent_id},
+                                       ":m": {"S": now}},
         )
 
     def get_token(self, user_id: str, agent_id: str) -> dict[str, Any] | None:

@@ -20,6 +20,7 @@ class Index:
     name: str
     pk: str
     sk: str | None = None
+    projection: str = "ALL"  # or "KEYS_ONLY": an index that only finds items' keys
 
 
 @dataclass(frozen=True)
@@ -59,7 +60,7 @@ class Table:
                 {
                     "IndexName": i.name,
                     "KeySchema": schema(i.pk, i.sk),
-                    "Projection": {"ProjectionType": "ALL"},
+                    "Projection": {"ProjectionType": i.projection},
                 }
                 for i in self.indexes
             ]
@@ -109,7 +110,10 @@ CORPORA = Table(logical="corpora", setting="corpora_table", pk="agent_id", sk="v
 # OAuth for agents (codeshot/store/oauth.py): "STATE#<state>" / "STATE", a flow waiting
 # for its callback (expires); "USER#<user_id>" / "AGENT#<agent_id>", a user's encrypted
 # token for an agent (a user's tokens are one partition: listing them is one query).
-OAUTH = Table(logical="oauth", setting="oauth_table", pk="pk", sk="sk", ttl="expires_at")
+# Both carry `agent_id`: a deleted agent's flows and tokens, for every user, are one query
+# of the keys-only index (no sealed token is copied into it).
+OAUTH = Table(logical="oauth", setting="oauth_table", pk="pk", sk="sk", ttl="expires_at",
+              indexes=(Index("by_agent", pk="agent_id", sk="pk", projection="KEYS_ONLY"),))
 
 TABLES: tuple[Table, ...] = (REGISTRY, SESSIONS, USER_STORAGE, USAGE, USERS, CORPORA, OAUTH)
 

@@ -3,11 +3,15 @@ comes back to the platform's callback, and the paused query resumes.
 
 1. The agent (its Func, with the agent token the platform sent it) asks for an
    authorization URL: the platform starts a flow bound to that token's user, agent and
-   session, with a PKCE verifier it keeps, and builds the URL with authlib.
+   session, with a PKCE verifier it keeps, builds the provider's URL with authlib, and
+   answers with its own link to it (``/api/oauth/start?state=...``).
 2. The Func's reply asks the user to open it (``needs_input``, ``repeat_on_answer``): the
-   session awaits input with the URL as its question.
-3. The provider redirects the browser to ``/api/oauth/callback``: the flow is taken (once,
-   unexpired), the code and verifier go to the agent's ``Func[_oauth]``, which exchanges
+   session awaits input with the link as its question.
+3. The link binds the flow to the first browser that opens it (a cookie whose hash the
+   flow keeps) and redirects to the provider. The provider redirects the browser to
+   ``/api/oauth/callback``: the flow is taken (once, unexpired, by the browser with that
+   cookie: RFC 6749 10.12's CSRF protection), the code and verifier go to the agent's
+   ``Func[_oauth]``, which exchanges
    them with its client secret and hands the token back (``PUT /api/oauth/token``), and,
    if the session's question is this link, a message from the user resumes the session,
    which calls the Func again.
@@ -19,7 +23,7 @@ from __future__ import annotations
 
 import json
 from typing import Any
-from urllib.parse import urlsplit
+from urllib.parse import urlencode, urlsplit
 
 from codeshot.errors import CodeshotError, Forbidden, InvalidInput, NotFound, OAuthFailed
 from codeshot.models import MessageType, Principal, SessionStatus
@@ -30,6 +34,7 @@ from codeshot.usecases.messaging import Messaging
 from codeshot.usecases.users import principal_of, user_id_of
 
 CALLBACK_PATH = "/api/oauth/callback"
+START_PATH = "/api/oauth/start"
 OAUTH_FUNC = "_oauth"  # the Func Fixie 1.0's SDK registers for agents with oauth_params
 MAX_SCOPES = 50
 MAX_SCOPE_CHARS = 200
@@ -56,8 +61,8 @@ def redirect_uri(services: Services) -> str:
 
 def authorization_url(services: Services, caller: Principal, auth_uri: str, client_id: str,
                       scopes: list[str]) -> str:
-    """Where the user authorizes the calling agent; the flow is bound to the token's user,
-    agent and session (a query's session: that is what resumes)."""
+    """The platform's link where the user authorizes the calling agent; the flow is bound
+    to the token's user, agent and session (a query's session: that is what resumes)."""
     from authlib.integrations.httpx_client import OAuth2Client
 
     user_id, agent_id = _acting_for(caller)
@@ -65,13 +70,20 @@ def authorization_url(services: Services, caller: Principal, auth_uri: str, clie
         raise Forbidden("OAuth needs an agent token issued for a session")
     _check_client(services, auth_uri, client_id, scopes)
     _charge(services, user_id, agent_id)
-    flow = services.oauth.start_flow(user_id, agent_id, caller.session_id,
-                                     redirect_uri(services))
+    flow = Flow.new(user_id, agent_id, caller.session_id, redirect_uri(services))
     with OAuth2Client(client_id, scope=" ".join(scopes), redirect_uri=flow.redirect_uri,
                       code_challenge_method="S256") as client:  # builds the URL; no request
         url, _ = client.create_authorization_url(auth_uri, state=flow.state,
                                                  code_verifier=flow.code_verifier)
-    return str(url)
+    services.oauth.start_flow(flow, str(url))
+    return services.settings.api_url.rstrip("/") + START_PATH + "?" + urlencode(
+        {"state": flow.state})
+
+
+def open_link(services: Services, state: str, browser: str) -> str:
+    """The user's browser opens the link (``browser``: its cookie): the provider's URL,
+    once the flow is bound to that browser (OAUTH_BROWSER_MISMATCH if another has it)."""
+    return services.oauth.open_flow(state, browser)
 
 
 def _check_client(services: Services, auth_uri: str, client_id: str, scopes: list[str]
@@ -103,12 +115,15 @@ def put_token(services: Services, caller: Principal, token: Any) -> None:
     services.oauth.put_token(user_id, agent_id, token)
 
 
-def complete(services: Services, state: str, code: str | None, error: str | None
-             ) -> tuple[Flow, bool]:
+def complete(services: Services, state: str, browser: str | None, code: str | None,
+             error: str | None) -> tuple[Flow, bool]:
     """The provider's redirect: take the flow (OAUTH_STATE_INVALID if it is not one the
-    platform has open), have the agent exchange the code, and resume the session if it
-    is paused on this authorization; returns the flow and whether it resumed."""
-    flow = services.oauth.take_flow(state)  # first: a replay is refused whatever it carries
+    platform has open, OAUTH_BROWSER_MISMATCH if ``browser``, the callback's cookie, is
+    not the one that opened its link), have the agent exchange the code, and resume the
+    session if it is paused on this authorization; returns the flow and whether it
+    resumed."""
+    # First: a replay or another browser is refused whatever it carries.
+    flow = services.oauth.take_flow(state, browser)
     if error or not code:
         raise OAuthFailed("the authorization server did not authorize the agent: "
                           + as_one_line(error or "no code", 100))

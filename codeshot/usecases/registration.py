@@ -204,7 +204,16 @@ class AgentRegistration:
         agent = check_agent_fields(self._apply(agent, fields))
         agent = self.describe(agent, inline=fields.few_shots is not None,
                               authorization=fields.mcp_authorization)
-        return self._store(agent, fields, self.s.registry.create)
+        stored = self._store(agent, fields, self.s.registry.create)
+        self._forget_oauth(stored.agent_id)
+        return stored
+
+    def _forget_oauth(self, *agent_ids: str) -> None:
+        """Users' OAuth tokens (and open flows) for these ids: gone with the agent that
+        held the id, and never inherited by a new one (which also sweeps what a delete cut
+        short, or a deleted agent's call in flight, left)."""
+        for agent_id in agent_ids:
+            self.s.oauth.forget_agent(agent_id)
 
     def _store(self, agent: Agent, fields: AgentFields, write: Callable[[Agent], Agent],
                previous_secret: str | None = None) -> Agent:
@@ -258,9 +267,12 @@ class AgentRegistration:
                                   authorization=fields.mcp_authorization)
         else:  # name, description or sample queries may have changed what it matches
             agent = with_embeddings(agent, self.s.embedder)
-        return self._store(agent, fields,
-                           lambda a: self.s.registry.replace(a, previous_id=current.agent_id),
-                           previous_secret=current.mcp_auth_secret)
+        stored = self._store(agent, fields,
+                             lambda a: self.s.registry.replace(a, previous_id=current.agent_id),
+                             previous_secret=current.mcp_auth_secret)
+        if stored.agent_id != current.agent_id:  # tokens are sealed to an agent id
+            self._forget_oauth(current.agent_id, stored.agent_id)
+        return stored
 
     def deploy(self, principal: Principal, handle: str, fields: AgentFields) -> Agent:
         """Register a deployed agent, or update one registered before (a redeploy, or an
@@ -286,6 +298,7 @@ class AgentRegistration:
         self.s.registry.delete(agent.agent_id, owner=agent.owner)
         self.s.agent_secrets.delete(agent.mcp_auth_secret)
         self.s.corpora.delete_agent(agent.agent_id)
+        self._forget_oauth(agent.agent_id)
         return agent
 
     def _owned(self, caller: str, handle: str, owner: str | None = None) -> Agent:

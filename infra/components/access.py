@@ -32,6 +32,7 @@ EXTRA_READS: dict[str, tuple[str, ...]] = {
 }
 EXTRA_WRITES: dict[str, tuple[str, ...]] = {
     "sessions": ("dynamodb:BatchWriteItem",),  # a long trace; a deleted session's items
+    "oauth": ("dynamodb:BatchWriteItem",),  # a deleted agent's flows and tokens
 }
 
 

@@ -58,7 +58,7 @@ class PlatformTables(Construct):
                     index_name=index.name,
                     partition_key=_attribute(spec, index.pk),
                     sort_key=_attribute(spec, index.sk),
-                    projection_type=dynamodb.ProjectionType.ALL,
+                    projection_type=dynamodb.ProjectionType[index.projection],
                 )
             self.tables[spec.setting] = table
 

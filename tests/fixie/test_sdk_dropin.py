@@ -154,13 +154,17 @@ def test_a_fixie_oauth_func_gets_the_platforms_authorization_url(platform, tmp_p
         reply = httpx.post(f"{url}/reading_list", headers={"Authorization": f"Bearer {token}"},
                            json={"message": {"text": "all"}, "access_token": token}, timeout=10)
     assert reply.status_code == 200, reply.text
-    link = urllib.parse.urlsplit(reply.json()["message"]["text"])
+    # The platform's link, which sends the user's browser on to the provider.
+    opened = httpx.get(reply.json()["message"]["text"], timeout=10)
+    assert opened.status_code == 303, opened.text
+    link = urllib.parse.urlsplit(opened.headers["Location"])
     query = dict(urllib.parse.parse_qsl(link.query))
     assert f"{link.scheme}://{link.netloc}{link.path}" == "https://auth.example/o"
     assert query["client_id"] == "cid" and query["scope"] == "books.read"
     assert query["redirect_uri"] == platform.url + "/api/oauth/callback"
     assert query["code_challenge_method"] == "S256" and "shh" not in reply.text
-    assert platform.services.oauth.take_flow(query["state"]).user_id == user_id
+    browser = opened.cookies["codeshot_oauth"]
+    assert platform.services.oauth.take_flow(query["state"], browser).user_id == user_id
 
 
 def test_an_oauth_handler_needs_oauth_params_as_in_fixie():

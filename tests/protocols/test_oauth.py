@@ -1,17 +1,20 @@
 """OAuth for agents, end to end on the local stack: an agent written with codeshot.sdk
 whose Func reads a user's reading list at a third-party service, a real OAuth 2
 authorization server on loopback (tests/oauth_provider.py), and a browser that follows
-the authorization URL the paused query asks the user to open."""
+the link the paused query asks the user to open (the platform's, which binds the flow to
+that browser with a cookie, then the provider's)."""
 
 from __future__ import annotations
 
 import json
 import re
 import time
+from urllib.parse import urlsplit
 
 import httpx
 import pytest
 
+from codeshot.api.oauth import secure_cookie
 from codeshot.cli import main
 from codeshot.models import MessageType
 from codeshot.sdk import CodeShotAgent, Message, OAuthHandler, OAuthParams
@@ -43,10 +46,8 @@ def reader_client(provider) -> OAuthParams:
                        provider.url + "/token", ["books.read"])
 
 
-@pytest.fixture(scope="module")
-def reader(stack, provider) -> str:
-    """local/reader: its Func reads the user's books with the user's own token."""
-
+def reader_agent(provider) -> CodeShotAgent:
+    """Its Func reads the user's books with the user's own token."""
     agent = CodeShotAgent("I read your reading list at Books.", READER_FEW_SHOTS,
                           oauth_params=reader_client(provider))
 
@@ -57,7 +58,13 @@ def reader(stack, provider) -> str:
         reply.raise_for_status()
         return ", ".join(reply.json()["books"])
 
-    return register_served(stack, agent, "reader",
+    return agent
+
+
+@pytest.fixture(scope="module")
+def reader(stack, provider) -> str:
+    """local/reader."""
+    return register_served(stack, reader_agent(provider), "reader",
                            description="Reads your reading list at Books.")
 
 
@@ -87,13 +94,35 @@ def ask(stack, key: str, text: str, session: str | None = None,
     return response.headers["X-Codeshot-Session"], lines[-1]
 
 
+def open_link(browser: httpx.Client, url: str) -> str:
+    """The platform's link, opened in ``browser``: where it sends it (the provider)."""
+    assert urlsplit(url).path == "/api/oauth/start", url
+    opened = browser.get(url)
+    assert opened.status_code == 303, opened.text
+    return opened.headers["Location"]
+
+
+def consent(provider, browser: httpx.Client, url: str, user: str) -> str:
+    """Open the link in ``browser`` and consent at the provider (signed in there as
+    ``user``); returns the callback URL the provider sends the browser back to."""
+    browser.cookies.set("user", user)  # the provider's session
+    at_provider = open_link(browser, url)
+    assert at_provider.startswith(provider.url + "/authorize?")
+    assert "code_challenge=" in at_provider and "code_challenge_method=S256" in at_provider
+    consent = browser.get(at_provider)
+    assert consent.status_code == 302, consent.text
+    return consent.headers["Location"]
+
+
+def a_browser() -> httpx.Client:
+    return httpx.Client(follow_redirects=False, timeout=60)
+
+
 def authorize(provider, url: str, user: str) -> httpx.Response:
-    """What the user's browser does: open the authorization URL (signed in at the
-    provider as ``user``), and follow its redirect back to the platform's callback."""
-    with httpx.Client(cookies={"user": user}, follow_redirects=False, timeout=60) as browser:
-        consent = browser.get(url)
-        assert consent.status_code == 302, consent.text
-        return browser.get(consent.headers["Location"])
+    """What the user's browser does: open the link, consent at the provider, and follow
+    its redirect back to the platform's callback."""
+    with a_browser() as browser:
+        return browser.get(consent(provider, browser, url, user))
 
 
 def answer_after(stack, session: str, after: int, timeout: float = 60) -> object:
@@ -116,8 +145,6 @@ def first_authorization(stack, provider, key: str, user: str, agent: str = "loca
     session, paused = ask(stack, key, question, agent=agent)
     assert paused["type"] == "awaiting_input", paused
     (url,) = URL.findall(paused["message"]["text"])
-    assert url.startswith(provider.url + "/authorize?")
-    assert "code_challenge=" in url and "code_challenge_method=S256" in url
     seen = len(stack.services.sessions.all_messages(session))
     back = authorize(provider, url, user)
     assert back.status_code == 200, back.text
@@ -212,28 +239,76 @@ def test_a_query_pauses_for_authorization_and_resumes_with_the_users_token(
 
 
 
+def refused_with(response: httpx.Response, status: int, code: str) -> None:
+    assert response.status_code == status, response.text
+    assert response.json()["error"]["code"] == code
+
+
 def test_a_replayed_or_foreign_state_is_refused_and_changes_nothing(stack, provider, reader):
     carol = new_user(stack, "carol")
     _, paused = ask(stack, carol, QUESTION)
     (url,) = URL.findall(paused["message"]["text"])
-    with httpx.Client(cookies={"user": "alice"}, timeout=60) as browser:
-        callback = browser.get(url).headers["Location"]  # alice's code, carol's flow
-    forged = re.sub(r"state=[^&]+", "state=" + "x" * 43, callback)
-    refused = httpx.get(forged, timeout=60)
-    assert refused.status_code == 400
-    assert refused.json()["error"]["code"] == "OAUTH_STATE_INVALID"
-    assert stack.services.oauth.get_token(user_id(stack, carol), reader) is None
+    with a_browser() as browser:
+        callback = consent(provider, browser, url, "alice")  # alice's code, carol's flow
+        forged = re.sub(r"state=[^&]+", "state=" + "x" * 43, callback)
+        refused_with(browser.get(forged), 400, "OAUTH_STATE_INVALID")
+        assert stack.services.oauth.get_token(user_id(stack, carol), reader) is None
 
-    assert httpx.get(callback, timeout=60).status_code == 200  # the real one, once
-    replayed = httpx.get(callback, timeout=60)
-    assert replayed.status_code == 400
-    assert replayed.json()["error"]["code"] == "OAUTH_STATE_INVALID"
-    in_a_browser = httpx.get(callback, headers={"Accept": "text/html"}, timeout=60)
+        assert browser.get(callback).status_code == 200  # the real one, once
+        stored = stack.services.oauth.get_token(user_id(stack, carol), reader)
+        granted = stack.services.oauth.grants(user_id(stack, carol))
+        exchanges = len(provider.tokens)
+        refused_with(browser.get(callback), 400, "OAUTH_STATE_INVALID")
+        in_a_browser = browser.get(callback, headers={"Accept": "text/html"})
+        refused_with(browser.get(url), 400, "OAUTH_STATE_INVALID")  # the link is used up too
     assert in_a_browser.status_code == 400
     assert in_a_browser.headers["content-type"].startswith("text/html")
     assert "Not authorized" in in_a_browser.text and "(OAUTH_STATE_INVALID)" in in_a_browser.text
-    stored = stack.services.oauth.get_token(user_id(stack, carol), reader)
     assert stored is not None and len(provider.codes) == 0  # the code was used, once
+    # The replays exchanged nothing and rewrote nothing.
+    assert len(provider.tokens) == exchanges
+    assert stack.services.oauth.grants(user_id(stack, carol)) == granted
+
+
+def test_a_callback_in_another_browser_is_refused_and_writes_nothing(stack, provider, reader):
+    """Login CSRF: the callback (the code and the state) opened in a browser that did not
+    open the link, without the platform's cookie or with another one; the link opened
+    in a second browser. Each is refused; the user's own browser then finishes."""
+    judy = new_user(stack, "judy")
+    session, paused = ask(stack, judy, QUESTION)
+    (url,) = URL.findall(paused["message"]["text"])
+    seen = len(stack.services.sessions.all_messages(session))
+    exchanges = len(provider.tokens)
+    with a_browser() as users, a_browser() as other:
+        callback = consent(provider, users, url, "carol")
+        assert users.cookies["codeshot_oauth"]
+        refused_with(other.get(callback), 403, "OAUTH_BROWSER_MISMATCH")
+        other.cookies.set("codeshot_oauth", "another browser's cookie")
+        refused_with(other.get(callback), 403, "OAUTH_BROWSER_MISMATCH")
+        page = other.get(callback, headers={"Accept": "text/html"})
+        assert page.status_code == 403 and "(OAUTH_BROWSER_MISMATCH)" in page.text
+        refused_with(other.get(url), 403, "OAUTH_BROWSER_MISMATCH")  # the user opened it
+        # Nothing was exchanged, stored or resumed.
+        assert len(provider.tokens) == exchanges
+        assert stack.services.oauth.get_token(user_id(stack, judy), reader) is None
+        assert len(stack.services.sessions.all_messages(session)) == seen
+
+        back = users.get(callback)
+    assert back.status_code == 200 and "You authorized" in back.text
+    assert answer_after(stack, session, seen).text == "Your reading list: Emma."
+
+
+def test_the_links_cookie_is_http_only_lax_and_lives_as_long_as_a_flow(stack, provider, reader):
+    _, paused = ask(stack, new_user(stack, "kate"), QUESTION)
+    (url,) = URL.findall(paused["message"]["text"])
+    opened = httpx.get(url, timeout=60)
+    assert opened.status_code == 303
+    cookie = opened.headers["set-cookie"]
+    assert cookie.startswith("codeshot_oauth=")
+    attributes = {a.strip().lower() for a in cookie.split(";")[1:]}
+    assert {"httponly", "samesite=lax", "path=/api/oauth/",
+            f"max-age={stack.settings.oauth_state_seconds}"} <= attributes
+    assert "secure" not in attributes  # plain http on loopback: the local stack
 
 
 def test_a_denied_authorization_is_a_clear_error(stack, provider, reader):
@@ -241,8 +316,10 @@ def test_a_denied_authorization_is_a_clear_error(stack, provider, reader):
     _, paused = ask(stack, dave, QUESTION)
     (url,) = URL.findall(paused["message"]["text"])
     state = re.search(r"state=([^&]+)", url).group(1)
-    denied = httpx.get(f"{stack.api_url}/api/oauth/callback",
-                       params={"state": state, "error": "access_denied"}, timeout=60)
+    with a_browser() as browser:
+        open_link(browser, url)
+        denied = browser.get(f"{stack.api_url}/api/oauth/callback",
+                             params={"state": state, "error": "access_denied"})
     assert denied.status_code == 502
     assert denied.json()["error"]["code"] == "OAUTH_FAILED"
     assert "access_denied" in denied.json()["error"]["message"]
@@ -328,3 +405,59 @@ def test_a_fixie_style_func_answers_with_the_link_and_the_user_asks_again(stack,
     assert back.status_code == 200 and "Ask it again in your conversation" in back.text
     _, again = ask(stack, heidi, QUESTION, session=session, agent="local/fixiereader")
     assert again["message"]["text"] == "Your reading list: Orlando, Nostromo."
+
+
+def test_deleting_an_agent_deletes_its_users_tokens_and_a_new_one_inherits_none(
+        stack, provider):
+    agent_id = register_served(stack, reader_agent(provider), "lender",
+                               description="Lends your reading list to Books.")
+    liam, mia = new_user(stack, "liam"), new_user(stack, "mia")
+    first_authorization(stack, provider, liam, "dave", agent=agent_id)
+    _, paused = ask(stack, mia, QUESTION, agent=agent_id)  # mia's flow, still open
+    (mias_link,) = URL.findall(paused["message"]["text"])
+    assert stack.services.oauth.get_token(user_id(stack, liam), agent_id) is not None
+
+    owner = stack.state["api_key"]
+    deleted = gql(stack, owner, 'mutation { deleteAgent(agentData: {handle: "lender"}) '
+                                '{ agent { handle } } }')
+    assert deleted == {"data": {"deleteAgent": {"agent": {"handle": "lender"}}}}
+    assert stack.services.oauth.get_token(user_id(stack, liam), agent_id) is None
+    assert gql(stack, liam, "{ oauthGrants { agentId } }")["data"]["oauthGrants"] == []
+    refused_with(httpx.get(mias_link, timeout=60), 400, "OAUTH_STATE_INVALID")
+
+    # A call of the deleted agent still in flight stores a token with its call token...
+    late = stack.services.auth.agent_token(agent_id, user_id(stack, liam), "s_late")
+    stored = httpx.put(f"{stack.api_url}/api/oauth/token", json={"token": {"access_token": "x"}},
+                       headers={"Authorization": f"Bearer {late}"}, timeout=30)
+    assert stored.json() == {"stored": True}
+    # ... and the same owner registers an agent of that handle again: it inherits nothing
+    # and must ask liam anew.
+    register_served(stack, reader_agent(provider), "lender", description="Lends again.")
+    assert stack.services.oauth.get_token(user_id(stack, liam), agent_id) is None
+    _, again = ask(stack, liam, QUESTION, agent=agent_id)
+    assert again["type"] == "awaiting_input", again
+
+
+def test_renaming_an_agent_deletes_its_users_tokens(stack, provider):
+    """A token is sealed to its agent's id: the renamed agent asks anew, and none stays
+    behind under the old id for an agent registered there later."""
+    agent_id = register_served(stack, reader_agent(provider), "borrower",
+                               description="Borrows your reading list from Books.")
+    nina = user_id(stack, new_user(stack, "nina"))
+    stack.services.oauth.put_token(nina, agent_id, {"access_token": "a"})  # as _oauth would
+    renamed = gql(stack, stack.state["api_key"],
+                  'mutation { updateAgent(agentData: {handle: "borrower", newHandle: '
+                  '"borrowed"}) { agent { agentId } } }')
+    assert renamed == {"data": {"updateAgent": {"agent": {"agentId": "local/borrowed"}}}}
+    assert stack.services.oauth.get_token(nina, agent_id) is None
+    assert stack.services.oauth.grants(nina) == []
+
+
+@pytest.mark.parametrize(("api_url", "secure"), [
+    ("https://abc.execute-api.us-east-1.amazonaws.com", True),
+    ("http://127.0.0.1:8080", False), ("http://[::1]:8080", False),
+    ("http://localhost:8080", False),
+    ("http://10.0.0.5:8080", True),  # a browser drops it: refused, never sent in clear
+])
+def test_the_links_cookie_is_secure_but_on_plain_http_to_this_machine(api_url, secure):
+    assert secure_cookie(api_url) is secure
