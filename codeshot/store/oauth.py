@@ -13,6 +13,7 @@ tokens carry ``agent_id``, the key of the ``by_agent`` index: an agent's are fou
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import logging
@@ -249,10 +250,24 @@ class OAuthStore(Repository):
                                        ":m": {"S": now}},
         )
 
-    def get_token(self, user_id: str, agent_id: str) -> dict[str, Any] | None:
-        item = self.db.get_item(TableName=self.table_name, Key=self._token_key(user_id, agent_id),
+    def get_token(self, user_id: str, agent_id: str,
+                  not_before: datetime | None = None) -> dict[str, Any] | None:
+        """The user's token for the agent; ``None`` if there is none, or if it was last
+        written before ``not_before`` (the agent's registration: then it was a former
+        agent's of the same id, stored before tokens carried ``agent_id`` for the
+        deletion's index), which is deleted."""
+        key = self._token_key(user_id, agent_id)
+        item = self.db.get_item(TableName=self.table_name, Key=key,
                                 ConsistentRead=True).get("Item")
         if not item:
+            return None
+        if not_before and datetime.fromisoformat(item["modified"]["S"]) < not_before:
+            # Written again meanwhile: leave it, the next read judges that one.
+            with contextlib.suppress(self.db.exceptions.ConditionalCheckFailedException):
+                self.db.delete_item(TableName=self.table_name, Key=key,
+                                    ConditionExpression="modified = :m",
+                                    ExpressionAttributeValues={":m": item["modified"]})
+            log.warning("OAuth token of %s for a former agent %s deleted", user_id, agent_id)
             return None
         try:
             return self.cipher.open(user_id, agent_id, item["sealed"]["B"])

@@ -102,7 +102,8 @@ def _check_client(services: Services, auth_uri: str, client_id: str, scopes: lis
 def get_token(services: Services, caller: Principal) -> dict[str, Any]:
     user_id, agent_id = _acting_for(caller)
     _charge(services, user_id, agent_id)
-    token = services.oauth.get_token(user_id, agent_id)
+    registered = services.registry.get(agent_id).created  # NotFound once it is deleted
+    token = services.oauth.get_token(user_id, agent_id, not_before=registered)
     if token is None:
         raise NotFound(f"the user has not authorized {agent_id}")
     return token

@@ -453,6 +453,36 @@ def test_renaming_an_agent_deletes_its_users_tokens(stack, provider):
     assert stack.services.oauth.grants(nina) == []
 
 
+def test_a_token_stored_before_the_agent_index_is_not_inherited_by_a_new_agent(stack, provider):
+    """Tokens written before they carried ``agent_id`` are not in the deletion's index: a
+    new agent of the same id still gets none of them, and the first read deletes it."""
+    agent_id = register_served(stack, reader_agent(provider), "keeper",
+                               description="Keeps your reading list from Books.")
+    olga_key = new_user(stack, "olga")
+    olga = user_id(stack, olga_key)
+    oauth = stack.services.oauth
+    key = {"pk": {"S": f"USER#{olga}"}, "sk": {"S": f"AGENT#{agent_id}"}}
+    oauth.put_token(olga, agent_id, {"access_token": "old"})
+    oauth.db.update_item(TableName=oauth.table_name, Key=key, UpdateExpression="REMOVE agent_id")
+    owner = stack.state["api_key"]
+    gql(stack, owner, 'mutation { deleteAgent(agentData: {handle: "keeper"}) { agent { handle } } }')
+    assert oauth.get_token(olga, agent_id) == {"access_token": "old"}  # the index missed it
+    register_served(stack, reader_agent(provider), "keeper", description="Keeps again.")
+
+    call = stack.services.auth.agent_token(agent_id, olga, "s_new")
+    read = httpx.get(f"{stack.api_url}/api/oauth/token",
+                     headers={"Authorization": f"Bearer {call}"}, timeout=30)
+    assert read.status_code == 404, read.text
+    assert oauth.db.get_item(TableName=oauth.table_name, Key=key).get("Item") is None
+    # A token the new agent stores is its own, and is read back.
+    stored = httpx.put(f"{stack.api_url}/api/oauth/token", json={"token": {"access_token": "new"}},
+                       headers={"Authorization": f"Bearer {call}"}, timeout=30)
+    assert stored.json() == {"stored": True}
+    read = httpx.get(f"{stack.api_url}/api/oauth/token",
+                     headers={"Authorization": f"Bearer {call}"}, timeout=30)
+    assert read.status_code == 200 and read.json()["access_token"] == "new"
+
+
 @pytest.mark.parametrize(("api_url", "secure"), [
     ("https://abc.execute-api.us-east-1.amazonaws.com", True),
     ("http://127.0.0.1:8080", False), ("http://[::1]:8080", False),
