@@ -9,11 +9,14 @@ browser's session would be; consent is given at once), ``POST /token``, and
 
 from __future__ import annotations
 
+import re
 import secrets
 import time
 from dataclasses import dataclass, field
 from typing import Any
+from urllib.parse import urlsplit
 
+import httpx
 from authlib.oauth2.rfc6749 import (
     AuthorizationServer,
     ClientMixin,
@@ -268,3 +271,20 @@ class Provider:
     def stop(self) -> None:
         if self._http is not None:
             self._http.stop()
+
+
+def origin(url: str) -> str:
+    parts = urlsplit(url)
+    return f"{parts.scheme}://{parts.netloc}"
+
+
+def continue_from_page(browser: httpx.Client, url: str) -> httpx.Response:
+    """The platform's link, opened in ``browser``: its page, then its Continue button (a
+    form posted from the platform's own origin)."""
+    assert urlsplit(url).path == "/api/oauth/start", url
+    page = browser.get(url, headers={"Accept": "text/html"})
+    assert page.status_code == 200 and "Authorize an agent" in page.text, page.text
+    (action,) = re.findall(r'<form method="post" action="([^"]+)"', page.text)
+    (state,) = re.findall(r'name="state" value="([^"]+)"', page.text)
+    return browser.post(origin(url) + action, data={"state": state},
+                        headers={"Origin": origin(url)})

@@ -15,8 +15,9 @@ from fastapi import APIRouter, Depends, Request, Response
 from fastapi.responses import HTMLResponse, RedirectResponse
 from pydantic import BaseModel, Field
 
+from codeshot.api.console.web import form
 from codeshot.api.rest import agent_caller, get_services
-from codeshot.errors import CodeshotError
+from codeshot.errors import CodeshotError, OAuthBrowserMismatch
 from codeshot.models import Principal
 from codeshot.services import Services
 from codeshot.usecases import oauth
@@ -85,13 +86,61 @@ def secure_cookie(api_url: str) -> bool:
         return parts.hostname != "localhost"
 
 
+def _browser_cookie(request: Request) -> str | None:
+    """This browser's binding cookie. Two of them (one set for a wider path or a parent
+    domain by someone else: cookie tossing) are refused, not guessed between."""
+    pairs = request.headers.get("cookie", "").split(";")
+    if sum(p.strip().startswith(BROWSER_COOKIE + "=") for p in pairs) > 1:
+        raise OAuthBrowserMismatch("this browser sent more than one OAuth cookie; clear this "
+                                   "site's cookies and ask the agent again for a new link")
+    return request.cookies.get(BROWSER_COOKIE)
+
+
+def _same_origin(request: Request, api_url: str) -> None:
+    """The form on the link's page, posted from this platform's own page (browsers send
+    Origin with every POST): not a page elsewhere that submits it for the user."""
+    parts = urlsplit(api_url)
+    if request.headers.get("origin") != f"{parts.scheme}://{parts.netloc}":
+        raise OAuthBrowserMismatch("continue from the page the authorization link opens")
+
+
 @router.get(oauth.START_PATH)
-async def open_link(request: Request, state: str = "",
+async def link_page(request: Request, state: str = "",
                     services: Services = Depends(get_services)) -> Response:
-    """The link an agent gave the user: bind the flow to this browser, then off to the
-    provider."""
-    browser = request.cookies.get(BROWSER_COOKIE) or secrets.token_urlsafe(32)
+    """The link an agent gave the user: a page naming the codeshot account and the agent
+    the authorization is for, and where it goes. Nothing is bound until the user
+    continues: an attacker's own link opened in a victim's browser (a provider that skips
+    its consent screen would send the victim's account back silently) and a link
+    preview's fetch change nothing."""
     try:
+        page = await blocking(oauth.describe_link, services, state, _browser_cookie(request))
+    except CodeshotError as exc:
+        return _refusal(request, exc)
+    account, agent, host = (html.escape(x) for x in (page.username, page.agent_id,
+                                                     page.provider_host))
+    action = html.escape(urlsplit(services.settings.api_url).path.rstrip("/")
+                         + oauth.START_PATH)
+    body = (f"The agent <b>{agent}</b> asks to act for the codeshot account <b>{account}"
+            f"</b> at <b>{host}</b>.</p><p>Continue only if <b>{account}</b> is your account "
+            "and you asked this agent for it just now. If not, close this page: someone may "
+            f"be trying to link your {host} account to theirs.</p>"
+            f'<form method="post" action="{action}"><input type="hidden" name="state" '
+            f'value="{html.escape(state)}"><button>Continue to {host}</button></form><p>')
+    response = _page("Authorize an agent", body)
+    response.headers.update({"X-Frame-Options": "DENY", "Referrer-Policy": "no-referrer",
+                             "Content-Security-Policy": "frame-ancestors 'none'"})
+    return response
+
+
+@router.post(oauth.START_PATH)
+async def continue_link(request: Request, services: Services = Depends(get_services)
+                        ) -> Response:
+    """The user continues from the link's page: bind the flow to this browser, then off
+    to the provider."""
+    try:
+        _same_origin(request, services.settings.api_url)
+        state = (await form(request)).get("state", "")
+        browser = _browser_cookie(request) or secrets.token_urlsafe(32)
         url = await blocking(oauth.open_link, services, state, browser)
     except CodeshotError as exc:
         return _refusal(request, exc)
@@ -109,7 +158,7 @@ async def callback(request: Request, state: str = "", code: str | None = None,
                    ) -> Response:
     try:
         flow, resumed = await blocking(oauth.complete, services, state,
-                                       request.cookies.get(BROWSER_COOKIE), code, error)
+                                       _browser_cookie(request), code, error)
     except CodeshotError as exc:
         return _refusal(request, exc)
     then = ("Your conversation continues where it paused" if resumed else

@@ -8,7 +8,8 @@ Who holds what:
   endpoint, so no third-party client secret is ever sent to, or kept by, the platform.
 - The platform holds the flow and the tokens: ``get_authorization_url()`` asks it for a
   link whose ``state`` it binds to this user, agent and session (single use, expiring)
-  with a PKCE verifier it keeps, and to the browser that opens it (a cookie); its
+  with a PKCE verifier it keeps, and to the browser that continues from its page (a
+  cookie); its
   callback hands the code and verifier to this agent's ``Func[_oauth]`` (as Fixie's
   did), whose ``authorize()`` exchanges them and gives the token back to the platform,
   which stores it encrypted per user and agent. The user can revoke it there.

@@ -65,6 +65,15 @@ class Flow:
                    generate_token(64), redirect_uri)
 
 
+@dataclass(frozen=True)
+class PendingLink:
+    """An open flow as its link's page shows it."""
+
+    user_id: str
+    agent_id: str
+    authorize_url: str
+
+
 def browser_digest(browser: str) -> str:
     """What is stored of a browser's cookie: a reader of the table cannot forge it."""
     return hashlib.sha256(browser.encode()).hexdigest()
@@ -155,6 +164,17 @@ class OAuthStore(Repository):
             "redirect_uri": {"S": flow.redirect_uri}, "authorize_url": {"S": authorize_url},
             "expires_at": {"N": str(int(time.time()) + self.settings.oauth_state_seconds)},
         }, ConditionExpression="attribute_not_exists(pk)")
+
+    def peek_flow(self, state: str, browser: str | None) -> PendingLink:
+        """The open flow ``state`` names, unchanged (what its link's page shows); refused
+        as opening it would be."""
+        item = self.db.get_item(TableName=self.table_name, Key=self._flow_key(state),
+                                ConsistentRead=True).get("Item")
+        if not item or int(item["expires_at"]["N"]) <= time.time() or (
+                "browser" in item and item["browser"]["S"] != browser_digest(browser or "")):
+            raise self._refusal(item, opening=True)
+        return PendingLink(item["user_id"]["S"], item["agent_id"]["S"],
+                           item["authorize_url"]["S"])
 
     def open_flow(self, state: str, browser: str) -> str:
         """Bind the flow to ``browser`` (its cookie) if no browser opened its link yet, and

@@ -22,6 +22,7 @@ comes back to the platform's callback, and the paused query resumes.
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlencode, urlsplit
 
@@ -78,6 +79,22 @@ def authorization_url(services: Services, caller: Principal, auth_uri: str, clie
     services.oauth.start_flow(flow, str(url))
     return services.settings.api_url.rstrip("/") + START_PATH + "?" + urlencode(
         {"state": flow.state})
+
+
+@dataclass(frozen=True)
+class LinkPage:
+    """What the link's page tells the user before anything is bound: whose codeshot
+    account the authorization will serve, which agent, and where the browser goes."""
+
+    username: str
+    agent_id: str
+    provider_host: str
+
+
+def describe_link(services: Services, state: str, browser: str | None) -> LinkPage:
+    pending = services.oauth.peek_flow(state, browser)
+    return LinkPage(services.users.get(pending.user_id).username, pending.agent_id,
+                    urlsplit(pending.authorize_url).hostname or "")
 
 
 def open_link(services: Services, state: str, browser: str) -> str:

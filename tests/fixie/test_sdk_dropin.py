@@ -17,6 +17,7 @@ import codeshot.sdk as fixieai
 from codeshot.devtools.agents import serve
 from codeshot.runner.handshake import fetch_handshake
 from codeshot.sdk.funcs import make_func
+from tests.oauth_provider import continue_from_page
 
 # Runs inside fixieai 1.0.4's virtualenv: each public agent-side name's parameters.
 SIGNATURES = r'''
@@ -155,7 +156,8 @@ def test_a_fixie_oauth_func_gets_the_platforms_authorization_url(platform, tmp_p
                            json={"message": {"text": "all"}, "access_token": token}, timeout=10)
     assert reply.status_code == 200, reply.text
     # The platform's link, which sends the user's browser on to the provider.
-    opened = httpx.get(reply.json()["message"]["text"], timeout=10)
+    with httpx.Client(timeout=10) as browser:
+        opened = continue_from_page(browser, reply.json()["message"]["text"])
     assert opened.status_code == 303, opened.text
     link = urllib.parse.urlsplit(opened.headers["Location"])
     query = dict(urllib.parse.parse_qsl(link.query))

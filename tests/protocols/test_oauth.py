@@ -9,7 +9,6 @@ from __future__ import annotations
 import json
 import re
 import time
-from urllib.parse import urlsplit
 
 import httpx
 import pytest
@@ -18,7 +17,7 @@ from codeshot.api.oauth import secure_cookie
 from codeshot.cli import main
 from codeshot.models import MessageType
 from codeshot.sdk import CodeShotAgent, Message, OAuthHandler, OAuthParams
-from tests.oauth_provider import Provider
+from tests.oauth_provider import Provider, continue_from_page, origin
 from tests.protocols.conftest import new_user, register_served
 
 READER_FEW_SHOTS = """
@@ -95,9 +94,8 @@ def ask(stack, key: str, text: str, session: str | None = None,
 
 
 def open_link(browser: httpx.Client, url: str) -> str:
-    """The platform's link, opened in ``browser``: where it sends it (the provider)."""
-    assert urlsplit(url).path == "/api/oauth/start", url
-    opened = browser.get(url)
+    """Open the link and continue: where the platform sends the browser (the provider)."""
+    opened = continue_from_page(browser, url)
     assert opened.status_code == 303, opened.text
     return opened.headers["Location"]
 
@@ -298,10 +296,56 @@ def test_a_callback_in_another_browser_is_refused_and_writes_nothing(stack, prov
     assert answer_after(stack, session, seen).text == "Your reading list: Emma."
 
 
+def test_an_attackers_link_opened_in_a_victims_browser_binds_nothing(stack, provider, reader):
+    """Account-linking CSRF: mallory gets a link for her own query and has victor's
+    browser open it (victor is signed in at the provider, which may skip its consent
+    screen). The page names mallory's account and binds nothing; a form posted from
+    another site is refused; a link preview's fetch binds nothing either."""
+    mallory = new_user(stack, "mallory")
+    _, paused = ask(stack, mallory, QUESTION)
+    (url,) = URL.findall(paused["message"]["text"])
+    with a_browser() as victors:
+        page = victors.get(url, headers={"Accept": "text/html"})
+        assert page.status_code == 200
+        assert "the codeshot account <b>mallory</b>" in page.text
+        assert "local/reader" in page.text and "Continue to 127.0.0.1" in page.text
+        assert page.headers["x-frame-options"] == "DENY"
+        assert "frame-ancestors 'none'" in page.headers["content-security-policy"]
+        assert "set-cookie" not in page.headers
+        state = re.findall(r'name="state" value="([^"]+)"', page.text)[0]
+        for headers in ({"Origin": "https://evil.example"}, {}):  # another site; no Origin
+            posted = victors.post(f"{origin(url)}/api/oauth/start", data={"state": state},
+                                  headers=headers)
+            refused_with(posted, 403, "OAUTH_BROWSER_MISMATCH")
+        assert "codeshot_oauth" not in victors.cookies
+    httpx.get(url, timeout=30)  # a link preview, or any other fetch of the page
+    # Nothing is bound: the owner of the query can still open it and finish.
+    back = authorize(provider, url, "bob")
+    assert back.status_code == 200 and "You authorized" in back.text
+
+
+def test_two_oauth_cookies_are_refused_not_guessed_between(stack, provider, reader):
+    """Cookie tossing: another cookie of the same name (set by someone else for a wider
+    path or a parent domain) comes with the user's."""
+    nick = new_user(stack, "nick")
+    _, paused = ask(stack, nick, QUESTION)
+    (url,) = URL.findall(paused["message"]["text"])
+    with a_browser() as browser:
+        callback = consent(provider, browser, url, "bob")
+        mine = browser.cookies["codeshot_oauth"]
+        for cookies in (f"codeshot_oauth=attackers; codeshot_oauth={mine}",
+                        f"codeshot_oauth={mine}; codeshot_oauth=attackers"):
+            tossed = httpx.get(callback, timeout=30, headers={"Cookie": cookies})
+            refused_with(tossed, 403, "OAUTH_BROWSER_MISMATCH")
+        assert stack.services.oauth.get_token(user_id(stack, nick), reader) is None
+        assert browser.get(callback).status_code == 200  # the user's own still finishes
+
+
 def test_the_links_cookie_is_http_only_lax_and_lives_as_long_as_a_flow(stack, provider, reader):
     _, paused = ask(stack, new_user(stack, "kate"), QUESTION)
     (url,) = URL.findall(paused["message"]["text"])
-    opened = httpx.get(url, timeout=60)
+    with a_browser() as browser:
+        opened = continue_from_page(browser, url)
     assert opened.status_code == 303
     cookie = opened.headers["set-cookie"]
     assert cookie.startswith("codeshot_oauth=")
