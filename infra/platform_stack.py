@@ -61,7 +61,6 @@ RUNNER_BATCH_SIZE = 10
 # Scan. Each role's actions are what its code calls (tests/infra/test_function_actions.py).
 REGISTER_TABLE_ACTIONS = ("dynamodb:GetItem", "dynamodb:PutItem", "dynamodb:UpdateItem",
                           "dynamodb:DeleteItem")
-REGISTER_OAUTH_ACTIONS = ("dynamodb:Query", "dynamodb:BatchWriteItem")
 # The prompt queue's trigger: each record is one short HTTP exchange with a task's
 # callback; two concurrent batches (SQS's minimum) keep its share of the runner small.
 PROMPT_MAX_CONCURRENCY = 2
@@ -202,8 +201,9 @@ class PlatformStack(Stack):
         # A deployed agent's corpora: their ingestion is queued for the runner.
         self._table(role, tables.CORPORA, write=True)
         # Users' OAuth tokens for an agent it unregisters (or registers: an earlier agent's)
-        # go, found through the table's agent index.
-        self._table(role, tables.OAUTH, write=True, only=REGISTER_OAUTH_ACTIONS)
+        # go, found through the table's agent index (codeshot/store/oauth.py forget_agent).
+        (by_agent,) = tables.OAUTH.indexes
+        access.index_sweep(role, self.tables.by_spec(tables.OAUTH), by_agent.name)
         access.send_messages(role, self.sessions_queue.queue)
         self.signing_keys.grant_read(role)
         access.invoke_models(role, embedding_models)

@@ -42,7 +42,7 @@ STATE_PREFIX, USER_PREFIX, AGENT_PREFIX = "STATE#", "USER#", "AGENT#"
 MAX_TOKEN_BYTES = 16_000  # a token response (access, refresh, id token) is far smaller
 KEY_PERSON = b"codeshot-oauth1"  # the derivation's domain: this key is for nothing else
 BY_AGENT = "by_agent"
-BATCH = 25  # BatchWriteItem's most requests
+PAGE = 100  # an agent's keys per query page, deleted before the next page is read
 
 
 @dataclass(frozen=True)
@@ -235,21 +235,20 @@ class OAuthStore(Repository):
         """Delete the agent's flows and every user's token for it (a deleted or renamed
         agent: one registered later under its id starts with none); how many."""
         kwargs: dict[str, Any] = {
-            "TableName": self.table_name, "IndexName": BY_AGENT,
+            "TableName": self.table_name, "IndexName": BY_AGENT, "Limit": PAGE,
             "KeyConditionExpression": "agent_id = :a",
             "ExpressionAttributeValues": {":a": {"S": agent_id}},
         }
         deleted = 0
         while True:
             page = self.db.query(**kwargs)
-            keys = [{"pk": i["pk"], "sk": i["sk"]} for i in page["Items"]]
-            for start in range(0, len(keys), BATCH):
-                pending: dict[str, Any] = {self.table_name: [
-                    {"DeleteRequest": {"Key": k}} for k in keys[start:start + BATCH]]}
-                while pending:
-                    pending = dict(self.db.batch_write_item(RequestItems=pending)
-                                   .get("UnprocessedItems") or {})
-            deleted += len(keys)
+            # Key by key: DeleteItem cannot write an item, as BatchWriteItem could (its
+            # grant would let these roles plant one); a throttled delete raises once
+            # boto3's retries (with backoff) are spent, and the caller's retry resumes.
+            for item in page["Items"]:
+                self.db.delete_item(TableName=self.table_name,
+                                    Key={"pk": item["pk"], "sk": item["sk"]})
+            deleted += len(page["Items"])
             if "LastEvaluatedKey" not in page:
                 return deleted
             kwargs["ExclusiveStartKey"] = page["LastEvaluatedKey"]

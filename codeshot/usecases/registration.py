@@ -21,7 +21,7 @@ from codeshot.engine.fewshot import (
     split_few_shots,
     validate_base_prompt,
 )
-from codeshot.errors import CodeshotError, InvalidInput, NotFound
+from codeshot.errors import CodeshotError, Conflict, InvalidInput, NotFound
 from codeshot.models import (
     MAX_SAMPLE_QUERIES,
     MAX_SAMPLE_QUERY,
@@ -204,16 +204,25 @@ class AgentRegistration:
         agent = check_agent_fields(self._apply(agent, fields))
         agent = self.describe(agent, inline=fields.few_shots is not None,
                               authorization=fields.mcp_authorization)
-        stored = self._store(agent, fields, self.s.registry.create)
-        self._forget_oauth(stored.agent_id)
-        return stored
+        self._claim(agent.agent_id)
+        return self._store(agent, fields, self.s.registry.create)
 
-    def _forget_oauth(self, *agent_ids: str) -> None:
-        """Users' OAuth tokens (and open flows) for these ids: gone with the agent that
-        held the id, and never inherited by a new one (which also sweeps what a delete cut
-        short, or a deleted agent's call in flight, left)."""
-        for agent_id in agent_ids:
-            self.s.oauth.forget_agent(agent_id)
+    def _claim(self, agent_id: str) -> None:
+        """Before an id is registered: CONFLICT if an agent holds it (its users' tokens
+        are live), else sweep what a former agent of that id left (a delete cut short,
+        its call in flight), so a new one inherits nothing."""
+        try:
+            self.s.registry.get(agent_id)
+        except NotFound:
+            self._forget_oauth(agent_id)
+            return
+        raise Conflict(f"agent {agent_id} already exists")
+
+    def _forget_oauth(self, agent_id: str) -> None:
+        """Users' OAuth tokens (and open flows) for the id. Swept before the registry
+        changes: if the sweep fails, nothing else did, and a retry finishes the job (after,
+        the id would be gone and the retry NOT_FOUND, the tokens left)."""
+        self.s.oauth.forget_agent(agent_id)
 
     def _store(self, agent: Agent, fields: AgentFields, write: Callable[[Agent], Agent],
                previous_secret: str | None = None) -> Agent:
@@ -267,12 +276,12 @@ class AgentRegistration:
                                   authorization=fields.mcp_authorization)
         else:  # name, description or sample queries may have changed what it matches
             agent = with_embeddings(agent, self.s.embedder)
-        stored = self._store(agent, fields,
-                             lambda a: self.s.registry.replace(a, previous_id=current.agent_id),
-                             previous_secret=current.mcp_auth_secret)
-        if stored.agent_id != current.agent_id:  # tokens are sealed to an agent id
-            self._forget_oauth(current.agent_id, stored.agent_id)
-        return stored
+        if agent.agent_id != current.agent_id:  # tokens are sealed to an agent id
+            self._claim(agent.agent_id)
+            self._forget_oauth(current.agent_id)
+        return self._store(agent, fields,
+                           lambda a: self.s.registry.replace(a, previous_id=current.agent_id),
+                           previous_secret=current.mcp_auth_secret)
 
     def deploy(self, principal: Principal, handle: str, fields: AgentFields) -> Agent:
         """Register a deployed agent, or update one registered before (a redeploy, or an
@@ -295,10 +304,10 @@ class AgentRegistration:
 
     def delete(self, principal: Principal, owner: str, handle: str) -> Agent:
         agent = self._owned(self._owner(principal), handle, owner=owner)
+        self._forget_oauth(agent.agent_id)
         self.s.registry.delete(agent.agent_id, owner=agent.owner)
         self.s.agent_secrets.delete(agent.mcp_auth_secret)
         self.s.corpora.delete_agent(agent.agent_id)
-        self._forget_oauth(agent.agent_id)
         return agent
 
     def _owned(self, caller: str, handle: str, owner: str | None = None) -> Agent:

@@ -32,7 +32,6 @@ EXTRA_READS: dict[str, tuple[str, ...]] = {
 }
 EXTRA_WRITES: dict[str, tuple[str, ...]] = {
     "sessions": ("dynamodb:BatchWriteItem",),  # a long trace; a deleted session's items
-    "oauth": ("dynamodb:BatchWriteItem",),  # a deleted agent's flows and tokens
 }
 
 
@@ -60,6 +59,16 @@ def table_access(role: iam.Role, table: dynamodb.ITable, spec: Table, *, write: 
                  "indexes, all defined in codeshot/store/tables.py.",
                  [RegexAppliesTo(regex=r"/^Resource::<.*\.Arn>\/index\/\*$/g")])
     role.add_to_principal_policy(iam.PolicyStatement(actions=list(actions), resources=resources))
+
+
+def index_sweep(role: iam.Role, table: dynamodb.ITable, index: str) -> None:
+    """Find items through one index and delete them, key by key: Query on that index
+    only, DeleteItem on the table, and no action that reads an item whole or writes one
+    (BatchWriteItem would also put)."""
+    role.add_to_principal_policy(iam.PolicyStatement(
+        actions=["dynamodb:Query"], resources=[f"{table.table_arn}/index/{index}"]))
+    role.add_to_principal_policy(iam.PolicyStatement(
+        actions=["dynamodb:DeleteItem"], resources=[table.table_arn]))
 
 
 def object_access(role: iam.Role, bucket: s3.IBucket, prefix: str, *, put: bool,

@@ -485,6 +485,13 @@ def test_register_agent_role(synth):
             "dynamodb:GetItem", "dynamodb:PutItem", "dynamodb:UpdateItem", "dynamodb:DeleteItem"}
     for spec in (tables.SESSIONS, tables.USAGE, tables.USER_STORAGE):
         assert not t.actions_on(REGISTER, table_id(synth, spec))
+    # Users' OAuth tokens for an agent it (un)registers: found through the keys-only
+    # index, deleted key by key; it can neither read a token nor write an item.
+    oauth = table_id(synth, tables.OAUTH)
+    assert {(a, r) for g in t.grants(REGISTER) if oauth in g.targets()
+            for a in g.actions for r in g.resource_texts()} == {
+        ("dynamodb:Query", f"<{oauth}.Arn>/index/by_agent"),
+        ("dynamodb:DeleteItem", f"<{oauth}.Arn>")}
     # A deployed agent's corpora: it records and queues their ingestion, nothing more.
     assert t.actions_on(REGISTER, table_id(synth, tables.CORPORA)) == set(
         table_actions(tables.CORPORA, write=True))

@@ -3,6 +3,7 @@ import time
 import pytest
 
 from codeshot.errors import InvalidInput, OAuthBrowserMismatch, OAuthStateInvalid
+from codeshot.store import oauth
 from codeshot.store.oauth import Flow, OAuthStore
 from codeshot.store.provision import create_seed_secret
 from codeshot.store.tables import OAUTH_KEY_SECRET
@@ -67,9 +68,10 @@ def test_a_flow_is_bound_to_the_first_browser_that_opens_its_link(aws):
     assert store.take_flow(flow.state, "browser-1") == flow  # refusals left it as it was
 
 
-def test_forgetting_an_agent_deletes_its_flows_and_every_users_token(aws):
+def test_forgetting_an_agent_deletes_its_flows_and_every_users_token(aws, monkeypatch):
+    monkeypatch.setattr(oauth, "PAGE", 8)  # 31 keys: the index is read in four pages
     store = OAuthStore(aws)
-    users = [f"u{n}" for n in range(30)]  # more than one BatchWriteItem holds
+    users = [f"u{n}" for n in range(30)]
     for user in users:
         store.put_token(user, "acme/books", TOKEN)
     store.put_token("u1", "acme/other", TOKEN)
