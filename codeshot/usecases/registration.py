@@ -276,7 +276,9 @@ class AgentRegistration:
                                   authorization=fields.mcp_authorization)
         else:  # name, description or sample queries may have changed what it matches
             agent = with_embeddings(agent, self.s.embedder)
-        if agent.agent_id != current.agent_id:  # tokens are sealed to an agent id
+        if agent.agent_id != current.agent_id:
+            # Tokens are sealed to an agent id: the old id's go, even if the write below
+            # then fails (its users authorize again); the new id is swept once known free.
             self._claim(agent.agent_id)
             self._forget_oauth(current.agent_id)
         return self._store(agent, fields,
