@@ -14,12 +14,12 @@ from typing import Any
 import pytest
 
 from codeshot.errors import LLMError
-from codeshot.models import Agent
 from codeshot.routing.calibration import CALIBRATED, UNCALIBRATED
 from codeshot.routing.embedders import BedrockEmbedder, StaticEmbedder, get_embedder
 from codeshot.routing.index import AgentIndex, with_embeddings
 from codeshot.services import Services
 from codeshot.settings import Settings
+from tests.routing.test_static_embedder import AGENTS
 
 MODEL = "amazon.titan-embed-text-v2:0"
 
@@ -99,16 +99,6 @@ def test_a_titan_error_is_an_llm_error_naming_the_model(titan) -> None:
     with pytest.raises(LLMError, match=rf"^embedding with {MODEL} failed: .*ValidationException"
                                         r".*Malformed input request"):
         BedrockEmbedder(settings).embed(["one", "two", "three"])
-
-
-AGENTS = [
-    Agent(agent_id="local/clock", owner="local", handle="clock", name="Clock",
-          description="Tells the current time and date in any city.",
-          sample_queries=["What time is it?", "What's the time in Paris?"], published=True),
-    Agent(agent_id="local/dice", owner="local", handle="dice", name="Dice",
-          description="Rolls dice for games, like 2d6 or a d20.",
-          sample_queries=["Roll a d20", "Roll 3d8"], published=True),
-]
 
 
 def test_uncalibrated_titan_still_declines_small_talk(titan) -> None:
