@@ -306,10 +306,13 @@ class AgentRegistration:
 
     def delete(self, principal: Principal, owner: str, handle: str) -> Agent:
         agent = self._owned(self._owner(principal), handle, owner=owner)
+        # What the agent holds goes first, the registry record last: if a part fails, the
+        # agent is still there and the same delete again finishes (each part is
+        # idempotent); the other way round, its retry would be NOT_FOUND, the rest left.
         self._forget_oauth(agent.agent_id)
-        self.s.registry.delete(agent.agent_id, owner=agent.owner)
-        self.s.agent_secrets.delete(agent.mcp_auth_secret)
         self.s.corpora.delete_agent(agent.agent_id)
+        self.s.agent_secrets.delete(agent.mcp_auth_secret)
+        self.s.registry.delete(agent.agent_id, owner=agent.owner)
         return agent
 
     def _owned(self, caller: str, handle: str, owner: str | None = None) -> Agent:

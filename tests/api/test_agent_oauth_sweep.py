@@ -1,5 +1,5 @@
-"""Deleting, renaming or registering an agent sweeps users' OAuth tokens for its id before
-the registry changes: a sweep that fails leaves the agent as it was, and the same request
+"""Deleting, renaming or registering an agent sweeps users' OAuth tokens for its id (and a
+delete the agent's corpora) before the registry changes: a sweep that fails leaves the agent as it was, and the same request
 again finishes the job (swept after, the retry would find no agent and leave the tokens)."""
 
 from typing import Any
@@ -59,6 +59,24 @@ def test_a_delete_whose_sweep_fails_keeps_the_agent_and_its_retry_finishes(
     assert deleted == {"data": {"deleteAgent": {"agent": {"handle": "lender"}}}}
     assert [oauth.get_token(u, "oscar/lender") for u in ("u1", "u2")] == [None, None]
     assert agent(platform, key, "oscar/lender") is None
+
+
+def test_a_delete_whose_corpus_cleanup_fails_keeps_the_agent_and_its_retry_finishes(
+        platform, handshake_agent, monkeypatch):
+    _, key = platform.user("olaf")
+    corpora = platform.services.corpora
+    register(platform, key, handshake_agent, handle="reader")
+    corpora.finish(corpora.start("olaf/reader", [{"urls": ["https://docs.example/*"]}]))
+    monkeypatch.setattr(corpora, "db", ThrottledDeletes(corpora.db))
+
+    assert code(platform.gql(key, DELETE_AGENT, {"handle": "reader"})) == "RATE_LIMITED"
+    assert agent(platform, key, "olaf/reader")["handle"] == "reader"
+
+    monkeypatch.undo()
+    deleted = platform.gql(key, DELETE_AGENT, {"handle": "reader"})
+    assert deleted == {"data": {"deleteAgent": {"agent": {"handle": "reader"}}}}
+    assert corpora.recent("olaf/reader") == []
+    assert agent(platform, key, "olaf/reader") is None
 
 
 def test_a_rename_whose_sweep_fails_keeps_the_agent_and_its_retry_finishes(
