@@ -252,8 +252,12 @@ def test_keyboard_only(console, new_user):
     page.keyboard.press("Enter")
     message = page.get_by_label("Message")
     message.wait_for()
+    # The session page's own requests may still swap its parts in (a loaded machine once
+    # lost the typed text to one): let them finish first.
+    page.wait_for_load_state("networkidle")
     message.focus()
     page.keyboard.type("Roll a d20")
+    expect(message).to_have_value("Roll a d20")
     page.keyboard.press("Control+Enter")
     expect(page.locator(".answer .msg-agent")).to_contain_text("You rolled", timeout=20_000)
     expect(message).to_be_focused()
