@@ -4,6 +4,7 @@ again finishes the job (swept after, the retry would find no agent and leave the
 
 from typing import Any
 
+import pytest
 from botocore.exceptions import ClientError
 
 from tests.api.test_fixie_compat import (
@@ -32,51 +33,38 @@ class ThrottledDeletes:
                           "DeleteItem")
 
 
-def throttle(platform, monkeypatch):
-    oauth = platform.services.oauth
-    monkeypatch.setattr(oauth, "db", ThrottledDeletes(oauth.db))
+def throttle(platform, monkeypatch, store: str = "oauth"):
+    """DeleteItem throttled for one of the platform's stores."""
+    target = getattr(platform.services, store)
+    monkeypatch.setattr(target, "db", ThrottledDeletes(target.db))
 
 
 def agent(platform, key, agent_id):
     return platform.gql(key, AGENT_BY_ID, {"agentId": agent_id})["data"]["agentById"]
 
 
-def test_a_delete_whose_sweep_fails_keeps_the_agent_and_its_retry_finishes(
-        platform, handshake_agent, monkeypatch):
-    _, key = platform.user("oscar")
-    oauth = platform.services.oauth
+@pytest.mark.parametrize("failing", ["oauth", "corpora"])
+def test_a_delete_whose_cleanup_fails_keeps_the_agent_and_its_retry_finishes(
+        platform, handshake_agent, monkeypatch, failing):
+    _, key = platform.user(f"oscar-{failing}")
+    agent_id = f"oscar-{failing}/lender"
+    oauth, corpora = platform.services.oauth, platform.services.corpora
     register(platform, key, handshake_agent, handle="lender")
     for user in ("u1", "u2"):
-        oauth.put_token(user, "oscar/lender", TOKEN)
-    throttle(platform, monkeypatch)
+        oauth.put_token(user, agent_id, TOKEN)
+    corpora.finish(corpora.start(agent_id, [{"urls": ["https://docs.example/*"]}]))
+    throttle(platform, monkeypatch, failing)
 
     failed = platform.gql(key, DELETE_AGENT, {"handle": "lender"})
     assert code(failed) == "RATE_LIMITED"  # the client is told to retry
-    assert agent(platform, key, "oscar/lender")["handle"] == "lender"
+    assert agent(platform, key, agent_id)["handle"] == "lender"
 
     monkeypatch.undo()
     deleted = platform.gql(key, DELETE_AGENT, {"handle": "lender"})
     assert deleted == {"data": {"deleteAgent": {"agent": {"handle": "lender"}}}}
-    assert [oauth.get_token(u, "oscar/lender") for u in ("u1", "u2")] == [None, None]
-    assert agent(platform, key, "oscar/lender") is None
-
-
-def test_a_delete_whose_corpus_cleanup_fails_keeps_the_agent_and_its_retry_finishes(
-        platform, handshake_agent, monkeypatch):
-    _, key = platform.user("olaf")
-    corpora = platform.services.corpora
-    register(platform, key, handshake_agent, handle="reader")
-    corpora.finish(corpora.start("olaf/reader", [{"urls": ["https://docs.example/*"]}]))
-    monkeypatch.setattr(corpora, "db", ThrottledDeletes(corpora.db))
-
-    assert code(platform.gql(key, DELETE_AGENT, {"handle": "reader"})) == "RATE_LIMITED"
-    assert agent(platform, key, "olaf/reader")["handle"] == "reader"
-
-    monkeypatch.undo()
-    deleted = platform.gql(key, DELETE_AGENT, {"handle": "reader"})
-    assert deleted == {"data": {"deleteAgent": {"agent": {"handle": "reader"}}}}
-    assert corpora.recent("olaf/reader") == []
-    assert agent(platform, key, "olaf/reader") is None
+    assert [oauth.get_token(u, agent_id) for u in ("u1", "u2")] == [None, None]
+    assert corpora.recent(agent_id) == []
+    assert agent(platform, key, agent_id) is None
 
 
 def test_a_rename_whose_sweep_fails_keeps_the_agent_and_its_retry_finishes(
