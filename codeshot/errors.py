@@ -147,9 +147,10 @@ class OAuthStateInvalid(InvalidInput):
 
 
 class OAuthBrowserMismatch(Forbidden):
-    """An OAuth link or callback in another browser than the one that opened the link
-    first (its cookie is missing or not that one): a leaked link, or a callback an
-    attacker made someone else's browser open (RFC 6749, 10.12). Nothing is written."""
+    """An OAuth link or callback in another browser than the one that continued from the
+    link's page first (its cookie is missing, not that one, or doubled), or the page's
+    form posted from another origin: a leaked link, or a callback an attacker made
+    someone else's browser open (RFC 6749, 10.12). Nothing is written."""
 
     code = "OAUTH_BROWSER_MISMATCH"
     http_status = 403

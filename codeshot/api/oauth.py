@@ -1,7 +1,7 @@
-"""OAuth for agents over HTTP: the agent's calls (agent JWT), the link the user opens
-(which binds the flow to their browser with a cookie) and the provider's redirect back to
-the platform (that browser: the state names the flow, the cookie must be the one that
-opened it). See :mod:`codeshot.usecases.oauth`."""
+"""OAuth for agents over HTTP: the agent's calls (agent JWT), the link the user opens (a
+page; its Continue binds the flow to their browser with a cookie) and the provider's
+redirect back to the platform (that browser: the state names the flow, the cookie must be
+the one that continued). See :mod:`codeshot.usecases.oauth`."""
 
 from __future__ import annotations
 
@@ -24,11 +24,10 @@ from codeshot.usecases import oauth
 from codeshot.usecases.threads import blocking
 
 router = APIRouter()
-# The browser's binding to the flows it opened: random, sent only to /api/oauth/ (the link
-# and the callback), never to scripts; SameSite=Lax still comes with the provider's
+# The browser's binding to the flows it opened: random, sent only under /api/oauth/ (the
+# link and the callback), never to scripts; SameSite=Lax still comes with the provider's
 # redirect, a top-level GET.
 BROWSER_COOKIE = "codeshot_oauth"
-COOKIE_PATH = "/api/oauth/"
 
 
 class AuthorizationRequest(BaseModel):
@@ -86,6 +85,12 @@ def secure_cookie(api_url: str) -> bool:
         return parts.hostname != "localhost"
 
 
+def _api_path(api_url: str) -> str:
+    """The path the API is served under ("" at a host's root), which the page's form
+    and the cookie's path start with."""
+    return urlsplit(api_url).path.rstrip("/")
+
+
 def _browser_cookie(request: Request) -> str | None:
     """This browser's binding cookie. Two of them (one set for a wider path or a parent
     domain by someone else: cookie tossing) are refused, not guessed between."""
@@ -118,8 +123,7 @@ async def link_page(request: Request, state: str = "",
         return _refusal(request, exc)
     account, agent, host = (html.escape(x) for x in (page.username, page.agent_id,
                                                      page.provider_host))
-    action = html.escape(urlsplit(services.settings.api_url).path.rstrip("/")
-                         + oauth.START_PATH)
+    action = html.escape(_api_path(services.settings.api_url) + oauth.START_PATH)
     body = (f"The agent <b>{agent}</b> asks to act for the codeshot account <b>{account}"
             f"</b> at <b>{host}</b>.</p><p>Continue only if <b>{account}</b> is your account "
             "and you asked this agent for it just now. If not, close this page: someone may "
@@ -147,7 +151,8 @@ async def continue_link(request: Request, services: Services = Depends(get_servi
     response = RedirectResponse(url, status_code=303, headers={"Cache-Control": "no-store"})
     # Set again each time: it lives as long as the newest flow it opened can.
     response.set_cookie(BROWSER_COOKIE, browser, max_age=services.settings.oauth_state_seconds,
-                        path=COOKIE_PATH, httponly=True, samesite="lax",
+                        path=_api_path(services.settings.api_url) + "/api/oauth/",
+                        httponly=True, samesite="lax",
                         secure=secure_cookie(services.settings.api_url))
     return response
 

@@ -323,7 +323,7 @@ class PlannerProgram:
                                  program_for(agent, self.ctx).resume(state["state"], answer))
             if "then" not in state:
                 return outcome
-            then_agent, then_task = state["then"]
+            then_agent, then_task = state["then"]  # a list once stored as JSON
             return self._then(outcome, (then_agent, then_task))
         agents = [self.ctx.registry_get(a) for a in state.get("tools", [])]
         return self._executor(agents).resume(state["state"], answer)

@@ -9,9 +9,9 @@ Who holds what:
 - The platform holds the flow and the tokens: ``get_authorization_url()`` asks it for a
   link whose ``state`` it binds to this user, agent and session (single use, expiring)
   with a PKCE verifier it keeps, and to the browser that continues from its page (a
-  cookie); its callback hands the code and verifier to this agent's ``Func[_oauth]``
-  (as Fixie's did), whose ``authorize()`` exchanges them and gives the token back to the platform,
-  which stores it encrypted per user and agent. The user can revoke it there.
+  cookie); its callback hands the code and verifier to this agent's ``Func[_oauth]`` (as
+  Fixie's did), whose ``authorize()`` exchanges them and gives the token back to the
+  platform, which stores it encrypted per user and agent. The user can revoke it there.
 - ``user_token()`` reads the user's token from the platform, refreshing it here first
   when it has expired; ``require_token()`` is the same, but pauses the conversation to
   ask the user to authorize when there is none, and calls the Func again once they have.

@@ -2,12 +2,13 @@
 tokens for agents, encrypted.
 
 A flow (``STATE#<state>``) is bound to a user, an agent and a session, holds the PKCE
-verifier and the provider's authorization URL, is bound to the first browser that opens
-its link (the SHA-256 of that browser's cookie), and is taken once (a conditional delete:
-a replay finds nothing), only before it expires and only by that browser. A token
-(``USER#<user>`` / ``AGENT#<agent>``) is sealed with XSalsa20-Poly1305 (PyNaCl's
-SecretBox) under a key derived from a Secrets Manager seed secret, the user and agent
-sealed inside, so an item copied to another user or agent does not open there. Flows and
+verifier and the provider's authorization URL, is bound to the first browser that
+continues from its link's page (the SHA-256 of that browser's cookie), and is taken
+once (a conditional delete: a replay finds nothing), only before it expires and only by
+that browser. A token (``USER#<user>`` / ``AGENT#<agent>``) is sealed with
+XSalsa20-Poly1305 (PyNaCl's SecretBox) under a key derived from a Secrets Manager seed
+secret, the user and agent sealed inside, so an item copied to another user or agent
+does not open there. Flows and
 tokens carry ``agent_id``, the key of the ``by_agent`` index: an agent's are found at once.
 """
 
@@ -177,8 +178,8 @@ class OAuthStore(Repository):
                            item["authorize_url"]["S"])
 
     def open_flow(self, state: str, browser: str) -> str:
-        """Bind the flow to ``browser`` (its cookie) if no browser opened its link yet, and
-        return the provider's URL; the same browser may open it again, no other."""
+        """Bind the flow to ``browser`` (its cookie) if no browser is bound yet, and return
+        the provider's URL; the same browser may continue again, no other."""
         try:
             item = self.db.update_item(
                 TableName=self.table_name, Key=self._flow_key(state),

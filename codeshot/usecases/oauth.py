@@ -7,8 +7,9 @@ comes back to the platform's callback, and the paused query resumes.
    answers with its own link to it (``/api/oauth/start?state=...``).
 2. The Func's reply asks the user to open it (``needs_input``, ``repeat_on_answer``): the
    session awaits input with the link as its question.
-3. The link binds the flow to the first browser that opens it (a cookie whose hash the
-   flow keeps) and redirects to the provider. The provider redirects the browser to
+3. The link opens a page naming the account, the agent and the provider; its Continue
+   binds the flow to the first browser that continues (a cookie whose hash the flow
+   keeps) and redirects to the provider. The provider redirects the browser to
    ``/api/oauth/callback``: the flow is taken (once, unexpired, by the browser with that
    cookie: RFC 6749 10.12's CSRF protection), the code and verifier go to the agent's
    ``Func[_oauth]``, which exchanges
@@ -98,8 +99,9 @@ def describe_link(services: Services, state: str, browser: str | None) -> LinkPa
 
 
 def open_link(services: Services, state: str, browser: str) -> str:
-    """The user's browser opens the link (``browser``: its cookie): the provider's URL,
-    once the flow is bound to that browser (OAUTH_BROWSER_MISMATCH if another has it)."""
+    """The user's browser continues from the link's page (``browser``: its cookie): the
+    provider's URL, once the flow is bound to that browser (OAUTH_BROWSER_MISMATCH if
+    another has it)."""
     return services.oauth.open_flow(state, browser)
 
 
