@@ -131,7 +131,9 @@ async def link_page(request: Request, state: str = "",
             f'<form method="post" action="{action}"><input type="hidden" name="state" '
             f'value="{html.escape(state)}"><button>Continue to {host}</button></form><p>')
     response = _page("Authorize an agent", body)
-    response.headers.update({"X-Frame-Options": "DENY", "Referrer-Policy": "no-referrer",
+    # Referrer-Policy same-origin, not no-referrer: under no-referrer browsers post the
+    # form with "Origin: null", which the same-origin check must refuse.
+    response.headers.update({"X-Frame-Options": "DENY", "Referrer-Policy": "same-origin",
                              "Content-Security-Policy": "frame-ancestors 'none'"})
     return response
 
