@@ -19,7 +19,8 @@ fit. ``matched_sample`` is the agent's row closest to the query.
 
 A floor alone cannot tell "hello" from a short request: both score low on every agent.
 So the platform ships examples of queries no agent should take (``data/no-agent.txt``:
-greetings, feelings, advice, chores), embedded once per process, and a candidate does
+greetings, feelings, advice, chores), embedded once (registration keeps their rows in
+the registry; each process reads them there at its first route), and a candidate does
 not fit when the query's nearest example is closer than the agent's nearest row by more
 than the calibrated margin: an out-of-scope class, as intent classifiers have. An agent
 made for small talk still takes "hello": its own sample is as close as any example.
@@ -33,6 +34,7 @@ projection, next to BM25's best, before scoring the shortlist exactly. Without n
 
 from __future__ import annotations
 
+import hashlib
 import heapq
 import math
 import sys
@@ -40,7 +42,7 @@ from array import array
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from codeshot.models import Agent
 from codeshot.routing.calibration import Scoring, scoring_for
@@ -55,6 +57,7 @@ PROJECTION = 64  # dimensions of the first stage
 SUMMARY_WEIGHT = 3  # the name and description's terms count this many times in BM25
 NO_AGENT_EXAMPLES = Path(__file__).with_name("data") / "no-agent.txt"
 _no_agent_rows: dict[str, Vectors] = {}  # by embedder model id: embedded once per process
+_kept: set[str] = set()  # no-agent rows this process found or put in the store
 
 
 def no_agent_examples() -> list[str]:
@@ -62,11 +65,39 @@ def no_agent_examples() -> list[str]:
     return [line for line in lines if line and not line.startswith("#")]
 
 
-def no_agent_rows(embedder: Embedder) -> Vectors:
+class RowStore(Protocol):
+    """Where vectors outlive a process (the agent registry): a runner container reads the
+    no-agent examples' rows instead of embedding 82 texts (82 Bedrock calls with Titan)."""
+
+    def rows(self, key: str) -> bytes | None: ...
+
+    def put_rows(self, key: str, data: bytes) -> None: ...
+
+
+def _no_agent_key(embedder: Embedder, examples: list[str]) -> str:
+    digest = hashlib.sha256("\n".join(examples).encode()).hexdigest()[:16]
+    return f"no-agent#{embedder.model_id}#{digest}"  # new examples or model: new rows
+
+
+def no_agent_rows(embedder: Embedder, store: RowStore | None = None) -> Vectors:
+    """The examples' rows: this process's, else the store's, else embedded here."""
     rows = _no_agent_rows.get(embedder.model_id)
     if rows is None:
-        rows = _no_agent_rows[embedder.model_id] = embedder.embed(no_agent_examples())
+        examples = no_agent_examples()
+        data = store.rows(_no_agent_key(embedder, examples)) if store else None
+        rows = from_bytes(data, len(examples)) if data else embedder.embed(examples)
+        _no_agent_rows[embedder.model_id] = rows
     return rows
+
+
+def keep_no_agent_rows(embedder: Embedder, store: RowStore) -> None:
+    """Store the examples' rows if the store has none for this embedder (registration
+    does this once per process: it embeds with the router's model anyway)."""
+    examples = no_agent_examples()
+    key = _no_agent_key(embedder, examples)
+    if key not in _kept and store.rows(key) is None:
+        store.put_rows(key, to_bytes(no_agent_rows(embedder)))
+    _kept.add(key)
 
 
 def agent_texts(agent: Agent) -> list[str]:
@@ -247,7 +278,7 @@ def _scores(rows: list[Vectors], published: list[bool],
 
 class AgentIndex:
     def __init__(self, agents: list[Agent], embedder: Embedder,
-                 scoring: Scoring | None = None) -> None:
+                 scoring: Scoring | None = None, store: RowStore | None = None) -> None:
         self.embedder = embedder
         self.scoring = scoring or scoring_for(embedder.model_id)
         self.agents = list(agents)
@@ -256,7 +287,7 @@ class AgentIndex:
         self._scores = _scores(self.rows, [a.published for a in self.agents],
                                self.scoring.dense_weight) if self.agents else None
         self._bm25 = BM25([lexical_terms(a) for a in self.agents])
-        self._no_agent = (self._scores.prepared(no_agent_rows(embedder))
+        self._no_agent = (self._scores.prepared(no_agent_rows(embedder, store))
                           if self._scores and self.scoring.no_agent_margin is not None else None)
         self._unpublished: dict[str, list[int]] = {}
         for i, a in enumerate(self.agents):

@@ -52,7 +52,7 @@ class Router:
                     from codeshot.routing.index import AgentIndex
 
                     self._index = AgentIndex(self.registry.scan_all(), self.embedder,
-                                             self.scoring)
+                                             self.scoring, store=self.registry)
                     self._version = version
             return self._index
 

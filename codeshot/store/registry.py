@@ -27,6 +27,12 @@ def _to_item(agent: Agent) -> dict[str, Any]:
 
 
 VERSION_ID = "#version"  # a counter bumped on every change, so caches know to reload
+# Vectors the router keeps beside the agents (the no-agent examples, per embedder), so
+# each runner container reads them instead of embedding them again: keys start with "#",
+# which no agent id does, and items have no handle, owner or published flag, so no
+# listing or scan of agents meets them.
+ROWS_PREFIX = "#rows#"
+ROWS_PART_BYTES = 300_000  # one item's share of the rows: DynamoDB items hold 400 KB
 
 
 class AgentRegistry(Repository):
@@ -45,6 +51,37 @@ class AgentRegistry(Repository):
             TableName=self.table_name, Key={"agent_id": {"S": VERSION_ID}}, ConsistentRead=True
         ).get("Item")
         return int(item["version"]["N"]) if item else 0
+
+    def _rows_part(self, key: str, part: int) -> dict[str, Any] | None:
+        item: dict[str, Any] | None = self.db.get_item(
+            TableName=self.table_name, Key={"agent_id": {"S": f"{ROWS_PREFIX}{key}#{part}"}},
+        ).get("Item")
+        return item
+
+    def rows(self, key: str) -> bytes | None:
+        """Vectors stored with :meth:`put_rows` under ``key``, or None."""
+        first = self._rows_part(key, 0)
+        if first is None:
+            return None
+        parts = [first]
+        for i in range(1, int(first["parts"]["N"])):
+            part = self._rows_part(key, i)
+            if part is None:  # the first part outlived a later one: rewrite them all
+                return None
+            parts.append(part)
+        return b"".join(p["data"]["B"] for p in parts)
+
+    def put_rows(self, key: str, data: bytes) -> None:
+        """Keep ``data`` under ``key``, in parts (the first written last: a reader that
+        finds it finds every part). Same key, same bytes: writers may race."""
+        chunks = [data[i:i + ROWS_PART_BYTES]
+                  for i in range(0, len(data), ROWS_PART_BYTES)] or [b""]
+        for part in reversed(range(len(chunks))):
+            item: dict[str, Any] = {"agent_id": {"S": f"{ROWS_PREFIX}{key}#{part}"},
+                                    "data": {"B": chunks[part]}}
+            if part == 0:
+                item["parts"] = {"N": str(len(chunks))}
+            self.db.put_item(TableName=self.table_name, Item=item)
 
     def scan_all(self) -> list[Agent]:
         """Every agent (for the router's index), page by page."""
@@ -113,7 +150,7 @@ class AgentRegistry(Repository):
         return agent
 
     def get(self, agent_id: str) -> Agent:
-        if lookup_key(agent_id, "agent") == VERSION_ID:
+        if lookup_key(agent_id, "agent").startswith("#"):  # the version counter, rows
             raise NotFound(f"agent {agent_id} not found")
         item = self.db.get_item(
             TableName=self.table_name, Key={"agent_id": {"S": agent_id}}, ConsistentRead=True

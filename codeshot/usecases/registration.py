@@ -33,7 +33,7 @@ from codeshot.models import (
     validate_handle,
 )
 from codeshot.net.addresses import check_public_url
-from codeshot.routing.index import with_embeddings
+from codeshot.routing.index import keep_no_agent_rows, with_embeddings
 from codeshot.runner.handshake import Handshake, fetch_handshake
 from codeshot.services import Services
 from codeshot.text import as_one_line
@@ -228,6 +228,7 @@ class AgentRegistration:
                previous_secret: str | None = None) -> Agent:
         """Write the agent with a new secret for the Authorization given (if any): the
         new secret is deleted if the write fails, the one it replaces once it succeeded."""
+        keep_no_agent_rows(self.s.embedder, self.s.registry)  # for the runners' first route
         if fields.mcp_authorization and agent.mcp_url:
             agent = agent.replace(mcp_auth_secret=self.s.agent_secrets.create(
                 agent.agent_id, fields.mcp_authorization))

@@ -14,11 +14,19 @@ from typing import Any
 import pytest
 
 from codeshot.errors import LLMError
+from codeshot.routing import index as index_module
 from codeshot.routing.calibration import CALIBRATED, UNCALIBRATED
 from codeshot.routing.embedders import BedrockEmbedder, StaticEmbedder, get_embedder
-from codeshot.routing.index import AgentIndex, with_embeddings
+from codeshot.routing.index import (
+    AgentIndex,
+    keep_no_agent_rows,
+    no_agent_examples,
+    with_embeddings,
+)
+from codeshot.routing.router import Router
 from codeshot.services import Services
 from codeshot.settings import Settings
+from codeshot.store.registry import AgentRegistry
 from tests.routing.test_static_embedder import AGENTS
 
 MODEL = "amazon.titan-embed-text-v2:0"
@@ -119,6 +127,46 @@ def test_uncalibrated_titan_still_declines_small_talk(titan) -> None:
     given = Services(settings.replace(router_floor=0.3,
                                     router_margin=0.1)).router.scoring
     assert (given.floor, given.no_agent_margin) == (0.3, 0.1)
+
+
+def new_process(monkeypatch) -> None:
+    """What a fresh container starts with: no rows embedded or kept by this process."""
+    monkeypatch.setattr(index_module, "_no_agent_rows", {})
+    monkeypatch.setattr(index_module, "_kept", set())
+
+
+def test_runner_containers_read_the_no_agent_rows_registration_kept(titan, aws, monkeypatch):
+    """Each runner container used to embed the 82 no-agent examples at its first route
+    (82 Titan calls); registration now keeps their rows in the registry, and a new
+    container's first route costs one call: the query's. Its decisions are the same."""
+    from codeshot.aws import client
+
+    model, titan_settings = titan
+    embedder = BedrockEmbedder(titan_settings, client("bedrock-runtime", titan_settings))
+    registry = AgentRegistry(aws)
+    for agent in AGENTS:
+        registry.create(with_embeddings(agent, embedder))
+    new_process(monkeypatch)
+    fresh = AgentIndex(registry.scan_all(), embedder)  # embeds the examples itself
+
+    new_process(monkeypatch)  # the register function's container
+    model.texts.clear()
+    keep_no_agent_rows(embedder, registry)
+    assert sorted(model.texts) == sorted(no_agent_examples())
+    new_process(monkeypatch)  # another one: the rows are there, nothing is embedded
+    model.texts.clear()
+    keep_no_agent_rows(embedder, registry)
+    assert model.texts == []
+
+    for query in ("hello there, nice to meet you", "what's the hour in Tokyo right now"):
+        new_process(monkeypatch)  # a runner container's first route
+        model.texts.clear()
+        [routed] = Router(registry, embedder).route(query, 1)
+        assert model.texts == [query]
+        [expected] = fresh.search(query, 1)
+        assert (routed.agent_id, routed.fits) == (expected.agent_id, expected.fits)
+        assert routed.no_agent_gap == pytest.approx(expected.no_agent_gap, abs=1e-6)
+    assert not Router(registry, embedder).route("hello there, nice to meet you", 1)[0].fits
 
 
 @pytest.mark.slow

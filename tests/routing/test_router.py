@@ -135,6 +135,36 @@ def test_router_reloads_when_the_registry_changes_and_takes_a_floor(aws):
     assert router.route("roll dice") == []
 
 
+class Counted:
+    """An embedder that records the texts it embeds."""
+
+    def __init__(self, inner):
+        self.inner, self.model_id, self.texts = inner, inner.model_id, []
+
+    def embed(self, texts):
+        self.texts += texts
+        return self.inner.embed(texts)
+
+
+def test_registering_an_agent_keeps_the_no_agent_rows_for_every_runner(aws, monkeypatch):
+    """Registration embeds the no-agent examples once and keeps their rows in the
+    registry: a runner container's first route then embeds only its query."""
+    from codeshot.models import Principal
+    from codeshot.services import Services
+    from codeshot.usecases.registration import AgentFields, AgentRegistration
+
+    services = Services(aws.replace(local_mode=True))
+    AgentRegistration(services).create(
+        Principal(user_id="u1", username="alice"), "dice",
+        AgentFields(base_prompt="I roll dice.", published=True,
+                    few_shots=["Q: Roll a d20\nA: You rolled 12."]))
+    monkeypatch.setattr(index_module, "_no_agent_rows", {})  # a new container
+    embedder = Counted(services.embedder)
+    [hello] = Router(services.registry, embedder).route("hello there, how are you today?", 1)
+    assert embedder.texts == ["hello there, how are you today?"]
+    assert hello.agent_id == "alice/dice" and not hello.fits  # declined as before
+
+
 def test_embeddings_from_another_model_are_recomputed():
     e = HashingEmbedder()
     stale = agent("a", "dice", ["roll dice"]).replace(

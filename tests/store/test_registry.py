@@ -89,3 +89,36 @@ def test_page_token_of_another_owner_is_refused(aws):
         reg.list_by_owner("alice", limit=1, token=token)
     with pytest.raises(InvalidInput):
         reg.list_by_owner("alice", token="not-a-token")
+
+
+def test_rows_are_kept_in_parts_and_never_listed_as_agents(aws, monkeypatch):
+    """The router's stored vectors (the no-agent examples' rows) live beside the agents:
+    they round-trip whole across parts, and no agent listing, scan or lookup meets them."""
+    import codeshot.store.registry as registry_module
+
+    monkeypatch.setattr(registry_module, "ROWS_PART_BYTES", 1000)
+    reg = AgentRegistry(aws)
+    reg.create(agent("alice", "a", published=True))
+    data = bytes(range(256)) * 10  # 2,560 bytes: three parts
+    assert reg.rows("no-agent#m#1") is None
+    reg.put_rows("no-agent#m#1", data)
+    assert reg.rows("no-agent#m#1") == data and reg.rows("no-agent#m#2") is None
+    reg.put_rows("no-agent#m#1", data[:10])  # rewritten shorter: the first part decides
+    assert reg.rows("no-agent#m#1") == data[:10]
+
+    assert [a.agent_id for a in reg.scan_all()] == ["alice/a"]
+    assert [a.agent_id for a in reg.all_agents("alice")] == ["alice/a"]
+    assert [a.agent_id for a in reg.list_by_owner("alice").items] == ["alice/a"]
+    for key in ("#rows#no-agent#m#1#0", "#version"):
+        with pytest.raises(NotFound):
+            reg.get(key)
+
+
+def test_rows_whose_later_part_is_gone_are_not_returned(aws, monkeypatch):
+    import codeshot.store.registry as registry_module
+
+    monkeypatch.setattr(registry_module, "ROWS_PART_BYTES", 1000)
+    reg = AgentRegistry(aws)
+    reg.put_rows("k", b"x" * 2500)
+    reg.db.delete_item(TableName=reg.table_name, Key={"agent_id": {"S": "#rows#k#2"}})
+    assert reg.rows("k") is None  # never a truncated matrix
