@@ -269,6 +269,27 @@ def test_keyboard_only(console, new_user):
     console.check_clean()
 
 
+def test_ctrl_enter_before_the_session_page_settles_still_sends_through_htmx(
+        console, new_user):
+    """htmx wires a swapped-in form only once the swap settles (20 ms later; later on a
+    busy machine, simulated here with a 3 s settle). Ctrl+Enter in between used to submit
+    the form natively: a GET of the page with the message in its URL, and no message."""
+    _, key = new_user()
+    console.sign_in(key)
+    console.nav("Chat")
+    console.heading("Chat")
+    page = console.page
+    page.evaluate("htmx.config.defaultSettleDelay = 3000")
+    page.get_by_role("button", name="Start", exact=True).click()
+    message = page.get_by_label("Message")
+    message.fill("Roll a d20")
+    page.keyboard.press("Control+Enter")
+    page.evaluate("htmx.config.defaultSettleDelay = 20")
+    expect(page.locator(".answer .msg-agent")).to_contain_text("You rolled", timeout=20_000)
+    assert not [url for url in console.urls if "d20" in url]
+    console.check_clean()
+
+
 def test_axe_finds_no_accessibility_violations(console, new_user):
     _, key = new_user()
     console.open("/")

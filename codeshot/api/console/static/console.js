@@ -252,6 +252,20 @@
     }
   });
 
+  // htmx wires a swapped-in form only once the swap settles (20 ms on, later on a busy
+  // machine). A submit before that (Ctrl+Enter, Enter in a field) would go out natively:
+  // a GET of the page with the message in its URL, and no message sent. Wire it now and
+  // send it as htmx would. (htmx's own submit events are CustomEvents: no loop.)
+  document.body.addEventListener("submit", (event) => {
+    const form = event.target;
+    if (event.defaultPrevented || !(event instanceof SubmitEvent) || !form.matches("[hx-post]")) {
+      return;
+    }
+    event.preventDefault();
+    htmx.process(form);
+    htmx.trigger(form, "submit");
+  });
+
   document.body.addEventListener("keydown", (event) => {
     if (event.key === "Enter" && (event.ctrlKey || event.metaKey) && event.target.form &&
         event.target.form.hasAttribute("data-chat-form")) {
