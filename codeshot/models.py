@@ -329,6 +329,9 @@ class Principal(Record):
     agent_id: str | None = None
     session_id: str | None = None
     key_id: str | None = None
+    # An agent token's issue time (seconds): a token issued before its agent was last
+    # registered belongs to a deleted agent of the same id, and is refused.
+    issued_at: int | None = None
     # The user's own daily query limit (None: the platform default), read with the user
     # when the API key was checked, so posting a message needs no second read.
     daily_query_limit: int | None = None

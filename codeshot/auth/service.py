@@ -110,5 +110,6 @@ class Auth:
             require=("exp", "aid"),
         )
         return Principal(
-            user_id=claims.get("sub"), agent_id=claims["aid"], session_id=claims.get("sid")
+            user_id=claims.get("sub"), agent_id=claims["aid"], session_id=claims.get("sid"),
+            issued_at=claims["iat"],
         )

@@ -28,7 +28,7 @@ from typing import Any
 from urllib.parse import urlencode, urlsplit
 
 from codeshot.errors import CodeshotError, Forbidden, InvalidInput, NotFound, OAuthFailed
-from codeshot.models import MessageType, Principal, SessionStatus
+from codeshot.models import Agent, MessageType, Principal, SessionStatus
 from codeshot.services import Services
 from codeshot.store.oauth import Flow, Grant, check_token
 from codeshot.text import as_one_line
@@ -43,11 +43,20 @@ MAX_SCOPE_CHARS = 200
 RECENT_MESSAGES = 10  # a paused question is the session's newest terminal message
 
 
-def _acting_for(caller: Principal) -> tuple[str, str]:
-    """(user, agent) of an agent token issued for a user."""
+def _acting_for(services: Services, caller: Principal) -> tuple[str, str, Agent]:
+    """(user, agent id, agent) of an agent token issued for a user to the agent now
+    registered: not to a deleted one of the same id (a call still in flight when its
+    owner deleted it and registered another), whose token would reach the new agent's
+    users."""
     if not caller.user_id or not caller.agent_id:
         raise Forbidden("OAuth needs an agent token issued for a user")
-    return caller.user_id, caller.agent_id
+    agent = services.registry.get(caller.agent_id)  # NotFound once it is deleted
+    # Whole seconds (the token's iat): a token issued in the second of the registration
+    # passes.
+    if caller.issued_at is None or caller.issued_at < int(agent.created.timestamp()):
+        raise NotFound(f"agent {caller.agent_id} not found: this call's token was issued "
+                       "to a deleted agent of that id")
+    return caller.user_id, caller.agent_id, agent
 
 
 def _charge(services: Services, user_id: str, agent_id: str) -> None:
@@ -67,7 +76,7 @@ def authorization_url(services: Services, caller: Principal, auth_uri: str, clie
     to the token's user, agent and session (a query's session: that is what resumes)."""
     from authlib.integrations.httpx_client import OAuth2Client
 
-    user_id, agent_id = _acting_for(caller)
+    user_id, agent_id, _ = _acting_for(services, caller)
     if not caller.session_id:
         raise Forbidden("OAuth needs an agent token issued for a session")
     _check_client(services, auth_uri, client_id, scopes)
@@ -119,17 +128,16 @@ def _check_client(services: Services, auth_uri: str, client_id: str, scopes: lis
 
 
 def get_token(services: Services, caller: Principal) -> dict[str, Any]:
-    user_id, agent_id = _acting_for(caller)
+    user_id, agent_id, agent = _acting_for(services, caller)
     _charge(services, user_id, agent_id)
-    registered = services.registry.get(agent_id).created  # NotFound once it is deleted
-    token = services.oauth.get_token(user_id, agent_id, not_before=registered)
+    token = services.oauth.get_token(user_id, agent_id, not_before=agent.created)
     if token is None:
         raise NotFound(f"the user has not authorized {agent_id}")
     return token
 
 
 def put_token(services: Services, caller: Principal, token: Any) -> None:
-    user_id, agent_id = _acting_for(caller)
+    user_id, agent_id, _ = _acting_for(services, caller)
     check_token(token)
     _charge(services, user_id, agent_id)
     services.oauth.put_token(user_id, agent_id, token)

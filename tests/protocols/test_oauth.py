@@ -14,6 +14,7 @@ import httpx
 import pytest
 
 from codeshot.api.oauth import secure_cookie
+from codeshot.auth.tokens import agent_token_claims
 from codeshot.cli import main
 from codeshot.models import MessageType
 from codeshot.sdk import CodeShotAgent, Message, OAuthHandler, OAuthParams
@@ -469,14 +470,22 @@ def test_deleting_an_agent_deletes_its_users_tokens_and_a_new_one_inherits_none(
     assert gql(stack, liam, "{ oauthGrants { agentId } }")["data"]["oauthGrants"] == []
     refused_with(httpx.get(mias_link, timeout=60), 400, "OAUTH_STATE_INVALID")
 
-    # A call of the deleted agent still in flight stores a token with its call token...
-    late = stack.services.auth.agent_token(agent_id, user_id(stack, liam), "s_late")
-    stored = httpx.put(f"{stack.api_url}/api/oauth/token", json={"token": {"access_token": "x"}},
-                       headers={"Authorization": f"Bearer {late}"}, timeout=30)
-    assert stored.json() == {"stored": True}
-    # ... and the same owner registers an agent of that handle again: it inherits nothing
-    # and must ask liam anew.
-    register_served(stack, reader_agent(provider), "lender", description="Lends again.")
+    # A call of the deleted agent still in flight cannot store a token with its call
+    # token, neither now nor once the same owner registers an agent of that handle again
+    # (its token predates the new agent: it would hand liam's token to the new agent).
+    claims = agent_token_claims(stack.services.auth.issuer, stack.settings.token_audiences(),
+                                agent_id, user_id(stack, liam), "s_late", 300)
+    late = stack.services.auth.sign({**claims, "iat": claims["iat"] - 2})
+    for registered_again in (False, True):
+        if registered_again:
+            register_served(stack, reader_agent(provider), "lender", description="Lends again.")
+        for stored in (httpx.put(f"{stack.api_url}/api/oauth/token",
+                                 json={"token": {"access_token": "x"}},
+                                 headers={"Authorization": f"Bearer {late}"}, timeout=30),
+                       httpx.get(f"{stack.api_url}/api/oauth/token",
+                                 headers={"Authorization": f"Bearer {late}"}, timeout=30)):
+            refused_with(stored, 404, "NOT_FOUND")
+    # The new agent inherits nothing and must ask liam anew.
     assert stack.services.oauth.get_token(user_id(stack, liam), agent_id) is None
     _, again = ask(stack, liam, QUESTION, agent=agent_id)
     assert again["type"] == "awaiting_input", again
