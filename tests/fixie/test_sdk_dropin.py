@@ -15,6 +15,7 @@ import pytest
 
 import codeshot.sdk as fixieai
 from codeshot.devtools.agents import serve
+from codeshot.models import Agent
 from codeshot.runner.handshake import fetch_handshake
 from codeshot.sdk.funcs import make_func
 from tests.oauth_provider import continue_from_page
@@ -151,6 +152,8 @@ def test_a_fixie_oauth_func_gets_the_platforms_authorization_url(platform, tmp_p
     # has not authorized the agent yet (tests/protocols/test_oauth.py runs the whole flow).
     user_id, _ = platform.user()
     with serve(fixie_style_agent(tmp_path), platform.url, "acme/reader") as url:
+        platform.services.registry.create(Agent(agent_id="acme/reader", owner="acme",
+                                                handle="reader", func_url=url))
         token = platform.services.auth.agent_token("acme/reader", user_id, "s_1")
         reply = httpx.post(f"{url}/reading_list", headers={"Authorization": f"Bearer {token}"},
                            json={"message": {"text": "all"}, "access_token": token}, timeout=10)
