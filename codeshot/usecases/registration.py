@@ -228,7 +228,8 @@ class AgentRegistration:
                previous_secret: str | None = None) -> Agent:
         """Write the agent with a new secret for the Authorization given (if any): the
         new secret is deleted if the write fails, the one it replaces once it succeeded."""
-        keep_no_agent_rows(self.s.embedder, self.s.registry)  # for the runners' first route
+        if self.s.router.scoring.no_agent_margin is not None:  # for the runners' first route
+            keep_no_agent_rows(self.s.embedder, self.s.registry)
         if fields.mcp_authorization and agent.mcp_url:
             agent = agent.replace(mcp_auth_secret=self.s.agent_secrets.create(
                 agent.agent_id, fields.mcp_authorization))

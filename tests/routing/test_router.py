@@ -164,6 +164,17 @@ def test_registering_an_agent_keeps_the_no_agent_rows_for_every_runner(aws, monk
     assert embedder.texts == ["hello there, how are you today?"]
     assert hello.agent_id == "alice/dice" and not hello.fits  # declined as before
 
+    # With a plain floor (CODESHOT_ROUTER_FLOOR alone) the examples are never used: a
+    # registration does not embed them (82 Bedrock calls with Titan).
+    monkeypatch.setattr(index_module, "_no_agent_rows", {})
+    monkeypatch.setattr(index_module, "_kept", set())
+    floor_only = Services(aws.replace(local_mode=True, router_floor=0.2))
+    floor_only.embedder = Counted(floor_only.embedder)
+    AgentRegistration(floor_only).create(
+        Principal(user_id="u1", username="alice"), "coin",
+        AgentFields(base_prompt="I flip coins.", few_shots=["Q: Flip a coin\nA: Heads."]))
+    assert floor_only.embedder.texts == ["Flip a coin"]  # the agent's own rows only
+
 
 def test_embeddings_from_another_model_are_recomputed():
     e = HashingEmbedder()
