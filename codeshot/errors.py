@@ -71,26 +71,30 @@ class AgentUnavailable(CodeshotError):
     http_status = 502
 
 
+class AgentCallDropped(AgentUnavailable):
+    """The connection to an agent broke after the call was sent: the agent may have run
+    it, so it is not called again (its side effects would repeat)."""
+
+    permanent = True
+
+
 class AgentFailed(CodeshotError):
     """An agent answered with an error or a reply that breaks the protocol, or a run
-    failed (step or token budget used up)."""
+    failed (step or token budget used up). The agent ran the call: calling it again would
+    repeat what it did (its side effects), so nothing retries it."""
 
     code = "AGENT_ERROR"
     http_status = 502
+    permanent = True
 
 
 class ReplyTooLarge(AgentFailed):
-    """An agent's reply text is larger than the platform stores; calling again would only
-    repeat the work (and the agent's side effects)."""
-
-    permanent = True
+    """An agent's reply text is larger than the platform stores."""
 
 
 class AgentRunFailed(AgentFailed):
     """A nested agent's whole run failed (step limit, no usable reply, a failed Func): it
-    already retried what it could, so running it again would repeat the same work."""
-
-    permanent = True
+    already retried what it could."""
 
 
 class LLMError(CodeshotError):
@@ -101,6 +105,13 @@ class LLMError(CodeshotError):
 class Timeout(CodeshotError):
     code = "TIMEOUT"
     http_status = 504
+
+
+class AgentTimeout(Timeout):
+    """An agent did not answer a call in time: it may still be running it, so it is not
+    called again."""
+
+    permanent = True
 
 
 class Interrupted(CodeshotError):

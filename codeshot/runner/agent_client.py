@@ -1,9 +1,11 @@
 """Calls from the platform to agents over HTTP: the handshake, Funcs, standalone queries.
 
 Every call carries a fresh agent-call JWT; every reply is size-capped and parsed
-defensively, and failures map to AGENT_UNAVAILABLE (could not reach it), AGENT_ERROR
-(it answered badly) or TIMEOUT. The handshake, read at registration, is in
-:mod:`codeshot.runner.handshake`, so the runner never imports pydantic.
+defensively, and failures map to AGENT_UNAVAILABLE (could not reach it, or the
+connection broke mid-call), AGENT_ERROR (it answered badly) or TIMEOUT. Only a call that
+surely did not run is retried: a Func's side effects never repeat. The handshake, read
+at registration, is in :mod:`codeshot.runner.handshake`, so the runner never imports
+pydantic.
 """
 
 from __future__ import annotations
@@ -18,11 +20,12 @@ import httpx
 from codeshot import observability
 from codeshot.errors import (
     ERR_FUNC_NOT_DEFINED,
+    AgentCallDropped,
     AgentFailed,
+    AgentTimeout,
     AgentUnavailable,
     InvalidInput,
     ReplyTooLarge,
-    Timeout,
 )
 from codeshot.net.addresses import check_public_url
 from codeshot.net.http import public_client
@@ -73,20 +76,26 @@ def request(
         with client.stream(method, url, headers=headers, json=json_body,
                          timeout=httpx.Timeout(timeout, connect=min(timeout, 5.0))) as r:
             return r.status_code, r.headers.get("content-type", ""), _read_capped(r)
-    except httpx.TimeoutException as exc:
-        raise Timeout(f"agent at {url} did not answer within {timeout:g}s") from exc
-    except httpx.HTTPError as exc:
+    except (httpx.ConnectError, httpx.ConnectTimeout) as exc:  # the call never left
         raise AgentUnavailable(f"agent at {url} is unreachable: {exc.__class__.__name__}") from exc
+    except httpx.TimeoutException as exc:
+        raise AgentTimeout(f"agent at {url} did not answer within {timeout:g}s") from exc
+    except httpx.HTTPError as exc:
+        raise AgentCallDropped(f"agent at {url} dropped the call before answering: "
+                               f"{exc.__class__.__name__}") from exc
 
 
-RETRYABLE_STATUS = frozenset({500, 502, 503, 504})
+# Statuses that say the call was not run (throttled, not started): worth another try. A
+# 500 is the agent's own code failing, and a 502 or 504 from a gateway may come after the
+# agent ran: calling again would repeat its side effects.
+RETRYABLE_STATUS = frozenset({429, 503})
 
 
 class AgentClient:
-    """Calls agents for the runner: a fresh JWT per call, bounded retries on 5xx and
-    connection errors only. Its HTTP client (one per query, closed with it, so no
-    abandoned call outlives the query) connects only to addresses it checked at that
-    moment, follows no redirect and keeps no cookie."""
+    """Calls agents for the runner: a fresh JWT per call, bounded retries only when the
+    call was surely not run (no connection, 429, 503). Its HTTP client (one per query,
+    closed with it, so no abandoned call outlives the query) connects only to addresses
+    it checked at that moment, follows no redirect and keeps no cookie."""
 
     def __init__(
         self,
@@ -121,8 +130,8 @@ class AgentClient:
                     json_body={**body, "access_token": token}, client=self.http,
                     accept="application/json, application/x-ndjson",
                 )
-            except AgentUnavailable:
-                if attempt >= self.retries:
+            except AgentUnavailable as exc:
+                if attempt >= self.retries or exc.permanent:
                     raise
             else:
                 if status not in RETRYABLE_STATUS or attempt >= self.retries:

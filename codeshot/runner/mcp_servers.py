@@ -28,12 +28,13 @@ from mcp.client.streamable_http import streamable_http_client
 from mcp.shared.exceptions import MCPError
 
 from codeshot.errors import (
+    AgentCallDropped,
     AgentFailed,
+    AgentTimeout,
     AgentUnavailable,
     CodeshotError,
     InvalidInput,
     ReplyTooLarge,
-    Timeout,
 )
 from codeshot.net.async_http import ReplyTooLong, public_async_client
 from codeshot.runner.agent_client import MAX_REPLY_BYTES, MAX_REPLY_TEXT_BYTES
@@ -173,8 +174,12 @@ class McpServer:
         cause = _first_cause(exc)
         if isinstance(cause, CodeshotError):
             return cause
+        if isinstance(cause, httpx2.ConnectError | httpx2.ConnectTimeout):  # nothing sent
+            return AgentUnavailable(f"MCP server at {self.url} is unreachable: "
+                                    f"{cause.__class__.__name__}")
         if isinstance(cause, TimeoutError | httpx2.TimeoutException):
-            return Timeout(f"MCP server at {self.url} did not answer within {self.timeout:g}s")
+            return AgentTimeout(f"MCP server at {self.url} did not answer within "
+                                f"{self.timeout:g}s")
         if isinstance(cause, ReplyTooLong):
             return AgentFailed(f"MCP server at {self.url} sent a reply over "
                                f"{MAX_REPLY_BYTES} bytes")
@@ -183,9 +188,9 @@ class McpServer:
             if cause.code == types.INVALID_PARAMS:
                 return InvalidInput(f"MCP server at {self.url} refused the call: {said}")
             return AgentFailed(f"MCP server at {self.url} answered error {cause.code}: {said}")
-        if isinstance(cause, httpx2.TransportError):
-            return AgentUnavailable(f"MCP server at {self.url} is unreachable: "
-                                    f"{cause.__class__.__name__}")
+        if isinstance(cause, httpx2.TransportError):  # it may have run the tool
+            return AgentCallDropped(f"MCP server at {self.url} dropped the call before "
+                                    f"answering: {cause.__class__.__name__}")
         if isinstance(cause, Exception):
             # What a server answered beyond that stays in the logs (see handshake.py).
             log.info("MCP server at %s failed: %r", self.url, cause)

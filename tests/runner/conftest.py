@@ -46,6 +46,7 @@ class AgentServer:
 
     def __init__(self) -> None:
         self.rolls: list[str] = []
+        self.throttled: set[str] = set()  # texts "throttled" answered 503 to once
         self.calls: list[tuple[str, str, str]] = []  # (path, text, bearer)
         self.correlations: list[str | None] = []  # each call's X-Correlation-Id
         app = FastAPI()
@@ -68,6 +69,9 @@ class AgentServer:
                                     status_code=500)
             if agent == "slow":
                 await asyncio.sleep(3)  # past the call timeout; other calls go on meanwhile
+            if agent == "throttled" and text not in self.throttled:  # not run: try again
+                self.throttled.add(text)
+                return Response(status_code=503)
             if agent == "garbage":
                 return PlainTextResponse("{not json", media_type="application/json")
             if agent == "huge":  # under the 2 MB reply cap, over DynamoDB's 400 KB item

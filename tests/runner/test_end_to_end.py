@@ -99,7 +99,11 @@ def test_agents_down_broken_slow_or_garbled_end_in_one_error(live, agents):
                 "garbage": "AGENT_ERROR", "slow": "TIMEOUT"}
     for handle, error_code in expected.items():
         h = session(live, key, frontend=f"eve/{handle}")
+        before = len(agents.calls)
         reply = send(live, key, h, "Roll 1d20")["reply"]
+        # An agent that answered (an error, garbage) or may still be running the call is
+        # never called again: its side effects would repeat.
+        assert len(agents.calls) - before == (0 if handle == "down" else 1), handle
         trace = messages(live, key, h)
         terminal = [m for m in trace if m["type"] in ("response", "error")]
         assert len(terminal) == 1, (handle, trace)
@@ -112,6 +116,18 @@ def test_agents_down_broken_slow_or_garbled_end_in_one_error(live, agents):
                                        .replace(func_url=agents.url + "/dice"))
         again = send(live, key, h, "Roll 1d20")["reply"]
         assert again["type"] == "response" and again["text"] == f"You rolled {agents.rolls[-1]}."
+
+
+def test_a_throttled_func_is_called_again_and_runs_once(live, agents):
+    """503 says the call was not run (the agent answers it before rolling): the platform
+    tries again, and the user gets the one roll."""
+    _, key = live.user("tom")
+    register(live, key, "throttled", agents.url + "/throttled")
+    h = session(live, key, frontend="tom/throttled")
+    reply = send(live, key, h, "Roll 1d20")["reply"]
+    assert [call for call, *_ in agents.calls].count("throttled/roll") == 2
+    assert reply["type"] == "response" and reply["text"].startswith("You rolled ")
+    assert reply["text"].removeprefix("You rolled ").removesuffix(".") in agents.rolls
 
 
 def test_route_query_in_graphql(platform, agents):
