@@ -141,7 +141,8 @@ def api_lock() -> Lock:
 
 def runner_lock() -> Lock:
     # numpy makes routing over thousands of agents one matrix product (codeshot/routing).
-    # mcp: MCP servers registered as agents (imported only when one is called).
+    # mcp: MCP servers registered as agents (imported only when one is called; what it pins
+    # only for a server process is left out of the bundle: infra/bundling.py).
     return _platform_lock("runner", "httpx", "pyjwt", "pynacl", "pyyaml", "numpy", "boto3",
                           "pystemmer", "pypdf", "beautifulsoup4", "tzdata", "mcp",
                           "aws-lambda-powertools")
