@@ -10,6 +10,8 @@ and the same bytes (tests/infra/test_bundling.py).
 - api, runner, register: ``codeshot`` without the local stack, CLI and dev tools, the
   function's own handler, and its lock (``infra/locks``). boto3 is bundled (see
   ``codeshot:bundleBoto3``) with only the botocore service models the function calls.
+  Distributions a lock pins that the function never imports (the mcp SDK's server
+  process: uvicorn, click) are left out (``PlatformFunction.left_out``).
 - agent: the agent directory, a generated entry module, only the ``codeshot`` modules the
   SDK imports (measured in a subprocess), and the SDK's lock (or the agent's own lock when
   its requirements.txt adds requirements). No store, api, runner or boto3.
@@ -38,6 +40,8 @@ from aws_cdk import aws_lambda as lambda_
 from infra.config import REPO_ROOT
 from infra.locks import (
     BOTO3_FAMILY,
+    FORM_PARSING,
+    MCP_SERVER_PROCESS,
     Lock,
     agent_lock,
     api_lock,
@@ -135,12 +139,21 @@ class BundleSpec:
     generated: tuple[tuple[str, str], ...] = ()  # (path in the bundle, text)
     # botocore/boto3 service models kept; None = boto3 is not bundled (the runtime's).
     aws_services: tuple[str, ...] | None = None
+    # Locked distributions the function never imports (its lock's requirements need them
+    # for something else): not installed.
+    left_out: frozenset[str] = frozenset()
 
     @cached_property
     def requirements(self) -> tuple[str, ...]:
         """The locked requirement lines installed (hashes stay in the lock file)."""
         pins = self.lock.pins()
-        skip = set() if self.aws_services is not None else BOTO3_FAMILY
+        listed = {dist_name(r) for r in self.lock.requirements}
+        for wrong, why in ((self.left_out - pins.keys(), "does not pin"),
+                           (self.left_out & listed, "requires")):
+            if wrong:  # a stale declaration, or one that would break the function
+                raise BundlingError(f"bundle {self.name} leaves out {sorted(wrong)}, which its "
+                                    f"lock ({self.lock.path.name}) {why}: fix its left_out")
+        skip = self.left_out | (set() if self.aws_services is not None else BOTO3_FAMILY)
         return tuple(line for dist, lines in sorted(pins.items()) if dist not in skip
                      for line in lines)
 
@@ -213,6 +226,7 @@ class PlatformFunction:
     lock: Callable[[], Lock]
     aws_services: tuple[str, ...]
     data: Callable[[], list[tuple[str, Path]]] = list
+    left_out: frozenset[str] = frozenset()  # see BundleSpec.left_out
 
 
 def platform_bundle(function: PlatformFunction, *, target: Target = LAMBDA_TARGET,
@@ -222,18 +236,21 @@ def platform_bundle(function: PlatformFunction, *, target: Target = LAMBDA_TARGE
              ("handlers/__init__.py", REPO_ROOT / "handlers" / "__init__.py"),
              (handler_file, REPO_ROOT / handler_file), *function.data()]
     return BundleSpec(function.name, tuple(files), function.lock(), target,
-                      aws_services=function.aws_services if bundle_boto3 else None)
+                      aws_services=function.aws_services if bundle_boto3 else None,
+                      left_out=function.left_out)
 
 
-# Each platform function, with the AWS services its code calls.
+# Each platform function, with the AWS services its code calls and what of its lock it
+# leaves out (infra/locks.py says why).
 API_FUNCTION = PlatformFunction("api", "handlers.api.handler", api_lock,
                                 ("dynamodb", "s3", "sqs", "secretsmanager", "bedrock-runtime"),
-                                api_files)
+                                api_files, left_out=MCP_SERVER_PROCESS)
 # s3vectors: corpus search with codeshot:corpusSearch=s3vectors; sqs for registration:
 # a deployed agent's corpus ingestion is queued.
 RUNNER_FUNCTION = PlatformFunction("runner", "handlers.runner.handler", runner_lock,
                                    ("dynamodb", "s3", "sqs", "secretsmanager",
-                                    "bedrock-runtime", "s3vectors"), router_files)
+                                    "bedrock-runtime", "s3vectors"), router_files,
+                                   left_out=MCP_SERVER_PROCESS | FORM_PARSING)
 REGISTER_FUNCTION = PlatformFunction("register", "handlers.register_agent.handler",
                                      register_lock,
                                      ("dynamodb", "sqs", "secretsmanager", "bedrock-runtime"),

@@ -30,6 +30,16 @@ INPUTS_LINE = "# inputs: "
 AGENT_LOCK_FILE = "requirements.lock"  # in an agent directory with its own requirements
 # boto3 and what only it needs: left out of a bundle that uses the Lambda runtime's boto3.
 BOTO3_FAMILY = frozenset({"boto3", "botocore", "s3transfer", "jmespath"})
+# What the mcp SDK requires only to run a server as its own process: uvicorn (sse-starlette
+# imports it if it can, to hook its shutdown) and click (uvicorn's command line). The API
+# serves /mcp under Mangum and the runner is a client: left out of both (measured: their MCP
+# paths never import them, tests/infra/test_bundling.py). `import mcp` does import the
+# SDK's server side, so starlette, sse-starlette and cryptography (its request-state
+# tokens) stay.
+MCP_SERVER_PROCESS = frozenset({"uvicorn", "click"})
+# starlette's form parsing (mcp's dependency): the runner parses no forms; the API does
+# (FastAPI's Form), so it keeps it.
+FORM_PARSING = frozenset({"python-multipart"})
 
 
 class LockError(RuntimeError):
@@ -131,7 +141,8 @@ def api_lock() -> Lock:
 
 def runner_lock() -> Lock:
     # numpy makes routing over thousands of agents one matrix product (codeshot/routing).
-    # mcp: MCP servers registered as agents (imported only when one is called).
+    # mcp: MCP servers registered as agents (imported only when one is called; what it pins
+    # only for a server process is left out of the bundle: infra/bundling.py).
     return _platform_lock("runner", "httpx", "pyjwt", "pynacl", "pyyaml", "numpy", "boto3",
                           "pystemmer", "pypdf", "beautifulsoup4", "tzdata", "mcp",
                           "aws-lambda-powertools")

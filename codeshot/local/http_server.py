@@ -1,10 +1,13 @@
-"""An ASGI app on uvicorn in a background thread (the local API, local agents, tests)."""
+"""An ASGI app on uvicorn in a background thread (the local API, local agents, MCP servers
+registered as agents, tests)."""
 
 from __future__ import annotations
 
 import threading
 import time
 from typing import Any
+
+from starlette.types import ASGIApp, Receive, Scope, Send
 
 from codeshot.local.aws_server import check_port_free
 
@@ -43,3 +46,30 @@ class HttpServer:
     def stop(self) -> None:
         self._server.should_exit = True
         self._thread.join(timeout=10)
+
+
+class RequireAuthorization:
+    """An app that answers 401 to a request without ``expected`` as its Authorization: an
+    MCP server's own check of the header its owner registered it with."""
+
+    def __init__(self, app: ASGIApp, expected: str) -> None:
+        self.app, self.expected = app, expected.encode()
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http" and dict(scope["headers"]).get(b"authorization") \
+                != self.expected:
+            await send({"type": "http.response.start", "status": 401,
+                        "headers": [(b"content-type", b"application/json")]})
+            await send({"type": "http.response.body", "body": b'{"error": "unauthorized"}'})
+            return
+        await self.app(scope, receive, send)
+
+
+def mcp_http_server(server: Any, authorization: str | None = None) -> HttpServer:
+    """An ``mcp`` SDK server (``MCPServer``) on loopback as an agent's ``mcpUrl`` names it:
+    stateless streamable HTTP at ``{url}/mcp``, requiring ``authorization`` when given.
+    Not started."""
+    app: ASGIApp = server.streamable_http_app(stateless_http=True, json_response=True)
+    if authorization:
+        app = RequireAuthorization(app, authorization)
+    return HttpServer(app, "127.0.0.1", 0, lifespan=True)

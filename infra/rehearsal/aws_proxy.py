@@ -164,10 +164,28 @@ def describe(service: str, method: str, path: str, query: dict[str, list[str]],
         return Call(service, operation, tuple(dynamodb_checks(operation, params)))
     if service == "sqs":
         return Call(service, operation, tuple(sqs_checks(operation, params)))
-    if service == "secretsmanager" and "SecretId" in params:
+    secret = params.get("SecretId") or (params.get("Name") if operation == "CreateSecret"
+                                        else None)
+    if service == "secretsmanager" and secret:
         return Call(service, operation, (Check(f"secretsmanager:{operation}",
-                                               secret_arn(params["SecretId"])),))
+                                               secret_arn(secret)),))
     raise Unmapped(f"{service} {operation or method + ' ' + path}")
+
+
+# AWS puts six random characters after a secret's name in its ARN, the resource IAM
+# authorizes: a policy must allow for them (a wildcard), as it must in AWS.
+SECRET_ARN_SUFFIX = "-Rh3ars"  # noqa: S105  (part of a name, not a secret)
+
+
+def secret_resource(known: dict[str, str], secret_id: str) -> str:
+    """What IAM authorizes a call on ``secret_id`` (a name or an ARN) as: the ARN of one of
+    the stack's secrets (``known``: by name), or of one a function names at run time (an
+    agent's, ``codeshot/store/agent_secrets.py``)."""
+    if secret_id.startswith("arn:"):
+        return secret_id
+    return known.get(secret_id) or (
+        f"arn:{PARTITION}:secretsmanager:{REGION}:{ACCOUNT}:secret:{secret_id}"
+        f"{SECRET_ARN_SUFFIX}")
 
 
 def allowed(policies: list[dict[str, Any]], check: Check) -> bool:

@@ -8,6 +8,7 @@ own virtualenv) and the GraphQL API, all over the front doors.
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import json
 import os
@@ -56,6 +57,11 @@ SEND = """mutation ($s: String!, $t: String!, $e: [EmbedInput!]) { sendSessionMe
   message { id embeds { key contentHash url } } reply { text type } } }"""
 NEW_SESSION = """mutation ($f: String) { createSession(sessionData: {frontendAgentId: $f}) {
   session { handle } } }"""
+MCP_AGENT = """mutation ($d: AgentInput!) { createAgent(agentData: $d) {
+  agent { agentId mcpTools } } }"""
+WAREHOUSE_FEW_SHOT = ("Q: How many of SKU-1234 are in stock?\n"
+                      'Ask Func[stock_level]: {"sku": "SKU-1234"}\n'
+                      "Func[stock_level] says: 17\nA: There are 17 of SKU-1234 in stock.")
 FIXIE_CLIENT = '''
 import json, sys
 import fixieai
@@ -239,6 +245,57 @@ def check_embeds(user: User) -> str:
     return f"{len(data)} bytes up (presigned PUT) and down (presigned GET)"
 
 
+def check_mcp(rehearsal: Any, user: User) -> str:
+    """An MCP server (the `mcp` SDK's, on loopback) registered as an agent and asked through
+    the platform's own /mcp with the SDK's client: the API reads the server's tools (the
+    SDK's client) and serves /mcp (its server), the runner calls the tool (its client) with
+    the Authorization it was registered with, read from Secrets Manager; each function
+    from its own bundle."""
+    from mcp.server.mcpserver import MCPServer
+
+    from codeshot.local.http_server import mcp_http_server
+
+    authorization = f"Bearer {secrets.token_hex(8)}"
+    level, asked = 100 + secrets.randbelow(900), []
+    server = MCPServer("Warehouse", instructions="Stock levels of the warehouse.")
+
+    @server.tool(description="How many units of a product (by SKU) are in stock")
+    def stock_level(sku: str) -> str:
+        asked.append(sku)
+        return str(level)
+
+    http = mcp_http_server(server, authorization)
+    url = http.start() + "/mcp"
+    rehearsal.stoppers.append(http.stop)
+    agent = user.gql(MCP_AGENT, {"d": {
+        "handle": "warehouse", "published": True, "mcpUrl": url,
+        "mcpAuthorization": authorization, "fewShots": [WAREHOUSE_FEW_SHOT]}})[
+        "createAgent"]["agent"]
+    if agent["mcpTools"] != ["stock_level"]:
+        raise RehearsalError(f"the MCP server was registered as {agent}")
+    answer = asyncio.run(mcp_ask(user, "How many of SKU-9876 are in stock?", agent["agentId"]))
+    if asked != ["SKU-9876"] or answer != f"There are {level} of SKU-9876 in stock.":
+        raise RehearsalError(f"/mcp ask answered {answer!r}; the tool was asked {asked}")
+    return f"{answer} (/mcp ask -> {agent['agentId']} -> the server's stock_level)"
+
+
+async def mcp_ask(user: User, query: str, agent_id: str) -> str:
+    """``ask`` through the platform's /mcp, as an MCP client would (README)."""
+    import httpx2
+    import mcp_types as types
+    from mcp import Client
+    from mcp.client.streamable_http import streamable_http_client
+
+    async with httpx2.AsyncClient(headers={"Authorization": f"Bearer {user.api_key}"},
+                                  timeout=60) as http, \
+            Client(streamable_http_client(f"{user.api_url}/mcp", http_client=http)) as client:
+        result = await client.call_tool("ask", {"query": query, "agent": agent_id})
+    text = "\n".join(c.text for c in result.content if isinstance(c, types.TextContent))
+    if result.is_error:
+        raise RehearsalError(f"/mcp ask failed: {text}")
+    return text
+
+
 def check_redeploy(rehearsal: Any) -> str:
     """An agent stack's update (its code changed): the registration re-reads it."""
     deployment = rehearsal.deployment
@@ -398,6 +455,8 @@ def run_checks(rehearsal: Any) -> str:
         raise RehearsalError("over the AWS-calls goal: " + "; ".join(over) + "\n"
                              + report.sections[-1])
     report.sections.append(measure_cold_starts(rehearsal, user))
+    # After the cold starts: none of those timed is then a first MCP call (~1.4 s of imports).
+    report.check("MCP server as an agent, asked over /mcp", lambda: check_mcp(rehearsal, user))
     report.check("agent redeploy (Update event)", lambda: check_redeploy(rehearsal))
     report.check("cdk destroy of the agent stacks (Delete events)",
                  lambda: check_destroy(rehearsal, user))

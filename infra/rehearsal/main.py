@@ -18,7 +18,7 @@ from typing import Any
 import infra.app  # noqa: F401  (first: quiets jsii's notes about this machine's Node)
 from infra.config import REPO_ROOT
 from infra.rehearsal.assembly import REGION, RehearsalError, read_assembly
-from infra.rehearsal.aws_proxy import AwsProxy
+from infra.rehearsal.aws_proxy import AwsProxy, secret_resource
 from infra.rehearsal.deploy import Deployment, ResponseServer
 from infra.rehearsal.lambdas import Lambdas
 
@@ -117,8 +117,8 @@ def stand_up(outdir: Path, log_dir: Path) -> Rehearsal:
         moto_url = moto.start()
         stoppers.append(moto.stop)
         deployment_ref: list[Deployment] = []
-        proxy = AwsProxy(moto_url, lambda secret_id: deployment_ref[0].secret_arns.get(
-            secret_id, secret_id))
+        proxy = AwsProxy(moto_url, lambda secret_id: secret_resource(
+            deployment_ref[0].secret_arns, secret_id))
         stoppers.append(proxy.stop)
         lambdas = Lambdas(python, lambda_runtime_dir(version), proxy.url, log_dir)
         stoppers.append(lambdas.stop)

@@ -5,6 +5,7 @@ bundling hook. Running the bundles is `make rehearse`'s job (tests/infra/test_re
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import shutil
@@ -48,12 +49,19 @@ def test_each_platform_function_ships_only_what_it_imports():
         # Each routes or embeds agents: codeshot:embedder=static needs its vectors there.
         assert {"codeshot/routing/data/static-minilm.bin",
                 "codeshot/routing/data/minilm-vocab.txt"} <= dests
-    # The protocol SDKs the API imports on /mcp and /a2a only bring uvicorn (mcp) and
-    # cryptography (pyjwt[crypto], google-auth via a2a-sdk); the runner has mcp's client
-    # for MCP servers registered as agents (imported only when one is called, see
+    # The protocol SDKs the API imports on /mcp and /a2a bring cryptography (`import mcp`
+    # imports it, as a2a-sdk's google-auth does); the runner has mcp's client for MCP
+    # servers registered as agents (imported only when one is called, see
     # tests/runner/test_cold_start.py), registration neither.
     assert not dists(register) & {"uvicorn", "cryptography", "mcp", "a2a-sdk"}
     assert "mcp" in dists(runner) and "a2a-sdk" not in dists(runner)
+    # mcp's server process (uvicorn, click) is in neither Lambda; its form parsing only in
+    # the API (FastAPI's Form). What `import mcp` and a tool call import stays (see
+    # test_the_bundles_call_an_mcp_server_from_their_own_files).
+    assert not (dists(runner) | dists(api)) & {"uvicorn", "click"}
+    assert "python-multipart" in dists(api) and "python-multipart" not in dists(runner)
+    assert {"starlette", "sse-starlette", "cryptography", "jsonschema", "rpds-py"} \
+        <= dists(runner) & dists(api)
     for spec in (runner, register):
         assert {"boto3", "botocore", "pyjwt", "pynacl", "httpx"} <= dists(spec)
     assert [d for d, _ in api.files if d.startswith("handlers/")] == [
@@ -132,6 +140,15 @@ def test_bundle_hash_follows_code_lock_and_target(tmp_path):
     locks.agent_lock(agent_dir).write()
     assert "humanize==" in (agent_dir / locks.AGENT_LOCK_FILE).read_text()
     assert agent_bundle(agent_dir, "agent:agent").hash not in (first, second)
+
+
+def test_leaving_out_what_the_lock_does_not_pin_or_requires_fails_the_synth():
+    runner = platform_bundle(RUNNER_FUNCTION)
+    for left_out, says in (({"uvicorn", "humanize"}, r"\['humanize'\].*does not pin"),
+                           ({"numpy"}, r"\['numpy'\].*requires")):
+        spec = dataclasses.replace(runner, left_out=frozenset(left_out))
+        with pytest.raises(bundling.BundlingError, match=says):
+            spec.hash  # noqa: B018
 
 
 def test_requirements_reject_pip_options(tmp_path):
@@ -217,6 +234,80 @@ print(json.dumps({{"status": out["statusCode"], "files": files}}))
     result = json.loads(proc.stdout.strip().splitlines()[-1])
     assert result["status"] == 200
     assert [f for f in result["files"] if not f.startswith(str(task))] == []
+
+
+_MCP_PROBE = r"""
+import json, sys
+bundle, url, authorization = sys.argv[1:4]
+sys.path[:0] = [bundle]
+from codeshot.runner.mcp_servers import McpServer
+
+server = McpServer(url, authorization, timeout=30, allow_loopback=True)
+tools = [tool.func for tool in server.describe().tools]
+text = server.call("stock_level", '{"sku": "SKU-1"}')
+structured = json.loads(server.call("levels", '{"skus": ["SKU-1", "SKU-2"]}'))
+if len(sys.argv) > 4:
+    import codeshot.api.mcp  # the API's /mcp: the SDK's server, under Mangum
+files = [getattr(m, "__file__", None) for m in list(sys.modules.values())]
+print(json.dumps({"tools": tools, "text": text, "structured": structured,
+                  "loaded": sorted({name.split(".")[0] for name in sys.modules}),
+                  "outside": sorted(f for f in files if f and not f.startswith(
+                      (bundle, sys.base_prefix)))}))
+"""
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("function", [RUNNER_FUNCTION, API_FUNCTION], ids=lambda f: f.name)
+def test_the_bundles_call_an_mcp_server_from_their_own_files(function, tmp_path):
+    """The runner calls MCP servers registered as agents and the API reads their tools (and
+    serves /mcp): from the bundle alone (this machine's wheels, built once into the bundle
+    cache), the SDK's client lists a real server's tools and calls them, one with structured
+    output, which the SDK checks against the tool's output schema (jsonschema). What the
+    bundle leaves out is not there, and nothing missed it."""
+    from mcp.server.mcpserver import MCPServer
+
+    from codeshot.local.http_server import mcp_http_server
+
+    target = bundling.host_target()
+    python = bundling.find_python(target.python_version)
+    assert python is not None
+    bundle = bundling.ensure_bundle(platform_bundle(function, target=target),
+                                    log=lambda _msg: None)
+    for dist in function.left_out:
+        assert not list(bundle.glob(f"{dist.replace('-', '_')}-*.dist-info")), dist
+    server = MCPServer("Warehouse")
+    asked: list[str] = []
+
+    @server.tool(description="Units of a product in stock")
+    def stock_level(sku: str) -> str:
+        asked.append(sku)
+        return "17"
+
+    @server.tool(description="Units in stock of several products")
+    def levels(skus: list[str]) -> dict[str, int]:
+        return {sku: 17 + i for i, sku in enumerate(skus)}
+
+    http = mcp_http_server(server, "Bearer s3cret")
+    url = http.start() + "/mcp"
+    try:
+        # -B: the cached bundle stays as built (no .pyc written into it).
+        proc = subprocess.run(
+            [python, "-I", "-S", "-B", "-c", _MCP_PROBE, str(bundle), url, "Bearer s3cret",
+             *(["server"] if function is API_FUNCTION else [])],
+            cwd=tmp_path, env={"PATH": os.environ.get("PATH", "")}, capture_output=True,
+            text=True, timeout=120, check=False)
+    finally:
+        http.stop()
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    result = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert result["tools"] == ["stock_level", "levels"]
+    assert result["text"] == "17" and asked == ["SKU-1"]
+    assert result["structured"] == {"SKU-1": 17, "SKU-2": 18}
+    assert {"mcp", "jsonschema", "cryptography"} <= set(result["loaded"])
+    # (each left-out distribution's import name is its own: uvicorn, click, python_multipart)
+    assert function.left_out and not {d.replace("-", "_") for d in function.left_out} \
+        & set(result["loaded"])
+    assert result["outside"] == []
 
 
 @pytest.mark.slow

@@ -12,9 +12,9 @@ import re
 import httpx
 import pytest
 from mcp.server.mcpserver import MCPServer
-from starlette.types import ASGIApp, Receive, Scope, Send
+from starlette.types import Receive, Scope, Send
 
-from codeshot.local.http_server import HttpServer
+from codeshot.local.http_server import HttpServer, mcp_http_server
 from codeshot.routing.router import Router
 from tests.protocols.conftest import new_user, stack_with
 
@@ -35,28 +35,9 @@ def stack():
     yield from stack_with(agent_call_timeout_seconds=2.0, reply_wait_seconds=20.0)
 
 
-class RequireAuthorization:
-    """The server's own check of the header its owner registered it with."""
-
-    def __init__(self, app: ASGIApp, expected: str) -> None:
-        self.app, self.expected = app, expected.encode()
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] == "http" and dict(scope["headers"]).get(b"authorization") \
-                != self.expected:
-            await send({"type": "http.response.start", "status": 401,
-                        "headers": [(b"content-type", b"application/json")]})
-            await send({"type": "http.response.body", "body": b'{"error": "unauthorized"}'})
-            return
-        await self.app(scope, receive, send)
-
-
 def serve(stack, server: MCPServer, authorization: str | None = None) -> str:
     """``server`` on loopback (stateless streamable HTTP); its /mcp URL."""
-    app: ASGIApp = server.streamable_http_app(stateless_http=True, json_response=True)
-    if authorization:
-        app = RequireAuthorization(app, authorization)
-    http = HttpServer(app, "127.0.0.1", 0, lifespan=True)
+    http = mcp_http_server(server, authorization)
     stack.agents.append(http)  # stopped with the stack
     return http.start() + "/mcp"
 
