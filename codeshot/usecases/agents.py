@@ -35,7 +35,10 @@ def visible_agents(services: Services, principal: Principal, after: str | None =
 
 
 def find_agent(services: Services, principal: Principal, agent_id: str) -> Agent | None:
-    """The agent, or None when it does not exist or the caller may not see it."""
+    """The agent, or None when it does not exist or the caller may not see it. A bare
+    handle is the caller's own agent (Fixie's ``--agent dice``)."""
+    if "/" not in agent_id and principal.username:
+        agent_id = Agent.make_id(principal.username, agent_id)
     try:
         agent = services.registry.get(agent_id)
     except NotFound:

@@ -27,8 +27,8 @@ def create_session(
     user_id = user_id_of(principal)
     if callback_url:
         check_callback_url(services, callback_url)
-    if frontend_agent_id:
-        usable_agent(services, principal, frontend_agent_id)
+    if frontend_agent_id:  # its full id ("dice" is the caller's own "<you>/dice")
+        frontend_agent_id = usable_agent(services, principal, frontend_agent_id).agent_id
     services.usage.charge("session", user_id, services.settings.daily_session_limit)
     return services.sessions.create(Session(
         session_id=ids.handle(), owner=user_id, owner_name=principal.username,

@@ -104,3 +104,11 @@ def test_session_with_frontend_agent(platform, handshake_agent):
     _, other = platform.user()
     assert code(platform.gql(other, CREATE_SESSION, {"frontendAgentId": "carol/front"})) \
         == "NOT_FOUND"  # a private agent of someone else is invisible
+    # A bare handle is the caller's own agent (fixie's `--agent front`), stored in full;
+    # for anyone else it names their own, here none.
+    own = platform.gql(key, CREATE_SESSION, {"frontendAgentId": "front"})
+    assert own["data"]["createSession"]["session"]["frontendAgentId"] == "carol/front"
+    assert platform.gql(key, AGENT_BY_ID, {"agentId": "front"})["data"]["agentById"][
+        "handle"] == "front"
+    assert code(platform.gql(other, CREATE_SESSION, {"frontendAgentId": "front"})) \
+        == "NOT_FOUND"

@@ -47,6 +47,7 @@ def test_fixie_cli_queries_with_and_without_an_agent(live_stack, fixie_python, t
 
     dice(fixie(fixie_python, env, "query", "Roll 2d6"), 2, 6)  # no agent: the planner
     dice(fixie(fixie_python, env, "query", "--agent", "local/dice", "Roll a d20"), 1, 20)
+    dice(fixie(fixie_python, env, "query", "--agent", "dice", "Roll a d12"), 1, 12)  # own
     # `fixie query` deletes the session it made, unless told to keep it.
     assert fixie(fixie_python, env, "session", "list").split() == sessions
     fixie(fixie_python, env, "query", "--keep", "Roll 1d4")
