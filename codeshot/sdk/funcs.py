@@ -89,7 +89,10 @@ def as_agent_exception(exc: Exception, func_name: str) -> AgentException:
 
 def responses(result: Any) -> Iterator[AgentResponse]:
     """A result as replies: AgentResponse, Message, str, an iterator of those (streamed);
-    anything else (numbers, lists, dicts from typed Funcs) as its JSON text."""
+    None is no reply (ERR_NO_RESPONSE: a Func that forgot to return, not the text
+    "null"); anything else (numbers, lists, dicts from typed Funcs) as its JSON text."""
+    if result is None:
+        return
     if isinstance(result, AgentResponse):
         yield result
     elif isinstance(result, Message):

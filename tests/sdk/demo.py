@@ -51,4 +51,8 @@ def demo_agent() -> CodeShotAgent:
     def explode(query):
         raise RuntimeError("secret internals")
 
+    @agent.register_func
+    def forget(query: str) -> None:  # a Func that forgot to return its answer
+        pass
+
     return agent

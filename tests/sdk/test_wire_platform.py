@@ -85,7 +85,8 @@ def test_unknown_func_is_404_err_func_not_defined(platform, sdk_agent):
     error = reply.json()["error"]
     assert error["code"] == "ERR_FUNC_NOT_DEFINED"
     assert error["details"] == {"func_name": "nope",
-                                "available_funcs": ["add", "book", "explode", "remember"]}
+                                "available_funcs": ["add", "book", "explode", "forget",
+                                                    "remember"]}
 
 
 def test_a_crashing_func_leaks_no_internals(platform, sdk_agent):
@@ -93,6 +94,12 @@ def test_a_crashing_func_leaks_no_internals(platform, sdk_agent):
     assert reply.status_code == 500
     assert reply.json()["error"]["code"] == "ERR_AGENT_UNHANDLED_EXCEPTION"
     assert "secret" not in reply.text
+
+
+def test_a_func_returning_none_answers_err_no_response_not_null(platform, sdk_agent):
+    reply = call(platform, sdk_agent, "forget", "x")
+    assert reply.status_code == 500 and reply.json()["message"]["text"] != "null"
+    assert reply.json()["error"]["code"] == "ERR_NO_RESPONSE"
 
 
 @pytest.mark.settings(fixie_audiences=False)
