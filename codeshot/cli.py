@@ -263,7 +263,8 @@ def build_parser() -> argparse.ArgumentParser:
         help="start moto + the platform on loopback until Ctrl-C",
         description="Start the whole platform locally on moto's server. Prints the API URL, "
         "the AWS endpoint and an API key, and writes .codeshot/local.json in the current "
-        "directory once ready (removed on stop).",
+        "directory once ready (removed on stop). Refuses (STACK_RUNNING) while the stack of "
+        "that file still runs.",
     )
     up.add_argument("--host", default="127.0.0.1", help="address to listen on")
     up.add_argument("--port", type=int, default=8080, help="API port (default 8080)")

@@ -166,6 +166,14 @@ class OAuthFailed(CodeshotError):
     permanent = True
 
 
+class StackRunning(CodeshotError):
+    """``codeshot local up`` in a directory whose ``.codeshot/local.json`` belongs to a
+    local stack that is still running: a second one would take that file over."""
+
+    code = "STACK_RUNNING"
+    http_status = 409
+
+
 class NotSupported(CodeshotError):
     """A Fixie 1.0 feature the platform accepts (so agents using it load and register)
     but does not run yet: document corpora."""

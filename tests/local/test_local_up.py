@@ -27,10 +27,11 @@ def start(tmp_path: Path, port: int) -> subprocess.Popen:
 
 
 def wait_for_file(path: Path, proc: subprocess.Popen, timeout: float = 30) -> dict:
+    """``proc``'s local.json, once written (it names its pid)."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        if path.exists():
-            return json.loads(path.read_text())
+        if path.exists() and (state := json.loads(path.read_text())).get("pid") == proc.pid:
+            return state
         assert proc.poll() is None, proc.communicate()
         time.sleep(0.05)
     raise AssertionError("local.json never appeared")
@@ -74,6 +75,40 @@ def test_local_up_creates_resources_and_cleans_up_on_sigterm(tmp_path):
     assert "AWS endpoint: http://127.0.0.1:" in out and "Ready in" in out
     assert "API: http://127.0.0.1:" in out and "API key: ey" in out
     assert not state_file.exists()
+
+
+def test_a_second_local_up_in_the_directory_refuses_and_leaves_the_first_alone(tmp_path):
+    first = start(tmp_path, free_port())
+    state_file = tmp_path / ".codeshot" / "local.json"
+    try:
+        state = wait_for_file(state_file, first)
+        second = start(tmp_path, free_port())  # another port: it would have started
+        _out, err = second.communicate(timeout=30)
+        assert second.returncode == 2, err
+        assert err.startswith(f"codeshot: error: a local stack is already running from this "
+                              f"directory at {state['api_url']} (pid {first.pid}")
+        assert err.rstrip().endswith("(STACK_RUNNING)")
+        assert json.loads(state_file.read_text()) == state  # commands still find the first
+    finally:
+        first.send_signal(signal.SIGTERM)
+        first.communicate(timeout=20)
+    assert first.returncode == 0 and not state_file.exists()
+
+
+def test_a_crashed_stacks_local_json_does_not_block_the_next(tmp_path):
+    crashed = start(tmp_path, free_port())
+    state_file = tmp_path / ".codeshot" / "local.json"
+    stale = wait_for_file(state_file, crashed)
+    crashed.kill()  # no clean-up: its local.json stays behind
+    crashed.communicate(timeout=20)
+    assert json.loads(state_file.read_text()) == stale
+    proc = start(tmp_path, free_port())
+    try:
+        assert wait_for_file(state_file, proc)["api_url"] != stale["api_url"]
+    finally:
+        proc.send_signal(signal.SIGINT)
+        proc.communicate(timeout=20)
+    assert proc.returncode == 0 and not state_file.exists()
 
 
 def test_port_in_use_is_a_clear_error(tmp_path):
