@@ -15,6 +15,13 @@ if TYPE_CHECKING:
 
 # Third-party packages of the `platform` and `local` extras (not installed with the SDK).
 PLATFORM_PACKAGES = frozenset({"boto3", "botocore", "strawberry", "numpy", "moto"})
+# AWS error codes of a resource that is not there (a table, the queue, a bucket, a secret).
+MISSING_RESOURCE = frozenset({"ResourceNotFoundException", "NoSuchBucket",
+                              "AWS.SimpleQueueService.NonExistentQueue", "QueueDoesNotExist"})
+# AWS error codes of credentials that AWS does not accept.
+BAD_CREDENTIALS = frozenset({"UnrecognizedClientException", "InvalidClientTokenId",
+                             "ExpiredToken", "ExpiredTokenException", "InvalidAccessKeyId",
+                             "SignatureDoesNotMatch", "AccessDenied", "AccessDeniedException"})
 
 
 def _local_up(args: argparse.Namespace) -> int:
@@ -435,14 +442,62 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _aws_error(exc: Exception) -> CodeshotError | None:
+    """An AWS failure that reached a command's top, as a coded error saying what to do (None
+    for anything else). Every command that acts on the platform's resources gets these."""
+    try:
+        from botocore.exceptions import (
+            BotoCoreError,
+            ClientError,
+            NoCredentialsError,
+            PartialCredentialsError,
+        )
+        from botocore.exceptions import ConnectionError as AwsConnectionError
+    except ModuleNotFoundError:
+        return None
+    from codeshot.client import STATE_FILE, read_state
+    from codeshot.errors import NotFound, Unauthenticated, Unavailable
+
+    state = read_state()
+    if isinstance(exc, NoCredentialsError | PartialCredentialsError):
+        return Unauthenticated(
+            f"no local stack here (no {STATE_FILE} in this directory) and no AWS "
+            f"credentials either: run this beside a running `codeshot local up`, or set "
+            f"CODESHOT_* and AWS credentials (AWS_PROFILE, or AWS_ACCESS_KEY_ID and "
+            f"AWS_SECRET_ACCESS_KEY) for a deployed platform")
+    if isinstance(exc, AwsConnectionError):  # refused, no such host, connect timeout
+        if state is not None:
+            return Unavailable(
+                f"the local stack's AWS endpoint {state.get('aws_endpoint_url')} does not "
+                f"answer: the `codeshot local up` that wrote {STATE_FILE} here is not "
+                f"running; start it again")
+        return Unavailable(f"cannot reach AWS: {exc}")
+    if isinstance(exc, ClientError):
+        error = exc.response.get("Error", {})
+        code, message = error.get("Code", ""), error.get("Message", "")
+        if code in MISSING_RESOURCE:
+            fix = "run this with the CODESHOT_* names its `codeshot local up` has" \
+                if state is not None else \
+                "deploy the platform (infra/), or set CODESHOT_* to the names of its resources"
+            where = "the local stack" if state is not None else "this AWS account and region"
+            return NotFound(f"{message or code} ({exc.operation_name}): the platform's tables, "
+                            f"queue, bucket or secret are not in {where}; {fix}")
+        if code in BAD_CREDENTIALS:
+            return Unauthenticated(f"AWS refused these credentials for "
+                                   f"{exc.operation_name}: {message or code}")
+        return Unavailable(f"AWS refused {exc.operation_name}: {message or code} ({code})")
+    if isinstance(exc, BotoCoreError):
+        return Unavailable(f"the AWS call failed: {exc}")
+    return None
+
+
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
         code: int = args.run(args)
         return code
     except CodeshotError as exc:
-        print(f"codeshot: error: {exc.message} ({exc.code})", file=sys.stderr)
-        return 2
+        return _report(exc)
     except ModuleNotFoundError as exc:
         if (exc.name or "").split(".")[0] not in PLATFORM_PACKAGES:
             raise
@@ -450,6 +505,17 @@ def main(argv: list[str] | None = None) -> int:
         print(f"codeshot: error: this command runs the platform, which needs "
               f"`pip install 'codeshot-kit[local]'` ({exc.name} is missing)", file=sys.stderr)
         return 2
+    except Exception as exc:
+        error = _aws_error(exc)
+        if error is None:
+            raise
+        return _report(error)
+
+
+def _report(error: CodeshotError) -> int:
+    """docs/errors.md's one line on stderr, and exit code 2."""
+    print(f"codeshot: error: {error.message} ({error.code})", file=sys.stderr)
+    return 2
 
 
 if __name__ == "__main__":
