@@ -166,6 +166,13 @@ class OAuthFailed(CodeshotError):
     permanent = True
 
 
+class PortInUse(CodeshotError):
+    """A port a command would listen on is taken; the message names that command's flag."""
+
+    code = "PORT_IN_USE"
+    http_status = 409
+
+
 class StackRunning(CodeshotError):
     """``codeshot local up`` in a directory whose ``.codeshot/local.json`` belongs to a
     local stack that is still running: a second one would take that file over."""

@@ -81,7 +81,7 @@ class LocalStack:
     def start(self) -> dict[str, Any]:
         began = time.perf_counter()
         self._refuse_if_running()
-        check_port_free(self.host, self.port)
+        check_port_free(self.host, self.port, "--port")
         self.progress("Starting local AWS (moto server) ...")
         endpoint = self.aws.start()
         try:

@@ -180,7 +180,8 @@ def test_bad_input_is_one_clear_line(stack_dir, tmp_path):
         taken.bind(("127.0.0.1", busy))
         taken.listen()
         cases.append((["serve", str(directory), "--port", str(busy)],
-                       f"port {busy} on 127.0.0.1 is already in use"))
+                       f"port {busy} on 127.0.0.1 is already in use; stop what is using "
+                       f"it or pick another port (--port) (PORT_IN_USE)"))
         for args, message in cases:
             out = codeshot(*args, cwd=stack_dir)
             assert out.returncode == 2, (args, out.stdout, out.stderr)

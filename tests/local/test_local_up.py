@@ -17,10 +17,10 @@ from tests.conftest import free_port
 pytestmark = pytest.mark.slow
 
 
-def start(tmp_path: Path, port: int) -> subprocess.Popen:
+def start(tmp_path: Path, port: int, aws_port: int | None = None) -> subprocess.Popen:
     return subprocess.Popen(
         [sys.executable, "-m", "codeshot.cli", "local", "up", "--port", str(port),
-         "--aws-port", str(free_port())],
+         "--aws-port", str(aws_port or free_port())],
         cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
         env={**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2])},
     )
@@ -111,15 +111,18 @@ def test_a_crashed_stacks_local_json_does_not_block_the_next(tmp_path):
     assert proc.returncode == 0 and not state_file.exists()
 
 
-def test_port_in_use_is_a_clear_error(tmp_path):
+@pytest.mark.parametrize("flag", ["--port", "--aws-port"])
+def test_port_in_use_is_a_clear_error_naming_its_flag(tmp_path, flag):
     with socket.socket() as busy:
         busy.bind(("127.0.0.1", 0))
         busy.listen()
         port = busy.getsockname()[1]
-        proc = start(tmp_path, port)
+        proc = start(tmp_path, port) if flag == "--port" else \
+            start(tmp_path, free_port(), aws_port=port)
         _out, err = proc.communicate(timeout=30)
     assert proc.returncode == 2
-    assert f"port {port} on 127.0.0.1 is already in use" in err
+    assert err.endswith(f"port {port} on 127.0.0.1 is already in use; stop what is using it "
+                        f"or pick another port ({flag}) (PORT_IN_USE)\n"), err
     assert not (tmp_path / ".codeshot" / "local.json").exists()
 
 
