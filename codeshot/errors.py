@@ -182,8 +182,8 @@ class StackRunning(CodeshotError):
 
 
 class NotSupported(CodeshotError):
-    """A Fixie 1.0 feature the platform accepts (so agents using it load and register)
-    but does not run yet: document corpora."""
+    """A platform Func an agent cannot use: ``Func[fixie_query_corpus]`` from an agent
+    that declares no document corpus to search."""
 
     code = "NOT_SUPPORTED"
     http_status = 501
