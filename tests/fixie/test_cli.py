@@ -6,6 +6,7 @@ and an unmodified fixieai 1.0.4 agent served by fixieai's own loader."""
 from __future__ import annotations
 
 import os
+import shlex
 import signal
 import subprocess
 import sys
@@ -163,6 +164,33 @@ def test_register_an_unmodified_fixieai_agent_by_url(live_stack, stack_dir, tmp_
         assert again.returncode == 0, again.stderr
     assert gql(live_stack, 'query { agentById(agentId: "local/fxshouter") { name } }'
                )["agentById"]["name"] == "Loud"
+
+
+def readme_steps() -> list[list[str]]:
+    """The commands of the README's "Writing an agent" block, as a new user types them."""
+    section = (ROOT / "README.md").read_text().split("\n## Writing an agent\n", 1)[1]
+    block = section.split("```bash\n", 1)[1].split("```", 1)[0]
+    return [shlex.split(line.split("#", 1)[0]) for line in block.splitlines() if line.strip()]
+
+
+def test_the_readmes_writing_an_agent_steps_end_in_a_chat_with_it(live_stack, stack_dir):
+    steps = readme_steps()
+    assert [step[:2] for step in steps] == [[".venv/bin/codeshot", "new"],
+                                            [".venv/bin/codeshot", "agent"],
+                                            [".venv/bin/codeshot", "serve"],
+                                            [".venv/bin/codeshot", "chat"]]
+    new, test, serve, chat = ([sys.executable, "-m", "codeshot.cli", *step[1:]]
+                              for step in steps)
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    for argv in (new, test):
+        done = subprocess.run(argv, cwd=stack_dir, env=env, capture_output=True, text=True,
+                              timeout=300, check=False)
+        assert done.returncode == 0, (argv, done.stdout, done.stderr)
+    with running([*serve, "--port", "0"], stack_dir, env, until="Registered"):
+        talked = subprocess.run(chat, cwd=stack_dir, env=env, input="Save a note: buy milk\n",
+                                capture_output=True, text=True, timeout=120, check=False)
+    assert talked.returncode == 0, talked.stderr
+    assert "Saved note " in talked.stdout and "buy milk" in talked.stdout, talked.stdout
 
 
 def test_bad_input_is_one_clear_line(stack_dir, tmp_path):
