@@ -234,8 +234,11 @@ def _oauth_list(args: argparse.Namespace) -> int:
     from codeshot.client import PlatformClient, Target
 
     client = PlatformClient(Target.find(args.api_url, args.api_key))
-    for grant in client.call("{ oauthGrants { agentId created modified } }")["oauthGrants"]:
+    grants = client.call("{ oauthGrants { agentId created modified } }")["oauthGrants"]
+    for grant in grants:
         print(f"{grant['agentId']}\tauthorized {grant['created']}\tmodified {grant['modified']}")
+    if not grants:
+        print("No agent holds an OAuth token of yours.")
     return 0
 
 
@@ -288,14 +291,14 @@ def build_parser() -> argparse.ArgumentParser:
         "`codeshot local up`, it targets that stack (via .codeshot/local.json); otherwise the "
         "platform named by the CODESHOT_* environment.",
     )
-    create.add_argument("name", help="username: 1-63 of a-z, 0-9, '_' or '-'")
+    create.add_argument("name", metavar="NAME", help="username: 1-63 of a-z, 0-9, '_' or '-'")
     create.set_defaults(run=_users_create)
     keys = user_commands.add_parser(
         "keys", help="list the ids of a user's active API keys",
         description="Print the id of each of NAME's active API keys, one a line (the keys "
         "themselves are never stored). Targets the stack as `users create` does.",
     )
-    keys.add_argument("name", help="username")
+    keys.add_argument("name", metavar="NAME", help="username")
     keys.set_defaults(run=_users_keys)
     revoke = user_commands.add_parser(
         "revoke-key", help="revoke one of a user's API keys",
@@ -304,17 +307,17 @@ def build_parser() -> argparse.ArgumentParser:
         "user's last key cannot be revoked (create another first). Users revoke their own "
         "keys with the revokeApiKey mutation. Targets the stack as `users create` does.",
     )
-    revoke.add_argument("name", help="username")
+    revoke.add_argument("name", metavar="NAME", help="username")
     revoke.add_argument("key", metavar="KEY", help="the key's id (key_...) or the API key")
     revoke.set_defaults(run=_users_revoke_key)
     limits = user_commands.add_parser(
         "limits",
         help="set one user's own daily limits, or show them",
-        description="Set USERNAME's own limits per day (UTC), overriding "
+        description="Set NAME's own limits per day (UTC), overriding "
         "CODESHOT_DAILY_QUERY_LIMIT and CODESHOT_DAILY_TOKEN_LIMIT for that user; without "
         "options, print the limits that apply. Targets the stack as `users create` does.",
     )
-    limits.add_argument("name", help="username")
+    limits.add_argument("name", metavar="NAME", help="username")
     limits.add_argument("--daily-queries", type=int, metavar="N", help="queries per day")
     limits.add_argument("--daily-tokens", type=int, metavar="N",
                         help="LLM tokens (prompt + completion) per day, across agents")
@@ -327,15 +330,16 @@ def build_parser() -> argparse.ArgumentParser:
     for name, disable, what in (("disable", True, "refuse all of a user's API keys and "
                                  "their sign-in at once"),
                                 ("enable", False, "let a disabled user in again")):
-        toggle = user_commands.add_parser(name, help=what, description=what.capitalize()
-                                          + ". Targets the stack as `users create` does.")
-        toggle.add_argument("name", help="username")
+        toggle = user_commands.add_parser(
+            name, help=what,
+            description=f"{what[0].upper()}{what[1:]}. Targets the stack as `users create` does.")
+        toggle.add_argument("name", metavar="NAME", help="username")
         toggle.set_defaults(run=_users_disable, disable=disable)
     operator = user_commands.add_parser(
         "operator", help="make a user an operator (or, with --off, no longer one)",
         description="Operators see the console's Users page: they list users, set their "
         "daily query limits and disable them. Targets the stack as `users create` does.")
-    operator.add_argument("name", help="username")
+    operator.add_argument("name", metavar="NAME", help="username")
     operator.add_argument("--off", action="store_true", help="take the role away")
     operator.set_defaults(run=_users_operator)
     confirm = user_commands.add_parser(

@@ -254,3 +254,30 @@ def test_the_table_wraps_long_answers_instead_of_cutting_them(tmp_path):
     assert "END" in table and "..." not in table
     assert " ".join(table.split()).count("word") == 61  # 60 in the answer, one expected
     assert textwrap.dedent(table).splitlines()[-1] == "1 passed, 0 failed, 0 skipped"
+
+
+def test_the_table_keeps_a_url_whole_on_one_line():
+    from codeshot.devtools.agents import CaseResult, Verdict
+    from codeshot.sdk.project import AgentTest
+
+    url = "http://127.0.0.1:9/an-agent-that-is-not-served-here"
+    table = format_results([CaseResult(AgentTest(query="q", expected="x"),
+                                       f"the agent at {url} cannot be reached", "error",
+                                       Verdict.FAIL)])
+    assert any(url in line for line in table.splitlines()), table
+
+
+@pytest.mark.parametrize(("argv", "text"), [
+    (["users", "limits", "--help"], "Set NAME's own limits per day"),
+    (["users", "keys", "--help"], "Print the id of each of NAME's active API keys"),
+    (["users", "disable", "--help"], "Refuse all of a user's API keys and their sign-in"),
+])
+def test_users_help_names_the_argument_it_shows(capsys, argv, text):
+    from codeshot.cli import main
+
+    with pytest.raises(SystemExit) as done:
+        main(argv)
+    assert done.value.code == 0
+    out = capsys.readouterr().out
+    assert text in " ".join(out.split())
+    assert "positional arguments:\n  NAME " in out, out
