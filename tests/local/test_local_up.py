@@ -95,6 +95,19 @@ def test_a_second_local_up_in_the_directory_refuses_and_leaves_the_first_alone(t
     assert first.returncode == 0 and not state_file.exists()
 
 
+def test_a_stack_removes_only_the_local_json_it_wrote(tmp_path):
+    proc = start(tmp_path, free_port())
+    state_file = tmp_path / ".codeshot" / "local.json"
+    state = wait_for_file(state_file, proc)
+    # Another stack's file in its place (one that started here while this one ran).
+    other = {**state, "api_url": f"http://127.0.0.1:{free_port()}", "pid": os.getppid()}
+    state_file.write_text(json.dumps(other))
+    proc.send_signal(signal.SIGINT)
+    proc.communicate(timeout=20)
+    assert proc.returncode == 0
+    assert json.loads(state_file.read_text()) == other
+
+
 def test_a_crashed_stacks_local_json_does_not_block_the_next(tmp_path):
     crashed = start(tmp_path, free_port())
     state_file = tmp_path / ".codeshot" / "local.json"
