@@ -15,6 +15,13 @@ if TYPE_CHECKING:
 
 # Third-party packages of the `platform` and `local` extras (not installed with the SDK).
 PLATFORM_PACKAGES = frozenset({"boto3", "botocore", "strawberry", "numpy", "moto"})
+# AWS error codes of a resource that is not there (a table, the queue, a bucket, a secret).
+MISSING_RESOURCE = frozenset({"ResourceNotFoundException", "NoSuchBucket",
+                              "AWS.SimpleQueueService.NonExistentQueue", "QueueDoesNotExist"})
+# AWS error codes of credentials that AWS does not accept.
+BAD_CREDENTIALS = frozenset({"UnrecognizedClientException", "InvalidClientTokenId",
+                             "ExpiredToken", "ExpiredTokenException", "InvalidAccessKeyId",
+                             "SignatureDoesNotMatch", "AccessDenied", "AccessDeniedException"})
 
 
 def _local_up(args: argparse.Namespace) -> int:
@@ -227,8 +234,11 @@ def _oauth_list(args: argparse.Namespace) -> int:
     from codeshot.client import PlatformClient, Target
 
     client = PlatformClient(Target.find(args.api_url, args.api_key))
-    for grant in client.call("{ oauthGrants { agentId created modified } }")["oauthGrants"]:
+    grants = client.call("{ oauthGrants { agentId created modified } }")["oauthGrants"]
+    for grant in grants:
         print(f"{grant['agentId']}\tauthorized {grant['created']}\tmodified {grant['modified']}")
+    if not grants:
+        print("No agent holds an OAuth token of yours.")
     return 0
 
 
@@ -263,7 +273,8 @@ def build_parser() -> argparse.ArgumentParser:
         help="start moto + the platform on loopback until Ctrl-C",
         description="Start the whole platform locally on moto's server. Prints the API URL, "
         "the AWS endpoint and an API key, and writes .codeshot/local.json in the current "
-        "directory once ready (removed on stop).",
+        "directory once ready (removed on stop). Refuses (STACK_RUNNING) while the stack of "
+        "that file still runs.",
     )
     up.add_argument("--host", default="127.0.0.1", help="address to listen on")
     up.add_argument("--port", type=int, default=8080, help="API port (default 8080)")
@@ -280,14 +291,14 @@ def build_parser() -> argparse.ArgumentParser:
         "`codeshot local up`, it targets that stack (via .codeshot/local.json); otherwise the "
         "platform named by the CODESHOT_* environment.",
     )
-    create.add_argument("name", help="username: 1-63 of a-z, 0-9, '_' or '-'")
+    create.add_argument("name", metavar="NAME", help="username: 1-63 of a-z, 0-9, '_' or '-'")
     create.set_defaults(run=_users_create)
     keys = user_commands.add_parser(
         "keys", help="list the ids of a user's active API keys",
         description="Print the id of each of NAME's active API keys, one a line (the keys "
         "themselves are never stored). Targets the stack as `users create` does.",
     )
-    keys.add_argument("name", help="username")
+    keys.add_argument("name", metavar="NAME", help="username")
     keys.set_defaults(run=_users_keys)
     revoke = user_commands.add_parser(
         "revoke-key", help="revoke one of a user's API keys",
@@ -296,17 +307,17 @@ def build_parser() -> argparse.ArgumentParser:
         "user's last key cannot be revoked (create another first). Users revoke their own "
         "keys with the revokeApiKey mutation. Targets the stack as `users create` does.",
     )
-    revoke.add_argument("name", help="username")
+    revoke.add_argument("name", metavar="NAME", help="username")
     revoke.add_argument("key", metavar="KEY", help="the key's id (key_...) or the API key")
     revoke.set_defaults(run=_users_revoke_key)
     limits = user_commands.add_parser(
         "limits",
         help="set one user's own daily limits, or show them",
-        description="Set USERNAME's own limits per day (UTC), overriding "
+        description="Set NAME's own limits per day (UTC), overriding "
         "CODESHOT_DAILY_QUERY_LIMIT and CODESHOT_DAILY_TOKEN_LIMIT for that user; without "
         "options, print the limits that apply. Targets the stack as `users create` does.",
     )
-    limits.add_argument("name", help="username")
+    limits.add_argument("name", metavar="NAME", help="username")
     limits.add_argument("--daily-queries", type=int, metavar="N", help="queries per day")
     limits.add_argument("--daily-tokens", type=int, metavar="N",
                         help="LLM tokens (prompt + completion) per day, across agents")
@@ -319,15 +330,16 @@ def build_parser() -> argparse.ArgumentParser:
     for name, disable, what in (("disable", True, "refuse all of a user's API keys and "
                                  "their sign-in at once"),
                                 ("enable", False, "let a disabled user in again")):
-        toggle = user_commands.add_parser(name, help=what, description=what.capitalize()
-                                          + ". Targets the stack as `users create` does.")
-        toggle.add_argument("name", help="username")
+        toggle = user_commands.add_parser(
+            name, help=what,
+            description=f"{what[0].upper()}{what[1:]}. Targets the stack as `users create` does.")
+        toggle.add_argument("name", metavar="NAME", help="username")
         toggle.set_defaults(run=_users_disable, disable=disable)
     operator = user_commands.add_parser(
         "operator", help="make a user an operator (or, with --off, no longer one)",
         description="Operators see the console's Users page: they list users, set their "
         "daily query limits and disable them. Targets the stack as `users create` does.")
-    operator.add_argument("name", help="username")
+    operator.add_argument("name", metavar="NAME", help="username")
     operator.add_argument("--off", action="store_true", help="take the role away")
     operator.set_defaults(run=_users_operator)
     confirm = user_commands.add_parser(
@@ -434,14 +446,62 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _aws_error(exc: Exception) -> CodeshotError | None:
+    """An AWS failure that reached a command's top, as a coded error saying what to do (None
+    for anything else). Every command that acts on the platform's resources gets these."""
+    try:
+        from botocore.exceptions import (
+            BotoCoreError,
+            ClientError,
+            NoCredentialsError,
+            PartialCredentialsError,
+        )
+        from botocore.exceptions import ConnectionError as AwsConnectionError
+    except ModuleNotFoundError:
+        return None
+    from codeshot.client import STATE_FILE, read_state
+    from codeshot.errors import NotFound, Unauthenticated, Unavailable
+
+    state = read_state()
+    if isinstance(exc, NoCredentialsError | PartialCredentialsError):
+        return Unauthenticated(
+            f"no local stack here (no {STATE_FILE} in this directory) and no AWS "
+            f"credentials either: run this beside a running `codeshot local up`, or set "
+            f"CODESHOT_* and AWS credentials (AWS_PROFILE, or AWS_ACCESS_KEY_ID and "
+            f"AWS_SECRET_ACCESS_KEY) for a deployed platform")
+    if isinstance(exc, AwsConnectionError):  # refused, no such host, connect timeout
+        if state is not None:
+            return Unavailable(
+                f"the local stack's AWS endpoint {state.get('aws_endpoint_url')} does not "
+                f"answer: the `codeshot local up` that wrote {STATE_FILE} here is not "
+                f"running; start it again")
+        return Unavailable(f"cannot reach AWS: {exc}")
+    if isinstance(exc, ClientError):
+        error = exc.response.get("Error", {})
+        code, message = error.get("Code", ""), error.get("Message", "")
+        if code in MISSING_RESOURCE:
+            fix = "run this with the CODESHOT_* names its `codeshot local up` has" \
+                if state is not None else \
+                "deploy the platform (infra/), or set CODESHOT_* to the names of its resources"
+            where = "the local stack" if state is not None else "this AWS account and region"
+            return NotFound(f"{message or code} ({exc.operation_name}): the platform's tables, "
+                            f"queue, bucket or secret are not in {where}; {fix}")
+        if code in BAD_CREDENTIALS:
+            return Unauthenticated(f"AWS refused these credentials for "
+                                   f"{exc.operation_name}: {message or code}")
+        return Unavailable(f"AWS refused {exc.operation_name}: {message or code} ({code})")
+    if isinstance(exc, BotoCoreError):
+        return Unavailable(f"the AWS call failed: {exc}")
+    return None
+
+
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
         code: int = args.run(args)
         return code
     except CodeshotError as exc:
-        print(f"codeshot: error: {exc.message} ({exc.code})", file=sys.stderr)
-        return 2
+        return _report(exc)
     except ModuleNotFoundError as exc:
         if (exc.name or "").split(".")[0] not in PLATFORM_PACKAGES:
             raise
@@ -449,6 +509,17 @@ def main(argv: list[str] | None = None) -> int:
         print(f"codeshot: error: this command runs the platform, which needs "
               f"`pip install 'codeshot-kit[local]'` ({exc.name} is missing)", file=sys.stderr)
         return 2
+    except Exception as exc:
+        error = _aws_error(exc)
+        if error is None:
+            raise
+        return _report(error)
+
+
+def _report(error: CodeshotError) -> int:
+    """docs/errors.md's one line on stderr, and exit code 2."""
+    print(f"codeshot: error: {error.message} ({error.code})", file=sys.stderr)
+    return 2
 
 
 if __name__ == "__main__":

@@ -177,9 +177,24 @@ class OAuthFailed(CodeshotError):
     permanent = True
 
 
+class PortInUse(CodeshotError):
+    """A port a command would listen on is taken; the message names that command's flag."""
+
+    code = "PORT_IN_USE"
+    http_status = 409
+
+
+class StackRunning(CodeshotError):
+    """``codeshot local up`` in a directory whose ``.codeshot/local.json`` belongs to a
+    local stack that is still running: a second one would take that file over."""
+
+    code = "STACK_RUNNING"
+    http_status = 409
+
+
 class NotSupported(CodeshotError):
-    """A Fixie 1.0 feature the platform accepts (so agents using it load and register)
-    but does not run yet: document corpora."""
+    """A platform Func an agent cannot use: ``Func[fixie_query_corpus]`` from an agent
+    that declares no document corpus to search."""
 
     code = "NOT_SUPPORTED"
     http_status = 501

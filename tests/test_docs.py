@@ -1,10 +1,14 @@
-"""The README's configuration table and the code must not drift apart."""
+"""The README's configuration table, docs/errors.md and the code must not drift apart."""
 
+import re
 from pathlib import Path
 
+from codeshot import errors
 from codeshot.settings import FIELDS
 
-README = (Path(__file__).resolve().parents[1] / "README.md").read_text()
+ROOT = Path(__file__).resolve().parents[1]
+README = (ROOT / "README.md").read_text()
+ERRORS = (ROOT / "docs" / "errors.md").read_text()
 
 
 def test_every_setting_is_documented_with_its_default():
@@ -18,3 +22,18 @@ def test_every_setting_is_documented_with_its_default():
             if isinstance(default, bool) else str(default)
         assert shown == expected or (isinstance(default, float) and shown == f"{default:g}"), \
             (env, shown, expected)
+
+
+def error_codes() -> set[str]:
+    """Every code a CodeshotError of codeshot/errors.py carries."""
+    return {cls.code for cls in vars(errors).values()
+            if isinstance(cls, type) and issubclass(cls, errors.CodeshotError)}
+
+
+def test_every_error_code_is_documented_in_docs_errors_and_named_in_the_readme():
+    documented = {line.split("|")[1].strip().strip("`") for line in ERRORS.splitlines()
+                  if line.startswith("| `")}
+    assert error_codes() - documented == set(), "missing from docs/errors.md's table"
+    # The README's list of codes says "all in docs/errors.md": it names each one.
+    assert {code for code in error_codes()
+            if not re.search(rf"\b{code}\b", README)} == set(), "missing from the README"

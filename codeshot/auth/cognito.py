@@ -210,17 +210,21 @@ class Accounts:
         except ClientError as exc:
             code = exc.response.get("Error", {}).get("Code", "")
             message = exc.response.get("Error", {}).get("Message", "")
-            raise _error(code, message) from exc
+            raise _error(code, message, operation, kwargs.get("Username")) from exc
 
 
-def _error(code: str, message: str) -> Exception:
+def _error(code: str, message: str, operation: str, username: str | None) -> Exception:
+    # Sign-in never tells a stranger whether an email has an account; confirming or
+    # enabling one (an operator, or its owner with a code) says that it does not exist.
+    missing = Unauthenticated("wrong email or password") if operation == "initiate_auth" \
+        else NotFound(f"there is no account {username} in the user pool")
     known: dict[str, Exception] = {
         "UsernameExistsException": Conflict("an account with this email exists: sign in"),
         "InvalidPasswordException": InvalidInput(f"the password needs {POOL.password_rule()}"),
         "NotAuthorizedException": Unauthenticated(
             "this account is disabled" if "disabled" in message.lower()
             else "wrong email or password"),
-        "UserNotFoundException": Unauthenticated("wrong email or password"),
+        "UserNotFoundException": missing,
         "UserNotConfirmedException": Unauthenticated(
             "confirm your email first with the code we sent"),
         "CodeMismatchException": InvalidInput("that code is not the one we sent"),

@@ -274,14 +274,16 @@ def run_agent_tests(agent_dir: Path, settings: Settings | None = None) -> list[C
 
 
 def format_results(results: list[CaseResult], width: int = 36) -> str:
-    """A table of every test, cells wrapped (never cut) at ``width`` characters."""
+    """A table of every test, cells wrapped (never cut) at ``width`` characters; a longer
+    word (a URL) stays whole on its own line, so it can be copied."""
     rows = [("", "query", "expected", "answer", "reason")] + [
         (r.verdict.value, r.case.query,
          r.case.expected if r.case.expected is not None else f"/{r.case.regex}/",
          r.answer if r.status == Status.DONE.value else f"[{r.status}] {r.answer}", r.reason)
         for r in results
     ]
-    cells = [[textwrap.wrap(c, width, replace_whitespace=True) or [""] for c in row]
+    cells = [[textwrap.wrap(c, width, replace_whitespace=True, break_long_words=False,
+                            break_on_hyphens=False) or [""] for c in row]
              for row in rows]
     widths = [max(len(line) for row in cells for line in row[i]) for i in range(5)]
     lines = []

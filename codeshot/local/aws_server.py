@@ -23,15 +23,12 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-from codeshot.errors import CodeshotError
+from codeshot.errors import PortInUse
 
 
-class PortInUse(CodeshotError):
-    code = "PORT_IN_USE"
-
-
-def check_port_free(host: str, port: int) -> None:
-    """Fail early, with a message a person can act on, when a port is taken."""
+def check_port_free(host: str, port: int, flag: str) -> None:
+    """Fail early, with a message a person can act on, when a port is taken: ``flag`` is
+    the option of the command that chose it."""
     if port == 0:
         return
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
@@ -41,7 +38,7 @@ def check_port_free(host: str, port: int) -> None:
             if exc.errno in (errno.EADDRINUSE, errno.EACCES):
                 raise PortInUse(
                     f"port {port} on {host} is already in use; stop what is using it "
-                    f"or pick another port (--port / --aws-port)"
+                    f"or pick another port ({flag})"
                 ) from exc
             raise
 
@@ -286,7 +283,7 @@ class LocalAWS:
         self._process: subprocess.Popen[str] | None = None
 
     def start(self, timeout: float = 60.0) -> str:
-        check_port_free(self.host, self.port)
+        check_port_free(self.host, self.port, "--aws-port")  # `local up` chooses it so
         import codeshot
 
         # The child imports the same codeshot as this process, wherever that comes from.

@@ -18,7 +18,7 @@ class HttpServer:
         import uvicorn
 
         self.host = host
-        check_port_free(host, port)
+        check_port_free(host, port, "--port")  # `serve`'s and `local up`'s option
         self._server = uvicorn.Server(uvicorn.Config(
             app, host=host, port=port, log_level="warning", lifespan="on" if lifespan else "off",
             timeout_graceful_shutdown=2,

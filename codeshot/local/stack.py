@@ -2,20 +2,23 @@
 session runner and the example agents, in this process), all on loopback.
 
 ``codeshot local up`` builds one of these, prints where everything is, writes
-``.codeshot/local.json`` once ready and removes it on shutdown.
+``.codeshot/local.json`` once ready and removes it on shutdown. A directory has one
+running stack: a second refuses to start while the file's stack is alive.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import socket
 import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from codeshot.client import STATE_FILE
+from codeshot.client import STATE_FILE, read_state
+from codeshot.errors import StackRunning
 from codeshot.local.aws_server import LocalAWS, check_port_free
 from codeshot.settings import Settings
 
@@ -77,7 +80,8 @@ class LocalStack:
 
     def start(self) -> dict[str, Any]:
         began = time.perf_counter()
-        check_port_free(self.host, self.port)
+        self._refuse_if_running()
+        check_port_free(self.host, self.port, "--port")
         self.progress("Starting local AWS (moto server) ...")
         endpoint = self.aws.start()
         try:
@@ -98,6 +102,7 @@ class LocalStack:
             "user_pool_id": self.settings.user_pool_id,
             "user_pool_client_id": self.settings.user_pool_client_id,
             "api_key": api_key,
+            "pid": os.getpid(),
         }
         self._write_state()
         self.progress(f"API: {self.api_url}")
@@ -173,6 +178,16 @@ class LocalStack:
                 published=True, sample_queries=config.sample_queries)
             registration.create(owner, config.handle, fields)
 
+    def _refuse_if_running(self) -> None:
+        """Taking over a live stack's local.json would point every command here at this
+        stack, and stopping this one would delete it; a crashed stack's file is taken."""
+        state = read_state(self.state_path.parents[1]) or {}
+        if state and _alive(state):
+            raise StackRunning(
+                f"a local stack is already running from this directory at "
+                f"{state.get('api_url')} (pid {state.get('pid', '?')}, {STATE_FILE}): use "
+                f"it, stop it first, or run `codeshot local up` in another directory")
+
     def _write_state(self) -> None:
         self.state_path.parent.mkdir(parents=True, exist_ok=True)
         tmp = self.state_path.with_suffix(".tmp")
@@ -184,7 +199,8 @@ class LocalStack:
         self._stopped.wait()
 
     def stop(self) -> None:
-        self.state_path.unlink(missing_ok=True)
+        if self.state and read_state(self.state_path.parents[1]) == self.state:
+            self.state_path.unlink(missing_ok=True)  # ours: never another stack's
         for poller in self.pollers:
             poller.stop()
         self.pollers = []
@@ -196,3 +212,24 @@ class LocalStack:
             self.api = None
         self.aws.stop()
         self._stopped.set()
+
+
+def _alive(state: dict[str, Any]) -> bool:
+    """Whether local.json's stack still runs: its process exists (a reused pid is caught
+    next) and its API port takes connections."""
+    from urllib.parse import urlsplit
+
+    pid = state.get("pid")
+    if isinstance(pid, int):
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return False
+        except PermissionError:
+            pass  # another user's process: it exists
+    url = urlsplit(str(state.get("api_url", "")))
+    try:
+        with socket.create_connection((url.hostname or "", url.port or 80), timeout=1):
+            return True
+    except (OSError, ValueError):
+        return False

@@ -18,7 +18,7 @@ from cryptography.hazmat.primitives.asymmetric import rsa
 from moto.utilities.utils import load_resource
 
 from codeshot import ids
-from codeshot.errors import Conflict, Forbidden, InvalidInput, Unauthenticated
+from codeshot.errors import Conflict, Forbidden, InvalidInput, NotFound, Unauthenticated
 from codeshot.usecases import accounts
 
 PASSWORD = "Correct-horse-9"
@@ -92,6 +92,20 @@ def test_one_account_per_email_and_none_signs_in_before_confirming(stack):
     with pytest.raises(Unauthenticated, match="wrong email or password"):
         accounts.sign_in(stack.services, email, "Wrong-horse-99")
     assert accounts.sign_in(stack.services, email, PASSWORD)
+
+
+def test_an_unknown_account_is_not_found_except_at_sign_in(stack):
+    email = new_email()  # no account has it
+    made = cli(stack, "users", "confirm", email)
+    assert made.returncode == 2, made.stderr
+    assert made.stderr == f"codeshot: error: there is no account {email} in the user pool " \
+        "(NOT_FOUND)\n"
+    with pytest.raises(NotFound) as missing:
+        accounts.confirm(stack.services, email, "123456")
+    assert missing.value.message == f"there is no account {email} in the user pool"
+    with pytest.raises(Unauthenticated) as refused:
+        accounts.sign_in(stack.services, email, PASSWORD)
+    assert refused.value.message == "wrong email or password"  # no hint that it does not exist
 
 
 def test_an_id_token_is_accepted_only_as_the_pool_signed_it_for_the_console(stack):

@@ -6,6 +6,7 @@ and an unmodified fixieai 1.0.4 agent served by fixieai's own loader."""
 from __future__ import annotations
 
 import os
+import shlex
 import signal
 import subprocess
 import sys
@@ -165,6 +166,33 @@ def test_register_an_unmodified_fixieai_agent_by_url(live_stack, stack_dir, tmp_
                )["agentById"]["name"] == "Loud"
 
 
+def readme_steps() -> list[list[str]]:
+    """The commands of the README's "Writing an agent" block, as a new user types them."""
+    section = (ROOT / "README.md").read_text().split("\n## Writing an agent\n", 1)[1]
+    block = section.split("```bash\n", 1)[1].split("```", 1)[0]
+    return [shlex.split(line.split("#", 1)[0]) for line in block.splitlines() if line.strip()]
+
+
+def test_the_readmes_writing_an_agent_steps_end_in_a_chat_with_it(live_stack, stack_dir):
+    steps = readme_steps()
+    assert [step[:2] for step in steps] == [[".venv/bin/codeshot", "new"],
+                                            [".venv/bin/codeshot", "agent"],
+                                            [".venv/bin/codeshot", "serve"],
+                                            [".venv/bin/codeshot", "chat"]]
+    new, test, serve, chat = ([sys.executable, "-m", "codeshot.cli", *step[1:]]
+                              for step in steps)
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    for argv in (new, test):
+        done = subprocess.run(argv, cwd=stack_dir, env=env, capture_output=True, text=True,
+                              timeout=300, check=False)
+        assert done.returncode == 0, (argv, done.stdout, done.stderr)
+    with running([*serve, "--port", "0"], stack_dir, env, until="Registered"):
+        talked = subprocess.run(chat, cwd=stack_dir, env=env, input="Save a note: buy milk\n",
+                                capture_output=True, text=True, timeout=120, check=False)
+    assert talked.returncode == 0, talked.stderr
+    assert "Saved note " in talked.stdout and "buy milk" in talked.stdout, talked.stdout
+
+
 def test_bad_input_is_one_clear_line(stack_dir, tmp_path):
     directory = agent_dir(tmp_path, "oops")
     busy = free_port()
@@ -180,7 +208,8 @@ def test_bad_input_is_one_clear_line(stack_dir, tmp_path):
         taken.bind(("127.0.0.1", busy))
         taken.listen()
         cases.append((["serve", str(directory), "--port", str(busy)],
-                       f"port {busy} on 127.0.0.1 is already in use"))
+                       f"port {busy} on 127.0.0.1 is already in use; stop what is using "
+                       f"it or pick another port (--port) (PORT_IN_USE)"))
         for args, message in cases:
             out = codeshot(*args, cwd=stack_dir)
             assert out.returncode == 2, (args, out.stdout, out.stderr)
@@ -225,3 +254,30 @@ def test_the_table_wraps_long_answers_instead_of_cutting_them(tmp_path):
     assert "END" in table and "..." not in table
     assert " ".join(table.split()).count("word") == 61  # 60 in the answer, one expected
     assert textwrap.dedent(table).splitlines()[-1] == "1 passed, 0 failed, 0 skipped"
+
+
+def test_the_table_keeps_a_url_whole_on_one_line():
+    from codeshot.devtools.agents import CaseResult, Verdict
+    from codeshot.sdk.project import AgentTest
+
+    url = "http://127.0.0.1:9/an-agent-that-is-not-served-here"
+    table = format_results([CaseResult(AgentTest(query="q", expected="x"),
+                                       f"the agent at {url} cannot be reached", "error",
+                                       Verdict.FAIL)])
+    assert any(url in line for line in table.splitlines()), table
+
+
+@pytest.mark.parametrize(("argv", "text"), [
+    (["users", "limits", "--help"], "Set NAME's own limits per day"),
+    (["users", "keys", "--help"], "Print the id of each of NAME's active API keys"),
+    (["users", "disable", "--help"], "Refuse all of a user's API keys and their sign-in"),
+])
+def test_users_help_names_the_argument_it_shows(capsys, argv, text):
+    from codeshot.cli import main
+
+    with pytest.raises(SystemExit) as done:
+        main(argv)
+    assert done.value.code == 0
+    out = capsys.readouterr().out
+    assert text in " ".join(out.split())
+    assert "positional arguments:\n  NAME " in out, out

@@ -17,20 +17,21 @@ from tests.conftest import free_port
 pytestmark = pytest.mark.slow
 
 
-def start(tmp_path: Path, port: int) -> subprocess.Popen:
+def start(tmp_path: Path, port: int, aws_port: int | None = None) -> subprocess.Popen:
     return subprocess.Popen(
         [sys.executable, "-m", "codeshot.cli", "local", "up", "--port", str(port),
-         "--aws-port", str(free_port())],
+         "--aws-port", str(aws_port or free_port())],
         cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
         env={**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2])},
     )
 
 
 def wait_for_file(path: Path, proc: subprocess.Popen, timeout: float = 30) -> dict:
+    """``proc``'s local.json, once written (it names its pid)."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        if path.exists():
-            return json.loads(path.read_text())
+        if path.exists() and (state := json.loads(path.read_text())).get("pid") == proc.pid:
+            return state
         assert proc.poll() is None, proc.communicate()
         time.sleep(0.05)
     raise AssertionError("local.json never appeared")
@@ -76,15 +77,65 @@ def test_local_up_creates_resources_and_cleans_up_on_sigterm(tmp_path):
     assert not state_file.exists()
 
 
-def test_port_in_use_is_a_clear_error(tmp_path):
+def test_a_second_local_up_in_the_directory_refuses_and_leaves_the_first_alone(tmp_path):
+    first = start(tmp_path, free_port())
+    state_file = tmp_path / ".codeshot" / "local.json"
+    try:
+        state = wait_for_file(state_file, first)
+        second = start(tmp_path, free_port())  # another port: it would have started
+        _out, err = second.communicate(timeout=30)
+        assert second.returncode == 2, err
+        assert err.startswith(f"codeshot: error: a local stack is already running from this "
+                              f"directory at {state['api_url']} (pid {first.pid}")
+        assert err.rstrip().endswith("(STACK_RUNNING)")
+        assert json.loads(state_file.read_text()) == state  # commands still find the first
+    finally:
+        first.send_signal(signal.SIGTERM)
+        first.communicate(timeout=20)
+    assert first.returncode == 0 and not state_file.exists()
+
+
+def test_a_stack_removes_only_the_local_json_it_wrote(tmp_path):
+    proc = start(tmp_path, free_port())
+    state_file = tmp_path / ".codeshot" / "local.json"
+    state = wait_for_file(state_file, proc)
+    # Another stack's file in its place (one that started here while this one ran).
+    other = {**state, "api_url": f"http://127.0.0.1:{free_port()}", "pid": os.getppid()}
+    state_file.write_text(json.dumps(other))
+    proc.send_signal(signal.SIGINT)
+    proc.communicate(timeout=20)
+    assert proc.returncode == 0
+    assert json.loads(state_file.read_text()) == other
+
+
+def test_a_crashed_stacks_local_json_does_not_block_the_next(tmp_path):
+    crashed = start(tmp_path, free_port())
+    state_file = tmp_path / ".codeshot" / "local.json"
+    stale = wait_for_file(state_file, crashed)
+    crashed.kill()  # no clean-up: its local.json stays behind
+    crashed.communicate(timeout=20)
+    assert json.loads(state_file.read_text()) == stale
+    proc = start(tmp_path, free_port())
+    try:
+        assert wait_for_file(state_file, proc)["api_url"] != stale["api_url"]
+    finally:
+        proc.send_signal(signal.SIGINT)
+        proc.communicate(timeout=20)
+    assert proc.returncode == 0 and not state_file.exists()
+
+
+@pytest.mark.parametrize("flag", ["--port", "--aws-port"])
+def test_port_in_use_is_a_clear_error_naming_its_flag(tmp_path, flag):
     with socket.socket() as busy:
         busy.bind(("127.0.0.1", 0))
         busy.listen()
         port = busy.getsockname()[1]
-        proc = start(tmp_path, port)
+        proc = start(tmp_path, port) if flag == "--port" else \
+            start(tmp_path, free_port(), aws_port=port)
         _out, err = proc.communicate(timeout=30)
     assert proc.returncode == 2
-    assert f"port {port} on 127.0.0.1 is already in use" in err
+    assert err.endswith(f"port {port} on 127.0.0.1 is already in use; stop what is using it "
+                        f"or pick another port ({flag}) (PORT_IN_USE)\n"), err
     assert not (tmp_path / ".codeshot" / "local.json").exists()
 
 

@@ -234,7 +234,9 @@ def test_a_query_pauses_for_authorization_and_resumes_with_the_users_token(
     assert main(["oauth", "revoke", reader, *target]) == 0
     assert stack.services.oauth.get_token(user_id(stack, bob), reader) is None
     assert main(["oauth", "list", *target]) == 0
-    assert capsys.readouterr().out == f"Revoked {reader}'s token: it must ask you to authorize it again\n"
+    assert capsys.readouterr().out == (f"Revoked {reader}'s token: it must ask you to "
+                                       "authorize it again\nNo agent holds an OAuth token of "
+                                       "yours.\n")
 
 
 

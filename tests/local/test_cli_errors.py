@@ -1,0 +1,65 @@
+"""AWS failures that reach a `codeshot` command: one coded line and exit 2, never a
+traceback (docs/errors.md), whatever the command."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import free_port
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def codeshot(*args: str, cwd: Path, **env: str) -> subprocess.CompletedProcess[str]:
+    """The command as a new user runs it: no AWS credentials anywhere (HOME has none)."""
+    clean = {k: v for k, v in os.environ.items() if not k.startswith(("AWS_", "CODESHOT_"))}
+    return subprocess.run(
+        [sys.executable, "-m", "codeshot.cli", *args], cwd=cwd, capture_output=True,
+        text=True, timeout=120, check=False,
+        env={**clean, "PYTHONPATH": str(ROOT), "HOME": str(cwd),
+             "AWS_EC2_METADATA_DISABLED": "true", **env})
+
+
+def local_json(directory: Path, aws_endpoint_url: str) -> None:
+    (directory / ".codeshot").mkdir()
+    (directory / ".codeshot" / "local.json").write_text(json.dumps({
+        "api_url": f"http://127.0.0.1:{free_port()}", "aws_endpoint_url": aws_endpoint_url}))
+
+
+def one_error_line(out: subprocess.CompletedProcess[str], code: str) -> str:
+    assert out.returncode == 2, out.stderr
+    assert out.stdout == "" and len(out.stderr.splitlines()) == 1, out.stderr
+    assert out.stderr.startswith("codeshot: error: "), out.stderr
+    assert out.stderr.rstrip().endswith(f"({code})"), out.stderr
+    return out.stderr
+
+
+@pytest.mark.parametrize("args", [("users", "create", "bob"), ("users", "list"),
+                                  ("keys", "rotate")])
+def test_no_local_stack_and_no_aws_credentials(tmp_path, args):
+    err = one_error_line(codeshot(*args, cwd=tmp_path), "UNAUTHENTICATED")
+    assert "no local stack here (no .codeshot/local.json in this directory) and no AWS " \
+        "credentials either: run this beside a running `codeshot local up`" in err
+    assert not (tmp_path / ".codeshot").exists()
+
+
+def test_a_local_stack_that_is_down(tmp_path):
+    endpoint = f"http://127.0.0.1:{free_port()}"  # nothing listens there
+    local_json(tmp_path, endpoint)
+    err = one_error_line(codeshot("users", "create", "bob", cwd=tmp_path), "UNAVAILABLE")
+    assert f"the local stack's AWS endpoint {endpoint} does not answer: the `codeshot local " \
+        "up` that wrote .codeshot/local.json here is not running; start it again" in err
+
+
+def test_the_platforms_tables_are_missing(tmp_path, moto_server):
+    local_json(tmp_path, moto_server.endpoint_url)  # moto answers, with none of our tables
+    err = one_error_line(codeshot("users", "list", cwd=tmp_path,
+                                  CODESHOT_USERS_TABLE="no-such-users-table"), "NOT_FOUND")
+    assert "(Scan): the platform's tables, queue, bucket or secret are not in the local " \
+        "stack; run this with the CODESHOT_* names its `codeshot local up` has" in err
