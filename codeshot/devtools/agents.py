@@ -155,11 +155,13 @@ def serve(agent: AgentBase, api_url: str, agent_id: str) -> Iterator[str]:
 
 
 @contextmanager
-def serve_agent_dir(agent_dir: Path, platform: LocalPlatform) -> Iterator[ServedAgent]:
+def serve_agent_dir(agent_dir: Path, platform: LocalPlatform,
+                    agent: AgentBase | None = None) -> Iterator[ServedAgent]:
+    """The agent of ``agent_dir`` (``agent``: already loaded from it) on loopback."""
     config = read_config(agent_dir)
     agent_id = f"{LOCAL_USER}/{config.handle}"
     user_id = platform.user()
-    with serve(load_agent(agent_dir, config), platform.url, agent_id) as url:
+    with serve(agent or load_agent(agent_dir, config), platform.url, agent_id) as url:
         client = AgentTestClient(url, agent_id,
                                  lambda: platform.token(agent_id, user_id, ids.ulid()))
         yield ServedAgent(config, agent_id, user_id, platform, client)
@@ -262,14 +264,18 @@ def run_agent_tests(agent_dir: Path, settings: Settings | None = None) -> list[C
     """``agent.yaml``'s tests against the agent, served on loopback with a local platform."""
     settings = settings or get_settings()
     llm = get_llm(settings)
+    # The agent's own mistakes (no tests, a few-shot's grammar, a missing Func) first:
+    # they take a second to find, a local platform several to start.
+    config = read_config(agent_dir)
+    if not config.tests:
+        raise InvalidInput(f"{agent_dir / CONFIG_FILE} has no tests")
+    agent = load_agent(agent_dir, config)
     with (
         tempfile.TemporaryDirectory(prefix="codeshot-agent-test-") as state,
         local_platform(Path(state)) as platform,
-        serve_agent_dir(agent_dir, platform) as served,
+        serve_agent_dir(agent_dir, platform, agent) as served,
     ):
-        if not served.config.tests:
-            raise InvalidInput(f"{agent_dir / CONFIG_FILE} has no tests")
-        return run_cases(served.client, served.config.tests, llm,
+        return run_cases(served.client, config.tests, llm,
                          judging=settings.llm != "fewshot")
 
 

@@ -27,6 +27,7 @@ from codeshot.devtools.agents import (
     run_cases,
     serve_agent_dir,
 )
+from codeshot.errors import InvalidInput
 from codeshot.settings import Settings
 from tests.conftest import free_port
 from tests.engine.conftest import ScriptedLLM
@@ -228,6 +229,28 @@ def test_agent_test_skips_sentences_offline_and_checks_text_and_regex(tmp_path):
     skipped = run_agent_tests(directory, Settings())[0]
     assert (skipped.verdict.value, skipped.reason) == ("SKIP", NEEDS_JUDGE)
     assert sum(row.startswith("PASS") for row in rows) == 2
+
+
+def test_agent_test_finds_the_agents_own_mistakes_before_starting_a_platform(
+        tmp_path, monkeypatch):
+    """A few-shot's grammar or a file without tests is reported at once: no local
+    platform (several seconds to start) is started first."""
+    import codeshot.devtools.agents as devtools
+
+    def no_platform(*_: object) -> None:
+        raise AssertionError("a local platform was started")
+
+    monkeypatch.setattr(devtools, "local_platform", no_platform)
+    broken = agent_dir(tmp_path, "broken")
+    main = broken / "main.py"
+    main.write_text(main.read_text().replace("A: HELLO!", ""))
+    with pytest.raises(InvalidInput, match="few-shot 1, line 3: a few-shot must end with"):
+        run_agent_tests(broken, Settings())
+    untested = agent_dir(tmp_path, "untested")
+    yaml = untested / "agent.yaml"
+    yaml.write_text(yaml.read_text().split("tests:")[0])
+    with pytest.raises(InvalidInput, match="has no tests"):
+        run_agent_tests(untested, Settings())
 
 
 def test_a_language_model_judges_sentences_with_its_reason(tmp_path):
