@@ -74,7 +74,10 @@ def fetch_handshake(url: str, token: str, timeout: float = 10.0, *,
     # and an error repeating its page or its JSON would make registration a way to read it.
     if status != 200:
         log.info("handshake at %s answered HTTP %s: %.500r", url, status, body)
-        raise AgentFailed(f"agent handshake at {url} answered HTTP {status}")
+        refused = (": it refused the platform's call token (an agent takes only tokens for "
+                   "the agent id it was served as, from the platform it was served for: "
+                   "is it serving another agent?)") if status in (401, 403) else ""
+        raise AgentFailed(f"agent handshake at {url} answered HTTP {status}{refused}")
     import yaml
 
     try:

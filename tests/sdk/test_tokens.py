@@ -12,6 +12,8 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 import codeshot.sdk.auth
 from codeshot.auth import tokens
 from codeshot.devtools.agents import serve
+from tests.api.test_fixie_compat import register
+from tests.conftest import code
 from tests.sdk.demo import demo_agent
 
 
@@ -100,3 +102,14 @@ def test_an_agent_takes_only_its_own_tokens_unless_told_any(platform, agent_id):
         token = platform.services.auth.agent_token("acme/other", None, None)
         status = httpx.get(url + "/", headers={"Authorization": f"Bearer {token}"}).status_code
     assert status == (403 if agent_id != "*" else 200)
+
+
+def test_registering_an_agent_served_for_another_id_says_why_it_refused(platform, sdk_agent):
+    """The agent takes only tokens for the id it was served as: registering its URL under
+    another handle fails, and the error says why, not only "HTTP 403"."""
+    _, key = platform.user("quill")
+    out = register(platform, key, sdk_agent.url, handle="other")
+    assert code(out) == "AGENT_ERROR"
+    message = out["errors"][0]["message"]
+    assert "answered HTTP 403: it refused the platform's call token" in message
+    assert "is it serving another agent?" in message
