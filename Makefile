@@ -10,11 +10,20 @@ CHROMIUM ?= /usr/bin/chromium
 
 .PHONY: run test bench lint clean assets
 
-$(BIN)/.installed: pyproject.toml
+# The virtualenv with an extra of codeshot-kit: `make run` needs the platform and moto
+# ([local]); the other targets the whole dev set ([dev]: CDK, test and lint tools).
+define install
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
-	$(BIN)/python -m pip install -q -e '.[dev]'
+	$(BIN)/python -m pip install -q -e '.[$(1)]'
 	touch $@
+endef
+
+$(BIN)/.installed: pyproject.toml
+	$(call install,dev)
+
+$(BIN)/.installed-local: pyproject.toml
+	$(call install,local)
 
 # The console's third-party browser files (htmx, GraphiQL, React), pinned by
 # web/package-lock.json, copied into the package (and so into the wheel and the API bundle).
@@ -35,7 +44,7 @@ $(CHROMIUM):
 	echo "!! $(CHROMIUM) is missing and could not be installed (apt-get install -y chromium" \
 	     "needs root or sudo): the browser tests will be SKIPPED" >&2; fi
 
-run: $(BIN)/.installed assets  ## the whole platform locally on moto
+run: $(BIN)/.installed-local assets  ## the whole platform locally on moto
 	$(BIN)/codeshot local up
 
 test: $(BIN)/.installed assets $(CHROMIUM)  ## every test
