@@ -57,7 +57,6 @@ PROJECTION = 64  # dimensions of the first stage
 SUMMARY_WEIGHT = 3  # the name and description's terms count this many times in BM25
 NO_AGENT_EXAMPLES = Path(__file__).with_name("data") / "no-agent.txt"
 _no_agent_rows: dict[str, Vectors] = {}  # by embedder model id: embedded once per process
-_kept: set[str] = set()  # no-agent rows this process found or put in the store
 
 
 def no_agent_examples() -> list[str]:
@@ -92,12 +91,11 @@ def no_agent_rows(embedder: Embedder, store: RowStore | None = None) -> Vectors:
 
 def keep_no_agent_rows(embedder: Embedder, store: RowStore) -> None:
     """Store the examples' rows if the store has none for this embedder (registration
-    does this once per process: it embeds with the router's model anyway)."""
+    does: it embeds with the router's model anyway; one read when they are there)."""
     examples = no_agent_examples()
     key = _no_agent_key(embedder, examples)
-    if key not in _kept and store.rows(key) is None:
+    if store.rows(key) is None:
         store.put_rows(key, to_bytes(no_agent_rows(embedder)))
-    _kept.add(key)
 
 
 def agent_texts(agent: Agent) -> list[str]:

@@ -130,9 +130,8 @@ def test_uncalibrated_titan_still_declines_small_talk(titan) -> None:
 
 
 def new_process(monkeypatch) -> None:
-    """What a fresh container starts with: no rows embedded or kept by this process."""
+    """What a fresh container starts with: no rows embedded by this process."""
     monkeypatch.setattr(index_module, "_no_agent_rows", {})
-    monkeypatch.setattr(index_module, "_kept", set())
 
 
 def test_runner_containers_read_the_no_agent_rows_registration_kept(titan, aws, monkeypatch):

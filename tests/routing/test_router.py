@@ -167,7 +167,6 @@ def test_registering_an_agent_keeps_the_no_agent_rows_for_every_runner(aws, monk
     # With a plain floor (CODESHOT_ROUTER_FLOOR alone) the examples are never used: a
     # registration does not embed them (82 Bedrock calls with Titan).
     monkeypatch.setattr(index_module, "_no_agent_rows", {})
-    monkeypatch.setattr(index_module, "_kept", set())
     floor_only = Services(aws.replace(local_mode=True, router_floor=0.2))
     floor_only.embedder = Counted(floor_only.embedder)
     AgentRegistration(floor_only).create(
