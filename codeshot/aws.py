@@ -37,9 +37,17 @@ def _notify(model: Any = None, **_: Any) -> None:
         listener(model.service_model.service_name, model.name)
 
 
+@lru_cache(maxsize=1)
+def _session() -> Any:
+    """One boto3 session for every client: each new session registers botocore's handlers
+    and re-reads its endpoint and retry data (tens of ms per client on a cold start)."""
+    import boto3
+
+    return boto3.session.Session()
+
+
 @lru_cache(maxsize=32)
 def _client(service: str, region: str, endpoint_url: str | None) -> Any:
-    import boto3
     from botocore.config import Config
 
     config = Config(
@@ -53,10 +61,10 @@ def _client(service: str, region: str, endpoint_url: str | None) -> Any:
     extra: dict[str, Any] = {}
     if endpoint_url:
         extra = {"aws_access_key_id": "codeshot-local", "aws_secret_access_key": "codeshot-local"}
-    # boto3's default session is not thread-safe to create clients from; serialise that.
+    # A boto3 session is not thread-safe to create clients from; serialise that.
     with _lock:
-        made: Any = boto3.session.Session().client(  # type: ignore[call-overload]
-            service, endpoint_url=endpoint_url, config=config, **extra  # service: any name
+        made: Any = _session().client(  # service: any name
+            service, endpoint_url=endpoint_url, config=config, **extra
         )
     made.meta.events.register("before-call", _notify)
     return made

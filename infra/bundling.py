@@ -12,6 +12,7 @@ and the same bytes (tests/infra/test_bundling.py).
   ``codeshot:bundleBoto3``) with only the botocore service models the function calls.
   Distributions a lock pins that the function never imports (the mcp SDK's server
   process: uvicorn, click) are left out (``PlatformFunction.left_out``).
+  The API's ships its bytecode (``.pyc``, compiled by the target's Python).
 - agent: the agent directory, a generated entry module, only the ``codeshot`` modules the
   SDK imports (measured in a subprocess), and the SDK's lock (or the agent's own lock when
   its requirements.txt adds requirements). No store, api, runner or boto3.
@@ -142,6 +143,15 @@ class BundleSpec:
     # Locked distributions the function never imports (its lock's requirements need them
     # for something else): not installed.
     left_out: frozenset[str] = frozenset()
+    # Ship each module's bytecode: /var/task is read-only, so a bundle without .pyc files
+    # compiles every module it imports again on every cold start (most of the API's).
+    bytecode: bool = False
+
+    @cached_property
+    def compiler(self) -> str | None:
+        """The target's Python on this machine, which writes the bytecode (None: none is
+        written, because the bundle ships none or this machine has no such Python)."""
+        return find_python(self.target.python_version) if self.bytecode else None
 
     @cached_property
     def requirements(self) -> tuple[str, ...]:
@@ -161,7 +171,8 @@ class BundleSpec:
     def hash(self) -> str:
         h = hashlib.sha256()
         h.update(json.dumps([BUNDLER_VERSION, self.target.uv_platform, self.target.python_version,
-                             self.aws_services, PRUNED_TEST_DIRS, self.requirements]).encode())
+                             self.aws_services, PRUNED_TEST_DIRS, self.requirements,
+                             self.compiler is not None]).encode())
         h.update(hashlib.sha256(self.lock.text().encode()).digest())
         for dest, source in sorted(self.files):
             h.update(b"\0F" + dest.encode() + b"\0" + hashlib.sha256(source.read_bytes()).digest())
@@ -227,6 +238,7 @@ class PlatformFunction:
     aws_services: tuple[str, ...]
     data: Callable[[], list[tuple[str, Path]]] = list
     left_out: frozenset[str] = frozenset()  # see BundleSpec.left_out
+    bytecode: bool = False  # see BundleSpec.bytecode
 
 
 def platform_bundle(function: PlatformFunction, *, target: Target = LAMBDA_TARGET,
@@ -237,14 +249,14 @@ def platform_bundle(function: PlatformFunction, *, target: Target = LAMBDA_TARGE
              (handler_file, REPO_ROOT / handler_file), *function.data()]
     return BundleSpec(function.name, tuple(files), function.lock(), target,
                       aws_services=function.aws_services if bundle_boto3 else None,
-                      left_out=function.left_out)
+                      left_out=function.left_out, bytecode=function.bytecode)
 
 
 # Each platform function, with the AWS services its code calls and what of its lock it
 # leaves out (infra/locks.py says why).
 API_FUNCTION = PlatformFunction("api", "handlers.api.handler", api_lock,
                                 ("dynamodb", "s3", "sqs", "secretsmanager", "bedrock-runtime"),
-                                api_files, left_out=MCP_SERVER_PROCESS)
+                                api_files, left_out=MCP_SERVER_PROCESS, bytecode=True)
 # s3vectors: corpus search with codeshot:corpusSearch=s3vectors; sqs for registration:
 # a deployed agent's corpus ingestion is queued.
 RUNNER_FUNCTION = PlatformFunction("runner", "handlers.runner.handler", runner_lock,
@@ -380,6 +392,19 @@ def _prune(spec: BundleSpec, out: Path) -> None:
                     shutil.rmtree(service)
 
 
+def _compile(python: str, out: Path) -> None:
+    """Every module's bytecode beside it, written by the target's Python: checked by the
+    source's hash (zipping loses the mtimes), paths relative to the bundle, and one
+    process in a fixed order (marshal's bytes depend on what it compiled before), so two
+    builds give the same bytes."""
+    cmd = [python, "-E", "-S", "-m", "compileall", "-q", "-s", str(out),
+           "--invalidation-mode", "checked-hash", str(out)]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=900, check=False)
+    if proc.returncode:
+        raise BundlingError(f"compiling the bundle's bytecode failed:\n{proc.stdout[-4000:]}"
+                            f"{proc.stderr[-4000:]}")
+
+
 def _build(spec: BundleSpec, out: Path) -> None:
     if spec.requirements:
         _install(spec, out)
@@ -390,6 +415,8 @@ def _build(spec: BundleSpec, out: Path) -> None:
         shutil.copyfile(source, target)
     for dest, text in spec.generated:
         (out / dest).write_text(text)
+    if spec.compiler:
+        _compile(spec.compiler, out)
 
 
 def ensure_bundle(spec: BundleSpec, log: Callable[[str], Any] | None = None) -> Path:
@@ -415,6 +442,9 @@ def ensure_bundle(spec: BundleSpec, log: Callable[[str], Any] | None = None) -> 
     size, count = dir_size(final)
     say(f"[codeshot] bundle {spec.name}: {size / 1e6:.1f} MB unzipped, {count} files "
         f"({state}, {spec.hash[:12]})")
+    if spec.bytecode and not spec.compiler:
+        say(f"[codeshot] bundle {spec.name}: no bytecode (this machine has no Python "
+            f"{spec.target.python_version}), so its cold starts compile every module")
     return final
 
 

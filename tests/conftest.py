@@ -15,6 +15,7 @@ from typing import Any
 from unittest import mock
 
 import httpx
+import moto  # noqa: F401  (before any client: see below)
 import pytest
 
 from codeshot import ids
@@ -32,6 +33,9 @@ os.environ.update(
     AWS_SECRET_ACCESS_KEY="testing",
     AWS_DEFAULT_REGION="us-east-1",
 )
+# moto is imported above, before any client: codeshot.aws makes one boto3 session per
+# process, and a session only has the botocore hooks (moto's mock_aws among them) that were
+# registered when it was made.
 
 
 TESTS = Path(__file__).resolve().parent
