@@ -1,9 +1,11 @@
 """Lambda entry point of the API: Mangum around the FastAPI app (API Gateway HTTP API),
 with Powertools' Logger and Tracer (built on the first request)."""
 
-from mangum import Mangum
+from codeshot.observability import lambda_handler, lambda_init
 
-from codeshot.api.app import create_app
-from codeshot.observability import lambda_handler
+with lambda_init():
+    from mangum import Mangum
 
-handler = lambda_handler("codeshot-api")(Mangum(create_app(), lifespan="off"))
+    from codeshot.api.app import create_app
+
+    handler = lambda_handler("codeshot-api")(Mangum(create_app(), lifespan="off"))

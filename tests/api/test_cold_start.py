@@ -12,6 +12,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from codeshot.services import Services
 from tests.api.test_lambda_handler import http_api_event
 
@@ -58,3 +60,19 @@ def test_the_protocols_and_templates_load_on_the_first_request_that_needs_them(s
     assert report["a2a"]["status"] == 200 and "a2a" in loaded["a2a"]
     assert "mcp" not in loaded["a2a"]
     assert "mcp" in loaded["mcp"]
+
+
+
+@pytest.mark.parametrize("in_lambda", [True, False])
+def test_the_garbage_collector_is_back_on_after_the_init_it_sat_out(in_lambda):
+    """In Lambda the API's init runs without the cyclic collector and then freezes what
+    it built (codeshot.observability.lambda_init); warm requests are collected as usual.
+    Outside Lambda nothing is frozen."""
+    script = "import gc, handlers.api\nprint(gc.isenabled(), gc.get_freeze_count() > 10_000)"
+    env = {"PYTHONPATH": str(Path(__file__).resolve().parents[2]), "PATH": "",
+           "AWS_DEFAULT_REGION": "us-east-1"}
+    if in_lambda:
+        env["AWS_LAMBDA_FUNCTION_NAME"] = "codeshot-api"
+    run = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                         timeout=120, check=True, env=env)
+    assert run.stdout.split() == ["True", str(in_lambda)]
