@@ -321,6 +321,41 @@ def test_two_builds_of_a_bundle_are_byte_identical(tmp_path, monkeypatch):
     assert digests[0] == digests[1]
 
 
+# Run by the bundle's Python: which modules of the bundle it compiles (rather than reading
+# their bytecode) while importing an agent's SDK and frameworks.
+_COMPILED_PROBE = r"""
+import importlib._bootstrap_external as external, json, sys
+compiled, original = [], external.SourceLoader.source_to_code
+def recording(self, data, path, *, _optimize=-1):
+    compiled.append(path)
+    return original(self, data, path, _optimize=_optimize)
+external.SourceLoader.source_to_code = recording
+sys.path.insert(0, sys.argv[1])
+import codeshot.sdk, fastapi, mangum, httpx
+print(json.dumps([p for p in compiled if p.startswith(sys.argv[1])]))
+"""
+
+
+@pytest.mark.slow
+def test_a_bundle_with_bytecode_is_reproducible_and_compiles_nothing(tmp_path, monkeypatch):
+    """Bytecode written by the target's Python: two builds give the same bytes, and a cold
+    start (nothing can be written: -B, as /var/task is read-only) reads it instead of
+    compiling any of the bundle's modules."""
+    spec = dataclasses.replace(agent_bundle(TEMPLATE, "agent:agent", bundling.host_target()),
+                               bytecode=True)
+    assert spec.compiler and spec.hash != dataclasses.replace(spec, bytecode=False).hash
+    bundles = []
+    for name in ("one", "two"):
+        monkeypatch.setenv("CODESHOT_BUNDLE_CACHE", str(tmp_path / name))
+        bundles.append(bundling.ensure_bundle(spec, log=lambda m: None))
+    assert bundling.tree_digest(bundles[0]) == bundling.tree_digest(bundles[1])
+    assert (bundles[0] / "codeshot" / "sdk" / "__pycache__").is_dir()
+    probe = subprocess.run([spec.compiler, "-I", "-S", "-B", "-c", _COMPILED_PROBE,
+                            str(bundles[0])], capture_output=True, text=True, timeout=120,
+                           check=True)
+    assert json.loads(probe.stdout.splitlines()[-1]) == []
+
+
 @pytest.mark.slow
 def test_two_synths_give_the_same_asset_hashes(tmp_path):
     def asset_keys(outdir: Path) -> list[str]:
