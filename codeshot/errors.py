@@ -107,9 +107,9 @@ class Timeout(CodeshotError):
     http_status = 504
 
 
-class AgentTimeout(Timeout):
-    """An agent did not answer a call in time: it may still be running it, so it is not
-    called again."""
+class CallTimeout(Timeout):
+    """An agent (or any command the engine runs) did not answer a call in time: it may
+    still be running it, so it is not called again."""
 
     permanent = True
 

@@ -49,6 +49,7 @@ from codeshot.engine.replies import clean_answer, read_reply
 from codeshot.errors import (
     AgentFailed,
     BudgetExceeded,
+    CallTimeout,
     CodeshotError,
     InvalidInput,
     LLMError,
@@ -526,7 +527,7 @@ class Executor:
         return Explain(explain(failure))
 
     def _call(self, name: str, call: Callable[[str], Any], text: str) -> CommandResult | str:
-        """The command's result, or Timeout after ``command_timeout``. The thread is left
+        """The command's result, or CallTimeout after ``command_timeout``. The thread is left
         to end on its own; a run nested in it stops at its next step (``_ABANDONED``)."""
         box: dict[str, Any] = {}
         abandoned = threading.Event()
@@ -546,9 +547,11 @@ class Executor:
         worker.join(wait)
         if worker.is_alive():
             abandoned.set()
+            # Permanent: the call may still be running (its thread goes on), so calling
+            # again could run it twice.
             if wait < self.limits.command_timeout:
-                raise Timeout("this query's time ran out while waiting for a reply")
-            raise Timeout(f"no reply within {wait:g}s")
+                raise CallTimeout("this query's time ran out while waiting for a reply")
+            raise CallTimeout(f"no reply within {wait:g}s")
         if "error" in box:
             raise box["error"]
         result: CommandResult | str = box["result"]

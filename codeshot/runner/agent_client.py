@@ -22,8 +22,8 @@ from codeshot.errors import (
     ERR_FUNC_NOT_DEFINED,
     AgentCallDropped,
     AgentFailed,
-    AgentTimeout,
     AgentUnavailable,
+    CallTimeout,
     InvalidInput,
     ReplyTooLarge,
 )
@@ -79,7 +79,7 @@ def request(
     except (httpx.ConnectError, httpx.ConnectTimeout) as exc:  # the call never left
         raise AgentUnavailable(f"agent at {url} is unreachable: {exc.__class__.__name__}") from exc
     except httpx.TimeoutException as exc:
-        raise AgentTimeout(f"agent at {url} did not answer within {timeout:g}s") from exc
+        raise CallTimeout(f"agent at {url} did not answer within {timeout:g}s") from exc
     except httpx.HTTPError as exc:
         raise AgentCallDropped(f"agent at {url} dropped the call before answering: "
                                f"{exc.__class__.__name__}") from exc

@@ -30,8 +30,8 @@ from mcp.shared.exceptions import MCPError
 from codeshot.errors import (
     AgentCallDropped,
     AgentFailed,
-    AgentTimeout,
     AgentUnavailable,
+    CallTimeout,
     CodeshotError,
     InvalidInput,
     ReplyTooLarge,
@@ -178,7 +178,7 @@ class McpServer:
             return AgentUnavailable(f"MCP server at {self.url} is unreachable: "
                                     f"{cause.__class__.__name__}")
         if isinstance(cause, TimeoutError | httpx2.TimeoutException):
-            return AgentTimeout(f"MCP server at {self.url} did not answer within "
+            return CallTimeout(f"MCP server at {self.url} did not answer within "
                                 f"{self.timeout:g}s")
         if isinstance(cause, ReplyTooLong):
             return AgentFailed(f"MCP server at {self.url} sent a reply over "

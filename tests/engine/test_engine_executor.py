@@ -93,7 +93,8 @@ def test_a_hanging_command_times_out(scripted, trace: list[TraceStep]) -> None:
         release.set()
     assert time.monotonic() - started < 2
     assert outcome.text == "Sorry, I could not finish: Func[quote] failed (no reply within 0.2s)."
-    assert [t.error_code for t in trace if t.type is MessageType.ERROR] == ["TIMEOUT"] * 3
+    # Once: the first call may still be running, so it is not made again.
+    assert [t.error_code for t in trace if t.type is MessageType.ERROR] == ["TIMEOUT"]
 
 
 def test_a_nested_run_whose_caller_timed_out_stops_at_its_next_step(scripted) -> None:
