@@ -67,14 +67,14 @@ def open_session(services: Services, principal: Principal, agent_id: str | None,
     the planner) with ``fields`` (see :func:`create_session`). An existing session must
     talk to that agent."""
     frontend = frontend_of(agent_id)
+    if frontend:  # its full id: a bare handle is the caller's own agent
+        frontend = usable_agent(services, principal, frontend).agent_id
     if session_id:
         session = get_session(services, principal, session_id)
         if agent_id and session.frontend_agent_id != frontend:
             raise InvalidInput(f"task {session_id} belongs to "
                                f"{session.frontend_agent_id or PLANNER_ID}, not {agent_id}")
         return session
-    if frontend:
-        usable_agent(services, principal, frontend)
     return create_session(services, principal, frontend, **fields)  # type: ignore[arg-type]
 
 

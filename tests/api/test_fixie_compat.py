@@ -2,6 +2,8 @@
 
 from datetime import datetime
 
+from codeshot.usecases.tasks import open_session
+from codeshot.usecases.users import principal_of
 from tests.api.conftest import HANDSHAKE
 from tests.conftest import code
 
@@ -97,7 +99,7 @@ def test_sessions_and_messages_round_trip(platform, echo_runner):
 
 
 def test_session_with_frontend_agent(platform, handshake_agent):
-    _, key = platform.user("carol")
+    carol_id, key = platform.user("carol")
     register(platform, key, handshake_agent, handle="front", published=False)
     made = platform.gql(key, CREATE_SESSION, {"frontendAgentId": "carol/front"})
     assert made["data"]["createSession"]["session"]["frontendAgentId"] == "carol/front"
@@ -112,3 +114,9 @@ def test_session_with_frontend_agent(platform, handshake_agent):
         "handle"] == "front"
     assert code(platform.gql(other, CREATE_SESSION, {"frontendAgentId": "front"})) \
         == "NOT_FOUND"
+    # A protocol task (MCP, A2A) named by the bare handle goes on in its session.
+    carol = principal_of(platform.services.users.get(carol_id))
+    task = open_session(platform.services, carol, "front", None)
+    assert task.frontend_agent_id == "carol/front"
+    assert open_session(platform.services, carol, "front", task.session_id) == task
+    assert open_session(platform.services, carol, "carol/front", task.session_id) == task
