@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import hashlib
 import heapq
+import logging
 import math
 import sys
 from array import array
@@ -50,6 +51,7 @@ from codeshot.routing.embedders import Embedder, Vectors
 from codeshot.routing.lexical import BM25
 from codeshot.routing.text import terms
 
+log = logging.getLogger(__name__)
 EXACT_CELLS = 1 << 22  # centroid cells (agents x dimensions) scanned exactly per query:
 # 10,000 agents of 384 dimensions take about 1 ms; beyond, a shortlist first
 SHORTLIST = 256  # agents taken from each first stage of a large index
@@ -83,7 +85,12 @@ def no_agent_rows(embedder: Embedder, store: RowStore | None = None) -> Vectors:
     rows = _no_agent_rows.get(embedder.model_id)
     if rows is None:
         examples = no_agent_examples()
-        data = store.rows(_no_agent_key(embedder, examples)) if store else None
+        data = None
+        if store is not None:
+            try:
+                data = store.rows(_no_agent_key(embedder, examples))
+            except Exception:  # a cache: embedding them is slower, not wrong
+                log.warning("reading the no-agent examples' rows failed", exc_info=True)
         rows = from_bytes(data, len(examples)) if data else embedder.embed(examples)
         _no_agent_rows[embedder.model_id] = rows
     return rows
@@ -91,11 +98,16 @@ def no_agent_rows(embedder: Embedder, store: RowStore | None = None) -> Vectors:
 
 def keep_no_agent_rows(embedder: Embedder, store: RowStore) -> None:
     """Store the examples' rows if the store has none for this embedder (registration
-    does: it embeds with the router's model anyway; one read when they are there)."""
+    does: it embeds with the router's model anyway; one read when they are there). A
+    cache: when this fails (Bedrock or DynamoDB throttled), the registration goes on and
+    runners embed the examples themselves."""
     examples = no_agent_examples()
     key = _no_agent_key(embedder, examples)
-    if store.rows(key) is None:
-        store.put_rows(key, to_bytes(no_agent_rows(embedder)))
+    try:
+        if store.rows(key) is None:
+            store.put_rows(key, to_bytes(no_agent_rows(embedder)))
+    except Exception:
+        log.warning("keeping the no-agent examples' rows failed", exc_info=True)
 
 
 def agent_texts(agent: Agent) -> list[str]:

@@ -55,6 +55,7 @@ class AgentRegistry(Repository):
     def _rows_part(self, key: str, part: int) -> dict[str, Any] | None:
         item: dict[str, Any] | None = self.db.get_item(
             TableName=self.table_name, Key={"agent_id": {"S": f"{ROWS_PREFIX}{key}#{part}"}},
+            ConsistentRead=True,  # the parts the first one counts are all there
         ).get("Item")
         return item
 

@@ -175,6 +175,25 @@ def test_registering_an_agent_keeps_the_no_agent_rows_for_every_runner(aws, monk
     assert floor_only.embedder.texts == ["Flip a coin"]  # the agent's own rows only
 
 
+def test_a_failing_rows_cache_fails_neither_a_registration_nor_a_route(aws, monkeypatch):
+    """The stored rows are a cache: when DynamoDB refuses them, registration goes on and
+    a route embeds the examples itself."""
+    from botocore.exceptions import ClientError
+
+    from codeshot.routing.index import keep_no_agent_rows
+
+    def throttled(*_: object) -> None:
+        raise ClientError({"Error": {"Code": "ThrottlingException"}}, "GetItem")
+
+    registry, embedder = AgentRegistry(aws), Counted(StaticEmbedder())
+    registry.create(with_embeddings(agent("a", "dice", ["roll two dice"]), embedder))
+    monkeypatch.setattr(index_module, "_no_agent_rows", {})
+    monkeypatch.setattr(registry, "rows", throttled)
+    keep_no_agent_rows(embedder, registry)  # no error
+    [hello] = Router(registry, embedder).route("hello there, how are you today?", 1)
+    assert not hello.fits and len(embedder.texts) > 80  # the examples, embedded here
+
+
 def test_embeddings_from_another_model_are_recomputed():
     e = HashingEmbedder()
     stale = agent("a", "dice", ["roll dice"]).replace(
