@@ -258,7 +258,8 @@
   // send it as htmx would. (htmx's own submit events are CustomEvents: no loop.)
   document.body.addEventListener("submit", (event) => {
     const form = event.target;
-    if (event.defaultPrevented || !(event instanceof SubmitEvent) || !form.matches("[hx-post]")) {
+    if (event.defaultPrevented || !(event instanceof SubmitEvent) ||
+        !form.matches("[hx-post], [hx-put], [hx-patch], [hx-delete]")) {
       return;
     }
     event.preventDefault();
