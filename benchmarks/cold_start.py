@@ -14,7 +14,7 @@ The processes run as in Lambda (``AWS_LAMBDA_FUNCTION_NAME`` set: the API's init
 the garbage collector, ``codeshot.observability.lambda_init``) but read the bytecode the
 checkout and the virtualenv have; one more API row compiles every module instead, which
 is what each cold start of a bundle without ``.pyc`` files pays (Lambda's /var/task is
-read-only, so nothing compiled is kept): the API bundle ships its bytecode for that.
+read-only, so nothing compiled is kept): every bundle ships its bytecode for that.
 
 Where the API's cold start went (2026-11, the 2-core dev machine, busy: the built bundle
 run as the rehearsal runs it, Python 3.12 with -B; process start to its first GraphQL

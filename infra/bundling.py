@@ -12,7 +12,7 @@ and the same bytes (tests/infra/test_bundling.py).
   ``codeshot:bundleBoto3``) with only the botocore service models the function calls.
   Distributions a lock pins that the function never imports (the mcp SDK's server
   process: uvicorn, click) are left out (``PlatformFunction.left_out``).
-  The API's ships its bytecode (``.pyc``, compiled by the target's Python).
+  Each ships its bytecode (``.pyc``, compiled by the target's Python).
 - agent: the agent directory, a generated entry module, only the ``codeshot`` modules the
   SDK imports (measured in a subprocess), and the SDK's lock (or the agent's own lock when
   its requirements.txt adds requirements). No store, api, runner or boto3.
@@ -145,7 +145,7 @@ class BundleSpec:
     left_out: frozenset[str] = frozenset()
     # Ship each module's bytecode: /var/task is read-only, so a bundle without .pyc files
     # compiles every module it imports again on every cold start (most of the API's).
-    bytecode: bool = False
+    bytecode: bool = True
 
     @cached_property
     def compiler(self) -> str | None:
@@ -238,7 +238,6 @@ class PlatformFunction:
     aws_services: tuple[str, ...]
     data: Callable[[], list[tuple[str, Path]]] = list
     left_out: frozenset[str] = frozenset()  # see BundleSpec.left_out
-    bytecode: bool = False  # see BundleSpec.bytecode
 
 
 def platform_bundle(function: PlatformFunction, *, target: Target = LAMBDA_TARGET,
@@ -249,14 +248,14 @@ def platform_bundle(function: PlatformFunction, *, target: Target = LAMBDA_TARGE
              (handler_file, REPO_ROOT / handler_file), *function.data()]
     return BundleSpec(function.name, tuple(files), function.lock(), target,
                       aws_services=function.aws_services if bundle_boto3 else None,
-                      left_out=function.left_out, bytecode=function.bytecode)
+                      left_out=function.left_out)
 
 
 # Each platform function, with the AWS services its code calls and what of its lock it
 # leaves out (infra/locks.py says why).
 API_FUNCTION = PlatformFunction("api", "handlers.api.handler", api_lock,
                                 ("dynamodb", "s3", "sqs", "secretsmanager", "bedrock-runtime"),
-                                api_files, left_out=MCP_SERVER_PROCESS, bytecode=True)
+                                api_files, left_out=MCP_SERVER_PROCESS)
 # s3vectors: corpus search with codeshot:corpusSearch=s3vectors; sqs for registration:
 # a deployed agent's corpus ingestion is queued.
 RUNNER_FUNCTION = PlatformFunction("runner", "handlers.runner.handler", runner_lock,
