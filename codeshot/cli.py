@@ -21,7 +21,8 @@ MISSING_RESOURCE = frozenset({"ResourceNotFoundException", "NoSuchBucket",
 # AWS error codes of credentials that AWS does not accept.
 BAD_CREDENTIALS = frozenset({"UnrecognizedClientException", "InvalidClientTokenId",
                              "ExpiredToken", "ExpiredTokenException", "InvalidAccessKeyId",
-                             "SignatureDoesNotMatch", "AccessDenied", "AccessDeniedException"})
+                             "SignatureDoesNotMatch"})
+NOT_ALLOWED = frozenset({"AccessDenied", "AccessDeniedException"})  # known, not permitted
 
 
 def _local_up(args: argparse.Namespace) -> int:
@@ -460,7 +461,7 @@ def _aws_error(exc: Exception) -> CodeshotError | None:
     except ModuleNotFoundError:
         return None
     from codeshot.client import STATE_FILE, read_state
-    from codeshot.errors import NotFound, Unauthenticated, Unavailable
+    from codeshot.errors import Forbidden, NotFound, Unauthenticated, Unavailable
 
     state = read_state()
     if isinstance(exc, NoCredentialsError | PartialCredentialsError):
@@ -489,6 +490,9 @@ def _aws_error(exc: Exception) -> CodeshotError | None:
         if code in BAD_CREDENTIALS:
             return Unauthenticated(f"AWS refused these credentials for "
                                    f"{exc.operation_name}: {message or code}")
+        if code in NOT_ALLOWED:
+            return Forbidden(f"these credentials may not {exc.operation_name}: "
+                             f"{message or code}")
         return Unavailable(f"AWS refused {exc.operation_name}: {message or code} ({code})")
     if isinstance(exc, BotoCoreError):
         return Unavailable(f"the AWS call failed: {exc}")

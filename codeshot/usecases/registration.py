@@ -268,8 +268,10 @@ class AgentRegistration:
         agent = check_agent_fields(self._apply(current, fields))
         if new_handle and new_handle != handle:
             validate_handle(new_handle)
-            agent = agent.replace(handle=new_handle, agent_id=Agent.make_id(owner, new_handle)
-            )
+            # Created now at its new id: a call token of a deleted agent of that id, still
+            # in flight, was issued before this, and OAuth refuses it (usecases/oauth.py).
+            agent = agent.replace(handle=new_handle, agent_id=Agent.make_id(owner, new_handle),
+                                  created=utcnow())
         urls_changed = ((agent.query_url, agent.func_url, agent.mcp_url)
                         != (current.query_url, current.func_url, current.mcp_url))
         if (urls_changed or fields.few_shots is not None or fields.base_prompt is not None

@@ -63,3 +63,16 @@ def test_the_platforms_tables_are_missing(tmp_path, moto_server):
                                   CODESHOT_USERS_TABLE="no-such-users-table"), "NOT_FOUND")
     assert "(Scan): the platform's tables, queue, bucket or secret are not in the local " \
         "stack; run this with the CODESHOT_* names its `codeshot local up` has" in err
+
+
+@pytest.mark.parametrize(("aws_code", "code"), [
+    ("AccessDenied", "FORBIDDEN"), ("AccessDeniedException", "FORBIDDEN"),
+    ("InvalidClientTokenId", "UNAUTHENTICATED"), ("ExpiredToken", "UNAUTHENTICATED"),
+])
+def test_credentials_aws_refuses_and_calls_it_does_not_allow_are_told_apart(aws_code, code):
+    from botocore.exceptions import ClientError
+
+    from codeshot.cli import _aws_error
+
+    error = _aws_error(ClientError({"Error": {"Code": aws_code, "Message": "no"}}, "PutItem"))
+    assert error is not None and error.code == code and "PutItem" in error.message

@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import re
 import time
+from datetime import timedelta
 
 import httpx
 import pytest
@@ -506,6 +507,31 @@ def test_renaming_an_agent_deletes_its_users_tokens(stack, provider):
     assert renamed == {"data": {"updateAgent": {"agent": {"agentId": "local/borrowed"}}}}
     assert stack.services.oauth.get_token(nina, agent_id) is None
     assert stack.services.oauth.grants(nina) == []
+
+
+def test_an_agent_renamed_onto_a_deleted_ones_id_is_new_to_its_calls_in_flight(stack,
+                                                                               provider):
+    """Renamed onto the id of an agent deleted a moment ago, an agent registered long ago
+    is new at that id: the deleted agent's call still in flight cannot store or read its
+    users' tokens."""
+    registry = stack.services.registry
+    gone = register_served(stack, reader_agent(provider), "shelf", description="Shelves.")
+    old = registry.get(register_served(stack, reader_agent(provider), "stack",
+                                       description="Stacks."))
+    registry.replace(old.replace(created=old.created - timedelta(hours=1)))
+    pat = user_id(stack, new_user(stack, "pat"))
+    claims = agent_token_claims(stack.services.auth.issuer, stack.settings.token_audiences(),
+                                gone, pat, "s_late", 300)
+    late = stack.services.auth.sign({**claims, "iat": claims["iat"] - 2})
+    owner = stack.state["api_key"]
+    gql(stack, owner, 'mutation { deleteAgent(agentData: {handle: "shelf"}) { agent { handle } } }')
+    renamed = gql(stack, owner, 'mutation { updateAgent(agentData: {handle: "stack", '
+                                'newHandle: "shelf"}) { agent { agentId } } }')
+    assert renamed == {"data": {"updateAgent": {"agent": {"agentId": gone}}}}
+    stored = httpx.put(f"{stack.api_url}/api/oauth/token", json={"token": {"access_token": "x"}},
+                       headers={"Authorization": f"Bearer {late}"}, timeout=30)
+    refused_with(stored, 404, "NOT_FOUND")
+    assert stack.services.oauth.grants(pat) == []
 
 
 def test_a_token_stored_before_the_agent_index_is_not_inherited_by_a_new_agent(stack, provider):
