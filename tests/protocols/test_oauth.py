@@ -515,18 +515,18 @@ def test_an_agent_renamed_onto_a_deleted_ones_id_is_new_to_its_calls_in_flight(s
     is new at that id: the deleted agent's call still in flight cannot store or read its
     users' tokens."""
     registry = stack.services.registry
-    gone = register_served(stack, reader_agent(provider), "shelf", description="Shelves.")
-    old = registry.get(register_served(stack, reader_agent(provider), "stack",
-                                       description="Stacks."))
+    gone = register_served(stack, reader_agent(provider), "ledger", description="Keeps ledgers.")
+    old = registry.get(register_served(stack, reader_agent(provider), "archive",
+                                       description="Archives."))
     registry.replace(old.replace(created=old.created - timedelta(hours=1)))
     pat = user_id(stack, new_user(stack, "pat"))
     claims = agent_token_claims(stack.services.auth.issuer, stack.settings.token_audiences(),
                                 gone, pat, "s_late", 300)
     late = stack.services.auth.sign({**claims, "iat": claims["iat"] - 2})
     owner = stack.state["api_key"]
-    gql(stack, owner, 'mutation { deleteAgent(agentData: {handle: "shelf"}) { agent { handle } } }')
-    renamed = gql(stack, owner, 'mutation { updateAgent(agentData: {handle: "stack", '
-                                'newHandle: "shelf"}) { agent { agentId } } }')
+    gql(stack, owner, 'mutation { deleteAgent(agentData: {handle: "ledger"}) { agent { handle } } }')
+    renamed = gql(stack, owner, 'mutation { updateAgent(agentData: {handle: "archive", '
+                                'newHandle: "ledger"}) { agent { agentId } } }')
     assert renamed == {"data": {"updateAgent": {"agent": {"agentId": gone}}}}
     stored = httpx.put(f"{stack.api_url}/api/oauth/token", json={"token": {"access_token": "x"}},
                        headers={"Authorization": f"Bearer {late}"}, timeout=30)
