@@ -70,14 +70,16 @@ class RowStore(Protocol):
     """Where vectors outlive a process (the agent registry): a runner container reads the
     no-agent examples' rows instead of embedding 82 texts (82 Bedrock calls with Titan)."""
 
-    def rows(self, key: str) -> bytes | None: ...
+    def rows(self, key: str, version: str) -> bytes | None: ...
 
-    def put_rows(self, key: str, data: bytes) -> None: ...
+    def put_rows(self, key: str, version: str, data: bytes) -> None: ...
 
 
-def _no_agent_key(embedder: Embedder, examples: list[str]) -> str:
+def _no_agent_key(embedder: Embedder, examples: list[str]) -> tuple[str, str]:
+    """Where the rows are (one place per model) and their version (the list's digest:
+    a release with new examples replaces them)."""
     digest = hashlib.sha256("\n".join(examples).encode()).hexdigest()[:16]
-    return f"no-agent#{embedder.model_id}#{digest}"  # new examples or model: new rows
+    return f"no-agent#{embedder.model_id}", digest
 
 
 def no_agent_rows(embedder: Embedder, store: RowStore | None = None) -> Vectors:
@@ -88,7 +90,7 @@ def no_agent_rows(embedder: Embedder, store: RowStore | None = None) -> Vectors:
         data = None
         if store is not None:
             try:
-                data = store.rows(_no_agent_key(embedder, examples))
+                data = store.rows(*_no_agent_key(embedder, examples))
             except Exception:  # a cache: embedding them is slower, not wrong
                 log.warning("reading the no-agent examples' rows failed", exc_info=True)
         rows = from_bytes(data, len(examples)) if data else embedder.embed(examples)
@@ -102,10 +104,10 @@ def keep_no_agent_rows(embedder: Embedder, store: RowStore) -> None:
     cache: when this fails (Bedrock or DynamoDB throttled), the registration goes on and
     runners embed the examples themselves."""
     examples = no_agent_examples()
-    key = _no_agent_key(embedder, examples)
+    key, version = _no_agent_key(embedder, examples)
     try:
-        if store.rows(key) is None:
-            store.put_rows(key, to_bytes(no_agent_rows(embedder)))
+        if store.rows(key, version) is None:
+            store.put_rows(key, version, to_bytes(no_agent_rows(embedder)))
     except Exception:
         log.warning("keeping the no-agent examples' rows failed", exc_info=True)
 

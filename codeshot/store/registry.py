@@ -59,27 +59,30 @@ class AgentRegistry(Repository):
         ).get("Item")
         return item
 
-    def rows(self, key: str) -> bytes | None:
-        """Vectors stored with :meth:`put_rows` under ``key``, or None."""
+    def rows(self, key: str, version: str) -> bytes | None:
+        """Vectors stored with :meth:`put_rows` under ``key`` at ``version``, or None."""
         first = self._rows_part(key, 0)
-        if first is None:
+        if first is None or first["version"]["S"] != version:
             return None
         parts = [first]
         for i in range(1, int(first["parts"]["N"])):
             part = self._rows_part(key, i)
-            if part is None:  # the first part outlived a later one: rewrite them all
+            # Gone, or a writer of another version is midway: never a mixed matrix.
+            if part is None or part["version"]["S"] != version:
                 return None
             parts.append(part)
         return b"".join(p["data"]["B"] for p in parts)
 
-    def put_rows(self, key: str, data: bytes) -> None:
-        """Keep ``data`` under ``key``, in parts (the first written last: a reader that
-        finds it finds every part). Same key, same bytes: writers may race."""
+    def put_rows(self, key: str, version: str, data: bytes) -> None:
+        """Keep ``data`` under ``key`` in place of any other version (so an old example
+        list leaves nothing behind), in parts: the first written last, so a reader that
+        finds it at this version finds every part. Same version, same bytes: writers may
+        race."""
         chunks = [data[i:i + ROWS_PART_BYTES]
                   for i in range(0, len(data), ROWS_PART_BYTES)] or [b""]
         for part in reversed(range(len(chunks))):
             item: dict[str, Any] = {"agent_id": {"S": f"{ROWS_PREFIX}{key}#{part}"},
-                                    "data": {"B": chunks[part]}}
+                                    "version": {"S": version}, "data": {"B": chunks[part]}}
             if part == 0:
                 item["parts"] = {"N": str(len(chunks))}
             self.db.put_item(TableName=self.table_name, Item=item)

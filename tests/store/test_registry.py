@@ -100,18 +100,43 @@ def test_rows_are_kept_in_parts_and_never_listed_as_agents(aws, monkeypatch):
     reg = AgentRegistry(aws)
     reg.create(agent("alice", "a", published=True))
     data = bytes(range(256)) * 10  # 2,560 bytes: three parts
-    assert reg.rows("no-agent#m#1") is None
-    reg.put_rows("no-agent#m#1", data)
-    assert reg.rows("no-agent#m#1") == data and reg.rows("no-agent#m#2") is None
-    reg.put_rows("no-agent#m#1", data[:10])  # rewritten shorter: the first part decides
-    assert reg.rows("no-agent#m#1") == data[:10]
+    assert reg.rows("no-agent#m", "v1") is None
+    reg.put_rows("no-agent#m", "v1", data)
+    assert reg.rows("no-agent#m", "v1") == data and reg.rows("no-agent#n", "v1") is None
+    reg.put_rows("no-agent#m", "v1", data[:10])  # rewritten shorter: the first part decides
+    assert reg.rows("no-agent#m", "v1") == data[:10]
 
     assert [a.agent_id for a in reg.scan_all()] == ["alice/a"]
     assert [a.agent_id for a in reg.all_agents("alice")] == ["alice/a"]
     assert [a.agent_id for a in reg.list_by_owner("alice").items] == ["alice/a"]
-    for key in ("#rows#no-agent#m#1#0", "#version"):
+    for key in ("#rows#no-agent#m#0", "#version"):
         with pytest.raises(NotFound):
             reg.get(key)
+
+
+def test_rows_of_a_new_version_replace_the_old_in_place(aws, monkeypatch):
+    """A release with a new example list rewrites the same items (nothing of the old
+    list is left in the table), and a reader never gets a matrix mixing the two."""
+    import codeshot.store.registry as registry_module
+
+    monkeypatch.setattr(registry_module, "ROWS_PART_BYTES", 1000)
+    reg = AgentRegistry(aws)
+    reg.put_rows("k", "old", b"o" * 2500)
+    assert reg.rows("k", "new") is None  # another version: not these rows
+    put = reg.db.put_item
+    seen: list[bytes | None] = []
+
+    def put_watching(**kwargs: object) -> object:  # a reader between the writer's parts
+        out = put(**kwargs)
+        seen.append(reg.rows("k", "new") or reg.rows("k", "old"))
+        return out
+
+    monkeypatch.setattr(reg.db, "put_item", put_watching)
+    reg.put_rows("k", "new", b"n" * 2500)
+    assert seen[:-1] == [None, None] and seen[-1] == b"n" * 2500
+    assert reg.rows("k", "old") is None
+    items = reg.db.scan(TableName=reg.table_name)["Items"]
+    assert sorted(i["agent_id"]["S"] for i in items) == ["#rows#k#0", "#rows#k#1", "#rows#k#2"]
 
 
 def test_rows_whose_later_part_is_gone_are_not_returned(aws, monkeypatch):
@@ -119,6 +144,6 @@ def test_rows_whose_later_part_is_gone_are_not_returned(aws, monkeypatch):
 
     monkeypatch.setattr(registry_module, "ROWS_PART_BYTES", 1000)
     reg = AgentRegistry(aws)
-    reg.put_rows("k", b"x" * 2500)
+    reg.put_rows("k", "v", b"x" * 2500)
     reg.db.delete_item(TableName=reg.table_name, Key={"agent_id": {"S": "#rows#k#2"}})
-    assert reg.rows("k") is None  # never a truncated matrix
+    assert reg.rows("k", "v") is None  # never a truncated matrix
