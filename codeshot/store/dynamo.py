@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import base64
 import json
+from collections.abc import Callable
 from dataclasses import dataclass
 from decimal import Decimal
 from typing import Any, Generic, TypeVar
@@ -72,6 +73,18 @@ def is_condition_failure(exc: Exception) -> bool:
 class Page(Generic[T]):
     items: list[T]
     next_token: str | None = None
+
+
+def every_page(fetch: Callable[[str | None], Page[T]]) -> list[T]:
+    """The items of ``fetch(token)`` page after page, from the first to the last."""
+    items: list[T] = []
+    token = None
+    while True:
+        page = fetch(token)
+        items.extend(page.items)
+        if not page.next_token:
+            return items
+        token = page.next_token
 
 
 def encode_token(last_key: dict[str, Any] | None) -> str | None:

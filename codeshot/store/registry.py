@@ -12,6 +12,7 @@ from codeshot.store.dynamo import (
     clamp_limit,
     decode_token,
     encode_token,
+    every_page,
     from_item,
     is_condition_failure,
     lookup_key,
@@ -226,14 +227,7 @@ class AgentRegistry(Repository):
         )
 
     def all_agents(self, viewer: str | None) -> list[Agent]:
-        agents: list[Agent] = []
-        token = None
-        while True:
-            page = self.list_visible(viewer, limit=500, token=token)
-            agents.extend(page.items)
-            if not page.next_token:
-                return agents
-            token = page.next_token
+        return every_page(lambda token: self.list_visible(viewer, limit=500, token=token))
 
 
 class AgentCache:

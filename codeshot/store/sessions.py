@@ -22,6 +22,7 @@ from codeshot.store.dynamo import (
     clamp_limit,
     decode_token,
     encode_token,
+    every_page,
     from_item,
     lookup_key,
     to_item,
@@ -345,14 +346,7 @@ class SessionStore(Repository):
         )
 
     def all_messages(self, session_id: str) -> list[Message]:
-        messages: list[Message] = []
-        token = None
-        while True:
-            page = self.list_messages(session_id, limit=1000, token=token)
-            messages.extend(page.items)
-            if not page.next_token:
-                return messages
-            token = page.next_token
+        return every_page(lambda token: self.list_messages(session_id, limit=1000, token=token))
 
     # -- embeds -----------------------------------------------------------------------
     def put_embed(self, embed: Embed) -> Embed:
