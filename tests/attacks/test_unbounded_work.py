@@ -142,3 +142,32 @@ def test_agent_lists_are_paged_and_agent_fields_capped(platform, agents):
                    "description fewShots basePrompt } }"},
                    headers={"Authorization": f"Bearer {key}"})
     assert len(r.json()["data"]["allAgents"]) == 5 and len(r.content) < 6 * 1024 * 1024
+
+
+def yaml_bomb(levels: int) -> str:
+    """A handshake of a few hundred bytes whose ``corpora`` is 10**levels values once its
+    aliases are walked."""
+    lines = ["type: code_shot", "few_shots: []", "a0: &a0 [x, x, x, x, x, x, x, x, x, x]"]
+    lines += [f"a{i}: &a{i} [" + ", ".join([f"*a{i - 1}"] * 10) + "]"
+              for i in range(1, levels + 1)]
+    return "\n".join(lines + [f"corpora: [{{bomb: *a{levels}}}]"]) + "\n"
+
+
+def test_a_yaml_handshake_cannot_expand_into_millions_of_values(platform):
+    """Aliases are refused: 7 levels would be ten million values for the API to walk."""
+    from fastapi import FastAPI, Response
+
+    from codeshot.local.http_server import HttpServer
+
+    app = FastAPI()
+    app.get("/")(lambda: Response(yaml_bomb(7), media_type="application/yaml"))
+    server = HttpServer(app, "127.0.0.1", 0)
+    url = server.start()
+    try:
+        _, key = platform.user("bomber")
+        out = platform.gql(key, """mutation ($u: String!) { createAgent(agentData:
+            {handle: "bomb", queryUrl: $u}) { agent { agentId } } }""", {"u": url})
+    finally:
+        server.stop()
+    assert code(out) == "AGENT_ERROR" and "aliases" in out["errors"][0]["message"], out
+    assert platform.services.registry.scan_all() == []
