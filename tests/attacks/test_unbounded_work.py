@@ -150,7 +150,7 @@ def yaml_bomb(levels: int) -> str:
     lines = ["type: code_shot", "few_shots: []", "a0: &a0 [x, x, x, x, x, x, x, x, x, x]"]
     lines += [f"a{i}: &a{i} [" + ", ".join([f"*a{i - 1}"] * 10) + "]"
               for i in range(1, levels + 1)]
-    return "\n".join(lines + [f"corpora: [{{bomb: *a{levels}}}]"]) + "\n"
+    return "\n".join([*lines, f"corpora: [{{bomb: *a{levels}}}]"]) + "\n"
 
 
 def test_a_yaml_handshake_cannot_expand_into_millions_of_values(platform):
