@@ -32,6 +32,7 @@ from codeshot.errors import (
 from codeshot.observability import HEADER, correlated
 from codeshot.services import Services
 from codeshot.settings import Settings, get_settings
+from codeshot.usecases.messaging import long_poll_reads
 
 MAX_REQUEST_BYTES = 4 * 1024 * 1024
 log = logging.getLogger("codeshot.api")
@@ -153,7 +154,8 @@ def create_app(settings: Settings | None = None, services: Services | None = Non
         return Context(request.app.state.services, request.headers.get("authorization"))
 
     settings = services.settings
-    schema = build_schema(settings.graphql_introspection, settings.graphql_max_cost)
+    schema = build_schema(settings.graphql_introspection, settings.graphql_max_cost,
+                          long_poll_reads(settings.reply_wait_seconds))
     # GraphiQL needs introspection to be of any use; without it /graphql answers POSTs only.
     ide: Literal["graphiql"] | None = "graphiql" if settings.graphql_introspection else None
     app.include_router(console.ConsoleGraphQLRouter(schema, context_getter=context,

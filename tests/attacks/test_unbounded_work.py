@@ -122,6 +122,34 @@ def test_one_request_cannot_fan_out_into_thousands_of_reads(platform):
     assert code(variable) == "INVALID_INPUT"  # a variable page counts as the largest
 
 
+def test_a_long_poll_costs_every_read_it_makes(platform):
+    """``messages(waitSeconds)`` reads until a message comes: 200 sessions polled for 25 s
+    each were about 11,000 reads for one request costed at 201."""
+    _, key = platform.user("poller")
+    for _ in range(3):
+        platform.gql(key, SESSION)
+    calls: list[str] = []
+    stop = aws.on_call(lambda service, op: calls.append(op))
+    try:
+        many = platform.gql(key, "{ allSessions(limit: 200) { messages(waitSeconds: 25) "
+                            "{ text } } }")
+        variable = platform.gql(key, """query ($w: Float!) { allSessions(limit: 200) {
+            messages(waitSeconds: $w) { text } } }""", {"w": 0})
+    finally:
+        stop()
+    for refused in (many, variable):  # a variable wait counts as the longest
+        assert code(refused) == "INVALID_INPUT" and "storage reads" in str(refused["errors"])
+    assert len(calls) <= 2, calls  # the API key's user, nothing more
+    # One session followed, the way clients do, and a list read without waiting, are fine.
+    handle = platform.gql(key, SESSION)["data"]["createSession"]["session"]["handle"]
+    one = platform.gql(key, """query ($h: String!) { sessionByHandle(handle: $h) {
+        messages(waitSeconds: 0.2) { text } } }""", {"h": handle})
+    assert one["data"]["sessionByHandle"]["messages"] == []
+    listed = platform.gql(key, "{ allSessions(limit: 20) { messages(waitSeconds: 0) "
+                          "{ text } } }")
+    assert len(listed["data"]["allSessions"]) == 4
+
+
 def test_agent_lists_are_paged_and_agent_fields_capped(platform, agents):
     _, key = platform.user("lister")
     huge = platform.gql(key, """mutation ($u: String!, $d: String!) { createAgent(agentData:
