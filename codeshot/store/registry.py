@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 from codeshot.errors import Conflict, NotFound
@@ -12,7 +13,6 @@ from codeshot.store.dynamo import (
     clamp_limit,
     decode_token,
     encode_token,
-    every_page,
     from_item,
     is_condition_failure,
     lookup_key,
@@ -38,6 +38,7 @@ ROWS_PART_BYTES = 300_000  # one item's share of the rows: DynamoDB items hold 4
 
 class AgentRegistry(Repository):
     table = REGISTRY
+    _listed: tuple[int, list[Agent]] | None = None  # (version, agents): see listed()
 
     def _bump(self) -> None:
         self.db.update_item(
@@ -90,9 +91,13 @@ class AgentRegistry(Repository):
 
     def scan_all(self) -> list[Agent]:
         """Every agent (for the router's index), page by page."""
+        return self._scan()
+
+    def _scan(self, **options: Any) -> list[Agent]:
         kwargs: dict[str, Any] = {
             "TableName": self.table_name,
             "FilterExpression": "attribute_exists(handle)",
+            **options,
         }
         agents: list[Agent] = []
         while True:
@@ -199,35 +204,30 @@ class AgentRegistry(Repository):
             encode_token(out.get("LastEvaluatedKey")),
         )
 
-    def list_visible(
-        self, viewer: str | None, limit: int | None = None, token: str | None = None
-    ) -> Page[Agent]:
-        """Published agents plus the viewer's own, in pages (a filtered scan)."""
-        names = {"#p": "published"}
-        values: dict[str, Any] = {":t": {"BOOL": True}}
-        expr = "#p = :t"
-        if viewer:
-            names["#o"] = "owner"
-            values[":viewer"] = {"S": viewer}
-            expr += " OR #o = :viewer"
-        kwargs: dict[str, Any] = {
-            "TableName": self.table_name,
-            "FilterExpression": expr,
-            "ExpressionAttributeNames": names,
-            "ExpressionAttributeValues": values,
-            "Limit": clamp_limit(limit, default=100, maximum=500),
-        }
-        start = decode_token(token, {})
-        if start:
-            kwargs["ExclusiveStartKey"] = start
-        out = self.db.scan(**kwargs)
-        return Page(
-            [Agent.from_dict(from_item(i)) for i in out.get("Items", [])],
-            encode_token(out.get("LastEvaluatedKey")),
+    def listed(self) -> list[Agent]:
+        """Every agent without its vectors, as of the registry's version: scanned again
+        only when a write moved it, otherwise one consistent GetItem (listings and the
+        public planner card scanned the whole table on every request)."""
+        version = self.version()
+        cached = self._listed
+        if cached is None or cached[0] != version:
+            cached = (version, self._scan_without_vectors())
+            self._listed = cached
+        return cached[1]
+
+    def _scan_without_vectors(self) -> list[Agent]:
+        fields = [f.name for f in dataclasses.fields(Agent)
+                  if f.name not in ("embeddings", "embedding_model")]
+        return self._scan(
+            ProjectionExpression=", ".join(f"#f{i}" for i in range(len(fields))),
+            ExpressionAttributeNames={f"#f{i}": name for i, name in enumerate(fields)},
+            # Kept until the next write: never a scan that missed the write it follows.
+            ConsistentRead=True,
         )
 
     def all_agents(self, viewer: str | None) -> list[Agent]:
-        return every_page(lambda token: self.list_visible(viewer, limit=500, token=token))
+        """Published agents plus the viewer's own."""
+        return [a for a in self.listed() if a.published or (viewer and a.owner == viewer)]
 
 
 class AgentCache:

@@ -150,6 +150,29 @@ def test_a_long_poll_costs_every_read_it_makes(platform):
     assert len(listed["data"]["allSessions"]) == 4
 
 
+def test_listings_and_the_public_card_scan_the_registry_only_after_a_change(platform, agents):
+    """allAgents and the anonymous planner card scanned every agent (vectors included)
+    on every request: now a request reads the registry's version, and scans only when a
+    write moved it, seeing that write."""
+    _, key = platform.user("scanner")
+    register(platform, key, "first", agents.url + "/dice")
+    calls: list[str] = []
+    stop = aws.on_call(lambda service, op: calls.append(op))
+    try:
+        listed = [platform.gql(key, "{ allAgents(limit: 200) { agentId } }")
+                  for _ in range(3)]
+        cards = [httpx.get(f"{platform.url}/.well-known/agent-card.json") for _ in range(3)]
+        scans_before = calls.count("Scan")
+        register(platform, key, "second", agents.url + "/dice")
+        after = platform.gql(key, "{ allAgents(limit: 200) { agentId } }")
+    finally:
+        stop()
+    assert all(c.status_code == 200 for c in cards)
+    assert "scanner/first" in {a["agentId"] for a in listed[-1]["data"]["allAgents"]}
+    assert scans_before <= 1, calls  # six requests: one scan at most (none if cached)
+    assert "scanner/second" in {a["agentId"] for a in after["data"]["allAgents"]}
+
+
 def test_agent_lists_are_paged_and_agent_fields_capped(platform, agents):
     _, key = platform.user("lister")
     huge = platform.gql(key, """mutation ($u: String!, $d: String!) { createAgent(agentData:
