@@ -93,6 +93,27 @@ FAN_OUT = "{ " + " ".join(f"a{i}: allSessions {{ handle messages {{ text }} embe
                           for i in range(20)) + " }"
 
 
+@pytest.mark.settings(daily_agent_changes=2)
+def test_agent_registrations_and_updates_are_counted_per_day(platform, agents):
+    """Each registration or update reads a handshake and makes every runner reload the
+    registry: a user makes CODESHOT_DAILY_AGENT_CHANGES of them a day."""
+    _, key = platform.user("churn")
+    register(platform, key, "one", agents.url + "/dice")
+    bad = platform.gql(key, """mutation { createAgent(agentData: {handle: "Not Valid!",
+        queryUrl: "http://127.0.0.1:9/"}) { agent { agentId } } }""")
+    assert code(bad) == "INVALID_INPUT"  # refused input is not counted
+    renamed = platform.gql(key, """mutation { updateAgent(agentData: {handle: "one",
+        description: "rolls dice"}) { agent { agentId } } }""")
+    assert renamed["data"]["updateAgent"]["agent"]["agentId"] == "churn/one"
+    third = platform.gql(key, """mutation ($u: String!) { createAgent(agentData: {handle:
+        "two", queryUrl: $u}) { agent { agentId } } }""", {"u": agents.url + "/dice"})
+    assert code(third) == "RATE_LIMITED"
+    assert [a.agent_id for a in platform.services.registry.scan_all()
+            if a.owner == "churn"] == ["churn/one"]
+    _, other = platform.user("calm")  # per user
+    register(platform, other, "two", agents.url + "/dice")
+
+
 def test_one_request_cannot_fan_out_into_thousands_of_reads(platform):
     _, key = platform.user("fanout")
     handles = [platform.gql(key, SESSION)["data"]["createSession"]["session"]["handle"]
