@@ -140,6 +140,7 @@ class Settings:
     openai_proxy_max_tokens: int = setting(1024, ge=16, le=8192)
     max_message_length: int = setting(16_000, ge=1)
     max_storage_value_bytes: int = setting(100_000, ge=1, le=350_000)
+    max_storage_keys: int = setting(1000, ge=1)  # keys an agent keeps for one user
     max_inline_embed_bytes: int = setting(256 * 1024, ge=1)
     max_embed_bytes: int = setting(10 * 1024 * 1024, ge=1)
     embed_url_ttl_seconds: int = setting(900, ge=1, le=7 * 24 * 3600)

@@ -13,6 +13,7 @@ from typing import Any
 from codeshot.errors import Forbidden
 from codeshot.models import Principal
 from codeshot.services import Services
+from codeshot.store.dynamo import every_page
 
 
 def storage_scope(services: Services, caller: Principal, agent_id: str) -> tuple[str, str]:
@@ -29,13 +30,7 @@ def storage_scope(services: Services, caller: Principal, agent_id: str) -> tuple
 
 def list_keys(services: Services, caller: Principal, agent_id: str) -> list[str]:
     user, agent = storage_scope(services, caller, agent_id)
-    keys: list[str] = []
-    token = None
-    while True:
-        page = services.storage.list_keys(user, agent, token=token)
-        keys += page.items
-        if not (token := page.next_token):
-            return keys
+    return every_page(lambda token: services.storage.list_keys(user, agent, token=token))
 
 
 def put_value(services: Services, caller: Principal, agent_id: str, key: str,
