@@ -96,6 +96,9 @@ class Settings:
     # Tokens one LLM call may generate in a query's run: a step or an answer needs far
     # fewer; a runaway (a model repeating itself to the server's cap) ends early.
     llm_max_tokens_per_call: int = setting(256, ge=16, le=8192)
+    # Models an agent's llm_settings may choose (comma-separated); any other runs on
+    # llm_model: the platform pays for the calls, so the agent does not pick the price.
+    agent_llm_models: str = ""
     embedder: str = setting("static", choices=("static", "hashing", "minilm", "bedrock"))
     # "route": the planner hands each query to the best agent; "plan": the LLM plans
     # across agents; "auto": plan compound queries (two agents fit, "and"/"then") and
@@ -194,6 +197,9 @@ class Settings:
     def replace(self, **changes: Any) -> Settings:
         """A copy with these fields changed (checked like any other value)."""
         return Settings(**{f.name: getattr(self, f.name) for f in FIELDS} | changes)
+
+    def agent_models(self) -> frozenset[str]:
+        return frozenset(m.strip() for m in self.agent_llm_models.split(",") if m.strip())
 
     def token_audiences(self) -> list[str]:
         audiences = [self.api_url.rstrip("/")]

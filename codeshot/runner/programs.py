@@ -91,11 +91,14 @@ class RunContext:
     # A secret an agent's owner gave, by name (an MCP server's Authorization header).
     agent_secret: Callable[[str], str] | None = None
     corpus_search: Callable[[], CorpusSearch] | None = None  # agents' document corpora
+    agent_models: frozenset[str] = frozenset()  # models agents may choose (settings)
 
     def llm_for(self, agent_id: str, settings: dict[str, Any] | None = None) -> LLM:
         """The LLM as ``agent_id``'s program uses it: with the agent's own model settings
-        (Fixie's ``llm_settings``) where the provider takes them, metered against the
-        budgets."""
+        (Fixie's ``llm_settings``; its model only when the platform allows it) where the
+        provider takes them, metered against the budgets."""
+        if settings and settings.get("model") not in self.agent_models:
+            settings = {**settings, "model": None}
         llm = configured(self.llm, LlmSettings.from_dict(settings))
         return llm if self.budget is None else self.budget.metered(llm, agent_id)
 

@@ -243,6 +243,7 @@ class SessionRunner:
                 budget=budget_for(self.s, session.owner),
                 agent_secret=self.s.agent_secrets.get,
                 corpus_search=lambda: self.corpus_search,
+                agent_models=settings.agent_models(),
             )
             program, owner_id = self._program(session, ctx, viewer)
             if paused and paused.get("program") == owner_id:
