@@ -98,7 +98,7 @@ class Settings:
     llm_max_tokens_per_call: int = setting(256, ge=16, le=8192)
     # Models an agent's llm_settings may choose (comma-separated); any other runs on
     # llm_model: the platform pays for the calls, so the agent does not pick the price.
-    agent_llm_models: str = ""
+    agent_llm_models: str | None = None
     embedder: str = setting("static", choices=("static", "hashing", "minilm", "bedrock"))
     # "route": the planner hands each query to the best agent; "plan": the LLM plans
     # across agents; "auto": plan compound queries (two agents fit, "and"/"then") and
@@ -199,7 +199,8 @@ class Settings:
         return Settings(**{f.name: getattr(self, f.name) for f in FIELDS} | changes)
 
     def agent_models(self) -> frozenset[str]:
-        return frozenset(m.strip() for m in self.agent_llm_models.split(",") if m.strip())
+        return frozenset(m.strip() for m in (self.agent_llm_models or "").split(",")
+                         if m.strip())
 
     def token_audiences(self) -> list[str]:
         audiences = [self.api_url.rstrip("/")]
