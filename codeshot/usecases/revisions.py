@@ -48,7 +48,8 @@ class AgentRevisions(AgentRegistration):
         """A new revision of the caller's agent ``handle`` answering at ``url``; made
         current (its handshake read) when asked. No URL: code to build, refused."""
         if url is None:
-            raise InvalidInput(f"give the revision's externalDeployment {{url}}: {NOT_BUILT}")
+            raise InvalidInput("a revision is a URL the agent answers at (externalDeployment "
+                               f"{{url}}; deployment_url in agent.yaml): {NOT_BUILT}")
         agent = self._owned(self._owner(principal), handle)
         if agent.mcp_url:
             raise InvalidInput(f"agent {agent.agent_id} is an MCP server's (mcpUrl): it has "
