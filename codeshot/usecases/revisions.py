@@ -90,7 +90,7 @@ class AgentRevisions(AgentRegistration):
     def _revision(agent: Agent, revision_id: str) -> Revision:
         revision = agent.revision(revision_id)
         if revision is None:
-            raise NotFound(f"agent {agent.agent_id} has no revision {revision_id}")
+            raise NotFound(f"agent {agent.agent_id} has no such revision")
         return revision
 
     def _switch(self, agent: Agent, to: Revision, reindex_corpora: bool = False) -> Agent:

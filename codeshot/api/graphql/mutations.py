@@ -72,6 +72,7 @@ class Mutation:
         services, p = await caller(info)
         reg, values = _registration(services, agent_data)
         if agent_data.current_revision_id is not None:
+            # A switch re-describes the agent from its handshake: no field to set beside.
             if values != type(values)() or agent_data.new_handle is not None:
                 raise InvalidInput("currentRevisionId is given with handle only")
             agent = await blocking(_revisions(services).set_current, p, agent_data.handle,
