@@ -3,7 +3,7 @@ import struct
 import pytest
 
 from codeshot.errors import Conflict, InvalidInput, NotFound
-from codeshot.models import Agent, AgentKind
+from codeshot.models import Agent, AgentKind, Revision
 from codeshot.store.registry import AgentRegistry
 
 
@@ -150,8 +150,6 @@ def test_rows_whose_later_part_is_gone_are_not_returned(aws, monkeypatch):
 
 
 def test_revisions_round_trip_and_a_write_from_a_stale_read_is_a_conflict(aws):
-    from codeshot.models import Revision
-
     reg = AgentRegistry(aws)
     read = reg.create(agent("alice", "rev", func_url="https://example.com/a"))
     kept = Revision(revision_id="01REV", func_url="https://example.com/b",
