@@ -2,6 +2,10 @@
 `fixie serve` makes one current while it runs): owner-only, bad input refused with
 nothing written, and switching re-reads the handshake."""
 
+import json
+
+import httpx
+
 from tests.api.test_fixie_compat import UPDATE_AGENT, register
 from tests.conftest import code, free_port
 
@@ -182,3 +186,24 @@ def test_a_rename_keeps_the_revisions(platform, handshake_agent):
     after = revisions(platform, key, "remy/dice")["allRevisions"]
     # The implicit first revision was made real when another became current: it stays.
     assert [r["id"] for r in after] == before and after[1]["isCurrent"]
+
+
+def test_multipart_requests_are_authenticated_by_the_bearer_key_only(platform,
+                                                                     handshake_agent):
+    """fixieai sends createAgentRevision as a multipart form, which a page on another site
+    can post too: without the key in Authorization (which such a form cannot set, and no
+    cookie stands for) it is refused and changes nothing."""
+    _, key = platform.user("mia")
+    register(platform, key, handshake_agent, handle="rand")
+    before = platform.services.registry.get("mia/rand")
+    operations = json.dumps({"query": CREATE_REVISION, "variables": {
+        "handle": "rand", "makeCurrent": True, "reindexCorpora": False, "metadata": [],
+        "externalDeployment": {"url": handshake_agent + "/yaml"}, "managedDeployment": None}})
+    form = {"operations": (None, operations), "map": (None, "{}")}
+    refused = httpx.post(f"{platform.url}/graphql", files=form, timeout=30).json()
+    assert code(refused) == "UNAUTHENTICATED"
+    assert platform.services.registry.get("mia/rand") == before
+    made = httpx.post(f"{platform.url}/graphql", files=form, timeout=30,
+                      headers={"Authorization": f"Bearer {key}"}).json()
+    assert current(platform, key, "mia/rand")["id"] == \
+        made["data"]["createAgentRevision"]["revision"]["id"]
