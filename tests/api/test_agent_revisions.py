@@ -96,6 +96,10 @@ def test_a_revision_made_current_moves_the_agent_and_back(platform, handshake_ag
                                                  (second, True, other)]
     assert agent["allRevisions"][1]["metadata"] == [
         {"key": "fixie.ai/python-cli/command", "value": "serve"}]
+    # Listings (read once per registry change) say the same.
+    listed = platform.gql(key, "{ allAgents { agentId currentRevision { id } } }")
+    assert {"agentId": "rita/rand", "currentRevision": {"id": second}} in listed["data"][
+        "allAgents"]
 
     # What `fixie serve` does when it stops: the previous one current, its own deleted.
     assert "errors" not in platform.gql(key, SET_CURRENT, {"handle": "rand",
