@@ -13,7 +13,7 @@ agent's owner sees or changes its revisions.
 from __future__ import annotations
 
 from codeshot import ids
-from codeshot.errors import InvalidInput, NotFound
+from codeshot.errors import CodeshotError, InvalidInput, NotFound
 from codeshot.models import MAX_URL, Agent, Principal, Revision
 from codeshot.net.addresses import check_public_url
 from codeshot.text import check_text
@@ -96,8 +96,12 @@ class AgentRevisions(AgentRegistration):
     def _switch(self, agent: Agent, to: Revision, reindex_corpora: bool = False) -> Agent:
         """The agent answering at ``to``'s URLs, described by its handshake there; the
         revision it leaves is kept with the URLs it answered at."""
-        described = self.describe(agent.replace(query_url=to.query_url, func_url=to.func_url),
-                                  inline=False)
+        try:
+            described = self.describe(
+                agent.replace(query_url=to.query_url, func_url=to.func_url), inline=False)
+        except CodeshotError as exc:  # the same code, saying that nothing changed
+            raise type(exc)(f"revision {to.revision_id} was not made current ({agent.agent_id} "
+                            f"answers where it did): {exc.message}", **exc.details) from exc
         kept = [r for r in agent.all_revisions() if r.revision_id != to.revision_id]
         stored = self.s.registry.replace(
             described.replace(revisions=[*kept, to], current_revision=to.revision_id),

@@ -136,7 +136,10 @@ def test_bad_input_is_refused_and_writes_nothing(platform, handshake_agent):
     register(platform, key, handshake_agent, handle="rand")
     before = platform.services.registry.get("bea/rand")
     dead = f"http://127.0.0.1:{free_port()}"  # nothing listens: no handshake there
-    assert code(create(platform, key, "rand", dead)) == "AGENT_UNAVAILABLE"
+    unreachable = create(platform, key, "rand", dead)
+    assert code(unreachable) == "AGENT_UNAVAILABLE"
+    assert "was not made current (bea/rand answers where it did)" in unreachable["errors"][0][
+        "message"]
     for url in ("ftp://example.com/agent", "http://10.0.0.7/", "not a url",
                 "http://127.0.0.1/\nx"):
         assert code(create(platform, key, "rand", url)) == "INVALID_INPUT", url
