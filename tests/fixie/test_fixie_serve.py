@@ -109,23 +109,41 @@ def test_fixie_serve_no_tunnel_serves_a_revision_and_restores_the_previous(
             [str(fixie_python.with_name("fixie")), "serve", "--no-tunnel",
              "--host", "127.0.0.1", "--port", str(port)],
             cwd=tmp_path, env=env, stdout=out, stderr=subprocess.STDOUT)
-    try:
+    def revision_after(revision: str) -> dict:
+        """The agent once `fixie serve` made another revision than ``revision`` current and
+        deleted the one it replaced, if any."""
         deadline = time.monotonic() + 60
-        while (now := revisions(live, user.key, agent_id))["currentRevision"]["id"] \
-                == previous:
+        while True:
+            now = revisions(live, user.key, agent_id)
+            if now["currentRevision"]["id"] != revision and len(now["allRevisions"]) == 2:
+                return now
             assert served.poll() is None and time.monotonic() < deadline, log.read_text()
             time.sleep(0.2)
+
+    try:
+        now = revision_after(previous)
         temporary = now["currentRevision"]["id"]
         assert now["funcUrl"] == f"http://127.0.0.1:{port}"
         assert [r["id"] for r in now["allRevisions"]] == [previous, temporary]
         # The platform now calls the Func of the agent `fixie serve` runs.
         assert "PEARS FROM FIXIE SERVE" in ask(live, user.key, agent_id,
                                                "What is the secret word for pears?")
+        # An edit restarts it (--reload, the default): a new revision at the same URL
+        # replaces the one it made before.
+        edited = (tmp_path / "main.py").read_text().replace('" FROM FIXIE SERVE"',
+                                                            '" FROM THE EDITED AGENT"')
+        (tmp_path / "main.py").write_text(edited)
+        reloaded = revision_after(temporary)["currentRevision"]["id"]
+        assert [r["id"] for r in revisions(live, user.key, agent_id)["allRevisions"]] == [
+            previous, reloaded]
+        assert "FIGS FROM THE EDITED AGENT" in ask(live, user.key, agent_id,
+                                                   "What is the secret word for figs?")
     finally:
         served.send_signal(signal.SIGINT)  # Ctrl-C, as its user stops it
         served.wait(timeout=60)
     printed = log.read_text()
     assert f"Now serving temporary revision {temporary}" in printed, printed
+    assert f"Now serving temporary revision {reloaded}" in printed, printed
     assert f"Restored existing revision {previous}" in printed, printed
 
     after = revisions(live, user.key, agent_id)
