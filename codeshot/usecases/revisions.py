@@ -61,6 +61,7 @@ class AgentRevisions(AgentRegistration):
         if len(agent.all_revisions()) >= MAX_REVISIONS:
             raise InvalidInput(f"agent {agent.agent_id} has {MAX_REVISIONS} revisions, the "
                                "most it keeps: delete one (deleteAgentRevision) first")
+        self._charge(principal)
         if make_current:
             self._switch(agent, revision, reindex_corpora)
         else:
@@ -74,6 +75,7 @@ class AgentRevisions(AgentRegistration):
         revision = self._revision(agent, revision_id)
         if revision_id == agent.current_revision_id():
             return agent  # already: a retry changes nothing
+        self._charge(principal)
         return self._switch(agent, revision)
 
     def delete_revision(self, principal: Principal, handle: str, revision_id: str) -> Agent:

@@ -5,6 +5,7 @@ nothing written, and switching re-reads the handshake."""
 import json
 
 import httpx
+import pytest
 
 from tests.api.test_fixie_compat import UPDATE_AGENT, register
 from tests.conftest import code, free_port
@@ -214,3 +215,16 @@ def test_multipart_requests_are_authenticated_by_the_bearer_key_only(platform,
                       headers={"Authorization": f"Bearer {key}"}).json()
     assert current(platform, key, "mia/rand")["id"] == \
         made["data"]["createAgentRevision"]["revision"]["id"]
+
+
+@pytest.mark.settings(daily_agent_changes=3)
+def test_revision_changes_count_against_the_daily_agent_changes(platform, handshake_agent):
+    _, key = platform.user("cora")
+    register(platform, key, handshake_agent, handle="rand")  # 1
+    first = current(platform, key, "cora/rand")["id"]
+    create(platform, key, "rand", handshake_agent + "/yaml")  # 2
+    assert "errors" not in platform.gql(key, SET_CURRENT, {"handle": "rand",  # 3
+                                                           "currentRevisionId": first})
+    before = platform.services.registry.get("cora/rand")
+    assert code(create(platform, key, "rand", handshake_agent + "/yaml")) == "RATE_LIMITED"
+    assert platform.services.registry.get("cora/rand") == before
