@@ -19,10 +19,12 @@ from codeshot.net.addresses import check_public_url
 from codeshot.text import check_text
 from codeshot.usecases.registration import NOT_BUILT, AgentRegistration
 
-MAX_REVISIONS = 20  # kept in the agent's item (400 KB with its embeddings)
-MAX_METADATA = 20
+# Revisions live in the agent's item (DynamoDB: 400 KB), beside up to ~300 KB of its own
+# (few-shots, embeddings): at most 10 x (2 URLs of 2 KB + 10 x 300 B of metadata) = 70 KB.
+MAX_REVISIONS = 10
+MAX_METADATA = 10
 MAX_METADATA_KEY = 100
-MAX_METADATA_VALUE = 1_000
+MAX_METADATA_VALUE = 200
 
 
 def check_metadata(pairs: list[tuple[str, str]]) -> dict[str, str]:

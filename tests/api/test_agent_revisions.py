@@ -7,6 +7,7 @@ import json
 import httpx
 import pytest
 
+from codeshot.usecases.revisions import MAX_REVISIONS
 from tests.api.test_fixie_compat import UPDATE_AGENT, register
 from tests.conftest import code, free_port
 
@@ -228,3 +229,16 @@ def test_revision_changes_count_against_the_daily_agent_changes(platform, handsh
     before = platform.services.registry.get("cora/rand")
     assert code(create(platform, key, "rand", handshake_agent + "/yaml")) == "RATE_LIMITED"
     assert platform.services.registry.get("cora/rand") == before
+
+
+def test_an_agent_keeps_at_most_its_cap_of_revisions(platform, handshake_agent):
+    _, key = platform.user("kim")
+    register(platform, key, handshake_agent, handle="rand")
+    for _ in range(MAX_REVISIONS - 1):  # beside the one it was registered with
+        assert "errors" not in create(platform, key, "rand", handshake_agent + "/yaml",
+                                      make_current=False)
+    before = platform.services.registry.get("kim/rand")
+    over = create(platform, key, "rand", handshake_agent + "/yaml", make_current=False)
+    assert code(over) == "INVALID_INPUT" and "deleteAgentRevision" in over["errors"][0][
+        "message"]
+    assert platform.services.registry.get("kim/rand") == before
