@@ -16,6 +16,7 @@ from datetime import UTC, datetime
 from enum import Enum
 from typing import Any, ClassVar, TypeVar
 
+from codeshot import ids
 from codeshot.errors import InvalidInput
 from codeshot.text import check_text
 
@@ -101,6 +102,27 @@ def _field_names(cls: type[Record]) -> frozenset[str]:
     return frozenset(f.name for f in dataclasses.fields(cls))  # type: ignore[arg-type]
 
 
+@dataclasses.dataclass(kw_only=True)
+class Revision(Record):
+    """One deployment of an agent, Fixie 1.0's agent revision: where it answers."""
+
+    revision_id: str
+    query_url: str | None = None
+    func_url: str | None = None
+    metadata: dict[str, str] = dataclasses.field(default_factory=dict)  # the client's
+    created: datetime = dataclasses.field(default_factory=utcnow)
+
+    COERCE: ClassVar[dict[str, Any]] = {"created": _datetime}
+
+    @property
+    def url(self) -> str | None:
+        return self.func_url or self.query_url
+
+
+def _revisions(values: list[Any]) -> list[Revision]:
+    return [v if isinstance(v, Revision) else Revision.from_dict(v) for v in values]
+
+
 class AgentKind(str, Enum):
     CODE_SHOT = "code_shot"
     STANDALONE = "standalone"
@@ -134,11 +156,18 @@ class Agent(Record):
     mcp_auth_secret: str | None = None
     embeddings: bytes | None = None  # float32 rows, one per sample query
     embedding_model: str | None = None
+    # Its revisions (codeshot/usecases/revisions.py) once it has had more than the one it
+    # was registered with, and which is current (None: that first, implicit one). The
+    # current one answers at query_url/func_url above, whatever its entry here says (a
+    # registration may have changed them since).
+    revisions: list[Revision] = dataclasses.field(default_factory=list)
+    current_revision: str | None = None
     created: datetime = dataclasses.field(default_factory=utcnow)
     modified: datetime = dataclasses.field(default_factory=utcnow)
 
     COERCE: ClassVar[dict[str, Any]] = {
-        "kind": AgentKind, "created": _datetime, "modified": _datetime}
+        "kind": AgentKind, "created": _datetime, "modified": _datetime,
+        "revisions": _revisions}
 
     @staticmethod
     def make_id(owner: str, handle: str) -> str:
@@ -147,6 +176,29 @@ class Agent(Record):
     def usable_by(self, username: str | None) -> bool:
         """Published agents are everyone's; unpublished ones only their owner's."""
         return self.published or self.owner == username
+
+    def current_revision_id(self) -> str | None:
+        """The revision it answers at now. An agent registered the usual way (a URL, no
+        revision made) has one, implicit: its id is derived from the agent's, so every
+        read names it the same. None for an agent with no URL (inline few-shots only, an
+        MCP server)."""
+        if not (self.query_url or self.func_url):
+            return None
+        return self.current_revision or ids.derived_ulid(
+            int(self.created.timestamp() * 1000), self.agent_id)
+
+    def all_revisions(self) -> list[Revision]:
+        """Its revisions, oldest first, the current one with the URLs it answers at."""
+        current = self.current_revision_id()
+        revisions = [r for r in self.revisions if r.revision_id != current]
+        if current:
+            revisions.append(next((r for r in self.revisions if r.revision_id == current),
+                                  Revision(revision_id=current, created=self.created)
+                                  ).replace(query_url=self.query_url, func_url=self.func_url))
+        return sorted(revisions, key=lambda r: (r.created, r.revision_id))
+
+    def revision(self, revision_id: str) -> Revision | None:
+        return next((r for r in self.all_revisions() if r.revision_id == revision_id), None)
 
 
 # Caps on what an agent's record holds: it must fit one DynamoDB item (400 KB, with a

@@ -158,8 +158,14 @@ def create_app(settings: Settings | None = None, services: Services | None = Non
                           long_poll_reads(settings.reply_wait_seconds))
     # GraphiQL needs introspection to be of any use; without it /graphql answers POSTs only.
     ide: Literal["graphiql"] | None = "graphiql" if settings.graphql_introspection else None
+    # Multipart requests (the GraphQL upload spec; python-multipart, which the API bundle
+    # keeps for forms) as well as JSON: fixieai 1.0.4 sends createAgentRevision so.
+    # Browsers may send multipart cross-site without a preflight, but only a Bearer token
+    # authenticates here, which they never attach on their own.
     app.include_router(console.ConsoleGraphQLRouter(schema, context_getter=context,
-                                                     graphql_ide=ide), prefix="/graphql")
+                                                     graphql_ide=ide,
+                                                     multipart_uploads_enabled=True),
+                       prefix="/graphql")
     app.include_router(router)
     app.include_router(openai_proxy_router)
     app.include_router(oauth_router)

@@ -119,8 +119,12 @@ class AgentRegistry(Repository):
         self._bump()
         return agent
 
-    def replace(self, agent: Agent, *, previous_id: str | None = None) -> Agent:
-        """Write an existing agent back (optionally under a new id, for renames)."""
+    def replace(self, agent: Agent, *, previous_id: str | None = None,
+                read_as: Agent | None = None) -> Agent:
+        """Write an existing agent back (optionally under a new id, for renames; or only if
+        it is still as ``read_as``, else CONFLICT: a change made from what was read)."""
+        # Compared as stored: the same text, whatever the datetime's precision.
+        modified = _to_item(read_as)["modified"] if read_as else None
         agent = agent.replace(modified=utcnow())
         if previous_id and previous_id != agent.agent_id:
             try:
@@ -148,13 +152,16 @@ class AgentRegistry(Repository):
                 raise
             self._bump()
             return agent
+        condition: dict[str, Any] = {"ConditionExpression": "attribute_exists(agent_id)"}
+        if modified:
+            condition = {"ConditionExpression": "#m = :m",
+                         "ExpressionAttributeNames": {"#m": "modified"},
+                         "ExpressionAttributeValues": {":m": modified}}
         try:
-            self.db.put_item(
-                TableName=self.table_name,
-                Item=_to_item(agent),
-                ConditionExpression="attribute_exists(agent_id)",
-            )
+            self.db.put_item(TableName=self.table_name, Item=_to_item(agent), **condition)
         except self.db.exceptions.ConditionalCheckFailedException as exc:
+            if modified:
+                raise Conflict(f"agent {agent.agent_id} changed meanwhile: try again") from exc
             raise NotFound(f"agent {agent.agent_id} not found") from exc
         self._bump()
         return agent

@@ -46,6 +46,13 @@ HandshakeFetcher = Callable[[str, str], Handshake]
 McpDescriber = Callable[[str, str | None], "McpServerInfo"]
 
 
+# Why `fixie deploy` (code for the platform to build) is refused, and what works instead.
+NOT_BUILT = ("codeshot does not build code on request: use `codeshot serve DIR --register` "
+             "locally (then `fixie serve --no-tunnel` with a deployment_url in agent.yaml "
+             "serves new revisions of the agent), `cdk deploy` in AWS, or `codeshot agent "
+             "register DIR --url URL`")
+
+
 @dataclass
 class AgentFields:
     """What a client may set on an agent; None leaves a field as it is on update."""
@@ -138,9 +145,7 @@ class AgentRegistration:
             if not url:
                 raise InvalidInput(
                     "give queryUrl or funcUrl, or the few-shots inline. (`fixie deploy` "
-                    "uploads code for Fixie to host; codeshot does not build code on "
-                    "request: use `codeshot serve DIR --register` locally, `cdk deploy` in "
-                    "AWS, or `codeshot agent register DIR --url URL`.)")
+                    f"uploads code for Fixie to host; {NOT_BUILT}.)")
             token = self.s.auth.agent_token(agent.agent_id, None, None)
             hs = self.fetch(url, token)
             kind = AgentKind.STANDALONE if hs.type == "standalone" else AgentKind.CODE_SHOT
