@@ -12,7 +12,7 @@ import dataclasses
 import functools
 import re
 from collections.abc import Callable
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from enum import Enum
 from typing import Any, ClassVar, TypeVar
 
@@ -173,6 +173,13 @@ class Agent(Record):
     def make_id(owner: str, handle: str) -> str:
         return f"{owner}/{handle}"
 
+    @property
+    def registration(self) -> int:
+        """This registration of the agent, exactly: ``created`` in microseconds since the
+        epoch (an agent registered again at a deleted one's id, or renamed onto it, has
+        another). Its call tokens carry it, so the next agent of its id refuses them."""
+        return (self.created - _EPOCH) // timedelta(microseconds=1)
+
     def usable_by(self, username: str | None) -> bool:
         """Published agents are everyone's; unpublished ones only their owner's."""
         return self.published or self.owner == username
@@ -199,6 +206,9 @@ class Agent(Record):
 
     def revision(self, revision_id: str) -> Revision | None:
         return next((r for r in self.all_revisions() if r.revision_id == revision_id), None)
+
+
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 
 
 # Caps on what an agent's record holds: it must fit one DynamoDB item (400 KB, with a
@@ -381,9 +391,19 @@ class Principal(Record):
     agent_id: str | None = None
     session_id: str | None = None
     key_id: str | None = None
-    # An agent token's issue time (seconds): a token issued before its agent was last
-    # registered belongs to a deleted agent of the same id, and is refused.
+    # An agent token's issue time (seconds) and the registration it was issued to
+    # (Agent.registration; None in tokens of an older platform, or for no registration).
     issued_at: int | None = None
+    registration: int | None = None
     # The user's own daily query limit (None: the platform default), read with the user
     # when the API key was checked, so posting a message needs no second read.
     daily_query_limit: int | None = None
+
+    def issued_to(self, agent: Agent) -> bool:
+        """Whether this agent token was issued to ``agent`` as it is registered now, not to
+        a deleted agent of its id (whose call may still be in flight): by the registration
+        it carries, or, in a token without one, by its issue time (whole seconds: a token
+        issued in the second of the registration passes)."""
+        if self.registration is not None:
+            return self.registration == agent.registration
+        return self.issued_at is not None and self.issued_at >= int(agent.created.timestamp())

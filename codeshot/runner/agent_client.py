@@ -138,7 +138,8 @@ class AgentClient:
 
     def __init__(
         self,
-        mint_token: Callable[[str], str],  # (agent_id) -> JWT for this user and session
+        # (agent id, its registration if known) -> a JWT for this user and session
+        mint_token: Callable[[str, int | None], str],
         *,
         timeout: float,
         allow_loopback: bool,
@@ -155,12 +156,13 @@ class AgentClient:
     def close(self) -> None:
         self.http.close()
 
-    def _post(self, agent_id: str, url: str, body: dict[str, Any]) -> tuple[bytes, str]:
+    def _post(self, agent_id: str, url: str, body: dict[str, Any], registration: int | None
+              ) -> tuple[bytes, str]:
         """(reply body, its content type) of a 2xx reply, after bounded retries."""
         check_public_url(url, allow_loopback=self.allow_loopback, resolve=False)
         attempt = 0
         while True:
-            token = self.mint_token(agent_id)
+            token = self.mint_token(agent_id, registration)
             try:
                 reply = request(
                     "POST", url, token, timeout=self.timeout,
@@ -180,17 +182,22 @@ class AgentClient:
             time.sleep(wait)
 
     def call_func(self, agent_id: str, func_url: str, func: str, text: str,
-                  embeds: dict[str, Any] | None = None) -> FuncReply:
+                  embeds: dict[str, Any] | None = None, *,
+                  registration: int | None = None) -> FuncReply:
+        """``registration``: the agent's (:attr:`codeshot.models.Agent.registration`) whose
+        URL this is, for its call token; None for an agent not registered."""
         url = func_url.rstrip("/") + "/" + func
-        data, _ = self._post(agent_id, url, {"message": {"text": text, "embeds": embeds or {}}})
+        data, _ = self._post(agent_id, url, {"message": {"text": text, "embeds": embeds or {}}},
+                             registration)
         return FuncReply.parse(url, data)
 
     def query_standalone(self, agent_id: str, query_url: str, text: str,
-                         embeds: dict[str, Any] | None = None) -> FuncReply:
+                         embeds: dict[str, Any] | None = None, *,
+                         registration: int | None = None) -> FuncReply:
         """POST the query; the reply streams newline-delimited AgentResponse objects and
         the last one is the answer (as the Fixie SDK reads it)."""
         data, _ = self._post(agent_id, query_url.rstrip("/") + "/",
-                             {"message": {"text": text, "embeds": embeds or {}}})
+                             {"message": {"text": text, "embeds": embeds or {}}}, registration)
         lines = [line for line in data.decode("utf-8", "replace").splitlines() if line.strip()]
         if not lines:
             raise AgentFailed(f"agent {agent_id} sent an empty reply")

@@ -146,7 +146,7 @@ class CodeShotProgram:
                 return CommandResult(builtin(text, platform))
             try:
                 reply = ctx.client.call_func(agent.agent_id, agent.func_url or "", name, text,
-                                             ctx.embeds.links())
+                                             ctx.embeds.links(), registration=agent.registration)
             except FuncNotDefined:
                 if builtin is None:
                     raise
@@ -208,7 +208,8 @@ class StandaloneProgram:
 
     def run(self, query: str) -> Outcome:
         reply = self.ctx.client.query_standalone(self.agent.agent_id, self.agent.query_url or "",
-                                                 query, self.ctx.embeds.links())
+                                                 query, self.ctx.embeds.links(),
+                                                 registration=self.agent.registration)
         if reply.needs_input:
             return Outcome(Status.AWAITING_INPUT, reply.question or reply.text,
                            state={"query": query, "repeat": reply.repeat_on_answer})

@@ -214,7 +214,8 @@ class SessionRunner:
                        for e in self.s.sessions.list_embeds(session.session_id)})
         book.know(memory.embeds())
         client = AgentClient(
-            lambda agent_id: self.s.auth.agent_token(agent_id, session.owner, session.session_id),
+            lambda agent_id, registration: self.s.auth.agent_token(
+                agent_id, session.owner, session.session_id, registration),
             timeout=settings.agent_call_timeout_seconds, allow_loopback=settings.local_mode,
         )
         viewer = session.owner_name or self.s.users.get(session.owner).username

@@ -56,7 +56,7 @@ def agent():
 
 
 def client(user: str) -> AgentClient:
-    return AgentClient(lambda _agent_id: f"token-{user}", timeout=5, allow_loopback=True)
+    return AgentClient(lambda *_: f"token-{user}", timeout=5, allow_loopback=True)
 
 
 def test_no_cookie_set_by_an_agent_is_ever_sent_back(agent):
@@ -155,7 +155,7 @@ def test_a_host_that_does_not_resolve_is_unreachable_and_tried_again(monkeypatch
         client("alice").call_func("me/dice", "http://dice.invalid", "roll", "1d6")
     assert not err.value.permanent and looked_up.count("dice.invalid") == 3
 
-    strict = AgentClient(lambda _agent_id: "token", timeout=5, allow_loopback=False)
+    strict = AgentClient(lambda *_: "token", timeout=5, allow_loopback=False)
     with pytest.raises(InvalidInput, match=r"localhost resolves to .*a loopback address"):
         strict.call_func("me/dice", "http://localhost:9", "roll", "1d6")
     assert looked_up.count("localhost") == 1

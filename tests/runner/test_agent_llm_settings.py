@@ -26,7 +26,7 @@ def run(aws, llm, agent: Agent, models: frozenset[str] = frozenset({"agent-model
     embeds = EmbedBook(EmbedStore(aws), fetch=lambda url: pytest.fail(f"fetched {url}"))
     ctx = RunContext(llm=llm, registry_get=lambda _: agent, embeds=embeds,
                      platform=FuncContext(lambda: "UTC", embeds, None),
-                     client=AgentClient(lambda _: "", timeout=1, allow_loopback=True),
+                     client=AgentClient(lambda *_: "", timeout=1, allow_loopback=True),
                      trace=lambda _by, _step: None, agent_models=models)
     outcome = CodeShotProgram(agent, ctx).run("Say hello to Ann")
     assert outcome.status is Status.DONE
