@@ -168,3 +168,18 @@ def test_an_mcp_server_whose_host_does_not_resolve_is_unreachable():
     with pytest.raises(AgentUnavailable, match=r"'tools\.invalid' does not resolve") as err:
         server.call("stock_level", '{"sku": "SKU-1"}')
     assert not err.value.permanent
+
+
+def test_retry_after_is_read_in_seconds_and_in_each_http_date_form():
+    from datetime import UTC, datetime
+
+    from codeshot.net.http import retry_after
+
+    now = datetime(1994, 11, 6, 8, 49, 30, tzinfo=UTC)
+    read = {value: retry_after(value, now) for value in (
+        "3", "Sun, 06 Nov 1994 08:49:37 GMT", "Sunday, 06-Nov-94 08:49:37 GMT",
+        "Sun Nov  6 08:49:37 1994", "Sun, 06 Nov 1994 08:49:00 GMT", "-1", "1.5", "soon", "")}
+    assert read == {"3": 3.0, "Sun, 06 Nov 1994 08:49:37 GMT": 7.0,
+                    "Sunday, 06-Nov-94 08:49:37 GMT": 7.0, "Sun Nov  6 08:49:37 1994": 7.0,
+                    "Sun, 06 Nov 1994 08:49:00 GMT": 0.0,  # past: at once
+                    "-1": None, "1.5": None, "soon": None, "": None}  # not valid: no retry
