@@ -399,11 +399,12 @@ class Principal(Record):
     # when the API key was checked, so posting a message needs no second read.
     daily_query_limit: int | None = None
 
-    def issued_to(self, agent: Agent) -> bool:
-        """Whether this agent token was issued to ``agent`` as it is registered now, not to
-        a deleted agent of its id (whose call may still be in flight): by the registration
-        it carries, or, in a token without one, by its issue time (whole seconds: a token
-        issued in the second of the registration passes)."""
+    def issued_to(self, registration: int) -> bool:
+        """Whether this agent token was issued to its agent as registered now
+        (``registration``: :attr:`Agent.registration`), not to a deleted agent of its id
+        (whose call may still be in flight): by the registration it carries, or, in a
+        token without one, by its issue time (whole seconds: a token issued in the second
+        of the registration passes)."""
         if self.registration is not None:
-            return self.registration == agent.registration
-        return self.issued_at is not None and self.issued_at >= int(agent.created.timestamp())
+            return self.registration == registration
+        return self.issued_at is not None and self.issued_at >= registration // 1_000_000

@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import dataclasses
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from codeshot.errors import Conflict, NotFound
 from codeshot.models import Agent, utcnow
+from codeshot.settings import Settings
 from codeshot.store.base import Repository
 from codeshot.store.dynamo import (
     Page,
@@ -19,6 +20,9 @@ from codeshot.store.dynamo import (
     to_item,
 )
 from codeshot.store.tables import REGISTRY
+
+if TYPE_CHECKING:
+    from types_boto3_dynamodb import DynamoDBClient
 
 
 def _to_item(agent: Agent) -> dict[str, Any]:
@@ -39,6 +43,11 @@ ROWS_PART_BYTES = 300_000  # one item's share of the rows: DynamoDB items hold 4
 class AgentRegistry(Repository):
     table = REGISTRY
     _listed: tuple[int, list[Agent]] | None = None  # (version, agents): see listed()
+
+    def __init__(self, settings: Settings, dynamodb: DynamoDBClient | None = None) -> None:
+        super().__init__(settings, dynamodb)
+        # agent id -> (registry version, its registration): see registration()
+        self._registrations: dict[str, tuple[int, int | None]] = {}
 
     def _bump(self) -> None:
         self.db.update_item(
@@ -175,6 +184,21 @@ class AgentRegistry(Repository):
         if not item:
             raise NotFound(f"agent {agent_id} not found")
         return Agent.from_dict(from_item(item))
+
+    def registration(self, agent_id: str) -> int | None:
+        """The agent's :attr:`~codeshot.models.Agent.registration`, None if no agent has
+        the id: read again only when a write moved the registry's version, otherwise one
+        consistent GetItem of that small item (user storage checks it on every call; an
+        agent's item, with its vectors, is many read units)."""
+        version = self.version()  # before the agent: a write between moves it again
+        cached = self._registrations.get(agent_id)
+        if cached is None or cached[0] != version:
+            try:
+                cached = (version, self.get(agent_id).registration)
+            except NotFound:
+                cached = (version, None)
+            self._registrations[agent_id] = cached
+        return cached[1]
 
     def delete(self, agent_id: str, owner: str) -> None:
         lookup_key(agent_id, "agent")

@@ -51,7 +51,7 @@ def _acting_for(services: Services, caller: Principal) -> tuple[str, str, Agent]
     if not caller.user_id or not caller.agent_id:
         raise Forbidden("OAuth needs an agent token issued for a user")
     agent = services.registry.get(caller.agent_id)  # NotFound once it is deleted
-    if not caller.issued_to(agent):
+    if not caller.issued_to(agent.registration):
         raise NotFound(f"agent {caller.agent_id} not found: this call's token was issued "
                        "to a deleted agent of that id")
     return caller.user_id, caller.agent_id, agent

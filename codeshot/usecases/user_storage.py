@@ -35,13 +35,10 @@ def _check_registration(services: Services, caller: Principal, agent_id: str) ->
     """NOT_FOUND unless the token was issued to ``agent_id`` as registered now. A token
     without a registration (an older platform's, or ``codeshot agent test``'s for an agent
     it serves unregistered) is checked by its issue time, if the agent is registered."""
-    try:
-        agent = services.registry.get(agent_id)
-    except NotFound:
-        if caller.registration is None:
-            return
-        raise
-    if not caller.issued_to(agent):
+    registration = services.registry.registration(agent_id)
+    if registration is None and caller.registration is None:
+        return
+    if registration is None or not caller.issued_to(registration):
         raise NotFound(f"agent {agent_id} not found: this call's token was issued to a "
                        "deleted agent of that id")
 
