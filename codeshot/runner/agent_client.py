@@ -120,7 +120,7 @@ RETRYABLE_STATUS = frozenset({429, 503})
 MAX_RETRY_AFTER_SECONDS = 5.0
 
 
-def retry_delay(reply: Reply) -> float | None:
+def _retry_delay(reply: Reply) -> float | None:
     """Seconds to wait before calling again, if ``reply`` says the call was not run and
     when to come back, soon enough; else None."""
     if reply.status not in RETRYABLE_STATUS:
@@ -174,7 +174,7 @@ class AgentClient:
                     raise
                 wait = self.backoff * 2 ** attempt
             else:
-                delay = retry_delay(reply)
+                delay = _retry_delay(reply)
                 if delay is None or attempt >= self.retries:
                     return _checked(url, reply), reply.content_type
                 wait = delay  # as long as the agent asked

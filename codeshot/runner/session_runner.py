@@ -219,10 +219,12 @@ class SessionRunner:
             timeout=settings.agent_call_timeout_seconds, allow_loopback=settings.local_mode,
         )
         viewer = session.owner_name or self.s.users.get(session.owner).username
+        refresh = functools.cache(self.s.agents.refresh)  # once a query, if it calls agents
 
         def usable(agent_id: str) -> Agent:
             """The agent, if the session's owner may use it now: one unpublished since the
-            session began is gone for its other users (within the agent cache's seconds)."""
+            session began is gone for its other users (from their next query on)."""
+            refresh()
             agent = self.s.agents.get(agent_id)
             if not agent.usable_by(viewer):
                 raise NotFound(f"agent {agent_id} is not available")

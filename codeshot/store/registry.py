@@ -263,11 +263,24 @@ class AgentRegistry(Repository):
 
 class AgentCache:
     """Agents by id, kept per container for ``ttl`` seconds: a warm runner reads an agent
-    once, not on every call, and sees a changed agent within ``ttl``."""
+    once, not on every call, and sees a changed agent within ``ttl``, or at once after
+    :meth:`refresh`."""
 
     def __init__(self, registry: AgentRegistry, ttl: float) -> None:
         self.registry, self.ttl = registry, ttl
         self._agents: dict[str, tuple[float, Agent]] = {}
+        self._version: int | None = None
+
+    def refresh(self) -> None:
+        """Forget every agent if the registry changed since the last refresh (one
+        consistent GetItem of its version). The runner refreshes once a query, so no query
+        calls an agent as it was registered before a change it can see: a call token
+        stamped with a deleted registration would be refused by the agent registered
+        anew at its id (its OAuth and user storage calls)."""
+        version = self.registry.version()
+        if version != self._version:
+            self._agents.clear()
+            self._version = version
 
     def get(self, agent_id: str) -> Agent:
         import time

@@ -5,7 +5,6 @@ that registration; the new agent's own calls reach both."""
 
 import httpx
 import jwt
-import pytest
 
 from tests.runner.conftest import register, send, session
 
@@ -27,9 +26,6 @@ def writes(platform, token: str) -> list[httpx.Response]:
                       json={"token": {"access_token": "at"}}, headers=auth, timeout=30)]
 
 
-# A runner that still has the deleted agent cached (CODESHOT_AGENT_CACHE_SECONDS) calls it
-# as that registration, and its token says so: the new agent is read at once here.
-@pytest.mark.settings(agent_cache_seconds=0)
 def test_a_deleted_agents_call_in_flight_cannot_write_for_the_next_agent_of_its_id(live,
                                                                                     agents):
     user_id, key = live.user("vera")
