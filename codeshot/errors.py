@@ -97,7 +97,7 @@ class AgentFailed(CodeshotError):
 
 
 class ReplyTooLarge(AgentFailed):
-    """An agent's reply text is larger than the platform stores."""
+    """An agent's reply text or question is larger than the platform stores."""
 
 
 class AgentRunFailed(AgentFailed):

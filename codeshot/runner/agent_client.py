@@ -39,12 +39,17 @@ MAX_REPLY_BYTES = 2 * 1024 * 1024
 MAX_REPLY_TEXT_BYTES = 100_000
 
 
-def _read_capped(response: httpx.Response) -> bytes:
+def _read_capped(response: httpx.Response, ends: float) -> bytes:
+    """The body, up to MAX_REPLY_BYTES, by ``ends`` (time.monotonic()): httpx's timeout
+    is per read, and a reply dripping a byte a second would otherwise hold the runner
+    until the whole cap arrived."""
     body = b""
     for chunk in response.iter_bytes():
         body += chunk
         if len(body) > MAX_REPLY_BYTES:
             raise AgentFailed(f"agent reply exceeds {MAX_REPLY_BYTES} bytes")
+        if time.monotonic() > ends:
+            raise httpx.ReadTimeout("the reply did not end in time")
     return body
 
 
@@ -93,19 +98,24 @@ def request(
     json_body: Any = None,
     accept: str = "application/json",
     client: httpx.Client,
+    ends: float | None = None,
 ) -> Reply:
     """One call through ``client`` (a :func:`~codeshot.net.http.public_client`: a refused
-    address raises INVALID_INPUT; a host that does not resolve is unreachable)."""
+    address raises INVALID_INPUT; a host that does not resolve is unreachable), over by
+    ``ends`` (time.monotonic()), else ``timeout`` seconds from now, reply included."""
     headers = {"Authorization": f"Bearer {token}", "Accept": accept} | observability.headers()
+    ends = time.monotonic() + timeout if ends is None else ends
+    each = max(0.001, min(timeout, ends - time.monotonic()))  # a read, or the connect
     try:
         with client.stream(method, url, headers=headers, json=json_body,
-                         timeout=httpx.Timeout(timeout, connect=min(timeout, 5.0))) as r:
-            return Reply(r.status_code, r.headers, _read_capped(r))
+                         timeout=httpx.Timeout(each, connect=min(each, 5.0))) as r:
+            return Reply(r.status_code, r.headers, _read_capped(r, ends))
     except (httpx.ConnectError, httpx.ConnectTimeout) as exc:  # the call never left
         raise AgentUnavailable(f"agent at {url} is unreachable: "
                                f"{exc or exc.__class__.__name__}") from exc
     except httpx.TimeoutException as exc:
-        raise CallTimeout(f"agent at {url} did not answer within {timeout:g}s") from exc
+        raise CallTimeout(f"agent at {url} did not answer within {timeout:g}s (or the "
+                          "query's time ran out)") from exc
     except httpx.HTTPError as exc:
         raise AgentCallDropped(f"agent at {url} dropped the call before answering: "
                                f"{exc.__class__.__name__}") from exc
@@ -145,9 +155,13 @@ class AgentClient:
         allow_loopback: bool,
         retries: int = 2,
         backoff: float = 0.2,
+        deadline: float | None = None,
     ) -> None:
+        """``timeout``: seconds a Func call may take, its reply included; ``deadline``
+        (time.monotonic()): when the query's time is up, for every call."""
         self.mint_token = mint_token
         self.timeout = timeout
+        self.deadline = deadline
         self.allow_loopback = allow_loopback
         self.retries = retries
         self.backoff = backoff
@@ -156,10 +170,14 @@ class AgentClient:
     def close(self) -> None:
         self.http.close()
 
-    def _post(self, agent_id: str, url: str, body: dict[str, Any], registration: int | None
-              ) -> tuple[bytes, str]:
-        """(reply body, its content type) of a 2xx reply, after bounded retries."""
+    def _post(self, agent_id: str, url: str, body: dict[str, Any], registration: int | None,
+              seconds: float | None) -> tuple[bytes, str]:
+        """(reply body, its content type) of a 2xx reply, after bounded retries, within
+        ``seconds`` (None: the query's time) and the query's deadline."""
         check_public_url(url, allow_loopback=self.allow_loopback, resolve=False)
+        now = time.monotonic()
+        query_ends = self.deadline if self.deadline is not None else now + self.timeout
+        ends = query_ends if seconds is None else min(now + seconds, query_ends)
         attempt = 0
         while True:
             token = self.mint_token(agent_id, registration)
@@ -167,7 +185,7 @@ class AgentClient:
                 reply = request(
                     "POST", url, token, timeout=self.timeout,
                     json_body={**body, "access_token": token}, client=self.http,
-                    accept="application/json, application/x-ndjson",
+                    accept="application/json, application/x-ndjson", ends=ends,
                 )
             except AgentUnavailable as exc:
                 if attempt >= self.retries or exc.permanent:
@@ -179,6 +197,9 @@ class AgentClient:
                     return _checked(url, reply), reply.content_type
                 wait = delay  # as long as the agent asked
             attempt += 1
+            if time.monotonic() + wait >= ends:
+                raise CallTimeout(f"agent at {url} could not be called again within this "
+                                  "call's time")
             time.sleep(wait)
 
     def call_func(self, agent_id: str, func_url: str, func: str, text: str,
@@ -188,16 +209,18 @@ class AgentClient:
         URL this is, for its call token; None for an agent not registered."""
         url = func_url.rstrip("/") + "/" + func
         data, _ = self._post(agent_id, url, {"message": {"text": text, "embeds": embeds or {}}},
-                             registration)
+                             registration, self.timeout)
         return FuncReply.parse(url, data)
 
     def query_standalone(self, agent_id: str, query_url: str, text: str,
                          embeds: dict[str, Any] | None = None, *,
                          registration: int | None = None) -> FuncReply:
         """POST the query; the reply streams newline-delimited AgentResponse objects and
-        the last one is the answer (as the Fixie SDK reads it)."""
+        the last one is the answer (as the Fixie SDK reads it). It may stream as long as
+        the query's time lasts (``timeout`` bounds each read)."""
         data, _ = self._post(agent_id, query_url.rstrip("/") + "/",
-                             {"message": {"text": text, "embeds": embeds or {}}}, registration)
+                             {"message": {"text": text, "embeds": embeds or {}}}, registration,
+                             None)
         lines = [line for line in data.decode("utf-8", "replace").splitlines() if line.strip()]
         if not lines:
             raise AgentFailed(f"agent {agent_id} sent an empty reply")
@@ -268,9 +291,10 @@ class FuncReply:
         question = body.get("question")
         if question is not None and not isinstance(question, str):
             raise AgentFailed(f"agent at {url} sent a question that is not text")
-        if len(message.get("text", "").encode("utf-8", "surrogatepass")) > MAX_REPLY_TEXT_BYTES:
-            raise ReplyTooLarge(f"agent at {url} sent a reply text over "
-                                f"{MAX_REPLY_TEXT_BYTES} bytes (send large content as an embed)")
+        for what, text in (("reply text", message.get("text", "")), ("question", question)):
+            if len((text or "").encode("utf-8", "surrogatepass")) > MAX_REPLY_TEXT_BYTES:
+                raise ReplyTooLarge(f"agent at {url} sent a {what} over {MAX_REPLY_TEXT_BYTES} "
+                                    "bytes (send large content as an embed)")
         embeds = message.get("embeds") or {}
         return cls(text=message.get("text", ""),
                    embeds=embeds if isinstance(embeds, dict) else {},

@@ -213,10 +213,12 @@ class SessionRunner:
                                        content_hash=e.content_hash, size=e.size)
                        for e in self.s.sessions.list_embeds(session.session_id)})
         book.know(memory.embeds())
+        deadline = query_deadline(settings)
         client = AgentClient(
             lambda agent_id, registration: self.s.auth.agent_token(
                 agent_id, session.owner, session.session_id, registration),
             timeout=settings.agent_call_timeout_seconds, allow_loopback=settings.local_mode,
+            deadline=deadline,
         )
         viewer = session.owner_name or self.s.users.get(session.owner).username
         refresh = functools.cache(self.s.agents.refresh)  # once a query, if it calls agents
@@ -242,7 +244,7 @@ class SessionRunner:
                 history=SessionHistory(turns=memory.turns(), embeds=book.content_types()),
                 agent_turns=memory.turns_with,
                 limits=Limits(max_tokens_per_call=settings.llm_max_tokens_per_call,
-                              deadline=query_deadline(settings)),
+                              deadline=deadline),
                 budget=budget_for(self.s, session.owner),
                 agent_secret=self.s.agent_secrets.get,
                 corpus_search=lambda: self.corpus_search,

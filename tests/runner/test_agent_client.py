@@ -12,7 +12,13 @@ import pytest
 from fastapi import FastAPI, Request, Response
 from fastapi.responses import JSONResponse
 
-from codeshot.errors import AgentCallDropped, AgentFailed, AgentUnavailable, InvalidInput
+from codeshot.errors import (
+    AgentCallDropped,
+    AgentFailed,
+    AgentUnavailable,
+    CallTimeout,
+    InvalidInput,
+)
 from codeshot.local.http_server import HttpServer
 from codeshot.runner.agent_client import AgentClient
 
@@ -49,6 +55,10 @@ def agent():
     async def ask() -> dict:
         return {"message": {"text": ""}, "needs_input": True, "question": {"not": "text"}}
 
+    @app.post("/ask_at_length")
+    async def ask_at_length() -> dict:
+        return {"message": {"text": ""}, "needs_input": True, "question": "why? " * 40_000}
+
     server = HttpServer(app)
     server.start()
     yield server.url, seen
@@ -72,6 +82,14 @@ def test_a_question_that_is_not_text_is_the_agents_error(agent):
     url, _ = agent
     with pytest.raises(AgentFailed, match="question that is not text"):
         client("alice").call_func("me/notes", url, "ask", "book it")
+
+
+def test_a_question_too_long_to_store_is_refused_like_a_reply_text(agent):
+    """200 kB of question could not be stored (400 KB items with the rest): the query
+    ended INTERRUPTED instead of with the agent's error."""
+    url, _ = agent
+    with pytest.raises(AgentFailed, match="question over 100000 bytes"):
+        client("alice").call_func("me/notes", url, "ask_at_length", "book it")
 
 
 def test_a_func_refusing_its_input_is_input_to_correct_not_the_agents_failure(agent):
@@ -106,6 +124,58 @@ def test_a_call_dropped_after_it_was_sent_is_not_sent_again():
         listener.close()
     assert err.value.code == "AGENT_UNAVAILABLE" and err.value.permanent
     assert len(received) == 1 and received[0].startswith(b"POST /pay ")
+
+
+@pytest.fixture
+def dripping():
+    """An agent that answers 200 and then sends its reply a byte every 0.1 s (40 bytes,
+    4 s): each read is quick, the whole reply is not. Yields (url, bytes sent so far)."""
+    listener = socket.create_server(("127.0.0.1", 0))
+    sent = [0]
+
+    def drip() -> None:
+        while True:
+            try:
+                conn, _ = listener.accept()
+            except OSError:
+                return
+            with conn:
+                conn.recv(65536)
+                conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n"
+                             b"Content-Length: 40\r\n\r\n")
+                try:
+                    for _ in range(40):
+                        conn.sendall(b" ")
+                        sent[0] += 1
+                        time.sleep(0.1)
+                except OSError:  # the client hung up
+                    pass
+
+    threading.Thread(target=drip, daemon=True).start()
+    yield f"http://127.0.0.1:{listener.getsockname()[1]}", sent
+    listener.close()
+
+
+def test_a_reply_dripping_a_byte_at_a_time_ends_with_the_calls_time(dripping):
+    """httpx's timeout is per read: a reply trickling in held a Func call (and a runner)
+    until the whole 2 MB cap arrived. Now the call's time covers the reply."""
+    url, sent = dripping
+    slow = AgentClient(lambda *_: "t", timeout=1, allow_loopback=True)
+    with pytest.raises(CallTimeout) as err:
+        slow.call_func("me/drip", url, "f", "hi")
+    assert err.value.code == "TIMEOUT" and err.value.permanent  # not called again
+    assert sent[0] < 30  # it hung up long before the 40th byte
+
+
+def test_a_standalone_reply_streams_until_the_querys_time_is_up(dripping):
+    """A standalone agent may stream longer than one Func call's time (each read is
+    bounded by it), but not past the query's deadline."""
+    url, sent = dripping
+    streaming = AgentClient(lambda *_: "t", timeout=0.5, allow_loopback=True,
+                            deadline=time.monotonic() + 2.5)
+    with pytest.raises(CallTimeout):
+        streaming.query_standalone("me/drip", url, "hi")
+    assert 10 <= sent[0] < 38  # past one call's half second, stopped at the query's end
 
 
 @pytest.mark.parametrize("status", [429, 503])
