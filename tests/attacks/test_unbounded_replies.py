@@ -1,0 +1,91 @@
+"""Unbounded work a hostile peer could cause (the third review): an agent's reply naming
+thousands of embeds, a callback URL answering gigabytes or one byte at a time, a task
+listing reading whole histories. Each over real HTTP on 127.0.0.1."""
+
+from __future__ import annotations
+
+import base64
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from fastapi import FastAPI
+
+from codeshot.local.http_server import HttpServer
+from codeshot.models import MAX_EMBEDS_PER_MESSAGE
+from tests.raw_server import raw_server
+from tests.runner.conftest import messages, register, send, session
+
+
+class EmbeddingAgent:
+    """A standalone agent whose answer carries whatever embeds the test sets."""
+
+    def __init__(self) -> None:
+        self.embeds: dict[str, Any] = {}
+        app = FastAPI()
+
+        @app.get("/")
+        def handshake() -> dict[str, Any]:
+            return {"type": "standalone", "sample_queries": ["Show the files"]}
+
+        @app.post("/")
+        def answer() -> dict[str, Any]:
+            return {"message": {"text": "Here they are", "embeds": self.embeds}}
+
+        self.server = HttpServer(app, "127.0.0.1", 0)
+        self.url = self.server.start()
+
+
+@pytest.fixture
+def embedding_agent() -> Iterator[EmbeddingAgent]:
+    agent = EmbeddingAgent()
+    yield agent
+    agent.server.stop()
+
+
+def _ask(live: Any, agent: EmbeddingAgent, user: str) -> tuple[dict[str, Any], float, str]:
+    """The agent's answer to one query in a new session with it, how long it took, and
+    the session."""
+    _, key = live.user(user)
+    h = session(live, key, frontend=register(live, key, "files", agent.url))
+    began = time.monotonic()
+    send(live, key, h, "Show the files")
+    took = time.monotonic() - began
+    return messages(live, key, h)[-1], took, h
+
+
+def test_a_reply_with_too_many_embeds_is_refused_before_any_fetch(live, embedding_agent):
+    with raw_server("huge", limit=10) as files:
+        embedding_agent.embeds = {
+            f"f{i}": {"content_type": "text/plain", "uri": f"{files.url}/{i}"}
+            for i in range(MAX_EMBEDS_PER_MESSAGE + 5)}
+        reply, _, _ = _ask(live, embedding_agent, "hoarder")
+        assert files.requests == 0  # was one fetch (and one S3 object) per embed
+    assert reply["type"] == "error" and reply["errorCode"] == "AGENT_ERROR"
+    assert f"{MAX_EMBEDS_PER_MESSAGE + 5} embeds" in reply["text"]
+
+
+@pytest.mark.settings(max_query_embed_bytes=1000)
+def test_a_querys_embeds_are_capped_in_bytes_all_or_none(live, embedding_agent):
+    def data(n: int) -> dict[str, str]:
+        return {"content_type": "text/plain",
+                "uri": "data:text/plain;base64," + base64.b64encode(b"y" * n).decode()}
+
+    embedding_agent.embeds = {"a": data(600), "b": data(600)}
+    reply, _, h = _ask(live, embedding_agent, "bulky")
+    assert reply["type"] == "error" and reply["errorCode"] == "AGENT_ERROR"
+    assert "over 1000 bytes" in reply["text"]
+    assert not any(m.embeds for m in live.services.sessions.all_messages(h))  # not "a" alone
+
+
+@pytest.mark.settings(query_time_budget_seconds=2)
+def test_an_embed_fetch_ends_with_its_querys_time(live, embedding_agent):
+    with raw_server("drip", interval=0.25) as files:
+        embedding_agent.embeds = {"slow": {"content_type": "text/plain", "uri": files.url}}
+        reply, took, _ = _ask(live, embedding_agent, "patient")
+        # The fetch hangs up by the query's deadline (it went on at 4 bytes/s until the
+        # server gave up, holding the runner: each read came well within its timeout).
+        assert files.hangs_up(within=3), f"still fetching after {took:.1f}s, {files.sent} B"
+    assert reply["type"] == "error" and reply["errorCode"] == "TIMEOUT"
+    assert took < 5, took
