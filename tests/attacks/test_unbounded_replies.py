@@ -9,11 +9,15 @@ import time
 from collections.abc import Iterator
 from typing import Any
 
+import httpx
 import pytest
 from fastapi import FastAPI
 
+from codeshot import ids
 from codeshot.local.http_server import HttpServer
-from codeshot.models import MAX_EMBEDS_PER_MESSAGE
+from codeshot.models import MAX_EMBEDS_PER_MESSAGE, Message, MessageType
+from codeshot.store import sessions as sessions_store
+from codeshot.usecases import tasks
 from tests.raw_server import raw_server
 from tests.runner.conftest import messages, register, send, session
 
@@ -89,3 +93,56 @@ def test_an_embed_fetch_ends_with_its_querys_time(live, embedding_agent):
         assert files.hangs_up(within=3), f"still fetching after {took:.1f}s, {files.sent} B"
     assert reply["type"] == "error" and reply["errorCode"] == "TIMEOUT"
     assert took < 5, took
+
+
+def _long_task(platform: Any, key: str, filler: int) -> str:
+    """A planner task whose first turn took ``filler`` steps and whose newest turn has
+    more steps than a listing reads: its query is older than its newest messages."""
+    task = httpx.post(f"{platform.url}/ap/v1/agent/tasks", json={},
+                      headers={"Authorization": f"Bearer {key}"}).json()["task_id"]
+
+    def msg(kind: MessageType, text: str, reply_to: str | None = None) -> Message:
+        return Message(session_id=task, message_id=ids.ulid(), text=text, type=kind,
+                       sent_by="platform/planner", in_reply_to=reply_to)
+
+    first, second = msg(MessageType.QUERY, "first question"), None
+    log = [first, *(msg(MessageType.THOUGHT, f"step {i}", first.message_id)
+                    for i in range(filler)),
+           msg(MessageType.RESPONSE, "first answer", first.message_id)]
+    second = msg(MessageType.QUERY, "second question")
+    log += [second, *(msg(MessageType.THOUGHT, f"late step {i}", second.message_id)
+                      for i in range(tasks.LISTED_MESSAGES + 5)),
+            msg(MessageType.RESPONSE, "the newest answer", second.message_id)]
+    platform.services.sessions.put_messages(log)
+    return task
+
+
+def test_task_listings_read_a_few_messages_per_task(platform, monkeypatch):
+    _, key = platform.user("historian")
+    made = [_long_task(platform, key, 1500) for _ in range(2)]
+    read: list[int] = []
+    real = sessions_store._message
+    monkeypatch.setattr(sessions_store, "_message", lambda v: read.append(1) or real(v))
+    auth = {"Authorization": f"Bearer {key}"}
+
+    listed = httpx.get(f"{platform.url}/ap/v1/agent/tasks", headers=auth, timeout=60).json()
+    assert sorted(t["task_id"] for t in listed["tasks"]) == sorted(made)
+    for task in listed["tasks"]:
+        assert (task["input"], task["status"]) == ("first question", "completed")
+    # Each listing read every message of both tasks (over 3,000).
+    assert len(read) <= 2 * (tasks.LISTED_MESSAGES + 3), len(read)
+    read.clear()
+
+    rpc = httpx.post(f"{platform.url}/a2a/platform/planner", headers={**auth,
+                     "A2A-Version": "1.0"}, timeout=60, json={
+        "jsonrpc": "2.0", "id": 1, "method": "ListTasks",
+        "params": {"historyLength": 2, "includeArtifacts": True}}).json()["result"]
+    assert len(rpc["tasks"]) == 2
+    assert len(read) <= 2 * (tasks.LISTED_MESSAGES + 3), len(read)
+    for task in rpc["tasks"]:
+        assert task["status"]["state"] == "TASK_STATE_COMPLETED"
+        assert task["status"]["message"]["parts"][0]["text"] == "the newest answer"
+        assert [m["parts"][0]["text"] for m in task["history"]] == [
+            f"late step {tasks.LISTED_MESSAGES + 4}", "the newest answer"]
+        # The answers among the messages read (a listing shows the newest ones).
+        assert [a["parts"][0]["text"] for a in task["artifacts"]] == ["the newest answer"]
