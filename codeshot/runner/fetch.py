@@ -45,7 +45,7 @@ def fetch_public_url(url: str, *, max_bytes: int, allow_loopback: bool,
             content_type = response.headers.get("content-type", "").split(";")[0].strip()
     except httpx.TimeoutException as exc:
         if deadline is not None and time.monotonic() >= deadline:
-            raise Timeout(f"this query's time ran out while fetching {url}") from exc
+            raise Timeout(f"the time ran out while fetching {url}") from exc
         raise Timeout(f"{url} did not answer within {timeout:g}s") from exc
     except httpx.HTTPError as exc:
         raise AgentUnavailable(f"{url} is unreachable: {exc.__class__.__name__}") from exc
