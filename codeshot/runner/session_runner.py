@@ -237,7 +237,7 @@ class SessionRunner:
                 platform=FuncContext(
                     time_zone=lambda: self.s.users.get(session.owner).time_zone or "UTC",
                     embeds=book, llm=None if settings.llm == "fewshot" else self.llm,
-                    allow_loopback=settings.local_mode),
+                    allow_loopback=settings.local_mode, deadline=deadline),
                 history=SessionHistory(turns=memory.turns(), embeds=book.content_types()),
                 agent_turns=memory.turns_with,
                 limits=Limits(max_tokens_per_call=settings.llm_max_tokens_per_call,
