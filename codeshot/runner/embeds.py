@@ -3,8 +3,9 @@ earlier answers), the query's, and those its agents' Funcs return.
 
 A Func's embeds become the platform's own at once: ``data:`` URIs are decoded and URLs
 fetched under the SSRF rules, then stored immutably on S3 (content-addressed). An embed
-that cannot be stored fails the Func call with the reason, so it is never dropped
-silently; the user sees the failure in the answer.
+that cannot be stored fails the Func call with the reason (AGENT_ERROR: the Func is not
+called again, it ran), so it is never dropped silently; the user sees the failure in the
+answer.
 
 A reply's embeds are taken all or none, and bounded as a user's message is: at most
 ``MAX_EMBEDS_PER_MESSAGE`` of them (more: AGENT_ERROR before anything is fetched), at most
@@ -27,6 +28,7 @@ from codeshot.errors import (
     InvalidInput,
     NotFound,
     ReplyTooLarge,
+    Timeout,
 )
 from codeshot.models import MAX_EMBEDS_PER_MESSAGE, EmbedRef, check_embed_key
 from codeshot.runner.fetch import Fetched
@@ -121,7 +123,10 @@ class EmbedBook:
                 content_type = check_content_type(str(embed.get("content_type") or ""))
                 digest = self.store.put(data, content_type)
             except CodeshotError as exc:
-                raise type(exc)(f"embed #{key} cannot be stored: {exc.message}") from exc
+                # The agent ran the call: whatever failed here, calling it again would
+                # repeat what it did. A fetch cut off by the deadline is the query's time.
+                failed = CallTimeout if isinstance(exc, Timeout) else AgentFailed
+                raise failed(f"embed #{key} cannot be stored: {exc.message}") from exc
             stored[str(key)] = EmbedRef(content_type=content_type, content_hash=digest,
                                         size=len(data))
         self._own.update(stored)
