@@ -109,7 +109,9 @@ class Prompts:
         body = b"" if payload is None else json.dumps(payload, separators=(",", ":")).encode()
         token = self.s.auth.sign(event_claims(self.s.auth.issuer, url, session.session_id,
                                               body))
-        headers = {"Authorization": f"Bearer {token}", "Accept": "application/json"}
+        # Not compressed: a few KB of gzip can inflate to megabytes in one chunk.
+        headers = {"Authorization": f"Bearer {token}", "Accept": "application/json",
+                   "Accept-Encoding": "identity"}
         if payload is not None:
             headers["Content-Type"] = "application/json"
         try:
@@ -121,7 +123,7 @@ class Prompts:
                 if not response.is_success:
                     raise CallbackFailed(f"{url} answered HTTP {response.status_code}")
                 data = b""
-                for chunk in response.iter_bytes():
+                for chunk in response.iter_raw():
                     data += chunk
                     if len(data) > MAX_REPLY_BYTES:  # nothing more is read
                         raise CallbackFailed(f"{url} answered more than {MAX_REPLY_BYTES} "
