@@ -316,12 +316,13 @@ class InProcessAgents(AgentClient):
     """The agents' Funcs, called in-process; records (func, input, result)."""
 
     def __init__(self) -> None:
-        super().__init__(lambda _: "", timeout=5, allow_loopback=True)
+        super().__init__(lambda *_: "", timeout=5, allow_loopback=True)
         self.notes = Notes()
         self.calls: list[tuple[str, str, str]] = []
 
     def call_func(self, agent_id: str, func_url: str, func: str, text: str,
-                  embeds: dict[str, Any] | None = None) -> FuncReply:
+                  embeds: dict[str, Any] | None = None, *,
+                  registration: int | None = None) -> FuncReply:
         funcs: dict[str, Func] = {"roll": roll, "add_note": self.notes.add,
                                   "list_notes": self.notes.list, "now": now,
                                   "forecast": forecast, "quote": quote, "convert": convert}

@@ -277,7 +277,8 @@ def build_parser() -> argparse.ArgumentParser:
         "directory once ready (removed on stop). Refuses (STACK_RUNNING) while the stack of "
         "that file still runs.",
     )
-    up.add_argument("--host", default="127.0.0.1", help="address to listen on")
+    up.add_argument("--host", default="127.0.0.1",
+                    help="address the API listens on (moto's server stays on 127.0.0.1)")
     up.add_argument("--port", type=int, default=8080, help="API port (default 8080)")
     up.add_argument("--aws-port", type=int, default=None,
                     help="moto server port (default: API port + 1)")

@@ -78,6 +78,14 @@ class AgentCallDropped(AgentUnavailable):
     permanent = True
 
 
+class AgentBusy(AgentUnavailable):
+    """An agent answered 429 or 503 and is not called again: without a Retry-After (a
+    gateway may answer 503 after the agent ran the call), with one longer than a query
+    waits, or still after the retries it allowed."""
+
+    permanent = True
+
+
 class AgentFailed(CodeshotError):
     """An agent answered with an error or a reply that breaks the protocol, or a run
     failed (step or token budget used up). The agent ran the call: calling it again would

@@ -7,6 +7,7 @@ millisecond still sort in the order they were made, which keeps a session's log 
 
 from __future__ import annotations
 
+import hashlib
 import os
 import secrets
 import threading
@@ -37,6 +38,13 @@ def ulid(now_ms: int | None = None) -> str:
         else:
             rand = int.from_bytes(os.urandom(10), "big") >> 1  # room to increment
         _last_ms, _last_rand = ms, rand
+    return _encode(ms, 10) + _encode(rand, 16)
+
+
+def derived_ulid(ms: int, seed: str) -> str:
+    """A ULID of time ``ms`` whose random part is derived from ``seed``: the same id each
+    time it is asked for (something that has an id before it is stored)."""
+    rand = int.from_bytes(hashlib.sha256(seed.encode()).digest()[:10], "big") >> 1
     return _encode(ms, 10) + _encode(rand, 16)
 
 

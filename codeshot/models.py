@@ -12,10 +12,11 @@ import dataclasses
 import functools
 import re
 from collections.abc import Callable
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from enum import Enum
 from typing import Any, ClassVar, TypeVar
 
+from codeshot import ids
 from codeshot.errors import InvalidInput
 from codeshot.text import check_text
 
@@ -102,6 +103,27 @@ def _field_names(cls: type[Record]) -> frozenset[str]:
     return frozenset(f.name for f in dataclasses.fields(cls))  # type: ignore[arg-type]
 
 
+@dataclasses.dataclass(kw_only=True)
+class Revision(Record):
+    """One deployment of an agent, Fixie 1.0's agent revision: where it answers."""
+
+    revision_id: str
+    query_url: str | None = None
+    func_url: str | None = None
+    metadata: dict[str, str] = dataclasses.field(default_factory=dict)  # the client's
+    created: datetime = dataclasses.field(default_factory=utcnow)
+
+    COERCE: ClassVar[dict[str, Any]] = {"created": _datetime}
+
+    @property
+    def url(self) -> str | None:
+        return self.func_url or self.query_url
+
+
+def _revisions(values: list[Any]) -> list[Revision]:
+    return [v if isinstance(v, Revision) else Revision.from_dict(v) for v in values]
+
+
 class AgentKind(str, Enum):
     CODE_SHOT = "code_shot"
     STANDALONE = "standalone"
@@ -135,19 +157,59 @@ class Agent(Record):
     mcp_auth_secret: str | None = None
     embeddings: bytes | None = None  # float32 rows, one per sample query
     embedding_model: str | None = None
+    # Its revisions (codeshot/usecases/revisions.py) once it has had more than the one it
+    # was registered with, and which is current (None: that first, implicit one). The
+    # current one answers at query_url/func_url above, whatever its entry here says (a
+    # registration may have changed them since).
+    revisions: list[Revision] = dataclasses.field(default_factory=list)
+    current_revision: str | None = None
     created: datetime = dataclasses.field(default_factory=utcnow)
     modified: datetime = dataclasses.field(default_factory=utcnow)
 
     COERCE: ClassVar[dict[str, Any]] = {
-        "kind": AgentKind, "created": _datetime, "modified": _datetime}
+        "kind": AgentKind, "created": _datetime, "modified": _datetime,
+        "revisions": _revisions}
 
     @staticmethod
     def make_id(owner: str, handle: str) -> str:
         return f"{owner}/{handle}"
 
+    @property
+    def registration(self) -> int:
+        """This registration of the agent, exactly: ``created`` in microseconds since the
+        epoch (an agent registered again at a deleted one's id, or renamed onto it, has
+        another). Its call tokens carry it, so the next agent of its id refuses them."""
+        return (self.created - _EPOCH) // timedelta(microseconds=1)
+
     def usable_by(self, username: str | None) -> bool:
         """Published agents are everyone's; unpublished ones only their owner's."""
         return self.published or self.owner == username
+
+    def current_revision_id(self) -> str | None:
+        """The revision it answers at now. An agent registered the usual way (a URL, no
+        revision made) has one, implicit: its id is derived from the agent's, so every
+        read names it the same. None for an agent with no URL (inline few-shots only, an
+        MCP server)."""
+        if not (self.query_url or self.func_url):
+            return None
+        return self.current_revision or ids.derived_ulid(
+            int(self.created.timestamp() * 1000), self.agent_id)
+
+    def all_revisions(self) -> list[Revision]:
+        """Its revisions, oldest first, the current one with the URLs it answers at."""
+        current = self.current_revision_id()
+        revisions = [r for r in self.revisions if r.revision_id != current]
+        if current:
+            revisions.append(next((r for r in self.revisions if r.revision_id == current),
+                                  Revision(revision_id=current, created=self.created)
+                                  ).replace(query_url=self.query_url, func_url=self.func_url))
+        return sorted(revisions, key=lambda r: (r.created, r.revision_id))
+
+    def revision(self, revision_id: str) -> Revision | None:
+        return next((r for r in self.all_revisions() if r.revision_id == revision_id), None)
+
+
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 
 
 # Caps on what an agent's record holds: it must fit one DynamoDB item (400 KB, with a
@@ -330,9 +392,20 @@ class Principal(Record):
     agent_id: str | None = None
     session_id: str | None = None
     key_id: str | None = None
-    # An agent token's issue time (seconds): a token issued before its agent was last
-    # registered belongs to a deleted agent of the same id, and is refused.
+    # An agent token's issue time (seconds) and the registration it was issued to
+    # (Agent.registration; None in tokens of an older platform, or for no registration).
     issued_at: int | None = None
+    registration: int | None = None
     # The user's own daily query limit (None: the platform default), read with the user
     # when the API key was checked, so posting a message needs no second read.
     daily_query_limit: int | None = None
+
+    def issued_to(self, registration: int) -> bool:
+        """Whether this agent token was issued to its agent as registered now
+        (``registration``: :attr:`Agent.registration`), not to a deleted agent of its id
+        (whose call may still be in flight): by the registration it carries, or, in a
+        token without one, by its issue time (whole seconds: a token issued in the second
+        of the registration passes)."""
+        if self.registration is not None:
+            return self.registration == registration
+        return self.issued_at is not None and self.issued_at >= registration // 1_000_000

@@ -96,6 +96,9 @@ class Settings:
     # Tokens one LLM call may generate in a query's run: a step or an answer needs far
     # fewer; a runaway (a model repeating itself to the server's cap) ends early.
     llm_max_tokens_per_call: int = setting(256, ge=16, le=8192)
+    # Models an agent's llm_settings may choose (comma-separated); any other runs on
+    # llm_model: the platform pays for the calls, so the agent does not pick the price.
+    agent_llm_models: str | None = None
     embedder: str = setting("static", choices=("static", "hashing", "minilm", "bedrock"))
     # "route": the planner hands each query to the best agent; "plan": the LLM plans
     # across agents; "auto": plan compound queries (two agents fit, "and"/"then") and
@@ -112,6 +115,10 @@ class Settings:
     # Limits
     daily_query_limit: int = setting(1000, ge=0)
     daily_session_limit: int = setting(500, ge=0)  # sessions a user may create per day
+    # Agent registrations, updates, refreshes and revision changes a user may make per
+    # day: each reads a handshake (or an MCP server) and makes every runner reload the
+    # registry.
+    daily_agent_changes: int = setting(200, ge=0)
     daily_upload_bytes: int = setting(1024**3, ge=0)  # embed bytes a user may upload per day
     # LLM tokens (prompt + completion) per day: a user's across agents (operators may set
     # one user's own), an agent's across users (the planner is agent platform/planner).
@@ -137,6 +144,7 @@ class Settings:
     openai_proxy_max_tokens: int = setting(1024, ge=16, le=8192)
     max_message_length: int = setting(16_000, ge=1)
     max_storage_value_bytes: int = setting(100_000, ge=1, le=350_000)
+    max_storage_keys: int = setting(1000, ge=1)  # keys an agent keeps for one user
     max_inline_embed_bytes: int = setting(256 * 1024, ge=1)
     max_embed_bytes: int = setting(10 * 1024 * 1024, ge=1)
     # Bytes of embeds one query's agents may return in all (each fetched or decoded, then
@@ -193,6 +201,10 @@ class Settings:
     def replace(self, **changes: Any) -> Settings:
         """A copy with these fields changed (checked like any other value)."""
         return Settings(**{f.name: getattr(self, f.name) for f in FIELDS} | changes)
+
+    def agent_models(self) -> frozenset[str]:
+        return frozenset(m.strip() for m in (self.agent_llm_models or "").split(",")
+                         if m.strip())
 
     def token_audiences(self) -> list[str]:
         audiences = [self.api_url.rstrip("/")]

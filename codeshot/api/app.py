@@ -32,6 +32,7 @@ from codeshot.errors import (
 from codeshot.observability import HEADER, correlated
 from codeshot.services import Services
 from codeshot.settings import Settings, get_settings
+from codeshot.usecases.messaging import long_poll_reads
 
 MAX_REQUEST_BYTES = 4 * 1024 * 1024
 log = logging.getLogger("codeshot.api")
@@ -153,11 +154,18 @@ def create_app(settings: Settings | None = None, services: Services | None = Non
         return Context(request.app.state.services, request.headers.get("authorization"))
 
     settings = services.settings
-    schema = build_schema(settings.graphql_introspection, settings.graphql_max_cost)
+    schema = build_schema(settings.graphql_introspection, settings.graphql_max_cost,
+                          long_poll_reads(settings.reply_wait_seconds))
     # GraphiQL needs introspection to be of any use; without it /graphql answers POSTs only.
     ide: Literal["graphiql"] | None = "graphiql" if settings.graphql_introspection else None
+    # Multipart requests (the GraphQL upload spec; python-multipart, which the API bundle
+    # keeps for forms) as well as JSON: fixieai 1.0.4 sends createAgentRevision so.
+    # Browsers may send multipart cross-site without a preflight, but only a Bearer token
+    # authenticates here, which they never attach on their own.
     app.include_router(console.ConsoleGraphQLRouter(schema, context_getter=context,
-                                                     graphql_ide=ide), prefix="/graphql")
+                                                     graphql_ide=ide,
+                                                     multipart_uploads_enabled=True),
+                       prefix="/graphql")
     app.include_router(router)
     app.include_router(openai_proxy_router)
     app.include_router(oauth_router)

@@ -88,7 +88,10 @@ class Auth:
         return principal
 
     # -- agent-call tokens ------------------------------------------------------------
-    def agent_token(self, agent_id: str, user_id: str | None, session_id: str | None) -> str:
+    def agent_token(self, agent_id: str, user_id: str | None, session_id: str | None,
+                    registration: int | None = None) -> str:
+        """A call token for the agent (``registration``: the one it is registered as, when
+        it is: see :attr:`codeshot.models.Agent.registration`)."""
         return self.sign(
             tokens.agent_token_claims(
                 self.issuer,
@@ -97,6 +100,7 @@ class Auth:
                 user_id,
                 session_id,
                 self.settings.agent_token_ttl_seconds,
+                registration,
             )
         )
 
@@ -112,4 +116,5 @@ class Auth:
         return Principal(
             user_id=claims.get("sub"), agent_id=claims["aid"], session_id=claims.get("sid"),
             issued_at=claims["iat"],
+            registration=claims.get("reg"),
         )

@@ -100,7 +100,11 @@ def agent_token_claims(
     user_id: str | None,
     session_id: str | None,
     ttl_seconds: int,
+    registration: int | None = None,
 ) -> dict[str, Any]:
+    """``registration``: the agent's registration the token is for (``reg``,
+    :attr:`codeshot.models.Agent.registration`), checked exactly when the agent calls the
+    platform; a Fixie agent ignores it."""
     now = int(time.time())
     claims: dict[str, Any] = {
         "iss": issuer,
@@ -115,6 +119,8 @@ def agent_token_claims(
         claims["sub"] = user_id
     if session_id:
         claims["sid"] = session_id
+    if registration is not None:
+        claims["reg"] = registration
     return claims
 
 

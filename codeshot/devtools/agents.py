@@ -124,7 +124,7 @@ class AgentTestClient:
     @contextmanager
     def runner(self) -> Iterator[AgentClient]:
         """The platform runner's own client (retries, reply parsing), minting our tokens."""
-        client = AgentClient(lambda _agent_id: self.token(), timeout=CALL_TIMEOUT,
+        client = AgentClient(lambda *_: self.token(), timeout=CALL_TIMEOUT,
                               allow_loopback=True)
         try:
             yield client

@@ -54,7 +54,10 @@ class LocalStack:
         examples: bool = True,
     ) -> None:
         self.host, self.port = host, port
-        self.aws = LocalAWS(host, port + 1 if aws_port is None and port else aws_port or 0)
+        # moto's server has no authentication and holds the platform's signing keys: it
+        # stays on loopback whatever address the API listens on.
+        self.aws = LocalAWS("127.0.0.1",
+                            port + 1 if aws_port is None and port else aws_port or 0)
         self.state_path = (directory or Path.cwd()) / STATE_FILE
         self.base = base or Settings()
         self.progress = progress
@@ -76,7 +79,9 @@ class LocalStack:
 
     @property
     def api_url(self) -> str:
-        return f"http://{self.host}:{self.port}"
+        # Listening on every address (0.0.0.0, ::), the platform calls itself on loopback.
+        host = "127.0.0.1" if self.host in ("0.0.0.0", "::") else self.host  # noqa: S104
+        return f"http://{host}:{self.port}"
 
     def start(self) -> dict[str, Any]:
         began = time.perf_counter()
@@ -170,7 +175,7 @@ class LocalStack:
             self.progress(f"Starting agent {agent_id} ...")
             app = load_agent(directory, config).app(
                 self.settings.replace(agent_id=agent_id))
-            server = HttpServer(app, self.host, 0)
+            server = HttpServer(app, "127.0.0.1", 0)  # only the platform calls them
             url = server.start()
             self.agents.append(server)
             fields = AgentFields(

@@ -40,6 +40,12 @@ class RefusedAddress(InvalidInput):
     """A URL or address the platform will not call."""
 
 
+class Unresolved(Exception):
+    """A host name that resolves to nothing now (no such name, or DNS failing): the host
+    cannot be reached, which says nothing against the URL. A call reports it as a failed
+    connection (:mod:`codeshot.net.http`); a URL being registered is refused."""
+
+
 def embedded_ipv4(address: ipaddress.IPv6Address) -> ipaddress.IPv4Address | None:
     """The IPv4 address an IPv6 address carries and would be delivered to, if any."""
     if address.ipv4_mapped is not None:
@@ -73,7 +79,8 @@ def refusal(address: IPAddress, allow_loopback: bool = False) -> str | None:
 
 def resolve_public(host: str, port: int, *, allow_loopback: bool,
                    resolver: Resolver | None = None) -> list[IPAddress]:
-    """Every address ``host`` resolves to, all of them allowed, or RefusedAddress.
+    """Every address ``host`` resolves to, all of them allowed; RefusedAddress if one is
+    not, Unresolved if there are none.
 
     One refused answer refuses the name: an attacker's DNS may order its answers."""
     try:
@@ -81,12 +88,14 @@ def resolve_public(host: str, port: int, *, allow_loopback: bool,
     except ValueError:
         try:
             infos = (resolver or socket.getaddrinfo)(host, port, type=socket.SOCK_STREAM)
-        except (socket.gaierror, UnicodeError) as exc:
-            raise RefusedAddress(f"host {host!r} does not resolve") from exc
+        except UnicodeError as exc:  # not a host name at all
+            raise RefusedAddress(f"host {host!r} is not a valid host name") from exc
+        except socket.gaierror as exc:
+            raise Unresolved(f"host {host!r} does not resolve ({exc.strerror})") from exc
         addresses = list(dict.fromkeys(
             ipaddress.ip_address(str(info[4][0]).split("%")[0]) for info in infos))
     if not addresses:
-        raise RefusedAddress(f"host {host!r} does not resolve")
+        raise Unresolved(f"host {host!r} does not resolve")
     for address in addresses:
         why = refusal(address, allow_loopback)
         if why:
@@ -117,4 +126,6 @@ def check_public_url(url: str, *, allow_loopback: bool, resolve: bool = True) ->
         resolve_public(host, port or default_port, allow_loopback=allow_loopback)
     except RefusedAddress as exc:
         raise RefusedAddress(f"URL {url!r}: {exc.message}") from None
+    except Unresolved as exc:  # a URL given now must work now
+        raise RefusedAddress(f"URL {url!r}: {exc}") from None
     return url

@@ -15,7 +15,7 @@ import anyio
 import httpcore2
 import httpx2
 
-from codeshot.net.addresses import resolve_public
+from codeshot.net.addresses import Unresolved, resolve_public
 from codeshot.net.http import NoCookies, tls_context
 
 
@@ -33,8 +33,11 @@ class PinnedAsyncBackend(httpcore2.AnyIOBackend):
                           local_address: str | None = None,
                           socket_options: Iterable[Any] | None = None
                           ) -> httpcore2.AsyncNetworkStream:
-        addresses = await anyio.to_thread.run_sync(
-            lambda: resolve_public(host, port, allow_loopback=self.allow_loopback))
+        try:
+            addresses = await anyio.to_thread.run_sync(
+                lambda: resolve_public(host, port, allow_loopback=self.allow_loopback))
+        except Unresolved as exc:  # unreachable, as a refused connection: nothing was sent
+            raise httpcore2.ConnectError(str(exc)) from exc
         failure: Exception | None = None
         for address in addresses:
             try:
@@ -85,7 +88,8 @@ def public_async_client(*, allow_loopback: bool, timeout: float, max_reply_bytes
                         headers: dict[str, str] | None = None) -> httpx2.AsyncClient:
     """An ``httpx2`` client for user-named URLs (see :func:`codeshot.net.http.public_client`):
     refused addresses raise :class:`~codeshot.net.addresses.RefusedAddress` from the
-    request; a reply over ``max_reply_bytes`` raises :class:`ReplyTooLong`."""
+    request, a host that does not resolve ``httpx2.ConnectError``; a reply over
+    ``max_reply_bytes`` raises :class:`ReplyTooLong`."""
     return httpx2.AsyncClient(
         transport=PinnedAsyncTransport(allow_loopback, max_reply_bytes),
         follow_redirects=False, trust_env=False, headers=headers or {}, cookies=NoCookies(),

@@ -16,17 +16,19 @@ no connect, read or write past it, whatever the peer does (:class:`DeadlineBacke
 
 from __future__ import annotations
 
+import email.utils
 import functools
 import http.cookiejar
 import ssl
 import time
 from collections.abc import Iterable
+from datetime import UTC, datetime
 from typing import Any
 
 import httpcore
 import httpx
 
-from codeshot.net.addresses import Resolver, resolve_public
+from codeshot.net.addresses import Resolver, Unresolved, resolve_public
 
 
 class PinnedBackend(httpcore.SyncBackend):
@@ -39,8 +41,11 @@ class PinnedBackend(httpcore.SyncBackend):
     def connect_tcp(self, host: str, port: int, timeout: float | None = None,
                     local_address: str | None = None,
                     socket_options: Iterable[Any] | None = None) -> httpcore.NetworkStream:
-        addresses = resolve_public(host, port, allow_loopback=self.allow_loopback,
-                                   resolver=self.resolver)
+        try:
+            addresses = resolve_public(host, port, allow_loopback=self.allow_loopback,
+                                       resolver=self.resolver)
+        except Unresolved as exc:  # unreachable, as a refused connection: nothing was sent
+            raise httpcore.ConnectError(str(exc)) from exc
         failure: Exception | None = None
         for address in addresses:  # as socket.create_connection tries each answer
             try:
@@ -139,7 +144,8 @@ def public_client(*, allow_loopback: bool, timeout: float | httpx.Timeout | None
     """An httpx client for user-named URLs: connections only to checked public addresses
     (loopback too when ``allow_loopback``, the local stack's setting), no redirects
     followed, no cookies kept, no proxy. A refused address raises
-    :class:`~codeshot.net.addresses.RefusedAddress` (INVALID_INPUT) from the request.
+    :class:`~codeshot.net.addresses.RefusedAddress` (INVALID_INPUT) from the request; a
+    host that does not resolve raises ``httpx.ConnectError``, as a refused connection.
     With ``deadline`` (``time.monotonic()``), nothing waits past it: the request raises an
     ``httpx`` timeout instead."""
     return httpx.Client(
@@ -147,3 +153,18 @@ def public_client(*, allow_loopback: bool, timeout: float | httpx.Timeout | None
         cookies=NoCookies(), trust_env=False,
         timeout=timeout if timeout is not None else httpx.Timeout(10.0),
     )
+
+
+def retry_after(value: str | None, now: datetime | None = None) -> float | None:
+    """The seconds a ``Retry-After`` header asks to wait (RFC 9110 10.2.3: delay-seconds
+    or an HTTP-date; a date already past is 0), or None: no header, or not a valid one."""
+    value = (value or "").strip()
+    if value.isascii() and value.isdigit():
+        return float(value)
+    try:
+        when = email.utils.parsedate_to_datetime(value)
+    except (TypeError, ValueError):
+        return None
+    if when.tzinfo is None:  # "-0000": an HTTP-date is always GMT
+        when = when.replace(tzinfo=UTC)
+    return max(0.0, (when - (now or datetime.now(UTC))).total_seconds())

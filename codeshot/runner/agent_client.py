@@ -11,15 +11,17 @@ pydantic.
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 import httpx
 
 from codeshot import observability
 from codeshot.errors import (
     ERR_FUNC_NOT_DEFINED,
+    AgentBusy,
     AgentCallDropped,
     AgentFailed,
     AgentUnavailable,
@@ -28,7 +30,7 @@ from codeshot.errors import (
     ReplyTooLarge,
 )
 from codeshot.net.addresses import check_public_url
-from codeshot.net.http import public_client
+from codeshot.net.http import public_client, retry_after
 from codeshot.text import as_one_line
 
 MAX_REPLY_BYTES = 2 * 1024 * 1024
@@ -46,17 +48,40 @@ def _read_capped(response: httpx.Response) -> bytes:
     return body
 
 
-def parse_document(body: bytes, content_type: str) -> Any:
-    """JSON, or YAML when the agent says so (the Fixie SDK answers YAML)."""
+def _load_yaml(text: str) -> Any:
+    """YAML without aliases: a few hundred bytes of nested ``*name`` references expand
+    into millions of values once walked (to store or serialise them)."""
     import yaml  # only YAML handshakes need it
 
+    class NoAliases(yaml.SafeLoader):
+        def compose_node(self, parent: Any, index: Any) -> Any:
+            if self.check_event(yaml.AliasEvent):
+                raise AgentFailed("the agent's YAML uses aliases (*name), which the "
+                                  "platform does not accept: write the values out")
+            return super().compose_node(parent, index)
+
+    return yaml.load(text, Loader=NoAliases)  # noqa: S506 - a SafeLoader
+
+
+def parse_document(body: bytes, content_type: str) -> Any:
+    """JSON, or YAML when the agent says so (the Fixie SDK answers YAML)."""
     text = body.decode("utf-8", errors="strict")
     if "yaml" in content_type:
-        return yaml.safe_load(text)
+        return _load_yaml(text)
     try:
         return json.loads(text)
     except ValueError:
-        return yaml.safe_load(text)  # some agents send YAML as text/plain
+        return _load_yaml(text)  # some agents send YAML as text/plain
+
+
+class Reply(NamedTuple):
+    status: int
+    headers: httpx.Headers
+    body: bytes  # capped
+
+    @property
+    def content_type(self) -> str:
+        return str(self.headers.get("content-type", ""))
 
 
 def request(
@@ -68,16 +93,17 @@ def request(
     json_body: Any = None,
     accept: str = "application/json",
     client: httpx.Client,
-) -> tuple[int, str, bytes]:
-    """(status, content type, capped body) of one call through ``client`` (a
-    :func:`~codeshot.net.http.public_client`: a refused address raises INVALID_INPUT)."""
+) -> Reply:
+    """One call through ``client`` (a :func:`~codeshot.net.http.public_client`: a refused
+    address raises INVALID_INPUT; a host that does not resolve is unreachable)."""
     headers = {"Authorization": f"Bearer {token}", "Accept": accept} | observability.headers()
     try:
         with client.stream(method, url, headers=headers, json=json_body,
                          timeout=httpx.Timeout(timeout, connect=min(timeout, 5.0))) as r:
-            return r.status_code, r.headers.get("content-type", ""), _read_capped(r)
+            return Reply(r.status_code, r.headers, _read_capped(r))
     except (httpx.ConnectError, httpx.ConnectTimeout) as exc:  # the call never left
-        raise AgentUnavailable(f"agent at {url} is unreachable: {exc.__class__.__name__}") from exc
+        raise AgentUnavailable(f"agent at {url} is unreachable: "
+                               f"{exc or exc.__class__.__name__}") from exc
     except httpx.TimeoutException as exc:
         raise CallTimeout(f"agent at {url} did not answer within {timeout:g}s") from exc
     except httpx.HTTPError as exc:
@@ -85,21 +111,35 @@ def request(
                                f"{exc.__class__.__name__}") from exc
 
 
-# Statuses that say the call was not run (throttled, not started): worth another try. A
-# 500 is the agent's own code failing, and a 502 or 504 from a gateway may come after the
-# agent ran: calling again would repeat its side effects.
+# Statuses that say the call was not run (throttled, not started), but only with a
+# Retry-After: a gateway may answer 503 on its own after it forwarded the call, and the
+# agent ran it. A 500 is the agent's own code failing, and a 502 or 504 from a gateway
+# may come after the agent ran: calling again would repeat its side effects.
 RETRYABLE_STATUS = frozenset({429, 503})
+# The longest Retry-After waited for: a query waits for its answer.
+MAX_RETRY_AFTER_SECONDS = 5.0
+
+
+def _retry_delay(reply: Reply) -> float | None:
+    """Seconds to wait before calling again, if ``reply`` says the call was not run and
+    when to come back, soon enough; else None."""
+    if reply.status not in RETRYABLE_STATUS:
+        return None
+    delay = retry_after(reply.headers.get("retry-after"))
+    return delay if delay is not None and delay <= MAX_RETRY_AFTER_SECONDS else None
 
 
 class AgentClient:
     """Calls agents for the runner: a fresh JWT per call, bounded retries only when the
-    call was surely not run (no connection, 429, 503). Its HTTP client (one per query,
-    closed with it, so no abandoned call outlives the query) connects only to addresses
-    it checked at that moment, follows no redirect and keeps no cookie."""
+    call was surely not run (no connection; 429 or 503 with a short Retry-After). Its
+    HTTP client (one per query, closed with it, so no abandoned call outlives the query)
+    connects only to addresses it checked at that moment, follows no redirect and keeps
+    no cookie."""
 
     def __init__(
         self,
-        mint_token: Callable[[str], str],  # (agent_id) -> JWT for this user and session
+        # (agent id, its registration if known) -> a JWT for this user and session
+        mint_token: Callable[[str, int | None], str],
         *,
         timeout: float,
         allow_loopback: bool,
@@ -116,16 +156,15 @@ class AgentClient:
     def close(self) -> None:
         self.http.close()
 
-    def _post(self, agent_id: str, url: str, body: dict[str, Any]) -> tuple[bytes, str]:
+    def _post(self, agent_id: str, url: str, body: dict[str, Any], registration: int | None
+              ) -> tuple[bytes, str]:
         """(reply body, its content type) of a 2xx reply, after bounded retries."""
-        import time
-
         check_public_url(url, allow_loopback=self.allow_loopback, resolve=False)
         attempt = 0
         while True:
-            token = self.mint_token(agent_id)
+            token = self.mint_token(agent_id, registration)
             try:
-                status, content_type, data = request(
+                reply = request(
                     "POST", url, token, timeout=self.timeout,
                     json_body={**body, "access_token": token}, client=self.http,
                     accept="application/json, application/x-ndjson",
@@ -133,24 +172,32 @@ class AgentClient:
             except AgentUnavailable as exc:
                 if attempt >= self.retries or exc.permanent:
                     raise
+                wait = self.backoff * 2 ** attempt
             else:
-                if status not in RETRYABLE_STATUS or attempt >= self.retries:
-                    return _checked(url, status, data), content_type
+                delay = _retry_delay(reply)
+                if delay is None or attempt >= self.retries:
+                    return _checked(url, reply), reply.content_type
+                wait = delay  # as long as the agent asked
             attempt += 1
-            time.sleep(self.backoff * 2 ** (attempt - 1))
+            time.sleep(wait)
 
     def call_func(self, agent_id: str, func_url: str, func: str, text: str,
-                  embeds: dict[str, Any] | None = None) -> FuncReply:
+                  embeds: dict[str, Any] | None = None, *,
+                  registration: int | None = None) -> FuncReply:
+        """``registration``: the agent's (:attr:`codeshot.models.Agent.registration`) whose
+        URL this is, for its call token; None for an agent not registered."""
         url = func_url.rstrip("/") + "/" + func
-        data, _ = self._post(agent_id, url, {"message": {"text": text, "embeds": embeds or {}}})
+        data, _ = self._post(agent_id, url, {"message": {"text": text, "embeds": embeds or {}}},
+                             registration)
         return FuncReply.parse(url, data)
 
     def query_standalone(self, agent_id: str, query_url: str, text: str,
-                         embeds: dict[str, Any] | None = None) -> FuncReply:
+                         embeds: dict[str, Any] | None = None, *,
+                         registration: int | None = None) -> FuncReply:
         """POST the query; the reply streams newline-delimited AgentResponse objects and
         the last one is the answer (as the Fixie SDK reads it)."""
         data, _ = self._post(agent_id, query_url.rstrip("/") + "/",
-                             {"message": {"text": text, "embeds": embeds or {}}})
+                             {"message": {"text": text, "embeds": embeds or {}}}, registration)
         lines = [line for line in data.decode("utf-8", "replace").splitlines() if line.strip()]
         if not lines:
             raise AgentFailed(f"agent {agent_id} sent an empty reply")
@@ -161,9 +208,10 @@ class FuncNotDefined(AgentFailed):
     """The agent has no Func of that name (HTTP 404, ERR_FUNC_NOT_DEFINED)."""
 
 
-def _checked(url: str, status: int, data: bytes) -> bytes:
+def _checked(url: str, reply: Reply) -> bytes:
     """The body of a 2xx reply; any other status is the agent's failure, with its own
     error message when it sent one (Fixie agents send {"error": {"code", "message"}})."""
+    status, data = reply.status, reply.body
     if 200 <= status < 300:
         return data
     code, detail, said = None, "", ""
@@ -177,6 +225,10 @@ def _checked(url: str, status: int, data: bytes) -> bytes:
         # The Func refused its input: the model may ask again (as with in-process Funcs),
         # rather than the call being retried as the agent's failure.
         raise InvalidInput(said)
+    if status in RETRYABLE_STATUS:  # busy or throttled, and not called (again)
+        wait = reply.headers.get("retry-after")
+        raise AgentBusy(f"agent at {url} is unavailable: it answered HTTP {status}{detail}"
+                        + (f" (Retry-After: {as_one_line(wait, 40)})" if wait else ""))
     failure = FuncNotDefined if status == 404 and code == ERR_FUNC_NOT_DEFINED else AgentFailed
     raise failure(f"agent at {url} answered HTTP {status}{detail}")
 

@@ -42,15 +42,16 @@ class TokenBudget:
     def charges(self, agent_id: str) -> list[tuple[str, str]]:
         return [(USER_TOKENS, self.user_id), (AGENT_TOKENS, agent_id)]
 
-    def check(self, agent_id: str) -> None:
-        """Raise BudgetExceeded when the user's or the agent's tokens are spent."""
+    def check(self, agent_id: str, needed: int = 0) -> None:
+        """Raise BudgetExceeded when the user's or the agent's tokens are spent, or would
+        be by ``needed`` more."""
         if self._limit is None:
             self._limit = self._user_limit()
         now = self.usage.clock()
         user, agent = self.usage.token_usage(self.charges(agent_id), WINDOW, now)
-        if user.used >= self._limit:
+        if user.used + max(needed, 1) > self._limit:
             raise exceeded(f"your daily LLM token limit of {self._limit}", user, now)
-        if agent.used >= self.agent_limit:
+        if agent.used + max(needed, 1) > self.agent_limit:
             raise exceeded(f"agent {agent_id}'s daily LLM token limit of {self.agent_limit}",
                            agent, now)
 

@@ -66,10 +66,9 @@ def fetch_handshake(url: str, token: str, timeout: float = 10.0, *,
     """The agent's handshake, read over a :func:`~codeshot.net.http.public_client`
     (loopback only with ``allow_loopback``, the local stack's setting)."""
     with public_client(allow_loopback=allow_loopback) as client:
-        status, content_type, body = request(
-            "GET", url.rstrip("/") + "/", token, timeout=timeout,
-            accept="application/json, application/yaml;q=0.9", client=client,
-        )
+        reply = request("GET", url.rstrip("/") + "/", token, timeout=timeout,
+                        accept="application/json, application/yaml;q=0.9", client=client)
+    status, body = reply.status, reply.body
     # What the target answered stays in the logs: a URL may point at any public service,
     # and an error repeating its page or its JSON would make registration a way to read it.
     if status != 200:
@@ -81,7 +80,7 @@ def fetch_handshake(url: str, token: str, timeout: float = 10.0, *,
     import yaml
 
     try:
-        document = parse_document(body, content_type)
+        document = parse_document(body, reply.content_type)
         if not isinstance(document, dict):
             raise ValueError("not a mapping")
         return Handshake(**document)

@@ -176,7 +176,7 @@ class McpServer:
             return cause
         if isinstance(cause, httpx2.ConnectError | httpx2.ConnectTimeout):  # nothing sent
             return AgentUnavailable(f"MCP server at {self.url} is unreachable: "
-                                    f"{cause.__class__.__name__}")
+                                    f"{cause or cause.__class__.__name__}")
         if isinstance(cause, TimeoutError | httpx2.TimeoutException):
             return CallTimeout(f"MCP server at {self.url} did not answer within "
                                 f"{self.timeout:g}s")

@@ -91,11 +91,14 @@ class RunContext:
     # A secret an agent's owner gave, by name (an MCP server's Authorization header).
     agent_secret: Callable[[str], str] | None = None
     corpus_search: Callable[[], CorpusSearch] | None = None  # agents' document corpora
+    agent_models: frozenset[str] = frozenset()  # models agents may choose (settings)
 
     def llm_for(self, agent_id: str, settings: dict[str, Any] | None = None) -> LLM:
         """The LLM as ``agent_id``'s program uses it: with the agent's own model settings
-        (Fixie's ``llm_settings``) where the provider takes them, metered against the
-        budgets."""
+        (Fixie's ``llm_settings``; its model only when the platform allows it) where the
+        provider takes them, metered against the budgets."""
+        if settings and settings.get("model") not in self.agent_models:
+            settings = {**settings, "model": None}
         llm = configured(self.llm, LlmSettings.from_dict(settings))
         return llm if self.budget is None else self.budget.metered(llm, agent_id)
 
@@ -143,7 +146,7 @@ class CodeShotProgram:
                 return CommandResult(builtin(text, platform))
             try:
                 reply = ctx.client.call_func(agent.agent_id, agent.func_url or "", name, text,
-                                             ctx.embeds.links())
+                                             ctx.embeds.links(), registration=agent.registration)
             except FuncNotDefined:
                 if builtin is None:
                     raise
@@ -205,7 +208,8 @@ class StandaloneProgram:
 
     def run(self, query: str) -> Outcome:
         reply = self.ctx.client.query_standalone(self.agent.agent_id, self.agent.query_url or "",
-                                                 query, self.ctx.embeds.links())
+                                                 query, self.ctx.embeds.links(),
+                                                 registration=self.agent.registration)
         if reply.needs_input:
             return Outcome(Status.AWAITING_INPUT, reply.question or reply.text,
                            state={"query": query, "repeat": reply.repeat_on_answer})

@@ -216,14 +216,17 @@ class SessionRunner:
                        for e in self.s.sessions.list_embeds(session.session_id)})
         book.know(memory.embeds())
         client = AgentClient(
-            lambda agent_id: self.s.auth.agent_token(agent_id, session.owner, session.session_id),
+            lambda agent_id, registration: self.s.auth.agent_token(
+                agent_id, session.owner, session.session_id, registration),
             timeout=settings.agent_call_timeout_seconds, allow_loopback=settings.local_mode,
         )
         viewer = session.owner_name or self.s.users.get(session.owner).username
+        refresh = functools.cache(self.s.agents.refresh)  # once a query, if it calls agents
 
         def usable(agent_id: str) -> Agent:
             """The agent, if the session's owner may use it now: one unpublished since the
-            session began is gone for its other users (within the agent cache's seconds)."""
+            session began is gone for its other users (from their next query on)."""
+            refresh()
             agent = self.s.agents.get(agent_id)
             if not agent.usable_by(viewer):
                 raise NotFound(f"agent {agent_id} is not available")
@@ -245,6 +248,7 @@ class SessionRunner:
                 budget=budget_for(self.s, session.owner),
                 agent_secret=self.s.agent_secrets.get,
                 corpus_search=lambda: self.corpus_search,
+                agent_models=settings.agent_models(),
             )
             program, owner_id = self._program(session, ctx, viewer)
             if paused and paused.get("program") == owner_id:

@@ -2,23 +2,27 @@
 
 from __future__ import annotations
 
-from typing import Any
+import dataclasses
+from typing import TYPE_CHECKING, Any
 
 from codeshot.errors import Conflict, NotFound
 from codeshot.models import Agent, utcnow
+from codeshot.settings import Settings
 from codeshot.store.base import Repository
 from codeshot.store.dynamo import (
     Page,
     clamp_limit,
     decode_token,
     encode_token,
-    every_page,
     from_item,
     is_condition_failure,
     lookup_key,
     to_item,
 )
 from codeshot.store.tables import REGISTRY
+
+if TYPE_CHECKING:
+    from types_boto3_dynamodb import DynamoDBClient
 
 
 def _to_item(agent: Agent) -> dict[str, Any]:
@@ -38,6 +42,12 @@ ROWS_PART_BYTES = 300_000  # one item's share of the rows: DynamoDB items hold 4
 
 class AgentRegistry(Repository):
     table = REGISTRY
+    _listed: tuple[int, list[Agent]] | None = None  # (version, agents): see listed()
+
+    def __init__(self, settings: Settings, dynamodb: DynamoDBClient | None = None) -> None:
+        super().__init__(settings, dynamodb)
+        # agent id -> (registry version, its registration): see registration()
+        self._registrations: dict[str, tuple[int, int | None]] = {}
 
     def _bump(self) -> None:
         self.db.update_item(
@@ -90,9 +100,13 @@ class AgentRegistry(Repository):
 
     def scan_all(self) -> list[Agent]:
         """Every agent (for the router's index), page by page."""
+        return self._scan()
+
+    def _scan(self, **options: Any) -> list[Agent]:
         kwargs: dict[str, Any] = {
             "TableName": self.table_name,
             "FilterExpression": "attribute_exists(handle)",
+            **options,
         }
         agents: list[Agent] = []
         while True:
@@ -114,8 +128,12 @@ class AgentRegistry(Repository):
         self._bump()
         return agent
 
-    def replace(self, agent: Agent, *, previous_id: str | None = None) -> Agent:
-        """Write an existing agent back (optionally under a new id, for renames)."""
+    def replace(self, agent: Agent, *, previous_id: str | None = None,
+                read_as: Agent | None = None) -> Agent:
+        """Write an existing agent back (optionally under a new id, for renames; or only if
+        it is still as ``read_as``, else CONFLICT: a change made from what was read)."""
+        # Compared as stored: the same text, whatever the datetime's precision.
+        modified = _to_item(read_as)["modified"] if read_as else None
         agent = agent.replace(modified=utcnow())
         if previous_id and previous_id != agent.agent_id:
             try:
@@ -143,13 +161,16 @@ class AgentRegistry(Repository):
                 raise
             self._bump()
             return agent
+        condition: dict[str, Any] = {"ConditionExpression": "attribute_exists(agent_id)"}
+        if modified:
+            condition = {"ConditionExpression": "#m = :m",
+                         "ExpressionAttributeNames": {"#m": "modified"},
+                         "ExpressionAttributeValues": {":m": modified}}
         try:
-            self.db.put_item(
-                TableName=self.table_name,
-                Item=_to_item(agent),
-                ConditionExpression="attribute_exists(agent_id)",
-            )
+            self.db.put_item(TableName=self.table_name, Item=_to_item(agent), **condition)
         except self.db.exceptions.ConditionalCheckFailedException as exc:
+            if modified:
+                raise Conflict(f"agent {agent.agent_id} changed meanwhile: try again") from exc
             raise NotFound(f"agent {agent.agent_id} not found") from exc
         self._bump()
         return agent
@@ -163,6 +184,21 @@ class AgentRegistry(Repository):
         if not item:
             raise NotFound(f"agent {agent_id} not found")
         return Agent.from_dict(from_item(item))
+
+    def registration(self, agent_id: str) -> int | None:
+        """The agent's :attr:`~codeshot.models.Agent.registration`, None if no agent has
+        the id: read again only when a write moved the registry's version, otherwise one
+        consistent GetItem of that small item (user storage checks it on every call; an
+        agent's item, with its vectors, is many read units)."""
+        version = self.version()  # before the agent: a write between moves it again
+        cached = self._registrations.get(agent_id)
+        if cached is None or cached[0] != version:
+            try:
+                cached = (version, self.get(agent_id).registration)
+            except NotFound:
+                cached = (version, None)
+            self._registrations[agent_id] = cached
+        return cached[1]
 
     def delete(self, agent_id: str, owner: str) -> None:
         lookup_key(agent_id, "agent")
@@ -199,44 +235,52 @@ class AgentRegistry(Repository):
             encode_token(out.get("LastEvaluatedKey")),
         )
 
-    def list_visible(
-        self, viewer: str | None, limit: int | None = None, token: str | None = None
-    ) -> Page[Agent]:
-        """Published agents plus the viewer's own, in pages (a filtered scan)."""
-        names = {"#p": "published"}
-        values: dict[str, Any] = {":t": {"BOOL": True}}
-        expr = "#p = :t"
-        if viewer:
-            names["#o"] = "owner"
-            values[":viewer"] = {"S": viewer}
-            expr += " OR #o = :viewer"
-        kwargs: dict[str, Any] = {
-            "TableName": self.table_name,
-            "FilterExpression": expr,
-            "ExpressionAttributeNames": names,
-            "ExpressionAttributeValues": values,
-            "Limit": clamp_limit(limit, default=100, maximum=500),
-        }
-        start = decode_token(token, {})
-        if start:
-            kwargs["ExclusiveStartKey"] = start
-        out = self.db.scan(**kwargs)
-        return Page(
-            [Agent.from_dict(from_item(i)) for i in out.get("Items", [])],
-            encode_token(out.get("LastEvaluatedKey")),
+    def listed(self) -> list[Agent]:
+        """Every agent without its vectors, as of the registry's version: scanned again
+        only when a write moved it, otherwise one consistent GetItem (listings and the
+        public planner card scanned the whole table on every request)."""
+        version = self.version()
+        cached = self._listed
+        if cached is None or cached[0] != version:
+            cached = (version, self._scan_without_vectors())
+            self._listed = cached
+        return cached[1]
+
+    def _scan_without_vectors(self) -> list[Agent]:
+        fields = [f.name for f in dataclasses.fields(Agent)
+                  if f.name not in ("embeddings", "embedding_model")]
+        return self._scan(
+            ProjectionExpression=", ".join(f"#f{i}" for i in range(len(fields))),
+            ExpressionAttributeNames={f"#f{i}": name for i, name in enumerate(fields)},
+            # Kept until the next write: never a scan that missed the write it follows.
+            ConsistentRead=True,
         )
 
     def all_agents(self, viewer: str | None) -> list[Agent]:
-        return every_page(lambda token: self.list_visible(viewer, limit=500, token=token))
+        """Published agents plus the viewer's own."""
+        return [a for a in self.listed() if a.published or (viewer and a.owner == viewer)]
 
 
 class AgentCache:
     """Agents by id, kept per container for ``ttl`` seconds: a warm runner reads an agent
-    once, not on every call, and sees a changed agent within ``ttl``."""
+    once, not on every call, and sees a changed agent within ``ttl``, or at once after
+    :meth:`refresh`."""
 
     def __init__(self, registry: AgentRegistry, ttl: float) -> None:
         self.registry, self.ttl = registry, ttl
         self._agents: dict[str, tuple[float, Agent]] = {}
+        self._version: int | None = None
+
+    def refresh(self) -> None:
+        """Forget every agent if the registry changed since the last refresh (one
+        consistent GetItem of its version). The runner refreshes once a query, so no query
+        calls an agent as it was registered before a change it can see: a call token
+        stamped with a deleted registration would be refused by the agent registered
+        anew at its id (its OAuth and user storage calls)."""
+        version = self.registry.version()
+        if version != self._version:
+            self._agents.clear()
+            self._version = version
 
     def get(self, agent_id: str) -> Agent:
         import time

@@ -7,7 +7,7 @@ that it parses; bytes inside are already encoded by the SDK as ``_bytes_ascii`` 
 from __future__ import annotations
 
 import json
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from codeshot.errors import InvalidInput, NotFound
 from codeshot.models import utcnow
@@ -15,7 +15,19 @@ from codeshot.store.base import Repository
 from codeshot.store.dynamo import Page, clamp_limit, decode_token, encode_token, from_item
 from codeshot.store.tables import USER_STORAGE
 
+if TYPE_CHECKING:
+    from types_boto3_dynamodb.type_defs import TransactWriteItemTypeDef, UpdateTypeDef
+
 MAX_KEY_BYTES = 512
+# The sort key of each scope's count of keys: blank, so no user key (_check_key refuses
+# those; DynamoDB refuses an empty one).
+COUNT_KEY = " "
+
+
+def _cancelled_by(exc: Exception) -> list[str]:
+    """Which parts of a cancelled transaction failed their condition."""
+    reasons = getattr(exc, "response", {}).get("CancellationReasons", [])
+    return [r.get("Code", "") for r in reasons]
 
 
 def _scope(user_id: str, agent_id: str) -> str:
@@ -47,14 +59,46 @@ class UserStorageStore(Repository):
             json.loads(data)
         except ValueError as exc:
             raise InvalidInput("value must be JSON text") from exc
-        self.db.put_item(
-            TableName=self.table_name,
-            Item={
-                **item_key,
-                "data": {"S": data},
-                "modified": {"S": utcnow().isoformat()},
-            },
-        )
+        item = {**item_key, "data": {"S": data}, "modified": {"S": utcnow().isoformat()}}
+        names = {"#k": "key"}
+        while True:
+            try:  # a key it has: replaced, the count unchanged
+                self.db.put_item(TableName=self.table_name, Item=item,
+                                 ConditionExpression="attribute_exists(#k)",
+                                 ExpressionAttributeNames=names)
+                return
+            except self.db.exceptions.ConditionalCheckFailedException:
+                pass
+            try:  # a new key: counted, within the limit
+                self.db.transact_write_items(TransactItems=[
+                    {"Put": {"TableName": self.table_name, "Item": item,
+                             "ConditionExpression": "attribute_not_exists(#k)",
+                             "ExpressionAttributeNames": names}},
+                    self._count(user_id, agent_id, +1),
+                ])
+                return
+            except self.db.exceptions.TransactionCanceledException as exc:
+                if _cancelled_by(exc)[1:] == ["ConditionalCheckFailed"]:
+                    most = self.settings.max_storage_keys
+                    raise InvalidInput(
+                        f"this agent keeps {most} keys for this user, the most it may: "
+                        "delete some first", limit=most) from exc
+                # The key was written meanwhile (a concurrent put): replace it.
+
+    def _count(self, user_id: str, agent_id: str, step: int) -> TransactWriteItemTypeDef:
+        """The transaction part that moves the scope's count of keys by ``step``."""
+        update: UpdateTypeDef = {
+            "TableName": self.table_name,
+            "Key": {"scope": {"S": _scope(user_id, agent_id)}, "key": {"S": COUNT_KEY}},
+            "UpdateExpression": "ADD #n :step",
+            "ExpressionAttributeNames": {"#n": "count"},
+            "ExpressionAttributeValues": {":step": {"N": str(step)}},
+        }
+        if step > 0:
+            update["ConditionExpression"] = "attribute_not_exists(#n) OR #n < :most"
+            update["ExpressionAttributeValues"] = {
+                ":step": {"N": str(step)}, ":most": {"N": str(self.settings.max_storage_keys)}}
+        return {"Update": update}
 
     def get(self, user_id: str, agent_id: str, key: str) -> str:
         item = self.db.get_item(
@@ -68,13 +112,14 @@ class UserStorageStore(Repository):
 
     def delete(self, user_id: str, agent_id: str, key: str) -> None:
         try:
-            self.db.delete_item(
-                TableName=self.table_name,
-                Key=self._key(user_id, agent_id, key),
-                ConditionExpression="attribute_exists(#k)",
-                ExpressionAttributeNames={"#k": "key"},
-            )
-        except self.db.exceptions.ConditionalCheckFailedException as exc:
+            self.db.transact_write_items(TransactItems=[
+                {"Delete": {"TableName": self.table_name,
+                            "Key": self._key(user_id, agent_id, key),
+                            "ConditionExpression": "attribute_exists(#k)",
+                            "ExpressionAttributeNames": {"#k": "key"}}},
+                self._count(user_id, agent_id, -1),
+            ])
+        except self.db.exceptions.TransactionCanceledException as exc:
             raise NotFound(f"no value for key {key!r}") from exc
 
     def list_keys(
@@ -84,8 +129,9 @@ class UserStorageStore(Repository):
         kwargs: dict[str, Any] = {
             "TableName": self.table_name,
             "KeyConditionExpression": "#s = :s",
+            "FilterExpression": "#k <> :count",
             "ExpressionAttributeNames": {"#s": "scope", "#k": "key"},
-            "ExpressionAttributeValues": {":s": {"S": scope}},
+            "ExpressionAttributeValues": {":s": {"S": scope}, ":count": {"S": COUNT_KEY}},
             "ProjectionExpression": "#s, #k",
             "ConsistentRead": True,
             "Limit": clamp_limit(limit, default=1000, maximum=1000),

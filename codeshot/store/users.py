@@ -15,6 +15,9 @@ GUARD_PREFIX = "@"  # "@<username>" -> user_id, written with the user in one tra
 # "!<Cognito sub>" -> user_id: the one user a signed-in identity is, written the same way.
 IDENTITY_PREFIX = "!"
 LIST_PAGE = 100  # users an operator's list shows at a time
+# The platform's own name: its planner is the agent "platform/planner", and a user of
+# that name would share the planner's id, counters and name in chat logs.
+PLATFORM_USERNAME = "platform"
 
 
 class UserStore(Repository):
@@ -24,6 +27,8 @@ class UserStore(Repository):
         """A new user; with ``identity`` (a Cognito sub), the user that identity signs in
         as. A taken username, or an identity that already has a user, is a Conflict."""
         validate_handle(username, "username")
+        if username == PLATFORM_USERNAME:
+            raise InvalidInput(f"username {username!r} is the platform's own")
         user = User(user_id="u_" + ids.ulid().lower(), username=username, identity=identity,
                     **profile)
         guards = [GUARD_PREFIX + username] + ([IDENTITY_PREFIX + identity] if identity else [])

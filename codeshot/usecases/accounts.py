@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 from codeshot.auth.cognito import Identity
 from codeshot.auth.service import DISABLED
-from codeshot.errors import Forbidden, Unauthenticated
+from codeshot.errors import Forbidden, InvalidInput, Unauthenticated
 from codeshot.models import Principal, User
 from codeshot.services import Services
 from codeshot.usecases.users import find_user
@@ -53,9 +53,16 @@ def principal_for_token(services: Services, token: str) -> Principal:
                      daily_query_limit=user.daily_query_limit)
 
 
+# Not for self sign-up: the default owner of the kit's deployed agents (the CDK app's
+# codeshot:adminUsername), which would otherwise go to whoever signs up first.
+RESERVED_USERNAMES = frozenset({"admin"})
+
+
 def choose_username(services: Services, token: str, username: str) -> User:
     """The codeshot user for this account, named ``username`` (unique, as any user's)."""
     identity = services.accounts.verify(token)
+    if username.strip() in RESERVED_USERNAMES:
+        raise InvalidInput(f"username {username.strip()!r} is reserved: choose another")
     return services.users.create(username.strip(), identity=identity.sub,
                                  email=identity.email)
 

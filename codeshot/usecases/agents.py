@@ -25,6 +25,11 @@ def can_use(agent: Agent, principal: Principal) -> bool:
     return agent.usable_by(principal.username)
 
 
+def is_owner(principal: Principal, agent: Agent) -> bool:
+    """Whether the caller owns the agent: only they see its revisions, usage, corpora."""
+    return principal.username is not None and principal.username == agent.owner
+
+
 def visible_agents(services: Services, principal: Principal, after: str | None = None,
                    limit: int | None = None) -> list[Agent]:
     """Published agents and the caller's own, by id: a page of them, after ``after``."""

@@ -294,6 +294,9 @@ async def follow(messaging: Messaging, query: Message, timeout: float) -> AsyncI
         await asyncio.sleep(0.1)
 
 
+FIRST_POLL_SECONDS, POLL_SECONDS = 0.1, 0.5  # a long poll reads often at first, then less
+
+
 async def next_messages(
     messaging: Messaging, session_id: str, after: str | None, timeout: float,
     gone: Callable[[], Awaitable[bool]] | None = None,
@@ -303,13 +306,22 @@ async def next_messages(
     (whose responses are buffered, so server-sent events would not stream) and locally.
     ``gone`` tells when the caller has hung up, to stop waiting early."""
     deadline = time.monotonic() + max(timeout, 0.0)
-    delay = 0.1
+    delay = FIRST_POLL_SECONDS
     while True:
         found = await blocking(messaging.since, session_id, after)
         if found or time.monotonic() >= deadline or (gone is not None and await gone()):
             return found
         await asyncio.sleep(min(delay, max(0.0, deadline - time.monotonic())))
-        delay = min(delay * 1.5, 0.5)
+        delay = min(delay * 1.5, POLL_SECONDS)
+
+
+def long_poll_reads(timeout: float) -> int:
+    """The reads a long poll of ``timeout`` seconds makes at most (what GraphQL's cost
+    rule charges for it)."""
+    reads, delay, waited = 1, FIRST_POLL_SECONDS, 0.0
+    while waited < timeout:
+        waited, reads, delay = waited + delay, reads + 1, min(delay * 1.5, POLL_SECONDS)
+    return reads
 
 
 @dataclass(frozen=True)

@@ -51,9 +51,7 @@ def _acting_for(services: Services, caller: Principal) -> tuple[str, str, Agent]
     if not caller.user_id or not caller.agent_id:
         raise Forbidden("OAuth needs an agent token issued for a user")
     agent = services.registry.get(caller.agent_id)  # NotFound once it is deleted
-    # Whole seconds (the token's iat): a token issued in the second of the registration
-    # passes.
-    if caller.issued_at is None or caller.issued_at < int(agent.created.timestamp()):
+    if not caller.issued_to(agent.registration):
         raise NotFound(f"agent {caller.agent_id} not found: this call's token was issued "
                        "to a deleted agent of that id")
     return caller.user_id, caller.agent_id, agent
@@ -186,13 +184,15 @@ def _exchange(services: Services, flow: Flow, code: str) -> None:
     agent = services.registry.get(flow.agent_id)
     url = agent.func_url or agent.query_url or ""
     client = AgentClient(
-        lambda agent_id: services.auth.agent_token(agent_id, flow.user_id, flow.session_id),
+        lambda agent_id, registration: services.auth.agent_token(
+            agent_id, flow.user_id, flow.session_id, registration),
         timeout=services.settings.agent_call_timeout_seconds,
         allow_loopback=services.settings.local_mode, retries=0)
     request = {"state": flow.state, "code": code, "code_verifier": flow.code_verifier,
                "redirect_uri": flow.redirect_uri}
     try:
-        client.call_func(flow.agent_id, url, OAUTH_FUNC, json.dumps(request))
+        client.call_func(flow.agent_id, url, OAUTH_FUNC, json.dumps(request),
+                         registration=agent.registration)
     except CodeshotError as exc:
         raise OAuthFailed(f"{flow.agent_id} could not complete the authorization: "
                           f"{exc.message}") from exc

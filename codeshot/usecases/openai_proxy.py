@@ -39,5 +39,9 @@ def complete(services: Services, caller: Principal, request: ProxyRequest) -> Co
     limit = settings.openai_proxy_max_tokens
     max_tokens = limit if request.max_tokens is None else max(1, min(request.max_tokens, limit))
     llm = configured(get_llm(settings), LlmSettings(temperature=request.temperature))
-    metered = budget_for(services, caller.user_id).metered(llm, caller.agent_id)
-    return metered.complete(request.messages, request.stop, max_tokens)
+    budget = budget_for(services, caller.user_id)
+    # An agent writes this prompt, not the platform: it must fit in what is left of the
+    # budgets (about 4 characters a token), or one call could spend a day's many times.
+    budget.check(caller.agent_id, sum(len(m.content) for m in request.messages) // 4)
+    return budget.metered(llm, caller.agent_id).complete(request.messages, request.stop,
+                                                         max_tokens)

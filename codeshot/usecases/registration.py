@@ -46,6 +46,13 @@ HandshakeFetcher = Callable[[str, str], Handshake]
 McpDescriber = Callable[[str, str | None], "McpServerInfo"]
 
 
+# Why `fixie deploy` (code for the platform to build) is refused, and what works instead.
+NOT_BUILT = ("codeshot does not build code on request: use `codeshot serve DIR --register` "
+             "locally (then `fixie serve --no-tunnel` with a deployment_url in agent.yaml "
+             "serves new revisions of the agent), `cdk deploy` in AWS, or `codeshot agent "
+             "register DIR --url URL`")
+
+
 @dataclass
 class AgentFields:
     """What a client may set on an agent; None leaves a field as it is on update."""
@@ -138,9 +145,7 @@ class AgentRegistration:
             if not url:
                 raise InvalidInput(
                     "give queryUrl or funcUrl, or the few-shots inline. (`fixie deploy` "
-                    "uploads code for Fixie to host; codeshot does not build code on "
-                    "request: use `codeshot serve DIR --register` locally, `cdk deploy` in "
-                    "AWS, or `codeshot agent register DIR --url URL`.)")
+                    f"uploads code for Fixie to host; {NOT_BUILT}.)")
             token = self.s.auth.agent_token(agent.agent_id, None, None)
             hs = self.fetch(url, token)
             kind = AgentKind.STANDALONE if hs.type == "standalone" else AgentKind.CODE_SHOT
@@ -202,10 +207,17 @@ class AgentRegistration:
         validate_handle(handle)
         agent = Agent(agent_id=Agent.make_id(owner, handle), owner=owner, handle=handle)
         agent = check_agent_fields(self._apply(agent, fields))
+        self._charge(principal)
         agent = self.describe(agent, inline=fields.few_shots is not None,
                               authorization=fields.mcp_authorization)
         self._claim(agent.agent_id)
         return self._store(agent, fields, self.s.registry.create)
+
+    def _charge(self, principal: Principal) -> None:
+        """One change against the caller's daily allowance (after the input's checks:
+        refused input is not counted)."""
+        self.s.usage.charge("agent-change", principal.user_id or "",
+                            self.s.settings.daily_agent_changes)
 
     def _claim(self, agent_id: str) -> None:
         """Before an id is registered: CONFLICT if an agent holds it (its users' tokens
@@ -272,6 +284,7 @@ class AgentRegistration:
             # in flight, was issued before this, and OAuth refuses it (usecases/oauth.py).
             agent = agent.replace(handle=new_handle, agent_id=Agent.make_id(owner, new_handle),
                                   created=utcnow())
+        self._charge(principal)
         urls_changed = ((agent.query_url, agent.func_url, agent.mcp_url)
                         != (current.query_url, current.func_url, current.mcp_url))
         if (urls_changed or fields.few_shots is not None or fields.base_prompt is not None
@@ -303,6 +316,7 @@ class AgentRegistration:
     def refresh(self, principal: Principal, owner: str, handle: str) -> Agent:
         """Re-read the agent's handshake (after its code changed)."""
         agent = self._owned(self._owner(principal), handle, owner=owner)
+        self._charge(principal)
         agent = self.describe(agent, inline=False)
         stored = self.s.registry.replace(agent)
         self._ingest_corpora(stored, again=True)

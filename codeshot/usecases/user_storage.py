@@ -2,7 +2,9 @@
 
 The token's claims decide whose storage it is and for which agent; the agent id the
 caller names (the URL, for REST) only has to agree with them. Every call counts against
-the per-minute limit of that user and agent.
+the per-minute limit of that user and agent. A call of a deleted agent still in flight
+(its token lives minutes) cannot reach the storage its users keep with an agent
+registered at that id since: the token must be issued to the agent as registered now.
 """
 
 from __future__ import annotations
@@ -10,9 +12,10 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from codeshot.errors import Forbidden
+from codeshot.errors import Forbidden, NotFound
 from codeshot.models import Principal
 from codeshot.services import Services
+from codeshot.store.dynamo import every_page
 
 
 def storage_scope(services: Services, caller: Principal, agent_id: str) -> tuple[str, str]:
@@ -22,20 +25,27 @@ def storage_scope(services: Services, caller: Principal, agent_id: str) -> tuple
         raise Forbidden(f"this token is for agent {caller.agent_id}, not {agent_id}")
     if not caller.user_id:
         raise Forbidden("user storage needs a token issued for a user")
+    _check_registration(services, caller, agent_id)
     services.usage.charge("storage", f"{caller.user_id}#{agent_id}",
                           services.settings.storage_rate_limit, window="minute")
     return caller.user_id, agent_id
 
 
+def _check_registration(services: Services, caller: Principal, agent_id: str) -> None:
+    """NOT_FOUND unless the token was issued to ``agent_id`` as registered now. A token
+    without a registration (an older platform's, or ``codeshot agent test``'s for an agent
+    it serves unregistered) is checked by its issue time, if the agent is registered."""
+    registration = services.registry.registration(agent_id)
+    if registration is None and caller.registration is None:
+        return
+    if registration is None or not caller.issued_to(registration):
+        raise NotFound(f"agent {agent_id} not found: this call's token was issued to a "
+                       "deleted agent of that id")
+
+
 def list_keys(services: Services, caller: Principal, agent_id: str) -> list[str]:
     user, agent = storage_scope(services, caller, agent_id)
-    keys: list[str] = []
-    token = None
-    while True:
-        page = services.storage.list_keys(user, agent, token=token)
-        keys += page.items
-        if not (token := page.next_token):
-            return keys
+    return every_page(lambda token: services.storage.list_keys(user, agent, token=token))
 
 
 def put_value(services: Services, caller: Principal, agent_id: str, key: str,

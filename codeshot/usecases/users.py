@@ -36,15 +36,20 @@ def create_user(services: Services, username: str) -> tuple[User, str]:
 
 
 def ensure_user(services: Services, username: str) -> User:
-    """The user with this name, created (without API keys) if there is none yet."""
+    """The owner of the kit's deployed agents: the user with this name, created (without
+    API keys) if there is none yet. Never one who signed up under that name: the agents,
+    their users' queries and call tokens would be theirs."""
     try:
-        return services.users.get_by_username(username)
+        user = services.users.get_by_username(username)
     except NotFound:
-        pass
-    try:
-        return services.users.create(username)
-    except Conflict:  # created concurrently (another deploy's registration)
-        return services.users.get_by_username(username)
+        try:
+            user = services.users.create(username)
+        except Conflict:  # created concurrently (another deploy's registration)
+            user = services.users.get_by_username(username)
+    if user.identity:
+        raise Conflict(f"username {username!r} belongs to an account that signed up: "
+                       "deploy the agents under another codeshot:adminUsername")
+    return user
 
 
 def set_time_zone(services: Services, principal: Principal, time_zone: str | None) -> User:

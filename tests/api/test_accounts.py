@@ -145,6 +145,11 @@ def test_an_account_picks_one_username_that_no_one_else_has(stack):
         accounts.choose_username(stack.services, token, "local")
     with pytest.raises(InvalidInput, match="username"):
         accounts.choose_username(stack.services, token, "Not Valid!")
+    # The deployed agents' default owner, and the planner's owner ("platform/planner").
+    with pytest.raises(InvalidInput, match="'admin' is reserved"):
+        accounts.choose_username(stack.services, token, "admin")
+    with pytest.raises(InvalidInput, match="'platform' is the platform's own"):
+        accounts.choose_username(stack.services, token, "platform")
     name = f"pick{ids.ulid().lower()[-8:]}"
     user = accounts.choose_username(stack.services, token, name)
     assert user.identity and user.email

@@ -90,3 +90,27 @@ def test_rate_limit_per_user_and_agent(platform):
     assert "resets_at" in r.json()["error"]["details"]
     other = platform.services.auth.agent_token("eve/b", user_id, None)
     assert storage(platform, other, "GET", "eve/b").status_code == 200
+
+
+@pytest.mark.settings(max_storage_keys=2)
+def test_an_agent_keeps_at_most_so_many_keys_per_user(platform):
+    """600 writes a minute of 100 KB values had no total: CODESHOT_MAX_STORAGE_KEYS is."""
+    user_id, _ = platform.user("hoarder")
+    token = platform.services.auth.agent_token("h/notes", user_id, None)
+
+    def put(key):
+        return storage(platform, token, "POST", f"h/notes/{key}", json={"data": "1"})
+
+    assert [put(k).status_code for k in ("a", "b", "a")] == [200, 200, 200]  # a replaced
+    full = put("c")
+    assert full.status_code == 400 and full.json()["error"]["code"] == "INVALID_INPUT"
+    assert "delete some" in full.json()["error"]["message"]
+    assert storage(platform, token, "GET", "h/notes/c").status_code == 404  # nothing written
+    assert storage(platform, token, "DELETE", "h/notes/a").status_code == 200
+    assert storage(platform, token, "DELETE", "h/notes/a").status_code == 404  # counted once
+    assert put("c").status_code == 200 and put("d").status_code == 400
+    assert storage(platform, token, "GET", "h/notes").json() == [{"key": "b"}, {"key": "c"}]
+    other, _ = platform.user("tidy")  # per user
+    other_token = platform.services.auth.agent_token("h/notes", other, None)
+    assert storage(platform, other_token, "POST", "h/notes/a",
+                   json={"data": "1"}).status_code == 200

@@ -93,6 +93,27 @@ FAN_OUT = "{ " + " ".join(f"a{i}: allSessions {{ handle messages {{ text }} embe
                           for i in range(20)) + " }"
 
 
+@pytest.mark.settings(daily_agent_changes=2)
+def test_agent_registrations_and_updates_are_counted_per_day(platform, agents):
+    """Each registration or update reads a handshake and makes every runner reload the
+    registry: a user makes CODESHOT_DAILY_AGENT_CHANGES of them a day."""
+    _, key = platform.user("churn")
+    register(platform, key, "one", agents.url + "/dice")
+    bad = platform.gql(key, """mutation { createAgent(agentData: {handle: "Not Valid!",
+        queryUrl: "http://127.0.0.1:9/"}) { agent { agentId } } }""")
+    assert code(bad) == "INVALID_INPUT"  # refused input is not counted
+    renamed = platform.gql(key, """mutation { updateAgent(agentData: {handle: "one",
+        description: "rolls dice"}) { agent { agentId } } }""")
+    assert renamed["data"]["updateAgent"]["agent"]["agentId"] == "churn/one"
+    third = platform.gql(key, """mutation ($u: String!) { createAgent(agentData: {handle:
+        "two", queryUrl: $u}) { agent { agentId } } }""", {"u": agents.url + "/dice"})
+    assert code(third) == "RATE_LIMITED"
+    assert [a.agent_id for a in platform.services.registry.scan_all()
+            if a.owner == "churn"] == ["churn/one"]
+    _, other = platform.user("calm")  # per user
+    register(platform, other, "two", agents.url + "/dice")
+
+
 def test_one_request_cannot_fan_out_into_thousands_of_reads(platform):
     _, key = platform.user("fanout")
     handles = [platform.gql(key, SESSION)["data"]["createSession"]["session"]["handle"]
@@ -122,6 +143,57 @@ def test_one_request_cannot_fan_out_into_thousands_of_reads(platform):
     assert code(variable) == "INVALID_INPUT"  # a variable page counts as the largest
 
 
+def test_a_long_poll_costs_every_read_it_makes(platform):
+    """``messages(waitSeconds)`` reads until a message comes: 200 sessions polled for 25 s
+    each were about 11,000 reads for one request costed at 201."""
+    _, key = platform.user("poller")
+    for _ in range(3):
+        platform.gql(key, SESSION)
+    calls: list[str] = []
+    stop = aws.on_call(lambda service, op: calls.append(op))
+    try:
+        many = platform.gql(key, "{ allSessions(limit: 200) { messages(waitSeconds: 25) "
+                            "{ text } } }")
+        variable = platform.gql(key, """query ($w: Float!) { allSessions(limit: 200) {
+            messages(waitSeconds: $w) { text } } }""", {"w": 0})
+    finally:
+        stop()
+    for refused in (many, variable):  # a variable wait counts as the longest
+        assert code(refused) == "INVALID_INPUT" and "storage reads" in str(refused["errors"])
+    assert len(calls) <= 2, calls  # the API key's user, nothing more
+    # One session followed, the way clients do, and a list read without waiting, are fine.
+    handle = platform.gql(key, SESSION)["data"]["createSession"]["session"]["handle"]
+    one = platform.gql(key, """query ($h: String!) { sessionByHandle(handle: $h) {
+        messages(waitSeconds: 0.2) { text } } }""", {"h": handle})
+    assert one["data"]["sessionByHandle"]["messages"] == []
+    listed = platform.gql(key, "{ allSessions(limit: 20) { messages(waitSeconds: 0) "
+                          "{ text } } }")
+    assert len(listed["data"]["allSessions"]) == 4
+
+
+def test_listings_and_the_public_card_scan_the_registry_only_after_a_change(platform, agents):
+    """allAgents and the anonymous planner card scanned every agent (vectors included)
+    on every request: now a request reads the registry's version, and scans only when a
+    write moved it, seeing that write."""
+    _, key = platform.user("scanner")
+    register(platform, key, "first", agents.url + "/dice")
+    calls: list[str] = []
+    stop = aws.on_call(lambda service, op: calls.append(op))
+    try:
+        listed = [platform.gql(key, "{ allAgents(limit: 200) { agentId } }")
+                  for _ in range(3)]
+        cards = [httpx.get(f"{platform.url}/.well-known/agent-card.json") for _ in range(3)]
+        scans_before = calls.count("Scan")
+        register(platform, key, "second", agents.url + "/dice")
+        after = platform.gql(key, "{ allAgents(limit: 200) { agentId } }")
+    finally:
+        stop()
+    assert all(c.status_code == 200 for c in cards)
+    assert "scanner/first" in {a["agentId"] for a in listed[-1]["data"]["allAgents"]}
+    assert scans_before <= 1, calls  # six requests: one scan at most (none if cached)
+    assert "scanner/second" in {a["agentId"] for a in after["data"]["allAgents"]}
+
+
 def test_agent_lists_are_paged_and_agent_fields_capped(platform, agents):
     _, key = platform.user("lister")
     huge = platform.gql(key, """mutation ($u: String!, $d: String!) { createAgent(agentData:
@@ -142,3 +214,32 @@ def test_agent_lists_are_paged_and_agent_fields_capped(platform, agents):
                    "description fewShots basePrompt } }"},
                    headers={"Authorization": f"Bearer {key}"})
     assert len(r.json()["data"]["allAgents"]) == 5 and len(r.content) < 6 * 1024 * 1024
+
+
+def yaml_bomb(levels: int) -> str:
+    """A handshake of a few hundred bytes whose ``corpora`` is 10**levels values once its
+    aliases are walked."""
+    lines = ["type: code_shot", "few_shots: []", "a0: &a0 [x, x, x, x, x, x, x, x, x, x]"]
+    lines += [f"a{i}: &a{i} [" + ", ".join([f"*a{i - 1}"] * 10) + "]"
+              for i in range(1, levels + 1)]
+    return "\n".join([*lines, f"corpora: [{{bomb: *a{levels}}}]"]) + "\n"
+
+
+def test_a_yaml_handshake_cannot_expand_into_millions_of_values(platform):
+    """Aliases are refused: 7 levels would be ten million values for the API to walk."""
+    from fastapi import FastAPI, Response
+
+    from codeshot.local.http_server import HttpServer
+
+    app = FastAPI()
+    app.get("/")(lambda: Response(yaml_bomb(7), media_type="application/yaml"))
+    server = HttpServer(app, "127.0.0.1", 0)
+    url = server.start()
+    try:
+        _, key = platform.user("bomber")
+        out = platform.gql(key, """mutation ($u: String!) { createAgent(agentData:
+            {handle: "bomb", queryUrl: $u}) { agent { agentId } } }""", {"u": url})
+    finally:
+        server.stop()
+    assert code(out) == "AGENT_ERROR" and "aliases" in out["errors"][0]["message"], out
+    assert platform.services.registry.scan_all() == []

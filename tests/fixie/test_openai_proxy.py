@@ -140,3 +140,13 @@ def test_the_proxy_takes_only_agent_tokens_and_caps_completions(proxy):
                    headers={"Authorization": f"Bearer {token}"})
     assert r.status_code == 400 and r.json()["error"]["code"] == "INVALID_INPUT"
     assert len(upstream.requests) == 1
+
+    # An agent writes the prompt: one too large for what is left of the user's tokens is
+    # refused before the model sees it (it used to pass the check and spend any amount).
+    dave, _ = platform.user("dave", daily_token_limit=1000)
+    dave_token = platform.services.auth.agent_token("alice/asker", dave, ids.handle())
+    for prompt, status in (("x" * 8000, 429), ("x" * 2000, 200)):  # ~2,000 and ~500 tokens
+        r = httpx.post(url, json=body | {"prompt": prompt},
+                       headers={"Authorization": f"Bearer {dave_token}"})
+        assert r.status_code == status, r.text
+    assert len(upstream.requests) == 2

@@ -67,6 +67,18 @@ def test_create_registers_under_a_new_admin_user(services, fetch):
     assert services.users.get_by_username("admin").user_id == admin.user_id
 
 
+def test_agents_are_never_deployed_under_an_account_that_signed_up_with_the_name(services,
+                                                                              fetch):
+    """Whoever signed up as the admin username first would own the kit's agents (their
+    URL, their users' queries and call tokens): the deploy refuses instead."""
+    from codeshot.errors import Conflict
+
+    services.users.create("ops", identity="cognito-sub-of-mallory")
+    with pytest.raises(Conflict, match="signed up"):
+        register_agent.apply(event("Create", Owner="ops"), services, fetch)
+    assert services.registry.scan_all() == []
+
+
 def test_update_rereads_the_handshake_and_changes_fields(services, fetch):
     register_agent.apply(event("Create"), services, fetch)
     before = len(fetch.calls)

@@ -17,10 +17,11 @@ from tests.conftest import free_port
 pytestmark = pytest.mark.slow
 
 
-def start(tmp_path: Path, port: int, aws_port: int | None = None) -> subprocess.Popen:
+def start(tmp_path: Path, port: int, aws_port: int | None = None,
+          host: str = "127.0.0.1") -> subprocess.Popen:
     return subprocess.Popen(
         [sys.executable, "-m", "codeshot.cli", "local", "up", "--port", str(port),
-         "--aws-port", str(aws_port or free_port())],
+         "--aws-port", str(aws_port or free_port()), "--host", host],
         cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
         env={**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2])},
     )
@@ -75,6 +76,23 @@ def test_local_up_creates_resources_and_cleans_up_on_sigterm(tmp_path):
     assert "AWS endpoint: http://127.0.0.1:" in out and "Ready in" in out
     assert "API: http://127.0.0.1:" in out and "API key: ey" in out
     assert not state_file.exists()
+
+
+def test_listening_on_every_address_keeps_moto_on_loopback(tmp_path):
+    """``--host 0.0.0.0`` shares the API; moto's server (no authentication, and it holds
+    the platform's signing keys) stays on 127.0.0.1. 127.0.0.2 stands for another
+    address: a socket bound to 127.0.0.1 does not answer there, one on 0.0.0.0 does."""
+    port, aws_port = free_port(), free_port()
+    proc = start(tmp_path, port, aws_port, host="0.0.0.0")  # noqa: S104 - the point
+    try:
+        wait_for_file(tmp_path / ".codeshot" / "local.json", proc)
+        socket.create_connection(("127.0.0.2", port), timeout=5).close()
+        with pytest.raises(ConnectionRefusedError):
+            socket.create_connection(("127.0.0.2", aws_port), timeout=5)
+        socket.create_connection(("127.0.0.1", aws_port), timeout=5).close()
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        proc.communicate(timeout=20)
 
 
 def test_a_second_local_up_in_the_directory_refuses_and_leaves_the_first_alone(tmp_path):

@@ -71,6 +71,8 @@ class AgentServer:
                 await asyncio.sleep(3)  # past the call timeout; other calls go on meanwhile
             if agent == "throttled" and text not in self.throttled:  # not run: try again
                 self.throttled.add(text)
+                return Response(status_code=503, headers={"Retry-After": "0"})
+            if agent == "busy":  # a gateway's own 503: it says nothing of the call
                 return Response(status_code=503)
             if agent == "garbage":
                 return PlainTextResponse("{not json", media_type="application/json")

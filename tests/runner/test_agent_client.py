@@ -1,20 +1,37 @@
 """The runner's HTTP client for agents, against a real agent on loopback: nothing one call
-learns (cookies) reaches the next, and a reply of the wrong shape is the agent's error."""
+learns (cookies) reaches the next, a reply of the wrong shape is the agent's error, and a
+call is made again only when it surely did not run."""
 
 import socket
 import threading
+import time
+from collections import Counter
+from email.utils import formatdate
 
 import pytest
 from fastapi import FastAPI, Request, Response
+from fastapi.responses import JSONResponse
 
-from codeshot.errors import AgentCallDropped, AgentFailed, InvalidInput
+from codeshot.errors import AgentCallDropped, AgentFailed, AgentUnavailable, InvalidInput
 from codeshot.local.http_server import HttpServer
 from codeshot.runner.agent_client import AgentClient
+
+CALLS: Counter[str] = Counter()  # the busy agent's calls, by path
 
 
 @pytest.fixture(scope="module")
 def agent():
     app, seen = FastAPI(), []
+
+    @app.post("/status/{status}/after/{wait}/{func}")
+    async def busy_once(status: int, wait: str, request: Request) -> Response:
+        """``status`` with Retry-After ``wait`` ("none": without; "date+2": an HTTP-date 2 s
+        ahead) to the first call of this path, an answer to the next."""
+        CALLS[request.url.path] += 1
+        if CALLS[request.url.path] > 1:
+            return JSONResponse({"message": {"text": "done"}})
+        after = {"none": None, "date+2": formatdate(time.time() + 2, usegmt=True)}.get(wait, wait)
+        return Response(status_code=status, headers={"Retry-After": after} if after else {})
 
     @app.post("/remember")
     async def remember(request: Request, response: Response) -> dict:
@@ -39,7 +56,7 @@ def agent():
 
 
 def client(user: str) -> AgentClient:
-    return AgentClient(lambda _agent_id: f"token-{user}", timeout=5, allow_loopback=True)
+    return AgentClient(lambda *_: f"token-{user}", timeout=5, allow_loopback=True)
 
 
 def test_no_cookie_set_by_an_agent_is_ever_sent_back(agent):
@@ -89,3 +106,80 @@ def test_a_call_dropped_after_it_was_sent_is_not_sent_again():
         listener.close()
     assert err.value.code == "AGENT_UNAVAILABLE" and err.value.permanent
     assert len(received) == 1 and received[0].startswith(b"POST /pay ")
+
+
+@pytest.mark.parametrize("status", [429, 503])
+def test_a_429_or_503_without_retry_after_is_reported_once_not_retried(agent, status):
+    """Without Retry-After nothing says the call was not run (a gateway may answer 503
+    after forwarding it): calling again could repeat what the agent did."""
+    url, _ = agent
+    with pytest.raises(AgentUnavailable, match=f"answered HTTP {status}$") as err:
+        client("alice").call_func("me/pay", f"{url}/status/{status}/after/none", "pay", "Al 7")
+    assert CALLS[f"/status/{status}/after/none/pay"] == 1
+    assert err.value.code == "AGENT_UNAVAILABLE" and err.value.permanent  # nor the engine
+
+
+@pytest.mark.parametrize(("status", "wait"), [(429, "1"), (503, "date+2")])
+def test_a_short_retry_after_is_waited_for_then_the_call_is_made_again(agent, status, wait):
+    url, _ = agent
+    started = time.monotonic()
+    reply = client("alice").call_func("me/pay", f"{url}/status/{status}/after/{wait}", "pay",
+                                      "Al 7")
+    waited = time.monotonic() - started
+    assert reply.text == "done" and CALLS[f"/status/{status}/after/{wait}/pay"] == 2
+    assert 0.9 < waited < 4  # "1", or a date 1-2 s ahead in whole seconds; not 0.2 s backoff
+
+
+def test_a_retry_after_beyond_the_cap_is_not_waited_for(agent):
+    url, _ = agent
+    started = time.monotonic()
+    with pytest.raises(AgentUnavailable, match=r"HTTP 429 \(Retry-After: 120\)$") as err:
+        client("alice").call_func("me/pay", f"{url}/status/429/after/120", "pay", "Al 7")
+    assert CALLS["/status/429/after/120/pay"] == 1 and time.monotonic() - started < 1
+    assert err.value.permanent
+
+
+def test_a_host_that_does_not_resolve_is_unreachable_and_tried_again(monkeypatch):
+    """RFC 6761: .invalid never resolves. That is an agent out of reach (tried again, as
+    a refused connection), not input the model should change; a name that resolves to a
+    refused address is still refused, once."""
+    looked_up: list[str] = []
+    resolve = socket.getaddrinfo
+
+    def counting(host, *args, **kwargs):
+        looked_up.append(host)
+        return resolve(host, *args, **kwargs)
+
+    monkeypatch.setattr(socket, "getaddrinfo", counting)
+    with pytest.raises(AgentUnavailable, match=r"'dice\.invalid' does not resolve") as err:
+        client("alice").call_func("me/dice", "http://dice.invalid", "roll", "1d6")
+    assert not err.value.permanent and looked_up.count("dice.invalid") == 3
+
+    strict = AgentClient(lambda *_: "token", timeout=5, allow_loopback=False)
+    with pytest.raises(InvalidInput, match=r"localhost resolves to .*a loopback address"):
+        strict.call_func("me/dice", "http://localhost:9", "roll", "1d6")
+    assert looked_up.count("localhost") == 1
+
+
+def test_an_mcp_server_whose_host_does_not_resolve_is_unreachable():
+    from codeshot.runner.mcp_servers import McpServer
+
+    server = McpServer("http://tools.invalid/mcp", None, timeout=5, allow_loopback=True)
+    with pytest.raises(AgentUnavailable, match=r"'tools\.invalid' does not resolve") as err:
+        server.call("stock_level", '{"sku": "SKU-1"}')
+    assert not err.value.permanent
+
+
+def test_retry_after_is_read_in_seconds_and_in_each_http_date_form():
+    from datetime import UTC, datetime
+
+    from codeshot.net.http import retry_after
+
+    now = datetime(1994, 11, 6, 8, 49, 30, tzinfo=UTC)
+    read = {value: retry_after(value, now) for value in (
+        "3", "Sun, 06 Nov 1994 08:49:37 GMT", "Sunday, 06-Nov-94 08:49:37 GMT",
+        "Sun Nov  6 08:49:37 1994", "Sun, 06 Nov 1994 08:49:00 GMT", "-1", "1.5", "soon", "")}
+    assert read == {"3": 3.0, "Sun, 06 Nov 1994 08:49:37 GMT": 7.0,
+                    "Sunday, 06-Nov-94 08:49:37 GMT": 7.0, "Sun Nov  6 08:49:37 1994": 7.0,
+                    "Sun, 06 Nov 1994 08:49:00 GMT": 0.0,  # past: at once
+                    "-1": None, "1.5": None, "soon": None, "": None}  # not valid: no retry

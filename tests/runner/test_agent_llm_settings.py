@@ -22,12 +22,12 @@ GREETER = Agent(
 )
 
 
-def run(aws, llm, agent: Agent) -> str:
+def run(aws, llm, agent: Agent, models: frozenset[str] = frozenset({"agent-model"})) -> str:
     embeds = EmbedBook(EmbedStore(aws), fetch=lambda url, _deadline: pytest.fail(f"fetched {url}"))
     ctx = RunContext(llm=llm, registry_get=lambda _: agent, embeds=embeds,
                      platform=FuncContext(lambda: "UTC", embeds, None),
-                     client=AgentClient(lambda _: "", timeout=1, allow_loopback=True),
-                     trace=lambda _by, _step: None)
+                     client=AgentClient(lambda *_: "", timeout=1, allow_loopback=True),
+                     trace=lambda _by, _step: None, agent_models=models)
     outcome = CodeShotProgram(agent, ctx).run("Say hello to Ann")
     assert outcome.status is Status.DONE
     return outcome.text
@@ -44,3 +44,19 @@ def test_an_agents_llm_settings_reach_its_model_calls_and_no_one_elses(aws):
     assert (own["model"], own["temperature"], own["max_tokens"]) == ("agent-model", 0.7, 40)
     assert (platform["model"], platform["temperature"]) == ("platform-model", 0)
     assert platform["max_tokens"] > 40
+
+
+def test_an_agent_chooses_its_model_only_among_those_the_platform_allows(aws):
+    """The platform pays for the calls: an agent naming another model (the priciest)
+    runs on the platform's, with its other settings kept."""
+    from codeshot.settings import Settings
+
+    allowed = Settings(agent_llm_models=" agent-model , other ").agent_models()
+    assert allowed == {"agent-model", "other"}
+    with serving(scripted_texts(["A: Hello, Ann!", "A: Hi, Ann!"])) as server:
+        llm = OpenAILLM("platform-model", server.url)
+        pricey = GREETER.replace(llm_settings={"model": "gpt-4-32k", "temperature": 0.7})
+        run(aws, llm, pricey, allowed)
+        run(aws, llm, GREETER.replace(llm_settings={"model": "other"}), frozenset())
+    assert [(b["model"], b["temperature"]) for b in server.bodies] == \
+        [("platform-model", 0.7), ("platform-model", 0)]

@@ -41,7 +41,7 @@ def planner(aws, llm, trace, mode="plan"):
     embeds = EmbedBook(EmbedStore(aws), fetch=lambda url, _deadline: pytest.fail(f"fetched {url}"))
     ctx = RunContext(llm=llm, registry_get=registry.get, embeds=embeds,
                      platform=FuncContext(lambda: "UTC", embeds, None),
-                     client=AgentClient(lambda _: "", timeout=1, allow_loopback=True),
+                     client=AgentClient(lambda *_: "", timeout=1, allow_loopback=True),
                      trace=lambda sent_by, step: trace.append((sent_by, step.type, step.text)))
     return PlannerProgram(ctx, Router(registry, HashingEmbedder()), viewer=None, mode=mode)
 

@@ -59,7 +59,7 @@ def planner(registry: AgentRegistry, llm: ScriptedLLM, mode: str,
                        fetch=lambda url, _deadline: pytest.fail(f"fetched {url}"))
     ctx = RunContext(llm=llm, registry_get=registry.get, embeds=embeds,
                      platform=FuncContext(lambda: "UTC", embeds, None),
-                     client=AgentClient(lambda _: "", timeout=1, allow_loopback=True),
+                     client=AgentClient(lambda *_: "", timeout=1, allow_loopback=True),
                      trace=lambda by, step: trace.append((by, step.type, step.text)))
     return PlannerProgram(ctx, Router(registry, HashingEmbedder()), viewer=None, mode=mode)
 

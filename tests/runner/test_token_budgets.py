@@ -220,7 +220,7 @@ def test_a_platform_funcs_model_calls_count_against_the_agent_and_user(aws, monk
     embeds = EmbedBook(EmbedStore(aws), fetch=lambda url, _deadline: pytest.fail(f"fetched {url}"))
     ctx = RunContext(llm=llm, registry_get=lambda _: agent, embeds=embeds,
                      platform=FuncContext(lambda: "UTC", embeds, llm),
-                     client=AgentClient(lambda _: "", timeout=1, allow_loopback=True),
+                     client=AgentClient(lambda *_: "", timeout=1, allow_loopback=True),
                      trace=lambda _by, _step: None, budget=budget)
     assert CodeShotProgram(agent, ctx).run("Sum up the report").text == \
         "The report, in short."

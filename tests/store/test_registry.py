@@ -3,7 +3,7 @@ import struct
 import pytest
 
 from codeshot.errors import Conflict, InvalidInput, NotFound
-from codeshot.models import Agent, AgentKind
+from codeshot.models import Agent, AgentKind, Revision
 from codeshot.store.registry import AgentRegistry
 
 
@@ -147,3 +147,16 @@ def test_rows_whose_later_part_is_gone_are_not_returned(aws, monkeypatch):
     reg.put_rows("k", "v", b"x" * 2500)
     reg.db.delete_item(TableName=reg.table_name, Key={"agent_id": {"S": "#rows#k#2"}})
     assert reg.rows("k", "v") is None  # never a truncated matrix
+
+
+def test_revisions_round_trip_and_a_write_from_a_stale_read_is_a_conflict(aws):
+    reg = AgentRegistry(aws)
+    read = reg.create(agent("alice", "rev", func_url="https://example.com/a"))
+    kept = Revision(revision_id="01REV", func_url="https://example.com/b",
+                    metadata={"fixie.ai/python-cli/command": "serve"})
+    written = reg.replace(read.replace(revisions=[kept], current_revision=None), read_as=read)
+    assert reg.get("alice/rev") == written and written.revisions == [kept]
+    # A second writer that read the agent before that write changes nothing.
+    with pytest.raises(Conflict):
+        reg.replace(read.replace(name="stale"), read_as=read)
+    assert reg.get("alice/rev") == written

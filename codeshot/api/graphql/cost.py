@@ -4,8 +4,10 @@ anything runs.
 Each field that reads DynamoDB or S3 costs 1, multiplied by the page sizes of the lists
 it sits in (a ``limit`` argument, or the list's default page; a variable counts as the
 largest page). ``allSessions { messages embeds }`` is 1 + 50 x 2; twenty aliases of it,
-2,020, are refused before the first read. Validation rejects a request over the limit
-with INVALID_INPUT, naming its cost.
+2,020, are refused before the first read. A long poll (``messages(waitSeconds)``)
+reads until a message comes or the wait ends: it costs the reads of the longest wait,
+so ``allSessions { messages(waitSeconds: 25) }`` cannot poll 50 sessions at once.
+Validation rejects a request over the limit with INVALID_INPUT, naming its cost.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ from typing import Any
 
 from graphql import (
     FieldNode,
+    FloatValueNode,
     FragmentSpreadNode,
     GraphQLError,
     GraphQLObjectType,
@@ -40,6 +43,17 @@ PAGES: dict[tuple[str, str], paging.PageSize] = {
 PAGE_ARGUMENT = {("Query", "route"): "k"}
 # Fields whose resolver reads storage: every root field, and these.
 READS = frozenset({("SessionType", "messages"), ("SessionType", "embeds")})
+LONG_POLLS = {("SessionType", "messages"): "waitSeconds"}  # field -> its wait argument
+
+
+def _waits(type_name: str, node: FieldNode) -> bool:
+    name = LONG_POLLS.get((type_name, node.name.value))
+    for argument in node.arguments or ():
+        if argument.name.value == name:
+            value = argument.value
+            return not (isinstance(value, IntValueNode | FloatValueNode)
+                        and float(value.value) <= 0)
+    return False
 
 
 def _page(type_name: str, node: FieldNode) -> int:
@@ -56,7 +70,9 @@ def _page(type_name: str, node: FieldNode) -> int:
     return size.default
 
 
-def cost_limit_rule(max_cost: int) -> type[ValidationRule]:
+def cost_limit_rule(max_cost: int, long_poll_reads: int) -> type[ValidationRule]:
+    """``long_poll_reads``: what the longest long poll reads."""
+
     class CostLimit(ValidationRule):
         def enter_operation_definition(self, node: OperationDefinitionNode, *_: Any) -> None:
             root = self.context.schema.get_root_type(node.operation)
@@ -80,7 +96,8 @@ def cost_limit_rule(max_cost: int) -> type[ValidationRule]:
                         continue  # another rule reports unknown fields
                     key = (parent.name, selection.name.value)
                     if is_root or key in READS:
-                        total += multiplier
+                        reads = long_poll_reads if _waits(parent.name, selection) else 1
+                        total += multiplier * reads
                     inner = get_named_type(field.type)
                     if isinstance(inner, GraphQLObjectType):
                         total += self._cost(selection.selection_set, inner,

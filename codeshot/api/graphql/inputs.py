@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import strawberry
+from strawberry.file_uploads import Upload
 
 
 @strawberry.input
@@ -25,6 +26,34 @@ class AgentInput:
         default=None, description="the Authorization header to call mcpUrl with; kept in "
         "Secrets Manager, never shown again")
     new_handle: str | None = None
+    current_revision_id: strawberry.ID | None = strawberry.field(
+        default=None, description="make this revision of the agent current (its handshake "
+        "is read there); given with handle only")
+
+
+@strawberry.input
+class RevisionMetadataKeyValuePairInput:
+    key: str
+    value: str
+
+
+@strawberry.input(description="A revision served somewhere: where the agent answers.")
+class ExternalDeploymentInput:
+    url: str
+
+
+@strawberry.input(description="Code for the platform to build and host (Fixie's `fixie "
+                  "deploy`): refused, codeshot does not build code on request.")
+class ManagedDeploymentInput:
+    environment: str | None = None
+    code_package: Upload | None = None
+
+
+@strawberry.input
+class AgentRevisionInput:
+    metadata: list[RevisionMetadataKeyValuePairInput] = strawberry.field(default_factory=list)
+    external_deployment: ExternalDeploymentInput | None = None
+    managed_deployment: ManagedDeploymentInput | None = None
 
 
 @strawberry.input

@@ -9,9 +9,17 @@ import strawberry
 from strawberry.types import Info
 
 from codeshot.api.graphql.context import caller
-from codeshot.api.graphql.inputs import AgentInput, DeleteAgentInput, MessageInput, SessionInput
+from codeshot.api.graphql.inputs import (
+    AgentInput,
+    AgentRevisionInput,
+    DeleteAgentInput,
+    MessageInput,
+    SessionInput,
+)
 from codeshot.api.graphql.types import (
     AgentPayload,
+    AgentRevisionPayload,
+    AgentRevisionType,
     AgentType,
     ApiKeyType,
     EmbedUploadType,
@@ -22,6 +30,7 @@ from codeshot.api.graphql.types import (
     SessionType,
     UserType,
 )
+from codeshot.errors import InvalidInput
 from codeshot.services import Services
 from codeshot.usecases import oauth, sessions, users
 from codeshot.usecases.messaging import EmbedUpload, Messaging, upload_url, wait_for_reply
@@ -29,6 +38,7 @@ from codeshot.usecases.threads import blocking
 
 if TYPE_CHECKING:
     from codeshot.usecases.registration import AgentFields, AgentRegistration
+    from codeshot.usecases.revisions import AgentRevisions
 
 
 def _registration(services: Services, data: AgentInput | None = None
@@ -40,6 +50,12 @@ def _registration(services: Services, data: AgentInput | None = None
     # AgentInput carries every AgentFields field under the same (snake_case) name.
     values = {f.name: getattr(data, f.name) for f in fields(AgentFields)} if data else {}
     return AgentRegistration(services), AgentFields(**values)
+
+
+def _revisions(services: Services) -> AgentRevisions:
+    from codeshot.usecases.revisions import AgentRevisions  # heavy, as registration
+
+    return AgentRevisions(services)
 
 
 @strawberry.type
@@ -55,7 +71,37 @@ class Mutation:
     async def update_agent(self, info: Info, agent_data: AgentInput) -> AgentPayload:
         services, p = await caller(info)
         reg, values = _registration(services, agent_data)
-        agent = await blocking(reg.update, p, agent_data.handle, values, agent_data.new_handle)
+        if agent_data.current_revision_id is not None:
+            # A switch re-describes the agent from its handshake: no field to set beside.
+            if values != type(values)() or agent_data.new_handle is not None:
+                raise InvalidInput("currentRevisionId is given with handle only")
+            agent = await blocking(_revisions(services).set_current, p, agent_data.handle,
+                                   agent_data.current_revision_id)
+        else:
+            agent = await blocking(reg.update, p, agent_data.handle, values,
+                                   agent_data.new_handle)
+        return AgentPayload(agent=AgentType.of(agent))
+
+    @strawberry.mutation(description="A revision of your agent: where it answers "
+                         "(externalDeployment.url), current at once with makeCurrent.")
+    async def create_agent_revision(
+        self, info: Info, agent_handle: str, revision: AgentRevisionInput, make_current: bool,
+        reindex_corpora: bool = False,
+    ) -> AgentRevisionPayload:
+        services, p = await caller(info)
+        external = revision.external_deployment
+        url = external.url if external and revision.managed_deployment is None else None
+        created = await blocking(
+            _revisions(services).create_revision, p, agent_handle, url,
+            [(m.key, m.value) for m in revision.metadata], make_current, reindex_corpora)
+        return AgentRevisionPayload(revision=AgentRevisionType.of(created, make_current))
+
+    @strawberry.mutation(description="Delete a revision of your agent (not its current one).")
+    async def delete_agent_revision(self, info: Info, agent_handle: str,
+                                    revision_id: strawberry.ID) -> AgentPayload:
+        services, p = await caller(info)
+        agent = await blocking(_revisions(services).delete_revision, p, agent_handle,
+                               revision_id)
         return AgentPayload(agent=AgentType.of(agent))
 
     @strawberry.mutation

@@ -29,15 +29,16 @@ class CodeshotSchema(strawberry.Schema):
 
 
 @functools.cache
-def build_schema(introspection: bool = True, max_cost: int = 500) -> CodeshotSchema:
-    """The schema with these settings (CODESHOT_GRAPHQL_INTROSPECTION, _MAX_COST)."""
+def build_schema(introspection: bool, max_cost: int, long_poll_reads: int) -> CodeshotSchema:
+    """The schema with these settings (CODESHOT_GRAPHQL_INTROSPECTION, _MAX_COST; the
+    reads of a long poll of CODESHOT_REPLY_WAIT_SECONDS)."""
     extensions: list[Any] = [
         # Our types hold no cycles, so depth bounds little; tokens, aliases and the cost
         # rule bound the work a single request can ask for.
         lambda: QueryDepthLimiter(max_depth=10),
         lambda: MaxAliasesLimiter(max_alias_count=20),
         lambda: MaxTokensLimiter(max_token_count=2000),
-        lambda: AddValidationRules([cost_limit_rule(max_cost)]),
+        lambda: AddValidationRules([cost_limit_rule(max_cost, long_poll_reads)]),
         ErrorCodes,
     ]
     if not introspection:

@@ -9,7 +9,7 @@ import strawberry
 from strawberry.types import Info
 
 from codeshot.api.graphql.context import caller, ctx
-from codeshot.models import Agent, Embed, Message, Session
+from codeshot.models import Agent, Embed, Message, Principal, Revision, Session
 from codeshot.services import Services
 from codeshot.usecases import agents, sessions, users
 from codeshot.usecases.messaging import Messaging, next_messages
@@ -109,6 +109,40 @@ class CorpusStatusType:
     finished: datetime | None
 
 
+@strawberry.type(name="RevisionMetadataKeyValuePair")
+class RevisionMetadataType:
+    key: str
+    value: str
+
+
+@strawberry.type(name="ExternalDeployment")
+class ExternalDeploymentType:
+    url: str | None
+
+
+@strawberry.type(name="AgentRevision", description="A place the agent answers at (Fixie "
+                 "1.0's agent revisions); the current one is where it answers now.")
+class AgentRevisionType:
+    id: strawberry.ID
+    created: datetime
+    is_current: bool
+    metadata: list[RevisionMetadataType]
+    external_deployment: ExternalDeploymentType
+
+    @classmethod
+    def of(cls, revision: Revision, current: bool) -> AgentRevisionType:
+        return cls(id=strawberry.ID(revision.revision_id), created=revision.created,
+                   is_current=current,
+                   metadata=[RevisionMetadataType(key=k, value=v)
+                             for k, v in revision.metadata.items()],
+                   external_deployment=ExternalDeploymentType(url=revision.url))
+
+
+@strawberry.type
+class AgentRevisionPayload:
+    revision: AgentRevisionType
+
+
 @strawberry.type
 class AgentType:
     agent_id: str
@@ -139,6 +173,24 @@ class AgentType:
                                 chunks=version.chunks, bytes=version.bytes,
                                 errors=version.errors, started=version.started,
                                 finished=version.finished)
+
+    @strawberry.field(description="the revision it answers at; its owner's eyes only")
+    async def current_revision(self, info: Info) -> AgentRevisionType | None:
+        _, principal = await caller(info)
+        return next((r for r in self._revisions(principal) if r.is_current), None)
+
+    @strawberry.field(description="its revisions, oldest first; its owner's eyes only "
+                      "(null for others)")
+    async def all_revisions(self, info: Info) -> list[AgentRevisionType] | None:
+        _, principal = await caller(info)
+        return self._revisions(principal) if agents.is_owner(principal, self.agent) else None
+
+    def _revisions(self, principal: Principal) -> list[AgentRevisionType]:
+        if not agents.is_owner(principal, self.agent):
+            return []
+        current = self.agent.current_revision_id()
+        return [AgentRevisionType.of(r, r.revision_id == current)
+                for r in self.agent.all_revisions()]
 
     @strawberry.field(description="LLM tokens this agent spent today; its owner's eyes only")
     async def daily_used_tokens(self, info: Info) -> int | None:

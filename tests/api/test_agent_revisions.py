@@ -1,0 +1,244 @@
+"""Agent revisions over GraphQL, with the operations fixieai 1.0.4's client sends (its
+`fixie serve` makes one current while it runs): owner-only, bad input refused with
+nothing written, and switching re-reads the handshake."""
+
+import json
+
+import httpx
+import pytest
+
+from codeshot.usecases.revisions import MAX_REVISIONS
+from tests.api.test_fixie_compat import UPDATE_AGENT, register
+from tests.conftest import code, free_port
+
+# fixieai/client/client.py, 1.0.4: create_agent_revision, get_current_agent_revision,
+# set_current_agent_revision, delete_agent_revision (the exact texts).
+CREATE_REVISION = """mutation CreateAgentRevision(
+    $handle: String!,
+    $metadata: [RevisionMetadataKeyValuePairInput!]!,
+    $makeCurrent: Boolean!,
+    $externalDeployment: ExternalDeploymentInput,
+    $managedDeployment: ManagedDeploymentInput,
+    $reindexCorpora: Boolean!,
+) {
+    createAgentRevision(agentHandle: $handle, makeCurrent: $makeCurrent, revision: {
+        metadata: $metadata
+        externalDeployment: $externalDeployment
+        managedDeployment: $managedDeployment
+    }, reindexCorpora: $reindexCorpora) {
+        revision {
+            id
+        }
+    }
+}"""
+CURRENT_REVISION = """query GetRevisionId($agentId: String!) {
+    agentById(agentId: $agentId) {
+        currentRevision {
+            id
+        }
+    }
+}"""
+SET_CURRENT = """mutation SetCurrentAgentRevision(
+    $handle: String!,
+    $currentRevisionId: ID!) {
+    updateAgent(
+        agentData: {
+            handle: $handle,
+            currentRevisionId: $currentRevisionId
+        }
+    ) {
+        agent {
+            agentId
+        }
+    }
+}"""
+DELETE_REVISION = """mutation DeleteRevision($handle: String!, $revisionId: ID!) {
+    deleteAgentRevision(agentHandle: $handle, revisionId: $revisionId) {
+        agent {
+            agentId
+        }
+    }
+}"""
+REVISIONS = """query ($agentId: String!) { agentById(agentId: $agentId) { funcUrl queryUrl
+    allRevisions { id isCurrent created metadata { key value } externalDeployment { url } }
+} }"""
+
+
+def create(platform, key, handle, url, make_current=True, metadata=None):
+    return platform.gql(key, CREATE_REVISION, {
+        "handle": handle, "makeCurrent": make_current, "reindexCorpora": False,
+        "metadata": [{"key": k, "value": v} for k, v in (metadata or {}).items()],
+        "externalDeployment": {"url": url}, "managedDeployment": None})
+
+
+def current(platform, key, agent_id):
+    return platform.gql(key, CURRENT_REVISION, {"agentId": agent_id})["data"]["agentById"][
+        "currentRevision"]
+
+
+def revisions(platform, key, agent_id):
+    return platform.gql(key, REVISIONS, {"agentId": agent_id})["data"]["agentById"]
+
+
+def test_a_revision_made_current_moves_the_agent_and_back(platform, handshake_agent):
+    _, key = platform.user("rita")
+    register(platform, key, handshake_agent, handle="rand")
+    first = current(platform, key, "rita/rand")["id"]
+    assert current(platform, key, "rita/rand")["id"] == first  # one implicit revision
+    other = handshake_agent + "/yaml"  # answers the same handshake at another URL
+
+    made = create(platform, key, "rand", other, metadata={"fixie.ai/python-cli/command":
+                                                            "serve"})
+    second = made["data"]["createAgentRevision"]["revision"]["id"]
+    assert current(platform, key, "rita/rand")["id"] == second != first
+    agent = revisions(platform, key, "rita/rand")
+    assert agent["funcUrl"] == agent["queryUrl"] == other  # where the platform calls it now
+    assert [(r["id"], r["isCurrent"], r["externalDeployment"]["url"])
+            for r in agent["allRevisions"]] == [(first, False, handshake_agent),
+                                                 (second, True, other)]
+    assert agent["allRevisions"][1]["metadata"] == [
+        {"key": "fixie.ai/python-cli/command", "value": "serve"}]
+    # Listings (read once per registry change) say the same.
+    listed = platform.gql(key, "{ allAgents { agentId currentRevision { id } } }")
+    assert {"agentId": "rita/rand", "currentRevision": {"id": second}} in listed["data"][
+        "allAgents"]
+
+    # What `fixie serve` does when it stops: the previous one current, its own deleted.
+    assert "errors" not in platform.gql(key, SET_CURRENT, {"handle": "rand",
+                                                           "currentRevisionId": first})
+    assert "errors" not in platform.gql(key, SET_CURRENT, {"handle": "rand",
+                                                           "currentRevisionId": first})
+    deleted = platform.gql(key, DELETE_REVISION, {"handle": "rand", "revisionId": second})
+    assert deleted["data"]["deleteAgentRevision"]["agent"]["agentId"] == "rita/rand"
+    agent = revisions(platform, key, "rita/rand")
+    assert agent["funcUrl"] == handshake_agent
+    assert [r["id"] for r in agent["allRevisions"]] == [first]
+    # Deleting it again (a retry) finds nothing to delete.
+    again = platform.gql(key, DELETE_REVISION, {"handle": "rand", "revisionId": second})
+    assert code(again) == "NOT_FOUND"
+
+
+def test_a_revision_not_made_current_changes_nothing_until_it_is(platform, handshake_agent):
+    _, key = platform.user("nora")
+    register(platform, key, handshake_agent, handle="rand")
+    first = current(platform, key, "nora/rand")["id"]
+    made = create(platform, key, "rand", handshake_agent + "/yaml", make_current=False)
+    later = made["data"]["createAgentRevision"]["revision"]["id"]
+    assert current(platform, key, "nora/rand")["id"] == first
+    assert revisions(platform, key, "nora/rand")["funcUrl"] == handshake_agent
+    platform.gql(key, SET_CURRENT, {"handle": "rand", "currentRevisionId": later})
+    assert revisions(platform, key, "nora/rand")["funcUrl"] == handshake_agent + "/yaml"
+    # The current revision cannot be deleted: the agent would answer nowhere.
+    assert code(platform.gql(key, DELETE_REVISION, {"handle": "rand", "revisionId": later})
+                ) == "INVALID_INPUT"
+
+
+def test_bad_input_is_refused_and_writes_nothing(platform, handshake_agent):
+    _, key = platform.user("bea")
+    register(platform, key, handshake_agent, handle="rand")
+    before = platform.services.registry.get("bea/rand")
+    dead = f"http://127.0.0.1:{free_port()}"  # nothing listens: no handshake there
+    unreachable = create(platform, key, "rand", dead)
+    assert code(unreachable) == "AGENT_UNAVAILABLE"
+    assert "was not made current (bea/rand answers where it did)" in unreachable["errors"][0][
+        "message"]
+    for url in ("ftp://example.com/agent", "http://10.0.0.7/", "not a url",
+                "http://127.0.0.1/\nx"):
+        assert code(create(platform, key, "rand", url)) == "INVALID_INPUT", url
+    assert code(create(platform, key, "rand", handshake_agent,
+                       metadata={"k": "x" * 2000})) == "INVALID_INPUT"
+    assert code(create(platform, key, "nope", handshake_agent)) == "NOT_FOUND"
+    assert code(platform.gql(key, SET_CURRENT, {"handle": "rand",
+                                                "currentRevisionId": "01NOSUCHREVISION"})
+                ) == "NOT_FOUND"
+    assert code(platform.gql(key, DELETE_REVISION, {"handle": "rand",
+                                                    "revisionId": "01NOSUCHREVISION"})
+                ) == "NOT_FOUND"
+    # Code to build (`fixie deploy` without a deployment_url) is refused, saying why.
+    refused = platform.gql(key, CREATE_REVISION, {
+        "handle": "rand", "makeCurrent": True, "reindexCorpora": False, "metadata": [],
+        "externalDeployment": None, "managedDeployment": {"environment": "PYTHON"}})
+    assert code(refused) == "INVALID_INPUT"
+    assert "codeshot serve DIR --register" in refused["errors"][0]["message"]
+    # A revision switch goes alone: no other field changes with it.
+    both = platform.gql(key, """mutation { updateAgent(agentData: {handle: "rand",
+        currentRevisionId: "x", name: "Other"}) { agent { agentId } } }""")
+    assert code(both) == "INVALID_INPUT"
+    assert platform.services.registry.get("bea/rand") == before
+
+
+def test_only_the_owner_sees_and_changes_revisions(platform, handshake_agent):
+    _, owner = platform.user("olga")
+    _, other = platform.user("ivan")
+    register(platform, owner, handshake_agent, handle="rand", published=True)
+    mine = current(platform, owner, "olga/rand")["id"]
+    # Ivan sees the published agent, not its revisions.
+    assert current(platform, other, "olga/rand") is None
+    assert revisions(platform, other, "olga/rand")["allRevisions"] is None
+    # His own agent of the same handle is another agent: Olga's revision is not among its.
+    register(platform, other, handshake_agent, handle="rand")
+    assert code(platform.gql(other, SET_CURRENT, {"handle": "rand",
+                                                  "currentRevisionId": mine})) == "NOT_FOUND"
+    made = create(platform, other, "rand", handshake_agent + "/yaml")
+    assert "errors" not in made
+    # Olga's agent is as it was.
+    assert current(platform, owner, "olga/rand")["id"] == mine
+    assert revisions(platform, owner, "olga/rand")["funcUrl"] == handshake_agent
+
+
+def test_a_rename_keeps_the_revisions(platform, handshake_agent):
+    _, key = platform.user("remy")
+    register(platform, key, handshake_agent, handle="rand")
+    create(platform, key, "rand", handshake_agent + "/yaml")
+    before = [r["id"] for r in revisions(platform, key, "remy/rand")["allRevisions"]]
+    platform.gql(key, UPDATE_AGENT, {"handle": "rand", "newHandle": "dice"})
+    after = revisions(platform, key, "remy/dice")["allRevisions"]
+    # The implicit first revision was made real when another became current: it stays.
+    assert [r["id"] for r in after] == before and after[1]["isCurrent"]
+
+
+def test_multipart_requests_are_authenticated_by_the_bearer_key_only(platform,
+                                                                     handshake_agent):
+    """fixieai sends createAgentRevision as a multipart form, which a page on another site
+    can post too: without the key in Authorization (which such a form cannot set, and no
+    cookie stands for) it is refused and changes nothing."""
+    _, key = platform.user("mia")
+    register(platform, key, handshake_agent, handle="rand")
+    before = platform.services.registry.get("mia/rand")
+    operations = json.dumps({"query": CREATE_REVISION, "variables": {
+        "handle": "rand", "makeCurrent": True, "reindexCorpora": False, "metadata": [],
+        "externalDeployment": {"url": handshake_agent + "/yaml"}, "managedDeployment": None}})
+    form = {"operations": (None, operations), "map": (None, "{}")}
+    refused = httpx.post(f"{platform.url}/graphql", files=form, timeout=30).json()
+    assert code(refused) == "UNAUTHENTICATED"
+    assert platform.services.registry.get("mia/rand") == before
+    made = httpx.post(f"{platform.url}/graphql", files=form, timeout=30,
+                      headers={"Authorization": f"Bearer {key}"}).json()
+    assert current(platform, key, "mia/rand")["id"] == \
+        made["data"]["createAgentRevision"]["revision"]["id"]
+
+
+@pytest.mark.settings(daily_agent_changes=3)
+def test_revision_changes_count_against_the_daily_agent_changes(platform, handshake_agent):
+    _, key = platform.user("cora")
+    register(platform, key, handshake_agent, handle="rand")  # 1
+    first = current(platform, key, "cora/rand")["id"]
+    create(platform, key, "rand", handshake_agent + "/yaml")  # 2
+    assert "errors" not in platform.gql(key, SET_CURRENT, {"handle": "rand",  # 3
+                                                           "currentRevisionId": first})
+    before = platform.services.registry.get("cora/rand")
+    assert code(create(platform, key, "rand", handshake_agent + "/yaml")) == "RATE_LIMITED"
+    assert platform.services.registry.get("cora/rand") == before
+
+
+def test_an_agent_keeps_at_most_its_cap_of_revisions(platform, handshake_agent):
+    _, key = platform.user("kim")
+    register(platform, key, handshake_agent, handle="rand")
+    for _ in range(MAX_REVISIONS - 1):  # beside the one it was registered with
+        assert "errors" not in create(platform, key, "rand", handshake_agent + "/yaml",
+                                      make_current=False)
+    before = platform.services.registry.get("kim/rand")
+    over = create(platform, key, "rand", handshake_agent + "/yaml", make_current=False)
+    assert code(over) == "INVALID_INPUT" and "deleteAgentRevision" in over["errors"][0][
+        "message"]
+    assert platform.services.registry.get("kim/rand") == before
