@@ -33,6 +33,7 @@ from codeshot.errors import (
 from codeshot.models import MAX_EMBEDS_PER_MESSAGE, EmbedRef, check_embed_key
 from codeshot.runner.fetch import Fetched
 from codeshot.store.embeds import EmbedStore, check_content_type
+from codeshot.text import as_one_line
 
 EmbedLink = dict[str, str]  # as agents get an embed: {"content_type", "uri"}
 # (URL, deadline: time.monotonic() or None) -> its bytes, or the refusal
@@ -105,11 +106,11 @@ class EmbedBook:
             if self.deadline is not None and time.monotonic() >= self.deadline:
                 raise CallTimeout("this query's time ran out while storing the reply's "
                                   "embeds")
-            check_embed_key(str(key))
-            if not isinstance(embed, Mapping):
-                raise InvalidInput(f"embed {key!r} is not an object with content_type and uri")
-            uri = str(embed.get("uri") or "")
             try:
+                check_embed_key(str(key))
+                if not isinstance(embed, Mapping):
+                    raise InvalidInput("it is not an object with content_type and uri")
+                uri = str(embed.get("uri") or "")
                 if uri.startswith("data:"):
                     data = decode_data_uri(uri)
                 elif uri.startswith(("http://", "https://")):
@@ -126,7 +127,8 @@ class EmbedBook:
                 # The agent ran the call: whatever failed here, calling it again would
                 # repeat what it did. A fetch cut off by the deadline is the query's time.
                 failed = CallTimeout if isinstance(exc, Timeout) else AgentFailed
-                raise failed(f"embed #{key} cannot be stored: {exc.message}") from exc
+                raise failed(f"embed #{as_one_line(str(key), 64)} cannot be stored: "
+                             f"{as_one_line(exc.message, 300)}") from exc
             stored[str(key)] = EmbedRef(content_type=content_type, content_hash=digest,
                                         size=len(data))
         self._own.update(stored)

@@ -66,7 +66,7 @@ def newest(services: Services, session_id: str, limit: int = LISTED_MESSAGES
            ) -> list[Message]:
     """The session's newest ``limit`` messages in time order, led by its newest turn's
     query when that turn has more steps than ``limit`` (so :func:`turns` gives its
-    state): at most ``limit`` messages and three single reads, however long the log."""
+    state): one page of ``limit`` and at most three single reads, however long the log."""
     found = services.sessions.list_messages(session_id, limit=limit,
                                             newest_first=True).items[::-1]
     by_id = {m.message_id: m for m in found}
