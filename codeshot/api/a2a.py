@@ -277,7 +277,9 @@ class SessionTasks(RequestHandler):
     async def _task(self, principal: Principal, task_id: str,
                     history_length: int | None = None) -> Task:
         session = await self._session(principal, task_id)
-        messages = await blocking(self.s.sessions.all_messages, session.session_id)
+        # Its newest messages, not its log: a long session costs each send no more.
+        messages = await blocking(tasks.newest, self.s, session.session_id,
+                                  tasks.SHOWN_MESSAGES)
         return task_of(self.s, session, messages, history_length)
 
     async def _existing(self, principal: Principal, message: Message) -> str | None:
@@ -353,7 +355,8 @@ class SessionTasks(RequestHandler):
         principal = self._principal(context)
         try:
             session = await self._session(principal, params.id)
-            messages = await blocking(self.s.sessions.all_messages, session.session_id)
+            messages = await blocking(tasks.newest, self.s, session.session_id,
+                                      tasks.SHOWN_MESSAGES)
         except Exception as exc:
             raise _a2a_error(exc) from exc
         yield task_of(self.s, session, messages, 0)

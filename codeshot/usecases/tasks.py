@@ -6,7 +6,8 @@ data GraphQL, the console and the Fixie endpoints read; only the names differ. T
 state of a task is the state of its newest turn (:func:`state_of`).
 
 A listing of tasks reads a few of each one's messages, never its whole log
-(:func:`newest`): its state, newest answer and what came with them.
+(:func:`newest`): its state, newest answer and what came with them; an A2A task read
+alone shows its newest ``SHOWN_MESSAGES``.
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ from codeshot.usecases.threads import blocking
 from codeshot.usecases.users import user_id_of
 
 LISTED_MESSAGES = 10  # a task listing reads at most this many of each task's messages
+SHOWN_MESSAGES = 100  # an A2A task (GetTask, SendMessage's answer) shows its newest ones
 _CHAIN = 3  # a step or reply -> the question it answers -> the query: the turn's query
 
 

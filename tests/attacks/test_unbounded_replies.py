@@ -146,3 +146,12 @@ def test_task_listings_read_a_few_messages_per_task(platform, monkeypatch):
             f"late step {tasks.LISTED_MESSAGES + 4}", "the newest answer"]
         # The answers among the messages read (a listing shows the newest ones).
         assert [a["parts"][0]["text"] for a in task["artifacts"]] == ["the newest answer"]
+
+    read.clear()  # One task alone: its newest messages, not its whole log either.
+    got = httpx.post(f"{platform.url}/a2a/platform/planner", headers={**auth,
+                     "A2A-Version": "1.0"}, timeout=60, json={
+        "jsonrpc": "2.0", "id": 2, "method": "GetTask", "params": {"id": made[0]}}
+    ).json()["result"]
+    assert got["status"]["message"]["parts"][0]["text"] == "the newest answer"
+    assert len(got["history"]) == tasks.SHOWN_MESSAGES
+    assert len(read) <= tasks.SHOWN_MESSAGES + 3, len(read)
