@@ -14,8 +14,10 @@ import pytest
 from fastapi import FastAPI
 
 from codeshot import ids
+from codeshot.errors import CallTimeout
 from codeshot.local.http_server import HttpServer
 from codeshot.models import MAX_EMBEDS_PER_MESSAGE, Message, MessageType
+from codeshot.runner.handshake import fetch_handshake
 from codeshot.store import sessions as sessions_store
 from codeshot.usecases import tasks
 from tests.raw_server import raw_server
@@ -155,3 +157,12 @@ def test_task_listings_read_a_few_messages_per_task(platform, monkeypatch):
     assert got["status"]["message"]["parts"][0]["text"] == "the newest answer"
     assert len(got["history"]) == tasks.SHOWN_MESSAGES
     assert len(read) <= tasks.SHOWN_MESSAGES + 3, len(read)
+
+
+def test_a_handshake_sent_a_byte_at_a_time_ends_within_its_timeout():
+    with raw_server("drip", interval=0.25) as agent:
+        began = time.monotonic()
+        with pytest.raises(CallTimeout):
+            fetch_handshake(agent.url, "token", timeout=2, allow_loopback=True)
+        # Each byte came within the read timeout: registering it waited as long as it sent.
+        assert time.monotonic() - began < 3 and agent.hangs_up(within=2)
