@@ -382,7 +382,7 @@ def registry(embedder: Embedder) -> Iterator[Any]:
         yield agents
 
 
-def no_url_embeds(url: str) -> Any:
+def no_url_embeds(url: str, _deadline: float | None) -> Any:
     raise AssertionError(f"the planner benchmark's agents return no URL embeds ({url})")
 
 

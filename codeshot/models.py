@@ -25,6 +25,7 @@ HANDLE_RE = re.compile(r"[a-z0-9][a-z0-9_-]{0,62}")
 # the platform.
 PLANNER_ID = "platform/planner"
 EMBED_KEY_RE = re.compile(r"[A-Za-z0-9_.-]{1,64}")
+MAX_EMBEDS_PER_MESSAGE = 20  # a user's message, and an agent's reply
 R = TypeVar("R", bound="Record")
 
 

@@ -147,6 +147,9 @@ class Settings:
     max_storage_keys: int = setting(1000, ge=1)  # keys an agent keeps for one user
     max_inline_embed_bytes: int = setting(256 * 1024, ge=1)
     max_embed_bytes: int = setting(10 * 1024 * 1024, ge=1)
+    # Bytes of embeds one query's agents may return in all (each fetched or decoded, then
+    # stored on S3): past it, the reply that crosses it is refused (AGENT_ERROR).
+    max_query_embed_bytes: int = setting(50 * 1024 * 1024, ge=1)
     embed_url_ttl_seconds: int = setting(900, ge=1, le=7 * 24 * 3600)
     reply_wait_seconds: float = setting(25.0, ge=0)
     # Days a session's items (the session, its messages and steps, embeds, paused program)

@@ -184,16 +184,16 @@ def _artifact(services: Services, reply: models.Message) -> Artifact:
 
 
 def task_of(services: Services, session: Session, messages: list[models.Message],
-            history_length: int | None = None) -> Task:
+            history_length: int | None = None, artifacts: bool = True) -> Task:
     found = tasks.turns(messages)
-    history = [wire_message(services, m) for m in messages]
     if history_length is not None:
-        history = history[-history_length:] if history_length else []
+        messages = messages[-history_length:] if history_length else []
     return Task(id=session.session_id, context_id=session.session_id,
                 status=_status(services, found[-1] if found else None),
                 artifacts=[_artifact(services, t.reply) for t in found
-                           if t.reply is not None and t.state is models.TaskState.COMPLETED],
-                history=history)
+                           if artifacts and t.reply is not None
+                           and t.state is models.TaskState.COMPLETED],
+                history=[wire_message(services, m) for m in messages])
 
 
 def _text_of(message: Message) -> str:
@@ -277,7 +277,9 @@ class SessionTasks(RequestHandler):
     async def _task(self, principal: Principal, task_id: str,
                     history_length: int | None = None) -> Task:
         session = await self._session(principal, task_id)
-        messages = await blocking(self.s.sessions.all_messages, session.session_id)
+        # Its newest messages, not its log: a long session costs each send no more.
+        messages = await blocking(tasks.newest, self.s, session.session_id,
+                                  tasks.SHOWN_MESSAGES)
         return task_of(self.s, session, messages, history_length)
 
     async def _existing(self, principal: Principal, message: Message) -> str | None:
@@ -353,7 +355,8 @@ class SessionTasks(RequestHandler):
         principal = self._principal(context)
         try:
             session = await self._session(principal, params.id)
-            messages = await blocking(self.s.sessions.all_messages, session.session_id)
+            messages = await blocking(tasks.newest, self.s, session.session_id,
+                                      tasks.SHOWN_MESSAGES)
         except Exception as exc:
             raise _a2a_error(exc) from exc
         yield task_of(self.s, session, messages, 0)
@@ -378,8 +381,11 @@ class SessionTasks(RequestHandler):
             page = []
             length = params.history_length if params.HasField("history_length") else 0
             for session in mine[start:start + size]:
-                messages = await blocking(self.s.sessions.all_messages, session.session_id)
-                page.append(task_of(self.s, session, messages, length))
+                # A few of its messages, never its whole log: its state, newest answer and
+                # history_length messages, at most tasks.LISTED_MESSAGES of them.
+                messages = await blocking(tasks.newest, self.s, session.session_id)
+                page.append(task_of(self.s, session, messages, length,
+                                    artifacts=params.include_artifacts))
             more = start + size < len(mine)
             return ListTasksResponse(tasks=page, page_size=size, total_size=len(mine),
                                      next_page_token=str(start + size) if more else "")

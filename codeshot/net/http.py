@@ -8,6 +8,10 @@ backend resolves the host, refuses the name unless every answer is allowed
 checked. The URL, the Host header and TLS (SNI and certificate checks) keep the
 hostname. No proxy from the environment is used (a proxy would resolve the name itself),
 redirects are never followed and no cookie is kept.
+
+httpx's timeouts bound each read and write, not a request: a peer sending a byte every
+few seconds would hold its caller for ever. A client made with a ``deadline`` waits for
+no connect, read or write past it, whatever the peer does (:class:`DeadlineBackend`).
 """
 
 from __future__ import annotations
@@ -16,6 +20,7 @@ import email.utils
 import functools
 import http.cookiejar
 import ssl
+import time
 from collections.abc import Iterable
 from datetime import UTC, datetime
 from typing import Any
@@ -52,6 +57,58 @@ class PinnedBackend(httpcore.SyncBackend):
         raise failure
 
 
+class DeadlineStream(httpcore.NetworkStream):
+    """A connection whose reads and writes wait at most until ``deadline``
+    (``time.monotonic()``); past it, each fails at once as a timeout."""
+
+    def __init__(self, stream: httpcore.NetworkStream, deadline: float) -> None:
+        self.stream, self.deadline = stream, deadline
+
+    def _left(self, timeout: float | None, late: type[Exception]) -> float:
+        left = self.deadline - time.monotonic()
+        if left <= 0:
+            raise late("the deadline has passed")
+        return left if timeout is None else min(timeout, left)
+
+    def read(self, max_bytes: int, timeout: float | None = None) -> bytes:
+        return self.stream.read(max_bytes, self._left(timeout, httpcore.ReadTimeout))
+
+    def write(self, buffer: bytes, timeout: float | None = None) -> None:
+        self.stream.write(buffer, self._left(timeout, httpcore.WriteTimeout))
+
+    def close(self) -> None:
+        self.stream.close()
+
+    def start_tls(self, ssl_context: ssl.SSLContext, server_hostname: str | None = None,
+                  timeout: float | None = None) -> httpcore.NetworkStream:
+        return DeadlineStream(self.stream.start_tls(
+            ssl_context, server_hostname, self._left(timeout, httpcore.ConnectTimeout)),
+            self.deadline)
+
+    def get_extra_info(self, info: str) -> Any:
+        return self.stream.get_extra_info(info)
+
+
+class DeadlineBackend(httpcore.NetworkBackend):
+    """``backend``'s connections, each bounded by ``deadline`` (:class:`DeadlineStream`)."""
+
+    def __init__(self, backend: httpcore.NetworkBackend, deadline: float) -> None:
+        self.backend, self.deadline = backend, deadline
+
+    def connect_tcp(self, host: str, port: int, timeout: float | None = None,
+                    local_address: str | None = None,
+                    socket_options: Iterable[Any] | None = None) -> httpcore.NetworkStream:
+        left = self.deadline - time.monotonic()
+        if left <= 0:
+            raise httpcore.ConnectTimeout("the deadline has passed")
+        stream = self.backend.connect_tcp(host, port, left if timeout is None else
+                                          min(timeout, left), local_address, socket_options)
+        return DeadlineStream(stream, self.deadline)
+
+    def sleep(self, seconds: float) -> None:
+        self.backend.sleep(seconds)
+
+
 @functools.cache
 def tls_context() -> ssl.SSLContext:
     # Loading the CA bundle is most of what a new client costs; the context is shareable.
@@ -66,26 +123,33 @@ class NoCookies(http.cookiejar.CookieJar):
 
 
 class PinnedTransport(httpx.HTTPTransport):
-    def __init__(self, allow_loopback: bool, resolver: Resolver | None = None) -> None:
+    def __init__(self, allow_loopback: bool, resolver: Resolver | None = None,
+                 deadline: float | None = None) -> None:
         super().__init__(verify=tls_context(), trust_env=False)
         limits = httpx.Limits()
+        backend: httpcore.NetworkBackend = PinnedBackend(allow_loopback, resolver)
+        if deadline is not None:
+            backend = DeadlineBackend(backend, deadline)
         self._pool = httpcore.ConnectionPool(
             ssl_context=tls_context(), max_connections=limits.max_connections,
             max_keepalive_connections=limits.max_keepalive_connections,
             keepalive_expiry=limits.keepalive_expiry,
-            network_backend=PinnedBackend(allow_loopback, resolver),
+            network_backend=backend,
         )
 
 
 def public_client(*, allow_loopback: bool, timeout: float | httpx.Timeout | None = None,
-                  resolver: Resolver | None = None) -> httpx.Client:
+                  resolver: Resolver | None = None, deadline: float | None = None
+                  ) -> httpx.Client:
     """An httpx client for user-named URLs: connections only to checked public addresses
     (loopback too when ``allow_loopback``, the local stack's setting), no redirects
     followed, no cookies kept, no proxy. A refused address raises
     :class:`~codeshot.net.addresses.RefusedAddress` (INVALID_INPUT) from the request; a
-    host that does not resolve raises ``httpx.ConnectError``, as a refused connection."""
+    host that does not resolve raises ``httpx.ConnectError``, as a refused connection.
+    With ``deadline`` (``time.monotonic()``), nothing waits past it: the request raises an
+    ``httpx`` timeout instead."""
     return httpx.Client(
-        transport=PinnedTransport(allow_loopback, resolver), follow_redirects=False,
+        transport=PinnedTransport(allow_loopback, resolver, deadline), follow_redirects=False,
         cookies=NoCookies(), trust_env=False,
         timeout=timeout if timeout is not None else httpx.Timeout(10.0),
     )

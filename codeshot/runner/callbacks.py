@@ -5,10 +5,13 @@ The body is the event as JSON: codeshot's own, or for sessions whose callback is
 push-notification config an A2A ``StreamResponse`` with the task's new status (and the
 client's token in ``X-A2A-Notification-Token``). ``Authorization: Bearer <JWT>`` carries
 a platform-signed token (EdDSA, verifiable with the JWKS) whose ``aud`` is the callback
-URL, ``sid`` the session and ``body_sha256`` the hash of the exact body sent. Delivery is
-best effort with a short timeout and one retry: a slow receiver never holds up a session.
-The URL is checked again as it is connected to (:func:`codeshot.net.http.public_client`):
-DNS may have changed since the session was made.
+URL, ``sid`` the session and ``body_sha256`` the hash of the exact body sent. The URL is
+checked again as it is connected to (:func:`codeshot.net.http.public_client`): DNS may
+have changed since the session was made.
+
+Delivery is best effort with one retry, and a slow receiver never holds up a session:
+only the reply's status is read (never its body), and the delivery ends ``timeout``
+seconds after it began, whatever the receiver sends (a byte every few seconds included).
 """
 
 from __future__ import annotations
@@ -69,14 +72,17 @@ def event_claims(issuer: str, url: str, session_id: str, body: bytes) -> dict[st
 
 def deliver(url: str, body: bytes, token: str, *, allow_loopback: bool, timeout: float = 5.0,
             attempts: int = 2, extra_headers: dict[str, str] | None = None) -> bool:
+    """POST ``body`` to ``url``: whether it was taken (2xx). All attempts end within
+    ``timeout`` seconds; only the status is read."""
     headers = {"Authorization": f"Bearer {token}", "Content-Type": "application/json",
                **(extra_headers or {})}
-    with public_client(allow_loopback=allow_loopback, timeout=timeout) as client:
+    with public_client(allow_loopback=allow_loopback, timeout=timeout,
+                       deadline=time.monotonic() + timeout) as client:
         for attempt in range(attempts):
             try:
-                response = client.post(url, content=body, headers=headers)
-                if response.status_code < 500:
-                    return response.is_success
+                with client.stream("POST", url, content=body, headers=headers) as response:
+                    if response.status_code < 500:
+                        return response.is_success
             except CodeshotError as exc:  # the address is refused: retrying cannot help
                 log.warning("callback %s refused: %s", url, exc.message)
                 return False

@@ -136,7 +136,8 @@ class Crawl:
         if time.monotonic() > self.deadline:
             raise InvalidInput(f"ingestion ran out of its {INGEST_SECONDS:g}s")
         fetched = self.fetch(url, max_bytes=settings.corpus_max_document_bytes,
-                             allow_loopback=settings.local_mode, timeout=FETCH_TIMEOUT_SECONDS)
+                             allow_loopback=settings.local_mode, timeout=FETCH_TIMEOUT_SECONDS,
+                             deadline=self.deadline)  # a page sent slowly stops with it
         self.pages += 1
         self.bytes += len(fetched.data)
         if self.pages % PROGRESS_EVERY == 0:

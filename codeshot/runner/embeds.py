@@ -3,24 +3,41 @@ earlier answers), the query's, and those its agents' Funcs return.
 
 A Func's embeds become the platform's own at once: ``data:`` URIs are decoded and URLs
 fetched under the SSRF rules, then stored immutably on S3 (content-addressed). An embed
-that cannot be stored fails the Func call with the reason, so it is never dropped
-silently; the user sees the failure in the answer.
+that cannot be stored fails the Func call with the reason (AGENT_ERROR: the Func is not
+called again, it ran), so it is never dropped silently; the user sees the failure in the
+answer.
+
+A reply's embeds are taken all or none, and bounded as a user's message is: at most
+``MAX_EMBEDS_PER_MESSAGE`` of them (more: AGENT_ERROR before anything is fetched), at most
+``max_bytes`` stored by one query's agents in all (``CODESHOT_MAX_QUERY_EMBED_BYTES``),
+none fetched past the query's deadline (TIMEOUT). A reply refused is the agent's failure.
 """
 
 from __future__ import annotations
 
 import base64
 import binascii
+import time
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
-from codeshot.errors import CodeshotError, InvalidInput, NotFound
-from codeshot.models import EmbedRef, check_embed_key
+from codeshot.errors import (
+    AgentFailed,
+    CallTimeout,
+    CodeshotError,
+    InvalidInput,
+    NotFound,
+    ReplyTooLarge,
+    Timeout,
+)
+from codeshot.models import MAX_EMBEDS_PER_MESSAGE, EmbedRef, check_embed_key
 from codeshot.runner.fetch import Fetched
 from codeshot.store.embeds import EmbedStore, check_content_type
+from codeshot.text import as_one_line
 
 EmbedLink = dict[str, str]  # as agents get an embed: {"content_type", "uri"}
-UrlFetcher = Callable[[str], Fetched]  # URL -> its bytes, or the refusal
+# (URL, deadline: time.monotonic() or None) -> its bytes, or the refusal
+UrlFetcher = Callable[[str, float | None], Fetched]
 
 
 def decode_data_uri(uri: str) -> bytes:
@@ -37,9 +54,14 @@ def decode_data_uri(uri: str) -> bytes:
 
 class EmbedBook:
     def __init__(self, store: EmbedStore, fetch: UrlFetcher,
-                 given: Mapping[str, EmbedRef] | None = None) -> None:
-        """``given``: the query's own embeds, which every Func call carries."""
+                 given: Mapping[str, EmbedRef] | None = None, *,
+                 max_bytes: int | None = None, deadline: float | None = None) -> None:
+        """``given``: the query's own embeds, which every Func call carries; ``max_bytes``:
+        what all replies' embeds may add up to; ``deadline``: the query's end
+        (``time.monotonic()``)."""
         self.store, self.fetch = store, fetch
+        self.max_bytes, self.deadline = max_bytes, deadline
+        self.ingested = 0  # bytes of the replies' embeds so far, refused ones included
         self._known: dict[str, EmbedRef] = {}
         self._own = dict(given or {})  # the query's, then what its Funcs returned
 
@@ -74,23 +96,40 @@ class EmbedBook:
         return {key: self._own[key] for key in links if key in self._own}
 
     def ingest(self, embeds: Mapping[str, Any]) -> dict[str, EmbedLink]:
-        """Store a Func reply's embeds; the error names the one that cannot be stored."""
+        """Store an agent reply's embeds, all or none; the error names the one that
+        cannot be stored."""
+        if len(embeds) > MAX_EMBEDS_PER_MESSAGE:  # before a single fetch
+            raise AgentFailed(f"the reply carries {len(embeds)} embeds; at most "
+                              f"{MAX_EMBEDS_PER_MESSAGE} are taken")
+        stored: dict[str, EmbedRef] = {}
         for key, embed in embeds.items():
-            check_embed_key(str(key))
-            if not isinstance(embed, Mapping):
-                raise InvalidInput(f"embed {key!r} is not an object with content_type and uri")
-            uri = str(embed.get("uri") or "")
+            if self.deadline is not None and time.monotonic() >= self.deadline:
+                raise CallTimeout("this query's time ran out while storing the reply's "
+                                  "embeds")
             try:
+                check_embed_key(str(key))
+                if not isinstance(embed, Mapping):
+                    raise InvalidInput("it is not an object with content_type and uri")
+                uri = str(embed.get("uri") or "")
                 if uri.startswith("data:"):
                     data = decode_data_uri(uri)
                 elif uri.startswith(("http://", "https://")):
-                    data = self.fetch(uri).data
+                    data = self.fetch(uri, self.deadline).data
                 else:
                     raise InvalidInput("its uri must be a data: URI or an http(s) URL")
+                self.ingested += len(data)
+                if self.max_bytes is not None and self.ingested > self.max_bytes:
+                    raise ReplyTooLarge(f"this query's agents sent over {self.max_bytes} "
+                                        "bytes of embeds in all")
                 content_type = check_content_type(str(embed.get("content_type") or ""))
                 digest = self.store.put(data, content_type)
             except CodeshotError as exc:
-                raise type(exc)(f"embed #{key} cannot be stored: {exc.message}") from exc
-            self._own[str(key)] = EmbedRef(content_type=content_type, content_hash=digest,
-                                           size=len(data))
-        return self.links(str(key) for key in embeds)
+                # The agent ran the call: whatever failed here, calling it again would
+                # repeat what it did. A fetch cut off by the deadline is the query's time.
+                failed = CallTimeout if isinstance(exc, Timeout) else AgentFailed
+                raise failed(f"embed #{as_one_line(str(key), 64)} cannot be stored: "
+                             f"{as_one_line(exc.message, 300)}") from exc
+            stored[str(key)] = EmbedRef(content_type=content_type, content_hash=digest,
+                                        size=len(data))
+        self._own.update(stored)
+        return self.links(stored)

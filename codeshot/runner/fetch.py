@@ -3,11 +3,13 @@
 The one place the runner fetches third-party URLs, so the SSRF rules live in one spot:
 :func:`codeshot.net.http.public_client` connects only to the public address it checked
 (loopback only in local mode; no DNS rebinding), follows no redirects, and the body is
-capped.
+capped. With a ``deadline`` (the query's), a fetch ends by then however slowly the
+server sends: one left running by an abandoned call does not outlive its query.
 """
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass
 
 import httpx
@@ -24,11 +26,14 @@ class Fetched:
 
 
 def fetch_public_url(url: str, *, max_bytes: int, allow_loopback: bool,
-                     timeout: float = 10.0) -> Fetched:
-    """GET ``url`` if the platform may call it; INVALID_INPUT when refused or too large."""
+                     timeout: float = 10.0, deadline: float | None = None) -> Fetched:
+    """GET ``url`` if the platform may call it; INVALID_INPUT when refused or too large,
+    TIMEOUT when a read waits ``timeout`` or the ``deadline`` (``time.monotonic()``)
+    passes."""
     check_public_url(url, allow_loopback=allow_loopback, resolve=False)
     try:
-        with public_client(allow_loopback=allow_loopback, timeout=timeout) as client, \
+        with public_client(allow_loopback=allow_loopback, timeout=timeout,
+                           deadline=deadline) as client, \
                 client.stream("GET", url) as response:
             if response.status_code != 200:
                 raise InvalidInput(f"{url} answered HTTP {response.status_code}")
@@ -39,6 +44,8 @@ def fetch_public_url(url: str, *, max_bytes: int, allow_loopback: bool,
                     raise InvalidInput(f"{url} is larger than {max_bytes} bytes")
             content_type = response.headers.get("content-type", "").split(";")[0].strip()
     except httpx.TimeoutException as exc:
+        if deadline is not None and time.monotonic() >= deadline:
+            raise Timeout(f"the time ran out while fetching {url}") from exc
         raise Timeout(f"{url} did not answer within {timeout:g}s") from exc
     except httpx.HTTPError as exc:
         raise AgentUnavailable(f"{url} is unreachable: {exc.__class__.__name__}") from exc

@@ -7,6 +7,7 @@ which the API has loaded anyway and the runner never needs.
 from __future__ import annotations
 
 import logging
+import time
 from typing import Any
 
 from pydantic import BaseModel, Field, ValidationError, field_validator
@@ -64,8 +65,10 @@ class Handshake(BaseModel):
 def fetch_handshake(url: str, token: str, timeout: float = 10.0, *,
                     allow_loopback: bool = False) -> Handshake:
     """The agent's handshake, read over a :func:`~codeshot.net.http.public_client`
-    (loopback only with ``allow_loopback``, the local stack's setting)."""
-    with public_client(allow_loopback=allow_loopback) as client:
+    (loopback only with ``allow_loopback``, the local stack's setting) within ``timeout``
+    seconds in all: an agent sending it a byte at a time does not hold the registration."""
+    with public_client(allow_loopback=allow_loopback,
+                       deadline=time.monotonic() + timeout) as client:
         reply = request("GET", url.rstrip("/") + "/", token, timeout=timeout,
                         accept="application/json, application/yaml;q=0.9", client=client)
     status, body = reply.status, reply.body

@@ -137,14 +137,16 @@ class SessionRunner:
         query, history = found
         paused = recent.state if session.status is SessionStatus.AWAITING_INPUT else None
         trace: list[Message] = []
-        book = EmbedBook(self.s.embeds, self._fetch_embed, given=query.embeds)
+        deadline = query_deadline(self.s.settings)
+        book = EmbedBook(self.s.embeds, self._fetch_embed, given=query.embeds,
+                         max_bytes=self.s.settings.max_query_embed_bytes, deadline=deadline)
         try:
             # The slot is held until the reply is stored: a run that stops before that
             # (a crash, a failed write) is not run again when the queue redelivers it.
             with running_query(self.s, session.owner, query.message_id) as lease:
                 try:
                     outcome, program_state = self._run(session, query, paused, history,
-                                                       trace, book)
+                                                       trace, book, deadline)
                 except CodeshotError as exc:
                     outcome, program_state = failure_outcome(exc), None
                 self._finish(session, query, outcome, program_state, trace, book, lease,
@@ -204,8 +206,8 @@ class SessionRunner:
 
     # -- running -----------------------------------------------------------------------
     def _run(self, session: Session, query: Message, paused: dict[str, Any] | None,
-             recent: list[Message], trace: list[Message], book: EmbedBook
-             ) -> tuple[Outcome, dict[str, Any] | None]:
+             recent: list[Message], trace: list[Message], book: EmbedBook,
+             deadline: float) -> tuple[Outcome, dict[str, Any] | None]:
         settings = self.s.settings
         memory = self._memory(session, query, recent)
         if session.embed_count:
@@ -240,7 +242,7 @@ class SessionRunner:
                 platform=FuncContext(
                     time_zone=lambda: self.s.users.get(session.owner).time_zone or "UTC",
                     embeds=book, llm=None if settings.llm == "fewshot" else self.llm,
-                    allow_loopback=settings.local_mode),
+                    allow_loopback=settings.local_mode, deadline=deadline),
                 history=SessionHistory(turns=memory.turns(), embeds=book.content_types()),
                 agent_turns=memory.turns_with,
                 limits=Limits(max_tokens_per_call=settings.llm_max_tokens_per_call,
@@ -281,11 +283,11 @@ class SessionRunner:
                    if m.message_id != query.message_id and m.in_reply_to != query.message_id]
         return SessionMemory(earlier, session.frontend_agent_id or PLANNER_ID)
 
-    def _fetch_embed(self, url: str) -> Fetched:
+    def _fetch_embed(self, url: str, deadline: float | None) -> Fetched:
         settings = self.s.settings
         return fetch_public_url(url, max_bytes=settings.max_embed_bytes,
                                 allow_loopback=settings.local_mode,
-                                timeout=settings.agent_call_timeout_seconds)
+                                timeout=settings.agent_call_timeout_seconds, deadline=deadline)
 
     def _trace(self, query: Message, sent_by: str, step: TraceStep, trace: list[Message]
                ) -> None:

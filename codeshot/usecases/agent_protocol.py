@@ -82,7 +82,8 @@ def page_of(items: Sequence[T], current_page: int | None, page_size: int | None)
 @dataclass(frozen=True)
 class Task:
     session: Session
-    messages: list[Message]
+    messages: list[Message]  # all of them, or what a listing reads (:func:`listed_task`)
+    uploads: int | None = None  # how many of the session's own embeds to show (None: all)
 
     @property
     def turns(self) -> list[tasks.Turn]:
@@ -174,8 +175,19 @@ def list_tasks(services: Services, principal: Principal, current_page: int | Non
         if not token:
             break
     total = services.sessions.count_by_owner(user_id) if token else len(found)
-    return Page([Task(s, services.sessions.all_messages(s.session_id))
-                 for s in found[start:start + size]], total, page, size)
+    return Page([listed_task(services, s) for s in found[start:start + size]], total, page,
+                size)
+
+
+def listed_task(services: Services, session: Session) -> Task:
+    """A task as a listing shows it, from a few reads however long its log: its input
+    (the first message), state and newest answer (:func:`tasks.newest`), and the
+    artifacts among those messages and its first ``LISTED_MESSAGES`` uploads."""
+    messages = tasks.newest(services, session.session_id)
+    first = services.sessions.list_messages(session.session_id, limit=1).items
+    if first and first[0].message_id not in {m.message_id for m in messages}:
+        messages = first + messages
+    return Task(session, messages, uploads=tasks.LISTED_MESSAGES)
 
 
 # -- steps --------------------------------------------------------------------------------
@@ -217,7 +229,8 @@ def artifacts_of(services: Services, task: Task) -> list[Artifact]:
     found = [Artifact(e.key, False, e.key, e.path,
                       EmbedRef(content_type=e.content_type, content_hash=e.content_hash,
                                size=e.size), e.created)
-             for e in (services.sessions.list_embeds(task.session.session_id)
+             for e in (services.sessions.list_embeds(task.session.session_id,
+                                                     limit=task.uploads)
                        if task.session.embed_count else [])]
     for message in task.messages:
         if message.type is not MessageType.QUERY:  # a user's are the session's: above

@@ -20,7 +20,15 @@ from botocore.exceptions import ClientError
 
 from codeshot import ids
 from codeshot.errors import AgentUnavailable, CodeshotError, Conflict, InvalidInput, NotFound
-from codeshot.models import Embed, EmbedRef, Message, MessageType, Principal, check_embed_key
+from codeshot.models import (
+    MAX_EMBEDS_PER_MESSAGE,
+    Embed,
+    EmbedRef,
+    Message,
+    MessageType,
+    Principal,
+    check_embed_key,
+)
 from codeshot.observability import correlation_id
 from codeshot.services import Services
 from codeshot.store.embeds import check_content_type
@@ -33,7 +41,6 @@ if TYPE_CHECKING:
     from types_boto3_dynamodb.type_defs import TransactWriteItemTypeDef
 
 TERMINAL = frozenset({MessageType.RESPONSE, MessageType.ERROR, MessageType.AWAITING_INPUT})
-MAX_EMBEDS_PER_MESSAGE = 20
 IDEMPOTENCY_PREFIX = "IDEM#"
 UPLOAD_BYTES = "upload_bytes"  # usage counter: bytes uploaded (inline or presigned) per day
 

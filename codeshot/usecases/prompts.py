@@ -16,6 +16,9 @@ When a task's agent asks the user, the runner stores the question and queues a
 
 Each request is signed as session callbacks are (a platform JWT whose ``aud`` is the URL
 called and ``body_sha256`` the body's hash), and goes through the SSRF-checked client.
+A reply is read up to ``MAX_REPLY_BYTES`` (more is refused unread) within
+``CALL_TIMEOUT_SECONDS`` in all, however slowly it comes: a callback cannot hold or
+flood the runner.
 A question answered meanwhile (by a step's input, or canceled) stops the exchange.
 """
 
@@ -106,25 +109,36 @@ class Prompts:
         body = b"" if payload is None else json.dumps(payload, separators=(",", ":")).encode()
         token = self.s.auth.sign(event_claims(self.s.auth.issuer, url, session.session_id,
                                               body))
-        headers = {"Authorization": f"Bearer {token}", "Accept": "application/json"}
+        # Not compressed: a few KB of gzip can inflate to megabytes in one chunk.
+        headers = {"Authorization": f"Bearer {token}", "Accept": "application/json",
+                   "Accept-Encoding": "identity"}
+        if payload is not None:
+            headers["Content-Type"] = "application/json"
         try:
             with public_client(allow_loopback=self.s.settings.local_mode,
-                               timeout=CALL_TIMEOUT_SECONDS) as client:
-                if payload is None:
-                    response = client.get(url, headers=headers)
-                else:
-                    response = client.post(url, content=body, headers={
-                        **headers, "Content-Type": "application/json"})
+                               timeout=CALL_TIMEOUT_SECONDS,
+                               deadline=time.monotonic() + CALL_TIMEOUT_SECONDS) as client, \
+                    client.stream("GET" if payload is None else "POST", url, headers=headers,
+                                  content=None if payload is None else body) as response:
+                if not response.is_success:
+                    raise CallbackFailed(f"{url} answered HTTP {response.status_code}")
+                data = b""
+                for chunk in response.iter_raw():
+                    data += chunk
+                    if len(data) > MAX_REPLY_BYTES:  # nothing more is read
+                        raise CallbackFailed(f"{url} answered more than {MAX_REPLY_BYTES} "
+                                             "bytes")
+        except CallbackFailed:
+            raise
         except CodeshotError as exc:  # the address is refused
             raise CallbackFailed(exc.message) from exc
+        except httpx.TimeoutException as exc:
+            raise CallbackFailed(f"{url} did not answer within {CALL_TIMEOUT_SECONDS:g}s"
+                                 ) from exc
         except httpx.HTTPError as exc:
             raise CallbackFailed(f"{url} could not be reached ({type(exc).__name__})") from exc
-        if not response.is_success:
-            raise CallbackFailed(f"{url} answered HTTP {response.status_code}")
-        if len(response.content) > MAX_REPLY_BYTES:
-            raise CallbackFailed(f"{url} answered more than {MAX_REPLY_BYTES} bytes")
         try:
-            reply = response.json()
+            reply = json.loads(data)
         except ValueError as exc:
             raise CallbackFailed(f"{url} did not answer JSON") from exc
         if not isinstance(reply, dict) or reply.get("status") not in STATUSES:

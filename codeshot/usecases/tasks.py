@@ -4,6 +4,10 @@ A task is a session and a turn is one user message with the agent's terminal rep
 (response, error, or a question: ``awaiting_input``). Every protocol reads the same
 data GraphQL, the console and the Fixie endpoints read; only the names differ. The
 state of a task is the state of its newest turn (:func:`state_of`).
+
+A listing of tasks reads a few of each one's messages, never its whole log
+(:func:`newest`): its state, newest answer and what came with them; an A2A task read
+alone shows its newest ``SHOWN_MESSAGES``.
 """
 
 from __future__ import annotations
@@ -12,7 +16,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from codeshot import ids
-from codeshot.errors import Canceled, Conflict, InvalidInput
+from codeshot.errors import Canceled, Conflict, InvalidInput, NotFound
 from codeshot.models import PLANNER_ID, Message, MessageType, Principal, Session, TaskState
 from codeshot.services import Services
 from codeshot.usecases.agents import usable_agent
@@ -20,6 +24,10 @@ from codeshot.usecases.messaging import TERMINAL, EmbedUpload, Messaging, wait_f
 from codeshot.usecases.sessions import create_session, get_session
 from codeshot.usecases.threads import blocking
 from codeshot.usecases.users import user_id_of
+
+LISTED_MESSAGES = 10  # a task listing reads at most this many of each task's messages
+SHOWN_MESSAGES = 100  # an A2A task (GetTask, SendMessage's answer) shows its newest ones
+_CHAIN = 3  # a step or reply -> the question it answers -> the query: the turn's query
 
 
 @dataclass(frozen=True)
@@ -54,6 +62,30 @@ def turns(messages: Sequence[Message]) -> list[Turn]:
             out[at] = Turn(out[at].query, message)
             by_message[message.message_id] = at  # a question's own replies end its turn
     return out
+
+
+def newest(services: Services, session_id: str, limit: int = LISTED_MESSAGES
+           ) -> list[Message]:
+    """The session's newest ``limit`` messages in time order, led by its newest turn's
+    query when that turn has more steps than ``limit`` (so :func:`turns` gives its
+    state): one page of ``limit`` and at most three single reads, however long the log."""
+    found = services.sessions.list_messages(session_id, limit=limit,
+                                            newest_first=True).items[::-1]
+    by_id = {m.message_id: m for m in found}
+    current = found[-1] if found else None
+    for _ in range(_CHAIN):
+        if current is None or current.type is MessageType.QUERY or not current.in_reply_to:
+            break
+        parent = by_id.get(current.in_reply_to)
+        if parent is None:  # older than the window: older than all of it
+            try:
+                parent = services.sessions.get_message(session_id, current.in_reply_to)
+            except NotFound:  # expired (the session's TTL): the turn is what is left
+                break
+            found.insert(0, parent)
+            by_id[parent.message_id] = parent
+        current = parent
+    return found
 
 
 def state_of(messages: Sequence[Message]) -> TaskState:

@@ -14,10 +14,12 @@ import pytest
 
 import codeshot.sdk as fixieai
 from codeshot.devtools.agents import serve
+from codeshot.errors import InvalidInput
 from codeshot.local.poller import QueuePoller
 from codeshot.runner.session_runner import SessionRunner
 from tests.engine.conftest import ScriptedLLM
 from tests.fixie.conftest import User, serving_pages
+from tests.raw_server import raw_server
 from tests.runner.conftest import register, send, session
 
 FEW_SHOTS = """
@@ -340,3 +342,16 @@ def test_s3_vectors_nearest_passages_are_reranked_by_the_rare_word():
     assert HANDBOOK["contractors"] not in [p.text for p in nearest[:2]]
     [best] = reranked(nearest, RARE_WORD_QUESTION, 1, DENSE_WEIGHT[embedder.model_id])
     assert best.url == "https://docs.example/contractors"
+
+
+def test_a_page_sent_a_byte_at_a_time_stops_with_the_ingestions_time(monkeypatch):
+    from codeshot.runner import corpora
+    from codeshot.settings import Settings
+
+    monkeypatch.setattr(corpora, "INGEST_SECONDS", 1.0)
+    with raw_server("drip", interval=0.25) as drip:
+        began = time.monotonic()
+        with pytest.raises(InvalidInput, match="time ran out"):
+            corpora.Crawl(Settings().replace(local_mode=True)).documents({"urls": [drip.url]})
+        # Each byte came within the read timeout: it held the runner until the page ended.
+        assert time.monotonic() - began < 3 and drip.hangs_up(within=2)

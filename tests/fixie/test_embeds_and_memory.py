@@ -15,6 +15,7 @@ from codeshot.llm.fewshot import NEEDS_LLM
 from codeshot.local.poller import QueuePoller
 from codeshot.models import Message, MessageType
 from codeshot.runner.session_runner import PLANNER_ID, SessionMemory, SessionRunner
+from tests.conftest import free_port
 from tests.engine.conftest import ScriptedLLM
 from tests.fixie.conftest import serving_pages
 from tests.runner.conftest import register, send, session
@@ -80,6 +81,22 @@ def test_a_url_the_platform_may_not_fetch_is_refused_out_loud(live, user, deploy
     assert answer["embeds"] == []
     assert "embed #image1 cannot be stored" in answer["text"]
     assert "not a public address" in answer["text"]
+
+
+def test_a_func_whose_embed_cannot_be_fetched_is_not_called_again(live, user, deploy):
+    calls: list[str] = []
+    agent = fixieai.CodeShotAgent("I make charts.", CHART_FEW_SHOTS)
+
+    @agent.register_func
+    def chart(query: fixieai.Message) -> fixieai.Message:
+        calls.append(query.text)  # a chart made (and billed) each time
+        return fixieai.Message(text="Here you go! #image1", embeds={
+            "image1": fixieai.Embed(content_type="image/png", uri=query.text)})
+
+    answer = answer_of(live, user, deploy(agent, "chart5"),
+                       f"Draw the chart at http://127.0.0.1:{free_port()}/gone.png")
+    assert answer["embeds"] == [] and "embed #image1 cannot be stored" in answer["text"]
+    assert len(calls) == 1, calls  # the Func ran; it was called twice more (retries)
 
 
 @pytest.fixture

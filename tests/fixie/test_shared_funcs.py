@@ -3,16 +3,18 @@ through real sessions (offline fewshot provider, agents and pages on loopback)."
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator
 from dataclasses import replace
 
 import pytest
 
 import codeshot.sdk as fixieai
-from codeshot.errors import InvalidInput
+from codeshot.errors import InvalidInput, Timeout
 from codeshot.runner.platform_funcs import LIBRARY, FuncContext
 from tests.fixie.conftest import serving_pages
 from tests.fixie.test_platform_funcs import ask
+from tests.raw_server import raw_server
 
 CALC_FEW_SHOTS = """
 Q: Calculate 1.1 + 2.2 exactly
@@ -83,3 +85,14 @@ def test_http_get_limits(page_url):
         with pytest.raises(InvalidInput, match="one http:// or https:// URL"):
             http_get(bad, local)
     assert http_get(f"{page_url}/tides", replace(local)).startswith("Harbour tides")
+
+
+def test_http_get_stops_at_the_querys_deadline():
+    # A page sent a byte at a time, each within the read timeout: the fetch went on (in a
+    # call the query had given up on) for as long as the server kept sending.
+    with raw_server("drip", interval=0.25) as drip:
+        began = time.monotonic()
+        with pytest.raises(Timeout, match="time ran out"):
+            LIBRARY["fixie_http_get"](drip.url, replace(context(allow_loopback=True),
+                                                        deadline=began + 1))
+        assert time.monotonic() - began < 2 and drip.hangs_up(within=2)

@@ -22,6 +22,7 @@ from codeshot.local.http_server import HttpServer
 from tests.conftest import free_port
 from tests.protocols.conftest import new_user, stack_with
 from tests.protocols.test_agent_protocol import ap
+from tests.raw_server import raw_server
 
 PENDING = (200, {"prompt_id": "p-1", "status": "pending"})
 QUESTION = "For how many people?"
@@ -263,3 +264,20 @@ def test_the_platforms_own_trouble_is_retried_then_ends_the_question(stack, book
     [step] = ap(stack, key, "GET", f"/tasks/{task_id}/steps").json()["steps"]
     assert step["additional_output"]["error"]["code"] == "CALLBACK_FAILED"
     assert "answer it with a step" in step["output"]
+
+
+def test_a_huge_or_dripping_callback_reply_is_cut_off(stack, booking):
+    agent_id, _ = booking
+    with raw_server("huge", limit=64 << 20) as huge:
+        _, task, [step] = run_task(stack, agent_id, huge.url, "Flood")
+        # Read up to the cap and no further (the whole 64 MiB was read into memory).
+        assert huge.sent < 1 << 20, huge.sent
+    assert task["status"] == "failed" and "more than 65536 bytes" in step["output"]
+    assert step["additional_output"]["error"]["code"] == "CALLBACK_FAILED"
+    with raw_server("drip", interval=0.25) as drip:
+        began = time.monotonic()
+        _, task, [step] = run_task(stack, agent_id, drip.url, "Drip")
+        took = time.monotonic() - began
+        # Cut off after 5 s in all (each byte came within the read timeout: it held on).
+        assert drip.hangs_up(within=2) and took < 15, (took, drip.sent)
+    assert task["status"] == "failed" and "did not answer within 5s" in step["output"]

@@ -23,7 +23,7 @@ GREETER = Agent(
 
 
 def run(aws, llm, agent: Agent, models: frozenset[str] = frozenset({"agent-model"})) -> str:
-    embeds = EmbedBook(EmbedStore(aws), fetch=lambda url: pytest.fail(f"fetched {url}"))
+    embeds = EmbedBook(EmbedStore(aws), fetch=lambda url, _deadline: pytest.fail(f"fetched {url}"))
     ctx = RunContext(llm=llm, registry_get=lambda _: agent, embeds=embeds,
                      platform=FuncContext(lambda: "UTC", embeds, None),
                      client=AgentClient(lambda *_: "", timeout=1, allow_loopback=True),

@@ -10,7 +10,9 @@ import httpx
 import jwt
 import pytest
 
+from codeshot.runner.callbacks import deliver
 from tests.conftest import code
+from tests.raw_server import raw_server
 from tests.runner.conftest import register, send
 
 
@@ -68,3 +70,23 @@ def test_callback_urls_are_checked_like_agent_urls(platform):
             {callbackUrl: $u}) { session { handle } } }""", {"u": bad})
         assert code(out) == "INVALID_INPUT", bad
     assert platform.gql(key, "{ allSessions { handle } }")["data"]["allSessions"] == []
+
+
+def test_a_huge_or_dripping_receiver_does_not_hold_the_runner():
+    def delivered(url: str) -> tuple[bool, float]:
+        began = time.monotonic()
+        done: list[bool] = []
+        worker = threading.Thread(target=lambda: done.append(
+            deliver(url, b"{}", "token", allow_loopback=True)), daemon=True)
+        worker.start()
+        worker.join(30)
+        assert done, f"still delivering after {time.monotonic() - began:.0f}s"
+        return done[0], time.monotonic() - began
+
+    with raw_server("huge", limit=64 << 20) as huge:
+        taken, took = delivered(huge.url)
+        assert taken and took < 2, took
+        assert huge.sent < 1 << 20, huge.sent  # the body is not read (was all 64 MiB)
+    with raw_server("drip", interval=0.25) as drip:
+        taken, took = delivered(drip.url)
+        assert not taken and took < 6, took  # 5 s in all, its retry included

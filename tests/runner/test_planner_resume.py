@@ -38,7 +38,7 @@ NOTES = Agent(
 
 def planner(aws, llm, trace, mode="plan"):
     registry = AgentRegistry(aws)
-    embeds = EmbedBook(EmbedStore(aws), fetch=lambda url: pytest.fail(f"fetched {url}"))
+    embeds = EmbedBook(EmbedStore(aws), fetch=lambda url, _deadline: pytest.fail(f"fetched {url}"))
     ctx = RunContext(llm=llm, registry_get=registry.get, embeds=embeds,
                      platform=FuncContext(lambda: "UTC", embeds, None),
                      client=AgentClient(lambda *_: "", timeout=1, allow_loopback=True),

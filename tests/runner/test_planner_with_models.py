@@ -56,7 +56,7 @@ def registry(aws: Any) -> AgentRegistry:
 def planner(registry: AgentRegistry, llm: ScriptedLLM, mode: str,
             trace: list[tuple[str, MessageType, str]]) -> PlannerProgram:
     embeds = EmbedBook(EmbedStore(registry.settings),
-                       fetch=lambda url: pytest.fail(f"fetched {url}"))
+                       fetch=lambda url, _deadline: pytest.fail(f"fetched {url}"))
     ctx = RunContext(llm=llm, registry_get=registry.get, embeds=embeds,
                      platform=FuncContext(lambda: "UTC", embeds, None),
                      client=AgentClient(lambda *_: "", timeout=1, allow_loopback=True),

@@ -217,7 +217,7 @@ def test_a_platform_funcs_model_calls_count_against_the_agent_and_user(aws, monk
                     "A: The report, in short."])
     counters = UsageCounters(aws)
     budget = TokenBudget(counters, "u_me", lambda: 10_000, agent_limit=10_000)
-    embeds = EmbedBook(EmbedStore(aws), fetch=lambda url: pytest.fail(f"fetched {url}"))
+    embeds = EmbedBook(EmbedStore(aws), fetch=lambda url, _deadline: pytest.fail(f"fetched {url}"))
     ctx = RunContext(llm=llm, registry_get=lambda _: agent, embeds=embeds,
                      platform=FuncContext(lambda: "UTC", embeds, llm),
                      client=AgentClient(lambda *_: "", timeout=1, allow_loopback=True),

@@ -43,6 +43,8 @@ class FuncContext:
     allow_loopback: bool = False  # URLs on loopback (the local stack only)
     # (question, k) -> the asking agent's corpus passages, best first; None: no corpus
     corpus: Callable[[str, int], list[Passage]] | None = None
+    # The query's end (time.monotonic()): a fetch in a call given up on stops then.
+    deadline: float | None = None
 
 
 PlatformFunc = Callable[[str, FuncContext], str]

@@ -28,7 +28,7 @@ def http_get(text: str, ctx: FuncContext) -> str:
     if not url.lower().startswith(("http://", "https://")) or any(c.isspace() for c in url):
         raise InvalidInput("fixie_http_get takes one http:// or https:// URL")
     fetched = fetch_public_url(url, max_bytes=MAX_BYTES, allow_loopback=ctx.allow_loopback,
-                               timeout=TIMEOUT_SECONDS)
+                               timeout=TIMEOUT_SECONDS, deadline=ctx.deadline)
     page = "\n\n".join(p.strip() for p in document_text(
         fetched.content_type or "text/plain", fetched.data).split("\n\n") if p.strip())
     if len(page) > MAX_CHARS:
