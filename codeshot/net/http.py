@@ -21,7 +21,7 @@ import functools
 import http.cookiejar
 import ssl
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from datetime import UTC, datetime
 from typing import Any
 
@@ -29,6 +29,9 @@ import httpcore
 import httpx
 
 from codeshot.net.addresses import Resolver, Unresolved, resolve_public
+
+# When a client's requests must be over (time.monotonic()): fixed, or read at each step.
+Deadline = float | Callable[[], float]
 
 
 class PinnedBackend(httpcore.SyncBackend):
@@ -61,11 +64,11 @@ class DeadlineStream(httpcore.NetworkStream):
     """A connection whose reads and writes wait at most until ``deadline``
     (``time.monotonic()``); past it, each fails at once as a timeout."""
 
-    def __init__(self, stream: httpcore.NetworkStream, deadline: float) -> None:
+    def __init__(self, stream: httpcore.NetworkStream, deadline: Callable[[], float]) -> None:
         self.stream, self.deadline = stream, deadline
 
     def _left(self, timeout: float | None, late: type[Exception]) -> float:
-        left = self.deadline - time.monotonic()
+        left = self.deadline() - time.monotonic()
         if left <= 0:
             raise late("the deadline has passed")
         return left if timeout is None else min(timeout, left)
@@ -92,13 +95,13 @@ class DeadlineStream(httpcore.NetworkStream):
 class DeadlineBackend(httpcore.NetworkBackend):
     """``backend``'s connections, each bounded by ``deadline`` (:class:`DeadlineStream`)."""
 
-    def __init__(self, backend: httpcore.NetworkBackend, deadline: float) -> None:
+    def __init__(self, backend: httpcore.NetworkBackend, deadline: Callable[[], float]) -> None:
         self.backend, self.deadline = backend, deadline
 
     def connect_tcp(self, host: str, port: int, timeout: float | None = None,
                     local_address: str | None = None,
                     socket_options: Iterable[Any] | None = None) -> httpcore.NetworkStream:
-        left = self.deadline - time.monotonic()
+        left = self.deadline() - time.monotonic()
         if left <= 0:
             raise httpcore.ConnectTimeout("the deadline has passed")
         stream = self.backend.connect_tcp(host, port, left if timeout is None else
@@ -124,11 +127,13 @@ class NoCookies(http.cookiejar.CookieJar):
 
 class PinnedTransport(httpx.HTTPTransport):
     def __init__(self, allow_loopback: bool, resolver: Resolver | None = None,
-                 deadline: float | None = None) -> None:
+                 deadline: Deadline | None = None) -> None:
         super().__init__(verify=tls_context(), trust_env=False)
         limits = httpx.Limits()
         backend: httpcore.NetworkBackend = PinnedBackend(allow_loopback, resolver)
-        if deadline is not None:
+        if isinstance(deadline, float | int):
+            backend = DeadlineBackend(backend, lambda: float(deadline))
+        elif deadline is not None:
             backend = DeadlineBackend(backend, deadline)
         self._pool = httpcore.ConnectionPool(
             ssl_context=tls_context(), max_connections=limits.max_connections,
@@ -139,15 +144,16 @@ class PinnedTransport(httpx.HTTPTransport):
 
 
 def public_client(*, allow_loopback: bool, timeout: float | httpx.Timeout | None = None,
-                  resolver: Resolver | None = None, deadline: float | None = None
+                  resolver: Resolver | None = None, deadline: Deadline | None = None
                   ) -> httpx.Client:
     """An httpx client for user-named URLs: connections only to checked public addresses
     (loopback too when ``allow_loopback``, the local stack's setting), no redirects
     followed, no cookies kept, no proxy. A refused address raises
     :class:`~codeshot.net.addresses.RefusedAddress` (INVALID_INPUT) from the request; a
     host that does not resolve raises ``httpx.ConnectError``, as a refused connection.
-    With ``deadline`` (``time.monotonic()``), nothing waits past it: the request raises an
-    ``httpx`` timeout instead."""
+    With ``deadline`` (``time.monotonic()``, or a function giving it as each request's
+    connection reads it), nothing waits past it: the request raises an ``httpx`` timeout
+    instead."""
     return httpx.Client(
         transport=PinnedTransport(allow_loopback, resolver, deadline), follow_redirects=False,
         cookies=NoCookies(), trust_env=False,

@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Callable
+from contextvars import ContextVar
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
@@ -39,18 +40,19 @@ MAX_REPLY_BYTES = 2 * 1024 * 1024
 MAX_REPLY_TEXT_BYTES = 100_000
 
 
-def _read_capped(response: httpx.Response, ends: float) -> bytes:
-    """The body, up to MAX_REPLY_BYTES, by ``ends`` (time.monotonic()): httpx's timeout
-    is per read, and a reply dripping a byte a second would otherwise hold the runner
-    until the whole cap arrived."""
+def _read_capped(response: httpx.Response) -> bytes:
     body = b""
     for chunk in response.iter_bytes():
         body += chunk
         if len(body) > MAX_REPLY_BYTES:
             raise AgentFailed(f"agent reply exceeds {MAX_REPLY_BYTES} bytes")
-        if time.monotonic() > ends:
-            raise httpx.ReadTimeout("the reply did not end in time")
     return body
+
+
+# When the call being made in this thread must be over (time.monotonic()): httpx's
+# timeout is per read, and a reply dripping a byte a second would hold a runner until
+# the whole cap arrived. The agent client's connections read it at each step.
+_CALL_ENDS: ContextVar[float] = ContextVar("call_ends", default=float("inf"))
 
 
 def _load_yaml(text: str) -> Any:
@@ -98,18 +100,14 @@ def request(
     json_body: Any = None,
     accept: str = "application/json",
     client: httpx.Client,
-    ends: float | None = None,
 ) -> Reply:
     """One call through ``client`` (a :func:`~codeshot.net.http.public_client`: a refused
-    address raises INVALID_INPUT; a host that does not resolve is unreachable), over by
-    ``ends`` (time.monotonic()), else ``timeout`` seconds from now, reply included."""
+    address raises INVALID_INPUT; a host that does not resolve is unreachable)."""
     headers = {"Authorization": f"Bearer {token}", "Accept": accept} | observability.headers()
-    ends = time.monotonic() + timeout if ends is None else ends
-    each = max(0.001, min(timeout, ends - time.monotonic()))  # a read, or the connect
     try:
         with client.stream(method, url, headers=headers, json=json_body,
-                         timeout=httpx.Timeout(each, connect=min(each, 5.0))) as r:
-            return Reply(r.status_code, r.headers, _read_capped(r, ends))
+                         timeout=httpx.Timeout(timeout, connect=min(timeout, 5.0))) as r:
+            return Reply(r.status_code, r.headers, _read_capped(r))
     except (httpx.ConnectError, httpx.ConnectTimeout) as exc:  # the call never left
         raise AgentUnavailable(f"agent at {url} is unreachable: "
                                f"{exc or exc.__class__.__name__}") from exc
@@ -165,7 +163,11 @@ class AgentClient:
         self.allow_loopback = allow_loopback
         self.retries = retries
         self.backoff = backoff
-        self.http = public_client(allow_loopback=allow_loopback)
+        # Nothing a call sends or reads, headers included, outlives the call's time or
+        # the query's.
+        query_ends = float("inf") if deadline is None else deadline
+        self.http = public_client(allow_loopback=allow_loopback,
+                                  deadline=lambda: min(_CALL_ENDS.get(), query_ends))
 
     def close(self) -> None:
         self.http.close()
@@ -178,6 +180,14 @@ class AgentClient:
         now = time.monotonic()
         query_ends = self.deadline if self.deadline is not None else now + self.timeout
         ends = query_ends if seconds is None else min(now + seconds, query_ends)
+        ends_here = _CALL_ENDS.set(ends)
+        try:
+            return self._post_until(agent_id, url, body, registration, ends)
+        finally:
+            _CALL_ENDS.reset(ends_here)
+
+    def _post_until(self, agent_id: str, url: str, body: dict[str, Any],
+                    registration: int | None, ends: float) -> tuple[bytes, str]:
         attempt = 0
         while True:
             token = self.mint_token(agent_id, registration)
@@ -185,7 +195,7 @@ class AgentClient:
                 reply = request(
                     "POST", url, token, timeout=self.timeout,
                     json_body={**body, "access_token": token}, client=self.http,
-                    accept="application/json, application/x-ndjson", ends=ends,
+                    accept="application/json, application/x-ndjson",
                 )
             except AgentUnavailable as exc:
                 if attempt >= self.retries or exc.permanent:

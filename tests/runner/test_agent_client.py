@@ -21,6 +21,7 @@ from codeshot.errors import (
 )
 from codeshot.local.http_server import HttpServer
 from codeshot.runner.agent_client import AgentClient
+from tests.raw_server import raw_server
 
 CALLS: Counter[str] = Counter()  # the busy agent's calls, by path
 
@@ -126,56 +127,29 @@ def test_a_call_dropped_after_it_was_sent_is_not_sent_again():
     assert len(received) == 1 and received[0].startswith(b"POST /pay ")
 
 
-@pytest.fixture
-def dripping():
-    """An agent that answers 200 and then sends its reply a byte every 0.1 s (40 bytes,
-    4 s): each read is quick, the whole reply is not. Yields (url, bytes sent so far)."""
-    listener = socket.create_server(("127.0.0.1", 0))
-    sent = [0]
-
-    def drip() -> None:
-        while True:
-            try:
-                conn, _ = listener.accept()
-            except OSError:
-                return
-            with conn:
-                conn.recv(65536)
-                conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n"
-                             b"Content-Length: 40\r\n\r\n")
-                try:
-                    for _ in range(40):
-                        conn.sendall(b" ")
-                        sent[0] += 1
-                        time.sleep(0.1)
-                except OSError:  # the client hung up
-                    pass
-
-    threading.Thread(target=drip, daemon=True).start()
-    yield f"http://127.0.0.1:{listener.getsockname()[1]}", sent
-    listener.close()
-
-
-def test_a_reply_dripping_a_byte_at_a_time_ends_with_the_calls_time(dripping):
-    """httpx's timeout is per read: a reply trickling in held a Func call (and a runner)
-    until the whole 2 MB cap arrived. Now the call's time covers the reply."""
-    url, sent = dripping
-    slow = AgentClient(lambda *_: "t", timeout=1, allow_loopback=True)
-    with pytest.raises(CallTimeout) as err:
-        slow.call_func("me/drip", url, "f", "hi")
+def test_a_reply_dripping_a_byte_at_a_time_ends_with_the_calls_time():
+    """httpx's timeout is per read: a reply trickling in (status line and headers too)
+    held a Func call, and a runner, until the whole 2 MB cap arrived. Now the call's time
+    covers all of it."""
+    with raw_server("drip", interval=0.1) as server:
+        slow = AgentClient(lambda *_: "t", timeout=1, allow_loopback=True)
+        with pytest.raises(CallTimeout) as err:
+            slow.call_func("me/drip", server.url, "f", "hi")
+        assert server.hangs_up(within=2)
     assert err.value.code == "TIMEOUT" and err.value.permanent  # not called again
-    assert sent[0] < 30  # it hung up long before the 40th byte
+    assert server.requests == 1 and server.sent < 30  # ~10 bytes in its second
 
 
-def test_a_standalone_reply_streams_until_the_querys_time_is_up(dripping):
+def test_a_standalone_reply_streams_until_the_querys_time_is_up():
     """A standalone agent may stream longer than one Func call's time (each read is
     bounded by it), but not past the query's deadline."""
-    url, sent = dripping
-    streaming = AgentClient(lambda *_: "t", timeout=0.5, allow_loopback=True,
-                            deadline=time.monotonic() + 2.5)
-    with pytest.raises(CallTimeout):
-        streaming.query_standalone("me/drip", url, "hi")
-    assert 10 <= sent[0] < 38  # past one call's half second, stopped at the query's end
+    with raw_server("drip", interval=0.1) as server:
+        streaming = AgentClient(lambda *_: "t", timeout=0.5, allow_loopback=True,
+                                deadline=time.monotonic() + 2.5)
+        with pytest.raises(CallTimeout):
+            streaming.query_standalone("me/drip", server.url, "hi")
+        assert server.hangs_up(within=2)
+    assert 10 <= server.sent < 38  # past one call's half second, ended with the query
 
 
 @pytest.mark.parametrize("status", [429, 503])
