@@ -118,7 +118,7 @@ class Settings:
     # Agent registrations, updates, refreshes and revision changes a user may make per
     # day: each reads a handshake (or an MCP server) and makes every runner reload the
     # registry.
-    daily_agent_changes: int = setting(200, ge=0)
+    daily_agent_changes: int = setting(500, ge=0)
     daily_upload_bytes: int = setting(1024**3, ge=0)  # embed bytes a user may upload per day
     # LLM tokens (prompt + completion) per day: a user's across agents (operators may set
     # one user's own), an agent's across users (the planner is agent platform/planner).

@@ -63,7 +63,9 @@ def apply(event: dict[str, Any], services: Any, fetch: Callable[[str, str], Any]
     from codeshot.usecases.registration import AgentFields, AgentRegistration
     from codeshot.usecases.users import ensure_user, find_user, principal_of
 
-    registration = AgentRegistration(services, fetch=fetch)
+    # The operator deploying: not counted against the admin user's daily allowance
+    # (and the function's role has no access to the usage table).
+    registration = AgentRegistration(services, fetch=fetch, counted=False)
     props = event["ResourceProperties"]
     if event["RequestType"] == "Delete":
         agent_id = event.get("PhysicalResourceId", "")

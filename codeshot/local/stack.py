@@ -113,6 +113,12 @@ class LocalStack:
         self.progress(f"API: {self.api_url}")
         self.progress(f"AWS endpoint: {endpoint}")
         self.progress(f"API key: {api_key}")
+        if self.host not in ("127.0.0.1", "localhost", "::1"):
+            # Local mode lets agents and Funcs call loopback URLs, moto's included.
+            self.progress(f"Listening on {self.host}: anyone who reaches the API and has an "
+                          "account can make the platform read loopback URLs, moto's server "
+                          "(every secret of this stack) too. Share it only with people you "
+                          "would give all of it.")
         self.progress(f"Ready in {time.perf_counter() - began:.2f}s (Ctrl-C to stop)")
         return self.state
 
@@ -168,7 +174,7 @@ class LocalStack:
 
         assert self.settings is not None
         owner = principal_of(user)
-        registration = AgentRegistration(self.services)
+        registration = AgentRegistration(self.services, counted=False)
         for directory in example_agent_dirs():
             config = read_config(directory)
             agent_id = f"{user.username}/{config.handle}"

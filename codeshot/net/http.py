@@ -34,6 +34,9 @@ from codeshot.net.addresses import Resolver, Unresolved, resolve_public
 Deadline = float | Callable[[], float]
 
 
+MAX_ADDRESSES_TRIED = 3  # of a host's addresses, per connection
+
+
 class PinnedBackend(httpcore.SyncBackend):
     """Resolves and checks the host, then connects to the checked addresses only."""
 
@@ -50,14 +53,19 @@ class PinnedBackend(httpcore.SyncBackend):
         except Unresolved as exc:  # unreachable, as a refused connection: nothing was sent
             raise httpcore.ConnectError(str(exc)) from exc
         failure: Exception | None = None
-        for address in addresses:  # as socket.create_connection tries each answer
+        # As socket.create_connection tries each answer, but a few of them, all within
+        # ``timeout``: a name answering twenty silent addresses would take twenty timeouts.
+        ends = None if timeout is None else time.monotonic() + timeout
+        for address in addresses[:MAX_ADDRESSES_TRIED]:
+            left = None if ends is None else ends - time.monotonic()
+            if left is not None and left <= 0:
+                break
             try:
-                return super().connect_tcp(str(address), port, timeout, local_address,
+                return super().connect_tcp(str(address), port, left, local_address,
                                            socket_options)
             except (httpcore.ConnectError, httpcore.ConnectTimeout) as exc:
                 failure = exc
-        assert failure is not None
-        raise failure
+        raise failure or httpcore.ConnectTimeout(f"no address of {host} answered in time")
 
 
 class DeadlineStream(httpcore.NetworkStream):

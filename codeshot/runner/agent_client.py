@@ -198,18 +198,16 @@ class AgentClient:
                     accept="application/json, application/x-ndjson",
                 )
             except AgentUnavailable as exc:
-                if attempt >= self.retries or exc.permanent:
-                    raise
                 wait = self.backoff * 2 ** attempt
+                # Not again: it may have run, or there is no time left to (unavailable).
+                if attempt >= self.retries or exc.permanent or time.monotonic() + wait >= ends:
+                    raise
             else:
                 delay = _retry_delay(reply)
-                if delay is None or attempt >= self.retries:
-                    return _checked(url, reply), reply.content_type
+                if delay is None or attempt >= self.retries or time.monotonic() + delay >= ends:
+                    return _checked(url, reply), reply.content_type  # busy: AgentBusy
                 wait = delay  # as long as the agent asked
             attempt += 1
-            if time.monotonic() + wait >= ends:
-                raise CallTimeout(f"agent at {url} could not be called again within this "
-                                  "call's time")
             time.sleep(wait)
 
     def call_func(self, agent_id: str, func_url: str, func: str, text: str,

@@ -215,7 +215,6 @@ class SessionRunner:
                                        content_hash=e.content_hash, size=e.size)
                        for e in self.s.sessions.list_embeds(session.session_id)})
         book.know(memory.embeds())
-        deadline = query_deadline(settings)
         client = AgentClient(
             lambda agent_id, registration: self.s.auth.agent_token(
                 agent_id, session.owner, session.session_id, registration),

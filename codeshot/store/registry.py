@@ -85,10 +85,10 @@ class AgentRegistry(Repository):
         return b"".join(p["data"]["B"] for p in parts)
 
     def put_rows(self, key: str, version: str, data: bytes) -> None:
-        """Keep ``data`` under ``key`` in place of any other version (so an old example
-        list leaves nothing behind), in parts: the first written last, so a reader that
-        finds it at this version finds every part. Same version, same bytes: writers may
-        race."""
+        """Keep ``data`` under ``key`` in place of any other version (a new example list
+        rewrites the same items; parts past a shorter one's count stay, unread), in parts:
+        the first written last, so a reader that finds it at this version finds every
+        part. Same version, same bytes: writers may race."""
         chunks = [data[i:i + ROWS_PART_BYTES]
                   for i in range(0, len(data), ROWS_PART_BYTES)] or [b""]
         for part in reversed(range(len(chunks))):

@@ -7,9 +7,10 @@ that it parses; bytes inside are already encoded by the SDK as ``_bytes_ascii`` 
 from __future__ import annotations
 
 import json
+import time
 from typing import TYPE_CHECKING, Any
 
-from codeshot.errors import InvalidInput, NotFound
+from codeshot.errors import InvalidInput, NotFound, Unavailable
 from codeshot.models import utcnow
 from codeshot.store.base import Repository
 from codeshot.store.dynamo import Page, clamp_limit, decode_token, encode_token, from_item
@@ -19,6 +20,7 @@ if TYPE_CHECKING:
     from types_boto3_dynamodb.type_defs import TransactWriteItemTypeDef, UpdateTypeDef
 
 MAX_KEY_BYTES = 512
+WRITE_ATTEMPTS = 4  # a write whose transaction met another on the same count
 # The sort key of each scope's count of keys: blank, so no user key (_check_key refuses
 # those; DynamoDB refuses an empty one).
 COUNT_KEY = " "
@@ -61,7 +63,7 @@ class UserStorageStore(Repository):
             raise InvalidInput("value must be JSON text") from exc
         item = {**item_key, "data": {"S": data}, "modified": {"S": utcnow().isoformat()}}
         names = {"#k": "key"}
-        while True:
+        for attempt in range(WRITE_ATTEMPTS):
             try:  # a key it has: replaced, the count unchanged
                 self.db.put_item(TableName=self.table_name, Item=item,
                                  ConditionExpression="attribute_exists(#k)",
@@ -83,7 +85,10 @@ class UserStorageStore(Repository):
                     raise InvalidInput(
                         f"this agent keeps {most} keys for this user, the most it may: "
                         "delete some first", limit=most) from exc
-                # The key was written meanwhile (a concurrent put): replace it.
+                # The key was written meanwhile (a concurrent put: replace it), or another
+                # write of this user's keys held the count (try again).
+                time.sleep(0.05 * 2 ** attempt)
+        raise Unavailable("the user's storage is busy with other writes: try again")
 
     def _count(self, user_id: str, agent_id: str, step: int) -> TransactWriteItemTypeDef:
         """The transaction part that moves the scope's count of keys by ``step``."""
@@ -111,16 +116,21 @@ class UserStorageStore(Repository):
         return item["data"]["S"]
 
     def delete(self, user_id: str, agent_id: str, key: str) -> None:
-        try:
-            self.db.transact_write_items(TransactItems=[
-                {"Delete": {"TableName": self.table_name,
-                            "Key": self._key(user_id, agent_id, key),
-                            "ConditionExpression": "attribute_exists(#k)",
-                            "ExpressionAttributeNames": {"#k": "key"}}},
-                self._count(user_id, agent_id, -1),
-            ])
-        except self.db.exceptions.TransactionCanceledException as exc:
-            raise NotFound(f"no value for key {key!r}") from exc
+        for attempt in range(WRITE_ATTEMPTS):
+            try:
+                self.db.transact_write_items(TransactItems=[
+                    {"Delete": {"TableName": self.table_name,
+                                "Key": self._key(user_id, agent_id, key),
+                                "ConditionExpression": "attribute_exists(#k)",
+                                "ExpressionAttributeNames": {"#k": "key"}}},
+                    self._count(user_id, agent_id, -1),
+                ])
+                return
+            except self.db.exceptions.TransactionCanceledException as exc:
+                if _cancelled_by(exc)[:1] == ["ConditionalCheckFailed"]:
+                    raise NotFound(f"no value for key {key!r}") from exc
+                time.sleep(0.05 * 2 ** attempt)  # the count was held by another write
+        raise Unavailable("the user's storage is busy with other writes: try again")
 
     def list_keys(
         self, user_id: str, agent_id: str, limit: int | None = None, token: str | None = None

@@ -106,8 +106,11 @@ class FewShotText:
 
 class AgentRegistration:
     def __init__(self, services: Services, fetch: HandshakeFetcher | None = None,
-                 describe_mcp: McpDescriber | None = None) -> None:
+                 describe_mcp: McpDescriber | None = None, counted: bool = True) -> None:
+        """``counted``: changes count against the caller's daily allowance (not the
+        operator's deploys, nor the local stack's own agents)."""
         self.s = services
+        self.counted = counted
         self.fetch = fetch or functools.partial(
             fetch_handshake, allow_loopback=services.settings.local_mode)
         self.describe_mcp = describe_mcp or self._describe_mcp
@@ -207,6 +210,7 @@ class AgentRegistration:
         validate_handle(handle)
         agent = Agent(agent_id=Agent.make_id(owner, handle), owner=owner, handle=handle)
         agent = check_agent_fields(self._apply(agent, fields))
+        self._refuse_taken(agent.agent_id)
         self._charge(principal)
         agent = self.describe(agent, inline=fields.few_shots is not None,
                               authorization=fields.mcp_authorization)
@@ -216,19 +220,23 @@ class AgentRegistration:
     def _charge(self, principal: Principal) -> None:
         """One change against the caller's daily allowance (after the input's checks:
         refused input is not counted)."""
-        self.s.usage.charge("agent-change", principal.user_id or "",
-                            self.s.settings.daily_agent_changes)
+        if self.counted:
+            self.s.usage.charge("agent-change", principal.user_id or "",
+                                self.s.settings.daily_agent_changes)
+
+    def _refuse_taken(self, agent_id: str) -> None:
+        try:
+            self.s.registry.get(agent_id)
+        except NotFound:
+            return
+        raise Conflict(f"agent {agent_id} already exists")
 
     def _claim(self, agent_id: str) -> None:
         """Before an id is registered: CONFLICT if an agent holds it (its users' tokens
         are live), else sweep what a former agent of that id left (a delete cut short,
         its call in flight), so a new one inherits nothing."""
-        try:
-            self.s.registry.get(agent_id)
-        except NotFound:
-            self._forget_oauth(agent_id)
-            return
-        raise Conflict(f"agent {agent_id} already exists")
+        self._refuse_taken(agent_id)
+        self._forget_oauth(agent_id)
 
     def _forget_oauth(self, agent_id: str) -> None:
         """Users' OAuth tokens (and open flows) for the id. Swept before the registry
@@ -284,6 +292,7 @@ class AgentRegistration:
             # in flight, was issued before this, and OAuth refuses it (usecases/oauth.py).
             agent = agent.replace(handle=new_handle, agent_id=Agent.make_id(owner, new_handle),
                                   created=utcnow())
+            self._refuse_taken(agent.agent_id)
         self._charge(principal)
         urls_changed = ((agent.query_url, agent.func_url, agent.mcp_url)
                         != (current.query_url, current.func_url, current.mcp_url))

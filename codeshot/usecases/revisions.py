@@ -77,7 +77,7 @@ class AgentRevisions(AgentRegistration):
         revision = self._revision(agent, revision_id)
         if revision_id == agent.current_revision_id():
             return agent  # already: a retry changes nothing
-        self._charge(principal)
+        # Not counted: back to a revision it had (fixie serve restoring the previous one).
         return self._switch(agent, revision)
 
     def delete_revision(self, principal: Principal, handle: str, revision_id: str) -> Agent:

@@ -224,8 +224,9 @@ def test_revision_changes_count_against_the_daily_agent_changes(platform, handsh
     register(platform, key, handshake_agent, handle="rand")  # 1
     first = current(platform, key, "cora/rand")["id"]
     create(platform, key, "rand", handshake_agent + "/yaml")  # 2
-    assert "errors" not in platform.gql(key, SET_CURRENT, {"handle": "rand",  # 3
+    assert "errors" not in platform.gql(key, SET_CURRENT, {"handle": "rand",  # not counted
                                                            "currentRevisionId": first})
+    create(platform, key, "rand", handshake_agent + "/yaml")  # 3
     before = platform.services.registry.get("cora/rand")
     assert code(create(platform, key, "rand", handshake_agent + "/yaml")) == "RATE_LIMITED"
     assert platform.services.registry.get("cora/rand") == before

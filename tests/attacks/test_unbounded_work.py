@@ -101,7 +101,9 @@ def test_agent_registrations_and_updates_are_counted_per_day(platform, agents):
     register(platform, key, "one", agents.url + "/dice")
     bad = platform.gql(key, """mutation { createAgent(agentData: {handle: "Not Valid!",
         queryUrl: "http://127.0.0.1:9/"}) { agent { agentId } } }""")
-    assert code(bad) == "INVALID_INPUT"  # refused input is not counted
+    taken = platform.gql(key, """mutation ($u: String!) { createAgent(agentData: {handle:
+        "one", queryUrl: $u}) { agent { agentId } } }""", {"u": agents.url + "/dice"})
+    assert code(bad) == code(taken) == "INVALID_INPUT"  # refused input is not counted
     renamed = platform.gql(key, """mutation { updateAgent(agentData: {handle: "one",
         description: "rolls dice"}) { agent { agentId } } }""")
     assert renamed["data"]["updateAgent"]["agent"]["agentId"] == "churn/one"

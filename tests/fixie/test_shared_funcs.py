@@ -76,6 +76,13 @@ def test_http_get_refuses_private_addresses_outside_local_mode(url):
     assert "loopback" in err.value.message or "not a public" in err.value.message
 
 
+def test_http_get_of_a_name_that_does_not_resolve_is_input_the_model_can_correct():
+    """Models make up domains: the model is told (INVALID_INPUT, it may ask again), not
+    the query ended as an unreachable agent after three tries."""
+    with pytest.raises(InvalidInput, match="does not resolve"):
+        LIBRARY["fixie_http_get"]("http://tides.invalid/today", context(allow_loopback=False))
+
+
 def test_http_get_limits(page_url):
     http_get = LIBRARY["fixie_http_get"]
     local = context(allow_loopback=True)

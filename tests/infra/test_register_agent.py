@@ -79,6 +79,15 @@ def test_agents_are_never_deployed_under_an_account_that_signed_up_with_the_name
     assert services.registry.scan_all() == []
 
 
+def test_deploys_are_not_counted_against_the_admins_daily_changes(aws, fetch):
+    """The operator's cdk deploy registers and updates agents as the admin user: never
+    RATE_LIMITED by the users' allowance (and the function has no usage-table access)."""
+    services = Services(aws.replace(daily_agent_changes=0))
+    for kind in ("Create", "Update"):
+        physical_id, _ = register_agent.apply(event(kind, "admin/notes"), services, fetch)
+        assert physical_id == "admin/notes"
+
+
 def test_update_rereads_the_handshake_and_changes_fields(services, fetch):
     register_agent.apply(event("Create"), services, fetch)
     before = len(fetch.calls)

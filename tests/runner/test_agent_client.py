@@ -227,3 +227,29 @@ def test_retry_after_is_read_in_seconds_and_in_each_http_date_form():
                     "Sunday, 06-Nov-94 08:49:37 GMT": 7.0, "Sun Nov  6 08:49:37 1994": 7.0,
                     "Sun, 06 Nov 1994 08:49:00 GMT": 0.0,  # past: at once
                     "-1": None, "1.5": None, "soon": None, "": None}  # not valid: no retry
+
+
+def test_a_name_answering_many_silent_addresses_is_given_up_within_one_connect_time(
+        monkeypatch):
+    """Each address got the whole connect timeout: a name answering twenty addresses
+    that drop connection attempts held a call (or a handshake in the API) twenty times as
+    long. Now a connection tries three at most, within one timeout."""
+    import httpcore
+
+    from codeshot.net.http import PinnedBackend
+
+    tried: list[float] = []
+
+    def dropped(self, host, port, timeout=None, *args, **kwargs):
+        tried.append(timeout)
+        time.sleep(min(timeout, 0.1))
+        raise httpcore.ConnectTimeout("dropped")
+
+    monkeypatch.setattr(httpcore.SyncBackend, "connect_tcp", dropped)
+    answers = [(socket.AF_INET, socket.SOCK_STREAM, 6, "", (f"8.8.8.{i}", 80))
+               for i in range(20)]
+    backend = PinnedBackend(False, resolver=lambda *_, **__: answers)
+    with pytest.raises(httpcore.ConnectTimeout):
+        backend.connect_tcp("many.example", 80, timeout=5.0)
+    assert len(tried) == 3 and tried[0] == pytest.approx(5.0, abs=0.05)
+    assert tried[1] < tried[0] and tried[2] < tried[1]  # what is left of the one timeout

@@ -49,3 +49,31 @@ def test_delete_and_list_keys_in_pages(aws):
     with pytest.raises(NotFound):
         st.delete("u1", "a/b", "k0")
     assert "k0" not in st.list_keys("u1", "a/b").items
+
+
+def test_a_write_meeting_another_on_the_count_is_tried_again_not_reported_missing(aws,
+                                                                              monkeypatch):
+    """A delete whose transaction met a concurrent put on the user's count of keys used
+    to answer NOT_FOUND, the key kept; both writes go through once the other is done."""
+    store = UserStorageStore(aws)
+    store.put("u", "a/notes", "k", '"v"')
+    transact = store.db.transact_write_items
+    conflicts = [2]
+
+    def busy_count(**kwargs):
+        if conflicts[0]:
+            conflicts[0] -= 1
+            raise store.db.exceptions.TransactionCanceledException(
+                {"Error": {"Code": "TransactionCanceledException"},
+                               "CancellationReasons": [{"Code": "None"},
+                                         {"Code": "TransactionConflict"}]},
+                "TransactWriteItems")
+        return transact(**kwargs)
+
+    monkeypatch.setattr(store.db, "transact_write_items", busy_count)
+    store.delete("u", "a/notes", "k")
+    with pytest.raises(NotFound):
+        store.get("u", "a/notes", "k")
+    conflicts[0] = 2
+    store.put("u", "a/notes", "new", '"v"')
+    assert store.list_keys("u", "a/notes").items == ["new"]
