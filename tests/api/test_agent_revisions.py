@@ -164,7 +164,14 @@ def test_bad_input_is_refused_and_writes_nothing(platform, handshake_agent):
     both = platform.gql(key, """mutation { updateAgent(agentData: {handle: "rand",
         currentRevisionId: "x", name: "Other"}) { agent { agentId } } }""")
     assert code(both) == "INVALID_INPUT"
+    # A new agent has no revision to make current (it used to be ignored silently).
+    new = platform.gql(key, """mutation ($u: String!) { createAgent(agentData: {handle:
+        "fresh", queryUrl: $u, currentRevisionId: "x"}) { agent { agentId } } }""",
+                       {"u": handshake_agent})
+    assert code(new) == "INVALID_INPUT" and "updateAgent" in new["errors"][0]["message"]
     assert platform.services.registry.get("bea/rand") == before
+    assert [a.agent_id for a in platform.services.registry.scan_all()
+            if a.owner == "bea"] == ["bea/rand"]
 
 
 def test_only_the_owner_sees_and_changes_revisions(platform, handshake_agent):

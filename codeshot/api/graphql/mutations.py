@@ -64,6 +64,9 @@ class Mutation:
     async def create_agent(self, info: Info, agent_data: AgentInput) -> AgentPayload:
         services, p = await caller(info)
         reg, values = _registration(services, agent_data)
+        if agent_data.current_revision_id is not None:
+            raise InvalidInput("a new agent has no revisions: give currentRevisionId to "
+                               "updateAgent")
         agent = await blocking(reg.create, p, agent_data.handle, values)
         return AgentPayload(agent=AgentType.of(agent))
 
