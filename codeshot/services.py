@@ -138,7 +138,7 @@ class Services:
     def agents(self) -> AgentCache:
         from codeshot.store.registry import AgentCache
 
-        return AgentCache(self.registry, self.settings.agent_cache_seconds)
+        return AgentCache(self.registry)
 
     def daily_limit(self, user_limit: int | None) -> int:
         return self.settings.daily_query_limit if user_limit is None else user_limit

@@ -164,8 +164,6 @@ class Settings:
     agent_call_timeout_seconds: float = setting(30.0, gt=0)
     # How long a user has to authorize an agent at its OAuth provider (the state's life).
     oauth_state_seconds: int = setting(600, ge=60, le=3600)
-    # How long a warm runner reuses an agent's registry record (0: read it every time).
-    agent_cache_seconds: float = setting(5.0, ge=0)
     # How long a warm API reuses an API key's user record (revocation, limits); a key is
     # still verified by its signature on every request (0: read the user every time).
     api_key_cache_seconds: float = setting(30.0, ge=0)

@@ -163,11 +163,9 @@ class AgentClient:
         self.allow_loopback = allow_loopback
         self.retries = retries
         self.backoff = backoff
-        # Nothing a call sends or reads, headers included, outlives the call's time or
-        # the query's.
-        query_ends = float("inf") if deadline is None else deadline
-        self.http = public_client(allow_loopback=allow_loopback,
-                                  deadline=lambda: min(_CALL_ENDS.get(), query_ends))
+        # Nothing a call sends or reads, headers included, outlives its end (_post sets
+        # it: the call's time, within the query's).
+        self.http = public_client(allow_loopback=allow_loopback, deadline=_CALL_ENDS.get)
 
     def close(self) -> None:
         self.http.close()

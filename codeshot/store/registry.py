@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import dataclasses
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from codeshot.errors import Conflict, NotFound
 from codeshot.models import Agent, utcnow
@@ -24,6 +25,8 @@ from codeshot.store.tables import REGISTRY
 if TYPE_CHECKING:
     from types_boto3_dynamodb import DynamoDBClient
 
+T = TypeVar("T")
+
 
 def _to_item(agent: Agent) -> dict[str, Any]:
     values = agent.to_dict(exclude=frozenset({"embeddings"}))
@@ -42,12 +45,23 @@ ROWS_PART_BYTES = 300_000  # one item's share of the rows: DynamoDB items hold 4
 
 class AgentRegistry(Repository):
     table = REGISTRY
-    _listed: tuple[int, list[Agent]] | None = None  # (version, agents): see listed()
 
     def __init__(self, settings: Settings, dynamodb: DynamoDBClient | None = None) -> None:
         super().__init__(settings, dynamodb)
-        # agent id -> (registry version, its registration): see registration()
+        # What this process read, with the registry version it read it at: see _current()
+        self._listed: dict[str, tuple[int, list[Agent]]] = {}
         self._registrations: dict[str, tuple[int, int | None]] = {}
+
+    def _current(self, cache: dict[str, tuple[int, T]], key: str, read: Callable[[], T]) -> T:
+        """``read()``, kept in ``cache`` until a write moves the registry's version: one
+        consistent GetItem of that small item otherwise. The version is read first, so a
+        write between the two only moves it again."""
+        version = self.version()
+        cached = cache.get(key)
+        if cached is None or cached[0] != version:
+            cached = (version, read())
+            cache[key] = cached
+        return cached[1]
 
     def _bump(self) -> None:
         self.db.update_item(
@@ -190,15 +204,13 @@ class AgentRegistry(Repository):
         the id: read again only when a write moved the registry's version, otherwise one
         consistent GetItem of that small item (user storage checks it on every call; an
         agent's item, with its vectors, is many read units)."""
-        version = self.version()  # before the agent: a write between moves it again
-        cached = self._registrations.get(agent_id)
-        if cached is None or cached[0] != version:
+        def read() -> int | None:
             try:
-                cached = (version, self.get(agent_id).registration)
+                return self.get(agent_id).registration
             except NotFound:
-                cached = (version, None)
-            self._registrations[agent_id] = cached
-        return cached[1]
+                return None
+
+        return self._current(self._registrations, agent_id, read)
 
     def delete(self, agent_id: str, owner: str) -> None:
         lookup_key(agent_id, "agent")
@@ -239,12 +251,7 @@ class AgentRegistry(Repository):
         """Every agent without its vectors, as of the registry's version: scanned again
         only when a write moved it, otherwise one consistent GetItem (listings and the
         public planner card scanned the whole table on every request)."""
-        version = self.version()
-        cached = self._listed
-        if cached is None or cached[0] != version:
-            cached = (version, self._scan_without_vectors())
-            self._listed = cached
-        return cached[1]
+        return self._current(self._listed, "", self._scan_without_vectors)
 
     def _scan_without_vectors(self) -> list[Agent]:
         fields = [f.name for f in dataclasses.fields(Agent)
@@ -262,13 +269,12 @@ class AgentRegistry(Repository):
 
 
 class AgentCache:
-    """Agents by id, kept per container for ``ttl`` seconds: a warm runner reads an agent
-    once, not on every call, and sees a changed agent within ``ttl``, or at once after
-    :meth:`refresh`."""
+    """Agents by id, kept per container until the registry changes: a warm runner reads
+    an agent once, not on every call."""
 
-    def __init__(self, registry: AgentRegistry, ttl: float) -> None:
-        self.registry, self.ttl = registry, ttl
-        self._agents: dict[str, tuple[float, Agent]] = {}
+    def __init__(self, registry: AgentRegistry) -> None:
+        self.registry = registry
+        self._agents: dict[str, Agent] = {}
         self._version: int | None = None
 
     def refresh(self) -> None:
@@ -283,12 +289,7 @@ class AgentCache:
             self._version = version
 
     def get(self, agent_id: str) -> Agent:
-        import time
-
-        now = time.monotonic()
-        cached = self._agents.get(agent_id)
-        if cached and now - cached[0] < self.ttl:
-            return cached[1]
-        agent = self.registry.get(agent_id)
-        self._agents[agent_id] = (now, agent)
+        agent = self._agents.get(agent_id)
+        if agent is None:
+            agent = self._agents[agent_id] = self.registry.get(agent_id)
         return agent

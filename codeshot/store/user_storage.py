@@ -92,17 +92,17 @@ class UserStorageStore(Repository):
 
     def _count(self, user_id: str, agent_id: str, step: int) -> TransactWriteItemTypeDef:
         """The transaction part that moves the scope's count of keys by ``step``."""
+        values: dict[str, Any] = {":step": {"N": str(step)}}
         update: UpdateTypeDef = {
             "TableName": self.table_name,
             "Key": {"scope": {"S": _scope(user_id, agent_id)}, "key": {"S": COUNT_KEY}},
             "UpdateExpression": "ADD #n :step",
             "ExpressionAttributeNames": {"#n": "count"},
-            "ExpressionAttributeValues": {":step": {"N": str(step)}},
+            "ExpressionAttributeValues": values,
         }
-        if step > 0:
+        if step > 0:  # a key added must fit; one taken away always may be
             update["ConditionExpression"] = "attribute_not_exists(#n) OR #n < :most"
-            update["ExpressionAttributeValues"] = {
-                ":step": {"N": str(step)}, ":most": {"N": str(self.settings.max_storage_keys)}}
+            values[":most"] = {"N": str(self.settings.max_storage_keys)}
         return {"Update": update}
 
     def get(self, user_id: str, agent_id: str, key: str) -> str:

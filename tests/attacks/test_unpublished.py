@@ -3,15 +3,12 @@ existing sessions can no longer use it, whether they talk to it or the planner r
 
 from __future__ import annotations
 
-import pytest
-
 from tests.runner.conftest import register, send, session
 
 UNPUBLISH = """mutation { updateAgent(agentData: {handle: "dice", published: false}) {
   agent { agentId published } } }"""
 
 
-@pytest.mark.settings(agent_cache_seconds=0)
 def test_an_unpublished_agent_is_gone_from_other_users_existing_sessions(live, agents):
     _, mallory = live.user("mallory")
     _, victor = live.user("victor")

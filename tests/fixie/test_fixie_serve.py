@@ -92,9 +92,8 @@ def refused(fixie_python: Path, live, user, directory: Path, *args: str) -> None
     assert "INVALID_INPUT" in out.stderr and "codeshot serve DIR --register" in out.stderr
 
 
-# No agent cache: the query right after a switch goes to the new revision (a runner
-# otherwise keeps an agent for CODESHOT_AGENT_CACHE_SECONDS).
-@pytest.mark.settings(agent_cache_seconds=0)
+# The query right after a switch goes to the new revision: a runner keeps an agent only
+# until the registry changes.
 def test_fixie_serve_no_tunnel_serves_a_revision_and_restores_the_previous(
         live, user, registered, fixie_python, tmp_path):
     agent_id, previous = registered.agent_id, registered.revision

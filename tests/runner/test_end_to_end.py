@@ -83,8 +83,7 @@ def test_ask_user_pauses_and_resumes(live, agents):
                                           "result", "response"]
 
 
-@pytest.mark.settings(agent_call_timeout_seconds=1.0, reply_wait_seconds=20.0,
-                      agent_cache_seconds=0)  # the test repoints agents between queries
+@pytest.mark.settings(agent_call_timeout_seconds=1.0, reply_wait_seconds=20.0)
 @pytest.mark.slow
 def test_agents_down_broken_slow_or_garbled_end_in_one_error(live, agents):
     _, key = live.user("eve")
