@@ -65,7 +65,7 @@ def apply(event: dict[str, Any], services: Any, fetch: Callable[[str, str], Any]
 
     # The operator deploying: not counted against the admin user's daily allowance
     # (and the function's role has no access to the usage table).
-    registration = AgentRegistration(services, fetch=fetch, counted=False)
+    registration = AgentRegistration(services, charge=None, fetch=fetch)
     props = event["ResourceProperties"]
     if event["RequestType"] == "Delete":
         agent_id = event.get("PhysicalResourceId", "")

@@ -84,9 +84,12 @@ def delete_storage(owner: str, handle: str, key: str, caller: Principal = Depend
 @router.post("/api/refresh/{owner}/{handle}")
 def refresh_agent(owner: str, handle: str, user: Principal = Depends(api_user),
                   services: Services = Depends(get_services)) -> dict[str, Any]:
-    from codeshot.usecases.registration import AgentRegistration  # rare and heavy
+    from codeshot.usecases.registration import (  # rare and heavy
+        AgentRegistration,
+        daily_agent_change,
+    )
 
-    agent = AgentRegistration(services).refresh(user, owner, handle)
+    agent = AgentRegistration(services, charge=daily_agent_change).refresh(user, owner, handle)
     return {"agentId": agent.agent_id, "kind": agent.kind.value,
             "modified": agent.modified.isoformat()}
 

@@ -174,7 +174,7 @@ class LocalStack:
 
         assert self.settings is not None
         owner = principal_of(user)
-        registration = AgentRegistration(self.services, counted=False)
+        registration = AgentRegistration(self.services, charge=None)
         for directory in example_agent_dirs():
             config = read_config(directory)
             agent_id = f"{user.username}/{config.handle}"

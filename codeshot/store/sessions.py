@@ -30,13 +30,14 @@ from codeshot.store.dynamo import (
 from codeshot.store.tables import EXPIRES_AT, SESSIONS
 
 if TYPE_CHECKING:
-    from types_boto3_dynamodb.type_defs import AttributeValueTypeDef, UpdateTypeDef
+    from types_boto3_dynamodb.type_defs import AttributeValueTypeDef, PutTypeDef, UpdateTypeDef
 
 SESSION_ITEM = "SESSION"
 STATE_ITEM = "STATE"
 MSG_PREFIX = "MSG#"
 EMBED_PREFIX = "EMBED#"
 ANSWER_PREFIX = "ANSWER#"  # the runner's exactly-once marker of an answered query
+IDEMPOTENCY_PREFIX = "IDEM#"  # a posted message's idempotency key -> its message id
 
 
 @dataclass(frozen=True)
@@ -88,6 +89,21 @@ class SessionStore(Repository):
         values["item"] = EMBED_PREFIX + embed.key
         values["embed_owner"] = values.pop("owner")  # keep `owner` for SESSION items only
         return self.item(values)
+
+    def idempotency_item(self, session_id: str, key: str, message_id: str) -> PutTypeDef:
+        """A transaction's Put of ``key``: it fails if the key was used before."""
+        return {"TableName": self.table_name,
+                "Item": self.item({"session_id": session_id, "item": IDEMPOTENCY_PREFIX + key,
+                                   "message_id": message_id}),
+                "ConditionExpression": "attribute_not_exists(#i)",
+                "ExpressionAttributeNames": {"#i": "item"}}
+
+    def posted_under(self, session_id: str, key: str) -> Message | None:
+        """The message posted with idempotency ``key``, if any."""
+        item = self.db.get_item(TableName=self.table_name,
+                                Key=_key(session_id, IDEMPOTENCY_PREFIX + key),
+                                ConsistentRead=True).get("Item")
+        return self.get_message(session_id, item["message_id"]["S"]) if item else None
 
     def touch(self, expression: str, values: dict[str, AttributeValueTypeDef]
               ) -> tuple[str, dict[str, AttributeValueTypeDef]]:

@@ -41,7 +41,6 @@ if TYPE_CHECKING:
     from types_boto3_dynamodb.type_defs import TransactWriteItemTypeDef
 
 TERMINAL = frozenset({MessageType.RESPONSE, MessageType.ERROR, MessageType.AWAITING_INPUT})
-IDEMPOTENCY_PREFIX = "IDEM#"
 UPLOAD_BYTES = "upload_bytes"  # usage counter: bytes uploaded (inline or presigned) per day
 
 
@@ -126,7 +125,7 @@ class Messaging:
             # Both read the session's items before the write: only its owner may.
             self.s.sessions.get(session_id, owner=user_id)
         if idempotency_key:
-            earlier = self._earlier_post(session_id, idempotency_key)
+            earlier = self.s.sessions.posted_under(session_id, idempotency_key)
             if earlier:
                 return self._same_post(earlier, text, embeds), False
         refs, inline_bytes = self._embed_refs(user_id, embeds)
@@ -158,13 +157,8 @@ class Messaging:
                                   "ConditionExpression": "attribute_not_exists(#i)",
                                   "ExpressionAttributeNames": {"#i": "item"}}})
         if idempotency_key:
-            items.append({"Put": {
-                "TableName": table,
-                "Item": self.s.sessions.item({"session_id": session_id,
-                                              "item": IDEMPOTENCY_PREFIX + idempotency_key,
-                                              "message_id": message.message_id}),
-                "ConditionExpression": "attribute_not_exists(#i)",
-                "ExpressionAttributeNames": {"#i": "item"}}})
+            items.append({"Put": self.s.sessions.idempotency_item(
+                session_id, idempotency_key, message.message_id)})
         try:
             self.s.sessions.db.transact_write_items(TransactItems=items)
         except ClientError as exc:
@@ -175,7 +169,7 @@ class Messaging:
             if len(reasons) > len(charges) and reasons[len(charges)] == "ConditionalCheckFailed":
                 raise NotFound(f"session {session_id} not found") from exc
             if idempotency_key and reasons and reasons[-1] == "ConditionalCheckFailed":
-                earlier = self._earlier_post(session_id, idempotency_key)
+                earlier = self.s.sessions.posted_under(session_id, idempotency_key)
                 if earlier:
                     return self._same_post(earlier, text, embeds), False
             if reasons:
@@ -218,16 +212,6 @@ class Messaging:
             raise Conflict("this idempotencyKey was already used for a different message; "
                            "use a new key for a new message")
         return earlier
-
-    def _earlier_post(self, session_id: str, key: str) -> Message | None:
-        item = self.s.sessions.db.get_item(
-            TableName=self.s.sessions.table_name,
-            Key={"session_id": {"S": session_id}, "item": {"S": IDEMPOTENCY_PREFIX + key}},
-            ConsistentRead=True,
-        ).get("Item")
-        if not item:
-            return None
-        return self.s.sessions.get_message(session_id, item["message_id"]["S"])
 
     def _enqueue(self, session_id: str, message: Message) -> None:
         try:

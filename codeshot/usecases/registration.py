@@ -44,6 +44,7 @@ if TYPE_CHECKING:
 HandshakeFetcher = Callable[[str, str], Handshake]
 # (MCP server URL, its Authorization header or None) -> its name, instructions and tools
 McpDescriber = Callable[[str, str | None], "McpServerInfo"]
+ChangeCharge = Callable[[Services, Principal], None]
 
 
 # Why `fixie deploy` (code for the platform to build) is refused, and what works instead.
@@ -104,13 +105,22 @@ class FewShotText:
         return min(self.starts[number - 1] + line - 1, len(self.lines) - 1)
 
 
+def daily_agent_change(services: Services, principal: Principal) -> None:
+    """One change against the caller's daily allowance (``CODESHOT_DAILY_AGENT_CHANGES``)."""
+    services.usage.charge("agent-change", principal.user_id or "",
+                          services.settings.daily_agent_changes)
+
+
 class AgentRegistration:
-    def __init__(self, services: Services, fetch: HandshakeFetcher | None = None,
-                 describe_mcp: McpDescriber | None = None, counted: bool = True) -> None:
-        """``counted``: changes count against the caller's daily allowance (not the
-        operator's deploys, nor the local stack's own agents)."""
+    def __init__(self, services: Services, *, charge: ChangeCharge | None,
+                 fetch: HandshakeFetcher | None = None,
+                 describe_mcp: McpDescriber | None = None) -> None:
+        """``charge``: what a change costs its caller (users' changes:
+        :func:`daily_agent_change`); None for the operator's deploys and the local stack's
+        own agents. Passed in, not chosen here, so that the deploying function's code
+        never reaches the usage table its role cannot write."""
         self.s = services
-        self.counted = counted
+        self.charge = charge
         self.fetch = fetch or functools.partial(
             fetch_handshake, allow_loopback=services.settings.local_mode)
         self.describe_mcp = describe_mcp or self._describe_mcp
@@ -177,7 +187,7 @@ class AgentRegistration:
         wrote some (asking only those tools or the platform's Funcs), a base prompt and
         description from the server unless given, and the tools' descriptions as sample
         queries when no few-shot gives any."""
-        from codeshot.runner.platform_funcs import LIBRARY
+        from codeshot.runner.platform_func_names import PLATFORM_FUNC_NAMES
 
         if agent.query_url or agent.func_url:
             raise InvalidInput("an agent is an MCP server (mcpUrl) or a Fixie agent "
@@ -187,7 +197,7 @@ class AgentRegistration:
         info = self.describe_mcp(agent.mcp_url or "", authorization)
         parsed = parse_few_shots(agent.few_shots, conversational=agent.conversational)
         tools = {t.func for t in info.tools}
-        unknown = [f for f in func_names(parsed) if f not in tools and f not in LIBRARY]
+        unknown = [f for f in func_names(parsed) if f not in tools and f not in PLATFORM_FUNC_NAMES]
         if unknown:
             raise InvalidInput(f"the few-shots ask Func[{unknown[0]}], which the MCP server "
                                f"does not have (its tools: {', '.join(sorted(tools)) or 'none'})")
@@ -218,11 +228,9 @@ class AgentRegistration:
         return self._store(agent, fields, self.s.registry.create)
 
     def _charge(self, principal: Principal) -> None:
-        """One change against the caller's daily allowance (after the input's checks:
-        refused input is not counted)."""
-        if self.counted:
-            self.s.usage.charge("agent-change", principal.user_id or "",
-                                self.s.settings.daily_agent_changes)
+        """A change's cost (after the input's checks: refused input is not counted)."""
+        if self.charge is not None:
+            self.charge(self.s, principal)
 
     def _refuse_taken(self, agent_id: str) -> None:
         try:

@@ -7,7 +7,7 @@ from __future__ import annotations
 from playwright.sync_api import expect
 
 from codeshot.models import MessageType
-from codeshot.usecases.registration import AgentFields, AgentRegistration
+from codeshot.usecases.registration import AgentFields, AgentRegistration, daily_agent_change
 from codeshot.usecases.users import principal_of
 from tests.browser.test_console import send, start_session
 
@@ -125,7 +125,7 @@ def test_script_tags_are_shown_as_text_and_never_run(console, new_user, stack):
 
 def test_a_deleted_agent(console, new_user, stack):
     user, key = new_user()
-    registration = AgentRegistration(stack.services)
+    registration = AgentRegistration(stack.services, charge=daily_agent_change)
     owner = principal_of(user)
     registration.create(owner, "booking", AgentFields(
         name="Booking", base_prompt="I book tables.", few_shots=BOOKING, published=False))

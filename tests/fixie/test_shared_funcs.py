@@ -103,3 +103,11 @@ def test_http_get_stops_at_the_querys_deadline():
             LIBRARY["fixie_http_get"](drip.url, replace(context(allow_loopback=True),
                                                         deadline=began + 1))
         assert time.monotonic() - began < 2 and drip.hangs_up(within=2)
+
+
+def test_registration_knows_every_platform_func_by_name():
+    """Registration reads the names without the Funcs' code: a Func added to one list and
+    not the other would be refused in an MCP agent's few-shots, or asked and not found."""
+    from codeshot.runner.platform_func_names import PLATFORM_FUNC_NAMES
+
+    assert set(LIBRARY) == PLATFORM_FUNC_NAMES

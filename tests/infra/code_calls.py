@@ -87,6 +87,7 @@ class _Body:
     parameter ``registry: AgentRegistry``) or ``thing = Thing(...); thing.x()``."""
 
     cls: str | None
+    module: str = ""  # where it is written: which store's table its calls are on
     references: set[tuple[str | None, str]] = field(default_factory=set)
     calls: set[str] = field(default_factory=set)  # boto3 method names; "get_object" for
     #                                               a presigned GET
@@ -165,7 +166,7 @@ def _value_class(value: ast.expr, cls: str | None, types: _Types,
 
 def _scan(nodes: Iterable[ast.AST], cls: str | None, types: _Types,
           local: dict[str, str] | None = None) -> _Body:
-    body, local = _Body(cls), dict(local or {})
+    body, local = _Body(cls, types.module), dict(local or {})
     nodes = list(nodes)
     bound: set[str] = set(local)  # names bound here are not functions of ours
     for top in nodes:  # local variables made by a constructor or a typed function
@@ -225,6 +226,16 @@ def _decorator_name(node: ast.expr) -> str:
         target.id if isinstance(target, ast.Name) else ""
 
 
+def _pairs(node: ast.Assign) -> list[tuple[ast.expr, ast.expr]]:
+    """(target, value) of ``self.x = x`` and of ``self.x, self.y = x, y``."""
+    pairs = [(t, node.value) for t in node.targets]
+    for target in node.targets:
+        if isinstance(target, ast.Tuple) and isinstance(node.value, ast.Tuple) and \
+                len(target.elts) == len(node.value.elts):
+            pairs += zip(target.elts, node.value.elts, strict=True)
+    return pairs
+
+
 def _types(trees: list[ast.Module], modules: list[str], bases: dict[str, list[str]]
            ) -> _Types:
     """What annotations say about attributes: properties' return types, class-level
@@ -242,10 +253,10 @@ def _types(trees: list[ast.Module], modules: list[str], bases: dict[str, list[st
                         if isinstance(node, ast.AnnAssign) and isinstance(
                                 node.target, ast.Attribute):
                             found[node.target.attr] = types.of(node.annotation)
-                        elif isinstance(node, ast.Assign) and isinstance(
-                                node.value, ast.Name) and params.get(node.value.id):
-                            found |= {t.attr: params[node.value.id] for t in node.targets
-                                      if isinstance(t, ast.Attribute)}
+                        elif isinstance(node, ast.Assign):
+                            found |= {t.attr: params[v.id] for t, v in _pairs(node)
+                                      if isinstance(t, ast.Attribute) and
+                                      isinstance(v, ast.Name) and params.get(v.id)}
                 elif isinstance(item, ast.AnnAssign) and isinstance(item.target, ast.Name):
                     found[item.target.id] = types.of(item.annotation)
                 for attr, kind in found.items():
@@ -269,6 +280,16 @@ def actions_called(files: Iterable[Path], services: tuple[str, ...],
     """The IAM actions of the boto3 calls of ``services`` reachable from ``entry``, module
     top levels and framework-registered functions in ``files``, each with a path of
     references that reaches it (for messages)."""
+    actions: dict[str, str] = {}
+    for (action, _), via in calls_by_module(files, services, entry).items():
+        actions.setdefault(action, via)
+    return actions
+
+
+def calls_by_module(files: Iterable[Path], services: tuple[str, ...],
+                    entry: str = "handler") -> dict[tuple[str, str], str]:
+    """As :func:`actions_called`, keyed by (action, the module whose code makes the call):
+    a store module's calls are on its own table."""
     methods = _methods(services)
     files = list(files)
     trees = [ast.parse(path.read_text(), str(path)) for path in files]
@@ -347,7 +368,8 @@ def actions_called(files: Iterable[Path], services: tuple[str, ...],
 
     roots += by_name.get(entry, [])
     via: dict[int, str] = {id(r): "" for r in roots}
-    pending, seen, actions = list(roots), set(), {}
+    pending, seen = list(roots), set()
+    actions: dict[tuple[str, str], str] = {}
     while pending:  # breadth first: the paths are short ones
         body = pending.pop(0)
         if id(body) in seen:
@@ -357,7 +379,7 @@ def actions_called(files: Iterable[Path], services: tuple[str, ...],
         if called & TRANSACTIONS:
             called |= {TRANSACTION_ITEMS[k] for k in body.transaction_items}
         for action in called - TRANSACTIONS:
-            actions.setdefault(action, via[id(body)])
+            actions.setdefault((action, body.module), via[id(body)])
         for cls, name in body.references:
             for target in targets(cls, name):
                 via.setdefault(id(target), f"{via[id(body)]} > {cls or ''}.{name}".strip())

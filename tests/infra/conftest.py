@@ -12,6 +12,8 @@ import pytest
 os.environ.setdefault("JSII_SILENCE_WARNING_DEPRECATED_NODE_VERSION", "1")
 os.environ.setdefault("JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION", "20")
 
+from codeshot.store import tables
+from infra.settings_env import env_name
 from tests.infra.cfn import Template
 
 NO_BUNDLING = {"aws:cdk:bundling-stacks": []}
@@ -22,6 +24,13 @@ class Synth:
     outdir: Path
     platform: Template
     agent: Template
+
+    def table_id(self, spec: tables.Table) -> str:
+        """The table's logical id, found through the API's environment (so names agree
+        too)."""
+        value = self.platform.env("handlers.api.handler")[env_name(spec.setting)]
+        assert set(value) == {"Ref"}, value
+        return str(value["Ref"])
 
 
 def synthesize(outdir: Path, agent_stack: str = "CodeshotAgent-notes", **context: object

@@ -8,6 +8,7 @@ from __future__ import annotations
 import pytest
 
 from codeshot.sdk.project import read_config
+from codeshot.store import tables
 from infra.bundling import (
     AGENT_ENTRY_MODULE,
     API_FUNCTION,
@@ -17,7 +18,7 @@ from infra.bundling import (
     agent_bundle,
 )
 from infra.config import REPO_ROOT
-from tests.infra.code_calls import PREFIXES, actions_called, handler_modules
+from tests.infra.code_calls import PREFIXES, actions_called, calls_by_module, handler_modules
 from tests.infra.conftest import Synth, synthesize
 
 # Granted for what is not a call in the function's code:
@@ -36,13 +37,21 @@ NOT_REACHED = {
         # Deployed agents carry no MCP Authorization: registration stores no agent secret
         # and so deletes none (AgentSecrets.delete(None) returns at once).
         "secretsmanager:CreateSecret", "secretsmanager:DeleteSecret",
-        # The platform Funcs' catalogue is imported for its names; no Func runs here.
-        "dynamodb:BatchGetItem",
     },
 }
 AWS = tuple(f"{prefix}:" for prefix in PREFIXES.values())
-
-
+# A store module's DynamoDB calls are on its own table; transactions written elsewhere span
+# tables: the tables their items are on, by kind.
+STORES = {f"codeshot.store.{spec.logical}": spec for spec in tables.TABLES}
+TRANSACTION_TABLES = {
+    # the message, its embeds, the idempotency key; the session's counts and the quotas
+    "codeshot.usecases.messaging": {"dynamodb:PutItem": (tables.SESSIONS,),
+                                    "dynamodb:UpdateItem": (tables.SESSIONS, tables.USAGE)},
+    # the reply, its trace and marker, the session, a paused state; the running slot back
+    "codeshot.runner.session_runner": {"dynamodb:PutItem": (tables.SESSIONS,),
+                                       "dynamodb:DeleteItem": (tables.SESSIONS,),
+                                       "dynamodb:UpdateItem": (tables.SESSIONS, tables.USAGE)},
+}
 @pytest.fixture(scope="module")
 def every_option(tmp_path_factory: pytest.TempPathFactory) -> Synth:
     """The app with every optional part on (S3 Vectors corpus search), so that each call
@@ -69,6 +78,25 @@ def test_a_functions_role_grants_what_its_code_calls(every_option, function: Pla
     unused = granted - set(called) - NOT_CALLS.get(function.name, set())
     assert not unused, f"{function.name} is granted what its code never calls: {unused}"
     assert NOT_CALLS.get(function.name, set()) <= granted
+
+
+@pytest.mark.parametrize("function", [API_FUNCTION, RUNNER_FUNCTION, REGISTER_FUNCTION],
+                         ids=lambda f: f.name)
+def test_each_dynamodb_call_is_granted_on_its_own_table(synth, function: PlatformFunction):
+    """Action names alone hide a call on a table the role cannot touch (an agent deploy
+    that charged the usage table failed only in AWS): each call against its table's grant."""
+    called = calls_by_module(handler_modules(function.handler.rsplit(".", 1)[0]),
+                             function.aws_services)
+    calls: dict[tuple[str, str], str] = {}
+    for (action, module), via in called.items():
+        if not action.startswith("dynamodb:"):
+            continue
+        on = (STORES[module],) if module in STORES else TRANSACTION_TABLES[module][action]
+        calls |= {(spec.logical, action): via for spec in on}
+    by_logical = {spec.logical: spec for spec in tables.TABLES}
+    missing = {call: via for call, via in calls.items() if call[1] not in synth.platform.actions_on(
+                   function.handler, synth.table_id(by_logical[call[0]]))}
+    assert not missing, f"{function.name} calls, ungranted on that table: {missing}"
 
 
 def test_an_agent_calls_nothing_in_aws_and_is_granted_nothing(synth):

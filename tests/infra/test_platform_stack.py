@@ -21,20 +21,13 @@ REGISTER = "handlers.register_agent.handler"
 SQS_CONSUME = {"sqs:ReceiveMessage", "sqs:DeleteMessage", "sqs:ChangeMessageVisibility"}
 
 
-def table_id(synth, spec: tables.Table) -> str:
-    """The table's logical id, found through the API's environment (so names agree too)."""
-    value = synth.platform.env(API)[env_name(spec.setting)]
-    assert set(value) == {"Ref"}, value
-    return value["Ref"]
-
-
 def sorted_keys(schema):
     return sorted(schema, key=lambda k: k["KeyType"])
 
 
 @pytest.mark.parametrize("spec", tables.TABLES, ids=lambda s: s.logical)
 def test_each_table_is_generated_from_tables_py(synth, spec):
-    props = synth.platform.props(table_id(synth, spec))
+    props = synth.platform.props(synth.table_id(spec))
     local = spec.create_table_kwargs("unused")  # what the local stack creates
     assert sorted_keys(props["KeySchema"]) == sorted_keys(local["KeySchema"])
     assert sorted(props["AttributeDefinitions"], key=lambda a: a["AttributeName"]) == sorted(
@@ -50,7 +43,7 @@ def test_each_table_is_generated_from_tables_py(synth, spec):
     assert props["BillingMode"] == "PAY_PER_REQUEST"
     assert props["PointInTimeRecoverySpecification"]["PointInTimeRecoveryEnabled"] is True
     assert props["SSESpecification"]["SSEEnabled"] is True
-    assert synth.platform.resources[table_id(synth, spec)]["DeletionPolicy"] == "Retain"
+    assert synth.platform.resources[synth.table_id(spec)]["DeletionPolicy"] == "Retain"
 
 
 def test_no_table_outside_tables_py(synth):
@@ -263,7 +256,7 @@ def test_outputs(synth):
     assert outputs["ApiUrl"]["Value"] == endpoint
     assert outputs["GraphqlUrl"]["Value"] == {"Fn::Join": ["", [endpoint, "/graphql"]]}
     assert outputs["JwksUrl"]["Value"] == {"Fn::Join": ["", [endpoint, "/.well-known/jwks.json"]]}
-    assert outputs["UsersTable"]["Value"] == {"Ref": table_id(synth, tables.USERS)}
+    assert outputs["UsersTable"]["Value"] == {"Ref": synth.table_id(tables.USERS)}
     assert outputs["SigningSecretId"]["Value"] == synth.platform.env(API)[
         "CODESHOT_SIGNING_SECRET_ID"]
 
@@ -424,7 +417,7 @@ def assert_reads_only_the_signing_secret(synth, handler: str,
 def test_api_role(synth):
     t = synth.platform
     for spec in tables.TABLES:  # registry, sessions, users, usage, user storage: read/write
-        assert t.actions_on(API, table_id(synth, spec)) == set(table_actions(spec, write=True))
+        assert t.actions_on(API, synth.table_id(spec)) == set(table_actions(spec, write=True))
     bucket = embeds_bucket_id(synth)
     assert t.actions_on(API, bucket) == {"s3:GetObject", "s3:PutObject", "s3:DeleteObject",
                                          "s3:ListBucket"}
@@ -445,21 +438,21 @@ def invoked_models(t, handler) -> str:
 
 def test_runner_role(synth):
     t = synth.platform
-    assert t.actions_on(RUNNER, table_id(synth, tables.SESSIONS)) == set(
+    assert t.actions_on(RUNNER, synth.table_id(tables.SESSIONS)) == set(
         table_actions(tables.SESSIONS, write=True))
-    registry = t.actions_on(RUNNER, table_id(synth, tables.REGISTRY))
+    registry = t.actions_on(RUNNER, synth.table_id(tables.REGISTRY))
     assert registry == set(table_actions(tables.REGISTRY, write=False))  # it cannot write
     assert not registry & set(DYNAMO_WRITE)
-    assert t.actions_on(RUNNER, table_id(synth, tables.USERS)) == set(
+    assert t.actions_on(RUNNER, synth.table_id(tables.USERS)) == set(
         table_actions(tables.USERS, write=False))
-    assert not t.actions_on(RUNNER, table_id(synth, tables.USER_STORAGE))
+    assert not t.actions_on(RUNNER, synth.table_id(tables.USER_STORAGE))
     # It counts each LLM call's tokens against the user's and the agent's daily budgets.
-    assert t.actions_on(RUNNER, table_id(synth, tables.USAGE)) == set(
+    assert t.actions_on(RUNNER, synth.table_id(tables.USAGE)) == set(
         table_actions(tables.USAGE, write=True))
     assert t.actions_on(RUNNER, embeds_bucket_id(synth)) == {
         "s3:GetObject", "s3:PutObject", "s3:DeleteObject"}
     # It runs corpus ingestions: their versions, and their indexes under corpora/ only.
-    assert t.actions_on(RUNNER, table_id(synth, tables.CORPORA)) == set(
+    assert t.actions_on(RUNNER, synth.table_id(tables.CORPORA)) == set(
         table_actions(tables.CORPORA, write=True))
     corpus_objects = [g for g in t.grants(RUNNER) if "s3:PutObject" in g.actions
                       and any("corpora/*" in r for r in g.resource_texts())]
@@ -481,19 +474,19 @@ def test_register_agent_role(synth):
     t = synth.platform
     assert_reads_only_the_signing_secret(synth, REGISTER)
     for spec in (tables.REGISTRY, tables.USERS):  # single items: no Query, no Scan
-        assert t.actions_on(REGISTER, table_id(synth, spec)) == {
+        assert t.actions_on(REGISTER, synth.table_id(spec)) == {
             "dynamodb:GetItem", "dynamodb:PutItem", "dynamodb:UpdateItem", "dynamodb:DeleteItem"}
     for spec in (tables.SESSIONS, tables.USAGE, tables.USER_STORAGE):
-        assert not t.actions_on(REGISTER, table_id(synth, spec))
+        assert not t.actions_on(REGISTER, synth.table_id(spec))
     # Users' OAuth tokens for an agent it (un)registers: found through the keys-only
     # index, deleted key by key; it can neither read a token nor write an item.
-    oauth = table_id(synth, tables.OAUTH)
+    oauth = synth.table_id(tables.OAUTH)
     assert {(a, r) for g in t.grants(REGISTER) if oauth in g.targets()
             for a in g.actions for r in g.resource_texts()} == {
         ("dynamodb:Query", f"<{oauth}.Arn>/index/by_agent"),
         ("dynamodb:DeleteItem", f"<{oauth}.Arn>")}
     # A deployed agent's corpora: it records and queues their ingestion, nothing more.
-    assert t.actions_on(REGISTER, table_id(synth, tables.CORPORA)) == set(
+    assert t.actions_on(REGISTER, synth.table_id(tables.CORPORA)) == set(
         table_actions(tables.CORPORA, write=True))
     assert {a for a in t.all_actions(REGISTER) if a.startswith("sqs:")} == {"sqs:SendMessage"}
     assert not {a for a in t.all_actions(REGISTER) if a.startswith("s3:")}

@@ -60,7 +60,7 @@ def register_served(stack, agent, handle: str, owner: str = "local", *,
     ``owner/handle`` (as `codeshot serve --register` would), its URL as ``url_field``;
     returns its agent id."""
     from codeshot.local.http_server import HttpServer
-    from codeshot.usecases.registration import AgentFields, AgentRegistration
+    from codeshot.usecases.registration import AgentFields, AgentRegistration, daily_agent_change
     from codeshot.usecases.users import find_user, principal_of
 
     agent_id = f"{owner}/{handle}"
@@ -68,7 +68,7 @@ def register_served(stack, agent, handle: str, owner: str = "local", *,
     url = server.start()
     stack.agents.append(server)  # stopped with the stack
     principal = principal_of(find_user(stack.services, owner))
-    AgentRegistration(stack.services).create(principal, handle, AgentFields(
+    AgentRegistration(stack.services, charge=daily_agent_change).create(principal, handle, AgentFields(
         published=True, description=description, **{url_field: url}))
     return agent_id
 

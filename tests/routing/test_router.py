@@ -151,10 +151,10 @@ def test_registering_an_agent_keeps_the_no_agent_rows_for_every_runner(aws, monk
     registry: a runner container's first route then embeds only its query."""
     from codeshot.models import Principal
     from codeshot.services import Services
-    from codeshot.usecases.registration import AgentFields, AgentRegistration
+    from codeshot.usecases.registration import AgentFields, AgentRegistration, daily_agent_change
 
     services = Services(aws.replace(local_mode=True))
-    AgentRegistration(services).create(
+    AgentRegistration(services, charge=daily_agent_change).create(
         Principal(user_id="u1", username="alice"), "dice",
         AgentFields(base_prompt="I roll dice.", published=True,
                     few_shots=["Q: Roll a d20\nA: You rolled 12."]))
@@ -169,7 +169,7 @@ def test_registering_an_agent_keeps_the_no_agent_rows_for_every_runner(aws, monk
     monkeypatch.setattr(index_module, "_no_agent_rows", {})
     floor_only = Services(aws.replace(local_mode=True, router_floor=0.2))
     floor_only.embedder = Counted(floor_only.embedder)
-    AgentRegistration(floor_only).create(
+    AgentRegistration(floor_only, charge=daily_agent_change).create(
         Principal(user_id="u1", username="alice"), "coin",
         AgentFields(base_prompt="I flip coins.", few_shots=["Q: Flip a coin\nA: Heads."]))
     assert floor_only.embedder.texts == ["Flip a coin"]  # the agent's own rows only

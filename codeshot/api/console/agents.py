@@ -37,9 +37,9 @@ TEXT_FIELDS = ("name", "description", "more_info_url", "query_url", "func_url")
 
 def _registration(services: Services) -> AgentRegistration:
     # Registration (handshakes, the grammar, embeddings) is heavy to import: on use only.
-    from codeshot.usecases.registration import AgentRegistration
+    from codeshot.usecases.registration import AgentRegistration, daily_agent_change
 
-    return AgentRegistration(services)
+    return AgentRegistration(services, charge=daily_agent_change)
 
 
 def _gallery(services: Services, user: Principal) -> dict[str, Any]:

@@ -45,17 +45,18 @@ def _registration(services: Services, data: AgentInput | None = None
                   ) -> tuple[AgentRegistration, AgentFields]:
     """The registration use case and the fields to set; imported on use because agent
     registration (handshakes, few-shot grammar, embeddings) is rare and heavy to import."""
-    from codeshot.usecases.registration import AgentFields, AgentRegistration
+    from codeshot.usecases.registration import AgentFields, AgentRegistration, daily_agent_change
 
     # AgentInput carries every AgentFields field under the same (snake_case) name.
     values = {f.name: getattr(data, f.name) for f in fields(AgentFields)} if data else {}
-    return AgentRegistration(services), AgentFields(**values)
+    return AgentRegistration(services, charge=daily_agent_change), AgentFields(**values)
 
 
 def _revisions(services: Services) -> AgentRevisions:
+    from codeshot.usecases.registration import daily_agent_change
     from codeshot.usecases.revisions import AgentRevisions  # heavy, as registration
 
-    return AgentRevisions(services)
+    return AgentRevisions(services, charge=daily_agent_change)
 
 
 @strawberry.type
