@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING, Any
 from nacl.exceptions import CryptoError
 
 from codeshot import aws
-from codeshot.errors import InvalidInput, OAuthBrowserMismatch, OAuthStateInvalid
+from codeshot.errors import Forbidden, InvalidInput, OAuthBrowserMismatch, OAuthStateInvalid
 from codeshot.models import utcnow
 from codeshot.settings import Settings
 from codeshot.store.base import Repository
@@ -40,6 +40,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 STATE_PREFIX, USER_PREFIX, AGENT_PREFIX = "STATE#", "USER#", "AGENT#"
+CLIENT_PREFIX = "CLIENT#"  # an OAuth client's claim: CLIENT#<authorization host> / client id
 MAX_TOKEN_BYTES = 16_000  # a token response (access, refresh, id token) is far smaller
 KEY_PERSON = b"codeshot-oauth1"  # the derivation's domain: this key is for nothing else
 BY_AGENT = "by_agent"
@@ -165,6 +166,24 @@ class OAuthStore(Repository):
             "redirect_uri": {"S": flow.redirect_uri}, "authorize_url": {"S": authorize_url},
             "expires_at": {"N": str(int(time.time()) + self.settings.oauth_state_seconds)},
         }, ConditionExpression="attribute_not_exists(pk)")
+
+    def claim_client(self, host: str, client_id: str, owner: str) -> None:
+        """The first owner whose agent asks with an OAuth client (``client_id`` at
+        ``host``) keeps it: the callback is one for all agents, so another owner's agent
+        naming that client would have the user authorize the first owner's app and get
+        its code. Claims carry no agent id: they outlive agents, for their owner."""
+        try:
+            self.db.put_item(
+                TableName=self.table_name,
+                Item={"pk": {"S": CLIENT_PREFIX + host}, "sk": {"S": client_id},
+                      "owner": {"S": owner}},
+                ConditionExpression="attribute_not_exists(pk) OR #o = :o",
+                ExpressionAttributeNames={"#o": "owner"},
+                ExpressionAttributeValues={":o": {"S": owner}})
+        except self.db.exceptions.ConditionalCheckFailedException:
+            raise Forbidden(f"the OAuth client {client_id!r} at {host} is another owner's: "
+                            "an agent asks for authorizations with its own owner's "
+                            "client") from None
 
     def peek_flow(self, state: str, browser: str | None) -> PendingLink:
         """The open flow ``state`` names, unchanged (what its link's page shows); refused

@@ -74,10 +74,11 @@ def authorization_url(services: Services, caller: Principal, auth_uri: str, clie
     to the token's user, agent and session (a query's session: that is what resumes)."""
     from authlib.integrations.httpx_client import OAuth2Client
 
-    user_id, agent_id, _ = _acting_for(services, caller)
+    user_id, agent_id, agent = _acting_for(services, caller)
     if not caller.session_id:
         raise Forbidden("OAuth needs an agent token issued for a session")
-    _check_client(services, auth_uri, client_id, scopes)
+    host = _check_client(services, auth_uri, client_id, scopes)
+    services.oauth.claim_client(host, client_id, agent.owner)  # refused: nothing written
     _charge(services, user_id, agent_id)
     flow = Flow.new(user_id, agent_id, caller.session_id, redirect_uri(services))
     with OAuth2Client(client_id, scope=" ".join(scopes), redirect_uri=flow.redirect_uri,
@@ -113,7 +114,8 @@ def open_link(services: Services, state: str, browser: str) -> str:
 
 
 def _check_client(services: Services, auth_uri: str, client_id: str, scopes: list[str]
-                  ) -> None:
+                  ) -> str:
+    """The authorization server's host (and port), once the request is well formed."""
     parts = urlsplit(auth_uri)
     allowed = ("https", "http") if services.settings.local_mode else ("https",)
     if parts.scheme not in allowed or not parts.hostname:
@@ -123,6 +125,7 @@ def _check_client(services: Services, auth_uri: str, client_id: str, scopes: lis
     if not client_id or len(scopes) > MAX_SCOPES or not words:
         raise InvalidInput(f"clientId must be set and scopes must be words (at most "
                            f"{MAX_SCOPES}, of at most {MAX_SCOPE_CHARS} characters)")
+    return parts.netloc.rpartition("@")[2].lower()
 
 
 def get_token(services: Services, caller: Principal) -> dict[str, Any]:

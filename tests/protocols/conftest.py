@@ -68,8 +68,9 @@ def register_served(stack, agent, handle: str, owner: str = "local", *,
     url = server.start()
     stack.agents.append(server)  # stopped with the stack
     principal = principal_of(find_user(stack.services, owner))
-    AgentRegistration(stack.services, charge=daily_agent_change).create(principal, handle, AgentFields(
-        published=True, description=description, **{url_field: url}))
+    AgentRegistration(stack.services, charge=daily_agent_change).create(
+        principal, handle, AgentFields(published=True, description=description,
+                                       **{url_field: url}))
     return agent_id
 
 

@@ -572,3 +572,33 @@ def test_a_token_stored_before_the_agent_index_is_not_inherited_by_a_new_agent(s
 ])
 def test_the_links_cookie_is_secure_but_on_plain_http_to_this_machine(api_url, secure):
     assert secure_cookie(api_url) is secure
+
+
+def test_an_oauth_client_is_its_first_owners_alone(stack, provider, reader):
+    """The callback is one for all agents: another owner's agent naming the reader's
+    client would have a user authorize that app and receive the code. Refused, with
+    nothing written; its owner's own client, and the reader's owner, still work."""
+    def ask_for_link(agent_id: str, user: str, client_id: str) -> httpx.Response:
+        token = stack.services.auth.agent_token(agent_id, user_id(stack, user), "s_1")
+        return httpx.post(f"{stack.api_url}/api/oauth/authorizations",
+                          json={"authUri": provider.url + "/authorize", "clientId": client_id,
+                                "scopes": ["books.read"]},
+                          headers={"Authorization": f"Bearer {token}"}, timeout=30)
+
+    pia = new_user(stack, "pia")
+    assert ask_for_link(reader, pia, "reader-client").status_code == 200
+    new_user(stack, "nora")
+    copycat = register_served(stack, reader_agent(provider), "copycat", owner="nora")
+    refused_with(ask_for_link(copycat, pia, "reader-client"), 403, "FORBIDDEN")
+    assert stack.services.usage.used("oauth", f"{user_id(stack, pia)}#{copycat}",
+                                     "minute") == 0
+    assert ask_for_link(copycat, pia, "nora-client").status_code == 200
+    assert ask_for_link(reader, pia, "reader-client").status_code == 200
+    # The claim is the host's: the same client id at another authorization server is not.
+    other_host = provider.url.replace("127.0.0.1", "localhost")
+    token = stack.services.auth.agent_token(copycat, user_id(stack, pia), "s_1")
+    elsewhere = httpx.post(f"{stack.api_url}/api/oauth/authorizations",
+                           json={"authUri": other_host + "/authorize",
+                                 "clientId": "reader-client"},
+                           headers={"Authorization": f"Bearer {token}"}, timeout=30)
+    assert elsewhere.status_code == 200, elsewhere.text
