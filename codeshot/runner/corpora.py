@@ -147,7 +147,7 @@ class Crawl:
         kind = fetched.content_type or "text/plain"
         if kind == "text/markdown" or url.lower().endswith((".md", ".markdown")):
             kind = "text/plain"
-        text = document_text(kind, fetched.data)
+        text = document_text(kind, fetched.data, self.deadline)
         html = kind in ("text/html", "application/xhtml+xml")
         return Document(url, text, len(fetched.data)), \
             (_links(fetched.data, url) if follow and html else [])

@@ -19,6 +19,7 @@ from codeshot.local.poller import QueuePoller
 from codeshot.runner.session_runner import SessionRunner
 from tests.engine.conftest import ScriptedLLM
 from tests.fixie.conftest import User, serving_pages
+from tests.pdfs import pdf_of
 from tests.raw_server import raw_server
 from tests.runner.conftest import register, send, session
 
@@ -28,25 +29,6 @@ Ask Func[fixie_query_corpus]: What does the handbook say about the coffee machin
 Func[fixie_query_corpus] says: The coffee machine is descaled on Fridays. (Source: https://handbook.example/kitchen)
 A: The coffee machine is descaled on Fridays. (Source: https://handbook.example/kitchen)
 """
-
-
-def pdf_with(text: str) -> bytes:
-    """A one-page PDF showing ``text`` (objects and a cross-reference table, by hand)."""
-    stream = f"BT /F1 12 Tf 72 720 Td ({text}) Tj ET".encode()
-    objects = [b"<< /Type /Catalog /Pages 2 0 R >>", b"<< /Type /Pages /Kids [3 0 R] /Count 1 >>",
-               b"<< /Type /Page /Parent 2 0 R /MediaBox [0 0 612 792] /Contents 4 0 R "
-               b"/Resources << /Font << /F1 5 0 R >> >> >>",
-               b"<< /Length %d >>\nstream\n%s\nendstream" % (len(stream), stream),
-               b"<< /Type /Font /Subtype /Type1 /BaseFont /Helvetica >>"]
-    out, offsets = b"%PDF-1.4\n", []
-    for number, body in enumerate(objects, 1):
-        offsets.append(len(out))
-        out += b"%d 0 obj\n%s\nendobj\n" % (number, body)
-    xref = len(out)
-    out += b"xref\n0 %d\n0000000000 65535 f \n" % (len(objects) + 1)
-    out += b"".join(b"%010d 00000 n \n" % o for o in offsets)
-    return out + b"trailer\n<< /Size %d /Root 1 0 R >>\nstartxref\n%d\n%%%%EOF\n" % (
-        len(objects) + 1, xref)
 
 
 PAGES = {
@@ -63,7 +45,7 @@ PAGES = {
     "/handbook/parking.html": ("text/html", b"""<html><body><h1 id="lots">Parking</h1>
         <p>Staff park in lot C behind the warehouse; visitors use the two bays by the
         fountain.</p></body></html>"""),
-    "/handbook/bikes.pdf": ("application/pdf", pdf_with("The bike shed opens at 06:30.")),
+    "/handbook/bikes.pdf": ("application/pdf", pdf_of("The bike shed opens at 06:30.")),
     "/handbook/lunch.md": ("text/markdown", b"# Lunch\n\nThe canteen serves lunch from "
                                              b"11:45 to 14:15 on weekdays."),
     "/elsewhere/secret.html": ("text/html", b"<p>The vault code is 9911.</p>"),

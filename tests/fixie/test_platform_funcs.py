@@ -9,6 +9,7 @@ from datetime import UTC, datetime, timedelta
 from zoneinfo import ZoneInfo
 
 import codeshot.sdk as fixieai
+from tests.pdfs import pdf_of
 from tests.runner.conftest import messages, session
 
 CLOCK_FEW_SHOTS = """
@@ -81,30 +82,6 @@ def test_an_agents_own_func_of_the_same_name_wins(live, user, deploy):
     assert "Teatime on Discworld" in reply["text"]
 
 
-def tiny_pdf(text: str) -> bytes:
-    """A one-page PDF showing ``text`` (Helvetica), with a correct cross-reference table."""
-    objects = [
-        b"<< /Type /Catalog /Pages 2 0 R >>",
-        b"<< /Type /Pages /Kids [3 0 R] /Count 1 >>",
-        b"<< /Type /Page /Parent 2 0 R /MediaBox [0 0 612 792] /Contents 4 0 R "
-        b"/Resources << /Font << /F1 5 0 R >> >> >>",
-        None,  # the content stream
-        b"<< /Type /Font /Subtype /Type1 /BaseFont /Helvetica >>",
-    ]
-    content = f"BT /F1 12 Tf 72 720 Td ({text}) Tj ET".encode()
-    objects[3] = b"<< /Length %d >>\nstream\n%s\nendstream" % (len(content), content)
-    out, offsets = bytearray(b"%PDF-1.4\n"), []
-    for number, body in enumerate(objects, start=1):
-        offsets.append(len(out))
-        out += b"%d 0 obj\n%s\nendobj\n" % (number, body)
-    xref = len(out)
-    out += b"xref\n0 %d\n0000000000 65535 f \n" % (len(objects) + 1)
-    out += b"".join(b"%010d 00000 n \n" % o for o in offsets)
-    out += b"trailer\n<< /Size %d /Root 1 0 R >>\nstartxref\n%d\n%%%%EOF\n" % (
-        len(objects) + 1, xref)
-    return bytes(out)
-
-
 def test_query_embed_answers_from_a_text_or_pdf_embed(live, user, deploy):
     agent_id = deploy(fixieai.CodeShotAgent(
         "I answer questions about the document you upload.", READER_FEW_SHOTS,
@@ -116,7 +93,7 @@ def test_query_embed_answers_from_a_text_or_pdf_embed(live, user, deploy):
     assert "Ask Func[fixie_query_embed]: When is the launch? #doc1" in [m["text"] for m in trace]
     assert "May 5 at the harbour" in reply["text"]
 
-    pdf = tiny_pdf("The launch is on October 9 in Lisbon.")
+    pdf = pdf_of("The launch is on October 9 in Lisbon.")
     reply, _ = ask(live, user, agent_id, "When is the launch? #doc1",
                    {"doc1": ("application/pdf", pdf)})
     assert "October 9 in Lisbon" in reply["text"]

@@ -12,10 +12,11 @@ from __future__ import annotations
 import io
 import math
 import re
+import time
 from collections import Counter
 from typing import TYPE_CHECKING
 
-from codeshot.errors import InvalidInput, NotSupported
+from codeshot.errors import InvalidInput, NotSupported, Timeout
 from codeshot.llm.base import ChatMessage
 from codeshot.llm.fewshot import content_words
 
@@ -28,6 +29,12 @@ PASSAGE_CHARS = 800
 TOP_PASSAGES = 3
 OFFLINE_CHARS = 1500
 MAX_ANSWER_TOKENS = 512
+# A PDF is read a page at a time, until its pages, its text or the caller's time run out:
+# pypdf's own limits are per stream (75 MB each), so a small PDF of many compressed pages
+# could otherwise keep a runner decompressing for minutes.
+MAX_PDF_PAGES = 2000
+MAX_PDF_TEXT_CHARS = 5_000_000
+PDF_STREAM_BYTES = 20_000_000  # one page's content, decompressed (pypdf's default: 75 MB)
 TEXT_TYPES = ("application/json", "application/xml", "application/x-yaml", "application/csv")
 HIDDEN_TAGS = ("script", "style", "noscript", "template", "svg", "iframe", "head")
 BLOCK_TAGS = ("p", "div", "br", "li", "tr", "h1", "h2", "h3", "h4", "h5", "h6", "pre",
@@ -57,20 +64,44 @@ def html_text(html: bytes) -> str:
     return f"{title}\n\n{body}" if title and not body.startswith(title) else body
 
 
-def document_text(content_type: str, data: bytes) -> str:
-    """The text of an embed's bytes; INVALID_INPUT for kinds that hold no readable text."""
+def pdf_text(data: bytes, deadline: float | None = None) -> str:
+    """A PDF's text, page by page; INVALID_INPUT past :data:`MAX_PDF_PAGES` pages or
+    :data:`MAX_PDF_TEXT_CHARS` characters, TIMEOUT once ``deadline`` (time.monotonic())
+    passes (checked between pages)."""
+    from pypdf import PdfReader, apply_configuration
+    from pypdf.errors import PyPdfError
+
+    texts: list[str] = []
+    size = 0
+    try:
+        with apply_configuration(zlib_maximum_output_length=PDF_STREAM_BYTES,
+                                 stream_decoding_work_maximum_length=PDF_STREAM_BYTES):
+            pages = PdfReader(io.BytesIO(data)).pages
+            if len(pages) > MAX_PDF_PAGES:
+                raise InvalidInput(f"the PDF has {len(pages)} pages; at most "
+                                   f"{MAX_PDF_PAGES} are read")
+            for page in pages:
+                if deadline is not None and time.monotonic() > deadline:
+                    raise Timeout(f"reading the PDF ran out of time at page "
+                                  f"{len(texts) + 1} of {len(pages)}")
+                texts.append(page.extract_text() or "")
+                size += len(texts[-1])
+                if size > MAX_PDF_TEXT_CHARS:
+                    raise InvalidInput(f"the PDF holds more than {MAX_PDF_TEXT_CHARS} "
+                                       "characters of text")
+    except (PyPdfError, ValueError, KeyError) as exc:  # pypdf's limits included
+        raise InvalidInput(f"the PDF cannot be read: {exc}") from exc
+    return "\n\n".join(texts)
+
+
+def document_text(content_type: str, data: bytes, deadline: float | None = None) -> str:
+    """The text of an embed's bytes; INVALID_INPUT for kinds that hold no readable text.
+    ``deadline`` bounds reading a PDF (:func:`pdf_text`)."""
     kind, _, params = content_type.partition(";")
     kind = kind.strip().lower()
     charset = re.search(r"charset=([\w.-]+)", params)
     if kind == "application/pdf":
-        from pypdf import PdfReader
-        from pypdf.errors import PdfReadError
-
-        try:
-            pages = PdfReader(io.BytesIO(data)).pages
-            return "\n\n".join(page.extract_text() or "" for page in pages)
-        except (PdfReadError, ValueError, KeyError) as exc:
-            raise InvalidInput(f"the PDF cannot be read: {exc}") from exc
+        return pdf_text(data, deadline)
     if not (kind.startswith("text/") or kind in TEXT_TYPES or kind.endswith("+json")):
         raise InvalidInput(f"a {kind} embed holds no text to answer from")
     if kind in ("text/html", "application/xhtml+xml"):
@@ -113,7 +144,8 @@ def query_embed(text: str, ctx: FuncContext) -> str:
     excerpts = []
     for key in keys:
         content_type, data = ctx.embeds.read(key)
-        chosen = best_passages(question, passages(document_text(content_type, data)))
+        chosen = best_passages(question, passages(document_text(content_type, data,
+                                                                 ctx.deadline)))
         if not chosen:
             raise InvalidInput(f"embed #{key} holds no text")
         excerpts.append((key, chosen))

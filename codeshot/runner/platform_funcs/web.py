@@ -30,7 +30,8 @@ def http_get(text: str, ctx: FuncContext) -> str:
     fetched = fetch_public_url(url, max_bytes=MAX_BYTES, allow_loopback=ctx.allow_loopback,
                                timeout=TIMEOUT_SECONDS, deadline=ctx.deadline)
     page = "\n\n".join(p.strip() for p in document_text(
-        fetched.content_type or "text/plain", fetched.data).split("\n\n") if p.strip())
+        fetched.content_type or "text/plain", fetched.data, ctx.deadline).split("\n\n")
+        if p.strip())
     if len(page) > MAX_CHARS:
         page = page[:MAX_CHARS].rsplit(" ", 1)[0] + " [...]"
     return page or f"{url} has no text."
