@@ -25,6 +25,8 @@ def create_session(
     planner); ``callback_url`` receives its signed terminal events (in
     ``callback_format``, see :class:`Session`)."""
     user_id = user_id_of(principal)
+    check_text(name, "name", MAX_NAME, one_line=True)
+    check_text(description, "description", MAX_DESCRIPTION)
     if callback_url:
         check_callback_url(services, callback_url)
     if frontend_agent_id:  # its full id ("dice" is the caller's own "<you>/dice")

@@ -136,3 +136,19 @@ def test_a_reply_too_large_to_store_is_refused_once_with_its_code(live, agents):
     assert len([c for c in agents.calls if c[0].startswith("huge/")]) - before == 1
     asks = [m for m in live.services.sessions.all_messages(h) if m.type.value == "agent_call"]
     assert len(asks) <= 1
+
+
+def test_a_sessions_name_and_description_are_checked_before_anything_is_written(platform):
+    """A 500,000-character name was a DynamoDB item-size error (INTERNAL) after the
+    day's session count was charged; shorter ones, line breaks and NULs were stored."""
+    user_id, key = platform.user()
+    make = """mutation ($n: String, $d: String) { createSession(sessionData:
+      {name: $n, description: $d}) { session { handle } } }"""
+    for name, description in (("x" * 500_000, None), ("x" * 201, None), ("a\nb", None),
+                              ("a\x00b", None), ("ok", "d" * 2001), ("ok", "a\x00b")):
+        out = platform.gql(key, make, {"n": name, "d": description}, timeout=60)
+        assert code(out) == "INVALID_INPUT", (len(name), out)
+    assert platform.services.sessions.list_by_owner(user_id, 10).items == []
+    assert platform.services.usage.used("session", user_id) == 0
+    made = platform.gql(key, make, {"n": "Trip planning", "d": "Lisbon\nin May"})
+    assert made["data"]["createSession"]["session"]["handle"]
