@@ -30,10 +30,16 @@ def is_owner(principal: Principal, agent: Agent) -> bool:
     return principal.username is not None and principal.username == agent.owner
 
 
+def all_visible_agents(services: Services, principal: Principal) -> list[Agent]:
+    """Published agents and the caller's own, by id: all of them (the registry's listing
+    is read once per registry change, so this costs no reads)."""
+    return sorted(services.registry.all_agents(principal.username), key=lambda a: a.agent_id)
+
+
 def visible_agents(services: Services, principal: Principal, after: str | None = None,
                    limit: int | None = None) -> list[Agent]:
     """Published agents and the caller's own, by id: a page of them, after ``after``."""
-    agents = sorted(services.registry.all_agents(principal.username), key=lambda a: a.agent_id)
+    agents = all_visible_agents(services, principal)
     if after is not None:
         agents = [a for a in agents if a.agent_id > after]
     return agents[: paging.AGENTS.of(limit)]

@@ -415,3 +415,51 @@ def test_embeds_inline_or_as_downloads(console, new_user, stack):
     page.locator(".answer .msg-agent, .answer .msg-error").wait_for(timeout=20_000)
     console.shot("embeds")
     console.check_clean()
+
+
+def test_the_gallery_and_the_sessions_list_page_past_fifty(console, new_user, stack):
+    """Both lists stopped at 50 with no way on: the 51st published agent, the caller's
+    own agent past them, and the caller's older sessions were out of reach."""
+    from codeshot.usecases.registration import AgentFields, AgentRegistration
+    from codeshot.usecases.sessions import create_session
+
+    publisher, _ = new_user()
+    user, key = new_user()
+    registration = AgentRegistration(stack.services, charge=None)
+    few_shots = ["Q: Hello\nA: Hi."]
+    for n in range(55):
+        registration.create(principal_of(publisher), f"a{n:02d}", AgentFields(
+            published=True, base_prompt="I greet.", few_shots=few_shots))
+    registration.create(principal_of(user), "zz-mine", AgentFields(
+        published=False, base_prompt="I greet.", few_shots=few_shots))
+    for n in range(55):
+        create_session(stack.services, principal_of(user), name=f"trip {n:02d}")
+
+    page = console.page
+    console.sign_in(key, "/console/agents")
+    console.heading("Agents")
+    expect(page.locator(".agent-card", has_text=f"{user.username}/zz-mine")).to_be_visible()
+    seen = set()
+    while True:  # every one of the publisher's agents, each on one page only
+        cards = page.locator(".agent-card", has_text=f"{publisher.username}/")
+        found = {re.search(r"/(a\d\d)", t)[1] for t in cards.all_inner_texts()}
+        assert not found & seen
+        seen |= found
+        more = page.get_by_role("link", name="More agents")
+        if not more.count():
+            break
+        more.click()
+        expect(page.locator(".agent-card", has_text=f"{publisher.username}/{min(found)}")
+               ).to_have_count(0)
+    assert seen == {f"a{n:02d}" for n in range(55)}
+
+    console.nav("Chat")
+    console.heading("Chat")
+    first = page.locator(".sessions li").all_inner_texts()
+    assert len(first) == 50 and "trip 54" in first[0]
+    page.get_by_role("link", name="Older sessions").click()
+    expect(page.get_by_role("link", name="trip 54")).to_have_count(0)
+    rest = page.locator(".sessions li").all_inner_texts()
+    assert [t.split("\n")[0] for t in rest] == [f"trip {n:02d}" for n in range(4, -1, -1)]
+    assert page.get_by_role("link", name="Older sessions").count() == 0
+    console.check_clean()

@@ -25,7 +25,7 @@ from codeshot.api.console.web import (
 from codeshot.errors import CodeshotError, NotFound
 from codeshot.models import Agent, Principal
 from codeshot.services import Services
-from codeshot.usecases import agents
+from codeshot.usecases import agents, paging
 from codeshot.usecases.threads import blocking
 
 if TYPE_CHECKING:
@@ -42,15 +42,23 @@ def _registration(services: Services) -> AgentRegistration:
     return AgentRegistration(services, charge=daily_agent_change)
 
 
-def _gallery(services: Services, user: Principal) -> dict[str, Any]:
-    visible = agents.visible_agents(services, user)
+def _gallery(services: Services, user: Principal, after: str | None = None
+             ) -> dict[str, Any]:
+    """All of the caller's agents, and a page of others' published ones (``more``: where
+    the next page starts, if there is one)."""
+    visible = agents.all_visible_agents(services, user)
+    others = [a for a in visible if a.owner != user.username and
+              (after is None or a.agent_id > after)]
+    page = paging.AGENTS.of(None)
     return {"own": [a for a in visible if a.owner == user.username],
-            "published": [a for a in visible if a.owner != user.username]}
+            "published": others[:page],
+            "more": others[page - 1].agent_id if len(others) > page else None}
 
 
 @router.get("/console/agents", dependencies=[Depends(page_request)])
-async def gallery(request: Request, user: Principal = Depends(caller)) -> HTMLResponse:
-    view = await blocking(_gallery, services_of(request), user)
+async def gallery(request: Request, after: str | None = None,
+                  user: Principal = Depends(caller)) -> HTMLResponse:
+    view = await blocking(_gallery, services_of(request), user, after)
     return html(templates.render("agents/gallery.html", **view, notice=None))
 
 

@@ -30,7 +30,7 @@ from codeshot.api.console.web import (
 from codeshot.errors import InvalidInput
 from codeshot.models import Message, MessageType, Principal
 from codeshot.services import Services
-from codeshot.usecases import agents, sessions
+from codeshot.usecases import agents, paging, sessions
 from codeshot.usecases.messaging import TERMINAL, Messaging
 from codeshot.usecases.threads import blocking
 
@@ -122,17 +122,22 @@ def _message_id(value: str | None, what: str) -> str | None:
 
 
 def _sessions_page(services: Services, user: Principal, chosen: str = "",
-                   notice: str | None = None) -> str:
+                   notice: str | None = None, after: str | None = None) -> str:
+    """A page of the caller's sessions, newest first (``older``: where the next page
+    starts, if there is one), and every agent they can start one with."""
     names = {a.agent_id: a.name or a.agent_id
-             for a in agents.visible_agents(services, user)}
-    return templates.render("chat/sessions.html", sessions=sessions.list_sessions(services, user),
-                            agent_names=names, chosen=chosen, notice=notice)
+             for a in agents.all_visible_agents(services, user)}
+    page = paging.SESSIONS.of(None)
+    found = sessions.list_sessions(services, user, after=after, limit=page + 1)
+    return templates.render("chat/sessions.html", sessions=found[:page], agent_names=names,
+                            chosen=chosen, notice=notice,
+                            older=found[page - 1].session_id if len(found) > page else None)
 
 
 @router.get("/console/", dependencies=[Depends(page_request)])
-async def sessions_page(request: Request, agent: str = "", user: Principal = Depends(caller)
-                        ) -> HTMLResponse:
-    return html(await blocking(_sessions_page, services_of(request), user, agent))
+async def sessions_page(request: Request, agent: str = "", after: str | None = None,
+                        user: Principal = Depends(caller)) -> HTMLResponse:
+    return html(await blocking(_sessions_page, services_of(request), user, agent, None, after))
 
 
 def _render(services: Services, template: str, **context: Any) -> str:
