@@ -257,3 +257,27 @@ def live_stack_object():
 def live_stack(live_stack_object):
     """What `codeshot local up` writes to .codeshot/local.json for the stack above."""
     return live_stack_object.state
+
+
+HANGING_DOMAIN = "hang.example"
+
+
+@pytest.fixture
+def hanging_dns(monkeypatch) -> Iterator[None]:
+    """A resolver that hangs: names under ``HANGING_DOMAIN`` get no answer for 30 s (as a
+    DNS server that drops queries, behind a resolver without a timeout), then loopback's;
+    every other name resolves as usual. It replaces the resolver the whole process uses;
+    the hung lookups are let go when the test ends."""
+    import threading
+
+    released, real = threading.Event(), socket.getaddrinfo
+
+    def resolve(host: Any, port: Any, *args: Any, **kwargs: Any) -> list[tuple[Any, ...]]:
+        if str(host).endswith(HANGING_DOMAIN):
+            released.wait(30)
+            host = "127.0.0.1"
+        return real(host, port, *args, **kwargs)
+
+    monkeypatch.setattr(socket, "getaddrinfo", resolve)
+    yield
+    released.set()

@@ -13,14 +13,18 @@ from __future__ import annotations
 
 import ipaddress
 import socket
+import threading
+import time
 from collections.abc import Callable
+from concurrent.futures import Future
 from typing import Any
 from urllib.parse import urlsplit
 
 from codeshot.errors import InvalidInput
 
 IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
-# (host, port) -> getaddrinfo's answers; socket.getaddrinfo unless a test says otherwise
+# (host, port, type=...) -> getaddrinfo's answers; socket.getaddrinfo unless a test says
+# otherwise
 Resolver = Callable[..., list[tuple[Any, ...]]]
 
 # Ranges ipaddress (3.11) counts as global that are not reachable public hosts.
@@ -34,6 +38,17 @@ _EMBEDDED_LOW32 = tuple(ipaddress.ip_network(n) for n in (
     "::/96",  # IPv4-compatible (deprecated)
     "::ffff:0:0:0/96",  # IPv4-translated (SIIT)
 ))
+
+
+# getaddrinfo has no timeout and cannot be interrupted: each lookup runs on a thread of
+# its own and its caller stops waiting when its time is up (an agent call's, a fetch's;
+# MAX_LOOKUP_SECONDS at most). A lookup given up holds its thread until the resolver
+# answers (the system resolver gives up after its own timeouts and attempts, seconds); at
+# most LOOKUP_THREADS are held at once, and while all are, a new lookup waits for one only
+# as long as its own time, then its host is unresolved (an agent unreachable).
+LOOKUP_THREADS = 16
+MAX_LOOKUP_SECONDS = 10.0
+_LOOKUP_SLOTS = threading.BoundedSemaphore(LOOKUP_THREADS)
 
 
 class RefusedAddress(InvalidInput):
@@ -77,17 +92,48 @@ def refusal(address: IPAddress, allow_loopback: bool = False) -> str | None:
     return None
 
 
+def _look_up(resolve: Resolver, host: str, port: int, timeout: float) -> list[tuple[Any, ...]]:
+    """``resolve(host, port)`` on a lookup thread, waited for ``timeout`` seconds at most
+    (for a free thread too); Unresolved past that."""
+    ends = time.monotonic() + timeout
+    late = Unresolved(f"host {host!r} does not resolve (no answer within {timeout:.3g}s)")
+    if not _LOOKUP_SLOTS.acquire(timeout=max(0.0, timeout)):
+        raise late  # every lookup thread is held by a lookup that still hangs
+    answer: Future[list[tuple[Any, ...]]] = Future()
+
+    def run() -> None:
+        try:
+            answer.set_result(resolve(host, port, type=socket.SOCK_STREAM))
+        except BaseException as exc:  # handed to the caller, if it still waits
+            answer.set_exception(exc)
+        finally:
+            _LOOKUP_SLOTS.release()
+
+    try:
+        threading.Thread(target=run, name="codeshot-dns", daemon=True).start()
+    except BaseException:
+        _LOOKUP_SLOTS.release()
+        raise
+    try:
+        return answer.result(timeout=max(0.0, ends - time.monotonic()))
+    except TimeoutError:
+        raise late from None
+
+
 def resolve_public(host: str, port: int, *, allow_loopback: bool,
-                   resolver: Resolver | None = None) -> list[IPAddress]:
+                   resolver: Resolver | None = None,
+                   timeout: float | None = None) -> list[IPAddress]:
     """Every address ``host`` resolves to, all of them allowed; RefusedAddress if one is
-    not, Unresolved if there are none.
+    not, Unresolved if there are none, or none within ``timeout`` seconds (by default
+    ``MAX_LOOKUP_SECONDS``).
 
     One refused answer refuses the name: an attacker's DNS may order its answers."""
     try:
         addresses = [ipaddress.ip_address(host.strip("[]"))]
     except ValueError:
+        wait = MAX_LOOKUP_SECONDS if timeout is None else min(timeout, MAX_LOOKUP_SECONDS)
         try:
-            infos = (resolver or socket.getaddrinfo)(host, port, type=socket.SOCK_STREAM)
+            infos = _look_up(resolver or socket.getaddrinfo, host, port, wait)
         except UnicodeError as exc:  # not a host name at all
             raise RefusedAddress(f"host {host!r} is not a valid host name") from exc
         except socket.gaierror as exc:

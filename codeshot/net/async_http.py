@@ -35,7 +35,8 @@ class PinnedAsyncBackend(httpcore2.AnyIOBackend):
                           ) -> httpcore2.AsyncNetworkStream:
         try:
             addresses = await anyio.to_thread.run_sync(
-                lambda: resolve_public(host, port, allow_loopback=self.allow_loopback))
+                lambda: resolve_public(host, port, allow_loopback=self.allow_loopback,
+                                       timeout=timeout))
         except Unresolved as exc:  # unreachable, as a refused connection: nothing was sent
             raise httpcore2.ConnectError(str(exc)) from exc
         failure: Exception | None = None

@@ -11,7 +11,8 @@ redirects are never followed and no cookie is kept.
 
 httpx's timeouts bound each read and write, not a request: a peer sending a byte every
 few seconds would hold its caller for ever. A client made with a ``deadline`` waits for
-no connect, read or write past it, whatever the peer does (:class:`DeadlineBackend`).
+no name lookup, connect, read or write past it, whatever the peer or the resolver does
+(:class:`DeadlineBackend`).
 """
 
 from __future__ import annotations
@@ -47,15 +48,16 @@ class PinnedBackend(httpcore.SyncBackend):
     def connect_tcp(self, host: str, port: int, timeout: float | None = None,
                     local_address: str | None = None,
                     socket_options: Iterable[Any] | None = None) -> httpcore.NetworkStream:
+        # The lookup, then a few of its answers (as socket.create_connection tries each),
+        # all within ``timeout``: a name answering twenty silent addresses would take
+        # twenty timeouts, a resolver that hangs for ever.
+        ends = None if timeout is None else time.monotonic() + timeout
         try:
             addresses = resolve_public(host, port, allow_loopback=self.allow_loopback,
-                                       resolver=self.resolver)
+                                       resolver=self.resolver, timeout=timeout)
         except Unresolved as exc:  # unreachable, as a refused connection: nothing was sent
             raise httpcore.ConnectError(str(exc)) from exc
         failure: Exception | None = None
-        # As socket.create_connection tries each answer, but a few of them, all within
-        # ``timeout``: a name answering twenty silent addresses would take twenty timeouts.
-        ends = None if timeout is None else time.monotonic() + timeout
         for address in addresses[:MAX_ADDRESSES_TRIED]:
             left = None if ends is None else ends - time.monotonic()
             if left is not None and left <= 0:

@@ -12,6 +12,7 @@ import pytest
 import codeshot.sdk as fixieai
 from codeshot.errors import InvalidInput, Timeout
 from codeshot.runner.platform_funcs import LIBRARY, FuncContext
+from tests.conftest import HANGING_DOMAIN
 from tests.fixie.conftest import serving_pages
 from tests.fixie.test_platform_funcs import ask
 from tests.raw_server import raw_server
@@ -81,6 +82,18 @@ def test_http_get_of_a_name_that_does_not_resolve_is_input_the_model_can_correct
     the query ended as an unreachable agent after three tries."""
     with pytest.raises(InvalidInput, match="does not resolve"):
         LIBRARY["fixie_http_get"]("http://tides.invalid/today", context(allow_loopback=False))
+
+
+def test_http_get_of_a_name_whose_lookup_hangs_ends_with_the_querys_time(hanging_dns):
+    """As a name that does not resolve (what the system resolver says when it gives up),
+    by the query's deadline: the lookup held the runner for as long as it hung."""
+    began = time.monotonic()
+    with pytest.raises(InvalidInput, match="does not resolve") as err:
+        LIBRARY["fixie_http_get"](f"http://tides.{HANGING_DOMAIN}/today", replace(
+            context(allow_loopback=True), deadline=began + 1))
+    took = time.monotonic() - began
+    assert err.value.code == "INVALID_INPUT"
+    assert took < 3, f"ended after {took:.1f}s (the lookup hangs for 30 s)"
 
 
 def test_http_get_limits(page_url):

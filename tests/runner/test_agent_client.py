@@ -6,7 +6,9 @@ import socket
 import threading
 import time
 from collections import Counter
+from concurrent.futures import ThreadPoolExecutor
 from email.utils import formatdate
+from ipaddress import ip_address
 
 import pytest
 from fastapi import FastAPI, Request, Response
@@ -21,6 +23,7 @@ from codeshot.errors import (
 )
 from codeshot.local.http_server import HttpServer
 from codeshot.runner.agent_client import AgentClient
+from tests.conftest import HANGING_DOMAIN
 from tests.raw_server import raw_server
 
 CALLS: Counter[str] = Counter()  # the busy agent's calls, by path
@@ -205,6 +208,57 @@ def test_a_host_that_does_not_resolve_is_unreachable_and_tried_again(monkeypatch
     assert looked_up.count("localhost") == 1
 
 
+def test_a_resolver_that_hangs_ends_with_the_calls_time(hanging_dns):
+    """getaddrinfo has no timeout: a lookup that hung held the runner past the call's and
+    the query's time (30 s here). It ends with the call's deadline now, as a host that
+    does not resolve: the agent is unreachable."""
+    for deadline, timeout in ((1.0, 5.0), (None, 1.0)):  # the query's time; the call's
+        began = time.monotonic()
+        hung = AgentClient(lambda *_: "token", timeout=timeout, allow_loopback=True,
+                           deadline=None if deadline is None else began + deadline)
+        with pytest.raises(AgentUnavailable, match=r"'dice\.hang\.example' does not "
+                           r"resolve \(no answer within") as err:
+            hung.call_func("me/dice", f"http://dice.{HANGING_DOMAIN}:9", "roll", "1d6")
+        took = time.monotonic() - began
+        assert err.value.code == "AGENT_UNAVAILABLE" and not err.value.permanent
+        assert took < 3, f"ended after {took:.1f}s (the lookup hangs for 30 s)"
+
+
+def test_lookups_hold_a_bounded_number_of_threads():
+    """Hung lookups keep their threads (getaddrinfo cannot be interrupted), at most
+    LOOKUP_THREADS of them; past that a lookup waits for a thread only as long as its own
+    time, and its host does not resolve. Threads come back when the resolver answers."""
+    from codeshot.net import addresses
+
+    released = threading.Event()
+
+    def hangs(host, port, **_):
+        released.wait(30)
+        return [(socket.AF_INET, socket.SOCK_STREAM, 6, "", ("8.8.8.8", port))]
+
+    def look_up(_: int) -> str:
+        try:
+            addresses.resolve_public("hung.example", 80, allow_loopback=False,
+                                     resolver=hangs, timeout=0.5)
+        except addresses.Unresolved as exc:
+            return str(exc)
+        return "resolved"
+
+    began = time.monotonic()
+    with ThreadPoolExecutor(max_workers=addresses.LOOKUP_THREADS + 8) as pool:
+        results = list(pool.map(look_up, range(addresses.LOOKUP_THREADS + 8)))
+    took = time.monotonic() - began
+    dns_threads = [t for t in threading.enumerate() if t.name == "codeshot-dns"]
+    released.set()
+    assert all("no answer within 0.5s" in r for r in results), results
+    assert len(dns_threads) == addresses.LOOKUP_THREADS
+    assert took < 3, took  # each waited its own half second, the last ones for a thread
+    assert addresses.resolve_public("8.8.4.4.example", 80, allow_loopback=False, timeout=5,
+                                    resolver=lambda host, port, **_: [
+                                        (socket.AF_INET, socket.SOCK_STREAM, 6, "",
+                                         ("8.8.4.4", port))]) == [ip_address("8.8.4.4")]
+
+
 def test_an_mcp_server_whose_host_does_not_resolve_is_unreachable():
     from codeshot.runner.mcp_servers import McpServer
 
@@ -212,6 +266,18 @@ def test_an_mcp_server_whose_host_does_not_resolve_is_unreachable():
     with pytest.raises(AgentUnavailable, match=r"'tools\.invalid' does not resolve") as err:
         server.call("stock_level", '{"sku": "SKU-1"}')
     assert not err.value.permanent
+
+
+def test_an_mcp_servers_hung_lookup_ends_with_the_calls_time(hanging_dns):
+    from codeshot.runner.mcp_servers import McpServer
+
+    began = time.monotonic()
+    server = McpServer(f"http://tools.{HANGING_DOMAIN}/mcp", None, timeout=1,
+                       allow_loopback=True)
+    with pytest.raises(AgentUnavailable, match=r"'tools\.hang\.example' does not resolve"):
+        server.call("stock_level", '{"sku": "SKU-1"}')
+    took = time.monotonic() - began
+    assert took < 3, f"ended after {took:.1f}s (the lookup hangs for 30 s)"
 
 
 def test_retry_after_is_read_in_seconds_and_in_each_http_date_form():
