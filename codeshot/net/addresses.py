@@ -12,6 +12,7 @@ IPv4 address they carry. Local mode (the embedded stack) also allows loopback.
 from __future__ import annotations
 
 import ipaddress
+import queue
 import socket
 import threading
 import time
@@ -48,7 +49,9 @@ _EMBEDDED_LOW32 = tuple(ipaddress.ip_network(n) for n in (
 # as long as its own time, then its host is unresolved (an agent unreachable).
 LOOKUP_THREADS = 16
 MAX_LOOKUP_SECONDS = 10.0
-_LOOKUP_SLOTS = threading.BoundedSemaphore(LOOKUP_THREADS)
+_LOOKUP_SLOTS: queue.SimpleQueue[None] = queue.SimpleQueue()  # one item per free thread
+for _ in range(LOOKUP_THREADS):
+    _LOOKUP_SLOTS.put_nowait(None)
 
 
 class RefusedAddress(InvalidInput):
@@ -97,8 +100,10 @@ def _look_up(resolve: Resolver, host: str, port: int, timeout: float) -> list[tu
     (for a free thread too); Unresolved past that."""
     ends = time.monotonic() + timeout
     late = Unresolved(f"host {host!r} does not resolve (no answer within {timeout:.3g}s)")
-    if not _LOOKUP_SLOTS.acquire(timeout=max(0.0, timeout)):
-        raise late  # every lookup thread is held by a lookup that still hangs
+    try:
+        _LOOKUP_SLOTS.get(timeout=max(0.0, timeout))
+    except queue.Empty:
+        raise late from None  # every lookup thread is held by a lookup that still hangs
     answer: Future[list[tuple[Any, ...]]] = Future()
 
     def run() -> None:
@@ -107,12 +112,12 @@ def _look_up(resolve: Resolver, host: str, port: int, timeout: float) -> list[tu
         except BaseException as exc:  # handed to the caller, if it still waits
             answer.set_exception(exc)
         finally:
-            _LOOKUP_SLOTS.release()
+            _LOOKUP_SLOTS.put_nowait(None)
 
     try:
         threading.Thread(target=run, name="codeshot-dns", daemon=True).start()
     except BaseException:
-        _LOOKUP_SLOTS.release()
+        _LOOKUP_SLOTS.put_nowait(None)
         raise
     try:
         return answer.result(timeout=max(0.0, ends - time.monotonic()))
