@@ -20,6 +20,7 @@ Imported on the first A2A request (``codeshot.api.protocols``), not at cold star
 
 from __future__ import annotations
 
+import contextlib
 import logging
 from collections.abc import AsyncGenerator, Awaitable, Callable
 from typing import Any, TypeVar
@@ -28,7 +29,8 @@ from a2a.auth.user import User
 from a2a.server.context import ServerCallContext
 from a2a.server.events.event_queue import Event
 from a2a.server.request_handlers.request_handler import RequestHandler
-from a2a.server.request_handlers.response_helpers import agent_card_to_dict
+from a2a.server.jsonrpc_models import JSONRPCError
+from a2a.server.request_handlers.response_helpers import EXCEPTION_MAP, agent_card_to_dict
 from a2a.server.routes.common import DefaultServerCallContextBuilder
 from a2a.server.routes.jsonrpc_dispatcher import JsonRpcDispatcher
 from a2a.types import (
@@ -63,6 +65,8 @@ from a2a.types import (
     TaskStatusUpdateEvent,
 )
 from a2a.utils.errors import (
+    A2A_ERROR_REASONS,
+    JSON_RPC_ERROR_CODE_MAP,
     A2AError,
     ContentTypeNotSupportedError,
     ExtendedAgentCardNotConfiguredError,
@@ -76,7 +80,7 @@ from starlette.responses import Response
 
 from codeshot import models
 from codeshot.api.errors import INTERNAL_MESSAGE
-from codeshot.errors import CodeshotError, Conflict, InvalidInput, NotFound
+from codeshot.errors import CodeshotError, Conflict, InvalidInput, NotFound, RateLimited
 from codeshot.models import PLANNER_ID, Agent, MessageType, Principal, Session
 from codeshot.services import Services
 from codeshot.usecases import agents, sessions, tasks
@@ -89,7 +93,10 @@ log = logging.getLogger("codeshot.api")
 A2A_FORMAT = "a2a"  # Session.callback_format of a push-notification config
 DEFAULT_PUSH_CONFIG_ID = "default"
 MAX_SKILLS = 50
-MAX_LIST_PAGE = 20
+MAX_LIST_PAGE = 20  # tasks a ListTasks page shows at most (each reads its newest messages)
+MAX_PAGE_SIZE = 100  # A2A's bound: a larger pageSize is refused
+PLANNER_SKILL = AgentSkill(id="ask", name="Ask", tags=["planner"],
+                           description="Ask anything: the planner routes it to an agent.")
 T = TypeVar("T")
 
 
@@ -106,8 +113,11 @@ def _card(services: Services, agent_id: str, name: str, description: str,
     url = f"{services.settings.api_url.rstrip('/')}/a2a/{agent_id}"
     return AgentCard(
         name=name, description=description or name, version="1",
+        # The endpoint speaks both versions' method names; a 0.3 client reads the card's
+        # url and preferredTransport from the 0.3 interface.
         supported_interfaces=[AgentInterface(url=url, protocol_binding="JSONRPC",
-                                             protocol_version="1.0")],
+                                             protocol_version=version)
+                              for version in ("1.0", "0.3")],
         capabilities=AgentCapabilities(streaming=True, push_notifications=True),
         default_input_modes=["text/plain"], default_output_modes=["text/plain"],
         skills=skills[:MAX_SKILLS], **_security())
@@ -124,10 +134,11 @@ def agent_card(services: Services, agent: Agent) -> AgentCard:
 
 
 def planner_card(services: Services, visible: list[Agent]) -> AgentCard:
-    """The planner's card: a skill per agent it can route to."""
+    """The planner's card: a skill per agent it can route to, or (none visible) one
+    skill, asking it (a card has at least one)."""
     skills = [AgentSkill(id=a.agent_id.replace("/", "."), name=a.name or a.agent_id,
                          description=a.description or a.agent_id, tags=[a.owner],
-                         examples=a.sample_queries[:3]) for a in visible]
+                         examples=a.sample_queries[:3]) for a in visible] or [PLANNER_SKILL]
     return _card(services, PLANNER_ID, "codeshot planner",
                  "Answers by routing each request to the platform's agents.", skills)
 
@@ -212,6 +223,15 @@ def _text_of(message: Message) -> str:
     return "\n".join(texts)
 
 
+def _history_length(params: Any) -> int | None:
+    """A request's historyLength (None: not given); a negative one is refused."""
+    if not params.HasField("history_length"):
+        return None
+    if params.history_length < 0:
+        raise InvalidParamsError(message="historyLength must not be negative")
+    return int(params.history_length)
+
+
 # -- the request handler ----------------------------------------------------------------
 class CodeshotUser(User):
     def __init__(self, principal: Principal) -> None:
@@ -232,16 +252,36 @@ class ContextBuilder(DefaultServerCallContextBuilder):
         return CodeshotUser(principal)
 
 
+class RateLimitedError(A2AError):
+    """A quota is used up: a server error of A2A's own range (-32000 to -32099), its
+    reset time in the data, since A2A has no code of its own for it."""
+
+
+RATE_LIMITED_RPC_CODE = -32029
+# The SDK picks an error's JSON-RPC code, body model and reason by its class from these
+# tables (it has no other way to add a server error). A 0.3 client, whose protocol lacks
+# the code, gets -32603 with the same message and data.
+JSON_RPC_ERROR_CODE_MAP.setdefault(RateLimitedError, RATE_LIMITED_RPC_CODE)
+EXCEPTION_MAP.setdefault(RateLimitedError, JSONRPCError)
+A2A_ERROR_REASONS.setdefault(RateLimitedError, RateLimited.code)
+
+
+def _data(exc: CodeshotError) -> dict[str, str]:
+    """An error's stable code and details as the error's data (google.rpc.ErrorInfo's
+    metadata in A2A 1.0: a map of strings)."""
+    return {"code": exc.code, **{k: str(v) for k, v in exc.details.items()}}
+
+
 def _a2a_error(exc: Exception) -> A2AError:
     """codeshot's errors in A2A's terms; nothing unexpected leaks its details."""
     if isinstance(exc, A2AError):
         return exc
     if isinstance(exc, NotFound):
         return TaskNotFoundError(message=exc.message)
-    if isinstance(exc, Conflict):
-        return TaskNotCancelableError(message=exc.message)
-    if isinstance(exc, InvalidInput):
-        return InvalidParamsError(message=exc.message, data={"code": exc.code})
+    if isinstance(exc, InvalidInput):  # Conflict too: only a cancel makes it not-cancelable
+        return InvalidParamsError(message=exc.message, data=_data(exc))
+    if isinstance(exc, RateLimited):
+        return RateLimitedError(message=exc.message, data=_data(exc))
     if isinstance(exc, CodeshotError):
         return InternalError(message=exc.message, data={"code": exc.code})
     log.error("A2A request failed", exc_info=exc)
@@ -296,27 +336,36 @@ class SessionTasks(RequestHandler):
 
     async def _post(self, params: SendMessageRequest, context: ServerCallContext,
                     wait: float) -> tuple[Session, tasks.Turn]:
+        """Post a message (to its task, or a new one) once everything in it was checked:
+        refused input makes, charges and stores nothing. A retried message (same
+        messageId) is the first one: the same new task, posted and charged once."""
         principal = self._principal(context)
         text = _text_of(params.message)
+        await blocking(Messaging(self.s).precheck, principal, text)
+        config = params.configuration
+        push = config.task_push_notification_config \
+            if config.HasField("task_push_notification_config") else None
+        if push is not None:
+            await self._check_push(push)
+        key = params.message.message_id[:128] or None
         session_id = await self._existing(principal, params.message)
         if session_id is None:
-            session = await blocking(tasks.open_session, self.s, principal, self.agent_id, None)
+            session = await blocking(tasks.open_session, self.s, principal, self.agent_id,
+                                     None, once=f"a2a:{self.agent_id}:{key}" if key else None)
             session_id = session.session_id
-        config = params.configuration
-        if config.HasField("task_push_notification_config"):
-            await self._set_push(principal, session_id, config.task_push_notification_config)
+        if push is not None:  # before the post, so its answer is pushed
+            await self._set_push(principal, session_id, push)
         return await tasks.ask(self.s, principal, text, agent_id=self.agent_id,
-                               session_id=session_id, wait=wait,
-                               idempotency_key=params.message.message_id[:128] or None)
+                               session_id=session_id, wait=wait, idempotency_key=key)
 
     async def on_message_send(self, params: SendMessageRequest, context: ServerCallContext
                               ) -> Task:
+        length = _history_length(params.configuration)
+
         async def send() -> Task:
             immediately = params.configuration.return_immediately
             session, _ = await self._post(params, context, 0 if immediately else
                                           self.s.settings.reply_wait_seconds)
-            length = params.configuration.history_length \
-                if params.configuration.HasField("history_length") else None
             return await self._task(self._principal(context), session.session_id, length)
 
         return await self._call(send)
@@ -335,8 +384,10 @@ class SessionTasks(RequestHandler):
     async def _updates(self, task_id: str, query: models.Message
                        ) -> AsyncGenerator[Event]:
         """Each step after ``query`` as a working status, then the answer as an artifact
-        and the final status; the stream ends at the terminal reply (or the reply wait)."""
+        and the final status; the stream ends at the terminal reply, or at the reply wait
+        with the task's status then (still working: read or subscribe again later)."""
         timeout = max(self.s.settings.reply_wait_seconds, 1.0)
+        status = _status(self.s, tasks.Turn(query))
         async for message in follow(Messaging(self.s), query, timeout):
             terminal = message.in_reply_to == query.message_id and \
                 message.type in TERMINAL
@@ -346,9 +397,12 @@ class SessionTasks(RequestHandler):
                                               artifact=_artifact(self.s, message),
                                               last_chunk=True)
             status = _status(self.s, turn)
-            if not terminal:
-                status.message.CopyFrom(wire_message(self.s, message))
+            if terminal:
+                yield TaskStatusUpdateEvent(task_id=task_id, context_id=task_id, status=status)
+                return
+            status.message.CopyFrom(wire_message(self.s, message))
             yield TaskStatusUpdateEvent(task_id=task_id, context_id=task_id, status=status)
+        yield TaskStatusUpdateEvent(task_id=task_id, context_id=task_id, status=status)
 
     async def on_subscribe_to_task(self, params: SubscribeToTaskRequest,
                                    context: ServerCallContext) -> AsyncGenerator[Event]:
@@ -367,28 +421,44 @@ class SessionTasks(RequestHandler):
 
     async def on_get_task(self, params: GetTaskRequest, context: ServerCallContext
                           ) -> Task | None:
-        length = params.history_length if params.HasField("history_length") else None
-        return await self._call(self._task, self._principal(context), params.id, length)
+        return await self._call(self._task, self._principal(context), params.id,
+                                _history_length(params))
 
     async def on_list_tasks(self, params: ListTasksRequest, context: ServerCallContext
                             ) -> ListTasksResponse:
+        if params.status or params.HasField("status_timestamp_after"):
+            # A task's state is its newest turn's, not stored with the session: filtering
+            # by it would read every task's messages.
+            raise InvalidParamsError(message="ListTasks filters only by contextId; "
+                                             "read each task's status instead")
+        if not 0 <= params.page_size <= MAX_PAGE_SIZE:
+            raise InvalidParamsError(message=f"pageSize must be from 1 to {MAX_PAGE_SIZE}")
+        length = _history_length(params) or 0
+
         async def listing() -> ListTasksResponse:
             principal = self._principal(context)
-            mine = [s for s in await blocking(sessions.list_sessions, self.s, principal)
-                    if s.frontend_agent_id == self.frontend]
             size = min(params.page_size or MAX_LIST_PAGE, MAX_LIST_PAGE)
-            start = int(params.page_token) if params.page_token.isdigit() else 0
-            page = []
-            length = params.history_length if params.HasField("history_length") else 0
-            for session in mine[start:start + size]:
+            found: list[Session] = []
+            token = None
+            if params.context_id:  # a context is one task: this one, if it is one of ours
+                with contextlib.suppress(NotFound, TaskNotFoundError):
+                    found = [await self._session(principal, params.context_id)]
+                total = len(found)
+            else:
+                page = await blocking(self.s.sessions.list_by_frontend, user_id_of(principal),
+                                      self.frontend, size, params.page_token or None)
+                found, token = page.items, page.next_token
+                total = await blocking(self.s.sessions.count_by_frontend,
+                                       user_id_of(principal), self.frontend)
+            listed = []
+            for session in found:
                 # A few of its messages, never its whole log: its state, newest answer and
                 # history_length messages, at most tasks.LISTED_MESSAGES of them.
                 messages = await blocking(tasks.newest, self.s, session.session_id)
-                page.append(task_of(self.s, session, messages, length,
-                                    artifacts=params.include_artifacts))
-            more = start + size < len(mine)
-            return ListTasksResponse(tasks=page, page_size=size, total_size=len(mine),
-                                     next_page_token=str(start + size) if more else "")
+                listed.append(task_of(self.s, session, messages, length,
+                                      artifacts=params.include_artifacts))
+            return ListTasksResponse(tasks=listed, page_size=size, total_size=total,
+                                     next_page_token=token or "")
 
         return await self._call(listing)
 
@@ -397,19 +467,25 @@ class SessionTasks(RequestHandler):
         async def cancel() -> Task:
             principal = self._principal(context)
             await self._session(principal, params.id)
-            await blocking(tasks.cancel, self.s, principal, params.id)
+            try:
+                await blocking(tasks.cancel, self.s, principal, params.id)
+            except Conflict as exc:  # not waiting for input: nothing to cancel
+                raise TaskNotCancelableError(message=exc.message, data=_data(exc)) from exc
             return await self._task(principal, params.id)
 
         return await self._call(cancel)
 
     # -- push notifications: the session's signed callback, in A2A's form ---------------
-    async def _set_push(self, principal: Principal, task_id: str,
-                        config: TaskPushNotificationConfig) -> TaskPushNotificationConfig:
+    async def _check_push(self, config: TaskPushNotificationConfig) -> None:
         if config.HasField("authentication"):
             raise InvalidParamsError(message=(
                 "push notifications carry the platform's signed JWT in Authorization "
                 "(verify it with /.well-known/jwks.json); leave authentication out"))
         await blocking(sessions.check_callback_url, self.s, config.url)
+
+    async def _set_push(self, principal: Principal, task_id: str,
+                        config: TaskPushNotificationConfig) -> TaskPushNotificationConfig:
+        """Store a checked config (:meth:`_check_push`) as the task's callback."""
         config_id = config.id or DEFAULT_PUSH_CONFIG_ID
         await blocking(self.s.sessions.set_callback, task_id, user_id_of(principal),
                        callback_url=config.url, callback_token=config.token or None,
@@ -432,6 +508,7 @@ class SessionTasks(RequestHandler):
         async def create() -> TaskPushNotificationConfig:
             principal = self._principal(context)
             await self._session(principal, params.task_id)
+            await self._check_push(params)
             return await self._set_push(principal, params.task_id, params)
 
         return await self._call(create)

@@ -172,8 +172,10 @@ def create_app(settings: Settings | None = None, services: Services | None = Non
     app.include_router(protocols_router)
     app.include_router(agent_protocol_router)
     # A plain route, not a mount: a mount redirects /mcp to /mcp/, and MCP clients POST.
+    # POST only: a stateless server has no session to DELETE, and its GET stream would
+    # stay open sending nothing but pings (405, as the spec allows, tells clients so).
     app.router.routes.append(Route("/mcp", LazyEndpoint("codeshot.api.mcp"),
-                                   methods=["GET", "POST", "DELETE"]))
+                                   methods=["POST"]))
     console.install(app)
     app.add_middleware(BodyLimit, limit=MAX_REQUEST_BYTES)
     app.add_middleware(Correlation)

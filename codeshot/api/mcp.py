@@ -44,9 +44,9 @@ from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
 from mcp.shared.exceptions import MCPError
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS, is_version_at_least
 from starlette.middleware.authentication import AuthenticationMiddleware
-from starlette.types import Receive, Scope, Send
+from starlette.types import Message, Receive, Scope, Send
 
-from codeshot.api.errors import INTERNAL_MESSAGE, as_codeshot_error
+from codeshot.api.errors import INTERNAL_MESSAGE, as_codeshot_error, rest_body
 from codeshot.errors import CodeshotError, Timeout, Unauthenticated
 from codeshot.models import PLANNER_ID, Principal, TaskState
 from codeshot.services import Services
@@ -276,8 +276,13 @@ class CodeshotMCP:
                    principal: Principal, args: AskArguments
                    ) -> types.CallToolResult | types.InputRequiredResult:
         text, session_id = args.query, args.session_id
+        key = None
         if params.request_state is not None:  # the client answered our elicitation
-            session_id = json.loads(params.request_state)["session"]
+            state = json.loads(params.request_state)
+            session_id = state["session"]
+            # The sealed state stays valid for an hour: a replay of it is the same answer,
+            # posted (and charged) once.
+            key = f"answer-{state['question']}" if "question" in state else None
             answer = (params.input_responses or {}).get("answer")
             if not isinstance(answer, types.ElicitResult) or answer.action != "accept":
                 await blocking(tasks.cancel, self.services, principal, session_id,
@@ -287,7 +292,7 @@ class CodeshotMCP:
                                                            "status": "canceled"})
             text = str((answer.content or {}).get("answer", "")).strip()
         session, turn = await tasks.ask(self.services, principal, text, agent_id=args.agent_id,
-                                        session_id=session_id)
+                                        session_id=session_id, idempotency_key=key)
         return self._result(ctx, session.session_id, turn)
 
     def _result(self, ctx: ServerRequestContext[Any], session_id: str, turn: tasks.Turn
@@ -305,7 +310,8 @@ class CodeshotMCP:
                     input_requests={"answer": types.ElicitRequest(
                         params=types.ElicitRequestFormParams(message=reply.text,
                                                              requested_schema=ANSWER_SCHEMA))},
-                    request_state=json.dumps({"session": session_id}))
+                    request_state=json.dumps({"session": session_id,
+                                              "question": reply.message_id}))
             return _text(f"The agent asks: {reply.text}\nTo answer, call ask again with "
                          f'session "{session_id}" and the answer as the query.',
                          structured={"session": session_id, "status": state,
@@ -333,14 +339,34 @@ def _can_elicit(ctx: ServerRequestContext[Any]) -> bool:
             and capabilities is not None and capabilities.elicitation is not None)
 
 
+class RequireApiKey(RequireAuthMiddleware):
+    """The SDK's check, its refusal in the platform's error shape (UNAUTHENTICATED);
+    the WWW-Authenticate header, which MCP clients read, stays the SDK's."""
+
+    async def _send_auth_error(self, send: Send, status_code: int, error: str,
+                               description: str) -> None:
+        async def stable_body(message: Message) -> None:
+            if message["type"] == "http.response.body":
+                message = {**message, "body": body}
+            elif message["type"] == "http.response.start":
+                message = {**message, "headers": [
+                    (k, str(len(body)).encode() if k == b"content-length" else v)
+                    for k, v in message["headers"]]}
+            await send(message)
+
+        body = json.dumps(rest_body(Unauthenticated(description))).encode()
+        await super()._send_auth_error(stable_body, status_code, error, description)
+
+
 class MCPEndpoint:
-    """The ASGI endpoint at /mcp: Bearer API key, then a stateless streamable-HTTP
-    exchange with a session manager made for this request."""
+    """The ASGI endpoint at /mcp (POST only: stateless, so no GET stream or DELETE):
+    Bearer API key, then a stateless streamable-HTTP exchange with a session manager
+    made for this request."""
 
     def __init__(self, services: Services) -> None:
         self.mcp = CodeshotMCP(services)
         self._app = AuthenticationMiddleware(
-            AuthContextMiddleware(RequireAuthMiddleware(self._serve, required_scopes=[])),
+            AuthContextMiddleware(RequireApiKey(self._serve, required_scopes=[])),
             backend=BearerAuthBackend(ApiKeyVerifier(services)))
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:

@@ -38,6 +38,9 @@ MSG_PREFIX = "MSG#"
 EMBED_PREFIX = "EMBED#"
 ANSWER_PREFIX = "ANSWER#"  # the runner's exactly-once marker of an answered query
 IDEMPOTENCY_PREFIX = "IDEM#"  # a posted message's idempotency key -> its message id
+# A user's one-time keys for new sessions live in a partition of their own,
+# GUARD#<owner>, item <key> -> the session made for it (no owner attribute: not listed).
+GUARD_PARTITION = "GUARD#"
 
 
 @dataclass(frozen=True)
@@ -133,6 +136,41 @@ class SessionStore(Repository):
             raise Conflict(f"session {session.session_id} already exists") from exc
         return session
 
+    def create_once(self, session: Session, key: str, charge: UpdateTypeDef) -> str | None:
+        """Create ``session`` under its owner's one-time ``key`` with ``charge`` (the
+        UpdateItem of its quota), all in one transaction, and return its id; or the id of
+        the session the key made before (nothing written or charged); None when the charge
+        is refused (nothing written)."""
+        guard = self.item({"session_id": GUARD_PARTITION + session.owner, "item": key,
+                           "guarded_session": session.session_id})
+        values = session.to_dict() | {"item": SESSION_ITEM}
+        try:
+            self.db.transact_write_items(TransactItems=[
+                {"Update": charge},
+                {"Put": {"TableName": self.table_name, "Item": guard,
+                         "ConditionExpression": "attribute_not_exists(#i)",
+                         "ExpressionAttributeNames": {"#i": "item"}}},
+                {"Put": {"TableName": self.table_name, "Item": self.item(values),
+                         "ConditionExpression": "attribute_not_exists(#i)",
+                         "ExpressionAttributeNames": {"#i": "item"}}},
+            ])
+        except self.db.exceptions.TransactionCanceledException as exc:
+            reasons = [r.get("Code") for r in exc.response.get("CancellationReasons", [])]
+            if reasons[:1] == ["ConditionalCheckFailed"]:
+                return None
+            earlier = self.guarded(session.owner, key)
+            if earlier is None:  # not the key: a session id collision (vanishingly rare)
+                raise Conflict("the session collided with a concurrent change; retry") from exc
+            return earlier
+        return session.session_id
+
+    def guarded(self, owner: str, key: str) -> str | None:
+        """The session the owner's one-time ``key`` made, if any."""
+        item = self.db.get_item(TableName=self.table_name,
+                                Key=_key(GUARD_PARTITION + owner, key),
+                                ConsistentRead=True).get("Item")
+        return item["guarded_session"]["S"] if item else None
+
     def get(self, session_id: str, owner: str | None = None) -> Session:
         """The session; with ``owner``, another user's session is reported as missing."""
         item = self.db.get_item(
@@ -170,6 +208,54 @@ class SessionStore(Repository):
             encode_token(out.get("LastEvaluatedKey")),
         )
 
+    @staticmethod
+    def _with_frontend(owner: str, frontend: str | None) -> dict[str, Any]:
+        """A Query of the owner's index for their sessions with ``frontend`` (None: the
+        planner); DynamoDB filters the others out after reading them."""
+        lookup_key(owner, "owner")
+        return {
+            "IndexName": "by_owner", "KeyConditionExpression": "#o = :owner",
+            "FilterExpression": "#f = :f" if frontend else "attribute_not_exists(#f)",
+            "ExpressionAttributeNames": {"#o": "owner", "#f": "frontend_agent_id"},
+            "ExpressionAttributeValues": {":owner": {"S": owner},
+                                          **({":f": {"S": frontend}} if frontend else {})},
+        }
+
+    def list_by_frontend(self, owner: str, frontend: str | None, limit: int,
+                         token: str | None = None, reads: int = 5) -> Page[Session]:
+        """The owner's sessions with ``frontend`` (None: the planner), newest first, from
+        ``token``: up to ``limit`` of them in at most ``reads`` Queries (a page may come
+        short, with a token to go on, when the owner has many sessions with others)."""
+        kwargs = {"TableName": self.table_name, "ScanIndexForward": False,
+                  **self._with_frontend(owner, frontend)}
+        start = decode_token(token, {"owner": owner})
+        found: list[Session] = []
+        for _ in range(reads):
+            if start:
+                kwargs["ExclusiveStartKey"] = start
+            # Only as many as the page still needs: the last key is then the last one
+            # looked at, so nothing is skipped.
+            out = self.db.query(**kwargs, Limit=limit - len(found))
+            found += [Session.from_dict(from_item(i)) for i in out.get("Items", [])]
+            start = out.get("LastEvaluatedKey")
+            if not start or len(found) >= limit:
+                break
+        return Page(found, encode_token(start))
+
+    def count_by_frontend(self, owner: str, frontend: str | None) -> int:
+        """How many sessions the owner has with ``frontend`` (counted by DynamoDB)."""
+        return self._count({"TableName": self.table_name, "Select": "COUNT",
+                            **self._with_frontend(owner, frontend)})
+
+    def _count(self, kwargs: dict[str, Any]) -> int:
+        total = 0
+        while True:
+            out = self.db.query(**kwargs)
+            total += out["Count"]
+            if "LastEvaluatedKey" not in out:
+                return total
+            kwargs["ExclusiveStartKey"] = out["LastEvaluatedKey"]
+
     def count_by_owner(self, owner: str) -> int:
         """How many sessions the owner has (counted by DynamoDB, none returned)."""
         lookup_key(owner, "owner")
@@ -179,13 +265,7 @@ class SessionStore(Repository):
             "ExpressionAttributeNames": {"#o": "owner"},
             "ExpressionAttributeValues": {":owner": {"S": owner}},
         }
-        total = 0
-        while True:
-            out = self.db.query(**kwargs)
-            total += out["Count"]
-            if "LastEvaluatedKey" not in out:
-                return total
-            kwargs["ExclusiveStartKey"] = out["LastEvaluatedKey"]
+        return self._count(kwargs)
 
     def set_status(
         self, session_id: str, status: SessionStatus, expected: SessionStatus | None = None

@@ -12,7 +12,7 @@ import asyncio
 import base64
 import binascii
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -195,11 +195,11 @@ class Messaging:
                              size=ref.size))
         return new
 
-    def precheck(self, principal: Principal, text: str) -> None:
+    def precheck(self, principal: Principal, text: str, has_embeds: bool = False) -> None:
         """Refuse, before anything is made for it, a post that would be refused: bad text,
         or a daily quota already used up (the post itself charges it exactly)."""
         user_id = user_id_of(principal)
-        self._check_text(text, has_embeds=False)
+        self._check_text(text, has_embeds)
         limit = self.s.daily_limit(principal.daily_query_limit)
         if self.s.usage.used("query", user_id) >= limit:
             raise self.s.usage.rate_limited("daily query", limit, "day")
@@ -253,32 +253,44 @@ FIRST_POLL_SECONDS = 0.4
 MAX_POLL_INTERVAL_SECONDS = 1.0
 
 
-async def wait_for_reply(messaging: Messaging, message: Message, timeout: float) -> Message | None:
-    """Poll for the reply with a growing interval, never holding a worker thread."""
-    deadline = time.monotonic() + timeout
+def _poll_delays() -> Iterator[float]:
+    """The waits between reply polls: FIRST_POLL_SECONDS growing to the interval's most."""
     delay = FIRST_POLL_SECONDS
     while True:
-        await asyncio.sleep(min(delay, max(0.0, deadline - time.monotonic())))
-        reply = await blocking(messaging.reply_to, message.session_id, message.message_id)
-        if reply or time.monotonic() >= deadline:
-            return reply
+        yield delay
         delay = min(delay * 1.5, MAX_POLL_INTERVAL_SECONDS)
 
 
+async def wait_for_reply(messaging: Messaging, message: Message, timeout: float) -> Message | None:
+    """Poll for the reply with a growing interval, never holding a worker thread."""
+    deadline = time.monotonic() + timeout
+    reply = None
+    for delay in _poll_delays():
+        await asyncio.sleep(min(delay, max(0.0, deadline - time.monotonic())))
+        reply = await blocking(messaging.reply_to, message.session_id, message.message_id)
+        if reply or time.monotonic() >= deadline:
+            break
+    return reply
+
+
 async def follow(messaging: Messaging, query: Message, timeout: float) -> AsyncIterator[Message]:
-    """Yield each message stored after ``query`` until its terminal reply (or timeout)."""
+    """Yield each message stored after ``query`` until its terminal reply (or timeout),
+    polling as :func:`wait_for_reply` does (a stream's reads are not charged)."""
     deadline = time.monotonic() + timeout
     last = query.message_id
-    while time.monotonic() < deadline:
+    for delay in _poll_delays():
+        await asyncio.sleep(min(delay, max(0.0, deadline - time.monotonic())))
         for message in await blocking(messaging.newer, query.session_id, last):
             last = message.message_id
             yield message
             if message.in_reply_to == query.message_id and message.type in TERMINAL:
                 return
-        await asyncio.sleep(0.1)
+        if time.monotonic() >= deadline:
+            return
 
 
-FIRST_POLL_SECONDS, POLL_SECONDS = 0.1, 0.5  # a long poll reads often at first, then less
+# A long poll reads often at first, then less.
+LONG_POLL_FIRST_SECONDS, LONG_POLL_SECONDS = 0.1, 0.5
 
 
 async def next_messages(
@@ -290,21 +302,21 @@ async def next_messages(
     (whose responses are buffered, so server-sent events would not stream) and locally.
     ``gone`` tells when the caller has hung up, to stop waiting early."""
     deadline = time.monotonic() + max(timeout, 0.0)
-    delay = FIRST_POLL_SECONDS
+    delay = LONG_POLL_FIRST_SECONDS
     while True:
         found = await blocking(messaging.since, session_id, after)
         if found or time.monotonic() >= deadline or (gone is not None and await gone()):
             return found
         await asyncio.sleep(min(delay, max(0.0, deadline - time.monotonic())))
-        delay = min(delay * 1.5, POLL_SECONDS)
+        delay = min(delay * 1.5, LONG_POLL_SECONDS)
 
 
 def long_poll_reads(timeout: float) -> int:
     """The reads a long poll of ``timeout`` seconds makes at most (what GraphQL's cost
     rule charges for it)."""
-    reads, delay, waited = 1, FIRST_POLL_SECONDS, 0.0
+    reads, delay, waited = 1, LONG_POLL_FIRST_SECONDS, 0.0
     while waited < timeout:
-        waited, reads, delay = waited + delay, reads + 1, min(delay * 1.5, POLL_SECONDS)
+        waited, reads, delay = waited + delay, reads + 1, min(delay * 1.5, LONG_POLL_SECONDS)
     return reads
 
 

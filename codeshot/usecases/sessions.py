@@ -19,11 +19,13 @@ TEXT_PREVIEW_BYTES = 64 * 1024  # text embeds up to this size can be shown in a 
 def create_session(
     services: Services, principal: Principal, frontend_agent_id: str | None = None,
     name: str = "", description: str = "", callback_url: str | None = None,
-    callback_format: str | None = None,
+    callback_format: str | None = None, once: str | None = None,
 ) -> Session:
     """A new session of the caller's, talking to ``frontend_agent_id`` (default: the
     planner); ``callback_url`` receives its signed terminal events (in
-    ``callback_format``, see :class:`Session`)."""
+    ``callback_format``, see :class:`Session`). With ``once`` (a client's key for the
+    request, such as A2A's messageId), a retry gets the session the key made before:
+    created, charged and keyed in one transaction, so even a retry racing the first."""
     user_id = user_id_of(principal)
     check_text(name, "name", MAX_NAME, one_line=True)
     check_text(description, "description", MAX_DESCRIPTION)
@@ -31,13 +33,21 @@ def create_session(
         check_callback_url(services, callback_url)
     if frontend_agent_id:  # its full id ("dice" is the caller's own "<you>/dice")
         frontend_agent_id = usable_agent(services, principal, frontend_agent_id).agent_id
-    services.usage.charge("session", user_id, services.settings.daily_session_limit)
-    return services.sessions.create(Session(
+    session = Session(
         session_id=ids.handle(), owner=user_id, owner_name=principal.username,
         frontend_agent_id=frontend_agent_id,
         name=name, description=description, callback_url=callback_url,
         callback_format=callback_format if callback_url else None,
-    ))
+    )
+    limit = services.settings.daily_session_limit
+    if once is None:
+        services.usage.charge("session", user_id, limit)
+        return services.sessions.create(session)
+    made = services.sessions.create_once(
+        session, once, services.usage.charge_request("session", user_id, limit))
+    if made is None:
+        raise services.usage.rate_limited("session", limit, "day")
+    return session if made == session.session_id else get_session(services, principal, made)
 
 
 def check_callback_url(services: Services, url: str) -> str:

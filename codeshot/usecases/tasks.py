@@ -116,8 +116,10 @@ async def ask(services: Services, principal: Principal, text: str, *,
               idempotency_key: str | None = None) -> tuple[Session, Turn]:
     """Post ``text`` to a session (the given one, or a new one with ``agent_id``) and wait
     (at most ``wait`` seconds, by default the reply wait) for its terminal reply."""
-    session = await blocking(open_session, services, principal, agent_id, session_id)
     messaging = Messaging(services)
+    if session_id is None:  # nothing is made for a post that would be refused
+        await blocking(messaging.precheck, principal, text, bool(embeds))
+    session = await blocking(open_session, services, principal, agent_id, session_id)
     query, _ = await blocking(messaging.post, principal, session.session_id, text, embeds,
                               idempotency_key)
     timeout = services.settings.reply_wait_seconds if wait is None else wait
