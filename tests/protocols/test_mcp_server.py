@@ -188,3 +188,56 @@ def test_malformed_json_rpc_and_oversized_bodies_are_protocol_errors(stack):
     huge = post('{"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": {"name": "ask", '
                 '"arguments": {"query": "' + "x" * (5 * 1024 * 1024) + '"}}}')
     assert huge.status_code == 413
+
+
+def test_get_is_405_not_a_stream_and_a_refusal_has_the_stable_error_shape(stack):
+    auth = {"Authorization": f"Bearer {stack.state['api_key']}"}
+    listen = httpx.get(f"{stack.api_url}/mcp", timeout=5, headers={
+        **auth, "Accept": "text/event-stream", "MCP-Protocol-Version": "2025-06-18"})
+    assert listen.status_code == 405 and listen.headers["allow"] == "POST"
+    refused = httpx.post(f"{stack.api_url}/mcp", json={"jsonrpc": "2.0", "id": 1,
+                                                       "method": "tools/list"})
+    assert refused.status_code == 401
+    assert refused.json()["error"]["code"] == "UNAUTHENTICATED"
+    assert refused.json()["error"]["message"]
+
+
+def test_a_refused_ask_makes_no_session(stack):
+    key = new_user(stack, "mcprefused")
+
+    async def session():
+        async with connect(stack, key) as client:
+            return [await client.call_tool("ask", {"query": query})
+                    for query in ("x" * 20_000, "a\u0000b")]
+
+    results = run(session())
+    assert all(r.is_error and r.content[0].text.startswith("INVALID_INPUT") for r in results)
+    owner = stack.services.users.get_by_username("mcprefused").user_id
+    assert stack.services.sessions.count_by_owner(owner) == 0
+    assert stack.services.usage.used("session", owner) == 0
+
+
+def test_a_replayed_answer_is_posted_once(stack, booking):
+    agent_id, made = booking
+    answer = {"answer": types.ElicitResult(action="accept", content={"answer": "2"})}
+
+    async def session():
+        async with connect(stack, stack.state["api_key"],
+                           elicitation_callback=lambda *_: None) as client:
+            args = {"query": "Book a table at Dante's", "agent": agent_id}
+            asked = await client.session.call_tool("ask", args, allow_input_required=True)
+            assert isinstance(asked, types.InputRequiredResult), asked
+            # The answer sent twice, as a client retrying (or a replay of the state) would.
+            return [await client.call_tool("ask", args,
+                                           input_responses=answer,
+                                           request_state=asked.request_state)
+                    for _ in range(2)]
+
+    first, replayed = run(session())
+    assert not first.is_error, first
+    assert replayed.content[0].text == first.content[0].text
+    assert [m for m in made if m.startswith("Dante's")] == ["Dante's for 2"]
+    session_id = first.structured_content["session"]
+    queries = [m.text for m in stack.services.sessions.all_messages(session_id)
+               if m.type.value == "query"]
+    assert queries == ["Book a table at Dante's", "2"]

@@ -1,0 +1,209 @@
+"""A2A against the API alone (no runner: a task stays working), driven by the a2a-sdk
+client where it can say it and by raw JSON-RPC where the test is the wire: refused input
+writes nothing, a retried message is one task, ListTasks pages every task, error codes,
+streams, and cards a 0.3 client reads."""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+
+import httpx
+import pytest
+from a2a.client import ClientConfig, ClientFactory
+from a2a.compat.v0_3 import types as v03
+from a2a.types import (
+    AgentCard,
+    ListTasksRequest,
+    Message,
+    Part,
+    Role,
+    SendMessageConfiguration,
+    SendMessageRequest,
+    SubscribeToTaskRequest,
+    TaskState,
+)
+from google.protobuf.json_format import ParseDict
+
+from codeshot.models import Session
+from codeshot.usecases.sessions import create_session
+from codeshot.usecases.users import create_user, principal_of
+
+PLANNER = "platform/planner"
+
+
+@pytest.fixture
+def user(platform):
+    """A new user of the platform: (user, API key)."""
+    return create_user(platform.services, f"a2a{uuid.uuid4().hex[:8]}")
+
+
+def rpc(platform, key: str, method: str, params: dict, path: str = PLANNER) -> dict:
+    return httpx.post(f"{platform.url}/a2a/{path}", timeout=30, json={
+        "jsonrpc": "2.0", "id": 1, "method": method, "params": params},
+        headers={"Authorization": f"Bearer {key}", "A2A-Version": "1.0"}).json()
+
+
+def send_params(text: str, message_id: str = "", task_id: str = "", **config) -> dict:
+    message = {"messageId": message_id or str(uuid.uuid4()), "role": "ROLE_USER",
+               "parts": [{"text": text}], **({"taskId": task_id} if task_id else {})}
+    return {"message": message, "configuration": {"returnImmediately": True, **config}}
+
+
+def error_of(response: dict) -> tuple[int, dict]:
+    """A JSON-RPC error's code and its codeshot data (ErrorInfo's metadata)."""
+    error = response["error"]
+    return error["code"], error["data"][0]["metadata"]
+
+
+def client_for(platform, key: str, path: str = PLANNER, streaming: bool = False):
+    http = httpx.AsyncClient(headers={"Authorization": f"Bearer {key}"}, timeout=30)
+    factory = ClientFactory(ClientConfig(httpx_client=http, streaming=streaming))
+    return factory.create_from_url(f"{platform.url}/a2a/{path}")
+
+
+def message(text: str, message_id: str | None = None) -> Message:
+    return Message(role=Role.ROLE_USER, message_id=message_id or str(uuid.uuid4()),
+                   parts=[Part(text=text)])
+
+
+async def send(client, sent: Message):
+    request = SendMessageRequest(message=sent, configuration=SendMessageConfiguration(
+        return_immediately=True))
+    return [r.task async for r in client.send_message(request)][-1]
+
+
+@pytest.mark.settings(daily_query_limit=1)
+def test_refused_messages_make_no_task_charge_nothing_and_store_no_push_config(platform,
+                                                                             user):
+    owner, key = user
+    services = platform.services
+    refused = [rpc(platform, key, "SendMessage", params) for params in (
+        send_params("hi\u0000there"), send_params("   "),
+        send_params("hello", taskPushNotificationConfig={"url": "http://10.0.0.1/x"}))]
+    assert [error_of(r) for r in refused] == [(-32602, {"code": "INVALID_INPUT"})] * 3
+    assert services.sessions.count_by_owner(owner.user_id) == 0
+    assert services.usage.used("session", owner.user_id) == 0
+    # A refused message to an existing task stores none of its push config.
+    task = rpc(platform, key, "SendMessage", send_params("hello"))["result"]["task"]
+    bad = rpc(platform, key, "SendMessage", send_params(
+        "bad\u0000text", task_id=task["id"],
+        taskPushNotificationConfig={"url": "http://127.0.0.1:9/hook", "token": "t"}))
+    assert error_of(bad)[0] == -32602
+    configs = rpc(platform, key, "ListTaskPushNotificationConfigs", {"taskId": task["id"]})
+    assert configs["result"].get("configs", []) == []
+    # A used-up quota: RATE_LIMITED in A2A's server range, when it resets; no new task.
+    limited = rpc(platform, key, "SendMessage", send_params("hello again"))
+    code, data = error_of(limited)
+    assert code == -32029 and data["code"] == "RATE_LIMITED"
+    assert data["resets_at"].startswith(services.usage.clock().date().isoformat()[:4])
+    assert services.sessions.count_by_owner(owner.user_id) == 1
+    assert services.usage.used("session", owner.user_id) == 1
+
+
+def test_a_retried_message_is_the_same_task_charged_once_even_while_in_flight(platform,
+                                                                             user):
+    owner, key = user
+    services = platform.services
+
+    async def exchange():
+        client = await client_for(platform, key)
+        again = message("Roll a d20")
+        first = await send(client, again)
+        retried = await send(client, again)
+        racing = message("Roll a d6")  # a retry sent while the first is still posting
+        both = await asyncio.gather(send(client, racing), send(client, racing))
+        return again.message_id, first, retried, both
+
+    message_id, first, retried, both = asyncio.run(exchange())
+    assert first.id == retried.id
+    assert both[0].id == both[1].id != first.id
+    assert services.sessions.count_by_owner(owner.user_id) == 2
+    assert services.usage.used("session", owner.user_id) == 2
+    assert services.usage.used("query", owner.user_id) == 2
+    for task in (first, both[0]):
+        assert [m.type.value for m in services.sessions.all_messages(task.id)] == ["query"]
+    # The same messageId with other text is a mistake the client hears about, as input.
+    other = rpc(platform, key, "SendMessage", {"message": {
+        "messageId": message_id, "role": "ROLE_USER", "taskId": first.id,
+        "parts": [{"text": "something else"}]}})
+    assert error_of(other) == (-32602, {"code": "INVALID_INPUT"})
+    assert "idempotencyKey" in other["error"]["message"]
+
+
+def test_list_tasks_pages_every_task_of_this_agent_and_refuses_bad_input(platform, user):
+    owner, key = user
+    services, principal = platform.services, principal_of(owner)
+    mine = {create_session(services, principal).session_id for _ in range(55)}
+    for n in range(5):  # sessions with another agent are not this endpoint's tasks
+        services.sessions.create(Session(session_id=f"other{n}{uuid.uuid4().hex[:6]}",
+                                         owner=owner.user_id, frontend_agent_id="x/y"))
+
+    async def listing():
+        client = await client_for(platform, key)
+        pages, token = [], ""
+        while True:
+            page = await client.list_tasks(ListTasksRequest(page_size=20, page_token=token))
+            pages.append(page)
+            token = page.next_page_token
+            if not token or len(pages) > 5:
+                return pages
+
+    pages = asyncio.run(listing())
+    seen = [t.id for page in pages for t in page.tasks]
+    assert len(seen) == len(set(seen)) == 55 and set(seen) == mine
+    assert [len(p.tasks) for p in pages] == [20, 20, 15]
+    assert {p.total_size for p in pages} == {55}
+    assert pages[0].tasks[0].status.state == TaskState.TASK_STATE_SUBMITTED
+    one = next(iter(mine))
+    in_context = rpc(platform, key, "ListTasks", {"contextId": one})["result"]
+    assert [t["id"] for t in in_context["tasks"]] == [one]
+    assert rpc(platform, key, "ListTasks", {"contextId": "nope"})["result"].get(
+        "tasks", []) == []
+    for bad in ({"pageToken": "garbage"}, {"pageSize": 101}, {"pageSize": -1},
+                {"historyLength": -1}, {"status": "TASK_STATE_COMPLETED"}):
+        assert rpc(platform, key, "ListTasks", bad)["error"]["code"] == -32602, bad
+    assert rpc(platform, key, "GetTask", {"id": one, "historyLength": -1})["error"][
+        "code"] == -32602
+
+
+@pytest.mark.settings(reply_wait_seconds=3.0)
+def test_a_stream_polls_with_backoff_and_ends_with_the_current_status(platform, user):
+    _, key = user
+    services = platform.services
+    task = rpc(platform, key, "SendMessage", send_params("Roll a d20"))["result"]["task"]
+    queries = []
+    services.sessions.db.meta.events.register(
+        "before-call.dynamodb.Query", lambda **kw: queries.append(kw["params"]))
+
+    async def subscribe():
+        client = await client_for(platform, key, streaming=True)
+        return [e async for e in client.subscribe(SubscribeToTaskRequest(id=task["id"]))]
+
+    events = asyncio.run(subscribe())
+    # Polled at 0.4 s rising to 1 s for the 3 s reply wait: 5 reads, and one for the task.
+    assert len(queries) <= 7
+    assert [e.WhichOneof("payload") for e in events] == ["task", "status_update"]
+    assert events[-1].status_update.status.state == TaskState.TASK_STATE_WORKING
+
+
+def test_cards_a_03_client_reads_and_the_planner_without_agents(platform, user):
+    _, key = user
+    card = httpx.get(f"{platform.url}/.well-known/agent-card.json").json()
+    legacy = v03.AgentCard.model_validate(card)  # the 0.3 schema, strictly
+    assert legacy.url == f"{platform.url}/a2a/{PLANNER}"
+    assert (legacy.protocol_version, legacy.preferred_transport) == ("0.3", "JSONRPC")
+    assert [s.id for s in legacy.skills] == ["ask"]  # no agents yet: one skill still
+
+    async def as_03_client():
+        parsed = ParseDict(card, AgentCard(), ignore_unknown_fields=True)
+        only_03 = [i for i in parsed.supported_interfaces if i.protocol_version == "0.3"]
+        del parsed.supported_interfaces[:]
+        parsed.supported_interfaces.extend(only_03)
+        http = httpx.AsyncClient(headers={"Authorization": f"Bearer {key}"}, timeout=30)
+        client = ClientFactory(ClientConfig(httpx_client=http, streaming=False)).create(parsed)
+        assert type(client._transport).__name__ == "CompatJsonRpcTransport"  # speaks 0.3
+        return await send(client, message("hello"))
+
+    task = asyncio.run(as_03_client())
+    assert task.status.state == TaskState.TASK_STATE_WORKING
