@@ -28,8 +28,8 @@ from typing import Any, TypeVar
 from a2a.auth.user import User
 from a2a.server.context import ServerCallContext
 from a2a.server.events.event_queue import Event
-from a2a.server.request_handlers.request_handler import RequestHandler
 from a2a.server.jsonrpc_models import JSONRPCError
+from a2a.server.request_handlers.request_handler import RequestHandler
 from a2a.server.request_handlers.response_helpers import EXCEPTION_MAP, agent_card_to_dict
 from a2a.server.routes.common import DefaultServerCallContextBuilder
 from a2a.server.routes.jsonrpc_dispatcher import JsonRpcDispatcher

@@ -157,3 +157,26 @@ def test_invalid_embed_key_is_refused():
     with pytest.raises(InvalidInput, match="embed key"):
         Message(session_id="s", message_id="m",
                 embeds={"bad key!": EmbedRef(content_type="a/b", content_hash="e" * 64)})
+
+
+def test_a_session_made_once_per_key_is_charged_once(aws):
+    from codeshot.store.usage import UsageCounters
+
+    store, usage = SessionStore(aws), UsageCounters(aws)
+    first = Session(session_id=ids.handle(), owner="alice")
+    assert store.create_once(first, "k1", usage.charge_request("session", "alice", 2)) \
+        == first.session_id
+    again = Session(session_id=ids.handle(), owner="alice")  # the retry's own new id
+    assert store.create_once(again, "k1", usage.charge_request("session", "alice", 2)) \
+        == first.session_id
+    with pytest.raises(NotFound):
+        store.get(again.session_id)
+    assert usage.used("session", "alice") == 1
+    assert store.list_by_owner("alice").items == [first]  # the key is no session
+    # Another user's same key is theirs; a refused charge writes nothing.
+    bobs = Session(session_id=ids.handle(), owner="bob")
+    assert store.create_once(bobs, "k1", usage.charge_request("session", "bob", 1)) \
+        == bobs.session_id
+    refused = Session(session_id=ids.handle(), owner="bob")
+    assert store.create_once(refused, "k2", usage.charge_request("session", "bob", 1)) is None
+    assert store.guarded("bob", "k2") is None and store.count_by_owner("bob") == 1
