@@ -44,7 +44,7 @@ from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
 from mcp.shared.exceptions import MCPError
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS, is_version_at_least
 from starlette.middleware.authentication import AuthenticationMiddleware
-from starlette.types import Message, Receive, Scope, Send
+from starlette.types import Receive, Scope, Send
 
 from codeshot.api.errors import INTERNAL_MESSAGE, as_codeshot_error, rest_body
 from codeshot.errors import CodeshotError, Timeout, Unauthenticated
@@ -340,22 +340,18 @@ def _can_elicit(ctx: ServerRequestContext[Any]) -> bool:
 
 
 class RequireApiKey(RequireAuthMiddleware):
-    """The SDK's check, its refusal in the platform's error shape (UNAUTHENTICATED);
-    the WWW-Authenticate header, which MCP clients read, stays the SDK's."""
+    """The SDK's check, its refusal in the platform's error shape (UNAUTHENTICATED) with
+    the SDK's WWW-Authenticate header, which MCP clients read."""
 
     async def _send_auth_error(self, send: Send, status_code: int, error: str,
                                description: str) -> None:
-        async def stable_body(message: Message) -> None:
-            if message["type"] == "http.response.body":
-                message = {**message, "body": body}
-            elif message["type"] == "http.response.start":
-                message = {**message, "headers": [
-                    (k, str(len(body)).encode() if k == b"content-length" else v)
-                    for k, v in message["headers"]]}
-            await send(message)
-
         body = json.dumps(rest_body(Unauthenticated(description))).encode()
-        await super()._send_auth_error(stable_body, status_code, error, description)
+        challenge = f'Bearer error="{error}", error_description="{description}"'
+        await send({"type": "http.response.start", "status": status_code, "headers": [
+            (b"content-type", b"application/json"),
+            (b"content-length", str(len(body)).encode()),
+            (b"www-authenticate", challenge.encode())]})
+        await send({"type": "http.response.body", "body": body})
 
 
 class MCPEndpoint:
