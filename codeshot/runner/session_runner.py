@@ -67,6 +67,10 @@ HISTORY_MESSAGES = 40
 # DynamoDB's limits on one transaction; a longer trace is written ahead of the reply.
 TRANSACTION_ITEMS = 100
 TRANSACTION_BYTES = 3_500_000  # of 4 MB, leaving room for keys and attribute names
+# Index pages of a deleted registration's user storage one queued part sweeps (100 keys
+# each: a user's thousand keys and count, a few seconds of deletes); the rest is the next
+# part's, queued by this one.
+SWEEP_PAGES = 10
 _TERMINAL = {Status.DONE: MessageType.RESPONSE, Status.ERROR: MessageType.ERROR,
              Status.AWAITING_INPUT: MessageType.AWAITING_INPUT}
 
@@ -126,6 +130,9 @@ class SessionRunner:
         if work.kind == Work.CORPUS:
             self._ingest(work)
             return
+        if work.kind == Work.SWEEP:
+            self._sweep(work, final_attempt)
+            return
         # The session, its paused program and recent history (the query in it): one read.
         recent = self.s.sessions.recent(work.session_id, HISTORY_MESSAGES)
         if recent.session is None:
@@ -184,6 +191,19 @@ class SessionRunner:
             vectors_to = S3VectorsSearch(self.s.settings, self.s.corpora, self.s.embedder)
         ingest(recent[0], recent[0].corpora, self.s.settings, self.s.corpora,
                self.s.embedder, vectors_to=vectors_to)
+
+    def _sweep(self, work: Work, final_attempt: bool) -> None:
+        """A part of the sweep of a deleted registration's user storage; the next part
+        queued if more may be left. It is queued before the registry changes: while the
+        registration is still there (its deletion is under way, or failed), it waits for
+        a redelivery, and is dropped at the last (the agent was not deleted)."""
+        if self.s.registry.registration(work.agent_id) == work.registration:
+            if final_attempt:
+                log.warning("not sweeping the storage of %s: still registered", work.agent_id)
+                return
+            raise RuntimeError(f"{work.agent_id} is still registered: swept once deleted")
+        if self.s.storage.sweep(work.agent_id, work.registration, SWEEP_PAGES):
+            self.s.queue.enqueue(work.next_part())
 
     def _query(self, work: Work, recent: list[Message]) -> tuple[Message, list[Message]] | None:
         """The queued query and the history before it, or None if there is nothing to do.

@@ -15,8 +15,11 @@ from codeshot.settings import Settings
 
 @dataclass(frozen=True)
 class Work:
-    """A queued query (``session_id``, ``message_id``), or with ``kind`` "corpus" an
-    agent's corpus ingestion (``corpus/<agent id>`` as its group, the version as its id)."""
+    """A queued query (``session_id``, ``message_id``); with ``kind`` "corpus" an agent's
+    corpus ingestion (``corpus/<agent id>`` as its group, the version as its id); with
+    ``kind`` "sweep" a part of the sweep of a deleted agent registration's user storage
+    (``sweep/<agent id>`` as its group, "<registration>.<part>" as its id: each part is
+    queued by the one before, under an id of its own)."""
 
     session_id: str
     message_id: str
@@ -24,15 +27,30 @@ class Work:
     correlation_id: str | None = None  # the posting request's (codeshot/observability.py)
 
     CORPUS = "corpus"
+    SWEEP = "sweep"
 
     @classmethod
     def corpus(cls, agent_id: str, version: str) -> Work:
         return cls(f"{cls.CORPUS}/{agent_id}", version, cls.CORPUS)
 
+    @classmethod
+    def sweep(cls, agent_id: str, registration: int, part: int = 0) -> Work:
+        return cls(f"{cls.SWEEP}/{agent_id}", f"{registration}.{part}", cls.SWEEP)
+
     @property
     def agent_id(self) -> str:
-        """The agent of a corpus ingestion."""
-        return self.session_id.removeprefix(f"{self.CORPUS}/")
+        """The agent of a corpus ingestion or a sweep."""
+        return self.session_id.split("/", 1)[1]
+
+    @property
+    def registration(self) -> int:
+        """The registration a sweep is of."""
+        return int(self.message_id.split(".")[0])
+
+    def next_part(self) -> Work:
+        """The sweep's part after this one."""
+        return Work.sweep(self.agent_id, self.registration,
+                          int(self.message_id.split(".")[1]) + 1)
 
     def body(self) -> str:
         body = {"session_id": self.session_id, "message_id": self.message_id}

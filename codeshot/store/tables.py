@@ -86,11 +86,16 @@ SESSIONS = Table(
     ttl=EXPIRES_AT,
 )
 
+# "<user_id>#<agent_id>" / key, and a count item (key " ") per scope. Each item carries
+# the agent registration that wrote it, "<agent_id>#<Agent.registration>": the key of the
+# keys-only index that finds a deleted registration's items, every user's, to sweep them
+# (codeshot/store/user_storage.py). Items written before that lack it (a sparse index).
 USER_STORAGE = Table(
     logical="user_storage",
     setting="user_storage_table",
-    pk="scope",  # "<user_id>#<agent_id>"
+    pk="scope",
     sk="key",
+    indexes=(Index("by_registration", pk="registration", sk="scope", projection="KEYS_ONLY"),),
 )
 
 USAGE = Table(

@@ -313,8 +313,10 @@ class AgentRegistration:
         if agent.agent_id != current.agent_id:
             # Tokens are sealed to an agent id: the old id's go, even if the write below
             # then fails (its users authorize again); the new id is swept once known free.
+            # So is users' storage, kept by agent id: the old id's is swept once it is free.
             self._claim(agent.agent_id)
             self._forget_oauth(current.agent_id)
+            self._sweep_storage(current)
         return self._store(agent, fields,
                            lambda a: self.s.registry.replace(a, previous_id=current.agent_id),
                            previous_secret=current.mcp_auth_secret)
@@ -346,9 +348,21 @@ class AgentRegistration:
         # idempotent); the other way round, its retry would be NOT_FOUND, the rest left.
         self._forget_oauth(agent.agent_id)
         self.s.corpora.delete_agent(agent.agent_id)
+        self._sweep_storage(agent)
         self.s.agent_secrets.delete(agent.mcp_auth_secret)
         self.s.registry.delete(agent.agent_id, owner=agent.owner)
         return agent
+
+    def _sweep_storage(self, agent: Agent) -> None:
+        """Queue the sweep of every user's storage with this registration of the agent.
+        The runner does it, a bounded part per queued message, once the registration is
+        gone (an agent may keep a thousand keys for each of thousands of users: more
+        than one request may delete); until then no later registration reads those
+        items (codeshot/store/user_storage.py). One message per request: a retry of the
+        same deletion is deduplicated, and sweeping twice deletes nothing twice."""
+        from codeshot.store.queue import Work
+
+        self.s.queue.enqueue(Work.sweep(agent.agent_id, agent.registration))
 
     def _owned(self, caller: str, handle: str, owner: str | None = None) -> Agent:
         agent_id = Agent.make_id(owner or caller, handle)

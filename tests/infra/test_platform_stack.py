@@ -445,7 +445,13 @@ def test_runner_role(synth):
     assert not registry & set(DYNAMO_WRITE)
     assert t.actions_on(RUNNER, synth.table_id(tables.USERS)) == set(
         table_actions(tables.USERS, write=False))
-    assert not t.actions_on(RUNNER, synth.table_id(tables.USER_STORAGE))
+    # It sweeps deleted agents' user storage: found through the keys-only index, deleted
+    # key by key; it can neither read a value nor write an item.
+    storage = synth.table_id(tables.USER_STORAGE)
+    assert {(a, r) for g in t.grants(RUNNER) if storage in g.targets()
+            for a in g.actions for r in g.resource_texts()} == {
+        ("dynamodb:Query", f"<{storage}.Arn>/index/by_registration"),
+        ("dynamodb:DeleteItem", f"<{storage}.Arn>")}
     # It counts each LLM call's tokens against the user's and the agent's daily budgets.
     assert t.actions_on(RUNNER, synth.table_id(tables.USAGE)) == set(
         table_actions(tables.USAGE, write=True))

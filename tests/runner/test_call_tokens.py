@@ -6,6 +6,7 @@ that registration; the new agent's own calls reach both."""
 import httpx
 import jwt
 
+from codeshot.store.user_storage import Holder
 from tests.runner.conftest import register, send, session
 
 DELETE = "mutation ($h: String!) { deleteAgent(agentData: {handle: $h}) { agent { handle } } }"
@@ -33,13 +34,11 @@ def test_a_deleted_agents_call_in_flight_cannot_write_for_the_next_agent_of_its_
     send(live, key, session(live, key, frontend="vera/keeper"), "Roll 1d20")
     old = last_token(agents, "keeper/roll")
     assert [r.status_code for r in writes(live, old)] == [200, 200]  # its agent's, now
-    # Deleting the agent sweeps its OAuth tokens but not its users' storage: cleared here,
-    # so what is left below is what the old token wrote.
-    live.services.storage.delete(user_id, "vera/keeper", "note")
 
     assert "errors" not in live.gql(key, DELETE, {"h": "keeper"})
     register(live, key, "keeper", agents.url + "/keeper")
-    created = int(live.services.registry.get("vera/keeper").created.timestamp())
+    agent = live.services.registry.get("vera/keeper")
+    created = int(agent.created.timestamp())
     claims = jwt.decode(old, options={"verify_signature": False})
     # The old call's token as if issued in the second of the new registration, which its
     # whole-second iat cannot tell apart; and one of an older platform (no registration
@@ -52,10 +51,12 @@ def test_a_deleted_agents_call_in_flight_cannot_write_for_the_next_agent_of_its_
              for name, token in tokens.items()
              for what, r in zip(("storage", "oauth"), writes(live, token), strict=True)}
     assert codes == dict.fromkeys(codes, "NOT_FOUND")
-    assert live.services.storage.list_keys(user_id, "vera/keeper").items == []
+    assert live.services.storage.list_keys(Holder(user_id, agent.agent_id, agent.registration)
+                                           ).items == []
     assert live.services.oauth.get_token(user_id, "vera/keeper") is None
 
     send(live, key, session(live, key, frontend="vera/keeper"), "Roll 1d20")
     new = last_token(agents, "keeper/roll")
     assert [r.status_code for r in writes(live, new)] == [200, 200]  # the new agent's
-    assert live.services.storage.get(user_id, "vera/keeper", "note") == '"written"'
+    assert live.services.storage.get(Holder(user_id, agent.agent_id, agent.registration),
+                                     "note") == '"written"'

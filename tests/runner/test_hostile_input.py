@@ -7,6 +7,7 @@ import os
 import httpx
 import pytest
 
+from codeshot.store.user_storage import Holder
 from tests.conftest import code
 from tests.runner.conftest import register, send, session
 
@@ -78,6 +79,6 @@ def test_lone_surrogates_and_binary_junk_are_refused(platform):
                             "Content-Type": "application/json"})
     assert r.status_code == 400 and r.json()["error"]["code"] == "INVALID_INPUT"
     assert platform.services.sessions.all_messages(h) == []
-    assert platform.services.storage.list_keys(user_id, "x/y").items == []
+    assert platform.services.storage.list_keys(Holder(user_id, "x/y", 0)).items == []
     r = httpx.get(f"{platform.url}/no/such/route")
     assert r.status_code == 404 and r.json()["error"]["code"] == "NOT_FOUND"

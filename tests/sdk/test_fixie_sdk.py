@@ -13,6 +13,7 @@ import pytest
 
 from codeshot.errors import AgentFailed
 from codeshot.runner.handshake import fetch_handshake
+from codeshot.store.user_storage import Holder
 from tests.conftest import free_port
 
 AGENT_ID = "acme/fixie-genrand"
@@ -93,7 +94,7 @@ def test_fixie_agent_uses_our_user_storage(platform, fixie_agent):
     reply = call(platform, fixie_agent, "remember", "hi", user_id=user_id)
     assert reply.status_code == 200, reply.text
     assert reply.json()["message"]["text"] == "b'hi' of ['last']"
-    assert platform.services.storage.get(user_id, AGENT_ID, "last") == (
+    assert platform.services.storage.get(Holder(user_id, AGENT_ID, 0), "last") == (
         '{"text": "hi", "raw": {"type": "_bytes_ascii", "data": "aGk="}}')
 
 

@@ -11,6 +11,7 @@ import yaml
 
 from codeshot.runner.handshake import fetch_handshake
 from codeshot.settings import get_settings
+from codeshot.store.user_storage import Holder
 from tests.sdk.demo import demo_agent
 
 
@@ -49,7 +50,7 @@ def test_func_call_uses_the_platforms_user_storage(platform, sdk_agent):
     assert reply.status_code == 200, reply.text
     assert reply.json() == {"message": {"text": "remembered green (5 bytes, keys ['colour'])",
                                         "embeds": {}}, "error": None}
-    stored = platform.services.storage.get(user_id, sdk_agent.agent_id, "colour")
+    stored = platform.services.storage.get(Holder(user_id, sdk_agent.agent_id, 0), "colour")
     assert json.loads(stored) == {"name": "green",
                                   "raw": {"type": "_bytes_ascii", "data": "Z3JlZW4="}}
 
@@ -118,7 +119,8 @@ def test_standalone_agent_streams_ndjson(platform, standalone_agent):
         assert reply.headers["content-type"] == "application/x-ndjson"
         lines = [json.loads(line) for line in reply.iter_lines() if line]
     assert [line["message"]["text"] for line in lines] == ["thinking", "you said hello"]
-    assert platform.services.storage.get(user_id, standalone_agent.agent_id, "last") == '"hello"'
+    assert platform.services.storage.get(Holder(user_id, standalone_agent.agent_id, 0),
+                                         "last") == '"hello"'
 
 
 @pytest.fixture
