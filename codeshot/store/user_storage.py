@@ -191,20 +191,19 @@ class UserStorageStore(Repository):
             return False
         if found is None:
             return True  # swept meanwhile: the next write starts it
-        names: dict[str, str] = {"#g": REGISTRATION}
-        values: dict[str, Any] = {}
         if REGISTRATION in found:
-            count, condition = 0, "#g = :was"
-            values[":was"] = found[REGISTRATION]
+            count = 0
+            unchanged: dict[str, Any] = {"ConditionExpression": "#g = :was",
+                                         "ExpressionAttributeValues": {":was": found[REGISTRATION]}}
         else:
-            count, condition = self._count_held(holder), "attribute_not_exists(#g)"
+            count = self._count_held(holder)
+            unchanged = {"ConditionExpression": "attribute_not_exists(#g)"}
         with contextlib.suppress(self.db.exceptions.ConditionalCheckFailedException):
             # Changed meanwhile (another write made it this registration's): tried again.
             self.db.put_item(
                 TableName=self.table_name,
                 Item={**count_key, "count": {"N": str(count)}, REGISTRATION: {"S": holder.stamp}},
-                ConditionExpression=condition, ExpressionAttributeNames=names,
-                **({"ExpressionAttributeValues": values} if values else {}))
+                ExpressionAttributeNames={"#g": REGISTRATION}, **unchanged)
         return True
 
     def _count_held(self, holder: Holder) -> int:
