@@ -71,6 +71,10 @@ TRANSACTION_BYTES = 3_500_000  # of 4 MB, leaving room for keys and attribute na
 # each: a user's thousand keys and count, a few seconds of deletes); the rest is the next
 # part's, queued by this one.
 SWEEP_PAGES = 10
+# A sweep is queued a few milliseconds before its registration is deleted, in the same
+# request, and may arrive first: it looks again once after this pause before it waits
+# for a redelivery (the queue's visibility timeout, half an hour).
+SWEEP_RECHECK_SECONDS = 2.0
 _TERMINAL = {Status.DONE: MessageType.RESPONSE, Status.ERROR: MessageType.ERROR,
              Status.AWAITING_INPUT: MessageType.AWAITING_INPUT}
 
@@ -197,13 +201,20 @@ class SessionRunner:
         queued if more may be left. It is queued before the registry changes: while the
         registration is still there (its deletion is under way, or failed), it waits for
         a redelivery, and is dropped at the last (the agent was not deleted)."""
-        if self.s.registry.registration(work.agent_id) == work.registration:
-            if final_attempt:
-                log.warning("not sweeping the storage of %s: still registered", work.agent_id)
-                return
-            raise RuntimeError(f"{work.agent_id} is still registered: swept once deleted")
+        if self._registered(work):
+            time.sleep(SWEEP_RECHECK_SECONDS)
+            if self._registered(work):
+                if final_attempt:
+                    log.warning("not sweeping the storage of %s: still registered",
+                                work.agent_id)
+                    return
+                raise RuntimeError(f"{work.agent_id} is still registered: swept once deleted")
         if self.s.storage.sweep(work.agent_id, work.registration, SWEEP_PAGES):
             self.s.queue.enqueue(work.next_part())
+
+    def _registered(self, work: Work) -> bool:
+        """Whether the registration a sweep is of is still the agent's."""
+        return self.s.registry.registration(work.agent_id) == work.registration
 
     def _query(self, work: Work, recent: list[Message]) -> tuple[Message, list[Message]] | None:
         """The queued query and the history before it, or None if there is nothing to do.

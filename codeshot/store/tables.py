@@ -89,7 +89,8 @@ SESSIONS = Table(
 # "<user_id>#<agent_id>" / key, and a count item (key " ") per scope. Each item carries
 # the agent registration that wrote it, "<agent_id>#<Agent.registration>": the key of the
 # keys-only index that finds a deleted registration's items, every user's, to sweep them
-# (codeshot/store/user_storage.py). Items written before that lack it (a sparse index).
+# (codeshot/store/user_storage.py); the scope as its sort key lets a busy agent's index
+# partition split. Items written before that lack it (a sparse index).
 USER_STORAGE = Table(
     logical="user_storage",
     setting="user_storage_table",

@@ -2,6 +2,8 @@
 queues a sweep, which the runner does a bounded part at a time, each part queueing the
 next; an agent registered again at the id starts empty at once, before any sweep ran."""
 
+from types import SimpleNamespace
+
 import pytest
 from botocore.exceptions import ClientError
 
@@ -129,6 +131,7 @@ def test_a_sweep_never_deletes_the_storage_of_an_agent_still_registered(services
                                                                         monkeypatch):
     """The sweep is queued before the registry changes: when the deletion then fails, the
     agent and its users' storage stay; the sweep waits for redeliveries, then is dropped."""
+    monkeypatch.setattr(session_runner, "SWEEP_RECHECK_SECONDS", 0)
     notes = create(services, "notes")
     put(services, notes, "u1", "diary", '"kept"')
 
@@ -146,6 +149,21 @@ def test_a_sweep_never_deletes_the_storage_of_an_agent_still_registered(services
                                      str(SESSION_QUEUE.max_receive_count)}}
     assert process_batch({"Records": [last]}, runner.handle) == {"batchItemFailures": []}
     assert get(services, notes, "u1", "diary") == '"kept"'
+
+
+def test_a_sweep_arriving_just_before_its_agents_deletion_looks_again_and_sweeps(services,
+                                                                              monkeypatch):
+    notes = create(services, "notes")
+    put(services, notes, "u1", "diary", '"gone soon"')
+    registry_delete, pending = services.registry.delete, []
+    monkeypatch.setattr(services.registry, "delete",
+                        lambda *args, **kwargs: pending.append((args, kwargs)))
+    AgentRegistration(services).delete(OWNER, "alice", "notes")
+    # The deletion's registry write lands while the sweep pauses to look again.
+    monkeypatch.setattr(session_runner, "time", SimpleNamespace(
+        sleep=lambda _seconds: [registry_delete(*a, **kw) for a, kw in pending]))
+    assert run_queue(services) == 1
+    assert in_table(services, "alice/notes") == {}
 
 
 def test_renaming_an_agent_sweeps_its_old_ids_storage(services):
