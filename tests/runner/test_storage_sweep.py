@@ -16,7 +16,7 @@ from codeshot.services import Services
 from codeshot.store import user_storage as store
 from codeshot.store.tables import SESSION_QUEUE
 from codeshot.usecases import user_storage
-from codeshot.usecases.registration import AgentFields, AgentRegistration
+from codeshot.usecases.registration import AgentFields, AgentRegistration, daily_agent_change
 
 OWNER = Principal(user_id="u-alice", username="alice")
 
@@ -26,8 +26,13 @@ def services(aws):
     return Services(aws.replace(local_mode=True))
 
 
+def changes(services: Services) -> AgentRegistration:
+    """Registration as a user's GraphQL request makes it."""
+    return AgentRegistration(services, charge=daily_agent_change)
+
+
 def create(services: Services, handle: str) -> Agent:
-    return AgentRegistration(services).create(OWNER, handle, AgentFields(
+    return changes(services).create(OWNER, handle, AgentFields(
         base_prompt="I keep notes.", few_shots=["Q: Remember milk\nA: Noted."]))
 
 
@@ -73,7 +78,7 @@ def test_deleting_an_agent_deletes_every_users_storage_and_a_new_one_inherits_no
         put(services, notes, user, "diary", {"secret": user})
     put(services, other, "u1", "diary", '"another agent\'s"')
 
-    AgentRegistration(services).delete(OWNER, "alice", "notes")
+    changes(services).delete(OWNER, "alice", "notes")
     again = create(services, "notes")
     # Before any sweep: the deleted registration's values are still in the table, and the
     # new agent of its id neither reads nor lists them, for any user.
@@ -100,7 +105,7 @@ def test_a_sweep_cut_short_resumes_and_finishes_a_bounded_part_at_a_time(service
     for user in range(6):  # 6 users x (2 keys + their count): 18 items
         for key in ("a", "b"):
             put(services, notes, f"u{user}", key, 1)
-    AgentRegistration(services).delete(OWNER, "alice", "notes")
+    changes(services).delete(OWNER, "alice", "notes")
     [message] = services.queue.receive(wait_seconds=0)
     runner = SessionRunner(services)
 
@@ -140,7 +145,7 @@ def test_a_sweep_never_deletes_the_storage_of_an_agent_still_registered(services
 
     monkeypatch.setattr(services.registry, "delete", refused)
     with pytest.raises(ClientError):
-        AgentRegistration(services).delete(OWNER, "alice", "notes")
+        changes(services).delete(OWNER, "alice", "notes")
     [message] = services.queue.receive(wait_seconds=0)
     runner = SessionRunner(services)
     record = record_of(message)
@@ -158,7 +163,7 @@ def test_a_sweep_arriving_just_before_its_agents_deletion_looks_again_and_sweeps
     registry_delete, pending = services.registry.delete, []
     monkeypatch.setattr(services.registry, "delete",
                         lambda *args, **kwargs: pending.append((args, kwargs)))
-    AgentRegistration(services).delete(OWNER, "alice", "notes")
+    changes(services).delete(OWNER, "alice", "notes")
     # The deletion's registry write lands while the sweep pauses to look again.
     monkeypatch.setattr(session_runner, "time", SimpleNamespace(
         sleep=lambda _seconds: [registry_delete(*a, **kw) for a, kw in pending]))
@@ -169,7 +174,7 @@ def test_a_sweep_arriving_just_before_its_agents_deletion_looks_again_and_sweeps
 def test_renaming_an_agent_sweeps_its_old_ids_storage(services):
     notes = create(services, "notes")
     put(services, notes, "u1", "diary", '"old id"')
-    AgentRegistration(services).update(OWNER, "notes", AgentFields(), new_handle="journal")
+    changes(services).update(OWNER, "notes", AgentFields(), new_handle="journal")
     assert run_queue(services) == 1
     assert in_table(services, "alice/notes") == {}
     again = create(services, "notes")
