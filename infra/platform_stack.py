@@ -174,9 +174,9 @@ class PlatformStack(Stack):
         self._table(role, tables.USERS, write=False)
         self._table(role, tables.USAGE, write=True)  # LLM token counters, checked per call
         self._table(role, tables.CORPORA, write=True)  # it runs corpus ingestions
-        # It sweeps a deleted agent registration's user storage (codeshot/store/
-        # user_storage.py sweep): found through the keys-only index, deleted key by key;
-        # it can neither read a value nor write an item.
+        # It sweeps a deleted agent registration's user storage (UserStorageStore.
+        # sweep_registration): found through the keys-only index, deleted key by key; it
+        # can neither read a value nor write an item.
         (by_registration,) = tables.USER_STORAGE.indexes
         access.index_sweep(role, self.tables.by_spec(tables.USER_STORAGE), by_registration.name)
         if self.corpus_vectors is not None:

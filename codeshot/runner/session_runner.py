@@ -209,7 +209,7 @@ class SessionRunner:
                                 work.agent_id)
                     return
                 raise RuntimeError(f"{work.agent_id} is still registered: swept once deleted")
-        if self.s.storage.sweep(work.agent_id, work.registration, SWEEP_PAGES):
+        if self.s.storage.sweep_registration(work.agent_id, work.registration, SWEEP_PAGES):
             self.s.queue.enqueue(work.next_part())
 
     def _registered(self, work: Work) -> bool:

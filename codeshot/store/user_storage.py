@@ -275,7 +275,7 @@ class UserStorageStore(Repository):
             encode_token(out.get("LastEvaluatedKey")),
         )
 
-    def sweep(self, agent_id: str, registration: int, pages: int) -> bool:
+    def sweep_registration(self, agent_id: str, registration: int, pages: int) -> bool:
         """Delete up to ``pages`` pages of a deleted registration's items, every user's,
         key by key; whether any may be left. An item another registration wrote over
         since is not its any more and stays. Deleted items leave the index, so a sweep

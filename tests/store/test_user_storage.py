@@ -125,14 +125,14 @@ def test_a_sweep_deletes_one_registrations_items_for_every_user_and_nothing_else
     st.put(other, "a", '"other"')
     st.put(new, "a", '"new"')  # written over the old registration's item
     st.put(new, "z", '"new"')
-    assert st.sweep("alice/notes", NOTES.registration, pages=5) is False
+    assert st.sweep_registration("alice/notes", NOTES.registration, pages=5) is False
     assert stored(aws, "alice/notes") == {
         "u1#alice/notes/a": "alice/notes#1700000000000001",
         "u1#alice/notes/z": "alice/notes#1700000000000001",
         "u1#alice/notes/ ": "alice/notes#1700000000000001"}
     assert (st.list_keys(new).items, st.get(new, "a")) == (["a", "z"], '"new"')
     assert (st.list_keys(other).items, st.get(other, "a")) == (["a"], '"other"')
-    assert st.sweep("alice/notes", NOTES.registration, pages=5) is False  # again: nothing
+    assert st.sweep_registration("alice/notes", NOTES.registration, pages=5) is False  # again: nothing
 
 
 def test_a_sweep_goes_a_bounded_number_of_pages_and_the_next_one_resumes(aws, monkeypatch):
@@ -146,9 +146,9 @@ def test_a_sweep_goes_a_bounded_number_of_pages_and_the_next_one_resumes(aws, mo
     queries = []
     query = st.db.query
     monkeypatch.setattr(st.db, "query", lambda **kw: queries.append(kw) or query(**kw))
-    assert st.sweep("alice/notes", 1, pages=2) is True  # 8 items: more may be left
+    assert st.sweep_registration("alice/notes", 1, pages=2) is True  # 8 items: more may be left
     assert len(stored(aws, "alice/notes")) == 7 and len(queries) == 2
-    assert st.sweep("alice/notes", 1, pages=2) is False  # 4 + 3: the last page is short
+    assert st.sweep_registration("alice/notes", 1, pages=2) is False  # 4 + 3: the last page is short
     assert stored(aws, "alice/notes") == {}
 
 
