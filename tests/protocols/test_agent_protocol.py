@@ -223,6 +223,27 @@ def test_a_retried_post_with_an_idempotency_key_makes_and_charges_nothing_new(st
     assert used("query", user_id) == 5
 
 
+def test_a_retry_of_the_days_last_query_is_the_same_task_and_step_not_rate_limited(stack):
+    from codeshot.usecases.users import find_user
+
+    key = new_user(stack, "aplastquery")
+    user_id = find_user(stack.services, "aplastquery").user_id
+    stack.services.users.set_limits(user_id, daily_queries=2, daily_tokens=None)
+    body = {"input": "Roll a d4", "additional_input": {"agent": "local/dice"}}
+    task_id, again = (ap(stack, key, "POST", "/tasks", json=body,
+                         headers={"Idempotency-Key": "last-task"}).json()["task_id"]
+                      for _ in range(2))
+    assert again == task_id
+    step, retried = (ap(stack, key, "POST", f"/tasks/{task_id}/steps",
+                        json={"input": "Roll a d6"}, headers={"Idempotency-Key": "last-step"})
+                     for _ in range(2))
+    assert retried.status_code == 200, retried.text
+    assert retried.json()["step_id"] == step.json()["step_id"]
+    new = ap(stack, key, "POST", f"/tasks/{task_id}/steps", json={"input": "Roll a d6"},
+             headers={"Idempotency-Key": "another"})
+    assert new.status_code == 429 and new.json()["error"]["code"] == "RATE_LIMITED"
+
+
 def test_the_same_artifact_uploaded_again_is_not_charged_again(stack):
     from codeshot.usecases.messaging import UPLOAD_BYTES
     from codeshot.usecases.users import find_user
