@@ -199,6 +199,9 @@ def test_a_retried_post_with_an_idempotency_key_makes_and_charges_nothing_new(st
                headers={"Idempotency-Key": "t-1"})
     assert other.status_code == 400 and other.json()["error"]["code"] == "INVALID_INPUT"
     assert "Idempotency-Key" in other.json()["message"]
+    elsewhere = ap(stack, key, "POST", "/tasks", json={"input": "Roll a d4"},  # the planner
+                   headers={"Idempotency-Key": "t-1"})
+    assert elsewhere.status_code == 400 and "Idempotency-Key" in elsewhere.json()["message"]
     assert ap(stack, key, "POST", "/tasks", json=body,
               headers={"Idempotency-Key": "t-2"}).json()["task_id"] != task_id
     assert (used("session", user_id), used("query", user_id)) == (2, 2)
