@@ -3,6 +3,8 @@ artifacts over sessions (:mod:`codeshot.usecases.agent_protocol`), an API key as
 bearer token. Bodies follow the protocol's OpenAPI document; a task also carries its
 ``status`` (the RFC's names: ``awaiting_input`` when its agent asked the user). Errors
 carry the protocol's ``{"message"}`` next to codeshot's ``{"error": {"code", "message"}}``.
+POST /tasks and POST /steps honour an ``Idempotency-Key`` header (a retry is answered
+with the first task or step). An artifact downloads from S3: a 307 to a presigned URL.
 """
 
 from __future__ import annotations
@@ -11,9 +13,9 @@ from collections.abc import Callable, Coroutine
 from datetime import UTC, datetime
 from typing import Any
 
-from fastapi import APIRouter, Depends, File, Form, Request, Response, UploadFile
+from fastapi import APIRouter, Depends, File, Form, Header, Request, Response, UploadFile
 from fastapi.exceptions import RequestValidationError
-from fastapi.responses import JSONResponse
+from fastapi.responses import JSONResponse, RedirectResponse
 from fastapi.routing import APIRoute
 from pydantic import BaseModel, ConfigDict
 
@@ -128,12 +130,13 @@ def pagination_json(page: ap.Page[Any]) -> dict[str, int]:
 # -- routes -----------------------------------------------------------------------------
 @router.post("/tasks")
 def create_task(body: TaskRequest, user: Principal = Depends(api_user),
-                services: Services = Depends(get_services)) -> dict[str, Any]:
+                services: Services = Depends(get_services),
+                idempotency_key: str | None = Header(None)) -> dict[str, Any]:
     """A new task: a session with the planner, or the agent ``additional_input.agent``
     names; its input is its first step. With ``callback_url``, the agent's questions go
     there (:mod:`codeshot.usecases.prompts`)."""
     task = ap.create_task(services, user, body.input, body.additional_input,
-                          callback_url=body.callback_url)
+                          callback_url=body.callback_url, idempotency_key=idempotency_key)
     return task_json(services, task)
 
 
@@ -155,12 +158,14 @@ def get_task(task_id: str, user: Principal = Depends(api_user),
 @router.post("/tasks/{task_id}/steps")
 async def execute_step(task_id: str, body: StepRequest | None = None,
                        user: Principal = Depends(api_user),
-                       services: Services = Depends(get_services)) -> dict[str, Any]:
+                       services: Services = Depends(get_services),
+                       idempotency_key: str | None = Header(None)) -> dict[str, Any]:
     """The task's next step: ``input`` posted and its reply awaited (the reply wait at
     most: a step still ``running`` is read again with GET); without input, the step the
     task is working on."""
     body = body or StepRequest()
-    turn = await ap.execute_step(services, user, task_id, body.input, body.additional_input)
+    turn = await ap.execute_step(services, user, task_id, body.input, body.additional_input,
+                                 idempotency_key)
     return step_json(turn)
 
 
@@ -168,7 +173,7 @@ async def execute_step(task_id: str, body: StepRequest | None = None,
 def list_steps(task_id: str, current_page: int | None = None, page_size: int | None = None,
                user: Principal = Depends(api_user),
                services: Services = Depends(get_services)) -> dict[str, Any]:
-    page = ap.page_of(ap.get_task(services, user, task_id).turns, current_page, page_size)
+    page = ap.list_steps(services, user, task_id, current_page, page_size)
     return {"steps": [step_json(t) for t in page.items], "pagination": pagination_json(page)}
 
 
@@ -182,8 +187,7 @@ def get_step(task_id: str, step_id: str, user: Principal = Depends(api_user),
 def list_artifacts(task_id: str, current_page: int | None = None,
                    page_size: int | None = None, user: Principal = Depends(api_user),
                    services: Services = Depends(get_services)) -> dict[str, Any]:
-    task = ap.get_task(services, user, task_id)
-    page = ap.page_of(ap.artifacts_of(services, task), current_page, page_size)
+    page = ap.list_artifacts(services, user, task_id, current_page, page_size)
     return {"artifacts": [artifact_json(a) for a in page.items],
             "pagination": pagination_json(page)}
 
@@ -203,8 +207,9 @@ def upload_artifact(task_id: str, file: UploadFile = File(...),
 @router.get("/tasks/{task_id}/artifacts/{artifact_id}")
 def download_artifact(task_id: str, artifact_id: str, user: Principal = Depends(api_user),
                       services: Services = Depends(get_services)) -> Response:
-    """The artifact's bytes, always as a download (never rendered on the API's origin)."""
-    artifact, data = ap.artifact_bytes(services, user, task_id, artifact_id)
-    return Response(data, media_type="application/octet-stream", headers={
-        "Content-Disposition": f'attachment; filename="{artifact.file_name}"',
-        "X-Content-Type-Options": "nosniff"})
+    """A 307 to the artifact's bytes on S3 (a presigned URL: no size limit of the API's
+    responses), always a download of its file name, never rendered."""
+    artifact = ap.get_artifact(services, user, task_id, artifact_id)
+    return RedirectResponse(services.embeds.get_url(artifact.ref.content_hash,
+                                                    download_as=artifact.file_name),
+                            status_code=307)

@@ -162,12 +162,15 @@ class EmbedStore:
         return len(data)
 
     def get_url(self, digest: str, content_type: str = "application/octet-stream",
-                expires_in: int | None = None) -> str:
-        """A presigned GET; only passive types are served inline as themselves."""
+                expires_in: int | None = None, download_as: str | None = None) -> str:
+        """A presigned GET; only passive types are served inline as themselves, and
+        nothing is with ``download_as`` (a file name: always a download of that name)."""
+        shown = served_as(content_type) if download_as is None else {
+            "ResponseContentType": "application/octet-stream",
+            "ResponseContentDisposition": f'attachment; filename="{download_as}"'}
         return self.s3.generate_presigned_url(
             "get_object",
-            Params={"Bucket": self.bucket, "Key": self.object_key(digest),
-                    **served_as(content_type)},
+            Params={"Bucket": self.bucket, "Key": self.object_key(digest), **shown},
             ExpiresIn=expires_in or self.settings.embed_url_ttl_seconds,
         )
 

@@ -11,11 +11,12 @@ from __future__ import annotations
 
 import json
 import time
+from collections.abc import Collection, Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from codeshot.errors import Conflict, InvalidInput, NotFound
-from codeshot.models import Embed, Message, Session, SessionStatus, utcnow
+from codeshot.models import Embed, Message, MessageType, Session, SessionStatus, utcnow
 from codeshot.store.base import Repository
 from codeshot.store.dynamo import (
     Page,
@@ -35,6 +36,7 @@ if TYPE_CHECKING:
 SESSION_ITEM = "SESSION"
 STATE_ITEM = "STATE"
 MSG_PREFIX = "MSG#"
+MSG_END = "MSG$"  # sorts just after every MSG# key
 EMBED_PREFIX = "EMBED#"
 ANSWER_PREFIX = "ANSWER#"  # the runner's exactly-once marker of an answered query
 IDEMPOTENCY_PREFIX = "IDEM#"  # a posted message's idempotency key -> its message id
@@ -443,6 +445,49 @@ class SessionStore(Repository):
 
     def all_messages(self, session_id: str) -> list[Message]:
         return every_page(lambda token: self.list_messages(session_id, limit=1000, token=token))
+
+    def _matching(self, session_id: str, types: Collection[MessageType], first: str | None,
+                  before: str | None, condition: str = "", keys_only: bool = False
+                  ) -> Iterator[dict[str, Any]]:
+        """The session's messages of ``types`` from ``first`` to just before ``before``
+        (message ids; None: the log's ends), filtered in DynamoDB: only they come back."""
+        lookup_key(session_id, "session")
+        names = [f":t{n}" for n in range(len(types))]
+        values: dict[str, Any] = {":s": {"S": session_id},
+                                  ":a": {"S": MSG_PREFIX + (first or "")},
+                                  ":b": {"S": MSG_PREFIX + before if before else MSG_END}}
+        values |= {name: {"S": t.value} for name, t in zip(names, types)}
+        kwargs: dict[str, Any] = {
+            "TableName": self.table_name,
+            "KeyConditionExpression": "session_id = :s AND #i BETWEEN :a AND :b",
+            "FilterExpression": f"#t IN ({', '.join(names)})" + condition,
+            "ExpressionAttributeNames": {"#i": "item", "#t": "type"},
+            "ExpressionAttributeValues": values, "ConsistentRead": True}
+        if keys_only:
+            kwargs["ProjectionExpression"] = "#i"
+        while True:
+            out = self.db.query(**kwargs)
+            for raw in out.get("Items", []):
+                if before is None or raw["item"]["S"] != MSG_PREFIX + before:
+                    yield raw
+            if "LastEvaluatedKey" not in out:
+                return
+            kwargs["ExclusiveStartKey"] = out["LastEvaluatedKey"]
+
+    def message_ids(self, session_id: str, types: Collection[MessageType]) -> list[str]:
+        """The ids of the session's messages of ``types``, in time order: only their keys
+        are sent back, however long the log."""
+        return [raw["item"]["S"].removeprefix(MSG_PREFIX)
+                for raw in self._matching(session_id, types, None, None, keys_only=True)]
+
+    def messages_of(self, session_id: str, types: Collection[MessageType],
+                    first: str | None = None, before: str | None = None,
+                    with_embeds: bool = False) -> list[Message]:
+        """The session's messages of ``types`` (those carrying embeds only, with
+        ``with_embeds``) from the message ``first`` to just before ``before``."""
+        condition = " AND attribute_exists(embeds)" if with_embeds else ""
+        return [_message(from_item(raw))
+                for raw in self._matching(session_id, types, first, before, condition)]
 
     # -- embeds -----------------------------------------------------------------------
     def put_embed(self, embed: Embed) -> Embed:

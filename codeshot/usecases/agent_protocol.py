@@ -12,17 +12,23 @@ A2A read; only the names differ.
   program resumes (the RFC's option 1; see :func:`step_status`).
 - Artifacts are the session's embeds (uploaded ones, ``agent_created`` false, by key) and
   those the agents' replies carry (``agent_created`` true, ``<message id>:<key>``).
+- No request reads a task's whole log: a task shows its newest messages and its first
+  (:func:`listed_task`), a step is read by its id, an artifact by what its id names, and
+  lists of steps and artifacts are filtered in DynamoDB (only their items come back).
+- ``Idempotency-Key`` makes creating a task or a step safe to retry: the same request
+  again returns the first task or step and charges nothing (:func:`create_task`).
 """
 
 from __future__ import annotations
 
 import math
 import mimetypes
-from collections.abc import Sequence
+import re
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Generic, TypeVar
 
+from codeshot import ids
 from codeshot.errors import Conflict, InvalidInput, NotFound
 from codeshot.models import (
     PLANNER_ID,
@@ -39,7 +45,8 @@ from codeshot.services import Services
 from codeshot.store.embeds import check_content_type, content_hash
 from codeshot.text import check_text
 from codeshot.usecases import paging, tasks
-from codeshot.usecases.messaging import UPLOAD_BYTES, Messaging, wait_for_reply
+from codeshot.usecases.agents import usable_agent
+from codeshot.usecases.messaging import TERMINAL, UPLOAD_BYTES, Messaging, wait_for_reply
 from codeshot.usecases.sessions import get_session
 from codeshot.usecases.threads import blocking
 from codeshot.usecases.users import user_id_of
@@ -49,6 +56,9 @@ PAGE = paging.PageSize(10, 100)  # the protocol's default page size is 10
 AGENT = "agent"  # the additional_input key naming the task's agent
 TASK_OPTIONS = frozenset({AGENT})
 MAX_RELATIVE_PATH = 512
+IDEMPOTENCY_KEY = re.compile(r"[\x21-\x7e]{1,100}")  # printable ASCII, no spaces
+STEP_TYPES = frozenset({MessageType.QUERY}) | TERMINAL  # what a step list reads
+AGENT_TYPES = frozenset(MessageType) - {MessageType.QUERY}  # messages with agents' embeds
 
 
 @dataclass(frozen=True)
@@ -73,16 +83,10 @@ def page_numbers(current_page: int | None, page_size: int | None) -> tuple[int, 
     return current_page or 1, PAGE.of(page_size)
 
 
-def page_of(items: Sequence[T], current_page: int | None, page_size: int | None) -> Page[T]:
-    page, size = page_numbers(current_page, page_size)
-    start = (page - 1) * size
-    return Page(list(items[start:start + size]), len(items), page, size)
-
-
 @dataclass(frozen=True)
 class Task:
     session: Session
-    messages: list[Message]  # all of them, or what a listing reads (:func:`listed_task`)
+    messages: list[Message]  # what :func:`listed_task` reads (a new task: its input)
     uploads: int | None = None  # how many of the session's own embeds to show (None: all)
 
     @property
@@ -136,28 +140,69 @@ def task_options(additional_input: dict[str, Any] | None) -> str | None:
     return agent or None
 
 
+def check_idempotency_key(key: str | None) -> str | None:
+    if key is not None and not IDEMPOTENCY_KEY.fullmatch(key):
+        raise InvalidInput("Idempotency-Key must be 1-100 printable ASCII characters, "
+                           "no spaces")
+    return key
+
+
 def create_task(services: Services, principal: Principal, text: str | None,
                 additional_input: dict[str, Any] | None = None,
-                callback_url: str | None = None) -> Task:
+                callback_url: str | None = None, idempotency_key: str | None = None
+                ) -> Task:
     """A new session with the agent additional_input names (the planner by default);
     its input, if any, is posted at once. With ``callback_url`` (checked: a public
     address), the agent's questions are asked there (:mod:`codeshot.usecases.prompts`).
-    Nothing is made for input that is refused."""
+    Nothing is made for input that is refused.
+
+    With ``idempotency_key``, the same request again returns the task the first one made
+    (the session made, charged and keyed in one transaction; its input posted once);
+    another request under that key is a Conflict."""
     agent_id = task_options(additional_input)
+    key = check_idempotency_key(idempotency_key)
+    once = f"ap:{key}" if key else None
     messaging = Messaging(services)
-    if text:
-        messaging.precheck(principal, text)
-    session = tasks.open_session(services, principal, agent_id, None,
-                                 callback_url=callback_url or None,
-                                 callback_format=PROMPT_FORMAT if callback_url else None)
+    made = services.sessions.guarded(user_id_of(principal), once) if once else None
+    if made is None:
+        if text:
+            messaging.precheck(principal, text)
+        session = tasks.open_session(services, principal, agent_id, None,
+                                     callback_url=callback_url or None,
+                                     callback_format=PROMPT_FORMAT if callback_url else None,
+                                     once=once)
+    else:  # a retry: no quota precheck (the first one's query may be the day's last)
+        session = get_session(services, principal, made)
+    first = services.sessions.posted_under(session.session_id, once) if once else None
+    if once and not _same_task(services, principal, session, agent_id, callback_url, text,
+                               first):
+        raise Conflict("this Idempotency-Key was already used to create a different "
+                       "task; use a new key for a new task")
     if not text:
         return Task(session, [])
-    query, _ = messaging.post(principal, session.session_id, text)
+    query = first or messaging.post(principal, session.session_id, text,
+                                    idempotency_key=once)[0]
     return Task(session, [query])
 
 
+def _same_task(services: Services, principal: Principal, session: Session,
+               agent_id: str | None, callback_url: str | None, text: str | None,
+               first: Message | None) -> bool:
+    """Whether a task made under a key is what this request asks for: its agent, its
+    callback and its input (none posted yet: the first request stopped before it)."""
+    frontend = tasks.frontend_of(agent_id)
+    if frontend and frontend != session.frontend_agent_id:  # a handle: its full id
+        frontend = usable_agent(services, principal, frontend).agent_id
+    if frontend != session.frontend_agent_id or (callback_url or None) != session.callback_url:
+        return False
+    if first is None:
+        return True
+    return first.text == text
+
+
 def get_task(services: Services, principal: Principal, task_id: str) -> Task:
-    return Task(*tasks.history(services, principal, task_id))
+    """The task as :func:`listed_task` reads it: a few reads however long its log."""
+    return listed_task(services, get_session(services, principal, task_id))
 
 
 def list_tasks(services: Services, principal: Principal, current_page: int | None,
@@ -192,17 +237,20 @@ def listed_task(services: Services, session: Session) -> Task:
 
 # -- steps --------------------------------------------------------------------------------
 async def execute_step(services: Services, principal: Principal, task_id: str,
-                       text: str | None, additional_input: dict[str, Any] | None = None
-                       ) -> tasks.Turn:
+                       text: str | None, additional_input: dict[str, Any] | None = None,
+                       idempotency_key: str | None = None) -> tasks.Turn:
     """Post ``text`` as the task's next step and wait (the reply wait at most) for its
     reply; without text, wait for the step the task is working on, or return its last one
-    (a question stays the last step until a step's input answers it)."""
+    (a question stays the last step until a step's input answers it). With
+    ``idempotency_key``, the same step again is the first one (posted and charged once)."""
     if additional_input:
         raise InvalidInput("a step takes no additional_input; name the agent when "
                            "creating the task")
+    key = check_idempotency_key(idempotency_key)
     wait = services.settings.reply_wait_seconds
     if text:
-        _, turn = await tasks.ask(services, principal, text, session_id=task_id, wait=wait)
+        _, turn = await tasks.ask(services, principal, text, session_id=task_id, wait=wait,
+                                  idempotency_key=f"ap-step:{key}" if key else None)
         return turn
     task = await blocking(get_task, services, principal, task_id)
     found = task.turns
@@ -217,25 +265,80 @@ async def execute_step(services: Services, principal: Principal, task_id: str,
 
 def get_step(services: Services, principal: Principal, task_id: str, step_id: str
              ) -> tasks.Turn:
-    for turn in get_task(services, principal, task_id).turns:
-        if turn.query.message_id == step_id:
-            return turn
-    raise NotFound(f"step {step_id} not found in task {task_id}")
+    """The step by its id (its query's), with its reply from one page of what followed."""
+    session = get_session(services, principal, task_id)
+    missing = NotFound(f"step {step_id} not found in task {task_id}")
+    if not ids.is_ulid(step_id):
+        raise missing
+    try:
+        query = services.sessions.get_message(session.session_id, step_id)
+    except NotFound:
+        raise missing from None
+    if query.type is not MessageType.QUERY:
+        raise missing
+    return _step(services, query)
+
+
+def _step(services: Services, query: Message) -> tasks.Turn:
+    """A step's turn: its query and what answers it among the next page of messages."""
+    return tasks.turns([query, *Messaging(services).newer(query.session_id,
+                                                          query.message_id)])[0]
+
+
+def list_steps(services: Services, principal: Principal, task_id: str,
+               current_page: int | None, page_size: int | None) -> Page[tasks.Turn]:
+    """A page of the task's steps in order: the ids of all its queries (keys only), then
+    the page's queries and replies, filtered in DynamoDB."""
+    page, size = page_numbers(current_page, page_size)
+    session = get_session(services, principal, task_id)
+    queries = services.sessions.message_ids(session.session_id, [MessageType.QUERY])
+    start = (page - 1) * size
+    shown = queries[start:start + size]
+    if not shown:
+        return Page([], len(queries), page, size)
+    following = queries[start + size] if start + size < len(queries) else None
+    found = tasks.turns(services.sessions.messages_of(session.session_id, STEP_TYPES,
+                                                      shown[0], following))
+    # A reply stored after the next step's query (sent while it ran) is past the read.
+    return Page([_step(services, t.query) if t.reply is None and following else t
+                 for t in found], len(queries), page, size)
 
 
 # -- artifacts ----------------------------------------------------------------------------
+def uploaded(embed: Embed) -> Artifact:
+    """A session embed as an artifact (the user's: uploaded, or sent with a step)."""
+    return Artifact(embed.key, False, embed.key, embed.path, EmbedRef(
+        content_type=embed.content_type, content_hash=embed.content_hash, size=embed.size),
+        embed.created)
+
+
 def artifacts_of(services: Services, task: Task) -> list[Artifact]:
-    """The task's embeds: uploaded ones (the session's, by key), then those agents sent."""
-    found = [Artifact(e.key, False, e.key, e.path,
-                      EmbedRef(content_type=e.content_type, content_hash=e.content_hash,
-                               size=e.size), e.created)
-             for e in (services.sessions.list_embeds(task.session.session_id,
-                                                     limit=task.uploads)
-                       if task.session.embed_count else [])]
+    """The task's embeds: uploaded ones (the session's, by key), then those agents sent
+    among the task's messages."""
+    found = [uploaded(e) for e in (services.sessions.list_embeds(task.session.session_id,
+                                                                 limit=task.uploads)
+                                   if task.session.embed_count else [])]
     for message in task.messages:
         if message.type is not MessageType.QUERY:  # a user's are the session's: above
             found += message_artifacts(message)
     return found
+
+
+def list_artifacts(services: Services, principal: Principal, task_id: str,
+                   current_page: int | None, page_size: int | None) -> Page[Artifact]:
+    """A page of the task's artifacts (as :func:`artifacts_of` orders them): the uploads
+    up to the page's end, and the agents' messages that carry embeds (filtered in
+    DynamoDB)."""
+    page, size = page_numbers(current_page, page_size)
+    session = get_session(services, principal, task_id)
+    sent = [a for m in services.sessions.messages_of(session.session_id, AGENT_TYPES,
+                                                     with_embeds=True)
+            for a in message_artifacts(m)]
+    start, end, uploads = (page - 1) * size, page * size, session.embed_count
+    found = [uploaded(e) for e in services.sessions.list_embeds(
+        session.session_id, limit=min(end, uploads))[start:end]] if start < uploads else []
+    found += sent[max(0, start - uploads):max(0, end - uploads)]
+    return Page(found, uploads + len(sent), page, size)
 
 
 def message_artifacts(message: Message) -> list[Artifact]:
@@ -263,25 +366,35 @@ def upload_artifact(services: Services, principal: Principal, task_id: str,
         taken = services.sessions.get_embed(session.session_id, file_name)
     except NotFound:
         taken = None
-    if taken is not None and taken.content_hash != content_hash(data):
-        raise Conflict(f"artifact {file_name!r} already exists in task {task_id}; "
-                       "artifacts are immutable, upload under another name")
+    if taken is not None:
+        if taken.content_hash != content_hash(data):
+            raise Conflict(f"artifact {file_name!r} already exists in task {task_id}; "
+                           "artifacts are immutable, upload under another name")
+        return uploaded(taken)  # the same file again (a retry): nothing new to charge
     services.usage.charge(UPLOAD_BYTES, user_id, services.settings.daily_upload_bytes,
                           amount=len(data))
     digest = services.embeds.put(data, content_type)
-    embed = services.sessions.bind_embed(Embed(
+    return uploaded(services.sessions.bind_embed(Embed(
         key=file_name, session_id=session.session_id, owner=user_id,
         content_type=content_type, content_hash=digest, size=len(data),
-        path=relative_path or None))
-    return Artifact(embed.key, False, embed.key, embed.path, EmbedRef(
-        content_type=embed.content_type, content_hash=embed.content_hash, size=embed.size),
-        embed.created)
+        path=relative_path or None)))
 
 
-def artifact_bytes(services: Services, principal: Principal, task_id: str,
-                   artifact_id: str) -> tuple[Artifact, bytes]:
-    task = get_task(services, principal, task_id)
-    for artifact in artifacts_of(services, task):
-        if artifact.artifact_id == artifact_id:
-            return artifact, services.embeds.read(artifact.ref.content_hash)
-    raise NotFound(f"artifact {artifact_id} not found in task {task_id}")
+def get_artifact(services: Services, principal: Principal, task_id: str,
+                 artifact_id: str) -> Artifact:
+    """The artifact its id names: an upload by its key, an agent's by its message."""
+    session = get_session(services, principal, task_id)
+    missing = NotFound(f"artifact {artifact_id} not found in task {task_id}")
+    message_id, sent, _ = artifact_id.partition(":")
+    try:
+        if not sent:
+            return uploaded(services.sessions.get_embed(session.session_id, artifact_id))
+        if ids.is_ulid(message_id):
+            message = services.sessions.get_message(session.session_id, message_id)
+            if message.type is not MessageType.QUERY:
+                for artifact in message_artifacts(message):
+                    if artifact.artifact_id == artifact_id:
+                        return artifact
+    except NotFound:
+        pass
+    raise missing

@@ -42,6 +42,7 @@ if TYPE_CHECKING:
 
 TERMINAL = frozenset({MessageType.RESPONSE, MessageType.ERROR, MessageType.AWAITING_INPUT})
 UPLOAD_BYTES = "upload_bytes"  # usage counter: bytes uploaded (inline or presigned) per day
+NEWEST_PAGE = 100  # messages a read without `after` returns: the newest
 
 
 @dataclass(frozen=True)
@@ -231,9 +232,11 @@ class Messaging:
         return self.s.sessions.list_messages(session_id, after=after, limit=1000).items
 
     def since(self, session_id: str, after: str | None) -> list[Message]:
-        """Messages newer than ``after``, or every message without it."""
+        """Messages newer than ``after``, or without it the newest ``NEWEST_PAGE`` (one
+        read however long the log: a reader that has none yet needs no older ones)."""
         if after is None:
-            return self.s.sessions.all_messages(session_id)
+            return self.s.sessions.list_messages(session_id, limit=NEWEST_PAGE,
+                                                 newest_first=True).items[::-1]
         if not ids.is_ulid(after):
             raise InvalidInput("after must be a message id")
         return self.newer(session_id, after)
@@ -297,7 +300,8 @@ async def next_messages(
     messaging: Messaging, session_id: str, after: str | None, timeout: float,
     gone: Callable[[], Awaitable[bool]] | None = None,
 ) -> list[Message]:
-    """Messages newer than ``after`` (all of them without it), waiting up to ``timeout``
+    """Messages newer than ``after`` (the newest page without it: :meth:`Messaging.since`),
+    waiting up to ``timeout``
     seconds for the first to arrive: a long poll, which works the same behind API Gateway
     (whose responses are buffered, so server-sent events would not stream) and locally.
     ``gone`` tells when the caller has hung up, to stop waiting early."""

@@ -127,13 +127,6 @@ async def ask(services: Services, principal: Principal, text: str, *,
     return session, Turn(query, reply)
 
 
-def history(services: Services, principal: Principal, session_id: str
-            ) -> tuple[Session, list[Message]]:
-    """One of the caller's sessions and its whole message log."""
-    session = get_session(services, principal, session_id)
-    return session, services.sessions.all_messages(session.session_id)
-
-
 def cancel(services: Services, principal: Principal, session_id: str,
            reason: str = "The user canceled the question.") -> Message:
     """Turn down the question a paused session asks: its program ends with a CANCELED

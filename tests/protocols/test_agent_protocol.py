@@ -26,9 +26,11 @@ def run_client(python: Path, stack, key: str, *args: str) -> dict:
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
-def ap(stack, key: str, method: str, path: str, **kwargs) -> httpx.Response:
+def ap(stack, key: str, method: str, path: str, headers: dict | None = None,
+       **kwargs) -> httpx.Response:
     return httpx.request(method, f"{stack.api_url}{AP}{path}", timeout=60,
-                         headers={"Authorization": f"Bearer {key}"}, **kwargs)
+                         headers={"Authorization": f"Bearer {key}", **(headers or {})},
+                         **kwargs)
 
 
 def gql_messages(stack, key: str, handle: str) -> list[tuple[str, str]]:
@@ -177,3 +179,180 @@ def test_tasks_come_in_numbered_pages(stack, size):
         assert got["pagination"] == {"total_items": 3, "total_pages": -(-3 // size),
                                      "current_page": page, "page_size": size}
     assert seen == made[::-1]
+
+
+def test_a_retried_post_with_an_idempotency_key_makes_and_charges_nothing_new(stack):
+    from codeshot.usecases.users import find_user
+
+    key = new_user(stack, "apretry")
+    user_id = find_user(stack.services, "apretry").user_id
+    used = stack.services.usage.used
+    body = {"input": "Roll a d4", "additional_input": {"agent": "local/dice"}}
+    task = ap(stack, key, "POST", "/tasks", json=body, headers={"Idempotency-Key": "t-1"})
+    again = ap(stack, key, "POST", "/tasks", json=body, headers={"Idempotency-Key": "t-1"})
+    assert task.status_code == again.status_code == 200, again.text
+    task_id = task.json()["task_id"]
+    assert again.json()["task_id"] == task_id and again.json()["input"] == "Roll a d4"
+    assert (used("session", user_id), used("query", user_id)) == (1, 1)
+    # Another request under the key is refused, nothing made; a new key is a new task.
+    other = ap(stack, key, "POST", "/tasks", json={"input": "Roll a d6"},
+               headers={"Idempotency-Key": "t-1"})
+    assert other.status_code == 400 and other.json()["error"]["code"] == "INVALID_INPUT"
+    assert "Idempotency-Key" in other.json()["message"]
+    elsewhere = ap(stack, key, "POST", "/tasks", json={"input": "Roll a d4"},  # the planner
+                   headers={"Idempotency-Key": "t-1"})
+    assert elsewhere.status_code == 400 and "Idempotency-Key" in elsewhere.json()["message"]
+    assert ap(stack, key, "POST", "/tasks", json=body,
+              headers={"Idempotency-Key": "t-2"}).json()["task_id"] != task_id
+    assert (used("session", user_id), used("query", user_id)) == (2, 2)
+
+    step = ap(stack, key, "POST", f"/tasks/{task_id}/steps", json={"input": "Roll a d8"},
+              headers={"Idempotency-Key": "s-1"}).json()
+    retried = ap(stack, key, "POST", f"/tasks/{task_id}/steps", json={"input": "Roll a d8"},
+                 headers={"Idempotency-Key": "s-1"}).json()
+    assert retried["step_id"] == step["step_id"] and retried["output"] == step["output"]
+    assert used("query", user_id) == 3
+    other = ap(stack, key, "POST", f"/tasks/{task_id}/steps", json={"input": "Roll a d10"},
+               headers={"Idempotency-Key": "s-1"})
+    assert other.status_code == 400 and other.json()["error"]["code"] == "INVALID_INPUT"
+    bad = ap(stack, key, "POST", f"/tasks/{task_id}/steps", json={"input": "Roll a d8"},
+             headers={"Idempotency-Key": "two words"})
+    assert bad.status_code == 400 and "Idempotency-Key" in bad.json()["message"]
+    # Without the header, the same step twice is two steps, as before.
+    for _ in range(2):
+        ap(stack, key, "POST", f"/tasks/{task_id}/steps", json={"input": "Roll a d8"})
+    steps = ap(stack, key, "GET", f"/tasks/{task_id}/steps").json()["steps"]
+    assert [s["input"] for s in steps] == ["Roll a d4", "Roll a d8", "Roll a d8", "Roll a d8"]
+    assert used("query", user_id) == 5
+
+
+def test_a_retry_of_the_days_last_query_is_the_same_task_and_step_not_rate_limited(stack):
+    from codeshot.usecases.users import find_user
+
+    key = new_user(stack, "aplastquery")
+    user_id = find_user(stack.services, "aplastquery").user_id
+    stack.services.users.set_limits(user_id, daily_queries=2, daily_tokens=None)
+    body = {"input": "Roll a d4", "additional_input": {"agent": "local/dice"}}
+    task_id, again = (ap(stack, key, "POST", "/tasks", json=body,
+                         headers={"Idempotency-Key": "last-task"}).json()["task_id"]
+                      for _ in range(2))
+    assert again == task_id
+    step, retried = (ap(stack, key, "POST", f"/tasks/{task_id}/steps",
+                        json={"input": "Roll a d6"}, headers={"Idempotency-Key": "last-step"})
+                     for _ in range(2))
+    assert retried.status_code == 200, retried.text
+    assert retried.json()["step_id"] == step.json()["step_id"]
+    new = ap(stack, key, "POST", f"/tasks/{task_id}/steps", json={"input": "Roll a d6"},
+             headers={"Idempotency-Key": "another"})
+    assert new.status_code == 429 and new.json()["error"]["code"] == "RATE_LIMITED"
+
+
+def test_the_same_artifact_uploaded_again_is_not_charged_again(stack):
+    from codeshot.usecases.messaging import UPLOAD_BYTES
+    from codeshot.usecases.users import find_user
+
+    key = new_user(stack, "apreupload")
+    user_id = find_user(stack.services, "apreupload").user_id
+    task_id = ap(stack, key, "POST", "/tasks", json={}).json()["task_id"]
+    data = b"x" * 100_000
+    first, again = (ap(stack, key, "POST", f"/tasks/{task_id}/artifacts",
+                       files={"file": ("big.bin", data, "application/octet-stream")})
+                    for _ in range(2))
+    assert first.status_code == again.status_code == 200, again.text
+    assert again.json() == first.json()
+    assert stack.services.usage.used(UPLOAD_BYTES, user_id) == 100_000
+
+
+def test_a_download_is_a_redirect_to_s3_as_an_attachment(stack, tmp_path):
+    key = new_user(stack, "apredirect")
+    task_id = ap(stack, key, "POST", "/tasks", json={}).json()["task_id"]
+    page = b"<script>alert(1)</script>"
+    ap(stack, key, "POST", f"/tasks/{task_id}/artifacts",
+       files={"file": ("page.html", page, "text/html")})
+    r = ap(stack, key, "GET", f"/tasks/{task_id}/artifacts/page.html")
+    assert r.status_code == 307 and not r.content  # no bytes through the API (Lambda's 6 MB)
+    s3 = httpx.get(r.headers["location"], timeout=30)  # presigned: no API key needed
+    assert s3.status_code == 200 and s3.content == page
+    assert s3.headers["content-disposition"] == 'attachment; filename="page.html"'
+    assert s3.headers["content-type"] == "application/octet-stream"  # never rendered
+
+
+class PartitionReads:
+    """What DynamoDB sends back for one session's partition: (operation, keys only,
+    items) per call, seen by botocore's own event hooks on the platform's client."""
+
+    def __init__(self, db, session_id: str) -> None:
+        self.db, self.session_id, self.calls = db, session_id, []
+
+    def _params(self, params, context, **_):
+        values = params.get("ExpressionAttributeValues", {})
+        mine = params.get("Key", {}).get("session_id") or values.get(":s")
+        context["partition_read"] = (mine == {"S": self.session_id},
+                                     "ProjectionExpression" in params)
+
+    def _parsed(self, parsed, model, context, **_):
+        mine, keys_only = context.get("partition_read", (False, False))
+        if mine:
+            items = parsed.get("Count", 1 if parsed.get("Item") else 0)
+            self.calls.append((model.name, keys_only, items))
+
+    def __enter__(self):
+        self.db.meta.events.register("provide-client-params.dynamodb", self._params)
+        self.db.meta.events.register("after-call.dynamodb", self._parsed)
+        return self
+
+    def __exit__(self, *_):
+        self.db.meta.events.unregister("provide-client-params.dynamodb", self._params)
+        self.db.meta.events.unregister("after-call.dynamodb", self._parsed)
+
+    def items(self) -> int:
+        """Whole items (messages, embeds) read, keys-only reads left out."""
+        return sum(n for _, keys_only, n in self.calls if not keys_only)
+
+
+def test_a_long_tasks_requests_read_a_bounded_slice_of_its_log(stack):
+    from codeshot import ids
+    from codeshot.models import EmbedRef, Message, MessageType
+    from codeshot.usecases.messaging import Messaging
+
+    key = new_user(stack, "aplong")
+    services = stack.services
+    task_id = ap(stack, key, "POST", "/tasks", json={}).json()["task_id"]
+    ap(stack, key, "POST", f"/tasks/{task_id}/artifacts",
+       files={"file": ("in.txt", b"in", "text/plain")})
+    digest = services.embeds.put(b"made", "text/plain")
+    log = []  # 1,200 steps, each with its trace and answer: 3,600 messages
+    for n in range(1200):
+        query = Message(session_id=task_id, message_id=ids.ulid(), text=f"step {n}")
+        log += [query, Message(session_id=task_id, message_id=ids.ulid(), text="thinking",
+                               type=MessageType.THOUGHT, in_reply_to=query.message_id),
+                Message(session_id=task_id, message_id=ids.ulid(), text=f"answer {n}",
+                        type=MessageType.RESPONSE, in_reply_to=query.message_id,
+                        embeds={"out.txt": EmbedRef(content_type="text/plain",
+                                                    content_hash=digest, size=4)}
+                        if n == 600 else {})]
+    services.sessions.put_messages(log)
+    made = f"{log[1802].message_id}:out.txt"
+    within = {  # path -> (most whole items read, what the answer shows)
+        "": (25, lambda r: r["status"] == "completed"),
+        "/steps?current_page=61": (40, lambda r: [s["output"] for s in r["steps"]] == [
+            f"answer {n}" for n in range(600, 610)] and r["pagination"]["total_items"] == 1200),
+        f"/steps/{log[0].message_id}": (1002, lambda r: r["output"] == "answer 0"),
+        "/artifacts": (5, lambda r: [a["artifact_id"] for a in r["artifacts"]] == [
+            "in.txt", made] and r["pagination"]["total_items"] == 2),
+        "/artifacts?current_page=2&page_size=1": (5, lambda r: [
+            a["artifact_id"] for a in r["artifacts"]] == [made]),
+    }
+    for path, (most, shows) in within.items():
+        with PartitionReads(services.sessions.db, task_id) as reads:
+            r = ap(stack, key, "GET", f"/tasks/{task_id}{path}")
+        assert r.status_code == 200 and shows(r.json()), (path, r.text[:500])
+        assert reads.items() <= most, (path, reads.calls)
+    with PartitionReads(services.sessions.db, task_id) as reads:
+        r = ap(stack, key, "GET", f"/tasks/{task_id}/artifacts/{made}")
+        step = ap(stack, key, "POST", f"/tasks/{task_id}/steps").json()
+        newest = Messaging(services).since(task_id, None)  # the console's first updates
+    assert r.status_code == 307 and httpx.get(r.headers["location"]).content == b"made"
+    assert step["output"] == "answer 1199" and step["is_last"]
+    assert newest[-1].text == "answer 1199" and len(newest) == 100
+    assert reads.items() <= 2 + 25 + 100, reads.calls
