@@ -157,13 +157,14 @@ class SessionStore(Repository):
                          "ExpressionAttributeNames": {"#i": "item"}}},
             ])
         except self.db.exceptions.TransactionCanceledException as exc:
+            # The key first: a retry of the day's last session is that session, not refused.
+            if (earlier := self.guarded(session.owner, key)) is not None:
+                return earlier
             reasons = [r.get("Code") for r in exc.response.get("CancellationReasons", [])]
             if reasons[:1] == ["ConditionalCheckFailed"]:
                 return None
-            earlier = self.guarded(session.owner, key)
-            if earlier is None:  # not the key: a session id collision (vanishingly rare)
-                raise Conflict("the session collided with a concurrent change; retry") from exc
-            return earlier
+            # Not the key nor the charge: a session id collision (vanishingly rare).
+            raise Conflict("the session collided with a concurrent change; retry") from exc
         return session.session_id
 
     def guarded(self, owner: str, key: str) -> str | None:

@@ -180,3 +180,6 @@ def test_a_session_made_once_per_key_is_charged_once(aws):
     refused = Session(session_id=ids.handle(), owner="bob")
     assert store.create_once(refused, "k2", usage.charge_request("session", "bob", 1)) is None
     assert store.guarded("bob", "k2") is None and store.count_by_owner("bob") == 1
+    # A retry of the day's last session is that session, though the day's charge is full.
+    assert store.create_once(Session(session_id=ids.handle(), owner="bob"), "k1",
+                             usage.charge_request("session", "bob", 1)) == bobs.session_id
