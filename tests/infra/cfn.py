@@ -109,5 +109,11 @@ class Template:
     def actions_on(self, handler: str, logical_id: str) -> set[str]:
         return {a for g in self.grants(handler) if logical_id in g.targets() for a in g.actions}
 
+    def grants_on(self, handler: str, logical_id: str) -> set[tuple[str, str]]:
+        """(action, resource as text) of each grant the function has on ``logical_id``:
+        an index's ARN reads ``<Table.Arn>/index/<name>``."""
+        return {(a, r) for g in self.grants(handler) if logical_id in g.targets()
+                for a in g.actions for r in g.resource_texts()}
+
     def all_actions(self, handler: str) -> set[str]:
         return {a for g in self.grants(handler) for a in g.actions}

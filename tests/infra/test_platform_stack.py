@@ -448,8 +448,7 @@ def test_runner_role(synth):
     # It sweeps deleted agents' user storage: found through the keys-only index, deleted
     # key by key; it can neither read a value nor write an item.
     storage = synth.table_id(tables.USER_STORAGE)
-    assert {(a, r) for g in t.grants(RUNNER) if storage in g.targets()
-            for a in g.actions for r in g.resource_texts()} == {
+    assert t.grants_on(RUNNER, storage) == {
         ("dynamodb:Query", f"<{storage}.Arn>/index/by_registration"),
         ("dynamodb:DeleteItem", f"<{storage}.Arn>")}
     # It counts each LLM call's tokens against the user's and the agent's daily budgets.
@@ -487,8 +486,7 @@ def test_register_agent_role(synth):
     # Users' OAuth tokens for an agent it (un)registers: found through the keys-only
     # index, deleted key by key; it can neither read a token nor write an item.
     oauth = synth.table_id(tables.OAUTH)
-    assert {(a, r) for g in t.grants(REGISTER) if oauth in g.targets()
-            for a in g.actions for r in g.resource_texts()} == {
+    assert t.grants_on(REGISTER, oauth) == {
         ("dynamodb:Query", f"<{oauth}.Arn>/index/by_agent"),
         ("dynamodb:DeleteItem", f"<{oauth}.Arn>")}
     # A deployed agent's corpora: it records and queues their ingestion, nothing more.
