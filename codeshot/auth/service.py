@@ -40,10 +40,11 @@ class Auth:
         """A new API key for ``user``; only its id is stored, so it is shown once."""
         return self.new_api_key(user)[1]
 
-    def new_api_key(self, user: User) -> tuple[str, str]:
-        """(key id, API key): the id is a ULID, so it tells when the key was made."""
+    def new_api_key(self, user: User, most: int | None = None) -> tuple[str, str]:
+        """(key id, API key): the id is a ULID, so it tells when the key was made. With
+        ``most``: only while the user has fewer keys (INVALID_INPUT)."""
         key_id = KEY_PREFIX + ids.ulid()
-        self.users.add_key(user.user_id, key_id)
+        self.users.add_key(user.user_id, key_id, most)
         return key_id, self.sign(tokens.api_key_claims(self.issuer, user.user_id, key_id))
 
     def revoke_api_key(self, user: User, key_id: str) -> None:

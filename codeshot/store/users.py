@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from codeshot import ids
 from codeshot.errors import Conflict, InvalidInput, NotFound
@@ -10,6 +10,9 @@ from codeshot.models import User, validate_handle
 from codeshot.store.base import Repository
 from codeshot.store.dynamo import from_item, is_condition_failure, lookup_key, to_item
 from codeshot.store.tables import USERS
+
+if TYPE_CHECKING:
+    from types_boto3_dynamodb.type_defs import AttributeValueTypeDef
 
 GUARD_PREFIX = "@"  # "@<username>" -> user_id, written with the user in one transaction
 # "!<Cognito sub>" -> user_id: the one user a signed-in identity is, written the same way.
@@ -100,17 +103,29 @@ class UserStore(Repository):
             raise NotFound(f"user {user_id} not found") from exc
         return User.from_dict(from_item(out["Attributes"]))
 
-    def _keys(self, user_id: str, action: str, key_id: str) -> None:
+    def _keys(self, user_id: str, action: str, key_id: str, rule: str = "",
+              values: dict[str, AttributeValueTypeDef] | None = None,
+              names: dict[str, str] | None = None) -> User | None:
+        """Add or delete ``key_id`` if the user exists and ``rule`` holds (in the write's
+        own condition: two requests at once cannot both pass a check made before). None
+        when done; the user as it was when the rule failed."""
+        kwargs: dict[str, Any] = {
+            "TableName": self.table_name, "Key": {"user_id": {"S": user_id}},
+            "UpdateExpression": f"{action} api_key_ids :k",
+            "ConditionExpression": "attribute_exists(user_id)" + (f" AND ({rule})" if rule
+                                                                  else ""),
+            "ExpressionAttributeValues": {":k": {"SS": [key_id]}, **(values or {})},
+            "ReturnValuesOnConditionCheckFailure": "ALL_OLD"}
+        if names:
+            kwargs["ExpressionAttributeNames"] = names
         try:
-            self.db.update_item(
-                TableName=self.table_name,
-                Key={"user_id": {"S": user_id}},
-                UpdateExpression=f"{action} api_key_ids :k",
-                ConditionExpression="attribute_exists(user_id)",
-                ExpressionAttributeValues={":k": {"SS": [key_id]}},
-            )
+            self.db.update_item(**kwargs)
         except self.db.exceptions.ConditionalCheckFailedException as exc:
-            raise NotFound(f"user {user_id} not found") from exc
+            old = exc.response.get("Item")  # the user as it was (ALL_OLD)
+            if not isinstance(old, dict) or not old:
+                raise NotFound(f"user {user_id} not found") from exc
+            return User.from_dict(from_item(old))
+        return None
 
     def set_time_zone(self, user_id: str, time_zone: str | None) -> None:
         """Set (or, with None, clear) the user's time zone."""
@@ -128,11 +143,29 @@ class UserStore(Repository):
         except self.db.exceptions.ConditionalCheckFailedException as exc:
             raise NotFound(f"user {user_id} not found") from exc
 
-    def add_key(self, user_id: str, key_id: str) -> None:
-        self._keys(user_id, "ADD", key_id)
+    def add_key(self, user_id: str, key_id: str, most: int | None = None) -> None:
+        """Add a key; with ``most``, only while the user has fewer (INVALID_INPUT)."""
+        if most is None:
+            self._keys(user_id, "ADD", key_id)
+        elif self._keys(user_id, "ADD", key_id,
+                        "attribute_not_exists(api_key_ids) OR size(api_key_ids) < :most",
+                        {":most": {"N": str(most)}}):
+            raise InvalidInput(f"you have {most} active API keys, the most allowed; "
+                               "revoke one first")
 
     def revoke_key(self, user_id: str, key_id: str) -> None:
-        self._keys(user_id, "DELETE", key_id)
+        """Revoke one of the user's keys (NOT_FOUND for another's), never the last of a
+        user who has no account to sign in with (INVALID_INPUT)."""
+        was = self._keys(user_id, "DELETE", key_id,
+                         "contains(api_key_ids, :id) AND "
+                         "(size(api_key_ids) > :one OR attribute_exists(#identity))",
+                         {":id": {"S": key_id}, ":one": {"N": "1"}},
+                         {"#identity": "identity"})
+        if was is None:
+            return
+        if key_id not in was.api_key_ids:
+            raise NotFound(f"no active API key {key_id!r}")  # another's looks absent too
+        raise InvalidInput("this is the last API key; create another before revoking it")
 
     def set_limits(self, user_id: str, daily_queries: int | None,
                    daily_tokens: int | None) -> User:

@@ -51,3 +51,53 @@ def test_api_key_ids_added_and_revoked(aws):
     assert users.get(u.user_id).api_key_ids == {"k2"}
     with pytest.raises(NotFound):
         users.add_key("u_missing", "k")
+
+
+def race(*calls) -> list[object]:
+    """Run the calls at once; each one's result or the error it raised."""
+    barrier, out = threading.Barrier(len(calls)), [None] * len(calls)
+
+    def run(i: int) -> None:
+        barrier.wait()
+        try:
+            out[i] = calls[i]()
+        except Exception as exc:  # what the caller would see
+            out[i] = exc
+
+    threads = [threading.Thread(target=run, args=(i,)) for i in range(len(calls))]
+    [t.start() for t in threads]
+    [t.join() for t in threads]
+    return out
+
+
+def test_two_revokes_at_once_never_take_a_users_last_key(aws):
+    """Each revoke checked "not the last key" on a record it had read: two at once both
+    passed, and a user with no account was locked out for good (2 of 5 tries)."""
+    users = UserStore(aws)
+    for attempt in range(5):
+        user = users.create(f"dora{attempt}")
+        users.add_key(user.user_id, "k1")
+        users.add_key(user.user_id, "k2")
+        outcomes = race(lambda u=user: users.revoke_key(u.user_id, "k1"),
+                        lambda u=user: users.revoke_key(u.user_id, "k2"))
+        assert sorted(type(o).__name__ for o in outcomes) == ["InvalidInput", "NoneType"]
+        assert len(users.get(user.user_id).api_key_ids) == 1
+    with pytest.raises(NotFound):  # a key the user does not have (another's) looks absent
+        users.revoke_key(user.user_id, "k-other")
+
+
+def test_a_user_with_an_account_may_revoke_the_last_key(aws):
+    users = UserStore(aws)
+    user = users.create("erin", identity="sub-erin")
+    users.add_key(user.user_id, "k1")
+    users.revoke_key(user.user_id, "k1")
+    assert users.get(user.user_id).api_key_ids == set()
+
+
+def test_keys_added_at_once_stop_at_the_most(aws):
+    users = UserStore(aws)
+    user = users.create("fay")
+    outcomes = race(*[lambda n=n: users.add_key(user.user_id, f"k{n}", most=3)
+                      for n in range(8)])
+    assert sum(isinstance(o, InvalidInput) for o in outcomes) == 5
+    assert len(users.get(user.user_id).api_key_ids) == 3
