@@ -245,3 +245,37 @@ def test_a_yaml_handshake_cannot_expand_into_millions_of_values(platform):
         server.stop()
     assert code(out) == "AGENT_ERROR" and "aliases" in out["errors"][0]["message"], out
     assert platform.services.registry.scan_all() == []
+
+
+def test_a_request_waits_for_one_reply_at_most(platform):
+    """Mutations run one after another, each sendSessionMessage waiting up to the reply
+    wait: 21 aliases were accepted (costed at 21) and held a worker for about 525 s."""
+    _, key = platform.user("waiter")
+    handle = platform.gql(key, SESSION)["data"]["createSession"]["session"]["handle"]
+    send = 'm{n}: sendSessionMessage(messageData: {{session: "{h}", text: "hi {n}"{w}}}) ' \
+           '{{ message {{ id }} }}'
+
+    def mutation(*waits: str) -> str:
+        return "mutation { " + " ".join(send.format(n=n, h=handle, w=w)
+                                        for n, w in enumerate(waits)) + " }"
+
+    for refused in (mutation("", ""), mutation("", ", wait: true"),
+                    mutation(*[""] * 21)):
+        out = platform.gql(key, refused)
+        assert code(out) == "INVALID_INPUT" and "waits for one" in str(out["errors"]), out
+    assert platform.services.sessions.all_messages(handle) == []  # nothing was posted
+    # One waiting and any number not waiting are fine (the wait here ends unanswered).
+    out = platform.gql(key, mutation(", wait: false", ", wait: false", ", wait: false"))
+    assert len(out["data"]) == 3
+
+
+def test_agent_fields_that_read_storage_are_costed(platform, agents):
+    """corpusStatus and dailyUsedTokens each read per agent but cost nothing: twenty
+    aliases of 100 agents' were 4,000 reads accepted against a limit of 500."""
+    _, key = platform.user("counter")
+    register(platform, key, "costed", agents.url + "/dice")
+    alias = "a{n}: allAgents(limit: 100) {{ corpusStatus {{ state }} dailyUsedTokens }}"
+    many = platform.gql(key, "{ " + " ".join(alias.format(n=n) for n in range(20)) + " }")
+    assert code(many) == "INVALID_INPUT" and "storage reads" in str(many["errors"])
+    one = platform.gql(key, "{ allAgents(limit: 100) { agentId dailyUsedTokens } }")
+    assert "errors" not in one, one

@@ -6,7 +6,9 @@ it sits in (a ``limit`` argument, or the list's default page; a variable counts 
 largest page). ``allSessions { messages embeds }`` is 1 + 50 x 2; twenty aliases of it,
 2,020, are refused before the first read. A long poll (``messages(waitSeconds)``)
 reads until a message comes or the wait ends: it costs the reads of the longest wait,
-so ``allSessions { messages(waitSeconds: 25) }`` cannot poll 50 sessions at once.
+so ``allSessions { messages(waitSeconds: 25) }`` cannot poll 50 sessions at once. So
+does a ``sendSessionMessage`` that waits for its reply; mutations run one after another,
+so a request waits for one reply at most (twenty aliases held a worker for 500 s).
 Validation rejects a request over the limit with INVALID_INPUT, naming its cost.
 """
 
@@ -15,6 +17,7 @@ from __future__ import annotations
 from typing import Any
 
 from graphql import (
+    BooleanValueNode,
     FieldNode,
     FloatValueNode,
     FragmentSpreadNode,
@@ -22,6 +25,7 @@ from graphql import (
     GraphQLObjectType,
     InlineFragmentNode,
     IntValueNode,
+    ObjectValueNode,
     OperationDefinitionNode,
     SelectionSetNode,
     ValidationRule,
@@ -42,11 +46,29 @@ PAGES: dict[tuple[str, str], paging.PageSize] = {
 }
 PAGE_ARGUMENT = {("Query", "route"): "k"}
 # Fields whose resolver reads storage: every root field, and these.
-READS = frozenset({("SessionType", "messages"), ("SessionType", "embeds")})
+READS = frozenset({("SessionType", "messages"), ("SessionType", "embeds"),
+                   ("AgentType", "corpusStatus"), ("AgentType", "dailyUsedTokens")})
 LONG_POLLS = {("SessionType", "messages"): "waitSeconds"}  # field -> its wait argument
+# Mutations that wait for a reply unless their input says ``wait: false``: field -> input
+REPLY_WAITS = {("Mutation", "sendSessionMessage"): "messageData"}
+
+
+def _waits_for_reply(type_name: str, node: FieldNode) -> bool:
+    name = REPLY_WAITS.get((type_name, node.name.value))
+    if name is None:
+        return False
+    for argument in node.arguments or ():
+        if argument.name.value == name and isinstance(argument.value, ObjectValueNode):
+            for field in argument.value.fields:
+                if field.name.value == "wait":
+                    return not (isinstance(field.value, BooleanValueNode)
+                                and not field.value.value)
+    return True  # the default waits; so may a variable
 
 
 def _waits(type_name: str, node: FieldNode) -> bool:
+    if _waits_for_reply(type_name, node):
+        return True
     name = LONG_POLLS.get((type_name, node.name.value))
     for argument in node.arguments or ():
         if argument.name.value == name:
@@ -78,6 +100,12 @@ def cost_limit_rule(max_cost: int, long_poll_reads: int) -> type[ValidationRule]
             root = self.context.schema.get_root_type(node.operation)
             if root is None:
                 return
+            waiting = [s for s in node.selection_set.selections if isinstance(s, FieldNode)
+                       and _waits_for_reply(root.name, s)]
+            if len(waiting) > 1:  # they would run one after another, each its whole wait
+                self.report_error(GraphQLError(
+                    f"this request waits for {len(waiting)} replies; a request waits for one "
+                    "at most: send the others with wait: false", node))
             cost = self._cost(node.selection_set, root, 1, frozenset(), is_root=True)
             if cost > max_cost:
                 self.report_error(GraphQLError(
