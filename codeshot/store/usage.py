@@ -127,10 +127,10 @@ class UsageCounters(Repository):
         return int(out["Attributes"]["used"]["N"])
 
     def charge_once(self, kind: str, subject: str, limit: int, what: str, amount: int,
-                    window: str = "day", now: datetime | None = None) -> bool:
+                    window: str = "day", now: datetime | None = None) -> None:
         """Charge ``amount`` for ``what`` (one thing asked for again and again, such as
-        an upload URL) at most once a window: True if charged now, False if it was
-        already (nothing charged); RATE_LIMITED if it does not fit. A marker item and the
+        an upload URL) at most once a window; RATE_LIMITED (nothing charged) if it is not
+        charged yet and does not fit. A marker item and the
         charge are one transaction, so concurrent retries charge once."""
         now = now or self.clock()
         request = self.charge_request(kind, subject, limit, window, now, amount)
@@ -147,11 +147,10 @@ class UsageCounters(Repository):
         except self.db.exceptions.TransactionCanceledException as exc:
             reasons = [r.get("Code") for r in exc.response.get("CancellationReasons", [])]
             if reasons[:1] == ["ConditionalCheckFailed"]:
-                return False
+                return  # charged already this window
             if reasons[1:2] == ["ConditionalCheckFailed"]:
                 raise self.rate_limited(kind, limit, window, now) from exc
             raise
-        return True
 
     def take_lease(self, kind: str, subject: str, limit: int, window: str, now: datetime,
                    lease_id: str) -> None:
