@@ -45,6 +45,11 @@ class Window:
         return self.start.strftime("%Y%m%dT%H%M")
 
 
+def _expires_at(span: Window) -> str:
+    # Kept a day past the window so "used today" stays readable near midnight.
+    return str(int((span.end + timedelta(days=1)).timestamp()))
+
+
 @dataclass(frozen=True)
 class TokenUsage:
     """LLM tokens one subject spent in one window (``used`` = input + output)."""
@@ -95,8 +100,7 @@ class UsageCounters(Repository):
             "ExpressionAttributeValues": {
                 ":amount": {"N": str(amount)},
                 ":most": {"N": str(limit - amount)},
-                # Kept a day past the window so "used today" stays readable near midnight.
-                ":exp": {"N": str(int((span.end + timedelta(days=1)).timestamp()))},
+                ":exp": {"N": _expires_at(span)},
             },
         }
 
@@ -122,6 +126,32 @@ class UsageCounters(Repository):
             raise self.rate_limited(kind, limit, window, now) from exc
         return int(out["Attributes"]["used"]["N"])
 
+    def charge_once(self, kind: str, subject: str, limit: int, what: str, amount: int,
+                    window: str = "day", now: datetime | None = None) -> None:
+        """Charge ``amount`` for ``what`` (one thing asked for again and again, such as
+        an upload URL) at most once a window; RATE_LIMITED (nothing charged) if it is not
+        charged yet and does not fit. A marker item and the
+        charge are one transaction, so concurrent retries charge once."""
+        now = now or self.clock()
+        request = self.charge_request(kind, subject, limit, window, now, amount)
+        marker, span = self._counter(f"{kind}.once", f"{subject}#{what}", window, now)
+        try:
+            self.db.transact_write_items(TransactItems=[
+                {"Put": {"TableName": self.table_name,
+                         "Item": {"counter": {"S": marker},
+                                  "expires_at": {"N": _expires_at(span)}},
+                         "ConditionExpression": "attribute_not_exists(#c)",
+                         "ExpressionAttributeNames": {"#c": "counter"}}},
+                {"Update": request},
+            ])
+        except self.db.exceptions.TransactionCanceledException as exc:
+            reasons = [r.get("Code") for r in exc.response.get("CancellationReasons", [])]
+            if reasons[:1] == ["ConditionalCheckFailed"]:
+                return  # charged already this window
+            if reasons[1:2] == ["ConditionalCheckFailed"]:
+                raise self.rate_limited(kind, limit, window, now) from exc
+            raise
+
     def take_lease(self, kind: str, subject: str, limit: int, window: str, now: datetime,
                    lease_id: str) -> None:
         """Take one of ``subject``'s ``limit`` slots for ``lease_id``. RATE_LIMITED when all
@@ -137,7 +167,7 @@ class UsageCounters(Repository):
                 ExpressionAttributeValues={
                     ":one": {"N": "1"}, ":id": {"SS": [lease_id]}, ":lid": {"S": lease_id},
                     ":limit": {"N": str(limit)},
-                    ":exp": {"N": str(int((span.end + timedelta(days=1)).timestamp()))}})
+                    ":exp": {"N": _expires_at(span)}})
         except self.db.exceptions.ConditionalCheckFailedException as exc:
             item = self.db.get_item(TableName=self.table_name, Key={"counter": {"S": counter}},
                                     ConsistentRead=True).get("Item", {})
@@ -198,7 +228,7 @@ class UsageCounters(Repository):
                     ":in": {"N": str(input_tokens)},
                     ":out": {"N": str(output_tokens)},
                     ":one": {"N": "1"},
-                    ":exp": {"N": str(int((span.end + timedelta(days=1)).timestamp()))},
+                    ":exp": {"N": _expires_at(span)},
                 },
             }})
         self.db.transact_write_items(TransactItems=items)

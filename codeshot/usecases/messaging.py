@@ -32,6 +32,7 @@ from codeshot.models import (
 from codeshot.observability import correlation_id
 from codeshot.services import Services
 from codeshot.store.embeds import check_content_type
+from codeshot.store.embeds import content_hash as hash_of
 from codeshot.store.queue import Work
 from codeshot.text import check_text
 from codeshot.usecases.threads import blocking
@@ -67,10 +68,12 @@ class Messaging:
 
     def _embed_refs(self, owner: str, uploads: list[EmbedUpload]
                     ) -> tuple[dict[str, EmbedRef], int]:
-        """Check every embed, store inline bytes on S3 (content-addressed, so a blob
-        left behind by a failed post is harmless and reused by its retry) and turn the
-        caller's own uploads into embeds; returns the refs and the inline bytes (charged
-        to the daily upload allowance with the post)."""
+        """Check every embed, store inline bytes on S3 and turn the caller's own uploads
+        into embeds; returns the refs and the inline bytes (charged to the daily upload
+        allowance with the post). The allowance, and the query quota (:meth:`post`), are
+        read first, so a refused post writes nothing; one that a concurrent post beats to
+        the last of either leaves its bytes, uncharged: content-addressed, so reused by
+        its retry, and at most one post's worth per post that had quota when it began."""
         if len(uploads) > MAX_EMBEDS_PER_MESSAGE:
             raise InvalidInput(f"at most {MAX_EMBEDS_PER_MESSAGE} embeds per message")
         refs: dict[str, EmbedRef] = {}
@@ -84,10 +87,7 @@ class Messaging:
                 raise InvalidInput(f"embed {up.key!r}: give exactly one of content or contentHash")
             data = None
             if up.content_base64 is not None:
-                try:
-                    data = base64.b64decode(up.content_base64, validate=True)
-                except (binascii.Error, ValueError) as exc:
-                    raise InvalidInput(f"embed {up.key!r}: content is not base64") from exc
+                data = _inline_bytes(up)
                 limit = self.s.settings.max_inline_embed_bytes
                 if len(data) > limit:
                     raise InvalidInput(
@@ -129,6 +129,9 @@ class Messaging:
             earlier = self.s.sessions.posted_under(session_id, idempotency_key)
             if earlier:
                 return self._same_post(earlier, text, embeds), False
+        limit = self.s.daily_limit(principal.daily_query_limit)
+        if embeds:  # S3 writes are not undone by a refused transaction: refuse before
+            self._check_quota(user_id, limit)
         refs, inline_bytes = self._embed_refs(user_id, embeds)
         new_embeds = self._unbound_embeds(session_id, user_id, refs)
         message = Message(
@@ -136,7 +139,6 @@ class Messaging:
             type=MessageType.QUERY, sent_by=principal.username or user_id,
             embeds=refs,
         )
-        limit = self.s.daily_limit(principal.daily_query_limit)
         # (what is charged, its limit): the transaction's first items, in this order
         charges = [("daily query", limit)]
         items: list[TransactWriteItemTypeDef] = [
@@ -199,17 +201,23 @@ class Messaging:
     def precheck(self, principal: Principal, text: str, has_embeds: bool = False) -> None:
         """Refuse, before anything is made for it, a post that would be refused: bad text,
         or a daily quota already used up (the post itself charges it exactly)."""
-        user_id = user_id_of(principal)
         self._check_text(text, has_embeds)
-        limit = self.s.daily_limit(principal.daily_query_limit)
+        self._check_quota(user_id_of(principal),
+                          self.s.daily_limit(principal.daily_query_limit))
+
+    def _check_quota(self, user_id: str, limit: int) -> None:
         if self.s.usage.used("query", user_id) >= limit:
             raise self.s.usage.rate_limited("daily query", limit, "day")
 
     @staticmethod
     def _same_post(earlier: Message, text: str, embeds: list[EmbedUpload]) -> Message:
-        """A retry sends the same message again; other content under the key is a mistake
-        the client must hear about, not a silent replay of the first message."""
-        if earlier.text != text or set(earlier.embeds) != {e.key for e in embeds}:
+        """A retry sends the same message again; other content under the key (text, or
+        an embed's key, type or bytes) is a mistake the client must hear about, not a
+        silent replay of the first message."""
+        sent = {e.key: (e.content_type, e.content_hash if e.content_base64 is None
+                        else hash_of(_inline_bytes(e))) for e in embeds}
+        bound = {k: (ref.content_type, ref.content_hash) for k, ref in earlier.embeds.items()}
+        if earlier.text != text or sent != bound:
             raise Conflict("this idempotencyKey was already used for a different message; "
                            "use a new key for a new message")
         return earlier
@@ -247,6 +255,13 @@ class Messaging:
             if message.in_reply_to == query_id and message.type in TERMINAL:
                 return message
         return None
+
+
+def _inline_bytes(up: EmbedUpload) -> bytes:
+    try:
+        return base64.b64decode(up.content_base64 or "", validate=True)
+    except (binascii.Error, ValueError) as exc:
+        raise InvalidInput(f"embed {up.key!r}: content is not base64") from exc
 
 
 # Reply polls: none before a runner could have answered, then a growing interval (each
@@ -337,9 +352,11 @@ def upload_url(services: Services, principal: Principal, content_type: str, size
                content_hash: str) -> PresignedUpload:
     """A presigned URL for the caller to upload an embed's bytes to, before sending it
     with a message by its ``content_hash``; ``size`` counts against the caller's daily
-    upload allowance."""
+    upload allowance once a day per hash and size: asking again (a retry, an expired
+    URL) costs nothing, as the URL can only ever take those same bytes. Charged here,
+    not when the upload is bound, so bytes uploaded and never sent count too."""
     user_id = user_id_of(principal)
     upload = services.embeds.put_url(user_id, content_hash, content_type, size)  # checks
-    services.usage.charge(UPLOAD_BYTES, user_id, services.settings.daily_upload_bytes,
-                          amount=size)
+    services.usage.charge_once(UPLOAD_BYTES, user_id, services.settings.daily_upload_bytes,
+                               f"{content_hash}#{size}", size)
     return PresignedUpload(upload["url"], upload["headers"], content_hash)

@@ -34,14 +34,17 @@ def complete(services: Services, caller: Principal, request: ProxyRequest) -> Co
     if not caller.user_id or not caller.agent_id:
         raise Forbidden("the OpenAI proxy needs an agent-call token issued for a user")
     settings = services.settings
-    services.usage.charge("llm_proxy", f"{caller.user_id}#{caller.agent_id}",
-                          settings.openai_proxy_rate_limit, window="minute")
     limit = settings.openai_proxy_max_tokens
     max_tokens = limit if request.max_tokens is None else max(1, min(request.max_tokens, limit))
-    llm = configured(get_llm(settings), LlmSettings(temperature=request.temperature))
     budget = budget_for(services, caller.user_id)
-    # An agent writes this prompt, not the platform: it must fit in what is left of the
-    # budgets (about 4 characters a token), or one call could spend a day's many times.
-    budget.check(caller.agent_id, sum(len(m.content) for m in request.messages) // 4)
+    # An agent writes this prompt, not the platform: it and the completion it asks for
+    # must fit in what is left of the budgets (about 4 characters a token), or one call
+    # could spend a day's many times. Checked before the per-minute charge, so a refused
+    # call spends none of the minute's calls.
+    prompt = sum(len(m.content) for m in request.messages) // 4
+    budget.check(caller.agent_id, prompt + max_tokens)
+    services.usage.charge("llm_proxy", f"{caller.user_id}#{caller.agent_id}",
+                          settings.openai_proxy_rate_limit, window="minute")
+    llm = configured(get_llm(settings), LlmSettings(temperature=request.temperature))
     return budget.metered(llm, caller.agent_id).complete(request.messages, request.stop,
                                                          max_tokens)

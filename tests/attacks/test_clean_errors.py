@@ -4,6 +4,7 @@ code), a clear message, and writes nothing."""
 from __future__ import annotations
 
 import base64
+import hashlib
 import json
 
 import httpx
@@ -102,6 +103,25 @@ def test_an_idempotency_key_reused_for_other_text_is_a_conflict(platform):
     other = platform.gql(key, POST, {"s": h, "t": "pay 1000", "k": "k-1"})
     assert code(other) == "INVALID_INPUT" and "idempotencyKey" in other["errors"][0]["message"]
     assert [m.text for m in platform.services.sessions.all_messages(h)] == ["pay 10"]
+
+
+def test_an_idempotency_key_reused_for_other_embed_bytes_is_a_conflict(platform):
+    _, key = platform.user()
+    h = session(platform, key)
+
+    def post(data: bytes, content_type: str = "text/plain") -> dict:
+        embed = {"key": "e", "contentType": content_type,
+                 "content": base64.b64encode(data).decode()}
+        return platform.gql(key, POST, {"s": h, "t": "see #e", "k": "k-1", "e": [embed]})
+
+    first = post(b"first")
+    assert "errors" not in first
+    for other in (post(b"second, different"), post(b"first", "application/octet-stream")):
+        assert code(other) == "INVALID_INPUT" and "idempotencyKey" in other["errors"][0][
+            "message"], other
+    assert post(b"first") == first  # the same request again is a retry
+    [message] = platform.services.sessions.all_messages(h)
+    assert message.embeds["e"].content_hash == hashlib.sha256(b"first").hexdigest()
 
 
 @pytest.mark.settings(agent_call_timeout_seconds=1.0)

@@ -12,6 +12,7 @@ import pytest
 from fastapi import FastAPI
 
 from codeshot import aws
+from codeshot.errors import NotFound
 from codeshot.local.http_server import HttpServer
 from tests.conftest import code
 from tests.runner.conftest import send, session
@@ -98,6 +99,40 @@ def test_an_upload_url_cannot_replace_or_poison_content(platform):
     out = platform.gql(victim, SEND, {"s": session(platform, victim), "e": [inline(other)]})
     url = out["data"]["sendSessionMessage"]["message"]["embeds"][0]["url"]
     assert httpx.get(url).content == other
+
+
+def test_a_post_refused_for_its_quota_stores_no_embed_bytes(platform):
+    user_id, key = platform.user("spent", daily_query_limit=1)
+    h = session(platform, key)
+    assert "errors" not in platform.gql(key, SEND, {"s": h, "e": []})
+    large = b"uploaded, never sent " * 1000
+    assert upload(platform, key, large) == 200
+    for data, embed in ((b"new bytes, stored for free?", inline(b"new bytes, stored for free?")),
+                        (large, by_hash(hashlib.sha256(large).hexdigest()))):
+        assert code(platform.gql(key, SEND, {"s": h, "e": [embed]})) == "RATE_LIMITED"
+        with pytest.raises(NotFound):  # not copied to the platform's content either
+            platform.services.embeds.head(hashlib.sha256(data).hexdigest())
+    assert len(platform.services.sessions.all_messages(h)) == 1
+    assert platform.services.usage.used("upload_bytes", user_id) == len(large)
+
+
+@pytest.mark.settings(daily_upload_bytes=1000)
+def test_an_upload_url_asked_for_again_is_charged_once(platform):
+    user_id, key = platform.user()
+
+    def ask(data: bytes, size: int) -> dict:
+        return platform.gql(key, UPLOAD, {"t": "text/plain", "n": size,
+                                          "h": hashlib.sha256(data).hexdigest()})
+
+    for _ in range(3):  # a retry, or a URL that expired, asks for the same bytes again
+        assert "errors" not in ask(b"a", 600)
+    assert platform.services.usage.used("upload_bytes", user_id) == 600
+    # Another size is another request (only one size can hash to it): charged, refused.
+    assert code(ask(b"a", 700)) == "RATE_LIMITED"
+    assert "errors" not in ask(b"b", 400)  # other bytes fill the day's allowance
+    assert code(ask(b"c", 1)) == "RATE_LIMITED"
+    assert "errors" not in ask(b"a", 600)  # still free: charged already today
+    assert platform.services.usage.used("upload_bytes", user_id) == 1000
 
 
 @pytest.fixture

@@ -107,8 +107,9 @@ def test_an_unmodified_fixie_agent_calls_the_platforms_llm(proxy, fixie_python):
             "model says: again | RateLimitError 429"
         assert len(upstream.requests) == 3
 
-        # A user whose daily LLM tokens are spent gets 429 too, and the model is not called.
-        bob, _ = platform.user("bob", daily_token_limit=40)
+        # A user whose daily LLM tokens are spent gets 429 too, and the model is not called
+        # (a call must leave room for its completion: 1,024 tokens when not given).
+        bob, _ = platform.user("bob", daily_token_limit=1050)
         assert call_func(platform, port, bob, "hi") == "model says: hi | RateLimitError 429"
         assert len(upstream.requests) == 4
 
@@ -141,12 +142,21 @@ def test_the_proxy_takes_only_agent_tokens_and_caps_completions(proxy):
     assert r.status_code == 400 and r.json()["error"]["code"] == "INVALID_INPUT"
     assert len(upstream.requests) == 1
 
-    # An agent writes the prompt: one too large for what is left of the user's tokens is
-    # refused before the model sees it (it used to pass the check and spend any amount).
+    # An agent writes the prompt: one that, with the completion it asks for, does not fit
+    # in what is left of the user's tokens is refused before the model sees it, and
+    # spends none of the minute's 3 calls (CODESHOT_OPENAI_PROXY_RATE_LIMIT here).
     dave, _ = platform.user("dave", daily_token_limit=1000)
     dave_token = platform.services.auth.agent_token("alice/asker", dave, ids.handle())
-    for prompt, status in (("x" * 8000, 429), ("x" * 2000, 200)):  # ~2,000 and ~500 tokens
-        r = httpx.post(url, json=body | {"prompt": prompt},
+    for prompt, max_tokens, status in (("x" * 8000, 10, 429),  # ~2,000 tokens
+                                       ("x" * 2000, 600, 429),  # ~500 + 600
+                                       ("x" * 2000, None, 429),  # ~500 + 1,024 (the cap)
+                                       ("x" * 2000, 600, 429),
+                                       ("x" * 2000, 400, 200)):
+        ask = body | {"prompt": prompt, "max_tokens": max_tokens}
+        r = httpx.post(url, json={k: v for k, v in ask.items() if v is not None},
                        headers={"Authorization": f"Bearer {dave_token}"})
         assert r.status_code == status, r.text
+        if status == 429:
+            assert "daily LLM token limit" in r.json()["error"]["message"], r.text
     assert len(upstream.requests) == 2
+    assert upstream.bodies[-1]["max_tokens"] == 400
