@@ -421,9 +421,11 @@ class SessionStore(Repository):
         newest_first: bool = False,
         after: str | None = None,
     ) -> Page[Message]:
+        """``limit`` messages in time order (or newest first); ``after`` = only those newer
+        than that message id. DynamoDB ends a query at 1 MB, so this reads on from where it
+        stopped until the page is full or the log ends: a short page means no more."""
         lookup_key(session_id, "session")
-        """Messages in time order (or newest first); ``after`` = only those newer than
-        that message id (read from just past it, so a page is always full)."""
+        limit = clamp_limit(limit, default=100, maximum=1000)
         kwargs: dict[str, Any] = {
             "TableName": self.table_name,
             "KeyConditionExpression": "session_id = :s AND begins_with(#i, :p)",
@@ -431,18 +433,20 @@ class SessionStore(Repository):
             "ExpressionAttributeValues": {":s": {"S": session_id}, ":p": {"S": MSG_PREFIX}},
             "ScanIndexForward": not newest_first,
             "ConsistentRead": True,
-            "Limit": clamp_limit(limit, default=100, maximum=1000),
         }
         start = decode_token(token, {"session_id": session_id})
         if start is None and after:
             start = _key(session_id, MSG_PREFIX + after)
-        if start:
-            kwargs["ExclusiveStartKey"] = start
-        out = self.db.query(**kwargs)
-        return Page(
-            [_message(from_item(i)) for i in out.get("Items", [])],
-            encode_token(out.get("LastEvaluatedKey")),
-        )
+        found: list[Message] = []
+        while True:
+            if start:
+                kwargs["ExclusiveStartKey"] = start
+            # Ask only for what is missing, so the last key read is the page's last item.
+            out = self.db.query(**kwargs, Limit=limit - len(found))
+            found.extend(_message(from_item(i)) for i in out.get("Items", []))
+            start = out.get("LastEvaluatedKey")
+            if not start or len(found) >= limit:
+                return Page(found, encode_token(start))
 
     def all_messages(self, session_id: str) -> list[Message]:
         return every_page(lambda token: self.list_messages(session_id, limit=1000, token=token))
