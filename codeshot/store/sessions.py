@@ -38,6 +38,7 @@ STATE_ITEM = "STATE"
 MSG_PREFIX = "MSG#"
 MSG_END = "MSG$"  # sorts just after every MSG# key
 EMBED_PREFIX = "EMBED#"
+PAGE_READS = 4  # DynamoDB reads (of at most 1 MB each) for one page of messages
 ANSWER_PREFIX = "ANSWER#"  # the runner's exactly-once marker of an answered query
 IDEMPOTENCY_PREFIX = "IDEM#"  # a posted message's idempotency key -> its message id
 # A user's one-time keys for new sessions live in a partition of their own,
@@ -423,7 +424,8 @@ class SessionStore(Repository):
     ) -> Page[Message]:
         """``limit`` messages in time order (or newest first); ``after`` = only those newer
         than that message id. DynamoDB ends a query at 1 MB, so this reads on from where it
-        stopped until the page is full or the log ends: a short page means no more."""
+        stopped until the page is full, the log ends or PAGE_READS reads are done (about
+        4 MB: a page must fit Lambda's 6 MB response); ``next_token`` says if more follow."""
         lookup_key(session_id, "session")
         limit = clamp_limit(limit, default=100, maximum=1000)
         kwargs: dict[str, Any] = {
@@ -438,7 +440,7 @@ class SessionStore(Repository):
         if start is None and after:
             start = _key(session_id, MSG_PREFIX + after)
         found: list[Message] = []
-        while True:
+        for _ in range(PAGE_READS):
             if start:
                 kwargs["ExclusiveStartKey"] = start
             # Ask only for what is missing, so the last key read is the page's last item.
@@ -446,7 +448,8 @@ class SessionStore(Repository):
             found.extend(_message(from_item(i)) for i in out.get("Items", []))
             start = out.get("LastEvaluatedKey")
             if not start or len(found) >= limit:
-                return Page(found, encode_token(start))
+                break
+        return Page(found, encode_token(start))
 
     def all_messages(self, session_id: str) -> list[Message]:
         return every_page(lambda token: self.list_messages(session_id, limit=1000, token=token))
