@@ -117,7 +117,7 @@ def list_embeds(services: Services, session: Session, after: str | None = None,
                 limit: int | None = None) -> list[Embed]:
     """A page of a session's embeds by key (the session as :func:`get_session` returned
     it); ``after``: keys after that one."""
-    if after is not None and not EMBED_KEY_RE.fullmatch(after):
+    if after and not EMBED_KEY_RE.fullmatch(after):
         raise InvalidInput("after must be an embed key")
     return services.sessions.list_embeds(session.session_id, after=after,
                                          limit=paging.EMBEDS.of(limit))
