@@ -12,6 +12,7 @@ from fastapi.responses import JSONResponse, StreamingResponse
 from pydantic import BaseModel, Field
 
 from codeshot.auth.tokens import bearer
+from codeshot.errors import Timeout
 from codeshot.models import Agent, Message, Principal
 from codeshot.services import Services
 from codeshot.usecases import user_storage
@@ -157,15 +158,29 @@ async def _query(agent_id: str | None, body: AgentQueryBody, user: Principal,
             if message.in_reply_to == query.message_id and message.type in TERMINAL:
                 yield message
 
+    # A query may run past the reply wait (to CODESHOT_QUERY_TIME_BUDGET_SECONDS), but the
+    # API cannot follow it that long (API Gateway ends a request at 30 s and buffers the
+    # stream). So the caller gets TIMEOUT naming the session, to read the reply there:
+    # an empty answer would read as "" to fixieai, and its retry would charge a new query.
+    late = Timeout(f"no reply within {timeout:g} s; the query is still running: read "
+                   f"session {session_id} for its reply rather than asking again")
+
     if not body.stream:
         reply = None
         async for message in replies():
             reply = message
-        return JSONResponse(_wire(reply) if reply else {"message": None, "session": session_id})
+        if reply is None:
+            raise late
+        return JSONResponse(_wire(reply))
 
     async def lines() -> AsyncIterator[bytes]:
-        async for message in replies():
-            yield (json.dumps(_wire(message)) + "\n").encode()
+        reply = None
+        async for reply in replies():
+            yield (json.dumps(_wire(reply)) + "\n").encode()
+        if reply is None:  # the last line is what fixieai takes as the answer
+            yield (json.dumps({"type": "error", "sentBy": "platform", "session": session_id,
+                               "message": {"text": str(late), "embeds": {}},
+                               "errorCode": late.code}) + "\n").encode()
 
     return StreamingResponse(lines(), media_type="application/x-ndjson",
                              headers={"X-Codeshot-Session": session_id})

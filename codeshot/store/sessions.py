@@ -38,6 +38,7 @@ STATE_ITEM = "STATE"
 MSG_PREFIX = "MSG#"
 MSG_END = "MSG$"  # sorts just after every MSG# key
 EMBED_PREFIX = "EMBED#"
+PAGE_READS = 4  # DynamoDB reads (of at most 1 MB each) for one page of messages
 ANSWER_PREFIX = "ANSWER#"  # the runner's exactly-once marker of an answered query
 IDEMPOTENCY_PREFIX = "IDEM#"  # a posted message's idempotency key -> its message id
 # A user's one-time keys for new sessions live in a partition of their own,
@@ -421,9 +422,12 @@ class SessionStore(Repository):
         newest_first: bool = False,
         after: str | None = None,
     ) -> Page[Message]:
+        """``limit`` messages in time order (or newest first); ``after`` = only those newer
+        than that message id. DynamoDB ends a query at 1 MB, so this reads on from where it
+        stopped until the page is full, the log ends or PAGE_READS reads are done (about
+        4 MB: a page must fit Lambda's 6 MB response); ``next_token`` says if more follow."""
         lookup_key(session_id, "session")
-        """Messages in time order (or newest first); ``after`` = only those newer than
-        that message id (read from just past it, so a page is always full)."""
+        limit = clamp_limit(limit, default=100, maximum=1000)
         kwargs: dict[str, Any] = {
             "TableName": self.table_name,
             "KeyConditionExpression": "session_id = :s AND begins_with(#i, :p)",
@@ -431,18 +435,21 @@ class SessionStore(Repository):
             "ExpressionAttributeValues": {":s": {"S": session_id}, ":p": {"S": MSG_PREFIX}},
             "ScanIndexForward": not newest_first,
             "ConsistentRead": True,
-            "Limit": clamp_limit(limit, default=100, maximum=1000),
         }
         start = decode_token(token, {"session_id": session_id})
         if start is None and after:
             start = _key(session_id, MSG_PREFIX + after)
-        if start:
-            kwargs["ExclusiveStartKey"] = start
-        out = self.db.query(**kwargs)
-        return Page(
-            [_message(from_item(i)) for i in out.get("Items", [])],
-            encode_token(out.get("LastEvaluatedKey")),
-        )
+        found: list[Message] = []
+        for _ in range(PAGE_READS):
+            if start:
+                kwargs["ExclusiveStartKey"] = start
+            # Ask only for what is missing, so the last key read is the page's last item.
+            out = self.db.query(**kwargs, Limit=limit - len(found))
+            found.extend(_message(from_item(i)) for i in out.get("Items", []))
+            start = out.get("LastEvaluatedKey")
+            if not start or len(found) >= limit:
+                break
+        return Page(found, encode_token(start))
 
     def all_messages(self, session_id: str) -> list[Message]:
         return every_page(lambda token: self.list_messages(session_id, limit=1000, token=token))

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from codeshot import ids
 from codeshot.errors import InvalidInput, NotFound
-from codeshot.models import MAX_URL, Embed, EmbedRef, Message, Principal, Session
+from codeshot.models import EMBED_KEY_RE, MAX_URL, Embed, EmbedRef, Message, Principal, Session
 from codeshot.services import Services
 from codeshot.text import check_text
 from codeshot.usecases import paging
@@ -68,7 +68,12 @@ def list_sessions(services: Services, principal: Principal, after: str | None = 
                   limit: int | None = None) -> list[Session]:
     """A page of the caller's sessions, newest first; ``after``: older than that one."""
     user_id = user_id_of(principal)
-    start = services.sessions.get(after, owner=user_id) if after else None
+    start = None
+    if after:
+        try:
+            start = services.sessions.get(after, owner=user_id)
+        except NotFound as exc:  # a page token, not a lookup: bad input either way
+            raise InvalidInput("after must be the handle of one of your sessions") from exc
     return services.sessions.list_by_owner(user_id, paging.SESSIONS.of(limit),
                                            after=start).items
 
@@ -95,18 +100,25 @@ def session_for_agent(
 def list_messages(
     services: Services, session: Session, after: str | None = None, limit: int | None = None
 ) -> list[Message]:
-    """A session's messages in time order (``after``: only newer than that id); the
-    session comes from :func:`get_session`, which checked the caller owns it."""
-    if after is not None and not ids.is_ulid(after):
+    """A page of a session's messages in time order: the oldest ``limit`` newer than the
+    id ``after``, or without it the newest ``limit`` (Fixie 1.0 clients read the last one
+    as the reply, however long the log). The session comes from :func:`get_session`,
+    which checked the caller owns it."""
+    size = paging.MESSAGES.of(limit)
+    if after is None:
+        return services.sessions.list_messages(session.session_id, limit=size,
+                                               newest_first=True).items[::-1]
+    if not ids.is_ulid(after):
         raise InvalidInput("after must be a message id")
-    return services.sessions.list_messages(session.session_id, limit=paging.MESSAGES.of(limit),
-                                           after=after).items
+    return services.sessions.list_messages(session.session_id, limit=size, after=after).items
 
 
 def list_embeds(services: Services, session: Session, after: str | None = None,
                 limit: int | None = None) -> list[Embed]:
     """A page of a session's embeds by key (the session as :func:`get_session` returned
     it); ``after``: keys after that one."""
+    if after and not EMBED_KEY_RE.fullmatch(after):
+        raise InvalidInput("after must be an embed key")
     return services.sessions.list_embeds(session.session_id, after=after,
                                          limit=paging.EMBEDS.of(limit))
 

@@ -1,7 +1,16 @@
 """Every GraphQL operation of docs/fixie-wire-contract.md, with the exact query text listed there."""
 
+import json
+import os
+import subprocess
 from datetime import datetime
+from pathlib import Path
 
+import httpx
+import pytest
+
+from codeshot import ids
+from codeshot.models import Message, MessageType
 from codeshot.usecases.tasks import open_session
 from codeshot.usecases.users import principal_of
 from tests.api.conftest import HANDSHAKE
@@ -120,3 +129,68 @@ def test_session_with_frontend_agent(platform, handshake_agent):
     assert task.frontend_agent_id == "carol/front"
     assert open_session(platform.services, carol, "front", task.session_id) == task
     assert open_session(platform.services, carol, "carol/front", task.session_id) == task
+
+
+def fixieai(fixie_python: Path, platform, key: str, script: str) -> str:
+    """What ``script`` prints, run by the real fixieai 1.0.4 client pointed at ``platform``."""
+    env = {"PATH": os.environ["PATH"], "FIXIE_API_URL": platform.url, "FIXIE_API_KEY": key}
+    out = subprocess.run([str(fixie_python), "-c", script], env=env, capture_output=True,
+                         text=True, timeout=120, check=False)
+    assert out.returncode == 0, out.stderr[-2000:]
+    return out.stdout
+
+
+def test_the_last_message_is_the_newest_however_long_the_log(platform, fixie_python):
+    """DynamoDB ends a query at 1 MB: 80 messages of 15 kB are more, so one read of the
+    log stops part-way. fixieai's ``get_messages`` (``messages`` with no arguments) still
+    ends with the newest message, and a page asked for ``after`` an id is full."""
+    _, key = platform.user()
+    handle = platform.gql(key, CREATE_SESSION, {"frontendAgentId": None})[
+        "data"]["createSession"]["session"]["handle"]
+    logged = [Message(session_id=handle, message_id=ids.ulid(), type=MessageType.RESPONSE,
+                      text=f"{n} " + "y" * 15_000, sent_by="platform") for n in range(80)]
+    newest = Message(session_id=handle, message_id=ids.ulid(), type=MessageType.RESPONSE,
+                     text="THE NEWEST ANSWER", sent_by="platform")
+    platform.services.sessions.put_messages([*logged, newest])
+
+    answer = fixieai(fixie_python, platform, key, "from fixieai.client.client import FixieClient"
+                     f"\nprint(FixieClient().get_session({handle!r}).get_messages()[-1]['text'])")
+    assert answer == "THE NEWEST ANSWER\n"
+    every = platform.gql(key, SESSION_BY_HANDLE, {"handle": handle})[
+        "data"]["sessionByHandle"]["messages"]
+    assert [m["id"] for m in every] == [m.message_id for m in [*logged, newest]]
+
+    page = """query ($h: String!, $a: String, $n: Int) { sessionByHandle(handle: $h) {
+        messages(after: $a, limit: $n) { id } } }"""
+    after = platform.gql(key, page, {"h": handle, "a": logged[0].message_id, "n": 79})
+    assert [m["id"] for m in after["data"]["sessionByHandle"]["messages"]] == [
+        m.message_id for m in logged[1:]]
+    last = platform.gql(key, page, {"h": handle, "n": 2})  # the newest page, in time order
+    assert [m["id"] for m in last["data"]["sessionByHandle"]["messages"]] == [
+        logged[-1].message_id, newest.message_id]
+
+
+@pytest.mark.settings(reply_wait_seconds=1.0)
+def test_a_query_that_outlasts_the_reply_wait_says_so(platform, fixie_python):
+    """No runner answers: the stream ends with TIMEOUT naming the session (not an empty
+    200, which fixieai reads as the answer "" and would send again, charged again)."""
+    _, key = platform.user()
+    handle = platform.gql(key, CREATE_SESSION, {"frontendAgentId": None})[
+        "data"]["createSession"]["session"]["handle"]
+    answer = fixieai(fixie_python, platform, key, "from fixieai.client.client import FixieClient"
+                     f"\nprint(FixieClient().get_session({handle!r}).query('Roll 2d6'))")
+    assert answer.startswith("no reply within 1 s; the query is still running: read session "
+                             f"{handle} ")
+    headers = {"Authorization": f"Bearer {key}"}
+    body = {"session": handle, "message": {"text": "Roll 2d6"}}
+    streamed = httpx.post(f"{platform.url}/api/agents/None", json=body, headers=headers,
+                          timeout=30)
+    assert streamed.status_code == 200
+    [line] = [json.loads(x) for x in streamed.text.splitlines()]
+    assert (line["type"], line["errorCode"], line["session"]) == ("error", "TIMEOUT", handle)
+    plain = httpx.post(f"{platform.url}/api/agents/None", json={**body, "stream": False},
+                       headers=headers, timeout=30)
+    assert plain.status_code == 504 and plain.json()["error"]["code"] == "TIMEOUT"
+    assert f"read session {handle} " in plain.json()["error"]["message"]
+    used = platform.gql(key, "{ user { dailyUsedQueries } }")["data"]["user"]
+    assert used["dailyUsedQueries"] == 3  # one per query: nothing was sent twice

@@ -92,3 +92,24 @@ def test_paging_messages_with_after(platform):
         {"h": session, "a": ids[1]},
     )
     assert page["data"]["sessionByHandle"]["messages"] == [{"text": "m2"}, {"text": "m3"}]
+
+
+def test_a_bad_page_token_is_invalid_input(platform):
+    """``after`` must name an item of the list: anything else is a malformed page token
+    (INVALID_INPUT, docs/errors.md), not a lookup that fails naming the storage keys."""
+    _, key = platform.user()
+    session = new_session(platform, key)
+    _, other = platform.user()
+    theirs = new_session(platform, other)
+    embeds = """query ($h: String!, $a: String) { sessionByHandle(handle: $h) {
+        embeds(after: $a) { key } } }"""
+    sessions = "query ($a: String) { allSessions(after: $a) { handle } }"
+    for query, after in [(embeds, "x" * 3000), (embeds, "no spaces"), (embeds, "EMBED#a"),
+                         (sessions, "bogus"), (sessions, theirs), (sessions, "x" * 3000)]:
+        out = platform.gql(key, query, {"h": session, "a": after})
+        assert code(out) == "INVALID_INPUT", (after[:20], out)
+        assert "EMBED#" not in out["errors"][0]["message"]
+    # Real tokens still page: an embed key not bound (yet) too, as DynamoDB reads past it.
+    assert platform.gql(key, embeds, {"h": session, "a": "a.txt"})["data"][
+        "sessionByHandle"]["embeds"] == []
+    assert platform.gql(key, sessions, {"a": session})["data"]["allSessions"] == []

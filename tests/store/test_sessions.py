@@ -183,3 +183,19 @@ def test_a_session_made_once_per_key_is_charged_once(aws):
     # A retry of the day's last session is that session, though the day's charge is full.
     assert store.create_once(Session(session_id=ids.handle(), owner="bob"), "k1",
                              usage.charge_request("session", "bob", 1)) == bobs.session_id
+
+
+def test_a_page_of_messages_reads_past_1_mb_but_stays_under_lambdas_6_mb(aws):
+    """DynamoDB ends a query at 1 MB (about 65 of these messages): a page reads on to
+    ``limit`` messages, or to PAGE_READS reads, as a response over Lambda's 6 MB fails."""
+    store = SessionStore(aws)
+    s = new_session(store)
+    logged = [msg(s.session_id, f"{n} " + "y" * 15_000) for n in range(300)]  # 4.5 MB
+    store.put_messages(logged)
+    assert [m.text for m in store.list_messages(s.session_id, limit=150).items] == [
+        m.text for m in logged[:150]]
+    first = store.list_messages(s.session_id, limit=1000)
+    assert 200 < len(first.items) < 300 and first.next_token
+    rest = store.list_messages(s.session_id, limit=1000, token=first.next_token)
+    assert [m.message_id for m in first.items + rest.items] == [m.message_id for m in logged]
+    assert rest.next_token is None

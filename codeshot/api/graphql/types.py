@@ -301,9 +301,10 @@ class SessionType:
     session: strawberry.Private[Session]  # read with the owner's check
 
     @strawberry.field(description=(
-        "Messages in time order, a page at a time (at most 1,000); `after` = only newer than "
-        "that id. `waitSeconds` (at most the reply wait) long-polls: with nothing newer yet, "
-        "wait for the next message."))
+        "Messages in time order, a page at a time (at most 1,000, or about 4 MB): the "
+        "newest page, or with `after` the oldest ones newer than that id. `waitSeconds` "
+        "(at most the reply wait) long-polls: with nothing newer yet, wait for the next "
+        "message."))
     async def messages(
         self, info: Info, after: str | None = None, limit: int | None = None,
         wait_seconds: float = 0,
