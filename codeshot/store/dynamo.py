@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import base64
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from decimal import Decimal
 from typing import Any, Generic, TypeVar
@@ -67,6 +67,50 @@ def from_item(item: dict[str, Any]) -> dict[str, Any]:
 def is_condition_failure(exc: Exception) -> bool:
     code = getattr(exc, "response", {}).get("Error", {}).get("Code", "")
     return code in ("ConditionalCheckFailedException", "TransactionCanceledException")
+
+
+def cancelled_by(exc: Exception) -> list[str]:
+    """A cancelled transaction's reason per item, in order ("ConditionalCheckFailed" for
+    an item whose condition failed, "None" for one that was fine)."""
+    reasons = getattr(exc, "response", {}).get("CancellationReasons", [])
+    return [r.get("Code", "") for r in reasons]
+
+
+def query_pages(db: Any, kwargs: dict[str, Any], reads: int | None = None
+                ) -> Iterator[dict[str, Any]]:
+    """The answers of a Query read on from where each stopped (DynamoDB ends one at
+    1 MB), at most ``reads`` of them; ``kwargs`` ends holding where the last stopped."""
+    done = 0
+    while reads is None or done < reads:
+        out: dict[str, Any] = db.query(**kwargs)
+        done += 1
+        yield out
+        if "LastEvaluatedKey" not in out:
+            return
+        kwargs["ExclusiveStartKey"] = out["LastEvaluatedKey"]
+
+
+def fill_page(db: Any, kwargs: dict[str, Any], start: dict[str, Any] | None, limit: int,
+              reads: int) -> tuple[list[dict[str, Any]], dict[str, Any] | None]:
+    """Up to ``limit`` items of a Query from ``start``, read on past DynamoDB's 1 MB stops
+    in at most ``reads`` Queries, each asking only for what is still missing (so the last
+    key read is the page's last item: nothing is skipped); and where it stopped (None:
+    at the end)."""
+    items: list[dict[str, Any]] = []
+    for _ in range(reads):
+        if start:
+            kwargs["ExclusiveStartKey"] = start
+        out = db.query(**kwargs, Limit=limit - len(items))
+        items += out.get("Items", [])
+        start = out.get("LastEvaluatedKey")
+        if not start or len(items) >= limit:
+            break
+    return items, start
+
+
+def count_items(db: Any, kwargs: dict[str, Any]) -> int:
+    """How many items a Query finds, counted by DynamoDB (none sent back)."""
+    return sum(out["Count"] for out in query_pages(db, {**kwargs, "Select": "COUNT"}))
 
 
 @dataclass

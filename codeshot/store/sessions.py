@@ -20,12 +20,16 @@ from codeshot.models import Embed, Message, MessageType, Session, SessionStatus,
 from codeshot.store.base import Repository
 from codeshot.store.dynamo import (
     Page,
+    cancelled_by,
     clamp_limit,
+    count_items,
     decode_token,
     encode_token,
     every_page,
+    fill_page,
     from_item,
     lookup_key,
+    query_pages,
     to_item,
 )
 from codeshot.store.tables import EXPIRES_AT, SESSIONS
@@ -161,7 +165,7 @@ class SessionStore(Repository):
             # The key first: a retry of the day's last session is that session, not refused.
             if (earlier := self.guarded(session.owner, key)) is not None:
                 return earlier
-            reasons = [r.get("Code") for r in exc.response.get("CancellationReasons", [])]
+            reasons = cancelled_by(exc)
             if reasons[:1] == ["ConditionalCheckFailed"]:
                 return None
             # Not the key nor the charge: a session id collision (vanishingly rare).
@@ -232,44 +236,24 @@ class SessionStore(Repository):
         short, with a token to go on, when the owner has many sessions with others)."""
         kwargs = {"TableName": self.table_name, "ScanIndexForward": False,
                   **self._with_frontend(owner, frontend)}
-        start = decode_token(token, {"owner": owner})
-        found: list[Session] = []
-        for _ in range(reads):
-            if start:
-                kwargs["ExclusiveStartKey"] = start
-            # Only as many as the page still needs: the last key is then the last one
-            # looked at, so nothing is skipped.
-            out = self.db.query(**kwargs, Limit=limit - len(found))
-            found += [Session.from_dict(from_item(i)) for i in out.get("Items", [])]
-            start = out.get("LastEvaluatedKey")
-            if not start or len(found) >= limit:
-                break
-        return Page(found, encode_token(start))
+        items, last = fill_page(self.db, kwargs, decode_token(token, {"owner": owner}),
+                                limit, reads)
+        return Page([Session.from_dict(from_item(i)) for i in items], encode_token(last))
 
     def count_by_frontend(self, owner: str, frontend: str | None) -> int:
         """How many sessions the owner has with ``frontend`` (counted by DynamoDB)."""
-        return self._count({"TableName": self.table_name, "Select": "COUNT",
-                            **self._with_frontend(owner, frontend)})
-
-    def _count(self, kwargs: dict[str, Any]) -> int:
-        total = 0
-        while True:
-            out = self.db.query(**kwargs)
-            total += out["Count"]
-            if "LastEvaluatedKey" not in out:
-                return total
-            kwargs["ExclusiveStartKey"] = out["LastEvaluatedKey"]
+        return count_items(self.db, {"TableName": self.table_name,
+                                     **self._with_frontend(owner, frontend)})
 
     def count_by_owner(self, owner: str) -> int:
         """How many sessions the owner has (counted by DynamoDB, none returned)."""
         lookup_key(owner, "owner")
-        kwargs: dict[str, Any] = {
-            "TableName": self.table_name, "IndexName": "by_owner", "Select": "COUNT",
+        return count_items(self.db, {
+            "TableName": self.table_name, "IndexName": "by_owner",
             "KeyConditionExpression": "#o = :owner",
             "ExpressionAttributeNames": {"#o": "owner"},
             "ExpressionAttributeValues": {":owner": {"S": owner}},
-        }
-        return self._count(kwargs)
+        })
 
     def set_status(
         self, session_id: str, status: SessionStatus, expected: SessionStatus | None = None
@@ -439,17 +423,12 @@ class SessionStore(Repository):
         start = decode_token(token, {"session_id": session_id})
         if start is None and after:
             start = _key(session_id, MSG_PREFIX + after)
-        found: list[Message] = []
-        for _ in range(PAGE_READS):
-            if start:
-                kwargs["ExclusiveStartKey"] = start
-            # Ask only for what is missing, so the last key read is the page's last item.
-            out = self.db.query(**kwargs, Limit=limit - len(found))
-            found.extend(_message(from_item(i)) for i in out.get("Items", []))
-            start = out.get("LastEvaluatedKey")
-            if not start or len(found) >= limit:
-                break
-        return Page(found, encode_token(start))
+        items, last = fill_page(self.db, kwargs, start, limit, PAGE_READS)
+        return Page([_message(from_item(i)) for i in items], encode_token(last))
+
+    def newest_messages(self, session_id: str, limit: int) -> list[Message]:
+        """The session's newest ``limit`` messages, in time order."""
+        return self.list_messages(session_id, limit=limit, newest_first=True).items[::-1]
 
     def all_messages(self, session_id: str) -> list[Message]:
         return every_page(lambda token: self.list_messages(session_id, limit=1000, token=token))
@@ -473,14 +452,10 @@ class SessionStore(Repository):
             "ExpressionAttributeValues": values, "ConsistentRead": True}
         if keys_only:
             kwargs["ProjectionExpression"] = "#i"
-        while True:
-            out = self.db.query(**kwargs)
+        for out in query_pages(self.db, kwargs):
             for raw in out.get("Items", []):
                 if before is None or raw["item"]["S"] != MSG_PREFIX + before:
                     yield raw
-            if "LastEvaluatedKey" not in out:
-                return
-            kwargs["ExclusiveStartKey"] = out["LastEvaluatedKey"]
 
     def message_ids(self, session_id: str, types: Collection[MessageType]) -> list[str]:
         """The ids of the session's messages of ``types``, in time order: only their keys
@@ -522,7 +497,7 @@ class SessionStore(Repository):
                          "ExpressionAttributeNames": {"#i": "item"}}},
             ])
         except self.db.exceptions.TransactionCanceledException as exc:
-            reasons = [r.get("Code") for r in exc.response.get("CancellationReasons", [])]
+            reasons = cancelled_by(exc)
             if reasons and reasons[0] == "ConditionalCheckFailed":
                 raise NotFound(f"session {embed.session_id} not found") from exc
             return self._same_embed(embed, exc)

@@ -16,6 +16,7 @@ from codeshot.errors import Interrupted, RateLimited
 from codeshot.models import Clock, utcnow
 from codeshot.settings import Settings
 from codeshot.store.base import Repository
+from codeshot.store.dynamo import cancelled_by
 from codeshot.store.tables import USAGE
 
 if TYPE_CHECKING:
@@ -145,7 +146,7 @@ class UsageCounters(Repository):
                 {"Update": request},
             ])
         except self.db.exceptions.TransactionCanceledException as exc:
-            reasons = [r.get("Code") for r in exc.response.get("CancellationReasons", [])]
+            reasons = cancelled_by(exc)
             if reasons[:1] == ["ConditionalCheckFailed"]:
                 return  # charged already this window
             if reasons[1:2] == ["ConditionalCheckFailed"]:

@@ -31,7 +31,16 @@ from typing import TYPE_CHECKING, Any
 from codeshot.errors import InvalidInput, NotFound, Unavailable
 from codeshot.models import utcnow
 from codeshot.store.base import Repository
-from codeshot.store.dynamo import Page, clamp_limit, decode_token, encode_token, from_item
+from codeshot.store.dynamo import (
+    Page,
+    cancelled_by,
+    clamp_limit,
+    count_items,
+    decode_token,
+    encode_token,
+    from_item,
+    query_pages,
+)
 from codeshot.store.tables import USER_STORAGE
 
 if TYPE_CHECKING:
@@ -51,12 +60,6 @@ SWEEP_PAGE = 100  # index keys per query page of a sweep, deleted before the nex
 # a whole second, sorts before "...:05.000001+00:00"). Holder.holds says it in Python.
 HELD = "(#g = :g OR (attribute_not_exists(#g) AND #m >= :since))"
 HELD_NAMES = {"#g": REGISTRATION, "#m": "modified"}
-
-
-def _cancelled_by(exc: Exception) -> list[str]:
-    """Which parts of a cancelled transaction failed their condition."""
-    reasons = getattr(exc, "response", {}).get("CancellationReasons", [])
-    return [r.get("Code", "") for r in reasons]
 
 
 def _check_key(key: str) -> None:
@@ -144,7 +147,7 @@ class UserStorageStore(Repository):
                 ])
                 return
             except self.db.exceptions.TransactionCanceledException as exc:
-                if _cancelled_by(exc)[1:] == ["ConditionalCheckFailed"]:
+                if cancelled_by(exc)[1:] == ["ConditionalCheckFailed"]:
                     if self._own_count(holder):
                         continue
                     most = self.settings.max_storage_keys
@@ -196,7 +199,8 @@ class UserStorageStore(Repository):
             unchanged: dict[str, Any] = {"ConditionExpression": "#g = :was",
                                          "ExpressionAttributeValues": {":was": found[REGISTRATION]}}
         else:
-            count = self._count_held(holder)
+            # The registration's keys in the scope: once per scope after an upgrade.
+            count = count_items(self.db, self._query_held(holder))
             unchanged = {"ConditionExpression": "attribute_not_exists(#g)"}
         with contextlib.suppress(self.db.exceptions.ConditionalCheckFailedException):
             # Changed meanwhile (another write made it this registration's): tried again.
@@ -205,18 +209,6 @@ class UserStorageStore(Repository):
                 Item={**count_key, "count": {"N": str(count)}, REGISTRATION: {"S": holder.stamp}},
                 ExpressionAttributeNames={"#g": REGISTRATION}, **unchanged)
         return True
-
-    def _count_held(self, holder: Holder) -> int:
-        """The registration's keys in the scope, read page by page (at most the keys a
-        scope holds, once per scope after an upgrade)."""
-        kwargs = self._query_held(holder)
-        count = 0
-        while True:
-            out = self.db.query(**kwargs, Select="COUNT")
-            count += out["Count"]
-            if "LastEvaluatedKey" not in out:
-                return count
-            kwargs["ExclusiveStartKey"] = out["LastEvaluatedKey"]
 
     def _query_held(self, holder: Holder) -> dict[str, Any]:
         """A query of the scope's keys that are the registration's."""
@@ -252,7 +244,7 @@ class UserStorageStore(Repository):
                 ])
                 return
             except self.db.exceptions.TransactionCanceledException as exc:
-                reasons = _cancelled_by(exc)
+                reasons = cancelled_by(exc)
                 if reasons[:1] == ["ConditionalCheckFailed"]:
                     raise NotFound(f"no value for key {key!r}") from exc
                 if reasons[1:] == ["ConditionalCheckFailed"]:
@@ -288,8 +280,8 @@ class UserStorageStore(Repository):
             "ExpressionAttributeValues": value,
         }
         deleted = 0
-        for _ in range(pages):
-            page = self.db.query(**kwargs)
+        page: dict[str, Any] = {}
+        for page in query_pages(self.db, kwargs, reads=pages):
             # DeleteItem, not BatchWriteItem: the sweeper's role can delete, never put.
             for item in page["Items"]:
                 with contextlib.suppress(self.db.exceptions.ConditionalCheckFailedException):
@@ -299,9 +291,8 @@ class UserStorageStore(Repository):
                                         ExpressionAttributeNames={"#g": REGISTRATION},
                                         ExpressionAttributeValues=value)
                     deleted += 1
-            if "LastEvaluatedKey" not in page:
-                log.info("swept %d user-storage items of %s", deleted, value[":g"]["S"])
-                return False
-            kwargs["ExclusiveStartKey"] = page["LastEvaluatedKey"]
+        if "LastEvaluatedKey" not in page:
+            log.info("swept %d user-storage items of %s", deleted, value[":g"]["S"])
+            return False
         log.info("swept %d user-storage items of %s, more to go", deleted, value[":g"]["S"])
         return True

@@ -31,6 +31,7 @@ from codeshot.models import (
 )
 from codeshot.observability import correlation_id
 from codeshot.services import Services
+from codeshot.store.dynamo import cancelled_by
 from codeshot.store.embeds import check_content_type
 from codeshot.store.embeds import content_hash as hash_of
 from codeshot.store.queue import Work
@@ -165,7 +166,7 @@ class Messaging:
         try:
             self.s.sessions.db.transact_write_items(TransactItems=items)
         except ClientError as exc:
-            reasons = [r.get("Code") for r in exc.response.get("CancellationReasons", [])]
+            reasons = cancelled_by(exc)
             for (what, most), reason in zip(charges, reasons):
                 if reason == "ConditionalCheckFailed":
                     raise self.s.usage.rate_limited(what, most, "day") from exc
@@ -243,8 +244,7 @@ class Messaging:
         """Messages newer than ``after``, or without it the newest ``NEWEST_PAGE`` (one
         read however long the log: a reader that has none yet needs no older ones)."""
         if after is None:
-            return self.s.sessions.list_messages(session_id, limit=NEWEST_PAGE,
-                                                 newest_first=True).items[::-1]
+            return self.s.sessions.newest_messages(session_id, NEWEST_PAGE)
         if not ids.is_ulid(after):
             raise InvalidInput("after must be a message id")
         return self.newer(session_id, after)
@@ -316,10 +316,10 @@ async def next_messages(
     gone: Callable[[], Awaitable[bool]] | None = None,
 ) -> list[Message]:
     """Messages newer than ``after`` (the newest page without it: :meth:`Messaging.since`),
-    waiting up to ``timeout``
-    seconds for the first to arrive: a long poll, which works the same behind API Gateway
-    (whose responses are buffered, so server-sent events would not stream) and locally.
-    ``gone`` tells when the caller has hung up, to stop waiting early."""
+    waiting up to ``timeout`` seconds for the first to arrive: a long poll, which works
+    the same behind API Gateway (whose responses are buffered, so server-sent events would
+    not stream) and locally. ``gone`` tells when the caller has hung up, to stop waiting
+    early."""
     deadline = time.monotonic() + max(timeout, 0.0)
     delay = LONG_POLL_FIRST_SECONDS
     while True:

@@ -106,8 +106,7 @@ def list_messages(
     which checked the caller owns it."""
     size = paging.MESSAGES.of(limit)
     if after is None:
-        return services.sessions.list_messages(session.session_id, limit=size,
-                                               newest_first=True).items[::-1]
+        return services.sessions.newest_messages(session.session_id, size)
     if not ids.is_ulid(after):
         raise InvalidInput("after must be a message id")
     return services.sessions.list_messages(session.session_id, limit=size, after=after).items

@@ -69,8 +69,7 @@ def newest(services: Services, session_id: str, limit: int = LISTED_MESSAGES
     """The session's newest ``limit`` messages in time order, led by its newest turn's
     query when that turn has more steps than ``limit`` (so :func:`turns` gives its
     state): one page of ``limit`` and at most three single reads, however long the log."""
-    found = services.sessions.list_messages(session_id, limit=limit,
-                                            newest_first=True).items[::-1]
+    found = services.sessions.newest_messages(session_id, limit)
     by_id = {m.message_id: m for m in found}
     current = found[-1] if found else None
     for _ in range(_CHAIN):

@@ -38,6 +38,9 @@ TRANSACTION_ITEMS = {"Put": "dynamodb:PutItem", "Update": "dynamodb:UpdateItem",
                      "Delete": "dynamodb:DeleteItem",
                      "ConditionCheck": "dynamodb:ConditionCheckItem"}
 TRANSACTIONS = {"dynamodb:TransactWriteItems", "dynamodb:TransactGetItems"}
+# Modules of helpers over a client another module hands them: their calls count for the
+# module that called the helper (a store's, so they are on its table).
+HELPER_MODULES = {"codeshot.store.dynamo"}
 NOT_OPERATIONS = {"generate_presigned_url", "generate_presigned_post", "get_paginator",
                   "get_waiter", "can_paginate", "close"}
 # Called on a receiver of unknown type, these are taken as the builtin types' methods, not
@@ -367,21 +370,26 @@ def calls_by_module(files: Iterable[Path], services: tuple[str, ...],
         return [b for c in related(cls) for b in by_class.get((c, name), [])]
 
     roots += by_name.get(entry, [])
-    via: dict[int, str] = {id(r): "" for r in roots}
-    pending, seen = list(roots), set()
+    # A body is visited once per module its calls count for: its own, or for a shared
+    # helper's (HELPER_MODULES), each store module that reaches it.
+    via: dict[tuple[int, str], str] = {(id(r), r.module): "" for r in roots}
+    pending = [(r, r.module) for r in roots]
+    seen: set[tuple[int, str]] = set()
     actions: dict[tuple[str, str], str] = {}
     while pending:  # breadth first: the paths are short ones
-        body = pending.pop(0)
-        if id(body) in seen:
+        body, module = pending.pop(0)
+        if (id(body), module) in seen:
             continue
-        seen.add(id(body))
+        seen.add((id(body), module))
+        path = via[(id(body), module)]
         called = {a for c in body.calls for a in methods.get(c, ())}
         if called & TRANSACTIONS:
             called |= {TRANSACTION_ITEMS[k] for k in body.transaction_items}
         for action in called - TRANSACTIONS:
-            actions.setdefault((action, body.module), via[id(body)])
+            actions.setdefault((action, module), path)
         for cls, name in body.references:
             for target in targets(cls, name):
-                via.setdefault(id(target), f"{via[id(body)]} > {cls or ''}.{name}".strip())
-                pending.append(target)
+                counts_for = module if target.module in HELPER_MODULES else target.module
+                via.setdefault((id(target), counts_for), f"{path} > {cls or ''}.{name}".strip())
+                pending.append((target, counts_for))
     return actions

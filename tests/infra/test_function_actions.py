@@ -115,3 +115,8 @@ def test_the_reading_sees_calls_through_typed_stores():
     assert "SessionStore.put_messages" in called["dynamodb:BatchWriteItem"]
     api = actions_called(handler_modules("handlers.api"), API_FUNCTION.aws_services)
     assert "sqs:ReceiveMessage" not in api  # the API never consumes the queue
+    # A shared helper's Query (store/dynamo.py's query_pages) counts for the store that
+    # called it: the sweep's index reads are on user storage's table.
+    by_module = calls_by_module(handler_modules("handlers.runner"), RUNNER_FUNCTION.aws_services)
+    assert ("dynamodb:Query", "codeshot.store.user_storage") in by_module
+    assert not [m for _, m in by_module if m == "codeshot.store.dynamo"]
