@@ -314,7 +314,10 @@
       if (link.dataset.nav === section) link.setAttribute("aria-current", "page");
       else link.removeAttribute("aria-current");
     }
-    if (!main.querySelector("[data-error-line]")) {
+    // A new page's heading takes the focus, unless the user is already in the new page (a
+    // field clicked while the swap settled, later on a busy machine): keep what they type.
+    const inPage = main.contains(document.activeElement) && document.activeElement !== main;
+    if (!inPage && !main.querySelector("[data-error-line]")) {
       const heading = main.querySelector("h1");
       if (heading) heading.focus({ preventScroll: true });
     }
