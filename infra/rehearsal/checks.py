@@ -51,6 +51,9 @@ COLD_STARTS_PER_FUNCTION = 3
 # the reply's transaction), and the Func query keeps one call of slack for a second reply
 # poll when the runner is slow (measured: 13 with two polls).
 BUDGETS = {"plain": 7, "Func": 14}
+# The runner sweeps a deleted registration's storage once SQS delivers the work and it has
+# seen the registration gone (it looks again after SWEEP_RECHECK_SECONDS).
+SWEEP_WAIT_SECONDS = 60
 
 SEND = """mutation ($s: String!, $t: String!, $e: [EmbedInput!]) { sendSessionMessage(
   messageData: {session: $s, text: $t, embeds: $e}) {
@@ -314,8 +317,12 @@ def check_redeploy(rehearsal: Any) -> str:
 
 
 def check_destroy(rehearsal: Any, user: User) -> str:
-    """``cdk destroy`` of the agent stacks: each registration's Delete unregisters it."""
+    """``cdk destroy`` of the agent stacks: each registration's Delete unregisters it, and
+    queues the sweep of its users' storage, which the deployed runner carries out."""
     deployment = rehearsal.deployment
+    stored = user_storage_of(rehearsal, "admin/notes")
+    if not stored:
+        raise RehearsalError("the notes agent stored nothing to sweep")
     kept: list[str] = []
     for deployed in reversed(list(deployment.stacks.values())):
         if deployed.stack.name != PLATFORM_STACK:
@@ -325,7 +332,31 @@ def check_destroy(rehearsal: Any, user: User) -> str:
         raise RehearsalError(f"still registered after destroy: {sorted(left & set(AGENTS))}")
     if kept:
         raise RehearsalError(f"agent stacks would leave {kept} behind")
-    return "agents unregistered; agent stacks keep nothing"
+    deadline = time.monotonic() + SWEEP_WAIT_SECONDS
+    while left_over := user_storage_of(rehearsal, "admin/notes"):
+        if time.monotonic() > deadline:
+            raise RehearsalError(f"the runner swept none of the notes agent's {stored} "
+                                 f"user-storage items in {SWEEP_WAIT_SECONDS} s "
+                                 f"({left_over} left)")
+        time.sleep(0.5)
+    return (f"agents unregistered; agent stacks keep nothing; the runner swept the notes "
+            f"agent's {stored} user-storage items")
+
+
+def user_storage_of(rehearsal: Any, agent_id: str) -> int:
+    """How many user-storage items, every user's, registrations of the agent hold (read
+    as the operator, outside the functions' roles)."""
+    from codeshot.store.user_storage import BY_REGISTRATION, REGISTRATION
+
+    (table,) = (deployed.refs[logical_id] for deployed in rehearsal.deployment.stacks.values()
+                for logical_id, resource in deployed.stack.of_type("AWS::DynamoDB::Table").items()
+                if any(index["IndexName"] == BY_REGISTRATION for index in
+                       resource["Properties"].get("GlobalSecondaryIndexes", [])))
+    scan = rehearsal.admin("dynamodb").get_paginator("scan").paginate(
+        TableName=table, Select="COUNT", FilterExpression="begins_with(#g, :a)",
+        ExpressionAttributeNames={"#g": REGISTRATION},
+        ExpressionAttributeValues={":a": {"S": f"{agent_id}#"}})
+    return sum(page["Count"] for page in scan)
 
 
 # -- measurements -------------------------------------------------------------------------
