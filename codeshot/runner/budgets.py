@@ -2,7 +2,8 @@
 agent's daily budgets before it is made, and its tokens (the provider's usage) are
 counted after.
 
-The check reads both counters; the count adds to both in one transaction. A query
+The check reads both counters; the count adds to each (a count that fails even after
+retries is logged, never the call's failure: its answer is there, its tokens spent). A query
 whose budget is spent ends with RATE_LIMITED (``BudgetExceeded``) naming the limit and
 when it resets, and makes no further LLM call. Concurrent queries of one user can each
 pass the check once more before seeing the others' tokens: the overspend is at most one
@@ -11,6 +12,7 @@ call per query.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable
 from datetime import datetime
 from typing import TYPE_CHECKING
@@ -22,6 +24,7 @@ from codeshot.store.usage import TokenUsage, UsageCounters, Window
 if TYPE_CHECKING:
     from codeshot.services import Services
 
+log = logging.getLogger("codeshot.runner")
 USER_TOKENS = "tokens"  # per user per day
 AGENT_TOKENS = "agent_tokens"  # per agent (the planner included) per day
 WINDOW = "day"
@@ -56,8 +59,13 @@ class TokenBudget:
                            agent, now)
 
     def record(self, agent_id: str, completion: Completion) -> None:
-        self.usage.add(self.charges(agent_id), completion.input_tokens,
-                       completion.output_tokens, WINDOW)
+        try:
+            self.usage.add(self.charges(agent_id), completion.input_tokens,
+                           completion.output_tokens, WINDOW)
+        except Exception:
+            log.exception("the tokens of %s's call for %s went uncounted: %d in, %d out",
+                          agent_id, self.user_id, completion.input_tokens,
+                          completion.output_tokens)
 
     def metered(self, llm: LLM, agent_id: str) -> LLM:
         return MeteredLLM(llm, self, agent_id)

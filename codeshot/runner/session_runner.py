@@ -48,6 +48,7 @@ from codeshot.runner.programs import (
 )
 from codeshot.services import Services
 from codeshot.store.corpora import CorpusState
+from codeshot.store.dynamo import cancelled_by, retry_transient
 from codeshot.store.queue import PromptWork, Work
 from codeshot.store.sessions import (
     ANSWER_PREFIX,
@@ -349,19 +350,21 @@ class SessionRunner:
         update, values = self.s.sessions.touch(
             "SET #s = :s, modified = :m",
             {":s": {"S": status.value}, ":m": {"S": reply.timestamp.isoformat()}})
+        # The conditional items: their failure means answered already, or session gone.
+        marker: TransactWriteItemTypeDef = {"Put": {
+            "TableName": table,
+            "Item": self.s.sessions.item({"session_id": session.session_id,
+                                          "item": ANSWER_PREFIX + query.message_id,
+                                          "reply_id": reply.message_id}),
+            "ConditionExpression": "attribute_not_exists(#i)",
+            "ExpressionAttributeNames": {"#i": "item"}}}
+        session_update: TransactWriteItemTypeDef = {"Update": {
+            "TableName": table, "Key": {**key, "item": {"S": SESSION_ITEM}},
+            "UpdateExpression": update, "ConditionExpression": "attribute_exists(session_id)",
+            "ExpressionAttributeNames": {"#s": "status"}, "ExpressionAttributeValues": values}}
         items: list[TransactWriteItemTypeDef] = [
-            {"Put": {"TableName": table,
-                     "Item": self.s.sessions.item({"session_id": session.session_id,
-                                                   "item": ANSWER_PREFIX + query.message_id,
-                                                   "reply_id": reply.message_id}),
-                     "ConditionExpression": "attribute_not_exists(#i)",
-                     "ExpressionAttributeNames": {"#i": "item"}}},
-            {"Put": {"TableName": table, "Item": self.s.sessions.message_item(reply)}},
-            {"Update": {"TableName": table, "Key": {**key, "item": {"S": SESSION_ITEM}},
-                        "UpdateExpression": update,
-                        "ConditionExpression": "attribute_exists(session_id)",
-                        "ExpressionAttributeNames": {"#s": "status"},
-                        "ExpressionAttributeValues": values}},
+            marker, {"Put": {"TableName": table, "Item": self.s.sessions.message_item(reply)}},
+            session_update,
         ]
         if program_state:
             items.append({"Put": {"TableName": table, "Item": self.s.sessions.item({
@@ -379,8 +382,15 @@ class SessionRunner:
         else:  # too long for one transaction: the trace goes first, in batches
             self.s.sessions.put_messages(trace)
         try:
-            self.s.sessions.db.transact_write_items(TransactItems=items)
-        except self.s.sessions.db.exceptions.TransactionCanceledException:
+            # Cancelled because another transaction wrote one of its items at that moment
+            # (the user's next post, another of the user's replies on the running count):
+            # tried again; if it still fails, the record fails and SQS redelivers it.
+            retry_transient(lambda: self.s.sessions.db.transact_write_items(TransactItems=items))
+        except self.s.sessions.db.exceptions.TransactionCanceledException as exc:
+            reasons = dict(zip(map(id, items), cancelled_by(exc), strict=False))
+            if "ConditionalCheckFailed" not in (reasons.get(id(marker)),
+                                                reasons.get(id(session_update))):
+                raise
             # Answered meanwhile, or the session was deleted: either way, nothing to add.
             log.info("reply to %s not written: already answered or session gone",
                      query.message_id)

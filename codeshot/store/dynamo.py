@@ -5,6 +5,9 @@ from __future__ import annotations
 
 import base64
 import json
+import logging
+import random
+import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from decimal import Decimal
@@ -14,6 +17,7 @@ from boto3.dynamodb.types import Binary, TypeDeserializer, TypeSerializer
 
 from codeshot.errors import InvalidInput, NotFound
 
+log = logging.getLogger("codeshot.store")
 _ser = TypeSerializer()
 _deser = TypeDeserializer()
 T = TypeVar("T")
@@ -74,6 +78,43 @@ def cancelled_by(exc: Exception) -> list[str]:
     an item whose condition failed, "None" for one that was fine)."""
     reasons = getattr(exc, "response", {}).get("CancellationReasons", [])
     return [r.get("Code", "") for r in reasons]
+
+
+# Why DynamoDB refuses a write for the moment, not for good: another transaction on one
+# of its items (botocore retries neither TransactionConflictException nor a transaction
+# cancelled for it), or throttling that outlasted botocore's own retries.
+TRANSIENT_CODES = frozenset({"TransactionConflictException", "ThrottlingException",
+                             "ProvisionedThroughputExceededException",
+                             "RequestLimitExceeded", "TransactionInProgressException"})
+TRANSIENT_REASONS = frozenset({"TransactionConflict", "ThrottlingError",
+                               "ProvisionedThroughputExceeded", "RequestLimitExceeded"})
+WRITE_ATTEMPTS = 5  # with the backoff below: at most 1.5 s of waiting in all
+
+
+def is_transient(exc: Exception) -> bool:
+    """Whether ``exc`` is a write refused only for the moment (worth trying again): a
+    transaction is, when no item's condition failed and one item was busy or throttled."""
+    code = getattr(exc, "response", {}).get("Error", {}).get("Code", "")
+    if code == "TransactionCanceledException":
+        reasons = cancelled_by(exc)
+        return "ConditionalCheckFailed" not in reasons and \
+            any(r in TRANSIENT_REASONS for r in reasons)
+    return code in TRANSIENT_CODES
+
+
+def retry_transient(write: Callable[[], T], attempts: int = WRITE_ATTEMPTS) -> T:
+    """``write()``, tried again after a transient refusal (:func:`is_transient`) with
+    jittered exponential backoff, so writers colliding on one item spread out; the last
+    refusal, or any other error, is raised."""
+    for attempt in range(attempts - 1):
+        try:
+            return write()
+        except Exception as exc:
+            if not is_transient(exc):
+                raise
+            log.info("write refused for the moment (%s); trying again", exc)
+            time.sleep(random.uniform(0, 0.1 * 2 ** attempt))  # noqa: S311  (jitter)
+    return write()
 
 
 def query_pages(db: Any, kwargs: dict[str, Any], reads: int | None = None

@@ -30,6 +30,7 @@ from codeshot.store.dynamo import (
     from_item,
     lookup_key,
     query_pages,
+    retry_transient,
     to_item,
 )
 from codeshot.store.tables import EXPIRES_AT, SESSIONS
@@ -576,7 +577,7 @@ class SessionStore(Repository):
             names["#o"] = "owner"
         update, values = self.touch("SET #s = :idle, modified = :m", values)
         try:
-            self.db.transact_write_items(TransactItems=[
+            retry_transient(lambda: self.db.transact_write_items(TransactItems=[
                 {"Update": {"TableName": self.table_name,
                             "Key": _key(message.session_id, SESSION_ITEM),
                             "UpdateExpression": update,
@@ -588,8 +589,10 @@ class SessionStore(Repository):
                 {"Put": {"TableName": self.table_name, "Item": self.message_item(message),
                          "ConditionExpression": "attribute_not_exists(#i)",
                          "ExpressionAttributeNames": {"#i": "item"}}},
-            ])
+            ]))
         except self.db.exceptions.TransactionCanceledException as exc:
+            if "ConditionalCheckFailed" not in cancelled_by(exc):
+                raise  # busy even after retries, not answered: the caller tries again later
             raise Conflict(f"session {message.session_id} is not waiting for input") from exc
 
     def set_callback(self, session_id: str, owner: str, **fields: str | None) -> Session:

@@ -16,12 +16,12 @@ from codeshot.errors import Interrupted, RateLimited
 from codeshot.models import Clock, utcnow
 from codeshot.settings import Settings
 from codeshot.store.base import Repository
-from codeshot.store.dynamo import cancelled_by
+from codeshot.store.dynamo import cancelled_by, retry_transient
 from codeshot.store.tables import USAGE
 
 if TYPE_CHECKING:
     from types_boto3_dynamodb import DynamoDBClient
-    from types_boto3_dynamodb.type_defs import TransactWriteItemTypeDef, UpdateTypeDef
+    from types_boto3_dynamodb.type_defs import UpdateItemInputTypeDef, UpdateTypeDef
 
 UNPROCESSED_RETRIES = 4  # BatchGetItem rounds for keys DynamoDB left unprocessed
 # "lease": counts of things in progress (running queries): one that a crashed runner never
@@ -212,14 +212,16 @@ class UsageCounters(Repository):
     # -- amounts known only after the fact (LLM tokens) ------------------------------
     def add(self, charges: list[tuple[str, str]], input_tokens: int, output_tokens: int,
             window: str = "day", now: datetime | None = None) -> None:
-        """Add one LLM call's tokens to each (kind, subject) counter, all in one transaction.
+        """Add one LLM call's tokens to each (kind, subject) counter.
 
         Unconditional: the tokens are spent already. Limits are checked before each call
-        (:meth:`token_usage`), so concurrent callers overspend by at most one call each."""
-        items: list[TransactWriteItemTypeDef] = []
+        (:meth:`token_usage`), so concurrent callers overspend by at most one call each.
+        One plain ADD per counter, not a transaction: a counter such as the planner's is
+        shared by every user, and a transaction on it would be cancelled by any other
+        writing it at that moment; an ADD refused so is tried again."""
         for kind, subject in charges:
             counter, span = self._counter(kind, subject, window, now)
-            items.append({"Update": {
+            request: UpdateItemInputTypeDef = {
                 "TableName": self.table_name,
                 "Key": {"counter": {"S": counter}},
                 "UpdateExpression": "ADD used :used, input_tokens :in, output_tokens :out, "
@@ -231,8 +233,11 @@ class UsageCounters(Repository):
                     ":one": {"N": "1"},
                     ":exp": {"N": _expires_at(span)},
                 },
-            }})
-        self.db.transact_write_items(TransactItems=items)
+            }
+            self._add(request)
+
+    def _add(self, request: UpdateItemInputTypeDef) -> None:
+        retry_transient(lambda: self.db.update_item(**request))
 
     def token_usage(self, charges: list[tuple[str, str]], window: str = "day",
                     now: datetime | None = None) -> list[TokenUsage]:
