@@ -1,8 +1,9 @@
-"""SQS FIFO batches for the session runner, with partial batch failure reporting.
+"""SQS batches for the session runner, with partial batch failure reporting.
 
 Within a message group (a session) order matters: once a record fails, the later
 records of that group are reported failed too, untouched, so SQS redelivers them in
-order. Other sessions' records in the batch go on, each session in its own thread.
+order. Other sessions' records in the batch go on, each session in its own thread; a
+record without a group (the standard prompt queue's) is a group of its own.
 
 No record starts once less than ``RECORD_RESERVE_MS`` of the invocation is left: it and
 the records of its session after it are reported failed, untouched, so a batch that would
@@ -36,10 +37,13 @@ def process_batch(event: dict[str, Any], handle: Handle, remaining_ms: Remaining
                   parse: Parse = Work.parse) -> dict[str, list[dict[str, str]]]:
     """Each session's records in order, different sessions side by side (a slow agent in
     one session never holds up the others); the records to redeliver."""
-    groups: dict[str, list[dict[str, Any]]] = {}
+    groups: dict[tuple[str, str], list[dict[str, Any]]] = {}
     for record in event.get("Records", []):
-        group = record.get("attributes", {}).get("MessageGroupId", "")
-        groups.setdefault(group, []).append(record)
+        # A standard queue's records (the prompt queue's) have no group: each is its own,
+        # so they run side by side and one's failure holds up no other.
+        group = record.get("attributes", {}).get("MessageGroupId")
+        key = ("group", group) if group is not None else ("record", record["messageId"])
+        groups.setdefault(key, []).append(record)
     if len(groups) <= 1:
         failures = [f for records in groups.values()
                     for f in _process_group(records, handle, remaining_ms, parse)]

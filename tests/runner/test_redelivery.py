@@ -2,9 +2,11 @@
 
 import json
 import threading
+import time
 
 from codeshot.runner.batch import RECORD_RESERVE_MS, process_batch, record_of
 from codeshot.runner.session_runner import SessionRunner
+from codeshot.store.queue import PromptWork
 from codeshot.store.tables import SESSION_QUEUE
 from tests.runner.conftest import register, session
 
@@ -126,3 +128,19 @@ def test_giving_up_on_the_last_attempt_leaves_an_error_not_a_stuck_session(platf
     assert emf["QueriesGivenUp"] == [1] and emf["QueueName"] == runner.s.settings.queue_name
     assert emf["_aws"]["CloudWatchMetrics"][0]["Namespace"] == "codeshot"
     assert emf["_aws"]["CloudWatchMetrics"][0]["Dimensions"] == [["QueueName"]]  # the alarm's
+
+
+def test_records_without_a_group_run_side_by_side_and_fail_alone():
+    """The prompt queue is a standard queue: its records carry no MessageGroupId. One
+    user's failing record neither waits for nor fails the others'."""
+    def handle(work, final):
+        time.sleep(0.5)  # one callback exchange
+        if work.session_id == "s3":
+            raise RuntimeError("a DynamoDB hiccup on one user's prompt")
+
+    records = [{"messageId": f"r{i}", "body": PromptWork(f"s{i}", "q", 0).body(),
+                "attributes": {}} for i in range(10)]
+    started = time.monotonic()
+    result = process_batch({"Records": records}, handle, parse=PromptWork.parse)
+    assert result == {"batchItemFailures": [{"itemIdentifier": "r3"}]}
+    assert time.monotonic() - started < 2.5  # not 10 x 0.5 s one after another
