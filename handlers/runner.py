@@ -39,4 +39,5 @@ def handler(event: dict[str, Any], context: Any) -> dict[str, list[dict[str, str
         from codeshot.usecases.prompts import process_prompts
 
         return process_prompts(event, _prompts(), context.get_remaining_time_in_millis)
-    return process_batch(event, _runner().handle, context.get_remaining_time_in_millis)
+    return process_batch(event, _runner().handle, context.get_remaining_time_in_millis,
+                         queue=_runner().s.queue)

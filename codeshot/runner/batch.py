@@ -8,7 +8,9 @@ record without a group (the standard prompt queue's) is a group of its own.
 No record starts once less than ``RECORD_RESERVE_MS`` of the invocation is left: it and
 the records of its session after it are reported failed, untouched, so a batch that would
 run into the Lambda timeout ends first and SQS redelivers what it did not process (a
-timed-out invocation reports nothing, and its whole batch comes back).
+timed-out invocation reports nothing, and its whole batch comes back). Records left
+untouched are handed back to their queue (visible again at once, not after the visibility
+timeout of half an hour); a record that failed waits that out.
 """
 
 from __future__ import annotations
@@ -16,11 +18,14 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from codeshot.observability import correlated
-from codeshot.store.queue import Work
+from codeshot.store.queue import PromptQueue, SessionQueue, Work
 from codeshot.store.tables import SESSION_QUEUE
+
+if TYPE_CHECKING:
+    from types_boto3_sqs.type_defs import ChangeMessageVisibilityBatchRequestEntryTypeDef
 
 log = logging.getLogger("codeshot.runner")
 
@@ -31,12 +36,19 @@ RemainingMs = Callable[[], int]  # the Lambda context's get_remaining_time_in_mi
 # What one query may take: CODESHOT_QUERY_TIME_BUDGET_SECONDS (120 s by default) and the
 # writes of its reply.
 RECORD_RESERVE_MS = 130_000
+# How soon a record left untouched comes back: at once. A session's next records still
+# wait for this invocation to end: SQS delivers none of a FIFO group while one of its
+# messages is in flight, and Lambda deletes those that succeeded only once it returns.
+HAND_BACK_SECONDS = 0
+SQS_BATCH = 10  # entries per ChangeMessageVisibilityBatch
 
 
 def process_batch(event: dict[str, Any], handle: Handle, remaining_ms: RemainingMs | None = None,
-                  parse: Parse = Work.parse) -> dict[str, list[dict[str, str]]]:
+                  parse: Parse = Work.parse, queue: SessionQueue | PromptQueue | None = None
+                  ) -> dict[str, list[dict[str, str]]]:
     """Each session's records in order, different sessions side by side (a slow agent in
-    one session never holds up the others); the records to redeliver."""
+    one session never holds up the others); the records to redeliver. Those left
+    untouched are handed back to ``queue`` (the event's) to come back soon."""
     groups: dict[tuple[str, str], list[dict[str, Any]]] = {}
     for record in event.get("Records", []):
         # A standard queue's records (the prompt queue's) have no group: each is its own,
@@ -45,30 +57,35 @@ def process_batch(event: dict[str, Any], handle: Handle, remaining_ms: Remaining
         key = ("group", group) if group is not None else ("record", record["messageId"])
         groups.setdefault(key, []).append(record)
     if len(groups) <= 1:
-        failures = [f for records in groups.values()
-                    for f in _process_group(records, handle, remaining_ms, parse)]
+        failed = [f for records in groups.values()
+                  for f in _process_group(records, handle, remaining_ms, parse)]
     else:
         with ThreadPoolExecutor(max_workers=len(groups),
                                 thread_name_prefix="session") as pool:
             done = pool.map(lambda records: _process_group(records, handle, remaining_ms,
                                                            parse), groups.values())
-            failures = [f for group_failures in done for f in group_failures]
-    return {"batchItemFailures": failures}
+            failed = [f for group_failed in done for f in group_failed]
+    if queue is not None:
+        _hand_back(queue, [record for record, untouched in failed if untouched])
+    return {"batchItemFailures": [{"itemIdentifier": record["messageId"]}
+                                  for record, _ in failed]}
 
 
 def _process_group(records: list[dict[str, Any]], handle: Handle,
-                   remaining_ms: RemainingMs | None, parse: Parse) -> list[dict[str, str]]:
+                   remaining_ms: RemainingMs | None, parse: Parse
+                   ) -> list[tuple[dict[str, Any], bool]]:
     """One session's records in order; after a failure, or too close to the invocation's
-    end, the rest are failed untouched."""
-    failures: list[dict[str, str]] = []
+    end, the rest are failed untouched. The failed records, each with whether it was
+    left untouched."""
+    failed: list[tuple[dict[str, Any], bool]] = []
     for record in records:
-        if not failures and remaining_ms is not None and remaining_ms() < RECORD_RESERVE_MS:
+        if not failed and remaining_ms is not None and remaining_ms() < RECORD_RESERVE_MS:
             log.warning("leaving %s for the next delivery: the invocation ends in %d ms",
                         record["messageId"], remaining_ms())
-            failures.append({"itemIdentifier": record["messageId"]})
+            failed.append((record, True))
             continue
-        if failures:
-            failures.append({"itemIdentifier": record["messageId"]})
+        if failed:
+            failed.append((record, True))
             continue
         try:
             work = parse(record["body"])
@@ -83,8 +100,26 @@ def _process_group(records: list[dict[str, Any]], handle: Handle,
                 handle(work, final)
         except Exception:
             log.exception("session %s work %s failed", work.session_id, record["messageId"])
-            failures.append({"itemIdentifier": record["messageId"]})
-    return failures
+            failed.append((record, False))
+    return failed
+
+
+def _hand_back(queue: SessionQueue | PromptQueue, records: list[dict[str, Any]]) -> None:
+    """Make ``records`` visible again (those behind a failed record of their FIFO group
+    still wait for it). If this fails they come back after the visibility timeout."""
+    for start in range(0, len(records), SQS_BATCH):
+        entries: list[ChangeMessageVisibilityBatchRequestEntryTypeDef] = [
+            {"Id": str(i), "ReceiptHandle": record["receiptHandle"],
+             "VisibilityTimeout": HAND_BACK_SECONDS}
+            for i, record in enumerate(records[start:start + SQS_BATCH])]
+        try:
+            out = queue.sqs.change_message_visibility_batch(QueueUrl=queue.url,
+                                                            Entries=entries)
+        except Exception:
+            log.exception("could not hand back %d records", len(entries))
+            continue
+        for failure in out.get("Failed", []):
+            log.warning("could not hand back a record: %s", failure.get("Message"))
 
 
 def record_of(message: dict[str, Any]) -> dict[str, Any]:

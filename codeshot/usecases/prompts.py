@@ -192,4 +192,5 @@ class Prompts:
 def process_prompts(event: dict[str, Any], prompts: Prompts,
                     remaining_ms: RemainingMs | None = None) -> dict[str, list[dict[str, str]]]:
     """A batch of the prompt queue, as the runner's batches are processed."""
-    return process_batch(event, prompts.handle, remaining_ms, parse=PromptWork.parse)
+    return process_batch(event, prompts.handle, remaining_ms, parse=PromptWork.parse,
+                         queue=prompts.s.prompt_queue)

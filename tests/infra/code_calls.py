@@ -32,6 +32,7 @@ AUTHORISED_AS = {
     "s3:ListObjectsV2": "s3:ListBucket",
     "bedrock:Converse": "bedrock:InvokeModel",
     "bedrock:ConverseStream": "bedrock:InvokeModelWithResponseStream",
+    "sqs:ChangeMessageVisibilityBatch": "sqs:ChangeMessageVisibility",
 }
 # A transaction is authorised item by item: its items' kinds, as the code spells them.
 TRANSACTION_ITEMS = {"Put": "dynamodb:PutItem", "Update": "dynamodb:UpdateItem",

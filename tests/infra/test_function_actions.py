@@ -25,8 +25,8 @@ from tests.infra.conftest import Synth, synthesize
 NOT_CALLS = {
     # The event source mappings poll the queues with the runner's role; QueryVectors with
     # metadata is authorised by GetVectors too.
-    "runner": {"sqs:ReceiveMessage", "sqs:DeleteMessage", "sqs:ChangeMessageVisibility",
-               "sqs:GetQueueAttributes", "sqs:GetQueueUrl", "s3vectors:GetVectors"},
+    "runner": {"sqs:ReceiveMessage", "sqs:DeleteMessage", "sqs:GetQueueAttributes",
+               "sqs:GetQueueUrl", "s3vectors:GetVectors"},
     # Lets a missing object answer 404 (NOT_FOUND: "you have no upload ...") not 403.
     "api": {"s3:ListBucket"},
 }

@@ -6,7 +6,7 @@ import time
 
 from codeshot.runner.batch import RECORD_RESERVE_MS, process_batch, record_of
 from codeshot.runner.session_runner import SessionRunner
-from codeshot.store.queue import PromptWork
+from codeshot.store.queue import PromptWork, SessionQueue, Work
 from codeshot.store.tables import SESSION_QUEUE
 from tests.runner.conftest import register, session
 
@@ -144,3 +144,32 @@ def test_records_without_a_group_run_side_by_side_and_fail_alone():
     result = process_batch({"Records": records}, handle, parse=PromptWork.parse)
     assert result == {"batchItemFailures": [{"itemIdentifier": "r3"}]}
     assert time.monotonic() - started < 2.5  # not 10 x 0.5 s one after another
+
+
+def test_records_left_untouched_come_back_in_seconds_not_after_the_visibility_timeout(aws):
+    """A session's queries left for the next delivery near the invocation's end are handed
+    back to the queue: SQS delivers them again as soon as the invocation ends, not half
+    an hour later."""
+    queue = SessionQueue(aws)
+    for i in range(3):
+        queue.enqueue(Work("s1", f"m{i}"))
+    raw = queue.receive(wait_seconds=1)
+    assert len(raw) == 3
+    left_ms, handled = [220_000], []
+
+    def handle(work, final):
+        handled.append(work.message_id)
+        left_ms[0] -= 100_000  # m1 would start with 120 s left: no more
+
+    result = process_batch({"Records": [record_of(m) for m in raw]}, handle,
+                           lambda: left_ms[0], queue=queue)
+    assert handled == ["m0"]
+    assert result == {"batchItemFailures": [{"itemIdentifier": m["MessageId"]}
+                                            for m in raw[1:]]}
+    # The session's first record is in flight until the invocation returns: SQS holds
+    # the rest of the session till then, ...
+    assert queue.receive(wait_seconds=0) == []
+    queue.delete(raw[0]["ReceiptHandle"])  # ... when Lambda deletes the one that succeeded
+    again = queue.receive(wait_seconds=0)
+    assert [Work.parse(m["Body"]).message_id for m in again] == ["m1", "m2"]
+    assert SESSION_QUEUE.visibility_timeout_seconds == 1800  # what they would have waited
