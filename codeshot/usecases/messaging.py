@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING
 from botocore.exceptions import ClientError
 
 from codeshot import ids
-from codeshot.errors import AgentUnavailable, CodeshotError, Conflict, InvalidInput, NotFound
+from codeshot.errors import AgentUnavailable, Conflict, InvalidInput, NotFound
 from codeshot.models import (
     MAX_EMBEDS_PER_MESSAGE,
     Embed,
@@ -235,7 +235,8 @@ class Messaging:
                 sent_by="platform", in_reply_to=message.message_id,
                 error_code=AgentUnavailable.code,
             ))
-            raise CodeshotError("could not queue the message") from exc
+            raise AgentUnavailable("the platform could not queue the message; please send "
+                                   "it again") from exc
 
     def newer(self, session_id: str, after: str) -> list[Message]:
         return self.s.sessions.list_messages(session_id, after=after, limit=1000).items

@@ -108,3 +108,26 @@ def test_secrets_manager_unreachable_is_a_clear_error(server_aws):
         assert "signing keys are unavailable" in r.json()["error"]["message"]
     finally:
         server.stop()
+
+
+def test_a_message_sqs_refuses_is_agent_unavailable_and_answered_at_once(platform,
+                                                                        monkeypatch):
+    """As docs/errors.md says: the post answers AGENT_UNAVAILABLE (not INTERNAL), and the
+    query is closed with that error rather than left for a runner that never comes."""
+    _, key = platform.user("olga")
+    handle = platform.gql(key, "mutation { createSession(sessionData: {}) { session { handle "
+                               "} } }")["data"]["createSession"]["session"]["handle"]
+    sqs = platform.services.queue.sqs
+
+    def refuse(**_):
+        raise sqs.exceptions.ClientError(
+            {"Error": {"Code": "AccessDenied", "Message": "not authorized"}}, "SendMessage")
+
+    monkeypatch.setattr(sqs, "send_message", refuse)
+    out = platform.gql(key, """mutation ($s: String!) { sendSessionMessage(messageData:
+        {session: $s, text: "hello", wait: false}) { message { id } } }""", {"s": handle})
+    error = out["errors"][0]
+    assert error["extensions"]["code"] == "AGENT_UNAVAILABLE"
+    assert "not authorized" not in str(out)
+    [query, reply] = platform.services.sessions.all_messages(handle)
+    assert reply.in_reply_to == query.message_id and reply.error_code == "AGENT_UNAVAILABLE"
