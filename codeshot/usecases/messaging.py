@@ -31,7 +31,7 @@ from codeshot.models import (
 )
 from codeshot.observability import correlation_id
 from codeshot.services import Services
-from codeshot.store.dynamo import cancelled_by
+from codeshot.store.dynamo import cancelled_by, retry_transient
 from codeshot.store.embeds import check_content_type
 from codeshot.store.embeds import content_hash as hash_of
 from codeshot.store.queue import Work
@@ -164,7 +164,9 @@ class Messaging:
             items.append({"Put": self.s.sessions.idempotency_item(
                 session_id, idempotency_key, message.message_id)})
         try:
-            self.s.sessions.db.transact_write_items(TransactItems=items)
+            # Cancelled because another write held one of its items (the runner's reply on
+            # the session, another post's quota charge): tried again, it is not refused.
+            retry_transient(lambda: self.s.sessions.db.transact_write_items(TransactItems=items))
         except ClientError as exc:
             reasons = cancelled_by(exc)
             for (what, most), reason in zip(charges, reasons):

@@ -10,7 +10,8 @@ from typing import Any
 
 from codeshot.runner.batch import process_batch, record_of
 from codeshot.runner.budgets import AGENT_TOKENS, USER_TOKENS
-from tests.runner.test_redelivery import queued_roll, terminal
+from tests.runner.conftest import register, session
+from tests.runner.test_redelivery import post, queued_roll, terminal
 
 
 def conflict(db: Any, items: int) -> Exception:
@@ -107,3 +108,18 @@ def test_tokens_that_cannot_be_counted_are_logged_and_the_answer_stands(platform
     assert "went uncounted" in caplog.text
     [user] = usage.token_usage([(USER_TOKENS, session.owner)])
     assert user.calls == 2  # the user's counter is its own write
+
+
+def test_a_post_cancelled_by_a_concurrent_write_is_posted_not_refused(platform, agents,
+                                                                      monkeypatch):
+    """The user's post and the runner's reply both write the session item: the post that
+    collides is tried again, not answered CONFLICT."""
+    _, key = platform.user("tove")
+    h = session(platform, key, frontend=register(platform, key, "dice", agents.url + "/dice"))
+    post(platform, key, h, "Roll 1d20")
+    refused = refuse(monkeypatch, platform.services.sessions.db, "transact_write_items",
+                     "Roll 3d8", times=1)
+    post(platform, key, h, "Roll 3d8")
+    assert refused == [1]
+    assert [m.text for m in platform.services.sessions.all_messages(h)] == ["Roll 1d20",
+                                                                         "Roll 3d8"]
