@@ -2,13 +2,14 @@
 than a few queries running at once, so one user's slow agent cannot hold the runner for
 everyone else.
 
-:func:`running_query` is the per-user cap (a count in the usage table, with the ids of
-the queries holding a slot: taken when a query starts, given back when it ends). It also
-keeps a query from running twice: a run that crashed mid-way never gave its slot back, so
-its redelivery is answered INTERRUPTED instead of calling its agents again; the slot
-lapses with its 15-minute window. :func:`query_deadline` is when the query's time is up:
-every program of the query (the planner and the agents it calls) shares it through
-``Limits.deadline``, and each agent call waits at most until then.
+:func:`running_query` is the per-user cap (one item per user in the usage table, with
+the ids of the queries holding a slot: taken when a query starts, given back when it
+ends). It also keeps a query from running twice: a run that crashed mid-way never gave its
+slot back, so its redelivery is answered INTERRUPTED instead of calling its agents again;
+the slot itself lapses ``LEASE_LASTS`` after it was taken, and stops counting.
+:func:`query_deadline` is when the query's time is up: every program of the query (the
+planner and the agents it calls) shares it through ``Limits.deadline``, and each agent
+call waits at most until then.
 """
 
 from __future__ import annotations
@@ -17,10 +18,9 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import timedelta
 from typing import TYPE_CHECKING
 
-from codeshot import ids
 from codeshot.errors import CodeshotError, Interrupted, RateLimited
 
 if TYPE_CHECKING:
@@ -30,7 +30,9 @@ if TYPE_CHECKING:
     from codeshot.settings import Settings
 
 RUNNING = "running"
-LEASE = "lease"
+# A lease its run never gave back (a crash) lapses after this: longer than any run (the
+# runner's Lambda timeout), so a live run's slot never lapses under it.
+LEASE_LASTS = timedelta(minutes=15)
 
 
 @dataclass
@@ -41,17 +43,15 @@ class Lease:
     services: Services
     user_id: str
     query_id: str
-    taken_at: datetime
     released: bool = False
 
     def release_item(self) -> TransactWriteItemTypeDef:
-        return {"Update": self.services.usage.release_request(
-            RUNNING, self.user_id, LEASE, self.taken_at, self.query_id)}
+        return {"Update": self.services.usage.release_request(RUNNING, self.user_id,
+                                                              self.query_id)}
 
     def release(self) -> None:
         if not self.released:
-            self.services.usage.release(RUNNING, self.user_id, LEASE, self.taken_at,
-                                        self.query_id)
+            self.services.usage.release(RUNNING, self.user_id, self.query_id)
             self.released = True
 
 
@@ -61,11 +61,9 @@ def running_query(services: Services, user_id: str, query_id: str) -> Iterator[L
     when all are taken, Interrupted when this query took one before and never gave it
     back (its run stopped mid-way; the queue delivered it again)."""
     usage, cap = services.usage, services.settings.max_running_queries
-    # The window of the query's own time: a redelivery finds the lease its first run took.
-    posted = datetime.fromtimestamp(ids.ulid_time_ms(query_id) / 1000, UTC)
-    lease = Lease(services, user_id, query_id, posted)
+    lease = Lease(services, user_id, query_id)
     try:
-        usage.take_lease(RUNNING, user_id, cap, LEASE, posted, query_id)
+        usage.take_lease(RUNNING, user_id, cap, query_id, LEASE_LASTS)
     except Interrupted:
         # Answered INTERRUPTED now (a later delivery finds that answer): the slot is free.
         lease.release()

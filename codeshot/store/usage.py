@@ -12,6 +12,8 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
+from botocore.exceptions import ClientError
+
 from codeshot.errors import Interrupted, RateLimited
 from codeshot.models import Clock, utcnow
 from codeshot.settings import Settings
@@ -24,10 +26,10 @@ if TYPE_CHECKING:
     from types_boto3_dynamodb.type_defs import UpdateItemInputTypeDef, UpdateTypeDef
 
 UNPROCESSED_RETRIES = 4  # BatchGetItem rounds for keys DynamoDB left unprocessed
-# "lease": counts of things in progress (running queries): one that a crashed runner never
-# released is gone when its window ends (longer than any query may run).
-WINDOWS = {"day": timedelta(days=1), "minute": timedelta(minutes=1),
-           "lease": timedelta(minutes=15)}
+WINDOWS = {"day": timedelta(days=1), "minute": timedelta(minutes=1)}
+# How long a subject's leases item outlives its last lease taken (TTL), and a lapsed lease
+# is remembered: longer than SQS redelivers a message (5 receives, 30 minutes apart).
+LEASES_KEPT = timedelta(days=1)
 
 
 @dataclass(frozen=True)
@@ -153,52 +155,94 @@ class UsageCounters(Repository):
                 raise self.rate_limited(kind, limit, window, now) from exc
             raise
 
-    def take_lease(self, kind: str, subject: str, limit: int, window: str, now: datetime,
-                   lease_id: str) -> None:
-        """Take one of ``subject``'s ``limit`` slots for ``lease_id``. RATE_LIMITED when all
-        are taken; Interrupted when ``lease_id`` took one before and never gave it back (a
-        run that stopped mid-way)."""
-        counter, span = self._counter(kind, subject, window, now)
-        try:
-            self.db.update_item(
-                TableName=self.table_name, Key={"counter": {"S": counter}},
-                UpdateExpression="ADD used :one, leases :id SET expires_at = :exp",
-                ConditionExpression="(attribute_not_exists(used) OR used < :limit) AND "
-                                    "(attribute_not_exists(leases) OR NOT contains(leases, :lid))",
-                ExpressionAttributeValues={
-                    ":one": {"N": "1"}, ":id": {"SS": [lease_id]}, ":lid": {"S": lease_id},
-                    ":limit": {"N": str(limit)},
-                    ":exp": {"N": _expires_at(span)}})
-        except self.db.exceptions.ConditionalCheckFailedException as exc:
-            item = self.db.get_item(TableName=self.table_name, Key={"counter": {"S": counter}},
-                                    ConsistentRead=True).get("Item", {})
-            if lease_id in item.get("leases", {}).get("SS", []):
-                raise Interrupted("this query was interrupted mid-way and is not run again, "
-                                  "so no agent repeats what it may already have done; send "
-                                  "it again to retry") from exc
-            raise self.rate_limited(kind, limit, window, now) from exc
+    # -- leases: things in progress (running queries), each with its own expiry -------
+    # One item per subject ("<kind>#<subject>", no window): ``leases`` maps each lease id to
+    # when it lapses (epoch seconds); its size is the count held. A lease its holder never
+    # gave back (a crashed run) lapses then: it is moved to ``lapsed`` (id -> when it is
+    # forgotten), which no longer counts but still tells its holder it was interrupted.
 
-    def release_request(self, kind: str, subject: str, window: str, now: datetime,
-                        lease_id: str) -> UpdateTypeDef:
-        """The update that gives back ``lease_id``'s slot (taken at ``now``), for a
-        transaction (the runner's reply write): unconditional, so it never cancels one."""
-        counter, _ = self._counter(kind, subject, window, now)
-        return {"TableName": self.table_name, "Key": {"counter": {"S": counter}},
-                "UpdateExpression": "ADD used :minus DELETE leases :id",
-                "ExpressionAttributeValues": {":minus": {"N": "-1"},
-                                              ":id": {"SS": [lease_id]}}}
+    def take_lease(self, kind: str, subject: str, limit: int, lease_id: str, lasts: timedelta
+                   ) -> None:
+        """Take one of ``subject``'s ``limit`` slots for ``lease_id`` until it is given
+        back, or for ``lasts`` at most. RATE_LIMITED when all are taken; Interrupted when
+        ``lease_id`` took one before and never gave it back (a run that stopped mid-way)."""
+        key = {"counter": {"S": f"{kind}#{subject}"}}
+        for _ in range(3):  # again once the item is made, or a lapsed lease made room
+            now = self.clock()
+            try:
+                self._take(key, limit, lease_id, now + lasts, now + LEASES_KEPT)
+                return
+            except self.db.exceptions.ConditionalCheckFailedException as exc:
+                item = self.db.get_item(TableName=self.table_name, Key=key,
+                                        ConsistentRead=True).get("Item", {})
+                if any(lease_id in item.get(held, {}).get("M", {})
+                       for held in ("leases", "lapsed")):
+                    raise Interrupted("this query was interrupted mid-way and is not run "
+                                      "again, so no agent repeats what it may already have "
+                                      "done; send it again to retry") from exc
+                if not self._lapse(key, item, now):
+                    raise RateLimited(f"{kind} limit of {limit} at once reached",
+                                      limit=limit) from exc
+            except ClientError as exc:
+                if exc.response.get("Error", {}).get("Code") != "ValidationException":
+                    raise
+                # No item yet (its maps are not there to write into): made, then taken.
+                with contextlib.suppress(self.db.exceptions.ConditionalCheckFailedException):
+                    self.db.put_item(TableName=self.table_name, Item={
+                        **key, "leases": {"M": {}}, "lapsed": {"M": {}},
+                        "expires_at": {"N": str(int((now + LEASES_KEPT).timestamp()))}},
+                        ConditionExpression="attribute_not_exists(#c)",
+                        ExpressionAttributeNames={"#c": "counter"})
+        raise RateLimited(f"{kind} limit of {limit} at once reached", limit=limit)
 
-    def release(self, kind: str, subject: str, window: str, now: datetime,
-                lease_id: str) -> None:
+    def _take(self, key: dict[str, Any], limit: int, lease_id: str, until: datetime,
+              kept_until: datetime) -> None:
+        retry_transient(lambda: self.db.update_item(
+            TableName=self.table_name, Key=key,
+            UpdateExpression="SET leases.#id = :until, expires_at = :exp",
+            ConditionExpression="(attribute_not_exists(leases) OR size(leases) < :limit) AND "
+                                "attribute_not_exists(leases.#id) AND "
+                                "attribute_not_exists(lapsed.#id)",
+            ExpressionAttributeNames={"#id": lease_id},
+            ExpressionAttributeValues={":until": {"N": str(int(until.timestamp()))},
+                                       ":limit": {"N": str(limit)},
+                                       ":exp": {"N": str(int(kept_until.timestamp()))}}))
+
+    def _lapse(self, key: dict[str, Any], item: dict[str, Any], now: datetime) -> bool:
+        """Move the leases of ``item`` past their time to ``lapsed``, and forget lapsed ones
+        past theirs; whether any lease lapsed (made room)."""
+        epoch = int(now.timestamp())
+        forget = {"N": str(int((now + LEASES_KEPT).timestamp()))}
+        lapsed = False
+        for lease_id, until in item.get("leases", {}).get("M", {}).items():
+            if int(until["N"]) <= epoch:
+                with contextlib.suppress(self.db.exceptions.ConditionalCheckFailedException):
+                    self.db.update_item(  # unless given back meanwhile
+                        TableName=self.table_name, Key=key,
+                        UpdateExpression="REMOVE leases.#id SET lapsed.#id = :forget",
+                        ConditionExpression="leases.#id = :until",
+                        ExpressionAttributeNames={"#id": lease_id},
+                        ExpressionAttributeValues={":until": until, ":forget": forget})
+                lapsed = True
+        for lease_id, until in item.get("lapsed", {}).get("M", {}).items():
+            if int(until["N"]) <= epoch:
+                self.db.update_item(TableName=self.table_name, Key=key,
+                                    UpdateExpression="REMOVE lapsed.#id",
+                                    ExpressionAttributeNames={"#id": lease_id})
+        return lapsed
+
+    def release_request(self, kind: str, subject: str, lease_id: str) -> UpdateTypeDef:
+        """The update that gives back ``lease_id``'s slot (or its lapsed one), for a
+        transaction (the runner's reply write): unconditional, so it never cancels one (the
+        item is there: a lease keeps it for LEASES_KEPT)."""
+        return {"TableName": self.table_name, "Key": {"counter": {"S": f"{kind}#{subject}"}},
+                "UpdateExpression": "REMOVE leases.#id, lapsed.#id",
+                "ExpressionAttributeNames": {"#id": lease_id}}
+
+    def release(self, kind: str, subject: str, lease_id: str) -> None:
         """Give back ``lease_id``'s slot, if it still holds one."""
-        request = self.release_request(kind, subject, window, now, lease_id)
-        values = {**request["ExpressionAttributeValues"], ":lid": {"S": lease_id}}
-        # Not there (given back already, or its window ended and the item expired).
-        with contextlib.suppress(self.db.exceptions.ConditionalCheckFailedException):
-            self.db.update_item(
-                TableName=request["TableName"], Key=request["Key"],
-                UpdateExpression=request["UpdateExpression"],
-                ConditionExpression="contains(leases, :lid)", ExpressionAttributeValues=values)
+        request = self.release_request(kind, subject, lease_id)
+        retry_transient(lambda: self.db.update_item(**request))
 
     def used(
         self, kind: str, subject: str, window: str = "day", now: datetime | None = None

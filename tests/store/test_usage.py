@@ -1,9 +1,9 @@
 import threading
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from codeshot.errors import RateLimited
+from codeshot.errors import Interrupted, RateLimited
 from codeshot.store.usage import UsageCounters
 
 
@@ -67,3 +67,57 @@ def test_a_new_window_starts_from_zero(aws):
     with pytest.raises(RateLimited):
         counters.charge("storage", "u#a/b", 1, window="minute", now=t1)
     assert counters.charge("storage", "u#a/b", 1, window="minute", now=t2) == 1
+
+
+def test_running_leases_count_per_user_across_any_clock_boundary_and_lapse_one_by_one(aws):
+    """A user's running slots are one count whatever the time: two taken at 10:14:30 still
+    fill a cap of 2 at 10:15:30 (no fresh slots at a quarter hour). A lease never given
+    back (a crashed run) lapses on its own time and frees its slot; its holder is still
+    told it was interrupted."""
+    now = [datetime(2026, 11, 21, 10, 14, 30, tzinfo=UTC)]
+    counters = UsageCounters(aws, clock=lambda: now[0])
+    lasts = timedelta(minutes=15)
+    counters.take_lease("running", "u1", 2, "q1", lasts)
+    now[0] += timedelta(seconds=20)
+    counters.take_lease("running", "u1", 2, "q2", lasts)
+    now[0] = datetime(2026, 11, 21, 10, 15, 30, tzinfo=UTC)
+    with pytest.raises(RateLimited):
+        counters.take_lease("running", "u1", 2, "q3", lasts)
+    counters.take_lease("running", "u2", 2, "q4", lasts)  # another user's own slots
+    counters.release("running", "u1", "q2")
+    counters.take_lease("running", "u1", 2, "q3", lasts)  # a slot given back is free
+    with pytest.raises(RateLimited):
+        counters.take_lease("running", "u1", 2, "q5", lasts)
+    # q1 crashed: 15 minutes after it was taken its slot lapses, q3's not yet.
+    now[0] = datetime(2026, 11, 21, 10, 29, 31, tzinfo=UTC)
+    counters.take_lease("running", "u1", 2, "q5", lasts)
+    with pytest.raises(RateLimited):
+        counters.take_lease("running", "u1", 2, "q6", lasts)
+    with pytest.raises(Interrupted):  # q1 redelivered: not run again
+        counters.take_lease("running", "u1", 2, "q1", lasts)
+    counters.release("running", "u1", "q1")  # answered INTERRUPTED: forgotten
+    with pytest.raises(RateLimited):  # ... and it held no slot any more
+        counters.take_lease("running", "u1", 2, "q6", lasts)
+
+
+def test_running_leases_stop_exactly_at_the_cap_under_20_threads(aws):
+    counters = UsageCounters(aws)
+    taken, refused, lock = [], [], threading.Lock()
+    barrier = threading.Barrier(20)
+
+    def worker(i: int) -> None:
+        barrier.wait()
+        try:
+            counters.take_lease("running", "u1", 4, f"q{i}", timedelta(minutes=15))
+            with lock:
+                taken.append(i)
+        except RateLimited:
+            with lock:
+                refused.append(i)
+
+    threads = [threading.Thread(target=worker, args=(i,)) for i in range(20)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert (len(taken), len(refused)) == (4, 16)
