@@ -6,6 +6,7 @@ from codeshot import ids
 from codeshot.errors import Conflict, InvalidInput, NotFound
 from codeshot.models import Embed, EmbedRef, Message, MessageType, Session, SessionStatus
 from codeshot.store.sessions import SessionStore
+from tests.dynamo_faults import refuse
 
 
 def new_session(store: SessionStore, owner: str = "u1", sid: str | None = None,
@@ -199,3 +200,18 @@ def test_a_page_of_messages_reads_past_1_mb_but_stays_under_lambdas_6_mb(aws):
     rest = store.list_messages(s.session_id, limit=1000, token=first.next_token)
     assert [m.message_id for m in first.items + rest.items] == [m.message_id for m in logged]
     assert rest.next_token is None
+
+
+def test_ending_a_question_another_write_held_for_a_moment_is_tried_again(aws, monkeypatch):
+    """A TransactionConflict is not "the session is not waiting for input": the question
+    still ends (once); a session that is not waiting is refused CONFLICT."""
+    store = SessionStore(aws)
+    s = new_session(store)
+    store.set_status(s.session_id, SessionStatus.AWAITING_INPUT, expected=SessionStatus.IDLE)
+    refused = refuse(monkeypatch, store.db, "transact_write_items", "declined", times=2)
+    store.end_pause(msg(s.session_id, "declined", type=MessageType.ERROR), owner="u1")
+    assert refused == [1, 1]
+    assert store.get(s.session_id).status is SessionStatus.IDLE
+    with pytest.raises(Conflict):
+        store.end_pause(msg(s.session_id, "declined again", type=MessageType.ERROR))
+    assert [m.text for m in store.all_messages(s.session_id)] == ["declined"]
