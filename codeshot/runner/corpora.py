@@ -190,8 +190,7 @@ def ingest(version: CorpusVersion, corpora: list[dict[str, Any]], settings: Sett
         log.exception("ingesting %s %s failed", version.agent_id, version.version)
         done = version.replace(state=CorpusState.FAILED,
                                errors=[f"ingestion failed: {exc.__class__.__name__}"])
-    store.finish(done)
-    return done
+    return store.finish(done)
 
 
 def chunked(text: str, size: int = PASSAGE_CHARS) -> list[str]:

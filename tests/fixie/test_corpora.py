@@ -239,6 +239,30 @@ def test_an_ingestion_shows_its_progress_while_it_runs(aws):
     assert store.recent("ann/docs")[0].documents == 25
 
 
+def test_linked_pages_failing_under_long_urls_are_listed_each_on_a_short_line(aws):
+    """25 links of 15 KB each that cannot be read: the version is ready with the page it
+    read, its errors listed each cut to a line (whole, they exceed DynamoDB's item)."""
+    from codeshot.routing.embedders import HashingEmbedder
+    from codeshot.runner.corpora import ingest
+    from codeshot.store.corpora import MAX_ERROR_CHARS, CorpusStore
+
+    links = "".join(f'<a href="/docs/{i}{"a" * 15000}">x</a>' for i in range(25))
+
+    def page(path: str) -> tuple[str, bytes] | None:
+        if path == "/docs/":
+            return "text/html", f"<p>Staff park in lot C.</p>{links}".encode()
+        return None
+
+    store = CorpusStore(aws)
+    with serving_pages(page) as base:
+        done = ingest(store.start("ann/docs", []), [{"urls": [f"{base}/docs/*"]}],
+                      aws.replace(local_mode=True), store, HashingEmbedder())
+    [stored] = store.recent("ann/docs")
+    assert (done.state.value, stored.state.value, stored.documents) == ("ready", "ready", 1)
+    assert len(stored.errors) == 20 and stored.errors[0].startswith(f"skipped {base}/docs/0a")
+    assert all(len(e) <= MAX_ERROR_CHARS for e in stored.errors)
+
+
 def test_a_corpus_ingested_with_another_embedder_is_still_searched(aws):
     """A stack that changed CODESHOT_EMBEDDER (hashing was the default) keeps answering
     from the corpora it ingested before: their passages are embedded anew on load."""
