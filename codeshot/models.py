@@ -222,6 +222,7 @@ MAX_FEW_SHOT = 4_000  # characters in one few-shot
 MAX_SAMPLE_QUERIES = 50
 MAX_SAMPLE_QUERY = 500
 MAX_URL = 2_048
+MAX_EXCLUDE_PATTERNS = 100  # a corpus's: every link it finds is tried against them
 
 
 def check_agent_fields(agent: Agent) -> Agent:
