@@ -228,7 +228,7 @@ MAX_CORPUS_URLS = 50  # a corpus's (an ingestion reads at most 1,000 pages in al
 MAX_EXCLUDE_PATTERNS = 100  # a corpus's: every link it finds is tried against them
 MAX_CORPORA_JSON = 100_000  # characters of all corpora as stored, whatever else they hold
 MAX_FUNCS = 100  # listed in a handshake (an MCP server has at most 64 tools)
-MAX_FUNC_NAME = 100
+MAX_FUNC_NAME = 128  # as MCP tool names may be
 FUNC_NAME_RE = re.compile(r"\w+")  # as a few-shot writes Func[name]
 
 

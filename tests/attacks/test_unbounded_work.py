@@ -301,7 +301,7 @@ FEW_SHOT = "Q: Roll a die\nAsk Func[roll]: 6\nFunc[roll] says: 4\nA: You rolled 
     ("corpora", [{"urls": ["https://docs.example/*"], "notes": "n" * 100_000}],
      "the corpora are over 100000 characters"),
     ("funcs", [{"name": f"f{i}"} for i in range(101)], "101 funcs; an agent has at most 100"),
-    ("funcs", [{"name": "roll-dice"}], "func name 'roll-dice' must be 1-100 letters"),
+    ("funcs", [{"name": "roll-dice"}], "func name 'roll-dice' must be 1-128 letters"),
 ])
 def test_a_handshakes_corpora_and_funcs_are_checked(platform, field, value, says):
     handshake = {"type": "code_shot", "few_shots": [FEW_SHOT], field: value}
