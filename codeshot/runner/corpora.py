@@ -15,8 +15,9 @@ of its Lambda's time left.
 
 Search (``Func[fixie_query_corpus]``) goes through :class:`CorpusSearch`:
 :class:`InLambdaSearch` loads the newest ready index from S3 once per container (cached by
-version) and ranks passages as the router ranks agents, ``w * dense + (1 - w) * lexical``:
-the cosine with the question in numpy, fused with BM25 over the passages' stems
+version, the least recently searched dropped past ``CACHE_BYTES``) and ranks passages as
+the router ranks agents, ``w * dense + (1 - w) * lexical``: the cosine with the question
+in numpy, fused with BM25 over the passages' stems
 (:mod:`codeshot.routing.lexical`, normalised by the question's IDF mass), so a question
 naming a rare word (a name, a code) finds the passage holding it however unlike it the
 question is phrased. BM25 is built from the stored passages when the index is loaded
@@ -35,7 +36,7 @@ import logging
 import re
 import threading
 import time
-from collections import deque
+from collections import OrderedDict, deque
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from html.parser import HTMLParser
@@ -70,6 +71,10 @@ DENSE_WEIGHT = {"hashing-v2-1024": 0.9, "static-minilm-256-e43a8e0c634a": 0.75,
                 "all-MiniLM-L6-v2": 0.75}
 UNCALIBRATED_DENSE_WEIGHT = 0.8  # an embedder never calibrated here (Bedrock's)
 RERANK_POOL = 4  # S3 Vectors: the nearest k times this many are reranked with BM25
+# Stored index bytes a runner keeps loaded (the least recently searched go first): an
+# index takes 3-5 times its stored size loaded (66 MB: 198 MB; 17.7 MB: ~95 MB), of the
+# runner's 1,024 MB.
+CACHE_BYTES = 64 * 1024 * 1024
 
 
 @dataclass(frozen=True)
@@ -289,6 +294,7 @@ class LoadedIndex:
     chunks: list[dict[str, str]]
     vectors: Any  # numpy float32, n x d, rows L2-normalised
     lexical: BM25 | None  # over the passages' stems; None when search is dense only
+    size: int  # bytes of the stored index
 
     @classmethod
     def read(cls, version: str, data: bytes, embedder: Embedder,
@@ -306,7 +312,7 @@ class LoadedIndex:
             # do not compare with this one's queries, so the passages are embedded anew.
             vectors = _embed(embedder, [c["text"] for c in chunks])
         bm25 = BM25([terms(c["text"]) for c in chunks]) if lexical and chunks else None
-        return cls(version, chunks, vectors, bm25)
+        return cls(version, chunks, vectors, bm25, len(data))
 
     def search(self, query: Any, question: str, k: int, dense_weight: float) -> list[Passage]:
         """The ``k`` best passages for ``question`` (``query``: its embedding)."""
@@ -324,14 +330,16 @@ class LoadedIndex:
 
 
 class InLambdaSearch:
-    """The newest ready index, loaded from S3 once per container and version."""
+    """The newest ready index, loaded from S3 once per container and version; those
+    loaded are kept up to ``cache_bytes`` of stored index, the least recently searched
+    dropped first (the one just loaded is kept, whatever its size)."""
 
     def __init__(self, store: CorpusStore, embedder: Embedder,
-                 dense_weight: float | None = None) -> None:
-        self.store, self.embedder = store, embedder
+                 dense_weight: float | None = None, cache_bytes: int = CACHE_BYTES) -> None:
+        self.store, self.embedder, self.cache_bytes = store, embedder, cache_bytes
         self.dense_weight = DENSE_WEIGHT.get(embedder.model_id, UNCALIBRATED_DENSE_WEIGHT) \
             if dense_weight is None else dense_weight
-        self._cache: dict[str, LoadedIndex] = {}
+        self._cache: OrderedDict[str, LoadedIndex] = OrderedDict()
         self._lock = threading.Lock()
 
     def index(self, agent_id: str) -> LoadedIndex | None:
@@ -340,12 +348,17 @@ class InLambdaSearch:
             return None
         with self._lock:
             cached = self._cache.get(agent_id)
-        if cached and cached.version == version.version:
-            return cached
+            if cached and cached.version == version.version:
+                self._cache.move_to_end(agent_id)
+                return cached
         loaded = LoadedIndex.read(version.version, self.store.read_index(version.object_key),
                                   self.embedder, lexical=self.dense_weight < 1)
         with self._lock:
             self._cache[agent_id] = loaded
+            self._cache.move_to_end(agent_id)
+            while len(self._cache) > 1 and \
+                    sum(i.size for i in self._cache.values()) > self.cache_bytes:
+                self._cache.popitem(last=False)
         return loaded
 
     def search(self, agent_id: str, question: str, k: int) -> list[Passage]:

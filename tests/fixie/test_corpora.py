@@ -291,6 +291,40 @@ def test_a_corpus_ingested_with_another_embedder_is_still_searched(aws):
         assert best.text == facts["/docs/kitchen.html"] and best.url.endswith("kitchen.html")
 
 
+def test_a_runner_keeps_the_most_recently_searched_indexes_within_its_cache(aws):
+    """Indexes are loaded once and kept up to the cache's bytes: past them the least
+    recently searched is dropped (read from S3 again if searched again)."""
+    from codeshot.routing.embedders import HashingEmbedder
+    from codeshot.runner.corpora import InLambdaSearch, ingest
+    from codeshot.store.corpora import CorpusStore
+
+    def page(path: str) -> tuple[str, bytes]:
+        return "text/plain", f"The {path[1:]} handbook says staff park in lot C.".encode()
+
+    store = CorpusStore(aws)
+    with serving_pages(page) as base:
+        sizes = [len(store.read_index(ingest(
+            store.start(f"ann/{name}", []), [{"urls": [f"{base}/{name}"]}],
+            aws.replace(local_mode=True), store, HashingEmbedder()).object_key))
+            for name in ("a", "b", "c")]
+    read_index, reads = store.read_index, []
+    store.read_index = lambda key: (reads.append(key), read_index(key))[1]  # type: ignore[method-assign]
+    search = InLambdaSearch(store, HashingEmbedder(), cache_bytes=sum(sizes) - 1)
+
+    def searched(*names: str) -> int:
+        """How many indexes the searches read from S3."""
+        before = len(reads)
+        for name in names:
+            [found] = search.search(f"ann/{name}", "Where do staff park?", k=1)
+            assert found.text == f"The {name} handbook says staff park in lot C."
+        return len(reads) - before
+
+    assert searched("a", "b", "a") == 2
+    assert searched("c") == 1  # the three are over the cache: b, searched least lately, goes
+    assert searched("a", "c") == 0
+    assert searched("b") == 1
+
+
 HANDBOOK = {
     "induction": "Everyone must complete the safety induction in their first week, before "
                  "touching any machine.",
