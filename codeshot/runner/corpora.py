@@ -129,12 +129,11 @@ def _links(html: bytes, base: str, deadline: float) -> list[str]:
 def _excluded(patterns: Any) -> re.Pattern[str] | None:
     """One expression matching what any of the corpus's ``exclude_patterns`` (shell
     wildcards) matches: a link is tried once, not once per pattern."""
-    if not patterns:
-        return None
-    if not isinstance(patterns, list) or len(patterns) > MAX_EXCLUDE_PATTERNS:
+    if patterns and (not isinstance(patterns, list) or len(patterns) > MAX_EXCLUDE_PATTERNS):
         raise InvalidInput(f"a corpus has a list of at most {MAX_EXCLUDE_PATTERNS} "
                            "exclude_patterns")
-    return re.compile("|".join(fnmatch.translate(p) for p in patterns if isinstance(p, str)))
+    wildcards = [fnmatch.translate(p) for p in patterns or [] if isinstance(p, str)]
+    return re.compile("|".join(wildcards)) if wildcards else None
 
 
 class Crawl:
