@@ -75,6 +75,9 @@ RERANK_POOL = 4  # S3 Vectors: the nearest k times this many are reranked with B
 # index takes 3-5 times its stored size loaded (66 MB: 198 MB; 17.7 MB: ~95 MB), of the
 # runner's 1,024 MB.
 CACHE_BYTES = 64 * 1024 * 1024
+# Passages an index searched in the runner may have: 30,000 (66 MB) took 16.6 s to load
+# in each container that searched it.
+MAX_LAMBDA_PASSAGES = 20_000
 
 
 @dataclass(frozen=True)
@@ -229,6 +232,10 @@ def ingest(version: CorpusVersion, corpora: list[dict[str, Any]], settings: Sett
         chunks = [{"text": c, "url": d.url} for d in documents for c in chunked(d.text)]
         if not chunks:
             raise InvalidInput("the corpus holds no text")
+        if vectors_to is None and len(chunks) > MAX_LAMBDA_PASSAGES:
+            raise InvalidInput(
+                f"the corpus has {len(chunks)} passages; searched in the runner it may have "
+                f"{MAX_LAMBDA_PASSAGES} (CODESHOT_CORPUS_SEARCH=s3vectors takes more)")
         vectors = _embed(embedder, [c["text"] for c in chunks], deadline)
         index = {"embedding_model": embedder.model_id, "chunks": chunks,
                  "dim": len(vectors[0]) if len(vectors) else 0,

@@ -325,6 +325,25 @@ def test_a_runner_keeps_the_most_recently_searched_indexes_within_its_cache(aws)
     assert searched("b") == 1
 
 
+def test_a_corpus_too_large_to_search_in_the_runner_fails_its_ingestion(aws, monkeypatch):
+    from codeshot.routing.embedders import HashingEmbedder
+    from codeshot.runner import corpora
+    from codeshot.store.corpora import CorpusStore
+
+    monkeypatch.setattr(corpora, "MAX_LAMBDA_PASSAGES", 2)
+
+    def page(path: str) -> tuple[str, bytes]:
+        return "text/plain", "\n\n".join(f"Passage {i}. " + "x" * 700 for i in range(3)).encode()
+
+    store = CorpusStore(aws)
+    with serving_pages(page) as base:
+        done = corpora.ingest(store.start("ann/docs", []), [{"urls": [f"{base}/docs.txt"]}],
+                              aws.replace(local_mode=True), store, HashingEmbedder())
+    assert (done.state.value, done.errors) == ("failed", [
+        "the corpus has 3 passages; searched in the runner it may have 2 "
+        "(CODESHOT_CORPUS_SEARCH=s3vectors takes more)"])
+
+
 HANDBOOK = {
     "induction": "Everyone must complete the safety induction in their first week, before "
                  "touching any machine.",
