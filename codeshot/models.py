@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import json
 import re
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
@@ -222,6 +223,13 @@ MAX_FEW_SHOT = 4_000  # characters in one few-shot
 MAX_SAMPLE_QUERIES = 50
 MAX_SAMPLE_QUERY = 500
 MAX_URL = 2_048
+MAX_CORPORA = 10  # declared in a handshake: each is an ingestion's crawl
+MAX_CORPUS_URLS = 50  # a corpus's (an ingestion reads at most 1,000 pages in all)
+MAX_EXCLUDE_PATTERNS = 100  # a corpus's: every link it finds is tried against them
+MAX_CORPORA_JSON = 100_000  # characters of all corpora as stored, whatever else they hold
+MAX_FUNCS = 100  # listed in a handshake (an MCP server has at most 64 tools)
+MAX_FUNC_NAME = 128  # as MCP tool names may be
+FUNC_NAME_RE = re.compile(r"\w+")  # as a few-shot writes Func[name]
 
 
 def check_agent_fields(agent: Agent) -> Agent:
@@ -243,7 +251,36 @@ def check_agent_fields(agent: Agent) -> Agent:
                            f"{MAX_SAMPLE_QUERIES}")
     for query in agent.sample_queries:
         check_text(query, "a sample query", MAX_SAMPLE_QUERY, one_line=True)
+    _check_corpora(agent.corpora or [])
+    funcs = agent.funcs or []
+    if len(funcs) > MAX_FUNCS:
+        raise InvalidInput(f"{len(funcs)} funcs; an agent has at most {MAX_FUNCS}")
+    for name in funcs:
+        if not FUNC_NAME_RE.fullmatch(name) or len(name) > MAX_FUNC_NAME:
+            raise InvalidInput(f"func name {name[:MAX_FUNC_NAME]!r} must be 1-"
+                               f"{MAX_FUNC_NAME} letters, digits or '_'")
     return agent
+
+
+def _check_corpora(corpora: list[Any]) -> None:
+    """A handshake's corpora: INVALID_INPUT unless each is a mapping whose ``urls`` and
+    ``exclude_patterns`` are lists of text within their caps."""
+    if len(corpora) > MAX_CORPORA:
+        raise InvalidInput(f"{len(corpora)} corpora; an agent has at most {MAX_CORPORA}")
+    for n, corpus in enumerate(corpora, 1):
+        if not isinstance(corpus, dict):
+            raise InvalidInput(f"corpus {n} is not a mapping")
+        for key, cap in (("urls", MAX_CORPUS_URLS), ("exclude_patterns",
+                                                    MAX_EXCLUDE_PATTERNS)):
+            values = corpus.get(key) or []
+            if not isinstance(values, list) or len(values) > cap:
+                raise InvalidInput(f"corpus {n}'s {key} must be a list of at most {cap}")
+            for value in values:
+                if not isinstance(value, str):
+                    raise InvalidInput(f"corpus {n}'s {key} must be text")
+                check_text(value, f"corpus {n}'s {key}", MAX_URL, one_line=True)
+    if len(json.dumps(corpora, default=str)) > MAX_CORPORA_JSON:
+        raise InvalidInput(f"the corpora are over {MAX_CORPORA_JSON} characters")
 
 
 class SessionStatus(str, Enum):

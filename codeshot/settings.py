@@ -126,10 +126,12 @@ class Settings:
     agent_daily_token_limit: int = setting(2_000_000, ge=0)
     storage_rate_limit: int = setting(600, ge=1)  # user-storage calls per minute
     # Document corpora (an agent's declared URLs): pages fetched per ingestion (links
-    # followed within a URL's prefix), bytes one document and all of them may have.
+    # followed within a URL's prefix), bytes one document and all of them may have. The
+    # default embedder embeds 4 MiB of text in ~51 s (12.8 s/MB): within the minute an
+    # ingestion has left for embedding (codeshot/runner/corpora.py).
     corpus_max_pages: int = setting(50, ge=1, le=1000)
-    corpus_max_document_bytes: int = setting(10 * 1024 * 1024, ge=1)
-    corpus_max_bytes: int = setting(50 * 1024 * 1024, ge=1)
+    corpus_max_document_bytes: int = setting(4 * 1024 * 1024, ge=1)
+    corpus_max_bytes: int = setting(4 * 1024 * 1024, ge=1)
     # Where fixie_query_corpus searches: "lambda" (the index from S3, in the runner) or
     # "s3vectors" (an S3 Vectors index; the CDK app makes its bucket with this setting).
     corpus_search: str = setting("lambda", choices=("lambda", "s3vectors"))

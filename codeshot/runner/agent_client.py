@@ -55,32 +55,6 @@ def _read_capped(response: httpx.Response) -> bytes:
 _CALL_ENDS: ContextVar[float] = ContextVar("call_ends", default=float("inf"))
 
 
-def _load_yaml(text: str) -> Any:
-    """YAML without aliases: a few hundred bytes of nested ``*name`` references expand
-    into millions of values once walked (to store or serialise them)."""
-    import yaml  # only YAML handshakes need it
-
-    class NoAliases(yaml.SafeLoader):
-        def compose_node(self, parent: Any, index: Any) -> Any:
-            if self.check_event(yaml.AliasEvent):
-                raise AgentFailed("the agent's YAML uses aliases (*name), which the "
-                                  "platform does not accept: write the values out")
-            return super().compose_node(parent, index)
-
-    return yaml.load(text, Loader=NoAliases)  # noqa: S506 - a SafeLoader
-
-
-def parse_document(body: bytes, content_type: str) -> Any:
-    """JSON, or YAML when the agent says so (the Fixie SDK answers YAML)."""
-    text = body.decode("utf-8", errors="strict")
-    if "yaml" in content_type:
-        return _load_yaml(text)
-    try:
-        return json.loads(text)
-    except ValueError:
-        return _load_yaml(text)  # some agents send YAML as text/plain
-
-
 class Reply(NamedTuple):
     status: int
     headers: httpx.Headers

@@ -8,12 +8,16 @@ with Beautiful Soup, PDF with pypdf, plain text and Markdown), cut into passages
 embedded with the router's embedder, and stored as one immutable object. A declared URL
 that cannot be read, a document over the size cap, or no text at all fail the version
 (nothing stored; the previous index stays in use); a linked page that cannot be read is
-listed and skipped.
+listed and skipped. Reading ends at the page cap or after ``READ_SECONDS`` (the linked
+pages left are listed as not read) and the whole ingestion within ``INGEST_SECONDS``
+(embedding past it fails the version): a record starts in the runner only with that much
+of its Lambda's time left.
 
 Search (``Func[fixie_query_corpus]``) goes through :class:`CorpusSearch`:
 :class:`InLambdaSearch` loads the newest ready index from S3 once per container (cached by
-version) and ranks passages as the router ranks agents, ``w * dense + (1 - w) * lexical``:
-the cosine with the question in numpy, fused with BM25 over the passages' stems
+version, the least recently searched dropped past ``CACHE_BYTES``) and ranks passages as
+the router ranks agents, ``w * dense + (1 - w) * lexical``: the cosine with the question
+in numpy, fused with BM25 over the passages' stems
 (:mod:`codeshot.routing.lexical`, normalised by the question's IDF mass), so a question
 naming a rare word (a name, a code) finds the passage holding it however unlike it the
 question is phrased. BM25 is built from the stored passages when the index is loaded
@@ -29,15 +33,18 @@ import base64
 import fnmatch
 import json
 import logging
+import re
 import threading
 import time
-from collections import deque
+from collections import OrderedDict, deque
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
+from html.parser import HTMLParser
 from typing import TYPE_CHECKING, Any, Protocol
 from urllib.parse import urldefrag, urljoin
 
 from codeshot.errors import CodeshotError, InvalidInput
+from codeshot.models import MAX_EXCLUDE_PATTERNS
 from codeshot.routing.lexical import BM25
 from codeshot.routing.text import terms
 from codeshot.runner.fetch import fetch_public_url
@@ -52,6 +59,9 @@ log = logging.getLogger("codeshot.runner")
 
 FETCH_TIMEOUT_SECONDS = 10.0
 INGEST_SECONDS = 120.0  # one ingestion's time in all (the runner's query budget)
+READ_SECONDS = 60.0  # of it, reading documents: the rest embeds what was read
+MAX_LINKS_PER_PAGE = 1000  # a page's links considered for following, in page order
+HTML_FEED_CHARS = 65536  # a page's links are parsed this much at a time, up to the deadline
 EMBED_BATCH = 64
 PROGRESS_EVERY = 10  # documents between the progress an ingesting version shows
 # Search's dense weight per embedder (score = w * dense + (1 - w) * lexical): the highest
@@ -61,6 +71,13 @@ DENSE_WEIGHT = {"hashing-v2-1024": 0.9, "static-minilm-256-e43a8e0c634a": 0.75,
                 "all-MiniLM-L6-v2": 0.75}
 UNCALIBRATED_DENSE_WEIGHT = 0.8  # an embedder never calibrated here (Bedrock's)
 RERANK_POOL = 4  # S3 Vectors: the nearest k times this many are reranked with BM25
+# Stored index bytes a runner keeps loaded (the least recently searched go first): an
+# index takes 3-5 times its stored size loaded (66 MB: 198 MB; 17.7 MB: ~95 MB), of the
+# runner's 1,024 MB.
+CACHE_BYTES = 64 * 1024 * 1024
+# Passages an index searched in the runner may have: 30,000 (66 MB) took 16.6 s to load
+# in each container that searched it.
+MAX_LAMBDA_PASSAGES = 20_000
 
 
 @dataclass(frozen=True)
@@ -83,15 +100,47 @@ def url_corpora(corpora: Iterable[dict[str, Any]] | None) -> list[dict[str, Any]
     return [c for c in corpora or [] if isinstance(c, dict) and c.get("urls")]
 
 
-def _links(html: bytes, base: str) -> list[str]:
-    from bs4 import BeautifulSoup
+class _Links(HTMLParser):
+    """A page's first ``MAX_LINKS_PER_PAGE`` links (``<a href>``), absolute, without their
+    fragment: no tree is built, and the page is fed a piece at a time."""
 
-    soup = BeautifulSoup(html, "html.parser")
-    return [urldefrag(urljoin(base, str(a["href"])))[0] for a in soup.find_all("a", href=True)]
+    def __init__(self, base: str) -> None:
+        super().__init__()
+        self.base = base
+        self.links: list[str] = []
+
+    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        href = dict(attrs).get("href") if tag == "a" else None
+        if href is not None and len(self.links) < MAX_LINKS_PER_PAGE:
+            self.links.append(urldefrag(urljoin(self.base, href))[0])
+
+
+def _links(html: bytes, base: str, deadline: float) -> list[str]:
+    """The links to consider following: those read before ``deadline``, at most
+    ``MAX_LINKS_PER_PAGE``."""
+    from bs4 import UnicodeDammit  # the encoding sniffed as the page's text is
+
+    text = UnicodeDammit(html, is_html=True).unicode_markup or ""
+    parser = _Links(base)
+    for start in range(0, len(text), HTML_FEED_CHARS):
+        if len(parser.links) >= MAX_LINKS_PER_PAGE or time.monotonic() > deadline:
+            break
+        parser.feed(text[start:start + HTML_FEED_CHARS])
+    return parser.links
+
+
+def _excluded(patterns: Any) -> re.Pattern[str] | None:
+    """One expression matching what any of the corpus's ``exclude_patterns`` (shell
+    wildcards) matches: a link is tried once, not once per pattern."""
+    if patterns and (not isinstance(patterns, list) or len(patterns) > MAX_EXCLUDE_PATTERNS):
+        raise InvalidInput(f"a corpus has a list of at most {MAX_EXCLUDE_PATTERNS} "
+                           "exclude_patterns")
+    wildcards = [fnmatch.translate(p) for p in patterns or [] if isinstance(p, str)]
+    return re.compile("|".join(wildcards)) if wildcards else None
 
 
 class Crawl:
-    """One ingestion's fetching: bounded in pages, bytes and time."""
+    """One ingestion's reading: bounded in pages, bytes and time (``READ_SECONDS``)."""
 
     def __init__(self, settings: Settings, fetch: Callable[..., Any] = fetch_public_url,
                  progress: Callable[[int, int], None] = lambda _pages, _bytes: None) -> None:
@@ -99,10 +148,10 @@ class Crawl:
         self.pages = 0
         self.bytes = 0
         self.errors: list[str] = []
-        self.deadline = time.monotonic() + INGEST_SECONDS
+        self.deadline = time.monotonic() + READ_SECONDS
 
     def documents(self, corpus: dict[str, Any]) -> list[Document]:
-        excluded = [p for p in corpus.get("exclude_patterns") or [] if isinstance(p, str)]
+        excluded = _excluded(corpus.get("exclude_patterns"))
         found: list[Document] = []
         for root in corpus["urls"]:
             if not isinstance(root, str):
@@ -111,6 +160,9 @@ class Crawl:
             queue, seen = deque([prefix or root]), {prefix or root}
             first = True
             while queue:
+                if not first and (stop := self._stopped()):  # one line for all left
+                    self.errors.append(f"{stop}: {len(queue)} linked pages not read")
+                    break
                 url = queue.popleft()
                 try:
                     document, links = self._read(url, follow=prefix is not None)
@@ -124,17 +176,23 @@ class Crawl:
                 found.append(document)
                 for link in links:
                     if (prefix and link.startswith(prefix) and link not in seen
-                            and not any(fnmatch.fnmatch(link, p) for p in excluded)):
+                            and not (excluded and excluded.match(link))):
                         seen.add(link)
                         queue.append(link)
         return found
 
+    def _stopped(self) -> str | None:
+        """Why no more pages are read, if none are."""
+        if self.pages >= self.settings.corpus_max_pages:
+            return f"the corpus reached its {self.settings.corpus_max_pages} pages"
+        if time.monotonic() > self.deadline:
+            return f"reading ran out of its {READ_SECONDS:g}s"
+        return None
+
     def _read(self, url: str, follow: bool) -> tuple[Document, list[str]]:
         settings = self.settings
-        if self.pages >= settings.corpus_max_pages:
-            raise InvalidInput(f"the corpus reached its {settings.corpus_max_pages} pages")
-        if time.monotonic() > self.deadline:
-            raise InvalidInput(f"ingestion ran out of its {INGEST_SECONDS:g}s")
+        if stop := self._stopped():
+            raise InvalidInput(stop)
         fetched = self.fetch(url, max_bytes=settings.corpus_max_document_bytes,
                              allow_loopback=settings.local_mode, timeout=FETCH_TIMEOUT_SECONDS,
                              deadline=self.deadline)  # a page sent slowly stops with it
@@ -150,7 +208,7 @@ class Crawl:
         text = document_text(kind, fetched.data, self.deadline)
         html = kind in ("text/html", "application/xhtml+xml")
         return Document(url, text, len(fetched.data)), \
-            (_links(fetched.data, url) if follow and html else [])
+            (_links(fetched.data, url, self.deadline) if follow and html else [])
 
 
 def corpus_search(settings: Settings, store: CorpusStore, embedder: Embedder) -> CorpusSearch:
@@ -166,6 +224,7 @@ def ingest(version: CorpusVersion, corpora: list[dict[str, Any]], settings: Sett
     """Run one ingestion to its end and store how it ended (never raises for the
     documents' sake: their errors are the version's). ``vectors_to``: also write the
     vectors to S3 Vectors (``CODESHOT_CORPUS_SEARCH=s3vectors``)."""
+    deadline = time.monotonic() + INGEST_SECONDS
     crawl = Crawl(settings, fetch, lambda pages, size: store.progress(
         version.replace(documents=pages, bytes=size)))
     try:
@@ -173,7 +232,11 @@ def ingest(version: CorpusVersion, corpora: list[dict[str, Any]], settings: Sett
         chunks = [{"text": c, "url": d.url} for d in documents for c in chunked(d.text)]
         if not chunks:
             raise InvalidInput("the corpus holds no text")
-        vectors = _embed(embedder, [c["text"] for c in chunks])
+        if vectors_to is None and len(chunks) > MAX_LAMBDA_PASSAGES:
+            raise InvalidInput(
+                f"the corpus has {len(chunks)} passages; searched in the runner it may have "
+                f"{MAX_LAMBDA_PASSAGES} (CODESHOT_CORPUS_SEARCH=s3vectors takes more)")
+        vectors = _embed(embedder, [c["text"] for c in chunks], deadline)
         index = {"embedding_model": embedder.model_id, "chunks": chunks,
                  "dim": len(vectors[0]) if len(vectors) else 0,
                  "vectors": base64.b64encode(_float32(vectors)).decode()}
@@ -190,8 +253,7 @@ def ingest(version: CorpusVersion, corpora: list[dict[str, Any]], settings: Sett
         log.exception("ingesting %s %s failed", version.agent_id, version.version)
         done = version.replace(state=CorpusState.FAILED,
                                errors=[f"ingestion failed: {exc.__class__.__name__}"])
-    store.finish(done)
-    return done
+    return store.finish(done)
 
 
 def chunked(text: str, size: int = PASSAGE_CHARS) -> list[str]:
@@ -206,11 +268,18 @@ def chunked(text: str, size: int = PASSAGE_CHARS) -> list[str]:
     return out
 
 
-def _embed(embedder: Embedder, texts: list[str]) -> Any:
+def _embed(embedder: Embedder, texts: list[str], deadline: float | None = None) -> Any:
+    """The texts' vectors, a batch at a time; INVALID_INPUT once ``deadline`` passes."""
     import numpy as np
 
-    rows = [np.asarray(embedder.embed(texts[i:i + EMBED_BATCH]), dtype=np.float32)
-            for i in range(0, len(texts), EMBED_BATCH)]
+    rows = []
+    for start in range(0, len(texts), EMBED_BATCH):
+        if deadline is not None and time.monotonic() > deadline:
+            raise InvalidInput(
+                f"ingestion ran out of its {INGEST_SECONDS:g}s embedding {len(texts)} "
+                f"passages ({start} done): declare fewer or smaller documents")
+        rows.append(np.asarray(embedder.embed(texts[start:start + EMBED_BATCH]),
+                               dtype=np.float32))
     return np.vstack(rows)
 
 
@@ -231,6 +300,7 @@ class LoadedIndex:
     chunks: list[dict[str, str]]
     vectors: Any  # numpy float32, n x d, rows L2-normalised
     lexical: BM25 | None  # over the passages' stems; None when search is dense only
+    size: int  # bytes of the stored index
 
     @classmethod
     def read(cls, version: str, data: bytes, embedder: Embedder,
@@ -248,7 +318,7 @@ class LoadedIndex:
             # do not compare with this one's queries, so the passages are embedded anew.
             vectors = _embed(embedder, [c["text"] for c in chunks])
         bm25 = BM25([terms(c["text"]) for c in chunks]) if lexical and chunks else None
-        return cls(version, chunks, vectors, bm25)
+        return cls(version, chunks, vectors, bm25, len(data))
 
     def search(self, query: Any, question: str, k: int, dense_weight: float) -> list[Passage]:
         """The ``k`` best passages for ``question`` (``query``: its embedding)."""
@@ -266,14 +336,16 @@ class LoadedIndex:
 
 
 class InLambdaSearch:
-    """The newest ready index, loaded from S3 once per container and version."""
+    """The newest ready index, loaded from S3 once per container and version; those
+    loaded are kept up to ``cache_bytes`` of stored index, the least recently searched
+    dropped first (the one just loaded is kept, whatever its size)."""
 
     def __init__(self, store: CorpusStore, embedder: Embedder,
-                 dense_weight: float | None = None) -> None:
-        self.store, self.embedder = store, embedder
+                 dense_weight: float | None = None, cache_bytes: int = CACHE_BYTES) -> None:
+        self.store, self.embedder, self.cache_bytes = store, embedder, cache_bytes
         self.dense_weight = DENSE_WEIGHT.get(embedder.model_id, UNCALIBRATED_DENSE_WEIGHT) \
             if dense_weight is None else dense_weight
-        self._cache: dict[str, LoadedIndex] = {}
+        self._cache: OrderedDict[str, LoadedIndex] = OrderedDict()
         self._lock = threading.Lock()
 
     def index(self, agent_id: str) -> LoadedIndex | None:
@@ -282,12 +354,17 @@ class InLambdaSearch:
             return None
         with self._lock:
             cached = self._cache.get(agent_id)
-        if cached and cached.version == version.version:
-            return cached
+            if cached and cached.version == version.version:
+                self._cache.move_to_end(agent_id)
+                return cached
         loaded = LoadedIndex.read(version.version, self.store.read_index(version.object_key),
                                   self.embedder, lexical=self.dense_weight < 1)
         with self._lock:
             self._cache[agent_id] = loaded
+            self._cache.move_to_end(agent_id)
+            while len(self._cache) > 1 and \
+                    sum(i.size for i in self._cache.values()) > self.cache_bytes:
+                self._cache.popitem(last=False)
         return loaded
 
     def search(self, agent_id: str, question: str, k: int) -> list[Passage]:

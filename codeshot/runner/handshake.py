@@ -6,6 +6,7 @@ which the API has loaded anyway and the runner never needs.
 
 from __future__ import annotations
 
+import json
 import logging
 import time
 from typing import Any
@@ -14,9 +15,71 @@ from pydantic import BaseModel, Field, ValidationError, field_validator
 
 from codeshot.errors import AgentFailed
 from codeshot.net.http import public_client
-from codeshot.runner.agent_client import parse_document, request
+from codeshot.runner.agent_client import request
 
 log = logging.getLogger("codeshot.runner")
+
+# A YAML handshake is read in the API's worker: PyYAML's pure-Python loader took 29.6 s
+# for 2 MB (libyaml 2.7 s). A handshake is a few KB; a larger one can be sent as JSON.
+MAX_YAML_BYTES = 256 * 1024
+# Levels of lists and mappings: a handshake has 4 (corpora, a corpus, its urls); DynamoDB
+# stores 32 (the registry's item nests the handshake's fields inside its own).
+MAX_DEPTH = 16
+NESTED = f"the agent's handshake is nested more than {MAX_DEPTH} levels deep"
+
+
+def _load_yaml(text: str) -> Any:
+    """YAML with libyaml when it is installed, without aliases (a few hundred bytes of
+    nested ``*name`` references expand into millions of values once walked) and at most
+    ``MAX_DEPTH`` deep (the loader recurses per level): both checked on the parser's
+    events, before a value is built."""
+    import yaml  # only YAML handshakes need it
+
+    if len(text.encode()) > MAX_YAML_BYTES:
+        raise AgentFailed(f"the agent's YAML handshake is over {MAX_YAML_BYTES} bytes: "
+                          "send it as JSON")
+    loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+    depth = 0
+    for event in yaml.parse(text, Loader=loader):
+        if isinstance(event, yaml.AliasEvent):
+            raise AgentFailed("the agent's YAML uses aliases (*name), which the "
+                              "platform does not accept: write the values out")
+        if isinstance(event, yaml.CollectionStartEvent):
+            depth += 1
+            if depth > MAX_DEPTH:
+                raise AgentFailed(NESTED)
+        elif isinstance(event, yaml.CollectionEndEvent):
+            depth -= 1
+    return yaml.load(text, Loader=loader)  # noqa: S506 - a safe loader
+
+
+def _depth(value: Any) -> int:
+    """How many levels of lists and mappings ``value`` has (walked without recursion)."""
+    deepest, stack = 0, [(value, 1)]
+    while stack:
+        item, level = stack.pop()
+        if isinstance(item, dict | list):
+            deepest = max(deepest, level)
+            stack.extend((v, level + 1) for v in (item.values() if isinstance(item, dict)
+                                                  else item))
+    return deepest
+
+
+def parse_document(body: bytes, content_type: str) -> Any:
+    """JSON, or YAML when the agent says so (the Fixie SDK answers YAML); AGENT_ERROR
+    when it is nested more than ``MAX_DEPTH`` levels."""
+    text = body.decode("utf-8", errors="strict")
+    if "yaml" in content_type:
+        return _load_yaml(text)
+    try:
+        document = json.loads(text)
+    except RecursionError:
+        raise AgentFailed(NESTED) from None
+    except ValueError:
+        return _load_yaml(text)  # some agents send YAML as text/plain
+    if _depth(document) > MAX_DEPTH:
+        raise AgentFailed(NESTED)
+    return document
 
 
 class ResponseModel(BaseModel):

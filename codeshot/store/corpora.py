@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
+import logging
 from datetime import datetime
 from enum import Enum
 from typing import TYPE_CHECKING, Any, ClassVar
@@ -23,12 +24,17 @@ from codeshot.settings import Settings
 from codeshot.store.base import Repository
 from codeshot.store.dynamo import from_item, to_item
 from codeshot.store.tables import CORPORA, CORPUS_OBJECTS_PREFIX, EMBEDS_BUCKET
+from codeshot.text import as_one_line
 
 if TYPE_CHECKING:
     from types_boto3_dynamodb import DynamoDBClient
     from types_boto3_s3 import S3Client
 
+log = logging.getLogger("codeshot.store")
+
 MAX_ERRORS = 20  # kept per version, each one line
+MAX_ERROR_CHARS = 300  # of each: an error names a URL, which may be any length
+UNSTORED = "the ingestion's outcome could not be stored"
 VERSION_PREFIX = "v#"
 RECENT_VERSIONS = 10  # read to find the newest ready one
 
@@ -86,15 +92,31 @@ class CorpusStore(Repository):
         """What an ingestion has read so far (documents, bytes), while it runs."""
         self.db.put_item(TableName=self.table_name, Item=to_item(version.to_dict()))
 
-    def finish(self, version: CorpusVersion) -> None:
-        """Store how the ingestion ended; once ready, drop the older versions' items."""
-        version = version.replace(errors=version.errors[:MAX_ERRORS], finished=utcnow())
-        self.db.put_item(TableName=self.table_name, Item=to_item(version.to_dict()))
+    def finish(self, version: CorpusVersion) -> CorpusVersion:
+        """Store how the ingestion ended (returned as stored); once ready, drop the older
+        versions' items. An outcome DynamoDB refuses (an item too large) is stored as
+        failed instead: left ``ingesting``, the ingestion would be delivered and run
+        again."""
+        version = version.replace(
+            errors=[as_one_line(e, MAX_ERROR_CHARS) for e in version.errors[:MAX_ERRORS]],
+            finished=utcnow())
+        try:
+            self.db.put_item(TableName=self.table_name, Item=to_item(version.to_dict()))
+        except ClientError as exc:
+            if exc.response["Error"]["Code"] != "ValidationException":
+                raise  # throttled, say: the redelivery stores it
+            log.exception("storing %s %s failed", version.agent_id, version.version)
+            version = CorpusVersion(agent_id=version.agent_id, version=version.version,
+                                    state=CorpusState.FAILED, errors=[UNSTORED],
+                                    started=version.started, finished=version.finished)
+            self.db.put_item(TableName=self.table_name, Item=to_item(version.to_dict()))
+            return version
         if version.state is CorpusState.READY:
             for older in self.recent(version.agent_id, RECENT_VERSIONS * 10):
                 if older.version < version.version:
                     self.db.delete_item(TableName=self.table_name, Key={
                         "agent_id": {"S": older.agent_id}, "version": {"S": older.version}})
+        return version
 
     def recent(self, agent_id: str, limit: int = RECENT_VERSIONS) -> list[CorpusVersion]:
         """The agent's versions, newest first."""

@@ -1,10 +1,13 @@
 """The platform's queues. The session work queue (SQS FIFO): one message group per
 session, keeping each session's messages in order; the message id deduplicates retries
-of the same send. The prompt queue (standard, for its per-message delays): the polls of
-an Agent Protocol task's callback, each sent with its backoff as its delay."""
+of the same send (FIFO ids: at most 128 characters of ASCII letters, digits and
+punctuation, which SQS checks and moto does not). The prompt queue (standard, for its
+per-message delays): the polls of an Agent Protocol task's callback, each sent with its
+backoff as its delay."""
 
 from __future__ import annotations
 
+import hashlib
 import json
 from dataclasses import asdict, dataclass
 from typing import Any
@@ -16,10 +19,10 @@ from codeshot.settings import Settings
 @dataclass(frozen=True)
 class Work:
     """A queued query (``session_id``, ``message_id``); with ``kind`` "corpus" an agent's
-    corpus ingestion (``corpus/<agent id>`` as its group, the version as its id); with
-    ``kind`` "sweep" a part of the sweep of a deleted agent registration's user storage
-    (``sweep/<agent id>`` as its group, "<registration>.<part>" as its id: each part is
-    queued by the one before, under an id of its own)."""
+    corpus ingestion (``corpus/<agent id>`` as its ``session_id``, the version as its id);
+    with ``kind`` "sweep" a part of the sweep of a deleted agent registration's user
+    storage (``sweep/<agent id>``, "<registration>.<part>" as its id: each part is queued
+    by the one before, under an id of its own)."""
 
     session_id: str
     message_id: str
@@ -36,6 +39,15 @@ class Work:
     @classmethod
     def sweep(cls, agent_id: str, registration: int, part: int = 0) -> Work:
         return cls(f"{cls.SWEEP}/{agent_id}", f"{registration}.{part}", cls.SWEEP)
+
+    @property
+    def group(self) -> str:
+        """Its FIFO message group: a query's session; a corpus ingestion's or a sweep's
+        agent, by a hash of its id (an agent id is up to 127 characters, a group id at
+        most 128)."""
+        if self.kind == "query":
+            return self.session_id
+        return f"{self.kind}/{hashlib.sha256(self.agent_id.encode()).hexdigest()[:40]}"
 
     @property
     def agent_id(self) -> str:
@@ -123,7 +135,7 @@ class SessionQueue(_Queue):
         self.sqs.send_message(
             QueueUrl=self.url,
             MessageBody=work.body(),
-            MessageGroupId=work.session_id,
+            MessageGroupId=work.group,
             MessageDeduplicationId=work.message_id,
         )
 

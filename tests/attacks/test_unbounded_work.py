@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import base64
 import hashlib
+import json
 import time
 from concurrent.futures import ThreadPoolExecutor
 
@@ -228,23 +229,84 @@ def yaml_bomb(levels: int) -> str:
     return "\n".join([*lines, f"corpora: [{{bomb: *a{levels}}}]"]) + "\n"
 
 
-def test_a_yaml_handshake_cannot_expand_into_millions_of_values(platform):
-    """Aliases are refused: 7 levels would be ten million values for the API to walk."""
+def register_handshake(platform, body: str | bytes, media_type: str) -> dict:
+    """createAgent for an agent whose handshake (``GET /``) is ``body``."""
     from fastapi import FastAPI, Response
 
     from codeshot.local.http_server import HttpServer
 
     app = FastAPI()
-    app.get("/")(lambda: Response(yaml_bomb(7), media_type="application/yaml"))
+    app.get("/")(lambda: Response(body, media_type=media_type))
     server = HttpServer(app, "127.0.0.1", 0)
     url = server.start()
     try:
-        _, key = platform.user("bomber")
-        out = platform.gql(key, """mutation ($u: String!) { createAgent(agentData:
-            {handle: "bomb", queryUrl: $u}) { agent { agentId } } }""", {"u": url})
+        _, key = platform.user()
+        return platform.gql(key, """mutation ($u: String!) { createAgent(agentData:
+            {handle: "hs", queryUrl: $u}) { agent { agentId } } }""", {"u": url})
     finally:
         server.stop()
+
+
+def test_a_yaml_handshake_cannot_expand_into_millions_of_values(platform):
+    """Aliases are refused: 7 levels would be ten million values for the API to walk."""
+    out = register_handshake(platform, yaml_bomb(7), "application/yaml")
     assert code(out) == "AGENT_ERROR" and "aliases" in out["errors"][0]["message"], out
+    assert platform.services.registry.scan_all() == []
+
+
+@pytest.mark.parametrize(("body", "media_type", "says"), [
+    # The API answered INVALID_INPUT "the request is nested too deeply": the user's fault.
+    (b'{"few_shots": ' + b"[" * 100_000, "application/json", "nested more than 16 levels"),
+    (b'{"few_shots": ' + b"[" * 20 + b"]" * 20 + b"}", "application/json",
+     "nested more than 16 levels"),
+    (b"few_shots: " + b"[" * 20 + b"]" * 20, "application/yaml", "nested more than 16"),
+    # 2 MB of YAML kept an API worker parsing for 29.6 s.
+    (b"few_shots:\n" + b"- x\n" * 70_000, "application/yaml", "over 262144 bytes: send it"),
+])
+def test_a_handshake_nested_deep_or_a_large_yaml_one_is_the_agents_error(
+        platform, body, media_type, says):
+    out = register_handshake(platform, body, media_type)
+    assert code(out) == "AGENT_ERROR" and says in out["errors"][0]["message"], out
+    assert platform.services.registry.scan_all() == []
+
+
+def test_a_handshake_is_read_as_yaml_without_libyaml_too(monkeypatch):
+    import yaml
+
+    from codeshot.errors import AgentFailed
+    from codeshot.runner.handshake import parse_document
+
+    monkeypatch.delattr(yaml, "CSafeLoader", raising=False)
+    assert parse_document(b"few_shots: [a, b]", "application/yaml") == {"few_shots": ["a", "b"]}
+    for body, says in ((b"few_shots: " + b"[" * 100_000, "nested"),
+                       (yaml_bomb(3).encode(), "aliases")):
+        with pytest.raises(AgentFailed, match=says):
+            parse_document(body, "application/yaml")
+
+
+FEW_SHOT = "Q: Roll a die\nAsk Func[roll]: 6\nFunc[roll] says: 4\nA: You rolled 4."
+
+
+@pytest.mark.parametrize(("field", "value", "says"), [
+    ("corpora", [{"urls": [f"https://docs.example/{i}/*"]} for i in range(11)],
+     "11 corpora; an agent has at most 10"),
+    ("corpora", [{"urls": ["https://docs.example/*"],
+                  "exclude_patterns": [f"*/{i}/*" for i in range(101)]}],
+     "corpus 1's exclude_patterns must be a list of at most 100"),
+    ("corpora", [{"urls": [f"https://docs.example/{i}" for i in range(51)]}],
+     "corpus 1's urls must be a list of at most 50"),
+    ("corpora", [{"urls": ["https://docs.example/" + "a" * 3000]}],
+     "corpus 1's urls is 3021 characters; the limit is 2048"),
+    ("corpora", [{"urls": [7]}], "corpus 1's urls must be text"),
+    ("corpora", [{"urls": ["https://docs.example/*"], "notes": "n" * 100_000}],
+     "the corpora are over 100000 characters"),
+    ("funcs", [{"name": f"f{i}"} for i in range(101)], "101 funcs; an agent has at most 100"),
+    ("funcs", [{"name": "roll-dice"}], "func name 'roll-dice' must be 1-128 letters"),
+])
+def test_a_handshakes_corpora_and_funcs_are_checked(platform, field, value, says):
+    handshake = {"type": "code_shot", "few_shots": [FEW_SHOT], field: value}
+    out = register_handshake(platform, json.dumps(handshake), "application/json")
+    assert code(out) == "INVALID_INPUT" and says in out["errors"][0]["message"], out
     assert platform.services.registry.scan_all() == []
 
 

@@ -6,6 +6,7 @@ ingestion errors, with nothing half-stored and queries still answered."""
 
 from __future__ import annotations
 
+import re
 import time
 from collections.abc import Iterator
 
@@ -183,7 +184,7 @@ def test_unreadable_documents_are_visible_errors_with_nothing_half_stored(live, 
         cases = {
             "unreachable": ("http://127.0.0.1:9/manual.html", "is unreachable"),
             "private": ("http://10.1.2.3/manual.html", "not a public address"),
-            "huge": (f"{base}/huge.txt", "larger than 10485760 bytes"),
+            "huge": (f"{base}/huge.txt", "larger than 4194304 bytes"),
             "badpdf": (f"{base}/broken.pdf", "the PDF cannot be read"),
             "empty": (f"{base}/empty.html", "the corpus holds no text"),
         }
@@ -239,6 +240,30 @@ def test_an_ingestion_shows_its_progress_while_it_runs(aws):
     assert store.recent("ann/docs")[0].documents == 25
 
 
+def test_linked_pages_failing_under_long_urls_are_listed_each_on_a_short_line(aws):
+    """25 links of 15 KB each that cannot be read: the version is ready with the page it
+    read, its errors listed each cut to a line (whole, they exceed DynamoDB's item)."""
+    from codeshot.routing.embedders import HashingEmbedder
+    from codeshot.runner.corpora import ingest
+    from codeshot.store.corpora import MAX_ERROR_CHARS, CorpusStore
+
+    links = "".join(f'<a href="/docs/{i}{"a" * 15000}">x</a>' for i in range(25))
+
+    def page(path: str) -> tuple[str, bytes] | None:
+        if path == "/docs/":
+            return "text/html", f"<p>Staff park in lot C.</p>{links}".encode()
+        return None
+
+    store = CorpusStore(aws)
+    with serving_pages(page) as base:
+        done = ingest(store.start("ann/docs", []), [{"urls": [f"{base}/docs/*"]}],
+                      aws.replace(local_mode=True), store, HashingEmbedder())
+    [stored] = store.recent("ann/docs")
+    assert (done.state.value, stored.state.value, stored.documents) == ("ready", "ready", 1)
+    assert len(stored.errors) == 20 and stored.errors[0].startswith(f"skipped {base}/docs/0a")
+    assert all(len(e) <= MAX_ERROR_CHARS for e in stored.errors)
+
+
 def test_a_corpus_ingested_with_another_embedder_is_still_searched(aws):
     """A stack that changed CODESHOT_EMBEDDER (hashing was the default) keeps answering
     from the corpora it ingested before: their passages are embedded anew on load."""
@@ -264,6 +289,59 @@ def test_a_corpus_ingested_with_another_embedder_is_still_searched(aws):
                    S3VectorsSearch(aws, store, StaticEmbedder())):  # its index is hashing's
         [best] = search.search("ann/docs", question, k=1)
         assert best.text == facts["/docs/kitchen.html"] and best.url.endswith("kitchen.html")
+
+
+def test_a_runner_keeps_the_most_recently_searched_indexes_within_its_cache(aws):
+    """Indexes are loaded once and kept up to the cache's bytes: past them the least
+    recently searched is dropped (read from S3 again if searched again)."""
+    from codeshot.routing.embedders import HashingEmbedder
+    from codeshot.runner.corpora import InLambdaSearch, ingest
+    from codeshot.store.corpora import CorpusStore
+
+    def page(path: str) -> tuple[str, bytes]:
+        return "text/plain", f"The {path[1:]} handbook says staff park in lot C.".encode()
+
+    store = CorpusStore(aws)
+    with serving_pages(page) as base:
+        sizes = [len(store.read_index(ingest(
+            store.start(f"ann/{name}", []), [{"urls": [f"{base}/{name}"]}],
+            aws.replace(local_mode=True), store, HashingEmbedder()).object_key))
+            for name in ("a", "b", "c")]
+    read_index, reads = store.read_index, []
+    store.read_index = lambda key: (reads.append(key), read_index(key))[1]  # type: ignore[method-assign]
+    search = InLambdaSearch(store, HashingEmbedder(), cache_bytes=sum(sizes) - 1)
+
+    def searched(*names: str) -> int:
+        """How many indexes the searches read from S3."""
+        before = len(reads)
+        for name in names:
+            [found] = search.search(f"ann/{name}", "Where do staff park?", k=1)
+            assert found.text == f"The {name} handbook says staff park in lot C."
+        return len(reads) - before
+
+    assert searched("a", "b", "a") == 2
+    assert searched("c") == 1  # the three are over the cache: b, searched least lately, goes
+    assert searched("a", "c") == 0
+    assert searched("b") == 1
+
+
+def test_a_corpus_too_large_to_search_in_the_runner_fails_its_ingestion(aws, monkeypatch):
+    from codeshot.routing.embedders import HashingEmbedder
+    from codeshot.runner import corpora
+    from codeshot.store.corpora import CorpusStore
+
+    monkeypatch.setattr(corpora, "MAX_LAMBDA_PASSAGES", 2)
+
+    def page(path: str) -> tuple[str, bytes]:
+        return "text/plain", "\n\n".join(f"Passage {i}. " + "x" * 700 for i in range(3)).encode()
+
+    store = CorpusStore(aws)
+    with serving_pages(page) as base:
+        done = corpora.ingest(store.start("ann/docs", []), [{"urls": [f"{base}/docs.txt"]}],
+                              aws.replace(local_mode=True), store, HashingEmbedder())
+    assert (done.state.value, done.errors) == ("failed", [
+        "the corpus has 3 passages; searched in the runner it may have 2 "
+        "(CODESHOT_CORPUS_SEARCH=s3vectors takes more)"])
 
 
 HANDBOOK = {
@@ -330,10 +408,99 @@ def test_a_page_sent_a_byte_at_a_time_stops_with_the_ingestions_time(monkeypatch
     from codeshot.runner import corpora
     from codeshot.settings import Settings
 
-    monkeypatch.setattr(corpora, "INGEST_SECONDS", 1.0)
+    monkeypatch.setattr(corpora, "READ_SECONDS", 1.0)
     with raw_server("drip", interval=0.25) as drip:
         began = time.monotonic()
         with pytest.raises(InvalidInput, match="time ran out"):
             corpora.Crawl(Settings().replace(local_mode=True)).documents({"urls": [drip.url]})
         # Each byte came within the read timeout: it held the runner until the page ended.
         assert time.monotonic() - began < 3 and drip.hangs_up(within=2)
+
+
+def test_a_page_of_thousands_of_links_is_read_in_a_bounded_time_and_listed_once(aws):
+    """A page of 20,000 links and 100 exclude_patterns, with room for one page: its
+    first 1,000 links are considered, each tried once against the patterns, and those
+    left unread are one error, not one per link."""
+    from codeshot.routing.embedders import HashingEmbedder
+    from codeshot.runner.corpora import ingest
+    from codeshot.store.corpora import CorpusStore
+
+    links = "".join(f'<a href="p{i}.html">{i}</a>' for i in range(20_000))
+
+    def page(path: str) -> tuple[str, bytes] | None:
+        if path == "/docs/":
+            return "text/html", f"<p>Staff park in lot C.</p>{links}".encode()
+        return None
+
+    patterns = ["*/p1?.html", *(f"*never-{i}*" for i in range(99))]  # p10-p19 excluded
+    store = CorpusStore(aws)
+    with serving_pages(page) as base:
+        began = time.monotonic()
+        done = ingest(store.start("ann/docs", []),
+                      [{"urls": [f"{base}/docs/*"], "exclude_patterns": patterns}],
+                      aws.replace(local_mode=True, corpus_max_pages=1), store,
+                      HashingEmbedder())
+        took = time.monotonic() - began
+    assert (done.state.value, done.documents) == ("ready", 1)
+    assert done.errors == ["the corpus reached its 1 pages: 990 linked pages not read"]
+    assert took < 10, took
+
+    with serving_pages(page) as base:
+        done = ingest(store.start("ann/docs", []),
+                      [{"urls": [f"{base}/docs/*"], "exclude_patterns": [*patterns, "*x*"]}],
+                      aws.replace(local_mode=True), store, HashingEmbedder())
+    assert (done.state.value, done.errors) == (
+        "failed", ["a corpus has a list of at most 100 exclude_patterns"])
+
+
+def test_reading_stops_in_its_time_keeping_the_pages_read(aws, monkeypatch):
+    from codeshot.routing.embedders import HashingEmbedder
+    from codeshot.runner import corpora
+    from codeshot.store.corpora import CorpusStore
+
+    monkeypatch.setattr(corpora, "READ_SECONDS", 1.0)
+
+    def page(path: str) -> tuple[str, bytes]:
+        time.sleep(0.3)  # a slow site: 30 pages take 9 s
+        links = "".join(f'<a href="p{i}.html">{i}</a>' for i in range(30))
+        return "text/html", f"<p>Page {path} says fact {path}.</p>{links}".encode()
+
+    store = CorpusStore(aws)
+    with serving_pages(page) as base:
+        began = time.monotonic()
+        done = corpora.ingest(store.start("ann/docs", []), [{"urls": [f"{base}/docs/*"]}],
+                              aws.replace(local_mode=True), store, HashingEmbedder())
+        took = time.monotonic() - began
+    assert done.state.value == "ready" and 2 <= done.documents <= 5, done
+    *cut, left = done.errors  # a page whose sending the deadline cut is listed as skipped
+    assert all(e.endswith(".html") and "time ran out while fetching" in e for e in cut), cut
+    assert left == f"reading ran out of its 1s: {31 - done.documents - len(cut)} linked " \
+                   "pages not read"
+    assert took < 3, took
+
+
+def test_embedding_past_the_ingestions_time_fails_the_version(aws, monkeypatch):
+    """4,000 sentences (572 passages) take the default embedder seconds: with 1 s for the
+    ingestion it stops at the first batch past it, and nothing is stored."""
+    from codeshot.routing.embedders import StaticEmbedder
+    from codeshot.runner import corpora
+    from codeshot.store.corpora import CorpusStore
+
+    monkeypatch.setattr(corpora, "INGEST_SECONDS", 1.0)
+    text = "\n\n".join(f"Passage {i} tells of the warehouse lot and the canteen hours, "
+                        f"the bike shed and the guest network {i}." for i in range(4_000))
+
+    def page(path: str) -> tuple[str, bytes]:
+        return "text/plain", text.encode()
+
+    store = CorpusStore(aws)
+    with serving_pages(page) as base:
+        began = time.monotonic()
+        done = corpora.ingest(store.start("ann/docs", []), [{"urls": [f"{base}/docs.txt"]}],
+                              aws.replace(local_mode=True), store, StaticEmbedder())
+        took = time.monotonic() - began
+    assert done.state.value == "failed", done
+    assert re.fullmatch(r"ingestion ran out of its 1s embedding \d+ passages \(\d+ done\): "
+                        "declare fewer or smaller documents", done.errors[0]), done.errors
+    assert took < 3, took
+    assert store.newest_ready("ann/docs") is None

@@ -2,6 +2,7 @@
 queues a sweep, which the runner does a bounded part at a time, each part queueing the
 next; an agent registered again at the id starts empty at once, before any sweep ran."""
 
+import re
 from types import SimpleNamespace
 
 import pytest
@@ -14,6 +15,7 @@ from codeshot.runner.batch import process_batch, record_of
 from codeshot.runner.session_runner import SessionRunner
 from codeshot.services import Services
 from codeshot.store import user_storage as store
+from codeshot.store.queue import Work
 from codeshot.store.tables import SESSION_QUEUE
 from codeshot.usecases import user_storage
 from codeshot.usecases.registration import AgentFields, AgentRegistration, daily_agent_change
@@ -31,8 +33,8 @@ def changes(services: Services) -> AgentRegistration:
     return AgentRegistration(services, charge=daily_agent_change)
 
 
-def create(services: Services, handle: str) -> Agent:
-    return changes(services).create(OWNER, handle, AgentFields(
+def create(services: Services, handle: str, owner: Principal = OWNER) -> Agent:
+    return changes(services).create(owner, handle, AgentFields(
         base_prompt="I keep notes.", few_shots=["Q: Remember milk\nA: Noted."]))
 
 
@@ -180,3 +182,36 @@ def test_renaming_an_agent_sweeps_its_old_ids_storage(services):
     again = create(services, "notes")
     with pytest.raises(NotFound):
         get(services, again, "u1", "diary")
+
+
+# SQS's rule for a FIFO message's group and deduplication ids (moto does not check it).
+SQS_FIFO_ID = re.compile(r"[!-~]{1,128}")  # 1-128 ASCII letters, digits and punctuation
+
+
+def test_the_longest_agent_id_is_swept_and_ingested_under_ids_sqs_accepts(services,
+                                                                         monkeypatch):
+    owner = Principal(user_id="u-long", username="o" * 63)
+    notes = create(services, "n" * 63, owner)  # the longest agent id: 127 characters
+    put(services, notes, "u1", "diary", '"old"')
+    sqs, sent = services.queue.sqs, []
+    send = sqs.send_message
+
+    def as_sqs(**kwargs):  # refuses what SQS refuses
+        for name in ("MessageGroupId", "MessageDeduplicationId"):
+            if not SQS_FIFO_ID.fullmatch(kwargs[name]):
+                raise ClientError({"Error": {"Code": "InvalidParameterValue"}}, "SendMessage")
+        sent.append(kwargs)
+        return send(**kwargs)
+
+    monkeypatch.setattr(sqs, "send_message", as_sqs)
+    changes(services).delete(owner, owner.username, notes.handle)
+    assert run_queue(services) == 1
+    assert in_table(services, notes.agent_id) == {}
+
+    services.queue.enqueue(Work.corpus(notes.agent_id, "v#01KAZ0000000000000000000"))
+    [message] = services.queue.receive(wait_seconds=0)
+    assert Work.parse(message["Body"]).agent_id == notes.agent_id
+    # One group per agent: its sweeps and ingestions each run in order.
+    corpus, again = Work.corpus(notes.agent_id, "v#2"), Work.sweep(notes.agent_id, 1)
+    assert {w["MessageGroupId"] for w in sent} == {again.group, corpus.group}
+    assert Work.corpus("alice/other", "v#2").group != corpus.group

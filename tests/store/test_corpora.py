@@ -28,6 +28,18 @@ def test_a_ready_version_replaces_older_ones_and_a_failed_one_does_not(aws):
     assert store.recent("ann/docs") == []
 
 
+def test_an_outcome_too_large_to_store_is_stored_failed_not_left_ingesting(aws):
+    store = CorpusStore(aws)
+    version = store.start("ann/docs", [{"urls": ["https://a.example/*"]}])
+    huge = [{"urls": [f"https://a.example/{i}{'a' * 1000}" for i in range(500)]}]
+    done = store.finish(version.replace(state=CorpusState.READY, corpora=huge, chunks=3,
+                                        object_key="corpora/x"))
+    [stored] = store.recent("ann/docs")
+    assert stored.state is done.state is CorpusState.FAILED
+    assert stored.errors == ["the ingestion's outcome could not be stored"]
+    assert store.newest_ready("ann/docs") is None
+
+
 def test_the_same_index_bytes_are_stored_once(aws):
     store = CorpusStore(aws)
     assert store.put_index(b'{"chunks": []}') == store.put_index(b'{"chunks": []}')
