@@ -47,6 +47,7 @@ from codeshot.engine.prompt import (
 )
 from codeshot.engine.replies import clean_answer, read_reply
 from codeshot.errors import (
+    INTERNAL_MESSAGE,
     AgentFailed,
     BudgetExceeded,
     CallTimeout,
@@ -221,11 +222,13 @@ def _short(text: str, limit: int = 60) -> str:
 
 
 def _error_of(exc: BaseException) -> tuple[str, str]:
-    """A failure's stable code and a one-line message; never a traceback."""
+    """A failure's stable code and a one-line message. Anything but a CodeshotError is the
+    platform's own fault (a bug, an AWS error): the user reads only "internal error", as
+    its text may hold internals (ARNs, paths, reprs); the details go to the log."""
     if isinstance(exc, CodeshotError):
         return exc.code, exc.message
-    message = f"{type(exc).__name__}: {exc}"
-    return AgentFailed.code, message if len(message) <= 200 else message[:197] + "..."
+    log.error("unexpected failure in a run", exc_info=exc)
+    return CodeshotError.code, INTERNAL_MESSAGE
 
 
 class Executor:
@@ -341,8 +344,8 @@ class Executor:
             except BudgetExceeded:
                 raise  # the query's token budget is spent: it ends, whatever runs it
             except Exception as exc:  # a provider bug must not reach the user as a trace
-                log.warning("LLM call failed", exc_info=not isinstance(exc, CodeshotError))
                 _, message = _error_of(exc)
+                log.warning("LLM call failed: %s", message)
                 return self._stop(run, LLMError.code, f"The language model failed: {message}")
             _stop_if_abandoned()  # its caller gave up during the call: nothing more to do
             run.steps += 1
@@ -501,8 +504,10 @@ class Executor:
                     TraceStep(MessageType.ERROR, f"{step.label} failed: {message}", step.label,
                               error_code=code)
                 )  # fmt: skip
+                # An unexpected error may come after the command ran (its reply could not
+                # be read or stored): calling again could repeat what it did.
                 failure = Failure(step, code, message, attempt,
-                                  isinstance(exc, CodeshotError) and exc.permanent)
+                                  not isinstance(exc, CodeshotError) or exc.permanent)
                 if correctable and code == InvalidInput.code:
                     return _Unusable(f'{step.label} refused the input "{_short(step.text)}": '
                                      f"{message}; ask again with input it accepts",

@@ -248,7 +248,7 @@ def _checked(url: str, reply: Reply) -> bytes:
         error = json.loads(data).get("error") or {}
         code, said = error.get("code"), _said(error.get("message"))
         detail = f": {_said(code, 64)} {said}".rstrip()
-    except (ValueError, AttributeError):
+    except (ValueError, AttributeError, RecursionError):
         pass  # not an agent's error reply: what it was stays unsaid (a page, a service)
     if status == 400 and code == InvalidInput.code and said:
         # The Func refused its input: the model may ask again (as with in-process Funcs),
@@ -287,6 +287,8 @@ class FuncReply:
                 raise ValueError("not an object")
         except (ValueError, UnicodeDecodeError) as exc:
             raise AgentFailed(f"agent at {url} sent invalid JSON") from exc
+        except RecursionError as exc:  # deeper than json's recursion: the agent's fault
+            raise AgentFailed(f"agent at {url} sent JSON nested too deeply") from exc
         error = body.get("error")
         if error:
             message = error.get("message") if isinstance(error, dict) else error

@@ -71,8 +71,27 @@ def test_llm_failures_end_in_an_error_outcome_not_an_exception(trace: list[Trace
     assert (outcome.status, outcome.error_code) == (Status.ERROR, "LLM_ERROR")
     assert outcome.text == "The language model failed: Bedrock ThrottlingException: slow down"
     outcome = Executor([], Failing(KeyError("choices")), trace=trace.append).run("q")
-    assert outcome.text == "The language model failed: KeyError: 'choices'"
+    assert outcome.text == "The language model failed: internal error"  # no repr of a bug
     assert trace[-1].error_code == "LLM_ERROR"
+
+
+def test_a_command_failing_unexpectedly_is_not_called_again_and_shows_no_internals(
+        scripted, trace: list[TraceStep], caplog: pytest.LogCaptureFixture) -> None:
+    calls: list[str] = []
+
+    def sends_then_fails(name: str, text: str) -> str:
+        calls.append(text)  # it ran (sent the email); reading its reply failed
+        raise OSError("/var/task/codeshot/secret-path: read-only file system")
+
+    agent = Executor(code_shot_components("I quote.", QUOTE_SHOTS, sends_then_fails),
+                     scripted("Ask Func[quote]: GOOG"), trace=trace.append,
+                     sleep=lambda s: None)
+    outcome = agent.run("Price of GOOG?")
+    assert calls == ["GOOG"]
+    assert (outcome.status, outcome.error_code) == (Status.ERROR, "INTERNAL")
+    assert outcome.text == "Sorry, I could not finish: Func[quote] failed (internal error)."
+    assert not any("secret-path" in step.text for step in trace)
+    assert "secret-path" in caplog.text  # the operator's log has it
 
 
 def test_a_hanging_command_times_out(scripted, trace: list[TraceStep]) -> None:
