@@ -8,6 +8,7 @@ command time keep a bad model, agent or Func from hanging a session.
 from __future__ import annotations
 
 import contextvars
+import dataclasses
 import functools
 import itertools
 import logging
@@ -59,6 +60,7 @@ from codeshot.errors import (
 )
 from codeshot.llm.base import LLM, ChatMessage
 from codeshot.models import MessageType
+from codeshot.text import cap_bytes
 
 log = logging.getLogger(__name__)
 
@@ -249,7 +251,7 @@ class Executor:
         self.components = list(components)
         self.llm = llm
         self.limits = limits
-        self._trace = trace or (lambda step: None)
+        self._sink = trace or (lambda step: None)
         self._sleep = sleep
         self._commands: dict[tuple[str, str], Command] = {}
         for provider in self._of(CommandProvider):
@@ -494,7 +496,12 @@ class Executor:
                     raise NotFound(f"{step.label} cannot continue a paused call")
                 else:
                     call = functools.partial(command.resume, resume_state)
-                return as_result(self._call(command.name, call, step.text)), True
+                result = as_result(self._call(command.name, call, step.text))
+                # The transcript (the next prompt, a paused state) holds no more than a
+                # reply may be: a platform Func's result is not checked as an agent's is.
+                question = None if result.question is None else cap_bytes(result.question)
+                return dataclasses.replace(result, text=cap_bytes(result.text),
+                                           question=question), True
             except BudgetExceeded:
                 raise  # a nested agent spent the budget: no retry, no explanation
             except Exception as exc:  # any other command failure is handled
@@ -562,6 +569,11 @@ class Executor:
         result: CommandResult | str = box["result"]
         return result
 
+    def _trace(self, step: TraceStep) -> None:
+        # Each step is stored as one item (DynamoDB: 400 KB): a step too large to store
+        # would fail the query's reply with it, so none is.
+        self._sink(dataclasses.replace(step, text=cap_bytes(step.text)))
+
     def _emit(self, step: Step) -> None:
         target = step.label
         self._trace(TraceStep(_TRACE_TYPES[step.kind], step.text, target))
@@ -577,7 +589,7 @@ class Executor:
         state = run.to_state() if status is Status.AWAITING_INPUT else None
         return Outcome(
             status,
-            text,
+            cap_bytes(text),
             state,
             dict(run.embeds),
             error_code,

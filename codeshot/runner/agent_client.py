@@ -32,12 +32,9 @@ from codeshot.errors import (
 )
 from codeshot.net.addresses import check_public_url
 from codeshot.net.http import public_client, retry_after
-from codeshot.text import as_one_line
+from codeshot.text import MAX_REPLY_TEXT_BYTES, as_one_line
 
 MAX_REPLY_BYTES = 2 * 1024 * 1024
-# A reply's text is stored in the message and trace items (DynamoDB: 400 KB an item) and
-# read by the next LLM call: larger text is refused, once, instead of failing to store.
-MAX_REPLY_TEXT_BYTES = 100_000
 
 
 def _read_capped(response: httpx.Response) -> bytes:

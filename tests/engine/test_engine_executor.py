@@ -14,6 +14,7 @@ from codeshot.engine.fewshot import Kind, Step
 from codeshot.engine.prompt import ECHO_STOPS, STOP_SEQUENCES
 from codeshot.errors import InvalidInput, LLMError
 from codeshot.models import MessageType
+from codeshot.text import MAX_REPLY_TEXT_BYTES
 
 QUOTE_SHOTS = ["Q: Price of AAPL?\nAsk Func[quote]: AAPL\nFunc[quote] says: $1\nA: AAPL is at $1."]
 
@@ -92,6 +93,23 @@ def test_a_command_failing_unexpectedly_is_not_called_again_and_shows_no_interna
     assert outcome.text == "Sorry, I could not finish: Func[quote] failed (internal error)."
     assert not any("secret-path" in step.text for step in trace)
     assert "secret-path" in caplog.text  # the operator's log has it
+
+
+def test_no_step_is_larger_than_a_reply_may_be(scripted, trace: list[TraceStep]) -> None:
+    # A platform Func is not checked as an agent's reply is: a megabyte of result would
+    # make a trace item (and the answer quoting it) too large to store.
+    llm = scripted("Ask Func[quote]: GOOG", "A: GOOG is at " + "7" * 1_000_000)
+    agent = Executor(code_shot_components("I quote.", QUOTE_SHOTS,
+                                          lambda name, text: "$" + "7" * 1_000_000),
+                     llm, trace=trace.append)
+    outcome = agent.run("Price of GOOG?")
+    assert outcome.status is Status.DONE
+    for text in [outcome.text, *(step.text for step in trace), llm.transcript()]:
+        assert len(text.encode()) <= MAX_REPLY_TEXT_BYTES + 1_000  # the transcript's lines
+    [result] = [step for step in trace if step.type is MessageType.RESULT]
+    assert result.text.startswith("$777")
+    assert result.text.endswith(" … [cut: 1,000,001 bytes in all]")
+    assert outcome.text.endswith(" … [cut: 1,000,011 bytes in all]")
 
 
 def test_a_hanging_command_times_out(scripted, trace: list[TraceStep]) -> None:
