@@ -58,7 +58,7 @@ from codeshot.errors import (
     NotFound,
     Timeout,
 )
-from codeshot.llm.base import LLM, ChatMessage
+from codeshot.llm.base import LLM, ChatMessage, calls_ending_by
 from codeshot.models import MessageType
 from codeshot.text import cap_bytes
 
@@ -75,6 +75,7 @@ _TRACE_TYPES = {
     Kind.A: MessageType.RESPONSE,
 }
 _ASKS = (Kind.ASK_FUNC, Kind.ASK_AGENT)
+_OUT_OF_TIME = "This query's time ran out before I reached an answer."
 # The timeouts of the command calls this run is nested in: a command that timed out sets
 # its event, and the run inside it (a nested agent, still in its thread) stops at its
 # next step instead of going on calling the model and tracing into the session.
@@ -271,10 +272,15 @@ class Executor:
     def run(self, query: str) -> Outcome:
         if not query.strip():
             raise InvalidInput("the query is empty")
-        return self._loop(_Run(query, [Step(Kind.Q, query.strip())]))
+        with calls_ending_by(self.limits.deadline):  # its Funcs' model calls too
+            return self._loop(_Run(query, [Step(Kind.Q, query.strip())]))
 
     def resume(self, state: dict[str, Any], answer: str) -> Outcome:
         """Continue a paused run (``Outcome.state``) with the user's answer."""
+        with calls_ending_by(self.limits.deadline):
+            return self._resume(state, answer)
+
+    def _resume(self, state: dict[str, Any], answer: str) -> Outcome:
         run = _Run.from_state(state)
         pending, run.pending = run.pending, None
         if pending is not None and pending.get("repeat"):
@@ -322,8 +328,7 @@ class Executor:
         while True:
             _stop_if_abandoned()
             if self.limits.seconds_left(1.0) <= 0:
-                return self._stop(run, Timeout.code,
-                                  "This query's time ran out before I reached an answer.")
+                return self._stop(run, Timeout.code, _OUT_OF_TIME)
             if run.steps >= self.limits.max_steps:
                 return self._stop(
                     run,
@@ -345,6 +350,8 @@ class Executor:
                 )
             except BudgetExceeded:
                 raise  # the query's token budget is spent: it ends, whatever runs it
+            except Timeout:  # the provider stopped the call at the query's deadline
+                return self._stop(run, Timeout.code, _OUT_OF_TIME)
             except Exception as exc:  # a provider bug must not reach the user as a trace
                 _, message = _error_of(exc)
                 log.warning("LLM call failed: %s", message)

@@ -12,7 +12,7 @@ from codeshot.engine.components import CommandResult
 from codeshot.engine.executor import Executor, Limits, Status, TraceStep
 from codeshot.engine.fewshot import Kind, Step
 from codeshot.engine.prompt import ECHO_STOPS, STOP_SEQUENCES
-from codeshot.errors import InvalidInput, LLMError
+from codeshot.errors import InvalidInput, LLMError, Timeout
 from codeshot.models import MessageType
 from codeshot.text import MAX_REPLY_TEXT_BYTES
 
@@ -71,6 +71,9 @@ def test_llm_failures_end_in_an_error_outcome_not_an_exception(trace: list[Trace
     outcome = Executor([], Failing(LLMError("Bedrock ThrottlingException: slow down"))).run("q")
     assert (outcome.status, outcome.error_code) == (Status.ERROR, "LLM_ERROR")
     assert outcome.text == "The language model failed: Bedrock ThrottlingException: slow down"
+    outcome = Executor([], Failing(Timeout("the query's time ran out"))).run("q")
+    assert (outcome.status, outcome.error_code) == (Status.ERROR, "TIMEOUT")  # not LLM_ERROR
+    assert outcome.text == "This query's time ran out before I reached an answer."
     outcome = Executor([], Failing(KeyError("choices")), trace=trace.append).run("q")
     assert outcome.text == "The language model failed: internal error"  # no repr of a bug
     assert trace[-1].error_code == "LLM_ERROR"

@@ -1,0 +1,42 @@
+"""A query's time budget bounds its LLM calls whole: a model that streams slowly is cut
+off at the deadline, and the query ends with TIMEOUT instead of running on into the
+runner's own time limit."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from codeshot.llm.openai import OpenAILLM
+from codeshot.runner.batch import process_batch, record_of
+from codeshot.runner.session_runner import SessionRunner
+from tests.openai_server import scripted_texts, serving
+from tests.runner.conftest import session
+
+CREATE = """mutation ($h: String!, $f: [String!]) { createAgent(agentData:
+  {handle: $h, description: "calc", basePrompt: "I am a calculator.", fewShots: $f})
+  { agent { agentId } } }"""
+FEW = ["Q: What is 2 * 3?\nAsk Func[fixie_calc]: 2 * 3\nFunc[fixie_calc] says: 6\nA: It is 6."]
+
+
+@pytest.mark.settings(query_time_budget_seconds=3)
+def test_a_slow_stream_ends_with_the_querys_time_as_timeout(platform):
+    _, key = platform.user("lena")
+    assert "errors" not in platform.gql(key, CREATE, {"h": "calc", "f": FEW})
+    h = session(platform, key, frontend="lena/calc")
+    platform.gql(key, """mutation ($s: String!) { sendSessionMessage(messageData:
+        {session: $s, text: "What is 2 * 3?", wait: false}) { message { id } } }""", {"s": h})
+    [raw] = platform.services.queue.receive(wait_seconds=1)
+    answer = "A: " + " ".join(f"w{i}" for i in range(60))  # 20 events, no stop in them
+    with serving(scripted_texts([answer])) as llm_server:
+        llm_server.event_delay = 1.0  # a slow model: one event a second
+        runner = SessionRunner(platform.services, llm=OpenAILLM("m", llm_server.url, None))
+        started = time.monotonic()
+        assert process_batch({"Records": [record_of(raw)]}, runner.handle) == \
+            {"batchItemFailures": []}
+        took = time.monotonic() - started
+    assert took < 5, took  # the 3 s budget, not the 20 s the stream would take
+    reply = platform.services.sessions.all_messages(h)[-1]
+    assert (reply.type.value, reply.error_code) == ("error", "TIMEOUT")
+    assert reply.text == "This query's time ran out before I reached an answer."
