@@ -46,15 +46,19 @@ def _session() -> Any:
     return boto3.session.Session()
 
 
-@lru_cache(maxsize=32)
-def _client(service: str, region: str, endpoint_url: str | None) -> Any:
+READ_TIMEOUT = 20  # seconds a client waits for a read
+
+
+@lru_cache(maxsize=64)
+def _client(service: str, region: str, endpoint_url: str | None,
+            read_timeout: int = READ_TIMEOUT, attempts: int = 4) -> Any:
     from botocore.config import Config
 
     config = Config(
         region_name=region,
-        retries={"mode": "standard", "total_max_attempts": 4},  # 1 try + 3 retries
-        connect_timeout=3,
-        read_timeout=20,
+        retries={"mode": "standard", "total_max_attempts": attempts},  # 4: 1 try + 3 retries
+        connect_timeout=min(3, read_timeout),
+        read_timeout=read_timeout,
         s3={"addressing_style": "path"} if endpoint_url else None,
         signature_version="s3v4" if service == "s3" else None,
     )
@@ -85,3 +89,11 @@ def client(service: Literal["s3vectors"], settings: Settings) -> Any: ...
 def client(service: str, settings: Settings) -> Any:
     """The shared client of ``service`` for these settings (typed per service for mypy)."""
     return _client(service, settings.region, settings.aws_endpoint_url)
+
+
+def bedrock_client(settings: Settings, read_timeout: int) -> BedrockRuntimeClient:
+    """Bedrock Runtime waiting at most ``read_timeout`` seconds (1 to 20) for a read and
+    trying a request once: an LLM call held to a query's deadline retries within it."""
+    made: BedrockRuntimeClient = _client("bedrock-runtime", settings.region,
+                                         settings.aws_endpoint_url, read_timeout, 1)
+    return made

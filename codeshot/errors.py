@@ -10,6 +10,8 @@ from __future__ import annotations
 
 from typing import Any, ClassVar
 
+INTERNAL_MESSAGE = "internal error"  # all a user learns of an unexpected failure
+
 
 class CodeshotError(Exception):
     """Anything unexpected: INTERNAL, shown without details."""

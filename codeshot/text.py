@@ -11,6 +11,11 @@ import re
 
 from codeshot.errors import InvalidInput
 
+# A reply's text is stored in the message and trace items (DynamoDB: 400 KB an item) and
+# read by the next LLM call: an agent's larger text is refused, once, instead of failing
+# to store; any other step's (a platform Func's result, an answer) is cut to it.
+MAX_REPLY_TEXT_BYTES = 100_000
+
 # Every character that ends a line somewhere (str.splitlines, Unicode, terminals), and
 # the other C0/C1 controls, which have no place in a one-line name either.
 _CONTROLS = re.compile(r"[\x00-\x1f\x7f-\x9f\u2028\u2029]")
@@ -38,3 +43,13 @@ def as_one_line(value: str, max_chars: int) -> str:
     ``max_chars`` long: for text stored before these checks existed."""
     line = " ".join(_CONTROLS.sub(" ", value).split())
     return line if len(line) <= max_chars else line[: max_chars - 1] + "…"
+
+
+def cap_bytes(text: str, max_bytes: int = MAX_REPLY_TEXT_BYTES) -> str:
+    """``text``, or as much of it as fits ``max_bytes`` of UTF-8 with a note of the cut."""
+    data = text.encode("utf-8", "surrogatepass")
+    if len(data) <= max_bytes:
+        return text
+    note = f" … [cut: {len(data):,} bytes in all]"
+    kept = data[: max_bytes - len(note.encode())].decode("utf-8", "ignore")
+    return kept + note

@@ -79,8 +79,14 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from codeshot import models
-from codeshot.api.errors import INTERNAL_MESSAGE
-from codeshot.errors import CodeshotError, Conflict, InvalidInput, NotFound, RateLimited
+from codeshot.errors import (
+    INTERNAL_MESSAGE,
+    CodeshotError,
+    Conflict,
+    InvalidInput,
+    NotFound,
+    RateLimited,
+)
 from codeshot.models import PLANNER_ID, Agent, MessageType, Principal, Session
 from codeshot.services import Services
 from codeshot.usecases import agents, sessions, tasks

@@ -14,7 +14,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from codeshot.api import console
 from codeshot.api.agent_protocol import router as agent_protocol_router
-from codeshot.api.errors import INTERNAL_MESSAGE, as_codeshot_error, rest_body
+from codeshot.api.errors import as_codeshot_error, rest_body
 from codeshot.api.graphql import Context, build_schema
 from codeshot.api.oauth import router as oauth_router
 from codeshot.api.openai_proxy import router as openai_proxy_router
@@ -22,6 +22,7 @@ from codeshot.api.protocols import LazyEndpoint
 from codeshot.api.protocols import router as protocols_router
 from codeshot.api.rest import get_services, router
 from codeshot.errors import (
+    INTERNAL_MESSAGE,
     CodeshotError,
     Forbidden,
     InvalidInput,

@@ -9,10 +9,9 @@ from graphql.error import GraphQLError
 from pydantic import ValidationError
 from strawberry.extensions import MaskErrors
 
-from codeshot.errors import CodeshotError, InvalidInput, RateLimited
+from codeshot.errors import INTERNAL_MESSAGE, CodeshotError, InvalidInput, RateLimited
 
 log = logging.getLogger("codeshot.api")
-INTERNAL_MESSAGE = "internal error"  # all a caller learns of an unexpected failure
 
 
 THROTTLING = frozenset({

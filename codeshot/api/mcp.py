@@ -46,8 +46,8 @@ from mcp_types.version import MODERN_PROTOCOL_VERSIONS, is_version_at_least
 from starlette.middleware.authentication import AuthenticationMiddleware
 from starlette.types import Receive, Scope, Send
 
-from codeshot.api.errors import INTERNAL_MESSAGE, as_codeshot_error, rest_body
-from codeshot.errors import CodeshotError, Timeout, Unauthenticated
+from codeshot.api.errors import as_codeshot_error, rest_body
+from codeshot.errors import INTERNAL_MESSAGE, CodeshotError, Timeout, Unauthenticated
 from codeshot.models import PLANNER_ID, Principal, TaskState
 from codeshot.services import Services
 from codeshot.usecases import agents, tasks

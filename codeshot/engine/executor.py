@@ -8,6 +8,7 @@ command time keep a bad model, agent or Func from hanging a session.
 from __future__ import annotations
 
 import contextvars
+import dataclasses
 import functools
 import itertools
 import logging
@@ -47,6 +48,7 @@ from codeshot.engine.prompt import (
 )
 from codeshot.engine.replies import clean_answer, read_reply
 from codeshot.errors import (
+    INTERNAL_MESSAGE,
     AgentFailed,
     BudgetExceeded,
     CallTimeout,
@@ -56,8 +58,9 @@ from codeshot.errors import (
     NotFound,
     Timeout,
 )
-from codeshot.llm.base import LLM, ChatMessage
+from codeshot.llm.base import LLM, ChatMessage, calls_ending_by
 from codeshot.models import MessageType
+from codeshot.text import cap_bytes
 
 log = logging.getLogger(__name__)
 
@@ -72,6 +75,7 @@ _TRACE_TYPES = {
     Kind.A: MessageType.RESPONSE,
 }
 _ASKS = (Kind.ASK_FUNC, Kind.ASK_AGENT)
+_OUT_OF_TIME = "This query's time ran out before I reached an answer."
 # The timeouts of the command calls this run is nested in: a command that timed out sets
 # its event, and the run inside it (a nested agent, still in its thread) stops at its
 # next step instead of going on calling the model and tracing into the session.
@@ -221,11 +225,13 @@ def _short(text: str, limit: int = 60) -> str:
 
 
 def _error_of(exc: BaseException) -> tuple[str, str]:
-    """A failure's stable code and a one-line message; never a traceback."""
+    """A failure's stable code and a one-line message. Anything but a CodeshotError is the
+    platform's own fault (a bug, an AWS error): the user reads only "internal error", as
+    its text may hold internals (ARNs, paths, reprs); the details go to the log."""
     if isinstance(exc, CodeshotError):
         return exc.code, exc.message
-    message = f"{type(exc).__name__}: {exc}"
-    return AgentFailed.code, message if len(message) <= 200 else message[:197] + "..."
+    log.error("unexpected failure in a run", exc_info=exc)
+    return CodeshotError.code, INTERNAL_MESSAGE
 
 
 class Executor:
@@ -246,7 +252,7 @@ class Executor:
         self.components = list(components)
         self.llm = llm
         self.limits = limits
-        self._trace = trace or (lambda step: None)
+        self._sink = trace or (lambda step: None)
         self._sleep = sleep
         self._commands: dict[tuple[str, str], Command] = {}
         for provider in self._of(CommandProvider):
@@ -266,10 +272,15 @@ class Executor:
     def run(self, query: str) -> Outcome:
         if not query.strip():
             raise InvalidInput("the query is empty")
-        return self._loop(_Run(query, [Step(Kind.Q, query.strip())]))
+        with calls_ending_by(self.limits.deadline):  # its Funcs' model calls too
+            return self._loop(_Run(query, [Step(Kind.Q, query.strip())]))
 
     def resume(self, state: dict[str, Any], answer: str) -> Outcome:
         """Continue a paused run (``Outcome.state``) with the user's answer."""
+        with calls_ending_by(self.limits.deadline):
+            return self._resume(state, answer)
+
+    def _resume(self, state: dict[str, Any], answer: str) -> Outcome:
         run = _Run.from_state(state)
         pending, run.pending = run.pending, None
         if pending is not None and pending.get("repeat"):
@@ -317,8 +328,7 @@ class Executor:
         while True:
             _stop_if_abandoned()
             if self.limits.seconds_left(1.0) <= 0:
-                return self._stop(run, Timeout.code,
-                                  "This query's time ran out before I reached an answer.")
+                return self._stop(run, Timeout.code, _OUT_OF_TIME)
             if run.steps >= self.limits.max_steps:
                 return self._stop(
                     run,
@@ -340,9 +350,11 @@ class Executor:
                 )
             except BudgetExceeded:
                 raise  # the query's token budget is spent: it ends, whatever runs it
+            except Timeout:  # the provider stopped the call at the query's deadline
+                return self._stop(run, Timeout.code, _OUT_OF_TIME)
             except Exception as exc:  # a provider bug must not reach the user as a trace
-                log.warning("LLM call failed", exc_info=not isinstance(exc, CodeshotError))
                 _, message = _error_of(exc)
+                log.warning("LLM call failed: %s", message)
                 return self._stop(run, LLMError.code, f"The language model failed: {message}")
             _stop_if_abandoned()  # its caller gave up during the call: nothing more to do
             run.steps += 1
@@ -491,7 +503,12 @@ class Executor:
                     raise NotFound(f"{step.label} cannot continue a paused call")
                 else:
                     call = functools.partial(command.resume, resume_state)
-                return as_result(self._call(command.name, call, step.text)), True
+                result = as_result(self._call(command.name, call, step.text))
+                # The transcript (the next prompt, a paused state) holds no more than a
+                # reply may be: a platform Func's result is not checked as an agent's is.
+                question = None if result.question is None else cap_bytes(result.question)
+                return dataclasses.replace(result, text=cap_bytes(result.text),
+                                           question=question), True
             except BudgetExceeded:
                 raise  # a nested agent spent the budget: no retry, no explanation
             except Exception as exc:  # any other command failure is handled
@@ -501,8 +518,10 @@ class Executor:
                     TraceStep(MessageType.ERROR, f"{step.label} failed: {message}", step.label,
                               error_code=code)
                 )  # fmt: skip
+                # An unexpected error may come after the command ran (its reply could not
+                # be read or stored): calling again could repeat what it did.
                 failure = Failure(step, code, message, attempt,
-                                  isinstance(exc, CodeshotError) and exc.permanent)
+                                  not isinstance(exc, CodeshotError) or exc.permanent)
                 if correctable and code == InvalidInput.code:
                     return _Unusable(f'{step.label} refused the input "{_short(step.text)}": '
                                      f"{message}; ask again with input it accepts",
@@ -557,6 +576,11 @@ class Executor:
         result: CommandResult | str = box["result"]
         return result
 
+    def _trace(self, step: TraceStep) -> None:
+        # Each step is stored as one item (DynamoDB: 400 KB): a step too large to store
+        # would fail the query's reply with it, so none is.
+        self._sink(dataclasses.replace(step, text=cap_bytes(step.text)))
+
     def _emit(self, step: Step) -> None:
         target = step.label
         self._trace(TraceStep(_TRACE_TYPES[step.kind], step.text, target))
@@ -572,7 +596,7 @@ class Executor:
         state = run.to_state() if status is Status.AWAITING_INPUT else None
         return Outcome(
             status,
-            text,
+            cap_bytes(text),
             state,
             dict(run.embeds),
             error_code,

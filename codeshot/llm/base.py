@@ -1,7 +1,8 @@
 """The one interface every LLM provider implements.
 
 The engine speaks only this: chat messages, stop sequences and a token limit in; text and
-token counts out. Providers turn their own failures into ``LLMError``.
+token counts out. Providers turn their own failures into ``LLMError``, and end a call
+at the query's deadline (:func:`calls_ending_by`) with TIMEOUT.
 
 Servers take only a few stop sequences (OpenAI-compatible ones and Bedrock: four), so a
 provider sends the first ``SERVER_STOPS`` and cuts the text at every stop itself
@@ -12,11 +13,43 @@ the time." over and over up to the token cap), and a streaming provider stops th
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
 from dataclasses import dataclass, replace
 from typing import Any, Literal, Protocol, runtime_checkable
 
+from codeshot.errors import Timeout
+
 Role = Literal["system", "user", "assistant"]
 SERVER_STOPS = 4
+
+# When the LLM calls made now must be over (time.monotonic()): a query's deadline. In a
+# context variable, so it reaches every call of a run (nested agents, platform Funcs in
+# their threads, a provider wrapped in budgets and settings) without each passing it on.
+_CALLS_END: ContextVar[float | None] = ContextVar("codeshot_llm_calls_end", default=None)
+
+
+@contextmanager
+def calls_ending_by(deadline: float | None) -> Iterator[None]:
+    """LLM calls made in the block (and in threads started with a copy of its context)
+    end by ``deadline`` (``time.monotonic()``; None: no end): the provider stops a call
+    there, a streamed reply included, and raises :func:`out_of_time`."""
+    token = _CALLS_END.set(deadline)
+    try:
+        yield
+    finally:
+        _CALLS_END.reset(token)
+
+
+def call_ends() -> float | None:
+    """When an LLM call made now must end (:func:`calls_ending_by`), or None."""
+    return _CALLS_END.get()
+
+
+def out_of_time() -> Timeout:
+    """What a provider raises when the call's deadline came first."""
+    return Timeout("the query's time ran out while the language model was answering")
 
 
 @dataclass(frozen=True)

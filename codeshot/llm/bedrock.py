@@ -1,16 +1,31 @@
 """The ``bedrock`` provider: Amazon Bedrock's Converse API, the AWS default.
 
+A call ends at the query's deadline (:func:`codeshot.llm.base.calls_ending_by`): each
+try reads for at most the time left (rounded up to a second; never more than 20 s), and
+a throttled, failed or unconnected try is tried again (up to 4 tries, as botocore would)
+only while time is left; past the deadline the call raises TIMEOUT.
+
 boto3 is imported only when the first request is made, so importing the engine stays
 cheap on a Lambda cold start.
 """
 
 from __future__ import annotations
 
+import math
 import re
+import time
 from typing import Any
 
 from codeshot.errors import LLMError
-from codeshot.llm.base import SERVER_STOPS, ChatMessage, Completion, LlmSettings, cut_at_stops
+from codeshot.llm.base import (
+    SERVER_STOPS,
+    ChatMessage,
+    Completion,
+    LlmSettings,
+    call_ends,
+    cut_at_stops,
+    out_of_time,
+)
 from codeshot.settings import Settings
 
 # A Bedrock model id or inference profile (an agent's "gpt-4" means nothing here).
@@ -19,6 +34,11 @@ BEDROCK_MODEL = re.compile(
     r"(?:amazon|anthropic|ai21|cohere|meta|mistral|deepseek|writer|openai|qwen|stability)"
     r"\.[\w.:-]+"
 )
+MAX_TRIES = 4  # botocore's standard mode: 1 try + 3 retries
+BACKOFF = 0.5  # seconds before the second try, doubling
+# Bedrock's answers that say the request was not served: worth trying again.
+RETRYABLE = frozenset({"ThrottlingException", "ServiceUnavailableException",
+                       "InternalServerException", "ModelNotReadyException"})
 
 
 def converse_messages(
@@ -50,20 +70,52 @@ class BedrockLLM:
         """An agent's temperature and token limit; its model only when Bedrock has it."""
         model = settings.model if settings.model and BEDROCK_MODEL.fullmatch(settings.model) \
             else self.model_id
-        return BedrockLLM(model, self._settings, self._bedrock(),
+        return BedrockLLM(model, self._settings, self._client,
                           self.llm_settings.merged(settings))
 
-    def _bedrock(self) -> Any:
-        if self._client is None:
-            from codeshot.aws import client
-            from codeshot.settings import get_settings
+    def _bedrock(self, left: float) -> Any:
+        """The client of a try with ``left`` seconds: one reading that long, rounded up
+        to a whole second (a client per second of timeout, at most 20), and trying once;
+        or the one given, as it is (its own timeouts and retries)."""
+        if self._client is not None:
+            return self._client
+        from codeshot.aws import READ_TIMEOUT, bedrock_client
+        from codeshot.settings import get_settings
 
-            self._client = client("bedrock-runtime", self._settings or get_settings())
-        return self._client
+        return bedrock_client(self._settings or get_settings(),
+                              max(1, math.ceil(min(left, READ_TIMEOUT))))
+
+    def _converse(self, request: dict[str, Any]) -> Any:
+        from botocore.exceptions import BotoCoreError, ClientError
+        from botocore.exceptions import ConnectionError as NotConnected
+
+        ends = call_ends()
+        tries = 0
+        cause: Exception
+        while True:
+            tries += 1
+            left = math.inf if ends is None else ends - time.monotonic()
+            if left <= 0:
+                raise out_of_time()
+            try:
+                return self._bedrock(left).converse(**request)
+            except ClientError as exc:
+                error = exc.response.get("Error", {})
+                failure = LLMError(f"Bedrock {error.get('Code', 'error')}: "
+                                   f"{error.get('Message', exc)}")
+                again, cause = error.get("Code") in RETRYABLE, exc
+            except BotoCoreError as exc:  # again only if not connected: a read had its time
+                failure = LLMError(f"Bedrock unreachable: {exc}")
+                again, cause = isinstance(exc, NotConnected), exc
+            if ends is not None and time.monotonic() >= ends:
+                raise out_of_time() from cause
+            wait = BACKOFF * 2 ** (tries - 1)
+            if self._client is not None or not again or tries >= MAX_TRIES or \
+                    (ends is not None and time.monotonic() + wait >= ends):
+                raise failure from cause
+            time.sleep(wait)
 
     def complete(self, messages: list[ChatMessage], stop: list[str], max_tokens: int) -> Completion:
-        from botocore.exceptions import BotoCoreError, ClientError
-
         turns, system = converse_messages(messages)
         request: dict[str, Any] = {
             "modelId": self.model_id,
@@ -77,15 +129,7 @@ class BedrockLLM:
         }
         if system:
             request["system"] = system
-        try:
-            response = self._bedrock().converse(**request)
-        except ClientError as exc:
-            error = exc.response.get("Error", {})
-            raise LLMError(
-                f"Bedrock {error.get('Code', 'error')}: {error.get('Message', exc)}"
-            ) from exc
-        except BotoCoreError as exc:
-            raise LLMError(f"Bedrock unreachable: {exc}") from exc
+        response = self._converse(request)
         try:
             blocks = response["output"]["message"]["content"]
             text = "".join(block["text"] for block in blocks if "text" in block)

@@ -10,19 +10,29 @@ server: a 400 naming ``max_tokens`` (OpenAI's newer models) switches to
 four stop sequences go to the server; the text is cut at all of them here. Replies are
 streamed, so a reply is dropped as soon as it reaches one of the other stops or repeats a
 line (a small model looping) rather than when the token cap ends it; the usage the
-server sends last is then estimated (prompt characters / 4, one token per piece). httpx
-is imported on first use.
+server sends last is then estimated (prompt characters / 4, one token per piece). A call
+ends at the query's deadline, whatever the server sends (TIMEOUT). httpx is imported on
+first use.
 """
 
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
 from codeshot.errors import LLMError
-from codeshot.llm.base import SERVER_STOPS, ChatMessage, Completion, LlmSettings, cut_at_stops
+from codeshot.llm.base import (
+    SERVER_STOPS,
+    ChatMessage,
+    Completion,
+    LlmSettings,
+    call_ends,
+    cut_at_stops,
+    out_of_time,
+)
 
 ENDPOINTS = ("chat", "completions")
 _ADAPTABLE = ("max_tokens", "stop", "temperature", "stream_options")
@@ -110,12 +120,17 @@ class OpenAILLM:
     def complete(self, messages: list[ChatMessage], stop: list[str], max_tokens: int) -> Completion:
         import httpx
 
+        from codeshot.net.http import DeadlineTransport
+
         headers = {"Authorization": f"Bearer {self.api_key}"} if self.api_key else {}
+        ends = call_ends()
+        # httpx's timeout is per read: a model streaming a token a second would go on for
+        # as long as it writes. The transport holds every read to the deadline too.
+        client = httpx.Client(transport=DeadlineTransport(ends), timeout=self.timeout)
         try:
             for _ in range(len(_ADAPTABLE) + 1):
                 body = self._body(messages, stop, max_tokens)
-                with httpx.stream("POST", self.url, json=body, headers=headers,
-                                  timeout=self.timeout) as response:
+                with client.stream("POST", self.url, json=body, headers=headers) as response:
                     if response.status_code == 200 and response.headers.get(
                             "content-type", "").startswith("text/event-stream"):
                         return self._read(response.iter_lines(), messages, stop)
@@ -130,9 +145,13 @@ class OpenAILLM:
                         raise LLMError(f"{self.url} returned HTTP {response.status_code}: "
                                        f"{response.text[:200]}")
         except httpx.TimeoutException as exc:
+            if ends is not None and time.monotonic() >= ends:
+                raise out_of_time() from exc
             raise LLMError(f"{self.url} timed out after {self.timeout:g}s") from exc
         except httpx.HTTPError as exc:
             raise LLMError(f"{self.url} unreachable: {exc}") from exc
+        finally:
+            client.close()
         raise LLMError(f"{self.url} refused every form of the request")
 
     def _parse(self, response: Any, stop: list[str]) -> Completion:

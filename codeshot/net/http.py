@@ -135,12 +135,15 @@ class NoCookies(http.cookiejar.CookieJar):
         super().__init__(http.cookiejar.DefaultCookiePolicy(allowed_domains=[]))
 
 
-class PinnedTransport(httpx.HTTPTransport):
-    def __init__(self, allow_loopback: bool, resolver: Resolver | None = None,
-                 deadline: Deadline | None = None) -> None:
+class DeadlineTransport(httpx.HTTPTransport):
+    """httpx's transport (no proxy) over ``backend``, the system's sockets by default;
+    with ``deadline``, no lookup, connect, read or write waits past it."""
+
+    def __init__(self, deadline: Deadline | None,
+                 backend: httpcore.NetworkBackend | None = None) -> None:
         super().__init__(verify=tls_context(), trust_env=False)
         limits = httpx.Limits()
-        backend: httpcore.NetworkBackend = PinnedBackend(allow_loopback, resolver)
+        backend = backend or httpcore.SyncBackend()
         if isinstance(deadline, float | int):
             backend = DeadlineBackend(backend, lambda: float(deadline))
         elif deadline is not None:
@@ -151,6 +154,12 @@ class PinnedTransport(httpx.HTTPTransport):
             keepalive_expiry=limits.keepalive_expiry,
             network_backend=backend,
         )
+
+
+class PinnedTransport(DeadlineTransport):
+    def __init__(self, allow_loopback: bool, resolver: Resolver | None = None,
+                 deadline: Deadline | None = None) -> None:
+        super().__init__(deadline, PinnedBackend(allow_loopback, resolver))
 
 
 def public_client(*, allow_loopback: bool, timeout: float | httpx.Timeout | None = None,

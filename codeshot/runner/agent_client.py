@@ -32,12 +32,9 @@ from codeshot.errors import (
 )
 from codeshot.net.addresses import check_public_url
 from codeshot.net.http import public_client, retry_after
-from codeshot.text import as_one_line
+from codeshot.text import MAX_REPLY_TEXT_BYTES, as_one_line
 
 MAX_REPLY_BYTES = 2 * 1024 * 1024
-# A reply's text is stored in the message and trace items (DynamoDB: 400 KB an item) and
-# read by the next LLM call: larger text is refused, once, instead of failing to store.
-MAX_REPLY_TEXT_BYTES = 100_000
 
 
 def _read_capped(response: httpx.Response) -> bytes:
@@ -222,7 +219,7 @@ def _checked(url: str, reply: Reply) -> bytes:
         error = json.loads(data).get("error") or {}
         code, said = error.get("code"), _said(error.get("message"))
         detail = f": {_said(code, 64)} {said}".rstrip()
-    except (ValueError, AttributeError):
+    except (ValueError, AttributeError, RecursionError):
         pass  # not an agent's error reply: what it was stays unsaid (a page, a service)
     if status == 400 and code == InvalidInput.code and said:
         # The Func refused its input: the model may ask again (as with in-process Funcs),
@@ -261,6 +258,8 @@ class FuncReply:
                 raise ValueError("not an object")
         except (ValueError, UnicodeDecodeError) as exc:
             raise AgentFailed(f"agent at {url} sent invalid JSON") from exc
+        except RecursionError as exc:  # deeper than json's recursion: the agent's fault
+            raise AgentFailed(f"agent at {url} sent JSON nested too deeply") from exc
         error = body.get("error")
         if error:
             message = error.get("message") if isinstance(error, dict) else error

@@ -17,11 +17,13 @@ from __future__ import annotations
 
 import base64
 import binascii
+import logging
 import time
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 from codeshot.errors import (
+    INTERNAL_MESSAGE,
     AgentFailed,
     CallTimeout,
     CodeshotError,
@@ -35,6 +37,7 @@ from codeshot.runner.fetch import Fetched
 from codeshot.store.embeds import EmbedStore, check_content_type
 from codeshot.text import as_one_line
 
+log = logging.getLogger(__name__)
 EmbedLink = dict[str, str]  # as agents get an embed: {"content_type", "uri"}
 # (URL, deadline: time.monotonic() or None) -> its bytes, or the refusal
 UrlFetcher = Callable[[str, float | None], Fetched]
@@ -123,12 +126,19 @@ class EmbedBook:
                                         "bytes of embeds in all")
                 content_type = check_content_type(str(embed.get("content_type") or ""))
                 digest = self.store.put(data, content_type)
-            except CodeshotError as exc:
+            except Exception as exc:
                 # The agent ran the call: whatever failed here, calling it again would
                 # repeat what it did. A fetch cut off by the deadline is the query's time.
+                # Anything unexpected (S3 refusing the write) is told as no more than that:
+                # its text holds the platform's internals (ARNs, bucket names).
                 failed = CallTimeout if isinstance(exc, Timeout) else AgentFailed
+                if isinstance(exc, CodeshotError):
+                    why = as_one_line(exc.message, 300)
+                else:
+                    log.error("storing embed %r failed", key, exc_info=exc)
+                    why = INTERNAL_MESSAGE
                 raise failed(f"embed #{as_one_line(str(key), 64)} cannot be stored: "
-                             f"{as_one_line(exc.message, 300)}") from exc
+                             f"{why}") from exc
             stored[str(key)] = EmbedRef(content_type=content_type, content_hash=digest,
                                         size=len(data))
         self._own.update(stored)

@@ -37,8 +37,8 @@ from codeshot.errors import (
     ReplyTooLarge,
 )
 from codeshot.net.async_http import ReplyTooLong, public_async_client
-from codeshot.runner.agent_client import MAX_REPLY_BYTES, MAX_REPLY_TEXT_BYTES
-from codeshot.text import as_one_line
+from codeshot.runner.agent_client import MAX_REPLY_BYTES
+from codeshot.text import MAX_REPLY_TEXT_BYTES, as_one_line
 
 log = logging.getLogger("codeshot.runner")
 T = TypeVar("T")

@@ -24,8 +24,8 @@ from codeshot.engine.grounding import grounded_numbers, numbers
 from codeshot.engine.planning import CarryReplies, OfferedAgent, PlannerGuard, planner_examples
 from codeshot.engine.prompt import ECHO_STOPS, STOP_SEQUENCES
 from codeshot.engine.replies import clean_answer
-from codeshot.errors import AgentRunFailed, CodeshotError, LLMError, NotFound
-from codeshot.llm.base import LLM, ChatMessage, LlmSettings, configured
+from codeshot.errors import AgentRunFailed, CallTimeout, CodeshotError, LLMError, NotFound
+from codeshot.llm.base import LLM, ChatMessage, LlmSettings, calls_ending_by, configured
 from codeshot.models import MAX_AGENT_DESCRIPTION, PLANNER_ID, Agent, AgentKind, MessageType
 from codeshot.runner.agent_client import AgentClient, FuncNotDefined
 from codeshot.runner.corpora import url_corpora
@@ -114,6 +114,8 @@ def as_data(text: str) -> str:
 def outcome_as_result(agent_id: str, outcome: Outcome) -> CommandResult:
     """A nested agent's outcome as the caller's command result (or its failure)."""
     if outcome.status is Status.ERROR:  # it retried its own Funcs already: not again
+        if outcome.error_code == CallTimeout.code:  # the query's time: it ends as TIMEOUT
+            raise CallTimeout(f"{agent_id}: {outcome.text}")
         raise AgentRunFailed(f"{agent_id}: {outcome.text}")
     if outcome.status is Status.AWAITING_INPUT:  # its state comes back with the answer
         return CommandResult(text="", needs_input=True, question=outcome.text,
@@ -381,8 +383,10 @@ class PlannerProgram:
         messages.append(ChatMessage("user", query))
         text = ""
         try:
-            completion = self.ctx.llm_for(PLANNER_ID).complete(
-                messages, [*STOP_SEQUENCES, *ECHO_STOPS], self.ctx.limits.max_tokens_per_call)
+            with calls_ending_by(self.ctx.limits.deadline):
+                completion = self.ctx.llm_for(PLANNER_ID).complete(
+                    messages, [*STOP_SEQUENCES, *ECHO_STOPS],
+                    self.ctx.limits.max_tokens_per_call)
             if completion.text.strip().startswith("A:"):
                 text = clean_answer(completion.text.strip().removeprefix("A:"))
         except LLMError as exc:  # the platform's own answer holds without the model

@@ -12,8 +12,9 @@ from codeshot.engine.components import CommandResult
 from codeshot.engine.executor import Executor, Limits, Status, TraceStep
 from codeshot.engine.fewshot import Kind, Step
 from codeshot.engine.prompt import ECHO_STOPS, STOP_SEQUENCES
-from codeshot.errors import InvalidInput, LLMError
+from codeshot.errors import InvalidInput, LLMError, Timeout
 from codeshot.models import MessageType
+from codeshot.text import MAX_REPLY_TEXT_BYTES
 
 QUOTE_SHOTS = ["Q: Price of AAPL?\nAsk Func[quote]: AAPL\nFunc[quote] says: $1\nA: AAPL is at $1."]
 
@@ -70,9 +71,48 @@ def test_llm_failures_end_in_an_error_outcome_not_an_exception(trace: list[Trace
     outcome = Executor([], Failing(LLMError("Bedrock ThrottlingException: slow down"))).run("q")
     assert (outcome.status, outcome.error_code) == (Status.ERROR, "LLM_ERROR")
     assert outcome.text == "The language model failed: Bedrock ThrottlingException: slow down"
+    outcome = Executor([], Failing(Timeout("the query's time ran out"))).run("q")
+    assert (outcome.status, outcome.error_code) == (Status.ERROR, "TIMEOUT")  # not LLM_ERROR
+    assert outcome.text == "This query's time ran out before I reached an answer."
     outcome = Executor([], Failing(KeyError("choices")), trace=trace.append).run("q")
-    assert outcome.text == "The language model failed: KeyError: 'choices'"
+    assert outcome.text == "The language model failed: internal error"  # no repr of a bug
     assert trace[-1].error_code == "LLM_ERROR"
+
+
+def test_a_command_failing_unexpectedly_is_not_called_again_and_shows_no_internals(
+        scripted, trace: list[TraceStep], caplog: pytest.LogCaptureFixture) -> None:
+    calls: list[str] = []
+
+    def sends_then_fails(name: str, text: str) -> str:
+        calls.append(text)  # it ran (sent the email); reading its reply failed
+        raise OSError("/var/task/codeshot/secret-path: read-only file system")
+
+    agent = Executor(code_shot_components("I quote.", QUOTE_SHOTS, sends_then_fails),
+                     scripted("Ask Func[quote]: GOOG"), trace=trace.append,
+                     sleep=lambda s: None)
+    outcome = agent.run("Price of GOOG?")
+    assert calls == ["GOOG"]
+    assert (outcome.status, outcome.error_code) == (Status.ERROR, "INTERNAL")
+    assert outcome.text == "Sorry, I could not finish: Func[quote] failed (internal error)."
+    assert not any("secret-path" in step.text for step in trace)
+    assert "secret-path" in caplog.text  # the operator's log has it
+
+
+def test_no_step_is_larger_than_a_reply_may_be(scripted, trace: list[TraceStep]) -> None:
+    # A platform Func is not checked as an agent's reply is: a megabyte of result would
+    # make a trace item (and the answer quoting it) too large to store.
+    llm = scripted("Ask Func[quote]: GOOG", "A: GOOG is at " + "7" * 1_000_000)
+    agent = Executor(code_shot_components("I quote.", QUOTE_SHOTS,
+                                          lambda name, text: "$" + "7" * 1_000_000),
+                     llm, trace=trace.append)
+    outcome = agent.run("Price of GOOG?")
+    assert outcome.status is Status.DONE
+    for text in [outcome.text, *(step.text for step in trace), llm.transcript()]:
+        assert len(text.encode()) <= MAX_REPLY_TEXT_BYTES + 1_000  # the transcript's lines
+    [result] = [step for step in trace if step.type is MessageType.RESULT]
+    assert result.text.startswith("$777")
+    assert result.text.endswith(" … [cut: 1,000,001 bytes in all]")
+    assert outcome.text.endswith(" … [cut: 1,000,011 bytes in all]")
 
 
 def test_a_hanging_command_times_out(scripted, trace: list[TraceStep]) -> None:

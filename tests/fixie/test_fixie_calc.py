@@ -39,6 +39,13 @@ TABLE = [
     ("2 * pi", "6.283185307179586476925286766"),
     ("99999999999999999999 + 1", "100000000000000000000"),
     ("1.10 + 2.20 =", "3.3"),
+    # Written out up to 100 digits; beyond, in scientific notation (1e-999999 written out
+    # is a million characters: a reply too large to store).
+    ("1e-100", "0." + "0" * 99 + "1"),
+    ("1e-101", "1E-101"),
+    ("1e-999999 * 3", "3E-999999"),
+    ("9" * 400 + "e-999999", "1E-999599"),  # 28 digits, as every result
+    ("1e-99999999", "1E-99999999"),  # not 0: past the default context's exponents
 ]
 
 

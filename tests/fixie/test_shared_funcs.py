@@ -53,6 +53,15 @@ def test_calc_answers_an_agent_that_does_not_define_it(live, user, deploy):
     assert reply["text"] == "0.1 + 2.2 is 2.3."
 
 
+def test_calc_answers_a_number_of_a_million_digits_in_scientific_notation(live, user, deploy):
+    # Written out, 3e-999999 is a million characters: a reply nobody could store.
+    agent_id = deploy(fixieai.CodeShotAgent("I do sums.", CALC_FEW_SHOTS), "tiny")
+    reply, trace = ask(live, user, agent_id, "Calculate 1e-999999 + 2e-999999 exactly")
+    said = [m["text"] for m in trace if m["text"].startswith("Func[fixie_calc] says:")]
+    assert said == ["Func[fixie_calc] says: 3E-999999"], trace
+    assert (reply["type"], reply["text"]) == ("response", "1e-999999 + 2e-999999 is 3E-999999.")
+
+
 def test_http_get_reads_a_loopback_page_in_local_mode(live, user, deploy, page_url):
     agent_id = deploy(fixieai.CodeShotAgent("I read web pages.", READER_FEW_SHOTS), "reader")
     reply, trace = ask(live, user, agent_id, f"What does {page_url}/tides say?")

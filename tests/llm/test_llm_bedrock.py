@@ -3,17 +3,21 @@ shapes, validated by botocore against the service model."""
 
 from __future__ import annotations
 
+import json
 import socket
+import threading
+import time
 from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import boto3
 import pytest
 from botocore.config import Config
 from botocore.stub import Stubber
 
-from codeshot.errors import LLMError
+from codeshot.errors import LLMError, Timeout
 from codeshot.llm import get_llm
-from codeshot.llm.base import ChatMessage, LlmSettings, configured
+from codeshot.llm.base import ChatMessage, LlmSettings, calls_ending_by, configured
 from codeshot.llm.bedrock import BedrockLLM
 from codeshot.settings import Settings
 
@@ -134,6 +138,78 @@ def test_an_unreachable_endpoint_is_an_llm_error() -> None:
     )
     with pytest.raises(LLMError, match=r"^Bedrock unreachable: Could not connect"):
         BedrockLLM(MODEL, client=client).complete(MESSAGES, STOP, 100)
+
+
+class BedrockEndpoint:
+    """Bedrock Runtime on 127.0.0.1: each Converse is answered after ``delay`` seconds,
+    with ``failures`` first (HTTP 503, ServiceUnavailableException) then the reply."""
+
+    def __init__(self, delay: float = 0.0, failures: int = 0) -> None:
+        self.delay, self.failures, self.requests = delay, failures, 0
+        endpoint = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_POST(self) -> None:
+                self.rfile.read(int(self.headers["Content-Length"]))
+                endpoint.requests += 1
+                time.sleep(endpoint.delay)
+                failed = endpoint.requests <= endpoint.failures
+                body = json.dumps({"message": "Bedrock is unavailable"} if failed
+                                  else converse_response("A: 4")).encode()
+                try:
+                    self.send_response(503 if failed else 200)
+                    if failed:
+                        self.send_header("x-amzn-ErrorType", "ServiceUnavailableException")
+                    self.send_header("Content-Type", "application/json")
+                    self.send_header("Content-Length", str(len(body)))
+                    self.end_headers()
+                    self.wfile.write(body)
+                except (BrokenPipeError, ConnectionResetError):
+                    pass  # the client gave up first
+
+            def log_message(self, *args: object) -> None:
+                pass
+
+        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.httpd.daemon_threads = True
+        self.llm = BedrockLLM(MODEL, Settings(
+            llm="bedrock", aws_endpoint_url=f"http://127.0.0.1:{self.httpd.server_address[1]}"))
+
+
+@pytest.fixture
+def endpoint() -> Iterator[BedrockEndpoint]:
+    served = BedrockEndpoint()
+    thread = threading.Thread(target=served.httpd.serve_forever, args=(0.05,), daemon=True)
+    thread.start()
+    yield served
+    served.httpd.shutdown()
+    served.httpd.server_close()
+
+
+def test_a_slow_model_ends_at_the_querys_deadline_as_a_timeout(
+        endpoint: BedrockEndpoint) -> None:
+    endpoint.delay = 10  # before: read for 20 s, 4 times
+    started = time.monotonic()
+    with calls_ending_by(started + 2), pytest.raises(Timeout) as info:
+        endpoint.llm.complete(MESSAGES, STOP, 100)
+    took = time.monotonic() - started
+    assert info.value.code == "TIMEOUT" and 2 <= took < 3, took
+    assert endpoint.requests == 1  # not tried again past the deadline
+
+
+def test_a_failed_try_is_tried_again_only_while_time_is_left(
+        endpoint: BedrockEndpoint) -> None:
+    endpoint.failures = 1
+    assert endpoint.llm.complete(MESSAGES, STOP, 100).text == "A: 4"  # after 0.5 s
+    assert endpoint.requests == 2
+    endpoint.failures = 100
+    started = time.monotonic()
+    # Tries at 0 s and 0.5 s; the third would come at 1.5 s, past the deadline.
+    with calls_ending_by(started + 1.2), \
+            pytest.raises(LLMError, match=r"^Bedrock ServiceUnavailableException"):
+        endpoint.llm.complete(MESSAGES, STOP, 100)
+    assert time.monotonic() - started < 1.2
+    assert endpoint.requests == 4
 
 
 def test_get_llm_picks_the_provider_from_settings() -> None:

@@ -10,9 +10,9 @@ from typing import Any
 
 import pytest
 
-from codeshot.errors import LLMError
+from codeshot.errors import LLMError, Timeout
 from codeshot.llm import get_llm
-from codeshot.llm.base import ChatMessage, LlmSettings, configured
+from codeshot.llm.base import ChatMessage, LlmSettings, calls_ending_by, configured
 from codeshot.llm.openai import OpenAILLM
 from codeshot.settings import Settings
 from tests.openai_server import OpenAICompatibleServer, completion_payload, serving
@@ -223,6 +223,27 @@ def test_a_slow_server_times_out(server: OpenAICompatibleServer) -> None:
     with pytest.raises(LLMError, match=r"timed out after 0\.2s"):
         OpenAILLM("m", server.url, timeout=0.2).complete(MESSAGES, STOP, 10)
     assert time.monotonic() - started < 1.0
+
+
+def test_a_slow_stream_ends_at_the_querys_deadline_as_a_timeout(
+        replies: Replies, server: OpenAICompatibleServer) -> None:
+    # One event a second, each read well within the 60 s timeout: only the deadline,
+    # held over the whole call, ends it (before: 20 s, the whole reply).
+    replies.queue.append((200, "A: " + " ".join(f"w{i}" for i in range(60))))
+    server.event_delay = 1.0
+    started = time.monotonic()
+    with calls_ending_by(started + 2), pytest.raises(Timeout) as info:
+        OpenAILLM("m", server.url).complete(MESSAGES, STOP, 100)
+    took = time.monotonic() - started
+    assert info.value.code == "TIMEOUT" and 2 <= took < 3, took
+    time.sleep(2)
+    assert server.events_sent[-1] <= 5  # the client left: the server stopped sending
+
+
+def test_a_call_after_the_deadline_is_not_made(server: OpenAICompatibleServer) -> None:
+    with calls_ending_by(time.monotonic() - 1), pytest.raises(Timeout):
+        OpenAILLM("m", server.url).complete(MESSAGES, STOP, 10)
+    assert server.requests == []
 
 
 def test_connection_refused_is_an_llm_error() -> None:

@@ -27,10 +27,10 @@ from fastapi.routing import APIRoute
 from fastapi.staticfiles import StaticFiles
 from starlette.types import Scope
 
-from codeshot.api.errors import INTERNAL_MESSAGE, as_codeshot_error
+from codeshot.api.errors import as_codeshot_error
 from codeshot.auth.cognito import POOL
 from codeshot.auth.tokens import bearer
-from codeshot.errors import CodeshotError, InvalidInput
+from codeshot.errors import INTERNAL_MESSAGE, CodeshotError, InvalidInput
 from codeshot.models import Principal
 from codeshot.services import Services
 from codeshot.usecases.accounts import NoUsername

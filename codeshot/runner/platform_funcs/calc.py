@@ -6,7 +6,8 @@ parentheses, percentages (``15%``, ``15% of 80``, ``80 + 15%``) and a few functi
 (``sqrt abs round min max floor ceil``; arguments separated by ", ", since "1,234" is a
 number). Anything else (a name, a quote, an attribute) is refused with INVALID_INPUT, so
 ``__import__('os')`` is a parse error, not a call. Results are ``Decimal`` with 28
-significant digits: ``0.1 + 0.2`` is ``0.3``.
+significant digits: ``0.1 + 0.2`` is ``0.3``; beyond 100 digits they are written in
+scientific notation.
 """
 
 from __future__ import annotations
@@ -14,9 +15,12 @@ from __future__ import annotations
 import re
 from collections.abc import Callable
 from decimal import (
+    MAX_EMAX,
+    MIN_EMIN,
     ROUND_CEILING,
     ROUND_FLOOR,
     ROUND_HALF_EVEN,
+    Context,
     Decimal,
     InvalidOperation,
     localcontext,
@@ -31,6 +35,10 @@ if TYPE_CHECKING:
 MAX_INPUT = 500  # characters of one expression
 MAX_EXPONENT = 1_000  # ``2^1000000`` would take the runner's time and memory
 MAX_DEPTH = 50  # nested parentheses and unary signs
+MAX_PLAIN = 100  # digits a result is written out with; beyond, in scientific notation
+# Dropping a result's trailing zeros with no exponent limit: in the default context
+# (exponents down to -999,999) 1e-99999999 would come out as 0.
+_WIDE = Context(prec=28, Emin=MIN_EMIN, Emax=MAX_EMAX)
 
 _TOKEN = re.compile(r"""
     (?P<number>(?:\d[\d_]*(?:,\d{3})*(?:\.\d*)?|\.\d+)(?:[eE][+-]?\d+)?)
@@ -219,11 +227,14 @@ def evaluate(text: str) -> Decimal:
 
 
 def render(value: Decimal) -> str:
-    """A plain number: no exponent for ordinary sizes, no trailing zeros."""
+    """A plain number: no exponent for ordinary sizes, no trailing zeros. A number whose
+    plain form is longer than ``MAX_PLAIN`` (``1e-999999`` is a million characters) is in
+    scientific notation (``1E-999999``): its digits are 28 at most."""
     if value == value.to_integral_value():
         return f"{value.quantize(Decimal(1)):f}" if abs(value) < Decimal("1e28") else str(value)
-    text = f"{value.normalize():f}"
-    return text
+    normal = value.normalize(_WIDE)
+    # Without writing it: a plain form's length is about its exponent's size.
+    return f"{normal:f}" if abs(normal.adjusted()) <= MAX_PLAIN else str(normal)
 
 
 def calc(text: str, _ctx: FuncContext | None = None) -> str:

@@ -1,0 +1,81 @@
+"""A Func that ran is not called again when what follows the call fails (its reply cannot
+be read or its embed cannot be stored), and the user reads no platform internals."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from botocore.exceptions import ClientError
+from fastapi import FastAPI, Request
+from fastapi.responses import Response
+
+from codeshot.local.http_server import HttpServer
+from tests.runner.conftest import DICE, register, send, session
+
+ARN = "arn:aws:sts::123456789012:assumed-role/Codeshot-RunnerRole-X1/Codeshot-Runner"
+
+
+class Func:
+    """An agent whose Func counts its calls (each one "sends the email") and answers
+    ``reply``."""
+
+    def __init__(self, reply: Response | dict[str, Any]) -> None:
+        self.calls = 0
+        app = FastAPI()
+
+        @app.get("/x/")
+        def handshake() -> dict[str, Any]:
+            return DICE
+
+        @app.post("/x/roll")
+        async def roll(request: Request) -> Any:
+            await request.body()
+            self.calls += 1
+            return reply
+
+        self.server = HttpServer(app, "127.0.0.1", 0)
+        self.url = self.server.start() + "/x"
+
+
+@pytest.fixture
+def func_server(request: pytest.FixtureRequest) -> Iterator[Func]:
+    func = Func(request.param)
+    yield func
+    func.server.stop()
+
+
+@pytest.mark.parametrize("func_server", [Response(b"[" * 100_000, media_type="application/json")],
+                         indirect=True)
+def test_a_reply_nested_too_deep_to_read_is_the_agents_failure_once(live, func_server):
+    _, key = live.user("nora")
+    h = session(live, key, frontend=register(live, key, "deep", func_server.url))
+    reply = send(live, key, h, "Roll 1d20")["reply"]
+    assert func_server.calls == 1
+    assert reply["type"] == "error"
+    assert reply["text"].endswith("sent JSON nested too deeply).")
+    assert "RecursionError" not in reply["text"]
+    errors = [m for m in live.services.sessions.all_messages(h) if m.error_code]
+    assert {m.error_code for m in errors} == {"AGENT_ERROR"}
+
+
+@pytest.mark.parametrize("func_server", [{"message": {"text": "7", "embeds": {"chart": {
+    "content_type": "text/plain", "uri": "data:text/plain;base64,aGk="}}}}], indirect=True)
+def test_s3_refusing_a_funcs_embed_fails_the_call_once_without_internals(
+        live, func_server, monkeypatch, caplog):
+    def denied(*args: Any, **kwargs: Any) -> str:
+        raise ClientError({"Error": {"Code": "AccessDenied", "Message": f"User: {ARN} is not "
+                                     "authorized to perform: s3:PutObject"}}, "PutObject")
+
+    monkeypatch.setattr(live.services.embeds, "put", denied)
+    _, key = live.user("olga")
+    h = session(live, key, frontend=register(live, key, "emb", func_server.url))
+    reply = send(live, key, h, "Roll 1d20")["reply"]
+    assert func_server.calls == 1
+    assert reply["type"] == "error"
+    assert reply["text"] == ("Sorry, I could not finish: Func[roll] failed (embed #chart "
+                             "cannot be stored: internal error).")
+    stored = " ".join(m.text for m in live.services.sessions.all_messages(h))
+    assert "arn:" not in stored and "ClientError" not in stored
+    assert ARN in caplog.text  # the operator still finds out why
