@@ -317,7 +317,8 @@ def build_parser() -> argparse.ArgumentParser:
         help="set one user's own daily limits, or show them",
         description="Set NAME's own limits per day (UTC), overriding "
         "CODESHOT_DAILY_QUERY_LIMIT and CODESHOT_DAILY_TOKEN_LIMIT for that user; without "
-        "options, print the limits that apply. Targets the stack as `users create` does.",
+        "options, print the limits that apply. Each is 0 to 2,147,483,647. Targets the "
+        "stack as `users create` does.",
     )
     limits.add_argument("name", metavar="NAME", help="username")
     limits.add_argument("--daily-queries", type=int, metavar="N", help="queries per day")
