@@ -23,6 +23,9 @@ BAD_CREDENTIALS = frozenset({"UnrecognizedClientException", "InvalidClientTokenI
                              "ExpiredToken", "ExpiredTokenException", "InvalidAccessKeyId",
                              "SignatureDoesNotMatch"})
 NOT_ALLOWED = frozenset({"AccessDenied", "AccessDeniedException"})  # known, not permitted
+# Where a user's commands find the platform and their key (codeshot.client.Target.find).
+TARGETS = ("of CODESHOT_API_URL with CODESHOT_API_KEY, else the running `codeshot local up` "
+           "of this directory with its own key (.codeshot/local.json)")
 
 
 def _local_up(args: argparse.Namespace) -> int:
@@ -190,8 +193,7 @@ def _serve(args: argparse.Namespace) -> int:
     server = HttpServer(app, "127.0.0.1", args.port)
     url = server.start()
     try:
-        print(f"Serving {config.handle} at {url} for the platform at {target.api_url}",
-              flush=True)
+        print(f"Serving {config.handle} at {url} for the platform at {target}", flush=True)
         if client is not None:
             print(f"Registered {client.register(agent_fields(config, url))}", flush=True)
         print(f"Stopping ({_wait_for_signal()}) ...", flush=True)
@@ -211,8 +213,9 @@ def _agent_register(args: argparse.Namespace) -> int:
         raise InvalidInput(f"where is {config.handle} served? Give --url URL (or "
                            f"deployment_url in agent.yaml), or serve and register it with "
                            f"`codeshot serve {args.agent_dir} --register`")
-    agent_id = PlatformClient(Target.find()).register(agent_fields(config, url))
-    print(f"Registered {agent_id} at {url}")
+    target = Target.find()
+    agent_id = PlatformClient(target).register(agent_fields(config, url))
+    print(f"Registered {agent_id} at {url} with the platform at {target}")
     return 0
 
 
@@ -257,8 +260,9 @@ def _chat(args: argparse.Namespace) -> int:
     from codeshot.client import Target
 
     target = Target.find(args.api_url, args.api_key)
-    return run_chat(ChatClient(target.api_url + "/graphql", target.api_key), args.agent,
-                    args.trace)
+    client = ChatClient(target.api_url + "/graphql", target.api_key, source=target.source)
+    print(f"Platform: {target}", flush=True)
+    return run_chat(client, args.agent, args.trace)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -369,8 +373,7 @@ def build_parser() -> argparse.ArgumentParser:
         "serve", help="serve an agent directory over HTTP on 127.0.0.1",
         description="Serve AGENT_DIR (agent.yaml, and the code its entry_point names: "
         "agent.py or Fixie's main.py defining `agent`) on 127.0.0.1 until Ctrl-C. It trusts "
-        "the platform of the running `codeshot local up` in this directory "
-        "(.codeshot/local.json), else CODESHOT_API_URL; it accepts only tokens minted for "
+        f"the platform {TARGETS}; it accepts only tokens minted for "
         "CODESHOT_AGENT_ID (owner/handle), or when that is unset for <your username>/<handle> "
         "(.codeshot/local.json's or CODESHOT_API_KEY's user). With --register it also "
         "registers (or updates) the agent as yours and prints its id.",
@@ -405,9 +408,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     register = agent_commands.add_parser(
         "register", help="register (or update) an agent served at a URL",
-        description="Register AGENT_DIR's agent as yours with the platform (the running "
-        "`codeshot local up` of this directory, else CODESHOT_API_URL with CODESHOT_API_KEY), "
-        "or update it and re-read its handshake. Its handle, name, description, "
+        description="Register AGENT_DIR's agent as yours with the platform "
+        f"({TARGETS}), or update it and re-read its handshake. Its handle, name, description, "
         "more_info_url and public/published come from agent.yaml (Fixie's field names). The "
         "agent must be served already: at --url (any server, an unmodified fixieai 1.0.4 "
         "agent too), else at agent.yaml's deployment_url.",
@@ -419,8 +421,8 @@ def build_parser() -> argparse.ArgumentParser:
     oauth = commands.add_parser(
         "oauth", help="your OAuth tokens held for agents",
         description="The agents holding your OAuth token for a third-party service, and "
-        "revoking one. Targets the running `codeshot local up` of this directory "
-        "(.codeshot/local.json), else CODESHOT_API_URL with CODESHOT_API_KEY.")
+        f"revoking one. Targets the platform {TARGETS} (--api-url first, with "
+        "--api-key).")
     oauth_commands = oauth.add_subparsers(dest="oauth_command", required=True, metavar="ACTION")
     oauth_list = oauth_commands.add_parser(
         "list", help="agents holding a token of yours, one a line (never the token)")
@@ -435,9 +437,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     chat = commands.add_parser(
         "chat", help="a console chat session with the platform",
-        description="Open a session and chat in the console. Targets the running `codeshot "
-        "local up` of this directory (.codeshot/local.json), else CODESHOT_API_URL with "
-        "CODESHOT_API_KEY. Ctrl-D ends it.",
+        description="Open a session and chat in the console, with the platform "
+        f"{TARGETS} (--api-url first, with --api-key). Ctrl-D ends it.",
     )
     chat.add_argument("--agent", metavar="AGENT_ID",
                       help="talk to this agent directly (default: the planner routes)")

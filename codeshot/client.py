@@ -7,7 +7,9 @@ Needs only httpx: it works where just the SDK is installed.
 
 from __future__ import annotations
 
+import dataclasses
 import json
+import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -40,28 +42,65 @@ def read_state(directory: Path | None = None) -> dict[str, Any] | None:
     return state if isinstance(state, dict) else None
 
 
+def _from_environment(field: str) -> tuple[str, str] | None:
+    """The variable that sets Settings' ``field``, and its value, if one is set."""
+    from codeshot.settings import Settings
+
+    [meta] = [f.metadata for f in dataclasses.fields(Settings) if f.name == field]
+    names = meta.get("env") or (f"CODESHOT_{field.upper()}",)
+    return next(((name, os.environ[name]) for name in names if os.environ.get(name)), None)
+
+
 @dataclass(frozen=True)
 class Target:
     api_url: str
     api_key: str | None
+    source: str  # where the URL came from, as the user would name it
 
     @classmethod
     def find(cls, api_url: str | None = None, api_key: str | None = None) -> Target:
-        """Explicit values first, then the local stack's local.json, then the settings."""
+        """The platform and the key for it, taken together: a key never goes to a URL
+        from another source (a planted .codeshot/local.json must not get the
+        environment's key). --api-url, else CODESHOT_API_URL, each with --api-key or
+        CODESHOT_API_KEY; else the running local stack's local.json with its own key;
+        else the default URL."""
         from codeshot.settings import get_settings
 
-        state = read_state() or {}
         settings = get_settings()
-        return cls((api_url or state.get("api_url") or settings.api_url).rstrip("/"),
-                   api_key or state.get("api_key") or settings.api_key)
+        key = api_key or settings.api_key
+        if api_url:
+            return cls(api_url.rstrip("/"), key, "--api-url")
+        named = _from_environment("api_url")
+        if named:
+            return cls(named[1].rstrip("/"), key, named[0])
+        state = read_state()
+        if state is None:
+            return cls(settings.api_url.rstrip("/"), key, "the default URL")
+        if api_key:
+            raise InvalidInput(f"--api-key without --api-url here: {STATE_FILE} names a "
+                               f"local stack with its own key; give --api-url too to send "
+                               f"this key")
+        url = state.get("api_url")
+        if not isinstance(url, str) or not url:
+            raise InvalidInput(f"{STATE_FILE} here names no api_url")
+        stored = state.get("api_key")
+        return cls(url.rstrip("/"), stored if isinstance(stored, str) else None,
+                   str(STATE_FILE))
+
+    def __str__(self) -> str:
+        return f"{self.api_url} (from {self.source})"
 
 
 class GraphQLClient:
-    def __init__(self, graphql_url: str, api_key: str | None, timeout: float = 60.0) -> None:
+    def __init__(self, graphql_url: str, api_key: str | None, timeout: float = 60.0,
+                 source: str = "") -> None:
+        """``source``: where the URL came from (Target.source), named in errors."""
         if not api_key:
-            raise InvalidInput("no API key: run beside `codeshot local up`, or set "
-                               "CODESHOT_API_KEY, or pass --api-key")
-        self.url = graphql_url
+            raise InvalidInput(f"no API key for {graphql_url}"
+                               f"{f' (from {source})' if source else ''}: run beside "
+                               f"`codeshot local up`, or set CODESHOT_API_KEY, or pass "
+                               f"--api-key")
+        self.url, self.source = graphql_url, source
         self.http = httpx.Client(headers={"Authorization": f"Bearer {api_key}"},
                                  timeout=timeout)
 
@@ -97,7 +136,7 @@ class PlatformClient(GraphQLClient):
     """A user's calls to one platform (``target``)."""
 
     def __init__(self, target: Target, timeout: float = 60.0) -> None:
-        super().__init__(target.api_url + "/graphql", target.api_key, timeout)
+        super().__init__(target.api_url + "/graphql", target.api_key, timeout, target.source)
         self.target = target
 
     def username(self) -> str:

@@ -156,7 +156,8 @@ def test_register_an_unmodified_fixieai_agent_by_url(live_stack, stack_dir, tmp_
         out = codeshot("agent", "register", str(directory), "--url",
                        f"http://127.0.0.1:{port}", cwd=stack_dir)
         assert out.returncode == 0, out.stderr
-        assert out.stdout.strip() == f"Registered local/fxshouter at http://127.0.0.1:{port}"
+        assert out.stdout.strip() == f"Registered local/fxshouter at http://127.0.0.1:{port} " \
+            f"with the platform at {live_stack['api_url']} (from .codeshot/local.json)"
         assert ask(live_stack, "local/fxshouter", "Shout hello") == "HELLO!"
         (directory / "agent.yaml").write_text(AGENT_YAML.format(handle="fxshouter")
                                               .replace("name: Shouter", "name: Loud"))
