@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import os
 import socket
+import tempfile
 import threading
 import time
 from collections.abc import Callable
@@ -200,11 +201,18 @@ class LocalStack:
                 f"it, stop it first, or run `codeshot local up` in another directory")
 
     def _write_state(self) -> None:
+        """Write local.json whole (a reader never sees half of it). It holds an API key: a
+        new file of a name nobody can plant first, made 0600 (mkstemp: O_EXCL, no
+        symlink followed), never readable by others for a moment."""
         self.state_path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = self.state_path.with_suffix(".tmp")
-        tmp.write_text(json.dumps(self.state, indent=2) + "\n")
-        os.chmod(tmp, 0o600)  # it will hold an API key
-        tmp.replace(self.state_path)
+        fd, tmp = tempfile.mkstemp(dir=self.state_path.parent, prefix="local.", suffix=".tmp")
+        try:
+            with os.fdopen(fd, "w") as file:
+                file.write(json.dumps(self.state, indent=2) + "\n")
+            os.replace(tmp, self.state_path)
+        except BaseException:
+            os.unlink(tmp)
+            raise
 
     def wait(self) -> None:
         self._stopped.wait()
