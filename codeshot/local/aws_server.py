@@ -32,6 +32,9 @@ def check_port_free(host: str, port: int, flag: str) -> None:
     if port == 0:
         return
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        # As the servers themselves bind: a stack stopped a moment ago leaves connections
+        # in TIME-WAIT on its ports for a minute, which only a listener should block.
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
             sock.bind((host, port))
         except OSError as exc:
