@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 import httpx
 
-from codeshot.errors import CodeshotError, InvalidInput
+from codeshot.errors import CodeshotError, InvalidInput, Unavailable
 
 if TYPE_CHECKING:
     from codeshot.sdk.project import AgentConfig
@@ -109,7 +109,7 @@ class GraphQLClient:
             response = self.http.post(self.url, json={"query": query,
                                                       "variables": variables or {}})
         except httpx.HTTPError as exc:
-            raise InvalidInput(f"cannot reach the platform at {self.url}: {exc}") from exc
+            raise self.unreachable(self.url, exc) from exc
         try:
             body = response.json()
         except ValueError:
@@ -123,6 +123,13 @@ class GraphQLClient:
                               f"{response.status_code}", CodeshotError.code)
         data: dict[str, Any] = body["data"]
         return data
+
+    def unreachable(self, url: str, exc: httpx.HTTPError) -> Unavailable:
+        if self.source == str(STATE_FILE):
+            return Unavailable(f"the platform at {url} does not answer: the `codeshot local "
+                               f"up` that wrote {STATE_FILE} here is not running; start it "
+                               f"again")
+        return Unavailable(f"cannot reach the platform at {url}: {exc}")
 
 
 USERNAME = "query { user { username } }"
@@ -153,8 +160,7 @@ class PlatformClient(GraphQLClient):
         try:
             response = self.http.post(f"{self.target.api_url}/api/refresh/{agent_id}")
         except httpx.HTTPError as exc:
-            raise InvalidInput(f"cannot reach the platform at {self.target.api_url}: {exc}"
-                               ) from exc
+            raise self.unreachable(self.target.api_url, exc) from exc
         if response.status_code != 200:
             error = response.json().get("error", {}) if response.content else {}
             raise RemoteError(error.get("message", f"refresh answered HTTP "

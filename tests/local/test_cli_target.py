@@ -5,6 +5,7 @@ key the environment or the command line names for another platform."""
 from __future__ import annotations
 
 import json
+import subprocess
 import threading
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -12,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.conftest import free_port
 from tests.local.test_cli_errors import ROOT, codeshot, one_error_line
 
 REFUSAL = json.dumps({"errors": [{"message": "who are you", "extensions": {
@@ -96,3 +98,25 @@ def test_the_local_stacks_file_goes_with_its_own_key_and_says_so(tmp_path, liste
     out = codeshot("chat", cwd=tmp_path, CODESHOT_API_KEY="REAL")
     assert out.stdout.startswith(f"Platform: {stack.url} (from .codeshot/local.json)\n")
     assert stack.seen == ["Bearer FILE"]
+
+
+def error_line(out: subprocess.CompletedProcess[str], code: str) -> str:
+    """The one coded line on stderr (chat says first, on stdout, which platform it tries)."""
+    return one_error_line(subprocess.CompletedProcess(out.args, out.returncode, "",
+                                                      out.stderr), code)
+
+
+@pytest.mark.parametrize("command", COMMANDS)
+def test_a_platform_that_does_not_answer_is_unavailable(tmp_path, command):
+    down = f"http://127.0.0.1:{free_port()}"
+    err = error_line(codeshot(*command, cwd=tmp_path, CODESHOT_API_URL=down,
+                              CODESHOT_API_KEY="k"), "UNAVAILABLE")
+    assert f"cannot reach the platform at {down}" in err
+
+
+def test_a_stale_local_json_says_its_stack_is_not_running(tmp_path):
+    down = f"http://127.0.0.1:{free_port()}"
+    plant(tmp_path, down, api_key="FILE")
+    err = error_line(codeshot("chat", cwd=tmp_path), "UNAVAILABLE")
+    assert f"the platform at {down}/graphql does not answer: the `codeshot local up` that " \
+        "wrote .codeshot/local.json here is not running; start it again" in err
