@@ -23,25 +23,56 @@ BAD_CREDENTIALS = frozenset({"UnrecognizedClientException", "InvalidClientTokenI
                              "ExpiredToken", "ExpiredTokenException", "InvalidAccessKeyId",
                              "SignatureDoesNotMatch"})
 NOT_ALLOWED = frozenset({"AccessDenied", "AccessDeniedException"})  # known, not permitted
+MAX_PORT = 65535
 # Where a user's commands find the platform and their key (codeshot.client.Target.find).
 TARGETS = ("of CODESHOT_API_URL with CODESHOT_API_KEY, else the running `codeshot local up` "
            "of this directory with its own key (.codeshot/local.json)")
 
 
+def _check_ports(port: int, aws_port: int | None) -> None:
+    """`local up`'s ports, refused before anything starts (INVALID_INPUT)."""
+    from codeshot.errors import InvalidInput
+
+    if not 1 <= port <= MAX_PORT:
+        raise InvalidInput(f"--port {port} is not a port: give 1-{MAX_PORT}")
+    if aws_port is None and port == MAX_PORT:
+        raise InvalidInput(f"--port {port} leaves no port for moto's server (--port + 1): "
+                           f"give --aws-port")
+    if aws_port is not None and not 0 <= aws_port <= MAX_PORT:
+        raise InvalidInput(f"--aws-port {aws_port} is not a port: give 1-{MAX_PORT} (0: any)")
+    if aws_port == port:
+        raise InvalidInput(f"--port and --aws-port are both {port}: give two ports")
+
+
+class _Stop(BaseException):
+    """Raised by local up's signal handler in the main thread, to unwind wherever it
+    is (a BaseException: no `except Exception` on the way swallows it)."""
+
+
 def _local_up(args: argparse.Namespace) -> int:
     from codeshot.local.stack import LocalStack
 
+    _check_ports(args.port, args.aws_port)
     stack = LocalStack(host=args.host, port=args.port, aws_port=args.aws_port,
                        progress=lambda line: print(line, flush=True))
+    stopping: list[str] = []
 
     def shutdown(signum: int, _frame: object) -> None:
-        print(f"Stopping ({signal.Signals(signum).name}) ...", flush=True)
-        stack.stop()
+        # Stop from the main thread, not here: stopping moto while start() still talks to
+        # it made tracebacks and a false "cannot reach AWS". A second signal waits.
+        if not stopping:
+            stopping.append(signal.Signals(signum).name)
+            raise _Stop
 
     signal.signal(signal.SIGINT, shutdown)
     signal.signal(signal.SIGTERM, shutdown)
-    stack.start()
-    stack.wait()
+    try:
+        stack.start()
+        stack.wait()
+    except _Stop:
+        print(f"Stopping ({stopping[0]}) ...", flush=True)
+    finally:
+        stack.stop()
     print("Stopped.", flush=True)
     return 0
 
@@ -262,7 +293,11 @@ def _chat(args: argparse.Namespace) -> int:
     target = Target.find(args.api_url, args.api_key)
     client = ChatClient(target.api_url + "/graphql", target.api_key, source=target.source)
     print(f"Platform: {target}", flush=True)
-    return run_chat(client, args.agent, args.trace)
+    try:
+        return run_chat(client, args.agent, args.trace)
+    except KeyboardInterrupt:  # Ctrl-C ends a chat as Ctrl-D does, with the shell's code
+        print(flush=True)
+        return 130
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -285,7 +320,7 @@ def build_parser() -> argparse.ArgumentParser:
                     help="address the API listens on (moto's server stays on 127.0.0.1)")
     up.add_argument("--port", type=int, default=8080, help="API port (default 8080)")
     up.add_argument("--aws-port", type=int, default=None,
-                    help="moto server port (default: API port + 1)")
+                    help="moto server port (default: API port + 1; 0: any)")
     up.set_defaults(run=_local_up)
 
     users = commands.add_parser("users", help="platform users and their API keys")

@@ -37,7 +37,7 @@ def read_state(directory: Path | None = None) -> dict[str, Any] | None:
     path = (directory or Path.cwd()) / STATE_FILE
     try:
         state = json.loads(path.read_text())
-    except (FileNotFoundError, ValueError):
+    except (FileNotFoundError, NotADirectoryError, ValueError):  # no stack here
         return None
     return state if isinstance(state, dict) else None
 

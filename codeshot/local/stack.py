@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from codeshot.client import STATE_FILE, read_state
-from codeshot.errors import StackRunning
+from codeshot.errors import InvalidInput, StackRunning
 from codeshot.local.aws_server import LocalAWS, check_port_free
 from codeshot.settings import Settings
 
@@ -82,10 +82,13 @@ class LocalStack:
     def api_url(self) -> str:
         # Listening on every address (0.0.0.0, ::), the platform calls itself on loopback.
         host = "127.0.0.1" if self.host in ("0.0.0.0", "::") else self.host  # noqa: S104
-        return f"http://{host}:{self.port}"
+        return f"http://{f'[{host}]' if ':' in host else host}:{self.port}"
 
     def start(self) -> dict[str, Any]:
         began = time.perf_counter()
+        if self.state_path.parent.exists() and not self.state_path.parent.is_dir():
+            raise InvalidInput(f"{self.state_path.parent} is a file: local up keeps its "
+                               f"{STATE_FILE.name} in that directory; move the file away")
         self._refuse_if_running()
         check_port_free(self.host, self.port, "--port")
         self.progress("Starting local AWS (moto server) ...")

@@ -2,8 +2,10 @@
 
 import io
 import os
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -48,3 +50,18 @@ def test_chat_command_line(live_stack):
     assert out.returncode == 0, out.stderr
     assert "with local/dice" in out.stdout
     assert "You rolled " in out.stdout and " = " in out.stdout
+
+
+def test_ctrl_c_ends_a_chat_without_a_traceback(live_stack):
+    root = Path(__file__).resolve().parents[2]
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "codeshot.cli", "chat", "--api-url", live_stack["api_url"],
+         "--api-key", live_stack["api_key"]], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE, text=True, env={**os.environ, "PYTHONPATH": str(root)})
+    assert proc.stdout is not None
+    while "Ctrl-D to quit" not in proc.stdout.readline():
+        assert proc.poll() is None, proc.communicate()
+    time.sleep(1)  # at the prompt, reading a line
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=20)
+    assert proc.returncode == 130 and err == "", err
