@@ -20,7 +20,6 @@ from enum import Enum
 from pathlib import Path
 from typing import Any
 
-import codeshot
 from codeshot import ids
 from codeshot.engine.builtin import code_shot_components
 from codeshot.engine.components import CommandResult
@@ -28,7 +27,7 @@ from codeshot.engine.executor import Executor, Status
 from codeshot.errors import CodeshotError, InvalidInput
 from codeshot.llm import LLM, ChatMessage, get_llm
 from codeshot.local.http_server import HttpServer
-from codeshot.local.stack import LOCAL_USER, LocalStack
+from codeshot.local.stack import LOCAL_USER, TEMPLATE_DIR, LocalStack
 from codeshot.net.http import public_client
 from codeshot.runner.agent_client import AgentClient, request
 from codeshot.runner.handshake import Handshake, fetch_handshake
@@ -37,8 +36,6 @@ from codeshot.sdk.project import CONFIG_FILE, AgentConfig, AgentTest, load_agent
 from codeshot.services import Services
 from codeshot.settings import Settings, get_settings
 
-# agent_template/ sits beside the codeshot package in the repository (editable installs).
-TEMPLATE_DIR = Path(codeshot.__file__).resolve().parent.parent / "agent_template"
 CALL_TIMEOUT = 30.0
 
 

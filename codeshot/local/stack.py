@@ -30,16 +30,16 @@ if TYPE_CHECKING:
     from codeshot.services import Services
 
 LOCAL_USER = "local"
+# The repository's agent_template/, shipped in the package (codeshot/agent_template links
+# to it in the repository): `codeshot new` copies it, the local stack runs it as notes.
+TEMPLATE_DIR = Path(__file__).resolve().parents[1] / "agent_template"
 
 
 def example_agent_dirs() -> list[Path]:
-    """The agents the local stack runs: the copy-and-edit template (when the repository is
-    here) and the examples shipped with the package (a dice roller, a standalone clock)."""
-    import codeshot
-
-    package = Path(codeshot.__file__).resolve().parent
-    dirs = [package.parent / "agent_template"]
-    dirs += sorted(p for p in (package / "local" / "examples").iterdir() if p.is_dir())
+    """The agents the local stack runs, all shipped in the package: the copy-and-edit
+    template (notes) and the examples (a dice roller, a standalone clock)."""
+    examples = Path(__file__).resolve().parent / "examples"
+    dirs = [TEMPLATE_DIR, *sorted(p for p in examples.iterdir() if p.is_dir())]
     return [d for d in dirs if (d / "agent.yaml").is_file()]
 
 
