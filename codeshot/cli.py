@@ -104,11 +104,28 @@ def _users_keys(args: argparse.Namespace) -> int:
 
 
 def _users_revoke_key(args: argparse.Namespace) -> int:
+    from codeshot.errors import InvalidInput
     from codeshot.services import Services
     from codeshot.usecases.users import revoke_key_of
 
-    revoked = revoke_key_of(Services(_target_settings()), args.name, args.key)
+    try:
+        revoked = revoke_key_of(Services(_target_settings()), args.name, args.key)
+    except InvalidInput as exc:
+        if "last API key" not in exc.message:
+            raise
+        raise InvalidInput(f"{exc.message} (`codeshot users new-key {args.name}`)") from exc
     print(f"Revoked {revoked.key_id} of {args.name}")
+    return 0
+
+
+def _users_new_key(args: argparse.Namespace) -> int:
+    from codeshot.services import Services
+    from codeshot.usecases.users import create_api_key, find_user, principal_of
+
+    services = Services(_target_settings())
+    record, api_key = create_api_key(services, principal_of(find_user(services, args.name)))
+    print(api_key)
+    print(f"New API key {record.key_id} of {args.name} (shown once)", file=sys.stderr)
     return 0
 
 
@@ -345,9 +362,18 @@ def build_parser() -> argparse.ArgumentParser:
         "revoke-key", help="revoke one of a user's API keys",
         description="Revoke KEY, one of NAME's API keys, given by its id (key_..., from "
         "`codeshot users keys NAME`) or whole; requests with it are refused from then on. A "
-        "user's last key cannot be revoked (create another first). Users revoke their own "
-        "keys with the revokeApiKey mutation. Targets the stack as `users create` does.",
+        "user's last key cannot be revoked (make another first: `users new-key NAME`). Users "
+        "revoke their own keys with the revokeApiKey mutation. Targets the stack as `users "
+        "create` does.",
     )
+    new_key = user_commands.add_parser(
+        "new-key", help="make another API key for a user and print it (shown once)",
+        description="Make a new API key for NAME and print it (its id goes to stderr): to "
+        "replace a user's last key, which cannot be revoked before another exists. Targets "
+        "the stack as `users create` does.",
+    )
+    new_key.add_argument("name", metavar="NAME", help="username")
+    new_key.set_defaults(run=_users_new_key)
     revoke.add_argument("name", metavar="NAME", help="username")
     revoke.add_argument("key", metavar="KEY", help="the key's id (key_...) or the API key")
     revoke.set_defaults(run=_users_revoke_key)
