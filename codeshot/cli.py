@@ -240,11 +240,17 @@ def _serve(args: argparse.Namespace) -> int:
     app = load_agent(args.agent_dir, config).app(settings)
     server = HttpServer(app, "127.0.0.1", args.port)
     url = server.start()
+    lent = None
     try:
         print(f"Serving {config.handle} at {url} for the platform at {target}", flush=True)
         if client is not None:
-            print(f"Registered {client.register(agent_fields(config, url))}", flush=True)
+            agent_id, lent = client.serve_here(agent_fields(config, url))
+            print(f"Updated {agent_id}: served here until Ctrl-C, then again at "
+                  f"{lent.previous_url}" if lent else f"Registered {agent_id}", flush=True)
         print(f"Stopping ({_wait_for_signal()}) ...", flush=True)
+        if client is not None and lent is not None:
+            client.give_back(lent)
+            print(f"Restored {lent.agent_id} at {lent.previous_url}", flush=True)
     finally:
         server.stop()
     return 0
@@ -437,12 +443,15 @@ def build_parser() -> argparse.ArgumentParser:
         f"the platform {TARGETS}; it accepts only tokens minted for "
         "CODESHOT_AGENT_ID (owner/handle), or when that is unset for <your username>/<handle> "
         "(.codeshot/local.json's or CODESHOT_API_KEY's user). With --register it also "
-        "registers (or updates) the agent as yours and prints its id.",
+        "registers the agent as yours and prints its id; an agent of yours registered "
+        "already is served here until Ctrl-C (a new current revision, with agent.yaml's "
+        "fields), then its previous revision is current again.",
     )
     serve.add_argument("agent_dir", type=Path, metavar="AGENT_DIR")
     serve.add_argument("--port", type=int, default=8181, help="port (default 8181; 0: any)")
     serve.add_argument("--register", action="store_true",
-                       help="register (or update) the agent with the platform")
+                       help="register the agent with the platform (one registered "
+                       "already: only until Ctrl-C)")
     serve.set_defaults(run=_serve)
 
     new = commands.add_parser(

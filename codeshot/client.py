@@ -139,6 +139,29 @@ CREATE = f"mutation ($d: AgentInput!) {{ createAgent(agentData: $d) {{ {AGENT_FI
 UPDATE = f"mutation ($d: AgentInput!) {{ updateAgent(agentData: $d) {{ {AGENT_FIELDS} }} }}"
 
 
+CURRENT = ("query ($id: String!) { agentById(agentId: $id) { currentRevision { id "
+           "externalDeployment { url } } } }")
+NEW_REVISION = ("mutation ($h: String!, $u: String!) { createAgentRevision(agentHandle: $h, "
+                "makeCurrent: true, revision: {metadata: [], externalDeployment: {url: $u}}, "
+                "reindexCorpora: false) { revision { id } } }")
+SET_CURRENT = ("mutation ($h: String!, $r: ID!) { updateAgent(agentData: {handle: $h, "
+               "currentRevisionId: $r}) { agent { agentId } } }")
+DELETE_REVISION = ("mutation ($h: String!, $r: ID!) { deleteAgentRevision(agentHandle: $h, "
+                   "revisionId: $r) { agent { agentId } } }")
+
+
+@dataclass(frozen=True)
+class Lent:
+    """An agent that was registered already, served here for a while: its new revision
+    (current while served) and the one to make current again after."""
+
+    agent_id: str
+    handle: str
+    revision_id: str
+    previous_id: str
+    previous_url: str | None
+
+
 class PlatformClient(GraphQLClient):
     """A user's calls to one platform (``target``)."""
 
@@ -167,6 +190,31 @@ class PlatformClient(GraphQLClient):
                                         f"{response.status_code}"),
                               error.get("code", CodeshotError.code))
         return agent_id
+
+
+    def serve_here(self, fields: dict[str, Any]) -> tuple[str, Lent | None]:
+        """The caller's agent ``fields["handle"]`` answered at ``fields["funcUrl"]`` for as
+        long as it is served there (as `fixie serve` does): a new agent is created (None);
+        an existing one gets a new current revision at that URL and agent.yaml's other
+        fields, its previous revision kept for :meth:`give_back`."""
+        agent_id = f"{self.username()}/{fields['handle']}"
+        agent = self.call(CURRENT, {"id": agent_id})["agentById"]
+        previous = (agent or {}).get("currentRevision")
+        if agent is None or previous is None:
+            return self.register(fields), None
+        made = self.call(NEW_REVISION, {"h": fields["handle"], "u": fields["funcUrl"]})
+        self.call(UPDATE, {"d": {k: v for k, v in fields.items()
+                                 if k not in ("queryUrl", "funcUrl")}})
+        return agent_id, Lent(agent_id, fields["handle"],
+                              str(made["createAgentRevision"]["revision"]["id"]),
+                              str(previous["id"]),
+                              (previous.get("externalDeployment") or {}).get("url"))
+
+    def give_back(self, lent: Lent) -> None:
+        """Make the revision before :meth:`serve_here`'s current again, and delete its own
+        (AGENT_UNAVAILABLE, nothing changed, if the previous URL does not answer)."""
+        self.call(SET_CURRENT, {"h": lent.handle, "r": lent.previous_id})
+        self.call(DELETE_REVISION, {"h": lent.handle, "r": lent.revision_id})
 
 
 def agent_fields(config: AgentConfig, url: str) -> dict[str, Any]:
