@@ -203,12 +203,16 @@ class PlatformClient(GraphQLClient):
         if agent is None or previous is None:
             return self.register(fields), None
         made = self.call(NEW_REVISION, {"h": fields["handle"], "u": fields["funcUrl"]})
-        self.call(UPDATE, {"d": {k: v for k, v in fields.items()
-                                 if k not in ("queryUrl", "funcUrl")}})
-        return agent_id, Lent(agent_id, fields["handle"],
-                              str(made["createAgentRevision"]["revision"]["id"]),
-                              str(previous["id"]),
-                              (previous.get("externalDeployment") or {}).get("url"))
+        lent = Lent(agent_id, fields["handle"],
+                    str(made["createAgentRevision"]["revision"]["id"]), str(previous["id"]),
+                    (previous.get("externalDeployment") or {}).get("url"))
+        try:
+            self.call(UPDATE, {"d": {k: v for k, v in fields.items()
+                                     if k not in ("queryUrl", "funcUrl")}})
+        except CodeshotError:  # agent.yaml refused: the agent goes back as it was
+            self.give_back(lent)
+            raise
+        return agent_id, lent
 
     def give_back(self, lent: Lent) -> None:
         """Make the revision before :meth:`serve_here`'s current again, and delete its own
