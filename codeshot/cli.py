@@ -24,6 +24,8 @@ BAD_CREDENTIALS = frozenset({"UnrecognizedClientException", "InvalidClientTokenI
                              "SignatureDoesNotMatch"})
 NOT_ALLOWED = frozenset({"AccessDenied", "AccessDeniedException"})  # known, not permitted
 MAX_PORT = 65535
+API_KEY_HELP = "your API key (other users of this machine see it in `ps`: prefer " \
+    "CODESHOT_API_KEY)"
 # Where a user's commands find the platform and their key (codeshot.client.Target.find).
 TARGETS = ("of CODESHOT_API_URL with CODESHOT_API_KEY, else the running `codeshot local up` "
            "of this directory with its own key (.codeshot/local.json)")
@@ -420,7 +422,7 @@ def build_parser() -> argparse.ArgumentParser:
         "confirm", help="confirm an account's email without its code",
         description="Confirm EMAIL's sign-up (Cognito AdminConfirmSignUp), for an account "
         "whose code never arrived. Targets the stack as `users create` does.")
-    confirm.add_argument("email", help="the account's email")
+    confirm.add_argument("email", metavar="EMAIL", help="the account's email")
     confirm.set_defaults(run=_users_confirm)
 
     keys = commands.add_parser("keys", help="the platform's signing keys")
@@ -503,7 +505,7 @@ def build_parser() -> argparse.ArgumentParser:
     oauth_revoke.set_defaults(run=_oauth_revoke)
     for command in (oauth_list, oauth_revoke):
         command.add_argument("--api-url", help="the platform's URL")
-        command.add_argument("--api-key", help="your API key")
+        command.add_argument("--api-key", help=API_KEY_HELP)
 
     chat = commands.add_parser(
         "chat", help="a console chat session with the platform",
@@ -515,7 +517,7 @@ def build_parser() -> argparse.ArgumentParser:
     chat.add_argument("--trace", action="store_true",
                       help="show every step: router, agent and Func calls")
     chat.add_argument("--api-url", help="the platform's URL")
-    chat.add_argument("--api-key", help="your API key")
+    chat.add_argument("--api-key", help=API_KEY_HELP)
     chat.set_defaults(run=_chat)
     return parser
 

@@ -48,7 +48,9 @@ def handle_for(name: str) -> str:
 
 
 def new_agent(target: Path) -> str:
-    """Copy the template to ``target`` (which must not exist) with its own handle."""
+    """Copy the template to ``target`` (which must not exist) with its own handle, name
+    and description (the template's would make two "Notes" the router cannot tell
+    apart)."""
     if not (TEMPLATE_DIR / CONFIG_FILE).is_file():
         raise InvalidInput(f"the agent template is missing (looked in {TEMPLATE_DIR})")
     if target.exists():
@@ -56,9 +58,17 @@ def new_agent(target: Path) -> str:
     handle = handle_for(target.resolve().name)
     shutil.copytree(TEMPLATE_DIR, target,
                     ignore=shutil.ignore_patterns("__pycache__", "*.pyc", ".pytest_cache"))
+    name = target.resolve().name
+    fields = {"handle": handle, "name": json.dumps(name),
+              "description": json.dumps(f"{name}, copied from the notes template: it saves "
+                                        f"short notes and reads them back.")}
     config = target / CONFIG_FILE
-    config.write_text(re.sub(r"(?m)^handle:.*$", f"handle: {handle}", config.read_text(),
-                                   count=1))
+    lines = config.read_text().splitlines(keepends=True)
+    for i, line in enumerate(lines):  # line by line: the template's comments stay
+        field = line.split(":", 1)[0]
+        if field in fields:
+            lines[i] = f"{field}: {fields.pop(field)}\n"
+    config.write_text("".join(lines))
     return handle
 
 

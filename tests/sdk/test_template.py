@@ -68,7 +68,13 @@ def copy(tmp_path: Path) -> Path:
 def test_new_copies_the_template_with_the_directory_as_handle(copy):
     assert sorted(p.name for p in copy.iterdir()) == [
         "README.md", "agent.py", "agent.yaml", "requirements.txt", "tests"]
-    assert yaml.safe_load((copy / "agent.yaml").read_text())["handle"] == "shopping-list"
+    config = yaml.safe_load((copy / "agent.yaml").read_text())
+    assert config["handle"] == "shopping-list"
+    # Not a second "Notes" with the template's description for the router to tie on.
+    assert config["name"] == "Shopping List"
+    assert config["description"] == ("Shopping List, copied from the notes template: it "
+                                     "saves short notes and reads them back.")
+    assert "# Who this agent is." in (copy / "agent.yaml").read_text()
     assert codeshot("new", str(copy)).returncode == 2  # never over an existing directory
 
 
