@@ -118,11 +118,13 @@ class LocalStack:
         self.progress(f"AWS endpoint: {endpoint}")
         self.progress(f"API key: {api_key}")
         if self.host not in ("127.0.0.1", "localhost", "::1"):
-            # Local mode lets agents and Funcs call loopback URLs, moto's included.
-            self.progress(f"Listening on {self.host}: anyone who reaches the API and has an "
-                          "account can make the platform read loopback URLs, moto's server "
-                          "(every secret of this stack) too. Share it only with people you "
-                          "would give all of it.")
+            # Local mode lets agents and Funcs call loopback URLs, moto's included, and
+            # moto's Cognito takes any confirmation code.
+            self.progress(f"Listening on {self.host}: anyone who reaches the API can sign "
+                          "up (any confirmation code works here) and make the platform read "
+                          "loopback URLs, moto's server too, which holds every secret and "
+                          "record of this stack (and answers any process on this machine). "
+                          "Share it only with people you would give all of it.")
         self.progress(f"Ready in {time.perf_counter() - began:.2f}s (Ctrl-C to stop)")
         return self.state
 
