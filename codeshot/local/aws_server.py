@@ -335,8 +335,9 @@ class LocalAWS:
             return
         process, self._process = self._process, None
         assert process.stdin is not None and process.stdout is not None
-        process.stdin.close()  # the child's cue to shut down
+        process.stdin.close()  # the child's cue, should this process die before the next
         process.stdout.close()
+        process.terminate()  # moto keeps all in memory: nothing to wind down (0.7 s saved)
         try:
             process.wait(timeout=10)
         except subprocess.TimeoutExpired:

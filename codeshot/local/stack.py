@@ -228,12 +228,10 @@ class LocalStack:
         for poller in self.pollers:
             poller.stop()
         self.pollers = []
-        for server in self.agents:
-            server.stop()
-        self.agents = []
-        if self.api is not None:
-            self.api.stop()
-            self.api = None
+        from codeshot.local.http_server import stop_all
+
+        stop_all([*self.agents, *([self.api] if self.api is not None else [])])
+        self.agents, self.api = [], None
         self.aws.stop()
         self._stopped.set()
 
