@@ -56,6 +56,20 @@ REPLAY_NOTICE = ("Note: this platform runs the offline fewshot provider. It is n
                  "bedrock on the platform for a real model.")
 
 
+def _read_line(stdin: TextIO, stdout: TextIO) -> str | None:
+    """The user's next line (None at Ctrl-D); at a terminal with line editing and history
+    (readline, through input())."""
+    if stdin is sys.stdin and stdout is sys.stdout and stdin.isatty():
+        import readline  # noqa: F401 - imported, it gives input() editing and history
+
+        try:
+            return input("> ")
+        except EOFError:
+            return None
+    print("> ", end="", file=stdout, flush=True)
+    return stdin.readline() or None
+
+
 def run_chat(client: ChatClient, agent_id: str | None, show_trace: bool,
              stdin: TextIO = sys.stdin, stdout: TextIO = sys.stdout) -> int:
     session = client.new_session(agent_id)
@@ -63,9 +77,8 @@ def run_chat(client: ChatClient, agent_id: str | None, show_trace: bool,
     if client.llm_provider() == "fewshot":
         print(REPLAY_NOTICE, file=stdout)
     while True:
-        print("> ", end="", file=stdout, flush=True)
-        line = stdin.readline()
-        if not line:
+        line = _read_line(stdin, stdout)
+        if line is None:
             print(file=stdout)
             return 0
         text = line.strip()

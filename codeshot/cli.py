@@ -23,22 +23,58 @@ BAD_CREDENTIALS = frozenset({"UnrecognizedClientException", "InvalidClientTokenI
                              "ExpiredToken", "ExpiredTokenException", "InvalidAccessKeyId",
                              "SignatureDoesNotMatch"})
 NOT_ALLOWED = frozenset({"AccessDenied", "AccessDeniedException"})  # known, not permitted
+MAX_PORT = 65535
+API_KEY_HELP = "your API key (other users of this machine see it in `ps`: prefer " \
+    "CODESHOT_API_KEY)"
+# Where a user's commands find the platform and their key (codeshot.client.Target.find).
+TARGETS = ("of CODESHOT_API_URL with CODESHOT_API_KEY, else the running `codeshot local up` "
+           "of this directory with its own key (.codeshot/local.json)")
+
+
+def _check_ports(port: int, aws_port: int | None) -> None:
+    """`local up`'s ports, refused before anything starts (INVALID_INPUT)."""
+    from codeshot.errors import InvalidInput
+
+    if not 1 <= port <= MAX_PORT:
+        raise InvalidInput(f"--port {port} is not a port: give 1-{MAX_PORT}")
+    if aws_port is None and port == MAX_PORT:
+        raise InvalidInput(f"--port {port} leaves no port for moto's server (--port + 1): "
+                           f"give --aws-port")
+    if aws_port is not None and not 0 <= aws_port <= MAX_PORT:
+        raise InvalidInput(f"--aws-port {aws_port} is not a port: give 1-{MAX_PORT} (0: any)")
+    if aws_port == port:
+        raise InvalidInput(f"--port and --aws-port are both {port}: give two ports")
+
+
+class _Stop(BaseException):
+    """Raised by local up's signal handler in the main thread, to unwind wherever it
+    is (a BaseException: no `except Exception` on the way swallows it)."""
 
 
 def _local_up(args: argparse.Namespace) -> int:
     from codeshot.local.stack import LocalStack
 
+    _check_ports(args.port, args.aws_port)
     stack = LocalStack(host=args.host, port=args.port, aws_port=args.aws_port,
                        progress=lambda line: print(line, flush=True))
+    stopping: list[str] = []
 
     def shutdown(signum: int, _frame: object) -> None:
-        print(f"Stopping ({signal.Signals(signum).name}) ...", flush=True)
-        stack.stop()
+        # Stop from the main thread, not here: stopping moto while start() still talks to
+        # it made tracebacks and a false "cannot reach AWS". A second signal waits.
+        if not stopping:
+            stopping.append(signal.Signals(signum).name)
+            raise _Stop
 
     signal.signal(signal.SIGINT, shutdown)
     signal.signal(signal.SIGTERM, shutdown)
-    stack.start()
-    stack.wait()
+    try:
+        stack.start()
+        stack.wait()
+    except _Stop:
+        print(f"Stopping ({stopping[0]}) ...", flush=True)
+    finally:
+        stack.stop()
     print("Stopped.", flush=True)
     return 0
 
@@ -70,11 +106,28 @@ def _users_keys(args: argparse.Namespace) -> int:
 
 
 def _users_revoke_key(args: argparse.Namespace) -> int:
+    from codeshot.errors import InvalidInput
     from codeshot.services import Services
     from codeshot.usecases.users import revoke_key_of
 
-    revoked = revoke_key_of(Services(_target_settings()), args.name, args.key)
+    try:
+        revoked = revoke_key_of(Services(_target_settings()), args.name, args.key)
+    except InvalidInput as exc:
+        if "last API key" not in exc.message:
+            raise
+        raise InvalidInput(f"{exc.message} (`codeshot users new-key {args.name}`)") from exc
     print(f"Revoked {revoked.key_id} of {args.name}")
+    return 0
+
+
+def _users_new_key(args: argparse.Namespace) -> int:
+    from codeshot.services import Services
+    from codeshot.usecases.users import create_api_key, find_user, principal_of
+
+    services = Services(_target_settings())
+    record, api_key = create_api_key(services, principal_of(find_user(services, args.name)))
+    print(api_key)
+    print(f"New API key {record.key_id} of {args.name} (shown once)", file=sys.stderr)
     return 0
 
 
@@ -189,12 +242,17 @@ def _serve(args: argparse.Namespace) -> int:
     app = load_agent(args.agent_dir, config).app(settings)
     server = HttpServer(app, "127.0.0.1", args.port)
     url = server.start()
+    lent = None
     try:
-        print(f"Serving {config.handle} at {url} for the platform at {target.api_url}",
-              flush=True)
+        print(f"Serving {config.handle} at {url} for the platform at {target}", flush=True)
         if client is not None:
-            print(f"Registered {client.register(agent_fields(config, url))}", flush=True)
+            agent_id, lent = client.serve_here(agent_fields(config, url))
+            print(f"Updated {agent_id}: served here until Ctrl-C, then again at "
+                  f"{lent.previous_url}" if lent else f"Registered {agent_id}", flush=True)
         print(f"Stopping ({_wait_for_signal()}) ...", flush=True)
+        if client is not None and lent is not None:
+            client.give_back(lent)
+            print(f"Restored {lent.agent_id} at {lent.previous_url}", flush=True)
     finally:
         server.stop()
     return 0
@@ -211,8 +269,9 @@ def _agent_register(args: argparse.Namespace) -> int:
         raise InvalidInput(f"where is {config.handle} served? Give --url URL (or "
                            f"deployment_url in agent.yaml), or serve and register it with "
                            f"`codeshot serve {args.agent_dir} --register`")
-    agent_id = PlatformClient(Target.find()).register(agent_fields(config, url))
-    print(f"Registered {agent_id} at {url}")
+    target = Target.find()
+    agent_id = PlatformClient(target).register(agent_fields(config, url))
+    print(f"Registered {agent_id} at {url} with the platform at {target}")
     return 0
 
 
@@ -257,8 +316,13 @@ def _chat(args: argparse.Namespace) -> int:
     from codeshot.client import Target
 
     target = Target.find(args.api_url, args.api_key)
-    return run_chat(ChatClient(target.api_url + "/graphql", target.api_key), args.agent,
-                    args.trace)
+    client = ChatClient(target.api_url + "/graphql", target.api_key, source=target.source)
+    print(f"Platform: {target}", flush=True)
+    try:
+        return run_chat(client, args.agent, args.trace)
+    except KeyboardInterrupt:  # Ctrl-C ends a chat as Ctrl-D does, with the shell's code
+        print(flush=True)
+        return 130
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -281,7 +345,7 @@ def build_parser() -> argparse.ArgumentParser:
                     help="address the API listens on (moto's server stays on 127.0.0.1)")
     up.add_argument("--port", type=int, default=8080, help="API port (default 8080)")
     up.add_argument("--aws-port", type=int, default=None,
-                    help="moto server port (default: API port + 1)")
+                    help="moto server port (default: API port + 1; 0: any)")
     up.set_defaults(run=_local_up)
 
     users = commands.add_parser("users", help="platform users and their API keys")
@@ -306,9 +370,18 @@ def build_parser() -> argparse.ArgumentParser:
         "revoke-key", help="revoke one of a user's API keys",
         description="Revoke KEY, one of NAME's API keys, given by its id (key_..., from "
         "`codeshot users keys NAME`) or whole; requests with it are refused from then on. A "
-        "user's last key cannot be revoked (create another first). Users revoke their own "
-        "keys with the revokeApiKey mutation. Targets the stack as `users create` does.",
+        "user's last key cannot be revoked (make another first: `users new-key NAME`). Users "
+        "revoke their own keys with the revokeApiKey mutation. Targets the stack as `users "
+        "create` does.",
     )
+    new_key = user_commands.add_parser(
+        "new-key", help="make another API key for a user and print it (shown once)",
+        description="Make a new API key for NAME and print it (its id goes to stderr): to "
+        "replace a user's last key, which cannot be revoked before another exists. Targets "
+        "the stack as `users create` does.",
+    )
+    new_key.add_argument("name", metavar="NAME", help="username")
+    new_key.set_defaults(run=_users_new_key)
     revoke.add_argument("name", metavar="NAME", help="username")
     revoke.add_argument("key", metavar="KEY", help="the key's id (key_...) or the API key")
     revoke.set_defaults(run=_users_revoke_key)
@@ -317,7 +390,8 @@ def build_parser() -> argparse.ArgumentParser:
         help="set one user's own daily limits, or show them",
         description="Set NAME's own limits per day (UTC), overriding "
         "CODESHOT_DAILY_QUERY_LIMIT and CODESHOT_DAILY_TOKEN_LIMIT for that user; without "
-        "options, print the limits that apply. Targets the stack as `users create` does.",
+        "options, print the limits that apply. Each is 0 to 2,147,483,647. Targets the "
+        "stack as `users create` does.",
     )
     limits.add_argument("name", metavar="NAME", help="username")
     limits.add_argument("--daily-queries", type=int, metavar="N", help="queries per day")
@@ -348,7 +422,7 @@ def build_parser() -> argparse.ArgumentParser:
         "confirm", help="confirm an account's email without its code",
         description="Confirm EMAIL's sign-up (Cognito AdminConfirmSignUp), for an account "
         "whose code never arrived. Targets the stack as `users create` does.")
-    confirm.add_argument("email", help="the account's email")
+    confirm.add_argument("email", metavar="EMAIL", help="the account's email")
     confirm.set_defaults(run=_users_confirm)
 
     keys = commands.add_parser("keys", help="the platform's signing keys")
@@ -368,16 +442,18 @@ def build_parser() -> argparse.ArgumentParser:
         "serve", help="serve an agent directory over HTTP on 127.0.0.1",
         description="Serve AGENT_DIR (agent.yaml, and the code its entry_point names: "
         "agent.py or Fixie's main.py defining `agent`) on 127.0.0.1 until Ctrl-C. It trusts "
-        "the platform of the running `codeshot local up` in this directory "
-        "(.codeshot/local.json), else CODESHOT_API_URL; it accepts only tokens minted for "
+        f"the platform {TARGETS}; it accepts only tokens minted for "
         "CODESHOT_AGENT_ID (owner/handle), or when that is unset for <your username>/<handle> "
         "(.codeshot/local.json's or CODESHOT_API_KEY's user). With --register it also "
-        "registers (or updates) the agent as yours and prints its id.",
+        "registers the agent as yours and prints its id; an agent of yours registered "
+        "already is served here until Ctrl-C (a new current revision, with agent.yaml's "
+        "fields), then its previous revision is current again.",
     )
     serve.add_argument("agent_dir", type=Path, metavar="AGENT_DIR")
     serve.add_argument("--port", type=int, default=8181, help="port (default 8181; 0: any)")
     serve.add_argument("--register", action="store_true",
-                       help="register (or update) the agent with the platform")
+                       help="register the agent with the platform (one registered "
+                       "already: only until Ctrl-C)")
     serve.set_defaults(run=_serve)
 
     new = commands.add_parser(
@@ -404,9 +480,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     register = agent_commands.add_parser(
         "register", help="register (or update) an agent served at a URL",
-        description="Register AGENT_DIR's agent as yours with the platform (the running "
-        "`codeshot local up` of this directory, else CODESHOT_API_URL with CODESHOT_API_KEY), "
-        "or update it and re-read its handshake. Its handle, name, description, "
+        description="Register AGENT_DIR's agent as yours with the platform "
+        f"({TARGETS}), or update it and re-read its handshake. Its handle, name, description, "
         "more_info_url and public/published come from agent.yaml (Fixie's field names). The "
         "agent must be served already: at --url (any server, an unmodified fixieai 1.0.4 "
         "agent too), else at agent.yaml's deployment_url.",
@@ -418,8 +493,8 @@ def build_parser() -> argparse.ArgumentParser:
     oauth = commands.add_parser(
         "oauth", help="your OAuth tokens held for agents",
         description="The agents holding your OAuth token for a third-party service, and "
-        "revoking one. Targets the running `codeshot local up` of this directory "
-        "(.codeshot/local.json), else CODESHOT_API_URL with CODESHOT_API_KEY.")
+        f"revoking one. Targets the platform {TARGETS} (--api-url first, with "
+        "--api-key).")
     oauth_commands = oauth.add_subparsers(dest="oauth_command", required=True, metavar="ACTION")
     oauth_list = oauth_commands.add_parser(
         "list", help="agents holding a token of yours, one a line (never the token)")
@@ -430,20 +505,19 @@ def build_parser() -> argparse.ArgumentParser:
     oauth_revoke.set_defaults(run=_oauth_revoke)
     for command in (oauth_list, oauth_revoke):
         command.add_argument("--api-url", help="the platform's URL")
-        command.add_argument("--api-key", help="your API key")
+        command.add_argument("--api-key", help=API_KEY_HELP)
 
     chat = commands.add_parser(
         "chat", help="a console chat session with the platform",
-        description="Open a session and chat in the console. Targets the running `codeshot "
-        "local up` of this directory (.codeshot/local.json), else CODESHOT_API_URL with "
-        "CODESHOT_API_KEY. Ctrl-D ends it.",
+        description="Open a session and chat in the console, with the platform "
+        f"{TARGETS} (--api-url first, with --api-key). Ctrl-D ends it.",
     )
     chat.add_argument("--agent", metavar="AGENT_ID",
                       help="talk to this agent directly (default: the planner routes)")
     chat.add_argument("--trace", action="store_true",
                       help="show every step: router, agent and Func calls")
     chat.add_argument("--api-url", help="the platform's URL")
-    chat.add_argument("--api-key", help="your API key")
+    chat.add_argument("--api-key", help=API_KEY_HELP)
     chat.set_defaults(run=_chat)
     return parser
 

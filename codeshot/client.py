@@ -7,14 +7,16 @@ Needs only httpx: it works where just the SDK is installed.
 
 from __future__ import annotations
 
+import dataclasses
 import json
+import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import httpx
 
-from codeshot.errors import CodeshotError, InvalidInput
+from codeshot.errors import CodeshotError, InvalidInput, Unavailable
 
 if TYPE_CHECKING:
     from codeshot.sdk.project import AgentConfig
@@ -35,33 +37,70 @@ def read_state(directory: Path | None = None) -> dict[str, Any] | None:
     path = (directory or Path.cwd()) / STATE_FILE
     try:
         state = json.loads(path.read_text())
-    except (FileNotFoundError, ValueError):
+    except (FileNotFoundError, NotADirectoryError, ValueError):  # no stack here
         return None
     return state if isinstance(state, dict) else None
+
+
+def _from_environment(field: str) -> tuple[str, str] | None:
+    """The variable that sets Settings' ``field``, and its value, if one is set."""
+    from codeshot.settings import Settings
+
+    [meta] = [f.metadata for f in dataclasses.fields(Settings) if f.name == field]
+    names = meta.get("env") or (f"CODESHOT_{field.upper()}",)
+    return next(((name, os.environ[name]) for name in names if os.environ.get(name)), None)
 
 
 @dataclass(frozen=True)
 class Target:
     api_url: str
     api_key: str | None
+    source: str  # where the URL came from, as the user would name it
 
     @classmethod
     def find(cls, api_url: str | None = None, api_key: str | None = None) -> Target:
-        """Explicit values first, then the local stack's local.json, then the settings."""
+        """The platform and the key for it, taken together: a key never goes to a URL
+        from another source (a planted .codeshot/local.json must not get the
+        environment's key). --api-url, else CODESHOT_API_URL, each with --api-key or
+        CODESHOT_API_KEY; else the running local stack's local.json with its own key;
+        else the default URL."""
         from codeshot.settings import get_settings
 
-        state = read_state() or {}
         settings = get_settings()
-        return cls((api_url or state.get("api_url") or settings.api_url).rstrip("/"),
-                   api_key or state.get("api_key") or settings.api_key)
+        key = api_key or settings.api_key
+        if api_url:
+            return cls(api_url.rstrip("/"), key, "--api-url")
+        named = _from_environment("api_url")
+        if named:
+            return cls(named[1].rstrip("/"), key, named[0])
+        state = read_state()
+        if state is None:
+            return cls(settings.api_url.rstrip("/"), key, "the default URL")
+        if api_key:
+            raise InvalidInput(f"--api-key without --api-url here: {STATE_FILE} names a "
+                               f"local stack with its own key; give --api-url too to send "
+                               f"this key")
+        url = state.get("api_url")
+        if not isinstance(url, str) or not url:
+            raise InvalidInput(f"{STATE_FILE} here names no api_url")
+        stored = state.get("api_key")
+        return cls(url.rstrip("/"), stored if isinstance(stored, str) else None,
+                   str(STATE_FILE))
+
+    def __str__(self) -> str:
+        return f"{self.api_url} (from {self.source})"
 
 
 class GraphQLClient:
-    def __init__(self, graphql_url: str, api_key: str | None, timeout: float = 60.0) -> None:
+    def __init__(self, graphql_url: str, api_key: str | None, timeout: float = 60.0,
+                 source: str = "") -> None:
+        """``source``: where the URL came from (Target.source), named in errors."""
         if not api_key:
-            raise InvalidInput("no API key: run beside `codeshot local up`, or set "
-                               "CODESHOT_API_KEY, or pass --api-key")
-        self.url = graphql_url
+            raise InvalidInput(f"no API key for {graphql_url}"
+                               f"{f' (from {source})' if source else ''}: run beside "
+                               f"`codeshot local up`, or set CODESHOT_API_KEY, or pass "
+                               f"--api-key")
+        self.url, self.source = graphql_url, source
         self.http = httpx.Client(headers={"Authorization": f"Bearer {api_key}"},
                                  timeout=timeout)
 
@@ -70,7 +109,7 @@ class GraphQLClient:
             response = self.http.post(self.url, json={"query": query,
                                                       "variables": variables or {}})
         except httpx.HTTPError as exc:
-            raise InvalidInput(f"cannot reach the platform at {self.url}: {exc}") from exc
+            raise self.unreachable(self.url, exc) from exc
         try:
             body = response.json()
         except ValueError:
@@ -85,6 +124,13 @@ class GraphQLClient:
         data: dict[str, Any] = body["data"]
         return data
 
+    def unreachable(self, url: str, exc: httpx.HTTPError) -> Unavailable:
+        if self.source == str(STATE_FILE):
+            return Unavailable(f"the platform at {url} does not answer: the `codeshot local "
+                               f"up` that wrote {STATE_FILE} here is not running; start it "
+                               f"again")
+        return Unavailable(f"cannot reach the platform at {url}: {exc}")
+
 
 USERNAME = "query { user { username } }"
 AGENT = "query ($id: String!) { agentById(agentId: $id) { agentId } }"
@@ -93,11 +139,34 @@ CREATE = f"mutation ($d: AgentInput!) {{ createAgent(agentData: $d) {{ {AGENT_FI
 UPDATE = f"mutation ($d: AgentInput!) {{ updateAgent(agentData: $d) {{ {AGENT_FIELDS} }} }}"
 
 
+CURRENT = ("query ($id: String!) { agentById(agentId: $id) { currentRevision { id "
+           "externalDeployment { url } } } }")
+NEW_REVISION = ("mutation ($h: String!, $u: String!) { createAgentRevision(agentHandle: $h, "
+                "makeCurrent: true, revision: {metadata: [], externalDeployment: {url: $u}}, "
+                "reindexCorpora: false) { revision { id } } }")
+SET_CURRENT = ("mutation ($h: String!, $r: ID!) { updateAgent(agentData: {handle: $h, "
+               "currentRevisionId: $r}) { agent { agentId } } }")
+DELETE_REVISION = ("mutation ($h: String!, $r: ID!) { deleteAgentRevision(agentHandle: $h, "
+                   "revisionId: $r) { agent { agentId } } }")
+
+
+@dataclass(frozen=True)
+class Lent:
+    """An agent that was registered already, served here for a while: its new revision
+    (current while served) and the one to make current again after."""
+
+    agent_id: str
+    handle: str
+    revision_id: str
+    previous_id: str
+    previous_url: str | None
+
+
 class PlatformClient(GraphQLClient):
     """A user's calls to one platform (``target``)."""
 
     def __init__(self, target: Target, timeout: float = 60.0) -> None:
-        super().__init__(target.api_url + "/graphql", target.api_key, timeout)
+        super().__init__(target.api_url + "/graphql", target.api_key, timeout, target.source)
         self.target = target
 
     def username(self) -> str:
@@ -114,14 +183,42 @@ class PlatformClient(GraphQLClient):
         try:
             response = self.http.post(f"{self.target.api_url}/api/refresh/{agent_id}")
         except httpx.HTTPError as exc:
-            raise InvalidInput(f"cannot reach the platform at {self.target.api_url}: {exc}"
-                               ) from exc
+            raise self.unreachable(self.target.api_url, exc) from exc
         if response.status_code != 200:
             error = response.json().get("error", {}) if response.content else {}
             raise RemoteError(error.get("message", f"refresh answered HTTP "
                                         f"{response.status_code}"),
                               error.get("code", CodeshotError.code))
         return agent_id
+
+
+    def serve_here(self, fields: dict[str, Any]) -> tuple[str, Lent | None]:
+        """The caller's agent ``fields["handle"]`` answered at ``fields["funcUrl"]`` for as
+        long as it is served there (as `fixie serve` does): a new agent is created (None);
+        an existing one gets a new current revision at that URL and agent.yaml's other
+        fields, its previous revision kept for :meth:`give_back`."""
+        agent_id = f"{self.username()}/{fields['handle']}"
+        agent = self.call(CURRENT, {"id": agent_id})["agentById"]
+        previous = (agent or {}).get("currentRevision")
+        if agent is None or previous is None:
+            return self.register(fields), None
+        made = self.call(NEW_REVISION, {"h": fields["handle"], "u": fields["funcUrl"]})
+        lent = Lent(agent_id, fields["handle"],
+                    str(made["createAgentRevision"]["revision"]["id"]), str(previous["id"]),
+                    (previous.get("externalDeployment") or {}).get("url"))
+        try:
+            self.call(UPDATE, {"d": {k: v for k, v in fields.items()
+                                     if k not in ("queryUrl", "funcUrl")}})
+        except CodeshotError:  # agent.yaml refused: the agent goes back as it was
+            self.give_back(lent)
+            raise
+        return agent_id, lent
+
+    def give_back(self, lent: Lent) -> None:
+        """Make the revision before :meth:`serve_here`'s current again, and delete its own
+        (AGENT_UNAVAILABLE, nothing changed, if the previous URL does not answer)."""
+        self.call(SET_CURRENT, {"h": lent.handle, "r": lent.previous_id})
+        self.call(DELETE_REVISION, {"h": lent.handle, "r": lent.revision_id})
 
 
 def agent_fields(config: AgentConfig, url: str) -> dict[str, Any]:

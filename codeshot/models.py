@@ -401,6 +401,10 @@ class Embed(Record):
     COERCE: ClassVar[dict[str, Any]] = {"created": _datetime}
 
 
+# The highest daily limit a user may have: GraphQL's Int (a profile shows it) is 32-bit.
+MAX_DAILY_LIMIT = 2**31 - 1
+
+
 @dataclasses.dataclass(kw_only=True)
 class User(Record):
     user_id: str

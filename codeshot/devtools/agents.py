@@ -20,7 +20,6 @@ from enum import Enum
 from pathlib import Path
 from typing import Any
 
-import codeshot
 from codeshot import ids
 from codeshot.engine.builtin import code_shot_components
 from codeshot.engine.components import CommandResult
@@ -28,7 +27,7 @@ from codeshot.engine.executor import Executor, Status
 from codeshot.errors import CodeshotError, InvalidInput
 from codeshot.llm import LLM, ChatMessage, get_llm
 from codeshot.local.http_server import HttpServer
-from codeshot.local.stack import LOCAL_USER, LocalStack
+from codeshot.local.stack import LOCAL_USER, TEMPLATE_DIR, LocalStack
 from codeshot.net.http import public_client
 from codeshot.runner.agent_client import AgentClient, request
 from codeshot.runner.handshake import Handshake, fetch_handshake
@@ -37,8 +36,6 @@ from codeshot.sdk.project import CONFIG_FILE, AgentConfig, AgentTest, load_agent
 from codeshot.services import Services
 from codeshot.settings import Settings, get_settings
 
-# agent_template/ sits beside the codeshot package in the repository (editable installs).
-TEMPLATE_DIR = Path(codeshot.__file__).resolve().parent.parent / "agent_template"
 CALL_TIMEOUT = 30.0
 
 
@@ -51,7 +48,9 @@ def handle_for(name: str) -> str:
 
 
 def new_agent(target: Path) -> str:
-    """Copy the template to ``target`` (which must not exist) with its own handle."""
+    """Copy the template to ``target`` (which must not exist) with its own handle, name
+    and description (the template's would make two "Notes" the router cannot tell
+    apart)."""
     if not (TEMPLATE_DIR / CONFIG_FILE).is_file():
         raise InvalidInput(f"the agent template is missing (looked in {TEMPLATE_DIR})")
     if target.exists():
@@ -59,9 +58,17 @@ def new_agent(target: Path) -> str:
     handle = handle_for(target.resolve().name)
     shutil.copytree(TEMPLATE_DIR, target,
                     ignore=shutil.ignore_patterns("__pycache__", "*.pyc", ".pytest_cache"))
+    name = target.resolve().name
+    fields = {"handle": handle, "name": json.dumps(name),
+              "description": json.dumps(f"{name}, copied from the notes template: it saves "
+                                        f"short notes and reads them back.")}
     config = target / CONFIG_FILE
-    config.write_text(re.sub(r"(?m)^handle:.*$", f"handle: {handle}", config.read_text(),
-                                   count=1))
+    lines = config.read_text().splitlines(keepends=True)
+    for i, line in enumerate(lines):  # line by line: the template's comments stay
+        field = line.split(":", 1)[0]
+        if field in fields:
+            lines[i] = f"{field}: {fields.pop(field)}\n"
+    config.write_text("".join(lines))
     return handle
 
 

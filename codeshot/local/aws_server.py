@@ -23,23 +23,32 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-from codeshot.errors import PortInUse
+from codeshot.errors import InvalidInput, PortInUse
 
 
 def check_port_free(host: str, port: int, flag: str) -> None:
-    """Fail early, with a message a person can act on, when a port is taken: ``flag`` is
-    the option of the command that chose it."""
-    if port == 0:
-        return
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+    """Fail early, with a message a person can act on, when a port is taken (``flag`` is
+    the option of the command that chose it) or ``host`` is no address to listen on."""
+    try:
+        [(family, _, _, _, address), *_] = socket.getaddrinfo(
+            host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
+    except socket.gaierror as exc:
+        raise InvalidInput(f"cannot listen on {host!r}: {exc.strerror} (--host)") from exc
+    with socket.socket(family, socket.SOCK_STREAM) as sock:
+        # As the servers themselves bind: a stack stopped a moment ago leaves connections
+        # in TIME-WAIT on its ports for a minute, which only a listener should block.
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
-            sock.bind((host, port))
+            sock.bind(address)
         except OSError as exc:
             if exc.errno in (errno.EADDRINUSE, errno.EACCES):
                 raise PortInUse(
                     f"port {port} on {host} is already in use; stop what is using it "
                     f"or pick another port ({flag})"
                 ) from exc
+            if exc.errno == errno.EADDRNOTAVAIL:
+                raise InvalidInput(f"cannot listen on {host}: it is not an address of this "
+                                   f"machine (--host)") from exc
             raise
 
 
@@ -326,8 +335,9 @@ class LocalAWS:
             return
         process, self._process = self._process, None
         assert process.stdin is not None and process.stdout is not None
-        process.stdin.close()  # the child's cue to shut down
+        process.stdin.close()  # the child's cue, should this process die before the next
         process.stdout.close()
+        process.terminate()  # moto keeps all in memory: nothing to wind down (0.7 s saved)
         try:
             process.wait(timeout=10)
         except subprocess.TimeoutExpired:
@@ -352,7 +362,10 @@ def serve(host: str, port: int) -> None:
     app = check_presigned_s3(reject_expired_presigned(
         DomainDispatcherApplication(create_backend_app)))
     server = make_server(host, port, app, threaded=True, request_handler=MotoRequestHandler)
-    print(server.server_address[1], flush=True)
+    try:
+        print(server.server_address[1], flush=True)
+    except BrokenPipeError:  # the parent stopped (Ctrl-C) before reading it
+        return
     os.dup2(os.open(os.devnull, os.O_WRONLY), 1)  # nobody reads our stdout after the port
 
     def until_stdin_closes() -> None:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import os
 import socket
+import tempfile
 import threading
 import time
 from collections.abc import Callable
@@ -18,7 +19,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from codeshot.client import STATE_FILE, read_state
-from codeshot.errors import StackRunning
+from codeshot.errors import InvalidInput, StackRunning
 from codeshot.local.aws_server import LocalAWS, check_port_free
 from codeshot.settings import Settings
 
@@ -29,16 +30,16 @@ if TYPE_CHECKING:
     from codeshot.services import Services
 
 LOCAL_USER = "local"
+# The repository's agent_template/, shipped in the package (codeshot/agent_template links
+# to it in the repository): `codeshot new` copies it, the local stack runs it as notes.
+TEMPLATE_DIR = Path(__file__).resolve().parents[1] / "agent_template"
 
 
 def example_agent_dirs() -> list[Path]:
-    """The agents the local stack runs: the copy-and-edit template (when the repository is
-    here) and the examples shipped with the package (a dice roller, a standalone clock)."""
-    import codeshot
-
-    package = Path(codeshot.__file__).resolve().parent
-    dirs = [package.parent / "agent_template"]
-    dirs += sorted(p for p in (package / "local" / "examples").iterdir() if p.is_dir())
+    """The agents the local stack runs, all shipped in the package: the copy-and-edit
+    template (notes) and the examples (a dice roller, a standalone clock)."""
+    examples = Path(__file__).resolve().parent / "examples"
+    dirs = [TEMPLATE_DIR, *sorted(p for p in examples.iterdir() if p.is_dir())]
     return [d for d in dirs if (d / "agent.yaml").is_file()]
 
 
@@ -81,10 +82,13 @@ class LocalStack:
     def api_url(self) -> str:
         # Listening on every address (0.0.0.0, ::), the platform calls itself on loopback.
         host = "127.0.0.1" if self.host in ("0.0.0.0", "::") else self.host  # noqa: S104
-        return f"http://{host}:{self.port}"
+        return f"http://{f'[{host}]' if ':' in host else host}:{self.port}"
 
     def start(self) -> dict[str, Any]:
         began = time.perf_counter()
+        if self.state_path.parent.exists() and not self.state_path.parent.is_dir():
+            raise InvalidInput(f"{self.state_path.parent} is a file: local up keeps its "
+                               f"{STATE_FILE.name} in that directory; move the file away")
         self._refuse_if_running()
         check_port_free(self.host, self.port, "--port")
         self.progress("Starting local AWS (moto server) ...")
@@ -114,11 +118,13 @@ class LocalStack:
         self.progress(f"AWS endpoint: {endpoint}")
         self.progress(f"API key: {api_key}")
         if self.host not in ("127.0.0.1", "localhost", "::1"):
-            # Local mode lets agents and Funcs call loopback URLs, moto's included.
-            self.progress(f"Listening on {self.host}: anyone who reaches the API and has an "
-                          "account can make the platform read loopback URLs, moto's server "
-                          "(every secret of this stack) too. Share it only with people you "
-                          "would give all of it.")
+            # Local mode lets agents and Funcs call loopback URLs, moto's included, and
+            # moto's Cognito takes any confirmation code.
+            self.progress(f"Listening on {self.host}: anyone who reaches the API can sign "
+                          "up (any confirmation code works here) and make the platform read "
+                          "loopback URLs, moto's server too, which holds every secret and "
+                          "record of this stack (and answers any process on this machine). "
+                          "Share it only with people you would give all of it.")
         self.progress(f"Ready in {time.perf_counter() - began:.2f}s (Ctrl-C to stop)")
         return self.state
 
@@ -200,11 +206,18 @@ class LocalStack:
                 f"it, stop it first, or run `codeshot local up` in another directory")
 
     def _write_state(self) -> None:
+        """Write local.json whole (a reader never sees half of it). It holds an API key: a
+        new file of a name nobody can plant first, made 0600 (mkstemp: O_EXCL, no
+        symlink followed), never readable by others for a moment."""
         self.state_path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = self.state_path.with_suffix(".tmp")
-        tmp.write_text(json.dumps(self.state, indent=2) + "\n")
-        os.chmod(tmp, 0o600)  # it will hold an API key
-        tmp.replace(self.state_path)
+        fd, tmp = tempfile.mkstemp(dir=self.state_path.parent, prefix="local.", suffix=".tmp")
+        try:
+            with os.fdopen(fd, "w") as file:
+                file.write(json.dumps(self.state, indent=2) + "\n")
+            os.replace(tmp, self.state_path)
+        except BaseException:
+            os.unlink(tmp)
+            raise
 
     def wait(self) -> None:
         self._stopped.wait()
@@ -215,12 +228,10 @@ class LocalStack:
         for poller in self.pollers:
             poller.stop()
         self.pollers = []
-        for server in self.agents:
-            server.stop()
-        self.agents = []
-        if self.api is not None:
-            self.api.stop()
-            self.api = None
+        from codeshot.local.http_server import stop_all
+
+        stop_all([*self.agents, *([self.api] if self.api is not None else [])])
+        self.agents, self.api = [], None
         self.aws.stop()
         self._stopped.set()
 

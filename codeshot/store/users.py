@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+from decimal import Decimal
 from typing import TYPE_CHECKING, Any
 
 from codeshot import ids
 from codeshot.errors import Conflict, InvalidInput, NotFound
-from codeshot.models import User, validate_handle
+from codeshot.models import MAX_DAILY_LIMIT, User, validate_handle
 from codeshot.store.base import Repository
 from codeshot.store.dynamo import from_item, is_condition_failure, lookup_key, to_item
 from codeshot.store.tables import USERS
@@ -21,6 +22,18 @@ LIST_PAGE = 100  # users an operator's list shows at a time
 # The platform's own name: its planner is the agent "platform/planner", and a user of
 # that name would share the planner's id, counters and name in chat logs.
 PLATFORM_USERNAME = "platform"
+LIMITS = ("daily_query_limit", "daily_token_limit")
+
+
+def _user(item: dict[str, Any]) -> User:
+    """A stored user. A limit out of range (one written before set_limits refused it, such
+    as 10**40, which DynamoDB holds but boto3 cannot read) reads as the nearest allowed
+    value: the user stays readable, and an operator can set the limit again."""
+    for name in LIMITS:
+        raw = item.get(name, {}).get("N")
+        if raw is not None and not 0 <= Decimal(raw) <= MAX_DAILY_LIMIT:
+            item = item | {name: {"N": "0" if Decimal(raw) < 0 else str(MAX_DAILY_LIMIT)}}
+    return User.from_dict(from_item(item))
 
 
 class UserStore(Repository):
@@ -58,7 +71,7 @@ class UserStore(Repository):
         ).get("Item")
         if not item:
             raise NotFound(f"user {user_id} not found")
-        return User.from_dict(from_item(item))
+        return _user(item)
 
     def get_by_username(self, username: str) -> User:
         lookup_key(username, "user")
@@ -84,7 +97,7 @@ class UserStore(Repository):
         if after:
             kwargs["ExclusiveStartKey"] = {"user_id": {"S": lookup_key(after, "user")}}
         out = self.db.scan(**kwargs)
-        users = [User.from_dict(from_item(item)) for item in out.get("Items", [])
+        users = [_user(item) for item in out.get("Items", [])
                  if not item["user_id"]["S"].startswith((GUARD_PREFIX, IDENTITY_PREFIX))]
         last = out.get("LastEvaluatedKey")
         return users, last["user_id"]["S"] if last else None
@@ -101,7 +114,7 @@ class UserStore(Repository):
                 ExpressionAttributeValues={":v": {"BOOL": value}}, ReturnValues="ALL_NEW")
         except self.db.exceptions.ConditionalCheckFailedException as exc:
             raise NotFound(f"user {user_id} not found") from exc
-        return User.from_dict(from_item(out["Attributes"]))
+        return _user(out["Attributes"])
 
     def _keys(self, user_id: str, action: str, key_id: str, rule: str = "",
               values: dict[str, AttributeValueTypeDef] | None = None,
@@ -124,7 +137,7 @@ class UserStore(Repository):
             old = exc.response.get("Item")  # the user as it was (ALL_OLD)
             if not isinstance(old, dict) or not old:
                 raise NotFound(f"user {user_id} not found") from exc
-            return User.from_dict(from_item(old))
+            return _user(old)
         return None
 
     def set_time_zone(self, user_id: str, time_zone: str | None) -> None:
@@ -169,11 +182,12 @@ class UserStore(Repository):
 
     def set_limits(self, user_id: str, daily_queries: int | None,
                    daily_tokens: int | None) -> User:
-        """Set the user's own limits (each None: left as it is); returns the user."""
+        """Set the user's own limits (each None: left as it is; each 0 to MAX_DAILY_LIMIT, else
+        INVALID_INPUT and nothing is written); returns the user."""
         values = {"daily_query_limit": daily_queries, "daily_token_limit": daily_tokens}
         changes = {name: value for name, value in values.items() if value is not None}
-        if any(value < 0 for value in changes.values()):
-            raise InvalidInput("limits must be 0 or more")
+        if any(not 0 <= value <= MAX_DAILY_LIMIT for value in changes.values()):
+            raise InvalidInput(f"a daily limit is a whole number from 0 to {MAX_DAILY_LIMIT:,}")
         if not changes:
             return self.get(user_id)
         try:
@@ -187,4 +201,4 @@ class UserStore(Repository):
             )
         except self.db.exceptions.ConditionalCheckFailedException as exc:
             raise NotFound(f"user {user_id} not found") from exc
-        return User.from_dict(from_item(out["Attributes"]))
+        return _user(out["Attributes"])

@@ -204,10 +204,15 @@ def test_only_operators_manage_users(stack):
     assert listing.status_code == 200 and 'data-user="local"' in listing.text
     me = httpx.post(f"{stack.api_url}/console/users/{name}/disable", headers=page)
     assert me.status_code == 400 and "cannot disable yourself" in me.text
-    limit = httpx.post(f"{stack.api_url}/console/users/local/limit", headers=page,
-                       data={"daily_queries": "-3"})
-    assert limit.status_code == 400 and stack.services.users.get_by_username(
-        "local").daily_query_limit is None
+    for bad in ("-3", "²", str(10**40)):  # "²".isdigit(); 10**40 was written, then 500s
+        limit = httpx.post(f"{stack.api_url}/console/users/local/limit", headers=page,
+                           data={"daily_queries": bad})
+        assert limit.status_code == 400 and "from 0 to 2,147,483,647" in limit.text, bad
+        assert stack.services.users.get_by_username("local").daily_query_limit is None
+    assert httpx.get(f"{stack.api_url}/console/users", headers=page).status_code == 200
+    huge = cli(stack, "users", "limits", "local", "--daily-queries", str(10**40))
+    assert huge.returncode == 2 and huge.stderr.strip().endswith("(INVALID_INPUT)"), huge.stderr
+    assert stack.services.users.get_by_username("local").daily_query_limit is None
     assert cli(stack, "users", "operator", name, "--off").stdout.strip() == \
         f"{name} is not an operator"
     assert httpx.get(f"{stack.api_url}/console/users", headers=page).status_code == 403

@@ -194,3 +194,10 @@ def test_a_query_that_outlasts_the_reply_wait_says_so(platform, fixie_python):
     assert f"read session {handle} " in plain.json()["error"]["message"]
     used = platform.gql(key, "{ user { dailyUsedQueries } }")["data"]["user"]
     assert used["dailyUsedQueries"] == 3  # one per query: nothing was sent twice
+
+
+def test_the_agent_page_url_fixie_serve_prints_leads_to_the_console(platform):
+    """`fixie serve` prints <API>/agents/<owner>/<handle>: it answered 404."""
+    page = httpx.get(f"{platform.url}/agents/local/secret", follow_redirects=False)
+    assert page.status_code == 307
+    assert page.headers["location"] == "/console/agents/local/secret"

@@ -11,6 +11,7 @@ import sys
 import httpx
 import pytest
 
+from codeshot import ids
 from codeshot.settings import FIELDS
 from tests.conftest import code
 
@@ -48,24 +49,32 @@ def test_users_create_list_and_revoke_their_own_keys(platform):
     assert platform.gql(alice, ME)["data"]["user"]["username"] == "alice"
 
 
-def test_an_operator_revokes_a_key_from_the_command_line(live_stack_object, tmp_path):
-    live_stack = live_stack_object.state
+@pytest.fixture
+def users_cli(live_stack_object, tmp_path):
+    """`codeshot users ...` beside the live stack, as its operator runs it."""
     settings = live_stack_object.settings
     names = {f"CODESHOT_{f.name.upper()}": str(getattr(settings, f.name)) for f in FIELDS
              if f.name.endswith(("_table", "_bucket", "_secret_id"))}
-    graphql = live_stack["graphql_url"]
-    key = live_stack["api_key"]
-    spare = httpx.post(graphql, json={"query": CREATE},
-                       headers={"Authorization": f"Bearer {key}"}).json()
-    spare_key = spare["data"]["createApiKey"]["key"]
     state = tmp_path / ".codeshot"
     state.mkdir()
-    (state / "local.json").write_text(json.dumps(live_stack))
+    (state / "local.json").write_text(json.dumps(live_stack_object.state))
 
     def cli(*args: str) -> subprocess.CompletedProcess[str]:
         return subprocess.run([sys.executable, "-m", "codeshot.cli", "users", *args],
                               cwd=tmp_path, capture_output=True, text=True, timeout=120, check=False,
                               env={**os.environ, **names})
+
+    return cli
+
+
+def test_an_operator_revokes_a_key_from_the_command_line(live_stack_object, users_cli):
+    cli = users_cli
+    live_stack = live_stack_object.state
+    graphql = live_stack["graphql_url"]
+    key = live_stack["api_key"]
+    spare = httpx.post(graphql, json={"query": CREATE},
+                       headers={"Authorization": f"Bearer {key}"}).json()
+    spare_key = spare["data"]["createApiKey"]["key"]
 
     listed = cli("keys", "local")
     assert listed.returncode == 0 and spare["data"]["createApiKey"]["id"] in listed.stdout
@@ -77,6 +86,29 @@ def test_an_operator_revokes_a_key_from_the_command_line(live_stack_object, tmp_
     again = cli("revoke-key", "local", spare_key)
     assert again.returncode == 2 and "NOT_FOUND" in again.stderr and "Traceback" not in \
         again.stderr
+
+
+def test_an_operator_replaces_a_users_last_key(live_stack_object, users_cli):
+    """Nothing could make a key for an existing user: the last one could not be revoked
+    nor replaced from the command line."""
+    graphql, name = live_stack_object.state["graphql_url"], f"k{ids.ulid().lower()[-8:]}"
+    made = users_cli("create", name)
+    assert made.returncode == 0, made.stderr
+    old = made.stdout.strip()
+    refused = users_cli("revoke-key", name, old)
+    assert refused.returncode == 2 and refused.stderr.strip().endswith(
+        f"create another before revoking it (`codeshot users new-key {name}`) "
+        "(INVALID_INPUT)"), refused.stderr
+    new = users_cli("new-key", name)
+    assert new.returncode == 0, new.stderr
+    assert users_cli("revoke-key", name, old).returncode == 0
+
+    def whoami(key: str) -> dict:
+        return httpx.post(graphql, json={"query": ME},
+                          headers={"Authorization": f"Bearer {key}"}).json()
+
+    assert code(whoami(old)) == "UNAUTHENTICATED"
+    assert whoami(new.stdout.strip())["data"]["user"]["username"] == name
 
 
 INTROSPECT = "{ __schema { types { name } } }"

@@ -156,7 +156,8 @@ def test_register_an_unmodified_fixieai_agent_by_url(live_stack, stack_dir, tmp_
         out = codeshot("agent", "register", str(directory), "--url",
                        f"http://127.0.0.1:{port}", cwd=stack_dir)
         assert out.returncode == 0, out.stderr
-        assert out.stdout.strip() == f"Registered local/fxshouter at http://127.0.0.1:{port}"
+        assert out.stdout.strip() == f"Registered local/fxshouter at http://127.0.0.1:{port} " \
+            f"with the platform at {live_stack['api_url']} (from .codeshot/local.json)"
         assert ask(live_stack, "local/fxshouter", "Shout hello") == "HELLO!"
         (directory / "agent.yaml").write_text(AGENT_YAML.format(handle="fxshouter")
                                               .replace("name: Shouter", "name: Loud"))
@@ -304,3 +305,39 @@ def test_users_help_names_the_argument_it_shows(capsys, argv, text):
     out = capsys.readouterr().out
     assert text in " ".join(out.split())
     assert "positional arguments:\n  NAME " in out, out
+
+
+REVISIONS = "query ($id: String!) { agentById(agentId: $id) { allRevisions { isCurrent " \
+    "externalDeployment { url } } } }"
+
+
+def test_serve_register_lends_an_existing_agent_and_gives_it_back(live_stack, stack_dir,
+                                                                  tmp_path):
+    """It re-pointed the registered agent for good and said "Registered": after Ctrl-C
+    the agent was at a stopped server (AGENT_UNAVAILABLE)."""
+    first, second = agent_dir(tmp_path, "lender"), tmp_path / "again"
+    second.mkdir()
+    for name in ("main.py", "agent.yaml"):
+        (second / name).write_text((first / name).read_text())
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+
+    def serve(directory: Path, until: str):
+        return running([sys.executable, "-m", "codeshot.cli", "serve", str(directory),
+                        "--port", str(port := free_port()), "--register"], stack_dir, env,
+                       until), f"http://127.0.0.1:{port}"
+
+    def revisions() -> list[tuple[bool, str]]:
+        return [(r["isCurrent"], r["externalDeployment"]["url"]) for r in gql(
+            live_stack, REVISIONS, id="local/lender")["agentById"]["allRevisions"]]
+
+    serving, first_url = serve(first, "Registered local/lender")
+    with serving:
+        lending, second_url = serve(second, "Updated local/lender")
+        with lending as lines:
+            assert f"Updated local/lender: served here until Ctrl-C, then again at " \
+                f"{first_url}\n" in lines
+            assert (True, second_url) in revisions()
+            assert ask(live_stack, "local/lender", "Shout hello") == "HELLO!"
+        assert lines[-1] == f"Restored local/lender at {first_url}\n"
+        assert revisions() == [(True, first_url)]
+        assert ask(live_stack, "local/lender", "Shout hello") == "HELLO!"

@@ -2,10 +2,14 @@
 
 import io
 import os
+import re
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
+import httpx
 import pytest
 
 from codeshot.chat import REPLAY_NOTICE, ChatClient, run_chat
@@ -48,3 +52,57 @@ def test_chat_command_line(live_stack):
     assert out.returncode == 0, out.stderr
     assert "with local/dice" in out.stdout
     assert "You rolled " in out.stdout and " = " in out.stdout
+
+
+def test_ctrl_c_ends_a_chat_without_a_traceback(live_stack):
+    root = Path(__file__).resolve().parents[2]
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "codeshot.cli", "chat", "--api-url", live_stack["api_url"],
+         "--api-key", live_stack["api_key"]], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE, text=True, env={**os.environ, "PYTHONPATH": str(root)})
+    assert proc.stdout is not None
+    while "Ctrl-D to quit" not in proc.stdout.readline():
+        assert proc.poll() is None, proc.communicate()
+    time.sleep(1)  # at the prompt, reading a line
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=20)
+    assert proc.returncode == 130 and err == "", err
+
+
+def test_chat_at_a_terminal_edits_the_line(live_stack):
+    """At a terminal the line is read with readline: Ctrl-A goes to its start (it was
+    read raw, and Ctrl-A became part of the text)."""
+    import pty
+
+    root = Path(__file__).resolve().parents[2]
+    leader, follower = pty.openpty()
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "codeshot.cli", "chat", "--agent", "local/dice",
+         "--api-url", live_stack["api_url"], "--api-key", live_stack["api_key"]],
+        stdin=follower, stdout=follower, stderr=follower, close_fds=True,
+        env={**os.environ, "PYTHONPATH": str(root), "TERM": "xterm"})
+    os.close(follower)
+    seen = b""
+
+    def read_until(marker: bytes, timeout: float = 60) -> None:
+        nonlocal seen
+        deadline = time.monotonic() + timeout
+        while marker not in seen:
+            assert time.monotonic() < deadline, seen
+            seen += os.read(leader, 4096)
+
+    try:
+        read_until(b"> ")
+        os.write(leader, b"oll 3d8\x01R\r")  # Ctrl-A, then the missing R
+        read_until(b"You rolled ")
+        os.write(leader, b"\x04")  # Ctrl-D
+        assert proc.wait(timeout=20) == 0
+    finally:
+        proc.kill()
+        os.close(leader)
+    session = re.search(rb"Session (\S+) with", seen).group(1).decode()
+    sent = httpx.post(live_stack["graphql_url"], json={
+        "query": "query ($h: String!) { sessionByHandle(handle: $h) { messages { text } } }",
+        "variables": {"h": session}}, headers={"Authorization": f"Bearer {live_stack['api_key']}"}
+    ).json()["data"]["sessionByHandle"]["messages"][0]["text"]
+    assert sent == "Roll 3d8"

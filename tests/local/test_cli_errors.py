@@ -76,3 +76,34 @@ def test_credentials_aws_refuses_and_calls_it_does_not_allow_are_told_apart(aws_
 
     error = _aws_error(ClientError({"Error": {"Code": aws_code, "Message": "no"}}, "PutItem"))
     assert error is not None and error.code == code and "PutItem" in error.message
+
+
+@pytest.mark.parametrize(("args", "says"), [
+    (["--port", "65535"], "--port 65535 leaves no port for moto's server (--port + 1): give "
+                          "--aws-port"),
+    (["--port", "-1"], "--port -1 is not a port: give 1-65535"),
+    (["--port", "0"], "--port 0 is not a port: give 1-65535"),
+    (["--port", "8180", "--aws-port", "70000"], "--aws-port 70000 is not a port"),
+    (["--port", "8180", "--aws-port", "8180"], "--port and --aws-port are both 8180: give "
+                                               "two ports"),
+    (["--host", "nosuchhost.invalid"], "cannot listen on 'nosuchhost.invalid': "),
+    (["--host", "10.255.255.1"], "cannot listen on 10.255.255.1: it is not an address of "
+                                 "this machine (--host)"),
+])
+def test_local_up_refuses_what_it_cannot_listen_on_before_starting(tmp_path, args, says):
+    """Each was a traceback (OverflowError, OSError 99, gaierror), or a stack that started
+    and then failed (the same two ports; --port 0, whose API URL said :0)."""
+    err = one_error_line(codeshot("local", "up", *args, cwd=tmp_path), "INVALID_INPUT")
+    assert says in err
+    assert not (tmp_path / ".codeshot").exists()
+
+
+def test_a_file_named_codeshot_is_a_clear_error(tmp_path):
+    (tmp_path / ".codeshot").write_text("mine")
+    port = str(free_port())
+    err = one_error_line(codeshot("local", "up", "--port", port, cwd=tmp_path),
+                         "INVALID_INPUT")
+    assert ".codeshot is a file: local up keeps its local.json in that directory" in err
+    assert (tmp_path / ".codeshot").read_text() == "mine"
+    # Commands that look for a local stack see none there.
+    one_error_line(codeshot("users", "list", cwd=tmp_path), "UNAUTHENTICATED")

@@ -3,9 +3,12 @@
 
 from __future__ import annotations
 
+import json
 import os
+import re
 import subprocess
 import sys
+import textwrap
 import time
 from pathlib import Path
 
@@ -65,7 +68,13 @@ def copy(tmp_path: Path) -> Path:
 def test_new_copies_the_template_with_the_directory_as_handle(copy):
     assert sorted(p.name for p in copy.iterdir()) == [
         "README.md", "agent.py", "agent.yaml", "requirements.txt", "tests"]
-    assert yaml.safe_load((copy / "agent.yaml").read_text())["handle"] == "shopping-list"
+    config = yaml.safe_load((copy / "agent.yaml").read_text())
+    assert config["handle"] == "shopping-list"
+    # Not a second "Notes" with the template's description for the router to tie on.
+    assert config["name"] == "Shopping List"
+    assert config["description"] == ("Shopping List, copied from the notes template: it "
+                                     "saves short notes and reads them back.")
+    assert "# Who this agent is." in (copy / "agent.yaml").read_text()
     assert codeshot("new", str(copy)).returncode == 2  # never over an existing directory
 
 
@@ -150,3 +159,34 @@ def test_agent_test_runs_a_standalone_agent(tmp_path):
     checked = codeshot("agent", "test", str(tmp_path))
     assert checked.returncode == 1
     assert "PASS  abc" in checked.stdout and "FAIL  xy" in checked.stdout, checked.stdout
+
+
+def test_the_readmes_lambda_handler_answers_a_gateway_event(copy):
+    """Step 5 named `agent.handler` as the Lambda handler: agent.py has no such function
+    (it is a method of `agent`), so Lambda could not have found it."""
+    readme = (copy / "README.md").read_text()
+    step = readme[readme.index("5. **Deploy.**"):]
+    source = textwrap.dedent(step.split("```python\n", 1)[1].split("```", 1)[0])
+    module, function = re.search(r"name `(\w+)\.(\w+)`", step).group(1, 2)
+    (copy / f"{module}.py").write_text(source)
+    probe = f"""
+import importlib, json
+handler = getattr(importlib.import_module({module!r}), {function!r})  # as Lambda does
+event = {{"version": "2.0", "routeKey": "$default", "rawPath": "/", "rawQueryString": "",
+          "headers": {{"host": "agent.example"}},
+          "requestContext": {{"http": {{"method": "GET", "path": "/", "protocol": "HTTP/1.1",
+                               "sourceIp": "203.0.113.1", "userAgent": "t"}},
+                              "domainName": "agent.example", "stage": "$default",
+                              "requestId": "r", "accountId": "1", "apiId": "a"}},
+          "isBase64Encoded": False}}
+out = handler(event, None)
+print(json.dumps({{"status": out["statusCode"], "body": json.loads(out["body"])}}))
+"""
+    proc = subprocess.run([sys.executable, "-c", probe], cwd=copy, capture_output=True,
+                          text=True, timeout=120, check=False,
+                          env={**os.environ, "CODESHOT_API_URL": "https://platform.example",
+                               "CODESHOT_AGENT_ID": "admin/shopping-list"})
+    assert proc.returncode == 0, proc.stderr
+    out = json.loads(proc.stdout.strip().splitlines()[-1])
+    # The agent's app answered: the handshake needs the platform's token, as it should.
+    assert out["status"] == 401 and out["body"]["error"]["code"] == "UNAUTHENTICATED", out

@@ -3,6 +3,7 @@ import threading
 import pytest
 
 from codeshot.errors import Conflict, InvalidInput, NotFound
+from codeshot.models import MAX_DAILY_LIMIT
 from codeshot.store.users import UserStore
 
 
@@ -101,3 +102,33 @@ def test_keys_added_at_once_stop_at_the_most(aws):
                       for n in range(8)])
     assert sum(isinstance(o, InvalidInput) for o in outcomes) == 5
     assert len(users.get(user.user_id).api_key_ids) == 3
+
+
+def test_a_limit_out_of_range_is_refused_and_writes_nothing(aws):
+    """10**40 was written, then every read of the user (and the user list) crashed."""
+    users = UserStore(aws)
+    user = users.create("erin")
+    users.set_limits(user.user_id, 5, None)
+    for too_big in (10**40, MAX_DAILY_LIMIT + 1, -1):
+        with pytest.raises(InvalidInput, match="from 0 to 2,147,483,647"):
+            users.set_limits(user.user_id, too_big, 7)
+    assert users.get(user.user_id).daily_query_limit == 5
+    assert users.get(user.user_id).daily_token_limit is None
+    assert users.set_limits(user.user_id, MAX_DAILY_LIMIT, 0).daily_query_limit == MAX_DAILY_LIMIT
+
+
+def test_a_stored_limit_out_of_range_still_reads(aws):
+    """A value an older platform wrote (DynamoDB holds 10**40; boto3 cannot read it): the
+    user, the list and the operator's repair all work."""
+    users = UserStore(aws)
+    user = users.create("frank")
+    users.add_key(user.user_id, "k1")
+    users.db.update_item(
+        TableName=users.table_name, Key={"user_id": {"S": user.user_id}},
+        UpdateExpression="SET daily_query_limit = :q, daily_token_limit = :t",
+        ExpressionAttributeValues={":q": {"N": str(10**40)}, ":t": {"N": "-5"}})
+    read = users.get_by_username("frank")
+    assert (read.daily_query_limit, read.daily_token_limit) == (MAX_DAILY_LIMIT, 0)
+    assert [u.username for u in users.list()[0]] == ["frank"]
+    assert users.set_limits(user.user_id, 5, None).daily_query_limit == 5
+    assert users.get(user.user_id).daily_token_limit == 0

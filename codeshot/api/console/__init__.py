@@ -5,6 +5,8 @@ npm by ``make assets``), so the console works with no other host reachable."""
 
 from __future__ import annotations
 
+from urllib.parse import quote
+
 from fastapi import FastAPI
 from fastapi.responses import RedirectResponse
 
@@ -25,3 +27,9 @@ def install(app: FastAPI) -> None:
     @app.get("/console", include_in_schema=False)
     def to_console() -> RedirectResponse:
         return RedirectResponse("/console/", status_code=307)
+
+    @app.get("/agents/{owner}/{handle}", include_in_schema=False)
+    def to_agent_page(owner: str, handle: str) -> RedirectResponse:
+        """Where Fixie kept an agent's page: `fixie serve` prints this URL."""
+        return RedirectResponse(f"/console/agents/{quote(owner)}/{quote(handle)}",
+                                status_code=307)

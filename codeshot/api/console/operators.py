@@ -17,7 +17,7 @@ from codeshot.api.console.web import (
     templates,
 )
 from codeshot.errors import InvalidInput
-from codeshot.models import Principal
+from codeshot.models import MAX_DAILY_LIMIT, Principal
 from codeshot.services import Services
 from codeshot.usecases import accounts, users
 from codeshot.usecases.threads import blocking
@@ -47,8 +47,9 @@ async def set_limit(request: Request, username: str,
     services = services_of(request)
     await blocking(accounts.require_operator, services, operator)
     text = (await form(request)).get("daily_queries", "").strip()
-    if not text.isdigit():
-        raise InvalidInput("the daily query limit is a whole number, 0 or more")
+    # ASCII digits only: "²".isdigit() holds, yet int("²") fails. Range: set_limits.
+    if not (text.isascii() and text.isdigit()) or len(text) > len(str(MAX_DAILY_LIMIT)):
+        raise InvalidInput(f"the daily query limit is a whole number from 0 to {MAX_DAILY_LIMIT:,}")
     user = await blocking(users.set_limits, services, username, int(text))
     return html(await blocking(_table, services, operator, None,
                                f"{user.username} may now send {int(text):,} queries a day."))

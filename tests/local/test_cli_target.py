@@ -1,0 +1,122 @@
+"""Which platform a user's command calls, and with which key: URL and key always come
+from one source, so a .codeshot/local.json planted in a directory never receives the
+key the environment or the command line names for another platform."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import threading
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import free_port
+from tests.local.test_cli_errors import ROOT, codeshot, one_error_line
+
+REFUSAL = json.dumps({"errors": [{"message": "who are you", "extensions": {
+    "code": "UNAUTHENTICATED"}}]}).encode()
+
+
+class Listener(ThreadingHTTPServer):
+    """A platform on 127.0.0.1 that writes down every Authorization header it gets."""
+
+    def __init__(self) -> None:
+        self.seen: list[str] = []
+        listener = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_POST(self) -> None:
+                self.rfile.read(int(self.headers.get("Content-Length", 0)))
+                listener.seen.append(self.headers.get("Authorization", ""))
+                self.send_response(200)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(REFUSAL)))
+                self.end_headers()
+                self.wfile.write(REFUSAL)
+
+            def log_message(self, *args: object) -> None:
+                pass
+
+        super().__init__(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.server_address[1]}"
+
+
+@pytest.fixture
+def listeners() -> Iterator[tuple[Listener, Listener]]:
+    """(the platform the user means, a planted local.json's)."""
+    servers = (Listener(), Listener())
+    for server in servers:
+        threading.Thread(target=server.serve_forever, daemon=True).start()
+    yield servers
+    for server in servers:
+        server.shutdown()
+        server.server_close()
+
+
+def plant(directory: Path, url: str, **fields: str) -> None:
+    (directory / ".codeshot").mkdir()
+    (directory / ".codeshot" / "local.json").write_text(json.dumps({"api_url": url, **fields}))
+
+
+COMMANDS = [("chat",), ("oauth", "list"),
+            ("agent", "register", str(ROOT / "agent_template"), "--url", "http://127.0.0.1:9")]
+
+
+@pytest.mark.parametrize("command", COMMANDS)
+def test_the_environments_platform_beats_a_planted_local_json(tmp_path, listeners, command):
+    mine, planted = listeners
+    plant(tmp_path, planted.url)
+    out = codeshot(*command, cwd=tmp_path, CODESHOT_API_URL=mine.url, CODESHOT_API_KEY="REAL")
+    assert out.returncode == 2 and out.stderr.strip().endswith("(UNAUTHENTICATED)"), out.stderr
+    assert planted.seen == [] and mine.seen[0] == "Bearer REAL"
+
+
+def test_a_local_json_without_a_key_never_gets_the_environments(tmp_path, listeners):
+    _, planted = listeners
+    plant(tmp_path, planted.url)
+    err = one_error_line(codeshot("chat", cwd=tmp_path, CODESHOT_API_KEY="REAL"),
+                         "INVALID_INPUT")
+    assert f"no API key for {planted.url}/graphql (from .codeshot/local.json)" in err
+    assert planted.seen == []
+
+
+def test_a_key_on_the_command_line_needs_its_url_beside_a_local_json(tmp_path, listeners):
+    mine, planted = listeners
+    plant(tmp_path, planted.url, api_key="FILE")
+    err = one_error_line(codeshot("chat", "--api-key", "REAL", cwd=tmp_path), "INVALID_INPUT")
+    assert "give --api-url too" in err and planted.seen == []
+    out = codeshot("chat", "--api-url", mine.url, "--api-key", "REAL", cwd=tmp_path)
+    assert out.returncode == 2 and planted.seen == [] and mine.seen == ["Bearer REAL"]
+
+
+def test_the_local_stacks_file_goes_with_its_own_key_and_says_so(tmp_path, listeners):
+    stack, _ = listeners
+    plant(tmp_path, stack.url, api_key="FILE")
+    out = codeshot("chat", cwd=tmp_path, CODESHOT_API_KEY="REAL")
+    assert out.stdout.startswith(f"Platform: {stack.url} (from .codeshot/local.json)\n")
+    assert stack.seen == ["Bearer FILE"]
+
+
+def error_line(out: subprocess.CompletedProcess[str], code: str) -> str:
+    """The one coded line on stderr (chat says first, on stdout, which platform it tries)."""
+    return one_error_line(subprocess.CompletedProcess(out.args, out.returncode, "",
+                                                      out.stderr), code)
+
+
+@pytest.mark.parametrize("command", COMMANDS)
+def test_a_platform_that_does_not_answer_is_unavailable(tmp_path, command):
+    down = f"http://127.0.0.1:{free_port()}"
+    err = error_line(codeshot(*command, cwd=tmp_path, CODESHOT_API_URL=down,
+                              CODESHOT_API_KEY="k"), "UNAVAILABLE")
+    assert f"cannot reach the platform at {down}" in err
+
+
+def test_a_stale_local_json_says_its_stack_is_not_running(tmp_path):
+    down = f"http://127.0.0.1:{free_port()}"
+    plant(tmp_path, down, api_key="FILE")
+    err = error_line(codeshot("chat", cwd=tmp_path), "UNAVAILABLE")
+    assert f"the platform at {down}/graphql does not answer: the `codeshot local up` that " \
+        "wrote .codeshot/local.json here is not running; start it again" in err
