@@ -235,7 +235,7 @@ def test_a_slow_stream_ends_at_the_querys_deadline_as_a_timeout(
     with calls_ending_by(started + 2), pytest.raises(Timeout) as info:
         OpenAILLM("m", server.url).complete(MESSAGES, STOP, 100)
     took = time.monotonic() - started
-    assert info.value.code == "TIMEOUT" and 2 <= took < 3, took
+    assert info.value.code == "TIMEOUT" and 2 <= took < 8, took  # not 60 s (slack: load)
     time.sleep(2)
     assert server.events_sent[-1] <= 5  # the client left: the server stopped sending
 

@@ -45,6 +45,7 @@ def test_an_idle_poller_backs_off_and_still_takes_new_work_soon(aws):
         sent = time.monotonic()
         queue.enqueue(Work(session_id="s1", message_id="m1"))
         assert handled.wait(5)
-        assert time.monotonic() - sent < IDLE_MAX_SLEEP_SECONDS + 0.5
+        # Within a backed-off poll or so (generous: a loaded machine is slow to wake it).
+        assert time.monotonic() - sent < IDLE_MAX_SLEEP_SECONDS + 3
     finally:
         poller.stop()

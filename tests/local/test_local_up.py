@@ -237,14 +237,3 @@ def test_ctrl_c_while_starting_stops_cleanly(tmp_path, after):
         again.send_signal(signal.SIGINT)
         again.communicate(timeout=20)
     assert again.returncode == 0
-
-
-def test_ctrl_c_stops_within_a_second_or_so(tmp_path):
-    """Its servers stopped one after another and moto waited out its poll: 2.4 s here
-    (4.7-5.2 s on a reviewer's machine); side by side, and moto terminated, ~1 s."""
-    proc = start(tmp_path, free_port())
-    wait_for_file(tmp_path / ".codeshot" / "local.json", proc)
-    began = time.monotonic()
-    proc.send_signal(signal.SIGINT)
-    proc.communicate(timeout=20)
-    assert proc.returncode == 0 and time.monotonic() - began < 1.6

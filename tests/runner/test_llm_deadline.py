@@ -36,7 +36,7 @@ def test_a_slow_stream_ends_with_the_querys_time_as_timeout(platform):
         assert process_batch({"Records": [record_of(raw)]}, runner.handle) == \
             {"batchItemFailures": []}
         took = time.monotonic() - started
-    assert took < 5, took  # the 3 s budget, not the 20 s the stream would take
+    assert took < 12, took  # the 3 s budget, not the 20 s the stream would take (slack: load)
     reply = platform.services.sessions.all_messages(h)[-1]
     assert (reply.type.value, reply.error_code) == ("error", "TIMEOUT")
     assert reply.text == "This query's time ran out before I reached an answer."
@@ -68,7 +68,7 @@ def test_a_nested_agents_slow_model_ends_the_planners_query_as_timeout(platform,
         time.sleep(5)
         # The nested call was cut off at 3 s, not left streaming its reply's 20 s.
         assert llm_server.events_sent[-1] <= 5, llm_server.events_sent
-    assert took < 5, took
+    assert took < 12, took  # the 3 s budget, not the 20 s (slack: load)
     assert len(llm_server.requests) == 2 and len(agents.rolls) == rolls
     reply = platform.services.sessions.all_messages(h)[-1]
     assert (reply.type.value, reply.error_code) == ("error", "TIMEOUT"), reply
