@@ -45,9 +45,15 @@ def test_one_user_cannot_run_more_than_their_cap_at_once(live, agents):
     _, other = live.user("polite")
     slow = register(live, key, "slow", agents.url + "/slow")
     first = session(live, key, frontend=slow)
+    called = len(agents.calls)
     out = live.gql(key, SEND_NO_WAIT, {"s": first, "t": "Roll 1d20"})
     assert "errors" not in out, out
-    time.sleep(1)  # the slow query is running (its Func takes 3 s)
+    # The slow query is running once its Func is called (which takes 3 s): the runner may
+    # take a while to start it on a loaded machine.
+    deadline = time.monotonic() + 30
+    while len(agents.calls) == called:
+        assert time.monotonic() < deadline, "the slow query's Func was never called"
+        time.sleep(0.05)
     second = session(live, key, frontend=slow)
     refused = send(live, key, second, "Roll 1d20")["reply"]
     assert refused["type"] == "error" and "you already have 1 queries running" in \
