@@ -94,7 +94,14 @@ class Console:
         """Wait for the page with this heading, and for its other requests (who is signed
         in): leaving a page mid-request aborts it, which htmx logs as an error."""
         self.page.get_by_role("heading", name=text, level=1).wait_for()
-        self.page.wait_for_load_state("networkidle")
+        self.settled()
+
+    def settled(self) -> None:
+        """Wait until htmx has no request in flight and no swap settling. A link to the
+        page already shown finds its heading at once; Playwright's networkidle did not
+        wait for its request either when it had not yet heard of it (a loaded machine)."""
+        self.page.wait_for_function(
+            "() => !document.querySelector('.htmx-request, .htmx-swapping, .htmx-settling')")
 
     def nav(self, name: str) -> None:
         self.page.get_by_role("navigation").get_by_role("link", name=name).click()
