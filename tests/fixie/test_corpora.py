@@ -474,7 +474,7 @@ def test_reading_stops_in_its_time_keeping_the_pages_read(aws, monkeypatch):
         done = corpora.ingest(store.start("ann/docs", []), [{"urls": [f"{base}/docs/*"]}],
                               aws.replace(local_mode=True), store, HashingEmbedder())
         took = time.monotonic() - began
-    assert done.state.value == "ready" and 1 <= done.documents <= 5, done
+    assert done.state.value == "ready" and 2 <= done.documents <= 5, done
     *cut, left = done.errors  # a page whose sending the deadline cut is listed as skipped
     assert all(e.endswith(".html") and "time ran out while fetching" in e for e in cut), cut
     assert left == f"reading ran out of its 1s: {31 - done.documents - len(cut)} linked " \
