@@ -27,8 +27,8 @@ MAX_PORT = 65535
 API_KEY_HELP = "your API key (other users of this machine see it in `ps`: prefer " \
     "CODESHOT_API_KEY)"
 # Where a user's commands find the platform and their key (codeshot.client.Target.find).
-TARGETS = ("of CODESHOT_API_URL with CODESHOT_API_KEY, else the running `codeshot local up` "
-           "of this directory with its own key (.codeshot/local.json)")
+TARGETS = ("of the running `codeshot local up` of this directory with its own key "
+           "(.codeshot/local.json), else of CODESHOT_API_URL with CODESHOT_API_KEY")
 
 
 def _check_ports(port: int, aws_port: int | None) -> None:

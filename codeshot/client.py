@@ -61,21 +61,20 @@ class Target:
     def find(cls, api_url: str | None = None, api_key: str | None = None) -> Target:
         """The platform and the key for it, taken together: a key never goes to a URL
         from another source (a planted .codeshot/local.json must not get the
-        environment's key). --api-url, else CODESHOT_API_URL, each with --api-key or
-        CODESHOT_API_KEY; else the running local stack's local.json with its own key;
-        else the default URL."""
+        environment's key). --api-url with --api-key or CODESHOT_API_KEY; else the local
+        stack's .codeshot/local.json here with its own key; else CODESHOT_API_URL (or the
+        default URL) with --api-key or CODESHOT_API_KEY."""
         from codeshot.settings import get_settings
 
         settings = get_settings()
         key = api_key or settings.api_key
         if api_url:
             return cls(api_url.rstrip("/"), key, "--api-url")
-        named = _from_environment("api_url")
-        if named:
-            return cls(named[1].rstrip("/"), key, named[0])
         state = read_state()
         if state is None:
-            return cls(settings.api_url.rstrip("/"), key, "the default URL")
+            named = _from_environment("api_url")
+            return cls(named[1].rstrip("/"), key, named[0]) if named else \
+                cls(settings.api_url.rstrip("/"), key, "the default URL")
         if api_key:
             raise InvalidInput(f"--api-key without --api-url here: {STATE_FILE} names a "
                                f"local stack with its own key; give --api-url too to send "

@@ -66,12 +66,23 @@ COMMANDS = [("chat",), ("oauth", "list"),
 
 
 @pytest.mark.parametrize("command", COMMANDS)
-def test_the_environments_platform_beats_a_planted_local_json(tmp_path, listeners, command):
+def test_a_local_json_goes_with_its_own_key_never_the_environments(tmp_path, listeners,
+                                                                    command):
+    """The local stack's file wins over CODESHOT_API_URL (a stable contract), but only
+    with the key it holds: the environment's key went to the file's URL before."""
     mine, planted = listeners
-    plant(tmp_path, planted.url)
+    plant(tmp_path, planted.url, api_key="FILE")
     out = codeshot(*command, cwd=tmp_path, CODESHOT_API_URL=mine.url, CODESHOT_API_KEY="REAL")
     assert out.returncode == 2 and out.stderr.strip().endswith("(UNAUTHENTICATED)"), out.stderr
-    assert planted.seen == [] and mine.seen[0] == "Bearer REAL"
+    assert planted.seen[0] == "Bearer FILE" and "Bearer REAL" not in planted.seen
+    assert mine.seen == []
+
+
+def test_without_a_local_json_the_environment_names_the_platform(tmp_path, listeners):
+    mine, _ = listeners
+    out = codeshot("chat", cwd=tmp_path, CODESHOT_API_URL=mine.url, CODESHOT_API_KEY="REAL")
+    assert out.stdout.startswith(f"Platform: {mine.url} (from CODESHOT_API_URL)\n")
+    assert mine.seen == ["Bearer REAL"]
 
 
 def test_a_local_json_without_a_key_never_gets_the_environments(tmp_path, listeners):
