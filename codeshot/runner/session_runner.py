@@ -10,7 +10,6 @@ costs one read (session, paused program and history together) and one write.
 
 from __future__ import annotations
 
-import contextlib
 import functools
 import json
 import logging
@@ -21,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 from codeshot import ids
 from codeshot.engine.builtin import SessionHistory
 from codeshot.engine.executor import Limits, Outcome, Status, TraceStep
-from codeshot.errors import AgentFailed, CallbackFailed, CodeshotError, NotFound
+from codeshot.errors import AgentFailed, CallbackFailed, CodeshotError, Conflict, NotFound
 from codeshot.llm import get_llm
 from codeshot.models import (
     PLANNER_ID,
@@ -412,12 +411,16 @@ class SessionRunner:
                                                     deadline))
         except Exception:
             log.exception("could not queue the question of %s", session.session_id)
-            with contextlib.suppress(CodeshotError):  # answered meanwhile
+            try:
                 self.s.sessions.end_pause(Message(
                     session_id=session.session_id, message_id=ids.ulid(),
                     text="The platform could not send the question to the task's callback.",
                     type=MessageType.ERROR, sent_by="platform",
                     in_reply_to=question.message_id, error_code=CallbackFailed.code))
+            except Conflict:  # answered meanwhile
+                pass
+            except CodeshotError:  # the session busy through every retry: left waiting
+                log.exception("could not end the question of %s", session.session_id)
 
     def _notify(self, session: Session, reply: Message) -> None:
         from codeshot.runner.callbacks import A2A_TOKEN_HEADER, deliver, sign_event

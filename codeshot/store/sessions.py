@@ -15,7 +15,7 @@ from collections.abc import Collection, Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from codeshot.errors import Conflict, InvalidInput, NotFound
+from codeshot.errors import Conflict, InvalidInput, NotFound, RateLimited
 from codeshot.models import Embed, Message, MessageType, Session, SessionStatus, utcnow
 from codeshot.store.base import Repository
 from codeshot.store.dynamo import (
@@ -591,8 +591,8 @@ class SessionStore(Repository):
                          "ExpressionAttributeNames": {"#i": "item"}}},
             ]))
         except self.db.exceptions.TransactionCanceledException as exc:
-            if "ConditionalCheckFailed" not in cancelled_by(exc):
-                raise  # busy even after retries, not answered: the caller tries again later
+            if "ConditionalCheckFailed" not in cancelled_by(exc):  # busy even after retries
+                raise RateLimited("the platform is busy right now; retry in a moment") from exc
             raise Conflict(f"session {message.session_id} is not waiting for input") from exc
 
     def set_callback(self, session_id: str, owner: str, **fields: str | None) -> Session:

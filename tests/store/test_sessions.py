@@ -3,7 +3,7 @@ from datetime import UTC, datetime, timedelta
 import pytest
 
 from codeshot import ids
-from codeshot.errors import Conflict, InvalidInput, NotFound
+from codeshot.errors import Conflict, InvalidInput, NotFound, RateLimited
 from codeshot.models import Embed, EmbedRef, Message, MessageType, Session, SessionStatus
 from codeshot.store.sessions import SessionStore
 from tests.dynamo_faults import refuse
@@ -215,3 +215,16 @@ def test_ending_a_question_another_write_held_for_a_moment_is_tried_again(aws, m
     with pytest.raises(Conflict):
         store.end_pause(msg(s.session_id, "declined again", type=MessageType.ERROR))
     assert [m.text for m in store.all_messages(s.session_id)] == ["declined"]
+
+
+def test_a_question_busy_through_every_try_is_rate_limited_and_left_waiting(aws, monkeypatch):
+    """Not a raw AWS error (callers that end a question on failure catch codeshot's), and
+    not CONFLICT, which says it was answered: RATE_LIMITED, retry in a moment."""
+    store = SessionStore(aws)
+    s = new_session(store)
+    store.set_status(s.session_id, SessionStatus.AWAITING_INPUT, expected=SessionStatus.IDLE)
+    refuse(monkeypatch, store.db, "transact_write_items", "declined", times=None)
+    with pytest.raises(RateLimited):
+        store.end_pause(msg(s.session_id, "declined", type=MessageType.ERROR))
+    assert store.get(s.session_id).status is SessionStatus.AWAITING_INPUT
+    assert store.all_messages(s.session_id) == []
