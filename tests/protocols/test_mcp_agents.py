@@ -100,6 +100,27 @@ def test_a_code_shot_agent_calls_the_servers_tool_with_the_right_arguments(stack
     assert reply["text"] == f"There are {levels['SKU-9876']} of SKU-9876 in stock."
 
 
+def test_a_server_with_tools_named_as_mcp_allows_registers(stack):
+    """MCP tool names may hold '-' and '.': such a server registers, each tool as a Func
+    a few-shot can ask (letters, digits and '_')."""
+    key = new_user(stack, "toolnames")
+    server = MCPServer("Depot", instructions="Stock of the depot.")
+
+    @server.tool(name="stock_level", description="Units of a product in stock")
+    def stock_level(sku: str) -> str:
+        return "5"
+
+    @server.tool(name="stock-history.v2", description="Past stock levels of a product")
+    def history(sku: str) -> str:
+        return "5, 6"
+
+    result = create_agent(stack, key, handle="depot", mcpUrl=serve(stack, server),
+                          fewShots=WAREHOUSE_FEW_SHOTS)
+    assert "errors" not in result, result
+    assert sorted(result["data"]["createAgent"]["agent"]["mcpTools"]) == [
+        "stock_history_v2", "stock_level"]
+
+
 def test_the_planner_routes_to_the_mcp_agent_and_its_tool_answers(stack, warehouse):
     _, calls, levels = warehouse
     reply = ask(stack, stack.state["api_key"], "How many of SKU-5555 are in stock?")
