@@ -215,7 +215,9 @@ class PlatformClient(GraphQLClient):
 
     def give_back(self, lent: Lent) -> None:
         """Make the revision before :meth:`serve_here`'s current again, and delete its own
-        (AGENT_UNAVAILABLE, nothing changed, if the previous URL does not answer)."""
+        (AGENT_UNAVAILABLE, nothing changed, if the previous URL does not answer).
+        agent.yaml's fields, applied by serve_here, stay (they are the agent's, not the
+        revision's)."""
         self.call(SET_CURRENT, {"h": lent.handle, "r": lent.previous_id})
         self.call(DELETE_REVISION, {"h": lent.handle, "r": lent.revision_id})
 
