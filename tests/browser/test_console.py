@@ -268,19 +268,25 @@ def test_keyboard_only(console, new_user):
     console.check_clean()
 
 
+def start_settling_slowly(console, new_user, settle_ms: int):
+    """A new user's session started from the Chat page, its page's swap settling only
+    after ``settle_ms`` (as on a busy machine); the Message field, there before then."""
+    _, key = new_user()
+    console.sign_in(key)
+    console.nav("Chat")
+    console.heading("Chat")
+    console.page.evaluate(f"htmx.config.defaultSettleDelay = {settle_ms}")
+    console.page.get_by_role("button", name="Start", exact=True).click()
+    return console.page.get_by_label("Message")
+
+
 def test_ctrl_enter_before_the_session_page_settles_still_sends_through_htmx(
         console, new_user):
     """htmx wires a swapped-in form only once the swap settles (20 ms later; later on a
     busy machine, simulated here with a 3 s settle). Ctrl+Enter in between used to submit
     the form natively: a GET of the page with the message in its URL, and no message."""
-    _, key = new_user()
-    console.sign_in(key)
-    console.nav("Chat")
-    console.heading("Chat")
     page = console.page
-    page.evaluate("htmx.config.defaultSettleDelay = 3000")
-    page.get_by_role("button", name="Start", exact=True).click()
-    message = page.get_by_label("Message")
+    message = start_settling_slowly(console, new_user, 3000)
     message.fill("Roll a d20")
     page.keyboard.press("Control+Enter")
     page.evaluate("htmx.config.defaultSettleDelay = 20")
@@ -291,21 +297,15 @@ def test_ctrl_enter_before_the_session_page_settles_still_sends_through_htmx(
 
 def test_a_field_taken_before_the_page_settles_keeps_the_focus(console, new_user):
     """The heading takes the focus when a page settles, but not from a field the user is
-    already typing in (on a busy machine, simulated with a 3 s settle, a CI run's typed
+    already typing in (on a busy machine, simulated with a 10 s settle, a CI run's typed
     text went to the heading)."""
-    _, key = new_user()
-    console.sign_in(key)
-    console.nav("Chat")
-    console.heading("Chat")
     page = console.page
-    page.evaluate("htmx.config.defaultSettleDelay = 3000")
-    page.get_by_role("button", name="Start", exact=True).click()
-    message = page.get_by_label("Message")
+    message = start_settling_slowly(console, new_user, 10_000)
     message.focus()
     page.keyboard.type("Roll")
     main = page.locator("#main")
     expect(main).to_have_class(re.compile(r"\bhtmx-settling\b"))
-    expect(main).not_to_have_class(re.compile(r"\bhtmx-settling\b"), timeout=10_000)
+    expect(main).not_to_have_class(re.compile(r"\bhtmx-settling\b"), timeout=20_000)
     page.keyboard.type(" a d20")
     expect(message).to_have_value("Roll a d20")
     expect(message).to_be_focused()
