@@ -60,5 +60,8 @@ def ulid_time_ms(value: str) -> int:
 
 
 def handle(nbytes: int = 9) -> str:
-    """A short, URL-safe, unguessable handle (sessions, API key ids)."""
-    return secrets.token_urlsafe(nbytes)
+    """A short, URL-safe, unguessable handle (sessions, API key ids), never starting with
+    '-': a command line would read it as an option (`fixie session open -Gx...`)."""
+    while (made := secrets.token_urlsafe(nbytes)).startswith("-"):
+        pass
+    return made

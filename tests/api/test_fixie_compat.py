@@ -201,3 +201,9 @@ def test_the_agent_page_url_fixie_serve_prints_leads_to_the_console(platform):
     page = httpx.get(f"{platform.url}/agents/local/secret", follow_redirects=False)
     assert page.status_code == 307
     assert page.headers["location"] == "/console/agents/local/secret"
+
+
+def test_a_session_id_never_reads_as_a_command_line_option():
+    """`fixie session open <id>` took an id starting with '-' (1 in 64 of them) for an
+    option: "No such option '-G'"."""
+    assert not [h for h in (ids.handle() for _ in range(2_000)) if h.startswith("-")]

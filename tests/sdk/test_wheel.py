@@ -19,8 +19,10 @@ def installed(tmp_path_factory) -> Path:
     """A directory holding only the installed codeshot package (its dependencies come from
     this interpreter)."""
     where = tmp_path_factory.mktemp("wheel")
+    # Built as pip builds it for a user: in isolation, with pyproject's build requirements
+    # (a virtualenv's own setuptools may be too old for its licence field).
     subprocess.run([sys.executable, "-m", "pip", "wheel", str(ROOT), "--no-deps",
-                    "--no-build-isolation", "-q", "-w", str(where / "dist")],
+                    "-q", "-w", str(where / "dist")],
                    check=True, timeout=300, capture_output=True, cwd=where)
     [wheel] = (where / "dist").glob("*.whl")
     subprocess.run([sys.executable, "-m", "pip", "install", "--no-deps", "-q", "--target",
