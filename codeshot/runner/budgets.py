@@ -17,7 +17,7 @@ from collections.abc import Callable
 from datetime import datetime
 from typing import TYPE_CHECKING
 
-from codeshot.errors import BudgetExceeded
+from codeshot.errors import BudgetExceeded, Timeout
 from codeshot.llm.base import LLM, ChatMessage, Completion
 from codeshot.store.usage import TokenUsage, UsageCounters, Window
 
@@ -100,6 +100,13 @@ class MeteredLLM:
     def complete(self, messages: list[ChatMessage], stop: list[str], max_tokens: int
                  ) -> Completion:
         self.budget.check(self.agent_id)
-        completion = self.llm.complete(messages, stop, max_tokens)
+        try:
+            completion = self.llm.complete(messages, stop, max_tokens)
+        except Timeout:
+            # Cut off at the query's deadline: the model read the prompt (about 4 characters
+            # a token) and wrote nobody knows how much of max_tokens; count the most.
+            self.budget.record(self.agent_id, Completion(
+                "", sum(len(m.content) for m in messages) // 4, max_tokens))
+            raise
         self.budget.record(self.agent_id, completion)
         return completion

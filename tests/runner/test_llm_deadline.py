@@ -40,6 +40,9 @@ def test_a_slow_stream_ends_with_the_querys_time_as_timeout(platform):
     reply = platform.services.sessions.all_messages(h)[-1]
     assert (reply.type.value, reply.error_code) == ("error", "TIMEOUT")
     assert reply.text == "This query's time ran out before I reached an answer."
+    # The call cut off is counted: its prompt, and the most it may have written.
+    used = platform.gql(key, "{ user { dailyUsedTokens } }")["data"]["user"]["dailyUsedTokens"]
+    assert used >= platform.services.settings.llm_max_tokens_per_call, used
 
 
 @pytest.mark.settings(query_time_budget_seconds=3, planner_mode="plan")
