@@ -52,26 +52,39 @@ class _Stop(BaseException):
 
 
 def _local_up(args: argparse.Namespace) -> int:
+    import threading
+
     from codeshot.local.stack import LocalStack
 
     _check_ports(args.port, args.aws_port)
-    stack = LocalStack(host=args.host, port=args.port, aws_port=args.aws_port,
-                       progress=lambda line: print(line, flush=True))
     stopping: list[str] = []
+    stop_requested = threading.Event()
+
+    def progress(line: str) -> None:
+        # A _Stop raised while a finalizer runs is lost ("Exception ignored in ..."):
+        # each step's line and the wait below pick the request up again.
+        if stop_requested.is_set():
+            raise _Stop
+        print(line, flush=True)
 
     def shutdown(signum: int, _frame: object) -> None:
         # Stop from the main thread, not here: stopping moto while start() still talks to
         # it made tracebacks and a false "cannot reach AWS". A second signal waits.
         if not stopping:
             stopping.append(signal.Signals(signum).name)
+            stop_requested.set()
             raise _Stop
 
+    stack = LocalStack(host=args.host, port=args.port, aws_port=args.aws_port,
+                       progress=progress)
     signal.signal(signal.SIGINT, shutdown)
     signal.signal(signal.SIGTERM, shutdown)
     try:
-        stack.start()
-        stack.wait()
-    except _Stop:
+        try:
+            stack.start()
+            stop_requested.wait()
+        except _Stop:
+            pass
         print(f"Stopping ({stopping[0]}) ...", flush=True)
     finally:
         stack.stop()

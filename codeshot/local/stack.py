@@ -12,7 +12,6 @@ import json
 import os
 import socket
 import tempfile
-import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -64,7 +63,6 @@ class LocalStack:
         self.progress = progress
         self.settings: Settings | None = None
         self.state: dict[str, Any] = {}
-        self._stopped = threading.Event()
         self.examples = examples
         self._services: Services | None = None
         self.api: HttpServer | None = None
@@ -219,9 +217,6 @@ class LocalStack:
             os.unlink(tmp)
             raise
 
-    def wait(self) -> None:
-        self._stopped.wait()
-
     def stop(self) -> None:
         if self.state and read_state(self.state_path.parents[1]) == self.state:
             self.state_path.unlink(missing_ok=True)  # ours: never another stack's
@@ -233,7 +228,6 @@ class LocalStack:
         stop_all([*self.agents, *([self.api] if self.api is not None else [])])
         self.agents, self.api = [], None
         self.aws.stop()
-        self._stopped.set()
 
 
 def _alive(state: dict[str, Any]) -> bool:

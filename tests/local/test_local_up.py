@@ -1,5 +1,6 @@
 """`codeshot local up` as a user runs it: a real process, real ports, real signals."""
 
+import argparse
 import json
 import os
 import signal
@@ -216,6 +217,52 @@ def test_ipv6_loopback(tmp_path):
         proc.send_signal(signal.SIGINT)
         proc.communicate(timeout=20)
     assert proc.returncode == 0
+
+
+class _CtrlCInAFinalizer:
+    """Ctrl-C arriving while a finalizer runs: what its handler raises is lost
+    ("Exception ignored in ...")."""
+
+    def __del__(self) -> None:
+        signal.raise_signal(signal.SIGINT)
+
+
+class _StackStartedThroughCtrlC:
+    def __init__(self, progress, **_settings) -> None:
+        self.progress, self.stopped = progress, False
+
+    def start(self) -> dict:
+        self.progress("Starting ...")
+        _CtrlCInAFinalizer()  # dropped at once: its finalizer runs here
+        self.progress("Ready")
+        return {}
+
+    def stop(self) -> None:
+        self.stopped = True
+
+
+@pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptionWarning")
+def test_ctrl_c_lost_in_a_finalizer_still_stops(monkeypatch, capsys):
+    """A CI run's failure: Ctrl-C at 1.5 s landed in a finalizer, the stack started anyway
+    and then waited for a signal that had come and gone (killed after 30 s)."""
+    from codeshot.cli import _local_up
+
+    stacks: list[_StackStartedThroughCtrlC] = []
+
+    def new_stack(**settings) -> _StackStartedThroughCtrlC:
+        stacks.append(_StackStartedThroughCtrlC(**settings))
+        return stacks[-1]
+
+    monkeypatch.setattr("codeshot.local.stack.LocalStack", new_stack)
+    handlers = signal.getsignal(signal.SIGINT), signal.getsignal(signal.SIGTERM)
+    try:
+        assert _local_up(argparse.Namespace(
+            port=free_port(), aws_port=None, host="127.0.0.1")) == 0
+    finally:
+        signal.signal(signal.SIGINT, handlers[0])
+        signal.signal(signal.SIGTERM, handlers[1])
+    assert stacks[0].stopped
+    assert capsys.readouterr().out == "Starting ...\nStopping (SIGINT) ...\nStopped.\n"
 
 
 @pytest.mark.parametrize("after", [0.5, 1.5, 2.5])
