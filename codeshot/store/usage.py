@@ -53,6 +53,10 @@ def _expires_at(span: Window) -> str:
     return str(int((span.end + timedelta(days=1)).timestamp()))
 
 
+def _all_taken(kind: str, limit: int) -> RateLimited:
+    return RateLimited(f"{kind} limit of {limit} at once reached", limit=limit)
+
+
 @dataclass(frozen=True)
 class TokenUsage:
     """LLM tokens one subject spent in one window (``used`` = input + output)."""
@@ -181,8 +185,7 @@ class UsageCounters(Repository):
                                       "again, so no agent repeats what it may already have "
                                       "done; send it again to retry") from exc
                 if not self._lapse(key, item, now):
-                    raise RateLimited(f"{kind} limit of {limit} at once reached",
-                                      limit=limit) from exc
+                    raise _all_taken(kind, limit) from exc
             except ClientError as exc:
                 if exc.response.get("Error", {}).get("Code") != "ValidationException":
                     raise
@@ -193,7 +196,7 @@ class UsageCounters(Repository):
                         "expires_at": {"N": str(int((now + LEASES_KEPT).timestamp()))}},
                         ConditionExpression="attribute_not_exists(#c)",
                         ExpressionAttributeNames={"#c": "counter"})
-        raise RateLimited(f"{kind} limit of {limit} at once reached", limit=limit)
+        raise _all_taken(kind, limit)
 
     def _take(self, key: dict[str, Any], limit: int, lease_id: str, until: datetime,
               kept_until: datetime) -> None:
@@ -241,8 +244,7 @@ class UsageCounters(Repository):
 
     def release(self, kind: str, subject: str, lease_id: str) -> None:
         """Give back ``lease_id``'s slot, if it still holds one."""
-        request = self.release_request(kind, subject, lease_id)
-        retry_transient(lambda: self.db.update_item(**request))
+        self._update(self.release_request(kind, subject, lease_id))
 
     def used(
         self, kind: str, subject: str, window: str = "day", now: datetime | None = None
@@ -278,9 +280,9 @@ class UsageCounters(Repository):
                     ":exp": {"N": _expires_at(span)},
                 },
             }
-            self._add(request)
+            self._update(request)
 
-    def _add(self, request: UpdateItemInputTypeDef) -> None:
+    def _update(self, request: UpdateItemInputTypeDef | UpdateTypeDef) -> None:
         retry_transient(lambda: self.db.update_item(**request))
 
     def token_usage(self, charges: list[tuple[str, str]], window: str = "day",

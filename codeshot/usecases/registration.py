@@ -293,7 +293,10 @@ class AgentRegistration:
     ) -> Agent:
         owner = self._owner(principal)
         current = self._owned(owner, handle)
-        agent = check_agent_fields(self._apply(current, fields))
+        agent = self._apply(current, fields)
+        # The handshake's funcs and corpora are checked when it is read (describe): stored
+        # ones from before their caps must not stop the owner changing anything else.
+        check_agent_fields(agent.replace(funcs=None, corpora=None))
         if new_handle and new_handle != handle:
             validate_handle(new_handle)
             # Created now at its new id: a call token of a deleted agent of that id, still

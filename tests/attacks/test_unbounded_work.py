@@ -310,6 +310,23 @@ def test_a_handshakes_corpora_and_funcs_are_checked(platform, field, value, says
     assert platform.services.registry.scan_all() == []
 
 
+def test_an_agent_stored_before_the_caps_can_still_be_updated(platform):
+    """Updates checked the stored funcs and corpora: an agent registered with 150 funcs
+    before their cap could never be renamed or described again."""
+    _, key = platform.user("veteran")
+    made = platform.gql(key, """mutation ($s: [String!]) { createAgent(agentData:
+        {handle: "old", basePrompt: "I roll dice.", fewShots: $s}) { agent { agentId } } }""",
+        {"s": [FEW_SHOT]})
+    assert "errors" not in made, made
+    agent_id = made["data"]["createAgent"]["agent"]["agentId"]
+    registry = platform.services.registry
+    registry.replace(registry.get(agent_id).replace(funcs=[f"f{i}" for i in range(150)]))
+    out = platform.gql(key, """mutation { updateAgent(agentData: {handle: "old",
+        description: "Rolls dice"}) { agent { description } } }""")
+    assert out == {"data": {"updateAgent": {"agent": {"description": "Rolls dice"}}}}, out
+    assert len(registry.get(agent_id).funcs or []) == 150
+
+
 def test_a_request_waits_for_one_reply_at_most(platform):
     """Mutations run one after another, each sendSessionMessage waiting up to the reply
     wait: 21 aliases were accepted (costed at 21) and held a worker for about 525 s."""
