@@ -4,6 +4,7 @@ for unit tests, and moto's real server over HTTP for end-to-end tests."""
 from __future__ import annotations
 
 import os
+import random
 import socket
 import uuid
 from collections.abc import Iterator
@@ -68,10 +69,38 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
 
 
 
+def _ports_below_ephemeral() -> range:
+    """Ports the kernel never hands out by itself: below its ephemeral range, from which
+    outgoing connections and port-0 binds take theirs."""
+    try:
+        low = int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        low = 32_768
+    return range(10_000, low) if low > 11_000 else range(0)
+
+
+_FREE_PORTS = _ports_below_ephemeral()
+_PORTS_GIVEN: set[int] = set()
+
+
 def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
+    """A port nothing listens on, for a server a test starts later. A port-0 bind's port
+    could be taken by any outgoing connection on the machine before the server binds it
+    (the CI machine is busy); one below the ephemeral range only by another listener.
+    Never the same one twice in a run."""
+    for _ in range(100):
+        port = random.choice(_FREE_PORTS) if _FREE_PORTS else 0
+        if port in _PORTS_GIVEN:
+            continue
+        with socket.socket() as sock:
+            try:
+                sock.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            port = sock.getsockname()[1]
+        _PORTS_GIVEN.add(port)
+        return port
+    raise RuntimeError("no free port found")
 
 
 @pytest.fixture

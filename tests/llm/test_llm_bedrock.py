@@ -4,7 +4,6 @@ shapes, validated by botocore against the service model."""
 from __future__ import annotations
 
 import json
-import socket
 import threading
 import time
 from collections.abc import Iterator
@@ -20,6 +19,7 @@ from codeshot.llm import get_llm
 from codeshot.llm.base import ChatMessage, LlmSettings, calls_ending_by, configured
 from codeshot.llm.bedrock import BedrockLLM
 from codeshot.settings import Settings
+from tests.conftest import free_port
 
 MODEL = "anthropic.claude-3-5-haiku-20241022-v1:0"
 STOP = ["\nFunc[", "\nAgent[", "\nUser says:", "\nQ:"]
@@ -129,9 +129,7 @@ def test_a_response_without_a_message_is_malformed() -> None:
 
 
 def test_an_unreachable_endpoint_is_an_llm_error() -> None:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]
+    port = free_port()  # nothing listens on it
     client = bedrock_client(
         endpoint_url=f"http://127.0.0.1:{port}",
         config=Config(retries={"max_attempts": 1}, connect_timeout=1),

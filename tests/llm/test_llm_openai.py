@@ -3,7 +3,6 @@ client-side stops, what servers refuse, per-agent settings, failures."""
 
 from __future__ import annotations
 
-import socket
 import time
 from collections.abc import Iterator
 from typing import Any
@@ -15,6 +14,7 @@ from codeshot.llm import get_llm
 from codeshot.llm.base import ChatMessage, LlmSettings, calls_ending_by, configured
 from codeshot.llm.openai import OpenAILLM
 from codeshot.settings import Settings
+from tests.conftest import free_port
 from tests.openai_server import OpenAICompatibleServer, completion_payload, serving
 
 STOP = ["] says:", "\nUser says:", "\nQ:", "Continue this transcript", "<|im_end|>", "\n\n"]
@@ -247,8 +247,6 @@ def test_a_call_after_the_deadline_is_not_made(server: OpenAICompatibleServer) -
 
 
 def test_connection_refused_is_an_llm_error() -> None:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]
+    port = free_port()  # nothing listens on it
     with pytest.raises(LLMError, match="unreachable"):
         OpenAILLM("m", f"http://127.0.0.1:{port}/v1").complete(MESSAGES, STOP, 10)
