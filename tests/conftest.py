@@ -66,7 +66,10 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
             item.add_marker(pytest.mark.unit)
         else:
             item.add_marker(pytest.mark.integration)
-
+        if not item.get_closest_marker("unit"):
+            # Processes, sockets and a browser on a shared machine: one run again, shown
+            # as R in the output and listed in the summary (a failure twice fails CI).
+            item.add_marker(pytest.mark.flaky(reruns=1))
 
 
 def _ports_below_ephemeral() -> range:
