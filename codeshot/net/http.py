@@ -188,8 +188,8 @@ def retry_after(value: str | None, now: datetime | None = None) -> float | None:
         return float(value)
     try:
         when = email.utils.parsedate_to_datetime(value)
-    except (TypeError, ValueError):
+        if when.tzinfo is None:  # "-0000": an HTTP-date is always GMT
+            when = when.replace(tzinfo=UTC)
+        return max(0.0, (when - (now or datetime.now(UTC))).total_seconds())
+    except (TypeError, ValueError, OverflowError):  # a huge zone offset overflows
         return None
-    if when.tzinfo is None:  # "-0000": an HTTP-date is always GMT
-        when = when.replace(tzinfo=UTC)
-    return max(0.0, (when - (now or datetime.now(UTC))).total_seconds())

@@ -288,11 +288,13 @@ def test_retry_after_is_read_in_seconds_and_in_each_http_date_form():
     now = datetime(1994, 11, 6, 8, 49, 30, tzinfo=UTC)
     read = {value: retry_after(value, now) for value in (
         "3", "Sun, 06 Nov 1994 08:49:37 GMT", "Sunday, 06-Nov-94 08:49:37 GMT",
-        "Sun Nov  6 08:49:37 1994", "Sun, 06 Nov 1994 08:49:00 GMT", "-1", "1.5", "soon", "")}
+        "Sun Nov  6 08:49:37 1994", "Sun, 06 Nov 1994 08:49:00 GMT", "-1", "1.5", "soon", "",
+        "Sun, 06 Nov 1994 08:49:37 +999999999999999")}
     assert read == {"3": 3.0, "Sun, 06 Nov 1994 08:49:37 GMT": 7.0,
                     "Sunday, 06-Nov-94 08:49:37 GMT": 7.0, "Sun Nov  6 08:49:37 1994": 7.0,
                     "Sun, 06 Nov 1994 08:49:00 GMT": 0.0,  # past: at once
-                    "-1": None, "1.5": None, "soon": None, "": None}  # not valid: no retry
+                    "-1": None, "1.5": None, "soon": None, "": None,  # not valid: no retry
+                    "Sun, 06 Nov 1994 08:49:37 +999999999999999": None}  # overflows
 
 
 def test_a_name_answering_many_silent_addresses_is_given_up_within_one_connect_time(
