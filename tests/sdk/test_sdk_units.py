@@ -48,9 +48,14 @@ def test_user_storage_is_injected_by_name_or_type():
     assert set(make_func(by_name, "f").injected) == {"user_storage", "query"}
 
 
+async def _async_generator(query: str):
+    yield query
+
+
 @pytest.mark.parametrize(("fn", "error"), [
     (lambda *args: None, "cannot take \\*args"),
     (lambda query, n=1: None, "cannot also take typed arguments \\['n'\\]"),
+    (_async_generator, "is an async generator: stream replies by yielding from a plain def"),
 ])
 def test_funcs_it_cannot_call_are_refused_at_registration(fn, error):
     with pytest.raises(TypeError, match=error):
