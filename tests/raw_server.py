@@ -6,6 +6,8 @@ what a client reads, and how long it stays, is what it would be against a real p
 
 from __future__ import annotations
 
+import functools
+import gzip
 import socket
 import threading
 import time
@@ -14,6 +16,13 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 
 CHUNK = b"x" * 65536
+
+
+@functools.cache
+def gzip_bomb(inflated: int = 50 << 20) -> bytes:
+    """A JSON object padded with spaces to ``inflated`` bytes, gzipped (about 1000x
+    smaller): what a hostile server sends with Content-Encoding: gzip."""
+    return gzip.compress(b"{" + b" " * (inflated - 2) + b"}", compresslevel=9)
 
 
 @dataclass

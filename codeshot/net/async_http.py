@@ -1,6 +1,7 @@
 """:func:`codeshot.net.http.public_client`'s rules for the async ``httpx2`` client that the
 ``mcp`` SDK speaks through: connections only to addresses checked at that moment (loopback
-too in local mode), no proxy, no cookies, and a cap on the bytes one reply may send (an
+too in local mode), a few of them within one connect timeout, no proxy, no cookies,
+replies asked for and taken uncompressed, and a cap on the bytes one reply may send (an
 MCP server's JSON replies have no limit of the SDK's own).
 
 Imported only where MCP servers are called: ``httpx2`` comes with the ``mcp`` SDK.
@@ -8,6 +9,7 @@ Imported only where MCP servers are called: ``httpx2`` comes with the ``mcp`` SD
 
 from __future__ import annotations
 
+import time
 from collections.abc import AsyncIterator, Iterable
 from typing import Any
 
@@ -15,8 +17,15 @@ import anyio
 import httpcore2
 import httpx2
 
-from codeshot.net.addresses import Unresolved, resolve_public
-from codeshot.net.http import NoCookies, tls_context
+from codeshot.net.addresses import Resolver, Unresolved, resolve_public
+from codeshot.net.http import (
+    IDENTITY,
+    CompressedReply,
+    NoCookies,
+    connect_tries,
+    refuse_compressed,
+    tls_context,
+)
 
 
 class ReplyTooLong(httpx2.ReadError):
@@ -26,28 +35,29 @@ class ReplyTooLong(httpx2.ReadError):
 class PinnedAsyncBackend(httpcore2.AnyIOBackend):
     """Resolves and checks the host, then connects to the checked addresses only."""
 
-    def __init__(self, allow_loopback: bool) -> None:
+    def __init__(self, allow_loopback: bool, resolver: Resolver | None = None) -> None:
         self.allow_loopback = allow_loopback
+        self.resolver = resolver
 
     async def connect_tcp(self, host: str, port: int, timeout: float | None = None,
                           local_address: str | None = None,
                           socket_options: Iterable[Any] | None = None
                           ) -> httpcore2.AsyncNetworkStream:
+        ends = None if timeout is None else time.monotonic() + timeout
         try:
             addresses = await anyio.to_thread.run_sync(
                 lambda: resolve_public(host, port, allow_loopback=self.allow_loopback,
-                                       timeout=timeout))
+                                       resolver=self.resolver, timeout=timeout))
         except Unresolved as exc:  # unreachable, as a refused connection: nothing was sent
             raise httpcore2.ConnectError(str(exc)) from exc
         failure: Exception | None = None
-        for address in addresses:
+        for address, left in connect_tries(addresses, ends):
             try:
-                return await super().connect_tcp(str(address), port, timeout, local_address,
+                return await super().connect_tcp(str(address), port, left, local_address,
                                                  socket_options)
             except (httpcore2.ConnectError, httpcore2.ConnectTimeout) as exc:
                 failure = exc
-        assert failure is not None
-        raise failure
+        raise failure or httpcore2.ConnectTimeout(f"no address of {host} answered in time")
 
 
 class _CappedStream(httpx2.AsyncByteStream):
@@ -80,6 +90,11 @@ class PinnedAsyncTransport(httpx2.AsyncHTTPTransport):
 
     async def handle_async_request(self, request: httpx2.Request) -> httpx2.Response:
         response = await super().handle_async_request(request)
+        try:
+            refuse_compressed(request.url, response.headers)
+        except CompressedReply:
+            await response.aclose()
+            raise
         assert isinstance(response.stream, httpx2.AsyncByteStream)
         response.stream = _CappedStream(response.stream, self.max_reply_bytes)
         return response
@@ -89,10 +104,12 @@ def public_async_client(*, allow_loopback: bool, timeout: float, max_reply_bytes
                         headers: dict[str, str] | None = None) -> httpx2.AsyncClient:
     """An ``httpx2`` client for user-named URLs (see :func:`codeshot.net.http.public_client`):
     refused addresses raise :class:`~codeshot.net.addresses.RefusedAddress` from the
-    request, a host that does not resolve ``httpx2.ConnectError``; a reply over
-    ``max_reply_bytes`` raises :class:`ReplyTooLong`."""
+    request, a compressed reply :class:`~codeshot.net.http.CompressedReply`, a host that
+    does not resolve ``httpx2.ConnectError``; a reply over ``max_reply_bytes`` raises
+    :class:`ReplyTooLong`."""
     return httpx2.AsyncClient(
         transport=PinnedAsyncTransport(allow_loopback, max_reply_bytes),
-        follow_redirects=False, trust_env=False, headers=headers or {}, cookies=NoCookies(),
+        follow_redirects=False, trust_env=False, headers={**IDENTITY, **(headers or {})},
+        cookies=NoCookies(),
         timeout=httpx2.Timeout(timeout, connect=min(timeout, 5.0)),
     )

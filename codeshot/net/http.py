@@ -9,6 +9,10 @@ checked. The URL, the Host header and TLS (SNI and certificate checks) keep the
 hostname. No proxy from the environment is used (a proxy would resolve the name itself),
 redirects are never followed and no cookie is kept.
 
+Replies are asked for uncompressed, and one that comes compressed anyway is refused
+(:class:`CompressedReply`): what callers cap is what they read, and a few KB of gzip
+could inflate to gigabytes in memory before any cap could count them.
+
 httpx's timeouts bound each read and write, not a request: a peer sending a byte every
 few seconds would hold its caller for ever. A client made with a ``deadline`` waits for
 no name lookup, connect, read or write past it, whatever the peer or the resolver does
@@ -22,20 +26,50 @@ import functools
 import http.cookiejar
 import ssl
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from datetime import UTC, datetime
 from typing import Any
 
 import httpcore
 import httpx
 
-from codeshot.net.addresses import Resolver, Unresolved, resolve_public
+from codeshot.errors import AgentFailed
+from codeshot.net.addresses import IPAddress, Resolver, Unresolved, resolve_public
 
 # When a client's requests must be over (time.monotonic()): fixed, or read at each step.
 Deadline = float | Callable[[], float]
 
 
 MAX_ADDRESSES_TRIED = 3  # of a host's addresses, per connection
+# Asked of every user-named URL; any other Content-Encoding in the reply is refused.
+IDENTITY = {"Accept-Encoding": "identity"}
+
+
+class CompressedReply(AgentFailed):
+    """A reply came compressed though asked for none: refused unread."""
+
+
+def refuse_compressed(url: object, headers: Any) -> None:
+    """:class:`CompressedReply` unless ``headers`` (an httpx or httpx2 Headers) say the
+    body is as sent."""
+    encoding = headers.get("content-encoding", "").strip().lower()
+    if encoding not in ("", "identity"):
+        raise CompressedReply(f"{url} answered with Content-Encoding {encoding[:40]!r} "
+                              "though asked for none: a compressed reply's size cannot be "
+                              "capped before it is in memory")
+
+
+def connect_tries(addresses: list[IPAddress], ends: float | None
+                  ) -> Iterator[tuple[IPAddress, float | None]]:
+    """A few of a host's checked addresses (as socket.create_connection tries each),
+    each with the time left until ``ends`` (``time.monotonic()``; None: no end): the
+    lookup and all attempts share one connect timeout, or a name answering twenty
+    silent addresses would take twenty timeouts."""
+    for address in addresses[:MAX_ADDRESSES_TRIED]:
+        left = None if ends is None else ends - time.monotonic()
+        if left is not None and left <= 0:
+            return
+        yield address, left
 
 
 class PinnedBackend(httpcore.SyncBackend):
@@ -48,9 +82,6 @@ class PinnedBackend(httpcore.SyncBackend):
     def connect_tcp(self, host: str, port: int, timeout: float | None = None,
                     local_address: str | None = None,
                     socket_options: Iterable[Any] | None = None) -> httpcore.NetworkStream:
-        # The lookup, then a few of its answers (as socket.create_connection tries each),
-        # all within ``timeout``: a name answering twenty silent addresses would take
-        # twenty timeouts, a resolver that hangs for ever.
         ends = None if timeout is None else time.monotonic() + timeout
         try:
             addresses = resolve_public(host, port, allow_loopback=self.allow_loopback,
@@ -58,10 +89,7 @@ class PinnedBackend(httpcore.SyncBackend):
         except Unresolved as exc:  # unreachable, as a refused connection: nothing was sent
             raise httpcore.ConnectError(str(exc)) from exc
         failure: Exception | None = None
-        for address in addresses[:MAX_ADDRESSES_TRIED]:
-            left = None if ends is None else ends - time.monotonic()
-            if left is not None and left <= 0:
-                break
+        for address, left in connect_tries(addresses, ends):
             try:
                 return super().connect_tcp(str(address), port, left, local_address,
                                            socket_options)
@@ -161,21 +189,32 @@ class PinnedTransport(DeadlineTransport):
                  deadline: Deadline | None = None) -> None:
         super().__init__(deadline, PinnedBackend(allow_loopback, resolver))
 
+    def handle_request(self, request: httpx.Request) -> httpx.Response:
+        response = super().handle_request(request)
+        try:
+            refuse_compressed(request.url, response.headers)
+        except CompressedReply:
+            response.close()
+            raise
+        return response
+
 
 def public_client(*, allow_loopback: bool, timeout: float | httpx.Timeout | None = None,
                   resolver: Resolver | None = None, deadline: Deadline | None = None
                   ) -> httpx.Client:
     """An httpx client for user-named URLs: connections only to checked public addresses
     (loopback too when ``allow_loopback``, the local stack's setting), no redirects
-    followed, no cookies kept, no proxy. A refused address raises
-    :class:`~codeshot.net.addresses.RefusedAddress` (INVALID_INPUT) from the request; a
-    host that does not resolve raises ``httpx.ConnectError``, as a refused connection.
+    followed, no cookies kept, no proxy, replies asked for and taken uncompressed. A
+    refused address raises :class:`~codeshot.net.addresses.RefusedAddress`
+    (INVALID_INPUT) from the request, a compressed reply :class:`CompressedReply`
+    (AGENT_ERROR); a host that does not resolve raises ``httpx.ConnectError``, as a
+    refused connection.
     With ``deadline`` (``time.monotonic()``, or a function giving it as each request's
     connection reads it), nothing waits past it: the request raises an ``httpx`` timeout
     instead."""
     return httpx.Client(
         transport=PinnedTransport(allow_loopback, resolver, deadline), follow_redirects=False,
-        cookies=NoCookies(), trust_env=False,
+        cookies=NoCookies(), trust_env=False, headers=IDENTITY,
         timeout=timeout if timeout is not None else httpx.Timeout(10.0),
     )
 
@@ -188,8 +227,8 @@ def retry_after(value: str | None, now: datetime | None = None) -> float | None:
         return float(value)
     try:
         when = email.utils.parsedate_to_datetime(value)
-    except (TypeError, ValueError):
+        if when.tzinfo is None:  # "-0000": an HTTP-date is always GMT
+            when = when.replace(tzinfo=UTC)
+        return max(0.0, (when - (now or datetime.now(UTC))).total_seconds())
+    except (TypeError, ValueError, OverflowError):  # a huge zone offset overflows
         return None
-    if when.tzinfo is None:  # "-0000": an HTTP-date is always GMT
-        when = when.replace(tzinfo=UTC)
-    return max(0.0, (when - (now or datetime.now(UTC))).total_seconds())

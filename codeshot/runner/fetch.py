@@ -16,7 +16,7 @@ import httpx
 
 from codeshot.errors import AgentUnavailable, InvalidInput, Timeout
 from codeshot.net.addresses import Unresolved, check_public_url
-from codeshot.net.http import public_client
+from codeshot.net.http import CompressedReply, public_client
 
 
 @dataclass(frozen=True)
@@ -27,9 +27,9 @@ class Fetched:
 
 def fetch_public_url(url: str, *, max_bytes: int, allow_loopback: bool,
                      timeout: float = 10.0, deadline: float | None = None) -> Fetched:
-    """GET ``url`` if the platform may call it; INVALID_INPUT when refused or too large,
-    TIMEOUT when a read waits ``timeout`` or the ``deadline`` (``time.monotonic()``)
-    passes."""
+    """GET ``url`` if the platform may call it; INVALID_INPUT when refused, too large or
+    compressed (see :class:`~codeshot.net.http.CompressedReply`), TIMEOUT when a read
+    waits ``timeout`` or the ``deadline`` (``time.monotonic()``) passes."""
     check_public_url(url, allow_loopback=allow_loopback, resolve=False)
     try:
         with public_client(allow_loopback=allow_loopback, timeout=timeout,
@@ -43,6 +43,8 @@ def fetch_public_url(url: str, *, max_bytes: int, allow_loopback: bool,
                 if len(data) > max_bytes:
                     raise InvalidInput(f"{url} is larger than {max_bytes} bytes")
             content_type = response.headers.get("content-type", "").split(";")[0].strip()
+    except CompressedReply as exc:
+        raise InvalidInput(exc.message) from exc
     except httpx.TimeoutException as exc:
         if deadline is not None and time.monotonic() >= deadline:
             raise Timeout(f"the time ran out while fetching {url}") from exc

@@ -1,5 +1,8 @@
 """How a Python function becomes a Func: what it is given, and what its result means.
 
+A Func may be a plain ``def`` or an ``async def`` (run to completion on the call's worker
+thread); a streaming Func is a plain generator.
+
 Parameters are bound as in the Fixie 1.0 SDK: by type (``AgentQuery``, ``Message``,
 ``UserStorage``, ``OAuthHandler``) or by name (``query``/``message``, ``user_storage``,
 ``oauth_handler``); a lone remaining untyped first parameter gets the Message, a lone
@@ -11,6 +14,7 @@ with their JSON schema in the handshake.
 
 from __future__ import annotations
 
+import asyncio
 import inspect
 import json
 import logging
@@ -70,6 +74,8 @@ class Func:
             if self.arguments is not None:
                 kwargs.update(json.loads(as_result(self.arguments.call(query.message.text)).text))
             result = self.impl(**kwargs)
+            if inspect.iscoroutine(result):  # an async def Func: Funcs run on worker threads
+                result = asyncio.run(result)
             yield from responses(result)
         except AuthorizationRequired as needed:  # OAuthHandler.require_token(): ask the user
             yield needed.to_response()
@@ -140,6 +146,9 @@ def make_func(fn: Callable[..., Any], name: str, oauth_params: OAuthParams | Non
     """
     if not callable(fn):
         raise TypeError(f"Func {name} must be a function, got {type(fn).__name__}")
+    if inspect.isasyncgenfunction(fn):
+        raise TypeError(f"Func {name} is an async generator: stream replies by yielding "
+                        "from a plain def, or return one reply from an async def")
     signature = inspect.signature(fn)
     if any(p.kind in (p.VAR_POSITIONAL, p.VAR_KEYWORD) for p in signature.parameters.values()):
         raise TypeError(f"Func {name} cannot take *args or **kwargs")

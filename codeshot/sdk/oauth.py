@@ -30,9 +30,9 @@ import httpx
 
 from codeshot.errors import Forbidden
 from codeshot.sdk.auth import Claims
-from codeshot.sdk.wire import AgentException, AgentQuery, AgentResponse, Message
+from codeshot.sdk.platform_api import TIMEOUT, http, refusal
+from codeshot.sdk.wire import AgentQuery, AgentResponse, Message
 
-TIMEOUT = 10.0
 EXPIRY_MARGIN_SECONDS = 30  # refresh a token this close to its expiry: it may lapse in flight
 ERR_OAUTH = "ERR_OAUTH"  # the platform's OAuth API failed without an error body
 
@@ -100,14 +100,20 @@ class OAuthHandler:
         self._query = query
 
     # -- the platform's OAuth API, called with this request's own token ----------------
-    def _call(self, method: str, path: str, **kwargs: Any) -> httpx.Response:
+    def _call(self, method: str, path: str, *, absent_ok: bool = False,
+              **kwargs: Any) -> httpx.Response:
+        """The platform's answer, a refusal raised; 404 is an answer only when
+        ``absent_ok`` (reading the token: to any other call it means the call went
+        nowhere, e.g. a deleted registration's token or a wrong URL)."""
         if self.claims.is_anonymous:
             raise Forbidden("OAuth needs a token issued for a user")
-        response = httpx.request(method, self._base + path, timeout=TIMEOUT,
-                                 headers={"Authorization": f"Bearer {self.claims.token}"},
-                                 **kwargs)
-        if response.status_code >= 400 and response.status_code != 404:
-            raise _platform_error(response)
+        response = http().request(method, self._base + path,
+                                  headers={"Authorization": f"Bearer {self.claims.token}"},
+                                  **kwargs)
+        if response.status_code >= 400 and not (absent_ok and response.status_code == 404):
+            raise refusal(response, service="the platform's OAuth API", fallback_code=ERR_OAUTH,
+                          apology="I'm sorry, I could not reach your authorization for this "
+                                  "agent.")
         return response
 
     def _client(self) -> Any:
@@ -157,7 +163,7 @@ class OAuthHandler:
         return str(fresh["access_token"])
 
     def _stored(self) -> dict[str, Any] | None:
-        response = self._call("GET", "/token")
+        response = self._call("GET", "/token", absent_ok=True)
         if response.status_code == 404:
             return None
         token: dict[str, Any] = response.json()
@@ -191,19 +197,3 @@ def _expired(token: dict[str, Any]) -> bool:
     """Expired, or about to: it could lapse on its way to the provider."""
     expires_at = token.get("expires_at")
     return expires_at is not None and float(expires_at) <= time.time() + EXPIRY_MARGIN_SECONDS
-
-
-def _platform_error(response: httpx.Response) -> AgentException:
-    """The platform's refusal ({"error": {"code", "message"}}) as this Func's error."""
-    try:
-        error = response.json()["error"]
-        code, message = str(error["code"]), str(error["message"])
-    except (ValueError, KeyError, TypeError):
-        code, message = ERR_OAUTH, response.text[:200]
-    return AgentException(
-        response_message="I'm sorry, I could not reach your authorization for this agent.",
-        error_code=code,
-        error_message=f"the platform's OAuth API answered HTTP {response.status_code}: "
-                      f"{message}",
-        http_status_code=502,
-    )

@@ -71,11 +71,15 @@ class AgentConfig(BaseModel):
     @model_validator(mode="before")
     @classmethod
     def _published(cls, values: object) -> object:
-        # codeshot's `published` and Fixie's `public` say the same; null means no.
+        # codeshot's `published` and Fixie's `public` say the same; null means no. Only
+        # YAML's booleans count: the quoted "false" is a string, and truthy.
         if isinstance(values, dict):
             values = dict(values)
-            public = values.pop("published", None)
-            values["public"] = bool(values.get("public") or public)
+            flags = {name: values.pop(name, None) for name in ("public", "published")}
+            for name, flag in flags.items():
+                if flag is not None and not isinstance(flag, bool):
+                    raise ValueError(f"{name} must be true or false (unquoted), got {flag!r}")
+            values["public"] = any(flags.values())
         return values
 
     @field_validator("handle")
@@ -106,7 +110,7 @@ def read_config(agent_dir: Path) -> AgentConfig:
                            f"{CONFIG_FILE} and its code)")
     path = agent_dir / CONFIG_FILE
     try:
-        values = yaml.safe_load(path.read_text()) or {}
+        values = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
         if isinstance(values, dict) and "entry_point" not in values \
                 and not (agent_dir / "agent.py").is_file():
             values["entry_point"] = "main:agent"  # Fixie 1.0's default
@@ -115,25 +119,50 @@ def read_config(agent_dir: Path) -> AgentConfig:
         raise InvalidInput(
             f"{agent_dir} is not an agent directory: it has no {CONFIG_FILE}"
         ) from None
+    except IsADirectoryError:
+        raise InvalidInput(f"{path} is a directory, not the agent's configuration") from None
+    except UnicodeDecodeError as exc:
+        raise InvalidInput(f"{path} is not UTF-8 text: {exc}") from None
     except (yaml.YAMLError, ValidationError) as exc:
         raise InvalidInput(f"{path} is not valid: {exc}") from None
 
 
-def load_agent(agent_dir: Path, config: AgentConfig) -> AgentBase:
-    """Import the entry point from ``agent_dir`` (put first on sys.path).
+# The agent directories this process has loaded from (resolved).
+_ROOTS: set[str] = set()
 
-    Agent directories all call their module ``agent`` (or ``main``), and one process may
-    load several (the local stack, tests), so a same-named module from elsewhere is
-    dropped first.
-    """
+
+def _module_files(module: object) -> list[str]:
+    """Where a module was loaded from: its file, or a package's directories."""
+    file = getattr(module, "__file__", None)
+    return [file] if file else [str(p) for p in getattr(module, "__path__", None) or ()]
+
+
+def _forget_other_agents(root: str, entry_module: str) -> None:
+    """Drop what other agent directories put in sys.modules and sys.path: agent
+    directories all call their module ``agent`` (or ``main``), often beside a
+    ``helpers`` or ``utils`` of their own, and one process may load several (the local
+    stack, tests)."""
+    mine = root + os.sep
+    others = tuple(r + os.sep for r in _ROOTS if r != root)
+    for name, module in list(sys.modules.items()):
+        files = _module_files(module)
+        if any(f.startswith(others) and not f.startswith(mine) for f in files) \
+                or (name == entry_module and not any(f.startswith(mine) for f in files)):
+            del sys.modules[name]
+    sys.path[:] = [p for p in sys.path if p == root or p not in _ROOTS]
+
+
+def load_agent(agent_dir: Path, config: AgentConfig) -> AgentBase:
+    """Import the entry point from ``agent_dir`` (put first on sys.path), with its own
+    modules, not those of another agent directory loaded before (nor a same-named entry
+    module from elsewhere)."""
     module_name, _, attr = config.entry_point.partition(":")
     root = str(agent_dir.resolve())
-    cached = sys.modules.get(module_name)
-    if cached is not None and not str(getattr(cached, "__file__", "")).startswith(root + os.sep):
-        del sys.modules[module_name]  # another agent directory's module of the same name
+    _forget_other_agents(root, module_name)
+    _ROOTS.add(root)
     if root in sys.path:
         sys.path.remove(root)
-    sys.path.insert(0, root)  # first, so its module wins over other agent directories'
+    sys.path.insert(0, root)  # first, so its modules win over installed ones
     agent = getattr(importlib.import_module(module_name), attr, None)
     if not isinstance(agent, AgentBase):
         raise InvalidInput(f"{config.entry_point} in {agent_dir} must be a CodeShotAgent or "

@@ -8,7 +8,6 @@ Values are JSON; bytes anywhere inside are encoded as Fixie does (``_bytes_ascii
 from __future__ import annotations
 
 import base64
-import functools
 import json
 from collections.abc import Iterator, MutableMapping
 from typing import Any
@@ -18,15 +17,12 @@ import httpx
 
 from codeshot.errors import ERR_USERSTORAGE, ERR_USERSTORAGE_REQUIRES_USER
 from codeshot.sdk.auth import Claims
+from codeshot.sdk.platform_api import http, refusal
 from codeshot.sdk.wire import AgentException
 
-TIMEOUT = 10.0
-
-
-@functools.cache
-def _http() -> httpx.Client:
-    """One pooled client per process (thread-safe); funcs run on worker threads."""
-    return httpx.Client(timeout=TIMEOUT, follow_redirects=False)
+# Keys that name no key in a URL: HTTP clients resolve "." and ".." as the path's own
+# segments (RFC 3986), and "" is the list of keys, so each would be sent elsewhere.
+NOT_KEYS = frozenset({"", ".", ".."})
 
 
 def to_json_type(value: Any) -> Any:
@@ -69,27 +65,40 @@ class UserStorage(MutableMapping[str, Any]):
         self._base = f"{userstorage_url.rstrip('/')}/{claims.agent_id}"
         self._headers = {"Authorization": f"Bearer {claims.token}"}
 
-    def _call(self, method: str, key: str | None = None, **kwargs: Any) -> httpx.Response:
-        url = self._base if key is None else f"{self._base}/{quote(str(key), safe='')}"
-        response = _http().request(method, url, headers=self._headers, **kwargs)
-        if response.status_code >= 400 and response.status_code != 404:
-            raise _storage_error(response)
+    def _call(self, method: str, key: str | None = None, *, absent_ok: bool = False,
+              **kwargs: Any) -> httpx.Response:
+        """The platform's answer, a refusal raised; 404 is an answer only when
+        ``absent_ok`` (reading or deleting one key: to a write or the list it means the
+        call went nowhere, e.g. a deleted registration's token or a wrong URL)."""
+        if key is None:
+            url = self._base
+        elif str(key) in NOT_KEYS:
+            raise ValueError(f"{key!r} cannot be a user storage key")
+        else:
+            url = f"{self._base}/{quote(str(key), safe='')}"
+        response = http().request(method, url, headers=self._headers, **kwargs)
+        if response.status_code >= 400 and not (absent_ok and response.status_code == 404):
+            raise refusal(response, service="user storage", fallback_code=ERR_USERSTORAGE,
+                          apology="I'm sorry, I could not use your storage.")
         return response
 
     def __setitem__(self, key: str, value: Any) -> None:
         self._call("POST", key, json={"data": json.dumps(to_json_type(value))})
 
     def __getitem__(self, key: str) -> Any:
-        response = self._call("GET", key)
+        if key in NOT_KEYS:  # no such key can be stored
+            raise KeyError(key)
+        response = self._call("GET", key, absent_ok=True)
         if response.status_code == 404:
             raise KeyError(key)
         return from_json_type(json.loads(response.json()["data"]))
 
     def __contains__(self, key: object) -> bool:
-        return self._call("HEAD", str(key)).status_code == 200
+        return str(key) not in NOT_KEYS and \
+            self._call("HEAD", str(key), absent_ok=True).status_code != 404
 
     def __delitem__(self, key: str) -> None:
-        if self._call("DELETE", key).status_code == 404:
+        if key in NOT_KEYS or self._call("DELETE", key, absent_ok=True).status_code == 404:
             raise KeyError(key)
 
     def _keys(self) -> list[str]:
@@ -100,18 +109,3 @@ class UserStorage(MutableMapping[str, Any]):
 
     def __len__(self) -> int:
         return len(self._keys())
-
-
-def _storage_error(response: httpx.Response) -> AgentException:
-    """The platform's refusal ({"error": {"code", "message"}}) as this Func's error."""
-    try:
-        error = response.json()["error"]
-        code, message = str(error["code"]), str(error["message"])
-    except (ValueError, KeyError, TypeError):
-        code, message = ERR_USERSTORAGE, response.text[:200]
-    return AgentException(
-        response_message="I'm sorry, I could not use your storage.",
-        error_code=code,
-        error_message=f"user storage answered HTTP {response.status_code}: {message}",
-        http_status_code=502,
-    )

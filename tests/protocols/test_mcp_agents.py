@@ -17,6 +17,7 @@ from starlette.types import Receive, Scope, Send
 from codeshot.local.http_server import HttpServer, mcp_http_server
 from codeshot.routing.router import Router
 from tests.protocols.conftest import new_user, stack_with
+from tests.raw_server import gzip_bomb
 
 TOKEN = "Bearer warehouse-s3cret"
 WAREHOUSE_FEW_SHOTS = [
@@ -201,6 +202,13 @@ class Slow:
         await send({"type": "http.response.body", "body": b"{}"})
 
 
+async def gzip_bombing(scope: Scope, receive: Receive, send: Send) -> None:
+    """An endpoint answering 50 MB of JSON as 50 KB of gzip, whatever it was asked."""
+    await send({"type": "http.response.start", "status": 200, "headers": [
+        (b"content-type", b"application/json"), (b"content-encoding", b"gzip")]})
+    await send({"type": "http.response.body", "body": gzip_bomb()})
+
+
 def test_hostile_servers_are_refused_with_clear_errors_and_nothing_stored(stack):
     key = new_user(stack, "mallory")
     crowded = MCPServer("Crowded")
@@ -213,12 +221,15 @@ def test_hostile_servers_are_refused_with_clear_errors_and_nothing_stored(stack)
         return "x" * 3_000_000  # over the runner's 2 MB reply cap
 
     slow = HttpServer(Slow(10), "127.0.0.1", 0)
-    stack.agents.append(slow)
+    bombing = HttpServer(gzip_bombing, "127.0.0.1", 0)
+    stack.agents.extend([slow, bombing])
     cases = {
         "crowded": (serve(stack, crowded), "INVALID_INPUT", "more than 64 tools"),
         "private": ("http://10.1.2.3/mcp", "INVALID_INPUT", "not a public address"),
         "slow": (slow.start() + "/mcp", "TIMEOUT", "did not answer within 2s"),
         "wrongkey": (serve(stack, flooding, "Bearer right"), "AGENT_ERROR", "MCP server at"),
+        "gzipbomb": (bombing.start() + "/mcp", "AGENT_ERROR",
+                     "Content-Encoding 'gzip' though asked for none"),
     }
     for handle, (url, code, says) in cases.items():
         result = create_agent(stack, key, handle=handle, mcpUrl=url,

@@ -24,7 +24,7 @@ from codeshot.errors import (
 from codeshot.local.http_server import HttpServer
 from codeshot.runner.agent_client import AgentClient
 from tests.conftest import HANGING_DOMAIN
-from tests.raw_server import raw_server
+from tests.raw_server import gzip_bomb, raw_server
 
 CALLS: Counter[str] = Counter()  # the busy agent's calls, by path
 
@@ -54,6 +54,12 @@ def agent():
         return Response('{"error": {"code": "INVALID_INPUT", "message": "give two whole '
                         'numbers, such as 1 6"}}', status_code=400,
                         media_type="application/json")
+
+    @app.api_route("/bomb", methods=["GET", "POST"])
+    async def bomb(request: Request) -> Response:  # compressed, whatever was asked
+        seen.append(request.headers.get("accept-encoding"))
+        return Response(gzip_bomb(), media_type="application/json",
+                        headers={"Content-Encoding": "gzip"})
 
     @app.post("/ask")
     async def ask() -> dict:
@@ -259,6 +265,27 @@ def test_lookups_hold_a_bounded_number_of_threads():
                                          ("8.8.4.4", port))]) == [ip_address("8.8.4.4")]
 
 
+def test_a_compressed_reply_is_refused_unread_not_inflated_past_the_cap(agent):
+    """2 MB is the cap on what is read of an agent's or MCP server's reply; 50 MB of
+    JSON in 50 KB of gzip went past it (decoded after the cap had counted). A URL
+    fetched for an embed or a page is refused likewise, as the input's fault."""
+    from codeshot.runner.fetch import fetch_public_url
+    from codeshot.runner.mcp_servers import McpServer
+
+    url, seen = agent
+    assert len(gzip_bomb()) < 100_000
+    with pytest.raises(AgentFailed, match="Content-Encoding 'gzip' though asked for none"):
+        client("alice").call_func("me/bomb", url, "bomb", "hi")
+    assert seen[-1] == "identity"
+    server = McpServer(url + "/bomb", None, timeout=5, allow_loopback=True)
+    with pytest.raises(AgentFailed, match="Content-Encoding 'gzip' though asked for none"):
+        server.call("stock_level", '{"sku": "SKU-1"}')
+    assert seen[-1] == "identity"
+    with pytest.raises(InvalidInput, match="Content-Encoding 'gzip' though asked for none"):
+        fetch_public_url(url + "/bomb", max_bytes=2 << 20, allow_loopback=True)
+    assert seen[-1] == "identity"
+
+
 def test_an_mcp_server_whose_host_does_not_resolve_is_unreachable():
     from codeshot.runner.mcp_servers import McpServer
 
@@ -288,20 +315,27 @@ def test_retry_after_is_read_in_seconds_and_in_each_http_date_form():
     now = datetime(1994, 11, 6, 8, 49, 30, tzinfo=UTC)
     read = {value: retry_after(value, now) for value in (
         "3", "Sun, 06 Nov 1994 08:49:37 GMT", "Sunday, 06-Nov-94 08:49:37 GMT",
-        "Sun Nov  6 08:49:37 1994", "Sun, 06 Nov 1994 08:49:00 GMT", "-1", "1.5", "soon", "")}
+        "Sun Nov  6 08:49:37 1994", "Sun, 06 Nov 1994 08:49:00 GMT", "-1", "1.5", "soon", "",
+        "Sun, 06 Nov 1994 08:49:37 +999999999999999")}
     assert read == {"3": 3.0, "Sun, 06 Nov 1994 08:49:37 GMT": 7.0,
                     "Sunday, 06-Nov-94 08:49:37 GMT": 7.0, "Sun Nov  6 08:49:37 1994": 7.0,
                     "Sun, 06 Nov 1994 08:49:00 GMT": 0.0,  # past: at once
-                    "-1": None, "1.5": None, "soon": None, "": None}  # not valid: no retry
+                    "-1": None, "1.5": None, "soon": None, "": None,  # not valid: no retry
+                    "Sun, 06 Nov 1994 08:49:37 +999999999999999": None}  # overflows
 
 
+@pytest.mark.parametrize("kind", ["sync", "async"])
 def test_a_name_answering_many_silent_addresses_is_given_up_within_one_connect_time(
-        monkeypatch):
+        monkeypatch, kind):
     """Each address got the whole connect timeout: a name answering twenty addresses
     that drop connection attempts held a call (or a handshake in the API) twenty times as
-    long. Now a connection tries three at most, within one timeout."""
+    long. Now a connection tries three at most, within one timeout, for agents (sync)
+    and MCP servers (async) alike."""
+    import anyio
     import httpcore
+    import httpcore2
 
+    from codeshot.net.async_http import PinnedAsyncBackend
     from codeshot.net.http import PinnedBackend
 
     tried: list[float] = []
@@ -311,11 +345,22 @@ def test_a_name_answering_many_silent_addresses_is_given_up_within_one_connect_t
         time.sleep(min(timeout, 0.1))
         raise httpcore.ConnectTimeout("dropped")
 
-    monkeypatch.setattr(httpcore.SyncBackend, "connect_tcp", dropped)
+    async def dropped_async(self, host, port, timeout=None, *args, **kwargs):
+        tried.append(timeout)
+        await anyio.sleep(min(timeout, 0.1))
+        raise httpcore2.ConnectTimeout("dropped")
+
     answers = [(socket.AF_INET, socket.SOCK_STREAM, 6, "", (f"8.8.8.{i}", 80))
                for i in range(20)]
-    backend = PinnedBackend(False, resolver=lambda *_, **__: answers)
-    with pytest.raises(httpcore.ConnectTimeout):
-        backend.connect_tcp("many.example", 80, timeout=5.0)
+    if kind == "sync":
+        monkeypatch.setattr(httpcore.SyncBackend, "connect_tcp", dropped)
+        with pytest.raises(httpcore.ConnectTimeout):
+            PinnedBackend(False, resolver=lambda *_, **__: answers).connect_tcp(
+                "many.example", 80, timeout=5.0)
+    else:
+        monkeypatch.setattr(httpcore2.AnyIOBackend, "connect_tcp", dropped_async)
+        backend = PinnedAsyncBackend(False, resolver=lambda *_, **__: answers)
+        with pytest.raises(httpcore2.ConnectTimeout):
+            anyio.run(lambda: backend.connect_tcp("many.example", 80, timeout=5.0))
     assert len(tried) == 3 and tried[0] == pytest.approx(5.0, abs=0.05)
     assert tried[1] < tried[0] and tried[2] < tried[1]  # what is left of the one timeout

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
+
 from codeshot.sdk import (
     AgentResponse,
     CodeShotAgent,
@@ -46,6 +48,11 @@ def demo_agent() -> CodeShotAgent:
             return ask_user("For what time?")
         return AgentResponse(Message(f"booked {query}", embeds={
             "ticket": Embed("text/plain", "data:text/plain;base64,dGlja2V0")}))
+
+    @agent.register_func
+    async def shout(query: str) -> str:  # async def, as FastAPI users write routes
+        await asyncio.sleep(0)
+        return query.upper()
 
     @agent.register_func
     def explode(query):

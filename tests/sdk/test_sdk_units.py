@@ -48,9 +48,14 @@ def test_user_storage_is_injected_by_name_or_type():
     assert set(make_func(by_name, "f").injected) == {"user_storage", "query"}
 
 
+async def _async_generator(query: str):
+    yield query
+
+
 @pytest.mark.parametrize(("fn", "error"), [
     (lambda *args: None, "cannot take \\*args"),
     (lambda query, n=1: None, "cannot also take typed arguments \\['n'\\]"),
+    (_async_generator, "is an async generator: stream replies by yielding from a plain def"),
 ])
 def test_funcs_it_cannot_call_are_refused_at_registration(fn, error):
     with pytest.raises(TypeError, match=error):
@@ -119,3 +124,77 @@ def test_bytes_round_trip_in_storage_values():
     encoded = to_json_type(value)
     assert encoded["a"][0] == {"type": "_bytes_ascii", "data": "/w=="}
     assert from_json_type(encoded) == value
+
+
+@pytest.fixture
+def agent_dirs(tmp_path, monkeypatch):
+    """A fresh loader state, and sys.path and sys.modules as they were afterwards."""
+    import sys
+
+    from codeshot.sdk import project
+
+    monkeypatch.setattr(project, "_ROOTS", set())
+    monkeypatch.setattr(sys, "path", list(sys.path))
+    before = set(sys.modules)
+    yield tmp_path
+    for name in set(sys.modules) - before:
+        del sys.modules[name]
+
+
+def write_agent(directory, yaml_text: str, agent_py: str = "") -> None:
+    directory.mkdir()
+    (directory / "agent.yaml").write_text(yaml_text)
+    (directory / "agent.py").write_text(agent_py)
+
+
+def test_each_agent_directory_gets_its_own_helper_modules(agent_dirs):
+    from codeshot.sdk.project import load_agent, read_config
+
+    answers = {}
+    for name in ("one", "two"):
+        directory = agent_dirs / name
+        write_agent(directory, f"handle: {name}\n",
+                    "import codeshot.sdk as fixieai\nimport helpers\nfrom pkg import who\n"
+                    "agent = fixieai.StandaloneAgent(lambda query: helpers.WHO + who.WHO)\n")
+        (directory / "helpers.py").write_text(f"WHO = {name!r}\n")
+        (directory / "pkg").mkdir()
+        (directory / "pkg" / "__init__.py").write_text("")
+        (directory / "pkg" / "who.py").write_text(f"WHO = '/{name}'\n")
+        agent = load_agent(directory, read_config(directory))
+        answers[name] = next(agent.query_func(QUERY, CLAIMS, "http://p")).message.text
+    assert answers == {"one": "one/one", "two": "two/two"}
+
+
+@pytest.mark.parametrize("line", ['public: "false"', "public: 'no'", 'published: "False"',
+                                  "public: 0", "published: [true]"])
+def test_public_is_only_yaml_true_or_false(agent_dirs, line):
+    from codeshot.errors import InvalidInput
+    from codeshot.sdk.project import read_config
+
+    write_agent(agent_dirs / "a", f"handle: a\n{line}\n")
+    with pytest.raises(InvalidInput, match="must be true or false"):
+        read_config(agent_dirs / "a")
+
+
+@pytest.mark.parametrize(("lines", "published"), [
+    ("", False), ("public: false", False), ("public: true", True), ("published: true", True),
+    ("public: no\npublished: yes", True), ("public: null", False)])
+def test_public_and_published_read_as_yaml_booleans(agent_dirs, lines, published):
+    from codeshot.sdk.project import read_config
+
+    write_agent(agent_dirs / "a", f"handle: a\n{lines}\n")
+    assert read_config(agent_dirs / "a").published is published
+
+
+def test_an_agent_yaml_that_is_not_utf8_or_not_a_file_is_invalid_input(agent_dirs):
+    from codeshot.errors import InvalidInput
+    from codeshot.sdk.project import read_config
+
+    write_agent(agent_dirs / "latin1", "")
+    (agent_dirs / "latin1" / "agent.yaml").write_bytes("handle: café\n".encode("latin-1"))
+    with pytest.raises(InvalidInput, match="is not UTF-8 text"):
+        read_config(agent_dirs / "latin1")
+    (agent_dirs / "dir").mkdir()
+    (agent_dirs / "dir" / "agent.yaml").mkdir()
+    with pytest.raises(InvalidInput, match="is a directory"):
+        read_config(agent_dirs / "dir")

@@ -87,7 +87,13 @@ def test_unknown_func_is_404_err_func_not_defined(platform, sdk_agent):
     assert error["code"] == "ERR_FUNC_NOT_DEFINED"
     assert error["details"] == {"func_name": "nope",
                                 "available_funcs": ["add", "book", "explode", "forget",
-                                                    "remember"]}
+                                                    "remember", "shout"]}
+
+
+def test_an_async_func_answers_its_result_not_a_coroutine(platform, sdk_agent):
+    reply = call(platform, sdk_agent, "shout", "hello")
+    assert reply.status_code == 200, reply.text
+    assert reply.json()["message"]["text"] == "HELLO"
 
 
 def test_a_crashing_func_leaks_no_internals(platform, sdk_agent):
