@@ -12,6 +12,7 @@ from codeshot.settings import Settings
 from codeshot.store.base import Repository
 from codeshot.store.dynamo import (
     Page,
+    cancelled_by,
     clamp_limit,
     decode_token,
     encode_token,
@@ -149,37 +150,29 @@ class AgentRegistry(Repository):
         # Compared as stored: the same text, whatever the datetime's precision.
         modified = _to_item(read_as)["modified"] if read_as else None
         agent = agent.replace(modified=utcnow())
-        if previous_id and previous_id != agent.agent_id:
-            try:
-                self.db.transact_write_items(
-                    TransactItems=[
-                        {
-                            "Put": {
-                                "TableName": self.table_name,
-                                "Item": _to_item(agent),
-                                "ConditionExpression": "attribute_not_exists(agent_id)",
-                            }
-                        },
-                        {
-                            "Delete": {
-                                "TableName": self.table_name,
-                                "Key": {"agent_id": {"S": previous_id}},
-                                "ConditionExpression": "attribute_exists(agent_id)",
-                            }
-                        },
-                    ]
-                )
-            except Exception as exc:
-                if is_condition_failure(exc):
-                    raise Conflict(f"agent {agent.agent_id} already exists") from exc
-                raise
-            self._bump()
-            return agent
         condition: dict[str, Any] = {"ConditionExpression": "attribute_exists(agent_id)"}
         if modified:
             condition = {"ConditionExpression": "#m = :m",
                          "ExpressionAttributeNames": {"#m": "modified"},
                          "ExpressionAttributeValues": {":m": modified}}
+        if previous_id and previous_id != agent.agent_id:
+            moves: list[Any] = [
+                {"Put": {"TableName": self.table_name, "Item": _to_item(agent),
+                         "ConditionExpression": "attribute_not_exists(agent_id)"}},
+                # As read: a change made meanwhile is kept.
+                {"Delete": {"TableName": self.table_name,
+                            "Key": {"agent_id": {"S": previous_id}}, **condition}},
+            ]
+            try:
+                self.db.transact_write_items(TransactItems=moves)
+            except Exception as exc:
+                if not is_condition_failure(exc):
+                    raise
+                if cancelled_by(exc)[:1] == ["ConditionalCheckFailed"]:
+                    raise Conflict(f"agent {agent.agent_id} already exists") from exc
+                raise Conflict(f"agent {previous_id} changed meanwhile: try again") from exc
+            self._bump()
+            return agent
         try:
             self.db.put_item(TableName=self.table_name, Item=_to_item(agent), **condition)
         except self.db.exceptions.ConditionalCheckFailedException as exc:

@@ -320,8 +320,11 @@ class AgentRegistration:
             self._claim(agent.agent_id)
             self._forget_oauth(current.agent_id)
             self._sweep_storage(current)
+        # Written only over the agent as read: a change made meanwhile (a revision, a new
+        # MCP secret) is CONFLICT here, not lost.
         return self._store(agent, fields,
-                           lambda a: self.s.registry.replace(a, previous_id=current.agent_id),
+                           lambda a: self.s.registry.replace(a, previous_id=current.agent_id,
+                                                             read_as=current),
                            previous_secret=current.mcp_auth_secret)
 
     def deploy(self, principal: Principal, handle: str, fields: AgentFields) -> Agent:
@@ -337,10 +340,10 @@ class AgentRegistration:
 
     def refresh(self, principal: Principal, owner: str, handle: str) -> Agent:
         """Re-read the agent's handshake (after its code changed)."""
-        agent = self._owned(self._owner(principal), handle, owner=owner)
+        current = self._owned(self._owner(principal), handle, owner=owner)
         self._charge(principal)
-        agent = self.describe(agent, inline=False)
-        stored = self.s.registry.replace(agent)
+        agent = self.describe(current, inline=False)
+        stored = self.s.registry.replace(agent, read_as=current)
         self._ingest_corpora(stored, again=True)
         return stored
 
