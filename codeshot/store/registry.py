@@ -6,11 +6,12 @@ import dataclasses
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from codeshot.errors import Conflict, NotFound
+from codeshot.errors import Conflict, InvalidInput, NotFound
 from codeshot.models import Agent, utcnow
 from codeshot.settings import Settings
 from codeshot.store.base import Repository
 from codeshot.store.dynamo import (
+    MAX_ITEM_BYTES,
     Page,
     cancelled_by,
     clamp_limit,
@@ -18,6 +19,7 @@ from codeshot.store.dynamo import (
     encode_token,
     from_item,
     is_condition_failure,
+    item_bytes,
     lookup_key,
     to_item,
 )
@@ -33,6 +35,23 @@ def _to_item(agent: Agent) -> dict[str, Any]:
     values = agent.to_dict(exclude=frozenset({"embeddings"}))
     values["embeddings"] = agent.embeddings
     return to_item(values)
+
+
+# What the write adds to an agent as checked (its MCP secret's name, its time): kept free.
+WRITE_MARGIN = 1_024
+MAX_AGENT_BYTES = MAX_ITEM_BYTES - WRITE_MARGIN
+
+
+def check_size(agent: Agent) -> Agent:
+    """INVALID_INPUT unless the agent fits one DynamoDB item: every field within its cap
+    may still not (CJK few-shots are 3 bytes a character; vectors 4 bytes a dimension)."""
+    size = item_bytes(_to_item(agent))
+    if size > MAX_AGENT_BYTES:
+        raise InvalidInput(f"agent {agent.agent_id} would take {size:,} bytes stored; an agent "
+                           f"takes at most {MAX_AGENT_BYTES:,} (its few-shots, base prompt, "
+                           "sample queries and their vectors): make them shorter",
+                           limit=MAX_AGENT_BYTES)
+    return agent
 
 
 VERSION_ID = "#version"  # a counter bumped on every change, so caches know to reload
@@ -132,6 +151,7 @@ class AgentRegistry(Repository):
             kwargs["ExclusiveStartKey"] = out["LastEvaluatedKey"]
 
     def create(self, agent: Agent) -> Agent:
+        check_size(agent)
         try:
             self.db.put_item(
                 TableName=self.table_name,
@@ -149,7 +169,7 @@ class AgentRegistry(Repository):
         it is still as ``read_as``, else CONFLICT: a change made from what was read)."""
         # Compared as stored: the same text, whatever the datetime's precision.
         modified = _to_item(read_as)["modified"] if read_as else None
-        agent = agent.replace(modified=utcnow())
+        agent = check_size(agent.replace(modified=utcnow()))  # a revision may tip it over
         condition: dict[str, Any] = {"ConditionExpression": "attribute_exists(agent_id)"}
         if modified:
             condition = {"ConditionExpression": "#m = :m",
