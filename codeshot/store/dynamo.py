@@ -200,11 +200,14 @@ def encode_token(last_key: dict[str, Any] | None) -> str | None:
     return base64.urlsafe_b64encode(json.dumps(plain, sort_keys=True).encode()).decode()
 
 
-def decode_token(token: str | None, required: dict[str, str]) -> dict[str, Any] | None:
+def decode_token(token: str | None, required: dict[str, str], keys: frozenset[str]
+                 ) -> dict[str, Any] | None:
     """Turn a page token back into an ExclusiveStartKey.
 
     ``required`` pins attributes to the values of the current query (the partition being
-    read), so a token made for another user's partition cannot be replayed here.
+    read), so a token made for another user's partition cannot be replayed here. ``keys``
+    are the attributes a start key of that query has (:meth:`Table.page_key`): DynamoDB
+    refuses one with more or fewer.
     """
     if not token:
         return None
@@ -214,9 +217,8 @@ def decode_token(token: str | None, required: dict[str, str]) -> dict[str, Any] 
             raise ValueError
     except (ValueError, TypeError) as exc:
         raise InvalidInput("invalid page token") from exc
-    for name, value in required.items():
-        if plain.get(name) != value:
-            raise InvalidInput("invalid page token")
+    if set(plain) != keys or any(plain[name] != value for name, value in required.items()):
+        raise InvalidInput("invalid page token")
     return to_item(plain)
 
 

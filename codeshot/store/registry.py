@@ -251,7 +251,7 @@ class AgentRegistry(Repository):
             "ExpressionAttributeValues": {":owner": {"S": owner}},
             "Limit": clamp_limit(limit),
         }
-        start = decode_token(token, {"owner": owner})
+        start = decode_token(token, {"owner": owner}, REGISTRY.page_key("by_owner"))
         if start:
             kwargs["ExclusiveStartKey"] = start
         out = self.db.query(**kwargs)

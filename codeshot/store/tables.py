@@ -38,6 +38,13 @@ class Table:
         names = [self.pk, self.sk] + [a for i in self.indexes for a in (i.pk, i.sk)]
         return {n: self.attribute_types.get(n, "S") for n in names if n}
 
+    def page_key(self, index: str | None = None) -> frozenset[str]:
+        """The attributes of a Query's LastEvaluatedKey on the table (or ``index``): the
+        table's key, and the index's."""
+        names = [self.pk, self.sk]
+        names += [a for i in self.indexes if i.name == index for a in (i.pk, i.sk)]
+        return frozenset(n for n in names if n)
+
     def create_table_kwargs(self, physical_name: str) -> dict[str, Any]:
         """Arguments for DynamoDB ``create_table`` (local stack and tests)."""
 

@@ -262,7 +262,7 @@ class UserStorageStore(Repository):
         kwargs = self._query_held(holder)
         kwargs["ProjectionExpression"] = "#s, #k"
         kwargs["Limit"] = clamp_limit(limit, default=1000, maximum=1000)
-        start = decode_token(token, {"scope": holder.scope})
+        start = decode_token(token, {"scope": holder.scope}, USER_STORAGE.page_key())
         if start:
             kwargs["ExclusiveStartKey"] = start
         out = self.db.query(**kwargs)
