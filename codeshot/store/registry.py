@@ -12,11 +12,7 @@ from codeshot.settings import Settings
 from codeshot.store.base import Repository
 from codeshot.store.dynamo import (
     MAX_ITEM_BYTES,
-    Page,
     cancelled_by,
-    clamp_limit,
-    decode_token,
-    encode_token,
     from_item,
     is_condition_failure,
     item_bytes,
@@ -239,26 +235,6 @@ class AgentRegistry(Repository):
             # Someone else's agent and a missing one look the same to the caller.
             raise NotFound(f"agent {agent_id} not found") from exc
         self._bump()
-
-    def list_by_owner(
-        self, owner: str, limit: int | None = None, token: str | None = None
-    ) -> Page[Agent]:
-        kwargs: dict[str, Any] = {
-            "TableName": self.table_name,
-            "IndexName": "by_owner",
-            "KeyConditionExpression": "#o = :owner",
-            "ExpressionAttributeNames": {"#o": "owner"},
-            "ExpressionAttributeValues": {":owner": {"S": owner}},
-            "Limit": clamp_limit(limit),
-        }
-        start = decode_token(token, {"owner": owner}, REGISTRY.page_key("by_owner"))
-        if start:
-            kwargs["ExclusiveStartKey"] = start
-        out = self.db.query(**kwargs)
-        return Page(
-            [Agent.from_dict(from_item(i)) for i in out.get("Items", [])],
-            encode_token(out.get("LastEvaluatedKey")),
-        )
 
     def listed(self) -> list[Agent]:
         """Every agent without its vectors, as of the registry's version: scanned again

@@ -74,12 +74,8 @@ class Table:
         return kwargs
 
 
-REGISTRY = Table(
-    logical="registry",
-    setting="registry_table",
-    pk="agent_id",
-    indexes=(Index("by_owner", pk="owner", sk="agent_id"),),
-)
+# Read by id, or scanned whole (listings and the router keep every agent in memory).
+REGISTRY = Table(logical="registry", setting="registry_table", pk="agent_id")
 
 # One partition per session: the SESSION item, MSG#<ulid> messages, EMBED#<key> embeds,
 # STATE (a paused program). Only SESSION items carry `owner`, so the index is sparse.
