@@ -76,3 +76,40 @@ def test_a_refresh_does_not_undo_a_revision_added_meanwhile(platform, monkeypatc
     with pytest.raises(Conflict, match="changed meanwhile"):
         reg.refresh(owner, "dave", "a")
     assert len(platform.services.registry.get("dave/a").revisions) == 1
+
+
+def test_an_update_does_not_point_the_agent_at_a_secret_replaced_meanwhile(platform,
+                                                                          monkeypatch):
+    """One request sets the MCP server's Authorization again (a new secret; the old one is
+    deleted), another changes the description from what it read before: written, it
+    pointed the agent at the deleted secret, and every call to the server failed."""
+    from mcp.server.mcpserver import MCPServer
+
+    from codeshot.local.http_server import mcp_http_server
+
+    server = MCPServer("Echo")
+
+    @server.tool(description="Echo a text back")
+    def echo(text: str) -> str:
+        return text
+
+    http = mcp_http_server(server, "Bearer e")
+    url = http.start() + "/mcp"
+    try:
+        owner = _owner(platform, "erin")
+        reg = AgentRegistration(platform.services, charge=None)
+        reg.create(owner, "echo", AgentFields(mcp_url=url, mcp_authorization="Bearer e"))
+        first = platform.services.registry.get("erin/echo").mcp_auth_secret
+        _meanwhile(monkeypatch, lambda: reg.update(
+            owner, "echo", AgentFields(mcp_authorization="Bearer e"), new_handle=None))
+
+        with pytest.raises(Conflict, match="changed meanwhile"):
+            reg.update(owner, "echo", AgentFields(description="echoes"), new_handle=None)
+
+        secret = platform.services.registry.get("erin/echo").mcp_auth_secret
+        assert secret and secret != first
+        assert platform.services.agent_secrets.get(secret) == "Bearer e"
+        # The agent still reaches its server (its tools read with the kept secret).
+        assert reg.refresh(owner, "erin", "echo").mcp_tools
+    finally:
+        http.stop()
