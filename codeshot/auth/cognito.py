@@ -15,7 +15,14 @@ from functools import cached_property
 from typing import TYPE_CHECKING, Any
 
 from codeshot import aws
-from codeshot.errors import Conflict, InvalidInput, NotFound, Unauthenticated, Unavailable
+from codeshot.errors import (
+    Conflict,
+    InvalidInput,
+    NotFound,
+    RateLimited,
+    Unauthenticated,
+    Unavailable,
+)
 from codeshot.settings import Settings
 
 if TYPE_CHECKING:
@@ -230,8 +237,9 @@ def _error(code: str, message: str, operation: str, username: str | None) -> Exc
         "CodeMismatchException": InvalidInput("that code is not the one we sent"),
         "ExpiredCodeException": InvalidInput("that code has expired: sign up again"),
         "InvalidParameterException": InvalidInput(message or "invalid input"),
-        "TooManyRequestsException": InvalidInput("too many attempts: wait a minute"),
-        "LimitExceededException": InvalidInput("too many attempts: wait a minute"),
+        # The pool's throttling and its attempt limits: nothing wrong with the input.
+        "TooManyRequestsException": RateLimited("too many attempts: wait a minute"),
+        "LimitExceededException": RateLimited("too many attempts: wait a minute"),
     }
     return known.get(code) or Unavailable(f"the user pool refused the request ({code})")
 

@@ -46,7 +46,7 @@ def _numbers_out(value: Any) -> Any:
 
 
 def to_item(values: dict[str, Any]) -> dict[str, Any]:
-    """Serialise, dropping None and empty strings/sets (DynamoDB cannot index them)."""
+    """Serialise, dropping None and empty sets (DynamoDB cannot store an empty set)."""
     return {
         k: _ser.serialize(_numbers_in(v))
         for k, v in values.items()
@@ -54,8 +54,29 @@ def to_item(values: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def to_value(value: Any) -> dict[str, Any]:
-    return dict(_ser.serialize(value))
+MAX_ITEM_BYTES = 400 * 1024  # DynamoDB's limit for one item, names and values together
+
+
+def item_bytes(item: dict[str, Any]) -> int:
+    """An item's size as DynamoDB counts it against :data:`MAX_ITEM_BYTES` (its names'
+    and text's UTF-8 bytes, binary's length; numbers at most their digits): measured
+    before a write, so an item too large is refused as input, not by DynamoDB."""
+    return sum(len(name.encode()) + _value_bytes(value) for name, value in item.items())
+
+
+def _value_bytes(value: dict[str, Any]) -> int:
+    ((kind, data),) = value.items()
+    if kind == "S":
+        return len(data.encode())
+    if kind in ("N", "B"):
+        return len(data)  # a number's digits bound its size (at most 21 bytes)
+    if kind in ("SS", "NS", "BS"):
+        return sum(_value_bytes({kind[0]: v}) for v in data)
+    if kind == "L":  # 3 bytes, and 1 for each element
+        return 3 + sum(1 + _value_bytes(v) for v in data)
+    if kind == "M":
+        return 3 + sum(1 + len(k.encode()) + _value_bytes(v) for k, v in data.items())
+    return 1  # BOOL, NULL
 
 
 def from_item(item: dict[str, Any]) -> dict[str, Any]:
@@ -179,11 +200,14 @@ def encode_token(last_key: dict[str, Any] | None) -> str | None:
     return base64.urlsafe_b64encode(json.dumps(plain, sort_keys=True).encode()).decode()
 
 
-def decode_token(token: str | None, required: dict[str, str]) -> dict[str, Any] | None:
+def decode_token(token: str | None, required: dict[str, str], keys: frozenset[str]
+                 ) -> dict[str, Any] | None:
     """Turn a page token back into an ExclusiveStartKey.
 
     ``required`` pins attributes to the values of the current query (the partition being
-    read), so a token made for another user's partition cannot be replayed here.
+    read), so a token made for another user's partition cannot be replayed here. ``keys``
+    are the attributes a start key of that query has (:meth:`Table.page_key`): DynamoDB
+    refuses one with more or fewer.
     """
     if not token:
         return None
@@ -193,9 +217,8 @@ def decode_token(token: str | None, required: dict[str, str]) -> dict[str, Any] 
             raise ValueError
     except (ValueError, TypeError) as exc:
         raise InvalidInput("invalid page token") from exc
-    for name, value in required.items():
-        if plain.get(name) != value:
-            raise InvalidInput("invalid page token")
+    if set(plain) != keys or any(plain[name] != value for name, value in required.items()):
+        raise InvalidInput("invalid page token")
     return to_item(plain)
 
 

@@ -121,15 +121,6 @@ class EmbedStore:
             return False
         return True
 
-    def head(self, digest: str) -> dict[str, Any]:
-        try:
-            out = self.s3.head_object(Bucket=self.bucket, Key=self.object_key(digest))
-        except ClientError as exc:
-            if exc.response["Error"]["Code"] in _MISSING:
-                raise NotFound(f"embed content {digest} not found") from exc
-            raise
-        return {"size": out["ContentLength"], "content_type": out.get("ContentType")}
-
     def _get(self, key: str) -> bytes:
         """The object's bytes, or NotFound (callers word it)."""
         try:

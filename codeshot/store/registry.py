@@ -6,17 +6,16 @@ import dataclasses
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from codeshot.errors import Conflict, NotFound
+from codeshot.errors import Conflict, InvalidInput, NotFound
 from codeshot.models import Agent, utcnow
 from codeshot.settings import Settings
 from codeshot.store.base import Repository
 from codeshot.store.dynamo import (
-    Page,
-    clamp_limit,
-    decode_token,
-    encode_token,
+    MAX_ITEM_BYTES,
+    cancelled_by,
     from_item,
     is_condition_failure,
+    item_bytes,
     lookup_key,
     to_item,
 )
@@ -32,6 +31,23 @@ def _to_item(agent: Agent) -> dict[str, Any]:
     values = agent.to_dict(exclude=frozenset({"embeddings"}))
     values["embeddings"] = agent.embeddings
     return to_item(values)
+
+
+# What the write adds to an agent as checked (its MCP secret's name, its time): kept free.
+WRITE_MARGIN = 1_024
+MAX_AGENT_BYTES = MAX_ITEM_BYTES - WRITE_MARGIN
+
+
+def check_size(agent: Agent) -> Agent:
+    """INVALID_INPUT unless the agent fits one DynamoDB item: every field within its cap
+    may still not (CJK few-shots are 3 bytes a character; vectors 4 bytes a dimension)."""
+    size = item_bytes(_to_item(agent))
+    if size > MAX_AGENT_BYTES:
+        raise InvalidInput(f"agent {agent.agent_id} would take {size:,} bytes stored; an agent "
+                           f"takes at most {MAX_AGENT_BYTES:,} (its few-shots, base prompt, "
+                           "sample queries and their vectors): make them shorter",
+                           limit=MAX_AGENT_BYTES)
+    return agent
 
 
 VERSION_ID = "#version"  # a counter bumped on every change, so caches know to reload
@@ -131,6 +147,7 @@ class AgentRegistry(Repository):
             kwargs["ExclusiveStartKey"] = out["LastEvaluatedKey"]
 
     def create(self, agent: Agent) -> Agent:
+        check_size(agent)
         try:
             self.db.put_item(
                 TableName=self.table_name,
@@ -148,38 +165,30 @@ class AgentRegistry(Repository):
         it is still as ``read_as``, else CONFLICT: a change made from what was read)."""
         # Compared as stored: the same text, whatever the datetime's precision.
         modified = _to_item(read_as)["modified"] if read_as else None
-        agent = agent.replace(modified=utcnow())
-        if previous_id and previous_id != agent.agent_id:
-            try:
-                self.db.transact_write_items(
-                    TransactItems=[
-                        {
-                            "Put": {
-                                "TableName": self.table_name,
-                                "Item": _to_item(agent),
-                                "ConditionExpression": "attribute_not_exists(agent_id)",
-                            }
-                        },
-                        {
-                            "Delete": {
-                                "TableName": self.table_name,
-                                "Key": {"agent_id": {"S": previous_id}},
-                                "ConditionExpression": "attribute_exists(agent_id)",
-                            }
-                        },
-                    ]
-                )
-            except Exception as exc:
-                if is_condition_failure(exc):
-                    raise Conflict(f"agent {agent.agent_id} already exists") from exc
-                raise
-            self._bump()
-            return agent
+        agent = check_size(agent.replace(modified=utcnow()))  # a revision may tip it over
         condition: dict[str, Any] = {"ConditionExpression": "attribute_exists(agent_id)"}
         if modified:
             condition = {"ConditionExpression": "#m = :m",
                          "ExpressionAttributeNames": {"#m": "modified"},
                          "ExpressionAttributeValues": {":m": modified}}
+        if previous_id and previous_id != agent.agent_id:
+            moves: list[Any] = [
+                {"Put": {"TableName": self.table_name, "Item": _to_item(agent),
+                         "ConditionExpression": "attribute_not_exists(agent_id)"}},
+                # As read: a change made meanwhile is kept.
+                {"Delete": {"TableName": self.table_name,
+                            "Key": {"agent_id": {"S": previous_id}}, **condition}},
+            ]
+            try:
+                self.db.transact_write_items(TransactItems=moves)
+            except Exception as exc:
+                if not is_condition_failure(exc):
+                    raise
+                if cancelled_by(exc)[:1] == ["ConditionalCheckFailed"]:
+                    raise Conflict(f"agent {agent.agent_id} already exists") from exc
+                raise Conflict(f"agent {previous_id} changed meanwhile: try again") from exc
+            self._bump()
+            return agent
         try:
             self.db.put_item(TableName=self.table_name, Item=_to_item(agent), **condition)
         except self.db.exceptions.ConditionalCheckFailedException as exc:
@@ -226,26 +235,6 @@ class AgentRegistry(Repository):
             # Someone else's agent and a missing one look the same to the caller.
             raise NotFound(f"agent {agent_id} not found") from exc
         self._bump()
-
-    def list_by_owner(
-        self, owner: str, limit: int | None = None, token: str | None = None
-    ) -> Page[Agent]:
-        kwargs: dict[str, Any] = {
-            "TableName": self.table_name,
-            "IndexName": "by_owner",
-            "KeyConditionExpression": "#o = :owner",
-            "ExpressionAttributeNames": {"#o": "owner"},
-            "ExpressionAttributeValues": {":owner": {"S": owner}},
-            "Limit": clamp_limit(limit),
-        }
-        start = decode_token(token, {"owner": owner})
-        if start:
-            kwargs["ExclusiveStartKey"] = start
-        out = self.db.query(**kwargs)
-        return Page(
-            [Agent.from_dict(from_item(i)) for i in out.get("Items", [])],
-            encode_token(out.get("LastEvaluatedKey")),
-        )
 
     def listed(self) -> list[Agent]:
         """Every agent without its vectors, as of the registry's version: scanned again

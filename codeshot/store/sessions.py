@@ -205,7 +205,7 @@ class SessionStore(Repository):
             "ScanIndexForward": False,
             "Limit": clamp_limit(limit),
         }
-        start = decode_token(token, {"owner": owner})
+        start = decode_token(token, {"owner": owner}, SESSIONS.page_key("by_owner"))
         if start is None and after is not None:
             start = {**_key(after.session_id, SESSION_ITEM), "owner": {"S": owner},
                      "created": {"S": after.to_dict()["created"]}}
@@ -237,8 +237,8 @@ class SessionStore(Repository):
         short, with a token to go on, when the owner has many sessions with others)."""
         kwargs = {"TableName": self.table_name, "ScanIndexForward": False,
                   **self._with_frontend(owner, frontend)}
-        items, last = fill_page(self.db, kwargs, decode_token(token, {"owner": owner}),
-                                limit, reads)
+        start = decode_token(token, {"owner": owner}, SESSIONS.page_key("by_owner"))
+        items, last = fill_page(self.db, kwargs, start, limit, reads)
         return Page([Session.from_dict(from_item(i)) for i in items], encode_token(last))
 
     def count_by_frontend(self, owner: str, frontend: str | None) -> int:
@@ -421,7 +421,7 @@ class SessionStore(Repository):
             "ScanIndexForward": not newest_first,
             "ConsistentRead": True,
         }
-        start = decode_token(token, {"session_id": session_id})
+        start = decode_token(token, {"session_id": session_id}, SESSIONS.page_key())
         if start is None and after:
             start = _key(session_id, MSG_PREFIX + after)
         items, last = fill_page(self.db, kwargs, start, limit, PAGE_READS)

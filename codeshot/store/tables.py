@@ -38,6 +38,13 @@ class Table:
         names = [self.pk, self.sk] + [a for i in self.indexes for a in (i.pk, i.sk)]
         return {n: self.attribute_types.get(n, "S") for n in names if n}
 
+    def page_key(self, index: str | None = None) -> frozenset[str]:
+        """The attributes of a Query's LastEvaluatedKey on the table (or ``index``): the
+        table's key, and the index's."""
+        names = [self.pk, self.sk]
+        names += [a for i in self.indexes if i.name == index for a in (i.pk, i.sk)]
+        return frozenset(n for n in names if n)
+
     def create_table_kwargs(self, physical_name: str) -> dict[str, Any]:
         """Arguments for DynamoDB ``create_table`` (local stack and tests)."""
 
@@ -67,12 +74,8 @@ class Table:
         return kwargs
 
 
-REGISTRY = Table(
-    logical="registry",
-    setting="registry_table",
-    pk="agent_id",
-    indexes=(Index("by_owner", pk="owner", sk="agent_id"),),
-)
+# Read by id, or scanned whole (listings and the router keep every agent in memory).
+REGISTRY = Table(logical="registry", setting="registry_table", pk="agent_id")
 
 # One partition per session: the SESSION item, MSG#<ulid> messages, EMBED#<key> embeds,
 # STATE (a paused program). Only SESSION items carry `owner`, so the index is sparse.

@@ -49,7 +49,7 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 MAX_KEY_BYTES = 512
 WRITE_ATTEMPTS = 4  # a write whose transaction met another on the same count
-# The sort key of each scope's count of keys: blank, so no user key (_check_key refuses
+# The sort key of each scope's count of keys: blank, so no user key (check_key refuses
 # those; DynamoDB refuses an empty one).
 COUNT_KEY = " "
 REGISTRATION = "registration"
@@ -62,7 +62,7 @@ HELD = "(#g = :g OR (attribute_not_exists(#g) AND #m >= :since))"
 HELD_NAMES = {"#g": REGISTRATION, "#m": "modified"}
 
 
-def _check_key(key: str) -> None:
+def check_key(key: str) -> None:
     if not key or not key.strip():
         raise InvalidInput("user storage key must not be empty")
     if len(key.encode()) > MAX_KEY_BYTES:
@@ -114,9 +114,8 @@ class Holder:
 class UserStorageStore(Repository):
     table = USER_STORAGE
 
-    def put(self, holder: Holder, key: str, data: str) -> None:
-        """Store ``data`` (JSON text) under ``key``; replaces any earlier value."""
-        _check_key(key)
+    def check_value(self, data: str) -> None:
+        """INVALID_INPUT unless ``data`` is JSON text within the size limit."""
         size = len(data.encode())
         limit = self.settings.max_storage_value_bytes
         if size > limit:
@@ -125,6 +124,11 @@ class UserStorageStore(Repository):
             json.loads(data)
         except ValueError as exc:
             raise InvalidInput("value must be JSON text") from exc
+
+    def put(self, holder: Holder, key: str, data: str) -> None:
+        """Store ``data`` (JSON text) under ``key``; replaces any earlier value."""
+        check_key(key)
+        self.check_value(data)
         item = {**holder.key(key), "data": {"S": data}, "modified": {"S": utcnow().isoformat()},
                 REGISTRATION: {"S": holder.stamp}}
         names = {"#k": "key", **HELD_NAMES}
@@ -223,7 +227,7 @@ class UserStorageStore(Repository):
         }
 
     def get(self, holder: Holder, key: str) -> str:
-        _check_key(key)
+        check_key(key)
         item = self.db.get_item(
             TableName=self.table_name, Key=holder.key(key), ConsistentRead=True,
         ).get("Item")
@@ -232,7 +236,7 @@ class UserStorageStore(Repository):
         return item["data"]["S"]
 
     def delete(self, holder: Holder, key: str) -> None:
-        _check_key(key)
+        check_key(key)
         for attempt in range(WRITE_ATTEMPTS):
             try:
                 self.db.transact_write_items(TransactItems=[
@@ -258,7 +262,7 @@ class UserStorageStore(Repository):
         kwargs = self._query_held(holder)
         kwargs["ProjectionExpression"] = "#s, #k"
         kwargs["Limit"] = clamp_limit(limit, default=1000, maximum=1000)
-        start = decode_token(token, {"scope": holder.scope})
+        start = decode_token(token, {"scope": holder.scope}, USER_STORAGE.page_key())
         if start:
             kwargs["ExclusiveStartKey"] = start
         out = self.db.query(**kwargs)

@@ -22,10 +22,11 @@ comes back to the platform's callback, and the paused query resumes.
 
 from __future__ import annotations
 
+import ipaddress
 import json
 from dataclasses import dataclass
 from typing import Any
-from urllib.parse import urlencode, urlsplit
+from urllib.parse import SplitResult, urlencode, urlsplit, urlunsplit
 
 from codeshot.errors import CodeshotError, Forbidden, InvalidInput, NotFound, OAuthFailed
 from codeshot.models import Agent, MessageType, Principal, SessionStatus
@@ -39,6 +40,8 @@ CALLBACK_PATH = "/api/oauth/callback"
 START_PATH = "/api/oauth/start"
 OAUTH_FUNC = "_oauth"  # the Func Fixie 1.0's SDK registers for agents with oauth_params
 MAX_SCOPES = 50
+MAX_CLIENT_ID_BYTES = 500  # providers' are far shorter; a claim's sort key holds 1,024
+DEFAULT_PORTS = {"https": 443, "http": 80}
 MAX_SCOPE_CHARS = 200
 RECENT_MESSAGES = 10  # a paused question is the session's newest terminal message
 
@@ -77,7 +80,8 @@ def authorization_url(services: Services, caller: Principal, auth_uri: str, clie
     user_id, agent_id, agent = _acting_for(services, caller)
     if not caller.session_id:
         raise Forbidden("OAuth needs an agent token issued for a session")
-    host = _check_client(services, auth_uri, client_id, scopes)
+    client_id = client_id.strip()  # " id" and "id" are one client to its provider
+    auth_uri, host = _check_client(services, auth_uri, client_id, scopes)
     services.oauth.claim_client(host, client_id, agent.owner)  # refused: nothing written
     _charge(services, user_id, agent_id)
     flow = Flow.new(user_id, agent_id, caller.session_id, redirect_uri(services))
@@ -114,18 +118,47 @@ def open_link(services: Services, state: str, browser: str) -> str:
 
 
 def _check_client(services: Services, auth_uri: str, client_id: str, scopes: list[str]
-                  ) -> str:
-    """The authorization server's host (and port), once the request is well formed."""
+                  ) -> tuple[str, str]:
+    """The authorization URL with its host spelt as :func:`_client_host` spells it, and
+    that host, once the request is well formed."""
     parts = urlsplit(auth_uri)
     allowed = ("https", "http") if services.settings.local_mode else ("https",)
     if parts.scheme not in allowed or not parts.hostname:
         raise InvalidInput(f"authUri must be an {' or '.join(allowed)} URL")
+    if "@" in parts.netloc:  # a browser would go to the host after it, whatever it says
+        raise InvalidInput("authUri must not carry a user name or password")
     words = all(isinstance(s, str) and 0 < len(s) <= MAX_SCOPE_CHARS
                 and not any(c.isspace() for c in s) for s in scopes)
-    if not client_id or len(scopes) > MAX_SCOPES or not words:
-        raise InvalidInput(f"clientId must be set and scopes must be words (at most "
-                           f"{MAX_SCOPES}, of at most {MAX_SCOPE_CHARS} characters)")
-    return parts.netloc.rpartition("@")[2].lower()
+    if not client_id or len(client_id.encode()) > MAX_CLIENT_ID_BYTES \
+            or len(scopes) > MAX_SCOPES or not words:
+        raise InvalidInput(f"clientId must be set (at most {MAX_CLIENT_ID_BYTES} bytes) and "
+                           f"scopes must be words (at most {MAX_SCOPES}, of at most "
+                           f"{MAX_SCOPE_CHARS} characters)")
+    host = _client_host(parts)
+    return urlunsplit(parts._replace(netloc=host)), host
+
+
+def _client_host(parts: SplitResult) -> str:
+    """The host an OAuth client is claimed at, one spelling for every way of writing it
+    (accounts.google.com, ACCOUNTS.google.com., accounts.google.com:443 are one server):
+    IDNA (UTS 46, as browsers resolve names), lowercase, no trailing dot, and the port
+    only when it is not the scheme's own."""
+    import idna
+
+    try:
+        port = parts.port
+    except ValueError:
+        raise InvalidInput("authUri has an invalid port") from None
+    name = (parts.hostname or "").rstrip(".")
+    try:
+        address = ipaddress.ip_address(name)
+        host = f"[{address.compressed}]" if address.version == 6 else address.compressed
+    except ValueError:
+        try:
+            host = idna.encode(name, uts46=True).decode()
+        except idna.IDNAError:
+            raise InvalidInput("authUri's host is not a valid host name") from None
+    return host if port in (None, DEFAULT_PORTS[parts.scheme]) else f"{host}:{port}"
 
 
 def get_token(services: Services, caller: Principal) -> dict[str, Any]:

@@ -36,6 +36,7 @@ from codeshot.net.addresses import check_public_url
 from codeshot.routing.index import keep_no_agent_rows, with_embeddings
 from codeshot.runner.handshake import Handshake, fetch_handshake
 from codeshot.services import Services
+from codeshot.store.registry import check_size
 from codeshot.text import as_one_line
 
 if TYPE_CHECKING:
@@ -180,7 +181,7 @@ class AgentRegistration:
             agent = agent.replace(sample_queries=queries)
         elif not agent.query_url:
             raise InvalidInput("a standalone agent needs queryUrl")
-        return with_embeddings(agent, self.s.embedder)
+        return self._embedded(agent)
 
     def _describe_mcp_agent(self, agent: Agent, authorization: str | None) -> Agent:
         """A Code Shot agent whose Funcs are the server's tools: few-shots if its owner
@@ -213,13 +214,20 @@ class AgentRegistration:
             description=agent.description or info.description(),
             mcp_tools=[t.to_dict() for t in info.tools], funcs=sorted(tools),
             sample_queries=list(dict.fromkeys(queries))[:MAX_SAMPLE_QUERIES]))
-        return with_embeddings(agent, self.s.embedder)
+        return self._embedded(agent)
+
+    def _embedded(self, agent: Agent) -> Agent:
+        """The agent with its texts' vectors, once it is known to fit one item with them
+        (INVALID_INPUT before anything is written: a handshake's fields or the vectors
+        may take it over, after the charge that reading them cost)."""
+        return check_size(with_embeddings(agent, self.s.embedder))
 
     def create(self, principal: Principal, handle: str, fields: AgentFields) -> Agent:
         owner = self._owner(principal)
         validate_handle(handle)
         agent = Agent(agent_id=Agent.make_id(owner, handle), owner=owner, handle=handle)
-        agent = check_agent_fields(self._apply(agent, fields))
+        # Its text must fit before the charge; its vectors are checked once made.
+        agent = check_size(check_agent_fields(self._apply(agent, fields)))
         self._refuse_taken(agent.agent_id)
         self._charge(principal)
         agent = self.describe(agent, inline=fields.few_shots is not None,
@@ -297,6 +305,7 @@ class AgentRegistration:
         # The handshake's funcs and corpora are checked when it is read (describe): stored
         # ones from before their caps must not stop the owner changing anything else.
         check_agent_fields(agent.replace(funcs=None, corpora=None))
+        check_size(agent)  # with its vectors as they are: new ones are checked once made
         if new_handle and new_handle != handle:
             validate_handle(new_handle)
             # Created now at its new id: a call token of a deleted agent of that id, still
@@ -312,7 +321,7 @@ class AgentRegistration:
             agent = self.describe(agent, inline=fields.few_shots is not None,
                                   authorization=fields.mcp_authorization)
         else:  # name, description or sample queries may have changed what it matches
-            agent = with_embeddings(agent, self.s.embedder)
+            agent = self._embedded(agent)
         if agent.agent_id != current.agent_id:
             # Tokens are sealed to an agent id: the old id's go, even if the write below
             # then fails (its users authorize again); the new id is swept once known free.
@@ -320,8 +329,11 @@ class AgentRegistration:
             self._claim(agent.agent_id)
             self._forget_oauth(current.agent_id)
             self._sweep_storage(current)
+        # Written only over the agent as read: a change made meanwhile (a revision, a new
+        # MCP secret) is CONFLICT here, not lost.
         return self._store(agent, fields,
-                           lambda a: self.s.registry.replace(a, previous_id=current.agent_id),
+                           lambda a: self.s.registry.replace(a, previous_id=current.agent_id,
+                                                             read_as=current),
                            previous_secret=current.mcp_auth_secret)
 
     def deploy(self, principal: Principal, handle: str, fields: AgentFields) -> Agent:
@@ -337,10 +349,10 @@ class AgentRegistration:
 
     def refresh(self, principal: Principal, owner: str, handle: str) -> Agent:
         """Re-read the agent's handshake (after its code changed)."""
-        agent = self._owned(self._owner(principal), handle, owner=owner)
+        current = self._owned(self._owner(principal), handle, owner=owner)
         self._charge(principal)
-        agent = self.describe(agent, inline=False)
-        stored = self.s.registry.replace(agent)
+        agent = self.describe(current, inline=False)
+        stored = self.s.registry.replace(agent, read_as=current)
         self._ingest_corpora(stored, again=True)
         return stored
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
@@ -52,18 +53,23 @@ def ensure_user(services: Services, username: str) -> User:
     return user
 
 
+@functools.cache
+def _zone_names() -> frozenset[str]:
+    """The IANA zone names this machine (or tzdata) knows: read from disk once."""
+    from zoneinfo import available_timezones
+
+    return frozenset(available_timezones())
+
+
 def set_time_zone(services: Services, principal: Principal, time_zone: str | None) -> User:
     """The caller's time zone (an IANA name such as Europe/Paris; None or "" for UTC),
     in which platform Funcs give local times."""
-    from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
-
     user_id = user_id_of(principal)
-    if time_zone:
-        try:
-            ZoneInfo(time_zone)
-        except (ZoneInfoNotFoundError, ValueError):
-            raise InvalidInput(f"{time_zone!r} is not a time zone name such as "
-                               "Europe/Paris or America/New_York") from None
+    # Looked up, not opened: ZoneInfo("America") (a directory) or a very long name fails
+    # with OSError, not the errors a bad name gives.
+    if time_zone and time_zone not in _zone_names():
+        raise InvalidInput(f"{time_zone[:100]!r} is not a time zone name such as "
+                           "Europe/Paris or America/New_York")
     services.users.set_time_zone(user_id, time_zone or None)
     return services.users.get(user_id)
 

@@ -18,7 +18,14 @@ from cryptography.hazmat.primitives.asymmetric import rsa
 from moto.utilities.utils import load_resource
 
 from codeshot import ids
-from codeshot.errors import Conflict, Forbidden, InvalidInput, NotFound, Unauthenticated
+from codeshot.errors import (
+    Conflict,
+    Forbidden,
+    InvalidInput,
+    NotFound,
+    RateLimited,
+    Unauthenticated,
+)
 from codeshot.usecases import accounts
 
 PASSWORD = "Correct-horse-9"
@@ -78,6 +85,24 @@ def test_sign_up_refuses_bad_input_and_creates_nothing(stack, email, password, m
     with pytest.raises(InvalidInput, match=message):
         accounts.sign_up(stack.services, email, password)
     assert pool_users(stack) == before
+
+
+@pytest.mark.parametrize("refusal", ["TooManyRequestsException", "LimitExceededException"])
+def test_the_pools_throttling_is_rate_limited_not_bad_input(stack, monkeypatch, refusal):
+    """Cognito throttling a sign-in (or its attempt limit) says nothing of the input: the
+    caller is told to wait (RATE_LIMITED), as docs/errors.md says of AWS throttling."""
+    from botocore.exceptions import ClientError
+
+    email, _ = confirmed(stack)
+
+    def throttled(**request):
+        raise ClientError({"Error": {"Code": refusal, "Message": "Rate exceeded"}},
+                          "InitiateAuth")
+
+    monkeypatch.setattr(stack.services.accounts.client, "initiate_auth", throttled)
+    with pytest.raises(RateLimited, match="too many attempts: wait a minute") as refused:
+        accounts.sign_in(stack.services, email, PASSWORD)
+    assert refused.value.code == "RATE_LIMITED"
 
 
 def test_one_account_per_email_and_none_signs_in_before_confirming(stack):

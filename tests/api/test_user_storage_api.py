@@ -92,6 +92,23 @@ def test_rate_limit_per_user_and_agent(platform):
     assert storage(platform, other, "GET", "eve/b").status_code == 200
 
 
+@pytest.mark.settings(storage_rate_limit=2)
+def test_refused_input_does_not_spend_the_rate_limit(platform):
+    user_id, _ = platform.user("fay")
+    token = platform.services.auth.agent_token("fay/a", user_id, None)
+    platform.clock.now = datetime.now(UTC).replace(second=1, microsecond=0)
+    refused = [storage(platform, token, "POST", "fay/a/k", json={"data": "not json"}),
+               storage(platform, token, "POST", "fay/a/k", json={"data": json.dumps("x" * 200_000)}),
+               storage(platform, token, "POST", "fay/a/" + "k" * 600, json={"data": "1"}),
+               storage(platform, token, "GET", "fay/a/" + "k" * 600),
+               storage(platform, token, "DELETE", "fay/a/%20")]
+    assert [r.json()["error"]["code"] for r in refused] == ["INVALID_INPUT"] * 5
+    # The two calls of the minute are all still there.
+    assert storage(platform, token, "POST", "fay/a/k", json={"data": "1"}).status_code == 200
+    assert storage(platform, token, "GET", "fay/a/k").json() == {"data": "1"}
+    assert storage(platform, token, "GET", "fay/a").status_code == 429
+
+
 @pytest.mark.settings(max_storage_keys=2)
 def test_an_agent_keeps_at_most_so_many_keys_per_user(platform):
     """600 writes a minute of 100 KB values had no total: CODESHOT_MAX_STORAGE_KEYS is."""

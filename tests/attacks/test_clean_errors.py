@@ -172,3 +172,16 @@ def test_a_sessions_name_and_description_are_checked_before_anything_is_written(
     assert platform.services.usage.used("session", user_id) == 0
     made = platform.gql(key, make, {"n": "Trip planning", "d": "Lisbon\nin May"})
     assert made["data"]["createSession"]["session"]["handle"]
+
+
+@pytest.mark.parametrize("zone", ["America", "a" * 5000, "../../etc/passwd"])
+def test_a_time_zone_that_is_no_zone_name_is_refused_with_a_code(platform, zone):
+    # "America" is a directory of the zone database and 5,000 characters a name the
+    # file system refuses: both were INTERNAL.
+    _, key = platform.user()
+    out = platform.gql(key, "mutation($t: String) { setTimeZone(timeZone: $t) { timeZone } }",
+                       {"t": zone})
+    assert code(out) == "INVALID_INPUT" and "time zone name" in out["errors"][0]["message"]
+    assert platform.gql(key, "{ user { timeZone } }")["data"]["user"]["timeZone"] == "UTC"
+    ok = platform.gql(key, 'mutation { setTimeZone(timeZone: "America/Lima") { timeZone } }')
+    assert ok["data"]["setTimeZone"]["timeZone"] == "America/Lima"

@@ -111,7 +111,7 @@ def test_a_post_refused_for_its_quota_stores_no_embed_bytes(platform):
                         (large, by_hash(hashlib.sha256(large).hexdigest()))):
         assert code(platform.gql(key, SEND, {"s": h, "e": [embed]})) == "RATE_LIMITED"
         with pytest.raises(NotFound):  # not copied to the platform's content either
-            platform.services.embeds.head(hashlib.sha256(data).hexdigest())
+            platform.services.embeds.read(hashlib.sha256(data).hexdigest())
     assert len(platform.services.sessions.all_messages(h)) == 1
     assert platform.services.usage.used("upload_bytes", user_id) == len(large)
 

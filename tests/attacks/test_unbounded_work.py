@@ -310,6 +310,35 @@ def test_a_handshakes_corpora_and_funcs_are_checked(platform, field, value, says
     assert platform.services.registry.scan_all() == []
 
 
+# 50 few-shots of 3,990 characters, within every cap, but 3 UTF-8 bytes a character:
+# about 600 KB, over the 400 KB DynamoDB stores in one item.
+WIDE_SHOTS = [f"Q: {'問' * 1990}{i}\nA: {'答' * 1990}" for i in range(50)]
+
+
+def test_an_agent_over_one_items_bytes_is_refused_before_its_charge(platform):
+    user_id, key = platform.user("wide")
+    create = """mutation ($h: String!, $s: [String!]) { createAgent(agentData: {handle: $h,
+        basePrompt: "I answer.", fewShots: $s}) { agent { agentId } } }"""
+    out = platform.gql(key, create, {"h": "big", "s": WIDE_SHOTS}, timeout=60)
+    assert code(out) == "INVALID_INPUT" and "bytes stored" in out["errors"][0]["message"], out
+    assert platform.services.registry.scan_all() == []
+    assert platform.services.usage.used("agent-change", user_id) == 0
+    # Nor can an agent that fits grow past it.
+    assert "errors" not in platform.gql(key, create, {"h": "small", "s": [FEW_SHOT]})
+    out = platform.gql(key, """mutation ($s: [String!]) { updateAgent(agentData: {handle:
+        "small", fewShots: $s}) { agent { agentId } } }""", {"s": WIDE_SHOTS}, timeout=60)
+    assert code(out) == "INVALID_INPUT" and "bytes stored" in out["errors"][0]["message"], out
+    assert platform.services.registry.get("wide/small").few_shots == [FEW_SHOT]
+    assert platform.services.usage.used("agent-change", user_id) == 1
+
+
+def test_a_handshake_over_one_items_bytes_is_refused_and_stores_nothing(platform):
+    handshake = {"type": "code_shot", "base_prompt": "I answer.", "few_shots": WIDE_SHOTS}
+    out = register_handshake(platform, json.dumps(handshake), "application/json")
+    assert code(out) == "INVALID_INPUT" and "bytes stored" in out["errors"][0]["message"], out
+    assert platform.services.registry.scan_all() == []
+
+
 def test_an_agent_stored_before_the_caps_can_still_be_updated(platform):
     """Updates checked the stored funcs and corpora: an agent registered with 150 funcs
     before their cap could never be renamed or described again."""

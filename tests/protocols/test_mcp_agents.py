@@ -236,7 +236,7 @@ def test_hostile_servers_are_refused_with_clear_errors_and_nothing_stored(stack)
                               mcpAuthorization="Bearer wrong")
         assert error_code(result) == code, (handle, result)
         assert says in result["errors"][0]["message"], (handle, result)
-    assert stack.services.registry.list_by_owner("mallory").items == []
+    assert [a for a in stack.services.registry.scan_all() if a.owner == "mallory"] == []
     assert secrets_of(stack, "mallory") == []  # no secret left behind by a refusal
 
     # A server that floods its tool's reply is registered, and its query ends in an error.

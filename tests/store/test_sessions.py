@@ -99,6 +99,30 @@ def test_sessions_listed_newest_first_with_paging(aws):
     assert listed == list(reversed(made))
 
 
+def test_a_page_token_with_other_attributes_is_invalid_input(aws):
+    """DynamoDB refuses a start key with more or fewer attributes than the index's key
+    (a ValidationException, INTERNAL to the user); moto does not, so this reads what
+    the store sends."""
+    import base64
+    import json
+
+    def token(plain: dict) -> str:
+        return base64.urlsafe_b64encode(json.dumps(plain).encode()).decode()
+
+    store = SessionStore(aws)
+    for i in range(3):
+        new_session(store, "alice", created=datetime(2026, 3, 2, tzinfo=UTC) + timedelta(i))
+    good = store.list_by_frontend("alice", None, 1).next_token
+    assert good and len(store.list_by_frontend("alice", None, 5, good).items) == 2
+    plain = json.loads(base64.urlsafe_b64decode(good))
+    for crafted in ({"owner": "alice"}, {**plain, "extra": "1"},
+                    {k: v for k, v in plain.items() if k != "created"}):
+        with pytest.raises(InvalidInput, match="invalid page token"):
+            store.list_by_frontend("alice", None, 5, token(crafted))
+        with pytest.raises(InvalidInput, match="invalid page token"):
+            store.list_by_owner("alice", 5, token(crafted))
+
+
 def test_status_changes_are_conditional(aws):
     store = SessionStore(aws)
     s = new_session(store)
