@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+from datetime import timedelta
 
 import httpx
 import jwt
@@ -11,7 +12,9 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 import codeshot.sdk.auth
 from codeshot.auth import tokens
+from codeshot.auth.keys import SIGNING_DELAY_SECONDS
 from codeshot.devtools.agents import serve
+from codeshot.models import utcnow
 from tests.api.test_fixie_compat import register
 from tests.conftest import code
 from tests.sdk.demo import demo_agent
@@ -89,6 +92,7 @@ def test_rotated_keys_are_fetched_on_an_unknown_kid(platform, sdk_agent, monkeyp
     assert post(sdk_agent, platform.services.auth.agent_token(sdk_agent.agent_id, None, None)
                 ).status_code == 200  # the agent has cached the JWKS
     new_key = platform.services.keyring.rotate()
+    platform.clock.now = utcnow() + timedelta(seconds=SIGNING_DELAY_SECONDS)  # it signs now
     token = platform.services.auth.agent_token(sdk_agent.agent_id, None, None)
     assert jwt.get_unverified_header(token)["kid"] == new_key.kid
     refused(post(sdk_agent, token), 401, "UNAUTHENTICATED", "unknown key")  # refetch rate limit
