@@ -123,3 +123,15 @@ def test_mcp_request_state_sealed_after_a_rotation_opens_on_every_api_instance(a
     fresh = Services(aws)  # one started after it
     sealed = KeyRingCodec(fresh).seal(b"state")
     assert KeyRingCodec(stale).unseal(sealed) == b"state"
+
+
+def test_an_api_key_that_cannot_be_signed_leaves_no_id_behind(aws, monkeypatch, capsys):
+    """An operator's `users new-key` whose signing keys cannot be read (no GetSecretValue):
+    no phantom id counts toward the user's most keys or as "not the last one"."""
+    user, _ = create_user(Services(aws), "ops")
+    before = Services(aws).users.get(user.user_id).api_key_ids
+    monkeypatch.setenv("CODESHOT_SIGNING_SECRET_ID", "codeshot/nowhere")
+    monkeypatch.setenv("CODESHOT_REGION", aws.region)
+    assert cli.main(["users", "new-key", "ops"]) != 0
+    assert "UNAVAILABLE" in capsys.readouterr().err
+    assert len(before) == 1 and Services(aws).users.get(user.user_id).api_key_ids == before
