@@ -12,7 +12,6 @@ The platform only reads the secret.
 
 from __future__ import annotations
 
-import base64
 import hashlib
 import json
 import logging
@@ -55,10 +54,6 @@ class SigningUnavailable(Unavailable):
     """Secrets Manager cannot be read and no keys are cached."""
 
 
-def _b64url(data: bytes) -> str:
-    return base64.urlsafe_b64encode(data).rstrip(b"=").decode()
-
-
 @dataclass(frozen=True)
 class SigningKey:
     kid: str
@@ -75,11 +70,11 @@ class SigningKey:
     @classmethod
     def from_seed_text(cls, text: str) -> SigningKey:
         """The key a deploy-time generated seed text stands for (kid from its public key)."""
-        from codeshot.auth.eddsa import public_jwk
+        from codeshot.auth.eddsa import b64url, public_jwk
 
         seed = hashlib.sha256(SEED_CONTEXT + text.encode()).digest()
         public = public_jwk(seed)["x"]
-        return cls(kid="k_" + _b64url(hashlib.sha256(public.encode()).digest()[:12]),
+        return cls(kid="k_" + b64url(hashlib.sha256(public.encode()).digest()[:12]),
                    private_bytes=seed, created="")
 
     def signs_from(self) -> datetime:
@@ -106,12 +101,15 @@ class SigningKey:
         return {**public_jwk(self.private_bytes), "alg": "EdDSA", "use": "sig", "kid": self.kid}
 
     def to_json(self) -> dict[str, str]:
-        return {"kid": self.kid, "d": _b64url(self.private_bytes), "created": self.created}
+        from codeshot.auth.eddsa import b64url
+
+        return {"kid": self.kid, "d": b64url(self.private_bytes), "created": self.created}
 
     @classmethod
     def from_json(cls, data: dict[str, str]) -> SigningKey:
-        raw = base64.urlsafe_b64decode(data["d"] + "=" * (-len(data["d"]) % 4))
-        key = cls(kid=data["kid"], private_bytes=raw, created=data["created"])
+        from codeshot.auth.eddsa import unb64url
+
+        key = cls(kid=data["kid"], private_bytes=unb64url(data["d"]), created=data["created"])
         key.signs_from()  # a bad `created` fails reading the secret, not signing later
         return key
 

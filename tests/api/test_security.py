@@ -8,7 +8,7 @@ from datetime import UTC, datetime, timedelta
 import httpx
 import jwt
 import pytest
-from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+from nacl.signing import SigningKey
 
 from codeshot.auth import tokens
 from codeshot.auth.keys import SIGNING_DELAY_SECONDS
@@ -20,7 +20,7 @@ USER_QUERY = "{ user { username } }"
 
 
 def forge(claims: dict, kid: str) -> str:
-    return tokens.sign(claims, kid, Ed25519PrivateKey.generate())
+    return tokens.sign(claims, kid, SigningKey.generate())
 
 
 def tamper(token: str, **changes) -> str:

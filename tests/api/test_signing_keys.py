@@ -130,8 +130,8 @@ def test_an_api_key_that_cannot_be_signed_leaves_no_id_behind(aws, monkeypatch, 
     no phantom id counts toward the user's most keys or as "not the last one"."""
     user, _ = create_user(Services(aws), "ops")
     before = Services(aws).users.get(user.user_id).api_key_ids
-    monkeypatch.setenv("CODESHOT_SIGNING_SECRET_ID", "codeshot/nowhere")
-    monkeypatch.setenv("CODESHOT_REGION", aws.region)
+    monkeypatch.setattr(cli, "_target_settings",
+                        lambda: aws.replace(signing_secret_id="codeshot/nowhere"))
     assert cli.main(["users", "new-key", "ops"]) != 0
     assert "UNAVAILABLE" in capsys.readouterr().err
     assert len(before) == 1 and Services(aws).users.get(user.user_id).api_key_ids == before

@@ -13,7 +13,7 @@ from datetime import timedelta
 import httpx
 import jwt
 import pytest
-from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+from nacl.signing import SigningKey
 
 from codeshot import aws
 from codeshot.auth import keys, tokens
@@ -31,7 +31,7 @@ def test_unknown_kids_do_not_hammer_secrets_manager(platform, monkeypatch):
     claims = jwt.decode(key, options={"verify_signature": False})
     reads: list[str] = []
     stop = aws.on_call(lambda service, op: reads.append(op) if op == "GetSecretValue" else None)
-    forged = [tokens.sign(claims, f"k_forged{i}", Ed25519PrivateKey.generate())
+    forged = [tokens.sign(claims, f"k_forged{i}", SigningKey.generate())
               for i in range(200)]
     began = time.monotonic()
     try:

@@ -8,7 +8,7 @@ from datetime import timedelta
 import httpx
 import jwt
 import pytest
-from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+from nacl.signing import SigningKey
 
 import codeshot.sdk.auth
 from codeshot.auth import tokens
@@ -56,12 +56,12 @@ def test_no_token(platform, sdk_agent):
 
 
 def test_forged_token_with_the_platforms_kid(platform, sdk_agent):
-    forged = signed(platform, claims(platform, sdk_agent), private_key=Ed25519PrivateKey.generate())
+    forged = signed(platform, claims(platform, sdk_agent), private_key=SigningKey.generate())
     refused(post(sdk_agent, forged), 401, "UNAUTHENTICATED", "signature is invalid")
 
 
 def test_token_signed_by_an_unknown_key(platform, sdk_agent):
-    stranger = signed(platform, claims(platform, sdk_agent), Ed25519PrivateKey.generate(), "k_x")
+    stranger = signed(platform, claims(platform, sdk_agent), SigningKey.generate(), "k_x")
     refused(post(sdk_agent, stranger), 401, "UNAUTHENTICATED", "unknown key")
 
 
