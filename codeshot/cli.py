@@ -211,13 +211,14 @@ def _users_confirm(args: argparse.Namespace) -> int:
 
 
 def _keys_rotate(args: argparse.Namespace) -> int:
-    from codeshot.auth.keys import SIGNING_DELAY_SECONDS
+    from codeshot.auth.keys import REFRESH_SECONDS, SIGNING_DELAY_SECONDS
     from codeshot.services import Services
 
     keyring = Services(_target_settings()).keyring
     new = keyring.rotate()
     kids = [jwk["kid"] for jwk in keyring.jwks()["keys"]]
-    print(f"New signing key {new.kid}: in the JWKS now, it signs from "
+    print(f"New signing key {new.kid}: published now (every API instance serves it within "
+          f"{REFRESH_SECONDS // 60} minutes), it signs from "
           f"{new.signs_from():%Y-%m-%d %H:%M:%S} UTC (in {SIGNING_DELAY_SECONDS // 60} "
           f"minutes, once every cached JWKS lists it); until then "
           f"{keyring.signing_key().kid} signs. All keys: {', '.join(kids)}")

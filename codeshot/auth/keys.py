@@ -15,6 +15,7 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+import random
 import threading
 import time
 import uuid
@@ -47,7 +48,9 @@ CURRENT = "AWSCURRENT"  # the secret's version the platform reads
 # The label of a rotation's version until it is made current (a label keeps Secrets
 # Manager from deleting it meanwhile; each rotation moves it to its own version).
 ROTATION_STAGE = "codeshot-rotation"
-ROTATE_ATTEMPTS = 5
+# A failed attempt means another rotation succeeded: N rotations at once need at most N
+# attempts each (operators rotate by hand, so far fewer are ever at once).
+ROTATE_ATTEMPTS = 10
 
 
 class SigningUnavailable(Unavailable):
@@ -210,6 +213,7 @@ class KeyRing:
             except ClientError:
                 if self._read()[0] == base:
                     raise  # not another rotation: something else is wrong
+                time.sleep(random.uniform(0, 0.2))  # noqa: S311 - jitter: apart next time
                 continue
             with self._lock:
                 self._keys, self._loaded_at = keys, time.monotonic()
