@@ -14,7 +14,13 @@ import codeshot.sdk.auth
 from codeshot import aws as aws_clients
 from codeshot import cli
 from codeshot.api.mcp import KeyRingCodec
-from codeshot.auth.keys import SIGNING_DELAY_SECONDS, KeyRing, SigningKey, SigningUnavailable
+from codeshot.auth.keys import (
+    JWKS_MAX_AGE_SECONDS,
+    SIGNING_DELAY_SECONDS,
+    KeyRing,
+    SigningKey,
+    SigningUnavailable,
+)
 from codeshot.auth.service import Auth
 from codeshot.devtools.agents import serve
 from codeshot.models import utcnow
@@ -92,6 +98,12 @@ def test_a_new_key_signs_only_once_every_cached_jwks_lists_it(platform, monkeypa
         api.keys(max_age=0)
         monkeypatch.setattr(codeshot.sdk.auth, "MIN_REFETCH_INTERVAL", 0.0)
         assert call(agent_url) == (200, new.kid)
+
+
+def test_agents_keep_the_jwks_no_longer_than_the_signing_delay_allows():
+    """An agent that kept a JWKS longer than the platform's max-age could meet a key that
+    signs before its cached JWKS lists it."""
+    assert codeshot.sdk.auth.MAX_KEY_AGE <= JWKS_MAX_AGE_SECONDS
 
 
 def test_two_rotations_at_once_keep_both_keys(aws, monkeypatch):
