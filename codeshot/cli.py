@@ -211,12 +211,17 @@ def _users_confirm(args: argparse.Namespace) -> int:
 
 
 def _keys_rotate(args: argparse.Namespace) -> int:
+    from codeshot.auth.keys import REFRESH_SECONDS, SIGNING_DELAY_SECONDS
     from codeshot.services import Services
 
     keyring = Services(_target_settings()).keyring
     new = keyring.rotate()
     kids = [jwk["kid"] for jwk in keyring.jwks()["keys"]]
-    print(f"New signing key {new.kid}; all keys: {', '.join(kids)}")
+    print(f"New signing key {new.kid}: published now (every API instance serves it within "
+          f"{REFRESH_SECONDS // 60} minutes), it signs from "
+          f"{new.signs_from():%Y-%m-%d %H:%M:%S} UTC (in {SIGNING_DELAY_SECONDS // 60} "
+          f"minutes, once every cached JWKS lists it); until then "
+          f"{keyring.signing_key().kid} signs. All keys: {', '.join(kids)}")
     return 0
 
 
@@ -444,10 +449,12 @@ def build_parser() -> argparse.ArgumentParser:
         "rotate",
         help="add a new signing key; the older ones keep verifying",
         description="Add a new Ed25519 signing key to the platform's secret "
-        "(CODESHOT_SIGNING_SECRET_ID; needs secretsmanager:GetSecretValue and PutSecretValue). "
-        "New tokens are signed with it at once by this process and within 5 minutes by warm "
-        "Lambdas; tokens and API keys signed by older keys stay valid while those keys are in "
-        "the secret. Run beside a running `codeshot local up` to rotate its keys.",
+        "(CODESHOT_SIGNING_SECRET_ID; needs secretsmanager:GetSecretValue, PutSecretValue and "
+        "UpdateSecretVersionStage). "
+        "It is in the JWKS at once and signs new tokens minutes later, once every cached JWKS "
+        "lists it (the command prints when; the previous key signs until then); tokens and "
+        "API keys signed by older keys stay valid while those keys are in the secret. Run "
+        "beside a running `codeshot local up` to rotate its keys.",
     )
     rotate.set_defaults(run=_keys_rotate)
 

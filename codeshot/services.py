@@ -113,7 +113,7 @@ class Services:
     def keyring(self) -> KeyRing:
         from codeshot.auth.keys import KeyRing
 
-        return KeyRing(self.settings)
+        return KeyRing(self.settings, clock=self.clock)
 
     @cached_property
     def auth(self) -> Auth:

@@ -21,6 +21,7 @@ from codeshot.api.openai_proxy import router as openai_proxy_router
 from codeshot.api.protocols import LazyEndpoint
 from codeshot.api.protocols import router as protocols_router
 from codeshot.api.rest import get_services, router
+from codeshot.auth.keys import JWKS_MAX_AGE_SECONDS
 from codeshot.errors import (
     INTERNAL_MESSAGE,
     CodeshotError,
@@ -149,7 +150,8 @@ def create_app(settings: Settings | None = None, services: Services | None = Non
 
     @app.get("/.well-known/jwks.json")
     def jwks(s: Services = Depends(get_services)) -> JSONResponse:
-        return JSONResponse(s.keyring.jwks(), headers={"Cache-Control": "public, max-age=300"})
+        return JSONResponse(s.keyring.jwks(),
+                            headers={"Cache-Control": f"public, max-age={JWKS_MAX_AGE_SECONDS}"})
 
     async def context(request: Request) -> Context:
         return Context(request.app.state.services, request.headers.get("authorization"))

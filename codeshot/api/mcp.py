@@ -141,7 +141,8 @@ def caller() -> Principal:
 
 class KeyRingCodec:
     """requestState sealing under keys derived from the platform's signing keys: shared
-    by every API instance, rotated with them (the newest seals, all open)."""
+    by every API instance, rotated with them (the signing key seals, all open: a newer
+    key seals only once every instance has read it)."""
 
     LABEL = b"codeshot/mcp/request-state"
 
@@ -150,11 +151,13 @@ class KeyRingCodec:
         self._codec: tuple[tuple[str, ...], AESGCMRequestStateCodec] | None = None
 
     def _current(self) -> AESGCMRequestStateCodec:
-        keys = self.services.keyring.keys()  # cached; read when the API key was checked
+        sealing = self.services.keyring.signing_key()  # cached; read with the API key
+        others = self.services.keyring.keys()
+        keys = [sealing, *(k for k in others if k != sealing)]  # the first seals
         kids = tuple(k.kid for k in keys)
         if self._codec is None or self._codec[0] != kids:
             material = [hmac.new(k.private_bytes, self.LABEL, hashlib.sha256).digest()
-                        for k in reversed(keys)]  # newest first: it seals
+                        for k in keys]
             self._codec = (kids, AESGCMRequestStateCodec(material))
         return self._codec[1]
 

@@ -3,13 +3,11 @@
 PyJWT's own EdDSA needs ``cryptography``, 14 MB of every Lambda bundle (more than the
 rest of an agent's); PyNaCl is 3 MB and PyJWT takes algorithms as plug-ins. PyJWT still
 does everything else (encoding, claims, expiry, audience). Keys are PyNaCl's
-``SigningKey`` (from the 32-byte RFC 8032 seed) and ``VerifyKey``; a ``cryptography``
-Ed25519 key object is accepted too, so code holding one keeps working.
+``SigningKey`` (from the 32-byte RFC 8032 seed) and ``VerifyKey``.
 """
 
 from __future__ import annotations
 
-import base64
 import json
 import threading
 from typing import Any
@@ -17,6 +15,7 @@ from typing import Any
 import jwt
 from jwt.algorithms import Algorithm
 from jwt.exceptions import InvalidKeyError
+from jwt.utils import base64url_decode, base64url_encode
 from nacl.exceptions import BadSignatureError
 from nacl.signing import SigningKey, VerifyKey
 
@@ -24,31 +23,13 @@ ALGORITHM = "EdDSA"
 _lock = threading.Lock()
 
 
-def _b64url(data: bytes) -> str:
-    return base64.urlsafe_b64encode(data).rstrip(b"=").decode()
+def b64url(data: bytes) -> str:
+    """Unpadded base64url (JWK members, the signing secret's keys)."""
+    return base64url_encode(data).decode()
 
 
-def _unb64url(text: str) -> bytes:
-    return base64.urlsafe_b64decode(text + "=" * (-len(text) % 4))
-
-
-def _raw(key: Any, private: bool) -> bytes | None:
-    """The raw bytes of a ``cryptography`` Ed25519 key, or None for anything else."""
-    try:
-        from cryptography.hazmat.primitives.asymmetric import ed25519
-        from cryptography.hazmat.primitives.serialization import (
-            Encoding,
-            NoEncryption,
-            PrivateFormat,
-            PublicFormat,
-        )
-    except ImportError:  # not installed (Lambda bundles): only PyNaCl keys exist there
-        return None
-    if private and isinstance(key, ed25519.Ed25519PrivateKey):
-        return key.private_bytes(Encoding.Raw, PrivateFormat.Raw, NoEncryption())
-    if not private and isinstance(key, ed25519.Ed25519PublicKey):
-        return key.public_bytes(Encoding.Raw, PublicFormat.Raw)
-    return None
+def unb64url(text: str) -> bytes:
+    return base64url_decode(text)
 
 
 class NaclEdDSA(Algorithm):
@@ -57,13 +38,7 @@ class NaclEdDSA(Algorithm):
     def prepare_key(self, key: Any) -> SigningKey | VerifyKey:
         if isinstance(key, (SigningKey, VerifyKey)):
             return key
-        seed = _raw(key, private=True)
-        if seed is not None:
-            return SigningKey(seed)
-        public = _raw(key, private=False)
-        if public is not None:
-            return VerifyKey(public)
-        raise InvalidKeyError("EdDSA needs an Ed25519 SigningKey or VerifyKey")
+        raise InvalidKeyError("EdDSA needs a PyNaCl SigningKey or VerifyKey")
 
     def sign(self, msg: bytes, key: SigningKey | VerifyKey) -> bytes:
         if not isinstance(key, SigningKey):
@@ -81,7 +56,7 @@ class NaclEdDSA(Algorithm):
     @staticmethod
     def to_jwk(key_obj: Any, as_dict: bool = False) -> Any:
         verify_key = key_obj.verify_key if isinstance(key_obj, SigningKey) else key_obj
-        jwk = {"kty": "OKP", "crv": "Ed25519", "x": _b64url(bytes(verify_key))}
+        jwk = {"kty": "OKP", "crv": "Ed25519", "x": b64url(bytes(verify_key))}
         return jwk if as_dict else json.dumps(jwk)
 
     @staticmethod
@@ -90,7 +65,7 @@ class NaclEdDSA(Algorithm):
         if data.get("kty") != "OKP" or data.get("crv") != "Ed25519" or "x" not in data:
             raise InvalidKeyError("not an Ed25519 public JWK")
         try:
-            return VerifyKey(_unb64url(data["x"]))
+            return VerifyKey(unb64url(data["x"]))
         except (ValueError, TypeError) as exc:
             raise InvalidKeyError(f"bad Ed25519 public key: {exc}") from exc
 

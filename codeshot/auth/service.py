@@ -42,10 +42,12 @@ class Auth:
 
     def new_api_key(self, user: User, most: int | None = None) -> tuple[str, str]:
         """(key id, API key): the id is a ULID, so it tells when the key was made. With
-        ``most``: only while the user has fewer keys (INVALID_INPUT)."""
+        ``most``: only while the user has fewer keys (INVALID_INPUT). Signed before the id
+        is stored: keys that cannot be signed leave no id behind to count or to revoke."""
         key_id = KEY_PREFIX + ids.ulid()
+        key = self.sign(tokens.api_key_claims(self.issuer, user.user_id, key_id))
         self.users.add_key(user.user_id, key_id, most)
-        return key_id, self.sign(tokens.api_key_claims(self.issuer, user.user_id, key_id))
+        return key_id, key
 
     def revoke_api_key(self, user: User, key_id: str) -> None:
         self.users.revoke_key(user.user_id, key_id)

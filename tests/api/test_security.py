@@ -8,17 +8,19 @@ from datetime import UTC, datetime, timedelta
 import httpx
 import jwt
 import pytest
-from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+from nacl.signing import SigningKey
 
 from codeshot.auth import tokens
+from codeshot.auth.keys import SIGNING_DELAY_SECONDS
 from codeshot.errors import NotFound
+from codeshot.models import utcnow
 from tests.conftest import code, signing_time
 
 USER_QUERY = "{ user { username } }"
 
 
 def forge(claims: dict, kid: str) -> str:
-    return tokens.sign(claims, kid, Ed25519PrivateKey.generate())
+    return tokens.sign(claims, kid, SigningKey.generate())
 
 
 def tamper(token: str, **changes) -> str:
@@ -68,6 +70,7 @@ def test_revoked_key_is_refused_and_others_keep_working(platform):
 def test_keys_signed_before_a_rotation_still_verify(platform):
     _, key = platform.user()
     platform.services.keyring.rotate()
+    platform.clock.now = utcnow() + timedelta(seconds=SIGNING_DELAY_SECONDS)  # it signs now
     _, newer = platform.user()
     assert jwt.get_unverified_header(key)["kid"] != jwt.get_unverified_header(newer)["kid"]
     for k in (key, newer):

@@ -8,16 +8,18 @@ import hashlib
 import json
 import time
 from concurrent.futures import ThreadPoolExecutor
+from datetime import timedelta
 
 import httpx
 import jwt
 import pytest
-from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+from nacl.signing import SigningKey
 
 from codeshot import aws
 from codeshot.auth import keys, tokens
 from codeshot.auth.keys import KeyRing
 from codeshot.auth.service import Auth
+from codeshot.models import utcnow
 from tests.conftest import code
 from tests.runner.conftest import register
 
@@ -29,7 +31,7 @@ def test_unknown_kids_do_not_hammer_secrets_manager(platform, monkeypatch):
     claims = jwt.decode(key, options={"verify_signature": False})
     reads: list[str] = []
     stop = aws.on_call(lambda service, op: reads.append(op) if op == "GetSecretValue" else None)
-    forged = [tokens.sign(claims, f"k_forged{i}", Ed25519PrivateKey.generate())
+    forged = [tokens.sign(claims, f"k_forged{i}", SigningKey.generate())
               for i in range(200)]
     began = time.monotonic()
     try:
@@ -46,8 +48,9 @@ def test_unknown_kids_do_not_hammer_secrets_manager(platform, monkeypatch):
 
     # A key rotated in by another container is still picked up, once the interval passed.
     monkeypatch.setattr(keys, "UNKNOWN_KID_RELOAD_SECONDS", 0.5)
-    elsewhere = KeyRing(platform.services.settings)
+    elsewhere = KeyRing(platform.services.settings, clock=platform.clock)
     new_key = elsewhere.rotate()
+    platform.clock.now = utcnow() + timedelta(seconds=keys.SIGNING_DELAY_SECONDS)  # it signs
     user = platform.services.users.create("fresh")
     fresh = Auth(platform.services.settings, elsewhere, platform.services.users).issue_api_key(
         user)

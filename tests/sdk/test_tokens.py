@@ -3,15 +3,18 @@
 from __future__ import annotations
 
 import time
+from datetime import timedelta
 
 import httpx
 import jwt
 import pytest
-from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+from nacl.signing import SigningKey
 
 import codeshot.sdk.auth
 from codeshot.auth import tokens
+from codeshot.auth.keys import SIGNING_DELAY_SECONDS
 from codeshot.devtools.agents import serve
+from codeshot.models import utcnow
 from tests.api.test_fixie_compat import register
 from tests.conftest import code
 from tests.sdk.demo import demo_agent
@@ -53,12 +56,12 @@ def test_no_token(platform, sdk_agent):
 
 
 def test_forged_token_with_the_platforms_kid(platform, sdk_agent):
-    forged = signed(platform, claims(platform, sdk_agent), private_key=Ed25519PrivateKey.generate())
+    forged = signed(platform, claims(platform, sdk_agent), private_key=SigningKey.generate())
     refused(post(sdk_agent, forged), 401, "UNAUTHENTICATED", "signature is invalid")
 
 
 def test_token_signed_by_an_unknown_key(platform, sdk_agent):
-    stranger = signed(platform, claims(platform, sdk_agent), Ed25519PrivateKey.generate(), "k_x")
+    stranger = signed(platform, claims(platform, sdk_agent), SigningKey.generate(), "k_x")
     refused(post(sdk_agent, stranger), 401, "UNAUTHENTICATED", "unknown key")
 
 
@@ -89,6 +92,7 @@ def test_rotated_keys_are_fetched_on_an_unknown_kid(platform, sdk_agent, monkeyp
     assert post(sdk_agent, platform.services.auth.agent_token(sdk_agent.agent_id, None, None)
                 ).status_code == 200  # the agent has cached the JWKS
     new_key = platform.services.keyring.rotate()
+    platform.clock.now = utcnow() + timedelta(seconds=SIGNING_DELAY_SECONDS)  # it signs now
     token = platform.services.auth.agent_token(sdk_agent.agent_id, None, None)
     assert jwt.get_unverified_header(token)["kid"] == new_key.kid
     refused(post(sdk_agent, token), 401, "UNAUTHENTICATED", "unknown key")  # refetch rate limit
