@@ -65,6 +65,8 @@ HELD_NAMES = {"#g": REGISTRATION, "#m": "modified"}
 def check_key(key: str) -> None:
     if not key or not key.strip():
         raise InvalidInput("user storage key must not be empty")
+    if key in (".", ".."):  # an HTTP client resolves them away in a URL's path
+        raise InvalidInput(f"user storage key must not be {key!r}")
     if len(key.encode()) > MAX_KEY_BYTES:
         raise InvalidInput(f"user storage key exceeds {MAX_KEY_BYTES} bytes")
 

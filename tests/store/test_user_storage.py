@@ -34,6 +34,9 @@ def test_bad_input_is_refused_and_writes_nothing(aws):
         st.put(h, "k", "{not json")
     with pytest.raises(InvalidInput, match="exceeds 512 bytes"):
         st.put(h, "k" * 513, "1")
+    for dots in (".", ".."):  # the SDK could never read them back through a URL
+        with pytest.raises(InvalidInput, match="must not be"):
+            st.put(h, dots, "1")
     assert st.list_keys(h).items == []
 
 
