@@ -418,14 +418,14 @@ def test_a_page_sent_a_byte_at_a_time_stops_with_the_ingestions_time(monkeypatch
 
 
 def test_a_page_of_thousands_of_links_is_read_in_a_bounded_time_and_listed_once(aws):
-    """A page of 20,000 links and 100 exclude_patterns, with room for one page: its
+    """A page of 5,000 links and 100 exclude_patterns, with room for one page: its
     first 1,000 links are considered, each tried once against the patterns, and those
     left unread are one error, not one per link."""
     from codeshot.routing.embedders import HashingEmbedder
     from codeshot.runner.corpora import ingest
     from codeshot.store.corpora import CorpusStore
 
-    links = "".join(f'<a href="p{i}.html">{i}</a>' for i in range(20_000))
+    links = "".join(f'<a href="p{i}.html">{i}</a>' for i in range(5_000))
 
     def page(path: str) -> tuple[str, bytes] | None:
         if path == "/docs/":

@@ -7,6 +7,7 @@ and counts every call against the user's and the agent's budgets."""
 from __future__ import annotations
 
 import os
+from datetime import UTC, datetime
 from typing import Any
 
 import httpx
@@ -87,6 +88,8 @@ def tokens_used(platform, *charges: tuple[str, str]) -> list[int]:
 
 def test_an_unmodified_fixie_agent_calls_the_platforms_llm(proxy, fixie_python):
     platform, upstream, user_id, port, directory = proxy
+    # The calls fall inside one one-minute window of the proxy's limit, whenever this runs.
+    platform.clock.now = datetime.now(UTC).replace(second=1, microsecond=0)
     argv = [str(fixie_python), "-m", "uvicorn", "fixieai.cli.agent.loader:uvicorn_app_factory",
             "--factory", "--host", "127.0.0.1", "--port", str(port)]
     env = {"PATH": os.environ["PATH"], "FIXIE_API_URL": platform.url,

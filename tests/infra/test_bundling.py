@@ -163,6 +163,7 @@ def _asset_dir(synth, template) -> Path:
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(600)  # 20-40 s here, from scratch: a slower machine needs more
 def test_real_agent_bundling_through_cdk_with_the_cache(tmp_path, monkeypatch, capfd):
     monkeypatch.setenv("CODESHOT_BUNDLE_CACHE", str(tmp_path / "cache"))
     spec = agent_bundle(TEMPLATE, "agent:agent")

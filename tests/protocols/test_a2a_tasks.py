@@ -26,6 +26,7 @@ from a2a.types import (
 from google.protobuf.json_format import ParseDict
 
 from codeshot.models import Session
+from codeshot.store.usage import Window
 from codeshot.usecases.sessions import create_session
 from codeshot.usecases.users import create_user, principal_of
 
@@ -96,7 +97,7 @@ def test_refused_messages_make_no_task_charge_nothing_and_store_no_push_config(p
     limited = rpc(platform, key, "SendMessage", send_params("hello again"))
     code, data = error_of(limited)
     assert code == -32029 and data["code"] == "RATE_LIMITED"
-    assert data["resets_at"].startswith(services.usage.clock().date().isoformat()[:4])
+    assert data["resets_at"] == Window.of("day", services.usage.clock()).end.isoformat()
     assert services.sessions.count_by_owner(owner.user_id) == 1
     assert services.usage.used("session", owner.user_id) == 1
 

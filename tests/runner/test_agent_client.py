@@ -29,6 +29,11 @@ from tests.raw_server import gzip_bomb, raw_server
 CALLS: Counter[str] = Counter()  # the busy agent's calls, by path
 
 
+@pytest.fixture(autouse=True)
+def _calls_counted_afresh() -> None:
+    CALLS.clear()  # a rerun's first call is busy again
+
+
 @pytest.fixture(scope="module")
 def agent():
     app, seen = FastAPI(), []

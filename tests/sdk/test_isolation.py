@@ -53,9 +53,10 @@ def test_building_an_agent_app_loads_no_platform_module():
 
 
 @pytest.mark.slow
-def test_the_sdk_installs_and_runs_with_only_its_own_dependencies(tmp_path):
+def test_the_sdk_installs_and_runs_with_only_its_own_dependencies(tmp_path, monkeypatch):
     """`pip install codeshot-kit` into a fresh virtualenv: the SDK's dependencies and
     nothing of the platform's; an agent is built and answers its handshake there."""
+    monkeypatch.delenv("PYTHONPATH", raising=False)  # the virtualenv's package, not ours
     source = tmp_path / "src"  # the distribution's sources, so pip writes nothing here
     source.mkdir()
     for name in ("pyproject.toml", "README.md"):
