@@ -255,9 +255,7 @@ class AgentRegistration:
         self._forget_oauth(agent_id)
 
     def _forget_oauth(self, agent_id: str) -> None:
-        """Users' OAuth tokens (and open flows) for the id. Swept before the registry
-        changes: if the sweep fails, nothing else did, and a retry finishes the job (after,
-        the id would be gone and the retry NOT_FOUND, the tokens left)."""
+        """Users' OAuth tokens (and open flows) for the id."""
         self.s.oauth.forget_agent(agent_id)
 
     def _store(self, agent: Agent, fields: AgentFields, write: Callable[[Agent], Agent],
@@ -322,19 +320,22 @@ class AgentRegistration:
                                   authorization=fields.mcp_authorization)
         else:  # name, description or sample queries may have changed what it matches
             agent = self._embedded(agent)
-        if agent.agent_id != current.agent_id:
-            # Tokens are sealed to an agent id: the old id's go, even if the write below
-            # then fails (its users authorize again); the new id is swept once known free.
-            # So is users' storage, kept by agent id: the old id's is swept once it is free.
+        renamed = agent.agent_id != current.agent_id
+        if renamed:  # the new id is swept of what a former agent of that id left
             self._claim(agent.agent_id)
-            self._forget_oauth(current.agent_id)
-            self._sweep_storage(current)
         # Written only over the agent as read: a change made meanwhile (a revision, a new
         # MCP secret) is CONFLICT here, not lost.
-        return self._store(agent, fields,
-                           lambda a: self.s.registry.replace(a, previous_id=current.agent_id,
-                                                             read_as=current),
-                           previous_secret=current.mcp_auth_secret)
+        stored = self._store(agent, fields,
+                             lambda a: self.s.registry.replace(a, previous_id=current.agent_id,
+                                                               read_as=current),
+                             previous_secret=current.mcp_auth_secret)
+        if renamed:
+            # Tokens and users' storage are kept by agent id: the old id's go once it is
+            # free, so a rename refused above keeps them. Any left by a failure here are
+            # never read: a new agent of that id is swept first (_claim).
+            self._forget_oauth(current.agent_id)
+            self._sweep_storage(current)
+        return stored
 
     def deploy(self, principal: Principal, handle: str, fields: AgentFields) -> Agent:
         """Register a deployed agent, or update one registered before (a redeploy, or an

@@ -43,6 +43,8 @@ def test_an_update_does_not_undo_a_revision_added_meanwhile(platform, monkeypatc
     reg = AgentRegistration(platform.services, charge=None)
     agent = reg.create(owner, "a", AgentFields(base_prompt="I roll dice.", few_shots=[SHOT],
                                                func_url="http://127.0.0.1:9/"))
+    oauth = platform.services.oauth
+    oauth.put_token(owner.user_id, agent.agent_id, {"access_token": "t"})
     revisions = AgentRevisions(platform.services, charge=None)
     _meanwhile(monkeypatch, lambda: revisions.create_revision(
         owner, "a", "http://127.0.0.1:8/", [("by", "the other request")], make_current=False))
@@ -50,6 +52,9 @@ def test_an_update_does_not_undo_a_revision_added_meanwhile(platform, monkeypatc
     with pytest.raises(Conflict, match="changed meanwhile") as refused:
         reg.update(owner, "a", AgentFields(description="new text"), new_handle=new_handle)
     assert refused.value.code == "INVALID_INPUT"
+    # A refused rename took nothing from the agent's users (they authorized it once).
+    assert oauth.get_token(owner.user_id, agent.agent_id) == {"access_token": "t"}
+    assert platform.services.queue.receive() == []  # no sweep of their storage either
 
     kept = platform.services.registry.get(agent.agent_id)
     assert [r.metadata for r in kept.revisions] == [{"by": "the other request"}]
