@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import ipaddress
 import json
+import re
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import SplitResult, urlencode, urlsplit, urlunsplit
@@ -138,11 +139,14 @@ def _check_client(services: Services, auth_uri: str, client_id: str, scopes: lis
     return urlunsplit(parts._replace(netloc=host)), host
 
 
+_ASCII_HOST = re.compile(r"[a-z0-9_-]+(\.[a-z0-9_-]+)*")
+
+
 def _client_host(parts: SplitResult) -> str:
     """The host an OAuth client is claimed at, one spelling for every way of writing it
     (accounts.google.com, ACCOUNTS.google.com., accounts.google.com:443 are one server):
-    IDNA (UTS 46, as browsers resolve names), lowercase, no trailing dot, and the port
-    only when it is not the scheme's own."""
+    lowercase, non-ASCII names in IDNA (UTS 46, as browsers resolve them), no trailing
+    dot, and the port only when it is not the scheme's own."""
     import idna
 
     try:
@@ -154,10 +158,15 @@ def _client_host(parts: SplitResult) -> str:
         address = ipaddress.ip_address(name)
         host = f"[{address.compressed}]" if address.version == 6 else address.compressed
     except ValueError:
-        try:
-            host = idna.encode(name, uts46=True).decode()
-        except idna.IDNAError:
-            raise InvalidInput("authUri's host is not a valid host name") from None
+        if name.isascii():  # as written: IDNA's rules refuse names browsers resolve (a_b)
+            host = name.lower()
+            if not _ASCII_HOST.fullmatch(host):
+                raise InvalidInput("authUri's host is not a valid host name") from None
+        else:
+            try:
+                host = idna.encode(name, uts46=True).decode()
+            except idna.IDNAError:
+                raise InvalidInput("authUri's host is not a valid host name") from None
     return host if port in (None, DEFAULT_PORTS[parts.scheme]) else f"{host}:{port}"
 
 

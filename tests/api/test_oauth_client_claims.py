@@ -86,6 +86,18 @@ def test_an_auth_uri_with_a_user_or_a_bad_host_is_refused(platform, auth_uri):
     assert platform.services.usage.used("oauth", f"{user_id}#{agent_id}", "minute") == 0
 
 
+@pytest.mark.parametrize("auth_uri", ["https://my_tenant.auth0.com/authorize",
+                                      "https://r3---sn-ab.example.com/o",
+                                      "https://xn--ls8h.la/o"])
+def test_a_host_name_browsers_resolve_is_accepted_as_written(platform, auth_uri):
+    """IDNA's rules for new names refused these, which browsers and DNS take."""
+    agent_id = agent_of(platform, "nell")
+    user_id, _ = platform.user("nia")
+    link = ask(platform, agent_id, user_id, auth_uri, "nell-app")
+    assert link.status_code == 200, link.text
+    assert provider_url(platform, link.json()["url"]).startswith(auth_uri + "?")
+
+
 def test_a_claim_stored_under_another_spelling_before_still_works(platform):
     """A claim written before hosts were normalised (under `host:443`) is no longer
     read: its owner's agent claims the host's one spelling on its next request."""
