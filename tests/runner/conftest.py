@@ -83,7 +83,8 @@ class AgentServer:
             count, sides = map(int, re.fullmatch(r"\s*(\d+)d(\d+)\s*", text).groups())
             dice = [random.randint(1, sides) for _ in range(count)]
             result = f"{' + '.join(map(str, dice))} = {sum(dice)}" if count > 1 else str(dice[0])
-            self.rolls.append(result)
+            if agent != "slow":  # a call given up on rolls late: no query's answer
+                self.rolls.append(result)
             return {"message": {"text": result, "embeds": {}}, "error": None}
 
         @app.post("/standalone/")

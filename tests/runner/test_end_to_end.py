@@ -116,12 +116,8 @@ def test_agents_down_broken_slow_or_garbled_end_in_one_error(live, agents):
         # The session keeps working: the next message is answered too.
         live.services.registry.replace(live.services.registry.get(f"eve/{handle}")
                                        .replace(func_url=agents.url + "/dice"))
-        rolled = len(agents.rolls)
         again = send(live, key, h, "Roll 1d20")["reply"]
-        # One of the rolls made meanwhile: the slow agent's call, given up on, rolls when
-        # its 3 s are over, which on a loaded machine can be after this one.
-        assert again["type"] == "response", again
-        assert again["text"] in {f"You rolled {roll}." for roll in agents.rolls[rolled:]}
+        assert again["type"] == "response" and again["text"] == f"You rolled {agents.rolls[-1]}."
 
 
 def test_a_throttled_func_is_called_again_and_runs_once(live, agents):
