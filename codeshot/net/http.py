@@ -11,7 +11,10 @@ redirects are never followed and no cookie is kept.
 
 Replies are asked for uncompressed, and one that comes compressed anyway is refused
 (:class:`CompressedReply`): what callers cap is what they read, and a few KB of gzip
-could inflate to gigabytes in memory before any cap could count them.
+could inflate to gigabytes in memory before any cap could count them. Pages, embeds and
+corpus documents come from servers that send gzip whatever is asked (objects uploaded
+pre-compressed to S3, ``.gz`` files): a client made with ``compressed=True`` hands such
+replies over as sent, and :func:`capped_body` inflates them no further than the cap.
 
 httpx's timeouts bound each read and write, not a request: a peer sending a byte every
 few seconds would hold its caller for ever. A client made with a ``deadline`` waits for
@@ -24,8 +27,10 @@ from __future__ import annotations
 import email.utils
 import functools
 import http.cookiejar
+import itertools
 import ssl
 import time
+import zlib
 from collections.abc import Callable, Iterable, Iterator
 from datetime import UTC, datetime
 from typing import Any
@@ -41,22 +46,87 @@ Deadline = float | Callable[[], float]
 
 
 MAX_ADDRESSES_TRIED = 3  # of a host's addresses, per connection
-# Asked of every user-named URL; any other Content-Encoding in the reply is refused.
+# Asked of every user-named URL; a reply in a coding httpx decodes is refused (or, for
+# pages, inflated within the cap).
 IDENTITY = {"Accept-Encoding": "identity"}
+# What httpx (and httpx2) undo as a body is read: br and zstd when their packages are
+# installed. Any other coding (``UTF-8`` from a misconfigured server) they ignore, and
+# the body is read as sent, so it is ignored here too.
+DECODED_CODINGS = frozenset({"gzip", "x-gzip", "deflate", "br", "zstd"})
+# Those inflated within a cap, by zlib (br and zstd have no decoder here that can stop
+# at a given output length).
+INFLATED_CODINGS = frozenset({"gzip", "x-gzip", "deflate"})
+# Inflated at most this much at a time: zlib builds a call's output in blocks and then
+# joins them, so one call holds twice what it returns.
+INFLATE_STEP = 64 << 10
 
 
 class CompressedReply(AgentFailed):
     """A reply came compressed though asked for none: refused unread."""
 
 
+def content_codings(headers: Any) -> list[str]:
+    """The codings of ``headers`` (an httpx or httpx2 Headers) that httpx would undo, in
+    the order they were applied."""
+    return [coding for coding in (value.strip().lower() for value in
+                                  headers.get("content-encoding", "").split(","))
+            if coding in DECODED_CODINGS]
+
+
 def refuse_compressed(url: object, headers: Any) -> None:
     """:class:`CompressedReply` unless ``headers`` (an httpx or httpx2 Headers) say the
-    body is as sent."""
-    encoding = headers.get("content-encoding", "").strip().lower()
-    if encoding not in ("", "identity"):
-        raise CompressedReply(f"{url} answered with Content-Encoding {encoding[:40]!r} "
+    body is read as sent."""
+    codings = content_codings(headers)
+    if codings:
+        raise CompressedReply(f"{url} answered with Content-Encoding {', '.join(codings)[:40]!r} "
                               "though asked for none: a compressed reply's size cannot be "
                               "capped before it is in memory")
+
+
+def capped_body(response: httpx.Response, max_bytes: int) -> Iterator[bytes]:
+    """The body of a reply from a ``public_client(compressed=True)``, gzip or deflate
+    inflated as it is read, but never more than ``max_bytes`` + 1 bytes of it in all,
+    whatever a chunk would inflate to: a gzip bomb stops there, having cost the cap and
+    one chunk. A body in a coding httpx does not decode comes as sent. Raises
+    :class:`CompressedReply` for br, zstd or stacked codings (which cannot be stopped at
+    a length) and for a body that is not valid in its coding."""
+    codings = content_codings(response.headers)
+    if not codings:
+        yield from response.iter_raw()
+        return
+    url = response.request.url
+    if len(codings) > 1 or codings[0] not in INFLATED_CODINGS:
+        raise CompressedReply(f"{url} answered with Content-Encoding {', '.join(codings)[:40]!r}"
+                              ", which cannot be read within a size cap: only gzip and deflate"
+                              " can")
+    inflater: Any = None
+    left, out_full = max_bytes + 1, False
+    try:
+        # b"" last: what zlib still holds when the last chunk filled a step comes out.
+        for chunk in itertools.chain(response.iter_raw(), [b""]):
+            if inflater is None:
+                inflater = zlib.decompressobj(_wbits(codings[0], chunk))
+            pending = chunk
+            while pending or out_full:
+                step = min(left, INFLATE_STEP)
+                out = inflater.decompress(pending, step)
+                pending, out_full = inflater.unconsumed_tail, len(out) == step
+                left -= len(out)
+                yield out
+                if left <= 0:
+                    return
+    except zlib.error as exc:
+        raise CompressedReply(f"{url} sent a body that is not valid {codings[0]}: {exc}"
+                              ) from exc
+
+
+def _wbits(coding: str, start: bytes) -> int:
+    """zlib's format for a body in ``coding`` that begins with ``start``: 47 (32 + 15)
+    takes a gzip or a zlib header, whichever it is; "deflate" without either is taken as
+    bare deflate, as some servers send it and httpx reads it."""
+    headed = start[:2] == b"\x1f\x8b" or (
+        len(start) >= 2 and start[0] & 0x0F == 8 and int.from_bytes(start[:2]) % 31 == 0)
+    return 47 if coding != "deflate" or headed else -zlib.MAX_WBITS
 
 
 def connect_tries(addresses: list[IPAddress], ends: float | None
@@ -186,11 +256,14 @@ class DeadlineTransport(httpx.HTTPTransport):
 
 class PinnedTransport(DeadlineTransport):
     def __init__(self, allow_loopback: bool, resolver: Resolver | None = None,
-                 deadline: Deadline | None = None) -> None:
+                 deadline: Deadline | None = None, compressed: bool = False) -> None:
         super().__init__(deadline, PinnedBackend(allow_loopback, resolver))
+        self.compressed = compressed
 
     def handle_request(self, request: httpx.Request) -> httpx.Response:
         response = super().handle_request(request)
+        if self.compressed:
+            return response
         try:
             refuse_compressed(request.url, response.headers)
         except CompressedReply:
@@ -200,20 +273,22 @@ class PinnedTransport(DeadlineTransport):
 
 
 def public_client(*, allow_loopback: bool, timeout: float | httpx.Timeout | None = None,
-                  resolver: Resolver | None = None, deadline: Deadline | None = None
-                  ) -> httpx.Client:
+                  resolver: Resolver | None = None, deadline: Deadline | None = None,
+                  compressed: bool = False) -> httpx.Client:
     """An httpx client for user-named URLs: connections only to checked public addresses
     (loopback too when ``allow_loopback``, the local stack's setting), no redirects
     followed, no cookies kept, no proxy, replies asked for and taken uncompressed. A
     refused address raises :class:`~codeshot.net.addresses.RefusedAddress`
     (INVALID_INPUT) from the request, a compressed reply :class:`CompressedReply`
-    (AGENT_ERROR); a host that does not resolve raises ``httpx.ConnectError``, as a
-    refused connection.
+    (AGENT_ERROR) unless ``compressed`` (then read the body with :func:`capped_body`
+    only: ``iter_bytes`` would inflate it unbounded); a host that does not resolve raises
+    ``httpx.ConnectError``, as a refused connection.
     With ``deadline`` (``time.monotonic()``, or a function giving it as each request's
     connection reads it), nothing waits past it: the request raises an ``httpx`` timeout
     instead."""
     return httpx.Client(
-        transport=PinnedTransport(allow_loopback, resolver, deadline), follow_redirects=False,
+        transport=PinnedTransport(allow_loopback, resolver, deadline, compressed),
+        follow_redirects=False,
         cookies=NoCookies(), trust_env=False, headers=IDENTITY,
         timeout=timeout if timeout is not None else httpx.Timeout(10.0),
     )

@@ -66,6 +66,11 @@ def agent():
         return Response(gzip_bomb(), media_type="application/json",
                         headers={"Content-Encoding": "gzip"})
 
+    @app.post("/charset")
+    async def charset() -> Response:  # a misconfigured server's charset given as a coding
+        return Response('{"message": {"text": "read"}}', media_type="application/json",
+                        headers={"Content-Encoding": "UTF-8"})
+
     @app.post("/ask")
     async def ask() -> dict:
         return {"message": {"text": ""}, "needs_input": True, "question": {"not": "text"}}
@@ -272,9 +277,8 @@ def test_lookups_hold_a_bounded_number_of_threads():
 
 def test_a_compressed_reply_is_refused_unread_not_inflated_past_the_cap(agent):
     """2 MB is the cap on what is read of an agent's or MCP server's reply; 50 MB of
-    JSON in 50 KB of gzip went past it (decoded after the cap had counted). A URL
-    fetched for an embed or a page is refused likewise, as the input's fault."""
-    from codeshot.runner.fetch import fetch_public_url
+    JSON in 50 KB of gzip went past it (decoded after the cap had counted). (A page or
+    an embed is inflated within its cap instead: tests/runner/test_fetch.py.)"""
     from codeshot.runner.mcp_servers import McpServer
 
     url, seen = agent
@@ -286,9 +290,11 @@ def test_a_compressed_reply_is_refused_unread_not_inflated_past_the_cap(agent):
     with pytest.raises(AgentFailed, match="Content-Encoding 'gzip' though asked for none"):
         server.call("stock_level", '{"sku": "SKU-1"}')
     assert seen[-1] == "identity"
-    with pytest.raises(InvalidInput, match="Content-Encoding 'gzip' though asked for none"):
-        fetch_public_url(url + "/bomb", max_bytes=2 << 20, allow_loopback=True)
-    assert seen[-1] == "identity"
+
+
+def test_a_reply_in_a_coding_nothing_decodes_is_read_as_sent(agent):
+    url, _ = agent
+    assert client("alice").call_func("me/charset", url, "charset", "hi").text == "read"
 
 
 def test_an_mcp_server_whose_host_does_not_resolve_is_unreachable():
