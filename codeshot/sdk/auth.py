@@ -137,14 +137,17 @@ class JwksKeys:
             now = time.monotonic()
             due = (not known or now - self._fetched_at > MAX_KEY_AGE) \
                 and now - self._tried_at >= self._retry_interval()
-            if due and self._fetching is None:
+            leading = due and self._fetching is None
+            if leading:
                 self._fetching = _Fetch(now + self.timeout)
                 # Its own thread, so every caller (this one too) waits at most until the
                 # deadline, even if a read hangs past it.
                 threading.Thread(target=self._refresh, args=(self._fetching,), daemon=True,
                                  name="jwks-fetch").start()
             fetching = self._fetching
-        if fetching is not None and not known:  # that fetch may bring it
+        # The caller that started it waits too, so a fetch ends within a call (a Lambda
+        # is frozen between calls); the others wait only when it may bring their key.
+        if fetching is not None and (leading or not known):
             fetching.done.wait(max(0.0, fetching.ends - time.monotonic()))
         with self._lock:
             if kid in self._keys:
