@@ -145,8 +145,9 @@ class JwksKeys:
                 threading.Thread(target=self._refresh, args=(self._fetching,), daemon=True,
                                  name="jwks-fetch").start()
             fetching = self._fetching
-        # The caller that started it waits too, so a fetch ends within a call (a Lambda
-        # is frozen between calls); the others wait only when it may bring their key.
+        # The caller that started it waits too, so a fetch that keeps its deadline ends
+        # within a call (a Lambda is frozen between calls); the others wait only when it
+        # may bring their key.
         if fetching is not None and (leading or not known):
             fetching.done.wait(max(0.0, fetching.ends - time.monotonic()))
         with self._lock:
