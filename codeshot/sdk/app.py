@@ -28,7 +28,7 @@ from codeshot.errors import (
     InvalidInput,
     NotFound,
 )
-from codeshot.sdk.auth import Claims, TokenVerifier
+from codeshot.sdk.auth import Claims, JwksUnavailable, TokenVerifier
 from codeshot.sdk.funcs import Func
 from codeshot.sdk.wire import AgentException, AgentQuery
 from codeshot.settings import Settings
@@ -60,7 +60,10 @@ def _error(exc: AgentException) -> JSONResponse:
 
 
 def _refusal(exc: CodeshotError) -> JSONResponse:
-    return _error(AgentException(exc.message, exc.code, exc.message, exc.http_status))
+    response = _error(AgentException(exc.message, exc.code, exc.message, exc.http_status))
+    if isinstance(exc, JwksUnavailable):  # the platform calls again only with one
+        response.headers["Retry-After"] = str(exc.retry_after)
+    return response
 
 
 class BodyTooLarge(InvalidInput):

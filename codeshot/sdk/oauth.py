@@ -30,11 +30,13 @@ import httpx
 
 from codeshot.errors import Forbidden
 from codeshot.sdk.auth import Claims
-from codeshot.sdk.platform_api import TIMEOUT, http, refusal
+from codeshot.sdk.platform_api import TIMEOUT, PlatformApi
 from codeshot.sdk.wire import AgentQuery, AgentResponse, Message
 
 EXPIRY_MARGIN_SECONDS = 30  # refresh a token this close to its expiry: it may lapse in flight
 ERR_OAUTH = "ERR_OAUTH"  # the platform's OAuth API failed without an error body
+OAUTH_API = PlatformApi("the platform's OAuth API", ERR_OAUTH,
+                        "I'm sorry, I could not reach your authorization for this agent.")
 
 
 @dataclass
@@ -102,19 +104,12 @@ class OAuthHandler:
     # -- the platform's OAuth API, called with this request's own token ----------------
     def _call(self, method: str, path: str, *, absent_ok: bool = False,
               **kwargs: Any) -> httpx.Response:
-        """The platform's answer, a refusal raised; 404 is an answer only when
-        ``absent_ok`` (reading the token: to any other call it means the call went
-        nowhere, e.g. a deleted registration's token or a wrong URL)."""
+        """The platform's answer (see :meth:`PlatformApi.call`); only the token is ever
+        absent."""
         if self.claims.is_anonymous:
             raise Forbidden("OAuth needs a token issued for a user")
-        response = http().request(method, self._base + path,
-                                  headers={"Authorization": f"Bearer {self.claims.token}"},
-                                  **kwargs)
-        if response.status_code >= 400 and not (absent_ok and response.status_code == 404):
-            raise refusal(response, service="the platform's OAuth API", fallback_code=ERR_OAUTH,
-                          apology="I'm sorry, I could not reach your authorization for this "
-                                  "agent.")
-        return response
+        return OAUTH_API.call(method, self._base + path, self.claims.token,
+                              absent_ok=absent_ok, **kwargs)
 
     def _client(self) -> Any:
         try:  # only OAuth agents ship authlib (and its cryptography)

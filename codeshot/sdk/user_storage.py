@@ -17,12 +17,14 @@ import httpx
 
 from codeshot.errors import ERR_USERSTORAGE, ERR_USERSTORAGE_REQUIRES_USER
 from codeshot.sdk.auth import Claims
-from codeshot.sdk.platform_api import http, refusal
+from codeshot.sdk.platform_api import PlatformApi
 from codeshot.sdk.wire import AgentException
 
 # Keys that name no key in a URL: HTTP clients resolve "." and ".." as the path's own
 # segments (RFC 3986), and "" is the list of keys, so each would be sent elsewhere.
 NOT_KEYS = frozenset({"", ".", ".."})
+USER_STORAGE_API = PlatformApi("user storage", ERR_USERSTORAGE,
+                               "I'm sorry, I could not use your storage.")
 
 
 def to_json_type(value: Any) -> Any:
@@ -63,24 +65,19 @@ class UserStorage(MutableMapping[str, Any]):
                 http_status_code=400,
             )
         self._base = f"{userstorage_url.rstrip('/')}/{claims.agent_id}"
-        self._headers = {"Authorization": f"Bearer {claims.token}"}
+        self._token = claims.token
 
     def _call(self, method: str, key: str | None = None, *, absent_ok: bool = False,
               **kwargs: Any) -> httpx.Response:
-        """The platform's answer, a refusal raised; 404 is an answer only when
-        ``absent_ok`` (reading or deleting one key: to a write or the list it means the
-        call went nowhere, e.g. a deleted registration's token or a wrong URL)."""
+        """The platform's answer for ``key`` (None: the list of keys); see
+        :meth:`PlatformApi.call`."""
         if key is None:
             url = self._base
         elif str(key) in NOT_KEYS:
             raise ValueError(f"{key!r} cannot be a user storage key")
         else:
             url = f"{self._base}/{quote(str(key), safe='')}"
-        response = http().request(method, url, headers=self._headers, **kwargs)
-        if response.status_code >= 400 and not (absent_ok and response.status_code == 404):
-            raise refusal(response, service="user storage", fallback_code=ERR_USERSTORAGE,
-                          apology="I'm sorry, I could not use your storage.")
-        return response
+        return USER_STORAGE_API.call(method, url, self._token, absent_ok=absent_ok, **kwargs)
 
     def __setitem__(self, key: str, value: Any) -> None:
         self._call("POST", key, json={"data": json.dumps(to_json_type(value))})

@@ -3,6 +3,10 @@ an error the Func sees, never a write that silently went nowhere."""
 
 from __future__ import annotations
 
+import http.server
+import threading
+from collections.abc import Iterator
+
 import pytest
 
 from codeshot.sdk import OAuthHandler, OAuthParams, UserStorage
@@ -74,3 +78,53 @@ def test_oauth_calls_after_the_agent_is_deleted_raise_not_found(platform):
     with pytest.raises(AgentException) as saved:
         handler._save({"access_token": "t", "token_type": "Bearer"})  # what authorize() ends with
     assert saved.value.error_code == "NOT_FOUND"
+
+
+@pytest.fixture
+def moved(platform) -> Iterator[str]:
+    """The platform's old address: every request is answered 301 to the platform (as an
+    http:// URL in front of an https API, or a moved host, answers)."""
+
+    class Moved(http.server.BaseHTTPRequestHandler):
+        def answer(self) -> None:
+            self.send_response(301)
+            self.send_header("Location", platform.url + self.path)
+            self.send_header("Content-Length", "0")
+            self.end_headers()
+
+        do_GET = do_HEAD = do_POST = do_PUT = do_DELETE = answer
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Moved)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        yield f"http://127.0.0.1:{server.server_port}"
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+def test_storage_behind_a_redirect_raises_instead_of_answering_or_writing_nowhere(
+        platform, moved):
+    claims = registered(platform, "erin")
+    storage = UserStorage(claims, moved + "/api/userstorage")
+    for use in (lambda: "k" in storage, lambda: storage.__setitem__("k", 1),
+                lambda: storage["k"], lambda: storage.__delitem__("k"), lambda: len(storage)):
+        with pytest.raises(AgentException) as refused:
+            use()
+        assert refused.value.error_code == "ERR_USERSTORAGE"
+        assert f"HTTP 301: a redirect to {platform.url}/api/userstorage" in \
+            refused.value.error_message
+    assert len(UserStorage(claims, platform.url + "/api/userstorage")) == 0  # nothing written
+
+
+def test_oauth_behind_a_redirect_raises_instead_of_answering_or_saving_nowhere(platform, moved):
+    handler = OAuthHandler(PARAMS, registered(platform, "frank"), moved)
+    for use in (handler.user_token, handler.get_authorization_url,
+                lambda: handler._save({"access_token": "t", "token_type": "Bearer"})):
+        with pytest.raises(AgentException) as refused:
+            use()
+        assert refused.value.error_code == "ERR_OAUTH"
+        assert "HTTP 301: a redirect to" in refused.value.error_message
