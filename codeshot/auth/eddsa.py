@@ -3,7 +3,8 @@
 PyJWT's own EdDSA needs ``cryptography``, 14 MB of every Lambda bundle (more than the
 rest of an agent's); PyNaCl is 3 MB and PyJWT takes algorithms as plug-ins. PyJWT still
 does everything else (encoding, claims, expiry, audience). Keys are PyNaCl's
-``SigningKey`` (from the 32-byte RFC 8032 seed) and ``VerifyKey``.
+``SigningKey`` (from the 32-byte RFC 8032 seed) and ``VerifyKey``; a ``cryptography``
+Ed25519 key object is accepted too, so code holding one keeps working.
 """
 
 from __future__ import annotations
@@ -32,13 +33,40 @@ def unb64url(text: str) -> bytes:
     return base64url_decode(text)
 
 
+def _raw(key: Any, private: bool) -> bytes | None:
+    """The raw bytes of a ``cryptography`` Ed25519 key, or None for anything else."""
+    try:
+        from cryptography.hazmat.primitives.asymmetric import ed25519
+        from cryptography.hazmat.primitives.serialization import (
+            Encoding,
+            NoEncryption,
+            PrivateFormat,
+            PublicFormat,
+        )
+    except ImportError:  # not installed (Lambda bundles): only PyNaCl keys exist there
+        return None
+    if private and isinstance(key, ed25519.Ed25519PrivateKey):
+        return key.private_bytes(Encoding.Raw, PrivateFormat.Raw, NoEncryption())
+    if not private and isinstance(key, ed25519.Ed25519PublicKey):
+        return key.public_bytes(Encoding.Raw, PublicFormat.Raw)
+    return None
+
+
 class NaclEdDSA(Algorithm):
     """PyJWT's ``EdDSA`` (Ed25519 only) on PyNaCl."""
 
     def prepare_key(self, key: Any) -> SigningKey | VerifyKey:
         if isinstance(key, (SigningKey, VerifyKey)):
             return key
-        raise InvalidKeyError("EdDSA needs a PyNaCl SigningKey or VerifyKey")
+        # Installed for the whole process: code beside it holding cryptography's keys
+        # (PyJWKClient's, a2a's, tests') must keep working.
+        seed = _raw(key, private=True)
+        if seed is not None:
+            return SigningKey(seed)
+        public = _raw(key, private=False)
+        if public is not None:
+            return VerifyKey(public)
+        raise InvalidKeyError("EdDSA needs an Ed25519 SigningKey or VerifyKey")
 
     def sign(self, msg: bytes, key: SigningKey | VerifyKey) -> bytes:
         if not isinstance(key, SigningKey):

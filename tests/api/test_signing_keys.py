@@ -147,3 +147,16 @@ def test_an_api_key_that_cannot_be_signed_leaves_no_id_behind(aws, monkeypatch, 
     assert cli.main(["users", "new-key", "ops"]) != 0
     assert "UNAVAILABLE" in capsys.readouterr().err
     assert len(before) == 1 and Services(aws).users.get(user.user_id).api_key_ids == before
+
+
+def test_cryptographys_keys_still_sign_and_verify_beside_the_platforms_eddsa():
+    """The platform's EdDSA (PyNaCl) is PyJWT's for the whole process: a client beside it
+    holding cryptography's keys (PyJWKClient's, a2a's push checks) could verify nothing."""
+    from cryptography.hazmat.primitives.asymmetric import ed25519
+
+    from codeshot.auth import eddsa
+
+    eddsa.install()
+    private = ed25519.Ed25519PrivateKey.generate()
+    token = jwt.encode({"sub": "agent"}, private, algorithm="EdDSA")
+    assert jwt.decode(token, private.public_key(), algorithms=["EdDSA"]) == {"sub": "agent"}
