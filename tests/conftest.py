@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import random
+import signal
 import socket
 import uuid
 from collections.abc import Iterator
@@ -24,6 +25,11 @@ from codeshot.api.app import create_app
 from codeshot.local.http_server import HttpServer
 from codeshot.services import Services
 from codeshot.settings import Settings
+
+# A shell starts a background job with SIGINT ignored, and every process a test starts
+# would inherit that: the Ctrl-C tests' commands (chat, fixie serve) never saw theirs.
+if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 
 # No test may reach real AWS, whatever the developer's shell holds.
 for _name in list(os.environ):
