@@ -122,16 +122,14 @@ def _users_keys(args: argparse.Namespace) -> int:
 
 
 def _users_revoke_key(args: argparse.Namespace) -> int:
-    from codeshot.errors import InvalidInput
+    from codeshot.errors import LastApiKey
     from codeshot.services import Services
     from codeshot.usecases.users import revoke_key_of
 
     try:
         revoked = revoke_key_of(Services(_target_settings()), args.name, args.key)
-    except InvalidInput as exc:
-        if "last API key" not in exc.message:
-            raise
-        raise InvalidInput(f"{exc.message} (`codeshot users new-key {args.name}`)") from exc
+    except LastApiKey as exc:
+        raise LastApiKey(f"{exc.message} (`codeshot users new-key {args.name}`)") from exc
     print(f"Revoked {revoked.key_id} of {args.name}")
     return 0
 

@@ -7,7 +7,6 @@ Needs only httpx: it works where just the SDK is installed.
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import os
 from dataclasses import dataclass
@@ -44,10 +43,9 @@ def read_state(directory: Path | None = None) -> dict[str, Any] | None:
 
 def _from_environment(field: str) -> tuple[str, str] | None:
     """The variable that sets Settings' ``field``, and its value, if one is set."""
-    from codeshot.settings import Settings
+    from codeshot.settings import env_names, field_named
 
-    [meta] = [f.metadata for f in dataclasses.fields(Settings) if f.name == field]
-    names = meta.get("env") or (f"CODESHOT_{field.upper()}",)
+    names = env_names(field_named(field))
     return next(((name, os.environ[name]) for name in names if os.environ.get(name)), None)
 
 

@@ -52,6 +52,10 @@ class InvalidInput(CodeshotError):
     http_status = 400
 
 
+class LastApiKey(InvalidInput):
+    """Revoking a user's last API key, which would lock them out."""
+
+
 class Conflict(InvalidInput):
     """Input that collides with what exists (a taken handle); still INVALID_INPUT."""
 

@@ -117,6 +117,11 @@ class ConfigurableLLM(LLM, Protocol):
         ...
 
 
+def estimated_prompt_tokens(messages: list[ChatMessage]) -> int:
+    """A prompt's tokens where no count is given: about 4 characters a token."""
+    return sum(len(m.content) for m in messages) // 4
+
+
 def configured(llm: LLM, settings: LlmSettings | None) -> LLM:
     """``llm`` with an agent's settings, when it has any and the provider takes them."""
     if settings is None or not isinstance(llm, ConfigurableLLM):

@@ -31,6 +31,7 @@ from codeshot.llm.base import (
     LlmSettings,
     call_ends,
     cut_at_stops,
+    estimated_prompt_tokens,
     out_of_time,
 )
 
@@ -191,7 +192,7 @@ class OpenAILLM:
                 if cut_at_stops(text, stop) != text:
                     break  # what follows is cut anyway: stop paying for it
             if usage is None:  # stopped early, or a server that sends no usage: estimated
-                usage = {"prompt_tokens": sum(len(m.content) for m in messages) // 4,
+                usage = {"prompt_tokens": estimated_prompt_tokens(messages),
                          "completion_tokens": chunks}
             return Completion(cut_at_stops(text, stop), int(usage.get("prompt_tokens", 0)),
                               int(usage.get("completion_tokens", 0)))

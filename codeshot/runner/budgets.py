@@ -18,7 +18,7 @@ from datetime import datetime
 from typing import TYPE_CHECKING
 
 from codeshot.errors import BudgetExceeded, Timeout
-from codeshot.llm.base import LLM, ChatMessage, Completion
+from codeshot.llm.base import LLM, ChatMessage, Completion, estimated_prompt_tokens
 from codeshot.store.usage import TokenUsage, UsageCounters, Window
 
 if TYPE_CHECKING:
@@ -103,10 +103,10 @@ class MeteredLLM:
         try:
             completion = self.llm.complete(messages, stop, max_tokens)
         except Timeout:
-            # Cut off at the query's deadline: the model read the prompt (about 4 characters
-            # a token) and wrote nobody knows how much of max_tokens; count the most.
+            # Cut off at the query's deadline: the model read the prompt and wrote nobody
+            # knows how much of max_tokens; count the most.
             self.budget.record(self.agent_id, Completion(
-                "", sum(len(m.content) for m in messages) // 4, max_tokens))
+                "", estimated_prompt_tokens(messages), max_tokens))
             raise
         self.budget.record(self.agent_id, completion)
         return completion

@@ -386,9 +386,7 @@ class SessionRunner:
             # tried again; if it still fails, the record fails and SQS redelivers it.
             retry_transient(lambda: self.s.sessions.db.transact_write_items(TransactItems=items))
         except self.s.sessions.db.exceptions.TransactionCanceledException as exc:
-            reasons = dict(zip(map(id, items), cancelled_by(exc), strict=False))
-            if "ConditionalCheckFailed" not in (reasons.get(id(marker)),
-                                                reasons.get(id(session_update))):
+            if "ConditionalCheckFailed" not in cancelled_by(exc):  # only theirs can fail so
                 raise
             # Answered meanwhile, or the session was deleted: either way, nothing to add.
             log.info("reply to %s not written: already answered or session gone",

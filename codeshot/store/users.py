@@ -6,7 +6,7 @@ from decimal import Decimal
 from typing import TYPE_CHECKING, Any
 
 from codeshot import ids
-from codeshot.errors import Conflict, InvalidInput, NotFound
+from codeshot.errors import Conflict, InvalidInput, LastApiKey, NotFound
 from codeshot.models import MAX_DAILY_LIMIT, User, validate_handle
 from codeshot.store.base import Repository
 from codeshot.store.dynamo import from_item, is_condition_failure, lookup_key, to_item
@@ -178,7 +178,7 @@ class UserStore(Repository):
             return
         if key_id not in was.api_key_ids:
             raise NotFound(f"no active API key {key_id!r}")  # another's looks absent too
-        raise InvalidInput("this is the last API key; create another before revoking it")
+        raise LastApiKey("this is the last API key; create another before revoking it")
 
     def set_limits(self, user_id: str, daily_queries: int | None,
                    daily_tokens: int | None) -> User:

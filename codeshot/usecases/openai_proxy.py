@@ -14,6 +14,7 @@ from dataclasses import dataclass
 
 from codeshot.errors import Forbidden
 from codeshot.llm import ChatMessage, Completion, LlmSettings, configured, get_llm
+from codeshot.llm.base import estimated_prompt_tokens
 from codeshot.models import Principal
 from codeshot.runner.budgets import budget_for
 from codeshot.services import Services
@@ -38,10 +39,10 @@ def complete(services: Services, caller: Principal, request: ProxyRequest) -> Co
     max_tokens = limit if request.max_tokens is None else max(1, min(request.max_tokens, limit))
     budget = budget_for(services, caller.user_id)
     # An agent writes this prompt, not the platform: it and the completion it asks for
-    # must fit in what is left of the budgets (about 4 characters a token), or one call
+    # must fit in what is left of the budgets (estimated from its length), or one call
     # could spend a day's many times. Checked before the per-minute charge, so a refused
     # call spends none of the minute's calls.
-    prompt = sum(len(m.content) for m in request.messages) // 4
+    prompt = estimated_prompt_tokens(request.messages)
     budget.check(caller.agent_id, prompt + max_tokens)
     services.usage.charge("llm_proxy", f"{caller.user_id}#{caller.agent_id}",
                           settings.openai_proxy_rate_limit, window="minute")

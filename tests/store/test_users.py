@@ -81,7 +81,7 @@ def test_two_revokes_at_once_never_take_a_users_last_key(aws):
         users.add_key(user.user_id, "k2")
         outcomes = race(lambda u=user: users.revoke_key(u.user_id, "k1"),
                         lambda u=user: users.revoke_key(u.user_id, "k2"))
-        assert sorted(type(o).__name__ for o in outcomes) == ["InvalidInput", "NoneType"]
+        assert sorted(type(o).__name__ for o in outcomes) == ["LastApiKey", "NoneType"]
         assert len(users.get(user.user_id).api_key_ids) == 1
     with pytest.raises(NotFound):  # a key the user does not have (another's) looks absent
         users.revoke_key(user.user_id, "k-other")
