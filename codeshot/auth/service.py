@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import math
 import time
+from collections.abc import Callable
 from typing import Any
 
 from codeshot import ids
@@ -17,6 +19,9 @@ MAX_CACHED_KEYS = 10_000  # per warm process; expired entries go when it fills
 
 KEY_PREFIX = "key_"  # API key ids (the key's jti)
 DISABLED = "this user has been disabled by an operator"
+
+# (agent id, its registration if known, seconds the call may last) -> a call token
+CallTokens = Callable[[str, int | None, float], str]
 
 
 class Auth:
@@ -92,9 +97,11 @@ class Auth:
 
     # -- agent-call tokens ------------------------------------------------------------
     def agent_token(self, agent_id: str, user_id: str | None, session_id: str | None,
-                    registration: int | None = None) -> str:
+                    registration: int | None = None, lasting: float = 0.0) -> str:
         """A call token for the agent (``registration``: the one it is registered as, when
-        it is: see :attr:`codeshot.models.Agent.registration`)."""
+        it is: see :attr:`codeshot.models.Agent.registration`). It lives the setting's
+        seconds, or the call's ``lasting`` seconds when longer: an agent streaming its
+        answer for the query's whole time still reaches its storage at the end."""
         return self.sign(
             tokens.agent_token_claims(
                 self.issuer,
@@ -102,10 +109,15 @@ class Auth:
                 agent_id,
                 user_id,
                 session_id,
-                self.settings.agent_token_ttl_seconds,
+                max(self.settings.agent_token_ttl_seconds, math.ceil(lasting)),
                 registration,
             )
         )
+
+    def call_tokens(self, user_id: str, session_id: str | None) -> CallTokens:
+        """Mints call tokens for ``user_id`` (and the session) as an AgentClient asks."""
+        return lambda agent_id, registration, lasting: self.agent_token(
+            agent_id, user_id, session_id, registration, lasting)
 
     def principal_for_agent_token(self, token: str) -> Principal:
         claims = tokens.decode(

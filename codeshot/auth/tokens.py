@@ -18,6 +18,8 @@ from codeshot.errors import Unauthenticated
 ALGORITHM = "EdDSA"
 API_KEY_TYPE = "api_key"
 AGENT_TOKEN_TYPE = "agent"  # noqa: S105 - a token type, not a secret
+# No call outlives its query, and no query runs longer (query_time_budget_seconds).
+MAX_AGENT_TOKEN_SECONDS = 600
 
 
 def api_key_audience(issuer: str) -> str:
@@ -111,7 +113,7 @@ def agent_token_claims(
         "aud": audiences,
         "aid": agent_id,
         "iat": now,
-        "exp": now + min(ttl_seconds, 300),
+        "exp": now + min(ttl_seconds, MAX_AGENT_TOKEN_SECONDS),
         "jti": uuid.uuid4().hex,
         "typ": AGENT_TOKEN_TYPE,
     }

@@ -12,10 +12,9 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Callable
 from contextvars import ContextVar
 from dataclasses import dataclass, field
-from typing import Any, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 import httpx
 
@@ -33,6 +32,9 @@ from codeshot.errors import (
 from codeshot.net.addresses import check_public_url
 from codeshot.net.http import public_client, retry_after
 from codeshot.text import MAX_REPLY_TEXT_BYTES, as_one_line
+
+if TYPE_CHECKING:
+    from codeshot.auth.service import CallTokens
 
 MAX_REPLY_BYTES = 2 * 1024 * 1024
 
@@ -117,8 +119,9 @@ class AgentClient:
 
     def __init__(
         self,
-        # (agent id, its registration if known) -> a JWT for this user and session
-        mint_token: Callable[[str, int | None], str],
+        # (agent id, its registration if known, the call's seconds) -> a JWT for this user
+        # and session, valid as long as the call may last
+        mint_token: CallTokens,
         *,
         timeout: float,
         allow_loopback: bool,
@@ -159,7 +162,7 @@ class AgentClient:
                     registration: int | None, ends: float) -> tuple[bytes, str]:
         attempt = 0
         while True:
-            token = self.mint_token(agent_id, registration)
+            token = self.mint_token(agent_id, registration, ends - time.monotonic())
             try:
                 reply = request(
                     "POST", url, token, timeout=self.timeout,

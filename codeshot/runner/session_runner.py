@@ -247,8 +247,7 @@ class SessionRunner:
                        for e in self.s.sessions.list_embeds(session.session_id)})
         book.know(memory.embeds())
         client = AgentClient(
-            lambda agent_id, registration: self.s.auth.agent_token(
-                agent_id, session.owner, session.session_id, registration),
+            self.s.auth.call_tokens(session.owner, session.session_id),
             timeout=settings.agent_call_timeout_seconds, allow_loopback=settings.local_mode,
             deadline=deadline,
         )

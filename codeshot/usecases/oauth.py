@@ -229,8 +229,7 @@ def _exchange(services: Services, flow: Flow, code: str) -> None:
     agent = services.registry.get(flow.agent_id)
     url = agent.func_url or agent.query_url or ""
     client = AgentClient(
-        lambda agent_id, registration: services.auth.agent_token(
-            agent_id, flow.user_id, flow.session_id, registration),
+        services.auth.call_tokens(flow.user_id, flow.session_id),
         timeout=services.settings.agent_call_timeout_seconds,
         allow_loopback=services.settings.local_mode, retries=0)
     request = {"state": flow.state, "code": code, "code_verifier": flow.code_verifier,

@@ -6,13 +6,15 @@ import asyncio
 import json
 import random
 import re
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
 from contextlib import contextmanager
 from typing import Any
 
+import httpx
+import jwt
 import pytest
 from fastapi import FastAPI, Request
-from fastapi.responses import JSONResponse, PlainTextResponse, Response
+from fastapi.responses import JSONResponse, PlainTextResponse, Response, StreamingResponse
 
 from codeshot.local.http_server import HttpServer
 from codeshot.local.poller import QueuePoller
@@ -39,6 +41,7 @@ BOOKING = {
 
 
 STANDALONE = {"type": "standalone", "sample_queries": ["Repeat after me: hello"]}
+LATE_SECONDS = 7  # the late agent's pause: past a 1 s token's life and PyJWT's 5 s leeway
 
 
 class AgentServer:
@@ -53,7 +56,8 @@ class AgentServer:
 
         @app.get("/{agent}/")
         def handshake(agent: str) -> Any:
-            return {"dice": DICE, "booking": BOOKING, "standalone": STANDALONE}.get(agent, DICE)
+            return {"dice": DICE, "booking": BOOKING, "standalone": STANDALONE,
+                    "late": STANDALONE}.get(agent, DICE)
 
         @app.post("/{agent}/{func}")
         async def func(agent: str, func: str, request: Request) -> Any:
@@ -95,6 +99,25 @@ class AgentServer:
                      {"message": {"text": f"You said: {text}", "embeds": {}}}]
             return PlainTextResponse("\n".join(map(json.dumps, lines)),
                                      media_type="application/x-ndjson")
+
+        @app.post("/late/")
+        async def late(request: Request) -> Any:
+            """Streams for a while, then lists the user's storage with its call token."""
+            body = await request.json()
+            token = body["access_token"]
+            claims = jwt.decode(token, options={"verify_signature": False})
+
+            async def lines() -> AsyncIterator[str]:
+                yield json.dumps({"message": {"text": "thinking...", "embeds": {}}}) + "\n"
+                await asyncio.sleep(LATE_SECONDS)
+                async with httpx.AsyncClient() as platform:
+                    listed = await platform.get(
+                        f"{claims['iss']}/api/userstorage/{claims['aid']}",
+                        headers={"Authorization": f"Bearer {token}"})
+                text = f"storage answered {listed.status_code}"
+                yield json.dumps({"message": {"text": text, "embeds": {}}}) + "\n"
+
+            return StreamingResponse(lines(), media_type="application/x-ndjson")
 
         self.server = HttpServer(app, "127.0.0.1", 0)
         self.url = self.server.start()

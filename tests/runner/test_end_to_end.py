@@ -66,6 +66,16 @@ def test_standalone_agent_answers_with_its_last_response(live, agents):
                      "text": "You said: Repeat after me: good morning"}
 
 
+@pytest.mark.settings(agent_token_ttl_seconds=1, reply_wait_seconds=20)
+def test_a_standalone_agent_streaming_past_its_token_ttl_still_reaches_storage(live, agents):
+    """A standalone agent may stream for the query's whole time: its call token lives as
+    long as the call may, not the shorter lifetime of a Func call's token."""
+    _, key = live.user("lena")
+    late = register(live, key, "late", agents.url + "/late")
+    h = session(live, key, frontend=late)
+    assert send(live, key, h, "take your time")["reply"]["text"] == "storage answered 200"
+
+
 def test_ask_user_pauses_and_resumes(live, agents):
     _, key = live.user("dora")
     booking = register(live, key, "booking", agents.url + "/booking")
