@@ -129,7 +129,7 @@ class Messaging:
         if idempotency_key:
             earlier = self.s.sessions.posted_under(session_id, idempotency_key)
             if earlier:
-                return self._same_post(earlier, text, embeds), False
+                return self._posted_again(session_id, earlier, text, embeds), False
         limit = self.s.daily_limit(principal.daily_query_limit)
         if embeds:  # S3 writes are not undone by a refused transaction: refuse before
             self._check_quota(user_id, limit)
@@ -177,7 +177,7 @@ class Messaging:
             if idempotency_key and reasons and reasons[-1] == "ConditionalCheckFailed":
                 earlier = self.s.sessions.posted_under(session_id, idempotency_key)
                 if earlier:
-                    return self._same_post(earlier, text, embeds), False
+                    return self._posted_again(session_id, earlier, text, embeds), False
             if reasons:
                 raise Conflict("the message collided with a concurrent change; retry") from exc
             raise
@@ -213,7 +213,7 @@ class Messaging:
             raise self.s.usage.rate_limited("daily query", limit, "day")
 
     @staticmethod
-    def _same_post(earlier: Message, text: str, embeds: list[EmbedUpload]) -> Message:
+    def _same_post(earlier: Message, text: str, embeds: list[EmbedUpload]) -> None:
         """A retry sends the same message again; other content under the key (text, or
         an embed's key, type or bytes) is a mistake the client must hear about, not a
         silent replay of the first message."""
@@ -223,12 +223,28 @@ class Messaging:
         if earlier.text != text or sent != bound:
             raise Conflict("this idempotencyKey was already used for a different message; "
                            "use a new key for a new message")
+
+    def _posted_again(self, session_id: str, earlier: Message, text: str,
+                      embeds: list[EmbedUpload]) -> Message:
+        """A retry's message, queued again: had the first try died between its write and
+        its enqueue, nothing else would ever queue it. Harmless when it was queued: the
+        queue drops a copy within 5 minutes (deduplicated by message id), and the runner
+        skips a message already answered."""
+        self._same_post(earlier, text, embeds)
+        try:
+            self._queue(session_id, earlier)
+        except Exception as exc:  # no error reply: the first try may have been answered
+            raise AgentUnavailable("the platform could not queue the message; please send "
+                                   "it again") from exc
         return earlier
+
+    def _queue(self, session_id: str, message: Message) -> None:
+        self.s.queue.enqueue(Work(session_id, message.message_id,
+                                  correlation_id=correlation_id()))
 
     def _enqueue(self, session_id: str, message: Message) -> None:
         try:
-            self.s.queue.enqueue(Work(session_id, message.message_id,
-                                      correlation_id=correlation_id()))
+            self._queue(session_id, message)
         except Exception as exc:
             # Never leave a query that no runner will answer: close it with an error.
             self.s.sessions.add_message(Message(

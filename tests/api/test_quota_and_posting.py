@@ -1,7 +1,10 @@
+import json
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
+from codeshot.usecases.messaging import Messaging
+from codeshot.usecases.users import principal_of
 from tests.conftest import code
 
 POST = """mutation ($s: String!, $t: String!, $k: String) {
@@ -49,6 +52,29 @@ def test_a_retried_post_is_not_duplicated_nor_charged_twice(platform):
     )
     queued = platform.services.queue.receive(wait_seconds=0)
     assert len(queued) == 1  # one unit of work for the runner
+
+
+class Killed(BaseException):
+    """The API's process ending mid-request, as a Lambda timeout ends it."""
+
+
+def test_a_retry_queues_a_post_whose_first_try_died_before_queueing_it(platform, monkeypatch):
+    user_id, key = platform.user()
+    session = new_session(platform, key)
+
+    def killed(work):
+        raise Killed
+
+    monkeypatch.setattr(platform.services.queue, "enqueue", killed)
+    with pytest.raises(Killed):  # stored and charged, never queued
+        Messaging(platform.services).post(principal_of(platform.services.users.get(user_id)),
+                                          session, "hello", idempotency_key="k1")
+    monkeypatch.undo()
+    again = platform.gql(key, POST, {"s": session, "t": "hello", "k": "k1"})
+    queued = platform.services.queue.receive(wait_seconds=0)
+    assert [json.loads(m["Body"])["message_id"] for m in queued] == [
+        again["data"]["sendSessionMessage"]["message"]["id"]]  # the runner will answer it
+    assert [m.text for m in platform.services.sessions.all_messages(session)] == ["hello"]
 
 
 def test_wait_returns_the_reply_in_the_same_call(platform, echo_runner):
