@@ -92,7 +92,7 @@ def client(service: str, settings: Settings) -> Any:
 
 
 def bedrock_client(settings: Settings, read_timeout: int) -> BedrockRuntimeClient:
-    """Bedrock Runtime waiting at most ``read_timeout`` seconds (1 to 20) for a read and
+    """Bedrock Runtime waiting at most ``read_timeout`` seconds for a read and
     trying a request once: an LLM call held to a query's deadline retries within it."""
     made: BedrockRuntimeClient = _client("bedrock-runtime", settings.region,
                                          settings.aws_endpoint_url, read_timeout, 1)

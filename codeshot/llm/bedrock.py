@@ -74,16 +74,19 @@ class BedrockLLM:
                           self.llm_settings.merged(settings))
 
     def _bedrock(self, left: float) -> Any:
-        """The client of a try with ``left`` seconds: one reading that long, rounded up
-        to a whole second (a client per second of timeout, at most 20), and trying once;
-        or the one given, as it is (its own timeouts and retries)."""
+        """The client of a try with ``left`` seconds: one reading that long, at most
+        ``CODESHOT_LLM_TIMEOUT_SECONDS`` (Converse answers once the whole completion is
+        made: a long one takes tens of seconds), rounded up to a whole second (a client
+        per second of timeout, 3 ms and 0.14 MB each), and trying once; or the one given,
+        as it is (its own timeouts and retries)."""
         if self._client is not None:
             return self._client
-        from codeshot.aws import READ_TIMEOUT, bedrock_client
+        from codeshot.aws import bedrock_client
         from codeshot.settings import get_settings
 
-        return bedrock_client(self._settings or get_settings(),
-                              max(1, math.ceil(min(left, READ_TIMEOUT))))
+        settings = self._settings or get_settings()
+        return bedrock_client(settings,
+                              max(1, math.ceil(min(left, settings.llm_timeout_seconds))))
 
     def _converse(self, request: dict[str, Any]) -> Any:
         from botocore.exceptions import BotoCoreError, ClientError

@@ -195,6 +195,22 @@ def test_a_slow_model_ends_at_the_querys_deadline_as_a_timeout(
     assert endpoint.requests == 1  # not tried again past the deadline
 
 
+def test_a_completion_may_take_as_long_as_the_llm_timeout_setting_and_no_longer(
+        endpoint: BedrockEndpoint) -> None:
+    """Converse answers when the whole completion is made: a long one outlasted the 20 s
+    every AWS read was given, whatever CODESHOT_LLM_TIMEOUT_SECONDS said."""
+    url = endpoint.llm._settings.aws_endpoint_url  # type: ignore[union-attr]
+    endpoint.delay = 2.5
+    patient = BedrockLLM(MODEL, Settings(llm="bedrock", aws_endpoint_url=url,
+                                         llm_timeout_seconds=5))
+    assert patient.complete(MESSAGES, STOP, 100).text == "A: 4"
+    hasty = BedrockLLM(MODEL, Settings(llm="bedrock", aws_endpoint_url=url,
+                                       llm_timeout_seconds=1))
+    with pytest.raises(LLMError, match="Bedrock unreachable: Read timeout"):
+        hasty.complete(MESSAGES, STOP, 100)
+    assert endpoint.requests == 2  # a read that had its time is not tried again
+
+
 def test_a_failed_try_is_tried_again_only_while_time_is_left(
         endpoint: BedrockEndpoint) -> None:
     endpoint.failures = 1
