@@ -39,16 +39,20 @@ import time
 from collections import OrderedDict, deque
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from html.parser import HTMLParser
 from typing import TYPE_CHECKING, Any, Protocol
-from urllib.parse import urldefrag, urljoin
 
 from codeshot.errors import CodeshotError, InvalidInput
 from codeshot.models import MAX_EXCLUDE_PATTERNS
 from codeshot.routing.lexical import BM25
 from codeshot.routing.text import terms
 from codeshot.runner.fetch import fetch_public_url
-from codeshot.runner.platform_funcs.documents import PASSAGE_CHARS, document_text, passages
+from codeshot.runner.platform_funcs.documents import (
+    HTML_TYPES,
+    PASSAGE_CHARS,
+    document_text,
+    html_page,
+    passages,
+)
 from codeshot.settings import Settings
 from codeshot.store.corpora import CorpusState, CorpusStore, CorpusVersion
 
@@ -61,7 +65,6 @@ FETCH_TIMEOUT_SECONDS = 10.0
 INGEST_SECONDS = 120.0  # one ingestion's time in all (the runner's query budget)
 READ_SECONDS = 60.0  # of it, reading documents: the rest embeds what was read
 MAX_LINKS_PER_PAGE = 1000  # a page's links considered for following, in page order
-HTML_FEED_CHARS = 65536  # a page's links are parsed this much at a time, up to the deadline
 EMBED_BATCH = 64
 PROGRESS_EVERY = 10  # documents between the progress an ingesting version shows
 # Search's dense weight per embedder (score = w * dense + (1 - w) * lexical): the highest
@@ -98,35 +101,6 @@ def url_corpora(corpora: Iterable[dict[str, Any]] | None) -> list[dict[str, Any]
     """The declared corpora the platform fetches (URL corpora; custom corpus Funcs are
     the agent's own)."""
     return [c for c in corpora or [] if isinstance(c, dict) and c.get("urls")]
-
-
-class _Links(HTMLParser):
-    """A page's first ``MAX_LINKS_PER_PAGE`` links (``<a href>``), absolute, without their
-    fragment: no tree is built, and the page is fed a piece at a time."""
-
-    def __init__(self, base: str) -> None:
-        super().__init__()
-        self.base = base
-        self.links: list[str] = []
-
-    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
-        href = dict(attrs).get("href") if tag == "a" else None
-        if href is not None and len(self.links) < MAX_LINKS_PER_PAGE:
-            self.links.append(urldefrag(urljoin(self.base, href))[0])
-
-
-def _links(html: bytes, base: str, deadline: float) -> list[str]:
-    """The links to consider following: those read before ``deadline``, at most
-    ``MAX_LINKS_PER_PAGE``."""
-    from bs4 import UnicodeDammit  # the encoding sniffed as the page's text is
-
-    text = UnicodeDammit(html, is_html=True).unicode_markup or ""
-    parser = _Links(base)
-    for start in range(0, len(text), HTML_FEED_CHARS):
-        if len(parser.links) >= MAX_LINKS_PER_PAGE or time.monotonic() > deadline:
-            break
-        parser.feed(text[start:start + HTML_FEED_CHARS])
-    return parser.links
 
 
 def _excluded(patterns: Any) -> re.Pattern[str] | None:
@@ -205,10 +179,12 @@ class Crawl:
         kind = fetched.content_type or "text/plain"
         if kind == "text/markdown" or url.lower().endswith((".md", ".markdown")):
             kind = "text/plain"
-        text = document_text(kind, fetched.data, self.deadline)
-        html = kind in ("text/html", "application/xhtml+xml")
-        return Document(url, text, len(fetched.data)), \
-            (_links(fetched.data, url, self.deadline) if follow and html else [])
+        if kind in HTML_TYPES:  # its text and links in one pass
+            text, links = html_page(fetched.data, self.deadline, url,
+                                    MAX_LINKS_PER_PAGE if follow else 0)
+        else:
+            text, links = document_text(kind, fetched.data, self.deadline), []
+        return Document(url, text, len(fetched.data)), links
 
 
 def corpus_search(settings: Settings, store: CorpusStore, embedder: Embedder) -> CorpusSearch:

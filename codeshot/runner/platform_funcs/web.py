@@ -3,8 +3,8 @@
 The URL goes through the runner's one fetch of third-party URLs
 (:func:`codeshot.runner.fetch.fetch_public_url`: the SSRF rules, loopback only in local
 mode, no redirects, a size cap, a timeout); its text is read as an embed's is
-(:func:`~codeshot.runner.platform_funcs.documents.document_text`: HTML with Beautiful
-Soup, PDF, plain text), and capped so one page cannot fill the prompt.
+(:func:`~codeshot.runner.platform_funcs.documents.document_text`: HTML, PDF, plain
+text), and capped so one page cannot fill the prompt.
 """
 
 from __future__ import annotations
