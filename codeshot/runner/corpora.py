@@ -322,6 +322,7 @@ class InLambdaSearch:
         self.dense_weight = DENSE_WEIGHT.get(embedder.model_id, UNCALIBRATED_DENSE_WEIGHT) \
             if dense_weight is None else dense_weight
         self._cache: OrderedDict[str, LoadedIndex] = OrderedDict()
+        self._cached_bytes = 0  # the cache's sizes summed
         self._lock = threading.Lock()
 
     def index(self, agent_id: str) -> LoadedIndex | None:
@@ -336,11 +337,11 @@ class InLambdaSearch:
         loaded = LoadedIndex.read(version.version, self.store.read_index(version.object_key),
                                   self.embedder, lexical=self.dense_weight < 1)
         with self._lock:
+            replaced = self._cache.pop(agent_id, None)
+            self._cached_bytes += loaded.size - (replaced.size if replaced else 0)
             self._cache[agent_id] = loaded
-            self._cache.move_to_end(agent_id)
-            while len(self._cache) > 1 and \
-                    sum(i.size for i in self._cache.values()) > self.cache_bytes:
-                self._cache.popitem(last=False)
+            while len(self._cache) > 1 and self._cached_bytes > self.cache_bytes:
+                self._cached_bytes -= self._cache.popitem(last=False)[1].size
         return loaded
 
     def search(self, agent_id: str, question: str, k: int) -> list[Passage]:
