@@ -31,7 +31,9 @@ def principal_of(user: User) -> Principal:
 
 
 def create_user(services: Services, username: str) -> tuple[User, str]:
-    """A new user and their first API key (shown once: only its id is stored)."""
+    """A new user and their first API key (shown once: only its id is stored). The
+    signing key is read first: keys that cannot be read leave no user without a key."""
+    services.auth.keyring.signing_key()
     user = services.users.create(username)
     return user, services.auth.issue_api_key(user)
 

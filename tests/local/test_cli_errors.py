@@ -107,3 +107,16 @@ def test_a_file_named_codeshot_is_a_clear_error(tmp_path):
     assert (tmp_path / ".codeshot").read_text() == "mine"
     # Commands that look for a local stack see none there.
     one_error_line(codeshot("users", "list", cwd=tmp_path), "UNAUTHENTICATED")
+
+
+def test_a_user_is_not_made_when_no_key_can_be_signed_for_them(tmp_path, server_aws):
+    """The signing keys are read before the user is written: a user made first was left
+    with no API key, and their name taken."""
+    local_json(tmp_path, server_aws.aws_endpoint_url)
+    names = {f"CODESHOT_{name.upper()}": str(getattr(server_aws, name)) for name in (
+        "users_table", "registry_table", "sessions_table", "usage_table")}
+    err = one_error_line(codeshot("users", "create", "bob", cwd=tmp_path, **names,
+                                  CODESHOT_SIGNING_SECRET_ID="no/such-secret"), "UNAVAILABLE")
+    assert "signing keys are unavailable" in err
+    out = codeshot("users", "list", cwd=tmp_path, **names)
+    assert out.returncode == 0 and "bob" not in out.stdout, out.stderr
