@@ -5,12 +5,13 @@ records of that group are reported failed too, untouched, so SQS redelivers them
 order. Other sessions' records in the batch go on, each session in its own thread; a
 record without a group (the standard prompt queue's) is a group of its own.
 
-No record starts once less than ``RECORD_RESERVE_MS`` of the invocation is left: it and
-the records of its session after it are reported failed, untouched, so a batch that would
-run into the Lambda timeout ends first and SQS redelivers what it did not process (a
-timed-out invocation reports nothing, and its whole batch comes back). Records left
-untouched are handed back to their queue (visible again at once, not after the visibility
-timeout of half an hour); a record that failed waits that out.
+No record starts unless the invocation has left what one record may take (a query's
+``query_time_budget_seconds``) and ``RUNNER_RECORD_MARGIN_SECONDS``: it and the records of
+its session after it are reported failed, untouched, so a batch that would run into the
+Lambda timeout ends first and SQS redelivers what it did not process (a timed-out
+invocation reports nothing, and its whole batch comes back). Records left untouched are
+handed back to their queue (visible again at once, not after the visibility timeout of
+half an hour); a record that failed waits that out.
 """
 
 from __future__ import annotations
@@ -18,9 +19,11 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from codeshot.observability import correlated
+from codeshot.settings import RUNNER_RECORD_MARGIN_SECONDS
 from codeshot.store.queue import PromptQueue, SessionQueue, Work
 from codeshot.store.tables import SESSION_QUEUE
 
@@ -33,9 +36,6 @@ Handle = Callable[[Any, bool], None]  # (work, final_attempt); work: what ``pars
 Parse = Callable[[str], Any]  # a record's body -> its work (Work, PromptWork)
 RemainingMs = Callable[[], int]  # the Lambda context's get_remaining_time_in_millis
 
-# What one query may take: CODESHOT_QUERY_TIME_BUDGET_SECONDS (120 s by default) and the
-# writes of its reply.
-RECORD_RESERVE_MS = 130_000
 # How soon a record left untouched comes back: at once. A session's next records still
 # wait for this invocation to end: SQS delivers none of a FIFO group while one of its
 # messages is in flight, and Lambda deletes those that succeeded only once it returns.
@@ -43,7 +43,28 @@ HAND_BACK_SECONDS = 0
 SQS_BATCH = 10  # entries per ChangeMessageVisibilityBatch
 
 
-def process_batch(event: dict[str, Any], handle: Handle, remaining_ms: RemainingMs | None = None,
+@dataclass(frozen=True)
+class Invocation:
+    """The Lambda invocation a batch runs in: its time left, and the longest one record
+    may take (a query's time budget)."""
+
+    remaining_ms: RemainingMs
+    record_seconds: float
+
+    @property
+    def reserve_ms(self) -> int:
+        """What a record needs left to start: its time and the writes after it."""
+        return round((self.record_seconds + RUNNER_RECORD_MARGIN_SECONDS) * 1000)
+
+    def too_late(self) -> bool:
+        left = self.remaining_ms()
+        if left >= self.reserve_ms:
+            return False
+        log.warning("starting no more records: the invocation ends in %d ms", left)
+        return True
+
+
+def process_batch(event: dict[str, Any], handle: Handle, invocation: Invocation | None = None,
                   parse: Parse = Work.parse, queue: SessionQueue | PromptQueue | None = None
                   ) -> dict[str, list[dict[str, str]]]:
     """Each session's records in order, different sessions side by side (a slow agent in
@@ -58,11 +79,11 @@ def process_batch(event: dict[str, Any], handle: Handle, remaining_ms: Remaining
         groups.setdefault(key, []).append(record)
     if len(groups) <= 1:
         failed = [f for records in groups.values()
-                  for f in _process_group(records, handle, remaining_ms, parse)]
+                  for f in _process_group(records, handle, invocation, parse)]
     else:
         with ThreadPoolExecutor(max_workers=len(groups),
                                 thread_name_prefix="session") as pool:
-            done = pool.map(lambda records: _process_group(records, handle, remaining_ms,
+            done = pool.map(lambda records: _process_group(records, handle, invocation,
                                                            parse), groups.values())
             failed = [f for group_failed in done for f in group_failed]
     if queue is not None:
@@ -72,16 +93,14 @@ def process_batch(event: dict[str, Any], handle: Handle, remaining_ms: Remaining
 
 
 def _process_group(records: list[dict[str, Any]], handle: Handle,
-                   remaining_ms: RemainingMs | None, parse: Parse
+                   invocation: Invocation | None, parse: Parse
                    ) -> list[tuple[dict[str, Any], bool]]:
     """One session's records in order; after a failure, or too close to the invocation's
     end, the rest are failed untouched. The failed records, each with whether it was
     left untouched."""
     failed: list[tuple[dict[str, Any], bool]] = []
     for record in records:
-        if not failed and remaining_ms is not None and remaining_ms() < RECORD_RESERVE_MS:
-            log.warning("leaving %s for the next delivery: the invocation ends in %d ms",
-                        record["messageId"], remaining_ms())
+        if not failed and invocation is not None and invocation.too_late():
             failed.append((record, True))
             continue
         if failed:

@@ -4,10 +4,12 @@ import json
 import threading
 import time
 
-from codeshot.runner.batch import RECORD_RESERVE_MS, process_batch, record_of
+from codeshot.runner.batch import Invocation, process_batch, record_of
 from codeshot.runner.session_runner import SessionRunner
+from codeshot.services import Services
 from codeshot.store.queue import PromptWork, SessionQueue, Work
 from codeshot.store.tables import SESSION_QUEUE
+from codeshot.usecases.prompts import Prompts, process_prompts
 from tests.runner.conftest import register, session
 
 
@@ -107,10 +109,9 @@ def test_a_batch_stops_starting_records_before_the_invocation_ends():
 
     records = [{"messageId": f"r{i}", "body": f'{{"session_id": "s", "message_id": "m{i}"}}',
                 "attributes": {"MessageGroupId": "s"}} for i in range(5)]
-    result = process_batch({"Records": records}, handle, lambda: left_ms[0])
-    assert handled == ["m0", "m1"]  # m2 would start with 100 s left, under the reserve
+    result = process_batch({"Records": records}, handle, Invocation(lambda: left_ms[0], 100))
+    assert handled == ["m0", "m1"]  # m2 would start with 100 s left: not its 100 s + margin
     assert result == {"batchItemFailures": [{"itemIdentifier": f"r{i}"} for i in (2, 3, 4)]}
-    assert RECORD_RESERVE_MS > 100_000
 
 
 def test_giving_up_on_the_last_attempt_leaves_an_error_not_a_stuck_session(platform, agents,
@@ -169,7 +170,7 @@ def test_records_left_untouched_come_back_in_seconds_not_after_the_visibility_ti
         left_ms[0] -= 100_000  # m1 would start with 120 s left: no more
 
     result = process_batch({"Records": [record_of(m) for m in raw]}, handle,
-                           lambda: left_ms[0], queue=queue)
+                           Invocation(lambda: left_ms[0], 120), queue=queue)
     assert handled == ["m0"]
     assert result == {"batchItemFailures": [{"itemIdentifier": m["MessageId"]}
                                             for m in raw[1:]]}
@@ -180,3 +181,14 @@ def test_records_left_untouched_come_back_in_seconds_not_after_the_visibility_ti
     again = queue.receive(wait_seconds=0)
     assert [Work.parse(m["Body"]).message_id for m in again] == ["m1", "m2"]
     assert SESSION_QUEUE.visibility_timeout_seconds == 1800  # what they would have waited
+
+
+def test_a_prompt_poll_starts_with_an_exchange_s_time_left_not_a_query_s(aws):
+    """A prompt queue record is one callback exchange (5 s at most), not a query: it still
+    starts with 20 s of the invocation left."""
+    services = Services(aws)
+    services.prompt_queue.schedule(PromptWork("s-gone", "q1", time.time() + 60, "p-1", 3))
+    [raw] = services.prompt_queue.receive(wait_seconds=0)
+    # It runs (its session is gone: nothing to ask), and is done.
+    assert process_prompts({"Records": [record_of(raw)]}, Prompts(services),
+                           lambda: 20_000) == {"batchItemFailures": []}
