@@ -42,4 +42,5 @@ def handler(event: dict[str, Any], context: Any) -> dict[str, list[dict[str, str
     runner = _runner()
     invocation = Invocation(context.get_remaining_time_in_millis,
                             runner.s.settings.query_time_budget_seconds)
-    return process_batch(event, runner.handle, invocation, queue=runner.s.queue)
+    return process_batch(event, runner.handle, invocation, queue=runner.s.queue,
+                         give_up=runner.give_up)

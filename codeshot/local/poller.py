@@ -9,7 +9,7 @@ from collections import defaultdict
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
 
-from codeshot.runner.batch import Parse, process_batch, record_of
+from codeshot.runner.batch import GiveUp, Handle, Parse, process_batch, record_of
 from codeshot.store.queue import Work
 
 log = logging.getLogger("codeshot.local")
@@ -24,9 +24,9 @@ IDLE_MAX_SLEEP_SECONDS = 0.5
 
 
 class QueuePoller:
-    def __init__(self, queue: Any, handle: Any, workers: int = 8, parse: Parse = Work.parse,
-                 name: str = "sqs-poller") -> None:
-        self.queue, self.handle, self.parse = queue, handle, parse
+    def __init__(self, queue: Any, handle: Handle, workers: int = 8, parse: Parse = Work.parse,
+                 name: str = "sqs-poller", give_up: GiveUp | None = None) -> None:
+        self.queue, self.handle, self.parse, self.give_up = queue, handle, parse, give_up
         self._stop = threading.Event()
         self._pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="runner")
         self._thread = threading.Thread(target=self._loop, name=name, daemon=True)
@@ -65,7 +65,8 @@ class QueuePoller:
 
     def _process(self, messages: list[dict[str, Any]]) -> None:
         records = [record_of(m) for m in messages]
-        result = process_batch({"Records": records}, self.handle, parse=self.parse)
+        result = process_batch({"Records": records}, self.handle, parse=self.parse,
+                               give_up=self.give_up)
         failed = {f["itemIdentifier"] for f in result["batchItemFailures"]}
         for record in records:
             try:

@@ -12,6 +12,11 @@ Lambda timeout ends first and SQS redelivers what it did not process (a timed-ou
 invocation reports nothing, and its whole batch comes back). Records left untouched are
 handed back to their queue (visible again at once, not after the visibility timeout of
 half an hour); a record that failed waits that out.
+
+Every delivery counts against the queue's ``max_receive_count``, untouched or not. A
+record left untouched on its last delivery would go to the dead-letter queue never run,
+so it is given up instead (``GiveUp``): a query is answered with an error in its turn, a
+record whose order does not matter is sent again.
 """
 
 from __future__ import annotations
@@ -33,6 +38,8 @@ if TYPE_CHECKING:
 log = logging.getLogger("codeshot.runner")
 
 Handle = Callable[[Any, bool], None]  # (work, final_attempt); work: what ``parse`` made
+# Work on its last delivery that will not run (see above): answered or sent again, unrun.
+GiveUp = Callable[[Any], None]
 Parse = Callable[[str], Any]  # a record's body -> its work (Work, PromptWork)
 RemainingMs = Callable[[], int]  # the Lambda context's get_remaining_time_in_millis
 
@@ -65,11 +72,12 @@ class Invocation:
 
 
 def process_batch(event: dict[str, Any], handle: Handle, invocation: Invocation | None = None,
-                  parse: Parse = Work.parse, queue: SessionQueue | PromptQueue | None = None
-                  ) -> dict[str, list[dict[str, str]]]:
+                  parse: Parse = Work.parse, queue: SessionQueue | PromptQueue | None = None,
+                  give_up: GiveUp | None = None) -> dict[str, list[dict[str, str]]]:
     """Each session's records in order, different sessions side by side (a slow agent in
     one session never holds up the others); the records to redeliver. Those left
-    untouched are handed back to ``queue`` (the event's) to come back soon."""
+    untouched are handed back to ``queue`` (the event's) to come back soon, or given up
+    on their last delivery."""
     groups: dict[tuple[str, str], list[dict[str, Any]]] = {}
     for record in event.get("Records", []):
         # A standard queue's records (the prompt queue's) have no group: each is its own,
@@ -77,15 +85,17 @@ def process_batch(event: dict[str, Any], handle: Handle, invocation: Invocation 
         group = record.get("attributes", {}).get("MessageGroupId")
         key = ("group", group) if group is not None else ("record", record["messageId"])
         groups.setdefault(key, []).append(record)
+
+    def process(records: list[dict[str, Any]]) -> list[tuple[dict[str, Any], bool]]:
+        return _process_group(records, handle, invocation, parse, give_up)
+
     if len(groups) <= 1:
-        failed = [f for records in groups.values()
-                  for f in _process_group(records, handle, invocation, parse)]
+        failed = [f for records in groups.values() for f in process(records)]
     else:
         with ThreadPoolExecutor(max_workers=len(groups),
                                 thread_name_prefix="session") as pool:
-            done = pool.map(lambda records: _process_group(records, handle, invocation,
-                                                           parse), groups.values())
-            failed = [f for group_failed in done for f in group_failed]
+            failed = [f for group_failed in pool.map(process, groups.values())
+                      for f in group_failed]
     if queue is not None:
         _hand_back(queue, [record for record, untouched in failed if untouched])
     return {"batchItemFailures": [{"itemIdentifier": record["messageId"]}
@@ -93,19 +103,13 @@ def process_batch(event: dict[str, Any], handle: Handle, invocation: Invocation 
 
 
 def _process_group(records: list[dict[str, Any]], handle: Handle,
-                   invocation: Invocation | None, parse: Parse
+                   invocation: Invocation | None, parse: Parse, give_up: GiveUp | None
                    ) -> list[tuple[dict[str, Any], bool]]:
     """One session's records in order; after a failure, or too close to the invocation's
-    end, the rest are failed untouched. The failed records, each with whether it was
-    left untouched."""
+    end, the rest are failed untouched (or given up, on their last delivery). The failed
+    records, each with whether it was left untouched."""
     failed: list[tuple[dict[str, Any], bool]] = []
     for record in records:
-        if not failed and invocation is not None and invocation.too_late():
-            failed.append((record, True))
-            continue
-        if failed:
-            failed.append((record, True))
-            continue
         try:
             work = parse(record["body"])
         except (ValueError, KeyError, TypeError):
@@ -113,10 +117,20 @@ def _process_group(records: list[dict[str, Any]], handle: Handle,
             continue  # retrying cannot fix it
         final = int(record.get("attributes", {}).get("ApproximateReceiveCount", "1")) >= \
             SESSION_QUEUE.max_receive_count
+        untouched = bool(failed) or (invocation is not None and invocation.too_late())
+        if untouched and (not final or give_up is None):
+            if final:
+                log.error("%s goes to the dead-letter queue unrun", record["messageId"])
+            failed.append((record, True))
+            continue
         try:
             # A query's logs and agent calls carry its correlation id (a prompt has none).
             with correlated(getattr(work, "correlation_id", None)):
-                handle(work, final)
+                if untouched and give_up is not None:
+                    log.warning("giving up on %s, unrun: its last delivery", record["messageId"])
+                    give_up(work)
+                else:
+                    handle(work, final)
         except Exception:
             log.exception("session %s work %s failed", work.session_id, record["messageId"])
             failed.append((record, False))

@@ -12,7 +12,7 @@ import json
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from codeshot import aws
+from codeshot import aws, ids
 from codeshot.settings import Settings
 
 
@@ -131,12 +131,15 @@ class SessionQueue(_Queue):
     def __init__(self, settings: Settings, sqs: Any | None = None) -> None:
         super().__init__(settings.queue_url, "CODESHOT_QUEUE_URL", settings, sqs)
 
-    def enqueue(self, work: Work) -> None:
+    def enqueue(self, work: Work, again: bool = False) -> None:
+        """``again``: a fresh try of work sent before, under a new deduplication id (SQS
+        drops a second send of an id within five minutes)."""
         self.sqs.send_message(
             QueueUrl=self.url,
             MessageBody=work.body(),
             MessageGroupId=work.group,
-            MessageDeduplicationId=work.message_id,
+            MessageDeduplicationId=f"{work.message_id}.{ids.ulid()}" if again
+            else work.message_id,
         )
 
 

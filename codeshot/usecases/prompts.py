@@ -77,6 +77,11 @@ class Prompts:
             self._end(session, "The platform could not ask the question through the task's "
                                "callback; please answer it with a step.", CallbackFailed.code)
 
+    def give_up(self, work: PromptWork) -> None:
+        """``work`` on its last delivery, never started: queued again (prompts have no
+        order to keep), so the question is still asked or polled."""
+        self.s.prompt_queue.schedule(work)
+
     def _exchange(self, session: Session, question: Message, work: PromptWork) -> None:
         url = session.callback_url or ""
         try:
@@ -195,4 +200,4 @@ def process_prompts(event: dict[str, Any], prompts: Prompts,
     takes at most ``CALL_TIMEOUT_SECONDS``."""
     invocation = None if remaining_ms is None else Invocation(remaining_ms, CALL_TIMEOUT_SECONDS)
     return process_batch(event, prompts.handle, invocation, parse=PromptWork.parse,
-                         queue=prompts.s.prompt_queue)
+                         queue=prompts.s.prompt_queue, give_up=prompts.give_up)

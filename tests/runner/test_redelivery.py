@@ -183,12 +183,87 @@ def test_records_left_untouched_come_back_in_seconds_not_after_the_visibility_ti
     assert SESSION_QUEUE.visibility_timeout_seconds == 1800  # what they would have waited
 
 
-def test_a_prompt_poll_starts_with_an_exchange_s_time_left_not_a_query_s(aws):
-    """A prompt queue record is one callback exchange (5 s at most), not a query: it still
-    starts with 20 s of the invocation left."""
+def on_last_delivery(raw):
+    """A received message as Lambda gives it on its last delivery (the next receive would
+    move it to the dead-letter queue)."""
+    return {**record_of(raw), "attributes": {
+        **raw.get("Attributes", {}), "ApproximateReceiveCount": str(SESSION_QUEUE.max_receive_count)}}
+
+
+def test_a_query_never_run_on_its_last_delivery_is_answered_once_and_the_session_goes_on(
+        platform, agents, capsys):
+    """A session's first query keeps failing; the one behind it, never run, is on its last
+    delivery too. It used to go to the dead-letter queue unanswered: now it is answered
+    UNAVAILABLE, once however often it comes, and the session's next query runs as usual."""
+    _, key = platform.user("vera")
+    h = session(platform, key, frontend=register(platform, key, "dice", agents.url + "/dice"))
+    post(platform, key, h, "Roll 1d20")
+    post(platform, key, h, "Roll 2d6")
+    queue = platform.services.queue
+    raw = queue.receive(wait_seconds=1)
+    first, second = (Work.parse(m["Body"]).message_id for m in raw)
+    runner = SessionRunner(platform.services)
+
+    def handle(work, final):
+        if work.message_id == first:
+            raise ConnectionError("DynamoDB is unreachable")
+        runner.handle(work, final)
+
+    records = [on_last_delivery(m) for m in raw]
+    result = process_batch({"Records": records}, handle, give_up=runner.give_up)
+    assert result == {"batchItemFailures": [{"itemIdentifier": raw[0]["MessageId"]}]}
+    [reply] = terminal(platform, h)
+    assert (reply.in_reply_to, reply.type.value, reply.error_code) == \
+        (second, "error", "UNAVAILABLE")
+    assert "nothing of it ran: please send it again" in reply.text
+    runner.give_up(Work.parse(raw[1]["Body"]))  # delivered once more: still one reply
+    assert len(terminal(platform, h)) == 1
+    emf = [json.loads(line) for line in capsys.readouterr().out.splitlines() if '"_aws"' in line]
+    assert [e["QueriesGivenUp"] for e in emf] == [[1]]  # the alarm's metric counts it
+
+    for m in raw:  # the first dead-lettered, the second deleted as it succeeded
+        queue.delete(m["ReceiptHandle"])
+    post(platform, key, h, "Roll 1d20")
+    [third] = queue.receive(wait_seconds=1)
+    assert process_batch({"Records": [record_of(third)]}, runner.handle,
+                         give_up=runner.give_up) == {"batchItemFailures": []}
+    assert [m.type.value for m in terminal(platform, h)] == ["error", "response"]
+
+
+def test_a_sweep_never_run_on_its_last_delivery_is_queued_again(aws):
+    """Work without a reply to give (a storage sweep, a corpus ingestion), left unrun near
+    the invocation's end on its last delivery, is queued again instead of dead-lettered:
+    under a new deduplication id, as SQS drops a second send of one for five minutes."""
     services = Services(aws)
-    services.prompt_queue.schedule(PromptWork("s-gone", "q1", time.time() + 60, "p-1", 3))
+    sweep = Work.sweep("ada/notes", 3)
+    services.queue.enqueue(sweep)
+    [raw] = services.queue.receive(wait_seconds=0)
+
+    def handle(work, final):
+        raise AssertionError("not started with 5 s left")
+
+    result = process_batch({"Records": [on_last_delivery(raw)]}, handle,
+                           Invocation(lambda: 5_000, 120), queue=services.queue,
+                           give_up=SessionRunner(services).give_up)
+    assert result == {"batchItemFailures": []}
+    services.queue.delete(raw["ReceiptHandle"])  # Lambda deletes it: it succeeded
+    [again] = services.queue.receive(wait_seconds=0)
+    assert Work.parse(again["Body"]) == sweep
+    assert again["Attributes"]["ApproximateReceiveCount"] == "1"
+
+
+def test_a_prompt_poll_needs_an_exchange_s_time_left_and_is_queued_again_on_its_last(aws):
+    """A prompt queue record is one callback exchange (5 s at most), not a query: it starts
+    with 20 s of the invocation left. With less, on its last delivery, it is queued again."""
+    services = Services(aws)
+    work = PromptWork("s-gone", "q1", time.time() + 60, "p-1", 3)
+    services.prompt_queue.schedule(work)
     [raw] = services.prompt_queue.receive(wait_seconds=0)
-    # It runs (its session is gone: nothing to ask), and is done.
-    assert process_prompts({"Records": [record_of(raw)]}, Prompts(services),
-                           lambda: 20_000) == {"batchItemFailures": []}
+    event = {"Records": [on_last_delivery(raw)]}
+    prompts = Prompts(services)
+    # 20 s left: it runs (its session is gone: nothing to ask), nothing queued again.
+    assert process_prompts(event, prompts, lambda: 20_000) == {"batchItemFailures": []}
+    assert process_prompts(event, prompts, lambda: 10_000) == {"batchItemFailures": []}
+    services.prompt_queue.delete(raw["ReceiptHandle"])
+    [again] = services.prompt_queue.receive(wait_seconds=0)
+    assert PromptWork.parse(again["Body"]) == work
