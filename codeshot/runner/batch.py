@@ -25,15 +25,12 @@ import logging
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from codeshot.observability import correlated
 from codeshot.settings import RUNNER_RECORD_MARGIN_SECONDS
 from codeshot.store.queue import PromptQueue, SessionQueue, Work
 from codeshot.store.tables import SESSION_QUEUE
-
-if TYPE_CHECKING:
-    from types_boto3_sqs.type_defs import ChangeMessageVisibilityBatchRequestEntryTypeDef
 
 log = logging.getLogger("codeshot.runner")
 
@@ -47,7 +44,6 @@ RemainingMs = Callable[[], int]  # the Lambda context's get_remaining_time_in_mi
 # wait for this invocation to end: SQS delivers none of a FIFO group while one of its
 # messages is in flight, and Lambda deletes those that succeeded only once it returns.
 HAND_BACK_SECONDS = 0
-SQS_BATCH = 10  # entries per ChangeMessageVisibilityBatch
 
 
 @dataclass(frozen=True)
@@ -80,11 +76,7 @@ def process_batch(event: dict[str, Any], handle: Handle, invocation: Invocation 
     on their last delivery."""
     groups: dict[tuple[str, str], list[dict[str, Any]]] = {}
     for record in event.get("Records", []):
-        # A standard queue's records (the prompt queue's) have no group: each is its own,
-        # so they run side by side and one's failure holds up no other.
-        group = record.get("attributes", {}).get("MessageGroupId")
-        key = ("group", group) if group is not None else ("record", record["messageId"])
-        groups.setdefault(key, []).append(record)
+        groups.setdefault(group_of(record), []).append(record)
 
     def process(records: list[dict[str, Any]]) -> list[tuple[dict[str, Any], bool]]:
         return _process_group(records, handle, invocation, parse, give_up)
@@ -97,9 +89,18 @@ def process_batch(event: dict[str, Any], handle: Handle, invocation: Invocation 
             failed = [f for group_failed in pool.map(process, groups.values())
                       for f in group_failed]
     if queue is not None:
-        _hand_back(queue, [record for record, untouched in failed if untouched])
+        queue.set_visibility([record["receiptHandle"] for record, untouched in failed
+                              if untouched], HAND_BACK_SECONDS)
     return {"batchItemFailures": [{"itemIdentifier": record["messageId"]}
                                   for record, _ in failed]}
+
+
+def group_of(record: dict[str, Any]) -> tuple[str, str]:
+    """The group a record runs in, in order: its FIFO message group. A standard queue's
+    records (the prompt queue's) have none: each is its own, so they run side by side and
+    one's failure holds up no other."""
+    group = record.get("attributes", {}).get("MessageGroupId")
+    return ("group", group) if group is not None else ("record", record["messageId"])
 
 
 def _process_group(records: list[dict[str, Any]], handle: Handle,
@@ -135,24 +136,6 @@ def _process_group(records: list[dict[str, Any]], handle: Handle,
             log.exception("session %s work %s failed", work.session_id, record["messageId"])
             failed.append((record, False))
     return failed
-
-
-def _hand_back(queue: SessionQueue | PromptQueue, records: list[dict[str, Any]]) -> None:
-    """Make ``records`` visible again (those behind a failed record of their FIFO group
-    still wait for it). If this fails they come back after the visibility timeout."""
-    for start in range(0, len(records), SQS_BATCH):
-        entries: list[ChangeMessageVisibilityBatchRequestEntryTypeDef] = [
-            {"Id": str(i), "ReceiptHandle": record["receiptHandle"],
-             "VisibilityTimeout": HAND_BACK_SECONDS}
-            for i, record in enumerate(records[start:start + SQS_BATCH])]
-        try:
-            out = queue.sqs.change_message_visibility_batch(QueueUrl=queue.url,
-                                                            Entries=entries)
-        except Exception:
-            log.exception("could not hand back %d records", len(entries))
-            continue
-        for failure in out.get("Failed", []):
-            log.warning("could not hand back a record: %s", failure.get("Message"))
 
 
 def record_of(message: dict[str, Any]) -> dict[str, Any]:
