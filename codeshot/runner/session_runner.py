@@ -183,7 +183,7 @@ class SessionRunner:
         UNAVAILABLE in its turn, so the session's later queries still follow in order and
         none vanishes into the dead-letter queue; a corpus ingestion or a storage sweep,
         whose order nothing waits on, is queued again."""
-        if work.kind != "query":
+        if work.kind in (Work.CORPUS, Work.SWEEP):
             self.s.queue.enqueue(work, again=True)
             return
         pending = self._pending(work)
@@ -194,8 +194,10 @@ class SessionRunner:
         outcome = self._given_up("The platform could not get to this message in time (an "
                                  "earlier one kept failing, or the runners were busy); "
                                  "nothing of it ran: please send it again.", Unavailable.code)
-        self._finish(session, query, outcome, None, [], EmbedBook(self.s.embeds,
-                                                                 self._fetch_embed),
+        # As on a last attempt that failed, a paused program ends: its question is no
+        # longer the session's newest, so an answer sent again starts a new query.
+        nothing = EmbedBook(self.s.embeds, self._fetch_embed)
+        self._finish(session, query, outcome, None, [], nothing,
                      had_state=recent.state is not None)
 
     def _pending(self, work: Work) -> tuple[Session, Recent, Message, list[Message]] | None:
