@@ -21,6 +21,12 @@ from codeshot.errors import InvalidInput
 
 ENV_PREFIX = "CODESHOT_"
 
+# What a queued record needs beyond the time its work may take (a query's
+# ``query_time_budget_seconds``): the writes of its reply. The runner starts no record with
+# less than both left of its invocation (codeshot/runner/batch.py), so the budget plus
+# this must fit the runner's timeout.
+RUNNER_RECORD_MARGIN_SECONDS = 10
+
 # The Fixie 1.0 SDK hard-codes these audiences; tokens for its agents must carry one.
 FIXIE_AUDIENCES = ("https://app.fixie.ai/api", "https://app.dev.fixie.ai/api")
 

@@ -8,7 +8,7 @@ from functools import lru_cache
 from typing import TYPE_CHECKING, Any
 
 from codeshot.observability import lambda_handler
-from codeshot.runner.batch import process_batch, source_queue
+from codeshot.runner.batch import Invocation, process_batch, source_queue
 
 if TYPE_CHECKING:
     from codeshot.runner.session_runner import SessionRunner
@@ -39,5 +39,8 @@ def handler(event: dict[str, Any], context: Any) -> dict[str, list[dict[str, str
         from codeshot.usecases.prompts import process_prompts
 
         return process_prompts(event, _prompts(), context.get_remaining_time_in_millis)
-    return process_batch(event, _runner().handle, context.get_remaining_time_in_millis,
-                         queue=_runner().s.queue)
+    runner = _runner()
+    invocation = Invocation(context.get_remaining_time_in_millis,
+                            runner.s.settings.query_time_budget_seconds)
+    return process_batch(event, runner.handle, invocation, queue=runner.s.queue,
+                         give_up=runner.give_up)

@@ -12,8 +12,7 @@ from aws_cdk import aws_lambda as lambda_
 from aws_cdk import aws_lambda_event_sources as events
 from constructs import Construct
 
-from codeshot.runner.batch import RECORD_RESERVE_MS
-from codeshot.settings import field_named
+from codeshot.settings import RUNNER_RECORD_MARGIN_SECONDS, Settings, field_named
 from codeshot.store import tables
 from infra.bundling import (
     API_FUNCTION,
@@ -55,7 +54,8 @@ AGENT_SECRETS_PREFIX = str(field_named("agent_secrets_prefix").default)
 # Messages per runner invocation; failures are reported per message, so a bad one does
 # not redeliver the rest. FIFO keeps one session's messages in order within a batch.
 # Sessions run side by side, each session's records in order, and none starts in the last
-# RECORD_RESERVE_MS, so a batch finishes or reports what it left (codeshot/runner/batch.py).
+# query's time budget and RUNNER_RECORD_MARGIN_SECONDS, so a batch finishes or reports
+# what it left (codeshot/runner/batch.py).
 RUNNER_BATCH_SIZE = 10
 # Registration reads, writes and deletes single items (an agent, its owner): no Query or
 # Scan. Each role's actions are what its code calls (tests/infra/test_function_actions.py).
@@ -66,7 +66,8 @@ REGISTER_TABLE_ACTIONS = ("dynamodb:GetItem", "dynamodb:PutItem", "dynamodb:Upda
 PROMPT_MAX_CONCURRENCY = 2
 
 assert tables.SESSION_QUEUE.visibility_timeout_seconds >= 6 * RUNNER_TIMEOUT.to_seconds()
-assert RUNNER_TIMEOUT.to_milliseconds() > 2 * RECORD_RESERVE_MS
+assert RUNNER_TIMEOUT.to_seconds() > 2 * (Settings.query_time_budget_seconds
+                                         + RUNNER_RECORD_MARGIN_SECONDS)
 assert API_TIMEOUT.to_seconds() > API_REPLY_WAIT_SECONDS
 assert REGISTER_TIMEOUT.to_seconds() < REGISTRATION_SERVICE_TIMEOUT.to_seconds()
 

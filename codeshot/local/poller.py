@@ -9,7 +9,7 @@ from collections import defaultdict
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
 
-from codeshot.runner.batch import Parse, process_batch, record_of
+from codeshot.runner.batch import GiveUp, Handle, Parse, group_of, process_batch, record_of
 from codeshot.store.queue import Work
 
 log = logging.getLogger("codeshot.local")
@@ -24,9 +24,9 @@ IDLE_MAX_SLEEP_SECONDS = 0.5
 
 
 class QueuePoller:
-    def __init__(self, queue: Any, handle: Any, workers: int = 8, parse: Parse = Work.parse,
-                 name: str = "sqs-poller") -> None:
-        self.queue, self.handle, self.parse = queue, handle, parse
+    def __init__(self, queue: Any, handle: Handle, workers: int = 8, parse: Parse = Work.parse,
+                 name: str = "sqs-poller", give_up: GiveUp | None = None) -> None:
+        self.queue, self.handle, self.parse, self.give_up = queue, handle, parse, give_up
         self._stop = threading.Event()
         self._pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="runner")
         self._thread = threading.Thread(target=self._loop, name=name, daemon=True)
@@ -57,23 +57,25 @@ class QueuePoller:
                     min(sleep * 2, IDLE_MAX_SLEEP_SECONDS)
                 continue
             sleep = IDLE_SLEEP_SECONDS
-            groups: dict[str, list[dict[str, Any]]] = defaultdict(list)
-            for message in messages:
-                groups[message.get("Attributes", {}).get("MessageGroupId", "")].append(message)
-            for batch in groups.values():
-                in_flight.add(self._pool.submit(self._process, batch))
+            # Each session (each record of a standard queue) is a batch of its own, as
+            # process_batch would group them: its records are acknowledged as soon as it
+            # is done, not when the slowest session of the receive is (Lambda's way), so
+            # a quick session's next message is not held up locally.
+            groups: dict[tuple[str, str], list[dict[str, Any]]] = defaultdict(list)
+            for record in map(record_of, messages):
+                groups[group_of(record)].append(record)
+            for records in groups.values():
+                in_flight.add(self._pool.submit(self._process, records))
 
-    def _process(self, messages: list[dict[str, Any]]) -> None:
-        records = [record_of(m) for m in messages]
-        result = process_batch({"Records": records}, self.handle, parse=self.parse)
+    def _process(self, records: list[dict[str, Any]]) -> None:
+        result = process_batch({"Records": records}, self.handle, parse=self.parse,
+                               give_up=self.give_up)
         failed = {f["itemIdentifier"] for f in result["batchItemFailures"]}
+        self.queue.set_visibility([r["receiptHandle"] for r in records
+                                   if r["messageId"] in failed], RETRY_DELAY_SECONDS)
         for record in records:
-            try:
-                if record["messageId"] in failed:
-                    self.queue.sqs.change_message_visibility(
-                        QueueUrl=self.queue.url, ReceiptHandle=record["receiptHandle"],
-                        VisibilityTimeout=RETRY_DELAY_SECONDS)
-                else:
+            if record["messageId"] not in failed:
+                try:
                     self.queue.delete(record["receiptHandle"])
-            except Exception:
-                log.exception("acknowledging %s failed", record["messageId"])
+                except Exception:
+                    log.exception("acknowledging %s failed", record["messageId"])

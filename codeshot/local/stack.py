@@ -161,11 +161,12 @@ class LocalStack:
         from codeshot.usecases.prompts import Prompts
 
         self.progress("Starting the session runner ...")
+        runner, prompts = SessionRunner(self.services), Prompts(self.services)
         self.pollers = [
-            QueuePoller(self.services.queue, SessionRunner(self.services).handle),
+            QueuePoller(self.services.queue, runner.handle, give_up=runner.give_up),
             # Agent Protocol callbacks: each poll waits out its delay in the queue.
-            QueuePoller(self.services.prompt_queue, Prompts(self.services).handle,
-                        parse=PromptWork.parse, name="prompt-poller")]
+            QueuePoller(self.services.prompt_queue, prompts.handle, parse=PromptWork.parse,
+                        name="prompt-poller", give_up=prompts.give_up)]
         for poller in self.pollers:
             poller.start()
 

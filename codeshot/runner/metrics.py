@@ -9,7 +9,8 @@ from __future__ import annotations
 
 NAMESPACE = "codeshot"
 QUEUE_DIMENSION = "QueueName"
-QUERIES_GIVEN_UP = "QueriesGivenUp"  # answered with an error after the last attempt failed
+# Answered with an error: the last attempt failed, or the last delivery never ran.
+QUERIES_GIVEN_UP = "QueriesGivenUp"
 
 
 def emit(name: str, queue_name: str, value: float = 1) -> None:

@@ -20,7 +20,14 @@ from typing import TYPE_CHECKING, Any
 from codeshot import ids
 from codeshot.engine.builtin import SessionHistory
 from codeshot.engine.executor import Limits, Outcome, Status, TraceStep
-from codeshot.errors import AgentFailed, CallbackFailed, CodeshotError, Conflict, NotFound
+from codeshot.errors import (
+    AgentFailed,
+    CallbackFailed,
+    CodeshotError,
+    Conflict,
+    NotFound,
+    Unavailable,
+)
 from codeshot.llm import get_llm
 from codeshot.models import (
     PLANNER_ID,
@@ -54,6 +61,7 @@ from codeshot.store.sessions import (
     MSG_PREFIX,
     SESSION_ITEM,
     STATE_ITEM,
+    Recent,
 )
 
 if TYPE_CHECKING:
@@ -137,15 +145,10 @@ class SessionRunner:
         if work.kind == Work.SWEEP:
             self._sweep(work, final_attempt)
             return
-        # The session, its paused program and recent history (the query in it): one read.
-        recent = self.s.sessions.recent(work.session_id, HISTORY_MESSAGES)
-        if recent.session is None:
-            return  # the session was deleted meanwhile: nothing left to answer
-        session = recent.session
-        found = self._query(work, recent.messages)
-        if found is None:
-            return  # deleted meanwhile, or answered already (a redelivery)
-        query, history = found
+        pending = self._pending(work)
+        if pending is None:
+            return
+        session, recent, query, history = pending
         paused = recent.state if session.status is SessionStatus.AWAITING_INPUT else None
         trace: list[Message] = []
         deadline = query_deadline(self.s.settings)
@@ -169,12 +172,48 @@ class SessionRunner:
             if not final_attempt:
                 raise  # infrastructure trouble: let SQS redeliver
             log.exception("giving up on %s/%s", work.session_id, work.message_id)
-            metrics.emit(metrics.QUERIES_GIVEN_UP, self.s.settings.queue_name)
-            outcome = Outcome(Status.ERROR, "The platform failed to answer; please try again.",
-                              error_code=AgentFailed.code)
-            program_state = None
+            outcome, program_state = self._given_up(
+                "The platform failed to answer; please try again.", AgentFailed.code), None
         self._finish(session, query, outcome, program_state, trace, book,
                      had_state=recent.state is not None)
+
+    def give_up(self, work: Work) -> None:
+        """``work`` on its last delivery, never started (behind a query of its session that
+        kept failing, or left for invocations that ran out of time): a query is answered
+        UNAVAILABLE in its turn, so the session's later queries still follow in order and
+        none vanishes into the dead-letter queue; a corpus ingestion or a storage sweep,
+        whose order nothing waits on, is queued again."""
+        if work.kind in (Work.CORPUS, Work.SWEEP):
+            self.s.queue.enqueue(work, again=True)
+            return
+        pending = self._pending(work)
+        if pending is None:
+            return
+        session, recent, query, _ = pending
+        log.error("giving up on %s/%s, never run", work.session_id, work.message_id)
+        outcome = self._given_up("The platform could not get to this message in time (an "
+                                 "earlier one kept failing, or the runners were busy); "
+                                 "nothing of it ran: please send it again.", Unavailable.code)
+        # As on a last attempt that failed, a paused program ends: its question is no
+        # longer the session's newest, so an answer sent again starts a new query.
+        nothing = EmbedBook(self.s.embeds, self._fetch_embed)
+        self._finish(session, query, outcome, None, [], nothing,
+                     had_state=recent.state is not None)
+
+    def _pending(self, work: Work) -> tuple[Session, Recent, Message, list[Message]] | None:
+        """The session, its paused program and recent history (the query in it), in one
+        read; None once the session is deleted or the query answered (a redelivery)."""
+        recent = self.s.sessions.recent(work.session_id, HISTORY_MESSAGES)
+        if recent.session is None:
+            return None
+        found = self._query(work, recent.messages)
+        return None if found is None else (recent.session, recent, *found)
+
+    def _given_up(self, text: str, code: str) -> Outcome:
+        """The error a query is answered with when the runner gives up on it (counted: an
+        alarm watches the metric)."""
+        metrics.emit(metrics.QUERIES_GIVEN_UP, self.s.settings.queue_name)
+        return Outcome(Status.ERROR, text, error_code=code)
 
     @functools.cached_property
     def corpus_search(self) -> CorpusSearch:

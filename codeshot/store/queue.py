@@ -9,11 +9,18 @@ from __future__ import annotations
 
 import hashlib
 import json
+import logging
 from dataclasses import asdict, dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from codeshot import aws
+from codeshot import aws, ids
 from codeshot.settings import Settings
+
+if TYPE_CHECKING:
+    from types_boto3_sqs.type_defs import ChangeMessageVisibilityBatchRequestEntryTypeDef
+
+log = logging.getLogger("codeshot.store")
+SQS_BATCH = 10  # entries per ChangeMessageVisibilityBatch
 
 
 @dataclass(frozen=True)
@@ -126,17 +133,37 @@ class _Queue:
     def delete(self, receipt_handle: str) -> None:
         self.sqs.delete_message(QueueUrl=self.url, ReceiptHandle=receipt_handle)
 
+    def set_visibility(self, receipt_handles: list[str], seconds: int) -> None:
+        """Make received messages visible again in ``seconds`` (0: at once), ten a call.
+        Best effort: one that cannot be changed comes back after the visibility timeout."""
+        for start in range(0, len(receipt_handles), SQS_BATCH):
+            entries: list[ChangeMessageVisibilityBatchRequestEntryTypeDef] = [
+                {"Id": str(i), "ReceiptHandle": handle, "VisibilityTimeout": seconds}
+                for i, handle in enumerate(receipt_handles[start:start + SQS_BATCH])]
+            try:
+                out = self.sqs.change_message_visibility_batch(QueueUrl=self.url,
+                                                               Entries=entries)
+            except Exception:
+                log.exception("could not change the visibility of %d messages", len(entries))
+                continue
+            for failure in out.get("Failed", []):
+                log.warning("could not change a message's visibility: %s",
+                            failure.get("Message"))
+
 
 class SessionQueue(_Queue):
     def __init__(self, settings: Settings, sqs: Any | None = None) -> None:
         super().__init__(settings.queue_url, "CODESHOT_QUEUE_URL", settings, sqs)
 
-    def enqueue(self, work: Work) -> None:
+    def enqueue(self, work: Work, again: bool = False) -> None:
+        """``again``: a fresh try of work sent before, under a new deduplication id (SQS
+        drops a second send of an id within five minutes)."""
         self.sqs.send_message(
             QueueUrl=self.url,
             MessageBody=work.body(),
             MessageGroupId=work.group,
-            MessageDeduplicationId=work.message_id,
+            MessageDeduplicationId=f"{work.message_id}.{ids.ulid()}" if again
+            else work.message_id,
         )
 
 

@@ -37,7 +37,7 @@ import httpx
 from codeshot.errors import CallbackFailed, Canceled, CodeshotError, NotFound, Timeout
 from codeshot.models import Message, MessageType, Session, SessionStatus
 from codeshot.net.http import public_client
-from codeshot.runner.batch import RemainingMs, process_batch
+from codeshot.runner.batch import Invocation, RemainingMs, process_batch
 from codeshot.runner.callbacks import event_claims
 from codeshot.services import Services
 from codeshot.store.queue import PromptWork
@@ -76,6 +76,11 @@ class Prompts:
             log.exception("giving up on the question of %s", session.session_id)
             self._end(session, "The platform could not ask the question through the task's "
                                "callback; please answer it with a step.", CallbackFailed.code)
+
+    def give_up(self, work: PromptWork) -> None:
+        """``work`` on its last delivery, never started: queued again (prompts have no
+        order to keep), so the question is still asked or polled."""
+        self.s.prompt_queue.schedule(work)
 
     def _exchange(self, session: Session, question: Message, work: PromptWork) -> None:
         url = session.callback_url or ""
@@ -191,6 +196,8 @@ class Prompts:
 
 def process_prompts(event: dict[str, Any], prompts: Prompts,
                     remaining_ms: RemainingMs | None = None) -> dict[str, list[dict[str, str]]]:
-    """A batch of the prompt queue, as the runner's batches are processed."""
-    return process_batch(event, prompts.handle, remaining_ms, parse=PromptWork.parse,
-                         queue=prompts.s.prompt_queue)
+    """A batch of the prompt queue, as the runner's batches are processed: an exchange
+    takes at most ``CALL_TIMEOUT_SECONDS``."""
+    invocation = None if remaining_ms is None else Invocation(remaining_ms, CALL_TIMEOUT_SECONDS)
+    return process_batch(event, prompts.handle, invocation, parse=PromptWork.parse,
+                         queue=prompts.s.prompt_queue, give_up=prompts.give_up)

@@ -4,10 +4,12 @@ import json
 import threading
 import time
 
-from codeshot.runner.batch import RECORD_RESERVE_MS, process_batch, record_of
+from codeshot.runner.batch import Invocation, process_batch, record_of
 from codeshot.runner.session_runner import SessionRunner
+from codeshot.services import Services
 from codeshot.store.queue import PromptWork, SessionQueue, Work
 from codeshot.store.tables import SESSION_QUEUE
+from codeshot.usecases.prompts import Prompts, process_prompts
 from tests.runner.conftest import register, session
 
 
@@ -107,10 +109,9 @@ def test_a_batch_stops_starting_records_before_the_invocation_ends():
 
     records = [{"messageId": f"r{i}", "body": f'{{"session_id": "s", "message_id": "m{i}"}}',
                 "attributes": {"MessageGroupId": "s"}} for i in range(5)]
-    result = process_batch({"Records": records}, handle, lambda: left_ms[0])
-    assert handled == ["m0", "m1"]  # m2 would start with 100 s left, under the reserve
+    result = process_batch({"Records": records}, handle, Invocation(lambda: left_ms[0], 100))
+    assert handled == ["m0", "m1"]  # m2 would start with 100 s left: not its 100 s + margin
     assert result == {"batchItemFailures": [{"itemIdentifier": f"r{i}"} for i in (2, 3, 4)]}
-    assert RECORD_RESERVE_MS > 100_000
 
 
 def test_giving_up_on_the_last_attempt_leaves_an_error_not_a_stuck_session(platform, agents,
@@ -169,7 +170,7 @@ def test_records_left_untouched_come_back_in_seconds_not_after_the_visibility_ti
         left_ms[0] -= 100_000  # m1 would start with 120 s left: no more
 
     result = process_batch({"Records": [record_of(m) for m in raw]}, handle,
-                           lambda: left_ms[0], queue=queue)
+                           Invocation(lambda: left_ms[0], 120), queue=queue)
     assert handled == ["m0"]
     assert result == {"batchItemFailures": [{"itemIdentifier": m["MessageId"]}
                                             for m in raw[1:]]}
@@ -180,3 +181,89 @@ def test_records_left_untouched_come_back_in_seconds_not_after_the_visibility_ti
     again = queue.receive(wait_seconds=0)
     assert [Work.parse(m["Body"]).message_id for m in again] == ["m1", "m2"]
     assert SESSION_QUEUE.visibility_timeout_seconds == 1800  # what they would have waited
+
+
+def on_last_delivery(raw):
+    """A received message as Lambda gives it on its last delivery (the next receive would
+    move it to the dead-letter queue)."""
+    return {**record_of(raw), "attributes": {
+        **raw.get("Attributes", {}), "ApproximateReceiveCount": str(SESSION_QUEUE.max_receive_count)}}
+
+
+def test_a_query_never_run_on_its_last_delivery_is_answered_once_and_the_session_goes_on(
+        platform, agents, capsys):
+    """A session's first query keeps failing; the one behind it, never run, is on its last
+    delivery too. It used to go to the dead-letter queue unanswered: now it is answered
+    UNAVAILABLE, once however often it comes, and the session's next query runs as usual."""
+    _, key = platform.user("vera")
+    h = session(platform, key, frontend=register(platform, key, "dice", agents.url + "/dice"))
+    post(platform, key, h, "Roll 1d20")
+    post(platform, key, h, "Roll 2d6")
+    queue = platform.services.queue
+    raw = queue.receive(wait_seconds=1)
+    first, second = (Work.parse(m["Body"]).message_id for m in raw)
+    runner = SessionRunner(platform.services)
+
+    def handle(work, final):
+        if work.message_id == first:
+            raise ConnectionError("DynamoDB is unreachable")
+        runner.handle(work, final)
+
+    records = [on_last_delivery(m) for m in raw]
+    result = process_batch({"Records": records}, handle, give_up=runner.give_up)
+    assert result == {"batchItemFailures": [{"itemIdentifier": raw[0]["MessageId"]}]}
+    [reply] = terminal(platform, h)
+    assert (reply.in_reply_to, reply.type.value, reply.error_code) == \
+        (second, "error", "UNAVAILABLE")
+    assert "nothing of it ran: please send it again" in reply.text
+    runner.give_up(Work.parse(raw[1]["Body"]))  # delivered once more: still one reply
+    assert len(terminal(platform, h)) == 1
+    emf = [json.loads(line) for line in capsys.readouterr().out.splitlines() if '"_aws"' in line]
+    assert [e["QueriesGivenUp"] for e in emf] == [[1]]  # the alarm's metric counts it
+
+    for m in raw:  # the first dead-lettered, the second deleted as it succeeded
+        queue.delete(m["ReceiptHandle"])
+    post(platform, key, h, "Roll 1d20")
+    [third] = queue.receive(wait_seconds=1)
+    assert process_batch({"Records": [record_of(third)]}, runner.handle,
+                         give_up=runner.give_up) == {"batchItemFailures": []}
+    assert [m.type.value for m in terminal(platform, h)] == ["error", "response"]
+
+
+def test_a_sweep_never_run_on_its_last_delivery_is_queued_again(aws):
+    """Work without a reply to give (a storage sweep, a corpus ingestion), left unrun near
+    the invocation's end on its last delivery, is queued again instead of dead-lettered:
+    under a new deduplication id, as SQS drops a second send of one for five minutes."""
+    services = Services(aws)
+    sweep = Work.sweep("ada/notes", 3)
+    services.queue.enqueue(sweep)
+    [raw] = services.queue.receive(wait_seconds=0)
+
+    def handle(work, final):
+        raise AssertionError("not started with 5 s left")
+
+    result = process_batch({"Records": [on_last_delivery(raw)]}, handle,
+                           Invocation(lambda: 5_000, 120), queue=services.queue,
+                           give_up=SessionRunner(services).give_up)
+    assert result == {"batchItemFailures": []}
+    services.queue.delete(raw["ReceiptHandle"])  # Lambda deletes it: it succeeded
+    [again] = services.queue.receive(wait_seconds=0)
+    assert Work.parse(again["Body"]) == sweep
+    assert again["Attributes"]["ApproximateReceiveCount"] == "1"
+
+
+def test_a_prompt_poll_needs_an_exchange_s_time_left_and_is_queued_again_on_its_last(aws):
+    """A prompt queue record is one callback exchange (5 s at most), not a query: it starts
+    with 20 s of the invocation left. With less, on its last delivery, it is queued again."""
+    services = Services(aws)
+    work = PromptWork("s-gone", "q1", time.time() + 60, "p-1", 3)
+    services.prompt_queue.schedule(work)
+    [raw] = services.prompt_queue.receive(wait_seconds=0)
+    event = {"Records": [on_last_delivery(raw)]}
+    prompts = Prompts(services)
+    # 20 s left: it runs (its session is gone: nothing to ask), nothing queued again.
+    assert process_prompts(event, prompts, lambda: 20_000) == {"batchItemFailures": []}
+    assert process_prompts(event, prompts, lambda: 10_000) == {"batchItemFailures": []}
+    services.prompt_queue.delete(raw["ReceiptHandle"])
+    [again] = services.prompt_queue.receive(wait_seconds=0)
+    assert PromptWork.parse(again["Body"]) == work
