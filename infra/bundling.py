@@ -253,9 +253,10 @@ def platform_bundle(function: PlatformFunction, *, target: Target = LAMBDA_TARGE
 
 # Each platform function, with the AWS services its code calls and what of its lock it
 # leaves out (infra/locks.py says why).
+# cognito-idp: the console's accounts (codeshot/auth/cognito.py).
 API_FUNCTION = PlatformFunction("api", "handlers.api.handler", api_lock,
-                                ("dynamodb", "s3", "sqs", "secretsmanager", "bedrock-runtime"),
-                                api_files, left_out=MCP_SERVER_PROCESS)
+                                ("dynamodb", "s3", "sqs", "secretsmanager", "bedrock-runtime",
+                                 "cognito-idp"), api_files, left_out=MCP_SERVER_PROCESS)
 # s3vectors: corpus search with codeshot:corpusSearch=s3vectors; sqs for registration:
 # a deployed agent's corpus ingestion is queued.
 RUNNER_FUNCTION = PlatformFunction("runner", "handlers.runner.handler", runner_lock,
