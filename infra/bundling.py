@@ -263,10 +263,11 @@ RUNNER_FUNCTION = PlatformFunction("runner", "handlers.runner.handler", runner_l
                                    ("dynamodb", "s3", "sqs", "secretsmanager",
                                     "bedrock-runtime", "s3vectors"), router_files,
                                    left_out=MCP_SERVER_PROCESS | FORM_PARSING)
+# s3: an unregistered agent's corpus indexes are deleted.
 REGISTER_FUNCTION = PlatformFunction("register", "handlers.register_agent.handler",
                                      register_lock,
-                                     ("dynamodb", "sqs", "secretsmanager", "bedrock-runtime"),
-                                     router_files)
+                                     ("dynamodb", "s3", "sqs", "secretsmanager",
+                                      "bedrock-runtime"), router_files)
 PLATFORM_FUNCTIONS = (API_FUNCTION, RUNNER_FUNCTION, REGISTER_FUNCTION)
 
 
