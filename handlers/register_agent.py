@@ -10,7 +10,6 @@ path answers, failures included, so a stack never hangs on this resource.
 
 from __future__ import annotations
 
-import json
 import logging
 import time
 import urllib.request
@@ -92,11 +91,9 @@ def apply(event: dict[str, Any], services: Any, fetch: Callable[[str, str], Any]
 
 def respond(event: dict[str, Any], status: str, physical_id: str, reason: str,
             data: dict[str, str]) -> None:
-    body = json.dumps({
-        "Status": status, "Reason": reason[:3000] or status, "PhysicalResourceId": physical_id,
-        "StackId": event["StackId"], "RequestId": event["RequestId"],
-        "LogicalResourceId": event["LogicalResourceId"], "Data": data,
-    }).encode()
+    from codeshot.usecases.custom_resource import response_body
+
+    body = response_body(event, status, physical_id, reason, data)
     # CloudFormation's presigned https ResponseURL (a loopback http one in tests).
     request = urllib.request.Request(event["ResponseURL"], data=body, method="PUT",  # noqa: S310
                                      headers={"Content-Type": ""})

@@ -137,6 +137,8 @@ class PlatformStack(Stack):
         access.object_access(role, self.embeds.bucket, self.embeds.prefix, put=True, delete=True)
         # Presigned upload URLs are signed by this role; it reads an upload to bind it.
         access.object_access(role, self.embeds.bucket, self.embeds.uploads_prefix, put=True)
+        # A deleted agent's corpus indexes (codeshot/store/corpora.py delete_agent).
+        access.object_delete(role, self.embeds.bucket, tables.CORPUS_OBJECTS_PREFIX)
         access.send_messages(role, self.sessions_queue.queue)
         self.signing_keys.grant_read(role)
         # OAuth for agents (codeshot/usecases/oauth.py): only the API seals and opens tokens.
@@ -186,8 +188,9 @@ class PlatformStack(Stack):
         # no 404 to tell from a 403.
         access.object_access(role, self.embeds.bucket, self.embeds.prefix, put=True,
                              delete=True, missing_as_404=False)
+        # Corpus indexes: it writes them, and deletes those a newer version replaced.
         access.object_access(role, self.embeds.bucket, tables.CORPUS_OBJECTS_PREFIX, put=True,
-                             missing_as_404=False)
+                             delete=True, missing_as_404=False)
         self.signing_keys.grant_read(role)
         access.agent_secrets(role, AGENT_SECRETS_PREFIX, manage=False)
         access.invoke_models(role, llm_models + embedding_models)
@@ -206,6 +209,7 @@ class PlatformStack(Stack):
         self._table(role, tables.USERS, write=True, only=REGISTER_TABLE_ACTIONS)
         # A deployed agent's corpora: their ingestion is queued for the runner.
         self._table(role, tables.CORPORA, write=True)
+        access.object_delete(role, self.embeds.bucket, tables.CORPUS_OBJECTS_PREFIX)
         # Users' OAuth tokens for an agent it unregisters (or registers: an earlier agent's)
         # go, found through the table's agent index (codeshot/store/oauth.py forget_agent).
         (by_agent,) = tables.OAUTH.indexes

@@ -216,7 +216,7 @@ def ingest(version: CorpusVersion, corpora: list[dict[str, Any]], settings: Sett
         index = {"embedding_model": embedder.model_id, "chunks": chunks,
                  "dim": len(vectors[0]) if len(vectors) else 0,
                  "vectors": base64.b64encode(_float32(vectors)).decode()}
-        key = store.put_index(json.dumps(index).encode())
+        key = store.put_index(version.agent_id, json.dumps(index).encode())
         if vectors_to is not None:
             vectors_to.write(version.agent_id, version.version, chunks, vectors)
         done = version.replace(state=CorpusState.READY, documents=len(documents),
@@ -229,7 +229,7 @@ def ingest(version: CorpusVersion, corpora: list[dict[str, Any]], settings: Sett
         log.exception("ingesting %s %s failed", version.agent_id, version.version)
         done = version.replace(state=CorpusState.FAILED,
                                errors=[f"ingestion failed: {exc.__class__.__name__}"])
-    return store.finish(done)
+    return store.finish(done, drop=vectors_to.drop if vectors_to is not None else None)
 
 
 def chunked(text: str, size: int = PASSAGE_CHARS) -> list[str]:
@@ -391,6 +391,18 @@ class S3VectorsSearch:
                 {"key": str(i), "data": {"float32": [float(x) for x in vectors[i]]},
                  "metadata": chunks[i]}
                 for i in range(start, min(start + 500, len(chunks)))])
+
+    def drop(self, version: CorpusVersion) -> None:
+        """Delete a superseded version's index (none for one that failed before writing)."""
+        from botocore.exceptions import ClientError
+
+        try:
+            self.client.delete_index(vectorBucketName=self.settings.corpus_vector_bucket,
+                                     indexName=self.index_name(version.agent_id,
+                                                               version.version))
+        except ClientError as exc:
+            if exc.response["Error"]["Code"] != "NotFoundException":
+                raise
 
     def search(self, agent_id: str, question: str, k: int) -> list[Passage]:
         version = self.store.newest_ready(agent_id)

@@ -4,7 +4,10 @@ finished index as one immutable, content-addressed object on S3.
 An ingestion is written as ``ingesting`` when it is queued, then ``ready`` (with the S3
 object of its chunks and vectors) or ``failed`` (with its errors, and no object). Searches
 use the newest ``ready`` version, so a failed or running ingestion never takes away the
-corpus a query can search; older versions' items are deleted once a newer one is ready.
+corpus a query can search; older versions go once a newer one is ready, their data (the
+S3 object, the S3 Vectors index) before their item, so what a failure leaves is still
+named by an item and goes with the next. Objects are content-addressed within an agent
+(``corpora/<agent id>/<sha256>``): deleting one agent's never takes another's.
 """
 
 from __future__ import annotations
@@ -12,6 +15,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import logging
+from collections.abc import Callable
 from datetime import datetime
 from enum import Enum
 from typing import TYPE_CHECKING, Any, ClassVar
@@ -19,6 +23,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 from botocore.exceptions import ClientError
 
 from codeshot import aws, ids
+from codeshot.errors import Unavailable
 from codeshot.models import Record, _datetime, utcnow
 from codeshot.settings import Settings
 from codeshot.store.base import Repository
@@ -37,6 +42,10 @@ MAX_ERROR_CHARS = 300  # of each: an error names a URL, which may be any length
 UNSTORED = "the ingestion's outcome could not be stored"
 VERSION_PREFIX = "v#"
 RECENT_VERSIONS = 10  # read to find the newest ready one
+# Versions an agent's deletion forgets per request, a page at a time (each its object, then
+# its item): more is left for the same delete again, which goes on from there.
+DELETE_PAGE = 100
+DELETE_PAGES = 10
 
 
 class CorpusState(str, Enum):
@@ -75,7 +84,7 @@ class CorpusStore(Repository):
 
     @property
     def s3(self) -> S3Client:
-        # Made on first use: registration (no S3 in its bundle) only reads versions.
+        # Made on first use: a registration that deletes no agent calls no S3.
         if self._s3 is None:
             self._s3 = aws.client("s3", self.settings)
         return self._s3
@@ -92,9 +101,11 @@ class CorpusStore(Repository):
         """What an ingestion has read so far (documents, bytes), while it runs."""
         self.db.put_item(TableName=self.table_name, Item=to_item(version.to_dict()))
 
-    def finish(self, version: CorpusVersion) -> CorpusVersion:
+    def finish(self, version: CorpusVersion,
+               drop: Callable[[CorpusVersion], None] | None = None) -> CorpusVersion:
         """Store how the ingestion ended (returned as stored); once ready, drop the older
-        versions' items. An outcome DynamoDB refuses (an item too large) is stored as
+        versions: their objects, what ``drop`` deletes of each (its S3 Vectors index),
+        then their items. An outcome DynamoDB refuses (an item too large) is stored as
         failed instead: left ``ingesting``, the ingestion would be delivered and run
         again."""
         version = version.replace(
@@ -114,9 +125,20 @@ class CorpusStore(Repository):
         if version.state is CorpusState.READY:
             for older in self.recent(version.agent_id, RECENT_VERSIONS * 10):
                 if older.version < version.version:
-                    self.db.delete_item(TableName=self.table_name, Key={
-                        "agent_id": {"S": older.agent_id}, "version": {"S": older.version}})
+                    if drop is not None:
+                        drop(older)
+                    self._forget(older, keep=version.object_key)
         return version
+
+    def _forget(self, version: CorpusVersion, keep: str | None = None) -> None:
+        """A version's object (unless it is ``keep``: the same bytes ingested again), then
+        its item. An object under the shared ``corpora/<sha256>`` of before objects were
+        an agent's own may be another agent's too: it stays."""
+        key = version.object_key
+        if key and key != keep and key.startswith(object_prefix(version.agent_id)):
+            self.s3.delete_object(Bucket=self.bucket, Key=key)
+        self.db.delete_item(TableName=self.table_name, Key={
+            "agent_id": {"S": version.agent_id}, "version": {"S": version.version}})
 
     def recent(self, agent_id: str, limit: int = RECENT_VERSIONS) -> list[CorpusVersion]:
         """The agent's versions, newest first."""
@@ -128,9 +150,10 @@ class CorpusStore(Repository):
     def newest_ready(self, agent_id: str) -> CorpusVersion | None:
         return next((v for v in self.recent(agent_id) if v.state is CorpusState.READY), None)
 
-    def put_index(self, data: bytes) -> str:
-        """Store an index's bytes once, under their SHA-256; returns the object's key."""
-        key = f"{CORPUS_OBJECTS_PREFIX}{hashlib.sha256(data).hexdigest()}"
+    def put_index(self, agent_id: str, data: bytes) -> str:
+        """Store an agent's index bytes once, under their SHA-256; returns the object's
+        key."""
+        key = f"{object_prefix(agent_id)}{hashlib.sha256(data).hexdigest()}"
         try:
             self.s3.put_object(Bucket=self.bucket, Key=key, Body=data,
                                ContentType="application/json", IfNoneMatch="*")
@@ -144,7 +167,20 @@ class CorpusStore(Repository):
         return body
 
     def delete_agent(self, agent_id: str) -> None:
-        """Forget an agent's versions (its deleted agent's corpus is searched no more)."""
-        for version in self.recent(agent_id, RECENT_VERSIONS * 10):
-            self.db.delete_item(TableName=self.table_name, Key={
-                "agent_id": {"S": agent_id}, "version": {"S": version.version}})
+        """Forget an agent's versions and their objects, all of them: a new agent of the
+        id must not search the deleted one's corpus. Past ``DELETE_PAGES`` pages it stops,
+        UNAVAILABLE, the agent still registered: the same delete again goes on."""
+        for _ in range(DELETE_PAGES):
+            versions = self.recent(agent_id, DELETE_PAGE)
+            if not versions:
+                return
+            for version in versions:
+                self._forget(version)
+        if self.recent(agent_id, 1):
+            raise Unavailable(f"agent {agent_id} has more corpus versions than one request "
+                              "deletes: delete it again to go on")
+
+
+def object_prefix(agent_id: str) -> str:
+    """Where an agent's index objects are."""
+    return f"{CORPUS_OBJECTS_PREFIX}{agent_id}/"

@@ -88,12 +88,16 @@ def list_users(services: Services, after: str | None = None) -> UserPage:
 
 def set_disabled(services: Services, username: str, disabled: bool) -> User:
     """Turn a user off (every API key and sign-in refused) or on again. An account's
-    password is turned off in the pool too, so it cannot even sign in."""
-    user = services.users.set_flag(find_user(services, username).user_id, "disabled",
-                                   disabled)
-    services.auth.forget_user(user.user_id)
+    password is turned off in the pool too, so it cannot even sign in.
+
+    The pool first: if it refuses, nothing has changed and the operator is told (the
+    user's flag written first stayed set while the pool still took their password). Both
+    writes are idempotent, so a retry after the flag's write failed agrees them."""
+    user = find_user(services, username)
     if user.identity and services.settings.user_pool_id:
         services.accounts.set_enabled(user.identity, not disabled)
+    user = services.users.set_flag(user.user_id, "disabled", disabled)
+    services.auth.forget_user(user.user_id)
     return user
 
 

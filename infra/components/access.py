@@ -96,6 +96,17 @@ def object_access(role: iam.Role, bucket: s3.IBucket, prefix: str, *, put: bool,
             conditions={"StringLike": {"s3:prefix": [prefix + "*"]}}))
 
 
+def object_delete(role: iam.Role, bucket: s3.IBucket, prefix: str) -> None:
+    """DeleteObject under ``prefix`` only (a deleted agent's corpus indexes: their keys are
+    read from their versions' items, so no read or list is needed)."""
+    suppress(role, "AwsSolutions-IAM5",
+             f"Objects under '{prefix}' are named by their content, unknown until written: "
+             "deletion is scoped to the prefix, not to single objects.",
+             [RegexAppliesTo(regex=rf"/^Resource::<.*\.Arn>\/{prefix.rstrip('/')}\/\*$/g")])
+    role.add_to_principal_policy(iam.PolicyStatement(
+        actions=["s3:DeleteObject"], resources=[bucket.arn_for_objects(prefix + "*")]))
+
+
 def send_messages(role: iam.IRole, queue: sqs.IQueue) -> None:
     role.add_to_principal_policy(iam.PolicyStatement(
         actions=list(SQS_SEND), resources=[queue.queue_arn]))

@@ -1,6 +1,7 @@
 """An S3 Vectors bucket for document corpora (``codeshot:corpusSearch`` = ``s3vectors``):
-the runner creates an index per ingestion in it, writes the passages' vectors and
-queries them (codeshot/runner/corpora.py, ``S3VectorsSearch``)."""
+the runner creates an index per ingestion in it, writes the passages' vectors, queries
+them and deletes an index once a newer version is ready (codeshot/runner/corpora.py,
+``S3VectorsSearch``)."""
 
 from __future__ import annotations
 
@@ -12,9 +13,10 @@ from constructs import Construct
 
 from infra.nag import suppress
 
-# What S3VectorsSearch calls (QueryVectors with metadata needs GetVectors as well).
+# What S3VectorsSearch calls (QueryVectors with metadata needs GetVectors as well;
+# DeleteIndex: a version's index once a newer version is ready).
 VECTOR_ACTIONS = ("s3vectors:CreateIndex", "s3vectors:PutVectors", "s3vectors:QueryVectors",
-                  "s3vectors:GetVectors")
+                  "s3vectors:GetVectors", "s3vectors:DeleteIndex")
 
 
 class CorpusVectors(Construct):

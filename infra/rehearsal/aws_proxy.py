@@ -7,7 +7,8 @@ an embed upload is checked against the API's role). Each request becomes the IAM
 and resource ARNs AWS would authorize (a DynamoDB transaction is one action per item, a
 presigned PUT is ``s3:PutObject`` on ``arn:aws:s3:::bucket/key`` ...), evaluated with
 moto's IAM policy evaluator (``moto.iam.access_control.IAMPolicy``). A call the rehearsal
-cannot map is refused too: nothing reaches moto unchecked.
+cannot map is refused too: nothing reaches moto unchecked, but for the Cognito calls AWS
+takes unsigned (SignUp, InitiateAuth ...: anyone may make them).
 
 Not evaluated (stated in the printout): resource policies (bucket and queue policies),
 condition operators other than moto's StringEquals, permission boundaries, SCPs.
@@ -22,6 +23,7 @@ import threading
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from functools import cache
 from http.server import BaseHTTPRequestHandler
 from typing import Any
 from urllib.parse import parse_qs, unquote, urlsplit
@@ -77,6 +79,29 @@ def _table_arn(name: str) -> str:
 def _queue_arn(url: str) -> str:
     account, name = urlsplit(url).path.strip("/").split("/")[-2:]
     return f"arn:{PARTITION}:sqs:{REGION}:{account}:{name}"
+
+
+def _pool_arn(pool_id: str) -> str:
+    return f"arn:{PARTITION}:cognito-idp:{REGION}:{ACCOUNT}:userpool/{pool_id}"
+
+
+def public_operation(target: str) -> str | None:
+    """The Cognito operation ``target`` names if it is one AWS takes unsigned (SignUp,
+    InitiateAuth ...: the console's accounts, authorised by the app client, not IAM)."""
+    service, _, operation = target.rpartition(".")
+    if service != "AWSCognitoIdentityProviderService":
+        return None
+    model = _cognito_model()
+    if operation not in model.operation_names:
+        return None
+    return operation if model.operation_model(operation).auth_type == "none" else None
+
+
+@cache
+def _cognito_model() -> Any:
+    import botocore.session
+
+    return botocore.session.get_session().get_service_model("cognito-idp")
 
 
 def dynamodb_checks(operation: str, body: dict[str, Any]) -> list[Check]:
@@ -164,6 +189,9 @@ def describe(service: str, method: str, path: str, query: dict[str, list[str]],
         return Call(service, operation, tuple(dynamodb_checks(operation, params)))
     if service == "sqs":
         return Call(service, operation, tuple(sqs_checks(operation, params)))
+    if service == "cognito-idp" and "UserPoolId" in params:  # the Admin* calls
+        return Call(service, operation, (Check(f"cognito-idp:{operation}", _pool_arn(
+            params["UserPoolId"])),))
     secret = params.get("SecretId") or (params.get("Name") if operation == "CreateSecret"
                                         else None)
     if service == "secretsmanager" and secret:
@@ -245,6 +273,11 @@ class AwsProxy:
             query.get("X-Amz-Credential", [""])[0]
         match = CREDENTIAL.search(signed.replace("%2F", "/"))
         principal = self.principals.get(match.group(1)) if match else None
+        public = public_operation(request.headers.get("X-Amz-Target", ""))
+        if match is None and public:  # Cognito's SignUp ...: anyone may, as in AWS
+            with self.log.lock:
+                self.log.counts[("unsigned", "cognito-idp", public)] += 1
+            return self._forward(request, body)
         if principal is None or match is None:
             return self._deny(request, "unknown", "(unsigned or unknown credentials)",
                               request.path, s3=True)

@@ -220,6 +220,23 @@ def check_fixie_client(user: User) -> str:
     return answer
 
 
+def check_sign_up(rehearsal: Any) -> str:
+    """A sign-up through the console's form: the API's bundle makes its Cognito client
+    (its botocore models are pruned to what the function calls) and the pool has the
+    account, unconfirmed until its code."""
+    email = f"rehearsal-{secrets.token_hex(4)}@example.com"
+    outputs = rehearsal.outputs[PLATFORM_STACK]
+    answer = httpx.post(f"{outputs['ApiUrl']}/console/auth/sign-up", timeout=60,
+                        data={"email": email, "password": "Rehearsal-password-9"})
+    if answer.status_code != 200 or email not in answer.text:
+        raise RehearsalError(f"sign-up answered {answer.status_code}: {answer.text[:500]}")
+    found = rehearsal.admin("cognito-idp").list_users(
+        UserPoolId=outputs["UserPoolId"], Filter=f'email = "{email}"')["Users"]
+    if [u["UserStatus"] for u in found] != ["UNCONFIRMED"]:
+        raise RehearsalError(f"the pool holds {found} for {email}")
+    return f"{email} signed up, awaiting its code"
+
+
 def check_user_storage(user: User) -> str:
     note = f"rehearsal {secrets.token_hex(3)}"
     session = user.session("admin/notes")
@@ -477,6 +494,7 @@ def run_checks(rehearsal: Any) -> str:
     report.check("codeshot chat: Roll a d20", lambda: check_chat(rehearsal, user))
     report.check("fixieai 1.0.4 Session.query", lambda: check_fixie_client(user))
     report.check("user storage from an agent", lambda: check_user_storage(user))
+    report.check("console sign-up (Cognito)", lambda: check_sign_up(rehearsal))
     report.check("embed upload and download", lambda: check_embeds(user))
     rows = []
     for name, agent, text in (("plain (planner -> clock)", None, "What time is it?"),

@@ -25,6 +25,7 @@ from codeshot.errors import (
     NotFound,
     RateLimited,
     Unauthenticated,
+    Unavailable,
 )
 from codeshot.usecases import accounts
 
@@ -205,6 +206,28 @@ def test_disabling_refuses_every_key_the_id_token_and_the_password_at_once(stack
 
     on = cli(stack, "users", "enable", name)
     assert on.returncode == 0 and on.stdout.strip() == f"{name} is enabled", on.stderr
+    assert whoami(stack, key)["data"]["user"]["username"] == name
+    assert accounts.sign_in(stack.services, email, PASSWORD)
+
+
+def test_a_pool_refusing_to_disable_an_account_changes_nothing(stack, monkeypatch):
+    """The operator is told, and the user's keys and password work as before: a disabled
+    flag written while the pool still took the password left the two disagreeing."""
+    from botocore.exceptions import ClientError
+
+    email, token = confirmed(stack)
+    name = f"keep{ids.ulid().lower()[-8:]}"
+    key = stack.services.auth.issue_api_key(
+        accounts.choose_username(stack.services, token, name))
+
+    def refused(**request):
+        raise ClientError({"Error": {"Code": "InternalErrorException", "Message": "x"}},
+                          "AdminDisableUser")
+
+    monkeypatch.setattr(stack.services.accounts.client, "admin_disable_user", refused)
+    with pytest.raises(Unavailable, match="the user pool refused the request"):
+        accounts.set_disabled(stack.services, name, True)
+    assert not stack.services.users.get_by_username(name).disabled
     assert whoami(stack, key)["data"]["user"]["username"] == name
     assert accounts.sign_in(stack.services, email, PASSWORD)
 

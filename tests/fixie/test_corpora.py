@@ -512,3 +512,37 @@ def test_embedding_past_the_ingestions_time_fails_the_version(aws, monkeypatch):
                        "declare fewer or smaller documents", done.errors[0])
     assert cut and int(cut[2]) < int(cut[1]), done.errors  # stopped part-way
     assert store.newest_ready("ann/docs") is None
+
+
+def test_a_refreshed_corpus_leaves_only_its_newest_index_on_s3_and_in_s3_vectors(aws):
+    """Each ingestion stores an object and (s3vectors) an index: once a newer one is
+    ready, the older ones are deleted, not kept forever."""
+    import boto3
+
+    from codeshot.routing.embedders import HashingEmbedder
+    from codeshot.runner.corpora import S3VectorsSearch, ingest
+    from codeshot.store.corpora import CorpusStore
+
+    vectors = boto3.client("s3vectors", region_name=aws.region)
+    vectors.create_vector_bucket(vectorBucketName=aws.corpus_vector_bucket)
+    store = CorpusStore(aws)
+    text = {"/docs/a.html": "The first edition of the handbook."}
+
+    def page(path: str) -> tuple[str, bytes]:
+        return "text/html", f"<p>{text[path]}</p>".encode()
+
+    def ingested(base: str):
+        search = S3VectorsSearch(aws, store, HashingEmbedder(), vectors)
+        return ingest(store.start("ann/docs", []), [{"urls": [f"{base}/docs/a.html"]}],
+                      aws.replace(local_mode=True), store, HashingEmbedder(),
+                      vectors_to=search)
+
+    with serving_pages(page) as base:
+        first = ingested(base)
+        text["/docs/a.html"] = "The second edition of the handbook."
+        second = ingested(base)
+    listed = store.s3.list_objects_v2(Bucket=store.bucket, Prefix="corpora/ann/docs/")
+    assert [o["Key"] for o in listed["Contents"]] == [second.object_key] != [first.object_key]
+    indexes = vectors.list_indexes(vectorBucketName=aws.corpus_vector_bucket)["indexes"]
+    assert [i["indexName"] for i in indexes] == [
+        S3VectorsSearch.index_name("ann/docs", second.version)]

@@ -6,6 +6,10 @@ counted that never happens keeps a grant, it never removes a needed one): from t
 handler, and from what the frameworks call (route and resolver functions, registered by
 decorators), every function or method whose name is called or referenced is followed,
 in the modules the handler imports (grimp's import graph, lazy imports included).
+Constructing one of our classes follows its ``__init__`` (and those it inherits); names
+bound to what is not ours (an imported library, a compiled pattern, a response's field)
+are not followed. The boto3 clients made on the way (``aws.client("s3", ...)``) are
+recorded too: a function's bundle has only its services' models.
 """
 
 from __future__ import annotations
@@ -25,7 +29,7 @@ REPO = Path(__file__).resolve().parents[2]
 # boto3 service name -> IAM prefix
 PREFIXES = {"dynamodb": "dynamodb", "s3": "s3", "sqs": "sqs",
             "secretsmanager": "secretsmanager", "bedrock-runtime": "bedrock",
-            "s3vectors": "s3vectors"}
+            "s3vectors": "s3vectors", "cognito-idp": "cognito-idp"}
 # Operations authorised by another action than their own name.
 AUTHORISED_AS = {
     "s3:HeadObject": "s3:GetObject",
@@ -42,12 +46,19 @@ TRANSACTIONS = {"dynamodb:TransactWriteItems", "dynamodb:TransactGetItems"}
 # Modules of helpers over a client another module hands them: their calls count for the
 # module that called the helper (a store's, so they are on its table).
 HELPER_MODULES = {"codeshot.store.dynamo"}
+# The class of what is not ours (an imported library, a compiled regular expression).
+EXTERNAL = "external"
+# What makes a boto3 client of the service its first argument names: aws.client("s3"),
+# aws.py's own _client("bedrock-runtime", ...), boto3.client("s3").
+CLIENT_MAKERS = {"client", "_client"}
 NOT_OPERATIONS = {"generate_presigned_url", "generate_presigned_post", "get_paginator",
                   "get_waiter", "can_paginate", "close"}
 # Called on a receiver of unknown type, these are taken as the builtin types' methods, not
 # ours of the same name (our stores' get, delete ... are reached through typed receivers).
-BUILTIN_METHODS = {name for kind in (dict, list, str, set, bytes) for name in dir(kind)
-                   if not name.startswith("_")}
+BUILTIN_METHODS = {name for kind in (dict, list, str, set, bytes)
+                   for name in dir(kind) if not name.startswith("_")} | {
+    "client",  # boto3's session.client(service), not our properties of that name
+    "__init__"}  # super().__init__(...): a class's own and inherited ones are followed
 # list(...), dict[str, str] ...: the builtins, not our functions of the same name.
 BUILTIN_NAMES = set(dir(builtins))
 # Decorators that do not hand a function to a framework.
@@ -64,6 +75,8 @@ def _methods(services: tuple[str, ...]) -> dict[str, frozenset[str]]:
     for service in services:
         model = session.get_service_model(service)
         for operation in model.operation_names:
+            if model.operation_model(operation).auth_type == "none":
+                continue  # unsigned (Cognito's SignUp, InitiateAuth ...): no IAM action
             action = f"{PREFIXES[service]}:{operation}"
             methods.setdefault(xform_name(operation), set()).add(
                 AUTHORISED_AS.get(action, action))
@@ -96,6 +109,7 @@ class _Body:
     calls: set[str] = field(default_factory=set)  # boto3 method names; "get_object" for
     #                                               a presigned GET
     transaction_items: set[str] = field(default_factory=set)
+    clients: set[str] = field(default_factory=set)  # services of the boto3 clients made
 
 
 @dataclass
@@ -104,6 +118,7 @@ class _Types:
     attributes: dict[str, str]  # attribute name -> class, where only one class is named
     members: dict[tuple[str, str], str]  # (class, attribute) -> class
     modules: dict[str, str] = field(default_factory=dict)  # this file's module aliases
+    external: set[str] = field(default_factory=set)  # names of what is not ours: re, ...
     # (module or None for "the only one of that name", function) -> the classes it returns
     # (one, or a tuple's), and the module being read
     returns: dict[tuple[str | None, str], list[str | None]] = field(default_factory=dict)
@@ -145,9 +160,17 @@ def _receiver_class(receiver: ast.expr, cls: str | None, types: _Types,
             return cls
         if receiver.id in local:  # a parameter or local variable, typed or not
             return local[receiver.id] or None
+        if receiver.id in types.external:
+            return EXTERNAL
         return types.modules.get(receiver.id)
+    if isinstance(receiver, ast.Subscript) and isinstance(receiver.slice, ast.Constant) and \
+            isinstance(receiver.slice.value, str):
+        return EXTERNAL  # a response's field (out["body"].read()): botocore's, not ours
     if isinstance(receiver, ast.Call):
         made = types.made_by(receiver)
+        if not made and isinstance(receiver.func, ast.Attribute):  # self.index().search()
+            owner = _receiver_class(receiver.func.value, cls, types, local)
+            return types.members.get((owner, receiver.func.attr)) if owner else None
         return made[0] if len(made) == 1 else None
     if isinstance(receiver, ast.Attribute):
         owner = _receiver_class(receiver.value, cls, types, local)
@@ -177,6 +200,10 @@ def _scan(nodes: Iterable[ast.AST], cls: str | None, types: _Types,
         for node in ast.walk(top):
             if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Store):
                 bound.add(node.id)
+            elif isinstance(node, ast.arg):  # a nested function's or a lambda's parameter
+                bound.add(node.arg)
+            elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):  # read here as
+                bound.add(node.name)  # part of this body: its name is not another's
             if not isinstance(node, ast.Assign):
                 continue
             if made := _value_class(node.value, cls, types, local):
@@ -195,18 +222,25 @@ def _scan(nodes: Iterable[ast.AST], cls: str | None, types: _Types,
                     (_receiver_class(node.value, cls, types, local), node.attr))
             elif isinstance(node, ast.Name) and node.id not in bound | BUILTIN_NAMES:
                 body.references.add((None, node.id))
+            if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and \
+                    node.func.id in CLIENT_MAKERS and node.args and \
+                    isinstance(node.args[0], ast.Constant):  # aws.py's _client("bedrock-runtime")
+                body.clients.add(str(node.args[0].value))
             elif isinstance(node, ast.Dict):
                 body.transaction_items |= {k.value for k in node.keys if isinstance(
                     k, ast.Constant) and k.value in TRANSACTION_ITEMS}
             if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)):
                 continue
             name = node.func.attr
+            receiver = _receiver_class(node.func.value, cls, types, local)
+            if name in CLIENT_MAKERS and node.args and isinstance(node.args[0], ast.Constant):
+                body.clients.add(str(node.args[0].value))
             if name == "generate_presigned_url" and node.args and \
                     isinstance(node.args[0], ast.Constant):
                 body.calls.add(str(node.args[0].value))
-            elif name not in NOT_OPERATIONS:
-                body.calls.add(name)
-            body.references.add((_receiver_class(node.func.value, cls, types, local), name))
+            elif name not in NOT_OPERATIONS and not (receiver or "").startswith("module:"):
+                body.calls.add(name)  # accounts.list_users(...) is ours, not Cognito's
+            body.references.add((receiver, name))
     return body
 
 
@@ -222,6 +256,19 @@ def _module_aliases(tree: ast.Module, modules: set[str]) -> dict[str, str]:
             aliases |= {a.asname: f"module:{a.name}" for a in node.names
                         if a.asname and a.name in modules}
     return aliases
+
+
+def _external(tree: ast.Module, modules: set[str]) -> set[str]:
+    """Names whose methods are not ours: modules imported that are not ours (``re.search``)
+    and module-level ``_X = re.compile(...)`` (``_X.search``)."""
+    imported = {a.asname or a.name.split(".")[0] for node in ast.walk(tree)
+                if isinstance(node, ast.Import) for a in node.names
+                if not a.name.startswith(("codeshot", "handlers"))}
+    return imported | {t.id for node in tree.body if isinstance(node, ast.Assign)
+                       and isinstance(node.value, ast.Call)
+                       and isinstance(node.value.func, ast.Attribute)
+                       and node.value.func.attr == "compile" for t in node.targets
+                       if isinstance(t, ast.Name)}
 
 
 def _decorator_name(node: ast.expr) -> str:
@@ -295,6 +342,30 @@ def calls_by_module(files: Iterable[Path], services: tuple[str, ...],
     """As :func:`actions_called`, keyed by (action, the module whose code makes the call):
     a store module's calls are on its own table."""
     methods = _methods(services)
+    actions: dict[tuple[str, str], str] = {}
+    for body, module, path in _reached(files, entry):
+        called = {a for c in body.calls for a in methods.get(c, ())}
+        if called & TRANSACTIONS:
+            called |= {TRANSACTION_ITEMS[k] for k in body.transaction_items}
+        for action in called - TRANSACTIONS:
+            actions.setdefault((action, module), path)
+    return actions
+
+
+def clients_made(files: Iterable[Path], entry: str = "handler") -> dict[str, str]:
+    """The services of the boto3 clients the code reachable from ``entry`` makes
+    (``aws.client("cognito-idp", ...)``), each with a path that reaches it: a function's
+    bundle keeps only its ``aws_services``' models, so any other fails to be made."""
+    made: dict[str, str] = {}
+    for body, _, path in _reached(files, entry):
+        for service in body.clients:
+            made.setdefault(service, path)
+    return made
+
+
+def _reached(files: Iterable[Path], entry: str) -> list[tuple[_Body, str, str]]:
+    """Each body reachable from ``entry``, module top levels and framework-registered
+    functions, with the module its calls count for and a path of references to it."""
     files = list(files)
     trees = [ast.parse(path.read_text(), str(path)) for path in files]
     module_names = [".".join(p.relative_to(REPO).with_suffix("").parts).removesuffix(
@@ -330,6 +401,7 @@ def calls_by_module(files: Iterable[Path], services: tuple[str, ...],
 
     for tree, module in zip(trees, module_names, strict=True):
         types.modules = _module_aliases(tree, set(module_names))
+        types.external = _external(tree, set(module_names))
         types.module = module
         rest = []
         for node in tree.body:
@@ -364,6 +436,10 @@ def calls_by_module(files: Iterable[Path], services: tuple[str, ...],
     def targets(cls: str | None, name: str) -> list[_Body]:
         if cls is None and name in BUILTIN_METHODS:
             return []  # d.get(k), s.index(x) ...: taken as the builtin's
+        if cls is None and name in bases:  # Store(settings): its (inherited) __init__ runs
+            return [b for c in closure(name, bases) for b in by_class.get((c, "__init__"), [])]
+        if cls == EXTERNAL:
+            return []
         if cls is not None and cls.startswith("module:"):
             return by_class.get((cls, name), [])
         if cls is None or "Protocol" in {b for c in related(cls) for b in bases.get(c, [])}:
@@ -376,21 +452,17 @@ def calls_by_module(files: Iterable[Path], services: tuple[str, ...],
     via: dict[tuple[int, str], str] = {(id(r), r.module): "" for r in roots}
     pending = [(r, r.module) for r in roots]
     seen: set[tuple[int, str]] = set()
-    actions: dict[tuple[str, str], str] = {}
+    reached: list[tuple[_Body, str, str]] = []
     while pending:  # breadth first: the paths are short ones
         body, module = pending.pop(0)
         if (id(body), module) in seen:
             continue
         seen.add((id(body), module))
         path = via[(id(body), module)]
-        called = {a for c in body.calls for a in methods.get(c, ())}
-        if called & TRANSACTIONS:
-            called |= {TRANSACTION_ITEMS[k] for k in body.transaction_items}
-        for action in called - TRANSACTIONS:
-            actions.setdefault((action, module), path)
+        reached.append((body, module, path))
         for cls, name in body.references:
             for target in targets(cls, name):
                 counts_for = module if target.module in HELPER_MODULES else target.module
                 via.setdefault((id(target), counts_for), f"{path} > {cls or ''}.{name}".strip())
                 pending.append((target, counts_for))
-    return actions
+    return reached

@@ -12,13 +12,20 @@ from codeshot.store import tables
 from infra.bundling import (
     AGENT_ENTRY_MODULE,
     API_FUNCTION,
+    PLATFORM_FUNCTIONS,
     REGISTER_FUNCTION,
     RUNNER_FUNCTION,
     PlatformFunction,
     agent_bundle,
 )
 from infra.config import REPO_ROOT
-from tests.infra.code_calls import PREFIXES, actions_called, calls_by_module, handler_modules
+from tests.infra.code_calls import (
+    PREFIXES,
+    actions_called,
+    calls_by_module,
+    clients_made,
+    handler_modules,
+)
 from tests.infra.conftest import Synth, synthesize
 
 # Granted for what is not a call in the function's code:
@@ -78,6 +85,20 @@ def test_a_functions_role_grants_what_its_code_calls(every_option, function: Pla
     unused = granted - set(called) - NOT_CALLS.get(function.name, set())
     assert not unused, f"{function.name} is granted what its code never calls: {unused}"
     assert NOT_CALLS.get(function.name, set()) <= granted
+
+
+@pytest.mark.parametrize("function", PLATFORM_FUNCTIONS, ids=lambda f: f.name)
+def test_a_function_bundles_the_model_of_each_aws_service_its_code_makes_a_client_of(
+        function: PlatformFunction):
+    """A bundle keeps only its ``aws_services``' botocore models: a client of any other
+    service fails to be made (UnknownServiceError), in AWS only. The API's accounts made a
+    cognito-idp client its bundle had no model for: every sign-up failed with a 500."""
+    made = clients_made(handler_modules(function.handler.rsplit(".", 1)[0]))
+    missing = {service: via for service, via in made.items()
+               if service not in function.aws_services}
+    assert not missing, f"{function.name} makes clients its bundle has no model of: {missing}"
+    unused = set(function.aws_services) - set(made)
+    assert not unused, f"{function.name} bundles models no code of it uses: {unused}"
 
 
 @pytest.mark.parametrize("function", [API_FUNCTION, RUNNER_FUNCTION, REGISTER_FUNCTION],

@@ -423,6 +423,7 @@ def test_api_role(synth):
     bucket = embeds_bucket_id(synth)
     assert t.actions_on(API, bucket) == {"s3:GetObject", "s3:PutObject", "s3:DeleteObject",
                                          "s3:ListBucket"}
+    assert corpus_grants(t, API) == [{"s3:DeleteObject"}]  # a deleted agent's indexes
     queue = t.env(API)["CODESHOT_QUEUE_URL"]["Ref"]
     assert t.actions_on(API, queue) == {"sqs:SendMessage"}  # it cannot consume
     assert not SQS_CONSUME & t.all_actions(API)
@@ -461,9 +462,8 @@ def test_runner_role(synth):
     # It runs corpus ingestions: their versions, and their indexes under corpora/ only.
     assert t.actions_on(RUNNER, synth.table_id(tables.CORPORA)) == set(
         table_actions(tables.CORPORA, write=True))
-    corpus_objects = [g for g in t.grants(RUNNER) if "s3:PutObject" in g.actions
-                      and any("corpora/*" in r for r in g.resource_texts())]
-    assert len(corpus_objects) == 1
+    # (deleting those a newer version replaced)
+    assert corpus_grants(t, RUNNER) == [{"s3:GetObject", "s3:PutObject", "s3:DeleteObject"}]
     queue = t.env(API)["CODESHOT_QUEUE_URL"]["Ref"]
     prompts = t.env(RUNNER)["CODESHOT_PROMPT_QUEUE_URL"]["Ref"]
     # It consumes both queues; it sends a callback's answer to the session queue and the
@@ -495,7 +495,18 @@ def test_register_agent_role(synth):
     assert t.actions_on(REGISTER, synth.table_id(tables.CORPORA)) == set(
         table_actions(tables.CORPORA, write=True))
     assert {a for a in t.all_actions(REGISTER) if a.startswith("sqs:")} == {"sqs:SendMessage"}
-    assert not {a for a in t.all_actions(REGISTER) if a.startswith("s3:")}
+    # An unregistered agent's corpus indexes go; it reads and writes no object.
+    assert {a for a in t.all_actions(REGISTER) if a.startswith("s3:")} == {"s3:DeleteObject"}
+    assert corpus_grants(t, REGISTER) == [{"s3:DeleteObject"}]
+
+
+def corpus_grants(t, handler: str) -> list[set[str]]:
+    """The S3 actions of each grant on corpus index objects (corpora/*, nothing wider)."""
+    grants = [g for g in t.grants(handler) if any(a.startswith("s3:") for a in g.actions)
+              and any("corpora/" in r for r in g.resource_texts())]
+    for grant in grants:
+        assert all(r.endswith("/corpora/*") for r in grant.resource_texts()), grant
+    return [set(g.actions) for g in grants]
 
 
 @pytest.mark.parametrize("handler", [API, RUNNER, REGISTER])
@@ -523,7 +534,13 @@ def test_corpora_search_in_s3_vectors_when_set(synth, tmp_path):
         bucket["Properties"]["VectorBucketName"])
     vectors = {a for a in platform.all_actions(RUNNER) if a.startswith("s3vectors:")}
     assert vectors == {"s3vectors:CreateIndex", "s3vectors:PutVectors",
-                       "s3vectors:QueryVectors", "s3vectors:GetVectors"}
+                       "s3vectors:QueryVectors", "s3vectors:GetVectors",
+                       "s3vectors:DeleteIndex"}  # a version's once a newer one is ready
+    # Only on this bucket's indexes (and the bucket itself).
+    [grant] = [g for g in platform.grants(RUNNER) if "s3vectors:DeleteIndex" in g.actions]
+    assert sorted(r.rsplit(":", 1)[-1] for r in grant.resource_texts()) == [
+        f"bucket/{cfn.text(bucket['Properties']['VectorBucketName'])}",
+        f"bucket/{cfn.text(bucket['Properties']['VectorBucketName'])}/index/*"]
     for handler in (API, REGISTER):
         assert not {a for a in platform.all_actions(handler) if a.startswith("s3vectors:")}
     with pytest.raises(ValueError, match="codeshot:corpusSearch"):

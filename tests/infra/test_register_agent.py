@@ -139,9 +139,11 @@ def test_retrying_gives_a_new_agent_api_time_then_gives_up():
 
 class _Recorder(BaseHTTPRequestHandler):
     bodies: ClassVar[list[dict]] = []
+    sizes: ClassVar[list[int]] = []
 
     def do_PUT(self):
-        self.bodies.append(json.loads(self.rfile.read(int(self.headers["Content-Length"]))))
+        self.sizes.append(int(self.headers["Content-Length"]))
+        self.bodies.append(json.loads(self.rfile.read(self.sizes[-1])))
         self.send_response(200)
         self.end_headers()
 
@@ -171,3 +173,29 @@ def test_handler_answers_cloudformation_even_when_registration_fails(aws, monkey
     assert "non-public address" in body["Reason"] or "refused" in body["Reason"], body
     assert body["PhysicalResourceId"] == register_agent.UNREGISTERED + "req-1"
     assert (body["RequestId"], body["LogicalResourceId"]) == ("req-1", "R")
+
+
+@pytest.mark.parametrize("reason", [
+    "Few-shot 1: Q: Quelle météo à Zürich ? — " * 200,  # 2 bytes a character in UTF-8
+    "Ask Func[roll]: 🎲 " * 400,  # 4 bytes an emoji
+    'Few-shot 1 line 3: "Ask Func[x]: y"\n' * 200,
+])
+def test_a_long_reason_is_cut_so_that_cloudformation_takes_the_answer(reason):
+    """CloudFormation takes at most 4096 bytes: a longer answer is refused ("Response
+    object is too long") and the stack shows that, not why the agent failed."""
+    server = HTTPServer(("127.0.0.1", 0), _Recorder)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    _Recorder.bodies.clear()
+    _Recorder.sizes.clear()
+    failed = event("Create") | {"ResponseURL": f"http://127.0.0.1:{server.server_port}/r"}
+    try:
+        register_agent.respond(failed, "FAILED", "admin/notes", reason, {"AgentId": "a/b"})
+        register_agent.respond(failed, "FAILED", "admin/notes", reason[:40], {})
+    finally:
+        server.shutdown()
+    (size, _), (long, short) = _Recorder.sizes, _Recorder.bodies
+    assert size <= 4096
+    assert long["Reason"].endswith("…") and reason.startswith(long["Reason"][:-1])
+    assert len(long["Reason"]) > 1000  # as much of the reason as fits, not a stub
+    assert (long["Status"], long["Data"]) == ("FAILED", {"AgentId": "a/b"})
+    assert short["Reason"] == reason[:40]  # a short one is whole

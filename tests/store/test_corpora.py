@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import boto3
 import numpy as np
+import pytest
 
 from codeshot.routing.embedders import HashingEmbedder
 from codeshot.runner.corpora import S3VectorsSearch
@@ -40,10 +41,89 @@ def test_an_outcome_too_large_to_store_is_stored_failed_not_left_ingesting(aws):
     assert store.newest_ready("ann/docs") is None
 
 
-def test_the_same_index_bytes_are_stored_once(aws):
+def test_the_same_index_bytes_are_stored_once_per_agent(aws):
     store = CorpusStore(aws)
-    assert store.put_index(b'{"chunks": []}') == store.put_index(b'{"chunks": []}')
-    assert store.read_index(store.put_index(b'{"chunks": []}')) == b'{"chunks": []}'
+    key = store.put_index("ann/docs", b'{"chunks": []}')
+    assert key == store.put_index("ann/docs", b'{"chunks": []}')
+    assert store.read_index(key) == b'{"chunks": []}'
+    # Another agent's same bytes are its own object: deleting one never takes the other's.
+    assert store.put_index("bob/docs", b'{"chunks": []}') != key
+
+
+def corpus_objects(store: CorpusStore) -> set[str]:
+    listed = store.s3.list_objects_v2(Bucket=store.bucket, Prefix="corpora/")
+    return {o["Key"] for o in listed.get("Contents", [])}
+
+
+def ready(store: CorpusStore, agent_id: str, data: bytes, drop=None):
+    version = store.start(agent_id, [{"urls": ["https://a.example/*"]}])
+    return store.finish(version.replace(state=CorpusState.READY, chunks=1,
+                                        object_key=store.put_index(agent_id, data)), drop)
+
+
+def test_a_ready_version_deletes_the_indexes_it_replaces_but_not_its_own(aws):
+    store = CorpusStore(aws)
+    first = ready(store, "ann/docs", b"one")
+    other = ready(store, "bob/docs", b"one")  # the same bytes, another agent's
+    legacy = store.start("ann/docs", [])  # indexed when objects were shared (corpora/<sha>)
+    store.s3.put_object(Bucket=store.bucket, Key="corpora/abc", Body=b"shared")
+    store.finish(legacy.replace(state=CorpusState.READY, object_key="corpora/abc"))
+    again = ready(store, "ann/docs", b"one")  # refreshed, unchanged: the same object
+    assert corpus_objects(store) == {first.object_key, other.object_key, "corpora/abc"}
+    assert again.object_key == first.object_key
+    changed = ready(store, "ann/docs", b"two")
+    assert corpus_objects(store) == {changed.object_key, other.object_key, "corpora/abc"}
+    assert [v.version for v in store.recent("ann/docs")] == [changed.version]
+    assert store.read_index(store.newest_ready("bob/docs").object_key) == b"one"
+
+
+def test_deleting_an_agent_deletes_every_version_and_its_index_a_page_at_a_time(
+        aws, monkeypatch):
+    from codeshot.errors import Unavailable
+    from codeshot.store import corpora
+
+    store = CorpusStore(aws)
+    kept = ready(store, "bob/docs", b"bob's")
+    ready(store, "ann/docs", b"ann's")
+    for _ in range(6):  # failures keep the versions before them: seven versions
+        store.finish(store.start("ann/docs", []).replace(state=CorpusState.FAILED))
+    assert len(store.recent("ann/docs")) == 7
+    assert len(corpus_objects(store)) == 2
+    monkeypatch.setattr(corpora, "DELETE_PAGE", 2)
+    monkeypatch.setattr(corpora, "DELETE_PAGES", 2)
+    with pytest.raises(Unavailable, match="delete it again"):  # 4 of 7 per request
+        store.delete_agent("ann/docs")
+    assert len(store.recent("ann/docs")) == 3
+    store.delete_agent("ann/docs")  # the same delete again goes on, and ends
+    assert store.recent("ann/docs") == []
+    assert corpus_objects(store) == {kept.object_key}  # only the other agent's is left
+    store.delete_agent("ann/docs")  # nothing left: nothing to do
+
+
+def test_a_ready_version_deletes_the_s3_vectors_indexes_it_replaces(aws):
+    client = boto3.client("s3vectors", region_name=aws.region)
+    client.create_vector_bucket(vectorBucketName=aws.corpus_vector_bucket)
+    store = CorpusStore(aws)
+    search = S3VectorsSearch(aws, store, HashingEmbedder(dim=16), client)
+    chunks = [{"text": "passage", "url": "https://a.example/"}]
+
+    def indexed(agent_id: str):
+        version = store.start(agent_id, [])
+        search.write(agent_id, version.version, chunks, np.eye(1, 16, dtype=np.float32))
+        return store.finish(version.replace(state=CorpusState.READY, object_key=None),
+                            search.drop)
+
+    def indexes() -> set[str]:
+        return {i["indexName"] for i in client.list_indexes(
+            vectorBucketName=aws.corpus_vector_bucket)["indexes"]}
+
+    first, other = indexed("ann/docs"), indexed("bob/docs")
+    failed = store.start("ann/docs", [])  # failed before writing: no index to delete
+    store.finish(failed.replace(state=CorpusState.FAILED))
+    second = indexed("ann/docs")
+    assert indexes() == {S3VectorsSearch.index_name("ann/docs", second.version),
+                         S3VectorsSearch.index_name("bob/docs", other.version)}
+    assert first.version not in {v.version for v in store.recent("ann/docs")}
 
 
 def test_an_ingestions_vectors_go_to_its_own_s3_vectors_index(aws):
