@@ -263,6 +263,35 @@ def test_the_same_artifact_uploaded_again_is_not_charged_again(stack):
     assert stack.services.usage.used(UPLOAD_BYTES, user_id) == 100_000
 
 
+def test_an_artifact_that_loses_its_name_to_a_concurrent_upload_is_not_charged(
+        stack, monkeypatch):
+    from codeshot.errors import Conflict
+    from codeshot.models import Embed
+    from codeshot.usecases.agent_protocol import upload_artifact
+    from codeshot.usecases.messaging import UPLOAD_BYTES
+    from codeshot.usecases.users import find_user, principal_of
+
+    key = new_user(stack, "aprace")
+    user = find_user(stack.services, "aprace")
+    task_id = ap(stack, key, "POST", "/tasks", json={}).json()["task_id"]
+    services, theirs = stack.services, b"the other upload's notes"
+    put = services.embeds.put
+
+    def raced(data: bytes, content_type: str) -> str:  # the other upload binds it first
+        services.sessions.bind_embed(Embed(
+            key="notes.txt", session_id=task_id, owner=user.user_id, content_type="text/plain",
+            content_hash=put(theirs, "text/plain"), size=len(theirs)))
+        return put(data, content_type)
+
+    monkeypatch.setattr(services.embeds, "put", raced)
+    with pytest.raises(Conflict):
+        upload_artifact(services, principal_of(user), task_id, "notes.txt", b"my notes")
+    assert services.usage.used(UPLOAD_BYTES, user.user_id) == 0  # before: charged, not bound
+    monkeypatch.undo()
+    r = ap(stack, key, "GET", f"/tasks/{task_id}/artifacts/notes.txt")
+    assert httpx.get(r.headers["location"]).content == theirs
+
+
 def test_a_download_is_a_redirect_to_s3_as_an_attachment(stack, tmp_path):
     key = new_user(stack, "apredirect")
     task_id = ap(stack, key, "POST", "/tasks", json={}).json()["task_id"]
