@@ -534,6 +534,12 @@ class SessionStore(Repository):
             raise NotFound(f"embed {key!r} not found")
         return _embed(from_item(item))
 
+    def embeds_named(self, session_id: str, keys: Collection[str]) -> dict[str, Embed]:
+        """The session's embeds bound under ``keys`` (key -> embed), read by key in one
+        consistent round-trip however many the session has."""
+        found = self.get_items(session_id, [EMBED_PREFIX + k for k in keys]) if keys else {}
+        return {embed.key: embed for embed in map(_embed, found.values())}
+
     def list_embeds(self, session_id: str, after: str | None = None,
                     limit: int | None = None) -> list[Embed]:
         """The session's embeds by key: all of them, or ``limit`` after the key ``after``."""

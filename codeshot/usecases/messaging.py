@@ -214,8 +214,9 @@ class Messaging:
     def _unbound_embeds(
         self, session_id: str, owner: str, refs: dict[str, EmbedRef]
     ) -> list[Embed]:
-        """Embeds to bind now; a key already bound must name the same bytes (immutable)."""
-        existing = {e.key: e for e in self.s.sessions.list_embeds(session_id)} if refs else {}
+        """Embeds to bind now; a key already bound must name the same bytes (immutable).
+        Reads only the posted keys, however many embeds the session has."""
+        existing = self.s.sessions.embeds_named(session_id, list(refs))
         new = []
         for key, ref in refs.items():
             if key in existing:
