@@ -196,15 +196,17 @@ class Messaging:
             retry_transient(lambda: self.s.sessions.db.transact_write_items(TransactItems=items))
         except ClientError as exc:
             reasons = cancelled_by(exc)
+            # The key first: a concurrent retry of the day's last post (its charge refused
+            # too) is that post, not RATE_LIMITED.
+            if idempotency_key and reasons and reasons[-1] == "ConditionalCheckFailed":
+                earlier = self.s.sessions.posted_under(session_id, idempotency_key)
+                if earlier:
+                    return self._posted_again(session_id, earlier, text, embeds), False
             for (what, most), reason in zip(charges, reasons):
                 if reason == "ConditionalCheckFailed":
                     raise self.s.usage.rate_limited(what, most, "day") from exc
             if len(reasons) > len(charges) and reasons[len(charges)] == "ConditionalCheckFailed":
                 raise NotFound(f"session {session_id} not found") from exc
-            if idempotency_key and reasons and reasons[-1] == "ConditionalCheckFailed":
-                earlier = self.s.sessions.posted_under(session_id, idempotency_key)
-                if earlier:
-                    return self._posted_again(session_id, earlier, text, embeds), False
             if reasons:
                 raise Conflict("the message collided with a concurrent change; retry") from exc
             raise

@@ -81,6 +81,28 @@ def test_a_retry_queues_a_post_whose_first_try_died_before_queueing_it(platform,
     assert [m.text for m in platform.services.sessions.all_messages(session)] == ["hello"]
 
 
+def test_a_concurrent_retry_of_the_days_last_post_gets_that_post(platform, monkeypatch):
+    """A retry in flight while its first try commits (it found no post under its key,
+    then lost to it) is the first post, not RATE_LIMITED for the charge it lost too."""
+    user_id, key = platform.user(daily_query_limit=1)
+    session = new_session(platform, key)
+    principal = principal_of(platform.services.users.get(user_id))
+    messaging = Messaging(platform.services)
+    first, _ = messaging.post(principal, session, "hello", idempotency_key="k1")
+    sessions = platform.services.sessions
+    real, looked = sessions.posted_under, []
+
+    def racing(session_id, key):  # the retry's first look ran before the first try's write
+        looked.append(key)
+        return None if len(looked) == 1 else real(session_id, key)
+
+    monkeypatch.setattr(sessions, "posted_under", racing)
+    again, created = messaging.post(principal, session, "hello", idempotency_key="k1")
+    assert (again.message_id, created) == (first.message_id, False)
+    assert [m.text for m in sessions.all_messages(session)] == ["hello"]
+    assert platform.services.usage.used("query", user_id) == 1
+
+
 def test_a_post_reads_only_the_embeds_it_names(platform):
     """Posting with embeds reads the keys it sends, however many the session holds
     (before: all of them, each post; 4.9 s at 4,000 embeds on moto)."""
