@@ -38,6 +38,7 @@ _SHA256_RE = re.compile(r"[0-9a-f]{64}")
 _CONTENT_TYPE_RE = re.compile(r"[\w.+-]+/[\w.+-]+(;[ \t]*[\w.+-]+=[\w.+-]+)*", re.ASCII)
 _OWNER_RE = re.compile(r"[A-Za-z0-9_-]{1,64}")
 _MISSING = ("404", "NoSuchKey", "NotFound")
+UPLOAD_CHUNK = 1024 * 1024  # bytes of an upload held at a time while it is hashed
 # Served inline with their own type: nothing a browser would run.
 _INLINE = re.compile(r"(text/plain|image/(png|jpeg|gif|webp|avif|bmp)|audio/[\w.+-]+|"
                      r"video/[\w.+-]+|application/pdf)", re.ASCII)
@@ -71,6 +72,11 @@ def served_as(content_type: str) -> dict[str, str]:
 
 class NoSuchUpload(NotFound):
     """The caller has no upload with that hash: never says whether anyone else has."""
+
+
+def _no_upload(digest: str) -> NoSuchUpload:
+    return NoSuchUpload(f"you have no upload with contentHash {digest}: upload the bytes "
+                        "with createEmbedUpload first")
 
 
 class EmbedStore:
@@ -138,15 +144,32 @@ class EmbedStore:
         except NotFound:
             raise NotFound(f"embed content {digest} not found") from None
 
+    def check_upload(self, owner: str, digest: str) -> int:
+        """The size of ``owner``'s upload of ``digest``, its bytes hashed (a 1 MB chunk
+        held at a time) and found to match their name; writes nothing, so a post can check
+        all it names before it stores anything. NOT_FOUND, worded the same whoever else
+        holds such bytes, unless ``owner`` uploaded them."""
+        try:
+            out = self.s3.get_object(Bucket=self.bucket, Key=self.upload_key(owner, digest))
+        except ClientError as exc:
+            if exc.response["Error"]["Code"] in _MISSING:
+                raise _no_upload(digest) from None
+            raise
+        hashed, size = hashlib.sha256(), 0
+        for chunk in out["Body"].iter_chunks(UPLOAD_CHUNK):
+            hashed.update(chunk)
+            size += len(chunk)
+        if hashed.hexdigest() != digest:
+            raise InvalidInput("uploaded bytes do not match their SHA-256")
+        return size
+
     def claim_upload(self, owner: str, digest: str, content_type: str) -> int:
         """Make ``owner``'s upload of ``digest`` an embed (checked: the bytes must hash to
-        their name); returns its size. NOT_FOUND, worded the same whoever else holds such
-        bytes, unless ``owner`` uploaded them."""
+        their name); returns its size. NOT_FOUND as :meth:`check_upload`."""
         try:
             data = self._get(self.upload_key(owner, digest))
         except NotFound:
-            raise NoSuchUpload(f"you have no upload with contentHash {digest}: upload the "
-                               "bytes with createEmbedUpload first") from None
+            raise _no_upload(digest) from None
         if content_hash(data) != digest:
             raise InvalidInput("uploaded bytes do not match their SHA-256")
         self.put(data, content_type)

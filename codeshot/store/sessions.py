@@ -36,7 +36,12 @@ from codeshot.store.dynamo import (
 from codeshot.store.tables import EXPIRES_AT, SESSIONS
 
 if TYPE_CHECKING:
-    from types_boto3_dynamodb.type_defs import AttributeValueTypeDef, PutTypeDef, UpdateTypeDef
+    from types_boto3_dynamodb.type_defs import (
+        AttributeValueTypeDef,
+        PutTypeDef,
+        TransactWriteItemTypeDef,
+        UpdateTypeDef,
+    )
 
 SESSION_ITEM = "SESSION"
 STATE_ITEM = "STATE"
@@ -487,21 +492,30 @@ class SessionStore(Repository):
             return self._same_embed(embed, exc)
         return embed
 
-    def bind_embed(self, embed: Embed) -> Embed:
-        """Attach an embed to its owner's session and count it, in one transaction (others'
-        sessions look absent); binding the same bytes under the same key again is a no-op."""
+    def bind_embed(self, embed: Embed, charge: UpdateTypeDef | None = None) -> Embed | None:
+        """Attach an embed to its owner's session, count it and make ``charge`` (the
+        UpdateItem of its bytes' allowance), in one transaction (others' sessions look
+        absent); None when the charge is refused. Binding the same bytes under the same
+        key again is a no-op that charges nothing."""
+        items: list[TransactWriteItemTypeDef] = [
+            {"Update": self.owner_update(embed.session_id, embed.owner, new_embeds=1)},
+            {"Put": {"TableName": self.table_name, "Item": self.embed_item(embed),
+                     "ConditionExpression": "attribute_not_exists(#i)",
+                     "ExpressionAttributeNames": {"#i": "item"}}}]
+        if charge is not None:
+            items.append({"Update": charge})
         try:
-            self.db.transact_write_items(TransactItems=[
-                {"Update": self.owner_update(embed.session_id, embed.owner, new_embeds=1)},
-                {"Put": {"TableName": self.table_name, "Item": self.embed_item(embed),
-                         "ConditionExpression": "attribute_not_exists(#i)",
-                         "ExpressionAttributeNames": {"#i": "item"}}},
-            ])
+            self.db.transact_write_items(TransactItems=items)
         except self.db.exceptions.TransactionCanceledException as exc:
             reasons = cancelled_by(exc)
-            if reasons and reasons[0] == "ConditionalCheckFailed":
+            if reasons[:1] == ["ConditionalCheckFailed"]:
                 raise NotFound(f"session {embed.session_id} not found") from exc
-            return self._same_embed(embed, exc)
+            try:  # the key before the charge: a retry of the day's last upload is that upload
+                return self._same_embed(embed, exc)
+            except NotFound:
+                if reasons[2:3] == ["ConditionalCheckFailed"]:
+                    return None
+                raise
         return embed
 
     def _same_embed(self, embed: Embed, exc: Exception) -> Embed:
@@ -519,6 +533,12 @@ class SessionStore(Repository):
         if not item:
             raise NotFound(f"embed {key!r} not found")
         return _embed(from_item(item))
+
+    def embeds_named(self, session_id: str, keys: Collection[str]) -> dict[str, Embed]:
+        """The session's embeds bound under ``keys`` (key -> embed), read by key in one
+        consistent round-trip however many the session has."""
+        found = self.get_items(session_id, [EMBED_PREFIX + k for k in keys]) if keys else {}
+        return {embed.key: embed for embed in map(_embed, found.values())}
 
     def list_embeds(self, session_id: str, after: str | None = None,
                     limit: int | None = None) -> list[Embed]:

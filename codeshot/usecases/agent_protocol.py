@@ -371,13 +371,23 @@ def upload_artifact(services: Services, principal: Principal, task_id: str,
             raise Conflict(f"artifact {file_name!r} already exists in task {task_id}; "
                            "artifacts are immutable, upload under another name")
         return uploaded(taken)  # the same file again (a retry): nothing new to charge
-    services.usage.charge(UPLOAD_BYTES, user_id, services.settings.daily_upload_bytes,
-                          amount=len(data))
+    # Checked before the bytes go to S3, charged with the binding (one transaction): a
+    # refused upload, or one that loses its key to a concurrent one, stores or charges
+    # nothing (a concurrent upload taking the allowance's last bytes first leaves these
+    # bytes stored, uncharged, as a post's may: messaging.Messaging._checked_embeds).
+    allowance = services.settings.daily_upload_bytes
+    charge = services.usage.charge_request(UPLOAD_BYTES, user_id, allowance, amount=len(data))
+    refused = services.usage.rate_limited(UPLOAD_BYTES, allowance, "day")
+    if services.usage.used(UPLOAD_BYTES, user_id) + len(data) > allowance:
+        raise refused
     digest = services.embeds.put(data, content_type)
-    return uploaded(services.sessions.bind_embed(Embed(
+    bound = services.sessions.bind_embed(Embed(
         key=file_name, session_id=session.session_id, owner=user_id,
         content_type=content_type, content_hash=digest, size=len(data),
-        path=relative_path or None)))
+        path=relative_path or None), charge)
+    if bound is None:
+        raise refused
+    return uploaded(bound)
 
 
 def get_artifact(services: Services, principal: Principal, task_id: str,

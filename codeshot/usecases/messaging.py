@@ -57,6 +57,15 @@ class EmbedUpload:
     content_hash: str | None = None
 
 
+@dataclass(frozen=True)
+class _Checked:
+    """An embed checked and not yet stored: its bytes if sent inline, and its ref."""
+
+    upload: EmbedUpload
+    data: bytes | None
+    ref: EmbedRef
+
+
 class Messaging:
     def __init__(self, services: Services) -> None:
         self.s = services
@@ -67,22 +76,21 @@ class Messaging:
             raise InvalidInput("message text must not be empty")
         return text
 
-    def _embed_refs(self, owner: str, uploads: list[EmbedUpload]
-                    ) -> tuple[dict[str, EmbedRef], int]:
-        """Check every embed, store inline bytes on S3 and turn the caller's own uploads
-        into embeds; returns the refs and the inline bytes (charged to the daily upload
-        allowance with the post). The allowance, and the query quota (:meth:`post`), are
-        read first, so a refused post writes nothing; one that a concurrent post beats to
-        the last of either leaves its bytes, uncharged: content-addressed, so reused by
-        its retry, and at most one post's worth per post that had quota when it began."""
+    def _checked_embeds(self, owner: str, uploads: list[EmbedUpload]) -> list[_Checked]:
+        """Check every embed and write nothing: inline bytes decoded and hashed here, the
+        caller's own uploads found and hashed where they lie. The daily upload allowance
+        (inline bytes count against it, with the post) and the query quota (:meth:`post`)
+        are read first too, so a refused post stores nothing; one that a concurrent post
+        beats to the last of either leaves its bytes, uncharged: content-addressed, so
+        reused by its retry, and at most one post's worth per post that had quota when it
+        began."""
         if len(uploads) > MAX_EMBEDS_PER_MESSAGE:
             raise InvalidInput(f"at most {MAX_EMBEDS_PER_MESSAGE} embeds per message")
-        refs: dict[str, EmbedRef] = {}
-        pending: list[tuple[EmbedUpload, bytes | None]] = []
+        checked: list[tuple[EmbedUpload, bytes | None]] = []
         for up in uploads:
-            check_embed_key(up.key)  # before any bytes go to S3
+            check_embed_key(up.key)
             check_content_type(up.content_type)
-            if up.key in refs or any(p.key == up.key for p, _ in pending):
+            if any(p.key == up.key for p, _ in checked):
                 raise InvalidInput(f"embed key {up.key!r} appears twice")
             if (up.content_base64 is None) == (up.content_hash is None):
                 raise InvalidInput(f"embed {up.key!r}: give exactly one of content or contentHash")
@@ -95,19 +103,31 @@ class Messaging:
                         f"embed {up.key!r} is {len(data)} bytes; inline embeds are limited to "
                         f"{limit}: upload larger ones with createEmbedUpload"
                     )
-            pending.append((up, data))
-        inline = sum(len(data) for _, data in pending if data is not None)
+            checked.append((up, data))
+        inline = sum(len(data) for _, data in checked if data is not None)
         allowance = self.s.settings.daily_upload_bytes
         if inline and self.s.usage.used(UPLOAD_BYTES, owner) + inline > allowance:
             raise self.s.usage.rate_limited("daily upload bytes", allowance, "day")
-        for up, data in pending:
-            if data is not None:
-                digest, size = self.s.embeds.put(data, up.content_type), len(data)
-            else:  # only the caller's own upload: another user's bytes cannot be named
-                digest = up.content_hash or ""
-                size = self.s.embeds.claim_upload(owner, digest, up.content_type)
-            refs[up.key] = EmbedRef(content_type=up.content_type, content_hash=digest, size=size)
-        return refs, inline
+        return [_Checked(up, data, self._ref(owner, up, data)) for up, data in checked]
+
+    def _ref(self, owner: str, up: EmbedUpload, data: bytes | None) -> EmbedRef:
+        """What an embed will be once stored: inline bytes hashed here, or the caller's
+        own upload (another user's bytes cannot be named) found and hashed where it is."""
+        if data is not None:
+            digest, size = hash_of(data), len(data)
+        else:
+            digest = up.content_hash or ""
+            size = self.s.embeds.check_upload(owner, digest)
+        return EmbedRef(content_type=up.content_type, content_hash=digest, size=size)
+
+    def _store_embeds(self, owner: str, embeds: list[_Checked]) -> None:
+        """Write the checked embeds' bytes to the platform's content on S3."""
+        for embed in embeds:
+            if embed.data is not None:
+                self.s.embeds.put(embed.data, embed.upload.content_type)
+            else:
+                self.s.embeds.claim_upload(owner, embed.ref.content_hash,
+                                           embed.upload.content_type)
 
     def post(
         self,
@@ -131,10 +151,17 @@ class Messaging:
             if earlier:
                 return self._posted_again(session_id, earlier, text, embeds), False
         limit = self.s.daily_limit(principal.daily_query_limit)
-        if embeds:  # S3 writes are not undone by a refused transaction: refuse before
+        # S3 writes are not undone by a refused transaction: all that can refuse the post
+        # is checked before the first (a refused post stores and charges nothing).
+        if embeds:
             self._check_quota(user_id, limit)
-        refs, inline_bytes = self._embed_refs(user_id, embeds)
+        checked = self._checked_embeds(user_id, embeds)
+        refs = {embed.upload.key: embed.ref for embed in checked}
+        inline_bytes = sum(len(embed.data) for embed in checked if embed.data is not None)
         new_embeds = self._unbound_embeds(session_id, user_id, refs)
+        # A key bound already holds these bytes (checked above): on S3 since it was bound.
+        unbound = {embed.key for embed in new_embeds}
+        self._store_embeds(user_id, [e for e in checked if e.upload.key in unbound])
         message = Message(
             session_id=session_id, message_id=ids.ulid(), text=text,
             type=MessageType.QUERY, sent_by=principal.username or user_id,
@@ -169,15 +196,17 @@ class Messaging:
             retry_transient(lambda: self.s.sessions.db.transact_write_items(TransactItems=items))
         except ClientError as exc:
             reasons = cancelled_by(exc)
+            # The key first: a concurrent retry of the day's last post (its charge refused
+            # too) is that post, not RATE_LIMITED.
+            if idempotency_key and reasons and reasons[-1] == "ConditionalCheckFailed":
+                earlier = self.s.sessions.posted_under(session_id, idempotency_key)
+                if earlier:
+                    return self._posted_again(session_id, earlier, text, embeds), False
             for (what, most), reason in zip(charges, reasons):
                 if reason == "ConditionalCheckFailed":
                     raise self.s.usage.rate_limited(what, most, "day") from exc
             if len(reasons) > len(charges) and reasons[len(charges)] == "ConditionalCheckFailed":
                 raise NotFound(f"session {session_id} not found") from exc
-            if idempotency_key and reasons and reasons[-1] == "ConditionalCheckFailed":
-                earlier = self.s.sessions.posted_under(session_id, idempotency_key)
-                if earlier:
-                    return self._posted_again(session_id, earlier, text, embeds), False
             if reasons:
                 raise Conflict("the message collided with a concurrent change; retry") from exc
             raise
@@ -187,8 +216,9 @@ class Messaging:
     def _unbound_embeds(
         self, session_id: str, owner: str, refs: dict[str, EmbedRef]
     ) -> list[Embed]:
-        """Embeds to bind now; a key already bound must name the same bytes (immutable)."""
-        existing = {e.key: e for e in self.s.sessions.list_embeds(session_id)} if refs else {}
+        """Embeds to bind now; a key already bound must name the same bytes (immutable).
+        Reads only the posted keys, however many embeds the session has."""
+        existing = self.s.sessions.embeds_named(session_id, list(refs))
         new = []
         for key, ref in refs.items():
             if key in existing:

@@ -1,11 +1,15 @@
+import base64
+import hashlib
 import json
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
+from codeshot.models import Embed
 from codeshot.usecases.messaging import Messaging
 from codeshot.usecases.users import principal_of
 from tests.conftest import code
+from tests.dynamo_reads import PartitionReads
 
 POST = """mutation ($s: String!, $t: String!, $k: String) {
   sendSessionMessage(messageData: {session: $s, text: $t, wait: false, idempotencyKey: $k}) {
@@ -75,6 +79,56 @@ def test_a_retry_queues_a_post_whose_first_try_died_before_queueing_it(platform,
     assert [json.loads(m["Body"])["message_id"] for m in queued] == [
         again["data"]["sendSessionMessage"]["message"]["id"]]  # the runner will answer it
     assert [m.text for m in platform.services.sessions.all_messages(session)] == ["hello"]
+
+
+def test_a_concurrent_retry_of_the_days_last_post_gets_that_post(platform, monkeypatch):
+    """A retry in flight while its first try commits (it found no post under its key,
+    then lost to it) is the first post, not RATE_LIMITED for the charge it lost too."""
+    user_id, key = platform.user(daily_query_limit=1)
+    session = new_session(platform, key)
+    principal = principal_of(platform.services.users.get(user_id))
+    messaging = Messaging(platform.services)
+    first, _ = messaging.post(principal, session, "hello", idempotency_key="k1")
+    sessions = platform.services.sessions
+    real, looked = sessions.posted_under, []
+
+    def racing(session_id, key):  # the retry's first look ran before the first try's write
+        looked.append(key)
+        return None if len(looked) == 1 else real(session_id, key)
+
+    monkeypatch.setattr(sessions, "posted_under", racing)
+    again, created = messaging.post(principal, session, "hello", idempotency_key="k1")
+    assert (again.message_id, created) == (first.message_id, False)
+    assert [m.text for m in sessions.all_messages(session)] == ["hello"]
+    assert platform.services.usage.used("query", user_id) == 1
+
+
+def test_a_post_reads_only_the_embeds_it_names(platform):
+    """Posting with embeds reads the keys it sends, however many the session holds
+    (before: all of them, each post; 4.9 s at 4,000 embeds on moto)."""
+    user_id, key = platform.user()
+    session = new_session(platform, key)
+    sessions = platform.services.sessions
+    old = platform.services.embeds.put(b"old", "text/plain")
+    bound = [Embed(key=f"e{n}", session_id=session, owner=user_id, content_type="text/plain",
+                   content_hash=old, size=3) for n in range(1000)]
+    for start in range(0, len(bound), 25):
+        sessions.db.batch_write_item(RequestItems={sessions.table_name: [
+            {"PutRequest": {"Item": sessions.embed_item(e)}} for e in bound[start:start + 25]]})
+    send = """mutation ($s: String!, $e: [EmbedInput!]) { sendSessionMessage(messageData:
+      {session: $s, text: "see", embeds: $e, wait: false}) { message { id } } }"""
+    embeds = [{"key": name, "contentType": "text/plain",
+               "content": base64.b64encode(data).decode()}
+              for name, data in (("e7", b"old"), ("new", b"new"))]
+    with PartitionReads(sessions.db, session) as reads:
+        out = platform.gql(key, send, {"s": session, "e": embeds})
+    assert "errors" not in out, out
+    assert reads.items() <= 4, reads.calls  # the session, the two keys: no listing
+    assert sorted(sessions.all_messages(session)[0].embeds) == ["e7", "new"]
+    assert sessions.get_embed(session, "new").content_hash == hashlib.sha256(b"new").hexdigest()
+    rebound = [{"key": "e8", "contentType": "text/plain",
+                "content": base64.b64encode(b"other").decode()}]
+    assert code(platform.gql(key, send, {"s": session, "e": rebound})) == "INVALID_INPUT"
 
 
 def test_wait_returns_the_reply_in_the_same_call(platform, echo_runner):

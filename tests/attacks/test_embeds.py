@@ -116,6 +116,46 @@ def test_a_post_refused_for_its_quota_stores_no_embed_bytes(platform):
     assert platform.services.usage.used("upload_bytes", user_id) == len(large)
 
 
+def _stored(platform, data: bytes) -> bool:
+    try:
+        platform.services.embeds.read(hashlib.sha256(data).hexdigest())
+    except NotFound:
+        return False
+    return True
+
+
+@pytest.mark.parametrize("refused", ["no such upload", "an upload of other bytes",
+                                     "a key bound to other bytes"])
+def test_a_refused_post_stores_and_charges_nothing(platform, refused):
+    """Whatever refuses a post, its other embeds' bytes never reach S3: a refused post
+    stores nothing that its sender is not charged for (before, each refused post of 12
+    inline embeds and a missing upload left 3 MB, uncharged, post after post)."""
+    user_id, key = platform.user()
+    h = session(platform, key)
+    assert "errors" not in platform.gql(key, SEND, {"s": h, "e": [inline(b"first", key="a")]})
+    used = (platform.services.usage.used("query", user_id),
+            platform.services.usage.used("upload_bytes", user_id))
+    sent = [b"%d free bytes?" % n for n in range(5)]
+    embeds = [inline(data, key=f"k{n}") for n, data in enumerate(sent)]
+    if refused == "a key bound to other bytes":
+        embeds.append(inline(b"other bytes", key="a"))
+        want = "INVALID_INPUT"
+    else:
+        other = b"uploaded by hand, not through its URL"
+        digest = hashlib.sha256(b"what it claims to be").hexdigest()
+        if refused == "an upload of other bytes":
+            aws.client("s3", platform.services.settings).put_object(
+                Bucket=platform.services.embeds.bucket, Body=other,
+                Key=platform.services.embeds.upload_key(user_id, digest))
+        embeds.append(by_hash(digest) | {"key": "last"})
+        want = "NOT_FOUND" if refused == "no such upload" else "INVALID_INPUT"
+    assert code(platform.gql(key, SEND, {"s": h, "e": embeds})) == want
+    assert not any(_stored(platform, data) for data in [*sent, b"other bytes"])
+    assert (platform.services.usage.used("query", user_id),
+            platform.services.usage.used("upload_bytes", user_id)) == used
+    assert [e.key for e in platform.services.sessions.list_embeds(h)] == ["a"]
+
+
 @pytest.mark.settings(daily_upload_bytes=1000)
 def test_an_upload_url_asked_for_again_is_charged_once(platform):
     user_id, key = platform.user()

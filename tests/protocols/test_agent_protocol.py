@@ -13,6 +13,7 @@ from pathlib import Path
 import httpx
 import pytest
 
+from tests.dynamo_reads import PartitionReads
 from tests.protocols.conftest import new_user
 
 CLIENT = Path(__file__).with_name("ap_client.py")
@@ -263,6 +264,35 @@ def test_the_same_artifact_uploaded_again_is_not_charged_again(stack):
     assert stack.services.usage.used(UPLOAD_BYTES, user_id) == 100_000
 
 
+def test_an_artifact_that_loses_its_name_to_a_concurrent_upload_is_not_charged(
+        stack, monkeypatch):
+    from codeshot.errors import Conflict
+    from codeshot.models import Embed
+    from codeshot.usecases.agent_protocol import upload_artifact
+    from codeshot.usecases.messaging import UPLOAD_BYTES
+    from codeshot.usecases.users import find_user, principal_of
+
+    key = new_user(stack, "aprace")
+    user = find_user(stack.services, "aprace")
+    task_id = ap(stack, key, "POST", "/tasks", json={}).json()["task_id"]
+    services, theirs = stack.services, b"the other upload's notes"
+    put = services.embeds.put
+
+    def raced(data: bytes, content_type: str) -> str:  # the other upload binds it first
+        services.sessions.bind_embed(Embed(
+            key="notes.txt", session_id=task_id, owner=user.user_id, content_type="text/plain",
+            content_hash=put(theirs, "text/plain"), size=len(theirs)))
+        return put(data, content_type)
+
+    monkeypatch.setattr(services.embeds, "put", raced)
+    with pytest.raises(Conflict):
+        upload_artifact(services, principal_of(user), task_id, "notes.txt", b"my notes")
+    assert services.usage.used(UPLOAD_BYTES, user.user_id) == 0  # before: charged, not bound
+    monkeypatch.undo()
+    r = ap(stack, key, "GET", f"/tasks/{task_id}/artifacts/notes.txt")
+    assert httpx.get(r.headers["location"]).content == theirs
+
+
 def test_a_download_is_a_redirect_to_s3_as_an_attachment(stack, tmp_path):
     key = new_user(stack, "apredirect")
     task_id = ap(stack, key, "POST", "/tasks", json={}).json()["task_id"]
@@ -275,39 +305,6 @@ def test_a_download_is_a_redirect_to_s3_as_an_attachment(stack, tmp_path):
     assert s3.status_code == 200 and s3.content == page
     assert s3.headers["content-disposition"] == 'attachment; filename="page.html"'
     assert s3.headers["content-type"] == "application/octet-stream"  # never rendered
-
-
-class PartitionReads:
-    """What DynamoDB sends back for one session's partition: (operation, keys only,
-    items) per call, seen by botocore's own event hooks on the platform's client."""
-
-    def __init__(self, db, session_id: str) -> None:
-        self.db, self.session_id, self.calls = db, session_id, []
-
-    def _params(self, params, context, **_):
-        values = params.get("ExpressionAttributeValues", {})
-        mine = params.get("Key", {}).get("session_id") or values.get(":s")
-        context["partition_read"] = (mine == {"S": self.session_id},
-                                     "ProjectionExpression" in params)
-
-    def _parsed(self, parsed, model, context, **_):
-        mine, keys_only = context.get("partition_read", (False, False))
-        if mine:
-            items = parsed.get("Count", 1 if parsed.get("Item") else 0)
-            self.calls.append((model.name, keys_only, items))
-
-    def __enter__(self):
-        self.db.meta.events.register("provide-client-params.dynamodb", self._params)
-        self.db.meta.events.register("after-call.dynamodb", self._parsed)
-        return self
-
-    def __exit__(self, *_):
-        self.db.meta.events.unregister("provide-client-params.dynamodb", self._params)
-        self.db.meta.events.unregister("after-call.dynamodb", self._parsed)
-
-    def items(self) -> int:
-        """Whole items (messages, embeds) read, keys-only reads left out."""
-        return sum(n for _, keys_only, n in self.calls if not keys_only)
 
 
 def test_a_long_tasks_requests_read_a_bounded_slice_of_its_log(stack):
