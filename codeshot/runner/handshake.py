@@ -14,6 +14,7 @@ from typing import Any
 from pydantic import BaseModel, Field, ValidationError, field_validator
 
 from codeshot.errors import AgentFailed
+from codeshot.models import MAX_INT
 from codeshot.net.http import public_client
 from codeshot.runner.agent_client import request
 
@@ -87,7 +88,8 @@ class ResponseModel(BaseModel):
 
     model: str | None = Field(default=None, max_length=200)
     temperature: float | None = Field(default=None, ge=0, le=2)
-    maximum_tokens: int | None = Field(default=None, ge=1)
+    # Every user's agent listing shows it (GraphQL's Int): a larger one failed theirs.
+    maximum_tokens: int | None = Field(default=None, ge=1, le=MAX_INT)
 
 
 class FuncInfo(BaseModel):
