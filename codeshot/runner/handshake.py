@@ -156,4 +156,16 @@ def fetch_handshake(url: str, token: str, timeout: float = 10.0, *,
         log.info("handshake at %s is not valid: %s", url, exc)
         raise AgentFailed(
             f"agent handshake at {url} is not a valid handshake: expected a JSON or YAML "
-            "object with type, base_prompt and few_shots (or sample_queries)") from None
+            "object with type, base_prompt and few_shots (or sample_queries)"
+            + _first_error(exc)) from None
+
+
+def _first_error(exc: Exception) -> str:
+    """Which field broke which rule (``response_model.maximum_tokens: Input should be less
+    than or equal to 2147483647``): the model's names and bounds, never a value sent."""
+    if not isinstance(exc, ValidationError):
+        return ""
+    first = exc.errors(include_url=False, include_input=False)[0]
+    if "[key]" in first["loc"]:  # a mapping key the agent sent is in the path
+        return ""
+    return f"; {'.'.join(str(part) for part in first['loc'])}: {first['msg']}"

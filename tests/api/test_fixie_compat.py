@@ -108,8 +108,10 @@ def test_a_handshake_asking_more_tokens_than_a_listing_can_show_is_refused(platf
     _, mallory = platform.user("mallory")
     _, victim = platform.user("victim")
     refused = register(platform, mallory, f"{tokens_agent}/5000000000", handle="greedy")
-    assert code(refused) == "AGENT_ERROR" and "not a valid handshake" in \
-        refused["errors"][0]["message"]
+    assert code(refused) == "AGENT_ERROR" and refused["errors"][0]["message"].endswith(
+        "not a valid handshake: expected a JSON or YAML object with type, base_prompt and "
+        "few_shots (or sample_queries); response_model.maximum_tokens: Input should be less "
+        "than or equal to 2147483647")
     assert platform.services.registry.scan_all() == []
     assert "errors" not in register(platform, mallory, f"{tokens_agent}/{MAX_INT}", handle="big")
     assert platform.gql(victim, LLM_SETTINGS) == {"data": {"allAgents": [
