@@ -125,6 +125,20 @@ def _revisions(values: list[Any]) -> list[Revision]:
     return [v if isinstance(v, Revision) else Revision.from_dict(v) for v in values]
 
 
+# GraphQL's Int is 32-bit: the most a count, size or limit the API shows may be (a larger
+# one fails the whole field, INTERNAL). Settings and agents' values that reach it are
+# bounded by it.
+MAX_INT = 2**31 - 1
+
+
+def _llm_settings(values: dict[str, Any]) -> dict[str, Any]:
+    """Stored LLM settings; a ``maximum_tokens`` over MAX_INT (registered before handshakes
+    were held to it) reads as MAX_INT: the same effect (it only lowers the engine's limit),
+    and every user's agent listing showing it stays readable."""
+    tokens = values.get("maximum_tokens")
+    return values | {"maximum_tokens": MAX_INT} if tokens and tokens > MAX_INT else values
+
+
 class AgentKind(str, Enum):
     CODE_SHOT = "code_shot"
     STANDALONE = "standalone"
@@ -169,7 +183,7 @@ class Agent(Record):
 
     COERCE: ClassVar[dict[str, Any]] = {
         "kind": AgentKind, "created": _datetime, "modified": _datetime,
-        "revisions": _revisions}
+        "revisions": _revisions, "llm_settings": _llm_settings}
 
     @staticmethod
     def make_id(owner: str, handle: str) -> str:
@@ -401,8 +415,8 @@ class Embed(Record):
     COERCE: ClassVar[dict[str, Any]] = {"created": _datetime}
 
 
-# The highest daily limit a user may have: GraphQL's Int (a profile shows it) is 32-bit.
-MAX_DAILY_LIMIT = 2**31 - 1
+# The highest daily limit a user may have (a profile shows it).
+MAX_DAILY_LIMIT = MAX_INT
 
 
 @dataclasses.dataclass(kw_only=True)

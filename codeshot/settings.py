@@ -18,6 +18,7 @@ from functools import lru_cache
 from typing import Any
 
 from codeshot.errors import InvalidInput
+from codeshot.models import MAX_DAILY_LIMIT, MAX_INT
 
 ENV_PREFIX = "CODESHOT_"
 
@@ -118,26 +119,28 @@ class Settings:
     # fit the agent; unset: the embedder's calibrated margin (or none if the floor is set).
     router_margin: float | None = setting(None, ge=-1, le=1)
 
-    # Limits
-    daily_query_limit: int = setting(1000, ge=0)
-    daily_session_limit: int = setting(500, ge=0)  # sessions a user may create per day
+    # Limits. Daily limits, and the sizes of what the API lists (embeds, corpora), are at
+    # most GraphQL's Int (MAX_INT): a profile showing 5,000,000,000 failed as INTERNAL.
+    daily_query_limit: int = setting(1000, ge=0, le=MAX_DAILY_LIMIT)
+    # sessions a user may create per day
+    daily_session_limit: int = setting(500, ge=0, le=MAX_DAILY_LIMIT)
     # Agent registrations, updates, refreshes and revision changes a user may make per
     # day: each reads a handshake (or an MCP server) and makes every runner reload the
     # registry.
-    daily_agent_changes: int = setting(500, ge=0)
+    daily_agent_changes: int = setting(500, ge=0, le=MAX_DAILY_LIMIT)
     daily_upload_bytes: int = setting(1024**3, ge=0)  # embed bytes a user may upload per day
     # LLM tokens (prompt + completion) per day: a user's across agents (operators may set
     # one user's own), an agent's across users (the planner is agent platform/planner).
-    daily_token_limit: int = setting(200_000, ge=0)
-    agent_daily_token_limit: int = setting(2_000_000, ge=0)
+    daily_token_limit: int = setting(200_000, ge=0, le=MAX_DAILY_LIMIT)
+    agent_daily_token_limit: int = setting(2_000_000, ge=0, le=MAX_DAILY_LIMIT)
     storage_rate_limit: int = setting(600, ge=1)  # user-storage calls per minute
     # Document corpora (an agent's declared URLs): pages fetched per ingestion (links
     # followed within a URL's prefix), bytes one document and all of them may have. The
     # default embedder embeds 4 MiB of text in ~51 s (12.8 s/MB): within the minute an
     # ingestion has left for embedding (codeshot/runner/corpora.py).
     corpus_max_pages: int = setting(50, ge=1, le=1000)
-    corpus_max_document_bytes: int = setting(4 * 1024 * 1024, ge=1)
-    corpus_max_bytes: int = setting(4 * 1024 * 1024, ge=1)
+    corpus_max_document_bytes: int = setting(4 * 1024 * 1024, ge=1, le=MAX_INT)
+    corpus_max_bytes: int = setting(4 * 1024 * 1024, ge=1, le=MAX_INT)
     # Where fixie_query_corpus searches: "lambda" (the index from S3, in the runner) or
     # "s3vectors" (an S3 Vectors index; the CDK app makes its bucket with this setting).
     corpus_search: str = setting("lambda", choices=("lambda", "s3vectors"))
@@ -154,7 +157,7 @@ class Settings:
     max_storage_value_bytes: int = setting(100_000, ge=1, le=350_000)
     max_storage_keys: int = setting(1000, ge=1)  # keys an agent keeps for one user
     max_inline_embed_bytes: int = setting(256 * 1024, ge=1)
-    max_embed_bytes: int = setting(10 * 1024 * 1024, ge=1)
+    max_embed_bytes: int = setting(10 * 1024 * 1024, ge=1, le=MAX_INT)
     # Bytes of embeds one query's agents may return in all (each fetched or decoded, then
     # stored on S3): past it, the reply that crosses it is refused (AGENT_ERROR).
     max_query_embed_bytes: int = setting(50 * 1024 * 1024, ge=1)

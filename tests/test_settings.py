@@ -38,11 +38,22 @@ def test_aliases_are_read_in_order(monkeypatch):
     ("CODESHOT_LLM", "gpt", "expected one of bedrock, openai, fewshot"),
     ("CODESHOT_LOCAL_MODE", "maybe", "expected bool"),
     ("CODESHOT_AGENT_TOKEN_TTL_SECONDS", "301", "must be le 300"),
+    # GraphQL's Int is 32-bit: a profile showing a larger limit failed, INTERNAL.
+    *[(var, "5000000000", "must be le 2147483647") for var in (
+        "CODESHOT_DAILY_QUERY_LIMIT", "CODESHOT_DAILY_SESSION_LIMIT",
+        "CODESHOT_DAILY_AGENT_CHANGES", "CODESHOT_DAILY_TOKEN_LIMIT",
+        "CODESHOT_AGENT_DAILY_TOKEN_LIMIT", "CODESHOT_MAX_EMBED_BYTES",
+        "CODESHOT_CORPUS_MAX_DOCUMENT_BYTES", "CODESHOT_CORPUS_MAX_BYTES")],
 ])
 def test_bad_values_are_refused_naming_the_variable(monkeypatch, var, value, why):
     monkeypatch.setenv(var, value)
     with pytest.raises(SettingsError, match=f"^{var}='{value}': {why}$"):
         Settings()
+
+
+def test_the_highest_limits_a_profile_can_show_are_taken(monkeypatch):
+    monkeypatch.setenv("CODESHOT_DAILY_QUERY_LIMIT", "2147483647")
+    assert Settings().daily_query_limit == 2**31 - 1
 
 
 def test_overrides_are_checked_and_unknown_ones_refused(monkeypatch):

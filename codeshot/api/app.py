@@ -68,7 +68,12 @@ class Correlation:
 
 
 class BodyLimit:
-    """Refuse request bodies over a size, declared or streamed, before they are read."""
+    """Refuse request bodies over a size, declared or streamed, before the app sees them.
+
+    A body sent without a Content-Length (chunked) is read here, up to the limit, and
+    replayed: refused mid-stream inside the app, every route would report the failure its
+    own way (a 500 from the console's and MCP's catch-alls, a 400 from FastAPI's body
+    parser) instead of this 413. Memory stays bounded by the limit either way."""
 
     def __init__(self, app: ASGIApp, limit: int) -> None:
         self.app, self.limit = app, limit
@@ -77,25 +82,35 @@ class BodyLimit:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
-        headers = dict(scope.get("headers") or [])
-        declared = headers.get(b"content-length")
-        if declared is not None and (not declared.isdigit() or int(declared) > self.limit):
-            await self._refuse(receive, send)
+        declared = dict(scope.get("headers") or []).get(b"content-length")
+        if declared is not None:
+            # The server frames the body by its declared length: no more can arrive.
+            if declared.isdigit() and int(declared) <= self.limit:
+                await self.app(scope, receive, send)
+            else:
+                await self._refuse(receive, send)
             return
+        body = await self._read(receive)
+        if body is None:
+            await self._refuse(receive, send)  # (a client that left hears nothing)
+        else:
+            await self.app(scope, _replay(body, receive), send)
+
+    async def _read(self, receive: Receive) -> bytes | None:
+        """The whole body; None past the limit or if the client left before its end."""
+        chunks: list[bytes] = []
         seen = 0
-
-        async def counted() -> Message:
-            nonlocal seen
+        while True:
             message = await receive()
-            seen += len(message.get("body", b""))
+            if message["type"] == "http.disconnect":
+                return None
+            chunk = message.get("body", b"")
+            seen += len(chunk)
             if seen > self.limit:
-                raise _TooLarge
-            return message
-
-        try:
-            await self.app(scope, counted, send)
-        except _TooLarge:
-            await self._refuse(receive, send)
+                return None
+            chunks.append(chunk)
+            if not message.get("more_body", False):
+                return b"".join(chunks)
 
     async def _refuse(self, receive: Receive, send: Send) -> None:
         error = InvalidInput(f"request body exceeds {self.limit} bytes")
@@ -103,8 +118,19 @@ class BodyLimit:
         await response({"type": "http"}, receive, send)
 
 
-class _TooLarge(Exception):
-    pass
+def _replay(body: bytes, receive: Receive) -> Receive:
+    """A receive that gives the body read ahead, then the server's own messages (a
+    disconnect, which streaming responses wait for)."""
+    given = False
+
+    async def replayed() -> Message:
+        nonlocal given
+        if given:
+            return await receive()
+        given = True
+        return {"type": "http.request", "body": body, "more_body": False}
+
+    return replayed
 
 
 def create_app(settings: Settings | None = None, services: Services | None = None) -> FastAPI:

@@ -14,6 +14,7 @@ from typing import Any
 from pydantic import BaseModel, Field, ValidationError, field_validator
 
 from codeshot.errors import AgentFailed
+from codeshot.models import MAX_INT
 from codeshot.net.http import public_client
 from codeshot.runner.agent_client import request
 
@@ -87,7 +88,8 @@ class ResponseModel(BaseModel):
 
     model: str | None = Field(default=None, max_length=200)
     temperature: float | None = Field(default=None, ge=0, le=2)
-    maximum_tokens: int | None = Field(default=None, ge=1)
+    # Every user's agent listing shows it (GraphQL's Int): a larger one failed theirs.
+    maximum_tokens: int | None = Field(default=None, ge=1, le=MAX_INT)
 
 
 class FuncInfo(BaseModel):
@@ -154,4 +156,16 @@ def fetch_handshake(url: str, token: str, timeout: float = 10.0, *,
         log.info("handshake at %s is not valid: %s", url, exc)
         raise AgentFailed(
             f"agent handshake at {url} is not a valid handshake: expected a JSON or YAML "
-            "object with type, base_prompt and few_shots (or sample_queries)") from None
+            "object with type, base_prompt and few_shots (or sample_queries)"
+            + _first_error(exc)) from None
+
+
+def _first_error(exc: Exception) -> str:
+    """Which field broke which rule (``response_model.maximum_tokens: Input should be less
+    than or equal to 2147483647``): the model's names and bounds, never a value sent."""
+    if not isinstance(exc, ValidationError):
+        return ""
+    first = exc.errors(include_url=False, include_input=False)[0]
+    if "[key]" in first["loc"]:  # a mapping key the agent sent is in the path
+        return ""
+    return f"; {'.'.join(str(part) for part in first['loc'])}: {first['msg']}"

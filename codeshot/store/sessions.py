@@ -51,9 +51,21 @@ EMBED_PREFIX = "EMBED#"
 PAGE_READS = 4  # DynamoDB reads (of at most 1 MB each) for one page of messages
 ANSWER_PREFIX = "ANSWER#"  # the runner's exactly-once marker of an answered query
 IDEMPOTENCY_PREFIX = "IDEM#"  # a posted message's idempotency key -> its message id
+# A deleted session's place in its owner's list (its created time; no `owner` attribute:
+# not listed), kept a week: a client paging with its handle as `after` goes on from it.
+DELETED_ITEM = "DELETED"
+DELETED_KEPT_SECONDS = 7 * 86400
 # A user's one-time keys for new sessions live in a partition of their own,
 # GUARD#<owner>, item <key> -> the session made for it (no owner attribute: not listed).
 GUARD_PARTITION = "GUARD#"
+
+
+@dataclass(frozen=True)
+class Place:
+    """Where a session is, or was, in its owner's list (newest first)."""
+
+    session_id: str
+    created: str  # ISO, as stored: the owner index's sort key
 
 
 @dataclass(frozen=True)
@@ -195,9 +207,22 @@ class SessionStore(Repository):
             raise NotFound(f"session {session_id} not found")
         return session
 
+    def place(self, session_id: str, owner: str) -> Place:
+        """Where the owner's session is in their list, or was if deleted in the last
+        ``DELETED_KEPT_SECONDS``; another user's (or none) is NOT_FOUND."""
+        try:
+            return Place(session_id, self.get(session_id, owner).to_dict()["created"])
+        except NotFound:
+            item = self.db.get_item(TableName=self.table_name,
+                                    Key=_key(session_id, DELETED_ITEM), ConsistentRead=True
+                                    ).get("Item")
+            if item is None or item["deleted_owner"]["S"] != owner:
+                raise
+            return Place(session_id, item["deleted_created"]["S"])
+
     def list_by_owner(
         self, owner: str, limit: int | None = None, token: str | None = None,
-        after: Session | None = None,
+        after: Place | None = None,
     ) -> Page[Session]:
         """The owner's sessions, newest first; from ``token``, or older than ``after``."""
         lookup_key(owner, "owner")
@@ -212,8 +237,9 @@ class SessionStore(Repository):
         }
         start = decode_token(token, {"owner": owner}, SESSIONS.page_key("by_owner"))
         if start is None and after is not None:
+            # The item need not exist: DynamoDB starts after where its key would be.
             start = {**_key(after.session_id, SESSION_ITEM), "owner": {"S": owner},
-                     "created": {"S": after.to_dict()["created"]}}
+                     "created": {"S": after.created}}
         if start:
             kwargs["ExclusiveStartKey"] = start
         out = self.db.query(**kwargs)
@@ -286,13 +312,20 @@ class SessionStore(Repository):
             raise Conflict(f"session {session_id} is not {expected or 'present'}") from exc
 
     def delete(self, session_id: str, owner: str) -> Session:
-        """Delete the session and everything in its partition."""
+        """Delete the session and everything in its partition, but for its place in its
+        owner's list (:meth:`place`), kept a while."""
         session = self.get(session_id, owner)
+        self.db.put_item(TableName=self.table_name, Item=to_item({
+            "session_id": session_id, "item": DELETED_ITEM, "deleted_owner": owner,
+            "deleted_created": session.to_dict()["created"],
+            EXPIRES_AT: int(time.time()) + DELETED_KEPT_SECONDS}))
         keys: list[dict[str, Any]] = []
         kwargs: dict[str, Any] = {
             "TableName": self.table_name,
             "KeyConditionExpression": "session_id = :s",
-            "ExpressionAttributeValues": {":s": {"S": session_id}},
+            "FilterExpression": "#i <> :deleted",
+            "ExpressionAttributeValues": {":s": {"S": session_id},
+                                          ":deleted": {"S": DELETED_ITEM}},
             "ProjectionExpression": "session_id, #i",
             "ExpressionAttributeNames": {"#i": "item"},
         }

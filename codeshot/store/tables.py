@@ -78,7 +78,8 @@ class Table:
 REGISTRY = Table(logical="registry", setting="registry_table", pk="agent_id")
 
 # One partition per session: the SESSION item, MSG#<ulid> messages, EMBED#<key> embeds,
-# STATE (a paused program). Only SESSION items carry `owner`, so the index is sparse.
+# STATE (a paused program); once deleted, DELETED (its place in the owner's list, a week).
+# Only SESSION items carry `owner`, so the index is sparse.
 # Every item expires CODESHOT_SESSION_TTL_DAYS after it was last written.
 SESSIONS = Table(
     logical="sessions",

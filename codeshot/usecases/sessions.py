@@ -66,14 +66,16 @@ def get_session(services: Services, principal: Principal, session_id: str) -> Se
 
 def list_sessions(services: Services, principal: Principal, after: str | None = None,
                   limit: int | None = None) -> list[Session]:
-    """A page of the caller's sessions, newest first; ``after``: older than that one."""
+    """A page of the caller's sessions, newest first; ``after``: older than that one,
+    which may have been deleted since it was listed (in the last week)."""
     user_id = user_id_of(principal)
     start = None
     if after:
         try:
-            start = services.sessions.get(after, owner=user_id)
+            start = services.sessions.place(after, owner=user_id)
         except NotFound as exc:  # a page token, not a lookup: bad input either way
-            raise InvalidInput("after must be the handle of one of your sessions") from exc
+            raise InvalidInput("after must be the handle of one of your sessions (or one "
+                               "deleted in the last week)") from exc
     return services.sessions.list_by_owner(user_id, paging.SESSIONS.of(limit),
                                            after=start).items
 

@@ -9,7 +9,7 @@ from datetime import UTC, datetime
 from codeshot import ids
 from codeshot.auth.service import KEY_PREFIX
 from codeshot.errors import Conflict, InvalidInput, NotFound, Unauthenticated
-from codeshot.models import Agent, Principal, User
+from codeshot.models import MAX_INT, Agent, Principal, User
 from codeshot.runner.budgets import AGENT_TOKENS, USER_TOKENS, WINDOW
 from codeshot.services import Services
 from codeshot.store.usage import Window
@@ -100,7 +100,13 @@ def profile(services: Services, principal: Principal) -> Profile:
     token_limit = services.settings.daily_token_limit if user.daily_token_limit is None \
         else user.daily_token_limit
     return Profile(user, services.daily_limit(user.daily_query_limit), used, token_limit,
-                   tokens.used, Window.of(WINDOW, now).end)
+                   _shown(tokens.used), Window.of(WINDOW, now).end)
+
+
+def _shown(tokens: int) -> int:
+    """A day's tokens as the API shows them: at most MAX_INT (GraphQL's Int), which they
+    pass only under a limit of MAX_INT, by the last calls that each check let through."""
+    return min(tokens, MAX_INT)
 
 
 def agent_tokens_today(services: Services, principal: Principal, agent: Agent) -> int | None:
@@ -108,7 +114,7 @@ def agent_tokens_today(services: Services, principal: Principal, agent: Agent) -
     if principal.username is None or principal.username != agent.owner:
         return None
     [tokens] = services.usage.token_usage([(AGENT_TOKENS, agent.agent_id)], WINDOW)
-    return tokens.used
+    return _shown(tokens.used)
 
 
 def set_limits(services: Services, username: str, daily_queries: int | None = None,

@@ -8,9 +8,13 @@ from pathlib import Path
 
 import httpx
 import pytest
+from fastapi import FastAPI
+from fastapi.responses import JSONResponse
 
 from codeshot import ids
-from codeshot.models import Message, MessageType
+from codeshot.local.http_server import HttpServer
+from codeshot.models import MAX_INT, Agent, AgentKind, Message, MessageType
+from codeshot.runner.budgets import AGENT_TOKENS, USER_TOKENS
 from codeshot.usecases.tasks import open_session
 from codeshot.usecases.users import principal_of
 from tests.api.conftest import HANDSHAKE
@@ -78,6 +82,65 @@ def test_user_has_the_listed_fields(platform):
     assert user == {"username": "bob", "firstName": "Bob", "lastName": None,
                     "email": "bob@example.com", "organization": None, "dailyQueryLimit": 1000,
                     "dailyUsedQueries": 0, "avatar": None}
+
+
+@pytest.fixture(scope="module")
+def tokens_agent():
+    """An agent whose handshake asks for ``maximum_tokens`` as its path says."""
+    app = FastAPI()
+
+    @app.get("/{tokens}/")
+    def handshake(tokens: int) -> JSONResponse:
+        return JSONResponse(HANDSHAKE | {"response_model": {"maximum_tokens": tokens}})
+
+    server = HttpServer(app, "127.0.0.1", 0)
+    yield server.start()
+    server.stop()
+
+
+LLM_SETTINGS = "{ allAgents { agentId llmSettings { maximumTokens } } }"
+
+
+def test_a_handshake_asking_more_tokens_than_a_listing_can_show_is_refused(platform,
+                                                                           tokens_agent):
+    """GraphQL's Int is 32-bit: an agent asking 5,000,000,000 tokens made every user's
+    allAgents { llmSettings { maximumTokens } } fail (INTERNAL)."""
+    _, mallory = platform.user("mallory")
+    _, victim = platform.user("victim")
+    refused = register(platform, mallory, f"{tokens_agent}/5000000000", handle="greedy")
+    assert code(refused) == "AGENT_ERROR" and refused["errors"][0]["message"].endswith(
+        "not a valid handshake: expected a JSON or YAML object with type, base_prompt and "
+        "few_shots (or sample_queries); response_model.maximum_tokens: Input should be less "
+        "than or equal to 2147483647")
+    assert platform.services.registry.scan_all() == []
+    assert "errors" not in register(platform, mallory, f"{tokens_agent}/{MAX_INT}", handle="big")
+    assert platform.gql(victim, LLM_SETTINGS) == {"data": {"allAgents": [
+        {"agentId": "mallory/big", "llmSettings": {"maximumTokens": MAX_INT}}]}}
+
+
+def test_an_agent_stored_asking_more_tokens_still_lists(platform):
+    """One registered before handshakes were held to GraphQL's Int reads as asking MAX_INT
+    (the same effect: it only lowers the engine's limit)."""
+    _, key = platform.user("viewer")
+    agent = Agent(agent_id="old/greedy", owner="old", handle="greedy", published=True,
+                  kind=AgentKind.CODE_SHOT, func_url="https://example.com/")
+    agent.llm_settings = {"model": None, "temperature": None, "maximum_tokens": 5_000_000_000}
+    platform.services.registry.create(agent)  # written as an older platform did
+    assert platform.gql(key, LLM_SETTINGS) == {"data": {"allAgents": [
+        {"agentId": "old/greedy", "llmSettings": {"maximumTokens": MAX_INT}}]}}
+
+
+def test_tokens_used_past_the_highest_limit_are_shown_at_it(platform, tokens_agent):
+    """At a limit of MAX_INT, the last calls each check let through may pass it: the
+    user's profile (fixieai's get_current_user) and the agent's count failed, INTERNAL."""
+    user_id, key = platform.user("spender", daily_token_limit=MAX_INT)
+    assert "errors" not in register(platform, key, f"{tokens_agent}/40", handle="chatty")
+    platform.services.usage.add([(USER_TOKENS, user_id), (AGENT_TOKENS, "spender/chatty")],
+                                MAX_INT, 1000)
+    profile = platform.gql(key, "{ user { dailyTokenLimit dailyUsedTokens } }")
+    assert profile == {"data": {"user": {"dailyTokenLimit": MAX_INT, "dailyUsedTokens": MAX_INT}}}
+    agent = platform.gql(key, '{ agentById(agentId: "spender/chatty") { dailyUsedTokens } }')
+    assert agent == {"data": {"agentById": {"dailyUsedTokens": MAX_INT}}}
 
 
 def test_sessions_and_messages_round_trip(platform, echo_runner):

@@ -174,6 +174,30 @@ def test_paging_messages_with_after(platform):
     assert page["data"]["sessionByHandle"]["messages"] == [{"text": "m2"}, {"text": "m3"}]
 
 
+def test_a_client_deleting_what_it_listed_pages_on(platform):
+    """List a page, delete it, ask for the next page after its last handle: every session
+    comes once (the handle of a deleted session was INVALID_INPUT). Another user's deleted
+    session is as unknown as ever."""
+    _, key = platform.user()
+    made = [new_session(platform, key) for _ in range(5)]
+    page = """query ($a: String) { allSessions(after: $a, limit: 2) { handle } }"""
+    delete = "mutation ($h: String!) { deleteSession(handle: $h) { session { handle } } }"
+    seen, after = [], None
+    while True:
+        handles = [s["handle"] for s in platform.gql(key, page, {"a": after})["data"][
+            "allSessions"]]
+        for handle in handles:
+            assert "errors" not in platform.gql(key, delete, {"h": handle})
+        seen += handles
+        if not handles:
+            break
+        after = handles[-1]
+    assert seen == list(reversed(made))
+    _, other = platform.user()
+    refused = platform.gql(other, page, {"a": made[2]})
+    assert code(refused) == "INVALID_INPUT" and made[2] not in json.dumps(refused)
+
+
 def test_a_bad_page_token_is_invalid_input(platform):
     """``after`` must name an item of the list: anything else is a malformed page token
     (INVALID_INPUT, docs/errors.md), not a lookup that fails naming the storage keys."""

@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import pytest
+from pydantic import ValidationError
 
 from codeshot.engine.fewshot import FewShotError
-from codeshot.sdk import AgentQuery, CodeShotAgent, Embed, Message, UserStorage
+from codeshot.models import MAX_INT
+from codeshot.sdk import AgentQuery, CodeShotAgent, Embed, LlmSettings, Message, UserStorage
 from codeshot.sdk.app import prefers_yaml
 from codeshot.sdk.auth import Claims
 from codeshot.sdk.funcs import make_func
@@ -198,3 +200,11 @@ def test_an_agent_yaml_that_is_not_utf8_or_not_a_file_is_invalid_input(agent_dir
     (agent_dirs / "dir" / "agent.yaml").mkdir()
     with pytest.raises(InvalidInput, match="is a directory"):
         read_config(agent_dirs / "dir")
+
+
+def test_llm_settings_ask_no_more_tokens_than_the_platform_takes():
+    """The platform refuses a handshake asking more than GraphQL's Int: the author hears
+    it when the agent is made, not when it is registered."""
+    assert LlmSettings(maximum_tokens=MAX_INT).to_wire()["maximum_tokens"] == MAX_INT
+    with pytest.raises(ValidationError, match="maximum_tokens"):
+        LlmSettings(maximum_tokens=MAX_INT + 1)

@@ -1,3 +1,4 @@
+import time
 from datetime import UTC, datetime, timedelta
 
 import pytest
@@ -5,7 +6,7 @@ import pytest
 from codeshot import ids
 from codeshot.errors import Conflict, InvalidInput, NotFound, RateLimited
 from codeshot.models import Embed, EmbedRef, Message, MessageType, Session, SessionStatus
-from codeshot.store.sessions import SessionStore
+from codeshot.store.sessions import DELETED_ITEM, DELETED_KEPT_SECONDS, SessionStore
 from tests.dynamo_faults import refuse
 
 
@@ -150,6 +151,33 @@ def test_delete_removes_the_whole_partition(aws):
     assert store.all_messages(s.session_id) == []
     assert store.get_state(s.session_id) is None
     assert store.list_embeds(s.session_id) == []
+
+
+def test_a_deleted_session_keeps_its_place_in_its_owners_list_a_week(aws):
+    """Only where it was (its created time, no owner attribute: never listed), so a page
+    after it goes on from there; another user's is as missing as ever."""
+    store = SessionStore(aws)
+    start = datetime(2026, 3, 2, 10, 4, tzinfo=UTC)
+    made = [new_session(store, "alice", created=start + timedelta(seconds=i)).session_id
+            for i in range(4)]
+    gone = made[2]
+    before = store.place(gone, "alice")
+    store.delete(gone, owner="alice")
+    place = store.place(gone, "alice")
+    assert place == before and place.created.startswith("2026-03-02T10:04:02")
+    assert [x.session_id for x in store.list_by_owner("alice", after=place).items] \
+        == [made[1], made[0]]
+    assert [x.session_id for x in store.list_by_owner("alice").items] == [made[3], made[1],
+                                                                          made[0]]
+    with pytest.raises(NotFound):
+        store.place(gone, "bob")
+    with pytest.raises(NotFound):
+        store.delete(gone, "alice")
+    [kept] = store.db.query(TableName=store.table_name, KeyConditionExpression="session_id = :s",
+                            ExpressionAttributeValues={":s": {"S": gone}})["Items"]
+    assert kept["item"]["S"] == DELETED_ITEM and "owner" not in kept
+    assert int(kept["expires_at"]["N"]) - time.time() == pytest.approx(DELETED_KEPT_SECONDS,
+                                                                         abs=60)
 
 
 def test_embed_keys_bind_once(aws):
