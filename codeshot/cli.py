@@ -601,7 +601,10 @@ def main(argv: list[str] | None = None) -> int:
         code: int = args.run(args)
         return code
     except CodeshotError as exc:
-        return _report(exc)
+        # One that wraps an AWS failure (the signing keys unreadable): what to do about
+        # that failure (start the stack, give credentials) says more.
+        cause = exc.__cause__
+        return _report((_aws_error(cause) if isinstance(cause, Exception) else None) or exc)
     except ModuleNotFoundError as exc:
         if (exc.name or "").split(".")[0] not in PLATFORM_PACKAGES:
             raise
