@@ -23,6 +23,7 @@ from infra.bundling import (
     platform_bundle,
 )
 from infra.components import access
+from infra.components.access import BATCH_GET, BATCH_WRITE, DELETE, GET, PUT, QUERY, SCAN, UPDATE
 from infra.components.accounts import Accounts
 from infra.components.agent_function import REGISTRATION_SERVICE_TIMEOUT
 from infra.components.alarms import PlatformAlarms
@@ -57,10 +58,31 @@ AGENT_SECRETS_PREFIX = str(field_named("agent_secrets_prefix").default)
 # query's time budget and RUNNER_RECORD_MARGIN_SECONDS, so a batch finishes or reports
 # what it left (codeshot/runner/batch.py).
 RUNNER_BATCH_SIZE = 10
-# Registration reads, writes and deletes single items (an agent, its owner): no Query or
-# Scan. Each role's actions are what its code calls (tests/infra/test_function_actions.py).
-REGISTER_TABLE_ACTIONS = ("dynamodb:GetItem", "dynamodb:PutItem", "dynamodb:UpdateItem",
-                          "dynamodb:DeleteItem")
+# Each role's DynamoDB actions, table by table (by its logical name): what its code calls on
+# that table, no more (tests/infra/test_function_actions.py reads the calls from the code
+# and checks both ways).
+API_TABLES: dict[str, tuple[str, ...]] = {
+    tables.REGISTRY.logical: (GET, SCAN, PUT, UPDATE, DELETE),
+    tables.SESSIONS.logical: (GET, QUERY, BATCH_GET, PUT, UPDATE, BATCH_WRITE),
+    tables.USERS.logical: (GET, SCAN, PUT, UPDATE),
+    tables.USAGE.logical: (GET, BATCH_GET, PUT, UPDATE),
+    tables.USER_STORAGE.logical: (GET, QUERY, PUT, UPDATE, DELETE),  # UPDATE: key counts
+    tables.CORPORA.logical: (QUERY, PUT, DELETE),
+    tables.OAUTH.logical: (GET, QUERY, PUT, UPDATE, DELETE),
+}
+RUNNER_TABLES: dict[str, tuple[str, ...]] = {
+    tables.SESSIONS.logical: (GET, QUERY, BATCH_GET, PUT, UPDATE, DELETE, BATCH_WRITE),
+    tables.REGISTRY.logical: (GET, SCAN),  # it cannot write agents; it loads the router's index
+    tables.USERS.logical: (GET,),  # a query's user (limits, revocation)
+    tables.USAGE.logical: (GET, BATCH_GET, PUT, UPDATE),  # LLM token counters, checked per call
+    tables.CORPORA.logical: (QUERY, PUT, DELETE),  # it runs corpus ingestions
+}
+# Registration reads and writes single items (an agent, its owner): no Scan.
+REGISTER_TABLES: dict[str, tuple[str, ...]] = {
+    tables.REGISTRY.logical: (GET, PUT, UPDATE, DELETE),
+    tables.USERS.logical: (GET, PUT),  # the admin owner, made on first deploy
+    tables.CORPORA.logical: (QUERY, PUT, DELETE),  # an agent's corpora, queued for the runner
+}
 # The prompt queue's trigger: each record is one short HTTP exchange with a task's
 # callback; two concurrent batches (SQS's minimum) keep its share of the runner small.
 PROMPT_MAX_CONCURRENCY = 2
@@ -132,8 +154,7 @@ class PlatformStack(Stack):
         )
         self.http.route_to(self.api.function)
         role = self.api.role
-        for spec in tables.TABLES:  # registry, sessions, users, usage, user storage, oauth
-            self._table(role, spec, write=True)
+        self._tables(role, API_TABLES)
         access.object_access(role, self.embeds.bucket, self.embeds.prefix, put=True, delete=True)
         # Presigned upload URLs are signed by this role; it reads an upload to bind it.
         access.object_access(role, self.embeds.bucket, self.embeds.uploads_prefix, put=True)
@@ -172,11 +193,7 @@ class PlatformStack(Stack):
         role = self.runner.role
         access.send_messages(role, self.sessions_queue.queue)
         access.send_messages(role, self.prompt_queue.queue)
-        self._table(role, tables.SESSIONS, write=True)
-        self._table(role, tables.REGISTRY, write=False)
-        self._table(role, tables.USERS, write=False)
-        self._table(role, tables.USAGE, write=True)  # LLM token counters, checked per call
-        self._table(role, tables.CORPORA, write=True)  # it runs corpus ingestions
+        self._tables(role, RUNNER_TABLES)
         # It sweeps a deleted agent registration's user storage (UserStorageStore.
         # sweep_registration): found through the keys-only index, deleted key by key; it
         # can neither read a value nor write an item.
@@ -205,10 +222,7 @@ class PlatformStack(Stack):
                 queue_name=self.sessions_queue.queue.queue_name),
         )
         role = self.register_agent.role
-        self._table(role, tables.REGISTRY, write=True, only=REGISTER_TABLE_ACTIONS)
-        self._table(role, tables.USERS, write=True, only=REGISTER_TABLE_ACTIONS)
-        # A deployed agent's corpora: their ingestion is queued for the runner.
-        self._table(role, tables.CORPORA, write=True)
+        self._tables(role, REGISTER_TABLES)
         access.object_delete(role, self.embeds.bucket, tables.CORPUS_OBJECTS_PREFIX)
         # Users' OAuth tokens for an agent it unregisters (or registers: an earlier agent's)
         # go, found through the table's agent index (codeshot/store/oauth.py forget_agent).
@@ -244,9 +258,10 @@ class PlatformStack(Stack):
                                bundle_boto3=self.config.bundle_boto3)
         return lambda_code(spec, REPO_ROOT / "handlers")
 
-    def _table(self, role: iam.Role, spec: tables.Table, *, write: bool,
-               only: tuple[str, ...] | None = None) -> None:
-        access.table_access(role, self.tables.by_spec(spec), spec, write=write, only=only)
+    def _tables(self, role: iam.Role, actions: dict[str, tuple[str, ...]]) -> None:
+        for spec in tables.TABLES:
+            if spec.logical in actions:
+                access.table_access(role, self.tables.by_spec(spec), spec, actions[spec.logical])
 
     @property
     def api_url(self) -> str:

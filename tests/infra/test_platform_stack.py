@@ -10,7 +10,7 @@ from aws_cdk.assertions import Match
 
 from codeshot.settings import FIELDS, RUNNER_RECORD_MARGIN_SECONDS, Settings
 from codeshot.store import tables
-from infra.components.access import DYNAMO_WRITE, table_actions
+from infra.platform_stack import API_TABLES, RUNNER_TABLES
 from infra.settings_env import env_name
 from tests.infra import cfn
 from tests.infra.cfn import refs as refs_of
@@ -418,8 +418,8 @@ def assert_reads_only_the_signing_secret(synth, handler: str,
 
 def test_api_role(synth):
     t = synth.platform
-    for spec in tables.TABLES:  # registry, sessions, users, usage, user storage: read/write
-        assert t.actions_on(API, synth.table_id(spec)) == set(table_actions(spec, write=True))
+    for spec in tables.TABLES:  # it reads and writes every table
+        assert t.actions_on(API, synth.table_id(spec)) == set(API_TABLES[spec.logical])
     bucket = embeds_bucket_id(synth)
     assert t.actions_on(API, bucket) == {"s3:GetObject", "s3:PutObject", "s3:DeleteObject",
                                          "s3:ListBucket"}
@@ -442,12 +442,12 @@ def invoked_models(t, handler) -> str:
 def test_runner_role(synth):
     t = synth.platform
     assert t.actions_on(RUNNER, synth.table_id(tables.SESSIONS)) == set(
-        table_actions(tables.SESSIONS, write=True))
-    registry = t.actions_on(RUNNER, synth.table_id(tables.REGISTRY))
-    assert registry == set(table_actions(tables.REGISTRY, write=False))  # it cannot write
-    assert not registry & set(DYNAMO_WRITE)
-    assert t.actions_on(RUNNER, synth.table_id(tables.USERS)) == set(
-        table_actions(tables.USERS, write=False))
+        RUNNER_TABLES[tables.SESSIONS.logical])
+    # It reads agents (and scans them for the router's index), and cannot write them.
+    assert t.actions_on(RUNNER, synth.table_id(tables.REGISTRY)) == {
+        "dynamodb:GetItem", "dynamodb:Scan"}
+    # A query's user, by key: it cannot list the users (Scan) or look one up by name.
+    assert t.actions_on(RUNNER, synth.table_id(tables.USERS)) == {"dynamodb:GetItem"}
     # It sweeps deleted agents' user storage: found through the keys-only index, deleted
     # key by key; it can neither read a value nor write an item.
     storage = synth.table_id(tables.USER_STORAGE)
@@ -456,12 +456,12 @@ def test_runner_role(synth):
         ("dynamodb:DeleteItem", f"<{storage}.Arn>")}
     # It counts each LLM call's tokens against the user's and the agent's daily budgets.
     assert t.actions_on(RUNNER, synth.table_id(tables.USAGE)) == set(
-        table_actions(tables.USAGE, write=True))
+        RUNNER_TABLES[tables.USAGE.logical])
     assert t.actions_on(RUNNER, embeds_bucket_id(synth)) == {
         "s3:GetObject", "s3:PutObject", "s3:DeleteObject"}
     # It runs corpus ingestions: their versions, and their indexes under corpora/ only.
     assert t.actions_on(RUNNER, synth.table_id(tables.CORPORA)) == set(
-        table_actions(tables.CORPORA, write=True))
+        RUNNER_TABLES[tables.CORPORA.logical])
     # (deleting those a newer version replaced)
     assert corpus_grants(t, RUNNER) == [{"s3:GetObject", "s3:PutObject", "s3:DeleteObject"}]
     queue = t.env(API)["CODESHOT_QUEUE_URL"]["Ref"]
@@ -480,9 +480,11 @@ def test_runner_role(synth):
 def test_register_agent_role(synth):
     t = synth.platform
     assert_reads_only_the_signing_secret(synth, REGISTER)
-    for spec in (tables.REGISTRY, tables.USERS):  # single items: no Query, no Scan
-        assert t.actions_on(REGISTER, synth.table_id(spec)) == {
-            "dynamodb:GetItem", "dynamodb:PutItem", "dynamodb:UpdateItem", "dynamodb:DeleteItem"}
+    # Single items, no Query or Scan: an agent's registration, and its owner made once.
+    assert t.actions_on(REGISTER, synth.table_id(tables.REGISTRY)) == {
+        "dynamodb:GetItem", "dynamodb:PutItem", "dynamodb:UpdateItem", "dynamodb:DeleteItem"}
+    assert t.actions_on(REGISTER, synth.table_id(tables.USERS)) == {
+        "dynamodb:GetItem", "dynamodb:PutItem"}
     for spec in (tables.SESSIONS, tables.USAGE, tables.USER_STORAGE):
         assert not t.actions_on(REGISTER, synth.table_id(spec))
     # Users' OAuth tokens for an agent it (un)registers: found through the keys-only
@@ -492,8 +494,8 @@ def test_register_agent_role(synth):
         ("dynamodb:Query", f"<{oauth}.Arn>/index/by_agent"),
         ("dynamodb:DeleteItem", f"<{oauth}.Arn>")}
     # A deployed agent's corpora: it records and queues their ingestion, nothing more.
-    assert t.actions_on(REGISTER, synth.table_id(tables.CORPORA)) == set(
-        table_actions(tables.CORPORA, write=True))
+    assert t.actions_on(REGISTER, synth.table_id(tables.CORPORA)) == {
+        "dynamodb:Query", "dynamodb:PutItem", "dynamodb:DeleteItem"}
     assert {a for a in t.all_actions(REGISTER) if a.startswith("sqs:")} == {"sqs:SendMessage"}
     # An unregistered agent's corpus indexes go; it reads and writes no object.
     assert {a for a in t.all_actions(REGISTER) if a.startswith("s3:")} == {"s3:DeleteObject"}
