@@ -294,6 +294,37 @@ def test_alarms_notify_a_topic_on_errors_throttles_backlog_and_given_up_queries(
     assert body.count('\\"label\\":\\"alarm\\"') == len(alarms) and "p99" in body, body[:300]
 
 
+FROM_OUR_ALARMS = {
+    "StringEquals": {"aws:SourceAccount": {"Ref": "AWS::AccountId"}},
+    "ArnLike": {"aws:SourceArn": {"Fn::Join": ["", [
+        "arn:", {"Ref": "AWS::Partition"}, ":cloudwatch:", {"Ref": "AWS::Region"}, ":",
+        {"Ref": "AWS::AccountId"}, ":alarm:*"]]}}}
+
+
+def test_cloudwatch_may_publish_to_the_alarm_topic_and_use_its_key(synth):
+    """An alarm reaches its subscribers only if CloudWatch may use the topic's key: the
+    AWS-managed alias/aws/sns cannot let it (its policy is AWS's), so the topic has a
+    customer-managed key, rotated, whose policy lets CloudWatch in for this account's
+    alarms only (and the topic's policy lets it publish, on the same conditions)."""
+    t = synth.platform
+    (topic_id,) = t.of_type("AWS::SNS::Topic")
+    (key_id,) = refs_of(t.props(topic_id)["KmsMasterKeyId"])
+    assert t.resources[key_id]["Type"] == "AWS::KMS::Key"
+    assert t.resources[key_id]["DeletionPolicy"] == "Delete"  # it keeps no data
+    t.assertions.has_resource_properties("AWS::KMS::Key", {
+        "EnableKeyRotation": True,
+        "KeyPolicy": {"Statement": Match.array_with([{
+            "Effect": "Allow", "Principal": {"Service": "cloudwatch.amazonaws.com"},
+            "Action": ["kms:Decrypt", "kms:GenerateDataKey*"], "Resource": "*",
+            "Condition": FROM_OUR_ALARMS}])}})
+    t.assertions.has_resource_properties("AWS::SNS::TopicPolicy", {
+        "Topics": [{"Ref": topic_id}],
+        "PolicyDocument": {"Statement": Match.array_with([Match.object_like({
+            "Effect": "Allow", "Principal": {"Service": "cloudwatch.amazonaws.com"},
+            "Action": "sns:Publish", "Resource": {"Ref": topic_id},
+            "Condition": FROM_OUR_ALARMS})])}})
+
+
 def test_an_alarm_email_is_subscribed_when_set(tmp_path):
     from tests.infra.conftest import synthesize
 
