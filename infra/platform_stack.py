@@ -175,9 +175,11 @@ class PlatformStack(Stack):
             description="Session runner: SQS FIFO batches to answered sessions, and "
                         "Agent Protocol callback polls",
             memory_mb=RUNNER_MEMORY_MB, timeout=RUNNER_TIMEOUT,
-            # Reserved as high as the triggers' maximums together: the API and agents cannot
-            # starve it, and SQS never has a batch throttled (a throttle counts as a receive).
-            reserved_concurrency=config.runner_max_concurrency + PROMPT_MAX_CONCURRENCY,
+            # When reserved, as high as the triggers' maximums together: the API and agents
+            # cannot starve it, and SQS never has a batch throttled (a throttle counts as a
+            # receive). Unreserved, those maximums still bound it (config.py says why).
+            reserved_concurrency=config.runner_max_concurrency + PROMPT_MAX_CONCURRENCY
+            if config.reserve_runner_concurrency else None,
             environment=common | data_env | settings_env(
                 # A callback's answer is posted to the session queue as the user's message.
                 queue_url=self.sessions_queue.queue.queue_url,

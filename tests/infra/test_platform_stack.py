@@ -367,29 +367,43 @@ def test_destroy_keeps_the_tables_and_buckets_and_nothing_else(synth):
     assert not [k for k, v in synth.agent.resources.items() if v.get("DeletionPolicy") == "Retain"]
 
 
-def test_concurrency_is_capped_and_the_runner_has_its_share(synth):
-    """The runner's reserved concurrency is at least its triggers' maximums together (so
-    batches are never throttled back to the queues), and the API cannot take the whole
-    account pool."""
-    runner = synth.platform.function(RUNNER)[1]
+# Lambda keeps this much of an account's concurrency unreserved: a deploy whose
+# reservations leave less fails ("...decreases account's UnreservedConcurrentExecution
+# below its minimum value").
+UNRESERVED_MINIMUM = 100
+
+
+def reserved(platform) -> int:
+    return sum(f["Properties"].get("ReservedConcurrentExecutions", 0)
+               for f in platform.of_type("AWS::Lambda::Function").values())
+
+
+def test_the_default_deploy_fits_a_new_accounts_concurrency_quota(synth):
+    """A new account's Lambda quota is often 10: the default reserves nothing, so the first
+    deploy succeeds; the SQS triggers' maximum concurrency still bounds the runner."""
+    for template in (synth.platform, synth.agent):
+        assert reserved(template) == 0, "any reservation needs a quota of 100 more"
     maximums = sorted(m["Properties"]["ScalingConfig"]["MaximumConcurrency"]
                       for m in synth.platform.of_type("AWS::Lambda::EventSourceMapping").values())
     assert maximums == [2, 10]
-    assert runner["ReservedConcurrentExecutions"] >= sum(maximums)
-    assert synth.platform.function(API)[1]["ReservedConcurrentExecutions"] == 200
-    assert "ReservedConcurrentExecutions" not in synth.platform.function(REGISTER)[1]
 
 
-def test_concurrency_settings_come_from_context(tmp_path):
+def test_reservations_come_from_context_and_cover_the_runners_triggers(tmp_path):
+    """With a raised quota: the runner's reservation is at least its triggers' maximums
+    together (so batches are never throttled back to the queues), and the API's caps it."""
     from tests.infra.conftest import synthesize
 
     platform = synthesize(tmp_path, **{"codeshot:runnerMaxConcurrency": 40,
-                                       "codeshot:apiReservedConcurrency": 0}).platform
+                                       "codeshot:reserveRunnerConcurrency": "true",
+                                       "codeshot:apiReservedConcurrency": 200}).platform
     maximums = sorted(m["Properties"]["ScalingConfig"]["MaximumConcurrency"]
                       for m in platform.of_type("AWS::Lambda::EventSourceMapping").values())
     assert maximums == [2, 40]  # the prompt queue's is fixed
-    assert platform.function(RUNNER)[1]["ReservedConcurrentExecutions"] == 42
-    assert "ReservedConcurrentExecutions" not in platform.function(API)[1]
+    assert platform.function(RUNNER)[1]["ReservedConcurrentExecutions"] == 42 == sum(maximums)
+    assert platform.function(API)[1]["ReservedConcurrentExecutions"] == 200
+    assert "ReservedConcurrentExecutions" not in platform.function(REGISTER)[1]
+    # The account quota this needs, as the README's Deploy section states it.
+    assert reserved(platform) + UNRESERVED_MINIMUM == 342
 
 
 @pytest.mark.parametrize(("key", "value"), [("codeshot:runnerMaxConcurrency", 1),
