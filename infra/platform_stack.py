@@ -4,6 +4,7 @@ that registers deployed agents. Wiring only; the parts live in ``infra/component
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 from aws_cdk import Aws, CfnOutput, Duration, Stack
@@ -12,7 +13,7 @@ from aws_cdk import aws_lambda as lambda_
 from aws_cdk import aws_lambda_event_sources as events
 from constructs import Construct
 
-from codeshot.settings import RUNNER_RECORD_MARGIN_SECONDS, Settings, field_named
+from codeshot.settings import RUNNER_RECORD_MARGIN_SECONDS, field_named
 from codeshot.store import tables
 from infra.bundling import (
     API_FUNCTION,
@@ -33,12 +34,15 @@ from infra.components.function import PythonFunction
 from infra.components.http_api import LambdaHttpApi
 from infra.components.signing import OAuthTokenKey, SigningKeys
 from infra.config import REPO_ROOT, InfraConfig
-from infra.settings_env import extra_env, settings_env
+from infra.settings_env import configured, extra_env, settings_env
 
 # API: HTTP APIs cut integrations off at 30 s, so 29 s lets the Lambda answer (or fail)
-# first. sendSessionMessage waits for the reply at most REPLY_WAIT, inside that budget.
+# first. sendSessionMessage waits for the reply at most REPLY_WAIT, inside that budget,
+# leaving REPLY_MARGIN for what the request does around the wait (the quota, the message
+# and its enqueue before; reading and answering the reply after).
 API_TIMEOUT = Duration.seconds(29)
 API_REPLY_WAIT_SECONDS = 24
+API_REPLY_MARGIN_SECONDS = 3
 # Runner: a planner turn is several LLM calls plus agent calls of up to 30 s each. The
 # queue's visibility timeout is 6x this (tables.SESSION_QUEUE), so a message is never
 # redelivered while its first attempt still runs.
@@ -54,9 +58,9 @@ REGISTER_MEMORY_MB = 512
 AGENT_SECRETS_PREFIX = str(field_named("agent_secrets_prefix").default)
 # Messages per runner invocation; failures are reported per message, so a bad one does
 # not redeliver the rest. FIFO keeps one session's messages in order within a batch.
-# Sessions run side by side, each session's records in order, and none starts in the last
-# query's time budget and RUNNER_RECORD_MARGIN_SECONDS, so a batch finishes or reports
-# what it left (codeshot/runner/batch.py).
+# Sessions run side by side, each session's records in order, and none starts with less
+# than a query's time budget + RUNNER_RECORD_MARGIN_SECONDS left, so a batch finishes or
+# reports what it left (codeshot/runner/batch.py); two such records fit in the timeout.
 RUNNER_BATCH_SIZE = 10
 # Each role's DynamoDB actions, table by table (by its logical name): what its code calls on
 # that table, no more (tests/infra/test_function_actions.py reads the calls from the code
@@ -88,9 +92,6 @@ REGISTER_TABLES: dict[str, tuple[str, ...]] = {
 PROMPT_MAX_CONCURRENCY = 2
 
 assert tables.SESSION_QUEUE.visibility_timeout_seconds >= 6 * RUNNER_TIMEOUT.to_seconds()
-assert RUNNER_TIMEOUT.to_seconds() > 2 * (Settings.query_time_budget_seconds
-                                         + RUNNER_RECORD_MARGIN_SECONDS)
-assert API_TIMEOUT.to_seconds() > API_REPLY_WAIT_SECONDS
 assert REGISTER_TIMEOUT.to_seconds() < REGISTRATION_SERVICE_TIMEOUT.to_seconds()
 
 
@@ -187,6 +188,7 @@ class PlatformStack(Stack):
                 prompt_queue_url=self.prompt_queue.queue.queue_url,
                 prompt_queue_name=self.prompt_queue.queue.queue_name),
         )
+        check_time_limits(api_env=self.api.environment, runner_env=self.runner.environment)
         for queue, concurrency in ((self.sessions_queue.queue, config.runner_max_concurrency),
                                    (self.prompt_queue.queue, PROMPT_MAX_CONCURRENCY)):
             self.runner.function.add_event_source(events.SqsEventSource(
@@ -272,3 +274,23 @@ class PlatformStack(Stack):
     @property
     def register_agent_function(self) -> lambda_.IFunction:
         return self.register_agent.function
+
+
+def check_time_limits(*, api_env: Mapping[str, Any], runner_env: Mapping[str, Any]) -> None:
+    """Settings the functions' timeouts bound (``codeshot:extraEnv`` may change them), checked
+    at synth: a deploy with them would time out queries or replies in AWS."""
+    budget = float(configured(runner_env, "query_time_budget_seconds"))
+    timeout = RUNNER_TIMEOUT.to_seconds()
+    if 2 * (budget + RUNNER_RECORD_MARGIN_SECONDS) >= timeout:
+        most = timeout / 2 - RUNNER_RECORD_MARGIN_SECONDS
+        raise ValueError(
+            f"codeshot:extraEnv: CODESHOT_QUERY_TIME_BUDGET_SECONDS={budget:g} does not fit "
+            f"the runner's {timeout:g} s timeout: two queries, each with "
+            f"{RUNNER_RECORD_MARGIN_SECONDS} s for its writes, must (below {most:g})")
+    wait = float(configured(api_env, "reply_wait_seconds"))
+    most = API_TIMEOUT.to_seconds() - API_REPLY_MARGIN_SECONDS
+    if wait >= most:
+        raise ValueError(
+            f"codeshot:extraEnv: CODESHOT_REPLY_WAIT_SECONDS={wait:g} does not fit the API's "
+            f"{API_TIMEOUT.to_seconds():g} s timeout (HTTP APIs end requests at 30 s) with "
+            f"{API_REPLY_MARGIN_SECONDS} s to answer: it must be below {most:g}")

@@ -8,7 +8,7 @@ import json
 import pytest
 from aws_cdk.assertions import Match
 
-from codeshot.settings import FIELDS, RUNNER_RECORD_MARGIN_SECONDS, Settings
+from codeshot.settings import FIELDS, RUNNER_RECORD_MARGIN_SECONDS, field_named
 from codeshot.store import tables
 from infra.platform_stack import API_TABLES, RUNNER_TABLES
 from infra.settings_env import env_name
@@ -208,13 +208,36 @@ def test_timeouts_fit_api_gateway_and_the_queue(synth):
     assert tables.SESSION_QUEUE.visibility_timeout_seconds >= 6 * runner_timeout
     assert tables.SESSION_QUEUE.max_receive_count >= 5
     # A batch of slow queries cannot outlive the invocation: each starts with its budget
-    # and the margin left, so at least two fit, and the rest are reported back
+    # and margin left, so at least two fit, and the rest are reported back
     # (codeshot/runner/batch.py).
-    budget = float(synth.platform.env(RUNNER).get("CODESHOT_QUERY_TIME_BUDGET_SECONDS",
-                                                  Settings.query_time_budget_seconds))
-    assert runner_timeout > 2 * (budget + RUNNER_RECORD_MARGIN_SECONDS)
+    budget = field_named("query_time_budget_seconds").default
+    assert "CODESHOT_QUERY_TIME_BUDGET_SECONDS" not in synth.platform.env(RUNNER)
+    assert 2 * (budget + RUNNER_RECORD_MARGIN_SECONDS) < runner_timeout
     reply_wait = int(synth.platform.env(API)["CODESHOT_REPLY_WAIT_SECONDS"])
-    assert reply_wait < synth.platform.function(API)[1]["Timeout"]
+    assert reply_wait < synth.platform.function(API)[1]["Timeout"] - 3
+
+
+@pytest.mark.parametrize(("name", "value", "error"), [
+    # two records of 140 + 10 s would end with the runner's 300 s
+    ("CODESHOT_QUERY_TIME_BUDGET_SECONDS", "140", "below 140"),
+    # the API must still answer within its 29 s (HTTP APIs end requests at 30 s)
+    ("CODESHOT_REPLY_WAIT_SECONDS", "26", "below 26"),
+])
+def test_extra_env_cannot_outlast_the_functions_timeouts(tmp_path, name, value, error):
+    from tests.infra.conftest import synthesize
+
+    with pytest.raises(ValueError, match=rf"codeshot:extraEnv: {name}={value} .*{error}"):
+        synthesize(tmp_path, **{"codeshot:extraEnv": {name: value}})
+
+
+def test_extra_env_up_to_the_bounds_is_deployed(tmp_path):
+    from tests.infra.conftest import synthesize
+
+    platform = synthesize(tmp_path, **{"codeshot:extraEnv": {
+        "CODESHOT_QUERY_TIME_BUDGET_SECONDS": "139", "CODESHOT_REPLY_WAIT_SECONDS": "25.5"}}
+                          ).platform
+    assert platform.env(RUNNER)["CODESHOT_QUERY_TIME_BUDGET_SECONDS"] == "139"
+    assert platform.env(API)["CODESHOT_REPLY_WAIT_SECONDS"] == "25.5"
 
 
 def test_environment_points_functions_at_the_resources(synth):
