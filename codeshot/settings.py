@@ -25,7 +25,7 @@ ENV_PREFIX = "CODESHOT_"
 # What a queued record needs beyond the time its work may take (a query's
 # ``query_time_budget_seconds``): the writes of its reply. The runner starts no record with
 # less than both left of its invocation (codeshot/runner/batch.py), so the budget plus
-# this must fit the runner's timeout.
+# this must fit the runner's timeout, twice (the CDK app refuses a budget that does not).
 RUNNER_RECORD_MARGIN_SECONDS = 10
 
 # The Fixie 1.0 SDK hard-codes these audiences; tokens for its agents must carry one.
@@ -238,6 +238,13 @@ def field_named(name: str) -> dataclasses.Field[Any]:
         if field.name == name:
             return field
     raise KeyError(f"codeshot.settings.Settings has no field {name!r}")
+
+
+def check_setting(name: str, value: Any) -> Any:
+    """``value`` as field ``name`` takes it (text parsed, choices and bounds checked), or
+    SettingsError naming its variable: what the CDK app checks ``codeshot:extraEnv`` with."""
+    field = field_named(name)
+    return _check(field, value, env_names(field)[0])
 
 
 def _check(field: dataclasses.Field[Any], value: Any, source: str) -> Any:

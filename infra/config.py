@@ -51,12 +51,16 @@ class InfraConfig:
     # Days a session's items are kept after they were last written (DynamoDB TTL; the
     # functions' CODESHOT_SESSION_TTL_DAYS); 0 keeps sessions forever.
     session_ttl_days: int = 90
-    # Runner instances SQS may run at once (its event source's maximum concurrency, and the
-    # runner's reserved concurrency): size it to the LLM quota (see README, Concurrency).
+    # Runner instances SQS may run at once (its event sources' maximum concurrency, which
+    # bounds the runner with or without a reservation): size it to the LLM quota (README).
     runner_max_concurrency: int = 10
-    # Reserved (and so maximum) concurrency of the API function: what it may take of the
-    # account's pool, leaving the rest to the runner and the agents. 0: no reservation.
-    api_reserved_concurrency: int = 200
+    # Reservations are off by default: Lambda keeps 100 of an account's concurrency
+    # unreserved, and a new account's quota (often 10 to 50) leaves nothing to reserve, so
+    # a reservation would fail the first deploy. With a raised quota (README, Deploy):
+    # the runner reserves its triggers' maximums (runnerMaxConcurrency + 2), so the API and
+    # agents cannot starve it; the API reserves this many (its cap), 0: no reservation.
+    reserve_runner_concurrency: bool = False
+    api_reserved_concurrency: int = 0
     # Alarms notify an SNS topic; this address is subscribed to it when set.
     alarm_email: str = ""
     # Where fixie_query_corpus searches: "lambda" (indexes on S3, loaded by the runner) or
@@ -131,6 +135,7 @@ def read_config(node: Node) -> InfraConfig:
         "deletion_protection": "codeshot:deletionProtection",
         "session_ttl_days": "codeshot:sessionTtlDays",
         "runner_max_concurrency": "codeshot:runnerMaxConcurrency",
+        "reserve_runner_concurrency": "codeshot:reserveRunnerConcurrency",
         "api_reserved_concurrency": "codeshot:apiReservedConcurrency",
         "alarm_email": "codeshot:alarmEmail",
         "corpus_search": "codeshot:corpusSearch",

@@ -4,6 +4,7 @@ that registers deployed agents. Wiring only; the parts live in ``infra/component
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 from aws_cdk import Aws, CfnOutput, Duration, Stack
@@ -12,7 +13,7 @@ from aws_cdk import aws_lambda as lambda_
 from aws_cdk import aws_lambda_event_sources as events
 from constructs import Construct
 
-from codeshot.settings import RUNNER_RECORD_MARGIN_SECONDS, Settings, field_named
+from codeshot.settings import RUNNER_RECORD_MARGIN_SECONDS, field_named
 from codeshot.store import tables
 from infra.bundling import (
     API_FUNCTION,
@@ -23,6 +24,7 @@ from infra.bundling import (
     platform_bundle,
 )
 from infra.components import access
+from infra.components.access import BATCH_GET, BATCH_WRITE, DELETE, GET, PUT, QUERY, SCAN, UPDATE
 from infra.components.accounts import Accounts
 from infra.components.agent_function import REGISTRATION_SERVICE_TIMEOUT
 from infra.components.alarms import PlatformAlarms
@@ -32,12 +34,15 @@ from infra.components.function import PythonFunction
 from infra.components.http_api import LambdaHttpApi
 from infra.components.signing import OAuthTokenKey, SigningKeys
 from infra.config import REPO_ROOT, InfraConfig
-from infra.settings_env import extra_env, settings_env
+from infra.settings_env import configured, extra_env, settings_env
 
 # API: HTTP APIs cut integrations off at 30 s, so 29 s lets the Lambda answer (or fail)
-# first. sendSessionMessage waits for the reply at most REPLY_WAIT, inside that budget.
+# first. sendSessionMessage waits for the reply at most REPLY_WAIT, inside that budget,
+# leaving REPLY_MARGIN for what the request does around the wait (the quota, the message
+# and its enqueue before; reading and answering the reply after).
 API_TIMEOUT = Duration.seconds(29)
 API_REPLY_WAIT_SECONDS = 24
+API_REPLY_MARGIN_SECONDS = 3
 # Runner: a planner turn is several LLM calls plus agent calls of up to 30 s each. The
 # queue's visibility timeout is 6x this (tables.SESSION_QUEUE), so a message is never
 # redelivered while its first attempt still runs.
@@ -53,22 +58,40 @@ REGISTER_MEMORY_MB = 512
 AGENT_SECRETS_PREFIX = str(field_named("agent_secrets_prefix").default)
 # Messages per runner invocation; failures are reported per message, so a bad one does
 # not redeliver the rest. FIFO keeps one session's messages in order within a batch.
-# Sessions run side by side, each session's records in order, and none starts in the last
-# query's time budget and RUNNER_RECORD_MARGIN_SECONDS, so a batch finishes or reports
-# what it left (codeshot/runner/batch.py).
+# Sessions run side by side, each session's records in order, and none starts with less
+# than a query's time budget + RUNNER_RECORD_MARGIN_SECONDS left, so a batch finishes or
+# reports what it left (codeshot/runner/batch.py); two such records fit in the timeout.
 RUNNER_BATCH_SIZE = 10
-# Registration reads, writes and deletes single items (an agent, its owner): no Query or
-# Scan. Each role's actions are what its code calls (tests/infra/test_function_actions.py).
-REGISTER_TABLE_ACTIONS = ("dynamodb:GetItem", "dynamodb:PutItem", "dynamodb:UpdateItem",
-                          "dynamodb:DeleteItem")
+# Each role's DynamoDB actions, table by table (by its logical name): what its code calls on
+# that table, no more (tests/infra/test_function_actions.py reads the calls from the code
+# and checks both ways).
+API_TABLES: dict[str, tuple[str, ...]] = {
+    tables.REGISTRY.logical: (GET, SCAN, PUT, UPDATE, DELETE),
+    tables.SESSIONS.logical: (GET, QUERY, BATCH_GET, PUT, UPDATE, BATCH_WRITE),
+    tables.USERS.logical: (GET, SCAN, PUT, UPDATE),
+    tables.USAGE.logical: (GET, BATCH_GET, PUT, UPDATE),
+    tables.USER_STORAGE.logical: (GET, QUERY, PUT, UPDATE, DELETE),  # UPDATE: key counts
+    tables.CORPORA.logical: (QUERY, PUT, DELETE),
+    tables.OAUTH.logical: (GET, QUERY, PUT, UPDATE, DELETE),
+}
+RUNNER_TABLES: dict[str, tuple[str, ...]] = {
+    tables.SESSIONS.logical: (GET, QUERY, BATCH_GET, PUT, UPDATE, DELETE, BATCH_WRITE),
+    tables.REGISTRY.logical: (GET, SCAN),  # it cannot write agents; it loads the router's index
+    tables.USERS.logical: (GET,),  # a query's user (limits, revocation)
+    tables.USAGE.logical: (GET, BATCH_GET, PUT, UPDATE),  # LLM token counters, checked per call
+    tables.CORPORA.logical: (QUERY, PUT, DELETE),  # it runs corpus ingestions
+}
+# Registration reads and writes single items (an agent, its owner): no Scan.
+REGISTER_TABLES: dict[str, tuple[str, ...]] = {
+    tables.REGISTRY.logical: (GET, PUT, UPDATE, DELETE),
+    tables.USERS.logical: (GET, PUT),  # the admin owner, made on first deploy
+    tables.CORPORA.logical: (QUERY, PUT, DELETE),  # an agent's corpora, queued for the runner
+}
 # The prompt queue's trigger: each record is one short HTTP exchange with a task's
 # callback; two concurrent batches (SQS's minimum) keep its share of the runner small.
 PROMPT_MAX_CONCURRENCY = 2
 
 assert tables.SESSION_QUEUE.visibility_timeout_seconds >= 6 * RUNNER_TIMEOUT.to_seconds()
-assert RUNNER_TIMEOUT.to_seconds() > 2 * (Settings.query_time_budget_seconds
-                                         + RUNNER_RECORD_MARGIN_SECONDS)
-assert API_TIMEOUT.to_seconds() > API_REPLY_WAIT_SECONDS
 assert REGISTER_TIMEOUT.to_seconds() < REGISTRATION_SERVICE_TIMEOUT.to_seconds()
 
 
@@ -132,8 +155,7 @@ class PlatformStack(Stack):
         )
         self.http.route_to(self.api.function)
         role = self.api.role
-        for spec in tables.TABLES:  # registry, sessions, users, usage, user storage, oauth
-            self._table(role, spec, write=True)
+        self._tables(role, API_TABLES)
         access.object_access(role, self.embeds.bucket, self.embeds.prefix, put=True, delete=True)
         # Presigned upload URLs are signed by this role; it reads an upload to bind it.
         access.object_access(role, self.embeds.bucket, self.embeds.uploads_prefix, put=True)
@@ -154,9 +176,11 @@ class PlatformStack(Stack):
             description="Session runner: SQS FIFO batches to answered sessions, and "
                         "Agent Protocol callback polls",
             memory_mb=RUNNER_MEMORY_MB, timeout=RUNNER_TIMEOUT,
-            # Reserved as high as the triggers' maximums together: the API and agents cannot
-            # starve it, and SQS never has a batch throttled (a throttle counts as a receive).
-            reserved_concurrency=config.runner_max_concurrency + PROMPT_MAX_CONCURRENCY,
+            # When reserved, as high as the triggers' maximums together: the API and agents
+            # cannot starve it, and SQS never has a batch throttled (a throttle counts as a
+            # receive). Unreserved, those maximums still bound it (config.py says why).
+            reserved_concurrency=config.runner_max_concurrency + PROMPT_MAX_CONCURRENCY
+            if config.reserve_runner_concurrency else None,
             environment=common | data_env | settings_env(
                 # A callback's answer is posted to the session queue as the user's message.
                 queue_url=self.sessions_queue.queue.queue_url,
@@ -164,6 +188,7 @@ class PlatformStack(Stack):
                 prompt_queue_url=self.prompt_queue.queue.queue_url,
                 prompt_queue_name=self.prompt_queue.queue.queue_name),
         )
+        check_time_limits(api_env=self.api.environment, runner_env=self.runner.environment)
         for queue, concurrency in ((self.sessions_queue.queue, config.runner_max_concurrency),
                                    (self.prompt_queue.queue, PROMPT_MAX_CONCURRENCY)):
             self.runner.function.add_event_source(events.SqsEventSource(
@@ -172,11 +197,7 @@ class PlatformStack(Stack):
         role = self.runner.role
         access.send_messages(role, self.sessions_queue.queue)
         access.send_messages(role, self.prompt_queue.queue)
-        self._table(role, tables.SESSIONS, write=True)
-        self._table(role, tables.REGISTRY, write=False)
-        self._table(role, tables.USERS, write=False)
-        self._table(role, tables.USAGE, write=True)  # LLM token counters, checked per call
-        self._table(role, tables.CORPORA, write=True)  # it runs corpus ingestions
+        self._tables(role, RUNNER_TABLES)
         # It sweeps a deleted agent registration's user storage (UserStorageStore.
         # sweep_registration): found through the keys-only index, deleted key by key; it
         # can neither read a value nor write an item.
@@ -205,10 +226,7 @@ class PlatformStack(Stack):
                 queue_name=self.sessions_queue.queue.queue_name),
         )
         role = self.register_agent.role
-        self._table(role, tables.REGISTRY, write=True, only=REGISTER_TABLE_ACTIONS)
-        self._table(role, tables.USERS, write=True, only=REGISTER_TABLE_ACTIONS)
-        # A deployed agent's corpora: their ingestion is queued for the runner.
-        self._table(role, tables.CORPORA, write=True)
+        self._tables(role, REGISTER_TABLES)
         access.object_delete(role, self.embeds.bucket, tables.CORPUS_OBJECTS_PREFIX)
         # Users' OAuth tokens for an agent it unregisters (or registers: an earlier agent's)
         # go, found through the table's agent index (codeshot/store/oauth.py forget_agent).
@@ -244,9 +262,10 @@ class PlatformStack(Stack):
                                bundle_boto3=self.config.bundle_boto3)
         return lambda_code(spec, REPO_ROOT / "handlers")
 
-    def _table(self, role: iam.Role, spec: tables.Table, *, write: bool,
-               only: tuple[str, ...] | None = None) -> None:
-        access.table_access(role, self.tables.by_spec(spec), spec, write=write, only=only)
+    def _tables(self, role: iam.Role, actions: dict[str, tuple[str, ...]]) -> None:
+        for spec in tables.TABLES:
+            if spec.logical in actions:
+                access.table_access(role, self.tables.by_spec(spec), spec, actions[spec.logical])
 
     @property
     def api_url(self) -> str:
@@ -255,3 +274,23 @@ class PlatformStack(Stack):
     @property
     def register_agent_function(self) -> lambda_.IFunction:
         return self.register_agent.function
+
+
+def check_time_limits(*, api_env: Mapping[str, Any], runner_env: Mapping[str, Any]) -> None:
+    """Settings the functions' timeouts bound (``codeshot:extraEnv`` may change them), checked
+    at synth: a deploy with them would time out queries or replies in AWS."""
+    budget = float(configured(runner_env, "query_time_budget_seconds"))
+    timeout = RUNNER_TIMEOUT.to_seconds()
+    if 2 * (budget + RUNNER_RECORD_MARGIN_SECONDS) >= timeout:
+        most = timeout / 2 - RUNNER_RECORD_MARGIN_SECONDS
+        raise ValueError(
+            f"codeshot:extraEnv: CODESHOT_QUERY_TIME_BUDGET_SECONDS={budget:g} does not fit "
+            f"the runner's {timeout:g} s timeout: two queries, each with "
+            f"{RUNNER_RECORD_MARGIN_SECONDS} s for its writes, must (below {most:g})")
+    wait = float(configured(api_env, "reply_wait_seconds"))
+    most = API_TIMEOUT.to_seconds() - API_REPLY_MARGIN_SECONDS
+    if wait >= most:
+        raise ValueError(
+            f"codeshot:extraEnv: CODESHOT_REPLY_WAIT_SECONDS={wait:g} does not fit the API's "
+            f"{API_TIMEOUT.to_seconds():g} s timeout (HTTP APIs end requests at 30 s) with "
+            f"{API_REPLY_MARGIN_SECONDS} s to answer: it must be below {most:g}")

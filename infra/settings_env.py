@@ -10,7 +10,9 @@ from collections.abc import Mapping
 from typing import Any
 
 from codeshot.settings import ENV_PREFIX as PREFIX
-from codeshot.settings import env_names, field_named
+from codeshot.settings import FIELDS, SettingsError, check_setting, env_names, field_named
+
+FIELD_NAMES = {f.name for f in FIELDS}
 
 
 def env_name(field: str) -> str:
@@ -32,10 +34,24 @@ def settings_env(**values: Any) -> dict[str, Any]:
 
 
 def extra_env(values: Mapping[str, str]) -> dict[str, str]:
-    """User-supplied ``CODESHOT_*`` overrides from context, checked against Settings."""
+    """User-supplied ``CODESHOT_*`` overrides from context, each name and value checked as
+    :class:`Settings` would read it in the Lambda: a bad one fails the synth, not a
+    function's first cold start."""
     out = {}
     for name, value in values.items():
-        if not name.startswith(PREFIX):
-            raise KeyError(f"codeshot:extraEnv keys are CODESHOT_* settings, got {name!r}")
-        out[env_name(name[len(PREFIX):].lower())] = str(value)
+        field = name.removeprefix(PREFIX).lower()
+        if not name.startswith(PREFIX) or field not in FIELD_NAMES:
+            raise ValueError(f"codeshot:extraEnv: {name!r} is not a CODESHOT_* setting")
+        try:
+            check_setting(field, str(value))
+        except SettingsError as e:
+            raise ValueError(f"codeshot:extraEnv: {e}") from None
+        out[env_name(field)] = str(value)
     return out
+
+
+def configured(env: Mapping[str, Any], field: str) -> Any:
+    """What a function with environment ``env`` reads for ``field``: its variable's value,
+    else the setting's default."""
+    name = env_name(field)
+    return check_setting(field, env[name]) if name in env else field_named(field).default

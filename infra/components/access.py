@@ -19,26 +19,13 @@ from cdk_nag import RegexAppliesTo
 from codeshot.store.tables import Table
 from infra.nag import suppress
 
-# What codeshot's stores call on every table (transactions need the per-item actions)...
-DYNAMO_READ = ("dynamodb:GetItem", "dynamodb:Query")
-DYNAMO_WRITE = ("dynamodb:PutItem", "dynamodb:UpdateItem", "dynamodb:DeleteItem")
-# ... and what only some tables' stores call (codeshot/store/<logical>.py; a test reads
-# the stores' calls and checks these lists against them both ways).
-EXTRA_READS: dict[str, tuple[str, ...]] = {
-    "registry": ("dynamodb:Scan",),  # the agent list and the router's index
-    "sessions": ("dynamodb:BatchGetItem",),
-    "usage": ("dynamodb:BatchGetItem",),  # a user's and an agent's token counters at once
-    "users": ("dynamodb:Scan",),  # an operator's list of users
-}
-EXTRA_WRITES: dict[str, tuple[str, ...]] = {
-    "sessions": ("dynamodb:BatchWriteItem",),  # a long trace; a deleted session's items
-}
-
-
-def table_actions(spec: Table, *, write: bool) -> tuple[str, ...]:
-    """The DynamoDB actions a role gets on ``spec``'s table."""
-    reads = DYNAMO_READ + EXTRA_READS.get(spec.logical, ())
-    return reads + (DYNAMO_WRITE + EXTRA_WRITES.get(spec.logical, ()) if write else ())
+# DynamoDB actions, for each role's per-table lists (platform_stack.py): what that role's
+# code calls on that table, which tests/infra/test_function_actions.py reads from the
+# code and checks both ways. Transactions are authorised by their items' actions.
+GET, QUERY, SCAN, BATCH_GET = ("dynamodb:GetItem", "dynamodb:Query", "dynamodb:Scan",
+                               "dynamodb:BatchGetItem")
+PUT, UPDATE, DELETE, BATCH_WRITE = ("dynamodb:PutItem", "dynamodb:UpdateItem",
+                                    "dynamodb:DeleteItem", "dynamodb:BatchWriteItem")
 SQS_SEND = ("sqs:SendMessage",)
 # Converse and InvokeModel are both authorised by bedrock:InvokeModel.
 BEDROCK_INVOKE = ("bedrock:InvokeModel",)
@@ -46,13 +33,11 @@ BEDROCK_INVOKE = ("bedrock:InvokeModel",)
 INFERENCE_PROFILE_PREFIXES = ("us.", "eu.", "apac.", "us-gov.", "ca.", "jp.", "au.", "global.")
 
 
-def table_access(role: iam.Role, table: dynamodb.ITable, spec: Table, *, write: bool,
-                 only: Collection[str] | None = None) -> None:
-    """Read (and optionally write) one table, and query its indexes if it has any; with
-    ``only``, just those of these actions (a function that calls fewer)."""
-    actions = tuple(a for a in table_actions(spec, write=write) if only is None or a in only)
+def table_access(role: iam.Role, table: dynamodb.ITable, spec: Table,
+                 actions: Collection[str]) -> None:
+    """These actions on one table; a Query on its indexes too, if it has any."""
     resources = [table.table_arn]
-    if spec.indexes:
+    if spec.indexes and QUERY in actions:
         resources.append(f"{table.table_arn}/index/*")
         suppress(role, "AwsSolutions-IAM5",
                  "Querying a GSI needs the index ARN; '/index/*' covers only this table's "
@@ -66,9 +51,8 @@ def index_sweep(role: iam.Role, table: dynamodb.ITable, index: str) -> None:
     only, DeleteItem on the table, and no action that reads an item whole or writes one
     (BatchWriteItem would also put)."""
     role.add_to_principal_policy(iam.PolicyStatement(
-        actions=["dynamodb:Query"], resources=[f"{table.table_arn}/index/{index}"]))
-    role.add_to_principal_policy(iam.PolicyStatement(
-        actions=["dynamodb:DeleteItem"], resources=[table.table_arn]))
+        actions=[QUERY], resources=[f"{table.table_arn}/index/{index}"]))
+    role.add_to_principal_policy(iam.PolicyStatement(actions=[DELETE], resources=[table.table_arn]))
 
 
 def object_access(role: iam.Role, bucket: s3.IBucket, prefix: str, *, put: bool,

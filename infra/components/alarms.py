@@ -5,13 +5,20 @@ They watch: a function erroring or being throttled; a query waiting in the queue
 minutes (the runner is down or starved); work dead-lettered; a query the runner gave up
 on (answered with an error after its last attempt: ``codeshot.runner.metrics``). A
 dashboard shows each alarm's metric, and each function's invocations and p99 duration.
+
+The topic is encrypted with a key of its own, not SNS's AWS-managed key (alias/aws/sns):
+CloudWatch publishes an alarm only if it may use the topic's key (kms:GenerateDataKey*,
+kms:Decrypt), and an AWS-managed key's policy cannot be changed to let it, so every alarm
+action would fail ("Enable compatibility between event sources from AWS services and
+encrypted topics", Amazon SNS Developer Guide).
 """
 
 from __future__ import annotations
 
-from aws_cdk import Duration
+from aws_cdk import Aws, Duration, RemovalPolicy
 from aws_cdk import aws_cloudwatch as cloudwatch
 from aws_cdk import aws_cloudwatch_actions as actions
+from aws_cdk import aws_iam as iam
 from aws_cdk import aws_kms as kms
 from aws_cdk import aws_lambda as lambda_
 from aws_cdk import aws_sns as sns
@@ -24,6 +31,9 @@ from codeshot.runner import metrics
 AT_LEAST = cloudwatch.ComparisonOperator.GREATER_THAN_OR_EQUAL_TO_THRESHOLD
 PERIOD = Duration.minutes(5)
 OLDEST_MESSAGE_SECONDS = 300  # a query waiting this long in the queue is not being run
+CLOUDWATCH = iam.ServicePrincipal("cloudwatch.amazonaws.com")
+# What CloudWatch needs of the topic's key to publish to it.
+KEY_ACTIONS = ("kms:GenerateDataKey*", "kms:Decrypt")
 
 
 class PlatformAlarms(Construct):
@@ -38,9 +48,23 @@ class PlatformAlarms(Construct):
         email: str = "",
     ) -> None:
         super().__init__(scope, id)
-        self.topic = sns.Topic(
-            self, "Topic", display_name="codeshot alarms", enforce_ssl=True,
-            master_key=kms.Alias.from_alias_name(self, "SnsKey", "alias/aws/sns"))
+        # It holds only alarm messages in flight: it goes with the stack.
+        self.key = kms.Key(self, "TopicKey", description="codeshot alarms' SNS topic",
+                           enable_key_rotation=True, removal_policy=RemovalPolicy.DESTROY)
+        self.topic = sns.Topic(self, "Topic", display_name="codeshot alarms",
+                               enforce_ssl=True, master_key=self.key)
+        # CloudWatch may use the key, and publish to the topic, only for this account's
+        # alarms in this region (no other account's alarm can make it a confused deputy).
+        from_our_alarms = {
+            "StringEquals": {"aws:SourceAccount": Aws.ACCOUNT_ID},
+            "ArnLike": {"aws:SourceArn": f"arn:{Aws.PARTITION}:cloudwatch:{Aws.REGION}:"
+                                         f"{Aws.ACCOUNT_ID}:alarm:*"}}
+        self.key.add_to_resource_policy(iam.PolicyStatement(
+            principals=[CLOUDWATCH], actions=list(KEY_ACTIONS), resources=["*"],
+            conditions=from_our_alarms))
+        self.topic.add_to_resource_policy(iam.PolicyStatement(
+            principals=[CLOUDWATCH], actions=["sns:Publish"],
+            resources=[self.topic.topic_arn], conditions=from_our_alarms))
         if email:
             self.topic.add_subscription(subscriptions.EmailSubscription(email))
         self.alarms: list[cloudwatch.Alarm] = []

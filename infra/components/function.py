@@ -37,6 +37,7 @@ class PythonFunction(Construct):
         reserved_concurrency: int | None = None,
     ) -> None:
         super().__init__(scope, id)
+        self.environment = dict(environment)  # what the code reads its settings from
         self.log_group = logs.LogGroup(
             self, "Logs", retention=LOG_RETENTION, removal_policy=RemovalPolicy.DESTROY)
         self.role = iam.Role(
@@ -57,7 +58,7 @@ class PythonFunction(Construct):
             description=description,
             memory_size=memory_mb,
             timeout=timeout,
-            environment=dict(environment),
+            environment=self.environment,
             role=self.role,
             log_group=self.log_group,
             logging_format=lambda_.LoggingFormat.JSON,

@@ -307,6 +307,13 @@ class Deployment:
                 QueueUrl=url, Attributes={"Policy": json.dumps(props["PolicyDocument"])})
         return physical_name(stack.name, logical_id, 64), {}
 
+    def _AWS_KMS_Key(self, stack: Stack, logical_id: str, props: dict[str, Any]
+                     ) -> tuple[str, dict[str, Any]]:
+        """A key as CloudFormation makes it (the alarm topic's: its ARN is the topic's)."""
+        key = self.aws("kms").create_key(Description=props.get("Description", ""),
+                                         Policy=json.dumps(props["KeyPolicy"]))["KeyMetadata"]
+        return key["KeyId"], {"Arn": key["Arn"], "KeyId": key["KeyId"]}
+
     def _AWS_SecretsManager_Secret(self, stack: Stack, logical_id: str, props: dict[str, Any]
                                    ) -> tuple[str, dict[str, Any]]:
         client = self.aws("secretsmanager")

@@ -8,9 +8,9 @@ import json
 import pytest
 from aws_cdk.assertions import Match
 
-from codeshot.settings import FIELDS, RUNNER_RECORD_MARGIN_SECONDS, Settings
+from codeshot.settings import FIELDS, RUNNER_RECORD_MARGIN_SECONDS, field_named
 from codeshot.store import tables
-from infra.components.access import DYNAMO_WRITE, table_actions
+from infra.platform_stack import API_TABLES, RUNNER_TABLES
 from infra.settings_env import env_name
 from tests.infra import cfn
 from tests.infra.cfn import refs as refs_of
@@ -208,13 +208,36 @@ def test_timeouts_fit_api_gateway_and_the_queue(synth):
     assert tables.SESSION_QUEUE.visibility_timeout_seconds >= 6 * runner_timeout
     assert tables.SESSION_QUEUE.max_receive_count >= 5
     # A batch of slow queries cannot outlive the invocation: each starts with its budget
-    # and the margin left, so at least two fit, and the rest are reported back
+    # and margin left, so at least two fit, and the rest are reported back
     # (codeshot/runner/batch.py).
-    budget = float(synth.platform.env(RUNNER).get("CODESHOT_QUERY_TIME_BUDGET_SECONDS",
-                                                  Settings.query_time_budget_seconds))
-    assert runner_timeout > 2 * (budget + RUNNER_RECORD_MARGIN_SECONDS)
+    budget = field_named("query_time_budget_seconds").default
+    assert "CODESHOT_QUERY_TIME_BUDGET_SECONDS" not in synth.platform.env(RUNNER)
+    assert 2 * (budget + RUNNER_RECORD_MARGIN_SECONDS) < runner_timeout
     reply_wait = int(synth.platform.env(API)["CODESHOT_REPLY_WAIT_SECONDS"])
-    assert reply_wait < synth.platform.function(API)[1]["Timeout"]
+    assert reply_wait < synth.platform.function(API)[1]["Timeout"] - 3
+
+
+@pytest.mark.parametrize(("name", "value", "error"), [
+    # two records of 140 + 10 s would end with the runner's 300 s
+    ("CODESHOT_QUERY_TIME_BUDGET_SECONDS", "140", "below 140"),
+    # the API must still answer within its 29 s (HTTP APIs end requests at 30 s)
+    ("CODESHOT_REPLY_WAIT_SECONDS", "26", "below 26"),
+])
+def test_extra_env_cannot_outlast_the_functions_timeouts(tmp_path, name, value, error):
+    from tests.infra.conftest import synthesize
+
+    with pytest.raises(ValueError, match=rf"codeshot:extraEnv: {name}={value} .*{error}"):
+        synthesize(tmp_path, **{"codeshot:extraEnv": {name: value}})
+
+
+def test_extra_env_up_to_the_bounds_is_deployed(tmp_path):
+    from tests.infra.conftest import synthesize
+
+    platform = synthesize(tmp_path, **{"codeshot:extraEnv": {
+        "CODESHOT_QUERY_TIME_BUDGET_SECONDS": "139", "CODESHOT_REPLY_WAIT_SECONDS": "25.5"}}
+                          ).platform
+    assert platform.env(RUNNER)["CODESHOT_QUERY_TIME_BUDGET_SECONDS"] == "139"
+    assert platform.env(API)["CODESHOT_REPLY_WAIT_SECONDS"] == "25.5"
 
 
 def test_environment_points_functions_at_the_resources(synth):
@@ -294,6 +317,37 @@ def test_alarms_notify_a_topic_on_errors_throttles_backlog_and_given_up_queries(
     assert body.count('\\"label\\":\\"alarm\\"') == len(alarms) and "p99" in body, body[:300]
 
 
+FROM_OUR_ALARMS = {
+    "StringEquals": {"aws:SourceAccount": {"Ref": "AWS::AccountId"}},
+    "ArnLike": {"aws:SourceArn": {"Fn::Join": ["", [
+        "arn:", {"Ref": "AWS::Partition"}, ":cloudwatch:", {"Ref": "AWS::Region"}, ":",
+        {"Ref": "AWS::AccountId"}, ":alarm:*"]]}}}
+
+
+def test_cloudwatch_may_publish_to_the_alarm_topic_and_use_its_key(synth):
+    """An alarm reaches its subscribers only if CloudWatch may use the topic's key: the
+    AWS-managed alias/aws/sns cannot let it (its policy is AWS's), so the topic has a
+    customer-managed key, rotated, whose policy lets CloudWatch in for this account's
+    alarms only (and the topic's policy lets it publish, on the same conditions)."""
+    t = synth.platform
+    (topic_id,) = t.of_type("AWS::SNS::Topic")
+    (key_id,) = refs_of(t.props(topic_id)["KmsMasterKeyId"])
+    assert t.resources[key_id]["Type"] == "AWS::KMS::Key"
+    assert t.resources[key_id]["DeletionPolicy"] == "Delete"  # it keeps no data
+    t.assertions.has_resource_properties("AWS::KMS::Key", {
+        "EnableKeyRotation": True,
+        "KeyPolicy": {"Statement": Match.array_with([{
+            "Effect": "Allow", "Principal": {"Service": "cloudwatch.amazonaws.com"},
+            "Action": ["kms:Decrypt", "kms:GenerateDataKey*"], "Resource": "*",
+            "Condition": FROM_OUR_ALARMS}])}})
+    t.assertions.has_resource_properties("AWS::SNS::TopicPolicy", {
+        "Topics": [{"Ref": topic_id}],
+        "PolicyDocument": {"Statement": Match.array_with([Match.object_like({
+            "Effect": "Allow", "Principal": {"Service": "cloudwatch.amazonaws.com"},
+            "Action": "sns:Publish", "Resource": {"Ref": topic_id},
+            "Condition": FROM_OUR_ALARMS})])}})
+
+
 def test_an_alarm_email_is_subscribed_when_set(tmp_path):
     from tests.infra.conftest import synthesize
 
@@ -336,29 +390,43 @@ def test_destroy_keeps_the_tables_and_buckets_and_nothing_else(synth):
     assert not [k for k, v in synth.agent.resources.items() if v.get("DeletionPolicy") == "Retain"]
 
 
-def test_concurrency_is_capped_and_the_runner_has_its_share(synth):
-    """The runner's reserved concurrency is at least its triggers' maximums together (so
-    batches are never throttled back to the queues), and the API cannot take the whole
-    account pool."""
-    runner = synth.platform.function(RUNNER)[1]
+# Lambda keeps this much of an account's concurrency unreserved: a deploy whose
+# reservations leave less fails ("...decreases account's UnreservedConcurrentExecution
+# below its minimum value").
+UNRESERVED_MINIMUM = 100
+
+
+def reserved(platform) -> int:
+    return sum(f["Properties"].get("ReservedConcurrentExecutions", 0)
+               for f in platform.of_type("AWS::Lambda::Function").values())
+
+
+def test_the_default_deploy_fits_a_new_accounts_concurrency_quota(synth):
+    """A new account's Lambda quota is often 10: the default reserves nothing, so the first
+    deploy succeeds; the SQS triggers' maximum concurrency still bounds the runner."""
+    for template in (synth.platform, synth.agent):
+        assert reserved(template) == 0, "any reservation needs a quota of 100 more"
     maximums = sorted(m["Properties"]["ScalingConfig"]["MaximumConcurrency"]
                       for m in synth.platform.of_type("AWS::Lambda::EventSourceMapping").values())
     assert maximums == [2, 10]
-    assert runner["ReservedConcurrentExecutions"] >= sum(maximums)
-    assert synth.platform.function(API)[1]["ReservedConcurrentExecutions"] == 200
-    assert "ReservedConcurrentExecutions" not in synth.platform.function(REGISTER)[1]
 
 
-def test_concurrency_settings_come_from_context(tmp_path):
+def test_reservations_come_from_context_and_cover_the_runners_triggers(tmp_path):
+    """With a raised quota: the runner's reservation is at least its triggers' maximums
+    together (so batches are never throttled back to the queues), and the API's caps it."""
     from tests.infra.conftest import synthesize
 
     platform = synthesize(tmp_path, **{"codeshot:runnerMaxConcurrency": 40,
-                                       "codeshot:apiReservedConcurrency": 0}).platform
+                                       "codeshot:reserveRunnerConcurrency": "true",
+                                       "codeshot:apiReservedConcurrency": 200}).platform
     maximums = sorted(m["Properties"]["ScalingConfig"]["MaximumConcurrency"]
                       for m in platform.of_type("AWS::Lambda::EventSourceMapping").values())
     assert maximums == [2, 40]  # the prompt queue's is fixed
-    assert platform.function(RUNNER)[1]["ReservedConcurrentExecutions"] == 42
-    assert "ReservedConcurrentExecutions" not in platform.function(API)[1]
+    assert platform.function(RUNNER)[1]["ReservedConcurrentExecutions"] == 42 == sum(maximums)
+    assert platform.function(API)[1]["ReservedConcurrentExecutions"] == 200
+    assert "ReservedConcurrentExecutions" not in platform.function(REGISTER)[1]
+    # The account quota this needs, as the README's Deploy section states it.
+    assert reserved(platform) + UNRESERVED_MINIMUM == 342
 
 
 @pytest.mark.parametrize(("key", "value"), [("codeshot:runnerMaxConcurrency", 1),
@@ -418,8 +486,8 @@ def assert_reads_only_the_signing_secret(synth, handler: str,
 
 def test_api_role(synth):
     t = synth.platform
-    for spec in tables.TABLES:  # registry, sessions, users, usage, user storage: read/write
-        assert t.actions_on(API, synth.table_id(spec)) == set(table_actions(spec, write=True))
+    for spec in tables.TABLES:  # it reads and writes every table
+        assert t.actions_on(API, synth.table_id(spec)) == set(API_TABLES[spec.logical])
     bucket = embeds_bucket_id(synth)
     assert t.actions_on(API, bucket) == {"s3:GetObject", "s3:PutObject", "s3:DeleteObject",
                                          "s3:ListBucket"}
@@ -442,12 +510,12 @@ def invoked_models(t, handler) -> str:
 def test_runner_role(synth):
     t = synth.platform
     assert t.actions_on(RUNNER, synth.table_id(tables.SESSIONS)) == set(
-        table_actions(tables.SESSIONS, write=True))
-    registry = t.actions_on(RUNNER, synth.table_id(tables.REGISTRY))
-    assert registry == set(table_actions(tables.REGISTRY, write=False))  # it cannot write
-    assert not registry & set(DYNAMO_WRITE)
-    assert t.actions_on(RUNNER, synth.table_id(tables.USERS)) == set(
-        table_actions(tables.USERS, write=False))
+        RUNNER_TABLES[tables.SESSIONS.logical])
+    # It reads agents (and scans them for the router's index), and cannot write them.
+    assert t.actions_on(RUNNER, synth.table_id(tables.REGISTRY)) == {
+        "dynamodb:GetItem", "dynamodb:Scan"}
+    # A query's user, by key: it cannot list the users (Scan) or look one up by name.
+    assert t.actions_on(RUNNER, synth.table_id(tables.USERS)) == {"dynamodb:GetItem"}
     # It sweeps deleted agents' user storage: found through the keys-only index, deleted
     # key by key; it can neither read a value nor write an item.
     storage = synth.table_id(tables.USER_STORAGE)
@@ -456,12 +524,12 @@ def test_runner_role(synth):
         ("dynamodb:DeleteItem", f"<{storage}.Arn>")}
     # It counts each LLM call's tokens against the user's and the agent's daily budgets.
     assert t.actions_on(RUNNER, synth.table_id(tables.USAGE)) == set(
-        table_actions(tables.USAGE, write=True))
+        RUNNER_TABLES[tables.USAGE.logical])
     assert t.actions_on(RUNNER, embeds_bucket_id(synth)) == {
         "s3:GetObject", "s3:PutObject", "s3:DeleteObject"}
     # It runs corpus ingestions: their versions, and their indexes under corpora/ only.
     assert t.actions_on(RUNNER, synth.table_id(tables.CORPORA)) == set(
-        table_actions(tables.CORPORA, write=True))
+        RUNNER_TABLES[tables.CORPORA.logical])
     # (deleting those a newer version replaced)
     assert corpus_grants(t, RUNNER) == [{"s3:GetObject", "s3:PutObject", "s3:DeleteObject"}]
     queue = t.env(API)["CODESHOT_QUEUE_URL"]["Ref"]
@@ -480,9 +548,11 @@ def test_runner_role(synth):
 def test_register_agent_role(synth):
     t = synth.platform
     assert_reads_only_the_signing_secret(synth, REGISTER)
-    for spec in (tables.REGISTRY, tables.USERS):  # single items: no Query, no Scan
-        assert t.actions_on(REGISTER, synth.table_id(spec)) == {
-            "dynamodb:GetItem", "dynamodb:PutItem", "dynamodb:UpdateItem", "dynamodb:DeleteItem"}
+    # Single items, no Query or Scan: an agent's registration, and its owner made once.
+    assert t.actions_on(REGISTER, synth.table_id(tables.REGISTRY)) == {
+        "dynamodb:GetItem", "dynamodb:PutItem", "dynamodb:UpdateItem", "dynamodb:DeleteItem"}
+    assert t.actions_on(REGISTER, synth.table_id(tables.USERS)) == {
+        "dynamodb:GetItem", "dynamodb:PutItem"}
     for spec in (tables.SESSIONS, tables.USAGE, tables.USER_STORAGE):
         assert not t.actions_on(REGISTER, synth.table_id(spec))
     # Users' OAuth tokens for an agent it (un)registers: found through the keys-only
@@ -492,8 +562,8 @@ def test_register_agent_role(synth):
         ("dynamodb:Query", f"<{oauth}.Arn>/index/by_agent"),
         ("dynamodb:DeleteItem", f"<{oauth}.Arn>")}
     # A deployed agent's corpora: it records and queues their ingestion, nothing more.
-    assert t.actions_on(REGISTER, synth.table_id(tables.CORPORA)) == set(
-        table_actions(tables.CORPORA, write=True))
+    assert t.actions_on(REGISTER, synth.table_id(tables.CORPORA)) == {
+        "dynamodb:Query", "dynamodb:PutItem", "dynamodb:DeleteItem"}
     assert {a for a in t.all_actions(REGISTER) if a.startswith("sqs:")} == {"sqs:SendMessage"}
     # An unregistered agent's corpus indexes go; it reads and writes no object.
     assert {a for a in t.all_actions(REGISTER) if a.startswith("s3:")} == {"s3:DeleteObject"}
