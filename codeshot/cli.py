@@ -543,23 +543,17 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _aws_error(exc: Exception) -> CodeshotError | None:
-    """An AWS failure that reached a command's top, as a coded error saying what to do (None
-    for anything else). Every command that acts on the platform's resources gets these."""
+def _unreachable(exc: Exception) -> CodeshotError | None:
+    """AWS out of reach (no credentials, no answer) as a coded error saying what to do;
+    None for anything else."""
     try:
-        from botocore.exceptions import (
-            BotoCoreError,
-            ClientError,
-            NoCredentialsError,
-            PartialCredentialsError,
-        )
         from botocore.exceptions import ConnectionError as AwsConnectionError
+        from botocore.exceptions import NoCredentialsError, PartialCredentialsError
     except ModuleNotFoundError:
         return None
     from codeshot.client import STATE_FILE, read_state
-    from codeshot.errors import Forbidden, NotFound, Unauthenticated, Unavailable
+    from codeshot.errors import Unauthenticated, Unavailable
 
-    state = read_state()
     if isinstance(exc, NoCredentialsError | PartialCredentialsError):
         return Unauthenticated(
             f"no local stack here (no {STATE_FILE} in this directory) and no AWS "
@@ -567,12 +561,29 @@ def _aws_error(exc: Exception) -> CodeshotError | None:
             f"CODESHOT_* and AWS credentials (AWS_PROFILE, or AWS_ACCESS_KEY_ID and "
             f"AWS_SECRET_ACCESS_KEY) for a deployed platform")
     if isinstance(exc, AwsConnectionError):  # refused, no such host, connect timeout
+        state = read_state()
         if state is not None:
             return Unavailable(
                 f"the local stack's AWS endpoint {state.get('aws_endpoint_url')} does not "
                 f"answer: the `codeshot local up` that wrote {STATE_FILE} here is not "
                 f"running; start it again")
         return Unavailable(f"cannot reach AWS: {exc}")
+    return None
+
+
+def _aws_error(exc: Exception) -> CodeshotError | None:
+    """An AWS failure that reached a command's top, as a coded error saying what to do (None
+    for anything else). Every command that acts on the platform's resources gets these."""
+    try:
+        from botocore.exceptions import BotoCoreError, ClientError
+    except ModuleNotFoundError:
+        return None
+    from codeshot.client import read_state
+    from codeshot.errors import Forbidden, NotFound, Unauthenticated, Unavailable
+
+    if unreachable := _unreachable(exc):
+        return unreachable
+    state = read_state()
     if isinstance(exc, ClientError):
         error = exc.response.get("Error", {})
         code, message = error.get("Code", ""), error.get("Message", "")
@@ -601,10 +612,10 @@ def main(argv: list[str] | None = None) -> int:
         code: int = args.run(args)
         return code
     except CodeshotError as exc:
-        # One that wraps an AWS failure (the signing keys unreadable): what to do about
-        # that failure (start the stack, give credentials) says more.
+        # One that wraps AWS out of reach (the signing keys unread): what to do about that
+        # (start the local stack, give credentials) says more.
         cause = exc.__cause__
-        return _report((_aws_error(cause) if isinstance(cause, Exception) else None) or exc)
+        return _report((_unreachable(cause) if isinstance(cause, Exception) else None) or exc)
     except ModuleNotFoundError as exc:
         if (exc.name or "").split(".")[0] not in PLATFORM_PACKAGES:
             raise

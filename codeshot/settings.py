@@ -27,6 +27,14 @@ ENV_PREFIX = "CODESHOT_"
 # less than both left of its invocation (codeshot/runner/batch.py), so the budget plus
 # this must fit the runner's timeout, twice (the CDK app refuses a budget that does not).
 RUNNER_RECORD_MARGIN_SECONDS = 10
+# One corpus ingestion's time in all (a session-queue record too, whatever the budget).
+CORPUS_INGEST_SECONDS = 120.0
+
+
+def runner_record_seconds(query_time_budget_seconds: float) -> float:
+    """The longest one session-queue record may take: a query, or a corpus ingestion."""
+    return max(query_time_budget_seconds, CORPUS_INGEST_SECONDS)
+
 
 # The Fixie 1.0 SDK hard-codes these audiences; tokens for its agents must carry one.
 FIXIE_AUDIENCES = ("https://app.fixie.ai/api", "https://app.dev.fixie.ai/api")

@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any
 
 from codeshot.observability import lambda_handler
 from codeshot.runner.batch import Invocation, process_batch, source_queue
+from codeshot.settings import runner_record_seconds
 
 if TYPE_CHECKING:
     from codeshot.runner.session_runner import SessionRunner
@@ -41,6 +42,6 @@ def handler(event: dict[str, Any], context: Any) -> dict[str, list[dict[str, str
         return process_prompts(event, _prompts(), context.get_remaining_time_in_millis)
     runner = _runner()
     invocation = Invocation(context.get_remaining_time_in_millis,
-                            runner.s.settings.query_time_budget_seconds)
+                            runner_record_seconds(runner.s.settings.query_time_budget_seconds))
     return process_batch(event, runner.handle, invocation, queue=runner.s.queue,
                          give_up=runner.give_up)

@@ -13,7 +13,7 @@ from aws_cdk import aws_lambda as lambda_
 from aws_cdk import aws_lambda_event_sources as events
 from constructs import Construct
 
-from codeshot.settings import RUNNER_RECORD_MARGIN_SECONDS, field_named
+from codeshot.settings import RUNNER_RECORD_MARGIN_SECONDS, field_named, runner_record_seconds
 from codeshot.store import tables
 from infra.bundling import (
     API_FUNCTION,
@@ -223,7 +223,8 @@ class PlatformStack(Stack):
             memory_mb=REGISTER_MEMORY_MB, timeout=REGISTER_TIMEOUT,
             environment=common | settings_env(
                 queue_url=self.sessions_queue.queue.queue_url,
-                queue_name=self.sessions_queue.queue.queue_name),
+                queue_name=self.sessions_queue.queue.queue_name,
+                embeds_bucket=self.embeds.bucket.bucket_name),  # an agent's corpus objects
         )
         role = self.register_agent.role
         self._tables(role, REGISTER_TABLES)
@@ -281,12 +282,13 @@ def check_time_limits(*, api_env: Mapping[str, Any], runner_env: Mapping[str, An
     at synth: a deploy with them would time out queries or replies in AWS."""
     budget = float(configured(runner_env, "query_time_budget_seconds"))
     timeout = RUNNER_TIMEOUT.to_seconds()
-    if 2 * (budget + RUNNER_RECORD_MARGIN_SECONDS) >= timeout:
+    if 2 * (runner_record_seconds(budget) + RUNNER_RECORD_MARGIN_SECONDS) >= timeout:
         most = timeout / 2 - RUNNER_RECORD_MARGIN_SECONDS
         raise ValueError(
             f"codeshot:extraEnv: CODESHOT_QUERY_TIME_BUDGET_SECONDS={budget:g} does not fit "
             f"the runner's {timeout:g} s timeout: two queries, each with "
-            f"{RUNNER_RECORD_MARGIN_SECONDS} s for its writes, must (below {most:g})")
+            f"{RUNNER_RECORD_MARGIN_SECONDS} s for its writes, must fit in it (keep the "
+            f"budget below {most:g})")
     wait = float(configured(api_env, "reply_wait_seconds"))
     most = API_TIMEOUT.to_seconds() - API_REPLY_MARGIN_SECONDS
     if wait >= most:

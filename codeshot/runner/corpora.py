@@ -9,7 +9,7 @@ embedded with the router's embedder, and stored as one immutable object. A decla
 that cannot be read, a document over the size cap, or no text at all fail the version
 (nothing stored; the previous index stays in use); a linked page that cannot be read is
 listed and skipped. Reading ends at the page cap or after ``READ_SECONDS`` (the linked
-pages left are listed as not read) and the whole ingestion within ``INGEST_SECONDS``
+pages left are listed as not read) and the whole ingestion within ``CORPUS_INGEST_SECONDS``
 (embedding past it fails the version): a record starts in the runner only with that much
 of its Lambda's time left.
 
@@ -53,7 +53,7 @@ from codeshot.runner.platform_funcs.documents import (
     html_page,
     passages,
 )
-from codeshot.settings import Settings
+from codeshot.settings import CORPUS_INGEST_SECONDS, Settings
 from codeshot.store.corpora import CorpusState, CorpusStore, CorpusVersion
 
 if TYPE_CHECKING:
@@ -62,7 +62,6 @@ if TYPE_CHECKING:
 log = logging.getLogger("codeshot.runner")
 
 FETCH_TIMEOUT_SECONDS = 10.0
-INGEST_SECONDS = 120.0  # one ingestion's time in all (the runner's query budget)
 READ_SECONDS = 60.0  # of it, reading documents: the rest embeds what was read
 MAX_LINKS_PER_PAGE = 1000  # a page's links considered for following, in page order
 EMBED_BATCH = 64
@@ -200,7 +199,7 @@ def ingest(version: CorpusVersion, corpora: list[dict[str, Any]], settings: Sett
     """Run one ingestion to its end and store how it ended (never raises for the
     documents' sake: their errors are the version's). ``vectors_to``: also write the
     vectors to S3 Vectors (``CODESHOT_CORPUS_SEARCH=s3vectors``)."""
-    deadline = time.monotonic() + INGEST_SECONDS
+    deadline = time.monotonic() + CORPUS_INGEST_SECONDS
     crawl = Crawl(settings, fetch, lambda pages, size: store.progress(
         version.replace(documents=pages, bytes=size)))
     try:
@@ -252,7 +251,7 @@ def _embed(embedder: Embedder, texts: list[str], deadline: float | None = None) 
     for start in range(0, len(texts), EMBED_BATCH):
         if deadline is not None and time.monotonic() > deadline:
             raise InvalidInput(
-                f"ingestion ran out of its {INGEST_SECONDS:g}s embedding {len(texts)} "
+                f"ingestion ran out of its {CORPUS_INGEST_SECONDS:g}s embedding {len(texts)} "
                 f"passages ({start} done): declare fewer or smaller documents")
         rows.append(np.asarray(embedder.embed(texts[start:start + EMBED_BATCH]),
                                dtype=np.float32))

@@ -190,7 +190,6 @@ class SessionRunner:
         if pending is None:
             return
         session, recent, query, _ = pending
-        log.error("giving up on %s/%s, never run", work.session_id, work.message_id)
         outcome = self._given_up("The platform could not get to this message in time (an "
                                  "earlier one kept failing, or the runners were busy); "
                                  "nothing of it ran: please send it again.", Unavailable.code)
@@ -388,13 +387,8 @@ class SessionRunner:
             "SET #s = :s, modified = :m",
             {":s": {"S": status.value}, ":m": {"S": reply.timestamp.isoformat()}})
         # The conditional items: their failure means answered already, or session gone.
-        marker: TransactWriteItemTypeDef = {"Put": {
-            "TableName": table,
-            "Item": self.s.sessions.item({"session_id": session.session_id,
-                                          "item": ANSWER_PREFIX + query.message_id,
-                                          "reply_id": reply.message_id}),
-            "ConditionExpression": "attribute_not_exists(#i)",
-            "ExpressionAttributeNames": {"#i": "item"}}}
+        marker: TransactWriteItemTypeDef = {"Put": self.s.sessions.answer_item(
+            session.session_id, query.message_id, reply.message_id)}
         session_update: TransactWriteItemTypeDef = {"Update": {
             "TableName": table, "Key": {**key, "item": {"S": SESSION_ITEM}},
             "UpdateExpression": update, "ConditionExpression": "attribute_exists(session_id)",

@@ -126,6 +126,15 @@ class SessionStore(Repository):
                 "ConditionExpression": "attribute_not_exists(#i)",
                 "ExpressionAttributeNames": {"#i": "item"}}
 
+    def answer_item(self, session_id: str, query_id: str, reply_id: str) -> PutTypeDef:
+        """A transaction's Put of the query's ``ANSWER#`` marker, beside its terminal reply:
+        it fails if the query was answered before (its answer is written once)."""
+        return {"TableName": self.table_name,
+                "Item": self.item({"session_id": session_id, "item": ANSWER_PREFIX + query_id,
+                                   "reply_id": reply_id}),
+                "ConditionExpression": "attribute_not_exists(#i)",
+                "ExpressionAttributeNames": {"#i": "item"}}
+
     def posted_under(self, session_id: str, key: str) -> Message | None:
         """The message posted with idempotency ``key``, if any."""
         item = self.db.get_item(TableName=self.table_name,

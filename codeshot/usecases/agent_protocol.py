@@ -180,8 +180,9 @@ def create_task(services: Services, principal: Principal, text: str | None,
                        "task; use a new key for a new task")
     if not text:
         return Task(session, [])
-    query = first or messaging.post(principal, session.session_id, text,
-                                    idempotency_key=once)[0]
+    # A retry's input is posted again: post finds it under the key and queues it again
+    # (the first request may have died before it did).
+    query = messaging.post(principal, session.session_id, text, idempotency_key=once)[0]
     return Task(session, [query])
 
 

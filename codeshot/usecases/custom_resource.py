@@ -20,7 +20,7 @@ def response_body(event: dict[str, Any], status: str, physical_id: str, reason: 
             "Status": status, "Reason": text or status, "PhysicalResourceId": physical_id,
             "StackId": event["StackId"], "RequestId": event["RequestId"],
             "LogicalResourceId": event["LogicalResourceId"], "Data": data,
-        }, ensure_ascii=False).encode()
+        }, ensure_ascii=False).encode(errors="backslashreplace")  # a lone surrogate too
 
     whole = body(reason)
     if len(whole) <= MAX_BODY_BYTES:

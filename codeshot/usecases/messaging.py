@@ -276,13 +276,20 @@ class Messaging:
         try:
             self._queue(session_id, message)
         except Exception as exc:
-            # Never leave a query that no runner will answer: close it with an error.
-            self.s.sessions.add_message(Message(
+            # Never leave a query that no runner will answer: close it with an error, its
+            # answer (the marker: a retry under its key queues it again, and the runner
+            # must skip it however far back it is).
+            error = Message(
                 session_id=session_id, message_id=ids.ulid(), type=MessageType.ERROR,
                 text="The platform could not queue this message; please send it again.",
                 sent_by="platform", in_reply_to=message.message_id,
                 error_code=AgentUnavailable.code,
-            ))
+            )
+            sessions = self.s.sessions
+            sessions.db.transact_write_items(TransactItems=[
+                {"Put": sessions.answer_item(session_id, message.message_id, error.message_id)},
+                {"Put": {"TableName": sessions.table_name, "Item": sessions.message_item(error)}},
+            ])
             raise AgentUnavailable("the platform could not queue the message; please send "
                                    "it again") from exc
 

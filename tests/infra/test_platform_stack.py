@@ -10,6 +10,7 @@ from aws_cdk.assertions import Match
 
 from codeshot.settings import FIELDS, RUNNER_RECORD_MARGIN_SECONDS, field_named
 from codeshot.store import tables
+from infra.bundling import PLATFORM_FUNCTIONS
 from infra.platform_stack import API_TABLES, RUNNER_TABLES
 from infra.settings_env import env_name
 from tests.infra import cfn
@@ -619,3 +620,11 @@ def test_corpora_search_in_s3_vectors_when_set(synth, tmp_path):
         assert not {a for a in platform.all_actions(handler) if a.startswith("s3vectors:")}
     with pytest.raises(ValueError, match="codeshot:corpusSearch"):
         synthesize(tmp_path / "bad", **{"codeshot:corpusSearch": "pinecone"})
+
+
+@pytest.mark.parametrize("function", PLATFORM_FUNCTIONS, ids=lambda f: f.name)
+def test_a_function_that_reaches_s3_is_told_the_bucket(synth, function):
+    """Without CODESHOT_EMBEDS_BUCKET a function reads the setting's default name, a bucket
+    of no one's deploy: the register function deleting an agent's corpus objects did."""
+    env = synth.platform.env(function.handler)
+    assert ("CODESHOT_EMBEDS_BUCKET" in env) == ("s3" in function.aws_services), env

@@ -179,6 +179,7 @@ def test_handler_answers_cloudformation_even_when_registration_fails(aws, monkey
     "Few-shot 1: Q: Quelle météo à Zürich ? — " * 200,  # 2 bytes a character in UTF-8
     "Ask Func[roll]: 🎲 " * 400,  # 4 bytes an emoji
     'Few-shot 1 line 3: "Ask Func[x]: y"\n' * 200,
+    "undecodable \udc80 byte in a template property " * 100,  # a lone surrogate
 ])
 def test_a_long_reason_is_cut_so_that_cloudformation_takes_the_answer(reason):
     """CloudFormation takes at most 4096 bytes: a longer answer is refused ("Response

@@ -116,8 +116,7 @@ def test_a_user_is_not_made_when_no_key_can_be_signed_for_them(tmp_path, server_
     names = {f"CODESHOT_{name.upper()}": str(getattr(server_aws, name)) for name in (
         "users_table", "registry_table", "sessions_table", "usage_table")}
     err = one_error_line(codeshot("users", "create", "bob", cwd=tmp_path, **names,
-                                  CODESHOT_SIGNING_SECRET_ID="no/such-secret"), "NOT_FOUND")
-    assert "(GetSecretValue): the platform's tables, queue, bucket or secret are not in " \
-        "the local stack" in err
+                                  CODESHOT_SIGNING_SECRET_ID="no/such-secret"), "UNAVAILABLE")
+    assert "signing keys are unavailable" in err
     out = codeshot("users", "list", cwd=tmp_path, **names)
     assert out.returncode == 0 and "bob" not in out.stdout, out.stderr

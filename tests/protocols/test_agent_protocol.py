@@ -8,6 +8,8 @@ from __future__ import annotations
 import json
 import re
 import subprocess
+import time
+import uuid
 from pathlib import Path
 
 import httpx
@@ -246,6 +248,38 @@ def test_a_retry_of_the_days_last_query_is_the_same_task_and_step_not_rate_limit
     new = ap(stack, key, "POST", f"/tasks/{task_id}/steps", json={"input": "Roll a d6"},
              headers={"Idempotency-Key": "another"})
     assert new.status_code == 429 and new.json()["error"]["code"] == "RATE_LIMITED"
+
+
+class Killed(BaseException):
+    """The API's process ending mid-request, as a Lambda timeout ends it."""
+
+
+def test_a_retried_task_whose_first_try_died_before_queueing_its_input_is_answered(
+        stack, monkeypatch):
+    from codeshot.usecases.agent_protocol import create_task
+    from codeshot.usecases.users import find_user, principal_of
+
+    name = f"apkilled{uuid.uuid4().hex[:8]}"  # a rerun's user is new too
+    key = new_user(stack, name)
+    principal = principal_of(find_user(stack.services, name))
+
+    def killed(work):
+        raise Killed
+
+    monkeypatch.setattr(stack.services.queue, "enqueue", killed)
+    with pytest.raises(Killed):  # the task and its input stored, never queued
+        create_task(stack.services, principal, "Roll a d4", {"agent": "local/dice"},
+                    idempotency_key="t-killed")
+    monkeypatch.undo()
+    body = {"input": "Roll a d4", "additional_input": {"agent": "local/dice"}}
+    task_id = ap(stack, key, "POST", "/tasks", json=body,
+                 headers={"Idempotency-Key": "t-killed"}).json()["task_id"]
+    deadline = time.monotonic() + 30
+    while not (steps := ap(stack, key, "GET", f"/tasks/{task_id}/steps").json()["steps"]) \
+            or not steps[-1].get("output"):
+        assert time.monotonic() < deadline, steps
+        time.sleep(0.2)
+    assert re.fullmatch(r"You rolled \d\.", steps[-1]["output"]), steps
 
 
 def test_the_same_artifact_uploaded_again_is_not_charged_again(stack):

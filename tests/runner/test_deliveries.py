@@ -12,6 +12,7 @@ import pytest
 
 import handlers.runner
 from codeshot.runner.batch import record_of
+from codeshot.settings import CORPUS_INGEST_SECONDS
 from codeshot.store.queue import SessionQueue, Work
 from codeshot.store.tables import RUNNER_TIMEOUT_SECONDS, SESSION_QUEUE
 
@@ -29,6 +30,7 @@ class ClockedRunner:
     def __init__(self, settings, failing: str | None = None) -> None:
         self.s = SimpleNamespace(settings=settings, queue=SessionQueue(settings))
         self.failing, self.clock = failing, 0.0
+        self.took: dict[str, float] = {}  # seconds a corpus version's ingestion takes
         self.replies: dict[str, str] = {}
         self.cut_off: set[str] = set()
 
@@ -40,7 +42,8 @@ class ClockedRunner:
         if work.message_id in self.cut_off:
             self.replies[work.message_id] = "INTERRUPTED"
             return
-        self.clock += self.s.settings.query_time_budget_seconds
+        self.clock += self.took.get(work.message_id, CORPUS_INGEST_SECONDS) \
+            if work.kind == Work.CORPUS else self.s.settings.query_time_budget_seconds
         if self.clock > RUNNER_TIMEOUT_SECONDS:
             self.cut_off.add(work.message_id)
             raise InvocationKilled
@@ -124,3 +127,16 @@ def test_queries_behind_one_that_keeps_failing_are_answered_not_dead_lettered(aw
     # The failing one itself is dead-lettered after its last attempt, which in the runner
     # answers it with an error unless that write fails too (QueriesGivenUp's alarm).
     assert dead_letters(aws) == ["m00"]
+
+
+def test_a_corpus_ingestion_never_starts_too_late_under_a_short_query_budget(aws, monkeypatch):
+    """An ingestion takes up to its own time (CORPUS_INGEST_SECONDS), whatever the query
+    budget: with a 60 s budget the runner's reserve was 70 s, so an agent's third version,
+    after a short first one and a full second, started with 80 s left and was cut off."""
+    runner = ClockedRunner(aws.replace(query_time_budget_seconds=60))
+    monkeypatch.setattr(handlers.runner, "_runner", lambda: runner)
+    runner.took["v1"] = 100
+    for version in ("v1", "v2", "v3"):
+        runner.s.queue.enqueue(Work.corpus("ann/handbook", version))
+    assert trigger(runner, runner.s.queue) == 0
+    assert runner.replies == {"v1": "answer", "v2": "answer", "v3": "answer"}

@@ -267,3 +267,38 @@ def test_a_prompt_poll_needs_an_exchange_s_time_left_and_is_queued_again_on_its_
     services.prompt_queue.delete(raw["ReceiptHandle"])
     [again] = services.prompt_queue.receive(wait_seconds=0)
     assert PromptWork.parse(again["Body"]) == work
+
+
+def test_a_query_closed_because_it_could_not_be_queued_is_never_answered_later(
+        platform, agents, monkeypatch):
+    """Its error reply is its answer: a retry under its key queues it again (the first
+    try may have died before queueing), and the runner skips it even once it is further
+    back than the recent messages the runner reads."""
+    from codeshot import ids
+    from codeshot.models import Message, MessageType
+
+    _, key = platform.user("quinn")
+    dice = register(platform, key, "dice", agents.url + "/dice")
+    h = session(platform, key, frontend=dice)
+    roll = """mutation ($s: String!) { sendSessionMessage(messageData: {session: $s,
+        text: "Roll 1d20", wait: false, idempotencyKey: "k1"}) { message { id } } }"""
+
+    def unqueued(work):
+        raise ConnectionError("SQS is unreachable")
+
+    monkeypatch.setattr(platform.services.queue, "enqueue", unqueued)
+    refused = platform.gql(key, roll, {"s": h})
+    assert refused["errors"][0]["extensions"]["code"] == "AGENT_UNAVAILABLE"
+    monkeypatch.undo()
+    [query] = [m for m in platform.services.sessions.all_messages(h) if m.type.value == "query"]
+    for n in range(45):  # newer messages push it out of the runner's recent history
+        platform.services.sessions.add_message(Message(
+            session_id=h, message_id=ids.ulid(), type=MessageType.THOUGHT, text=f"note {n}",
+            sent_by="test"))
+    again = platform.gql(key, roll, {"s": h})  # the retry: the same message, queued again
+    assert again["data"]["sendSessionMessage"]["message"]["id"] == query.message_id
+    [raw] = platform.services.queue.receive(wait_seconds=1)
+    SessionRunner(platform.services).handle(Work.parse(raw["Body"]), False)
+    replies = [m.type.value for m in platform.services.sessions.all_messages(h)
+               if m.in_reply_to == query.message_id]
+    assert replies == ["error"]  # not rolled after all
