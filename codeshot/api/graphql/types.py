@@ -322,7 +322,10 @@ class SessionType:
                      limit: int | None = None) -> list[SessionEmbedType]:
         services = ctx(info).services
         found = await blocking(sessions.list_embeds, services, self.session, after, limit)
-        return [SessionEmbedType(key=e.key, embed=_embed(e, services)) for e in found]
+        if not found:
+            return []
+        owner = EmbedOwnerType(username=await _owner_name(self.session, services))
+        return [SessionEmbedType(key=e.key, embed=_embed(e, owner, services)) for e in found]
 
     @classmethod
     def of(cls, s: Session) -> SessionType:
@@ -332,10 +335,16 @@ class SessionType:
                    created=s.created, modified=s.modified, session=s)
 
 
-def _embed(e: Embed, services: Services) -> EmbedType:
+async def _owner_name(session: Session, services: Services) -> str:
+    """The session owner's username (read for sessions made before it was kept on them)."""
+    return session.owner_name or (await blocking(services.users.get, session.owner)).username
+
+
+def _embed(e: Embed, owner: EmbedOwnerType, services: Services) -> EmbedType:
+    """``owner``: the session's owner, who bound its embeds (Fixie 1.0's
+    ``owner { username }`` is a username; ``e.owner`` is their user id)."""
     return EmbedType(id=e.content_hash, content_type=e.content_type, created=e.created,
-                     content_hash=e.content_hash, size=e.size,
-                     owner=EmbedOwnerType(username=e.owner),
+                     content_hash=e.content_hash, size=e.size, owner=owner,
                      url=services.embeds.get_url(e.content_hash, e.content_type))
 
 
