@@ -131,7 +131,7 @@ def test_one_request_cannot_fan_out_into_thousands_of_reads(platform):
         out = platform.gql(key, FAN_OUT)
     finally:
         stop()
-    assert code(out) == "INVALID_INPUT" and "2020 storage reads" in out["errors"][0]["message"]
+    assert code(out) == "INVALID_INPUT" and "5020 storage reads" in out["errors"][0]["message"]
     assert out.get("data") is None
     assert len(calls) <= 1, calls  # the API key's user, nothing more
     # Pages: small ones are fine, and walking them lists each session exactly once.
@@ -379,6 +379,40 @@ def test_a_request_waits_for_one_reply_at_most(platform):
     # One waiting and any number not waiting are fine (the wait here ends unanswered).
     out = platform.gql(key, mutation(", wait: false", ", wait: false", ", wait: false"))
     assert len(out["data"]) == 3
+
+
+@pytest.mark.settings(reply_wait_seconds=2.0)
+def test_long_polls_in_mutation_results_wait_once_at_most(platform):
+    """A long poll in a mutation's result waits as a reply does: nine aliases of
+    ``createSession { session { messages(waitSeconds: 25) } }`` waited 225 s in a row."""
+    _, key = platform.user("payloads")
+    poll = "session {{ handle messages(waitSeconds: {w}) {{ id }} }}"
+    aliases = " ".join(f"a{i}: createSession {{ {poll.format(w=30)} }}" for i in range(5))
+    spread = ("mutation { a: createSession { ...S } b: createSession { ...S } } "
+              f"fragment S on SessionPayload {{ {poll.format(w='$w')} }}")
+    mixed = (f'mutation {{ a: createSession {{ {poll.format(w=30)} }} b: sendSessionMessage('
+             f'messageData: {{session: "nope", text: "hi"}}) {{ message {{ id }} }} }}')
+    start = time.monotonic()
+    for refused in (f"mutation {{ {aliases} }}", spread.replace("mutation", "mutation ($w: "
+                                                                "Float!)"), mixed):
+        out = platform.gql(key, refused, {"w": 1})
+        assert code(out) == "INVALID_INPUT" and "waits for one" in str(out["errors"]), out
+    assert time.monotonic() - start < 2.0  # refused before anything ran
+    assert platform.gql(key, "{ allSessions { handle } }")["data"]["allSessions"] == []
+    # One wait, and polls that do not wait, are fine.
+    one = platform.gql(key, "mutation { a: createSession { " + poll.format(w=0.2) + " } "
+                       "b: createSession { " + poll.format(w=0) + " } }")
+    assert one["data"]["a"]["session"]["messages"] == [], one
+
+
+def test_a_page_of_messages_costs_the_reads_it_may_make(platform):
+    """A page of messages is up to 4 reads of 1 MB, costed as one: 200 sessions' pages
+    (up to 800 MB) were accepted at 201."""
+    _, key = platform.user("pages")
+    out = platform.gql(key, "{ allSessions(limit: 200) { messages { text } } }")
+    assert code(out) == "INVALID_INPUT" and "801 storage reads" in str(out["errors"]), out
+    fine = platform.gql(key, "{ allSessions(limit: 100) { messages { text } } }")
+    assert fine == {"data": {"allSessions": []}}, fine
 
 
 def test_agent_fields_that_read_storage_are_costed(platform, agents):
