@@ -15,11 +15,11 @@ import jwt
 import pytest
 from nacl.signing import SigningKey
 
-from codeshot import aws
+from codeshot import aws, ids
 from codeshot.auth import keys, tokens
 from codeshot.auth.keys import KeyRing
 from codeshot.auth.service import Auth
-from codeshot.models import utcnow
+from codeshot.models import Message, utcnow
 from tests.conftest import code
 from tests.runner.conftest import register
 
@@ -413,6 +413,36 @@ def test_a_page_of_messages_costs_the_reads_it_may_make(platform):
     assert code(out) == "INVALID_INPUT" and "801 storage reads" in str(out["errors"]), out
     fine = platform.gql(key, "{ allSessions(limit: 100) { messages { text } } }")
     assert fine == {"data": {"allSessions": []}}, fine
+
+
+def test_one_request_holds_a_bounded_amount_of_messages(platform):
+    """A page of messages is up to 4 MB: twenty aliases of one were costed 40 and made a
+    response of 230 MB (the API process grew from 158 to 961 MB); twenty aliases of a
+    page's text, 80 MB."""
+    _, key = platform.user("hoarder")
+    handle = platform.gql(key, SESSION)["data"]["createSession"]["session"]["handle"]
+    stored = [Message(session_id=handle, message_id=ids.ulid(), text="\U0001D11E" * 16_000)
+              for _ in range(63)]
+    platform.services.sessions.put_messages(stored)  # 4 MB, as one page reads it
+    query = "query ($h: String!) {{ {} }}".format
+    pages = query(" ".join(f"a{i}: sessionByHandle(handle: $h) {{ messages(limit: 1000) "
+                           "{ text } }" for i in range(20)))
+    texts = query("sessionByHandle(handle: $h) { messages { "
+                  + " ".join(f"t{i}: text" for i in range(20)) + " } }")
+    calls: list[str] = []
+    stop = aws.on_call(lambda service, op: calls.append(op))
+    try:
+        many = platform.gql(key, pages, {"h": handle}, timeout=60)
+    finally:
+        stop()
+    assert code(many) == "INVALID_INPUT" and "5,242,880 bytes" in str(many["errors"]), many
+    assert calls.count("Query") <= 2 * 4, calls  # two pages; none read once it was spent
+    repeated = platform.gql(key, texts, {"h": handle}, timeout=60)
+    assert code(repeated) == "INVALID_INPUT" and "the response would take" in str(
+        repeated["errors"]), str(repeated)[:300]
+    one = platform.gql(key, query("sessionByHandle(handle: $h) { messages { text } }"),
+                       {"h": handle})
+    assert "errors" not in one and len(one["data"]["sessionByHandle"]["messages"]) > 50
 
 
 def test_agent_fields_that_read_storage_are_costed(platform, agents):

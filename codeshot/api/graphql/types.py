@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import dataclasses
 from datetime import datetime
 from typing import TYPE_CHECKING, Annotated
 
 import strawberry
 from strawberry.types import Info
 
+from codeshot.api.graphql import budget
 from codeshot.api.graphql.context import caller, ctx
 from codeshot.models import Agent, Embed, Message, Principal, Revision, Session
 from codeshot.services import Services
@@ -301,10 +303,10 @@ class SessionType:
     session: strawberry.Private[Session]  # read with the owner's check
 
     @strawberry.field(description=(
-        "Messages in time order, a page at a time (at most 1,000, or about 4 MB): the "
-        "newest page, or with `after` the oldest ones newer than that id. `waitSeconds` "
-        "(at most the reply wait) long-polls: with nothing newer yet, wait for the next "
-        "message."))
+        "Messages in time order, a page at a time (at most 1,000, or about 4 MB as sent; "
+        "one request's pages 5 MB in all): the newest page, or with `after` the oldest "
+        "ones newer than that id. `waitSeconds` (at most the reply wait) long-polls: with "
+        "nothing newer yet, wait for the next message."))
     async def messages(
         self, info: Info, after: str | None = None, limit: int | None = None,
         wait_seconds: float = 0,
@@ -313,8 +315,12 @@ class SessionType:
         if wait_seconds > 0:
             wait = min(wait_seconds, services.settings.reply_wait_seconds)
             await next_messages(Messaging(services), self.session.session_id, after, wait)
-        found = await blocking(sessions.list_messages, services, self.session, after, limit)
-        return [MessageGQL.of(m, services) for m in found]
+
+        async def read() -> list[MessageGQL]:
+            found = await blocking(sessions.list_messages, services, self.session, after, limit)
+            return [MessageGQL.of(m, services) for m in found]
+
+        return await ctx(info).message_pages.take(read, _lambda_bytes, keep_newest=after is None)
 
     @strawberry.field(description="Embeds by key, a page at a time; `after` = the last key of "
                       "the previous page.")
@@ -333,6 +339,11 @@ class SessionType:
                    frontend_agent_id=s.frontend_agent_id, callback_url=s.callback_url,
                    status=s.status.value,
                    created=s.created, modified=s.modified, session=s)
+
+
+def _lambda_bytes(m: MessageGQL) -> int:
+    """What ``m`` takes in Lambda's response with every field asked for."""
+    return budget.lambda_bytes(budget.encode(dataclasses.asdict(m), default=str))
 
 
 async def _owner_name(session: Session, services: Services) -> str:
