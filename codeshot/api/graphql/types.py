@@ -8,6 +8,8 @@ from typing import TYPE_CHECKING, Annotated
 
 import strawberry
 from strawberry.types import Info
+from strawberry.types.nodes import SelectedField, Selection
+from strawberry.utils.str_converters import to_camel_case
 
 from codeshot.api.graphql import budget
 from codeshot.api.graphql.context import caller, ctx
@@ -320,7 +322,9 @@ class SessionType:
             found = await blocking(sessions.list_messages, services, self.session, after, limit)
             return [MessageGQL.of(m, services) for m in found]
 
-        return await ctx(info).message_pages.take(read, _lambda_bytes, keep_newest=after is None)
+        asked = _names(info.selected_fields[0].selections)
+        return await ctx(info).message_pages.take(
+            read, lambda m: _lambda_bytes(m, asked), keep_newest=after is None)
 
     @strawberry.field(description="Embeds by key, a page at a time; `after` = the last key of "
                       "the previous page.")
@@ -341,9 +345,22 @@ class SessionType:
                    created=s.created, modified=s.modified, session=s)
 
 
-def _lambda_bytes(m: MessageGQL) -> int:
-    """What ``m`` takes in Lambda's response with every field asked for."""
-    return budget.lambda_bytes(budget.encode(dataclasses.asdict(m), default=str))
+def _names(selections: list[Selection]) -> set[str]:
+    """The fields selected, fragments' included."""
+    names: set[str] = set()
+    for selection in selections:
+        if isinstance(selection, SelectedField):
+            names.add(selection.name)
+        else:
+            names |= _names(selection.selections)
+    return names
+
+
+def _lambda_bytes(m: MessageGQL, asked: set[str]) -> int:
+    """What ``m`` takes in Lambda's response with the fields ``asked`` (each once, and all
+    of an object field: the response's own measure catches a field under many aliases)."""
+    fields = {k: v for k, v in dataclasses.asdict(m).items() if to_camel_case(k) in asked}
+    return budget.lambda_bytes(budget.encode(fields, default=str))
 
 
 async def _owner_name(session: Session, services: Services) -> str:
