@@ -437,6 +437,8 @@ def test_one_request_holds_a_bounded_amount_of_messages(platform):
         stop()
     assert code(many) == "INVALID_INPUT" and "5,242,880 bytes" in str(many["errors"]), many
     assert calls.count("Query") <= 2 * 4, calls  # two pages; none read once it was spent
+    merged = pages.replace("{ text }", "{ id } messages(limit: 1000) { text }")
+    assert "5,242,880 bytes" in str(platform.gql(key, merged, {"h": handle})["errors"])
     repeated = platform.gql(key, texts, {"h": handle}, timeout=60)
     assert code(repeated) == "INVALID_INPUT" and "the response would take" in str(
         repeated["errors"]), str(repeated)[:300]

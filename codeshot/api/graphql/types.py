@@ -322,7 +322,7 @@ class SessionType:
             found = await blocking(sessions.list_messages, services, self.session, after, limit)
             return [MessageGQL.of(m, services) for m in found]
 
-        asked = _names(info.selected_fields[0].selections)
+        asked = _names([s for field in info.selected_fields for s in field.selections])
         return await ctx(info).message_pages.take(
             read, lambda m: _lambda_bytes(m, asked), keep_newest=after is None)
 
