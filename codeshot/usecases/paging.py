@@ -9,12 +9,14 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from codeshot.errors import InvalidInput
+from codeshot.store.sessions import PAGE_READS
 
 
 @dataclass(frozen=True)
 class PageSize:
     default: int
     maximum: int
+    reads: int = 1  # the storage reads one page may take
 
     def of(self, limit: int | None) -> int:
         if limit is None:
@@ -26,5 +28,5 @@ class PageSize:
 
 AGENTS = PageSize(50, 100)
 SESSIONS = PageSize(50, 200)
-MESSAGES = PageSize(1000, 1000)
+MESSAGES = PageSize(1000, 1000, PAGE_READS)  # 1 MB each
 EMBEDS = PageSize(100, 1000)

@@ -170,6 +170,28 @@ def test_sessions_and_messages_round_trip(platform, echo_runner):
     assert platform.gql(key, ALL_SESSIONS)["data"]["allSessions"] == []
 
 
+def test_a_session_embeds_owner_is_its_owners_username(platform):
+    """fixieai reads an embed's ``owner { username }``: it was the internal user id."""
+    _, key = platform.user("carol")
+    handle = platform.gql(key, CREATE_SESSION, {"frontendAgentId": None})[
+        "data"]["createSession"]["session"]["handle"]
+    sent = platform.gql(key, """mutation ($s: String!) { sendSessionMessage(messageData:
+        {session: $s, text: "see", wait: false, embeds: [{key: "a", contentType: "text/plain",
+        content: "eA=="}]}) { message { id } } }""", {"s": handle})
+    assert "errors" not in sent, sent
+
+    def owners() -> list[dict]:
+        session = platform.gql(key, SESSION_BY_HANDLE, {"handle": handle})["data"]["sessionByHandle"]
+        return [e["embed"]["owner"] for e in session["embeds"]]
+
+    assert owners() == [{"username": "carol"}]
+    # A session stored before sessions kept their owner's name.
+    store = platform.services.sessions
+    store.db.update_item(TableName=store.table_name, UpdateExpression="REMOVE owner_name",
+                         Key={"session_id": {"S": handle}, "item": {"S": "SESSION"}})
+    assert owners() == [{"username": "carol"}]
+
+
 def test_session_with_frontend_agent(platform, handshake_agent):
     carol_id, key = platform.user("carol")
     register(platform, key, handshake_agent, handle="front", published=False)

@@ -70,6 +70,46 @@ def test_json_nested_100000_deep_is_invalid_input(platform):
     assert r.status_code == 400 and r.json()["error"]["code"] == "INVALID_INPUT", r.text[:300]
 
 
+@pytest.mark.parametrize(("operations", "files_map"), [
+    ({"query": "{ user { username } }", "variables": {"f": None}}, []),
+    ({"query": "{ user { username } }", "variables": {"f": None}}, {"0": ["variables.f.g"]}),
+    ({"query": "{ user { username } }", "variables": {"f": []}}, {"0": ["variables.f.x"]}),
+    ({"query": "{ user { username } }"}, {"0": "variables.f"}),
+    ({"query": "{ user { username } }"}, {"1": ["variables.f"]}),
+    ({"query": "{ user { username } }"}, {"operations": ["variables.f"]}),
+    ("{ user { username } }", {}),
+    ([{"query": "{ user { username } }"}], {}),
+])
+def test_a_malformed_multipart_request_is_invalid_input(platform, operations, files_map):
+    """A map that is a list, or a path through a null variable, was a 500 (AttributeError,
+    TypeError inside Strawberry)."""
+    _, key = platform.user()
+    r = httpx.post(f"{platform.url}/graphql", files={"0": ("a.txt", b"x")},
+                   data={"operations": json.dumps(operations), "map": json.dumps(files_map)},
+                   headers={"Authorization": f"Bearer {key}"})
+    assert r.status_code == 400 and r.json()["error"]["code"] == "INVALID_INPUT", r.text[:300]
+
+
+@pytest.mark.parametrize(("method", "body", "content_type", "status"), [
+    ("POST", b"not json", "application/json", 400),
+    ("POST", b'{"query": 5}', "application/json", 400),
+    ("POST", b'{"query": "{ user { username } }", "variables": [1]}', "application/json", 400),
+    ("POST", b"{}", "application/json", 400),
+    ("POST", b'{"query": "{ user { username } }"}', "text/plain", 400),
+    ("GET", b"", "", 400),  # a mutation over GET (in the query string)
+    ("PUT", b"{}", "application/json", 405),
+])
+def test_requests_that_are_not_graphql_get_the_platforms_error(platform, method, body,
+                                                               content_type, status):
+    """Strawberry answered these in plain text, without a code."""
+    _, key = platform.user()
+    params = {"query": "mutation { createApiKey { id } }"} if method == "GET" else None
+    r = httpx.request(method, f"{platform.url}/graphql", content=body or None, params=params,
+                      headers={"Authorization": f"Bearer {key}", "Content-Type": content_type})
+    assert r.status_code == status and r.json()["error"]["code"] == "INVALID_INPUT", r.text
+    assert r.json()["error"]["message"]
+
+
 def test_a_lone_surrogate_in_a_variable_is_invalid_input(platform):
     user_id, key = platform.user()
     h = session(platform, key)

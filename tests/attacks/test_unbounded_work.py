@@ -15,11 +15,11 @@ import jwt
 import pytest
 from nacl.signing import SigningKey
 
-from codeshot import aws
+from codeshot import aws, ids
 from codeshot.auth import keys, tokens
 from codeshot.auth.keys import KeyRing
 from codeshot.auth.service import Auth
-from codeshot.models import utcnow
+from codeshot.models import Message, utcnow
 from tests.conftest import code
 from tests.runner.conftest import register
 
@@ -131,7 +131,7 @@ def test_one_request_cannot_fan_out_into_thousands_of_reads(platform):
         out = platform.gql(key, FAN_OUT)
     finally:
         stop()
-    assert code(out) == "INVALID_INPUT" and "2020 storage reads" in out["errors"][0]["message"]
+    assert code(out) == "INVALID_INPUT" and "5020 storage reads" in out["errors"][0]["message"]
     assert out.get("data") is None
     assert len(calls) <= 1, calls  # the API key's user, nothing more
     # Pages: small ones are fine, and walking them lists each session exactly once.
@@ -379,6 +379,74 @@ def test_a_request_waits_for_one_reply_at_most(platform):
     # One waiting and any number not waiting are fine (the wait here ends unanswered).
     out = platform.gql(key, mutation(", wait: false", ", wait: false", ", wait: false"))
     assert len(out["data"]) == 3
+
+
+@pytest.mark.settings(reply_wait_seconds=2.0)
+def test_long_polls_in_mutation_results_wait_once_at_most(platform):
+    """A long poll in a mutation's result waits as a reply does: nine aliases of
+    ``createSession { session { messages(waitSeconds: 25) } }`` waited 225 s in a row."""
+    _, key = platform.user("payloads")
+    poll = "session {{ handle messages(waitSeconds: {w}) {{ id }} }}"
+    aliases = " ".join(f"a{i}: createSession {{ {poll.format(w=30)} }}" for i in range(5))
+    spread = ("mutation { a: createSession { ...S } b: createSession { ...S } } "
+              f"fragment S on SessionPayload {{ {poll.format(w='$w')} }}")
+    mixed = (f'mutation {{ a: createSession {{ {poll.format(w=30)} }} b: sendSessionMessage('
+             f'messageData: {{session: "nope", text: "hi"}}) {{ message {{ id }} }} }}')
+    start = time.monotonic()
+    for refused in (f"mutation {{ {aliases} }}", spread.replace("mutation", "mutation ($w: "
+                                                                "Float!)"), mixed):
+        out = platform.gql(key, refused, {"w": 1})
+        assert code(out) == "INVALID_INPUT" and "waits for one" in str(out["errors"]), out
+    assert time.monotonic() - start < 2.0  # refused before anything ran
+    assert platform.gql(key, "{ allSessions { handle } }")["data"]["allSessions"] == []
+    # One wait, and polls that do not wait, are fine.
+    one = platform.gql(key, "mutation { a: createSession { " + poll.format(w=0.2) + " } "
+                       "b: createSession { " + poll.format(w=0) + " } }")
+    assert one["data"]["a"]["session"]["messages"] == [], one
+
+
+def test_a_page_of_messages_costs_the_reads_it_may_make(platform):
+    """A page of messages is up to 4 reads of 1 MB, costed as one: 200 sessions' pages
+    (up to 800 MB) were accepted at 201."""
+    _, key = platform.user("pages")
+    out = platform.gql(key, "{ allSessions(limit: 200) { messages { text } } }")
+    assert code(out) == "INVALID_INPUT" and "801 storage reads" in str(out["errors"]), out
+    fine = platform.gql(key, "{ allSessions(limit: 100) { messages { text } } }")
+    assert fine == {"data": {"allSessions": []}}, fine
+
+
+def test_one_request_holds_a_bounded_amount_of_messages(platform):
+    """A page of messages is up to 4 MB: twenty aliases of one were costed 40 and made a
+    response of 230 MB (the API process grew from 158 to 961 MB); twenty aliases of a
+    page's text, 80 MB."""
+    _, key = platform.user("hoarder")
+    handle = platform.gql(key, SESSION)["data"]["createSession"]["session"]["handle"]
+    stored = [Message(session_id=handle, message_id=ids.ulid(), text="\U0001D11E" * 16_000)
+              for _ in range(63)]
+    platform.services.sessions.put_messages(stored)  # 4 MB, as one page reads it
+    query = "query ($h: String!) {{ {} }}".format
+    pages = query(" ".join(f"a{i}: sessionByHandle(handle: $h) {{ messages(limit: 1000) "
+                           "{ text } }" for i in range(20)))
+    texts = query("sessionByHandle(handle: $h) { messages { "
+                  + " ".join(f"t{i}: text" for i in range(20)) + " } }")
+    calls: list[str] = []
+    stop = aws.on_call(lambda service, op: calls.append(op))
+    try:
+        many = platform.gql(key, pages, {"h": handle}, timeout=60)
+    finally:
+        stop()
+    assert code(many) == "INVALID_INPUT" and "5,242,880 bytes" in str(many["errors"]), many
+    assert calls.count("Query") <= 2 * 4, calls  # two pages; none read once it was spent
+    merged = pages.replace("{ text }", "{ id } messages(limit: 1000) { text }")
+    assert "5,242,880 bytes" in str(platform.gql(key, merged, {"h": handle})["errors"])
+    repeated = platform.gql(key, texts, {"h": handle}, timeout=60)
+    assert code(repeated) == "INVALID_INPUT" and "the response would take" in str(
+        repeated["errors"]), str(repeated)[:300]
+    one = platform.gql(key, query("sessionByHandle(handle: $h) { messages { text } }"),
+                       {"h": handle})
+    assert "errors" not in one and len(one["data"]["sessionByHandle"]["messages"]) > 50
+    ids_only = platform.gql(key, pages.replace("{ text }", "{ id }"), {"h": handle})
+    assert "errors" not in ids_only, str(ids_only)[:300]  # counted as answered, not as read
 
 
 def test_agent_fields_that_read_storage_are_costed(platform, agents):

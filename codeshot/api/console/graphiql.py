@@ -6,12 +6,12 @@ from __future__ import annotations
 
 from fastapi import Request
 from fastapi.responses import HTMLResponse
-from strawberry.fastapi import GraphQLRouter
 
 from codeshot.api.console.web import content_security_policy, html, missing_assets, templates
+from codeshot.api.graphql.router import CodeshotGraphQLRouter
 
 
-class ConsoleGraphQLRouter(GraphQLRouter):
+class ConsoleGraphQLRouter(CodeshotGraphQLRouter):
     async def render_graphql_ide(self, request: Request) -> HTMLResponse:
         missing = missing_assets()
         # GraphiQL's editor and React set inline styles.

@@ -9,6 +9,7 @@ from functools import cached_property
 from strawberry.fastapi import BaseContext
 from strawberry.types import Info
 
+from codeshot.api.graphql.budget import MessagePages
 from codeshot.auth.tokens import bearer
 from codeshot.models import Principal
 from codeshot.services import Services
@@ -21,6 +22,7 @@ class Context(BaseContext):
         super().__init__()
         self.services = services
         self.authorization = authorization
+        self.message_pages = MessagePages()
 
     @cached_property
     def principal(self) -> Principal:

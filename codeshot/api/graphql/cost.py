@@ -1,19 +1,23 @@
 """What one GraphQL request may cost: resolver calls that read storage, counted before
 anything runs.
 
-Each field that reads DynamoDB or S3 costs 1, multiplied by the page sizes of the lists
-it sits in (a ``limit`` argument, or the list's default page; a variable counts as the
-largest page). ``allSessions { messages embeds }`` is 1 + 50 x 2; twenty aliases of it,
-2,020, are refused before the first read. A long poll (``messages(waitSeconds)``)
-reads until a message comes or the wait ends: it costs the reads of the longest wait,
-so ``allSessions { messages(waitSeconds: 25) }`` cannot poll 50 sessions at once. So
-does a ``sendSessionMessage`` that waits for its reply; mutations run one after another,
-so a request waits for one reply at most (twenty aliases held a worker for 500 s).
+Each field that reads DynamoDB or S3 costs its reads (1; a page of ``messages``, which
+DynamoDB ends at 1 MB, up to 4), multiplied by the page sizes of the lists it sits in (a
+``limit`` argument, or the list's default page; a variable counts as the largest page).
+``allSessions { messages embeds }`` is 1 + 50 x (4 + 1); twenty aliases of it, 5,020,
+are refused before the first read. A long poll (``messages(waitSeconds)``) reads until a
+message comes or the wait ends: it costs the reads of the longest wait as well, so
+``allSessions { messages(waitSeconds: 25) }`` cannot poll 50 sessions at once. So does a
+``sendSessionMessage`` that waits for its reply. Mutations run one after another, so a
+mutation request waits once at most: for one reply, or one long poll anywhere in its
+results (twenty waiting aliases held a worker for 500 s; nine ``createSession { session
+{ messages(waitSeconds: 25) } }``, 225 s).
 Validation rejects a request over the limit with INVALID_INPUT, naming its cost.
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from typing import Any
 
 from graphql import (
@@ -27,6 +31,7 @@ from graphql import (
     IntValueNode,
     ObjectValueNode,
     OperationDefinitionNode,
+    OperationType,
     SelectionSetNode,
     ValidationRule,
     VariableNode,
@@ -45,9 +50,10 @@ PAGES: dict[tuple[str, str], paging.PageSize] = {
     ("SessionType", "embeds"): paging.EMBEDS,
 }
 PAGE_ARGUMENT = {("Query", "route"): "k"}
-# Fields whose resolver reads storage: every root field, and these.
-READS = frozenset({("SessionType", "messages"), ("SessionType", "embeds"),
-                   ("AgentType", "corpusStatus"), ("AgentType", "dailyUsedTokens")})
+# Fields whose resolver reads storage, and its reads: every root field (1), and these.
+READS = {("SessionType", "messages"): paging.MESSAGES.reads,
+         ("SessionType", "embeds"): paging.EMBEDS.reads,
+         ("AgentType", "corpusStatus"): 1, ("AgentType", "dailyUsedTokens"): 1}
 LONG_POLLS = {("SessionType", "messages"): "waitSeconds"}  # field -> its wait argument
 # Mutations that wait for a reply unless their input says ``wait: false``: field -> input
 REPLY_WAITS = {("Mutation", "sendSessionMessage"): "messageData"}
@@ -100,45 +106,60 @@ def cost_limit_rule(max_cost: int, long_poll_reads: int) -> type[ValidationRule]
             root = self.context.schema.get_root_type(node.operation)
             if root is None:
                 return
-            waiting = [s for s in node.selection_set.selections if isinstance(s, FieldNode)
-                       and _waits_for_reply(root.name, s)]
-            if len(waiting) > 1:  # they would run one after another, each its whole wait
-                self.report_error(GraphQLError(
-                    f"this request waits for {len(waiting)} replies; a request waits for one "
-                    "at most: send the others with wait: false", node))
+            if node.operation == OperationType.MUTATION:
+                waiting = [n for n, inner, through in self._selected(node.selection_set, root)
+                           if self._waits_within(n, root, inner, through)]
+                if len(waiting) > 1:  # they would run one after another, each its whole wait
+                    self.report_error(GraphQLError(
+                        f"this request would wait {len(waiting)} times, one after another "
+                        "(for a reply, or messages(waitSeconds)); a request waits for one "
+                        "at most: send the others with wait: false", node))
             cost = self._cost(node.selection_set, root, 1, frozenset(), is_root=True)
             if cost > max_cost:
                 self.report_error(GraphQLError(
                     f"this request would make {cost} storage reads; the limit per request is "
                     f"{max_cost}: ask for smaller pages (limit) or fewer fields", node))
 
-        def _cost(self, selections: SelectionSetNode | None, parent: GraphQLObjectType,
-                  multiplier: int, spread: frozenset[str], is_root: bool = False) -> int:
-            """``spread``: the fragments this path went through (a cycle, which another
-            rule reports, must not recurse forever here)."""
-            total = 0
+        def _selected(self, selections: SelectionSetNode | None, parent: GraphQLObjectType,
+                      spread: frozenset[str] = frozenset()
+                      ) -> Iterator[tuple[FieldNode, GraphQLObjectType | None, frozenset[str]]]:
+            """The fields selected on ``parent``, fragments' included, each with its object
+            type (None: not an object) and the fragments its path went through (a cycle,
+            which another rule reports, must not recurse forever here)."""
             for selection in selections.selections if selections else ():
                 if isinstance(selection, FieldNode):
                     field = parent.fields.get(selection.name.value)
                     if field is None:
                         continue  # another rule reports unknown fields
-                    key = (parent.name, selection.name.value)
-                    if is_root or key in READS:
-                        reads = long_poll_reads if _waits(parent.name, selection) else 1
-                        total += multiplier * reads
                     inner = get_named_type(field.type)
-                    if isinstance(inner, GraphQLObjectType):
-                        total += self._cost(selection.selection_set, inner,
-                                            multiplier * _page(parent.name, selection), spread)
+                    yield selection, inner if isinstance(inner, GraphQLObjectType) else None, spread
                 elif isinstance(selection, InlineFragmentNode):
-                    total += self._cost(selection.selection_set, parent, multiplier, spread,
-                                        is_root)
+                    yield from self._selected(selection.selection_set, parent, spread)
                 elif isinstance(selection, FragmentSpreadNode):
                     name = selection.name.value
                     fragment = self.context.get_fragment(name)
                     if fragment is not None and name not in spread:
-                        total += self._cost(fragment.selection_set, parent, multiplier,
-                                            spread | {name}, is_root)
+                        yield from self._selected(fragment.selection_set, parent,
+                                                  spread | {name})
+
+        def _waits_within(self, node: FieldNode, parent: GraphQLObjectType,
+                          inner: GraphQLObjectType | None, spread: frozenset[str]) -> bool:
+            """``node`` or a field in its result waits."""
+            return _waits(parent.name, node) or (inner is not None and any(
+                self._waits_within(n, inner, i, s)
+                for n, i, s in self._selected(node.selection_set, inner, spread)))
+
+        def _cost(self, selections: SelectionSetNode | None, parent: GraphQLObjectType,
+                  multiplier: int, spread: frozenset[str], is_root: bool = False) -> int:
+            total = 0
+            for node, inner, through in self._selected(selections, parent, spread):
+                key = (parent.name, node.name.value)
+                if is_root or key in READS:
+                    wait = long_poll_reads - 1 if _waits(parent.name, node) else 0
+                    total += multiplier * (READS.get(key, 1) + wait)
+                if inner is not None:
+                    total += self._cost(node.selection_set, inner,
+                                        multiplier * _page(parent.name, node), through)
             return total
 
     return CostLimit

@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+import dataclasses
 from datetime import datetime
 from typing import TYPE_CHECKING, Annotated
 
 import strawberry
 from strawberry.types import Info
+from strawberry.types.nodes import SelectedField, Selection
+from strawberry.utils.str_converters import to_camel_case
 
+from codeshot.api.graphql import budget
 from codeshot.api.graphql.context import caller, ctx
 from codeshot.models import Agent, Embed, Message, Principal, Revision, Session
 from codeshot.services import Services
@@ -301,10 +305,10 @@ class SessionType:
     session: strawberry.Private[Session]  # read with the owner's check
 
     @strawberry.field(description=(
-        "Messages in time order, a page at a time (at most 1,000, or about 4 MB): the "
-        "newest page, or with `after` the oldest ones newer than that id. `waitSeconds` "
-        "(at most the reply wait) long-polls: with nothing newer yet, wait for the next "
-        "message."))
+        "Messages in time order, a page at a time (at most 1,000, or about 4 MB as sent; "
+        "one request's pages 5 MB in all): the newest page, or with `after` the oldest "
+        "ones newer than that id. `waitSeconds` (at most the reply wait) long-polls: with "
+        "nothing newer yet, wait for the next message."))
     async def messages(
         self, info: Info, after: str | None = None, limit: int | None = None,
         wait_seconds: float = 0,
@@ -313,8 +317,14 @@ class SessionType:
         if wait_seconds > 0:
             wait = min(wait_seconds, services.settings.reply_wait_seconds)
             await next_messages(Messaging(services), self.session.session_id, after, wait)
-        found = await blocking(sessions.list_messages, services, self.session, after, limit)
-        return [MessageGQL.of(m, services) for m in found]
+
+        async def read() -> list[MessageGQL]:
+            found = await blocking(sessions.list_messages, services, self.session, after, limit)
+            return [MessageGQL.of(m, services) for m in found]
+
+        asked = _names([s for field in info.selected_fields for s in field.selections])
+        return await ctx(info).message_pages.take(
+            read, lambda m: _lambda_bytes(m, asked), keep_newest=after is None)
 
     @strawberry.field(description="Embeds by key, a page at a time; `after` = the last key of "
                       "the previous page.")
@@ -322,7 +332,10 @@ class SessionType:
                      limit: int | None = None) -> list[SessionEmbedType]:
         services = ctx(info).services
         found = await blocking(sessions.list_embeds, services, self.session, after, limit)
-        return [SessionEmbedType(key=e.key, embed=_embed(e, services)) for e in found]
+        if not found:
+            return []
+        owner = EmbedOwnerType(username=await _owner_name(self.session, services))
+        return [SessionEmbedType(key=e.key, embed=_embed(e, owner, services)) for e in found]
 
     @classmethod
     def of(cls, s: Session) -> SessionType:
@@ -332,10 +345,34 @@ class SessionType:
                    created=s.created, modified=s.modified, session=s)
 
 
-def _embed(e: Embed, services: Services) -> EmbedType:
+def _names(selections: list[Selection]) -> set[str]:
+    """The fields selected, fragments' included."""
+    names: set[str] = set()
+    for selection in selections:
+        if isinstance(selection, SelectedField):
+            names.add(selection.name)
+        else:
+            names |= _names(selection.selections)
+    return names
+
+
+def _lambda_bytes(m: MessageGQL, asked: set[str]) -> int:
+    """What ``m`` takes in Lambda's response with the fields ``asked`` (each once, and all
+    of an object field: the response's own measure catches a field under many aliases)."""
+    fields = {k: v for k, v in dataclasses.asdict(m).items() if to_camel_case(k) in asked}
+    return budget.lambda_bytes(budget.encode(fields, default=str))
+
+
+async def _owner_name(session: Session, services: Services) -> str:
+    """The session owner's username (read for sessions made before it was kept on them)."""
+    return session.owner_name or (await blocking(services.users.get, session.owner)).username
+
+
+def _embed(e: Embed, owner: EmbedOwnerType, services: Services) -> EmbedType:
+    """``owner``: the session's owner, who bound its embeds (Fixie 1.0's
+    ``owner { username }`` is a username; ``e.owner`` is their user id)."""
     return EmbedType(id=e.content_hash, content_type=e.content_type, created=e.created,
-                     content_hash=e.content_hash, size=e.size,
-                     owner=EmbedOwnerType(username=e.owner),
+                     content_hash=e.content_hash, size=e.size, owner=owner,
                      url=services.embeds.get_url(e.content_hash, e.content_type))
 
 
