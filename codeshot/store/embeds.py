@@ -39,6 +39,7 @@ _CONTENT_TYPE_RE = re.compile(r"[\w.+-]+/[\w.+-]+(;[ \t]*[\w.+-]+=[\w.+-]+)*", r
 _OWNER_RE = re.compile(r"[A-Za-z0-9_-]{1,64}")
 _MISSING = ("404", "NoSuchKey", "NotFound")
 UPLOAD_CHUNK = 1024 * 1024  # bytes of an upload held at a time while it is hashed
+UPLOAD_MISMATCH = "uploaded bytes do not match their SHA-256"
 # Served inline with their own type: nothing a browser would run.
 _INLINE = re.compile(r"(text/plain|image/(png|jpeg|gif|webp|avif|bmp)|audio/[\w.+-]+|"
                      r"video/[\w.+-]+|application/pdf)", re.ASCII)
@@ -127,16 +128,27 @@ class EmbedStore:
             return False
         return True
 
-    def _get(self, key: str) -> bytes:
-        """The object's bytes, or NotFound (callers word it)."""
+    def _object(self, key: str) -> Any:
+        """The object as S3 answers it (its body unread), or NotFound (callers word it)."""
         try:
-            out = self.s3.get_object(Bucket=self.bucket, Key=key)
+            return self.s3.get_object(Bucket=self.bucket, Key=key)
         except ClientError as exc:
             if exc.response["Error"]["Code"] in _MISSING:
                 raise NotFound(f"{key} not found") from exc
             raise
-        body: bytes = out["Body"].read()
+
+    def _get(self, key: str) -> bytes:
+        """The object's bytes, or NotFound (callers word it)."""
+        body: bytes = self._object(key)["Body"].read()
         return body
+
+    def _upload(self, owner: str, digest: str) -> Any:
+        """``owner``'s upload of ``digest`` (its body unread); NOT_FOUND, worded the same
+        whoever else holds such bytes, unless ``owner`` uploaded them."""
+        try:
+            return self._object(self.upload_key(owner, digest))
+        except NotFound:
+            raise _no_upload(digest) from None
 
     def read(self, digest: str) -> bytes:
         try:
@@ -147,31 +159,21 @@ class EmbedStore:
     def check_upload(self, owner: str, digest: str) -> int:
         """The size of ``owner``'s upload of ``digest``, its bytes hashed (a 1 MB chunk
         held at a time) and found to match their name; writes nothing, so a post can check
-        all it names before it stores anything. NOT_FOUND, worded the same whoever else
-        holds such bytes, unless ``owner`` uploaded them."""
-        try:
-            out = self.s3.get_object(Bucket=self.bucket, Key=self.upload_key(owner, digest))
-        except ClientError as exc:
-            if exc.response["Error"]["Code"] in _MISSING:
-                raise _no_upload(digest) from None
-            raise
+        all it names before it stores anything. NOT_FOUND as :meth:`_upload`."""
         hashed, size = hashlib.sha256(), 0
-        for chunk in out["Body"].iter_chunks(UPLOAD_CHUNK):
+        for chunk in self._upload(owner, digest)["Body"].iter_chunks(UPLOAD_CHUNK):
             hashed.update(chunk)
             size += len(chunk)
         if hashed.hexdigest() != digest:
-            raise InvalidInput("uploaded bytes do not match their SHA-256")
+            raise InvalidInput(UPLOAD_MISMATCH)
         return size
 
     def claim_upload(self, owner: str, digest: str, content_type: str) -> int:
         """Make ``owner``'s upload of ``digest`` an embed (checked: the bytes must hash to
-        their name); returns its size. NOT_FOUND as :meth:`check_upload`."""
-        try:
-            data = self._get(self.upload_key(owner, digest))
-        except NotFound:
-            raise _no_upload(digest) from None
+        their name); returns its size. NOT_FOUND as :meth:`_upload`."""
+        data: bytes = self._upload(owner, digest)["Body"].read()
         if content_hash(data) != digest:
-            raise InvalidInput("uploaded bytes do not match their SHA-256")
+            raise InvalidInput(UPLOAD_MISMATCH)
         self.put(data, content_type)
         return len(data)
 

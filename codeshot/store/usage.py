@@ -246,6 +246,12 @@ class UsageCounters(Repository):
         """Give back ``lease_id``'s slot, if it still holds one."""
         self._update(self.release_request(kind, subject, lease_id))
 
+    def check_room(self, kind: str, subject: str, amount: int, limit: int, what: str) -> None:
+        """RATE_LIMITED (the ``what`` limit) unless ``amount`` more fits today's ``limit``:
+        read before a charge that a write elsewhere (S3) must not precede if refused."""
+        if self.used(kind, subject) + amount > limit:
+            raise self.rate_limited(what, limit, "day")
+
     def used(
         self, kind: str, subject: str, window: str = "day", now: datetime | None = None
     ) -> int:

@@ -46,7 +46,13 @@ from codeshot.store.embeds import check_content_type, content_hash
 from codeshot.text import check_text
 from codeshot.usecases import paging, tasks
 from codeshot.usecases.agents import usable_agent
-from codeshot.usecases.messaging import TERMINAL, UPLOAD_BYTES, Messaging, wait_for_reply
+from codeshot.usecases.messaging import (
+    TERMINAL,
+    UPLOAD_BYTES,
+    UPLOAD_LIMIT,
+    Messaging,
+    wait_for_reply,
+)
 from codeshot.usecases.sessions import get_session
 from codeshot.usecases.threads import blocking
 from codeshot.usecases.users import user_id_of
@@ -378,16 +384,14 @@ def upload_artifact(services: Services, principal: Principal, task_id: str,
     # bytes stored, uncharged, as a post's may: messaging.Messaging._checked_embeds).
     allowance = services.settings.daily_upload_bytes
     charge = services.usage.charge_request(UPLOAD_BYTES, user_id, allowance, amount=len(data))
-    refused = services.usage.rate_limited(UPLOAD_BYTES, allowance, "day")
-    if services.usage.used(UPLOAD_BYTES, user_id) + len(data) > allowance:
-        raise refused
+    services.usage.check_room(UPLOAD_BYTES, user_id, len(data), allowance, UPLOAD_LIMIT)
     digest = services.embeds.put(data, content_type)
     bound = services.sessions.bind_embed(Embed(
         key=file_name, session_id=session.session_id, owner=user_id,
         content_type=content_type, content_hash=digest, size=len(data),
         path=relative_path or None), charge)
     if bound is None:
-        raise refused
+        raise services.usage.rate_limited(UPLOAD_LIMIT, allowance, "day")
     return uploaded(bound)
 
 

@@ -44,6 +44,7 @@ if TYPE_CHECKING:
 
 TERMINAL = frozenset({MessageType.RESPONSE, MessageType.ERROR, MessageType.AWAITING_INPUT})
 UPLOAD_BYTES = "upload_bytes"  # usage counter: bytes uploaded (inline or presigned) per day
+UPLOAD_LIMIT = "daily upload bytes"  # its limit, as RATE_LIMITED names it
 NEWEST_PAGE = 100  # messages a read without `after` returns: the newest
 
 
@@ -106,8 +107,8 @@ class Messaging:
             checked.append((up, data))
         inline = sum(len(data) for _, data in checked if data is not None)
         allowance = self.s.settings.daily_upload_bytes
-        if inline and self.s.usage.used(UPLOAD_BYTES, owner) + inline > allowance:
-            raise self.s.usage.rate_limited("daily upload bytes", allowance, "day")
+        if inline:
+            self.s.usage.check_room(UPLOAD_BYTES, owner, inline, allowance, UPLOAD_LIMIT)
         return [_Checked(up, data, self._ref(owner, up, data)) for up, data in checked]
 
     def _ref(self, owner: str, up: EmbedUpload, data: bytes | None) -> EmbedRef:
@@ -173,7 +174,7 @@ class Messaging:
             {"Update": self.s.usage.charge_request("query", user_id, limit)}]
         if inline_bytes:
             allowance = self.s.settings.daily_upload_bytes
-            charges.append(("daily upload bytes", allowance))
+            charges.append((UPLOAD_LIMIT, allowance))
             items.append({"Update": self.s.usage.charge_request(
                 UPLOAD_BYTES, user_id, allowance, amount=inline_bytes)})
         table = self.s.sessions.table_name
@@ -239,8 +240,7 @@ class Messaging:
                           self.s.daily_limit(principal.daily_query_limit))
 
     def _check_quota(self, user_id: str, limit: int) -> None:
-        if self.s.usage.used("query", user_id) >= limit:
-            raise self.s.usage.rate_limited("daily query", limit, "day")
+        self.s.usage.check_room("query", user_id, 1, limit, "daily query")
 
     @staticmethod
     def _same_post(earlier: Message, text: str, embeds: list[EmbedUpload]) -> None:
