@@ -5,11 +5,10 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections import defaultdict
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
 
-from codeshot.runner.batch import GiveUp, Handle, Parse, group_of, process_batch, record_of
+from codeshot.runner.batch import GiveUp, Handle, Parse, grouped, process_batch, record_of
 from codeshot.store.queue import Work
 
 log = logging.getLogger("codeshot.local")
@@ -61,10 +60,7 @@ class QueuePoller:
             # process_batch would group them: its records are acknowledged as soon as it
             # is done, not when the slowest session of the receive is (Lambda's way), so
             # a quick session's next message is not held up locally.
-            groups: dict[tuple[str, str], list[dict[str, Any]]] = defaultdict(list)
-            for record in map(record_of, messages):
-                groups[group_of(record)].append(record)
-            for records in groups.values():
+            for records in grouped([record_of(m) for m in messages]).values():
                 in_flight.add(self._pool.submit(self._process, records))
 
     def _process(self, records: list[dict[str, Any]]) -> None:

@@ -74,9 +74,7 @@ def process_batch(event: dict[str, Any], handle: Handle, invocation: Invocation 
     one session never holds up the others); the records to redeliver. Those left
     untouched are handed back to ``queue`` (the event's) to come back soon, or given up
     on their last delivery."""
-    groups: dict[tuple[str, str], list[dict[str, Any]]] = {}
-    for record in event.get("Records", []):
-        groups.setdefault(group_of(record), []).append(record)
+    groups = grouped(event.get("Records", []))
 
     def process(records: list[dict[str, Any]]) -> list[tuple[dict[str, Any], bool]]:
         return _process_group(records, handle, invocation, parse, give_up)
@@ -93,6 +91,14 @@ def process_batch(event: dict[str, Any], handle: Handle, invocation: Invocation 
                               if untouched], HAND_BACK_SECONDS)
     return {"batchItemFailures": [{"itemIdentifier": record["messageId"]}
                                   for record, _ in failed]}
+
+
+def grouped(records: list[dict[str, Any]]) -> dict[tuple[str, str], list[dict[str, Any]]]:
+    """The records by the group each runs in (:func:`group_of`), each group in order."""
+    groups: dict[tuple[str, str], list[dict[str, Any]]] = {}
+    for record in records:
+        groups.setdefault(group_of(record), []).append(record)
+    return groups
 
 
 def group_of(record: dict[str, Any]) -> tuple[str, str]:
