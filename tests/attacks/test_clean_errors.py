@@ -225,3 +225,18 @@ def test_a_time_zone_that_is_no_zone_name_is_refused_with_a_code(platform, zone)
     assert platform.gql(key, "{ user { timeZone } }")["data"]["user"]["timeZone"] == "UTC"
     ok = platform.gql(key, 'mutation { setTimeZone(timeZone: "America/Lima") { timeZone } }')
     assert ok["data"]["setTimeZone"]["timeZone"] == "America/Lima"
+
+
+def test_a_document_of_several_operations_runs_only_the_one_named(platform):
+    """The GraphQL spec's rule: without operationName such a document is refused; it ran
+    its first operation, which could be a mutation the client did not mean to send."""
+    user_id, key = platform.user()
+    document = "mutation Make { createApiKey { id } } query Me { user { username } }"
+    refused = platform.gql(key, document)
+    assert code(refused) == "INVALID_INPUT" and refused["data"] is None
+    assert "operationName" in refused["errors"][0]["message"]
+    assert len(platform.services.users.get(user_id).api_key_ids) == 1  # no key made
+    named = httpx.post(f"{platform.url}/graphql", headers={"Authorization": f"Bearer {key}"},
+                       json={"query": document, "operationName": "Me"}).json()
+    assert named == {"data": {"user": {"username": platform.services.users.get(
+        user_id).username}}}
