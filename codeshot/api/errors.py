@@ -60,7 +60,9 @@ class ErrorCodes(MaskErrors):
                 code, message = known.code, known.message
                 extensions = {"code": code, **({"details": known.details} if known.details
                                                else {})}
-            elif original is None:  # syntax, validation, depth limit: the query is at fault
+            elif original is None or isinstance(original, GraphQLError):
+                # Syntax, validation, depth limit, a variable of the wrong type or missing
+                # (graphql-core's own error as the original): the query is at fault.
                 message, extensions = error.message, {"code": InvalidInput.code}
             else:
                 log.error("unexpected error in %s", error.path, exc_info=original)

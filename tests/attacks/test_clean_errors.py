@@ -240,3 +240,12 @@ def test_a_document_of_several_operations_runs_only_the_one_named(platform):
                        json={"query": document, "operationName": "Me"}).json()
     assert named == {"data": {"user": {"username": platform.services.users.get(
         user_id).username}}}
+
+
+@pytest.mark.parametrize("variables", [{}, {"h": 5}], ids=["missing", "wrong type"])
+def test_a_bad_variable_is_invalid_input_not_internal(platform, variables):
+    _, key = platform.user()
+    out = platform.gql(key, "query ($h: String!) { sessionByHandle(handle: $h) { handle } }",
+                       variables)
+    assert code(out) == "INVALID_INPUT", out
+    assert "$h" in out["errors"][0]["message"]

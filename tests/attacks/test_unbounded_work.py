@@ -150,6 +150,26 @@ def test_one_request_cannot_fan_out_into_thousands_of_reads(platform):
     assert code(variable) == "INVALID_INPUT"  # a variable page counts as the largest
 
 
+def test_fragments_that_spread_out_exponentially_are_refused_before_validation(platform):
+    """25 fragments, each spreading the next twice (1.3 KB, 268 tokens), ask for 2^25
+    fields: the validation rules (depth, aliases, cost) spread each use out again, which
+    took minutes of one worker's CPU. Refused on the expanded count, at once; a real
+    document with fragments (GraphiQL's introspection query) still runs."""
+    from graphql import get_introspection_query
+
+    _, key = platform.user()
+    chain = " ".join(f"fragment F{i} on UserType {{ ...F{i + 1} ...F{i + 1} }}"
+                     for i in range(25))
+    bomb = f"query {{ user {{ ...F0 }} }} {chain} fragment F25 on UserType {{ username }}"
+    started = time.monotonic()
+    out = platform.gql(key, bomb)
+    assert time.monotonic() - started < 10  # not minutes
+    assert code(out) == "INVALID_INPUT" and "fields once its fragments are spread out" in \
+        out["errors"][0]["message"]
+    schema = platform.gql(key, get_introspection_query(descriptions=True))
+    assert "errors" not in schema and schema["data"]["__schema"]["queryType"]
+
+
 def test_a_long_poll_costs_every_read_it_makes(platform):
     """``messages(waitSeconds)`` reads until a message comes: 200 sessions polled for 25 s
     each were about 11,000 reads for one request costed at 201."""
