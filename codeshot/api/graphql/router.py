@@ -34,7 +34,8 @@ class CodeshotGraphQLRouter(GraphQLRouter):
         if size > budget.RESPONSE_BYTES:
             data = {"data": None, "errors": [{"message": (
                 f"the response would take {size:,} bytes, more than a response may "
-                f"({budget.RESPONSE_BYTES:,}): ask for smaller pages (limit) or fewer fields"),
+                f"({budget.RESPONSE_BYTES:,}): ask for smaller pages (limit) or fewer fields; "
+                "a mutation in the request has run all the same"),
                 "extensions": {"code": InvalidInput.code}}]}
         return budget.encode(data)
 
@@ -56,7 +57,7 @@ class CodeshotGraphQLRouter(GraphQLRouter):
             if not (isinstance(paths, list) and all(isinstance(p, str) for p in paths)):
                 raise HTTPException(400, f"map[{name!r}] must be a list of paths")
             if not isinstance(form.get(name), UploadFile):
-                raise HTTPException(400, f"map names a file the form does not hold: {name!r}")
+                raise HTTPException(400, f"map names no file part of the form: {name!r}")
         try:
             return replace_placeholders_with_files(operations, files_map, form)
         except (KeyError, IndexError, TypeError, ValueError) as exc:

@@ -305,8 +305,8 @@ class SessionType:
     session: strawberry.Private[Session]  # read with the owner's check
 
     @strawberry.field(description=(
-        "Messages in time order, a page at a time (at most 1,000, or about 4 MB as sent; "
-        "one request's pages 5 MB in all): the newest page, or with `after` the oldest "
+        "Messages in time order, a page at a time (at most 1,000, or 4 MiB as sent; "
+        "one request's pages 5 MiB in all): the newest page, or with `after` the oldest "
         "ones newer than that id. `waitSeconds` (at most the reply wait) long-polls: with "
         "nothing newer yet, wait for the next message."))
     async def messages(
