@@ -250,9 +250,7 @@ def test_large_embeds_go_through_a_presigned_upload(platform):
 
 
 @pytest.mark.parametrize(
-    ("text", "expected"), [("", "must not be empty"), ("x" * 16_001, "limit"), ("nul\x00byte", "NUL"),
-                           # JSON sends each as a six-byte escape: pages six times as large
-                           ("\x1b[31mred", "U+001B"), ("\x01" * 16_000, "control characters")]
+    ("text", "expected"), [("", "must not be empty"), ("x" * 16_001, "limit"), ("nul\x00byte", "NUL")]
 )
 def test_bad_messages_store_nothing(platform, text, expected):
     _, a = platform.user()
