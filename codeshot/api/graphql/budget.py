@@ -83,12 +83,13 @@ class MessagePages:
 
 
 def _fit(items: Iterable[T], size: Callable[[T], int]) -> tuple[list[T], int]:
-    """The first of ``items`` that fit ``PAGE_BYTES`` together, and their bytes."""
+    """The first of ``items`` that fit ``PAGE_BYTES`` together, and their bytes; the
+    first one always (a page of none would end a pager's walk through the log)."""
     kept: list[T] = []
     taken = 0
     for item in items:
         more = size(item)
-        if taken + more > PAGE_BYTES:
+        if kept and taken + more > PAGE_BYTES:
             break
         kept.append(item)
         taken += more
