@@ -289,7 +289,7 @@ class SessionRunner:
             timeout=settings.agent_call_timeout_seconds, allow_loopback=settings.local_mode,
             deadline=deadline,
         )
-        viewer = session.owner_name or self.s.users.get(session.owner).username
+        viewer = self.s.users.owner_name(session)
         refresh = functools.cache(self.s.agents.refresh)  # once a query, if it calls agents
 
         def usable(agent_id: str) -> Agent:

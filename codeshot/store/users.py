@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING, Any
 
 from codeshot import ids
 from codeshot.errors import Conflict, InvalidInput, LastApiKey, NotFound
-from codeshot.models import MAX_DAILY_LIMIT, User, validate_handle
+from codeshot.models import MAX_DAILY_LIMIT, Session, User, validate_handle
 from codeshot.store.base import Repository
 from codeshot.store.dynamo import from_item, is_condition_failure, lookup_key, to_item
 from codeshot.store.tables import USERS
@@ -72,6 +72,11 @@ class UserStore(Repository):
         if not item:
             raise NotFound(f"user {user_id} not found")
         return _user(item)
+
+    def owner_name(self, session: Session) -> str:
+        """The username of the session's owner: kept on the session, or read for one made
+        before it was."""
+        return session.owner_name or self.get(session.owner).username
 
     def get_by_username(self, username: str) -> User:
         lookup_key(username, "user")

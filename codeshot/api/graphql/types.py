@@ -334,7 +334,8 @@ class SessionType:
         found = await blocking(sessions.list_embeds, services, self.session, after, limit)
         if not found:
             return []
-        owner = EmbedOwnerType(username=await _owner_name(self.session, services))
+        owner = EmbedOwnerType(username=await blocking(services.users.owner_name,
+                                                         self.session))
         return [SessionEmbedType(key=e.key, embed=_embed(e, owner, services)) for e in found]
 
     @classmethod
@@ -361,11 +362,6 @@ def _lambda_bytes(m: MessageGQL, asked: set[str]) -> int:
     of an object field: the response's own measure catches a field under many aliases)."""
     fields = {k: v for k, v in dataclasses.asdict(m).items() if to_camel_case(k) in asked}
     return budget.lambda_bytes(budget.encode(fields, default=str))
-
-
-async def _owner_name(session: Session, services: Services) -> str:
-    """The session owner's username (read for sessions made before it was kept on them)."""
-    return session.owner_name or (await blocking(services.users.get, session.owner)).username
 
 
 def _embed(e: Embed, owner: EmbedOwnerType, services: Services) -> EmbedType:
