@@ -32,18 +32,28 @@ class ChatClient(GraphQLClient):
         query_id: str = self.call(SEND, {"s": session, "t": text})[
             "sendSessionMessage"]["message"]["id"]
         deadline = time.monotonic() + timeout
+        after = query_id  # each poll reads what is newer than the last it read
         while True:
             time.sleep(POLL_SECONDS)
-            reply = next((m for m in self.trace(session, query_id)
-                          if m["type"] in TERMINAL and m["inReplyTo"] == {"id": query_id}),
-                         None)
-            if reply is not None or time.monotonic() >= deadline:
-                return query_id, reply
+            for message in self._page(session, after):
+                after = message["id"]
+                if message["type"] in TERMINAL and message["inReplyTo"] == {"id": query_id}:
+                    return query_id, message
+            if time.monotonic() >= deadline:
+                return query_id, None
 
     def trace(self, session: str, after: str) -> list[dict[str, Any]]:
-        messages: list[dict[str, Any]] = \
-            self.call(TRACE, {"h": session, "a": after})["sessionByHandle"]["messages"]
+        """Every message newer than ``after``, a page at a time (a page ends at 4 MiB)."""
+        messages: list[dict[str, Any]] = []
+        while page := self._page(session, after):
+            messages += page
+            after = page[-1]["id"]
         return messages
+
+    def _page(self, session: str, after: str) -> list[dict[str, Any]]:
+        page: list[dict[str, Any]] = \
+            self.call(TRACE, {"h": session, "a": after})["sessionByHandle"]["messages"]
+        return page
 
     def llm_provider(self) -> str:
         provider: str = self.call("{ llmProvider }")["llmProvider"]

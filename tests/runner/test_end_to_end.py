@@ -169,6 +169,23 @@ def test_codeshot_chat_gets_replies_without_the_api_waiting(live, agents):
     assert rolled and rolled.group(1) in agents.rolls
 
 
+@pytest.mark.settings(reply_wait_seconds=0.0)
+def test_codeshot_chat_pages_on_to_a_reply_past_a_page_of_steps(live, agents, monkeypatch):
+    """A page of messages ends at 4 MiB as sent: chat read one page after its query and
+    so never saw a reply behind a long trace ("no reply yet" after 180 s). Here a page is
+    one message, so the planner's steps fill several."""
+    from codeshot.api.graphql import budget
+
+    monkeypatch.setattr(budget, "PAGE_BYTES", 1)  # each page: its first message only
+    _, key = live.user("pia")
+    register(live, key, "dice", agents.url + "/dice")
+    out = io.StringIO()
+    run_chat(ChatClient(live.url + "/graphql", key), None, show_trace=True,
+             stdin=io.StringIO("Roll 2d6\n"), stdout=out)
+    assert re.search(r"You rolled \d \+ \d = \d+\.", out.getvalue()), out.getvalue()
+    assert "[func_call] pia/dice: Ask Func[roll]: 2d6" in out.getvalue()  # every page
+
+
 def test_a_correlation_id_goes_from_the_request_through_the_queue_to_each_agent_call(
         live, agents):
     _, key = live.user("cora")
