@@ -168,14 +168,35 @@ def cli_env(rehearsal: Any, **extra: str) -> dict[str, str]:
             "CODESHOT_SIGNING_SECRET_ID": outputs["SigningSecretId"], **extra}
 
 
+# Errors no retry mends (a module missing from a bundle): a command waiting on the function
+# stops at the first, rather than waiting out its reply's 180 s.
+BROKEN_BUNDLE = ("ModuleNotFoundError", "ImportError", "Runtime.ImportModuleError")
+
+
 def codeshot_cli(rehearsal: Any, args: list[str], stdin: str = "", **env: str) -> str:
     codeshot = Path(sys.executable).with_name("codeshot")
-    proc = subprocess.run([str(codeshot), *args], input=stdin, capture_output=True, text=True,
-                          env=cli_env(rehearsal, **env), timeout=180, check=False)
+    errors, seen = rehearsal.lambdas.errors, len(rehearsal.lambdas.errors)
+    deadline = time.monotonic() + 180
+    with subprocess.Popen([str(codeshot), *args], stdin=subprocess.PIPE,
+                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                          env=cli_env(rehearsal, **env)) as proc:
+        sent: str | None = stdin
+        while True:
+            try:  # the input goes once; output read meanwhile is kept for the next try
+                out, err = proc.communicate(sent, timeout=0.5)
+                break
+            except subprocess.TimeoutExpired:
+                sent = None
+                broken = [e for e in errors[seen:] if e.error_type in BROKEN_BUNDLE]
+                if broken or time.monotonic() > deadline:
+                    proc.kill()
+                    proc.communicate()
+                    raise RehearsalError(f"codeshot {' '.join(args)} " + (
+                        f"stopped: {broken[0]}" if broken else "took over 180 s")) from None
     if proc.returncode:
         raise RehearsalError(f"codeshot {' '.join(args)} exited {proc.returncode}: "
-                             f"{proc.stderr[-1500:]}")
-    return proc.stdout
+                             f"{err[-1500:]}")
+    return out
 
 
 def create_user(rehearsal: Any, name: str) -> User:
