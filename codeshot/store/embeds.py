@@ -145,10 +145,22 @@ class EmbedStore:
     def _upload(self, owner: str, digest: str) -> Any:
         """``owner``'s upload of ``digest`` (its body unread); NOT_FOUND, worded the same
         whoever else holds such bytes, unless ``owner`` uploaded them."""
+        key = self.upload_key(owner, digest)
         try:
-            return self._object(self.upload_key(owner, digest))
+            return self._object(key)
         except NotFound:
             raise _no_upload(digest) from None
+        except ClientError as exc:
+            # S3 answers a GET of a missing key 403 unless the caller may list the bucket,
+            # and AWS does not say whether a grant limited to a prefix (the API's) counts:
+            # a listing of the key tells a missing upload from a refused read.
+            if exc.response["Error"]["Code"] != "AccessDenied" or self._listed(key):
+                raise
+            raise _no_upload(digest) from None
+
+    def _listed(self, key: str) -> bool:
+        found = self.s3.list_objects_v2(Bucket=self.bucket, Prefix=key, MaxKeys=1)
+        return any(item["Key"] == key for item in found.get("Contents", ()))
 
     def read(self, digest: str) -> bytes:
         try:

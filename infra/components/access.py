@@ -62,9 +62,10 @@ def object_access(role: iam.Role, bucket: s3.IBucket, prefix: str, *, put: bool,
     DeleteObject is for replacing other bytes found under a content name: the bucket
     refuses unconditional puts, so it is delete, then put with If-None-Match (embeds.py).
 
-    ListBucket on that prefix (``missing_as_404``) lets a missing key answer 404 instead
-    of 403, which the embed store maps to NOT_FOUND; a function that only reads objects
-    it knows exist does without.
+    ListBucket on that prefix (``missing_as_404``) tells a missing key from a refused one:
+    S3 answers 404 to a caller that may list the bucket, and the embed store lists the key
+    when it is answered 403 (AWS does not say whether a prefix-limited grant counts). Both
+    are NOT_FOUND to users; a function that only reads objects it knows exist does without.
     """
     actions = ["s3:GetObject"] + (["s3:PutObject"] if put else []) + \
         (["s3:DeleteObject"] if delete else [])

@@ -10,6 +10,11 @@ moto's IAM policy evaluator (``moto.iam.access_control.IAMPolicy``). A call the 
 cannot map is refused too: nothing reaches moto unchecked, but for the Cognito calls AWS
 takes unsigned (SignUp, InitiateAuth ...: anyone may make them).
 
+A GET or HEAD of a missing object answers 403, not moto's 404, unless the caller may
+``s3:ListBucket`` the bucket with no ``s3:prefix`` in the request (AWS: "if you don't have
+the s3:ListBucket permission, Amazon S3 returns 403"; whether a grant limited to a prefix
+counts is not documented, so the rehearsal takes the stricter reading).
+
 Not evaluated (stated in the printout): resource policies (bucket and queue policies),
 condition operators other than moto's StringEquals, permission boundaries, SCPs.
 """
@@ -230,6 +235,21 @@ def allowed(policies: list[dict[str, Any]], check: Check) -> bool:
     return permitted
 
 
+def unconditional(policies: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The policies without their Allow statements that have conditions (moto's evaluator
+    passes StringLike conditions whatever the request holds)."""
+    def kept(statement: dict[str, Any]) -> bool:
+        return statement.get("Effect") == "Deny" or "Condition" not in statement
+
+    return [document | {"Statement": [s for s in _statements(document) if kept(s)]}
+            for document in policies]
+
+
+def _statements(document: dict[str, Any]) -> list[dict[str, Any]]:
+    statements = document.get("Statement", [])
+    return statements if isinstance(statements, list) else [statements]
+
+
 @dataclass
 class CallLog:
     """Counts of allowed calls by (principal, service, operation), and every denial."""
@@ -299,9 +319,15 @@ class AwsProxy:
                                   {k.lower() for k in request.headers})
         with self.log.lock:
             self.log.counts[(principal.name, call.service, call.operation)] += 1
+        if call.operation in ("GetObject", "HeadObject"):
+            bucket_arn = call.checks[0].resource.split("/", 1)[0]
+            missing_is_403 = not allowed(unconditional(principal.policies),
+                                         Check("s3:ListBucket", bucket_arn))
+            return self._forward(request, body, missing_is_403=missing_is_403)
         self._forward(request, body)
 
-    def _forward(self, request: BaseHTTPRequestHandler, body: bytes) -> None:
+    def _forward(self, request: BaseHTTPRequestHandler, body: bytes, *,
+                 missing_is_403: bool = False) -> None:
         headers = {k: v for k, v in request.headers.items()
                    if k.lower() not in ("connection", "transfer-encoding", "content-length")}
         headers["Content-Length"] = str(len(body))
@@ -310,6 +336,9 @@ class AwsProxy:
             connection.request(request.command, request.path, body=body, headers=headers)
             response = connection.getresponse()
             data = response.read()
+            if response.status == 404 and missing_is_403:
+                return reply(request, 403, b"<Error><Code>AccessDenied</Code><Message>Access "
+                             b"Denied</Message></Error>", [("Content-Type", "application/xml")])
             reply(request, response.status, data, [
                 (k, v) for k, v in response.getheaders() if k.lower() not in ("server", "date")])
         finally:

@@ -286,7 +286,15 @@ def check_embeds(user: User) -> str:
     if got.status_code != 200 or got.content != data:
         raise RehearsalError(f"embed download answered {got.status_code}, "
                              f"{len(got.content)} bytes")
-    return f"{len(data)} bytes up (presigned PUT) and down (presigned GET)"
+    never_uploaded = hashlib.sha256(secrets.token_bytes(32)).hexdigest()
+    refused = user.http.post(f"{user.api_url}/graphql", json={"query": SEND, "variables": {
+        "s": session, "t": "And this?", "e": [{"key": "gone", "contentHash": never_uploaded,
+                                               "contentType": "text/plain"}]}}).json()
+    codes = [e.get("extensions", {}).get("code") for e in refused.get("errors", [])]
+    if codes != ["NOT_FOUND"]:
+        raise RehearsalError(f"a post naming bytes never uploaded answered {refused}")
+    return (f"{len(data)} bytes up (presigned PUT) and down (presigned GET); "
+            "bytes never uploaded: NOT_FOUND")
 
 
 def check_mcp(rehearsal: Any, user: User) -> str:

@@ -34,8 +34,6 @@ NOT_CALLS = {
     # metadata is authorised by GetVectors too.
     "runner": {"sqs:ReceiveMessage", "sqs:DeleteMessage", "sqs:GetQueueAttributes",
                "sqs:GetQueueUrl", "s3vectors:GetVectors"},
-    # Lets a missing object answer 404 (NOT_FOUND: "you have no upload ...") not 403.
-    "api": {"s3:ListBucket"},
 }
 # Calls the reader finds on paths this function's inputs never take (each still checked
 # to be found, so that an entry cannot outlive its reason).
@@ -44,6 +42,11 @@ NOT_REACHED = {
         # Deployed agents carry no MCP Authorization: registration stores no agent secret
         # and so deletes none (AgentSecrets.delete(None) returns at once).
         "secretsmanager:CreateSecret", "secretsmanager:DeleteSecret",
+    },
+    "runner": {
+        # A prompt callback's answer is posted as text alone: the runner claims no upload,
+        # so it never lists one (nor may it read uploads/).
+        "s3:ListBucket",
     },
 }
 AWS = tuple(f"{prefix}:" for prefix in PREFIXES.values())
