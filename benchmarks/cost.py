@@ -81,7 +81,7 @@ XRAY_SAMPLED = 0.05
 # functions' own lines at INFO (about one per stored step).
 LOG_BYTES_PER_INVOCATION = 700
 # -- latencies the local stand-ins do not have (seconds) -----------------------------------
-LLM_CALL_SECONDS = 1.2  # Claude 3.5 Haiku on Bedrock: a planner or few-shot step
+LLM_CALL_SECONDS = 1.2  # Claude Haiku 4.5 on Bedrock: a planner or few-shot step
 EMBED_CALL_SECONDS = 0.08  # Titan text embeddings v2, one short query
 AGENT_HOP_SECONDS = 0.03  # runner -> agent's HTTP API -> agent Lambda, warm, one way
 SQS_TO_LAMBDA_SECONDS = 0.1  # a FIFO message reaching the runner's event source

@@ -101,7 +101,7 @@ class Settings:
 
     # LLM and routing
     llm: str = setting("fewshot", choices=("bedrock", "openai", "fewshot"))
-    llm_model: str = "anthropic.claude-3-5-haiku-20241022-v1:0"
+    llm_model: str = "us.anthropic.claude-haiku-4-5-20251001-v1:0"
     openai_base_url: str = "http://127.0.0.1:11434/v1"
     openai_api_key: str | None = None
     # /chat/completions, or /completions for base models (one prompt, no chat template)

@@ -32,7 +32,7 @@ class InfraConfig:
     admin_username: str = "admin"
     publish_agents: bool = True
     llm: str = "bedrock"
-    llm_model: str = "anthropic.claude-3-5-haiku-20241022-v1:0"
+    llm_model: str = "us.anthropic.claude-haiku-4-5-20251001-v1:0"
     embedder: str = "bedrock"
     embedding_model: str = "amazon.titan-embed-text-v2:0"
     # Ship our own boto3: the embed store's conditional puts (If-None-Match) need a newer

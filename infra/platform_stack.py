@@ -7,7 +7,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from aws_cdk import Aws, CfnOutput, Duration, Stack
+from aws_cdk import Aws, CfnOutput, Duration, Stack, Token
 from aws_cdk import aws_iam as iam
 from aws_cdk import aws_lambda as lambda_
 from aws_cdk import aws_lambda_event_sources as events
@@ -139,6 +139,11 @@ class PlatformStack(Stack):
         )
         embedding_models = [config.embedding_model] if config.embedder == "bedrock" else []
         llm_models = [config.llm_model] if config.llm == "bedrock" else []
+        if not Token.is_unresolved(self.region):  # known when deployed with credentials
+            for models, setting in ((llm_models, "codeshot:llmModel"),
+                                    (embedding_models, "codeshot:embeddingModel")):
+                for model_id in models:
+                    access.check_profile_region(model_id, self.region, setting)
 
         self.api = PythonFunction(
             self, "ApiFunction", code=self._code(API_FUNCTION), handler=API_FUNCTION.handler,

@@ -7,6 +7,7 @@ tests' "runner cannot write the registry" checks meaningful.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Collection
 
 from aws_cdk import Aws
@@ -97,6 +98,23 @@ def send_messages(role: iam.IRole, queue: sqs.IQueue) -> None:
         actions=list(SQS_SEND), resources=[queue.queue_arn]))
 
 
+# Where a geography's inference profile may be called from (AWS region name prefixes).
+PROFILE_REGIONS = {"us.": ("us-east-", "us-west-"), "us-gov.": ("us-gov-",), "eu.": ("eu-",),
+                   "apac.": ("ap-",), "jp.": ("ap-northeast-1", "ap-northeast-3"),
+                   "au.": ("ap-southeast-2", "ap-southeast-4"), "ca.": ("ca-",)}
+
+
+def check_profile_region(model_id: str, region: str, setting: str) -> None:
+    """Refuse at synth a geography's inference profile called from outside it (Bedrock
+    would refuse every call): ``us.`` models from ``eu-west-1``, say."""
+    for prefix, regions in PROFILE_REGIONS.items():
+        if model_id.startswith(prefix) and not region.startswith(regions):
+            raise ValueError(
+                f"{setting} {model_id} is an inference profile for other regions than "
+                f"{region}, where the stack deploys: use its profile for {region}'s "
+                f"geography or its global. profile (Bedrock, Cross-Region inference)")
+
+
 def model_arns(model_id: str) -> list[str]:
     """Foundation model ARN, or for an inference profile its ARN plus the models it routes
     to in any region (Bedrock checks both)."""
@@ -109,6 +127,15 @@ def model_arns(model_id: str) -> list[str]:
 
 
 def invoke_models(role: iam.IRole, model_ids: list[str]) -> None:
+    for model_id in model_ids:
+        if model_id.startswith(INFERENCE_PROFILE_PREFIXES):
+            model = model_id.split(".", 1)[1]
+            suppress(role, "AwsSolutions-IAM5",
+                     f"The inference profile {model_id} routes each call to {model} in one "
+                     "of its regions, chosen per call, and Bedrock authorizes that region's "
+                     "model too (Bedrock user guide: cross-Region inference, IAM).",
+                     [RegexAppliesTo(regex=rf"/^Resource::arn:<AWS::Partition>:bedrock:\*::"
+                                           rf"foundation-model\/{re.escape(model)}$/g")])
     if model_ids:
         role.add_to_principal_policy(iam.PolicyStatement(
             actions=list(BEDROCK_INVOKE),

@@ -233,6 +233,22 @@ def test_extra_env_cannot_outlast_the_functions_timeouts(tmp_path, name, value, 
         synthesize(tmp_path, **{"codeshot:extraEnv": {name: value}})
 
 
+def test_an_inference_profile_of_another_geography_is_refused_once_the_region_is_known(
+        tmp_path, monkeypatch):
+    """`cdk deploy` with credentials knows the region (CDK_DEFAULT_REGION): the default
+    US profile from eu-west-1 would have every Bedrock call refused."""
+    from tests.infra.conftest import synthesize
+
+    monkeypatch.setenv("CDK_DEFAULT_ACCOUNT", "123456789012")
+    monkeypatch.setenv("CDK_DEFAULT_REGION", "eu-west-1")
+    with pytest.raises(ValueError, match=r"codeshot:llmModel us\.anthropic\.claude-haiku-4-5"):
+        synthesize(tmp_path / "us")
+    eu = synthesize(tmp_path / "eu", **{
+        "codeshot:llmModel": "eu.anthropic.claude-haiku-4-5-20251001-v1:0"})
+    assert ("inference-profile/eu.anthropic.claude-haiku-4-5-20251001-v1:0"
+            in invoked_models(eu.platform, RUNNER))
+
+
 def test_extra_env_up_to_the_bounds_is_deployed(tmp_path):
     from tests.infra.conftest import synthesize
 
@@ -502,7 +518,9 @@ def test_api_role(synth):
         "secretsmanager:GetSecretValue", "secretsmanager:CreateSecret",
         "secretsmanager:DeleteSecret"}, oauth_key=True)
     # Agents reach the platform's LLM through the API's OpenAI proxy.
-    assert "foundation-model/anthropic.claude-3-5-haiku-20241022-v1:0" in invoked_models(t, API)
+    assert "foundation-model/anthropic.claude-haiku-4-5-20251001-v1:0" in invoked_models(t, API)
+    assert "inference-profile/us.anthropic.claude-haiku-4-5-20251001-v1:0" in invoked_models(
+        t, API)
 
 
 def invoked_models(t, handler) -> str:
@@ -544,7 +562,7 @@ def test_runner_role(synth):
     assert {r for g in t.grants(RUNNER) if "sqs:SendMessage" in g.actions
             for r in g.targets()} == {queue, prompts}
     assert_reads_only_the_signing_secret(synth, RUNNER, {"secretsmanager:GetSecretValue"})
-    assert "foundation-model/anthropic.claude-3-5-haiku-20241022-v1:0" in invoked_models(
+    assert "foundation-model/anthropic.claude-haiku-4-5-20251001-v1:0" in invoked_models(
         t, RUNNER)
 
 

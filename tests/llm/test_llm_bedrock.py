@@ -21,7 +21,7 @@ from codeshot.llm.bedrock import BedrockLLM
 from codeshot.settings import Settings
 from tests.conftest import free_port
 
-MODEL = "anthropic.claude-3-5-haiku-20241022-v1:0"
+MODEL = "us.anthropic.claude-haiku-4-5-20251001-v1:0"
 STOP = ["\nFunc[", "\nAgent[", "\nUser says:", "\nQ:"]
 MESSAGES = [
     ChatMessage("system", "I quote stocks."),
