@@ -166,6 +166,19 @@ def s3_call(method: str, path: str, query: dict[str, list[str]], headers: Any) -
     raise Unmapped(f"s3 object request {method}")
 
 
+def _model_arns(model: str) -> list[str]:
+    """What Bedrock authorizes a call on ``model`` as: an inference profile and the model
+    it routes to (here, in this region), or the model."""
+    from infra.components.access import INFERENCE_PROFILE_PREFIXES
+
+    if model.startswith("arn:"):
+        return [model]
+    if model.startswith(INFERENCE_PROFILE_PREFIXES):
+        return [f"arn:{PARTITION}:bedrock:{REGION}:{ACCOUNT}:inference-profile/{model}",
+                f"arn:{PARTITION}:bedrock:{REGION}::foundation-model/{model.split('.', 1)[1]}"]
+    return [f"arn:{PARTITION}:bedrock:{REGION}::foundation-model/{model}"]
+
+
 def describe(service: str, method: str, path: str, query: dict[str, list[str]],
              headers: Any, body: bytes, secret_arn: Callable[[str], str]) -> Call:
     """The IAM actions and resources of one request."""
@@ -176,11 +189,8 @@ def describe(service: str, method: str, path: str, query: dict[str, list[str]],
         match = re.match(r"/model/([^/]+)/(invoke|converse)", unquote(path))
         if not match:
             raise Unmapped(f"bedrock {path}")
-        model = match.group(1)
-        arn = model if model.startswith("arn:") else \
-            f"arn:{PARTITION}:bedrock:{REGION}::foundation-model/{model}"
-        return Call("bedrock-runtime", match.group(2).title(),
-                    (Check("bedrock:InvokeModel", arn),))
+        return Call("bedrock-runtime", match.group(2).title(), tuple(
+            Check("bedrock:InvokeModel", arn) for arn in _model_arns(match.group(1))))
     if target:
         operation = target.rsplit(".", 1)[-1]
         params = json.loads(body or b"{}")
