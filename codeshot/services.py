@@ -20,7 +20,7 @@ if TYPE_CHECKING:  # the parts are imported when first used, not when Services i
     from codeshot.routing.embedders import Embedder
     from codeshot.routing.router import Router
     from codeshot.store.agent_secrets import AgentSecrets
-    from codeshot.store.corpora import CorpusStore
+    from codeshot.store.corpora import CorpusStore, VectorIndexes
     from codeshot.store.embeds import EmbedStore
     from codeshot.store.oauth import OAuthStore
     from codeshot.store.queue import PromptQueue, SessionQueue
@@ -96,6 +96,13 @@ class Services:
         from codeshot.store.corpora import CorpusStore
 
         return CorpusStore(self.settings)
+
+    @cached_property
+    def vector_indexes(self) -> VectorIndexes:
+        """Corpus versions' S3 Vectors indexes (``CODESHOT_CORPUS_SEARCH=s3vectors``)."""
+        from codeshot.store.corpora import VectorIndexes
+
+        return VectorIndexes(self.settings)
 
     @cached_property
     def agent_secrets(self) -> AgentSecrets:

@@ -253,21 +253,23 @@ def platform_bundle(function: PlatformFunction, *, target: Target = LAMBDA_TARGE
 
 # Each platform function, with the AWS services its code calls and what of its lock it
 # leaves out (infra/locks.py says why).
-# cognito-idp: the console's accounts (codeshot/auth/cognito.py).
+# cognito-idp: the console's accounts (codeshot/auth/cognito.py); s3vectors: a deleted
+# agent's corpus indexes (codeshot:corpusSearch=s3vectors).
 API_FUNCTION = PlatformFunction("api", "handlers.api.handler", api_lock,
                                 ("dynamodb", "s3", "sqs", "secretsmanager", "bedrock-runtime",
-                                 "cognito-idp"), api_files, left_out=MCP_SERVER_PROCESS)
+                                 "cognito-idp", "s3vectors"), api_files,
+                                left_out=MCP_SERVER_PROCESS)
 # s3vectors: corpus search with codeshot:corpusSearch=s3vectors; sqs for registration:
 # a deployed agent's corpus ingestion is queued.
 RUNNER_FUNCTION = PlatformFunction("runner", "handlers.runner.handler", runner_lock,
                                    ("dynamodb", "s3", "sqs", "secretsmanager",
                                     "bedrock-runtime", "s3vectors"), router_files,
                                    left_out=MCP_SERVER_PROCESS | FORM_PARSING)
-# s3: an unregistered agent's corpus indexes are deleted.
+# s3 and s3vectors: an unregistered agent's corpus indexes are deleted.
 REGISTER_FUNCTION = PlatformFunction("register", "handlers.register_agent.handler",
                                      register_lock,
                                      ("dynamodb", "s3", "sqs", "secretsmanager",
-                                      "bedrock-runtime"), router_files)
+                                      "bedrock-runtime", "s3vectors"), router_files)
 PLATFORM_FUNCTIONS = (API_FUNCTION, RUNNER_FUNCTION, REGISTER_FUNCTION)
 
 

@@ -166,6 +166,8 @@ class PlatformStack(Stack):
         access.object_access(role, self.embeds.bucket, self.embeds.uploads_prefix, put=True)
         # A deleted agent's corpus indexes (codeshot/store/corpora.py delete_agent).
         access.object_delete(role, self.embeds.bucket, tables.CORPUS_OBJECTS_PREFIX)
+        if self.corpus_vectors is not None:
+            self.corpus_vectors.grant_index_deletion(role)
         access.send_messages(role, self.sessions_queue.queue)
         self.signing_keys.grant_read(role)
         # OAuth for agents (codeshot/usecases/oauth.py): only the API seals and opens tokens.
@@ -226,7 +228,7 @@ class PlatformStack(Stack):
             handler=REGISTER_FUNCTION.handler, target=config.target,
             description="CloudFormation custom resource: (un)registers deployed agents",
             memory_mb=REGISTER_MEMORY_MB, timeout=REGISTER_TIMEOUT,
-            environment=common | settings_env(
+            environment=common | corpus_env | settings_env(
                 queue_url=self.sessions_queue.queue.queue_url,
                 queue_name=self.sessions_queue.queue.queue_name,
                 embeds_bucket=self.embeds.bucket.bucket_name),  # an agent's corpus objects
@@ -234,6 +236,8 @@ class PlatformStack(Stack):
         role = self.register_agent.role
         self._tables(role, REGISTER_TABLES)
         access.object_delete(role, self.embeds.bucket, tables.CORPUS_OBJECTS_PREFIX)
+        if self.corpus_vectors is not None:
+            self.corpus_vectors.grant_index_deletion(role)
         # Users' OAuth tokens for an agent it unregisters (or registers: an earlier agent's)
         # go, found through the table's agent index (codeshot/store/oauth.py forget_agent).
         (by_agent,) = tables.OAUTH.indexes

@@ -54,7 +54,7 @@ from codeshot.runner.platform_funcs.documents import (
     passages,
 )
 from codeshot.settings import CORPUS_INGEST_SECONDS, Settings
-from codeshot.store.corpora import CorpusState, CorpusStore, CorpusVersion
+from codeshot.store.corpora import CorpusState, CorpusStore, CorpusVersion, VectorIndexes
 
 if TYPE_CHECKING:
     from codeshot.routing.embedders import Embedder
@@ -351,7 +351,7 @@ class InLambdaSearch:
         return index.search(query, question, k, self.dense_weight)
 
 
-class S3VectorsSearch:
+class S3VectorsSearch(VectorIndexes):
     """The passages' vectors in an S3 Vectors index per agent version (their text and URL
     as metadata): for corpora too large to load into a Lambda; written at ingestion. A
     search takes the cosine's ``RERANK_POOL * k`` nearest and reranks them with BM25
@@ -359,25 +359,10 @@ class S3VectorsSearch:
 
     def __init__(self, settings: Settings, store: CorpusStore, embedder: Embedder,
                  client: Any | None = None) -> None:
-        self.settings, self.store, self.embedder = settings, store, embedder
-        self._client = client
+        super().__init__(settings, client)
+        self.store, self.embedder = store, embedder
         self._loaded = InLambdaSearch(store, embedder)
         self.dense_weight = self._loaded.dense_weight
-
-    @property
-    def client(self) -> Any:
-        if self._client is None:
-            from codeshot import aws
-
-            self._client = aws.client("s3vectors", self.settings)
-        return self._client
-
-    @staticmethod
-    def index_name(agent_id: str, version: str) -> str:
-        # Index names: 3-63 of a-z 0-9 '-' '.'; one index per agent version, so a search
-        # never sees a half-written one.
-        safe = "".join(c if c.isalnum() else "-" for c in agent_id.lower())[:30]
-        return f"{safe}-{version.removeprefix('v#').lower()}"
 
     def write(self, agent_id: str, version: str, chunks: list[dict[str, str]],
               vectors: Any) -> None:

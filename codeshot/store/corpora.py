@@ -166,19 +166,56 @@ class CorpusStore(Repository):
         body: bytes = self.s3.get_object(Bucket=self.bucket, Key=key)["Body"].read()
         return body
 
-    def delete_agent(self, agent_id: str) -> None:
-        """Forget an agent's versions and their objects, all of them: a new agent of the
-        id must not search the deleted one's corpus. Past ``DELETE_PAGES`` pages it stops,
+    def delete_agent(self, agent_id: str,
+                     drop: Callable[[CorpusVersion], None] | None = None) -> None:
+        """Forget an agent's versions, their objects and what ``drop`` deletes of each (its
+        S3 Vectors index), all of them: a new agent of the id must not search the deleted
+        one's corpus, nor its data outlive it. Past ``DELETE_PAGES`` pages it stops,
         UNAVAILABLE, the agent still registered: the same delete again goes on."""
         for _ in range(DELETE_PAGES):
             versions = self.recent(agent_id, DELETE_PAGE)
             if not versions:
                 return
             for version in versions:
+                if drop is not None:
+                    drop(version)
                 self._forget(version)
         if self.recent(agent_id, 1):
             raise Unavailable(f"agent {agent_id} has more corpus versions than one request "
                               "deletes: delete it again to go on")
+
+
+class VectorIndexes:
+    """The S3 Vectors indexes of corpus versions (``CODESHOT_CORPUS_SEARCH=s3vectors``),
+    one per version: named here, written and searched by the runner, deleted by whoever
+    forgets their version."""
+
+    def __init__(self, settings: Settings, client: Any | None = None) -> None:
+        self.settings = settings
+        self._client = client
+
+    @property
+    def client(self) -> Any:
+        if self._client is None:
+            self._client = aws.client("s3vectors", self.settings)
+        return self._client
+
+    @staticmethod
+    def index_name(agent_id: str, version: str) -> str:
+        # Index names: 3-63 of a-z 0-9 '-' '.'; one index per agent version, so a search
+        # never sees a half-written one.
+        safe = "".join(c if c.isalnum() else "-" for c in agent_id.lower())[:30]
+        return f"{safe}-{version.removeprefix(VERSION_PREFIX).lower()}"
+
+    def drop(self, version: CorpusVersion) -> None:
+        """Delete a version's index (none for one that failed before writing)."""
+        try:
+            self.client.delete_index(vectorBucketName=self.settings.corpus_vector_bucket,
+                                     indexName=self.index_name(version.agent_id,
+                                                               version.version))
+        except ClientError as exc:
+            if exc.response["Error"]["Code"] != "NotFoundException":
+                raise
 
 
 def object_prefix(agent_id: str) -> str:

@@ -363,7 +363,9 @@ class AgentRegistration:
         # agent is still there and the same delete again finishes (each part is
         # idempotent); the other way round, its retry would be NOT_FOUND, the rest left.
         self._forget_oauth(agent.agent_id)
-        self.s.corpora.delete_agent(agent.agent_id)
+        vectors = self.s.settings.corpus_search == "s3vectors"
+        self.s.corpora.delete_agent(agent.agent_id,
+                                    drop=self.s.vector_indexes.drop if vectors else None)
         self._sweep_storage(agent)
         self.s.agent_secrets.delete(agent.mcp_auth_secret)
         self.s.registry.delete(agent.agent_id, owner=agent.owner)

@@ -1,7 +1,7 @@
 """An S3 Vectors bucket for document corpora (``codeshot:corpusSearch`` = ``s3vectors``):
 the runner creates an index per ingestion in it, writes the passages' vectors, queries
 them and deletes an index once a newer version is ready (codeshot/runner/corpora.py,
-``S3VectorsSearch``)."""
+``S3VectorsSearch``); the functions that delete agents delete their indexes."""
 
 from __future__ import annotations
 
@@ -29,6 +29,14 @@ class CorpusVectors(Construct):
                 sse_type="AES256"))
 
     def grant_search(self, role: iam.Role) -> None:
+        self._grant(role, VECTOR_ACTIONS)
+
+    def grant_index_deletion(self, role: iam.Role) -> None:
+        """For a function that deletes agents: their last indexes, which no newer version
+        replaces (codeshot/store/corpora.py ``delete_agent``)."""
+        self._grant(role, ("s3vectors:DeleteIndex",))
+
+    def _grant(self, role: iam.Role, actions: tuple[str, ...]) -> None:
         bucket_arn = (f"arn:{Aws.PARTITION}:s3vectors:{Aws.REGION}:{Aws.ACCOUNT_ID}:bucket/"
                       f"{self.bucket_name}")
         suppress(role, "AwsSolutions-IAM5",
@@ -36,4 +44,4 @@ class CorpusVectors(Construct):
                  "access is scoped to this vector bucket's indexes.",
                  [RegexAppliesTo(regex=r"/^Resource::arn:.*:s3vectors:.*\/index\/\*$/g")])
         role.add_to_principal_policy(iam.PolicyStatement(
-            actions=list(VECTOR_ACTIONS), resources=[bucket_arn, f"{bucket_arn}/index/*"]))
+            actions=list(actions), resources=[bucket_arn, f"{bucket_arn}/index/*"]))

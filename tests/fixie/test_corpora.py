@@ -552,3 +552,33 @@ def test_a_refreshed_corpus_leaves_only_its_newest_index_on_s3_and_in_s3_vectors
     indexes = vectors.list_indexes(vectorBucketName=aws.corpus_vector_bucket)["indexes"]
     assert [i["indexName"] for i in indexes] == [
         S3VectorsSearch.index_name("ann/docs", second.version)]
+
+
+def test_deleting_an_agent_deletes_its_last_s3_vectors_index(aws):
+    """No newer version ever replaces it: the agent's deletion must take it."""
+    import boto3
+    import numpy as np
+
+    from codeshot.models import Principal
+    from codeshot.routing.embedders import HashingEmbedder
+    from codeshot.runner.corpora import S3VectorsSearch
+    from codeshot.services import Services
+    from codeshot.store.corpora import CorpusState
+    from codeshot.usecases.registration import AgentFields, AgentRegistration, daily_agent_change
+
+    vectors = boto3.client("s3vectors", region_name=aws.region)
+    vectors.create_vector_bucket(vectorBucketName=aws.corpus_vector_bucket)
+    services = Services(aws.replace(local_mode=True, corpus_search="s3vectors"))
+    owner = Principal(user_id="u-ann", username="ann")
+    registration = AgentRegistration(services, charge=daily_agent_change)
+    agent = registration.create(owner, "docs", AgentFields(
+        base_prompt="I answer from the handbook.", few_shots=["Q: Hi\nA: Hello."]))
+    search = S3VectorsSearch(services.settings, services.corpora, HashingEmbedder(), vectors)
+    version = services.corpora.start(agent.agent_id, [])
+    search.write(agent.agent_id, version.version, [{"text": "handbook", "url": "https://a/"}],
+                 np.eye(1, 256, dtype=np.float32))
+    services.corpora.finish(version.replace(state=CorpusState.READY), search.drop)
+
+    registration.delete(owner, "ann", "docs")
+    assert vectors.list_indexes(vectorBucketName=aws.corpus_vector_bucket)["indexes"] == []
+    assert services.corpora.recent(agent.agent_id) == []

@@ -73,11 +73,11 @@ def test_each_platform_function_ships_only_what_it_imports():
     assert not dists(register) & {"fastapi", "strawberry-graphql", "mangum"}
     # The runtime's boto3 instead (codeshot:bundleBoto3=false): none of boto3's family.
     assert not dists(platform_bundle(API_FUNCTION, bundle_boto3=False)) & locks.BOTO3_FAMILY
-    # The runner also searches S3 Vectors (codeshot:corpusSearch); registration queues a
-    # deployed agent's corpus ingestion (and each function's services are those its code
-    # makes clients of: tests/infra/test_function_actions.py).
-    assert set(RUNNER_FUNCTION.aws_services) - {"s3vectors"} <= set(API_FUNCTION.aws_services)
-    assert "sqs" in REGISTER_FUNCTION.aws_services
+    # Registration queues a deployed agent's corpus ingestion, and a deleted agent's S3
+    # Vectors indexes go (each function's services are those its code makes clients of:
+    # tests/infra/test_function_actions.py).
+    assert set(RUNNER_FUNCTION.aws_services) <= set(API_FUNCTION.aws_services)
+    assert {"sqs", "s3vectors"} <= set(REGISTER_FUNCTION.aws_services)
 
 
 def test_agent_bundle_spec_has_only_the_sdk_and_the_agent():

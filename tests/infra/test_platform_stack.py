@@ -629,13 +629,20 @@ def test_corpora_search_in_s3_vectors_when_set(synth, tmp_path):
     assert vectors == {"s3vectors:CreateIndex", "s3vectors:PutVectors",
                        "s3vectors:QueryVectors", "s3vectors:GetVectors",
                        "s3vectors:DeleteIndex"}  # a version's once a newer one is ready
-    # Only on this bucket's indexes (and the bucket itself).
-    [grant] = [g for g in platform.grants(RUNNER) if "s3vectors:DeleteIndex" in g.actions]
-    assert sorted("bucket/" + r.split(":bucket/", 1)[-1] for r in grant.resource_texts()) == [
-        f"bucket/{cfn.text(bucket['Properties']['VectorBucketName'])}",
-        f"bucket/{cfn.text(bucket['Properties']['VectorBucketName'])}/index/*"]
+    # The functions that delete agents delete their last indexes, and do nothing else there.
     for handler in (API, REGISTER):
-        assert not {a for a in platform.all_actions(handler) if a.startswith("s3vectors:")}
+        assert {a for a in platform.all_actions(handler) if a.startswith("s3vectors:")} == {
+            "s3vectors:DeleteIndex"}
+        assert platform.env(handler)["CODESHOT_CORPUS_SEARCH"] == "s3vectors"
+        assert cfn.text(platform.env(handler)["CODESHOT_CORPUS_VECTOR_BUCKET"]) == cfn.text(
+            bucket["Properties"]["VectorBucketName"])
+    # Only on this bucket's indexes (and the bucket itself).
+    for handler in (RUNNER, API, REGISTER):
+        [grant] = [g for g in platform.grants(handler) if "s3vectors:DeleteIndex" in g.actions]
+        assert sorted("bucket/" + r.split(":bucket/", 1)[-1]
+                      for r in grant.resource_texts()) == [
+            f"bucket/{cfn.text(bucket['Properties']['VectorBucketName'])}",
+            f"bucket/{cfn.text(bucket['Properties']['VectorBucketName'])}/index/*"]
     with pytest.raises(ValueError, match="codeshot:corpusSearch"):
         synthesize(tmp_path / "bad", **{"codeshot:corpusSearch": "pinecone"})
 

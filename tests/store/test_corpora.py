@@ -8,7 +8,7 @@ import pytest
 
 from codeshot.routing.embedders import HashingEmbedder
 from codeshot.runner.corpora import S3VectorsSearch
-from codeshot.store.corpora import CorpusState, CorpusStore
+from codeshot.store.corpora import CorpusState, CorpusStore, VectorIndexes
 
 
 def test_a_ready_version_replaces_older_ones_and_a_failed_one_does_not(aws):
@@ -124,6 +124,29 @@ def test_a_ready_version_deletes_the_s3_vectors_indexes_it_replaces(aws):
     assert indexes() == {S3VectorsSearch.index_name("ann/docs", second.version),
                          S3VectorsSearch.index_name("bob/docs", other.version)}
     assert first.version not in {v.version for v in store.recent("ann/docs")}
+
+
+def test_deleting_an_agent_deletes_its_s3_vectors_indexes(aws):
+    """Its last ready version's index too, which no newer version ever replaces."""
+    client = boto3.client("s3vectors", region_name=aws.region)
+    client.create_vector_bucket(vectorBucketName=aws.corpus_vector_bucket)
+    store, indexes = CorpusStore(aws), VectorIndexes(aws, client)
+    search = S3VectorsSearch(aws, store, HashingEmbedder(dim=16), client)
+
+    def indexed(agent_id: str) -> None:
+        version = store.start(agent_id, [])
+        search.write(agent_id, version.version, [{"text": "passage", "url": "https://a/"}],
+                     np.eye(1, 16, dtype=np.float32))
+        store.finish(version.replace(state=CorpusState.READY, object_key=None), search.drop)
+
+    indexed("ann/docs")
+    indexed("bob/docs")
+    store.start("ann/docs", [])  # still ingesting: no index yet
+    store.delete_agent("ann/docs", drop=indexes.drop)
+    assert store.recent("ann/docs") == []
+    assert [i["indexName"] for i in client.list_indexes(
+        vectorBucketName=aws.corpus_vector_bucket)["indexes"]] == [
+        VectorIndexes.index_name("bob/docs", store.recent("bob/docs")[0].version)]
 
 
 def test_an_ingestions_vectors_go_to_its_own_s3_vectors_index(aws):
