@@ -376,18 +376,6 @@ class S3VectorsSearch(VectorIndexes):
                  "metadata": chunks[i]}
                 for i in range(start, min(start + 500, len(chunks)))])
 
-    def drop(self, version: CorpusVersion) -> None:
-        """Delete a superseded version's index (none for one that failed before writing)."""
-        from botocore.exceptions import ClientError
-
-        try:
-            self.client.delete_index(vectorBucketName=self.settings.corpus_vector_bucket,
-                                     indexName=self.index_name(version.agent_id,
-                                                               version.version))
-        except ClientError as exc:
-            if exc.response["Error"]["Code"] != "NotFoundException":
-                raise
-
     def search(self, agent_id: str, question: str, k: int) -> list[Passage]:
         version = self.store.newest_ready(agent_id)
         if version is None:
