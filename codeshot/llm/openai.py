@@ -121,13 +121,15 @@ class OpenAILLM:
     def complete(self, messages: list[ChatMessage], stop: list[str], max_tokens: int) -> Completion:
         import httpx
 
-        from codeshot.net.http import DeadlineTransport
+        from codeshot.net.http import DeadlineTransport, environment_proxy
 
         headers = {"Authorization": f"Bearer {self.api_key}"} if self.api_key else {}
         ends = call_ends()
         # httpx's timeout is per read: a model streaming a token a second would go on for
-        # as long as it writes. The transport holds every read to the deadline too.
-        client = httpx.Client(transport=DeadlineTransport(ends), timeout=self.timeout)
+        # as long as it writes. The transport holds every read to the deadline too, through
+        # the environment's proxy if it names one.
+        transport = DeadlineTransport(ends, proxy=environment_proxy(self.url))
+        client = httpx.Client(transport=transport, timeout=self.timeout)
         try:
             for _ in range(len(_ADAPTABLE) + 1):
                 body = self._body(messages, stop, max_tokens)

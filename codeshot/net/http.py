@@ -233,12 +233,33 @@ class NoCookies(http.cookiejar.CookieJar):
         super().__init__(http.cookiejar.DefaultCookiePolicy(allowed_domains=[]))
 
 
+def environment_proxy(url: str) -> str | None:
+    """The proxy ``HTTPS_PROXY`` / ``HTTP_PROXY`` name for ``url``, unless ``NO_PROXY``
+    exempts its host (the variables curl and httpx read) or the host is this machine's
+    loopback, which no proxy reaches."""
+    import ipaddress
+    import urllib.request
+    from urllib.parse import urlsplit
+
+    parts = urlsplit(url)
+    host = parts.hostname or ""
+    proxy = urllib.request.getproxies().get(parts.scheme)
+    if not proxy or host == "localhost" or urllib.request.proxy_bypass(host):
+        return None
+    try:
+        return None if ipaddress.ip_address(host).is_loopback else proxy
+    except ValueError:  # a name
+        return proxy
+
+
 class DeadlineTransport(httpx.HTTPTransport):
-    """httpx's transport (no proxy) over ``backend``, the system's sockets by default;
-    with ``deadline``, no lookup, connect, read or write waits past it."""
+    """httpx's transport over ``backend``, the system's sockets by default, and through
+    ``proxy`` if given (never from the environment: agents' URLs are pinned to public
+    addresses); with ``deadline``, no lookup, connect, read or write waits past it."""
 
     def __init__(self, deadline: Deadline | None,
-                 backend: httpcore.NetworkBackend | None = None) -> None:
+                 backend: httpcore.NetworkBackend | None = None,
+                 proxy: str | None = None) -> None:
         super().__init__(verify=tls_context(), trust_env=False)
         limits = httpx.Limits()
         backend = backend or httpcore.SyncBackend()
@@ -246,12 +267,12 @@ class DeadlineTransport(httpx.HTTPTransport):
             backend = DeadlineBackend(backend, lambda: float(deadline))
         elif deadline is not None:
             backend = DeadlineBackend(backend, deadline)
-        self._pool = httpcore.ConnectionPool(
-            ssl_context=tls_context(), max_connections=limits.max_connections,
-            max_keepalive_connections=limits.max_keepalive_connections,
-            keepalive_expiry=limits.keepalive_expiry,
-            network_backend=backend,
-        )
+        pool: dict[str, Any] = {
+            "ssl_context": tls_context(), "max_connections": limits.max_connections,
+            "max_keepalive_connections": limits.max_keepalive_connections,
+            "keepalive_expiry": limits.keepalive_expiry, "network_backend": backend}
+        self._pool = (httpcore.HTTPProxy(proxy_url=proxy, **pool) if proxy
+                      else httpcore.ConnectionPool(**pool))
 
 
 class PinnedTransport(DeadlineTransport):

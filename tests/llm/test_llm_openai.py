@@ -250,3 +250,27 @@ def test_connection_refused_is_an_llm_error() -> None:
     port = free_port()  # nothing listens on it
     with pytest.raises(LLMError, match="unreachable"):
         OpenAILLM("m", f"http://127.0.0.1:{port}/v1").complete(MESSAGES, STOP, 10)
+
+
+def test_the_endpoint_is_reached_through_the_environments_proxy(
+    server: OpenAICompatibleServer, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Behind a corporate proxy (HTTPS_PROXY / HTTP_PROXY), an internal name the proxy
+    alone resolves; NO_PROXY exempts a host, and loopback is never proxied."""
+    from tests.forward_proxy import proxying
+
+    port = server.url.split(":")[2].split("/")[0]
+    internal = OpenAILLM("llama3.1", f"http://llm.corp.invalid:{port}/v1")
+    with proxying(hosts=("llm.corp.invalid",)) as proxy:
+        for name in ("HTTP_PROXY", "http_proxy"):
+            monkeypatch.setenv(name, proxy.url)
+        for name in ("NO_PROXY", "no_proxy"):
+            monkeypatch.delenv(name, raising=False)
+        assert internal.complete(MESSAGES, STOP, 50).text == "Ask Func[quote]: GOOG"
+        assert proxy.targets == [f"POST http://llm.corp.invalid:{port}/v1/chat/completions"]
+        assert OpenAILLM("llama3.1", server.url).complete(MESSAGES, STOP, 50).text
+        for name in ("NO_PROXY", "no_proxy"):
+            monkeypatch.setenv(name, "llm.corp.invalid")
+        with pytest.raises(LLMError, match="unreachable"):  # direct: the name is unknown
+            internal.complete(MESSAGES, STOP, 50)
+    assert len(proxy.targets) == 1 and len(server.requests) == 2
