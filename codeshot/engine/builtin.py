@@ -137,10 +137,12 @@ def agent_commands(
 
 @dataclass(frozen=True)
 class SessionHistory:
-    """Earlier questions and answers of the session, and its embeds (key -> content type)."""
+    """Earlier questions and answers of the session, and its embeds (key -> content type)
+    with how many more it has than are listed (a prompt lists a bounded number)."""
 
     turns: Sequence[tuple[str, str]] = ()
     embeds: Mapping[str, str] = field(default_factory=dict)
+    unlisted_embeds: int = 0
 
     def messages(self, query: str) -> list[ChatMessage]:
         out = []
@@ -153,6 +155,8 @@ class SessionHistory:
             out.append(ChatMessage("user", HISTORY_HEADER + "\n" + "\n".join(lines)))
         if self.embeds:
             lines = [f"- #{key}: {ctype}" for key, ctype in self.embeds.items()]
+            if self.unlisted_embeds:
+                lines.append(f"- and {self.unlisted_embeds} older ones, not listed")
             out.append(ChatMessage("user", EMBEDS_HEADER + "\n" + "\n".join(lines)))
         return out
 

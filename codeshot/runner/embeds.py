@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import itertools
 import logging
 import time
 from collections.abc import Callable, Iterable, Mapping
@@ -69,8 +70,11 @@ class EmbedBook:
         self._own = dict(given or {})  # the query's, then what its Funcs returned
 
     def know(self, refs: Mapping[str, EmbedRef]) -> None:
-        """The session's other embeds, which keys may name too (the query's own win)."""
-        self._known.update(refs)
+        """The session's other embeds, which keys may name too (the query's own win); the
+        last known count as the most recent."""
+        for key, ref in refs.items():
+            self._known.pop(key, None)
+            self._known[key] = ref
 
     def _all(self) -> dict[str, EmbedRef]:
         return {**self._known, **self._own}
@@ -78,8 +82,15 @@ class EmbedBook:
     def keys(self) -> list[str]:
         return list(self._all())
 
-    def content_types(self) -> dict[str, str]:
-        return {key: ref.content_type for key, ref in self._all().items()}
+    def listing(self, limit: int) -> tuple[dict[str, str], int]:
+        """At most ``limit`` embeds to list in a prompt (key -> content type): the query's
+        own, then the most recently known; and how many more there are. Any key can be
+        named, listed or not."""
+        ranked = dict(self._own)
+        for key, ref in reversed(self._known.items()):
+            ranked.setdefault(key, ref)
+        listed = dict(itertools.islice(ranked.items(), limit))
+        return {key: ref.content_type for key, ref in listed.items()}, len(ranked) - len(listed)
 
     def read(self, key: str) -> tuple[str, bytes]:
         ref = self._all().get(key)

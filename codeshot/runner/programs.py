@@ -162,7 +162,7 @@ class CodeShotProgram:
         if agent.mcp_url:
             funcs, specs = mcp_funcs(agent, ctx, platform)
         turns = ctx.agent_turns(agent.agent_id) if agent.conversational else ()
-        history = SessionHistory(turns=turns, embeds=ctx.history.embeds)
+        history = dataclasses.replace(ctx.history, turns=turns)
         components = code_shot_components(agent.base_prompt, agent.few_shots, funcs,
                                           funcs=specs)
         self.executor = Executor([*components, history],

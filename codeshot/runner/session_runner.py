@@ -72,6 +72,9 @@ if TYPE_CHECKING:
 log = logging.getLogger("codeshot.runner")
 
 HISTORY_MESSAGES = 40
+# Embeds a prompt lists (the query's, then the most recent): a session of thousands would
+# put thousands of lines into every LLM call. Keys not listed can still be named.
+PROMPT_EMBEDS = 50
 # DynamoDB's limits on one transaction; a longer trace is written ahead of the reply.
 TRANSACTION_ITEMS = 100
 TRANSACTION_BYTES = 3_500_000  # of 4 MB, leaving room for keys and attribute names
@@ -310,7 +313,7 @@ class SessionRunner:
                     time_zone=lambda: self.s.users.get(session.owner).time_zone or "UTC",
                     embeds=book, llm=None if settings.llm == "fewshot" else self.llm,
                     allow_loopback=settings.local_mode, deadline=deadline),
-                history=SessionHistory(turns=memory.turns(), embeds=book.content_types()),
+                history=SessionHistory(memory.turns(), *book.listing(PROMPT_EMBEDS)),
                 agent_turns=memory.turns_with,
                 limits=Limits(max_tokens_per_call=settings.llm_max_tokens_per_call,
                               deadline=deadline),
