@@ -28,9 +28,12 @@ from codeshot.llm.base import (
 )
 from codeshot.settings import Settings
 
+# What starts a cross-Region inference profile's id: its geography, or global.
+INFERENCE_PROFILE_PREFIXES = ("us.", "us-gov.", "eu.", "apac.", "jp.", "au.", "ca.", "global.")
 # A Bedrock model id or inference profile (an agent's "gpt-4" means nothing here).
 BEDROCK_MODEL = re.compile(
-    r"arn:aws[\w-]*:bedrock:.+|(?:(?:us|eu|apac|global|us-gov)\.)?"
+    r"arn:aws[\w-]*:bedrock:.+|(?:"
+    + "|".join(re.escape(p) for p in INFERENCE_PROFILE_PREFIXES) + r")?"
     r"(?:amazon|anthropic|ai21|cohere|meta|mistral|deepseek|writer|openai|qwen|stability)"
     r"\.[\w.:-]+"
 )

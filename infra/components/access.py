@@ -17,6 +17,7 @@ from aws_cdk import aws_s3 as s3
 from aws_cdk import aws_sqs as sqs
 from cdk_nag import RegexAppliesTo
 
+from codeshot.llm.bedrock import INFERENCE_PROFILE_PREFIXES
 from codeshot.store.tables import Table
 from infra.nag import suppress
 
@@ -31,7 +32,6 @@ SQS_SEND = ("sqs:SendMessage",)
 # Converse and InvokeModel are both authorised by bedrock:InvokeModel.
 BEDROCK_INVOKE = ("bedrock:InvokeModel",)
 # Cross-region inference profile ids start with a geography ("us.", "eu.", "global." ...).
-INFERENCE_PROFILE_PREFIXES = ("us.", "eu.", "apac.", "us-gov.", "ca.", "jp.", "au.", "global.")
 
 
 def table_access(role: iam.Role, table: dynamodb.ITable, spec: Table,
@@ -100,13 +100,17 @@ def send_messages(role: iam.IRole, queue: sqs.IQueue) -> None:
 
 # Where a geography's inference profile may be called from (AWS region name prefixes).
 PROFILE_REGIONS = {"us.": ("us-east-", "us-west-"), "us-gov.": ("us-gov-",), "eu.": ("eu-",),
-                   "apac.": ("ap-",), "jp.": ("ap-northeast-1", "ap-northeast-3"),
+                   "apac.": ("ap-", "me-"), "jp.": ("ap-northeast-1", "ap-northeast-3"),
                    "au.": ("ap-southeast-2", "ap-southeast-4"), "ca.": ("ca-",)}
+KNOWN_REGIONS = tuple(r for regions in PROFILE_REGIONS.values() for r in regions)
 
 
 def check_profile_region(model_id: str, region: str, setting: str) -> None:
-    """Refuse at synth a geography's inference profile called from outside it (Bedrock
-    would refuse every call): ``us.`` models from ``eu-west-1``, say."""
+    """Refuse at synth a geography's inference profile called from a region of another
+    (Bedrock would refuse every call): ``us.`` models from ``eu-west-1``, say. A region
+    this table does not place (a new one) is not judged."""
+    if not region.startswith(KNOWN_REGIONS):
+        return
     for prefix, regions in PROFILE_REGIONS.items():
         if model_id.startswith(prefix) and not region.startswith(regions):
             raise ValueError(

@@ -35,6 +35,9 @@ def test_inference_profile_also_allows_the_routed_model_in_any_region():
     ("eu.anthropic.claude-haiku-4-5-20251001-v1:0", "eu-central-1"),
     ("jp.anthropic.claude-haiku-4-5-20251001-v1:0", "ap-northeast-1"),
     ("global.anthropic.claude-haiku-4-5-20251001-v1:0", "sa-east-1"),
+    ("apac.anthropic.claude-haiku-4-5-20251001-v1:0", "me-central-1"),
+    ("us.anthropic.claude-haiku-4-5-20251001-v1:0", "mx-central-1"),  # a region not placed
+    # here is not judged: AWS adds source regions to profiles
     ("amazon.titan-embed-text-v2:0", "eu-west-1"),  # a model, not a profile: not judged
 ])
 def test_a_profile_called_from_its_geography_passes(model_id, region):
