@@ -154,12 +154,16 @@ class EmbedStore:
             # S3 answers a GET of a missing key 403 unless the caller may list the bucket,
             # and AWS does not say whether a grant limited to a prefix (the API's) counts:
             # a listing of the key tells a missing upload from a refused read.
-            if exc.response["Error"]["Code"] != "AccessDenied" or self._listed(key):
+            if exc.response["Error"]["Code"] != "AccessDenied" or self._listed(key, exc):
                 raise
             raise _no_upload(digest) from None
 
-    def _listed(self, key: str) -> bool:
-        found = self.s3.list_objects_v2(Bucket=self.bucket, Prefix=key, MaxKeys=1)
+    def _listed(self, key: str, refused: ClientError) -> bool:
+        """Whether ``key`` is there; a refused listing raises ``refused`` (the read's)."""
+        try:
+            found = self.s3.list_objects_v2(Bucket=self.bucket, Prefix=key, MaxKeys=1)
+        except ClientError:
+            raise refused from None
         return any(item["Key"] == key for item in found.get("Contents", ()))
 
     def read(self, digest: str) -> bytes:

@@ -169,7 +169,7 @@ def s3_call(method: str, path: str, query: dict[str, list[str]], headers: Any) -
 def _model_arns(model: str) -> list[str]:
     """What Bedrock authorizes a call on ``model`` as: an inference profile and the model
     it routes to (here, in this region), or the model."""
-    from infra.components.access import INFERENCE_PROFILE_PREFIXES
+    from codeshot.llm.bedrock import INFERENCE_PROFILE_PREFIXES
 
     if model.startswith("arn:"):
         return [model]
@@ -346,7 +346,9 @@ class AwsProxy:
             connection.request(request.command, request.path, body=body, headers=headers)
             response = connection.getresponse()
             data = response.read()
-            if response.status == 404 and missing_is_403:
+            # A missing key, not a missing bucket (404 whoever asks); HEAD has no body.
+            if response.status == 404 and missing_is_403 and (
+                    request.command == "HEAD" or b"<Code>NoSuchKey</Code>" in data):
                 return reply(request, 403, b"<Error><Code>AccessDenied</Code><Message>Access "
                              b"Denied</Message></Error>", [("Content-Type", "application/xml")])
             reply(request, response.status, data, [
