@@ -8,6 +8,7 @@ router's embeddings): transports import it where they use it.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -21,7 +22,7 @@ from codeshot.engine.fewshot import (
     split_few_shots,
     validate_base_prompt,
 )
-from codeshot.errors import CodeshotError, Conflict, InvalidInput, NotFound
+from codeshot.errors import CodeshotError, Conflict, InvalidInput, NotFound, Unavailable
 from codeshot.models import (
     MAX_SAMPLE_QUERIES,
     MAX_SAMPLE_QUERY,
@@ -253,6 +254,13 @@ class AgentRegistration:
         its call in flight), so a new one inherits nothing."""
         self._refuse_taken(agent_id)
         self._forget_oauth(agent_id)
+        self._forget_corpora(agent_id)
+
+    def _forget_corpora(self, agent_id: str) -> None:
+        """The id's corpus versions, their objects and (S3 Vectors) indexes."""
+        vectors = self.s.settings.corpus_search == "s3vectors"
+        self.s.corpora.delete_agent(agent_id,
+                                    drop=self.s.vector_indexes.drop if vectors else None)
 
     def _forget_oauth(self, agent_id: str) -> None:
         """Users' OAuth tokens (and open flows) for the id."""
@@ -330,11 +338,14 @@ class AgentRegistration:
                                                                read_as=current),
                              previous_secret=current.mcp_auth_secret)
         if renamed:
-            # Tokens and users' storage are kept by agent id: the old id's go once it is
-            # free, so a rename refused above keeps them. Any left by a failure here are
-            # never read: a new agent of that id is swept first (_claim).
+            # Tokens, users' storage and corpora are kept by agent id: the old id's go
+            # once it is free, so a rename refused above keeps them (the new id's corpora
+            # are ingested anew). Any left by a failure here are never read: a new agent
+            # of that id is swept first (_claim).
             self._forget_oauth(current.agent_id)
             self._sweep_storage(current)
+            with contextlib.suppress(Unavailable):  # over a request's versions: _claim's
+                self._forget_corpora(current.agent_id)
         return stored
 
     def deploy(self, principal: Principal, handle: str, fields: AgentFields) -> Agent:
@@ -363,9 +374,7 @@ class AgentRegistration:
         # agent is still there and the same delete again finishes (each part is
         # idempotent); the other way round, its retry would be NOT_FOUND, the rest left.
         self._forget_oauth(agent.agent_id)
-        vectors = self.s.settings.corpus_search == "s3vectors"
-        self.s.corpora.delete_agent(agent.agent_id,
-                                    drop=self.s.vector_indexes.drop if vectors else None)
+        self._forget_corpora(agent.agent_id)
         self._sweep_storage(agent)
         self.s.agent_secrets.delete(agent.mcp_auth_secret)
         self.s.registry.delete(agent.agent_id, owner=agent.owner)

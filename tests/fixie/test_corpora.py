@@ -17,6 +17,7 @@ import codeshot.sdk as fixieai
 from codeshot.devtools.agents import serve
 from codeshot.errors import InvalidInput
 from codeshot.local.poller import QueuePoller
+from codeshot.models import Principal
 from codeshot.runner.session_runner import SessionRunner
 from tests.engine.conftest import ScriptedLLM
 from tests.fixie.conftest import User, serving_pages
@@ -24,6 +25,7 @@ from tests.pdfs import pdf_of
 from tests.raw_server import raw_server
 from tests.runner.conftest import register, send, session
 
+ANN = Principal(user_id="u-ann", username="ann")
 FEW_SHOTS = """
 Q: What does the handbook say about the coffee machine?
 Ask Func[fixie_query_corpus]: What does the handbook say about the coffee machine?
@@ -554,12 +556,12 @@ def test_a_refreshed_corpus_leaves_only_its_newest_index_on_s3_and_in_s3_vectors
         S3VectorsSearch.index_name("ann/docs", second.version)]
 
 
-def test_deleting_an_agent_deletes_its_last_s3_vectors_index(aws):
-    """No newer version ever replaces it: the agent's deletion must take it."""
+def indexed_agent(aws, handle: str):
+    """An agent of ann's with a ready corpus version in S3 Vectors: (registration, agent,
+    the vector client)."""
     import boto3
     import numpy as np
 
-    from codeshot.models import Principal
     from codeshot.routing.embedders import HashingEmbedder
     from codeshot.runner.corpora import S3VectorsSearch
     from codeshot.services import Services
@@ -569,16 +571,31 @@ def test_deleting_an_agent_deletes_its_last_s3_vectors_index(aws):
     vectors = boto3.client("s3vectors", region_name=aws.region)
     vectors.create_vector_bucket(vectorBucketName=aws.corpus_vector_bucket)
     services = Services(aws.replace(local_mode=True, corpus_search="s3vectors"))
-    owner = Principal(user_id="u-ann", username="ann")
     registration = AgentRegistration(services, charge=daily_agent_change)
-    agent = registration.create(owner, "docs", AgentFields(
+    agent = registration.create(ANN, handle, AgentFields(
         base_prompt="I answer from the handbook.", few_shots=["Q: Hi\nA: Hello."]))
     search = S3VectorsSearch(services.settings, services.corpora, HashingEmbedder(), vectors)
     version = services.corpora.start(agent.agent_id, [])
     search.write(agent.agent_id, version.version, [{"text": "handbook", "url": "https://a/"}],
                  np.eye(1, 256, dtype=np.float32))
     services.corpora.finish(version.replace(state=CorpusState.READY), search.drop)
+    return registration, agent, vectors
 
-    registration.delete(owner, "ann", "docs")
+
+def test_deleting_an_agent_deletes_its_last_s3_vectors_index(aws):
+    """No newer version ever replaces it: the agent's deletion must take it."""
+    registration, agent, vectors = indexed_agent(aws, "docs")
+    registration.delete(ANN, "ann", "docs")
     assert vectors.list_indexes(vectorBucketName=aws.corpus_vector_bucket)["indexes"] == []
-    assert services.corpora.recent(agent.agent_id) == []
+    assert registration.s.corpora.recent(agent.agent_id) == []
+
+
+def test_renaming_an_agent_deletes_its_old_ids_corpus(aws):
+    """The renamed agent's corpora are ingested anew under its new id; the old id's stayed
+    for ever, and a new agent of the old id searched them."""
+    from codeshot.usecases.registration import AgentFields
+
+    registration, agent, vectors = indexed_agent(aws, "docs")
+    registration.update(ANN, "docs", AgentFields(), "manual")
+    assert vectors.list_indexes(vectorBucketName=aws.corpus_vector_bucket)["indexes"] == []
+    assert registration.s.corpora.recent(agent.agent_id) == []
