@@ -98,29 +98,47 @@ class CorpusStore(Repository):
         return version
 
     def progress(self, version: CorpusVersion) -> None:
-        """What an ingestion has read so far (documents, bytes), while it runs."""
-        self.db.put_item(TableName=self.table_name, Item=to_item(version.to_dict()))
+        """What an ingestion has read so far (documents, bytes), while it runs; nothing
+        once the version is forgotten (its agent deleted or renamed meanwhile)."""
+        self._rewrite(version)
+
+    def _rewrite(self, version: CorpusVersion) -> bool:
+        """Write the version over its item if it still has one: False if it was forgotten
+        meanwhile (an unconditional put would bring a deleted agent's corpus back)."""
+        try:
+            self.db.put_item(TableName=self.table_name, Item=to_item(version.to_dict()),
+                             ConditionExpression="attribute_exists(version)")
+        except ClientError as exc:
+            if exc.response["Error"]["Code"] != "ConditionalCheckFailedException":
+                raise
+            return False
+        return True
 
     def finish(self, version: CorpusVersion,
                drop: Callable[[CorpusVersion], None] | None = None) -> CorpusVersion:
         """Store how the ingestion ended (returned as stored); once ready, drop the older
         versions: their objects, what ``drop`` deletes of each (its S3 Vectors index),
-        then their items. An outcome DynamoDB refuses (an item too large) is stored as
-        failed instead: left ``ingesting``, the ingestion would be delivered and run
-        again."""
+        then their items. A version forgotten while it ran (its agent deleted or renamed)
+        is not stored again: its object and index are deleted. An outcome DynamoDB
+        refuses (an item too large) is stored as failed instead: left ``ingesting``, the
+        ingestion would be delivered and run again."""
         version = version.replace(
             errors=[as_one_line(e, MAX_ERROR_CHARS) for e in version.errors[:MAX_ERRORS]],
             finished=utcnow())
         try:
-            self.db.put_item(TableName=self.table_name, Item=to_item(version.to_dict()))
+            stored = self._rewrite(version)
         except ClientError as exc:
             if exc.response["Error"]["Code"] != "ValidationException":
                 raise  # throttled, say: the redelivery stores it
             log.exception("storing %s %s failed", version.agent_id, version.version)
-            version = CorpusVersion(agent_id=version.agent_id, version=version.version,
-                                    state=CorpusState.FAILED, errors=[UNSTORED],
-                                    started=version.started, finished=version.finished)
-            self.db.put_item(TableName=self.table_name, Item=to_item(version.to_dict()))
+            unstored = CorpusVersion(agent_id=version.agent_id, version=version.version,
+                                     state=CorpusState.FAILED, errors=[UNSTORED],
+                                     started=version.started, finished=version.finished)
+            if self._rewrite(unstored):
+                return unstored
+            stored = False
+        if not stored:
+            self._discard(version, drop)
             return version
         if version.state is CorpusState.READY:
             for older in self.recent(version.agent_id, RECENT_VERSIONS * 10):
@@ -129,6 +147,19 @@ class CorpusStore(Repository):
                         drop(older)
                     self._forget(older, keep=version.object_key)
         return version
+
+    def _discard(self, version: CorpusVersion,
+                 drop: Callable[[CorpusVersion], None] | None) -> None:
+        """What an ingestion wrote for a version forgotten while it ran: its index, and its
+        object unless a version of the agent now holds the same bytes."""
+        log.info("%s %s was forgotten while it ran: discarded", version.agent_id,
+                 version.version)
+        if drop is not None:
+            drop(version)
+        key = version.object_key
+        if key and key.startswith(object_prefix(version.agent_id)) and key not in {
+                v.object_key for v in self.recent(version.agent_id, RECENT_VERSIONS * 10)}:
+            self.s3.delete_object(Bucket=self.bucket, Key=key)
 
     def _forget(self, version: CorpusVersion, keep: str | None = None) -> None:
         """A version's object (unless it is ``keep``: the same bytes ingested again), then

@@ -149,6 +149,26 @@ def test_deleting_an_agent_deletes_its_s3_vectors_indexes(aws):
         VectorIndexes.index_name("bob/docs", store.recent("bob/docs")[0].version)]
 
 
+def test_an_ingestion_whose_agent_is_deleted_while_it_runs_leaves_nothing(aws):
+    """Its progress and its outcome used to be put back unconditionally: the deleted
+    agent's version, object and index outlived it, searched by a new agent of its id."""
+    client = boto3.client("s3vectors", region_name=aws.region)
+    client.create_vector_bucket(vectorBucketName=aws.corpus_vector_bucket)
+    store = CorpusStore(aws)
+    search = S3VectorsSearch(aws, store, HashingEmbedder(dim=16), client)
+    version = store.start("ann/docs", [])
+    store.progress(version.replace(documents=3))
+    store.delete_agent("ann/docs", drop=search.drop)  # meanwhile
+    store.progress(version.replace(documents=6))
+    key = store.put_index("ann/docs", b'{"chunks": []}')
+    search.write("ann/docs", version.version, [{"text": "passage", "url": "https://a/"}],
+                 np.eye(1, 16, dtype=np.float32))
+    store.finish(version.replace(state=CorpusState.READY, object_key=key), search.drop)
+    assert store.recent("ann/docs") == []
+    assert corpus_objects(store) == set()
+    assert client.list_indexes(vectorBucketName=aws.corpus_vector_bucket)["indexes"] == []
+
+
 def test_an_ingestions_vectors_go_to_its_own_s3_vectors_index(aws):
     client = boto3.client("s3vectors", region_name=aws.region)
     client.create_vector_bucket(vectorBucketName=aws.corpus_vector_bucket)
