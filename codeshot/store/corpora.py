@@ -15,6 +15,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import logging
+import time
 from collections.abc import Callable
 from datetime import datetime
 from enum import Enum
@@ -42,10 +43,12 @@ MAX_ERROR_CHARS = 300  # of each: an error names a URL, which may be any length
 UNSTORED = "the ingestion's outcome could not be stored"
 VERSION_PREFIX = "v#"
 RECENT_VERSIONS = 10  # read to find the newest ready one
-# Versions an agent's deletion forgets per request, a page at a time (each its object, then
-# its item): more is left for the same delete again, which goes on from there.
+# Versions an agent's deletion forgets per request, a page at a time (each its object, its
+# S3 Vectors index, then its item), for at most DELETE_SECONDS of the API's 29: more is left
+# for the same delete again, which goes on from there.
 DELETE_PAGE = 100
 DELETE_PAGES = 10
+DELETE_SECONDS = 15.0
 
 
 class CorpusState(str, Enum):
@@ -201,8 +204,10 @@ class CorpusStore(Repository):
                      drop: Callable[[CorpusVersion], None] | None = None) -> None:
         """Forget an agent's versions, their objects and what ``drop`` deletes of each (its
         S3 Vectors index), all of them: a new agent of the id must not search the deleted
-        one's corpus, nor its data outlive it. Past ``DELETE_PAGES`` pages it stops,
-        UNAVAILABLE, the agent still registered: the same delete again goes on."""
+        one's corpus, nor its data outlive it. Past ``DELETE_PAGES`` pages or
+        ``DELETE_SECONDS`` it stops, UNAVAILABLE, the agent still registered: the same
+        delete again goes on."""
+        ends = time.monotonic() + DELETE_SECONDS
         for _ in range(DELETE_PAGES):
             versions = self.recent(agent_id, DELETE_PAGE)
             if not versions:
@@ -211,6 +216,10 @@ class CorpusStore(Repository):
                 if drop is not None:
                     drop(version)
                 self._forget(version)
+                if time.monotonic() > ends:  # one at least: each request goes on
+                    break
+            if time.monotonic() > ends:
+                break
         if self.recent(agent_id, 1):
             raise Unavailable(f"agent {agent_id} has more corpus versions than one request "
                               "deletes: delete it again to go on")

@@ -100,6 +100,26 @@ def test_deleting_an_agent_deletes_every_version_and_its_index_a_page_at_a_time(
     store.delete_agent("ann/docs")  # nothing left: nothing to do
 
 
+def test_deleting_an_agent_stops_within_its_time_and_goes_on_when_asked_again(
+        aws, monkeypatch):
+    """Each version may take an S3 Vectors call too: a thousand of them outlasted the
+    API's 29 s."""
+    from codeshot.errors import Unavailable
+    from codeshot.store import corpora
+
+    store = CorpusStore(aws)
+    ready(store, "ann/docs", b"ann's")
+    for _ in range(2):
+        store.finish(store.start("ann/docs", []).replace(state=CorpusState.FAILED))
+    monkeypatch.setattr(corpora, "DELETE_SECONDS", 0.0)  # out of time after each version
+    for left in (2, 1):
+        with pytest.raises(Unavailable, match="delete it again"):
+            store.delete_agent("ann/docs")
+        assert len(store.recent("ann/docs")) == left
+    store.delete_agent("ann/docs")
+    assert store.recent("ann/docs") == [] and corpus_objects(store) == set()
+
+
 def test_a_ready_version_deletes_the_s3_vectors_indexes_it_replaces(aws):
     client = boto3.client("s3vectors", region_name=aws.region)
     client.create_vector_bucket(vectorBucketName=aws.corpus_vector_bucket)
