@@ -38,6 +38,7 @@ def test_the_pool_signs_up_by_email_with_the_local_stacks_password_policy(synth)
                                                                  ["SOFTWARE_TOKEN_MFA"])
     assert props["AccountRecoverySetting"]["RecoveryMechanisms"] == [
         {"Name": "verified_email", "Priority": 1}]
+    assert props["UserPoolTier"] == "LITE"  # not CloudFormation's default, Essentials
     # Accounts are users' data: kept on destroy, and protected like the tables.
     assert pool["DeletionPolicy"] == "Retain" and props["DeletionProtection"] == "ACTIVE"
     assert synth.platform.env(API)[env_name("user_pool_id")] == {"Ref": pool_id}
