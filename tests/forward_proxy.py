@@ -17,6 +17,7 @@ class ForwardProxy:
         self.listener = socket.create_server(("127.0.0.1", 0))
         self.url = f"http://127.0.0.1:{self.listener.getsockname()[1]}"
         self.targets: list[str] = []  # "POST http://host:port/path" or "CONNECT host:port"
+        self.authorizations: list[str | None] = []  # each request's Proxy-Authorization
 
     def serve(self) -> None:
         while True:
@@ -37,6 +38,9 @@ class ForwardProxy:
             line, _, rest = head.partition(b"\r\n")
             method, target, version = line.decode().split(" ")
             self.targets.append(f"{method} {target}")
+            fields = dict(h.split(": ", 1) for h in
+                          rest.partition(b"\r\n\r\n")[0].decode().split("\r\n") if h)
+            self.authorizations.append(fields.get("Proxy-Authorization"))
             if method == "CONNECT":
                 host, _, port = target.rpartition(":")
                 upstream = socket.create_connection((self._resolve(host), int(port)))

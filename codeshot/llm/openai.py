@@ -128,7 +128,10 @@ class OpenAILLM:
         # httpx's timeout is per read: a model streaming a token a second would go on for
         # as long as it writes. The transport holds every read to the deadline too, through
         # the environment's proxy if it names one.
-        transport = DeadlineTransport(ends, proxy=environment_proxy(self.url))
+        try:
+            transport = DeadlineTransport(ends, proxy=environment_proxy(self.url))
+        except ValueError as exc:  # a proxy of a kind not supported
+            raise LLMError(f"{self.url}: {exc}") from exc
         client = httpx.Client(transport=transport, timeout=self.timeout)
         try:
             for _ in range(len(_ADAPTABLE) + 1):

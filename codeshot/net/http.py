@@ -247,9 +247,11 @@ def environment_proxy(url: str) -> str | None:
     if not proxy or host == "localhost" or urllib.request.proxy_bypass(host):
         return None
     try:
-        return None if ipaddress.ip_address(host).is_loopback else proxy
+        if ipaddress.ip_address(host).is_loopback:
+            return None
     except ValueError:  # a name
-        return proxy
+        pass
+    return proxy if "://" in proxy else f"http://{proxy}"  # curl reads host:port so too
 
 
 class DeadlineTransport(httpx.HTTPTransport):
@@ -271,8 +273,18 @@ class DeadlineTransport(httpx.HTTPTransport):
             "ssl_context": tls_context(), "max_connections": limits.max_connections,
             "max_keepalive_connections": limits.max_keepalive_connections,
             "keepalive_expiry": limits.keepalive_expiry, "network_backend": backend}
-        self._pool = (httpcore.HTTPProxy(proxy_url=proxy, **pool) if proxy
-                      else httpcore.ConnectionPool(**pool))
+        self._pool = (_through(proxy, pool) if proxy else httpcore.ConnectionPool(**pool))
+
+
+def _through(proxy: str, pool: dict[str, Any]) -> httpcore.HTTPProxy:
+    """A pool through an HTTP(S) proxy, with the credentials its URL carries; ValueError
+    for another kind (SOCKS)."""
+    parsed = httpx.Proxy(proxy)
+    if parsed.url.scheme not in ("http", "https"):
+        raise ValueError(f"only http:// and https:// proxies are supported, not {proxy!r}")
+    return httpcore.HTTPProxy(
+        proxy_url=str(parsed.url), proxy_auth=parsed.raw_auth, proxy_headers=parsed.headers.raw,
+        proxy_ssl_context=tls_context() if parsed.url.scheme == "https" else None, **pool)
 
 
 class PinnedTransport(DeadlineTransport):

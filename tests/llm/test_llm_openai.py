@@ -274,3 +274,25 @@ def test_the_endpoint_is_reached_through_the_environments_proxy(
         with pytest.raises(LLMError, match="unreachable"):  # direct: the name is unknown
             internal.complete(MESSAGES, STOP, 50)
     assert len(proxy.targets) == 1 and len(server.requests) == 2
+
+
+def test_a_proxy_named_without_a_scheme_and_with_credentials_is_used_as_curl_would(
+    server: OpenAICompatibleServer, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """``HTTP_PROXY=user:pw@host:port`` (a KeyError deep in httpcore, and no
+    Proxy-Authorization: a corporate proxy answered 407); a SOCKS proxy is refused by name."""
+    from tests.forward_proxy import proxying
+
+    port = server.url.split(":")[2].split("/")[0]
+    internal = OpenAILLM("llama3.1", f"http://llm.corp.invalid:{port}/v1")
+    for name in ("NO_PROXY", "no_proxy"):
+        monkeypatch.delenv(name, raising=False)
+    with proxying(hosts=("llm.corp.invalid",)) as proxy:
+        for name in ("HTTP_PROXY", "http_proxy"):
+            monkeypatch.setenv(name, "ann:s3cret@" + proxy.url.removeprefix("http://"))
+        assert internal.complete(MESSAGES, STOP, 50).text == "Ask Func[quote]: GOOG"
+    assert proxy.authorizations == ["Basic YW5uOnMzY3JldA=="]  # ann:s3cret
+    for name in ("HTTP_PROXY", "http_proxy"):
+        monkeypatch.setenv(name, "socks5://127.0.0.1:1080")
+    with pytest.raises(LLMError, match="only http:// and https:// proxies are supported"):
+        internal.complete(MESSAGES, STOP, 50)
