@@ -131,8 +131,14 @@ class SessionMemory:
         return turns
 
     def embeds(self) -> dict[str, EmbedRef]:
-        """The embeds earlier messages carried (a key used twice: the later one)."""
-        return {key: ref for m in self.recent for key, ref in m.embeds.items()}
+        """The embeds earlier messages carried, in the order last carried (a key used
+        twice: the later one)."""
+        out: dict[str, EmbedRef] = {}
+        for m in self.recent:
+            for key, ref in m.embeds.items():
+                out.pop(key, None)
+                out[key] = ref
+        return out
 
 
 class SessionRunner:
@@ -285,7 +291,8 @@ class SessionRunner:
         if session.embed_count:
             book.know({e.key: EmbedRef(content_type=e.content_type,
                                        content_hash=e.content_hash, size=e.size)
-                       for e in self.s.sessions.list_embeds(session.session_id)})
+                       for e in sorted(self.s.sessions.list_embeds(session.session_id),
+                                       key=lambda e: e.created)})  # listed by key
         book.know(memory.embeds())
         client = AgentClient(
             self.s.auth.call_tokens(session.owner, session.session_id),

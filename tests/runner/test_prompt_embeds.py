@@ -10,7 +10,7 @@ from codeshot.engine.prompt import EMBEDS_HEADER
 from codeshot.llm.base import ChatMessage, Completion
 from codeshot.llm.fewshot import FewShotLLM
 from codeshot.local.poller import QueuePoller
-from codeshot.runner.session_runner import PROMPT_EMBEDS, SessionRunner
+from codeshot.runner.session_runner import HISTORY_MESSAGES, PROMPT_EMBEDS, SessionRunner
 from tests.runner.conftest import register, session
 
 SEND = """mutation ($s: String!, $t: String!, $e: [EmbedInput!]) {
@@ -44,18 +44,29 @@ def test_the_prompt_lists_the_querys_and_the_latest_embeds_and_counts_the_rest(
 
         def post(keys: list[str]) -> None:
             out = platform.gql(key, SEND, {"s": h, "t": "Roll 1d20", "e": [
-                {"key": k, "contentType": "text/plain", "content": content} for k in keys]},
-                timeout=60)
+                {"key": k, "contentType": "text/plain", "content": content} for k in keys]
+                or None}, timeout=60)
             assert out["data"]["sendSessionMessage"]["reply"]["type"] == "response", out
 
-        for start in (0, 20, 40):  # 60 embeds, 20 a message
-            post([f"e{i:02d}" for i in range(start, start + 20)])
+        for start in (0, 20, 40):  # 60 embeds, 20 a message, in an order unlike the keys'
+            post([key_of(i) for i in range(start, start + 20)])
+        for _ in range(HISTORY_MESSAGES // 2):  # past the messages a query reads back
+            post([])
         llm.blocks.clear()
         post(["mine"])
     finally:
         poller.stop()
     older = 61 - PROMPT_EMBEDS
-    assert llm.blocks and all(block == [
-        "- #mine: text/plain",
-        *(f"- #e{i:02d}: text/plain" for i in range(59, older - 1, -1)),
-        f"- and {older} older ones, not listed"] for block in llm.blocks)
+    assert llm.blocks
+    for block in llm.blocks:  # the query's own, then the newest message's, and so on
+        assert block[0] == "- #mine: text/plain"
+        assert block[-1] == f"- and {older} older ones, not listed"
+        listed = [line.removeprefix("- #").removesuffix(": text/plain") for line in block[1:-1]]
+        assert len(listed) == PROMPT_EMBEDS - 1
+        assert set(listed[:20]) == {key_of(i) for i in range(40, 60)}
+        assert set(listed[20:40]) == {key_of(i) for i in range(20, 40)}
+        assert set(listed[40:]) < {key_of(i) for i in range(20)}
+
+
+def key_of(i: int) -> str:
+    return f"k{i * 37 % 60:02d}"  # 37 and 60 are coprime: 60 keys, not in time order
