@@ -138,9 +138,11 @@ class CorpusStore(Repository):
                                      state=CorpusState.FAILED, errors=[UNSTORED],
                                      started=version.started, finished=version.finished)
             if self._rewrite(unstored):
+                self._discard(version, drop)  # what it wrote: no item names it
                 return unstored
             stored = False
         if not stored:
+            log.info("%s %s was forgotten while it ran", version.agent_id, version.version)
             self._discard(version, drop)
             return version
         if version.state is CorpusState.READY:
@@ -153,15 +155,17 @@ class CorpusStore(Repository):
 
     def _discard(self, version: CorpusVersion,
                  drop: Callable[[CorpusVersion], None] | None) -> None:
-        """What an ingestion wrote for a version forgotten while it ran: its index, and its
-        object unless a version of the agent now holds the same bytes."""
-        log.info("%s %s was forgotten while it ran: discarded", version.agent_id,
-                 version.version)
+        """What an ingestion wrote that no stored item names: its index, and its object
+        unless a version of the agent holds the same bytes or may be about to (one still
+        ingesting writes its object before its item names it; content-addressed, it
+        may be this one)."""
         if drop is not None:
             drop(version)
         key = version.object_key
-        if key and key.startswith(object_prefix(version.agent_id)) and key not in {
-                v.object_key for v in self.recent(version.agent_id, RECENT_VERSIONS * 10)}:
+        others = self.recent(version.agent_id, RECENT_VERSIONS * 10)
+        if key and key.startswith(object_prefix(version.agent_id)) and not any(
+                v.object_key == key or v.state is CorpusState.INGESTING for v in others
+                if v.version != version.version):
             self.s3.delete_object(Bucket=self.bucket, Key=key)
 
     def _forget(self, version: CorpusVersion, keep: str | None = None) -> None:
@@ -200,14 +204,14 @@ class CorpusStore(Repository):
         body: bytes = self.s3.get_object(Bucket=self.bucket, Key=key)["Body"].read()
         return body
 
-    def delete_agent(self, agent_id: str,
-                     drop: Callable[[CorpusVersion], None] | None = None) -> None:
+    def delete_agent(self, agent_id: str, drop: Callable[[CorpusVersion], None] | None = None,
+                     seconds: float | None = None) -> None:
         """Forget an agent's versions, their objects and what ``drop`` deletes of each (its
         S3 Vectors index), all of them: a new agent of the id must not search the deleted
-        one's corpus, nor its data outlive it. Past ``DELETE_PAGES`` pages or
-        ``DELETE_SECONDS`` it stops, UNAVAILABLE, the agent still registered: the same
-        delete again goes on."""
-        ends = time.monotonic() + DELETE_SECONDS
+        one's corpus, nor its data outlive it. Past ``DELETE_PAGES`` pages or ``seconds``
+        (``DELETE_SECONDS``) it stops, UNAVAILABLE, the agent still registered: the same
+        request again goes on."""
+        ends = time.monotonic() + (DELETE_SECONDS if seconds is None else seconds)
         for _ in range(DELETE_PAGES):
             versions = self.recent(agent_id, DELETE_PAGE)
             if not versions:
@@ -222,7 +226,7 @@ class CorpusStore(Repository):
                 break
         if self.recent(agent_id, 1):
             raise Unavailable(f"agent {agent_id} has more corpus versions than one request "
-                              "deletes: delete it again to go on")
+                              "deletes: send the same request again to go on")
 
 
 class VectorIndexes:

@@ -43,6 +43,9 @@ from codeshot.text import as_one_line
 if TYPE_CHECKING:
     from codeshot.runner.mcp_servers import McpServerInfo
 
+# Of the API's 29 s, what a rename spends deleting its old id's corpus (the rest waits for
+# the next agent of that id, whose registration sweeps it first).
+RENAME_SWEEP_SECONDS = 5.0
 HandshakeFetcher = Callable[[str, str], Handshake]
 # (MCP server URL, its Authorization header or None) -> its name, instructions and tools
 McpDescriber = Callable[[str, str | None], "McpServerInfo"]
@@ -256,10 +259,10 @@ class AgentRegistration:
         self._forget_oauth(agent_id)
         self._forget_corpora(agent_id)
 
-    def _forget_corpora(self, agent_id: str) -> None:
+    def _forget_corpora(self, agent_id: str, seconds: float | None = None) -> None:
         """The id's corpus versions, their objects and (S3 Vectors) indexes."""
         vectors = self.s.settings.corpus_search == "s3vectors"
-        self.s.corpora.delete_agent(agent_id,
+        self.s.corpora.delete_agent(agent_id, seconds=seconds,
                                     drop=self.s.vector_indexes.drop if vectors else None)
 
     def _forget_oauth(self, agent_id: str) -> None:
@@ -344,8 +347,8 @@ class AgentRegistration:
             # of that id is swept first (_claim).
             self._forget_oauth(current.agent_id)
             self._sweep_storage(current)
-            with contextlib.suppress(Unavailable):  # over a request's versions: _claim's
-                self._forget_corpora(current.agent_id)
+            with contextlib.suppress(Unavailable):  # more than a few seconds': _claim's
+                self._forget_corpora(current.agent_id, seconds=RENAME_SWEEP_SECONDS)
         return stored
 
     def deploy(self, principal: Principal, handle: str, fields: AgentFields) -> Agent:

@@ -31,7 +31,6 @@ PUT, UPDATE, DELETE, BATCH_WRITE = ("dynamodb:PutItem", "dynamodb:UpdateItem",
 SQS_SEND = ("sqs:SendMessage",)
 # Converse and InvokeModel are both authorised by bedrock:InvokeModel.
 BEDROCK_INVOKE = ("bedrock:InvokeModel",)
-# Cross-region inference profile ids start with a geography ("us.", "eu.", "global." ...).
 
 
 def table_access(role: iam.Role, table: dynamodb.ITable, spec: Table,

@@ -17,7 +17,7 @@ from botocore.stub import Stubber
 from codeshot.errors import LLMError, Timeout
 from codeshot.llm import get_llm
 from codeshot.llm.base import ChatMessage, LlmSettings, calls_ending_by, configured
-from codeshot.llm.bedrock import INFERENCE_PROFILE_PREFIXES, BedrockLLM
+from codeshot.llm.bedrock import BedrockLLM
 from codeshot.settings import Settings
 from tests.conftest import free_port
 
@@ -251,7 +251,8 @@ def test_get_llm_picks_the_provider_from_settings() -> None:
     assert isinstance(get_llm(Settings(llm="fewshot")), FewShotLLM)
 
 
-@pytest.mark.parametrize("prefix", INFERENCE_PROFILE_PREFIXES)
+@pytest.mark.parametrize("prefix", ["us.", "us-gov.", "eu.", "apac.", "jp.", "au.", "ca.",
+                                    "global."])
 def test_an_agent_may_name_any_geographys_inference_profile(prefix: str) -> None:
     """(jp., au. and ca. profiles fell back to the platform's model.)"""
     model = f"{prefix}anthropic.claude-haiku-4-5-20251001-v1:0"

@@ -32,13 +32,15 @@ def test_a_ready_version_replaces_older_ones_and_a_failed_one_does_not(aws):
 def test_an_outcome_too_large_to_store_is_stored_failed_not_left_ingesting(aws):
     store = CorpusStore(aws)
     version = store.start("ann/docs", [{"urls": ["https://a.example/*"]}])
+    key = store.put_index("ann/docs", b'{"chunks": []}')
     huge = [{"urls": [f"https://a.example/{i}{'a' * 1000}" for i in range(500)]}]
     done = store.finish(version.replace(state=CorpusState.READY, corpora=huge, chunks=3,
-                                        object_key="corpora/x"))
+                                        object_key=key))
     [stored] = store.recent("ann/docs")
     assert stored.state is done.state is CorpusState.FAILED
     assert stored.errors == ["the ingestion's outcome could not be stored"]
     assert store.newest_ready("ann/docs") is None
+    assert corpus_objects(store) == set()  # the index it wrote, which no item names
 
 
 def test_the_same_index_bytes_are_stored_once_per_agent(aws):
@@ -91,7 +93,7 @@ def test_deleting_an_agent_deletes_every_version_and_its_index_a_page_at_a_time(
     assert len(corpus_objects(store)) == 2
     monkeypatch.setattr(corpora, "DELETE_PAGE", 2)
     monkeypatch.setattr(corpora, "DELETE_PAGES", 2)
-    with pytest.raises(Unavailable, match="delete it again"):  # 4 of 7 per request
+    with pytest.raises(Unavailable, match="send the same request again"):  # 4 of 7 per request
         store.delete_agent("ann/docs")
     assert len(store.recent("ann/docs")) == 3
     store.delete_agent("ann/docs")  # the same delete again goes on, and ends
@@ -113,7 +115,7 @@ def test_deleting_an_agent_stops_within_its_time_and_goes_on_when_asked_again(
         store.finish(store.start("ann/docs", []).replace(state=CorpusState.FAILED))
     monkeypatch.setattr(corpora, "DELETE_SECONDS", 0.0)  # out of time after each version
     for left in (2, 1):
-        with pytest.raises(Unavailable, match="delete it again"):
+        with pytest.raises(Unavailable, match="send the same request again"):
             store.delete_agent("ann/docs")
         assert len(store.recent("ann/docs")) == left
     store.delete_agent("ann/docs")
@@ -187,6 +189,20 @@ def test_an_ingestion_whose_agent_is_deleted_while_it_runs_leaves_nothing(aws):
     assert store.recent("ann/docs") == []
     assert corpus_objects(store) == set()
     assert client.list_indexes(vectorBucketName=aws.corpus_vector_bucket)["indexes"] == []
+
+
+def test_a_forgotten_ingestion_keeps_the_object_a_running_one_of_the_id_may_name(aws):
+    """The agent deleted and made again meanwhile, ingesting the same bytes: the object is
+    named by content, and the new version names it only once it is done."""
+    store = CorpusStore(aws)
+    old = store.start("ann/docs", [])
+    store.delete_agent("ann/docs")
+    new = store.start("ann/docs", [])  # the new agent's, running
+    key = store.put_index("ann/docs", b'{"chunks": []}')  # by both, the same bytes
+    store.finish(old.replace(state=CorpusState.READY, object_key=key))
+    assert corpus_objects(store) == {key}
+    store.finish(new.replace(state=CorpusState.READY, object_key=key))
+    assert store.read_index(store.newest_ready("ann/docs").object_key) == b'{"chunks": []}'
 
 
 def test_an_ingestions_vectors_go_to_its_own_s3_vectors_index(aws):
