@@ -66,6 +66,7 @@ READ_SECONDS = 60.0  # of it, reading documents: the rest embeds what was read
 MAX_LINKS_PER_PAGE = 1000  # a page's links considered for following, in page order
 EMBED_BATCH = 64
 PROGRESS_EVERY = 10  # documents between the progress an ingesting version shows
+FORGOTTEN = "the agent's corpus was deleted meanwhile"
 # Search's dense weight per embedder (score = w * dense + (1 - w) * lexical): the highest
 # whose recall@3 on the corpus benchmark's dev towns is within 0.01 of the best (``python
 # -m benchmarks.corpus --calibrate``); the benchmark reports on other towns.
@@ -116,8 +117,11 @@ class Crawl:
     """One ingestion's reading: bounded in pages, bytes and time (``READ_SECONDS``)."""
 
     def __init__(self, settings: Settings, fetch: Callable[..., Any] = fetch_public_url,
-                 progress: Callable[[int, int], None] = lambda _pages, _bytes: None) -> None:
+                 progress: Callable[[int, int], bool] = lambda _pages, _bytes: True) -> None:
+        """``progress`` shows pages and bytes read so far: False once the version it
+        shows them on is gone (its agent deleted or renamed), which ends the reading."""
         self.settings, self.fetch, self.progress = settings, fetch, progress
+        self.forgotten = False
         self.pages = 0
         self.bytes = 0
         self.errors: list[str] = []
@@ -156,6 +160,8 @@ class Crawl:
 
     def _stopped(self) -> str | None:
         """Why no more pages are read, if none are."""
+        if self.forgotten:
+            return FORGOTTEN
         if self.pages >= self.settings.corpus_max_pages:
             return f"the corpus reached its {self.settings.corpus_max_pages} pages"
         if time.monotonic() > self.deadline:
@@ -171,8 +177,8 @@ class Crawl:
                              deadline=self.deadline)  # a page sent slowly stops with it
         self.pages += 1
         self.bytes += len(fetched.data)
-        if self.pages % PROGRESS_EVERY == 0:
-            self.progress(self.pages, self.bytes)
+        if self.pages % PROGRESS_EVERY == 0 and not self.progress(self.pages, self.bytes):
+            self.forgotten = True
         if self.bytes > settings.corpus_max_bytes:
             raise InvalidInput(f"the corpus passed its {settings.corpus_max_bytes} bytes")
         kind = fetched.content_type or "text/plain"
@@ -204,6 +210,8 @@ def ingest(version: CorpusVersion, corpora: list[dict[str, Any]], settings: Sett
         version.replace(documents=pages, bytes=size)))
     try:
         documents = [d for corpus in corpora for d in crawl.documents(corpus)]
+        if crawl.forgotten:  # nothing to embed for
+            raise InvalidInput(FORGOTTEN)
         chunks = [{"text": c, "url": d.url} for d in documents for c in chunked(d.text)]
         if not chunks:
             raise InvalidInput("the corpus holds no text")

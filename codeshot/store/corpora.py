@@ -100,10 +100,10 @@ class CorpusStore(Repository):
                          ConditionExpression="attribute_not_exists(version)")
         return version
 
-    def progress(self, version: CorpusVersion) -> None:
+    def progress(self, version: CorpusVersion) -> bool:
         """What an ingestion has read so far (documents, bytes), while it runs; nothing
-        once the version is forgotten (its agent deleted or renamed meanwhile)."""
-        self._rewrite(version)
+        once the version is forgotten (its agent deleted or renamed meanwhile): False."""
+        return self._rewrite(version)
 
     def _rewrite(self, version: CorpusVersion) -> bool:
         """Write the version over its item if it still has one: False if it was forgotten

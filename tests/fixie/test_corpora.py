@@ -242,6 +242,31 @@ def test_an_ingestion_shows_its_progress_while_it_runs(aws):
     assert store.recent("ann/docs")[0].documents == 25
 
 
+def test_an_ingestion_stops_reading_once_its_agent_is_deleted(aws):
+    """It read and embedded on to the end, then put its version back."""
+    from codeshot.routing.embedders import HashingEmbedder
+    from codeshot.runner.corpora import ingest
+    from codeshot.store.corpora import CorpusStore
+
+    store, served = CorpusStore(aws), []
+
+    def page(path: str) -> tuple[str, bytes]:
+        served.append(path)
+        if path == "/docs/":
+            links = "".join(f'<a href="p{i}.html">{i}</a>' for i in range(40))
+            return "text/html", f"<p>Index</p>{links}".encode()
+        if path == "/docs/p4.html":
+            store.delete_agent("ann/docs")  # the owner deletes the agent meanwhile
+        return "text/html", f"<p>Page {path} says a fact.</p>".encode()
+
+    with serving_pages(page) as base:
+        done = ingest(store.start("ann/docs", []), [{"urls": [f"{base}/docs/*"]}],
+                      aws.replace(local_mode=True), store, HashingEmbedder())
+    assert len(served) == 10  # the next progress found the version gone
+    assert done.state.value == "failed" and store.recent("ann/docs") == []
+    assert not store.s3.list_objects_v2(Bucket=store.bucket, Prefix="corpora/").get("Contents")
+
+
 def test_linked_pages_failing_under_long_urls_are_listed_each_on_a_short_line(aws):
     """25 links of 15 KB each that cannot be read: the version is ready with the page it
     read, its errors listed each cut to a line (whole, they exceed DynamoDB's item)."""
