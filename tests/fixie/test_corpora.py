@@ -16,14 +16,12 @@ import pytest
 import codeshot.sdk as fixieai
 from codeshot.devtools.agents import serve
 from codeshot.errors import InvalidInput
-from codeshot.local.poller import QueuePoller
 from codeshot.models import Principal
-from codeshot.runner.session_runner import SessionRunner
 from tests.engine.conftest import ScriptedLLM
 from tests.fixie.conftest import User, serving_pages
 from tests.pdfs import pdf_of
 from tests.raw_server import raw_server
-from tests.runner.conftest import register, send, session
+from tests.runner.conftest import register, running, send, session
 
 ANN = Principal(user_id="u-ann", username="ann")
 FEW_SHOTS = """
@@ -126,10 +124,8 @@ def test_a_question_is_answered_with_the_right_passage_and_its_url(live, user, d
 def scripted_runner(platform):
     """The platform with the runner answering from a scripted model (the test's)."""
     llm = ScriptedLLM()
-    poller = QueuePoller(platform.services.queue, SessionRunner(platform.services, llm=llm).handle)
-    poller.start()
-    yield platform, llm
-    poller.stop()
+    with running(platform, llm):
+        yield platform, llm
 
 
 def test_the_engines_real_path_gives_the_model_the_passages_and_urls(scripted_runner, pages):

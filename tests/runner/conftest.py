@@ -134,9 +134,9 @@ def agents():
 
 
 @contextmanager
-def running(platform: Any) -> Iterator[Any]:
-    """The real session runner consuming the platform's queue."""
-    poller = QueuePoller(platform.services.queue, SessionRunner(platform.services).handle)
+def running(platform: Any, llm: Any | None = None) -> Iterator[Any]:
+    """The real session runner consuming the platform's queue (with ``llm``, if given)."""
+    poller = QueuePoller(platform.services.queue, SessionRunner(platform.services, llm).handle)
     poller.start()
     try:
         yield platform

@@ -7,9 +7,7 @@ import pytest
 
 from codeshot.llm.base import ChatMessage, Completion
 from codeshot.llm.fewshot import FewShotLLM
-from codeshot.local.poller import QueuePoller
-from codeshot.runner.session_runner import SessionRunner
-from tests.runner.conftest import register, send, session
+from tests.runner.conftest import register, running, send, session
 
 
 class AskedLimits(FewShotLLM):
@@ -27,13 +25,9 @@ class AskedLimits(FewShotLLM):
 @pytest.mark.settings(llm_max_tokens_per_call=48)
 def test_every_call_of_a_query_is_capped(platform, agents):
     llm = AskedLimits()
-    poller = QueuePoller(platform.services.queue, SessionRunner(platform.services, llm).handle)
-    poller.start()
-    try:
+    with running(platform, llm):
         _, key = platform.user("hal")
         h = session(platform, key, frontend=register(platform, key, "dice",
                                                      agents.url + "/dice"))
         assert send(platform, key, h, "Roll 1d20")["reply"]["type"] == "response"
-    finally:
-        poller.stop()
     assert llm.limits == [48, 48]  # the Ask, then the answer

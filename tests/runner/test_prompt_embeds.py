@@ -9,9 +9,8 @@ import base64
 from codeshot.engine.prompt import EMBEDS_HEADER
 from codeshot.llm.base import ChatMessage, Completion
 from codeshot.llm.fewshot import FewShotLLM
-from codeshot.local.poller import QueuePoller
-from codeshot.runner.session_runner import HISTORY_MESSAGES, PROMPT_EMBEDS, SessionRunner
-from tests.runner.conftest import register, session
+from codeshot.runner.session_runner import HISTORY_MESSAGES, PROMPT_EMBEDS
+from tests.runner.conftest import register, running, session
 
 SEND = """mutation ($s: String!, $t: String!, $e: [EmbedInput!]) {
   sendSessionMessage(messageData: {session: $s, text: $t, embeds: $e}) {
@@ -34,9 +33,7 @@ class Prompts(FewShotLLM):
 def test_the_prompt_lists_the_querys_and_the_latest_embeds_and_counts_the_rest(
         platform, agents):
     llm = Prompts()
-    poller = QueuePoller(platform.services.queue, SessionRunner(platform.services, llm).handle)
-    poller.start()
-    try:
+    with running(platform, llm):
         _, key = platform.user("ida")
         h = session(platform, key, frontend=register(platform, key, "dice",
                                                      agents.url + "/dice"))
@@ -54,8 +51,6 @@ def test_the_prompt_lists_the_querys_and_the_latest_embeds_and_counts_the_rest(
             post([])
         llm.blocks.clear()
         post(["mine"])
-    finally:
-        poller.stop()
     older = 61 - PROMPT_EMBEDS
     assert llm.blocks
     for block in llm.blocks:  # the query's own, then the newest message's, and so on

@@ -13,11 +13,9 @@ from codeshot.engine.executor import Executor
 from codeshot.errors import BudgetExceeded
 from codeshot.llm.base import ChatMessage, Completion
 from codeshot.llm.fewshot import FewShotLLM
-from codeshot.local.poller import QueuePoller
 from codeshot.runner.budgets import AGENT_TOKENS, USER_TOKENS, TokenBudget
-from codeshot.runner.session_runner import SessionRunner
 from codeshot.store.usage import UsageCounters
-from tests.runner.conftest import messages, register, send, session
+from tests.runner.conftest import messages, register, running, send, session
 
 
 class Pondering:
@@ -145,10 +143,8 @@ class CountingFewShot(FewShotLLM):
 def counted(platform):
     """The platform with a runner whose (offline) LLM counts its calls."""
     llm = CountingFewShot()
-    poller = QueuePoller(platform.services.queue, SessionRunner(platform.services, llm).handle)
-    poller.start()
-    yield platform, llm
-    poller.stop()
+    with running(platform, llm):
+        yield platform, llm
 
 
 def usage(platform, key: str) -> dict:
