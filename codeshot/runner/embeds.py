@@ -69,10 +69,10 @@ class EmbedBook:
         self._known: dict[str, EmbedRef] = {}
         self._own = dict(given or {})  # the query's, then what its Funcs returned
 
-    def know(self, refs: Mapping[str, EmbedRef]) -> None:
-        """The session's other embeds, which keys may name too (the query's own win); the
-        last known count as the most recent."""
-        for key, ref in refs.items():
+    def know(self, refs: Iterable[tuple[str, EmbedRef]]) -> None:
+        """The session's other embeds, oldest first, which keys may name too (the query's
+        own win); a key known again is the most recent."""
+        for key, ref in refs:
             self._known.pop(key, None)
             self._known[key] = ref
 

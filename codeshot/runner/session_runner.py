@@ -130,15 +130,9 @@ class SessionMemory:
                 turns.append((asked.pop(m.in_reply_to), m.text.removeprefix(says)))
         return turns
 
-    def embeds(self) -> dict[str, EmbedRef]:
-        """The embeds earlier messages carried, in the order last carried (a key used
-        twice: the later one)."""
-        out: dict[str, EmbedRef] = {}
-        for m in self.recent:
-            for key, ref in m.embeds.items():
-                out.pop(key, None)
-                out[key] = ref
-        return out
+    def embeds(self) -> list[tuple[str, EmbedRef]]:
+        """The embeds earlier messages carried, in the order they carried them."""
+        return [(key, ref) for m in self.recent for key, ref in m.embeds.items()]
 
 
 class SessionRunner:
@@ -289,10 +283,10 @@ class SessionRunner:
         settings = self.s.settings
         memory = self._memory(session, query, recent)
         if session.embed_count:
-            book.know({e.key: EmbedRef(content_type=e.content_type,
-                                       content_hash=e.content_hash, size=e.size)
-                       for e in sorted(self.s.sessions.list_embeds(session.session_id),
-                                       key=lambda e: e.created)})  # listed by key
+            book.know((e.key, EmbedRef(content_type=e.content_type,
+                                       content_hash=e.content_hash, size=e.size))
+                      for e in sorted(self.s.sessions.list_embeds(session.session_id),
+                                      key=lambda e: e.created))  # listed by key
         book.know(memory.embeds())
         client = AgentClient(
             self.s.auth.call_tokens(session.owner, session.session_id),
