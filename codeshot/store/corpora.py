@@ -48,7 +48,7 @@ RECENT_VERSIONS = 10  # read to find the newest ready one
 # for the same delete again, which goes on from there.
 DELETE_PAGE = 100
 DELETE_PAGES = 10
-DELETE_SECONDS = 15.0
+DELETE_SECONDS = 10.0  # checked between pages: a page of 100 may take seconds more
 
 
 class CorpusState(str, Enum):
@@ -212,7 +212,9 @@ class CorpusStore(Repository):
         (``DELETE_SECONDS``) it stops, UNAVAILABLE, the agent still registered: the same
         request again goes on."""
         ends = time.monotonic() + (DELETE_SECONDS if seconds is None else seconds)
-        for _ in range(DELETE_PAGES):
+        for page in range(DELETE_PAGES):
+            if page and time.monotonic() > ends:  # one page at least: each request goes on
+                break
             versions = self.recent(agent_id, DELETE_PAGE)
             if not versions:
                 return
@@ -220,10 +222,6 @@ class CorpusStore(Repository):
                 if drop is not None:
                     drop(version)
                 self._forget(version)
-                if time.monotonic() > ends:  # one at least: each request goes on
-                    break
-            if time.monotonic() > ends:
-                break
         if self.recent(agent_id, 1):
             raise Unavailable(f"agent {agent_id} has more corpus versions than one request "
                               "deletes: send the same request again to go on")

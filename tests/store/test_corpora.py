@@ -113,7 +113,8 @@ def test_deleting_an_agent_stops_within_its_time_and_goes_on_when_asked_again(
     ready(store, "ann/docs", b"ann's")
     for _ in range(2):
         store.finish(store.start("ann/docs", []).replace(state=CorpusState.FAILED))
-    monkeypatch.setattr(corpora, "DELETE_SECONDS", 0.0)  # out of time after each version
+    monkeypatch.setattr(corpora, "DELETE_PAGE", 1)
+    monkeypatch.setattr(corpora, "DELETE_SECONDS", 0.0)  # out of time after each page
     for left in (2, 1):
         with pytest.raises(Unavailable, match="send the same request again"):
             store.delete_agent("ann/docs")
