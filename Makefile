@@ -54,6 +54,7 @@ bench: $(BIN)/.installed  ## every benchmark, printing tables (not part of the t
 	$(BIN)/python -m benchmarks.cold_start
 	$(BIN)/python -m benchmarks.cost
 	$(BIN)/python -m benchmarks.load
+	$(BIN)/python -m benchmarks.messages
 	$(BIN)/python -m benchmarks.router
 	$(BIN)/python -m benchmarks.corpus
 	$(BIN)/python -m benchmarks.engine

@@ -6,6 +6,7 @@ from __future__ import annotations
 import base64
 import hashlib
 import json
+import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from datetime import timedelta
@@ -16,6 +17,7 @@ import pytest
 from nacl.signing import SigningKey
 
 from codeshot import aws, ids
+from codeshot.api.graphql import budget
 from codeshot.auth import keys, tokens
 from codeshot.auth.keys import KeyRing
 from codeshot.auth.service import Auth
@@ -456,7 +458,8 @@ def test_one_request_holds_a_bounded_amount_of_messages(platform):
     finally:
         stop()
     assert code(many) == "INVALID_INPUT" and "5,242,880 bytes" in str(many["errors"]), many
-    assert calls.count("Query") <= 2 * 4, calls  # two pages; none read once it was spent
+    # the pages read side by side (of 4 reads each); none started once the budget was spent
+    assert calls.count("Query") <= budget.READS_AT_ONCE * 4, calls
     merged = pages.replace("{ text }", "{ id } messages(limit: 1000) { text }")
     assert "5,242,880 bytes" in str(platform.gql(key, merged, {"h": handle})["errors"])
     repeated = platform.gql(key, texts, {"h": handle}, timeout=60)
@@ -467,6 +470,34 @@ def test_one_request_holds_a_bounded_amount_of_messages(platform):
     assert "errors" not in one and len(one["data"]["sessionByHandle"]["messages"]) > 50
     ids_only = platform.gql(key, pages.replace("{ text }", "{ id }"), {"h": handle})
     assert "errors" not in ids_only, str(ids_only)[:300]  # counted as answered, not as read
+
+
+def test_many_sessions_messages_are_read_side_by_side(platform):
+    """``allSessions { messages }`` read each session's page after the one before: 100
+    sessions were 100 storage round trips in a row. Reads now overlap, a bounded number
+    at a time (each read here is held 0.1 s, as a slow store would)."""
+    _, key = platform.user("reader")
+    for _ in range(12):
+        platform.gql(key, SESSION)
+    lock, in_flight, most = threading.Lock(), [0], [0]
+
+    def slow_query(service: str, operation: str) -> None:
+        if operation != "Query":
+            return
+        with lock:
+            in_flight[0] += 1
+            most[0] = max(most[0], in_flight[0])
+        time.sleep(0.1)
+        with lock:
+            in_flight[0] -= 1
+
+    stop = aws.on_call(slow_query)
+    try:
+        out = platform.gql(key, "{ allSessions(limit: 12) { handle messages { text } } }")
+    finally:
+        stop()
+    assert "errors" not in out and len(out["data"]["allSessions"]) == 12, out
+    assert 2 <= most[0] <= budget.READS_AT_ONCE, most
 
 
 def test_agent_fields_that_read_storage_are_costed(platform, agents):

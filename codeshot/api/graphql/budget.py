@@ -7,8 +7,10 @@ JSON body as a JSON string, so each quote and backslash of the body is escaped o
 3, and 83 messages stored in 4 MB answered 7.7 MB). A page DynamoDB reads whole is 4 MB
 stored, which text of quotes, or of control characters from an agent, makes four to
 seven times as much. So a page of messages ends before ``PAGE_BYTES``, and the pages of
-one request, read one at a time, stop at ``REQUEST_BYTES`` (more is INVALID_INPUT): 20
-aliases of a 4 MB page made one response of 230 MB.
+one request stop at ``REQUEST_BYTES`` (more is INVALID_INPUT): 20 aliases of a 4 MB page
+made one response of 230 MB. Pages are read ``READS_AT_ONCE`` at a time: one at a time,
+100 sessions' messages were 100 storage round trips in a row; all at once, a refused
+request would still hold every page it asked for.
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ from codeshot.errors import InvalidInput
 RESPONSE_BYTES = 6 * 1024 * 1024 - 16 * 1024  # Lambda's 6 MB, less its status and headers
 PAGE_BYTES = 4 * 1024 * 1024
 REQUEST_BYTES = 5 * 1024 * 1024
+READS_AT_ONCE = 8
 T = TypeVar("T")
 
 
@@ -62,18 +65,18 @@ class MessagePages:
     def __init__(self) -> None:
         self.used = 0
         self.refused = False
-        self._turn = asyncio.Lock()
+        self._reads = asyncio.Semaphore(READS_AT_ONCE)
 
     async def take(self, read: Callable[[], Awaitable[Sequence[T]]], size: Callable[[T], int],
                    keep_newest: bool) -> list[T]:
         """What ``read`` returns (time ordered), cut to ``PAGE_BYTES``: the newest kept with
         ``keep_newest``, else the oldest; INVALID_INPUT once the request's pages pass
         ``REQUEST_BYTES`` (and for every page after, unread)."""
-        async with self._turn:
+        async with self._reads:
             if not self.refused:
                 items = await read()
                 kept, taken = _fit(reversed(items) if keep_newest else items, size)
-                if self.used + taken <= REQUEST_BYTES:
+                if not self.refused and self.used + taken <= REQUEST_BYTES:
                     self.used += taken
                     return kept[::-1] if keep_newest else kept
                 self.refused = True
