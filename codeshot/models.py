@@ -243,7 +243,7 @@ MAX_EXCLUDE_PATTERNS = 100  # a corpus's: every link it finds is tried against t
 MAX_CORPORA_JSON = 100_000  # characters of all corpora as stored, whatever else they hold
 MAX_FUNCS = 100  # listed in a handshake (an MCP server has at most 64 tools)
 MAX_FUNC_NAME = 128  # as MCP tool names may be
-FUNC_NAME_RE = re.compile(r"\w+")  # as a few-shot writes Func[name]
+FUNC_NAME_RE = re.compile(r"\w+")  # Func[name] in few-shots, tool names, registrations
 
 
 def check_agent_fields(agent: Agent) -> Agent:

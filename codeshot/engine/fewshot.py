@@ -23,8 +23,8 @@ from dataclasses import dataclass
 from enum import Enum
 
 from codeshot.errors import InvalidInput
+from codeshot.models import FUNC_NAME_RE
 
-FUNC_NAME = r"\w+"
 AGENT_ID = r"[\w.-]+(?:/[\w.-]+)?"
 # Continuation lines of a rendered step start with this, so they never read as steps.
 INDENT = "  "
@@ -72,7 +72,7 @@ _PREFIXES = {
     Kind.ASK_USER: "Ask User:",
     Kind.USER_SAYS: "User says:",
 }
-_TARGET = {"Func": re.compile(rf"{FUNC_NAME}\Z"), "Agent": re.compile(rf"{AGENT_ID}\Z")}
+_TARGET = {"Func": re.compile(rf"{FUNC_NAME_RE.pattern}\Z"), "Agent": re.compile(rf"{AGENT_ID}\Z")}
 # New embeds come from the question or a reply; Fixie refused them first in these steps.
 _NO_NEW_EMBEDS = (Kind.ASK_FUNC, Kind.ASK_AGENT, Kind.ASK_USER, Kind.A)
 

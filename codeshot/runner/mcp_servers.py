@@ -48,13 +48,13 @@ MAX_TOOLS = 64
 MAX_TOOL_LIST_PAGES = 8
 MAX_TOOL_DESCRIPTION = 1_000
 MAX_TOOLS_JSON = 100_000  # bytes of all tools' names, descriptions and schemas
-_NOT_A_FUNC_NAME = re.compile(r"\W")
+_NOT_A_FUNC_NAME = re.compile(r"\W")  # what FUNC_NAME_RE (\w+) does not take
 
 
 @dataclass(frozen=True)
 class McpTool:
     name: str  # the server's name for it
-    func: str  # its Func name in the agent's few-shots (the grammar's \w+)
+    func: str  # its Func name in the agent's few-shots (FUNC_NAME_RE)
     description: str
     input_schema: dict[str, Any]
 

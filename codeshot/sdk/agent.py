@@ -10,11 +10,11 @@ from __future__ import annotations
 
 import functools
 import json
-import re
 from collections.abc import Callable
 from typing import Any
 
 from codeshot.engine.fewshot import FewShotError, func_names, parse_few_shots, validate_base_prompt
+from codeshot.models import FUNC_NAME_RE
 from codeshot.sdk.corpora import CustomCorpus, UrlDocumentCorpus
 from codeshot.sdk.funcs import Func, make_func
 from codeshot.sdk.llm_settings import LlmSettings
@@ -22,7 +22,6 @@ from codeshot.sdk.oauth import OAuthHandler, OAuthParams
 from codeshot.sdk.wire import Message
 from codeshot.settings import Settings, get_settings
 
-FUNC_NAME = re.compile(r"\w+")
 # Funcs the platform answers itself (fixie_local_datetime, fixie_query_embed, ...): few-shots
 # may ask them without registering them, as in Fixie 1.0.
 PLATFORM_FUNC_PREFIX = "fixie_"
@@ -74,7 +73,7 @@ class AgentBase:
     @staticmethod
     def _new_name(func: Callable[..., Any], func_name: str | None, taken: dict[str, Any]) -> str:
         name = str(func_name or getattr(func, "__name__", ""))
-        if not FUNC_NAME.fullmatch(name):
+        if not FUNC_NAME_RE.fullmatch(name):
             raise ValueError(f"Func names are letters, digits and _, got {name!r}")
         if name in taken:
             raise ValueError(f"Func[{name}] is already registered with this agent")
