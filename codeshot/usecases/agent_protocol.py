@@ -304,11 +304,15 @@ def list_steps(services: Services, principal: Principal, task_id: str,
     if not shown:
         return Page([], len(queries), page, size)
     following = queries[start + size] if start + size < len(queries) else None
-    found = tasks.turns(services.sessions.messages_of(session.session_id, STEP_TYPES,
-                                                      shown[0], following))
-    # A reply stored after the next step's query (sent while it ran) is past the read.
-    return Page([_step(services, t.query) if t.reply is None and following else t
-                 for t in found], len(queries), page, size)
+    read = services.sessions.messages_of(session.session_id, STEP_TYPES, shown[0], following)
+    found = tasks.turns(read)
+    if following and any(t.reply is None for t in found):
+        # A reply stored after the next step's query (queued behind it) is past the read:
+        # one page of what follows answers every step of this page (a page per step read
+        # the same log up to 100 times).
+        later = Messaging(services).newer(session.session_id, following)
+        found = tasks.turns([*read, *later])[:len(found)]
+    return Page(found, len(queries), page, size)
 
 
 # -- artifacts ----------------------------------------------------------------------------
