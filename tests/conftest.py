@@ -210,6 +210,18 @@ class Platform:
         assert r.status_code == 200, r.text
         return r.json()
 
+    def rpc(self, key: str, path: str, method: str, params: dict,
+            headers: dict | None = None) -> httpx.Response:
+        """A JSON-RPC call (MCP's headers unless ``headers`` are given)."""
+        return httpx.post(f"{self.url}{path}", timeout=60,
+                          headers={"Authorization": f"Bearer {key}",
+                                   **(headers or MCP_HEADERS)},
+                          json={"jsonrpc": "2.0", "id": 1, "method": method, "params": params})
+
+
+MCP_HEADERS = {"Accept": "application/json, text/event-stream",
+               "MCP-Protocol-Version": "2025-06-18"}
+
 
 def code(result: dict) -> str:
     assert result.get("errors"), result

@@ -79,6 +79,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from codeshot import models
+from codeshot.api.errors import as_codeshot_error
 from codeshot.errors import (
     INTERNAL_MESSAGE,
     CodeshotError,
@@ -278,10 +279,12 @@ def _data(exc: CodeshotError) -> dict[str, str]:
     return {"code": exc.code, **{k: str(v) for k, v in exc.details.items()}}
 
 
-def _a2a_error(exc: Exception) -> A2AError:
-    """codeshot's errors in A2A's terms; nothing unexpected leaks its details."""
-    if isinstance(exc, A2AError):
-        return exc
+def _a2a_error(error: Exception) -> A2AError:
+    """codeshot's errors in A2A's terms (AWS throttling is RATE_LIMITED); nothing
+    unexpected leaks its details."""
+    if isinstance(error, A2AError):
+        return error
+    exc: Exception = as_codeshot_error(error) or error
     if isinstance(exc, NotFound):
         return TaskNotFoundError(message=exc.message)
     if isinstance(exc, InvalidInput):  # Conflict too: only a cancel makes it not-cancelable
@@ -290,7 +293,7 @@ def _a2a_error(exc: Exception) -> A2AError:
         return RateLimitedError(message=exc.message, data=_data(exc))
     if isinstance(exc, CodeshotError):
         return InternalError(message=exc.message, data={"code": exc.code})
-    log.error("A2A request failed", exc_info=exc)
+    log.error("A2A request failed", exc_info=error)
     return InternalError(message=INTERNAL_MESSAGE)
 
 
@@ -392,6 +395,13 @@ class SessionTasks(RequestHandler):
         """Each step after ``query`` as a working status, then the answer as an artifact
         and the final status; the stream ends at the terminal reply, or at the reply wait
         with the task's status then (still working: read or subscribe again later)."""
+        try:
+            async for event in self._follow(task_id, query):
+                yield event
+        except Exception as exc:  # the SDK would stream its text (an AWS error names the role)
+            raise _a2a_error(exc) from exc
+
+    async def _follow(self, task_id: str, query: models.Message) -> AsyncGenerator[Event]:
         timeout = max(self.s.settings.reply_wait_seconds, 1.0)
         status = _status(self.s, tasks.Turn(query))
         async for message in follow(Messaging(self.s), query, timeout):

@@ -47,7 +47,7 @@ from starlette.middleware.authentication import AuthenticationMiddleware
 from starlette.types import Receive, Scope, Send
 
 from codeshot.api.errors import as_codeshot_error, rest_body
-from codeshot.errors import INTERNAL_MESSAGE, CodeshotError, Timeout, Unauthenticated
+from codeshot.errors import INTERNAL_MESSAGE, Timeout, Unauthenticated
 from codeshot.models import PLANNER_ID, Principal, TaskState
 from codeshot.services import Services
 from codeshot.usecases import agents, tasks
@@ -173,12 +173,17 @@ def _text(text: str, *, error: bool = False, structured: Any = None) -> types.Ca
                                 structured_content=structured, is_error=error)
 
 
-def _error(exc: BaseException) -> types.CallToolResult:
+def _error_text(exc: BaseException) -> str:
+    """The stable code and message; nothing unexpected leaks its text."""
     known = as_codeshot_error(exc)
     if known is None:
-        log.error("MCP tool failed", exc_info=exc)
-        return _text(INTERNAL_MESSAGE, error=True)
-    return _text(f"{known.code}: {known.message}", error=True)
+        log.error("MCP request failed", exc_info=exc)
+        return INTERNAL_MESSAGE
+    return f"{known.code}: {known.message}"
+
+
+def _error(exc: BaseException) -> types.CallToolResult:
+    return _text(_error_text(exc), error=True)
 
 
 @dataclass
@@ -215,7 +220,7 @@ class CodeshotMCP:
         limit = self.services.settings.mcp_agent_tools
         if limit <= 0:
             return {}
-        visible = await blocking(agents.visible_agents, self.services, principal)
+        visible = await blocking(agents.all_visible_agents, self.services, principal)
         taken = {FIND_AGENTS.name, ASK.name}
         out = {}
         for agent in visible[:limit]:
@@ -227,11 +232,26 @@ class CodeshotMCP:
 
     async def list_tools(self, ctx: ServerRequestContext[Any],
                          params: types.PaginatedRequestParams | None) -> types.ListToolsResult:
-        extra = await self._agent_tools(caller())
+        try:
+            extra = await self._agent_tools(caller())
+        except Exception as exc:  # the SDK would send its text (an AWS error names the role)
+            raise MCPError(types.INTERNAL_ERROR, _error_text(exc)) from exc
         return types.ListToolsResult(tools=[FIND_AGENTS, ASK, *(t for _, t in extra.values())])
 
     async def call_tool(self, ctx: ServerRequestContext[Any], params: types.CallToolRequestParams
                         ) -> types.CallToolResult | types.InputRequiredResult:
+        """A tool's failure is its result (``isError``, the stable code first); the SDK
+        would send any other exception's text as a JSON-RPC error of code 0."""
+        try:
+            return await self._call_tool(ctx, params)
+        except MCPError:
+            raise
+        except Exception as exc:
+            return _error(exc)
+
+    async def _call_tool(self, ctx: ServerRequestContext[Any],
+                         params: types.CallToolRequestParams
+                         ) -> types.CallToolResult | types.InputRequiredResult:
         principal = caller()
         args = params.arguments or {}
         if params.name == FIND_AGENTS.name:
@@ -245,10 +265,7 @@ class CodeshotMCP:
                 raise MCPError(types.INVALID_PARAMS, f"Unknown tool: {params.name}")
             ask = AskArguments(_string(args, "query", required=params.request_state is None)
                                or "", target[0], _string(args, "session"))
-        try:
-            return await self._ask(ctx, params, principal, ask)
-        except CodeshotError as exc:
-            return _error(exc)
+        return await self._ask(ctx, params, principal, ask)
 
     async def _find_agents(self, principal: Principal, args: dict[str, Any]
                            ) -> types.CallToolResult:
@@ -258,19 +275,15 @@ class CodeshotMCP:
                 or not 1 <= limit <= MAX_FIND_AGENTS:
             return _text(f"INVALID_INPUT: limit must be an integer from 1 to {MAX_FIND_AGENTS}",
                          error=True)
-        try:
-            routes = await blocking(agents.route, self.services, principal, text, limit)
-            found = []
-            for route in routes:
-                agent = await blocking(agents.find_agent, self.services, principal,
-                                       route.agent_id)
-                if agent is not None:
-                    found.append({"agentId": agent.agent_id, "name": agent.name,
-                                  "description": agent.description,
-                                  "score": round(float(route.score), 4),
-                                  "sampleQueries": agent.sample_queries[:5]})
-        except CodeshotError as exc:
-            return _error(exc)
+        routes = await blocking(agents.route, self.services, principal, text, limit)
+        found = []
+        for route in routes:
+            agent = await blocking(agents.find_agent, self.services, principal, route.agent_id)
+            if agent is not None:
+                found.append({"agentId": agent.agent_id, "name": agent.name,
+                              "description": agent.description,
+                              "score": round(float(route.score), 4),
+                              "sampleQueries": agent.sample_queries[:5]})
         lines = [f"{a['agentId']} ({a['score']:.2f}): {a['description'] or a['name']}"
                  for a in found] or ["No agent fits."]
         return _text("\n".join(lines), structured={"agents": found})

@@ -131,3 +131,51 @@ def test_a_message_sqs_refuses_is_agent_unavailable_and_answered_at_once(platfor
     assert "not authorized" not in str(out)
     [query, reply] = platform.services.sessions.all_messages(handle)
     assert reply.in_reply_to == query.message_id and reply.error_code == "AGENT_UNAVAILABLE"
+
+
+
+@pytest.mark.settings(reply_wait_seconds=1.0, mcp_agent_tools=5)
+def test_protocol_endpoints_say_rate_limited_and_leak_no_aws_error(platform, monkeypatch):
+    """MCP sent any failure but codeshot's own as a JSON-RPC error of code 0 carrying
+    botocore's text, and A2A's streams did the same (an AccessDenied names the role and
+    the account); A2A answered AWS throttling -32603, not RATE_LIMITED (-32029)."""
+    from botocore.exceptions import ClientError
+
+    from codeshot.usecases import agents
+    from codeshot.usecases.messaging import Messaging
+
+    _, key = platform.user("faulty")
+    a2a = {"A2A-Version": "1.0"}
+    session = platform.gql(key, "mutation { createSession { session { handle } } }")[
+        "data"]["createSession"]["session"]["handle"]
+    db, get_item = platform.services.sessions.db, platform.services.sessions.db.get_item
+
+    def throttled(**request):
+        if session in str(request.get("Key")):
+            raise ClientError({"Error": {"Code": "ProvisionedThroughputExceededException",
+                                         "Message": "Rate of requests exceeds"}}, "GetItem")
+        return get_item(**request)
+
+    monkeypatch.setattr(db, "get_item", throttled)
+    asked = platform.rpc(key, "/mcp", "tools/call", {"name": "ask", "arguments": {
+        "query": "hi", "session": session}}).json()
+    assert asked["result"]["isError"], asked
+    assert asked["result"]["content"][0]["text"].startswith("RATE_LIMITED: "), asked
+    got = platform.rpc(key, "/a2a/platform/planner", "GetTask", {"id": session}, a2a)
+    assert got.json()["error"]["code"] == -32029, got.text
+    monkeypatch.setattr(db, "get_item", get_item)
+
+    def refuse(*_args, **_kwargs):
+        raise ClientError({"Error": {"Code": "AccessDeniedException", "Message": "User: arn:"
+                                     "aws:sts::123456789012:assumed-role/api is not authorized"}},
+                          "Query")
+
+    monkeypatch.setattr(Messaging, "newer", refuse)
+    streamed = platform.rpc(key, "/a2a/platform/planner", "SendStreamingMessage", {
+        "message": {"messageId": "m1", "role": "ROLE_USER", "parts": [{"text": "hi"}]}}, a2a)
+    assert '"code":-32603' in streamed.text.replace(" ", ""), streamed.text[-500:]
+    monkeypatch.setattr(agents, "all_visible_agents", refuse)
+    listed = platform.rpc(key, "/mcp", "tools/list", {}).json()
+    assert listed.get("error") == {"code": -32603, "message": "internal error"}, listed
+    for body in (streamed.text, str(listed)):
+        assert "arn:aws" not in body and "123456789012" not in body, body[-500:]

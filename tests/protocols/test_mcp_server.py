@@ -241,3 +241,22 @@ def test_a_replayed_answer_is_posted_once(stack, booking):
     queries = [m.text for m in stack.services.sessions.all_messages(session_id)
                if m.type.value == "query"]
     assert queries == ["Book a table at Dante's", "2"]
+
+
+@pytest.mark.settings(mcp_agent_tools=60)
+def test_every_agent_tool_the_setting_allows_is_listed_and_called(platform):
+    """``CODESHOT_MCP_AGENT_TOOLS`` allows 200, but the list stopped at a page of 50: the
+    51st agent's tool was an unknown tool."""
+    from codeshot.models import Agent
+
+    _, key = platform.user("manyagents")
+    for n in range(55):
+        platform.services.registry.create(Agent(
+            agent_id=Agent.make_id("manyagents", f"a{n:02d}"), owner="manyagents",
+            handle=f"a{n:02d}", name=f"agent {n}", description="test agent",
+            query_url="http://127.0.0.1:9/agent", published=True))
+    tools = platform.rpc(key, "/mcp", "tools/list", {}).json()["result"]["tools"]
+    assert len(tools) == 2 + 55, [t["name"] for t in tools]
+    last = platform.rpc(key, "/mcp", "tools/call", {"name": tools[-1]["name"], "arguments": {
+        "query": "hello", "session": "nosuchsession"}}).json()
+    assert last["result"]["content"][0]["text"].startswith("NOT_FOUND"), last
