@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import re
 from collections.abc import AsyncGenerator, Awaitable, Callable
 from typing import Any, TypeVar
 
@@ -99,6 +100,10 @@ log = logging.getLogger("codeshot.api")
 
 A2A_FORMAT = "a2a"  # Session.callback_format of a push-notification config
 DEFAULT_PUSH_CONFIG_ID = "default"
+# A push config's token rides in a header of every push, its id on the session's item:
+# printable ASCII (what a header can carry), of bounded length.
+PUSH_TOKEN = re.compile(r"[\x20-\x7e]{1,1024}")
+PUSH_CONFIG_ID = re.compile(r"[\x21-\x7e]{1,128}")
 MAX_SKILLS = 50
 MAX_LIST_PAGE = 20  # tasks a ListTasks page shows at most (each reads its newest messages)
 MAX_PAGE_SIZE = 100  # A2A's bound: a larger pageSize is refused
@@ -497,6 +502,12 @@ class SessionTasks(RequestHandler):
             raise InvalidParamsError(message=(
                 "push notifications carry the platform's signed JWT in Authorization "
                 "(verify it with /.well-known/jwks.json); leave authentication out"))
+        if config.token and not PUSH_TOKEN.fullmatch(config.token):
+            raise InvalidParamsError(message="a push config's token must be 1-1024 "
+                                             "printable ASCII characters")
+        if config.id and not PUSH_CONFIG_ID.fullmatch(config.id):
+            raise InvalidParamsError(message="a push config's id must be 1-128 printable "
+                                             "ASCII characters without spaces")
         await blocking(sessions.check_callback_url, self.s, config.url)
 
     async def _set_push(self, principal: Principal, task_id: str,

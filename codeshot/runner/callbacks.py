@@ -88,6 +88,9 @@ def deliver(url: str, body: bytes, token: str, *, allow_loopback: bool, timeout:
                 return False
             except httpx.HTTPError as exc:
                 log.info("callback to %s failed (attempt %d): %s", url, attempt + 1, exc)
+            except UnicodeEncodeError:  # a token stored before tokens were checked
+                log.warning("callback %s refused: a header is not ASCII", url)
+                return False
     return False
 
 

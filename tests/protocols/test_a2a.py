@@ -243,3 +243,24 @@ def test_another_users_task_is_not_found(stack):
 
     mine = asyncio.run(exchange())
     assert len(stack.services.sessions.all_messages(mine.id)) > 0
+
+
+@pytest.mark.parametrize(("field", "value"), [
+    ("token", "café€"),  # no header can carry it: the runner's push raised
+    ("token", "t" * 420_000),  # past DynamoDB's item: -32603 after the session was made
+    ("id", "i" * 300_000),  # stored on the session: every later read paid for it
+])
+def test_a_push_config_that_cannot_be_kept_or_sent_is_refused_and_makes_nothing(
+        stack, field, value):
+    key = new_user(stack, f"a2apush{len(value) % 997}{field}")
+    url = f"{stack.api_url}/a2a/local/dice"
+    auth = {"Authorization": f"Bearer {key}", "A2A-Version": "1.0"}
+    push = {"url": f"{stack.api_url}/healthz", field: value}
+    sent = httpx.post(url, headers=auth, timeout=60, json={
+        "jsonrpc": "2.0", "id": 1, "method": "SendMessage", "params": {
+            "message": {"role": "ROLE_USER", "messageId": "p1", "parts": [{"text": "Roll"}]},
+            "configuration": {"taskPushNotificationConfig": push}}}).json()
+    assert sent["error"]["code"] == -32602 and field in sent["error"]["message"], sent
+    listed = httpx.post(f"{stack.api_url}/graphql", headers=auth, timeout=30, json={
+        "query": "{ allSessions { handle } }"}).json()
+    assert listed == {"data": {"allSessions": []}}, listed

@@ -90,3 +90,12 @@ def test_a_huge_or_dripping_receiver_does_not_hold_the_runner():
     with raw_server("drip", interval=0.25) as drip:
         taken, took = delivered(drip.url)
         assert not taken and took < 6, took  # 5 s in all, its retry included
+
+
+def test_a_header_http_cannot_carry_is_not_delivered_and_does_not_raise(receiver):
+    """An A2A push token stored before tokens were checked raised UnicodeEncodeError out
+    of the runner's record, holding the session's queue until its redelivery."""
+    url, events = receiver
+    assert not deliver(url, b"{}", "token", allow_loopback=True,
+                       extra_headers={"X-A2A-Notification-Token": "café€"})
+    assert events == []
