@@ -367,7 +367,10 @@ class SessionTasks(RequestHandler):
             session = await blocking(tasks.open_session, self.s, principal, self.agent_id,
                                      None, once=f"a2a:{self.agent_id}:{key}" if key else None)
             session_id = session.session_id
-        if push is not None:  # before the post, so its answer is pushed
+        # Before the post, so its answer is pushed. A message sent again was posted with
+        # its first try's config, and one refused (other text) changes nothing.
+        if push is not None and (key is None or await blocking(
+                self.s.sessions.posted_under, session_id, key) is None):
             await self._set_push(principal, session_id, push)
         return await tasks.ask(self.s, principal, text, agent_id=self.agent_id,
                                session_id=session_id, wait=wait, idempotency_key=key)

@@ -102,6 +102,23 @@ def test_refused_messages_make_no_task_charge_nothing_and_store_no_push_config(p
     assert services.usage.used("session", owner.user_id) == 1
 
 
+def test_a_message_id_sent_again_with_other_text_leaves_the_push_config_alone(platform,
+                                                                              user):
+    """Refused for its used messageId, the message still replaced its task's push config
+    (stored before the post): another URL and token got the task's answers."""
+    _, key = user
+    push = {"url": "http://127.0.0.1:9/evil", "token": "stolen"}
+    task = rpc(platform, key, "SendMessage", send_params("hello", "m1"))["result"]["task"]
+    assert "result" in rpc(platform, key, "SendMessage",
+                           send_params("second", "m2", task_id=task["id"]))
+    for message in (send_params("other", "m2", task_id=task["id"],
+                                taskPushNotificationConfig=push),
+                    send_params("other", "m1", taskPushNotificationConfig=push)):
+        assert error_of(rpc(platform, key, "SendMessage", message))[0] == -32602
+    configs = rpc(platform, key, "ListTaskPushNotificationConfigs", {"taskId": task["id"]})
+    assert configs["result"].get("configs", []) == [], configs
+
+
 def test_a_retried_message_is_the_same_task_charged_once_even_while_in_flight(platform,
                                                                              user):
     owner, key = user
