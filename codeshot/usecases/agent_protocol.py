@@ -59,6 +59,9 @@ from codeshot.usecases.users import user_id_of
 
 T = TypeVar("T")
 PAGE = paging.PageSize(10, 100)  # the protocol's default page size is 10
+# Numbered pages of tasks are read from the newest on: a page ends this far in at most
+# (reaching page 4,500 of 45,000 tasks read them all, 225 queries).
+LISTED_TASKS = 10_000
 AGENT = "agent"  # the additional_input key naming the task's agent
 TASK_OPTIONS = frozenset({AGENT})
 MAX_RELATIVE_PATH = 512
@@ -214,19 +217,24 @@ def get_task(services: Services, principal: Principal, task_id: str) -> Task:
 
 def list_tasks(services: Services, principal: Principal, current_page: int | None,
                page_size: int | None) -> Page[Task]:
-    """A page of the caller's sessions, newest first."""
+    """A page of the caller's sessions, newest first: those before it read (not past the
+    newest ``LISTED_TASKS``), none past the last."""
     page, size = page_numbers(current_page, page_size)
-    user_id = user_id_of(principal)
     start = (page - 1) * size
+    if start + size > LISTED_TASKS:
+        raise InvalidInput(f"pages of tasks reach the newest {LISTED_TASKS:,}: ask for an "
+                           "earlier page (each task is still read by its id)")
+    user_id = user_id_of(principal)
+    total = services.sessions.count_by_owner(user_id)
     found: list[Session] = []
     token = None
-    while len(found) < start + size:
-        batch = services.sessions.list_by_owner(user_id, paging.SESSIONS.maximum, token)
+    while start < total and len(found) < start + size:
+        batch = services.sessions.list_by_owner(
+            user_id, min(paging.SESSIONS.maximum, start + size - len(found)), token)
         found += batch.items
         token = batch.next_token
         if not token:
             break
-    total = services.sessions.count_by_owner(user_id) if token else len(found)
     return Page([listed_task(services, s) for s in found[start:start + size]], total, page,
                 size)
 

@@ -184,6 +184,35 @@ def test_tasks_come_in_numbered_pages(stack, size):
     assert seen == made[::-1]
 
 
+def test_a_page_of_tasks_reads_the_tasks_up_to_its_end_only(stack, monkeypatch):
+    """Every page read sessions 200 at a time from the newest until it was filled, so a
+    page past the last read all of them (3,000 sessions: 15 queries for an empty page)."""
+    from codeshot.usecases.sessions import create_session
+    from codeshot.usecases.users import create_user, principal_of
+
+    user, key = create_user(stack.services, f"aptasks{uuid.uuid4().hex[:8]}")
+    for _ in range(25):
+        create_session(stack.services, principal_of(user))
+    store, listed = stack.services.sessions, []
+    list_by_owner = store.list_by_owner
+
+    def spied(owner, limit=None, token=None, after=None):
+        page = list_by_owner(owner, limit, token, after)
+        listed.append(len(page.items))
+        return page
+
+    monkeypatch.setattr(store, "list_by_owner", spied)
+    shown = {}
+    for page in ("2", "3", "4"):
+        got = ap(stack, key, "GET", f"/tasks?current_page={page}&page_size=10").json()
+        assert "tasks" in got, got
+        shown[page] = (len(got["tasks"]), got["pagination"]["total_items"], sum(listed))
+        listed.clear()
+    assert shown == {"2": (10, 25, 20), "3": (5, 25, 25), "4": (0, 25, 0)}, shown
+    far = ap(stack, key, "GET", "/tasks?current_page=1001&page_size=10")
+    assert far.status_code == 400 and "newest 10,000" in far.text, far.text
+
+
 def test_a_retried_post_with_an_idempotency_key_makes_and_charges_nothing_new(stack):
     from codeshot.usecases.users import find_user
 
