@@ -298,15 +298,22 @@ class CodeshotMCP:
             session_id = state["session"]
             # The sealed state stays valid for an hour: a replay of it is the same answer,
             # posted (and charged) once.
-            key = f"answer-{state['question']}" if "question" in state else None
+            question = state.get("question")
+            key = f"answer-{question}" if question else None
             answer = (params.input_responses or {}).get("answer")
             if not isinstance(answer, types.ElicitResult) or answer.action != "accept":
                 await blocking(tasks.cancel, self.services, principal, session_id,
-                               "The user declined to answer.")
+                               "The user declined to answer.", question)
                 return _text(f"You declined to answer; the question is canceled (session "
                              f"{session_id}).", structured={"session": session_id,
                                                            "status": "canceled"})
             text = str((answer.content or {}).get("answer", "")).strip()
+            if key and await blocking(self.services.sessions.posted_under, session_id,
+                                      key) is None:
+                # An answer to a question since ended would be a new query, or answer
+                # another question.
+                await blocking(tasks.awaited_question, self.services, principal, session_id,
+                               question)
         session, turn = await tasks.ask(self.services, principal, text, agent_id=args.agent_id,
                                         session_id=session_id, idempotency_key=key)
         return self._result(ctx, session.session_id, turn)

@@ -127,24 +127,44 @@ async def ask(services: Services, principal: Principal, text: str, *,
 
 
 def cancel(services: Services, principal: Principal, session_id: str,
-           reason: str = "The user canceled the question.") -> Message:
-    """Turn down the question a paused session asks: its program ends with a CANCELED
-    error. Only a session waiting for input can be canceled (a running one cannot be
-    stopped midway, a finished one has nothing to stop)."""
+           reason: str = "The user canceled the question.", question_id: str | None = None
+           ) -> Message:
+    """Turn down the question a paused session asks (``question_id``, when given: not a
+    later one): its program ends with a CANCELED error. Only a session waiting for input
+    can be canceled (a running one cannot be stopped midway, a finished one has nothing to
+    stop)."""
     session = get_session(services, principal, session_id)
-    return end_question(services, session, reason, Canceled.code, owner=user_id_of(principal))
+    return end_question(services, session, reason, Canceled.code, owner=user_id_of(principal),
+                        question_id=question_id)
+
+
+def awaited_question(services: Services, principal: Principal, session_id: str,
+                     question_id: str) -> Message:
+    """The caller's session's pending question, if it is ``question_id``; else CONFLICT."""
+    return _pending_question(services, get_session(services, principal, session_id).session_id,
+                             question_id)
+
+
+def _pending_question(services: Services, session_id: str, question_id: str | None = None
+                      ) -> Message:
+    """The question the session waits on (``question_id``, when given); else CONFLICT."""
+    pending = services.sessions.list_messages(session_id, limit=1, newest_first=True).items
+    if not pending or pending[0].type is not MessageType.AWAITING_INPUT:
+        raise Conflict(f"task {session_id} is not waiting for input")
+    if question_id is not None and pending[0].message_id != question_id:
+        raise Conflict(f"task {session_id} no longer waits on that question: it asks "
+                       "another (read the task for it)")
+    return pending[0]
 
 
 def end_question(services: Services, session: Session, text: str, code: str,
-                 owner: str | None = None) -> Message:
-    """End a session's pending question with an error ``code`` (stored as the question's
-    reply), drop its paused program, and make it idle: exactly once."""
-    pending = services.sessions.list_messages(session.session_id, limit=1,
-                                              newest_first=True).items
-    if not pending or pending[0].type is not MessageType.AWAITING_INPUT:
-        raise Conflict(f"task {session.session_id} is not waiting for input")
+                 owner: str | None = None, question_id: str | None = None) -> Message:
+    """End a session's pending question (``question_id``, when given) with an error
+    ``code`` (stored as the question's reply), drop its paused program, and make it idle:
+    exactly once."""
+    pending = _pending_question(services, session.session_id, question_id)
     message = Message(session_id=session.session_id, message_id=ids.ulid(), text=text,
                       type=MessageType.ERROR, sent_by="platform",
-                      in_reply_to=pending[0].message_id, error_code=code)
+                      in_reply_to=pending.message_id, error_code=code)
     services.sessions.end_pause(message, owner=owner)
     return message

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import re
+import uuid
 
 import httpx
 import httpx2
@@ -260,3 +261,37 @@ def test_every_agent_tool_the_setting_allows_is_listed_and_called(platform):
     last = platform.rpc(key, "/mcp", "tools/call", {"name": tools[-1]["name"], "arguments": {
         "query": "hello", "session": "nosuchsession"}}).json()
     assert last["result"]["content"][0]["text"].startswith("NOT_FOUND"), last
+
+
+def test_an_answer_to_a_question_since_replaced_changes_nothing(stack, booking):
+    """A sealed state stays valid for an hour: declined, it canceled whatever question
+    was pending by then; accepted, its answer answered that later question."""
+    agent_id, made = booking
+    name = f"mcpstale{uuid.uuid4().hex[:8]}"
+    key = new_user(stack, name)
+    owner = stack.services.users.get_by_username(name).user_id
+    accept = {"answer": types.ElicitResult(action="accept", content={"answer": "9"})}
+    decline = {"answer": types.ElicitResult(action="decline")}
+
+    async def session():
+        async with connect(stack, key, elicitation_callback=lambda *_: None) as client:
+            args = {"query": "Book a table at Nero's", "agent": agent_id}
+            stale = await client.session.call_tool("ask", args, allow_input_required=True)
+            [session] = stack.services.sessions.list_by_owner(owner).items
+            session_id = session.session_id
+            # Answered without the state; then the session asks a new question.
+            await client.call_tool("ask", {"query": "2", "session": session_id})
+            await client.session.call_tool("ask", {"query": "Book a table at Otto's",
+                                                   "session": session_id},
+                                           allow_input_required=True)
+            return session_id, [await client.call_tool(
+                "ask", args, input_responses=answer, request_state=stale.request_state)
+                for answer in (accept, decline)]
+
+    session_id, replies = run(session())
+    for reply in replies:
+        assert reply.is_error and reply.content[0].text.startswith("INVALID_INPUT") \
+            and "no longer waits on that question" in reply.content[0].text, reply
+    last = stack.services.sessions.all_messages(session_id)[-1]
+    assert (last.type.value, last.text) == ("awaiting_input", "For how many people?")
+    assert [m for m in made if m.startswith(("Nero's", "Otto's"))] == ["Nero's for 2"]
