@@ -27,6 +27,7 @@ from __future__ import annotations
 import email.utils
 import functools
 import http.cookiejar
+import ipaddress
 import itertools
 import ssl
 import time
@@ -234,24 +235,39 @@ class NoCookies(http.cookiejar.CookieJar):
 
 
 def environment_proxy(url: str) -> str | None:
-    """The proxy ``HTTPS_PROXY`` / ``HTTP_PROXY`` name for ``url``, unless ``NO_PROXY``
-    exempts its host (the variables curl and httpx read) or the host is this machine's
-    loopback, which no proxy reaches."""
-    import ipaddress
+    """The proxy ``HTTPS_PROXY`` / ``HTTP_PROXY`` (else ``ALL_PROXY``) names for ``url``,
+    unless ``NO_PROXY`` exempts its host, by name or, for an address, by a network such as
+    ``10.0.0.0/8`` (as curl and httpx read them), or the host is this machine's loopback,
+    which no proxy reaches."""
     import urllib.request
     from urllib.parse import urlsplit
 
     parts = urlsplit(url)
     host = parts.hostname or ""
-    proxy = urllib.request.getproxies().get(parts.scheme)
+    proxies = urllib.request.getproxies()
+    proxy = proxies.get(parts.scheme) or proxies.get("all")
     if not proxy or host == "localhost" or urllib.request.proxy_bypass(host):
         return None
     try:
-        if ipaddress.ip_address(host).is_loopback:
-            return None
+        address = ipaddress.ip_address(host)
     except ValueError:  # a name
-        pass
+        address = None
+    if address is not None and (address.is_loopback or any(
+            address in network for network in _no_proxy_networks(proxies.get("no", "")))):
+        return None
     return proxy if "://" in proxy else f"http://{proxy}"  # curl reads host:port so too
+
+
+def _no_proxy_networks(no_proxy: str) -> list[ipaddress.IPv4Network | ipaddress.IPv6Network]:
+    """The networks (``10.0.0.0/8``) among ``NO_PROXY``'s entries, which urllib reads as
+    names."""
+    networks = []
+    for entry in no_proxy.split(","):
+        try:
+            networks.append(ipaddress.ip_network(entry.strip(), strict=False))
+        except ValueError:  # a name, or nothing
+            continue
+    return networks
 
 
 class DeadlineTransport(httpx.HTTPTransport):

@@ -296,3 +296,30 @@ def test_a_proxy_named_without_a_scheme_and_with_credentials_is_used_as_curl_wou
         monkeypatch.setenv(name, "socks5://127.0.0.1:1080")
     with pytest.raises(LLMError, match="only http:// and https:// proxies are supported"):
         internal.complete(MESSAGES, STOP, 50)
+
+
+def test_all_proxy_and_networks_in_no_proxy_are_read_as_curl_reads_them(
+    server: OpenAICompatibleServer, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Only ``HTTPS_PROXY`` / ``HTTP_PROXY`` were read: behind a proxy named by
+    ``ALL_PROXY`` the endpoint was unreachable, and ``NO_PROXY=10.0.0.0/8`` sent an
+    internal address to the proxy."""
+    from codeshot.net.http import environment_proxy
+    from tests.forward_proxy import proxying
+
+    port = server.url.split(":")[2].split("/")[0]
+    internal = OpenAILLM("llama3.1", f"http://llm.corp.invalid:{port}/v1")
+    for name in ("NO_PROXY", "no_proxy", "HTTP_PROXY", "http_proxy", "HTTPS_PROXY",
+                 "https_proxy"):
+        monkeypatch.delenv(name, raising=False)
+    with proxying(hosts=("llm.corp.invalid",)) as proxy:
+        for name in ("ALL_PROXY", "all_proxy"):
+            monkeypatch.setenv(name, proxy.url)
+        assert internal.complete(MESSAGES, STOP, 50).text == "Ask Func[quote]: GOOG"
+    assert proxy.targets == [f"POST http://llm.corp.invalid:{port}/v1/chat/completions"]
+    for name in ("NO_PROXY", "no_proxy"):
+        monkeypatch.setenv(name, "example.com, 10.0.0.0/8,fd00::/8")
+    assert environment_proxy("http://10.1.2.3:8000/v1") is None
+    assert environment_proxy("http://[fd00::5]:8000/v1") is None
+    assert environment_proxy("http://192.0.2.7:8000/v1") == proxy.url
+    assert environment_proxy("https://api.example.com/v1") is None
