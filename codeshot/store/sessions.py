@@ -584,7 +584,8 @@ class SessionStore(Repository):
 
     def list_embeds(self, session_id: str, after: str | None = None,
                     limit: int | None = None) -> list[Embed]:
-        """The session's embeds by key: all of them, or ``limit`` after the key ``after``."""
+        """The session's embeds by key: all of them, or ``limit`` after the key ``after``
+        (as many pages of DynamoDB's 1 MB as they take)."""
         lookup_key(session_id, "session")
         kwargs: dict[str, Any] = {
             "TableName": self.table_name,
@@ -595,13 +596,13 @@ class SessionStore(Repository):
         }
         if after:
             kwargs["ExclusiveStartKey"] = _key(session_id, EMBED_PREFIX + after)
-        if limit is not None:
-            kwargs["Limit"] = limit
         embeds: list[Embed] = []
         while True:
+            if limit is not None:
+                kwargs["Limit"] = limit - len(embeds)
             out = self.db.query(**kwargs)
             embeds.extend(_embed(from_item(i)) for i in out.get("Items", []))
-            if "LastEvaluatedKey" not in out or limit is not None:
+            if "LastEvaluatedKey" not in out or (limit is not None and len(embeds) >= limit):
                 return embeds
             kwargs["ExclusiveStartKey"] = out["LastEvaluatedKey"]
 

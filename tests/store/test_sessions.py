@@ -280,3 +280,19 @@ def test_a_question_busy_through_every_try_is_rate_limited_and_left_waiting(aws,
         store.end_pause(msg(s.session_id, "declined", type=MessageType.ERROR))
     assert store.get(s.session_id).status is SessionStatus.AWAITING_INPUT
     assert store.all_messages(s.session_id) == []
+
+
+def test_a_limited_listing_of_embeds_goes_past_a_page_of_one_mb(aws):
+    """DynamoDB answers a query 1 MB at a time: a listing with a limit stopped at its
+    first page, so the Agent Protocol's later artifact pages came back empty."""
+    store = SessionStore(aws)
+    s = new_session(store, "alice")
+    keys = [f"{n:04d}-{'k' * 400}" for n in range(3000)]  # about 1.5 MB of items
+    for chunk in range(0, len(keys), 25):
+        store.db.batch_write_item(RequestItems={store.table_name: [
+            {"PutRequest": {"Item": store.embed_item(Embed(
+                key=key, session_id=s.session_id, owner="alice", content_type="text/plain",
+                content_hash="0" * 64, size=1))}} for key in keys[chunk:chunk + 25]]})
+    assert [e.key for e in store.list_embeds(s.session_id, limit=2900)] == keys[:2900]
+    assert [e.key for e in store.list_embeds(s.session_id, after=keys[9], limit=5)] == \
+        keys[10:15]
