@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from codeshot.models import User
 from codeshot.sdk import Message
 from tests.conftest import free_port, unique_settings
 
@@ -36,12 +37,21 @@ def stack():
     yield from stack_with(mcp_agent_tools=10, reply_wait_seconds=20.0)
 
 
-def new_user(stack, name: str) -> str:
-    """A new user of the stack; returns their API key."""
+def new_account(stack, name: str) -> tuple[User, str]:
+    """A new user of the stack, named ``name`` and a suffix of its own (a test run again
+    after a flake makes another); returns (user, API key)."""
+    from codeshot import ids
     from codeshot.usecases.users import create_user
 
-    _, key = create_user(stack.services, name)
-    return key
+    return create_user(stack.services, f"{name}{ids.ulid().lower()[-6:]}")
+
+
+def new_user(stack, name: str) -> str:
+    """A new user of the stack named ``name`` (agent ids and owners name it); returns
+    their API key."""
+    from codeshot.usecases.users import create_user
+
+    return create_user(stack.services, name)[1]
 
 
 BOOKING_FEW_SHOTS = """

@@ -9,14 +9,13 @@ import json
 import re
 import subprocess
 import time
-import uuid
 from pathlib import Path
 
 import httpx
 import pytest
 
 from tests.dynamo_reads import PartitionReads
-from tests.protocols.conftest import new_user
+from tests.protocols.conftest import new_account, new_user
 
 CLIENT = Path(__file__).with_name("ap_client.py")
 AP = "/ap/v1/agent"
@@ -188,9 +187,9 @@ def test_a_page_of_tasks_reads_the_tasks_up_to_its_end_only(stack, monkeypatch):
     """Every page read sessions 200 at a time from the newest until it was filled, so a
     page past the last read all of them (3,000 sessions: 15 queries for an empty page)."""
     from codeshot.usecases.sessions import create_session
-    from codeshot.usecases.users import create_user, principal_of
+    from codeshot.usecases.users import principal_of
 
-    user, key = create_user(stack.services, f"aptasks{uuid.uuid4().hex[:8]}")
+    user, key = new_account(stack, "aptasks")
     for _ in range(25):
         create_session(stack.services, principal_of(user))
     store, listed = stack.services.sessions, []
@@ -214,10 +213,9 @@ def test_a_page_of_tasks_reads_the_tasks_up_to_its_end_only(stack, monkeypatch):
 
 
 def test_a_retried_post_with_an_idempotency_key_makes_and_charges_nothing_new(stack):
-    from codeshot.usecases.users import find_user
 
-    key = new_user(stack, "apretry")
-    user_id = find_user(stack.services, "apretry").user_id
+    user, key = new_account(stack, "apretry")
+    user_id = user.user_id
     used = stack.services.usage.used
     body = {"input": "Roll a d4", "additional_input": {"agent": "local/dice"}}
     task = ap(stack, key, "POST", "/tasks", json=body, headers={"Idempotency-Key": "t-1"})
@@ -259,10 +257,9 @@ def test_a_retried_post_with_an_idempotency_key_makes_and_charges_nothing_new(st
 
 
 def test_a_retry_of_the_days_last_query_is_the_same_task_and_step_not_rate_limited(stack):
-    from codeshot.usecases.users import find_user
 
-    key = new_user(stack, "aplastquery")
-    user_id = find_user(stack.services, "aplastquery").user_id
+    user, key = new_account(stack, "aplastquery")
+    user_id = user.user_id
     stack.services.users.set_limits(user_id, daily_queries=2, daily_tokens=None)
     body = {"input": "Roll a d4", "additional_input": {"agent": "local/dice"}}
     task_id, again = (ap(stack, key, "POST", "/tasks", json=body,
@@ -286,11 +283,10 @@ class Killed(BaseException):
 def test_a_retried_task_whose_first_try_died_before_queueing_its_input_is_answered(
         stack, monkeypatch):
     from codeshot.usecases.agent_protocol import create_task
-    from codeshot.usecases.users import find_user, principal_of
+    from codeshot.usecases.users import principal_of
 
-    name = f"apkilled{uuid.uuid4().hex[:8]}"  # a rerun's user is new too
-    key = new_user(stack, name)
-    principal = principal_of(find_user(stack.services, name))
+    user, key = new_account(stack, "apkilled")
+    principal = principal_of(user)
 
     def killed(work):
         raise Killed
@@ -313,10 +309,9 @@ def test_a_retried_task_whose_first_try_died_before_queueing_its_input_is_answer
 
 def test_the_same_artifact_uploaded_again_is_not_charged_again(stack):
     from codeshot.usecases.messaging import UPLOAD_BYTES
-    from codeshot.usecases.users import find_user
 
-    key = new_user(stack, "apreupload")
-    user_id = find_user(stack.services, "apreupload").user_id
+    user, key = new_account(stack, "apreupload")
+    user_id = user.user_id
     task_id = ap(stack, key, "POST", "/tasks", json={}).json()["task_id"]
     data = b"x" * 100_000
     first, again = (ap(stack, key, "POST", f"/tasks/{task_id}/artifacts",
@@ -333,10 +328,9 @@ def test_an_artifact_that_loses_its_name_to_a_concurrent_upload_is_not_charged(
     from codeshot.models import Embed
     from codeshot.usecases.agent_protocol import upload_artifact
     from codeshot.usecases.messaging import UPLOAD_BYTES
-    from codeshot.usecases.users import find_user, principal_of
+    from codeshot.usecases.users import principal_of
 
-    key = new_user(stack, "aprace")
-    user = find_user(stack.services, "aprace")
+    user, key = new_account(stack, "aprace")
     task_id = ap(stack, key, "POST", "/tasks", json={}).json()["task_id"]
     services, theirs = stack.services, b"the other upload's notes"
     put = services.embeds.put

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import asyncio
 import re
-import uuid
 
 import httpx
 import httpx2
@@ -15,7 +14,7 @@ from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
 from mcp.shared.exceptions import MCPError
 
-from tests.protocols.conftest import new_user
+from tests.protocols.conftest import new_account, new_user
 
 
 def connect(stack, key: str | None, **kwargs) -> Client:
@@ -204,7 +203,7 @@ def test_get_is_405_not_a_stream_and_a_refusal_has_the_stable_error_shape(stack)
 
 
 def test_a_refused_ask_makes_no_session(stack):
-    key = new_user(stack, "mcprefused")
+    user, key = new_account(stack, "mcprefused")
 
     async def session():
         async with connect(stack, key) as client:
@@ -213,7 +212,7 @@ def test_a_refused_ask_makes_no_session(stack):
 
     results = run(session())
     assert all(r.is_error and r.content[0].text.startswith("INVALID_INPUT") for r in results)
-    owner = stack.services.users.get_by_username("mcprefused").user_id
+    owner = user.user_id
     assert stack.services.sessions.count_by_owner(owner) == 0
     assert stack.services.usage.used("session", owner) == 0
 
@@ -267,9 +266,8 @@ def test_an_answer_to_a_question_since_replaced_changes_nothing(stack, booking):
     """A sealed state stays valid for an hour: declined, it canceled whatever question
     was pending by then; accepted, its answer answered that later question."""
     agent_id, made = booking
-    name = f"mcpstale{uuid.uuid4().hex[:8]}"
-    key = new_user(stack, name)
-    owner = stack.services.users.get_by_username(name).user_id
+    user, key = new_account(stack, "mcpstale")
+    owner = user.user_id
     accept = {"answer": types.ElicitResult(action="accept", content={"answer": "9"})}
     decline = {"answer": types.ElicitResult(action="decline")}
 
