@@ -83,6 +83,9 @@ def test_refuses_anything_but_arithmetic(hostile: str) -> None:
     ("round(1, 2, 3)", "wrong number of arguments"),
     ("(" * 60 + "1" + ")" * 60, "nests too deeply"),
     ("1+" * 300 + "1", "limited to 500 characters"),
+    ("1e999999999 * 10", "Overflow"),
+    ("floor(1e999999999)", "Overflow"),  # these two were INTERNAL: the run ended
+    ("2.5e999999999999999999", "Overflow"),
 ])
 def test_bad_expressions_say_what_is_wrong(bad: str, says: str) -> None:
     with pytest.raises(InvalidInput) as err:

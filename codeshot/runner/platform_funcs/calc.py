@@ -239,4 +239,8 @@ def render(value: Decimal) -> str:
 
 def calc(text: str, _ctx: FuncContext | None = None) -> str:
     """The Func: the expression's value as text (it needs nothing from the context)."""
-    return render(evaluate(text))
+    value = evaluate(text)
+    try:
+        return render(value)
+    except ArithmeticError as exc:  # a value no context can write (floor(1e999999999))
+        raise InvalidInput(f"fixie_calc: {type(exc).__name__}") from None
