@@ -268,11 +268,15 @@ class FuncReply:
             message = error.get("message") if isinstance(error, dict) else error
             raise AgentFailed(f"agent at {url} reported an error: {_said(message)}")
         message = body.get("message") or {}
-        if not isinstance(message, dict) or not isinstance(message.get("text", ""), str):
-            raise AgentFailed(f"agent at {url} sent a reply without message.text")
         question = body.get("question")
         if question is not None and not isinstance(question, str):
             raise AgentFailed(f"agent at {url} sent a question that is not text")
+        # A pause may say its question alone; any other reply is its message's text ({} or
+        # {"ok": true}, a gateway's, was an empty answer).
+        asks = bool(body.get("needs_input")) and bool(question)
+        if not isinstance(message, dict) or not isinstance(
+                message.get("text", "" if asks else None), str):
+            raise AgentFailed(f"agent at {url} sent a reply without message.text")
         for what, text in (("reply text", message.get("text", "")), ("question", question)):
             if len((text or "").encode("utf-8", "surrogatepass")) > MAX_REPLY_TEXT_BYTES:
                 raise ReplyTooLarge(f"agent at {url} sent a {what} over {MAX_REPLY_TEXT_BYTES} "

@@ -23,15 +23,28 @@ _deser = TypeDeserializer()
 T = TypeVar("T")
 
 
-def _numbers_in(value: Any) -> Any:
-    """Floats (at any depth) as the Decimals DynamoDB stores."""
+def _storable(value: Any) -> Any:
+    """Floats (at any depth) as the Decimals DynamoDB stores, and text as valid Unicode:
+    a lone surrogate (an agent's, an MCP server's or a model's JSON can carry one;
+    people's text is refused with it) becomes U+FFFD, where it failed the write, and the
+    query with it, as the platform's own trouble."""
+    if isinstance(value, str):
+        return value if value.isascii() else _valid_unicode(value)
     if isinstance(value, float):
         return Decimal(str(value))
     if isinstance(value, dict):
-        return {k: _numbers_in(v) for k, v in value.items()}
+        return {k: _storable(v) for k, v in value.items()}
     if isinstance(value, list):
-        return [_numbers_in(v) for v in value]
+        return [_storable(v) for v in value]
     return value
+
+
+def _valid_unicode(text: str) -> str:
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return text.encode("utf-16", "surrogatepass").decode("utf-16", "replace")
+    return text
 
 
 def _numbers_out(value: Any) -> Any:
@@ -48,7 +61,7 @@ def _numbers_out(value: Any) -> Any:
 def to_item(values: dict[str, Any]) -> dict[str, Any]:
     """Serialise, dropping None and empty sets (DynamoDB cannot store an empty set)."""
     return {
-        k: _ser.serialize(_numbers_in(v))
+        k: _ser.serialize(_storable(v))
         for k, v in values.items()
         if v is not None and not (isinstance(v, (set, frozenset)) and not v)
     }

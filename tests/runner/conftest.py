@@ -80,6 +80,11 @@ class AgentServer:
                 return Response(status_code=503)
             if agent == "garbage":
                 return PlainTextResponse("{not json", media_type="application/json")
+            if agent == "empty":  # JSON, but no reply: a gateway's {"ok": true}
+                return {"ok": True}
+            if agent == "surrogate":  # valid JSON that no UTF-8 store can hold as sent
+                return PlainTextResponse('{"message": {"text": "rolled \\ud800 7"}}',
+                                         media_type="application/json")
             if agent == "huge":  # under the 2 MB reply cap, over DynamoDB's 400 KB item
                 return {"message": {"text": "x" * 1_900_000, "embeds": {}}, "error": None}
             if agent == "booking":

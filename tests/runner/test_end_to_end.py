@@ -98,7 +98,8 @@ def test_ask_user_pauses_and_resumes(live, agents):
 def test_agents_down_broken_slow_or_garbled_end_in_one_error(live, agents):
     _, key = live.user("eve")
     cases = {"down": closed_port_url() + "/x", "broken": agents.url + "/broken",
-             "garbage": agents.url + "/garbage", "slow": agents.url + "/slow",
+             "garbage": agents.url + "/garbage", "empty": agents.url + "/empty",
+             "slow": agents.url + "/slow",
              "unresolved": "http://dice.invalid/x",  # RFC 6761: never resolves
              "busy": agents.url + "/busy"}
     for handle, url in cases.items():
@@ -107,7 +108,7 @@ def test_agents_down_broken_slow_or_garbled_end_in_one_error(live, agents):
         agent = live.services.registry.get(f"eve/{handle}")
         live.services.registry.replace(agent.replace(func_url=url))
     expected = {"down": "AGENT_UNAVAILABLE", "broken": "AGENT_ERROR",
-                "garbage": "AGENT_ERROR", "slow": "TIMEOUT",
+                "garbage": "AGENT_ERROR", "empty": "AGENT_ERROR", "slow": "TIMEOUT",
                 "unresolved": "AGENT_UNAVAILABLE", "busy": "AGENT_UNAVAILABLE"}
     for handle, error_code in expected.items():
         h = session(live, key, frontend=f"eve/{handle}")
@@ -208,3 +209,19 @@ def test_a_correlation_id_goes_from_the_request_through_the_queue_to_each_agent_
     odd = "<script>alert(1)</script> " + "x" * 200  # not an id: not logged nor passed on
     replaced = post(odd)
     assert replaced != odd and agents.correlations[-1] == replaced
+
+
+def test_a_lone_surrogate_in_an_agents_reply_is_stored_as_a_replacement_character(live,
+                                                                                   agents):
+    """JSON may escape half a surrogate pair ("\\ud800"), which no UTF-8 store takes: the
+    reply's write failed, the query ended INTERRUPTED after its redelivery, and on a last
+    delivery went unanswered."""
+    _, key = live.user("sally")
+    register(live, key, "halves", agents.url + "/dice", published=False)
+    agent = live.services.registry.get("sally/halves")
+    live.services.registry.replace(agent.replace(func_url=agents.url + "/surrogate"))
+    h = session(live, key, frontend="sally/halves")
+    reply = send(live, key, h, "Roll 1d20")["reply"]
+    assert reply["type"] == "response", reply
+    results = [m["text"] for m in messages(live, key, h) if m["type"] == "result"]
+    assert results == ["Func[roll] says: rolled \ufffd 7"], results
