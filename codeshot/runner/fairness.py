@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from datetime import timedelta
 from typing import TYPE_CHECKING
 
-from codeshot.errors import CodeshotError, Interrupted, RateLimited
+from codeshot.errors import CodeshotError, RateLimited
 
 if TYPE_CHECKING:
     from types_boto3_dynamodb.type_defs import TransactWriteItemTypeDef
@@ -63,11 +63,9 @@ def running_query(services: Services, user_id: str, query_id: str) -> Iterator[L
     usage, cap = services.usage, services.settings.max_running_queries
     lease = Lease(services, user_id, query_id)
     try:
+        # Interrupted propagates with the slot held: the caller gives it back with its
+        # INTERRUPTED answer, in the same write.
         usage.take_lease(RUNNING, user_id, cap, query_id, LEASE_LASTS)
-    except Interrupted:
-        # Answered INTERRUPTED now (a later delivery finds that answer): the slot is free.
-        lease.release()
-        raise
     except RateLimited as exc:
         raise RateLimited(f"you already have {cap} queries running; send this one again "
                           f"when one of them has answered", limit=cap) from exc

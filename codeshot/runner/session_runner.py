@@ -25,6 +25,7 @@ from codeshot.errors import (
     CallbackFailed,
     CodeshotError,
     Conflict,
+    Interrupted,
     NotFound,
     Unavailable,
 )
@@ -54,7 +55,7 @@ from codeshot.runner.programs import (
 )
 from codeshot.services import Services
 from codeshot.store.corpora import CorpusState
-from codeshot.store.dynamo import cancelled_by, retry_transient
+from codeshot.store.dynamo import MAX_ITEM_BYTES, cancelled_by, item_bytes, retry_transient
 from codeshot.store.queue import PromptWork, Work
 from codeshot.store.sessions import (
     ANSWER_PREFIX,
@@ -169,7 +170,15 @@ class SessionRunner:
                 self._finish(session, query, outcome, program_state, trace, book, lease,
                              had_state=recent.state is not None)
                 return
-        except CodeshotError as exc:  # not run: all slots taken, or interrupted before
+        except Interrupted as exc:
+            # A run of this query stopped mid-way holding its slot: the slot is given
+            # back with this answer, in one write, so a failed write cannot free it for
+            # a run that calls the agents again.
+            self._finish(session, query, failure_outcome(exc), None, trace, book,
+                         Lease(self.s, session.owner, query.message_id),
+                         had_state=recent.state is not None)
+            return
+        except CodeshotError as exc:  # not run: all slots taken
             outcome, program_state = failure_outcome(exc), None
         except Exception:
             if not final_attempt:
@@ -177,6 +186,7 @@ class SessionRunner:
             log.exception("giving up on %s/%s", work.session_id, work.message_id)
             outcome, program_state = self._given_up(
                 "The platform failed to answer; please try again.", AgentFailed.code), None
+            trace.clear()  # what failed to be written, perhaps: the answer alone is
         self._finish(session, query, outcome, program_state, trace, book,
                      had_state=recent.state is not None)
 
@@ -378,13 +388,24 @@ class SessionRunner:
     def _finish(self, session: Session, query: Message, outcome: Outcome,
                 program_state: dict[str, Any] | None, trace: list[Message], book: EmbedBook,
                 lease: Lease | None = None, *, had_state: bool) -> None:
+        table = self.s.sessions.table_name
+        state_item = None if program_state is None else self.s.sessions.item({
+            "session_id": session.session_id, "item": STATE_ITEM,
+            "state": json.dumps(program_state, separators=(",", ":"))})
+        if state_item is not None and item_bytes(state_item) > MAX_ITEM_BYTES:
+            # DynamoDB refuses it, and the write with it: the query ended INTERRUPTED,
+            # its session held for the queue's redelivery (a few large pages, then a
+            # question, were enough).
+            outcome, program_state, state_item = failure_outcome(AgentFailed(
+                "the run asked a question after more steps than a paused run can keep "
+                f"({item_bytes(state_item) // 1024:,} KB; at most {MAX_ITEM_BYTES // 1024} "
+                "KB): ask for less at a time")), None, None
         reply = Message(
             session_id=session.session_id, message_id=ids.ulid(), text=outcome.text,
             type=_TERMINAL[outcome.status], in_reply_to=query.message_id,
             sent_by=session.frontend_agent_id or PLANNER_ID, error_code=outcome.error_code,
             embeds=book.refs(outcome.embeds),
         )
-        table = self.s.sessions.table_name
         key = {"session_id": {"S": session.session_id}}
         status = SessionStatus.AWAITING_INPUT if program_state else SessionStatus.IDLE
         update, values = self.s.sessions.touch(
@@ -401,10 +422,8 @@ class SessionRunner:
             marker, {"Put": {"TableName": table, "Item": self.s.sessions.message_item(reply)}},
             session_update,
         ]
-        if program_state:
-            items.append({"Put": {"TableName": table, "Item": self.s.sessions.item({
-                "session_id": session.session_id, "item": STATE_ITEM,
-                "state": json.dumps(program_state, separators=(",", ":"))})}})
+        if program_state and state_item is not None:
+            items.append({"Put": {"TableName": table, "Item": state_item}})
         elif had_state:  # a paused program ends (a Delete bills 2 WRU even of nothing)
             state_key = {**key, "item": {"S": STATE_ITEM}}
             items.append({"Delete": {"TableName": table, "Key": state_key}})

@@ -79,3 +79,66 @@ def test_s3_refusing_a_funcs_embed_fails_the_call_once_without_internals(
     stored = " ".join(m.text for m in live.services.sessions.all_messages(h))
     assert "arn:" not in stored and "ClientError" not in stored
     assert ARN in caplog.text  # the operator still finds out why
+
+
+@pytest.mark.parametrize("func_server", [{"message": {"text": "4"}}], indirect=True)
+def test_an_interrupted_answer_that_fails_to_be_written_does_not_free_a_rerun(
+        platform, func_server, monkeypatch):
+    """A crashed run's redelivery gave its slot back before writing INTERRUPTED: when
+    that write failed, the next delivery took the slot afresh and called the Func again."""
+    from codeshot.runner.session_runner import SessionRunner
+    from codeshot.store.queue import Work
+    from tests.engine.conftest import ScriptedLLM
+
+    _, key = platform.user("rita")
+    h = session(platform, key, frontend=register(platform, key, "rerun", func_server.url))
+    platform.gql(key, """mutation ($s: String!) { sendSessionMessage(messageData: {session:
+        $s, text: "Roll 1d20", wait: false}) { message { id } } }""", {"s": h})
+    [record] = platform.services.queue.receive()
+    work = Work.parse(record["Body"])
+    llm = ScriptedLLM(*["Ask Func[roll]: 1d20", "A: You rolled 4."] * 2)
+
+    def killed(*_: Any, **__: Any) -> None:
+        raise RuntimeError("the Lambda was killed")
+
+    with monkeypatch.context() as patch:
+        patch.setattr(SessionRunner, "_finish", killed)
+        with pytest.raises(RuntimeError):
+            SessionRunner(platform.services, llm).handle(work)
+    assert func_server.calls == 1
+    db, write = platform.services.sessions.db, platform.services.sessions.db.transact_write_items
+
+    def fails_once(**request: Any) -> Any:
+        monkeypatch.setattr(db, "transact_write_items", write)
+        raise ClientError({"Error": {"Code": "InternalServerError", "Message": "x"}},
+                          "TransactWriteItems")
+
+    monkeypatch.setattr(db, "transact_write_items", fails_once)
+    with pytest.raises(ClientError):
+        SessionRunner(platform.services, llm).handle(work)
+    SessionRunner(platform.services, llm).handle(work)
+    assert func_server.calls == 1
+    reply = platform.services.sessions.all_messages(h)[-1]
+    assert (reply.type.value, reply.error_code) == ("error", "INTERRUPTED"), reply
+
+
+@pytest.mark.parametrize("func_server", [{"message": {"text": "y" * 99_000}}], indirect=True)
+def test_a_question_after_more_than_a_pause_can_keep_is_the_agents_error(platform,
+                                                                         func_server):
+    """A paused run is one DynamoDB item: past 400 KB (a few pages fetched, then a
+    question), the reply's write failed and the query ended INTERRUPTED after the queue's
+    redelivery, its session held meanwhile."""
+    from tests.engine.conftest import ScriptedLLM
+    from tests.runner.conftest import running
+
+    llm = ScriptedLLM(*["Ask Func[roll]: 1d20"] * 5, "Ask User: Again?")
+    with running(platform, llm):
+        _, key = platform.user("petra")
+        h = session(platform, key, frontend=register(platform, key, "big", func_server.url))
+        reply = send(platform, key, h, "Roll 1d20")["reply"]
+    assert func_server.calls == 5
+    assert reply["type"] == "error" and "more steps than a paused run can keep" in \
+        reply["text"], reply
+    errors = [m.error_code for m in platform.services.sessions.all_messages(h) if m.error_code]
+    assert errors == ["AGENT_ERROR"]
+    assert platform.services.sessions.get(h).status.value == "idle"
