@@ -510,3 +510,31 @@ def test_agent_fields_that_read_storage_are_costed(platform, agents):
     assert code(many) == "INVALID_INPUT" and "storage reads" in str(many["errors"])
     one = platform.gql(key, "{ allAgents(limit: 100) { agentId dailyUsedTokens } }")
     assert "errors" not in one, one
+
+
+def test_the_consoles_updates_read_the_turns_that_ended_once(platform):
+    """Each turn that ended after the page's ``after`` read up to 1,000 messages of its
+    own to count its steps: 200 queued turns made one request read 180,700 items."""
+    from codeshot.models import MessageType
+
+    _, key = platform.user("consoleupdates")
+    handle = platform.gql(key, SESSION)["data"]["createSession"]["session"]["handle"]
+    queries = [Message(session_id=handle, message_id=ids.ulid(), text=f"q{n}")
+               for n in range(40)]
+    platform.services.sessions.put_messages(queries)
+    answers = [Message(session_id=handle, message_id=ids.ulid(), text=text, type=kind,
+                       in_reply_to=query.message_id, sent_by="platform/planner")
+               for query in queries for text, kind in [("step", MessageType.THOUGHT)] * 3
+               + [(f"answer to {query.text}", MessageType.RESPONSE)]]
+    platform.services.sessions.put_messages(answers)
+    calls: list[str] = []
+    stop = aws.on_call(lambda service, op: calls.append(op))
+    try:
+        page = httpx.get(f"{platform.url}/console/sessions/{handle}/updates", timeout=60,
+                         params={"after": queries[-1].message_id},
+                         headers={"Authorization": f"Bearer {key}"})
+    finally:
+        stop()
+    assert page.status_code == 200 and "answer to q39" in page.text, page.text[:300]
+    assert page.text.count("Trace: 3 steps") == 40, page.text[:300]  # every turn counted
+    assert calls.count("Query") <= 3, calls  # the new messages, the traces they end

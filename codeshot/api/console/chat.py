@@ -10,6 +10,7 @@ the last one it shows, and each answer adds what arrived where it belongs.
 
 from __future__ import annotations
 
+from collections import Counter
 from dataclasses import dataclass, field
 from functools import partial
 from typing import Any
@@ -94,12 +95,15 @@ def _updates(messaging: Messaging, session_id: str, after: str | None,
     new_turns, orphans = turns_of(found)
     steps: dict[str, list[Message]] = {}
     finished = []
+    ended = [m.in_reply_to or "" for m in orphans if m.type in TERMINAL]
+    # The traces of turns that ended are counted from one page read from the oldest
+    # one's query (a read per turn: 200 of them read 180,000 items for one request).
+    traced = Counter(m.in_reply_to for m in messaging.newer(session_id, min(ended))
+                     if m.type not in TERMINAL) if ended else Counter[str | None]()
     for message in orphans:
         query_id = message.in_reply_to or ""
-        if message.type in TERMINAL:  # its whole trace is read once, when the turn ends
-            trace = [m for m in messaging.newer(session_id, query_id)
-                     if m.in_reply_to == query_id and m.type not in TERMINAL]
-            finished.append(Finished(query_id, len(trace), message))
+        if message.type in TERMINAL:
+            finished.append(Finished(query_id, traced[query_id], message))
         else:
             steps.setdefault(query_id, []).append(message)
     if new_turns:
