@@ -8,14 +8,14 @@ import json
 import logging
 import random
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from decimal import Decimal
 from typing import Any, Generic, TypeVar
 
 from boto3.dynamodb.types import Binary, TypeDeserializer, TypeSerializer
 
-from codeshot.errors import InvalidInput, NotFound
+from codeshot.errors import InvalidInput, NotFound, Unavailable
 
 log = logging.getLogger("codeshot.store")
 _ser = TypeSerializer()
@@ -149,6 +149,26 @@ def retry_transient(write: Callable[[], T], attempts: int = WRITE_ATTEMPTS) -> T
             log.info("write refused for the moment (%s); trying again", exc)
             time.sleep(random.uniform(0, 0.1 * 2 ** attempt))  # noqa: S311  (jitter)
     return write()
+
+
+BATCH_WRITES = 25  # DynamoDB's most requests in one BatchWriteItem
+BATCH_ATTEMPTS = 8  # writes of a batch DynamoDB left unprocessed, tried again this often
+
+
+def batch_write(db: Any, table: str, requests: Sequence[dict[str, Any]]) -> None:
+    """Every put or delete of ``requests``, 25 at a time; what DynamoDB leaves unprocessed
+    (throttling) is sent again after a jittered exponential backoff, as AWS asks (at once,
+    a throttled table was sent it again in a hot loop), until it fails for good."""
+    for start in range(0, len(requests), BATCH_WRITES):
+        pending: dict[str, Any] = {table: list(requests[start:start + BATCH_WRITES])}
+        for attempt in range(BATCH_ATTEMPTS):
+            pending = dict(db.batch_write_item(RequestItems=pending).get(
+                "UnprocessedItems") or {})
+            if not pending:
+                break
+            time.sleep(random.uniform(0, 0.05 * 2 ** attempt))  # noqa: S311  (jitter)
+        else:
+            raise Unavailable("the store is busy; try again in a moment")
 
 
 def query_pages(db: Any, kwargs: dict[str, Any], reads: int | None = None

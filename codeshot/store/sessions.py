@@ -20,6 +20,7 @@ from codeshot.models import Embed, Message, MessageType, Session, SessionStatus,
 from codeshot.store.base import Repository
 from codeshot.store.dynamo import (
     Page,
+    batch_write,
     cancelled_by,
     clamp_limit,
     count_items,
@@ -346,12 +347,7 @@ class SessionStore(Repository):
             kwargs["ExclusiveStartKey"] = out["LastEvaluatedKey"]
         # The SESSION item goes last so a half-finished delete can be retried.
         keys.sort(key=lambda k: k["item"]["S"] == SESSION_ITEM)
-        for start in range(0, len(keys), 25):
-            requests = [{"DeleteRequest": {"Key": k}} for k in keys[start : start + 25]]
-            pending: dict[str, Any] = {self.table_name: requests}
-            while pending:
-                written = self.db.batch_write_item(RequestItems=pending)
-                pending = dict(written.get("UnprocessedItems") or {})
+        batch_write(self.db, self.table_name, [{"DeleteRequest": {"Key": k}} for k in keys])
         return session
 
     def owner_update(self, session_id: str, owner: str, new_embeds: int = 0) -> UpdateTypeDef:
@@ -414,13 +410,8 @@ class SessionStore(Repository):
     # -- messages ---------------------------------------------------------------------
     def put_messages(self, messages: list[Message]) -> None:
         """Many new messages in batches of 25 (ULIDs: they never overwrite another)."""
-        for start in range(0, len(messages), 25):
-            requests = [{"PutRequest": {"Item": self.message_item(m)}}
-                        for m in messages[start:start + 25]]
-            pending: dict[str, Any] = {self.table_name: requests}
-            while pending:
-                out = self.db.batch_write_item(RequestItems=pending)
-                pending = out.get("UnprocessedItems") or {}
+        batch_write(self.db, self.table_name,
+                    [{"PutRequest": {"Item": self.message_item(m)}} for m in messages])
 
     def add_message(self, message: Message) -> Message:
         try:

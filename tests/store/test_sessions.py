@@ -296,3 +296,32 @@ def test_a_limited_listing_of_embeds_goes_past_a_page_of_one_mb(aws):
     assert [e.key for e in store.list_embeds(s.session_id, limit=2900)] == keys[:2900]
     assert [e.key for e in store.list_embeds(s.session_id, after=keys[9], limit=5)] == \
         keys[10:15]
+
+
+def test_writes_dynamodb_leaves_unprocessed_are_sent_again_until_they_fail_for_good(
+        aws, monkeypatch):
+    """Throttled batch writes came back as UnprocessedItems and were sent again at once,
+    for ever (a hot loop against a throttled table)."""
+    from codeshot.errors import Unavailable
+    from codeshot.store import dynamo
+
+    store = SessionStore(aws)
+    s = new_session(store, "alice")
+    write, calls, throttled = store.db.batch_write_item, [], [2]
+
+    def throttling(RequestItems):  # noqa: N803  (boto3's name)
+        calls.append(sum(len(r) for r in RequestItems.values()))
+        if throttled[0] > 0:
+            throttled[0] -= 1
+            return {"UnprocessedItems": RequestItems}
+        return write(RequestItems=RequestItems)
+
+    monkeypatch.setattr(store.db, "batch_write_item", throttling)
+    sent = [msg(s.session_id, f"m{n}") for n in range(30)]
+    store.put_messages(sent)
+    assert calls == [25, 25, 25, 5]
+    assert [m.text for m in store.all_messages(s.session_id)] == [m.text for m in sent]
+    throttled[0], calls[:] = 10**6, []
+    with pytest.raises(Unavailable):
+        store.put_messages([msg(s.session_id, "never")])
+    assert len(calls) == dynamo.BATCH_ATTEMPTS
