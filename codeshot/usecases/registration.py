@@ -116,6 +116,15 @@ def daily_agent_change(services: Services, principal: Principal) -> None:
                           services.settings.daily_agent_changes)
 
 
+def daily_revision_switch(services: Services, principal: Principal) -> None:
+    """One switch to a revision an agent has, against twice the changes' daily allowance:
+    each revision made (a change) can be switched away from and back, as ``fixie serve``
+    does when it stops, without its change allowance, but a switch reads a handshake and
+    may start a corpus ingestion, so it is not free for ever."""
+    services.usage.charge("revision-switch", principal.user_id or "",
+                          2 * services.settings.daily_agent_changes)
+
+
 class AgentRegistration:
     def __init__(self, services: Services, *, charge: ChangeCharge | None,
                  fetch: HandshakeFetcher | None = None,

@@ -17,7 +17,7 @@ from codeshot.errors import CodeshotError, InvalidInput, NotFound
 from codeshot.models import MAX_URL, Agent, Principal, Revision
 from codeshot.net.addresses import check_public_url
 from codeshot.text import check_text
-from codeshot.usecases.registration import NOT_BUILT, AgentRegistration
+from codeshot.usecases.registration import NOT_BUILT, AgentRegistration, daily_revision_switch
 
 # Revisions live in the agent's item (DynamoDB: 400 KB), beside up to ~300 KB of its own
 # (few-shots, embeddings): at most 10 x (2 URLs of 2 KB + 10 x 300 B of metadata) = 70 KB.
@@ -77,7 +77,8 @@ class AgentRevisions(AgentRegistration):
         revision = self._revision(agent, revision_id)
         if revision_id == agent.current_revision_id():
             return agent  # already: a retry changes nothing
-        # Not counted: back to a revision it had (fixie serve restoring the previous one).
+        if self.charge is not None:  # users' switches (the operator's are not counted)
+            daily_revision_switch(self.s, principal)
         return self._switch(agent, revision)
 
     def delete_revision(self, principal: Principal, handle: str, revision_id: str) -> Agent:

@@ -250,3 +250,23 @@ def test_an_agent_keeps_at_most_its_cap_of_revisions(platform, handshake_agent):
     assert code(over) == "INVALID_INPUT" and "deleteAgentRevision" in over["errors"][0][
         "message"]
     assert platform.services.registry.get("kim/rand") == before
+
+
+@pytest.mark.settings(daily_agent_changes=2)
+def test_switching_revisions_is_counted_apart_at_twice_the_changes(platform,
+                                                                    handshake_agent):
+    """Switching was never counted: past the day's changes, an owner flipped between two
+    revisions without end, each switch reading a handshake and, with other corpora,
+    starting an ingestion. `fixie serve`'s restore still works past the changes."""
+    _, key = platform.user("flip")
+    register(platform, key, handshake_agent, handle="rand")
+    first = current(platform, key, "flip/rand")["id"]
+    second = create(platform, key, "rand", handshake_agent + "/yaml")[
+        "data"]["createAgentRevision"]["revision"]["id"]
+    assert code(create(platform, key, "rand", handshake_agent + "/yml")) == "RATE_LIMITED"
+    switched = [platform.gql(key, SET_CURRENT, {"handle": "rand", "currentRevisionId": r})
+                for r in [first, second, first, second, first]]
+    assert ["errors" in s and code(s) for s in switched] == [False] * 4 + ["RATE_LIMITED"]
+    assert current(platform, key, "flip/rand")["id"] == second  # the refused one: nothing
+    again = platform.gql(key, SET_CURRENT, {"handle": "rand", "currentRevisionId": second})
+    assert "errors" not in again  # already current: a retry costs nothing

@@ -309,7 +309,7 @@ def test_writes_dynamodb_leaves_unprocessed_are_sent_again_until_they_fail_for_g
     s = new_session(store, "alice")
     write, calls, throttled = store.db.batch_write_item, [], [2]
 
-    def throttling(RequestItems):  # noqa: N803  (boto3's name)
+    def throttling(RequestItems):
         calls.append(sum(len(r) for r in RequestItems.values()))
         if throttled[0] > 0:
             throttled[0] -= 1
