@@ -245,7 +245,11 @@ def environment_proxy(url: str) -> str | None:
     parts = urlsplit(url)
     host = parts.hostname or ""
     proxies = urllib.request.getproxies()
-    proxy = proxies.get(parts.scheme) or proxies.get("all")
+    every = proxies.get("all", "")
+    # ALL_PROXY often names a SOCKS proxy for curl: only an HTTP(S) one is taken from it.
+    every_scheme = every.partition("://")[0].lower() if "://" in every else "http"
+    proxy = proxies.get(parts.scheme) or (
+        every if every and every_scheme in ("http", "https") else None)
     if not proxy or host == "localhost" or urllib.request.proxy_bypass(host):
         return None
     try:

@@ -167,16 +167,27 @@ class SessionRunner:
                                                        trace, book, deadline)
                 except CodeshotError as exc:
                     outcome, program_state = failure_outcome(exc), None
-                self._finish(session, query, outcome, program_state, trace, book, lease,
-                             had_state=recent.state is not None)
+                try:
+                    self._finish(session, query, outcome, program_state, trace, book, lease,
+                                 had_state=recent.state is not None)
+                except CodeshotError as exc:
+                    # The run's Funcs may have run: the store's trouble keeps the slot held
+                    # (not a refusal, which gives it back), so the redelivery answers
+                    # INTERRUPTED instead of running them again.
+                    raise RuntimeError(f"the reply was not stored: {exc.message}") from exc
                 return
         except Interrupted as exc:
             # A run of this query stopped mid-way holding its slot: the slot is given
             # back with this answer, in one write, so a failed write cannot free it for
             # a run that calls the agents again.
-            self._finish(session, query, failure_outcome(exc), None, trace, book,
-                         Lease(self.s, session.owner, query.message_id),
-                         had_state=recent.state is not None)
+            lease = Lease(self.s, session.owner, query.message_id)
+            try:
+                self._finish(session, query, failure_outcome(exc), None, trace, book, lease,
+                             had_state=recent.state is not None)
+            except Exception:
+                if final_attempt:  # no delivery comes after: not held till it lapses
+                    lease.release()
+                raise
             return
         except CodeshotError as exc:  # not run: all slots taken
             outcome, program_state = failure_outcome(exc), None

@@ -166,7 +166,8 @@ def batch_write(db: Any, table: str, requests: Sequence[dict[str, Any]]) -> None
                 "UnprocessedItems") or {})
             if not pending:
                 break
-            time.sleep(random.uniform(0, 0.05 * 2 ** attempt))  # noqa: S311  (jitter)
+            if attempt < BATCH_ATTEMPTS - 1:
+                time.sleep(random.uniform(0, 0.05 * 2 ** attempt))  # noqa: S311  (jitter)
         else:
             raise Unavailable("the store is busy; try again in a moment")
 

@@ -514,7 +514,8 @@ def test_agent_fields_that_read_storage_are_costed(platform, agents):
 
 def test_the_consoles_updates_read_the_turns_that_ended_once(platform):
     """Each turn that ended after the page's ``after`` read up to 1,000 messages of its
-    own to count its steps: 200 queued turns made one request read 180,700 items."""
+    own to count its steps: 200 queued turns made one request read 180,700 items. Read
+    once, the steps are counted where they are: among the new messages, or before."""
     from codeshot.models import MessageType
 
     _, key = platform.user("consoleupdates")
@@ -524,17 +525,20 @@ def test_the_consoles_updates_read_the_turns_that_ended_once(platform):
     platform.services.sessions.put_messages(queries)
     answers = [Message(session_id=handle, message_id=ids.ulid(), text=text, type=kind,
                        in_reply_to=query.message_id, sent_by="platform/planner")
-               for query in queries for text, kind in [("step", MessageType.THOUGHT)] * 3
+               for query in queries for text, kind in [("step", MessageType.THOUGHT)] * 30
                + [(f"answer to {query.text}", MessageType.RESPONSE)]]
     platform.services.sessions.put_messages(answers)
+    after = answers[1].message_id  # the page shows the first turn's first two steps
     calls: list[str] = []
     stop = aws.on_call(lambda service, op: calls.append(op))
     try:
         page = httpx.get(f"{platform.url}/console/sessions/{handle}/updates", timeout=60,
-                         params={"after": queries[-1].message_id},
+                         params={"after": after},
                          headers={"Authorization": f"Bearer {key}"})
     finally:
         stop()
-    assert page.status_code == 200 and "answer to q39" in page.text, page.text[:300]
-    assert page.text.count("Trace: 3 steps") == 40, page.text[:300]  # every turn counted
+    # The 1,000 messages after ``after`` end 32 turns (of 31 messages each): every one's
+    # steps counted, the first one's on both sides of ``after``.
+    assert page.status_code == 200 and "answer to q31" in page.text, page.text[:300]
+    assert page.text.count("Trace: 30 steps") == 32, page.text[:300]
     assert calls.count("Query") <= 3, calls  # the new messages, the traces they end

@@ -317,6 +317,11 @@ def test_all_proxy_and_networks_in_no_proxy_are_read_as_curl_reads_them(
             monkeypatch.setenv(name, proxy.url)
         assert internal.complete(MESSAGES, STOP, 50).text == "Ask Func[quote]: GOOG"
     assert proxy.targets == [f"POST http://llm.corp.invalid:{port}/v1/chat/completions"]
+    for name in ("ALL_PROXY", "all_proxy"):  # curl's SOCKS proxy: not ours to take
+        monkeypatch.setenv(name, "socks5://127.0.0.1:1080")
+    assert environment_proxy("http://192.0.2.7:8000/v1") is None
+    for name in ("ALL_PROXY", "all_proxy"):
+        monkeypatch.setenv(name, proxy.url)
     for name in ("NO_PROXY", "no_proxy"):
         monkeypatch.setenv(name, "example.com, 10.0.0.0/8,fd00::/8")
     assert environment_proxy("http://10.1.2.3:8000/v1") is None

@@ -31,7 +31,7 @@ from fastapi import FastAPI, Request
 from google.protobuf.json_format import ParseDict
 
 from codeshot.local.http_server import HttpServer
-from tests.protocols.conftest import new_user
+from tests.protocols.conftest import new_account, new_user
 
 
 def user_message(text: str, task_id: str = "", context_id: str = "") -> Message:
@@ -252,7 +252,7 @@ def test_another_users_task_is_not_found(stack):
 ])
 def test_a_push_config_that_cannot_be_kept_or_sent_is_refused_and_makes_nothing(
         stack, field, value):
-    key = new_user(stack, f"a2apush{len(value) % 997}{field}")
+    _, key = new_account(stack, f"a2apush{field}")
     url = f"{stack.api_url}/a2a/local/dice"
     auth = {"Authorization": f"Bearer {key}", "A2A-Version": "1.0"}
     push = {"url": f"{stack.api_url}/healthz", field: value}

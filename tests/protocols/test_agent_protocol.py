@@ -420,7 +420,7 @@ def test_a_page_of_steps_waiting_for_replies_reads_the_log_once(stack):
     from codeshot import ids
     from codeshot.models import Message, MessageType
 
-    key = new_user(stack, "apqueued")
+    _, key = new_account(stack, "apqueued")
     services = stack.services
     task_id = ap(stack, key, "POST", "/tasks", json={}).json()["task_id"]
     queued = [Message(session_id=task_id, message_id=ids.ulid(), text=f"step {n}")

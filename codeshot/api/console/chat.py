@@ -96,10 +96,13 @@ def _updates(messaging: Messaging, session_id: str, after: str | None,
     steps: dict[str, list[Message]] = {}
     finished = []
     ended = [m.in_reply_to or "" for m in orphans if m.type in TERMINAL]
-    # The traces of turns that ended are counted from one page read from the oldest
-    # one's query (a read per turn: 200 of them read 180,000 items for one request).
-    traced = Counter(m.in_reply_to for m in messaging.newer(session_id, min(ended))
-                     if m.type not in TERMINAL) if ended else Counter[str | None]()
+    # The traces of turns that ended: their steps among the new messages, and before
+    # them, one page read from the oldest one's query (a read per turn: 200 of them read
+    # 180,000 items for one request). A trace longer than that page is counted short.
+    traced = Counter(m.in_reply_to for m in found if m.type not in TERMINAL)
+    if ended:
+        traced.update(m.in_reply_to for m in messaging.newer(session_id, min(ended))
+                      if m.message_id < found[0].message_id and m.type not in TERMINAL)
     for message in orphans:
         query_id = message.in_reply_to or ""
         if message.type in TERMINAL:
