@@ -165,6 +165,15 @@ def register(platform, key: str, handle: str, url: str, published: bool = True) 
     return out["data"]["createAgent"]["agent"]["agentId"]
 
 
+def misbehaving(platform, key: str, handle: str, agents: AgentServer, path: str) -> str:
+    """A session with the caller's agent ``handle``: registered with the dice handshake,
+    then its Funcs pointed at ``agents``' ``path`` (one that misbehaves)."""
+    agent_id = register(platform, key, handle, agents.url + "/dice", published=False)
+    agent = platform.services.registry.get(agent_id)
+    platform.services.registry.replace(agent.replace(func_url=agents.url + path))
+    return session(platform, key, frontend=agent_id)
+
+
 def session(platform, key: str, frontend: str | None = None) -> str:
     out = platform.gql(key, """mutation ($f: String) { createSession(sessionData:
         {frontendAgentId: $f}) { session { handle } } }""", {"f": frontend})

@@ -8,7 +8,15 @@ import pytest
 
 from codeshot.chat import ChatClient, run_chat
 from tests.conftest import code
-from tests.runner.conftest import closed_port_url, messages, register, send, session, status
+from tests.runner.conftest import (
+    closed_port_url,
+    messages,
+    misbehaving,
+    register,
+    send,
+    session,
+    status,
+)
 
 
 def test_roll_2d6_through_the_planner(live, agents):
@@ -217,10 +225,7 @@ def test_a_lone_surrogate_in_an_agents_reply_is_stored_as_a_replacement_characte
     reply's write failed, the query ended INTERRUPTED after its redelivery, and on a last
     delivery went unanswered."""
     _, key = live.user("sally")
-    register(live, key, "halves", agents.url + "/dice", published=False)
-    agent = live.services.registry.get("sally/halves")
-    live.services.registry.replace(agent.replace(func_url=agents.url + "/surrogate"))
-    h = session(live, key, frontend="sally/halves")
+    h = misbehaving(live, key, "halves", agents, "/surrogate")
     reply = send(live, key, h, "Roll 1d20")["reply"]
     assert reply["type"] == "response", reply
     results = [m["text"] for m in messages(live, key, h) if m["type"] == "result"]

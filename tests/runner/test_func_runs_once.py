@@ -81,22 +81,29 @@ def test_s3_refusing_a_funcs_embed_fails_the_call_once_without_internals(
     assert ARN in caplog.text  # the operator still finds out why
 
 
+def queued(platform: Any, func_server: Func, user: str) -> tuple[str, Any, Any]:
+    """``user``'s "Roll 1d20" to ``func_server``'s agent, queued and taken off the queue
+    (the session, the work to hand the runner) and an LLM that asks the Func twice."""
+    from codeshot.store.queue import Work
+    from tests.engine.conftest import ScriptedLLM
+
+    _, key = platform.user(user)
+    h = session(platform, key, frontend=register(platform, key, "rerun", func_server.url))
+    platform.gql(key, """mutation ($s: String!) { sendSessionMessage(messageData: {session:
+        $s, text: "Roll 1d20", wait: false}) { message { id } } }""", {"s": h})
+    [record] = platform.services.queue.receive()
+    return h, Work.parse(record["Body"]), ScriptedLLM(
+        *["Ask Func[roll]: 1d20", "A: You rolled 4."] * 2)
+
+
 @pytest.mark.parametrize("func_server", [{"message": {"text": "4"}}], indirect=True)
 def test_an_interrupted_answer_that_fails_to_be_written_does_not_free_a_rerun(
         platform, func_server, monkeypatch):
     """A crashed run's redelivery gave its slot back before writing INTERRUPTED: when
     that write failed, the next delivery took the slot afresh and called the Func again."""
     from codeshot.runner.session_runner import SessionRunner
-    from codeshot.store.queue import Work
-    from tests.engine.conftest import ScriptedLLM
 
-    _, key = platform.user("rita")
-    h = session(platform, key, frontend=register(platform, key, "rerun", func_server.url))
-    platform.gql(key, """mutation ($s: String!) { sendSessionMessage(messageData: {session:
-        $s, text: "Roll 1d20", wait: false}) { message { id } } }""", {"s": h})
-    [record] = platform.services.queue.receive()
-    work = Work.parse(record["Body"])
-    llm = ScriptedLLM(*["Ask Func[roll]: 1d20", "A: You rolled 4."] * 2)
+    h, work, llm = queued(platform, func_server, "rita")
 
     def killed(*_: Any, **__: Any) -> None:
         raise RuntimeError("the Lambda was killed")
@@ -153,16 +160,8 @@ def test_a_trace_the_store_keeps_refusing_does_not_free_a_rerun(platform, func_s
     from codeshot.runner import session_runner
     from codeshot.runner.session_runner import SessionRunner
     from codeshot.store import dynamo
-    from codeshot.store.queue import Work
-    from tests.engine.conftest import ScriptedLLM
 
-    _, key = platform.user("tess")
-    h = session(platform, key, frontend=register(platform, key, "batch", func_server.url))
-    platform.gql(key, """mutation ($s: String!) { sendSessionMessage(messageData: {session:
-        $s, text: "Roll 1d20", wait: false}) { message { id } } }""", {"s": h})
-    [record] = platform.services.queue.receive()
-    work = Work.parse(record["Body"])
-    llm = ScriptedLLM(*["Ask Func[roll]: 1d20", "A: You rolled 4."] * 2)
+    h, work, llm = queued(platform, func_server, "tess")
     monkeypatch.setattr(session_runner, "TRANSACTION_ITEMS", 0)  # the trace goes in batches
     monkeypatch.setattr(dynamo, "BATCH_ATTEMPTS", 2)
     db, write = platform.services.sessions.db, platform.services.sessions.db.batch_write_item

@@ -9,7 +9,7 @@ import pytest
 
 from codeshot.store.user_storage import Holder
 from tests.conftest import code
-from tests.runner.conftest import register, send, session
+from tests.runner.conftest import misbehaving, register, send, session
 
 CREATE = """mutation ($h: String!, $u: String!) { createAgent(agentData:
   {handle: $h, queryUrl: $u, funcUrl: $u}) { agent { agentId } } }"""
@@ -40,10 +40,7 @@ def test_agent_urls_pointing_inside_are_refused(platform):
 
 def test_redirects_to_the_metadata_service_are_not_followed(live, agents):
     _, key = live.user("trent")
-    register(live, key, "redir", agents.url + "/dice", published=False)
-    agent = live.services.registry.get("trent/redir")
-    live.services.registry.replace(agent.replace(func_url=agents.url + "/redirect"))
-    h = session(live, key, frontend="trent/redir")
+    h = misbehaving(live, key, "redir", agents, "/redirect")
     reply = send(live, key, h, "Roll 1d20")["reply"]
     assert "could not finish" in reply["text"] and "HTTP 302" in reply["text"]
 
