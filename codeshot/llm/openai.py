@@ -18,6 +18,7 @@ first use.
 from __future__ import annotations
 
 import json
+import math
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -130,7 +131,7 @@ class OpenAILLM:
         # the environment's proxy if it names one.
         try:
             transport = DeadlineTransport(ends, proxy=environment_proxy(self.url))
-        except ValueError as exc:  # a proxy of a kind not supported
+        except (ValueError, httpx.InvalidURL) as exc:  # a proxy not supported, or malformed
             raise LLMError(f"{self.url}: {exc}") from exc
         client = httpx.Client(transport=transport, timeout=self.timeout)
         try:
@@ -154,7 +155,7 @@ class OpenAILLM:
             if ends is not None and time.monotonic() >= ends:
                 raise out_of_time() from exc
             raise LLMError(f"{self.url} timed out after {self.timeout:g}s") from exc
-        except httpx.HTTPError as exc:
+        except (httpx.HTTPError, httpx.InvalidURL) as exc:
             raise LLMError(f"{self.url} unreachable: {exc}") from exc
         finally:
             client.close()
@@ -167,10 +168,8 @@ class OpenAILLM:
             text = choice["message"]["content"] if self.endpoint == "chat" else choice["text"]
             if not isinstance(text, str):
                 raise TypeError("the reply has no text")
-            usage = data.get("usage") or {}
-            return Completion(cut_at_stops(text, stop), int(usage.get("prompt_tokens", 0)),
-                              int(usage.get("completion_tokens", 0)))
-        except (ValueError, KeyError, IndexError, TypeError) as exc:
+            return Completion(cut_at_stops(text, stop), *_tokens(data.get("usage")))
+        except (ValueError, KeyError, IndexError, TypeError, AttributeError) as exc:
             raise LLMError(f"{self.url} returned a malformed response ({exc!r})") from exc
 
     def _read(self, lines: Iterator[str], messages: list[ChatMessage], stop: list[str]
@@ -199,7 +198,24 @@ class OpenAILLM:
             if usage is None:  # stopped early, or a server that sends no usage: estimated
                 usage = {"prompt_tokens": estimated_prompt_tokens(messages),
                          "completion_tokens": chunks}
-            return Completion(cut_at_stops(text, stop), int(usage.get("prompt_tokens", 0)),
-                              int(usage.get("completion_tokens", 0)))
+            return Completion(cut_at_stops(text, stop), *_tokens(usage))
         except (ValueError, AttributeError, TypeError) as exc:
             raise LLMError(f"{self.url} returned a malformed stream ({exc!r})") from exc
+
+
+def _tokens(usage: object) -> tuple[int, int]:
+    """(prompt, completion) tokens of a reply's ``usage``; TypeError for anything but
+    counts (a list, ``Infinity`` or ``1e999`` ended the query INTERRUPTED, its tokens
+    uncounted)."""
+    if usage is None:
+        return 0, 0
+    if not isinstance(usage, dict):
+        raise TypeError("usage is not an object")
+    counts = []
+    for name in ("prompt_tokens", "completion_tokens"):
+        value = usage.get(name, 0)
+        if isinstance(value, bool) or not isinstance(value, int | float) \
+                or not math.isfinite(value) or not 0 <= value < 2**31:
+            raise TypeError(f"usage.{name} is not a count")
+        counts.append(int(value))
+    return counts[0], counts[1]

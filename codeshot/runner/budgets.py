@@ -7,7 +7,9 @@ retries is logged, never the call's failure: its answer is there, its tokens spe
 whose budget is spent ends with RATE_LIMITED (``BudgetExceeded``) naming the limit and
 when it resets, and makes no further LLM call. Concurrent queries of one user can each
 pass the check once more before seeing the others' tokens: the overspend is at most one
-call per query.
+call per query. The OpenAI proxy's calls, which an agent makes as often and as many at
+once as it likes, are counted before they are made instead (their most: the prompt,
+estimated, and ``max_tokens``), and settled to the provider's count after.
 """
 
 from __future__ import annotations
@@ -58,17 +60,39 @@ class TokenBudget:
             raise exceeded(f"agent {agent_id}'s daily LLM token limit of {self.agent_limit}",
                            agent, now)
 
-    def record(self, agent_id: str, completion: Completion) -> None:
+    def reserve(self, agent_id: str, amount: int) -> datetime:
+        """Count ``amount`` tokens of a call about to be made in both budgets, or raise
+        BudgetExceeded counting none: concurrent calls of one caller cannot all pass a
+        check against the same room (the OpenAI proxy's, which agents make at will).
+        Returns the window's time, for :meth:`record` to settle the call in."""
+        if self._limit is None:
+            self._limit = self._user_limit()
+        now = self.usage.clock()
+        (user_kind, user), (agent_kind, agent) = self.charges(agent_id)
+        for kind, subject, limit, name in (
+                (user_kind, user, self._limit, f"your daily LLM token limit of {self._limit}"),
+                (agent_kind, agent, self.agent_limit,
+                 f"agent {agent_id}'s daily LLM token limit of {self.agent_limit}")):
+            if not self.usage.reserve(kind, subject, amount, limit, WINDOW, now):
+                if kind == agent_kind:  # the user's room, counted above, is given back
+                    self.usage.add([(user_kind, user)], 0, 0, WINDOW, now, amount, calls=0)
+                [used] = self.usage.token_usage([(kind, subject)], WINDOW, now)
+                raise exceeded(name, used, now)
+        return now
+
+    def record(self, agent_id: str, completion: Completion, reserved: int = 0,
+               at: datetime | None = None, calls: int = 1) -> None:
+        """Count the call's tokens (less ``reserved``, counted at ``at`` already)."""
         try:
             self.usage.add(self.charges(agent_id), completion.input_tokens,
-                           completion.output_tokens, WINDOW)
+                           completion.output_tokens, WINDOW, at, reserved, calls)
         except Exception:
             log.exception("the tokens of %s's call for %s went uncounted: %d in, %d out",
                           agent_id, self.user_id, completion.input_tokens,
                           completion.output_tokens)
 
-    def metered(self, llm: LLM, agent_id: str) -> LLM:
-        return MeteredLLM(llm, self, agent_id)
+    def metered(self, llm: LLM, agent_id: str, reserve: bool = False) -> LLM:
+        return MeteredLLM(llm, self, agent_id, reserve)
 
 
 def budget_for(services: Services, user_id: str) -> TokenBudget:
@@ -92,21 +116,33 @@ def exceeded(limit: str, usage: TokenUsage, now: datetime) -> BudgetExceeded:
 
 
 class MeteredLLM:
-    """An LLM whose every call is checked against, and counted in, a query's budgets."""
+    """An LLM whose every call is checked against, and counted in, a query's budgets;
+    with ``reserve``, each call's most (its prompt, estimated, and ``max_tokens``) is
+    counted before it is made (:meth:`TokenBudget.reserve`) and settled after."""
 
-    def __init__(self, llm: LLM, budget: TokenBudget, agent_id: str) -> None:
-        self.llm, self.budget, self.agent_id = llm, budget, agent_id
+    def __init__(self, llm: LLM, budget: TokenBudget, agent_id: str,
+                 reserve: bool = False) -> None:
+        self.llm, self.budget, self.agent_id, self.reserve = llm, budget, agent_id, reserve
 
     def complete(self, messages: list[ChatMessage], stop: list[str], max_tokens: int
                  ) -> Completion:
-        self.budget.check(self.agent_id)
+        most = Completion("", estimated_prompt_tokens(messages), max_tokens)
+        reserved, at = 0, None
+        if self.reserve:
+            reserved = most.input_tokens + most.output_tokens
+            at = self.budget.reserve(self.agent_id, reserved)
+        else:
+            self.budget.check(self.agent_id)
         try:
             completion = self.llm.complete(messages, stop, max_tokens)
         except Timeout:
             # Cut off at the query's deadline: the model read the prompt and wrote nobody
             # knows how much of max_tokens; count the most.
-            self.budget.record(self.agent_id, Completion(
-                "", estimated_prompt_tokens(messages), max_tokens))
+            self.budget.record(self.agent_id, most, reserved, at)
             raise
-        self.budget.record(self.agent_id, completion)
+        except BaseException:
+            if reserved:  # not answered: the reservation is given back
+                self.budget.record(self.agent_id, Completion("", 0, 0), reserved, at, calls=0)
+            raise
+        self.budget.record(self.agent_id, completion, reserved, at)
         return completion

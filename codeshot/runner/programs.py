@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import logging
 import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -39,6 +40,7 @@ if TYPE_CHECKING:
     from codeshot.runner.budgets import TokenBudget
     from codeshot.runner.corpora import CorpusSearch
 
+log = logging.getLogger("codeshot.runner")
 PLANNER_PROMPT = (
     "I am the planner of an agent platform. I answer the user's query by asking the "
     "agents listed below, one step at a time, and I combine their answers. I only ask "
@@ -391,6 +393,11 @@ class PlannerProgram:
                 text = clean_answer(completion.text.strip().removeprefix("A:"))
         except LLMError as exc:  # the platform's own answer holds without the model
             self._thought(f"The language model failed ({exc.message}).")
+        except CodeshotError:  # the budget spent, the time up: the query's end
+            raise
+        except Exception:  # a provider's bug: the platform's own answer holds all the same
+            log.exception("the planner's small-talk call failed")
+            self._thought("The language model failed (internal error).")
         if not text or not set(numbers(text)) <= grounded_numbers(query, ()):
             text = no_agent_answer(self.ctx.registry_get(closest) if closest else None)
         self.ctx.trace(PLANNER_ID, TraceStep(MessageType.RESPONSE, text))

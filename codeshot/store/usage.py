@@ -263,8 +263,11 @@ class UsageCounters(Repository):
 
     # -- amounts known only after the fact (LLM tokens) ------------------------------
     def add(self, charges: list[tuple[str, str]], input_tokens: int, output_tokens: int,
-            window: str = "day", now: datetime | None = None) -> None:
-        """Add one LLM call's tokens to each (kind, subject) counter.
+            window: str = "day", now: datetime | None = None, reserved: int = 0,
+            calls: int = 1) -> None:
+        """Add one LLM call's tokens to each (kind, subject) counter, less the ``reserved``
+        tokens :meth:`reserve` counted for it already (a call that failed: its tokens 0,
+        its ``calls`` 0, gives its reservation back).
 
         Unconditional: the tokens are spent already. Limits are checked before each call
         (:meth:`token_usage`), so concurrent callers overspend by at most one call each.
@@ -277,16 +280,29 @@ class UsageCounters(Repository):
                 "TableName": self.table_name,
                 "Key": {"counter": {"S": counter}},
                 "UpdateExpression": "ADD used :used, input_tokens :in, output_tokens :out, "
-                                    "calls :one SET expires_at = :exp",
+                                    "calls :calls SET expires_at = :exp",
                 "ExpressionAttributeValues": {
-                    ":used": {"N": str(input_tokens + output_tokens)},
+                    ":used": {"N": str(input_tokens + output_tokens - reserved)},
                     ":in": {"N": str(input_tokens)},
                     ":out": {"N": str(output_tokens)},
-                    ":one": {"N": "1"},
+                    ":calls": {"N": str(calls)},
                     ":exp": {"N": _expires_at(span)},
                 },
             }
             self._update(request)
+
+    def reserve(self, kind: str, subject: str, amount: int, limit: int, window: str = "day",
+                now: datetime | None = None) -> bool:
+        """Count ``amount`` tokens for a call about to be made, if they fit in ``limit``
+        (one conditional ADD, so concurrent calls cannot all fit the same room); whether
+        they did. :meth:`add` settles the call's real tokens against it."""
+        if not 0 < amount <= limit:
+            return False
+        try:
+            self._update(self.charge_request(kind, subject, limit, window, now, amount))
+        except self.db.exceptions.ConditionalCheckFailedException:
+            return False
+        return True
 
     def _update(self, request: UpdateItemInputTypeDef | UpdateTypeDef) -> None:
         retry_transient(lambda: self.db.update_item(**request))

@@ -76,7 +76,10 @@ def route(services: Services, principal: Principal, text: str,
     # Each call embeds the text (a Bedrock call in AWS): counted per day like queries.
     services.usage.charge("route", user_id_of(principal),
                           services.daily_limit(principal.daily_query_limit))
-    return services.router.route(text, k, principal.username)
+    # The router's index lags the registry by up to its check interval: an agent its
+    # owner unpublished or deleted meanwhile is left out, as the planner leaves it out.
+    return [route for route in services.router.route(text, k, principal.username)
+            if find_agent(services, principal, route.agent_id) is not None]
 
 
 def corpus_status(services: Services, principal: Principal, agent: Agent

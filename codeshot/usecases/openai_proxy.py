@@ -10,16 +10,20 @@ per-minute limit of calls per user and agent.
 
 from __future__ import annotations
 
+import logging
+import time
 from dataclasses import dataclass
 
-from codeshot.errors import Forbidden
+from codeshot.errors import CodeshotError, Forbidden, LLMError
 from codeshot.llm import ChatMessage, Completion, LlmSettings, configured, get_llm
-from codeshot.llm.base import estimated_prompt_tokens
+from codeshot.llm.base import calls_ending_by, estimated_prompt_tokens
 from codeshot.models import Principal
 from codeshot.runner.budgets import budget_for
 from codeshot.services import Services
 
 __all__ = ["ChatMessage", "Completion", "ProxyRequest", "complete"]
+log = logging.getLogger("codeshot.api")
+CALL_SECONDS = 25.0  # a proxied call ends by then: API Gateway answers 504 at 29 s
 
 
 @dataclass(frozen=True)
@@ -47,5 +51,15 @@ def complete(services: Services, caller: Principal, request: ProxyRequest) -> Co
     services.usage.charge("llm_proxy", f"{caller.user_id}#{caller.agent_id}",
                           settings.openai_proxy_rate_limit, window="minute")
     llm = configured(get_llm(settings), LlmSettings(temperature=request.temperature))
-    return budget.metered(llm, caller.agent_id).complete(request.messages, request.stop,
-                                                         max_tokens)
+    # Counted before it is made (calls at once all passed the check above together: 12
+    # spent six times the day's budget), and held to an end within API Gateway's 29 s.
+    metered = budget.metered(llm, caller.agent_id, reserve=True)
+    try:
+        with calls_ending_by(time.monotonic() + min(settings.llm_timeout_seconds,
+                                                    CALL_SECONDS)):
+            return metered.complete(request.messages, request.stop, max_tokens)
+    except CodeshotError:
+        raise
+    except Exception as exc:  # a provider's bug, not the agent's: said as the engine does
+        log.exception("the OpenAI proxy's call failed")
+        raise LLMError("the language model's answer could not be read") from exc

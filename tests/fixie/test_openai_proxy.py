@@ -163,3 +163,57 @@ def test_the_proxy_takes_only_agent_tokens_and_caps_completions(proxy):
             assert "daily LLM token limit" in r.json()["error"]["message"], r.text
     assert len(upstream.requests) == 2
     assert upstream.bodies[-1]["max_tokens"] == 400
+
+
+def test_calls_made_at_once_cannot_spend_more_than_the_budget(server_aws):
+    """Each call was checked against what was left, and counted once answered: calls an
+    agent made at once all passed the same check (12 of 1,000 tokens each spent six times
+    a 2,000-token day). Each is now counted at its most before it is made, then settled
+    to what the model used."""
+    import threading
+
+    from codeshot.runner.budgets import USER_TOKENS
+
+    with upstream_serving(echo) as upstream, serving(
+            server_aws, llm="openai", openai_base_url=upstream.url,
+            openai_proxy_rate_limit=60) as platform:
+        upstream.delay = 2.0  # a model that takes a while: every call is made meanwhile
+        user_id, _ = platform.user("erin", daily_token_limit=2000)
+        token = platform.services.auth.agent_token("erin/asker", user_id, ids.handle())
+        statuses: list[int] = []
+        start = threading.Barrier(8)
+
+        def call() -> None:
+            start.wait()
+            statuses.append(httpx.post(
+                f"{platform.url}/api/openai-proxy/v1/completions", timeout=60,
+                headers={"Authorization": f"Bearer {token}"},
+                json={"model": "x", "prompt": "hi", "max_tokens": 600}).status_code)
+
+        threads = [threading.Thread(target=call) for _ in range(8)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+        # ~601 tokens each at most: three fit in 2,000; each used 47 (the model's usage).
+        assert sorted(statuses) == [200] * 3 + [429] * 5, statuses
+        assert len(upstream.requests) == 3
+        assert tokens_used(platform, (USER_TOKENS, user_id)) == [3 * 47]
+
+
+def test_a_proxied_call_ends_in_time_however_slowly_the_model_streams(server_aws,
+                                                                      monkeypatch):
+    """The proxy made its calls with no deadline: a model streaming a token now and then
+    held the call past API Gateway's 29 s, to the host's own timeout."""
+    from codeshot.usecases import openai_proxy
+
+    monkeypatch.setattr(openai_proxy, "CALL_SECONDS", 1.0)
+    with upstream_serving(echo) as upstream, serving(
+            server_aws, llm="openai", openai_base_url=upstream.url) as platform:
+        upstream.event_delay = 0.5  # "model says: hi" streams for seconds
+        user_id, _ = platform.user("fay")
+        token = platform.services.auth.agent_token("fay/asker", user_id, ids.handle())
+        r = httpx.post(f"{platform.url}/api/openai-proxy/v1/chat/completions", timeout=60,
+                       headers={"Authorization": f"Bearer {token}"},
+                       json={"model": "x", "messages": [{"role": "user", "content": "hi"}]})
+    assert r.status_code == 504 and r.json()["error"]["code"] == "TIMEOUT", r.text

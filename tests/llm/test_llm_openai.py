@@ -184,6 +184,14 @@ def test_no_api_key_sends_no_authorization(server: OpenAICompatibleServer) -> No
         (200, {"choices": []}, r"malformed response \(IndexError"),
         (200, completion_payload("/v1/chat/completions", None), r"malformed response \(TypeError"),
         (200, {"choices": [{"text": "x"}]}, r"malformed response \(KeyError\('message"),
+        # Usage that is not counts: an AttributeError and an OverflowError ended the query
+        # INTERRUPTED (the planner's small talk) or the proxy's call INTERNAL.
+        (200, {"choices": [{"message": {"content": "x"}}], "usage": [1]},
+         r"malformed response \(TypeError"),
+        (200, b'{"choices": [{"message": {"content": "x"}}], "usage": '
+              b'{"prompt_tokens": Infinity}}', r"malformed response \(TypeError"),
+        (200, b'{"choices": [{"message": {"content": "x"}}], "usage": '
+              b'{"completion_tokens": 1e999}}', r"malformed response \(TypeError"),
     ],
 )
 def test_bad_replies_are_llm_errors(  # from a server that does not stream
@@ -206,6 +214,19 @@ def test_a_broken_stream_is_an_llm_error(
         OpenAILLM("m", server.url).complete(MESSAGES, STOP, 10)
     with pytest.raises(LLMError, match=r"malformed stream \(TypeError"):
         OpenAILLM("m", server.url).complete(MESSAGES, STOP, 10)
+    replies.queue.append((200, [b'data: {"choices": [{"delta": {"content": "A: hi"}}], '
+                                b'"usage": {"prompt_tokens": 1e999}}\n\n']))
+    with pytest.raises(LLMError, match=r"malformed stream \(TypeError"):
+        OpenAILLM("m", server.url).complete(MESSAGES, STOP, 10)
+
+
+def test_a_malformed_proxy_setting_is_an_llm_error(monkeypatch: pytest.MonkeyPatch) -> None:
+    for name in ("HTTP_PROXY", "http_proxy"):
+        monkeypatch.setenv(name, "http://proxy:notaport")
+    for name in ("NO_PROXY", "no_proxy"):
+        monkeypatch.delenv(name, raising=False)
+    with pytest.raises(LLMError):
+        OpenAILLM("m", "http://llm.corp.invalid/v1").complete(MESSAGES, STOP, 10)
 
 
 def test_a_reply_without_usage_counts_no_tokens(

@@ -166,6 +166,25 @@ def test_route_query_in_graphql(platform, agents):
     assert code(platform.gql(None, '{ route(text: "x") { agentId } }')) == "UNAUTHENTICATED"
 
 
+def test_an_agent_unpublished_or_deleted_leaves_others_routes_at_once(platform, agents):
+    """The router's index is checked against the registry every few seconds: meanwhile
+    another user's route showed an agent its owner had just unpublished, or deleted."""
+    _, owner = platform.user("uma")
+    _, other = platform.user("vic")
+    register(platform, owner, "dice", agents.url + "/dice")
+    query = '{ route(text: "Roll 4d6", k: 3) { agentId } }'
+    assert {"agentId": "uma/dice"} in platform.gql(other, query)["data"]["route"]
+    hidden = platform.gql(owner, """mutation { updateAgent(agentData: {handle: "dice",
+        published: false}) { agent { agentId } } }""")
+    assert "errors" not in hidden, hidden
+    assert {"agentId": "uma/dice"} not in platform.gql(other, query)["data"]["route"]
+    assert {"agentId": "uma/dice"} in platform.gql(owner, query)["data"]["route"]
+    deleted = platform.gql(owner, 'mutation { deleteAgent(agentData: {handle: "dice"}) '
+                                  '{ agent { handle } } }')
+    assert "errors" not in deleted, deleted
+    assert {"agentId": "uma/dice"} not in platform.gql(owner, query)["data"]["route"]
+
+
 @pytest.mark.settings(reply_wait_seconds=0.0)  # the API never holds a request for a reply
 def test_codeshot_chat_gets_replies_without_the_api_waiting(live, agents):
     _, key = live.user("chad")
