@@ -196,28 +196,92 @@ def json_schema(hint: Any) -> dict[str, Any]:
 
 
 def _coerce(value: Any, hint: Any, name: str) -> Any:
-    """An argument converted to its parameter's type; text from Ask lines arrives as str."""
-    schema = json_schema(hint)
-    kind = schema.get("type")
+    """An argument as its parameter's type, or INVALID_INPUT naming the argument (the
+    model may ask again): text from Ask lines arrives as str, a JSON object's values as
+    JSON. Values are checked, not only text converted: ``{"n": {"a": 1}}`` reached an
+    ``n: int`` as a dict, and a Literal allowed anything."""
+    origin, args = get_origin(hint), get_args(hint)
+    if hint is Any:
+        return value
+    if origin in (Union, types.UnionType):
+        if value is None and type(None) in args:
+            return None
+        for option in (arg for arg in args if arg is not type(None)):
+            try:
+                return _coerce(value, option, name)
+            except InvalidInput:
+                continue
+        raise InvalidInput(f"argument {name} must be {_kind(hint)}, got {value!r}")
+    if origin is Literal:
+        for option in args:
+            if value == option or (isinstance(value, str) and value.strip() == str(option)):
+                return option
+        raise InvalidInput(f"argument {name} must be one of {list(args)}, got {value!r}")
+    kind = (origin or hint)
     try:
-        if not isinstance(value, str) or kind == "string":
+        if kind in (list, dict):
+            if isinstance(value, str):
+                value = json.loads(value)
+            if not isinstance(value, kind):
+                raise ValueError(value)
+            if kind is list and args:
+                return [_coerce(item, args[0], f"{name}[{n}]") for n, item in enumerate(value)]
             return value
-        text = value.strip()
-        if kind == "integer":
-            return int(text)
-        if kind == "number":
-            return float(text)
-        if kind == "boolean":
-            if text.lower() in ("true", "yes", "1"):
+        if (isinstance(value, bool) and kind is not bool) or isinstance(value, list | dict):
+            raise ValueError(value)
+        if kind is str:
+            return value if isinstance(value, str) else str(value)
+        text = value.strip().lower() if isinstance(value, str) else value
+        if kind is bool:
+            if text in (True, "true", "yes", "1"):
                 return True
-            if text.lower() in ("false", "no", "0"):
+            if text in (False, "false", "no", "0"):
                 return False
-            raise ValueError(text)
-        if kind in ("array", "object"):
-            return json.loads(text)
-        return text
-    except ValueError:
-        raise InvalidInput(f"argument {name} must be {kind}, got {value!r}") from None
+            raise ValueError(value)
+        if kind is int:
+            if isinstance(text, float) and not text.is_integer():
+                raise ValueError(value)
+            return int(text)
+        if kind is float:
+            return float(text)
+    except (ValueError, TypeError, OverflowError):
+        raise InvalidInput(f"argument {name} must be {_kind(hint)}, got {value!r}") from None
+    return value
+
+
+def _kind(hint: Any) -> str:
+    """What a hint takes, in JSON schema's words."""
+    schema = json_schema(hint)
+    return str(schema.get("type") or schema.get("enum") or schema.get("anyOf") or hint)
+
+
+def type_hints(fn: Callable[..., Any], name: str) -> dict[str, Any]:
+    """``fn``'s type hints; a TypeError naming the Func and the fix for a name they use
+    that is not there at run time (an import under ``if TYPE_CHECKING:``)."""
+    try:
+        return get_type_hints(fn)
+    except NameError as exc:
+        raise TypeError(f"Func {name}: the type hint {exc.name!r} cannot be resolved; "
+                        "import it at the module's top level (not under TYPE_CHECKING)"
+                        ) from exc
+
+
+def check_hint(hint: Any, where: str) -> None:
+    """TypeError (at registration) for a hint Funcs cannot be given: the model writes
+    text or JSON, so only what JSON holds (a date, a dataclass or an Enum arrived as text
+    or a dict, whatever the hint said)."""
+    origin, args = get_origin(hint), get_args(hint)
+    if hint is Any or hint in _JSON_TYPES:
+        return
+    if origin is Literal and all(isinstance(a, str | int | float | bool) for a in args):
+        return
+    if origin in (Union, types.UnionType, list, dict):
+        for arg in args:
+            if arg is not type(None) and not (origin is dict and arg in (str, Any)):
+                check_hint(arg, where)
+        return
+    raise TypeError(f"{where} has type {hint!r}; Funcs take str, int, float, bool, list, "
+                    "dict, Literal and Optional of them (what a model can write as JSON)")
 
 
 def _positional(text: str, least: int, most: int) -> list[str]:
@@ -240,8 +304,10 @@ def _adapter(
     one-parameter function, or positional arguments: comma-separated, or without commas
     space-separated when that gives as many values as the function takes ("6 2").
     """
-    hints = get_type_hints(fn)
+    hints = type_hints(fn, name)
     params = list(inspect.signature(fn).parameters.values())
+    for param in params:
+        check_hint(hints.get(param.name, str), f"Func {name}: parameter {param.name}")
     schema: dict[str, Any] = {
         "type": "object",
         "properties": {p.name: json_schema(hints.get(p.name, str)) for p in params},

@@ -135,6 +135,12 @@ class CodeShotAgent(AgentBase):
         llm_settings: LlmSettings | None = None,
     ) -> None:
         super().__init__(oauth_params)
+        if not isinstance(base_prompt, str):
+            raise TypeError(f"base_prompt must be a str, got {type(base_prompt).__name__}")
+        if not isinstance(few_shots, str) and not (isinstance(few_shots, list) and all(
+                isinstance(shot, str) for shot in few_shots)):
+            raise TypeError("few_shots must be a str or a list of str, got "
+                            f"{type(few_shots).__name__}")
         self.base_prompt = validate_base_prompt(_strip_lines(base_prompt))
         source = _strip_lines(few_shots) if isinstance(few_shots, str) else [
             _strip_lines(shot) for shot in few_shots]

@@ -20,9 +20,9 @@ import json
 import logging
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
-from typing import Any, get_type_hints
+from typing import Any
 
-from codeshot.engine.components import Command, as_result, command
+from codeshot.engine.components import Command, as_result, command, type_hints
 from codeshot.errors import ERR_AGENT_UNHANDLED_EXCEPTION, CodeshotError
 from codeshot.sdk.auth import Claims
 from codeshot.sdk.oauth import AuthorizationRequired, OAuthHandler, OAuthParams
@@ -152,7 +152,7 @@ def make_func(fn: Callable[..., Any], name: str, oauth_params: OAuthParams | Non
     signature = inspect.signature(fn)
     if any(p.kind in (p.VAR_POSITIONAL, p.VAR_KEYWORD) for p in signature.parameters.values()):
         raise TypeError(f"Func {name} cannot take *args or **kwargs")
-    hints = {k: v for k, v in get_type_hints(fn).items() if k != "return"}
+    hints = {k: v for k, v in type_hints(fn, name).items() if k != "return"}
     params = dict(signature.parameters)
     first = next(iter(params), None)
     message = _bind(params, hints, [(AgentQuery, _MESSAGE_BY_TYPE[AgentQuery]),

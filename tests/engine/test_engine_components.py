@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import datetime
 from dataclasses import dataclass
 from typing import Literal
 
@@ -290,6 +291,14 @@ def test_command_decorator_builds_schema_and_parses_arguments() -> None:
         ("{not json", "between: arguments are not valid JSON"),
         ('{"low": 1, "size": 2}', "between has no argument 'size'"),
         ('{"low": 1, "exact": "maybe"}', "argument exact must be boolean, got 'maybe'"),
+        # A JSON object's values are checked too: they reached the function as sent.
+        ('{"low": {"a": 1}}', "argument low must be integer, got {'a': 1}"),
+        ('{"low": 1.5}', "argument low must be integer, got 1.5"),
+        ('{"low": true}', "argument low must be integer, got True"),
+        ('{"low": 1, "unit": "secrets"}', "argument unit must be one of ['int', 'float'], "
+                                          "got 'secrets'"),
+        ('{"low": 1, "tags": [1, {"x": 2}]}', "argument tags must be array, got [1, {'x': 2}]"),
+        ('{"low": 1, "tags": "abc"}', "argument tags must be array, got 'abc'"),
     ]:
         with pytest.raises(InvalidInput) as info:
             genrand.call(bad)
@@ -315,6 +324,22 @@ def test_session_history_and_few_shot_messages_keep_list_order(scripted) -> None
     assert embeds.content.endswith("\n- #chart: image/png")
     assert shots.content.endswith("\n\nQ: hi\nA: hello")
     assert transcript.content.endswith("\n\nQ: x\n")
+
+
+def test_a_parameter_no_model_can_write_is_refused_when_the_func_is_made() -> None:
+    """A date, a dataclass or an Enum arrived as text or a dict, whatever the hint said."""
+
+    def on(day: datetime.date) -> str:
+        return str(day)
+
+    with pytest.raises(TypeError, match=r"Func on: parameter day has type .*date"):
+        command(on)
+
+    def tagged(tags: list[datetime.date] | None = None) -> str:
+        return str(tags)
+
+    with pytest.raises(TypeError, match="parameter tags"):
+        command(tagged)
 
 
 def test_positional_arguments_split_on_commas_or_else_on_spaces() -> None:

@@ -54,14 +54,31 @@ async def _async_generator(query: str):
     yield query
 
 
+def _hidden_hint(when: Unknown) -> str:  # noqa: F821  (imported for type checkers only)
+    return str(when)
+
+
 @pytest.mark.parametrize(("fn", "error"), [
     (lambda *args: None, "cannot take \\*args"),
     (lambda query, n=1: None, "cannot also take typed arguments \\['n'\\]"),
     (_async_generator, "is an async generator: stream replies by yielding from a plain def"),
+    # A name imported under TYPE_CHECKING: a bare NameError from typing's insides.
+    (_hidden_hint, "the type hint 'Unknown' cannot be resolved; import it"),
 ])
 def test_funcs_it_cannot_call_are_refused_at_registration(fn, error):
     with pytest.raises(TypeError, match=error):
         make_func(fn, "f")
+
+
+@pytest.mark.parametrize(("base_prompt", "few_shots", "error"), [
+    ("I help.", None, "few_shots must be a str or a list of str, got NoneType"),
+    ("I help.", [1], "few_shots must be a str or a list of str, got list"),
+    (None, "Q: x\nA: y", "base_prompt must be a str, got NoneType"),
+])
+def test_an_agent_made_with_the_wrong_types_says_which(base_prompt, few_shots, error):
+    """'NoneType' object is not iterable, or 'int' object has no attribute 'strip'."""
+    with pytest.raises(TypeError, match=error):
+        CodeShotAgent(base_prompt, few_shots)
 
 
 def test_few_shots_are_checked_at_construction_with_line_numbers():
