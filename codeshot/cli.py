@@ -74,8 +74,9 @@ def _local_up(args: argparse.Namespace) -> int:
             raise _Stop
 
     # Before the stack's imports (half a second on a busy machine): Ctrl-C then is clean.
-    signal.signal(signal.SIGINT, shutdown)
-    signal.signal(signal.SIGTERM, shutdown)
+    for name in ("SIGINT", "SIGTERM", "SIGHUP"):  # SIGHUP: the terminal closed
+        if hasattr(signal, name):
+            signal.signal(getattr(signal, name), shutdown)
     stack = None
     try:
         try:
@@ -227,7 +228,9 @@ def _keys_rotate(args: argparse.Namespace) -> int:
 
 
 def _wait_for_signal() -> str:
-    """Block until SIGINT or SIGTERM; returns its name."""
+    """Block until SIGINT, SIGTERM or SIGHUP (the terminal closed, the ssh session
+    dropped: its default ended the process without giving a lent revision back); returns
+    its name."""
     import threading
 
     received: list[str] = []
@@ -237,8 +240,9 @@ def _wait_for_signal() -> str:
         received.append(signal.Signals(signum).name)
         stop.set()
 
-    signal.signal(signal.SIGINT, handler)
-    signal.signal(signal.SIGTERM, handler)
+    for name in ("SIGINT", "SIGTERM", "SIGHUP"):
+        if hasattr(signal, name):  # Windows has no SIGHUP
+            signal.signal(getattr(signal, name), handler)
     stop.wait()
     return received[0]
 
@@ -249,6 +253,10 @@ def _serve(args: argparse.Namespace) -> int:
     from codeshot.sdk.project import load_agent, read_config
     from codeshot.settings import get_settings
 
+    if not 0 <= args.port <= MAX_PORT:
+        from codeshot.errors import InvalidInput
+
+        raise InvalidInput(f"--port {args.port} is not a port: give 1-{MAX_PORT} (0: any)")
     config = read_config(args.agent_dir)
     target = Target.find()
     settings = get_settings().replace(api_url=target.api_url)

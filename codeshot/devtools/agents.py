@@ -56,8 +56,11 @@ def new_agent(target: Path) -> str:
     if target.exists():
         raise InvalidInput(f"{target} already exists")
     handle = handle_for(target.resolve().name)
-    shutil.copytree(TEMPLATE_DIR, target,
-                    ignore=shutil.ignore_patterns("__pycache__", "*.pyc", ".pytest_cache"))
+    try:
+        shutil.copytree(TEMPLATE_DIR, target,
+                        ignore=shutil.ignore_patterns("__pycache__", "*.pyc", ".pytest_cache"))
+    except OSError as exc:  # a file where a folder should be, a folder it may not write
+        raise InvalidInput(f"cannot make {target}: {exc.strerror or exc}") from exc
     name = target.resolve().name
     fields = {"handle": handle, "name": json.dumps(name),
               "description": json.dumps(f"{name}, copied from the notes template: it saves "

@@ -143,7 +143,9 @@ def fetch_handshake(url: str, token: str, timeout: float = 10.0, *,
         log.info("handshake at %s answered HTTP %s: %.500r", url, status, body)
         refused = (": it refused the platform's call token (an agent takes only tokens for "
                    "the agent id it was served as, from the platform it was served for: "
-                   "is it serving another agent?)") if status in (401, 403) else ""
+                   "is it serving another agent?)") if status in (401, 403) else (
+            ": a codeshot SDK agent answers 503 when it cannot read the platform's signing "
+            "keys (is its CODESHOT_API_URL this platform's?)") if status == 503 else ""
         raise AgentFailed(f"agent handshake at {url} answered HTTP {status}{refused}")
     import yaml
 

@@ -120,3 +120,16 @@ def test_a_user_is_not_made_when_no_key_can_be_signed_for_them(tmp_path, server_
     assert "signing keys are unavailable" in err
     out = codeshot("users", "list", cwd=tmp_path, **names)
     assert out.returncode == 0 and "bob" not in out.stdout, out.stderr
+
+
+@pytest.mark.parametrize(("args", "says"), [
+    (["serve", "agent", "--port", "99999"], "--port 99999 is not a port: give 1-65535 (0: any)"),
+    (["serve", "agent", "--port", "-1"], "--port -1 is not a port"),
+    (["new", "afile/agent"], "cannot make afile/agent: Not a directory"),
+])
+def test_serve_and_new_refuse_what_they_cannot_do_in_one_line(tmp_path, args, says):
+    """Each was a traceback (an OverflowError from the server's thread, a NotADirectoryError
+    from the copy), or blamed a --host that serve does not have."""
+    (tmp_path / "afile").write_text("a file, not a folder")
+    err = one_error_line(codeshot(*args, cwd=tmp_path), "INVALID_INPUT")
+    assert says in err

@@ -116,6 +116,18 @@ def test_a_second_local_up_in_the_directory_refuses_and_leaves_the_first_alone(t
     assert first.returncode == 0 and not state_file.exists()
 
 
+def test_its_terminal_closing_stops_it_cleanly(tmp_path):
+    """SIGHUP (the terminal closed, an ssh session dropped) ended it at once, leaving its
+    local.json and moto's server behind."""
+    proc = start(tmp_path, free_port())
+    state_file = tmp_path / ".codeshot" / "local.json"
+    wait_for_file(state_file, proc)
+    proc.send_signal(signal.SIGHUP)
+    _out, err = proc.communicate(timeout=20)
+    assert proc.returncode == 0, err
+    assert not state_file.exists()
+
+
 def test_a_stack_removes_only_the_local_json_it_wrote(tmp_path):
     proc = start(tmp_path, free_port())
     state_file = tmp_path / ".codeshot" / "local.json"

@@ -117,3 +117,18 @@ def test_registering_an_agent_served_for_another_id_says_why_it_refused(platform
     message = out["errors"][0]["message"]
     assert "answered HTTP 403: it refused the platform's call token" in message
     assert "is it serving another agent?" in message
+
+
+def test_registering_an_agent_served_for_another_platform_says_where_to_look(platform):
+    """An agent whose CODESHOT_API_URL is not this platform's cannot read its keys and
+    answers 503: registration said only "answered HTTP 503"."""
+    from tests.conftest import free_port
+
+    _, key = platform.user("quinn")
+    elsewhere = f"http://127.0.0.1:{free_port()}"  # no platform there
+    with serve(demo_agent(), elsewhere, "quinn/demo") as url:
+        out = register(platform, key, url, handle="demo")
+    assert code(out) == "AGENT_ERROR"
+    assert "answered HTTP 503: a codeshot SDK agent answers 503 when it cannot read the " \
+           "platform's signing keys (is its CODESHOT_API_URL this platform's?)" in \
+           out["errors"][0]["message"], out
