@@ -15,12 +15,20 @@ estimated, and ``max_tokens``), and settled to the provider's count after.
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Callable
 from datetime import datetime
 from typing import TYPE_CHECKING
 
 from codeshot.errors import BudgetExceeded, Timeout
-from codeshot.llm.base import LLM, ChatMessage, Completion, estimated_prompt_tokens
+from codeshot.llm.base import (
+    LLM,
+    ChatMessage,
+    Completion,
+    call_ends,
+    estimated_prompt_tokens,
+    out_of_time,
+)
 from codeshot.store.usage import TokenUsage, UsageCounters, Window
 
 if TYPE_CHECKING:
@@ -126,6 +134,9 @@ class MeteredLLM:
 
     def complete(self, messages: list[ChatMessage], stop: list[str], max_tokens: int
                  ) -> Completion:
+        ends = call_ends()
+        if ends is not None and time.monotonic() >= ends:
+            raise out_of_time()  # the provider would send nothing: nothing to count
         most = Completion("", estimated_prompt_tokens(messages), max_tokens)
         reserved, at = 0, None
         if self.reserve:

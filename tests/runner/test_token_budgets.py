@@ -223,3 +223,19 @@ def test_a_platform_funcs_model_calls_count_against_the_agent_and_user(aws, monk
     user, reader = counters.token_usage([(USER_TOKENS, "u_me"), (AGENT_TOKENS, "me/reader")])
     assert (user.calls, user.used) == (3, 120)  # the agent's two calls and the Func's one
     assert reader == user
+
+
+def test_a_call_past_the_deadline_is_not_made_and_not_counted(aws):
+    """A call the provider would refuse to send (the query's time up) was counted at its
+    most, as a call cut off at the deadline is: 2,024 tokens for nothing."""
+    from codeshot.errors import Timeout
+    from codeshot.llm.base import calls_ending_by
+
+    counters = UsageCounters(aws, clock=lambda: datetime(2026, 11, 21, 15, 30, tzinfo=UTC))
+    budget = TokenBudget(counters, "u_olga", lambda: 10_000, agent_limit=10_000)
+    llm = Pondering()
+    with calls_ending_by(0.0), pytest.raises(Timeout):  # long past
+        budget.metered(llm, "olga/thinker").complete([ChatMessage("user", "hi")], [], 2000)
+    assert llm.calls == 0
+    [user] = counters.token_usage([(USER_TOKENS, "u_olga")])
+    assert user.used == 0
