@@ -474,9 +474,10 @@ def build_parser() -> argparse.ArgumentParser:
         f"the platform {TARGETS}; it accepts only tokens minted for "
         "CODESHOT_AGENT_ID (owner/handle), or when that is unset for <your username>/<handle> "
         "(.codeshot/local.json's or CODESHOT_API_KEY's user). With --register it also "
-        "registers the agent as yours and prints its id; an agent of yours registered "
-        "already is served here until Ctrl-C (a new current revision, with agent.yaml's "
-        "fields), then its previous revision is current again.",
+        "registers the agent as yours (<your username>/<handle>, whatever CODESHOT_AGENT_ID "
+        "says) and prints its id; an agent of yours registered already is served here until "
+        "Ctrl-C, SIGTERM or SIGHUP (a new current revision, with agent.yaml's fields), then "
+        "its previous revision is current again.",
     )
     serve.add_argument("agent_dir", type=Path, metavar="AGENT_DIR")
     serve.add_argument("--port", type=int, default=8181, help="port (default 8181; 0: any)")
