@@ -14,7 +14,7 @@ from collections.abc import Callable
 from typing import Any
 
 from codeshot.engine.fewshot import FewShotError, func_names, parse_few_shots, validate_base_prompt
-from codeshot.models import FUNC_NAME_RE
+from codeshot.models import FUNC_NAME_RE, MAX_FUNC_NAME, MAX_FUNCS
 from codeshot.sdk.corpora import CustomCorpus, UrlDocumentCorpus
 from codeshot.sdk.funcs import Func, make_func
 from codeshot.sdk.llm_settings import LlmSettings
@@ -73,10 +73,13 @@ class AgentBase:
     @staticmethod
     def _new_name(func: Callable[..., Any], func_name: str | None, taken: dict[str, Any]) -> str:
         name = str(func_name or getattr(func, "__name__", ""))
-        if not FUNC_NAME_RE.fullmatch(name):
-            raise ValueError(f"Func names are letters, digits and _, got {name!r}")
+        if not FUNC_NAME_RE.fullmatch(name) or len(name) > MAX_FUNC_NAME:
+            raise ValueError(f"Func names are 1-{MAX_FUNC_NAME} letters, digits and _, got "
+                             f"{name[:MAX_FUNC_NAME]!r}")
         if name in taken:
             raise ValueError(f"Func[{name}] is already registered with this agent")
+        if len(taken) >= MAX_FUNCS:  # the platform refused it only at registration
+            raise ValueError(f"an agent has at most {MAX_FUNCS} Funcs")
         return name
 
     def metadata(self) -> dict[str, Any]:

@@ -225,3 +225,14 @@ def test_llm_settings_ask_no_more_tokens_than_the_platform_takes():
     assert LlmSettings(maximum_tokens=MAX_INT).to_wire()["maximum_tokens"] == MAX_INT
     with pytest.raises(ValidationError, match="maximum_tokens"):
         LlmSettings(maximum_tokens=MAX_INT + 1)
+
+
+def test_funcs_the_platform_would_refuse_are_refused_when_registered():
+    """A Func name over 128 characters, or a 101st Func, failed only at registration."""
+    agent = CodeShotAgent("I help.", "Q: x\nA: y")
+    with pytest.raises(ValueError, match="Func names are 1-128 letters"):
+        agent.register_func(lambda query: "", func_name="f" * 129)
+    for n in range(100):
+        agent.register_func(lambda query: "", func_name=f"f{n}")
+    with pytest.raises(ValueError, match="an agent has at most 100 Funcs"):
+        agent.register_func(lambda query: "", func_name="one_more")
