@@ -400,17 +400,18 @@ class SessionRunner:
                 program_state: dict[str, Any] | None, trace: list[Message], book: EmbedBook,
                 lease: Lease | None = None, *, had_state: bool) -> None:
         table = self.s.sessions.table_name
-        state_item = None if program_state is None else self.s.sessions.item({
+        state_item = self.s.sessions.item({
             "session_id": session.session_id, "item": STATE_ITEM,
-            "state": json.dumps(program_state, separators=(",", ":"))})
-        if state_item is not None and item_bytes(state_item) > MAX_ITEM_BYTES:
+            "state": json.dumps(program_state, separators=(",", ":"))}) if program_state else None
+        state_bytes = 0 if state_item is None else item_bytes(state_item)
+        if state_bytes > MAX_ITEM_BYTES:
             # DynamoDB refuses it, and the write with it: the query ended INTERRUPTED,
             # its session held for the queue's redelivery (a few large pages, then a
             # question, were enough).
             outcome, program_state, state_item = failure_outcome(AgentFailed(
                 "the run asked a question after more steps than a paused run can keep "
-                f"({item_bytes(state_item) // 1024:,} KB; at most {MAX_ITEM_BYTES // 1024} "
-                "KB): ask for less at a time")), None, None
+                f"({state_bytes // 1024:,} KB; at most {MAX_ITEM_BYTES // 1024} KB): ask for "
+                "less at a time")), None, None
         reply = Message(
             session_id=session.session_id, message_id=ids.ulid(), text=outcome.text,
             type=_TERMINAL[outcome.status], in_reply_to=query.message_id,
@@ -433,7 +434,7 @@ class SessionRunner:
             marker, {"Put": {"TableName": table, "Item": self.s.sessions.message_item(reply)}},
             session_update,
         ]
-        if program_state and state_item is not None:
+        if state_item is not None:
             items.append({"Put": {"TableName": table, "Item": state_item}})
         elif had_state:  # a paused program ends (a Delete bills 2 WRU even of nothing)
             state_key = {**key, "item": {"S": STATE_ITEM}}
