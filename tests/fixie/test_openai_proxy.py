@@ -151,6 +151,7 @@ def test_the_proxy_takes_only_agent_tokens_and_caps_completions(proxy):
     dave, _ = platform.user("dave", daily_token_limit=1000)
     dave_token = platform.services.auth.agent_token("alice/asker", dave, ids.handle())
     for prompt, max_tokens, status in (("x" * 8000, 10, 429),  # ~2,000 tokens
+                                       ("天" * 1200, 10, 429),  # ~1,200: one a character
                                        ("x" * 2000, 600, 429),  # ~500 + 600
                                        ("x" * 2000, None, 429),  # ~500 + 1,024 (the cap)
                                        ("x" * 2000, 600, 429),
