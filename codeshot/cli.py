@@ -310,10 +310,14 @@ def _new(args: argparse.Namespace) -> int:
 
 
 def _agent_test(args: argparse.Namespace) -> int:
-    from codeshot.devtools.agents import format_results, run_agent_tests
+    from codeshot.devtools.agents import Verdict, format_results, run_agent_tests
 
     results = run_agent_tests(args.agent_dir)
     print(format_results(results))
+    if all(result.verdict is Verdict.SKIP for result in results):
+        # Nothing was checked: a run in CI must not read as the agent passing.
+        print("codeshot: no test ran: each was skipped (see the reason above)", file=sys.stderr)
+        return 1
     return 0 if all(result.passed for result in results) else 1
 
 
@@ -503,7 +507,7 @@ def build_parser() -> argparse.ArgumentParser:
         "...\", as Fixie's tests are written) is judged by the language model, and SKIPPED "
         "with the offline fewshot provider; any other `expected` must appear in the answer; "
         "`regex` must match it. Prints PASS / FAIL / SKIP per test with the reason; exits 1 "
-        "if any test fails.",
+        "if any test fails, or if every test was skipped.",
     )
     test.add_argument("agent_dir", type=Path, metavar="AGENT_DIR")
     test.set_defaults(run=_agent_test)

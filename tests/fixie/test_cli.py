@@ -231,6 +231,15 @@ def test_agent_test_skips_sentences_offline_and_checks_text_and_regex(tmp_path):
     assert (skipped.verdict.value, skipped.reason) == ("SKIP", NEEDS_JUDGE)
     assert sum(row.startswith("PASS") for row in rows) == 2
 
+    # Only sentences to judge, offline: nothing was checked, which is no pass.
+    config = directory / "agent.yaml"
+    text = config.read_text()
+    config.write_text(text[:text.index("  - query: Shout hello\n    expected: HELLO\n")])
+    out = codeshot("agent", "test", str(directory), cwd=tmp_path)
+    assert out.stdout.splitlines()[-1] == "0 passed, 0 failed, 1 skipped", out.stdout
+    assert out.returncode == 1
+    assert out.stderr == "codeshot: no test ran: each was skipped (see the reason above)\n"
+
 
 def test_agent_test_finds_the_agents_own_mistakes_before_starting_a_platform(
         tmp_path, monkeypatch):
