@@ -246,20 +246,25 @@ MAX_FUNC_NAME = 128  # as MCP tool names may be
 FUNC_NAME_RE = re.compile(r"\w+")  # Func[name] in few-shots, tool names, registrations
 
 
+def check_prompts(base_prompt: str, few_shots: list[str]) -> None:
+    """INVALID_INPUT unless the base prompt and few-shots are within their caps (the SDK
+    checks them when an agent is made, the platform when it is registered)."""
+    check_text(base_prompt, "basePrompt", MAX_BASE_PROMPT)
+    if len(few_shots) > MAX_FEW_SHOTS:
+        raise InvalidInput(f"{len(few_shots)} few-shots; an agent has at most {MAX_FEW_SHOTS}")
+    for i, shot in enumerate(few_shots, 1):
+        check_text(shot, f"few-shot {i}", MAX_FEW_SHOT)
+
+
 def check_agent_fields(agent: Agent) -> Agent:
     """INVALID_INPUT unless every field is within its cap; the name and description are
     one line (the planner shows them to an LLM)."""
     check_text(agent.name, "name", MAX_AGENT_NAME, one_line=True)
     check_text(agent.description, "description", MAX_AGENT_DESCRIPTION, one_line=True)
-    check_text(agent.base_prompt, "basePrompt", MAX_BASE_PROMPT)
+    check_prompts(agent.base_prompt, agent.few_shots)
     for what, url in (("queryUrl", agent.query_url), ("funcUrl", agent.func_url),
                       ("mcpUrl", agent.mcp_url), ("moreInfoUrl", agent.more_info_url)):
         check_text(url or "", what, MAX_URL, one_line=True)
-    if len(agent.few_shots) > MAX_FEW_SHOTS:
-        raise InvalidInput(f"{len(agent.few_shots)} few-shots; an agent has at most "
-                           f"{MAX_FEW_SHOTS}")
-    for i, shot in enumerate(agent.few_shots, 1):
-        check_text(shot, f"few-shot {i}", MAX_FEW_SHOT)
     if len(agent.sample_queries) > MAX_SAMPLE_QUERIES:
         raise InvalidInput(f"{len(agent.sample_queries)} sample queries; an agent has at most "
                            f"{MAX_SAMPLE_QUERIES}")

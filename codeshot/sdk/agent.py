@@ -14,7 +14,7 @@ from collections.abc import Callable
 from typing import Any
 
 from codeshot.engine.fewshot import FewShotError, func_names, parse_few_shots, validate_base_prompt
-from codeshot.models import FUNC_NAME_RE, MAX_FUNC_NAME, MAX_FUNCS
+from codeshot.models import FUNC_NAME_RE, MAX_FUNC_NAME, MAX_FUNCS, check_prompts
 from codeshot.sdk.corpora import CustomCorpus, UrlDocumentCorpus
 from codeshot.sdk.funcs import Func, make_func
 from codeshot.sdk.llm_settings import LlmSettings
@@ -149,6 +149,7 @@ class CodeShotAgent(AgentBase):
             _strip_lines(shot) for shot in few_shots]
         self.parsed_few_shots = parse_few_shots(source, conversational=conversational)
         self.few_shots = [shot.render() for shot in self.parsed_few_shots]
+        check_prompts(self.base_prompt, self.few_shots)  # else refused only at registration
         self.url_corpora = list(corpora or [])
         self.conversational = conversational
         self.llm_settings = llm_settings

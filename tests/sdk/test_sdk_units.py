@@ -6,6 +6,7 @@ import pytest
 from pydantic import ValidationError
 
 from codeshot.engine.fewshot import FewShotError
+from codeshot.errors import InvalidInput
 from codeshot.models import MAX_INT
 from codeshot.sdk import AgentQuery, CodeShotAgent, Embed, LlmSettings, Message, UserStorage
 from codeshot.sdk.app import prefers_yaml
@@ -86,6 +87,19 @@ def test_few_shots_are_checked_at_construction_with_line_numbers():
         CodeShotAgent("I test.", "Q: x\nA: y\n\nQ: z\nAsk Func[b]: 1\nA: w")
     with pytest.raises(FewShotError, match="base prompt must not be empty"):
         CodeShotAgent("  \n ", "Q: x\nA: y")
+
+
+@pytest.mark.parametrize(("base_prompt", "few_shots", "error"), [
+    ("I help. " * 1300, "Q: x\nA: y", "basePrompt is 10399 characters; the limit is 10000"),
+    ("I help.", ["Q: x\nA: y"] * 51, "51 few-shots; an agent has at most 50"),
+    ("I help.", "Q: x\nA: " + "y" * 4000, "few-shot 1 is 4008 characters; the limit is 4000"),
+])
+def test_prompts_over_the_platforms_caps_are_refused_when_the_agent_is_made(
+        base_prompt, few_shots, error):
+    """They were refused only when the agent was registered, after it was written and
+    served."""
+    with pytest.raises(InvalidInput, match=error):
+        CodeShotAgent(base_prompt, few_shots)
 
 
 def test_prompts_in_indented_strings_are_stripped_as_fixie_does():
