@@ -60,6 +60,7 @@ from codeshot.store.queue import PromptWork, Work
 from codeshot.store.sessions import (
     ANSWER_PREFIX,
     MSG_PREFIX,
+    PURGE_ITEMS,
     SESSION_ITEM,
     STATE_ITEM,
     Recent,
@@ -148,6 +149,10 @@ class SessionRunner:
             return
         if work.kind == Work.SWEEP:
             self._sweep(work, final_attempt)
+            return
+        if work.kind == Work.PURGE:
+            if self.s.sessions.purge(work.session_id, PURGE_ITEMS):
+                self.s.queue.enqueue(work.next_part())
             return
         pending = self._pending(work)
         if pending is None:

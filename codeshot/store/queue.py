@@ -29,7 +29,9 @@ class Work:
     corpus ingestion (``corpus/<agent id>`` as its ``session_id``, the version as its id);
     with ``kind`` "sweep" a part of the sweep of a deleted agent registration's user
     storage (``sweep/<agent id>``, "<registration>.<part>" as its id: each part is queued
-    by the one before, under an id of its own)."""
+    by the one before, under an id of its own); with ``kind`` "purge" a part of a
+    deleted session's deletion (its ``session_id``, "purge.<session id>.<part>" as its
+    id), in the session's own group, after the queries queued before it."""
 
     session_id: str
     message_id: str
@@ -38,6 +40,7 @@ class Work:
 
     CORPUS = "corpus"
     SWEEP = "sweep"
+    PURGE = "purge"
 
     @classmethod
     def corpus(cls, agent_id: str, version: str) -> Work:
@@ -47,12 +50,16 @@ class Work:
     def sweep(cls, agent_id: str, registration: int, part: int = 0) -> Work:
         return cls(f"{cls.SWEEP}/{agent_id}", f"{registration}.{part}", cls.SWEEP)
 
+    @classmethod
+    def purge(cls, session_id: str, part: int = 0) -> Work:
+        return cls(session_id, f"{cls.PURGE}.{session_id}.{part}", cls.PURGE)
+
     @property
     def group(self) -> str:
-        """Its FIFO message group: a query's session; a corpus ingestion's or a sweep's
-        agent, by a hash of its id (an agent id is up to 127 characters, a group id at
-        most 128)."""
-        if self.kind == "query":
+        """Its FIFO message group: a query's or a purge's session; a corpus ingestion's or
+        a sweep's agent, by a hash of its id (an agent id is up to 127 characters, a group
+        id at most 128)."""
+        if self.kind in ("query", self.PURGE):
             return self.session_id
         return f"{self.kind}/{hashlib.sha256(self.agent_id.encode()).hexdigest()[:40]}"
 
@@ -67,9 +74,11 @@ class Work:
         return int(self.message_id.split(".")[0])
 
     def next_part(self) -> Work:
-        """The sweep's part after this one."""
-        return Work.sweep(self.agent_id, self.registration,
-                          int(self.message_id.split(".")[1]) + 1)
+        """The sweep's or the purge's part after this one."""
+        part = int(self.message_id.rsplit(".", 1)[1]) + 1
+        if self.kind == self.PURGE:
+            return Work.purge(self.session_id, part)
+        return Work.sweep(self.agent_id, self.registration, part)
 
     def body(self) -> str:
         body = {"session_id": self.session_id, "message_id": self.message_id}

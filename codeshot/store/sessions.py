@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Collection, Iterator
+from collections.abc import Callable, Collection, Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -56,6 +56,10 @@ IDEMPOTENCY_PREFIX = "IDEM#"  # a posted message's idempotency key -> its messag
 # not listed), kept a week: a client paging with its handle as `after` goes on from it.
 DELETED_ITEM = "DELETED"
 DELETED_KEPT_SECONDS = 7 * 86400
+# Items a session's deletion deletes in the request (a few seconds of batch writes); a
+# larger session's rest is queued for the runner, which deletes PURGE_ITEMS a part.
+DELETE_ITEMS = 2_000
+PURGE_ITEMS = 10_000
 # A user's one-time keys for new sessions live in a partition of their own,
 # GUARD#<owner>, item <key> -> the session made for it (no owner attribute: not listed).
 GUARD_PARTITION = "GUARD#"
@@ -321,16 +325,37 @@ class SessionStore(Repository):
         except self.db.exceptions.ConditionalCheckFailedException as exc:
             raise Conflict(f"session {session_id} is not {expected or 'present'}") from exc
 
-    def delete(self, session_id: str, owner: str) -> Session:
+    def delete(self, session_id: str, owner: str, purge_later: Callable[[], None]) -> Session:
         """Delete the session and everything in its partition, but for its place in its
-        owner's list (:meth:`place`), kept a while."""
+        owner's list (:meth:`place`), kept a while. A session of more than DELETE_ITEMS
+        items (a request has 29 s) is gone for its owner at once: ``purge_later`` queues
+        the rest's deletion (:meth:`purge`) before its SESSION item goes."""
         session = self.get(session_id, owner)
         self.db.put_item(TableName=self.table_name, Item=to_item({
             "session_id": session_id, "item": DELETED_ITEM, "deleted_owner": owner,
             "deleted_created": session.to_dict()["created"],
             EXPIRES_AT: int(time.time()) + DELETED_KEPT_SECONDS}))
+        keys = self._item_keys(session_id, DELETE_ITEMS + 1)
+        if len(keys) > DELETE_ITEMS:
+            purge_later()
+            keys = [_key(session_id, SESSION_ITEM)]
+        self._delete_keys(keys)
+        return session
+
+    def purge(self, session_id: str, max_items: int) -> bool:
+        """Delete up to ``max_items`` items of a deleted session (one with its DELETED
+        marker); whether any may be left."""
+        if not self.get_items(session_id, [DELETED_ITEM]):
+            raise RuntimeError(f"session {session_id} is not deleted: not purged")
+        keys = self._item_keys(session_id, max_items)
+        self._delete_keys(keys)
+        return len(keys) == max_items
+
+    def _item_keys(self, session_id: str, limit: int) -> list[dict[str, Any]]:
+        """The keys of up to ``limit`` items of the session's partition, but its DELETED
+        marker."""
         keys: list[dict[str, Any]] = []
-        kwargs: dict[str, Any] = {
+        for page in query_pages(self.db, {
             "TableName": self.table_name,
             "KeyConditionExpression": "session_id = :s",
             "FilterExpression": "#i <> :deleted",
@@ -338,17 +363,16 @@ class SessionStore(Repository):
                                           ":deleted": {"S": DELETED_ITEM}},
             "ProjectionExpression": "session_id, #i",
             "ExpressionAttributeNames": {"#i": "item"},
-        }
-        while True:
-            out = self.db.query(**kwargs)
-            keys.extend(out.get("Items", []))
-            if "LastEvaluatedKey" not in out:
+        }):
+            keys.extend(page.get("Items", []))
+            if len(keys) >= limit:
                 break
-            kwargs["ExclusiveStartKey"] = out["LastEvaluatedKey"]
+        return keys[:limit]
+
+    def _delete_keys(self, keys: list[dict[str, Any]]) -> None:
         # The SESSION item goes last so a half-finished delete can be retried.
         keys.sort(key=lambda k: k["item"]["S"] == SESSION_ITEM)
         batch_write(self.db, self.table_name, [{"DeleteRequest": {"Key": k}} for k in keys])
-        return session
 
     def owner_update(self, session_id: str, owner: str, new_embeds: int = 0) -> UpdateTypeDef:
         """The transaction Update that checks ``owner`` has the session (a post's own write

@@ -6,6 +6,7 @@ from codeshot import ids
 from codeshot.errors import InvalidInput, NotFound
 from codeshot.models import EMBED_KEY_RE, MAX_URL, Embed, EmbedRef, Message, Principal, Session
 from codeshot.services import Services
+from codeshot.store.queue import Work
 from codeshot.text import check_text
 from codeshot.usecases import paging
 from codeshot.usecases.agents import usable_agent
@@ -81,7 +82,9 @@ def list_sessions(services: Services, principal: Principal, after: str | None = 
 
 
 def delete_session(services: Services, principal: Principal, session_id: str) -> Session:
-    return services.sessions.delete(session_id, owner=user_id_of(principal))
+    return services.sessions.delete(
+        session_id, owner=user_id_of(principal),
+        purge_later=lambda: services.queue.enqueue(Work.purge(session_id)))
 
 
 def session_for_agent(

@@ -18,7 +18,9 @@ from fastapi.responses import JSONResponse, PlainTextResponse, Response, Streami
 
 from codeshot.local.http_server import HttpServer
 from codeshot.local.poller import QueuePoller
+from codeshot.runner.batch import process_batch, record_of
 from codeshot.runner.session_runner import SessionRunner
+from codeshot.services import Services
 
 DICE = {
     "type": "code_shot",
@@ -206,3 +208,21 @@ def closed_port_url() -> str:
 
     return f"http://127.0.0.1:{free_port()}"
 
+
+@pytest.fixture
+def services(aws):
+    """The platform's services on moto in-process, with no API or poller running."""
+    return Services(aws.replace(local_mode=True))
+
+
+def run_queue(services: Services) -> int:
+    """What is queued, through the runner as the Lambda's SQS trigger gives it; how many
+    messages ran."""
+    runner, ran = SessionRunner(services), 0
+    while messages := services.queue.receive(wait_seconds=0):
+        event = {"Records": [record_of(m) for m in messages]}
+        assert process_batch(event, runner.handle) == {"batchItemFailures": []}
+        for message in messages:
+            services.queue.delete(message["ReceiptHandle"])
+        ran += len(messages)
+    return ran

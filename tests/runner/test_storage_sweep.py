@@ -19,13 +19,9 @@ from codeshot.store.queue import Work
 from codeshot.store.tables import SESSION_QUEUE
 from codeshot.usecases import user_storage
 from codeshot.usecases.registration import AgentFields, AgentRegistration, daily_agent_change
+from tests.runner.conftest import run_queue
 
 OWNER = Principal(user_id="u-alice", username="alice")
-
-
-@pytest.fixture
-def services(aws):
-    return Services(aws.replace(local_mode=True))
 
 
 def changes(services: Services) -> AgentRegistration:
@@ -59,19 +55,6 @@ def in_table(services: Services, agent_id: str) -> dict[str, str]:
     return {f"{i['scope']['S'].split('#')[0]}/{i['key']['S']}":
             i.get("registration", {"S": ""})["S"].rpartition("#")[2]
             for i in items if i["scope"]["S"].endswith("#" + agent_id)}
-
-
-def run_queue(services: Services) -> int:
-    """What is queued, through the runner as the Lambda's SQS trigger gives it; how many
-    messages ran."""
-    runner, ran = SessionRunner(services), 0
-    while messages := services.queue.receive(wait_seconds=0):
-        event = {"Records": [record_of(m) for m in messages]}
-        assert process_batch(event, runner.handle) == {"batchItemFailures": []}
-        for message in messages:
-            services.queue.delete(message["ReceiptHandle"])
-        ran += len(messages)
-    return ran
 
 
 def test_deleting_an_agent_deletes_every_users_storage_and_a_new_one_inherits_none(services):
