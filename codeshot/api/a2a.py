@@ -584,7 +584,13 @@ class SessionTasks(RequestHandler):
 
 async def jsonrpc(request: Request, services: Services, principal: Principal,
                   agent_id: str) -> Response:
-    """Answer one JSON-RPC request (1.0 and 0.3 method names) for ``agent_id``."""
+    """Answer one JSON-RPC request (1.0 and 0.3 method names) for ``agent_id``. A
+    notification (no ``id``) is not answered, as JSON-RPC 2.0 says, and does nothing: A2A
+    defines none (the a2a-sdk's dispatcher ran it, an agent's query among them)."""
+    with contextlib.suppress(ValueError):  # not JSON: the dispatcher answers -32700
+        body = await request.json()
+        if isinstance(body, dict) and "id" not in body:
+            return Response(status_code=204)
     request.state.codeshot_principal = principal
     dispatcher = JsonRpcDispatcher(SessionTasks(services, agent_id),
                                    context_builder=ContextBuilder(), enable_v0_3_compat=True)

@@ -230,6 +230,24 @@ def test_bad_input_gets_clear_protocol_errors(stack):
     assert "Traceback" not in json.dumps(missing)
 
 
+def test_a_notification_is_not_answered_and_runs_nothing(stack):
+    """A request without an id is a JSON-RPC notification, which a server must not
+    answer: a2a-sdk's dispatcher answered it, and ran its message through the agent."""
+    _, key = new_account(stack, "notifier")
+    auth = {"Authorization": f"Bearer {key}", "A2A-Version": "1.0"}
+    for method, message in (
+            ("SendMessage", {"role": "ROLE_USER", "messageId": str(uuid.uuid4()),
+                             "parts": [{"text": "Roll a d20"}]}),
+            ("message/send", {"kind": "message", "role": "user", "messageId": str(uuid.uuid4()),
+                              "parts": [{"kind": "text", "text": "Roll a d6"}]})):
+        r = httpx.post(f"{stack.api_url}/a2a/local/dice", headers=auth, timeout=60, json={
+            "jsonrpc": "2.0", "method": method, "params": {"message": message}})
+        assert (r.status_code, r.content) == (204, b""), r.text
+    sessions = httpx.post(f"{stack.api_url}/graphql", headers=auth, timeout=30,
+                          json={"query": "{ allSessions { handle } }"}).json()
+    assert sessions == {"data": {"allSessions": []}}
+
+
 def test_another_users_task_is_not_found(stack):
     async def exchange():
         mine = await send(await client_for(stack, stack.state["api_key"], "local/dice"),
