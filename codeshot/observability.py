@@ -128,7 +128,9 @@ def _powertools(handler: Handler, service: str) -> Handler:
     def call(event: Any, context: Any) -> Any:  # a function: Mangum's handler is an object
         return handler(event, context)
 
-    traced: Handler = logger.inject_lambda_context(tracer.capture_lambda_handler(call))
+    # Not the response: Powertools would keep it in the trace, API keys and replies too.
+    traced: Handler = logger.inject_lambda_context(
+        tracer.capture_lambda_handler(call, capture_response=False))
     return traced
 
 
