@@ -188,6 +188,11 @@ class PlatformStack(Stack):
             # receive). Unreserved, those maximums still bound it (config.py says why).
             reserved_concurrency=config.runner_max_concurrency + PROMPT_MAX_CONCURRENCY
             if config.reserve_runner_concurrency else None,
+            # It queues its own next work: a callback's next poll (up to an hour of them),
+            # a sweep's or a session purge's next part. Lambda stops such a chain at its
+            # 16th invocation as a loop, dropping the rest to the dead-letter queue. Each
+            # chain ends by itself (the prompt's deadline, the last part).
+            recursive_loop=lambda_.RecursiveLoop.ALLOW,
             environment=common | data_env | settings_env(
                 # A callback's answer is posted to the session queue as the user's message.
                 queue_url=self.sessions_queue.queue.queue_url,

@@ -35,6 +35,7 @@ class PythonFunction(Construct):
         environment: Mapping[str, str],
         target: Target = LAMBDA_TARGET,
         reserved_concurrency: int | None = None,
+        recursive_loop: lambda_.RecursiveLoop = lambda_.RecursiveLoop.TERMINATE,
     ) -> None:
         super().__init__(scope, id)
         self.environment = dict(environment)  # what the code reads its settings from
@@ -64,6 +65,7 @@ class PythonFunction(Construct):
             logging_format=lambda_.LoggingFormat.JSON,
             tracing=lambda_.Tracing.ACTIVE,
             reserved_concurrent_executions=reserved_concurrency,
+            recursive_loop=recursive_loop,
         )
         suppress(self.role, "AwsSolutions-IAM5", X_RAY_REASON, ["Resource::*"])
         suppress(self.function, "AwsSolutions-L1",

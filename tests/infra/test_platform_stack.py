@@ -204,6 +204,16 @@ def test_functions_runtime_and_observability(synth, handler):
         assert name.removeprefix("CODESHOT_").lower() in {f.name for f in FIELDS}, name
 
 
+def test_only_the_runner_may_queue_its_own_work_past_lambdas_loop_detection(synth):
+    """The runner queues a callback's next poll (about 65 in an hour), a sweep's and a
+    purge's next part: Lambda's default stops such a chain at 16 invocations, leaving a
+    question waiting for ever and a deleted agent's storage half swept."""
+    assert synth.platform.function(RUNNER)[1]["RecursiveLoop"] == "Allow"
+    for handler in (API, REGISTER):
+        assert synth.platform.function(handler)[1].get("RecursiveLoop", "Terminate") == \
+            "Terminate"
+
+
 def test_timeouts_fit_api_gateway_and_the_queue(synth):
     assert synth.platform.function(API)[1]["Timeout"] <= 29
     # AWS's advice for SQS triggers: visibility >= 6x the function timeout, 5+ receives.
