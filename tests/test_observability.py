@@ -88,7 +88,7 @@ def test_a_traced_response_keeps_its_secrets_out_of_x_ray():
                          check=True, cwd=root, timeout=60,
                          env={"PYTHONPATH": str(root), "PATH": "", "AWS_REGION": "us-east-1",
                               "AWS_LAMBDA_FUNCTION_NAME": "codeshot-api-fn",
-                              "LAMBDA_TASK_ROOT": "/tmp"})
-    segment = json.loads(run.stdout.split("\n", 1)[1])  # after the daemon protocol's header
+                              "LAMBDA_TASK_ROOT": str(root)})
+    segment = json.loads(run.stdout.split("\n", 1)[1])  # after the daemon's header
     assert segment["name"] == "## call", segment  # the handler's subsegment: traced
     assert "SECRET" not in run.stdout, run.stdout
