@@ -220,8 +220,7 @@ class Settings:
         return Settings(**{f.name: getattr(self, f.name) for f in FIELDS} | changes)
 
     def agent_models(self) -> frozenset[str]:
-        return frozenset(m.strip() for m in (self.agent_llm_models or "").split(",")
-                         if m.strip())
+        return model_list(self.agent_llm_models)
 
     def token_audiences(self) -> list[str]:
         audiences = [self.api_url.rstrip("/")]
@@ -285,3 +284,8 @@ def _check(field: dataclasses.Field[Any], value: Any, source: str) -> Any:
 @lru_cache(maxsize=1)
 def get_settings() -> Settings:
     return Settings()
+
+
+def model_list(value: str | None) -> frozenset[str]:
+    """Model ids written comma-separated (``CODESHOT_AGENT_LLM_MODELS``)."""
+    return frozenset(m.strip() for m in (value or "").split(",") if m.strip())

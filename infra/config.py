@@ -115,29 +115,33 @@ def _value(node: Node, key: str, default: Any) -> Any:
     return raw
 
 
+# Each InfraConfig field's context key (cdk.json, or -c on the command line).
+CONTEXT_KEYS = {
+    "stack_name": "codeshot:stackName",
+    "agent_dirs": "codeshot:agentDirs",
+    "admin_username": "codeshot:adminUsername",
+    "publish_agents": "codeshot:publishAgents",
+    "llm": "codeshot:llm",
+    "llm_model": "codeshot:llmModel",
+    "embedder": "codeshot:embedder",
+    "embedding_model": "codeshot:embeddingModel",
+    "bundle_boto3": "codeshot:bundleBoto3",
+    "api_rate_limit": "codeshot:apiRateLimit",
+    "api_burst_limit": "codeshot:apiBurstLimit",
+    "extra_env": "codeshot:extraEnv",
+    "retain_data": "codeshot:retainData",
+    "bundle_target": "codeshot:bundleTarget",
+    "deletion_protection": "codeshot:deletionProtection",
+    "session_ttl_days": "codeshot:sessionTtlDays",
+    "runner_max_concurrency": "codeshot:runnerMaxConcurrency",
+    "reserve_runner_concurrency": "codeshot:reserveRunnerConcurrency",
+    "api_reserved_concurrency": "codeshot:apiReservedConcurrency",
+    "alarm_email": "codeshot:alarmEmail",
+    "corpus_search": "codeshot:corpusSearch",
+}
+
+
 def read_config(node: Node) -> InfraConfig:
     defaults = InfraConfig()
-    keys = {
-        "stack_name": "codeshot:stackName",
-        "agent_dirs": "codeshot:agentDirs",
-        "admin_username": "codeshot:adminUsername",
-        "publish_agents": "codeshot:publishAgents",
-        "llm": "codeshot:llm",
-        "llm_model": "codeshot:llmModel",
-        "embedder": "codeshot:embedder",
-        "embedding_model": "codeshot:embeddingModel",
-        "bundle_boto3": "codeshot:bundleBoto3",
-        "api_rate_limit": "codeshot:apiRateLimit",
-        "api_burst_limit": "codeshot:apiBurstLimit",
-        "extra_env": "codeshot:extraEnv",
-        "retain_data": "codeshot:retainData",
-        "bundle_target": "codeshot:bundleTarget",
-        "deletion_protection": "codeshot:deletionProtection",
-        "session_ttl_days": "codeshot:sessionTtlDays",
-        "runner_max_concurrency": "codeshot:runnerMaxConcurrency",
-        "reserve_runner_concurrency": "codeshot:reserveRunnerConcurrency",
-        "api_reserved_concurrency": "codeshot:apiReservedConcurrency",
-        "alarm_email": "codeshot:alarmEmail",
-        "corpus_search": "codeshot:corpusSearch",
-    }
-    return InfraConfig(**{f: _value(node, k, getattr(defaults, f)) for f, k in keys.items()})
+    return InfraConfig(**{f: _value(node, k, getattr(defaults, f))
+                          for f, k in CONTEXT_KEYS.items()})

@@ -13,7 +13,12 @@ from aws_cdk import aws_lambda as lambda_
 from aws_cdk import aws_lambda_event_sources as events
 from constructs import Construct
 
-from codeshot.settings import RUNNER_RECORD_MARGIN_SECONDS, field_named, runner_record_seconds
+from codeshot.settings import (
+    RUNNER_RECORD_MARGIN_SECONDS,
+    field_named,
+    model_list,
+    runner_record_seconds,
+)
 from codeshot.store import tables
 from infra.bundling import (
     API_FUNCTION,
@@ -34,7 +39,7 @@ from infra.components.function import PythonFunction
 from infra.components.http_api import LambdaHttpApi
 from infra.components.signing import OAuthTokenKey, SigningKeys
 from infra.config import REPO_ROOT, InfraConfig
-from infra.settings_env import configured, extra_env, settings_env
+from infra.settings_env import configured, extra_env, refuse_stack_settings, settings_env
 
 # API: HTTP APIs cut integrations off at 30 s, so 29 s lets the Lambda answer (or fail)
 # first. sendSessionMessage waits for the reply at most REPLY_WAIT, inside that budget,
@@ -128,7 +133,7 @@ class PlatformStack(Stack):
             embedder=config.embedder,
             embedding_model=config.embedding_model,
             **table_env,
-        ) | extra_env(config.extra_env)
+        )
         corpus_env = {} if self.corpus_vectors is None else settings_env(
             corpus_search="s3vectors", corpus_vector_bucket=self.corpus_vectors.bucket_name)
         data_env = corpus_env | settings_env(
@@ -137,8 +142,13 @@ class PlatformStack(Stack):
             llm=config.llm,
             llm_model=config.llm_model,
         )
+        extra = extra_env(config.extra_env)
+        refuse_stack_settings(extra, common | data_env | self.accounts.env() | settings_env(
+            queue_url="", queue_name="", prompt_queue_url="", prompt_queue_name=""))
         embedding_models = [config.embedding_model] if config.embedder == "bedrock" else []
         llm_models = [config.llm_model] if config.llm == "bedrock" else []
+        if llm_models:  # those agents may choose (extraEnv) are called on the same roles
+            llm_models += sorted(model_list(configured(extra, "agent_llm_models")))
         if not Token.is_unresolved(self.region):  # known when deployed with credentials
             for models, setting in ((llm_models, "codeshot:llmModel"),
                                     (embedding_models, "codeshot:embeddingModel")):
@@ -156,7 +166,7 @@ class PlatformStack(Stack):
                 queue_name=self.sessions_queue.queue.queue_name,
                 reply_wait_seconds=API_REPLY_WAIT_SECONDS,
                 # A deployed schema is not browsable; codeshot:extraEnv can turn it on.
-                graphql_introspection=False) | self.accounts.env() | extra_env(config.extra_env),
+                graphql_introspection=False) | self.accounts.env() | extra,
         )
         self.http.route_to(self.api.function)
         role = self.api.role
@@ -198,7 +208,7 @@ class PlatformStack(Stack):
                 queue_url=self.sessions_queue.queue.queue_url,
                 queue_name=self.sessions_queue.queue.queue_name,
                 prompt_queue_url=self.prompt_queue.queue.queue_url,
-                prompt_queue_name=self.prompt_queue.queue.queue_name),
+                prompt_queue_name=self.prompt_queue.queue.queue_name) | extra,
         )
         check_time_limits(api_env=self.api.environment, runner_env=self.runner.environment)
         for queue, concurrency in ((self.sessions_queue.queue, config.runner_max_concurrency),
@@ -236,7 +246,7 @@ class PlatformStack(Stack):
             environment=common | corpus_env | settings_env(
                 queue_url=self.sessions_queue.queue.queue_url,
                 queue_name=self.sessions_queue.queue.queue_name,
-                embeds_bucket=self.embeds.bucket.bucket_name),  # an agent's corpus objects
+                embeds_bucket=self.embeds.bucket.bucket_name) | extra,  # corpus objects
         )
         role = self.register_agent.role
         self._tables(role, REGISTER_TABLES)

@@ -11,6 +11,7 @@ from typing import Any
 
 from codeshot.settings import ENV_PREFIX as PREFIX
 from codeshot.settings import FIELDS, SettingsError, check_setting, env_names, field_named
+from infra.config import CONTEXT_KEYS
 
 FIELD_NAMES = {f.name for f in FIELDS}
 
@@ -48,6 +49,17 @@ def extra_env(values: Mapping[str, str]) -> dict[str, str]:
             raise ValueError(f"codeshot:extraEnv: {e}") from None
         out[env_name(field)] = str(value)
     return out
+
+
+def refuse_stack_settings(extra: Mapping[str, str], stack_env: Mapping[str, Any]) -> None:
+    """A ValueError if ``codeshot:extraEnv`` sets what the stack sets for every function
+    (from its resources or a context key): a function would read one value and its role
+    be granted for the other (a Bedrock model), or point at a table it has no access to."""
+    for name in sorted(set(extra) & set(stack_env)):
+        field = name.removeprefix(PREFIX).lower()
+        instead = f"set {CONTEXT_KEYS[field]} instead" if field in CONTEXT_KEYS else \
+            "it names one of the stack's own resources"
+        raise ValueError(f"codeshot:extraEnv: {name} is set by the stack: {instead}")
 
 
 def configured(env: Mapping[str, Any], field: str) -> Any:

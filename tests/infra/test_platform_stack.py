@@ -269,6 +269,37 @@ def test_extra_env_up_to_the_bounds_is_deployed(tmp_path):
     assert platform.env(API)["CODESHOT_REPLY_WAIT_SECONDS"] == "25.5"
 
 
+def test_extra_env_reaches_every_function_and_their_roles(tmp_path):
+    """The runner's own settings were applied after extraEnv's, so a setting every
+    function reads (here the LLM's timeout) differed between them; and no role could
+    call the models `CODESHOT_AGENT_LLM_MODELS` lets agents choose."""
+    from tests.infra.conftest import synthesize
+
+    chosen = "anthropic.claude-3-5-haiku-20241022-v1:0"
+    platform = synthesize(tmp_path, **{"codeshot:extraEnv": {
+        "CODESHOT_LLM_TIMEOUT_SECONDS": "45", "CODESHOT_AGENT_LLM_MODELS": chosen}}).platform
+    for handler in (API, RUNNER, REGISTER):
+        assert platform.env(handler)["CODESHOT_LLM_TIMEOUT_SECONDS"] == "45", handler
+    for handler in (API, RUNNER):  # the proxy's calls, and the runner's
+        assert f"foundation-model/{chosen}" in invoked_models(platform, handler), handler
+
+
+@pytest.mark.parametrize(("name", "value", "error"), [
+    ("CODESHOT_LLM", "openai", "set codeshot:llm instead"),
+    ("CODESHOT_SESSION_TTL_DAYS", "7", "set codeshot:sessionTtlDays instead"),
+    ("CODESHOT_EMBEDS_BUCKET", "mine", "it names one of the stack's own resources"),
+    ("CODESHOT_PROMPT_QUEUE_URL", "https://x", "it names one of the stack's own resources"),
+])
+def test_extra_env_cannot_set_what_the_stack_sets(tmp_path, name, value, error):
+    """The runner went on reading the stack's value, and roles were granted for it: a
+    `CODESHOT_LLM` of openai left the runner, which answers every query, on Bedrock."""
+    from tests.infra.conftest import synthesize
+
+    with pytest.raises(ValueError, match=f"codeshot:extraEnv: {name} is set by the stack: "
+                                         f"{error}"):
+        synthesize(tmp_path, **{"codeshot:extraEnv": {name: value}})
+
+
 def test_environment_points_functions_at_the_resources(synth):
     env = synth.platform.env(API)
     (api_id,) = synth.platform.of_type("AWS::ApiGatewayV2::Api")
