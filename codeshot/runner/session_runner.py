@@ -235,7 +235,21 @@ class SessionRunner:
         if recent.session is None:
             return None
         found = self._query(work, recent.messages)
-        return None if found is None else (recent.session, recent, *found)
+        if found is None:
+            self._ask_again(recent.session, work, recent.messages)
+            return None
+        return recent.session, recent, *found
+
+    def _ask_again(self, session: Session, work: Work, newest_first: list[Message]) -> None:
+        """A redelivered query answered by a question that still waits on a task's
+        callback: its prompt queued again, as the runner may have stopped between storing
+        the question and queueing it. The callback is asked once all the same: a second
+        prompt polls the first's (codeshot.usecases.prompts)."""
+        if session.callback_url and session.callback_format == PROMPT_FORMAT and \
+                session.status is SessionStatus.AWAITING_INPUT and newest_first and \
+                newest_first[0].type is MessageType.AWAITING_INPUT and \
+                newest_first[0].in_reply_to == work.message_id:
+            self._prompt(session, newest_first[0])
 
     def _given_up(self, text: str, code: str) -> Outcome:
         """The error a query is answered with when the runner gives up on it (counted: an

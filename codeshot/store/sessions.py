@@ -4,7 +4,7 @@ All of a session lives in one partition (see ``tables.SESSIONS``), so one Query 
 a session with its recent history and deleting a session is one partition sweep. Item
 keys sort so that a descending read from the top returns the paused program (``STATE``),
 the session (``SESSION``) and then the newest messages (``MSG#<ulid>``): every other kind
-(``ANSWER#``, ``EMBED#``, ``IDEM#``) sorts below ``MSG#``.
+(``ANSWER#``, ``ASKED#``, ``EMBED#``, ``IDEM#``) sorts below ``MSG#``.
 """
 
 from __future__ import annotations
@@ -52,6 +52,9 @@ EMBED_PREFIX = "EMBED#"
 PAGE_READS = 4  # DynamoDB reads (of at most 1 MB each) for one page of messages
 ANSWER_PREFIX = "ANSWER#"  # the runner's exactly-once marker of an answered query
 IDEMPOTENCY_PREFIX = "IDEM#"  # a posted message's idempotency key -> its message id
+# A question's prompt POSTed to an Agent Protocol task's callback -> the prompt id it named
+# (codeshot/usecases/prompts.py): a redelivered or requeued prompt polls, never asks again.
+PROMPT_PREFIX = "ASKED#"
 # A deleted session's place in its owner's list (its created time; no `owner` attribute:
 # not listed), kept a week: a client paging with its handle as `after` goes on from it.
 DELETED_ITEM = "DELETED"
@@ -139,6 +142,29 @@ class SessionStore(Repository):
                                    "reply_id": reply_id}),
                 "ConditionExpression": "attribute_not_exists(#i)",
                 "ExpressionAttributeNames": {"#i": "item"}}
+
+    def claim_prompt(self, session_id: str, question_id: str) -> tuple[bool, str | None]:
+        """Claim the POST of a question's prompt to its task's callback, which asks the
+        user: (True, None) for the first claim; after it, (False, the prompt id the
+        callback named, or None while none is kept)."""
+        key = PROMPT_PREFIX + question_id
+        try:
+            self.db.put_item(TableName=self.table_name,
+                             Item=self.item({"session_id": session_id, "item": key}),
+                             ConditionExpression="attribute_not_exists(#i)",
+                             ExpressionAttributeNames={"#i": "item"})
+            return True, None
+        except self.db.exceptions.ConditionalCheckFailedException:
+            item = self.db.get_item(TableName=self.table_name, Key=_key(session_id, key),
+                                    ConsistentRead=True).get("Item") or {}
+            return False, item["prompt_id"]["S"] if "prompt_id" in item else None
+
+    def keep_prompt_id(self, session_id: str, question_id: str, prompt_id: str) -> None:
+        """The prompt id the callback named for the question's claimed prompt."""
+        self.db.update_item(TableName=self.table_name,
+                            Key=_key(session_id, PROMPT_PREFIX + question_id),
+                            UpdateExpression="SET prompt_id = :p",
+                            ExpressionAttributeValues={":p": {"S": prompt_id}})
 
     def posted_under(self, session_id: str, key: str) -> Message | None:
         """The message posted with idempotency ``key``, if any."""

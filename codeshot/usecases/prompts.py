@@ -19,12 +19,15 @@ called and ``body_sha256`` the body's hash), and goes through the SSRF-checked c
 A reply is read up to ``MAX_REPLY_BYTES`` (more is refused unread) within
 ``CALL_TIMEOUT_SECONDS`` in all, however slowly it comes: a callback cannot hold or
 flood the runner.
-A question answered meanwhile (by a step's input, or canceled) stops the exchange.
+A question answered meanwhile (by a step's input, or canceled) stops the exchange. A
+prompt is POSTed once a question: a redelivered first exchange polls the prompt the first
+one named.
 """
 
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import json
 import logging
 import math
@@ -86,6 +89,8 @@ class Prompts:
         url = session.callback_url or ""
         try:
             if work.prompt_id is None:
+                work = self._claimed(session, question, work)
+            if work.prompt_id is None:
                 reply = self._call(session, url, {"prompt": question.text})
             elif time.time() >= work.deadline:
                 self._end(session, f"No answer to the question {question.text!r} came back "
@@ -97,6 +102,20 @@ class Prompts:
         except CallbackFailed as exc:
             self._end(session, f"The question {question.text!r} could not be asked through "
                                f"the task's callback: {exc.message}", exc.code)
+
+    def _claimed(self, session: Session, question: Message, work: PromptWork) -> PromptWork:
+        """``work``, the prompt's first exchange, if it may POST the prompt: once a
+        question. Redelivered after the POST (or queued again by a redelivered query),
+        it polls the prompt the callback named instead; while none is kept, it waits for
+        a redelivery (the last ends the question: the user is never asked twice)."""
+        claimed, prompt_id = self.s.sessions.claim_prompt(session.session_id,
+                                                          question.message_id)
+        if claimed:
+            return work
+        if prompt_id is None:
+            raise RuntimeError(f"the prompt of {session.session_id} was posted; its id is "
+                               "not known yet")
+        return dataclasses.replace(work, prompt_id=prompt_id, attempt=max(work.attempt, 1))
 
     def _pending_question(self, session: Session, question_id: str) -> Message | None:
         if session.status is not SessionStatus.AWAITING_INPUT:
@@ -167,6 +186,9 @@ class Prompts:
                     or "/" in prompt_id:
                 raise CallbackFailed(f"a pending prompt needs a prompt_id of 1-{MAX_PROMPT_ID} "
                                      "characters without '/'")
+            if work.prompt_id is None:  # kept before its poll is queued (see _claimed)
+                self.s.sessions.keep_prompt_id(session.session_id, question.message_id,
+                                               prompt_id)
             self._schedule(PromptWork(session.session_id, question.message_id, work.deadline,
                                       prompt_id, work.attempt + 1))
 

@@ -281,6 +281,57 @@ def test_the_platforms_own_trouble_is_retried_then_ends_the_question(stack, book
     assert "answer it with a step" in step["output"]
 
 
+RESOLVED = (200, {"prompt_id": "p-1", "status": "resolved", "answer": "4"})
+
+
+def fails_once(monkeypatch, cls: type, name: str) -> list[str]:
+    """``cls.name`` raising on its first call, as a runner stopped at that point would
+    (the queue then delivers its message again); the calls it failed."""
+    real, failed = getattr(cls, name), []
+
+    def once(self, *args):
+        if not failed:
+            failed.append(name)
+            raise RuntimeError(f"the runner stopped before {name}")
+        return real(self, *args)
+
+    monkeypatch.setattr(cls, name, once)
+    return failed
+
+
+@pytest.mark.parametrize("callback", [[RESOLVED]], indirect=True)
+def test_a_question_stored_before_the_runner_stopped_is_still_asked(stack, booking, callback,
+                                                                    monkeypatch):
+    """The question was stored, then the runner stopped before queueing its prompt: the
+    redelivered query found it answered and did nothing, and the task waited for ever."""
+    from codeshot.runner.session_runner import SessionRunner
+
+    agent_id, made = booking
+    failed = fails_once(monkeypatch, SessionRunner, "_prompt")
+    _, task, steps = run_task(stack, agent_id, callback.url, "Gianni")
+    assert failed == ["_prompt"]
+    assert task["status"] == "completed", steps
+    assert [m for _, m, *_ in callback.seen] == ["POST"]  # asked once
+    assert made[-1] == "Gianni for 4"
+
+
+@pytest.mark.parametrize("callback", [[PENDING, RESOLVED]], indirect=True)
+def test_a_prompt_posted_before_the_runner_stopped_is_polled_not_asked_again(
+        stack, booking, callback, monkeypatch):
+    """The callback took the prompt, then the runner stopped before queueing its poll: the
+    redelivered exchange POSTed it again, and the user was asked twice."""
+    from codeshot.usecases.prompts import Prompts
+
+    agent_id, made = booking
+    failed = fails_once(monkeypatch, Prompts, "_schedule")
+    _, task, _ = run_task(stack, agent_id, callback.url, "Pia")
+    assert failed == ["_schedule"]
+    assert task["status"] == "completed"
+    assert [(m, path) for _, m, path, *_ in callback.seen] == [("POST", "/prompts"),
+                                                               ("GET", "/prompts/p-1")]
+    assert made[-1] == "Pia for 4"
+
+
 def test_a_huge_or_dripping_callback_reply_is_cut_off(stack, booking):
     agent_id, _ = booking
     with raw_server("huge", limit=64 << 20) as huge:
