@@ -27,6 +27,10 @@ ENV_PREFIX = "CODESHOT_"
 # less than both left of its invocation (codeshot/runner/batch.py), so the budget plus
 # this must fit the runner's timeout, twice (the CDK app refuses a budget that does not).
 RUNNER_RECORD_MARGIN_SECONDS = 10
+# The most an outside call an API request waits on may take (an MCP server described at
+# registration, an agent's OAuth token request), whatever the agent-call timeout: API
+# Gateway ends a request at 29 s, with a bare 500 instead of TIMEOUT.
+API_CALL_SECONDS = 20.0
 # One corpus ingestion's time in all (a session-queue record too, whatever the budget).
 CORPUS_INGEST_SECONDS = 120.0
 

@@ -32,6 +32,7 @@ from urllib.parse import SplitResult, urlencode, urlsplit, urlunsplit
 from codeshot.errors import CodeshotError, Forbidden, InvalidInput, NotFound, OAuthFailed
 from codeshot.models import Agent, MessageType, Principal, SessionStatus
 from codeshot.services import Services
+from codeshot.settings import API_CALL_SECONDS
 from codeshot.store.oauth import Flow, Grant, check_token
 from codeshot.text import as_one_line
 from codeshot.usecases.messaging import Messaging
@@ -230,7 +231,7 @@ def _exchange(services: Services, flow: Flow, code: str) -> None:
     url = agent.func_url or agent.query_url or ""
     client = AgentClient(
         services.auth.call_tokens(flow.user_id, flow.session_id),
-        timeout=services.settings.agent_call_timeout_seconds,
+        timeout=min(services.settings.agent_call_timeout_seconds, API_CALL_SECONDS),
         allow_loopback=services.settings.local_mode, retries=0)
     request = {"state": flow.state, "code": code, "code_verifier": flow.code_verifier,
                "redirect_uri": flow.redirect_uri}

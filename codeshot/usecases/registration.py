@@ -37,6 +37,7 @@ from codeshot.net.addresses import check_public_url
 from codeshot.routing.index import keep_no_agent_rows, with_embeddings
 from codeshot.runner.handshake import Handshake, fetch_handshake
 from codeshot.services import Services
+from codeshot.settings import API_CALL_SECONDS
 from codeshot.store.registry import check_size
 from codeshot.text import as_one_line
 
@@ -143,7 +144,8 @@ class AgentRegistration:
         from codeshot.runner.mcp_servers import McpServer
 
         settings = self.s.settings
-        return McpServer(url, authorization, timeout=settings.agent_call_timeout_seconds,
+        return McpServer(url, authorization,
+                         timeout=min(settings.agent_call_timeout_seconds, API_CALL_SECONDS),
                          allow_loopback=settings.local_mode).describe()
 
     def _owner(self, principal: Principal) -> str:

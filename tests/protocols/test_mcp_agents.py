@@ -16,6 +16,7 @@ from starlette.types import Receive, Scope, Send
 
 from codeshot.local.http_server import HttpServer, mcp_http_server
 from codeshot.routing.router import Router
+from codeshot.usecases import registration
 from tests.protocols.conftest import new_user, stack_with
 from tests.raw_server import gzip_bomb
 
@@ -209,7 +210,8 @@ async def gzip_bombing(scope: Scope, receive: Receive, send: Send) -> None:
     await send({"type": "http.response.body", "body": gzip_bomb()})
 
 
-def test_hostile_servers_are_refused_with_clear_errors_and_nothing_stored(stack):
+def test_hostile_servers_are_refused_with_clear_errors_and_nothing_stored(stack,
+                                                                          monkeypatch):
     key = new_user(stack, "mallory")
     crowded = MCPServer("Crowded")
     for i in range(100):  # more tools than an agent holds
@@ -223,10 +225,11 @@ def test_hostile_servers_are_refused_with_clear_errors_and_nothing_stored(stack)
     slow = HttpServer(Slow(10), "127.0.0.1", 0)
     bombing = HttpServer(gzip_bombing, "127.0.0.1", 0)
     stack.agents.extend([slow, bombing])
+    slow_url = slow.start() + "/mcp"
     cases = {
         "crowded": (serve(stack, crowded), "INVALID_INPUT", "more than 64 tools"),
         "private": ("http://10.1.2.3/mcp", "INVALID_INPUT", "not a public address"),
-        "slow": (slow.start() + "/mcp", "TIMEOUT", "did not answer within 2s"),
+        "slow": (slow_url, "TIMEOUT", "did not answer within 2s"),
         "wrongkey": (serve(stack, flooding, "Bearer right"), "AGENT_ERROR", "MCP server at"),
         "gzipbomb": (bombing.start() + "/mcp", "AGENT_ERROR",
                      "Content-Encoding 'gzip' though asked for none"),
@@ -238,6 +241,12 @@ def test_hostile_servers_are_refused_with_clear_errors_and_nothing_stored(stack)
         assert says in result["errors"][0]["message"], (handle, result)
     assert [a for a in stack.services.registry.scan_all() if a.owner == "mallory"] == []
     assert secrets_of(stack, "mallory") == []  # no secret left behind by a refusal
+
+    # Described while the request waits: within API Gateway's 29 s whatever the agents'
+    # call timeout (30 s by default: a slow server was a bare 500 from the gateway).
+    monkeypatch.setattr(registration, "API_CALL_SECONDS", 1.0)
+    result = create_agent(stack, key, handle="slower", mcpUrl=slow_url)
+    assert "did not answer within 1s" in result["errors"][0]["message"], result
 
     # A server that floods its tool's reply is registered, and its query ends in an error.
     created = create_agent(stack, key, handle="flood", mcpUrl=serve(stack, flooding),
