@@ -63,6 +63,9 @@ class InfraConfig:
     api_reserved_concurrency: int = 0
     # Alarms notify an SNS topic; this address is subscribed to it when set.
     alarm_email: str = ""
+    # Sign-up codes are sent by Cognito itself, about 50 emails a day for the account;
+    # with this address (an SES identity verified in the stack's region) through SES.
+    ses_from_email: str = ""
     # Where fixie_query_corpus searches: "lambda" (indexes on S3, loaded by the runner) or
     # "s3vectors" (an S3 Vectors bucket is made; for corpora too large to load).
     corpus_search: str = "lambda"
@@ -137,6 +140,7 @@ CONTEXT_KEYS = {
     "reserve_runner_concurrency": "codeshot:reserveRunnerConcurrency",
     "api_reserved_concurrency": "codeshot:apiReservedConcurrency",
     "alarm_email": "codeshot:alarmEmail",
+    "ses_from_email": "codeshot:sesFromEmail",
     "corpus_search": "codeshot:corpusSearch",
 }
 

@@ -120,7 +120,8 @@ class PlatformStack(Stack):
             rate_limit=config.api_rate_limit, burst_limit=config.api_burst_limit)
         self.accounts = Accounts(self, "Accounts", api_url=self.http.url,
                                  retain=config.retain_data,
-                                 deletion_protection=config.deletion_protection)
+                                 deletion_protection=config.deletion_protection,
+                                 ses_from_email=config.ses_from_email)
 
         table_env = {spec.setting: self.tables.by_spec(spec).table_name for spec in tables.TABLES}
         self.corpus_vectors = None if config.corpus_search != "s3vectors" else CorpusVectors(

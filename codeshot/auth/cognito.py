@@ -253,7 +253,11 @@ def _error(code: str, message: str, operation: str, username: str | None) -> Exc
         "InvalidParameterException": InvalidInput(message or "invalid input"),
         # The pool's throttling and its attempt limits: nothing wrong with the input.
         "TooManyRequestsException": RateLimited("too many attempts: wait a minute"),
-        "LimitExceededException": RateLimited("too many attempts: wait a minute"),
+        "LimitExceededException": RateLimited(
+            # Cognito's own email sends about 50 a day; waiting a minute will not help.
+            "the platform cannot send more emails today: try again tomorrow, or ask its "
+            "operator to send them through SES (codeshot:sesFromEmail)"
+            if "email limit" in message.lower() else "too many attempts: wait a minute"),
     }
     return known.get(code) or Unavailable(f"the user pool refused the request ({code})")
 

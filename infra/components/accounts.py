@@ -63,7 +63,7 @@ class IdentityProviders:
 
 class Accounts(Construct):
     def __init__(self, scope: Construct, id: str, *, api_url: str, retain: bool,
-                 deletion_protection: bool) -> None:
+                 deletion_protection: bool, ses_from_email: str = "") -> None:
         super().__init__(scope, id)
         providers = IdentityProviders.of(self.node)
         self.pool = cognito.UserPool(
@@ -85,6 +85,9 @@ class Accounts(Construct):
             mfa_second_factor=cognito.MfaSecondFactor(otp=True, sms=False),
             deletion_protection=deletion_protection,
             removal_policy=RemovalPolicy.RETAIN if retain else RemovalPolicy.DESTROY,
+            # In the stack's region (known at deploy; CDK wants it named for SES).
+            email=cognito.UserPoolEmail.with_ses(from_email=ses_from_email, ses_region=Aws.REGION)
+            if ses_from_email else None,
         )
         suppress(self.pool, "AwsSolutions-COG2",
                  "MFA is optional on purpose: people sign up by themselves with an email, and "

@@ -106,6 +106,24 @@ def test_the_pools_throttling_is_rate_limited_not_bad_input(stack, monkeypatch, 
     assert refused.value.code == "RATE_LIMITED"
 
 
+def test_the_pools_daily_email_limit_says_so(stack, monkeypatch):
+    """Cognito's own sender stops at about 50 emails a day: "wait a minute" had people
+    retry sign-up all day."""
+    from botocore.exceptions import ClientError
+
+    def over(**request):
+        raise ClientError({"Error": {"Code": "LimitExceededException", "Message": (
+            "Exceeded daily email limit for the operation or the account. If a higher "
+            "limit is required, please configure your user pool to use your own Amazon "
+            "SES configuration for sending email.")}}, "SignUp")
+
+    monkeypatch.setattr(stack.services.accounts.client, "sign_up", over)
+    with pytest.raises(RateLimited, match="cannot send more emails today: try again "
+                                          "tomorrow") as refused:
+        accounts.sign_up(stack.services, new_email(), PASSWORD)
+    assert refused.value.code == "RATE_LIMITED"
+
+
 def test_one_account_per_email_and_none_signs_in_before_confirming(stack):
     email = new_email()
     accounts.sign_up(stack.services, email.upper(), PASSWORD)  # emails are case-blind

@@ -44,6 +44,20 @@ def test_the_pool_signs_up_by_email_with_the_local_stacks_password_policy(synth)
     assert synth.platform.env(API)[env_name("user_pool_id")] == {"Ref": pool_id}
 
 
+def test_sign_up_codes_go_through_ses_when_an_address_is_given(synth, tmp_path):
+    """Cognito's own sender stops at about 50 emails a day for the account."""
+    from tests.infra.conftest import synthesize
+
+    _, pool = only(synth.platform, "AWS::Cognito::UserPool")
+    assert "EmailConfiguration" not in pool["Properties"]  # Cognito's own, by default
+    _, pool = only(synthesize(tmp_path, **{"codeshot:sesFromEmail": "signup@example.com"}
+                              ).platform, "AWS::Cognito::UserPool")
+    email = pool["Properties"]["EmailConfiguration"]
+    assert email["EmailSendingAccount"] == "DEVELOPER"
+    assert email["From"] == "signup@example.com"
+    assert "identity/signup@example.com" in json.dumps(email["SourceArn"])
+
+
 def test_the_console_client_signs_in_with_a_password_and_has_no_secret(synth):
     client_id, client = only(synth.platform, "AWS::Cognito::UserPoolClient")
     props = client["Properties"]
