@@ -210,9 +210,9 @@ class SessionRunner:
         """``work`` on its last delivery, never started (behind a query of its session that
         kept failing, or left for invocations that ran out of time): a query is answered
         UNAVAILABLE in its turn, so the session's later queries still follow in order and
-        none vanishes into the dead-letter queue; a corpus ingestion or a storage sweep,
-        whose order nothing waits on, is queued again."""
-        if work.kind in (Work.CORPUS, Work.SWEEP):
+        none vanishes into the dead-letter queue; a corpus ingestion, a storage sweep or a
+        deleted session's purge, whose order nothing waits on, is queued again."""
+        if work.kind in (Work.CORPUS, Work.SWEEP, Work.PURGE):
             self.s.queue.enqueue(work, again=True)
             return
         pending = self._pending(work)
@@ -242,14 +242,21 @@ class SessionRunner:
 
     def _ask_again(self, session: Session, work: Work, newest_first: list[Message]) -> None:
         """A redelivered query answered by a question that still waits on a task's
-        callback: its prompt queued again, as the runner may have stopped between storing
-        the question and queueing it. The callback is asked once all the same: a second
-        prompt polls the first's (codeshot.usecases.prompts)."""
-        if session.callback_url and session.callback_format == PROMPT_FORMAT and \
-                session.status is SessionStatus.AWAITING_INPUT and newest_first and \
-                newest_first[0].type is MessageType.AWAITING_INPUT and \
-                newest_first[0].in_reply_to == work.message_id:
-            self._prompt(session, newest_first[0])
+        callback, and whose prompt was never taken up: the prompt queued again, as the
+        runner may have stopped between storing the question and queueing it (if that
+        fails too, the query's next delivery tries again). A prompt taken up has its own
+        redeliveries; a second one queued before the first was taken up polls the
+        first's (codeshot.usecases.prompts)."""
+        if not (session.callback_url and session.callback_format == PROMPT_FORMAT and
+                session.status is SessionStatus.AWAITING_INPUT and newest_first and
+                newest_first[0].type is MessageType.AWAITING_INPUT and
+                newest_first[0].in_reply_to == work.message_id):
+            return
+        question = newest_first[0]
+        if not self.s.sessions.prompt_claimed(session.session_id, question.message_id):
+            self.s.prompt_queue.schedule(PromptWork(
+                session.session_id, question.message_id,
+                time.time() + self.s.settings.prompt_deadline_seconds))
 
     def _given_up(self, text: str, code: str) -> Outcome:
         """The error a query is answered with when the runner gives up on it (counted: an

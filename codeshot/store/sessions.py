@@ -159,12 +159,22 @@ class SessionStore(Repository):
                                     ConsistentRead=True).get("Item") or {}
             return False, item["prompt_id"]["S"] if "prompt_id" in item else None
 
+    def prompt_claimed(self, session_id: str, question_id: str) -> bool:
+        return PROMPT_PREFIX + question_id in self.get_items(session_id,
+                                                             [PROMPT_PREFIX + question_id])
+
     def keep_prompt_id(self, session_id: str, question_id: str, prompt_id: str) -> None:
-        """The prompt id the callback named for the question's claimed prompt."""
-        self.db.update_item(TableName=self.table_name,
-                            Key=_key(session_id, PROMPT_PREFIX + question_id),
-                            UpdateExpression="SET prompt_id = :p",
-                            ExpressionAttributeValues={":p": {"S": prompt_id}})
+        """The prompt id the callback named for the question's claimed prompt (NOT_FOUND:
+        the session was deleted meanwhile, its claim with it)."""
+        try:
+            self.db.update_item(TableName=self.table_name,
+                                Key=_key(session_id, PROMPT_PREFIX + question_id),
+                                UpdateExpression="SET prompt_id = :p",
+                                ConditionExpression="attribute_exists(#i)",
+                                ExpressionAttributeNames={"#i": "item"},
+                                ExpressionAttributeValues={":p": {"S": prompt_id}})
+        except self.db.exceptions.ConditionalCheckFailedException:
+            raise NotFound(f"session {session_id} not found") from None
 
     def posted_under(self, session_id: str, key: str) -> Message | None:
         """The message posted with idempotency ``key``, if any."""

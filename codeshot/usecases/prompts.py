@@ -21,7 +21,8 @@ A reply is read up to ``MAX_REPLY_BYTES`` (more is refused unread) within
 flood the runner.
 A question answered meanwhile (by a step's input, or canceled) stops the exchange. A
 prompt is POSTed once a question: a redelivered first exchange polls the prompt the first
-one named.
+one named, once its id is kept; before that, it waits for another delivery, and the
+last ends the question (CALLBACK_FAILED) rather than ask the user twice.
 """
 
 from __future__ import annotations
@@ -187,8 +188,11 @@ class Prompts:
                 raise CallbackFailed(f"a pending prompt needs a prompt_id of 1-{MAX_PROMPT_ID} "
                                      "characters without '/'")
             if work.prompt_id is None:  # kept before its poll is queued (see _claimed)
-                self.s.sessions.keep_prompt_id(session.session_id, question.message_id,
-                                               prompt_id)
+                try:
+                    self.s.sessions.keep_prompt_id(session.session_id, question.message_id,
+                                                   prompt_id)
+                except NotFound:
+                    return  # the session was deleted meanwhile
             self._schedule(PromptWork(session.session_id, question.message_id, work.deadline,
                                       prompt_id, work.attempt + 1))
 

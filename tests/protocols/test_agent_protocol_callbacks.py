@@ -332,6 +332,30 @@ def test_a_prompt_posted_before_the_runner_stopped_is_polled_not_asked_again(
     assert made[-1] == "Pia for 4"
 
 
+@pytest.mark.parametrize("callback", [[PENDING]], indirect=True)
+def test_a_redelivered_query_leaves_a_prompt_taken_up_alone(stack, booking, callback,
+                                                            monkeypatch):
+    """A redelivered query queued its question's prompt again though the callback was
+    asked already (another poll chain), and ended the question when that failed."""
+    from codeshot.runner.session_runner import SessionRunner
+    from codeshot.store.queue import PromptWork, Work
+    from codeshot.usecases.prompts import Prompts
+
+    agent_id, _ = booking
+    key, task_id, asked = asked_without_callback(stack, agent_id, "Ugo")
+    with_callback(stack, task_id, callback.url)
+
+    def queue_down(*_args: object) -> None:
+        raise ConnectionError("SQS is down")
+
+    monkeypatch.setattr(stack.services.prompt_queue, "schedule", queue_down)
+    with pytest.raises(ConnectionError):  # asked; its first poll not queued
+        Prompts(stack.services).handle(PromptWork(task_id, asked.message_id, time.time() + 60))
+    SessionRunner(stack.services).handle(Work(task_id, asked.in_reply_to))  # redelivered
+    assert ap(stack, key, "GET", f"/tasks/{task_id}").json()["status"] == "awaiting_input"
+    assert [m for _, m, *_ in callback.seen] == ["POST"]
+
+
 def test_a_huge_or_dripping_callback_reply_is_cut_off(stack, booking):
     agent_id, _ = booking
     with raw_server("huge", limit=64 << 20) as huge:

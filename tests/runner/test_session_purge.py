@@ -59,3 +59,30 @@ def test_a_purge_never_deletes_a_session_that_was_not_deleted(services):
     with pytest.raises(RuntimeError, match="is not deleted"):
         services.sessions.purge(live, 10)
     assert len(partition(services, live)) == 3
+
+
+def test_a_purge_given_up_is_queued_again(services, monkeypatch):
+    """A purge left untouched to its last delivery (behind a failing record, or when the
+    invocation ran out of time) was dropped: the deleted session's items stayed."""
+    from codeshot.runner.session_runner import SessionRunner
+    from codeshot.store.queue import Work
+
+    monkeypatch.setattr(store, "DELETE_ITEMS", 10)
+    large = session_with(services, 20)
+    delete_session(services, OWNER, large)
+    [message] = services.queue.receive(wait_seconds=0)
+    SessionRunner(services).give_up(Work.parse(message["Body"]))
+    services.queue.delete(message["ReceiptHandle"])
+    assert run_queue(services) == 1
+    assert partition(services, large) == [store.DELETED_ITEM]
+
+
+def test_a_prompt_id_kept_after_the_session_was_deleted_leaves_nothing(services):
+    """A callback's reply that came while its session was deleted wrote the prompt's
+    claim back, an item without expiry that nothing would ever delete."""
+    session_id = session_with(services, 1)
+    assert services.sessions.claim_prompt(session_id, "q1") == (True, None)
+    delete_session(services, OWNER, session_id)
+    with pytest.raises(NotFound):
+        services.sessions.keep_prompt_id(session_id, "q1", "p-1")
+    assert partition(services, session_id) == [store.DELETED_ITEM]
