@@ -589,7 +589,8 @@ async def jsonrpc(request: Request, services: Services, principal: Principal,
     defines none (the a2a-sdk's dispatcher ran it, an agent's query among them)."""
     with contextlib.suppress(ValueError):  # not JSON: the dispatcher answers -32700
         body = await request.json()
-        if isinstance(body, dict) and "id" not in body:
+        if isinstance(body, dict) and "id" not in body and body.get("jsonrpc") == "2.0" \
+                and isinstance(body.get("method"), str):  # else -32600 (id null)
             return Response(status_code=204)
     request.state.codeshot_principal = principal
     dispatcher = JsonRpcDispatcher(SessionTasks(services, agent_id),

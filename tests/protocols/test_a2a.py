@@ -246,6 +246,11 @@ def test_a_notification_is_not_answered_and_runs_nothing(stack):
     sessions = httpx.post(f"{stack.api_url}/graphql", headers=auth, timeout=30,
                           json={"query": "{ allSessions { handle } }"}).json()
     assert sessions == {"data": {"allSessions": []}}
+    # Not a notification, nor a request: Invalid Request, as ever.
+    for body in ({}, {"jsonrpc": "2.0"}, {"jsonrpc": "1.0", "method": "message/send"},
+                 {"jsonrpc": "2.0", "method": 5}):
+        r = httpx.post(f"{stack.api_url}/a2a/local/dice", headers=auth, timeout=60, json=body)
+        assert r.json()["error"]["code"] == -32600, (body, r.text)
 
 
 def test_another_users_task_is_not_found(stack):
