@@ -144,17 +144,24 @@ class PlatformStack(Stack):
             llm_model=config.llm_model,
         )
         extra = extra_env(config.extra_env)
+        # The corpus settings are the stack's whichever codeshot:corpusSearch is: the
+        # vectors' bucket and its grants come with the context key alone.
         refuse_stack_settings(extra, common | data_env | self.accounts.env() | settings_env(
-            queue_url="", queue_name="", prompt_queue_url="", prompt_queue_name=""))
+            queue_url="", queue_name="", prompt_queue_url="", prompt_queue_name="",
+            corpus_search="", corpus_vector_bucket=""))
         embedding_models = [config.embedding_model] if config.embedder == "bedrock" else []
         llm_models = [config.llm_model] if config.llm == "bedrock" else []
-        if llm_models:  # those agents may choose (extraEnv) are called on the same roles
-            llm_models += sorted(model_list(configured(extra, "agent_llm_models")))
+        # Those agents may choose (extraEnv) are called on the same roles.
+        agent_models = sorted(model_list(configured(extra, "agent_llm_models"))) \
+            if llm_models else []
         if not Token.is_unresolved(self.region):  # known when deployed with credentials
-            for models, setting in ((llm_models, "codeshot:llmModel"),
-                                    (embedding_models, "codeshot:embeddingModel")):
+            for models, setting in (
+                    (llm_models, "codeshot:llmModel"),
+                    (agent_models, "codeshot:extraEnv CODESHOT_AGENT_LLM_MODELS"),
+                    (embedding_models, "codeshot:embeddingModel")):
                 for model_id in models:
                     access.check_profile_region(model_id, self.region, setting)
+        llm_models += agent_models
 
         self.api = PythonFunction(
             self, "ApiFunction", code=self._code(API_FUNCTION), handler=API_FUNCTION.handler,

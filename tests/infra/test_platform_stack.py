@@ -253,6 +253,11 @@ def test_an_inference_profile_of_another_geography_is_refused_once_the_region_is
     monkeypatch.setenv("CDK_DEFAULT_REGION", "eu-west-1")
     with pytest.raises(ValueError, match=r"codeshot:llmModel us\.anthropic\.claude-haiku-4-5"):
         synthesize(tmp_path / "us")
+    with pytest.raises(ValueError, match=r"codeshot:extraEnv CODESHOT_AGENT_LLM_MODELS us\."):
+        synthesize(tmp_path / "agents", **{
+            "codeshot:llmModel": "eu.anthropic.claude-haiku-4-5-20251001-v1:0",
+            "codeshot:extraEnv": {"CODESHOT_AGENT_LLM_MODELS":
+                                  "us.anthropic.claude-3-5-haiku-20241022-v1:0"}})
     eu = synthesize(tmp_path / "eu", **{
         "codeshot:llmModel": "eu.anthropic.claude-haiku-4-5-20251001-v1:0"})
     assert ("inference-profile/eu.anthropic.claude-haiku-4-5-20251001-v1:0"
@@ -289,6 +294,8 @@ def test_extra_env_reaches_every_function_and_their_roles(tmp_path):
     ("CODESHOT_SESSION_TTL_DAYS", "7", "set codeshot:sessionTtlDays instead"),
     ("CODESHOT_EMBEDS_BUCKET", "mine", "it names one of the stack's own resources"),
     ("CODESHOT_PROMPT_QUEUE_URL", "https://x", "it names one of the stack's own resources"),
+    # lambda (cdk.json) here: s3vectors would search a bucket the stack does not make
+    ("CODESHOT_CORPUS_SEARCH", "s3vectors", "set codeshot:corpusSearch instead"),
 ])
 def test_extra_env_cannot_set_what_the_stack_sets(tmp_path, name, value, error):
     """The runner went on reading the stack's value, and roles were granted for it: a
