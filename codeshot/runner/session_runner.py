@@ -60,7 +60,7 @@ from codeshot.store.queue import PromptWork, Work
 from codeshot.store.sessions import (
     ANSWER_PREFIX,
     MSG_PREFIX,
-    PURGE_ITEMS,
+    PURGE_PAGES,
     SESSION_ITEM,
     STATE_ITEM,
     Recent,
@@ -151,7 +151,7 @@ class SessionRunner:
             self._sweep(work, final_attempt)
             return
         if work.kind == Work.PURGE:
-            if self.s.sessions.purge(work.session_id, PURGE_ITEMS):
+            if self.s.sessions.purge(work.session_id, PURGE_PAGES):
                 self.s.queue.enqueue(work.next_part())
             return
         pending = self._pending(work)

@@ -59,10 +59,12 @@ PROMPT_PREFIX = "ASKED#"
 # not listed), kept a week: a client paging with its handle as `after` goes on from it.
 DELETED_ITEM = "DELETED"
 DELETED_KEPT_SECONDS = 7 * 86400
-# Items a session's deletion deletes in the request (a few seconds of batch writes); a
-# larger session's rest is queued for the runner, which deletes PURGE_ITEMS a part.
-DELETE_ITEMS = 2_000
-PURGE_ITEMS = 10_000
+# A session's deletion reads its keys KEYS_PAGE at a time (each read also at most 1 MB
+# of items, whatever the projection): DELETE_PAGES of them in the request, a few seconds
+# of batch writes; a larger session's rest is queued for the runner, PURGE_PAGES a part.
+KEYS_PAGE = 500
+DELETE_PAGES = 4
+PURGE_PAGES = 20
 # A user's one-time keys for new sessions live in a partition of their own,
 # GUARD#<owner>, item <key> -> the session made for it (no owner attribute: not listed).
 GUARD_PARTITION = "GUARD#"
@@ -363,34 +365,35 @@ class SessionStore(Repository):
 
     def delete(self, session_id: str, owner: str, purge_later: Callable[[], None]) -> Session:
         """Delete the session and everything in its partition, but for its place in its
-        owner's list (:meth:`place`), kept a while. A session of more than DELETE_ITEMS
-        items (a request has 29 s) is gone for its owner at once: ``purge_later`` queues
+        owner's list (:meth:`place`), kept a while. A session larger than DELETE_PAGES
+        reads (a request has 29 s) is gone for its owner at once: ``purge_later`` queues
         the rest's deletion (:meth:`purge`) before its SESSION item goes."""
         session = self.get(session_id, owner)
         self.db.put_item(TableName=self.table_name, Item=to_item({
             "session_id": session_id, "item": DELETED_ITEM, "deleted_owner": owner,
             "deleted_created": session.to_dict()["created"],
             EXPIRES_AT: int(time.time()) + DELETED_KEPT_SECONDS}))
-        keys = self._item_keys(session_id, DELETE_ITEMS + 1)
-        if len(keys) > DELETE_ITEMS:
+        keys, more = self._item_keys(session_id, DELETE_PAGES)
+        if more:
             purge_later()
             keys = [_key(session_id, SESSION_ITEM)]
         self._delete_keys(keys)
         return session
 
-    def purge(self, session_id: str, max_items: int) -> bool:
-        """Delete up to ``max_items`` items of a deleted session (one with its DELETED
-        marker); whether any may be left."""
+    def purge(self, session_id: str, pages: int) -> bool:
+        """Delete the items ``pages`` reads find of a deleted session (one with its
+        DELETED marker); whether any may be left."""
         if not self.get_items(session_id, [DELETED_ITEM]):
             raise RuntimeError(f"session {session_id} is not deleted: not purged")
-        keys = self._item_keys(session_id, max_items)
+        keys, more = self._item_keys(session_id, pages)
         self._delete_keys(keys)
-        return len(keys) == max_items
+        return more
 
-    def _item_keys(self, session_id: str, limit: int) -> list[dict[str, Any]]:
-        """The keys of up to ``limit`` items of the session's partition, but its DELETED
-        marker."""
+    def _item_keys(self, session_id: str, pages: int) -> tuple[list[dict[str, Any]], bool]:
+        """The keys ``pages`` reads find in the session's partition, but its DELETED
+        marker; and whether there may be more."""
         keys: list[dict[str, Any]] = []
+        page: dict[str, Any] = {}
         for page in query_pages(self.db, {
             "TableName": self.table_name,
             "KeyConditionExpression": "session_id = :s",
@@ -399,11 +402,10 @@ class SessionStore(Repository):
                                           ":deleted": {"S": DELETED_ITEM}},
             "ProjectionExpression": "session_id, #i",
             "ExpressionAttributeNames": {"#i": "item"},
-        }):
+            "Limit": KEYS_PAGE,
+        }, reads=pages):
             keys.extend(page.get("Items", []))
-            if len(keys) >= limit:
-                break
-        return keys[:limit]
+        return keys, "LastEvaluatedKey" in page
 
     def _delete_keys(self, keys: list[dict[str, Any]]) -> None:
         # The SESSION item goes last so a half-finished delete can be retried.

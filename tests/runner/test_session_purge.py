@@ -32,8 +32,9 @@ def partition(services, session_id: str) -> list[str]:
 
 
 def test_a_large_session_is_gone_at_once_and_purged_by_the_runner(services, monkeypatch):
-    monkeypatch.setattr(store, "DELETE_ITEMS", 10)
-    monkeypatch.setattr(session_runner, "PURGE_ITEMS", 8)
+    monkeypatch.setattr(store, "KEYS_PAGE", 8)
+    monkeypatch.setattr(store, "DELETE_PAGES", 1)
+    monkeypatch.setattr(session_runner, "PURGE_PAGES", 1)
     kept = session_with(services, 3)
     large = session_with(services, 30)  # 31 items with the session's own
 
@@ -43,7 +44,9 @@ def test_a_large_session_is_gone_at_once_and_purged_by_the_runner(services, monk
     assert [s.session_id for s in list_sessions(services, OWNER)] == [kept]
     assert len(partition(services, large)) == 31  # 30 messages and the DELETED marker
 
-    assert run_queue(services) == 4  # 8 + 8 + 8 + 6 items: the part that found 6 is last
+    # A read of 8 keys holds the DELETED marker, kept: 7 + 7 + 7 + 7 + 2 messages, the
+    # part that found 2 the last.
+    assert run_queue(services) == 5
     assert partition(services, large) == [store.DELETED_ITEM]
     assert services.sessions.place(large, OWNER.user_id).session_id == large  # pages on
     assert len(partition(services, kept)) == 4  # another session of the owner's is kept
@@ -57,7 +60,7 @@ def test_a_large_session_is_gone_at_once_and_purged_by_the_runner(services, monk
 def test_a_purge_never_deletes_a_session_that_was_not_deleted(services):
     live = session_with(services, 2)
     with pytest.raises(RuntimeError, match="is not deleted"):
-        services.sessions.purge(live, 10)
+        services.sessions.purge(live, 1)
     assert len(partition(services, live)) == 3
 
 
@@ -67,7 +70,8 @@ def test_a_purge_given_up_is_queued_again(services, monkeypatch):
     from codeshot.runner.session_runner import SessionRunner
     from codeshot.store.queue import Work
 
-    monkeypatch.setattr(store, "DELETE_ITEMS", 10)
+    monkeypatch.setattr(store, "KEYS_PAGE", 10)
+    monkeypatch.setattr(store, "DELETE_PAGES", 1)
     large = session_with(services, 20)
     delete_session(services, OWNER, large)
     [message] = services.queue.receive(wait_seconds=0)
