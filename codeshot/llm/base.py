@@ -13,6 +13,7 @@ the time." over and over up to the token cap), and a streaming provider stops th
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
@@ -117,13 +118,20 @@ class ConfigurableLLM(LLM, Protocol):
         ...
 
 
+# Han, kana and hangul: a token or more a character in the usual BPE vocabularies.
+_WIDE = re.compile("[\u1100-\u11ff\u3000-\u9fff\uac00-\ud7af\uf900-\ufaff]")
+_ASTRAL = re.compile("[\U00010000-\U0010ffff]")  # emoji, rarer Han: 2-4 tokens each
+
+
 def estimated_prompt_tokens(messages: list[ChatMessage]) -> int:
-    """A prompt's tokens where no count is given: about 4 characters a token for ASCII,
-    and a token for every other character (CJK text takes one or more a character, so 4
-    a token let such a prompt pass a budget at a quarter of its cost)."""
+    """A prompt's tokens where no count is given: about 4 characters a token for ASCII, 2
+    for other alphabets (Cyrillic, Greek, accented Latin), one a character of CJK text
+    and two of emoji (4 a token let such prompts pass a budget at a quarter of their
+    cost or less)."""
     text = "".join(m.content for m in messages)
     ascii_chars = len(text.encode("ascii", "ignore"))
-    return ascii_chars // 4 + (len(text) - ascii_chars)
+    wide, astral = len(_WIDE.findall(text)), len(_ASTRAL.findall(text))
+    return ascii_chars // 4 + (len(text) - ascii_chars - wide - astral) // 2 + wide + 2 * astral
 
 
 def configured(llm: LLM, settings: LlmSettings | None) -> LLM:

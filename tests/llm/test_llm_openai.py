@@ -79,9 +79,23 @@ def test_a_looping_reply_is_cut_before_its_repeated_line_and_the_stream_dropped(
     time.sleep(0.1)  # the server notices the client left on its next write
     [sent] = server.events_sent
     assert sent < 40  # of 681 events: dropped after the first repeat
-    # no usage arrived: estimated from the prompt (characters / 4) and the pieces read
+    # no usage arrived: estimated from the prompt (ASCII: 4 a token) and the pieces read
     assert completion.input_tokens == sum(len(m.content) for m in MESSAGES) // 4
     assert 17 <= completion.output_tokens <= sent
+
+
+@pytest.mark.parametrize(("text", "tokens"), [
+    ("hello world " * 50, 150),  # 4 characters a token
+    ("Привет мир " * 50, 250),  # 2 a token for other alphabets (the spaces 4)
+    ("天気" * 300, 600),  # CJK: one a character (it counted 150, a quarter)
+    ("😀" * 100, 200),  # emoji: two each
+])
+def test_a_prompts_tokens_are_estimated_by_its_script_when_no_usage_comes(
+    server: OpenAICompatibleServer, replies: Replies, text: str, tokens: int
+) -> None:
+    replies.queue.append((200, "Thought: a.\nThought: b.\n" * 40))  # dropped: no usage
+    completion = OpenAILLM("m", server.url).complete([ChatMessage("user", text)], STOP, 256)
+    assert completion.input_tokens == tokens
 
 
 def test_stream_options_are_dropped_for_a_server_that_refuses_them(
