@@ -370,7 +370,8 @@ def build_parser() -> argparse.ArgumentParser:
         description="Start the whole platform locally on moto's server. Prints the API URL, "
         "the AWS endpoint and an API key, and writes .codeshot/local.json in the current "
         "directory once ready (removed on stop). Refuses (STACK_RUNNING) while the stack of "
-        "that file still runs.",
+        "that file still runs. Its state is moto's, in memory: users, agents, API keys and "
+        "sessions are gone once it stops, and a restart starts empty.",
     )
     up.add_argument("--host", default="127.0.0.1",
                     help="address the API listens on (moto's server stays on 127.0.0.1)")

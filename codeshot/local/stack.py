@@ -123,7 +123,8 @@ class LocalStack:
                           "loopback URLs, moto's server too, which holds every secret and "
                           "record of this stack (and answers any process on this machine). "
                           "Share it only with people you would give all of it.")
-        self.progress(f"Ready in {time.perf_counter() - began:.2f}s (Ctrl-C to stop)")
+        self.progress(f"Ready in {time.perf_counter() - began:.2f}s (Ctrl-C to stop; "
+                      "everything is in memory: users, agents and sessions go with it)")
         return self.state
 
     def _provision(self, endpoint: str) -> Settings:
