@@ -62,7 +62,9 @@ def word_substitutions(example: str, actual: str) -> dict[str, str]:
     """Which of the example's words became which of the actual text's, by alignment.
 
     Replaced runs, trimmed of function words, map word to word when of equal length and
-    phrase to phrase otherwise; "for" -> "of" is never a substitution.
+    phrase to phrase otherwise; "for" -> "of" is never a substitution. The example's
+    function words at an end where the actual run has none go with the run too ("the
+    quick brown fox" -> "green eggs and ham", not "the green eggs and ham").
     """
     left, right = _WORD.findall(example), _WORD.findall(actual)
     matcher = SequenceMatcher(
@@ -72,11 +74,17 @@ def word_substitutions(example: str, actual: str) -> dict[str, str]:
     for op, i1, i2, j1, j2 in matcher.get_opcodes():
         if op != "replace":
             continue
-        old, new = _trim(left[i1:i2]), _trim(right[j1:j2])
+        (old_start, old_end), (new_start, new_end) = _core(left[i1:i2]), _core(right[j1:j2])
+        old, new = left[i1:i2][old_start:old_end], right[j1:j2][new_start:new_end]
         if len(old) == len(new):
             pairs.extend(zip(old, new))
         elif old and new:
             pairs.append((" ".join(old), " ".join(new)))
+        lead = old_start if new_start == 0 else 0
+        tail = i2 - i1 - old_end if new_end == j2 - j1 else 0
+        if old and new and (lead or tail):
+            pairs.append((" ".join(left[i1:i2][old_start - lead:old_end + tail]),
+                          " ".join(new)))
     return {
         old: new
         for old, new in pairs
@@ -84,14 +92,15 @@ def word_substitutions(example: str, actual: str) -> dict[str, str]:
     }
 
 
-def _trim(words: list[str]) -> list[str]:
-    """A run of words without the function words at its ends ("for AAPL" -> "AAPL")."""
+def _core(words: list[str]) -> tuple[int, int]:
+    """Where a run of words is without the function words at its ends ("for AAPL":
+    "AAPL")."""
     start, end = 0, len(words)
     while start < end and words[start].lower() in _STOPWORDS:
         start += 1
     while end > start and words[end - 1].lower() in _STOPWORDS:
         end -= 1
-    return words[start:end]
+    return start, end
 
 
 def substitute(text: str, subs: dict[str, str]) -> str:

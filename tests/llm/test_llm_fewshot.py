@@ -59,6 +59,11 @@ def test_word_substitutions_align_the_differing_words() -> None:
     assert word_substitutions("price for AAPL", "price of Alphabet Inc") == {"AAPL": "Alphabet Inc"}
     # Replaced runs of unequal length map phrase to phrase; function words never map.
     assert word_substitutions("weather in Paris", "weather at New York") == {"Paris": "New York"}
+    # The example's article goes with its run where the query's run has none: the Ask
+    # line said "the green eggs and ham", so the Func counted 5 words.
+    subs = word_substitutions('words in "the quick brown fox"', 'words in "green eggs and ham"')
+    assert substitute("Ask Func[count_words]: the quick brown fox", subs) == \
+        "Ask Func[count_words]: green eggs and ham"
     assert substitute("0, 100 or 1000", {"100": "19"}) == "0, 19 or 1000"
     assert substitute("$150.12 and 150", {"$150.12": "$9.99", "150": "7"}) == "$9.99 and 7"
 

@@ -18,6 +18,11 @@ Q: Roll 3d8
 Ask Func[roll]: 3d8
 Func[roll] says: 4 + 2 + 7 = 13
 A: You rolled 4 + 2 + 7 = 13.
+
+Q: Throw two six-sided dice
+Ask Func[roll]: 2d6
+Func[roll] says: 3 + 5 = 8
+A: You rolled 3 + 5 = 8.
 """
 
 agent = CodeShotAgent(BASE_PROMPT, FEW_SHOTS)
