@@ -78,7 +78,9 @@ def decode(
     except jwt.MissingRequiredClaimError as exc:
         raise Unauthenticated(f"token lacks the {exc.claim!r} claim") from exc
     except jwt.PyJWTError as exc:
-        raise Unauthenticated(f"malformed token: {exc}") from exc
+        # PyJWT's words ("Not enough segments") mean nothing to someone pasting a key.
+        raise Unauthenticated("that is not a key or token of this platform: paste the "
+                              "whole API key as it was given") from exc
     if claims.get("typ") != typ:
         raise Unauthenticated(f"this is not a{'n' if typ[0] in 'aeiou' else ''} {typ} token")
     return claims

@@ -21,6 +21,11 @@ def test_a_wrong_key_is_refused_with_the_reason(console):
     page.get_by_role("button", name="Sign in").first.click()
     error = page.locator("#signin-page form[data-signin] .form-error")
     expect(error).to_contain_text("UNAUTHENTICATED")
+    # The reason alone, in words a person pasting a key can act on: not the error page
+    # the sessions page would have been ("Something went wrong", its links), nor PyJWT's.
+    expect(error).to_have_text("UNAUTHENTICATED that is not a key or token of this "
+                               "platform: paste the whole API key as it was given")
+    expect(error.get_by_role("link")).to_have_count(0)
     expect(page.get_by_role("navigation")).to_be_hidden()
     expect(page.get_by_label("API key").first).to_be_focused()
     assert page.evaluate("sessionStorage.getItem('codeshot.credential')") is None

@@ -140,7 +140,13 @@
   // ({"error": {"code", "message"}}) that requests refused before any route get.
   function errorContent(xhr) {
     const type = xhr.getResponseHeader("Content-Type") || "";
-    if (type.startsWith("text/html")) return xhr.responseText;
+    if (type.startsWith("text/html")) {
+      // A page that could not be shown has a heading and links around its message,
+      // which is all a form or the sign-in needs.
+      const page = new DOMParser().parseFromString(xhr.responseText, "text/html");
+      const message = page.querySelector("p.error");
+      return message ? message.outerHTML : xhr.responseText;
+    }
     try {
       const error = JSON.parse(xhr.responseText).error;
       if (error && error.code) return textError(error.code, error.message || "");
