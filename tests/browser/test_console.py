@@ -114,6 +114,8 @@ def test_an_agent_from_few_shots_with_its_grammar_error_then_its_question(consol
     console.sign_in(key, "/console/agents/new")
     console.heading("New agent")
     page = console.page
+    # Private until published: a quick test agent was everyone's to see and use.
+    expect(page.get_by_label("Published: every user can see and use it")).not_to_be_checked()
     page.get_by_label("Handle").fill("booking")
     page.get_by_label("Name").fill("Table booking")
     page.get_by_label("Description").fill("Books restaurant tables.")
@@ -138,6 +140,7 @@ def test_an_agent_from_few_shots_with_its_grammar_error_then_its_question(consol
     page.get_by_role("button", name="Create agent").click()
     console.heading("Table booking")
     expect(page.get_by_role("status")).to_contain_text(f"Created {user.username}/booking.")
+    expect(page.locator("main")).to_contain_text("private")
 
     page.get_by_role("button", name="Chat with this agent").click()
     page.get_by_label("Message").wait_for()

@@ -72,7 +72,7 @@ async def route(request: Request, text: str = "", user: Principal = Depends(call
 
 @router.get("/console/agents/new", dependencies=[Depends(page_request)])
 async def new_agent(request: Request, user: Principal = Depends(caller)) -> HTMLResponse:
-    return _form_page(None, {"published": "on"})
+    return _form_page(None, {})  # private until its owner publishes it
 
 
 def _find(services: Services, user: Principal, owner: str, handle: str) -> Agent:
