@@ -44,7 +44,8 @@ async def sign_up(request: Request) -> HTMLResponse:
     fields = await form(request)
     email = fields.get("email", "")
     await blocking(accounts.sign_up, services_of(request), email, fields.get("password", ""))
-    return html(templates.render("account/confirm.html", email=email.strip().lower()))
+    return html(templates.render("account/confirm.html", email=email.strip().lower(),
+                                 local=services_of(request).settings.local_mode))
 
 
 @router.post("/console/auth/confirm")
