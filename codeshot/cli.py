@@ -274,12 +274,18 @@ def _serve(args: argparse.Namespace) -> int:
         print(f"Serving {config.handle} at {url} for the platform at {target}", flush=True)
         if client is not None:
             agent_id, lent = client.serve_here(agent_fields(config, url))
-            print(f"Updated {agent_id}: served here until Ctrl-C, then again at "
-                  f"{lent.previous_url}" if lent else f"Registered {agent_id}", flush=True)
+            if lent is not None and lent.previous_url != url:
+                print(f"Updated {agent_id}: served here until Ctrl-C, then again at "
+                      f"{lent.previous_url}", flush=True)
+            else:  # new, or registered here before: it stays at this URL
+                print(f"{'Updated' if lent else 'Registered'} {agent_id} at {url} "
+                      "(agent.yaml and its handshake read): it stays registered there "
+                      "after Ctrl-C, answering only while served", flush=True)
         print(f"Stopping ({_wait_for_signal()}) ...", flush=True)
         if client is not None and lent is not None:
             client.give_back(lent)
-            print(f"Restored {lent.agent_id} at {lent.previous_url}", flush=True)
+            if lent.previous_url != url:
+                print(f"Restored {lent.agent_id} at {lent.previous_url}", flush=True)
     finally:
         server.stop()
     return 0
@@ -480,15 +486,16 @@ def build_parser() -> argparse.ArgumentParser:
         "CODESHOT_AGENT_ID (owner/handle), or when that is unset for <your username>/<handle> "
         "(.codeshot/local.json's or CODESHOT_API_KEY's user). With --register it also "
         "registers the agent as yours (<your username>/<handle>, whatever CODESHOT_AGENT_ID "
-        "says) and prints its id; an agent of yours registered already is served here until "
-        "Ctrl-C, SIGTERM or SIGHUP (a new current revision, with agent.yaml's fields), then "
-        "its previous revision is current again.",
+        "says) and prints its id; an agent of yours registered at another URL is served here "
+        "until Ctrl-C, SIGTERM or SIGHUP (a new current revision, with agent.yaml's fields), "
+        "then its previous revision is current again. A new agent, or one registered at "
+        "this URL, stays registered here, answering only while served.",
     )
     serve.add_argument("agent_dir", type=Path, metavar="AGENT_DIR")
     serve.add_argument("--port", type=int, default=8181, help="port (default 8181; 0: any)")
     serve.add_argument("--register", action="store_true",
                        help="register the agent with the platform (one registered "
-                       "already: only until Ctrl-C)")
+                       "at another URL already: only until Ctrl-C)")
     serve.set_defaults(run=_serve)
 
     new = commands.add_parser(

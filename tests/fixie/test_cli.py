@@ -350,3 +350,13 @@ def test_serve_register_lends_an_existing_agent_and_gives_it_back(live_stack, st
         assert lines[-1] == f"Restored local/lender at {first_url}\n"
         assert revisions() == [(True, first_url)]
         assert ask(live_stack, "local/lender", "Shout hello") == "HELLO!"
+
+    # Served again where it is registered (the edit-and-serve loop): updated there, and
+    # left there at Ctrl-C. It said "then again at" and "Restored" that same URL.
+    argv = [sys.executable, "-m", "codeshot.cli", "serve", str(first), "--port",
+            first_url.rsplit(":", 1)[1], "--register"]
+    with running(argv, stack_dir, env, "Updated local/lender") as lines:
+        assert f"Updated local/lender at {first_url} (agent.yaml and its handshake read): " \
+            "it stays registered there after Ctrl-C, answering only while served\n" in lines
+    assert not [line for line in lines if "Restored" in line or "then again" in line], lines
+    assert revisions() == [(True, first_url)]
