@@ -135,6 +135,11 @@ def test_status_changes_are_conditional(aws):
         store.set_status("missing", SessionStatus.IDLE)
 
 
+def no_purge() -> None:
+    """A small session's deletion queues no purge: it is deleted in the request."""
+    raise AssertionError("a purge was queued")
+
+
 def test_delete_removes_the_whole_partition(aws):
     store = SessionStore(aws)
     s = new_session(store, "alice")
@@ -144,8 +149,8 @@ def test_delete_removes_the_whole_partition(aws):
     store.put_embed(Embed(key="1", session_id=s.session_id, owner="alice",
                           content_type="text/plain", content_hash="b" * 64, size=1))
     with pytest.raises(NotFound):
-        store.delete(s.session_id, owner="bob")
-    store.delete(s.session_id, owner="alice")
+        store.delete(s.session_id, owner="bob", purge_later=no_purge)
+    store.delete(s.session_id, owner="alice", purge_later=no_purge)
     with pytest.raises(NotFound):
         store.get(s.session_id)
     assert store.all_messages(s.session_id) == []
@@ -162,7 +167,7 @@ def test_a_deleted_session_keeps_its_place_in_its_owners_list_a_week(aws):
             for i in range(4)]
     gone = made[2]
     before = store.place(gone, "alice")
-    store.delete(gone, owner="alice")
+    store.delete(gone, owner="alice", purge_later=no_purge)
     place = store.place(gone, "alice")
     assert place == before and place.created.startswith("2026-03-02T10:04:02")
     assert [x.session_id for x in store.list_by_owner("alice", after=place).items] \
@@ -172,7 +177,7 @@ def test_a_deleted_session_keeps_its_place_in_its_owners_list_a_week(aws):
     with pytest.raises(NotFound):
         store.place(gone, "bob")
     with pytest.raises(NotFound):
-        store.delete(gone, "alice")
+        store.delete(gone, "alice", purge_later=no_purge)
     [kept] = store.db.query(TableName=store.table_name, KeyConditionExpression="session_id = :s",
                             ExpressionAttributeValues={":s": {"S": gone}})["Items"]
     assert kept["item"]["S"] == DELETED_ITEM and "owner" not in kept
