@@ -148,8 +148,10 @@ def next_lines(examples: Sequence[FewShot], transcript: Sequence[Step]) -> str:
         return f"A: {CANT_HELP}"
     query = transcript[q_index].text
     turn = max(turns, key=lambda t: similarity(t[0].text, query))
-    if similarity(turn[0].text, query) < THRESHOLD:
-        return f"A: {CANT_HELP}"
+    score = similarity(turn[0].text, query)
+    if score < THRESHOLD:  # which example came closest tells its author what to reword
+        return (f'A: {CANT_HELP} The nearest example is "{turn[0].text}" (word overlap '
+                f"{score:.2f}, under {THRESHOLD:.2f}).")
 
     real = [s for s in transcript[q_index + 1 :] if s.kind in SAYS]
     real_replies = [s.text for s in real]

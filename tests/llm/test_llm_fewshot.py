@@ -45,7 +45,10 @@ def test_similarity_ignores_function_words_and_has_a_threshold() -> None:
     assert similarity("What is the capital of France?", "What is the stock price for AAPL?") == 0
     assert similarity("the of and", "the of and") == 0
     examples = parse_few_shots(WEATHER)
-    assert next_lines(examples, [Step(Kind.Q, "Tell me a joke")]) == f"A: {CANT_HELP}"
+    # The nearest example and how near, for the agent's author to reword a test query.
+    assert next_lines(examples, [Step(Kind.Q, "Tell me a joke about weather")]) == (
+        f'A: {CANT_HELP} The nearest example is "What\'s the weather in Paris tomorrow?" '
+        "(word overlap 0.33, under 0.40).")
     # no few-shots at all: a plain LLM agent, which nothing offline can stand in for
     assert next_lines([], [Step(Kind.Q, "Weather in Rome?")]) == f"A: {NEEDS_LLM}"
     assert next_lines(examples, []) == f"A: {CANT_HELP}"
