@@ -7,6 +7,7 @@ ships them, and the SDK installs without the platform's dependencies.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import re
 import shutil
@@ -24,8 +25,10 @@ from codeshot import ids
 from codeshot.engine.builtin import code_shot_components
 from codeshot.engine.components import CommandResult
 from codeshot.engine.executor import Executor, Status
+from codeshot.engine.fewshot import parse_few_shots
 from codeshot.errors import CodeshotError, InvalidInput
 from codeshot.llm import LLM, ChatMessage, get_llm
+from codeshot.llm.fewshot import CANT_HELP, miss
 from codeshot.local.http_server import HttpServer
 from codeshot.local.stack import LOCAL_USER, TEMPLATE_DIR, LocalStack
 from codeshot.net.http import public_client
@@ -266,7 +269,11 @@ def run_cases(client: AgentTestClient, cases: list[AgentTest], llm: LLM,
                                                   call_func)
                 outcome = Executor(components, llm).run(case.query)
                 text, status = outcome.text, outcome.status.value
-            results.append(check(case, text, status, llm, judging))
+            result = check(case, text, status, llm, judging)
+            if result.verdict is Verdict.FAIL and text == CANT_HELP:  # the replay had none
+                result = dataclasses.replace(result, reason=miss(
+                    parse_few_shots(handshake.few_shots), case.query))
+            results.append(result)
     return results
 
 

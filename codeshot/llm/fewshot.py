@@ -43,6 +43,7 @@ _STOPWORDS = frozenset({
     "give", "show", "get", "find", "s",
 })
 # fmt: on
+_ARTICLES = frozenset({"a", "an", "the"})
 
 
 def content_words(text: str) -> set[str]:
@@ -63,8 +64,8 @@ def word_substitutions(example: str, actual: str) -> dict[str, str]:
 
     Replaced runs, trimmed of function words, map word to word when of equal length and
     phrase to phrase otherwise; "for" -> "of" is never a substitution. The example's
-    function words at an end where the actual run has none go with the run too ("the
-    quick brown fox" -> "green eggs and ham", not "the green eggs and ham").
+    article before its run, where the actual run has none, goes with it too ("the quick
+    brown fox" -> "green eggs and ham", not "the green eggs and ham").
     """
     left, right = _WORD.findall(example), _WORD.findall(actual)
     matcher = SequenceMatcher(
@@ -80,11 +81,11 @@ def word_substitutions(example: str, actual: str) -> dict[str, str]:
             pairs.extend(zip(old, new))
         elif old and new:
             pairs.append((" ".join(old), " ".join(new)))
-        lead = old_start if new_start == 0 else 0
-        tail = i2 - i1 - old_end if new_end == j2 - j1 else 0
-        if old and new and (lead or tail):
-            pairs.append((" ".join(left[i1:i2][old_start - lead:old_end + tail]),
-                          " ".join(new)))
+        # An article before the example's run, where the query's has none, goes with it
+        # (prepositions stay: "in Paris" -> "London" would lose the answer's "in").
+        if old and new and new_start == 0 and old_start and \
+                left[i1 + old_start - 1].lower() in _ARTICLES:
+            pairs.append((" ".join(left[i1 + old_start - 1:i1 + old_end]), " ".join(new)))
     return {
         old: new
         for old, new in pairs
@@ -137,6 +138,23 @@ def _as_returned(real: Sequence[Step]) -> str:
     return Step(Kind.A, "\n".join([AS_RETURNED, *lines])).render()
 
 
+def _nearest(turns: Sequence[Sequence[Step]], query: str) -> tuple[Sequence[Step], float]:
+    turn = max(turns, key=lambda t: similarity(t[0].text, query))
+    return turn, similarity(turn[0].text, query)
+
+
+def miss(examples: Sequence[FewShot], query: str) -> str:
+    """Why the replay answered ``query`` with CANT_HELP: its nearest example and their
+    overlap (``agent test`` shows it; the answer itself stays plain, as a real model's
+    refusal would, and gives the answer checks no numbers to question)."""
+    turns = [turn for shot in examples for turn in shot.turns() if turn[0].kind is Kind.Q]
+    if not turns:
+        return "the agent has no few-shot questions"
+    turn, score = _nearest(turns, query)
+    return (f'the nearest few-shot is "{turn[0].text}": word overlap {score:.2f}, under the '
+            f"replay's {THRESHOLD:.2f}")
+
+
 def next_lines(examples: Sequence[FewShot], transcript: Sequence[Step]) -> str:
     """The lines the nearest example says come next: up to its next Ask (or the label of a
     reply it shows with no Ask), or its answer."""
@@ -147,11 +165,9 @@ def next_lines(examples: Sequence[FewShot], transcript: Sequence[Step]) -> str:
     if q_index is None:
         return f"A: {CANT_HELP}"
     query = transcript[q_index].text
-    turn = max(turns, key=lambda t: similarity(t[0].text, query))
-    score = similarity(turn[0].text, query)
-    if score < THRESHOLD:  # which example came closest tells its author what to reword
-        return (f'A: {CANT_HELP} The nearest example is "{turn[0].text}" (word overlap '
-                f"{score:.2f}, under {THRESHOLD:.2f}).")
+    turn, score = _nearest(turns, query)
+    if score < THRESHOLD:
+        return f"A: {CANT_HELP}"
 
     real = [s for s in transcript[q_index + 1 :] if s.kind in SAYS]
     real_replies = [s.text for s in real]

@@ -241,6 +241,19 @@ def test_agent_test_skips_sentences_offline_and_checks_text_and_regex(tmp_path):
     assert out.stderr == "codeshot: no test ran: each was skipped (see the reason above)\n"
 
 
+def test_a_test_no_few_shot_fits_offline_names_the_nearest(tmp_path):
+    """The replay's refusal was all the table said: nothing told the author what to
+    reword."""
+    directory = agent_dir(tmp_path, "shouter")
+    config = directory / "agent.yaml"
+    config.write_text(config.read_text().split("tests:")[0] + "tests:\n"
+                      "  - query: Shout goodbye to everyone loudly\n    expected: GOODBYE\n")
+    [result] = run_agent_tests(directory, Settings())
+    assert result.verdict.value == "FAIL"
+    assert result.reason == ('the nearest few-shot is "Shout hello": word overlap 0.33, '
+                             "under the replay's 0.40")
+
+
 def test_agent_test_finds_the_agents_own_mistakes_before_starting_a_platform(
         tmp_path, monkeypatch):
     """A few-shot's grammar or a file without tests is reported at once: no local

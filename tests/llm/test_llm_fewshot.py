@@ -10,6 +10,7 @@ from codeshot.llm.fewshot import (
     CANT_HELP,
     NEEDS_LLM,
     FewShotLLM,
+    miss,
     next_lines,
     similarity,
     substitute,
@@ -45,10 +46,12 @@ def test_similarity_ignores_function_words_and_has_a_threshold() -> None:
     assert similarity("What is the capital of France?", "What is the stock price for AAPL?") == 0
     assert similarity("the of and", "the of and") == 0
     examples = parse_few_shots(WEATHER)
-    # The nearest example and how near, for the agent's author to reword a test query.
-    assert next_lines(examples, [Step(Kind.Q, "Tell me a joke about weather")]) == (
-        f'A: {CANT_HELP} The nearest example is "What\'s the weather in Paris tomorrow?" '
-        "(word overlap 0.33, under 0.40).")
+    assert next_lines(examples, [Step(Kind.Q, "Tell me a joke about weather")]) == \
+        f"A: {CANT_HELP}"
+    # Why, for `agent test` to tell the agent's author what to reword.
+    assert miss(examples, "Tell me a joke about weather") == (
+        "the nearest few-shot is \"What's the weather in Paris tomorrow?\": word overlap "
+        "0.33, under the replay's 0.40")
     # no few-shots at all: a plain LLM agent, which nothing offline can stand in for
     assert next_lines([], [Step(Kind.Q, "Weather in Rome?")]) == f"A: {NEEDS_LLM}"
     assert next_lines(examples, []) == f"A: {CANT_HELP}"
@@ -67,6 +70,9 @@ def test_word_substitutions_align_the_differing_words() -> None:
     subs = word_substitutions('words in "the quick brown fox"', 'words in "green eggs and ham"')
     assert substitute("Ask Func[count_words]: the quick brown fox", subs) == \
         "Ask Func[count_words]: green eggs and ham"
+    # Only an article: a preposition stays in the example's answer.
+    subs = word_substitutions("weather in Paris tomorrow", "weather London tomorrow")
+    assert substitute("A: Tomorrow in Paris: 5C.", subs) == "A: Tomorrow in London: 5C."
     assert substitute("0, 100 or 1000", {"100": "19"}) == "0, 19 or 1000"
     assert substitute("$150.12 and 150", {"$150.12": "$9.99", "150": "7"}) == "$9.99 and 7"
 
