@@ -154,7 +154,7 @@ class SessionRunner:
             if self.s.sessions.purge(work.session_id, PURGE_PAGES):
                 self.s.queue.enqueue(work.next_part())
             return
-        pending = self._pending(work)
+        pending = self._pending(work, final_attempt)
         if pending is None:
             return
         session, recent, query, history = pending
@@ -215,7 +215,7 @@ class SessionRunner:
         if work.kind in (Work.CORPUS, Work.SWEEP, Work.PURGE):
             self.s.queue.enqueue(work, again=True)
             return
-        pending = self._pending(work)
+        pending = self._pending(work, final=True)
         if pending is None:
             return
         session, recent, query, _ = pending
@@ -228,23 +228,27 @@ class SessionRunner:
         self._finish(session, query, outcome, None, [], nothing,
                      had_state=recent.state is not None)
 
-    def _pending(self, work: Work) -> tuple[Session, Recent, Message, list[Message]] | None:
+    def _pending(self, work: Work, final: bool
+                 ) -> tuple[Session, Recent, Message, list[Message]] | None:
         """The session, its paused program and recent history (the query in it), in one
-        read; None once the session is deleted or the query answered (a redelivery)."""
+        read; None once the session is deleted or the query answered (a redelivery;
+        ``final``: its last)."""
         recent = self.s.sessions.recent(work.session_id, HISTORY_MESSAGES)
         if recent.session is None:
             return None
         found = self._query(work, recent.messages)
         if found is None:
-            self._ask_again(recent.session, work, recent.messages)
+            self._ask_again(recent.session, work, recent.messages, final)
             return None
         return recent.session, recent, *found
 
-    def _ask_again(self, session: Session, work: Work, newest_first: list[Message]) -> None:
+    def _ask_again(self, session: Session, work: Work, newest_first: list[Message],
+                   final: bool) -> None:
         """A redelivered query answered by a question that still waits on a task's
         callback, and whose prompt was never taken up: the prompt queued again, as the
         runner may have stopped between storing the question and queueing it (if that
-        fails too, the query's next delivery tries again). A prompt taken up has its own
+        fails too, the query's next delivery tries again; on its last, the question ends
+        CALLBACK_FAILED rather than wait for ever). A prompt taken up has its own
         redeliveries; a second one queued before the first was taken up polls the
         first's (codeshot.usecases.prompts)."""
         if not (session.callback_url and session.callback_format == PROMPT_FORMAT and
@@ -253,10 +257,12 @@ class SessionRunner:
                 newest_first[0].in_reply_to == work.message_id):
             return
         question = newest_first[0]
-        if not self.s.sessions.prompt_claimed(session.session_id, question.message_id):
-            self.s.prompt_queue.schedule(PromptWork(
-                session.session_id, question.message_id,
-                time.time() + self.s.settings.prompt_deadline_seconds))
+        if self.s.sessions.prompt_claimed(session.session_id, question.message_id):
+            return
+        if final:
+            self._prompt(session, question)
+        else:
+            self.s.prompt_queue.schedule(self._prompt_work(session, question))
 
     def _given_up(self, text: str, code: str) -> Outcome:
         """The error a query is answered with when the runner gives up on it (counted: an
@@ -496,10 +502,8 @@ class SessionRunner:
     def _prompt(self, session: Session, question: Message) -> None:
         """Queue the question for the task's callback (codeshot.usecases.prompts); if it
         cannot be queued, end it: a question nobody will ask would wait forever."""
-        deadline = time.time() + self.s.settings.prompt_deadline_seconds
         try:
-            self.s.prompt_queue.schedule(PromptWork(session.session_id, question.message_id,
-                                                    deadline))
+            self.s.prompt_queue.schedule(self._prompt_work(session, question))
         except Exception:
             log.exception("could not queue the question of %s", session.session_id)
             try:
@@ -512,6 +516,10 @@ class SessionRunner:
                 pass
             except CodeshotError:  # the session busy through every retry: left waiting
                 log.exception("could not end the question of %s", session.session_id)
+
+    def _prompt_work(self, session: Session, question: Message) -> PromptWork:
+        return PromptWork(session.session_id, question.message_id,
+                          time.time() + self.s.settings.prompt_deadline_seconds)
 
     def _notify(self, session: Session, reply: Message) -> None:
         from codeshot.runner.callbacks import A2A_TOKEN_HEADER, deliver, sign_event

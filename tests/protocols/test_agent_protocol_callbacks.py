@@ -356,6 +356,33 @@ def test_a_redelivered_query_leaves_a_prompt_taken_up_alone(stack, booking, call
     assert [m for _, m, *_ in callback.seen] == ["POST"]
 
 
+@pytest.mark.parametrize("callback", [[PENDING]], indirect=True)
+def test_a_question_that_cannot_be_queued_even_at_the_last_delivery_ends(
+        stack, booking, callback, monkeypatch):
+    """A redelivered query re-queues its question's prompt; when the prompt queue is down
+    through its last delivery, the question ends (CALLBACK_FAILED) rather than wait with
+    no one asking it."""
+    from codeshot.runner.session_runner import SessionRunner
+    from codeshot.store.queue import Work
+
+    agent_id, _ = booking
+    key, task_id, asked = asked_without_callback(stack, agent_id, "Vera")
+    with_callback(stack, task_id, callback.url)
+
+    def queue_down(*_args: object) -> None:
+        raise ConnectionError("SQS is down")
+
+    monkeypatch.setattr(stack.services.prompt_queue, "schedule", queue_down)
+    runner, redelivered = SessionRunner(stack.services), Work(task_id, asked.in_reply_to)
+    with pytest.raises(ConnectionError):  # delivered again later
+        runner.handle(redelivered)
+    assert ap(stack, key, "GET", f"/tasks/{task_id}").json()["status"] == "awaiting_input"
+    runner.handle(redelivered, final_attempt=True)
+    [step] = ap(stack, key, "GET", f"/tasks/{task_id}/steps").json()["steps"]
+    assert step["additional_output"]["error"]["code"] == "CALLBACK_FAILED"
+    assert callback.seen == []
+
+
 def test_a_huge_or_dripping_callback_reply_is_cut_off(stack, booking):
     agent_id, _ = booking
     with raw_server("huge", limit=64 << 20) as huge:
