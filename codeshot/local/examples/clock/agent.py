@@ -7,25 +7,34 @@ from zoneinfo import ZoneInfo, available_timezones
 
 from codeshot.sdk import AgentResponse, Message, StandaloneAgent
 
-# IANA's regions of cities; the legacy names ("US/Eastern", "Brazil/East") name no city.
-REGIONS = ("Africa/", "America/", "Antarctica/", "Asia/", "Atlantic/", "Australia/",
-           "Europe/", "Indian/", "Pacific/")
+# IANA's regions of cities; the legacy names ("US/Eastern", "Brazil/East") name no city,
+# nor do these ("Australia/South", "Australia/ACT", "America/North_Dakota/Center").
+REGIONS = ("Africa/", "America/", "Asia/", "Atlantic/", "Australia/", "Europe/", "Indian/",
+           "Pacific/")
+NOT_CITIES = frozenset({"north", "south", "east", "west", "center", "act", "nsw"})
 
 
 @functools.cache
 def _zones_by_city() -> dict[str, str]:
     """"tokyo" -> "Asia/Tokyo", "new york" -> "America/New_York": the IANA zones by
-    their city."""
-    return {name.rsplit("/", 1)[1].replace("_", " ").lower(): name
-            for name in available_timezones() if name.startswith(REGIONS)}
+    their city (in name order: a city of two zones always gets the same one)."""
+    zones: dict[str, str] = {}
+    for name in sorted(available_timezones()):
+        city = name.rsplit("/", 1)[-1].replace("_", " ").lower()
+        if name.startswith(REGIONS) and city not in NOT_CITIES:
+            zones.setdefault(city, name)
+    return zones
 
 
 def zone_named(text: str) -> str | None:
-    """The IANA zone of a city the question names ("in Tokyo"), longest names first."""
+    """The IANA zone of the city the question names after "in", "at" or "for" ("in
+    Tokyo", "in New York"): longest names first."""
     words = re.findall(r"[A-Za-z]+", text.lower())
-    for size in (3, 2, 1):
-        for start in range(len(words) - size + 1):
-            zone = _zones_by_city().get(" ".join(words[start:start + size]))
+    for i, word in enumerate(words[:-1]):
+        if word not in ("in", "at", "for"):
+            continue
+        for size in (3, 2, 1):
+            zone = _zones_by_city().get(" ".join(words[i + 1:i + 1 + size]))
             if zone:
                 return zone
     return None
