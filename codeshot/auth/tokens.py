@@ -77,10 +77,15 @@ def decode(
         raise Unauthenticated("token signature is invalid") from exc
     except jwt.MissingRequiredClaimError as exc:
         raise Unauthenticated(f"token lacks the {exc.claim!r} claim") from exc
-    except jwt.PyJWTError as exc:
+    except jwt.ImmatureSignatureError as exc:
+        raise Unauthenticated("token is not valid yet: check the clocks of the machine "
+                              "that made it and of this one") from exc
+    except jwt.DecodeError as exc:
         # PyJWT's words ("Not enough segments") mean nothing to someone pasting a key.
         raise Unauthenticated("that is not a key or token of this platform: paste the "
                               "whole API key as it was given") from exc
+    except jwt.PyJWTError as exc:
+        raise Unauthenticated(f"malformed token: {exc}") from exc
     if claims.get("typ") != typ:
         raise Unauthenticated(f"this is not a{'n' if typ[0] in 'aeiou' else ''} {typ} token")
     return claims

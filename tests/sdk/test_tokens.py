@@ -71,6 +71,16 @@ def test_expired_token(platform, sdk_agent):
     refused(post(sdk_agent, expired), 401, "UNAUTHENTICATED", "expired")
 
 
+def test_a_token_from_a_clock_ahead_says_to_check_the_clocks(platform, sdk_agent):
+    """An agent's developer was told to paste the whole API key, or given PyJWT's words."""
+    ahead = int(time.time()) + 120
+    early = signed(platform, claims(platform, sdk_agent, iat=ahead, exp=ahead + 300))
+    refused(post(sdk_agent, early), 401, "UNAUTHENTICATED", "token is not valid yet: check "
+            "the clocks")
+    refused(post(sdk_agent, "not.a.token"), 401, "UNAUTHENTICATED",
+            "that is not a key or token of this platform")
+
+
 def test_token_for_another_agent(platform, sdk_agent):
     other = platform.services.auth.agent_token("acme/other", "u_1", "s_1")
     refused(post(sdk_agent, other), 403, "FORBIDDEN", "for agent acme/other")
