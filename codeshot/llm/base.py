@@ -118,16 +118,19 @@ class ConfigurableLLM(LLM, Protocol):
         ...
 
 
-# Han, kana and hangul: a token or more a character in the usual BPE vocabularies.
-_WIDE = re.compile("[\u1100-\u11ff\u3000-\u9fff\uac00-\ud7af\uf900-\ufaff]")
+# A token or more a character in the usual BPE vocabularies: Indic scripts and Thai, Han,
+# kana and hangul, fullwidth forms, and the symbols and dingbats most emoji of the basic
+# plane are.
+_WIDE = re.compile("[\u0900-\u0e7f\u1100-\u11ff\u2600-\u27bf\u3000-\u9fff"
+                   "\uac00-\ud7af\uf900-\ufaff\uff00-\uffef]")
 _ASTRAL = re.compile("[\U00010000-\U0010ffff]")  # emoji, rarer Han: 2-4 tokens each
 
 
 def estimated_prompt_tokens(messages: list[ChatMessage]) -> int:
     """A prompt's tokens where no count is given: about 4 characters a token for ASCII, 2
-    for other alphabets (Cyrillic, Greek, accented Latin), one a character of CJK text
-    and two of emoji (4 a token let such prompts pass a budget at a quarter of their
-    cost or less)."""
+    for other alphabets (Cyrillic, Greek, accented Latin), one a character of CJK, Indic
+    or Thai text and two of emoji (4 a token let such prompts pass a budget at a quarter
+    of their cost or less)."""
     text = "".join(m.content for m in messages)
     ascii_chars = len(text.encode("ascii", "ignore"))
     wide, astral = len(_WIDE.findall(text)), len(_ASTRAL.findall(text))

@@ -11,8 +11,8 @@ four stop sequences go to the server; the text is cut at all of them here. Repli
 streamed, so a reply is dropped as soon as it reaches one of the other stops or repeats a
 line (a small model looping) rather than when the token cap ends it; the usage the
 server sends last is then estimated (the prompt's characters: 4 ASCII, 2 of other
-alphabets or 1 of CJK a token; one a piece). A call ends at the query's deadline, whatever
-the server sends (TIMEOUT). httpx is imported on first use.
+alphabets or 1 of CJK, Indic or Thai a token; one a piece). A call ends at the query's
+deadline, whatever the server sends (TIMEOUT). httpx is imported on first use.
 """
 
 from __future__ import annotations

@@ -403,6 +403,7 @@ class SessionStore(Repository):
             "ProjectionExpression": "session_id, #i",
             "ExpressionAttributeNames": {"#i": "item"},
             "Limit": KEYS_PAGE,
+            "ConsistentRead": True,  # what was written just before goes too
         }, reads=pages):
             keys.extend(page.get("Items", []))
         return keys, "LastEvaluatedKey" in page

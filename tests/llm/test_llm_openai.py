@@ -88,6 +88,7 @@ def test_a_looping_reply_is_cut_before_its_repeated_line_and_the_stream_dropped(
     ("hello world " * 50, 150),  # 4 characters a token
     ("Привет мир " * 50, 250),  # 2 a token for other alphabets (the spaces 4)
     ("天気" * 300, 600),  # CJK: one a character (it counted 150, a quarter)
+    ("नमस्ते" * 50, 300),  # Indic scripts and Thai too
     ("😀" * 100, 200),  # emoji: two each
 ])
 def test_a_prompts_tokens_are_estimated_by_its_script_when_no_usage_comes(
