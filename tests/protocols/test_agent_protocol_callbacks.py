@@ -217,6 +217,20 @@ def asked_without_callback(stack, agent_id: str, place: str) -> tuple[str, str, 
     return key, task_id, asked
 
 
+def asked_with_the_prompt_queue_down(stack, monkeypatch, agent_id: str, place: str,
+                                     url: str) -> tuple[str, str, object]:
+    """:func:`asked_without_callback`, given the callback ``url`` after; then the prompt
+    queue refuses every send."""
+    key, task_id, asked = asked_without_callback(stack, agent_id, place)
+    with_callback(stack, task_id, url)
+
+    def queue_down(*_args: object) -> None:
+        raise ConnectionError("SQS is down")
+
+    monkeypatch.setattr(stack.services.prompt_queue, "schedule", queue_down)
+    return key, task_id, asked
+
+
 def with_callback(stack, task_id: str, url: str) -> None:
     from codeshot.runner.callbacks import PROMPT_FORMAT
 
@@ -263,14 +277,9 @@ def test_the_platforms_own_trouble_is_retried_then_ends_the_question(stack, book
     from codeshot.usecases.prompts import Prompts
 
     agent_id, _ = booking
-    key, task_id, asked = asked_without_callback(stack, agent_id, "Rita")
-    with_callback(stack, task_id, callback.url)
+    key, task_id, asked = asked_with_the_prompt_queue_down(stack, monkeypatch, agent_id,
+                                                           "Rita", callback.url)
     prompts = Prompts(stack.services)
-
-    def queue_down(*_args):
-        raise ConnectionError("SQS is down")
-
-    monkeypatch.setattr(stack.services.prompt_queue, "schedule", queue_down)
     work = PromptWork(task_id, asked.message_id, time.time() + 60)
     with pytest.raises(ConnectionError):  # redelivered by SQS
         prompts.handle(work)
@@ -342,13 +351,8 @@ def test_a_redelivered_query_leaves_a_prompt_taken_up_alone(stack, booking, call
     from codeshot.usecases.prompts import Prompts
 
     agent_id, _ = booking
-    key, task_id, asked = asked_without_callback(stack, agent_id, "Ugo")
-    with_callback(stack, task_id, callback.url)
-
-    def queue_down(*_args: object) -> None:
-        raise ConnectionError("SQS is down")
-
-    monkeypatch.setattr(stack.services.prompt_queue, "schedule", queue_down)
+    key, task_id, asked = asked_with_the_prompt_queue_down(stack, monkeypatch, agent_id,
+                                                           "Ugo", callback.url)
     with pytest.raises(ConnectionError):  # asked; its first poll not queued
         Prompts(stack.services).handle(PromptWork(task_id, asked.message_id, time.time() + 60))
     SessionRunner(stack.services).handle(Work(task_id, asked.in_reply_to))  # redelivered
@@ -366,13 +370,8 @@ def test_a_question_that_cannot_be_queued_even_at_the_last_delivery_ends(
     from codeshot.store.queue import Work
 
     agent_id, _ = booking
-    key, task_id, asked = asked_without_callback(stack, agent_id, "Vera")
-    with_callback(stack, task_id, callback.url)
-
-    def queue_down(*_args: object) -> None:
-        raise ConnectionError("SQS is down")
-
-    monkeypatch.setattr(stack.services.prompt_queue, "schedule", queue_down)
+    key, task_id, asked = asked_with_the_prompt_queue_down(stack, monkeypatch, agent_id,
+                                                           "Vera", callback.url)
     runner, redelivered = SessionRunner(stack.services), Work(task_id, asked.in_reply_to)
     with pytest.raises(ConnectionError):  # delivered again later
         runner.handle(redelivered)
