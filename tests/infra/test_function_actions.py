@@ -151,9 +151,12 @@ def test_an_agent_calls_nothing_in_aws_and_is_granted_nothing(synth):
 
 def test_the_reading_sees_calls_through_typed_stores():
     """The reader follows ``services.<store>.<method>`` and module functions to the boto3
-    call: the runner's long traces reach BatchWriteItem through SessionStore.put_messages."""
+    call: the runner reaches BatchWriteItem through the session store (a long trace's
+    put_messages, a deleted session's purge: whichever path is found first is named)."""
     called = actions_called(handler_modules("handlers.runner"), RUNNER_FUNCTION.aws_services)
-    assert "SessionStore.put_messages" in called["dynamodb:BatchWriteItem"]
+    path = called["dynamodb:BatchWriteItem"]
+    assert path.startswith("> SessionRunner.handle >") and " > SessionStore." in path and \
+        path.endswith(".batch_write"), path
     api = actions_called(handler_modules("handlers.api"), API_FUNCTION.aws_services)
     assert "sqs:ReceiveMessage" not in api  # the API never consumes the queue
     # A shared helper's Query (store/dynamo.py's query_pages) counts for the store that
