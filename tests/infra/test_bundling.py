@@ -94,6 +94,14 @@ def test_agent_bundle_spec_has_only_the_sdk_and_the_agent():
     assert "from agent import agent as _agent" in entry
 
 
+def test_the_clock_example_ships_its_zone_data():
+    """Deployed as an agent (the rehearsal does), it named a city's time from zone data a
+    Lambda runtime need not have: its own lock adds tzdata."""
+    spec = agent_bundle(REPO_ROOT / "codeshot/local/examples/clock", "agent:clock")
+    assert "tzdata" in dists(spec)
+    assert {"fastapi", "mangum", "pydantic"} <= dists(spec)
+
+
 def test_every_lock_is_current_and_within_pyproject_ranges():
     ranges = locks.pyproject_dependencies()
     for lock in locks.platform_locks():
