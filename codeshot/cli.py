@@ -11,6 +11,8 @@ from typing import TYPE_CHECKING
 from codeshot.errors import CodeshotError
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
     from codeshot.settings import Settings
 
 # Third-party packages of the `platform` and `local` extras (not installed with the SDK).
@@ -227,24 +229,31 @@ def _keys_rotate(args: argparse.Namespace) -> int:
     return 0
 
 
-def _wait_for_signal() -> str:
-    """Block until SIGINT, SIGTERM or SIGHUP (the terminal closed, the ssh session
-    dropped: its default ended the process without giving a lent revision back); returns
-    its name."""
+def _stop_signals() -> Callable[[], str]:
+    """Take SIGINT, SIGTERM and SIGHUP from now on (the terminal closed, the ssh session
+    dropped: their default ended the process without giving a lent revision back, when
+    one came before the wait). Returns the wait: it blocks until one came (at once if
+    one did already) and names it. A second signal ends the process at once."""
     import threading
 
     received: list[str] = []
     stop = threading.Event()
 
     def handler(signum: int, _frame: object) -> None:
+        if received:
+            raise SystemExit(128 + signum)
         received.append(signal.Signals(signum).name)
         stop.set()
 
     for name in ("SIGINT", "SIGTERM", "SIGHUP"):
         if hasattr(signal, name):  # Windows has no SIGHUP
             signal.signal(getattr(signal, name), handler)
-    stop.wait()
-    return received[0]
+
+    def wait() -> str:
+        stop.wait()
+        return received[0]
+
+    return wait
 
 
 def _serve(args: argparse.Namespace) -> int:
@@ -257,6 +266,7 @@ def _serve(args: argparse.Namespace) -> int:
         from codeshot.errors import InvalidInput
 
         raise InvalidInput(f"--port {args.port} is not a port: give 1-{MAX_PORT} (0: any)")
+    wait_for_signal = _stop_signals()  # before registering: a stop then still gives back
     config = read_config(args.agent_dir)
     target = Target.find()
     settings = get_settings().replace(api_url=target.api_url)
@@ -281,7 +291,7 @@ def _serve(args: argparse.Namespace) -> int:
                 print(f"{'Updated' if lent else 'Registered'} {agent_id} at {url} "
                       "(agent.yaml and its handshake read): it stays registered there "
                       "after Ctrl-C, answering only while served", flush=True)
-        print(f"Stopping ({_wait_for_signal()}) ...", flush=True)
+        print(f"Stopping ({wait_for_signal()}) ...", flush=True)
         if client is not None and lent is not None:
             client.give_back(lent)
             if lent.previous_url != url:

@@ -11,7 +11,8 @@ import signal
 import subprocess
 import sys
 import textwrap
-import time
+import threading
+import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -109,22 +110,30 @@ def ask(live_stack, agent_id: str, text: str) -> str:
 
 @contextmanager
 def running(argv: list[str], cwd: Path, env: dict[str, str], until: str) -> Iterator[list[str]]:
-    """A long-running process, once it printed a line containing ``until``; its output."""
+    """A long-running process, once it printed a line containing ``until`` (within 60 s,
+    however silent it stays); its output, read on until it ends."""
     proc = subprocess.Popen(argv, cwd=cwd, env=env, stdout=subprocess.PIPE,
                             stderr=subprocess.STDOUT, text=True)
     lines: list[str] = []
-    try:
-        deadline = time.monotonic() + 60
-        while not any(until in line for line in lines):
-            line = proc.stdout.readline()
-            if not line and (proc.poll() is not None or time.monotonic() > deadline):
-                pytest.fail(f"{argv} ended early: {''.join(lines)}")
+    seen = threading.Event()
+
+    def read() -> None:
+        for line in proc.stdout:
             lines.append(line)
+            if until in line:
+                seen.set()
+        seen.set()  # ended
+
+    reader = threading.Thread(target=read, daemon=True)
+    reader.start()
+    try:
+        if not seen.wait(60) or not any(until in line for line in lines):
+            pytest.fail(f"{argv} printed no {until!r} in 60 s: {''.join(lines)}")
         yield lines
     finally:
         proc.send_signal(signal.SIGTERM)
-        rest, _ = proc.communicate(timeout=20)
-        lines += rest.splitlines(keepends=True)
+        proc.wait(timeout=20)
+        reader.join(timeout=20)
     assert proc.returncode == 0, lines
 
 
@@ -337,7 +346,9 @@ def test_serve_register_lends_an_existing_agent_and_gives_it_back(live_stack, st
                                                                   tmp_path):
     """It re-pointed the registered agent for good and said "Registered": after Ctrl-C
     the agent was at a stopped server (AGENT_UNAVAILABLE)."""
-    first, second = agent_dir(tmp_path, "lender"), tmp_path / "again"
+    handle = f"lender{uuid.uuid4().hex[:6]}"  # its own, were the test run again
+    agent_id = f"local/{handle}"
+    first, second = agent_dir(tmp_path, handle), tmp_path / "again"
     second.mkdir()
     for name in ("main.py", "agent.yaml"):
         (second / name).write_text((first / name).read_text())
@@ -350,26 +361,26 @@ def test_serve_register_lends_an_existing_agent_and_gives_it_back(live_stack, st
 
     def revisions() -> list[tuple[bool, str]]:
         return [(r["isCurrent"], r["externalDeployment"]["url"]) for r in gql(
-            live_stack, REVISIONS, id="local/lender")["agentById"]["allRevisions"]]
+            live_stack, REVISIONS, id=agent_id)["agentById"]["allRevisions"]]
 
-    serving, first_url = serve(first, "Registered local/lender")
+    serving, first_url = serve(first, f"Registered {agent_id}")
     with serving:
-        lending, second_url = serve(second, "Updated local/lender")
+        lending, second_url = serve(second, f"Updated {agent_id}")
         with lending as lines:
-            assert f"Updated local/lender: served here until Ctrl-C, then again at " \
+            assert f"Updated {agent_id}: served here until Ctrl-C, then again at " \
                 f"{first_url}\n" in lines
             assert (True, second_url) in revisions()
-            assert ask(live_stack, "local/lender", "Shout hello") == "HELLO!"
-        assert lines[-1] == f"Restored local/lender at {first_url}\n"
+            assert ask(live_stack, agent_id, "Shout hello") == "HELLO!"
+        assert lines[-1] == f"Restored {agent_id} at {first_url}\n"
         assert revisions() == [(True, first_url)]
-        assert ask(live_stack, "local/lender", "Shout hello") == "HELLO!"
+        assert ask(live_stack, agent_id, "Shout hello") == "HELLO!"
 
     # Served again where it is registered (the edit-and-serve loop): updated there, and
     # left there at Ctrl-C. It said "then again at" and "Restored" that same URL.
     argv = [sys.executable, "-m", "codeshot.cli", "serve", str(first), "--port",
             first_url.rsplit(":", 1)[1], "--register"]
-    with running(argv, stack_dir, env, "Updated local/lender") as lines:
-        assert f"Updated local/lender at {first_url} (agent.yaml and its handshake read): " \
+    with running(argv, stack_dir, env, f"Updated {agent_id}") as lines:
+        assert f"Updated {agent_id} at {first_url} (agent.yaml and its handshake read): " \
             "it stays registered there after Ctrl-C, answering only while served\n" in lines
     assert not [line for line in lines if "Restored" in line or "then again" in line], lines
     assert revisions() == [(True, first_url)]
