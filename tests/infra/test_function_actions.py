@@ -152,10 +152,11 @@ def test_an_agent_calls_nothing_in_aws_and_is_granted_nothing(synth):
 def test_the_reading_sees_calls_through_typed_stores():
     """The reader follows ``services.<store>.<method>`` and module functions to the boto3
     call: the runner reaches BatchWriteItem through the session store (a long trace's
-    put_messages, a deleted session's purge: whichever path is found first is named)."""
+    put_messages, a deleted session's purge; from handle or give_up: whichever path is
+    found first is named)."""
     called = actions_called(handler_modules("handlers.runner"), RUNNER_FUNCTION.aws_services)
     path = called["dynamodb:BatchWriteItem"]
-    assert path.startswith("> SessionRunner.handle >") and " > SessionStore." in path and \
+    assert path.startswith("> SessionRunner.") and " > SessionStore." in path and \
         path.endswith(".batch_write"), path
     api = actions_called(handler_modules("handlers.api"), API_FUNCTION.aws_services)
     assert "sqs:ReceiveMessage" not in api  # the API never consumes the queue
