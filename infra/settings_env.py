@@ -55,11 +55,12 @@ def refuse_stack_settings(extra: Mapping[str, str], stack_env: Mapping[str, Any]
     """A ValueError if ``codeshot:extraEnv`` sets what the stack sets for every function
     (from its resources or a context key): a function would read one value and its role
     be granted for the other (a Bedrock model), or point at a table it has no access to."""
-    for name in sorted(set(extra) & set(stack_env)):
-        field = name.removeprefix(PREFIX).lower()
+    taken = sorted(set(extra) & set(stack_env))
+    if taken:
+        field = taken[0].removeprefix(PREFIX).lower()
         instead = f"set {CONTEXT_KEYS[field]} instead" if field in CONTEXT_KEYS else \
             "it names one of the stack's own resources"
-        raise ValueError(f"codeshot:extraEnv: {name} is set by the stack: {instead}")
+        raise ValueError(f"codeshot:extraEnv: {taken[0]} is set by the stack: {instead}")
 
 
 def configured(env: Mapping[str, Any], field: str) -> Any:

@@ -138,6 +138,11 @@ def _as_returned(real: Sequence[Step]) -> str:
     return Step(Kind.A, "\n".join([AS_RETURNED, *lines])).render()
 
 
+def _turns(examples: Sequence[FewShot]) -> list[tuple[Step, ...]]:
+    """Every Q..A turn of the examples (each starts with its Q)."""
+    return [turn for shot in examples for turn in shot.turns()]
+
+
 def _nearest(turns: Sequence[Sequence[Step]], query: str) -> tuple[Sequence[Step], float]:
     turn = max(turns, key=lambda t: similarity(t[0].text, query))
     return turn, similarity(turn[0].text, query)
@@ -147,7 +152,7 @@ def miss(examples: Sequence[FewShot], query: str) -> str:
     """Why the replay answered ``query`` with CANT_HELP: its nearest example and their
     overlap (``agent test`` shows it; the answer itself stays plain, as a real model's
     refusal would, and gives the answer checks no numbers to question)."""
-    turns = [turn for shot in examples for turn in shot.turns() if turn[0].kind is Kind.Q]
+    turns = _turns(examples)
     if not turns:
         return "the agent has no few-shot questions"
     turn, score = _nearest(turns, query)
@@ -159,7 +164,7 @@ def next_lines(examples: Sequence[FewShot], transcript: Sequence[Step]) -> str:
     """The lines the nearest example says come next: up to its next Ask (or the label of a
     reply it shows with no Ask), or its answer."""
     q_index = max((i for i, s in enumerate(transcript) if s.kind is Kind.Q), default=None)
-    turns = [turn for shot in examples for turn in shot.turns()]
+    turns = _turns(examples)
     if not turns:
         return f"A: {NEEDS_LLM}"
     if q_index is None:
