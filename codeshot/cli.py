@@ -229,6 +229,21 @@ def _keys_rotate(args: argparse.Namespace) -> int:
     return 0
 
 
+def _router_tune(args: argparse.Namespace) -> int:
+    import time
+
+    from codeshot.routing.tune import tune
+    from codeshot.services import Services
+
+    agents = Services(_target_settings()).registry.scan_all()
+    started = time.monotonic()
+    tuning = tune(agents, args.out, epochs=args.epochs)
+    print(f"Tuned {tuning.model_id} on {tuning.agents} agents ({tuning.pairs} pairs) in "
+          f"{time.monotonic() - started:.0f} s, saved to {args.out}. Route with it: "
+          f"CODESHOT_EMBEDDER=minilm CODESHOT_MINILM_MODEL={args.out.resolve()}")
+    return 0
+
+
 def _stop_signals() -> Callable[[], str]:
     """Take SIGINT, SIGTERM and SIGHUP from now on (the terminal closed, the ssh session
     dropped: their default ended the process without giving a lent revision back, when
@@ -487,6 +502,27 @@ def build_parser() -> argparse.ArgumentParser:
         "beside a running `codeshot local up` to rotate its keys.",
     )
     rotate.set_defaults(run=_keys_rotate)
+
+    router = commands.add_parser("router", help="the router that picks agents for queries")
+    router_commands = router.add_subparsers(dest="router_command", required=True,
+                                            metavar="ACTION")
+    tune = router_commands.add_parser(
+        "tune",
+        help="tune the minilm router model on the registered agents",
+        description="Tune all-MiniLM-L6-v2 on the registered agents' sample queries, "
+        "names and descriptions (the agents of the running `codeshot local up` of this "
+        "directory, else of the platform CODESHOT_* names), and save it to OUT. Routing "
+        "with it (CODESHOT_EMBEDDER=minilm CODESHOT_MINILM_MODEL=OUT) picks the right "
+        "agent first more often: 0.885 of the router benchmark's held-out queries, "
+        "against 0.830 untuned. About a second an agent on two CPUs. Needs the "
+        "'embeddings' extra.",
+    )
+    tune.add_argument("--out", type=Path, required=True,
+                      help="directory for the model: new, empty or an earlier tuning's")
+    tune.add_argument("--epochs", type=int, default=2, choices=range(1, 11), metavar="1-10",
+                      help="passes over the agents' pairs (default 2, chosen on the "
+                      "benchmark's dev split)")
+    tune.set_defaults(run=_router_tune)
 
     serve = commands.add_parser(
         "serve", help="serve an agent directory over HTTP on 127.0.0.1",

@@ -125,6 +125,8 @@ class Settings:
     planner_mode: str = setting("auto", choices=("auto", "route", "plan"))
     planner_top_k: int = setting(3, ge=1, le=10)  # agents the router offers the planner
     embedding_model: str = "amazon.titan-embed-text-v2:0"
+    # A model `codeshot router tune` made (a directory): the minilm embedder loads it.
+    minilm_model: str | None = None
     # Below this router score no agent fits; unset: the floor calibrated for the embedder.
     router_floor: float | None = setting(None, ge=0, le=1)
     # How much nearer a no-agent example than an agent's samples a query may be and still

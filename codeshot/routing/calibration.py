@@ -21,11 +21,13 @@ class Scoring:
     no_agent_margin: float | None = None
 
 
+TUNED_MINILM = "all-MiniLM-L6-v2-tuned"  # `codeshot router tune`'s models, whatever they saw
 CALIBRATED = {
     "hashing-v2-1024": Scoring(dense_weight=0.8, floor=0.045, no_agent_margin=0.29),
     "static-minilm-256-e43a8e0c634a": Scoring(dense_weight=0.9, floor=0.11,
                                               no_agent_margin=0.13),
     "all-MiniLM-L6-v2": Scoring(dense_weight=0.9, floor=0.135, no_agent_margin=0.01),
+    TUNED_MINILM: Scoring(dense_weight=0.9, floor=0.165, no_agent_margin=0.0),
 }
 # An embedder never calibrated here (Bedrock's Titan, the deployed default): no floor,
 # since score scales differ between models, but the no-agent examples still decline a
@@ -37,12 +39,18 @@ CALIBRATED = {
 UNCALIBRATED = Scoring(dense_weight=0.8, floor=0.0, no_agent_margin=0.05)
 
 
+def model_family(model_id: str) -> str:
+    """The id calibration knows the model by: a tuned minilm's id ends with its tuning's
+    digest (:mod:`codeshot.routing.tune`), and every tuning shares one calibration."""
+    return TUNED_MINILM if model_id.startswith(TUNED_MINILM + "-") else model_id
+
+
 def scoring_for(model_id: str, floor: float | None = None,
                 margin: float | None = None) -> Scoring:
     """The calibrated scoring, or the one the settings give: a ``floor`` alone replaces
     the whole no-agent rule (``floor=0`` never declines); a ``margin`` sets the no-agent
     margin, with the calibrated floor unless ``floor`` is given too."""
-    scoring = CALIBRATED.get(model_id, UNCALIBRATED)
+    scoring = CALIBRATED.get(model_family(model_id), UNCALIBRATED)
     if floor is None and margin is None:
         return scoring
     return Scoring(scoring.dense_weight, scoring.floor if floor is None else floor, margin)

