@@ -513,7 +513,7 @@ def build_parser() -> argparse.ArgumentParser:
         "names and descriptions (the agents of the running `codeshot local up` of this "
         "directory, else of the platform CODESHOT_* names), and save it to OUT. Routing "
         "with it (CODESHOT_EMBEDDER=minilm CODESHOT_MINILM_MODEL=OUT) picks the right "
-        "agent first more often: 0.885 of the router benchmark's held-out queries, "
+        "agent first more often: 0.875 of the router benchmark's held-out queries, "
         "against 0.830 untuned. About a second an agent on two CPUs. Needs the "
         "'embeddings' extra.",
     )

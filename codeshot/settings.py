@@ -15,6 +15,7 @@ import dataclasses
 import operator
 import os
 from functools import lru_cache
+from pathlib import Path
 from typing import Any
 
 from codeshot.errors import InvalidInput
@@ -54,10 +55,15 @@ class SettingsError(InvalidInput):
 
 
 def setting(default: Any, *, env: tuple[str, ...] = (), choices: tuple[str, ...] = (),
-            ge: float | None = None, le: float | None = None, gt: float | None = None) -> Any:
-    """A field with where it is read from (default CODESHOT_<NAME>) and what it accepts."""
-    meta = {"env": env, "choices": choices, "ge": ge, "le": le, "gt": gt}
+            ge: float | None = None, le: float | None = None, gt: float | None = None,
+            holds: str | None = None) -> Any:
+    """A field with where it is read from (default CODESHOT_<NAME>) and what it accepts
+    (``holds``: a directory with this file in it)."""
+    meta = {"env": env, "choices": choices, "ge": ge, "le": le, "gt": gt, "holds": holds}
     return dataclasses.field(default=default, metadata=meta)
+
+
+MINILM_TUNING_FILE = "codeshot-tuning.json"  # beside a tuned router model (routing/tune.py)
 
 
 @dataclasses.dataclass(frozen=True, init=False)
@@ -126,7 +132,7 @@ class Settings:
     planner_top_k: int = setting(3, ge=1, le=10)  # agents the router offers the planner
     embedding_model: str = "amazon.titan-embed-text-v2:0"
     # A model `codeshot router tune` made (a directory): the minilm embedder loads it.
-    minilm_model: str | None = None
+    minilm_model: str | None = setting(None, holds=MINILM_TUNING_FILE)
     # Below this router score no agent fits; unset: the floor calibrated for the embedder.
     router_floor: float | None = setting(None, ge=0, le=1)
     # How much nearer a no-agent example than an agent's samples a query may be and still
@@ -284,6 +290,8 @@ def _check(field: dataclasses.Field[Any], value: Any, source: str) -> Any:
         limit: float | None = meta.get(bound)
         if limit is not None and not holds(value, limit):
             raise SettingsError(f"{source}={given!r}: must be {bound} {limit}")
+    if meta.get("holds") and not Path(value, meta["holds"]).is_file():
+        raise SettingsError(f"{source}={given!r}: not a directory holding {meta['holds']}")
     return value
 
 

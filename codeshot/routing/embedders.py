@@ -192,19 +192,31 @@ class MiniLMEmbedder:
     (:mod:`codeshot.routing.tune`) when ``path`` names one."""
 
     _lock = threading.Lock()
-    _models: ClassVar[dict[str | None, Any]] = {}  # by path: one load per process
+    _models: ClassVar[dict[str, Any]] = {}  # by model id: one load per process
 
     def __init__(self, path: str | None = None) -> None:
         from codeshot.routing.tune import read_tuning
 
-        self.path = path
-        self.model_id = read_tuning(Path(path)).model_id if path else MINILM
+        self.path = str(Path(path).resolve()) if path else None
+        self.model_id = read_tuning(Path(self.path)).model_id if self.path else MINILM
 
     def _load(self) -> Any:
         with self._lock:
-            if self.path not in MiniLMEmbedder._models:
-                MiniLMEmbedder._models[self.path] = load_minilm(self.path)
-            return MiniLMEmbedder._models[self.path]
+            if self.model_id not in MiniLMEmbedder._models:
+                model = load_minilm(self.path)
+                if self.path:
+                    self._check_unchanged()
+                MiniLMEmbedder._models[self.model_id] = model
+            return MiniLMEmbedder._models[self.model_id]
+
+    def _check_unchanged(self) -> None:
+        """The tuning loaded is the one this embedder's rows are stored under: else rows
+        of one model would be stored, and compared, as another's."""
+        from codeshot.routing.tune import read_tuning
+
+        if read_tuning(Path(str(self.path))).model_id != self.model_id:
+            raise LLMError(f"the router model at {self.path} was tuned again since this "
+                           f"process read it: restart the process to route with it")
 
     def embed(self, texts: list[str]) -> Vectors:
         vectors: Vectors = self._load().encode(texts, batch_size=64, convert_to_numpy=True,

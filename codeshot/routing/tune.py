@@ -2,21 +2,22 @@
 
 Each agent's rows (its sample queries, and its name with its description:
 :func:`codeshot.routing.index.agent_texts`) are pairs of texts that should embed close
-together; the other agents' rows in the same batch are the texts that should not
-(in-batch negatives, sentence-transformers' MultipleNegativesRankingLoss). A batch holds
-at most one pair per agent, so no negative is a row of the anchor's own agent.
+together; the texts that should not are the other pairs' positives in the same batch and
+one row of each agent with no pair in it (in-batch negatives, sentence-transformers'
+MultipleNegativesRankingLoss, with extra negatives). A batch holds at most one pair per
+agent, so no negative is a row of the anchor's own agent.
 
-What it buys, on ``benchmarks/router_corpus.json`` (test split, run once; 2 epochs and
-the learning rate chosen on dev): top-1 0.830 -> 0.890, top-3 0.960 -> 0.980, and the
-no-agent outcome 0.80 declined with 0.070 wrongly -> 0.90 with 0.040. It is not an
-overfit to the agents it saw: tuned on 40 of the 50 agents, the other 10's dev queries
-went first to their agent as often as the 40's (0.91). Re-tune after the agents change
-much; an agent registered since routes with the tuned model all the same.
+What it buys is measured by ``benchmarks/router.py --embedders minilm-tuned`` (its
+docstring has the numbers: on the test split, top-1 0.830 -> 0.875 and the no-agent
+goal met). Re-tune after the agents change much; an agent registered since routes with
+the tuned model all the same.
 
 The model is written to a directory with ``codeshot-tuning.json`` beside it: the base
-model, what it was tuned on (a digest of the rows) and how. ``CODESHOT_MINILM_MODEL``
-points the ``minilm`` embedder at it; its model id names that digest, so stored agent
-rows made by another model are embedded again (:func:`codeshot.routing.index.stored_rows`).
+model, what it was tuned on (a digest of the rows), how, and a digest of the weights.
+``CODESHOT_MINILM_MODEL`` points the ``minilm`` embedder at it; its model id is a digest
+of all that, so rows stored under another model (or an earlier tuning) are embedded
+again (:func:`codeshot.routing.index.stored_rows`). The directory is replaced whole (a
+new one renamed into place), so a process never loads half a tuning.
 """
 
 from __future__ import annotations
@@ -24,6 +25,8 @@ from __future__ import annotations
 import hashlib
 import json
 import random
+import shutil
+import tempfile
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -33,11 +36,15 @@ from codeshot.models import Agent
 from codeshot.routing.calibration import TUNED_MINILM
 from codeshot.routing.embedders import MINILM, load_minilm
 from codeshot.routing.index import agent_texts
+from codeshot.settings import MINILM_TUNING_FILE
 
-TUNING_FILE = "codeshot-tuning.json"
+TUNING_FILE = MINILM_TUNING_FILE
+WEIGHTS_FILE = "model.safetensors"
 BATCH = 32  # pairs a step: 32 agents' rows against each other
 PAIRS_PER_AGENT = 24  # a step's cost is per pair: an agent of 12 samples has 156 pairs
 SCALE = 20.0  # cosine to logit, sentence-transformers' default for this loss
+
+Pair = tuple[int, str, str]  # (agent, anchor, positive)
 
 
 @dataclass(frozen=True)
@@ -51,6 +58,7 @@ class Tuning:
     epochs: int
     learning_rate: float
     seed: int
+    weights_digest: str  # sha256 of the saved weights: the id changes with them
 
     @property
     def model_id(self) -> str:
@@ -67,9 +75,9 @@ def read_tuning(directory: Path) -> Tuning:
                            f"CODESHOT_MINILM_MODEL): {TUNING_FILE}: {exc}") from exc
 
 
-def training_pairs(rows: Sequence[Sequence[str]], rng: random.Random) -> list[tuple[int, str, str]]:
-    """(agent, anchor, positive): ordered pairs of one agent's distinct rows, at most
-    ``PAIRS_PER_AGENT`` an agent (drawn anew each epoch)."""
+def training_pairs(rows: Sequence[Sequence[str]], rng: random.Random) -> list[Pair]:
+    """Ordered pairs of one agent's distinct rows, at most ``PAIRS_PER_AGENT`` an agent
+    (drawn anew each epoch)."""
     pairs = []
     for agent, texts in enumerate(rows):
         own = [(agent, a, b) for a in texts for b in texts if a != b]
@@ -78,12 +86,12 @@ def training_pairs(rows: Sequence[Sequence[str]], rng: random.Random) -> list[tu
     return pairs
 
 
-def batches(pairs: list[tuple[int, str, str]]) -> list[list[tuple[int, str, str]]]:
-    """Batches of up to ``BATCH`` pairs, no two of one agent (a batch of one teaches
-    nothing: it has no negative)."""
+def batches(pairs: list[Pair]) -> list[list[Pair]]:
+    """Every pair, in batches of up to ``BATCH`` pairs with no two of one agent (the
+    last of an agent with many rows may go alone: its negatives are other agents' rows)."""
     out, pending = [], pairs
     while pending:
-        batch: list[tuple[int, str, str]] = []
+        batch: list[Pair] = []
         seen: set[int] = set()
         rest = []
         for pair in pending:
@@ -92,48 +100,89 @@ def batches(pairs: list[tuple[int, str, str]]) -> list[list[tuple[int, str, str]
             else:
                 batch.append(pair)
                 seen.add(pair[0])
-        if len(batch) > 1:
-            out.append(batch)
-        pending = rest if len(batch) > 1 else []
+        out.append(batch)
+        pending = rest
     return out
+
+
+def absent_rows(rows: Sequence[Sequence[str]], batch: list[Pair],
+                rng: random.Random) -> list[str]:
+    """One row of each agent with no pair in the batch, at most ``BATCH``: negatives
+    that keep a small batch (or a lone pair) learning."""
+    present = {agent for agent, _, _ in batch}
+    absent = [agent for agent in range(len(rows)) if agent not in present and rows[agent]]
+    return [rng.choice(rows[agent]) for agent in rng.sample(absent, min(len(absent), BATCH))]
+
+
+def prepare(out: Path) -> Path:
+    """A new directory beside ``out`` to save into, once ``out`` is known to be one that
+    may be replaced: new, empty or an earlier tuning's (INVALID_INPUT for any other, or
+    where nothing can be written), checked before the minutes of tuning."""
+    if out.exists() and not (out / TUNING_FILE).exists() and \
+            (not out.is_dir() or any(out.iterdir())):
+        what = "a directory" if out.is_dir() else "not a directory"
+        raise InvalidInput(f"{out} is {what} holding no earlier tuning: give a new or "
+                           f"empty directory")
+    try:
+        out.parent.mkdir(parents=True, exist_ok=True)
+        return Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))
+    except OSError as exc:
+        raise InvalidInput(f"cannot write the model beside {out}: {exc}") from exc
+
+
+def replace(staging: Path, out: Path) -> None:
+    """``out`` becomes ``staging`` by renames: a reader sees the old tuning or the new."""
+    old = None
+    if out.exists():
+        old = out.with_name(f"{staging.name}.old")
+        out.rename(old)
+    staging.rename(out)
+    if old is not None:
+        shutil.rmtree(old, ignore_errors=True)
 
 
 def tune(agents: Sequence[Agent], out: Path, epochs: int = 2, learning_rate: float = 2e-5,
          seed: int = 0) -> Tuning:
     """Tunes all-MiniLM-L6-v2 on the agents' rows and saves it to ``out``: a new
     directory, an empty one or an earlier tuning's (INVALID_INPUT for any other)."""
-    if out.exists() and (not out.is_dir() or any(out.iterdir())) \
-            and not (out / TUNING_FILE).exists():
-        raise InvalidInput(f"{out} is not empty and holds no earlier tuning: give a new "
-                           f"directory")
     rows = [agent_texts(agent) for agent in agents]
     if sum(len(set(texts)) > 1 for texts in rows) < 2:
         raise InvalidInput("tuning needs at least two agents with two or more sample "
                            "queries (or a sample and a description)")
-    model = load_minilm()
-    import torch  # installed with sentence-transformers (load_minilm says if it is not)
+    staging = prepare(out)
+    try:
+        model = load_minilm()
+        import torch  # installed with sentence-transformers (load_minilm says if it is not)
 
-    torch.manual_seed(seed)
-    rng = random.Random(seed)  # noqa: S311 - which pairs to train on, not a secret
-    optimiser = torch.optim.AdamW(model.parameters(), lr=learning_rate)
-    model.train()
-    pairs = 0
-    for _ in range(epochs):
-        for batch in batches(training_pairs(rows, rng)):
-            anchors, positives = (
-                torch.nn.functional.normalize(
-                    model(model.preprocess(texts))["sentence_embedding"], dim=-1)
-                for texts in ([a for _, a, _ in batch], [p for _, _, p in batch]))
-            logits = anchors @ positives.T * SCALE
-            loss = torch.nn.functional.cross_entropy(logits, torch.arange(len(batch)))
-            optimiser.zero_grad()
-            loss.backward()  # type: ignore[no-untyped-call, unused-ignore]  # CI has no torch
-            optimiser.step()
-            pairs += len(batch)
-    model.eval()
-    digest = hashlib.sha256(json.dumps(rows).encode()).hexdigest()
-    tuning = Tuning(MINILM, digest, len(agents), pairs, epochs, learning_rate, seed)
-    out.mkdir(parents=True, exist_ok=True)
-    model.save(str(out))
-    (out / TUNING_FILE).write_text(json.dumps(asdict(tuning), indent=2) + "\n")
+        torch.manual_seed(seed)
+        rng = random.Random(seed)  # noqa: S311 - which pairs to train on, not a secret
+        # sentence-transformers 5 renamed tokenize to preprocess
+        encode = getattr(model, "preprocess", None) or model.tokenize
+        optimiser = torch.optim.AdamW(model.parameters(), lr=learning_rate)
+        model.train()
+        pairs = 0
+        for _ in range(epochs):
+            for batch in batches(training_pairs(rows, rng)):
+                anchors, candidates = (
+                    torch.nn.functional.normalize(
+                        model(encode(texts))["sentence_embedding"], dim=-1)
+                    for texts in ([a for _, a, _ in batch],
+                                  [p for _, _, p in batch] + absent_rows(rows, batch, rng)))
+                logits = anchors @ candidates.T * SCALE
+                loss = torch.nn.functional.cross_entropy(logits, torch.arange(len(batch)))
+                optimiser.zero_grad()
+                loss.backward()  # type: ignore[no-untyped-call, unused-ignore]  # CI has no torch
+                optimiser.step()
+                pairs += len(batch)
+        model.eval()
+        model.save(str(staging))
+        (staging / "README.md").unlink(missing_ok=True)  # the base model's card: not this
+        weights = hashlib.sha256((staging / WEIGHTS_FILE).read_bytes()).hexdigest()
+        rows_digest = hashlib.sha256(json.dumps(rows).encode()).hexdigest()
+        tuning = Tuning(MINILM, rows_digest, len(agents), pairs, epochs, learning_rate, seed,
+                        weights)
+        (staging / TUNING_FILE).write_text(json.dumps(asdict(tuning), indent=2) + "\n")
+        replace(staging, out)
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
     return tuning

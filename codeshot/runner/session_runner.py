@@ -274,7 +274,7 @@ class SessionRunner:
     def corpus_search(self) -> CorpusSearch:
         from codeshot.runner.corpora import corpus_search
 
-        return corpus_search(self.s.settings, self.s.corpora, self.s.embedder)
+        return corpus_search(self.s.settings, self.s.corpora, self.s.corpus_embedder)
 
     def _ingest(self, work: Work) -> None:
         """An agent's corpus ingestion, unless a newer one was queued since (or it ran)."""
@@ -286,9 +286,10 @@ class SessionRunner:
             return
         vectors_to = None
         if self.s.settings.corpus_search == "s3vectors":
-            vectors_to = S3VectorsSearch(self.s.settings, self.s.corpora, self.s.embedder)
+            vectors_to = S3VectorsSearch(self.s.settings, self.s.corpora,
+                                         self.s.corpus_embedder)
         ingest(recent[0], recent[0].corpora, self.s.settings, self.s.corpora,
-               self.s.embedder, vectors_to=vectors_to)
+               self.s.corpus_embedder, vectors_to=vectors_to)
 
     def _sweep(self, work: Work, final_attempt: bool) -> None:
         """A part of the sweep of a deleted registration's user storage; the next part

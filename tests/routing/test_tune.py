@@ -19,14 +19,14 @@ from benchmarks.router import (
     tuned_on_corpus,
 )
 from codeshot import cli
-from codeshot.errors import InvalidInput
+from codeshot.errors import InvalidInput, LLMError
 from codeshot.models import Agent
 from codeshot.routing.calibration import CALIBRATED, TUNED_MINILM, scoring_for
-from codeshot.routing.embedders import MiniLMEmbedder, get_embedder
-from codeshot.routing.index import AgentIndex
-from codeshot.routing.router import Router
-from codeshot.routing.tune import TUNING_FILE, batches, training_pairs, tune
+from codeshot.routing.embedders import MiniLMEmbedder
+from codeshot.routing.index import AgentIndex, agent_texts
+from codeshot.routing.tune import TUNING_FILE, absent_rows, batches, training_pairs, tune
 from codeshot.services import Services
+from codeshot.settings import Settings, SettingsError
 
 AGENTS = [
     ("dice", "Dice", "Rolls dice.", ["Roll a d20", "Roll 3d6", "Flip a coin"]),
@@ -48,14 +48,16 @@ def needs_torch() -> None:
 
 
 def test_a_batch_never_holds_two_pairs_of_one_agent_and_every_pair_is_used():
-    """A second pair of the anchor's agent in its batch would be taught as a negative."""
+    """A second pair of the anchor's agent in its batch would be taught as a negative; a
+    pair alone learns against a row of each other agent."""
     rows = [[f"a{i}-{j}" for j in range(n)] for i, n in enumerate([2, 5, 12, 3, 1])]
     pairs = training_pairs(rows, random.Random(0))
     assert len(pairs) == 2 + 20 + 24 + 6  # 12 samples: 132 pairs, capped at 24
     made = batches(pairs)
-    assert all(len({agent for agent, _, _ in batch}) == len(batch) > 1 for batch in made)
-    # all but the 12-sample agent's last 4, left with no other agent to batch with
-    assert sum(len(b) for b in made) == len(pairs) - 4
+    assert all(len({agent for agent, _, _ in batch}) == len(batch) for batch in made)
+    assert sum(len(b) for b in made) == len(pairs)  # the 12-sample agent's last 4 alone
+    lone = made[-1]
+    assert len(lone) == 1 and len(absent_rows(rows, lone, random.Random(0))) == 4
 
 
 def test_a_tuned_model_is_calibrated_as_one_family_whatever_it_was_tuned_on():
@@ -63,18 +65,46 @@ def test_a_tuned_model_is_calibrated_as_one_family_whatever_it_was_tuned_on():
     assert scoring_for(TUNED_MINILM + "x") != CALIBRATED[TUNED_MINILM]  # not a prefix match
 
 
-def test_a_directory_that_is_not_a_tuned_model_is_refused_with_its_setting(
-        settings, tmp_path):
+def fake_tuning(directory):
+    """What ``codeshot router tune`` writes beside the weights, without the weights: enough
+    for a model id (nothing here loads the model)."""
+    directory.mkdir()
+    (directory / TUNING_FILE).write_text(json.dumps(
+        {"base": "all-MiniLM-L6-v2", "rows_digest": "r", "agents": 2, "pairs": 4,
+         "epochs": 1, "learning_rate": 2e-5, "seed": 0, "weights_digest": "w"}))
+    return directory
+
+
+def test_a_directory_that_is_not_a_tuned_model_is_refused_at_startup_naming_its_setting(
+        settings, tmp_path, monkeypatch):
     (tmp_path / "model.safetensors").write_bytes(b"x")
-    with pytest.raises(InvalidInput, match=f"CODESHOT_MINILM_MODEL.*{TUNING_FILE}"):
-        get_embedder(settings.replace(embedder="minilm", minilm_model=str(tmp_path)))
+    with pytest.raises(SettingsError, match=f"minilm_model=.*{TUNING_FILE}"):
+        settings.replace(embedder="minilm", minilm_model=str(tmp_path))
+    monkeypatch.setenv("CODESHOT_MINILM_MODEL", str(tmp_path / "nowhere"))
+    with pytest.raises(SettingsError, match=f"CODESHOT_MINILM_MODEL=.*{TUNING_FILE}"):
+        Settings()
 
 
-def test_tune_refuses_a_directory_holding_other_files_and_writes_nothing(tmp_path):
-    (tmp_path / "thesis.tex").write_text("mine")
-    with pytest.raises(InvalidInput, match="not empty"):
-        tune(agents(), tmp_path)
-    assert [p.name for p in tmp_path.iterdir()] == ["thesis.tex"]
+def test_document_corpora_keep_the_untuned_model(settings, tmp_path):
+    """A router model is tuned on requests to agents; a corpus holds passages, and a
+    re-tune must not embed every corpus again."""
+    tuned = settings.replace(embedder="minilm", minilm_model=str(fake_tuning(tmp_path / "m")))
+    services = Services(tuned)
+    assert services.embedder.model_id.startswith(TUNED_MINILM + "-")
+    assert services.corpus_embedder.model_id == "all-MiniLM-L6-v2"
+    static = Services(settings.replace(minilm_model=str(tmp_path / "m")))  # not minilm
+    assert static.corpus_embedder is static.embedder
+
+
+@pytest.mark.parametrize("given", ["thesis", "a-file", "a-file/below"])
+def test_tune_refuses_an_out_it_may_not_replace_and_writes_nothing(tmp_path, given):
+    (tmp_path / "thesis").mkdir()
+    (tmp_path / "thesis" / "chapter1.tex").write_text("mine")
+    (tmp_path / "a-file").write_text("mine")
+    before = sorted(p.name for p in tmp_path.rglob("*"))
+    with pytest.raises(InvalidInput, match=r"give a new or empty directory|cannot write"):
+        tune(agents(), tmp_path / given)
+    assert sorted(p.name for p in tmp_path.rglob("*")) == before
 
 
 def test_tune_refuses_too_few_agents_to_contrast(tmp_path):
@@ -83,10 +113,24 @@ def test_tune_refuses_too_few_agents_to_contrast(tmp_path):
     assert not (tmp_path / "out").exists()
 
 
-def test_the_cli_tunes_on_the_registry_and_the_router_routes_with_the_model(
+def within_agent_cosine(embedder) -> float:
+    """How close each agent's rows are to each other, on average."""
+    import numpy as np
+
+    cosines = []
+    for agent in agents():
+        rows = np.asarray(embedder.embed(agent_texts(agent)))
+        sims = rows @ rows.T
+        cosines.append(sims[~np.eye(len(rows), dtype=bool)].mean())
+    return float(np.mean(cosines))
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(600)  # three tunings of 3 agents: 10-30 s each here
+def test_the_cli_tunes_on_the_registry_and_the_platform_routes_with_the_model(
         aws, tmp_path, monkeypatch, capsys):
     needs_torch()
-    services = Services(aws)  # tuning 1 epoch: about 10 s here
+    services = Services(aws)
     for agent in agents():
         services.registry.create(agent)
     monkeypatch.setattr(cli, "_target_settings", lambda: aws)
@@ -96,14 +140,31 @@ def test_the_cli_tunes_on_the_registry_and_the_router_routes_with_the_model(
     tuning = json.loads((out / TUNING_FILE).read_text())
     assert tuning["agents"] == 3 and tuning["epochs"] == 1
     assert f"CODESHOT_MINILM_MODEL={out}" in printed and "on 3 agents" in printed
-    embedder = get_embedder(aws.replace(embedder="minilm", minilm_model=str(out)))
-    assert embedder.model_id.startswith(TUNED_MINILM + "-")
-    router = Router(services.registry, embedder)
-    assert router.scoring == CALIBRATED[TUNED_MINILM]
-    (best,) = router.route("roll me a twenty-sided die", 1, viewer="ops")
+    assert {p.name for p in tmp_path.iterdir()} == {"router-model"}  # nothing left beside
+    tuned = Services(aws.replace(embedder="minilm", minilm_model=str(out)))
+    assert tuned.embedder.model_id.startswith(TUNED_MINILM + "-")
+    assert tuned.router.scoring == CALIBRATED[TUNED_MINILM]
+    (best,) = tuned.router.route("roll me a twenty-sided die", 1, viewer="ops")
     assert best.agent_id == "ops/dice" and best.fits
-    # tuned again into the same directory: replaced, not refused
+    # the tuned weights are what embeds: each agent's rows pulled together
+    assert within_agent_cosine(tuned.embedder) > within_agent_cosine(MiniLMEmbedder()) + 0.05
+
+    # Tuned again on changed agents, into the same directory: replaced whole. A process
+    # that had read the first's id but not loaded it yet (nothing cached) refuses to mix
+    # the two; a new one embeds with the new model, under a new id.
+    first = tuned.embedder.embed(["Roll 3d6"])
+    unloaded = MiniLMEmbedder(str(out))
+    monkeypatch.setattr(MiniLMEmbedder, "_models", {})
+    services.registry.create(Agent(agent_id="ops/coins", owner="ops", handle="coins",
+                                   name="Coins", description="Converts currencies.",
+                                   sample_queries=["100 USD in EUR", "Yen to pounds"],
+                                   published=True))
     assert cli.main(["router", "tune", "--out", str(out), "--epochs", "1"]) == 0
+    again = MiniLMEmbedder(str(out))
+    assert again.model_id != tuned.embedder.model_id
+    assert again.embed(["Roll 3d6"]) != pytest.approx(first)
+    with pytest.raises(LLMError, match="tuned again since this process read it"):
+        unloaded.embed(["Roll 3d6"])
 
 
 def test_the_cli_says_what_to_install_without_the_embeddings_extra(
@@ -123,11 +184,11 @@ def test_the_cli_says_what_to_install_without_the_embeddings_extra(
     monkeypatch.setattr(builtins, "__import__", no_sentence_transformers)
     assert cli.main(["router", "tune", "--out", str(tmp_path / "m")]) == 2
     assert "pip install 'codeshot-kit[embeddings]'" in capsys.readouterr().err
-    assert not (tmp_path / "m").exists()
+    assert list(tmp_path.iterdir()) == []
 
 
 @pytest.mark.slow
-@pytest.mark.timeout(600)  # tuning (about 35 s here, once per change) and 1,100 embeddings
+@pytest.mark.timeout(600)  # tuning (about 45 s here, once per change) and 1,100 embeddings
 def test_tuning_on_the_agents_routes_more_held_out_queries_to_the_right_agent():
     """The benchmark corpus's dev split (tuning sees only the agents' rows, never a
     query): untuned 249 of 282 first, tuned 257."""
