@@ -238,7 +238,8 @@ def _router_tune(args: argparse.Namespace) -> int:
     agents = Services(_target_settings()).registry.scan_all()
     started = time.monotonic()
     tuning = tune(agents, args.out, epochs=args.epochs)
-    print(f"Tuned {tuning.model_id} on {tuning.agents} agents ({tuning.pairs} pairs) in "
+    print(f"Tuned {tuning.model_id} on {tuning.agents} agents ({tuning.pairs} pair steps "
+          f"in {tuning.epochs} epochs) in "
           f"{time.monotonic() - started:.0f} s, saved to {args.out}. Route with it: "
           f"CODESHOT_EMBEDDER=minilm CODESHOT_MINILM_MODEL={args.out.resolve()}")
     return 0
@@ -518,7 +519,8 @@ def build_parser() -> argparse.ArgumentParser:
         "'embeddings' extra.",
     )
     tune.add_argument("--out", type=Path, required=True,
-                      help="directory for the model: new, empty or an earlier tuning's")
+                      help="directory for the model: new, empty or an earlier tuning's "
+                      "(replaced whole)")
     tune.add_argument("--epochs", type=int, default=2, choices=range(1, 11), metavar="1-10",
                       help="passes over the agents' pairs (default 2, chosen on the "
                       "benchmark's dev split)")

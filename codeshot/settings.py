@@ -55,11 +55,9 @@ class SettingsError(InvalidInput):
 
 
 def setting(default: Any, *, env: tuple[str, ...] = (), choices: tuple[str, ...] = (),
-            ge: float | None = None, le: float | None = None, gt: float | None = None,
-            holds: str | None = None) -> Any:
-    """A field with where it is read from (default CODESHOT_<NAME>) and what it accepts
-    (``holds``: a directory with this file in it)."""
-    meta = {"env": env, "choices": choices, "ge": ge, "le": le, "gt": gt, "holds": holds}
+            ge: float | None = None, le: float | None = None, gt: float | None = None) -> Any:
+    """A field with where it is read from (default CODESHOT_<NAME>) and what it accepts."""
+    meta = {"env": env, "choices": choices, "ge": ge, "le": le, "gt": gt}
     return dataclasses.field(default=default, metadata=meta)
 
 
@@ -132,7 +130,7 @@ class Settings:
     planner_top_k: int = setting(3, ge=1, le=10)  # agents the router offers the planner
     embedding_model: str = "amazon.titan-embed-text-v2:0"
     # A model `codeshot router tune` made (a directory): the minilm embedder loads it.
-    minilm_model: str | None = setting(None, holds=MINILM_TUNING_FILE)
+    minilm_model: str | None = None
     # Below this router score no agent fits; unset: the floor calibrated for the embedder.
     router_floor: float | None = setting(None, ge=0, le=1)
     # How much nearer a no-agent example than an agent's samples a query may be and still
@@ -226,6 +224,23 @@ class Settings:
                 found = next((environ[v] for v in env_names(field) if v in environ), None)
                 value = field.default if found is None else _check(field, found[1], found[0])
             object.__setattr__(self, field.name, value)
+        self._check_minilm_model()
+
+    def _check_minilm_model(self) -> None:
+        """A tuned router model is read at the first route: a wrong path fails here, at
+        startup, and only where minilm routes (tuning the model it names must work)."""
+        if self.minilm_model == "":
+            object.__setattr__(self, "minilm_model", None)
+        if self.embedder != "minilm" or self.minilm_model is None:
+            return
+        try:
+            tuned = Path(self.minilm_model, MINILM_TUNING_FILE).is_file()
+        except OSError as exc:  # not readable by this user
+            raise SettingsError(f"CODESHOT_MINILM_MODEL={self.minilm_model!r}: {exc}") from None
+        if not tuned:
+            raise SettingsError(f"CODESHOT_MINILM_MODEL={self.minilm_model!r}: not a "
+                                f"directory holding {MINILM_TUNING_FILE} (`codeshot router "
+                                f"tune --out` makes one)")
 
     def replace(self, **changes: Any) -> Settings:
         """A copy with these fields changed (checked like any other value)."""
@@ -290,8 +305,6 @@ def _check(field: dataclasses.Field[Any], value: Any, source: str) -> Any:
         limit: float | None = meta.get(bound)
         if limit is not None and not holds(value, limit):
             raise SettingsError(f"{source}={given!r}: must be {bound} {limit}")
-    if meta.get("holds") and not Path(value, meta["holds"]).is_file():
-        raise SettingsError(f"{source}={given!r}: not a directory holding {meta['holds']}")
     return value
 
 

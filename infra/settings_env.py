@@ -34,6 +34,11 @@ def settings_env(**values: Any) -> dict[str, Any]:
     return {env_name(k): _text(v) for k, v in values.items()}
 
 
+# Settings a Lambda function cannot use: a synth that set them would deploy a failure.
+LOCAL_ONLY = {"minilm_model": "is a local directory for the minilm embedder, which needs "
+                              "torch: Lambda's functions route with static or bedrock"}
+
+
 def extra_env(values: Mapping[str, str]) -> dict[str, str]:
     """User-supplied ``CODESHOT_*`` overrides from context, each name and value checked as
     :class:`Settings` would read it in the Lambda: a bad one fails the synth, not a
@@ -43,6 +48,8 @@ def extra_env(values: Mapping[str, str]) -> dict[str, str]:
         field = name.removeprefix(PREFIX).lower()
         if not name.startswith(PREFIX) or field not in FIELD_NAMES:
             raise ValueError(f"codeshot:extraEnv: {name!r} is not a CODESHOT_* setting")
+        if field in LOCAL_ONLY:
+            raise ValueError(f"codeshot:extraEnv: {name} {LOCAL_ONLY[field]}")
         try:
             check_setting(field, str(value))
         except SettingsError as e:

@@ -204,19 +204,22 @@ class MiniLMEmbedder:
         with self._lock:
             if self.model_id not in MiniLMEmbedder._models:
                 model = load_minilm(self.path)
-                if self.path:
-                    self._check_unchanged()
+                if self.path and not self._unchanged():
+                    model = None  # remembered: else each query loads 90 MB to find this
                 MiniLMEmbedder._models[self.model_id] = model
-            return MiniLMEmbedder._models[self.model_id]
-
-    def _check_unchanged(self) -> None:
-        """The tuning loaded is the one this embedder's rows are stored under: else rows
-        of one model would be stored, and compared, as another's."""
-        from codeshot.routing.tune import read_tuning
-
-        if read_tuning(Path(str(self.path))).model_id != self.model_id:
+            model = MiniLMEmbedder._models[self.model_id]
+        if model is None:
             raise LLMError(f"the router model at {self.path} was tuned again since this "
                            f"process read it: restart the process to route with it")
+        return model
+
+    def _unchanged(self) -> bool:
+        """The tuning loaded is the one this embedder's rows are stored under: else rows
+        of one model would be stored, and compared, as another's. (A process that loaded
+        its model before a re-tune keeps it, under its own id, until restarted.)"""
+        from codeshot.routing.tune import read_tuning
+
+        return read_tuning(Path(str(self.path))).model_id == self.model_id
 
     def embed(self, texts: list[str]) -> Vectors:
         vectors: Vectors = self._load().encode(texts, batch_size=64, convert_to_numpy=True,

@@ -3,7 +3,7 @@
 Each agent's rows (its sample queries, and its name with its description:
 :func:`codeshot.routing.index.agent_texts`) are pairs of texts that should embed close
 together; the texts that should not are the other pairs' positives in the same batch and
-one row of each agent with no pair in it (in-batch negatives, sentence-transformers'
+one row of each of up to 32 agents with no pair in it (in-batch negatives, sentence-transformers'
 MultipleNegativesRankingLoss, with extra negatives). A batch holds at most one pair per
 agent, so no negative is a row of the anchor's own agent.
 
@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import random
 import shutil
 import tempfile
@@ -31,7 +32,7 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from codeshot.errors import InvalidInput
+from codeshot.errors import InvalidInput, LLMError
 from codeshot.models import Agent
 from codeshot.routing.calibration import TUNED_MINILM
 from codeshot.routing.embedders import MINILM, load_minilm
@@ -67,12 +68,13 @@ class Tuning:
 
 
 def read_tuning(directory: Path) -> Tuning:
-    """The tuning recorded beside a tuned model (INVALID_INPUT if it is not one)."""
+    """The tuning recorded beside a tuned model (LLM_ERROR, the embedder's failure, if it
+    is not one: the platform's configuration, not a caller's input)."""
     try:
         return Tuning(**json.loads((directory / TUNING_FILE).read_text()))
     except (OSError, ValueError, TypeError) as exc:
-        raise InvalidInput(f"{directory} is not a model `codeshot router tune` made (for "
-                           f"CODESHOT_MINILM_MODEL): {TUNING_FILE}: {exc}") from exc
+        raise LLMError(f"{directory} is not a model `codeshot router tune` made (for "
+                       f"CODESHOT_MINILM_MODEL): {TUNING_FILE}: {exc}") from exc
 
 
 def training_pairs(rows: Sequence[Sequence[str]], rng: random.Random) -> list[Pair]:
@@ -115,9 +117,12 @@ def absent_rows(rows: Sequence[Sequence[str]], batch: list[Pair],
 
 
 def prepare(out: Path) -> Path:
-    """A new directory beside ``out`` to save into, once ``out`` is known to be one that
-    may be replaced: new, empty or an earlier tuning's (INVALID_INPUT for any other, or
-    where nothing can be written), checked before the minutes of tuning."""
+    """A new directory beside ``out`` (resolved: not a symlink, nor ".") to save into,
+    once ``out`` is known to be one that may be replaced: new, empty or an earlier
+    tuning's (INVALID_INPUT for any other, or where nothing can be written), checked
+    before the minutes of tuning."""
+    if not out.name:
+        raise InvalidInput(f"{out} is a file system's root: give a directory for the model")
     if out.exists() and not (out / TUNING_FILE).exists() and \
             (not out.is_dir() or any(out.iterdir())):
         what = "a directory" if out.is_dir() else "not a directory"
@@ -131,12 +136,23 @@ def prepare(out: Path) -> Path:
 
 
 def replace(staging: Path, out: Path) -> None:
-    """``out`` becomes ``staging`` by renames: a reader sees the old tuning or the new."""
+    """``out`` becomes ``staging`` by renames: a reader sees the old tuning or the new
+    (the old one back if the new cannot take its place). Readable as the umask allows:
+    ``mkdtemp`` made it for its owner alone, and a platform may run as another user."""
+    umask = os.umask(0)
+    os.umask(umask)
+    for path in [staging, *staging.rglob("*")]:
+        path.chmod((0o777 if path.is_dir() else 0o666) & ~umask)
     old = None
     if out.exists():
         old = out.with_name(f"{staging.name}.old")
         out.rename(old)
-    staging.rename(out)
+    try:
+        staging.rename(out)
+    except OSError:
+        if old is not None:
+            old.rename(out)
+        raise
     if old is not None:
         shutil.rmtree(old, ignore_errors=True)
 
@@ -149,6 +165,7 @@ def tune(agents: Sequence[Agent], out: Path, epochs: int = 2, learning_rate: flo
     if sum(len(set(texts)) > 1 for texts in rows) < 2:
         raise InvalidInput("tuning needs at least two agents with two or more sample "
                            "queries (or a sample and a description)")
+    out = out.resolve()
     staging = prepare(out)
     try:
         model = load_minilm()
@@ -182,7 +199,10 @@ def tune(agents: Sequence[Agent], out: Path, epochs: int = 2, learning_rate: flo
         tuning = Tuning(MINILM, rows_digest, len(agents), pairs, epochs, learning_rate, seed,
                         weights)
         (staging / TUNING_FILE).write_text(json.dumps(asdict(tuning), indent=2) + "\n")
-        replace(staging, out)
+        try:
+            replace(staging, out)
+        except OSError as exc:  # another tuning took its place meanwhile
+            raise InvalidInput(f"cannot put the model at {out}: {exc}") from exc
     finally:
         shutil.rmtree(staging, ignore_errors=True)
     return tuning

@@ -6,7 +6,9 @@ The refusals run everywhere; tuning itself needs the embeddings extra (torch), w
 from __future__ import annotations
 
 import json
+import os
 import random
+from pathlib import Path
 
 import pytest
 
@@ -24,7 +26,16 @@ from codeshot.models import Agent
 from codeshot.routing.calibration import CALIBRATED, TUNED_MINILM, scoring_for
 from codeshot.routing.embedders import MiniLMEmbedder
 from codeshot.routing.index import AgentIndex, agent_texts
-from codeshot.routing.tune import TUNING_FILE, absent_rows, batches, training_pairs, tune
+from codeshot.routing.tune import (
+    TUNING_FILE,
+    absent_rows,
+    batches,
+    prepare,
+    replace,
+    training_pairs,
+    tune,
+)
+from codeshot.runner.session_runner import SessionRunner
 from codeshot.services import Services
 from codeshot.settings import Settings, SettingsError
 
@@ -78,11 +89,15 @@ def fake_tuning(directory):
 def test_a_directory_that_is_not_a_tuned_model_is_refused_at_startup_naming_its_setting(
         settings, tmp_path, monkeypatch):
     (tmp_path / "model.safetensors").write_bytes(b"x")
-    with pytest.raises(SettingsError, match=f"minilm_model=.*{TUNING_FILE}"):
+    with pytest.raises(SettingsError, match=f"CODESHOT_MINILM_MODEL=.*{TUNING_FILE}"):
         settings.replace(embedder="minilm", minilm_model=str(tmp_path))
     monkeypatch.setenv("CODESHOT_MINILM_MODEL", str(tmp_path / "nowhere"))
+    assert Settings().minilm_model  # not routing with minilm: `router tune` may make it
+    monkeypatch.setenv("CODESHOT_EMBEDDER", "minilm")
     with pytest.raises(SettingsError, match=f"CODESHOT_MINILM_MODEL=.*{TUNING_FILE}"):
         Settings()
+    monkeypatch.setenv("CODESHOT_MINILM_MODEL", "")
+    assert Settings().minilm_model is None
 
 
 def test_document_corpora_keep_the_untuned_model(settings, tmp_path):
@@ -94,6 +109,58 @@ def test_document_corpora_keep_the_untuned_model(settings, tmp_path):
     assert services.corpus_embedder.model_id == "all-MiniLM-L6-v2"
     static = Services(settings.replace(minilm_model=str(tmp_path / "m")))  # not minilm
     assert static.corpus_embedder is static.embedder
+    runner = SessionRunner(services)
+    assert runner.corpus_search.embedder.model_id == "all-MiniLM-L6-v2"
+
+
+def test_a_tuning_replaces_an_earlier_one_whole_readable_by_other_users(tmp_path):
+    """mkdtemp makes a directory for its owner alone: a platform running as another user
+    (a service account) could not read the model."""
+    previous = os.umask(0o022)
+    try:
+        replaced_with_umask(tmp_path)
+    finally:
+        os.umask(previous)
+
+
+def replaced_with_umask(tmp_path):
+    out = fake_tuning(tmp_path / "model")
+    (out / "model.safetensors").write_bytes(b"old")
+    staging = prepare(out)
+    (staging / "model.safetensors").write_bytes(b"new")
+    (staging / TUNING_FILE).write_text("{}")
+    replace(staging, out)
+    assert (out / "model.safetensors").read_bytes() == b"new"
+    assert [p.name for p in tmp_path.iterdir()] == ["model"]  # nothing left beside
+    assert (out.stat().st_mode & 0o055) == 0o055 and (out / TUNING_FILE).stat().st_mode & 0o044
+
+
+def test_the_earlier_tuning_stays_if_the_new_one_cannot_take_its_place(tmp_path, monkeypatch):
+    out = fake_tuning(tmp_path / "model")
+    staging = prepare(out)
+    real_rename = Path.rename
+
+    def rename(self, target):
+        if self == staging:
+            raise OSError(39, "Directory not empty")  # another tuning got there first
+        return real_rename(self, target)
+
+    monkeypatch.setattr(Path, "rename", rename)
+    with pytest.raises(OSError, match="not empty"):
+        replace(staging, out)
+    assert (out / TUNING_FILE).is_file()
+
+
+def test_out_is_resolved_before_anything_is_written(tmp_path, monkeypatch):
+    """"." and a symlink name a real directory; the root has no place beside it."""
+    (tmp_path / "here").mkdir()
+    monkeypatch.chdir(tmp_path / "here")
+    assert prepare(Path(".").resolve()).parent == tmp_path
+    fake_tuning(tmp_path / "real")
+    (tmp_path / "link").symlink_to(tmp_path / "real")
+    assert prepare((tmp_path / "link").resolve()).name.startswith(".real.")
+    with pytest.raises(InvalidInput, match="root"):
+        prepare(Path("/"))
 
 
 @pytest.mark.parametrize("given", ["thesis", "a-file", "a-file/below"])
