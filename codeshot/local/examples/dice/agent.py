@@ -27,16 +27,39 @@ A: You rolled 3 + 5 = 8.
 
 agent = CodeShotAgent(BASE_PROMPT, FEW_SHOTS)
 DICE = re.compile(r"(\d+|an?|one)?\s*d\s*(\d+)", re.IGNORECASE)
+# "a twenty-sided die", "two 6-sided dice": how people say it (and what the offline
+# replay passes on, where a model would have written 1d20)
+SIDED = re.compile(r"(?:\b(\w+)\s+)?(\w+)[ -]sided\s+di(?:c?e)\b", re.IGNORECASE)
+WORDS = {"a": 1, "an": 1, "one": 1, "two": 2, "three": 3, "four": 4, "five": 5, "six": 6,
+         "seven": 7, "eight": 8, "nine": 9, "ten": 10, "twelve": 12, "twenty": 20,
+         "hundred": 100}
+
+
+def number(word: str | None) -> int | None:
+    """A count or a number of sides, in digits or in words (None: neither)."""
+    if word is None:
+        return 1
+    return int(word) if word.isdigit() else WORDS.get(word.lower())
+
+
+def dice_asked(text: str) -> tuple[int, int] | None:
+    """(count, sides) of the dice ``text`` asks for, or None."""
+    if match := DICE.search(text):
+        return number(match.group(1)) or 1, int(match.group(2))
+    if match := SIDED.search(text):
+        count, sides = number(match.group(1)), number(match.group(2))
+        if sides is not None:
+            return count or 1, sides
+    return None
 
 
 @agent.register_func
 def roll(query: Message) -> str:
-    """Roll dice written as NdM (up to 100 dice of up to 1000 sides)."""
-    match = DICE.search(query.text)
-    if not match:
+    """Roll dice written as NdM or "N M-sided dice" (up to 100 dice of up to 1000 sides)."""
+    asked = dice_asked(query.text)
+    if asked is None:
         return f"I can't read {query.text!r} as dice; write them like 2d6."
-    count_text, sides = match.group(1) or "1", int(match.group(2))
-    count = int(count_text) if count_text.isdigit() else 1
+    count, sides = asked
     if not (1 <= count <= 100 and 2 <= sides <= 1000):
         return "I roll 1 to 100 dice of 2 to 1000 sides."
     dice = [random.randint(1, sides) for _ in range(count)]  # noqa: S311 - dice, not keys
