@@ -98,13 +98,13 @@ def _local_up(args: argparse.Namespace) -> int:
     return 0
 
 
-def _target_settings() -> Settings:
+def _target_settings(**overrides: object) -> Settings:
     """The stack to act on: the running `codeshot local up` in this directory, or the
-    environment's settings (a deployed platform)."""
+    environment's settings (a deployed platform), with ``overrides``."""
     from codeshot.client import read_state
-    from codeshot.settings import get_settings
+    from codeshot.settings import Settings, get_settings
 
-    settings = get_settings()
+    settings = Settings(**overrides) if overrides else get_settings()
     state = read_state()
     if state:
         settings = settings.replace(
@@ -235,7 +235,8 @@ def _router_tune(args: argparse.Namespace) -> int:
     from codeshot.routing.tune import tune
     from codeshot.services import Services
 
-    agents = Services(_target_settings()).registry.scan_all()
+    # The embedder is not used here: CODESHOT_MINILM_MODEL may name the model to be made.
+    agents = Services(_target_settings(embedder="static")).registry.scan_all()
     started = time.monotonic()
     tuning = tune(agents, args.out, epochs=args.epochs)
     print(f"Tuned {tuning.model_id} on {tuning.agents} agents ({tuning.pairs} pair steps "

@@ -151,7 +151,10 @@ def replace(staging: Path, out: Path) -> None:
         staging.rename(out)
     except OSError:
         if old is not None:
-            old.rename(out)
+            try:
+                old.rename(out)
+            except OSError:  # another tuning took the place: it stays, this one goes
+                shutil.rmtree(old, ignore_errors=True)
         raise
     if old is not None:
         shutil.rmtree(old, ignore_errors=True)

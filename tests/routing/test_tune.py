@@ -200,7 +200,7 @@ def test_the_cli_tunes_on_the_registry_and_the_platform_routes_with_the_model(
     services = Services(aws)
     for agent in agents():
         services.registry.create(agent)
-    monkeypatch.setattr(cli, "_target_settings", lambda: aws)
+    monkeypatch.setattr(cli, "_target_settings", lambda **overrides: aws.replace(**overrides))
     out = tmp_path / "router-model"
     assert cli.main(["router", "tune", "--out", str(out), "--epochs", "1"]) == 0
     printed = capsys.readouterr().out
@@ -247,11 +247,29 @@ def test_the_cli_says_what_to_install_without_the_embeddings_extra(
 
     for agent in agents():
         Services(aws).registry.create(agent)
-    monkeypatch.setattr(cli, "_target_settings", lambda: aws)
+    # routing with the model it is about to make: the setting does not stop the tuning
+    monkeypatch.setenv("CODESHOT_EMBEDDER", "minilm")
+    monkeypatch.setenv("CODESHOT_MINILM_MODEL", str(tmp_path / "m"))
     monkeypatch.setattr(builtins, "__import__", no_sentence_transformers)
     assert cli.main(["router", "tune", "--out", str(tmp_path / "m")]) == 2
     assert "pip install 'codeshot-kit[embeddings]'" in capsys.readouterr().err
     assert list(tmp_path.iterdir()) == []
+
+
+def test_tune_saves_beside_the_directory_dot_names(tmp_path, monkeypatch):
+    """"." has no name to put a model beside: it is resolved first, not refused as a
+    root (nor, before, a crash after the whole tuning)."""
+    from codeshot.routing import tune as tune_module
+
+    def no_model(path=None):
+        raise LLMError("stopped here: past the checks on --out")
+
+    (tmp_path / "here").mkdir()
+    monkeypatch.chdir(tmp_path / "here")
+    monkeypatch.setattr(tune_module, "load_minilm", no_model)
+    with pytest.raises(LLMError, match="past the checks"):
+        tune(agents(), Path("."))
+    assert [p.name for p in tmp_path.iterdir()] == ["here"]  # the staging removed
 
 
 @pytest.mark.slow

@@ -26,30 +26,31 @@ A: You rolled 3 + 5 = 8.
 """
 
 agent = CodeShotAgent(BASE_PROMPT, FEW_SHOTS)
-DICE = re.compile(r"(\d+|an?|one)?\s*d\s*(\d+)", re.IGNORECASE)
+# Bounded repeats: a long run of digits or letters costs no more than a short one.
+DICE = re.compile(r"(\d{1,6}|an?|one)?\s{0,3}d\s{0,3}(\d{1,6})", re.IGNORECASE)
 # "a twenty-sided die", "two 6-sided dice": how people say it (and what the offline
 # replay passes on, where a model would have written 1d20)
-SIDED = re.compile(r"(?:\b(\w+)\s+)?(\w+)[ -]sided\s+di(?:c?e)\b", re.IGNORECASE)
+SIDED = re.compile(r"(?:\b(\w{1,12})\s{1,3})?\b(\w{1,12})[ -]sided\s+dic?e\b",
+                   re.IGNORECASE)
 WORDS = {"a": 1, "an": 1, "one": 1, "two": 2, "three": 3, "four": 4, "five": 5, "six": 6,
          "seven": 7, "eight": 8, "nine": 9, "ten": 10, "twelve": 12, "twenty": 20,
          "hundred": 100}
 
 
-def number(word: str | None) -> int | None:
+def number(word: str) -> int | None:
     """A count or a number of sides, in digits or in words (None: neither)."""
-    if word is None:
-        return 1
-    return int(word) if word.isdigit() else WORDS.get(word.lower())
+    return int(word) if word.isdecimal() else WORDS.get(word.lower())
 
 
 def dice_asked(text: str) -> tuple[int, int] | None:
     """(count, sides) of the dice ``text`` asks for, or None."""
     if match := DICE.search(text):
-        return number(match.group(1)) or 1, int(match.group(2))
+        return number(match.group(1) or "1") or 0, int(match.group(2))
     if match := SIDED.search(text):
-        count, sides = number(match.group(1)), number(match.group(2))
+        # a word before that is no number ("roll six-sided dice"): one die
+        count, sides = number(match.group(1) or "1"), number(match.group(2))
         if sides is not None:
-            return count or 1, sides
+            return 1 if count is None else count, sides
     return None
 
 
