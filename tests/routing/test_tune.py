@@ -200,7 +200,7 @@ def test_the_cli_tunes_on_the_registry_and_the_platform_routes_with_the_model(
     services = Services(aws)
     for agent in agents():
         services.registry.create(agent)
-    monkeypatch.setattr(cli, "_target_settings", lambda **overrides: aws.replace(**overrides))
+    monkeypatch.setattr(cli, "_target_settings", aws.replace)
     out = tmp_path / "router-model"
     assert cli.main(["router", "tune", "--out", str(out), "--epochs", "1"]) == 0
     printed = capsys.readouterr().out
