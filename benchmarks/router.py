@@ -516,7 +516,7 @@ def tuned_on_corpus() -> Path:
     if not (out / tune.TUNING_FILE).exists():
         t0 = time.perf_counter()
         tuning = tune.tune(agents, out)
-        print(f"> tuned {tuning.model_id} on {tuning.agents} agents ({tuning.pairs} pairs, "
+        print(f"> tuned {tuning.model_id} on {tuning.agents} agents ({tuning.pair_steps} pair steps, "
               f"{tuning.epochs} epochs) in {time.perf_counter() - t0:.0f} s: {out}")
     return out
 

@@ -239,7 +239,7 @@ def _router_tune(args: argparse.Namespace) -> int:
     agents = Services(_target_settings(embedder="static")).registry.scan_all()
     started = time.monotonic()
     tuning = tune(agents, args.out, epochs=args.epochs)
-    print(f"Tuned {tuning.model_id} on {tuning.agents} agents ({tuning.pairs} pair steps "
+    print(f"Tuned {tuning.model_id} on {tuning.agents} agents ({tuning.pair_steps} pair steps "
           f"in {tuning.epochs} epochs) in "
           f"{time.monotonic() - started:.0f} s, saved to {args.out}. Route with it: "
           f"CODESHOT_EMBEDDER=minilm CODESHOT_MINILM_MODEL={args.out.resolve()}")

@@ -55,7 +55,7 @@ class Tuning:
     base: str
     rows_digest: str  # sha256 of the agents' rows the model was tuned on
     agents: int
-    pairs: int
+    pair_steps: int  # pairs trained on, over all epochs
     epochs: int
     learning_rate: float
     seed: int
@@ -112,7 +112,7 @@ def absent_rows(rows: Sequence[Sequence[str]], batch: list[Pair],
     """One row of each agent with no pair in the batch, at most ``BATCH``: negatives
     that keep a small batch (or a lone pair) learning."""
     present = {agent for agent, _, _ in batch}
-    absent = [agent for agent in range(len(rows)) if agent not in present and rows[agent]]
+    absent = [agent for agent in range(len(rows)) if agent not in present]  # rows: 1 or more
     return [rng.choice(rows[agent]) for agent in rng.sample(absent, min(len(absent), BATCH))]
 
 
@@ -180,7 +180,7 @@ def tune(agents: Sequence[Agent], out: Path, epochs: int = 2, learning_rate: flo
         encode = getattr(model, "preprocess", None) or model.tokenize
         optimiser = torch.optim.AdamW(model.parameters(), lr=learning_rate)
         model.train()
-        pairs = 0
+        pair_steps = 0
         for _ in range(epochs):
             for batch in batches(training_pairs(rows, rng)):
                 anchors, candidates = (
@@ -193,13 +193,13 @@ def tune(agents: Sequence[Agent], out: Path, epochs: int = 2, learning_rate: flo
                 optimiser.zero_grad()
                 loss.backward()  # type: ignore[no-untyped-call, unused-ignore]  # CI has no torch
                 optimiser.step()
-                pairs += len(batch)
+                pair_steps += len(batch)
         model.eval()
         model.save(str(staging))
         (staging / "README.md").unlink(missing_ok=True)  # the base model's card: not this
         weights = hashlib.sha256((staging / WEIGHTS_FILE).read_bytes()).hexdigest()
         rows_digest = hashlib.sha256(json.dumps(rows).encode()).hexdigest()
-        tuning = Tuning(MINILM, rows_digest, len(agents), pairs, epochs, learning_rate, seed,
+        tuning = Tuning(MINILM, rows_digest, len(agents), pair_steps, epochs, learning_rate, seed,
                         weights)
         (staging / TUNING_FILE).write_text(json.dumps(asdict(tuning), indent=2) + "\n")
         try:

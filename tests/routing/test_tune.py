@@ -81,7 +81,7 @@ def fake_tuning(directory):
     for a model id (nothing here loads the model)."""
     directory.mkdir()
     (directory / TUNING_FILE).write_text(json.dumps(
-        {"base": "all-MiniLM-L6-v2", "rows_digest": "r", "agents": 2, "pairs": 4,
+        {"base": "all-MiniLM-L6-v2", "rows_digest": "r", "agents": 2, "pair_steps": 4,
          "epochs": 1, "learning_rate": 2e-5, "seed": 0, "weights_digest": "w"}))
     return directory
 
