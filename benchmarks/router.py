@@ -114,6 +114,15 @@ and route latency.
     Lambda's runner, which has no torch) gave dev top-1 0.791 against the shipped
     static's 0.784: what the tuning learnt is in how words combine, which static vectors
     lose. So only ``minilm`` is tuned.
+
+    How much of that is the seed? Tuned with seeds 1-3 as well (a one-off experiment,
+    seed 0 still ships): dev top-1 0.915, 0.918, 0.904 (seed 0: 0.911), test 0.885,
+    0.890, 0.890 (seed 0: 0.875), so about 3 queries of 200 either way; the mean of the
+    four is 0.885 on test. Averaging the four models' scores (dev 0.915, test 0.890) and
+    interpolating the tuned weights with the base model's (WiSE-FT, alpha 0.5-1.2: dev
+    0.901-0.911) did not reach 0.90 either, nor did fusing the tuned model's dense score
+    with the untuned one's or static's (dev 0.887-0.911). No seed, mix or ensemble of this
+    model meets the goal.
 (b) Route latency at several index sizes: ``search()`` end to end (query embedding
     included) and with the query vector precomputed. Sizes beyond the corpus are
     replicas of its agents with suffixed handles and lightly perturbed texts; minilm
