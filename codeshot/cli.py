@@ -517,7 +517,8 @@ def build_parser() -> argparse.ArgumentParser:
         "with it (CODESHOT_EMBEDDER=minilm CODESHOT_MINILM_MODEL=OUT) picks the right "
         "agent first more often: 0.875 of the router benchmark's held-out queries, "
         "against 0.830 untuned. About a second an agent on two CPUs. Needs the "
-        "'embeddings' extra.",
+        "'embeddings' extra. OUT also holds the model as an ONNX graph: routing with it "
+        "needs only onnxruntime (the 'router' extra), not torch.",
     )
     tune.add_argument("--out", type=Path, required=True,
                       help="directory for the model: new, empty or an earlier tuning's "

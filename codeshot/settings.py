@@ -62,6 +62,8 @@ def setting(default: Any, *, env: tuple[str, ...] = (), choices: tuple[str, ...]
 
 
 MINILM_TUNING_FILE = "codeshot-tuning.json"  # beside a tuned router model (routing/tune.py)
+MINILM_ONNX_FILE = "model.onnx"  # the tuned transformer, as onnxruntime runs it
+MINILM_VOCAB_FILE = "vocab.txt"  # its WordPiece vocabulary
 
 
 @dataclasses.dataclass(frozen=True, init=False)
@@ -235,12 +237,18 @@ class Settings:
             return
         try:
             tuned = Path(self.minilm_model, MINILM_TUNING_FILE).is_file()
+            missing = [name for name in (MINILM_ONNX_FILE, MINILM_VOCAB_FILE)
+                       if not Path(self.minilm_model, name).is_file()]
         except OSError as exc:  # not readable by this user
             raise SettingsError(f"CODESHOT_MINILM_MODEL={self.minilm_model!r}: {exc}") from None
         if not tuned:
             raise SettingsError(f"CODESHOT_MINILM_MODEL={self.minilm_model!r}: not a "
                                 f"directory holding {MINILM_TUNING_FILE} (`codeshot router "
                                 f"tune --out` makes one)")
+        if missing:  # tuned by a release that did not export the graph
+            raise SettingsError(f"CODESHOT_MINILM_MODEL={self.minilm_model!r}: no "
+                                f"{' or '.join(missing)} beside {MINILM_TUNING_FILE}: tune "
+                                f"it again with `codeshot router tune --out`")
 
     def replace(self, **changes: Any) -> Settings:
         """A copy with these fields changed (checked like any other value)."""

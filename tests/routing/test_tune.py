@@ -10,6 +10,7 @@ import os
 import random
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from benchmarks.router import (
@@ -24,7 +25,7 @@ from codeshot import cli
 from codeshot.errors import InvalidInput, LLMError
 from codeshot.models import Agent
 from codeshot.routing.calibration import CALIBRATED, TUNED_MINILM, scoring_for
-from codeshot.routing.embedders import MiniLMEmbedder
+from codeshot.routing.embedders import MiniLMEmbedder, load_minilm
 from codeshot.routing.index import AgentIndex, agent_texts
 from codeshot.routing.tune import (
     TUNING_FILE,
@@ -76,14 +77,91 @@ def test_a_tuned_model_is_calibrated_as_one_family_whatever_it_was_tuned_on():
     assert scoring_for(TUNED_MINILM + "x") != CALIBRATED[TUNED_MINILM]  # not a prefix match
 
 
+VOCAB = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "roll", "a", "die", "##s", "time", "in",
+         "tokyo", "?"]
+WIDTH = 6
+
+
 def fake_tuning(directory):
-    """What ``codeshot router tune`` writes beside the weights, without the weights: enough
-    for a model id (nothing here loads the model)."""
+    """What ``codeshot router tune`` writes, with a small graph of the same inputs and
+    output in place of the transformer: each token's hidden state is its row of a
+    table (zero where the mask is), so what the router makes of it can be computed."""
+    from onnx import TensorProto, helper, numpy_helper, save
+
     directory.mkdir()
     (directory / TUNING_FILE).write_text(json.dumps(
         {"base": "all-MiniLM-L6-v2", "rows_digest": "r", "agents": 2, "pair_steps": 4,
-         "epochs": 1, "learning_rate": 2e-5, "seed": 0, "weights_digest": "w"}))
+         "epochs": 1, "learning_rate": 2e-5, "seed": 0, "weights_digest": str(directory)}))
+    (directory / "vocab.txt").write_text("\n".join(VOCAB) + "\n")
+    graph = helper.make_graph(
+        [helper.make_node("Gather", ["table", "input_ids"], ["rows"]),
+         helper.make_node("Cast", ["attention_mask"], ["mask"], to=TensorProto.FLOAT),
+         helper.make_node("Unsqueeze", ["mask", "last_axis"], ["mask3"]),
+         helper.make_node("Mul", ["rows", "mask3"], ["last_hidden_state"])],
+        "tiny", [helper.make_tensor_value_info(name, TensorProto.INT64, ["texts", "tokens"])
+                 for name in ("input_ids", "attention_mask")],
+        [helper.make_tensor_value_info("last_hidden_state", TensorProto.FLOAT,
+                                       ["texts", "tokens", WIDTH])],
+        [numpy_helper.from_array(table(), "table"),
+         numpy_helper.from_array(np.array([-1], dtype=np.int64), "last_axis")])
+    save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]),
+         str(directory / "model.onnx"))
     return directory
+
+
+def table():
+
+    return np.random.default_rng(20).normal(size=(len(VOCAB), WIDTH)).astype(np.float32)
+
+
+def pooled(*tokens):
+    """What the router should make of these tokens: sentence-transformers' mean pooling
+    of [CLS], them and [SEP], normalised."""
+    mean = table()[[VOCAB.index(t) for t in ("[CLS]", *tokens, "[SEP]")]].mean(axis=0)
+    return mean / np.linalg.norm(mean)
+
+
+def test_a_tuned_model_is_run_by_onnxruntime_from_its_graph(tmp_path):
+    """The router runs a tuned model without torch (its graph, MiniLM's WordPiece and
+    sentence-transformers' pooling): texts in one batch embed as they do alone (padding
+    is masked), a word unknown to the vocabulary is [UNK], and a text reads at most 256
+    tokens, [CLS] and [SEP] included, as all-MiniLM-L6-v2 does."""
+
+    embedder = MiniLMEmbedder(str(fake_tuning(tmp_path / "m")))
+    texts = ["Roll a die", "Rolls", "time in Tokyo?", "roll zebra", "a " * 300]
+    together = np.asarray(embedder.embed(texts))
+    alone = np.concatenate([np.asarray(embedder.embed([t])) for t in texts])
+    assert np.abs(together - alone).max() < 1e-6
+    expected = [pooled("roll", "a", "die"), pooled("roll", "##s"),
+                pooled("time", "in", "tokyo", "?"), pooled("roll", "[UNK]"),
+                pooled(*["a"] * 254)]
+    assert np.abs(together - np.stack(expected)).max() < 1e-5
+    assert np.allclose(np.linalg.norm(together, axis=1), 1)
+
+
+def test_a_tuned_model_that_cannot_run_is_refused_saying_to_tune_again(
+        settings, tmp_path, monkeypatch):
+    import builtins
+
+    old = fake_tuning(tmp_path / "old")
+    (old / "model.onnx").unlink()  # tuned before the graph was exported
+    with pytest.raises(SettingsError, match=r"no model\.onnx beside .*tune it again"):
+        settings.replace(embedder="minilm", minilm_model=str(old))
+    broken = fake_tuning(tmp_path / "broken")
+    (broken / "model.onnx").write_bytes(b"not a graph")
+    with pytest.raises(LLMError, match=r"cannot be loaded .*tune it again"):
+        MiniLMEmbedder(str(broken)).embed(["roll a die"])
+
+    real_import = builtins.__import__
+
+    def no_onnxruntime(name, *args, **kwargs):
+        if name == "onnxruntime":
+            raise ImportError(f"No module named {name!r}")
+        return real_import(name, *args, **kwargs)
+
+    monkeypatch.setattr(builtins, "__import__", no_onnxruntime)
+    with pytest.raises(LLMError, match=r"pip install 'codeshot-kit\[router\]'"):
+        MiniLMEmbedder(str(fake_tuning(tmp_path / "other"))).embed(["roll a die"])
 
 
 def test_a_directory_that_is_not_a_tuned_model_is_refused_at_startup_naming_its_setting(
@@ -182,7 +260,6 @@ def test_tune_refuses_too_few_agents_to_contrast(tmp_path):
 
 def within_agent_cosine(embedder) -> float:
     """How close each agent's rows are to each other, on average."""
-    import numpy as np
 
     cosines = []
     for agent in agents():
@@ -215,6 +292,11 @@ def test_the_cli_tunes_on_the_registry_and_the_platform_routes_with_the_model(
     assert best.agent_id == "ops/dice" and best.fits
     # the tuned weights are what embeds: each agent's rows pulled together
     assert within_agent_cosine(tuned.embedder) > within_agent_cosine(MiniLMEmbedder()) + 0.05
+    # run from its graph by onnxruntime, as sentence-transformers runs the model itself
+    texts = [text for agent in agents() for text in agent_texts(agent)] + ["x" * 3000]
+    graph = np.asarray(tuned.embedder.embed(texts))
+    model = load_minilm(str(out)).encode(texts, normalize_embeddings=True)
+    assert np.abs(graph - model).max() < 1e-4
 
     # Tuned again on changed agents, into the same directory: replaced whole. A process
     # that had read the first's id but not loaded it yet (nothing cached) refuses to mix
