@@ -73,6 +73,9 @@ def word_substitutions(example: str, actual: str) -> dict[str, str]:
     )
     pairs: list[tuple[str, str]] = []
     for op, i1, i2, j1, j2 in matcher.get_opcodes():
+        if op in ("insert", "delete"):
+            pairs += _widened(left, right, i1, i2, j1, j2)
+            continue
         if op != "replace":
             continue
         (old_start, old_end), (new_start, new_end) = _core(left[i1:i2]), _core(right[j1:j2])
@@ -91,6 +94,23 @@ def word_substitutions(example: str, actual: str) -> dict[str, str]:
         for old, new in pairs
         if old.lower() not in _STOPWORDS and new.lower() not in _STOPWORDS
     }
+
+
+def _widened(left: list[str], right: list[str], i1: int, i2: int, j1: int,
+             j2: int) -> list[tuple[str, str]]:
+    """Words only one text has ("buy oat milk" against "buy milk"), as phrases widened to
+    the words both have beside them, so the change lands where the example's words are:
+    "buy milk" -> "buy oat milk", else "buy" -> "buy oat" or "milk" -> "oat milk" (the
+    longest that appears wins). Only function words ("please"): nothing to carry."""
+    start, end = _core(left[i1:i2] or right[j1:j2])
+    if start == end:
+        return []
+    before, after = i1 > 0 and j1 > 0, i2 < len(left) and j2 < len(right)
+    spans = [(i1 - before, i2 + after, j1 - before, j2 + after)]
+    if before and after:  # one side only, for an Ask line holding part of the question
+        spans += [(i1 - 1, i2, j1 - 1, j2), (i1, i2 + 1, j1, j2 + 1)]
+    return [(" ".join(left[a:b]), " ".join(right[c:d])) for a, b, c, d in spans
+            if a < b and c < d]
 
 
 def _core(words: list[str]) -> tuple[int, int]:

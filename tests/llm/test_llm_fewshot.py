@@ -77,6 +77,27 @@ def test_word_substitutions_align_the_differing_words() -> None:
     assert substitute("$150.12 and 150", {"$150.12": "$9.99", "150": "7"}) == "$9.99 and 7"
 
 
+NOTES = ["Q: Save a note: buy milk\nAsk Func[add_note]: buy milk\n"
+         "Func[add_note] says: Saved note 1: buy milk\nA: Saved note 1: buy milk"]
+
+
+def test_words_added_or_left_out_reach_the_func() -> None:
+    """Only replaced words were carried: "Save a note: buy oat milk" saved "buy milk",
+    the example's note, and "Roll a d20 twice" lost its "twice"."""
+    examples = parse_few_shots(NOTES)
+    asked = {query: next_lines(examples, [Step(Kind.Q, query)]) for query in (
+        "Save a note: milk", "Save a note: buy oat milk", "Save a note: buy milk tomorrow",
+        "Save a note: please buy the milk")}
+    assert asked == {
+        "Save a note: milk": "Ask Func[add_note]: milk",
+        "Save a note: buy oat milk": "Ask Func[add_note]: buy oat milk",
+        "Save a note: buy milk tomorrow": "Ask Func[add_note]: buy milk tomorrow",
+        # function words alone are nothing to carry
+        "Save a note: please buy the milk": "Ask Func[add_note]: buy milk",
+    }
+    assert word_substitutions("Roll a d20", "Roll a d20 twice") == {"d20": "d20 twice"}
+
+
 def test_thoughts_are_replayed_and_results_carried_into_the_answer() -> None:
     examples = parse_few_shots(WEATHER)
     query = Step(Kind.Q, "What's the weather in Oslo tomorrow?")
