@@ -8,7 +8,7 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from codeshot.errors import CodeshotError
+from codeshot.errors import CodeshotError, install_hint
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -692,7 +692,7 @@ def main(argv: list[str] | None = None) -> int:
             raise
         # `pip install codeshot-kit` is the SDK alone; the platform is an extra.
         print(f"codeshot: error: this command runs the platform, which needs "
-              f"`pip install 'codeshot-kit[local]'` ({exc.name} is missing)", file=sys.stderr)
+              f"`{install_hint('local')}` ({exc.name} is missing)", file=sys.stderr)
         return 2
     except Exception as exc:
         error = _aws_error(exc)

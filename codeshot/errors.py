@@ -230,3 +230,16 @@ def error_for(code: str | None, message: str) -> CodeshotError:
                                          RateLimited, AgentUnavailable, AgentFailed, LLMError,
                                          Timeout, Unavailable, NotSupported)}
     return classes.get(code or "", AgentFailed)(message)
+
+
+def install_hint(extra: str) -> str:
+    """How to install one of codeshot-kit's extras, which is not on PyPI: from the checkout
+    this codeshot runs from (an editable install's), else from wherever the user keeps it."""
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    where = root if (root / "pyproject.toml").is_file() else "/path/to/codeshot"
+    # torch's CPU build: PyPI's pulls GBs of CUDA
+    index = " --extra-index-url https://download.pytorch.org/whl/cpu" \
+        if extra == "embeddings" else ""
+    return f"pip install -e '{where}[{extra}]'{index}"

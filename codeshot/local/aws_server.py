@@ -11,6 +11,7 @@ import contextlib
 import copy
 import errno
 import functools
+import importlib.util
 import inspect
 import logging
 import os
@@ -293,6 +294,8 @@ class LocalAWS:
 
     def start(self, timeout: float = 60.0) -> str:
         check_port_free(self.host, self.port, "--aws-port")  # `local up` chooses it so
+        if importlib.util.find_spec("moto") is None:  # the child would die of it, unsaid
+            raise ModuleNotFoundError("No module named 'moto'", name="moto")
         import codeshot
 
         # The child imports the same codeshot as this process, wherever that comes from.

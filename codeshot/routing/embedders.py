@@ -31,7 +31,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar, Protocol
 
-from codeshot.errors import LLMError
+from codeshot.errors import LLMError, install_hint
 from codeshot.routing.text import stems, tokens
 from codeshot.routing.wordpiece import WordPiece
 from codeshot.settings import MINILM_ONNX_FILE, MINILM_VOCAB_FILE, Settings
@@ -181,8 +181,7 @@ def load_minilm(path: str | None = None) -> Any:
         from transformers.utils import logging as transformers_logging
     except ImportError as exc:
         raise LLMError(
-            "the minilm embedder needs the 'embeddings' extra: "
-            "pip install 'codeshot-kit[embeddings]'"
+            f"the minilm embedder needs the 'embeddings' extra: {install_hint('embeddings')}"
         ) from exc
     # A bar per load and save, in logs and the CLI. (Untyped here; CI has no transformers.)
     transformers_logging.disable_progress_bar()  # type: ignore[no-untyped-call, unused-ignore]
@@ -204,7 +203,7 @@ class OnnxMiniLM:
             import onnxruntime
         except ImportError as exc:
             raise LLMError("routing with a tuned model needs onnxruntime: "
-                           "pip install 'codeshot-kit[router]'") from exc
+                           f"{install_hint('router')}") from exc
         try:
             vocab = (directory / MINILM_VOCAB_FILE).read_text(encoding="utf-8").splitlines()
             options = onnxruntime.SessionOptions()

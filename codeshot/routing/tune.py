@@ -35,7 +35,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from codeshot.errors import InvalidInput, LLMError
+from codeshot.errors import InvalidInput, LLMError, install_hint
 from codeshot.models import Agent
 from codeshot.routing.calibration import TUNED_MINILM
 from codeshot.routing.embedders import MINILM, OnnxMiniLM, load_minilm
@@ -220,8 +220,8 @@ def tune(agents: Sequence[Agent], out: Path, epochs: int = 2, learning_rate: flo
             import onnx  # noqa: F401
             import onnxruntime  # noqa: F401
         except ImportError as exc:
-            raise LLMError("tuning exports the model for onnxruntime: pip install "
-                           "'codeshot-kit[embeddings]'") from exc
+            raise LLMError("tuning exports the model for onnxruntime: "
+                           f"{install_hint('embeddings')}") from exc
         import torch  # installed with sentence-transformers (load_minilm says if it is not)
 
         torch.manual_seed(seed)

@@ -133,3 +133,20 @@ def test_serve_and_new_refuse_what_they_cannot_do_in_one_line(tmp_path, args, sa
     (tmp_path / "afile").write_text("a file, not a folder")
     err = one_error_line(codeshot(*args, cwd=tmp_path), "INVALID_INPUT")
     assert says in err
+
+
+def test_local_up_without_moto_says_what_to_install(tmp_path, monkeypatch, capsys):
+    """`pip install codeshot-kit` is the SDK alone: `local up` (and `agent test`) ended in
+    a child's ModuleNotFoundError and "moto server ... exited with code 1"."""
+    import importlib.util
+
+    from codeshot import cli
+
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec",
+                        lambda name, *args: None if name == "moto" else real(name, *args))
+    monkeypatch.chdir(tmp_path)
+    assert cli.main(["local", "up", "--port", str(free_port())]) == 2
+    err = capsys.readouterr().err
+    assert f"needs `pip install -e '{ROOT}[local]'` (moto is missing)" in err, err
+    assert not (tmp_path / ".codeshot" / "local.json").exists()
