@@ -35,7 +35,7 @@ from codeshot.store.dynamo import cancelled_by, retry_transient
 from codeshot.store.embeds import check_content_type
 from codeshot.store.embeds import content_hash as hash_of
 from codeshot.store.queue import Work
-from codeshot.text import check_text
+from codeshot.text import check_idempotency_key, check_text
 from codeshot.usecases.threads import blocking
 from codeshot.usecases.users import user_id_of
 
@@ -142,8 +142,8 @@ class Messaging:
         user_id = user_id_of(principal)
         embeds = embeds or []
         self._check_text(text, bool(embeds))
-        if idempotency_key is not None and not 1 <= len(idempotency_key) <= 128:
-            raise InvalidInput("idempotencyKey must be 1-128 characters")
+        if idempotency_key is not None:
+            check_idempotency_key(idempotency_key)
         if idempotency_key or embeds:
             # Both read the session's items before the write: only its owner may.
             self.s.sessions.get(session_id, owner=user_id)
