@@ -12,20 +12,21 @@ stated below (Bedrock, short prompts), which the function making it is billed fo
     python -m benchmarks.cost
 
 Prints the AWS calls per query, then the cost per million queries of each way a reply
-can reach its client (DESIGNS). Measured 2026-11-25 on a shared 2-core machine (USD per
+can reach its client (DESIGNS). Measured 2026-11-26 on a shared 2-core machine (USD per
 million, plain / Func / two agents; the local times vary by some tens of ms a run):
 
-- before, the API waits for every reply (polling DynamoDB): 28.9 / 104.4 / 221.0. The API
-  function is billed for the whole run: 6.2 / 40.8 / 93.0 of it.
-- a function URL streaming the reply: 27.9 / 103.4 / 220.0. It saves API Gateway's
+- before, the API waits for every reply (polling DynamoDB): 28.7 / 101.0 / 214.7. The API
+  function is billed for the whole run: 5.9 / 39.5 / 93.0 of it.
+- a function URL streaming the reply: 27.7 / 100.0 / 213.7. It saves API Gateway's
   request, not the wait: the function still runs until the reply is stored (and
   Python's managed runtime cannot stream a response anyway).
-- an API Gateway WebSocket, the runner pushing the reply: 24.9 / 66.5 / 129.0.
-- after, the post returns at once and the client polls each second: 24.9 / 69.5 / 138.1.
+- an API Gateway WebSocket, the runner pushing the reply: 24.7 / 63.0 / 122.7.
+- after, the post returns at once and the client polls each second: 24.7 / 66.1 / 131.8.
 
-DynamoDB is then the largest share of a plain query (13.4: 21 write units, transactions
+DynamoDB is then the largest share of a plain query (16.0: 25 write units, transactions
 bill each item twice; a reply no longer deletes a paused program that was never there,
-which saved 2).
+which saved 2; the post's and the reply's check that the session is not being deleted,
+so that nothing outlives its deletion, cost 4).
 
 Decision: "client polls". WebSockets would save another 3-9 per million, but need a second
 API, a connection store, the runner's ManageConnections right, and a WebSocket client;

@@ -38,6 +38,16 @@ def check_text(value: str, what: str, max_chars: int, *, one_line: bool = False)
     return value
 
 
+MAX_IDEMPOTENCY_KEY = 128
+
+
+def check_idempotency_key(key: str) -> str:
+    """A client's ``idempotencyKey`` (GraphQL): 1-128 characters, no NUL."""
+    if not 1 <= len(key) <= MAX_IDEMPOTENCY_KEY:
+        raise InvalidInput(f"idempotencyKey must be 1-{MAX_IDEMPOTENCY_KEY} characters")
+    return check_text(key, "idempotencyKey", MAX_IDEMPOTENCY_KEY)
+
+
 def as_one_line(value: str, max_chars: int) -> str:
     """``value`` on one line (every line break and control character a space), at most
     ``max_chars`` long: for text stored before these checks existed."""

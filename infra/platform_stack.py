@@ -29,7 +29,17 @@ from infra.bundling import (
     platform_bundle,
 )
 from infra.components import access
-from infra.components.access import BATCH_GET, BATCH_WRITE, DELETE, GET, PUT, QUERY, SCAN, UPDATE
+from infra.components.access import (
+    BATCH_GET,
+    BATCH_WRITE,
+    CONDITION_CHECK,
+    DELETE,
+    GET,
+    PUT,
+    QUERY,
+    SCAN,
+    UPDATE,
+)
 from infra.components.accounts import Accounts
 from infra.components.agent_function import REGISTRATION_SERVICE_TIMEOUT
 from infra.components.alarms import PlatformAlarms
@@ -72,7 +82,8 @@ RUNNER_BATCH_SIZE = 10
 # and checks both ways).
 API_TABLES: dict[str, tuple[str, ...]] = {
     tables.REGISTRY.logical: (GET, SCAN, PUT, UPDATE, DELETE),
-    tables.SESSIONS.logical: (GET, QUERY, BATCH_GET, PUT, UPDATE, BATCH_WRITE),
+    # CONDITION_CHECK: every write into a session checks its deletion has not begun
+    tables.SESSIONS.logical: (GET, QUERY, BATCH_GET, PUT, UPDATE, BATCH_WRITE, CONDITION_CHECK),
     tables.USERS.logical: (GET, SCAN, PUT, UPDATE),
     tables.USAGE.logical: (GET, BATCH_GET, PUT, UPDATE),
     tables.USER_STORAGE.logical: (GET, QUERY, PUT, UPDATE, DELETE),  # UPDATE: key counts
@@ -80,7 +91,8 @@ API_TABLES: dict[str, tuple[str, ...]] = {
     tables.OAUTH.logical: (GET, QUERY, PUT, UPDATE, DELETE),
 }
 RUNNER_TABLES: dict[str, tuple[str, ...]] = {
-    tables.SESSIONS.logical: (GET, QUERY, BATCH_GET, PUT, UPDATE, DELETE, BATCH_WRITE),
+    tables.SESSIONS.logical: (GET, QUERY, BATCH_GET, PUT, UPDATE, DELETE, BATCH_WRITE,
+                              CONDITION_CHECK),
     tables.REGISTRY.logical: (GET, SCAN),  # it cannot write agents; it loads the router's index
     tables.USERS.logical: (GET,),  # a query's user (limits, revocation)
     tables.USAGE.logical: (GET, BATCH_GET, PUT, UPDATE),  # LLM token counters, checked per call

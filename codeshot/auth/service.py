@@ -9,11 +9,11 @@ from typing import Any
 
 from codeshot import ids
 from codeshot.auth import tokens
-from codeshot.auth.keys import KeyRing
-from codeshot.errors import NotFound, Unauthenticated
+from codeshot.auth.keys import KeyRing, SigningKey
+from codeshot.errors import Conflict, NotFound, Unauthenticated
 from codeshot.models import Principal, User
 from codeshot.settings import Settings
-from codeshot.store.users import UserStore
+from codeshot.store.users import REVOKED_SINCE, IssuedKey, UserStore
 
 MAX_CACHED_KEYS = 10_000  # per warm process; expired entries go when it fills
 
@@ -49,10 +49,34 @@ class Auth:
         """(key id, API key): the id is a ULID, so it tells when the key was made. With
         ``most``: only while the user has fewer keys (INVALID_INPUT). Signed before the id
         is stored: keys that cannot be signed leave no id behind to count or to revoke."""
-        key_id = KEY_PREFIX + ids.ulid()
-        key = self.sign(tokens.api_key_claims(self.issuer, user.user_id, key_id))
-        self.users.add_key(user.user_id, key_id, most)
-        return key_id, key
+        issued, key = self._issue(user)
+        self.users.add_key(user.user_id, issued.key_id, most)
+        return issued.key_id, key
+
+    def api_key_once(self, user: User, most: int, once: str) -> tuple[str, str]:
+        """As :meth:`new_api_key`, under the client's idempotency key ``once``: a retry
+        (within ``ONCE_SECONDS``) gets the key the first try made, its stored claims
+        signed again by the same signing key (Ed25519 is deterministic: the very same
+        key), and adds none."""
+        issued, key = self._issue(user)
+        made = self.users.add_key_once(user.user_id, issued, most, once)
+        if made == issued:
+            return made.key_id, key
+        ring = self.keyring.keys()
+        signer = next((k for k in ring if k.kid == made.kid), None)
+        if signer is None:  # removed from the ring, which revoked every key it signed
+            raise Conflict(REVOKED_SINCE)
+        return made.key_id, self._signed(user, made, signer)
+
+    def _issue(self, user: User) -> tuple[IssuedKey, str]:
+        signer = self.keyring.signing_key()
+        issued = IssuedKey(KEY_PREFIX + ids.ulid(), int(time.time()), signer.kid)
+        return issued, self._signed(user, issued, signer)
+
+    def _signed(self, user: User, issued: IssuedKey, signer: SigningKey) -> str:
+        claims = tokens.api_key_claims(self.issuer, user.user_id, issued.key_id,
+                                       issued.issued_at)
+        return tokens.sign(claims, signer.kid, signer.private_key())
 
     def revoke_api_key(self, user: User, key_id: str) -> None:
         self.users.revoke_key(user.user_id, key_id)

@@ -91,13 +91,14 @@ def decode(
     return claims
 
 
-def api_key_claims(issuer: str, user_id: str, key_id: str) -> dict[str, Any]:
+def api_key_claims(issuer: str, user_id: str, key_id: str, issued_at: int | None = None
+                   ) -> dict[str, Any]:
     return {
         "iss": issuer,
         "aud": api_key_audience(issuer),
         "sub": user_id,
         "jti": key_id,
-        "iat": int(time.time()),
+        "iat": int(time.time()) if issued_at is None else issued_at,
         "typ": API_KEY_TYPE,
     }
 

@@ -466,6 +466,7 @@ class SessionRunner:
         items: list[TransactWriteItemTypeDef] = [
             marker, {"Put": {"TableName": table, "Item": self.s.sessions.message_item(reply)}},
             session_update,
+            {"ConditionCheck": self.s.sessions.unless_deleted(session.session_id)},
         ]
         if state_item is not None:
             items.append({"Put": {"TableName": table, "Item": state_item}})

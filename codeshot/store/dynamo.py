@@ -68,6 +68,8 @@ def to_item(values: dict[str, Any]) -> dict[str, Any]:
 
 
 MAX_ITEM_BYTES = 400 * 1024  # DynamoDB's limit for one item, names and values together
+TRANSACTION_ITEMS = 100  # DynamoDB's most items in one TransactWriteItems ...
+TRANSACTION_BYTES = 4_000_000  # ... and their bytes (4 MiB), less room for the keys
 
 
 def item_bytes(item: dict[str, Any]) -> int:

@@ -9,16 +9,21 @@ the session (``SESSION``) and then the newest messages (``MSG#<ulid>``): every o
 
 from __future__ import annotations
 
+import functools
 import json
 import time
 from collections.abc import Callable, Collection, Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from codeshot.errors import Conflict, InvalidInput, NotFound, RateLimited
+from botocore.exceptions import ClientError
+
+from codeshot.errors import Conflict, InvalidInput, NotFound, RateLimited, Unavailable
 from codeshot.models import Embed, Message, MessageType, Session, SessionStatus, utcnow
 from codeshot.store.base import Repository
 from codeshot.store.dynamo import (
+    TRANSACTION_BYTES,
+    TRANSACTION_ITEMS,
     Page,
     batch_write,
     cancelled_by,
@@ -29,6 +34,8 @@ from codeshot.store.dynamo import (
     every_page,
     fill_page,
     from_item,
+    is_transient,
+    item_bytes,
     lookup_key,
     query_pages,
     retry_transient,
@@ -39,6 +46,7 @@ from codeshot.store.tables import EXPIRES_AT, SESSIONS
 if TYPE_CHECKING:
     from types_boto3_dynamodb.type_defs import (
         AttributeValueTypeDef,
+        ConditionCheckTypeDef,
         PutTypeDef,
         TransactWriteItemTypeDef,
         UpdateTypeDef,
@@ -145,18 +153,34 @@ class SessionStore(Repository):
                 "ConditionExpression": "attribute_not_exists(#i)",
                 "ExpressionAttributeNames": {"#i": "item"}}
 
+    def unless_deleted(self, session_id: str) -> ConditionCheckTypeDef:
+        """A transaction's ConditionCheck that the session's deletion has not begun: every
+        write into a session carries it, so none can land behind the deletion
+        (:meth:`delete` writes DELETED before it reads the keys it deletes) and outlive it."""
+        return {"TableName": self.table_name, "Key": _key(session_id, DELETED_ITEM),
+                "ConditionExpression": "attribute_not_exists(#i)",
+                "ExpressionAttributeNames": {"#i": "item"}}
+
     def claim_prompt(self, session_id: str, question_id: str) -> tuple[bool, str | None]:
         """Claim the POST of a question's prompt to its task's callback, which asks the
         user: (True, None) for the first claim; after it, (False, the prompt id the
-        callback named, or None while none is kept)."""
+        callback named, or None while none is kept). NOT_FOUND once the session's deletion
+        has begun: nothing is claimed, so nothing may be asked."""
         key = PROMPT_PREFIX + question_id
         try:
-            self.db.put_item(TableName=self.table_name,
-                             Item=self.item({"session_id": session_id, "item": key}),
-                             ConditionExpression="attribute_not_exists(#i)",
-                             ExpressionAttributeNames={"#i": "item"})
+            retry_transient(lambda: self.db.transact_write_items(TransactItems=[
+                {"ConditionCheck": self.unless_deleted(session_id)},
+                {"Put": {"TableName": self.table_name,
+                         "Item": self.item({"session_id": session_id, "item": key}),
+                         "ConditionExpression": "attribute_not_exists(#i)",
+                         "ExpressionAttributeNames": {"#i": "item"}}}]))
             return True, None
-        except self.db.exceptions.ConditionalCheckFailedException:
+        except self.db.exceptions.TransactionCanceledException as exc:
+            reasons = cancelled_by(exc)
+            if reasons[:1] == ["ConditionalCheckFailed"]:
+                raise NotFound(f"session {session_id} not found") from exc
+            if reasons[1:2] != ["ConditionalCheckFailed"]:  # busy even after retries
+                raise
             item = self.db.get_item(TableName=self.table_name, Key=_key(session_id, key),
                                     ConsistentRead=True).get("Item") or {}
             return False, item["prompt_id"]["S"] if "prompt_id" in item else None
@@ -369,6 +393,8 @@ class SessionStore(Repository):
         reads (a request has 29 s) is gone for its owner at once: ``purge_later`` queues
         the rest's deletion (:meth:`purge`) before its SESSION item goes."""
         session = self.get(session_id, owner)
+        # The place first: from then on every write into the session is refused
+        # (:meth:`unless_deleted`), so the keys read next are all there will be.
         self.db.put_item(TableName=self.table_name, Item=to_item({
             "session_id": session_id, "item": DELETED_ITEM, "deleted_owner": owner,
             "deleted_created": session.to_dict()["created"],
@@ -472,9 +498,30 @@ class SessionStore(Repository):
 
     # -- messages ---------------------------------------------------------------------
     def put_messages(self, messages: list[Message]) -> None:
-        """Many new messages in batches of 25 (ULIDs: they never overwrite another)."""
-        batch_write(self.db, self.table_name,
-                    [{"PutRequest": {"Item": self.message_item(m)}} for m in messages])
+        """Many new messages of a session (ULIDs: they never overwrite another), in
+        transactions as large as DynamoDB takes, each checking :meth:`unless_deleted`:
+        once the session's deletion has begun, the rest is not written (what was, the
+        deletion deletes) and the caller's own transaction is refused next."""
+        parts: list[list[TransactWriteItemTypeDef]] = []
+        size = 0
+        for message in messages:
+            item = self.message_item(message)
+            if not parts or len(parts[-1]) == TRANSACTION_ITEMS or \
+                    size + item_bytes(item) > TRANSACTION_BYTES:
+                parts.append([{"ConditionCheck": self.unless_deleted(message.session_id)}])
+                size = 0
+            parts[-1].append({"Put": {"TableName": self.table_name, "Item": item}})
+            size += item_bytes(item)
+        for part in parts:
+            try:
+                retry_transient(functools.partial(self.db.transact_write_items,
+                                                  TransactItems=part))
+            except ClientError as exc:
+                if cancelled_by(exc)[:1] == ["ConditionalCheckFailed"]:
+                    return
+                if is_transient(exc):  # busy through every try
+                    raise Unavailable("the store is busy; try again in a moment") from exc
+                raise
 
     def add_message(self, message: Message) -> Message:
         try:
@@ -595,6 +642,7 @@ class SessionStore(Repository):
         key again is a no-op that charges nothing."""
         items: list[TransactWriteItemTypeDef] = [
             {"Update": self.owner_update(embed.session_id, embed.owner, new_embeds=1)},
+            {"ConditionCheck": self.unless_deleted(embed.session_id)},
             {"Put": {"TableName": self.table_name, "Item": self.embed_item(embed),
                      "ConditionExpression": "attribute_not_exists(#i)",
                      "ExpressionAttributeNames": {"#i": "item"}}}]
@@ -604,12 +652,12 @@ class SessionStore(Repository):
             self.db.transact_write_items(TransactItems=items)
         except self.db.exceptions.TransactionCanceledException as exc:
             reasons = cancelled_by(exc)
-            if reasons[:1] == ["ConditionalCheckFailed"]:
+            if "ConditionalCheckFailed" in reasons[:2]:  # gone, or its deletion begun
                 raise NotFound(f"session {embed.session_id} not found") from exc
             try:  # the key before the charge: a retry of the day's last upload is that upload
                 return self._same_embed(embed, exc)
             except NotFound:
-                if reasons[2:3] == ["ConditionalCheckFailed"]:
+                if reasons[3:4] == ["ConditionalCheckFailed"]:
                     return None
                 raise
         return embed
@@ -706,6 +754,7 @@ class SessionStore(Repository):
                 {"Put": {"TableName": self.table_name, "Item": self.message_item(message),
                          "ConditionExpression": "attribute_not_exists(#i)",
                          "ExpressionAttributeNames": {"#i": "item"}}},
+                {"ConditionCheck": self.unless_deleted(message.session_id)},
             ]))
         except self.db.exceptions.TransactionCanceledException as exc:
             if "ConditionalCheckFailed" not in cancelled_by(exc):  # busy even after retries

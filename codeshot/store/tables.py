@@ -112,7 +112,8 @@ USAGE = Table(
 
 # Users by id; a guard item "@<username>" per user makes usernames unique (written in the
 # same transaction as the user) and doubles as the strongly consistent username index.
-USERS = Table(logical="users", setting="users_table", pk="user_id")
+# TTL: only createApiKey's idempotency keys expire (codeshot/store/users.py), users never.
+USERS = Table(logical="users", setting="users_table", pk="user_id", ttl=EXPIRES_AT)
 
 # Agents' document corpora: an item per ingestion ("v#<ulid>"), its index on S3.
 CORPORA = Table(logical="corpora", setting="corpora_table", pk="agent_id", sk="version")

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import time
+from dataclasses import dataclass
 from decimal import Decimal
 from typing import TYPE_CHECKING, Any
 
@@ -9,20 +11,50 @@ from codeshot import ids
 from codeshot.errors import Conflict, InvalidInput, LastApiKey, NotFound
 from codeshot.models import MAX_DAILY_LIMIT, Session, User, validate_handle
 from codeshot.store.base import Repository
-from codeshot.store.dynamo import from_item, is_condition_failure, lookup_key, to_item
-from codeshot.store.tables import USERS
+from codeshot.store.dynamo import (
+    cancelled_by,
+    from_item,
+    is_condition_failure,
+    lookup_key,
+    retry_transient,
+    to_item,
+)
+from codeshot.store.tables import EXPIRES_AT, USERS
 
 if TYPE_CHECKING:
-    from types_boto3_dynamodb.type_defs import AttributeValueTypeDef
+    from types_boto3_dynamodb.type_defs import AttributeValueTypeDef, UpdateTypeDef
 
 GUARD_PREFIX = "@"  # "@<username>" -> user_id, written with the user in one transaction
 # "!<Cognito sub>" -> user_id: the one user a signed-in identity is, written the same way.
 IDENTITY_PREFIX = "!"
+# "%<user_id>#<idempotency key>" -> the API key a createApiKey under that key made, kept
+# ONCE_SECONDS (the table's TTL): what signs it again (:class:`IssuedKey`), never the key.
+ONCE_PREFIX = "%"
+ONCE_SECONDS = 86_400
+NOT_USERS = (GUARD_PREFIX, IDENTITY_PREFIX, ONCE_PREFIX)  # other items' ids start so
+REVOKED_SINCE = ("the API key this idempotencyKey made was revoked since; use a new "
+                 "idempotencyKey for a new key")
+# An added key's condition: the user has fewer than :most keys.
+ROOM = "attribute_not_exists(api_key_ids) OR size(api_key_ids) < :most"
 LIST_PAGE = 100  # users an operator's list shows at a time
 # The platform's own name: its planner is the agent "platform/planner", and a user of
 # that name would share the planner's id, counters and name in chat logs.
 PLATFORM_USERNAME = "platform"
 LIMITS = ("daily_query_limit", "daily_token_limit")
+
+
+@dataclass(frozen=True)
+class IssuedKey:
+    """An API key as its claims: signed again by the key ``kid`` (Ed25519 signatures are
+    deterministic), they are the same API key."""
+
+    key_id: str  # its jti
+    issued_at: int  # its iat
+    kid: str  # the signing key's id
+
+
+def _too_many(most: int) -> InvalidInput:
+    return InvalidInput(f"you have {most} active API keys, the most allowed; revoke one first")
 
 
 def _user(item: dict[str, Any]) -> User:
@@ -64,7 +96,7 @@ class UserStore(Repository):
         return user
 
     def get(self, user_id: str) -> User:
-        if lookup_key(user_id, "user").startswith((GUARD_PREFIX, IDENTITY_PREFIX)):
+        if lookup_key(user_id, "user").startswith(NOT_USERS):
             raise NotFound(f"user {user_id} not found")
         item = self.db.get_item(
             TableName=self.table_name, Key={"user_id": {"S": user_id}}, ConsistentRead=True
@@ -103,7 +135,7 @@ class UserStore(Repository):
             kwargs["ExclusiveStartKey"] = {"user_id": {"S": lookup_key(after, "user")}}
         out = self.db.scan(**kwargs)
         users = [_user(item) for item in out.get("Items", [])
-                 if not item["user_id"]["S"].startswith((GUARD_PREFIX, IDENTITY_PREFIX))]
+                 if not item["user_id"]["S"].startswith(NOT_USERS)]
         last = out.get("LastEvaluatedKey")
         return users, last["user_id"]["S"] if last else None
 
@@ -121,13 +153,13 @@ class UserStore(Repository):
             raise NotFound(f"user {user_id} not found") from exc
         return _user(out["Attributes"])
 
-    def _keys(self, user_id: str, action: str, key_id: str, rule: str = "",
-              values: dict[str, AttributeValueTypeDef] | None = None,
-              names: dict[str, str] | None = None) -> User | None:
-        """Add or delete ``key_id`` if the user exists and ``rule`` holds (in the write's
-        own condition: two requests at once cannot both pass a check made before). None
-        when done; the user as it was when the rule failed."""
-        kwargs: dict[str, Any] = {
+    def _key_update(self, user_id: str, action: str, key_id: str, rule: str = "",
+                    values: dict[str, AttributeValueTypeDef] | None = None,
+                    names: dict[str, str] | None = None) -> UpdateTypeDef:
+        """The update (an UpdateItem's arguments, or a transaction's Update) that adds or
+        deletes ``key_id`` if the user exists and ``rule`` holds (in the write's own
+        condition: two requests at once cannot both pass a check made before)."""
+        update: UpdateTypeDef = {
             "TableName": self.table_name, "Key": {"user_id": {"S": user_id}},
             "UpdateExpression": f"{action} api_key_ids :k",
             "ConditionExpression": "attribute_exists(user_id)" + (f" AND ({rule})" if rule
@@ -135,9 +167,16 @@ class UserStore(Repository):
             "ExpressionAttributeValues": {":k": {"SS": [key_id]}, **(values or {})},
             "ReturnValuesOnConditionCheckFailure": "ALL_OLD"}
         if names:
-            kwargs["ExpressionAttributeNames"] = names
+            update["ExpressionAttributeNames"] = names
+        return update
+
+    def _keys(self, user_id: str, action: str, key_id: str, rule: str = "",
+              values: dict[str, AttributeValueTypeDef] | None = None,
+              names: dict[str, str] | None = None) -> User | None:
+        """Make :meth:`_key_update`. None when done; the user as it was when the rule
+        failed."""
         try:
-            self.db.update_item(**kwargs)
+            self.db.update_item(**self._key_update(user_id, action, key_id, rule, values, names))
         except self.db.exceptions.ConditionalCheckFailedException as exc:
             old = exc.response.get("Item")  # the user as it was (ALL_OLD)
             if not isinstance(old, dict) or not old:
@@ -165,11 +204,53 @@ class UserStore(Repository):
         """Add a key; with ``most``, only while the user has fewer (INVALID_INPUT)."""
         if most is None:
             self._keys(user_id, "ADD", key_id)
-        elif self._keys(user_id, "ADD", key_id,
-                        "attribute_not_exists(api_key_ids) OR size(api_key_ids) < :most",
-                        {":most": {"N": str(most)}}):
-            raise InvalidInput(f"you have {most} active API keys, the most allowed; "
-                               "revoke one first")
+        elif self._keys(user_id, "ADD", key_id, ROOM, {":most": {"N": str(most)}}):
+            raise _too_many(most)
+
+    def add_key_once(self, user_id: str, issued: IssuedKey, most: int, once: str
+                     ) -> IssuedKey:
+        """Add ``issued``'s key as :meth:`add_key` does and remember it under the client's
+        idempotency key ``once``, in one transaction; or, when ``once`` made a key in the
+        last ONCE_SECONDS, add nothing and return that key (INVALID_INPUT if it was
+        revoked since: nobody may use it again)."""
+        now = int(time.time())
+        try:
+            # Another request's transaction on these items at the same time (the user's
+            # other keys, this one's own retry) is waited out, not refused.
+            retry_transient(lambda: self.db.transact_write_items(TransactItems=[
+                {"Update": self._key_update(user_id, "ADD", issued.key_id, ROOM,
+                                            {":most": {"N": str(most)}})},
+                {"Put": {"TableName": self.table_name, "Item": to_item({
+                    "user_id": self._once_id(user_id, once), "key_id": issued.key_id,
+                    "issued_at": issued.issued_at, "kid": issued.kid,
+                    EXPIRES_AT: now + ONCE_SECONDS}),
+                    "ConditionExpression": "attribute_not_exists(user_id) OR #e < :now",
+                    "ExpressionAttributeNames": {"#e": EXPIRES_AT},
+                    "ExpressionAttributeValues": {":now": {"N": str(now)}}}}]))
+        except self.db.exceptions.TransactionCanceledException as exc:
+            # The idempotency key first: a retry of the key that reached the most is that
+            # key, not refused.
+            if (earlier := self._issued_once(user_id, once, now)) is not None:
+                if earlier.key_id not in self.get(user_id).api_key_ids:
+                    raise Conflict(REVOKED_SINCE) from exc
+                return earlier
+            if cancelled_by(exc)[:1] == ["ConditionalCheckFailed"]:
+                self.get(user_id)  # NOT_FOUND without the user
+                raise _too_many(most) from exc
+            raise
+        return issued
+
+    @staticmethod
+    def _once_id(user_id: str, once: str) -> str:
+        return lookup_key(f"{ONCE_PREFIX}{user_id}#{once}", "idempotency key")
+
+    def _issued_once(self, user_id: str, once: str, now: int) -> IssuedKey | None:
+        item = self.db.get_item(TableName=self.table_name,
+                                Key={"user_id": {"S": self._once_id(user_id, once)}},
+                                ConsistentRead=True).get("Item")
+        if item is None or int(item[EXPIRES_AT]["N"]) < now:  # TTL deletes it lazily
+            return None
+        return IssuedKey(item["key_id"]["S"], int(item["issued_at"]["N"]), item["kid"]["S"])
 
     def revoke_key(self, user_id: str, key_id: str) -> None:
         """Revoke one of the user's keys (NOT_FOUND for another's), never the last of a

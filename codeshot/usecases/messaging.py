@@ -1,9 +1,9 @@
 """Posting a user's message to a session and following its reply.
 
-One DynamoDB transaction checks the session is the poster's, charges the daily quota,
-stores the message, binds its embeds and (optionally) records an idempotency key: it all
-happens or none of it does, so a refused or failed post stores nothing, and a retried
-post returns the first message. A plain post reads nothing first.
+One DynamoDB transaction checks the session is the poster's (and not being deleted),
+charges the daily quota, stores the message, binds its embeds and (optionally) records an
+idempotency key: it all happens or none of it does, so a refused or failed post stores
+nothing, and a retried post returns the first message. A plain post reads nothing first.
 """
 
 from __future__ import annotations
@@ -35,7 +35,7 @@ from codeshot.store.dynamo import cancelled_by, retry_transient
 from codeshot.store.embeds import check_content_type
 from codeshot.store.embeds import content_hash as hash_of
 from codeshot.store.queue import Work
-from codeshot.text import check_text
+from codeshot.text import check_idempotency_key, check_text
 from codeshot.usecases.threads import blocking
 from codeshot.usecases.users import user_id_of
 
@@ -142,8 +142,8 @@ class Messaging:
         user_id = user_id_of(principal)
         embeds = embeds or []
         self._check_text(text, bool(embeds))
-        if idempotency_key is not None and not 1 <= len(idempotency_key) <= 128:
-            raise InvalidInput("idempotencyKey must be 1-128 characters")
+        if idempotency_key is not None:
+            check_idempotency_key(idempotency_key)
         if idempotency_key or embeds:
             # Both read the session's items before the write: only its owner may.
             self.s.sessions.get(session_id, owner=user_id)
@@ -180,6 +180,7 @@ class Messaging:
         table = self.s.sessions.table_name
         items += [
             {"Update": self.s.sessions.owner_update(session_id, user_id, len(new_embeds))},
+            {"ConditionCheck": self.s.sessions.unless_deleted(session_id)},
             {"Put": {"TableName": table, "Item": self.s.sessions.message_item(message),
                      "ConditionExpression": "attribute_not_exists(#i)",
                      "ExpressionAttributeNames": {"#i": "item"}}},
@@ -206,7 +207,8 @@ class Messaging:
             for (what, most), reason in zip(charges, reasons):
                 if reason == "ConditionalCheckFailed":
                     raise self.s.usage.rate_limited(what, most, "day") from exc
-            if len(reasons) > len(charges) and reasons[len(charges)] == "ConditionalCheckFailed":
+            # The session: gone, not the poster's, or its deletion begun.
+            if "ConditionalCheckFailed" in reasons[len(charges):len(charges) + 2]:
                 raise NotFound(f"session {session_id} not found") from exc
             if reasons:
                 raise Conflict("the message collided with a concurrent change; retry") from exc
@@ -286,10 +288,18 @@ class Messaging:
                 error_code=AgentUnavailable.code,
             )
             sessions = self.s.sessions
-            sessions.db.transact_write_items(TransactItems=[
-                {"Put": sessions.answer_item(session_id, message.message_id, error.message_id)},
-                {"Put": {"TableName": sessions.table_name, "Item": sessions.message_item(error)}},
-            ])
+            try:
+                sessions.db.transact_write_items(TransactItems=[
+                    {"ConditionCheck": sessions.unless_deleted(session_id)},
+                    {"Put": sessions.answer_item(session_id, message.message_id,
+                                                 error.message_id)},
+                    {"Put": {"TableName": sessions.table_name,
+                             "Item": sessions.message_item(error)}},
+                ])
+            except sessions.db.exceptions.TransactionCanceledException as cancelled:
+                if cancelled_by(cancelled)[:1] == ["ConditionalCheckFailed"]:
+                    raise NotFound(f"session {session_id} not found") from exc
+                raise
             raise AgentUnavailable("the platform could not queue the message; please send "
                                    "it again") from exc
 

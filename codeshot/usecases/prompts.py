@@ -74,6 +74,8 @@ class Prompts:
             return  # answered or ended another way meanwhile
         try:
             self._exchange(session, question, work)
+        except NotFound:
+            return  # deleted meanwhile: its prompt's claim was refused, nothing asked
         except Exception:
             if not final_attempt:
                 raise

@@ -13,6 +13,7 @@ from codeshot.models import MAX_INT, Agent, Principal, User
 from codeshot.runner.budgets import AGENT_TOKENS, USER_TOKENS, WINDOW
 from codeshot.services import Services
 from codeshot.store.usage import Window
+from codeshot.text import check_idempotency_key
 
 MAX_API_KEYS = 20  # active keys per user: revoke one to make another
 
@@ -150,10 +151,17 @@ def list_api_keys(services: Services, principal: Principal) -> list[ApiKey]:
     return sorted(keys, key=lambda k: (k.created is not None, k.created or 0, k.key_id))
 
 
-def create_api_key(services: Services, principal: Principal) -> tuple[ApiKey, str]:
-    """A new API key for the caller: (its record, the key, shown this once)."""
+def create_api_key(services: Services, principal: Principal,
+                   idempotency_key: str | None = None) -> tuple[ApiKey, str]:
+    """A new API key for the caller: (its record, the key, shown this once). With
+    ``idempotency_key``, a retry within a day gets the key the first try made (the very
+    same key: a lost answer is not a key nobody saw) and adds none."""
     user = services.users.get(user_id_of(principal))
-    key_id, key = services.auth.new_api_key(user, most=MAX_API_KEYS)
+    if idempotency_key is None:
+        key_id, key = services.auth.new_api_key(user, most=MAX_API_KEYS)
+    else:
+        key_id, key = services.auth.api_key_once(user, MAX_API_KEYS,
+                                                 check_idempotency_key(idempotency_key))
     return ApiKey.of(key_id, principal.key_id), key
 
 

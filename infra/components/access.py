@@ -28,6 +28,7 @@ GET, QUERY, SCAN, BATCH_GET = ("dynamodb:GetItem", "dynamodb:Query", "dynamodb:S
                                "dynamodb:BatchGetItem")
 PUT, UPDATE, DELETE, BATCH_WRITE = ("dynamodb:PutItem", "dynamodb:UpdateItem",
                                     "dynamodb:DeleteItem", "dynamodb:BatchWriteItem")
+CONDITION_CHECK = "dynamodb:ConditionCheckItem"  # a transaction's check of another item
 SQS_SEND = ("sqs:SendMessage",)
 # Converse and InvokeModel are both authorised by bedrock:InvokeModel.
 BEDROCK_INVOKE = ("bedrock:InvokeModel",)

@@ -86,3 +86,63 @@ def test_quota_tells_when_it_resets(platform):
     _, key = platform.user()
     user = platform.gql(key, "{ user { dailyUsedQueries dailyQuotaResetsAt } }")["data"]["user"]
     assert user == {"dailyUsedQueries": 0, "dailyQuotaResetsAt": "2026-03-05T00:00:00+00:00"}
+
+
+CREATE_ONCE = "mutation ($k: String) { createApiKey(idempotencyKey: $k) { id key } }"
+
+
+def test_a_retried_create_api_key_returns_the_key_it_made_and_creates_none(platform):
+    """A client whose answer was lost sent createApiKey again: a second key was made, and
+    the first, which nobody ever saw, stayed active and counted toward the most."""
+    import httpx
+
+    _, key = platform.user()
+    body = {"query": CREATE_ONCE, "variables": {"k": "laptop-2026-11-26"}}
+    with pytest.raises(httpx.ReadTimeout):  # the answer is lost; the request still runs
+        httpx.post(f"{platform.url}/graphql", json=body, timeout=httpx.Timeout(5, read=1e-4),
+                   headers={"Authorization": f"Bearer {key}"})
+    retried = platform.gql(key, CREATE_ONCE, {"k": "laptop-2026-11-26"})["data"]["createApiKey"]
+    again = platform.gql(key, CREATE_ONCE, {"k": "laptop-2026-11-26"})["data"]["createApiKey"]
+    assert again == retried  # the very same key, signed again from its id and time
+    listed = [k["id"] for k in platform.gql(key, KEYS)["data"]["apiKeys"]]
+    assert len(listed) == 2 and listed[1] == retried["id"]
+    assert platform.gql(retried["key"], "{ user { username } }")["data"]["user"]["username"]
+    # Another key is another key; another user's same idempotency key is theirs.
+    other = platform.gql(key, CREATE_ONCE, {"k": "phone"})["data"]["createApiKey"]
+    _, bob = platform.user()
+    bobs = platform.gql(bob, CREATE_ONCE, {"k": "laptop-2026-11-26"})["data"]["createApiKey"]
+    assert len({retried["id"], other["id"], bobs["id"]}) == 3
+    assert len(platform.gql(key, KEYS)["data"]["apiKeys"]) == 3
+
+
+def test_a_retried_key_counts_once_toward_the_most(platform):
+    user_id, key = platform.user()
+    for n in range(MAX_API_KEYS - 2):  # one below the most
+        platform.services.users.add_key(user_id, f"key_filler{n}")
+    last = platform.gql(key, CREATE_ONCE, {"k": "last"})["data"]["createApiKey"]
+    # Its retry is that key, not "revoke one first"; a new request is refused.
+    assert platform.gql(key, CREATE_ONCE, {"k": "last"})["data"]["createApiKey"] == last
+    refused = platform.gql(key, CREATE_ONCE, {"k": "one more"})
+    assert code(refused) == "INVALID_INPUT" and "revoke one" in refused["errors"][0]["message"]
+    assert len(platform.services.users.get(user_id).api_key_ids) == MAX_API_KEYS
+
+
+def test_a_retry_of_a_revoked_key_is_refused_and_makes_none(platform):
+    user_id, key = platform.user()
+    made = platform.gql(key, CREATE_ONCE, {"k": "ci"})["data"]["createApiKey"]
+    platform.gql(key, REVOKE, {"id": made["id"]})
+    refused = platform.gql(key, CREATE_ONCE, {"k": "ci"})
+    assert code(refused) == "INVALID_INPUT" and "revoked" in refused["errors"][0]["message"]
+    assert len(platform.services.users.get(user_id).api_key_ids) == 1
+    assert code(platform.gql(made["key"], KEYS)) == "UNAUTHENTICATED"
+
+
+@pytest.mark.parametrize(("bad", "why"), [("", "1-128 characters"), ("k" * 129, "1-128 characters"),
+                                          ("a\x00b", "NUL")])
+def test_a_bad_idempotency_key_is_refused_and_makes_none(platform, bad, why):
+    user_id, key = platform.user()
+    refused = platform.gql(key, CREATE_ONCE, {"k": bad})
+    assert code(refused) == "INVALID_INPUT", refused
+    assert "idempotencyKey" in refused["errors"][0]["message"] and \
+        why in refused["errors"][0]["message"]
+    assert len(platform.services.users.get(user_id).api_key_ids) == 1

@@ -54,13 +54,17 @@ AWS = tuple(f"{prefix}:" for prefix in PREFIXES.values())
 # tables: the tables their items are on, by kind.
 STORES = {f"codeshot.store.{spec.logical}": spec for spec in tables.TABLES}
 TRANSACTION_TABLES = {
-    # the message, its embeds, the idempotency key; the session's counts and the quotas
+    # the message, its embeds, the idempotency key; the session's counts and the quotas;
+    # the session's deletion not begun
     "codeshot.usecases.messaging": {"dynamodb:PutItem": (tables.SESSIONS,),
-                                    "dynamodb:UpdateItem": (tables.SESSIONS, tables.USAGE)},
-    # the reply, its trace and marker, the session, a paused state; the running slot back
+                                    "dynamodb:UpdateItem": (tables.SESSIONS, tables.USAGE),
+                                    "dynamodb:ConditionCheckItem": (tables.SESSIONS,)},
+    # the reply, its trace and marker, the session, a paused state; the running slot back;
+    # the session's deletion not begun
     "codeshot.runner.session_runner": {"dynamodb:PutItem": (tables.SESSIONS,),
                                        "dynamodb:DeleteItem": (tables.SESSIONS,),
-                                       "dynamodb:UpdateItem": (tables.SESSIONS, tables.USAGE)},
+                                       "dynamodb:UpdateItem": (tables.SESSIONS, tables.USAGE),
+                                       "dynamodb:ConditionCheckItem": (tables.SESSIONS,)},
 }
 # Transaction parts the reader cannot see: built and returned by another function than the
 # one calling transact_write_items. (function, table, action) -> where, and what it writes.

@@ -154,24 +154,22 @@ def test_a_question_after_more_than_a_pause_can_keep_is_the_agents_error(platfor
 @pytest.mark.parametrize("func_server", [{"message": {"text": "4"}}], indirect=True)
 def test_a_trace_the_store_keeps_refusing_does_not_free_a_rerun(platform, func_server,
                                                                  monkeypatch):
-    """A long trace goes in batches; DynamoDB leaving them unprocessed through every try
-    was UNAVAILABLE, a refusal, which gave the slot back: the redelivery ran the Func
-    again, and the stored answer said to send again what had already run."""
+    """A long trace goes ahead of the reply; DynamoDB refusing it through every try was
+    UNAVAILABLE, a refusal, which gave the slot back: the redelivery ran the Func again,
+    and the stored answer said to send again what had already run."""
     from codeshot.runner import session_runner
     from codeshot.runner.session_runner import SessionRunner
-    from codeshot.store import dynamo
+    from tests.dynamo_faults import refuse
 
     h, work, llm = queued(platform, func_server, "tess")
-    monkeypatch.setattr(session_runner, "TRANSACTION_ITEMS", 0)  # the trace goes in batches
-    monkeypatch.setattr(dynamo, "BATCH_ATTEMPTS", 2)
-    db, write = platform.services.sessions.db, platform.services.sessions.db.batch_write_item
+    monkeypatch.setattr(session_runner, "TRANSACTION_ITEMS", 0)  # the trace goes first
+    db, write = platform.services.sessions.db, platform.services.sessions.db.transact_write_items
     with monkeypatch.context() as patch:
-        patch.setattr(db, "batch_write_item",
-                      lambda RequestItems: {"UnprocessedItems": RequestItems})
+        refuse(patch, db, "transact_write_items", "Ask Func[roll]", times=None)
         with pytest.raises(RuntimeError, match="the reply was not stored"):
             SessionRunner(platform.services, llm).handle(work)
     SessionRunner(platform.services, llm).handle(work)
     assert func_server.calls == 1
     reply = platform.services.sessions.all_messages(h)[-1]
     assert (reply.type.value, reply.error_code) == ("error", "INTERRUPTED"), reply
-    assert db.batch_write_item == write
+    assert db.transact_write_items == write

@@ -6,7 +6,7 @@ API's 29 s."""
 import pytest
 
 from codeshot import ids
-from codeshot.errors import NotFound
+from codeshot.errors import CodeshotError, NotFound
 from codeshot.models import Message, MessageType, Principal
 from codeshot.runner import session_runner
 from codeshot.store import sessions as store
@@ -89,4 +89,134 @@ def test_a_prompt_id_kept_after_the_session_was_deleted_leaves_nothing(services)
     delete_session(services, OWNER, session_id)
     with pytest.raises(NotFound):
         services.sessions.keep_prompt_id(session_id, "q1", "p-1")
+    assert partition(services, session_id) == [store.DELETED_ITEM]
+
+
+def deletion_begun(services, session_id: str):
+    """Begin deleting the session as ``deleteSession`` does (its DELETED place written, the
+    keys it will delete read) and stop there, where a write racing it lands; the function
+    that finishes the deletion."""
+    pending = []
+    real = services.sessions._delete_keys
+    services.sessions._delete_keys = pending.append
+    try:
+        delete_session(services, OWNER, session_id)
+    finally:
+        services.sessions._delete_keys = real
+    return lambda: real(*pending)
+
+
+def test_a_post_racing_the_deletion_is_refused_and_leaves_nothing(services):
+    """The post's transaction checked only that the SESSION item existed, which goes last:
+    the message (and its idempotency key) stayed for the TTL, or for ever."""
+    from codeshot.usecases.messaging import Messaging
+
+    session_id = session_with(services, 1)
+    finish = deletion_begun(services, session_id)
+    with pytest.raises(NotFound):
+        Messaging(services).post(OWNER, session_id, "my private text", idempotency_key="k1")
+    finish()
+    assert partition(services, session_id) == [store.DELETED_ITEM]
+    assert services.usage.used("query", OWNER.user_id) == 0  # nor charged
+
+
+def test_a_message_that_could_not_be_queued_leaves_no_error_in_a_deleted_session(
+        services, monkeypatch):
+    """The queue failed while the owner deleted the session: the error closing the query
+    was written behind the deletion."""
+    from codeshot.usecases.messaging import Messaging
+
+    session_id = session_with(services, 0)
+    finishes = []
+
+    def queue_down(work):
+        finishes.append(deletion_begun(services, session_id))
+        raise ConnectionError("the queue is down")
+
+    monkeypatch.setattr(services.queue, "enqueue", queue_down)
+    with pytest.raises(CodeshotError) as refused:
+        Messaging(services).post(OWNER, session_id, "hello")
+    finishes[0]()
+    assert partition(services, session_id) == [store.DELETED_ITEM]
+    assert refused.value.code == NotFound.code  # as for any post to a session gone
+
+
+@pytest.mark.parametrize("transaction_items", [session_runner.TRANSACTION_ITEMS, 1])
+def test_a_reply_racing_the_deletion_leaves_nothing(services, monkeypatch, transaction_items):
+    """The runner's reply and its answer marker landed behind the deletion, and so did a
+    trace too long for the reply's transaction (here: any), written ahead of it."""
+    from codeshot.usecases.messaging import Messaging
+
+    monkeypatch.setattr(session_runner, "TRANSACTION_ITEMS", transaction_items)
+    session_id = session_with(services, 0)
+    Messaging(services).post(OWNER, session_id, "Roll 1d20")
+    finish = deletion_begun(services, session_id)
+    assert run_queue(services) == 1  # answered: a thought, then the reply
+    finish()
+    assert partition(services, session_id) == [store.DELETED_ITEM]
+
+
+def test_a_long_trace_is_written_whole_in_parts(services):
+    session_id = session_with(services, 0)
+    trace = [Message(session_id=session_id, message_id=ids.ulid(), type=MessageType.THOUGHT,
+                     text="x" * 100_000, sent_by="planner") for _ in range(120)]
+    services.sessions.put_messages(trace)  # 12 MB: four transactions
+    assert [m.message_id for m in services.sessions.all_messages(session_id)] == \
+        [m.message_id for m in trace]
+
+
+def test_a_prompt_racing_its_tasks_deletion_is_never_asked(services):
+    """The prompt's claim, an unconditional put, landed behind the deletion, and the
+    prompt was POSTed to the deleted task's callback."""
+    from fastapi import FastAPI, Request
+
+    from codeshot.local.http_server import HttpServer
+    from codeshot.models import SessionStatus
+    from codeshot.runner.callbacks import PROMPT_FORMAT
+    from codeshot.store.queue import PromptWork
+    from codeshot.usecases.prompts import Prompts
+
+    asked = []
+    app = FastAPI()
+
+    @app.post("/prompts")
+    async def prompt(request: Request):
+        asked.append(await request.json())
+        return {"status": "pending", "prompt_id": "p-1"}
+
+    server = HttpServer(app, "127.0.0.1", 0)
+    try:
+        session_id = create_session(services, OWNER, callback_url=f"{server.start()}/prompts",
+                                    callback_format=PROMPT_FORMAT).session_id
+        question = Message(session_id=session_id, message_id=ids.ulid(), sent_by="booking",
+                           type=MessageType.AWAITING_INPUT, text="For how many people?")
+        services.sessions.add_message(question)
+        services.sessions.set_status(session_id, SessionStatus.AWAITING_INPUT)
+        finish = deletion_begun(services, session_id)
+        Prompts(services).handle(PromptWork(session_id, question.message_id, 10**10))
+        finish()
+    finally:
+        server.stop()
+    assert asked == []
+    assert partition(services, session_id) == [store.DELETED_ITEM]
+
+
+def test_an_embed_or_an_ended_question_racing_the_deletion_leaves_nothing(services):
+    """An Agent Protocol artifact bound, or a question ended (declined, timed out), while
+    the session was deleted."""
+    from codeshot.errors import Conflict
+    from codeshot.models import Embed, SessionStatus
+
+    session_id = session_with(services, 0)
+    services.sessions.set_status(session_id, SessionStatus.AWAITING_INPUT)
+    finish = deletion_begun(services, session_id)
+    with pytest.raises(NotFound):
+        services.sessions.bind_embed(Embed(key="a.txt", session_id=session_id,
+                                           owner=OWNER.user_id, content_type="text/plain",
+                                           content_hash="0" * 64, size=1))
+    with pytest.raises(Conflict):  # as for a session gone: not waiting for input
+        services.sessions.end_pause(Message(
+            session_id=session_id, message_id=ids.ulid(), type=MessageType.ERROR,
+            text="declined", sent_by="platform"))
+    finish()
     assert partition(services, session_id) == [store.DELETED_ITEM]

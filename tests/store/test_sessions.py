@@ -305,8 +305,8 @@ def test_a_limited_listing_of_embeds_goes_past_a_page_of_one_mb(aws):
 
 def test_writes_dynamodb_leaves_unprocessed_are_sent_again_until_they_fail_for_good(
         aws, monkeypatch):
-    """Throttled batch writes came back as UnprocessedItems and were sent again at once,
-    for ever (a hot loop against a throttled table)."""
+    """Throttled batch writes (a deletion's) came back as UnprocessedItems and were sent
+    again at once, for ever (a hot loop against a throttled table)."""
     from codeshot.errors import Unavailable
     from codeshot.store import dynamo
 
@@ -321,12 +321,16 @@ def test_writes_dynamodb_leaves_unprocessed_are_sent_again_until_they_fail_for_g
             return {"UnprocessedItems": RequestItems}
         return write(RequestItems=RequestItems)
 
+    for n in range(30):
+        store.add_message(msg(s.session_id, f"m{n}"))
     monkeypatch.setattr(store.db, "batch_write_item", throttling)
-    sent = [msg(s.session_id, f"m{n}") for n in range(30)]
-    store.put_messages(sent)
-    assert calls == [25, 25, 25, 5]
-    assert [m.text for m in store.all_messages(s.session_id)] == [m.text for m in sent]
+    store.delete(s.session_id, "alice", no_purge)  # 30 messages and the session
+    assert calls == [25, 25, 25, 6]
+    with pytest.raises(NotFound):
+        store.get(s.session_id)
+    assert store.all_messages(s.session_id) == []
+    other = new_session(store, "alice")
     throttled[0], calls[:] = 10**6, []
     with pytest.raises(Unavailable):
-        store.put_messages([msg(s.session_id, "never")])
+        store.delete(other.session_id, "alice", no_purge)
     assert len(calls) == dynamo.BATCH_ATTEMPTS

@@ -1,4 +1,5 @@
 import threading
+import time
 
 import pytest
 
@@ -132,3 +133,33 @@ def test_a_stored_limit_out_of_range_still_reads(aws):
     assert [u.username for u in users.list()[0]] == ["frank"]
     assert users.set_limits(user.user_id, 5, None).daily_query_limit == 5
     assert users.get(user.user_id).daily_token_limit == 0
+
+
+def test_a_key_made_once_is_remembered_a_day_by_its_claims_never_the_key(aws):
+    from codeshot.store.tables import EXPIRES_AT
+    from codeshot.store.users import ONCE_SECONDS, IssuedKey
+
+    users = UserStore(aws)
+    user = users.create("gus")
+    first = IssuedKey("key_1", 1_700_000_000, "k_signing")
+    # The same idempotency key at once, many times: one key, which each of them gets.
+    outcomes = race(*[lambda n=n: users.add_key_once(
+        user.user_id, IssuedKey(f"key_{n}", 1_700_000_000, "k_signing") if n else first,
+        20, "laptop") for n in range(6)])
+    assert len(set(outcomes)) == 1 and len(users.get(user.user_id).api_key_ids) == 1
+    [stored] = [i for i in aws_items(users) if i["user_id"]["S"] != user.user_id and
+                i["user_id"]["S"].startswith("%")]
+    assert set(stored) == {"user_id", "key_id", "issued_at", "kid", EXPIRES_AT}
+    assert 0 < int(stored[EXPIRES_AT]["N"]) - time.time() <= ONCE_SECONDS
+    assert [u.user_id for u in users.list()[0]] == [user.user_id]  # not a user
+    # Once it has expired (DynamoDB's TTL deletes it later), the key makes a new one.
+    users.db.update_item(TableName=users.table_name, Key={"user_id": stored["user_id"]},
+                         UpdateExpression="SET expires_at = :past",
+                         ExpressionAttributeValues={":past": {"N": str(int(time.time()) - 1)}})
+    later = IssuedKey("key_later", 1_700_086_400, "k_signing")
+    assert users.add_key_once(user.user_id, later, 20, "laptop") == later
+    assert len(users.get(user.user_id).api_key_ids) == 2
+
+
+def aws_items(users: UserStore) -> list[dict]:
+    return users.db.scan(TableName=users.table_name)["Items"]

@@ -164,10 +164,13 @@ class Mutation:
         upload = await blocking(upload_url, services, p, content_type, size, content_hash)
         return EmbedUploadType.of(upload)
 
-    @strawberry.mutation(description="A new API key of yours (shown once).")
-    async def create_api_key(self, info: Info) -> NewApiKeyType:
+    @strawberry.mutation(description="A new API key of yours (shown once). With an "
+                         "idempotencyKey (1-128 characters, yours alone), the same request "
+                         "again within a day returns the key it made and creates none.")
+    async def create_api_key(self, info: Info, idempotency_key: str | None = None
+                             ) -> NewApiKeyType:
         services, p = await caller(info)
-        record, key = await blocking(users.create_api_key, services, p)
+        record, key = await blocking(users.create_api_key, services, p, idempotency_key)
         return NewApiKeyType(id=record.key_id, created=record.created, key=key)
 
     @strawberry.mutation(name="revokeOAuthGrant",
