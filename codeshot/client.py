@@ -94,9 +94,10 @@ class GraphQLClient:
         """``source``: where the URL came from (Target.source), named in errors."""
         if not api_key:
             raise InvalidInput(f"no API key for {graphql_url}"
-                               f"{f' (from {source})' if source else ''}: run beside "
-                               f"`codeshot local up`, or set CODESHOT_API_KEY, or pass "
-                               f"--api-key")
+                               f"{f' (from {source})' if source else ''}: run in the "
+                               f"directory where `codeshot local up` runs (it reads "
+                               f".codeshot/local.json there), or set CODESHOT_API_KEY "
+                               f"(or pass --api-key, where the command has it)")
         self.url, self.source = graphql_url, source
         self.http = httpx.Client(headers={"Authorization": f"Bearer {api_key}"},
                                  timeout=timeout)

@@ -203,7 +203,8 @@ class LocalStack:
             raise StackRunning(
                 f"a local stack is already running from this directory at "
                 f"{state.get('api_url')} (pid {state.get('pid', '?')}, {STATE_FILE}): use "
-                f"it, stop it first, or run `codeshot local up` in another directory")
+                f"it, stop it first, or run `codeshot local up --port N` in another "
+                f"directory (its ports are taken)")
 
     def _write_state(self) -> None:
         """Write local.json whole (a reader never sees half of it). It holds an API key: a
