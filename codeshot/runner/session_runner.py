@@ -433,9 +433,9 @@ class SessionRunner:
                 program_state: dict[str, Any] | None, trace: list[Message], book: EmbedBook,
                 lease: Lease | None = None, *, had_state: bool) -> None:
         table = self.s.sessions.table_name
-        state_item = self.s.sessions.item({
-            "session_id": session.session_id, "item": STATE_ITEM,
-            "state": json.dumps(program_state, separators=(",", ":"))}) if program_state else None
+        reply_id = ids.ulid()
+        state_item = self.s.sessions.state_item(session.session_id, program_state, reply_id) \
+            if program_state else None
         state_bytes = 0 if state_item is None else item_bytes(state_item)
         if state_bytes > MAX_ITEM_BYTES:
             # DynamoDB refuses it, and the write with it: the query ended INTERRUPTED,
@@ -446,7 +446,7 @@ class SessionRunner:
                 f"({state_bytes // 1024:,} KB; at most {MAX_ITEM_BYTES // 1024} KB): ask for "
                 "less at a time")), None, None
         reply = Message(
-            session_id=session.session_id, message_id=ids.ulid(), text=outcome.text,
+            session_id=session.session_id, message_id=reply_id, text=outcome.text,
             type=_TERMINAL[outcome.status], in_reply_to=query.message_id,
             sent_by=session.frontend_agent_id or PLANNER_ID, error_code=outcome.error_code,
             embeds=book.refs(outcome.embeds),

@@ -47,6 +47,7 @@ if TYPE_CHECKING:
     from types_boto3_dynamodb.type_defs import (
         AttributeValueTypeDef,
         ConditionCheckTypeDef,
+        DeleteTypeDef,
         PutTypeDef,
         TransactWriteItemTypeDef,
         UpdateTypeDef,
@@ -709,14 +710,20 @@ class SessionStore(Repository):
             kwargs["ExclusiveStartKey"] = out["LastEvaluatedKey"]
 
     # -- paused program ---------------------------------------------------------------
-    def put_state(self, session_id: str, state: dict[str, Any]) -> None:
-        body = json.dumps(state, separators=(",", ":"))
-        if len(body.encode()) > 350_000:
+    def state_item(self, session_id: str, state: dict[str, Any], question_id: str | None
+                   ) -> dict[str, Any]:
+        """A paused program's item: its state and the question it waits on, so that only
+        an end of that question drops it (:meth:`end_pause`)."""
+        return self.item({"session_id": session_id, "item": STATE_ITEM,
+                          "state": json.dumps(state, separators=(",", ":")),
+                          "question": question_id})
+
+    def put_state(self, session_id: str, state: dict[str, Any],
+                  question_id: str | None = None) -> None:
+        item = self.state_item(session_id, state, question_id)
+        if len(item["state"]["S"].encode()) > 350_000:
             raise InvalidInput("paused program state exceeds 350 kB")
-        self.db.put_item(
-            TableName=self.table_name,
-            Item=self.item({"session_id": session_id, "item": STATE_ITEM, "state": body}),
-        )
+        self.db.put_item(TableName=self.table_name, Item=item)
 
     def get_state(self, session_id: str) -> dict[str, Any] | None:
         item = self.db.get_item(
@@ -728,9 +735,12 @@ class SessionStore(Repository):
         self.db.delete_item(TableName=self.table_name, Key=_key(session_id, STATE_ITEM))
 
     def end_pause(self, message: Message, owner: str | None = None) -> None:
-        """End a paused program without resuming it: ``message`` (an error saying why) is
-        stored, the paused state dropped and the session idle again, in one transaction
-        that holds only while the session still awaits input (and is ``owner``'s)."""
+        """End a paused program without resuming it: ``message`` (an error saying why, in
+        reply to the question) is stored, the paused state dropped and the session idle
+        again, in one transaction that holds only while the session still awaits input
+        (and is ``owner``'s) and its paused program still waits on that question: the
+        caller read it as pending, but the user may have answered it since and the agent
+        asked another."""
         condition = "#s = :awaiting" + (" AND #o = :o" if owner else "")
         values: dict[str, AttributeValueTypeDef] = {
             ":awaiting": {"S": SessionStatus.AWAITING_INPUT.value},
@@ -741,6 +751,12 @@ class SessionStore(Repository):
             values[":o"] = {"S": owner}
             names["#o"] = "owner"
         update, values = self.touch("SET #s = :idle, modified = :m", values)
+        state: DeleteTypeDef = {"TableName": self.table_name,
+                                "Key": _key(message.session_id, STATE_ITEM)}
+        if message.in_reply_to:  # a program paused before questions were kept passes
+            state["ConditionExpression"] = "attribute_not_exists(#q) OR #q = :q"
+            state["ExpressionAttributeNames"] = {"#q": "question"}
+            state["ExpressionAttributeValues"] = {":q": {"S": message.in_reply_to}}
         try:
             retry_transient(lambda: self.db.transact_write_items(TransactItems=[
                 {"Update": {"TableName": self.table_name,
@@ -749,8 +765,7 @@ class SessionStore(Repository):
                             "ConditionExpression": condition,
                             "ExpressionAttributeNames": names,
                             "ExpressionAttributeValues": values}},
-                {"Delete": {"TableName": self.table_name,
-                            "Key": _key(message.session_id, STATE_ITEM)}},
+                {"Delete": state},
                 {"Put": {"TableName": self.table_name, "Item": self.message_item(message),
                          "ConditionExpression": "attribute_not_exists(#i)",
                          "ExpressionAttributeNames": {"#i": "item"}}},

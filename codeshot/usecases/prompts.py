@@ -80,8 +80,8 @@ class Prompts:
             if not final_attempt:
                 raise
             log.exception("giving up on the question of %s", session.session_id)
-            self._end(session, "The platform could not ask the question through the task's "
-                               "callback; please answer it with a step.", CallbackFailed.code)
+            self._end(session, question, "The platform could not ask the question through "
+                      "the task's callback; please answer it with a step.", CallbackFailed.code)
 
     def give_up(self, work: PromptWork) -> None:
         """``work`` on its last delivery, never started: queued again (prompts have no
@@ -96,15 +96,15 @@ class Prompts:
             if work.prompt_id is None:
                 reply = self._call(session, url, {"prompt": question.text})
             elif time.time() >= work.deadline:
-                self._end(session, f"No answer to the question {question.text!r} came back "
-                                   f"from the task's callback in time.", Timeout.code)
+                self._end(session, question, f"No answer to the question {question.text!r} "
+                          "came back from the task's callback in time.", Timeout.code)
                 return
             else:
                 reply = self._call(session, f"{url.rstrip('/')}/{quote(work.prompt_id, safe='')}")
             self._follow(session, question, work, reply)
         except CallbackFailed as exc:
-            self._end(session, f"The question {question.text!r} could not be asked through "
-                               f"the task's callback: {exc.message}", exc.code)
+            self._end(session, question, f"The question {question.text!r} could not be "
+                      f"asked through the task's callback: {exc.message}", exc.code)
 
     def _claimed(self, session: Session, question: Message, work: PromptWork) -> PromptWork:
         """``work``, the prompt's first exchange, if it may POST the prompt: once a
@@ -179,9 +179,10 @@ class Prompts:
             answer = reply.get("answer")
             if not isinstance(answer, str) or not answer.strip():
                 raise CallbackFailed("a resolved prompt needs a non-empty text answer")
-            self._answer(session, question.message_id, answer)
+            self._answer(session, question, answer)
         elif status == "rejected":
-            self._end(session, f"The user declined to answer the question {question.text!r}.",
+            self._end(session, question,
+                      f"The user declined to answer the question {question.text!r}.",
                       Canceled.code)
         else:
             prompt_id = work.prompt_id or reply.get("prompt_id")
@@ -205,21 +206,24 @@ class Prompts:
         delay = min(backoff, math.ceil(max(0.0, work.deadline - time.time())))
         self.s.prompt_queue.schedule(work, delay)
 
-    def _answer(self, session: Session, question_id: str, answer: str) -> None:
+    def _answer(self, session: Session, question: Message, answer: str) -> None:
         """The answer as the session owner's message: the runner resumes the program."""
         owner = principal_of(self.s.users.get(session.owner))
         try:
             # Keyed by the question: a poll delivered twice still answers once.
             Messaging(self.s).post(owner, session.session_id, answer,
-                                   idempotency_key=f"prompt-{question_id}")
+                                   idempotency_key=f"prompt-{question.message_id}")
         except CodeshotError as exc:  # too long, over the daily quota ...
-            self._end(session, f"The callback's answer could not be used: {exc.message}",
-                      exc.code)
+            self._end(session, question,
+                      f"The callback's answer could not be used: {exc.message}", exc.code)
 
-    def _end(self, session: Session, text: str, code: str) -> None:
+    def _end(self, session: Session, question: Message, text: str, code: str) -> None:
+        """End ``question``, and only it: during the exchange (a call of up to
+        ``CALL_TIMEOUT_SECONDS``) the user may have answered it and the agent asked
+        another, which this exchange must not end."""
         log.info("ending the question of %s: %s", session.session_id, text)
         with contextlib.suppress(CodeshotError):  # answered meanwhile: nothing to end
-            end_question(self.s, session, text, code)
+            end_question(self.s, session, text, code, question_id=question.message_id)
 
 
 def process_prompts(event: dict[str, Any], prompts: Prompts,

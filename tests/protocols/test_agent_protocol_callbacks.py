@@ -16,7 +16,7 @@ import uuid
 import httpx
 import jwt
 import pytest
-from fastapi import FastAPI, Request, Response
+from fastapi import FastAPI, Header, Request, Response
 
 from codeshot.local.http_server import HttpServer
 from tests.conftest import free_port
@@ -397,3 +397,125 @@ def test_a_huge_or_dripping_callback_reply_is_cut_off(stack, booking):
         # Cut off after 5 s in all (each byte came within the read timeout: it held on).
         assert drip.hangs_up(within=2) and took < 15, (took, drip.sent)
     assert task["status"] == "failed" and "did not answer within 5s" in step["output"]
+
+
+TWO_QUESTIONS = """
+Q: Book a table at Luigi's
+Ask User: For how many people?
+User says: 4
+Ask User: On which day?
+User says: Friday
+Ask Func[book]: Luigi's for 4 on Friday
+Func[book] says: Booked Luigi's for 4 on Friday at 19:00
+A: Done: Booked Luigi's for 4 on Friday at 19:00.
+"""
+
+
+@pytest.fixture(scope="module")
+def booking_day(stack) -> tuple[str, list[str]]:
+    """local/bookingday: asks how many people, then which day, then books."""
+    from tests.protocols.conftest import serve_agent
+
+    made: list[str] = []
+
+    def book(query) -> str:
+        made.append(query.text)
+        return f"Booked {query.text} at 19:00"
+
+    agent_id = serve_agent(stack, "bookingday", "I book restaurant tables on a day.",
+                           TWO_QUESTIONS, {"book": book},
+                           description="Books restaurant tables on a given day.")
+    return agent_id, made
+
+
+def steps_of(stack, key: str, task_id: str) -> list[tuple[str, str, str | None]]:
+    """The task's steps: (input, output, error code)."""
+    steps = ap(stack, key, "GET", f"/tasks/{task_id}/steps").json()["steps"]
+    return [(s["input"], s["output"], (s["additional_output"].get("error") or {}).get("code"))
+            for s in steps]
+
+
+def test_a_callbacks_late_no_to_an_answered_question_leaves_the_next_question(
+        stack, booking_day):
+    """While the callback was being asked the first question, the user answered it with a
+    step and the agent asked the next; the callback then declined the first question, and
+    that ended the second one (its paused program dropped, the task canceled)."""
+    agent_id, made = booking_day
+    key = new_user(stack, f"cb{uuid.uuid4().hex[:12]}")
+    second_asked, answered = threading.Event(), []
+    app = FastAPI()
+
+    @app.post("/prompts")
+    def prompt(request_body: dict, authorization: str = Header()) -> dict:
+        if request_body["prompt"] == "On which day?":
+            second_asked.set()
+            return {"prompt_id": "p-2", "status": "pending"}
+        task_id = jwt.decode(authorization.split()[1], options={"verify_signature": False}
+                             )["sid"]
+        answered.append(ap(stack, key, "POST", f"/tasks/{task_id}/steps",
+                           json={"input": "4"}).json()["output"])
+        second_asked.wait(4)  # within the 5 s the platform waits for this reply
+        return {"prompt_id": "p-1", "status": "rejected"}
+
+    @app.get("/prompts/p-2")
+    def poll() -> dict:
+        return {"prompt_id": "p-2", "status": "resolved", "answer": "Friday"}
+
+    server = HttpServer(app, "127.0.0.1", 0)
+    try:
+        task = ap(stack, key, "POST", "/tasks", json={
+            "input": "Book a table at Gigi's", "additional_input": {"agent": agent_id},
+            "callback_url": f"{server.start()}/prompts"}).json()
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline and \
+                ap(stack, key, "GET", f"/tasks/{task['task_id']}").json()["status"] in (
+                    "running", "awaiting_input"):
+            time.sleep(0.2)
+    finally:
+        server.stop()
+    assert answered == ["On which day?"]
+    assert ap(stack, key, "GET", f"/tasks/{task['task_id']}").json()["status"] == "completed"
+    asked, first, second = steps_of(stack, key, task["task_id"])
+    assert asked == ("Book a table at Gigi's", QUESTION, None)
+    assert first == ("4", "On which day?", None)
+    assert second[0] == "Friday" and "Booked Gigi's for 4 on Friday" in second[1], second
+    assert made[-1] == "Gigi's for 4 on Friday"
+
+
+def test_declining_a_question_answered_since_it_was_read_leaves_the_next_question(
+        stack, booking_day, monkeypatch):
+    """A decline of the first question (MCP's, by its id) read it as pending; before its
+    write, the user answered it and the agent asked the next: the write ended the next
+    question. The write holds only while the paused program waits on the declined one."""
+    from codeshot.errors import Conflict
+    from codeshot.usecases import tasks
+    from codeshot.usecases.users import principal_of
+    from tests.protocols.conftest import new_account
+
+    agent_id, made = booking_day
+    user, key = new_account(stack, "decline")
+    task_id = ap(stack, key, "POST", "/tasks", json={
+        "input": "Book a table at Lia's", "additional_input": {"agent": agent_id}}
+                 ).json()["task_id"]
+    assert ap(stack, key, "POST", f"/tasks/{task_id}/steps").json()["output"] == QUESTION
+    [first] = stack.services.sessions.list_messages(task_id, limit=1, newest_first=True).items
+    store, me = stack.services.sessions, threading.get_ident()
+    read = store.list_messages
+
+    def answered_after_the_read(*args, **kwargs):
+        found = read(*args, **kwargs)
+        if threading.get_ident() == me:  # the decline's read; the API's are left alone
+            monkeypatch.setattr(store, "list_messages", read)
+            step = ap(stack, key, "POST", f"/tasks/{task_id}/steps", json={"input": "2"})
+            assert step.json()["output"] == "On which day?"
+        return found
+
+    monkeypatch.setattr(store, "list_messages", answered_after_the_read)
+    with pytest.raises(Conflict):
+        tasks.cancel(stack.services, principal_of(user), task_id, "declined",
+                     question_id=first.message_id)
+    assert ap(stack, key, "GET", f"/tasks/{task_id}").json()["status"] == "awaiting_input"
+    done = ap(stack, key, "POST", f"/tasks/{task_id}/steps", json={"input": "Monday"}).json()
+    assert "Booked Lia's for 2 on Monday" in done["output"] and done["is_last"], done
+    assert made[-1] == "Lia's for 2 on Monday"
+    assert all(code is None for *_, code in steps_of(stack, key, task_id))
