@@ -67,7 +67,11 @@ from codeshot.store.sessions import (
 )
 
 if TYPE_CHECKING:
-    from types_boto3_dynamodb.type_defs import TransactWriteItemTypeDef
+    from types_boto3_dynamodb.type_defs import (
+        AttributeValueTypeDef,
+        TransactWriteItemTypeDef,
+        UpdateTypeDef,
+    )
 
     from codeshot.runner.corpora import CorpusSearch
 
@@ -195,15 +199,19 @@ class SessionRunner:
                 raise
             return
         except CodeshotError as exc:  # not run: all slots taken
-            outcome, program_state = failure_outcome(exc), None
+            # The reply asks for the message again: a paused program stays paused (its
+            # state and status untouched), so the answer sent again resumes it.
+            self._finish(session, query, failure_outcome(exc), None, trace, book,
+                         had_state=recent.state is not None, keep_pause=paused is not None)
+            return
         except Exception:
             if not final_attempt:
                 raise  # infrastructure trouble: let SQS redeliver
             log.exception("giving up on %s/%s", work.session_id, work.message_id)
-            outcome, program_state = self._given_up(
-                "The platform failed to answer; please try again.", AgentFailed.code), None
+            outcome = self._given_up("The platform failed to answer; please try again.",
+                                     AgentFailed.code)
             trace.clear()  # what failed to be written, perhaps: the answer alone is
-        self._finish(session, query, outcome, program_state, trace, book,
+        self._finish(session, query, outcome, None, trace, book,
                      had_state=recent.state is not None)
 
     def give_up(self, work: Work) -> None:
@@ -431,7 +439,12 @@ class SessionRunner:
     # -- finishing, exactly once -------------------------------------------------------
     def _finish(self, session: Session, query: Message, outcome: Outcome,
                 program_state: dict[str, Any] | None, trace: list[Message], book: EmbedBook,
-                lease: Lease | None = None, *, had_state: bool) -> None:
+                lease: Lease | None = None, *, had_state: bool, keep_pause: bool = False
+                ) -> None:
+        """Store the reply (and the trace) once. The session is left waiting on
+        ``program_state``'s question, or idle with a paused program it had (``had_state``)
+        dropped; with ``keep_pause`` (the query did not run) its status and paused program
+        are left as they are."""
         table = self.s.sessions.table_name
         reply_id = ids.ulid()
         state_item = self.s.sessions.state_item(session.session_id, program_state, reply_id) \
@@ -452,25 +465,31 @@ class SessionRunner:
             embeds=book.refs(outcome.embeds),
         )
         key = {"session_id": {"S": session.session_id}}
-        status = SessionStatus.AWAITING_INPUT if program_state else SessionStatus.IDLE
-        update, values = self.s.sessions.touch(
-            "SET #s = :s, modified = :m",
-            {":s": {"S": status.value}, ":m": {"S": reply.timestamp.isoformat()}})
+        expression = "SET modified = :m"
+        values: dict[str, AttributeValueTypeDef] = {":m": {"S": reply.timestamp.isoformat()}}
+        if not keep_pause:
+            status = SessionStatus.AWAITING_INPUT if program_state else SessionStatus.IDLE
+            expression += ", #s = :s"
+            values[":s"] = {"S": status.value}
+        update, values = self.s.sessions.touch(expression, values)
         # The conditional items: their failure means answered already, or session gone.
         marker: TransactWriteItemTypeDef = {"Put": self.s.sessions.answer_item(
             session.session_id, query.message_id, reply.message_id)}
-        session_update: TransactWriteItemTypeDef = {"Update": {
+        session_update: UpdateTypeDef = {
             "TableName": table, "Key": {**key, "item": {"S": SESSION_ITEM}},
             "UpdateExpression": update, "ConditionExpression": "attribute_exists(session_id)",
-            "ExpressionAttributeNames": {"#s": "status"}, "ExpressionAttributeValues": values}}
+            "ExpressionAttributeValues": values}
+        if not keep_pause:
+            session_update["ExpressionAttributeNames"] = {"#s": "status"}
         items: list[TransactWriteItemTypeDef] = [
             marker, {"Put": {"TableName": table, "Item": self.s.sessions.message_item(reply)}},
-            session_update,
+            {"Update": session_update},
             {"ConditionCheck": self.s.sessions.unless_deleted(session.session_id)},
         ]
         if state_item is not None:
             items.append({"Put": {"TableName": table, "Item": state_item}})
-        elif had_state:  # a paused program ends (a Delete bills 2 WRU even of nothing)
+        elif had_state and not keep_pause:
+            # A paused program ends (a Delete bills 2 WRU even of nothing).
             state_key = {**key, "item": {"S": STATE_ITEM}}
             items.append({"Delete": {"TableName": table, "Key": state_key}})
         if lease is not None:  # the running slot is given back with the reply

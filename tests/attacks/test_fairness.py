@@ -11,7 +11,7 @@ import time
 import pytest
 
 from codeshot.runner.batch import process_batch
-from tests.runner.conftest import messages, register, send, session
+from tests.runner.conftest import messages, register, send, session, status
 
 SEND_NO_WAIT = """mutation ($s: String!, $t: String!) { sendSessionMessage(
   messageData: {session: $s, text: $t, wait: false}) { message { id } } }"""
@@ -39,21 +39,27 @@ def test_a_slow_agent_cannot_hold_a_query_past_its_time_budget(live, agents):
     assert messages(live, key, handle)[-1]["errorCode"] == "TIMEOUT"
 
 
+def running_slowly(live, agents, key: str, slow: str) -> str:
+    """A session with the agent ``slow`` whose query is running (its Func takes 3 s)."""
+    handle = session(live, key, frontend=slow)
+    called = len(agents.calls)
+    out = live.gql(key, SEND_NO_WAIT, {"s": handle, "t": "Roll 1d20"})
+    assert "errors" not in out, out
+    # The slow query is running once its Func is called: the runner may take a while to
+    # start it on a loaded machine.
+    deadline = time.monotonic() + 30
+    while len(agents.calls) == called:
+        assert time.monotonic() < deadline, "the slow query's Func was never called"
+        time.sleep(0.05)
+    return handle
+
+
 @pytest.mark.settings(max_running_queries=1, agent_call_timeout_seconds=10)
 def test_one_user_cannot_run_more_than_their_cap_at_once(live, agents):
     _, key = live.user("hog")
     _, other = live.user("polite")
     slow = register(live, key, "slow", agents.url + "/slow")
-    first = session(live, key, frontend=slow)
-    called = len(agents.calls)
-    out = live.gql(key, SEND_NO_WAIT, {"s": first, "t": "Roll 1d20"})
-    assert "errors" not in out, out
-    # The slow query is running once its Func is called (which takes 3 s): the runner may
-    # take a while to start it on a loaded machine.
-    deadline = time.monotonic() + 30
-    while len(agents.calls) == called:
-        assert time.monotonic() < deadline, "the slow query's Func was never called"
-        time.sleep(0.05)
+    first = running_slowly(live, agents, key, slow)
     second = session(live, key, frontend=slow)
     refused = send(live, key, second, "Roll 1d20")["reply"]
     assert refused["type"] == "error" and "you already have 1 queries running" in \
@@ -67,6 +73,29 @@ def test_one_user_cannot_run_more_than_their_cap_at_once(live, agents):
     assert reply_to(live, key, first)["type"] == "response"
     again = send(live, key, second, "Roll 1d20")["reply"]
     assert again["type"] == "response", again
+
+
+@pytest.mark.settings(max_running_queries=1, agent_call_timeout_seconds=10)
+def test_an_answer_refused_for_the_cap_still_answers_the_question_when_sent_again(
+        live, agents):
+    """The refusal says "send this one again"; it dropped the agent's paused program, so
+    the answer sent again was a new query, and the question was asked anew."""
+    _, key = live.user("eager")
+    booking = register(live, key, "booking", agents.url + "/booking")
+    asking = session(live, key, frontend=booking)
+    assert send(live, key, asking, "Book a table at Luigi's")["reply"]["text"] == \
+        "For how many people?"
+    slow = running_slowly(live, agents, key, register(live, key, "slow", agents.url + "/slow"))
+    refused = send(live, key, asking, "4")["reply"]
+    assert refused["type"] == "error" and "send this one again" in refused["text"], refused
+    assert status(live, key, asking) == "awaiting_input"
+    assert reply_to(live, key, slow)["type"] == "response"
+    again = send(live, key, asking, "4")["reply"]
+    assert (again["type"], again["text"]) == ("response", "Done: Booked Luigi's."), again
+    assert agents.calls[-1][:2] == ("booking/book", "Luigi's")
+    # Refused once, answered once: the refusal is written exactly once.
+    assert [m["errorCode"] for m in messages(live, key, asking) if m["type"] == "error"] == [
+        "RATE_LIMITED"]
 
 
 def record(message_id: str, session_id: str) -> dict:
