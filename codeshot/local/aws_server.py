@@ -137,7 +137,8 @@ def roll_back_transactions_by_item() -> None:
 def query_one_partition() -> None:
     """moto's Query gathers and sorts every item of a table, then keeps one partition:
     reading a session cost time in proportion to all sessions stored. Give it a view of
-    the table holding just the partition asked for (indexes still see the whole table)."""
+    the table holding just the partition asked for (for an index keyed by the table's own
+    partition key too; other indexes still see the whole table)."""
     from moto.dynamodb.models.table import Table
 
     original = Table.query
@@ -146,8 +147,11 @@ def query_one_partition() -> None:
     @functools.wraps(original)
     def query(self: Any, *args: Any, **kwargs: Any) -> Any:
         asked = signature.bind(self, *args, **kwargs).arguments
-        hash_key = asked["hash_key"]
-        if asked.get("index_name") or hash_key is None:
+        hash_key, index_name = asked["hash_key"], asked.get("index_name")
+        partitioned = not index_name or [
+            k["AttributeName"] for k in self.get_index(index_name).schema
+            if k["KeyType"] == "HASH"] == [self.hash_key_attr]
+        if hash_key is None or not partitioned:
             return original(self, *args, **kwargs)
         # not Table(): moto tracks every instance it makes
         view = object.__new__(Table)  # type: ignore[type-abstract]

@@ -59,19 +59,21 @@ def decode_data_uri(uri: str) -> bytes:
 class EmbedBook:
     def __init__(self, store: EmbedStore, fetch: UrlFetcher,
                  given: Mapping[str, EmbedRef] | None = None, *,
-                 max_bytes: int | None = None, deadline: float | None = None) -> None:
+                 max_bytes: int | None = None, deadline: float | None = None,
+                 lookup: Callable[[str], EmbedRef | None] | None = None) -> None:
         """``given``: the query's own embeds, which every Func call carries; ``max_bytes``:
         what all replies' embeds may add up to; ``deadline``: the query's end
-        (``time.monotonic()``)."""
-        self.store, self.fetch = store, fetch
+        (``time.monotonic()``); ``lookup``: the session's embed bound under a key, if any
+        (for a key named that is not known: the session's older embeds are not read)."""
+        self.store, self.fetch, self.lookup = store, fetch, lookup
         self.max_bytes, self.deadline = max_bytes, deadline
         self.ingested = 0  # bytes of the replies' embeds so far, refused ones included
         self._known: dict[str, EmbedRef] = {}
         self._own = dict(given or {})  # the query's, then what its Funcs returned
 
     def know(self, refs: Iterable[tuple[str, EmbedRef]]) -> None:
-        """The session's other embeds, oldest first, which keys may name too (the query's
-        own win); a key known again is the most recent."""
+        """The session's other embeds read for the query (its newest), oldest first, which
+        keys may name too (the query's own win); a key known again is the most recent."""
         for key, ref in refs:
             self._known.pop(key, None)
             self._known[key] = ref
@@ -94,6 +96,8 @@ class EmbedBook:
 
     def read(self, key: str) -> tuple[str, bytes]:
         ref = self._all().get(key)
+        if ref is None and self.lookup is not None:
+            ref = self.lookup(key)
         if ref is None:
             raise NotFound(f"there is no embed #{key} in this session")
         return ref.content_type, self.store.read(ref.content_hash)

@@ -79,7 +79,8 @@ log = logging.getLogger("codeshot.runner")
 
 HISTORY_MESSAGES = 40
 # Embeds a prompt lists (the query's, then the most recent): a session of thousands would
-# put thousands of lines into every LLM call. Keys not listed can still be named.
+# put thousands of lines into every LLM call. A query reads only these; a key not listed
+# can still be named (it is read by key).
 PROMPT_EMBEDS = 50
 # DynamoDB's limits on one transaction; a longer trace is written ahead of the reply.
 TRANSACTION_ITEMS = 100
@@ -140,6 +141,14 @@ class SessionMemory:
         """The embeds earlier messages carried, in the order they carried them."""
         return [(key, ref) for m in self.recent for key, ref in m.embeds.items()]
 
+    def unread_embeds(self, bound: int, newest: list[str], query: Message) -> int:
+        """How many of the session's ``bound`` embeds (its count) the query did not read:
+        those bound are the users' (the agents' are only in their replies), and it read
+        the ``newest``, its own and those of the users' recent messages."""
+        read = set(newest) | set(query.embeds) | {
+            key for m in self.recent if m.type is MessageType.QUERY for key in m.embeds}
+        return max(0, bound - len(read))
+
 
 class SessionRunner:
     def __init__(self, services: Services, llm: Any | None = None) -> None:
@@ -166,7 +175,8 @@ class SessionRunner:
         trace: list[Message] = []
         deadline = query_deadline(self.s.settings)
         book = EmbedBook(self.s.embeds, self._fetch_embed, given=query.embeds,
-                         max_bytes=self.s.settings.max_query_embed_bytes, deadline=deadline)
+                         max_bytes=self.s.settings.max_query_embed_bytes, deadline=deadline,
+                         lookup=functools.partial(self._bound_embed, session.session_id))
         try:
             # The slot is held until the reply is stored: a run that stops before that
             # (a crash, a failed write) is not run again when the queue redelivers it.
@@ -344,12 +354,14 @@ class SessionRunner:
              deadline: float) -> tuple[Outcome, dict[str, Any] | None]:
         settings = self.s.settings
         memory = self._memory(session, query, recent)
-        if session.embed_count:
-            book.know((e.key, EmbedRef(content_type=e.content_type,
-                                       content_hash=e.content_hash, size=e.size))
-                      for e in sorted(self.s.sessions.list_embeds(session.session_id),
-                                      key=lambda e: e.created))  # listed by key
+        # The newest embeds only, those a prompt can list: a session may have thousands
+        # (an older one is read by key when named, see _bound_embed).
+        newest = self.s.sessions.newest_embeds(session.session_id, PROMPT_EMBEDS) \
+            if session.embed_count else []
+        book.know(reversed(newest))
         book.know(memory.embeds())
+        listed, unlisted = book.listing(PROMPT_EMBEDS)
+        unlisted += memory.unread_embeds(session.embed_count, [k for k, _ in newest], query)
         client = AgentClient(
             self.s.auth.call_tokens(session.owner, session.session_id),
             timeout=settings.agent_call_timeout_seconds, allow_loopback=settings.local_mode,
@@ -376,7 +388,7 @@ class SessionRunner:
                     time_zone=lambda: self.s.users.get(session.owner).time_zone or "UTC",
                     embeds=book, llm=None if settings.llm == "fewshot" else self.llm,
                     allow_loopback=settings.local_mode, deadline=deadline),
-                history=SessionHistory(memory.turns(), *book.listing(PROMPT_EMBEDS)),
+                history=SessionHistory(memory.turns(), listed, unlisted),
                 agent_turns=memory.turns_with,
                 limits=Limits(max_tokens_per_call=settings.llm_max_tokens_per_call,
                               deadline=deadline),
@@ -415,6 +427,15 @@ class SessionRunner:
         earlier = [m for m in reversed(recent)
                    if m.message_id != query.message_id and m.in_reply_to != query.message_id]
         return SessionMemory(earlier, session.frontend_agent_id or PLANNER_ID)
+
+    def _bound_embed(self, session_id: str, key: str) -> EmbedRef | None:
+        """The session's embed bound under ``key`` (one read), or None."""
+        try:
+            embed = self.s.sessions.get_embed(session_id, key)
+        except NotFound:
+            return None
+        return EmbedRef(content_type=embed.content_type, content_hash=embed.content_hash,
+                        size=embed.size)
 
     def _fetch_embed(self, url: str, deadline: float | None) -> Fetched:
         settings = self.s.settings

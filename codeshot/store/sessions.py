@@ -19,7 +19,15 @@ from typing import TYPE_CHECKING, Any
 from botocore.exceptions import ClientError
 
 from codeshot.errors import Conflict, InvalidInput, NotFound, RateLimited, Unavailable
-from codeshot.models import Embed, Message, MessageType, Session, SessionStatus, utcnow
+from codeshot.models import (
+    Embed,
+    EmbedRef,
+    Message,
+    MessageType,
+    Session,
+    SessionStatus,
+    utcnow,
+)
 from codeshot.store.base import Repository
 from codeshot.store.dynamo import (
     TRANSACTION_BYTES,
@@ -684,6 +692,22 @@ class SessionStore(Repository):
         consistent round-trip however many the session has."""
         found = self.get_items(session_id, [EMBED_PREFIX + k for k in keys]) if keys else {}
         return {embed.key: embed for embed in map(_embed, found.values())}
+
+    def newest_embeds(self, session_id: str, limit: int) -> list[tuple[str, EmbedRef]]:
+        """The session's ``limit`` most recently bound embeds (key, ref), newest first: one
+        read of at most ``limit`` + 1 items (the by_created index, which also holds the
+        SESSION item), however many the session has. An index is eventually consistent:
+        an embed bound a moment ago may be missing (:meth:`get_embed` reads by key)."""
+        out = self.db.query(
+            TableName=self.table_name, IndexName="by_created",
+            KeyConditionExpression="session_id = :s",
+            ExpressionAttributeValues={":s": {"S": lookup_key(session_id, "session")}},
+            ScanIndexForward=False, Limit=limit + 1)
+        found = [from_item(raw) for raw in out.get("Items", [])]
+        return [(values["item"].removeprefix(EMBED_PREFIX),
+                 EmbedRef(content_type=values["content_type"],
+                          content_hash=values["content_hash"], size=int(values["size"])))
+                for values in found if values["item"].startswith(EMBED_PREFIX)][:limit]
 
     def list_embeds(self, session_id: str, after: str | None = None,
                     limit: int | None = None) -> list[Embed]:

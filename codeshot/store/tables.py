@@ -20,7 +20,15 @@ class Index:
     name: str
     pk: str
     sk: str | None = None
-    projection: str = "ALL"  # or "KEYS_ONLY": an index that only finds items' keys
+    projection: str = "ALL"  # or "KEYS_ONLY": an index that only finds items' keys,
+    # or "INCLUDE": the keys and these attributes
+    include: tuple[str, ...] = ()
+
+    def projection_kwargs(self) -> dict[str, Any]:
+        """The index's ``Projection`` as DynamoDB's ``create_table`` takes it."""
+        if self.projection == "INCLUDE":
+            return {"ProjectionType": "INCLUDE", "NonKeyAttributes": list(self.include)}
+        return {"ProjectionType": self.projection}
 
 
 @dataclass(frozen=True)
@@ -67,7 +75,7 @@ class Table:
                 {
                     "IndexName": i.name,
                     "KeySchema": schema(i.pk, i.sk),
-                    "Projection": {"ProjectionType": i.projection},
+                    "Projection": i.projection_kwargs(),
                 }
                 for i in self.indexes
             ]
@@ -79,14 +87,19 @@ REGISTRY = Table(logical="registry", setting="registry_table", pk="agent_id")
 
 # One partition per session: the SESSION item, MSG#<ulid> messages, EMBED#<key> embeds,
 # STATE (a paused program); once deleted, DELETED (its place in the owner's list, a week).
-# Only SESSION items carry `owner`, so the index is sparse.
+# Only SESSION items carry `owner`, so by_owner is sparse. Only SESSION and EMBED# items
+# carry `created` (messages have `timestamp`): by_created finds a session's newest embeds
+# (the runner lists a few in each prompt, however many the session has); it projects
+# only what embeds have, so updates of the SESSION item never write it.
 # Every item expires CODESHOT_SESSION_TTL_DAYS after it was last written.
 SESSIONS = Table(
     logical="sessions",
     setting="sessions_table",
     pk="session_id",
     sk="item",
-    indexes=(Index("by_owner", pk="owner", sk="created"),),
+    indexes=(Index("by_owner", pk="owner", sk="created"),
+             Index("by_created", pk="session_id", sk="created", projection="INCLUDE",
+                   include=("content_type", "content_hash", "size"))),
     ttl=EXPIRES_AT,
 )
 

@@ -59,6 +59,7 @@ class PlatformTables(Construct):
                     partition_key=_attribute(spec, index.pk),
                     sort_key=_attribute(spec, index.sk),
                     projection_type=dynamodb.ProjectionType[index.projection],
+                    non_key_attributes=list(index.include) or None,
                 )
             self.tables[spec.setting] = table
 

@@ -9,6 +9,8 @@ from datetime import UTC, datetime, timedelta
 from zoneinfo import ZoneInfo
 
 import codeshot.sdk as fixieai
+from codeshot.models import Embed
+from codeshot.runner.session_runner import PROMPT_EMBEDS
 from tests.pdfs import pdf_of
 from tests.runner.conftest import messages, session
 
@@ -97,6 +99,26 @@ def test_query_embed_answers_from_a_text_or_pdf_embed(live, user, deploy):
     reply, _ = ask(live, user, agent_id, "When is the launch? #doc1",
                    {"doc1": ("application/pdf", pdf)})
     assert "October 9 in Lisbon" in reply["text"]
+
+
+def test_query_embed_reads_an_embed_older_than_those_a_query_reads(live, user, deploy):
+    """A query reads the newest embeds (those its prompt lists); an older one named by key
+    is read by key, as before."""
+    agent_id = deploy(fixieai.CodeShotAgent("I read documents.", READER_FEW_SHOTS), "reader3")
+    handle = session(live, user.key, agent_id)
+    embeds, first = live.services.embeds, datetime.now(UTC) - timedelta(hours=1)
+    notes = embeds.put(b"Project notes.\n\nThe launch is on May 5 at the harbour.\n",
+                       "text/plain")
+    other = embeds.put(b"Nothing about it.", "text/plain")
+    for n, (key, digest) in enumerate([("doc1", notes)] + [
+            (f"other{n}", other) for n in range(PROMPT_EMBEDS + 10)]):
+        assert live.services.sessions.bind_embed(Embed(
+            key=key, session_id=handle, owner=user.user_id, content_type="text/plain",
+            content_hash=digest, size=1, created=first + timedelta(seconds=n)))
+    out = live.gql(user.key, SEND_WITH_EMBEDS, {"s": handle, "t": "When is the launch? #doc1",
+                                                "e": None}, timeout=60)
+    reply = out["data"]["sendSessionMessage"]["reply"]
+    assert "May 5 at the harbour" in reply["text"], reply
 
 
 def test_query_embed_without_such_an_embed_says_so(live, user, deploy):

@@ -215,10 +215,10 @@ def services(aws):
     return Services(aws.replace(local_mode=True))
 
 
-def run_queue(services: Services) -> int:
-    """What is queued, through the runner as the Lambda's SQS trigger gives it; how many
-    messages ran."""
-    runner, ran = SessionRunner(services), 0
+def run_queue(services: Services, llm: Any | None = None) -> int:
+    """What is queued, through the runner (with ``llm``, if given) as the Lambda's SQS
+    trigger gives it; how many messages ran."""
+    runner, ran = SessionRunner(services, llm), 0
     while messages := services.queue.receive(wait_seconds=0):
         event = {"Records": [record_of(m) for m in messages]}
         assert process_batch(event, runner.handle) == {"batchItemFailures": []}
