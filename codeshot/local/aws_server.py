@@ -149,7 +149,7 @@ def query_one_partition() -> None:
         asked = signature.bind(self, *args, **kwargs).arguments
         hash_key, index_name = asked["hash_key"], asked.get("index_name")
         partitioned = not index_name or [
-            k["AttributeName"] for k in self.get_index(index_name).schema
+            k["AttributeName"] for k in self.get_index(index_name, error_if_not=True).schema
             if k["KeyType"] == "HASH"] == [self.hash_key_attr]
         if hash_key is None or not partitioned:
             return original(self, *args, **kwargs)
