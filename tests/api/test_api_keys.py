@@ -146,3 +146,23 @@ def test_a_bad_idempotency_key_is_refused_and_makes_none(platform, bad, why):
     assert "idempotencyKey" in refused["errors"][0]["message"] and \
         why in refused["errors"][0]["message"]
     assert len(platform.services.users.get(user_id).api_key_ids) == 1
+
+
+def test_the_consoles_create_a_key_sent_twice_makes_one_key(platform):
+    """The console's button posted no idempotency key: a double click, or htmx resending
+    after a lost answer, made a second key nobody saw. The button carries its page's own."""
+    import re
+
+    import httpx
+
+    _, key = platform.user()
+    page = {"Authorization": f"Bearer {key}", "HX-Request": "true", "HX-Target": "main"}
+    account = httpx.get(f"{platform.url}/console/account", headers=page)
+    (post,) = re.findall(r'hx-post="(/console/account/keys\?once=[^"]+)"', account.text)
+    made = [httpx.post(f"{platform.url}{post}", headers=page) for _ in range(2)]
+    shown = [re.findall(r"value=\"(ey[^\"]+)\"", m.text) for m in made]
+    assert all(m.status_code == 200 for m in made) and shown[0] == shown[1] and shown[0]
+    assert len(platform.gql(key, KEYS)["data"]["apiKeys"]) == 2  # the first key, one more
+    # the answer's button is a new form: its key makes another
+    again = re.findall(r'hx-post="(/console/account/keys\?once=[^"]+)"', made[1].text)
+    assert again and again != [post]

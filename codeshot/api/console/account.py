@@ -7,6 +7,7 @@ from __future__ import annotations
 from fastapi import APIRouter, Depends, Request
 from fastapi.responses import HTMLResponse
 
+from codeshot import ids
 from codeshot.api.console.web import (
     ConsoleRoute,
     caller,
@@ -28,7 +29,8 @@ def _keys(services: Services, user: Principal, new_key: str | None = None,
           notice: str | None = None) -> str:
     has_account = services.users.get(user.user_id or "").identity is not None
     return templates.render("account/keys.html", keys=users.list_api_keys(services, user),
-                            new_key=new_key, notice=notice, has_account=has_account)
+                            new_key=new_key, notice=notice, has_account=has_account,
+                            once=ids.ulid())
 
 
 def _grants(services: Services, user: Principal, notice: str | None = None) -> str:
@@ -48,9 +50,10 @@ async def account(request: Request, user: Principal = Depends(caller)) -> HTMLRe
 
 
 @router.post("/console/account/keys")
-async def create_key(request: Request, user: Principal = Depends(caller)) -> HTMLResponse:
+async def create_key(request: Request, once: str | None = None,
+                     user: Principal = Depends(caller)) -> HTMLResponse:
     services = services_of(request)
-    record, key = await blocking(users.create_api_key, services, user)
+    record, key = await blocking(users.create_api_key, services, user, once)
     return html(await blocking(_keys, services, user, key,
                                f"Created {record.key_id}. Copy the key now: it is shown once."))
 
