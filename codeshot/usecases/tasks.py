@@ -1,9 +1,12 @@
 """Sessions as the tasks of agent protocols: MCP's ``ask``, A2A tasks.
 
-A task is a session and a turn is one user message with the agent's terminal reply
-(response, error, or a question: ``awaiting_input``). Every protocol reads the same
-data GraphQL, the console and the Fixie endpoints read; only the names differ. The
-state of a task is the state of its newest turn (:func:`state_of`).
+A turn is one user message with the agent's terminal reply (response, error, or a
+question: ``awaiting_input``). MCP and the Agent Protocol see a session as one task whose
+state is its newest turn's (:func:`state_of`). A2A's tasks are immutable once finished,
+so there a session is a context and a task a :class:`Chain`: a turn and the turns that
+answer its questions (:func:`chains`), read from its first message on (:func:`read_task`).
+Every protocol reads the same data GraphQL, the console and the Fixie endpoints read;
+only the names differ.
 
 A listing of tasks reads a few of each one's messages, never its whole log
 (:func:`newest`): its state, newest answer and what came with them; an A2A task read
@@ -27,6 +30,7 @@ from codeshot.usecases.users import user_id_of
 
 LISTED_MESSAGES = 10  # a task listing reads at most this many of each task's messages
 SHOWN_MESSAGES = 100  # an A2A task (GetTask, SendMessage's answer) shows its newest ones
+TASK_PAGE = 200  # an A2A task is read from its first message on, this many at a time
 _CHAIN = 3  # a step or reply -> the question it answers -> the query: the turn's query
 
 
@@ -62,6 +66,88 @@ def turns(messages: Sequence[Message]) -> list[Turn]:
             out[at] = Turn(out[at].query, message)
             by_message[message.message_id] = at  # a question's own replies end its turn
     return out
+
+
+@dataclass(frozen=True)
+class Chain:
+    """An A2A task: a turn, and each later turn that answered the question the one
+    before it ended with (the runner resumes a paused program with the session's next
+    message), with the messages of them all."""
+
+    turns: tuple[Turn, ...]
+    messages: tuple[Message, ...] = ()
+
+    @property
+    def first(self) -> Message:
+        """The user message that began it: its id names the task."""
+        return self.turns[0].query
+
+    @property
+    def state(self) -> TaskState:
+        return self.turns[-1].state
+
+    @property
+    def replies(self) -> list[Message]:
+        return [t.reply for t in self.turns if t.reply is not None]
+
+
+def chains(messages: Sequence[Message]) -> list[Chain]:
+    """The tasks (:class:`Chain`) of a run of a session's messages, in order, each with
+    its own messages (steps of a turn whose query is not among them are left out)."""
+    found = turns(messages)
+    out: list[Chain] = []
+    at: list[int] = []  # turn index -> chain index
+    for turn in found:
+        if out and out[-1].state is TaskState.INPUT_REQUIRED:
+            out[-1] = Chain((*out[-1].turns, turn))
+        else:
+            out.append(Chain((turn,)))
+        at.append(len(out) - 1)
+    owner: dict[str, int] = {}  # a query or a question -> its chain
+    for index, turn in enumerate(found):
+        owner[turn.query.message_id] = at[index]
+        if turn.reply is not None:
+            owner[turn.reply.message_id] = at[index]
+    members: list[list[Message]] = [[] for _ in out]
+    for message in messages:
+        chain = owner.get(message.message_id, owner.get(message.in_reply_to or ""))
+        if chain is not None:
+            members[chain].append(message)
+    return [Chain(c.turns, tuple(m)) for c, m in zip(out, members)]
+
+
+def first_query(services: Services, session_id: str, query_id: str) -> Message:
+    """The user message that began a task (NOT_FOUND: no user message of that id)."""
+    first = services.sessions.get_message(session_id, query_id)
+    if first.type is not MessageType.QUERY:
+        raise NotFound(f"task {query_id} not found")
+    return first
+
+
+def read_task(services: Services, session_id: str, query_id: str) -> Chain:
+    """The task that ``query_id`` began in a session the caller was checked to own
+    (NOT_FOUND: no user message of that id), read from that message on, page by page
+    until its last turn is over or the log ends: however long the log, a task costs only
+    its own messages (and a page after them)."""
+    read, token = [first_query(services, session_id, query_id)], None
+    while True:
+        page = services.sessions.list_messages(session_id, limit=TASK_PAGE, token=token,
+                                               after=query_id)
+        read += page.items
+        found = chains(read)
+        # Over once another task began after its last turn ended, or the log ends.
+        if (len(found) > 1 and found[0].turns[-1].reply is not None) or not page.next_token:
+            return found[0]
+        token = page.next_token
+
+
+def task_chains(services: Services, session_id: str) -> list[Chain]:
+    """Every task of a session, in order, with only its user messages and terminal
+    replies (DynamoDB filters out the steps: a listing sends back no log)."""
+    return chains(services.sessions.messages_of(session_id, {MessageType.QUERY, *TERMINAL}))
+
+
+FINISHED = frozenset({TaskState.COMPLETED, TaskState.FAILED, TaskState.CANCELED})
 
 
 def newest(services: Services, session_id: str, limit: int = LISTED_MESSAGES
