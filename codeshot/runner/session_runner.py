@@ -137,6 +137,13 @@ class SessionMemory:
         return [(key, ref) for m in self.recent for key, ref in m.embeds.items()]
 
 
+def _task_of(query: Message, paused: dict[str, Any] | None) -> str:
+    """The query that began the task ``query`` belongs to (the A2A task its reply is
+    pushed for): the paused program's, when it answers that program's question (kept in
+    its state; one paused before states kept it: its own), else ``query`` itself."""
+    return str((paused or {}).get("task") or query.message_id)
+
+
 class SessionRunner:
     def __init__(self, services: Services, llm: Any | None = None) -> None:
         self.s = services
@@ -159,6 +166,7 @@ class SessionRunner:
             return
         session, recent, query, history = pending
         paused = recent.state if session.status is SessionStatus.AWAITING_INPUT else None
+        task = _task_of(query, paused)
         trace: list[Message] = []
         deadline = query_deadline(self.s.settings)
         book = EmbedBook(self.s.embeds, self._fetch_embed, given=query.embeds,
@@ -169,12 +177,12 @@ class SessionRunner:
             with running_query(self.s, session.owner, query.message_id) as lease:
                 try:
                     outcome, program_state = self._run(session, query, paused, history,
-                                                       trace, book, deadline)
+                                                       trace, book, deadline, task)
                 except CodeshotError as exc:
                     outcome, program_state = failure_outcome(exc), None
                 try:
                     self._finish(session, query, outcome, program_state, trace, book, lease,
-                                 had_state=recent.state is not None)
+                                 had_state=recent.state is not None, task=task)
                 except CodeshotError as exc:
                     # The run's Funcs may have run: the store's trouble keeps the slot held
                     # (not a refusal, which gives it back), so the redelivery answers
@@ -188,7 +196,7 @@ class SessionRunner:
             lease = Lease(self.s, session.owner, query.message_id)
             try:
                 self._finish(session, query, failure_outcome(exc), None, trace, book, lease,
-                             had_state=recent.state is not None)
+                             had_state=recent.state is not None, task=task)
             except Exception:
                 if final_attempt:  # no delivery comes after: not held till it lapses
                     lease.release()
@@ -204,7 +212,7 @@ class SessionRunner:
                 "The platform failed to answer; please try again.", AgentFailed.code), None
             trace.clear()  # what failed to be written, perhaps: the answer alone is
         self._finish(session, query, outcome, program_state, trace, book,
-                     had_state=recent.state is not None)
+                     had_state=recent.state is not None, task=task)
 
     def give_up(self, work: Work) -> None:
         """``work`` on its last delivery, never started (behind a query of its session that
@@ -225,8 +233,9 @@ class SessionRunner:
         # As on a last attempt that failed, a paused program ends: its question is no
         # longer the session's newest, so an answer sent again starts a new query.
         nothing = EmbedBook(self.s.embeds, self._fetch_embed)
+        paused = recent.state if session.status is SessionStatus.AWAITING_INPUT else None
         self._finish(session, query, outcome, None, [], nothing,
-                     had_state=recent.state is not None)
+                     had_state=recent.state is not None, task=_task_of(query, paused))
 
     def _pending(self, work: Work, final: bool
                  ) -> tuple[Session, Recent, Message, list[Message]] | None:
@@ -333,7 +342,7 @@ class SessionRunner:
     # -- running -----------------------------------------------------------------------
     def _run(self, session: Session, query: Message, paused: dict[str, Any] | None,
              recent: list[Message], trace: list[Message], book: EmbedBook,
-             deadline: float) -> tuple[Outcome, dict[str, Any] | None]:
+             deadline: float, task: str) -> tuple[Outcome, dict[str, Any] | None]:
         settings = self.s.settings
         memory = self._memory(session, query, recent)
         if session.embed_count:
@@ -382,7 +391,7 @@ class SessionRunner:
                 outcome = program.resume(paused["state"], query.text)
             else:
                 outcome = program.run(query.text)
-            state = {"program": owner_id, "state": outcome.state} \
+            state = {"program": owner_id, "state": outcome.state, "task": task} \
                 if outcome.status is Status.AWAITING_INPUT else None
             return outcome, state
         finally:
@@ -431,7 +440,7 @@ class SessionRunner:
     # -- finishing, exactly once -------------------------------------------------------
     def _finish(self, session: Session, query: Message, outcome: Outcome,
                 program_state: dict[str, Any] | None, trace: list[Message], book: EmbedBook,
-                lease: Lease | None = None, *, had_state: bool) -> None:
+                lease: Lease | None = None, *, had_state: bool, task: str) -> None:
         table = self.s.sessions.table_name
         state_item = self.s.sessions.item({
             "session_id": session.session_id, "item": STATE_ITEM,
@@ -498,7 +507,7 @@ class SessionRunner:
             if reply.type is MessageType.AWAITING_INPUT:
                 self._prompt(session, reply)
         elif session.callback_url:
-            self._notify(session, reply)
+            self._notify(session, reply, task)
 
     def _prompt(self, session: Session, question: Message) -> None:
         """Queue the question for the task's callback (codeshot.usecases.prompts); if it
@@ -522,12 +531,12 @@ class SessionRunner:
         return PromptWork(session.session_id, question.message_id,
                           time.time() + self.s.settings.prompt_deadline_seconds)
 
-    def _notify(self, session: Session, reply: Message) -> None:
+    def _notify(self, session: Session, reply: Message, task: str) -> None:
         from codeshot.runner.callbacks import A2A_TOKEN_HEADER, deliver, sign_event
 
         url = session.callback_url or ""
         body, token = sign_event(self.s.auth.sign, self.s.auth.issuer, url, reply,
-                                 session.callback_format)
+                                 session.callback_format, task)
         extra = {A2A_TOKEN_HEADER: session.callback_token} if session.callback_token else {}
         deliver(url, body, token, allow_loopback=self.s.settings.local_mode,
                 extra_headers=extra)

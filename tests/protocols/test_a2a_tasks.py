@@ -23,9 +23,12 @@ from a2a.types import (
     SubscribeToTaskRequest,
     TaskState,
 )
+from a2a.utils.errors import UnsupportedOperationError
 from google.protobuf.json_format import ParseDict
 
-from codeshot.models import Session
+from codeshot import ids
+from codeshot.models import Message as Message_
+from codeshot.models import MessageType, Session
 from codeshot.store.usage import Window
 from codeshot.usecases.sessions import create_session
 from codeshot.usecases.users import create_user, principal_of
@@ -109,11 +112,11 @@ def test_a_message_id_sent_again_with_other_text_leaves_the_push_config_alone(pl
     _, key = user
     push = {"url": "http://127.0.0.1:9/evil", "token": "stolen"}
     task = rpc(platform, key, "SendMessage", send_params("hello", "m1"))["result"]["task"]
-    assert "result" in rpc(platform, key, "SendMessage",
-                           send_params("second", "m2", task_id=task["id"]))
-    for message in (send_params("other", "m2", task_id=task["id"],
+    in_context = send_params("other", "m1", taskPushNotificationConfig=push)
+    in_context["message"]["contextId"] = task["contextId"]
+    for message in (send_params("other", "m1", task_id=task["id"],
                                 taskPushNotificationConfig=push),
-                    send_params("other", "m1", taskPushNotificationConfig=push)):
+                    in_context, send_params("other", "m1", taskPushNotificationConfig=push)):
         assert error_of(rpc(platform, key, "SendMessage", message))[0] == -32602
     configs = rpc(platform, key, "ListTaskPushNotificationConfigs", {"taskId": task["id"]})
     assert configs["result"].get("configs", []) == [], configs
@@ -140,7 +143,8 @@ def test_a_retried_message_is_the_same_task_charged_once_even_while_in_flight(pl
     assert services.usage.used("session", owner.user_id) == 2
     assert services.usage.used("query", owner.user_id) == 2
     for task in (first, both[0]):
-        assert [m.type.value for m in services.sessions.all_messages(task.id)] == ["query"]
+        assert [m.type.value for m in services.sessions.all_messages(task.context_id)
+                ] == ["query"]
     # The same messageId with other text is a mistake the client hears about, as input.
     other = rpc(platform, key, "SendMessage", {"message": {
         "messageId": message_id, "role": "ROLE_USER", "taskId": first.id,
@@ -149,10 +153,27 @@ def test_a_retried_message_is_the_same_task_charged_once_even_while_in_flight(pl
     assert "idempotencyKey" in other["error"]["message"]
 
 
-def test_list_tasks_pages_every_task_of_this_agent_and_refuses_bad_input(platform, user):
+def stored(services, session_id: str, *steps: tuple[MessageType, str | None]) -> list[str]:
+    """Messages written to a session as a runner and its user would have: (type, the
+    index of the message it replies to, or None); returns their ids."""
+    made: list[str] = []
+    for kind, reply_to in steps:
+        made.append(ids.ulid())
+        services.sessions.add_message(Message_(
+            session_id=session_id, message_id=made[-1], text=f"{kind.value} {len(made)}",
+            type=kind, in_reply_to=made[int(reply_to)] if reply_to is not None else None))
+    return made
+
+
+def test_list_tasks_pages_each_contexts_newest_task_and_refuses_bad_input(platform, user):
     owner, key = user
     services, principal = platform.services, principal_of(owner)
-    mine = {create_session(services, principal).session_id for _ in range(55)}
+    mine = {}
+    for _ in range(25):
+        session_id = create_session(services, principal).session_id
+        first, = stored(services, session_id, (MessageType.QUERY, None))
+        mine[session_id] = f"{session_id}.{first}"
+    create_session(services, principal)  # a context without a task yet lists none
     for n in range(5):  # sessions with another agent are not this endpoint's tasks
         services.sessions.create(Session(session_id=f"other{n}{uuid.uuid4().hex[:6]}",
                                          owner=owner.user_id, frontend_agent_id="x/y"))
@@ -161,7 +182,7 @@ def test_list_tasks_pages_every_task_of_this_agent_and_refuses_bad_input(platfor
         client = await client_for(platform, key)
         pages, token = [], ""
         while True:
-            page = await client.list_tasks(ListTasksRequest(page_size=20, page_token=token))
+            page = await client.list_tasks(ListTasksRequest(page_size=10, page_token=token))
             pages.append(page)
             token = page.next_page_token
             if not token or len(pages) > 5:
@@ -169,20 +190,50 @@ def test_list_tasks_pages_every_task_of_this_agent_and_refuses_bad_input(platfor
 
     pages = asyncio.run(listing())
     seen = [t.id for page in pages for t in page.tasks]
-    assert len(seen) == len(set(seen)) == 55 and set(seen) == mine
-    assert [len(p.tasks) for p in pages] == [20, 20, 15]
-    assert {p.total_size for p in pages} == {55}
-    assert pages[0].tasks[0].status.state == TaskState.TASK_STATE_SUBMITTED
-    one = next(iter(mine))
-    in_context = rpc(platform, key, "ListTasks", {"contextId": one})["result"]
-    assert [t["id"] for t in in_context["tasks"]] == [one]
+    assert len(seen) == len(set(seen)) == 25 and set(seen) == set(mine.values())
+    assert {t.context_id for page in pages for t in page.tasks} == set(mine)
+    assert pages[0].tasks[0].status.state == TaskState.TASK_STATE_WORKING
+    assert {p.total_size for p in pages} == {26}  # contexts
+    for bad in ({"pageToken": "garbage"}, {"pageSize": 101}, {"pageSize": -1},
+                {"historyLength": -1}, {"status": "TASK_STATE_COMPLETED"},
+                {"contextId": next(iter(mine)), "pageToken": "garbage"}):
+        assert rpc(platform, key, "ListTasks", bad)["error"]["code"] == -32602, bad
+    assert rpc(platform, key, "GetTask", {"id": next(iter(mine.values())),
+                                          "historyLength": -1})["error"]["code"] == -32602
+
+
+def test_a_contexts_tasks_are_its_turns_a_question_and_its_answer_one_task(platform, user):
+    owner, key = user
+    services = platform.services
+    context = create_session(services, principal_of(owner)).session_id
+    q, r, a = MessageType.QUERY, MessageType.RESPONSE, MessageType.AWAITING_INPUT
+    made = stored(services, context, (q, None), (MessageType.THOUGHT, 0), (r, 0),  # done
+                  (q, None), (a, 3), (q, None), (r, 5),  # asked, answered: one task
+                  (q, None))  # still working
+    first, asked, working = (f"{context}.{made[n]}" for n in (0, 3, 7))
+    listed = rpc(platform, key, "ListTasks", {"contextId": context, "pageSize": 2,
+                                              "historyLength": 10})["result"]
+    assert [t["id"] for t in listed["tasks"]] == [working, asked]
+    assert listed["totalSize"] == 3
+    rest = rpc(platform, key, "ListTasks", {"contextId": context,
+                                            "pageToken": listed["nextPageToken"]})["result"]
+    assert [t["id"] for t in rest["tasks"]] == [first] and rest["nextPageToken"] == ""
+    answered = listed["tasks"][1]
+    assert answered["status"]["state"] == "TASK_STATE_COMPLETED"
+    assert [m["messageId"] for m in answered["history"]] == made[3:7]
+    assert {m["taskId"] for m in answered["history"]} == {asked}
+    got = rpc(platform, key, "GetTask", {"id": first})["result"]
+    assert [m["messageId"] for m in got["history"]] == made[:3]
+    assert got["status"]["state"] == "TASK_STATE_COMPLETED" and got["contextId"] == context
+    with_artifacts = rpc(platform, key, "ListTasks", {"contextId": context,
+                                                      "includeArtifacts": True})["result"]
+    assert [len(t.get("artifacts", [])) for t in with_artifacts["tasks"]] == [0, 1, 1]
     assert rpc(platform, key, "ListTasks", {"contextId": "nope"})["result"].get(
         "tasks", []) == []
-    for bad in ({"pageToken": "garbage"}, {"pageSize": 101}, {"pageSize": -1},
-                {"historyLength": -1}, {"status": "TASK_STATE_COMPLETED"}):
-        assert rpc(platform, key, "ListTasks", bad)["error"]["code"] == -32602, bad
-    assert rpc(platform, key, "GetTask", {"id": one, "historyLength": -1})["error"][
-        "code"] == -32602
+    # Not a task: another message of it, a step's id, a bare context, a malformed id.
+    for wrong in (f"{context}.{made[1]}", context, f"{context}.x", f"{context}.{ids.ulid()}",
+                  f".{made[0]}"):
+        assert rpc(platform, key, "GetTask", {"id": wrong})["error"]["code"] == -32001, wrong
 
 
 @pytest.mark.settings(reply_wait_seconds=3.0)
@@ -225,3 +276,52 @@ def test_cards_a_03_client_reads_and_the_planner_without_agents(platform, user):
 
     task = asyncio.run(as_03_client())
     assert task.status.state == TaskState.TASK_STATE_WORKING
+
+
+def test_a_working_task_and_a_busy_or_unknown_context_take_no_message(platform, user):
+    """Only a task waiting for input takes a message; a context takes a new task once its
+    newest is over; a context that is not the caller's is refused: none writes anything."""
+    owner, key = user
+    services = platform.services
+    task = rpc(platform, key, "SendMessage", send_params("Roll a d20"))["result"]["task"]
+    context = task["contextId"]
+    other_context = create_session(services, principal_of(owner)).session_id
+    _, stranger = create_user(services, f"a2a{uuid.uuid4().hex[:8]}")
+    strangers = rpc(platform, stranger, "SendMessage", send_params("hi"))["result"]["task"]
+
+    def with_context(context_id: str, task_id: str = "") -> dict:
+        params = send_params("Roll a d6", task_id=task_id)
+        params["message"]["contextId"] = context_id
+        return params
+
+    refused = [
+        (send_params("Roll a d6", task_id=task["id"]), -32004, "still working"),
+        (with_context(context), -32004, "still working"),
+        (with_context("nope"), -32602, "none of your contexts"),
+        (with_context(strangers["contextId"]), -32602, "none of your contexts"),
+        (with_context(other_context, task["id"]), -32602, "not the context of that task"),
+        (send_params("Roll a d6", task_id=strangers["id"]), -32001, "not found"),
+        (send_params("Roll a d6", task_id=context), -32001, "not found"),
+    ]
+    for params, code, says in refused:
+        error = rpc(platform, key, "SendMessage", params)["error"]
+        assert (error["code"], says in error["message"]) == (code, True), error
+    assert [m.text for m in services.sessions.all_messages(context)] == ["Roll a d20"]
+    assert services.sessions.all_messages(other_context) == []
+    assert services.usage.used("query", owner.user_id) == 1
+    assert services.sessions.count_by_owner(owner.user_id) == 2
+
+
+def test_a_finished_task_cannot_be_subscribed_to(platform, user):
+    owner, key = user
+    context = create_session(platform.services, principal_of(owner)).session_id
+    made = stored(platform.services, context, (MessageType.QUERY, None),
+                  (MessageType.RESPONSE, 0))
+
+    async def subscribe():
+        client = await client_for(platform, key, streaming=True)
+        return [e async for e in client.subscribe(SubscribeToTaskRequest(
+            id=f"{context}.{made[0]}"))]
+
+    with pytest.raises(UnsupportedOperationError, match="completed"):
+        asyncio.run(subscribe())
