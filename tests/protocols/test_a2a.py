@@ -270,7 +270,7 @@ def test_another_users_task_is_not_found_nor_its_context_usable(stack):
     async def exchange():
         mine = await send(await client_for(stack, stack.state["api_key"], "local/dice"),
                           user_message("Roll 1d6"))
-        other = await client_for(stack, new_user(stack, "a2aother"), "local/dice")
+        other = await client_for(stack, new_account(stack, "a2aother")[1], "local/dice")
         theirs = await send(other, user_message("Roll 1d8"))
         before = stack.services.sessions.all_messages(mine.context_id)
         query = mine.id.rpartition(".")[2]
