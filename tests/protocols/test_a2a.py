@@ -190,11 +190,18 @@ def test_cancel_a_question_and_a_finished_task_cannot_be_canceled(stack, booking
         canceled = await client.cancel_task(CancelTaskRequest(id=task.id))
         with pytest.raises(TaskNotCancelableError):
             await client.cancel_task(CancelTaskRequest(id=task.id))
-        return canceled
+        with pytest.raises(UnsupportedOperationError, match="canceled"):  # not answerable
+            await send(client, user_message("4", task_id=task.id))
+        # The context goes on: a new task, which runs afresh (no question is pending).
+        again = await send(client, user_message("Book a table at Rita's",
+                                                context_id=task.context_id))
+        return canceled, again
 
-    canceled = asyncio.run(exchange())
+    canceled, again = asyncio.run(exchange())
     assert canceled.status.state == TaskState.TASK_STATE_CANCELED
-    assert stack.services.sessions.get(canceled.context_id).status.value == "idle"
+    assert again.id != canceled.id and again.context_id == canceled.context_id
+    assert again.status.state == TaskState.TASK_STATE_INPUT_REQUIRED
+    assert get_message_text(again.status.message) == "For how many people?"
 
 
 def test_the_v03_method_names_on_the_same_endpoint(stack):
