@@ -36,7 +36,7 @@ from fastapi import FastAPI, Request
 from google.protobuf.json_format import ParseDict
 
 from codeshot.local.http_server import HttpServer
-from tests.protocols.conftest import new_account, new_user
+from tests.protocols.conftest import new_account
 
 
 def user_message(text: str, task_id: str = "", context_id: str = "") -> Message:
