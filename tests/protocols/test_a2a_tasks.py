@@ -278,16 +278,23 @@ def test_cards_a_03_client_reads_and_the_planner_without_agents(platform, user):
     assert task.status.state == TaskState.TASK_STATE_WORKING
 
 
-def test_a_working_task_and_a_busy_or_unknown_context_take_no_message(platform, user):
+def test_a_finished_or_working_task_and_a_busy_or_unknown_context_take_no_message(
+        platform, user, monkeypatch):
     """Only a task waiting for input takes a message; a context takes a new task once its
-    newest is over; a context that is not the caller's is refused: none writes anything."""
+    newest is over; a context that is not the caller's is refused: none stores, charges
+    or queues anything."""
     owner, key = user
     services = platform.services
     task = rpc(platform, key, "SendMessage", send_params("Roll a d20"))["result"]["task"]
     context = task["contextId"]
     other_context = create_session(services, principal_of(owner)).session_id
+    done = create_session(services, principal_of(owner)).session_id
+    answered = stored(services, done, (MessageType.QUERY, None), (MessageType.RESPONSE, 0))
+    failed = stored(services, done, (MessageType.QUERY, None), (MessageType.ERROR, 0))
     _, stranger = create_user(services, f"a2a{uuid.uuid4().hex[:8]}")
     strangers = rpc(platform, stranger, "SendMessage", send_params("hi"))["result"]["task"]
+    queued: list = []
+    monkeypatch.setattr(services.queue, "enqueue", lambda work, again=False: queued.append(work))
 
     def with_context(context_id: str, task_id: str = "") -> dict:
         params = send_params("Roll a d6", task_id=task_id)
@@ -295,6 +302,9 @@ def test_a_working_task_and_a_busy_or_unknown_context_take_no_message(platform, 
         return params
 
     refused = [
+        (send_params("Roll a d6", task_id=f"{done}.{answered[0]}"), -32004, "is completed"),
+        (send_params("Roll a d6", task_id=f"{done}.{failed[0]}"), -32004, "is failed"),
+        (with_context(done, f"{done}.{answered[0]}"), -32004, "cannot be continued"),
         (send_params("Roll a d6", task_id=task["id"]), -32004, "still working"),
         (with_context(context), -32004, "still working"),
         (with_context("nope"), -32602, "none of your contexts"),
@@ -308,8 +318,10 @@ def test_a_working_task_and_a_busy_or_unknown_context_take_no_message(platform, 
         assert (error["code"], says in error["message"]) == (code, True), error
     assert [m.text for m in services.sessions.all_messages(context)] == ["Roll a d20"]
     assert services.sessions.all_messages(other_context) == []
+    assert [m.message_id for m in services.sessions.all_messages(done)] == answered + failed
+    assert queued == []
     assert services.usage.used("query", owner.user_id) == 1
-    assert services.sessions.count_by_owner(owner.user_id) == 2
+    assert services.sessions.count_by_owner(owner.user_id) == 3
 
 
 def test_a_finished_task_cannot_be_subscribed_to(platform, user):
