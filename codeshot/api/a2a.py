@@ -632,8 +632,7 @@ class SessionTasks(RequestHandler):
 
     async def _push_config(self, principal: Principal, task_id: str
                            ) -> tuple[Session, TaskPushNotificationConfig | None]:
-        session, query_id = await self._find(principal, task_id)
-        await blocking(tasks.first_query, self.s, session.session_id, query_id)
+        session, _ = await self._read(principal, task_id)
         if session.callback_format != A2A_FORMAT or not session.callback_url:
             return session, None
         return session, TaskPushNotificationConfig(

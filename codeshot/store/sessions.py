@@ -536,10 +536,11 @@ class SessionStore(Repository):
         return every_page(lambda token: self.list_messages(session_id, limit=1000, token=token))
 
     def _matching(self, session_id: str, types: Collection[MessageType], first: str | None,
-                  before: str | None, condition: str = "", keys_only: bool = False
-                  ) -> Iterator[dict[str, Any]]:
+                  before: str | None, condition: str = "", keys_only: bool = False,
+                  newest_first: bool = False) -> Iterator[dict[str, Any]]:
         """The session's messages of ``types`` from ``first`` to just before ``before``
-        (message ids; None: the log's ends), filtered in DynamoDB: only they come back."""
+        (message ids; None: the log's ends), filtered in DynamoDB: only they come back,
+        a page at a time as they are taken."""
         lookup_key(session_id, "session")
         names = [f":t{n}" for n in range(len(types))]
         values: dict[str, Any] = {":s": {"S": session_id},
@@ -551,7 +552,8 @@ class SessionStore(Repository):
             "KeyConditionExpression": "session_id = :s AND #i BETWEEN :a AND :b",
             "FilterExpression": f"#t IN ({', '.join(names)})" + condition,
             "ExpressionAttributeNames": {"#i": "item", "#t": "type"},
-            "ExpressionAttributeValues": values, "ConsistentRead": True}
+            "ExpressionAttributeValues": values, "ConsistentRead": True,
+            "ScanIndexForward": not newest_first}
         if keys_only:
             kwargs["ProjectionExpression"] = "#i"
         for out in query_pages(self.db, kwargs):
@@ -564,6 +566,13 @@ class SessionStore(Repository):
         are sent back, however long the log."""
         return [raw["item"]["S"].removeprefix(MSG_PREFIX)
                 for raw in self._matching(session_id, types, None, None, keys_only=True)]
+
+    def earlier_of(self, session_id: str, types: Collection[MessageType], before: str
+                   ) -> Iterator[Message]:
+        """The session's messages of ``types`` older than the message ``before``, newest
+        first: a page is read only when the one before it was all taken."""
+        return (_message(from_item(raw)) for raw in
+                self._matching(session_id, types, None, before, newest_first=True))
 
     def messages_of(self, session_id: str, types: Collection[MessageType],
                     first: str | None = None, before: str | None = None,

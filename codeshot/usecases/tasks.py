@@ -126,19 +126,40 @@ def first_query(services: Services, session_id: str, query_id: str) -> Message:
 
 def read_task(services: Services, session_id: str, query_id: str) -> Chain:
     """The task that ``query_id`` began in a session the caller was checked to own
-    (NOT_FOUND: no user message of that id), read from that message on, page by page
-    until its last turn is over or the log ends: however long the log, a task costs only
-    its own messages (and a page after them)."""
-    read, token = [first_query(services, session_id, query_id)], None
+    (NOT_FOUND: no user message of that id, or one that answered the question of the
+    task before it), read from that message on, page by page until its last turn is over
+    or the log ends: however long the log, a task costs only its own messages, a page
+    after them, and the user message and answers of the turn before it."""
+    first = first_query(services, session_id, query_id)
+    before = _turn_before(services, session_id, query_id)
+    read, token = [first], None
     while True:
         page = services.sessions.list_messages(session_id, limit=TASK_PAGE, token=token,
                                                after=query_id)
         read += page.items
-        found = chains(read)
+        found = chains([*before, *read])
+        at = next((n for n, c in enumerate(found) if c.first.message_id == query_id), None)
+        if at is None:
+            raise NotFound(f"task {query_id} not found: that message answered a question "
+                           "of the task before it")
         # Over once another task began after its last turn ended, or the log ends.
-        if (len(found) > 1 and found[0].turns[-1].reply is not None) or not page.next_token:
-            return found[0]
+        if (len(found) > at + 1 and found[at].turns[-1].reply is not None) or \
+                not page.next_token:
+            return found[at]
         token = page.next_token
+
+
+def _turn_before(services: Services, session_id: str, query_id: str) -> list[Message]:
+    """The user message and terminal replies of the turn before ``query_id`` (what tells
+    whether that message answered its question), in time order; DynamoDB filters out the
+    turn's steps."""
+    found: list[Message] = []
+    for message in services.sessions.earlier_of(session_id, {MessageType.QUERY, *TERMINAL},
+                                                query_id):
+        found.append(message)
+        if message.type is MessageType.QUERY:
+            break
+    return found[::-1]
 
 
 def task_chains(services: Services, session_id: str) -> list[Chain]:

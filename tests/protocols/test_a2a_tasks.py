@@ -230,9 +230,9 @@ def test_a_contexts_tasks_are_its_turns_a_question_and_its_answer_one_task(platf
     assert [len(t.get("artifacts", [])) for t in with_artifacts["tasks"]] == [0, 1, 1]
     assert rpc(platform, key, "ListTasks", {"contextId": "nope"})["result"].get(
         "tasks", []) == []
-    # Not a task: another message of it, a step's id, a bare context, a malformed id.
-    for wrong in (f"{context}.{made[1]}", context, f"{context}.x", f"{context}.{ids.ulid()}",
-                  f".{made[0]}"):
+    # Not a task: a step's id, the answer to its question, a bare context, malformed ids.
+    for wrong in (f"{context}.{made[1]}", f"{context}.{made[5]}", context, f"{context}.x",
+                  f"{context}.{ids.ulid()}", f".{made[0]}"):
         assert rpc(platform, key, "GetTask", {"id": wrong})["error"]["code"] == -32001, wrong
 
 
