@@ -30,6 +30,7 @@ import contextlib
 import logging
 import re
 from collections.abc import AsyncGenerator, Awaitable, Callable
+from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from a2a.auth.user import User
@@ -90,6 +91,7 @@ from codeshot import ids, models
 from codeshot.api.errors import as_codeshot_error
 from codeshot.errors import (
     INTERNAL_MESSAGE,
+    Changed,
     CodeshotError,
     Conflict,
     InvalidInput,
@@ -310,6 +312,18 @@ def _a2a_error(error: Exception) -> A2AError:
     return InternalError(message=INTERNAL_MESSAGE)
 
 
+POST_TRIES = 3  # checks and posts of a message whose task changed between the two
+
+
+@dataclass(frozen=True)
+class _Target:
+    """Where a message goes (see :meth:`SessionTasks._target`)."""
+
+    session: Session | None = None
+    continued: str | None = None  # the query that began the task it continues
+    checked: bool = False  # its task's or context's state was read: posted only if unchanged
+
+
 def _unsendable(task_id: str, state: models.TaskState) -> str:
     if state is models.TaskState.WORKING:
         return (f"task {task_id} is still working: it takes a message only when it asks "
@@ -387,13 +401,13 @@ class SessionTasks(RequestHandler):
             self.s.sessions.posted_under, session.session_id, key) is not None
 
     async def _target(self, principal: Principal, message: Message, key: str | None
-                      ) -> tuple[Session | None, str | None]:
-        """Where a message goes: (its session, the query that began the task it
-        continues), (a session, None) for a new task in that context, or (None, None) for
-        a new task in a new context. Only a task waiting for input takes a message (A2A:
-        a finished task never changes; a working one is answered before the next), and a
-        context takes a new task only once its newest is over (the session runs one turn
-        at a time, and a paused run takes the next message as its answer)."""
+                      ) -> _Target:
+        """Where a message goes: its task's session and the query that began the task, a
+        context for a new task in it, or nowhere yet (a new task in a new context). Only a
+        task waiting for input takes a message (A2A: a finished task never changes; a
+        working one is answered before the next), and a context takes a new task only
+        once its newest is over (the session runs one turn at a time, and a paused run
+        takes the next message as its answer)."""
         if message.task_id:
             session, query_id = await self._find(principal, message.task_id)
             if message.context_id and message.context_id != session.session_id:
@@ -404,16 +418,18 @@ class SessionTasks(RequestHandler):
                 if chain.state is not models.TaskState.INPUT_REQUIRED:
                     raise UnsupportedOperationError(message=_unsendable(message.task_id,
                                                                         chain.state))
-            return session, query_id
+                return _Target(session, query_id, checked=True)
+            return _Target(session, query_id)
         if message.context_id:
             session = await self._context(principal, message.context_id)
-            if not await self._retried(session, key):
-                found = tasks.chains(await blocking(tasks.newest, self.s, session.session_id))
-                if found and found[-1].state not in tasks.FINISHED:
-                    busy = ids.task_id(session.session_id, found[-1].first.message_id)
-                    raise UnsupportedOperationError(message=_busy(busy, found[-1].state))
-            return session, None
-        return None, None
+            if await self._retried(session, key):
+                return _Target(session)
+            found = tasks.chains(await blocking(tasks.newest, self.s, session.session_id))
+            if found and found[-1].state not in tasks.FINISHED:
+                busy = ids.task_id(session.session_id, found[-1].first.message_id)
+                raise UnsupportedOperationError(message=_busy(busy, found[-1].state))
+            return _Target(session, checked=True)
+        return _Target()
 
     async def _post(self, params: SendMessageRequest, context: ServerCallContext,
                     wait: float) -> tuple[Session, str, tasks.Turn]:
@@ -430,19 +446,27 @@ class SessionTasks(RequestHandler):
         if push is not None:
             await self._check_push(push)
         key = params.message.message_id[:128] or None
-        session, continued = await self._target(principal, params.message, key)
-        if session is None:
-            session = await blocking(tasks.open_session, self.s, principal, self.agent_id,
-                                     None, once=f"a2a:{self.agent_id}:{key}" if key else None)
-        # Before the post, so its answer is pushed. A message sent again was posted with
-        # its first try's config, and one refused (other text) changes nothing.
-        if push is not None and not await self._retried(session, key):
-            await self._set_push(principal, session.session_id, push)
-        session, turn = await tasks.ask(self.s, principal, text, agent_id=self.agent_id,
-                                        session_id=session.session_id, wait=wait,
-                                        idempotency_key=key)
-        return session, ids.task_id(session.session_id,
-                                    continued or turn.query.message_id), turn
+        for _ in range(POST_TRIES):
+            target = await self._target(principal, params.message, key)
+            session = target.session if target.session is not None else await blocking(
+                tasks.open_session, self.s, principal, self.agent_id, None,
+                once=f"a2a:{self.agent_id}:{key}" if key else None)
+            # Before the post, so its answer is pushed. A message sent again was posted
+            # with its first try's config, and one refused (other text) changes nothing.
+            if push is not None and not await self._retried(session, key):
+                await self._set_push(principal, session.session_id, push)
+            try:
+                # A checked post holds only if no post or reply came since the check read
+                # the session: two answers at once are one answer and one refusal.
+                session, turn = await tasks.ask(
+                    self.s, principal, text, agent_id=self.agent_id,
+                    session_id=session.session_id, wait=wait, idempotency_key=key,
+                    unchanged_since=session.modified if target.checked else None)
+            except Changed:
+                continue  # check again, as it is now
+            return session, ids.task_id(session.session_id,
+                                        target.continued or turn.query.message_id), turn
+        raise Conflict("the task kept changing while this message was checked; send it again")
 
     async def on_message_send(self, params: SendMessageRequest, context: ServerCallContext
                               ) -> Task:

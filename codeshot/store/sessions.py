@@ -413,11 +413,18 @@ class SessionStore(Repository):
         keys.sort(key=lambda k: k["item"]["S"] == SESSION_ITEM)
         batch_write(self.db, self.table_name, [{"DeleteRequest": {"Key": k}} for k in keys])
 
-    def owner_update(self, session_id: str, owner: str, new_embeds: int = 0) -> UpdateTypeDef:
+    def owner_update(self, session_id: str, owner: str, new_embeds: int = 0,
+                     modified: str | None = None) -> UpdateTypeDef:
         """The transaction Update that checks ``owner`` has the session (a post's own write
-        is its ownership check: no read first) and counts newly bound embeds."""
+        is its ownership check: no read first), and with ``modified`` that it is unchanged
+        since a read saw that (every post and reply sets it), and counts newly bound
+        embeds."""
         values: dict[str, AttributeValueTypeDef] = {":o": {"S": owner},
                                                      ":m": {"S": utcnow().isoformat()}}
+        condition = "attribute_exists(session_id) AND #o = :o"
+        if modified is not None:
+            condition += " AND modified = :seen"
+            values[":seen"] = {"S": modified}
         update = "SET modified = :m"
         if new_embeds:
             update += " ADD embed_count :n"
@@ -425,8 +432,7 @@ class SessionStore(Repository):
         update, values = self.touch(update, values)
         return {"TableName": self.table_name, "Key": _key(session_id, SESSION_ITEM),
                 "UpdateExpression": update, "ExpressionAttributeValues": values,
-                "ConditionExpression": "attribute_exists(session_id) AND #o = :o",
-                "ExpressionAttributeNames": {"#o": "owner"}}
+                "ConditionExpression": condition, "ExpressionAttributeNames": {"#o": "owner"}}
 
     def recent(self, session_id: str, messages: int) -> Recent:
         """The session, its paused program and its ``messages`` newest messages, in one

@@ -14,12 +14,13 @@ import binascii
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from dataclasses import dataclass
+from datetime import datetime
 from typing import TYPE_CHECKING
 
 from botocore.exceptions import ClientError
 
 from codeshot import ids
-from codeshot.errors import AgentUnavailable, Conflict, InvalidInput, NotFound
+from codeshot.errors import AgentUnavailable, Changed, Conflict, InvalidInput, NotFound
 from codeshot.models import (
     MAX_EMBEDS_PER_MESSAGE,
     Embed,
@@ -137,8 +138,11 @@ class Messaging:
         text: str,
         embeds: list[EmbedUpload] | None = None,
         idempotency_key: str | None = None,
+        unchanged_since: datetime | None = None,
     ) -> tuple[Message, bool]:
-        """Store and enqueue a user message; returns (message, newly_created)."""
+        """Store and enqueue a user message; returns (message, newly_created). With
+        ``unchanged_since`` (the session's ``modified`` as a check read it), only if no
+        post or reply came since: else CHANGED (:class:`Changed`), nothing written."""
         user_id = user_id_of(principal)
         embeds = embeds or []
         self._check_text(text, bool(embeds))
@@ -179,7 +183,9 @@ class Messaging:
                 UPLOAD_BYTES, user_id, allowance, amount=inline_bytes)})
         table = self.s.sessions.table_name
         items += [
-            {"Update": self.s.sessions.owner_update(session_id, user_id, len(new_embeds))},
+            {"Update": self.s.sessions.owner_update(
+                session_id, user_id, len(new_embeds),
+                unchanged_since.isoformat() if unchanged_since else None)},
             {"Put": {"TableName": table, "Item": self.s.sessions.message_item(message),
                      "ConditionExpression": "attribute_not_exists(#i)",
                      "ExpressionAttributeNames": {"#i": "item"}}},
@@ -207,6 +213,9 @@ class Messaging:
                 if reason == "ConditionalCheckFailed":
                     raise self.s.usage.rate_limited(what, most, "day") from exc
             if len(reasons) > len(charges) and reasons[len(charges)] == "ConditionalCheckFailed":
+                if unchanged_since:
+                    self.s.sessions.get(session_id, owner=user_id)  # NOT_FOUND if gone
+                    raise Changed(f"session {session_id} changed meanwhile") from exc
                 raise NotFound(f"session {session_id} not found") from exc
             if reasons:
                 raise Conflict("the message collided with a concurrent change; retry") from exc

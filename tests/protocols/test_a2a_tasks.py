@@ -30,6 +30,7 @@ from codeshot import ids
 from codeshot.models import Message as Message_
 from codeshot.models import MessageType, Session
 from codeshot.store.usage import Window
+from codeshot.usecases.messaging import Messaging
 from codeshot.usecases.sessions import create_session
 from codeshot.usecases.users import create_user, principal_of
 
@@ -337,3 +338,41 @@ def test_a_finished_task_cannot_be_subscribed_to(platform, user):
 
     with pytest.raises(UnsupportedOperationError, match="completed"):
         asyncio.run(subscribe())
+
+
+def test_two_messages_at_once_to_a_task_or_context_are_one_post_and_one_refusal(
+        platform, user, monkeypatch):
+    """A message is checked, then posted only if nothing was posted or answered in its
+    session since: the second of two answers to a question (or of two new tasks in a
+    context) sent at once is refused, not taken as a new turn nobody asked for."""
+    owner, key = user
+    services = platform.services
+    real = Messaging.post
+
+    def racing(self, principal, session_id, text, *args, **kwargs):
+        # Another request's post lands between this one's check and its post.
+        real(self, principal, session_id, "the other one", idempotency_key=session_id)
+        monkeypatch.setattr(Messaging, "post", real)
+        return real(self, principal, session_id, text, *args, **kwargs)
+
+    asking = create_session(services, principal_of(owner)).session_id
+    asked = stored(services, asking, (MessageType.QUERY, None), (MessageType.AWAITING_INPUT, 0))
+    done = create_session(services, principal_of(owner)).session_id
+    stored(services, done, (MessageType.QUERY, None), (MessageType.RESPONSE, 0))
+    in_context = send_params("4")
+    in_context["message"]["contextId"] = done
+    for session_id, params in ((asking, send_params("4", task_id=f"{asking}.{asked[0]}")),
+                               (done, in_context)):
+        monkeypatch.setattr(Messaging, "post", racing)
+        error = rpc(platform, key, "SendMessage", params)["error"]
+        assert (error["code"], "still working" in error["message"]) == (-32004, True), error
+        texts = [m.text for m in services.sessions.all_messages(session_id)]
+        assert texts.count("the other one") == 1 and "4" not in texts
+    # Unraced, the answer is taken: the task goes on, under its own id.
+    answering = create_session(services, principal_of(owner)).session_id
+    question = stored(services, answering, (MessageType.QUERY, None),
+                      (MessageType.AWAITING_INPUT, 0))
+    task = rpc(platform, key, "SendMessage", send_params(
+        "4", task_id=f"{answering}.{question[0]}"))["result"]["task"]
+    assert (task["id"], task["status"]["state"]) == (f"{answering}.{question[0]}",
+                                                     "TASK_STATE_WORKING")
