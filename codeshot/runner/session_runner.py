@@ -38,6 +38,7 @@ from codeshot.models import (
     MessageType,
     Session,
     SessionStatus,
+    stamp,
 )
 from codeshot.runner import metrics
 from codeshot.runner.agent_client import AgentClient
@@ -464,7 +465,7 @@ class SessionRunner:
         status = SessionStatus.AWAITING_INPUT if program_state else SessionStatus.IDLE
         update, values = self.s.sessions.touch(
             "SET #s = :s, modified = :m",
-            {":s": {"S": status.value}, ":m": {"S": reply.timestamp.isoformat()}})
+            {":s": {"S": status.value}, ":m": {"S": stamp(reply.timestamp)}})
         # The conditional items: their failure means answered already, or session gone.
         marker: TransactWriteItemTypeDef = {"Put": self.s.sessions.answer_item(
             session.session_id, query.message_id, reply.message_id)}

@@ -13,10 +13,11 @@ import json
 import time
 from collections.abc import Callable, Collection, Iterator
 from dataclasses import dataclass
+from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 from codeshot.errors import Conflict, InvalidInput, NotFound, RateLimited
-from codeshot.models import Embed, Message, MessageType, Session, SessionStatus, utcnow
+from codeshot.models import Embed, Message, MessageType, Session, SessionStatus, stamp, utcnow
 from codeshot.store.base import Repository
 from codeshot.store.dynamo import (
     Page,
@@ -350,7 +351,7 @@ class SessionStore(Repository):
             "ExpressionAttributeNames": {"#s": "status"},
             "ExpressionAttributeValues": {
                 ":s": {"S": status.value},
-                ":m": {"S": utcnow().isoformat()},
+                ":m": {"S": stamp(utcnow())},
             },
         }
         if expected is not None:
@@ -414,17 +415,19 @@ class SessionStore(Repository):
         batch_write(self.db, self.table_name, [{"DeleteRequest": {"Key": k}} for k in keys])
 
     def owner_update(self, session_id: str, owner: str, new_embeds: int = 0,
-                     modified: str | None = None) -> UpdateTypeDef:
+                     modified: datetime | None = None) -> UpdateTypeDef:
         """The transaction Update that checks ``owner`` has the session (a post's own write
         is its ownership check: no read first), and with ``modified`` that it is unchanged
         since a read saw that (every post and reply sets it), and counts newly bound
         embeds."""
         values: dict[str, AttributeValueTypeDef] = {":o": {"S": owner},
-                                                     ":m": {"S": utcnow().isoformat()}}
+                                                     ":m": {"S": stamp(utcnow())}}
         condition = "attribute_exists(session_id) AND #o = :o"
         if modified is not None:
-            condition += " AND modified = :seen"
-            values[":seen"] = {"S": modified}
+            # Also as written before every write kept microseconds (none when zero).
+            condition += " AND modified IN (:seen, :seen_short)"
+            values[":seen"] = {"S": stamp(modified)}
+            values[":seen_short"] = {"S": modified.isoformat()}
         update = "SET modified = :m"
         if new_embeds:
             update += " ADD embed_count :n"
@@ -702,7 +705,7 @@ class SessionStore(Repository):
         values: dict[str, AttributeValueTypeDef] = {
             ":awaiting": {"S": SessionStatus.AWAITING_INPUT.value},
             ":idle": {"S": SessionStatus.IDLE.value},
-            ":m": {"S": message.timestamp.isoformat()}}
+            ":m": {"S": stamp(message.timestamp)}}
         names = {"#s": "status"}
         if owner:
             values[":o"] = {"S": owner}

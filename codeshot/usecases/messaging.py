@@ -185,7 +185,7 @@ class Messaging:
         items += [
             {"Update": self.s.sessions.owner_update(
                 session_id, user_id, len(new_embeds),
-                unchanged_since.isoformat() if unchanged_since else None)},
+                unchanged_since)},
             {"Put": {"TableName": table, "Item": self.s.sessions.message_item(message),
                      "ConditionExpression": "attribute_not_exists(#i)",
                      "ExpressionAttributeNames": {"#i": "item"}}},

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import uuid
+from datetime import UTC, datetime
 
 import httpx
 import pytest
@@ -376,3 +377,18 @@ def test_two_messages_at_once_to_a_task_or_context_are_one_post_and_one_refusal(
         "4", task_id=f"{answering}.{question[0]}"))["result"]["task"]
     assert (task["id"], task["status"]["state"]) == (f"{answering}.{question[0]}",
                                                      "TASK_STATE_WORKING")
+
+
+def test_a_context_changed_at_a_whole_second_takes_its_next_task(platform, user):
+    """The check that a context is unchanged since it was read compares the time as
+    stored: one whose microseconds are zero is not always "changed"."""
+    owner, key = user
+    services = platform.services
+    context = f"whole{uuid.uuid4().hex[:8]}"
+    services.sessions.create(Session(session_id=context, owner=owner.user_id,
+                                     modified=datetime(2026, 1, 1, 12, tzinfo=UTC)))
+    stored(services, context, (MessageType.QUERY, None), (MessageType.RESPONSE, 0))
+    params = send_params("again")
+    params["message"]["contextId"] = context
+    task = rpc(platform, key, "SendMessage", params)["result"]["task"]
+    assert (task["contextId"], task["status"]["state"]) == (context, "TASK_STATE_WORKING")
