@@ -340,6 +340,12 @@ def _busy(task_id: str, state: models.TaskState) -> str:
             "over (GetTask, SubscribeToTask)")
 
 
+def _callback(config: TaskPushNotificationConfig) -> dict[str, str | None]:
+    """A checked push config as the session's callback fields."""
+    return {"callback_url": config.url, "callback_token": config.token or None,
+            "callback_id": config.id or DEFAULT_PUSH_CONFIG_ID, "callback_format": A2A_FORMAT}
+
+
 class SessionTasks(RequestHandler):
     """A2A's operations for one agent's endpoint, over the caller's sessions with it."""
 
@@ -451,17 +457,16 @@ class SessionTasks(RequestHandler):
             session = target.session if target.session is not None else await blocking(
                 tasks.open_session, self.s, principal, self.agent_id, None,
                 once=f"a2a:{self.agent_id}:{key}" if key else None)
-            # Before the post, so its answer is pushed. A message sent again was posted
-            # with its first try's config, and one refused (other text) changes nothing.
-            if push is not None and not await self._retried(session, key):
-                await self._set_push(principal, session.session_id, push)
             try:
                 # A checked post holds only if no post or reply came since the check read
-                # the session: two answers at once are one answer and one refusal.
+                # the session: two answers at once are one answer and one refusal. The
+                # push config is written with the post (so its answer is pushed): a
+                # refused or repeated message changes none.
                 session, turn = await tasks.ask(
                     self.s, principal, text, agent_id=self.agent_id,
                     session_id=session.session_id, wait=wait, idempotency_key=key,
-                    unchanged_since=session.modified if target.checked else None)
+                    unchanged_since=session.modified if target.checked else None,
+                    callback=_callback(push) if push is not None else None)
             except Changed:
                 continue  # check again, as it is now
             return session, ids.task_id(session.session_id,
@@ -647,12 +652,11 @@ class SessionTasks(RequestHandler):
                         config: TaskPushNotificationConfig) -> TaskPushNotificationConfig:
         """Store a checked config (:meth:`_check_push`) as the context's callback: it
         pushes each of the context's tasks' updates, each naming its task."""
-        config_id = config.id or DEFAULT_PUSH_CONFIG_ID
         await blocking(self.s.sessions.set_callback, session_id, user_id_of(principal),
-                       callback_url=config.url, callback_token=config.token or None,
-                       callback_id=config_id, callback_format=A2A_FORMAT)
-        return TaskPushNotificationConfig(id=config_id, task_id=config.task_id,
-                                          url=config.url, token=config.token)
+                       **_callback(config))
+        return TaskPushNotificationConfig(id=config.id or DEFAULT_PUSH_CONFIG_ID,
+                                          task_id=config.task_id, url=config.url,
+                                          token=config.token)
 
     async def _push_config(self, principal: Principal, task_id: str
                            ) -> tuple[Session, TaskPushNotificationConfig | None]:

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Callable, Collection, Iterator
+from collections.abc import Callable, Collection, Iterator, Mapping
 from dataclasses import dataclass
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
@@ -69,6 +69,8 @@ PURGE_PAGES = 20
 # A user's one-time keys for new sessions live in a partition of their own,
 # GUARD#<owner>, item <key> -> the session made for it (no owner attribute: not listed).
 GUARD_PARTITION = "GUARD#"
+CALLBACK_FIELDS = frozenset({"callback_url", "callback_token", "callback_id",
+                             "callback_format"})
 
 
 @dataclass(frozen=True)
@@ -415,11 +417,13 @@ class SessionStore(Repository):
         batch_write(self.db, self.table_name, [{"DeleteRequest": {"Key": k}} for k in keys])
 
     def owner_update(self, session_id: str, owner: str, new_embeds: int = 0,
-                     modified: datetime | None = None) -> UpdateTypeDef:
+                     modified: datetime | None = None,
+                     callback: Mapping[str, str | None] | None = None) -> UpdateTypeDef:
         """The transaction Update that checks ``owner`` has the session (a post's own write
         is its ownership check: no read first), and with ``modified`` that it is unchanged
-        since a read saw that (every post and reply sets it), and counts newly bound
-        embeds."""
+        since a read saw that (every post and reply sets it), counts newly bound embeds,
+        and sets (a value) or removes (None) the ``callback`` fields (see
+        :meth:`set_callback`): written only with the post."""
         values: dict[str, AttributeValueTypeDef] = {":o": {"S": owner},
                                                      ":m": {"S": stamp(utcnow())}}
         condition = "attribute_exists(session_id) AND #o = :o"
@@ -429,13 +433,25 @@ class SessionStore(Repository):
             values[":seen"] = {"S": stamp(modified)}
             values[":seen_short"] = {"S": modified.isoformat()}
         update = "SET modified = :m"
+        names = {"#o": "owner"}
+        removes = []
+        for name, value in (callback or {}).items():
+            assert name in CALLBACK_FIELDS, name
+            names[f"#{name}"] = name
+            if value is None:
+                removes.append(f"#{name}")
+            else:
+                update += f", #{name} = :{name}"
+                values[f":{name}"] = {"S": value}
         if new_embeds:
             update += " ADD embed_count :n"
             values[":n"] = {"N": str(new_embeds)}
+        if removes:
+            update += " REMOVE " + ", ".join(removes)
         update, values = self.touch(update, values)
         return {"TableName": self.table_name, "Key": _key(session_id, SESSION_ITEM),
                 "UpdateExpression": update, "ExpressionAttributeValues": values,
-                "ConditionExpression": condition, "ExpressionAttributeNames": {"#o": "owner"}}
+                "ConditionExpression": condition, "ExpressionAttributeNames": names}
 
     def recent(self, session_id: str, messages: int) -> Recent:
         """The session, its paused program and its ``messages`` newest messages, in one
@@ -734,8 +750,7 @@ class SessionStore(Repository):
         """Set (a value) or remove (None) the session's callback fields (``callback_url``,
         ``callback_token``, ``callback_id``, ``callback_format``); others' sessions look
         absent."""
-        allowed = {"callback_url", "callback_token", "callback_id", "callback_format"}
-        assert set(fields) <= allowed, fields
+        assert set(fields) <= CALLBACK_FIELDS, fields
         sets = [f"#{k} = :{k}" for k, v in fields.items() if v is not None]
         removes = [f"#{k}" for k, v in fields.items() if v is None]
         expression = (("SET " + ", ".join(sets)) if sets else "") + \

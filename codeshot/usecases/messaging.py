@@ -12,7 +12,7 @@ import asyncio
 import base64
 import binascii
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Mapping
 from dataclasses import dataclass
 from datetime import datetime
 from typing import TYPE_CHECKING
@@ -139,10 +139,13 @@ class Messaging:
         embeds: list[EmbedUpload] | None = None,
         idempotency_key: str | None = None,
         unchanged_since: datetime | None = None,
+        callback: Mapping[str, str | None] | None = None,
     ) -> tuple[Message, bool]:
         """Store and enqueue a user message; returns (message, newly_created). With
         ``unchanged_since`` (the session's ``modified`` as a check read it), only if no
-        post or reply came since: else CHANGED (:class:`Changed`), nothing written."""
+        post or reply came since: else CHANGED (:class:`Changed`), nothing written. The
+        session's ``callback`` fields (see :meth:`SessionStore.set_callback`) are written
+        with the message: a refused or repeated post changes none."""
         user_id = user_id_of(principal)
         embeds = embeds or []
         self._check_text(text, bool(embeds))
@@ -184,8 +187,7 @@ class Messaging:
         table = self.s.sessions.table_name
         items += [
             {"Update": self.s.sessions.owner_update(
-                session_id, user_id, len(new_embeds),
-                unchanged_since)},
+                session_id, user_id, len(new_embeds), unchanged_since, callback)},
             {"Put": {"TableName": table, "Item": self.s.sessions.message_item(message),
                      "ConditionExpression": "attribute_not_exists(#i)",
                      "ExpressionAttributeNames": {"#i": "item"}}},

@@ -392,3 +392,31 @@ def test_a_context_changed_at_a_whole_second_takes_its_next_task(platform, user)
     params["message"]["contextId"] = context
     task = rpc(platform, key, "SendMessage", params)["result"]["task"]
     assert (task["contextId"], task["status"]["state"]) == (context, "TASK_STATE_WORKING")
+
+
+def test_a_message_refused_after_a_race_leaves_the_push_config_alone(platform, user,
+                                                                       monkeypatch):
+    """A message's push config is written with its post: the loser of two messages sent
+    at once to a context does not replace the winner's config with its own."""
+    owner, key = user
+    services = platform.services
+    done = create_session(services, principal_of(owner)).session_id
+    stored(services, done, (MessageType.QUERY, None), (MessageType.RESPONSE, 0))
+    services.sessions.set_callback(done, owner.user_id, callback_url="http://127.0.0.1:9/w",
+                                   callback_token="winner", callback_id="default",
+                                   callback_format="a2a")
+    real = Messaging.post
+
+    def racing(self, principal, session_id, text, *args, **kwargs):
+        real(self, principal, session_id, "the other one", idempotency_key=session_id)
+        monkeypatch.setattr(Messaging, "post", real)
+        return real(self, principal, session_id, text, *args, **kwargs)
+
+    monkeypatch.setattr(Messaging, "post", racing)
+    params = send_params("4", taskPushNotificationConfig={"url": "http://127.0.0.1:9/l",
+                                                          "token": "loser"})
+    params["message"]["contextId"] = done
+    assert rpc(platform, key, "SendMessage", params)["error"]["code"] == -32004
+    session = services.sessions.get(done)
+    assert (session.callback_url, session.callback_token) == ("http://127.0.0.1:9/w",
+                                                              "winner")
