@@ -713,10 +713,12 @@ class SessionStore(Repository):
     def delete_state(self, session_id: str) -> None:
         self.db.delete_item(TableName=self.table_name, Key=_key(session_id, STATE_ITEM))
 
-    def end_pause(self, message: Message, owner: str | None = None) -> None:
+    def end_pause(self, message: Message, owner: str | None = None,
+                  also: list[TransactWriteItemTypeDef] | None = None) -> None:
         """End a paused program without resuming it: ``message`` (an error saying why) is
-        stored, the paused state dropped and the session idle again, in one transaction
-        that holds only while the session still awaits input (and is ``owner``'s)."""
+        stored, the paused state dropped and the session idle again, with the writes
+        ``also``, in one transaction that holds only while the session still awaits input
+        (and is ``owner``'s)."""
         condition = "#s = :awaiting" + (" AND #o = :o" if owner else "")
         values: dict[str, AttributeValueTypeDef] = {
             ":awaiting": {"S": SessionStatus.AWAITING_INPUT.value},
@@ -740,6 +742,7 @@ class SessionStore(Repository):
                 {"Put": {"TableName": self.table_name, "Item": self.message_item(message),
                          "ConditionExpression": "attribute_not_exists(#i)",
                          "ExpressionAttributeNames": {"#i": "item"}}},
+                *(also or []),
             ]))
         except self.db.exceptions.TransactionCanceledException as exc:
             if "ConditionalCheckFailed" not in cancelled_by(exc):  # busy even after retries

@@ -289,7 +289,9 @@ class Messaging:
         except Exception as exc:
             # Never leave a query that no runner will answer: close it with an error, its
             # answer (the marker: a retry under its key queues it again, and the runner
-            # must skip it however far back it is).
+            # must skip it however far back it is). An answer to a paused program's
+            # question ends that program too, as a cancel does: the session's next message
+            # starts afresh rather than resuming it.
             error = Message(
                 session_id=session_id, message_id=ids.ulid(), type=MessageType.ERROR,
                 text="The platform could not queue this message; please send it again.",
@@ -297,10 +299,13 @@ class Messaging:
                 error_code=AgentUnavailable.code,
             )
             sessions = self.s.sessions
-            sessions.db.transact_write_items(TransactItems=[
-                {"Put": sessions.answer_item(session_id, message.message_id, error.message_id)},
-                {"Put": {"TableName": sessions.table_name, "Item": sessions.message_item(error)}},
-            ])
+            marker: TransactWriteItemTypeDef = {"Put": sessions.answer_item(
+                session_id, message.message_id, error.message_id)}
+            try:
+                sessions.end_pause(error, also=[marker])
+            except Conflict:  # not paused: only the query is closed
+                sessions.db.transact_write_items(TransactItems=[marker, {"Put": {
+                    "TableName": sessions.table_name, "Item": sessions.message_item(error)}}])
             raise AgentUnavailable("the platform could not queue the message; please send "
                                    "it again") from exc
 

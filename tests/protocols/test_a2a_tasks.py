@@ -29,7 +29,7 @@ from google.protobuf.json_format import ParseDict
 
 from codeshot import ids
 from codeshot.models import Message as Message_
-from codeshot.models import MessageType, Session
+from codeshot.models import MessageType, Session, SessionStatus
 from codeshot.store.usage import Window
 from codeshot.usecases.messaging import Messaging
 from codeshot.usecases.sessions import create_session
@@ -420,3 +420,29 @@ def test_a_message_refused_after_a_race_leaves_the_push_config_alone(platform, u
     session = services.sessions.get(done)
     assert (session.callback_url, session.callback_token) == ("http://127.0.0.1:9/w",
                                                               "winner")
+
+
+def test_an_answer_that_cannot_be_queued_fails_its_task_and_ends_its_paused_program(
+        platform, user, monkeypatch):
+    """The task reads failed, and nothing is left to resume: the context's next message
+    is a new task that starts afresh, not the paused program's answer."""
+    owner, key = user
+    services = platform.services
+    context = create_session(services, principal_of(owner)).session_id
+    asked = stored(services, context, (MessageType.QUERY, None), (MessageType.AWAITING_INPUT, 0))
+    services.sessions.put_state(context, {"program": "x", "state": {}, "task": asked[0]})
+    services.sessions.set_status(context, SessionStatus.AWAITING_INPUT)
+    before = services.sessions.get(context).modified
+    task = f"{context}.{asked[0]}"
+
+    def down(work, again=False):
+        raise RuntimeError("the queue is down")
+
+    monkeypatch.setattr(services.queue, "enqueue", down)
+    error = rpc(platform, key, "SendMessage", send_params("4", task_id=task))["error"]
+    assert "could not queue" in error["message"]
+    assert rpc(platform, key, "GetTask", {"id": task})["result"]["status"]["state"] == \
+        "TASK_STATE_FAILED"
+    session = services.sessions.get(context)
+    assert (session.status, services.sessions.get_state(context)) == (SessionStatus.IDLE, None)
+    assert session.modified > before
