@@ -430,10 +430,10 @@ class SessionTasks(RequestHandler):
             session = await self._context(principal, message.context_id)
             if await self._retried(session, key):
                 return _Target(session)
-            found = tasks.chains(await blocking(tasks.newest, self.s, session.session_id))
-            if found and found[-1].state not in tasks.FINISHED:
-                busy = ids.task_id(session.session_id, found[-1].first.message_id)
-                raise UnsupportedOperationError(message=_busy(busy, found[-1].state))
+            last = await blocking(tasks.newest_task, self.s, session.session_id)
+            if last is not None and last.state not in tasks.FINISHED:
+                busy = ids.task_id(session.session_id, last.first.message_id)
+                raise UnsupportedOperationError(message=_busy(busy, last.state))
             return _Target(session, checked=True)
         return _Target()
 
@@ -595,24 +595,20 @@ class SessionTasks(RequestHandler):
 
     async def _in_context(self, principal: Principal, size: int, length: int,
                           params: ListTasksRequest) -> tuple[list[Task], int, str | None]:
-        """A page of one context's tasks, newest first (another's context has none)."""
+        """A page of one context's tasks, newest first (another's context has none), each
+        read back from the page token without its steps (:func:`tasks.tasks_before`). The
+        total is a lower bound, as counting them all would read the whole log: this
+        page's tasks, and one more while a next page follows."""
         try:
             session = await self._session(principal, params.context_id)
         except (NotFound, TaskNotFoundError):
             return [], 0, None
-        every = (await blocking(tasks.task_chains, self.s, session.session_id))[::-1]
-        after = params.page_token
-        older = [c for c in every if not after or c.first.message_id < after]
-        page = older[:size]
-        listed = []
-        for skeleton in page:
-            # With history: its messages, not only its user's and its answers.
-            chain = await blocking(tasks.read_task, self.s, session.session_id,
-                                   skeleton.first.message_id) if length else skeleton
-            listed.append(task_of(self.s, session.session_id, chain, length,
-                                  artifacts=params.include_artifacts))
-        token = page[-1].first.message_id if len(older) > size else None
-        return listed, len(every), token
+        page, token = await blocking(tasks.tasks_before, self.s, session.session_id,
+                                     params.page_token or None, size,
+                                     min(length, tasks.SHOWN_MESSAGES))
+        listed = [task_of(self.s, session.session_id, chain, length,
+                          artifacts=params.include_artifacts) for chain in page]
+        return listed, len(page) + (1 if token else 0), token
 
     async def _newest_per_context(self, principal: Principal, size: int, length: int,
                                   params: ListTasksRequest
@@ -628,9 +624,9 @@ class SessionTasks(RequestHandler):
         for session in page.items:
             # A few of its messages, never its log: its newest task's state, answer and
             # history_length messages, at most tasks.LISTED_MESSAGES of them.
-            found = tasks.chains(await blocking(tasks.newest, self.s, session.session_id))
-            if found:
-                listed.append(task_of(self.s, session.session_id, found[-1], length,
+            last = await blocking(tasks.newest_task, self.s, session.session_id)
+            if last is not None:
+                listed.append(task_of(self.s, session.session_id, last, length,
                                       artifacts=params.include_artifacts))
         return listed, total, page.next_token
 
@@ -660,7 +656,8 @@ class SessionTasks(RequestHandler):
 
     async def _push_config(self, principal: Principal, task_id: str
                            ) -> tuple[Session, TaskPushNotificationConfig | None]:
-        session, _ = await self._read(principal, task_id)
+        session, query_id = await self._find(principal, task_id)
+        await blocking(tasks.check_task, self.s, session.session_id, query_id)
         if session.callback_format != A2A_FORMAT or not session.callback_url:
             return session, None
         return session, TaskPushNotificationConfig(

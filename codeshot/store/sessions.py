@@ -532,11 +532,13 @@ class SessionStore(Repository):
         token: str | None = None,
         newest_first: bool = False,
         after: str | None = None,
+        before: str | None = None,
     ) -> Page[Message]:
         """``limit`` messages in time order (or newest first); ``after`` = only those newer
-        than that message id. DynamoDB ends a query at 1 MB, so this reads on from where it
-        stopped until the page is full, the log ends or PAGE_READS reads are done (about
-        4 MB: a page must fit Lambda's 6 MB response); ``next_token`` says if more follow."""
+        than that message id, ``before`` (newest first) = only those older. DynamoDB ends
+        a query at 1 MB, so this reads on from where it stopped until the page is full,
+        the log ends or PAGE_READS reads are done (about 4 MB: a page must fit Lambda's
+        6 MB response); ``next_token`` says if more follow."""
         lookup_key(session_id, "session")
         limit = clamp_limit(limit, default=100, maximum=1000)
         kwargs: dict[str, Any] = {
@@ -548,8 +550,9 @@ class SessionStore(Repository):
             "ConsistentRead": True,
         }
         start = decode_token(token, {"session_id": session_id}, SESSIONS.page_key())
-        if start is None and after:
-            start = _key(session_id, MSG_PREFIX + after)
+        assert before is None or (newest_first and after is None), "before: newest first"
+        if start is None and (after or before):
+            start = _key(session_id, MSG_PREFIX + (after or before or ""))
         items, last = fill_page(self.db, kwargs, start, limit, PAGE_READS)
         return Page([_message(from_item(i)) for i in items], encode_token(last))
 
@@ -591,13 +594,6 @@ class SessionStore(Repository):
         are sent back, however long the log."""
         return [raw["item"]["S"].removeprefix(MSG_PREFIX)
                 for raw in self._matching(session_id, types, None, None, keys_only=True)]
-
-    def earlier_of(self, session_id: str, types: Collection[MessageType], before: str
-                   ) -> Iterator[Message]:
-        """The session's messages of ``types`` older than the message ``before``, newest
-        first: a page is read only when the one before it was all taken."""
-        return (_message(from_item(raw)) for raw in
-                self._matching(session_id, types, None, before, newest_first=True))
 
     def messages_of(self, session_id: str, types: Collection[MessageType],
                     first: str | None = None, before: str | None = None,

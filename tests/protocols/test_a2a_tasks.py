@@ -31,6 +31,7 @@ from codeshot import ids
 from codeshot.models import Message as Message_
 from codeshot.models import MessageType, Session, SessionStatus
 from codeshot.store.usage import Window
+from codeshot.usecases import tasks
 from codeshot.usecases.messaging import Messaging
 from codeshot.usecases.sessions import create_session
 from codeshot.usecases.users import create_user, principal_of
@@ -446,3 +447,80 @@ def test_an_answer_that_cannot_be_queued_fails_its_task_and_ends_its_paused_prog
     session = services.sessions.get(context)
     assert (session.status, services.sessions.get_state(context)) == (SessionStatus.IDLE, None)
     assert session.modified > before
+
+
+def test_a_contexts_newest_task_is_named_by_its_first_message_however_long_its_turns(
+        platform, user):
+    """A task whose question was answered by a turn of more messages than a listing
+    reads is still listed (and named busy) by its first message, the id GetTask takes."""
+    owner, key = user
+    services = platform.services
+    context = create_session(services, principal_of(owner)).session_id
+    q, a, s = MessageType.QUERY, MessageType.AWAITING_INPUT, MessageType.THOUGHT
+    made = stored(services, context, (q, None), (a, 0), (q, None), *[(s, 2)] * 12)
+    task = f"{context}.{made[0]}"
+    listed = rpc(platform, key, "ListTasks", {"historyLength": 3})["result"]["tasks"]
+    assert [(t["id"], t["status"]["state"]) for t in listed] == [(task, "TASK_STATE_WORKING")]
+    assert [m["messageId"] for m in listed[0]["history"]] == made[-3:]
+    assert rpc(platform, key, "GetTask", {"id": task})["result"]["id"] == task
+    follow_up = send_params("next")
+    follow_up["message"]["contextId"] = context
+    error = rpc(platform, key, "SendMessage", follow_up)["error"]
+    assert error["code"] == -32004 and f"task {task} of this context" in error["message"]
+    services.sessions.add_message(Message_(session_id=context, message_id=ids.ulid(),
+                                           text="done", type=MessageType.RESPONSE,
+                                           in_reply_to=made[2]))
+    answered = rpc(platform, key, "ListTasks", {"includeArtifacts": True})["result"]["tasks"]
+    assert [(t["id"], t["status"]["state"], len(t["artifacts"])) for t in answered] == [
+        (task, "TASK_STATE_COMPLETED", 1)]
+
+
+def _long_turns(services, context: str, *steps: int) -> list[str]:
+    """Turns of ``steps`` steps each, answered; returns their user messages' ids."""
+    log, queries = [], []
+    for count in steps:
+        query = ids.ulid()
+        queries.append(query)
+        log += [Message_(session_id=context, message_id=query, text="q", type=MessageType.QUERY),
+                *(Message_(session_id=context, message_id=ids.ulid(), text="step",
+                           type=MessageType.THOUGHT, in_reply_to=query) for _ in range(count)),
+                Message_(session_id=context, message_id=ids.ulid(), text="a",
+                         type=MessageType.RESPONSE, in_reply_to=query)]
+    services.sessions.put_messages(log)
+    return queries
+
+
+def test_task_reads_are_bounded_whatever_the_log(platform, user, monkeypatch):
+    """No A2A request scans a context's log: DynamoDB bills the items a query scans,
+    those a filter drops too."""
+    owner, key = user
+    services = platform.services
+    context = create_session(services, principal_of(owner)).session_id
+    queries = _long_turns(services, context, 600, 600, *[0] * 6)
+    scanned: list[int] = []
+    services.sessions.db.meta.events.register(
+        "after-call.dynamodb.Query",
+        lambda parsed, **kw: scanned.append(parsed.get("ScannedCount", 0)))
+
+    def cost(method: str, params: dict) -> tuple[dict, int]:
+        scanned.clear()
+        return rpc(platform, key, method, params)["result"], sum(scanned)
+
+    page, read = cost("ListTasks", {"contextId": context, "pageSize": 1})
+    assert [t["id"] for t in page["tasks"]] == [f"{context}.{queries[-1]}"] and read <= 5
+    everything, read = cost("ListTasks", {"contextId": context, "historyLength": 1})
+    assert [t["id"] for t in everything["tasks"]] == [f"{context}.{q}" for q in queries[::-1]]
+    assert [len(t["history"]) for t in everything["tasks"]] == [1] * 8 and read <= 40
+    small, read = cost("GetTask", {"id": f"{context}.{queries[2]}"})  # after a long one
+    assert len(small["history"]) == 2 and read <= 20
+    # A task is read from its first message on, in a bounded number of pages: the
+    # context's newest shows its newest messages, an older one is refused.
+    monkeypatch.setattr(tasks, "TASK_PAGE", 100)
+    monkeypatch.setattr(tasks, "TASK_READS", 2)
+    newer = _long_turns(services, context, 600)
+    newest, read = cost("GetTask", {"id": f"{context}.{newer[0]}"})
+    assert len(newest["history"]) == tasks.SHOWN_MESSAGES and read <= 400
+    scanned.clear()
+    refused = rpc(platform, key, "GetTask", {"id": f"{context}.{queries[1]}"})["error"]
+    assert refused["code"] == -32602 and "more than 200 messages" in refused["message"]
+    assert sum(scanned) <= 400
