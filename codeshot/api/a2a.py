@@ -400,11 +400,21 @@ class SessionTasks(RequestHandler):
         session, chain = await self._read(principal, task_id)
         return task_of(self.s, session.session_id, chain, history_length)
 
-    async def _retried(self, session: Session, key: str | None) -> bool:
+    async def _retried(self, session: Session, key: str | None, query_id: str | None
+                       ) -> bool:
         """Whether this message (its messageId) was posted to the session before: a retry
-        gets what the first try got, whatever the tasks' states now."""
-        return key is not None and await blocking(
-            self.s.sessions.posted_under, session.session_id, key) is not None
+        gets what the first try got, whatever the tasks' states now. It must name the
+        task the first try went to (``query_id``: the task's first message; None: a new
+        task); else INVALID_INPUT, as any idempotency key sent with another request."""
+        earlier = None if key is None else await blocking(
+            self.s.sessions.posted_under, session.session_id, key)
+        if earlier is None:
+            return False
+        first = await blocking(tasks.first_of, self.s, session.session_id, earlier)
+        if first != (query_id or earlier.message_id):
+            raise Conflict("this messageId was already used for a message to another task; "
+                           "use a new messageId for a new message")
+        return True
 
     async def _target(self, principal: Principal, message: Message, key: str | None
                       ) -> _Target:
@@ -419,7 +429,7 @@ class SessionTasks(RequestHandler):
             if message.context_id and message.context_id != session.session_id:
                 raise InvalidParamsError(message=f"contextId {message.context_id[:80]!r} is "
                                                  "not the context of that task")
-            if not await self._retried(session, key):
+            if not await self._retried(session, key, query_id):
                 chain = await blocking(tasks.read_task, self.s, session.session_id, query_id)
                 if chain.state is not models.TaskState.INPUT_REQUIRED:
                     raise UnsupportedOperationError(message=_unsendable(message.task_id,
@@ -428,7 +438,7 @@ class SessionTasks(RequestHandler):
             return _Target(session, query_id)
         if message.context_id:
             session = await self._context(principal, message.context_id)
-            if await self._retried(session, key):
+            if await self._retried(session, key, None):
                 return _Target(session)
             last = await blocking(tasks.newest_task, self.s, session.session_id)
             if last is not None and last.state not in tasks.FINISHED:

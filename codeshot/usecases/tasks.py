@@ -190,6 +190,13 @@ def _from_first(services: Services, session_id: str, messages: list[Message]
                    "it (read the context's messages)")
 
 
+def first_of(services: Services, session_id: str, query: Message) -> str:
+    """The id of the first message of the task a user message belongs to (itself, or
+    the first of the task whose question it answered: see :func:`_from_first`)."""
+    messages, _ = _from_first(services, session_id, [query])
+    return next(m.message_id for m in messages if m.type is MessageType.QUERY)
+
+
 def _merged(*runs: Sequence[Message]) -> list[Message]:
     """Messages of several reads, each once, in time order (ids are ULIDs)."""
     return sorted({m.message_id: m for run in runs for m in run}.values(),

@@ -524,3 +524,30 @@ def test_task_reads_are_bounded_whatever_the_log(platform, user, monkeypatch):
     refused = rpc(platform, key, "GetTask", {"id": f"{context}.{queries[1]}"})["error"]
     assert refused["code"] == -32602 and "more than 200 messages" in refused["message"]
     assert sum(scanned) <= 400
+
+
+def test_a_message_id_sent_again_to_another_task_is_invalid_input(platform, user,
+                                                                  monkeypatch):
+    owner, key = user
+    services = platform.services
+    monkeypatch.setattr(services.queue, "enqueue", lambda work, again=False: None)
+    context = create_session(services, principal_of(owner)).session_id
+    asked = stored(services, context, (MessageType.QUERY, None), (MessageType.AWAITING_INPUT, 0))
+    task = f"{context}.{asked[0]}"
+    answer = send_params("4", message_id="answer-1", task_id=task)
+    assert rpc(platform, key, "SendMessage", answer)["result"]["task"]["id"] == task
+    assert rpc(platform, key, "SendMessage", answer)["result"]["task"]["id"] == task  # retry
+    as_new = send_params("4", message_id="answer-1")
+    as_new["message"]["contextId"] = context
+    assert error_of(rpc(platform, key, "SendMessage", as_new)) == (-32602,
+                                                                  {"code": "INVALID_INPUT"})
+    done = create_session(services, principal_of(owner)).session_id
+    stored(services, done, (MessageType.QUERY, None), (MessageType.RESPONSE, 0))
+    new = send_params("again", message_id="new-1")
+    new["message"]["contextId"] = done
+    began = rpc(platform, key, "SendMessage", new)["result"]["task"]["id"]
+    assert rpc(platform, key, "SendMessage", new)["result"]["task"]["id"] == began
+    elsewhere = send_params("again", message_id="new-1", task_id=f"{done}.{asked[0]}")
+    assert error_of(rpc(platform, key, "SendMessage", elsewhere)) == (
+        -32602, {"code": "INVALID_INPUT"})
+    assert [m.text for m in services.sessions.all_messages(context)].count("4") == 1
