@@ -60,6 +60,11 @@ class Conflict(InvalidInput):
     """Input that collides with what exists (a taken handle); still INVALID_INPUT."""
 
 
+class Changed(Conflict):
+    """A write that held only while its session was as a check read it: it changed (a
+    post, a reply) between the check and the write, which wrote nothing."""
+
+
 class RateLimited(CodeshotError):
     code = "RATE_LIMITED"
     http_status = 429

@@ -65,3 +65,17 @@ def handle(nbytes: int = 9) -> str:
     while (made := secrets.token_urlsafe(nbytes)).startswith("-"):
         pass
     return made
+
+
+def task_id(session_id: str, query_id: str) -> str:
+    """An A2A task's id: its context (the session) and the user message that began it
+    (session handles never hold a '.')."""
+    return f"{session_id}.{query_id}"
+
+
+def split_task_id(value: str) -> tuple[str, str] | None:
+    """(session id, query id) of a task id; None if ``value`` is not one."""
+    session_id, dot, query_id = value.rpartition(".")
+    if not dot or not session_id or not is_ulid(query_id):
+        return None
+    return session_id, query_id

@@ -48,13 +48,19 @@ def validate_handle(value: str, what: str = "handle") -> str:
     return value
 
 
+def stamp(value: datetime) -> str:
+    """A time as stored: ISO with microseconds always (fixed width: sorts as text, and a
+    stored ``modified`` compares equal to the one a read saw)."""
+    return value.isoformat(timespec="microseconds")
+
+
 def _datetime(value: Any) -> datetime:
     return datetime.fromisoformat(value) if isinstance(value, str) else value
 
 
 def _jsonable(value: Any) -> Any:
     if isinstance(value, datetime):
-        return value.isoformat(timespec="microseconds")  # fixed width: sorts as text
+        return stamp(value)
     if isinstance(value, Enum):
         return value.value
     if isinstance(value, Record):

@@ -7,13 +7,19 @@ The official ``a2a-sdk`` parses and answers the JSON-RPC (A2A 1.0's ``SendMessag
 ``RequestHandler`` here maps A2A onto codeshot's sessions, because agents run in the
 runner (SQS), never in this process:
 
-- a task is a session (task id = context id = session handle); a message without a task
-  starts one, a message with a task id continues it (answering a question, or a new turn);
-- the task's state is its newest turn's (``input-required`` = ``awaiting_input``), its
-  artifacts the answers, its history the session's message log (every step, with its
-  type and sender in the metadata);
+- a context is a session (context id = session handle) and a task one turn of it: a user
+  message and the agent's terminal reply, with the later turns that answer its questions
+  (``tasks.Chain``); task id = ``<session>.<id of its first message>``, so it needs no
+  storage of its own and reaches nothing the session's owner check does not allow;
+- a message with neither id begins a session and its first task; with a context id only,
+  a new task in it, once its newest is over; with a task id, it answers that task's
+  question. A finished task never changes (A2A's task immutability): a message naming it,
+  or a working one, is UnsupportedOperation and writes nothing;
+- a task's state is its newest turn's (``input-required`` = ``awaiting_input``), its
+  artifacts its answers, its history its own messages (every step, with its type and
+  sender in the metadata);
 - push notifications are the session's signed callback, sent in A2A's form with the
-  client's token; one config per task.
+  client's token: one config per context, each push naming its task.
 
 Imported on the first A2A request (``codeshot.api.protocols``), not at cold start.
 """
@@ -24,6 +30,7 @@ import contextlib
 import logging
 import re
 from collections.abc import AsyncGenerator, Awaitable, Callable
+from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from a2a.auth.user import User
@@ -75,14 +82,16 @@ from a2a.utils.errors import (
     InvalidParamsError,
     TaskNotCancelableError,
     TaskNotFoundError,
+    UnsupportedOperationError,
 )
 from starlette.requests import Request
 from starlette.responses import Response
 
-from codeshot import models
+from codeshot import ids, models
 from codeshot.api.errors import as_codeshot_error
 from codeshot.errors import (
     INTERNAL_MESSAGE,
+    Changed,
     CodeshotError,
     Conflict,
     InvalidInput,
@@ -168,7 +177,7 @@ def card_json(services: Services, principal: Principal | None, agent_id: str
                                                                         agent_id)))
 
 
-# -- sessions as tasks ------------------------------------------------------------------
+# -- sessions as contexts, turns as tasks -------------------------------------------------
 def _parts(services: Services, message: models.Message) -> list[Part]:
     parts = [Part(text=message.text)]
     parts += [Part(url=services.embeds.get_url(ref.content_hash), media_type=ref.content_type,
@@ -176,11 +185,12 @@ def _parts(services: Services, message: models.Message) -> list[Part]:
     return parts
 
 
-def wire_message(services: Services, message: models.Message) -> Message:
-    """A session message as an A2A message: the user's own are the user's, every other
-    step (thoughts, calls, results, answers) the agent's, its type and sender in metadata."""
+def wire_message(services: Services, message: models.Message, task_id: str) -> Message:
+    """A session message as an A2A message of task ``task_id``: the user's own are the
+    user's, every other step (thoughts, calls, results, answers) the agent's, its type and
+    sender in metadata."""
     out = Message(message_id=message.message_id, context_id=message.session_id,
-                  task_id=message.session_id, parts=_parts(services, message),
+                  task_id=task_id, parts=_parts(services, message),
                   role=Role.ROLE_USER if message.type is MessageType.QUERY else Role.ROLE_AGENT)
     out.metadata.update({"type": message.type.value, "sentBy": message.sent_by,
                          **({"errorCode": message.error_code} if message.error_code else {})})
@@ -191,14 +201,11 @@ def _state(state: models.TaskState) -> Any:
     return TaskState.Value("TASK_STATE_" + state.name)
 
 
-def _status(services: Services, turn: tasks.Turn | None) -> TaskStatus:
-    state = turn.state if turn else models.TaskState.SUBMITTED
-    status = TaskStatus(state=_state(state))
-    last = turn.reply or turn.query if turn else None
-    if last is not None:
-        status.timestamp.FromDatetime(last.timestamp)
-    if turn is not None and turn.reply is not None:
-        status.message.CopyFrom(wire_message(services, turn.reply))
+def _status(services: Services, turn: tasks.Turn, task_id: str) -> TaskStatus:
+    status = TaskStatus(state=_state(turn.state))
+    status.timestamp.FromDatetime((turn.reply or turn.query).timestamp)
+    if turn.reply is not None:
+        status.message.CopyFrom(wire_message(services, turn.reply, task_id))
     return status
 
 
@@ -206,17 +213,20 @@ def _artifact(services: Services, reply: models.Message) -> Artifact:
     return Artifact(artifact_id=reply.message_id, name="answer", parts=_parts(services, reply))
 
 
-def task_of(services: Services, session: Session, messages: list[models.Message],
+def task_of(services: Services, session_id: str, chain: tasks.Chain,
             history_length: int | None = None, artifacts: bool = True) -> Task:
-    found = tasks.turns(messages)
+    """A task as A2A shows it: its newest turn's status, its answers as artifacts, and
+    its own newest messages (at most ``tasks.SHOWN_MESSAGES``) as its history."""
+    task_id = ids.task_id(session_id, chain.first.message_id)
+    messages = list(chain.messages[-tasks.SHOWN_MESSAGES:])
     if history_length is not None:
         messages = messages[-history_length:] if history_length else []
-    return Task(id=session.session_id, context_id=session.session_id,
-                status=_status(services, found[-1] if found else None),
-                artifacts=[_artifact(services, t.reply) for t in found
+    return Task(id=task_id, context_id=session_id,
+                status=_status(services, chain.turns[-1], task_id),
+                artifacts=[_artifact(services, t.reply) for t in chain.turns
                            if artifacts and t.reply is not None
                            and t.state is models.TaskState.COMPLETED],
-                history=[wire_message(services, m) for m in messages])
+                history=[wire_message(services, m, task_id) for m in messages])
 
 
 def _text_of(message: Message) -> str:
@@ -302,6 +312,40 @@ def _a2a_error(error: Exception) -> A2AError:
     return InternalError(message=INTERNAL_MESSAGE)
 
 
+POST_TRIES = 3  # checks and posts of a message whose task changed between the two
+
+
+@dataclass(frozen=True)
+class _Target:
+    """Where a message goes (see :meth:`SessionTasks._target`)."""
+
+    session: Session | None = None
+    continued: str | None = None  # the query that began the task it continues
+    checked: bool = False  # its task's or context's state was read: posted only if unchanged
+
+
+def _unsendable(task_id: str, state: models.TaskState) -> str:
+    if state is models.TaskState.WORKING:
+        return (f"task {task_id} is still working: it takes a message only when it asks "
+                "for input; wait for it (GetTask, SubscribeToTask)")
+    return (f"task {task_id} is {state.value} and cannot be continued: send the next "
+            "message with its contextId (no taskId) to begin a new task in its context")
+
+
+def _busy(task_id: str, state: models.TaskState) -> str:
+    if state is models.TaskState.INPUT_REQUIRED:
+        return (f"task {task_id} of this context waits for input: answer it (its taskId) "
+                "or cancel it before beginning another")
+    return (f"task {task_id} of this context is still working: begin the next once it is "
+            "over (GetTask, SubscribeToTask)")
+
+
+def _callback(config: TaskPushNotificationConfig) -> dict[str, str | None]:
+    """A checked push config as the session's callback fields."""
+    return {"callback_url": config.url, "callback_token": config.token or None,
+            "callback_id": config.id or DEFAULT_PUSH_CONFIG_ID, "callback_format": A2A_FORMAT}
+
+
 class SessionTasks(RequestHandler):
     """A2A's operations for one agent's endpoint, over the caller's sessions with it."""
 
@@ -322,37 +366,93 @@ class SessionTasks(RequestHandler):
         except Exception as exc:  # every failure becomes an A2A error
             raise _a2a_error(exc) from exc
 
-    async def _session(self, principal: Principal, task_id: str) -> Session:
-        session = await blocking(sessions.get_session, self.s, principal, task_id)
+    async def _session(self, principal: Principal, session_id: str) -> Session:
+        """One of the caller's sessions with this agent (others' look absent)."""
+        session = await blocking(sessions.get_session, self.s, principal, session_id)
         if session.frontend_agent_id != self.frontend:
-            raise TaskNotFoundError(message=f"task {task_id} is not {self.agent_id}'s")
+            raise TaskNotFoundError(message=f"{session_id} is not {self.agent_id}'s")
         return session
+
+    async def _context(self, principal: Principal, context_id: str) -> Session:
+        try:
+            return await self._session(principal, context_id)
+        except (NotFound, TaskNotFoundError):
+            raise InvalidInput(f"context {context_id[:80]!r} is none of your contexts with "
+                               f"{self.agent_id}: leave contextId out to begin a new one"
+                               ) from None
+
+    async def _find(self, principal: Principal, task_id: str) -> tuple[Session, str]:
+        """The session of one of the caller's tasks and the query that began it; a
+        malformed id, or another's task, is TaskNotFound."""
+        parts = ids.split_task_id(task_id)
+        if parts is None:
+            raise TaskNotFoundError(message=f"task {task_id[:80]!r} not found")
+        session = await self._session(principal, parts[0])
+        return session, parts[1]
+
+    async def _read(self, principal: Principal, task_id: str
+                    ) -> tuple[Session, tasks.Chain]:
+        session, query_id = await self._find(principal, task_id)
+        return session, await blocking(tasks.read_task, self.s, session.session_id, query_id)
 
     async def _task(self, principal: Principal, task_id: str,
                     history_length: int | None = None) -> Task:
-        session = await self._session(principal, task_id)
-        # Its newest messages, not its log: a long session costs each send no more.
-        messages = await blocking(tasks.newest, self.s, session.session_id,
-                                  tasks.SHOWN_MESSAGES)
-        return task_of(self.s, session, messages, history_length)
+        session, chain = await self._read(principal, task_id)
+        return task_of(self.s, session.session_id, chain, history_length)
 
-    async def _existing(self, principal: Principal, message: Message) -> str | None:
-        """The session a message continues: its task, or a context that is one of the
-        caller's sessions with this agent (a client's own context id starts a new one)."""
+    async def _retried(self, session: Session, key: str | None, query_id: str | None
+                       ) -> bool:
+        """Whether this message (its messageId) was posted to the session before: a retry
+        gets what the first try got, whatever the tasks' states now. It must name the
+        task the first try went to (``query_id``: the task's first message; None: a new
+        task); else INVALID_INPUT, as any idempotency key sent with another request."""
+        earlier = None if key is None else await blocking(
+            self.s.sessions.posted_under, session.session_id, key)
+        if earlier is None:
+            return False
+        first = await blocking(tasks.first_of, self.s, session.session_id, earlier)
+        if first != (query_id or earlier.message_id):
+            raise Conflict("this messageId was already used for a message to another task; "
+                           "use a new messageId for a new message")
+        return True
+
+    async def _target(self, principal: Principal, message: Message, key: str | None
+                      ) -> _Target:
+        """Where a message goes: its task's session and the query that began the task, a
+        context for a new task in it, or nowhere yet (a new task in a new context). Only a
+        task waiting for input takes a message (A2A: a finished task never changes; a
+        working one is answered before the next), and a context takes a new task only
+        once its newest is over (the session runs one turn at a time, and a paused run
+        takes the next message as its answer)."""
         if message.task_id:
-            return (await self._session(principal, message.task_id)).session_id
+            session, query_id = await self._find(principal, message.task_id)
+            if message.context_id and message.context_id != session.session_id:
+                raise InvalidParamsError(message=f"contextId {message.context_id[:80]!r} is "
+                                                 "not the context of that task")
+            if not await self._retried(session, key, query_id):
+                chain = await blocking(tasks.read_task, self.s, session.session_id, query_id)
+                if chain.state is not models.TaskState.INPUT_REQUIRED:
+                    raise UnsupportedOperationError(message=_unsendable(message.task_id,
+                                                                        chain.state))
+                return _Target(session, query_id, checked=True)
+            return _Target(session, query_id)
         if message.context_id:
-            try:
-                return (await self._session(principal, message.context_id)).session_id
-            except (NotFound, TaskNotFoundError):
-                return None
-        return None
+            session = await self._context(principal, message.context_id)
+            if await self._retried(session, key, None):
+                return _Target(session)
+            last = await blocking(tasks.newest_task, self.s, session.session_id)
+            if last is not None and last.state not in tasks.FINISHED:
+                busy = ids.task_id(session.session_id, last.first.message_id)
+                raise UnsupportedOperationError(message=_busy(busy, last.state))
+            return _Target(session, checked=True)
+        return _Target()
 
     async def _post(self, params: SendMessageRequest, context: ServerCallContext,
-                    wait: float) -> tuple[Session, tasks.Turn]:
-        """Post a message (to its task, or a new one) once everything in it was checked:
-        refused input makes, charges and stores nothing. A retried message (same
-        messageId) is the first one: the same new task, posted and charged once."""
+                    wait: float) -> tuple[Session, str, tasks.Turn]:
+        """Post a message (to its task, as a new task in its context, or in a new one) once
+        everything in it was checked: refused input makes, charges and stores nothing. A
+        retried message (same messageId) is the first one: posted and charged once.
+        Returns the session, the task's id and the turn posted."""
         principal = self._principal(context)
         text = _text_of(params.message)
         await blocking(Messaging(self.s).precheck, principal, text)
@@ -362,18 +462,26 @@ class SessionTasks(RequestHandler):
         if push is not None:
             await self._check_push(push)
         key = params.message.message_id[:128] or None
-        session_id = await self._existing(principal, params.message)
-        if session_id is None:
-            session = await blocking(tasks.open_session, self.s, principal, self.agent_id,
-                                     None, once=f"a2a:{self.agent_id}:{key}" if key else None)
-            session_id = session.session_id
-        # Before the post, so its answer is pushed. A message sent again was posted with
-        # its first try's config, and one refused (other text) changes nothing.
-        if push is not None and (key is None or await blocking(
-                self.s.sessions.posted_under, session_id, key) is None):
-            await self._set_push(principal, session_id, push)
-        return await tasks.ask(self.s, principal, text, agent_id=self.agent_id,
-                               session_id=session_id, wait=wait, idempotency_key=key)
+        for _ in range(POST_TRIES):
+            target = await self._target(principal, params.message, key)
+            session = target.session if target.session is not None else await blocking(
+                tasks.open_session, self.s, principal, self.agent_id, None,
+                once=f"a2a:{self.agent_id}:{key}" if key else None)
+            try:
+                # A checked post holds only if no post or reply came since the check read
+                # the session: two answers at once are one answer and one refusal. The
+                # push config is written with the post (so its answer is pushed): a
+                # refused or repeated message changes none.
+                session, turn = await tasks.ask(
+                    self.s, principal, text, agent_id=self.agent_id,
+                    session_id=session.session_id, wait=wait, idempotency_key=key,
+                    unchanged_since=session.modified if target.checked else None,
+                    callback=_callback(push) if push is not None else None)
+            except Changed:
+                continue  # check again, as it is now
+            return session, ids.task_id(session.session_id,
+                                        target.continued or turn.query.message_id), turn
+        raise Conflict("the task kept changing while this message was checked; send it again")
 
     async def on_message_send(self, params: SendMessageRequest, context: ServerCallContext
                               ) -> Task:
@@ -381,21 +489,21 @@ class SessionTasks(RequestHandler):
 
         async def send() -> Task:
             immediately = params.configuration.return_immediately
-            session, _ = await self._post(params, context, 0 if immediately else
-                                          self.s.settings.reply_wait_seconds)
-            return await self._task(self._principal(context), session.session_id, length)
+            _, task_id, _ = await self._post(params, context, 0 if immediately else
+                                             self.s.settings.reply_wait_seconds)
+            return await self._task(self._principal(context), task_id, length)
 
         return await self._call(send)
 
     async def on_message_send_stream(self, params: SendMessageRequest,
                                      context: ServerCallContext) -> AsyncGenerator[Event]:
         try:
-            session, turn = await self._post(params, context, wait=0)
+            _, task_id, turn = await self._post(params, context, wait=0)
+            task = await self._task(self._principal(context), task_id, 0)
         except Exception as exc:
             raise _a2a_error(exc) from exc
-        task = task_of(self.s, session, [turn.query], 0)
         yield task
-        async for event in self._updates(session.session_id, turn.query):
+        async for event in self._updates(task_id, turn.query):
             yield event
 
     async def _updates(self, task_id: str, query: models.Message
@@ -411,36 +519,38 @@ class SessionTasks(RequestHandler):
 
     async def _follow(self, task_id: str, query: models.Message) -> AsyncGenerator[Event]:
         timeout = max(self.s.settings.reply_wait_seconds, 1.0)
-        status = _status(self.s, tasks.Turn(query))
+        context_id = query.session_id
+        status = _status(self.s, tasks.Turn(query), task_id)
         async for message in follow(Messaging(self.s), query, timeout):
             terminal = message.in_reply_to == query.message_id and \
                 message.type in TERMINAL
             turn = tasks.Turn(query, message if terminal else None)
             if terminal and turn.state is models.TaskState.COMPLETED:
-                yield TaskArtifactUpdateEvent(task_id=task_id, context_id=task_id,
+                yield TaskArtifactUpdateEvent(task_id=task_id, context_id=context_id,
                                               artifact=_artifact(self.s, message),
                                               last_chunk=True)
-            status = _status(self.s, turn)
+            status = _status(self.s, turn, task_id)
             if terminal:
-                yield TaskStatusUpdateEvent(task_id=task_id, context_id=task_id, status=status)
+                yield TaskStatusUpdateEvent(task_id=task_id, context_id=context_id,
+                                            status=status)
                 return
-            status.message.CopyFrom(wire_message(self.s, message))
-            yield TaskStatusUpdateEvent(task_id=task_id, context_id=task_id, status=status)
-        yield TaskStatusUpdateEvent(task_id=task_id, context_id=task_id, status=status)
+            status.message.CopyFrom(wire_message(self.s, message, task_id))
+            yield TaskStatusUpdateEvent(task_id=task_id, context_id=context_id, status=status)
+        yield TaskStatusUpdateEvent(task_id=task_id, context_id=context_id, status=status)
 
     async def on_subscribe_to_task(self, params: SubscribeToTaskRequest,
                                    context: ServerCallContext) -> AsyncGenerator[Event]:
-        principal = self._principal(context)
         try:
-            session = await self._session(principal, params.id)
-            messages = await blocking(tasks.newest, self.s, session.session_id,
-                                      tasks.SHOWN_MESSAGES)
+            session, chain = await self._read(self._principal(context), params.id)
         except Exception as exc:
             raise _a2a_error(exc) from exc
-        yield task_of(self.s, session, messages, 0)
-        found = tasks.turns(messages)
-        if found and found[-1].reply is None:  # still working: follow it to its end
-            async for event in self._updates(session.session_id, found[-1].query):
+        if chain.state in tasks.FINISHED:  # A2A: nothing more will happen to it
+            raise UnsupportedOperationError(message=f"task {params.id} is "
+                                                    f"{chain.state.value}: read it with GetTask")
+        yield task_of(self.s, session.session_id, chain, 0)
+        last = chain.turns[-1]
+        if last.reply is None:  # still working: follow it to its end
+            async for event in self._updates(params.id, last.query):
                 yield event
 
     async def on_get_task(self, params: GetTaskRequest, context: ServerCallContext
@@ -451,36 +561,24 @@ class SessionTasks(RequestHandler):
     async def on_list_tasks(self, params: ListTasksRequest, context: ServerCallContext
                             ) -> ListTasksResponse:
         if params.status or params.HasField("status_timestamp_after"):
-            # A task's state is its newest turn's, not stored with the session: filtering
-            # by it would read every task's messages.
+            # A task's state is its newest turn's, not stored: filtering by it would read
+            # every task's messages.
             raise InvalidParamsError(message="ListTasks filters only by contextId; "
                                              "read each task's status instead")
         if not 0 <= params.page_size <= MAX_PAGE_SIZE:
             raise InvalidParamsError(message=f"pageSize must be from 1 to {MAX_PAGE_SIZE}")
+        if params.context_id and params.page_token and not ids.is_ulid(params.page_token):
+            raise InvalidParamsError(message="pageToken is not one this listing gave")
         length = _history_length(params) or 0
+        size = min(params.page_size or MAX_LIST_PAGE, MAX_LIST_PAGE)
 
         async def listing() -> ListTasksResponse:
             principal = self._principal(context)
-            size = min(params.page_size or MAX_LIST_PAGE, MAX_LIST_PAGE)
-            found: list[Session] = []
-            token = None
-            if params.context_id:  # a context is one task: this one, if it is one of ours
-                with contextlib.suppress(NotFound, TaskNotFoundError):
-                    found = [await self._session(principal, params.context_id)]
-                total = len(found)
+            if params.context_id:
+                listed, total, token = await self._in_context(principal, size, length, params)
             else:
-                page = await blocking(self.s.sessions.list_by_frontend, user_id_of(principal),
-                                      self.frontend, size, params.page_token or None)
-                found, token = page.items, page.next_token
-                total = await blocking(self.s.sessions.count_by_frontend,
-                                       user_id_of(principal), self.frontend)
-            listed = []
-            for session in found:
-                # A few of its messages, never its whole log: its state, newest answer and
-                # history_length messages, at most tasks.LISTED_MESSAGES of them.
-                messages = await blocking(tasks.newest, self.s, session.session_id)
-                listed.append(task_of(self.s, session, messages, length,
-                                      artifacts=params.include_artifacts))
+                listed, total, token = await self._newest_per_context(principal, size, length,
+                                                                      params)
             return ListTasksResponse(tasks=listed, page_size=size, total_size=total,
                                      next_page_token=token or "")
 
@@ -490,14 +588,57 @@ class SessionTasks(RequestHandler):
                              ) -> Task | None:
         async def cancel() -> Task:
             principal = self._principal(context)
-            await self._session(principal, params.id)
+            session, chain = await self._read(principal, params.id)
+            question = chain.turns[-1].reply
+            if chain.state is not models.TaskState.INPUT_REQUIRED or question is None:
+                raise TaskNotCancelableError(message=(
+                    f"task {params.id} is {chain.state.value}: only a task waiting for "
+                    "input can be canceled (a running one cannot be stopped midway)"))
             try:
-                await blocking(tasks.cancel, self.s, principal, params.id)
-            except Conflict as exc:  # not waiting for input: nothing to cancel
+                await blocking(tasks.cancel, self.s, principal, session.session_id,
+                               question_id=question.message_id)
+            except Conflict as exc:  # answered meanwhile: nothing to cancel
                 raise TaskNotCancelableError(message=exc.message, data=_data(exc)) from exc
             return await self._task(principal, params.id)
 
         return await self._call(cancel)
+
+    async def _in_context(self, principal: Principal, size: int, length: int,
+                          params: ListTasksRequest) -> tuple[list[Task], int, str | None]:
+        """A page of one context's tasks, newest first (another's context has none), each
+        read back from the page token without its steps (:func:`tasks.tasks_before`). The
+        total is a lower bound, as counting them all would read the whole log: this
+        page's tasks, and one more while a next page follows."""
+        try:
+            session = await self._session(principal, params.context_id)
+        except (NotFound, TaskNotFoundError):
+            return [], 0, None
+        page, token = await blocking(tasks.tasks_before, self.s, session.session_id,
+                                     params.page_token or None, size,
+                                     min(length, tasks.SHOWN_MESSAGES))
+        listed = [task_of(self.s, session.session_id, chain, length,
+                          artifacts=params.include_artifacts) for chain in page]
+        return listed, len(page) + (1 if token else 0), token
+
+    async def _newest_per_context(self, principal: Principal, size: int, length: int,
+                                  params: ListTasksRequest
+                                  ) -> tuple[list[Task], int, str | None]:
+        """A page of the caller's contexts with this agent, each by its newest task (a
+        context's every task: ListTasks with its contextId); one with none yet shows none.
+        The total counts the contexts."""
+        user_id = user_id_of(principal)
+        page = await blocking(self.s.sessions.list_by_frontend, user_id, self.frontend,
+                              size, params.page_token or None)
+        total = await blocking(self.s.sessions.count_by_frontend, user_id, self.frontend)
+        listed = []
+        for session in page.items:
+            # A few of its messages, never its log: its newest task's state, answer and
+            # history_length messages, at most tasks.LISTED_MESSAGES of them.
+            last = await blocking(tasks.newest_task, self.s, session.session_id)
+            if last is not None:
+                listed.append(task_of(self.s, session.session_id, last, length,
+                                      artifacts=params.include_artifacts))
+        return listed, total, page.next_token
 
     # -- push notifications: the session's signed callback, in A2A's form ---------------
     async def _check_push(self, config: TaskPushNotificationConfig) -> None:
@@ -513,33 +654,34 @@ class SessionTasks(RequestHandler):
                                              "ASCII characters without spaces")
         await blocking(sessions.check_callback_url, self.s, config.url)
 
-    async def _set_push(self, principal: Principal, task_id: str,
+    async def _set_push(self, principal: Principal, session_id: str,
                         config: TaskPushNotificationConfig) -> TaskPushNotificationConfig:
-        """Store a checked config (:meth:`_check_push`) as the task's callback."""
-        config_id = config.id or DEFAULT_PUSH_CONFIG_ID
-        await blocking(self.s.sessions.set_callback, task_id, user_id_of(principal),
-                       callback_url=config.url, callback_token=config.token or None,
-                       callback_id=config_id, callback_format=A2A_FORMAT)
-        return TaskPushNotificationConfig(id=config_id, task_id=task_id, url=config.url,
+        """Store a checked config (:meth:`_check_push`) as the context's callback: it
+        pushes each of the context's tasks' updates, each naming its task."""
+        await blocking(self.s.sessions.set_callback, session_id, user_id_of(principal),
+                       **_callback(config))
+        return TaskPushNotificationConfig(id=config.id or DEFAULT_PUSH_CONFIG_ID,
+                                          task_id=config.task_id, url=config.url,
                                           token=config.token)
 
     async def _push_config(self, principal: Principal, task_id: str
-                           ) -> TaskPushNotificationConfig | None:
-        session = await self._session(principal, task_id)
+                           ) -> tuple[Session, TaskPushNotificationConfig | None]:
+        session, query_id = await self._find(principal, task_id)
+        await blocking(tasks.check_task, self.s, session.session_id, query_id)
         if session.callback_format != A2A_FORMAT or not session.callback_url:
-            return None
-        return TaskPushNotificationConfig(id=session.callback_id or DEFAULT_PUSH_CONFIG_ID,
-                                          task_id=task_id, url=session.callback_url,
-                                          token=session.callback_token or "")
+            return session, None
+        return session, TaskPushNotificationConfig(
+            id=session.callback_id or DEFAULT_PUSH_CONFIG_ID, task_id=task_id,
+            url=session.callback_url, token=session.callback_token or "")
 
     async def on_create_task_push_notification_config(
             self, params: TaskPushNotificationConfig, context: ServerCallContext
     ) -> TaskPushNotificationConfig:
         async def create() -> TaskPushNotificationConfig:
             principal = self._principal(context)
-            await self._session(principal, params.task_id)
+            session, _ = await self._push_config(principal, params.task_id)
             await self._check_push(params)
-            return await self._set_push(principal, params.task_id, params)
+            return await self._set_push(principal, session.session_id, params)
 
         return await self._call(create)
 
@@ -547,7 +689,7 @@ class SessionTasks(RequestHandler):
             self, params: GetTaskPushNotificationConfigRequest, context: ServerCallContext
     ) -> TaskPushNotificationConfig:
         async def get() -> TaskPushNotificationConfig:
-            config = await self._push_config(self._principal(context), params.task_id)
+            _, config = await self._push_config(self._principal(context), params.task_id)
             if config is None or (params.id and params.id != config.id):
                 raise InvalidParamsError(message=f"task {params.task_id} has no push "
                                                  f"notification config {params.id!r}")
@@ -559,7 +701,7 @@ class SessionTasks(RequestHandler):
             self, params: ListTaskPushNotificationConfigsRequest, context: ServerCallContext
     ) -> ListTaskPushNotificationConfigsResponse:
         async def listing() -> ListTaskPushNotificationConfigsResponse:
-            config = await self._push_config(self._principal(context), params.task_id)
+            _, config = await self._push_config(self._principal(context), params.task_id)
             return ListTaskPushNotificationConfigsResponse(configs=[config] if config else [])
 
         return await self._call(listing)
@@ -569,9 +711,9 @@ class SessionTasks(RequestHandler):
     ) -> None:
         async def delete() -> None:
             principal = self._principal(context)
-            config = await self._push_config(principal, params.task_id)
+            session, config = await self._push_config(principal, params.task_id)
             if config is not None and (not params.id or params.id == config.id):
-                await blocking(self.s.sessions.set_callback, params.task_id,
+                await blocking(self.s.sessions.set_callback, session.session_id,
                                user_id_of(principal), callback_url=None, callback_token=None,
                                callback_id=None, callback_format=None)
 

@@ -26,6 +26,7 @@ from typing import Any
 
 import httpx
 
+from codeshot import ids
 from codeshot.errors import CodeshotError
 from codeshot.models import Message, TaskState
 from codeshot.net.http import public_client
@@ -39,20 +40,23 @@ A2A_TOKEN_HEADER = "X-A2A-Notification-Token"  # noqa: S105 - a header's name
 PROMPT_FORMAT = "agent-protocol-prompt"
 
 
-def a2a_status_update(message: Message) -> dict[str, Any]:
-    """A2A 1.0's push body (a StreamResponse, protobuf JSON): the task (= session) is now
-    in the state this terminal message puts it in, with the message."""
-    task = message.session_id
+def a2a_status_update(message: Message, task_query: str) -> dict[str, Any]:
+    """A2A 1.0's push body (a StreamResponse, protobuf JSON): the task that
+    ``task_query`` began in the session (its context) is now in the state this terminal
+    message puts it in, with the message."""
+    task, context = ids.task_id(message.session_id, task_query), message.session_id
     when = message.timestamp.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
-    return {"statusUpdate": {"taskId": task, "contextId": task, "status": {
+    return {"statusUpdate": {"taskId": task, "contextId": context, "status": {
         "state": "TASK_STATE_" + TaskState.of_reply(message).name, "timestamp": when,
-        "message": {"messageId": message.message_id, "taskId": task, "contextId": task,
+        "message": {"messageId": message.message_id, "taskId": task, "contextId": context,
                     "role": "ROLE_AGENT", "parts": [{"text": message.text}]}}}}
 
 
-def event_body(message: Message, form: str | None = None) -> bytes:
+def event_body(message: Message, form: str | None = None, task_query: str | None = None
+               ) -> bytes:
     if form == A2A_FORMAT:
-        return json.dumps(a2a_status_update(message), separators=(",", ":")).encode()
+        update = a2a_status_update(message, task_query or message.in_reply_to or "")
+        return json.dumps(update, separators=(",", ":")).encode()
     event = {
         "type": message.type.value,
         "session": message.session_id,
@@ -95,8 +99,9 @@ def deliver(url: str, body: bytes, token: str, *, allow_loopback: bool, timeout:
 
 
 def sign_event(sign: Any, issuer: str, url: str, message: Message,
-               form: str | None = None) -> tuple[bytes, str]:
-    """(body, token) for ``message``; ``sign(claims)`` signs with the platform's key."""
-    body = event_body(message, form)
+               form: str | None = None, task_query: str | None = None) -> tuple[bytes, str]:
+    """(body, token) for ``message`` (of the A2A task ``task_query`` began, for an A2A
+    config; default: the turn's own); ``sign(claims)`` signs with the platform's key."""
+    body = event_body(message, form, task_query)
     return body, sign(event_claims(issuer, url, message.session_id, body))
 

@@ -38,6 +38,7 @@ from codeshot.models import (
     MessageType,
     Session,
     SessionStatus,
+    stamp,
 )
 from codeshot.runner import metrics
 from codeshot.runner.agent_client import AgentClient
@@ -150,6 +151,13 @@ class SessionMemory:
         return max(0, bound - len(read))
 
 
+def _task_of(query: Message, paused: dict[str, Any] | None) -> str:
+    """The query that began the task ``query`` belongs to (the A2A task its reply is
+    pushed for): the paused program's, when it answers that program's question (kept in
+    its state; one paused before states kept it: its own), else ``query`` itself."""
+    return str((paused or {}).get("task") or query.message_id)
+
+
 class SessionRunner:
     def __init__(self, services: Services, llm: Any | None = None) -> None:
         self.s = services
@@ -172,6 +180,7 @@ class SessionRunner:
             return
         session, recent, query, history = pending
         paused = recent.state if session.status is SessionStatus.AWAITING_INPUT else None
+        task = _task_of(query, paused)
         trace: list[Message] = []
         deadline = query_deadline(self.s.settings)
         book = EmbedBook(self.s.embeds, self._fetch_embed, given=query.embeds,
@@ -183,12 +192,12 @@ class SessionRunner:
             with running_query(self.s, session.owner, query.message_id) as lease:
                 try:
                     outcome, program_state = self._run(session, query, paused, history,
-                                                       trace, book, deadline)
+                                                       trace, book, deadline, task)
                 except CodeshotError as exc:
                     outcome, program_state = failure_outcome(exc), None
                 try:
                     self._finish(session, query, outcome, program_state, trace, book, lease,
-                                 had_state=recent.state is not None)
+                                 had_state=recent.state is not None, task=task)
                 except CodeshotError as exc:
                     # The run's Funcs may have run: the store's trouble keeps the slot held
                     # (not a refusal, which gives it back), so the redelivery answers
@@ -202,7 +211,7 @@ class SessionRunner:
             lease = Lease(self.s, session.owner, query.message_id)
             try:
                 self._finish(session, query, failure_outcome(exc), None, trace, book, lease,
-                             had_state=recent.state is not None)
+                             had_state=recent.state is not None, task=task)
             except Exception:
                 if final_attempt:  # no delivery comes after: not held till it lapses
                     lease.release()
@@ -212,7 +221,8 @@ class SessionRunner:
             # The reply asks for the message again: a paused program stays paused (its
             # state and status untouched), so the answer sent again resumes it.
             self._finish(session, query, failure_outcome(exc), None, trace, book,
-                         had_state=recent.state is not None, keep_pause=paused is not None)
+                         had_state=recent.state is not None, task=task,
+                         keep_pause=paused is not None)
             return
         except Exception:
             if not final_attempt:
@@ -222,7 +232,7 @@ class SessionRunner:
                                      AgentFailed.code)
             trace.clear()  # what failed to be written, perhaps: the answer alone is
         self._finish(session, query, outcome, None, trace, book,
-                     had_state=recent.state is not None)
+                     had_state=recent.state is not None, task=task)
 
     def give_up(self, work: Work) -> None:
         """``work`` on its last delivery, never started (behind a query of its session that
@@ -243,8 +253,9 @@ class SessionRunner:
         # As on a last attempt that failed, a paused program ends: its question is no
         # longer the session's newest, so an answer sent again starts a new query.
         nothing = EmbedBook(self.s.embeds, self._fetch_embed)
+        paused = recent.state if session.status is SessionStatus.AWAITING_INPUT else None
         self._finish(session, query, outcome, None, [], nothing,
-                     had_state=recent.state is not None)
+                     had_state=recent.state is not None, task=_task_of(query, paused))
 
     def _pending(self, work: Work, final: bool
                  ) -> tuple[Session, Recent, Message, list[Message]] | None:
@@ -351,7 +362,7 @@ class SessionRunner:
     # -- running -----------------------------------------------------------------------
     def _run(self, session: Session, query: Message, paused: dict[str, Any] | None,
              recent: list[Message], trace: list[Message], book: EmbedBook,
-             deadline: float) -> tuple[Outcome, dict[str, Any] | None]:
+             deadline: float, task: str) -> tuple[Outcome, dict[str, Any] | None]:
         settings = self.s.settings
         memory = self._memory(session, query, recent)
         # The newest embeds only, those a prompt can list: a session may have thousands
@@ -402,7 +413,7 @@ class SessionRunner:
                 outcome = program.resume(paused["state"], query.text)
             else:
                 outcome = program.run(query.text)
-            state = {"program": owner_id, "state": outcome.state} \
+            state = {"program": owner_id, "state": outcome.state, "task": task} \
                 if outcome.status is Status.AWAITING_INPUT else None
             return outcome, state
         finally:
@@ -460,12 +471,12 @@ class SessionRunner:
     # -- finishing, exactly once -------------------------------------------------------
     def _finish(self, session: Session, query: Message, outcome: Outcome,
                 program_state: dict[str, Any] | None, trace: list[Message], book: EmbedBook,
-                lease: Lease | None = None, *, had_state: bool, keep_pause: bool = False
-                ) -> None:
+                lease: Lease | None = None, *, had_state: bool, task: str,
+                keep_pause: bool = False) -> None:
         """Store the reply (and the trace) once. The session is left waiting on
         ``program_state``'s question, or idle with a paused program it had (``had_state``)
         dropped; with ``keep_pause`` (the query did not run) its status and paused program
-        are left as they are."""
+        are left as they are. ``task``: the A2A task the reply is pushed for."""
         table = self.s.sessions.table_name
         reply_id = ids.ulid()
         state_item = self.s.sessions.state_item(session.session_id, program_state, reply_id) \
@@ -487,7 +498,7 @@ class SessionRunner:
         )
         key = {"session_id": {"S": session.session_id}}
         expression = "SET modified = :m"
-        values: dict[str, AttributeValueTypeDef] = {":m": {"S": reply.timestamp.isoformat()}}
+        values: dict[str, AttributeValueTypeDef] = {":m": {"S": stamp(reply.timestamp)}}
         if not keep_pause:
             status = SessionStatus.AWAITING_INPUT if program_state else SessionStatus.IDLE
             expression += ", #s = :s"
@@ -539,7 +550,7 @@ class SessionRunner:
             if reply.type is MessageType.AWAITING_INPUT:
                 self._prompt(session, reply)
         elif session.callback_url:
-            self._notify(session, reply)
+            self._notify(session, reply, task)
 
     def _prompt(self, session: Session, question: Message) -> None:
         """Queue the question for the task's callback (codeshot.usecases.prompts); if it
@@ -563,12 +574,12 @@ class SessionRunner:
         return PromptWork(session.session_id, question.message_id,
                           time.time() + self.s.settings.prompt_deadline_seconds)
 
-    def _notify(self, session: Session, reply: Message) -> None:
+    def _notify(self, session: Session, reply: Message, task: str) -> None:
         from codeshot.runner.callbacks import A2A_TOKEN_HEADER, deliver, sign_event
 
         url = session.callback_url or ""
         body, token = sign_event(self.s.auth.sign, self.s.auth.issuer, url, reply,
-                                 session.callback_format)
+                                 session.callback_format, task)
         extra = {A2A_TOKEN_HEADER: session.callback_token} if session.callback_token else {}
         deliver(url, body, token, allow_loopback=self.s.settings.local_mode,
                 extra_headers=extra)

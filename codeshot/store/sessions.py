@@ -12,8 +12,9 @@ from __future__ import annotations
 import functools
 import json
 import time
-from collections.abc import Callable, Collection, Iterator
+from collections.abc import Callable, Collection, Iterator, Mapping
 from dataclasses import dataclass
+from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 from botocore.exceptions import ClientError
@@ -26,6 +27,7 @@ from codeshot.models import (
     MessageType,
     Session,
     SessionStatus,
+    stamp,
     utcnow,
 )
 from codeshot.store.base import Repository
@@ -85,6 +87,8 @@ PURGE_PAGES = 20
 # A user's one-time keys for new sessions live in a partition of their own,
 # GUARD#<owner>, item <key> -> the session made for it (no owner attribute: not listed).
 GUARD_PARTITION = "GUARD#"
+CALLBACK_FIELDS = frozenset({"callback_url", "callback_token", "callback_id",
+                             "callback_format"})
 
 
 @dataclass(frozen=True)
@@ -383,7 +387,7 @@ class SessionStore(Repository):
             "ExpressionAttributeNames": {"#s": "status"},
             "ExpressionAttributeValues": {
                 ":s": {"S": status.value},
-                ":m": {"S": utcnow().isoformat()},
+                ":m": {"S": stamp(utcnow())},
             },
         }
         if expected is not None:
@@ -448,20 +452,42 @@ class SessionStore(Repository):
         keys.sort(key=lambda k: k["item"]["S"] == SESSION_ITEM)
         batch_write(self.db, self.table_name, [{"DeleteRequest": {"Key": k}} for k in keys])
 
-    def owner_update(self, session_id: str, owner: str, new_embeds: int = 0) -> UpdateTypeDef:
+    def owner_update(self, session_id: str, owner: str, new_embeds: int = 0,
+                     modified: datetime | None = None,
+                     callback: Mapping[str, str | None] | None = None) -> UpdateTypeDef:
         """The transaction Update that checks ``owner`` has the session (a post's own write
-        is its ownership check: no read first) and counts newly bound embeds."""
+        is its ownership check: no read first), and with ``modified`` that it is unchanged
+        since a read saw that (every post and reply sets it), counts newly bound embeds,
+        and sets (a value) or removes (None) the ``callback`` fields (see
+        :meth:`set_callback`): written only with the post."""
         values: dict[str, AttributeValueTypeDef] = {":o": {"S": owner},
-                                                     ":m": {"S": utcnow().isoformat()}}
+                                                     ":m": {"S": stamp(utcnow())}}
+        condition = "attribute_exists(session_id) AND #o = :o"
+        if modified is not None:
+            # Also as written before every write kept microseconds (none when zero).
+            condition += " AND modified IN (:seen, :seen_short)"
+            values[":seen"] = {"S": stamp(modified)}
+            values[":seen_short"] = {"S": modified.isoformat()}
         update = "SET modified = :m"
+        names = {"#o": "owner"}
+        removes = []
+        for name, value in (callback or {}).items():
+            assert name in CALLBACK_FIELDS, name
+            names[f"#{name}"] = name
+            if value is None:
+                removes.append(f"#{name}")
+            else:
+                update += f", #{name} = :{name}"
+                values[f":{name}"] = {"S": value}
         if new_embeds:
             update += " ADD embed_count :n"
             values[":n"] = {"N": str(new_embeds)}
+        if removes:
+            update += " REMOVE " + ", ".join(removes)
         update, values = self.touch(update, values)
         return {"TableName": self.table_name, "Key": _key(session_id, SESSION_ITEM),
                 "UpdateExpression": update, "ExpressionAttributeValues": values,
-                "ConditionExpression": "attribute_exists(session_id) AND #o = :o",
-                "ExpressionAttributeNames": {"#o": "owner"}}
+                "ConditionExpression": condition, "ExpressionAttributeNames": names}
 
     def recent(self, session_id: str, messages: int) -> Recent:
         """The session, its paused program and its ``messages`` newest messages, in one
@@ -563,11 +589,13 @@ class SessionStore(Repository):
         token: str | None = None,
         newest_first: bool = False,
         after: str | None = None,
+        before: str | None = None,
     ) -> Page[Message]:
         """``limit`` messages in time order (or newest first); ``after`` = only those newer
-        than that message id. DynamoDB ends a query at 1 MB, so this reads on from where it
-        stopped until the page is full, the log ends or PAGE_READS reads are done (about
-        4 MB: a page must fit Lambda's 6 MB response); ``next_token`` says if more follow."""
+        than that message id, ``before`` (newest first) = only those older. DynamoDB ends
+        a query at 1 MB, so this reads on from where it stopped until the page is full,
+        the log ends or PAGE_READS reads are done (about 4 MB: a page must fit Lambda's
+        6 MB response); ``next_token`` says if more follow."""
         lookup_key(session_id, "session")
         limit = clamp_limit(limit, default=100, maximum=1000)
         kwargs: dict[str, Any] = {
@@ -579,8 +607,9 @@ class SessionStore(Repository):
             "ConsistentRead": True,
         }
         start = decode_token(token, {"session_id": session_id}, SESSIONS.page_key())
-        if start is None and after:
-            start = _key(session_id, MSG_PREFIX + after)
+        assert before is None or (newest_first and after is None), "before: newest first"
+        if start is None and (after or before):
+            start = _key(session_id, MSG_PREFIX + (after or before or ""))
         items, last = fill_page(self.db, kwargs, start, limit, PAGE_READS)
         return Page([_message(from_item(i)) for i in items], encode_token(last))
 
@@ -592,10 +621,11 @@ class SessionStore(Repository):
         return every_page(lambda token: self.list_messages(session_id, limit=1000, token=token))
 
     def _matching(self, session_id: str, types: Collection[MessageType], first: str | None,
-                  before: str | None, condition: str = "", keys_only: bool = False
-                  ) -> Iterator[dict[str, Any]]:
+                  before: str | None, condition: str = "", keys_only: bool = False,
+                  newest_first: bool = False) -> Iterator[dict[str, Any]]:
         """The session's messages of ``types`` from ``first`` to just before ``before``
-        (message ids; None: the log's ends), filtered in DynamoDB: only they come back."""
+        (message ids; None: the log's ends), filtered in DynamoDB: only they come back,
+        a page at a time as they are taken."""
         lookup_key(session_id, "session")
         names = [f":t{n}" for n in range(len(types))]
         values: dict[str, Any] = {":s": {"S": session_id},
@@ -607,7 +637,8 @@ class SessionStore(Repository):
             "KeyConditionExpression": "session_id = :s AND #i BETWEEN :a AND :b",
             "FilterExpression": f"#t IN ({', '.join(names)})" + condition,
             "ExpressionAttributeNames": {"#i": "item", "#t": "type"},
-            "ExpressionAttributeValues": values, "ConsistentRead": True}
+            "ExpressionAttributeValues": values, "ConsistentRead": True,
+            "ScanIndexForward": not newest_first}
         if keys_only:
             kwargs["ProjectionExpression"] = "#i"
         for out in query_pages(self.db, kwargs):
@@ -758,18 +789,21 @@ class SessionStore(Repository):
     def delete_state(self, session_id: str) -> None:
         self.db.delete_item(TableName=self.table_name, Key=_key(session_id, STATE_ITEM))
 
-    def end_pause(self, message: Message, owner: str | None = None) -> None:
+    def end_pause(self, message: Message, owner: str | None = None,
+                  also: list[TransactWriteItemTypeDef] | None = None,
+                  any_question: bool = False) -> None:
         """End a paused program without resuming it: ``message`` (an error saying why, in
         reply to the question) is stored, the paused state dropped and the session idle
-        again, in one transaction that holds only while the session still awaits input
-        (and is ``owner``'s) and its paused program still waits on that question: the
-        caller read it as pending, but the user may have answered it since and the agent
-        asked another."""
+        again, with the writes ``also``, in one transaction that holds only while the
+        session still awaits input (and is ``owner``'s) and its paused program still waits
+        on that question: the caller read it as pending, but the user may have answered it
+        since and the agent asked another. ``any_question``: whichever it waits on (the
+        caller holds the answer to it, which could not be queued)."""
         condition = "#s = :awaiting" + (" AND #o = :o" if owner else "")
         values: dict[str, AttributeValueTypeDef] = {
             ":awaiting": {"S": SessionStatus.AWAITING_INPUT.value},
             ":idle": {"S": SessionStatus.IDLE.value},
-            ":m": {"S": message.timestamp.isoformat()}}
+            ":m": {"S": stamp(message.timestamp)}}
         names = {"#s": "status"}
         if owner:
             values[":o"] = {"S": owner}
@@ -777,7 +811,8 @@ class SessionStore(Repository):
         update, values = self.touch("SET #s = :idle, modified = :m", values)
         state: DeleteTypeDef = {"TableName": self.table_name,
                                 "Key": _key(message.session_id, STATE_ITEM)}
-        if message.in_reply_to:  # a program paused before questions were kept passes
+        # Still that question (a program paused before questions were kept passes).
+        if message.in_reply_to and not any_question:
             state["ConditionExpression"] = "attribute_not_exists(#q) OR #q = :q"
             state["ExpressionAttributeNames"] = {"#q": "question"}
             state["ExpressionAttributeValues"] = {":q": {"S": message.in_reply_to}}
@@ -794,6 +829,7 @@ class SessionStore(Repository):
                          "ConditionExpression": "attribute_not_exists(#i)",
                          "ExpressionAttributeNames": {"#i": "item"}}},
                 {"ConditionCheck": self.unless_deleted(message.session_id)},
+                *(also or []),
             ]))
         except self.db.exceptions.TransactionCanceledException as exc:
             if "ConditionalCheckFailed" not in cancelled_by(exc):  # busy even after retries
@@ -804,8 +840,7 @@ class SessionStore(Repository):
         """Set (a value) or remove (None) the session's callback fields (``callback_url``,
         ``callback_token``, ``callback_id``, ``callback_format``); others' sessions look
         absent."""
-        allowed = {"callback_url", "callback_token", "callback_id", "callback_format"}
-        assert set(fields) <= allowed, fields
+        assert set(fields) <= CALLBACK_FIELDS, fields
         sets = [f"#{k} = :{k}" for k, v in fields.items() if v is not None]
         removes = [f"#{k}" for k, v in fields.items() if v is None]
         expression = (("SET " + ", ".join(sets)) if sets else "") + \

@@ -12,14 +12,15 @@ import asyncio
 import base64
 import binascii
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Mapping
 from dataclasses import dataclass
+from datetime import datetime
 from typing import TYPE_CHECKING
 
 from botocore.exceptions import ClientError
 
 from codeshot import ids
-from codeshot.errors import AgentUnavailable, Conflict, InvalidInput, NotFound
+from codeshot.errors import AgentUnavailable, Changed, Conflict, InvalidInput, NotFound
 from codeshot.models import (
     MAX_EMBEDS_PER_MESSAGE,
     Embed,
@@ -137,8 +138,14 @@ class Messaging:
         text: str,
         embeds: list[EmbedUpload] | None = None,
         idempotency_key: str | None = None,
+        unchanged_since: datetime | None = None,
+        callback: Mapping[str, str | None] | None = None,
     ) -> tuple[Message, bool]:
-        """Store and enqueue a user message; returns (message, newly_created)."""
+        """Store and enqueue a user message; returns (message, newly_created). With
+        ``unchanged_since`` (the session's ``modified`` as a check read it), only if no
+        post or reply came since: else CHANGED (:class:`Changed`), nothing written. The
+        session's ``callback`` fields (see :meth:`SessionStore.set_callback`) are written
+        with the message: a refused or repeated post changes none."""
         user_id = user_id_of(principal)
         embeds = embeds or []
         self._check_text(text, bool(embeds))
@@ -179,7 +186,8 @@ class Messaging:
                 UPLOAD_BYTES, user_id, allowance, amount=inline_bytes)})
         table = self.s.sessions.table_name
         items += [
-            {"Update": self.s.sessions.owner_update(session_id, user_id, len(new_embeds))},
+            {"Update": self.s.sessions.owner_update(
+                session_id, user_id, len(new_embeds), unchanged_since, callback)},
             {"ConditionCheck": self.s.sessions.unless_deleted(session_id)},
             {"Put": {"TableName": table, "Item": self.s.sessions.message_item(message),
                      "ConditionExpression": "attribute_not_exists(#i)",
@@ -207,8 +215,13 @@ class Messaging:
             for (what, most), reason in zip(charges, reasons):
                 if reason == "ConditionalCheckFailed":
                     raise self.s.usage.rate_limited(what, most, "day") from exc
-            # The session: gone, not the poster's, or its deletion begun.
-            if "ConditionalCheckFailed" in reasons[len(charges):len(charges) + 2]:
+            # The session: gone, not the poster's, changed since the check, or its
+            # deletion begun.
+            session_reasons = reasons[len(charges):len(charges) + 2]
+            if "ConditionalCheckFailed" in session_reasons:
+                if unchanged_since and session_reasons[0] == "ConditionalCheckFailed":
+                    self.s.sessions.get(session_id, owner=user_id)  # NOT_FOUND if gone
+                    raise Changed(f"session {session_id} changed meanwhile") from exc
                 raise NotFound(f"session {session_id} not found") from exc
             if reasons:
                 raise Conflict("the message collided with a concurrent change; retry") from exc
@@ -280,7 +293,9 @@ class Messaging:
         except Exception as exc:
             # Never leave a query that no runner will answer: close it with an error, its
             # answer (the marker: a retry under its key queues it again, and the runner
-            # must skip it however far back it is).
+            # must skip it however far back it is). An answer to a paused program's
+            # question ends that program too, as a cancel does: the session's next message
+            # starts afresh rather than resuming it.
             error = Message(
                 session_id=session_id, message_id=ids.ulid(), type=MessageType.ERROR,
                 text="The platform could not queue this message; please send it again.",
@@ -288,18 +303,21 @@ class Messaging:
                 error_code=AgentUnavailable.code,
             )
             sessions = self.s.sessions
+            marker: TransactWriteItemTypeDef = {"Put": sessions.answer_item(
+                session_id, message.message_id, error.message_id)}
             try:
-                sessions.db.transact_write_items(TransactItems=[
-                    {"ConditionCheck": sessions.unless_deleted(session_id)},
-                    {"Put": sessions.answer_item(session_id, message.message_id,
-                                                 error.message_id)},
-                    {"Put": {"TableName": sessions.table_name,
-                             "Item": sessions.message_item(error)}},
-                ])
-            except sessions.db.exceptions.TransactionCanceledException as cancelled:
-                if cancelled_by(cancelled)[:1] == ["ConditionalCheckFailed"]:
-                    raise NotFound(f"session {session_id} not found") from exc
-                raise
+                # an answer to a question: the paused program ends with it, as a cancel
+                sessions.end_pause(error, also=[marker], any_question=True)
+            except Conflict:  # not paused: only the query is closed
+                try:
+                    sessions.db.transact_write_items(TransactItems=[
+                        {"ConditionCheck": sessions.unless_deleted(session_id)}, marker,
+                        {"Put": {"TableName": sessions.table_name,
+                                 "Item": sessions.message_item(error)}}])
+                except sessions.db.exceptions.TransactionCanceledException as cancelled:
+                    if cancelled_by(cancelled)[:1] == ["ConditionalCheckFailed"]:
+                        raise NotFound(f"session {session_id} not found") from exc
+                    raise
             raise AgentUnavailable("the platform could not queue the message; please send "
                                    "it again") from exc
 

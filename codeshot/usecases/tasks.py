@@ -1,19 +1,26 @@
 """Sessions as the tasks of agent protocols: MCP's ``ask``, A2A tasks.
 
-A task is a session and a turn is one user message with the agent's terminal reply
-(response, error, or a question: ``awaiting_input``). Every protocol reads the same
-data GraphQL, the console and the Fixie endpoints read; only the names differ. The
-state of a task is the state of its newest turn (:func:`state_of`).
+A turn is one user message with the agent's terminal reply (response, error, or a
+question: ``awaiting_input``). MCP and the Agent Protocol see a session as one task whose
+state is its newest turn's (:func:`state_of`). A2A's tasks are immutable once finished,
+so there a session is a context and a task a :class:`Chain`: a turn and the turns that
+answer its questions (:func:`chains`), read from its first message on (:func:`read_task`).
+Every protocol reads the same data GraphQL, the console and the Fixie endpoints read;
+only the names differ.
 
 A listing of tasks reads a few of each one's messages, never its whole log
-(:func:`newest`): its state, newest answer and what came with them; an A2A task read
-alone shows its newest ``SHOWN_MESSAGES``.
+(:func:`newest`, :func:`newest_task`): its state, newest answer and what came with them;
+an A2A task read alone shows its newest ``SHOWN_MESSAGES``. No read scans a log: a turn's
+start is found from its last message by the ids it replies to (:func:`turn_before`), so
+what an A2A request costs is bounded by its page size and ``TASK_READS``/``TASK_TURNS``,
+never by the session's size.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from datetime import datetime
 
 from codeshot import ids
 from codeshot.errors import Canceled, Conflict, InvalidInput, NotFound
@@ -27,6 +34,9 @@ from codeshot.usecases.users import user_id_of
 
 LISTED_MESSAGES = 10  # a task listing reads at most this many of each task's messages
 SHOWN_MESSAGES = 100  # an A2A task (GetTask, SendMessage's answer) shows its newest ones
+TASK_PAGE = 200  # an older A2A task is read from its first message on, this many a page
+TASK_READS = 10  # ... in at most this many pages (2,000 messages): a longer one is refused
+TASK_TURNS = 100  # questions an A2A task is read back through, at most
 _CHAIN = 3  # a step or reply -> the question it answers -> the query: the turn's query
 
 
@@ -64,12 +74,68 @@ def turns(messages: Sequence[Message]) -> list[Turn]:
     return out
 
 
-def newest(services: Services, session_id: str, limit: int = LISTED_MESSAGES
-           ) -> list[Message]:
-    """The session's newest ``limit`` messages in time order, led by its newest turn's
-    query when that turn has more steps than ``limit`` (so :func:`turns` gives its
-    state): one page of ``limit`` and at most three single reads, however long the log."""
-    found = services.sessions.newest_messages(session_id, limit)
+@dataclass(frozen=True)
+class Chain:
+    """An A2A task: a turn, and each later turn that answered the question the one
+    before it ended with (the runner resumes a paused program with the session's next
+    message), with the messages of them all."""
+
+    turns: tuple[Turn, ...]
+    messages: tuple[Message, ...] = ()
+
+    @property
+    def first(self) -> Message:
+        """The user message that began it: its id names the task."""
+        return self.turns[0].query
+
+    @property
+    def state(self) -> TaskState:
+        return self.turns[-1].state
+
+    @property
+    def replies(self) -> list[Message]:
+        return [t.reply for t in self.turns if t.reply is not None]
+
+
+def chains(messages: Sequence[Message]) -> list[Chain]:
+    """The tasks (:class:`Chain`) of a run of a session's messages, in order, each with
+    its own messages (steps of a turn whose query is not among them are left out)."""
+    found = turns(messages)
+    out: list[Chain] = []
+    at: list[int] = []  # turn index -> chain index
+    for turn in found:
+        if out and out[-1].state is TaskState.INPUT_REQUIRED:
+            out[-1] = Chain((*out[-1].turns, turn))
+        else:
+            out.append(Chain((turn,)))
+        at.append(len(out) - 1)
+    owner: dict[str, int] = {}  # a query or a question -> its chain
+    for index, turn in enumerate(found):
+        owner[turn.query.message_id] = at[index]
+        if turn.reply is not None:
+            owner[turn.reply.message_id] = at[index]
+    members: list[list[Message]] = [[] for _ in out]
+    for message in messages:
+        chain = owner.get(message.message_id, owner.get(message.in_reply_to or ""))
+        if chain is not None:
+            members[chain].append(message)
+    return [Chain(c.turns, tuple(m)) for c, m in zip(out, members)]
+
+
+FINISHED = frozenset({TaskState.COMPLETED, TaskState.FAILED, TaskState.CANCELED})
+
+
+def first_query(services: Services, session_id: str, query_id: str) -> Message:
+    """The user message that began a task (NOT_FOUND: no user message of that id)."""
+    first = services.sessions.get_message(session_id, query_id)
+    if first.type is not MessageType.QUERY:
+        raise NotFound(f"task {query_id} not found")
+    return first
+
+
+def _led(services: Services, session_id: str, found: list[Message]) -> list[Message]:
+    """``found`` (in time order) led by the messages its last one replies to, up to its
+    turn's query: at most ``_CHAIN`` single reads of those older than ``found``."""
     by_id = {m.message_id: m for m in found}
     current = found[-1] if found else None
     for _ in range(_CHAIN):
@@ -85,6 +151,139 @@ def newest(services: Services, session_id: str, limit: int = LISTED_MESSAGES
             by_id[parent.message_id] = parent
         current = parent
     return found
+
+
+def newest(services: Services, session_id: str, limit: int = LISTED_MESSAGES
+           ) -> list[Message]:
+    """The session's newest ``limit`` messages in time order, led by its newest turn's
+    query when that turn has more steps than ``limit`` (so :func:`turns` gives its
+    state): one page of ``limit`` and at most three single reads, however long the log."""
+    return _led(services, session_id, services.sessions.newest_messages(session_id, limit))
+
+
+def turn_before(services: Services, session_id: str, message_id: str) -> list[Message]:
+    """The turn that ended just before ``message_id`` (what tells whether that message
+    answered its question): the message before it, led by its turn's query and the
+    question it answers; one read of one item and at most ``_CHAIN`` single reads, however
+    many steps that turn took. Empty at the log's start."""
+    before = services.sessions.list_messages(session_id, limit=1, newest_first=True,
+                                             before=message_id).items
+    return _led(services, session_id, before)
+
+
+def _from_first(services: Services, session_id: str, messages: list[Message]
+                ) -> tuple[list[Message], list[Message]]:
+    """``messages`` (in time order, from a turn's query on) led by the user messages and
+    answers of the turns whose questions it answered, back to its task's first message:
+    per turn, what :func:`turn_before` reads; at most ``TASK_TURNS`` turns. And the turn
+    before the task (the end of the one before it), as read."""
+    for _ in range(TASK_TURNS):
+        first = next((m for m in messages if m.type is MessageType.QUERY), None)
+        if first is None:
+            return messages, []
+        before = turn_before(services, session_id, first.message_id)
+        found = turns(before)
+        if not found or found[-1].state is not TaskState.INPUT_REQUIRED:
+            return messages, before
+        messages = [*before, *messages]
+    raise Conflict(f"this task asked more than {TASK_TURNS} questions: A2A does not read "
+                   "it (read the context's messages)")
+
+
+def first_of(services: Services, session_id: str, query: Message) -> str:
+    """The id of the first message of the task a user message belongs to (itself, or
+    the first of the task whose question it answered: see :func:`_from_first`)."""
+    messages, _ = _from_first(services, session_id, [query])
+    return next(m.message_id for m in messages if m.type is MessageType.QUERY)
+
+
+def _merged(*runs: Sequence[Message]) -> list[Message]:
+    """Messages of several reads, each once, in time order (ids are ULIDs)."""
+    return sorted({m.message_id: m for run in runs for m in run}.values(),
+                  key=lambda m: m.message_id)
+
+
+def check_task(services: Services, session_id: str, query_id: str
+               ) -> tuple[Message, list[Message]]:
+    """The user message that began a task, and the turn before it (NOT_FOUND: no user
+    message of that id, or one that answered the question of the task before it)."""
+    first = first_query(services, session_id, query_id)
+    before = turn_before(services, session_id, query_id)
+    found = turns(before)
+    if found and found[-1].state is TaskState.INPUT_REQUIRED:
+        raise NotFound(f"task {query_id} not found: that message answered a question of "
+                       "the task before it")
+    return first, before
+
+
+def read_task(services: Services, session_id: str, query_id: str) -> Chain:
+    """The task that ``query_id`` began in a session the caller was checked to own
+    (NOT_FOUND: see :func:`check_task`), read from that message on, ``TASK_PAGE`` at a
+    time, until its last turn is over or the log ends: a task costs its own messages and
+    a page after them, at most ``TASK_READS`` pages however long the log. A task longer
+    than that is read as :func:`newest_task` reads it if it is its context's newest (its
+    newest ``SHOWN_MESSAGES``), else refused."""
+    first, before = check_task(services, session_id, query_id)
+    read, token = [first], None
+    for _ in range(TASK_READS):
+        page = services.sessions.list_messages(session_id, limit=TASK_PAGE, token=token,
+                                               after=query_id)
+        read += page.items
+        found = chains([*before, *read])
+        at = next(n for n, c in enumerate(found) if c.first.message_id == query_id)
+        # Over once another task began after its last turn ended, or the log ends.
+        if (len(found) > at + 1 and found[at].turns[-1].reply is not None) or \
+                not page.next_token:
+            return found[at]
+        token = page.next_token
+    newest_one = newest_task(services, session_id, SHOWN_MESSAGES)
+    if newest_one is not None and newest_one.first.message_id == query_id:
+        return newest_one
+    raise Conflict(f"task {query_id} has more than {TASK_READS * TASK_PAGE} messages: A2A "
+                   "does not read it (read the context's messages)")
+
+
+def newest_task(services: Services, session_id: str, limit: int = LISTED_MESSAGES
+                ) -> Chain | None:
+    """The session's newest task (None: no message yet) with its newest messages: one
+    page of ``limit`` (:func:`newest`) and, when the task began before them, the user
+    messages and questions of its earlier turns (:func:`_from_first`)."""
+    window = newest(services, session_id, limit)
+    found = chains(window)
+    if len(found) == 1:  # it may have begun before the window
+        found = chains(_from_first(services, session_id, window)[0])
+    return found[-1] if found else None
+
+
+def tasks_before(services: Services, session_id: str, before: str | None, count: int,
+                 history: int = 0) -> tuple[list[Chain], str | None]:
+    """Up to ``count`` of the session's tasks that began before the message ``before``
+    (None: from the newest), newest first, each with its user messages and answers and
+    its newest ``history`` messages; and where the next page begins (None: no older
+    task). Steps are never scanned: a task costs, per turn, what :func:`turn_before`
+    reads, and one page of ``history`` messages."""
+    out: list[Chain] = []
+    last = turn_before(services, session_id, before) if before else \
+        newest(services, session_id, 1)
+    for _ in range(2 * count):  # a message whose turn expired is skipped, not listed
+        if not last:
+            return out, None
+        messages, older_end = _from_first(services, session_id, last)
+        found = chains(messages)
+        if found:
+            window = services.sessions.list_messages(
+                session_id, limit=history, newest_first=True, before=before).items[::-1] \
+                if history else []
+            found = chains(_merged(found[-1].messages, window))
+            out.append(found[-1])
+            before = found[-1].first.message_id
+        else:
+            before = last[0].message_id
+            older_end = turn_before(services, session_id, before)
+        last = older_end
+        if len(out) == count:
+            break
+    return out, before if last else None
 
 
 def state_of(messages: Sequence[Message]) -> TaskState:
@@ -112,15 +311,18 @@ def open_session(services: Services, principal: Principal, agent_id: str | None,
 async def ask(services: Services, principal: Principal, text: str, *,
               agent_id: str | None = None, session_id: str | None = None,
               embeds: list[EmbedUpload] | None = None, wait: float | None = None,
-              idempotency_key: str | None = None) -> tuple[Session, Turn]:
-    """Post ``text`` to a session (the given one, or a new one with ``agent_id``) and wait
-    (at most ``wait`` seconds, by default the reply wait) for its terminal reply."""
+              idempotency_key: str | None = None, unchanged_since: datetime | None = None,
+              callback: Mapping[str, str | None] | None = None) -> tuple[Session, Turn]:
+    """Post ``text`` to a session (the given one, or a new one with ``agent_id``; only if
+    unchanged since a check read it ``modified`` then, and with its ``callback`` fields:
+    see :meth:`Messaging.post`) and wait (at most ``wait`` seconds, by default the reply
+    wait) for its terminal reply."""
     messaging = Messaging(services)
     if session_id is None:  # nothing is made for a post that would be refused
         await blocking(messaging.precheck, principal, text, bool(embeds))
     session = await blocking(open_session, services, principal, agent_id, session_id)
     query, _ = await blocking(messaging.post, principal, session.session_id, text, embeds,
-                              idempotency_key)
+                              idempotency_key, unchanged_since, callback)
     timeout = services.settings.reply_wait_seconds if wait is None else wait
     reply = await wait_for_reply(messaging, query, timeout) if timeout > 0 else None
     return session, Turn(query, reply)

@@ -7,6 +7,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import httpx
 import pytest
 
+from codeshot import ids
 from codeshot.api.app import create_app
 from codeshot.errors import NotFound
 from codeshot.local.http_server import HttpServer
@@ -161,7 +162,8 @@ def test_protocol_endpoints_say_rate_limited_and_leak_no_aws_error(platform, mon
         "query": "hi", "session": session}}).json()
     assert asked["result"]["isError"], asked
     assert asked["result"]["content"][0]["text"].startswith("RATE_LIMITED: "), asked
-    got = platform.rpc(key, "/a2a/platform/planner", "GetTask", {"id": session}, a2a)
+    got = platform.rpc(key, "/a2a/platform/planner", "GetTask",
+                       {"id": f"{session}.{ids.ulid()}"}, a2a)
     assert got.json()["error"]["code"] == -32029, got.text
     monkeypatch.setattr(db, "get_item", get_item)
 

@@ -149,14 +149,22 @@ def test_task_listings_read_a_few_messages_per_task(platform, monkeypatch):
         # The answers among the messages read (a listing shows the newest ones).
         assert [a["parts"][0]["text"] for a in task["artifacts"]] == ["the newest answer"]
 
-    read.clear()  # One task alone: its newest messages, not its whole log either.
-    got = httpx.post(f"{platform.url}/a2a/platform/planner", headers={**auth,
-                     "A2A-Version": "1.0"}, timeout=60, json={
-        "jsonrpc": "2.0", "id": 2, "method": "GetTask", "params": {"id": made[0]}}
-    ).json()["result"]
+    def a2a(method: str, params: dict) -> dict:
+        return httpx.post(f"{platform.url}/a2a/platform/planner", timeout=60,
+                          headers={**auth, "A2A-Version": "1.0"}, json={
+            "jsonrpc": "2.0", "id": 2, "method": method, "params": params}).json()["result"]
+
+    read.clear()  # A context's tasks: its user messages and answers, never its steps.
+    in_context = a2a("ListTasks", {"contextId": made[0]})["tasks"]
+    assert len(in_context) == 2 and len(read) == 4, len(read)
+    read.clear()  # One task alone: its own messages, never the rest of the log.
+    got = a2a("GetTask", {"id": in_context[0]["id"]})
     assert got["status"]["message"]["parts"][0]["text"] == "the newest answer"
-    assert len(got["history"]) == tasks.SHOWN_MESSAGES
-    assert len(read) <= tasks.SHOWN_MESSAGES + 3, len(read)
+    assert len(got["history"]) == tasks.LISTED_MESSAGES + 7  # its query, steps and answer
+    assert len(read) <= tasks.LISTED_MESSAGES + 10, len(read)
+    older = a2a("GetTask", {"id": in_context[1]["id"]})  # its newest 100, not the log's
+    assert len(older["history"]) == tasks.SHOWN_MESSAGES
+    assert older["history"][-1]["parts"][0]["text"] == "first answer"
 
 
 def test_a_handshake_sent_a_byte_at_a_time_ends_within_its_timeout():

@@ -26,12 +26,17 @@ from a2a.types import (
     TaskPushNotificationConfig,
     TaskState,
 )
-from a2a.utils.errors import TaskNotCancelableError, TaskNotFoundError
+from a2a.utils.errors import (
+    InvalidParamsError,
+    TaskNotCancelableError,
+    TaskNotFoundError,
+    UnsupportedOperationError,
+)
 from fastapi import FastAPI, Request
 from google.protobuf.json_format import ParseDict
 
 from codeshot.local.http_server import HttpServer
-from tests.protocols.conftest import new_account, new_user
+from tests.protocols.conftest import new_account
 
 
 def user_message(text: str, task_id: str = "", context_id: str = "") -> Message:
@@ -70,12 +75,12 @@ def test_a_card_is_found_and_a_message_answered_with_the_funcs_number(stack):
     rolled = re.fullmatch(r"You rolled (\d+)\.", answer)
     assert rolled and 1 <= int(rolled.group(1)) <= 20
     assert [p.text for p in task.artifacts[0].parts] == [answer]
-    # The history is the session's message log, the Func's own result among it.
+    # The history is the turn's messages, the Func's own result among them.
     steps = [(m.metadata["type"], get_message_text(m)) for m in got.history]
     assert steps[0] == ("query", "Roll a d20")
     assert ("result", f"Func[roll] says: {rolled.group(1)}") in steps
-    assert got.id == task.id == got.context_id
-    assert stack.services.sessions.get(task.id).frontend_agent_id == "local/dice"
+    assert got.id == task.id != got.context_id == task.context_id
+    assert stack.services.sessions.get(task.context_id).frontend_agent_id == "local/dice"
 
 
 def test_the_planners_card_and_a_streamed_answer(stack):
@@ -128,6 +133,7 @@ def receiver():
 
 def test_an_input_required_task_is_answered_and_pushes_signed_updates(stack, booking, receiver):
     agent_id, made = booking
+    booked = len(made)
 
     async def exchange():
         client = await client_for(stack, stack.state["api_key"], agent_id)
@@ -138,14 +144,21 @@ def test_an_input_required_task_is_answered_and_pushes_signed_updates(stack, boo
         got = await client.get_task_push_notification_config(
             GetTaskPushNotificationConfigRequest(task_id=task.id, id=config.id))
         done = await send(client, user_message("5", task_id=task.id, context_id=task.context_id))
+        with pytest.raises(UnsupportedOperationError):  # answered and done: finished
+            await send(client, user_message("6", task_id=task.id))
         return asked, config, got, done
 
     asked, config, got, done = asyncio.run(exchange())
     assert asked.status.state == TaskState.TASK_STATE_INPUT_REQUIRED
+    # Its answer continued it: one task, both turns in its history, its answer its artifact.
+    assert (done.id, done.context_id) == (asked.id, asked.context_id)
+    assert [get_message_text(m) for m in done.history if m.role == Role.ROLE_USER] == [
+        "Book a table at Alfredo's", "5"]
+    assert len(done.artifacts) == 1
     assert get_message_text(asked.status.message) == "For how many people?"
     assert (got.url, got.token, got.id) == (receiver.url, "tok-123", config.id)
     assert done.status.state == TaskState.TASK_STATE_COMPLETED
-    assert made[-1] == "Alfredo's for 5"
+    assert made[-1] == "Alfredo's for 5" and len(made) == booked + 1
     assert "Booked Alfredo's for 5" in get_message_text(done.status.message)
     # The push: signed by the platform (JWKS), for this URL and body, in A2A's form.
     for _ in range(50):
@@ -159,7 +172,7 @@ def test_an_input_required_task_is_answered_and_pushes_signed_updates(stack, boo
     claims = jwt.decode(token, key.key, algorithms=["EdDSA"], audience=receiver.url)
     import hashlib
 
-    assert claims["sid"] == done.id
+    assert claims["sid"] == done.context_id
     assert claims["body_sha256"] == hashlib.sha256(
         json.dumps(body, separators=(",", ":")).encode()).hexdigest()
     update = ParseDict(body, StreamResponse()).status_update  # valid A2A, strictly parsed
@@ -177,11 +190,18 @@ def test_cancel_a_question_and_a_finished_task_cannot_be_canceled(stack, booking
         canceled = await client.cancel_task(CancelTaskRequest(id=task.id))
         with pytest.raises(TaskNotCancelableError):
             await client.cancel_task(CancelTaskRequest(id=task.id))
-        return canceled
+        with pytest.raises(UnsupportedOperationError, match="canceled"):  # not answerable
+            await send(client, user_message("4", task_id=task.id))
+        # The context goes on: a new task, which runs afresh (no question is pending).
+        again = await send(client, user_message("Book a table at Rita's",
+                                                context_id=task.context_id))
+        return canceled, again
 
-    canceled = asyncio.run(exchange())
+    canceled, again = asyncio.run(exchange())
     assert canceled.status.state == TaskState.TASK_STATE_CANCELED
-    assert stack.services.sessions.get(canceled.id).status.value == "idle"
+    assert again.id != canceled.id and again.context_id == canceled.context_id
+    assert again.status.state == TaskState.TASK_STATE_INPUT_REQUIRED
+    assert get_message_text(again.status.message) == "For how many people?"
 
 
 def test_the_v03_method_names_on_the_same_endpoint(stack):
@@ -253,19 +273,71 @@ def test_a_notification_is_not_answered_and_runs_nothing(stack):
         assert r.json()["error"]["code"] == -32600, (body, r.text)
 
 
-def test_another_users_task_is_not_found(stack):
+def test_another_users_task_is_not_found_nor_its_context_usable(stack):
     async def exchange():
         mine = await send(await client_for(stack, stack.state["api_key"], "local/dice"),
                           user_message("Roll 1d6"))
-        other = await client_for(stack, new_user(stack, "a2aother"), "local/dice")
-        with pytest.raises(TaskNotFoundError):
-            await other.get_task(GetTaskRequest(id=mine.id))
+        other = await client_for(stack, new_account(stack, "a2aother")[1], "local/dice")
+        theirs = await send(other, user_message("Roll 1d8"))
+        before = stack.services.sessions.all_messages(mine.context_id)
+        query = mine.id.rpartition(".")[2]
+        # Its id, and ids forged from its context or its first message and their own.
+        for task_id in (mine.id, f"{mine.context_id}.{theirs.id.rpartition('.')[2]}",
+                        f"{theirs.context_id}.{query}", mine.context_id):
+            with pytest.raises(TaskNotFoundError):
+                await other.get_task(GetTaskRequest(id=task_id))
+            with pytest.raises(TaskNotFoundError):
+                await other.cancel_task(CancelTaskRequest(id=task_id))
         with pytest.raises(TaskNotFoundError):  # nor continue it
             await send(other, user_message("Roll 1d4", task_id=mine.id))
-        return mine
+        with pytest.raises(InvalidParamsError, match="none of your contexts"):  # nor its context
+            await send(other, user_message("Roll 1d4", context_id=mine.context_id))
+        return mine, before
 
-    mine = asyncio.run(exchange())
-    assert len(stack.services.sessions.all_messages(mine.id)) > 0
+    mine, before = asyncio.run(exchange())
+    assert stack.services.sessions.all_messages(mine.context_id) == before
+
+
+def test_a_finished_task_takes_no_message_and_a_follow_up_is_a_new_task_in_its_context(stack):
+    """A2A's tasks are immutable once finished: a message naming one is refused (and
+    writes nothing); the next turn is sent with the contextId and is a task of its own."""
+    user, key = new_account(stack, "a2aturns")
+    services = stack.services
+
+    async def exchange():
+        client = await client_for(stack, key, "local/dice")
+        first = await send(client, user_message("Roll a d20"))
+        before = services.sessions.all_messages(first.context_id)
+        for context_id in (first.context_id, ""):
+            with pytest.raises(UnsupportedOperationError, match="completed"):
+                await send(client, user_message("Roll a d6", task_id=first.id,
+                                                context_id=context_id))
+        legacy = httpx.post(f"{stack.api_url}/a2a/local/dice", timeout=60,
+                            headers={"Authorization": f"Bearer {key}"}, json={
+            "jsonrpc": "2.0", "id": 1, "method": "message/send", "params": {"message": {
+                "kind": "message", "role": "user", "messageId": str(uuid.uuid4()),
+                "taskId": first.id, "parts": [{"kind": "text", "text": "Roll a d4"}]}}})
+        refused = services.sessions.all_messages(first.context_id)
+        charged = services.usage.used("query", user.user_id)
+        follow = await send(client, user_message("Roll 2d6", context_id=first.context_id))
+        got = await client.get_task(GetTaskRequest(id=follow.id))
+        again = await client.get_task(GetTaskRequest(id=first.id))
+        return first, before, legacy.json(), refused, charged, follow, got, again
+
+    first, before, legacy, refused, charged, follow, got, again = asyncio.run(exchange())
+    assert legacy["error"]["code"] == -32004, legacy  # A2A 0.3's method, the same error
+    assert refused == before and charged == 1  # nothing stored, charged or queued
+    assert follow.context_id == first.context_id and follow.id != first.id
+    assert follow.status.state == TaskState.TASK_STATE_COMPLETED
+    assert re.fullmatch(r"You rolled \d \+ \d = \d+\.", get_message_text(follow.status.message))
+
+    def asked(task):
+        return [get_message_text(m) for m in task.history if m.role == Role.ROLE_USER]
+
+    assert asked(got) == ["Roll 2d6"] and {m.task_id for m in got.history} == {follow.id}
+    assert len(got.artifacts) == 1
+    assert asked(again) == ["Roll a d20"] and again.status.state == TaskState.TASK_STATE_COMPLETED
+    assert [a.artifact_id for a in again.artifacts] != [a.artifact_id for a in got.artifacts]
 
 
 @pytest.mark.parametrize(("field", "value"), [

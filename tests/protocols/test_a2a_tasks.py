@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import uuid
+from datetime import UTC, datetime
 
 import httpx
 import pytest
@@ -23,10 +24,15 @@ from a2a.types import (
     SubscribeToTaskRequest,
     TaskState,
 )
+from a2a.utils.errors import UnsupportedOperationError
 from google.protobuf.json_format import ParseDict
 
-from codeshot.models import Session
+from codeshot import ids
+from codeshot.models import Message as Message_
+from codeshot.models import MessageType, Session, SessionStatus
 from codeshot.store.usage import Window
+from codeshot.usecases import tasks
+from codeshot.usecases.messaging import Messaging
 from codeshot.usecases.sessions import create_session
 from codeshot.usecases.users import create_user, principal_of
 
@@ -109,11 +115,11 @@ def test_a_message_id_sent_again_with_other_text_leaves_the_push_config_alone(pl
     _, key = user
     push = {"url": "http://127.0.0.1:9/evil", "token": "stolen"}
     task = rpc(platform, key, "SendMessage", send_params("hello", "m1"))["result"]["task"]
-    assert "result" in rpc(platform, key, "SendMessage",
-                           send_params("second", "m2", task_id=task["id"]))
-    for message in (send_params("other", "m2", task_id=task["id"],
+    in_context = send_params("other", "m1", taskPushNotificationConfig=push)
+    in_context["message"]["contextId"] = task["contextId"]
+    for message in (send_params("other", "m1", task_id=task["id"],
                                 taskPushNotificationConfig=push),
-                    send_params("other", "m1", taskPushNotificationConfig=push)):
+                    in_context, send_params("other", "m1", taskPushNotificationConfig=push)):
         assert error_of(rpc(platform, key, "SendMessage", message))[0] == -32602
     configs = rpc(platform, key, "ListTaskPushNotificationConfigs", {"taskId": task["id"]})
     assert configs["result"].get("configs", []) == [], configs
@@ -140,7 +146,8 @@ def test_a_retried_message_is_the_same_task_charged_once_even_while_in_flight(pl
     assert services.usage.used("session", owner.user_id) == 2
     assert services.usage.used("query", owner.user_id) == 2
     for task in (first, both[0]):
-        assert [m.type.value for m in services.sessions.all_messages(task.id)] == ["query"]
+        assert [m.type.value for m in services.sessions.all_messages(task.context_id)
+                ] == ["query"]
     # The same messageId with other text is a mistake the client hears about, as input.
     other = rpc(platform, key, "SendMessage", {"message": {
         "messageId": message_id, "role": "ROLE_USER", "taskId": first.id,
@@ -149,10 +156,27 @@ def test_a_retried_message_is_the_same_task_charged_once_even_while_in_flight(pl
     assert "idempotencyKey" in other["error"]["message"]
 
 
-def test_list_tasks_pages_every_task_of_this_agent_and_refuses_bad_input(platform, user):
+def stored(services, session_id: str, *steps: tuple[MessageType, str | None]) -> list[str]:
+    """Messages written to a session as a runner and its user would have: (type, the
+    index of the message it replies to, or None); returns their ids."""
+    made: list[str] = []
+    for kind, reply_to in steps:
+        made.append(ids.ulid())
+        services.sessions.add_message(Message_(
+            session_id=session_id, message_id=made[-1], text=f"{kind.value} {len(made)}",
+            type=kind, in_reply_to=made[int(reply_to)] if reply_to is not None else None))
+    return made
+
+
+def test_list_tasks_pages_each_contexts_newest_task_and_refuses_bad_input(platform, user):
     owner, key = user
     services, principal = platform.services, principal_of(owner)
-    mine = {create_session(services, principal).session_id for _ in range(55)}
+    mine = {}
+    for _ in range(25):
+        session_id = create_session(services, principal).session_id
+        first, = stored(services, session_id, (MessageType.QUERY, None))
+        mine[session_id] = f"{session_id}.{first}"
+    create_session(services, principal)  # a context without a task yet lists none
     for n in range(5):  # sessions with another agent are not this endpoint's tasks
         services.sessions.create(Session(session_id=f"other{n}{uuid.uuid4().hex[:6]}",
                                          owner=owner.user_id, frontend_agent_id="x/y"))
@@ -161,7 +185,7 @@ def test_list_tasks_pages_every_task_of_this_agent_and_refuses_bad_input(platfor
         client = await client_for(platform, key)
         pages, token = [], ""
         while True:
-            page = await client.list_tasks(ListTasksRequest(page_size=20, page_token=token))
+            page = await client.list_tasks(ListTasksRequest(page_size=10, page_token=token))
             pages.append(page)
             token = page.next_page_token
             if not token or len(pages) > 5:
@@ -169,20 +193,50 @@ def test_list_tasks_pages_every_task_of_this_agent_and_refuses_bad_input(platfor
 
     pages = asyncio.run(listing())
     seen = [t.id for page in pages for t in page.tasks]
-    assert len(seen) == len(set(seen)) == 55 and set(seen) == mine
-    assert [len(p.tasks) for p in pages] == [20, 20, 15]
-    assert {p.total_size for p in pages} == {55}
-    assert pages[0].tasks[0].status.state == TaskState.TASK_STATE_SUBMITTED
-    one = next(iter(mine))
-    in_context = rpc(platform, key, "ListTasks", {"contextId": one})["result"]
-    assert [t["id"] for t in in_context["tasks"]] == [one]
+    assert len(seen) == len(set(seen)) == 25 and set(seen) == set(mine.values())
+    assert {t.context_id for page in pages for t in page.tasks} == set(mine)
+    assert pages[0].tasks[0].status.state == TaskState.TASK_STATE_WORKING
+    assert {p.total_size for p in pages} == {26}  # contexts
+    for bad in ({"pageToken": "garbage"}, {"pageSize": 101}, {"pageSize": -1},
+                {"historyLength": -1}, {"status": "TASK_STATE_COMPLETED"},
+                {"contextId": next(iter(mine)), "pageToken": "garbage"}):
+        assert rpc(platform, key, "ListTasks", bad)["error"]["code"] == -32602, bad
+    assert rpc(platform, key, "GetTask", {"id": next(iter(mine.values())),
+                                          "historyLength": -1})["error"]["code"] == -32602
+
+
+def test_a_contexts_tasks_are_its_turns_a_question_and_its_answer_one_task(platform, user):
+    owner, key = user
+    services = platform.services
+    context = create_session(services, principal_of(owner)).session_id
+    q, r, a = MessageType.QUERY, MessageType.RESPONSE, MessageType.AWAITING_INPUT
+    made = stored(services, context, (q, None), (MessageType.THOUGHT, 0), (r, 0),  # done
+                  (q, None), (a, 3), (q, None), (r, 5),  # asked, answered: one task
+                  (q, None))  # still working
+    first, asked, working = (f"{context}.{made[n]}" for n in (0, 3, 7))
+    listed = rpc(platform, key, "ListTasks", {"contextId": context, "pageSize": 2,
+                                              "historyLength": 10})["result"]
+    assert [t["id"] for t in listed["tasks"]] == [working, asked]
+    assert listed["totalSize"] == 3
+    rest = rpc(platform, key, "ListTasks", {"contextId": context,
+                                            "pageToken": listed["nextPageToken"]})["result"]
+    assert [t["id"] for t in rest["tasks"]] == [first] and rest["nextPageToken"] == ""
+    answered = listed["tasks"][1]
+    assert answered["status"]["state"] == "TASK_STATE_COMPLETED"
+    assert [m["messageId"] for m in answered["history"]] == made[3:7]
+    assert {m["taskId"] for m in answered["history"]} == {asked}
+    got = rpc(platform, key, "GetTask", {"id": first})["result"]
+    assert [m["messageId"] for m in got["history"]] == made[:3]
+    assert got["status"]["state"] == "TASK_STATE_COMPLETED" and got["contextId"] == context
+    with_artifacts = rpc(platform, key, "ListTasks", {"contextId": context,
+                                                      "includeArtifacts": True})["result"]
+    assert [len(t.get("artifacts", [])) for t in with_artifacts["tasks"]] == [0, 1, 1]
     assert rpc(platform, key, "ListTasks", {"contextId": "nope"})["result"].get(
         "tasks", []) == []
-    for bad in ({"pageToken": "garbage"}, {"pageSize": 101}, {"pageSize": -1},
-                {"historyLength": -1}, {"status": "TASK_STATE_COMPLETED"}):
-        assert rpc(platform, key, "ListTasks", bad)["error"]["code"] == -32602, bad
-    assert rpc(platform, key, "GetTask", {"id": one, "historyLength": -1})["error"][
-        "code"] == -32602
+    # Not a task: a step's id, the answer to its question, a bare context, malformed ids.
+    for wrong in (f"{context}.{made[1]}", f"{context}.{made[5]}", context, f"{context}.x",
+                  f"{context}.{ids.ulid()}", f".{made[0]}"):
+        assert rpc(platform, key, "GetTask", {"id": wrong})["error"]["code"] == -32001, wrong
 
 
 @pytest.mark.settings(reply_wait_seconds=3.0)
@@ -225,3 +279,275 @@ def test_cards_a_03_client_reads_and_the_planner_without_agents(platform, user):
 
     task = asyncio.run(as_03_client())
     assert task.status.state == TaskState.TASK_STATE_WORKING
+
+
+def test_a_finished_or_working_task_and_a_busy_or_unknown_context_take_no_message(
+        platform, user, monkeypatch):
+    """Only a task waiting for input takes a message; a context takes a new task once its
+    newest is over; a context that is not the caller's is refused: none stores, charges
+    or queues anything."""
+    owner, key = user
+    services = platform.services
+    task = rpc(platform, key, "SendMessage", send_params("Roll a d20"))["result"]["task"]
+    context = task["contextId"]
+    other_context = create_session(services, principal_of(owner)).session_id
+    done = create_session(services, principal_of(owner)).session_id
+    answered = stored(services, done, (MessageType.QUERY, None), (MessageType.RESPONSE, 0))
+    failed = stored(services, done, (MessageType.QUERY, None), (MessageType.ERROR, 0))
+    _, stranger = create_user(services, f"a2a{uuid.uuid4().hex[:8]}")
+    strangers = rpc(platform, stranger, "SendMessage", send_params("hi"))["result"]["task"]
+    queued: list = []
+    monkeypatch.setattr(services.queue, "enqueue", lambda work, again=False: queued.append(work))
+
+    def with_context(context_id: str, task_id: str = "") -> dict:
+        params = send_params("Roll a d6", task_id=task_id)
+        params["message"]["contextId"] = context_id
+        return params
+
+    refused = [
+        (send_params("Roll a d6", task_id=f"{done}.{answered[0]}"), -32004, "is completed"),
+        (send_params("Roll a d6", task_id=f"{done}.{failed[0]}"), -32004, "is failed"),
+        (with_context(done, f"{done}.{answered[0]}"), -32004, "cannot be continued"),
+        (send_params("Roll a d6", task_id=task["id"]), -32004, "still working"),
+        (with_context(context), -32004, "still working"),
+        (with_context("nope"), -32602, "none of your contexts"),
+        (with_context(strangers["contextId"]), -32602, "none of your contexts"),
+        (with_context(other_context, task["id"]), -32602, "not the context of that task"),
+        (send_params("Roll a d6", task_id=strangers["id"]), -32001, "not found"),
+        (send_params("Roll a d6", task_id=context), -32001, "not found"),
+    ]
+    for params, code, says in refused:
+        error = rpc(platform, key, "SendMessage", params)["error"]
+        assert (error["code"], says in error["message"]) == (code, True), error
+    assert [m.text for m in services.sessions.all_messages(context)] == ["Roll a d20"]
+    assert services.sessions.all_messages(other_context) == []
+    assert [m.message_id for m in services.sessions.all_messages(done)] == answered + failed
+    assert queued == []
+    assert services.usage.used("query", owner.user_id) == 1
+    assert services.sessions.count_by_owner(owner.user_id) == 3
+
+
+def test_a_finished_task_cannot_be_subscribed_to(platform, user):
+    owner, key = user
+    context = create_session(platform.services, principal_of(owner)).session_id
+    made = stored(platform.services, context, (MessageType.QUERY, None),
+                  (MessageType.RESPONSE, 0))
+
+    async def subscribe():
+        client = await client_for(platform, key, streaming=True)
+        return [e async for e in client.subscribe(SubscribeToTaskRequest(
+            id=f"{context}.{made[0]}"))]
+
+    with pytest.raises(UnsupportedOperationError, match="completed"):
+        asyncio.run(subscribe())
+
+
+def test_two_messages_at_once_to_a_task_or_context_are_one_post_and_one_refusal(
+        platform, user, monkeypatch):
+    """A message is checked, then posted only if nothing was posted or answered in its
+    session since: the second of two answers to a question (or of two new tasks in a
+    context) sent at once is refused, not taken as a new turn nobody asked for."""
+    owner, key = user
+    services = platform.services
+    real = Messaging.post
+
+    def racing(self, principal, session_id, text, *args, **kwargs):
+        # Another request's post lands between this one's check and its post.
+        real(self, principal, session_id, "the other one", idempotency_key=session_id)
+        monkeypatch.setattr(Messaging, "post", real)
+        return real(self, principal, session_id, text, *args, **kwargs)
+
+    asking = create_session(services, principal_of(owner)).session_id
+    asked = stored(services, asking, (MessageType.QUERY, None), (MessageType.AWAITING_INPUT, 0))
+    done = create_session(services, principal_of(owner)).session_id
+    stored(services, done, (MessageType.QUERY, None), (MessageType.RESPONSE, 0))
+    in_context = send_params("4")
+    in_context["message"]["contextId"] = done
+    for session_id, params in ((asking, send_params("4", task_id=f"{asking}.{asked[0]}")),
+                               (done, in_context)):
+        monkeypatch.setattr(Messaging, "post", racing)
+        error = rpc(platform, key, "SendMessage", params)["error"]
+        assert (error["code"], "still working" in error["message"]) == (-32004, True), error
+        texts = [m.text for m in services.sessions.all_messages(session_id)]
+        assert texts.count("the other one") == 1 and "4" not in texts
+    # Unraced, the answer is taken: the task goes on, under its own id.
+    answering = create_session(services, principal_of(owner)).session_id
+    question = stored(services, answering, (MessageType.QUERY, None),
+                      (MessageType.AWAITING_INPUT, 0))
+    task = rpc(platform, key, "SendMessage", send_params(
+        "4", task_id=f"{answering}.{question[0]}"))["result"]["task"]
+    assert (task["id"], task["status"]["state"]) == (f"{answering}.{question[0]}",
+                                                     "TASK_STATE_WORKING")
+
+
+def test_a_context_changed_at_a_whole_second_takes_its_next_task(platform, user):
+    """The check that a context is unchanged since it was read compares the time as
+    stored: one whose microseconds are zero is not always "changed"."""
+    owner, key = user
+    services = platform.services
+    context = f"whole{uuid.uuid4().hex[:8]}"
+    services.sessions.create(Session(session_id=context, owner=owner.user_id,
+                                     modified=datetime(2026, 1, 1, 12, tzinfo=UTC)))
+    stored(services, context, (MessageType.QUERY, None), (MessageType.RESPONSE, 0))
+    params = send_params("again")
+    params["message"]["contextId"] = context
+    task = rpc(platform, key, "SendMessage", params)["result"]["task"]
+    assert (task["contextId"], task["status"]["state"]) == (context, "TASK_STATE_WORKING")
+
+
+def test_a_message_refused_after_a_race_leaves_the_push_config_alone(platform, user,
+                                                                       monkeypatch):
+    """A message's push config is written with its post: the loser of two messages sent
+    at once to a context does not replace the winner's config with its own."""
+    owner, key = user
+    services = platform.services
+    done = create_session(services, principal_of(owner)).session_id
+    stored(services, done, (MessageType.QUERY, None), (MessageType.RESPONSE, 0))
+    services.sessions.set_callback(done, owner.user_id, callback_url="http://127.0.0.1:9/w",
+                                   callback_token="winner", callback_id="default",
+                                   callback_format="a2a")
+    real = Messaging.post
+
+    def racing(self, principal, session_id, text, *args, **kwargs):
+        real(self, principal, session_id, "the other one", idempotency_key=session_id)
+        monkeypatch.setattr(Messaging, "post", real)
+        return real(self, principal, session_id, text, *args, **kwargs)
+
+    monkeypatch.setattr(Messaging, "post", racing)
+    params = send_params("4", taskPushNotificationConfig={"url": "http://127.0.0.1:9/l",
+                                                          "token": "loser"})
+    params["message"]["contextId"] = done
+    assert rpc(platform, key, "SendMessage", params)["error"]["code"] == -32004
+    session = services.sessions.get(done)
+    assert (session.callback_url, session.callback_token) == ("http://127.0.0.1:9/w",
+                                                              "winner")
+
+
+def test_an_answer_that_cannot_be_queued_fails_its_task_and_ends_its_paused_program(
+        platform, user, monkeypatch):
+    """The task reads failed, and nothing is left to resume: the context's next message
+    is a new task that starts afresh, not the paused program's answer."""
+    owner, key = user
+    services = platform.services
+    context = create_session(services, principal_of(owner)).session_id
+    asked = stored(services, context, (MessageType.QUERY, None), (MessageType.AWAITING_INPUT, 0))
+    services.sessions.put_state(context, {"program": "x", "state": {}, "task": asked[0]})
+    services.sessions.set_status(context, SessionStatus.AWAITING_INPUT)
+    before = services.sessions.get(context).modified
+    task = f"{context}.{asked[0]}"
+
+    def down(work, again=False):
+        raise RuntimeError("the queue is down")
+
+    monkeypatch.setattr(services.queue, "enqueue", down)
+    error = rpc(platform, key, "SendMessage", send_params("4", task_id=task))["error"]
+    assert "could not queue" in error["message"]
+    assert rpc(platform, key, "GetTask", {"id": task})["result"]["status"]["state"] == \
+        "TASK_STATE_FAILED"
+    session = services.sessions.get(context)
+    assert (session.status, services.sessions.get_state(context)) == (SessionStatus.IDLE, None)
+    assert session.modified > before
+
+
+def test_a_contexts_newest_task_is_named_by_its_first_message_however_long_its_turns(
+        platform, user):
+    """A task whose question was answered by a turn of more messages than a listing
+    reads is still listed (and named busy) by its first message, the id GetTask takes."""
+    owner, key = user
+    services = platform.services
+    context = create_session(services, principal_of(owner)).session_id
+    q, a, s = MessageType.QUERY, MessageType.AWAITING_INPUT, MessageType.THOUGHT
+    made = stored(services, context, (q, None), (a, 0), (q, None), *[(s, 2)] * 12)
+    task = f"{context}.{made[0]}"
+    listed = rpc(platform, key, "ListTasks", {"historyLength": 3})["result"]["tasks"]
+    assert [(t["id"], t["status"]["state"]) for t in listed] == [(task, "TASK_STATE_WORKING")]
+    assert [m["messageId"] for m in listed[0]["history"]] == made[-3:]
+    assert rpc(platform, key, "GetTask", {"id": task})["result"]["id"] == task
+    follow_up = send_params("next")
+    follow_up["message"]["contextId"] = context
+    error = rpc(platform, key, "SendMessage", follow_up)["error"]
+    assert error["code"] == -32004 and f"task {task} of this context" in error["message"]
+    services.sessions.add_message(Message_(session_id=context, message_id=ids.ulid(),
+                                           text="done", type=MessageType.RESPONSE,
+                                           in_reply_to=made[2]))
+    answered = rpc(platform, key, "ListTasks", {"includeArtifacts": True})["result"]["tasks"]
+    assert [(t["id"], t["status"]["state"], len(t["artifacts"])) for t in answered] == [
+        (task, "TASK_STATE_COMPLETED", 1)]
+
+
+def _long_turns(services, context: str, *steps: int) -> list[str]:
+    """Turns of ``steps`` steps each, answered; returns their user messages' ids."""
+    log, queries = [], []
+    for count in steps:
+        query = ids.ulid()
+        queries.append(query)
+        log += [Message_(session_id=context, message_id=query, text="q", type=MessageType.QUERY),
+                *(Message_(session_id=context, message_id=ids.ulid(), text="step",
+                           type=MessageType.THOUGHT, in_reply_to=query) for _ in range(count)),
+                Message_(session_id=context, message_id=ids.ulid(), text="a",
+                         type=MessageType.RESPONSE, in_reply_to=query)]
+    services.sessions.put_messages(log)
+    return queries
+
+
+def test_task_reads_are_bounded_whatever_the_log(platform, user, monkeypatch):
+    """No A2A request scans a context's log: DynamoDB bills the items a query scans,
+    those a filter drops too."""
+    owner, key = user
+    services = platform.services
+    context = create_session(services, principal_of(owner)).session_id
+    queries = _long_turns(services, context, 600, 600, *[0] * 6)
+    scanned: list[int] = []
+    services.sessions.db.meta.events.register(
+        "after-call.dynamodb.Query",
+        lambda parsed, **kw: scanned.append(parsed.get("ScannedCount", 0)))
+
+    def cost(method: str, params: dict) -> tuple[dict, int]:
+        scanned.clear()
+        return rpc(platform, key, method, params)["result"], sum(scanned)
+
+    page, read = cost("ListTasks", {"contextId": context, "pageSize": 1})
+    assert [t["id"] for t in page["tasks"]] == [f"{context}.{queries[-1]}"] and read <= 5
+    everything, read = cost("ListTasks", {"contextId": context, "historyLength": 1})
+    assert [t["id"] for t in everything["tasks"]] == [f"{context}.{q}" for q in queries[::-1]]
+    assert [len(t["history"]) for t in everything["tasks"]] == [1] * 8 and read <= 40
+    small, read = cost("GetTask", {"id": f"{context}.{queries[2]}"})  # after a long one
+    assert len(small["history"]) == 2 and read <= 20
+    # A task is read from its first message on, in a bounded number of pages: the
+    # context's newest shows its newest messages, an older one is refused.
+    monkeypatch.setattr(tasks, "TASK_PAGE", 100)
+    monkeypatch.setattr(tasks, "TASK_READS", 2)
+    newer = _long_turns(services, context, 600)
+    newest, read = cost("GetTask", {"id": f"{context}.{newer[0]}"})
+    assert len(newest["history"]) == tasks.SHOWN_MESSAGES and read <= 400
+    scanned.clear()
+    refused = rpc(platform, key, "GetTask", {"id": f"{context}.{queries[1]}"})["error"]
+    assert refused["code"] == -32602 and "more than 200 messages" in refused["message"]
+    assert sum(scanned) <= 400
+
+
+def test_a_message_id_sent_again_to_another_task_is_invalid_input(platform, user,
+                                                                  monkeypatch):
+    owner, key = user
+    services = platform.services
+    monkeypatch.setattr(services.queue, "enqueue", lambda work, again=False: None)
+    context = create_session(services, principal_of(owner)).session_id
+    asked = stored(services, context, (MessageType.QUERY, None), (MessageType.AWAITING_INPUT, 0))
+    task = f"{context}.{asked[0]}"
+    answer = send_params("4", message_id="answer-1", task_id=task)
+    assert rpc(platform, key, "SendMessage", answer)["result"]["task"]["id"] == task
+    assert rpc(platform, key, "SendMessage", answer)["result"]["task"]["id"] == task  # retry
+    as_new = send_params("4", message_id="answer-1")
+    as_new["message"]["contextId"] = context
+    assert error_of(rpc(platform, key, "SendMessage", as_new)) == (-32602,
+                                                                  {"code": "INVALID_INPUT"})
+    done = create_session(services, principal_of(owner)).session_id
+    stored(services, done, (MessageType.QUERY, None), (MessageType.RESPONSE, 0))
+    new = send_params("again", message_id="new-1")
+    new["message"]["contextId"] = done
+    began = rpc(platform, key, "SendMessage", new)["result"]["task"]["id"]
+    assert rpc(platform, key, "SendMessage", new)["result"]["task"]["id"] == began
+    elsewhere = send_params("again", message_id="new-1", task_id=f"{done}.{asked[0]}")
+    assert error_of(rpc(platform, key, "SendMessage", elsewhere)) == (
+        -32602, {"code": "INVALID_INPUT"})
+    assert [m.text for m in services.sessions.all_messages(context)].count("4") == 1
