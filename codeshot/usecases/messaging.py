@@ -219,7 +219,9 @@ class Messaging:
             # deletion begun.
             session_reasons = reasons[len(charges):len(charges) + 2]
             if "ConditionalCheckFailed" in session_reasons:
-                if unchanged_since and session_reasons[0] == "ConditionalCheckFailed":
+                deleting = session_reasons[1:] == ["ConditionalCheckFailed"]
+                if unchanged_since and session_reasons[0] == "ConditionalCheckFailed" \
+                        and not deleting:
                     self.s.sessions.get(session_id, owner=user_id)  # NOT_FOUND if gone
                     raise Changed(f"session {session_id} changed meanwhile") from exc
                 raise NotFound(f"session {session_id} not found") from exc
@@ -310,10 +312,10 @@ class Messaging:
                 sessions.end_pause(error, also=[marker], any_question=True)
             except Conflict:  # not paused: only the query is closed
                 try:
-                    sessions.db.transact_write_items(TransactItems=[
+                    retry_transient(lambda: sessions.db.transact_write_items(TransactItems=[
                         {"ConditionCheck": sessions.unless_deleted(session_id)}, marker,
                         {"Put": {"TableName": sessions.table_name,
-                                 "Item": sessions.message_item(error)}}])
+                                 "Item": sessions.message_item(error)}}]))
                 except sessions.db.exceptions.TransactionCanceledException as cancelled:
                     if cancelled_by(cancelled)[:1] == ["ConditionalCheckFailed"]:
                         raise NotFound(f"session {session_id} not found") from exc

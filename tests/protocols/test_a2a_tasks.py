@@ -431,7 +431,9 @@ def test_an_answer_that_cannot_be_queued_fails_its_task_and_ends_its_paused_prog
     services = platform.services
     context = create_session(services, principal_of(owner)).session_id
     asked = stored(services, context, (MessageType.QUERY, None), (MessageType.AWAITING_INPUT, 0))
-    services.sessions.put_state(context, {"program": "x", "state": {}, "task": asked[0]})
+    # paused on the question, as the runner keeps it (the question named)
+    services.sessions.put_state(context, {"program": "x", "state": {}, "task": asked[0]},
+                                asked[1])
     services.sessions.set_status(context, SessionStatus.AWAITING_INPUT)
     before = services.sessions.get(context).modified
     task = f"{context}.{asked[0]}"
