@@ -229,7 +229,11 @@ class OnnxMiniLM:
                 input_ids[row, :len(text_ids)] = text_ids
             mask = (np.arange(input_ids.shape[1]) < np.array([[len(t)] for t in ids])
                     ).astype(np.int64)
-            hidden = self.session.run(None, {"input_ids": input_ids, "attention_mask": mask})[0]
+            try:
+                hidden = self.session.run(None, {"input_ids": input_ids,
+                                                 "attention_mask": mask})[0]
+            except Exception as exc:  # onnxruntime's own, untyped: the embedder failed
+                raise LLMError(f"the router model could not embed: {exc}") from exc
             pooled = (hidden * mask[..., None]).sum(axis=1) / mask.sum(axis=1, keepdims=True)
             out.append(pooled / np.linalg.norm(pooled, axis=1, keepdims=True))
         vectors: Vectors = np.concatenate(out) if out else []

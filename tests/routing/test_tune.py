@@ -151,6 +151,11 @@ def test_a_tuned_model_that_cannot_run_is_refused_saying_to_tune_again(
     (broken / "model.onnx").write_bytes(b"not a graph")
     with pytest.raises(LLMError, match=r"cannot be loaded .*tune it again"):
         MiniLMEmbedder(str(broken)).embed(["roll a die"])
+    # a graph that fails as it runs (here a token past its table): the embedder's error
+    mismatched = fake_tuning(tmp_path / "mismatched")
+    (mismatched / "vocab.txt").write_text("\n".join([*VOCAB, "zebra"]) + "\n")
+    with pytest.raises(LLMError, match="the router model could not embed"):
+        MiniLMEmbedder(str(mismatched)).embed(["roll a zebra"])
 
     real_import = builtins.__import__
 
