@@ -82,8 +82,11 @@ RUNNER_BATCH_SIZE = 10
 # and checks both ways).
 API_TABLES: dict[str, tuple[str, ...]] = {
     tables.REGISTRY.logical: (GET, SCAN, PUT, UPDATE, DELETE),
-    # CONDITION_CHECK: every write into a session checks its deletion has not begun
-    tables.SESSIONS.logical: (GET, QUERY, BATCH_GET, PUT, UPDATE, BATCH_WRITE, CONDITION_CHECK),
+    # CONDITION_CHECK: every write into a session checks its deletion has not begun;
+    # DELETE: ending a paused program (a cancel, a decline, an answer that could not be
+    # queued) drops its state in the same transaction
+    tables.SESSIONS.logical: (GET, QUERY, BATCH_GET, PUT, UPDATE, DELETE, BATCH_WRITE,
+                              CONDITION_CHECK),
     tables.USERS.logical: (GET, SCAN, PUT, UPDATE),
     tables.USAGE.logical: (GET, BATCH_GET, PUT, UPDATE),
     tables.USER_STORAGE.logical: (GET, QUERY, PUT, UPDATE, DELETE),  # UPDATE: key counts
