@@ -173,7 +173,9 @@ def export_graph(model: Any, directory: Path, texts: list[str]) -> None:
     import numpy
     import torch
 
-    class Transformer(torch.nn.Module):  # the graph's inputs by name; no token types
+    class Transformer(torch.nn.Module):  # type: ignore[misc, unused-ignore]  # CI: no torch
+        """The graph's inputs by name; no token types."""
+
         def __init__(self) -> None:
             super().__init__()
             self.bert = model[0].auto_model
