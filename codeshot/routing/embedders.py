@@ -26,7 +26,7 @@ import sys
 import threading
 import zlib
 from array import array
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar, Protocol
@@ -245,7 +245,8 @@ class MiniLMEmbedder:
     (:mod:`codeshot.routing.tune`) when ``path`` names one."""
 
     _lock = threading.Lock()
-    _models: ClassVar[dict[str, Any]] = {}  # by model id: one load per process
+    # by model id, one load per process: the model's encode, None once found re-tuned
+    _models: ClassVar[dict[str, Callable[[list[str]], Vectors] | None]] = {}
 
     def __init__(self, path: str | None = None) -> None:
         from codeshot.routing.tune import read_tuning
@@ -253,18 +254,24 @@ class MiniLMEmbedder:
         self.path = str(Path(path).resolve()) if path else None
         self.model_id = read_tuning(Path(self.path)).model_id if self.path else MINILM
 
-    def _load(self) -> Any:
+    def _load(self) -> Callable[[list[str]], Vectors]:
         with self._lock:
             if self.model_id not in MiniLMEmbedder._models:
-                model = OnnxMiniLM(Path(self.path)) if self.path else load_minilm()
-                if self.path and not self._unchanged():
-                    model = None  # remembered: else each query loads 90 MB to find this
-                MiniLMEmbedder._models[self.model_id] = model
-            model = MiniLMEmbedder._models[self.model_id]
-        if model is None:
+                MiniLMEmbedder._models[self.model_id] = self._encoder()
+            encode = MiniLMEmbedder._models[self.model_id]
+        if encode is None:
             raise LLMError(f"the router model at {self.path} was tuned again since this "
                            f"process read it: restart the process to route with it")
-        return model
+        return encode
+
+    def _encoder(self) -> Callable[[list[str]], Vectors] | None:
+        """A tuned model runs as an ONNX graph; the base model in sentence-transformers."""
+        if not self.path:
+            return functools.partial(load_minilm().encode, batch_size=BATCH,
+                                     convert_to_numpy=True, normalize_embeddings=True)
+        model = OnnxMiniLM(Path(self.path))
+        # remembered when re-tuned since: else each query loads 90 MB to find this
+        return model.encode if self._unchanged() else None
 
     def _unchanged(self) -> bool:
         """The tuning loaded is the one this embedder's rows are stored under: else rows
@@ -275,12 +282,7 @@ class MiniLMEmbedder:
         return read_tuning(Path(str(self.path))).model_id == self.model_id
 
     def embed(self, texts: list[str]) -> Vectors:
-        model = self._load()
-        if self.path:
-            return model.encode(texts)  # type: ignore[no-any-return]  # an OnnxMiniLM
-        vectors: Vectors = model.encode(texts, batch_size=BATCH, convert_to_numpy=True,
-                                        normalize_embeddings=True)
-        return vectors
+        return self._load()(texts)
 
 
 class BedrockEmbedder:
