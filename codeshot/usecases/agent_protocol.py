@@ -102,7 +102,6 @@ def page_numbers(current_page: int | None, page_size: int | None) -> tuple[int, 
 class Task:
     session: Session
     messages: list[Message]  # what :func:`listed_task` reads (a new task: its input)
-    uploads: int | None = None  # how many of the session's own embeds to show (None: all)
 
     @property
     def turns(self) -> list[tasks.Turn]:
@@ -253,7 +252,7 @@ def listed_task(services: Services, session: Session) -> Task:
     first = services.sessions.list_messages(session.session_id, limit=1).items
     if first and first[0].message_id not in {m.message_id for m in messages}:
         messages = first + messages
-    return Task(session, messages, uploads=tasks.LISTED_MESSAGES)
+    return Task(session, messages)
 
 
 # -- steps --------------------------------------------------------------------------------
@@ -355,11 +354,11 @@ def uploaded(embed: Embed) -> Artifact:
 
 
 def artifacts_of(services: Services, task: Task) -> list[Artifact]:
-    """The task's embeds: uploaded ones (the session's, by key), then those agents sent
-    among the task's messages."""
-    found = [uploaded(e) for e in (services.sessions.list_embeds(task.session.session_id,
-                                                                 limit=task.uploads)
-                                   if task.session.embed_count else [])]
+    """The task's embeds: its first ``LISTED_MESSAGES`` uploads (the session's, by key),
+    then those agents sent among the task's messages."""
+    found = [uploaded(e) for e in (services.sessions.list_embeds(
+        task.session.session_id, limit=tasks.LISTED_MESSAGES)
+        if task.session.embed_count else [])]
     for message in task.messages:
         if message.type is not MessageType.QUERY:  # a user's are the session's: above
             found += message_artifacts(message)

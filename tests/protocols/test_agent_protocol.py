@@ -436,6 +436,24 @@ def test_a_page_of_steps_waiting_for_replies_reads_the_log_once(stack):
     assert reads.items() <= 20 + 41 + 2, reads.calls  # the page, what follows, the task
 
 
+def test_a_retried_task_shows_its_first_uploads_as_a_read_task_does(stack):
+    """A POST /tasks retried under its Idempotency-Key answered with every upload the task
+    had had since (all of them read, however many); it is the task as GET shows it."""
+    _, key = new_account(stack, "apretryup")
+    task_id = ap(stack, key, "POST", "/tasks", json={},
+                 headers={"Idempotency-Key": "u-1"}).json()["task_id"]
+    for n in range(12):
+        ap(stack, key, "POST", f"/tasks/{task_id}/artifacts",
+           files={"file": (f"f{n:02}.txt", b"up", "text/plain")})
+    with PartitionReads(stack.services.sessions.db, task_id) as reads:
+        again = ap(stack, key, "POST", "/tasks", json={},
+                   headers={"Idempotency-Key": "u-1"}).json()
+    shown = ap(stack, key, "GET", f"/tasks/{task_id}").json()
+    assert [a["file_name"] for a in again["artifacts"]] == [f"f{n:02}.txt" for n in range(10)]
+    assert again["task_id"] == task_id and again["artifacts"] == shown["artifacts"]
+    assert reads.read() <= 10 + 2, reads.calls
+
+
 @pytest.mark.slow
 def test_lists_of_steps_and_artifacts_read_a_bounded_part_of_a_huge_log(stack):
     """A listing found its page from the ids of every query in the log and counted every
