@@ -8,11 +8,13 @@ from typing import Any
 
 
 class PartitionReads:
-    """(operation, keys only, items) per call that read ``session_id``'s partition."""
+    """(operation, keys only, items sent back, items read) per call that read
+    ``session_id``'s partition: a Query reads (and is billed for) every item its key range
+    and Limit cover, those its filter drops and keys-only ones included (ScannedCount)."""
 
     def __init__(self, db: Any, session_id: str) -> None:
         self.db, self.session_id = db, session_id
-        self.calls: list[tuple[str, bool, int]] = []
+        self.calls: list[tuple[str, bool, int, int]] = []
 
     def _mine(self, params: dict[str, Any]) -> bool:
         partition = {"S": self.session_id}
@@ -32,7 +34,7 @@ class PartitionReads:
                 if model.name == "BatchGetItem" else None
             items = parsed.get("Count", 1 if parsed.get("Item") else 0) if batch is None \
                 else batch
-            self.calls.append((model.name, keys_only, items))
+            self.calls.append((model.name, keys_only, items, parsed.get("ScannedCount", items)))
 
     def __enter__(self) -> PartitionReads:
         self.db.meta.events.register("provide-client-params.dynamodb", self._params)
@@ -44,5 +46,9 @@ class PartitionReads:
         self.db.meta.events.unregister("after-call.dynamodb", self._parsed)
 
     def items(self) -> int:
-        """Whole items (messages, embeds) read, keys-only reads left out."""
-        return sum(n for _, keys_only, n in self.calls if not keys_only)
+        """Whole items (messages, embeds) sent back, keys-only reads left out."""
+        return sum(n for _, keys_only, n, _ in self.calls if not keys_only)
+
+    def read(self) -> int:
+        """Items DynamoDB read, whatever came back of them."""
+        return sum(n for *_, n in self.calls)

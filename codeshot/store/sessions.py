@@ -12,7 +12,7 @@ from __future__ import annotations
 import functools
 import json
 import time
-from collections.abc import Callable, Collection, Iterator, Mapping
+from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
@@ -69,6 +69,11 @@ MSG_PREFIX = "MSG#"
 MSG_END = "MSG$"  # sorts just after every MSG# key
 EMBED_PREFIX = "EMBED#"
 PAGE_READS = 4  # DynamoDB reads (of at most 1 MB each) for one page of messages
+# A bounded read of a log filtered in DynamoDB (:meth:`SessionStore.messages_of`) asks
+# each Query for at most SCAN_PAGE messages (its Limit, counted before the filter) and
+# makes at most SCAN_READS of them: what it costs is capped however long the log.
+SCAN_PAGE = 1000
+SCAN_READS = 8
 ANSWER_PREFIX = "ANSWER#"  # the runner's exactly-once marker of an answered query
 IDEMPOTENCY_PREFIX = "IDEM#"  # a posted message's idempotency key -> its message id
 # A question's prompt POSTed to an Agent Protocol task's callback -> the prompt id it named
@@ -621,11 +626,13 @@ class SessionStore(Repository):
         return every_page(lambda token: self.list_messages(session_id, limit=1000, token=token))
 
     def _matching(self, session_id: str, types: Collection[MessageType], first: str | None,
-                  before: str | None, condition: str = "", keys_only: bool = False,
-                  newest_first: bool = False) -> Iterator[dict[str, Any]]:
+                  before: str | None, items: int, condition: str = "",
+                  keys_only: bool = False) -> tuple[list[dict[str, Any]], bool]:
         """The session's messages of ``types`` from ``first`` to just before ``before``
-        (message ids; None: the log's ends), filtered in DynamoDB: only they come back,
-        a page at a time as they are taken."""
+        (message ids; None: the log's ends), filtered in DynamoDB (only they come back),
+        among at most ``items`` messages read (Limit) in at most ``SCAN_READS`` Queries
+        (each of at most 1 MB); and whether the read got to its end (one that stops just
+        there cannot tell: DynamoDB answers as if more may follow)."""
         lookup_key(session_id, "session")
         names = [f":t{n}" for n in range(len(types))]
         values: dict[str, Any] = {":s": {"S": session_id},
@@ -637,29 +644,39 @@ class SessionStore(Repository):
             "KeyConditionExpression": "session_id = :s AND #i BETWEEN :a AND :b",
             "FilterExpression": f"#t IN ({', '.join(names)})" + condition,
             "ExpressionAttributeNames": {"#i": "item", "#t": "type"},
-            "ExpressionAttributeValues": values, "ConsistentRead": True,
-            "ScanIndexForward": not newest_first}
+            "ExpressionAttributeValues": values, "ConsistentRead": True}
         if keys_only:
             kwargs["ProjectionExpression"] = "#i"
-        for out in query_pages(self.db, kwargs):
-            for raw in out.get("Items", []):
-                if before is None or raw["item"]["S"] != MSG_PREFIX + before:
-                    yield raw
+        found: list[dict[str, Any]] = []
+        left = items
+        for _ in range(SCAN_READS):
+            out = self.db.query(**kwargs, Limit=min(SCAN_PAGE, left))
+            found += [raw for raw in out.get("Items", [])
+                      if before is None or raw["item"]["S"] != MSG_PREFIX + before]
+            left -= out["ScannedCount"]
+            if "LastEvaluatedKey" not in out:
+                return found, True
+            if left <= 0:
+                break
+            kwargs["ExclusiveStartKey"] = out["LastEvaluatedKey"]
+        return found, False
 
-    def message_ids(self, session_id: str, types: Collection[MessageType]) -> list[str]:
-        """The ids of the session's messages of ``types``, in time order: only their keys
-        are sent back, however long the log."""
-        return [raw["item"]["S"].removeprefix(MSG_PREFIX)
-                for raw in self._matching(session_id, types, None, None, keys_only=True)]
+    def message_ids(self, session_id: str, types: Collection[MessageType], items: int
+                    ) -> tuple[list[str], bool]:
+        """The ids of the session's messages of ``types`` among its first ``items``, in
+        time order (only their keys are sent back), and whether that was the whole log."""
+        found, whole = self._matching(session_id, types, None, None, items, keys_only=True)
+        return [raw["item"]["S"].removeprefix(MSG_PREFIX) for raw in found], whole
 
-    def messages_of(self, session_id: str, types: Collection[MessageType],
+    def messages_of(self, session_id: str, types: Collection[MessageType], items: int,
                     first: str | None = None, before: str | None = None,
-                    with_embeds: bool = False) -> list[Message]:
+                    with_embeds: bool = False) -> tuple[list[Message], bool]:
         """The session's messages of ``types`` (those carrying embeds only, with
-        ``with_embeds``) from the message ``first`` to just before ``before``."""
+        ``with_embeds``) among the ``items`` from the message ``first`` on, to just before
+        ``before``; and whether the read got to ``before`` (or the log's end)."""
         condition = " AND attribute_exists(embeds)" if with_embeds else ""
-        return [_message(from_item(raw))
-                for raw in self._matching(session_id, types, first, before, condition)]
+        found, whole = self._matching(session_id, types, first, before, items, condition)
+        return [_message(from_item(raw)) for raw in found], whole
 
     # -- embeds -----------------------------------------------------------------------
     def put_embed(self, embed: Embed) -> Embed:

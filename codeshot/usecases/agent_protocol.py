@@ -14,7 +14,8 @@ A2A read; only the names differ.
   those the agents' replies carry (``agent_created`` true, ``<message id>:<key>``).
 - No request reads a task's whole log: a task shows its newest messages and its first
   (:func:`listed_task`), a step is read by its id, an artifact by what its id names, and
-  lists of steps and artifacts are filtered in DynamoDB (only their items come back).
+  lists of steps and artifacts are filtered in DynamoDB (only their items come back)
+  among the first ``LOG_READ`` messages of the log: a page that may hold more is refused.
 - ``Idempotency-Key`` makes creating a task or a step safe to retry: the same request
   again returns the first task or step and charges nothing (:func:`create_task`).
 """
@@ -62,6 +63,10 @@ PAGE = paging.PageSize(10, 100)  # the protocol's default page size is 10
 # Numbered pages of tasks are read from the newest on: a page ends this far in at most
 # (reaching page 4,500 of 45,000 tasks read them all, 225 queries).
 LISTED_TASKS = 10_000
+# A page of steps or artifacts is found by reading its task's log from the start: at most
+# this many messages (and uploads), however long the log (a listing of a task of 40,000
+# messages read all 40,000).
+LOG_READ = 4_000
 AGENT = "agent"  # the additional_input key naming the task's agent
 TASK_OPTIONS = frozenset({AGENT})
 MAX_RELATIVE_PATH = 512
@@ -72,7 +77,8 @@ AGENT_TYPES = frozenset(MessageType) - {MessageType.QUERY}  # messages with agen
 
 @dataclass(frozen=True)
 class Page(Generic[T]):
-    """One page as the protocol numbers them (from 1), with the totals it reports."""
+    """One page as the protocol numbers them (from 1), with the totals it reports (of
+    steps and artifacts, past what one request reads, a lower bound: see ``LOG_READ``)."""
 
     items: list[T]
     total_items: int
@@ -96,7 +102,6 @@ def page_numbers(current_page: int | None, page_size: int | None) -> tuple[int, 
 class Task:
     session: Session
     messages: list[Message]  # what :func:`listed_task` reads (a new task: its input)
-    uploads: int | None = None  # how many of the session's own embeds to show (None: all)
 
     @property
     def turns(self) -> list[tasks.Turn]:
@@ -247,7 +252,7 @@ def listed_task(services: Services, session: Session) -> Task:
     first = services.sessions.list_messages(session.session_id, limit=1).items
     if first and first[0].message_id not in {m.message_id for m in messages}:
         messages = first + messages
-    return Task(session, messages, uploads=tasks.LISTED_MESSAGES)
+    return Task(session, messages)
 
 
 # -- steps --------------------------------------------------------------------------------
@@ -302,25 +307,42 @@ def _step(services: Services, query: Message) -> tasks.Turn:
 
 def list_steps(services: Services, principal: Principal, task_id: str,
                current_page: int | None, page_size: int | None) -> Page[tasks.Turn]:
-    """A page of the task's steps in order: the ids of all its queries (keys only), then
-    the page's queries and replies, filtered in DynamoDB."""
+    """A page of the task's steps in order: the ids of its queries among the first
+    ``LOG_READ`` messages (keys only), then the page's queries and replies, filtered in
+    DynamoDB. A page that may hold more than they show is refused (:func:`_past_read`)."""
     page, size = page_numbers(current_page, page_size)
     session = get_session(services, principal, task_id)
-    queries = services.sessions.message_ids(session.session_id, [MessageType.QUERY])
+    queries, whole = services.sessions.message_ids(session.session_id, [MessageType.QUERY],
+                                                   LOG_READ)
     start = (page - 1) * size
     shown = queries[start:start + size]
+    if len(shown) < size and not whole:
+        raise _past_read("steps", task_id)
+    total = len(queries) + (0 if whole else 1)
     if not shown:
-        return Page([], len(queries), page, size)
+        return Page([], total, page, size)
     following = queries[start + size] if start + size < len(queries) else None
-    read = services.sessions.messages_of(session.session_id, STEP_TYPES, shown[0], following)
-    found = tasks.turns(read)
+    # Up to ``following`` the page lies among the messages just read: this read ends there.
+    read, _ = services.sessions.messages_of(session.session_id, STEP_TYPES, LOG_READ,
+                                            shown[0], following)
+    found = tasks.turns(read)[:len(shown)]
     if following and any(t.reply is None for t in found):
         # A reply stored after the next step's query (queued behind it) is past the read:
         # one page of what follows answers every step of this page (a page per step read
         # the same log up to 100 times).
         later = Messaging(services).newer(session.session_id, following)
         found = tasks.turns([*read, *later])[:len(found)]
-    return Page(found, len(queries), page, size)
+    return Page(found, total, page, size)
+
+
+def _past_read(what: str, task_id: str) -> InvalidInput:
+    """A page of steps or artifacts one request cannot fill: it may hold more than the
+    first ``LOG_READ`` messages of the task's log (or, for artifacts, uploads) show."""
+    return InvalidInput(
+        f"this page of {what} may hold more than the first {LOG_READ:,} messages (and "
+        f"uploads) of task {task_id} show, and one request reads no further: ask for an "
+        "earlier page (total_items counts what those hold, plus one); read a step by its "
+        "id, the newest with POST /steps, or the whole log with GraphQL's messages")
 
 
 # -- artifacts ----------------------------------------------------------------------------
@@ -332,11 +354,11 @@ def uploaded(embed: Embed) -> Artifact:
 
 
 def artifacts_of(services: Services, task: Task) -> list[Artifact]:
-    """The task's embeds: uploaded ones (the session's, by key), then those agents sent
-    among the task's messages."""
-    found = [uploaded(e) for e in (services.sessions.list_embeds(task.session.session_id,
-                                                                 limit=task.uploads)
-                                   if task.session.embed_count else [])]
+    """The task's embeds: its first ``LISTED_MESSAGES`` uploads (the session's, by key),
+    then those agents sent among the task's messages."""
+    found = [uploaded(e) for e in (services.sessions.list_embeds(
+        task.session.session_id, limit=tasks.LISTED_MESSAGES)
+        if task.session.embed_count else [])]
     for message in task.messages:
         if message.type is not MessageType.QUERY:  # a user's are the session's: above
             found += message_artifacts(message)
@@ -347,17 +369,22 @@ def list_artifacts(services: Services, principal: Principal, task_id: str,
                    current_page: int | None, page_size: int | None) -> Page[Artifact]:
     """A page of the task's artifacts (as :func:`artifacts_of` orders them): the uploads
     up to the page's end, and the agents' messages that carry embeds (filtered in
-    DynamoDB)."""
+    DynamoDB) among the first ``LOG_READ`` of its log. A page that may hold more than
+    they show is refused (:func:`_past_read`)."""
     page, size = page_numbers(current_page, page_size)
     session = get_session(services, principal, task_id)
-    sent = [a for m in services.sessions.messages_of(session.session_id, AGENT_TYPES,
-                                                     with_embeds=True)
-            for a in message_artifacts(m)]
     start, end, uploads = (page - 1) * size, page * size, session.embed_count
+    if start < uploads and min(end, uploads) > LOG_READ:
+        raise _past_read("artifacts", task_id)
+    carrying, whole = services.sessions.messages_of(session.session_id, AGENT_TYPES,
+                                                    LOG_READ, with_embeds=True)
+    sent = [a for m in carrying for a in message_artifacts(m)]
+    if end > uploads + len(sent) and not whole:
+        raise _past_read("artifacts", task_id)
     found = [uploaded(e) for e in services.sessions.list_embeds(
         session.session_id, limit=min(end, uploads))[start:end]] if start < uploads else []
     found += sent[max(0, start - uploads):max(0, end - uploads)]
-    return Page(found, uploads + len(sent), page, size)
+    return Page(found, uploads + len(sent) + (0 if whole else 1), page, size)
 
 
 def message_artifacts(message: Message) -> list[Artifact]:

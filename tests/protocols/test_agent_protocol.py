@@ -434,3 +434,81 @@ def test_a_page_of_steps_waiting_for_replies_reads_the_log_once(stack):
     assert [s["input"] for s in steps] == [f"step {n}" for n in range(20)], r.text[:300]
     assert [s.get("output") for s in steps] == [None] * 5 + ["late answer"] + [None] * 14
     assert reads.items() <= 20 + 41 + 2, reads.calls  # the page, what follows, the task
+
+
+def test_a_retried_task_shows_its_first_uploads_as_a_read_task_does(stack):
+    """A POST /tasks retried under its Idempotency-Key answered with every upload the task
+    had had since (all of them read, however many); it is the task as GET shows it."""
+    _, key = new_account(stack, "apretryup")
+    task_id = ap(stack, key, "POST", "/tasks", json={},
+                 headers={"Idempotency-Key": "u-1"}).json()["task_id"]
+    for n in range(12):
+        ap(stack, key, "POST", f"/tasks/{task_id}/artifacts",
+           files={"file": (f"f{n:02}.txt", b"up", "text/plain")})
+    with PartitionReads(stack.services.sessions.db, task_id) as reads:
+        again = ap(stack, key, "POST", "/tasks", json={},
+                   headers={"Idempotency-Key": "u-1"}).json()
+    shown = ap(stack, key, "GET", f"/tasks/{task_id}").json()
+    assert [a["file_name"] for a in again["artifacts"]] == [f"f{n:02}.txt" for n in range(10)]
+    assert again["task_id"] == task_id and again["artifacts"] == shown["artifacts"]
+    assert reads.read() <= 10 + 2, reads.calls
+
+
+@pytest.mark.slow
+def test_lists_of_steps_and_artifacts_read_a_bounded_part_of_a_huge_log(stack):
+    """A listing found its page from the ids of every query in the log and counted every
+    artifact in it: a task of 12,000 messages made each GET of steps or artifacts read all
+    12,000 (a user could make the API do any amount of work). Now a page is found among
+    the log's first 4,000 messages; one that may hold more is refused, and total_items
+    counts what they hold, plus one."""
+    from codeshot import ids
+    from codeshot.models import EmbedRef, Message, MessageType
+
+    LOG_READ = 4_000  # as the README says
+    _, key = new_account(stack, "aphuge")
+    services = stack.services
+    task_id = ap(stack, key, "POST", "/tasks", json={}).json()["task_id"]
+    ap(stack, key, "POST", f"/tasks/{task_id}/artifacts",
+       files={"file": ("in.txt", b"in", "text/plain")})
+    digest = services.embeds.put(b"made", "text/plain")
+    log = []  # 4,000 steps, each with a thought and its answer
+    for n in range(4000):
+        query = Message(session_id=task_id, message_id=ids.ulid(), text=f"step {n}")
+        log += [query, Message(session_id=task_id, message_id=ids.ulid(), text="thinking",
+                               type=MessageType.THOUGHT, in_reply_to=query.message_id),
+                Message(session_id=task_id, message_id=ids.ulid(), text=f"answer {n}",
+                        type=MessageType.RESPONSE, in_reply_to=query.message_id,
+                        embeds={"out.txt": EmbedRef(content_type="text/plain",
+                                                    content_hash=digest, size=4)}
+                        if n == 5 else {})]
+    services.sessions.put_messages(log)
+    made = f"{log[17].message_id}:out.txt"
+    among = (LOG_READ + 2) // 3  # the steps whose queries are among the first 4,000
+    served = {  # path -> what the answer shows
+        "/steps": lambda r: [s["output"] for s in r["steps"]] == [
+            f"answer {n}" for n in range(10)] and r["pagination"] == {
+            "total_items": among + 1, "total_pages": 134, "current_page": 1,
+            "page_size": 10},
+        "/steps?current_page=133": lambda r: [s["input"] for s in r["steps"]] == [
+            f"step {n}" for n in range(1320, 1330)] and r["steps"][-1]["is_last"],
+        "/artifacts?page_size=2": lambda r: [a["artifact_id"] for a in r["artifacts"]] == [
+            "in.txt", made] and r["pagination"]["total_items"] == 3,
+    }
+    for path, shows in served.items():
+        with PartitionReads(services.sessions.db, task_id) as reads:
+            r = ap(stack, key, "GET", f"/tasks/{task_id}{path}")
+        assert reads.read() <= LOG_READ + 100, (path, reads.read(), reads.calls[:20])
+        assert r.status_code == 200 and shows(r.json()), (path, r.text[:500])
+    # Pages that may hold what lies past those messages (a full page of 10 artifacts).
+    for path in ("/steps?current_page=134", "/steps?current_page=400",
+                 "/artifacts", "/artifacts?current_page=3&page_size=1"):
+        with PartitionReads(services.sessions.db, task_id) as reads:
+            r = ap(stack, key, "GET", f"/tasks/{task_id}{path}")
+        assert r.status_code == 400, (path, r.text[:300])
+        body = r.json()
+        assert body["error"]["code"] == "INVALID_INPUT" and "the first 4,000 messages" in \
+            body["message"], (path, body)
+        assert reads.read() <= LOG_READ + 2, (path, reads.read())
+    # The newest step is still read, however long the log.
+    step = ap(stack, key, "POST", f"/tasks/{task_id}/steps").json()
+    assert step["output"] == "answer 3999" and step["is_last"]

@@ -6,8 +6,9 @@ import pytest
 from codeshot import ids
 from codeshot.errors import Conflict, InvalidInput, NotFound, RateLimited
 from codeshot.models import Embed, EmbedRef, Message, MessageType, Session, SessionStatus
-from codeshot.store.sessions import DELETED_ITEM, DELETED_KEPT_SECONDS, SessionStore
+from codeshot.store.sessions import DELETED_ITEM, DELETED_KEPT_SECONDS, SCAN_READS, SessionStore
 from tests.dynamo_faults import refuse
+from tests.dynamo_reads import PartitionReads
 
 
 def new_session(store: SessionStore, owner: str = "u1", sid: str | None = None,
@@ -257,6 +258,35 @@ def test_a_page_of_messages_reads_past_1_mb_but_stays_under_lambdas_6_mb(aws):
     rest = store.list_messages(s.session_id, limit=1000, token=first.next_token)
     assert [m.message_id for m in first.items + rest.items] == [m.message_id for m in logged]
     assert rest.next_token is None
+
+
+def test_a_filtered_read_of_a_log_stops_at_so_many_messages_or_megabytes(aws):
+    """A filtered Query reads (and is billed for) every item it passes over: the messages
+    of a type among a log's first ``items`` are found in that many reads, whatever the
+    log's length, and a log of large messages stops after SCAN_READS reads of 1 MB."""
+    store = SessionStore(aws)
+    s = new_session(store)
+    log = [msg(s.session_id, f"{n}", type=MessageType.QUERY if n % 3 == 0
+               else MessageType.THOUGHT) for n in range(3000)]
+    store.put_messages(log)
+    queries = [m.message_id for m in log if m.type is MessageType.QUERY]
+    with PartitionReads(store.db, s.session_id) as reads:
+        assert store.message_ids(s.session_id, [MessageType.QUERY], 1000) == (
+            queries[:334], False)
+    assert reads.read() == 1000
+    # A read that stops just at the log's end cannot tell: DynamoDB says it may go on.
+    assert store.message_ids(s.session_id, [MessageType.QUERY], 3000) == (queries, False)
+    assert store.message_ids(s.session_id, [MessageType.QUERY], 3001) == (queries, True)
+    found, whole = store.messages_of(s.session_id, [MessageType.QUERY], 100,
+                                     first=queries[10], before=queries[20])
+    assert [m.message_id for m in found] == queries[10:20] and whole
+    found, whole = store.messages_of(s.session_id, [MessageType.QUERY], 10, queries[10])
+    assert [m.message_id for m in found] == queries[10:14] and not whole
+    big = new_session(store)
+    store.put_messages([msg(big.session_id, "y" * 15_000) for _ in range(600)])  # 9 MB
+    with PartitionReads(store.db, big.session_id) as reads:
+        found, whole = store.messages_of(big.session_id, [MessageType.QUERY], 1000)
+    assert len(reads.calls) == SCAN_READS and not whole and 400 < len(found) < 600
 
 
 def test_ending_a_question_another_write_held_for_a_moment_is_tried_again(aws, monkeypatch):
