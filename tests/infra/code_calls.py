@@ -10,7 +10,8 @@ modules imported by their name). Receivers are typed by annotations: parameters,
 functions' too, annotated variables, attributes and what functions return. Constructing
 one of our classes follows its ``__init__`` and its other dunders (and those it
 inherits); if it subclasses what is not ours or is handed to it as an argument, also its
-methods no code of ours names (a framework's hooks: A2A's ``on_cancel_task``). Names
+methods no code of ours calls, their names written only in functions of that name (a
+framework's hooks: A2A's ``on_cancel_task``). Names
 bound to what is not ours (an imported library, a compiled pattern, a response's field)
 are not followed. The boto3 clients made on the way (``aws.client("s3", ...)``) are
 recorded too: a function's bundle has only its services' models.
@@ -283,20 +284,25 @@ def _names(tree: ast.AST) -> Counter[str]:
 
 
 @cache
-def _names_in(path: Path) -> Counter[str]:
-    return _names(ast.parse(path.read_text()))
+def _written_in(path: Path) -> Counter[str]:
+    """The names ``path`` writes, but where a function of that name writes its own
+    (``super().get_route_handler()``, a recursion)."""
+    tree = ast.parse(path.read_text())
+    return _names(tree) - sum((Counter({f.name: _names(f)[f.name]}) for f in ast.walk(tree)
+                               if isinstance(f, (ast.FunctionDef, ast.AsyncFunctionDef))),
+                              Counter())
 
 
-def _named(files: list[Path]) -> Counter[str]:
+def _written(files: list[Path]) -> Counter[str]:
     """The names our code writes, all of it (and ``files``): a method whose name is
-    written nowhere but in its own body is called by what is not ours (a framework's hook,
-    a duck-typed protocol's method: A2A's ``on_cancel_task``, the MCP SDK's
-    ``verify_token``), or by nothing."""
-    named: Counter[str] = Counter()
+    written nowhere but in functions of that name is called by what is not ours (a
+    framework's hook, a duck-typed protocol's method: A2A's ``on_cancel_task``, the MCP
+    SDK's ``verify_token``), or by nothing."""
+    written: Counter[str] = Counter()
     for path in {p for package in ("codeshot", "handlers") for p in (REPO / package).rglob(
             "*.py")} | {p.resolve() for p in files}:
-        named.update(_names_in(path))
-    return named
+        written.update(_written_in(path))
+    return written
 
 
 def _handed_over(trees: list[ast.Module], modules: list[str], ours: set[str]) -> set[str]:
@@ -462,7 +468,7 @@ def _reached(files: Iterable[Path], entry: str) -> list[tuple[_Body, str, str]]:
     # class -> the methods Python calls (dunders), and those no code of ours names
     dunders: dict[str, list[_Body]] = {}
     unnamed: dict[str, list[_Body]] = {}
-    named, handed = _named(files), _handed_over(trees, module_names, set(bases))
+    written, handed = _written(files), _handed_over(trees, module_names, set(bases))
     roots: list[_Body] = []
 
     def define(node: ast.FunctionDef | ast.AsyncFunctionDef, cls: str | None,
@@ -478,7 +484,7 @@ def _reached(files: Iterable[Path], entry: str) -> list[tuple[_Body, str, str]]:
         by_class.setdefault((cls or f"module:{module}", node.name), []).append(body)
         if cls and node.name.startswith("__") and node.name.endswith("__"):
             dunders.setdefault(cls, []).append(body)
-        elif cls and named[node.name] == _names(node)[node.name]:
+        elif cls and not written[node.name]:
             unnamed.setdefault(cls, []).append(body)
         if any(_decorator_name(d) not in PLAIN_DECORATORS for d in node.decorator_list):
             roots.append(body)  # handed to a framework (a route, a resolver)
