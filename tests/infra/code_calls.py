@@ -372,7 +372,8 @@ def _pairs(node: ast.Assign) -> list[tuple[ast.expr, ast.expr]]:
 def _types(trees: list[ast.Module], modules: list[str], bases: dict[str, list[str]]
            ) -> _Types:
     """What annotations say about attributes: properties' return types, class-level
-    annotations, and ``self.x = x`` of an annotated ``__init__`` parameter."""
+    annotations, ``self.x = x`` of an annotated ``__init__`` parameter; and constructors,
+    ``self.x = Store(settings)``."""
     types = _Types(set(bases), {}, {})
     named: dict[str, set[str]] = {}
     for tree in trees:
@@ -381,7 +382,8 @@ def _types(trees: list[ast.Module], modules: list[str], bases: dict[str, list[st
                 found: dict[str, str | None] = {}
                 if isinstance(item, (ast.FunctionDef, ast.AsyncFunctionDef)):
                     found[item.name] = types.of(item.returns)
-                    params = {a.arg: types.of(a.annotation) for a in item.args.args}
+                    params = {a.arg: types.of(a.annotation) for a in item.args.posonlyargs
+                              + item.args.args + item.args.kwonlyargs}
                     for node in ast.walk(item):
                         if isinstance(node, ast.AnnAssign) and isinstance(
                                 node.target, ast.Attribute):
@@ -390,6 +392,9 @@ def _types(trees: list[ast.Module], modules: list[str], bases: dict[str, list[st
                             found |= {t.attr: params[v.id] for t, v in _pairs(node)
                                       if isinstance(t, ast.Attribute) and
                                       isinstance(v, ast.Name) and params.get(v.id)}
+                            found |= {t.attr: types.of(v.func) for t, v in _pairs(node)
+                                      if isinstance(t, ast.Attribute) and
+                                      isinstance(v, ast.Call) and types.of(v.func)}
                 elif isinstance(item, ast.AnnAssign) and isinstance(item.target, ast.Name):
                     found[item.target.id] = types.of(item.annotation)
                 for attr, kind in found.items():

@@ -14,8 +14,8 @@ FIXTURE = Path(__file__).parent / "fixtures" / "framework_hooks.py"
 
 def test_the_reader_counts_the_calls_of_what_a_framework_calls():
     """A framework subclass's hook, a duck-typed object handed to an SDK and an ASGI app's
-    ``__call__``, each through ``services: Services``; stores typed as a variable or a
-    nested function's parameter. A never-called method of an object kept to ourselves
+    ``__call__``, each through ``services: Services``; stores typed as a variable, a
+    nested function's parameter or an attribute made by a constructor. A never-called method of an object kept to ourselves
     counts for nothing."""
     called = calls_by_module([FIXTURE, *handler_modules("codeshot.services")],
                              ("dynamodb", "sqs"))
@@ -26,6 +26,7 @@ def test_the_reader_counts_the_calls_of_what_a_framework_calls():
         ("dynamodb:PutItem", sessions), ("dynamodb:ConditionCheckItem", sessions),
         ("dynamodb:GetItem", "codeshot.store.users"),
         ("dynamodb:GetItem", "codeshot.store.registry"), ("dynamodb:GetItem", sessions),
+        ("dynamodb:UpdateItem", "codeshot.store.usage"),
         ("sqs:SendMessage", "codeshot.store.queue")}, called
     assert called[("dynamodb:DeleteItem", sessions)].startswith("> .Declines > "), called
 
