@@ -5,8 +5,13 @@ Reachable is over-approximated by name, which is safe for a least-privilege chec
 counted that never happens keeps a grant, it never removes a needed one): from the
 handler, and from what the frameworks call (route and resolver functions, registered by
 decorators), every function or method whose name is called or referenced is followed,
-in the modules the handler imports (grimp's import graph, lazy imports included).
-Constructing one of our classes follows its ``__init__`` (and those it inherits); names
+in the modules the handler imports (grimp's import graph, lazy imports included, and
+modules imported by their name). Receivers are typed by annotations: parameters, nested
+functions' too, annotated variables, attributes and what functions return. Constructing
+one of our classes follows its ``__init__`` and its other dunders (and those it
+inherits); if it subclasses what is not ours or is handed to it as an argument, also its
+methods no code of ours calls, their names written only in functions of that name (a
+framework's hooks: A2A's ``on_cancel_task``). Names
 bound to what is not ours (an imported library, a compiled pattern, a response's field)
 are not followed. The boto3 clients made on the way (``aws.client("s3", ...)``) are
 recorded too: a function's bundle has only its services' models.
@@ -16,6 +21,7 @@ from __future__ import annotations
 
 import ast
 import builtins
+from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from functools import cache
@@ -61,6 +67,8 @@ BUILTIN_METHODS = {name for kind in (dict, list, str, set, bytes)
     "__init__"}  # super().__init__(...): a class's own and inherited ones are followed
 # list(...), dict[str, str] ...: the builtins, not our functions of the same name.
 BUILTIN_NAMES = set(dir(builtins))
+# Bases that are no framework calling its subclasses' methods.
+TYPING_BASES = {"Protocol", "ABC", "object"}
 # Decorators that do not hand a function to a framework.
 PLAIN_DECORATORS = {"cache", "lru_cache", "cached_property", "property", "staticmethod",
                     "classmethod", "contextmanager", "asynccontextmanager", "overload",
@@ -83,16 +91,28 @@ def _methods(services: tuple[str, ...]) -> dict[str, frozenset[str]]:
     return {k: frozenset(v) for k, v in methods.items()}
 
 
+def _path(module: str) -> Path:
+    path = REPO / Path(*module.split("."))
+    return path / "__init__.py" if path.is_dir() else path.with_suffix(".py")
+
+
 def handler_modules(handler_module: str) -> list[Path]:
-    """The source files of ``handler_module`` and every module of ours it imports."""
+    """The source files of ``handler_module`` and every module of ours it imports, by an
+    import statement or by its name (the API's ``LazyEndpoint("codeshot.api.mcp")``,
+    imported on its first request: the import graph has no edge to it)."""
     graph = grimp.build_graph("codeshot", "handlers", exclude_type_checking_imports=True,
                               cache_dir=None)
-    names = {handler_module} | graph.find_upstream_modules(handler_module)
-    paths = []
-    for name in names:
-        path = REPO / Path(*name.split("."))
-        paths.append(path / "__init__.py" if path.is_dir() else path.with_suffix(".py"))
-    return sorted(paths)
+    names, pending = set(), [handler_module]
+    while pending:
+        module = pending.pop()
+        if module in names:
+            continue
+        imported = {module} | graph.find_upstream_modules(module)
+        names |= imported
+        pending += [node.value for name in imported
+                    for node in ast.walk(ast.parse(_path(name).read_text()))
+                    if isinstance(node, ast.Constant) and node.value in graph.modules]
+    return sorted(_path(name) for name in names)
 
 
 @dataclass
@@ -160,6 +180,8 @@ def _receiver_class(receiver: ast.expr, cls: str | None, types: _Types,
             return cls
         if receiver.id in local:  # a parameter or local variable, typed or not
             return local[receiver.id] or None
+        if receiver.id in types.classes:  # Work.purge(...): its classmethod, not others'
+            return receiver.id
         if receiver.id in types.external:
             return EXTERNAL
         return types.modules.get(receiver.id)
@@ -204,6 +226,14 @@ def _scan(nodes: Iterable[ast.AST], cls: str | None, types: _Types,
                 bound.add(node.arg)
             elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):  # read here as
                 bound.add(node.name)  # part of this body: its name is not another's
+            # typed where it is bound: ``def jwks(s: Services)`` inside create_app,
+            # ``services: Services = request.app.state.services``
+            if isinstance(node, ast.arg) and (kind := types.of(node.annotation)):
+                local[node.arg] = kind
+            elif isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name) and \
+                    (kind := types.of(node.annotation) or (
+                        _value_class(node.value, cls, types, local) if node.value else None)):
+                local[node.target.id] = kind
             if not isinstance(node, ast.Assign):
                 continue
             if made := _value_class(node.value, cls, types, local):
@@ -242,6 +272,58 @@ def _scan(nodes: Iterable[ast.AST], cls: str | None, types: _Types,
                 body.calls.add(name)  # accounts.list_users(...) is ours, not Cognito's
             body.references.add((receiver, name))
     return body
+
+
+def _names(tree: ast.AST) -> Counter[str]:
+    """How often each name is written in ``tree``: as a variable, an attribute or a string
+    (``getattr(x, "name")``)."""
+    return Counter(node.id if isinstance(node, ast.Name) else
+                   node.attr if isinstance(node, ast.Attribute) else str(node.value)
+                   for node in ast.walk(tree) if isinstance(node, (ast.Name, ast.Attribute))
+                   or (isinstance(node, ast.Constant) and isinstance(node.value, str)))
+
+
+@cache
+def _written_in(path: Path) -> Counter[str]:
+    """The names ``path`` writes, but where a function of that name writes its own
+    (``super().get_route_handler()``, a recursion)."""
+    tree = ast.parse(path.read_text())
+    return _names(tree) - sum((Counter({f.name: _names(f)[f.name]}) for f in ast.walk(tree)
+                               if isinstance(f, (ast.FunctionDef, ast.AsyncFunctionDef))),
+                              Counter())
+
+
+def _written(files: list[Path]) -> Counter[str]:
+    """The names our code writes, all of it (and ``files``): a method whose name is
+    written nowhere but in functions of that name is called by what is not ours (a
+    framework's hook, a duck-typed protocol's method: A2A's ``on_cancel_task``, the MCP
+    SDK's ``verify_token``), or by nothing."""
+    written: Counter[str] = Counter()
+    for path in {p for package in ("codeshot", "handlers") for p in (REPO / package).rglob(
+            "*.py")} | {p.resolve() for p in files}:
+        written.update(_written_in(path))
+    return written
+
+
+def _handed_over(trees: list[ast.Module], modules: list[str], ours: set[str]) -> set[str]:
+    """Our classes whose objects what is not ours may call: a framework's subclasses
+    (A2A's ``RequestHandler``), and those made as a call's argument (the MCP SDK's
+    ``BearerAuthBackend(ApiKeyVerifier(services))``, a duck-typed protocol)."""
+    handed, packages = set(), {m.split(".")[0] for m in modules}
+    for tree in trees:
+        imported = {a.asname or a.name for node in ast.walk(tree)  # a2a's User, not ours
+                    if isinstance(node, ast.ImportFrom) and not node.level and
+                    (node.module or "").split(".")[0] not in packages
+                    for a in node.names}
+        for node in ast.walk(tree):
+            if isinstance(node, ast.ClassDef) and any(
+                    not (isinstance(b, ast.Name) and b.id in ours - imported | TYPING_BASES)
+                    for b in node.bases if not isinstance(b, ast.Subscript)):
+                handed.add(node.name)
+            elif isinstance(node, ast.Call):
+                handed |= {_decorator_name(a) for a in node.args + [
+                    k.value for k in node.keywords] if isinstance(a, ast.Call)} & ours
+    return handed
 
 
 def _module_aliases(tree: ast.Module, modules: set[str]) -> dict[str, str]:
@@ -290,7 +372,8 @@ def _pairs(node: ast.Assign) -> list[tuple[ast.expr, ast.expr]]:
 def _types(trees: list[ast.Module], modules: list[str], bases: dict[str, list[str]]
            ) -> _Types:
     """What annotations say about attributes: properties' return types, class-level
-    annotations, and ``self.x = x`` of an annotated ``__init__`` parameter."""
+    annotations, ``self.x = x`` of an annotated ``__init__`` parameter; and constructors,
+    ``self.x = Store(settings)``."""
     types = _Types(set(bases), {}, {})
     named: dict[str, set[str]] = {}
     for tree in trees:
@@ -299,7 +382,8 @@ def _types(trees: list[ast.Module], modules: list[str], bases: dict[str, list[st
                 found: dict[str, str | None] = {}
                 if isinstance(item, (ast.FunctionDef, ast.AsyncFunctionDef)):
                     found[item.name] = types.of(item.returns)
-                    params = {a.arg: types.of(a.annotation) for a in item.args.args}
+                    params = {a.arg: types.of(a.annotation) for a in item.args.posonlyargs
+                              + item.args.args + item.args.kwonlyargs}
                     for node in ast.walk(item):
                         if isinstance(node, ast.AnnAssign) and isinstance(
                                 node.target, ast.Attribute):
@@ -308,6 +392,9 @@ def _types(trees: list[ast.Module], modules: list[str], bases: dict[str, list[st
                             found |= {t.attr: params[v.id] for t, v in _pairs(node)
                                       if isinstance(t, ast.Attribute) and
                                       isinstance(v, ast.Name) and params.get(v.id)}
+                            found |= {t.attr: types.of(v.func) for t, v in _pairs(node)
+                                      if isinstance(t, ast.Attribute) and
+                                      isinstance(v, ast.Call) and types.of(v.func)}
                 elif isinstance(item, ast.AnnAssign) and isinstance(item.target, ast.Name):
                     found[item.target.id] = types.of(item.annotation)
                 for attr, kind in found.items():
@@ -383,6 +470,10 @@ def _reached(files: Iterable[Path], entry: str) -> list[tuple[_Body, str, str]]:
             subclasses.setdefault(parent, []).append(name)
     by_name: dict[str, list[_Body]] = {}
     by_class: dict[tuple[str, str], list[_Body]] = {}
+    # class -> the methods Python calls (dunders), and those no code of ours names
+    dunders: dict[str, list[_Body]] = {}
+    unnamed: dict[str, list[_Body]] = {}
+    written, handed = _written(files), _handed_over(trees, module_names, set(bases))
     roots: list[_Body] = []
 
     def define(node: ast.FunctionDef | ast.AsyncFunctionDef, cls: str | None,
@@ -396,6 +487,10 @@ def _reached(files: Iterable[Path], entry: str) -> list[tuple[_Body, str, str]]:
                                 if isinstance(n, ast.Name)}
         by_name.setdefault(node.name, []).append(body)
         by_class.setdefault((cls or f"module:{module}", node.name), []).append(body)
+        if cls and node.name.startswith("__") and node.name.endswith("__"):
+            dunders.setdefault(cls, []).append(body)
+        elif cls and not written[node.name]:
+            unnamed.setdefault(cls, []).append(body)
         if any(_decorator_name(d) not in PLAIN_DECORATORS for d in node.decorator_list):
             roots.append(body)  # handed to a framework (a route, a resolver)
 
@@ -436,8 +531,12 @@ def _reached(files: Iterable[Path], entry: str) -> list[tuple[_Body, str, str]]:
     def targets(cls: str | None, name: str) -> list[_Body]:
         if cls is None and name in BUILTIN_METHODS:
             return []  # d.get(k), s.index(x) ...: taken as the builtin's
-        if cls is None and name in bases:  # Store(settings): its (inherited) __init__ runs
-            return [b for c in closure(name, bases) for b in by_class.get((c, "__init__"), [])]
+        if cls is None and name in bases:  # Store(settings): its (inherited) __init__ runs,
+            # as may its other dunders (an ASGI app's __call__); handed to what is
+            # not ours, so may its other methods our code never names (a framework's hooks)
+            made = closure(name, bases)
+            hooks = unnamed if made & handed else {}
+            return [b for c in made for b in dunders.get(c, []) + hooks.get(c, [])]
         if cls == EXTERNAL:
             return []
         if cls is not None and cls.startswith("module:"):
