@@ -529,10 +529,6 @@ class SessionStore(Repository):
         return found
 
     @staticmethod
-    def session_of(values: dict[str, Any]) -> Session:
-        return Session.from_dict(values)
-
-    @staticmethod
     def message_of(values: dict[str, Any]) -> Message:
         return _message(dict(values))
 
