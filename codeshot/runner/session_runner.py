@@ -219,10 +219,11 @@ class SessionRunner:
             return
         except CodeshotError as exc:  # not run: all slots taken
             # The reply asks for the message again: a paused program stays paused (its
-            # state and status untouched), so the answer sent again resumes it.
+            # state and status untouched), so the answer sent again resumes it. One
+            # paused before its question was kept ends (the reply could not name it).
             self._finish(session, query, failure_outcome(exc), None, trace, book,
                          had_state=recent.state is not None, task=task,
-                         keep_pause=paused is not None)
+                         kept_question=recent.question if paused is not None else None)
             return
         except Exception:
             if not final_attempt:
@@ -472,11 +473,14 @@ class SessionRunner:
     def _finish(self, session: Session, query: Message, outcome: Outcome,
                 program_state: dict[str, Any] | None, trace: list[Message], book: EmbedBook,
                 lease: Lease | None = None, *, had_state: bool, task: str,
-                keep_pause: bool = False) -> None:
+                kept_question: str | None = None) -> None:
         """Store the reply (and the trace) once. The session is left waiting on
         ``program_state``'s question, or idle with a paused program it had (``had_state``)
-        dropped; with ``keep_pause`` (the query did not run) its status and paused program
-        are left as they are. ``task``: the A2A task the reply is pushed for."""
+        dropped; with ``kept_question`` (the query did not run, and its session waits on
+        that question) its status and paused program are left as they are, and the reply
+        names the question (every reader of tasks sees it still waiting). ``task``: the
+        A2A task the reply is pushed for."""
+        keep_pause = kept_question is not None
         table = self.s.sessions.table_name
         reply_id = ids.ulid()
         state_item = self.s.sessions.state_item(session.session_id, program_state, reply_id) \
@@ -494,7 +498,7 @@ class SessionRunner:
             session_id=session.session_id, message_id=reply_id, text=outcome.text,
             type=_TERMINAL[outcome.status], in_reply_to=query.message_id,
             sent_by=session.frontend_agent_id or PLANNER_ID, error_code=outcome.error_code,
-            embeds=book.refs(outcome.embeds),
+            embeds=book.refs(outcome.embeds), keeps_question=kept_question,
         )
         key = {"session_id": {"S": session.session_id}}
         expression = "SET modified = :m"

@@ -106,6 +106,7 @@ class Recent:
     session: Session | None
     state: dict[str, Any] | None  # a paused program
     messages: list[Message]  # newest first
+    question: str | None = None  # the question the paused program waits on (if kept)
 
 
 def _key(session_id: str, item: str) -> dict[str, Any]:
@@ -499,16 +500,16 @@ class SessionStore(Repository):
             ExpressionAttributeValues={":s": {"S": session_id}, ":m": {"S": MSG_PREFIX}},
             ScanIndexForward=False, ConsistentRead=True, Limit=messages + 2,
         )
-        session, state, found = None, None, []
+        session, state, question, found = None, None, None, []
         for raw in out.get("Items", []):
             values = from_item(raw)
             if values["item"] == SESSION_ITEM:
                 session = Session.from_dict(values)
             elif values["item"] == STATE_ITEM:
-                state = json.loads(values["state"])
+                state, question = json.loads(values["state"]), values.get("question")
             else:
                 found.append(_message(values))
-        return Recent(session, state, found[:messages])
+        return Recent(session, state, found[:messages], question)
 
     def get_items(self, session_id: str, items: list[str]) -> dict[str, dict[str, Any]]:
         """Several items of one session in one consistent round-trip: item -> values."""

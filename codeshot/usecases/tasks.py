@@ -96,6 +96,16 @@ class Chain:
     def replies(self) -> list[Message]:
         return [t.reply for t in self.turns if t.reply is not None]
 
+    @property
+    def question(self) -> Message | None:
+        """The question it waits on (None: it waits on none): its newest reply, or the
+        one a refusal of its answer kept."""
+        reply = self.turns[-1].reply
+        if self.state is not TaskState.INPUT_REQUIRED or reply is None:
+            return None
+        asked = reply.keeps_question or reply.message_id
+        return next((r for r in self.replies if r.message_id == asked), None)
+
 
 def chains(messages: Sequence[Message]) -> list[Chain]:
     """The tasks (:class:`Chain`) of a run of a session's messages, in order, each with
@@ -349,8 +359,11 @@ def awaited_question(services: Services, principal: Principal, session_id: str,
 
 def _pending_question(services: Services, session_id: str, question_id: str | None = None
                       ) -> Message:
-    """The question the session waits on (``question_id``, when given); else CONFLICT."""
+    """The question the session waits on (``question_id``, when given); else CONFLICT.
+    Its newest message, or the question a refusal of its answer kept (one more read)."""
     pending = services.sessions.list_messages(session_id, limit=1, newest_first=True).items
+    if pending and pending[0].keeps_question:
+        pending = [services.sessions.get_message(session_id, pending[0].keeps_question)]
     if not pending or pending[0].type is not MessageType.AWAITING_INPUT:
         raise Conflict(f"task {session_id} is not waiting for input")
     if question_id is not None and pending[0].message_id != question_id:
