@@ -62,6 +62,7 @@ from codeshot.store.sessions import (
     ANSWER_PREFIX,
     MSG_PREFIX,
     PURGE_PAGES,
+    RESUMING,
     SESSION_ITEM,
     STATE_ITEM,
     Recent,
@@ -190,6 +191,11 @@ class SessionRunner:
             # The slot is held until the reply is stored: a run that stops before that
             # (a crash, a failed write) is not run again when the queue redelivers it.
             with running_query(self.s, session.owner, query.message_id) as lease:
+                if paused is not None and not self.s.sessions.claim_pause(
+                        session.session_id, query.message_id):
+                    # Its question was ended since the read (a cancel won): nothing of the
+                    # paused program runs, and the message is a query of its own.
+                    paused, task = None, query.message_id
                 try:
                     outcome, program_state = self._run(session, query, paused, history,
                                                        trace, book, deadline, task)
@@ -508,6 +514,8 @@ class SessionRunner:
             expression += ", #s = :s"
             values[":s"] = {"S": status.value}
         update, values = self.s.sessions.touch(expression, values)
+        if not keep_pause:  # a resume's claim on the paused program ends with its reply
+            update += " REMOVE #r"
         # The conditional items: their failure means answered already, or session gone.
         marker: TransactWriteItemTypeDef = {"Put": self.s.sessions.answer_item(
             session.session_id, query.message_id, reply.message_id)}
@@ -516,7 +524,7 @@ class SessionRunner:
             "UpdateExpression": update, "ConditionExpression": "attribute_exists(session_id)",
             "ExpressionAttributeValues": values}
         if not keep_pause:
-            session_update["ExpressionAttributeNames"] = {"#s": "status"}
+            session_update["ExpressionAttributeNames"] = {"#s": "status", "#r": RESUMING}
         items: list[TransactWriteItemTypeDef] = [
             marker, {"Put": {"TableName": table, "Item": self.s.sessions.message_item(reply)}},
             {"Update": session_update},
