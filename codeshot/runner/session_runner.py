@@ -223,10 +223,12 @@ class SessionRunner:
                     lease.release()
                 raise
             return
-        except CodeshotError as exc:  # not run: all slots taken
-            # The reply asks for the message again: a paused program stays paused (its
-            # state and status untouched), so the answer sent again resumes it. One
-            # paused before its question was kept ends (the reply could not name it).
+        except CodeshotError as exc:
+            # Not run: all slots taken, or the session too busy to take its paused program
+            # (the slot given back). The reply asks for the message again: a paused program
+            # stays paused (its state and status untouched), so the answer sent again
+            # resumes it. One paused before its question was kept ends (the reply could
+            # not name it).
             self._finish(session, query, failure_outcome(exc), None, trace, book,
                          had_state=recent.state is not None, task=task,
                          kept_question=recent.question if paused is not None else None)

@@ -799,7 +799,8 @@ class SessionStore(Repository):
         since the runner read it), and from then on nothing else ends the question
         (:meth:`end_pause`) until the runner's reply clears it (:data:`RESUMING`). So of a
         resume and a cancel at once exactly one wins, before the program runs. False: the
-        question was ended meanwhile (or the session deleted)."""
+        question was ended meanwhile (or the session deleted); RATE_LIMITED: the session
+        was busy through every retry (nothing was taken)."""
         try:
             retry_transient(lambda: self.db.update_item(
                 TableName=self.table_name, Key=_key(session_id, SESSION_ITEM),
@@ -811,6 +812,10 @@ class SessionStore(Repository):
                                            ":a": {"S": answer_id}}))
         except self.db.exceptions.ConditionalCheckFailedException:
             return False
+        except ClientError as exc:
+            if is_transient(exc):
+                raise RateLimited("the platform is busy right now; retry in a moment") from exc
+            raise
         return True
 
     def end_pause(self, message: Message, owner: str | None = None,

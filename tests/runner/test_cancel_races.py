@@ -8,9 +8,13 @@ from __future__ import annotations
 
 import threading
 
+import pytest
+
 from codeshot import ids
 from codeshot.runner.batch import process_batch, record_of
 from codeshot.runner.session_runner import SessionRunner
+from codeshot.store.sessions import RESUMING
+from tests.dynamo_faults import refuse
 from tests.runner.conftest import register, session
 from tests.runner.test_redelivery import post, terminal
 
@@ -132,3 +136,25 @@ def test_a_cancel_landing_once_the_runner_resumes_is_refused_and_the_answer_stan
         "batchItemFailures": []}
     assert a2a(platform, key, booking, "CancelTask", id=ids.task_id(h, nino))["result"][
         "status"]["state"] == "TASK_STATE_CANCELED"
+
+
+@pytest.mark.settings(max_running_queries=1)
+def test_an_answer_whose_paused_program_is_too_busy_to_take_is_refused_and_kept(
+        platform, agents, monkeypatch):
+    """The session's item busy through every retry of the take: nothing runs, the slot is
+    given back (the cap is 1), and the refusal keeps the question, so the answer sent
+    again resumes it."""
+    key, _, h, _, runner = asked(platform, agents, "cruz")
+    post(platform, key, h, "4")
+    refuse(monkeypatch, platform.services.sessions.db, "update_item", RESUMING, times=None)
+    assert process_batch({"Records": [queued(platform)]}, runner.handle) == {
+        "batchItemFailures": []}
+    monkeypatch.undo()
+    question, refused = terminal(platform, h)
+    assert (refused.error_code, refused.keeps_question) == ("RATE_LIMITED",
+                                                            question.message_id)
+    post(platform, key, h, "4")
+    assert process_batch({"Records": [queued(platform)]}, runner.handle) == {
+        "batchItemFailures": []}
+    assert terminal(platform, h)[-1].text == "Done: Booked Luigi's."
+    assert booked(agents)[-1] == "Luigi's"
