@@ -406,8 +406,8 @@ class Message(Record):
     error_code: str | None = None
     timestamp: datetime = dataclasses.field(default_factory=utcnow)
     # A refusal of a message that was never taken in (all the user's running slots were
-    # taken) while the session waited on this question, which still waits on it: the
-    # message is to be sent again, and its task still requires input.
+    # taken, or the session too busy) while the session waited on this question, which
+    # still waits: the message is to be sent again, and its task still requires input.
     keeps_question: str | None = None
 
     COERCE: ClassVar[dict[str, Any]] = {"type": MessageType, "timestamp": _datetime,

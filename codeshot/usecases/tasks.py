@@ -1,10 +1,12 @@
 """Sessions as the tasks of agent protocols: MCP's ``ask``, A2A tasks.
 
 A turn is one user message with the agent's terminal reply (response, error, or a
-question: ``awaiting_input``). MCP and the Agent Protocol see a session as one task whose
-state is its newest turn's (:func:`state_of`). A2A's tasks are immutable once finished,
-so there a session is a context and a task a :class:`Chain`: a turn and the turns that
-answer its questions (:func:`chains`), read from its first message on (:func:`read_task`).
+question: ``awaiting_input``; a refusal that kept the question the message answered,
+``keeps_question``, leaves the task waiting on that question). MCP and the Agent
+Protocol see a session as one task whose state is its newest turn's (:func:`state_of`).
+A2A's tasks are immutable once finished, so there a session is a context and a task a
+:class:`Chain`: a turn and the turns that answer its questions (:func:`chains`), read
+from its first message on (:func:`read_task`).
 Every protocol reads the same data GraphQL, the console and the Fixie endpoints read;
 only the names differ.
 
