@@ -365,7 +365,7 @@ class TaskState(str, Enum):
         """The state a turn is in with this terminal reply (None: still working)."""
         if reply is None:
             return cls.WORKING
-        if reply.type is MessageType.AWAITING_INPUT:
+        if reply.type is MessageType.AWAITING_INPUT or reply.keeps_question:
             return cls.INPUT_REQUIRED
         if reply.type is MessageType.RESPONSE:
             return cls.COMPLETED
@@ -405,6 +405,10 @@ class Message(Record):
     embeds: dict[str, EmbedRef] = dataclasses.field(default_factory=dict)
     error_code: str | None = None
     timestamp: datetime = dataclasses.field(default_factory=utcnow)
+    # A refusal of a message that was never taken in (all the user's running slots were
+    # taken, or the session too busy) while the session waited on this question, which
+    # still waits: the message is to be sent again, and its task still requires input.
+    keeps_question: str | None = None
 
     COERCE: ClassVar[dict[str, Any]] = {"type": MessageType, "timestamp": _datetime,
               "embeds": lambda refs: {k: _embed_ref(k, v) for k, v in refs.items()}}

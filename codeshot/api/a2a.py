@@ -589,8 +589,8 @@ class SessionTasks(RequestHandler):
         async def cancel() -> Task:
             principal = self._principal(context)
             session, chain = await self._read(principal, params.id)
-            question = chain.turns[-1].reply
-            if chain.state is not models.TaskState.INPUT_REQUIRED or question is None:
+            question = chain.question
+            if question is None:
                 raise TaskNotCancelableError(message=(
                     f"task {params.id} is {chain.state.value}: only a task waiting for "
                     "input can be canceled (a running one cannot be stopped midway)"))

@@ -48,7 +48,7 @@ from starlette.types import Receive, Scope, Send
 
 from codeshot.api.errors import as_codeshot_error, rest_body
 from codeshot.errors import INTERNAL_MESSAGE, Timeout, Unauthenticated
-from codeshot.models import PLANNER_ID, Principal, TaskState
+from codeshot.models import PLANNER_ID, MessageType, Principal
 from codeshot.services import Services
 from codeshot.usecases import agents, tasks
 from codeshot.usecases.threads import blocking
@@ -327,7 +327,7 @@ class CodeshotMCP:
             return _text(f"{Timeout.code}: no answer within {wait:g}s; the task goes on in "
                          f"session {session_id}.", error=True,
                          structured={"session": session_id, "status": state})
-        if turn.state is TaskState.INPUT_REQUIRED:
+        if reply.type is MessageType.AWAITING_INPUT:  # not a refusal that kept one
             if _can_elicit(ctx):
                 return types.InputRequiredResult(
                     input_requests={"answer": types.ElicitRequest(

@@ -62,6 +62,7 @@ from codeshot.store.sessions import (
     ANSWER_PREFIX,
     MSG_PREFIX,
     PURGE_PAGES,
+    RESUMING,
     SESSION_ITEM,
     STATE_ITEM,
     Recent,
@@ -190,6 +191,11 @@ class SessionRunner:
             # The slot is held until the reply is stored: a run that stops before that
             # (a crash, a failed write) is not run again when the queue redelivers it.
             with running_query(self.s, session.owner, query.message_id) as lease:
+                if paused is not None and not self.s.sessions.claim_pause(
+                        session.session_id, query.message_id):
+                    # Its question was ended since the read (a cancel won): nothing of the
+                    # paused program runs, and the message is a query of its own.
+                    paused, task = None, query.message_id
                 try:
                     outcome, program_state = self._run(session, query, paused, history,
                                                        trace, book, deadline, task)
@@ -217,12 +223,15 @@ class SessionRunner:
                     lease.release()
                 raise
             return
-        except CodeshotError as exc:  # not run: all slots taken
-            # The reply asks for the message again: a paused program stays paused (its
-            # state and status untouched), so the answer sent again resumes it.
+        except CodeshotError as exc:
+            # Not run: all slots taken, or the session too busy to take its paused program
+            # (the slot given back). The reply asks for the message again: a paused program
+            # stays paused (its state and status untouched), so the answer sent again
+            # resumes it. One paused before its question was kept ends (the reply could
+            # not name it).
             self._finish(session, query, failure_outcome(exc), None, trace, book,
                          had_state=recent.state is not None, task=task,
-                         keep_pause=paused is not None)
+                         kept_question=recent.question if paused is not None else None)
             return
         except Exception:
             if not final_attempt:
@@ -472,11 +481,14 @@ class SessionRunner:
     def _finish(self, session: Session, query: Message, outcome: Outcome,
                 program_state: dict[str, Any] | None, trace: list[Message], book: EmbedBook,
                 lease: Lease | None = None, *, had_state: bool, task: str,
-                keep_pause: bool = False) -> None:
+                kept_question: str | None = None) -> None:
         """Store the reply (and the trace) once. The session is left waiting on
         ``program_state``'s question, or idle with a paused program it had (``had_state``)
-        dropped; with ``keep_pause`` (the query did not run) its status and paused program
-        are left as they are. ``task``: the A2A task the reply is pushed for."""
+        dropped; with ``kept_question`` (the query did not run, and its session waits on
+        that question) its status and paused program are left as they are, and the reply
+        names the question (every reader of tasks sees it still waiting). ``task``: the
+        A2A task the reply is pushed for."""
+        keep_pause = kept_question is not None
         table = self.s.sessions.table_name
         reply_id = ids.ulid()
         state_item = self.s.sessions.state_item(session.session_id, program_state, reply_id) \
@@ -494,7 +506,7 @@ class SessionRunner:
             session_id=session.session_id, message_id=reply_id, text=outcome.text,
             type=_TERMINAL[outcome.status], in_reply_to=query.message_id,
             sent_by=session.frontend_agent_id or PLANNER_ID, error_code=outcome.error_code,
-            embeds=book.refs(outcome.embeds),
+            embeds=book.refs(outcome.embeds), keeps_question=kept_question,
         )
         key = {"session_id": {"S": session.session_id}}
         expression = "SET modified = :m"
@@ -504,6 +516,8 @@ class SessionRunner:
             expression += ", #s = :s"
             values[":s"] = {"S": status.value}
         update, values = self.s.sessions.touch(expression, values)
+        if not keep_pause:  # a resume's claim on the paused program ends with its reply
+            update += " REMOVE #r"
         # The conditional items: their failure means answered already, or session gone.
         marker: TransactWriteItemTypeDef = {"Put": self.s.sessions.answer_item(
             session.session_id, query.message_id, reply.message_id)}
@@ -512,7 +526,7 @@ class SessionRunner:
             "UpdateExpression": update, "ConditionExpression": "attribute_exists(session_id)",
             "ExpressionAttributeValues": values}
         if not keep_pause:
-            session_update["ExpressionAttributeNames"] = {"#s": "status"}
+            session_update["ExpressionAttributeNames"] = {"#s": "status", "#r": RESUMING}
         items: list[TransactWriteItemTypeDef] = [
             marker, {"Put": {"TableName": table, "Item": self.s.sessions.message_item(reply)}},
             {"Update": session_update},

@@ -65,6 +65,9 @@ if TYPE_CHECKING:
 
 SESSION_ITEM = "SESSION"
 STATE_ITEM = "STATE"
+# The SESSION item's attribute naming the message a runner resumes the paused program
+# with (:meth:`SessionStore.claim_pause`); the runner's reply removes it.
+RESUMING = "resuming"
 MSG_PREFIX = "MSG#"
 MSG_END = "MSG$"  # sorts just after every MSG# key
 EMBED_PREFIX = "EMBED#"
@@ -111,6 +114,7 @@ class Recent:
     session: Session | None
     state: dict[str, Any] | None  # a paused program
     messages: list[Message]  # newest first
+    question: str | None = None  # the question the paused program waits on (if kept)
 
 
 def _key(session_id: str, item: str) -> dict[str, Any]:
@@ -504,16 +508,16 @@ class SessionStore(Repository):
             ExpressionAttributeValues={":s": {"S": session_id}, ":m": {"S": MSG_PREFIX}},
             ScanIndexForward=False, ConsistentRead=True, Limit=messages + 2,
         )
-        session, state, found = None, None, []
+        session, state, question, found = None, None, None, []
         for raw in out.get("Items", []):
             values = from_item(raw)
             if values["item"] == SESSION_ITEM:
                 session = Session.from_dict(values)
             elif values["item"] == STATE_ITEM:
-                state = json.loads(values["state"])
+                state, question = json.loads(values["state"]), values.get("question")
             else:
                 found.append(_message(values))
-        return Recent(session, state, found[:messages])
+        return Recent(session, state, found[:messages], question)
 
     def get_items(self, session_id: str, items: list[str]) -> dict[str, dict[str, Any]]:
         """Several items of one session in one consistent round-trip: item -> values."""
@@ -802,22 +806,49 @@ class SessionStore(Repository):
     def delete_state(self, session_id: str) -> None:
         self.db.delete_item(TableName=self.table_name, Key=_key(session_id, STATE_ITEM))
 
+    def claim_pause(self, session_id: str, answer_id: str) -> bool:
+        """Take the session's paused program to resume it with the message ``answer_id``:
+        it holds only while the session still awaits input (so its question was not ended
+        since the runner read it), and from then on nothing else ends the question
+        (:meth:`end_pause`) until the runner's reply clears it (:data:`RESUMING`). So of a
+        resume and a cancel at once exactly one wins, before the program runs. False: the
+        question was ended meanwhile (or the session deleted); RATE_LIMITED: the session
+        was busy through every retry (nothing was taken)."""
+        try:
+            retry_transient(lambda: self.db.update_item(
+                TableName=self.table_name, Key=_key(session_id, SESSION_ITEM),
+                UpdateExpression="SET #r = :a",
+                # The same answer again: a redelivery of a run that claimed it.
+                ConditionExpression="#s = :awaiting AND (attribute_not_exists(#r) OR #r = :a)",
+                ExpressionAttributeNames={"#s": "status", "#r": RESUMING},
+                ExpressionAttributeValues={":awaiting": {"S": SessionStatus.AWAITING_INPUT.value},
+                                           ":a": {"S": answer_id}}))
+        except self.db.exceptions.ConditionalCheckFailedException:
+            return False
+        except ClientError as exc:
+            if is_transient(exc):
+                raise RateLimited("the platform is busy right now; retry in a moment") from exc
+            raise
+        return True
+
     def end_pause(self, message: Message, owner: str | None = None,
                   also: list[TransactWriteItemTypeDef] | None = None,
                   any_question: bool = False) -> None:
         """End a paused program without resuming it: ``message`` (an error saying why, in
         reply to the question) is stored, the paused state dropped and the session idle
         again, with the writes ``also``, in one transaction that holds only while the
-        session still awaits input (and is ``owner``'s) and its paused program still waits
-        on that question: the caller read it as pending, but the user may have answered it
-        since and the agent asked another. ``any_question``: whichever it waits on (the
-        caller holds the answer to it, which could not be queued)."""
-        condition = "#s = :awaiting" + (" AND #o = :o" if owner else "")
+        session still awaits input (and is ``owner``'s), no runner has taken its paused
+        program to resume it (:meth:`claim_pause`), and that program still waits on that
+        question: the caller read it as pending, but the user may have answered it since
+        and the agent asked another. ``any_question``: whichever it waits on (the caller
+        holds the answer to it, which could not be queued)."""
+        condition = "#s = :awaiting AND attribute_not_exists(#r)" + \
+            (" AND #o = :o" if owner else "")
         values: dict[str, AttributeValueTypeDef] = {
             ":awaiting": {"S": SessionStatus.AWAITING_INPUT.value},
             ":idle": {"S": SessionStatus.IDLE.value},
             ":m": {"S": stamp(message.timestamp)}}
-        names = {"#s": "status"}
+        names = {"#s": "status", "#r": RESUMING}
         if owner:
             values[":o"] = {"S": owner}
             names["#o"] = "owner"

@@ -39,6 +39,7 @@ from codeshot.models import (
     MessageType,
     Principal,
     Session,
+    TaskState,
     check_embed_key,
 )
 from codeshot.runner.callbacks import PROMPT_FORMAT
@@ -136,8 +137,9 @@ def step_status(turn: tasks.Turn) -> str:
 
 
 def is_last(turn: tasks.Turn) -> bool:
-    """The task has nothing left to do until given new input: answered, or failed."""
-    return turn.reply is not None and turn.reply.type is not MessageType.AWAITING_INPUT
+    """The task has nothing left to do until given new input: answered, or failed (a
+    question, or a refused answer that kept it, waits for the next step's input)."""
+    return turn.reply is not None and turn.state is not TaskState.INPUT_REQUIRED
 
 
 # -- tasks --------------------------------------------------------------------------------

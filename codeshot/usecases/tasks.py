@@ -1,10 +1,12 @@
 """Sessions as the tasks of agent protocols: MCP's ``ask``, A2A tasks.
 
 A turn is one user message with the agent's terminal reply (response, error, or a
-question: ``awaiting_input``). MCP and the Agent Protocol see a session as one task whose
-state is its newest turn's (:func:`state_of`). A2A's tasks are immutable once finished,
-so there a session is a context and a task a :class:`Chain`: a turn and the turns that
-answer its questions (:func:`chains`), read from its first message on (:func:`read_task`).
+question: ``awaiting_input``; a refusal that kept the question the message answered,
+``keeps_question``, leaves the task waiting on that question). MCP and the Agent
+Protocol see a session as one task whose state is its newest turn's (:func:`state_of`).
+A2A's tasks are immutable once finished, so there a session is a context and a task a
+:class:`Chain`: a turn and the turns that answer its questions (:func:`chains`), read
+from its first message on (:func:`read_task`).
 Every protocol reads the same data GraphQL, the console and the Fixie endpoints read;
 only the names differ.
 
@@ -95,6 +97,16 @@ class Chain:
     @property
     def replies(self) -> list[Message]:
         return [t.reply for t in self.turns if t.reply is not None]
+
+    @property
+    def question(self) -> Message | None:
+        """The question it waits on (None: it waits on none): its newest reply, or the
+        one a refusal of its answer kept."""
+        reply = self.turns[-1].reply
+        if self.state is not TaskState.INPUT_REQUIRED or reply is None:
+            return None
+        asked = reply.keeps_question or reply.message_id
+        return next((r for r in self.replies if r.message_id == asked), None)
 
 
 def chains(messages: Sequence[Message]) -> list[Chain]:
@@ -349,8 +361,11 @@ def awaited_question(services: Services, principal: Principal, session_id: str,
 
 def _pending_question(services: Services, session_id: str, question_id: str | None = None
                       ) -> Message:
-    """The question the session waits on (``question_id``, when given); else CONFLICT."""
+    """The question the session waits on (``question_id``, when given); else CONFLICT.
+    Its newest message, or the question a refusal of its answer kept (one more read)."""
     pending = services.sessions.list_messages(session_id, limit=1, newest_first=True).items
+    if pending and pending[0].keeps_question:
+        pending = [services.sessions.get_message(session_id, pending[0].keeps_question)]
     if not pending or pending[0].type is not MessageType.AWAITING_INPUT:
         raise Conflict(f"task {session_id} is not waiting for input")
     if question_id is not None and pending[0].message_id != question_id:

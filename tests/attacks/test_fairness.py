@@ -7,7 +7,9 @@ from __future__ import annotations
 import json
 import threading
 import time
+import uuid
 
+import httpx
 import pytest
 
 from codeshot.runner.batch import process_batch
@@ -96,6 +98,63 @@ def test_an_answer_refused_for_the_cap_still_answers_the_question_when_sent_agai
     # Refused once, answered once: the refusal is written exactly once.
     assert [m["errorCode"] for m in messages(live, key, asking) if m["type"] == "error"] == [
         "RATE_LIMITED"]
+
+
+def a2a(live, key: str, agent_id: str, method: str, **params) -> dict:
+    """An A2A JSON-RPC call to ``agent_id``'s endpoint: its result, or its error."""
+    out = live.rpc(key, f"/a2a/{agent_id}", method, params, headers={"A2A-Version": "1.0"})
+    return out.json()
+
+
+def a2a_send(live, key: str, agent_id: str, text: str, **ids: str) -> dict:
+    """SendMessage (waiting for the reply) with the task or context ``ids``."""
+    return a2a(live, key, agent_id, "SendMessage", message={
+        "messageId": str(uuid.uuid4()), "role": "ROLE_USER", "parts": [{"text": text}], **ids})
+
+
+@pytest.mark.settings(max_running_queries=1, agent_call_timeout_seconds=10)
+def test_an_a2a_task_whose_answer_was_refused_for_the_cap_still_waits_for_it(live, agents):
+    """The refusal kept the question, yet read as its task's end: the task failed, so the
+    answer sent again by taskId was refused, a cancel said it waited for nothing, and a
+    message with its contextId began a new task while the runner resumed the old one."""
+    _, key = live.user("waiter")
+    booking = register(live, key, "booking", agents.url + "/booking")
+    asked = [a2a_send(live, key, booking, f"Book a table at {place}")["result"]["task"]
+             for place in ("Luigi's", "Nino's")]
+    assert {t["status"]["state"] for t in asked} == {"TASK_STATE_INPUT_REQUIRED"}
+    slow = running_slowly(live, agents, key, register(live, key, "slow", agents.url + "/slow"))
+    for task in asked:
+        refused = a2a_send(live, key, booking, "4", taskId=task["id"])["result"]["task"]
+        assert refused["id"] == task["id"]
+        assert refused["status"]["state"] == "TASK_STATE_INPUT_REQUIRED", refused
+        assert refused["status"]["message"]["metadata"]["errorCode"] == "RATE_LIMITED"
+        assert "send this one again" in refused["status"]["message"]["parts"][0]["text"]
+    # The same over MCP: refused, the question still waiting (no question elicited).
+    over_mcp = live.rpc(key, "/mcp", "tools/call", {"name": "ask", "arguments": {
+        "query": "2", "session": asked[1]["contextId"]}}).json()["result"]
+    assert over_mcp["isError"] and over_mcp["content"][0]["text"].startswith("RATE_LIMITED")
+    assert over_mcp["structuredContent"]["status"] == "input_required", over_mcp
+    assert reply_to(live, key, slow)["type"] == "response"
+    # The Agent Protocol's task (the session) awaits input; its refused step is not last.
+    ap = f"{live.url}/ap/v1/agent/tasks/{asked[0]['contextId']}"
+    auth = {"Authorization": f"Bearer {key}"}
+    assert httpx.get(ap, headers=auth).json()["status"] == "awaiting_input"
+    steps = httpx.get(f"{ap}/steps", headers=auth).json()["steps"]
+    assert [(s["input"], s["is_last"]) for s in steps] == [
+        ("Book a table at Luigi's", False), ("4", False)]
+    got = a2a(live, key, booking, "GetTask", id=asked[0]["id"])["result"]
+    assert got["status"]["state"] == "TASK_STATE_INPUT_REQUIRED", got
+    # Its context is still busy with it: a message there is not a new task.
+    busy = a2a_send(live, key, booking, "4", contextId=asked[0]["contextId"])["error"]
+    assert busy["code"] == -32004 and "waits for input" in busy["message"], busy
+    # The answer sent again resumes it; a cancel ends the other.
+    done = a2a_send(live, key, booking, "4", taskId=asked[0]["id"])["result"]["task"]
+    assert (done["id"], done["status"]["state"]) == (asked[0]["id"], "TASK_STATE_COMPLETED")
+    assert done["status"]["message"]["parts"][0]["text"] == "Done: Booked Luigi's."
+    assert agents.calls[-1][:2] == ("booking/book", "Luigi's")
+    canceled = a2a(live, key, booking, "CancelTask", id=asked[1]["id"])
+    assert canceled["result"]["status"]["state"] == "TASK_STATE_CANCELED", canceled
+    assert status(live, key, asked[1]["contextId"]) == "idle"
 
 
 def record(message_id: str, session_id: str) -> dict:

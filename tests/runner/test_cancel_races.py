@@ -1,0 +1,160 @@
+"""A cancel and an answer of the same question at once: exactly one wins. The runner
+takes the paused program before it resumes it; a cancel that landed first leaves it
+nothing to resume (the answer runs as a query of its own), and one that lands after is
+refused. Driven deterministically: the cancel (A2A's CancelTask over HTTP) is sent from
+inside the runner, at the moment under test."""
+
+from __future__ import annotations
+
+import threading
+
+import pytest
+
+from codeshot import ids
+from codeshot.runner.batch import process_batch, record_of
+from codeshot.runner.session_runner import SessionRunner
+from codeshot.store.sessions import RESUMING
+from tests.dynamo_faults import refuse
+from tests.runner.conftest import register, session
+from tests.runner.test_redelivery import post, terminal
+
+
+def asked(platform, agents, username: str) -> tuple:
+    """A booking session that asked "For how many people?": (key, agent, session, its
+    task's id, runner)."""
+    _, key = platform.user(username)
+    booking = register(platform, key, "booking", agents.url + "/booking")
+    h = session(platform, key, frontend=booking)
+    first = post(platform, key, h, "Book a table at Luigi's")
+    runner = SessionRunner(platform.services)
+    assert process_batch({"Records": [queued(platform)]}, runner.handle) == {
+        "batchItemFailures": []}
+    assert terminal(platform, h)[-1].text == "For how many people?"
+    return key, booking, h, ids.task_id(h, first), runner
+
+
+def queued(platform) -> dict:
+    """The queue's next message as the runner's Lambda gets it (taken off the queue)."""
+    [raw] = platform.services.queue.receive(wait_seconds=1)
+    platform.services.queue.delete(raw["ReceiptHandle"])
+    return record_of(raw)
+
+
+class HeldCancel:
+    """An A2A CancelTask of a task, held between its check (the question is pending) and
+    its write, so the user's answer is posted in between, until :meth:`land`."""
+
+    def __init__(self, platform, key: str, agent_id: str, task_id: str, monkeypatch) -> None:
+        self.checked, self.release, self.out = threading.Event(), threading.Event(), []
+        end = platform.services.sessions.end_pause
+
+        def held(*args, **kwargs):
+            self.checked.set()
+            assert self.release.wait(30)
+            return end(*args, **kwargs)
+
+        monkeypatch.setattr(platform.services.sessions, "end_pause", held)
+        self.thread = threading.Thread(target=lambda: self.out.append(
+            a2a(platform, key, agent_id, "CancelTask", id=task_id)))
+        self.thread.start()
+        assert self.checked.wait(30)
+
+    def land(self) -> None:
+        self.release.set()
+        self.thread.join(30)
+
+
+def a2a(platform, key: str, agent_id: str, method: str, **params) -> dict:
+    return platform.rpc(key, f"/a2a/{agent_id}", method, params,
+                        headers={"A2A-Version": "1.0"}).json()
+
+
+def booked(agents) -> list[str]:
+    return [text for call, text, _ in agents.calls if call == "booking/book"]
+
+
+def test_a_cancel_landing_after_the_runners_read_wins_and_nothing_is_resumed(
+        platform, agents, monkeypatch):
+    """The runner read the paused program, the cancel ended the question, and the runner
+    still resumed it: the table was booked and the canceled task answered "Done"."""
+    key, booking, h, task_id, runner = asked(platform, agents, "cara")
+    cancel = HeldCancel(platform, key, booking, task_id, monkeypatch)
+    post(platform, key, h, "4")
+    sessions = platform.services.sessions
+    read = sessions.recent
+
+    def then_cancel(session_id: str, messages: int):
+        out = read(session_id, messages)
+        cancel.land()
+        return out
+
+    monkeypatch.setattr(sessions, "recent", then_cancel)
+    before = booked(agents)
+    assert process_batch({"Records": [queued(platform)]}, runner.handle) == {
+        "batchItemFailures": []}
+    assert cancel.out[0]["result"]["status"]["state"] == "TASK_STATE_CANCELED", cancel.out
+    assert booked(agents) == before  # nothing of the paused program ran
+    monkeypatch.undo()
+    got = a2a(platform, key, booking, "GetTask", id=task_id)["result"]
+    assert got["status"]["state"] == "TASK_STATE_CANCELED"
+    # The question has one reply, the cancel's; the answer one of its own, not a booking.
+    replies = terminal(platform, h)
+    question = next(m for m in replies if m.text == "For how many people?")
+    assert [m.error_code for m in replies if m.in_reply_to == question.message_id] == [
+        "CANCELED"]
+    assert not any(m.text.startswith("Done") for m in replies)
+
+
+def test_a_cancel_landing_once_the_runner_resumes_is_refused_and_the_answer_stands(
+        platform, agents, monkeypatch):
+    """The cancel ended the question while the runner resumed it: both wrote a reply (the
+    task read canceled, yet the table was booked)."""
+    key, booking, h, task_id, runner = asked(platform, agents, "cody")
+    cancel = HeldCancel(platform, key, booking, task_id, monkeypatch)
+    post(platform, key, h, "4")
+    run = runner._run
+
+    def cancel_then_run(*args, **kwargs):
+        cancel.land()
+        return run(*args, **kwargs)
+
+    monkeypatch.setattr(runner, "_run", cancel_then_run)
+    assert process_batch({"Records": [queued(platform)]}, runner.handle) == {
+        "batchItemFailures": []}
+    monkeypatch.undo()
+    assert cancel.out[0]["error"]["code"] == -32002, cancel.out  # TaskNotCancelable
+    assert "not waiting for input" in cancel.out[0]["error"]["message"]
+    assert booked(agents)[-1] == "Luigi's"
+    got = a2a(platform, key, booking, "GetTask", id=task_id)["result"]
+    assert got["status"]["state"] == "TASK_STATE_COMPLETED"
+    assert [m.text for m in terminal(platform, h)] == ["For how many people?",
+                                                      "Done: Booked Luigi's."]
+    assert platform.services.sessions.get(h).status.value == "idle"
+    # Its claim ended with its reply: the session's next question can be canceled.
+    nino = post(platform, key, h, "Book a table at Nino's")
+    assert process_batch({"Records": [queued(platform)]}, runner.handle) == {
+        "batchItemFailures": []}
+    assert a2a(platform, key, booking, "CancelTask", id=ids.task_id(h, nino))["result"][
+        "status"]["state"] == "TASK_STATE_CANCELED"
+
+
+@pytest.mark.settings(max_running_queries=1)
+def test_an_answer_whose_paused_program_is_too_busy_to_take_is_refused_and_kept(
+        platform, agents, monkeypatch):
+    """The session's item busy through every retry of the take: nothing runs, the slot is
+    given back (the cap is 1), and the refusal keeps the question, so the answer sent
+    again resumes it."""
+    key, _, h, _, runner = asked(platform, agents, "cruz")
+    post(platform, key, h, "4")
+    refuse(monkeypatch, platform.services.sessions.db, "update_item", RESUMING, times=None)
+    assert process_batch({"Records": [queued(platform)]}, runner.handle) == {
+        "batchItemFailures": []}
+    monkeypatch.undo()
+    question, refused = terminal(platform, h)
+    assert (refused.error_code, refused.keeps_question) == ("RATE_LIMITED",
+                                                            question.message_id)
+    post(platform, key, h, "4")
+    assert process_batch({"Records": [queued(platform)]}, runner.handle) == {
+        "batchItemFailures": []}
+    assert terminal(platform, h)[-1].text == "Done: Booked Luigi's."
+    assert booked(agents)[-1] == "Luigi's"
