@@ -18,6 +18,7 @@ from codeshot.services import Services
 from codeshot.usecases import agents, sessions, users
 from codeshot.usecases.messaging import Messaging, next_messages
 from codeshot.usecases.threads import blocking
+from codeshot.usecases.waits import waiting
 
 if TYPE_CHECKING:
     from codeshot.routing.index import Candidate  # not at the API's cold start
@@ -316,7 +317,9 @@ class SessionType:
         services = ctx(info).services
         if wait_seconds > 0:
             wait = min(wait_seconds, services.settings.reply_wait_seconds)
-            await next_messages(Messaging(services), self.session.session_id, after, wait)
+            _, principal = await caller(info)
+            async with waiting(services, principal, wait):
+                await next_messages(Messaging(services), self.session.session_id, after, wait)
 
         async def read() -> list[MessageGQL]:
             found = await blocking(sessions.list_messages, services, self.session, after, limit)
