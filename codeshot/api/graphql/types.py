@@ -309,7 +309,8 @@ class SessionType:
         "Messages in time order, a page at a time (at most 1,000, or 4 MiB as sent; "
         "one request's pages 5 MiB in all): the newest page, or with `after` the oldest "
         "ones newer than that id. `waitSeconds` (at most the reply wait) long-polls: with "
-        "nothing newer yet, wait for the next message."))
+        "nothing newer yet, wait for the next message (RATE_LIMITED while you already "
+        "have CODESHOT_MAX_WAITING_REQUESTS requests waiting)."))
     async def messages(
         self, info: Info, after: str | None = None, limit: int | None = None,
         wait_seconds: float = 0,
