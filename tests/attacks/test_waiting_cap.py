@@ -84,6 +84,9 @@ def test_a_waiting_slot_is_given_back_when_the_wait_times_out_or_the_post_fails(
     # Neither kept its slot: the next request waits (rather than being refused).
     again = live.gql(key, SEND, {"s": handle, "t": "Roll 1d20"})
     assert "errors" not in again, again
+    # ... as the one slot there is, held, would have refused it.
+    held_by_a_dead_lambda(live, key)
+    assert code(live.gql(key, SEND, {"s": handle, "t": "Roll 1d20"})) == "RATE_LIMITED"
 
 
 @pytest.mark.settings(max_waiting_requests=1)
