@@ -15,9 +15,10 @@ Prints the AWS calls per query, then the cost per million queries of each way a 
 can reach its client (DESIGNS). Measured 2026-11-26 on a shared 2-core machine (USD per
 million, plain / Func / two agents; the local times vary by some tens of ms a run):
 
-- before, the API waits for every reply (polling DynamoDB): 28.7 / 101.0 / 214.7. The API
-  function is billed for the whole run: 5.9 / 39.5 / 93.0 of it.
-- a function URL streaming the reply: 27.7 / 100.0 / 213.7. It saves API Gateway's
+- before, the API waits for every reply (polling DynamoDB): 29.9 / 102.3 / 215.8 (1.25 of
+  it the user's waiting slot, taken and given back: 2 write units). The API function is
+  billed for the whole run: 5.9 / 39.4 / 93.0 of it.
+- a function URL streaming the reply: 28.9 / 101.3 / 214.8. It saves API Gateway's
   request, not the wait: the function still runs until the reply is stored (and
   Python's managed runtime cannot stream a response anyway).
 - an API Gateway WebSocket, the runner pushing the reply: 24.7 / 63.0 / 122.7.
@@ -260,6 +261,9 @@ POLL_GROWTH = 1.5
 CLIENT_POLL_SECONDS = 1.0  # design "client polls": one short request a second
 POLL_REQUEST_SECONDS = 0.015  # the API answering one such poll, warm
 AGENT_INVOCATION_SECONDS = 0.02  # an agent Lambda answering a call, warm
+# A waiting request takes one of its user's waiting slots and gives it back
+# (codeshot/usecases/waits.py): two UpdateItems of one small item, a write unit each.
+WAIT_SLOT_WRITES = 2
 
 
 def poll_times(ready: float) -> list[float]:
@@ -306,7 +310,8 @@ def design_before(q: PerQuery) -> dict[str, float]:
     waited = polls[-1] + 0.005 * len(polls)
     return {"API Gateway": PRICE["api_gateway_http_request"],
             "API Lambda": lambda_cost(q.post_seconds + waited, API_MEMORY_MB),
-            "reply polls": len(polls) * PRICE["dynamodb_rru"]} | common_cost(q)
+            "reply polls": len(polls) * PRICE["dynamodb_rru"],
+            "waiting slot": WAIT_SLOT_WRITES * PRICE["dynamodb_wru"]} | common_cost(q)
 
 
 def design_client_polls(q: PerQuery) -> dict[str, float]:

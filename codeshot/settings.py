@@ -168,6 +168,9 @@ class Settings:
     # Fairness: one user's queries running at once (more are refused, RATE_LIMITED), and
     # the time one query may take in all, below the runner's timeout (TIMEOUT after it).
     max_running_queries: int = setting(4, ge=1)
+    # Requests of one user held open waiting for a reply (an API Lambda instance each):
+    # one more is refused, RATE_LIMITED, before it writes anything (usecases/waits.py).
+    max_waiting_requests: int = setting(2, ge=1)
     query_time_budget_seconds: float = setting(120.0, gt=0, le=600)
     # The OpenAI proxy for agents (/api/openai-proxy/v1): calls per minute per user and
     # agent, and the tokens one call may generate (a request's max_tokens only lowers it).

@@ -104,6 +104,7 @@ from codeshot.usecases import agents, sessions, tasks
 from codeshot.usecases.messaging import TERMINAL, Messaging, follow
 from codeshot.usecases.threads import blocking
 from codeshot.usecases.users import user_id_of
+from codeshot.usecases.waits import take_slot, waiting
 
 log = logging.getLogger("codeshot.api")
 
@@ -454,6 +455,12 @@ class SessionTasks(RequestHandler):
         retried message (same messageId) is the first one: posted and charged once.
         Returns the session, the task's id and the turn posted."""
         principal = self._principal(context)
+        # A waiting slot before the task's context is made (see usecases/waits.py).
+        async with waiting(self.s, principal, wait):
+            return await self._post_held(params, principal, wait)
+
+    async def _post_held(self, params: SendMessageRequest, principal: Principal, wait: float
+                         ) -> tuple[Session, str, tasks.Turn]:
         text = _text_of(params.message)
         await blocking(Messaging(self.s).precheck, principal, text)
         config = params.configuration
@@ -498,13 +505,21 @@ class SessionTasks(RequestHandler):
     async def on_message_send_stream(self, params: SendMessageRequest,
                                      context: ServerCallContext) -> AsyncGenerator[Event]:
         try:
-            _, task_id, turn = await self._post(params, context, wait=0)
-            task = await self._task(self._principal(context), task_id, 0)
+            # Its slot before the post (see usecases/waits.py), given back as it ends.
+            slot = await take_slot(self.s, self._principal(context))
         except Exception as exc:
             raise _a2a_error(exc) from exc
-        yield task
-        async for event in self._updates(task_id, turn.query):
-            yield event
+        try:
+            try:
+                _, task_id, turn = await self._post(params, context, wait=0)
+                task = await self._task(self._principal(context), task_id, 0)
+            except Exception as exc:
+                raise _a2a_error(exc) from exc
+            yield task
+            async for event in self._updates(task_id, turn.query):
+                yield event
+        finally:
+            await slot.release()
 
     async def _updates(self, task_id: str, query: models.Message
                        ) -> AsyncGenerator[Event]:

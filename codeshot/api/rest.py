@@ -19,6 +19,7 @@ from codeshot.usecases import user_storage
 from codeshot.usecases.messaging import TERMINAL, Messaging, follow
 from codeshot.usecases.sessions import session_for_agent
 from codeshot.usecases.threads import blocking
+from codeshot.usecases.waits import take_slot
 
 router = APIRouter()
 
@@ -145,18 +146,28 @@ async def query_default_or_own_agent(body: AgentQueryBody, handle: str = "",
 async def _query(agent_id: str | None, body: AgentQueryBody, user: Principal,
                  services: Services) -> Response:
     messaging = Messaging(services)
-    await blocking(messaging.precheck, user, body.message.text)  # before making a session
-    session_id = await blocking(session_for_agent, services, user, agent_id, body.session)
-    query, _ = await blocking(messaging.post, user, session_id, body.message.text)
+    # A waiting slot first (refused, no session is made and nothing posted), given back
+    # once the reply is read: after this returns when it streams.
+    slot = await take_slot(services, user)
+    try:
+        await blocking(messaging.precheck, user, body.message.text)  # before making a session
+        session_id = await blocking(session_for_agent, services, user, agent_id, body.session)
+        query, _ = await blocking(messaging.post, user, session_id, body.message.text)
+    except BaseException:
+        await slot.release()
+        raise
     timeout = max(services.settings.reply_wait_seconds, 1.0)
 
     async def replies() -> AsyncIterator[Message]:
         # The terminal reply only: `fixie console` prints each streamed text from where
         # the previous one ended, so a step's text before the answer garbles it (the
         # steps are the session's trace, in GraphQL).
-        async for message in follow(messaging, query, timeout):
-            if message.in_reply_to == query.message_id and message.type in TERMINAL:
-                yield message
+        try:
+            async for message in follow(messaging, query, timeout):
+                if message.in_reply_to == query.message_id and message.type in TERMINAL:
+                    yield message
+        finally:
+            await slot.release()
 
     # A query may run past the reply wait (to CODESHOT_QUERY_TIME_BUDGET_SECONDS), but the
     # API cannot follow it that long (API Gateway ends a request at 30 s and buffers the

@@ -58,6 +58,7 @@ from codeshot.usecases.messaging import (
 from codeshot.usecases.sessions import get_session
 from codeshot.usecases.threads import blocking
 from codeshot.usecases.users import user_id_of
+from codeshot.usecases.waits import waiting
 
 T = TypeVar("T")
 PAGE = paging.PageSize(10, 100)  # the protocol's default page size is 10
@@ -280,7 +281,8 @@ async def execute_step(services: Services, principal: Principal, task_id: str,
         raise InvalidInput(f"task {task_id} has no input yet: give this step an input")
     last = found[-1]
     if last.reply is None:
-        reply = await wait_for_reply(Messaging(services), last.query, wait)
+        async with waiting(services, principal, wait):
+            reply = await wait_for_reply(Messaging(services), last.query, wait)
         return tasks.Turn(last.query, reply)
     return last
 

@@ -33,6 +33,7 @@ from codeshot.usecases.messaging import TERMINAL, EmbedUpload, Messaging, wait_f
 from codeshot.usecases.sessions import create_session, get_session
 from codeshot.usecases.threads import blocking
 from codeshot.usecases.users import user_id_of
+from codeshot.usecases.waits import waiting
 
 LISTED_MESSAGES = 10  # a task listing reads at most this many of each task's messages
 SHOWN_MESSAGES = 100  # an A2A task (GetTask, SendMessage's answer) shows its newest ones
@@ -330,13 +331,14 @@ async def ask(services: Services, principal: Principal, text: str, *,
     see :meth:`Messaging.post`) and wait (at most ``wait`` seconds, by default the reply
     wait) for its terminal reply."""
     messaging = Messaging(services)
-    if session_id is None:  # nothing is made for a post that would be refused
-        await blocking(messaging.precheck, principal, text, bool(embeds))
-    session = await blocking(open_session, services, principal, agent_id, session_id)
-    query, _ = await blocking(messaging.post, principal, session.session_id, text, embeds,
-                              idempotency_key, unchanged_since, callback)
     timeout = services.settings.reply_wait_seconds if wait is None else wait
-    reply = await wait_for_reply(messaging, query, timeout) if timeout > 0 else None
+    async with waiting(services, principal, timeout):
+        if session_id is None:  # nothing is made for a post that would be refused
+            await blocking(messaging.precheck, principal, text, bool(embeds))
+        session = await blocking(open_session, services, principal, agent_id, session_id)
+        query, _ = await blocking(messaging.post, principal, session.session_id, text, embeds,
+                                  idempotency_key, unchanged_since, callback)
+        reply = await wait_for_reply(messaging, query, timeout) if timeout > 0 else None
     return session, Turn(query, reply)
 
 

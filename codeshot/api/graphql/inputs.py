@@ -85,5 +85,7 @@ class MessageInput:
     session: str
     text: str = ""
     embeds: list[EmbedInput] | None = None
-    wait: bool = strawberry.field(default=True, description="wait (bounded) for the reply")
+    wait: bool = strawberry.field(default=True, description=(
+        "wait (bounded) for the reply; while you already have CODESHOT_MAX_WAITING_REQUESTS "
+        "requests waiting, RATE_LIMITED and nothing posted"))
     idempotency_key: str | None = None

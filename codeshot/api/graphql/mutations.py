@@ -35,6 +35,7 @@ from codeshot.services import Services
 from codeshot.usecases import oauth, sessions, users
 from codeshot.usecases.messaging import EmbedUpload, Messaging, upload_url, wait_for_reply
 from codeshot.usecases.threads import blocking
+from codeshot.usecases.waits import waiting
 
 if TYPE_CHECKING:
     from codeshot.usecases.registration import AgentFields, AgentRegistration
@@ -139,11 +140,11 @@ class Mutation:
                                content_base64=e.content, content_hash=e.content_hash)
                    for e in message_data.embeds or []]
         messaging = Messaging(services)
-        message, _ = await blocking(messaging.post, p, message_data.session, message_data.text,
-                                    uploads, message_data.idempotency_key)
-        reply = None
-        if message_data.wait:
-            reply = await wait_for_reply(messaging, message, services.settings.reply_wait_seconds)
+        wait = services.settings.reply_wait_seconds if message_data.wait else 0
+        async with waiting(services, p, wait):
+            message, _ = await blocking(messaging.post, p, message_data.session,
+                                        message_data.text, uploads, message_data.idempotency_key)
+            reply = await wait_for_reply(messaging, message, wait) if wait > 0 else None
         return MessagePayload(
             message=MessageGQL.of(message, services),
             reply=MessageGQL.of(reply, services) if reply else None,

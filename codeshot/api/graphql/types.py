@@ -18,6 +18,7 @@ from codeshot.services import Services
 from codeshot.usecases import agents, sessions, users
 from codeshot.usecases.messaging import Messaging, next_messages
 from codeshot.usecases.threads import blocking
+from codeshot.usecases.waits import waiting
 
 if TYPE_CHECKING:
     from codeshot.routing.index import Candidate  # not at the API's cold start
@@ -308,7 +309,8 @@ class SessionType:
         "Messages in time order, a page at a time (at most 1,000, or 4 MiB as sent; "
         "one request's pages 5 MiB in all): the newest page, or with `after` the oldest "
         "ones newer than that id. `waitSeconds` (at most the reply wait) long-polls: with "
-        "nothing newer yet, wait for the next message."))
+        "nothing newer yet, wait for the next message (RATE_LIMITED while you already "
+        "have CODESHOT_MAX_WAITING_REQUESTS requests waiting)."))
     async def messages(
         self, info: Info, after: str | None = None, limit: int | None = None,
         wait_seconds: float = 0,
@@ -316,7 +318,9 @@ class SessionType:
         services = ctx(info).services
         if wait_seconds > 0:
             wait = min(wait_seconds, services.settings.reply_wait_seconds)
-            await next_messages(Messaging(services), self.session.session_id, after, wait)
+            _, principal = await caller(info)
+            async with waiting(services, principal, wait):
+                await next_messages(Messaging(services), self.session.session_id, after, wait)
 
         async def read() -> list[MessageGQL]:
             found = await blocking(sessions.list_messages, services, self.session, after, limit)

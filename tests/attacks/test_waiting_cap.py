@@ -1,0 +1,160 @@
+"""Fairness in the API: one user cannot hold more than CODESHOT_MAX_WAITING_REQUESTS
+requests open waiting for replies (each an API Lambda instance in AWS, from a pool all
+users share). One more is refused RATE_LIMITED before anything is written; its slot is
+given back however a wait ends, and lapses if its Lambda died holding it."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from concurrent.futures import ThreadPoolExecutor
+from datetime import UTC, datetime, timedelta
+
+import httpx
+import pytest
+
+from codeshot import ids
+from codeshot.usecases.waits import LAPSE_MARGIN, take_slot
+from tests.api.test_fixie_compat import fixieai
+from tests.conftest import code
+from tests.runner.conftest import messages, register, send, session
+
+SEND = """mutation ($s: String!, $t: String!, $w: Boolean) { sendSessionMessage(
+  messageData: {session: $s, text: $t, wait: $w}) { message { id } reply { type } } }"""
+SESSIONS = "{ allSessions { handle } }"
+
+
+def held_by_a_dead_lambda(platform, key: str) -> None:
+    """A waiting slot taken as a request takes it, by a Lambda that then died."""
+    principal = platform.services.auth.user_for_api_key(key)
+    asyncio.run(take_slot(platform.services, principal))
+
+
+def wait_for_call(agents, called: int) -> None:
+    deadline = time.monotonic() + 30
+    while len(agents.calls) == called:
+        assert time.monotonic() < deadline, "the slow query's Func was never called"
+        time.sleep(0.05)
+
+
+@pytest.mark.settings(max_waiting_requests=1, agent_call_timeout_seconds=10)
+def test_a_user_past_their_waiting_cap_holds_no_wait_while_another_users_wait_is_answered(
+        live, agents):
+    _, key = live.user("hog")
+    _, other = live.user("polite")
+    slow = register(live, key, "slow", agents.url + "/slow")  # each Func call takes 3 s
+    dice = register(live, other, "dice", agents.url + "/dice")
+    first, second = session(live, key, frontend=slow), session(live, key, frontend=slow)
+    with ThreadPoolExecutor(2) as pool:
+        called = len(agents.calls)
+        held = pool.submit(send, live, key, first, "Roll 1d20")
+        wait_for_call(agents, called)  # hog's first request is waiting for its reply now
+        started = time.monotonic()
+        refused = live.gql(key, SEND, {"s": second, "t": "Roll 1d20"})
+        took = time.monotonic() - started
+        assert code(refused) == "RATE_LIMITED", refused
+        assert "you already have 1 requests waiting for replies" in \
+            refused["errors"][0]["message"]
+        assert took < 2.0, f"the refusal took {took:.2f} s"
+        assert not held.done()  # refused while the first still waits
+        assert messages(live, key, second) == []  # nothing was posted
+        # Another user's request waits meanwhile, and gets its reply.
+        polite = pool.submit(send, live, other, session(live, other, frontend=dice),
+                             "Roll 1d20")
+        assert polite.result()["reply"]["type"] == "response"
+        # A post that does not wait is never refused for the cap.
+        posted = live.gql(key, SEND, {"s": second, "t": "Roll 1d20", "w": False})
+        assert "errors" not in posted, posted
+        assert held.result()["reply"]["type"] == "response"
+    # Its reply read, hog's first request gave its slot back: hog may wait again.
+    third = session(live, key, frontend=slow)
+    assert send(live, key, third, "Roll 1d20")["reply"]["type"] == "response"
+
+
+@pytest.mark.settings(max_waiting_requests=1, reply_wait_seconds=1.0,
+                      agent_call_timeout_seconds=10)
+def test_a_waiting_slot_is_given_back_when_the_wait_times_out_or_the_post_fails(live, agents):
+    _, key = live.user("impatient")
+    slow = register(live, key, "slow", agents.url + "/slow")
+    handle = session(live, key, frontend=slow)
+    timed_out = live.gql(key, SEND, {"s": handle, "t": "Roll 1d20"})
+    assert timed_out["data"]["sendSessionMessage"]["reply"] is None, timed_out  # 1 s < 3 s
+    missing = live.gql(key, SEND, {"s": "no-such-session", "t": "Roll 1d20"})
+    assert code(missing) == "NOT_FOUND"
+    # Neither kept its slot: the next request waits (rather than being refused).
+    again = live.gql(key, SEND, {"s": handle, "t": "Roll 1d20"})
+    assert "errors" not in again, again
+    # ... as the one slot there is, held, would have refused it.
+    held_by_a_dead_lambda(live, key)
+    assert code(live.gql(key, SEND, {"s": handle, "t": "Roll 1d20"})) == "RATE_LIMITED"
+
+
+@pytest.mark.settings(max_waiting_requests=1)
+def test_a_slot_whose_lambda_died_lapses_after_the_longest_wait(platform):
+    _, key = platform.user("crashed")
+    handle = platform.gql(key, "mutation { createSession { session { handle } } }")[
+        "data"]["createSession"]["session"]["handle"]
+    held_by_a_dead_lambda(platform, key)
+    assert code(platform.gql(key, SEND, {"s": handle, "t": "hello"})) == "RATE_LIMITED"
+    wait = timedelta(seconds=platform.services.settings.reply_wait_seconds)
+    platform.clock.now = datetime.now(UTC) + wait + LAPSE_MARGIN + timedelta(seconds=1)
+    out = platform.gql(key, SEND, {"s": handle, "t": "hello"})  # no runner: it times out
+    assert "errors" not in out, out
+
+
+@pytest.mark.settings(max_waiting_requests=1, reply_wait_seconds=1.0)
+def test_fixieai_session_query_past_the_cap_fails_cleanly_and_makes_nothing(
+        platform, fixie_python):
+    """fixieai 1.0.4's ``Session.query`` streams /api/agents and keeps the last line as
+    the answer: past the cap it gets 429 RATE_LIMITED (raised), not a wrong answer, and
+    no session or message is made; its ``messages(waitSeconds)`` long poll is refused
+    too."""
+    _, key = platform.user("scripted")
+    held_by_a_dead_lambda(platform, key)
+    failed = fixieai(fixie_python, platform, key, """
+import requests
+from fixieai.client.client import FixieClient
+try:
+    print(FixieClient().create_session().query("Roll 2d6"))
+except requests.HTTPError as exc:
+    print("HTTP", exc.response.status_code, exc.response.json()["error"]["code"])""")
+    assert failed.splitlines()[-1] == "HTTP 429 RATE_LIMITED"
+    # fixieai made its session first; the refused query posted nothing in it.
+    [made] = platform.gql(key, SESSIONS)["data"]["allSessions"]
+    assert messages(platform, key, made["handle"]) == []
+    body = {"message": {"text": "Roll 2d6"}, "stream": True}
+    refused = httpx.post(f"{platform.url}/api/agents/None", json=body, timeout=30,
+                         headers={"Authorization": f"Bearer {key}"})
+    assert refused.status_code == 429 and refused.json()["error"]["code"] == "RATE_LIMITED"
+    assert len(platform.gql(key, SESSIONS)["data"]["allSessions"]) == 1  # none made for it
+    polled = platform.gql(key, """query ($h: String!) { sessionByHandle(handle: $h) {
+        messages(waitSeconds: 1) { id } } }""", {"h": made["handle"]})
+    assert code(polled) == "RATE_LIMITED"
+
+
+def a2a(platform, key: str, method: str, immediately: bool) -> httpx.Response:
+    return httpx.post(f"{platform.url}/a2a/platform/planner", timeout=30, json={
+        "jsonrpc": "2.0", "id": 1, "method": method, "params": {
+            "message": {"messageId": ids.ulid(), "role": "ROLE_USER",
+                        "parts": [{"text": "Roll 1d20"}]},
+            "configuration": {"returnImmediately": immediately}}},
+        headers={"Authorization": f"Bearer {key}", "A2A-Version": "1.0"})
+
+
+@pytest.mark.settings(max_waiting_requests=1)
+def test_a2a_and_mcp_requests_that_would_wait_past_the_cap_are_refused_and_make_nothing(
+        platform):
+    user_id, key = platform.user("agentic")
+    held_by_a_dead_lambda(platform, key)
+    blocking = a2a(platform, key, "SendMessage", immediately=False).json()
+    assert blocking["error"]["code"] == -32029, blocking
+    assert blocking["error"]["data"][0]["metadata"]["code"] == "RATE_LIMITED"
+    streamed = a2a(platform, key, "SendStreamingMessage", immediately=False)
+    assert "RATE_LIMITED" in streamed.text and '"task"' not in streamed.text, streamed.text
+    asked = platform.rpc(key, "/mcp", "tools/call", {"name": "ask", "arguments": {
+        "query": "Roll 1d20"}}).json()
+    assert asked["result"]["content"][0]["text"].startswith("RATE_LIMITED"), asked
+    assert platform.services.sessions.count_by_owner(user_id) == 0  # no task, no session
+    # A message that does not wait is taken.
+    taken = a2a(platform, key, "SendMessage", immediately=True).json()
+    assert taken["result"]["task"]["status"]["state"] == "TASK_STATE_WORKING", taken
