@@ -73,8 +73,9 @@ class InfraConfig:
     # "lambda": arm64 wheels for Lambda's CPython; "host": this machine's (make rehearse).
     bundle_target: str = "lambda"
     # A directory `codeshot router tune` made (relative to the repository root, or
-    # absolute): the functions route with it (its ONNX graph, in their bundles, run by
-    # onnxruntime); "": they route with `embedder`, which corpora embed with either way.
+    # absolute): the functions route with it (its tuning in their bundles, its ONNX graph
+    # an S3 asset, run by onnxruntime); "": they route with `embedder`, which corpora
+    # embed with either way.
     router_model: str = ""
 
     def __post_init__(self) -> None:
