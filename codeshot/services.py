@@ -136,13 +136,16 @@ class Services:
 
     @cached_property
     def corpus_embedder(self) -> Embedder:
-        """The router's embedder, untuned: a router model is tuned on requests to agents,
-        and a corpus holds passages (nor should a re-tune embed every corpus again)."""
-        if self.settings.embedder != "minilm" or self.settings.minilm_model is None:
+        """CODESHOT_CORPUS_EMBEDDER's, else the router's embedder untuned: a router model is
+        tuned on requests to agents, and a corpus holds passages (nor should a re-tune
+        embed every corpus again)."""
+        embedder = self.settings.corpus_embedder or self.settings.embedder
+        if embedder == self.settings.embedder and (
+                embedder != "minilm" or self.settings.minilm_model is None):
             return self.embedder
         from codeshot.routing.embedders import get_embedder
 
-        return get_embedder(self.settings.replace(minilm_model=None))
+        return get_embedder(self.settings.replace(embedder=embedder, minilm_model=None))
 
     @cached_property
     def router(self) -> Router:

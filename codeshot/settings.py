@@ -66,6 +66,12 @@ MINILM_ONNX_FILE = "model.onnx"  # the tuned transformer, as onnxruntime runs it
 MINILM_VOCAB_FILE = "vocab.txt"  # its WordPiece vocabulary
 
 
+def s3_location(url: str) -> tuple[str, str] | None:
+    """(bucket, key) of ``s3://bucket/key``, else None."""
+    bucket, _, key = url.removeprefix("s3://").partition("/")
+    return (bucket, key) if url.startswith("s3://") and bucket and key else None
+
+
 @dataclasses.dataclass(frozen=True, init=False)
 class Settings:
     # AWS
@@ -133,6 +139,14 @@ class Settings:
     embedding_model: str = "amazon.titan-embed-text-v2:0"
     # A model `codeshot router tune` made (a directory): the minilm embedder loads it.
     minilm_model: str | None = None
+    # Where that model's graph is when it is not in the directory: s3://bucket/key, read
+    # into the temporary directory at the first route (a deployed platform's functions:
+    # codeshot:routerModel; 90 MB in each bundle would not fit Lambda's 250 MB).
+    minilm_graph: str | None = None
+    # What document corpora embed with; unset: the router's embedder, untuned (a deployed
+    # platform routing with a tuned model keeps its corpora on codeshot:embedder).
+    corpus_embedder: str | None = setting(None, choices=("static", "hashing", "minilm",
+                                                         "bedrock"))
     # Below this router score no agent fits; unset: the floor calibrated for the embedder.
     router_floor: float | None = setting(None, ge=0, le=1)
     # How much nearer a no-agent example than an agent's samples a query may be and still
@@ -238,10 +252,14 @@ class Settings:
             object.__setattr__(self, "minilm_model", None)
         if self.embedder != "minilm" or self.minilm_model is None:
             return
+        if self.minilm_graph is not None and s3_location(self.minilm_graph) is None:
+            raise SettingsError(f"CODESHOT_MINILM_GRAPH={self.minilm_graph!r}: expected "
+                                "s3://bucket/key")
+        expected = (MINILM_VOCAB_FILE,) if self.minilm_graph else (MINILM_ONNX_FILE,
+                                                                    MINILM_VOCAB_FILE)
         try:
             tuned = Path(self.minilm_model, MINILM_TUNING_FILE).is_file()
-            missing = [name for name in (MINILM_ONNX_FILE, MINILM_VOCAB_FILE)
-                       if not Path(self.minilm_model, name).is_file()]
+            missing = [name for name in expected if not Path(self.minilm_model, name).is_file()]
         except OSError as exc:  # not readable by this user
             raise SettingsError(f"CODESHOT_MINILM_MODEL={self.minilm_model!r}: {exc}") from None
         if not tuned:

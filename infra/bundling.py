@@ -12,7 +12,9 @@ and the same bytes (tests/infra/test_bundling.py).
   ``codeshot:bundleBoto3``) with only the botocore service models the function calls.
   Distributions a lock pins that the function never imports (the mcp SDK's server
   process: uvicorn, click) are left out (``PlatformFunction.left_out``).
-  Each ships its bytecode (``.pyc``, compiled by the target's Python).
+  Each ships its bytecode (``.pyc``, compiled by the target's Python). With
+  ``codeshot:routerModel``, each also ships the tuned model's tuning and vocabulary and
+  installs onnxruntime (its ``<name>-router`` lock); the graph is an S3 asset.
 - agent: the agent directory, a generated entry module, only the ``codeshot`` modules the
   SDK imports (measured in a subprocess), and the SDK's lock (or the agent's own lock when
   its requirements.txt adds requirements). No store, api, runner or boto3.
@@ -38,6 +40,7 @@ import jsii
 from aws_cdk import AssetHashType, BundlingOptions, ILocalBundling
 from aws_cdk import aws_lambda as lambda_
 
+from codeshot.settings import MINILM_ONNX_FILE, MINILM_TUNING_FILE, MINILM_VOCAB_FILE
 from infra.config import REPO_ROOT
 from infra.locks import (
     BOTO3_FAMILY,
@@ -48,6 +51,7 @@ from infra.locks import (
     api_lock,
     dist_name,
     register_lock,
+    router_model_lock,
     runner_lock,
 )
 
@@ -143,6 +147,8 @@ class BundleSpec:
     # Locked distributions the function never imports (its lock's requirements need them
     # for something else): not installed.
     left_out: frozenset[str] = frozenset()
+    # Files of installed distributions the function never loads (globs in the bundle).
+    pruned: tuple[str, ...] = ()
     # Ship each module's bytecode: /var/task is read-only, so a bundle without .pyc files
     # compiles every module it imports again on every cold start (most of the API's).
     bytecode: bool = True
@@ -172,7 +178,7 @@ class BundleSpec:
         h = hashlib.sha256()
         h.update(json.dumps([BUNDLER_VERSION, self.target.uv_platform, self.target.python_version,
                              self.aws_services, PRUNED_TEST_DIRS, self.requirements,
-                             self.compiler is not None]).encode())
+                             self.pruned, self.compiler is not None]).encode())
         h.update(hashlib.sha256(self.lock.text().encode()).digest())
         for dest, source in sorted(self.files):
             h.update(b"\0F" + dest.encode() + b"\0" + hashlib.sha256(source.read_bytes()).digest())
@@ -223,6 +229,46 @@ def router_files() -> list[tuple[str, Path]]:
     return _data("codeshot/routing/data")
 
 
+# Where a tuned router model's tuning and vocabulary go in a bundle (codeshot:routerModel):
+# its functions' CODESHOT_MINILM_MODEL, relative to the working directory, which is the
+# bundle's root (/var/task in Lambda, the asset directory in `make rehearse`). Its graph
+# (90 MB) is an S3 asset the functions read at their first route: in each bundle it
+# would take the API's past Lambda's 250 MB.
+ROUTER_MODEL_DIR = "router-model"
+ROUTER_MODEL_FILES = (MINILM_TUNING_FILE, MINILM_VOCAB_FILE)
+# What of onnxruntime the router never loads (35 MB of 63 on arm64, measured by running the
+# bundle: tests/infra/test_router_model.py): its C API library (the Python module links
+# the runtime in), and the model tools (conversion, quantization, benchmarks).
+ONNXRUNTIME_UNUSED = ("onnxruntime/capi/libonnxruntime.so.*", "onnxruntime/transformers",
+                      "onnxruntime/quantization", "onnxruntime/tools", "onnxruntime/backend")
+
+
+def router_graph(directory: Path) -> Path:
+    """The graph of the model ``codeshot router tune`` made in ``directory`` (else the
+    synth fails: every function would fail to start, or route with no model)."""
+    from codeshot.errors import LLMError
+    from codeshot.routing.tune import read_tuning
+
+    try:
+        read_tuning(directory)
+    except LLMError as exc:
+        raise BundlingError(f"codeshot:routerModel: {exc}") from None
+    missing = [name for name in (MINILM_ONNX_FILE, MINILM_VOCAB_FILE)
+               if not (directory / name).is_file()]
+    if missing:
+        raise BundlingError(f"codeshot:routerModel: {directory} has no {' or '.join(missing)}: "
+                            "tune it again with `codeshot router tune` (which exports the "
+                            "graph the functions run)")
+    return directory / MINILM_ONNX_FILE
+
+
+def router_model_files(directory: Path) -> list[tuple[str, Path]]:
+    """What of a tuned model a bundle holds: not its graph (an S3 asset), nor its torch
+    weights and sentence-transformers' files."""
+    router_graph(directory)
+    return [(f"{ROUTER_MODEL_DIR}/{name}", directory / name) for name in ROUTER_MODEL_FILES]
+
+
 def api_files() -> list[tuple[str, Path]]:
     return console_files() + router_files()
 
@@ -241,14 +287,21 @@ class PlatformFunction:
 
 
 def platform_bundle(function: PlatformFunction, *, target: Target = LAMBDA_TARGET,
-                    bundle_boto3: bool = True) -> BundleSpec:
+                    bundle_boto3: bool = True, router_model: Path | None = None) -> BundleSpec:
+    """``router_model``: a tuned model's directory, which the function routes with (its
+    files, and onnxruntime in its lock)."""
     handler_file = function.handler.rsplit(".", 1)[0].replace(".", "/") + ".py"
     files = [*_tree(REPO_ROOT, "codeshot", PLATFORM_EXCLUDED_PATHS),
              ("handlers/__init__.py", REPO_ROOT / "handlers" / "__init__.py"),
              (handler_file, REPO_ROOT / handler_file), *function.data()]
-    return BundleSpec(function.name, tuple(files), function.lock(), target,
+    lock = function.lock()
+    pruned: tuple[str, ...] = ()
+    if router_model is not None:
+        files += router_model_files(router_model)
+        lock, pruned = router_model_lock(lock), ONNXRUNTIME_UNUSED
+    return BundleSpec(function.name, tuple(files), lock, target,
                       aws_services=function.aws_services if bundle_boto3 else None,
-                      left_out=function.left_out)
+                      left_out=function.left_out, pruned=pruned)
 
 
 # Each platform function, with the AWS services its code calls and what of its lock it
@@ -340,6 +393,10 @@ def cache_root() -> Path:
     return Path(configured) if configured else Path.home() / ".cache" / "codeshot-bundles"
 
 
+# What Lambda accepts of a function's code (with its layers) unzipped: 250 MiB.
+LAMBDA_UNZIPPED_LIMIT = 250 * 1024 * 1024
+
+
 def dir_size(path: Path) -> tuple[int, int]:
     """(bytes, files) of a directory tree: what Lambda counts against 250 MB unzipped."""
     sizes = [p.stat().st_size for p in path.rglob("*") if p.is_file() and not p.is_symlink()]
@@ -388,6 +445,15 @@ def _prune(spec: BundleSpec, out: Path) -> None:
     for package in PRUNED_TEST_DIRS:
         for tests in sorted((out / package).rglob("tests"), reverse=True):
             shutil.rmtree(tests, ignore_errors=True)
+    for pattern in spec.pruned:
+        found = sorted(out.glob(pattern))
+        if not found:  # a new version moved it: the declaration is stale
+            raise BundlingError(f"bundle {spec.name} prunes {pattern}, which is not there")
+        for path in found:
+            if path.is_dir():
+                shutil.rmtree(path)
+            else:
+                path.unlink()
     if spec.aws_services is not None:  # keep only the service models the function calls
         for data in (out / "botocore" / "data", out / "boto3" / "data"):
             for service in data.iterdir() if data.is_dir() else ():
@@ -445,6 +511,9 @@ def ensure_bundle(spec: BundleSpec, log: Callable[[str], Any] | None = None) -> 
     size, count = dir_size(final)
     say(f"[codeshot] bundle {spec.name}: {size / 1e6:.1f} MB unzipped, {count} files "
         f"({state}, {spec.hash[:12]})")
+    if size > LAMBDA_UNZIPPED_LIMIT:  # else `cdk deploy` fails at this function, much later
+        raise BundlingError(f"bundle {spec.name} is {size / 1e6:.1f} MB unzipped: Lambda "
+                            f"takes at most {LAMBDA_UNZIPPED_LIMIT / 1e6:.1f} MB (250 MiB)")
     if spec.bytecode and not spec.compiler:
         say(f"[codeshot] bundle {spec.name}: no bytecode (this machine has no Python "
             f"{spec.target.python_version}), so its cold starts compile every module")

@@ -20,7 +20,8 @@ REPO_ROOT = Path(__file__).resolve().parent.parent
 
 LLMS = ("bedrock", "fewshot")  # openai needs an endpoint and a key: not a deploy default
 CORPUS_SEARCHES = ("lambda", "s3vectors")
-# minilm needs torch: far too big for a Lambda zip (static is MiniLM distilled, 4 MB).
+# The untuned minilm needs torch: far too big for a Lambda zip (static is MiniLM distilled,
+# 4 MB). A tuned one runs in onnxruntime: codeshot:routerModel.
 EMBEDDERS = ("bedrock", "static", "hashing")
 BUNDLE_TARGETS = ("lambda", "host")
 
@@ -71,6 +72,11 @@ class InfraConfig:
     corpus_search: str = "lambda"
     # "lambda": arm64 wheels for Lambda's CPython; "host": this machine's (make rehearse).
     bundle_target: str = "lambda"
+    # A directory `codeshot router tune` made (relative to the repository root, or
+    # absolute): the functions route with it (its tuning in their bundles, its ONNX graph
+    # an S3 asset, run by onnxruntime); "": they route with `embedder`, which corpora
+    # embed with either way.
+    router_model: str = ""
 
     def __post_init__(self) -> None:
         if self.llm not in LLMS:
@@ -98,6 +104,9 @@ class InfraConfig:
         from infra.bundling import LAMBDA_TARGET, host_target
 
         return host_target() if self.bundle_target == "host" else LAMBDA_TARGET
+
+    def router_model_path(self) -> Path | None:
+        return (REPO_ROOT / self.router_model).resolve() if self.router_model else None
 
     def agent_paths(self) -> list[Path]:
         return [(REPO_ROOT / d).resolve() for d in self.agent_dirs]
@@ -142,6 +151,7 @@ CONTEXT_KEYS = {
     "alarm_email": "codeshot:alarmEmail",
     "ses_from_email": "codeshot:sesFromEmail",
     "corpus_search": "codeshot:corpusSearch",
+    "router_model": "codeshot:routerModel",
 }
 
 

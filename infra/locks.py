@@ -160,13 +160,23 @@ def sdk_lock() -> Lock:
                           "pyyaml")
 
 
+def router_model_lock(base: Lock) -> Lock:
+    """A platform function's lock with onnxruntime beside it: the bundle of a function
+    that routes with a tuned model (``codeshot:routerModel``). One resolution, so what both
+    need is pinned once; the function's own lock, and its default bundle, stay as they are."""
+    onnxruntime = pyproject_dependencies()["onnxruntime"]
+    return Lock(f"{base.name}-router", (*base.requirements, onnxruntime),
+                LOCK_DIR / f"{base.name}-router.txt")
+
+
 def lambda_runtime_lock() -> Lock:
     """What `make rehearse` puts where Lambda keeps its runtime (/var/runtime)."""
     return _platform_lock("lambda-runtime", "awslambdaric")
 
 
 def platform_locks() -> list[Lock]:
-    return [api_lock(), runner_lock(), register_lock(), sdk_lock(), lambda_runtime_lock()]
+    routing = [api_lock(), runner_lock(), register_lock()]
+    return [*routing, *map(router_model_lock, routing), sdk_lock(), lambda_runtime_lock()]
 
 
 def read_requirements(path: Path) -> list[str]:

@@ -11,6 +11,7 @@ from aws_cdk import Aws, CfnOutput, Duration, Stack, Token
 from aws_cdk import aws_iam as iam
 from aws_cdk import aws_lambda as lambda_
 from aws_cdk import aws_lambda_event_sources as events
+from aws_cdk import aws_s3_assets as s3_assets
 from constructs import Construct
 
 from codeshot.settings import (
@@ -23,10 +24,12 @@ from codeshot.store import tables
 from infra.bundling import (
     API_FUNCTION,
     REGISTER_FUNCTION,
+    ROUTER_MODEL_DIR,
     RUNNER_FUNCTION,
     PlatformFunction,
     lambda_code,
     platform_bundle,
+    router_graph,
 )
 from infra.components import access
 from infra.components.access import (
@@ -142,14 +145,17 @@ class PlatformStack(Stack):
         self.corpus_vectors = None if config.corpus_search != "s3vectors" else CorpusVectors(
             self, "CorpusVectors", bucket_name=f"{config.stack_name.lower()}-corpus-vectors-"
                                                f"{Aws.ACCOUNT_ID}")
+        model = config.router_model_path()
+        # One copy of the tuned model's graph, which the functions read at their first route.
+        self.router_graph = None if model is None else s3_assets.Asset(
+            self, "RouterGraph", path=str(router_graph(model)))
         common = settings_env(
             api_url=self.http.url,
             signing_secret_id=self.signing_keys.secret_id,
             oauth_key_secret_id=self.oauth_key.secret_id,
-            embedder=config.embedder,
             embedding_model=config.embedding_model,
             **table_env,
-        )
+        ) | self._router_env()
         corpus_env = {} if self.corpus_vectors is None else settings_env(
             corpus_search="s3vectors", corpus_vector_bucket=self.corpus_vectors.bucket_name)
         data_env = corpus_env | settings_env(
@@ -209,6 +215,7 @@ class PlatformStack(Stack):
         self.accounts.grant_admin(role)
         # The LLM too: agents call it through the OpenAI proxy (/api/openai-proxy/v1).
         access.invoke_models(role, llm_models + embedding_models)
+        self._read_router_graph(role)
 
         self.runner = PythonFunction(
             self, "RunnerFunction", code=self._code(RUNNER_FUNCTION),
@@ -260,6 +267,7 @@ class PlatformStack(Stack):
         self.signing_keys.grant_read(role)
         access.agent_secrets(role, AGENT_SECRETS_PREFIX, manage=False)
         access.invoke_models(role, llm_models + embedding_models)
+        self._read_router_graph(role)
 
         self.register_agent = PythonFunction(
             self, "RegisterAgentFunction", code=self._code(REGISTER_FUNCTION),
@@ -283,6 +291,7 @@ class PlatformStack(Stack):
         access.send_messages(role, self.sessions_queue.queue)
         self.signing_keys.grant_read(role)
         access.invoke_models(role, embedding_models)
+        self._read_router_graph(role)
 
         self.alarms = PlatformAlarms(
             self, "Alarms",
@@ -307,8 +316,26 @@ class PlatformStack(Stack):
 
     def _code(self, function: PlatformFunction) -> lambda_.Code:
         spec = platform_bundle(function, target=self.config.target,
-                               bundle_boto3=self.config.bundle_boto3)
+                               bundle_boto3=self.config.bundle_boto3,
+                               router_model=self.config.router_model_path())
         return lambda_code(spec, REPO_ROOT / "handlers")
+
+    def _router_env(self) -> dict[str, Any]:
+        """What every function routes (and embeds agents) with: ``codeshot:embedder``, or
+        the tuned model of ``codeshot:routerModel`` (its bundle's tuning, the graph on S3),
+        corpora staying on the former (the untuned minilm they would take needs torch)."""
+        if self.router_graph is None:
+            return settings_env(embedder=self.config.embedder)
+        graph = f"s3://{self.router_graph.s3_bucket_name}/{self.router_graph.s3_object_key}"
+        return settings_env(embedder="minilm", minilm_model=ROUTER_MODEL_DIR, minilm_graph=graph,
+                            corpus_embedder=self.config.embedder)
+
+    def _read_router_graph(self, role: iam.Role) -> None:
+        if self.router_graph is not None:  # that one object
+            role.add_to_principal_policy(iam.PolicyStatement(
+                actions=["s3:GetObject"],
+                resources=[self.router_graph.bucket.arn_for_objects(
+                    self.router_graph.s3_object_key)]))
 
     def _tables(self, role: iam.Role, actions: dict[str, tuple[str, ...]]) -> None:
         for spec in tables.TABLES:

@@ -35,8 +35,15 @@ def settings_env(**values: Any) -> dict[str, Any]:
 
 
 # Settings a Lambda function cannot use: a synth that set them would deploy a failure.
-LOCAL_ONLY = {"minilm_model": "is a local directory for the minilm embedder, which needs "
-                              "torch: Lambda's functions route with static or bedrock"}
+LOCAL_ONLY = {"minilm_model": "is a directory on this machine, not in the functions: set "
+                              "codeshot:routerModel to a model `codeshot router tune` made, "
+                              "which the synth ships to them"}
+# Values a Lambda function cannot run: the untuned minilm needs torch (too big for Lambda).
+LOCAL_ONLY_VALUES = {("corpus_embedder", "minilm"): "is the untuned minilm, which needs torch: "
+                                                     "Lambda's functions embed corpora with "
+                                                     "static, hashing or bedrock"}
+# Settings the stack sets from context keys of other names.
+SET_BY = {"corpus_embedder": "codeshot:embedder", "minilm_graph": "codeshot:routerModel"}
 
 
 def extra_env(values: Mapping[str, str]) -> dict[str, str]:
@@ -50,6 +57,9 @@ def extra_env(values: Mapping[str, str]) -> dict[str, str]:
             raise ValueError(f"codeshot:extraEnv: {name!r} is not a CODESHOT_* setting")
         if field in LOCAL_ONLY:
             raise ValueError(f"codeshot:extraEnv: {name} {LOCAL_ONLY[field]}")
+        if (field, value) in LOCAL_ONLY_VALUES:
+            raise ValueError(f"codeshot:extraEnv: {name}={value} "
+                             f"{LOCAL_ONLY_VALUES[field, value]}")
         try:
             check_setting(field, str(value))
         except SettingsError as e:
@@ -65,8 +75,8 @@ def refuse_stack_settings(extra: Mapping[str, str], stack_env: Mapping[str, Any]
     taken = sorted(set(extra) & set(stack_env))
     if taken:
         field = taken[0].removeprefix(PREFIX).lower()
-        instead = f"set {CONTEXT_KEYS[field]} instead" if field in CONTEXT_KEYS else \
-            "it names one of the stack's own resources"
+        key = CONTEXT_KEYS.get(field) or SET_BY.get(field)
+        instead = f"set {key} instead" if key else "it names one of the stack's own resources"
         raise ValueError(f"codeshot:extraEnv: {taken[0]} is set by the stack: {instead}")
 
 

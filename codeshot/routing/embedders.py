@@ -197,7 +197,8 @@ class OnnxMiniLM:
     tune`` exports it), MiniLM's WordPiece (:mod:`codeshot.routing.wordpiece`) and the mean
     pooling sentence-transformers applies. The same vectors (to 1e-4) without torch."""
 
-    def __init__(self, directory: Path) -> None:
+    def __init__(self, directory: Path, graph: Path | None = None) -> None:
+        """``graph``: the tuning's graph where it is not in ``directory`` (fetched)."""
         try:
             import numpy
             import onnxruntime
@@ -209,7 +210,8 @@ class OnnxMiniLM:
             options = onnxruntime.SessionOptions()
             options.intra_op_num_threads = 1  # a query at a time: no threads spinning idle
             self.session = onnxruntime.InferenceSession(
-                str(directory / MINILM_ONNX_FILE), options, providers=["CPUExecutionProvider"])
+                str(graph or directory / MINILM_ONNX_FILE), options,
+                providers=["CPUExecutionProvider"])
         except Exception as exc:  # onnxruntime raises its own, untyped
             raise LLMError(f"the router model at {directory} cannot be loaded ({exc}): "
                            "tune it again with `codeshot router tune`") from exc
@@ -248,11 +250,13 @@ class MiniLMEmbedder:
     # by model id, one load per process: the model's encode, None once found re-tuned
     _models: ClassVar[dict[str, Callable[[list[str]], Vectors] | None]] = {}
 
-    def __init__(self, path: str | None = None) -> None:
+    def __init__(self, path: str | None = None, settings: Settings | None = None) -> None:
+        """``settings``: where the graph is when not in ``path`` (CODESHOT_MINILM_GRAPH)."""
         from codeshot.routing.tune import read_tuning
 
         self.path = str(Path(path).resolve()) if path else None
         self.model_id = read_tuning(Path(self.path)).model_id if self.path else MINILM
+        self.settings = settings
 
     def _load(self) -> Callable[[list[str]], Vectors]:
         with self._lock:
@@ -269,7 +273,10 @@ class MiniLMEmbedder:
         if not self.path:
             return functools.partial(load_minilm().encode, batch_size=BATCH,
                                      convert_to_numpy=True, normalize_embeddings=True)
-        model = OnnxMiniLM(Path(self.path))
+        settings = self.settings
+        graph = settings.minilm_graph if settings else None
+        model = OnnxMiniLM(Path(self.path),
+                           fetch_graph(settings, graph) if settings and graph else None)
         # remembered when re-tuned since: else each query loads 90 MB to find this
         return model.encode if self._unchanged() else None
 
@@ -283,6 +290,35 @@ class MiniLMEmbedder:
 
     def embed(self, texts: list[str]) -> Vectors:
         return self._load()(texts)
+
+
+def fetch_graph(settings: Settings, url: str) -> Path:
+    """The graph at ``url`` (s3://bucket/key) in the temporary directory (a Lambda's /tmp),
+    read from S3 once: a path holds the bytes of one URL (a deploy's asset keys are their
+    content's digests), written whole before it is renamed into place."""
+    import os
+    import shutil
+    import tempfile
+
+    from codeshot import aws
+    from codeshot.settings import s3_location
+
+    bucket, key = s3_location(url) or ("", "")
+    out = Path(tempfile.gettempdir(), "codeshot-router",
+               hashlib.sha256(url.encode()).hexdigest()[:32] + ".onnx")
+    if out.is_file():
+        return out
+    out.parent.mkdir(parents=True, exist_ok=True)
+    part = out.with_suffix(f".{os.getpid()}.{threading.get_ident()}.part")
+    try:
+        body = aws.client("s3", settings).get_object(Bucket=bucket, Key=key)["Body"]
+        with part.open("wb") as f:
+            shutil.copyfileobj(body, f, 1 << 20)
+        part.replace(out)
+    except Exception as exc:  # botocore's, and the disk's
+        part.unlink(missing_ok=True)
+        raise LLMError(f"the router model's graph could not be read from {url}: {exc}") from exc
+    return out
 
 
 class BedrockEmbedder:
@@ -325,7 +361,7 @@ def get_embedder(settings: Settings) -> Embedder:
     if settings.embedder == "static":
         return StaticEmbedder()
     if settings.embedder == "minilm":
-        return MiniLMEmbedder(settings.minilm_model)
+        return MiniLMEmbedder(settings.minilm_model, settings)
     if settings.embedder == "bedrock":
         return BedrockEmbedder(settings)
     return HashingEmbedder()

@@ -77,10 +77,15 @@ TRANSACTION_PARTS = {
 
 @pytest.fixture(scope="module")
 def every_option(tmp_path_factory: pytest.TempPathFactory) -> Synth:
-    """The app with every optional part on (S3 Vectors corpus search), so that each call
-    the code can make has its grant in the template."""
+    """The app with every optional part on (S3 Vectors corpus search, a tuned router model
+    whose graph is read from S3), so that each call the code can make has its grant in
+    the template."""
+    from tests.routing.test_tune import fake_tuning
+
+    model = fake_tuning(tmp_path_factory.mktemp("model") / "router-model")
     return synthesize(tmp_path_factory.mktemp("every-option"),
-                      **{"codeshot:corpusSearch": "s3vectors"})
+                      **{"codeshot:corpusSearch": "s3vectors",
+                         "codeshot:routerModel": str(model)})
 
 
 def aws_actions(actions: set[str]) -> set[str]:

@@ -21,7 +21,9 @@ def test_extra_env_passes_good_settings_through_as_text():
     ("CODESHOT_GRAPHQL_INTROSPECTION", "maybe", "expected bool"),
     ("CODESHOT_NO_SUCH_SETTING", "1", "is not a CODESHOT_\\* setting"),
     ("AWS_REGION", "eu-west-1", "is not a CODESHOT_\\* setting"),
-    ("CODESHOT_MINILM_MODEL", "/srv/router-model", "needs torch"),  # a path of the synth's machine
+    # a path of the synth's machine
+    ("CODESHOT_MINILM_MODEL", "/srv/router-model", "set codeshot:routerModel"),
+    ("CODESHOT_CORPUS_EMBEDDER", "minilm", "needs torch"),
 ])
 def test_a_bad_setting_fails_the_synth_naming_it(name, value, error):
     """Before, a bad value reached the Lambda and failed each cold start there."""

@@ -25,7 +25,7 @@ from codeshot import cli
 from codeshot.errors import InvalidInput, LLMError
 from codeshot.models import Agent
 from codeshot.routing.calibration import CALIBRATED, TUNED_MINILM, scoring_for
-from codeshot.routing.embedders import MiniLMEmbedder, load_minilm
+from codeshot.routing.embedders import MiniLMEmbedder, StaticEmbedder, load_minilm
 from codeshot.routing.index import AgentIndex, agent_texts
 from codeshot.routing.tune import (
     TUNING_FILE,
@@ -194,6 +194,14 @@ def test_document_corpora_keep_the_untuned_model(settings, tmp_path):
     assert static.corpus_embedder is static.embedder
     runner = SessionRunner(services)
     assert runner.corpus_search.embedder.model_id == "all-MiniLM-L6-v2"
+    # Where the untuned model cannot run (a Lambda has no torch: codeshot:routerModel),
+    # corpora embed with the embedder CODESHOT_CORPUS_EMBEDDER names.
+    deployed = Services(tuned.replace(corpus_embedder="static"))
+    assert deployed.embedder.model_id == services.embedder.model_id
+    assert isinstance(deployed.corpus_embedder, StaticEmbedder)
+    assert SessionRunner(deployed).corpus_search.embedder is deployed.corpus_embedder
+    same = Services(settings.replace(corpus_embedder=settings.embedder))
+    assert same.corpus_embedder is same.embedder
 
 
 def test_a_tuning_replaces_an_earlier_one_whole_readable_by_other_users(tmp_path):
@@ -375,3 +383,52 @@ def test_tuning_on_the_agents_routes_more_held_out_queries_to_the_right_agent():
         index = AgentIndex(embed_agents(corpus_agents, cached), cached)
         top1[name] = evaluate(after_search(index), splits["dev"]).top1
     assert top1["tuned"] >= top1["base"] + 0.02, top1
+
+
+def test_a_graph_on_s3_is_read_once_into_the_temporary_directory(aws, tmp_path, monkeypatch):
+    """A deployed platform's functions hold the tuning and vocabulary; the 90 MB graph
+    (which would take their bundles past Lambda's 250 MB) is read from S3 at the first
+    route, once per environment."""
+    import boto3
+
+    from codeshot import aws as aws_module
+
+    monkeypatch.setattr("tempfile.tempdir", str(tmp_path / "tmp"))
+    (tmp_path / "tmp").mkdir()
+    local = fake_tuning(tmp_path / "local")
+    deployed = fake_tuning(tmp_path / "deployed")
+    (deployed / TUNING_FILE).write_text((local / TUNING_FILE).read_text())  # one tuning
+    graph = (deployed / "model.onnx").read_bytes()
+    (deployed / "model.onnx").unlink()
+    s3 = boto3.client("s3", region_name="us-east-1")
+    s3.create_bucket(Bucket="assets")
+    s3.put_object(Bucket="assets", Key="abc.onnx", Body=graph)
+    with pytest.raises(SettingsError, match=r"no model\.onnx"):  # the graph must be somewhere
+        aws.replace(embedder="minilm", minilm_model=str(deployed))
+    with pytest.raises(SettingsError, match=r"CODESHOT_MINILM_GRAPH=.*expected s3://bucket/key"):
+        aws.replace(embedder="minilm", minilm_model=str(deployed), minilm_graph="assets/abc")
+    settings = aws.replace(embedder="minilm", minilm_model=str(deployed),
+                           minilm_graph="s3://assets/abc.onnx")
+    calls: list[str] = []
+    stop = aws_module.on_call(lambda service, op: calls.append(op))
+    try:
+        texts = ["Roll a die", "time in Tokyo?"]
+        vectors = Services(settings).embedder.embed(texts)
+        assert np.abs(np.asarray(vectors) - np.stack(
+            [pooled("roll", "a", "die"), pooled("time", "in", "tokyo", "?")])).max() < 1e-5
+        assert calls == ["GetObject"]
+        fetched = list((tmp_path / "tmp" / "codeshot-router").iterdir())
+        assert [p.read_bytes() for p in fetched] == [graph]  # no part left
+        # Another process of the environment (a new embedder) reads it from /tmp.
+        from codeshot.routing.embedders import fetch_graph
+
+        assert fetch_graph(settings, "s3://assets/abc.onnx") == fetched[0] and calls == [
+            "GetObject"]
+        missing = settings.replace(minilm_graph="s3://assets/gone.onnx")
+        with pytest.raises(LLMError, match="graph could not be read from s3://assets/gone"):
+            fetch_graph(missing, "s3://assets/gone.onnx")
+        assert len(list((tmp_path / "tmp" / "codeshot-router").iterdir())) == 1
+    finally:
+        stop()
+    # the same tuning, the same model: rows stored by the one are the other's
+    assert Services(settings).embedder.model_id == MiniLMEmbedder(str(local)).model_id
