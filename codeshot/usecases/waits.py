@@ -19,6 +19,8 @@ from contextvars import ContextVar
 from dataclasses import dataclass
 from datetime import timedelta
 
+import anyio
+
 from codeshot import ids
 from codeshot.errors import RateLimited
 from codeshot.models import Principal
@@ -44,9 +46,12 @@ class WaitSlot:
     async def release(self) -> None:
         if not self.released:
             self.released = True
-            # Uncancellable (a worker thread runs it to the end): a request cancelled
-            # mid-wait, its caller gone, still gives its slot back.
-            await blocking(self.services.usage.release, WAITING, self.user_id, self.lease_id)
+            # Shielded: a request cancelled mid-wait (its caller gone, a stream's scope
+            # cancelled) still gives its slot back. run_sync alone is not enough: it
+            # checkpoints, and so is cancelled, before its own shield begins.
+            with anyio.CancelScope(shield=True):
+                await blocking(self.services.usage.release, WAITING, self.user_id,
+                               self.lease_id)
 
 
 async def take_slot(services: Services, principal: Principal) -> WaitSlot:

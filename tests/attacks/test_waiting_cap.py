@@ -6,6 +6,7 @@ given back however a wait ends, and lapses if its Lambda died holding it."""
 from __future__ import annotations
 
 import asyncio
+import json
 import time
 from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime, timedelta
@@ -16,6 +17,7 @@ import pytest
 from codeshot import ids
 from codeshot.usecases.waits import LAPSE_MARGIN, take_slot
 from tests.api.test_fixie_compat import fixieai
+from tests.attacks.test_fairness import reply_to
 from tests.conftest import code
 from tests.runner.conftest import messages, register, send, session
 
@@ -158,3 +160,32 @@ def test_a2a_and_mcp_requests_that_would_wait_past_the_cap_are_refused_and_make_
     # A message that does not wait is taken.
     taken = a2a(platform, key, "SendMessage", immediately=True).json()
     assert taken["result"]["task"]["status"]["state"] == "TASK_STATE_WORKING", taken
+
+
+@pytest.mark.settings(max_waiting_requests=1, agent_call_timeout_seconds=10)
+@pytest.mark.parametrize("path", ["rest", "a2a"])
+def test_a_streamed_wait_whose_client_left_gives_its_slot_back(live, agents, path):
+    """A client that leaves a stream mid-wait frees its slot at once, not once the slot
+    lapses (some 90 s later)."""
+    _, key = live.user(f"leaver-{path}")
+    slow = register(live, key, "slow", agents.url + "/slow")
+    auth = {"Authorization": f"Bearer {key}", "A2A-Version": "1.0"}
+    if path == "rest":
+        url, body = f"{live.url}/api/agents/slow", {"message": {"text": "Roll 1d20"},
+                                                    "stream": True}
+    else:
+        url, body = f"{live.url}/a2a/{slow}", {
+            "jsonrpc": "2.0", "id": 1, "method": "SendStreamingMessage", "params": {
+                "message": {"messageId": ids.ulid(), "role": "ROLE_USER",
+                            "parts": [{"text": "Roll 1d20"}]}}}
+    called = len(agents.calls)
+    with httpx.stream("POST", url, json=body, headers=auth, timeout=30) as streamed:
+        if path == "rest":
+            handle = streamed.headers["X-Codeshot-Session"]
+        else:
+            first = next(line for line in streamed.iter_lines() if line.startswith("data:"))
+            handle = json.loads(first[5:])["result"]["task"]["contextId"]
+        wait_for_call(agents, called)  # waiting for its reply now; the client leaves
+    assert reply_to(live, key, handle)["type"] == "response"  # the query ran on
+    out = live.gql(key, SEND, {"s": session(live, key, frontend=slow), "t": "Roll 1d20"})
+    assert "errors" not in out, out  # the slot the stream held is free again
