@@ -562,11 +562,20 @@ class SessionTasks(RequestHandler):
         if chain.state in tasks.FINISHED:  # A2A: nothing more will happen to it
             raise UnsupportedOperationError(message=f"task {params.id} is "
                                                     f"{chain.state.value}: read it with GetTask")
-        yield task_of(self.s, session.session_id, chain, 0)
         last = chain.turns[-1]
-        if last.reply is None:  # still working: follow it to its end
+        if last.reply is not None:  # waiting for input: nothing to follow
+            yield task_of(self.s, session.session_id, chain, 0)
+            return
+        try:  # still working: followed to its end, holding a waiting slot (see waits.py)
+            slot = await take_slot(self.s, self._principal(context))
+        except Exception as exc:
+            raise _a2a_error(exc) from exc
+        try:
+            yield task_of(self.s, session.session_id, chain, 0)
             async for event in self._updates(params.id, last.query):
                 yield event
+        finally:
+            await slot.release()
 
     async def on_get_task(self, params: GetTaskRequest, context: ServerCallContext
                           ) -> Task | None:

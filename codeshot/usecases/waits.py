@@ -1,14 +1,15 @@
 """A cap on the requests one user may hold open waiting for replies.
 
 A request that waits for the runner (``sendSessionMessage`` by default, the Fixie
-``/api/agents/...`` query, a blocking A2A send or stream, MCP's ``ask``, an Agent Protocol
-step, a long poll of ``messages``) keeps an API Lambda instance busy all that time. The
-account's Lambda concurrency is shared by every user (a new account often has 10), so
-one user may hold only ``CODESHOT_MAX_WAITING_REQUESTS`` such waits at once: one slot
-each, leases in the usage table as the runner's running-query slots are
-(:func:`codeshot.runner.fairness.running_query`), so the cap holds across Lambda
-instances. A slot is given back when its request stops waiting, whatever ended it; one a
-Lambda that died never gave back lapses once no request could still be waiting on it.
+``/api/agents/...`` query, a blocking A2A send, stream or subscription to a working task,
+MCP's ``ask``, an Agent Protocol step, a long poll of ``messages``) keeps an API Lambda
+instance busy all that time. The account's Lambda concurrency is shared by every user (a
+new account often has 10), so one user may hold only ``CODESHOT_MAX_WAITING_REQUESTS``
+such waits at once: one slot each, leases in the usage table as the runner's
+running-query slots are (:func:`codeshot.runner.fairness.running_query`), so the cap
+holds across Lambda instances. A slot is given back when its request stops waiting,
+whatever ended it; one a Lambda that died never gave back lapses once no request could
+still be waiting on it.
 """
 
 from __future__ import annotations

@@ -135,15 +135,19 @@ except requests.HTTPError as exc:
 
 
 def a2a(platform, key: str, method: str, immediately: bool) -> httpx.Response:
+    return a2a_call(platform, key, method, {
+        "message": {"messageId": ids.ulid(), "role": "ROLE_USER",
+                    "parts": [{"text": "Roll 1d20"}]},
+        "configuration": {"returnImmediately": immediately}})
+
+
+def a2a_call(platform, key: str, method: str, params: dict) -> httpx.Response:
     return httpx.post(f"{platform.url}/a2a/platform/planner", timeout=30, json={
-        "jsonrpc": "2.0", "id": 1, "method": method, "params": {
-            "message": {"messageId": ids.ulid(), "role": "ROLE_USER",
-                        "parts": [{"text": "Roll 1d20"}]},
-            "configuration": {"returnImmediately": immediately}}},
+        "jsonrpc": "2.0", "id": 1, "method": method, "params": params},
         headers={"Authorization": f"Bearer {key}", "A2A-Version": "1.0"})
 
 
-@pytest.mark.settings(max_waiting_requests=1)
+@pytest.mark.settings(max_waiting_requests=1, reply_wait_seconds=1.0)
 def test_a2a_and_mcp_requests_that_would_wait_past_the_cap_are_refused_and_make_nothing(
         platform):
     user_id, key = platform.user("agentic")
@@ -160,6 +164,11 @@ def test_a2a_and_mcp_requests_that_would_wait_past_the_cap_are_refused_and_make_
     # A message that does not wait is taken.
     taken = a2a(platform, key, "SendMessage", immediately=True).json()
     assert taken["result"]["task"]["status"]["state"] == "TASK_STATE_WORKING", taken
+    # Following that working task would wait for its reply too.
+    task_id = taken["result"]["task"]["id"]
+    subscribed = a2a_call(platform, key, "SubscribeToTask", {"id": task_id})
+    assert "RATE_LIMITED" in subscribed.text and '"task"' not in subscribed.text, \
+        subscribed.text
 
 
 @pytest.mark.settings(max_waiting_requests=1, agent_call_timeout_seconds=10)
