@@ -56,8 +56,9 @@ class WaitSlot:
 
 
 async def take_slot(services: Services, principal: Principal) -> WaitSlot:
-    """One of the caller's waiting slots, taken before anything is written for the
-    request: RATE_LIMITED (nothing written) when all are taken."""
+    """One of the caller's waiting slots, taken once the request's input is checked
+    (bad input gets its own error, and holds none) and before anything is written for
+    it: RATE_LIMITED (nothing written) when all are taken."""
     cap = services.settings.max_waiting_requests
     slot = WaitSlot(services, user_id_of(principal), ids.ulid())
     lasts = timedelta(seconds=services.settings.reply_wait_seconds) + LAPSE_MARGIN

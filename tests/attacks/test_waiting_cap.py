@@ -23,6 +23,8 @@ from tests.runner.conftest import messages, register, send, session
 
 SEND = """mutation ($s: String!, $t: String!, $w: Boolean) { sendSessionMessage(
   messageData: {session: $s, text: $t, wait: $w}) { message { id } reply { type } } }"""
+KEYED = """mutation ($s: String!, $t: String!, $k: String, $w: Boolean) { sendSessionMessage(
+  messageData: {session: $s, text: $t, idempotencyKey: $k, wait: $w}) { message { id } } }"""
 SESSIONS = "{ allSessions { handle } }"
 
 
@@ -81,8 +83,10 @@ def test_a_waiting_slot_is_given_back_when_the_wait_times_out_or_the_post_fails(
     handle = session(live, key, frontend=slow)
     timed_out = live.gql(key, SEND, {"s": handle, "t": "Roll 1d20"})
     assert timed_out["data"]["sendSessionMessage"]["reply"] is None, timed_out  # 1 s < 3 s
-    missing = live.gql(key, SEND, {"s": "no-such-session", "t": "Roll 1d20"})
-    assert code(missing) == "NOT_FOUND"
+    # A post refused once its slot is taken: its key was used for another message.
+    keyed = {"s": handle, "t": "Roll 1d6", "k": ids.ulid()}
+    assert "errors" not in live.gql(key, KEYED, {**keyed, "w": False})
+    assert code(live.gql(key, KEYED, {**keyed, "t": "Roll 1d8"})) == "INVALID_INPUT"
     # Neither kept its slot: the next request waits (rather than being refused).
     again = live.gql(key, SEND, {"s": handle, "t": "Roll 1d20"})
     assert "errors" not in again, again
@@ -198,3 +202,41 @@ def test_a_streamed_wait_whose_client_left_gives_its_slot_back(live, agents, pat
     assert reply_to(live, key, handle)["type"] == "response"  # the query ran on
     out = live.gql(key, SEND, {"s": session(live, key, frontend=slow), "t": "Roll 1d20"})
     assert "errors" not in out, out  # the slot the stream held is free again
+
+
+@pytest.mark.settings(max_waiting_requests=1)
+def test_bad_input_that_would_wait_writes_nothing_and_gets_its_own_error_at_the_cap(
+        platform):
+    """Checked before a waiting slot is taken: bad input writes nothing (no slot either),
+    and a user at the cap hears what is wrong with it rather than RATE_LIMITED."""
+    _, key = platform.user("careless")
+    usage = platform.services.usage
+
+    def usage_items() -> list[dict]:
+        return usage.db.scan(TableName=usage.table_name)["Items"]
+
+    before = usage_items()
+    assert code(platform.gql(key, SEND, {"s": "no-such-session", "t": "hello"})) == \
+        "NOT_FOUND"
+    assert usage_items() == before
+    held_by_a_dead_lambda(platform, key)
+    assert code(platform.gql(key, SEND, {"s": "no-such-session", "t": "hello"})) == \
+        "NOT_FOUND"
+    handle = session(platform, key)
+    assert code(platform.gql(key, SEND, {"s": handle, "t": " "})) == "INVALID_INPUT"
+    auth = {"Authorization": f"Bearer {key}"}
+    queried = httpx.post(f"{platform.url}/api/agents", headers=auth, timeout=30, json={
+        "session": "no-such-session", "message": {"text": "hello"}, "stream": False})
+    assert queried.json()["error"]["code"] == "NOT_FOUND", queried.text
+    stepped = httpx.post(f"{platform.url}/ap/v1/agent/tasks/no-such-task/steps",
+                         headers=auth, timeout=30, json={"input": "hello"})
+    assert stepped.status_code == 404, stepped.text
+    asked = platform.rpc(key, "/mcp", "tools/call", {"name": "ask", "arguments": {
+        "query": "hello", "session": "no-such-session"}}).json()
+    assert asked["result"]["content"][0]["text"].startswith("NOT_FOUND"), asked
+    for method in ("SendMessage", "SendStreamingMessage"):
+        sent = a2a_call(platform, key, method, {"message": {
+            "messageId": ids.ulid(), "role": "ROLE_USER", "taskId": f"{handle}.{ids.ulid()}",
+            "parts": [{"text": "hello"}]}})
+        assert "TaskNotFound" in sent.text or "-32001" in sent.text, sent.text
+        assert "RATE_LIMITED" not in sent.text, sent.text
