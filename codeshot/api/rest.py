@@ -17,7 +17,7 @@ from codeshot.models import Agent, Message, Principal
 from codeshot.services import Services
 from codeshot.usecases import user_storage
 from codeshot.usecases.messaging import TERMINAL, Messaging, follow
-from codeshot.usecases.sessions import session_for_agent
+from codeshot.usecases.sessions import create_session, session_for_agent
 from codeshot.usecases.threads import blocking
 from codeshot.usecases.waits import take_slot
 
@@ -150,12 +150,11 @@ async def _query(agent_id: str | None, body: AgentQueryBody, user: Principal,
     # a session is made (refused, none is made and nothing posted), given back once the
     # reply is read: after this returns when it streams.
     await blocking(messaging.precheck, user, body.message.text)
-    session_id = await blocking(session_for_agent, services, user, agent_id, body.session) \
-        if body.session else None
+    session_id = await blocking(session_for_agent, services, user, agent_id, body.session)
     slot = await take_slot(services, user)
     try:
         if session_id is None:
-            session_id = await blocking(session_for_agent, services, user, agent_id, None)
+            session_id = (await blocking(create_session, services, user, agent_id)).session_id
         query, _ = await blocking(messaging.post, user, session_id, body.message.text)
     except BaseException:
         await slot.release()

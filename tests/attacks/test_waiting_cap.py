@@ -228,6 +228,10 @@ def test_bad_input_that_would_wait_writes_nothing_and_gets_its_own_error_at_the_
     queried = httpx.post(f"{platform.url}/api/agents", headers=auth, timeout=30, json={
         "session": "no-such-session", "message": {"text": "hello"}, "stream": False})
     assert queried.json()["error"]["code"] == "NOT_FOUND", queried.text
+    queried = httpx.post(f"{platform.url}/api/agents/no-such-agent", headers=auth,
+                         timeout=30, json={"message": {"text": "hello"}, "stream": False})
+    assert queried.json()["error"]["code"] == "NOT_FOUND", queried.text
+    assert platform.gql(key, SESSIONS)["data"]["allSessions"] == [{"handle": handle}]
     stepped = httpx.post(f"{platform.url}/ap/v1/agent/tasks/no-such-task/steps",
                          headers=auth, timeout=30, json={"input": "hello"})
     assert stepped.status_code == 404, stepped.text
