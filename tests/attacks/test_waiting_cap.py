@@ -244,3 +244,25 @@ def test_bad_input_that_would_wait_writes_nothing_and_gets_its_own_error_at_the_
             "parts": [{"text": "hello"}]}})
         assert "TaskNotFound" in sent.text or "-32001" in sent.text, sent.text
         assert "RATE_LIMITED" not in sent.text, sent.text
+
+
+@pytest.mark.settings(max_waiting_requests=1, agent_call_timeout_seconds=10)
+def test_following_a_working_a2a_task_holds_a_slot_until_its_answer(live, agents):
+    _, key = live.user("follower")
+    slow = register(live, key, "slow", agents.url + "/slow")
+    url, auth = f"{live.url}/a2a/{slow}", {"Authorization": f"Bearer {key}",
+                                          "A2A-Version": "1.0"}
+    task = httpx.post(url, headers=auth, timeout=30, json={
+        "jsonrpc": "2.0", "id": 1, "method": "SendMessage", "params": {"message": {
+            "messageId": ids.ulid(), "role": "ROLE_USER", "parts": [{"text": "Roll 1d20"}]},
+            "configuration": {"returnImmediately": True}}}).json()["result"]["task"]
+    other = session(live, key, frontend=slow)
+    with httpx.stream("POST", url, headers=auth, timeout=60, json={
+            "jsonrpc": "2.0", "id": 2, "method": "SubscribeToTask",
+            "params": {"id": task["id"]}}) as followed:
+        events = (line for line in followed.iter_lines() if line.startswith("data:"))
+        assert '"task"' in next(events)  # following it now
+        assert code(live.gql(key, SEND, {"s": other, "t": "Roll 1d20"})) == "RATE_LIMITED"
+        assert "TASK_STATE_COMPLETED" in list(events)[-1]
+    out = live.gql(key, SEND, {"s": other, "t": "Roll 1d20"})
+    assert "errors" not in out, out  # its slot was given back at the answer
