@@ -325,6 +325,17 @@ class _Target:
     checked: bool = False  # its task's or context's state was read: posted only if unchanged
 
 
+@dataclass(frozen=True)
+class _Checked:
+    """A message checked before anything is held or made for it: its text, push config,
+    idempotency key (its messageId) and where it goes, as then."""
+
+    text: str
+    push: TaskPushNotificationConfig | None
+    key: str | None
+    target: _Target
+
+
 def _unsendable(task_id: str, state: models.TaskState) -> str:
     if state is models.TaskState.WORKING:
         return (f"task {task_id} is still working: it takes a message only when it asks "
@@ -455,12 +466,13 @@ class SessionTasks(RequestHandler):
         retried message (same messageId) is the first one: posted and charged once.
         Returns the session, the task's id and the turn posted."""
         principal = self._principal(context)
-        # A waiting slot before the task's context is made (see usecases/waits.py).
+        checked = await self._check(params, principal)
+        # A waiting slot once the input is checked, before the task's context is made (see
+        # usecases/waits.py).
         async with waiting(self.s, principal, wait):
-            return await self._post_held(params, principal, wait)
+            return await self._post_checked(params, principal, checked, wait)
 
-    async def _post_held(self, params: SendMessageRequest, principal: Principal, wait: float
-                         ) -> tuple[Session, str, tasks.Turn]:
+    async def _check(self, params: SendMessageRequest, principal: Principal) -> _Checked:
         text = _text_of(params.message)
         await blocking(Messaging(self.s).precheck, principal, text)
         config = params.configuration
@@ -469,8 +481,13 @@ class SessionTasks(RequestHandler):
         if push is not None:
             await self._check_push(push)
         key = params.message.message_id[:128] or None
+        return _Checked(text, push, key, await self._target(principal, params.message, key))
+
+    async def _post_checked(self, params: SendMessageRequest, principal: Principal,
+                            checked: _Checked, wait: float
+                            ) -> tuple[Session, str, tasks.Turn]:
+        target, key, push = checked.target, checked.key, checked.push
         for _ in range(POST_TRIES):
-            target = await self._target(principal, params.message, key)
             session = target.session if target.session is not None else await blocking(
                 tasks.open_session, self.s, principal, self.agent_id, None,
                 once=f"a2a:{self.agent_id}:{key}" if key else None)
@@ -480,12 +497,13 @@ class SessionTasks(RequestHandler):
                 # push config is written with the post (so its answer is pushed): a
                 # refused or repeated message changes none.
                 session, turn = await tasks.ask(
-                    self.s, principal, text, agent_id=self.agent_id,
+                    self.s, principal, checked.text, agent_id=self.agent_id,
                     session_id=session.session_id, wait=wait, idempotency_key=key,
                     unchanged_since=session.modified if target.checked else None,
                     callback=_callback(push) if push is not None else None)
-            except Changed:
-                continue  # check again, as it is now
+            except Changed:  # check again, as it is now
+                target = await self._target(principal, params.message, key)
+                continue
             return session, ids.task_id(session.session_id,
                                         target.continued or turn.query.message_id), turn
         raise Conflict("the task kept changing while this message was checked; send it again")
@@ -504,15 +522,17 @@ class SessionTasks(RequestHandler):
 
     async def on_message_send_stream(self, params: SendMessageRequest,
                                      context: ServerCallContext) -> AsyncGenerator[Event]:
+        principal = self._principal(context)
         try:
+            checked = await self._check(params, principal)
             # Its slot before the post (see usecases/waits.py), given back as it ends.
-            slot = await take_slot(self.s, self._principal(context))
+            slot = await take_slot(self.s, principal)
         except Exception as exc:
             raise _a2a_error(exc) from exc
         try:
             try:
-                _, task_id, turn = await self._post(params, context, wait=0)
-                task = await self._task(self._principal(context), task_id, 0)
+                _, task_id, turn = await self._post_checked(params, principal, checked, 0)
+                task = await self._task(principal, task_id, 0)
             except Exception as exc:
                 raise _a2a_error(exc) from exc
             yield task
@@ -562,11 +582,20 @@ class SessionTasks(RequestHandler):
         if chain.state in tasks.FINISHED:  # A2A: nothing more will happen to it
             raise UnsupportedOperationError(message=f"task {params.id} is "
                                                     f"{chain.state.value}: read it with GetTask")
-        yield task_of(self.s, session.session_id, chain, 0)
         last = chain.turns[-1]
-        if last.reply is None:  # still working: follow it to its end
+        if last.reply is not None:  # waiting for input: nothing to follow
+            yield task_of(self.s, session.session_id, chain, 0)
+            return
+        try:  # still working: followed to its end, holding a waiting slot (see waits.py)
+            slot = await take_slot(self.s, self._principal(context))
+        except Exception as exc:
+            raise _a2a_error(exc) from exc
+        try:
+            yield task_of(self.s, session.session_id, chain, 0)
             async for event in self._updates(params.id, last.query):
                 yield event
+        finally:
+            await slot.release()
 
     async def on_get_task(self, params: GetTaskRequest, context: ServerCallContext
                           ) -> Task | None:

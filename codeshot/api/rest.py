@@ -17,7 +17,7 @@ from codeshot.models import Agent, Message, Principal
 from codeshot.services import Services
 from codeshot.usecases import user_storage
 from codeshot.usecases.messaging import TERMINAL, Messaging, follow
-from codeshot.usecases.sessions import session_for_agent
+from codeshot.usecases.sessions import create_session, session_for_agent
 from codeshot.usecases.threads import blocking
 from codeshot.usecases.waits import take_slot
 
@@ -146,12 +146,15 @@ async def query_default_or_own_agent(body: AgentQueryBody, handle: str = "",
 async def _query(agent_id: str | None, body: AgentQueryBody, user: Principal,
                  services: Services) -> Response:
     messaging = Messaging(services)
-    # A waiting slot first (refused, no session is made and nothing posted), given back
-    # once the reply is read: after this returns when it streams.
+    # The input checked (bad input gets its own error), then a waiting slot taken before
+    # a session is made (refused, none is made and nothing posted), given back once the
+    # reply is read: after this returns when it streams.
+    await blocking(messaging.precheck, user, body.message.text)
+    session_id = await blocking(session_for_agent, services, user, agent_id, body.session)
     slot = await take_slot(services, user)
     try:
-        await blocking(messaging.precheck, user, body.message.text)  # before making a session
-        session_id = await blocking(session_for_agent, services, user, agent_id, body.session)
+        if session_id is None:
+            session_id = (await blocking(create_session, services, user, agent_id)).session_id
         query, _ = await blocking(messaging.post, user, session_id, body.message.text)
     except BaseException:
         await slot.release()

@@ -148,9 +148,7 @@ class Messaging:
         with the message: a refused or repeated post changes none."""
         user_id = user_id_of(principal)
         embeds = embeds or []
-        self._check_text(text, bool(embeds))
-        if idempotency_key is not None:
-            check_idempotency_key(idempotency_key)
+        self._check_fields(text, bool(embeds), idempotency_key)
         if idempotency_key or embeds:
             # Both read the session's items before the write: only its owner may.
             self.s.sessions.get(session_id, owner=user_id)
@@ -248,6 +246,19 @@ class Messaging:
                              content_type=ref.content_type, content_hash=ref.content_hash,
                              size=ref.size))
         return new
+
+    def _check_fields(self, text: str, has_embeds: bool, idempotency_key: str | None) -> None:
+        self._check_text(text, has_embeds)
+        if idempotency_key is not None:
+            check_idempotency_key(idempotency_key)
+
+    def check_input(self, principal: Principal, session_id: str, text: str,
+                    has_embeds: bool = False, idempotency_key: str | None = None) -> None:
+        """Refuse, reading only, a post :meth:`post` would refuse for its input (its text,
+        its idempotency key, a session not the caller's): before a waiting slot is taken
+        for it, so bad input gets its own error and holds none."""
+        self._check_fields(text, has_embeds, idempotency_key)
+        self.s.sessions.get(session_id, owner=user_id_of(principal))
 
     def precheck(self, principal: Principal, text: str, has_embeds: bool = False) -> None:
         """Refuse, before anything is made for it, a post that would be refused: bad text,

@@ -89,13 +89,16 @@ def delete_session(services: Services, principal: Principal, session_id: str) ->
 
 def session_for_agent(
     services: Services, principal: Principal, agent_id: str | None, session_id: str | None
-) -> str:
-    """The session a query to ``agent_id`` goes to: the given one, which must talk to that
-    agent (or to the planner), or a new one. No agent (None) is the planner for a new
-    session and whoever the session talks to for a given one (fixieai's ``Session`` of an
-    existing session knows no agent)."""
+) -> str | None:
+    """The session a query to ``agent_id`` goes to, checked and nothing written: the given
+    one, which must talk to that agent (or to the planner), or None for a new one (the
+    agent checked; :func:`create_session` makes it). No agent (None) is the planner for a
+    new session and whoever the session talks to for a given one (fixieai's ``Session`` of
+    an existing session knows no agent)."""
     if not session_id:
-        return create_session(services, principal, agent_id).session_id
+        if agent_id is not None:
+            usable_agent(services, principal, agent_id)
+        return None
     session = get_session(services, principal, session_id)
     if agent_id is not None and session.frontend_agent_id not in (None, agent_id):
         raise InvalidInput(f"session {session_id} talks to {session.frontend_agent_id}")

@@ -1,14 +1,15 @@
 """A cap on the requests one user may hold open waiting for replies.
 
 A request that waits for the runner (``sendSessionMessage`` by default, the Fixie
-``/api/agents/...`` query, a blocking A2A send or stream, MCP's ``ask``, an Agent Protocol
-step, a long poll of ``messages``) keeps an API Lambda instance busy all that time. The
-account's Lambda concurrency is shared by every user (a new account often has 10), so
-one user may hold only ``CODESHOT_MAX_WAITING_REQUESTS`` such waits at once: one slot
-each, leases in the usage table as the runner's running-query slots are
-(:func:`codeshot.runner.fairness.running_query`), so the cap holds across Lambda
-instances. A slot is given back when its request stops waiting, whatever ended it; one a
-Lambda that died never gave back lapses once no request could still be waiting on it.
+``/api/agents/...`` query, a blocking A2A send, stream or subscription to a working task,
+MCP's ``ask``, an Agent Protocol step, a long poll of ``messages``) keeps an API Lambda
+instance busy all that time. The account's Lambda concurrency is shared by every user (a
+new account often has 10), so one user may hold only ``CODESHOT_MAX_WAITING_REQUESTS``
+such waits at once: one slot each, leases in the usage table as the runner's
+running-query slots are (:func:`codeshot.runner.fairness.running_query`), so the cap
+holds across Lambda instances. A slot is given back when its request stops waiting,
+whatever ended it; one a Lambda that died never gave back lapses once no request could
+still be waiting on it.
 """
 
 from __future__ import annotations
@@ -18,6 +19,8 @@ from contextlib import asynccontextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass
 from datetime import timedelta
+
+import anyio
 
 from codeshot import ids
 from codeshot.errors import RateLimited
@@ -44,14 +47,18 @@ class WaitSlot:
     async def release(self) -> None:
         if not self.released:
             self.released = True
-            # Uncancellable (a worker thread runs it to the end): a request cancelled
-            # mid-wait, its caller gone, still gives its slot back.
-            await blocking(self.services.usage.release, WAITING, self.user_id, self.lease_id)
+            # Shielded: a request cancelled mid-wait (its caller gone, a stream's scope
+            # cancelled) still gives its slot back. run_sync alone is not enough: it
+            # checkpoints, and so is cancelled, before its own shield begins.
+            with anyio.CancelScope(shield=True):
+                await blocking(self.services.usage.release, WAITING, self.user_id,
+                               self.lease_id)
 
 
 async def take_slot(services: Services, principal: Principal) -> WaitSlot:
-    """One of the caller's waiting slots, taken before anything is written for the
-    request: RATE_LIMITED (nothing written) when all are taken."""
+    """One of the caller's waiting slots, taken once the request's input is checked
+    (bad input gets its own error, and holds none) and before anything is written for
+    it: RATE_LIMITED (nothing written) when all are taken."""
     cap = services.settings.max_waiting_requests
     slot = WaitSlot(services, user_id_of(principal), ids.ulid())
     lasts = timedelta(seconds=services.settings.reply_wait_seconds) + LAPSE_MARGIN

@@ -6,6 +6,7 @@ given back however a wait ends, and lapses if its Lambda died holding it."""
 from __future__ import annotations
 
 import asyncio
+import json
 import time
 from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime, timedelta
@@ -16,11 +17,14 @@ import pytest
 from codeshot import ids
 from codeshot.usecases.waits import LAPSE_MARGIN, take_slot
 from tests.api.test_fixie_compat import fixieai
+from tests.attacks.test_fairness import reply_to
 from tests.conftest import code
 from tests.runner.conftest import messages, register, send, session
 
 SEND = """mutation ($s: String!, $t: String!, $w: Boolean) { sendSessionMessage(
   messageData: {session: $s, text: $t, wait: $w}) { message { id } reply { type } } }"""
+KEYED = """mutation ($s: String!, $t: String!, $k: String, $w: Boolean) { sendSessionMessage(
+  messageData: {session: $s, text: $t, idempotencyKey: $k, wait: $w}) { message { id } } }"""
 SESSIONS = "{ allSessions { handle } }"
 
 
@@ -79,8 +83,10 @@ def test_a_waiting_slot_is_given_back_when_the_wait_times_out_or_the_post_fails(
     handle = session(live, key, frontend=slow)
     timed_out = live.gql(key, SEND, {"s": handle, "t": "Roll 1d20"})
     assert timed_out["data"]["sendSessionMessage"]["reply"] is None, timed_out  # 1 s < 3 s
-    missing = live.gql(key, SEND, {"s": "no-such-session", "t": "Roll 1d20"})
-    assert code(missing) == "NOT_FOUND"
+    # A post refused once its slot is taken: its key was used for another message.
+    keyed = {"s": handle, "t": "Roll 1d6", "k": ids.ulid()}
+    assert "errors" not in live.gql(key, KEYED, {**keyed, "w": False})
+    assert code(live.gql(key, KEYED, {**keyed, "t": "Roll 1d8"})) == "INVALID_INPUT"
     # Neither kept its slot: the next request waits (rather than being refused).
     again = live.gql(key, SEND, {"s": handle, "t": "Roll 1d20"})
     assert "errors" not in again, again
@@ -133,15 +139,19 @@ except requests.HTTPError as exc:
 
 
 def a2a(platform, key: str, method: str, immediately: bool) -> httpx.Response:
+    return a2a_call(platform, key, method, {
+        "message": {"messageId": ids.ulid(), "role": "ROLE_USER",
+                    "parts": [{"text": "Roll 1d20"}]},
+        "configuration": {"returnImmediately": immediately}})
+
+
+def a2a_call(platform, key: str, method: str, params: dict) -> httpx.Response:
     return httpx.post(f"{platform.url}/a2a/platform/planner", timeout=30, json={
-        "jsonrpc": "2.0", "id": 1, "method": method, "params": {
-            "message": {"messageId": ids.ulid(), "role": "ROLE_USER",
-                        "parts": [{"text": "Roll 1d20"}]},
-            "configuration": {"returnImmediately": immediately}}},
+        "jsonrpc": "2.0", "id": 1, "method": method, "params": params},
         headers={"Authorization": f"Bearer {key}", "A2A-Version": "1.0"})
 
 
-@pytest.mark.settings(max_waiting_requests=1)
+@pytest.mark.settings(max_waiting_requests=1, reply_wait_seconds=1.0)
 def test_a2a_and_mcp_requests_that_would_wait_past_the_cap_are_refused_and_make_nothing(
         platform):
     user_id, key = platform.user("agentic")
@@ -158,3 +168,101 @@ def test_a2a_and_mcp_requests_that_would_wait_past_the_cap_are_refused_and_make_
     # A message that does not wait is taken.
     taken = a2a(platform, key, "SendMessage", immediately=True).json()
     assert taken["result"]["task"]["status"]["state"] == "TASK_STATE_WORKING", taken
+    # Following that working task would wait for its reply too.
+    task_id = taken["result"]["task"]["id"]
+    subscribed = a2a_call(platform, key, "SubscribeToTask", {"id": task_id})
+    assert "RATE_LIMITED" in subscribed.text and '"task"' not in subscribed.text, \
+        subscribed.text
+
+
+@pytest.mark.settings(max_waiting_requests=1, agent_call_timeout_seconds=10)
+@pytest.mark.parametrize("path", ["rest", "a2a"])
+def test_a_streamed_wait_whose_client_left_gives_its_slot_back(live, agents, path):
+    """A client that leaves a stream mid-wait frees its slot at once, not once the slot
+    lapses (some 90 s later)."""
+    _, key = live.user(f"leaver-{path}")
+    slow = register(live, key, "slow", agents.url + "/slow")
+    auth = {"Authorization": f"Bearer {key}", "A2A-Version": "1.0"}
+    if path == "rest":
+        url, body = f"{live.url}/api/agents/slow", {"message": {"text": "Roll 1d20"},
+                                                    "stream": True}
+    else:
+        url, body = f"{live.url}/a2a/{slow}", {
+            "jsonrpc": "2.0", "id": 1, "method": "SendStreamingMessage", "params": {
+                "message": {"messageId": ids.ulid(), "role": "ROLE_USER",
+                            "parts": [{"text": "Roll 1d20"}]}}}
+    called = len(agents.calls)
+    with httpx.stream("POST", url, json=body, headers=auth, timeout=30) as streamed:
+        if path == "rest":
+            handle = streamed.headers["X-Codeshot-Session"]
+        else:
+            first = next(line for line in streamed.iter_lines() if line.startswith("data:"))
+            handle = json.loads(first[5:])["result"]["task"]["contextId"]
+        wait_for_call(agents, called)  # waiting for its reply now; the client leaves
+    assert reply_to(live, key, handle)["type"] == "response"  # the query ran on
+    out = live.gql(key, SEND, {"s": session(live, key, frontend=slow), "t": "Roll 1d20"})
+    assert "errors" not in out, out  # the slot the stream held is free again
+
+
+@pytest.mark.settings(max_waiting_requests=1)
+def test_bad_input_that_would_wait_writes_nothing_and_gets_its_own_error_at_the_cap(
+        platform):
+    """Checked before a waiting slot is taken: bad input writes nothing (no slot either),
+    and a user at the cap hears what is wrong with it rather than RATE_LIMITED."""
+    _, key = platform.user("careless")
+    usage = platform.services.usage
+
+    def usage_items() -> list[dict]:
+        return usage.db.scan(TableName=usage.table_name)["Items"]
+
+    before = usage_items()
+    assert code(platform.gql(key, SEND, {"s": "no-such-session", "t": "hello"})) == \
+        "NOT_FOUND"
+    assert usage_items() == before
+    held_by_a_dead_lambda(platform, key)
+    assert code(platform.gql(key, SEND, {"s": "no-such-session", "t": "hello"})) == \
+        "NOT_FOUND"
+    handle = session(platform, key)
+    assert code(platform.gql(key, SEND, {"s": handle, "t": " "})) == "INVALID_INPUT"
+    auth = {"Authorization": f"Bearer {key}"}
+    queried = httpx.post(f"{platform.url}/api/agents", headers=auth, timeout=30, json={
+        "session": "no-such-session", "message": {"text": "hello"}, "stream": False})
+    assert queried.json()["error"]["code"] == "NOT_FOUND", queried.text
+    queried = httpx.post(f"{platform.url}/api/agents/no-such-agent", headers=auth,
+                         timeout=30, json={"message": {"text": "hello"}, "stream": False})
+    assert queried.json()["error"]["code"] == "NOT_FOUND", queried.text
+    assert platform.gql(key, SESSIONS)["data"]["allSessions"] == [{"handle": handle}]
+    stepped = httpx.post(f"{platform.url}/ap/v1/agent/tasks/no-such-task/steps",
+                         headers=auth, timeout=30, json={"input": "hello"})
+    assert stepped.status_code == 404, stepped.text
+    asked = platform.rpc(key, "/mcp", "tools/call", {"name": "ask", "arguments": {
+        "query": "hello", "session": "no-such-session"}}).json()
+    assert asked["result"]["content"][0]["text"].startswith("NOT_FOUND"), asked
+    for method in ("SendMessage", "SendStreamingMessage"):
+        sent = a2a_call(platform, key, method, {"message": {
+            "messageId": ids.ulid(), "role": "ROLE_USER", "taskId": f"{handle}.{ids.ulid()}",
+            "parts": [{"text": "hello"}]}})
+        assert "TaskNotFound" in sent.text or "-32001" in sent.text, sent.text
+        assert "RATE_LIMITED" not in sent.text, sent.text
+
+
+@pytest.mark.settings(max_waiting_requests=1, agent_call_timeout_seconds=10)
+def test_following_a_working_a2a_task_holds_a_slot_until_its_answer(live, agents):
+    _, key = live.user("follower")
+    slow = register(live, key, "slow", agents.url + "/slow")
+    url, auth = f"{live.url}/a2a/{slow}", {"Authorization": f"Bearer {key}",
+                                          "A2A-Version": "1.0"}
+    task = httpx.post(url, headers=auth, timeout=30, json={
+        "jsonrpc": "2.0", "id": 1, "method": "SendMessage", "params": {"message": {
+            "messageId": ids.ulid(), "role": "ROLE_USER", "parts": [{"text": "Roll 1d20"}]},
+            "configuration": {"returnImmediately": True}}}).json()["result"]["task"]
+    other = session(live, key, frontend=slow)
+    with httpx.stream("POST", url, headers=auth, timeout=60, json={
+            "jsonrpc": "2.0", "id": 2, "method": "SubscribeToTask",
+            "params": {"id": task["id"]}}) as followed:
+        events = (line for line in followed.iter_lines() if line.startswith("data:"))
+        assert '"task"' in next(events)  # following it now
+        assert code(live.gql(key, SEND, {"s": other, "t": "Roll 1d20"})) == "RATE_LIMITED"
+        assert "TASK_STATE_COMPLETED" in list(events)[-1]
+    out = live.gql(key, SEND, {"s": other, "t": "Roll 1d20"})
+    assert "errors" not in out, out  # its slot was given back at the answer
