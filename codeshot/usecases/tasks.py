@@ -62,7 +62,9 @@ def frontend_of(agent_id: str | None) -> str | None:
 
 def turns(messages: Sequence[Message]) -> list[Turn]:
     """A session's turns in order: each user message with its terminal reply. A reply
-    that ends a paused question (a cancel, a failed callback) answers the question's turn.
+    that ends a paused question (a cancel, a failed callback) answers the question's turn,
+    or the turn of the refused answer that kept it (``keeps_question``): that is the one
+    left waiting on it.
     """
     out: list[Turn] = []
     by_message: dict[str, int] = {}
@@ -74,6 +76,8 @@ def turns(messages: Sequence[Message]) -> list[Turn]:
             at = by_message[message.in_reply_to]
             out[at] = Turn(out[at].query, message)
             by_message[message.message_id] = at  # a question's own replies end its turn
+            if message.keeps_question:  # an end of the kept question ends this turn
+                by_message[message.keeps_question] = at
     return out
 
 
