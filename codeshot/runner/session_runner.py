@@ -486,8 +486,9 @@ class SessionRunner:
         ``program_state``'s question, or idle with a paused program it had (``had_state``)
         dropped; with ``kept_question`` (the query did not run, and its session waits on
         that question) its status and paused program are left as they are, and the reply
-        names the question (every reader of tasks sees it still waiting). ``task``: the
-        A2A task the reply is pushed for."""
+        names the question (every reader of tasks sees it still waiting), unless that
+        question was ended since it was read. ``task``: the A2A task the reply is pushed
+        for."""
         keep_pause = kept_question is not None
         table = self.s.sessions.table_name
         reply_id = ids.ulid()
@@ -538,6 +539,11 @@ class SessionRunner:
             # A paused program ends (a Delete bills 2 WRU even of nothing).
             state_key = {**key, "item": {"S": STATE_ITEM}}
             items.append({"Delete": {"TableName": table, "Key": state_key}})
+        asks: TransactWriteItemTypeDef | None = None
+        if kept_question is not None:  # a cancel since the read may have ended it
+            asks = {"ConditionCheck": self.s.sessions.still_asks(session.session_id,
+                                                                 kept_question)}
+            items.append(asks)
         if lease is not None:  # the running slot is given back with the reply
             items.append(lease.release_item())
         steps = [self.s.sessions.message_item(m) for m in trace]
@@ -552,8 +558,14 @@ class SessionRunner:
             # tried again; if it still fails, the record fails and SQS redelivers it.
             retry_transient(lambda: self.s.sessions.db.transact_write_items(TransactItems=items))
         except self.s.sessions.db.exceptions.TransactionCanceledException as exc:
-            if "ConditionalCheckFailed" not in cancelled_by(exc):  # only theirs can fail so
+            reasons = cancelled_by(exc)
+            if "ConditionalCheckFailed" not in reasons:  # only theirs can fail so
                 raise
+            if [i for i, r in zip(items, reasons) if r == "ConditionalCheckFailed"] == [asks]:
+                # The question was ended since the read: a plain refusal, keeping nothing.
+                self._finish(session, query, outcome, program_state, trace, book, lease,
+                             had_state=had_state, task=task)
+                return
             # Answered meanwhile, or the session was deleted: either way, nothing to add.
             log.info("reply to %s not written: already answered or session gone",
                      query.message_id)

@@ -183,6 +183,14 @@ class SessionStore(Repository):
                 "ConditionExpression": "attribute_not_exists(#i)",
                 "ExpressionAttributeNames": {"#i": "item"}}
 
+    def still_asks(self, session_id: str, question_id: str) -> ConditionCheckTypeDef:
+        """A transaction's ConditionCheck that the session's paused program still waits on
+        ``question_id``: nothing ended that question since it was read (:meth:`end_pause`
+        drops the program)."""
+        return {"TableName": self.table_name, "Key": _key(session_id, STATE_ITEM),
+                "ConditionExpression": "#q = :q", "ExpressionAttributeNames": {"#q": "question"},
+                "ExpressionAttributeValues": {":q": {"S": question_id}}}
+
     def claim_prompt(self, session_id: str, question_id: str) -> tuple[bool, str | None]:
         """Claim the POST of a question's prompt to its task's callback, which asks the
         user: (True, None) for the first claim; after it, (False, the prompt id the

@@ -7,11 +7,13 @@ inside the runner, at the moment under test."""
 from __future__ import annotations
 
 import threading
+from datetime import timedelta
 
 import pytest
 
 from codeshot import ids
 from codeshot.runner.batch import process_batch, record_of
+from codeshot.runner.fairness import RUNNING
 from codeshot.runner.session_runner import SessionRunner
 from codeshot.store.sessions import RESUMING
 from tests.dynamo_faults import refuse
@@ -158,3 +160,38 @@ def test_an_answer_whose_paused_program_is_too_busy_to_take_is_refused_and_kept(
         "batchItemFailures": []}
     assert terminal(platform, h)[-1].text == "Done: Booked Luigi's."
     assert booked(agents)[-1] == "Luigi's"
+
+
+@pytest.mark.settings(max_running_queries=1)
+def test_a_cancel_landing_before_a_refusal_for_the_cap_leaves_it_nothing_to_keep(
+        platform, agents, monkeypatch):
+    """The runner read the question, the cancel ended it, and the refusal (the user's one
+    running slot taken) still kept it: the canceled task read input-required again, and
+    its context took no new task."""
+    key, booking, h, task_id, runner = asked(platform, agents, "rita")
+    owner = platform.services.sessions.get(h).owner
+    platform.services.usage.take_lease(RUNNING, owner, 1, "other", timedelta(minutes=5))
+    cancel = HeldCancel(platform, key, booking, task_id, monkeypatch)
+    post(platform, key, h, "4")
+    sessions = platform.services.sessions
+    read = sessions.recent
+
+    def then_cancel(session_id: str, messages: int):
+        out = read(session_id, messages)
+        cancel.land()
+        return out
+
+    monkeypatch.setattr(sessions, "recent", then_cancel)
+    assert process_batch({"Records": [queued(platform)]}, runner.handle) == {
+        "batchItemFailures": []}
+    monkeypatch.undo()
+    assert cancel.out[0]["result"]["status"]["state"] == "TASK_STATE_CANCELED", cancel.out
+    refused = terminal(platform, h)[-1]
+    assert (refused.error_code, refused.keeps_question) == ("RATE_LIMITED", None)
+    assert sessions.get(h).status.value == "idle"
+    got = a2a(platform, key, booking, "GetTask", id=task_id)["result"]
+    assert got["status"]["state"] == "TASK_STATE_CANCELED"
+    new = a2a(platform, key, booking, "SendMessage", configuration={"returnImmediately": True},
+              message={"messageId": "m-new", "role": "ROLE_USER",
+                       "parts": [{"text": "Book a table at Nino's"}], "contextId": h})
+    assert new["result"]["task"]["contextId"] == h, new
