@@ -62,6 +62,7 @@ from codeshot.store.sessions import (
     ANSWER_PREFIX,
     MSG_PREFIX,
     PURGE_PAGES,
+    RESUMED_AT,
     RESUMING,
     SESSION_ITEM,
     STATE_ITEM,
@@ -518,7 +519,7 @@ class SessionRunner:
             values[":s"] = {"S": status.value}
         update, values = self.s.sessions.touch(expression, values)
         if not keep_pause:  # a resume's claim on the paused program ends with its reply
-            update += " REMOVE #r"
+            update += " REMOVE #r, #t"
         # The conditional items: their failure means answered already, or session gone.
         marker: TransactWriteItemTypeDef = {"Put": self.s.sessions.answer_item(
             session.session_id, query.message_id, reply.message_id)}
@@ -527,7 +528,8 @@ class SessionRunner:
             "UpdateExpression": update, "ConditionExpression": "attribute_exists(session_id)",
             "ExpressionAttributeValues": values}
         if not keep_pause:
-            session_update["ExpressionAttributeNames"] = {"#s": "status", "#r": RESUMING}
+            session_update["ExpressionAttributeNames"] = {"#s": "status", "#r": RESUMING,
+                                                          "#t": RESUMED_AT}
         items: list[TransactWriteItemTypeDef] = [
             marker, {"Put": {"TableName": table, "Item": self.s.sessions.message_item(reply)}},
             {"Update": session_update},

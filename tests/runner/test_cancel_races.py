@@ -7,6 +7,7 @@ inside the runner, at the moment under test."""
 from __future__ import annotations
 
 import threading
+import time
 from datetime import timedelta
 
 import pytest
@@ -15,7 +16,7 @@ from codeshot import ids
 from codeshot.runner.batch import process_batch, record_of
 from codeshot.runner.fairness import RUNNING
 from codeshot.runner.session_runner import SessionRunner
-from codeshot.store.sessions import RESUMING
+from codeshot.store.sessions import RESUMED_AT, RESUMING, RESUMING_LASTS, SESSION_ITEM
 from tests.dynamo_faults import refuse
 from tests.runner.conftest import register, session
 from tests.runner.test_redelivery import post, terminal
@@ -195,3 +196,33 @@ def test_a_cancel_landing_before_a_refusal_for_the_cap_leaves_it_nothing_to_keep
               message={"messageId": "m-new", "role": "ROLE_USER",
                        "parts": [{"text": "Book a table at Nino's"}], "contextId": h})
     assert new["result"]["task"]["contextId"] == h, new
+
+
+
+def test_a_claim_whose_run_died_before_its_reply_lapses(platform, agents, monkeypatch):
+    """The run that took the paused program to resume it died before its reply (its last
+    delivery): the claim held for ever, so the answer sent again ran as a query of its
+    own, the question dropped. It holds while a run may still write its reply, no longer."""
+    key, _, h, _, runner = asked(platform, agents, "dina")
+    post(platform, key, h, "4")
+
+    def dies(*args, **kwargs):
+        raise RuntimeError("the runner's invocation ended")
+
+    monkeypatch.setattr(runner, "_finish", dies)
+    assert process_batch({"Records": [queued(platform)]}, runner.handle)["batchItemFailures"]
+    monkeypatch.undo()
+    sessions = platform.services.sessions
+    assert not sessions.claim_pause(h, "another-answer")  # a run may still be resuming it
+    at = {"session_id": {"S": h}, "item": {"S": SESSION_ITEM}}
+    sessions.db.update_item(  # taken longer ago than any run lasts
+        TableName=sessions.table_name, Key=at, UpdateExpression="SET #t = :t",
+        ExpressionAttributeNames={"#t": RESUMED_AT},
+        ExpressionAttributeValues={":t": {"N": str(int(time.time()) - RESUMING_LASTS - 1)}})
+    post(platform, key, h, "4")
+    assert process_batch({"Records": [queued(platform)]}, runner.handle) == {
+        "batchItemFailures": []}
+    assert terminal(platform, h)[-1].text == "Done: Booked Luigi's."
+    assert booked(agents)[-1] == "Luigi's"
+    item = sessions.db.get_item(TableName=sessions.table_name, Key=at)["Item"]
+    assert RESUMING not in item and RESUMED_AT not in item
