@@ -226,3 +226,37 @@ def test_a_claim_whose_run_died_before_its_reply_lapses(platform, agents, monkey
     assert booked(agents)[-1] == "Luigi's"
     item = sessions.db.get_item(TableName=sessions.table_name, Key=at)["Item"]
     assert RESUMING not in item and RESUMED_AT not in item
+
+
+def test_an_a2a_answer_to_a_question_canceled_before_it_was_taken_runs_nothing(
+        platform, agents, monkeypatch):
+    """The answer was sent to its task; a cancel landed before the runner took it, and the
+    answer ran as a new task the sender never heard of (and was charged for)."""
+    key, booking, h, task_id, runner = asked(platform, agents, "anya")
+    owner = platform.services.sessions.get(h).owner
+    cancel = HeldCancel(platform, key, booking, task_id, monkeypatch)
+    sent = a2a(platform, key, booking, "SendMessage", configuration={"returnImmediately": True},
+               message={"messageId": "m-4", "role": "ROLE_USER", "parts": [{"text": "4"}],
+                        "taskId": task_id})
+    assert sent["result"]["task"]["id"] == task_id, sent
+    assert platform.services.usage.used("query", owner) == 2
+    sessions = platform.services.sessions
+    read = sessions.recent
+
+    def then_cancel(session_id: str, messages: int):
+        out = read(session_id, messages)
+        cancel.land()
+        return out
+
+    monkeypatch.setattr(sessions, "recent", then_cancel)
+    before = len(agents.calls)
+    assert process_batch({"Records": [queued(platform)]}, runner.handle) == {
+        "batchItemFailures": []}
+    monkeypatch.undo()
+    assert cancel.out[0]["result"]["status"]["state"] == "TASK_STATE_CANCELED", cancel.out
+    assert len(agents.calls) == before  # the answer ran nowhere
+    answer = terminal(platform, h)[-1]
+    assert answer.error_code == "CANCELED" and "nothing ran" in answer.text, answer
+    assert platform.services.usage.used("query", owner) == 1  # its charge given back
+    got = a2a(platform, key, booking, "GetTask", id=task_id)["result"]
+    assert got["status"]["state"] == "TASK_STATE_CANCELED"
