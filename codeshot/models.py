@@ -409,6 +409,9 @@ class Message(Record):
     # taken, or the session too busy) while the session waited on this question, which
     # still waits: the message is to be sent again, and its task still requires input.
     keeps_question: str | None = None
+    # The question a user message was sent to answer (A2A, by its task's id): if it was
+    # ended before the runner took the message, its task is over, and nothing runs.
+    answers: str | None = None
 
     COERCE: ClassVar[dict[str, Any]] = {"type": MessageType, "timestamp": _datetime,
               "embeds": lambda refs: {k: _embed_ref(k, v) for k, v in refs.items()}}

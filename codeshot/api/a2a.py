@@ -323,6 +323,7 @@ class _Target:
     session: Session | None = None
     continued: str | None = None  # the query that began the task it continues
     checked: bool = False  # its task's or context's state was read: posted only if unchanged
+    answers: str | None = None  # the question of the task it continues
 
 
 @dataclass(frozen=True)
@@ -446,7 +447,9 @@ class SessionTasks(RequestHandler):
                 if chain.state is not models.TaskState.INPUT_REQUIRED:
                     raise UnsupportedOperationError(message=_unsendable(message.task_id,
                                                                         chain.state))
-                return _Target(session, query_id, checked=True)
+                question = chain.question
+                return _Target(session, query_id, checked=True,
+                               answers=question.message_id if question else None)
             return _Target(session, query_id)
         if message.context_id:
             session = await self._context(principal, message.context_id)
@@ -500,7 +503,8 @@ class SessionTasks(RequestHandler):
                     self.s, principal, checked.text, agent_id=self.agent_id,
                     session_id=session.session_id, wait=wait, idempotency_key=key,
                     unchanged_since=session.modified if target.checked else None,
-                    callback=_callback(push) if push is not None else None)
+                    callback=_callback(push) if push is not None else None,
+                    answers=target.answers)
             except Changed:  # check again, as it is now
                 target = await self._target(principal, params.message, key)
                 continue

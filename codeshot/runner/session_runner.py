@@ -23,6 +23,7 @@ from codeshot.engine.executor import Limits, Outcome, Status, TraceStep
 from codeshot.errors import (
     AgentFailed,
     CallbackFailed,
+    Canceled,
     CodeshotError,
     Conflict,
     Interrupted,
@@ -62,6 +63,7 @@ from codeshot.store.sessions import (
     ANSWER_PREFIX,
     MSG_PREFIX,
     PURGE_PAGES,
+    RESUMED_AT,
     RESUMING,
     SESSION_ITEM,
     STATE_ITEM,
@@ -95,6 +97,8 @@ SWEEP_PAGES = 10
 # request, and may arrive first: it looks again once after this pause before it waits
 # for a redelivery (the queue's visibility timeout, half an hour).
 SWEEP_RECHECK_SECONDS = 2.0
+ANSWERED_ENDED = ("the question this message answered was ended before it was taken in (a "
+                  "cancel won): nothing ran, and it was not charged")
 _TERMINAL = {Status.DONE: MessageType.RESPONSE, Status.ERROR: MessageType.ERROR,
              Status.AWAITING_INPUT: MessageType.AWAITING_INPUT}
 
@@ -196,6 +200,13 @@ class SessionRunner:
                     # Its question was ended since the read (a cancel won): nothing of the
                     # paused program runs, and the message is a query of its own.
                     paused, task = None, query.message_id
+                if paused is None and query.answers:
+                    # Sent to answer a question that was ended since (A2A, to its task):
+                    # that task is over, so nothing runs, and the post is not charged.
+                    self._finish(session, query, failure_outcome(Canceled(ANSWERED_ENDED)),
+                                 None, trace, book, lease, had_state=recent.state is not None,
+                                 task=task, refund=True)
+                    return
                 try:
                     outcome, program_state = self._run(session, query, paused, history,
                                                        trace, book, deadline, task)
@@ -481,13 +492,14 @@ class SessionRunner:
     def _finish(self, session: Session, query: Message, outcome: Outcome,
                 program_state: dict[str, Any] | None, trace: list[Message], book: EmbedBook,
                 lease: Lease | None = None, *, had_state: bool, task: str,
-                kept_question: str | None = None) -> None:
+                kept_question: str | None = None, refund: bool = False) -> None:
         """Store the reply (and the trace) once. The session is left waiting on
         ``program_state``'s question, or idle with a paused program it had (``had_state``)
         dropped; with ``kept_question`` (the query did not run, and its session waits on
         that question) its status and paused program are left as they are, and the reply
-        names the question (every reader of tasks sees it still waiting). ``task``: the
-        A2A task the reply is pushed for."""
+        names the question (every reader of tasks sees it still waiting), unless that
+        question was ended since it was read. ``task``: the A2A task the reply is pushed
+        for. ``refund``: the query's daily charge is given back with the reply."""
         keep_pause = kept_question is not None
         table = self.s.sessions.table_name
         reply_id = ids.ulid()
@@ -517,7 +529,7 @@ class SessionRunner:
             values[":s"] = {"S": status.value}
         update, values = self.s.sessions.touch(expression, values)
         if not keep_pause:  # a resume's claim on the paused program ends with its reply
-            update += " REMOVE #r"
+            update += " REMOVE #r, #t"
         # The conditional items: their failure means answered already, or session gone.
         marker: TransactWriteItemTypeDef = {"Put": self.s.sessions.answer_item(
             session.session_id, query.message_id, reply.message_id)}
@@ -526,7 +538,8 @@ class SessionRunner:
             "UpdateExpression": update, "ConditionExpression": "attribute_exists(session_id)",
             "ExpressionAttributeValues": values}
         if not keep_pause:
-            session_update["ExpressionAttributeNames"] = {"#s": "status", "#r": RESUMING}
+            session_update["ExpressionAttributeNames"] = {"#s": "status", "#r": RESUMING,
+                                                          "#t": RESUMED_AT}
         items: list[TransactWriteItemTypeDef] = [
             marker, {"Put": {"TableName": table, "Item": self.s.sessions.message_item(reply)}},
             {"Update": session_update},
@@ -538,8 +551,16 @@ class SessionRunner:
             # A paused program ends (a Delete bills 2 WRU even of nothing).
             state_key = {**key, "item": {"S": STATE_ITEM}}
             items.append({"Delete": {"TableName": table, "Key": state_key}})
+        asks: TransactWriteItemTypeDef | None = None
+        if kept_question is not None:  # a cancel since the read may have ended it
+            asks = {"ConditionCheck": self.s.sessions.still_asks(session.session_id,
+                                                                 kept_question)}
+            items.append(asks)
         if lease is not None:  # the running slot is given back with the reply
             items.append(lease.release_item())
+        if refund:
+            items.append({"Update": self.s.usage.refund_request("query", session.owner,
+                                                                query.timestamp)})
         steps = [self.s.sessions.message_item(m) for m in trace]
         if len(items) + len(steps) <= TRANSACTION_ITEMS and \
                 len(json.dumps(steps)) <= TRANSACTION_BYTES:
@@ -552,8 +573,14 @@ class SessionRunner:
             # tried again; if it still fails, the record fails and SQS redelivers it.
             retry_transient(lambda: self.s.sessions.db.transact_write_items(TransactItems=items))
         except self.s.sessions.db.exceptions.TransactionCanceledException as exc:
-            if "ConditionalCheckFailed" not in cancelled_by(exc):  # only theirs can fail so
+            reasons = cancelled_by(exc)
+            if "ConditionalCheckFailed" not in reasons:  # only theirs can fail so
                 raise
+            if [i for i, r in zip(items, reasons) if r == "ConditionalCheckFailed"] == [asks]:
+                # The question was ended since the read: a plain refusal, keeping nothing.
+                self._finish(session, query, outcome, program_state, trace, book, lease,
+                             had_state=had_state, task=task)
+                return
             # Answered meanwhile, or the session was deleted: either way, nothing to add.
             log.info("reply to %s not written: already answered or session gone",
                      query.message_id)

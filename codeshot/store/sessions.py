@@ -51,7 +51,7 @@ from codeshot.store.dynamo import (
     retry_transient,
     to_item,
 )
-from codeshot.store.tables import EXPIRES_AT, SESSIONS
+from codeshot.store.tables import EXPIRES_AT, RUNNER_TIMEOUT_SECONDS, SESSIONS
 
 if TYPE_CHECKING:
     from types_boto3_dynamodb.type_defs import (
@@ -68,6 +68,11 @@ STATE_ITEM = "STATE"
 # The SESSION item's attribute naming the message a runner resumes the paused program
 # with (:meth:`SessionStore.claim_pause`); the runner's reply removes it.
 RESUMING = "resuming"
+# When it was taken: a claim older than any runner invocation (RESUMING_LASTS) was left by
+# a run that died before its reply, so it no longer holds (the question would wait for
+# ever); a shorter bound could free a claim whose run still writes its reply.
+RESUMED_AT = "resumed_at"
+RESUMING_LASTS = RUNNER_TIMEOUT_SECONDS
 MSG_PREFIX = "MSG#"
 MSG_END = "MSG$"  # sorts just after every MSG# key
 EMBED_PREFIX = "EMBED#"
@@ -115,6 +120,11 @@ class Recent:
     state: dict[str, Any] | None  # a paused program
     messages: list[Message]  # newest first
     question: str | None = None  # the question the paused program waits on (if kept)
+
+
+def _stale(now: float) -> AttributeValueTypeDef:
+    """The time before which a claim to resume (:data:`RESUMED_AT`) no longer holds."""
+    return {"N": f"{now - RESUMING_LASTS:.0f}"}
 
 
 def _key(session_id: str, item: str) -> dict[str, Any]:
@@ -182,6 +192,14 @@ class SessionStore(Repository):
         return {"TableName": self.table_name, "Key": _key(session_id, DELETED_ITEM),
                 "ConditionExpression": "attribute_not_exists(#i)",
                 "ExpressionAttributeNames": {"#i": "item"}}
+
+    def still_asks(self, session_id: str, question_id: str) -> ConditionCheckTypeDef:
+        """A transaction's ConditionCheck that the session's paused program still waits on
+        ``question_id``: nothing ended that question since it was read (:meth:`end_pause`
+        drops the program)."""
+        return {"TableName": self.table_name, "Key": _key(session_id, STATE_ITEM),
+                "ConditionExpression": "#q = :q", "ExpressionAttributeNames": {"#q": "question"},
+                "ExpressionAttributeValues": {":q": {"S": question_id}}}
 
     def claim_prompt(self, session_id: str, question_id: str) -> tuple[bool, str | None]:
         """Claim the POST of a question's prompt to its task's callback, which asks the
@@ -813,16 +831,20 @@ class SessionStore(Repository):
         (:meth:`end_pause`) until the runner's reply clears it (:data:`RESUMING`). So of a
         resume and a cancel at once exactly one wins, before the program runs. False: the
         question was ended meanwhile (or the session deleted); RATE_LIMITED: the session
-        was busy through every retry (nothing was taken)."""
+        was busy through every retry (nothing was taken). A claim older than
+        ``RESUMING_LASTS`` holds no more."""
+        now = time.time()
         try:
             retry_transient(lambda: self.db.update_item(
                 TableName=self.table_name, Key=_key(session_id, SESSION_ITEM),
-                UpdateExpression="SET #r = :a",
+                UpdateExpression="SET #r = :a, #t = :now",
                 # The same answer again: a redelivery of a run that claimed it.
-                ConditionExpression="#s = :awaiting AND (attribute_not_exists(#r) OR #r = :a)",
-                ExpressionAttributeNames={"#s": "status", "#r": RESUMING},
+                ConditionExpression="#s = :awaiting AND (attribute_not_exists(#r) OR #r = :a "
+                                    "OR #t < :stale)",
+                ExpressionAttributeNames={"#s": "status", "#r": RESUMING, "#t": RESUMED_AT},
                 ExpressionAttributeValues={":awaiting": {"S": SessionStatus.AWAITING_INPUT.value},
-                                           ":a": {"S": answer_id}}))
+                                           ":a": {"S": answer_id}, ":now": {"N": f"{now:.0f}"},
+                                           ":stale": _stale(now)}))
         except self.db.exceptions.ConditionalCheckFailedException:
             return False
         except ClientError as exc:
@@ -838,21 +860,23 @@ class SessionStore(Repository):
         reply to the question) is stored, the paused state dropped and the session idle
         again, with the writes ``also``, in one transaction that holds only while the
         session still awaits input (and is ``owner``'s), no runner has taken its paused
-        program to resume it (:meth:`claim_pause`), and that program still waits on that
+        program to resume it (:meth:`claim_pause`; or one took it so long ago that it
+        died before its reply), and that program still waits on that
         question: the caller read it as pending, but the user may have answered it since
         and the agent asked another. ``any_question``: whichever it waits on (the caller
         holds the answer to it, which could not be queued)."""
-        condition = "#s = :awaiting AND attribute_not_exists(#r)" + \
+        condition = "#s = :awaiting AND (attribute_not_exists(#r) OR #t < :stale)" + \
             (" AND #o = :o" if owner else "")
         values: dict[str, AttributeValueTypeDef] = {
             ":awaiting": {"S": SessionStatus.AWAITING_INPUT.value},
             ":idle": {"S": SessionStatus.IDLE.value},
-            ":m": {"S": stamp(message.timestamp)}}
-        names = {"#s": "status", "#r": RESUMING}
+            ":m": {"S": stamp(message.timestamp)}, ":stale": _stale(time.time())}
+        names = {"#s": "status", "#r": RESUMING, "#t": RESUMED_AT}
         if owner:
             values[":o"] = {"S": owner}
             names["#o"] = "owner"
         update, values = self.touch("SET #s = :idle, modified = :m", values)
+        update += " REMOVE #r, #t"
         state: DeleteTypeDef = {"TableName": self.table_name,
                                 "Key": _key(message.session_id, STATE_ITEM)}
         # Still that question (a program paused before questions were kept passes).

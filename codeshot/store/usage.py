@@ -111,6 +111,17 @@ class UsageCounters(Repository):
             },
         }
 
+    def refund_request(self, kind: str, subject: str, at: datetime) -> UpdateTypeDef:
+        """The UpdateItem request that gives back one unit charged at ``at`` (of a query
+        that never ran), in the transaction that answers it: so exactly once."""
+        counter, span = self._counter(kind, subject, "day", at)
+        return {
+            "TableName": self.table_name,
+            "Key": {"counter": {"S": counter}},
+            "UpdateExpression": "ADD used :minus SET expires_at = if_not_exists(expires_at, :exp)",
+            "ExpressionAttributeValues": {":minus": {"N": "-1"}, ":exp": {"N": _expires_at(span)}},
+        }
+
     def rate_limited(self, kind: str, limit: int, window: str, now: datetime | None = None
                      ) -> RateLimited:
         span = Window.of(window, now or self.clock())

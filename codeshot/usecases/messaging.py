@@ -140,8 +140,10 @@ class Messaging:
         idempotency_key: str | None = None,
         unchanged_since: datetime | None = None,
         callback: Mapping[str, str | None] | None = None,
+        answers: str | None = None,
     ) -> tuple[Message, bool]:
-        """Store and enqueue a user message; returns (message, newly_created). With
+        """Store and enqueue a user message (the answer to the question ``answers``, when
+        given: see :attr:`Message.answers`); returns (message, newly_created). With
         ``unchanged_since`` (the session's ``modified`` as a check read it), only if no
         post or reply came since: else CHANGED (:class:`Changed`), nothing written. The
         session's ``callback`` fields (see :meth:`SessionStore.set_callback`) are written
@@ -171,7 +173,7 @@ class Messaging:
         message = Message(
             session_id=session_id, message_id=ids.ulid(), text=text,
             type=MessageType.QUERY, sent_by=principal.username or user_id,
-            embeds=refs,
+            embeds=refs, answers=answers,
         )
         # (what is charged, its limit): the transaction's first items, in this order
         charges = [("daily query", limit)]

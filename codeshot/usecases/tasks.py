@@ -62,7 +62,9 @@ def frontend_of(agent_id: str | None) -> str | None:
 
 def turns(messages: Sequence[Message]) -> list[Turn]:
     """A session's turns in order: each user message with its terminal reply. A reply
-    that ends a paused question (a cancel, a failed callback) answers the question's turn.
+    that ends a paused question (a cancel, a failed callback) answers the question's turn,
+    or the turn of the refused answer that kept it (``keeps_question``): that is the one
+    left waiting on it.
     """
     out: list[Turn] = []
     by_message: dict[str, int] = {}
@@ -74,6 +76,8 @@ def turns(messages: Sequence[Message]) -> list[Turn]:
             at = by_message[message.in_reply_to]
             out[at] = Turn(out[at].query, message)
             by_message[message.message_id] = at  # a question's own replies end its turn
+            if message.keeps_question:  # an end of the kept question ends this turn
+                by_message[message.keeps_question] = at
     return out
 
 
@@ -325,11 +329,12 @@ async def ask(services: Services, principal: Principal, text: str, *,
               agent_id: str | None = None, session_id: str | None = None,
               embeds: list[EmbedUpload] | None = None, wait: float | None = None,
               idempotency_key: str | None = None, unchanged_since: datetime | None = None,
-              callback: Mapping[str, str | None] | None = None) -> tuple[Session, Turn]:
+              callback: Mapping[str, str | None] | None = None, answers: str | None = None
+              ) -> tuple[Session, Turn]:
     """Post ``text`` to a session (the given one, or a new one with ``agent_id``; only if
-    unchanged since a check read it ``modified`` then, and with its ``callback`` fields:
-    see :meth:`Messaging.post`) and wait (at most ``wait`` seconds, by default the reply
-    wait) for its terminal reply."""
+    unchanged since a check read it ``modified`` then, with its ``callback`` fields and
+    the question it ``answers``: see :meth:`Messaging.post`) and wait (at most ``wait``
+    seconds, by default the reply wait) for its terminal reply."""
     messaging = Messaging(services)
     timeout = services.settings.reply_wait_seconds if wait is None else wait
     async with waiting(services, principal, timeout):
@@ -337,7 +342,7 @@ async def ask(services: Services, principal: Principal, text: str, *,
             await blocking(messaging.precheck, principal, text, bool(embeds))
         session = await blocking(open_session, services, principal, agent_id, session_id)
         query, _ = await blocking(messaging.post, principal, session.session_id, text, embeds,
-                                  idempotency_key, unchanged_since, callback)
+                                  idempotency_key, unchanged_since, callback, answers)
         reply = await wait_for_reply(messaging, query, timeout) if timeout > 0 else None
     return session, Turn(query, reply)
 

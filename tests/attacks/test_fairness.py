@@ -157,6 +157,36 @@ def test_an_a2a_task_whose_answer_was_refused_for_the_cap_still_waits_for_it(liv
     assert status(live, key, asked[1]["contextId"]) == "idle"
 
 
+
+@pytest.mark.settings(max_running_queries=1, agent_call_timeout_seconds=10)
+def test_a_canceled_question_that_a_refusal_kept_ends_its_task(live, agents):
+    """The cancel answered the question's turn, not the refused answer's, which waited on
+    it for ever: the Agent Protocol's task still awaited input, and the A2A context took
+    no new task."""
+    _, key = live.user("quitter")
+    booking = register(live, key, "booking", agents.url + "/booking")
+    task = a2a_send(live, key, booking, "Book a table at Luigi's")["result"]["task"]
+    slow = running_slowly(live, agents, key, register(live, key, "slow", agents.url + "/slow"))
+    refused = a2a_send(live, key, booking, "4", taskId=task["id"])["result"]["task"]
+    assert refused["status"]["state"] == "TASK_STATE_INPUT_REQUIRED", refused
+    assert reply_to(live, key, slow)["type"] == "response"
+    canceled = a2a(live, key, booking, "CancelTask", id=task["id"])
+    assert canceled["result"]["status"]["state"] == "TASK_STATE_CANCELED", canceled
+    ap = f"{live.url}/ap/v1/agent/tasks/{task['contextId']}"
+    auth = {"Authorization": f"Bearer {key}"}
+    assert httpx.get(ap, headers=auth).json()["status"] == "canceled"
+    steps = httpx.get(f"{ap}/steps", headers=auth).json()["steps"]
+    assert [(s["input"], s["is_last"]) for s in steps] == [
+        ("Book a table at Luigi's", False), ("4", True)]
+    assert steps[-1]["additional_output"]["error"]["code"] == "CANCELED"
+    # The context takes a new task; the refused answer was never one.
+    new = a2a_send(live, key, booking, "Book a table at Nino's",
+                   contextId=task["contextId"])["result"]["task"]
+    assert new["status"]["state"] == "TASK_STATE_INPUT_REQUIRED", new
+    listed = a2a(live, key, booking, "ListTasks", contextId=task["contextId"])["result"]
+    assert [(t["id"], t["status"]["state"]) for t in listed["tasks"]] == [
+        (new["id"], "TASK_STATE_INPUT_REQUIRED"), (task["id"], "TASK_STATE_CANCELED")]
+
 def record(message_id: str, session_id: str) -> dict:
     body = json.dumps({"session_id": session_id, "message_id": message_id})
     return {"messageId": message_id, "body": body,

@@ -7,13 +7,16 @@ inside the runner, at the moment under test."""
 from __future__ import annotations
 
 import threading
+import time
+from datetime import timedelta
 
 import pytest
 
 from codeshot import ids
 from codeshot.runner.batch import process_batch, record_of
+from codeshot.runner.fairness import RUNNING
 from codeshot.runner.session_runner import SessionRunner
-from codeshot.store.sessions import RESUMING
+from codeshot.store.sessions import RESUMED_AT, RESUMING, RESUMING_LASTS, SESSION_ITEM
 from tests.dynamo_faults import refuse
 from tests.runner.conftest import register, session
 from tests.runner.test_redelivery import post, terminal
@@ -158,3 +161,102 @@ def test_an_answer_whose_paused_program_is_too_busy_to_take_is_refused_and_kept(
         "batchItemFailures": []}
     assert terminal(platform, h)[-1].text == "Done: Booked Luigi's."
     assert booked(agents)[-1] == "Luigi's"
+
+
+@pytest.mark.settings(max_running_queries=1)
+def test_a_cancel_landing_before_a_refusal_for_the_cap_leaves_it_nothing_to_keep(
+        platform, agents, monkeypatch):
+    """The runner read the question, the cancel ended it, and the refusal (the user's one
+    running slot taken) still kept it: the canceled task read input-required again, and
+    its context took no new task."""
+    key, booking, h, task_id, runner = asked(platform, agents, "rita")
+    owner = platform.services.sessions.get(h).owner
+    platform.services.usage.take_lease(RUNNING, owner, 1, "other", timedelta(minutes=5))
+    cancel = HeldCancel(platform, key, booking, task_id, monkeypatch)
+    post(platform, key, h, "4")
+    sessions = platform.services.sessions
+    read = sessions.recent
+
+    def then_cancel(session_id: str, messages: int):
+        out = read(session_id, messages)
+        cancel.land()
+        return out
+
+    monkeypatch.setattr(sessions, "recent", then_cancel)
+    assert process_batch({"Records": [queued(platform)]}, runner.handle) == {
+        "batchItemFailures": []}
+    monkeypatch.undo()
+    assert cancel.out[0]["result"]["status"]["state"] == "TASK_STATE_CANCELED", cancel.out
+    refused = terminal(platform, h)[-1]
+    assert (refused.error_code, refused.keeps_question) == ("RATE_LIMITED", None)
+    assert sessions.get(h).status.value == "idle"
+    got = a2a(platform, key, booking, "GetTask", id=task_id)["result"]
+    assert got["status"]["state"] == "TASK_STATE_CANCELED"
+    new = a2a(platform, key, booking, "SendMessage", configuration={"returnImmediately": True},
+              message={"messageId": "m-new", "role": "ROLE_USER",
+                       "parts": [{"text": "Book a table at Nino's"}], "contextId": h})
+    assert new["result"]["task"]["contextId"] == h, new
+
+
+
+def test_a_claim_whose_run_died_before_its_reply_lapses(platform, agents, monkeypatch):
+    """The run that took the paused program to resume it died before its reply (its last
+    delivery): the claim held for ever, so the answer sent again ran as a query of its
+    own, the question dropped. It holds while a run may still write its reply, no longer."""
+    key, _, h, _, runner = asked(platform, agents, "dina")
+    post(platform, key, h, "4")
+
+    def dies(*args, **kwargs):
+        raise RuntimeError("the runner's invocation ended")
+
+    monkeypatch.setattr(runner, "_finish", dies)
+    assert process_batch({"Records": [queued(platform)]}, runner.handle)["batchItemFailures"]
+    monkeypatch.undo()
+    sessions = platform.services.sessions
+    assert not sessions.claim_pause(h, "another-answer")  # a run may still be resuming it
+    at = {"session_id": {"S": h}, "item": {"S": SESSION_ITEM}}
+    sessions.db.update_item(  # taken longer ago than any run lasts
+        TableName=sessions.table_name, Key=at, UpdateExpression="SET #t = :t",
+        ExpressionAttributeNames={"#t": RESUMED_AT},
+        ExpressionAttributeValues={":t": {"N": str(int(time.time()) - RESUMING_LASTS - 1)}})
+    post(platform, key, h, "4")
+    assert process_batch({"Records": [queued(platform)]}, runner.handle) == {
+        "batchItemFailures": []}
+    assert terminal(platform, h)[-1].text == "Done: Booked Luigi's."
+    assert booked(agents)[-1] == "Luigi's"
+    item = sessions.db.get_item(TableName=sessions.table_name, Key=at)["Item"]
+    assert RESUMING not in item and RESUMED_AT not in item
+
+
+def test_an_a2a_answer_to_a_question_canceled_before_it_was_taken_runs_nothing(
+        platform, agents, monkeypatch):
+    """The answer was sent to its task; a cancel landed before the runner took it, and the
+    answer ran as a new task the sender never heard of (and was charged for)."""
+    key, booking, h, task_id, runner = asked(platform, agents, "anya")
+    owner = platform.services.sessions.get(h).owner
+    cancel = HeldCancel(platform, key, booking, task_id, monkeypatch)
+    sent = a2a(platform, key, booking, "SendMessage", configuration={"returnImmediately": True},
+               message={"messageId": "m-4", "role": "ROLE_USER", "parts": [{"text": "4"}],
+                        "taskId": task_id})
+    assert sent["result"]["task"]["id"] == task_id, sent
+    assert platform.services.usage.used("query", owner) == 2
+    sessions = platform.services.sessions
+    read = sessions.recent
+
+    def then_cancel(session_id: str, messages: int):
+        out = read(session_id, messages)
+        cancel.land()
+        return out
+
+    monkeypatch.setattr(sessions, "recent", then_cancel)
+    before = len(agents.calls)
+    assert process_batch({"Records": [queued(platform)]}, runner.handle) == {
+        "batchItemFailures": []}
+    monkeypatch.undo()
+    assert cancel.out[0]["result"]["status"]["state"] == "TASK_STATE_CANCELED", cancel.out
+    assert len(agents.calls) == before  # the answer ran nowhere
+    answer = terminal(platform, h)[-1]
+    assert answer.error_code == "CANCELED" and "nothing ran" in answer.text, answer
+    assert platform.services.usage.used("query", owner) == 1  # its charge given back
+    got = a2a(platform, key, booking, "GetTask", id=task_id)["result"]
+    assert got["status"]["state"] == "TASK_STATE_CANCELED"
