@@ -53,10 +53,11 @@ COLD_STARTS_PER_FUNCTION = 3
 # transaction): 15. Reply polls past the first are not counted (how many a client makes
 # depends on how fast the runner answers). Measured: 14.3 (the router's look at the
 # registry's version, every 5 s, falls in one query of three). The per-user cap on
-# requests that wait for a reply (CODESHOT_MAX_WAITING_REQUESTS) takes a slot and gives
-# it back (two UpdateItems on the usage table, apart from the post: a refused wait must
-# write nothing): 9 and 17.
-BUDGETS = {"plain": 9, "Func": 17}
+# requests that wait for a reply (CODESHOT_MAX_WAITING_REQUESTS) reads the session first
+# (bad input gets its own error and takes no slot) and takes a slot and gives it back
+# (two UpdateItems on the usage table, apart from the post: a refused wait must write
+# nothing): 10 and 18.
+BUDGETS = {"plain": 10, "Func": 18}
 # The runner sweeps a deleted registration's storage once SQS delivers the work and it has
 # seen the registration gone (it looks again after SWEEP_RECHECK_SECONDS).
 SWEEP_WAIT_SECONDS = 60
