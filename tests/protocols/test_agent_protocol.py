@@ -44,6 +44,30 @@ def gql_messages(stack, key: str, handle: str) -> list[tuple[str, str]]:
     return [(m["type"], m["text"]) for m in out["data"]["sessionByHandle"]["messages"]]
 
 
+def long_task(stack, key: str, steps: int, made_at: int) -> tuple[str, list]:
+    """A task with one upload and ``steps`` steps stored straight into its log, each a
+    query, a thought and an answer; the answer of step ``made_at`` carries an embed."""
+    from codeshot import ids
+    from codeshot.models import EmbedRef, Message, MessageType
+
+    task_id = ap(stack, key, "POST", "/tasks", json={}).json()["task_id"]
+    ap(stack, key, "POST", f"/tasks/{task_id}/artifacts",
+       files={"file": ("in.txt", b"in", "text/plain")})
+    digest = stack.services.embeds.put(b"made", "text/plain")
+    log = []
+    for n in range(steps):
+        query = Message(session_id=task_id, message_id=ids.ulid(), text=f"step {n}")
+        log += [query, Message(session_id=task_id, message_id=ids.ulid(), text="thinking",
+                               type=MessageType.THOUGHT, in_reply_to=query.message_id),
+                Message(session_id=task_id, message_id=ids.ulid(), text=f"answer {n}",
+                        type=MessageType.RESPONSE, in_reply_to=query.message_id,
+                        embeds={"out.txt": EmbedRef(content_type="text/plain",
+                                                    content_hash=digest, size=4)}
+                        if n == made_at else {})]
+    stack.services.sessions.put_messages(log)
+    return task_id, log
+
+
 def test_a_task_runs_to_its_end_with_the_funcs_real_result(stack, agent_protocol_python):
     key = new_user(stack, "apdice")
     got = run_client(agent_protocol_python, stack, key, "steps",
@@ -365,27 +389,11 @@ def test_a_download_is_a_redirect_to_s3_as_an_attachment(stack, tmp_path):
 
 
 def test_a_long_tasks_requests_read_a_bounded_slice_of_its_log(stack):
-    from codeshot import ids
-    from codeshot.models import EmbedRef, Message, MessageType
     from codeshot.usecases.messaging import Messaging
 
     key = new_user(stack, "aplong")
     services = stack.services
-    task_id = ap(stack, key, "POST", "/tasks", json={}).json()["task_id"]
-    ap(stack, key, "POST", f"/tasks/{task_id}/artifacts",
-       files={"file": ("in.txt", b"in", "text/plain")})
-    digest = services.embeds.put(b"made", "text/plain")
-    log = []  # 1,200 steps, each with its trace and answer: 3,600 messages
-    for n in range(1200):
-        query = Message(session_id=task_id, message_id=ids.ulid(), text=f"step {n}")
-        log += [query, Message(session_id=task_id, message_id=ids.ulid(), text="thinking",
-                               type=MessageType.THOUGHT, in_reply_to=query.message_id),
-                Message(session_id=task_id, message_id=ids.ulid(), text=f"answer {n}",
-                        type=MessageType.RESPONSE, in_reply_to=query.message_id,
-                        embeds={"out.txt": EmbedRef(content_type="text/plain",
-                                                    content_hash=digest, size=4)}
-                        if n == 600 else {})]
-    services.sessions.put_messages(log)
+    task_id, log = long_task(stack, key, 1200, 600)  # 3,600 messages
     made = f"{log[1802].message_id}:out.txt"
     within = {  # path -> (most whole items read, what the answer shows)
         "": (25, lambda r: r["status"] == "completed"),
@@ -461,27 +469,11 @@ def test_lists_of_steps_and_artifacts_read_a_bounded_part_of_a_huge_log(stack):
     12,000 (a user could make the API do any amount of work). Now a page is found among
     the log's first 4,000 messages; one that may hold more is refused, and total_items
     counts what they hold, plus one."""
-    from codeshot import ids
-    from codeshot.models import EmbedRef, Message, MessageType
 
     LOG_READ = 4_000  # as the README says
     _, key = new_account(stack, "aphuge")
     services = stack.services
-    task_id = ap(stack, key, "POST", "/tasks", json={}).json()["task_id"]
-    ap(stack, key, "POST", f"/tasks/{task_id}/artifacts",
-       files={"file": ("in.txt", b"in", "text/plain")})
-    digest = services.embeds.put(b"made", "text/plain")
-    log = []  # 4,000 steps, each with a thought and its answer
-    for n in range(4000):
-        query = Message(session_id=task_id, message_id=ids.ulid(), text=f"step {n}")
-        log += [query, Message(session_id=task_id, message_id=ids.ulid(), text="thinking",
-                               type=MessageType.THOUGHT, in_reply_to=query.message_id),
-                Message(session_id=task_id, message_id=ids.ulid(), text=f"answer {n}",
-                        type=MessageType.RESPONSE, in_reply_to=query.message_id,
-                        embeds={"out.txt": EmbedRef(content_type="text/plain",
-                                                    content_hash=digest, size=4)}
-                        if n == 5 else {})]
-    services.sessions.put_messages(log)
+    task_id, log = long_task(stack, key, 4000, 5)  # 12,000 messages
     made = f"{log[17].message_id}:out.txt"
     among = (LOG_READ + 2) // 3  # the steps whose queries are among the first 4,000
     served = {  # path -> what the answer shows

@@ -72,6 +72,18 @@ def a2a(platform, key: str, agent_id: str, method: str, **params) -> dict:
                         headers={"A2A-Version": "1.0"}).json()
 
 
+def cancel_after_read(sessions, cancel: HeldCancel, monkeypatch) -> None:
+    """The held cancel lands just after the runner reads the session's paused program."""
+    read = sessions.recent
+
+    def then_cancel(session_id: str, messages: int):
+        out = read(session_id, messages)
+        cancel.land()
+        return out
+
+    monkeypatch.setattr(sessions, "recent", then_cancel)
+
+
 def booked(agents) -> list[str]:
     return [text for call, text, _ in agents.calls if call == "booking/book"]
 
@@ -84,14 +96,7 @@ def test_a_cancel_landing_after_the_runners_read_wins_and_nothing_is_resumed(
     cancel = HeldCancel(platform, key, booking, task_id, monkeypatch)
     post(platform, key, h, "4")
     sessions = platform.services.sessions
-    read = sessions.recent
-
-    def then_cancel(session_id: str, messages: int):
-        out = read(session_id, messages)
-        cancel.land()
-        return out
-
-    monkeypatch.setattr(sessions, "recent", then_cancel)
+    cancel_after_read(sessions, cancel, monkeypatch)
     before = booked(agents)
     assert process_batch({"Records": [queued(platform)]}, runner.handle) == {
         "batchItemFailures": []}
@@ -175,14 +180,7 @@ def test_a_cancel_landing_before_a_refusal_for_the_cap_leaves_it_nothing_to_keep
     cancel = HeldCancel(platform, key, booking, task_id, monkeypatch)
     post(platform, key, h, "4")
     sessions = platform.services.sessions
-    read = sessions.recent
-
-    def then_cancel(session_id: str, messages: int):
-        out = read(session_id, messages)
-        cancel.land()
-        return out
-
-    monkeypatch.setattr(sessions, "recent", then_cancel)
+    cancel_after_read(sessions, cancel, monkeypatch)
     assert process_batch({"Records": [queued(platform)]}, runner.handle) == {
         "batchItemFailures": []}
     monkeypatch.undo()
@@ -241,14 +239,7 @@ def test_an_a2a_answer_to_a_question_canceled_before_it_was_taken_runs_nothing(
     assert sent["result"]["task"]["id"] == task_id, sent
     assert platform.services.usage.used("query", owner) == 2
     sessions = platform.services.sessions
-    read = sessions.recent
-
-    def then_cancel(session_id: str, messages: int):
-        out = read(session_id, messages)
-        cancel.land()
-        return out
-
-    monkeypatch.setattr(sessions, "recent", then_cancel)
+    cancel_after_read(sessions, cancel, monkeypatch)
     before = len(agents.calls)
     assert process_batch({"Records": [queued(platform)]}, runner.handle) == {
         "batchItemFailures": []}
