@@ -337,9 +337,11 @@ async def ask(services: Services, principal: Principal, text: str, *,
     seconds, by default the reply wait) for its terminal reply."""
     messaging = Messaging(services)
     timeout = services.settings.reply_wait_seconds if wait is None else wait
+    if session_id is None:  # before a waiting slot: bad input gets its own error, makes nothing
+        await blocking(messaging.precheck, principal, text, bool(embeds))
+        if frontend := frontend_of(agent_id):
+            await blocking(usable_agent, services, principal, frontend)
     async with waiting(services, principal, timeout):
-        if session_id is None:  # nothing is made for a post that would be refused
-            await blocking(messaging.precheck, principal, text, bool(embeds))
         session = await blocking(open_session, services, principal, agent_id, session_id)
         query, _ = await blocking(messaging.post, principal, session.session_id, text, embeds,
                                   idempotency_key, unchanged_since, callback, answers)

@@ -238,6 +238,12 @@ def test_bad_input_that_would_wait_writes_nothing_and_gets_its_own_error_at_the_
     asked = platform.rpc(key, "/mcp", "tools/call", {"name": "ask", "arguments": {
         "query": "hello", "session": "no-such-session"}}).json()
     assert asked["result"]["content"][0]["text"].startswith("NOT_FOUND"), asked
+    for arguments, error in (({"query": "x" * 100_000}, "INVALID_INPUT"),
+                             ({"query": "hello", "agent": "no-such-agent"}, "NOT_FOUND")):
+        asked = platform.rpc(key, "/mcp", "tools/call", {"name": "ask",
+                                                         "arguments": arguments}).json()
+        assert asked["result"]["content"][0]["text"].startswith(error), asked
+    assert platform.gql(key, SESSIONS)["data"]["allSessions"] == [{"handle": handle}]
     for method in ("SendMessage", "SendStreamingMessage"):
         sent = a2a_call(platform, key, method, {"message": {
             "messageId": ids.ulid(), "role": "ROLE_USER", "taskId": f"{handle}.{ids.ulid()}",
