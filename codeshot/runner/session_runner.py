@@ -239,10 +239,12 @@ class SessionRunner:
             # (the slot given back). The reply asks for the message again: a paused program
             # stays paused (its state and status untouched), so the answer sent again
             # resumes it. One paused before its question was kept ends (the reply could
-            # not name it).
+            # not name it). Nothing ran, so the day's query charge is given back: the
+            # message sent again is charged instead.
             self._finish(session, query, failure_outcome(exc), None, trace, book,
                          had_state=recent.state is not None, task=task,
-                         kept_question=recent.question if paused is not None else None)
+                         kept_question=recent.question if paused is not None else None,
+                         refund=True)
             return
         except Exception:
             if not final_attempt:

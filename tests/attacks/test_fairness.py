@@ -58,7 +58,9 @@ def running_slowly(live, agents, key: str, slow: str) -> str:
 
 @pytest.mark.settings(max_running_queries=1, agent_call_timeout_seconds=10)
 def test_one_user_cannot_run_more_than_their_cap_at_once(live, agents):
-    _, key = live.user("hog")
+    """Beyond the cap a query is refused, and (nothing of it ran) it does not use up the
+    day's quota: sent again, it is charged once."""
+    _, key = live.user("hog", daily_query_limit=2)
     _, other = live.user("polite")
     slow = register(live, key, "slow", agents.url + "/slow")
     first = running_slowly(live, agents, key, slow)
