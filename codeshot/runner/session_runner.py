@@ -273,11 +273,15 @@ class SessionRunner:
                                  "earlier one kept failing, or the runners were busy); "
                                  "nothing of it ran: please send it again.", Unavailable.code)
         # As on a last attempt that failed, a paused program ends: its question is no
-        # longer the session's newest, so an answer sent again starts a new query.
+        # longer the session's newest, so an answer sent again starts a new query. Nothing
+        # of it ran (no Func called, no LLM token spent), so, as for a refusal at the
+        # running-query cap, its daily query charge is given back in the reply's write:
+        # the message sent again is charged instead.
         nothing = EmbedBook(self.s.embeds, self._fetch_embed)
         paused = recent.state if session.status is SessionStatus.AWAITING_INPUT else None
         self._finish(session, query, outcome, None, [], nothing,
-                     had_state=recent.state is not None, task=_task_of(query, paused))
+                     had_state=recent.state is not None, task=_task_of(query, paused),
+                     refund=True)
 
     def _pending(self, work: Work, final: bool
                  ) -> tuple[Session, Recent, Message, list[Message]] | None:

@@ -230,6 +230,40 @@ def test_a_query_never_run_on_its_last_delivery_is_answered_once_and_the_session
     assert [m.type.value for m in terminal(platform, h)] == ["error", "response"]
 
 
+def test_a_query_given_up_unrun_gives_its_daily_query_back_once(platform, agents,
+                                                               monkeypatch):
+    """A user with one query a day whose query the runners never got to (answered
+    UNAVAILABLE, "send it again") can send it again, and it runs: the unrun query's charge
+    is given back with its reply, once however often the queue delivers it."""
+    user_id, key = platform.user("una", daily_query_limit=1)
+    h = session(platform, key, frontend=register(platform, key, "dice", agents.url + "/dice"))
+    post(platform, key, h, "Roll 1d20")
+    queue, usage = platform.services.queue, platform.services.usage
+    [raw] = queue.receive(wait_seconds=1)
+    runner = SessionRunner(platform.services)
+    out_of_time = Invocation(remaining_ms=lambda: 0, record_seconds=1)
+    sessions = platform.services.sessions
+    unanswered = sessions.recent(h, 40)  # what a copy delivered at the same time reads
+    for _ in range(2):  # its last delivery, then the same once more: one reply, one refund
+        assert process_batch({"Records": [on_last_delivery(raw)]}, runner.handle,
+                             invocation=out_of_time, give_up=runner.give_up
+                             ) == {"batchItemFailures": []}
+    # A copy that read the session before the reply was written gets as far as the write.
+    monkeypatch.setattr(sessions, "recent", lambda *_: unanswered)
+    runner.give_up(Work.parse(raw["Body"]))
+    monkeypatch.undo()
+    assert [m.error_code for m in terminal(platform, h)] == ["UNAVAILABLE"]
+    assert usage.used("query", user_id) == 0
+    queue.delete(raw["ReceiptHandle"])
+
+    post(platform, key, h, "Roll 1d20")  # sent again: accepted (was RATE_LIMITED)
+    [again] = queue.receive(wait_seconds=1)
+    assert process_batch({"Records": [record_of(again)]}, runner.handle,
+                         give_up=runner.give_up) == {"batchItemFailures": []}
+    assert [m.type.value for m in terminal(platform, h)] == ["error", "response"]
+    assert usage.used("query", user_id) == 1  # the day's one query, charged once
+
+
 def test_a_sweep_never_run_on_its_last_delivery_is_queued_again(aws):
     """Work without a reply to give (a storage sweep, a corpus ingestion), left unrun near
     the invocation's end on its last delivery, is queued again instead of dead-lettered:
