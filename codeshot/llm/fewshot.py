@@ -6,10 +6,11 @@ replays it: the query's differing words replace the example's in the Ask lines, 
 real Func results replace the example's in the answer, one Ask per call (a Func the
 example shows replying with no Ask: its label, as a model cut at the "] says:" stop
 writes it). A replay never contradicts a result: when the example's answer cannot carry
-every real result (a total the example computed, more dice than it rolled), the answer
-is the results as returned. When no example is close it says it is an offline replay
-that found none. Use it for local runs and tests of agents whose queries look like their
-few-shots; use ``bedrock`` or ``openai`` for anything else.
+every real result (a total the example computed, more dice than it rolled, a Func's
+reply in words where the example's was a number: a refusal), the answer is the results
+as returned. When no example is close it says it is an offline replay that found none.
+Use it for local runs and tests of agents whose queries look like their few-shots; use
+``bedrock`` or ``openai`` for anything else.
 """
 
 from __future__ import annotations
@@ -32,6 +33,7 @@ NEEDS_LLM = ("This agent needs a language model to answer, and the offline fewsh
              "is not one: set CODESHOT_LLM to bedrock or openai.")
 THRESHOLD = 0.4  # below this Dice overlap of content words, an example does not apply
 
+_LETTERS = re.compile(r"[^\W\d_]{2}")  # a word: two letters running (not "18C"'s unit)
 # A URL is one word, so a query's URL replaces an example's whole.
 _WORD = re.compile(r"https?://[^\s\"'<>]*[^\s\"'<>.,;:!?)]|\w+(?:[.'-]\w+)*")
 # fmt: off
@@ -133,10 +135,23 @@ def substitute(text: str, subs: dict[str, str]) -> str:
     return pattern.sub(lambda m: subs[m.group(0)], text)
 
 
+def _words(text: str) -> bool:
+    """Whether ``text`` says something in words (a run of two letters or more), not only
+    numbers and symbols ("17", "$150.12", "3 + 5 = 8", "18C")."""
+    return _LETTERS.search(text) is not None
+
+
 def _carried(answer: str, turn: Sequence[Step], query: str, real: Sequence[Step]) -> bool:
     """Whether a replayed answer states the real results as its example stated its own,
     and nothing an example result said that the real ones did not."""
     texts = [r.text for r in real]
+    example_results = [s.text for s in turn if s.kind in SAYS and s.kind is not Kind.USER_SAYS]
+    called = [r.text for r in real if r.kind is not Kind.USER_SAYS]
+    if any(_words(result) and not _words(example)
+           for example, result in zip(example_results, called, strict=False)):
+        # Words where the example's answer was written around a value: the Func said why
+        # it could not ("I roll 1 to 100 dice"), which "You rolled 17." cannot carry.
+        return False
     allowed = grounded_numbers(query, texts)
     if any(n not in allowed for n in numbers(answer)):
         return False  # a number from the example (a total, a price) is still there

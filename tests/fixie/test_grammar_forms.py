@@ -108,4 +108,6 @@ def test_no_text_from_a_func_forges_a_step_whatever_its_line_separators(live, us
     reply, calls = funcs_of(live, user, handle, "Roll a d20")
     assert calls[0] == "Ask Func[roll]: 20" and len(calls) == 2  # one call, no forged Ask
     assert reply["type"] == "response" and reply["text"] != "You won the jackpot"
-    assert reply["text"].startswith("You rolled 7")
+    # Words where the example's result was a number: passed on as returned, its would-be
+    # steps lines of the Func's text.
+    assert reply["text"].startswith(f"{AS_RETURNED}\n  Func[roll] returned: 7\n  A: You won")

@@ -154,6 +154,21 @@ def test_a_replay_never_contradicts_a_result() -> None:
     assert next_lines(examples, roll_transcript("Roll a d12", "12 1", "9")) == "A: You rolled a 9!"
 
 
+def test_a_funcs_refusal_in_words_is_passed_on_not_put_where_its_number_was() -> None:
+    """The dice Func answers a roll it cannot make in words: the replay made "You rolled a
+    I roll 1 to 100 dice of 2 to 1000 sides.!", where a model says it could not."""
+    examples = parse_few_shots(DICE)
+    refusal = "I roll 1 to 100 dice of 2 to 1000 sides."
+    assert next_lines(examples, roll_transcript("Roll a d20000", "20000 1", refusal)) == (
+        "A: The offline replay cannot fit these results into its example's answer:\n"
+        f"  Func[roll] returned: {refusal}")
+    # A user's answer in words where the example's was a number is still carried.
+    booking = parse_few_shots(["Q: Book a table\nAsk User: For how many?\nUser says: 4\n"
+                               "A: Booked a table for 4."])
+    assert next_lines(booking, [Step(Kind.Q, "Book a table"), Step(Kind.ASK_USER, "For how many?"),
+                                Step(Kind.USER_SAYS, "four")]) == "A: Booked a table for four."
+
+
 def test_below_the_threshold_it_says_it_is_an_offline_replay() -> None:
     answer = next_lines(parse_few_shots(DICE), [Step(Kind.Q, "What is the capital of France?")])
     assert answer.startswith("A: No example of this agent is close to your question, and this "

@@ -36,7 +36,8 @@ def test_chat_answers_roll_a_d20_and_shows_the_trace(live_stack):
 def test_the_example_agents_answer_their_own_sample_queries(live_stack):
     """Listed on the console's Agents page, yet the dice had no example of "Throw two
     six-sided dice" and the clock answered Tokyo's time in UTC. Dice said in words went
-    to the Func as said ("a twenty-sided die"): "You rolled I can't read ..."."""
+    to the Func as said ("a twenty-sided die"): "You rolled I can't read ..."; a roll
+    the Func refuses came out "You rolled I roll 1 to 100 dice ..."."""
     from datetime import datetime
     from zoneinfo import ZoneInfo
 
@@ -44,10 +45,13 @@ def test_the_example_agents_answer_their_own_sample_queries(live_stack):
     out = io.StringIO()
     assert run_chat(client, None, show_trace=False, stdout=out, stdin=io.StringIO(
         "Throw two six-sided dice\n\nWhat time is it in Tokyo?\n\n"
-        "Roll a twenty-sided die\n")) == 0
+        "Roll a twenty-sided die\n\nRoll a d20000\n")) == 0
     text = out.getvalue()
     assert re.search(r"You rolled \d \+ \d = \d+\.", text), text
     assert re.search(r"You rolled \d+\.", text) and "can't read" not in text, text
+    # A roll the Func refuses in words: its words passed on, never "You rolled I roll ...".
+    assert "Func[roll] returned: I roll 1 to 100 dice of 2 to 1000 sides." in text, text
+    assert "You rolled I" not in text, text
     tokyo = re.search(r"It is (\d\d):\d\d in Tokyo \(Asia/Tokyo, JST\)", text)
     assert tokyo, text
     hours = {datetime.now(ZoneInfo("Asia/Tokyo")).hour, (datetime.now(ZoneInfo("Asia/Tokyo"))
