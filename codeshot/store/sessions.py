@@ -393,15 +393,16 @@ class SessionStore(Repository):
         return count_items(self.db, {"TableName": self.table_name,
                                      **self._with_frontend(owner, frontend)})
 
-    def count_by_owner(self, owner: str) -> int:
-        """How many sessions the owner has (counted by DynamoDB, none returned)."""
+    def count_by_owner(self, owner: str, most: int | None = None) -> int:
+        """How many sessions the owner has (counted by DynamoDB, none returned); with
+        ``most``, reading no more than one past it (more count as ``most`` + 1)."""
         lookup_key(owner, "owner")
         return count_items(self.db, {
             "TableName": self.table_name, "IndexName": "by_owner",
             "KeyConditionExpression": "#o = :owner",
             "ExpressionAttributeNames": {"#o": "owner"},
             "ExpressionAttributeValues": {":owner": {"S": owner}},
-        })
+        }, most)
 
     def set_status(
         self, session_id: str, status: SessionStatus, expected: SessionStatus | None = None
@@ -649,8 +650,9 @@ class SessionStore(Repository):
         """The session's messages of ``types`` from ``first`` to just before ``before``
         (message ids; None: the log's ends), filtered in DynamoDB (only they come back),
         among at most ``items`` messages read (Limit) in at most ``SCAN_READS`` Queries
-        (each of at most 1 MB); and whether the read got to its end (one that stops just
-        there cannot tell: DynamoDB answers as if more may follow)."""
+        (each of at most 1 MB); and whether the read got to its end. One message past
+        ``items`` is read to tell: a Query that stops at its Limit answers as if more
+        may follow, even at the log's end."""
         lookup_key(session_id, "session")
         names = [f":t{n}" for n in range(len(types))]
         values: dict[str, Any] = {":s": {"S": session_id},
@@ -666,7 +668,7 @@ class SessionStore(Repository):
         if keys_only:
             kwargs["ProjectionExpression"] = "#i"
         found: list[dict[str, Any]] = []
-        left = items
+        left = items + 1
         for _ in range(SCAN_READS):
             out = self.db.query(**kwargs, Limit=min(SCAN_PAGE, left))
             found += [raw for raw in out.get("Items", [])
@@ -675,6 +677,10 @@ class SessionStore(Repository):
             if "LastEvaluatedKey" not in out:
                 return found, True
             if left <= 0:
+                # The one past ``items`` (the Query's last, where it stopped) only told
+                # that the log goes on: it is not among them.
+                if found and found[-1]["item"] == out["LastEvaluatedKey"]["item"]:
+                    found.pop()
                 break
             kwargs["ExclusiveStartKey"] = out["LastEvaluatedKey"]
         return found, False
