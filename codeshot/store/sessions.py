@@ -78,8 +78,9 @@ MSG_END = "MSG$"  # sorts just after every MSG# key
 EMBED_PREFIX = "EMBED#"
 PAGE_READS = 4  # DynamoDB reads (of at most 1 MB each) for one page of messages
 # A bounded read of a log filtered in DynamoDB (:meth:`SessionStore.messages_of`) asks
-# each Query for at most SCAN_PAGE messages (its Limit, counted before the filter) and
-# makes at most SCAN_READS of them: what it costs is capped however long the log.
+# each Query for at most SCAN_PAGE messages (its Limit, counted before the filter; the
+# last one more, which tells whether the log goes on) and makes at most SCAN_READS of
+# them: what it costs is capped however long the log.
 SCAN_PAGE = 1000
 SCAN_READS = 8
 ANSWER_PREFIX = "ANSWER#"  # the runner's exactly-once marker of an answered query
@@ -670,7 +671,8 @@ class SessionStore(Repository):
         found: list[dict[str, Any]] = []
         left = items + 1
         for _ in range(SCAN_READS):
-            out = self.db.query(**kwargs, Limit=min(SCAN_PAGE, left))
+            # The one past in the last Query, not a Query of its own.
+            out = self.db.query(**kwargs, Limit=left if left <= SCAN_PAGE + 1 else SCAN_PAGE)
             found += [raw for raw in out.get("Items", [])
                       if before is None or raw["item"]["S"] != MSG_PREFIX + before]
             left -= out["ScannedCount"]
