@@ -72,7 +72,7 @@ class AgentRevisions(AgentRegistration):
         revision = Revision(revision_id=ids.ulid(), query_url=url, func_url=url,
                             metadata=check_metadata(metadata), once=key)
         if (made := _made_as(agent, revision)) is not None:
-            return made  # before the cap: the day's last revision, retried, is that one
+            return made  # before the cap: the revision that reached it, retried, is that one
         if len(agent.all_revisions()) >= MAX_REVISIONS:
             raise InvalidInput(f"agent {agent.agent_id} has {MAX_REVISIONS} revisions, the "
                                "most it keeps: delete one (deleteAgentRevision) first")
