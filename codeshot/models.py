@@ -119,6 +119,7 @@ class Revision(Record):
     func_url: str | None = None
     metadata: dict[str, str] = dataclasses.field(default_factory=dict)  # the client's
     created: datetime = dataclasses.field(default_factory=utcnow)
+    once: str | None = None  # the idempotency key it was made under, if any
 
     COERCE: ClassVar[dict[str, Any]] = {"created": _datetime}
 

@@ -9,7 +9,8 @@ from typing import Any
 
 class PartitionReads:
     """(operation, keys only, items sent back, items read) per call that read
-    ``session_id``'s partition: a Query reads (and is billed for) every item its key range
+    ``session_id``'s partition (or, given a user id, the owner index's of their
+    sessions): a Query reads (and is billed for) every item its key range
     and Limit cover, those its filter drops and keys-only ones included (ScannedCount)."""
 
     def __init__(self, db: Any, session_id: str) -> None:
@@ -21,7 +22,8 @@ class PartitionReads:
         values = params.get("ExpressionAttributeValues", {})
         batch = [key.get("session_id") for request in params.get("RequestItems", {}).values()
                  for key in request.get("Keys", [])]
-        return partition in (params.get("Key", {}).get("session_id"), values.get(":s"), *batch)
+        return partition in (params.get("Key", {}).get("session_id"), values.get(":s"),
+                             values.get(":owner"), *batch)
 
     def _params(self, params: dict[str, Any], context: dict[str, Any], **_: Any) -> None:
         context["partition_read"] = (self._mine(params), "ProjectionExpression" in params)

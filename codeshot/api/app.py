@@ -180,7 +180,8 @@ def create_app(settings: Settings | None = None, services: Services | None = Non
                             headers={"Cache-Control": f"public, max-age={JWKS_MAX_AGE_SECONDS}"})
 
     async def context(request: Request) -> Context:
-        return Context(request.app.state.services, request.headers.get("authorization"))
+        return Context(request.app.state.services, request.headers.get("authorization"),
+                       request.headers.get("idempotency-key"))
 
     settings = services.settings
     schema = build_schema(settings.graphql_introspection, settings.graphql_max_cost,

@@ -206,9 +206,20 @@ def fill_page(db: Any, kwargs: dict[str, Any], start: dict[str, Any] | None, lim
     return items, start
 
 
-def count_items(db: Any, kwargs: dict[str, Any]) -> int:
-    """How many items a Query finds, counted by DynamoDB (none sent back)."""
-    return sum(out["Count"] for out in query_pages(db, {**kwargs, "Select": "COUNT"}))
+def count_items(db: Any, kwargs: dict[str, Any], most: int | None = None) -> int:
+    """How many items a Query finds, counted by DynamoDB (none sent back). With ``most``
+    (a Query without a filter), no more than ``most`` + 1 are read, however many there
+    are: more than ``most`` count as ``most`` + 1."""
+    if most is None:
+        return sum(out["Count"] for out in query_pages(db, {**kwargs, "Select": "COUNT"}))
+    assert "FilterExpression" not in kwargs, "Limit bounds what is read, not what matches"
+    query, counted = {**kwargs, "Select": "COUNT", "Limit": most + 1}, 0
+    for out in query_pages(db, query):
+        counted += out["Count"]
+        if counted > most:
+            break
+        query["Limit"] = most + 1 - counted  # read on from a 1 MB stop: no further
+    return counted
 
 
 @dataclass

@@ -78,8 +78,9 @@ MSG_END = "MSG$"  # sorts just after every MSG# key
 EMBED_PREFIX = "EMBED#"
 PAGE_READS = 4  # DynamoDB reads (of at most 1 MB each) for one page of messages
 # A bounded read of a log filtered in DynamoDB (:meth:`SessionStore.messages_of`) asks
-# each Query for at most SCAN_PAGE messages (its Limit, counted before the filter) and
-# makes at most SCAN_READS of them: what it costs is capped however long the log.
+# each Query for at most SCAN_PAGE messages (its Limit, counted before the filter; the
+# last one more, which tells whether the log goes on) and makes at most SCAN_READS of
+# them: what it costs is capped however long the log.
 SCAN_PAGE = 1000
 SCAN_READS = 8
 ANSWER_PREFIX = "ANSWER#"  # the runner's exactly-once marker of an answered query
@@ -393,15 +394,16 @@ class SessionStore(Repository):
         return count_items(self.db, {"TableName": self.table_name,
                                      **self._with_frontend(owner, frontend)})
 
-    def count_by_owner(self, owner: str) -> int:
-        """How many sessions the owner has (counted by DynamoDB, none returned)."""
+    def count_by_owner(self, owner: str, most: int | None = None) -> int:
+        """How many sessions the owner has (counted by DynamoDB, none returned); with
+        ``most``, reading no more than one past it (more count as ``most`` + 1)."""
         lookup_key(owner, "owner")
         return count_items(self.db, {
             "TableName": self.table_name, "IndexName": "by_owner",
             "KeyConditionExpression": "#o = :owner",
             "ExpressionAttributeNames": {"#o": "owner"},
             "ExpressionAttributeValues": {":owner": {"S": owner}},
-        })
+        }, most)
 
     def set_status(
         self, session_id: str, status: SessionStatus, expected: SessionStatus | None = None
@@ -649,8 +651,9 @@ class SessionStore(Repository):
         """The session's messages of ``types`` from ``first`` to just before ``before``
         (message ids; None: the log's ends), filtered in DynamoDB (only they come back),
         among at most ``items`` messages read (Limit) in at most ``SCAN_READS`` Queries
-        (each of at most 1 MB); and whether the read got to its end (one that stops just
-        there cannot tell: DynamoDB answers as if more may follow)."""
+        (each of at most 1 MB); and whether the read got to its end. One message past
+        ``items`` is read to tell: a Query that stops at its Limit answers as if more
+        may follow, even at the log's end."""
         lookup_key(session_id, "session")
         names = [f":t{n}" for n in range(len(types))]
         values: dict[str, Any] = {":s": {"S": session_id},
@@ -666,15 +669,20 @@ class SessionStore(Repository):
         if keys_only:
             kwargs["ProjectionExpression"] = "#i"
         found: list[dict[str, Any]] = []
-        left = items
+        left = items + 1
         for _ in range(SCAN_READS):
-            out = self.db.query(**kwargs, Limit=min(SCAN_PAGE, left))
+            # The one past in the last Query, not a Query of its own.
+            out = self.db.query(**kwargs, Limit=left if left <= SCAN_PAGE + 1 else SCAN_PAGE)
             found += [raw for raw in out.get("Items", [])
                       if before is None or raw["item"]["S"] != MSG_PREFIX + before]
             left -= out["ScannedCount"]
             if "LastEvaluatedKey" not in out:
                 return found, True
             if left <= 0:
+                # The one past ``items`` (the Query's last, where it stopped) only told
+                # that the log goes on: it is not among them.
+                if found and found[-1]["item"] == out["LastEvaluatedKey"]["item"]:
+                    found.pop()
                 break
             kwargs["ExclusiveStartKey"] = out["LastEvaluatedKey"]
         return found, False

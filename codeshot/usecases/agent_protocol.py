@@ -63,7 +63,8 @@ from codeshot.usecases.waits import waiting
 T = TypeVar("T")
 PAGE = paging.PageSize(10, 100)  # the protocol's default page size is 10
 # Numbered pages of tasks are read from the newest on: a page ends this far in at most
-# (reaching page 4,500 of 45,000 tasks read them all, 225 queries).
+# (reaching page 4,500 of 45,000 tasks read them all, 225 queries), and their count
+# stops one past it.
 LISTED_TASKS = 10_000
 # A page of steps or artifacts is found by reading its task's log from the start: at most
 # this many messages (and uploads), however long the log (a listing of a task of 40,000
@@ -79,8 +80,8 @@ AGENT_TYPES = frozenset(MessageType) - {MessageType.QUERY}  # messages with agen
 
 @dataclass(frozen=True)
 class Page(Generic[T]):
-    """One page as the protocol numbers them (from 1), with the totals it reports (of
-    steps and artifacts, past what one request reads, a lower bound: see ``LOG_READ``)."""
+    """One page as the protocol numbers them (from 1), with the totals it reports (past
+    what one request reads, a lower bound: see ``LISTED_TASKS`` and ``LOG_READ``)."""
 
     items: list[T]
     total_items: int
@@ -226,14 +227,15 @@ def get_task(services: Services, principal: Principal, task_id: str) -> Task:
 def list_tasks(services: Services, principal: Principal, current_page: int | None,
                page_size: int | None) -> Page[Task]:
     """A page of the caller's sessions, newest first: those before it read (not past the
-    newest ``LISTED_TASKS``), none past the last."""
+    newest ``LISTED_TASKS``), none past the last. The total counts those and one past
+    them (a lower bound), not every session the user has, on every page."""
     page, size = page_numbers(current_page, page_size)
     start = (page - 1) * size
     if start + size > LISTED_TASKS:
         raise InvalidInput(f"pages of tasks reach the newest {LISTED_TASKS:,}: ask for an "
                            "earlier page (each task is still read by its id)")
     user_id = user_id_of(principal)
-    total = services.sessions.count_by_owner(user_id)
+    total = services.sessions.count_by_owner(user_id, most=LISTED_TASKS)
     found: list[Session] = []
     token = None
     while start < total and len(found) < start + size:

@@ -50,7 +50,8 @@ RENAME_SWEEP_SECONDS = 5.0
 HandshakeFetcher = Callable[[str, str], Handshake]
 # (MCP server URL, its Authorization header or None) -> its name, instructions and tools
 McpDescriber = Callable[[str, str | None], "McpServerInfo"]
-ChangeCharge = Callable[[Services, Principal], None]
+# (services, caller, what the client may send again: charged once a day) -> None
+ChangeCharge = Callable[[Services, Principal, str | None], None]
 
 
 # Why `fixie deploy` (code for the platform to build) is refused, and what works instead.
@@ -111,10 +112,16 @@ class FewShotText:
         return min(self.starts[number - 1] + line - 1, len(self.lines) - 1)
 
 
-def daily_agent_change(services: Services, principal: Principal) -> None:
-    """One change against the caller's daily allowance (``CODESHOT_DAILY_AGENT_CHANGES``)."""
-    services.usage.charge("agent-change", principal.user_id or "",
-                          services.settings.daily_agent_changes)
+def daily_agent_change(services: Services, principal: Principal, once: str | None = None
+                       ) -> None:
+    """One change against the caller's daily allowance (``CODESHOT_DAILY_AGENT_CHANGES``);
+    a change named ``once`` (under a client's idempotency key) is charged once a day,
+    however often it is sent, at the same time too."""
+    subject, most = principal.user_id or "", services.settings.daily_agent_changes
+    if once is None:
+        services.usage.charge("agent-change", subject, most)
+    else:
+        services.usage.charge_once("agent-change", subject, most, once, 1)
 
 
 def daily_revision_switch(services: Services, principal: Principal) -> None:
@@ -250,10 +257,10 @@ class AgentRegistration:
         self._claim(agent.agent_id)
         return self._store(agent, fields, self.s.registry.create)
 
-    def _charge(self, principal: Principal) -> None:
+    def _charge(self, principal: Principal, once: str | None = None) -> None:
         """A change's cost (after the input's checks: refused input is not counted)."""
         if self.charge is not None:
-            self.charge(self.s, principal)
+            self.charge(self.s, principal, once)
 
     def _refuse_taken(self, agent_id: str) -> None:
         try:

@@ -8,19 +8,26 @@ agent's registry item (``Agent.revisions``), so listings, renames and deletes ca
 as they carry the rest of the agent. Making one current is a registration at its URL:
 the handshake is read again, and a URL that does not answer it changes nothing. Only an
 agent's owner sees or changes its revisions.
+
+A revision made under the client's idempotency key is that key's while it is kept: the
+same request again (a retry after a lost answer, or the same sent twice at once) is that
+revision, charged once. Without a key each request makes one, as Fixie's did: `fixie
+serve` makes a new revision at the same URL for each reload and deletes the one before,
+so the same URL and metadata again cannot be taken for a retry.
 """
 
 from __future__ import annotations
 
 from codeshot import ids
-from codeshot.errors import CodeshotError, InvalidInput, NotFound
+from codeshot.errors import CodeshotError, Conflict, InvalidInput, NotFound
 from codeshot.models import MAX_URL, Agent, Principal, Revision
 from codeshot.net.addresses import check_public_url
-from codeshot.text import check_text
+from codeshot.text import check_idempotency_key, check_text
 from codeshot.usecases.registration import NOT_BUILT, AgentRegistration, daily_revision_switch
 
 # Revisions live in the agent's item (DynamoDB: 400 KB), beside up to ~300 KB of its own
-# (few-shots, embeddings): at most 10 x (2 URLs of 2 KB + 10 x 300 B of metadata) = 70 KB.
+# (few-shots, embeddings): at most 10 x (2 URLs of 2 KB + 10 x 300 B of metadata + an
+# idempotency key of 512 B) = 75 KB.
 MAX_REVISIONS = 10
 MAX_METADATA = 10
 MAX_METADATA_KEY = 100
@@ -46,12 +53,16 @@ def check_metadata(pairs: list[tuple[str, str]]) -> dict[str, str]:
 class AgentRevisions(AgentRegistration):
     def create_revision(self, principal: Principal, handle: str, url: str | None,
                         metadata: list[tuple[str, str]], make_current: bool,
-                        reindex_corpora: bool = False) -> Revision:
-        """A new revision of the caller's agent ``handle`` answering at ``url``; made
-        current (its handshake read) when asked. No URL: code to build, refused."""
+                        reindex_corpora: bool = False, once: str | None = None
+                        ) -> tuple[Revision, bool]:
+        """A new revision of the caller's agent ``handle`` answering at ``url``, and
+        whether it is current: made current (its handshake read) when asked. No URL: code
+        to build, refused. Under the idempotency key ``once``, the revision that key made
+        if it is kept (the same URL and metadata, else CONFLICT)."""
         if url is None:
             raise InvalidInput("a revision is a URL the agent answers at (externalDeployment "
                                f"{{url}}; deployment_url in agent.yaml): {NOT_BUILT}")
+        key = None if once is None else check_idempotency_key(once)
         agent = self._owned(self._owner(principal), handle)
         if agent.mcp_url:
             raise InvalidInput(f"agent {agent.agent_id} is an MCP server's (mcpUrl): it has "
@@ -59,17 +70,25 @@ class AgentRevisions(AgentRegistration):
         check_text(url, "the revision's url", MAX_URL, one_line=True)
         check_public_url(url, allow_loopback=self.s.settings.local_mode)
         revision = Revision(revision_id=ids.ulid(), query_url=url, func_url=url,
-                            metadata=check_metadata(metadata))
+                            metadata=check_metadata(metadata), once=key)
+        if (made := _made_as(agent, revision)) is not None:
+            return made  # before the cap: the revision that reached it, retried, is that one
         if len(agent.all_revisions()) >= MAX_REVISIONS:
             raise InvalidInput(f"agent {agent.agent_id} has {MAX_REVISIONS} revisions, the "
                                "most it keeps: delete one (deleteAgentRevision) first")
-        self._charge(principal)
-        if make_current:
-            self._switch(agent, revision, reindex_corpora)
-        else:
-            self.s.registry.replace(agent.replace(revisions=[*agent.revisions, revision]),
-                                    read_as=agent)
-        return revision
+        self._charge(principal, None if key is None else f"revision#{agent.agent_id}#{key}")
+        try:
+            if make_current:
+                self._switch(agent, revision, reindex_corpora)
+            else:
+                self.s.registry.replace(agent.replace(revisions=[*agent.revisions, revision]),
+                                        read_as=agent)
+        except Conflict:  # changed meanwhile: by the same request sent at the same time?
+            made = _made_as(self._owned(agent.owner, agent.handle), revision)
+            if made is None:
+                raise
+            return made
+        return revision, make_current
 
     def set_current(self, principal: Principal, handle: str, revision_id: str) -> Agent:
         """The caller's agent ``handle`` answering at its revision ``revision_id``."""
@@ -113,3 +132,17 @@ class AgentRevisions(AgentRegistration):
             read_as=agent)
         self._ingest_corpora(stored, again=reindex_corpora)
         return stored
+
+
+def _made_as(agent: Agent, asked: Revision) -> tuple[Revision, bool] | None:
+    """The revision of ``agent`` made under ``asked``'s idempotency key, if kept, and
+    whether it is current; CONFLICT if it was made for another URL or metadata."""
+    made = next((r for r in agent.all_revisions() if asked.once and r.once == asked.once),
+                None)
+    if made is None:
+        return None
+    if (made.url, made.metadata) != (asked.url, asked.metadata):
+        raise Conflict(f"this idempotencyKey made revision {made.revision_id} of agent "
+                       f"{agent.agent_id} for another URL or metadata: use a new key for "
+                       "a new revision")
+    return made, made.revision_id == agent.current_revision_id()

@@ -270,3 +270,99 @@ def test_switching_revisions_is_counted_apart_at_twice_the_changes(platform,
     assert current(platform, key, "flip/rand")["id"] == second  # the refused one: nothing
     again = platform.gql(key, SET_CURRENT, {"handle": "rand", "currentRevisionId": second})
     assert "errors" not in again  # already current: a retry costs nothing
+
+
+def keyed(platform, key, handle, url, once, metadata=None, header=False):
+    """createAgentRevision under the idempotency key ``once``: as its argument, or (as a
+    fixieai client whose query text is fixed sends it) in an Idempotency-Key header."""
+    variables = {"handle": handle, "makeCurrent": True, "reindexCorpora": False,
+                 "metadata": [{"key": k, "value": v} for k, v in (metadata or {}).items()],
+                 "externalDeployment": {"url": url}, "managedDeployment": None}
+    if header:
+        return httpx.post(f"{platform.url}/graphql", timeout=30,
+                          json={"query": CREATE_REVISION, "variables": variables},
+                          headers={"Authorization": f"Bearer {key}",
+                                   "Idempotency-Key": once}).json()
+    query = CREATE_REVISION.replace("$reindexCorpora: Boolean!,", "$reindexCorpora: Boolean!, "
+                                    "$once: String,").replace(
+        "reindexCorpora: $reindexCorpora)", "reindexCorpora: $reindexCorpora, "
+        "idempotencyKey: $once)")
+    return platform.gql(key, query, {**variables, "once": once})
+
+
+@pytest.mark.settings(daily_agent_changes=4)
+@pytest.mark.parametrize("header", [False, True])
+def test_a_retried_revision_is_the_one_the_first_try_made(platform, handshake_agent, header):
+    """createAgentRevision sent again after a lost answer (a timeout) made a second
+    revision, charged again. Under an idempotency key it is the first one; a different
+    request under that key is refused and writes nothing; another key makes another."""
+    _, key = platform.user(f"retry{int(header)}")
+    register(platform, key, handshake_agent, handle="rand")  # change 1
+    other = handshake_agent + "/yaml"
+    tried = [keyed(platform, key, "rand", other, "deploy-1", {"v": "1"}, header)
+             for _ in range(3)]  # change 2, once
+    [made] = {t["data"]["createAgentRevision"]["revision"]["id"] for t in tried}
+    agent = revisions(platform, key, f"retry{int(header)}/rand")
+    assert [(r["id"], r["isCurrent"]) for r in agent["allRevisions"][1:]] == [(made, True)]
+    before = platform.services.registry.get(f"retry{int(header)}/rand")
+    for url, metadata in ((handshake_agent, {"v": "1"}), (other, {"v": "2"})):
+        refused = keyed(platform, key, "rand", url, "deploy-1", metadata, header)
+        assert code(refused) == "INVALID_INPUT" and "another URL or metadata" in \
+            refused["errors"][0]["message"], refused
+    assert platform.services.registry.get(f"retry{int(header)}/rand") == before
+    # Another key is another revision (change 3), and the retries were not charged.
+    second = keyed(platform, key, "rand", other, "deploy-2", {"v": "1"}, header)
+    assert second["data"]["createAgentRevision"]["revision"]["id"] != made
+    assert "errors" not in create(platform, key, "rand", other)  # change 4
+    assert len(revisions(platform, key, f"retry{int(header)}/rand")["allRevisions"]) == 4
+
+
+def test_a_retry_at_the_most_revisions_is_the_one_made(platform, handshake_agent):
+    """The retry of the revision that reached an agent's cap is that revision, not
+    refused for the cap it reached."""
+    _, key = platform.user("capped")
+    register(platform, key, handshake_agent, handle="rand")
+    for _ in range(MAX_REVISIONS - 2):
+        create(platform, key, "rand", handshake_agent + "/yaml", make_current=False)
+    first = keyed(platform, key, "rand", handshake_agent + "/yaml", "last")
+    again = keyed(platform, key, "rand", handshake_agent + "/yaml", "last")
+    assert again == first and "errors" not in first, (first, again)
+    assert len(revisions(platform, key, "capped/rand")["allRevisions"]) == MAX_REVISIONS
+
+
+def test_the_key_and_its_header_must_agree(platform, handshake_agent):
+    _, key = platform.user("twokeys")
+    register(platform, key, handshake_agent, handle="rand")
+    before = platform.services.registry.get("twokeys/rand")
+    query = CREATE_REVISION.replace("reindexCorpora: $reindexCorpora)",
+                                    "reindexCorpora: $reindexCorpora, idempotencyKey: \"a\")")
+    out = httpx.post(f"{platform.url}/graphql", timeout=30, headers={
+        "Authorization": f"Bearer {key}", "Idempotency-Key": "b"}, json={
+        "query": query, "variables": {
+            "handle": "rand", "makeCurrent": True, "reindexCorpora": False, "metadata": [],
+            "externalDeployment": {"url": handshake_agent + "/yaml"},
+            "managedDeployment": None}}).json()
+    assert code(out) == "INVALID_INPUT" and "differ" in out["errors"][0]["message"]
+    assert platform.services.registry.get("twokeys/rand") == before
+
+
+def test_fixieais_client_retries_safely_with_the_header_and_serves_as_before(
+        platform, handshake_agent, fixie_python):
+    """The real fixieai 1.0.4 client, unchanged: with an Idempotency-Key header added to
+    its transport, create_agent_revision sent again is the same revision; without one
+    (what `fixie serve` sends for each reload, at the same URL) each call makes one."""
+    from tests.api.test_fixie_compat import fixieai
+
+    _, key = platform.user("fixer")
+    register(platform, key, handshake_agent, handle="rand")
+    url = handshake_agent + "/yaml"
+    script = ("import json\nfrom fixieai.client.client import FixieClient\nc = FixieClient()\n"
+              "def make(): return c.create_agent_revision('rand', make_current=True, "
+              f"metadata={{'fixie.ai/python-cli/command': 'serve'}}, external_url={url!r})\n"
+              "plain = [make(), make()]\n"
+              "c.gqlclient.transport.headers['Idempotency-Key'] = 'deploy-7'\n"
+              "print(json.dumps([plain, [make(), make()]]))")
+    plain, keyed_ids = json.loads(fixieai(fixie_python, platform, key, script))
+    assert plain[0] != plain[1] and keyed_ids[0] == keyed_ids[1] not in plain
+    ids_kept = [r["id"] for r in revisions(platform, key, "fixer/rand")["allRevisions"]]
+    assert ids_kept[1:] == [*plain, keyed_ids[0]]

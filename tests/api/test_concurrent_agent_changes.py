@@ -118,3 +118,31 @@ def test_an_update_does_not_point_the_agent_at_a_secret_replaced_meanwhile(platf
         assert reg.refresh(owner, "erin", "echo").mcp_tools
     finally:
         http.stop()
+
+
+@pytest.mark.settings(daily_agent_changes=2)
+def test_the_same_revision_sent_twice_at_once_is_made_and_charged_once(platform, monkeypatch,
+                                                                       handshake_agent):
+    """Two tries of one createAgentRevision under one idempotency key, the second landing
+    between the first's read and its write: the first is refused as changed meanwhile,
+    unless what changed is its own revision, made by the other; the two are charged
+    once."""
+    from codeshot.usecases.registration import daily_agent_change
+
+    owner = _owner(platform, "twice")
+    AgentRegistration(platform.services, charge=daily_agent_change).create(
+        owner, "a", AgentFields(query_url=handshake_agent))  # change 1
+    revisions = AgentRevisions(platform.services, charge=daily_agent_change)
+
+    def make():
+        return revisions.create_revision(owner, "a", handshake_agent + "/yaml", [("v", "1")],
+                                         make_current=True, once="deploy-1")
+
+    other: list = []
+    _meanwhile(monkeypatch, lambda: other.append(make()))
+    first = make()
+    assert first == other[0] and first[1], (first, other)
+    stored = platform.services.registry.get("twice/a")
+    assert [r.revision_id for r in stored.all_revisions()][1:] == [first[0].revision_id]
+    assert stored.current_revision == first[0].revision_id
+    assert platform.services.usage.used("agent-change", owner.user_id or "") == 2

@@ -236,6 +236,27 @@ def test_a_page_of_tasks_reads_the_tasks_up_to_its_end_only(stack, monkeypatch):
     assert far.status_code == 400 and "newest 10,000" in far.text, far.text
 
 
+def test_a_page_of_tasks_counts_no_further_than_pages_reach(stack, monkeypatch):
+    """GET /tasks counted every session the user had for its total, on every page (each
+    counted, so read and billed, by DynamoDB): a user with many sessions made each page
+    read them all. The count stops one past the newest that pages reach, as a long
+    task's steps do; at exactly that many it is exact."""
+    from codeshot.usecases import agent_protocol
+    from codeshot.usecases.sessions import create_session
+    from codeshot.usecases.users import principal_of
+
+    monkeypatch.setattr(agent_protocol, "LISTED_TASKS", 20)  # 10,000 in production
+    user, key = new_account(stack, "apcount")
+    for made in (20, 45):
+        while stack.services.sessions.count_by_owner(user.user_id) < made:
+            create_session(stack.services, principal_of(user))
+        with PartitionReads(stack.services.sessions.db, user.user_id) as reads:
+            got = ap(stack, key, "GET", "/tasks?current_page=2&page_size=10").json()
+        assert len(got["tasks"]) == 10, got
+        assert got["pagination"]["total_items"] == min(made, 21), (made, got["pagination"])
+        assert reads.read() <= 21 + 20, (made, reads.calls)  # the count, the pages' tasks
+
+
 def test_a_retried_post_with_an_idempotency_key_makes_and_charges_nothing_new(stack):
 
     user, key = new_account(stack, "apretry")
@@ -504,3 +525,26 @@ def test_lists_of_steps_and_artifacts_read_a_bounded_part_of_a_huge_log(stack):
     # The newest step is still read, however long the log.
     step = ap(stack, key, "POST", f"/tasks/{task_id}/steps").json()
     assert step["output"] == "answer 3999" and step["is_last"]
+
+
+def test_a_task_of_exactly_as_many_messages_as_a_listing_reads_counts_them_exactly(stack):
+    """A listing reads a task's first 4,000 messages: one of exactly that many reported a
+    step more than it had (DynamoDB's answer at a Query's Limit says more may follow), and
+    its last page of steps was refused as if it might hold more."""
+    from codeshot import ids
+    from codeshot.models import Message
+
+    _, key = new_account(stack, "apexact")
+    task_id, _ = long_task(stack, key, 1333, 5)  # 3,999 messages
+    stack.services.sessions.put_messages([Message(session_id=task_id,
+                                                  message_id=ids.ulid(), text="step 1333")])
+    first = ap(stack, key, "GET", f"/tasks/{task_id}/steps").json()
+    assert first["pagination"] == {"total_items": 1334, "total_pages": 134,
+                                   "current_page": 1, "page_size": 10}, first["pagination"]
+    last = ap(stack, key, "GET", f"/tasks/{task_id}/steps?current_page=134")
+    assert last.status_code == 200, last.text[:300]
+    assert [s["input"] for s in last.json()["steps"]] == [
+        f"step {n}" for n in range(1330, 1334)]
+    artifacts = ap(stack, key, "GET", f"/tasks/{task_id}/artifacts").json()
+    assert [a["file_name"] for a in artifacts["artifacts"]] == ["in.txt", "out.txt"]
+    assert artifacts["pagination"]["total_items"] == 2

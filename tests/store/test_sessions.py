@@ -273,10 +273,13 @@ def test_a_filtered_read_of_a_log_stops_at_so_many_messages_or_megabytes(aws):
     with PartitionReads(store.db, s.session_id) as reads:
         assert store.message_ids(s.session_id, [MessageType.QUERY], 1000) == (
             queries[:334], False)
-    assert reads.read() == 1000
-    # A read that stops just at the log's end cannot tell: DynamoDB says it may go on.
-    assert store.message_ids(s.session_id, [MessageType.QUERY], 3000) == (queries, False)
-    assert store.message_ids(s.session_id, [MessageType.QUERY], 3001) == (queries, True)
+    assert reads.read() == 1001  # and one past them, to tell whether the log goes on
+    # A read that stops just at the log's end is the whole log (DynamoDB's answer at a
+    # Query's Limit says it may go on); one message short of it is not, and the message
+    # past it (a query) is not among what it found.
+    assert store.message_ids(s.session_id, [MessageType.QUERY], 3000) == (queries, True)
+    assert store.message_ids(s.session_id, [MessageType.QUERY], 2998) == (queries, False)
+    assert store.message_ids(s.session_id, [MessageType.QUERY], 2997) == (queries[:-1], False)
     found, whole = store.messages_of(s.session_id, [MessageType.QUERY], 100,
                                      first=queries[10], before=queries[20])
     assert [m.message_id for m in found] == queries[10:20] and whole

@@ -18,10 +18,14 @@ from codeshot.usecases.threads import blocking
 
 
 class Context(BaseContext):
-    def __init__(self, services: Services, authorization: str | None) -> None:
+    def __init__(self, services: Services, authorization: str | None,
+                 idempotency_key: str | None = None) -> None:
+        """``idempotency_key``: the request's Idempotency-Key header, for clients whose
+        query text is fixed (fixieai 1.0's createAgentRevision) to make it safe to retry."""
         super().__init__()
         self.services = services
         self.authorization = authorization
+        self.idempotency_key = idempotency_key
         self.message_pages = MessagePages()
 
     @cached_property

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING
 import strawberry
 from strawberry.types import Info
 
-from codeshot.api.graphql.context import caller
+from codeshot.api.graphql.context import caller, ctx
 from codeshot.api.graphql.inputs import (
     AgentInput,
     AgentRevisionInput,
@@ -88,18 +88,25 @@ class Mutation:
         return AgentPayload(agent=AgentType.of(agent))
 
     @strawberry.mutation(description="A revision of your agent: where it answers "
-                         "(externalDeployment.url), current at once with makeCurrent.")
+                         "(externalDeployment.url), current at once with makeCurrent. With "
+                         "an idempotencyKey (or an Idempotency-Key header; 1-128 characters), "
+                         "the same request again returns the revision it made, while that is "
+                         "kept, and makes none.")
     async def create_agent_revision(
         self, info: Info, agent_handle: str, revision: AgentRevisionInput, make_current: bool,
-        reindex_corpora: bool = False,
+        reindex_corpora: bool = False, idempotency_key: str | None = None,
     ) -> AgentRevisionPayload:
         services, p = await caller(info)
         external = revision.external_deployment
         url = external.url if external and revision.managed_deployment is None else None
-        created = await blocking(
+        header = ctx(info).idempotency_key
+        if None not in (idempotency_key, header) and idempotency_key != header:
+            raise InvalidInput("idempotencyKey and the Idempotency-Key header differ: give one")
+        created, current = await blocking(
             _revisions(services).create_revision, p, agent_handle, url,
-            [(m.key, m.value) for m in revision.metadata], make_current, reindex_corpora)
-        return AgentRevisionPayload(revision=AgentRevisionType.of(created, make_current))
+            [(m.key, m.value) for m in revision.metadata], make_current, reindex_corpora,
+            idempotency_key if idempotency_key is not None else header)
+        return AgentRevisionPayload(revision=AgentRevisionType.of(created, current))
 
     @strawberry.mutation(description="Delete a revision of your agent (not its current one).")
     async def delete_agent_revision(self, info: Info, agent_handle: str,
