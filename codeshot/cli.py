@@ -246,6 +246,17 @@ def _router_tune(args: argparse.Namespace) -> int:
     return 0
 
 
+def _router_check(args: argparse.Namespace) -> int:
+    from codeshot.routing.tune import check_files, read_tuning
+
+    directory = args.dir.resolve()
+    tuning = read_tuning(directory)
+    check_files(directory, tuning, full=True)
+    print(f"{directory}: {tuning.model_id}, tuned on {tuning.agents} agents; its tuning file, "
+          f"graph and vocabulary are as `codeshot router tune` wrote them")
+    return 0
+
+
 def _stop_signals() -> Callable[[], str]:
     """Take SIGINT, SIGTERM and SIGHUP from now on (the terminal closed, the ssh session
     dropped: their default ended the process without giving a lent revision back, when
@@ -527,6 +538,15 @@ def build_parser() -> argparse.ArgumentParser:
                       help="passes over the agents' pairs (default 2, chosen on the "
                       "benchmark's dev split)")
     tune.set_defaults(run=_router_tune)
+    check = router_commands.add_parser(
+        "check", help="check a tuned model's files against its tuning",
+        description="Check that DIR's codeshot-tuning.json is as `codeshot router tune` wrote "
+        "it and that the graph and vocabulary beside it are the ones it was tuned with (the "
+        "graph by its digest: it reads the 90 MB a process starting up checks by size alone; "
+        "`cdk synth` checks the same for codeshot:routerModel). Exits 2 (LLM_ERROR) naming "
+        "the file that does not match.")
+    check.add_argument("dir", type=Path, metavar="DIR", help="a directory `router tune` made")
+    check.set_defaults(run=_router_check)
 
     serve = commands.add_parser(
         "serve", help="serve an agent directory over HTTP on 127.0.0.1",
