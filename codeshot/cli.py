@@ -232,16 +232,23 @@ def _keys_rotate(args: argparse.Namespace) -> int:
 def _router_tune(args: argparse.Namespace) -> int:
     import time
 
+    from codeshot.routing.embedders import MiniLMEmbedder
+    from codeshot.routing.index import embed_again
     from codeshot.routing.tune import tune
     from codeshot.services import Services
 
     # The embedder is not used here: CODESHOT_MINILM_MODEL may name the model to be made.
-    agents = Services(_target_settings(embedder="static")).registry.scan_all()
+    registry = Services(_target_settings(embedder="static")).registry
+    agents = registry.scan_all()
     started = time.monotonic()
     tuning = tune(agents, args.out, epochs=args.epochs)
+    # Stored under the new model (its graph's vectors, as a platform routing with it
+    # makes them): else every router would embed each of these agents at each rebuild.
+    stored = embed_again(agents, MiniLMEmbedder(str(args.out)), registry)
     print(f"Tuned {tuning.model_id} on {tuning.agents} agents ({tuning.pair_steps} pair steps "
           f"in {tuning.epochs} epochs) in "
-          f"{time.monotonic() - started:.0f} s, saved to {args.out}. Route with it: "
+          f"{time.monotonic() - started:.0f} s, saved to {args.out}, and stored its vectors "
+          f"for {stored} of them. Route with it: "
           f"CODESHOT_EMBEDDER=minilm CODESHOT_MINILM_MODEL={args.out.resolve()}")
     return 0
 

@@ -27,7 +27,7 @@ from codeshot.errors import InvalidInput, LLMError
 from codeshot.models import Agent
 from codeshot.routing.calibration import CALIBRATED, TUNED_MINILM, scoring_for
 from codeshot.routing.embedders import MiniLMEmbedder, StaticEmbedder, load_minilm
-from codeshot.routing.index import AgentIndex, agent_texts
+from codeshot.routing.index import AgentIndex, agent_texts, from_bytes
 from codeshot.routing.tune import (
     TUNING_FILE,
     absent_rows,
@@ -181,8 +181,7 @@ def test_a_tuning_file_edited_or_beside_another_tunings_files_is_refused_naming_
     tuning_file = model / TUNING_FILE
     written = tuning_file.read_text()
     fields = json.loads(written)
-    for edit in ({"epochs": 2}, {"weights_digest": "0" * 64},
-                 {"graph_bytes": fields["graph_bytes"] + 1}):
+    for edit in ({"epochs": 2}, {"weights_digest": "0" * 64}, {"agents": 50}):
         tuning_file.write_text(json.dumps(fields | edit, indent=2))
         with pytest.raises(LLMError, match=rf"{tuning_file} was edited since `codeshot router "
                                            r"tune` wrote it .*tune it again") as refused:
@@ -361,6 +360,11 @@ def test_the_cli_tunes_on_the_registry_and_the_platform_routes_with_the_model(
     tuned = Services(aws.replace(embedder="minilm", minilm_model=str(out)))
     assert tuned.embedder.model_id.startswith(TUNED_MINILM + "-")
     assert tuned.router.scoring == CALIBRATED[TUNED_MINILM]
+    # the agents' rows stored under it, as its graph makes them: no router embeds them
+    stored = {a.agent_id: a for a in services.registry.scan_all()}
+    assert {a.embedding_model for a in stored.values()} == {tuned.embedder.model_id}
+    assert np.abs(np.asarray(from_bytes(stored["ops/dice"].embeddings, 4)) - np.asarray(
+        tuned.embedder.embed(agent_texts(stored["ops/dice"])))).max() < 1e-6
     (best,) = tuned.router.route("roll me a twenty-sided die", 1, viewer="ops")
     assert best.agent_id == "ops/dice" and best.fits
     # the tuned weights are what embeds: each agent's rows pulled together
@@ -387,6 +391,45 @@ def test_the_cli_tunes_on_the_registry_and_the_platform_routes_with_the_model(
     assert again.embed(["Roll 3d6"]) != pytest.approx(first)
     with pytest.raises(LLMError, match="tuned again since this process read it"):
         unloaded.embed(["Roll 3d6"])
+
+
+def test_router_tune_stores_the_new_models_rows_for_the_agents_it_tuned_on(
+        aws, tmp_path, monkeypatch, capsys):
+    """Agents registered before a tuning have rows of another model: `router tune`
+    stores the tuned graph's rows for them once, so that no router embeds them at each
+    rebuild (the runner, which rebuilds indexes, may not write agents). The tuning itself
+    (torch) is the tiny graph here; the slow test above runs the real one."""
+    from codeshot.routing import tune as tune_module
+    from codeshot.routing.index import with_embeddings
+    from codeshot.routing.router import Router
+    from tests.routing.test_router import Counted
+
+    registry = Services(aws).registry
+    for agent in agents():
+        registry.create(with_embeddings(agent, StaticEmbedder()))
+    monkeypatch.setattr(cli, "_target_settings", aws.replace)
+    monkeypatch.setattr(tune_module, "tune",
+                        lambda agents, out, epochs: read_tuning(fake_tuning(out)))
+    out = tmp_path / "router-model"
+    version = registry.version()
+    assert cli.main(["router", "tune", "--out", str(out)]) == 0
+    assert "stored its vectors for 3 of them" in capsys.readouterr().out
+    assert registry.version() == version  # nothing for a router to reload
+    embedder = Counted(MiniLMEmbedder(str(out)))
+    assert {a.embedding_model for a in registry.scan_all()} == {embedder.model_id}
+    Router(registry, embedder, floor=0.0).route("roll a die", 1)
+    assert embedder.texts == ["roll a die"]  # the query alone: every agent's rows stored
+
+    # Again (once more on the same agents): nothing left to store.
+    (out / "model.safetensors").write_bytes(b"")  # an earlier tuning's directory
+    monkeypatch.setattr(tune_module, "tune", lambda agents, out, epochs: read_tuning(out))
+    assert cli.main(["router", "tune", "--out", str(out)]) == 0
+    assert "stored its vectors for 0 of them" in capsys.readouterr().out
+    # An agent changed between the scan and the store keeps its registration's rows.
+    read = registry.get("ops/dice")
+    registry.replace(read.replace(sample_queries=["Throw a die"]))
+    assert not registry.keep_embeddings(with_embeddings(read, StaticEmbedder()), read_as=read)
+    assert registry.get("ops/dice").embedding_model == embedder.model_id
 
 
 def test_the_cli_says_what_to_install_without_the_embeddings_extra(
