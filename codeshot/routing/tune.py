@@ -26,7 +26,7 @@ beside it: the file carries the digest of its own fields (an edited one is refus
 it is read), and every load checks the vocabulary's digest (230 KB) and the graph's size;
 the graph's digest (90 MB to read) is checked where that is cheap, once: ``cdk synth``
 (``codeshot:routerModel``) and ``codeshot router check``. A deployed function reads the
-graph from an S3 asset whose key is the digest of what the synth checked.
+graph the synth checked from S3, where the asset's key is derived from its content.
 """
 
 from __future__ import annotations
