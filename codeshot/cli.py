@@ -232,17 +232,35 @@ def _keys_rotate(args: argparse.Namespace) -> int:
 def _router_tune(args: argparse.Namespace) -> int:
     import time
 
+    from codeshot.routing.embedders import MiniLMEmbedder
+    from codeshot.routing.index import embed_again
     from codeshot.routing.tune import tune
     from codeshot.services import Services
 
     # The embedder is not used here: CODESHOT_MINILM_MODEL may name the model to be made.
-    agents = Services(_target_settings(embedder="static")).registry.scan_all()
+    registry = Services(_target_settings(embedder="static")).registry
+    agents = registry.scan_all()
     started = time.monotonic()
     tuning = tune(agents, args.out, epochs=args.epochs)
+    # Stored under the new model (its graph's vectors, as a platform routing with it
+    # makes them): else every router would embed each of these agents at each rebuild.
+    stored = embed_again(agents, MiniLMEmbedder(str(args.out)), registry)
     print(f"Tuned {tuning.model_id} on {tuning.agents} agents ({tuning.pair_steps} pair steps "
           f"in {tuning.epochs} epochs) in "
-          f"{time.monotonic() - started:.0f} s, saved to {args.out}. Route with it: "
+          f"{time.monotonic() - started:.0f} s, saved to {args.out}, and stored its vectors "
+          f"for {stored} of them. Route with it: "
           f"CODESHOT_EMBEDDER=minilm CODESHOT_MINILM_MODEL={args.out.resolve()}")
+    return 0
+
+
+def _router_check(args: argparse.Namespace) -> int:
+    from codeshot.routing.tune import check_files, read_tuning
+
+    directory = args.dir.resolve()
+    tuning = read_tuning(directory)
+    check_files(directory, tuning, full=True)
+    print(f"{directory}: {tuning.model_id}, tuned on {tuning.agents} agents; its tuning file, "
+          f"graph and vocabulary are as `codeshot router tune` wrote them")
     return 0
 
 
@@ -527,6 +545,15 @@ def build_parser() -> argparse.ArgumentParser:
                       help="passes over the agents' pairs (default 2, chosen on the "
                       "benchmark's dev split)")
     tune.set_defaults(run=_router_tune)
+    check = router_commands.add_parser(
+        "check", help="check a tuned model's files against its tuning",
+        description="Check that DIR's codeshot-tuning.json is as `codeshot router tune` wrote "
+        "it and that the graph and vocabulary beside it are the ones it was tuned with (the "
+        "graph by its digest: it reads the 90 MB a process starting up checks by size alone; "
+        "`cdk synth` checks the same for codeshot:routerModel). Exits 2 (LLM_ERROR) naming "
+        "the file that does not match.")
+    check.add_argument("dir", type=Path, metavar="DIR", help="a directory `router tune` made")
+    check.set_defaults(run=_router_check)
 
     serve = commands.add_parser(
         "serve", help="serve an agent directory over HTTP on 127.0.0.1",

@@ -244,21 +244,24 @@ ONNXRUNTIME_UNUSED = ("onnxruntime/capi/libonnxruntime.so.*", "onnxruntime/trans
 
 
 def router_graph(directory: Path) -> Path:
-    """The graph of the model ``codeshot router tune`` made in ``directory`` (else the
-    synth fails: every function would fail to start, or route with no model)."""
+    """The graph of the model ``codeshot router tune`` made in ``directory``, checked
+    against its tuning by its digest (else the synth fails: every function would fail to
+    start, route with no model, or store rows of one model under another's id). Here, and
+    not at each cold start, since it reads the 90 MB graph."""
     from codeshot.errors import LLMError
-    from codeshot.routing.tune import read_tuning
+    from codeshot.routing.tune import check_files, read_tuning
 
     try:
-        read_tuning(directory)
+        tuning = read_tuning(directory)
+        missing = [name for name in (MINILM_ONNX_FILE, MINILM_VOCAB_FILE)
+                   if not (directory / name).is_file()]
+        if missing:
+            raise BundlingError(f"codeshot:routerModel: {directory} has no "
+                                f"{' or '.join(missing)}: tune it again with `codeshot router "
+                                "tune` (which exports the graph the functions run)")
+        check_files(directory, tuning, full=True)
     except LLMError as exc:
         raise BundlingError(f"codeshot:routerModel: {exc}") from None
-    missing = [name for name in (MINILM_ONNX_FILE, MINILM_VOCAB_FILE)
-               if not (directory / name).is_file()]
-    if missing:
-        raise BundlingError(f"codeshot:routerModel: {directory} has no {' or '.join(missing)}: "
-                            "tune it again with `codeshot router tune` (which exports the "
-                            "graph the functions run)")
     return directory / MINILM_ONNX_FILE
 
 

@@ -273,20 +273,21 @@ class MiniLMEmbedder:
         if not self.path:
             return functools.partial(load_minilm().encode, batch_size=BATCH,
                                      convert_to_numpy=True, normalize_embeddings=True)
-        settings = self.settings
-        graph = settings.minilm_graph if settings else None
-        model = OnnxMiniLM(Path(self.path),
-                           fetch_graph(settings, graph) if settings and graph else None)
-        # remembered when re-tuned since: else each query loads 90 MB to find this
-        return model.encode if self._unchanged() else None
+        from codeshot.routing.tune import check_files, read_tuning
 
-    def _unchanged(self) -> bool:
-        """The tuning loaded is the one this embedder's rows are stored under: else rows
-        of one model would be stored, and compared, as another's. (A process that loaded
-        its model before a re-tune keeps it, under its own id, until restarted.)"""
-        from codeshot.routing.tune import read_tuning
-
-        return read_tuning(Path(str(self.path))).model_id == self.model_id
+        settings, directory = self.settings, Path(self.path)
+        url = settings.minilm_graph if settings else None
+        graph = fetch_graph(settings, url) if settings and url else None
+        model = OnnxMiniLM(directory, graph)
+        # The tuning loaded is the one this embedder's rows are stored under: else rows of
+        # one model would be stored, and compared, as another's. (A process that loaded its
+        # model before a re-tune keeps it, under its own id, until restarted.) Remembered
+        # when re-tuned since: else each query loads 90 MB to find this.
+        tuning = read_tuning(directory)
+        if tuning.model_id != self.model_id:
+            return None
+        check_files(directory, tuning, graph)  # the graph by its size: a stat, not 90 MB read
+        return model.encode
 
     def embed(self, texts: list[str]) -> Vectors:
         return self._load()(texts)

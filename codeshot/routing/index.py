@@ -112,6 +112,22 @@ def keep_no_agent_rows(embedder: Embedder, store: RowStore) -> None:
         log.warning("keeping the no-agent examples' rows failed", exc_info=True)
 
 
+class EmbeddingStore(Protocol):
+    """Where agents' vectors are stored (the agent registry)."""
+
+    def keep_embeddings(self, agent: Agent, read_as: Agent) -> bool: ...
+
+
+def embed_again(agents: Sequence[Agent], embedder: Embedder, store: EmbeddingStore) -> int:
+    """Store ``embedder``'s rows for each agent stored under another model, once (after
+    ``codeshot router tune``: the agents registered before it), so that no router embeds
+    them at each of its rebuilds; how many were stored. Run by whoever may write agents:
+    the runner, which rebuilds indexes, may not."""
+    return sum(store.keep_embeddings(with_embeddings(agent, embedder), read_as=agent)
+               for agent in agents
+               if agent.embedding_model != embedder.model_id or not agent.embeddings)
+
+
 def agent_texts(agent: Agent) -> list[str]:
     """What represents an agent: its sample queries, and its name with its description."""
     texts = [q for q in agent.sample_queries if q.strip()]
@@ -152,14 +168,20 @@ def with_embeddings(agent: Agent, embedder: Embedder) -> Agent:
     return agent.replace(embeddings=to_bytes(rows), embedding_model=embedder.model_id)
 
 
-def stored_rows(agent: Agent, embedder: Embedder) -> Vectors:
-    """The agent's stored rows, or fresh ones if they were made by another model."""
+# An index's rows by the texts they embed, for the next index of the same model.
+KnownRows = dict[tuple[str, ...], Vectors]
+
+
+def stored_rows(agent: Agent, embedder: Embedder, known: KnownRows | None = None) -> Vectors:
+    """The agent's stored rows, or if they were made by another model, the rows this
+    process already has for its texts (``known``), else fresh ones."""
     texts = agent_texts(agent)
     if agent.embeddings and agent.embedding_model == embedder.model_id:
         rows = from_bytes(agent.embeddings, len(texts))
         if rows and len(rows[-1]) and len(agent.embeddings) % len(texts) == 0:
             return rows
-    return embedder.embed(texts)
+    embedded = (known or {}).get(tuple(texts))
+    return embedder.embed(texts) if embedded is None else embedded
 
 
 @dataclass(frozen=True)
@@ -290,12 +312,18 @@ def _scores(rows: list[Vectors], published: list[bool],
 
 class AgentIndex:
     def __init__(self, agents: list[Agent], embedder: Embedder,
-                 scoring: Scoring | None = None, store: RowStore | None = None) -> None:
+                 scoring: Scoring | None = None, store: RowStore | None = None,
+                 previous: AgentIndex | None = None) -> None:
+        """``previous``: the index this one replaces. Agents whose stored rows are another
+        model's (registered before a tuning, or before ``CODESHOT_EMBEDDER`` changed) take
+        the rows it embedded for them, rather than being embedded again at every rebuild."""
         self.embedder = embedder
         self.scoring = scoring or scoring_for(embedder.model_id)
         self.agents = list(agents)
         self.texts = [agent_texts(a) for a in self.agents]
-        self.rows = [stored_rows(a, embedder) for a in self.agents]
+        known = previous.known_rows() if previous is not None and \
+            previous.embedder.model_id == embedder.model_id else None
+        self.rows = [stored_rows(a, embedder, known) for a in self.agents]
         self._scores = _scores(self.rows, [a.published for a in self.agents],
                                self.scoring.dense_weight) if self.agents else None
         self._bm25 = BM25([lexical_terms(a) for a in self.agents])
@@ -308,6 +336,9 @@ class AgentIndex:
 
     def __len__(self) -> int:
         return len(self.agents)
+
+    def known_rows(self) -> KnownRows:
+        return {tuple(texts): rows for texts, rows in zip(self.texts, self.rows, strict=True)}
 
     def search(self, text: str, k: int = 3, viewer: str | None = None) -> list[Candidate]:
         """The ``k`` best agents ``viewer`` may use, best first, whether they fit or not."""

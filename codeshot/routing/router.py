@@ -11,7 +11,8 @@ say which came closest. Floor and margin are calibrated per embedder
 
 Every registry write bumps a version counter; the router looks at it at most every
 ``check_seconds``, so a warm runner pays one small read now and then, not a table scan
-per query.
+per query. A rebuild embeds only agents whose rows it has from neither the registry nor
+the index it replaces: an agent stored under another model is embedded once a process.
 """
 
 from __future__ import annotations
@@ -52,7 +53,8 @@ class Router:
                     from codeshot.routing.index import AgentIndex
 
                     self._index = AgentIndex(self.registry.scan_all(), self.embedder,
-                                             self.scoring, store=self.registry)
+                                             self.scoring, store=self.registry,
+                                             previous=self._index)
                     self._version = version
             return self._index
 

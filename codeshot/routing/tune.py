@@ -13,13 +13,20 @@ goal met). Re-tune after the agents change much; an agent registered since route
 the tuned model all the same.
 
 The model is written to a directory with ``codeshot-tuning.json`` beside it: the base
-model, what it was tuned on (a digest of the rows), how, and a digest of the weights.
-Beside them, the transformer exported as an ONNX graph with its vocabulary: what the
-router runs (onnxruntime, no torch; checked against the model before it is saved).
-``CODESHOT_MINILM_MODEL`` points the ``minilm`` embedder at it; its model id is a digest
-of all that, so rows stored under another model (or an earlier tuning) are embedded
-again (:func:`codeshot.routing.index.stored_rows`). The directory is replaced whole (a
-new one renamed into place), so a process never loads half a tuning.
+model, what it was tuned on (a digest of the rows), how, and digests of the weights, the
+graph and the vocabulary. Beside them, the transformer exported as an ONNX graph with its
+vocabulary: what the router runs (onnxruntime, no torch; checked against the model before
+it is saved). ``CODESHOT_MINILM_MODEL`` points the ``minilm`` embedder at it; its model id
+is a digest of all that, so rows stored under another model (or an earlier tuning) are
+embedded again (:func:`codeshot.routing.index.stored_rows`). The directory is replaced
+whole (a new one renamed into place), so a process never loads half a tuning.
+
+The model id names the vectors stored under it, so a tuning file must describe the files
+beside it: the file carries the digest of its own fields (an edited one is refused where
+it is read), and every load checks the vocabulary's digest (230 KB) and the graph's size;
+the graph's digest (90 MB to read) is checked where that is cheap, once: ``cdk synth``
+(``codeshot:routerModel``) and ``codeshot router check``. A deployed function reads the
+graph the synth checked from S3, where the asset's key is derived from its content.
 """
 
 from __future__ import annotations
@@ -64,21 +71,81 @@ class Tuning:
     learning_rate: float
     seed: int
     weights_digest: str  # sha256 of the saved weights: the id changes with them
+    graph_digest: str  # sha256 of the ONNX graph, what routes
+    graph_bytes: int  # its size: a stat checks it at every load, where 90 MB would not be read
+    vocab_digest: str  # sha256 of its vocabulary
+
+    @property
+    def digest(self) -> str:
+        """sha256 of the fields: written beside them, so an edit shows."""
+        return hashlib.sha256(json.dumps(asdict(self), sort_keys=True).encode()).hexdigest()
 
     @property
     def model_id(self) -> str:
-        digest = hashlib.sha256(json.dumps(asdict(self), sort_keys=True).encode())
-        return f"{TUNED_MINILM}-" + digest.hexdigest()[:12]
+        return f"{TUNED_MINILM}-{self.digest[:12]}"
+
+
+def sha256_file(path: Path) -> str:
+    digest = hashlib.sha256()
+    with path.open("rb") as f:
+        while chunk := f.read(1 << 20):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+def write_tuning(directory: Path, **fields: Any) -> Tuning:
+    """Record the tuning beside its graph and vocabulary, with their digests and its own."""
+    graph = directory / MINILM_ONNX_FILE
+    tuning = Tuning(**fields, graph_digest=sha256_file(graph), graph_bytes=graph.stat().st_size,
+                    vocab_digest=sha256_file(directory / MINILM_VOCAB_FILE))
+    (directory / TUNING_FILE).write_text(
+        json.dumps(asdict(tuning) | {"digest": tuning.digest}, indent=2) + "\n")
+    return tuning
 
 
 def read_tuning(directory: Path) -> Tuning:
-    """The tuning recorded beside a tuned model (LLM_ERROR, the embedder's failure, if it
-    is not one: the platform's configuration, not a caller's input)."""
+    """The tuning recorded beside a tuned model, as ``codeshot router tune`` wrote it
+    (LLM_ERROR, the embedder's failure, if it is not one, or was edited since: the
+    platform's configuration, not a caller's input)."""
+    path = directory / TUNING_FILE
     try:
-        return Tuning(**json.loads((directory / TUNING_FILE).read_text()))
+        fields = json.loads(path.read_text())
+        digest = fields.pop("digest", None) if isinstance(fields, dict) else None
+        tuning = Tuning(**fields)
     except (OSError, ValueError, TypeError) as exc:
         raise LLMError(f"{directory} is not a model `codeshot router tune` made (for "
                        f"CODESHOT_MINILM_MODEL): {TUNING_FILE}: {exc}") from exc
+    if digest is None:
+        raise LLMError(f"{path} has no digest of its own fields (an earlier release's "
+                       f"tuning, or edited): tune it again with `codeshot router tune`")
+    if digest != tuning.digest:
+        raise LLMError(f"{path} was edited since `codeshot router tune` wrote it (its "
+                       f"fields do not match their digest): tune it again")
+    return tuning
+
+
+def check_files(directory: Path, tuning: Tuning, graph: Path | None = None, *,
+                full: bool = False) -> None:
+    """LLM_ERROR unless the vocabulary and the graph (``graph``, else the directory's) are
+    the ones ``tuning`` was made with: the graph by its size, or by its digest when
+    ``full`` (90 MB read: where that is cheap, not at every load)."""
+    graph = graph or directory / MINILM_ONNX_FILE
+    path = directory / TUNING_FILE
+    try:
+        vocab_digest = sha256_file(directory / MINILM_VOCAB_FILE)
+        size = graph.stat().st_size
+        graph_digest = sha256_file(graph) if full and size == tuning.graph_bytes else None
+    except OSError as exc:
+        raise LLMError(f"the router model at {directory} cannot be read ({exc}): tune it "
+                       f"again with `codeshot router tune`") from exc
+    wrong = [what for what, bad in (
+        (f"{MINILM_VOCAB_FILE}", vocab_digest != tuning.vocab_digest),
+        (f"{graph} ({size:,} bytes, {tuning.graph_bytes:,} expected)",
+         size != tuning.graph_bytes),
+        (f"{graph} (its sha256)", graph_digest not in (None, tuning.graph_digest))) if bad]
+    if wrong:
+        raise LLMError(f"{path} does not match {' or '.join(wrong)}: files of another "
+                       f"tuning, or changed since: tune it again with `codeshot router tune`")
 
 
 def training_pairs(rows: Sequence[Sequence[str]], rng: random.Random) -> list[Pair]:
@@ -250,11 +317,10 @@ def tune(agents: Sequence[Agent], out: Path, epochs: int = 2, learning_rate: flo
         model.save(str(staging))
         (staging / "README.md").unlink(missing_ok=True)  # the base model's card: not this
         export_graph(model, staging, [text for texts in rows for text in texts])
-        weights = hashlib.sha256((staging / WEIGHTS_FILE).read_bytes()).hexdigest()
-        rows_digest = hashlib.sha256(json.dumps(rows).encode()).hexdigest()
-        tuning = Tuning(MINILM, rows_digest, len(agents), pair_steps, epochs, learning_rate, seed,
-                        weights)
-        (staging / TUNING_FILE).write_text(json.dumps(asdict(tuning), indent=2) + "\n")
+        tuning = write_tuning(
+            staging, base=MINILM, rows_digest=hashlib.sha256(json.dumps(rows).encode()).hexdigest(),
+            agents=len(agents), pair_steps=pair_steps, epochs=epochs, learning_rate=learning_rate,
+            seed=seed, weights_digest=sha256_file(staging / WEIGHTS_FILE))
         try:
             replace(staging, out)
         except OSError as exc:  # another tuning took its place meanwhile

@@ -198,6 +198,29 @@ class AgentRegistry(Repository):
         self._bump()
         return agent
 
+    def keep_embeddings(self, agent: Agent, read_as: Agent) -> bool:
+        """Store ``agent``'s vectors (another model's than ``read_as``'s) in its item if it
+        is still as read. Derived data: neither its ``modified`` time nor the registry's
+        version moves (no process has anything to reload for it). False when it changed
+        or went meanwhile (its write embedded it) or the vectors would not fit its item."""
+        try:
+            check_size(agent)
+        except InvalidInput:
+            return False
+        item = _to_item(agent)
+        try:
+            self.db.update_item(
+                TableName=self.table_name, Key={"agent_id": {"S": agent.agent_id}},
+                UpdateExpression="SET #e = :e, #em = :em", ConditionExpression="#m = :m",
+                ExpressionAttributeNames={"#e": "embeddings", "#em": "embedding_model",
+                                          "#m": "modified"},
+                ExpressionAttributeValues={":e": item["embeddings"],
+                                           ":em": item["embedding_model"],
+                                           ":m": _to_item(read_as)["modified"]})
+        except self.db.exceptions.ConditionalCheckFailedException:
+            return False
+        return True
+
     def get(self, agent_id: str) -> Agent:
         if lookup_key(agent_id, "agent").startswith("#"):  # the version counter, rows
             raise NotFound(f"agent {agent_id} not found")

@@ -28,7 +28,7 @@ from infra.settings_env import extra_env
 from tests.infra.cfn import text
 from tests.infra.conftest import synthesize
 from tests.infra.test_bundling import dists
-from tests.routing.test_tune import fake_tuning, pooled
+from tests.routing.test_tune import fake_tuning, pooled, table
 
 HANDLERS = ("handlers.api.handler", "handlers.runner.handler", "handlers.register_agent.handler")
 ROUTER_FILES = {f"{ROUTER_MODEL_DIR}/{name}" for name in ("codeshot-tuning.json", "vocab.txt")}
@@ -98,11 +98,27 @@ def test_a_directory_that_is_not_a_tuning_fails_the_synth(tmp_path, model):
     with pytest.raises(BundlingError, match=r"codeshot:routerModel: .* is not a model "
                                             r"`codeshot router tune` made"):
         synthesize(tmp_path / "a", **{"codeshot:routerModel": str(tmp_path / "nowhere")})
+    # The graph changed since the tuning, to one of the same size: its digest, read here
+    # (the functions check its size alone, at their first route).
+    graph = (model / "model.onnx").read_bytes()
+    changed = graph.replace(np.float32(table()[4][0]).tobytes(), np.float32(1.5).tobytes())
+    assert len(changed) == len(graph) and changed != graph
+    (model / "model.onnx").write_bytes(changed)
+    with pytest.raises(BundlingError, match=r"codeshot:routerModel: .*codeshot-tuning\.json "
+                                            r"does not match .*model\.onnx \(its sha256\)"):
+        synthesize(tmp_path / "c", **{"codeshot:routerModel": str(model)})
+    (model / "model.onnx").write_bytes(graph)
+    tuning = json.loads((model / "codeshot-tuning.json").read_text())
+    (model / "codeshot-tuning.json").write_text(json.dumps(tuning | {"agents": 50}))
+    with pytest.raises(BundlingError, match=r"codeshot:routerModel: .*codeshot-tuning\.json was "
+                                            r"edited since `codeshot router tune` wrote it"):
+        synthesize(tmp_path / "d", **{"codeshot:routerModel": str(model)})
+    (model / "codeshot-tuning.json").write_text(json.dumps(tuning))
     (model / "model.onnx").unlink()  # tuned before the graph was exported
     with pytest.raises(BundlingError, match=r"codeshot:routerModel: .* has no model\.onnx: "
                                             r"tune it again"):
         synthesize(tmp_path / "b", **{"codeshot:routerModel": str(model)})
-    assert not list((tmp_path / "b").glob("*.template.json"))
+    assert not [p for out in "bcd" for p in (tmp_path / out).glob("*.template.json")]
 
 
 def test_extra_env_names_the_context_keys_for_the_router_settings(tmp_path, model):

@@ -194,6 +194,33 @@ def test_a_failing_rows_cache_fails_neither_a_registration_nor_a_route(aws, monk
     assert not hello.fits and len(embedder.texts) > 80  # the examples, embedded here
 
 
+def test_agents_stored_under_another_model_are_embedded_once_not_at_each_rebuild(aws):
+    """Agents registered before a tuning (or an embedder change) have rows of another
+    model: the router embeds them at its first build, and takes those rows at its next
+    rebuilds (on every registry change) instead of embedding them again."""
+    registry = AgentRegistry(aws)
+    before = [agent("a", "dice", ["roll a d20", "roll two dice"]),
+              agent("a", "stocks", ["stock price of GOOG"], description="Share prices.")]
+    for old in before:
+        registry.create(with_embeddings(old, HashingEmbedder()))
+    embedder = Counted(StaticEmbedder())
+    router = Router(registry, embedder, check_seconds=0, floor=0.0)  # no no-agent rows
+    assert router.route("roll two dice", 1)[0].agent_id == "a/dice"
+    stale_texts = [t for a in before for t in index_module.agent_texts(a)]
+    assert sorted(embedder.texts) == sorted([*stale_texts, "roll two dice"])
+    for rebuild in range(2):
+        embedder.texts.clear()
+        registry.create(with_embeddings(agent("b", f"coin{rebuild}", ["flip a coin"]),
+                                        embedder.inner))  # stored under the router's model
+        assert router.route("roll two dice", 1)[0].agent_id == "a/dice"
+        assert embedder.texts == ["roll two dice"], rebuild  # the query alone
+    # An agent whose texts changed has no rows for them yet: those are embedded.
+    registry.replace(before[0].replace(sample_queries=["throw a die"]))
+    embedder.texts.clear()
+    assert router.route("throw a die", 1)[0].agent_id == "a/dice"
+    assert sorted(embedder.texts) == sorted(["throw a die", "throw a die"])
+
+
 def test_embeddings_from_another_model_are_recomputed():
     e = HashingEmbedder()
     stale = agent("a", "dice", ["roll dice"]).replace(

@@ -11,6 +11,7 @@ import random
 from pathlib import Path
 
 import numpy as np
+import onnx
 import pytest
 
 from benchmarks.router import (
@@ -26,15 +27,17 @@ from codeshot.errors import InvalidInput, LLMError
 from codeshot.models import Agent
 from codeshot.routing.calibration import CALIBRATED, TUNED_MINILM, scoring_for
 from codeshot.routing.embedders import MiniLMEmbedder, StaticEmbedder, load_minilm
-from codeshot.routing.index import AgentIndex, agent_texts
+from codeshot.routing.index import AgentIndex, agent_texts, from_bytes
 from codeshot.routing.tune import (
     TUNING_FILE,
     absent_rows,
     batches,
     prepare,
+    read_tuning,
     replace,
     training_pairs,
     tune,
+    write_tuning,
 )
 from codeshot.runner.session_runner import SessionRunner
 from codeshot.services import Services
@@ -82,17 +85,14 @@ VOCAB = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "roll", "a", "die", "##s", "time", 
 WIDTH = 6
 
 
-def fake_tuning(directory):
+def fake_tuning(directory, vocab=VOCAB):
     """What ``codeshot router tune`` writes, with a small graph of the same inputs and
     output in place of the transformer: each token's hidden state is its row of a
     table (zero where the mask is), so what the router makes of it can be computed."""
     from onnx import TensorProto, helper, numpy_helper, save
 
     directory.mkdir()
-    (directory / TUNING_FILE).write_text(json.dumps(
-        {"base": "all-MiniLM-L6-v2", "rows_digest": "r", "agents": 2, "pair_steps": 4,
-         "epochs": 1, "learning_rate": 2e-5, "seed": 0, "weights_digest": str(directory)}))
-    (directory / "vocab.txt").write_text("\n".join(VOCAB) + "\n")
+    (directory / "vocab.txt").write_text("\n".join(vocab) + "\n")
     graph = helper.make_graph(
         [helper.make_node("Gather", ["table", "input_ids"], ["rows"]),
          helper.make_node("Cast", ["attention_mask"], ["mask"], to=TensorProto.FLOAT),
@@ -106,6 +106,8 @@ def fake_tuning(directory):
          numpy_helper.from_array(np.array([-1], dtype=np.int64), "last_axis")])
     save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]),
          str(directory / "model.onnx"))
+    write_tuning(directory, base="all-MiniLM-L6-v2", rows_digest="r", agents=2, pair_steps=4,
+                 epochs=1, learning_rate=2e-5, seed=0, weights_digest=str(directory))
     return directory
 
 
@@ -152,8 +154,7 @@ def test_a_tuned_model_that_cannot_run_is_refused_saying_to_tune_again(
     with pytest.raises(LLMError, match=r"cannot be loaded .*tune it again"):
         MiniLMEmbedder(str(broken)).embed(["roll a die"])
     # a graph that fails as it runs (here a token past its table): the embedder's error
-    mismatched = fake_tuning(tmp_path / "mismatched")
-    (mismatched / "vocab.txt").write_text("\n".join([*VOCAB, "zebra"]) + "\n")
+    mismatched = fake_tuning(tmp_path / "mismatched", [*VOCAB, "zebra"])
     with pytest.raises(LLMError, match="the router model could not embed"):
         MiniLMEmbedder(str(mismatched)).embed(["roll a zebra"])
 
@@ -167,6 +168,64 @@ def test_a_tuned_model_that_cannot_run_is_refused_saying_to_tune_again(
     monkeypatch.setattr(builtins, "__import__", no_onnxruntime)
     with pytest.raises(LLMError, match=r"pip install -e '.*\[router\]'"):
         MiniLMEmbedder(str(fake_tuning(tmp_path / "other"))).embed(["roll a die"])
+
+
+def test_a_tuning_file_edited_or_beside_another_tunings_files_is_refused_naming_it(
+        settings, tmp_path, monkeypatch):
+    """The tuning's fields are the model's id, under which agents' rows are stored and
+    compared: a file edited by hand, or copied beside another tuning's graph or vocabulary,
+    would store one model's rows as another's."""
+    model = fake_tuning(tmp_path / "m")
+    routing = settings.replace(embedder="minilm", minilm_model=str(model))
+    assert Services(routing).embedder.embed(["roll a die"]) is not None  # as tuned: routes
+    tuning_file = model / TUNING_FILE
+    written = tuning_file.read_text()
+    fields = json.loads(written)
+    for edit in ({"epochs": 2}, {"weights_digest": "0" * 64}, {"agents": 50}):
+        tuning_file.write_text(json.dumps(fields | edit, indent=2))
+        with pytest.raises(LLMError, match=rf"{tuning_file} was edited since `codeshot router "
+                                           r"tune` wrote it .*tune it again") as refused:
+            _ = Services(routing).embedder  # at startup: the model id
+        assert refused.value.code == "LLM_ERROR"
+    del fields["digest"]
+    tuning_file.write_text(json.dumps(fields))
+    with pytest.raises(LLMError, match=rf"{tuning_file} has no digest of its own fields"):
+        MiniLMEmbedder(str(model))
+
+    # Well formed, beside another tuning's files: refused at the first route (a process
+    # loads a model id once: these are new processes).
+    tuning_file.write_text(written)
+    monkeypatch.setattr(MiniLMEmbedder, "_models", {})
+    other = fake_tuning(tmp_path / "other", [*VOCAB, "zebra"])
+    (other / TUNING_FILE).write_text(written)
+    with pytest.raises(LLMError, match=rf"{other / TUNING_FILE} does not match vocab\.txt: "
+                                       r"files of another tuning"):
+        MiniLMEmbedder(str(other)).embed(["roll a die"])
+    smaller = fake_tuning(tmp_path / "smaller")
+    graph = onnx.load(str(smaller / "model.onnx"))
+    graph.graph.initializer[0].CopyFrom(onnx.numpy_helper.from_array(table()[:-1], "table"))
+    onnx.save(graph, str(smaller / "model.onnx"))
+    (smaller / TUNING_FILE).write_text(written)
+    monkeypatch.setattr(MiniLMEmbedder, "_models", {})
+    with pytest.raises(LLMError, match=r"does not match .*model\.onnx \(\d[\d,]* bytes, "
+                                       r"[\d,]+ expected\)"):
+        MiniLMEmbedder(str(smaller)).embed(["roll a die"])
+
+
+def test_router_check_reads_the_whole_graph_where_a_process_checks_its_size(tmp_path, capsys):
+    model = fake_tuning(tmp_path / "m")
+    assert cli.main(["router", "check", str(model)]) == 0
+    assert f"{model}: {read_tuning(model).model_id}, tuned on 2 agents" in capsys.readouterr().out
+    graph = (model / "model.onnx").read_bytes()
+    same_size = graph.replace(np.float32(table()[4][0]).tobytes(), np.float32(1.5).tobytes())
+    assert len(same_size) == len(graph) and same_size != graph
+    (model / "model.onnx").write_bytes(same_size)
+    MiniLMEmbedder(str(model)).embed(["roll a die"])  # a process checks the size alone
+    assert cli.main(["router", "check", str(model)]) == 2
+    assert capsys.readouterr().err == (
+        f"codeshot: error: {model / TUNING_FILE} does not match {model / 'model.onnx'} (its "
+        "sha256): files of another tuning, or changed since: tune it again with `codeshot "
+        "router tune` (LLM_ERROR)\n")
 
 
 def test_a_directory_that_is_not_a_tuned_model_is_refused_at_startup_naming_its_setting(
@@ -301,6 +360,11 @@ def test_the_cli_tunes_on_the_registry_and_the_platform_routes_with_the_model(
     tuned = Services(aws.replace(embedder="minilm", minilm_model=str(out)))
     assert tuned.embedder.model_id.startswith(TUNED_MINILM + "-")
     assert tuned.router.scoring == CALIBRATED[TUNED_MINILM]
+    # the agents' rows stored under it, as its graph makes them: no router embeds them
+    stored = {a.agent_id: a for a in services.registry.scan_all()}
+    assert {a.embedding_model for a in stored.values()} == {tuned.embedder.model_id}
+    assert np.abs(np.asarray(from_bytes(stored["ops/dice"].embeddings, 4)) - np.asarray(
+        tuned.embedder.embed(agent_texts(stored["ops/dice"])))).max() < 1e-6
     (best,) = tuned.router.route("roll me a twenty-sided die", 1, viewer="ops")
     assert best.agent_id == "ops/dice" and best.fits
     # the tuned weights are what embeds: each agent's rows pulled together
@@ -327,6 +391,45 @@ def test_the_cli_tunes_on_the_registry_and_the_platform_routes_with_the_model(
     assert again.embed(["Roll 3d6"]) != pytest.approx(first)
     with pytest.raises(LLMError, match="tuned again since this process read it"):
         unloaded.embed(["Roll 3d6"])
+
+
+def test_router_tune_stores_the_new_models_rows_for_the_agents_it_tuned_on(
+        aws, tmp_path, monkeypatch, capsys):
+    """Agents registered before a tuning have rows of another model: `router tune`
+    stores the tuned graph's rows for them once, so that no router embeds them at each
+    rebuild (the runner, which rebuilds indexes, may not write agents). The tuning itself
+    (torch) is the tiny graph here; the slow test above runs the real one."""
+    from codeshot.routing import tune as tune_module
+    from codeshot.routing.index import with_embeddings
+    from codeshot.routing.router import Router
+    from tests.routing.test_router import Counted
+
+    registry = Services(aws).registry
+    for agent in agents():
+        registry.create(with_embeddings(agent, StaticEmbedder()))
+    monkeypatch.setattr(cli, "_target_settings", aws.replace)
+    monkeypatch.setattr(tune_module, "tune",
+                        lambda agents, out, epochs: read_tuning(fake_tuning(out)))
+    out = tmp_path / "router-model"
+    version = registry.version()
+    assert cli.main(["router", "tune", "--out", str(out)]) == 0
+    assert "stored its vectors for 3 of them" in capsys.readouterr().out
+    assert registry.version() == version  # nothing for a router to reload
+    embedder = Counted(MiniLMEmbedder(str(out)))
+    assert {a.embedding_model for a in registry.scan_all()} == {embedder.model_id}
+    Router(registry, embedder, floor=0.0).route("roll a die", 1)
+    assert embedder.texts == ["roll a die"]  # the query alone: every agent's rows stored
+
+    # Again (once more on the same agents): nothing left to store.
+    (out / "model.safetensors").write_bytes(b"")  # an earlier tuning's directory
+    monkeypatch.setattr(tune_module, "tune", lambda agents, out, epochs: read_tuning(out))
+    assert cli.main(["router", "tune", "--out", str(out)]) == 0
+    assert "stored its vectors for 0 of them" in capsys.readouterr().out
+    # An agent changed between the scan and the store keeps its registration's rows.
+    read = registry.get("ops/dice")
+    registry.replace(read.replace(sample_queries=["Throw a die"]))
+    assert not registry.keep_embeddings(with_embeddings(read, StaticEmbedder()), read_as=read)
+    assert registry.get("ops/dice").embedding_model == embedder.model_id
 
 
 def test_the_cli_says_what_to_install_without_the_embeddings_extra(
