@@ -85,7 +85,8 @@ def turns(messages: Sequence[Message]) -> list[Turn]:
 class Chain:
     """An A2A task: a turn, and each later turn that answered the question the one
     before it ended with (the runner resumes a paused program with the session's next
-    message), with the messages of them all."""
+    message), with the messages of them all (an answer that came too late among them:
+    :func:`_too_late`)."""
 
     turns: tuple[Turn, ...]
     messages: tuple[Message, ...] = ()
@@ -114,6 +115,16 @@ class Chain:
         return next((r for r in self.replies if r.message_id == asked), None)
 
 
+def _too_late(chain: Chain, turn: Turn) -> bool:
+    """Whether ``turn``'s query was sent to answer the question ``chain``'s last reply
+    ended (A2A, by its task, before a cancel landed: the runner answered it CANCELED and
+    ran nothing). Its messages are that task's, but not a turn of it: a finished task
+    never changes, so its state and status stay what the end made them."""
+    ended = chain.turns[-1].reply
+    return turn.query.answers is not None and ended is not None and \
+        ended.in_reply_to == turn.query.answers
+
+
 def chains(messages: Sequence[Message]) -> list[Chain]:
     """The tasks (:class:`Chain`) of a run of a session's messages, in order, each with
     its own messages (steps of a turn whose query is not among them are left out)."""
@@ -123,7 +134,7 @@ def chains(messages: Sequence[Message]) -> list[Chain]:
     for turn in found:
         if out and out[-1].state is TaskState.INPUT_REQUIRED:
             out[-1] = Chain((*out[-1].turns, turn))
-        else:
+        elif not (out and _too_late(out[-1], turn)):
             out.append(Chain((turn,)))
         at.append(len(out) - 1)
     owner: dict[str, int] = {}  # a query or a question -> its chain
@@ -188,6 +199,13 @@ def turn_before(services: Services, session_id: str, message_id: str) -> list[Me
     return _led(services, session_id, before)
 
 
+def _continued(before: list[Message], query: Message) -> bool:
+    """Whether the user message ``query`` is of the task of the turn ``before`` it (as
+    :func:`turn_before` reads it): it answered that task's question."""
+    found = chains([*before, query])
+    return found[-1].first.message_id != query.message_id
+
+
 def _from_first(services: Services, session_id: str, messages: list[Message]
                 ) -> tuple[list[Message], list[Message]]:
     """``messages`` (in time order, from a turn's query on) led by the user messages and
@@ -199,8 +217,7 @@ def _from_first(services: Services, session_id: str, messages: list[Message]
         if first is None:
             return messages, []
         before = turn_before(services, session_id, first.message_id)
-        found = turns(before)
-        if not found or found[-1].state is not TaskState.INPUT_REQUIRED:
+        if not _continued(before, first):
             return messages, before
         messages = [*before, *messages]
     raise Conflict(f"this task asked more than {TASK_TURNS} questions: A2A does not read "
@@ -226,8 +243,7 @@ def check_task(services: Services, session_id: str, query_id: str
     message of that id, or one that answered the question of the task before it)."""
     first = first_query(services, session_id, query_id)
     before = turn_before(services, session_id, query_id)
-    found = turns(before)
-    if found and found[-1].state is TaskState.INPUT_REQUIRED:
+    if _continued(before, first):
         raise NotFound(f"task {query_id} not found: that message answered a question of "
                        "the task before it")
     return first, before

@@ -251,3 +251,12 @@ def test_an_a2a_answer_to_a_question_canceled_before_it_was_taken_runs_nothing(
     assert platform.services.usage.used("query", owner) == 1  # its charge given back
     got = a2a(platform, key, booking, "GetTask", id=task_id)["result"]
     assert got["status"]["state"] == "TASK_STATE_CANCELED"
+    # The answer and its refusal are the canceled task's, not a stray task of their own.
+    posted = sent["result"]["task"]["history"][-1]["messageId"]
+    assert [m["messageId"] for m in got["history"]][-2:] == [posted, answer.message_id]
+    stray = a2a(platform, key, booking, "GetTask", id=ids.task_id(h, posted))
+    assert stray["error"]["code"] == -32001, stray
+    for listing in ({"contextId": h}, {"contextId": h, "historyLength": 5}, {}):
+        listed = a2a(platform, key, booking, "ListTasks", **listing)["result"]["tasks"]
+        assert [(t["id"], t["status"]["state"]) for t in listed] == [
+            (task_id, "TASK_STATE_CANCELED")], (listing, listed)
