@@ -115,7 +115,7 @@ DEFAULT_PUSH_CONFIG_ID = "default"
 PUSH_TOKEN = re.compile(r"[\x20-\x7e]{1,1024}")
 PUSH_CONFIG_ID = re.compile(r"[\x21-\x7e]{1,128}")
 MAX_SKILLS = 50
-MAX_LIST_PAGE = 20  # tasks a ListTasks page shows at most (each reads its newest messages)
+MAX_LIST_PAGE = 20  # tasks a ListTasks page shows at most (each read back turn by turn)
 MAX_PAGE_SIZE = 100  # A2A's bound: a larger pageSize is refused
 PLANNER_SKILL = AgentSkill(id="ask", name="Ask", tags=["planner"],
                            description="Ask anything: the planner routes it to an agent.")
@@ -625,8 +625,7 @@ class SessionTasks(RequestHandler):
             if params.context_id:
                 listed, total, token = await self._in_context(principal, size, length, params)
             else:
-                listed, total, token = await self._newest_per_context(principal, size, length,
-                                                                      params)
+                listed, total, token = await self._callers(principal, size, length, params)
             return ListTasksResponse(tasks=listed, page_size=size, total_size=total,
                                      next_page_token=token or "")
 
@@ -668,25 +667,16 @@ class SessionTasks(RequestHandler):
                           artifacts=params.include_artifacts) for chain in page]
         return listed, len(page) + (1 if token else 0), token
 
-    async def _newest_per_context(self, principal: Principal, size: int, length: int,
-                                  params: ListTasksRequest
-                                  ) -> tuple[list[Task], int, str | None]:
-        """A page of the caller's contexts with this agent, each by its newest task (a
-        context's every task: ListTasks with its contextId); one with none yet shows none.
-        The total counts the contexts."""
-        user_id = user_id_of(principal)
-        page = await blocking(self.s.sessions.list_by_frontend, user_id, self.frontend,
-                              size, params.page_token or None)
-        total = await blocking(self.s.sessions.count_by_frontend, user_id, self.frontend)
-        listed = []
-        for session in page.items:
-            # A few of its messages, never its log: its newest task's state, answer and
-            # history_length messages, at most tasks.LISTED_MESSAGES of them.
-            last = await blocking(tasks.newest_task, self.s, session.session_id)
-            if last is not None:
-                listed.append(task_of(self.s, session.session_id, last, length,
-                                      artifacts=params.include_artifacts))
-        return listed, total, page.next_token
+    async def _callers(self, principal: Principal, size: int, length: int,
+                       params: ListTasksRequest) -> tuple[list[Task], int, str | None]:
+        """A page of the caller's tasks with this agent, newest first, context by context
+        (:func:`tasks.users_tasks`); the total a lower bound, as in :meth:`_in_context`."""
+        page, token = await blocking(tasks.users_tasks, self.s, user_id_of(principal),
+                                     self.frontend, params.page_token or None, size,
+                                     min(length, tasks.SHOWN_MESSAGES))
+        listed = [task_of(self.s, chain.first.session_id, chain, length,
+                          artifacts=params.include_artifacts) for chain in page]
+        return listed, len(page) + (1 if token else 0), token
 
     # -- push notifications: the session's signed callback, in A2A's form ---------------
     async def _check_push(self, config: TaskPushNotificationConfig) -> None:

@@ -28,6 +28,7 @@ from codeshot import ids
 from codeshot.errors import Canceled, Conflict, InvalidInput, NotFound
 from codeshot.models import PLANNER_ID, Message, MessageType, Principal, Session, TaskState
 from codeshot.services import Services
+from codeshot.store.sessions import Place
 from codeshot.usecases.agents import usable_agent
 from codeshot.usecases.messaging import TERMINAL, EmbedUpload, Messaging, wait_for_reply
 from codeshot.usecases.sessions import create_session, get_session
@@ -40,6 +41,7 @@ SHOWN_MESSAGES = 100  # an A2A task (GetTask, SendMessage's answer) shows its ne
 TASK_PAGE = 200  # an older A2A task is read from its first message on, this many a page
 TASK_READS = 10  # ... in at most this many pages (2,000 messages): a longer one is refused
 TASK_TURNS = 100  # questions an A2A task is read back through, at most
+LISTED_CONTEXTS = 20  # contexts a page of a user's tasks reads at most (one read each)
 _CHAIN = 3  # a step or reply -> the question it answers -> the query: the turn's query
 
 
@@ -317,6 +319,64 @@ def tasks_before(services: Services, session_id: str, before: str | None, count:
         if len(out) == count:
             break
     return out, before if last else None
+
+
+def _resumed(services: Services, owner: str, frontend: str | None, token: str
+             ) -> tuple[Place, str | None]:
+    """Where a page of :func:`users_tasks` goes on from its ``token``: after a context's
+    place in the owner's list, and first among that context's tasks that began before a
+    message (None: none of them; so too once the context was deleted)."""
+    context, dot, before = token.rpartition(".")
+    if not dot or not context or (before and not ids.is_ulid(before)):
+        raise InvalidInput("pageToken is not one this listing gave")
+    try:
+        if before:
+            session = services.sessions.get(context, owner)
+            if session.frontend_agent_id != frontend:
+                raise InvalidInput("pageToken is not one this listing gave")
+            return Place(context, session.to_dict()["created"]), before
+        return services.sessions.place(context, owner), None
+    except NotFound:
+        try:  # deleted since (its place is kept a while): its tasks are gone
+            return services.sessions.place(context, owner), None
+        except NotFound:
+            raise InvalidInput("pageToken is not one this listing gave") from None
+
+
+def users_tasks(services: Services, owner: str, frontend: str | None, token: str | None,
+                count: int, history: int = 0) -> tuple[list[Chain], str | None]:
+    """Up to ``count`` of the owner's tasks with ``frontend`` (None: the planner), newest
+    first: their contexts newest first, each context's tasks newest first (as
+    :func:`tasks_before` reads them: a task costs its turns, never its steps), from where
+    ``token`` says (None: the newest); and the next page's token (None: no more): the
+    last task listed, ``<context>.<its first message>``, or ``<context>.`` once that
+    context's tasks are all listed. A page reads one page of the owner's index (at most
+    ``LISTED_CONTEXTS`` contexts) and may come short of ``count``, with a token to go on:
+    a context costs a read even with no task, and the index is filtered by agent."""
+    out: list[Chain] = []
+    place, before = _resumed(services, owner, frontend, token) if token else (None, None)
+    if place is not None and before is not None:
+        out, before = tasks_before(services, place.session_id, before, count, history)
+        if before is not None:
+            return out, ids.task_id(place.session_id, before)
+        if len(out) == count:
+            return out, f"{place.session_id}."
+    contexts = services.sessions.list_by_frontend(owner, frontend, LISTED_CONTEXTS,
+                                                  after=place)
+    for at, session in enumerate(contexts.items):
+        found, before = tasks_before(services, session.session_id, None, count - len(out),
+                                     history)
+        out += found
+        if before is not None:
+            return out, ids.task_id(session.session_id, before)
+        if len(out) == count:
+            more = at + 1 < len(contexts.items) or contexts.next_token
+            return out, f"{session.session_id}." if more else None
+    if contexts.next_token is None:
+        return out, None
+    last = contexts.items[-1].session_id if contexts.items else \
+        services.sessions.place_at(owner, contexts.next_token).session_id
+    return out, f"{last}."
 
 
 def state_of(messages: Sequence[Message]) -> TaskState:
