@@ -498,7 +498,8 @@ class SessionTasks(RequestHandler):
                     session_id=session.session_id, wait=wait, idempotency_key=key,
                     unchanged_since=session.modified if target.checked else None,
                     callback=_callback(push) if push is not None else None,
-                    answers=target.answers)
+                    answers=target.answers,
+                    task=target.continued if target.answers else None)
             except Changed:  # check again, as it is now
                 target = await self._target(principal, checked.message, key)
                 continue

@@ -405,12 +405,12 @@ async def ask(services: Services, principal: Principal, text: str, *,
               agent_id: str | None = None, session_id: str | None = None,
               embeds: list[EmbedUpload] | None = None, wait: float | None = None,
               idempotency_key: str | None = None, unchanged_since: datetime | None = None,
-              callback: Mapping[str, str | None] | None = None, answers: str | None = None
-              ) -> tuple[Session, Turn]:
+              callback: Mapping[str, str | None] | None = None, answers: str | None = None,
+              task: str | None = None) -> tuple[Session, Turn]:
     """Post ``text`` to a session (the given one, or a new one with ``agent_id``; only if
     unchanged since a check read it ``modified`` then, with its ``callback`` fields and
-    the question it ``answers``: see :meth:`Messaging.post`) and wait (at most ``wait``
-    seconds, by default the reply wait) for its terminal reply."""
+    the question of the A2A ``task`` it ``answers``: see :meth:`Messaging.post`) and wait
+    (at most ``wait`` seconds, by default the reply wait) for its terminal reply."""
     messaging = Messaging(services)
     timeout = services.settings.reply_wait_seconds if wait is None else wait
     if session_id is None:  # before a waiting slot: bad input gets its own error, makes nothing
@@ -420,7 +420,8 @@ async def ask(services: Services, principal: Principal, text: str, *,
     async with waiting(services, principal, timeout):
         session = await blocking(open_session, services, principal, agent_id, session_id)
         query, _ = await blocking(messaging.post, principal, session.session_id, text, embeds,
-                                  idempotency_key, unchanged_since, callback, answers)
+                                  idempotency_key, unchanged_since, callback, answers,
+                                  task)
         reply = await wait_for_reply(messaging, query, timeout) if timeout > 0 else None
     return session, Turn(query, reply)
 
