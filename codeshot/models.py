@@ -413,6 +413,8 @@ class Message(Record):
     # The question a user message was sent to answer (A2A, by its task's id): if it was
     # ended before the runner took the message, its task is over, and nothing runs.
     answers: str | None = None
+    # That task (the id of its first message): the one its reply is pushed for then.
+    task: str | None = None
 
     COERCE: ClassVar[dict[str, Any]] = {"type": MessageType, "timestamp": _datetime,
               "embeds": lambda refs: {k: _embed_ref(k, v) for k, v in refs.items()}}

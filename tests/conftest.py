@@ -19,6 +19,7 @@ from unittest import mock
 import httpx
 import moto  # noqa: F401  (before any client: see below)
 import pytest
+from fastapi import FastAPI, Request
 
 from codeshot import ids
 from codeshot.api.app import create_app
@@ -331,3 +332,27 @@ def hanging_dns(monkeypatch) -> Iterator[None]:
     monkeypatch.setattr(socket, "getaddrinfo", resolve)
     yield
     released.set()
+
+
+class PushReceiver:
+    """A push-notification endpoint (A2A, session callbacks) on loopback that checks
+    nothing: the test does."""
+
+    def __init__(self) -> None:
+        self.received: list[tuple[dict, dict]] = []
+        app = FastAPI()
+
+        @app.post("/hook")
+        async def hook(request: Request) -> dict:
+            self.received.append((dict(request.headers), await request.json()))
+            return {}
+
+        self.server = HttpServer(app, "127.0.0.1", 0)
+        self.url = self.server.start() + "/hook"
+
+
+@pytest.fixture
+def receiver():
+    hook = PushReceiver()
+    yield hook
+    hook.server.stop()

@@ -115,7 +115,7 @@ DEFAULT_PUSH_CONFIG_ID = "default"
 PUSH_TOKEN = re.compile(r"[\x20-\x7e]{1,1024}")
 PUSH_CONFIG_ID = re.compile(r"[\x21-\x7e]{1,128}")
 MAX_SKILLS = 50
-MAX_LIST_PAGE = 20  # tasks a ListTasks page shows at most (each reads its newest messages)
+MAX_LIST_PAGE = 20  # tasks a ListTasks page shows at most (each read back turn by turn)
 MAX_PAGE_SIZE = 100  # A2A's bound: a larger pageSize is refused
 PLANNER_SKILL = AgentSkill(id="ask", name="Ask", tags=["planner"],
                            description="Ask anything: the planner routes it to an agent.")
@@ -328,29 +328,31 @@ class _Target:
 
 @dataclass(frozen=True)
 class _Checked:
-    """A message checked before anything is held or made for it: its text, push config,
-    idempotency key (its messageId) and where it goes, as then."""
+    """A message checked before anything is held or made for it (:meth:`SessionTasks.
+    _check`): it, its text, push config, idempotency key (its messageId) and where it
+    goes, as then."""
 
+    message: Message
     text: str
     push: TaskPushNotificationConfig | None
     key: str | None
     target: _Target
 
 
-def _unsendable(task_id: str, state: models.TaskState) -> str:
-    if state is models.TaskState.WORKING:
-        return (f"task {task_id} is still working: it takes a message only when it asks "
-                "for input; wait for it (GetTask, SubscribeToTask)")
-    return (f"task {task_id} is {state.value} and cannot be continued: send the next "
-            "message with its contextId (no taskId) to begin a new task in its context")
-
-
-def _busy(task_id: str, state: models.TaskState) -> str:
-    if state is models.TaskState.INPUT_REQUIRED:
-        return (f"task {task_id} of this context waits for input: answer it (its taskId) "
-                "or cancel it before beginning another")
-    return (f"task {task_id} of this context is still working: begin the next once it is "
-            "over (GetTask, SubscribeToTask)")
+def _refused(task_id: str, state: models.TaskState, new_task: bool = False
+             ) -> UnsupportedOperationError:
+    """Why a message is refused by task ``task_id`` in ``state`` (``new_task``: it asked
+    for a new task in the context this task is the newest of), and what to do instead."""
+    if new_task:
+        why = ("waits for input: answer it (its taskId) or cancel it before beginning "
+               "another" if state is models.TaskState.INPUT_REQUIRED else
+               "is still working: begin the next once it is over (GetTask, SubscribeToTask)")
+        return UnsupportedOperationError(message=f"task {task_id} of this context {why}")
+    why = ("is still working: it takes a message only when it asks for input; wait for it "
+           "(GetTask, SubscribeToTask)" if state is models.TaskState.WORKING else
+           f"is {state.value} and cannot be continued: send the next message with its "
+           "contextId (no taskId) to begin a new task in its context")
+    return UnsupportedOperationError(message=f"task {task_id} {why}")
 
 
 def _callback(config: TaskPushNotificationConfig) -> dict[str, str | None]:
@@ -445,8 +447,7 @@ class SessionTasks(RequestHandler):
             if not await self._retried(session, key, query_id):
                 chain = await blocking(tasks.read_task, self.s, session.session_id, query_id)
                 if chain.state is not models.TaskState.INPUT_REQUIRED:
-                    raise UnsupportedOperationError(message=_unsendable(message.task_id,
-                                                                        chain.state))
+                    raise _refused(message.task_id, chain.state)
                 question = chain.question
                 return _Target(session, query_id, checked=True,
                                answers=question.message_id if question else None)
@@ -457,25 +458,14 @@ class SessionTasks(RequestHandler):
                 return _Target(session)
             last = await blocking(tasks.newest_task, self.s, session.session_id)
             if last is not None and last.state not in tasks.FINISHED:
-                busy = ids.task_id(session.session_id, last.first.message_id)
-                raise UnsupportedOperationError(message=_busy(busy, last.state))
+                raise _refused(ids.task_id(session.session_id, last.first.message_id),
+                               last.state, new_task=True)
             return _Target(session, checked=True)
         return _Target()
 
-    async def _post(self, params: SendMessageRequest, context: ServerCallContext,
-                    wait: float) -> tuple[Session, str, tasks.Turn]:
-        """Post a message (to its task, as a new task in its context, or in a new one) once
-        everything in it was checked: refused input makes, charges and stores nothing. A
-        retried message (same messageId) is the first one: posted and charged once.
-        Returns the session, the task's id and the turn posted."""
-        principal = self._principal(context)
-        checked = await self._check(params, principal)
-        # A waiting slot once the input is checked, before the task's context is made (see
-        # usecases/waits.py).
-        async with waiting(self.s, principal, wait):
-            return await self._post_checked(params, principal, checked, wait)
-
     async def _check(self, params: SendMessageRequest, principal: Principal) -> _Checked:
+        """A message to send, checked (text, quota, push config, where it goes): bad
+        input is refused before a waiting slot is taken or anything is made for it."""
         text = _text_of(params.message)
         await blocking(Messaging(self.s).precheck, principal, text)
         config = params.configuration
@@ -484,11 +474,15 @@ class SessionTasks(RequestHandler):
         if push is not None:
             await self._check_push(push)
         key = params.message.message_id[:128] or None
-        return _Checked(text, push, key, await self._target(principal, params.message, key))
+        return _Checked(params.message, text, push, key,
+                        await self._target(principal, params.message, key))
 
-    async def _post_checked(self, params: SendMessageRequest, principal: Principal,
-                            checked: _Checked, wait: float
-                            ) -> tuple[Session, str, tasks.Turn]:
+    async def _post(self, principal: Principal, checked: _Checked, wait: float
+                    ) -> tuple[str, tasks.Turn]:
+        """Post a checked message (to its task, as a new task in its context, or in a new
+        one): refused input made, charged and stored nothing. A retried message (same
+        messageId) is the first one: posted and charged once. Returns the task's id and
+        the turn posted."""
         target, key, push = checked.target, checked.key, checked.push
         for _ in range(POST_TRIES):
             session = target.session if target.session is not None else await blocking(
@@ -504,12 +498,13 @@ class SessionTasks(RequestHandler):
                     session_id=session.session_id, wait=wait, idempotency_key=key,
                     unchanged_since=session.modified if target.checked else None,
                     callback=_callback(push) if push is not None else None,
-                    answers=target.answers)
+                    answers=target.answers,
+                    task=target.continued if target.answers else None)
             except Changed:  # check again, as it is now
-                target = await self._target(principal, params.message, key)
+                target = await self._target(principal, checked.message, key)
                 continue
-            return session, ids.task_id(session.session_id,
-                                        target.continued or turn.query.message_id), turn
+            return ids.task_id(session.session_id,
+                               target.continued or turn.query.message_id), turn
         raise Conflict("the task kept changing while this message was checked; send it again")
 
     async def on_message_send(self, params: SendMessageRequest, context: ServerCallContext
@@ -517,10 +512,15 @@ class SessionTasks(RequestHandler):
         length = _history_length(params.configuration)
 
         async def send() -> Task:
-            immediately = params.configuration.return_immediately
-            _, task_id, _ = await self._post(params, context, 0 if immediately else
-                                             self.s.settings.reply_wait_seconds)
-            return await self._task(self._principal(context), task_id, length)
+            principal = self._principal(context)
+            checked = await self._check(params, principal)
+            wait = 0 if params.configuration.return_immediately else \
+                self.s.settings.reply_wait_seconds
+            # A waiting slot once the input is checked, before the task's context is made
+            # (see usecases/waits.py).
+            async with waiting(self.s, principal, wait):
+                task_id, _ = await self._post(principal, checked, wait)
+            return await self._task(principal, task_id, length)
 
         return await self._call(send)
 
@@ -535,7 +535,7 @@ class SessionTasks(RequestHandler):
             raise _a2a_error(exc) from exc
         try:
             try:
-                _, task_id, turn = await self._post_checked(params, principal, checked, 0)
+                task_id, turn = await self._post(principal, checked, 0)
                 task = await self._task(principal, task_id, 0)
             except Exception as exc:
                 raise _a2a_error(exc) from exc
@@ -625,8 +625,7 @@ class SessionTasks(RequestHandler):
             if params.context_id:
                 listed, total, token = await self._in_context(principal, size, length, params)
             else:
-                listed, total, token = await self._newest_per_context(principal, size, length,
-                                                                      params)
+                listed, total, token = await self._callers(principal, size, length, params)
             return ListTasksResponse(tasks=listed, page_size=size, total_size=total,
                                      next_page_token=token or "")
 
@@ -668,25 +667,16 @@ class SessionTasks(RequestHandler):
                           artifacts=params.include_artifacts) for chain in page]
         return listed, len(page) + (1 if token else 0), token
 
-    async def _newest_per_context(self, principal: Principal, size: int, length: int,
-                                  params: ListTasksRequest
-                                  ) -> tuple[list[Task], int, str | None]:
-        """A page of the caller's contexts with this agent, each by its newest task (a
-        context's every task: ListTasks with its contextId); one with none yet shows none.
-        The total counts the contexts."""
-        user_id = user_id_of(principal)
-        page = await blocking(self.s.sessions.list_by_frontend, user_id, self.frontend,
-                              size, params.page_token or None)
-        total = await blocking(self.s.sessions.count_by_frontend, user_id, self.frontend)
-        listed = []
-        for session in page.items:
-            # A few of its messages, never its log: its newest task's state, answer and
-            # history_length messages, at most tasks.LISTED_MESSAGES of them.
-            last = await blocking(tasks.newest_task, self.s, session.session_id)
-            if last is not None:
-                listed.append(task_of(self.s, session.session_id, last, length,
-                                      artifacts=params.include_artifacts))
-        return listed, total, page.next_token
+    async def _callers(self, principal: Principal, size: int, length: int,
+                       params: ListTasksRequest) -> tuple[list[Task], int, str | None]:
+        """A page of the caller's tasks with this agent, newest first, context by context
+        (:func:`tasks.users_tasks`); the total a lower bound, as in :meth:`_in_context`."""
+        page, token = await blocking(tasks.users_tasks, self.s, user_id_of(principal),
+                                     self.frontend, params.page_token or None, size,
+                                     min(length, tasks.SHOWN_MESSAGES))
+        listed = [task_of(self.s, chain.first.session_id, chain, length,
+                          artifacts=params.include_artifacts) for chain in page]
+        return listed, len(page) + (1 if token else 0), token
 
     # -- push notifications: the session's signed callback, in A2A's form ---------------
     async def _check_push(self, config: TaskPushNotificationConfig) -> None:

@@ -203,9 +203,10 @@ class SessionRunner:
                 if paused is None and query.answers:
                     # Sent to answer a question that was ended since (A2A, to its task):
                     # that task is over, so nothing runs, and the post is not charged.
+                    # The reply is that task's (pushed for it), not a task of its own.
                     self._finish(session, query, failure_outcome(Canceled(ANSWERED_ENDED)),
                                  None, trace, book, lease, had_state=recent.state is not None,
-                                 task=task, refund=True)
+                                 task=query.task or task, refund=True)
                     return
                 try:
                     outcome, program_state = self._run(session, query, paused, history,

@@ -113,6 +113,17 @@ class Place:
     created: str  # ISO, as stored: the owner index's sort key
 
 
+def _start(owner: str, token: str | None, after: Place | None) -> dict[str, Any] | None:
+    """Where a page of the owner's index starts: after ``token``'s key, else after
+    ``after``'s place (the item need not exist: DynamoDB starts after where its key would
+    be), else at the newest."""
+    start = decode_token(token, {"owner": owner}, SESSIONS.page_key("by_owner"))
+    if start is None and after is not None:
+        start = {**_key(after.session_id, SESSION_ITEM), "owner": {"S": owner},
+                 "created": {"S": after.created}}
+    return start
+
+
 @dataclass(frozen=True)
 class Recent:
     """A session's newest items from one read (see :meth:`SessionStore.recent`)."""
@@ -352,11 +363,7 @@ class SessionStore(Repository):
             "ScanIndexForward": False,
             "Limit": clamp_limit(limit),
         }
-        start = decode_token(token, {"owner": owner}, SESSIONS.page_key("by_owner"))
-        if start is None and after is not None:
-            # The item need not exist: DynamoDB starts after where its key would be.
-            start = {**_key(after.session_id, SESSION_ITEM), "owner": {"S": owner},
-                     "created": {"S": after.created}}
+        start = _start(owner, token, after)
         if start:
             kwargs["ExclusiveStartKey"] = start
         out = self.db.query(**kwargs)
@@ -379,20 +386,22 @@ class SessionStore(Repository):
         }
 
     def list_by_frontend(self, owner: str, frontend: str | None, limit: int,
-                         token: str | None = None, reads: int = 5) -> Page[Session]:
+                         token: str | None = None, reads: int = 5, after: Place | None = None
+                         ) -> Page[Session]:
         """The owner's sessions with ``frontend`` (None: the planner), newest first, from
-        ``token``: up to ``limit`` of them in at most ``reads`` Queries (a page may come
-        short, with a token to go on, when the owner has many sessions with others)."""
+        ``token`` or older than ``after``: up to ``limit`` of them in at most ``reads``
+        Queries (a page may come short, with a token to go on, when the owner has many
+        sessions with others)."""
         kwargs = {"TableName": self.table_name, "ScanIndexForward": False,
                   **self._with_frontend(owner, frontend)}
-        start = decode_token(token, {"owner": owner}, SESSIONS.page_key("by_owner"))
+        start = _start(owner, token, after)
         items, last = fill_page(self.db, kwargs, start, limit, reads)
         return Page([Session.from_dict(from_item(i)) for i in items], encode_token(last))
 
-    def count_by_frontend(self, owner: str, frontend: str | None) -> int:
-        """How many sessions the owner has with ``frontend`` (counted by DynamoDB)."""
-        return count_items(self.db, {"TableName": self.table_name,
-                                     **self._with_frontend(owner, frontend)})
+    def place_at(self, owner: str, token: str) -> Place:
+        """Where a page of the owner's index that gave ``token`` stopped."""
+        key = decode_token(token, {"owner": owner}, SESSIONS.page_key("by_owner")) or {}
+        return Place(key["session_id"]["S"], key["created"]["S"])
 
     def count_by_owner(self, owner: str, most: int | None = None) -> int:
         """How many sessions the owner has (counted by DynamoDB, none returned); with

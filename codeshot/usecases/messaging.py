@@ -141,13 +141,15 @@ class Messaging:
         unchanged_since: datetime | None = None,
         callback: Mapping[str, str | None] | None = None,
         answers: str | None = None,
+        task: str | None = None,
     ) -> tuple[Message, bool]:
-        """Store and enqueue a user message (the answer to the question ``answers``, when
-        given: see :attr:`Message.answers`); returns (message, newly_created). With
-        ``unchanged_since`` (the session's ``modified`` as a check read it), only if no
-        post or reply came since: else CHANGED (:class:`Changed`), nothing written. The
-        session's ``callback`` fields (see :meth:`SessionStore.set_callback`) are written
-        with the message: a refused or repeated post changes none."""
+        """Store and enqueue a user message (the answer to the question ``answers`` of the
+        A2A ``task``, when given: see :attr:`Message.answers`); returns (message,
+        newly_created). With ``unchanged_since`` (the session's ``modified`` as a check
+        read it), only if no post or reply came since: else CHANGED (:class:`Changed`),
+        nothing written. The session's ``callback`` fields (see
+        :meth:`SessionStore.set_callback`) are written with the message: a refused or
+        repeated post changes none."""
         user_id = user_id_of(principal)
         embeds = embeds or []
         self._check_fields(text, bool(embeds), idempotency_key)
@@ -173,7 +175,7 @@ class Messaging:
         message = Message(
             session_id=session_id, message_id=ids.ulid(), text=text,
             type=MessageType.QUERY, sent_by=principal.username or user_id,
-            embeds=refs, answers=answers,
+            embeds=refs, answers=answers, task=task,
         )
         # (what is charged, its limit): the transaction's first items, in this order
         charges = [("daily query", limit)]

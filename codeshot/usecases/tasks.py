@@ -28,6 +28,7 @@ from codeshot import ids
 from codeshot.errors import Canceled, Conflict, InvalidInput, NotFound
 from codeshot.models import PLANNER_ID, Message, MessageType, Principal, Session, TaskState
 from codeshot.services import Services
+from codeshot.store.sessions import Place
 from codeshot.usecases.agents import usable_agent
 from codeshot.usecases.messaging import TERMINAL, EmbedUpload, Messaging, wait_for_reply
 from codeshot.usecases.sessions import create_session, get_session
@@ -40,6 +41,7 @@ SHOWN_MESSAGES = 100  # an A2A task (GetTask, SendMessage's answer) shows its ne
 TASK_PAGE = 200  # an older A2A task is read from its first message on, this many a page
 TASK_READS = 10  # ... in at most this many pages (2,000 messages): a longer one is refused
 TASK_TURNS = 100  # questions an A2A task is read back through, at most
+LISTED_CONTEXTS = 20  # contexts a page of a user's tasks reads at most (one read each)
 _CHAIN = 3  # a step or reply -> the question it answers -> the query: the turn's query
 
 
@@ -85,7 +87,8 @@ def turns(messages: Sequence[Message]) -> list[Turn]:
 class Chain:
     """An A2A task: a turn, and each later turn that answered the question the one
     before it ended with (the runner resumes a paused program with the session's next
-    message), with the messages of them all."""
+    message), with the messages of them all (an answer that came too late among them:
+    :func:`_too_late`)."""
 
     turns: tuple[Turn, ...]
     messages: tuple[Message, ...] = ()
@@ -114,6 +117,16 @@ class Chain:
         return next((r for r in self.replies if r.message_id == asked), None)
 
 
+def _too_late(chain: Chain, turn: Turn) -> bool:
+    """Whether ``turn``'s query was sent to answer the question ``chain``'s last reply
+    ended (A2A, by its task, before a cancel landed: the runner answered it CANCELED and
+    ran nothing). Its messages are that task's, but not a turn of it: a finished task
+    never changes, so its state and status stay what the end made them."""
+    ended = chain.turns[-1].reply
+    return turn.query.answers is not None and ended is not None and \
+        ended.in_reply_to == turn.query.answers
+
+
 def chains(messages: Sequence[Message]) -> list[Chain]:
     """The tasks (:class:`Chain`) of a run of a session's messages, in order, each with
     its own messages (steps of a turn whose query is not among them are left out)."""
@@ -123,7 +136,7 @@ def chains(messages: Sequence[Message]) -> list[Chain]:
     for turn in found:
         if out and out[-1].state is TaskState.INPUT_REQUIRED:
             out[-1] = Chain((*out[-1].turns, turn))
-        else:
+        elif not (out and _too_late(out[-1], turn)):
             out.append(Chain((turn,)))
         at.append(len(out) - 1)
     owner: dict[str, int] = {}  # a query or a question -> its chain
@@ -188,6 +201,13 @@ def turn_before(services: Services, session_id: str, message_id: str) -> list[Me
     return _led(services, session_id, before)
 
 
+def _continued(before: list[Message], query: Message) -> bool:
+    """Whether the user message ``query`` is of the task of the turn ``before`` it (as
+    :func:`turn_before` reads it): it answered that task's question."""
+    found = chains([*before, query])
+    return found[-1].first.message_id != query.message_id
+
+
 def _from_first(services: Services, session_id: str, messages: list[Message]
                 ) -> tuple[list[Message], list[Message]]:
     """``messages`` (in time order, from a turn's query on) led by the user messages and
@@ -199,8 +219,7 @@ def _from_first(services: Services, session_id: str, messages: list[Message]
         if first is None:
             return messages, []
         before = turn_before(services, session_id, first.message_id)
-        found = turns(before)
-        if not found or found[-1].state is not TaskState.INPUT_REQUIRED:
+        if not _continued(before, first):
             return messages, before
         messages = [*before, *messages]
     raise Conflict(f"this task asked more than {TASK_TURNS} questions: A2A does not read "
@@ -226,8 +245,7 @@ def check_task(services: Services, session_id: str, query_id: str
     message of that id, or one that answered the question of the task before it)."""
     first = first_query(services, session_id, query_id)
     before = turn_before(services, session_id, query_id)
-    found = turns(before)
-    if found and found[-1].state is TaskState.INPUT_REQUIRED:
+    if _continued(before, first):
         raise NotFound(f"task {query_id} not found: that message answered a question of "
                        "the task before it")
     return first, before
@@ -303,6 +321,64 @@ def tasks_before(services: Services, session_id: str, before: str | None, count:
     return out, before if last else None
 
 
+def _resumed(services: Services, owner: str, frontend: str | None, token: str
+             ) -> tuple[Place, str | None]:
+    """Where a page of :func:`users_tasks` goes on from its ``token``: after a context's
+    place in the owner's list, and first among that context's tasks that began before a
+    message (None: none of them; so too once the context was deleted)."""
+    context, dot, before = token.rpartition(".")
+    if not dot or not context or (before and not ids.is_ulid(before)):
+        raise InvalidInput("pageToken is not one this listing gave")
+    try:
+        if before:
+            session = services.sessions.get(context, owner)
+            if session.frontend_agent_id != frontend:
+                raise InvalidInput("pageToken is not one this listing gave")
+            return Place(context, session.to_dict()["created"]), before
+        return services.sessions.place(context, owner), None
+    except NotFound:
+        try:  # deleted since (its place is kept a while): its tasks are gone
+            return services.sessions.place(context, owner), None
+        except NotFound:
+            raise InvalidInput("pageToken is not one this listing gave") from None
+
+
+def users_tasks(services: Services, owner: str, frontend: str | None, token: str | None,
+                count: int, history: int = 0) -> tuple[list[Chain], str | None]:
+    """Up to ``count`` of the owner's tasks with ``frontend`` (None: the planner), newest
+    first: their contexts newest first, each context's tasks newest first (as
+    :func:`tasks_before` reads them: a task costs its turns, never its steps), from where
+    ``token`` says (None: the newest); and the next page's token (None: no more): the
+    last task listed, ``<context>.<its first message>``, or ``<context>.`` once that
+    context's tasks are all listed. A page reads one page of the owner's index (at most
+    ``LISTED_CONTEXTS`` contexts) and may come short of ``count``, with a token to go on:
+    a context costs a read even with no task, and the index is filtered by agent."""
+    out: list[Chain] = []
+    place, before = _resumed(services, owner, frontend, token) if token else (None, None)
+    if place is not None and before is not None:
+        out, before = tasks_before(services, place.session_id, before, count, history)
+        if before is not None:
+            return out, ids.task_id(place.session_id, before)
+        if len(out) == count:
+            return out, f"{place.session_id}."
+    contexts = services.sessions.list_by_frontend(owner, frontend, LISTED_CONTEXTS,
+                                                  after=place)
+    for at, session in enumerate(contexts.items):
+        found, before = tasks_before(services, session.session_id, None, count - len(out),
+                                     history)
+        out += found
+        if before is not None:
+            return out, ids.task_id(session.session_id, before)
+        if len(out) == count:
+            more = at + 1 < len(contexts.items) or contexts.next_token
+            return out, f"{session.session_id}." if more else None
+    if contexts.next_token is None:
+        return out, None
+    last = contexts.items[-1].session_id if contexts.items else \
+        services.sessions.place_at(owner, contexts.next_token).session_id
+    return out, f"{last}."
+
+
 def state_of(messages: Sequence[Message]) -> TaskState:
     found = turns(messages)
     return found[-1].state if found else TaskState.SUBMITTED
@@ -329,12 +405,12 @@ async def ask(services: Services, principal: Principal, text: str, *,
               agent_id: str | None = None, session_id: str | None = None,
               embeds: list[EmbedUpload] | None = None, wait: float | None = None,
               idempotency_key: str | None = None, unchanged_since: datetime | None = None,
-              callback: Mapping[str, str | None] | None = None, answers: str | None = None
-              ) -> tuple[Session, Turn]:
+              callback: Mapping[str, str | None] | None = None, answers: str | None = None,
+              task: str | None = None) -> tuple[Session, Turn]:
     """Post ``text`` to a session (the given one, or a new one with ``agent_id``; only if
     unchanged since a check read it ``modified`` then, with its ``callback`` fields and
-    the question it ``answers``: see :meth:`Messaging.post`) and wait (at most ``wait``
-    seconds, by default the reply wait) for its terminal reply."""
+    the question of the A2A ``task`` it ``answers``: see :meth:`Messaging.post`) and wait
+    (at most ``wait`` seconds, by default the reply wait) for its terminal reply."""
     messaging = Messaging(services)
     timeout = services.settings.reply_wait_seconds if wait is None else wait
     if session_id is None:  # before a waiting slot: bad input gets its own error, makes nothing
@@ -344,7 +420,8 @@ async def ask(services: Services, principal: Principal, text: str, *,
     async with waiting(services, principal, timeout):
         session = await blocking(open_session, services, principal, agent_id, session_id)
         query, _ = await blocking(messaging.post, principal, session.session_id, text, embeds,
-                                  idempotency_key, unchanged_since, callback, answers)
+                                  idempotency_key, unchanged_since, callback, answers,
+                                  task)
         reply = await wait_for_reply(messaging, query, timeout) if timeout > 0 else None
     return session, Turn(query, reply)
 

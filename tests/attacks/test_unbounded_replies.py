@@ -139,15 +139,16 @@ def test_task_listings_read_a_few_messages_per_task(platform, monkeypatch):
                      "A2A-Version": "1.0"}, timeout=60, json={
         "jsonrpc": "2.0", "id": 1, "method": "ListTasks",
         "params": {"historyLength": 2, "includeArtifacts": True}}).json()["result"]
-    assert len(rpc["tasks"]) == 2
+    # Every task of both contexts, each walked back turn by turn: never the steps.
+    assert [t["contextId"] for t in rpc["tasks"]] == [made[1], made[1], made[0], made[0]]
     assert len(read) <= 2 * (tasks.LISTED_MESSAGES + 3), len(read)
-    for task in rpc["tasks"]:
+    for task, (answer, step) in zip(rpc["tasks"], [
+            ("the newest answer", f"late step {tasks.LISTED_MESSAGES + 4}"),
+            ("first answer", "step 1499")] * 2):
         assert task["status"]["state"] == "TASK_STATE_COMPLETED"
-        assert task["status"]["message"]["parts"][0]["text"] == "the newest answer"
-        assert [m["parts"][0]["text"] for m in task["history"]] == [
-            f"late step {tasks.LISTED_MESSAGES + 4}", "the newest answer"]
-        # The answers among the messages read (a listing shows the newest ones).
-        assert [a["parts"][0]["text"] for a in task["artifacts"]] == ["the newest answer"]
+        assert task["status"]["message"]["parts"][0]["text"] == answer
+        assert [m["parts"][0]["text"] for m in task["history"]] == [step, answer]
+        assert [a["parts"][0]["text"] for a in task["artifacts"]] == [answer]
 
     def a2a(method: str, params: dict) -> dict:
         return httpx.post(f"{platform.url}/a2a/platform/planner", timeout=60,

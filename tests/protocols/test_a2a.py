@@ -32,10 +32,8 @@ from a2a.utils.errors import (
     TaskNotFoundError,
     UnsupportedOperationError,
 )
-from fastapi import FastAPI, Request
 from google.protobuf.json_format import ParseDict
 
-from codeshot.local.http_server import HttpServer
 from tests.protocols.conftest import new_account
 
 
@@ -106,29 +104,6 @@ def test_the_planners_card_and_a_streamed_answer(stack):
     final = events[-1].status_update.status
     assert final.state == TaskState.TASK_STATE_COMPLETED
     assert re.fullmatch(r"You rolled \d+\.", get_message_text(final.message))
-
-
-class PushReceiver:
-    """A push-notification endpoint on loopback that checks nothing: the test does."""
-
-    def __init__(self) -> None:
-        self.received: list[tuple[dict, dict]] = []
-        app = FastAPI()
-
-        @app.post("/hook")
-        async def hook(request: Request) -> dict:
-            self.received.append((dict(request.headers), await request.json()))
-            return {}
-
-        self.server = HttpServer(app, "127.0.0.1", 0)
-        self.url = self.server.start() + "/hook"
-
-
-@pytest.fixture
-def receiver():
-    hook = PushReceiver()
-    yield hook
-    hook.server.stop()
 
 
 def test_an_input_required_task_is_answered_and_pushes_signed_updates(stack, booking, receiver):

@@ -168,41 +168,83 @@ def stored(services, session_id: str, *steps: tuple[MessageType, str | None]) ->
     return made
 
 
-def test_list_tasks_pages_each_contexts_newest_task_and_refuses_bad_input(platform, user):
+def test_list_tasks_pages_every_task_of_the_caller_and_refuses_bad_input(platform, user):
+    """Without a contextId, ListTasks showed each context's newest task only: a context's
+    earlier tasks were listed nowhere but under its contextId."""
     owner, key = user
     services, principal = platform.services, principal_of(owner)
-    mine = {}
-    for _ in range(25):
+    q, r = MessageType.QUERY, MessageType.RESPONSE
+    mine = []  # newest first: contexts newest first, each one's tasks newest first
+    for n in range(25):
         session_id = create_session(services, principal).session_id
-        first, = stored(services, session_id, (MessageType.QUERY, None))
-        mine[session_id] = f"{session_id}.{first}"
-    create_session(services, principal)  # a context without a task yet lists none
+        done = [step for i in range(n % 3) for step in ((q, None), (r, 2 * i))]
+        made = stored(services, session_id, *done, (q, None))
+        mine = [f"{session_id}.{made[i]}" for i in range(len(made) - 1, -1, -2)] + mine
+        if n == 20:
+            create_session(services, principal)  # a context without a task yet lists none
     for n in range(5):  # sessions with another agent are not this endpoint's tasks
         services.sessions.create(Session(session_id=f"other{n}{uuid.uuid4().hex[:6]}",
                                          owner=owner.user_id, frontend_agent_id="x/y"))
+    other, other_key = create_user(services, f"a2a{uuid.uuid4().hex[:8]}")
+    theirs = create_session(services, principal_of(other)).session_id
+    stored(services, theirs, (q, None))
 
-    async def listing():
+    async def listing(key: str, size: int, **more):
         client = await client_for(platform, key)
         pages, token = [], ""
         while True:
-            page = await client.list_tasks(ListTasksRequest(page_size=10, page_token=token))
+            page = await client.list_tasks(ListTasksRequest(page_size=size, page_token=token,
+                                                            **more))
             pages.append(page)
             token = page.next_page_token
-            if not token or len(pages) > 5:
+            if not token or len(pages) > 20:
                 return pages
 
-    pages = asyncio.run(listing())
-    seen = [t.id for page in pages for t in page.tasks]
-    assert len(seen) == len(set(seen)) == 25 and set(seen) == set(mine.values())
-    assert {t.context_id for page in pages for t in page.tasks} == set(mine)
-    assert pages[0].tasks[0].status.state == TaskState.TASK_STATE_WORKING
-    assert {p.total_size for p in pages} == {26}  # contexts
-    for bad in ({"pageToken": "garbage"}, {"pageSize": 101}, {"pageSize": -1},
+    pages = asyncio.run(listing(key, 10))
+    assert [t.id for page in pages for t in page.tasks] == mine
+    assert len(mine) == 49 and len(pages) == 5
+    working, completed = TaskState.TASK_STATE_WORKING, TaskState.TASK_STATE_COMPLETED
+    assert [t.status.state for t in pages[0].tasks[:4]] == [working, working, completed,
+                                                             completed]
+    assert pages[0].total_size == 11 and pages[-1].total_size == len(pages[-1].tasks)
+    with_history = asyncio.run(listing(key, 7, history_length=1, include_artifacts=True))
+    assert [t.id for page in with_history for t in page.tasks] == mine
+    done = with_history[0].tasks[2]
+    assert [len(done.history), len(done.artifacts)] == [1, 1]
+    assert [t.id for page in asyncio.run(listing(other_key, 10)) for t in page.tasks] == [
+        f"{theirs}.{services.sessions.newest_messages(theirs, 1)[0].message_id}"]
+    for bad in ({"pageToken": "garbage"}, {"pageToken": mine[3].replace(".", "x")},
+                {"pageToken": f"{theirs}."}, {"pageToken": f"{theirs}.{ids.ulid()}"},
+                {"pageSize": 101}, {"pageSize": -1},
                 {"historyLength": -1}, {"status": "TASK_STATE_COMPLETED"},
-                {"contextId": next(iter(mine)), "pageToken": "garbage"}):
+                {"contextId": mine[0].split(".")[0], "pageToken": "garbage"}):
         assert rpc(platform, key, "ListTasks", bad)["error"]["code"] == -32602, bad
-    assert rpc(platform, key, "GetTask", {"id": next(iter(mine.values())),
-                                          "historyLength": -1})["error"]["code"] == -32602
+    assert rpc(platform, key, "GetTask", {"id": mine[0], "historyLength": -1})["error"][
+        "code"] == -32602
+
+
+def test_a_page_of_the_callers_tasks_reads_a_bounded_number_of_contexts(platform, user):
+    """Each context costs a read even with no task: a page walks at most
+    ``tasks.LISTED_CONTEXTS`` of them, then comes short with a token to go on."""
+    owner, key = user
+    services, principal = platform.services, principal_of(owner)
+    oldest = create_session(services, principal).session_id
+    first, = stored(services, oldest, (MessageType.QUERY, None))
+    for _ in range(2 * tasks.LISTED_CONTEXTS + 5):
+        create_session(services, principal)
+    calls: list[str] = []
+    services.sessions.db.meta.events.register(
+        "before-call.dynamodb", lambda model, **kw: calls.append(model.name))
+    pages, token = [], ""
+    while True:
+        calls.clear()
+        page = rpc(platform, key, "ListTasks", {"pageSize": 5, "pageToken": token})["result"]
+        pages.append(([t["id"] for t in page.get("tasks", [])], len(calls)))
+        token = page.get("nextPageToken", "")
+        if not token:
+            break
+    assert [listed for listed, _ in pages] == [[], [], [f"{oldest}.{first}"]]
+    assert max(read for _, read in pages) <= tasks.LISTED_CONTEXTS + 10, pages
 
 
 def test_a_contexts_tasks_are_its_turns_a_question_and_its_answer_one_task(platform, user):

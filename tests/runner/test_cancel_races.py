@@ -226,20 +226,25 @@ def test_a_claim_whose_run_died_before_its_reply_lapses(platform, agents, monkey
     assert RESUMING not in item and RESUMED_AT not in item
 
 
+@pytest.mark.parametrize("read_first", [True, False], ids=["after-read", "before-read"])
 def test_an_a2a_answer_to_a_question_canceled_before_it_was_taken_runs_nothing(
-        platform, agents, monkeypatch):
+        platform, agents, monkeypatch, read_first, receiver):
     """The answer was sent to its task; a cancel landed before the runner took it, and the
-    answer ran as a new task the sender never heard of (and was charged for)."""
+    answer ran as a new task the sender never heard of (and was charged for); then it was
+    answered CANCELED, but as a task of its own (listed, and pushed under its own id)."""
     key, booking, h, task_id, runner = asked(platform, agents, "anya")
     owner = platform.services.sessions.get(h).owner
     cancel = HeldCancel(platform, key, booking, task_id, monkeypatch)
-    sent = a2a(platform, key, booking, "SendMessage", configuration={"returnImmediately": True},
+    sent = a2a(platform, key, booking, "SendMessage", configuration={
+        "returnImmediately": True, "taskPushNotificationConfig": {"url": receiver.url}},
                message={"messageId": "m-4", "role": "ROLE_USER", "parts": [{"text": "4"}],
                         "taskId": task_id})
     assert sent["result"]["task"]["id"] == task_id, sent
     assert platform.services.usage.used("query", owner) == 2
-    sessions = platform.services.sessions
-    cancel_after_read(sessions, cancel, monkeypatch)
+    if read_first:  # the runner read the paused program, then the cancel landed
+        cancel_after_read(platform.services.sessions, cancel, monkeypatch)
+    else:
+        cancel.land()
     before = len(agents.calls)
     assert process_batch({"Records": [queued(platform)]}, runner.handle) == {
         "batchItemFailures": []}
@@ -251,3 +256,15 @@ def test_an_a2a_answer_to_a_question_canceled_before_it_was_taken_runs_nothing(
     assert platform.services.usage.used("query", owner) == 1  # its charge given back
     got = a2a(platform, key, booking, "GetTask", id=task_id)["result"]
     assert got["status"]["state"] == "TASK_STATE_CANCELED"
+    # The answer and its refusal are the canceled task's, not a stray task of their own.
+    posted = sent["result"]["task"]["history"][-1]["messageId"]
+    assert [m["messageId"] for m in got["history"]][-2:] == [posted, answer.message_id]
+    stray = a2a(platform, key, booking, "GetTask", id=ids.task_id(h, posted))
+    assert stray["error"]["code"] == -32001, stray
+    for listing in ({"contextId": h}, {"contextId": h, "historyLength": 5}, {}):
+        listed = a2a(platform, key, booking, "ListTasks", **listing)["result"]["tasks"]
+        assert [(t["id"], t["status"]["state"]) for t in listed] == [
+            (task_id, "TASK_STATE_CANCELED")], (listing, listed)
+    [(_, pushed)] = receiver.received
+    update = pushed["statusUpdate"]
+    assert (update["taskId"], update["status"]["state"]) == (task_id, "TASK_STATE_CANCELED")
