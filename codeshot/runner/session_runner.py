@@ -595,9 +595,11 @@ class SessionRunner:
                 raise
             failed = [i for i, r in zip(items, reasons) if r == "ConditionalCheckFailed"]
             if failed == [asks]:
-                # The question was ended since the read: a plain refusal, keeping nothing.
+                # The question was ended since the read: a plain refusal, keeping nothing
+                # (and refunding as it would have).
                 self._finish(session, query, outcome, program_state, trace, book, lease,
-                             had_state=had_state, task=task, unless_run=unless_run)
+                             had_state=had_state, task=task, refund=refund,
+                             unless_run=unless_run)
                 return
             if failed == [untaken]:
                 # A run of it took its slot, held or lapsed (it may have called agents):
