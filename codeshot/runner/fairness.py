@@ -49,6 +49,12 @@ class Lease:
         return {"Update": self.services.usage.release_request(RUNNING, self.user_id,
                                                               self.query_id)}
 
+    def untaken_item(self) -> TransactWriteItemTypeDef:
+        """A transaction's condition that no run of the query took this slot (a reply
+        that says nothing of it ran, and gives its charge back, is true only then)."""
+        return {"ConditionCheck": self.services.usage.never_leased(RUNNING, self.user_id,
+                                                                  self.query_id)}
+
     def release(self) -> None:
         if not self.released:
             self.services.usage.release(RUNNING, self.user_id, self.query_id)

@@ -69,6 +69,7 @@ from codeshot.store.sessions import (
     STATE_ITEM,
     Recent,
 )
+from codeshot.store.usage import INTERRUPTED
 
 if TYPE_CHECKING:
     from types_boto3_dynamodb.type_defs import (
@@ -258,11 +259,12 @@ class SessionRunner:
                      had_state=recent.state is not None, task=task)
 
     def give_up(self, work: Work) -> None:
-        """``work`` on its last delivery, never started (behind a query of its session that
-        kept failing, or left for invocations that ran out of time): a query is answered
-        UNAVAILABLE in its turn, so the session's later queries still follow in order and
-        none vanishes into the dead-letter queue; a corpus ingestion, a storage sweep or a
-        deleted session's purge, whose order nothing waits on, is queued again."""
+        """``work`` on its last delivery, not started by it (behind a query of its session
+        that kept failing, or left for invocations that ran out of time): a query is
+        answered UNAVAILABLE in its turn (INTERRUPTED if an earlier delivery ran it and
+        stopped before its reply), so the session's later queries still follow in order
+        and none vanishes into the dead-letter queue; a corpus ingestion, a storage sweep
+        or a deleted session's purge, whose order nothing waits on, is queued again."""
         if work.kind in (Work.CORPUS, Work.SWEEP, Work.PURGE):
             self.s.queue.enqueue(work, again=True)
             return
@@ -274,15 +276,15 @@ class SessionRunner:
                                  "earlier one kept failing, or the runners were busy); "
                                  "nothing of it ran: please send it again.", Unavailable.code)
         # As on a last attempt that failed, a paused program ends: its question is no
-        # longer the session's newest, so an answer sent again starts a new query. Nothing
-        # of it ran (no Func called, no LLM token spent), so, as for a refusal at the
-        # running-query cap, its daily query charge is given back in the reply's write:
-        # the message sent again is charged instead.
+        # longer the session's newest, so an answer sent again starts a new query. If no
+        # delivery took its running slot, nothing of it ran (no Func called, no LLM token
+        # spent), so, as for a refusal at the running-query cap, its daily query charge is
+        # given back in the reply's write: the message sent again is charged instead.
         nothing = EmbedBook(self.s.embeds, self._fetch_embed)
         paused = recent.state if session.status is SessionStatus.AWAITING_INPUT else None
         self._finish(session, query, outcome, None, [], nothing,
                      had_state=recent.state is not None, task=_task_of(query, paused),
-                     refund=True)
+                     refund=True, unless_run=Lease(self.s, session.owner, query.message_id))
 
     def _pending(self, work: Work, final: bool
                  ) -> tuple[Session, Recent, Message, list[Message]] | None:
@@ -499,14 +501,19 @@ class SessionRunner:
     def _finish(self, session: Session, query: Message, outcome: Outcome,
                 program_state: dict[str, Any] | None, trace: list[Message], book: EmbedBook,
                 lease: Lease | None = None, *, had_state: bool, task: str,
-                kept_question: str | None = None, refund: bool = False) -> None:
+                kept_question: str | None = None, refund: bool = False,
+                unless_run: Lease | None = None) -> None:
         """Store the reply (and the trace) once. The session is left waiting on
         ``program_state``'s question, or idle with a paused program it had (``had_state``)
         dropped; with ``kept_question`` (the query did not run, and its session waits on
         that question) its status and paused program are left as they are, and the reply
         names the question (every reader of tasks sees it still waiting), unless that
         question was ended since it was read. ``task``: the A2A task the reply is pushed
-        for. ``refund``: the query's daily charge is given back with the reply."""
+        for. ``refund``: the query's daily charge is given back with the reply.
+        ``unless_run``: the query's running slot, which no run of it may have taken; if one
+        did (it ran, and stopped before its reply), the reply is INTERRUPTED instead, as a
+        redelivery of that run is answered (the slot given back with it, nothing refunded),
+        so a query that may have called agents is never said not to have run."""
         keep_pause = kept_question is not None
         table = self.s.sessions.table_name
         reply_id = ids.ulid()
@@ -565,6 +572,10 @@ class SessionRunner:
             items.append(asks)
         if lease is not None:  # the running slot is given back with the reply
             items.append(lease.release_item())
+        untaken: TransactWriteItemTypeDef | None = None
+        if unless_run is not None:
+            untaken = unless_run.untaken_item()
+            items.append(untaken)
         if refund:
             items.append({"Update": self.s.usage.refund_request("query", session.owner,
                                                                 query.timestamp)})
@@ -583,10 +594,19 @@ class SessionRunner:
             reasons = cancelled_by(exc)
             if "ConditionalCheckFailed" not in reasons:  # only theirs can fail so
                 raise
-            if [i for i, r in zip(items, reasons) if r == "ConditionalCheckFailed"] == [asks]:
-                # The question was ended since the read: a plain refusal, keeping nothing.
+            failed = [i for i, r in zip(items, reasons) if r == "ConditionalCheckFailed"]
+            if failed == [asks]:
+                # The question was ended since the read: a plain refusal, keeping nothing
+                # (and refunding as it would have).
                 self._finish(session, query, outcome, program_state, trace, book, lease,
-                             had_state=had_state, task=task)
+                             had_state=had_state, task=task, refund=refund,
+                             unless_run=unless_run)
+                return
+            if failed == [untaken]:
+                # A run of it took its slot, held or lapsed (it may have called agents):
+                # answered as its redelivery would be, the slot given back, charge kept.
+                self._finish(session, query, failure_outcome(Interrupted(INTERRUPTED)), None,
+                             trace, book, unless_run, had_state=had_state, task=task)
                 return
             # Answered meanwhile, or the session was deleted: either way, nothing to add.
             log.info("reply to %s not written: already answered or session gone",

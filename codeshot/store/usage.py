@@ -23,13 +23,20 @@ from codeshot.store.tables import USAGE
 
 if TYPE_CHECKING:
     from types_boto3_dynamodb import DynamoDBClient
-    from types_boto3_dynamodb.type_defs import UpdateItemInputTypeDef, UpdateTypeDef
+    from types_boto3_dynamodb.type_defs import (
+        ConditionCheckTypeDef,
+        UpdateItemInputTypeDef,
+        UpdateTypeDef,
+    )
 
 UNPROCESSED_RETRIES = 4  # BatchGetItem rounds for keys DynamoDB left unprocessed
 WINDOWS = {"day": timedelta(days=1), "minute": timedelta(minutes=1)}
 # How long a subject's leases item outlives its last lease taken (TTL), and a lapsed lease
 # is remembered: longer than SQS redelivers a message (5 receives, 30 minutes apart).
 LEASES_KEPT = timedelta(days=1)
+# What a query is answered when a run of it took its lease and stopped before its reply.
+INTERRUPTED = ("this query was interrupted mid-way and is not run again, so no agent "
+               "repeats what it may already have done; send it again to retry")
 
 
 @dataclass(frozen=True)
@@ -192,9 +199,7 @@ class UsageCounters(Repository):
                                         ConsistentRead=True).get("Item", {})
                 if any(lease_id in item.get(held, {}).get("M", {})
                        for held in ("leases", "lapsed")):
-                    raise Interrupted("this query was interrupted mid-way and is not run "
-                                      "again, so no agent repeats what it may already have "
-                                      "done; send it again to retry") from exc
+                    raise Interrupted(INTERRUPTED) from exc
                 if not self._lapse(key, item, now):
                     raise _all_taken(kind, limit) from exc
             except ClientError as exc:
@@ -251,6 +256,14 @@ class UsageCounters(Repository):
         item is there: a lease keeps it for LEASES_KEPT)."""
         return {"TableName": self.table_name, "Key": {"counter": {"S": f"{kind}#{subject}"}},
                 "UpdateExpression": "REMOVE leases.#id, lapsed.#id",
+                "ExpressionAttributeNames": {"#id": lease_id}}
+
+    def never_leased(self, kind: str, subject: str, lease_id: str) -> ConditionCheckTypeDef:
+        """The transaction condition that ``lease_id`` holds no slot, nor a lapsed one: it
+        never took one (or gave it back)."""
+        return {"TableName": self.table_name, "Key": {"counter": {"S": f"{kind}#{subject}"}},
+                "ConditionExpression": "attribute_not_exists(leases.#id) AND "
+                                       "attribute_not_exists(lapsed.#id)",
                 "ExpressionAttributeNames": {"#id": lease_id}}
 
     def release(self, kind: str, subject: str, lease_id: str) -> None:

@@ -350,7 +350,8 @@ def test_fixieais_client_retries_safely_with_the_header_and_serves_as_before(
         platform, handshake_agent, fixie_python):
     """The real fixieai 1.0.4 client, unchanged: with an Idempotency-Key header added to
     its transport, create_agent_revision sent again is the same revision; without one
-    (what `fixie serve` sends for each reload, at the same URL) each call makes one."""
+    (what `fixie serve` sends for each reload, at the same URL) each call makes one, and
+    so does the call after the key is removed, as the README shows."""
     from tests.api.test_fixie_compat import fixieai
 
     _, key = platform.user("fixer")
@@ -360,9 +361,13 @@ def test_fixieais_client_retries_safely_with_the_header_and_serves_as_before(
               "def make(): return c.create_agent_revision('rand', make_current=True, "
               f"metadata={{'fixie.ai/python-cli/command': 'serve'}}, external_url={url!r})\n"
               "plain = [make(), make()]\n"
-              "c.gqlclient.transport.headers['Idempotency-Key'] = 'deploy-7'\n"
-              "print(json.dumps([plain, [make(), make()]]))")
-    plain, keyed_ids = json.loads(fixieai(fixie_python, platform, key, script))
+              "headers = c.gqlclient.transport.headers\n"
+              "headers['Idempotency-Key'] = 'deploy-7'\n"
+              "keyed = [make(), make()]\n"
+              "del headers['Idempotency-Key']\n"
+              "print(json.dumps([plain, keyed, make()]))")
+    plain, keyed_ids, after = json.loads(fixieai(fixie_python, platform, key, script))
     assert plain[0] != plain[1] and keyed_ids[0] == keyed_ids[1] not in plain
+    assert after not in [*plain, keyed_ids[0]]  # a revision of its own, not the keyed one
     ids_kept = [r["id"] for r in revisions(platform, key, "fixer/rand")["allRevisions"]]
-    assert ids_kept[1:] == [*plain, keyed_ids[0]]
+    assert ids_kept[1:] == [*plain, keyed_ids[0], after]

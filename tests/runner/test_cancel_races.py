@@ -173,7 +173,8 @@ def test_a_cancel_landing_before_a_refusal_for_the_cap_leaves_it_nothing_to_keep
         platform, agents, monkeypatch):
     """The runner read the question, the cancel ended it, and the refusal (the user's one
     running slot taken) still kept it: the canceled task read input-required again, and
-    its context took no new task."""
+    its context took no new task. Written again without the question, the refusal kept
+    the day's query charge too, as though the answer had run."""
     key, booking, h, task_id, runner = asked(platform, agents, "rita")
     owner = platform.services.sessions.get(h).owner
     platform.services.usage.take_lease(RUNNING, owner, 1, "other", timedelta(minutes=5))
@@ -187,6 +188,7 @@ def test_a_cancel_landing_before_a_refusal_for_the_cap_leaves_it_nothing_to_keep
     assert cancel.out[0]["result"]["status"]["state"] == "TASK_STATE_CANCELED", cancel.out
     refused = terminal(platform, h)[-1]
     assert (refused.error_code, refused.keeps_question) == ("RATE_LIMITED", None)
+    assert platform.services.usage.used("query", owner) == 1  # the first's; the answer's back
     assert sessions.get(h).status.value == "idle"
     got = a2a(platform, key, booking, "GetTask", id=task_id)["result"]
     assert got["status"]["state"] == "TASK_STATE_CANCELED"

@@ -4,7 +4,11 @@ import json
 import threading
 import time
 
+import pytest
+
+from codeshot.models import utcnow
 from codeshot.runner.batch import Invocation, process_batch, record_of
+from codeshot.runner.fairness import LEASE_LASTS
 from codeshot.runner.session_runner import SessionRunner
 from codeshot.services import Services
 from codeshot.store.queue import PromptWork, SessionQueue, Work
@@ -262,6 +266,58 @@ def test_a_query_given_up_unrun_gives_its_daily_query_back_once(platform, agents
                          give_up=runner.give_up) == {"batchItemFailures": []}
     assert [m.type.value for m in terminal(platform, h)] == ["error", "response"]
     assert usage.used("query", user_id) == 1  # the day's one query, charged once
+
+
+@pytest.mark.settings(max_running_queries=1)
+@pytest.mark.parametrize("lapsed", [False, True])
+def test_a_query_whose_run_died_and_is_given_up_is_interrupted_and_keeps_its_charge(
+        platform, agents, monkeypatch, lapsed):
+    """A run called the agent and died before its reply; its last delivery was given up:
+    answered UNAVAILABLE ("nothing of it ran: send it again") with its charge given back,
+    so the message sent again ran the agent twice, and the dead run's running slot stayed
+    held (the user's one: the next query refused). It is answered INTERRUPTED as any
+    redelivery of it is, charged once, and the slot is given back with that reply, also
+    once its slot lapsed (a query of another session took the slot meanwhile)."""
+    user_id, key = platform.user(f"ida{int(lapsed)}")
+    dice = register(platform, key, "dice", agents.url + "/dice")
+    h = session(platform, key, frontend=dice)
+    post(platform, key, h, "Roll 1d20")
+    queue, usage = platform.services.queue, platform.services.usage
+    [raw] = queue.receive(wait_seconds=1)
+    runner = SessionRunner(platform.services)
+    calls_before = len(agents.calls)
+    monkeypatch.setattr(runner, "_finish", lambda *a, **k: (_ for _ in ()).throw(
+        ConnectionError("container died")))  # the agent was called, nothing stored
+    assert process_batch({"Records": [record_of(raw)]}, runner.handle)["batchItemFailures"]
+    monkeypatch.undo()
+    assert len(agents.calls) == calls_before + 1
+    if lapsed:  # later than the slot lasts, another session's query takes it and runs
+        other = session(platform, key, frontend=dice)
+        post(platform, key, other, "Roll 2d6")
+        [elsewhere] = queue.receive(wait_seconds=1)
+        monkeypatch.setattr(usage, "clock", lambda: utcnow() + LEASE_LASTS)
+        assert process_batch({"Records": [record_of(elsewhere)]}, runner.handle) == {
+            "batchItemFailures": []}
+        monkeypatch.undo()
+        assert terminal(platform, other)[-1].type.value == "response"
+        queue.delete(elsewhere["ReceiptHandle"])
+    out_of_time = Invocation(remaining_ms=lambda: 0, record_seconds=1)
+    for _ in range(2):  # given up on its last delivery, then delivered once more
+        assert process_batch({"Records": [on_last_delivery(raw)]}, runner.handle,
+                             invocation=out_of_time, give_up=runner.give_up
+                             ) == {"batchItemFailures": []}
+    [reply] = terminal(platform, h)
+    assert (reply.type.value, reply.error_code) == ("error", "INTERRUPTED"), reply
+    assert "is not run again" in reply.text
+    assert len(agents.calls) == calls_before + 1 + lapsed  # its run's call, nothing more
+    assert usage.used("query", user_id) == 1 + lapsed  # its charge kept
+    queue.delete(raw["ReceiptHandle"])
+
+    post(platform, key, h, "Roll 1d20")  # the slot is free: it runs (was RATE_LIMITED)
+    [again] = queue.receive(wait_seconds=1)
+    assert process_batch({"Records": [record_of(again)]}, runner.handle) == {
+        "batchItemFailures": []}
+    assert [m.type.value for m in terminal(platform, h)] == ["error", "response"]
 
 
 def test_a_sweep_never_run_on_its_last_delivery_is_queued_again(aws):
