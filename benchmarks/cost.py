@@ -262,8 +262,9 @@ CLIENT_POLL_SECONDS = 1.0  # design "client polls": one short request a second
 POLL_REQUEST_SECONDS = 0.015  # the API answering one such poll, warm
 AGENT_INVOCATION_SECONDS = 0.02  # an agent Lambda answering a call, warm
 # A waiting request takes one of its user's waiting slots and gives it back
-# (codeshot/usecases/waits.py): two UpdateItems of one small item, a write unit each.
-WAIT_SLOT_WRITES = 2
+# (codeshot/usecases/waits.py): taken in the post's transaction (one small item, two write
+# units there: transactional), given back by an UpdateItem of its own (one).
+WAIT_SLOT_WRITES = 3
 
 
 def poll_times(ready: float) -> list[float]:

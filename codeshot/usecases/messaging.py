@@ -158,6 +158,7 @@ class Messaging:
         to S3 (a refused wait writes nothing)."""
         user_id = user_id_of(principal)
         embeds = embeds or []
+        slot = slot if slot and not slot.held else None  # one taken already is kept
         self._check_fields(text, bool(embeds), idempotency_key)
         if idempotency_key or embeds:
             # Both read the session's items before the write: only its owner may.

@@ -120,9 +120,9 @@ async def waiting(services: Services, principal: Principal, seconds: float, *,
     > 0) and holds none yet: taken first, so a refused request writes nothing (see
     :func:`take_slot`); or, ``posting``, yielded untaken for the block's one write, the
     post of its message, to take (:meth:`Messaging.post`: one write fewer, and bad input
-    is refused by that post before it holds one). Yields None when there is none for the
-    block to take. Not for an async generator's body (its steps run in its reader's
-    context): :func:`take_slot` and :meth:`WaitSlot.release` there."""
+    is refused by that post before it holds one; a slot taken already is kept by it).
+    Yields None when it holds none. Not for an async generator's body (its steps run in
+    its reader's context): :func:`take_slot` and :meth:`WaitSlot.release` there."""
     if seconds <= 0 or _holding.get():
         yield None
         return
@@ -131,7 +131,7 @@ async def waiting(services: Services, principal: Principal, seconds: float, *,
         await blocking(slot.take)
     holding = _holding.set(True)
     try:
-        yield slot if posting else None
+        yield slot
     finally:
         _holding.reset(holding)
         await slot.release()
