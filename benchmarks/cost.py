@@ -12,17 +12,19 @@ stated below (Bedrock, short prompts), which the function making it is billed fo
     python -m benchmarks.cost
 
 Prints the AWS calls per query, then the cost per million queries of each way a reply
-can reach its client (DESIGNS). Measured 2026-11-26 on a shared 2-core machine (USD per
+can reach its client (DESIGNS). Measured 2026-11-27 on a shared 2-core machine (USD per
 million, plain / Func / two agents; the local times vary by some tens of ms a run):
 
-- before, the API waits for every reply (polling DynamoDB): 29.9 / 102.3 / 215.8 (1.25 of
-  it the user's waiting slot, taken and given back: 2 write units). The API function is
-  billed for the whole run: 5.9 / 39.4 / 93.0 of it.
-- a function URL streaming the reply: 28.9 / 101.3 / 214.8. It saves API Gateway's
+- before, the API waits for every reply (polling DynamoDB): 30.7 / 103.7 / 217.6 (1.88 of
+  it the user's waiting slot, taken in the post's transaction and given back: 3 write
+  units; taken apart from the post it was 2, but two AWS calls more, a read of the
+  session among them). The API function is billed for the whole run: 5.9 / 39.7 / 93.0
+  of it.
+- a function URL streaming the reply: 29.7 / 102.7 / 216.6. It saves API Gateway's
   request, not the wait: the function still runs until the reply is stored (and
   Python's managed runtime cannot stream a response anyway).
-- an API Gateway WebSocket, the runner pushing the reply: 24.7 / 63.0 / 122.7.
-- after, the post returns at once and the client polls each second: 24.7 / 66.1 / 131.8.
+- an API Gateway WebSocket, the runner pushing the reply: 24.8 / 63.9 / 123.7.
+- after, the post returns at once and the client polls each second: 24.8 / 66.9 / 132.9.
 
 DynamoDB is then the largest share of a plain query (16.0: 25 write units, transactions
 bill each item twice; a reply no longer deletes a paused program that was never there,
@@ -262,8 +264,9 @@ CLIENT_POLL_SECONDS = 1.0  # design "client polls": one short request a second
 POLL_REQUEST_SECONDS = 0.015  # the API answering one such poll, warm
 AGENT_INVOCATION_SECONDS = 0.02  # an agent Lambda answering a call, warm
 # A waiting request takes one of its user's waiting slots and gives it back
-# (codeshot/usecases/waits.py): two UpdateItems of one small item, a write unit each.
-WAIT_SLOT_WRITES = 2
+# (codeshot/usecases/waits.py): taken in the post's transaction (one small item, two write
+# units there: transactional), given back by an UpdateItem of its own (one).
+WAIT_SLOT_WRITES = 3
 
 
 def poll_times(ready: float) -> list[float]:

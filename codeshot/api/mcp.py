@@ -51,7 +51,6 @@ from codeshot.errors import INTERNAL_MESSAGE, Timeout, Unauthenticated
 from codeshot.models import PLANNER_ID, MessageType, Principal
 from codeshot.services import Services
 from codeshot.usecases import agents, tasks
-from codeshot.usecases.messaging import Messaging
 from codeshot.usecases.threads import blocking
 
 log = logging.getLogger("codeshot.api")
@@ -315,8 +314,6 @@ class CodeshotMCP:
                 # another question.
                 await blocking(tasks.awaited_question, self.services, principal, session_id,
                                question)
-        if session_id is not None:  # bad input gets its own error, before a waiting slot
-            await blocking(Messaging(self.services).check_input, principal, session_id, text)
         session, turn = await tasks.ask(self.services, principal, text, agent_id=args.agent_id,
                                         session_id=session_id, idempotency_key=key)
         return self._result(ctx, session.session_id, turn)

@@ -19,7 +19,7 @@ from codeshot.usecases import user_storage
 from codeshot.usecases.messaging import TERMINAL, Messaging, follow
 from codeshot.usecases.sessions import create_session, session_for_agent
 from codeshot.usecases.threads import blocking
-from codeshot.usecases.waits import take_slot
+from codeshot.usecases.waits import new_slot
 
 router = APIRouter()
 
@@ -147,15 +147,17 @@ async def _query(agent_id: str | None, body: AgentQueryBody, user: Principal,
                  services: Services) -> Response:
     messaging = Messaging(services)
     # The input checked (bad input gets its own error), then a waiting slot taken before
-    # a session is made (refused, none is made and nothing posted), given back once the
-    # reply is read: after this returns when it streams.
+    # a session is made (refused, none is made and nothing posted), or by the post to one
+    # there already; given back once the reply is read: after this returns when it streams.
     await blocking(messaging.precheck, user, body.message.text)
     session_id = await blocking(session_for_agent, services, user, agent_id, body.session)
-    slot = await take_slot(services, user)
+    slot = new_slot(services, user)
     try:
         if session_id is None:
+            await blocking(slot.take)
             session_id = (await blocking(create_session, services, user, agent_id)).session_id
-        query, _ = await blocking(messaging.post, user, session_id, body.message.text)
+        query, _ = await blocking(messaging.post, user, session_id, body.message.text,
+                                  slot=slot)
     except BaseException:
         await slot.release()
         raise

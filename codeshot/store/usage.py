@@ -188,44 +188,62 @@ class UsageCounters(Repository):
         """Take one of ``subject``'s ``limit`` slots for ``lease_id`` until it is given
         back, or for ``lasts`` at most. RATE_LIMITED when all are taken; Interrupted when
         ``lease_id`` took one before and never gave it back (a run that stopped mid-way)."""
-        key = {"counter": {"S": f"{kind}#{subject}"}}
         for _ in range(3):  # again once the item is made, or a lapsed lease made room
-            now = self.clock()
             try:
-                self._take(key, limit, lease_id, now + lasts, now + LEASES_KEPT)
+                retry_transient(lambda: self.db.update_item(
+                    **self.take_lease_request(kind, subject, limit, lease_id, lasts)))
                 return
             except self.db.exceptions.ConditionalCheckFailedException as exc:
-                item = self.db.get_item(TableName=self.table_name, Key=key,
-                                        ConsistentRead=True).get("Item", {})
-                if any(lease_id in item.get(held, {}).get("M", {})
-                       for held in ("leases", "lapsed")):
-                    raise Interrupted(INTERRUPTED) from exc
-                if not self._lapse(key, item, now):
+                if not self.make_room(kind, subject, lease_id):
                     raise _all_taken(kind, limit) from exc
             except ClientError as exc:
                 if exc.response.get("Error", {}).get("Code") != "ValidationException":
                     raise
-                # No item yet (its maps are not there to write into): made, then taken.
-                with contextlib.suppress(self.db.exceptions.ConditionalCheckFailedException):
-                    self.db.put_item(TableName=self.table_name, Item={
-                        **key, "leases": {"M": {}}, "lapsed": {"M": {}},
-                        "expires_at": {"N": str(int((now + LEASES_KEPT).timestamp()))}},
-                        ConditionExpression="attribute_not_exists(#c)",
-                        ExpressionAttributeNames={"#c": "counter"})
+                self.make_room(kind, subject, lease_id)  # no item yet: made, then taken
         raise _all_taken(kind, limit)
 
-    def _take(self, key: dict[str, Any], limit: int, lease_id: str, until: datetime,
-              kept_until: datetime) -> None:
-        retry_transient(lambda: self.db.update_item(
-            TableName=self.table_name, Key=key,
-            UpdateExpression="SET leases.#id = :until, expires_at = :exp",
-            ConditionExpression="(attribute_not_exists(leases) OR size(leases) < :limit) AND "
-                                "attribute_not_exists(leases.#id) AND "
-                                "attribute_not_exists(lapsed.#id)",
-            ExpressionAttributeNames={"#id": lease_id},
-            ExpressionAttributeValues={":until": {"N": str(int(until.timestamp()))},
-                                       ":limit": {"N": str(limit)},
-                                       ":exp": {"N": str(int(kept_until.timestamp()))}}))
+    def take_lease_request(self, kind: str, subject: str, limit: int, lease_id: str,
+                           lasts: timedelta) -> UpdateTypeDef:
+        """The conditional update that takes one of ``subject``'s ``limit`` slots for
+        ``lease_id`` (see :meth:`take_lease`), for a transaction of its holder's own writes.
+        Refused (ConditionalCheckFailed) when all are taken, and (ValidationException, or
+        the reason ValidationError) when the subject's item is not made yet: then
+        :meth:`make_room` and try again."""
+        now = self.clock()
+        return {"TableName": self.table_name, "Key": self._lease_key(kind, subject),
+                "UpdateExpression": "SET leases.#id = :until, expires_at = :exp",
+                "ConditionExpression": "(attribute_not_exists(leases) OR size(leases) < :limit)"
+                                       " AND attribute_not_exists(leases.#id) AND "
+                                       "attribute_not_exists(lapsed.#id)",
+                "ExpressionAttributeNames": {"#id": lease_id},
+                "ExpressionAttributeValues": {
+                    ":until": {"N": str(int((now + lasts).timestamp()))},
+                    ":limit": {"N": str(limit)},
+                    ":exp": {"N": str(int((now + LEASES_KEPT).timestamp()))}}}
+
+    def make_room(self, kind: str, subject: str, lease_id: str) -> bool:
+        """After :meth:`take_lease_request` was refused: whether taking it again may now
+        succeed (the subject's item made, or a lapsed lease moved out of the way).
+        Interrupted when ``lease_id`` took one before and never gave it back."""
+        key = self._lease_key(kind, subject)
+        now = self.clock()
+        item = self.db.get_item(TableName=self.table_name, Key=key,
+                                ConsistentRead=True).get("Item")
+        if item is None or "leases" not in item:  # its maps are not there to write into
+            with contextlib.suppress(self.db.exceptions.ConditionalCheckFailedException):
+                self.db.put_item(TableName=self.table_name, Item={
+                    **key, "leases": {"M": {}}, "lapsed": {"M": {}},
+                    "expires_at": {"N": str(int((now + LEASES_KEPT).timestamp()))}},
+                    ConditionExpression="attribute_not_exists(#c)",
+                    ExpressionAttributeNames={"#c": "counter"})
+            return True
+        if any(lease_id in item.get(held, {}).get("M", {}) for held in ("leases", "lapsed")):
+            raise Interrupted(INTERRUPTED)
+        return self._lapse(key, item, now)
+
+    @staticmethod
+    def _lease_key(kind: str, subject: str) -> dict[str, Any]:
+        return {"counter": {"S": f"{kind}#{subject}"}}
 
     def _lapse(self, key: dict[str, Any], item: dict[str, Any], now: datetime) -> bool:
         """Move the leases of ``item`` past their time to ``lapsed``, and forget lapsed ones
@@ -254,14 +272,14 @@ class UsageCounters(Repository):
         """The update that gives back ``lease_id``'s slot (or its lapsed one), for a
         transaction (the runner's reply write): unconditional, so it never cancels one (the
         item is there: a lease keeps it for LEASES_KEPT)."""
-        return {"TableName": self.table_name, "Key": {"counter": {"S": f"{kind}#{subject}"}},
+        return {"TableName": self.table_name, "Key": self._lease_key(kind, subject),
                 "UpdateExpression": "REMOVE leases.#id, lapsed.#id",
                 "ExpressionAttributeNames": {"#id": lease_id}}
 
     def never_leased(self, kind: str, subject: str, lease_id: str) -> ConditionCheckTypeDef:
         """The transaction condition that ``lease_id`` holds no slot, nor a lapsed one: it
         never took one (or gave it back)."""
-        return {"TableName": self.table_name, "Key": {"counter": {"S": f"{kind}#{subject}"}},
+        return {"TableName": self.table_name, "Key": self._lease_key(kind, subject),
                 "ConditionExpression": "attribute_not_exists(leases.#id) AND "
                                        "attribute_not_exists(lapsed.#id)",
                 "ExpressionAttributeNames": {"#id": lease_id}}

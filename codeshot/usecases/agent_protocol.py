@@ -273,8 +273,7 @@ async def execute_step(services: Services, principal: Principal, task_id: str,
                            "creating the task")
     key = check_idempotency_key(idempotency_key)
     wait = services.settings.reply_wait_seconds
-    if text:  # bad input gets its own error, before a waiting slot is taken
-        await blocking(Messaging(services).check_input, principal, task_id, text)
+    if text:
         _, turn = await tasks.ask(services, principal, text, session_id=task_id, wait=wait,
                                   idempotency_key=f"ap-step:{key}" if key else None)
         return turn

@@ -43,9 +43,12 @@ from codeshot.usecases.users import user_id_of
 if TYPE_CHECKING:
     from types_boto3_dynamodb.type_defs import TransactWriteItemTypeDef
 
+    from codeshot.usecases.waits import WaitSlot
+
 TERMINAL = frozenset({MessageType.RESPONSE, MessageType.ERROR, MessageType.AWAITING_INPUT})
 UPLOAD_BYTES = "upload_bytes"  # usage counter: bytes uploaded (inline or presigned) per day
 UPLOAD_LIMIT = "daily upload bytes"  # its limit, as RATE_LIMITED names it
+SLOT_TRIES = 3  # a post taking a waiting slot: again once its item is made or one lapsed
 NEWEST_PAGE = 100  # messages a read without `after` returns: the newest
 
 
@@ -142,6 +145,7 @@ class Messaging:
         callback: Mapping[str, str | None] | None = None,
         answers: str | None = None,
         task: str | None = None,
+        slot: WaitSlot | None = None,
     ) -> tuple[Message, bool]:
         """Store and enqueue a user message (the answer to the question ``answers`` of the
         A2A ``task``, when given: see :attr:`Message.answers`); returns (message,
@@ -149,9 +153,14 @@ class Messaging:
         read it), only if no post or reply came since: else CHANGED (:class:`Changed`),
         nothing written. The session's ``callback`` fields (see
         :meth:`SessionStore.set_callback`) are written with the message: a refused or
-        repeated post changes none."""
+        repeated post changes none. A waiting ``slot`` not taken yet is taken with the
+        message, in its transaction (a post that refuses its input, or is refused, holds
+        none; see :mod:`codeshot.usecases.waits`), or on its own before a retry's wait for
+        the first post's reply or before embeds are written to S3 (a refused wait writes
+        nothing)."""
         user_id = user_id_of(principal)
         embeds = embeds or []
+        slot = slot if slot and not slot.held else None  # one taken already is kept
         self._check_fields(text, bool(embeds), idempotency_key)
         if idempotency_key or embeds:
             # Both read the session's items before the write: only its owner may.
@@ -159,7 +168,7 @@ class Messaging:
         if idempotency_key:
             earlier = self.s.sessions.posted_under(session_id, idempotency_key)
             if earlier:
-                return self._posted_again(session_id, earlier, text, embeds), False
+                return self._posted_again(session_id, earlier, text, embeds, slot), False
         limit = self.s.daily_limit(principal.daily_query_limit)
         # S3 writes are not undone by a refused transaction: all that can refuse the post
         # is checked before the first (a refused post stores and charges nothing).
@@ -171,6 +180,9 @@ class Messaging:
         new_embeds = self._unbound_embeds(session_id, user_id, refs)
         # A key bound already holds these bytes (checked above): on S3 since it was bound.
         unbound = {embed.key for embed in new_embeds}
+        if slot and checked:
+            slot.take()
+            slot = None
         self._store_embeds(user_id, [e for e in checked if e.upload.key in unbound])
         message = Message(
             session_id=session_id, message_id=ids.ulid(), text=text,
@@ -202,36 +214,75 @@ class Messaging:
         if idempotency_key:
             items.append({"Put": self.s.sessions.idempotency_item(
                 session_id, idempotency_key, message.message_id)})
-        try:
-            # Cancelled because another write held one of its items (the runner's reply on
-            # the session, another post's quota charge): tried again, it is not refused.
-            retry_transient(lambda: self.s.sessions.db.transact_write_items(TransactItems=items))
-        except ClientError as exc:
-            reasons = cancelled_by(exc)
-            # The key first: a concurrent retry of the day's last post (its charge refused
-            # too) is that post, not RATE_LIMITED.
-            if idempotency_key and reasons and reasons[-1] == "ConditionalCheckFailed":
-                earlier = self.s.sessions.posted_under(session_id, idempotency_key)
-                if earlier:
-                    return self._posted_again(session_id, earlier, text, embeds), False
-            for (what, most), reason in zip(charges, reasons):
-                if reason == "ConditionalCheckFailed":
-                    raise self.s.usage.rate_limited(what, most, "day") from exc
-            # The session: gone, not the poster's, changed since the check, or its
-            # deletion begun.
-            session_reasons = reasons[len(charges):len(charges) + 2]
-            if "ConditionalCheckFailed" in session_reasons:
-                deleting = session_reasons[1:] == ["ConditionalCheckFailed"]
-                if unchanged_since and session_reasons[0] == "ConditionalCheckFailed" \
-                        and not deleting:
-                    self.s.sessions.get(session_id, owner=user_id)  # NOT_FOUND if gone
-                    raise Changed(f"session {session_id} changed meanwhile") from exc
-                raise NotFound(f"session {session_id} not found") from exc
-            if reasons:
-                raise Conflict("the message collided with a concurrent change; retry") from exc
-            raise
+        if slot:  # last: its refusal is read after the session's (bad input's own error)
+            items.append({"Update": slot.take_request()})
+        for attempt in range(SLOT_TRIES):
+            if slot:
+                slot.held = True  # unless refused: a write whose outcome is unknown
+            try:
+                # Cancelled because another write held one of its items (the runner's reply
+                # on the session, another post's quota charge): tried again, not refused.
+                retry_transient(
+                    lambda: self.s.sessions.db.transact_write_items(TransactItems=items))
+                break
+            except ClientError as exc:
+                refused = self._refused(exc, session_id, user_id, charges, unchanged_since,
+                                        idempotency_key, slot, attempt + 1 < SLOT_TRIES)
+                if isinstance(refused, Message):
+                    return self._posted_again(session_id, refused, text, embeds, slot), False
+                if refused is None:
+                    continue
+                if refused is exc:
+                    raise
+                raise refused from exc
         self._enqueue(session_id, message)
         return message, True
+
+    def _refused(self, exc: ClientError, session_id: str, user_id: str,
+                 charges: list[tuple[str, int]], unchanged_since: datetime | None,
+                 idempotency_key: str | None, slot: WaitSlot | None, again: bool
+                 ) -> Exception | Message | None:
+        """Why :meth:`post`'s transaction was refused (items: the ``charges``, the
+        session's two, the message, its embeds, the idempotency key, the ``slot``): the
+        error to raise, the message a concurrent retry under the key posted, or None to
+        try again (``again``: a waiting slot may be taken now)."""
+        reasons = cancelled_by(exc)
+        validation = exc.response.get("Error", {}).get("Code") == "ValidationException"
+        if slot and (reasons or validation):
+            slot.held = False  # refused: nothing of it was written
+        failed = "ConditionalCheckFailed"
+        # The key first: a concurrent retry of the day's last post (its charge refused
+        # too) is that post, not RATE_LIMITED.
+        key_at = len(reasons) - (2 if slot else 1)
+        if idempotency_key and reasons and reasons[key_at] == failed:
+            earlier = self.s.sessions.posted_under(session_id, idempotency_key)
+            if earlier:
+                return earlier
+        if slot and validation and not reasons:
+            # Refused whole (the slot's item not made yet), so the session's own refusal is
+            # not told: read, as NOT_FOUND before the item is made.
+            self.s.sessions.get(session_id, owner=user_id)
+        # The session: gone, not the poster's, changed since the check, or its deletion
+        # begun. Before the charges and the slot: bad input gets its own error.
+        session_reasons = reasons[len(charges):len(charges) + 2]
+        if failed in session_reasons:
+            deleting = session_reasons[1:] == [failed]
+            if unchanged_since and session_reasons[0] == failed and not deleting:
+                self.s.sessions.get(session_id, owner=user_id)  # NOT_FOUND if gone
+                return Changed(f"session {session_id} changed meanwhile")
+            return NotFound(f"session {session_id} not found")
+        # The slot: all taken, or (ValidationError) the user's item not made yet.
+        if slot and (validation or reasons[-1] in (failed, "ValidationError")):
+            if again and slot.make_room():
+                return None
+            if reasons[-1:] == [failed]:
+                return slot.refused()
+        for (what, most), reason in zip(charges, reasons):
+            if reason == failed:
+                return self.s.usage.rate_limited(what, most, "day")
+        if reasons:
+            return Conflict("the message collided with a concurrent change; retry")
+        return exc
 
     def _unbound_embeds(
         self, session_id: str, owner: str, refs: dict[str, EmbedRef]
@@ -256,14 +307,6 @@ class Messaging:
         if idempotency_key is not None:
             check_idempotency_key(idempotency_key)
 
-    def check_input(self, principal: Principal, session_id: str, text: str,
-                    has_embeds: bool = False, idempotency_key: str | None = None) -> None:
-        """Refuse, reading only, a post :meth:`post` would refuse for its input (its text,
-        its idempotency key, a session not the caller's): before a waiting slot is taken
-        for it, so bad input gets its own error and holds none."""
-        self._check_fields(text, has_embeds, idempotency_key)
-        self.s.sessions.get(session_id, owner=user_id_of(principal))
-
     def precheck(self, principal: Principal, text: str, has_embeds: bool = False) -> None:
         """Refuse, before anything is made for it, a post that would be refused: bad text,
         or a daily quota already used up (the post itself charges it exactly)."""
@@ -287,12 +330,15 @@ class Messaging:
                            "use a new key for a new message")
 
     def _posted_again(self, session_id: str, earlier: Message, text: str,
-                      embeds: list[EmbedUpload]) -> Message:
+                      embeds: list[EmbedUpload], slot: WaitSlot | None) -> Message:
         """A retry's message, queued again: had the first try died between its write and
         its enqueue, nothing else would ever queue it. Harmless when it was queued: the
         queue drops a copy within 5 minutes (deduplicated by message id), and the runner
-        skips a message already answered."""
+        skips a message already answered. Its ``slot`` (to wait for the first one's reply)
+        is taken on its own: there is no post to take it with."""
         self._same_post(earlier, text, embeds)
+        if slot:
+            slot.take()
         try:
             self._queue(session_id, earlier)
         except Exception as exc:  # no error reply: the first try may have been answered

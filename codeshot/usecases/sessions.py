@@ -4,7 +4,16 @@ from __future__ import annotations
 
 from codeshot import ids
 from codeshot.errors import InvalidInput, NotFound
-from codeshot.models import EMBED_KEY_RE, MAX_URL, Embed, EmbedRef, Message, Principal, Session
+from codeshot.models import (
+    EMBED_KEY_RE,
+    MAX_URL,
+    Agent,
+    Embed,
+    EmbedRef,
+    Message,
+    Principal,
+    Session,
+)
 from codeshot.services import Services
 from codeshot.store.queue import Work
 from codeshot.text import check_text
@@ -18,7 +27,7 @@ TEXT_PREVIEW_BYTES = 64 * 1024  # text embeds up to this size can be shown in a 
 
 
 def create_session(
-    services: Services, principal: Principal, frontend_agent_id: str | None = None,
+    services: Services, principal: Principal, frontend_agent_id: str | Agent | None = None,
     name: str = "", description: str = "", callback_url: str | None = None,
     callback_format: str | None = None, once: str | None = None,
 ) -> Session:
@@ -26,13 +35,16 @@ def create_session(
     planner); ``callback_url`` receives its signed terminal events (in
     ``callback_format``, see :class:`Session`). With ``once`` (a client's key for the
     request, such as A2A's messageId), a retry gets the session the key made before:
-    created, charged and keyed in one transaction, so even a retry racing the first."""
+    created, charged and keyed in one transaction, so even a retry racing the first. An
+    agent already read (:func:`usable_agent`) is not read again."""
     user_id = user_id_of(principal)
     check_text(name, "name", MAX_NAME, one_line=True)
     check_text(description, "description", MAX_DESCRIPTION)
     if callback_url:
         check_callback_url(services, callback_url)
-    if frontend_agent_id:  # its full id ("dice" is the caller's own "<you>/dice")
+    if isinstance(frontend_agent_id, Agent):
+        frontend_agent_id = frontend_agent_id.agent_id
+    elif frontend_agent_id:  # its full id ("dice" is the caller's own "<you>/dice")
         frontend_agent_id = usable_agent(services, principal, frontend_agent_id).agent_id
     session = Session(
         session_id=ids.handle(), owner=user_id, owner_name=principal.username,

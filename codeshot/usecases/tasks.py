@@ -26,7 +26,7 @@ from datetime import datetime
 
 from codeshot import ids
 from codeshot.errors import Canceled, Conflict, InvalidInput, NotFound
-from codeshot.models import PLANNER_ID, Message, MessageType, Principal, Session, TaskState
+from codeshot.models import PLANNER_ID, Agent, Message, MessageType, Principal, Session, TaskState
 from codeshot.services import Services
 from codeshot.store.sessions import Place
 from codeshot.usecases.agents import usable_agent
@@ -384,21 +384,26 @@ def state_of(messages: Sequence[Message]) -> TaskState:
     return found[-1].state if found else TaskState.SUBMITTED
 
 
-def open_session(services: Services, principal: Principal, agent_id: str | None,
+def open_session(services: Services, principal: Principal, agent_id: str | Agent | None,
                  session_id: str | None, **fields: str | None) -> Session:
     """The caller's session ``session_id``, or a new one talking to ``agent_id`` (default:
-    the planner) with ``fields`` (see :func:`create_session`). An existing session must
-    talk to that agent."""
-    frontend = frontend_of(agent_id)
-    if frontend:  # its full id: a bare handle is the caller's own agent
-        frontend = usable_agent(services, principal, frontend).agent_id
+    the planner; an agent already read, :func:`usable_agent`, is not read again) with
+    ``fields`` (see :func:`create_session`). An existing session must talk to that
+    agent."""
+    if isinstance(agent_id, Agent):
+        agent: Agent | None = agent_id
+        agent_id = agent_id.agent_id
+    elif frontend := frontend_of(agent_id):  # its full id: a bare handle is the caller's
+        agent = usable_agent(services, principal, frontend)
+    else:
+        agent = None
     if session_id:
         session = get_session(services, principal, session_id)
-        if agent_id and session.frontend_agent_id != frontend:
+        if agent_id and session.frontend_agent_id != (agent.agent_id if agent else None):
             raise InvalidInput(f"task {session_id} belongs to "
                                f"{session.frontend_agent_id or PLANNER_ID}, not {agent_id}")
         return session
-    return create_session(services, principal, frontend, **fields)  # type: ignore[arg-type]
+    return create_session(services, principal, agent, **fields)  # type: ignore[arg-type]
 
 
 async def ask(services: Services, principal: Principal, text: str, *,
@@ -413,15 +418,18 @@ async def ask(services: Services, principal: Principal, text: str, *,
     (at most ``wait`` seconds, by default the reply wait) for its terminal reply."""
     messaging = Messaging(services)
     timeout = services.settings.reply_wait_seconds if wait is None else wait
+    agent: str | Agent | None = agent_id
     if session_id is None:  # before a waiting slot: bad input gets its own error, makes nothing
         await blocking(messaging.precheck, principal, text, bool(embeds))
         if frontend := frontend_of(agent_id):
-            await blocking(usable_agent, services, principal, frontend)
-    async with waiting(services, principal, timeout):
-        session = await blocking(open_session, services, principal, agent_id, session_id)
+            agent = await blocking(usable_agent, services, principal, frontend)
+    # In a session there already, the post takes the slot (refusing bad input before);
+    # a new one is made first, so the slot is taken before it.
+    async with waiting(services, principal, timeout, posting=session_id is not None) as slot:
+        session = await blocking(open_session, services, principal, agent, session_id)
         query, _ = await blocking(messaging.post, principal, session.session_id, text, embeds,
                                   idempotency_key, unchanged_since, callback, answers,
-                                  task)
+                                  task, slot)
         reply = await wait_for_reply(messaging, query, timeout) if timeout > 0 else None
     return session, Turn(query, reply)
 

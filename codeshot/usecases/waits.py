@@ -19,6 +19,7 @@ from contextlib import asynccontextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass
 from datetime import timedelta
+from typing import TYPE_CHECKING
 
 import anyio
 
@@ -29,6 +30,9 @@ from codeshot.services import Services
 from codeshot.usecases.threads import blocking
 from codeshot.usecases.users import user_id_of
 
+if TYPE_CHECKING:
+    from types_boto3_dynamodb.type_defs import UpdateTypeDef
+
 WAITING = "waiting"  # the leases' kind in the usage table
 # Past the longest wait, what a request does around it (its post before, its answer after):
 # in AWS the API's timeout (29 s) ends a request well before its slot lapses.
@@ -37,16 +41,51 @@ LAPSE_MARGIN = timedelta(seconds=60)
 
 @dataclass
 class WaitSlot:
-    """One of a user's waiting slots, held until :meth:`release` (which may come again)."""
+    """One of a user's waiting slots: taken on its own (:meth:`take`) or in the
+    transaction that posts the request's message (:meth:`take_request`, see
+    :meth:`Messaging.post`), held until :meth:`release` (which may come again)."""
 
     services: Services
     user_id: str
     lease_id: str
-    released: bool = False
+    held: bool = False  # may hold it: given back unless a refusal proved it was not taken
+
+    @property
+    def cap(self) -> int:
+        return self.services.settings.max_waiting_requests
+
+    def _lasts(self) -> timedelta:
+        return timedelta(seconds=self.services.settings.reply_wait_seconds) + LAPSE_MARGIN
+
+    def take(self) -> None:
+        """Take it now, with its own write: RATE_LIMITED (nothing written) when all are."""
+        self.held = True
+        try:
+            self.services.usage.take_lease(WAITING, self.user_id, self.cap, self.lease_id,
+                                           self._lasts())
+        except RateLimited as exc:
+            self.held = False
+            raise self.refused() from exc
+
+    def take_request(self) -> UpdateTypeDef:
+        """The update that takes it in a transaction (refused as
+        :meth:`UsageStore.take_lease_request` says)."""
+        return self.services.usage.take_lease_request(WAITING, self.user_id, self.cap,
+                                                      self.lease_id, self._lasts())
+
+    def make_room(self) -> bool:
+        """After :meth:`take_request` was refused: whether to try again."""
+        return self.services.usage.make_room(WAITING, self.user_id, self.lease_id)
+
+    def refused(self) -> RateLimited:
+        return RateLimited(
+            f"you already have {self.cap} requests waiting for replies; send this one "
+            "without waiting for its reply (then read it from the session), or again once "
+            "one of them has answered", limit=self.cap)
 
     async def release(self) -> None:
-        if not self.released:
-            self.released = True
+        if self.held:
+            self.held = False
             # Shielded: a request cancelled mid-wait (its caller gone, a stream's scope
             # cancelled) still gives its slot back. run_sync alone is not enough: it
             # checkpoints, and so is cancelled, before its own shield begins.
@@ -55,21 +94,17 @@ class WaitSlot:
                                self.lease_id)
 
 
+def new_slot(services: Services, principal: Principal) -> WaitSlot:
+    """One of the caller's waiting slots, not taken yet."""
+    return WaitSlot(services, user_id_of(principal), ids.ulid())
+
+
 async def take_slot(services: Services, principal: Principal) -> WaitSlot:
     """One of the caller's waiting slots, taken once the request's input is checked
     (bad input gets its own error, and holds none) and before anything is written for
     it: RATE_LIMITED (nothing written) when all are taken."""
-    cap = services.settings.max_waiting_requests
-    slot = WaitSlot(services, user_id_of(principal), ids.ulid())
-    lasts = timedelta(seconds=services.settings.reply_wait_seconds) + LAPSE_MARGIN
-    try:
-        await blocking(services.usage.take_lease, WAITING, slot.user_id, cap, slot.lease_id,
-                       lasts)
-    except RateLimited as exc:
-        raise RateLimited(
-            f"you already have {cap} requests waiting for replies; send this one without "
-            "waiting for its reply (then read it from the session), or again once one of "
-            "them has answered", limit=cap) from exc
+    slot = new_slot(services, principal)
+    await blocking(slot.take)
     return slot
 
 
@@ -79,19 +114,24 @@ _holding: ContextVar[bool] = ContextVar("holding_a_waiting_slot", default=False)
 
 
 @asynccontextmanager
-async def waiting(services: Services, principal: Principal, seconds: float
-                  ) -> AsyncIterator[None]:
+async def waiting(services: Services, principal: Principal, seconds: float, *,
+                  posting: bool = False) -> AsyncIterator[WaitSlot | None]:
     """Hold one of the caller's waiting slots for the block if it waits at all (``seconds``
     > 0) and holds none yet: taken first, so a refused request writes nothing (see
-    :func:`take_slot`). Not for an async generator's body (its steps run in its reader's
-    context): :func:`take_slot` and :meth:`WaitSlot.release` there."""
+    :func:`take_slot`); or, ``posting``, yielded untaken for the block's one write, the
+    post of its message, to take (:meth:`Messaging.post`: one write fewer, and bad input
+    is refused by that post before it holds one; a slot taken already is kept by it).
+    Yields None when it holds none. Not for an async generator's body (its steps run in
+    its reader's context): :func:`take_slot` and :meth:`WaitSlot.release` there."""
     if seconds <= 0 or _holding.get():
-        yield
+        yield None
         return
-    slot = await take_slot(services, principal)
+    slot = new_slot(services, principal)
+    if not posting:
+        await blocking(slot.take)
     holding = _holding.set(True)
     try:
-        yield
+        yield slot
     finally:
         _holding.reset(holding)
         await slot.release()

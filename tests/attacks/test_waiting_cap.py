@@ -14,7 +14,7 @@ from datetime import UTC, datetime, timedelta
 import httpx
 import pytest
 
-from codeshot import ids
+from codeshot import aws, ids
 from codeshot.usecases.waits import LAPSE_MARGIN, take_slot
 from tests.api.test_fixie_compat import fixieai
 from tests.attacks.test_fairness import reply_to
@@ -272,3 +272,27 @@ def test_following_a_working_a2a_task_holds_a_slot_until_its_answer(live, agents
         assert "TASK_STATE_COMPLETED" in list(events)[-1]
     out = live.gql(key, SEND, {"s": other, "t": "Roll 1d20"})
     assert "errors" not in out, out  # its slot was given back at the answer
+
+
+@pytest.mark.settings(reply_wait_seconds=0.5)
+def test_a_waiting_post_takes_its_slot_with_the_message_in_one_write(platform):
+    """The cap costs a waiting query one write of its own (giving the slot back), not
+    three calls: the slot is taken in the post's transaction, and the session is not read
+    before it (the post refuses bad input itself, holding no slot)."""
+    user_id, key = platform.user("frugal")
+    handle = session(platform, key)
+    platform.gql(key, SEND, {"s": handle, "t": "warm up"})  # the user's leases item made
+    calls: list[str] = []
+    stop = aws.on_call(lambda service, op: calls.append(op))
+    try:
+        out = platform.gql(key, SEND, {"s": handle, "t": "hello"})
+    finally:
+        stop()
+    assert "errors" not in out, out
+    assert out["data"]["sendSessionMessage"]["reply"] is None  # no runner here: it waited
+    assert sorted(op for op in calls if op != "Query") == \
+        ["SendMessage", "TransactWriteItems", "UpdateItem"], calls  # post, enqueue, give back
+    held = platform.services.usage.db.get_item(
+        TableName=platform.services.usage.table_name,
+        Key={"counter": {"S": f"waiting#{user_id}"}})["Item"]
+    assert held["leases"]["M"] == {}  # given back

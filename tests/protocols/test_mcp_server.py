@@ -293,3 +293,30 @@ def test_an_answer_to_a_question_since_replaced_changes_nothing(stack, booking):
     last = stack.services.sessions.all_messages(session_id)[-1]
     assert (last.type.value, last.text) == ("awaiting_input", "For how many people?")
     assert [m for m in made if m.startswith(("Nero's", "Otto's"))] == ["Nero's for 2"]
+
+
+@pytest.mark.settings(reply_wait_seconds=0.5)
+def test_ask_in_a_new_session_reads_its_agent_once(platform, monkeypatch):
+    """The agent is checked before a waiting slot is taken (bad input makes nothing); the
+    session is then made with the agent that check read, not read again."""
+    from codeshot.models import Agent
+
+    _, key = platform.user("oneread")
+    agent_id = Agent.make_id("oneread", "echo")
+    registry = platform.services.registry
+    registry.create(Agent(agent_id=agent_id, owner="oneread", handle="echo", name="echo",
+                          description="test agent", query_url="http://127.0.0.1:9/agent"))
+    reads: list[str] = []
+    real = registry.get
+
+    def counted(read: str, *args, **kwargs):
+        reads.append(read)
+        return real(read, *args, **kwargs)
+
+    monkeypatch.setattr(registry, "get", counted)
+    asked = platform.rpc(key, "/mcp", "tools/call", {"name": "ask", "arguments": {
+        "query": "hello", "agent": agent_id}}).json()
+    assert "structuredContent" in asked["result"], asked
+    session_id = asked["result"]["structuredContent"]["session"]  # made; no runner answers
+    assert platform.services.sessions.get(session_id).frontend_agent_id == agent_id
+    assert reads.count(agent_id) == 1, reads

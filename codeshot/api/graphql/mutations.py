@@ -148,12 +148,10 @@ class Mutation:
                    for e in message_data.embeds or []]
         messaging = Messaging(services)
         wait = services.settings.reply_wait_seconds if message_data.wait else 0
-        if wait > 0:  # bad input gets its own error, before a waiting slot is taken
-            await blocking(messaging.check_input, p, message_data.session, message_data.text,
-                           bool(uploads), message_data.idempotency_key)
-        async with waiting(services, p, wait):
+        async with waiting(services, p, wait, posting=True) as slot:
             message, _ = await blocking(messaging.post, p, message_data.session,
-                                        message_data.text, uploads, message_data.idempotency_key)
+                                        message_data.text, uploads, message_data.idempotency_key,
+                                        slot=slot)
             reply = await wait_for_reply(messaging, message, wait) if wait > 0 else None
         return MessagePayload(
             message=MessageGQL.of(message, services),
