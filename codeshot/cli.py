@@ -197,6 +197,15 @@ def _users_disable(args: argparse.Namespace) -> int:
     return 0
 
 
+def _users_delete(args: argparse.Namespace) -> int:
+    from codeshot.services import Services
+    from codeshot.usecases.accounts import delete_user
+
+    user = delete_user(Services(_target_settings()), args.name)
+    print(f"{user.username} is deleted: their data is being erased")
+    return 0
+
+
 def _users_operator(args: argparse.Namespace) -> int:
     from codeshot.services import Services
     from codeshot.usecases.accounts import set_operator
@@ -501,6 +510,16 @@ def build_parser() -> argparse.ArgumentParser:
     operator.add_argument("name", metavar="NAME", help="username")
     operator.add_argument("--off", action="store_true", help="take the role away")
     operator.set_defaults(run=_users_operator)
+    delete = user_commands.add_parser(
+        "delete", help="delete a user and erase their data",
+        description="Refuse every API key and sign-in of the user at once, and queue the "
+        "erasure of their sessions, agents, user storage, OAuth tokens and usage (the "
+        "runner does it in parts). The username stays taken. Targets the stack as `users "
+        "create` does.")
+    delete.add_argument("name", metavar="NAME", help="username")
+    delete.add_argument("--yes", action="store_true", required=True,
+                        help="required: there is no undo")
+    delete.set_defaults(run=_users_delete)
     confirm = user_commands.add_parser(
         "confirm", help="confirm an account's email without its code",
         description="Confirm EMAIL's sign-up (Cognito AdminConfirmSignUp), for an account "
