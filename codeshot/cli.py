@@ -179,7 +179,7 @@ def _users_list(args: argparse.Namespace) -> int:
     while True:
         page = list_users(services, after)
         for user in page.users:
-            flags = [f for f in ("operator", "disabled") if getattr(user, f)]
+            flags = [f for f in ("operator", "deleted", "disabled") if getattr(user, f)]
             limit = services.daily_limit(user.daily_query_limit)
             print(f"{user.username}\t{user.email or '-'}\t{limit} queries/day\t"
                   f"{','.join(flags) or 'active'}")
@@ -491,7 +491,7 @@ def build_parser() -> argparse.ArgumentParser:
                         help="LLM tokens (prompt + completion) per day, across agents")
     limits.set_defaults(run=_users_limits)
     listing = user_commands.add_parser(
-        "list", help="list users: name, email, daily query limit, operator or disabled",
+        "list", help="list users: name, email, daily query limit, operator, deleted or disabled",
         description="Print every user, one a line (tab-separated). Targets the stack as "
         "`users create` does.")
     listing.set_defaults(run=_users_list)

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 from codeshot.auth.cognito import Identity
 from codeshot.auth.service import DELETED, DISABLED
-from codeshot.errors import Forbidden, InvalidInput, Unauthenticated
+from codeshot.errors import Conflict, Forbidden, InvalidInput, Unauthenticated
 from codeshot.models import Principal, User
 from codeshot.services import Services
 from codeshot.store.queue import Work
@@ -97,6 +97,8 @@ def set_disabled(services: Services, username: str, disabled: bool) -> User:
     user's flag written first stayed set while the pool still took their password). Both
     writes are idempotent, so a retry after the flag's write failed agrees them."""
     user = find_user(services, username)
+    if user.deleted:  # its account stays off: a tombstone is never let in again
+        raise Conflict(f"user {username!r} is deleted")
     if user.identity and services.settings.user_pool_id:
         services.accounts.set_enabled(user.identity, not disabled)
     user = services.users.set_flag(user.user_id, "disabled", disabled)

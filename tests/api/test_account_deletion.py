@@ -50,3 +50,27 @@ def test_the_consoles_delete_asks_for_the_username(platform):
     assert code(platform.gql(key, ME)) == "UNAUTHENTICATED"
     queued = [Work.parse(m["Body"]) for m in platform.services.queue.receive(wait_seconds=0)]
     assert Work.erase(user_id) in queued
+
+
+def test_an_operator_deletes_a_user_on_the_users_page_and_cannot_enable_them_again(platform):
+    operator_id, operator_key = platform.user("opal")
+    platform.services.users.set_flag(operator_id, "operator", True)
+    user_id, key = platform.user("fred")
+    page = {"Authorization": f"Bearer {operator_key}", "HX-Request": "true",
+            "HX-Target": "main"}
+    users = httpx.get(f"{platform.url}/console/users", headers=page)
+    assert 'hx-post="/console/users/fred/delete"' in users.text
+    assert 'hx-post="/console/users/opal/delete"' not in users.text  # not oneself here
+
+    done = httpx.post(f"{platform.url}/console/users/fred/delete", headers=page)
+    assert done.status_code == 200 and "fred is deleted" in done.text
+    assert code(platform.gql(key, ME)) == "UNAUTHENTICATED"
+    [row] = re.findall(r'<tr data-user="fred">.*?</tr>', done.text, re.S)
+    state = row.split("</form>")[-1]  # the state cell: no enable, disable or delete left
+    assert "deleted" in state and "hx-post" not in state
+
+    again = httpx.post(f"{platform.url}/console/users/fred/enable", headers=page)
+    assert again.status_code == 400 and "INVALID_INPUT" in again.text and \
+        "is deleted" in again.text
+    assert code(platform.gql(key, ME)) == "UNAUTHENTICATED"
+    assert platform.services.users.get(user_id).deleted is not None
