@@ -179,8 +179,11 @@ def drop_partition(db: Any, table_name: str, pk: str, sk: str, key: str, most: i
     role that erases need not put an item), having read only their keys; whether any may
     be left. Deleted items are not read again, so a part cut short resumes by starting
     again."""
+    # Select named: the roles that erase may Query only so (a request without it could
+    # name no attributes, and so pass a condition on those it names).
     out = db.query(TableName=table_name, KeyConditionExpression="#p = :p", Limit=most,
-                   ProjectionExpression="#p, #s", ConsistentRead=True,
+                   Select="SPECIFIC_ATTRIBUTES", ProjectionExpression="#p, #s",
+                   ConsistentRead=True,
                    ExpressionAttributeNames={"#p": pk, "#s": sk},
                    ExpressionAttributeValues={":p": {"S": key}})
     for item in out.get("Items", []):

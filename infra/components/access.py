@@ -59,7 +59,9 @@ def index_sweep(role: iam.Role, table: dynamodb.ITable, index: str) -> None:
 def partition_sweep(role: iam.Role, table: dynamodb.ITable, spec: Table) -> None:
     """Read the keys of a partition's items and delete them, key by key (a deleted
     user's, codeshot/store/dynamo.py ``drop_partition``): a Query of the table that may
-    ask for the key attributes only, so it reads no value, and DeleteItem; no put."""
+    ask for the key attributes only, so it reads no value, and DeleteItem; no put. The
+    Select is required (StringEquals, not IfExists): without it a Query names no
+    attributes, and ForAllValues holds on none."""
     assert spec.sk is not None, spec.logical
     role.add_to_principal_policy(iam.PolicyStatement(
         actions=[QUERY], resources=[table.table_arn],
