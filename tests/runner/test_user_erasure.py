@@ -158,3 +158,13 @@ def test_an_erasure_never_touches_a_live_user(services, two_users):
         SessionRunner(services).handle(Work.erase(two_users["bob"].user_id))
     assert everything(services) == before
     assert principal_of(services.users.get(two_users["bob"].user_id)).username == "bob"
+
+
+def test_a_part_left_unrun_on_its_last_delivery_is_queued_again(services, two_users):
+    """Not dead-lettered: nothing waits on it, and the user's data must still go."""
+    accounts.delete_user(services, "alice")
+    [last] = services.queue.receive(wait_seconds=0)
+    services.queue.delete(last["ReceiptHandle"])
+    SessionRunner(services).give_up(Work.parse(last["Body"]))
+    [again] = services.queue.receive(wait_seconds=0)
+    assert Work.parse(again["Body"]) == Work.erase(two_users["alice"].user_id)
