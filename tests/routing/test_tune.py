@@ -150,7 +150,8 @@ def test_a_tuned_model_that_cannot_run_is_refused_saying_to_tune_again(
     with pytest.raises(SettingsError, match=r"no model\.onnx beside .*tune it again"):
         settings.replace(embedder="minilm", minilm_model=str(old))
     broken = fake_tuning(tmp_path / "broken")
-    (broken / "model.onnx").write_bytes(b"not a graph")
+    # of the tuned graph's size (else refused as another tuning's before it is loaded)
+    (broken / "model.onnx").write_bytes(b"not a graph".ljust(read_tuning(broken).graph_bytes))
     with pytest.raises(LLMError, match=r"cannot be loaded .*tune it again"):
         MiniLMEmbedder(str(broken)).embed(["roll a die"])
     # a graph that fails as it runs (here a token past its table): the embedder's error
@@ -210,6 +211,30 @@ def test_a_tuning_file_edited_or_beside_another_tunings_files_is_refused_naming_
     with pytest.raises(LLMError, match=r"does not match .*model\.onnx \(\d[\d,]* bytes, "
                                        r"[\d,]+ expected\)"):
         MiniLMEmbedder(str(smaller)).embed(["roll a die"])
+
+
+def test_a_refused_tuning_is_found_before_its_graph_is_loaded_and_once_a_process(
+        tmp_path, monkeypatch):
+    """A tuning beside another tuning's vocabulary: each query is refused, without the
+    graph (90 MB for the real model) being loaded for it, nor the files read again."""
+    import onnxruntime
+
+    from codeshot.routing import tune as tune_module
+
+    model = fake_tuning(tmp_path / "m")
+    (model / "vocab.txt").write_text("\n".join([*VOCAB, "zebra"]) + "\n")
+    loads, checks = [], []
+    real_session, real_check = onnxruntime.InferenceSession, tune_module.check_files
+    monkeypatch.setattr(onnxruntime, "InferenceSession",
+                        lambda *a, **kw: loads.append(a[0]) or real_session(*a, **kw))
+    monkeypatch.setattr(tune_module, "check_files",
+                        lambda *a, **kw: checks.append(a[0]) or real_check(*a, **kw))
+    embedder = MiniLMEmbedder(str(model))
+    for _ in range(3):
+        with pytest.raises(LLMError, match=r"does not match vocab\.txt: files of another"):
+            embedder.embed(["roll a die"])
+    assert loads == []
+    assert len(checks) == 1
 
 
 def test_router_check_reads_the_whole_graph_where_a_process_checks_its_size(tmp_path, capsys):
