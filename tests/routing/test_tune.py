@@ -376,7 +376,8 @@ def test_the_cli_tunes_on_the_registry_and_the_platform_routes_with_the_model(
         services.registry.create(agent)
     monkeypatch.setattr(cli, "_target_settings", aws.replace)
     out = tmp_path / "router-model"
-    assert cli.main(["router", "tune", "--out", str(out), "--epochs", "1"]) == 0
+    assert cli.main(["router", "tune", "--out", str(out), "--epochs", "1",
+                     "--store-vectors"]) == 0
     printed = capsys.readouterr().out
     tuning = json.loads((out / TUNING_FILE).read_text())
     assert tuning["agents"] == 3 and tuning["epochs"] == 1
@@ -418,16 +419,11 @@ def test_the_cli_tunes_on_the_registry_and_the_platform_routes_with_the_model(
         unloaded.embed(["Roll 3d6"])
 
 
-def test_router_tune_stores_the_new_models_rows_for_the_agents_it_tuned_on(
-        aws, tmp_path, monkeypatch, capsys):
-    """Agents registered before a tuning have rows of another model: `router tune`
-    stores the tuned graph's rows for them once, so that no router embeds them at each
-    rebuild (the runner, which rebuilds indexes, may not write agents). The tuning itself
-    (torch) is the tiny graph here; the slow test above runs the real one."""
+def registered_then_tuned(aws, monkeypatch):
+    """The registry of a platform routing with the static embedder, its agents registered,
+    and `router tune` making the tiny graph (the slow test above runs the real tuning)."""
     from codeshot.routing import tune as tune_module
     from codeshot.routing.index import with_embeddings
-    from codeshot.routing.router import Router
-    from tests.routing.test_router import Counted
 
     registry = Services(aws).registry
     for agent in agents():
@@ -435,9 +431,44 @@ def test_router_tune_stores_the_new_models_rows_for_the_agents_it_tuned_on(
     monkeypatch.setattr(cli, "_target_settings", aws.replace)
     monkeypatch.setattr(tune_module, "tune",
                         lambda agents, out, epochs: read_tuning(fake_tuning(out)))
+    return registry
+
+
+def test_router_tune_leaves_the_agents_vectors_to_their_platforms_router(
+        aws, tmp_path, monkeypatch, capsys):
+    """The platform tuned on may route with another model (here static; Bedrock, an
+    earlier tuning) until it is deployed with the tuning, or for good after a trial: its
+    agents keep its router's vectors, else each of its processes would embed them all."""
+    from codeshot.routing.index import no_agent_examples
+    from codeshot.routing.router import Router
+    from tests.routing.test_router import Counted
+
+    registry = registered_then_tuned(aws, monkeypatch)
+    before = {a.agent_id: (a.embedding_model, a.embeddings) for a in registry.scan_all()}
+    assert cli.main(["router", "tune", "--out", str(tmp_path / "router-model")]) == 0
+    assert {a.agent_id: (a.embedding_model, a.embeddings)
+            for a in registry.scan_all()} == before
+    embedder = Counted(StaticEmbedder())
+    Router(registry, embedder, floor=0.0).route("roll a die", 1)
+    assert set(embedder.texts) <= {"roll a die", *no_agent_examples()}  # no agent's texts
+    assert "stored" not in capsys.readouterr().out
+
+
+def test_router_tune_stores_the_new_models_rows_for_the_agents_it_tuned_on_if_asked(
+        aws, tmp_path, monkeypatch, capsys):
+    """Agents registered before a tuning have rows of another model: `router tune
+    --store-vectors` stores the tuned graph's rows for them once, so that no router
+    routing with it embeds them at each rebuild (the runner, which rebuilds indexes, may
+    not write agents)."""
+    from codeshot.routing import tune as tune_module
+    from codeshot.routing.index import with_embeddings
+    from codeshot.routing.router import Router
+    from tests.routing.test_router import Counted
+
+    registry = registered_then_tuned(aws, monkeypatch)
     out = tmp_path / "router-model"
     version = registry.version()
-    assert cli.main(["router", "tune", "--out", str(out)]) == 0
+    assert cli.main(["router", "tune", "--out", str(out), "--store-vectors"]) == 0
     assert "stored its vectors for 3 of them" in capsys.readouterr().out
     assert registry.version() == version  # nothing for a router to reload
     embedder = Counted(MiniLMEmbedder(str(out)))
@@ -448,7 +479,7 @@ def test_router_tune_stores_the_new_models_rows_for_the_agents_it_tuned_on(
     # Again (once more on the same agents): nothing left to store.
     (out / "model.safetensors").write_bytes(b"")  # an earlier tuning's directory
     monkeypatch.setattr(tune_module, "tune", lambda agents, out, epochs: read_tuning(out))
-    assert cli.main(["router", "tune", "--out", str(out)]) == 0
+    assert cli.main(["router", "tune", "--out", str(out), "--store-vectors"]) == 0
     assert "stored its vectors for 0 of them" in capsys.readouterr().out
     # An agent changed between the scan and the store keeps its registration's rows.
     read = registry.get("ops/dice")
