@@ -251,13 +251,15 @@ def _router_tune(args: argparse.Namespace) -> int:
     agents = registry.scan_all()
     started = time.monotonic()
     tuning = tune(agents, args.out, epochs=args.epochs)
-    # Stored under the new model (its graph's vectors, as a platform routing with it
-    # makes them): else every router would embed each of these agents at each rebuild.
-    stored = embed_again(agents, MiniLMEmbedder(str(args.out)), registry)
+    # Asked for only: the agents' stored vectors are their platform's router's, and one
+    # routing with another model (not yet this tuning, or never) would embed each agent
+    # again, in each of its processes.
+    stored = (f", and stored its vectors for "
+              f"{embed_again(agents, MiniLMEmbedder(str(args.out)), registry)} of them"
+              if args.store_vectors else "")
     print(f"Tuned {tuning.model_id} on {tuning.agents} agents ({tuning.pair_steps} pair steps "
           f"in {tuning.epochs} epochs) in "
-          f"{time.monotonic() - started:.0f} s, saved to {args.out}, and stored its vectors "
-          f"for {stored} of them. Route with it: "
+          f"{time.monotonic() - started:.0f} s, saved to {args.out}{stored}. Route with it: "
           f"CODESHOT_EMBEDDER=minilm CODESHOT_MINILM_MODEL={args.out.resolve()}")
     return 0
 
@@ -563,6 +565,12 @@ def build_parser() -> argparse.ArgumentParser:
     tune.add_argument("--epochs", type=int, default=2, choices=range(1, 11), metavar="1-10",
                       help="passes over the agents' pairs (default 2, chosen on the "
                       "benchmark's dev split)")
+    tune.add_argument("--store-vectors", action="store_true",
+                      help="store the tuned model's vectors for the agents it tuned on (those "
+                      "unchanged since read) in place of theirs, so that a platform routing "
+                      "with this tuning embeds none of them. Only for a platform that routes "
+                      "(or is about to) with it: one routing with another model would embed "
+                      "every agent again in each of its processes")
     tune.set_defaults(run=_router_tune)
     check = router_commands.add_parser(
         "check", help="check a tuned model's files against its tuning",

@@ -247,8 +247,9 @@ class MiniLMEmbedder:
     (:mod:`codeshot.routing.tune`) when ``path`` names one."""
 
     _lock = threading.Lock()
-    # by model id, one load per process: the model's encode, None once found re-tuned
-    _models: ClassVar[dict[str, Callable[[list[str]], Vectors] | None]] = {}
+    # by model id, one load per process: the model's encode, or why it is refused (its
+    # files and this process's packages stay as they are: each query would find it again)
+    _models: ClassVar[dict[str, Callable[[list[str]], Vectors] | str]] = {}
 
     def __init__(self, path: str | None = None, settings: Settings | None = None) -> None:
         """``settings``: where the graph is when not in ``path`` (CODESHOT_MINILM_GRAPH)."""
@@ -263,12 +264,11 @@ class MiniLMEmbedder:
             if self.model_id not in MiniLMEmbedder._models:
                 MiniLMEmbedder._models[self.model_id] = self._encoder()
             encode = MiniLMEmbedder._models[self.model_id]
-        if encode is None:
-            raise LLMError(f"the router model at {self.path} was tuned again since this "
-                           f"process read it: restart the process to route with it")
+        if isinstance(encode, str):
+            raise LLMError(encode)
         return encode
 
-    def _encoder(self) -> Callable[[list[str]], Vectors] | None:
+    def _encoder(self) -> Callable[[list[str]], Vectors] | str:
         """A tuned model runs as an ONNX graph; the base model in sentence-transformers."""
         if not self.path:
             return functools.partial(load_minilm().encode, batch_size=BATCH,
@@ -277,16 +277,25 @@ class MiniLMEmbedder:
 
         settings, directory = self.settings, Path(self.path)
         url = settings.minilm_graph if settings else None
+        # Not remembered when S3 fails: it may answer the next query.
         graph = fetch_graph(settings, url) if settings and url else None
-        model = OnnxMiniLM(directory, graph)
-        # The tuning loaded is the one this embedder's rows are stored under: else rows of
-        # one model would be stored, and compared, as another's. (A process that loaded its
-        # model before a re-tune keeps it, under its own id, until restarted.) Remembered
-        # when re-tuned since: else each query loads 90 MB to find this.
-        tuning = read_tuning(directory)
-        if tuning.model_id != self.model_id:
-            return None
-        check_files(directory, tuning, graph)  # the graph by its size: a stat, not 90 MB read
+        retuned = (f"the router model at {self.path} was tuned again since this process "
+                   f"read it: restart the process to route with it")
+        # The tuning is the one this embedder's rows are stored under: else rows of one
+        # model would be stored, and compared, as another's. Checked before the graph
+        # (90 MB) is loaded, and read again after, in case a re-tune replaced it between.
+        # (A process that loaded its model before a re-tune keeps it, under its own id,
+        # until restarted.)
+        try:
+            tuning = read_tuning(directory)
+            if tuning.model_id != self.model_id:
+                return retuned
+            check_files(directory, tuning, graph)  # the graph by its size: a stat
+            model = OnnxMiniLM(directory, graph)
+            if read_tuning(directory).model_id != self.model_id:
+                return retuned
+        except LLMError as exc:
+            return str(exc)
         return model.encode
 
     def embed(self, texts: list[str]) -> Vectors:

@@ -150,7 +150,8 @@ def test_a_tuned_model_that_cannot_run_is_refused_saying_to_tune_again(
     with pytest.raises(SettingsError, match=r"no model\.onnx beside .*tune it again"):
         settings.replace(embedder="minilm", minilm_model=str(old))
     broken = fake_tuning(tmp_path / "broken")
-    (broken / "model.onnx").write_bytes(b"not a graph")
+    # of the tuned graph's size (else refused as another tuning's before it is loaded)
+    (broken / "model.onnx").write_bytes(b"not a graph".ljust(read_tuning(broken).graph_bytes))
     with pytest.raises(LLMError, match=r"cannot be loaded .*tune it again"):
         MiniLMEmbedder(str(broken)).embed(["roll a die"])
     # a graph that fails as it runs (here a token past its table): the embedder's error
@@ -210,6 +211,30 @@ def test_a_tuning_file_edited_or_beside_another_tunings_files_is_refused_naming_
     with pytest.raises(LLMError, match=r"does not match .*model\.onnx \(\d[\d,]* bytes, "
                                        r"[\d,]+ expected\)"):
         MiniLMEmbedder(str(smaller)).embed(["roll a die"])
+
+
+def test_a_refused_tuning_is_found_before_its_graph_is_loaded_and_once_a_process(
+        tmp_path, monkeypatch):
+    """A tuning beside another tuning's vocabulary: each query is refused, without the
+    graph (90 MB for the real model) being loaded for it, nor the files read again."""
+    import onnxruntime
+
+    from codeshot.routing import tune as tune_module
+
+    model = fake_tuning(tmp_path / "m")
+    (model / "vocab.txt").write_text("\n".join([*VOCAB, "zebra"]) + "\n")
+    loads, checks = [], []
+    real_session, real_check = onnxruntime.InferenceSession, tune_module.check_files
+    monkeypatch.setattr(onnxruntime, "InferenceSession",
+                        lambda *a, **kw: loads.append(a[0]) or real_session(*a, **kw))
+    monkeypatch.setattr(tune_module, "check_files",
+                        lambda *a, **kw: checks.append(a[0]) or real_check(*a, **kw))
+    embedder = MiniLMEmbedder(str(model))
+    for _ in range(3):
+        with pytest.raises(LLMError, match=r"does not match vocab\.txt: files of another"):
+            embedder.embed(["roll a die"])
+    assert loads == []
+    assert len(checks) == 1
 
 
 def test_router_check_reads_the_whole_graph_where_a_process_checks_its_size(tmp_path, capsys):
@@ -351,7 +376,8 @@ def test_the_cli_tunes_on_the_registry_and_the_platform_routes_with_the_model(
         services.registry.create(agent)
     monkeypatch.setattr(cli, "_target_settings", aws.replace)
     out = tmp_path / "router-model"
-    assert cli.main(["router", "tune", "--out", str(out), "--epochs", "1"]) == 0
+    assert cli.main(["router", "tune", "--out", str(out), "--epochs", "1",
+                     "--store-vectors"]) == 0
     printed = capsys.readouterr().out
     tuning = json.loads((out / TUNING_FILE).read_text())
     assert tuning["agents"] == 3 and tuning["epochs"] == 1
@@ -393,16 +419,11 @@ def test_the_cli_tunes_on_the_registry_and_the_platform_routes_with_the_model(
         unloaded.embed(["Roll 3d6"])
 
 
-def test_router_tune_stores_the_new_models_rows_for_the_agents_it_tuned_on(
-        aws, tmp_path, monkeypatch, capsys):
-    """Agents registered before a tuning have rows of another model: `router tune`
-    stores the tuned graph's rows for them once, so that no router embeds them at each
-    rebuild (the runner, which rebuilds indexes, may not write agents). The tuning itself
-    (torch) is the tiny graph here; the slow test above runs the real one."""
+def registered_then_tuned(aws, monkeypatch):
+    """The registry of a platform routing with the static embedder, its agents registered,
+    and `router tune` making the tiny graph (the slow test above runs the real tuning)."""
     from codeshot.routing import tune as tune_module
     from codeshot.routing.index import with_embeddings
-    from codeshot.routing.router import Router
-    from tests.routing.test_router import Counted
 
     registry = Services(aws).registry
     for agent in agents():
@@ -410,9 +431,44 @@ def test_router_tune_stores_the_new_models_rows_for_the_agents_it_tuned_on(
     monkeypatch.setattr(cli, "_target_settings", aws.replace)
     monkeypatch.setattr(tune_module, "tune",
                         lambda agents, out, epochs: read_tuning(fake_tuning(out)))
+    return registry
+
+
+def test_router_tune_leaves_the_agents_vectors_to_their_platforms_router(
+        aws, tmp_path, monkeypatch, capsys):
+    """The platform tuned on may route with another model (here static; Bedrock, an
+    earlier tuning) until it is deployed with the tuning, or for good after a trial: its
+    agents keep its router's vectors, else each of its processes would embed them all."""
+    from codeshot.routing.index import no_agent_examples
+    from codeshot.routing.router import Router
+    from tests.routing.test_router import Counted
+
+    registry = registered_then_tuned(aws, monkeypatch)
+    before = {a.agent_id: (a.embedding_model, a.embeddings) for a in registry.scan_all()}
+    assert cli.main(["router", "tune", "--out", str(tmp_path / "router-model")]) == 0
+    assert {a.agent_id: (a.embedding_model, a.embeddings)
+            for a in registry.scan_all()} == before
+    embedder = Counted(StaticEmbedder())
+    Router(registry, embedder, floor=0.0).route("roll a die", 1)
+    assert set(embedder.texts) <= {"roll a die", *no_agent_examples()}  # no agent's texts
+    assert "stored" not in capsys.readouterr().out
+
+
+def test_router_tune_stores_the_new_models_rows_for_the_agents_it_tuned_on_if_asked(
+        aws, tmp_path, monkeypatch, capsys):
+    """Agents registered before a tuning have rows of another model: `router tune
+    --store-vectors` stores the tuned graph's rows for them once, so that no router
+    routing with it embeds them at each rebuild (the runner, which rebuilds indexes, may
+    not write agents)."""
+    from codeshot.routing import tune as tune_module
+    from codeshot.routing.index import with_embeddings
+    from codeshot.routing.router import Router
+    from tests.routing.test_router import Counted
+
+    registry = registered_then_tuned(aws, monkeypatch)
     out = tmp_path / "router-model"
     version = registry.version()
-    assert cli.main(["router", "tune", "--out", str(out)]) == 0
+    assert cli.main(["router", "tune", "--out", str(out), "--store-vectors"]) == 0
     assert "stored its vectors for 3 of them" in capsys.readouterr().out
     assert registry.version() == version  # nothing for a router to reload
     embedder = Counted(MiniLMEmbedder(str(out)))
@@ -423,7 +479,7 @@ def test_router_tune_stores_the_new_models_rows_for_the_agents_it_tuned_on(
     # Again (once more on the same agents): nothing left to store.
     (out / "model.safetensors").write_bytes(b"")  # an earlier tuning's directory
     monkeypatch.setattr(tune_module, "tune", lambda agents, out, epochs: read_tuning(out))
-    assert cli.main(["router", "tune", "--out", str(out)]) == 0
+    assert cli.main(["router", "tune", "--out", str(out), "--store-vectors"]) == 0
     assert "stored its vectors for 0 of them" in capsys.readouterr().out
     # An agent changed between the scan and the store keeps its registration's rows.
     read = registry.get("ops/dice")
