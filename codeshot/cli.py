@@ -179,7 +179,7 @@ def _users_list(args: argparse.Namespace) -> int:
     while True:
         page = list_users(services, after)
         for user in page.users:
-            flags = [f for f in ("operator", "deleted", "disabled") if getattr(user, f)]
+            flags = [f for f in ("operator", "disabled") if getattr(user, f)]
             limit = services.daily_limit(user.daily_query_limit)
             print(f"{user.username}\t{user.email or '-'}\t{limit} queries/day\t"
                   f"{','.join(flags) or 'active'}")
@@ -194,15 +194,6 @@ def _users_disable(args: argparse.Namespace) -> int:
 
     user = set_disabled(Services(_target_settings()), args.name, args.disable)
     print(f"{user.username} is {'disabled' if user.disabled else 'enabled'}")
-    return 0
-
-
-def _users_delete(args: argparse.Namespace) -> int:
-    from codeshot.services import Services
-    from codeshot.usecases.accounts import delete_user
-
-    user = delete_user(Services(_target_settings()), args.name)
-    print(f"{user.username} is deleted: their data is being erased")
     return 0
 
 
@@ -493,7 +484,7 @@ def build_parser() -> argparse.ArgumentParser:
                         help="LLM tokens (prompt + completion) per day, across agents")
     limits.set_defaults(run=_users_limits)
     listing = user_commands.add_parser(
-        "list", help="list users: name, email, daily query limit, operator, deleted or disabled",
+        "list", help="list users: name, email, daily query limit, operator or disabled",
         description="Print every user, one a line (tab-separated). Targets the stack as "
         "`users create` does.")
     listing.set_defaults(run=_users_list)
@@ -512,16 +503,6 @@ def build_parser() -> argparse.ArgumentParser:
     operator.add_argument("name", metavar="NAME", help="username")
     operator.add_argument("--off", action="store_true", help="take the role away")
     operator.set_defaults(run=_users_operator)
-    delete = user_commands.add_parser(
-        "delete", help="delete a user and erase their data",
-        description="Refuse every API key and sign-in of the user at once, and queue the "
-        "erasure of their sessions, agents, user storage, OAuth tokens and usage (the "
-        "runner does it in parts). The username stays taken. Targets the stack as `users "
-        "create` does.")
-    delete.add_argument("name", metavar="NAME", help="username")
-    delete.add_argument("--yes", action="store_true", required=True,
-                        help="required: there is no undo")
-    delete.set_defaults(run=_users_delete)
     confirm = user_commands.add_parser(
         "confirm", help="confirm an account's email without its code",
         description="Confirm EMAIL's sign-up (Cognito AdminConfirmSignUp), for an account "

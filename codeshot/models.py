@@ -455,12 +455,8 @@ class User(Record):
     identity: str | None = None  # the Cognito user (sub) who signs in as this user
     disabled: bool = False  # an operator turned the user off: every credential is refused
     operator: bool = False  # may list users, set their limits and disable them
-    # When the user was deleted: what is left is this tombstone (the username stays taken,
-    # so nobody inherits its agent ids), every credential refused, the rest being erased.
-    deleted: datetime | None = None
 
-    COERCE: ClassVar[dict[str, Any]] = {"api_key_ids": set, "created": _datetime,
-                                        "deleted": _datetime}
+    COERCE: ClassVar[dict[str, Any]] = {"api_key_ids": set, "created": _datetime}
 
 
 @dataclasses.dataclass(kw_only=True)

@@ -21,7 +21,6 @@ from codeshot.settings import (
     runner_record_seconds,
 )
 from codeshot.store import tables
-from codeshot.store.registry import VERSION_ID as REGISTRY_VERSION_ID
 from infra.bundling import (
     API_FUNCTION,
     REGISTER_FUNCTION,
@@ -100,11 +99,9 @@ API_TABLES: dict[str, tuple[str, ...]] = {
 RUNNER_TABLES: dict[str, tuple[str, ...]] = {
     tables.SESSIONS.logical: (GET, QUERY, BATCH_GET, PUT, UPDATE, DELETE, BATCH_WRITE,
                               CONDITION_CHECK),
-    # It loads the router's index; it writes no agent, and deletes a deleted user's agents.
-    tables.REGISTRY.logical: (GET, SCAN, DELETE),
+    tables.REGISTRY.logical: (GET, SCAN),  # it cannot write agents; it loads the router's index
     tables.USERS.logical: (GET,),  # a query's user (limits, revocation)
-    # LLM token counters, checked per call; DELETE: a deleted user's counters
-    tables.USAGE.logical: (GET, BATCH_GET, PUT, UPDATE, DELETE),
+    tables.USAGE.logical: (GET, BATCH_GET, PUT, UPDATE),  # LLM token counters, checked per call
     tables.CORPORA.logical: (QUERY, PUT, DELETE),  # it runs corpus ingestions
 }
 # Registration reads and writes single items (an agent, its owner): no Scan.
@@ -258,21 +255,8 @@ class PlatformStack(Stack):
         # can neither read a value nor write an item.
         (by_registration,) = tables.USER_STORAGE.indexes
         access.index_sweep(role, self.tables.by_spec(tables.USER_STORAGE), by_registration.name)
-        # It erases a deleted user (codeshot/runner/erasure.py): their storage and OAuth
-        # tokens by partition, reading keys only; their agents as the API deletes one
-        # (each agent's tokens through the agent index, its secret, its corpora).
-        access.partition_sweep(role, self.tables.by_spec(tables.USER_STORAGE),
-                               tables.USER_STORAGE)
-        (by_agent,) = tables.OAUTH.indexes
-        access.index_sweep(role, self.tables.by_spec(tables.OAUTH), by_agent.name)
-        access.partition_sweep(role, self.tables.by_spec(tables.OAUTH), tables.OAUTH)
-        # An agent's deletion moves the registry's version (its caches reload): that item
-        # only, the runner still writes no agent.
-        access.item_access(role, self.tables.by_spec(tables.REGISTRY), REGISTRY_VERSION_ID,
-                           [UPDATE])
         if self.corpus_vectors is not None:
             self.corpus_vectors.grant_search(role)
-            self.corpus_vectors.grant_index_deletion(role)
         # It reads only embeds its sessions hold, and corpus indexes their versions name:
         # no 404 to tell from a 403.
         access.object_access(role, self.embeds.bucket, self.embeds.prefix, put=True,
@@ -281,7 +265,7 @@ class PlatformStack(Stack):
         access.object_access(role, self.embeds.bucket, tables.CORPUS_OBJECTS_PREFIX, put=True,
                              delete=True, missing_as_404=False)
         self.signing_keys.grant_read(role)
-        access.agent_secrets(role, AGENT_SECRETS_PREFIX, manage=False, delete=True)
+        access.agent_secrets(role, AGENT_SECRETS_PREFIX, manage=False)
         access.invoke_models(role, llm_models + embedding_models)
         self._read_router_graph(role)
 

@@ -19,7 +19,6 @@ MAX_CACHED_KEYS = 10_000  # per warm process; expired entries go when it fills
 
 KEY_PREFIX = "key_"  # API key ids (the key's jti)
 DISABLED = "this user has been disabled by an operator"
-DELETED = "this user has been deleted"
 
 # (agent id, its registration if known, seconds the call may last) -> a call token
 CallTokens = Callable[[str, int | None, float], str]
@@ -106,8 +105,6 @@ class Auth:
             user = self.users.get(claims["sub"])
         except NotFound as exc:
             raise Unauthenticated("API key belongs to no user") from exc
-        if user.deleted:
-            raise Unauthenticated(DELETED)
         if claims["jti"] not in user.api_key_ids:
             raise Unauthenticated("API key has been revoked")
         if user.disabled:
@@ -146,12 +143,6 @@ class Auth:
         return lambda agent_id, registration, lasting: self.agent_token(
             agent_id, user_id, session_id, registration, lasting)
 
-    def _deleted(self, user_id: str) -> bool:
-        try:
-            return self.users.get(user_id).deleted is not None
-        except NotFound:  # a user not stored: nothing of theirs to keep from being written
-            return False
-
     def principal_for_agent_token(self, token: str) -> Principal:
         claims = tokens.decode(
             token,
@@ -161,10 +152,6 @@ class Auth:
             typ=tokens.AGENT_TOKEN_TYPE,
             require=("exp", "aid"),
         )
-        if claims.get("sub") and self._deleted(claims["sub"]):
-            # A call in flight when its user was deleted (its token lasts minutes) writes
-            # nothing more for them: their erasure may have passed already.
-            raise Unauthenticated(DELETED)
         return Principal(
             user_id=claims.get("sub"), agent_id=claims["aid"], session_id=claims.get("sid"),
             issued_at=claims["iat"],

@@ -46,7 +46,6 @@ from codeshot.runner.agent_client import AgentClient
 from codeshot.runner.budgets import budget_for
 from codeshot.runner.callbacks import PROMPT_FORMAT
 from codeshot.runner.embeds import EmbedBook
-from codeshot.runner.erasure import erase_part
 from codeshot.runner.fairness import Lease, query_deadline, running_query
 from codeshot.runner.fetch import Fetched, fetch_public_url
 from codeshot.runner.platform_funcs import FuncContext
@@ -182,11 +181,6 @@ class SessionRunner:
             if self.s.sessions.purge(work.session_id, PURGE_PAGES):
                 self.s.queue.enqueue(work.next_part())
             return
-        if work.kind == Work.ERASE:
-            more, cursor = erase_part(self.s, work.agent_id, work.cursor)
-            if more:
-                self.s.queue.enqueue(work.next_part(cursor))
-            return
         pending = self._pending(work, final_attempt)
         if pending is None:
             return
@@ -269,10 +263,9 @@ class SessionRunner:
         that kept failing, or left for invocations that ran out of time): a query is
         answered UNAVAILABLE in its turn (INTERRUPTED if an earlier delivery ran it and
         stopped before its reply), so the session's later queries still follow in order
-        and none vanishes into the dead-letter queue; a corpus ingestion, a storage sweep,
-        a deleted session's purge or a deleted user's erasure, whose order nothing waits
-        on, is queued again."""
-        if work.kind in Work.HOUSEKEEPING:
+        and none vanishes into the dead-letter queue; a corpus ingestion, a storage sweep
+        or a deleted session's purge, whose order nothing waits on, is queued again."""
+        if work.kind in (Work.CORPUS, Work.SWEEP, Work.PURGE):
             self.s.queue.enqueue(work, again=True)
             return
         pending = self._pending(work, final=True)

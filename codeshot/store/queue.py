@@ -31,22 +31,16 @@ class Work:
     storage (``sweep/<agent id>``, "<registration>.<part>" as its id: each part is queued
     by the one before, under an id of its own); with ``kind`` "purge" a part of a
     deleted session's deletion (its ``session_id``, "purge.<session id>.<part>" as its
-    id), in the session's own group, after the queries queued before it; with ``kind``
-    "erase" a part of a deleted user's erasure (``erase/<user id>``, "erase.<user
-    id>.<part>" as its id, and where the part goes on from as its ``cursor``)."""
+    id), in the session's own group, after the queries queued before it."""
 
     session_id: str
     message_id: str
     kind: str = "query"
     correlation_id: str | None = None  # the posting request's (codeshot/observability.py)
-    cursor: str | None = None
 
     CORPUS = "corpus"
     SWEEP = "sweep"
     PURGE = "purge"
-    ERASE = "erase"
-    # Kinds no query waits on: on their last delivery they are queued again, not given up.
-    HOUSEKEEPING = (CORPUS, SWEEP, PURGE, ERASE)
 
     @classmethod
     def corpus(cls, agent_id: str, version: str) -> Work:
@@ -60,11 +54,6 @@ class Work:
     def purge(cls, session_id: str, part: int = 0) -> Work:
         return cls(session_id, f"{cls.PURGE}.{session_id}.{part}", cls.PURGE)
 
-    @classmethod
-    def erase(cls, user_id: str, part: int = 0, cursor: str | None = None) -> Work:
-        return cls(f"{cls.ERASE}/{user_id}", f"{cls.ERASE}.{user_id}.{part}", cls.ERASE,
-                   cursor=cursor)
-
     @property
     def group(self) -> str:
         """Its FIFO message group: a query's or a purge's session; a corpus ingestion's or
@@ -76,7 +65,7 @@ class Work:
 
     @property
     def agent_id(self) -> str:
-        """The agent of a corpus ingestion or a sweep (the user of an erasure)."""
+        """The agent of a corpus ingestion or a sweep."""
         return self.session_id.split("/", 1)[1]
 
     @property
@@ -84,13 +73,11 @@ class Work:
         """The registration a sweep is of."""
         return int(self.message_id.split(".")[0])
 
-    def next_part(self, cursor: str | None = None) -> Work:
-        """The sweep's, the purge's or the erasure's part after this one."""
+    def next_part(self) -> Work:
+        """The sweep's or the purge's part after this one."""
         part = int(self.message_id.rsplit(".", 1)[1]) + 1
         if self.kind == self.PURGE:
             return Work.purge(self.session_id, part)
-        if self.kind == self.ERASE:
-            return Work.erase(self.agent_id, part, cursor)
         return Work.sweep(self.agent_id, self.registration, part)
 
     def body(self) -> str:
@@ -99,18 +86,15 @@ class Work:
             body["kind"] = self.kind
         if self.correlation_id:
             body["correlation_id"] = self.correlation_id
-        if self.cursor:
-            body["cursor"] = self.cursor
         return json.dumps(body)
 
     @classmethod
     def parse(cls, body: str) -> Work:
         data = json.loads(body)
-        correlation, cursor = data.get("correlation_id"), data.get("cursor")
+        correlation = data.get("correlation_id")
         return cls(session_id=str(data["session_id"]), message_id=str(data["message_id"]),
                    kind=str(data.get("kind", "query")),
-                   correlation_id=str(correlation) if correlation else None,
-                   cursor=str(cursor) if cursor else None)
+                   correlation_id=str(correlation) if correlation else None)
 
 
 @dataclass(frozen=True)

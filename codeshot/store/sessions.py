@@ -40,7 +40,6 @@ from codeshot.store.dynamo import (
     clamp_limit,
     count_items,
     decode_token,
-    drop_partition,
     encode_token,
     every_page,
     fill_page,
@@ -325,12 +324,6 @@ class SessionStore(Repository):
                                 Key=_key(GUARD_PARTITION + owner, key),
                                 ConsistentRead=True).get("Item")
         return item["guarded_session"]["S"] if item else None
-
-    def drop_guards(self, owner: str, most: int) -> bool:
-        """Delete up to ``most`` of a deleted user's one-time session keys; whether any
-        may be left."""
-        return drop_partition(self.db, self.table_name, "session_id", "item",
-                              GUARD_PARTITION + owner, most)
 
     def get(self, session_id: str, owner: str | None = None) -> Session:
         """The session; with ``owner``, another user's session is reported as missing."""

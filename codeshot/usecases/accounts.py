@@ -11,11 +11,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from codeshot.auth.cognito import Identity
-from codeshot.auth.service import DELETED, DISABLED
-from codeshot.errors import Conflict, Forbidden, InvalidInput, Unauthenticated
+from codeshot.auth.service import DISABLED
+from codeshot.errors import Forbidden, InvalidInput, Unauthenticated
 from codeshot.models import Principal, User
 from codeshot.services import Services
-from codeshot.store.queue import Work
 from codeshot.usecases.users import find_user
 
 
@@ -48,8 +47,6 @@ def principal_for_token(services: Services, token: str) -> Principal:
     user = services.users.find_by_identity(identity.sub)
     if user is None:
         raise NoUsername(identity)
-    if user.deleted:
-        raise Unauthenticated(DELETED)
     if user.disabled:
         raise Unauthenticated(DISABLED)
     return Principal(user_id=user.user_id, username=user.username,
@@ -97,8 +94,6 @@ def set_disabled(services: Services, username: str, disabled: bool) -> User:
     user's flag written first stayed set while the pool still took their password). Both
     writes are idempotent, so a retry after the flag's write failed agrees them."""
     user = find_user(services, username)
-    if user.deleted:  # its account stays off: a tombstone is never let in again
-        raise Conflict(f"user {username!r} is deleted")
     if user.identity and services.settings.user_pool_id:
         services.accounts.set_enabled(user.identity, not disabled)
     user = services.users.set_flag(user.user_id, "disabled", disabled)
@@ -108,35 +103,3 @@ def set_disabled(services: Services, username: str, disabled: bool) -> User:
 
 def set_operator(services: Services, username: str, operator: bool) -> User:
     return services.users.set_flag(find_user(services, username).user_id, "operator", operator)
-
-
-# -- deletion ----------------------------------------------------------------------------
-def delete_account(services: Services, principal: Principal, confirm_username: str) -> User:
-    """Delete the caller's own user, who confirms by typing their username (never an
-    agent acting for them)."""
-    if principal.agent_id:
-        raise Forbidden("only the user may delete their account")
-    user = services.users.get(principal.user_id or "")
-    if confirm_username.strip() != user.username:
-        raise InvalidInput("type your username to confirm the deletion of your account")
-    return _delete(services, user)
-
-
-def delete_user(services: Services, username: str) -> User:
-    """An operator's deletion of ``username``."""
-    return _delete(services, find_user(services, username))
-
-
-def _delete(services: Services, user: User) -> User:
-    """Make the user a tombstone (every API key, token and sign-in refused from now on,
-    so nothing new is written for them; the username never taken again: nobody inherits
-    their agent ids) and queue the erasure of their data, which the runner does a
-    bounded part a message (codeshot/runner/erasure.py). Each step is idempotent: a retry
-    of a deletion that failed half-way finishes it; one of a deletion done queues an
-    erasure that finds nothing left (within five minutes, SQS drops it as a duplicate)."""
-    if user.identity and services.settings.user_pool_id and user.deleted is None:
-        services.accounts.set_enabled(user.identity, False)
-    tombstone = services.users.mark_deleted(user.user_id, services.clock().isoformat())
-    services.auth.forget_user(user.user_id)
-    services.queue.enqueue(Work.erase(user.user_id))
-    return tombstone

@@ -35,7 +35,6 @@ from codeshot.models import (
 )
 from codeshot.net.addresses import check_public_url
 from codeshot.routing.index import keep_no_agent_rows, with_embeddings
-from codeshot.runner.erasure import forget_corpora, remove_agent, sweep_storage
 from codeshot.runner.handshake import Handshake, fetch_handshake
 from codeshot.services import Services
 from codeshot.settings import API_CALL_SECONDS
@@ -279,7 +278,10 @@ class AgentRegistration:
         self._forget_corpora(agent_id)
 
     def _forget_corpora(self, agent_id: str, seconds: float | None = None) -> None:
-        forget_corpora(self.s, agent_id, seconds)
+        """The id's corpus versions, their objects and (S3 Vectors) indexes."""
+        vectors = self.s.settings.corpus_search == "s3vectors"
+        self.s.corpora.delete_agent(agent_id, seconds=seconds,
+                                    drop=self.s.vector_indexes.drop if vectors else None)
 
     def _forget_oauth(self, agent_id: str) -> None:
         """Users' OAuth tokens (and open flows) for the id."""
@@ -389,11 +391,26 @@ class AgentRegistration:
 
     def delete(self, principal: Principal, owner: str, handle: str) -> Agent:
         agent = self._owned(self._owner(principal), handle, owner=owner)
-        remove_agent(self.s, agent)
+        # What the agent holds goes first, the registry record last: if a part fails, the
+        # agent is still there and the same delete again finishes (each part is
+        # idempotent); the other way round, its retry would be NOT_FOUND, the rest left.
+        self._forget_oauth(agent.agent_id)
+        self._forget_corpora(agent.agent_id)
+        self._sweep_storage(agent)
+        self.s.agent_secrets.delete(agent.mcp_auth_secret)
+        self.s.registry.delete(agent.agent_id, owner=agent.owner)
         return agent
 
     def _sweep_storage(self, agent: Agent) -> None:
-        sweep_storage(self.s, agent)
+        """Queue the sweep of every user's storage with this registration of the agent.
+        The runner does it, a bounded part per queued message, once the registration is
+        gone (an agent may keep a thousand keys for each of thousands of users: more
+        than one request may delete); until then no later registration reads those
+        items (codeshot/store/user_storage.py). One message per request: a retry of the
+        same deletion is deduplicated, and sweeping twice deletes nothing twice."""
+        from codeshot.store.queue import Work
+
+        self.s.queue.enqueue(Work.sweep(agent.agent_id, agent.registration))
 
     def _owned(self, caller: str, handle: str, owner: str | None = None) -> Agent:
         agent_id = Agent.make_id(owner or caller, handle)

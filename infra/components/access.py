@@ -56,29 +56,6 @@ def index_sweep(role: iam.Role, table: dynamodb.ITable, index: str) -> None:
     role.add_to_principal_policy(iam.PolicyStatement(actions=[DELETE], resources=[table.table_arn]))
 
 
-def partition_sweep(role: iam.Role, table: dynamodb.ITable, spec: Table) -> None:
-    """Read the keys of a partition's items and delete them, key by key (a deleted
-    user's, codeshot/store/dynamo.py ``drop_partition``): a Query of the table that may
-    ask for the key attributes only, so it reads no value, and DeleteItem; no put. The
-    Select is required (StringEquals, not IfExists): without it a Query names no
-    attributes, and ForAllValues holds on none."""
-    assert spec.sk is not None, spec.logical
-    role.add_to_principal_policy(iam.PolicyStatement(
-        actions=[QUERY], resources=[table.table_arn],
-        conditions={"ForAllValues:StringEquals": {"dynamodb:Attributes": [spec.pk, spec.sk]},
-                    "StringEquals": {"dynamodb:Select": "SPECIFIC_ATTRIBUTES"}}))
-    role.add_to_principal_policy(iam.PolicyStatement(actions=[DELETE], resources=[table.table_arn]))
-
-
-def item_access(role: iam.Role, table: dynamodb.ITable, key: str,
-                actions: Collection[str]) -> None:
-    """These actions on the one item (of a table without a sort key) whose key is ``key``
-    (dynamodb:LeadingKeys)."""
-    role.add_to_principal_policy(iam.PolicyStatement(
-        actions=list(actions), resources=[table.table_arn],
-        conditions={"ForAllValues:StringEquals": {"dynamodb:LeadingKeys": [key]}}))
-
-
 def object_access(role: iam.Role, bucket: s3.IBucket, prefix: str, *, put: bool,
                   delete: bool = False, missing_as_404: bool = True) -> None:
     """GetObject (GET and HEAD), optionally PutObject and DeleteObject, under ``prefix``.
@@ -171,17 +148,13 @@ def invoke_models(role: iam.IRole, model_ids: list[str]) -> None:
 
 # Secrets agents' owners give (codeshot/store/agent_secrets.py): the API creates and
 # deletes them with the agent (and reads one to read an MCP server's tools again), the
-# runner reads them to call the agent, and deletes a deleted user's agents' ones.
+# runner reads them to call the agent.
 AGENT_SECRETS_READ = ("secretsmanager:GetSecretValue",)
-AGENT_SECRETS_DELETE = "secretsmanager:DeleteSecret"
-AGENT_SECRETS_MANAGE = ("secretsmanager:CreateSecret", AGENT_SECRETS_DELETE)
+AGENT_SECRETS_MANAGE = ("secretsmanager:CreateSecret", "secretsmanager:DeleteSecret")
 
 
-def agent_secrets(role: iam.Role, prefix: str, *, manage: bool, delete: bool = False) -> None:
-    """Read agent secrets; ``manage``: create and delete them too; ``delete``: delete them
-    (the runner, which removes a deleted user's agents)."""
-    actions = AGENT_SECRETS_READ + (AGENT_SECRETS_MANAGE if manage else
-                                    (AGENT_SECRETS_DELETE,) if delete else ())
+def agent_secrets(role: iam.Role, prefix: str, *, manage: bool) -> None:
+    actions = AGENT_SECRETS_READ + (AGENT_SECRETS_MANAGE if manage else ())
     suppress(role, "AwsSolutions-IAM5",
              f"Each agent secret is created at run time under '{prefix}' with a name of its "
              "own (codeshot/store/agent_secrets.py): access is scoped to that prefix.",

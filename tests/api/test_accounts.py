@@ -282,26 +282,3 @@ def test_only_operators_manage_users(stack):
     assert cli(stack, "users", "operator", name, "--off").stdout.strip() == \
         f"{name} is not an operator"
     assert httpx.get(f"{stack.api_url}/console/users", headers=page).status_code == 403
-
-
-def test_an_operator_deletes_an_account_every_credential_and_the_password_refused(stack):
-    email, token = confirmed(stack)
-    name = f"del{ids.ulid().lower()[-8:]}"
-    user = accounts.choose_username(stack.services, token, name)
-    key = stack.services.auth.issue_api_key(user)
-
-    refused = cli(stack, "users", "delete", name)  # no --yes: nothing done
-    assert refused.returncode == 2 and "--yes" in refused.stderr
-    assert stack.services.users.get(user.user_id).deleted is None
-
-    gone = cli(stack, "users", "delete", name, "--yes")
-    assert gone.returncode == 0, gone.stderr
-    assert gone.stdout.strip() == f"{name} is deleted: their data is being erased"
-    for credential in (key, token):
-        answer = whoami(stack, credential)
-        assert error_code(answer) == "UNAUTHENTICATED" and "deleted" in \
-            answer["errors"][0]["message"]
-    with pytest.raises(Unauthenticated, match="this account is disabled"):
-        accounts.sign_in(stack.services, email, PASSWORD)
-    tombstone = stack.services.users.get(user.user_id)
-    assert tombstone.deleted and tombstone.email is None and not tombstone.api_key_ids

@@ -353,7 +353,7 @@ def test_a_retried_task_whose_first_try_died_before_queueing_its_input_is_answer
 
 
 def test_the_same_artifact_uploaded_again_is_not_charged_again(stack):
-    from codeshot.store.usage import UPLOAD_BYTES
+    from codeshot.usecases.messaging import UPLOAD_BYTES
 
     user, key = new_account(stack, "apreupload")
     user_id = user.user_id
@@ -371,8 +371,8 @@ def test_an_artifact_that_loses_its_name_to_a_concurrent_upload_is_not_charged(
         stack, monkeypatch):
     from codeshot.errors import Conflict
     from codeshot.models import Embed
-    from codeshot.store.usage import UPLOAD_BYTES
     from codeshot.usecases.agent_protocol import upload_artifact
+    from codeshot.usecases.messaging import UPLOAD_BYTES
     from codeshot.usecases.users import principal_of
 
     user, key = new_account(stack, "aprace")

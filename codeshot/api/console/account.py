@@ -1,7 +1,6 @@
 """The account page: who is signed in, today's quota and when it resets, the API keys
 (listed by id and creation time, created: the key is shown once, and revoked), and the
-agents holding the user's OAuth tokens (revoked), and the deletion of the account
-(confirmed by typing the username)."""
+agents holding the user's OAuth tokens (revoked)."""
 
 from __future__ import annotations
 
@@ -12,7 +11,6 @@ from codeshot import ids
 from codeshot.api.console.web import (
     ConsoleRoute,
     caller,
-    form,
     html,
     page_request,
     services_of,
@@ -20,7 +18,7 @@ from codeshot.api.console.web import (
 )
 from codeshot.models import Principal
 from codeshot.services import Services
-from codeshot.usecases import accounts, oauth, users
+from codeshot.usecases import oauth, users
 from codeshot.usecases.accounts import NoUsername
 from codeshot.usecases.threads import blocking
 
@@ -79,13 +77,6 @@ async def revoke_grant(request: Request, owner: str, handle: str,
     await blocking(oauth.revoke, services, user, agent_id)
     return html(await blocking(_grants, services, user,
                                f"Revoked {agent_id}'s token: it must ask you again."))
-
-
-@router.post("/console/account/delete")
-async def delete_account(request: Request, user: Principal = Depends(caller)) -> HTMLResponse:
-    confirm = (await form(request)).get("username", "")
-    deleted = await blocking(accounts.delete_account, services_of(request), user, confirm)
-    return html(templates.render("account/deleted.html", username=deleted.username))
 
 
 @router.get("/console/signed-in")

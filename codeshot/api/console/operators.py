@@ -1,6 +1,5 @@
 """The users page, for operators: every user with their daily query limit and state; an
-operator sets a user's limit, disables or enables them, and deletes them
-(codeshot/usecases/accounts.py).
+operator sets a user's limit and disables or enables them (codeshot/usecases/accounts.py).
 Anyone else gets FORBIDDEN."""
 
 from __future__ import annotations
@@ -61,16 +60,11 @@ async def set_state(request: Request, username: str, state: str,
                     operator: Principal = Depends(caller)) -> HTMLResponse:
     services = services_of(request)
     await blocking(accounts.require_operator, services, operator)
-    if state not in ("disable", "enable", "delete"):
-        raise InvalidInput("a user is disabled, enabled or deleted")
+    if state not in ("disable", "enable"):
+        raise InvalidInput("a user is disabled or enabled")
     if username == operator.username:
-        raise InvalidInput(f"you cannot {state} yourself here (your Account page deletes "
-                           "your account)")
-    if state == "delete":
-        user = await blocking(accounts.delete_user, services, username)
-        notice = f"{user.username} is deleted: their data is being erased."
-    else:
-        user = await blocking(accounts.set_disabled, services, username, state == "disable")
-        notice = f"{user.username} is disabled: every key and sign-in is refused." \
-            if user.disabled else f"{user.username} is enabled again."
+        raise InvalidInput("you cannot disable yourself")
+    user = await blocking(accounts.set_disabled, services, username, state == "disable")
+    notice = f"{user.username} is disabled: every key and sign-in is refused." \
+        if user.disabled else f"{user.username} is enabled again."
     return html(await blocking(_table, services, operator, None, notice))
