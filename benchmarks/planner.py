@@ -386,7 +386,8 @@ def no_url_embeds(url: str, _deadline: float | None) -> Any:
     raise AssertionError(f"the planner benchmark's agents return no URL embeds ({url})")
 
 
-def run_case(case: Case, llm: LLM, mode: str, agents: Any, embedder: Embedder) -> Result:
+def run_case(case: Case, llm: LLM, mode: str, agents: Any, embedder: Embedder,
+             free_plans: bool = True) -> Result:
     from codeshot.runner.embeds import EmbedBook
     from codeshot.runner.platform_funcs import FuncContext
     from codeshot.store.embeds import EmbedStore
@@ -399,7 +400,8 @@ def run_case(case: Case, llm: LLM, mode: str, agents: Any, embedder: Embedder) -
                      trace=lambda _by, _step: None,
                      limits=Limits(max_tokens_per_call=Settings().llm_max_tokens_per_call))
     router = Router(agents, embedder)
-    outcome = PlannerProgram(ctx, router, viewer="bench", mode=mode).run(case.query)
+    outcome = PlannerProgram(ctx, router, viewer="bench", mode=mode,
+                             free_plans=free_plans).run(case.query)
     return Result(case, agents_ok(case, client.calls),
                   grounded(case, outcome.status, outcome.text, client.calls),
                   counting.calls, counting.tokens_in, counting.tokens_out, outcome.text,
@@ -443,19 +445,21 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     cases = [c for c in CASES if not args.only or c.category in args.only.split(",")]
     print(f"Planner benchmark: {len(AGENTS)} agents, {len(cases)} queries.")
-    runs: list[tuple[str, LLM, str]] = [(f"fewshot (offline replay), {mode} mode",
-                                         FewShotLLM(), mode) for mode in ("route", "plan")]
+    # Offline, auto is as the platform runs it with the replay: no free planning.
+    runs: list[tuple[str, LLM, str, bool]] = [(f"fewshot (offline replay), {mode} mode",
+                                               FewShotLLM(), mode, mode != "auto")
+                                              for mode in ("route", "auto", "plan")]
     if os.environ.get("CODESHOT_OPENAI_BASE_URL"):
         settings = Settings(llm="openai")
         runs.extend((f"openai {settings.llm_model} ({settings.openai_endpoint}), {mode} mode",
-                     get_llm(settings), mode) for mode in args.modes.split(","))
+                     get_llm(settings), mode, True) for mode in args.modes.split(","))
     settings = Settings(**({"embedder": args.embedder} if args.embedder else {}))
     embedder = get_embedder(settings)
     print(f"Router embedder: {settings.embedder}.")
     with registry(embedder) as agents:
-        for label, llm, mode in runs:
-            report(label, [run_case(case, llm, mode, agents, embedder) for case in cases],
-                   args.verbose)
+        for label, llm, mode, free_plans in runs:
+            report(label, [run_case(case, llm, mode, agents, embedder, free_plans)
+                           for case in cases], args.verbose)
     return 0
 
 

@@ -24,11 +24,11 @@ from typing import Any
 from codeshot import ids
 from codeshot.engine.builtin import code_shot_components
 from codeshot.engine.components import CommandResult
-from codeshot.engine.executor import Executor, Status
+from codeshot.engine.executor import Executor, Status, TraceStep
 from codeshot.engine.fewshot import parse_few_shots
 from codeshot.errors import CodeshotError, InvalidInput
 from codeshot.llm import LLM, ChatMessage, get_llm
-from codeshot.llm.fewshot import CANT_HELP, miss
+from codeshot.llm.fewshot import CANT_HELP, NO_REPLAY, miss
 from codeshot.local.http_server import HttpServer
 from codeshot.local.stack import LOCAL_USER, TEMPLATE_DIR, LocalStack
 from codeshot.net.http import public_client
@@ -258,6 +258,7 @@ def run_cases(client: AgentTestClient, cases: list[AgentTest], llm: LLM,
             return CommandResult(reply.text, reply.embeds, reply.needs_input, reply.question)
 
         for case in cases:
+            steps: list[TraceStep] = []
             if handshake.type == "standalone":
                 try:
                     answer = runner.query_standalone(client.agent_id, client.url, case.query)
@@ -267,11 +268,13 @@ def run_cases(client: AgentTestClient, cases: list[AgentTest], llm: LLM,
             else:
                 components = code_shot_components(handshake.base_prompt, handshake.few_shots,
                                                   call_func)
-                outcome = Executor(components, llm).run(case.query)
+                outcome = Executor(components, llm, trace=steps.append).run(case.query)
                 text, status = outcome.text, outcome.status.value
             result = check(case, text, status, llm, judging)
             if result.verdict is Verdict.FAIL and text == CANT_HELP:  # the replay had none
-                result = dataclasses.replace(result, reason=miss(
+                why = [s.text.removeprefix(NO_REPLAY) for s in steps
+                       if s.text.startswith(NO_REPLAY)]
+                result = dataclasses.replace(result, reason=why[-1] if why else miss(
                     parse_few_shots(handshake.few_shots), case.query))
             results.append(result)
     return results

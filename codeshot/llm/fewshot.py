@@ -31,9 +31,11 @@ AS_RETURNED = "The offline replay cannot fit these results into its example's an
 # An agent with no few-shots is a plain LLM agent: nothing here can stand in for the model.
 NEEDS_LLM = ("This agent needs a language model to answer, and the offline fewshot provider "
              "is not one: set CODESHOT_LLM to bedrock or openai.")
+NO_REPLAY = "No replay: "  # a Thought's start: why the replay answered CANT_HELP
 THRESHOLD = 0.4  # below this Dice overlap of content words, an example does not apply
 
 _LETTERS = re.compile(r"[^\W\d_]{2}")  # a word: two letters running (not "18C"'s unit)
+_NUMBER = re.compile(r"\d+(?:[.,]\d+)*")  # a word that is a number: "15", "3.5"
 # A URL is one word, so a query's URL replaces an example's whole.
 _WORD = re.compile(r"https?://[^\s\"'<>]*[^\s\"'<>.,;:!?)]|\w+(?:[.'-]\w+)*")
 # fmt: off
@@ -54,11 +56,18 @@ def content_words(text: str) -> set[str]:
 
 
 def similarity(a: str, b: str) -> float:
-    """Dice coefficient of the two texts' content words (0 when either has none)."""
+    """Dice coefficient of the two texts' content words (0 when either has none). Numbers
+    match numbers once a word matches too: "a 20% tip on $50" asks what "a 15% tip on $80"
+    does (the replay carries the query's numbers over), "a 20% fee" does not."""
     left, right = content_words(a), content_words(b)
     if not left or not right:
         return 0.0
-    return 2 * len(left & right) / (len(left) + len(right))
+    left_numbers, right_numbers = ({w for w in words if _NUMBER.fullmatch(w)}
+                                   for words in (left, right))
+    shared = len((left - left_numbers) & (right - right_numbers))
+    shared += min(len(left_numbers), len(right_numbers)) if shared \
+        else len(left_numbers & right_numbers)
+    return 2 * shared / (len(left) + len(right))
 
 
 def word_substitutions(example: str, actual: str) -> dict[str, str]:
@@ -184,13 +193,17 @@ def _nearest(turns: Sequence[Sequence[Step]], query: str) -> tuple[Sequence[Step
 
 
 def miss(examples: Sequence[FewShot], query: str) -> str:
-    """Why the replay answered ``query`` with CANT_HELP: its nearest example and their
-    overlap (``agent test`` shows it; the answer itself stays plain, as a real model's
+    """Why the replay answered ``query`` with CANT_HELP for want of a close example: its
+    nearest one and their overlap (``agent test`` shows it, and a trace as a Thought
+    (NO_REPLAY), as each other reason to decline; the answer itself stays plain, as a real model's
     refusal would, and gives the answer checks no numbers to question)."""
     turns = _turns(examples)
     if not turns:
         return "the agent has no few-shot questions"
-    turn, score = _nearest(turns, query)
+    return _missed(*_nearest(turns, query))
+
+
+def _missed(turn: Sequence[Step], score: float) -> str:
     return (f'the nearest few-shot is "{turn[0].text}": word overlap {score:.2f}, under the '
             f"replay's {THRESHOLD:.2f}")
 
@@ -207,7 +220,7 @@ def next_lines(examples: Sequence[FewShot], transcript: Sequence[Step]) -> str:
     query = transcript[q_index].text
     turn, score = _nearest(turns, query)
     if score < THRESHOLD:
-        return f"A: {CANT_HELP}"
+        return _declined(_missed(turn, score))
 
     real = [s for s in transcript[q_index + 1 :] if s.kind in SAYS]
     real_replies = [s.text for s in real]
@@ -220,6 +233,9 @@ def next_lines(examples: Sequence[FewShot], transcript: Sequence[Step]) -> str:
         for key, value in word_substitutions(ex, reply).items():
             subs.setdefault(key, value)
 
+    # The example's question is its first line: notes after it ("Self Ask: ...", "Answer:
+    # shop-prod") are its own reasoning, which a replay may pass on.
+    asked = turn[0].text.splitlines()[0]
     done = len(real_replies)
     start = example_replies[done - 1][0] + 1 if 0 < done <= len(example_replies) else 1
     if done > len(example_replies):
@@ -230,6 +246,9 @@ def next_lines(examples: Sequence[FewShot], transcript: Sequence[Step]) -> str:
             lines.append(f"{step.label}")  # a reply with no Ask: the engine calls it
             break
         replayed = Step(step.kind, substitute(step.text, subs), step.target)
+        if step.kind in ASKS and (kept := _example_words(replayed.text, asked, query, real)):
+            return _declined(f'the nearest few-shot, "{asked}", would ask "{replayed.text}": '
+                             f'{", ".join(sorted(kept))} not in the question')
         if step.kind is Kind.A and real and not _carried(replayed.text, turn, query, real):
             lines.append(_as_returned(real))
             break
@@ -237,6 +256,19 @@ def next_lines(examples: Sequence[FewShot], transcript: Sequence[Step]) -> str:
         if step.kind is not Kind.THOUGHT:
             break
     return "\n".join(lines)
+
+
+def _example_words(ask: str, asked: str, query: str, real: Sequence[Step]) -> set[str]:
+    """The words of the example's question ``asked`` that a replayed Ask still holds and neither the
+    query nor a real result does: "save a note" replaying "Save a note: buy milk" would
+    save "buy milk", "a 20% tip" replaying "a 15% tip on $80" work out 20% of 80."""
+    known = content_words(query).union(*(content_words(r.text) for r in real))
+    return content_words(ask) & content_words(asked) - known
+
+
+def _declined(why: str) -> str:
+    """CANT_HELP, after a Thought saying why: the trace shows it, the answer stays plain."""
+    return f"{Step(Kind.THOUGHT, NO_REPLAY + why).render()}\nA: {CANT_HELP}"
 
 
 class FewShotLLM:

@@ -263,12 +263,14 @@ class PlannerProgram:
     small talk is answered and anything else declined: ``_direct``); ``auto`` runs "X
     and/then Y" as two agent calls when each half fits a different agent (``_two_steps``),
     plans the other compound queries (two agents fit, or it says "and"/"then") and those
-    no agent fits, and routes the rest.
+    no agent fits, and routes the rest. Without ``free_plans`` (the offline replay, which
+    cannot plan), ``auto`` still runs "X and Y" as two agent calls and routes the rest.
     """
 
     def __init__(self, ctx: RunContext, router: Router, viewer: str | None,
-                 mode: str, k: int = 3) -> None:
+                 mode: str, k: int = 3, free_plans: bool = True) -> None:
         self.ctx, self.router, self.viewer, self.k, self.mode = ctx, router, viewer, k, mode
+        self.free_plans = free_plans
 
     def _thought(self, text: str) -> None:
         self.ctx.trace(PLANNER_ID, TraceStep(MessageType.THOUGHT, text))
@@ -300,7 +302,8 @@ class PlannerProgram:
     def _plans(self, query: str, fitting: list[Candidate]) -> bool:
         if self.mode != "auto":
             return self.mode == "plan"
-        return not fitting or len(fitting) > 1 or bool(_COMPOUND.search(query))
+        return self.free_plans and (not fitting or len(fitting) > 1
+                                    or bool(_COMPOUND.search(query)))
 
     def run(self, query: str) -> Outcome:
         candidates = self._routes(query)

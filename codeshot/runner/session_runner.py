@@ -456,11 +456,11 @@ class SessionRunner:
                 raise NotFound(f"agent {session.frontend_agent_id} is no longer available"
                                ) from exc
             return program_for(agent, ctx), agent.agent_id
-        mode = self.s.settings.planner_mode
-        if mode == "auto" and self.s.settings.llm == "fewshot":
-            mode = "route"  # the offline replay cannot plan freely
-        return (PlannerProgram(ctx, self.s.router, viewer, mode,
-                               self.s.settings.planner_top_k), PLANNER_ID)
+        settings = self.s.settings
+        return (PlannerProgram(ctx, self.s.router, viewer, settings.planner_mode,
+                               settings.planner_top_k,
+                               # the offline replay cannot plan freely: auto splits, routes
+                               free_plans=settings.llm != "fewshot"), PLANNER_ID)
 
     @staticmethod
     def _memory(session: Session, query: Message, recent: list[Message]) -> SessionMemory:

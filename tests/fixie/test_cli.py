@@ -263,6 +263,18 @@ def test_a_test_no_few_shot_fits_offline_names_the_nearest(tmp_path):
                              "under the replay's 0.40")
 
 
+def test_a_test_the_replay_would_answer_with_the_examples_words_says_so(tmp_path):
+    """"Shout" replayed "Shout hello" and shouted HELLO, a word the test never said."""
+    directory = agent_dir(tmp_path, "shouter")
+    config = directory / "agent.yaml"
+    config.write_text(config.read_text().split("tests:")[0] + "tests:\n"
+                      "  - query: Shout\n    expected: \"!\"\n")
+    [result] = run_agent_tests(directory, Settings())
+    assert result.verdict.value == "FAIL"
+    assert result.reason == ('the nearest few-shot, "Shout hello", would ask "hello": hello '
+                             "not in the question")
+
+
 def test_agent_test_finds_the_agents_own_mistakes_before_starting_a_platform(
         tmp_path, monkeypatch):
     """A few-shot's grammar or a file without tests is reported at once: no local

@@ -46,12 +46,13 @@ def test_similarity_ignores_function_words_and_has_a_threshold() -> None:
     assert similarity("What is the capital of France?", "What is the stock price for AAPL?") == 0
     assert similarity("the of and", "the of and") == 0
     examples = parse_few_shots(WEATHER)
+    # Why, for `agent test` to tell the agent's author what to reword, and a Thought for
+    # the trace (`chat --trace`) to say the same.
+    why = ("the nearest few-shot is \"What's the weather in Paris tomorrow?\": word overlap "
+           "0.33, under the replay's 0.40")
+    assert miss(examples, "Tell me a joke about weather") == why
     assert next_lines(examples, [Step(Kind.Q, "Tell me a joke about weather")]) == \
-        f"A: {CANT_HELP}"
-    # Why, for `agent test` to tell the agent's author what to reword.
-    assert miss(examples, "Tell me a joke about weather") == (
-        "the nearest few-shot is \"What's the weather in Paris tomorrow?\": word overlap "
-        "0.33, under the replay's 0.40")
+        f"Thought: No replay: {why}\nA: {CANT_HELP}"
     # no few-shots at all: a plain LLM agent, which nothing offline can stand in for
     assert next_lines([], [Step(Kind.Q, "Weather in Rome?")]) == f"A: {NEEDS_LLM}"
     assert next_lines(examples, []) == f"A: {CANT_HELP}"
@@ -171,7 +172,7 @@ def test_a_funcs_refusal_in_words_is_passed_on_not_put_where_its_number_was() ->
 
 def test_below_the_threshold_it_says_it_is_an_offline_replay() -> None:
     answer = next_lines(parse_few_shots(DICE), [Step(Kind.Q, "What is the capital of France?")])
-    assert answer.startswith("A: No example of this agent is close to your question, and this "
+    assert answer.splitlines()[-1].startswith("A: No example of this agent is close to your question, and this "
                              "is an offline replay (the fewshot provider), not a language model")
 
 
@@ -185,3 +186,39 @@ def test_a_func_shown_replying_with_no_ask_is_left_to_the_engine() -> None:
     outcome = agent.run("What time is it in my place now?")
     assert outcome.text == "It is Friday 17:30."
     assert calls == [("fixie_local_datetime", "")]
+
+
+def test_numbers_match_numbers_in_the_overlap() -> None:
+    """"What is a 20% tip on $50?" was refused against the few-shot "What is a 15% tip on
+    $80?" (word overlap 0.33): only its numbers differ."""
+    shots = ["Q: What is a 15% tip on $80?\nAsk Func[tip]: 15% of 80\n"
+             "Func[tip] says: 12.00\nA: A 15% tip on $80 is $12.00."]
+    assert similarity("What is a 15% tip on $80?", "What is a 20% tip on $50?") == 1.0
+    assert similarity("What is a 15% tip on $80?", "What is a 20% fee?") == 0  # no word
+    calls: list[str] = []
+
+    def tip(name: str, text: str) -> str:
+        calls.append(text)
+        percent, amount = (float(n) for n in text.replace("%", "").split(" of "))
+        return f"{percent * amount / 100:.2f}"
+
+    outcome = Executor(code_shot_components("I work out tips.", shots, tip),
+                       FewShotLLM()).run("What is a 20% tip on $50?")
+    assert calls == ["20% of 50"]
+    assert outcome.text == "A 20% tip on $50 is $10.00."
+
+
+def test_an_ask_never_passes_on_the_examples_own_words() -> None:
+    """"save a note" replayed "Save a note: buy milk" and saved "buy milk"; with numbers
+    matching numbers, "a 20% tip" would work out 20% of the example's $80."""
+    notes = parse_few_shots(["Q: Save a note: buy milk\nAsk Func[add_note]: buy milk\n"
+                             "Func[add_note] says: Saved note 1: buy milk\n"
+                             "A: Saved note 1: buy milk"])
+    assert next_lines(notes, [Step(Kind.Q, "save a note")]) == (
+        'Thought: No replay: the nearest few-shot, "Save a note: buy milk", would ask '
+        f'"buy milk": buy, milk not in the question\nA: {CANT_HELP}')
+    assert next_lines(notes, [Step(Kind.Q, "Save a note: buy oat milk")]) == \
+        "Ask Func[add_note]: buy oat milk"
+    tips = parse_few_shots(["Q: What is a 15% tip on $80?\nAsk Func[tip]: 15% of 80\n"
+                            "Func[tip] says: 12.00\nA: A 15% tip on $80 is $12.00."])
+    assert next_lines(tips, [Step(Kind.Q, "What is a 20% tip?")]).endswith(f"A: {CANT_HELP}")

@@ -135,3 +135,38 @@ def test_chat_at_a_terminal_edits_the_line(live_stack):
         "variables": {"h": session}}, headers={"Authorization": f"Bearer {live_stack['api_key']}"}
     ).json()["data"]["sessionByHandle"]["messages"][0]["text"]
     assert sent == "Roll 3d8"
+
+
+def test_offline_chat_runs_both_tasks_of_x_and_y(live_stack):
+    """Offline, "Roll a d20 and save it as a note" rolled, said "You rolled 8." and saved
+    no note, saying nothing of it: the replay routed the whole query to the dice."""
+    client = ChatClient(live_stack["graphql_url"], live_stack["api_key"])
+    out = io.StringIO()
+    assert run_chat(client, None, show_trace=True, stdout=out, stdin=io.StringIO(
+        "Roll a d20 and save it as a note\n\nList my notes\n\n"
+        "Roll a d20 and save a note\n")) == 0
+    text = out.getvalue()
+    rolled = re.search(r"^You rolled (\d+)\.$", text, re.M)
+    assert rolled, text
+    # Both said in the answer, and the note holds the roll.
+    roll = f"rolled {rolled.group(1)}"
+    assert re.search(rf"^Saved note \d+: .*{roll}\b", text, re.M), text
+    assert re.search(rf"{roll}\b", text[text.index("Your notes:"):]), text
+    # A note of nothing said: the replay saves none (not its example's "buy milk"), and
+    # the answer says so after the roll.
+    assert "Saved note" not in text[text.index("Your notes:"):], text
+    assert re.search(r"^You rolled \d+\.\nNo example of this agent is close",
+                     text[text.index("Your notes:"):], re.M), text
+
+
+def test_the_trace_says_why_the_replay_had_no_example(live_stack):
+    """`chat --trace` showed only "No example ... is close", not the nearest few-shot and
+    its overlap that `codeshot agent test` prints."""
+    client = ChatClient(live_stack["graphql_url"], live_stack["api_key"])
+    out = io.StringIO()
+    assert run_chat(client, "local/dice", show_trace=True, stdout=out,
+                    stdin=io.StringIO("What is the capital of France?\n")) == 0
+    text = out.getvalue()
+    assert re.search(r"\[thought\] local/dice: No replay: the nearest few-shot is \".+\": "
+                     r"word overlap 0\.\d\d, under the replay's 0\.40", text), text
+    assert "No example of this agent is close to your question" in text, text
