@@ -16,6 +16,7 @@ from codeshot import ids
 from codeshot.runner.batch import process_batch, record_of
 from codeshot.runner.fairness import RUNNING
 from codeshot.runner.session_runner import SessionRunner
+from codeshot.store.queue import Work
 from codeshot.store.sessions import RESUMED_AT, RESUMING, RESUMING_LASTS, SESSION_ITEM
 from tests.dynamo_faults import refuse
 from tests.runner.conftest import register, session
@@ -228,14 +229,19 @@ def test_a_claim_whose_run_died_before_its_reply_lapses(platform, agents, monkey
     assert RESUMING not in item and RESUMED_AT not in item
 
 
-@pytest.mark.parametrize("read_first", [True, False], ids=["after-read", "before-read"])
+@pytest.mark.settings(max_running_queries=1)
+@pytest.mark.parametrize("when", ["after-read", "before-read", "no-slot", "given-up"])
 def test_an_a2a_answer_to_a_question_canceled_before_it_was_taken_runs_nothing(
-        platform, agents, monkeypatch, read_first, receiver):
+        platform, agents, monkeypatch, when, receiver):
     """The answer was sent to its task; a cancel landed before the runner took it, and the
     answer ran as a new task the sender never heard of (and was charged for); then it was
-    answered CANCELED, but as a task of its own (listed, and pushed under its own id)."""
+    answered CANCELED, but as a task of its own (listed, and pushed under its own id).
+    Given up on its last delivery, or with the user's running slots all taken, it was
+    still pushed under its own id, and told to send again a task that is over."""
     key, booking, h, task_id, runner = asked(platform, agents, "anya")
     owner = platform.services.sessions.get(h).owner
+    if when == "no-slot":  # the user's one running slot is another query's
+        platform.services.usage.take_lease(RUNNING, owner, 1, "other", timedelta(minutes=5))
     cancel = HeldCancel(platform, key, booking, task_id, monkeypatch)
     sent = a2a(platform, key, booking, "SendMessage", configuration={
         "returnImmediately": True, "taskPushNotificationConfig": {"url": receiver.url}},
@@ -243,13 +249,16 @@ def test_an_a2a_answer_to_a_question_canceled_before_it_was_taken_runs_nothing(
                         "taskId": task_id})
     assert sent["result"]["task"]["id"] == task_id, sent
     assert platform.services.usage.used("query", owner) == 2
-    if read_first:  # the runner read the paused program, then the cancel landed
+    if when == "after-read":  # the runner read the paused program, then the cancel landed
         cancel_after_read(platform.services.sessions, cancel, monkeypatch)
     else:
         cancel.land()
     before = len(agents.calls)
-    assert process_batch({"Records": [queued(platform)]}, runner.handle) == {
-        "batchItemFailures": []}
+    if when == "given-up":
+        runner.give_up(Work.parse(queued(platform)["body"]))
+    else:
+        assert process_batch({"Records": [queued(platform)]}, runner.handle) == {
+            "batchItemFailures": []}
     monkeypatch.undo()
     assert cancel.out[0]["result"]["status"]["state"] == "TASK_STATE_CANCELED", cancel.out
     assert len(agents.calls) == before  # the answer ran nowhere
