@@ -160,8 +160,10 @@ class SessionMemory:
 def _task_of(query: Message, paused: dict[str, Any] | None) -> str:
     """The query that began the task ``query`` belongs to (the A2A task its reply is
     pushed for): the paused program's, when it answers that program's question (kept in
-    its state; one paused before states kept it: its own), else ``query`` itself."""
-    return str((paused or {}).get("task") or query.message_id)
+    its state; one paused before states kept it: its own); the task it was sent to
+    answer, when that question was ended before it was taken (``Message.task``); else
+    ``query`` itself."""
+    return str((paused or {}).get("task") or query.task or query.message_id)
 
 
 class SessionRunner:
@@ -186,6 +188,9 @@ class SessionRunner:
             return
         session, recent, query, history = pending
         paused = recent.state if session.status is SessionStatus.AWAITING_INPUT else None
+        if paused is None and query.answers:  # runs nothing: no running slot to take
+            self._answered_ended(session, query, had_state=recent.state is not None)
+            return
         task = _task_of(query, paused)
         trace: list[Message] = []
         deadline = query_deadline(self.s.settings)
@@ -199,16 +204,13 @@ class SessionRunner:
                 if paused is not None and not self.s.sessions.claim_pause(
                         session.session_id, query.message_id):
                     # Its question was ended since the read (a cancel won): nothing of the
-                    # paused program runs, and the message is a query of its own.
+                    # paused program runs, and the message is a query of its own (unless
+                    # it was sent to that question's task).
+                    if query.answers:
+                        self._answered_ended(session, query, lease,
+                                             had_state=recent.state is not None)
+                        return
                     paused, task = None, query.message_id
-                if paused is None and query.answers:
-                    # Sent to answer a question that was ended since (A2A, to its task):
-                    # that task is over, so nothing runs, and the post is not charged.
-                    # The reply is that task's (pushed for it), not a task of its own.
-                    self._finish(session, query, failure_outcome(Canceled(ANSWERED_ENDED)),
-                                 None, trace, book, lease, had_state=recent.state is not None,
-                                 task=query.task or task, refund=True)
-                    return
                 try:
                     outcome, program_state = self._run(session, query, paused, history,
                                                        trace, book, deadline, task)
@@ -258,11 +260,24 @@ class SessionRunner:
         self._finish(session, query, outcome, None, trace, book,
                      had_state=recent.state is not None, task=task)
 
+    def _answered_ended(self, session: Session, query: Message, lease: Lease | None = None,
+                        *, had_state: bool) -> None:
+        """Answer ``query``, sent to answer a question that was ended since (A2A, to its
+        task): that task is over, so nothing runs, and the post is not charged. The reply
+        is that task's (pushed for it), not a task of its own. Without its running slot
+        (``lease``), it says so only if no earlier run of it took one."""
+        nothing = EmbedBook(self.s.embeds, self._fetch_embed)
+        self._finish(session, query, failure_outcome(Canceled(ANSWERED_ENDED)), None, [],
+                     nothing, lease, had_state=had_state, task=_task_of(query, None),
+                     refund=True, unless_run=None if lease else Lease(
+                         self.s, session.owner, query.message_id))
+
     def give_up(self, work: Work) -> None:
         """``work`` on its last delivery, not started by it (behind a query of its session
         that kept failing, or left for invocations that ran out of time): a query is
         answered UNAVAILABLE in its turn (INTERRUPTED if an earlier delivery ran it and
-        stopped before its reply), so the session's later queries still follow in order
+        stopped before its reply; CANCELED if it answers a question ended since, as
+        :meth:`handle` answers it), so the session's later queries still follow in order
         and none vanishes into the dead-letter queue; a corpus ingestion, a storage sweep
         or a deleted session's purge, whose order nothing waits on, is queued again."""
         if work.kind in (Work.CORPUS, Work.SWEEP, Work.PURGE):
@@ -272,6 +287,10 @@ class SessionRunner:
         if pending is None:
             return
         session, recent, query, _ = pending
+        paused = recent.state if session.status is SessionStatus.AWAITING_INPUT else None
+        if paused is None and query.answers:  # its task is over: not to be sent again
+            self._answered_ended(session, query, had_state=recent.state is not None)
+            return
         outcome = self._given_up("The platform could not get to this message in time (an "
                                  "earlier one kept failing, or the runners were busy); "
                                  "nothing of it ran: please send it again.", Unavailable.code)
@@ -281,7 +300,6 @@ class SessionRunner:
         # spent), so, as for a refusal at the running-query cap, its daily query charge is
         # given back in the reply's write: the message sent again is charged instead.
         nothing = EmbedBook(self.s.embeds, self._fetch_embed)
-        paused = recent.state if session.status is SessionStatus.AWAITING_INPUT else None
         self._finish(session, query, outcome, None, [], nothing,
                      had_state=recent.state is not None, task=_task_of(query, paused),
                      refund=True, unless_run=Lease(self.s, session.owner, query.message_id))

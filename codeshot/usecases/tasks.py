@@ -291,19 +291,26 @@ def newest_task(services: Services, session_id: str, limit: int = LISTED_MESSAGE
 
 
 def tasks_before(services: Services, session_id: str, before: str | None, count: int,
-                 history: int = 0) -> tuple[list[Chain], str | None]:
+                 history: int = 0, skip_long: bool = False) -> tuple[list[Chain], str | None]:
     """Up to ``count`` of the session's tasks that began before the message ``before``
     (None: from the newest), newest first, each with its user messages and answers and
     its newest ``history`` messages; and where the next page begins (None: no older
     task). Steps are never scanned: a task costs, per turn, what :func:`turn_before`
-    reads, and one page of ``history`` messages."""
+    reads, and one page of ``history`` messages. A task of more than ``TASK_TURNS``
+    questions is refused (CONFLICT), or with ``skip_long`` ends the session's tasks (where
+    it began, hence those before it, is not read) so a listing goes on past it."""
     out: list[Chain] = []
     last = turn_before(services, session_id, before) if before else \
         newest(services, session_id, 1)
     for _ in range(2 * count):  # a message whose turn expired is skipped, not listed
         if not last:
             return out, None
-        messages, older_end = _from_first(services, session_id, last)
+        try:
+            messages, older_end = _from_first(services, session_id, last)
+        except Conflict:
+            if not skip_long:
+                raise
+            return out, None
         found = chains(messages)
         if found:
             window = services.sessions.list_messages(
@@ -350,13 +357,16 @@ def users_tasks(services: Services, owner: str, frontend: str | None, token: str
     :func:`tasks_before` reads them: a task costs its turns, never its steps), from where
     ``token`` says (None: the newest); and the next page's token (None: no more): the
     last task listed, ``<context>.<its first message>``, or ``<context>.`` once that
-    context's tasks are all listed. A page reads one page of the owner's index (at most
-    ``LISTED_CONTEXTS`` contexts) and may come short of ``count``, with a token to go on:
-    a context costs a read even with no task, and the index is filtered by agent."""
+    context's tasks are all listed (a task of more than ``TASK_TURNS`` questions ends
+    them: it and those before it are not listed). A page reads one page of the owner's
+    index (at most ``LISTED_CONTEXTS`` contexts) and may come short of ``count``, with a
+    token to go on: a context costs a read even with no task, and the index is filtered
+    by agent."""
     out: list[Chain] = []
     place, before = _resumed(services, owner, frontend, token) if token else (None, None)
     if place is not None and before is not None:
-        out, before = tasks_before(services, place.session_id, before, count, history)
+        out, before = tasks_before(services, place.session_id, before, count, history,
+                                   skip_long=True)
         if before is not None:
             return out, ids.task_id(place.session_id, before)
         if len(out) == count:
@@ -365,7 +375,7 @@ def users_tasks(services: Services, owner: str, frontend: str | None, token: str
                                                   after=place)
     for at, session in enumerate(contexts.items):
         found, before = tasks_before(services, session.session_id, None, count - len(out),
-                                     history)
+                                     history, skip_long=True)
         out += found
         if before is not None:
             return out, ids.task_id(session.session_id, before)
@@ -473,8 +483,12 @@ def end_question(services: Services, session: Session, text: str, code: str,
     """End a session's pending question (``question_id``, when given) with an error
     ``code`` (stored as the question's reply), drop its paused program, and make it idle:
     exactly once."""
+    # Minted before the read: an answer posted after it sorts after the end, so a walk
+    # back from the answer's reply meets the end too, as a read forward does (unless the
+    # answer's id was minted first, in another process, and written after the read).
+    message_id = ids.ulid()
     pending = _pending_question(services, session.session_id, question_id)
-    message = Message(session_id=session.session_id, message_id=ids.ulid(), text=text,
+    message = Message(session_id=session.session_id, message_id=message_id, text=text,
                       type=MessageType.ERROR, sent_by="platform",
                       in_reply_to=pending.message_id, error_code=code)
     services.sessions.end_pause(message, owner=owner)

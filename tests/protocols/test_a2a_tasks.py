@@ -247,6 +247,44 @@ def test_a_page_of_the_callers_tasks_reads_a_bounded_number_of_contexts(platform
     assert max(read for _, read in pages) <= tasks.LISTED_CONTEXTS + 10, pages
 
 
+def test_a_task_of_too_many_questions_does_not_stop_the_listing_of_the_callers_tasks(
+        platform, user):
+    """Where a task of more than ``tasks.TASK_TURNS`` questions began is not read: every
+    page reaching its context was refused (no token to go on), so no older context was
+    ever listed. It, and the tasks before it in its context, are skipped instead."""
+    owner, key = user
+    services, principal = platform.services, principal_of(owner)
+    q, a, r = MessageType.QUERY, MessageType.AWAITING_INPUT, MessageType.RESPONSE
+    oldest = create_session(services, principal).session_id
+    old = stored(services, oldest, (q, None), (r, 0))
+    long = create_session(services, principal).session_id
+    asking = [step for n in range(tasks.TASK_TURNS + 1) for step in ((q, None), (a, 2 * n))]
+    made = stored(services, long, *asking, (MessageType.ERROR, 2 * tasks.TASK_TURNS + 1),
+                  (q, None), (r, 2 * tasks.TASK_TURNS + 3))  # canceled, then a new task
+    newest = create_session(services, principal).session_id
+    new = stored(services, newest, (q, None))
+
+    async def listing():
+        client = await client_for(platform, key)
+        pages, token = [], ""
+        while len(pages) < 5:
+            page = await client.list_tasks(ListTasksRequest(page_size=5, page_token=token))
+            pages.append([t.id for t in page.tasks])
+            if not (token := page.next_page_token):
+                return pages
+        return pages
+
+    listed = [task for page in asyncio.run(listing()) for task in page]
+    assert listed == [f"{newest}.{new[0]}", f"{long}.{made[-2]}", f"{oldest}.{old[0]}"]
+    # Its context's own listing still refuses it, as the README says.
+    in_context = rpc(platform, key, "ListTasks", {"contextId": long, "pageSize": 1})["result"]
+    assert [t["id"] for t in in_context["tasks"]] == [f"{long}.{made[-2]}"]
+    refused = rpc(platform, key, "ListTasks", {"contextId": long,
+                                               "pageToken": in_context["nextPageToken"]})
+    assert refused["error"]["code"] == -32602
+    assert "more than 100 questions" in refused["error"]["message"]
+
+
 def test_a_contexts_tasks_are_its_turns_a_question_and_its_answer_one_task(platform, user):
     owner, key = user
     services = platform.services
