@@ -288,6 +288,19 @@ def test_the_agent_page_url_fixie_serve_prints_leads_to_the_console(platform):
     assert page.headers["location"] == "/console/agents/local/secret"
 
 
+def test_the_session_url_fixie_console_prints_leads_to_the_console(platform):
+    """`fixie console` prints "Connected to: <API>/sessions/<handle>": it answered 404."""
+    _, key = platform.user()
+    handle = platform.gql(key, CREATE_SESSION, {"frontendAgentId": None})[
+        "data"]["createSession"]["session"]["handle"]
+    page = httpx.get(f"{platform.url}/sessions/{handle}", follow_redirects=False)
+    assert page.status_code == 307
+    assert page.headers["location"] == f"/console/sessions/{handle}"
+    shown = httpx.get(f"{platform.url}/sessions/{handle}", follow_redirects=True,
+                      headers={"HX-Request": "true", "Authorization": f"Bearer {key}"})
+    assert shown.status_code == 200 and handle in shown.text
+
+
 def test_a_session_id_never_reads_as_a_command_line_option():
     """`fixie session open <id>` took an id starting with '-' (1 in 64 of them) for an
     option: "No such option '-G'"."""

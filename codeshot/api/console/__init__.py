@@ -33,3 +33,8 @@ def install(app: FastAPI) -> None:
         """Where Fixie kept an agent's page: `fixie serve` prints this URL."""
         return RedirectResponse(f"/console/agents/{quote(owner)}/{quote(handle)}",
                                 status_code=307)
+
+    @app.get("/sessions/{handle}", include_in_schema=False)
+    def to_session_page(handle: str) -> RedirectResponse:
+        """Where Fixie kept a session's page: `fixie console` prints this URL."""
+        return RedirectResponse(f"/console/sessions/{quote(handle)}", status_code=307)
