@@ -301,6 +301,16 @@ def test_the_session_url_fixie_console_prints_leads_to_the_console(platform):
     assert shown.status_code == 200 and handle in shown.text
 
 
+def test_head_is_answered_where_get_is_for_uptime_probes(platform):
+    """Uptime probes ask with HEAD: `/` answered 405."""
+    for path, status in (("/", 307), ("/console", 307), ("/agents/local/dice", 307),
+                         ("/console/", 200), ("/console/agents", 200), ("/healthz", 200)):
+        got = httpx.head(f"{platform.url}{path}", follow_redirects=False)
+        assert (path, got.status_code, got.content) == (path, status, b"")
+        assert got.headers.get("location") == httpx.get(
+            f"{platform.url}{path}", follow_redirects=False).headers.get("location")
+
+
 def test_a_session_id_never_reads_as_a_command_line_option():
     """`fixie session open <id>` took an id starting with '-' (1 in 64 of them) for an
     option: "No such option '-G'"."""
