@@ -285,6 +285,26 @@ def test_agent_test_finds_the_agents_own_mistakes_before_starting_a_platform(
         run_agent_tests(untested, Settings())
 
 
+def test_an_agent_that_fails_to_import_is_one_line_naming_its_file_and_line(
+        stack_dir, tmp_path):
+    """`from codeshot.sdk import CodeShotAgent, Nope` in the agent: a long traceback through
+    the CLI and importlib, for `agent test` and `serve` alike."""
+    directory = agent_dir(tmp_path, "typo")
+    (directory / "helpers.py").write_text("def help(:\n")
+    for source, says in [
+        ("from codeshot.sdk import CodeShotAgent, Nope\n",
+         "main.py line 1: ImportError: cannot import name 'Nope' from 'codeshot.sdk'"),
+        ("import os\nimport helpers\n", "helpers.py line 1: SyntaxError: invalid syntax"),
+    ]:
+        (directory / "main.py").write_text(source)
+        for args in (["agent", "test", str(directory)], ["serve", str(directory)]):
+            out = codeshot(*args, cwd=stack_dir)
+            assert out.returncode == 2 and out.stdout == "", (args, out.stderr)
+            assert out.stderr.startswith(f"codeshot: error: {says}"), (args, out.stderr)
+            assert len(out.stderr.splitlines()) == 1, out.stderr
+            assert out.stderr.rstrip().endswith("(INVALID_INPUT)"), out.stderr
+
+
 def test_a_language_model_judges_sentences_with_its_reason(tmp_path):
     directory = agent_dir(tmp_path, "shouter")
     llm = ScriptedLLM("Ask Func[shout]: hello", "A: HELLO!",  # the agent's run
