@@ -5,7 +5,9 @@ and an unmodified fixieai 1.0.4 agent served by fixieai's own loader."""
 
 from __future__ import annotations
 
+import json
 import os
+import re
 import shlex
 import signal
 import subprocess
@@ -202,6 +204,23 @@ def test_the_readmes_writing_an_agent_steps_end_in_a_chat_with_it(live_stack, st
                                 capture_output=True, text=True, timeout=120, check=False)
     assert talked.returncode == 0, talked.stderr
     assert "Saved note " in talked.stdout and "buy milk" in talked.stdout, talked.stdout
+
+
+def test_the_readmes_curl_calls_of_the_api_run_as_written(live_stack, tmp_path):
+    """The README's GraphQL block ("The API"), run by bash with API and KEY as
+    `codeshot local up` printed them: a new user guessed the call shapes before."""
+    section = (ROOT / "README.md").read_text().split("\n## The API\n", 1)[1]
+    block = section.split("```bash\n", 1)[1].split("```", 1)[0]
+    out = subprocess.run(["/bin/bash", "-euo", "pipefail", "-c", block], capture_output=True,
+                         text=True, timeout=120, check=False, cwd=tmp_path,
+                         env={**os.environ, "API": live_stack["api_url"],
+                              "KEY": live_stack["api_key"]})
+    assert out.returncode == 0 and out.stderr == "", out.stderr
+    reply, *messages, route = out.stdout.splitlines()
+    assert re.fullmatch(r"You rolled \d \+ \d = \d+\.", reply), reply
+    assert (json.loads(messages[0]), json.loads(messages[-1])) == (
+        {"type": "query", "text": "Roll 2d6"}, {"type": "response", "text": reply})
+    assert json.loads(route)["agentId"] == "local/dice"
 
 
 def test_bad_input_is_one_clear_line(stack_dir, tmp_path):
