@@ -2,6 +2,7 @@
 
 import json
 import os
+import re
 import subprocess
 from datetime import datetime
 from pathlib import Path
@@ -299,6 +300,16 @@ def test_the_session_url_fixie_console_prints_leads_to_the_console(platform):
     shown = httpx.get(f"{platform.url}/sessions/{handle}", follow_redirects=True,
                       headers={"HX-Request": "true", "Authorization": f"Bearer {key}"})
     assert shown.status_code == 200 and handle in shown.text
+
+
+def test_the_console_header_keeps_an_operators_name_apart_from_the_users_link(platform):
+    """It read "Signed in as local Users"."""
+    user_id, key = platform.user("boss")
+    platform.services.users.set_flag(user_id, "operator", True)
+    header = httpx.get(f"{platform.url}/console/signed-in",
+                       headers={"HX-Request": "true", "Authorization": f"Bearer {key}"})
+    assert " ".join(re.sub(r"<[^>]+>", "", header.text).split()) == \
+        "Signed in as boss · Users"
 
 
 def test_head_is_answered_where_get_is_for_uptime_probes(platform):
