@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 import signal
 import sys
 from pathlib import Path
@@ -713,6 +714,19 @@ def _aws_error(exc: Exception) -> CodeshotError | None:
 
 
 def main(argv: list[str] | None = None) -> int:
+    try:
+        try:
+            return _main(argv)
+        finally:
+            sys.stdout.flush()  # a reader that left (`| head -1`) shows here, not at exit
+    except BrokenPipeError:
+        # Python's "Note on SIGPIPE": stdout goes to devnull, so the flush at exit cannot
+        # fail again; exit quietly, as a command whose reader left does.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 1
+
+
+def _main(argv: list[str] | None) -> int:
     args = build_parser().parse_args(argv)
     try:
         code: int = args.run(args)

@@ -37,3 +37,16 @@ def test_every_error_code_is_documented_in_docs_errors_and_named_in_the_readme()
     # The README's list of codes says "all in docs/errors.md": it names each one.
     assert {code for code in error_codes()
             if not re.search(rf"\b{code}\b", README)} == set(), "missing from the README"
+
+
+def test_the_readme_names_each_mcp_tools_arguments_as_its_schema_has_them():
+    """find_agents takes `text`, ask `query`: a new user guessed one from the other."""
+    from codeshot.api.mcp import ASK, FIND_AGENTS
+
+    for tool in (FIND_AGENTS, ASK):
+        schema = tool.input_schema
+        [required] = schema["required"]
+        optional = [name for name in schema["properties"] if name != required]
+        names = " and ".join(f"`{name}`" for name in optional)
+        assert f"`{tool.name}` (`{required}`, optional {names}" in " ".join(README.split()), \
+            tool.name

@@ -170,7 +170,7 @@ def create_app(settings: Settings | None = None, services: Services | None = Non
         error = InvalidInput(f"{where}: {first.get('msg', 'invalid request')}")
         return JSONResponse(rest_body(error), status_code=400)
 
-    @app.get("/healthz")
+    @app.api_route("/healthz", methods=["GET", "HEAD"])  # HEAD: uptime probes
     def healthz() -> dict[str, str]:
         return {"status": "ok"}
 

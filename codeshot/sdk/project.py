@@ -12,7 +12,9 @@ import importlib
 import os
 import re
 import sys
+import traceback
 from pathlib import Path
+from types import ModuleType
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
@@ -152,6 +154,32 @@ def _forget_other_agents(root: str, entry_module: str) -> None:
     sys.path[:] = [p for p in sys.path if p == root or p not in _ROOTS]
 
 
+def _import_entry(module_name: str, root: Path) -> ModuleType:
+    """Import the agent's entry module; its code failing to import is one line naming the
+    agent's own file and line where it failed (not a traceback through the CLI)."""
+    try:
+        return importlib.import_module(module_name)
+    except Exception as exc:
+        where = _failed_at(exc, root)
+        if where is None:
+            raise
+        said = exc.msg if isinstance(exc, SyntaxError) else exc  # (its str names the line)
+        raise InvalidInput(f"{where}: {type(exc).__name__}: {said}") from exc
+
+
+def _failed_at(exc: Exception, root: Path) -> str | None:
+    """``file line N`` of the agent's own code (under ``root``) where ``exc`` was raised:
+    the innermost such frame, or the file a SyntaxError names."""
+    places = [(frame.filename, frame.lineno) for frame in traceback.extract_tb(exc.__traceback__)]
+    if isinstance(exc, SyntaxError) and exc.filename:
+        places.append((exc.filename, exc.lineno))
+    for filename, line in reversed(places):
+        path = Path(filename).resolve()
+        if path.is_relative_to(root):
+            return f"{path.relative_to(root)} line {line}"
+    return None
+
+
 def load_agent(agent_dir: Path, config: AgentConfig) -> AgentBase:
     """Import the entry point from ``agent_dir`` (put first on sys.path), with its own
     modules, not those of another agent directory loaded before (nor a same-named entry
@@ -163,7 +191,7 @@ def load_agent(agent_dir: Path, config: AgentConfig) -> AgentBase:
     if root in sys.path:
         sys.path.remove(root)
     sys.path.insert(0, root)  # first, so its modules win over installed ones
-    agent = getattr(importlib.import_module(module_name), attr, None)
+    agent = getattr(_import_entry(module_name, Path(root)), attr, None)
     if not isinstance(agent, AgentBase):
         raise InvalidInput(f"{config.entry_point} in {agent_dir} must be a CodeShotAgent or "
                            f"StandaloneAgent, got {type(agent).__name__}")

@@ -179,9 +179,10 @@ class AgentRegistration:
         url = agent.func_url or agent.query_url
         if not inline:
             if not url:
+                # `fixie deploy` and `fixie serve` send this: what works instead comes first.
                 raise InvalidInput(
-                    "give queryUrl or funcUrl, or the few-shots inline. (`fixie deploy` "
-                    f"uploads code for Fixie to host; {NOT_BUILT}.)")
+                    f"`fixie deploy` uploads code for Fixie to build and host, and {NOT_BUILT}."
+                    " (createAgent takes queryUrl or funcUrl, or the few-shots inline.)")
             token = self.s.auth.agent_token(agent.agent_id, None, None)
             hs = self.fetch(url, token)
             kind = AgentKind.STANDALONE if hs.type == "standalone" else AgentKind.CODE_SHOT

@@ -2,6 +2,7 @@
 
 import json
 import os
+import re
 import subprocess
 from datetime import datetime
 from pathlib import Path
@@ -286,6 +287,39 @@ def test_the_agent_page_url_fixie_serve_prints_leads_to_the_console(platform):
     page = httpx.get(f"{platform.url}/agents/local/secret", follow_redirects=False)
     assert page.status_code == 307
     assert page.headers["location"] == "/console/agents/local/secret"
+
+
+def test_the_session_url_fixie_console_prints_leads_to_the_console(platform):
+    """`fixie console` prints "Connected to: <API>/sessions/<handle>": it answered 404."""
+    _, key = platform.user()
+    handle = platform.gql(key, CREATE_SESSION, {"frontendAgentId": None})[
+        "data"]["createSession"]["session"]["handle"]
+    page = httpx.get(f"{platform.url}/sessions/{handle}", follow_redirects=False)
+    assert page.status_code == 307
+    assert page.headers["location"] == f"/console/sessions/{handle}"
+    shown = httpx.get(f"{platform.url}/sessions/{handle}", follow_redirects=True,
+                      headers={"HX-Request": "true", "Authorization": f"Bearer {key}"})
+    assert shown.status_code == 200 and handle in shown.text
+
+
+def test_the_console_header_keeps_an_operators_name_apart_from_the_users_link(platform):
+    """It read "Signed in as local Users"."""
+    user_id, key = platform.user("boss")
+    platform.services.users.set_flag(user_id, "operator", True)
+    header = httpx.get(f"{platform.url}/console/signed-in",
+                       headers={"HX-Request": "true", "Authorization": f"Bearer {key}"})
+    assert " ".join(re.sub(r"<[^>]+>", "", header.text).split()) == \
+        "Signed in as boss · Users"
+
+
+def test_head_is_answered_where_get_is_for_uptime_probes(platform):
+    """Uptime probes ask with HEAD: `/` answered 405."""
+    for path, status in (("/", 307), ("/console", 307), ("/agents/local/dice", 307),
+                         ("/console/", 200), ("/console/agents", 200), ("/healthz", 200)):
+        got = httpx.head(f"{platform.url}{path}", follow_redirects=False)
+        assert (path, got.status_code, got.content) == (path, status, b"")
+        assert got.headers.get("location") == httpx.get(
+            f"{platform.url}{path}", follow_redirects=False).headers.get("location")
 
 
 def test_a_session_id_never_reads_as_a_command_line_option():

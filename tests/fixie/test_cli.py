@@ -5,7 +5,9 @@ and an unmodified fixieai 1.0.4 agent served by fixieai's own loader."""
 
 from __future__ import annotations
 
+import json
 import os
+import re
 import shlex
 import signal
 import subprocess
@@ -204,6 +206,23 @@ def test_the_readmes_writing_an_agent_steps_end_in_a_chat_with_it(live_stack, st
     assert "Saved note " in talked.stdout and "buy milk" in talked.stdout, talked.stdout
 
 
+def test_the_readmes_curl_calls_of_the_api_run_as_written(live_stack, tmp_path):
+    """The README's GraphQL block ("The API"), run by bash with API and KEY as
+    `codeshot local up` printed them: a new user guessed the call shapes before."""
+    section = (ROOT / "README.md").read_text().split("\n## The API\n", 1)[1]
+    block = section.split("```bash\n", 1)[1].split("```", 1)[0]
+    out = subprocess.run(["/bin/bash", "-euo", "pipefail", "-c", block], capture_output=True,
+                         text=True, timeout=120, check=False, cwd=tmp_path,
+                         env={**os.environ, "API": live_stack["api_url"],
+                              "KEY": live_stack["api_key"]})
+    assert out.returncode == 0 and out.stderr == "", out.stderr
+    reply, *messages, route = out.stdout.splitlines()
+    assert re.fullmatch(r"You rolled \d \+ \d = \d+\.", reply), reply
+    assert (json.loads(messages[0]), json.loads(messages[-1])) == (
+        {"type": "query", "text": "Roll 2d6"}, {"type": "response", "text": reply})
+    assert json.loads(route)["agentId"] == "local/dice"
+
+
 def test_bad_input_is_one_clear_line(stack_dir, tmp_path):
     directory = agent_dir(tmp_path, "oops")
     busy = free_port()
@@ -295,6 +314,26 @@ def test_agent_test_finds_the_agents_own_mistakes_before_starting_a_platform(
     yaml.write_text(yaml.read_text().split("tests:")[0])
     with pytest.raises(InvalidInput, match="has no tests"):
         run_agent_tests(untested, Settings())
+
+
+def test_an_agent_that_fails_to_import_is_one_line_naming_its_file_and_line(
+        stack_dir, tmp_path):
+    """`from codeshot.sdk import CodeShotAgent, Nope` in the agent: a long traceback through
+    the CLI and importlib, for `agent test` and `serve` alike."""
+    directory = agent_dir(tmp_path, "typo")
+    (directory / "helpers.py").write_text("def help(:\n")
+    for source, says in [
+        ("from codeshot.sdk import CodeShotAgent, Nope\n",
+         "main.py line 1: ImportError: cannot import name 'Nope' from 'codeshot.sdk'"),
+        ("import os\nimport helpers\n", "helpers.py line 1: SyntaxError: invalid syntax"),
+    ]:
+        (directory / "main.py").write_text(source)
+        for args in (["agent", "test", str(directory)], ["serve", str(directory)]):
+            out = codeshot(*args, cwd=stack_dir)
+            assert out.returncode == 2 and out.stdout == "", (args, out.stderr)
+            assert out.stderr.startswith(f"codeshot: error: {says}"), (args, out.stderr)
+            assert len(out.stderr.splitlines()) == 1, out.stderr
+            assert out.stderr.rstrip().endswith("(INVALID_INPUT)"), out.stderr
 
 
 def test_a_language_model_judges_sentences_with_its_reason(tmp_path):

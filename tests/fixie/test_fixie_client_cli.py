@@ -160,5 +160,8 @@ def test_fixie_deploy_is_refused_with_the_ways_that_work(live_stack, fixie_pytho
                          cwd=directory, env=env, capture_output=True, text=True, timeout=120,
                          check=False)
     assert out.returncode != 0
-    assert "codeshot serve DIR --register" in out.stderr and "INVALID_INPUT" in out.stderr
+    # What works instead comes first, not createAgent's arguments fixie deploy never sent.
+    assert "{'message': '`fixie deploy` uploads code for Fixie to build and host, and " \
+        "codeshot does not build code on request: use `codeshot serve DIR --register` " \
+        "locally" in out.stderr and "INVALID_INPUT" in out.stderr
     assert "local/coin" not in fixie(fixie_python, env, "agent", "list")  # nothing half-made

@@ -150,3 +150,21 @@ def test_local_up_without_moto_says_what_to_install(tmp_path, monkeypatch, capsy
     err = capsys.readouterr().err
     assert f"needs `pip install -e '{ROOT}[local]'` (moto is missing)" in err, err
     assert not (tmp_path / ".codeshot" / "local.json").exists()
+
+
+def test_a_reader_that_left_the_pipe_is_no_traceback(tmp_path, server_aws):
+    """`codeshot users keys bob | head -1`: head left, and print raised BrokenPipeError."""
+    local_json(tmp_path, server_aws.aws_endpoint_url)
+    names = {f"CODESHOT_{name.upper()}": str(getattr(server_aws, name)) for name in (
+        "users_table", "registry_table", "sessions_table", "usage_table", "signing_secret_id")}
+    assert codeshot("users", "create", "bob", cwd=tmp_path, **names).returncode == 0
+    reader, writer = os.pipe()
+    os.close(reader)  # the reader left before a byte was written: every write fails
+    try:
+        out = subprocess.run(
+            [sys.executable, "-m", "codeshot.cli", "users", "keys", "bob"], cwd=tmp_path,
+            stdout=writer, stderr=subprocess.PIPE, text=True, timeout=120, check=False,
+            env={**os.environ, "PYTHONPATH": str(ROOT), **names})
+    finally:
+        os.close(writer)
+    assert (out.returncode, out.stderr) == (1, "")

@@ -149,13 +149,21 @@ def test_bad_arguments_and_unknown_tools_are_clear_errors(stack):
             out = [await client.call_tool("find_agents", {"text": "dice", "limit": 99}),
                    await client.call_tool("ask", {"query": "x" * 20_000}),
                    await client.call_tool("ask", {"query": "hi", "session": "nope"})]
-            try:
-                await client.call_tool("no_such_tool", {})
-            except MCPError as exc:
-                out.append(exc)
+            for name, arguments in (("no_such_tool", {}), ("ask", {"text": "hi"}),
+                                    ("find_agents", {"query": "dice"})):
+                try:
+                    await client.call_tool(name, arguments)
+                except MCPError as exc:
+                    out.append(exc)
             return out
 
-    too_many, too_long, no_session, unknown = run(session())
+    too_many, too_long, no_session, unknown, no_query, no_text = run(session())
+    # A missing argument is a protocol error (as the README says), not a tool's result;
+    # find_agents takes `text`, ask `query`.
+    assert (no_query.error.code, no_query.error.message) == (
+        types.INVALID_PARAMS, "query must be a non-empty string")
+    assert (no_text.error.code, no_text.error.message) == (
+        types.INVALID_PARAMS, "text must be a non-empty string")
     assert too_many.is_error and "INVALID_INPUT" in too_many.content[0].text
     assert too_long.is_error and "INVALID_INPUT" in too_long.content[0].text
     assert no_session.is_error and no_session.content[0].text.startswith("NOT_FOUND")

@@ -5,6 +5,7 @@ npm by ``make assets``), so the console works with no other host reachable."""
 
 from __future__ import annotations
 
+from functools import partial
 from urllib.parse import quote
 
 from fastapi import FastAPI
@@ -23,13 +24,21 @@ def install(app: FastAPI) -> None:
     for module in (chat, agents, account, sign_in, operators):
         app.include_router(module.router)
 
-    @app.get("/", include_in_schema=False)
-    @app.get("/console", include_in_schema=False)
+    # HEAD too, as the console's pages (ConsoleRoute): uptime probes ask with HEAD.
+    redirect = partial(app.api_route, methods=["GET", "HEAD"], include_in_schema=False)
+
+    @redirect("/")
+    @redirect("/console")
     def to_console() -> RedirectResponse:
         return RedirectResponse("/console/", status_code=307)
 
-    @app.get("/agents/{owner}/{handle}", include_in_schema=False)
+    @redirect("/agents/{owner}/{handle}")
     def to_agent_page(owner: str, handle: str) -> RedirectResponse:
         """Where Fixie kept an agent's page: `fixie serve` prints this URL."""
         return RedirectResponse(f"/console/agents/{quote(owner)}/{quote(handle)}",
                                 status_code=307)
+
+    @redirect("/sessions/{handle}")
+    def to_session_page(handle: str) -> RedirectResponse:
+        """Where Fixie kept a session's page: `fixie console` prints this URL."""
+        return RedirectResponse(f"/console/sessions/{quote(handle)}", status_code=307)

@@ -228,7 +228,13 @@ def error_response(request: Request, error: CodeshotError) -> HTMLResponse:
 
 class ConsoleRoute(APIRoute):
     """Console routes answer errors with HTML the page shows where the user acted
-    (GraphQL and REST answer the same errors as JSON)."""
+    (GraphQL and REST answer the same errors as JSON). A page answers HEAD as GET (the
+    server sends no body): uptime probes ask with HEAD."""
+
+    def __init__(self, path: str, endpoint: Callable[..., Any], **kwargs: Any) -> None:
+        super().__init__(path, endpoint, **kwargs)
+        if self.methods and "GET" in self.methods:
+            self.methods.add("HEAD")
 
     def get_route_handler(self) -> Callable[[Request], Coroutine[Any, Any, Response]]:
         handler = super().get_route_handler()
