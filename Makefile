@@ -33,21 +33,23 @@ $(VENDOR)/versions.json: web/package.json web/package-lock.json web/vendor.mjs
 
 assets: $(VENDOR)/versions.json  ## the console's browser files from npm
 
-# The browser tests drive Debian's chromium (Playwright, through its executable path),
-# installed here when missing (as root, or by sudo without a password). Where it cannot
-# be, the browser tests are skipped and say so loudly (tests/browser/conftest.py).
-$(CHROMIUM):
+# The browser tests drive Debian's chromium (Playwright, through its executable path), and
+# the README's curl examples pipe into jq: both installed here when missing (as root, or by
+# sudo without a password). Where they cannot be, the tests that need them are skipped and
+# say so loudly (tests/browser/conftest.py, tests/fixie/test_cli.py).
+JQ ?= /usr/bin/jq
+$(CHROMIUM) $(JQ):
 	@if [ "$$(id -u)" = 0 ]; then sudo=; elif sudo -n true 2>/dev/null; then sudo="sudo -n"; \
 	else sudo=none; fi; \
 	if [ "$$sudo" != none ] && command -v apt-get >/dev/null && $$sudo apt-get update -q && \
-	   $$sudo apt-get install -y -q chromium; then :; else \
-	echo "!! $(CHROMIUM) is missing and could not be installed (apt-get install -y chromium" \
-	     "needs root or sudo): the browser tests will be SKIPPED" >&2; fi
+	   $$sudo apt-get install -y -q chromium jq; then :; else \
+	echo "!! $@ is missing and could not be installed (apt-get install -y chromium jq" \
+	     "needs root or sudo): the tests that need it will be SKIPPED" >&2; fi
 
 run: $(BIN)/.installed-local assets  ## the whole platform locally on moto
 	$(BIN)/codeshot local up
 
-test: $(BIN)/.installed assets $(CHROMIUM)  ## every test
+test: $(BIN)/.installed assets $(CHROMIUM) $(JQ)  ## every test
 	$(BIN)/pytest
 
 bench: $(BIN)/.installed  ## every benchmark, printing tables (not part of the tests)
