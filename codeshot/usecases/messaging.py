@@ -15,6 +15,7 @@ import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Mapping
 from dataclasses import dataclass
 from datetime import datetime
+from functools import partial
 from typing import TYPE_CHECKING
 
 from botocore.exceptions import ClientError
@@ -222,10 +223,17 @@ class Messaging:
             try:
                 # Cancelled because another write held one of its items (the runner's reply
                 # on the session, another post's quota charge): tried again, not refused.
-                retry_transient(
-                    lambda: self.s.sessions.db.transact_write_items(TransactItems=items))
+                # The token makes a resend of the same attempt (a response lost, botocore
+                # retrying) DynamoDB's no-op instead of a refusal of what it wrote.
+                retry_transient(partial(self.s.sessions.db.transact_write_items,
+                                        TransactItems=items,
+                                        ClientRequestToken=f"{message.message_id}-{attempt}"))
                 break
             except ClientError as exc:
+                if self._landed(exc, session_id, message, len(charges) + 2):
+                    if slot:
+                        slot.held = True  # taken with it
+                    break
                 refused = self._refused(exc, session_id, user_id, charges, unchanged_since,
                                         idempotency_key, slot, attempt + 1 < SLOT_TRIES)
                 if isinstance(refused, Message):
@@ -237,6 +245,18 @@ class Messaging:
                 raise refused from exc
         self._enqueue(session_id, message)
         return message, True
+
+    def _landed(self, exc: ClientError, session_id: str, message: Message, at: int
+                ) -> bool:
+        """Whether a refused transaction's message (its item at ``at``) is there already:
+        an earlier send of it was written and only its response was lost."""
+        if cancelled_by(exc)[at:at + 1] != ["ConditionalCheckFailed"]:
+            return False
+        try:  # its id is new to this post: no other write makes that item
+            self.s.sessions.get_message(session_id, message.message_id)
+        except NotFound:
+            return False
+        return True
 
     def _refused(self, exc: ClientError, session_id: str, user_id: str,
                  charges: list[tuple[str, int]], unchanged_since: datetime | None,
@@ -258,9 +278,10 @@ class Messaging:
             earlier = self.s.sessions.posted_under(session_id, idempotency_key)
             if earlier:
                 return earlier
-        if slot and validation and not reasons:
-            # Refused whole (the slot's item not made yet), so the session's own refusal is
-            # not told: read, as NOT_FOUND before the item is made.
+        if slot and ((validation and not reasons) or reasons[-1:] == ["ValidationError"]):
+            # Refused for the slot's item not made yet (whole, as moto does, or that item's
+            # reason, as DynamoDB does), so the session's own refusal may not be told:
+            # read, as NOT_FOUND before the item is made.
             self.s.sessions.get(session_id, owner=user_id)
         # The session: gone, not the poster's, changed since the check, or its deletion
         # begun. Before the charges and the slot: bad input gets its own error.
@@ -272,7 +293,7 @@ class Messaging:
                 return Changed(f"session {session_id} changed meanwhile")
             return NotFound(f"session {session_id} not found")
         # The slot: all taken, or (ValidationError) the user's item not made yet.
-        if slot and (validation or reasons[-1] in (failed, "ValidationError")):
+        if slot and (validation or reasons[-1:] in ([failed], ["ValidationError"])):
             if again and slot.make_room():
                 return None
             if reasons[-1:] == [failed]:

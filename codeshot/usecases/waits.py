@@ -69,7 +69,7 @@ class WaitSlot:
 
     def take_request(self) -> UpdateTypeDef:
         """The update that takes it in a transaction (refused as
-        :meth:`UsageStore.take_lease_request` says)."""
+        :meth:`UsageCounters.take_lease_request` says)."""
         return self.services.usage.take_lease_request(WAITING, self.user_id, self.cap,
                                                       self.lease_id, self._lasts())
 

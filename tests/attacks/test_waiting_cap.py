@@ -296,3 +296,53 @@ def test_a_waiting_post_takes_its_slot_with_the_message_in_one_write(platform):
         TableName=platform.services.usage.table_name,
         Key={"counter": {"S": f"waiting#{user_id}"}})["Item"]
     assert held["leases"]["M"] == {}  # given back
+
+
+@pytest.mark.settings(reply_wait_seconds=0.5)
+def test_a_waiting_post_whose_written_transaction_lost_its_reply_is_posted_once(
+        platform, monkeypatch):
+    """The post's transaction was written but its response lost, and the resend (botocore
+    retrying, or DynamoDB not honouring its token) was refused for what the first wrote:
+    the post is the message it wrote, queued, its slot given back, charged once."""
+    user_id, key = platform.user("unlucky")
+    handle = session(platform, key)
+    db = platform.services.sessions.db
+    write = db.transact_write_items
+
+    def written_then_resent(**request):
+        write(**request)
+        return write(**request)  # the same request again: its conditions now fail
+
+    monkeypatch.setattr(db, "transact_write_items", written_then_resent)
+    out = platform.gql(key, SEND, {"s": handle, "t": "hello"})
+    monkeypatch.undo()
+    assert "errors" not in out, out
+    stored = messages(platform, key, handle)
+    assert [(m["type"], m["text"]) for m in stored] == [("query", "hello")]
+    assert platform.services.usage.used("query", user_id) == 1
+    held = platform.services.usage.db.get_item(
+        TableName=platform.services.usage.table_name,
+        Key={"counter": {"S": f"waiting#{user_id}"}})["Item"]
+    assert held["leases"]["M"] == {}  # given back
+    queued = platform.services.queue.receive(10)  # no runner here: it is still queued
+    assert len(queued) == 1
+    assert out["data"]["sendSessionMessage"]["message"]["id"] in queued[0]["Body"]
+
+
+def test_a_waiting_post_the_database_keeps_refusing_is_told_busy(platform, monkeypatch):
+    """A throttled post (no cancellation reasons to read) is RATE_LIMITED "busy", for a
+    user whose waiting slots were never taken too (giving back one not taken is no error)."""
+    _, key = platform.user("throttled")
+    handle = session(platform, key)
+    db = platform.services.sessions.db
+
+    def throttled(**request):
+        raise db.exceptions.ClientError(
+            {"Error": {"Code": "ThrottlingException", "Message": "slow down"}},
+            "TransactWriteItems")
+
+    monkeypatch.setattr(db, "transact_write_items", throttled)
+    out = platform.gql(key, SEND, {"s": handle, "t": "hello"})
+    monkeypatch.undo()
+    assert code(out) == "RATE_LIMITED" and "busy" in out["errors"][0]["message"], out
+    assert messages(platform, key, handle) == []
