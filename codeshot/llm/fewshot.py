@@ -45,6 +45,7 @@ _STOPWORDS = frozenset({
     "which", "when", "where", "me", "my", "i", "you", "your", "it", "its", "this", "that",
     "these", "those", "please", "can", "could", "would", "will", "do", "does", "did", "tell",
     "give", "show", "get", "find", "s",
+    "given",  # the planner's hand-off of a first answer: "save it as a note (given: ...)"
 })
 # fmt: on
 _ARTICLES = frozenset({"a", "an", "the"})

@@ -342,7 +342,10 @@ class PlannerProgram:
     def _two_steps(self, query: str) -> tuple[tuple[str, str], tuple[str, str]] | None:
         """A query of two tasks ("X and/then Y") whose halves each fit a different agent:
         ((agent, X), (agent, Y)). Else None (the model plans)."""
-        match = _COMPOUND.search(query)
+        # A bare "and" after a colon is the payload's ("Save a note: call mom and roll
+        # the dough" is one note); "then" still starts a task there.
+        match = next((m for m in _COMPOUND.finditer(query)
+                      if "then" in m.group(1).lower() or ":" not in query[:m.start()]), None)
         if match is None:
             return None
         halves = (query[:match.start()].strip(" ,;"), query[match.end():].strip(" ,;"))

@@ -168,16 +168,22 @@ def _import_entry(module_name: str, root: Path) -> ModuleType:
 
 
 def _failed_at(exc: Exception, root: Path) -> str | None:
-    """``file line N`` of the agent's own code (under ``root``) where ``exc`` was raised:
-    the innermost such frame, or the file a SyntaxError names."""
-    places = [(frame.filename, frame.lineno) for frame in traceback.extract_tb(exc.__traceback__)]
+    """``file line N`` where ``exc`` was raised, if that is the agent's own code (under
+    ``root``, not a package installed there): the innermost frame in a real file, or the
+    file a SyntaxError names. None for an error raised elsewhere (the platform's own code,
+    a library), whose traceback is what to read."""
+    places = [(frame.filename, frame.lineno) for frame in traceback.extract_tb(exc.__traceback__)
+              if not frame.filename.startswith("<")]  # "<frozen importlib._bootstrap>"
     if isinstance(exc, SyntaxError) and exc.filename:
         places.append((exc.filename, exc.lineno))
-    for filename, line in reversed(places):
-        path = Path(filename).resolve()
-        if path.is_relative_to(root):
-            return f"{path.relative_to(root)} line {line}"
-    return None
+    if not places:
+        return None
+    filename, line = places[-1]
+    path = Path(filename).resolve()
+    if not path.is_relative_to(root) or \
+            {"site-packages", "dist-packages"} & set(path.relative_to(root).parts):
+        return None
+    return f"{path.relative_to(root)} line {line}"
 
 
 def load_agent(agent_dir: Path, config: AgentConfig) -> AgentBase:

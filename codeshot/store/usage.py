@@ -287,11 +287,9 @@ class UsageCounters(Repository):
     def release(self, kind: str, subject: str, lease_id: str) -> None:
         """Give back ``lease_id``'s slot, if it still holds one (none if the subject's
         item was never made: a take whose outcome was unknown, refused after all)."""
-        try:
-            self._update(self.release_request(kind, subject, lease_id))
-        except ClientError as exc:
-            if exc.response.get("Error", {}).get("Code") != "ValidationException":
-                raise
+        with contextlib.suppress(self.db.exceptions.ConditionalCheckFailedException):
+            self._update({**self.release_request(kind, subject, lease_id),
+                          "ConditionExpression": "attribute_exists(leases)"})
 
     def check_room(self, kind: str, subject: str, amount: int, limit: int, what: str) -> None:
         """RATE_LIMITED (the ``what`` limit) unless ``amount`` more fits today's ``limit``:

@@ -223,11 +223,8 @@ class Messaging:
             try:
                 # Cancelled because another write held one of its items (the runner's reply
                 # on the session, another post's quota charge): tried again, not refused.
-                # The token makes a resend of the same attempt (a response lost, botocore
-                # retrying) DynamoDB's no-op instead of a refusal of what it wrote.
                 retry_transient(partial(self.s.sessions.db.transact_write_items,
-                                        TransactItems=items,
-                                        ClientRequestToken=f"{message.message_id}-{attempt}"))
+                                        TransactItems=items))
                 break
             except ClientError as exc:
                 if self._landed(exc, session_id, message, len(charges) + 2):
@@ -249,7 +246,8 @@ class Messaging:
     def _landed(self, exc: ClientError, session_id: str, message: Message, at: int
                 ) -> bool:
         """Whether a refused transaction's message (its item at ``at``) is there already:
-        an earlier send of it was written and only its response was lost."""
+        an earlier send of it was written and only its response was lost (botocore's own
+        resends carry one idempotency token, but each of ``retry_transient``'s has its own)."""
         if cancelled_by(exc)[at:at + 1] != ["ConditionalCheckFailed"]:
             return False
         try:  # its id is new to this post: no other write makes that item

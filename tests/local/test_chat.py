@@ -150,7 +150,7 @@ def test_offline_chat_runs_both_tasks_of_x_and_y(live_stack):
     assert rolled, text
     # Both said in the answer, and the note holds the roll.
     roll = f"rolled {rolled.group(1)}"
-    assert re.search(rf"^Saved note \d+: .*{roll}\b", text, re.M), text
+    assert re.search(rf"^Saved note \d+: (You )?{roll}\.?$", text, re.M), text  # not "given ..."
     assert re.search(rf"{roll}\b", text[text.index("Your notes:"):]), text
     # A note of nothing said: the replay saves none (not its example's "buy milk"), and
     # the answer says so after the roll.
@@ -170,3 +170,15 @@ def test_the_trace_says_why_the_replay_had_no_example(live_stack):
     assert re.search(r"\[thought\] local/dice: No replay: the nearest few-shot is \".+\": "
                      r"word overlap 0\.\d\d, under the replay's 0\.40", text), text
     assert "No example of this agent is close to your question" in text, text
+
+
+def test_an_and_inside_a_notes_text_is_the_notes_not_a_second_task(live_stack):
+    """Offline "Save a note: call mom and check the time" saved "call mom" and asked the
+    clock for the time: a bare "and" after a colon is the payload's."""
+    client = ChatClient(live_stack["graphql_url"], live_stack["api_key"])
+    out = io.StringIO()
+    assert run_chat(client, None, show_trace=True, stdout=out, stdin=io.StringIO(
+        "Save a note: call mom and check the time\n")) == 0
+    text = out.getvalue()
+    assert re.search(r"^Saved note \d+: call mom and check the time$", text, re.M), text
+    assert "Ask Agent[local/clock]" not in text, text

@@ -250,3 +250,25 @@ def test_funcs_the_platform_would_refuse_are_refused_when_registered():
         agent.register_func(lambda query: "", func_name=f"f{n}")
     with pytest.raises(ValueError, match="an agent has at most 100 Funcs"):
         agent.register_func(lambda query: "", func_name="one_more")
+
+
+def test_only_the_agents_own_code_failing_to_import_is_called_its_error(tmp_path, monkeypatch):
+    """An error raised in a library the agent calls, or in an installed package under the
+    agent's directory, keeps its traceback (it was called the agent's INVALID_INPUT at the
+    agent's line); one in the agent's own file is one line naming it."""
+    from codeshot.sdk.project import _import_entry
+
+    (tmp_path / "mine.py").write_text("x = 1\nraise KeyError('mine')\n")
+    (tmp_path / "calls_a_library.py").write_text("import json\njson.loads('{')\n")
+    vendored = tmp_path / ".venv" / "lib" / "site-packages"
+    vendored.mkdir(parents=True)
+    (vendored / "broken_lib.py").write_text("raise RuntimeError('library bug')\n")
+    (tmp_path / "uses_vendored.py").write_text(
+        f"import sys\nsys.path.insert(0, {str(vendored)!r})\nimport broken_lib\n")
+    monkeypatch.syspath_prepend(str(tmp_path))  # as load_agent puts the agent's directory
+    with pytest.raises(InvalidInput, match=r"^mine.py line 2: KeyError: 'mine'$"):
+        _import_entry("mine", tmp_path.resolve())
+    with pytest.raises(ValueError, match="Expecting property name"):  # json's, not INVALID_INPUT
+        _import_entry("calls_a_library", tmp_path.resolve())
+    with pytest.raises(RuntimeError, match="library bug"):
+        _import_entry("uses_vendored", tmp_path.resolve())
