@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 from botocore.exceptions import ClientError
 
-from codeshot.errors import Conflict, InvalidInput, NotFound, RateLimited, Unavailable
+from codeshot.errors import Conflict, NotFound, RateLimited, Unavailable
 from codeshot.models import (
     Embed,
     EmbedRef,
@@ -414,30 +414,6 @@ class SessionStore(Repository):
             "ExpressionAttributeValues": {":owner": {"S": owner}},
         }, most)
 
-    def set_status(
-        self, session_id: str, status: SessionStatus, expected: SessionStatus | None = None
-    ) -> None:
-        kwargs: dict[str, Any] = {
-            "TableName": self.table_name,
-            "Key": _key(session_id, SESSION_ITEM),
-            "UpdateExpression": "SET #s = :s, modified = :m",
-            "ConditionExpression": "attribute_exists(session_id)",
-            "ExpressionAttributeNames": {"#s": "status"},
-            "ExpressionAttributeValues": {
-                ":s": {"S": status.value},
-                ":m": {"S": stamp(utcnow())},
-            },
-        }
-        if expected is not None:
-            kwargs["ConditionExpression"] += " AND #s = :e"
-            kwargs["ExpressionAttributeValues"][":e"] = {"S": expected.value}
-        kwargs["UpdateExpression"], kwargs["ExpressionAttributeValues"] = self.touch(
-            kwargs["UpdateExpression"], kwargs["ExpressionAttributeValues"])
-        try:
-            self.db.update_item(**kwargs)
-        except self.db.exceptions.ConditionalCheckFailedException as exc:
-            raise Conflict(f"session {session_id} is not {expected or 'present'}") from exc
-
     def delete(self, session_id: str, owner: str, purge_later: Callable[[], None]) -> Session:
         """Delete the session and everything in its partition, but for its place in its
         owner's list (:meth:`place`), kept a while. A session larger than DELETE_PAGES
@@ -592,20 +568,6 @@ class SessionStore(Repository):
                     raise Unavailable("the store is busy; try again in a moment") from exc
                 raise
 
-    def add_message(self, message: Message) -> Message:
-        try:
-            self.db.put_item(
-                TableName=self.table_name,
-                Item=self.message_item(message),
-                ConditionExpression="attribute_not_exists(#i)",
-                ExpressionAttributeNames={"#i": "item"},
-            )
-        except self.db.exceptions.ConditionalCheckFailedException as exc:
-            if self.get_message(message.session_id, message.message_id) == message:
-                return message  # our own write, retried after a lost reply
-            raise Conflict(f"message {message.message_id} already exists") from exc
-        return message
-
     def get_message(self, session_id: str, message_id: str) -> Message:
         item = self.db.get_item(
             TableName=self.table_name,
@@ -714,19 +676,6 @@ class SessionStore(Repository):
         return [_message(from_item(raw)) for raw in found], whole
 
     # -- embeds -----------------------------------------------------------------------
-    def put_embed(self, embed: Embed) -> Embed:
-        """Attach an embed under its key; a key, once used, is never rebound."""
-        try:
-            self.db.put_item(
-                TableName=self.table_name,
-                Item=self.embed_item(embed),
-                ConditionExpression="attribute_not_exists(#i)",
-                ExpressionAttributeNames={"#i": "item"},
-            )
-        except self.db.exceptions.ConditionalCheckFailedException as exc:
-            return self._same_embed(embed, exc)
-        return embed
-
     def bind_embed(self, embed: Embed, charge: UpdateTypeDef | None = None) -> Embed | None:
         """Attach an embed to its owner's session, count it and make ``charge`` (the
         UpdateItem of its bytes' allowance), in one transaction (others' sessions look
@@ -824,22 +773,6 @@ class SessionStore(Repository):
         return self.item({"session_id": session_id, "item": STATE_ITEM,
                           "state": json.dumps(state, separators=(",", ":")),
                           "question": question_id})
-
-    def put_state(self, session_id: str, state: dict[str, Any],
-                  question_id: str | None = None) -> None:
-        item = self.state_item(session_id, state, question_id)
-        if len(item["state"]["S"].encode()) > 350_000:
-            raise InvalidInput("paused program state exceeds 350 kB")
-        self.db.put_item(TableName=self.table_name, Item=item)
-
-    def get_state(self, session_id: str) -> dict[str, Any] | None:
-        item = self.db.get_item(
-            TableName=self.table_name, Key=_key(session_id, STATE_ITEM), ConsistentRead=True
-        ).get("Item")
-        return json.loads(from_item(item)["state"]) if item else None
-
-    def delete_state(self, session_id: str) -> None:
-        self.db.delete_item(TableName=self.table_name, Key=_key(session_id, STATE_ITEM))
 
     def claim_pause(self, session_id: str, answer_id: str) -> bool:
         """Take the session's paused program to resume it with the message ``answer_id``:

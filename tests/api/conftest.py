@@ -13,6 +13,7 @@ from codeshot.local.http_server import HttpServer
 from codeshot.models import Message, MessageType
 from codeshot.services import Services
 from codeshot.store.queue import Work
+from tests.store_helpers import add_message
 
 
 class EchoRunner:
@@ -29,7 +30,7 @@ class EchoRunner:
             for raw in self.services.queue.receive(wait_seconds=0):
                 work = Work.parse(raw["Body"])
                 query = self.services.sessions.get_message(work.session_id, work.message_id)
-                self.services.sessions.add_message(Message(
+                add_message(self.services.sessions, Message(
                     session_id=work.session_id, message_id=ids.ulid(), type=MessageType.RESPONSE,
                     text=f"echo: {query.text}", sent_by="test/echo", in_reply_to=query.message_id,
                 ))

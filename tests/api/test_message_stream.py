@@ -7,6 +7,7 @@ import time
 from codeshot import ids
 from codeshot.models import Message, MessageType
 from tests.conftest import code
+from tests.store_helpers import add_message
 
 MESSAGES = """query ($h: String!, $after: String, $wait: Float!) {
   sessionByHandle(handle: $h) { messages(after: $after, waitSeconds: $wait) { id text type } } }"""
@@ -20,7 +21,7 @@ def new_session(platform, key):
 def store(platform, session, text):
     message = Message(session_id=session, message_id=ids.ulid(), text=text,
                       type=MessageType.THOUGHT, sent_by="test/agent")
-    platform.services.sessions.add_message(message)
+    add_message(platform.services.sessions, message)
     return message
 
 

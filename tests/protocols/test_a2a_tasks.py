@@ -35,6 +35,7 @@ from codeshot.usecases import tasks
 from codeshot.usecases.messaging import Messaging
 from codeshot.usecases.sessions import create_session
 from codeshot.usecases.users import create_user, principal_of
+from tests.store_helpers import add_message, get_state, put_state, set_status
 
 PLANNER = "platform/planner"
 
@@ -162,7 +163,7 @@ def stored(services, session_id: str, *steps: tuple[MessageType, str | None]) ->
     made: list[str] = []
     for kind, reply_to in steps:
         made.append(ids.ulid())
-        services.sessions.add_message(Message_(
+        add_message(services.sessions, Message_(
             session_id=session_id, message_id=made[-1], text=f"{kind.value} {len(made)}",
             type=kind, in_reply_to=made[int(reply_to)] if reply_to is not None else None))
     return made
@@ -512,9 +513,9 @@ def test_an_answer_that_cannot_be_queued_fails_its_task_and_ends_its_paused_prog
     context = create_session(services, principal_of(owner)).session_id
     asked = stored(services, context, (MessageType.QUERY, None), (MessageType.AWAITING_INPUT, 0))
     # paused on the question, as the runner keeps it (the question named)
-    services.sessions.put_state(context, {"program": "x", "state": {}, "task": asked[0]},
-                                asked[1])
-    services.sessions.set_status(context, SessionStatus.AWAITING_INPUT)
+    put_state(services.sessions, context, {"program": "x", "state": {}, "task": asked[0]},
+              asked[1])
+    set_status(services.sessions, context, SessionStatus.AWAITING_INPUT)
     before = services.sessions.get(context).modified
     task = f"{context}.{asked[0]}"
 
@@ -527,7 +528,7 @@ def test_an_answer_that_cannot_be_queued_fails_its_task_and_ends_its_paused_prog
     assert rpc(platform, key, "GetTask", {"id": task})["result"]["status"]["state"] == \
         "TASK_STATE_FAILED"
     session = services.sessions.get(context)
-    assert (session.status, services.sessions.get_state(context)) == (SessionStatus.IDLE, None)
+    assert (session.status, get_state(services.sessions, context)) == (SessionStatus.IDLE, None)
     assert session.modified > before
 
 
@@ -549,9 +550,9 @@ def test_a_contexts_newest_task_is_named_by_its_first_message_however_long_its_t
     follow_up["message"]["contextId"] = context
     error = rpc(platform, key, "SendMessage", follow_up)["error"]
     assert error["code"] == -32004 and f"task {task} of this context" in error["message"]
-    services.sessions.add_message(Message_(session_id=context, message_id=ids.ulid(),
-                                           text="done", type=MessageType.RESPONSE,
-                                           in_reply_to=made[2]))
+    add_message(services.sessions, Message_(session_id=context, message_id=ids.ulid(),
+                                            text="done", type=MessageType.RESPONSE,
+                                            in_reply_to=made[2]))
     answered = rpc(platform, key, "ListTasks", {"includeArtifacts": True})["result"]["tasks"]
     assert [(t["id"], t["status"]["state"], len(t["artifacts"])) for t in answered] == [
         (task, "TASK_STATE_COMPLETED", 1)]

@@ -15,6 +15,7 @@ from codeshot.store.queue import PromptWork, SessionQueue, Work
 from codeshot.store.tables import SESSION_QUEUE
 from codeshot.usecases.prompts import Prompts, process_prompts
 from tests.runner.conftest import register, session
+from tests.store_helpers import add_message
 
 
 def post(platform, key, h, text):
@@ -382,7 +383,7 @@ def test_a_query_closed_because_it_could_not_be_queued_is_never_answered_later(
     monkeypatch.undo()
     [query] = [m for m in platform.services.sessions.all_messages(h) if m.type.value == "query"]
     for n in range(45):  # newer messages push it out of the runner's recent history
-        platform.services.sessions.add_message(Message(
+        add_message(platform.services.sessions, Message(
             session_id=h, message_id=ids.ulid(), type=MessageType.THOUGHT, text=f"note {n}",
             sent_by="test"))
     again = platform.gql(key, roll, {"s": h})  # the retry: the same message, queued again

@@ -12,6 +12,7 @@ from codeshot.runner import session_runner
 from codeshot.store import sessions as store
 from codeshot.usecases.sessions import create_session, delete_session, list_sessions
 from tests.runner.conftest import run_queue
+from tests.store_helpers import add_message, set_status
 
 OWNER = Principal(user_id="u-alice", username="alice")
 
@@ -19,7 +20,7 @@ OWNER = Principal(user_id="u-alice", username="alice")
 def session_with(services, messages: int) -> str:
     session_id = create_session(services, OWNER).session_id
     for n in range(messages):
-        services.sessions.add_message(Message(
+        add_message(services.sessions, Message(
             session_id=session_id, message_id=ids.ulid(), type=MessageType.QUERY,
             text=f"m{n}", sent_by=OWNER.user_id))
     return session_id
@@ -190,8 +191,8 @@ def test_a_prompt_racing_its_tasks_deletion_is_never_asked(services):
                                     callback_format=PROMPT_FORMAT).session_id
         question = Message(session_id=session_id, message_id=ids.ulid(), sent_by="booking",
                            type=MessageType.AWAITING_INPUT, text="For how many people?")
-        services.sessions.add_message(question)
-        services.sessions.set_status(session_id, SessionStatus.AWAITING_INPUT)
+        add_message(services.sessions, question)
+        set_status(services.sessions, session_id, SessionStatus.AWAITING_INPUT)
         finish = deletion_begun(services, session_id)
         Prompts(services).handle(PromptWork(session_id, question.message_id, 10**10))
         finish()
@@ -208,7 +209,7 @@ def test_an_embed_or_an_ended_question_racing_the_deletion_leaves_nothing(servic
     from codeshot.models import Embed, SessionStatus
 
     session_id = session_with(services, 0)
-    services.sessions.set_status(session_id, SessionStatus.AWAITING_INPUT)
+    set_status(services.sessions, session_id, SessionStatus.AWAITING_INPUT)
     finish = deletion_begun(services, session_id)
     with pytest.raises(NotFound):
         services.sessions.bind_embed(Embed(key="a.txt", session_id=session_id,

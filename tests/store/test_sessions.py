@@ -9,6 +9,14 @@ from codeshot.models import Embed, EmbedRef, Message, MessageType, Session, Sess
 from codeshot.store.sessions import DELETED_ITEM, DELETED_KEPT_SECONDS, SCAN_READS, SessionStore
 from tests.dynamo_faults import refuse
 from tests.dynamo_reads import PartitionReads
+from tests.store_helpers import (
+    add_message,
+    delete_state,
+    get_state,
+    put_embed,
+    put_state,
+    set_status,
+)
 
 
 def new_session(store: SessionStore, owner: str = "u1", sid: str | None = None,
@@ -41,7 +49,7 @@ def test_messages_keep_the_order_they_were_written(aws):
     # Many ids in the same millisecond still sort in creation order.
     texts = [f"m{i}" for i in range(30)]
     for text in texts:
-        store.add_message(msg(s.session_id, text))
+        add_message(store, msg(s.session_id, text))
     assert [m.text for m in store.all_messages(s.session_id)] == texts
     newest = store.list_messages(s.session_id, limit=2, newest_first=True).items
     assert [m.text for m in newest] == ["m29", "m28"]
@@ -50,11 +58,11 @@ def test_messages_keep_the_order_they_were_written(aws):
 def test_message_fields_and_embeds_round_trip(aws):
     store = SessionStore(aws)
     s = new_session(store)
-    q = store.add_message(msg(s.session_id, "look at #1",
-                              embeds={"1": EmbedRef(content_type="image/png",
-                                                    content_hash="a" * 64, size=3)}))
-    r = store.add_message(msg(s.session_id, "done", type=MessageType.RESPONSE,
-                              sent_by="alice/dice", in_reply_to=q.message_id))
+    q = add_message(store, msg(s.session_id, "look at #1",
+                               embeds={"1": EmbedRef(content_type="image/png",
+                                                     content_hash="a" * 64, size=3)}))
+    r = add_message(store, msg(s.session_id, "done", type=MessageType.RESPONSE,
+                               sent_by="alice/dice", in_reply_to=q.message_id))
     got = store.all_messages(s.session_id)
     assert got == [q, r]
     assert got[0].embeds["1"].content_hash == "a" * 64
@@ -64,10 +72,10 @@ def test_message_fields_and_embeds_round_trip(aws):
 def test_message_write_is_not_duplicated(aws):
     store = SessionStore(aws)
     s = new_session(store)
-    m = store.add_message(msg(s.session_id, "once"))
-    assert store.add_message(m) == m  # a retried write of the same message is harmless
+    m = add_message(store, msg(s.session_id, "once"))
+    assert add_message(store, m) == m  # a retried write of the same message is harmless
     with pytest.raises(Conflict):
-        store.add_message(m.replace(text="twice"))
+        add_message(store, m.replace(text="twice"))
     assert [x.text for x in store.all_messages(s.session_id)] == ["once"]
 
 
@@ -75,7 +83,7 @@ def test_messages_page_through(aws):
     store = SessionStore(aws)
     s = new_session(store)
     for i in range(10):
-        store.add_message(msg(s.session_id, str(i)))
+        add_message(store, msg(s.session_id, str(i)))
     texts, token = [], None
     while True:
         page = store.list_messages(s.session_id, limit=4, token=token)
@@ -128,12 +136,12 @@ def test_a_page_token_with_other_attributes_is_invalid_input(aws):
 def test_status_changes_are_conditional(aws):
     store = SessionStore(aws)
     s = new_session(store)
-    store.set_status(s.session_id, SessionStatus.RUNNING, expected=SessionStatus.IDLE)
+    set_status(store, s.session_id, SessionStatus.RUNNING, expected=SessionStatus.IDLE)
     with pytest.raises(Conflict):
-        store.set_status(s.session_id, SessionStatus.RUNNING, expected=SessionStatus.IDLE)
+        set_status(store, s.session_id, SessionStatus.RUNNING, expected=SessionStatus.IDLE)
     assert store.get(s.session_id).status is SessionStatus.RUNNING
     with pytest.raises(Conflict):
-        store.set_status("missing", SessionStatus.IDLE)
+        set_status(store, "missing", SessionStatus.IDLE)
 
 
 def no_purge() -> None:
@@ -145,17 +153,17 @@ def test_delete_removes_the_whole_partition(aws):
     store = SessionStore(aws)
     s = new_session(store, "alice")
     for i in range(30):
-        store.add_message(msg(s.session_id, str(i)))
-    store.put_state(s.session_id, {"step": 3})
-    store.put_embed(Embed(key="1", session_id=s.session_id, owner="alice",
-                          content_type="text/plain", content_hash="b" * 64, size=1))
+        add_message(store, msg(s.session_id, str(i)))
+    put_state(store, s.session_id, {"step": 3})
+    put_embed(store, Embed(key="1", session_id=s.session_id, owner="alice",
+                           content_type="text/plain", content_hash="b" * 64, size=1))
     with pytest.raises(NotFound):
         store.delete(s.session_id, owner="bob", purge_later=no_purge)
     store.delete(s.session_id, owner="alice", purge_later=no_purge)
     with pytest.raises(NotFound):
         store.get(s.session_id)
     assert store.all_messages(s.session_id) == []
-    assert store.get_state(s.session_id) is None
+    assert get_state(store, s.session_id) is None
     assert store.list_embeds(s.session_id) == []
 
 
@@ -191,10 +199,10 @@ def test_embed_keys_bind_once(aws):
     s = new_session(store, "alice")
     e = Embed(key="1", session_id=s.session_id, owner="alice", content_type="text/plain",
               content_hash="c" * 64, size=5)
-    store.put_embed(e)
-    assert store.put_embed(e) == e  # a retry is fine
+    put_embed(store, e)
+    assert put_embed(store, e) == e  # a retry is fine
     with pytest.raises(Conflict):
-        store.put_embed(e.replace(content_hash="d" * 64))
+        put_embed(store, e.replace(content_hash="d" * 64))
     assert store.get_embed(s.session_id, "1").content_hash == "c" * 64
     # The embed item must not appear as a session of its owner.
     assert [x.session_id for x in store.list_by_owner("alice").items] == [s.session_id]
@@ -203,13 +211,13 @@ def test_embed_keys_bind_once(aws):
 def test_paused_state_round_trip(aws):
     store = SessionStore(aws)
     s = new_session(store)
-    assert store.get_state(s.session_id) is None
-    store.put_state(s.session_id, {"transcript": ["Q: hi"], "step": 2})
-    assert store.get_state(s.session_id) == {"transcript": ["Q: hi"], "step": 2}
+    assert get_state(store, s.session_id) is None
+    put_state(store, s.session_id, {"transcript": ["Q: hi"], "step": 2})
+    assert get_state(store, s.session_id) == {"transcript": ["Q: hi"], "step": 2}
     with pytest.raises(InvalidInput):
-        store.put_state(s.session_id, {"blob": "x" * 400_000})
-    store.delete_state(s.session_id)
-    assert store.get_state(s.session_id) is None
+        put_state(store, s.session_id, {"blob": "x" * 400_000})
+    delete_state(store, s.session_id)
+    assert get_state(store, s.session_id) is None
 
 
 def test_invalid_embed_key_is_refused():
@@ -297,7 +305,7 @@ def test_ending_a_question_another_write_held_for_a_moment_is_tried_again(aws, m
     still ends (once); a session that is not waiting is refused CONFLICT."""
     store = SessionStore(aws)
     s = new_session(store)
-    store.set_status(s.session_id, SessionStatus.AWAITING_INPUT, expected=SessionStatus.IDLE)
+    set_status(store, s.session_id, SessionStatus.AWAITING_INPUT, expected=SessionStatus.IDLE)
     refused = refuse(monkeypatch, store.db, "transact_write_items", "declined", times=2)
     store.end_pause(msg(s.session_id, "declined", type=MessageType.ERROR), owner="u1")
     assert refused == [1, 1]
@@ -312,7 +320,7 @@ def test_a_question_busy_through_every_try_is_rate_limited_and_left_waiting(aws,
     not CONFLICT, which says it was answered: RATE_LIMITED, retry in a moment."""
     store = SessionStore(aws)
     s = new_session(store)
-    store.set_status(s.session_id, SessionStatus.AWAITING_INPUT, expected=SessionStatus.IDLE)
+    set_status(store, s.session_id, SessionStatus.AWAITING_INPUT, expected=SessionStatus.IDLE)
     refuse(monkeypatch, store.db, "transact_write_items", "declined", times=None)
     with pytest.raises(RateLimited):
         store.end_pause(msg(s.session_id, "declined", type=MessageType.ERROR))
@@ -355,7 +363,7 @@ def test_writes_dynamodb_leaves_unprocessed_are_sent_again_until_they_fail_for_g
         return write(RequestItems=RequestItems)
 
     for n in range(30):
-        store.add_message(msg(s.session_id, f"m{n}"))
+        add_message(store, msg(s.session_id, f"m{n}"))
     monkeypatch.setattr(store.db, "batch_write_item", throttling)
     store.delete(s.session_id, "alice", no_purge)  # 30 messages and the session
     assert calls == [25, 25, 25, 6]
