@@ -273,14 +273,20 @@ def test_agent_test_skips_sentences_offline_and_checks_text_and_regex(tmp_path):
     assert out.stderr == "codeshot: no test ran: each was skipped (see the reason above)\n"
 
 
-def test_a_test_no_few_shot_fits_offline_names_the_nearest(tmp_path):
-    """The replay's refusal was all the table said: nothing told the author what to
-    reword."""
+def shouter_tested(tmp_path: Path, query: str, expected: str):
+    """`codeshot agent test` of the shouter agent with this one test in its agent.yaml."""
     directory = agent_dir(tmp_path, "shouter")
     config = directory / "agent.yaml"
     config.write_text(config.read_text().split("tests:")[0] + "tests:\n"
-                      "  - query: Shout goodbye to everyone loudly\n    expected: GOODBYE\n")
+                      f"  - query: {query}\n    expected: {expected}\n")
     [result] = run_agent_tests(directory, Settings())
+    return result
+
+
+def test_a_test_no_few_shot_fits_offline_names_the_nearest(tmp_path):
+    """The replay's refusal was all the table said: nothing told the author what to
+    reword."""
+    result = shouter_tested(tmp_path, "Shout goodbye to everyone loudly", "GOODBYE")
     assert result.verdict.value == "FAIL"
     assert result.reason == ('the nearest few-shot is "Shout hello": word overlap 0.33, '
                              "under the replay's 0.40")
@@ -288,11 +294,7 @@ def test_a_test_no_few_shot_fits_offline_names_the_nearest(tmp_path):
 
 def test_a_test_the_replay_would_answer_with_the_examples_words_says_so(tmp_path):
     """"Shout" replayed "Shout hello" and shouted HELLO, a word the test never said."""
-    directory = agent_dir(tmp_path, "shouter")
-    config = directory / "agent.yaml"
-    config.write_text(config.read_text().split("tests:")[0] + "tests:\n"
-                      "  - query: Shout\n    expected: \"!\"\n")
-    [result] = run_agent_tests(directory, Settings())
+    result = shouter_tested(tmp_path, "Shout", '"!"')
     assert result.verdict.value == "FAIL"
     assert result.reason == ('the nearest few-shot, "Shout hello", would ask "hello": hello '
                              "not in the question")

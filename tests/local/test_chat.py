@@ -16,6 +16,15 @@ from codeshot.chat import REPLAY_NOTICE, ChatClient, run_chat
 from codeshot.errors import CodeshotError
 
 
+def chatted(live_stack, lines: str, agent: str | None = None, trace: bool = True) -> str:
+    """What `codeshot chat` printed for ``lines`` typed into it (it must end cleanly)."""
+    client = ChatClient(live_stack["graphql_url"], live_stack["api_key"])
+    out = io.StringIO()
+    assert run_chat(client, agent, show_trace=trace, stdout=out,
+                    stdin=io.StringIO(lines)) == 0, out.getvalue()
+    return out.getvalue()
+
+
 def test_chat_answers_roll_a_d20_and_shows_the_trace(live_stack):
     state = live_stack
     client = ChatClient(state["graphql_url"], state["api_key"])
@@ -41,12 +50,8 @@ def test_the_example_agents_answer_their_own_sample_queries(live_stack):
     from datetime import datetime
     from zoneinfo import ZoneInfo
 
-    client = ChatClient(live_stack["graphql_url"], live_stack["api_key"])
-    out = io.StringIO()
-    assert run_chat(client, None, show_trace=False, stdout=out, stdin=io.StringIO(
-        "Throw two six-sided dice\n\nWhat time is it in Tokyo?\n\n"
-        "Roll a twenty-sided die\n\nRoll a d20000\n")) == 0
-    text = out.getvalue()
+    text = chatted(live_stack, "Throw two six-sided dice\n\nWhat time is it in Tokyo?\n\n"
+                   "Roll a twenty-sided die\n\nRoll a d20000\n", trace=False)
     assert re.search(r"You rolled \d \+ \d = \d+\.", text), text
     assert re.search(r"You rolled \d+\.", text) and "can't read" not in text, text
     # A roll the Func refuses in words: its words passed on, never "You rolled I roll ...".
@@ -140,12 +145,8 @@ def test_chat_at_a_terminal_edits_the_line(live_stack):
 def test_offline_chat_runs_both_tasks_of_x_and_y(live_stack):
     """Offline, "Roll a d20 and save it as a note" rolled, said "You rolled 8." and saved
     no note, saying nothing of it: the replay routed the whole query to the dice."""
-    client = ChatClient(live_stack["graphql_url"], live_stack["api_key"])
-    out = io.StringIO()
-    assert run_chat(client, None, show_trace=True, stdout=out, stdin=io.StringIO(
-        "Roll a d20 and save it as a note\n\nList my notes\n\n"
-        "Roll a d20 and save a note\n")) == 0
-    text = out.getvalue()
+    text = chatted(live_stack, "Roll a d20 and save it as a note\n\nList my notes\n\n"
+                   "Roll a d20 and save a note\n")
     rolled = re.search(r"^You rolled (\d+)\.$", text, re.M)
     assert rolled, text
     # Both said in the answer, and the note holds the roll.
@@ -162,11 +163,7 @@ def test_offline_chat_runs_both_tasks_of_x_and_y(live_stack):
 def test_the_trace_says_why_the_replay_had_no_example(live_stack):
     """`chat --trace` showed only "No example ... is close", not the nearest few-shot and
     its overlap that `codeshot agent test` prints."""
-    client = ChatClient(live_stack["graphql_url"], live_stack["api_key"])
-    out = io.StringIO()
-    assert run_chat(client, "local/dice", show_trace=True, stdout=out,
-                    stdin=io.StringIO("What is the capital of France?\n")) == 0
-    text = out.getvalue()
+    text = chatted(live_stack, "What is the capital of France?\n", agent="local/dice")
     assert re.search(r"\[thought\] local/dice: No replay: the nearest few-shot is \".+\": "
                      r"word overlap 0\.\d\d, under the replay's 0\.40", text), text
     assert "No example of this agent is close to your question" in text, text
@@ -175,10 +172,6 @@ def test_the_trace_says_why_the_replay_had_no_example(live_stack):
 def test_an_and_inside_a_notes_text_is_the_notes_not_a_second_task(live_stack):
     """Offline "Save a note: call mom and check the time" saved "call mom" and asked the
     clock for the time: a bare "and" after a colon is the payload's."""
-    client = ChatClient(live_stack["graphql_url"], live_stack["api_key"])
-    out = io.StringIO()
-    assert run_chat(client, None, show_trace=True, stdout=out, stdin=io.StringIO(
-        "Save a note: call mom and check the time\n")) == 0
-    text = out.getvalue()
+    text = chatted(live_stack, "Save a note: call mom and check the time\n")
     assert re.search(r"^Saved note \d+: call mom and check the time$", text, re.M), text
     assert "Ask Agent[local/clock]" not in text, text
