@@ -45,10 +45,10 @@ _STOPWORDS = frozenset({
     "which", "when", "where", "me", "my", "i", "you", "your", "it", "its", "this", "that",
     "these", "those", "please", "can", "could", "would", "will", "do", "does", "did", "tell",
     "give", "show", "get", "find", "s",
-    "given",  # the planner's hand-off of a first answer: "save it as a note (given: ...)"
 })
 # fmt: on
 _ARTICLES = frozenset({"a", "an", "the"})
+_GIVEN = re.compile(r"\s*\(given: (.*)\)\s*\Z", re.DOTALL)  # the planner's hand-off
 
 
 def content_words(text: str) -> set[str]:
@@ -218,7 +218,9 @@ def next_lines(examples: Sequence[FewShot], transcript: Sequence[Step]) -> str:
         return f"A: {NEEDS_LLM}"
     if q_index is None:
         return f"A: {CANT_HELP}"
-    query = transcript[q_index].text
+    # The planner's hand-off of a first answer ("save it as a note (given: You rolled
+    # 15.)") read as the text it gives, as an example's "Save a note: buy milk" is.
+    query = _GIVEN.sub(r": \1", transcript[q_index].text)
     turn, score = _nearest(turns, query)
     if score < THRESHOLD:
         return _declined(_missed(turn, score))

@@ -62,6 +62,8 @@ SMALL_TALK_EXAMPLES = [("hi!", "A: Hello! What can I do for you?"),
                        ("Send an email to my boss", "NONE")]
 # A query naming two tasks goes to plan mode in auto (one task: the best agent answers).
 _COMPOUND = re.compile(r"\b(and then|and also|and|then|also)\b", re.IGNORECASE)
+# A request and its text after a colon and a space ("Save a note: buy milk").
+_PAYLOAD = re.compile(r"(.+?):\s", re.DOTALL)
 # A second task that refers to the first one's result ("save it as a note").
 _REFERS_BACK = re.compile(r"\b(it|that|this|them|the (result|number|total|price|answer))\b",
                           re.IGNORECASE)
@@ -342,10 +344,12 @@ class PlannerProgram:
     def _two_steps(self, query: str) -> tuple[tuple[str, str], tuple[str, str]] | None:
         """A query of two tasks ("X and/then Y") whose halves each fit a different agent:
         ((agent, X), (agent, Y)). Else None (the model plans)."""
-        # A bare "and" after a colon is the payload's ("Save a note: call mom and roll
-        # the dough" is one note); "then" still starts a task there.
+        # A bare "and" after a colon that ends a request to an agent is that request's
+        # text ("Save a note: call mom and check the time" is one note); "then" and
+        # "also" still start a task there, and a colon of a time or a URL is no payload's.
         match = next((m for m in _COMPOUND.finditer(query)
-                      if "then" in m.group(1).lower() or ":" not in query[:m.start()]), None)
+                      if m.group(1).lower() != "and" or not self._payload(query[:m.start()])),
+                     None)
         if match is None:
             return None
         halves = (query[:match.start()].strip(" ,;"), query[match.end():].strip(" ,;"))
@@ -357,6 +361,15 @@ class PlannerProgram:
             steps.append((best.agent_id, half))
         first, second = steps
         return (first, second) if first[0] != second[0] else None
+
+    def _payload(self, before: str) -> bool:
+        """Whether ``before`` ends in a payload: it has a colon and a space after a request
+        that fits an agent on its own ("Save a note: ...", not "Quick question: ...")."""
+        lead = _PAYLOAD.match(before)
+        if lead is None:
+            return False
+        best = next(iter(self.router.route(lead.group(1), 1, self.viewer)), None)
+        return best is not None and best.fits
 
     def _run_steps(self, first: tuple[str, str], second: tuple[str, str]) -> Outcome:
         """Two tasks in order, without the model planning them: the second agent is given

@@ -167,13 +167,20 @@ def _import_entry(module_name: str, root: Path) -> ModuleType:
         raise InvalidInput(f"{where}: {type(exc).__name__}: {said}") from exc
 
 
+# Frames that raise on the agent code's behalf: the SDK refusing a Func name, importlib
+# not finding a module the agent imports. The agent's line is the one to name.
+_ON_BEHALF = (Path(__file__).resolve().parent, Path(importlib.__file__).resolve().parent)
+
+
 def _failed_at(exc: Exception, root: Path) -> str | None:
     """``file line N`` where ``exc`` was raised, if that is the agent's own code (under
-    ``root``, not a package installed there): the innermost frame in a real file, or the
-    file a SyntaxError names. None for an error raised elsewhere (the platform's own code,
-    a library), whose traceback is what to read."""
+    ``root``, not a package installed there): the innermost frame in a real file other
+    than the SDK's and importlib's, or the file a SyntaxError names. None for an error
+    raised elsewhere (a library), whose traceback is what to read."""
     places = [(frame.filename, frame.lineno) for frame in traceback.extract_tb(exc.__traceback__)
-              if not frame.filename.startswith("<")]  # "<frozen importlib._bootstrap>"
+              if not frame.filename.startswith("<")  # "<frozen importlib._bootstrap>"
+              and not any(Path(frame.filename).resolve().is_relative_to(behalf)
+                          for behalf in _ON_BEHALF)]
     if isinstance(exc, SyntaxError) and exc.filename:
         places.append((exc.filename, exc.lineno))
     if not places:

@@ -222,3 +222,16 @@ def test_an_ask_never_passes_on_the_examples_own_words() -> None:
     tips = parse_few_shots(["Q: What is a 15% tip on $80?\nAsk Func[tip]: 15% of 80\n"
                             "Func[tip] says: 12.00\nA: A 15% tip on $80 is $12.00."])
     assert next_lines(tips, [Step(Kind.Q, "What is a 20% tip?")]).endswith(f"A: {CANT_HELP}")
+
+
+def test_the_planners_hand_off_is_read_as_the_text_it_gives_and_given_stays_a_word():
+    """A second task, "save it as a note (given: You rolled 15.)", was saved as "given You
+    rolled 15"; and "given" is a word like any other where an agent's example uses it."""
+    notes = parse_few_shots("Q: Save a note: buy milk\nAsk Func[add_note]: buy milk\n"
+                            "Func[add_note] says: Saved note 1: buy milk\nA: Saved note 1.")
+    assert next_lines(notes, [Step(Kind.Q, "save it as a note (given: You rolled 15.)")]) == \
+        "Ask Func[add_note]: rolled 15"  # its run of words, trimmed as any query's
+    profile = parse_few_shots("Q: What is my given name?\nAsk Func[profile]: given name\n"
+                              "Func[profile] says: Ada\nA: Your given name is Ada.")
+    assert next_lines(profile, [Step(Kind.Q, "What is my family name?")]) == \
+        "Ask Func[profile]: family name"

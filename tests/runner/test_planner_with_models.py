@@ -231,3 +231,19 @@ def test_a_copied_placeholder_answer_is_never_the_reply(registry):
     llm = ScriptedLLM(copied, copied, "A: It is 23:41 UTC.")  # planner x2, then clock
     done = planner(registry, llm, "plan", []).run("What time is it?")
     assert done.text == "It is 23:41 UTC." and len(llm.calls) == 3
+
+
+def test_a_bare_and_splits_two_tasks_unless_it_is_in_a_requests_text(registry):
+    """"Save a note: call mom and check the time" was split into a note of "call mom" and
+    a clock query; a colon of a time, a URL or a lead-in ("Quick question:") is no note's."""
+    two = planner(registry, ScriptedLLM(), "auto", [])._two_steps
+    for query, agents in [
+        ("Save a note: call mom and check the time", None),
+        ("Roll a d20 at 10:30 and save it as a note", ("me/dice", "me/notes")),
+        ("Roll 3d6 for https://example.com and save it as a note", ("me/dice", "me/notes")),
+        ("Quick question: roll a d20 and save it as a note", ("me/dice", "me/notes")),
+        ("Save a note: buy milk and also tell me the time", ("me/notes", "me/clock")),
+        ("Save a note: buy milk and then tell me the time", ("me/notes", "me/clock")),
+    ]:
+        steps = two(query)
+        assert (steps and (steps[0][0], steps[1][0])) == agents, query

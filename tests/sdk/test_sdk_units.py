@@ -268,6 +268,15 @@ def test_only_the_agents_own_code_failing_to_import_is_called_its_error(tmp_path
     monkeypatch.syspath_prepend(str(tmp_path))  # as load_agent puts the agent's directory
     with pytest.raises(InvalidInput, match=r"^mine.py line 2: KeyError: 'mine'$"):
         _import_entry("mine", tmp_path.resolve())
+    # Raised by the SDK or importlib for the agent's own line: that line is named.
+    (tmp_path / "bad_func.py").write_text(
+        "from codeshot.sdk import CodeShotAgent\nagent = CodeShotAgent('I test.', 'Q: x\\nA: y')"
+        "\nagent.register_func(lambda query: '', func_name='bad name')\n")
+    (tmp_path / "plugin.py").write_text("import importlib\nimportlib.import_module('no_plugin')\n")
+    with pytest.raises(InvalidInput, match=r"^bad_func.py line 3: ValueError: Func names are"):
+        _import_entry("bad_func", tmp_path.resolve())
+    with pytest.raises(InvalidInput, match=r"^plugin.py line 2: ModuleNotFoundError: No module"):
+        _import_entry("plugin", tmp_path.resolve())
     with pytest.raises(ValueError, match="Expecting property name"):  # json's, not INVALID_INPUT
         _import_entry("calls_a_library", tmp_path.resolve())
     with pytest.raises(RuntimeError, match="library bug"):
