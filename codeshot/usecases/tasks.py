@@ -483,12 +483,8 @@ def end_question(services: Services, session: Session, text: str, code: str,
     """End a session's pending question (``question_id``, when given) with an error
     ``code`` (stored as the question's reply), drop its paused program, and make it idle:
     exactly once."""
-    # Minted before the read: an answer posted after it sorts after the end, so a walk
-    # back from the answer's reply meets the end too, as a read forward does (unless the
-    # answer's id was minted first, in another process, and written after the read).
-    message_id = ids.ulid()
     pending = _pending_question(services, session.session_id, question_id)
-    message = Message(session_id=session.session_id, message_id=message_id, text=text,
+    message = Message(session_id=session.session_id, message_id=ids.ulid(), text=text,
                       type=MessageType.ERROR, sent_by="platform",
                       in_reply_to=pending.message_id, error_code=code)
     services.sessions.end_pause(message, owner=owner)
