@@ -104,15 +104,20 @@ def from_item(item: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
+def _response(exc: Exception) -> dict[str, Any]:
+    """What AWS answered with ``exc``: botocore's timeouts carry a ``response`` too, None."""
+    return getattr(exc, "response", None) or {}
+
+
 def is_condition_failure(exc: Exception) -> bool:
-    code = getattr(exc, "response", {}).get("Error", {}).get("Code", "")
+    code = _response(exc).get("Error", {}).get("Code", "")
     return code in ("ConditionalCheckFailedException", "TransactionCanceledException")
 
 
 def cancelled_by(exc: Exception) -> list[str]:
     """A cancelled transaction's reason per item, in order ("ConditionalCheckFailed" for
     an item whose condition failed, "None" for one that was fine)."""
-    reasons = getattr(exc, "response", {}).get("CancellationReasons", [])
+    reasons = _response(exc).get("CancellationReasons", [])
     return [r.get("Code", "") for r in reasons]
 
 
@@ -130,7 +135,7 @@ WRITE_ATTEMPTS = 5  # with the backoff below: at most 1.5 s of waiting in all
 def is_transient(exc: Exception) -> bool:
     """Whether ``exc`` is a write refused only for the moment (worth trying again): a
     transaction is, when no item's condition failed and one item was busy or throttled."""
-    code = getattr(exc, "response", {}).get("Error", {}).get("Code", "")
+    code = _response(exc).get("Error", {}).get("Code", "")
     if code == "TransactionCanceledException":
         reasons = cancelled_by(exc)
         return "ConditionalCheckFailed" not in reasons and \

@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import binascii
+import logging
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Mapping
 from dataclasses import dataclass
@@ -18,10 +19,18 @@ from datetime import datetime
 from functools import partial
 from typing import TYPE_CHECKING
 
-from botocore.exceptions import ClientError
+from botocore.exceptions import ClientError, HTTPClientError
+from botocore.exceptions import ConnectionError as BotoConnectionError
 
 from codeshot import ids
-from codeshot.errors import AgentUnavailable, Changed, Conflict, InvalidInput, NotFound
+from codeshot.errors import (
+    AgentUnavailable,
+    Changed,
+    Conflict,
+    InvalidInput,
+    NotFound,
+    Unavailable,
+)
 from codeshot.models import (
     MAX_EMBEDS_PER_MESSAGE,
     Embed,
@@ -46,6 +55,7 @@ if TYPE_CHECKING:
 
     from codeshot.usecases.waits import WaitSlot
 
+log = logging.getLogger("codeshot.api")
 TERMINAL = frozenset({MessageType.RESPONSE, MessageType.ERROR, MessageType.AWAITING_INPUT})
 UPLOAD_BYTES = "upload_bytes"  # usage counter: bytes uploaded (inline or presigned) per day
 UPLOAD_LIMIT = "daily upload bytes"  # its limit, as RATE_LIMITED names it
@@ -70,6 +80,24 @@ class _Checked:
     upload: EmbedUpload
     data: bytes | None
     ref: EmbedRef
+
+
+def _unconfirmed(exc: ClientError) -> bool:
+    """Whether DynamoDB's answer to a transaction leaves it unknown whether it was
+    written: an error of its own (5xx), or a resend's token still in progress; botocore
+    resent it after a timeout or a 5xx, so an earlier send may have landed."""
+    status = exc.response.get("ResponseMetadata", {}).get("HTTPStatusCode", 0)
+    return status >= 500 or exc.response.get("Error", {}).get("Code") == \
+        "TransactionInProgressException"
+
+
+def _landed(exc: ClientError, at: int) -> bool:
+    """Whether a refused transaction's message (its item at ``at``) is there already: an
+    earlier send of it was written and only its response was lost (botocore's own resends
+    carry one idempotency token, but each of ``retry_transient``'s has its own). Its
+    condition failing says so, with no read that could fail in turn: the item's id is new
+    to this post, so no other write makes it, and a transaction is written whole."""
+    return cancelled_by(exc)[at:at + 1] == ["ConditionalCheckFailed"]
 
 
 class Messaging:
@@ -158,7 +186,8 @@ class Messaging:
         message, in its transaction (a post that refuses its input, or is refused, holds
         none; see :mod:`codeshot.usecases.waits`), or on its own before a retry's wait for
         the first post's reply or before embeds are written to S3 (a refused wait writes
-        nothing)."""
+        nothing). A transaction DynamoDB neither confirms nor refuses is UNAVAILABLE, its
+        message queued in case it was written (:meth:`_outcome_unknown`)."""
         user_id = user_id_of(principal)
         embeds = embeds or []
         slot = slot if slot and not slot.held else None  # one taken already is kept
@@ -226,8 +255,10 @@ class Messaging:
                 retry_transient(partial(self.s.sessions.db.transact_write_items,
                                         TransactItems=items))
                 break
-            except ClientError as exc:
-                if self._landed(exc, session_id, message, len(charges) + 2):
+            except (ClientError, HTTPClientError, BotoConnectionError) as exc:
+                if not isinstance(exc, ClientError) or _unconfirmed(exc):
+                    raise self._outcome_unknown(session_id, message) from exc
+                if _landed(exc, len(charges) + 2):
                     if slot:
                         slot.held = True  # taken with it
                     break
@@ -243,18 +274,21 @@ class Messaging:
         self._enqueue(session_id, message)
         return message, True
 
-    def _landed(self, exc: ClientError, session_id: str, message: Message, at: int
-                ) -> bool:
-        """Whether a refused transaction's message (its item at ``at``) is there already:
-        an earlier send of it was written and only its response was lost (botocore's own
-        resends carry one idempotency token, but each of ``retry_transient``'s has its own)."""
-        if cancelled_by(exc)[at:at + 1] != ["ConditionalCheckFailed"]:
-            return False
-        try:  # its id is new to this post: no other write makes that item
-            self.s.sessions.get_message(session_id, message.message_id)
-        except NotFound:
-            return False
-        return True
+    def _outcome_unknown(self, session_id: str, message: Message) -> Unavailable:
+        """The error of a post whose transaction DynamoDB neither confirmed nor refused:
+        any of botocore's sends of it may have been written. Its message is queued all the
+        same, so one that was written is answered (the runner skips work whose message is
+        not there); the same post again under its idempotency key finds it and queues it
+        again, which the queue drops (or the runner skips: answered) rather than run twice."""
+        try:
+            self._queue(session_id, message)
+        except Exception:  # the retry under the key queues it
+            log.exception("could not queue %s/%s, whose post may have been written",
+                          session_id, message.message_id)
+        return Unavailable("the store did not confirm the message was posted: it may have "
+                           "been, and is then answered; send it again under the same "
+                           "idempotency key to be sure (it is never posted twice), or read "
+                           "the session first")
 
     def _refused(self, exc: ClientError, session_id: str, user_id: str,
                  charges: list[tuple[str, int]], unchanged_since: datetime | None,

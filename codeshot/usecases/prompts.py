@@ -38,7 +38,14 @@ from urllib.parse import quote
 
 import httpx
 
-from codeshot.errors import CallbackFailed, Canceled, CodeshotError, NotFound, Timeout
+from codeshot.errors import (
+    CallbackFailed,
+    Canceled,
+    CodeshotError,
+    NotFound,
+    Timeout,
+    Unavailable,
+)
 from codeshot.models import Message, MessageType, Session, SessionStatus
 from codeshot.net.http import public_client
 from codeshot.runner.batch import Invocation, RemainingMs, process_batch
@@ -213,6 +220,8 @@ class Prompts:
             # Keyed by the question: a poll delivered twice still answers once.
             Messaging(self.s).post(owner, session.session_id, answer,
                                    idempotency_key=f"prompt-{question.message_id}")
+        except Unavailable:  # perhaps posted (then queued): a redelivery that finds the
+            raise  # question still open posts it again, under its key
         except CodeshotError as exc:  # too long, over the daily quota ...
             self._end(session, question,
                       f"The callback's answer could not be used: {exc.message}", exc.code)

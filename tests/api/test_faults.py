@@ -1,11 +1,13 @@
 """AWS misbehaving: DynamoDB throttling is retried with backoff; Secrets Manager being
 unreachable gives a clear error and the API keeps serving what does not need it."""
 
+import json
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import httpx
 import pytest
+from botocore.exceptions import ClientError, ReadTimeoutError
 
 from codeshot import ids
 from codeshot.api.app import create_app
@@ -13,7 +15,9 @@ from codeshot.errors import NotFound
 from codeshot.local.http_server import HttpServer
 from codeshot.services import Services
 from codeshot.store.sessions import SessionStore
+from tests.api.test_quota_and_posting import new_session
 from tests.conftest import code, free_port
+from tests.runner.conftest import run_queue
 
 THROTTLED = b'{"__type":"com.amazonaws.dynamodb.v20120810#ThrottlingException",' \
             b'"message":"Rate of requests exceeds the allowed throughput."}'
@@ -140,8 +144,6 @@ def test_protocol_endpoints_say_rate_limited_and_leak_no_aws_error(platform, mon
     """MCP sent any failure but codeshot's own as a JSON-RPC error of code 0 carrying
     botocore's text, and A2A's streams did the same (an AccessDenied names the role and
     the account); A2A answered AWS throttling -32603, not RATE_LIMITED (-32029)."""
-    from botocore.exceptions import ClientError
-
     from codeshot.usecases import agents
     from codeshot.usecases.messaging import Messaging
 
@@ -151,13 +153,7 @@ def test_protocol_endpoints_say_rate_limited_and_leak_no_aws_error(platform, mon
         "data"]["createSession"]["session"]["handle"]
     db, get_item = platform.services.sessions.db, platform.services.sessions.db.get_item
 
-    def throttled(**request):
-        if session in str(request.get("Key")):
-            raise ClientError({"Error": {"Code": "ProvisionedThroughputExceededException",
-                                         "Message": "Rate of requests exceeds"}}, "GetItem")
-        return get_item(**request)
-
-    monkeypatch.setattr(db, "get_item", throttled)
+    monkeypatch.setattr(db, "get_item", throttled(get_item, session))
     asked = platform.rpc(key, "/mcp", "tools/call", {"name": "ask", "arguments": {
         "query": "hi", "session": session}}).json()
     assert asked["result"]["isError"], asked
@@ -181,3 +177,110 @@ def test_protocol_endpoints_say_rate_limited_and_leak_no_aws_error(platform, mon
     assert listed.get("error") == {"code": -32603, "message": "internal error"}, listed
     for body in (streamed.text, str(listed)):
         assert "arn:aws" not in body and "123456789012" not in body, body[-500:]
+
+
+def throttled(get_item, matches: str):
+    """``get_item`` throttled (through botocore's retries) for keys that mention ``matches``."""
+    def read(**request):
+        if matches in str(request.get("Key")):
+            raise ClientError({"Error": {"Code": "ProvisionedThroughputExceededException",
+                                         "Message": "Rate of requests exceeds"}}, "GetItem")
+        return get_item(**request)
+
+    return read
+
+
+POST = """mutation ($s: String!, $k: String) { sendSessionMessage(messageData:
+    {session: $s, text: "hello", wait: false, idempotencyKey: $k}) { message { id } } }"""
+
+
+def posted(platform, session: str) -> tuple[list[str], list[str]]:
+    """The session's messages' texts, and the ids of the messages queued for the runner."""
+    queued = platform.services.queue.receive(wait_seconds=0)
+    return ([m.text for m in platform.services.sessions.all_messages(session)],
+            [json.loads(m["Body"])["message_id"] for m in queued])
+
+
+def test_a_post_whose_resend_was_refused_for_what_it_wrote_is_queued_unread(platform,
+                                                                            monkeypatch):
+    """The post's transaction was written, its response lost, and the resend refused for
+    what the first wrote: the post is that message, queued and charged once, with no read
+    to confirm it (a throttled read left it written and charged, and nothing queued it)."""
+    user_id, key = platform.user()
+    session = new_session(platform, key)
+    db = platform.services.sessions.db
+    write = db.transact_write_items
+
+    def written_then_resent(**request):
+        write(**request)
+        return write(**request)  # the same request again: its conditions now fail
+
+    monkeypatch.setattr(db, "transact_write_items", written_then_resent)
+    monkeypatch.setattr(db, "get_item", throttled(db.get_item, "MSG#"))
+    out = platform.gql(key, POST, {"s": session})
+    monkeypatch.undo()
+    assert "errors" not in out, out
+    assert posted(platform, session) == (
+        ["hello"], [out["data"]["sendSessionMessage"]["message"]["id"]])
+    assert platform.services.usage.used("query", user_id) == 1
+
+
+def unconfirmed(monkeypatch, db, fault: Exception, written: bool = True) -> None:
+    """Every transaction that writes a message answered with ``fault`` (botocore's last
+    resend timed out, DynamoDB failed), ``written`` or not."""
+    write = db.transact_write_items
+
+    def lost(**request):
+        if "MSG#" not in str(request):
+            return write(**request)
+        if written:
+            write(**request)
+        raise fault
+
+    monkeypatch.setattr(db, "transact_write_items", lost)
+
+
+@pytest.mark.parametrize("written", [True, False])
+def test_a_post_whose_write_is_unconfirmed_says_so_and_leaves_no_query_unqueued(
+        platform, monkeypatch, written):
+    """A post whose write's answer was lost is UNAVAILABLE, saying it may have been posted
+    and that the same post under its key is safe (it was INTERNAL); its message is queued
+    either way, so one that was written is answered, and the runner finds nothing to do
+    for one that was not."""
+    user_id, key = platform.user()
+    session = new_session(platform, key)
+    unconfirmed(monkeypatch, platform.services.sessions.db,
+                ReadTimeoutError(endpoint_url="https://dynamodb"), written)
+    out = platform.gql(key, POST, {"s": session})
+    monkeypatch.undo()
+    assert code(out) == "UNAVAILABLE", out
+    assert "may have been" in out["errors"][0]["message"]
+    assert "same idempotency key" in out["errors"][0]["message"]
+    if written:  # charged once, and queued: the runner answers it
+        texts, queued = posted(platform, session)
+        assert texts == ["hello"] and len(queued) == 1
+        assert platform.services.sessions.all_messages(session)[0].message_id == queued[0]
+        assert platform.services.usage.used("query", user_id) == 1
+    else:  # queued all the same: the runner finds no message, and writes nothing
+        assert run_queue(platform.services) == 1
+        assert posted(platform, session) == ([], [])
+        assert platform.services.usage.used("query", user_id) == 0
+
+
+def test_the_same_post_again_under_its_key_after_an_unconfirmed_write_is_that_post(
+        platform, monkeypatch):
+    """DynamoDB failed (500) a post's write it had made: the post again under its key is
+    that message, written, charged and queued once."""
+    user_id, key = platform.user()
+    session = new_session(platform, key)
+    unconfirmed(monkeypatch, platform.services.sessions.db, ClientError(
+        {"Error": {"Code": "InternalServerError", "Message": "Internal server error"},
+         "ResponseMetadata": {"HTTPStatusCode": 500}}, "TransactWriteItems"))
+    first = platform.gql(key, POST, {"s": session, "k": "k1"})
+    monkeypatch.undo()
+    assert code(first) == "UNAVAILABLE", first
+    again = platform.gql(key, POST, {"s": session, "k": "k1"})
+    assert "errors" not in again, again
+    assert posted(platform, session) == (
+        ["hello"], [again["data"]["sendSessionMessage"]["message"]["id"]])
+    assert platform.services.usage.used("query", user_id) == 1

@@ -382,6 +382,50 @@ def test_a_question_that_cannot_be_queued_even_at_the_last_delivery_ends(
     assert callback.seen == []
 
 
+@pytest.mark.parametrize("callback", [[(200, {"prompt_id": "p-5", "status": "resolved",
+                                             "answer": "5"})]], indirect=True)
+def test_a_callbacks_answer_written_though_its_write_timed_out_resumes_the_task(
+        stack, booking, callback, monkeypatch):
+    """The callback's answer was written, but the write's response lost (botocore's last
+    resend timed out): nothing queued it, and the redelivered exchange found the question
+    answered, so the task waited for ever. Queued all the same, it resumes the task; the
+    callback is asked once."""
+    from botocore.exceptions import ReadTimeoutError
+
+    from codeshot.errors import Unavailable
+    from codeshot.store.queue import PromptWork
+    from codeshot.usecases.prompts import Prompts
+
+    agent_id, made = booking
+    key, task_id, asked = asked_without_callback(stack, agent_id, "Nico")
+    with_callback(stack, task_id, callback.url)
+    db = stack.services.sessions.db
+    write, lost = db.transact_write_items, []
+
+    def timed_out(**request):
+        out = write(**request)
+        if not lost and f"prompt-{asked.message_id}" in str(request):  # the answer's post
+            lost.append(1)
+            raise ReadTimeoutError(endpoint_url="https://dynamodb.us-east-1.amazonaws.com")
+        return out
+
+    monkeypatch.setattr(db, "transact_write_items", timed_out)
+    prompts, work = Prompts(stack.services), PromptWork(task_id, asked.message_id,
+                                                        time.time() + 60)
+    with pytest.raises(Unavailable):  # redelivered by SQS, not the question ended
+        prompts.handle(work)
+    monkeypatch.undo()
+    prompts.handle(work)  # the redelivery: the question is answered
+    deadline = time.monotonic() + 30
+    while ap(stack, key, "GET", f"/tasks/{task_id}").json()["status"] != "completed":
+        assert time.monotonic() < deadline, "the answer was never run"
+        time.sleep(0.2)
+    _, answered = ap(stack, key, "GET", f"/tasks/{task_id}/steps").json()["steps"]
+    assert answered["input"] == "5" and "Booked Nico for 5" in answered["output"]
+    assert made[-1] == "Nico for 5"
+    assert [m for _, m, *_ in callback.seen] == ["POST"]
+
+
 def test_a_huge_or_dripping_callback_reply_is_cut_off(stack, booking):
     agent_id, _ = booking
     with raw_server("huge", limit=64 << 20) as huge:
