@@ -235,3 +235,35 @@ def test_the_planners_hand_off_is_read_as_the_text_it_gives_and_given_stays_a_wo
                               "Func[profile] says: Ada\nA: Your given name is Ada.")
     assert next_lines(profile, [Step(Kind.Q, "What is my family name?")]) == \
         "Ask Func[profile]: family name"
+
+
+def test_a_count_the_query_changed_reaches_the_func_call_or_the_replay_declines() -> None:
+    """An article was a function word: "Roll two d20" replayed "Roll a d20" as "a d20"
+    (one die), and an example that asks "20 1" for "a d20" had no place for "two"."""
+    words = parse_few_shots("Q: Roll a d20\nAsk Func[roll]: a d20\nFunc[roll] says: 17\n"
+                            "A: You rolled 17.")
+    asked = {query: next_lines(words, [Step(Kind.Q, query)]) for query in (
+        "Roll two d20", "Roll 3 d20", "Roll a pair of d20", "Roll one d20")}
+    assert asked == {"Roll two d20": "Ask Func[roll]: two d20",
+                     "Roll 3 d20": "Ask Func[roll]: 3 d20",
+                     "Roll a pair of d20": "Ask Func[roll]: a pair of d20",
+                     "Roll one d20": "Ask Func[roll]: one d20"}
+    # A count replaced by an article, with the article: "a six-sided die", not "dice".
+    pair = parse_few_shots("Q: Throw two six-sided dice\nAsk Func[roll]: two six-sided dice\n"
+                           "Func[roll] says: 3 + 5 = 8\nA: You rolled 3 + 5 = 8.")
+    assert next_lines(pair, [Step(Kind.Q, "Throw a six-sided die")]) == \
+        "Ask Func[roll]: a six-sided die"
+    assert next_lines(pair, [Step(Kind.Q, "Throw a pair of six-sided dice")]) == \
+        "Ask Func[roll]: a pair of six-sided dice"
+    # Asks that hold no word of the question: the replay would roll the example's count.
+    coded = parse_few_shots([*DICE, "Q: Throw two six-sided dice\nAsk Func[roll]: 2d6\n"
+                                    "Func[roll] says: 3 + 5 = 8\nA: You rolled 3 + 5 = 8."])
+    assert next_lines(coded, [Step(Kind.Q, "Roll two d20")]) == (
+        'Thought: No replay: the nearest few-shot, "Roll a d20", would ask "20 1": it has no '
+        f'place for "two"\nA: {CANT_HELP}')
+    assert next_lines(coded, [Step(Kind.Q, "Throw a six-sided die")]) == (
+        'Thought: No replay: the nearest few-shot, "Throw two six-sided dice", would ask '
+        f'"2d6": it has no place for "a"\nA: {CANT_HELP}')
+    # What both say alike still replays.
+    assert next_lines(coded, [Step(Kind.Q, "Throw two six-sided dice")]) == "Ask Func[roll]: 2d6"
+
