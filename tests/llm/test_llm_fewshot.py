@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import re
+
 from codeshot.engine.builtin import code_shot_components
-from codeshot.engine.executor import Executor
+from codeshot.engine.executor import Executor, TraceStep
 from codeshot.engine.fewshot import Kind, Step, parse_few_shots
 from codeshot.engine.prompt import STOP_SEQUENCES, read_examples, read_transcript
 from codeshot.llm.fewshot import (
@@ -16,6 +18,7 @@ from codeshot.llm.fewshot import (
     substitute,
     word_substitutions,
 )
+from codeshot.models import MessageType
 
 WEATHER = [
     (
@@ -267,3 +270,38 @@ def test_a_count_the_query_changed_reaches_the_func_call_or_the_replay_declines(
     # What both say alike still replays.
     assert next_lines(coded, [Step(Kind.Q, "Throw two six-sided dice")]) == "Ask Func[roll]: 2d6"
 
+
+def test_the_dice_example_rolls_the_dice_said_in_words() -> None:
+    """The example dice agent, replayed: "Roll two d20" rolled one d20 and "Throw a
+    six-sided die" two dice (its Ask was "2d6", and its Func read "two d20" as one)."""
+    from codeshot.local.examples.dice.agent import BASE_PROMPT, FEW_SHOTS, roll
+    from codeshot.sdk import Message
+
+    def rolled(query: str) -> tuple[list[str], list[int]]:
+        """The Func calls the trace shows, and the dice the answer states."""
+        trace: list[TraceStep] = []
+        agent = Executor(code_shot_components(BASE_PROMPT, [FEW_SHOTS],
+                                              lambda name, text: roll(Message(text))),
+                         FewShotLLM(), trace=trace.append)
+        answer = agent.run(query).text
+        shown = re.fullmatch(r"You rolled (\d+(?: \+ \d+)*)(?: = \d+)?\.", answer)
+        assert shown, answer
+        return ([t.text for t in trace if t.type is MessageType.FUNC_CALL],
+                [int(n) for n in shown.group(1).split(" + ")])
+
+    dice = {query: rolled(query) for query in (
+        "Roll two d20", "Throw a six-sided die", "roll 3d6", "roll a d20",
+        "roll me a twenty-sided die", "roll a pair of dice", "Throw three six-sided dice")}
+    calls = {query: (asks, len(rolls)) for query, (asks, rolls) in dice.items()}
+    assert calls == {
+        "Roll two d20": (["two d20"], 2),
+        "Throw a six-sided die": (["a six-sided die"], 1),
+        "roll 3d6": (["3d6"], 3),
+        "roll a d20": (["a d20"], 1),
+        "roll me a twenty-sided die": (["a twenty-sided die"], 1),
+        "roll a pair of dice": (["a pair of dice"], 2),
+        "Throw three six-sided dice": (["three six-sided dice"], 3),
+    }
+    sides = {"Roll two d20": 20, "roll a d20": 20, "roll me a twenty-sided die": 20}
+    assert all(1 <= n <= sides.get(query, 6) for query, (_, rolls) in dice.items()
+               for n in rolls)
