@@ -2,13 +2,16 @@
 
 It reads the few-shot examples and the transcript back out of the prompt the engine
 built, takes the example whose question is closest to the query by word overlap, and
-replays it: the query's differing words replace the example's in the Ask lines, the
+replays it: the query's differing words replace the example's in the Ask lines (a count
+is no function word: "Roll two d20" asks "two d20" where "Roll a d20" asked "a d20"), the
 real Func results replace the example's in the answer, one Ask per call (a Func the
 example shows replying with no Ask: its label, as a model cut at the "] says:" stop
 writes it). A replay never contradicts a result: when the example's answer cannot carry
 every real result (a total the example computed, more dice than it rolled, a Func's
 reply in words where the example's was a number: a refusal), the answer is the results
-as returned. When no example is close it says it is an offline replay that found none.
+as returned. When no example is close it says it is an offline replay that found none,
+and so when its Ask would hold the example's own words or has no place for a count the
+query changed (an Ask of "2d6" for "two six-sided dice" cannot roll "a six-sided die").
 Use it for local runs and tests of agents whose queries look like their few-shots; use
 ``bedrock`` or ``openai`` for anything else.
 """
@@ -17,6 +20,8 @@ from __future__ import annotations
 
 import re
 from collections.abc import Sequence
+from dataclasses import dataclass
+from decimal import Decimal
 from difflib import SequenceMatcher
 
 from codeshot.engine.fewshot import ASKS, SAYS, FewShot, Kind, Step
@@ -48,6 +53,15 @@ _STOPWORDS = frozenset({
 })
 # fmt: on
 _ARTICLES = frozenset({"a", "an", "the"})
+# Counts said in words; "a pair of" (_GROUPS) is one.
+# fmt: off
+_COUNT_WORDS = {
+    "a": 1, "an": 1, "one": 1, "two": 2, "three": 3, "four": 4, "five": 5, "six": 6,
+    "seven": 7, "eight": 8, "nine": 9, "ten": 10, "eleven": 11, "twelve": 12, "twenty": 20,
+    "hundred": 100, "pair": 2, "couple": 2, "dozen": 12,
+}
+# fmt: on
+_GROUPS = frozenset({"pair", "couple", "dozen"})
 _GIVEN = re.compile(r"\s*\(given: (.*)\)\s*\Z", re.DOTALL)  # the planner's hand-off
 
 
@@ -77,35 +91,83 @@ def word_substitutions(example: str, actual: str) -> dict[str, str]:
     Replaced runs, trimmed of function words, map word to word when of equal length and
     phrase to phrase otherwise; "for" -> "of" is never a substitution. The example's
     article before its run, where the actual run has none, goes with it too ("the quick
-    brown fox" -> "green eggs and ham", not "the green eggs and ham").
+    brown fox" -> "green eggs and ham", not "the green eggs and ham"). A count is no
+    function word: "a" -> "two" maps with the word it counts ("a d20" -> "two d20"), as an
+    article alone would replace every "a" of a line.
     """
+    return {old: new for run in _runs(example, actual) for old, new in run.pairs}
+
+
+@dataclass(frozen=True)
+class _Run:
+    """A run of words the two texts differ in: what it maps, its words (the actual
+    text's, or the example's where the actual left it out), and whether it changes a
+    count or number (a replay that cannot carry one does what the example asked)."""
+
+    pairs: list[tuple[str, str]]
+    words: str
+    recounts: bool
+
+
+def _runs(example: str, actual: str) -> list[_Run]:
+    """The runs the texts differ in, by alignment of their words."""
     left, right = _WORD.findall(example), _WORD.findall(actual)
     matcher = SequenceMatcher(
         None, [w.lower() for w in left], [w.lower() for w in right], autojunk=False
     )
-    pairs: list[tuple[str, str]] = []
+    runs = []
     for op, i1, i2, j1, j2 in matcher.get_opcodes():
-        if op in ("insert", "delete"):
-            pairs += _widened(left, right, i1, i2, j1, j2)
+        if op == "equal":
             continue
-        if op != "replace":
-            continue
-        (old_start, old_end), (new_start, new_end) = _core(left[i1:i2]), _core(right[j1:j2])
-        old, new = left[i1:i2][old_start:old_end], right[j1:j2][new_start:new_end]
-        if len(old) == len(new):
-            pairs.extend(zip(old, new))
-        elif old and new:
-            pairs.append((" ".join(old), " ".join(new)))
-        # An article before the example's run, where the query's has none, goes with it
-        # (prepositions stay: "in Paris" -> "London" would lose the answer's "in").
-        if old and new and new_start == 0 and old_start and \
-                left[i1 + old_start - 1].lower() in _ARTICLES:
-            pairs.append((" ".join(left[i1 + old_start - 1:i1 + old_end]), " ".join(new)))
-    return {
-        old: new
-        for old, new in pairs
-        if old.lower() not in _STOPWORDS and new.lower() not in _STOPWORDS
-    }
+        if op == "replace" and None not in (_count(left[i1:i2]), _count(right[j1:j2])):
+            pairs = _recounted(left, right, i1, i2, j1, j2)
+        elif op == "replace":
+            pairs = _replaced(left, right, i1, i2, j1, j2)
+        else:
+            pairs = _widened(left, right, i1, i2, j1, j2)
+        runs.append(_Run([pair for pair in pairs if _kept(*pair)],
+                         " ".join(right[j1:j2] or left[i1:i2]),
+                         _counts(left[i1:i2]) != _counts(right[j1:j2])))
+    return runs
+
+
+def _kept(old: str, new: str) -> bool:
+    """Whether a pair is worth substituting: no function word on either side, but for a
+    count ("two" -> "a"); an article alone is no key ("a" -> "two" would hit every "a")."""
+    if old.lower() not in _STOPWORDS and new.lower() not in _STOPWORDS:
+        return True
+    return old.lower() not in _ARTICLES and None not in (_count(old.split()), _count(new.split()))
+
+
+def _replaced(left: list[str], right: list[str], i1: int, i2: int, j1: int,
+              j2: int) -> list[tuple[str, str]]:
+    """A replaced run's pairs: word to word when of equal length, else phrase to phrase,
+    and the example's article before it where the actual run has none."""
+    (old_start, old_end), (new_start, new_end) = _core(left[i1:i2]), _core(right[j1:j2])
+    old, new = left[i1:i2][old_start:old_end], right[j1:j2][new_start:new_end]
+    pairs: list[tuple[str, str]] = []
+    if len(old) == len(new):
+        pairs.extend(zip(old, new))
+    elif old and new:
+        pairs.append((" ".join(old), " ".join(new)))
+    # An article before the example's run, where the query's has none, goes with it
+    # (prepositions stay: "in Paris" -> "London" would lose the answer's "in").
+    if old and new and new_start == 0 and old_start and \
+            left[i1 + old_start - 1].lower() in _ARTICLES:
+        pairs.append((" ".join(left[i1 + old_start - 1:i1 + old_end]), " ".join(new)))
+    return pairs
+
+
+def _recounted(left: list[str], right: list[str], i1: int, i2: int, j1: int,
+               j2: int) -> list[tuple[str, str]]:
+    """A count replaced by a count, whole ("two" -> "a pair of"); an article with the word
+    it counts, after it (both texts have it: a run ends at an equal word) or else before."""
+    old, new = " ".join(left[i1:i2]), " ".join(right[j1:j2])
+    if old.lower() not in _ARTICLES:
+        return [(old, new)]
+    if i2 < len(left):
+        return [(f"{old} {left[i2]}", f"{new} {right[j2]}")]
+    return [(f"{left[i1 - 1]} {old}", f"{right[j1 - 1]} {new}")] if i1 else []
 
 
 def _widened(left: list[str], right: list[str], i1: int, i2: int, j1: int,
@@ -134,6 +196,27 @@ def _core(words: list[str]) -> tuple[int, int]:
     while end > start and words[end - 1].lower() in _STOPWORDS:
         end -= 1
     return start, end
+
+
+def _count(words: Sequence[str]) -> int | None:
+    """The number a run of words is when it is only a count ("two", "3", "a", "a pair
+    of"), else None."""
+    names = [w.lower() for w in words]
+    if len(names) > 1 and names[-1] == "of" and names[-2] in _GROUPS:
+        names.pop()
+    if len(names) == 2 and names[0] in _ARTICLES and names[1] in _GROUPS:
+        names.pop(0)
+    if len(names) != 1:
+        return None
+    return int(names[0]) if names[0].isdecimal() else _COUNT_WORDS.get(names[0])
+
+
+def _counts(words: Sequence[str]) -> list[Decimal]:
+    """The counts and numbers the words say, but one (what "a" or no count says too):
+    digits, also inside a word ("d20"), and number words, also in one ("six-sided")."""
+    said = [value for word in words for value in (
+        *numbers(word), *(Decimal(_COUNT_WORDS.get(part, 1)) for part in word.lower().split("-")))]
+    return [value for value in said if value != 1]
 
 
 def substitute(text: str, subs: dict[str, str]) -> str:
@@ -252,6 +335,10 @@ def next_lines(examples: Sequence[FewShot], transcript: Sequence[Step]) -> str:
         if step.kind in ASKS and (kept := _example_words(replayed.text, asked, query, real)):
             return _declined(f'the nearest few-shot, "{asked}", would ask "{replayed.text}": '
                              f'{", ".join(sorted(kept))} not in the question')
+        if step.kind in ASKS and (lost := _lost_counts(turn, query)):
+            said = ", ".join(f'"{words}"' for words in lost)
+            return _declined(f'the nearest few-shot, "{asked}", would ask "{replayed.text}": '
+                             f"it has no place for {said}")
         if step.kind is Kind.A and real and not _carried(replayed.text, turn, query, real):
             lines.append(_as_returned(real))
             break
@@ -267,6 +354,20 @@ def _example_words(ask: str, asked: str, query: str, real: Sequence[Step]) -> se
     save "buy milk", "a 20% tip" replaying "a 15% tip on $80" work out 20% of 80."""
     known = content_words(query).union(*(content_words(r.text) for r in real))
     return content_words(ask) & content_words(asked) - known
+
+
+def _lost_counts(turn: Sequence[Step], query: str) -> list[str]:
+    """The query's words for each count it says where the example said another (and for
+    each count it left out) that no line the example writes has a place for: its "2d6"
+    for "two six-sided dice" would roll two dice for "a six-sided die"."""
+    written = [s.text for s in turn[1:] if s.kind not in SAYS]
+    return [run.words for run in _runs(turn[0].text, query) if run.recounts and not any(
+        _holds(text, old) for old, _ in run.pairs for text in written)]
+
+
+def _holds(text: str, phrase: str) -> bool:
+    """Whether ``text`` holds ``phrase`` as whole words (as ``substitute`` replaces)."""
+    return re.search(rf"(?<!\w){re.escape(phrase)}(?!\w)", text) is not None
 
 
 def _declined(why: str) -> str:

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import re
+
 from codeshot.engine.builtin import code_shot_components
-from codeshot.engine.executor import Executor
+from codeshot.engine.executor import Executor, TraceStep
 from codeshot.engine.fewshot import Kind, Step, parse_few_shots
 from codeshot.engine.prompt import STOP_SEQUENCES, read_examples, read_transcript
 from codeshot.llm.fewshot import (
@@ -16,6 +18,7 @@ from codeshot.llm.fewshot import (
     substitute,
     word_substitutions,
 )
+from codeshot.models import MessageType
 
 WEATHER = [
     (
@@ -235,3 +238,70 @@ def test_the_planners_hand_off_is_read_as_the_text_it_gives_and_given_stays_a_wo
                               "Func[profile] says: Ada\nA: Your given name is Ada.")
     assert next_lines(profile, [Step(Kind.Q, "What is my family name?")]) == \
         "Ask Func[profile]: family name"
+
+
+def test_a_count_the_query_changed_reaches_the_func_call_or_the_replay_declines() -> None:
+    """An article was a function word: "Roll two d20" replayed "Roll a d20" as "a d20"
+    (one die), and an example that asks "20 1" for "a d20" had no place for "two"."""
+    words = parse_few_shots("Q: Roll a d20\nAsk Func[roll]: a d20\nFunc[roll] says: 17\n"
+                            "A: You rolled 17.")
+    asked = {query: next_lines(words, [Step(Kind.Q, query)]) for query in (
+        "Roll two d20", "Roll 3 d20", "Roll a pair of d20", "Roll one d20")}
+    assert asked == {"Roll two d20": "Ask Func[roll]: two d20",
+                     "Roll 3 d20": "Ask Func[roll]: 3 d20",
+                     "Roll a pair of d20": "Ask Func[roll]: a pair of d20",
+                     "Roll one d20": "Ask Func[roll]: one d20"}
+    # A count replaced by an article, with the article: "a six-sided die", not "dice".
+    pair = parse_few_shots("Q: Throw two six-sided dice\nAsk Func[roll]: two six-sided dice\n"
+                           "Func[roll] says: 3 + 5 = 8\nA: You rolled 3 + 5 = 8.")
+    assert next_lines(pair, [Step(Kind.Q, "Throw a six-sided die")]) == \
+        "Ask Func[roll]: a six-sided die"
+    assert next_lines(pair, [Step(Kind.Q, "Throw a pair of six-sided dice")]) == \
+        "Ask Func[roll]: a pair of six-sided dice"
+    # Asks that hold no word of the question: the replay would roll the example's count.
+    coded = parse_few_shots([*DICE, "Q: Throw two six-sided dice\nAsk Func[roll]: 2d6\n"
+                                    "Func[roll] says: 3 + 5 = 8\nA: You rolled 3 + 5 = 8."])
+    assert next_lines(coded, [Step(Kind.Q, "Roll two d20")]) == (
+        'Thought: No replay: the nearest few-shot, "Roll a d20", would ask "20 1": it has no '
+        f'place for "two"\nA: {CANT_HELP}')
+    assert next_lines(coded, [Step(Kind.Q, "Throw a six-sided die")]) == (
+        'Thought: No replay: the nearest few-shot, "Throw two six-sided dice", would ask '
+        f'"2d6": it has no place for "a"\nA: {CANT_HELP}')
+    # What both say alike still replays.
+    assert next_lines(coded, [Step(Kind.Q, "Throw two six-sided dice")]) == "Ask Func[roll]: 2d6"
+
+
+def test_the_dice_example_rolls_the_dice_said_in_words() -> None:
+    """The example dice agent, replayed: "Roll two d20" rolled one d20 and "Throw a
+    six-sided die" two dice (its Ask was "2d6", and its Func read "two d20" as one)."""
+    from codeshot.local.examples.dice.agent import BASE_PROMPT, FEW_SHOTS, roll
+    from codeshot.sdk import Message
+
+    def rolled(query: str) -> tuple[list[str], list[int]]:
+        """The Func calls the trace shows, and the dice the answer states."""
+        trace: list[TraceStep] = []
+        agent = Executor(code_shot_components(BASE_PROMPT, [FEW_SHOTS],
+                                              lambda name, text: roll(Message(text))),
+                         FewShotLLM(), trace=trace.append)
+        answer = agent.run(query).text
+        shown = re.fullmatch(r"You rolled (\d+(?: \+ \d+)*)(?: = \d+)?\.", answer)
+        assert shown, answer
+        return ([t.text for t in trace if t.type is MessageType.FUNC_CALL],
+                [int(n) for n in shown.group(1).split(" + ")])
+
+    dice = {query: rolled(query) for query in (
+        "Roll two d20", "Throw a six-sided die", "roll 3d6", "roll a d20",
+        "roll me a twenty-sided die", "roll a pair of dice", "Throw three six-sided dice")}
+    calls = {query: (asks, len(rolls)) for query, (asks, rolls) in dice.items()}
+    assert calls == {
+        "Roll two d20": (["two d20"], 2),
+        "Throw a six-sided die": (["a six-sided die"], 1),
+        "roll 3d6": (["3d6"], 3),
+        "roll a d20": (["a d20"], 1),
+        "roll me a twenty-sided die": (["a twenty-sided die"], 1),
+        "roll a pair of dice": (["a pair of dice"], 2),
+        "Throw three six-sided dice": (["three six-sided dice"], 3),
+    }
+    sides = {"Roll two d20": 20, "roll a d20": 20, "roll me a twenty-sided die": 20}
+    assert all(1 <= n <= sides.get(query, 6) for query, (_, rolls) in dice.items()
+               for n in rolls)

@@ -175,3 +175,21 @@ def test_an_and_inside_a_notes_text_is_the_notes_not_a_second_task(live_stack):
     text = chatted(live_stack, "Save a note: call mom and check the time\n")
     assert re.search(r"^Saved note \d+: call mom and check the time$", text, re.M), text
     assert "Ask Agent[local/clock]" not in text, text
+
+
+def test_dice_said_in_words_roll_as_many_as_said(live_stack):
+    """Offline, "Roll two d20" rolled one d20 and "Throw a six-sided die" two dice: the
+    replay dropped count words ("a" was a function word), the dice example asked "2d6"
+    for "two six-sided dice", and its Func read "two d20" as one die."""
+    said = {"Roll two d20": ("two d20", 2, 20), "Throw a six-sided die": ("a six-sided die", 1, 6),
+            "roll 3d6": ("3d6", 3, 6), "roll a d20": ("a d20", 1, 20),
+            "roll me a twenty-sided die": ("a twenty-sided die", 1, 20),
+            "roll a pair of dice": ("a pair of dice", 2, 6)}
+    text = chatted(live_stack, "\n\n".join(said) + "\n")  # through the planner, as `make run`
+    calls = re.findall(r"\[func_call\] local/dice: Ask Func\[roll\]: (.+)", text)
+    assert calls == [ask for ask, _, _ in said.values()], text
+    rolls = [[int(n) for n in shown.split(" + ")] for shown in
+             re.findall(r"^You rolled (\d+(?: \+ \d+)*)(?: = \d+)?\.$", text, re.M)]
+    assert [len(dice) for dice in rolls] == [count for _, count, _ in said.values()], text
+    assert all(1 <= n <= sides for dice, (_, _, sides) in zip(rolls, said.values(), strict=True)
+               for n in dice), text

@@ -1,5 +1,6 @@
-"""A dice roller: the platform's LLM turns "roll two six-sided dice" into ``2d6``, and the
-Func does the rolling, so the numbers are real and the LLM never invents them."""
+"""A dice roller: the platform's LLM passes the dice asked for ("2d6", "two six-sided
+dice") to the Func, which does the rolling, so the numbers are real and the LLM never
+invents them."""
 
 import random
 import re
@@ -20,21 +21,20 @@ Func[roll] says: 4 + 2 + 7 = 13
 A: You rolled 4 + 2 + 7 = 13.
 
 Q: Throw two six-sided dice
-Ask Func[roll]: 2d6
+Ask Func[roll]: two six-sided dice
 Func[roll] says: 3 + 5 = 8
 A: You rolled 3 + 5 = 8.
 """
 
 agent = CodeShotAgent(BASE_PROMPT, FEW_SHOTS)
 # Bounded repeats: a long run of digits or letters costs no more than a short one.
-DICE = re.compile(r"(\d{1,6}|an?|one)?\s{0,3}d\s{0,3}(\d{1,6})", re.IGNORECASE)
-# "a twenty-sided die", "two 6-sided dice": how people say it (and what the offline
-# replay passes on, where a model would have written 1d20)
-SIDED = re.compile(r"(?:\b(\w{1,12})\s{1,3})?\b(\w{1,12})[ -]sided\s+dic?e\b",
-                   re.IGNORECASE)
+DICE = re.compile(r"(?:\b(\d{1,6})\s{0,3}|\b)d\s{0,3}(\d{1,6})", re.IGNORECASE)
+# "a twenty-sided die", "two 6-sided dice", "a pair of dice": how people say it (and what
+# the offline replay passes on, where a model might write 1d20); dice of no sides are six
+SIDED = re.compile(r"\b(?:(\w{1,12})[ -]sided\s{1,3})?dic?e\b", re.IGNORECASE)
 WORDS = {"a": 1, "an": 1, "one": 1, "two": 2, "three": 3, "four": 4, "five": 5, "six": 6,
          "seven": 7, "eight": 8, "nine": 9, "ten": 10, "twelve": 12, "twenty": 20,
-         "hundred": 100}
+         "hundred": 100, "pair": 2}
 
 
 def number(word: str) -> int | None:
@@ -42,21 +42,31 @@ def number(word: str) -> int | None:
     return int(word) if word.isdecimal() else WORDS.get(word.lower())
 
 
+def count_before(text: str) -> int:
+    """The count said just before the dice ("two", "3", "a", "a pair of"); none: one."""
+    words = text.lower().split()
+    if words[-1:] == ["of"]:  # "a pair of"
+        words.pop()
+    said = number(words[-1]) if words else None
+    return 1 if said is None else said
+
+
 def dice_asked(text: str) -> tuple[int, int] | None:
     """(count, sides) of the dice ``text`` asks for, or None."""
     if match := DICE.search(text):
-        return number(match.group(1) or "1") or 0, int(match.group(2))
+        count = int(match.group(1)) if match.group(1) else count_before(text[:match.start()])
+        return count, int(match.group(2))
     if match := SIDED.search(text):
-        # a word before that is no number ("roll six-sided dice"): one die
-        count, sides = number(match.group(1) or "1"), number(match.group(2))
+        sides = number(match.group(1) or "6")
         if sides is not None:
-            return 1 if count is None else count, sides
+            return count_before(text[:match.start()]), sides
     return None
 
 
 @agent.register_func
 def roll(query: Message) -> str:
-    """Roll dice written as NdM or "N M-sided dice" (up to 100 dice of up to 1000 sides)."""
+    """Roll dice written as NdM, "N M-sided dice" or "N dice" (six-sided), N in digits or
+    words ("two", "a pair of"); up to 100 dice of up to 1000 sides."""
     asked = dice_asked(query.text)
     if asked is None:
         return f"I can't read {query.text!r} as dice; write them like 2d6."
