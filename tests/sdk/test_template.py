@@ -16,6 +16,7 @@ import httpx
 import pytest
 import yaml
 
+import codeshot as codeshot_package
 from codeshot.devtools.agents import handle_for
 from codeshot.runner.handshake import fetch_handshake
 from tests.conftest import free_port
@@ -159,6 +160,16 @@ def test_agent_test_runs_a_standalone_agent(tmp_path):
     checked = codeshot("agent", "test", str(tmp_path))
     assert checked.returncode == 1
     assert "PASS  abc" in checked.stdout and "FAIL  xy" in checked.stdout, checked.stdout
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("agent", ["agent_template", "local/examples/dice", "local/examples/clock"])
+def test_the_shipped_agents_pass_their_own_tests(agent):
+    """What `make run` registers is what a new user tries first: each agent's own tests
+    pass offline (the dice example's test once asked for a die its Func refuses)."""
+    checked = codeshot("agent", "test", str(Path(codeshot_package.__file__).parent / agent))
+    assert checked.returncode == 0, checked.stdout + checked.stderr
+    assert " 0 failed, 0 skipped" in checked.stdout, checked.stdout
 
 
 def test_the_readmes_lambda_handler_answers_a_gateway_event(copy):
