@@ -156,6 +156,22 @@ def test_the_bucket_policy_refuses_a_put_without_if_none_match(proxy, bucket):
 SCHEMA = [{"AttributeName": "pk", "KeyType": "HASH"}, {"AttributeName": "sk", "KeyType": "RANGE"}]
 
 
+def test_a_put_is_held_to_the_encryption_its_header_asks_for(proxy, bucket):
+    """s3:x-amz-server-side-encryption from the request's header: the classic "deny
+    unencrypted uploads", which also denies a put without the header (StringNotEquals
+    holds for a key the request does not carry)."""
+    arn = f"arn:aws:s3:::{bucket}"
+    s3 = as_role(proxy, "s3", {"Effect": "Allow", "Action": "s3:PutObject",
+                               "Resource": f"{arn}/*"}, {
+        "Sid": "EncryptedOnly", "Effect": "Deny", "Action": "s3:PutObject",
+        "Resource": f"{arn}/*",
+        "Condition": {"StringNotEquals": {"s3:x-amz-server-side-encryption": "aws:kms"}}})
+    s3.put_object(Bucket=bucket, Key="a", Body=b"a", ServerSideEncryption="aws:kms")
+    assert "EncryptedOnly" in refused(lambda: s3.put_object(
+        Bucket=bucket, Key="b", Body=b"b", ServerSideEncryption="AES256"))
+    refused(lambda: s3.put_object(Bucket=bucket, Key="c", Body=b"c"))
+
+
 @pytest.fixture
 def table(moto_server: Any) -> str:
     name = f"notes-{uuid.uuid4().hex[:12]}"
