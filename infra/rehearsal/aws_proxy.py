@@ -5,18 +5,20 @@ The caller is known from the access key in the request's SigV4 signature (or in 
 presigned URL's ``X-Amz-Credential``: S3 authorizes a presigned request as its signer, so
 an embed upload is checked against the API's role). Each request becomes the IAM actions
 and resource ARNs AWS would authorize (a DynamoDB transaction is one action per item, a
-presigned PUT is ``s3:PutObject`` on ``arn:aws:s3:::bucket/key`` ...), evaluated with
-moto's IAM policy evaluator (``moto.iam.access_control.IAMPolicy``). A call the rehearsal
-cannot map is refused too: nothing reaches moto unchecked, but for the Cognito calls AWS
-takes unsigned (SignUp, InitiateAuth ...: anyone may make them).
+presigned PUT is ``s3:PutObject`` on ``arn:aws:s3:::bucket/key`` ...) with the condition
+keys AWS derives from the request (:mod:`.request_context`), evaluated against the role's
+policies and the Deny statements of the bucket's or queue's policy
+(:mod:`.policy`). A call the rehearsal cannot map is refused too, and so is one whose
+decision needs a condition key it does not derive: nothing reaches moto unchecked, but for
+the Cognito calls AWS takes unsigned (SignUp, InitiateAuth ...: anyone may make them).
 
 A GET or HEAD of a missing object answers 403, not moto's 404, unless the caller may
 ``s3:ListBucket`` the bucket with no ``s3:prefix`` in the request (AWS: "if you don't have
 the s3:ListBucket permission, Amazon S3 returns 403"; whether a grant limited to a prefix
 counts is not documented, so the rehearsal takes the stricter reading).
 
-Not evaluated (stated in the printout): resource policies (bucket and queue policies),
-condition operators other than moto's StringEquals, permission boundaries, SCPs.
+Not evaluated (stated in the printout): the Allow statements of resource policies,
+permission boundaries, SCPs, session policies.
 """
 
 from __future__ import annotations
@@ -26,24 +28,36 @@ import json
 import re
 import threading
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from functools import cache
 from http.server import BaseHTTPRequestHandler
+from types import MappingProxyType
 from typing import Any
 from urllib.parse import parse_qs, unquote, urlsplit
 
 from infra.rehearsal.assembly import ACCOUNT, PARTITION, REGION
 from infra.rehearsal.loopback import LoopbackServer, reply
+from infra.rehearsal.policy import Decision, Request, decide
+from infra.rehearsal.request_context import (
+    Values,
+    dynamodb_context,
+    global_context,
+    s3_context,
+    s3_list_context,
+    s3_put_context,
+)
 
 CREDENTIAL = re.compile(r"Credential=([A-Z0-9]+)/\d{8}/([a-z0-9-]+)/([a-z0-9-]+)/aws4_request")
 
 
 @dataclass(frozen=True)
 class Check:
+    """One action on one resource, with the condition keys the request carries."""
+
     action: str
     resource: str
-    context: tuple[tuple[str, str], ...] = ()
+    context: Mapping[str, Values] = field(default_factory=lambda: MappingProxyType({}))
 
 
 @dataclass(frozen=True)
@@ -61,15 +75,20 @@ class Principal:
     role: str
     policies: list[dict[str, Any]]
 
+    @property
+    def arn(self) -> str:
+        return f"arn:{PARTITION}:iam::{ACCOUNT}:role/{self.role}"
+
 
 @dataclass(frozen=True)
 class Denial:
     principal: str
     action: str
     resource: str
+    reason: str = "no identity-based policy allows the action"
 
     def __str__(self) -> str:
-        return f"{self.principal} may not {self.action} on {self.resource}"
+        return f"{self.principal} may not {self.action} on {self.resource} ({self.reason})"
 
 
 class Unmapped(Exception):
@@ -81,7 +100,7 @@ def _table_arn(name: str) -> str:
         f"arn:{PARTITION}:dynamodb:{REGION}:{ACCOUNT}:table/{name}"
 
 
-def _queue_arn(url: str) -> str:
+def queue_arn(url: str) -> str:
     account, name = urlsplit(url).path.strip("/").split("/")[-2:]
     return f"arn:{PARTITION}:sqs:{REGION}:{account}:{name}"
 
@@ -109,25 +128,41 @@ def _cognito_model() -> Any:
     return botocore.session.get_session().get_service_model("cognito-idp")
 
 
-def dynamodb_checks(operation: str, body: dict[str, Any]) -> list[Check]:
-    if operation in ("BatchGetItem", "BatchWriteItem"):
-        return [Check(f"dynamodb:{operation}", _table_arn(t)) for t in body["RequestItems"]]
+def dynamodb_checks(operation: str, body: dict[str, Any],
+                    partition_keys: Mapping[str, str] = MappingProxyType({})) -> list[Check]:
+    """One check per table (per item in a transaction), with its ``dynamodb:*`` keys;
+    ``partition_keys``: each table's partition key attribute, by name."""
+    def check(action: str, table: str, request: dict[str, Any], items: list[Any],
+              enclosing: str | None = None) -> Check:
+        index = request.get("IndexName")
+        key = None if operation == "Scan" or index else \
+            partition_keys.get(table.rsplit("/", 1)[-1])
+        arn = _table_arn(table) + (f"/index/{index}" if index else "")
+        return Check(f"dynamodb:{action}", arn, dynamodb_context(
+            request | {"ReturnConsumedCapacity": body.get("ReturnConsumedCapacity")},
+            key, items=items, enclosing=enclosing))
+
+    if operation == "BatchGetItem":
+        return [check(operation, t, r, r["Keys"]) for t, r in body["RequestItems"].items()]
+    if operation == "BatchWriteItem":
+        return [check(operation, t, {}, [w.get("PutRequest", {}).get("Item") or
+                                         w["DeleteRequest"]["Key"] for w in writes])
+                for t, writes in body["RequestItems"].items()]
     if operation in ("TransactWriteItems", "TransactGetItems"):
         actions = {"Put": "PutItem", "Update": "UpdateItem", "Delete": "DeleteItem",
                    "ConditionCheck": "ConditionCheckItem", "Get": "GetItem"}
-        return [Check(f"dynamodb:{actions[kind]}", _table_arn(request["TableName"]))
+        return [check(actions[kind], request["TableName"], request,
+                      [request.get("Item") or request["Key"]], enclosing=operation)
                 for item in body["TransactItems"] for kind, request in item.items()]
     if "TableName" not in body:
         raise Unmapped(f"dynamodb {operation} without a table")
-    arn = _table_arn(body["TableName"])
-    if body.get("IndexName"):
-        arn += "/index/" + body["IndexName"]
-    return [Check(f"dynamodb:{operation}", arn)]
+    return [check(operation, body["TableName"], body,
+                  [body[k] for k in ("Key", "Item") if k in body])]
 
 
 def sqs_checks(operation: str, params: dict[str, Any]) -> list[Check]:
     if "QueueUrl" in params:
-        return [Check(f"sqs:{operation}", _queue_arn(params["QueueUrl"]))]
+        return [Check(f"sqs:{operation}", queue_arn(params["QueueUrl"]))]
     if "QueueName" in params:
         return [Check(f"sqs:{operation}",
                       f"arn:{PARTITION}:sqs:{REGION}:{ACCOUNT}:{params['QueueName']}")]
@@ -139,30 +174,34 @@ def s3_call(method: str, path: str, query: dict[str, list[str]], headers: Any) -
     if not bucket:
         raise Unmapped(f"s3 {method} /")
     bucket_arn = f"arn:{PARTITION}:s3:::{bucket}"
+    signed = s3_context(headers, query)
     if not key:
         if method in ("GET", "HEAD") and not (set(query) - {"list-type", "prefix", "delimiter",
                                                            "max-keys", "continuation-token",
                                                            "start-after", "encoding-type"}):
-            context = (("s3:prefix", query.get("prefix", [""])[0]),)
+            listing = s3_list_context(query if method == "GET" else {})
             return Call("s3", "ListObjectsV2" if method == "GET" else "HeadBucket",
-                        (Check("s3:ListBucket", bucket_arn, context),))
+                        (Check("s3:ListBucket", bucket_arn, signed | listing),))
         raise Unmapped(f"s3 bucket request {method} ?{'&'.join(query)}")
     object_arn = f"{bucket_arn}/{key}"
     if set(query) & {"uploads", "uploadId", "partNumber"} and method in ("POST", "PUT"):
-        return Call("s3", "MultipartUpload", (Check("s3:PutObject", object_arn),))
+        completes = method == "POST" and "uploadId" in query
+        return Call("s3", "MultipartUpload", (Check("s3:PutObject", object_arn, signed | (
+            s3_put_context(headers, query, creates=completes))),))
     if method in ("GET", "HEAD"):
         action = "s3:GetObjectVersion" if "versionId" in query else "s3:GetObject"
         return Call("s3", "GetObject" if method == "GET" else "HeadObject",
-                    (Check(action, object_arn),))
+                    (Check(action, object_arn, signed),))
     if method == "PUT":
-        checks = [Check("s3:PutObject", object_arn)]
         source = headers.get("x-amz-copy-source")
+        checks = [Check("s3:PutObject", object_arn, signed | s3_put_context(
+            headers, query, creates=True, copy=bool(source)))]
         if source:
             checks.append(Check("s3:GetObject",
-                                f"arn:{PARTITION}:s3:::{unquote(source).lstrip('/')}"))
+                                f"arn:{PARTITION}:s3:::{unquote(source).lstrip('/')}", signed))
         return Call("s3", "CopyObject" if source else "PutObject", tuple(checks))
     if method == "DELETE":
-        return Call("s3", "DeleteObject", (Check("s3:DeleteObject", object_arn),))
+        return Call("s3", "DeleteObject", (Check("s3:DeleteObject", object_arn, signed),))
     raise Unmapped(f"s3 object request {method}")
 
 
@@ -180,8 +219,9 @@ def _model_arns(model: str) -> list[str]:
 
 
 def describe(service: str, method: str, path: str, query: dict[str, list[str]],
-             headers: Any, body: bytes, secret_arn: Callable[[str], str]) -> Call:
-    """The IAM actions and resources of one request."""
+             headers: Any, body: bytes, secret_arn: Callable[[str], str],
+             partition_keys: Mapping[str, str] = MappingProxyType({})) -> Call:
+    """The IAM actions and resources of one request, with its condition keys."""
     if service == "s3":
         return s3_call(method, path, query, headers)
     target = headers.get("x-amz-target", "")
@@ -201,7 +241,8 @@ def describe(service: str, method: str, path: str, query: dict[str, list[str]],
     if service == "sts" and operation == "GetCallerIdentity":
         return Call("sts", operation, ())  # allowed to everyone, as in AWS
     if service == "dynamodb":
-        return Call(service, operation, tuple(dynamodb_checks(operation, params)))
+        return Call(service, operation, tuple(dynamodb_checks(operation, params,
+                                                                 partition_keys)))
     if service == "sqs":
         return Call(service, operation, tuple(sqs_checks(operation, params)))
     if service == "cognito-idp" and "UserPoolId" in params:  # the Admin* calls
@@ -231,33 +272,16 @@ def secret_resource(known: dict[str, str], secret_id: str) -> str:
         f"{SECRET_ARN_SUFFIX}")
 
 
-def allowed(policies: list[dict[str, Any]], check: Check) -> bool:
-    """moto's IAM evaluation: an explicit Deny wins, else some statement must Allow."""
-    from moto.iam.access_control import IAMPolicy, PermissionResult
-
-    permitted = False
-    for document in policies:
-        result = IAMPolicy(json.dumps(document)).is_action_permitted(
-            check.action, check.resource, incoming_condition_values=dict(check.context))
-        if result == PermissionResult.DENIED:
-            return False
-        permitted = permitted or result == PermissionResult.PERMITTED
-    return permitted
-
-
-def unconditional(policies: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """The policies without their Allow statements that have conditions (moto's evaluator
-    passes StringLike conditions whatever the request holds)."""
-    def kept(statement: dict[str, Any]) -> bool:
-        return statement.get("Effect") == "Deny" or "Condition" not in statement
-
-    return [document | {"Statement": [s for s in _statements(document) if kept(s)]}
-            for document in policies]
-
-
-def _statements(document: dict[str, Any]) -> list[dict[str, Any]]:
-    statements = document.get("Statement", [])
-    return statements if isinstance(statements, list) else [statements]
+def authorize(principal: Principal, check: Check, region: str = REGION,
+              resource_policies: Mapping[str, list[dict[str, Any]]] = MappingProxyType({})
+              ) -> Decision:
+    """``check`` by ``principal``: its role's policies, the Deny statements of the policy
+    of the bucket or queue it is on (``resource_policies``: by that resource's ARN), and
+    the request's condition keys with the global ones of a call from the role."""
+    owner = check.resource.split("/", 1)[0] if ":s3:::" in check.resource else check.resource
+    context = global_context(principal.arn, ACCOUNT, region) | dict(check.context)
+    return decide(principal.policies, resource_policies.get(owner, []),
+                  Request(check.action, check.resource, context, principal.arn, ACCOUNT))
 
 
 @dataclass
@@ -281,6 +305,8 @@ class AwsProxy:
         self.moto = urlsplit(moto_url)
         self.secret_arn = secret_arn
         self.principals: dict[str, Principal] = {}
+        self.partition_keys: dict[str, str] = {}
+        self.resource_policies: dict[str, list[dict[str, Any]]] = {}
         self.log = CallLog()
         self.loopback = LoopbackServer(self.handle)
         self.url = self.loopback.url
@@ -290,6 +316,15 @@ class AwsProxy:
 
     def add_principal(self, access_key: str, principal: Principal) -> None:
         self.principals[access_key] = principal
+
+    def add_table(self, name: str, key_schema: list[dict[str, str]]) -> None:
+        """A table's partition key, for ``dynamodb:LeadingKeys``."""
+        self.partition_keys[name] = next(k["AttributeName"] for k in key_schema
+                                         if k["KeyType"] == "HASH")
+
+    def add_resource_policy(self, arn: str, document: dict[str, Any]) -> None:
+        """A bucket's or queue's policy (``arn``: the bucket's or queue's)."""
+        self.resource_policies.setdefault(arn, []).append(document)
 
     # -- one request ----------------------------------------------------------------------
     def handle(self, request: BaseHTTPRequestHandler) -> None:
@@ -310,29 +345,33 @@ class AwsProxy:
             return self._forward(request, body)
         if principal is None or match is None:
             return self._deny(request, "unknown", "(unsigned or unknown credentials)",
-                              request.path, s3=True)
+                              request.path, "the credentials are no function's", s3=True)
         service = match.group(3)
         try:
             call = describe(service, request.command, parts.path, query, request.headers,
-                            body, self.secret_arn)
+                            body, self.secret_arn, self.partition_keys)
         except (Unmapped, KeyError, ValueError) as exc:
             with self.log.lock:
                 self.log.unmapped.append(f"{principal.name}: {exc}")
             return self._deny(request, principal.name, f"{service}:?", str(exc),
-                              s3=service == "s3")
+                              "the rehearsal cannot map the request", s3=service == "s3")
+        region = match.group(2)
         for check in call.checks:
-            if not allowed(principal.policies, check):
+            decision = authorize(principal, check, region, self.resource_policies)
+            if not decision.allowed:
                 with self.log.lock:
-                    self.log.denials.append(Denial(principal.name, check.action, check.resource))
+                    self.log.denials.append(Denial(principal.name, check.action, check.resource,
+                                                   decision.reason))
                 return self._deny(request, principal.role, check.action, check.resource,
-                                  s3=service == "s3", json_protocol="x-amz-target" in
-                                  {k.lower() for k in request.headers})
+                                  decision.reason, s3=service == "s3", json_protocol=
+                                  "x-amz-target" in {k.lower() for k in request.headers})
         with self.log.lock:
             self.log.counts[(principal.name, call.service, call.operation)] += 1
         if call.operation in ("GetObject", "HeadObject"):
-            bucket_arn = call.checks[0].resource.split("/", 1)[0]
-            missing_is_403 = not allowed(unconditional(principal.policies),
-                                         Check("s3:ListBucket", bucket_arn))
+            listing = Check("s3:ListBucket", call.checks[0].resource.split("/", 1)[0],
+                            s3_context(request.headers, query) | s3_list_context({}))
+            missing_is_403 = not authorize(principal, listing, region,
+                                           self.resource_policies).allowed
             return self._forward(request, body, missing_is_403=missing_is_403)
         self._forward(request, body)
 
@@ -357,11 +396,11 @@ class AwsProxy:
             connection.close()
 
     @staticmethod
-    def _deny(request: BaseHTTPRequestHandler, who: str, action: str, resource: str, *,
-              s3: bool = False, json_protocol: bool = False) -> None:
+    def _deny(request: BaseHTTPRequestHandler, who: str, action: str, resource: str,
+              reason: str, *, s3: bool = False, json_protocol: bool = False) -> None:
         message = (f"User: arn:{PARTITION}:sts::{ACCOUNT}:assumed-role/{who} is not "
-                   f"authorized to perform: {action} on resource: {resource} because no "
-                   "identity-based policy allows the action")
+                   f"authorized to perform: {action} on resource: {resource} because "
+                   f"{reason}")
         if json_protocol:
             data = json.dumps({"__type": "AccessDeniedException", "message": message}).encode()
             status, content_type = 400, "application/x-amz-json-1.0"

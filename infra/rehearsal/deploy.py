@@ -30,7 +30,7 @@ from infra.rehearsal.assembly import (
     Resolver,
     Stack,
 )
-from infra.rehearsal.aws_proxy import AwsProxy, Principal
+from infra.rehearsal.aws_proxy import AwsProxy, Principal, queue_arn
 from infra.rehearsal.front_door import FrontDoor, Route
 from infra.rehearsal.lambdas import Function, FunctionError, FunctionSpec, Lambdas
 from infra.rehearsal.loopback import LoopbackServer, reply
@@ -38,7 +38,6 @@ from infra.rehearsal.loopback import LoopbackServer, reply
 # Types CloudFormation creates that run nothing the rehearsal could exercise.
 NOT_EMULATED = {"AWS::CloudWatch::Alarm", "AWS::CDK::Metadata", "AWS::ApiGatewayV2::Stage"}
 CUSTOM_RESOURCE_TIMEOUT_S = 300.0
-TLS_ONLY = {"Bool": {"aws:SecureTransport": "false"}}
 
 
 def physical_name(stack: str, logical_id: str, limit: int, lower: bool = False) -> str:
@@ -221,6 +220,7 @@ class Deployment:
             kwargs["SSESpecification"] = {"Enabled": bool(sse.get("SSEEnabled"))} | (
                 {"SSEType": sse["SSEType"]} if "SSEType" in sse else {})
         db.create_table(**kwargs)
+        self.proxy.add_table(name, props["KeySchema"])
         if "TimeToLiveSpecification" in props:
             db.update_time_to_live(TableName=name,
                                    TimeToLiveSpecification=props["TimeToLiveSpecification"])
@@ -270,23 +270,28 @@ class Deployment:
 
     def _AWS_S3_BucketPolicy(self, stack: Stack, logical_id: str, props: dict[str, Any]
                              ) -> tuple[str, dict[str, Any]]:
-        document = dict(props["PolicyDocument"])
-        statements = document["Statement"]
-        # moto ignores conditions, so a conditional deny would deny everything: every
-        # rehearsed call stands for an https call in AWS, where "deny unless TLS" never
-        # applies, and the embed store writes with If-None-Match, which "deny overwrites"
-        # asks for (tests/store/test_embeds.py checks each put carries it).
-        document["Statement"] = [st for st in statements
-                                 if not (st["Effect"] == "Deny" and st.get("Condition"))]
-        held = {"TLS-only" if st.get("Condition") == TLS_ONLY else st.get("Sid", "conditional")
-                for st in statements if st not in document["Statement"]}
-        if held:
-            self.notes.append(f"{stack.name}/{logical_id}: deny statements with conditions "
-                              f"({', '.join(sorted(held))}) hold in AWS; not given to moto "
-                              "(it ignores conditions)")
-        if document["Statement"]:
-            self.aws("s3").put_bucket_policy(Bucket=props["Bucket"], Policy=json.dumps(document))
+        document = props["PolicyDocument"]
+        self._resource_policy(stack, logical_id, f"arn:{PARTITION}:s3:::{props['Bucket']}",
+                              document)
+        # moto enforces a bucket policy's Deny statements on object requests, reading no
+        # condition: a conditional one would deny everything. The proxy evaluates them.
+        unconditional = [st for st in document["Statement"]
+                         if not (st["Effect"] == "Deny" and st.get("Condition"))]
+        if unconditional:
+            self.aws("s3").put_bucket_policy(Bucket=props["Bucket"], Policy=json.dumps(
+                document | {"Statement": unconditional}))
         return physical_name(stack.name, logical_id, 64), {}
+
+    def _resource_policy(self, stack: Stack, logical_id: str, arn: str,
+                         document: dict[str, Any]) -> None:
+        """The proxy evaluates its Deny statements, conditions included."""
+        self.proxy.add_resource_policy(arn, document)
+        allows = [st.get("Sid") or "no Sid" for st in document["Statement"]
+                  if st["Effect"] == "Allow"]
+        if allows:
+            self.notes.append(f"{stack.name}/{logical_id}: its Allow statements "
+                              f"({', '.join(allows)}) are not evaluated (only the roles' "
+                              "policies grant in the rehearsal)")
 
     def _AWS_SQS_Queue(self, stack: Stack, logical_id: str, props: dict[str, Any]
                        ) -> tuple[str, dict[str, Any]]:
@@ -305,6 +310,7 @@ class Deployment:
         for url in props["Queues"]:
             self.aws("sqs").set_queue_attributes(
                 QueueUrl=url, Attributes={"Policy": json.dumps(props["PolicyDocument"])})
+            self._resource_policy(stack, logical_id, queue_arn(url), props["PolicyDocument"])
         return physical_name(stack.name, logical_id, 64), {}
 
     def _AWS_KMS_Key(self, stack: Stack, logical_id: str, props: dict[str, Any]

@@ -1,9 +1,18 @@
 """How the rehearsal's AWS endpoint sees a call: the resources IAM authorizes it on, and
-what a caller's policies allow where moto's evaluator would pass a condition unread."""
+the condition keys it carries, and what a caller's policies and the resource's policy
+allow, evaluated by the proxy in front of moto's server."""
 
 from __future__ import annotations
 
-from infra.rehearsal.aws_proxy import Check, allowed, describe, unconditional
+import uuid
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import boto3
+import pytest
+from botocore.exceptions import ClientError
+
+from infra.rehearsal.aws_proxy import AwsProxy, Principal, describe, dynamodb_checks
 
 BUCKET = "arn:aws:s3:::embeds"
 
@@ -27,12 +36,199 @@ def policy(*statements: dict) -> dict:
     return {"Version": "2012-10-17", "Statement": list(statements)}
 
 
-def test_a_listing_limited_to_a_prefix_does_not_count_as_listing_the_bucket():
-    """A missing object answers 403 to such a caller, as AWS may (aws_proxy.py)."""
-    by_prefix = policy({"Effect": "Allow", "Action": "s3:ListBucket", "Resource": BUCKET,
-                        "Condition": {"StringLike": {"s3:prefix": ["uploads/*"]}}})
-    whole = policy({"Effect": "Allow", "Action": "s3:ListBucket", "Resource": BUCKET})
-    listing = Check("s3:ListBucket", BUCKET)
-    assert allowed([by_prefix], listing)  # moto's evaluator reads no StringLike
-    assert not allowed(unconditional([by_prefix]), listing)
-    assert allowed(unconditional([whole]), listing)
+def test_the_condition_keys_of_a_dynamodb_request():
+    """LeadingKeys from the item's key or the query's key condition, Attributes from every
+    expression, the request's own Select and ReturnValues."""
+    update = {"TableName": "notes", "Key": {"pk": {"S": "alice"}, "sk": {"S": "n1"}},
+              "UpdateExpression": "SET #t = if_not_exists(#t, :z), meta.seen = :one "
+                                  "REMOVE gone ADD hits :one",
+              "ExpressionAttributeNames": {"#t": "text"}, "ReturnValues": "ALL_NEW"}
+    (check,) = dynamodb_checks("UpdateItem", update, {"notes": "pk"})
+    assert dict(check.context) == {
+        "dynamodb:Attributes": ("gone", "hits", "meta", "pk", "sk", "text"),
+        "dynamodb:LeadingKeys": ("alice",), "dynamodb:ReturnValues": ("ALL_NEW",),
+        "dynamodb:Select": (), "dynamodb:ReturnConsumedCapacity": (),
+        "dynamodb:EnclosingOperation": ()}
+    query = {"TableName": "notes", "Select": "SPECIFIC_ATTRIBUTES",
+             "KeyConditionExpression": "begins_with(sk, :p) AND #k = :v",
+             "ExpressionAttributeNames": {"#k": "pk"}, "ProjectionExpression": "sk, #n[0]",
+             "ExpressionAttributeValues": {":v": {"S": "bob"}, ":p": {"S": "n"}}}
+    (check,) = dynamodb_checks("Query", query | {"ExpressionAttributeNames": {
+        "#k": "pk", "#n": "items"}}, {"notes": "pk"})
+    assert check.context["dynamodb:LeadingKeys"] == ("bob",)
+    assert check.context["dynamodb:Attributes"] == ("items", "sk")
+    assert check.context["dynamodb:Select"] == ("SPECIFIC_ATTRIBUTES",)
+    # a scan or a read through an index: the rehearsal does not say which keys it reads
+    (scan,) = dynamodb_checks("Scan", {"TableName": "notes"}, {"notes": "pk"})
+    (by_index,) = dynamodb_checks("Query", query | {"IndexName": "by-owner"}, {"notes": "pk"})
+    assert "dynamodb:LeadingKeys" not in scan.context
+    assert "dynamodb:LeadingKeys" not in by_index.context
+    assert by_index.resource.endswith("table/notes/index/by-owner")
+    transaction = {"TransactItems": [
+        {"Put": {"TableName": "notes", "Item": {"pk": {"S": "alice"}, "text": {"S": "x"}}}},
+        {"ConditionCheck": {"TableName": "notes", "Key": {"pk": {"S": "carol"}}}}]}
+    put, condition_check = dynamodb_checks("TransactWriteItems", transaction, {"notes": "pk"})
+    assert (put.action, put.context["dynamodb:LeadingKeys"]) == ("dynamodb:PutItem", ("alice",))
+    assert condition_check.context["dynamodb:LeadingKeys"] == ("carol",)
+    assert put.context["dynamodb:EnclosingOperation"] == ("TransactWriteItems",)
+
+
+# -- through the proxy, in front of moto's server -----------------------------------------
+ACCESS_KEY = "ASIAREHEARSALTEST"
+
+
+@pytest.fixture
+def proxy(moto_server: Any) -> Iterator[AwsProxy]:
+    proxy = AwsProxy(moto_server.endpoint_url, str)
+    yield proxy
+    proxy.stop()
+
+
+def client(endpoint: str, service: str, access_key: str = "admin") -> Any:
+    return boto3.client(service, endpoint_url=endpoint, region_name="us-east-1",
+                        aws_access_key_id=access_key, aws_secret_access_key="secret")
+
+
+def as_role(proxy: AwsProxy, service: str, *statements: dict) -> Any:
+    proxy.add_principal(ACCESS_KEY, Principal("api", "api-role", [policy(*statements)]))
+    return client(proxy.url, service, ACCESS_KEY)
+
+
+def refused(call: Callable[[], Any]) -> str:
+    """The message of the AccessDenied ``call`` is answered with."""
+    with pytest.raises(ClientError) as raised:
+        call()
+    assert raised.value.response["Error"]["Code"] in ("AccessDenied", "AccessDeniedException")
+    return str(raised.value.response["Error"]["Message"])
+
+
+@pytest.fixture
+def bucket(moto_server: Any) -> str:
+    name = f"embeds-{uuid.uuid4().hex[:12]}"
+    client(moto_server.endpoint_url, "s3").create_bucket(Bucket=name)
+    return name
+
+
+def test_a_listing_outside_the_granted_prefix_is_refused(proxy, bucket):
+    """The API's grant (infra/components/access.py): ListBucket where s3:prefix is
+    uploads/*. moto's evaluator let any listing through it."""
+    s3 = as_role(proxy, "s3", {
+        "Effect": "Allow", "Action": "s3:ListBucket", "Resource": f"arn:aws:s3:::{bucket}",
+        "Condition": {"StringLike": {"s3:prefix": ["uploads/*"]}}}, {
+        "Effect": "Allow", "Action": "s3:GetObject",
+        "Resource": f"arn:aws:s3:::{bucket}/uploads/*"})
+    assert s3.list_objects_v2(Bucket=bucket, Prefix="uploads/abc")["KeyCount"] == 0
+    assert "s3:ListBucket" in refused(lambda: s3.list_objects_v2(Bucket=bucket,
+                                                                 Prefix="embeds/"))
+    refused(lambda: s3.list_objects_v2(Bucket=bucket))
+    # a missing object: 403, as the grant is limited to a prefix
+    with pytest.raises(ClientError) as missing:
+        s3.get_object(Bucket=bucket, Key="uploads/gone")
+    assert missing.value.response["Error"]["Code"] == "AccessDenied"
+    assert [(d.action, d.principal) for d in proxy.log.denials] == [
+        ("s3:ListBucket", "api"), ("s3:ListBucket", "api")]
+
+
+def test_the_bucket_policy_refuses_a_put_without_if_none_match(proxy, bucket):
+    """The embeds bucket's DenyOverwrites (infra/components/data.py) holds in the
+    rehearsal: a put must carry If-None-Match; a part of a multipart upload need not."""
+    arn = f"arn:aws:s3:::{bucket}"
+    proxy.add_resource_policy(arn, policy({
+        "Sid": "DenyOverwrites", "Effect": "Deny", "Principal": {"AWS": "*"},
+        "Action": "s3:PutObject", "Resource": f"{arn}/*",
+        "Condition": {"Null": {"s3:if-none-match": "true"},
+                      "Bool": {"s3:ObjectCreationOperation": "true"}}}, {
+        "Effect": "Deny", "Principal": {"AWS": "*"}, "Action": "s3:*",
+        "Resource": [arn, f"{arn}/*"], "Condition": {"Bool": {"aws:SecureTransport": "false"}}}))
+    s3 = as_role(proxy, "s3", {"Effect": "Allow", "Action": "s3:PutObject",
+                               "Resource": f"{arn}/embeds/*"})
+    s3.put_object(Bucket=bucket, Key="embeds/a", Body=b"a", IfNoneMatch="*")
+    assert "DenyOverwrites" in refused(lambda: s3.put_object(Bucket=bucket, Key="embeds/b",
+                                                             Body=b"b"))
+    upload = s3.create_multipart_upload(Bucket=bucket, Key="embeds/c")["UploadId"]
+    part = s3.upload_part(Bucket=bucket, Key="embeds/c", UploadId=upload, PartNumber=1,
+                          Body=b"c")
+    assert "DenyOverwrites" in refused(lambda: s3.complete_multipart_upload(
+        Bucket=bucket, Key="embeds/c", UploadId=upload,
+        MultipartUpload={"Parts": [{"ETag": part["ETag"], "PartNumber": 1}]}))
+
+
+SCHEMA = [{"AttributeName": "pk", "KeyType": "HASH"}, {"AttributeName": "sk", "KeyType": "RANGE"}]
+
+
+def test_a_put_is_held_to_the_encryption_its_header_asks_for(proxy, bucket):
+    """s3:x-amz-server-side-encryption from the request's header: the classic "deny
+    unencrypted uploads", which also denies a put without the header (StringNotEquals
+    holds for a key the request does not carry)."""
+    arn = f"arn:aws:s3:::{bucket}"
+    s3 = as_role(proxy, "s3", {"Effect": "Allow", "Action": "s3:PutObject",
+                               "Resource": f"{arn}/*"}, {
+        "Sid": "EncryptedOnly", "Effect": "Deny", "Action": "s3:PutObject",
+        "Resource": f"{arn}/*",
+        "Condition": {"StringNotEquals": {"s3:x-amz-server-side-encryption": "aws:kms"}}})
+    s3.put_object(Bucket=bucket, Key="a", Body=b"a", ServerSideEncryption="aws:kms")
+    assert "EncryptedOnly" in refused(lambda: s3.put_object(
+        Bucket=bucket, Key="b", Body=b"b", ServerSideEncryption="AES256"))
+    refused(lambda: s3.put_object(Bucket=bucket, Key="c", Body=b"c"))
+
+
+@pytest.fixture
+def table(moto_server: Any) -> str:
+    name = f"notes-{uuid.uuid4().hex[:12]}"
+    client(moto_server.endpoint_url, "dynamodb").create_table(
+        TableName=name, KeySchema=SCHEMA, BillingMode="PAY_PER_REQUEST",
+        AttributeDefinitions=[{"AttributeName": "pk", "AttributeType": "S"},
+                              {"AttributeName": "sk", "AttributeType": "S"}])
+    return name
+
+
+def test_a_grant_on_the_caller_s_own_items_refuses_another_s(proxy, table):
+    """Fine-grained access: LeadingKeys, Attributes and ReturnValues, each derived from the
+    request the SDK sends (the table's partition key as deploy.py tells the proxy)."""
+    proxy.add_table(table, SCHEMA)
+    db = as_role(proxy, "dynamodb", {
+        "Effect": "Allow", "Resource": f"arn:aws:dynamodb:us-east-1:123456789012:table/{table}",
+        "Action": ["dynamodb:GetItem", "dynamodb:PutItem", "dynamodb:UpdateItem",
+                   "dynamodb:Query"],
+        "Condition": {"ForAllValues:StringEquals": {"dynamodb:LeadingKeys": ["alice"],
+                                                    "dynamodb:Attributes": ["pk", "sk", "text"]},
+                      "StringEqualsIfExists": {"dynamodb:ReturnValues": ["NONE", "ALL_OLD"]}}})
+
+    def key(who: str) -> dict:
+        return {"pk": {"S": who}, "sk": {"S": "n1"}}
+
+    db.put_item(TableName=table, Item=key("alice") | {"text": {"S": "hi"}})
+    db.update_item(TableName=table, Key=key("alice"), UpdateExpression="SET #t = :t",
+                   ExpressionAttributeNames={"#t": "text"},
+                   ExpressionAttributeValues={":t": {"S": "hello"}}, ReturnValues="ALL_OLD")
+    assert db.get_item(TableName=table, Key=key("alice"))["Item"]["text"] == {"S": "hello"}
+    mine = db.query(TableName=table, KeyConditionExpression="pk = :p",
+                    ExpressionAttributeValues={":p": {"S": "alice"}})
+    assert mine["Count"] == 1
+    assert "dynamodb:PutItem" in refused(lambda: db.put_item(TableName=table, Item=key("bob")))
+    refused(lambda: db.get_item(TableName=table, Key=key("bob")))
+    refused(lambda: db.query(TableName=table, KeyConditionExpression="pk = :p",
+                             ExpressionAttributeValues={":p": {"S": "bob"}}))
+    refused(lambda: db.update_item(TableName=table, Key=key("alice"),
+                                   UpdateExpression="SET secret = :s",
+                                   ExpressionAttributeValues={":s": {"S": "x"}}))
+    refused(lambda: db.update_item(TableName=table, Key=key("alice"),
+                                   UpdateExpression="SET #t = :t",
+                                   ExpressionAttributeNames={"#t": "text"},
+                                   ExpressionAttributeValues={":t": {"S": "x"}},
+                                   ReturnValues="ALL_NEW"))
+    assert db.get_item(TableName=table, Key=key("alice"))["Item"] == key("alice") | {
+        "text": {"S": "hello"}}  # nothing refused was written
+
+
+def test_a_condition_on_a_key_the_proxy_cannot_derive_refuses_naming_it(proxy, table):
+    """Loudly, where moto's evaluator passed the grant whatever the request held."""
+    db = as_role(proxy, "dynamodb", {
+        "Effect": "Allow", "Action": "dynamodb:GetItem",
+        "Resource": f"arn:aws:dynamodb:us-east-1:123456789012:table/{table}",
+        "Condition": {"IpAddress": {"aws:SourceIp": "10.0.0.0/8"}}})
+    message = refused(lambda: db.get_item(TableName=table,
+                                          Key={"pk": {"S": "a"}, "sk": {"S": "b"}}))
+    assert "aws:sourceip" in message
+    (denial,) = proxy.log.denials
+    assert "aws:sourceip" in str(denial)

@@ -95,6 +95,27 @@ def test_a_permission_the_code_uses_is_missing(assembly, tmp_path):
     assert ":table/Codeshot-TablesUsers" in message
 
 
+def test_a_condition_of_a_grant_the_calls_do_not_meet(assembly, tmp_path):
+    """The API may list the embeds bucket only under its prefixes (``s3:prefix``): with
+    the condition narrowed to another prefix, the embed store's listing is refused and the
+    rehearsal says so (moto's evaluator, which it used before, passed any StringLike)."""
+    outdir = broken_copy(assembly, tmp_path / "out")
+    template = platform_template(outdir)
+    narrowed = 0
+    for resource in template["Resources"].values():
+        if resource["Type"] == "AWS::IAM::Policy":
+            for statement in resource["Properties"]["PolicyDocument"]["Statement"]:
+                like = statement.get("Condition", {}).get("StringLike", {})
+                if "s3:prefix" in like:
+                    like["s3:prefix"], narrowed = ["elsewhere/*"], narrowed + 1
+    assert narrowed
+    save(outdir, template)
+    with pytest.raises(RehearsalError) as failure:
+        rehearse(outdir, tmp_path)
+    assert "api may not s3:ListBucket on arn:aws:s3:::codeshot-embedsbucket" in \
+        str(failure.value)
+
+
 def test_an_environment_variable_the_code_reads_is_missing(assembly, tmp_path):
     outdir = broken_copy(assembly, tmp_path / "out")
     template = platform_template(outdir)

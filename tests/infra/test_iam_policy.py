@@ -1,0 +1,215 @@
+"""The rehearsal's IAM evaluation (infra/rehearsal/policy.py): each condition operator
+allows the request it should and refuses the one it should, and a decision that needs a
+condition key the rehearsal does not derive refuses, naming the key."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from infra.rehearsal.policy import Request, decide
+
+ROLE = "arn:aws:iam::123456789012:role/api"
+TABLE = "arn:aws:dynamodb:us-east-1:123456789012:table/notes"
+BUCKET = "arn:aws:s3:::embeds"
+
+
+def grant(condition: dict[str, Any] | None = None, *, action: str = "dynamodb:GetItem",
+          resource: str = TABLE, effect: str = "Allow") -> dict[str, Any]:
+    statement = {"Effect": effect, "Action": action, "Resource": resource}
+    return {"Version": "2012-10-17",
+            "Statement": [statement | ({"Condition": condition} if condition else {})]}
+
+
+def ask(policies: list[dict[str, Any]], context: dict[str, tuple[str, ...]], *,
+        action: str = "dynamodb:GetItem", resource: str = TABLE,
+        resource_policies: list[dict[str, Any]] | None = None) -> tuple[bool, str]:
+    decision = decide(policies, resource_policies or [],
+                      Request(action, resource, context, ROLE, "123456789012"))
+    return decision.allowed, decision.reason
+
+
+def allows(condition: dict[str, Any], context: dict[str, tuple[str, ...]]) -> bool:
+    return ask([grant(condition)], context)[0]
+
+
+# operator, the policy's values, a request value it allows, one it refuses
+CASES = [
+    ("StringEquals", "alice", "alice", "Alice"),
+    ("StringNotEquals", "alice", "bob", "alice"),
+    ("StringEqualsIgnoreCase", "alice", "ALICE", "bob"),
+    ("StringNotEqualsIgnoreCase", "alice", "bob", "ALICE"),
+    ("StringLike", ["uploads/*", "embeds/?"], "uploads/ab/c", "embeds/ab"),
+    ("StringNotLike", "uploads/*", "embeds/x", "uploads/x"),
+    ("NumericEquals", "10", "10.0", "11"),
+    ("NumericNotEquals", "10", "11", "10"),
+    ("NumericLessThan", "10", "9", "10"),
+    ("NumericLessThanEquals", "10", "10", "11"),
+    ("NumericGreaterThan", "10", "11", "10"),
+    ("NumericGreaterThanEquals", "10", "10", "9"),
+    ("Bool", "true", "TRUE", "false"),
+    ("Bool", True, "true", "false"),
+    ("ArnLike", "arn:aws:iam::*:role/api*", ROLE, "arn:aws:iam::123456789012:user/api"),
+    ("ArnEquals", ROLE, ROLE, ROLE + "x"),
+    ("ArnNotLike", "arn:aws:iam::*:role/admin*", ROLE, "arn:aws:iam::1:role/admin-x"),
+    ("ArnNotEquals", ROLE + "x", ROLE, ROLE + "x"),
+    ("IpAddress", "10.0.0.0/8", "10.1.2.3", "11.1.2.3"),
+    ("NotIpAddress", "10.0.0.0/8", "11.1.2.3", "10.1.2.3"),
+]
+
+
+@pytest.mark.parametrize(("operator", "expected", "good", "bad"), CASES)
+def test_each_operator_allows_and_refuses(operator, expected, good, bad):
+    condition = {operator: {"test:Key": expected}}
+    assert allows(condition, {"test:key": (good,)})
+    assert not allows(condition, {"test:key": (bad,)})
+
+
+@pytest.mark.parametrize(("operator", "holds"), [
+    ("StringEquals", False), ("StringLike", False), ("Bool", False), ("ArnLike", False),
+    ("StringNotEquals", True), ("StringNotLike", True), ("ArnNotLike", True),
+    ("StringEqualsIfExists", True), ("BoolIfExists", True)])
+def test_a_key_the_request_does_not_carry(operator, holds):
+    """Absent: a positive operator is false, a negated one or an IfExists one is true."""
+    assert allows({operator: {"test:Key": "x"}}, {"test:key": ()}) is holds
+
+
+def test_if_exists_still_compares_a_present_key():
+    condition = {"StringEqualsIfExists": {"dynamodb:ReturnValues": ["NONE", "ALL_OLD"]}}
+    assert allows(condition, {"dynamodb:returnvalues": ("ALL_OLD",)})
+    assert not allows(condition, {"dynamodb:returnvalues": ("ALL_NEW",)})
+
+
+def test_for_all_values_needs_every_value_in_the_set():
+    condition = {"ForAllValues:StringEquals": {"dynamodb:Attributes": ["pk", "sk", "text"]}}
+    assert allows(condition, {"dynamodb:Attributes": ("pk", "text")})
+    assert allows(condition, {"dynamodb:Attributes": ()})  # vacuously, as in AWS
+    assert not allows(condition, {"dynamodb:Attributes": ("pk", "secret")})
+    like = {"ForAllValues:StringLike": {"dynamodb:LeadingKeys": ["alice#*"]}}
+    assert allows(like, {"dynamodb:LeadingKeys": ("alice#notes", "alice#dice")})
+    assert not allows(like, {"dynamodb:LeadingKeys": ("alice#notes", "bob#notes")})
+
+
+def test_for_any_value_needs_one_value_in_the_set():
+    condition = {"ForAnyValue:StringEquals": {"aws:TagKeys": ["team", "owner"]}}
+    assert allows(condition, {"aws:TagKeys": ("cost", "owner")})
+    assert not allows(condition, {"aws:TagKeys": ("cost",)})
+    assert not allows(condition, {"aws:TagKeys": ()})
+    assert allows({"ForAnyValue:StringLikeIfExists": {"aws:TagKeys": "t*"}},
+                  {"aws:TagKeys": ()})
+
+
+def test_null_tells_a_present_key_from_an_absent_one():
+    must_be_absent = {"Null": {"s3:if-none-match": "true"}}
+    assert allows(must_be_absent, {"s3:if-none-match": ()})
+    assert not allows(must_be_absent, {"s3:if-none-match": ("*",)})
+    assert allows({"Null": {"s3:if-none-match": False}}, {"s3:if-none-match": ("*",)})
+
+
+def test_every_operator_and_key_of_a_block_must_hold():
+    condition = {"StringEquals": {"dynamodb:Select": "SPECIFIC_ATTRIBUTES",
+                                  "dynamodb:ReturnValues": "NONE"},
+                 "Bool": {"aws:SecureTransport": "true"}}
+    context = {"dynamodb:select": ("SPECIFIC_ATTRIBUTES",), "dynamodb:returnvalues": ("NONE",),
+               "aws:securetransport": ("true",)}
+    assert allows(condition, context)
+    assert not allows(condition, context | {"aws:securetransport": ("false",)})
+    assert not allows(condition, context | {"dynamodb:returnvalues": ("ALL_OLD",)})
+
+
+def test_a_policy_variable_is_the_request_s_value():
+    condition = {"ForAllValues:StringEquals": {"dynamodb:LeadingKeys": ["${aws:userid}"]}}
+    assert allows(condition, {"dynamodb:LeadingKeys": ("AROA1",), "aws:userid": ("AROA1",)})
+    assert not allows(condition, {"dynamodb:LeadingKeys": ("AROA2",), "aws:userid": ("AROA1",)})
+    objects = grant(action="s3:GetObject", resource=BUCKET + "/home/${aws:username}/*")
+    mine = {"aws:username": ("alice",)}
+    assert ask([objects], mine, action="s3:GetObject", resource=BUCKET + "/home/alice/a")[0]
+    assert not ask([objects], mine, action="s3:GetObject", resource=BUCKET + "/home/bob/a")[0]
+
+
+def test_a_key_the_rehearsal_does_not_derive_refuses_naming_it():
+    """Where moto's evaluator let such a grant through, whatever the request held."""
+    allowed, reason = ask([grant({"IpAddress": {"aws:SourceIp": "10.0.0.0/8"}})], {})
+    assert not allowed
+    assert "aws:sourceip" in reason
+    # a Deny that may apply refuses too, though an Allow grants
+    deny = grant({"StringEquals": {"kms:ViaService": "s3.us-east-1.amazonaws.com"}},
+                 effect="Deny")
+    allowed, reason = ask([grant(), deny], {})
+    assert not allowed
+    assert "kms:viaservice" in reason and "Deny" in reason
+
+
+def test_an_underived_key_does_not_matter_where_the_statement_cannot_apply():
+    # another key of the block is false: the statement does not apply whatever the other is
+    deny = grant({"StringEquals": {"kms:ViaService": "s3.amazonaws.com"},
+                  "Bool": {"aws:SecureTransport": "false"}}, effect="Deny")
+    assert ask([grant(), deny], {"aws:SecureTransport": ("true",)})[0]
+    # an unconditional grant allows whatever a conditional one would need
+    assert ask([grant(), grant({"IpAddress": {"aws:SourceIp": "10.0.0.0/8"}})], {})[0]
+    # another action: not read at all
+    assert ask([grant(), grant({"IpAddress": {"aws:SourceIp": "1.0.0.0/8"}},
+                               action="dynamodb:Scan")], {})[0]
+
+
+def test_an_operator_it_does_not_implement_refuses_naming_it():
+    allowed, reason = ask([grant({"DateGreaterThan": {"aws:CurrentTime": "2020-01-01"}})],
+                          {"aws:CurrentTime": ("2026-01-01T00:00:00Z",)})
+    assert not allowed
+    assert "DateGreaterThan" in reason
+
+
+def test_a_single_valued_operator_on_several_values_refuses():
+    allowed, reason = ask([grant({"StringEquals": {"dynamodb:Attributes": "pk"}})],
+                          {"dynamodb:Attributes": ("pk", "sk")})
+    assert not allowed
+    assert "ForAllValues" in reason
+
+
+def test_a_resource_policy_s_conditional_deny_refuses_only_where_it_holds():
+    """The embeds bucket's DenyOverwrites (infra/components/data.py), as synthesized."""
+    bucket_policy = {"Version": "2012-10-17", "Statement": [
+        {"Sid": "DenyOverwrites", "Effect": "Deny", "Principal": {"AWS": "*"},
+         "Action": "s3:PutObject", "Resource": BUCKET + "/*",
+         "Condition": {"Null": {"s3:if-none-match": "true"},
+                       "Bool": {"s3:ObjectCreationOperation": "true"}}},
+        {"Effect": "Deny", "Principal": "*", "Action": "s3:*", "Resource": [BUCKET, BUCKET + "/*"],
+         "Condition": {"Bool": {"aws:SecureTransport": "false"}}}]}
+    writes = grant(action="s3:PutObject", resource=BUCKET + "/embeds/*")
+
+    def put(context: dict[str, tuple[str, ...]]) -> tuple[bool, str]:
+        return ask([writes], {"aws:SecureTransport": ("true",)} | context,
+                   action="s3:PutObject", resource=BUCKET + "/embeds/abc",
+                   resource_policies=[bucket_policy])
+
+    assert put({"s3:if-none-match": ("*",), "s3:ObjectCreationOperation": ("true",)})[0]
+    assert put({"s3:if-none-match": (), "s3:ObjectCreationOperation": ("false",)})[0]  # a part
+    allowed, reason = put({"s3:if-none-match": (), "s3:ObjectCreationOperation": ("true",)})
+    assert not allowed
+    assert "DenyOverwrites" in reason
+
+
+def test_a_resource_policy_s_deny_names_its_principals():
+    others = {"Version": "2012-10-17", "Statement": [
+        {"Effect": "Deny", "Principal": {"AWS": "arn:aws:iam::123456789012:role/runner"},
+         "Action": "dynamodb:*", "Resource": TABLE},
+        {"Effect": "Deny", "Principal": {"Service": "logs.amazonaws.com"},
+         "Action": "dynamodb:*", "Resource": TABLE}]}
+    mine = {"Version": "2012-10-17", "Statement": [
+        {"Effect": "Deny", "Principal": {"AWS": "123456789012"}, "Action": "dynamodb:Get*",
+         "Resource": TABLE}]}
+    assert ask([grant()], {}, resource_policies=[others])[0]
+    assert not ask([grant()], {}, resource_policies=[mine])[0]
+    # a resource policy's Allow grants nothing here (the roles' policies do)
+    allow = {"Statement": [{"Effect": "Allow", "Principal": "*", "Action": "*",
+                            "Resource": "*"}]}
+    assert not ask([], {}, resource_policies=[allow])[0]
+
+
+def test_not_action_and_not_resource():
+    everything_but = {"Statement": [{"Effect": "Allow", "NotAction": "dynamodb:Delete*",
+                                     "NotResource": TABLE + "/index/*"}]}
+    assert ask([everything_but], {})[0]
+    assert not ask([everything_but], {}, action="dynamodb:DeleteItem")[0]
+    assert not ask([everything_but], {}, resource=TABLE + "/index/by-owner")[0]
