@@ -751,8 +751,9 @@ def _main(argv: list[str] | None) -> int:
 
 
 def _report(error: CodeshotError) -> int:
-    """docs/errors.md's one line on stderr, and exit code 2."""
-    print(f"codeshot: error: {error.message} ({error.code})", file=sys.stderr)
+    """docs/errors.md's line on stderr (one per problem the message lists), exit code 2."""
+    for problem in error.message.splitlines():
+        print(f"codeshot: error: {problem} ({error.code})", file=sys.stderr)
     return 2
 
 

@@ -8,6 +8,7 @@ and test fixtures.
 
 from __future__ import annotations
 
+import difflib
 import importlib
 import os
 import re
@@ -18,6 +19,7 @@ from types import ModuleType
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic_core import ErrorDetails
 
 from codeshot.errors import InvalidInput
 from codeshot.models import validate_handle
@@ -35,6 +37,8 @@ class AgentTest(BaseModel):
     as Fixie's tests are written), judged by the configured language model; any other
     text must appear in the answer (any case). ``regex``: must match the answer.
     """
+
+    model_config = ConfigDict(extra="forbid")
 
     query: str
     expected: str | None = None
@@ -58,7 +62,9 @@ class AgentTest(BaseModel):
 
 
 class AgentConfig(BaseModel):
-    model_config = ConfigDict(extra="ignore", populate_by_name=True)
+    # Unknown keys are refused, not ignored: a misspelt one (`descripton:`) would leave its
+    # field empty unnoticed. Fixie 1.0's agent.yaml holds only fields named here.
+    model_config = ConfigDict(extra="forbid", populate_by_name=True)
 
     handle: str
     name: str = ""
@@ -112,7 +118,8 @@ def read_config(agent_dir: Path) -> AgentConfig:
                            f"{CONFIG_FILE} and its code)")
     path = agent_dir / CONFIG_FILE
     try:
-        values = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
+        # A SafeLoader: builds only plain YAML types.
+        values = yaml.load(path.read_text(encoding="utf-8"), _UniqueKeyLoader) or {}  # noqa: S506
         if isinstance(values, dict) and "entry_point" not in values \
                 and not (agent_dir / "agent.py").is_file():
             values["entry_point"] = "main:agent"  # Fixie 1.0's default
@@ -125,8 +132,54 @@ def read_config(agent_dir: Path) -> AgentConfig:
         raise InvalidInput(f"{path} is a directory, not the agent's configuration") from None
     except UnicodeDecodeError as exc:
         raise InvalidInput(f"{path} is not UTF-8 text: {exc}") from None
-    except (yaml.YAMLError, ValidationError) as exc:
-        raise InvalidInput(f"{path} is not valid: {exc}") from None
+    except yaml.MarkedYAMLError as exc:
+        mark = exc.problem_mark or exc.context_mark
+        where = f" line {mark.line + 1}" if mark else ""
+        raise InvalidInput(f"{path}{where}: not valid YAML: {exc.problem or exc.context}"
+                           ) from None
+    except yaml.YAMLError as exc:
+        raise InvalidInput(f"{path} is not valid YAML: {exc}") from None
+    except ValidationError as exc:
+        raise InvalidInput("\n".join(f"{path}: {problem}" for problem in _problems(exc))
+                           ) from None
+
+
+class _UniqueKeyLoader(yaml.SafeLoader):
+    """YAML keeps the last of a key written twice; agent.yaml refuses it (which was meant?)."""
+
+    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False
+                          ) -> dict[object, object]:
+        seen: set[object] = set()
+        for key_node, _ in node.value:
+            key = self.construct_object(key_node, deep=deep)
+            if key in seen:
+                raise yaml.constructor.ConstructorError(
+                    None, None, f"duplicate key {key!r}", key_node.start_mark)
+            seen.add(key)
+        return super().construct_mapping(node, deep=deep)
+
+
+def _fields(model: type[BaseModel]) -> list[str]:
+    return [field.alias or name for name, field in model.model_fields.items()] + [
+        name for name, field in model.model_fields.items() if field.alias]
+
+
+def _problems(exc: ValidationError) -> list[str]:
+    """One ``field path: message`` per problem, without pydantic's input dump and URL."""
+    return [_problem(error) for error in exc.errors(include_url=False, include_input=False)]
+
+
+def _problem(error: ErrorDetails) -> str:
+    loc = error["loc"]
+    where = "".join(f"[{part}]" if isinstance(part, int) else f".{part}" for part in loc)
+    where = where.removeprefix(".")
+    if error["type"] == "extra_forbidden":
+        known = _fields(AgentTest if "tests" in loc[:1] else AgentConfig)
+        near = difflib.get_close_matches(str(loc[-1]), known, n=1)
+        hint = f" (did you mean {near[0]!r}?)" if near else f" (known: {', '.join(known)})"
+        return f"{where}: unknown field {loc[-1]!r}{hint}"
+    message = error["msg"].removeprefix("Value error, ")
+    return f"{where}: {message}" if where else message
 
 
 # The agent directories this process has loaded from (resolved).

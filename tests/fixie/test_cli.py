@@ -251,6 +251,20 @@ def test_bad_input_is_one_clear_line(stack_dir, tmp_path):
             assert message in out.stderr and out.stderr.startswith("codeshot: error: ")
 
 
+def test_each_mistake_in_agent_yaml_is_a_line_of_its_own(tmp_path):
+    directory = agent_dir(tmp_path, "tipper")
+    yaml = directory / "agent.yaml"
+    yaml.write_text(yaml.read_text().replace("description:", "descripton:")
+                    .replace("name:", "nmae:"))
+    out = codeshot("agent", "test", "tipper", cwd=tmp_path)
+    assert out.returncode == 2 and out.stdout == ""
+    assert out.stderr.splitlines() == [
+        "codeshot: error: tipper/agent.yaml: nmae: unknown field 'nmae' (did you mean "
+        "'name'?) (INVALID_INPUT)",
+        "codeshot: error: tipper/agent.yaml: descripton: unknown field 'descripton' (did you "
+        "mean 'description'?) (INVALID_INPUT)"]
+
+
 def test_agent_test_skips_sentences_offline_and_checks_text_and_regex(tmp_path):
     directory = agent_dir(tmp_path, "shouter")
     out = codeshot("agent", "test", str(directory), cwd=tmp_path)

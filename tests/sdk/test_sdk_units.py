@@ -281,3 +281,51 @@ def test_only_the_agents_own_code_failing_to_import_is_called_its_error(tmp_path
         _import_entry("calls_a_library", tmp_path.resolve())
     with pytest.raises(RuntimeError, match="library bug"):
         _import_entry("uses_vendored", tmp_path.resolve())
+
+
+@pytest.mark.parametrize(("text", "says"), [
+    ("hadnle: a\n", ["handle: Field required",
+                     "hadnle: unknown field 'hadnle' (did you mean 'handle'?)"]),
+    ("handle: a\ndescripton: Tips.\nsample_querys: [Tip 15%]\n",
+     ["descripton: unknown field 'descripton' (did you mean 'description'?)",
+      "sample_querys: unknown field 'sample_querys' (did you mean 'sample_queries'?)"]),
+    ("handle: a\ntests:\n  - query: Tip\n    expeted: 15\n",
+     ["tests[0].expeted: unknown field 'expeted' (did you mean 'expected'?)"]),
+    ("handle: a\nname: [1]\n", ["name: Input should be a valid string"]),
+])
+def test_agent_yaml_mistakes_are_one_line_each_naming_the_field(agent_dirs, text, says):
+    """A misspelt key was ignored (its field left empty), and pydantic's dump
+    (input_value=..., its URL) was the message."""
+    from codeshot.errors import InvalidInput
+    from codeshot.sdk.project import read_config
+
+    write_agent(agent_dirs / "a", text)
+    with pytest.raises(InvalidInput) as raised:
+        read_config(agent_dirs / "a")
+    path = agent_dirs / "a" / "agent.yaml"
+    assert raised.value.message.splitlines() == [f"{path}: {line}" for line in says]
+
+
+def test_a_key_written_twice_in_agent_yaml_is_refused(agent_dirs):
+    """YAML keeps the last one: which handle was meant?"""
+    from codeshot.errors import InvalidInput
+    from codeshot.sdk.project import read_config
+
+    write_agent(agent_dirs / "a", "handle: a\nname: A\nhandle: b\n")
+    with pytest.raises(InvalidInput) as raised:
+        read_config(agent_dirs / "a")
+    assert raised.value.message == (f"{agent_dirs / 'a' / 'agent.yaml'} line 3: not valid "
+                                    "YAML: duplicate key 'handle'")
+
+
+def test_every_key_of_the_fixie_examples_agent_yaml_files_still_loads(agent_dirs):
+    """fixie-examples' agent.yaml files (all their versions) use only these keys."""
+    from codeshot.sdk.project import read_config
+
+    write_agent(agent_dirs / "a", "handle: a\nname: A\ndescription: |\n  Rolls dice.\n"
+                "more_info_url: https://example.com\nentry_point: main:agent\npublic: false\n"
+                "deployment_url: https://example.com/a\ntests:\n  - query: Roll\n"
+                "    expected: The response should name a number.\n")
+    config = read_config(agent_dirs / "a")
+    assert (config.handle, config.description, config.deployment_url) == (
+        "a", "Rolls dice.\n", "https://example.com/a")
