@@ -351,8 +351,9 @@ def _agent_register(args: argparse.Namespace) -> int:
                            f"deployment_url in agent.yaml), or serve and register it with "
                            f"`codeshot serve {args.agent_dir} --register`")
     target = Target.find()
-    agent_id = PlatformClient(target).register(agent_fields(config, url))
-    print(f"Registered {agent_id} at {url} with the platform at {target}")
+    agent_id, updated = PlatformClient(target).register(agent_fields(config, url))
+    print(f"{'Updated' if updated else 'Registered'} {agent_id} at {url} with the platform "
+          f"at {target}")
     return 0
 
 
