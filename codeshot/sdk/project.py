@@ -216,24 +216,31 @@ def _import_entry(module_name: str, root: Path) -> ModuleType:
         where = _failed_at(exc, root)
         if where is None:
             raise
+        if isinstance(exc, InvalidInput):  # the SDK's own refusal: its message says what
+            raise InvalidInput(f"{where}: {exc.message}", **exc.details) from exc
         said = exc.msg if isinstance(exc, SyntaxError) else exc  # (its str names the line)
         raise InvalidInput(f"{where}: {type(exc).__name__}: {said}") from exc
 
 
-# Frames that raise on the agent code's behalf: the SDK refusing a Func name, importlib
-# not finding a module the agent imports. The agent's line is the one to name.
-_ON_BEHALF = (Path(__file__).resolve().parent, Path(importlib.__file__).resolve().parent)
+# Frames that raise on the agent code's behalf: codeshot's (the SDK refusing a Func name
+# or a parameter's type, the engine a few-shot's grammar), importlib's not finding a
+# module the agent imports. The agent's line is the one to name.
+_ON_BEHALF = (Path(__file__).resolve().parents[1], Path(importlib.__file__).resolve().parent)
+
+
+def _on_behalf(path: Path, root: Path) -> bool:
+    # The template and examples shipped inside the package are agents' own code too.
+    return not path.is_relative_to(root) and any(path.is_relative_to(b) for b in _ON_BEHALF)
 
 
 def _failed_at(exc: Exception, root: Path) -> str | None:
     """``file line N`` where ``exc`` was raised, if that is the agent's own code (under
     ``root``, not a package installed there): the innermost frame in a real file other
-    than the SDK's and importlib's, or the file a SyntaxError names. None for an error
+    than codeshot's and importlib's, or the file a SyntaxError names. None for an error
     raised elsewhere (a library), whose traceback is what to read."""
     places = [(frame.filename, frame.lineno) for frame in traceback.extract_tb(exc.__traceback__)
               if not frame.filename.startswith("<")  # "<frozen importlib._bootstrap>"
-              and not any(Path(frame.filename).resolve().is_relative_to(behalf)
-                          for behalf in _ON_BEHALF)]
+              and not _on_behalf(Path(frame.filename).resolve(), root)]
     if isinstance(exc, SyntaxError) and exc.filename:
         places.append((exc.filename, exc.lineno))
     if not places:

@@ -283,6 +283,30 @@ def test_only_the_agents_own_code_failing_to_import_is_called_its_error(tmp_path
         _import_entry("uses_vendored", tmp_path.resolve())
 
 
+def test_what_the_sdk_and_engine_refuse_while_the_agent_loads_names_its_line(tmp_path,
+                                                                             monkeypatch):
+    """A Func parameter's type and a few-shot's grammar: a 40-line traceback ending in
+    codeshot/engine/components.py, and "few-shot 2, line 3: ..." naming no file."""
+    from codeshot.sdk.project import _import_entry
+
+    (tmp_path / "typed.py").write_text(
+        "from decimal import Decimal\nfrom codeshot.sdk import CodeShotAgent\n"
+        "agent = CodeShotAgent('I tip.', 'Q: Tip\\nAsk Func[tip]: 15\\nFunc[tip] says: 3\\n"
+        "A: 3')\n\n@agent.register_func\ndef tip(percent: Decimal) -> str:\n    return ''\n")
+    (tmp_path / "grammar.py").write_text(
+        "from codeshot.sdk import CodeShotAgent\n\nagent = CodeShotAgent('I tip.', [\n"
+        "    'Q: Tip 15% on 20\\nA: 3',\n    'Q: Tip 10% on 20\\nAsk Func[tip]: 10, 20\\n"
+        "Func[tip] says: 2'])\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    with pytest.raises(InvalidInput, match=r"^typed.py line 5: TypeError: Func tip: parameter "
+                       r"percent has type <class 'decimal.Decimal'>; Funcs take str"):
+        _import_entry("typed", tmp_path.resolve())
+    with pytest.raises(InvalidInput) as raised:
+        _import_entry("grammar", tmp_path.resolve())
+    assert raised.value.message == ('grammar.py line 3: few-shot 2, line 3: a few-shot must '
+                                    'end with "A:", got "Func[tip] says: 2"')
+
+
 @pytest.mark.parametrize(("text", "says"), [
     ("hadnle: a\n", ["handle: Field required",
                      "hadnle: unknown field 'hadnle' (did you mean 'handle'?)"]),
