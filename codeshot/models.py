@@ -251,6 +251,11 @@ MAX_CORPORA_JSON = 100_000  # characters of all corpora as stored, whatever else
 MAX_FUNCS = 100  # listed in a handshake (an MCP server has at most 64 tools)
 MAX_FUNC_NAME = 128  # as MCP tool names may be
 FUNC_NAME_RE = re.compile(r"\w+")  # Func[name] in few-shots, tool names, registrations
+# The platform's own Funcs (codeshot.runner.platform_funcs.LIBRARY) by name alone: the SDK
+# and registration check few-shots against them without their code (the register
+# function neither imports nor can reach what they call: corpora, the LLM, usage).
+PLATFORM_FUNC_NAMES = frozenset({"fixie_local_datetime", "fixie_query_embed",
+                                 "fixie_query_corpus", "fixie_calc", "fixie_http_get"})
 
 
 def check_prompts(base_prompt: str, few_shots: list[str]) -> None:

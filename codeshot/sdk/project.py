@@ -264,8 +264,15 @@ def load_agent(agent_dir: Path, config: AgentConfig) -> AgentBase:
     if root in sys.path:
         sys.path.remove(root)
     sys.path.insert(0, root)  # first, so its modules win over installed ones
-    agent = getattr(_import_entry(module_name, Path(root)), attr, None)
+    module = _import_entry(module_name, Path(root))
+    agent = getattr(module, attr, None)
     if not isinstance(agent, AgentBase):
         raise InvalidInput(f"{config.entry_point} in {agent_dir} must be a CodeShotAgent or "
                            f"StandaloneAgent, got {type(agent).__name__}")
+    try:  # now that its Funcs are registered, not once it is served
+        agent.validate()
+    except InvalidInput as exc:
+        file = Path(module.__file__ or module_name).resolve()
+        where = file.relative_to(root) if file.is_relative_to(root) else file
+        raise InvalidInput(f"{where}: {exc.message}", **exc.details) from None
     return agent

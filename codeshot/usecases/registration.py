@@ -26,6 +26,7 @@ from codeshot.errors import CodeshotError, Conflict, InvalidInput, NotFound, Una
 from codeshot.models import (
     MAX_SAMPLE_QUERIES,
     MAX_SAMPLE_QUERY,
+    PLATFORM_FUNC_NAMES,
     Agent,
     AgentKind,
     Principal,
@@ -211,8 +212,6 @@ class AgentRegistration:
         wrote some (asking only those tools or the platform's Funcs), a base prompt and
         description from the server unless given, and the tools' descriptions as sample
         queries when no few-shot gives any."""
-        from codeshot.runner.platform_func_names import PLATFORM_FUNC_NAMES
-
         if agent.query_url or agent.func_url:
             raise InvalidInput("an agent is an MCP server (mcpUrl) or a Fixie agent "
                                "(queryUrl, funcUrl), not both")

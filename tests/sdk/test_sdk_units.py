@@ -114,8 +114,56 @@ def test_prompts_in_indented_strings_are_stripped_as_fixie_does():
 
 def test_the_app_refuses_few_shots_asking_unregistered_funcs():
     agent = CodeShotAgent("I test.", ["Q: x\nAsk Func[missing]: 1\nFunc[missing] says: 2\nA: 2"])
-    with pytest.raises(FewShotError, match=r"Func\[missing\], which no @agent\.register_func"):
+    with pytest.raises(FewShotError, match=r"^few-shot 1, line 2: the few-shots ask "
+                       r"Func\[missing\], which no @agent\.register_func defines; defined: none$"):
         agent.app()
+
+
+SPLITTER = """
+Q: Split 90 dollars 3 ways
+Ask Func[split]: {split}
+Func[split] says: 30
+A: 30 each
+
+Q: What is 2+2?
+Ask Func[{calc}]: 2+2
+Func[{calc}] says: 4
+A: 4
+"""
+
+
+@pytest.mark.parametrize(("split", "calc", "says"), [
+    # A mistyped platform Func passed as one (every fixie_* name did).
+    ("90, 3", "fixie_cacl", "few-shot 2, line 2: the few-shots ask Func[fixie_cacl], which no "
+     "@agent.register_func defines (did you mean Func[fixie_calc]?); defined: split, tip"),
+    # An example its own Func cannot read: the model, copying it, failed every query.
+    ("ninety dollars for 3", "fixie_calc", "few-shot 1, line 2: split expects (amount, "
+     "people), got 'ninety dollars for 3', so Func[split]'s typed parameters cannot read "
+     "this example's arguments"),
+    ("ninety, 3", "fixie_calc", "few-shot 1, line 2: argument amount must be number, got "
+     "'ninety', so Func[split]'s typed parameters cannot read this example's arguments"),
+])
+def test_few_shots_a_func_cannot_answer_are_refused_when_the_agent_is_built(split, calc, says):
+    agent = CodeShotAgent("I split bills.", SPLITTER.format(split=split, calc=calc))
+
+    @agent.register_func
+    def split(amount: float, people: int) -> float:
+        return amount / people
+
+    @agent.register_func
+    def tip(percent: float, amount: float) -> float:
+        return percent * amount / 100
+
+    with pytest.raises(FewShotError) as raised:
+        agent.validate()
+    assert raised.value.message == says
+
+
+def test_few_shots_its_funcs_read_and_the_platforms_funcs_are_accepted():
+    agent = CodeShotAgent("I split bills.", SPLITTER.format(split='{"amount": 90, "people": 3}',
+                                                            calc="fixie_calc"))
+    agent.register_func(lambda amount, people: "30", func_name="split")
+    agent.validate()
 
 
 def test_register_func_keeps_the_function_and_refuses_duplicates():
@@ -353,3 +401,17 @@ def test_every_key_of_the_fixie_examples_agent_yaml_files_still_loads(agent_dirs
     config = read_config(agent_dirs / "a")
     assert (config.handle, config.description, config.deployment_url) == (
         "a", "Rolls dice.\n", "https://example.com/a")
+
+
+def test_loading_an_agent_refuses_a_func_its_few_shots_ask_and_it_lacks(agent_dirs):
+    """Found when it is loaded (`agent test`, `serve`), in its file, not when served."""
+    from codeshot.sdk.project import load_agent, read_config
+
+    write_agent(agent_dirs / "a", "handle: a\n", "from codeshot.sdk import CodeShotAgent\n"
+                "agent = CodeShotAgent('I add.', 'Q: 2+2?\\nAsk Func[fixie_cacl]: 2+2\\n"
+                "Func[fixie_cacl] says: 4\\nA: 4')\n")
+    with pytest.raises(InvalidInput) as raised:
+        load_agent(agent_dirs / "a", read_config(agent_dirs / "a"))
+    assert raised.value.message == (
+        "agent.py: few-shot 1, line 2: the few-shots ask Func[fixie_cacl], which no "
+        "@agent.register_func defines (did you mean Func[fixie_calc]?); defined: none")
