@@ -43,6 +43,24 @@ def test_typed_parameters_are_parsed_from_the_text():
     assert make_func(add, "add").parameters["required"] == ["a", "b"]
 
 
+def test_a_func_returning_bytes_answers_their_text_or_says_they_are_not_text():
+    """It answered the literal b'12'."""
+    from codeshot.sdk.wire import AgentException
+
+    def digits(query: Message) -> bytes:
+        return b"12"
+
+    def binary(query: Message) -> bytes:
+        return b"\x89PNG\r\n"
+
+    assert first_text(digits) == "12"
+    with pytest.raises(AgentException) as raised:
+        first_text(binary)
+    assert (raised.value.error_code, raised.value.response_message) == (
+        "AGENT_ERROR", "the Func returned 6 bytes that are not UTF-8 text: return text, or the "
+        "bytes as an Embed (Embed.content)")
+
+
 def test_user_storage_is_injected_by_name_or_type():
     def by_type(store: UserStorage, query: str) -> str: ...
     def by_name(user_storage, query: str) -> str: ...
