@@ -258,6 +258,13 @@ PLATFORM_FUNC_NAMES = frozenset({"fixie_local_datetime", "fixie_query_embed",
                                  "fixie_query_corpus", "fixie_calc", "fixie_http_get"})
 
 
+def check_sample_query(query: str) -> str:
+    """A sample query: one line of text, not blank (the router would embed nothing)."""
+    if not query.strip():
+        raise InvalidInput("a sample query must not be empty")
+    return check_text(query, "a sample query", MAX_SAMPLE_QUERY, one_line=True)
+
+
 def check_prompts(base_prompt: str, few_shots: list[str]) -> None:
     """INVALID_INPUT unless the base prompt and few-shots are within their caps (the SDK
     checks them when an agent is made, the platform when it is registered)."""
@@ -281,7 +288,7 @@ def check_agent_fields(agent: Agent) -> Agent:
         raise InvalidInput(f"{len(agent.sample_queries)} sample queries; an agent has at most "
                            f"{MAX_SAMPLE_QUERIES}")
     for query in agent.sample_queries:
-        check_text(query, "a sample query", MAX_SAMPLE_QUERY, one_line=True)
+        check_sample_query(query)
     _check_corpora(agent.corpora or [])
     funcs = agent.funcs or []
     if len(funcs) > MAX_FUNCS:

@@ -22,7 +22,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from pydantic_core import ErrorDetails
 
 from codeshot.errors import InvalidInput
-from codeshot.models import validate_handle
+from codeshot.models import check_sample_query, validate_handle
 from codeshot.sdk.agent import AgentBase
 
 CONFIG_FILE = "agent.yaml"
@@ -94,6 +94,14 @@ class AgentConfig(BaseModel):
     @classmethod
     def _handle(cls, value: str) -> str:
         return validate_handle(value)
+
+    @field_validator("sample_queries")
+    @classmethod
+    def _sample_queries(cls, values: list[str]) -> list[str]:
+        try:  # refused here, naming agent.yaml, rather than when registered
+            return [check_sample_query(query) for query in values]
+        except InvalidInput as exc:
+            raise ValueError(exc.message) from None
 
     @field_validator("name", "description", "more_info_url", mode="before")
     @classmethod

@@ -382,6 +382,8 @@ def test_what_the_sdk_and_engine_refuse_while_the_agent_loads_names_its_line(tmp
     ("handle: a\ntests:\n  - query: Tip\n    expeted: 15\n",
      ["tests[0].expeted: unknown field 'expeted' (did you mean 'expected'?)"]),
     ("handle: a\nname: [1]\n", ["name: Input should be a valid string"]),
+    ("handle: a\nsample_queries: [Tip 15%, '']\n",
+     ["sample_queries: a sample query must not be empty"]),
 ])
 def test_agent_yaml_mistakes_are_one_line_each_naming_the_field(agent_dirs, text, says):
     """A misspelt key was ignored (its field left empty), and pydantic's dump
