@@ -358,9 +358,18 @@ def _agent_register(args: argparse.Namespace) -> int:
 
 
 def _new(args: argparse.Namespace) -> int:
+    import shlex
+
     from codeshot.devtools.agents import new_agent
 
-    print(f"Created agent {new_agent(args.agent_dir)!r} in {args.agent_dir}")
+    handle = new_agent(args.agent_dir)
+    where = shlex.quote(str(args.agent_dir))
+    print(f"Created agent {handle!r} in {args.agent_dir}. It is still the notes template:\n"
+          f"  1. edit {args.agent_dir / 'agent.py'}: the base prompt, few-shots and Funcs\n"
+          f"  2. edit {args.agent_dir / 'agent.yaml'}: its description, sample queries and "
+          "tests are the template's\n"
+          f"  3. codeshot agent test {where}\n"
+          f"  4. codeshot serve {where} --register   (beside `codeshot local up`)")
     return 0
 
 
@@ -587,7 +596,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     new = commands.add_parser(
         "new", help="copy the agent template into a new directory",
-        description="Copy the agent template to AGENT_DIR; the handle is the directory name.",
+        description="Copy the agent template to AGENT_DIR; the handle is the directory name. "
+                    "It prints what to edit (agent.py, agent.yaml) and run next.",
     )
     new.add_argument("agent_dir", type=Path, metavar="AGENT_DIR")
     new.set_defaults(run=_new)
