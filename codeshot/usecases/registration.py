@@ -180,10 +180,13 @@ class AgentRegistration:
         url = agent.func_url or agent.query_url
         if not inline:
             if not url:
-                # `fixie deploy` and `fixie serve` send this: what works instead comes first.
+                # `fixie deploy` and `fixie serve` send this for a new agent: what works
+                # instead comes first, for either command.
                 raise InvalidInput(
-                    f"`fixie deploy` uploads code for Fixie to build and host, and {NOT_BUILT}."
-                    " (createAgent takes queryUrl or funcUrl, or the few-shots inline.)")
+                    "an agent is registered where it answers: createAgent without a URL "
+                    "(what `fixie deploy` and `fixie serve` send for a new agent) asks for "
+                    f"its code to be built and hosted; {NOT_BUILT}. (createAgent takes "
+                    "queryUrl or funcUrl, or the few-shots inline.)")
             token = self.s.auth.agent_token(agent.agent_id, None, None)
             hs = self.fetch(url, token)
             kind = AgentKind.STANDALONE if hs.type == "standalone" else AgentKind.CODE_SHOT
