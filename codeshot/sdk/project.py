@@ -168,6 +168,7 @@ class _UniqueKeyLoader(yaml.SafeLoader):
 
 
 def _fields(model: type[BaseModel]) -> list[str]:
+    """The keys the model reads: each field's alias (else its name), then aliased names."""
     return [field.alias or name for name, field in model.model_fields.items()] + [
         name for name, field in model.model_fields.items() if field.alias]
 
@@ -237,8 +238,9 @@ _ON_BEHALF = (Path(__file__).resolve().parents[1], Path(importlib.__file__).reso
 
 
 def _on_behalf(path: Path, root: Path) -> bool:
-    # The template and examples shipped inside the package are agents' own code too.
-    return not path.is_relative_to(root) and any(path.is_relative_to(b) for b in _ON_BEHALF)
+    # Also codeshot installed inside the agent's directory (a bundle); but the examples
+    # shipped inside the package are the agent's own code.
+    return any(path.is_relative_to(b) and not root.is_relative_to(b) for b in _ON_BEHALF)
 
 
 def _failed_at(exc: Exception, root: Path) -> str | None:

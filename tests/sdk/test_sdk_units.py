@@ -373,6 +373,22 @@ def test_what_the_sdk_and_engine_refuse_while_the_agent_loads_names_its_line(tmp
                                     'end with "A:", got "Func[tip] says: 2"')
 
 
+def test_codeshot_bundled_in_the_agents_directory_still_raises_on_its_behalf(tmp_path,
+                                                                            monkeypatch):
+    """A Lambda bundle holds codeshot beside agent.py: its frames are not the agent's."""
+    from codeshot.sdk import project
+
+    bundled = tmp_path / "bundled_sdk"
+    bundled.mkdir()
+    (bundled / "refusing.py").write_text("def refuse():\n    raise TypeError('refused')\n")
+    (tmp_path / "bundle_agent.py").write_text(
+        f"import sys\nsys.path.insert(0, {str(bundled)!r})\nimport refusing\nrefusing.refuse()\n")
+    monkeypatch.setattr(project, "_ON_BEHALF", (bundled.resolve(),))
+    monkeypatch.syspath_prepend(str(tmp_path))
+    with pytest.raises(InvalidInput, match=r"^bundle_agent.py line 4: TypeError: refused$"):
+        project._import_entry("bundle_agent", tmp_path.resolve())
+
+
 @pytest.mark.parametrize(("text", "says"), [
     ("hadnle: a\n", ["handle: Field required",
                      "hadnle: unknown field 'hadnle' (did you mean 'handle'?)"]),
