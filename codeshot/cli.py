@@ -351,15 +351,25 @@ def _agent_register(args: argparse.Namespace) -> int:
                            f"deployment_url in agent.yaml), or serve and register it with "
                            f"`codeshot serve {args.agent_dir} --register`")
     target = Target.find()
-    agent_id = PlatformClient(target).register(agent_fields(config, url))
-    print(f"Registered {agent_id} at {url} with the platform at {target}")
+    agent_id, updated = PlatformClient(target).register(agent_fields(config, url))
+    print(f"{'Updated' if updated else 'Registered'} {agent_id} at {url} with the platform "
+          f"at {target}")
     return 0
 
 
 def _new(args: argparse.Namespace) -> int:
+    import shlex
+
     from codeshot.devtools.agents import new_agent
 
-    print(f"Created agent {new_agent(args.agent_dir)!r} in {args.agent_dir}")
+    handle = new_agent(args.agent_dir)
+    where = shlex.quote(str(args.agent_dir))
+    print(f"Created agent {handle!r} in {args.agent_dir}. It is still the notes template:\n"
+          f"  1. edit {args.agent_dir / 'agent.py'}: the base prompt, few-shots and Funcs\n"
+          f"  2. edit {args.agent_dir / 'agent.yaml'}: its description, sample queries and "
+          "tests are the template's\n"
+          f"  3. codeshot agent test {where}\n"
+          f"  4. codeshot serve {where} --register   (beside `codeshot local up`)")
     return 0
 
 
@@ -586,7 +596,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     new = commands.add_parser(
         "new", help="copy the agent template into a new directory",
-        description="Copy the agent template to AGENT_DIR; the handle is the directory name.",
+        description="Copy the agent template to AGENT_DIR; the handle is the directory name. "
+                    "It prints what to edit (agent.py, agent.yaml) and run next.",
     )
     new.add_argument("agent_dir", type=Path, metavar="AGENT_DIR")
     new.set_defaults(run=_new)
@@ -751,8 +762,9 @@ def _main(argv: list[str] | None) -> int:
 
 
 def _report(error: CodeshotError) -> int:
-    """docs/errors.md's one line on stderr, and exit code 2."""
-    print(f"codeshot: error: {error.message} ({error.code})", file=sys.stderr)
+    """docs/errors.md's line on stderr (one per problem the message lists), exit code 2."""
+    for problem in error.message.splitlines():
+        print(f"codeshot: error: {problem} ({error.code})", file=sys.stderr)
     return 2
 
 

@@ -171,12 +171,13 @@ class PlatformClient(GraphQLClient):
         username: str = self.call(USERNAME)["user"]["username"]
         return username
 
-    def register(self, fields: dict[str, Any]) -> str:
+    def register(self, fields: dict[str, Any]) -> tuple[str, bool]:
         """Create the caller's agent ``fields["handle"]``, or update it and re-read its
-        handshake (its code may have changed at the same URL); returns its id."""
+        handshake (its code may have changed at the same URL); its id, and whether it
+        was registered before (updated)."""
         agent_id = f"{self.username()}/{fields['handle']}"
         if self.call(AGENT, {"id": agent_id})["agentById"] is None:
-            return str(self.call(CREATE, {"d": fields})["createAgent"]["agent"]["agentId"])
+            return str(self.call(CREATE, {"d": fields})["createAgent"]["agent"]["agentId"]), False
         self.call(UPDATE, {"d": fields})
         try:
             response = self.http.post(f"{self.target.api_url}/api/refresh/{agent_id}")
@@ -187,7 +188,7 @@ class PlatformClient(GraphQLClient):
             raise RemoteError(error.get("message", f"refresh answered HTTP "
                                         f"{response.status_code}"),
                               error.get("code", CodeshotError.code))
-        return agent_id
+        return agent_id, True
 
 
     def serve_here(self, fields: dict[str, Any]) -> tuple[str, Lent | None]:
@@ -199,7 +200,7 @@ class PlatformClient(GraphQLClient):
         agent = self.call(CURRENT, {"id": agent_id})["agentById"]
         previous = (agent or {}).get("currentRevision")
         if agent is None or previous is None:
-            return self.register(fields), None
+            return self.register(fields)[0], None
         made = self.call(NEW_REVISION, {"h": fields["handle"], "u": fields["funcUrl"]})
         lent = Lent(agent_id, fields["handle"],
                     str(made["createAgentRevision"]["revision"]["id"]), str(previous["id"]),
@@ -224,9 +225,12 @@ class PlatformClient(GraphQLClient):
 def agent_fields(config: AgentConfig, url: str) -> dict[str, Any]:
     """agent.yaml as ``createAgent``/``updateAgent``'s agentData, served at ``url``."""
     # Fixie's agent.yaml descriptions are often block scalars; the platform keeps one line.
-    description = " ".join(config.description.split())
-    fields: dict[str, Any] = {"handle": config.handle, "description": description,
-                              "queryUrl": url, "funcUrl": url, "published": config.published}
+    fields: dict[str, Any] = {"handle": config.handle, "queryUrl": url, "funcUrl": url,
+                              "published": config.published}
+    # What agent.yaml leaves out is left as registered (an update), not emptied.
+    if config.description.strip():
+        # Fixie's agent.yaml descriptions are often block scalars; the platform keeps one line.
+        fields["description"] = " ".join(config.description.split())
     if config.name:
         fields["name"] = config.name
     if config.more_info_url:

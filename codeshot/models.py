@@ -251,6 +251,18 @@ MAX_CORPORA_JSON = 100_000  # characters of all corpora as stored, whatever else
 MAX_FUNCS = 100  # listed in a handshake (an MCP server has at most 64 tools)
 MAX_FUNC_NAME = 128  # as MCP tool names may be
 FUNC_NAME_RE = re.compile(r"\w+")  # Func[name] in few-shots, tool names, registrations
+# The platform's own Funcs (codeshot.runner.platform_funcs.LIBRARY) by name alone: the SDK
+# and registration check few-shots against them without their code (the register
+# function neither imports nor can reach what they call: corpora, the LLM, usage).
+PLATFORM_FUNC_NAMES = frozenset({"fixie_local_datetime", "fixie_query_embed",
+                                 "fixie_query_corpus", "fixie_calc", "fixie_http_get"})
+
+
+def check_sample_query(query: str) -> str:
+    """A sample query: one line of text, not blank (the router would embed nothing)."""
+    if not query.strip():
+        raise InvalidInput("a sample query must not be empty")
+    return check_text(query, "a sample query", MAX_SAMPLE_QUERY, one_line=True)
 
 
 def check_prompts(base_prompt: str, few_shots: list[str]) -> None:
@@ -276,7 +288,7 @@ def check_agent_fields(agent: Agent) -> Agent:
         raise InvalidInput(f"{len(agent.sample_queries)} sample queries; an agent has at most "
                            f"{MAX_SAMPLE_QUERIES}")
     for query in agent.sample_queries:
-        check_text(query, "a sample query", MAX_SAMPLE_QUERY, one_line=True)
+        check_sample_query(query)
     _check_corpora(agent.corpora or [])
     funcs = agent.funcs or []
     if len(funcs) > MAX_FUNCS:

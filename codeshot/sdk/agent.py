@@ -8,23 +8,35 @@ platform.
 
 from __future__ import annotations
 
+import difflib
 import functools
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
-from codeshot.engine.fewshot import FewShotError, func_names, parse_few_shots, validate_base_prompt
-from codeshot.models import FUNC_NAME_RE, MAX_FUNC_NAME, MAX_FUNCS, check_prompts
+from codeshot.engine.fewshot import (
+    FewShotError,
+    Kind,
+    Step,
+    lines_of,
+    parse_few_shots,
+    parse_line,
+    validate_base_prompt,
+)
+from codeshot.errors import InvalidInput
+from codeshot.models import (
+    FUNC_NAME_RE,
+    MAX_FUNC_NAME,
+    MAX_FUNCS,
+    PLATFORM_FUNC_NAMES,
+    check_prompts,
+)
 from codeshot.sdk.corpora import CustomCorpus, UrlDocumentCorpus
 from codeshot.sdk.funcs import Func, make_func
 from codeshot.sdk.llm_settings import LlmSettings
 from codeshot.sdk.oauth import OAuthHandler, OAuthParams
 from codeshot.sdk.wire import Message
 from codeshot.settings import Settings, get_settings
-
-# Funcs the platform answers itself (fixie_local_datetime, fixie_query_embed, ...): few-shots
-# may ask them without registering them, as in Fixie 1.0.
-PLATFORM_FUNC_PREFIX = "fixie_"
 
 
 class AgentBase:
@@ -176,13 +188,37 @@ class CodeShotAgent(AgentBase):
         }
 
     def validate(self) -> None:
-        missing = [n for n in func_names(self.parsed_few_shots)
-                   if n not in self._funcs and not n.startswith(PLATFORM_FUNC_PREFIX)]
-        if missing:
-            raise FewShotError(
-                "the few-shots ask " + ", ".join(f"Func[{n}]" for n in missing)
-                + ", which no @agent.register_func defines"
-            )
+        """Each Func the few-shots use is the agent's or the platform's (PLATFORM_FUNC_NAMES,
+        which few-shots ask without defining, as in Fixie 1.0), and each Ask's arguments
+        are ones its typed parameters read: else the model, copying the example, would
+        fail the same way on every query."""
+        for number, line, step in self._func_steps():
+            where = f"few-shot {number}, line {line}"
+            name = step.target or ""
+            func = self._funcs.get(name)
+            if func is None and name not in PLATFORM_FUNC_NAMES:
+                near = difflib.get_close_matches(name, [*self._funcs, *PLATFORM_FUNC_NAMES], 1)
+                raise FewShotError(
+                    f"{where}: the few-shots ask Func[{name}], which no "
+                    "@agent.register_func defines"
+                    + (f" (did you mean Func[{near[0]}]?)" if near else "")
+                    + f"; defined: {', '.join(sorted(self._funcs)) or 'none'}",
+                    few_shot=number, line=line)
+            if func is not None and func.arguments is not None and step.kind is Kind.ASK_FUNC:
+                try:
+                    func.arguments.call(step.text)
+                except InvalidInput as exc:
+                    raise FewShotError(f"{where}: {exc.message}, so Func[{name}]'s typed "
+                                       "parameters cannot read this example's arguments",
+                                       few_shot=number, line=line) from None
+
+    def _func_steps(self) -> Iterator[tuple[int, int, Step]]:
+        """(few-shot number, line number, step) of each Ask Func and Func says line."""
+        for number, text in enumerate(self.few_shots, start=1):
+            for line, source in enumerate(lines_of(text), start=1):
+                step = parse_line(source)
+                if step is not None and step.kind in (Kind.ASK_FUNC, Kind.FUNC_SAYS):
+                    yield number, line, step
 
 
 class StandaloneAgent(AgentBase):

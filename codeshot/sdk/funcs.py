@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from codeshot.engine.components import Command, as_result, command, type_hints
-from codeshot.errors import ERR_AGENT_UNHANDLED_EXCEPTION, CodeshotError
+from codeshot.errors import ERR_AGENT_UNHANDLED_EXCEPTION, AgentFailed, CodeshotError
 from codeshot.sdk.auth import Claims
 from codeshot.sdk.oauth import AuthorizationRequired, OAuthHandler, OAuthParams
 from codeshot.sdk.user_storage import UserStorage
@@ -96,7 +96,8 @@ def as_agent_exception(exc: Exception, func_name: str) -> AgentException:
 def responses(result: Any) -> Iterator[AgentResponse]:
     """A result as replies: AgentResponse, Message, str, an iterator of those (streamed);
     None is no reply (ERR_NO_RESPONSE: a Func that forgot to return, not the text
-    "null"); anything else (numbers, lists, dicts from typed Funcs) as its JSON text."""
+    "null"); bytes as their UTF-8 text (a subprocess's output), never ``b'...'``; anything
+    else (numbers, lists, dicts from typed Funcs) as its JSON text."""
     if result is None:
         return
     if isinstance(result, AgentResponse):
@@ -105,6 +106,13 @@ def responses(result: Any) -> Iterator[AgentResponse]:
         yield AgentResponse(result)
     elif isinstance(result, str):
         yield AgentResponse(Message(result))
+    elif isinstance(result, bytes | bytearray):
+        try:
+            yield AgentResponse(Message(bytes(result).decode("utf-8")))
+        except UnicodeDecodeError:
+            raise AgentFailed(f"the Func returned {len(result)} bytes that are not UTF-8 "
+                              "text: return text, or the bytes as an Embed (Embed.content)"
+                              ) from None
     elif isinstance(result, Iterator):
         for item in result:
             yield from responses(item)

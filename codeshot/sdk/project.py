@@ -8,6 +8,7 @@ and test fixtures.
 
 from __future__ import annotations
 
+import difflib
 import importlib
 import os
 import re
@@ -18,9 +19,10 @@ from types import ModuleType
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic_core import ErrorDetails
 
 from codeshot.errors import InvalidInput
-from codeshot.models import validate_handle
+from codeshot.models import check_sample_query, validate_handle
 from codeshot.sdk.agent import AgentBase
 
 CONFIG_FILE = "agent.yaml"
@@ -35,6 +37,8 @@ class AgentTest(BaseModel):
     as Fixie's tests are written), judged by the configured language model; any other
     text must appear in the answer (any case). ``regex``: must match the answer.
     """
+
+    model_config = ConfigDict(extra="forbid")
 
     query: str
     expected: str | None = None
@@ -58,7 +62,9 @@ class AgentTest(BaseModel):
 
 
 class AgentConfig(BaseModel):
-    model_config = ConfigDict(extra="ignore", populate_by_name=True)
+    # Unknown keys are refused, not ignored: a misspelt one (`descripton:`) would leave its
+    # field empty unnoticed. Fixie 1.0's agent.yaml holds only fields named here.
+    model_config = ConfigDict(extra="forbid", populate_by_name=True)
 
     handle: str
     name: str = ""
@@ -89,6 +95,14 @@ class AgentConfig(BaseModel):
     def _handle(cls, value: str) -> str:
         return validate_handle(value)
 
+    @field_validator("sample_queries")
+    @classmethod
+    def _sample_queries(cls, values: list[str]) -> list[str]:
+        try:  # refused here, naming agent.yaml, rather than when registered
+            return [check_sample_query(query) for query in values]
+        except InvalidInput as exc:
+            raise ValueError(exc.message) from None
+
     @field_validator("name", "description", "more_info_url", mode="before")
     @classmethod
     def _null_is_empty(cls, value: object) -> object:
@@ -112,7 +126,8 @@ def read_config(agent_dir: Path) -> AgentConfig:
                            f"{CONFIG_FILE} and its code)")
     path = agent_dir / CONFIG_FILE
     try:
-        values = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
+        # A SafeLoader: builds only plain YAML types.
+        values = yaml.load(path.read_text(encoding="utf-8"), _UniqueKeyLoader) or {}  # noqa: S506
         if isinstance(values, dict) and "entry_point" not in values \
                 and not (agent_dir / "agent.py").is_file():
             values["entry_point"] = "main:agent"  # Fixie 1.0's default
@@ -125,8 +140,55 @@ def read_config(agent_dir: Path) -> AgentConfig:
         raise InvalidInput(f"{path} is a directory, not the agent's configuration") from None
     except UnicodeDecodeError as exc:
         raise InvalidInput(f"{path} is not UTF-8 text: {exc}") from None
-    except (yaml.YAMLError, ValidationError) as exc:
-        raise InvalidInput(f"{path} is not valid: {exc}") from None
+    except yaml.MarkedYAMLError as exc:
+        mark = exc.problem_mark or exc.context_mark
+        where = f" line {mark.line + 1}" if mark else ""
+        raise InvalidInput(f"{path}{where}: not valid YAML: {exc.problem or exc.context}"
+                           ) from None
+    except yaml.YAMLError as exc:
+        raise InvalidInput(f"{path} is not valid YAML: {exc}") from None
+    except ValidationError as exc:
+        raise InvalidInput("\n".join(f"{path}: {problem}" for problem in _problems(exc))
+                           ) from None
+
+
+class _UniqueKeyLoader(yaml.SafeLoader):
+    """YAML keeps the last of a key written twice; agent.yaml refuses it (which was meant?)."""
+
+    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False
+                          ) -> dict[object, object]:
+        seen: set[object] = set()
+        for key_node, _ in node.value:
+            key = self.construct_object(key_node, deep=deep)
+            if key in seen:
+                raise yaml.constructor.ConstructorError(
+                    None, None, f"duplicate key {key!r}", key_node.start_mark)
+            seen.add(key)
+        return super().construct_mapping(node, deep=deep)
+
+
+def _fields(model: type[BaseModel]) -> list[str]:
+    """The keys the model reads: each field's alias (else its name), then aliased names."""
+    return [field.alias or name for name, field in model.model_fields.items()] + [
+        name for name, field in model.model_fields.items() if field.alias]
+
+
+def _problems(exc: ValidationError) -> list[str]:
+    """One ``field path: message`` per problem, without pydantic's input dump and URL."""
+    return [_problem(error) for error in exc.errors(include_url=False, include_input=False)]
+
+
+def _problem(error: ErrorDetails) -> str:
+    loc = error["loc"]
+    where = "".join(f"[{part}]" if isinstance(part, int) else f".{part}" for part in loc)
+    where = where.removeprefix(".")
+    if error["type"] == "extra_forbidden":
+        known = _fields(AgentTest if "tests" in loc[:1] else AgentConfig)
+        near = difflib.get_close_matches(str(loc[-1]), known, n=1)
+        hint = f" (did you mean {near[0]!r}?)" if near else f" (known: {', '.join(known)})"
+        return f"{where}: unknown field {loc[-1]!r}{hint}"
+    message = error["msg"].removeprefix("Value error, ")
+    return f"{where}: {message}" if where else message
 
 
 # The agent directories this process has loaded from (resolved).
@@ -163,24 +225,32 @@ def _import_entry(module_name: str, root: Path) -> ModuleType:
         where = _failed_at(exc, root)
         if where is None:
             raise
+        if isinstance(exc, InvalidInput):  # the SDK's own refusal: its message says what
+            raise InvalidInput(f"{where}: {exc.message}", **exc.details) from exc
         said = exc.msg if isinstance(exc, SyntaxError) else exc  # (its str names the line)
         raise InvalidInput(f"{where}: {type(exc).__name__}: {said}") from exc
 
 
-# Frames that raise on the agent code's behalf: the SDK refusing a Func name, importlib
-# not finding a module the agent imports. The agent's line is the one to name.
-_ON_BEHALF = (Path(__file__).resolve().parent, Path(importlib.__file__).resolve().parent)
+# Frames that raise on the agent code's behalf: codeshot's (the SDK refusing a Func name
+# or a parameter's type, the engine a few-shot's grammar), importlib's not finding a
+# module the agent imports. The agent's line is the one to name.
+_ON_BEHALF = (Path(__file__).resolve().parents[1], Path(importlib.__file__).resolve().parent)
+
+
+def _on_behalf(path: Path, root: Path) -> bool:
+    # Also codeshot installed inside the agent's directory (a bundle); but the examples
+    # shipped inside the package are the agent's own code.
+    return any(path.is_relative_to(b) and not root.is_relative_to(b) for b in _ON_BEHALF)
 
 
 def _failed_at(exc: Exception, root: Path) -> str | None:
     """``file line N`` where ``exc`` was raised, if that is the agent's own code (under
     ``root``, not a package installed there): the innermost frame in a real file other
-    than the SDK's and importlib's, or the file a SyntaxError names. None for an error
+    than codeshot's and importlib's, or the file a SyntaxError names. None for an error
     raised elsewhere (a library), whose traceback is what to read."""
     places = [(frame.filename, frame.lineno) for frame in traceback.extract_tb(exc.__traceback__)
               if not frame.filename.startswith("<")  # "<frozen importlib._bootstrap>"
-              and not any(Path(frame.filename).resolve().is_relative_to(behalf)
-                          for behalf in _ON_BEHALF)]
+              and not _on_behalf(Path(frame.filename).resolve(), root)]
     if isinstance(exc, SyntaxError) and exc.filename:
         places.append((exc.filename, exc.lineno))
     if not places:
@@ -204,8 +274,15 @@ def load_agent(agent_dir: Path, config: AgentConfig) -> AgentBase:
     if root in sys.path:
         sys.path.remove(root)
     sys.path.insert(0, root)  # first, so its modules win over installed ones
-    agent = getattr(_import_entry(module_name, Path(root)), attr, None)
+    module = _import_entry(module_name, Path(root))
+    agent = getattr(module, attr, None)
     if not isinstance(agent, AgentBase):
         raise InvalidInput(f"{config.entry_point} in {agent_dir} must be a CodeShotAgent or "
                            f"StandaloneAgent, got {type(agent).__name__}")
+    try:  # now that its Funcs are registered, not once it is served
+        agent.validate()
+    except InvalidInput as exc:
+        file = Path(module.__file__ or module_name).resolve()
+        where = file.relative_to(root) if file.is_relative_to(root) else file
+        raise InvalidInput(f"{where}: {exc.message}", **exc.details) from None
     return agent

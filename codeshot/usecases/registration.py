@@ -26,6 +26,7 @@ from codeshot.errors import CodeshotError, Conflict, InvalidInput, NotFound, Una
 from codeshot.models import (
     MAX_SAMPLE_QUERIES,
     MAX_SAMPLE_QUERY,
+    PLATFORM_FUNC_NAMES,
     Agent,
     AgentKind,
     Principal,
@@ -179,10 +180,13 @@ class AgentRegistration:
         url = agent.func_url or agent.query_url
         if not inline:
             if not url:
-                # `fixie deploy` and `fixie serve` send this: what works instead comes first.
+                # `fixie deploy` and `fixie serve` send this for a new agent: what works
+                # instead comes first, for either command.
                 raise InvalidInput(
-                    f"`fixie deploy` uploads code for Fixie to build and host, and {NOT_BUILT}."
-                    " (createAgent takes queryUrl or funcUrl, or the few-shots inline.)")
+                    "an agent is registered where it answers: createAgent without a URL "
+                    "(what `fixie deploy` and `fixie serve` send for a new agent) asks for "
+                    f"its code to be built and hosted; {NOT_BUILT}. (createAgent takes "
+                    "queryUrl or funcUrl, or the few-shots inline.)")
             token = self.s.auth.agent_token(agent.agent_id, None, None)
             hs = self.fetch(url, token)
             kind = AgentKind.STANDALONE if hs.type == "standalone" else AgentKind.CODE_SHOT
@@ -211,8 +215,6 @@ class AgentRegistration:
         wrote some (asking only those tools or the platform's Funcs), a base prompt and
         description from the server unless given, and the tools' descriptions as sample
         queries when no few-shot gives any."""
-        from codeshot.runner.platform_func_names import PLATFORM_FUNC_NAMES
-
         if agent.query_url or agent.func_url:
             raise InvalidInput("an agent is an MCP server (mcpUrl) or a Fixie agent "
                                "(queryUrl, funcUrl), not both")

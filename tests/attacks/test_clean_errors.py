@@ -53,6 +53,18 @@ def test_huge_agent_fields_are_invalid_input_not_internal(platform):
     assert platform.services.registry.scan_all() == []
 
 
+@pytest.mark.parametrize("query", ["", "   "])
+def test_an_empty_sample_query_is_refused(platform, query):
+    """It was stored, and listed as one of the agent's sample queries."""
+    _, key = platform.user()
+    out = platform.gql(key, """mutation ($q: [String!]) { createAgent(agentData: {handle:
+        "quiet", fewShots: [], basePrompt: "I help.", sampleQueries: $q}) { agent { agentId } } }""",
+                       {"q": ["Help me", query]})
+    assert code(out) == "INVALID_INPUT", out
+    assert out["errors"][0]["message"] == "a sample query must not be empty"
+    assert platform.services.registry.scan_all() == []
+
+
 def test_json_nested_100000_deep_is_invalid_input(platform):
     _, key = platform.user()
     headers = {"Authorization": f"Bearer {key}", "Content-Type": "application/json"}

@@ -180,6 +180,26 @@ def test_register_an_unmodified_fixieai_agent_by_url(live_stack, stack_dir, tmp_
                )["agentById"]["name"] == "Loud"
 
 
+def test_agent_register_again_says_updated_and_keeps_what_agent_yaml_leaves_out(
+        live_stack, stack_dir, tmp_path):
+    """It said "Registered" for an update too, and sent an empty description, which
+    erased the one the agent had."""
+    directory = agent_dir(tmp_path, "keeper")
+    port = free_port()
+    argv = [sys.executable, "-m", "codeshot.cli", "serve", str(directory), "--port", str(port)]
+    with running(argv, stack_dir, {**os.environ, "PYTHONPATH": str(ROOT)}, until="Serving"):
+        url = f"http://127.0.0.1:{port}"
+        first = codeshot("agent", "register", str(directory), "--url", url, cwd=stack_dir)
+        assert first.stdout.startswith(f"Registered local/keeper at {url} "), first.stderr
+        yaml = directory / "agent.yaml"
+        yaml.write_text(yaml.read_text().replace(
+            "description: |\n  The `shouter` agent shouts words back.\n", ""))
+        again = codeshot("agent", "register", str(directory), "--url", url, cwd=stack_dir)
+        assert again.stdout.startswith(f"Updated local/keeper at {url} "), again.stderr
+    assert gql(live_stack, 'query { agentById(agentId: "local/keeper") { description } }'
+               )["agentById"]["description"] == "The `shouter` agent shouts words back."
+
+
 def readme_steps() -> list[list[str]]:
     """The commands of the README's "Writing an agent" block, as a new user types them."""
     section = (ROOT / "README.md").read_text().split("\n## Writing an agent\n", 1)[1]
@@ -249,6 +269,20 @@ def test_bad_input_is_one_clear_line(stack_dir, tmp_path):
             assert out.returncode == 2, (args, out.stdout, out.stderr)
             assert out.stdout == "" and len(out.stderr.splitlines()) == 1, out.stderr
             assert message in out.stderr and out.stderr.startswith("codeshot: error: ")
+
+
+def test_each_mistake_in_agent_yaml_is_a_line_of_its_own(tmp_path):
+    directory = agent_dir(tmp_path, "tipper")
+    yaml = directory / "agent.yaml"
+    yaml.write_text(yaml.read_text().replace("description:", "descripton:")
+                    .replace("name:", "nmae:"))
+    out = codeshot("agent", "test", "tipper", cwd=tmp_path)
+    assert out.returncode == 2 and out.stdout == ""
+    assert out.stderr.splitlines() == [
+        "codeshot: error: tipper/agent.yaml: nmae: unknown field 'nmae' (did you mean "
+        "'name'?) (INVALID_INPUT)",
+        "codeshot: error: tipper/agent.yaml: descripton: unknown field 'descripton' (did you "
+        "mean 'description'?) (INVALID_INPUT)"]
 
 
 def test_agent_test_skips_sentences_offline_and_checks_text_and_regex(tmp_path):

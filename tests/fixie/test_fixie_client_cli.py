@@ -161,7 +161,8 @@ def test_fixie_deploy_is_refused_with_the_ways_that_work(live_stack, fixie_pytho
                          check=False)
     assert out.returncode != 0
     # What works instead comes first, not createAgent's arguments fixie deploy never sent.
-    assert "{'message': '`fixie deploy` uploads code for Fixie to build and host, and " \
-        "codeshot does not build code on request: use `codeshot serve DIR --register` " \
-        "locally" in out.stderr and "INVALID_INPUT" in out.stderr
+    assert "{'message': 'an agent is registered where it answers: createAgent without a URL " \
+        "(what `fixie deploy` and `fixie serve` send for a new agent) asks for its code to " \
+        "be built and hosted; codeshot does not build code on request: use `codeshot serve " \
+        "DIR --register` locally" in out.stderr and "INVALID_INPUT" in out.stderr
     assert "local/coin" not in fixie(fixie_python, env, "agent", "list")  # nothing half-made

@@ -83,13 +83,15 @@ def agent_dir(directory: Path, deployment_url: str | None) -> None:
     (directory / "main.py").write_text(SERVED.format(few_shots=FEW_SHOTS))
 
 
-def refused(fixie_python: Path, live, user, directory: Path, *args: str) -> None:
-    """`fixie *args` in the agent's ``directory`` fails, saying what to do instead."""
+def refused(fixie_python: Path, live, user, directory: Path, *args: str) -> str:
+    """`fixie *args` in the agent's ``directory`` fails, saying what to do instead; its
+    stderr."""
     out = subprocess.run([str(fixie_python.with_name("fixie")), *args], cwd=directory,
                          env=fixie_env({"api_url": live.url, "api_key": user.key}, directory),
                          capture_output=True, text=True, timeout=120, check=False)
     assert out.returncode != 0
     assert "INVALID_INPUT" in out.stderr and "codeshot serve DIR --register" in out.stderr
+    return out.stderr
 
 
 # The query right after a switch goes to the new revision: a runner keeps an agent only
@@ -175,7 +177,10 @@ def test_fixie_deploy_with_a_deployment_url_makes_a_revision_there_current(
 def test_fixie_serve_of_an_unregistered_agent_says_to_register_it_first(
         live, user, fixie_python, tmp_path):
     agent_dir(tmp_path, f"http://127.0.0.1:{free_port()}")
-    refused(fixie_python, live, user, tmp_path, "serve", "--no-tunnel", "--host", "127.0.0.1",
-            "--port", str(free_port()))
+    said = refused(fixie_python, live, user, tmp_path, "serve", "--no-tunnel", "--host",
+                   "127.0.0.1", "--port", str(free_port()))
+    # It began "`fixie deploy` uploads code ...", which the user never ran.
+    assert "an agent is registered where it answers: createAgent without a URL (what " \
+        "`fixie deploy` and `fixie serve` send for a new agent)" in said, said
     assert live.gql(user.key, REVISIONS, {"id": f"{user.username}/secret"})["data"] == {
         "agentById": None}

@@ -128,8 +128,8 @@ def test_http_get_stops_at_the_querys_deadline():
 
 
 def test_registration_knows_every_platform_func_by_name():
-    """Registration reads the names without the Funcs' code: a Func added to one list and
-    not the other would be refused in an MCP agent's few-shots, or asked and not found."""
-    from codeshot.runner.platform_func_names import PLATFORM_FUNC_NAMES
+    """Registration and the SDK read the names without the Funcs' code: a Func added to one
+    list and not the other would be refused in few-shots, or asked and not found."""
+    from codeshot.models import PLATFORM_FUNC_NAMES
 
     assert set(LIBRARY) == PLATFORM_FUNC_NAMES

@@ -43,6 +43,24 @@ def test_typed_parameters_are_parsed_from_the_text():
     assert make_func(add, "add").parameters["required"] == ["a", "b"]
 
 
+def test_a_func_returning_bytes_answers_their_text_or_says_they_are_not_text():
+    """It answered the literal b'12'."""
+    from codeshot.sdk.wire import AgentException
+
+    def digits(query: Message) -> bytes:
+        return b"12"
+
+    def binary(query: Message) -> bytes:
+        return b"\x89PNG\r\n"
+
+    assert first_text(digits) == "12"
+    with pytest.raises(AgentException) as raised:
+        first_text(binary)
+    assert (raised.value.error_code, raised.value.response_message) == (
+        "AGENT_ERROR", "the Func returned 6 bytes that are not UTF-8 text: return text, or the "
+        "bytes as an Embed (Embed.content)")
+
+
 def test_user_storage_is_injected_by_name_or_type():
     def by_type(store: UserStorage, query: str) -> str: ...
     def by_name(user_storage, query: str) -> str: ...
@@ -114,8 +132,56 @@ def test_prompts_in_indented_strings_are_stripped_as_fixie_does():
 
 def test_the_app_refuses_few_shots_asking_unregistered_funcs():
     agent = CodeShotAgent("I test.", ["Q: x\nAsk Func[missing]: 1\nFunc[missing] says: 2\nA: 2"])
-    with pytest.raises(FewShotError, match=r"Func\[missing\], which no @agent\.register_func"):
+    with pytest.raises(FewShotError, match=r"^few-shot 1, line 2: the few-shots ask "
+                       r"Func\[missing\], which no @agent\.register_func defines; defined: none$"):
         agent.app()
+
+
+SPLITTER = """
+Q: Split 90 dollars 3 ways
+Ask Func[split]: {split}
+Func[split] says: 30
+A: 30 each
+
+Q: What is 2+2?
+Ask Func[{calc}]: 2+2
+Func[{calc}] says: 4
+A: 4
+"""
+
+
+@pytest.mark.parametrize(("split", "calc", "says"), [
+    # A mistyped platform Func passed as one (every fixie_* name did).
+    ("90, 3", "fixie_cacl", "few-shot 2, line 2: the few-shots ask Func[fixie_cacl], which no "
+     "@agent.register_func defines (did you mean Func[fixie_calc]?); defined: split, tip"),
+    # An example its own Func cannot read: the model, copying it, failed every query.
+    ("ninety dollars for 3", "fixie_calc", "few-shot 1, line 2: split expects (amount, "
+     "people), got 'ninety dollars for 3', so Func[split]'s typed parameters cannot read "
+     "this example's arguments"),
+    ("ninety, 3", "fixie_calc", "few-shot 1, line 2: argument amount must be number, got "
+     "'ninety', so Func[split]'s typed parameters cannot read this example's arguments"),
+])
+def test_few_shots_a_func_cannot_answer_are_refused_when_the_agent_is_built(split, calc, says):
+    agent = CodeShotAgent("I split bills.", SPLITTER.format(split=split, calc=calc))
+
+    @agent.register_func
+    def split(amount: float, people: int) -> float:
+        return amount / people
+
+    @agent.register_func
+    def tip(percent: float, amount: float) -> float:
+        return percent * amount / 100
+
+    with pytest.raises(FewShotError) as raised:
+        agent.validate()
+    assert raised.value.message == says
+
+
+def test_few_shots_its_funcs_read_and_the_platforms_funcs_are_accepted():
+    agent = CodeShotAgent("I split bills.", SPLITTER.format(split='{"amount": 90, "people": 3}',
+                                                            calc="fixie_calc"))
+    agent.register_func(lambda amount, people: "30", func_name="split")
+    agent.validate()
 
 
 def test_register_func_keeps_the_function_and_refuses_duplicates():
@@ -281,3 +347,107 @@ def test_only_the_agents_own_code_failing_to_import_is_called_its_error(tmp_path
         _import_entry("calls_a_library", tmp_path.resolve())
     with pytest.raises(RuntimeError, match="library bug"):
         _import_entry("uses_vendored", tmp_path.resolve())
+
+
+def test_what_the_sdk_and_engine_refuse_while_the_agent_loads_names_its_line(tmp_path,
+                                                                             monkeypatch):
+    """A Func parameter's type and a few-shot's grammar: a 40-line traceback ending in
+    codeshot/engine/components.py, and "few-shot 2, line 3: ..." naming no file."""
+    from codeshot.sdk.project import _import_entry
+
+    (tmp_path / "typed.py").write_text(
+        "from decimal import Decimal\nfrom codeshot.sdk import CodeShotAgent\n"
+        "agent = CodeShotAgent('I tip.', 'Q: Tip\\nAsk Func[tip]: 15\\nFunc[tip] says: 3\\n"
+        "A: 3')\n\n@agent.register_func\ndef tip(percent: Decimal) -> str:\n    return ''\n")
+    (tmp_path / "grammar.py").write_text(
+        "from codeshot.sdk import CodeShotAgent\n\nagent = CodeShotAgent('I tip.', [\n"
+        "    'Q: Tip 15% on 20\\nA: 3',\n    'Q: Tip 10% on 20\\nAsk Func[tip]: 10, 20\\n"
+        "Func[tip] says: 2'])\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    with pytest.raises(InvalidInput, match=r"^typed.py line 5: TypeError: Func tip: parameter "
+                       r"percent has type <class 'decimal.Decimal'>; Funcs take str"):
+        _import_entry("typed", tmp_path.resolve())
+    with pytest.raises(InvalidInput) as raised:
+        _import_entry("grammar", tmp_path.resolve())
+    assert raised.value.message == ('grammar.py line 3: few-shot 2, line 3: a few-shot must '
+                                    'end with "A:", got "Func[tip] says: 2"')
+
+
+def test_codeshot_bundled_in_the_agents_directory_still_raises_on_its_behalf(tmp_path,
+                                                                            monkeypatch):
+    """A Lambda bundle holds codeshot beside agent.py: its frames are not the agent's."""
+    from codeshot.sdk import project
+
+    bundled = tmp_path / "bundled_sdk"
+    bundled.mkdir()
+    (bundled / "refusing.py").write_text("def refuse():\n    raise TypeError('refused')\n")
+    (tmp_path / "bundle_agent.py").write_text(
+        f"import sys\nsys.path.insert(0, {str(bundled)!r})\nimport refusing\nrefusing.refuse()\n")
+    monkeypatch.setattr(project, "_ON_BEHALF", (bundled.resolve(),))
+    monkeypatch.syspath_prepend(str(tmp_path))
+    with pytest.raises(InvalidInput, match=r"^bundle_agent.py line 4: TypeError: refused$"):
+        project._import_entry("bundle_agent", tmp_path.resolve())
+
+
+@pytest.mark.parametrize(("text", "says"), [
+    ("hadnle: a\n", ["handle: Field required",
+                     "hadnle: unknown field 'hadnle' (did you mean 'handle'?)"]),
+    ("handle: a\ndescripton: Tips.\nsample_querys: [Tip 15%]\n",
+     ["descripton: unknown field 'descripton' (did you mean 'description'?)",
+      "sample_querys: unknown field 'sample_querys' (did you mean 'sample_queries'?)"]),
+    ("handle: a\ntests:\n  - query: Tip\n    expeted: 15\n",
+     ["tests[0].expeted: unknown field 'expeted' (did you mean 'expected'?)"]),
+    ("handle: a\nname: [1]\n", ["name: Input should be a valid string"]),
+    ("handle: a\nsample_queries: [Tip 15%, '']\n",
+     ["sample_queries: a sample query must not be empty"]),
+])
+def test_agent_yaml_mistakes_are_one_line_each_naming_the_field(agent_dirs, text, says):
+    """A misspelt key was ignored (its field left empty), and pydantic's dump
+    (input_value=..., its URL) was the message."""
+    from codeshot.errors import InvalidInput
+    from codeshot.sdk.project import read_config
+
+    write_agent(agent_dirs / "a", text)
+    with pytest.raises(InvalidInput) as raised:
+        read_config(agent_dirs / "a")
+    path = agent_dirs / "a" / "agent.yaml"
+    assert raised.value.message.splitlines() == [f"{path}: {line}" for line in says]
+
+
+def test_a_key_written_twice_in_agent_yaml_is_refused(agent_dirs):
+    """YAML keeps the last one: which handle was meant?"""
+    from codeshot.errors import InvalidInput
+    from codeshot.sdk.project import read_config
+
+    write_agent(agent_dirs / "a", "handle: a\nname: A\nhandle: b\n")
+    with pytest.raises(InvalidInput) as raised:
+        read_config(agent_dirs / "a")
+    assert raised.value.message == (f"{agent_dirs / 'a' / 'agent.yaml'} line 3: not valid "
+                                    "YAML: duplicate key 'handle'")
+
+
+def test_every_key_of_the_fixie_examples_agent_yaml_files_still_loads(agent_dirs):
+    """fixie-examples' agent.yaml files (all their versions) use only these keys."""
+    from codeshot.sdk.project import read_config
+
+    write_agent(agent_dirs / "a", "handle: a\nname: A\ndescription: |\n  Rolls dice.\n"
+                "more_info_url: https://example.com\nentry_point: main:agent\npublic: false\n"
+                "deployment_url: https://example.com/a\ntests:\n  - query: Roll\n"
+                "    expected: The response should name a number.\n")
+    config = read_config(agent_dirs / "a")
+    assert (config.handle, config.description, config.deployment_url) == (
+        "a", "Rolls dice.\n", "https://example.com/a")
+
+
+def test_loading_an_agent_refuses_a_func_its_few_shots_ask_and_it_lacks(agent_dirs):
+    """Found when it is loaded (`agent test`, `serve`), in its file, not when served."""
+    from codeshot.sdk.project import load_agent, read_config
+
+    write_agent(agent_dirs / "a", "handle: a\n", "from codeshot.sdk import CodeShotAgent\n"
+                "agent = CodeShotAgent('I add.', 'Q: 2+2?\\nAsk Func[fixie_cacl]: 2+2\\n"
+                "Func[fixie_cacl] says: 4\\nA: 4')\n")
+    with pytest.raises(InvalidInput) as raised:
+        load_agent(agent_dirs / "a", read_config(agent_dirs / "a"))
+    assert raised.value.message == (
+        "agent.py: few-shot 1, line 2: the few-shots ask Func[fixie_cacl], which no "
+        "@agent.register_func defines (did you mean Func[fixie_calc]?); defined: none")

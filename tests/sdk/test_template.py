@@ -79,6 +79,19 @@ def test_new_copies_the_template_with_the_directory_as_handle(copy):
     assert codeshot("new", str(copy)).returncode == 2  # never over an existing directory
 
 
+def test_new_says_what_to_edit_and_run_next(tmp_path):
+    """It said only "Created agent 'tipper' in tipper": the copy still answers as the notes
+    template, its agent.yaml tests the template's Funcs."""
+    made = codeshot("new", "my tips", cwd=tmp_path)
+    assert made.stdout.splitlines() == [
+        "Created agent 'my-tips' in my tips. It is still the notes template:",
+        "  1. edit my tips/agent.py: the base prompt, few-shots and Funcs",
+        "  2. edit my tips/agent.yaml: its description, sample queries and tests are the "
+        "template's",
+        "  3. codeshot agent test 'my tips'",
+        "  4. codeshot serve 'my tips' --register   (beside `codeshot local up`)"]
+
+
 @pytest.mark.parametrize(("name", "handle"), [
     ("My Notes_Agent!", "my-notes_agent"), ("--x--", "x"), ("Ünïcode 2", "n-code-2")])
 def test_handles_are_normalised(name, handle):

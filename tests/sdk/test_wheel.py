@@ -40,7 +40,7 @@ def run(installed: Path, *code: str, cwd: Path) -> subprocess.CompletedProcess[s
 def test_codeshot_new_copies_the_template_from_an_installed_package(installed, tmp_path):
     out = run(installed, "-m", "codeshot.cli", "new", "mine", cwd=tmp_path)
     assert out.returncode == 0, out.stderr
-    assert out.stdout.strip() == "Created agent 'mine' in mine"
+    assert out.stdout.startswith("Created agent 'mine' in mine. It is still the notes template")
     assert {p.name for p in (tmp_path / "mine").iterdir()} >= {"agent.py", "agent.yaml",
                                                                "README.md", "tests"}
 

@@ -2,7 +2,7 @@
 them (Fixie 1.0's built-ins, ``fixie_*``). An agent's own Func of the same name wins.
 
 Each Func is ``(text, context) -> answer text``; to add one, write it in a module here and
-name it in :data:`LIBRARY` and in :mod:`codeshot.runner.platform_func_names`.
+name it in :data:`LIBRARY` and in :data:`codeshot.models.PLATFORM_FUNC_NAMES`.
 """
 
 from __future__ import annotations
