@@ -11,7 +11,9 @@ every real result (a total the example computed, more dice than it rolled, a Fun
 reply in words where the example's was a number: a refusal), the answer is the results
 as returned. When no example is close it says it is an offline replay that found none,
 and so when its Ask would hold the example's own words or has no place for a count the
-query changed (an Ask of "2d6" for "two six-sided dice" cannot roll "a six-sided die").
+query changed (an Ask of "2d6" for "two six-sided dice" cannot roll "a six-sided die"; a
+number counts where the example said a count or right before a word its Ask receives, so
+"at 3pm" or "In 2024," elsewhere in a question replays as without it).
 Use it for local runs and tests of agents whose queries look like their few-shots; use
 ``bedrock`` or ``openai`` for anything else.
 """
@@ -62,6 +64,7 @@ _COUNT_WORDS = {
 }
 # fmt: on
 _GROUPS = frozenset({"pair", "couple", "dozen"})
+_PLACES = frozenset({Kind.ASK_FUNC, Kind.ASK_AGENT})  # the lines a count reaches a call in
 _GIVEN = re.compile(r"\s*\(given: (.*)\)\s*\Z", re.DOTALL)  # the planner's hand-off
 
 
@@ -100,13 +103,38 @@ def word_substitutions(example: str, actual: str) -> dict[str, str]:
 
 @dataclass(frozen=True)
 class _Run:
-    """A run of words the two texts differ in: what it maps, its words (the actual
-    text's, or the example's where the actual left it out), and whether it changes a
+    """A run of words the two texts differ in: what it maps, the example's words and the
+    actual text's (with the word after them, which both have), and whether it changes a
     count or number (a replay that cannot carry one does what the example asked)."""
 
     pairs: list[tuple[str, str]]
-    words: str
+    example: list[str]
+    actual: list[str]
+    after: str | None
     recounts: bool
+
+    @property
+    def words(self) -> str:
+        """The actual text's words, or the example's where the actual left them out."""
+        return " ".join(self.actual or self.example)
+
+    def counts_for(self, asked: set[str]) -> bool:
+        """Whether the number it changes is a count the Ask must carry: the example said a
+        count or number here ("a table" -> "two tables"), or the actual text says one
+        right before a word the example's Ask receives ("two" d20). A year, a time or a
+        "#2" elsewhere in the question is no count: a model would not carry it either."""
+        if not self.recounts:
+            return False
+        if any(_said(word) for word in self.example):
+            return True
+        words = [w.lower() for w in (*self.actual, *([self.after] if self.after else []))]
+        for k, word in enumerate(words[:len(self.actual)]):
+            rest = words[k + 1:]
+            if word in _GROUPS and rest[:1] == ["of"]:  # "a pair of" d20
+                rest = rest[1:]
+            if _counts([word]) and rest and rest[0] in asked - _STOPWORDS:
+                return True
+        return False
 
 
 def _runs(example: str, actual: str) -> list[_Run]:
@@ -125,8 +153,8 @@ def _runs(example: str, actual: str) -> list[_Run]:
             pairs = _replaced(left, right, i1, i2, j1, j2)
         else:
             pairs = _widened(left, right, i1, i2, j1, j2)
-        runs.append(_Run([pair for pair in pairs if _kept(*pair)],
-                         " ".join(right[j1:j2] or left[i1:i2]),
+        runs.append(_Run([pair for pair in pairs if _kept(*pair)], left[i1:i2], right[j1:j2],
+                         right[j2] if j2 < len(right) else None,
                          _counts(left[i1:i2]) != _counts(right[j1:j2])))
     return runs
 
@@ -209,6 +237,11 @@ def _count(words: Sequence[str]) -> int | None:
     if len(names) != 1:
         return None
     return int(names[0]) if names[0].isdecimal() else _COUNT_WORDS.get(names[0])
+
+
+def _said(word: str) -> bool:
+    """Whether a word says a count or number, one included ("a", "2", "d20", "six-sided")."""
+    return bool(numbers(word)) or any(part in _COUNT_WORDS for part in word.lower().split("-"))
 
 
 def _counts(words: Sequence[str]) -> list[Decimal]:
@@ -358,10 +391,12 @@ def _example_words(ask: str, asked: str, query: str, real: Sequence[Step]) -> se
 
 def _lost_counts(turn: Sequence[Step], query: str) -> list[str]:
     """The query's words for each count it says where the example said another (and for
-    each count it left out) that no line the example writes has a place for: its "2d6"
-    for "two six-sided dice" would roll two dice for "a six-sided die"."""
-    written = [s.text for s in turn[1:] if s.kind not in SAYS]
-    return [run.words for run in _runs(turn[0].text, query) if run.recounts and not any(
+    each count it left out) that no Ask line of the example has a place for: its "2d6"
+    for "two six-sided dice" would roll two dice for "a six-sided die". Only an Ask is a
+    place: a count the answer alone carries ("Done: two tables") was never asked for."""
+    written = [s.text for s in turn[1:] if s.kind in _PLACES]
+    asked = {word.lower() for text in written for word in _WORD.findall(text)}
+    return [run.words for run in _runs(turn[0].text, query) if run.counts_for(asked) and not any(
         _holds(text, old) for old, _ in run.pairs for text in written)]
 
 

@@ -305,3 +305,45 @@ def test_the_dice_example_rolls_the_dice_said_in_words() -> None:
     sides = {"Roll two d20": 20, "roll a d20": 20, "roll me a twenty-sided die": 20}
     assert all(1 <= n <= sides.get(query, 6) for query, (_, rolls) in dice.items()
                for n in rolls)
+
+
+QUOTE = ["Q: What is the price of AMZN?\nAsk Func[quote]: AMZN\nFunc[quote] says: 178.25\n"
+         "A: AMZN is trading at $178.25.",
+         "Q: How much is Tesla stock?\nAsk Func[quote]: TSLA\nFunc[quote] says: 251.10\n"
+         "A: TSLA is trading at $251.10."]
+WORDS = ["Q: Roll a d20\nAsk Func[roll]: a d20\nFunc[roll] says: 17\nA: You rolled 17."]
+
+
+def test_a_number_that_counts_nothing_the_ask_receives_still_replays() -> None:
+    """Any number the example lacked made the replay decline: "How much is Tesla stock at
+    3pm?" had "no place for "at 3pm"", and "Today at 5: save a note: buy milk" saved
+    nothing. A number is a count only where the example said one or right before a
+    word its Ask receives; a year, a time or a "#2" elsewhere a model would drop too."""
+    asked = {query: next_lines(parse_few_shots(examples), [Step(Kind.Q, query)])
+             for examples, query in (
+                 (QUOTE, "How much is Tesla stock at 3pm?"),
+                 (QUOTE, "In 2024, what is the price of AMZN?"),
+                 (QUOTE, "Quick question #2: what is the price of AMZN?"),
+                 (NOTES, "Today at 5: save a note: buy milk"),
+                 (WORDS, "In 2024, roll a d20"))}
+    assert asked == {"How much is Tesla stock at 3pm?": "Ask Func[quote]: TSLA",
+                     "In 2024, what is the price of AMZN?": "Ask Func[quote]: AMZN",
+                     "Quick question #2: what is the price of AMZN?": "Ask Func[quote]: AMZN",
+                     "Today at 5: save a note: buy milk": "Ask Func[add_note]: buy milk",
+                     "In 2024, roll a d20": "Ask Func[roll]: a d20"}
+
+
+def test_a_count_only_the_answer_holds_was_never_asked_for() -> None:
+    """"Book two tables for 2 at 8pm" booked one table ("8pm, 2") and answered "Done:
+    tables 4...": the answer held "table", so the count had a place. Only an Ask is one."""
+    booking = parse_few_shots("Q: Book a table for 2 at 8pm\nAsk Func[book]: 8pm, 2\n"
+                              "Func[book] says: Booked table 4 for 2 at 8pm\n"
+                              "A: Done: table 4 for 2 people at 8pm.")
+    assert next_lines(booking, [Step(Kind.Q, "Book two tables for 2 at 8pm")]).startswith(
+        'Thought: No replay: the nearest few-shot, "Book a table for 2 at 8pm", would ask '
+        '"8pm, 2": it has no place for "two tables"\n')
+    # A number the example has no count beside is no count ("from 2024"): it replays.
+    notes = parse_few_shots("Q: What are my notes?\nAsk Func[list_notes]: all\n"
+                            "Func[list_notes] says: 1. buy milk\nA: Your notes: 1. buy milk")
+    assert next_lines(notes, [Step(Kind.Q, "What are my notes from 2024?")]) == \
+        "Ask Func[list_notes]: all"
