@@ -96,7 +96,8 @@ def word_substitutions(example: str, actual: str) -> dict[str, str]:
     article before its run, where the actual run has none, goes with it too ("the quick
     brown fox" -> "green eggs and ham", not "the green eggs and ham"). A count is no
     function word: "a" -> "two" maps with the word it counts ("a d20" -> "two d20"), as an
-    article alone would replace every "a" of a line.
+    article alone would replace every "a" of a line; nor is one after a function word
+    ("Roll me two d20" maps "a d20" -> "two d20" too).
     """
     return {old: new for run in _runs(example, actual) for old, new in run.pairs}
 
@@ -147,8 +148,10 @@ def _runs(example: str, actual: str) -> list[_Run]:
     for op, i1, i2, j1, j2 in matcher.get_opcodes():
         if op == "equal":
             continue
-        if op == "replace" and None not in (_count(left[i1:i2]), _count(right[j1:j2])):
-            pairs = _recounted(left, right, i1, i2, j1, j2)
+        # A count after a function word is still one: "Roll me two d20", "the two d20".
+        c1, d1 = _after_function_words(left, i1, i2), _after_function_words(right, j1, j2)
+        if op == "replace" and None not in (_count(left[c1:i2]), _count(right[d1:j2])):
+            pairs = _recounted(left, right, c1, i2, d1, j2)
         elif op == "replace":
             pairs = _replaced(left, right, i1, i2, j1, j2)
         else:
@@ -157,6 +160,14 @@ def _runs(example: str, actual: str) -> list[_Run]:
                          right[j2] if j2 < len(right) else None,
                          _counts(left[i1:i2]) != _counts(right[j1:j2])))
     return runs
+
+
+def _after_function_words(words: list[str], start: int, end: int) -> int:
+    """Where ``words[start:end]`` starts without its leading function words that are no
+    counts ("me", "the"; "a" stays: it is one)."""
+    while start < end and words[start].lower() in _STOPWORDS - _COUNT_WORDS.keys():
+        start += 1
+    return start
 
 
 def _kept(old: str, new: str) -> bool:

@@ -347,3 +347,18 @@ def test_a_count_only_the_answer_holds_was_never_asked_for() -> None:
                             "Func[list_notes] says: 1. buy milk\nA: Your notes: 1. buy milk")
     assert next_lines(notes, [Step(Kind.Q, "What are my notes from 2024?")]) == \
         "Ask Func[list_notes]: all"
+
+
+def test_a_count_after_a_function_word_is_still_a_count() -> None:
+    """"Roll me two d20" declined ("no place for "me two"") and "Throw me a six-sided die"
+    said "two not in the question": a function word before the count hid it."""
+    words, pair = parse_few_shots(WORDS), parse_few_shots(
+        "Q: Throw two six-sided dice\nAsk Func[roll]: two six-sided dice\n"
+        "Func[roll] says: 3 + 5 = 8\nA: You rolled 3 + 5 = 8.")
+    asked = {query: next_lines(examples, [Step(Kind.Q, query)]) for examples, query in (
+        (words, "Roll me two d20"), (words, "Roll me 2 d20"), (words, "Roll the two d20"),
+        (pair, "Throw me a six-sided die"))}
+    assert asked == {"Roll me two d20": "Ask Func[roll]: two d20",
+                     "Roll me 2 d20": "Ask Func[roll]: 2 d20",
+                     "Roll the two d20": "Ask Func[roll]: two d20",
+                     "Throw me a six-sided die": "Ask Func[roll]: a six-sided die"}
