@@ -28,7 +28,7 @@ from codeshot.engine.executor import Executor, Status, TraceStep
 from codeshot.engine.fewshot import parse_few_shots
 from codeshot.errors import CodeshotError, InvalidInput
 from codeshot.llm import LLM, ChatMessage, get_llm
-from codeshot.llm.fewshot import CANT_HELP, NO_REPLAY, miss
+from codeshot.llm.fewshot import DECLINES, NO_REPLAY, miss
 from codeshot.local.http_server import HttpServer
 from codeshot.local.stack import LOCAL_USER, TEMPLATE_DIR, LocalStack
 from codeshot.net.http import public_client
@@ -271,7 +271,7 @@ def run_cases(client: AgentTestClient, cases: list[AgentTest], llm: LLM,
                 outcome = Executor(components, llm, trace=steps.append).run(case.query)
                 text, status = outcome.text, outcome.status.value
             result = check(case, text, status, llm, judging)
-            if result.verdict is Verdict.FAIL and text == CANT_HELP:  # the replay had none
+            if result.verdict is Verdict.FAIL and text in DECLINES:  # the replay declined
                 why = [s.text.removeprefix(NO_REPLAY) for s in steps
                        if s.text.startswith(NO_REPLAY)]
                 result = dataclasses.replace(result, reason=why[-1] if why else miss(

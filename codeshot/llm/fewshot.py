@@ -10,10 +10,11 @@ writes it). A replay never contradicts a result: when the example's answer canno
 every real result (a total the example computed, more dice than it rolled, a Func's
 reply in words where the example's was a number: a refusal), the answer is the results
 as returned. When no example is close it says it is an offline replay that found none,
-and so when its Ask would hold the example's own words or has no place for a count the
-query changed (an Ask of "2d6" for "two six-sided dice" cannot roll "a six-sided die"; a
-number counts where the example said a count or right before a word its Ask receives, so
-"at 3pm" or "In 2024," elsewhere in a question replays as without it).
+and so when its Ask would hold the example's own words; when the Ask has no place for a
+count the query changed (an Ask of "2d6" for "two six-sided dice" cannot roll "a
+six-sided die"; a number counts where the example said a count or right before a word its
+Ask receives, so "at 3pm" or "In 2024," elsewhere in a question replays as without it) it
+says the example is close but the replay cannot fit that number, where a model would.
 Use it for local runs and tests of agents whose queries look like their few-shots; use
 ``bedrock`` or ``openai`` for anything else.
 """
@@ -34,11 +35,17 @@ from codeshot.llm.base import ChatMessage, Completion
 CANT_HELP = ("No example of this agent is close to your question, and this is an offline "
              "replay (the fewshot provider), not a language model: it only replays examples. "
              "Set CODESHOT_LLM to bedrock or openai for a real model.")
+# The example is close, but its Ask has no place for a count the question changed.
+NO_PLACE = ("An example of this agent is close to your question, but this offline replay (the "
+            "fewshot provider) cannot fit a number your question says into the call its "
+            "example makes; a language model would. Set CODESHOT_LLM to bedrock or openai for "
+            "a real model.")
+DECLINES = (CANT_HELP, NO_PLACE)  # the answers a replay gives when it replays nothing
 AS_RETURNED = "The offline replay cannot fit these results into its example's answer:"
 # An agent with no few-shots is a plain LLM agent: nothing here can stand in for the model.
 NEEDS_LLM = ("This agent needs a language model to answer, and the offline fewshot provider "
              "is not one: set CODESHOT_LLM to bedrock or openai.")
-NO_REPLAY = "No replay: "  # a Thought's start: why the replay answered CANT_HELP
+NO_REPLAY = "No replay: "  # a Thought's start: why the replay declined (DECLINES)
 THRESHOLD = 0.4  # below this Dice overlap of content words, an example does not apply
 
 _LETTERS = re.compile(r"[^\W\d_]{2}")  # a word: two letters running (not "18C"'s unit)
@@ -382,7 +389,7 @@ def next_lines(examples: Sequence[FewShot], transcript: Sequence[Step]) -> str:
         if step.kind in ASKS and (lost := _lost_counts(turn, query)):
             said = ", ".join(f'"{words}"' for words in lost)
             return _declined(f'the nearest few-shot, "{asked}", would ask "{replayed.text}": '
-                             f"it has no place for {said}")
+                             f"it has no place for {said}", NO_PLACE)
         if step.kind is Kind.A and real and not _carried(replayed.text, turn, query, real):
             lines.append(_as_returned(real))
             break
@@ -416,9 +423,10 @@ def _holds(text: str, phrase: str) -> bool:
     return re.search(rf"(?<!\w){re.escape(phrase)}(?!\w)", text) is not None
 
 
-def _declined(why: str) -> str:
-    """CANT_HELP, after a Thought saying why: the trace shows it, the answer stays plain."""
-    return f"{Step(Kind.THOUGHT, NO_REPLAY + why).render()}\nA: {CANT_HELP}"
+def _declined(why: str, answer: str = CANT_HELP) -> str:
+    """An answer that declines (DECLINES), after a Thought saying why: the trace shows it,
+    the answer stays plain."""
+    return f"{Step(Kind.THOUGHT, NO_REPLAY + why).render()}\nA: {answer}"
 
 
 class FewShotLLM:

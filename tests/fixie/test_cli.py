@@ -23,6 +23,7 @@ from pathlib import Path
 import httpx
 import pytest
 
+import codeshot as codeshot_package
 from codeshot.devtools.agents import (
     NEEDS_JUDGE,
     format_results,
@@ -32,6 +33,7 @@ from codeshot.devtools.agents import (
     serve_agent_dir,
 )
 from codeshot.errors import InvalidInput
+from codeshot.llm.fewshot import NO_PLACE
 from codeshot.settings import Settings
 from tests.conftest import free_port
 from tests.engine.conftest import ScriptedLLM
@@ -332,6 +334,24 @@ def test_a_test_the_replay_would_answer_with_the_examples_words_says_so(tmp_path
     assert result.verdict.value == "FAIL"
     assert result.reason == ('the nearest few-shot, "Shout hello", would ask "hello": hello '
                              "not in the question")
+
+
+def test_a_test_whose_count_the_replay_cannot_place_says_so(tmp_path):
+    """The answer said no example was close where one was, only its Ask ("2d6") had no
+    place for the test's "a": it says the replay cannot fit the number, and the reason
+    says where."""
+    directory = tmp_path / "dice"
+    shutil.copytree(Path(codeshot_package.__file__).parent / "local/examples/dice", directory)
+    main = directory / "agent.py"
+    main.write_text(main.read_text().replace("Ask Func[roll]: two six-sided dice",
+                                             "Ask Func[roll]: 2d6"))
+    config = directory / "agent.yaml"
+    config.write_text(config.read_text().split("tests:")[0] + "tests:\n"
+                      "  - query: Throw a six-sided die\n    regex: \"^You rolled [1-6]\\\\.$\"\n")
+    [result] = run_agent_tests(directory, Settings())
+    assert result.verdict.value == "FAIL" and result.answer == NO_PLACE
+    assert result.reason == ('the nearest few-shot, "Throw two six-sided dice", would ask '
+                             '"2d6": it has no place for "a"')
 
 
 def test_agent_test_finds_the_agents_own_mistakes_before_starting_a_platform(
