@@ -272,24 +272,30 @@ def test_a_count_the_query_changed_reaches_the_func_call_or_the_replay_declines(
     assert next_lines(coded, [Step(Kind.Q, "Throw two six-sided dice")]) == "Ask Func[roll]: 2d6"
 
 
-def test_the_dice_example_rolls_the_dice_said_in_words() -> None:
-    """The example dice agent, replayed: "Roll two d20" rolled one d20 and "Throw a
-    six-sided die" two dice (its Ask was "2d6", and its Func read "two d20" as one)."""
+def dice_example(query: str) -> tuple[list[str], str]:
+    """The example dice agent, replayed: the Func calls the trace shows, and the answer."""
     from codeshot.local.examples.dice.agent import BASE_PROMPT, FEW_SHOTS, roll
     from codeshot.sdk import Message
 
-    def rolled(query: str) -> tuple[list[str], list[int]]:
-        """The Func calls the trace shows, and the dice the answer states."""
-        trace: list[TraceStep] = []
-        agent = Executor(code_shot_components(BASE_PROMPT, [FEW_SHOTS],
-                                              lambda name, text: roll(Message(text))),
-                         FewShotLLM(), trace=trace.append)
-        answer = agent.run(query).text
-        shown = re.fullmatch(r"You rolled (\d+(?: \+ \d+)*)(?: = \d+)?\.", answer)
-        assert shown, answer
-        return ([t.text for t in trace if t.type is MessageType.FUNC_CALL],
-                [int(n) for n in shown.group(1).split(" + ")])
+    trace: list[TraceStep] = []
+    agent = Executor(code_shot_components(BASE_PROMPT, [FEW_SHOTS],
+                                          lambda name, text: roll(Message(text))),
+                     FewShotLLM(), trace=trace.append)
+    answer = agent.run(query).text
+    return [t.text for t in trace if t.type is MessageType.FUNC_CALL], answer
 
+
+def rolled(query: str) -> tuple[list[str], list[int]]:
+    """The dice example's Func calls for ``query``, and the dice its answer states."""
+    asks, answer = dice_example(query)
+    shown = re.fullmatch(r"You rolled (\d+(?: \+ \d+)*)(?: = \d+)?\.", answer)
+    assert shown, answer
+    return asks, [int(n) for n in shown.group(1).split(" + ")]
+
+
+def test_the_dice_example_rolls_the_dice_said_in_words() -> None:
+    """The example dice agent, replayed: "Roll two d20" rolled one d20 and "Throw a
+    six-sided die" two dice (its Ask was "2d6", and its Func read "two d20" as one)."""
     dice = {query: rolled(query) for query in (
         "Roll two d20", "Throw a six-sided die", "roll 3d6", "roll a d20",
         "roll me a twenty-sided die", "roll a pair of dice", "Throw three six-sided dice")}
@@ -364,3 +370,18 @@ def test_a_count_after_a_function_word_is_still_a_count() -> None:
                      "Roll the two d20": "Ask Func[roll]: two d20",
                      "Throw me a six-sided die": "Ask Func[roll]: a six-sided die"}
 
+
+
+def test_the_dice_example_rolls_every_count_it_reads_and_refuses_the_rest() -> None:
+    """"Roll a couple of dice", "Roll a dozen dice", "Roll eleven d6" and "Roll some dice"
+    each rolled ONE die: a word the Func could not read before the dice counted one."""
+    counts = {query: (asks, len(dice)) for query in (
+        "Throw a couple of six-sided dice", "Roll a couple of dice", "Roll a dozen dice",
+        "Roll eleven d6") for asks, dice in [rolled(query)]}
+    assert counts == {"Throw a couple of six-sided dice": (["a couple of six-sided dice"], 2),
+                      "Roll a couple of dice": (["a couple of dice"], 2),
+                      "Roll a dozen dice": (["a dozen dice"], 12),
+                      "Roll eleven d6": (["eleven d6"], 11)}
+    asks, answer = dice_example("Roll some dice")
+    assert asks == ["some dice"]
+    assert "I can't read 'some dice' as dice" in answer and "You rolled" not in answer, answer
