@@ -42,16 +42,23 @@ def number(word: str) -> int | None:
     return int(word) if word.isdecimal() else WORDS.get(word.lower())
 
 
+# Quantities that name no number: rolling one die for "some dice" would answer a
+# question nobody asked.
+VAGUE = frozenset({"some", "several", "few", "many", "lots", "bunch", "handful", "more"})
+
+
 def count_before(text: str) -> int | None:
-    """The count said just before the dice ("two", "3", "a", "a pair of"; "the" or no word:
-    one), or None for a word that is no count ("some", "several"): rolling one die for
-    "some dice" would answer a question nobody asked."""
+    """The count said just before the dice ("two", "3", "a", "a pair of"; any other word,
+    as in "roll d20" or "the dice": one), or None for a vague quantity ("some")."""
     words = text.lower().split()
-    if words[-1:] == ["of"]:  # "a pair of"
+    if words[-1:] == ["of"]:  # "a pair of", "a handful of"
         words.pop()
-    if not words or words[-1] == "the":
+    if not words:
         return 1
-    return number(words[-1])
+    if words[-1] in VAGUE:
+        return None
+    count = number(words[-1])
+    return 1 if count is None else count
 
 
 def dice_asked(text: str) -> tuple[int, int] | None:
