@@ -164,17 +164,21 @@ def s3_context(headers: Any, query: Mapping[str, list[str]]) -> Context:
 
 
 def s3_list_context(query: Mapping[str, list[str]]) -> Context:
-    """A ListObjects(V2) request's parameters (none for HeadBucket)."""
-    return {f"s3:{name}": _present(_first(query, name)) for name in LIST_PARAMETERS}
+    """A ListObjects(V2) request's parameters (none for HeadBucket). An empty one is the
+    empty string, as AWS's root-listing example (``"s3:prefix": ["", "home/"]``) reads
+    ``?prefix=``."""
+    return {f"s3:{name}": tuple(query.get(name, ())[:1]) for name in LIST_PARAMETERS}
 
 
 def s3_put_context(headers: Any, query: Mapping[str, list[str]], *, creates: bool,
                    copy: bool = False) -> Context:
-    """A write's headers (or a presigned URL's parameters), and whether it creates the
-    object (PutObject, CopyObject, CompleteMultipartUpload: ``s3:ObjectCreationOperation``;
-    not a multipart upload's start or its parts)."""
+    """A write's headers (its ``x-amz-*`` ones also from a presigned URL's parameters; the
+    HTTP conditional headers, If-None-Match and If-Match, only as headers), and whether it
+    creates the object (PutObject, CopyObject, CompleteMultipartUpload:
+    ``s3:ObjectCreationOperation``; not a multipart upload's start or its parts)."""
     names = PUT_HEADERS + (COPY_HEADERS if copy else ())
-    return {f"s3:{name}": _present(headers.get(name) or _first(query, name))
+    return {f"s3:{name}": _present(headers.get(name) or (
+        _first(query, name) if name.startswith("x-amz-") else None))
             for name in names} | {"s3:ObjectCreationOperation": (str(creates).lower(),)}
 
 

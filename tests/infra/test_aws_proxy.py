@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Callable, Iterator
+from email.message import Message
 from typing import Any
 
 import boto3
@@ -19,6 +20,7 @@ from infra.rehearsal.aws_proxy import (
     authorize,
     describe,
     dynamodb_checks,
+    s3_call,
 )
 
 BUCKET = "arn:aws:s3:::embeds"
@@ -229,6 +231,39 @@ def test_the_bucket_policy_refuses_a_put_without_if_none_match(proxy, bucket):
     assert "DenyOverwrites" in refused(lambda: s3.complete_multipart_upload(
         Bucket=bucket, Key="embeds/c", UploadId=upload,
         MultipartUpload={"Parts": [{"ETag": part["ETag"], "PartNumber": 1}]}))
+
+
+def test_if_none_match_is_read_from_the_headers_only():
+    """An HTTP conditional header, not a parameter S3 reads from a presigned URL's query
+    (as it reads x-amz-*): a put carrying it only there is an unconditional put."""
+    deny = policy({"Sid": "DenyOverwrites", "Effect": "Deny", "Principal": {"AWS": "*"},
+                   "Action": "s3:PutObject", "Resource": BUCKET + "/*",
+                   "Condition": {"Null": {"s3:if-none-match": "true"}}})
+    api = Principal("api", "api", [policy({"Effect": "Allow", "Action": "s3:*",
+                                           "Resource": BUCKET + "/*"})])
+
+    def put(query: dict[str, list[str]], headers: Message) -> bool:
+        (check,) = s3_call("PUT", "/embeds/uploads/u/abc", query, headers).checks
+        return authorize(api, check, resource_policies={BUCKET: [deny]}).allowed
+
+    conditional = Message()
+    conditional["If-None-Match"] = "*"
+    assert put({}, conditional)
+    assert not put({"if-none-match": ["*"]}, Message())
+
+
+def test_an_empty_prefix_parameter_is_the_empty_string():
+    """AWS's example grant of the bucket's root listing: "s3:prefix": ["", "home/"]."""
+    lister = Principal("api", "api", [policy({
+        "Effect": "Allow", "Action": "s3:ListBucket", "Resource": BUCKET,
+        "Condition": {"StringEquals": {"s3:prefix": ["", "home/"]}}})])
+
+    def listing(query: dict[str, list[str]]) -> Check:
+        return s3_call("GET", "/embeds", {"list-type": ["2"]} | query, Message()).checks[0]
+
+    assert listing({"prefix": [""]}).context["s3:prefix"] == ("",)
+    assert authorize(lister, listing({"prefix": [""], "delimiter": ["/"]})).allowed
+    assert not authorize(lister, listing({})).allowed  # no prefix: the key is absent
 
 
 SCHEMA = [{"AttributeName": "pk", "KeyType": "HASH"}, {"AttributeName": "sk", "KeyType": "RANGE"}]
