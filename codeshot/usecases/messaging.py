@@ -278,10 +278,12 @@ class Messaging:
         """The error of a post whose transaction DynamoDB neither confirmed nor refused:
         any of botocore's sends of it may have been written. Its message is queued all the
         same, so one that was written is answered (the runner skips work whose message is
-        not there); the same post again under its idempotency key finds it and queues it
-        again, which the queue drops (or the runner skips: answered) rather than run twice."""
+        not there). Under a deduplication id of its own: a send that lands after the runner
+        took this copy (and skipped it) is queued by the same post again under its key,
+        which the queue must not drop as this copy's duplicate; of two copies the runner
+        answers one (a session's queries run one at a time) and skips the other, answered."""
         try:
-            self._queue(session_id, message)
+            self._queue(session_id, message, again=True)
         except Exception:  # the retry under the key queues it
             log.exception("could not queue %s/%s, whose post may have been written",
                           session_id, message.message_id)
@@ -399,9 +401,9 @@ class Messaging:
                                    "it again") from exc
         return earlier
 
-    def _queue(self, session_id: str, message: Message) -> None:
+    def _queue(self, session_id: str, message: Message, again: bool = False) -> None:
         self.s.queue.enqueue(Work(session_id, message.message_id,
-                                  correlation_id=correlation_id()))
+                                  correlation_id=correlation_id()), again=again)
 
     def _enqueue(self, session_id: str, message: Message) -> None:
         try:

@@ -3,6 +3,7 @@ unreachable gives a clear error and the API keeps serving what does not need it.
 
 import json
 import threading
+from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import httpx
@@ -15,6 +16,7 @@ from codeshot.errors import NotFound
 from codeshot.local.http_server import HttpServer
 from codeshot.services import Services
 from codeshot.store.sessions import SessionStore
+from codeshot.usecases.messaging import TERMINAL
 from tests.api.test_quota_and_posting import new_session
 from tests.conftest import code, free_port
 from tests.runner.conftest import run_queue
@@ -194,6 +196,37 @@ POST = """mutation ($s: String!, $k: String) { sendSessionMessage(messageData:
     {session: $s, text: "hello", wait: false, idempotencyKey: $k}) { message { id } } }"""
 
 
+def error(code_: str, status: int, **response) -> ClientError:
+    """DynamoDB's answer ``code_`` (HTTP ``status``) to a transaction."""
+    return ClientError({"Error": {"Code": code_, "Message": code_},
+                        "ResponseMetadata": {"HTTPStatusCode": status}, **response},
+                       "TransactWriteItems")
+
+
+def fifo(monkeypatch, platform) -> list[str]:
+    """SQS FIFO's rule, which moto keeps only while a copy is still queued: a send of a
+    deduplication id sent in the last five minutes is accepted, and dropped. The list
+    holds the ids dropped."""
+    sqs, sent, dropped = platform.services.queue.sqs, set(), []
+    send = sqs.send_message
+
+    def deduplicated(**request):
+        if request["MessageDeduplicationId"] in sent:
+            dropped.append(request["MessageDeduplicationId"])
+            return {"MessageId": "dropped"}
+        sent.add(request["MessageDeduplicationId"])
+        return send(**request)
+
+    monkeypatch.setattr(sqs, "send_message", deduplicated)
+    return dropped
+
+
+def replies(platform, session: str) -> list[str]:
+    """The ids of the messages the runner answered in ``session``, once each answer."""
+    return [m.in_reply_to for m in platform.services.sessions.all_messages(session)
+            if m.type in TERMINAL]
+
+
 def posted(platform, session: str) -> tuple[list[str], list[str]]:
     """The session's messages' texts, and the ids of the messages queued for the runner."""
     queued = platform.services.queue.receive(wait_seconds=0)
@@ -225,9 +258,9 @@ def test_a_post_whose_resend_was_refused_for_what_it_wrote_is_queued_unread(plat
     assert platform.services.usage.used("query", user_id) == 1
 
 
-def unconfirmed(monkeypatch, db, fault: Exception, written: bool = True) -> None:
+def unconfirmed(monkeypatch, db, fault: Exception, written: bool = True) -> Callable:
     """Every transaction that writes a message answered with ``fault`` (botocore's last
-    resend timed out, DynamoDB failed), ``written`` or not."""
+    resend timed out, DynamoDB failed), ``written`` or not; returns the real write."""
     write = db.transact_write_items
 
     def lost(**request):
@@ -238,6 +271,7 @@ def unconfirmed(monkeypatch, db, fault: Exception, written: bool = True) -> None
         raise fault
 
     monkeypatch.setattr(db, "transact_write_items", lost)
+    return write
 
 
 @pytest.mark.parametrize("written", [True, False])
@@ -270,17 +304,53 @@ def test_a_post_whose_write_is_unconfirmed_says_so_and_leaves_no_query_unqueued(
 def test_the_same_post_again_under_its_key_after_an_unconfirmed_write_is_that_post(
         platform, monkeypatch):
     """DynamoDB failed (500) a post's write it had made: the post again under its key is
-    that message, written, charged and queued once."""
+    that message, written and charged once; each queued a copy (the queue drops neither),
+    and the runner answers it once."""
     user_id, key = platform.user()
     session = new_session(platform, key)
-    unconfirmed(monkeypatch, platform.services.sessions.db, ClientError(
-        {"Error": {"Code": "InternalServerError", "Message": "Internal server error"},
-         "ResponseMetadata": {"HTTPStatusCode": 500}}, "TransactWriteItems"))
+    dropped = fifo(monkeypatch, platform)
+    write = unconfirmed(monkeypatch, platform.services.sessions.db,
+                        error("InternalServerError", 500))
     first = platform.gql(key, POST, {"s": session, "k": "k1"})
-    monkeypatch.undo()
+    monkeypatch.setattr(platform.services.sessions.db, "transact_write_items", write)
     assert code(first) == "UNAVAILABLE", first
     again = platform.gql(key, POST, {"s": session, "k": "k1"})
     assert "errors" not in again, again
-    assert posted(platform, session) == (
-        ["hello"], [again["data"]["sendSessionMessage"]["message"]["id"]])
+    posted_id = again["data"]["sendSessionMessage"]["message"]["id"]
+    assert dropped == []
+    assert run_queue(platform.services) == 2  # two copies: one run, one skipped
+    assert replies(platform, session) == [posted_id]
+    assert platform.services.usage.used("query", user_id) == 1
+
+
+def test_a_post_that_lands_after_the_runner_skipped_it_is_answered_when_sent_again(
+        platform, monkeypatch):
+    """DynamoDB answered 500 while the post's transaction was still being applied; the
+    runner took the copy the post queued before the write was visible, and skipped it;
+    then the write landed. The same post again under its key queues it again, and the
+    queue does not drop that as the first copy's duplicate (it did: written, charged,
+    and never answered)."""
+    user_id, key = platform.user()
+    session = new_session(platform, key)
+    db = platform.services.sessions.db
+    write, held = db.transact_write_items, []
+
+    def in_flight(**request):
+        if "MSG#" in str(request) and not held:
+            held.append(request)
+            raise error("InternalServerError", 500)
+        return write(**request)
+
+    dropped = fifo(monkeypatch, platform)
+    monkeypatch.setattr(db, "transact_write_items", in_flight)
+    first = platform.gql(key, POST, {"s": session, "k": "k1"})
+    monkeypatch.setattr(db, "transact_write_items", write)
+    assert code(first) == "UNAVAILABLE", first
+    assert run_queue(platform.services) == 1  # skipped: not written yet
+    write(**held[0])  # DynamoDB's transaction completes
+    again = platform.gql(key, POST, {"s": session, "k": "k1"})
+    assert "errors" not in again, again
+    assert dropped == []
+    assert run_queue(platform.services) == 1
+    assert replies(platform, session) == [again["data"]["sendSessionMessage"]["message"]["id"]]
     assert platform.services.usage.used("query", user_id) == 1
