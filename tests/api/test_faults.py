@@ -354,3 +354,77 @@ def test_a_post_that_lands_after_the_runner_skipped_it_is_answered_when_sent_aga
     assert run_queue(platform.services) == 1
     assert replies(platform, session) == [again["data"]["sendSessionMessage"]["message"]["id"]]
     assert platform.services.usage.used("query", user_id) == 1
+
+
+WAIT_POST = """mutation ($s: String!) { sendSessionMessage(messageData:
+    {session: $s, text: "hello", wait: true}) { message { id } } }"""
+
+
+def test_a_post_given_up_on_conflicts_while_its_first_send_was_in_progress_is_unconfirmed(
+        platform, monkeypatch):
+    """botocore's resends of a post's transaction ended in TransactionInProgressException
+    (an earlier send of its token still being applied); the tries after it, under tokens
+    of their own, conflict with that one until the post gives up. It may land still: the
+    post is UNAVAILABLE, its message queued (it was CONFLICT, and the message, once it
+    landed, written and charged, and never queued). Its waiting slot, given back when the
+    request ends, is taken again if it lands later: that one lapses."""
+    user_id, key = platform.user()
+    session = new_session(platform, key)
+    db = platform.services.sessions.db
+    write, held = db.transact_write_items, []
+
+    def busy(**request):
+        if "MSG#" not in str(request):
+            return write(**request)
+        if not held:
+            held.append(request)
+            raise error("TransactionInProgressException", 400)
+        reasons = [{"Code": "TransactionConflict"}] + \
+            [{"Code": "None"}] * (len(request["TransactItems"]) - 1)
+        raise error("TransactionCanceledException", 400, CancellationReasons=reasons)
+
+    platform.services.usage.make_room("waiting", user_id, "earlier")  # slots' item made
+    monkeypatch.setattr(db, "transact_write_items", busy)
+    out = platform.gql(key, WAIT_POST, {"s": session})
+    monkeypatch.undo()
+    write(**held[0])  # the send in progress is applied
+    assert code(out) == "UNAVAILABLE", out
+    texts, queued = posted(platform, session)
+    assert texts == ["hello"]
+    assert queued == [platform.services.sessions.all_messages(session)[0].message_id]
+    assert platform.services.usage.used("query", user_id) == 1
+
+
+@pytest.mark.parametrize("retried", [3, 0])
+def test_a_post_throttled_after_botocores_resends_may_have_been_written(platform, monkeypatch,
+                                                                        retried):
+    """A post throttled to the end: after botocore's own resends (``retried``), one before
+    may have been written (its response lost), so the post is UNAVAILABLE and its message
+    queued (it was RATE_LIMITED, though written and charged, and never queued); with none,
+    each send was refused, and it is RATE_LIMITED, nothing written."""
+    user_id, key = platform.user()
+    session = new_session(platform, key)
+    db = platform.services.sessions.db
+    write, calls = db.transact_write_items, []
+
+    def throttled(**request):
+        if "MSG#" not in str(request):
+            return write(**request)
+        if retried and not calls:
+            write(**request)  # botocore's first send landed; its response was lost
+        calls.append(1)
+        raise error("ThrottlingException", 400, ResponseMetadata={
+            "HTTPStatusCode": 400, "RetryAttempts": retried, "MaxAttemptsReached": True})
+
+    monkeypatch.setattr(db, "transact_write_items", throttled)
+    out = platform.gql(key, POST, {"s": session})
+    monkeypatch.undo()
+    texts, queued = posted(platform, session)
+    if retried:
+        assert code(out) == "UNAVAILABLE", out
+        assert texts == ["hello"] and len(queued) == 1
+        assert platform.services.usage.used("query", user_id) == 1
+    else:
+        assert code(out) == "RATE_LIMITED", out
+        assert (texts, queued) == ([], [])
+        assert platform.services.usage.used("query", user_id) == 0
