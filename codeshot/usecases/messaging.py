@@ -273,7 +273,7 @@ class Messaging:
                 # whether an earlier send landed (its message is there: _landed).
                 if not isinstance(exc, ClientError) or unknown[-1] or \
                         (is_transient(exc) and any(unknown)):
-                    raise self._outcome_unknown(session_id, message) from exc
+                    raise self._outcome_unknown(session_id, message, idempotency_key) from exc
                 if _landed(exc, len(charges) + 2):
                     if slot:
                         slot.held = True  # taken with it
@@ -290,7 +290,8 @@ class Messaging:
         self._enqueue(session_id, message)
         return message, True
 
-    def _outcome_unknown(self, session_id: str, message: Message) -> Unavailable:
+    def _outcome_unknown(self, session_id: str, message: Message,
+                         idempotency_key: str | None) -> Unavailable:
         """The error of a post whose transaction DynamoDB neither confirmed nor refused:
         any of botocore's sends of it may have been written. Its message is queued all the
         same, so one that was written is answered (the runner skips work whose message is
@@ -303,10 +304,12 @@ class Messaging:
         except Exception:  # the retry under the key queues it
             log.exception("could not queue %s/%s, whose post may have been written",
                           session_id, message.message_id)
-        return Unavailable("the store did not confirm the message was posted: it may have "
-                           "been, and is then answered; send it again under the same "
-                           "idempotency key to be sure (it is never posted twice), or read "
-                           "the session first")
+        then = ("send it again under the same idempotency key to be sure (it is never "
+                "posted twice), or read the session first" if idempotency_key else
+                "read the session before sending it again (if it was posted, that posts it "
+                "twice)")
+        return Unavailable(f"the store did not confirm the message was posted to session "
+                           f"{session_id}: it may have been, and is then answered; {then}")
 
     def _refused(self, exc: ClientError, session_id: str, user_id: str,
                  charges: list[tuple[str, int]], unchanged_since: datetime | None,

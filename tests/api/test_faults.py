@@ -2,6 +2,7 @@
 unreachable gives a clear error and the API keeps serving what does not need it."""
 
 import json
+import re
 import threading
 from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -14,6 +15,7 @@ from codeshot import ids
 from codeshot.api.app import create_app
 from codeshot.errors import NotFound
 from codeshot.local.http_server import HttpServer
+from codeshot.models import MessageType
 from codeshot.services import Services
 from codeshot.store.sessions import SessionStore
 from codeshot.usecases.messaging import TERMINAL
@@ -288,8 +290,9 @@ def test_a_post_whose_write_is_unconfirmed_says_so_and_leaves_no_query_unqueued(
     out = platform.gql(key, POST, {"s": session})
     monkeypatch.undo()
     assert code(out) == "UNAVAILABLE", out
-    assert "may have been" in out["errors"][0]["message"]
-    assert "same idempotency key" in out["errors"][0]["message"]
+    said = out["errors"][0]["message"]  # sent without a key: none to send it again under
+    assert "may have been" in said and f"session {session}" in said
+    assert "idempotency key" not in said
     if written:  # charged once, and queued: the runner answers it
         texts, queued = posted(platform, session)
         assert texts == ["hello"] and len(queued) == 1
@@ -299,6 +302,25 @@ def test_a_post_whose_write_is_unconfirmed_says_so_and_leaves_no_query_unqueued(
         assert run_queue(platform.services) == 1
         assert posted(platform, session) == ([], [])
         assert platform.services.usage.used("query", user_id) == 0
+
+
+def test_an_unconfirmed_post_in_a_session_its_request_made_names_that_session(
+        platform, monkeypatch):
+    """MCP's ask made the session in the request whose post was not confirmed: the error
+    names it, so it can be read, and asks for no idempotency key the caller never sent."""
+    _, key = platform.user()
+    unconfirmed(monkeypatch, platform.services.sessions.db,
+                ReadTimeoutError(endpoint_url="https://dynamodb"))
+    asked = platform.rpc(key, "/mcp", "tools/call", {"name": "ask", "arguments": {
+        "query": "hello"}}).json()
+    monkeypatch.undo()
+    said = asked["result"]["content"][0]["text"]
+    assert said.startswith("UNAVAILABLE: ") and "idempotency key" not in said, said
+    (session,) = re.findall(r"session (\S+):", said)
+    assert platform.rpc(key, "/mcp", "tools/call", {"name": "ask", "arguments": {
+        "query": "hello again", "session": session}}).json()["result"]
+    assert [m.text for m in platform.services.sessions.all_messages(session)
+            if m.type is MessageType.QUERY] == ["hello", "hello again"]
 
 
 def test_the_same_post_again_under_its_key_after_an_unconfirmed_write_is_that_post(
@@ -314,6 +336,7 @@ def test_the_same_post_again_under_its_key_after_an_unconfirmed_write_is_that_po
     first = platform.gql(key, POST, {"s": session, "k": "k1"})
     monkeypatch.setattr(platform.services.sessions.db, "transact_write_items", write)
     assert code(first) == "UNAVAILABLE", first
+    assert "send it again under the same idempotency key" in first["errors"][0]["message"]
     again = platform.gql(key, POST, {"s": session, "k": "k1"})
     assert "errors" not in again, again
     posted_id = again["data"]["sendSessionMessage"]["message"]["id"]
