@@ -292,8 +292,8 @@ class Messaging:
 
     def _outcome_unknown(self, session_id: str, message: Message,
                          idempotency_key: str | None) -> Unavailable:
-        """The error of a post whose transaction DynamoDB neither confirmed nor refused:
-        any of botocore's sends of it may have been written. Its message is queued all the
+        """The error of a post whose transaction DynamoDB neither confirmed nor refused
+        for good: a send of it may have been written. Its message is queued all the
         same, so one that was written is answered (the runner skips work whose message is
         not there). Under a deduplication id of its own: a send that lands after the runner
         took this copy (and skipped it) is queued by the same post again under its key,
