@@ -389,13 +389,17 @@ def test_the_dice_example_rolls_every_count_it_reads_and_refuses_the_rest() -> N
 
 def test_the_dice_func_reads_a_whole_request_as_a_model_may_pass_it() -> None:
     """A model may hand the Func the user's words: "Roll d20" and "roll the dice" are one
-    die (the verb is no count), "roll 0 d6" is refused, not read as one die."""
+    die (the verb is no count), "roll 0 d6" is refused, not read as one die; a number word
+    is read ("fifteen") and any other word before the dice is refused, not one die."""
     from codeshot.local.examples.dice.agent import roll
     from codeshot.sdk import Message
 
     answers = {text: roll(Message(text)) for text in (
-        "Roll d20", "roll the dice", "roll 0 d6", "Roll a handful of dice")}
+        "Roll d20", "roll the dice", "roll 0 d6", "Roll fifteen d6", "Roll a trio of dice",
+        "Roll two pairs of dice", "Roll a handful of dice")}
     assert re.fullmatch(r"([1-9]|1\d|20)", answers["Roll d20"]), answers
     assert re.fullmatch(r"[1-6]", answers["roll the dice"]), answers
     assert answers["roll 0 d6"] == "I roll 1 to 100 dice of 2 to 1000 sides."
-    assert answers["Roll a handful of dice"].startswith("I can't read"), answers
+    assert answers["Roll fifteen d6"].count(" + ") == 14, answers
+    for vague in ("Roll a trio of dice", "Roll two pairs of dice", "Roll a handful of dice"):
+        assert answers[vague].startswith("I can't read"), answers
