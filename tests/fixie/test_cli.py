@@ -453,45 +453,101 @@ REVISIONS = "query ($id: String!) { agentById(agentId: $id) { allRevisions { isC
     "externalDeployment { url } } } }"
 
 
+def lender_dirs(tmp_path: Path) -> tuple[str, Path, Path]:
+    """An agent id of its own (were the test run again) and two directories of that
+    handle: the shouter, and another agent.yaml (its name, description and sample
+    queries) over the same code."""
+    handle = f"lender{uuid.uuid4().hex[:6]}"
+    first, second = agent_dir(tmp_path, handle), tmp_path / "again"
+    second.mkdir()
+    (second / "main.py").write_text((first / "main.py").read_text())
+    (second / "agent.yaml").write_text((first / "agent.yaml").read_text().replace(
+        "name: Shouter", "name: Whisperer\nsample_queries: [Whisper hello]").replace(
+        "The `shouter` agent shouts words back.", "Whispers notes."))
+    return f"local/{handle}", first, second
+
+
+def serving(stack_dir: Path, directory: Path, until: str, port: int | None = None):
+    """`codeshot serve DIR --register` on ``port`` (a free one by default), once it
+    printed ``until``; and its URL."""
+    port = port or free_port()
+    return running([sys.executable, "-m", "codeshot.cli", "serve", str(directory), "--port",
+                    str(port), "--register"], stack_dir, {**os.environ, "PYTHONPATH": str(ROOT)},
+                   until), f"http://127.0.0.1:{port}"
+
+
+def revisions(live_stack, agent_id: str) -> list[tuple[bool, str]]:
+    return [(r["isCurrent"], r["externalDeployment"]["url"]) for r in gql(
+        live_stack, REVISIONS, id=agent_id)["agentById"]["allRevisions"]]
+
+
+DESCRIBED = "query ($id: String!) { agentById(agentId: $id) { name description queries } }"
+
+
 def test_serve_register_lends_an_existing_agent_and_gives_it_back(live_stack, stack_dir,
                                                                   tmp_path):
     """It re-pointed the registered agent for good and said "Registered": after Ctrl-C
-    the agent was at a stopped server (AGENT_UNAVAILABLE)."""
-    handle = f"lender{uuid.uuid4().hex[:6]}"  # its own, were the test run again
-    agent_id = f"local/{handle}"
-    first, second = agent_dir(tmp_path, handle), tmp_path / "again"
-    second.mkdir()
-    for name in ("main.py", "agent.yaml"):
-        (second / name).write_text((first / name).read_text())
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
-
-    def serve(directory: Path, until: str):
-        return running([sys.executable, "-m", "codeshot.cli", "serve", str(directory),
-                        "--port", str(port := free_port()), "--register"], stack_dir, env,
-                       until), f"http://127.0.0.1:{port}"
-
-    def revisions() -> list[tuple[bool, str]]:
-        return [(r["isCurrent"], r["externalDeployment"]["url"]) for r in gql(
-            live_stack, REVISIONS, id=agent_id)["agentById"]["allRevisions"]]
-
-    serving, first_url = serve(first, f"Registered {agent_id}")
-    with serving:
-        lending, second_url = serve(second, f"Updated {agent_id}")
+    the agent was at a stopped server (AGENT_UNAVAILABLE). Then the URL came back, but
+    the name, description and sample queries stayed the lending agent's (the router sent
+    its queries to the agent served back)."""
+    agent_id, first, second = lender_dirs(tmp_path)
+    first_serving, first_url = serving(stack_dir, first, f"Registered {agent_id}")
+    with first_serving:
+        own = gql(live_stack, DESCRIBED, id=agent_id)["agentById"]
+        assert own["name"] == "Shouter"
+        lending, second_url = serving(stack_dir, second, f"Updated {agent_id}")
         with lending as lines:
             assert f"Updated {agent_id}: served here until Ctrl-C, then again at " \
-                f"{first_url}\n" in lines
-            assert (True, second_url) in revisions()
+                f"{first_url} with its own name, description and sample queries\n" in lines
+            assert (True, second_url) in revisions(live_stack, agent_id)
+            assert gql(live_stack, DESCRIBED, id=agent_id)["agentById"] == {
+                "name": "Whisperer", "description": "Whispers notes.",
+                "queries": ["Whisper hello"]}
             assert ask(live_stack, agent_id, "Shout hello") == "HELLO!"
-        assert lines[-1] == f"Restored {agent_id} at {first_url}\n"
-        assert revisions() == [(True, first_url)]
+        assert lines[-1] == f"Restored {agent_id} at {first_url}, with its own name, " \
+            "description and sample queries\n"
+        assert revisions(live_stack, agent_id) == [(True, first_url)]
+        assert gql(live_stack, DESCRIBED, id=agent_id)["agentById"] == own
         assert ask(live_stack, agent_id, "Shout hello") == "HELLO!"
 
     # Served again where it is registered (the edit-and-serve loop): updated there, and
     # left there at Ctrl-C. It said "then again at" and "Restored" that same URL.
-    argv = [sys.executable, "-m", "codeshot.cli", "serve", str(first), "--port",
-            first_url.rsplit(":", 1)[1], "--register"]
-    with running(argv, stack_dir, env, f"Updated {agent_id}") as lines:
+    again, _ = serving(stack_dir, first, f"Updated {agent_id}",
+                       port=int(first_url.rsplit(":", 1)[1]))
+    with again as lines:
         assert f"Updated {agent_id} at {first_url} (agent.yaml and its handshake read): " \
             "it stays registered there after Ctrl-C, answering only while served\n" in lines
     assert not [line for line in lines if "Restored" in line or "then again" in line], lines
-    assert revisions() == [(True, first_url)]
+    assert revisions(live_stack, agent_id) == [(True, first_url)]
+
+
+def test_a_lent_agent_whose_server_stopped_first_stays_where_it_was_lent(
+        live_stack, stack_dir, tmp_path):
+    """Two servers of one agent, the first stopped first: the second's Ctrl-C ended in
+    AGENT_UNAVAILABLE ("revision ... was not made current") and exit 2, the agent at a
+    dead URL; serving it again lent that dead URL and failed the same way at each Ctrl-C,
+    leaving a revision behind each time."""
+    agent_id, first, second = lender_dirs(tmp_path)
+    first_port = free_port()
+    first_serving, first_url = serving(stack_dir, first, f"Registered {agent_id}",
+                                       port=first_port)
+    first_serving.__enter__()
+    lending, second_url = serving(stack_dir, second, f"Updated {agent_id}")
+    with lending as lines:
+        first_serving.__exit__(None, None, None)
+    assert lines[-1] == f"{agent_id} stays at {second_url} (stopped now): its previous " \
+        f"server {first_url} does not answer; serve it again with `codeshot serve DIR " \
+        f"--register --port {first_port}`\n"
+    assert revisions(live_stack, agent_id) == [(False, first_url), (True, second_url)]
+
+    for _ in range(2):  # the agent's server did not answer: registered here, no lending
+        again, url = serving(stack_dir, first, f"Updated {agent_id}")
+        stopped = revisions(live_stack, agent_id)[-1][1]
+        with again as lines:
+            assert f"Updated {agent_id} at {url} (agent.yaml and its handshake read; its " \
+                f"previous server {stopped} does not answer): it stays registered there " \
+                "after Ctrl-C, answering only while served\n" in lines
+            assert ask(live_stack, agent_id, "Shout hello") == "HELLO!"
+        assert lines[-1] == "Stopping (SIGTERM) ...\n"
+        assert revisions(live_stack, agent_id) == [(False, first_url), (True, url)]
+        assert gql(live_stack, DESCRIBED, id=agent_id)["agentById"]["name"] == "Shouter"
