@@ -146,8 +146,8 @@ SET_CURRENT = ("mutation ($h: String!, $r: ID!) { updateAgent(agentData: {handle
                "currentRevisionId: $r}) { agent { agentId } } }")
 DELETE_REVISION = ("mutation ($h: String!, $r: ID!) { deleteAgentRevision(agentHandle: $h, "
                    "revisionId: $r) { agent { agentId } } }")
-# agent.yaml's fields that serve_here sets (AgentInput's names) and what AgentType names
-# them, to be read before and set back after.
+# What describes an agent to users and the router (AgentInput's names: AgentType's),
+# read before serve_here lends the agent and set back after.
 DESCRIBING = {"name": "name", "description": "description", "moreInfoUrl": "moreInfoUrl",
               "sampleQueries": "queries", "published": "published"}
 
@@ -234,16 +234,17 @@ class PlatformClient(GraphQLClient):
         if previous_url and previous_url != fields["funcUrl"] and not answers(previous_url):
             return Serving(self.register(fields)[0], unanswered=previous_url)
         made = self.call(NEW_REVISION, {"h": fields["handle"], "u": fields["funcUrl"]})
-        described = {k: v for k, v in fields.items() if k in DESCRIBING}
+        # All of them, also those agent.yaml leaves out: switching revisions adds the
+        # few-shots' queries to the sample queries. moreInfoUrl may be null: "" clears it
+        # (null leaves a field as it is).
+        restore = {} if previous_url == fields["funcUrl"] else {  # served here again: kept
+            k: "" if agent[name] is None else agent[name] for k, name in DESCRIBING.items()}
         lent = Lent(agent_id, fields["handle"],
                     str(made["createAgentRevision"]["revision"]["id"]), str(previous["id"]),
-                    previous_url,
-                    {} if previous_url == fields["funcUrl"] else  # served here again: kept
-                    # moreInfoUrl may be null: "" clears it (null leaves it as it is)
-                    {k: "" if agent[DESCRIBING[k]] is None else agent[DESCRIBING[k]]
-                     for k in described})
+                    previous_url, restore)
         try:
-            self.call(UPDATE, {"d": {"handle": fields["handle"], **described}})
+            self.call(UPDATE, {"d": {k: v for k, v in fields.items()
+                                     if k not in ("queryUrl", "funcUrl")}})
         except CodeshotError:  # agent.yaml refused: the agent goes back as it was
             self.give_back(lent)
             raise

@@ -454,15 +454,16 @@ REVISIONS = "query ($id: String!) { agentById(agentId: $id) { allRevisions { isC
 
 
 def lender_dirs(tmp_path: Path) -> tuple[str, Path, Path]:
-    """An agent id of its own (were the test run again) and two directories of that
-    handle: the shouter, and another agent.yaml (its name, description and sample
-    queries) over the same code."""
+    """An agent id of its own (were the test run again) and two agents of that handle:
+    the shouter, and one with its own name, description and few-shot (whose query the
+    platform adds to its sample queries)."""
     handle = f"lender{uuid.uuid4().hex[:6]}"
     first, second = agent_dir(tmp_path, handle), tmp_path / "again"
     second.mkdir()
-    (second / "main.py").write_text((first / "main.py").read_text())
+    (second / "main.py").write_text((first / "main.py").read_text().replace(
+        "Q: Shout hello", "Q: Whisper hello"))
     (second / "agent.yaml").write_text((first / "agent.yaml").read_text().replace(
-        "name: Shouter", "name: Whisperer\nsample_queries: [Whisper hello]").replace(
+        "name: Shouter", "name: Whisperer").replace(
         "The `shouter` agent shouts words back.", "Whispers notes."))
     return f"local/{handle}", first, second
 
@@ -500,10 +501,10 @@ def test_serve_register_lends_an_existing_agent_and_gives_it_back(live_stack, st
             assert f"Updated {agent_id}: served here until Ctrl-C, then again at " \
                 f"{first_url} with its own name, description and sample queries\n" in lines
             assert (True, second_url) in revisions(live_stack, agent_id)
-            assert gql(live_stack, DESCRIBED, id=agent_id)["agentById"] == {
-                "name": "Whisperer", "description": "Whispers notes.",
-                "queries": ["Whisper hello"]}
-            assert ask(live_stack, agent_id, "Shout hello") == "HELLO!"
+            lent = gql(live_stack, DESCRIBED, id=agent_id)["agentById"]
+            assert (lent["name"], lent["description"]) == ("Whisperer", "Whispers notes.")
+            assert "Whisper hello" in lent["queries"]
+            assert ask(live_stack, agent_id, "Whisper hello") == "HELLO!"
         assert lines[-1] == f"Restored {agent_id} at {first_url}, with its own name, " \
             "description and sample queries\n"
         assert revisions(live_stack, agent_id) == [(True, first_url)]
