@@ -15,6 +15,7 @@ import subprocess
 import sys
 import textwrap
 import threading
+import time
 import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -552,3 +553,52 @@ def test_a_lent_agent_whose_server_stopped_first_stays_where_it_was_lent(
         assert lines[-1] == "Stopping (SIGTERM) ...\n"
         assert revisions(live_stack, agent_id) == [(False, first_url), (True, url)]
         assert gql(live_stack, DESCRIBED, id=agent_id)["agentById"]["name"] == "Shouter"
+
+
+SLOW = '''
+import time
+
+import codeshot.sdk as fixieai
+
+agent = fixieai.CodeShotAgent("I am an agent that waits.", """
+Q: Wait a bit
+Ask Func[wait]: 60
+Func[wait] says: waited
+A: I waited.
+""")
+
+
+@agent.register_func
+def wait(query: fixieai.Message) -> str:
+    print("The Func is running", flush=True)
+    time.sleep(float(query.text))
+    return "waited"
+'''
+
+
+def test_ctrl_c_during_a_func_tells_the_chat_the_agent_stopped(live_stack, stack_dir,
+                                                               tmp_path):
+    """uvicorn cancelled the Func's request 2 s after the Ctrl-C, printed some 60 lines
+    of traceback and answered 500: the chat read AGENT_ERROR (the agent's own failure)
+    where the agent had stopped."""
+    handle = f"slow{uuid.uuid4().hex[:6]}"
+    directory = agent_dir(tmp_path, handle)
+    (directory / "main.py").write_text(SLOW)
+    chat: list[subprocess.CompletedProcess] = []
+    asking = threading.Thread(target=lambda: chat.append(codeshot(
+        "chat", "--agent", f"local/{handle}", cwd=stack_dir, input="Wait a bit\n")))
+    served, url = serving(stack_dir, directory, f"Registered local/{handle}")
+    with served as lines:
+        asking.start()
+        for _ in range(300):
+            if "The Func is running\n" in lines:
+                break
+            time.sleep(0.1)
+        assert "The Func is running\n" in lines
+    asking.join(timeout=60)
+    assert lines[-1] == "Stopping (SIGTERM) ...\n", lines
+    assert not [line for line in lines if "Error" in line or "ERROR" in line], lines
+    assert "> ! AGENT_UNAVAILABLE: Sorry, I could not finish: Func[wait] failed (agent at " \
+        f"{url}/wait is unavailable: it answered HTTP 503: UNAVAILABLE the server was " \
+        "stopped before it answered).\n" in chat[0].stdout, chat[0].stdout
+
