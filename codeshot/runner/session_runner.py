@@ -449,6 +449,7 @@ class SessionRunner:
                 history=SessionHistory(memory.turns(), listed, unlisted),
                 agent_turns=memory.turns_with,
                 limits=Limits(max_tokens_per_call=settings.llm_max_tokens_per_call,
+                              command_timeout=settings.agent_call_timeout_seconds,
                               deadline=deadline),
                 budget=budget_for(self.s, session.owner),
                 agent_secret=self.s.agent_secrets.get,

@@ -602,3 +602,21 @@ def test_ctrl_c_during_a_func_tells_the_chat_the_agent_stopped(live_stack, stack
         f"{url}/wait is unavailable: it answered HTTP 503: UNAVAILABLE the server was " \
         "stopped before it answered).\n" in chat[0].stdout, chat[0].stdout
 
+
+def test_a_func_slower_than_the_call_timeout_fails_its_test_naming_the_setting(
+        tmp_path, monkeypatch):
+    """`codeshot agent test` waited its own 30 s whatever the setting, said "no reply
+    within 30s" without naming it, then printed uvicorn's traceback of the Func it
+    cancelled when the agent's server stopped."""
+    directory = agent_dir(tmp_path, "slow")
+    (directory / "main.py").write_text(SLOW)
+    yaml = directory / "agent.yaml"
+    yaml.write_text(yaml.read_text().split("tests:")[0]
+                    + "tests:\n  - query: Wait a bit\n    expected: I waited\n")
+    monkeypatch.setenv("CODESHOT_AGENT_CALL_TIMEOUT_SECONDS", "1")
+    started = time.monotonic()
+    out = codeshot("agent", "test", str(directory), cwd=tmp_path)
+    assert time.monotonic() - started < 25  # a local platform starts, the Func is given 1 s
+    assert out.returncode == 1 and out.stderr == "", out.stderr
+    assert "no reply within 1s; CODESHOT_AGENT_CALL_TIMEOUT_SECONDS sets how long" in " ".join(
+        out.stdout.split()), out.stdout
