@@ -24,7 +24,13 @@ from typing import Any
 from codeshot import ids
 from codeshot.engine.builtin import code_shot_components
 from codeshot.engine.components import CommandResult
-from codeshot.engine.executor import Executor, Limits, Status, TraceStep
+from codeshot.engine.executor import (
+    COMMAND_TIMEOUT_SETTING,
+    Executor,
+    Limits,
+    Status,
+    TraceStep,
+)
 from codeshot.engine.fewshot import parse_few_shots
 from codeshot.errors import CodeshotError, InvalidInput
 from codeshot.llm import LLM, ChatMessage, get_llm
@@ -139,7 +145,7 @@ class AgentTestClient:
     def runner(self) -> Iterator[AgentClient]:
         """The platform runner's own client (retries, reply parsing), minting our tokens."""
         client = AgentClient(lambda *_: self.token(), timeout=self.timeout,
-                              allow_loopback=True)
+                             allow_loopback=True, timeout_set_by=COMMAND_TIMEOUT_SETTING)
         try:
             yield client
         finally:
