@@ -155,8 +155,8 @@ DESCRIBING = {"name": "name", "description": "description", "moreInfoUrl": "more
 @dataclass(frozen=True)
 class Lent:
     """An agent that was registered already, served here for a while: its new revision
-    (current while served), the one to make current again after, and agent.yaml's fields
-    as the agent had them (``restore``: AgentInput's)."""
+    (current while served), the one to make current again after, and what described it
+    before (``restore``: DESCRIBING's fields, as AgentInput takes them)."""
 
     agent_id: str
     handle: str
@@ -224,7 +224,7 @@ class PlatformClient(GraphQLClient):
         whose server does not answer any more is registered here (its current revision
         moves: no revision is left behind). One served elsewhere is lent: a new current
         revision at this URL and agent.yaml's other fields, its previous revision and
-        fields kept for :meth:`give_back`."""
+        what described it kept for :meth:`give_back`."""
         agent_id = f"{self.username()}/{fields['handle']}"
         agent = self.call(CURRENT, {"id": agent_id})["agentById"]
         previous = (agent or {}).get("currentRevision")
@@ -252,7 +252,7 @@ class PlatformClient(GraphQLClient):
 
     def give_back(self, lent: Lent) -> bool:
         """Make the revision before :meth:`serve_here`'s current again, delete its own and
-        set agent.yaml's fields back as they were; or, if the previous URL does not
+        set back what described the agent; or, if the previous URL does not
         answer, nothing (False): the agent stays at the URL it was lent to, as served
         there."""
         try:
