@@ -452,7 +452,7 @@ def next_lines(examples: Sequence[FewShot], transcript: Sequence[Step]) -> str:
             return _declined(f'the nearest few-shot, "{asked}", would ask "{replayed.text}": '
                              f"the question's number for {said} is not where the example's "
                              "was", NO_PLACE)
-        if step.kind in ASKS and (lost := _lost_counts(turn, query)):
+        if step.kind in ASKS and (lost := _lost_counts(turn, query, subs)):
             said = ", ".join(f'"{words}"' for words in lost)
             return _declined(f'the nearest few-shot, "{asked}", would ask "{replayed.text}": '
                              f"it has no place for {said}", NO_PLACE)
@@ -473,15 +473,17 @@ def _example_words(ask: str, asked: str, query: str, real: Sequence[Step]) -> se
     return content_words(ask) & content_words(asked) - known
 
 
-def _lost_counts(turn: Sequence[Step], query: str) -> list[str]:
+def _lost_counts(turn: Sequence[Step], query: str, subs: dict[str, str]) -> list[str]:
     """The query's words for each count it says where the example said another (and for
     each count it left out) that no Ask line of the example has a place for: its "2d6"
     for "two six-sided dice" would roll two dice for "a six-sided die". Only an Ask is a
-    place: a count the answer alone carries ("Done: two tables") was never asked for."""
+    place: a count the answer alone carries ("Done: two tables") was never asked for; nor
+    one a longer substitution took first ("a d20" -> "2 d20" before "d20" -> "d20 3x")."""
     written = [s.text for s in turn[1:] if s.kind in _PLACES]
     asked = {word.lower() for text in written for word in _WORD.findall(text)}
     return [run.words for run in _runs(turn[0].text, query) if run.counts_for(asked) and not any(
-        _holds(text, old) for old, _ in run.pairs for text in written)]
+        _holds(text, old) and _holds(substitute(text, subs), new)
+        for old, new in run.pairs for text in written)]
 
 
 def _moved_numbers(turn: Sequence[Step], query: str) -> list[str]:

@@ -431,6 +431,10 @@ def test_a_number_fused_with_letters_or_before_times_is_a_count_wherever_it_stan
         "Ask Func[roll]: 20 1"
     asks, answer = dice_example("Roll 3 times a d20")  # it rolled "a d20"
     assert (asks, answer) == ([], NO_PLACE)
+    # "3x" had a place ("d20" -> "d20 3x"), but "a d20" -> "2 d20" took the Ask first.
+    assert next_lines(parse_few_shots(WORDS), [Step(Kind.Q, "Roll 2 d20 3x")]) == (
+        'Thought: No replay: the nearest few-shot, "Roll a d20", would ask "2 d20": it has no '
+        f'place for "3x"\nA: {NO_PLACE}')
 
 
 def test_a_number_the_alignment_misplaced_is_not_passed_on() -> None:
