@@ -403,3 +403,77 @@ def test_the_dice_func_reads_a_whole_request_as_a_model_may_pass_it() -> None:
     assert answers["Roll fifteen d6"].count(" + ") == 14, answers
     for vague in ("Roll a trio of dice", "Roll two pairs of dice", "Roll a handful of dice"):
         assert answers[vague].startswith("I can't read"), answers
+
+
+# The benchmark's dice, converter and booking agents (benchmarks/engine.py), in part.
+CODED = parse_few_shots(
+    "Q: Roll a d20\nAsk Func[roll]: 20 1\nFunc[roll] says: 12\nA: You rolled a 12!\n\n"
+    "Q: Roll two dice and blow on them first\nAsk Func[roll]: 6 2\nFunc[roll] says: 4 3\n"
+    "A: You rolled a 4 and a 3, 7 in total.")
+CONVERTER = parse_few_shots(
+    "Q: How many km is 5 miles?\nAsk Func[convert]: 5, mi, km\nFunc[convert] says: 8.05\n"
+    "A: 5 miles is 8.05 km.\n\nQ: What is 70 kg in pounds?\nAsk Func[convert]: 70, kg, lb\n"
+    "Func[convert] says: 154.32\nA: 70 kg is 154.32 lb.")
+BOOKING = parse_few_shots(
+    "Q: Book a table for 2 at 8pm\nAsk Func[book]: 8pm, 2\n"
+    "Func[book] says: Booked table 4 for 2 at 8pm\nA: Done: table 4 for 2 people at 8pm.\n\n"
+    "Q: I need a table for 5 people\nAsk User: At what time?\nUser says: 1pm\n"
+    "Ask Func[book]: 1pm, 5\nFunc[book] says: Booked table 2 for 5 at 1pm\n"
+    "A: Done: table 2 for 5 people at 1pm.")
+
+
+def test_a_number_fused_with_letters_or_before_times_is_a_count_wherever_it_stands() -> None:
+    """"Roll two d12" rolled two d6 ("6 2") and "Roll a d20 3 times" one d20 ("20 1"): a
+    number was a count only right before a word the Ask receives."""
+    declined = {query: next_lines(CODED, [Step(Kind.Q, query)]).splitlines()[-1] for query in (
+        "Roll two d12", "Roll a d20 3 times", "Roll 3 times a d20", "Roll a d20 and a d6",
+        "Roll a d20 x3")}
+    assert declined == dict.fromkeys(declined, f"A: {NO_PLACE}")
+    # A time or an ordinal is no count.
+    assert next_lines(CODED, [Step(Kind.Q, "Roll a d20 at 3pm")]) == "Ask Func[roll]: 20 1"
+    assert next_lines(CODED, [Step(Kind.Q, "Roll a d20 for the 2nd time")]) == \
+        "Ask Func[roll]: 20 1"
+    asks, answer = dice_example("Roll 3 times a d20")  # it rolled "a d20"
+    assert (asks, answer) == ([], NO_PLACE)
+    # "3x" had a place ("d20" -> "d20 3x"), but "a d20" -> "2 d20" took the Ask first.
+    assert next_lines(parse_few_shots(WORDS), [Step(Kind.Q, "Roll 2 d20 3x")]) == (
+        'Thought: No replay: the nearest few-shot, "Roll a d20", would ask "2 d20": it has no '
+        f'place for "3x"\nA: {NO_PLACE}')
+
+
+def test_a_number_the_alignment_misplaced_is_not_passed_on() -> None:
+    """"Convert 10 miles to km in 2 minutes" converted 2 miles: the alignment put "2"
+    where the example's "5" (of "5 miles") was."""
+    assert next_lines(CONVERTER, [Step(Kind.Q, "Convert 10 miles to km in 2 minutes")]) == (
+        'Thought: No replay: the nearest few-shot, "How many km is 5 miles?", would ask '
+        '"2, mi, km": the question\'s number for "5" is not where the example\'s was\n'
+        f"A: {NO_PLACE}")
+    assert next_lines(CONVERTER, [Step(Kind.Q, "How many km is 10 miles?")]) == \
+        "Ask Func[convert]: 10, mi, km"
+    assert next_lines(CONVERTER, [Step(Kind.Q, "How many pounds is 3 kg?")]) == \
+        "Ask Func[convert]: 3, kg, lb"
+
+
+def test_a_number_before_punctuation_counts_nothing_after_it() -> None:
+    """"In 2024, table for 8 people please" declined (no place for "In 2024"): the run "I
+    need a" -> "In 2024" changed the example's count "a"."""
+    asked = {query: next_lines(BOOKING, [Step(Kind.Q, query)]) for query in (
+        "Table for 8 people please", "In 2024, Table for 8 people please",
+        "Today at 5: Table for 8 people please", "Quick question #2: Table for 8 people please")}
+    assert asked == dict.fromkeys(asked, "Ask User: At what time?")
+
+
+def test_a_count_said_otherwise_is_mapped_apart_from_the_words_before_it() -> None:
+    """"Roll a pair of six-sided dice" said "No example of this agent is close" ("two not
+    in the question"): "Throw two" -> "Roll a pair of" was mapped as one phrase."""
+    counts = {query: (asks, len(dice)) for query in (
+        "Roll a pair of six-sided dice", "Roll a couple of six-sided dice")
+        for asks, dice in [rolled(query)]}
+    assert counts == {"Roll a pair of six-sided dice": (["a pair of six-sided dice"], 2),
+                      "Roll a couple of six-sided dice": (["a couple of six-sided dice"], 2)}
+    # A count the replay cannot place is said to be one, not "no example is close".
+    pair = parse_few_shots("Q: Throw two six-sided dice\nAsk Func[roll]: two six-sided dice\n"
+                           "Func[roll] says: 3 + 5 = 8\nA: You rolled 3 + 5 = 8.")
+    assert next_lines(pair, [Step(Kind.Q, "Roll a handful of six-sided dice")]) == (
+        'Thought: No replay: the nearest few-shot, "Throw two six-sided dice", would ask '
+        f'"two six-sided dice": two not in the question\nA: {NO_PLACE}')
