@@ -83,15 +83,14 @@ class _Checked:
 
 def _unconfirmed(exc: Exception) -> bool:
     """Whether DynamoDB's answer to a send of a transaction leaves it unknown whether it
-    was written: none (a timeout, a dropped connection), an error of its own (5xx), a
-    resend's token still in progress, or a refusal for the moment after botocore's own
-    resends (one that timed out or failed may have landed before it)."""
+    was written: none (a timeout, a dropped connection), an error of its own (5xx), or a
+    resend's token still in progress. A throttle is a refusal, even after botocore's own
+    resends: they carry the first send's token, and DynamoDB answers a token it already
+    wrote with success, not a throttle."""
     if not isinstance(exc, ClientError):
         return isinstance(exc, (HTTPClientError, BotoConnectionError))
-    meta = exc.response.get("ResponseMetadata", {})
-    return meta.get("HTTPStatusCode", 0) >= 500 or \
-        exc.response.get("Error", {}).get("Code") == "TransactionInProgressException" or \
-        (meta.get("RetryAttempts", 0) > 0 and is_transient(exc))
+    return exc.response.get("ResponseMetadata", {}).get("HTTPStatusCode", 0) >= 500 or \
+        exc.response.get("Error", {}).get("Code") == "TransactionInProgressException"
 
 
 def _landed(exc: ClientError, at: int) -> bool:

@@ -418,36 +418,50 @@ def test_a_post_given_up_on_conflicts_while_its_first_send_was_in_progress_is_un
     assert platform.services.usage.used("query", user_id) == 1
 
 
-@pytest.mark.parametrize("retried", [3, 0])
-def test_a_post_throttled_after_botocores_resends_may_have_been_written(platform, monkeypatch,
-                                                                        retried):
-    """A post throttled to the end: after botocore's own resends (``retried``), one before
-    may have been written (its response lost), so the post is UNAVAILABLE and its message
-    queued (it was RATE_LIMITED, though written and charged, and never queued); with none,
-    each send was refused, and it is RATE_LIMITED, nothing written."""
+class _Body:
+    """A canned HTTP body, read as botocore reads a real one."""
+
+    def __init__(self, data: bytes) -> None:
+        self.data = data
+
+    def stream(self, **_):
+        yield self.data
+
+
+def test_a_throttled_post_is_rate_limited_with_nothing_queued(platform, monkeypatch):
+    """DynamoDB throttles every send of the post's transaction, botocore's own resends
+    included (under one token a call: a token whose first send was written is answered
+    with success, not a throttle, so none was). The post is RATE_LIMITED, nothing
+    written, charged or queued (it was UNAVAILABLE, with a copy of a message never
+    posted queued, as botocore's resends were taken for sends that may have landed)."""
+    from botocore.awsrequest import AWSResponse
+    from botocore.retries.standard import ExponentialBackoff
+
     user_id, key = platform.user()
     session = new_session(platform, key)
-    db = platform.services.sessions.db
-    write, calls = db.transact_write_items, []
+    events = platform.services.sessions.db.meta.events
+    tokens: list[str] = []
 
-    def throttled(**request):
-        if "MSG#" not in str(request):
-            return write(**request)
-        if retried and not calls:
-            write(**request)  # botocore's first send landed; its response was lost
-        calls.append(1)
-        raise error("ThrottlingException", 400, ResponseMetadata={
-            "HTTPStatusCode": 400, "RetryAttempts": retried, "MaxAttemptsReached": True})
+    def throttle(request, **_):
+        body = json.loads(request.body or b"{}")
+        if "MSG#" not in json.dumps(body) or "ClientRequestToken" not in body:
+            return None  # sent on to moto
+        tokens.append(body["ClientRequestToken"])
+        return AWSResponse(request.url, 400, {"Content-Type": "application/x-amz-json-1.0"},
+                           _Body(THROTTLED))
 
-    monkeypatch.setattr(db, "transact_write_items", throttled)
-    out = platform.gql(key, POST, {"s": session})
-    monkeypatch.undo()
-    texts, queued = posted(platform, session)
-    if retried:
-        assert code(out) == "UNAVAILABLE", out
-        assert texts == ["hello"] and len(queued) == 1
-        assert platform.services.usage.used("query", user_id) == 1
-    else:
-        assert code(out) == "RATE_LIMITED", out
-        assert (texts, queued) == ([], [])
-        assert platform.services.usage.used("query", user_id) == 0
+    # botocore's resends run as they would; only their backoff's wait is cut short
+    monkeypatch.setattr(ExponentialBackoff, "delay_amount", lambda self, context: 0.0)
+    events.register("before-send.dynamodb.TransactWriteItems", throttle,
+                    unique_id="test-throttle-posts")
+    try:
+        out = platform.gql(key, POST, {"s": session})
+    finally:
+        events.unregister("before-send.dynamodb.TransactWriteItems",
+                          unique_id="test-throttle-posts")
+    assert code(out) == "RATE_LIMITED", out
+    assert posted(platform, session) == ([], [])
+    assert platform.services.usage.used("query", user_id) == 0
+    # botocore's four sends a call, each call's under one token of its own
+    assert len(tokens) % 4 == 0 and len(tokens) > 4
+    assert len(set(tokens)) == len(tokens) // 4
