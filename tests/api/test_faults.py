@@ -22,6 +22,7 @@ from codeshot.usecases.messaging import TERMINAL
 from tests.api.test_quota_and_posting import new_session
 from tests.conftest import code, free_port
 from tests.runner.conftest import run_queue
+from tests.store_helpers import resent_after_landing
 
 THROTTLED = b'{"__type":"com.amazonaws.dynamodb.v20120810#ThrottlingException",' \
             b'"message":"Rate of requests exceeds the allowed throughput."}'
@@ -244,13 +245,8 @@ def test_a_post_whose_resend_was_refused_for_what_it_wrote_is_queued_unread(plat
     user_id, key = platform.user()
     session = new_session(platform, key)
     db = platform.services.sessions.db
-    write = db.transact_write_items
-
-    def written_then_resent(**request):
-        write(**request)
-        return write(**request)  # the same request again: its conditions now fail
-
-    monkeypatch.setattr(db, "transact_write_items", written_then_resent)
+    monkeypatch.setattr(db, "transact_write_items",
+                        resent_after_landing(platform.services.sessions))
     monkeypatch.setattr(db, "get_item", throttled(db.get_item, "MSG#"))
     out = platform.gql(key, POST, {"s": session})
     monkeypatch.undo()
