@@ -335,6 +335,7 @@ def _serve(args: argparse.Namespace) -> int:
         print(f"Stopping ({stops.wait()}) ...", flush=True)
         if client is not None and lent is not None:
             said = _given_back(lent, client.give_back(lent), url)
+            stops.during = None  # given back: a signal now only cuts the server's stop short
             if said:
                 print(said, flush=True)
     finally:

@@ -141,7 +141,12 @@ def running(argv: list[str], cwd: Path, env: dict[str, str], until: str,
     finally:
         for signum in stop:
             proc.send_signal(signum)
-        proc.wait(timeout=20)
+        try:
+            proc.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            reader.join(timeout=20)
+            pytest.fail(f"{argv} did not end within 20 s of {stop}: {''.join(lines)}")
         reader.join(timeout=20)
     assert proc.returncode == 0, lines
 
