@@ -614,6 +614,29 @@ def test_a_server_down_at_start_is_kept_to_go_back_to(live_stack, stack_dir, tmp
     assert gql(live_stack, DESCRIBED, id=agent_id)["agentById"]["name"] == "Shouter"
 
 
+def test_a_server_still_down_at_ctrl_c_is_kept_and_no_revision_piles_up(
+        live_stack, stack_dir, tmp_path):
+    """Its URL was gone from the revisions at the start already; now the stopped serve's
+    revision is left current, kept in the history with the server's, and the next serve
+    takes it over rather than making one more."""
+    agent_id, first, second = lender_dirs(tmp_path)
+    port = free_port()
+    first_serving, first_url = serving(stack_dir, first, f"Registered {agent_id}", port=port)
+    with first_serving:
+        pass
+    lending, second_url = serving(stack_dir, second, f"Updated {agent_id}")
+    with lending as lines:
+        pass
+    assert lines[-1] == f"{agent_id} stays at {second_url} (stopped now): its previous " \
+        f"server {first_url} does not answer; serve it again with `codeshot serve DIR " \
+        f"--register --port {port}`\n"
+    assert revisions(live_stack, agent_id) == [(False, first_url), (True, second_url)]
+    again, url = serving(stack_dir, second, f"Updated {agent_id}")
+    with again:
+        pass
+    assert revisions(live_stack, agent_id) == [(False, first_url), (True, url)]
+
+
 def test_serves_stacked_on_one_agent_stop_in_any_order(live_stack, stack_dir, tmp_path):
     """A serve lent the agent another serve had lent: the first lender's Ctrl-C switched
     the agent home under the second and deleted the revision the second was to go back
