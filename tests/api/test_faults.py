@@ -424,40 +424,82 @@ class _Body:
         yield self.data
 
 
+def posts_sent_through(platform, monkeypatch, answer) -> list[str]:
+    """Each send of a post's transaction (botocore's own resends too, whose backoff's wait
+    is cut short) is given to ``answer(request, body)`` in place of moto; the tokens sent."""
+    from botocore.retries.standard import ExponentialBackoff
+
+    events, tokens = platform.services.sessions.db.meta.events, []
+
+    def hook(request, **_):
+        body = json.loads(request.body or b"{}")
+        if "MSG#" not in json.dumps(body) or "ClientRequestToken" not in body:
+            return None  # sent on to moto
+        tokens.append(body["ClientRequestToken"])
+        return answer(request, body)
+
+    monkeypatch.setattr(ExponentialBackoff, "delay_amount", lambda self, context: 0.0)
+    events.register("before-send.dynamodb.TransactWriteItems", hook, unique_id="test-posts")
+    monkeypatch.setattr(platform, "_unhook", lambda: events.unregister(
+        "before-send.dynamodb.TransactWriteItems", unique_id="test-posts"), raising=False)
+    return tokens
+
+
+def throttle(request, body):
+    from botocore.awsrequest import AWSResponse
+
+    return AWSResponse(request.url, 400, {"Content-Type": "application/x-amz-json-1.0"},
+                       _Body(THROTTLED))
+
+
 def test_a_throttled_post_is_rate_limited_with_nothing_queued(platform, monkeypatch):
     """DynamoDB throttles every send of the post's transaction, botocore's own resends
     included (under one token a call: a token whose first send was written is answered
     with success, not a throttle, so none was). The post is RATE_LIMITED, nothing
     written, charged or queued (it was UNAVAILABLE, with a copy of a message never
     posted queued, as botocore's resends were taken for sends that may have landed)."""
-    from botocore.awsrequest import AWSResponse
-    from botocore.retries.standard import ExponentialBackoff
-
     user_id, key = platform.user()
     session = new_session(platform, key)
-    events = platform.services.sessions.db.meta.events
-    tokens: list[str] = []
-
-    def throttle(request, **_):
-        body = json.loads(request.body or b"{}")
-        if "MSG#" not in json.dumps(body) or "ClientRequestToken" not in body:
-            return None  # sent on to moto
-        tokens.append(body["ClientRequestToken"])
-        return AWSResponse(request.url, 400, {"Content-Type": "application/x-amz-json-1.0"},
-                           _Body(THROTTLED))
-
-    # botocore's resends run as they would; only their backoff's wait is cut short
-    monkeypatch.setattr(ExponentialBackoff, "delay_amount", lambda self, context: 0.0)
-    events.register("before-send.dynamodb.TransactWriteItems", throttle,
-                    unique_id="test-throttle-posts")
+    tokens = posts_sent_through(platform, monkeypatch, throttle)
     try:
         out = platform.gql(key, POST, {"s": session})
     finally:
-        events.unregister("before-send.dynamodb.TransactWriteItems",
-                          unique_id="test-throttle-posts")
+        platform._unhook()
     assert code(out) == "RATE_LIMITED", out
     assert posted(platform, session) == ([], [])
     assert platform.services.usage.used("query", user_id) == 0
     # botocore's four sends a call, each call's under one token of its own
     assert len(tokens) % 4 == 0 and len(tokens) > 4
     assert len(set(tokens)) == len(tokens) // 4
+
+
+def test_a_post_throttled_after_a_send_that_timed_out_and_landed_is_unconfirmed(
+        platform, monkeypatch):
+    """botocore's first send was written and its response lost (a read timeout); its
+    resends, and every later call, were throttled. The post was RATE_LIMITED "nothing
+    stored", its message written, charged and never queued; it is UNAVAILABLE, queued."""
+    import boto3
+    from botocore.exceptions import ReadTimeoutError
+
+    user_id, key = platform.user()
+    session = new_session(platform, key)
+    db = platform.services.sessions.db
+    other = boto3.client("dynamodb", region_name=db.meta.region_name,  # moto's, unhooked
+                         endpoint_url=db.meta.endpoint_url)
+
+    def land_then_throttle(request, body):
+        if len(tokens) == 1:
+            other.transact_write_items(TransactItems=body["TransactItems"])
+            raise ReadTimeoutError(endpoint_url=request.url)
+        return throttle(request, body)
+
+    tokens = posts_sent_through(platform, monkeypatch, land_then_throttle)
+    try:
+        out = platform.gql(key, POST, {"s": session})
+    finally:
+        platform._unhook()
+    assert code(out) == "UNAVAILABLE", out
+    texts, queued = posted(platform, session)
+    assert texts == ["hello"]
+    assert queued == [platform.services.sessions.all_messages(session)[0].message_id]
+    assert platform.services.usage.used("query", user_id) == 1
