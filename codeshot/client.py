@@ -161,8 +161,12 @@ DESCRIBING = {"name": "name", "description": "description", "moreInfoUrl": "more
 
 def _described(agent: dict[str, Any]) -> dict[str, Any]:
     """DESCRIBING's fields of ``agent`` (as CURRENT reads it), as AgentInput takes them:
-    moreInfoUrl may be null, and "" clears it (null leaves a field as it is)."""
-    return {k: "" if agent[name] is None else agent[name] for k, name in DESCRIBING.items()}
+    moreInfoUrl may be null, and "" clears it (null leaves a field as it is); a blank sample
+    query stored before blanks were refused is left out (given back, it would be refused)."""
+    described = {k: "" if agent[name] is None else agent[name]
+                 for k, name in DESCRIBING.items()}
+    described["sampleQueries"] = [q for q in described["sampleQueries"] if q.strip()]
+    return described
 
 
 def loopback_port(url: str | None) -> int | None:

@@ -28,7 +28,7 @@ from typing import Any
 
 import httpx
 
-from codeshot.errors import Forbidden
+from codeshot.errors import Forbidden, InvalidInput
 from codeshot.sdk.auth import Claims
 from codeshot.sdk.platform_api import TIMEOUT, PlatformApi
 from codeshot.sdk.wire import AgentQuery, AgentResponse, Message
@@ -37,6 +37,14 @@ EXPIRY_MARGIN_SECONDS = 30  # refresh a token this close to its expiry: it may l
 ERR_OAUTH = "ERR_OAUTH"  # the platform's OAuth API failed without an error body
 OAUTH_API = PlatformApi("the platform's OAuth API", ERR_OAUTH,
                         "I'm sorry, I could not reach your authorization for this agent.")
+
+
+class MissingOAuthSetting(InvalidInput, KeyError):
+    """A setting the agent's OAuth client is read from is absent: a KeyError, as Fixie's
+    was, and a refusal of the agent's code (its line named when it loads)."""
+
+    def __str__(self) -> str:  # KeyError's would quote the message
+        return self.message
 
 
 @dataclass
@@ -54,9 +62,13 @@ class OAuthParams:
                                  ) -> OAuthParams:
         """From a client secrets file as the Google Cloud Console writes it."""
         data = json.loads(Path(secrets_path).read_text())
-        secrets = data.get("web") or data["installed"]
-        return cls(secrets["client_id"], secrets["client_secret"], secrets["auth_uri"],
-                   secrets["token_uri"], scopes)
+        try:
+            secrets = data.get("web") or data["installed"]
+            return cls(secrets["client_id"], secrets["client_secret"], secrets["auth_uri"],
+                       secrets["token_uri"], scopes)
+        except KeyError as exc:
+            raise MissingOAuthSetting(f"OAuthParams.from_client_secrets_file: {secrets_path} "
+                                      f"has no {exc.args[0]!r}") from None
 
     @classmethod
     def from_env(cls, prefix: str, scopes: list[str]) -> OAuthParams:
@@ -67,7 +79,8 @@ class OAuthParams:
                 os.environ[prefix + name]
                 for name in ("CLIENT_ID", "CLIENT_SECRET", "AUTH_URI", "TOKEN_URI"))
         except KeyError as exc:
-            raise KeyError(f"OAuthParams.from_env: {exc.args[0]} is not set") from None
+            raise MissingOAuthSetting(f"OAuthParams.from_env: {exc.args[0]} is not set"
+                                      ) from None
         return cls(client_id, secret, auth_uri, token_uri, scopes)
 
 

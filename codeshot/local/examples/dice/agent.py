@@ -63,8 +63,8 @@ def count_before(text: str) -> int | None:
 
 
 # "a d20 3 times", "twice", "x3": the dice rolled again (so many more of them)
-REPEATS = re.compile(r"\b(?:(\w{1,12})\s{1,3}times|(twice)|(thrice)|x\s{0,3}(\d{1,3}))\b",
-                     re.IGNORECASE)
+REPEATS = re.compile(r"\b(?:(\w{1,12})\s{1,3}times|(twice)|(thrice))\b"
+                     r"|(?<![a-z])x\s{0,3}(\d{1,6})\b|\b(\d{1,6})\s{0,3}x\b", re.IGNORECASE)
 
 
 def repeats(text: str) -> int | None:
@@ -72,8 +72,8 @@ def repeats(text: str) -> int | None:
     match = REPEATS.search(text)
     if match is None:
         return 1
-    times, twice, thrice, x = match.groups()
-    return 2 if twice else 3 if thrice else int(x) if x else number(times)
+    times, twice, thrice, x, x_after = match.groups()
+    return 2 if twice else 3 if thrice else int(x or x_after) if x or x_after else number(times)
 
 
 def dice_asked(text: str) -> tuple[int, int] | None:
