@@ -6,6 +6,7 @@ import argparse
 import os
 import signal
 import sys
+import time
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -274,28 +275,27 @@ class _Stops:
     a restore cut short is half done."""
 
     def __init__(self) -> None:
-        import threading
-
         self.received: list[str] = []
-        self.stop = threading.Event()
         self.during: str | None = None
         for name in ("SIGINT", "SIGTERM", "SIGHUP"):
             if hasattr(signal, name):  # Windows has no SIGHUP
                 signal.signal(getattr(signal, name), self.handler)
 
     def handler(self, signum: int, _frame: object) -> None:
+        # Runs in the main thread between two of its bytecodes: no lock (an Event's set()
+        # could wait on the one its wait() holds) and no print (it may be mid-print).
         if not self.received:
             self.received.append(signal.Signals(signum).name)
-            self.stop.set()
         elif self.during:
-            print(self.during, flush=True)
+            os.write(sys.stdout.fileno(), f"{self.during}\n".encode())
             self.during = None
         else:
             raise SystemExit(128 + signum)
 
     def wait(self) -> str:
         """Blocks until a signal came (at once if one did already) and names it."""
-        self.stop.wait()
+        while not self.received:
+            time.sleep(0.1)
         return self.received[0]
 
 

@@ -28,7 +28,7 @@ from typing import Any
 
 import httpx
 
-from codeshot.errors import Forbidden, InvalidInput
+from codeshot.errors import Forbidden
 from codeshot.sdk.auth import Claims
 from codeshot.sdk.platform_api import TIMEOUT, PlatformApi
 from codeshot.sdk.wire import AgentQuery, AgentResponse, Message
@@ -39,12 +39,13 @@ OAUTH_API = PlatformApi("the platform's OAuth API", ERR_OAUTH,
                         "I'm sorry, I could not reach your authorization for this agent.")
 
 
-class MissingOAuthSetting(InvalidInput, KeyError):
+class MissingOAuthSetting(KeyError):
     """A setting the agent's OAuth client is read from is absent: a KeyError, as Fixie's
-    was, and a refusal of the agent's code (its line named when it loads)."""
+    was (in a Func, an error of the agent's, logged there), and a refusal of the agent's
+    code when it loads (its line named: codeshot.sdk.project)."""
 
     def __str__(self) -> str:  # KeyError's would quote the message
-        return self.message
+        return str(self.args[0])
 
 
 @dataclass

@@ -144,8 +144,10 @@ def is_transient(exc: Exception) -> bool:
     return code in TRANSIENT_CODES
 
 
-# Tokens of transactions one of whose sends (botocore's own resends included) got no
-# answer, a 5xx or "in progress": they may have been written, whatever the last send got.
+# Tokens of transact_write's calls under way, and those of them one of whose sends
+# (botocore's own resends included) got no answer, a 5xx or "in progress": they may have
+# been written, whatever the last send got. Other callers' tokens are not kept.
+_SENDING: set[str] = set()
 _UNSURE: set[str] = set()
 
 
@@ -160,7 +162,7 @@ def _note_unsure(request_dict: dict[str, Any], response: Any,
                 parsed.get("Error", {}).get("Code") != "TransactionInProgressException":
             return
     token = json.loads(request_dict.get("body") or b"{}").get("ClientRequestToken")
-    if token:
+    if token in _SENDING:
         _UNSURE.add(token)
 
 
@@ -172,12 +174,14 @@ def transact_write(db: Any, items: Sequence[Any], unsure: list[bool]) -> None:
     db.meta.events.register_first("needs-retry.dynamodb.TransactWriteItems", _note_unsure,
                                   unique_id="codeshot-note-unsure")
     token = str(uuid.uuid4())
+    _SENDING.add(token)
     try:
         db.transact_write_items(TransactItems=items, ClientRequestToken=token)
     except Exception:
         unsure.append(token in _UNSURE)
         raise
     finally:
+        _SENDING.discard(token)
         _UNSURE.discard(token)
 
 

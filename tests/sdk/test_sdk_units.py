@@ -384,7 +384,7 @@ def test_an_oauth_client_missing_from_the_environment_names_the_agents_line(tmp_
         "params = OAuthParams.from_env('GMAIL_', ['mail'])\n")
     monkeypatch.delenv("GMAIL_CLIENT_ID", raising=False)
     monkeypatch.syspath_prepend(str(tmp_path))
-    with pytest.raises(InvalidInput, match=r"^mailer.py line 3: "
+    with pytest.raises(InvalidInput, match=r"^mailer.py line 3: MissingOAuthSetting: "
                        r"OAuthParams.from_env: GMAIL_CLIENT_ID is not set$") as raised:
         _import_entry("mailer", tmp_path.resolve())
     assert isinstance(raised.value.__cause__, KeyError)
