@@ -27,4 +27,4 @@ def test_a_send_that_got_no_answer_may_have_landed_and_other_calls_tokens_are_no
     assert unsure == [True]
     with pytest.raises(EndpointConnectionError):
         db.transact_write_items(TransactItems=ITEMS)  # another caller, hook still on
-    assert dynamo._UNSURE == set() and dynamo._SENDING == set()
+    assert not dynamo._UNSURE and not dynamo._SENDING
