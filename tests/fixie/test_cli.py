@@ -587,15 +587,22 @@ def test_an_edit_made_while_lent_is_kept_at_ctrl_c(live_stack, stack_dir, tmp_pa
         assert revisions(live_stack, agent_id) == [(True, first_url)]
 
 
+def stopped_after_registering(stack_dir: Path, agent: Path, agent_id: str) -> tuple[int, str]:
+    """``agent`` served and registered, then stopped: its port and URL, which no longer
+    answer."""
+    port = free_port()
+    first_serving, url = serving(stack_dir, agent, f"Registered {agent_id}", port=port)
+    with first_serving:
+        pass
+    return port, url
+
+
 def test_a_server_down_at_start_is_kept_to_go_back_to(live_stack, stack_dir, tmp_path):
     """Its server did not answer when serve started (down for a moment, or its listen
     backlog full): its revision's URL was rewritten in place, gone for good; the agent
     stayed at the stopped serve's URL."""
     agent_id, first, second = lender_dirs(tmp_path)
-    port = free_port()
-    first_serving, first_url = serving(stack_dir, first, f"Registered {agent_id}", port=port)
-    with first_serving:
-        pass
+    port, first_url = stopped_after_registering(stack_dir, first, agent_id)
     lending, second_url = serving(stack_dir, second, f"Updated {agent_id}")
     lines = lending.__enter__()
     try:
@@ -620,10 +627,7 @@ def test_a_server_still_down_at_ctrl_c_is_kept_and_no_revision_piles_up(
     revision is left current, kept in the history with the server's, and the next serve
     takes it over rather than making one more."""
     agent_id, first, second = lender_dirs(tmp_path)
-    port = free_port()
-    first_serving, first_url = serving(stack_dir, first, f"Registered {agent_id}", port=port)
-    with first_serving:
-        pass
+    port, first_url = stopped_after_registering(stack_dir, first, agent_id)
     lending, second_url = serving(stack_dir, second, f"Updated {agent_id}")
     with lending as lines:
         pass
