@@ -142,7 +142,8 @@ and route latency.
     router's 25 misses and broke 22 of its hits, so no fusion weight (0.005-0.2, two seeds,
     three variants, top 3 or 5) passed 257. About 200 rows teach a cross-encoder less than
     the tuned embedder knows, and the misses are the same ambiguous requests; it would also
-    cost 20-60 ms a query where the router takes 3.
+    cost 63-142 ms a query on the loaded machine (3 pairs, one thread) where the router
+    takes 3.
 
     A tuned model routes without torch: the tuning exports the transformer as an ONNX
     graph (``torch.onnx.export``, opset 17, 90 MB), which onnxruntime runs on one thread,
