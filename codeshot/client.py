@@ -327,7 +327,7 @@ class PlatformClient(GraphQLClient):
         is dropped then, kept if this fails (the platform unreachable)."""
         given = self._give_back(lent)
         if self.records is not None:
-            self.records.drop(lent)
+            self.records.drop(lent.agent_id, lent.revision_id)
         return given
 
     def _give_back(self, lent: Lent) -> GivenBack:
@@ -361,6 +361,8 @@ class PlatformClient(GraphQLClient):
         for revision_id in (lent.revision_id, *([lent.previous_id] if past else [])):
             if revision_id in kept:
                 self.call(DELETE_REVISION, {"h": lent.handle, "r": revision_id})
+        if past and self.records is not None:  # the stopped serve's, if it was killed here
+            self.records.drop(lent.agent_id, lent.previous_id)
         restore = {k: v for k, v in restore.items() if k not in changed}
         if restore:
             self.call(UPDATE, {"d": {"handle": lent.handle, **restore}})

@@ -51,8 +51,8 @@ class LentRecords:
         self.api_url = api_url
         self.directory = directory or Path.cwd() / RECORDS
 
-    def _path(self, lent: Lent) -> Path:
-        key = "\n".join((self.api_url, lent.agent_id, lent.revision_id))
+    def _path(self, agent_id: str, revision_id: str) -> Path:
+        key = "\n".join((self.api_url, agent_id, revision_id))
         return self.directory / f"{hashlib.sha256(key.encode()).hexdigest()[:32]}.json"
 
     def keep(self, lent: Lent) -> None:
@@ -63,14 +63,15 @@ class LentRecords:
             with os.fdopen(fd, "w") as file:
                 json.dump({"api_url": self.api_url, **dataclasses.asdict(lent)}, file,
                           indent=2)
-            os.replace(tmp, self._path(lent))
+            os.replace(tmp, self._path(lent.agent_id, lent.revision_id))
         except BaseException:
             os.unlink(tmp)
             raise
 
-    def drop(self, lent: Lent) -> None:
-        """``lent`` is given back (or there is nothing left to give back)."""
-        self._path(lent).unlink(missing_ok=True)
+    def drop(self, agent_id: str, revision_id: str) -> None:
+        """The lending of ``agent_id`` at its revision ``revision_id`` is given back (or
+        there is nothing left to give back)."""
+        self._path(agent_id, revision_id).unlink(missing_ok=True)
 
     def of(self, agent_id: str) -> list[Lent]:
         """The records of ``agent_id``'s lendings, the latest first."""
