@@ -336,37 +336,45 @@ class PlatformClient(GraphQLClient):
         if agent is None or current is None:
             return GivenBack(False, gone=True)
         kept = {str(r["id"]) for r in agent["allRevisions"]}
-        if lent.revision_id not in kept:  # a later serve took it home past this one
+        current_id = str(current["id"])
+        if lent.back_id is not None and current_id == lent.back_id:
+            pass  # this restore, cut short after its switch: finished below
+        elif lent.revision_id not in kept:  # a later serve took it home past this one
             return GivenBack(False, deleted=True)
-        if str(current["id"]) != lent.revision_id:
+        elif current_id != lent.revision_id:
             lent_on = SERVED in current["metadata"] and {"key": HOME, "value": lent.home_id} \
                 in current["metadata"]
             if lent_on:
                 self.call(DELETE_REVISION, {"h": lent.handle, "r": lent.revision_id})
             return GivenBack(False, moved_to=_url(current), lent_on=lent_on)
-        back_id, back_to, restore = lent.previous_id, lent.previous_url, lent.restore
-        past = lent.previous_id != lent.home_id and lent.home_id in kept and (
-            lent.previous_id not in kept
-            or not (lent.previous_url and answers(lent.previous_url)))
-        if past:  # the serve it was lent from stopped: home, past that serve's revision
-            back_id, back_to, restore = lent.home_id, lent.home_url, lent.home_restore
-        described = _described(agent)
-        changed = tuple(k for k, v in lent.lent_as.items() if described[k] != v)
-        try:
-            self.call(SET_CURRENT, {"h": lent.handle, "r": back_id})
-        except RemoteError as exc:
-            if exc.code not in (AgentUnavailable.code, NotFound.code):
-                raise
-            return GivenBack(False, gone=exc.code == NotFound.code, back_to=back_to)
-        for revision_id in (lent.revision_id, *([lent.previous_id] if past else [])):
+        else:
+            past = lent.previous_id != lent.home_id and lent.home_id in kept and (
+                lent.previous_id not in kept
+                or not (lent.previous_url and answers(lent.previous_url)))
+            described = _described(agent)
+            # Home, past the revision of the serve it was lent from, if that one stopped.
+            lent = dataclasses.replace(
+                lent, back_id=lent.home_id if past else lent.previous_id,
+                changed=[k for k, v in lent.lent_as.items() if described[k] != v])
+            self._keep(lent)
+            try:
+                self.call(SET_CURRENT, {"h": lent.handle, "r": lent.back_id})
+            except RemoteError as exc:
+                if exc.code not in (AgentUnavailable.code, NotFound.code):
+                    raise
+                return GivenBack(False, gone=exc.code == NotFound.code,
+                                 back_to=_back_to(lent))
+        home = lent.back_id != lent.previous_id
+        for revision_id in (lent.revision_id, *([lent.previous_id] if home else [])):
             if revision_id in kept:
                 self.call(DELETE_REVISION, {"h": lent.handle, "r": revision_id})
-        if past and self.records is not None:  # the stopped serve's, if it was killed here
+        if home and self.records is not None:  # the stopped serve's, if it was killed here
             self.records.drop(lent.agent_id, lent.previous_id)
-        restore = {k: v for k, v in restore.items() if k not in changed}
+        restore = {k: v for k, v in (lent.home_restore if home else lent.restore).items()
+                   if k not in lent.changed}
         if restore:
             self.call(UPDATE, {"d": {"handle": lent.handle, **restore}})
-        return GivenBack(True, changed, back_to=back_to)
+        return GivenBack(True, tuple(lent.changed), back_to=_back_to(lent))
 
     def finish_restores(self, agent_id: str, here: str | None = None
                         ) -> list[tuple[Lent, GivenBack | None]]:
@@ -377,6 +385,11 @@ class PlatformClient(GraphQLClient):
             return []
         return [(lent, None if lent.url != here and answers(lent.url) else self.give_back(lent))
                 for lent in self.records.of(agent_id)]
+
+
+def _back_to(lent: Lent) -> str | None:
+    """The URL ``lent`` is given back to: its previous revision's, or its home's."""
+    return lent.home_url if lent.back_id != lent.previous_id else lent.previous_url
 
 
 def _url(revision: dict[str, Any]) -> str | None:

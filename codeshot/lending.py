@@ -29,7 +29,10 @@ class Lent:
     it before (``restore``) and what serve_here made of that (``lent_as``; both
     DESCRIBING's fields, as AgentInput takes them). ``home_id``: the revision before any
     serve lent it (``previous_id`` unless it was lent from another serve's), described by
-    ``home_restore``; the agent goes back there when the serve it was lent from stopped."""
+    ``home_restore``; the agent goes back there when the serve it was lent from stopped.
+    ``back_id``: the revision give_back began making current again, with the fields the
+    owner had ``changed`` then (a restore cut short after that is finished, not taken
+    for a switch made meanwhile)."""
 
     agent_id: str
     handle: str
@@ -42,6 +45,8 @@ class Lent:
     home_id: str
     home_url: str | None
     home_restore: dict[str, Any]
+    back_id: str | None = None
+    changed: list[str] = dataclasses.field(default_factory=list)
 
 
 class LentRecords:

@@ -775,6 +775,46 @@ def test_agent_restore_gives_back_by_the_record_and_leaves_a_switched_agent(
         f"Nothing to restore: no serve left {agent_id} lent from this directory"), again
 
 
+def test_a_restore_cut_short_after_its_switch_is_finished_not_taken_for_a_switch(
+        live_stack, stack_dir, tmp_path, home_served):
+    """The connection lost (or a third Ctrl-C) once the previous revision was current
+    again: the restore finished from the record took that for a switch made meanwhile,
+    leaving the lender's revision, name and description."""
+    from codeshot.client import DELETE_REVISION, GivenBack, PlatformClient, Target, agent_fields
+    from codeshot.errors import Unavailable
+    from codeshot.lending import LentRecords
+    from codeshot.sdk.project import read_config
+
+    agent_id, first, second = lender_dirs(tmp_path)
+    home, first_url = serving(stack_dir, first, f"Registered {agent_id}")
+    home_served.append(home)
+    home.__enter__()
+    lender, second_url = serving(stack_dir, second, "Serving ", register=False)
+    lender.__enter__()
+    target = Target(live_stack["api_url"], live_stack["api_key"], "the test")
+    records = LentRecords(target.api_url, tmp_path / "lent")
+    lent = PlatformClient(target, records).serve_here(
+        agent_fields(read_config(second), second_url)).lent
+    assert lent is not None and records.of(agent_id) == [lent]
+
+    class LostAfterTheSwitch(PlatformClient):
+        def call(self, query: str, variables: dict | None = None) -> dict:
+            if query == DELETE_REVISION:
+                raise Unavailable("the connection was lost")
+            return super().call(query, variables)
+
+    with pytest.raises(Unavailable):
+        LostAfterTheSwitch(target, records).give_back(lent)
+    lender.__exit__(None, None, None)
+    assert sorted(revisions(live_stack, agent_id)) == [(False, second_url), (True, first_url)]
+    [(finished, given)] = PlatformClient(target, records).finish_restores(agent_id)
+    assert (finished.revision_id, given) == (lent.revision_id,
+                                             GivenBack(True, back_to=first_url))
+    assert revisions(live_stack, agent_id) == [(True, first_url)]
+    assert gql(live_stack, DESCRIBED, id=agent_id)["agentById"]["name"] == "Shouter"
+    assert records.of(agent_id) == []
+
+
 def test_a_second_signal_does_not_cut_the_restore_short(live_stack, stack_dir, tmp_path):
     """Ctrl-C twice (or SIGINT and SIGTERM at once) ended serve in the middle of giving
     the lent agent back, exit 130, nothing said: the agent at the stopped URL or with
