@@ -13,7 +13,8 @@ from typing import TYPE_CHECKING
 from codeshot.errors import CodeshotError, install_hint
 
 if TYPE_CHECKING:
-    from codeshot.client import GivenBack, Lent, Serving
+    from codeshot.client import GivenBack, PlatformClient, Serving
+    from codeshot.lending import Lent
     from codeshot.settings import Settings
 
 # Third-party packages of the `platform` and `local` extras (not installed with the SDK).
@@ -301,6 +302,7 @@ class _Stops:
 
 def _serve(args: argparse.Namespace) -> int:
     from codeshot.client import PlatformClient, Target, agent_fields
+    from codeshot.lending import LentRecords
     from codeshot.local.http_server import HttpServer
     from codeshot.sdk.project import load_agent, read_config
     from codeshot.settings import get_settings
@@ -313,9 +315,10 @@ def _serve(args: argparse.Namespace) -> int:
     config = read_config(args.agent_dir)
     target = Target.find()
     settings = get_settings().replace(api_url=target.api_url)
-    client = PlatformClient(target) if args.register else None
-    if client is not None:  # it will be this user's agent: accept tokens for it only
-        settings = settings.replace(agent_id=f"{client.username()}/{config.handle}")
+    client = PlatformClient(target, LentRecords(target.api_url)) if args.register else None
+    agent_id = f"{client.username()}/{config.handle}" if client is not None else None
+    if agent_id is not None:  # it will be this user's agent: accept tokens for it only
+        settings = settings.replace(agent_id=agent_id)
     elif not settings.agent_id and target.api_key:  # beside a local stack: its user's agent
         settings = settings.replace(
             agent_id=f"{PlatformClient(target).username()}/{config.handle}")
@@ -325,7 +328,8 @@ def _serve(args: argparse.Namespace) -> int:
     lent = None
     try:
         print(f"Serving {config.handle} at {url} for the platform at {target}", flush=True)
-        if client is not None:
+        if client is not None and agent_id is not None:
+            _finish_restores(client, agent_id, url)
             serving = client.serve_here(agent_fields(config, url))
             lent = serving.lent
             if lent is not None:
@@ -334,7 +338,7 @@ def _serve(args: argparse.Namespace) -> int:
             print(_serving_said(serving, url), flush=True)
         print(f"Stopping ({stops.wait()}) ...", flush=True)
         if client is not None and lent is not None:
-            said = _given_back(lent, client.give_back(lent), url)
+            said = _given_back(lent, client.give_back(lent))
             stops.during = None  # given back: a signal now only cuts the server's stop short
             if said:
                 print(said, flush=True)
@@ -360,25 +364,50 @@ def _serving_said(serving: Serving, url: str) -> str:
             "there after Ctrl-C, answering only while served")
 
 
-def _given_back(lent: Lent, given: GivenBack, url: str) -> str | None:
-    """What give_back did with the agent lent to ``url``, as serve tells the user (nothing
-    when it stays where it was registered, with agent.yaml's fields)."""
+def _given_back(lent: Lent, given: GivenBack) -> str | None:
+    """What give_back did with the agent lent to ``lent.url``, as serve tells the user
+    (nothing when it stays where it was registered, with agent.yaml's fields)."""
+    url = lent.url
+    if given.deleted:
+        return (f"{lent.agent_id}'s revision at {url} was deleted meanwhile (another serve "
+                "took it home past it, or its owner): nothing to give back")
+    if given.lent_on:
+        return (f"{lent.agent_id} was lent on to {given.moved_to} meanwhile by another serve: "
+                f"it goes back to {lent.home_url} when that one stops; its revision at {url} "
+                "deleted")
     if given.moved_to is not None:
         return (f"{lent.agent_id} was switched to {given.moved_to} meanwhile (another serve, "
                 f"or its owner): left there, its revision at {url} kept")
     if given.gone:
         return (f"{lent.agent_id} stays at {url} (stopped now): its previous revision at "
-                f"{lent.previous_url} was deleted meanwhile")
+                f"{given.back_to} was deleted meanwhile")
     if not given.restored:
         return (f"{lent.agent_id} stays at {url} (stopped now): its previous server "
-                f"{lent.previous_url} does not answer; {_serve_again(lent.previous_url)}")
-    if lent.previous_url == url:
+                f"{given.back_to} does not answer; {_serve_again(given.back_to)}")
+    if given.back_to == url:
         return None
     if given.changed:
-        return (f"Restored {lent.agent_id} at {lent.previous_url}; changed meanwhile, not "
+        return (f"Restored {lent.agent_id} at {given.back_to}; changed meanwhile, not "
                 f"restored: {', '.join(given.changed)}")
-    return (f"Restored {lent.agent_id} at {lent.previous_url}, with its own name, "
+    return (f"Restored {lent.agent_id} at {given.back_to}, with its own name, "
             "description and sample queries")
+
+
+def _finish_restores(client: PlatformClient, agent_id: str, here: str | None = None) -> int:
+    """Give back what serves killed before their restore left lent (their records here),
+    saying so; how many there were (those still served too)."""
+    done = client.finish_restores(agent_id, here)
+    for lent, given in done:
+        if given is None:
+            print(f"{agent_id} is lent to {lent.url} by a serve still running: it gives it "
+                  "back when it stops", flush=True)
+            continue
+        print(f"{agent_id} was left lent to {lent.url} by a serve that ended without giving "
+              "it back: giving it back now", flush=True)
+        said = _given_back(lent, given)
+        if said:
+            print(said, flush=True)
+    return len(done)
 
 
 def _serve_again(url: str | None) -> str:
@@ -406,6 +435,19 @@ def _agent_register(args: argparse.Namespace) -> int:
     agent_id, updated = PlatformClient(target).register(agent_fields(config, url))
     print(f"{'Updated' if updated else 'Registered'} {agent_id} at {url} with the platform "
           f"at {target}")
+    return 0
+
+
+def _agent_restore(args: argparse.Namespace) -> int:
+    from codeshot.client import PlatformClient, Target
+    from codeshot.lending import RECORDS, LentRecords
+
+    target = Target.find()
+    client = PlatformClient(target, LentRecords(target.api_url))
+    agent_id = f"{client.username()}/{args.handle}"
+    if not _finish_restores(client, agent_id):
+        print(f"Nothing to restore: no serve left {agent_id} lent from this directory "
+              f"({RECORDS} names none for the platform at {target})")
     return 0
 
 
@@ -637,7 +679,11 @@ def build_parser() -> argparse.ArgumentParser:
         "says) and prints its id; an agent of yours registered at another URL is served here "
         "until Ctrl-C, SIGTERM or SIGHUP (a new current revision, with agent.yaml's fields), "
         "then its previous revision is current again if its server answers (even one that "
-        "did not answer at the start), with the fields you did not change meanwhile. A new "
+        "did not answer at the start), with the fields you did not change meanwhile; with "
+        "serves lending it on, one on top of another, the last to stop takes it back to its "
+        "revision before them all. What that needs is kept in .codeshot/lent/ here while it "
+        "is lent: the next `serve --register` of the agent here (or `codeshot agent restore "
+        "HANDLE`) first finishes a restore a killed serve left undone. A new "
         "agent, one registered at this URL, or one an earlier serve left at a loopback URL "
         "that does not answer, stays registered here, answering only while served.",
     )
@@ -682,6 +728,16 @@ def build_parser() -> argparse.ArgumentParser:
     register.add_argument("agent_dir", type=Path, metavar="AGENT_DIR")
     register.add_argument("--url", help="where the agent is served")
     register.set_defaults(run=_agent_register)
+
+    restore = agent_commands.add_parser(
+        "restore", help="give back an agent a killed `serve --register` left lent",
+        description="Give back your agent HANDLE where a `codeshot serve --register` run "
+        "from this directory lent it and then ended without giving it back (SIGKILL, a "
+        "crash, a closed laptop): as its Ctrl-C would have, by the record it kept in "
+        ".codeshot/lent/ while lent. The next `serve --register` of the agent here does this "
+        "first too. A lending whose serve is still running is left to it.")
+    restore.add_argument("handle", metavar="HANDLE", help="the agent's handle (yours)")
+    restore.set_defaults(run=_agent_restore)
 
     oauth = commands.add_parser(
         "oauth", help="your OAuth tokens held for agents",

@@ -18,6 +18,7 @@ from urllib.parse import urlsplit
 import httpx
 
 from codeshot.errors import AgentUnavailable, CodeshotError, InvalidInput, NotFound, Unavailable
+from codeshot.lending import Lent, LentRecords
 
 if TYPE_CHECKING:
     from codeshot.sdk.project import AgentConfig
@@ -139,12 +140,16 @@ CREATE = f"mutation ($d: AgentInput!) {{ createAgent(agentData: $d) {{ {AGENT_FI
 UPDATE = f"mutation ($d: AgentInput!) {{ updateAgent(agentData: $d) {{ {AGENT_FIELDS} }} }}"
 
 
+REVISION_FIELDS = "id metadata { key value } externalDeployment { url }"
 CURRENT = ("query ($id: String!) { agentById(agentId: $id) { name description queries "
-           "moreInfoUrl published currentRevision { id metadata { key value } "
-           "externalDeployment { url } } } }")
+           f"moreInfoUrl published currentRevision {{ {REVISION_FIELDS} }} "
+           f"allRevisions {{ {REVISION_FIELDS} }} }} }}")
 # Marks the revisions serve_here makes: one left current at a loopback URL (its previous
 # server did not answer at the Ctrl-C) is serve's own, taken over by the next serve_here.
 SERVED = {"key": "codeshot", "value": "serve"}
+# Beside SERVED: the revision before any serve lent the agent (serves may lend it on, one
+# on top of the other), where the last of them to stop takes it back.
+HOME = "codeshot.home"
 NEW_REVISION = ("mutation ($h: String!, $u: String!, $m: [RevisionMetadataKeyValuePairInput!]!)"
                 " { createAgentRevision(agentHandle: $h, makeCurrent: true, revision: "
                 "{metadata: $m, externalDeployment: {url: $u}}, reindexCorpora: false) "
@@ -176,22 +181,6 @@ def loopback_port(url: str | None) -> int | None:
 
 
 @dataclass(frozen=True)
-class Lent:
-    """An agent that was registered already, served here for a while: its new revision
-    (current while served), the one to make current again after, what described it
-    before (``restore``) and what serve_here made of that (``lent_as``; both
-    DESCRIBING's fields, as AgentInput takes them)."""
-
-    agent_id: str
-    handle: str
-    revision_id: str
-    previous_id: str
-    previous_url: str | None
-    restore: dict[str, Any]
-    lent_as: dict[str, Any]
-
-
-@dataclass(frozen=True)
 class Serving:
     """What :meth:`PlatformClient.serve_here` did: ``lent`` is None when the agent stays
     at the URL served (new, or at a serve's own revision left behind); ``unanswered``:
@@ -204,17 +193,23 @@ class Serving:
 
 @dataclass(frozen=True)
 class GivenBack:
-    """What :meth:`PlatformClient.give_back` did. ``restored``: the previous revision is
-    current again, with DESCRIBING's fields but ``changed`` (the owner's changes made
-    while lent). Otherwise the agent was left as it is: ``moved_to`` the URL of a
-    current revision that is not the lent one (switched meanwhile), ``gone`` if the
-    previous revision (or the agent) was deleted meanwhile, else the previous server
-    does not answer."""
+    """What :meth:`PlatformClient.give_back` did. ``restored``: the revision ``back_to``
+    (the previous one's URL, or the home one's past a serve that stopped) is current
+    again, with DESCRIBING's fields but ``changed`` (the owner's changes made while lent).
+    Otherwise the agent was left as it is: ``moved_to`` the URL of a current revision
+    that is not the lent one (switched meanwhile; ``lent_on`` if by another serve, which
+    takes it home when it stops: the lent revision was deleted), ``deleted`` if the lent
+    revision was (a later serve took the agent home past it, or its owner deleted it),
+    ``gone`` if the revision to go back to (or the agent) was deleted meanwhile, else
+    its server (``back_to``) does not answer."""
 
     restored: bool
     changed: tuple[str, ...] = ()
     moved_to: str | None = None
+    lent_on: bool = False
+    deleted: bool = False
     gone: bool = False
+    back_to: str | None = None
 
 
 def answers(url: str, timeout: float = 5.0) -> bool:
@@ -232,9 +227,11 @@ def answers(url: str, timeout: float = 5.0) -> bool:
 class PlatformClient(GraphQLClient):
     """A user's calls to one platform (``target``)."""
 
-    def __init__(self, target: Target, timeout: float = 60.0) -> None:
+    def __init__(self, target: Target, records: LentRecords | None = None,
+                 timeout: float = 60.0) -> None:
+        """``records``: where serve_here keeps what it lent until give_back."""
         super().__init__(target.api_url + "/graphql", target.api_key, timeout, target.source)
-        self.target = target
+        self.target, self.records = target, records
 
     def username(self) -> str:
         username: str = self.call(USERNAME)["user"]["username"]
@@ -266,26 +263,32 @@ class PlatformClient(GraphQLClient):
         answer is registered here (that revision moves: no revision piles up). Any other
         is lent (one served here again keeps agent.yaml's fields after): a new current
         revision at this URL and agent.yaml's other fields, its previous revision (kept,
-        even if its server does not answer now) and what described it kept for
-        :meth:`give_back`."""
+        even if its server does not answer now), its home revision (the previous one's,
+        if a serve lent it already) and what described it kept for :meth:`give_back`,
+        and in ``records`` while lent."""
         agent_id = f"{self.username()}/{fields['handle']}"
         agent = self.call(CURRENT, {"id": agent_id})["agentById"]
         previous = (agent or {}).get("currentRevision")
         if agent is None or previous is None:
             return Serving(self.register(fields)[0])
-        previous_url = (previous.get("externalDeployment") or {}).get("url")
+        previous_url = _url(previous)
         here = previous_url == fields["funcUrl"]  # served here again: it stays here
         unanswered = previous_url if previous_url and not here and not answers(
             previous_url) else None
         if unanswered and SERVED in previous.get("metadata", []) and loopback_port(unanswered):
             return Serving(self.register(fields)[0], unanswered=unanswered)
+        home_id, home_url = _home(agent, previous)
         made = self.call(NEW_REVISION, {"h": fields["handle"], "u": fields["funcUrl"],
-                                        "m": [SERVED]})
+                                        "m": [SERVED, {"key": HOME, "value": home_id}]})
         # All of them, also those agent.yaml leaves out: switching revisions adds the
         # few-shots' queries to the sample queries.
-        lent = Lent(agent_id, fields["handle"],
+        restore = {} if here else _described(agent)
+        lent = Lent(agent_id, fields["handle"], fields["funcUrl"],
                     str(made["createAgentRevision"]["revision"]["id"]), str(previous["id"]),
-                    previous_url, {} if here else _described(agent), {})
+                    previous_url, restore, {}, home_id, home_url,
+                    self._home_restore(agent_id, str(previous["id"]), restore)
+                    if home_id != str(previous["id"]) else restore)
+        self._keep(lent)
         try:
             self.call(UPDATE, {"d": {k: v for k, v in fields.items()
                                      if k not in ("queryUrl", "funcUrl")}})
@@ -293,35 +296,115 @@ class PlatformClient(GraphQLClient):
             self.give_back(lent)
             raise
         now = self.call(CURRENT, {"id": agent_id})["agentById"]
-        return Serving(agent_id, dataclasses.replace(lent, lent_as=_described(now)),
-                       unanswered)
+        lent = dataclasses.replace(lent, lent_as=_described(now))
+        self._keep(lent)
+        return Serving(agent_id, lent, unanswered)
+
+    def _keep(self, lent: Lent) -> None:
+        if self.records is not None:
+            self.records.keep(lent)
+
+    def _home_restore(self, agent_id: str, lender_id: str,
+                      restore: dict[str, Any]) -> dict[str, Any]:
+        """What described the agent at home, lent from the serve whose revision is
+        ``lender_id`` (seen as ``restore``): that serve's record's, but the fields its
+        owner changed while that serve lent it; ``restore`` if no record of it is here."""
+        lender = next((lent for lent in self.records.of(agent_id)
+                       if lent.revision_id == lender_id), None) if self.records else None
+        if lender is None:
+            return restore
+        return {k: lender.home_restore.get(k, v) if lender.lent_as.get(k, v) == v else v
+                for k, v in restore.items()}
 
     def give_back(self, lent: Lent) -> GivenBack:
-        """Make the revision before :meth:`serve_here`'s current again, delete its own and
-        set back what described the agent, but the fields its owner changed while it was
-        lent. Nothing is changed if the lent revision is no longer current (switched
-        meanwhile), if the previous one was deleted, or if the previous URL does not
-        answer: the agent stays where it is."""
+        """Make the revision before :meth:`serve_here`'s current again (the home one if
+        the serve it was lent from stopped: that one's revision is deleted too), delete
+        its own and set back what described the agent, but the fields its owner changed
+        while it was lent. Nothing is changed if the lent revision is no longer current
+        (switched meanwhile; by another serve lending it on: then the lent revision is
+        deleted, that serve goes home past it), if the revision to go back to was
+        deleted, or if its URL does not answer: the agent stays where it is. Its record
+        is dropped then, kept if this fails (the platform unreachable)."""
+        given = self._give_back(lent)
+        if self.records is not None:
+            self.records.drop(lent.agent_id, lent.revision_id)
+        return given
+
+    def _give_back(self, lent: Lent) -> GivenBack:
         agent = self.call(CURRENT, {"id": lent.agent_id})["agentById"]
         current = (agent or {}).get("currentRevision")
         if agent is None or current is None:
             return GivenBack(False, gone=True)
-        if str(current["id"]) != lent.revision_id:
-            return GivenBack(False, moved_to=(current.get("externalDeployment") or {}).get(
-                "url"))
-        described = _described(agent)
-        changed = tuple(k for k, v in lent.lent_as.items() if described[k] != v)
-        try:
-            self.call(SET_CURRENT, {"h": lent.handle, "r": lent.previous_id})
-        except RemoteError as exc:
-            if exc.code not in (AgentUnavailable.code, NotFound.code):
-                raise
-            return GivenBack(False, gone=exc.code == NotFound.code)
-        self.call(DELETE_REVISION, {"h": lent.handle, "r": lent.revision_id})
-        restore = {k: v for k, v in lent.restore.items() if k not in changed}
+        kept = {str(r["id"]) for r in agent["allRevisions"]}
+        current_id = str(current["id"])
+        if lent.back_id is not None and current_id == lent.back_id:
+            pass  # this restore, cut short after its switch: finished below
+        elif lent.revision_id not in kept:  # a later serve took it home past this one
+            return GivenBack(False, deleted=True)
+        elif current_id != lent.revision_id:
+            lent_on = SERVED in current["metadata"] and {"key": HOME, "value": lent.home_id} \
+                in current["metadata"]
+            if lent_on:
+                self.call(DELETE_REVISION, {"h": lent.handle, "r": lent.revision_id})
+            return GivenBack(False, moved_to=_url(current), lent_on=lent_on)
+        else:
+            past = lent.previous_id != lent.home_id and lent.home_id in kept and (
+                lent.previous_id not in kept
+                or not (lent.previous_url and answers(lent.previous_url)))
+            described = _described(agent)
+            # Home, past the revision of the serve it was lent from, if that one stopped.
+            lent = dataclasses.replace(
+                lent, back_id=lent.home_id if past else lent.previous_id,
+                changed=[k for k, v in lent.lent_as.items() if described[k] != v])
+            self._keep(lent)
+            try:
+                self.call(SET_CURRENT, {"h": lent.handle, "r": lent.back_id})
+            except RemoteError as exc:
+                if exc.code not in (AgentUnavailable.code, NotFound.code):
+                    raise
+                return GivenBack(False, gone=exc.code == NotFound.code,
+                                 back_to=_back_to(lent))
+        home = lent.back_id != lent.previous_id
+        for revision_id in (lent.revision_id, *([lent.previous_id] if home else [])):
+            if revision_id in kept:
+                self.call(DELETE_REVISION, {"h": lent.handle, "r": revision_id})
+        if home and self.records is not None:  # the stopped serve's, if it was killed here
+            self.records.drop(lent.agent_id, lent.previous_id)
+        restore = {k: v for k, v in (lent.home_restore if home else lent.restore).items()
+                   if k not in lent.changed}
         if restore:
             self.call(UPDATE, {"d": {"handle": lent.handle, **restore}})
-        return GivenBack(True, changed)
+        return GivenBack(True, tuple(lent.changed), back_to=_back_to(lent))
+
+    def finish_restores(self, agent_id: str, here: str | None = None
+                        ) -> list[tuple[Lent, GivenBack | None]]:
+        """Give back ``agent_id``'s lendings in ``records`` whose serve ended without
+        (killed) with :meth:`give_back`'s rules, the latest first; None for one still
+        served (its URL answers, and is not ``here``, where this process serves)."""
+        if self.records is None:
+            return []
+        return [(lent, None if lent.url != here and answers(lent.url) else self.give_back(lent))
+                for lent in self.records.of(agent_id)]
+
+
+def _back_to(lent: Lent) -> str | None:
+    """The URL ``lent`` is given back to: its previous revision's, or its home's."""
+    return lent.home_url if lent.back_id != lent.previous_id else lent.previous_url
+
+
+def _url(revision: dict[str, Any]) -> str | None:
+    url: str | None = (revision.get("externalDeployment") or {}).get("url")
+    return url
+
+
+def _home(agent: dict[str, Any], previous: dict[str, Any]) -> tuple[str, str | None]:
+    """The home revision of ``agent`` (as CURRENT reads it), lent from ``previous``: the
+    one a serve's ``previous`` names if it is kept, else ``previous``; and its URL."""
+    named = next((pair["value"] for pair in previous.get("metadata", [])
+                  if pair["key"] == HOME), None) if SERVED in previous.get("metadata", []) \
+        else None
+    home = next((r for r in agent["allRevisions"] if str(r["id"]) == named), previous)
+    return str(home["id"]), _url(home)
 
 
 def agent_fields(config: AgentConfig, url: str) -> dict[str, Any]:

@@ -148,7 +148,7 @@ def running(argv: list[str], cwd: Path, env: dict[str, str], until: str,
             reader.join(timeout=20)
             pytest.fail(f"{argv} did not end within 20 s of {stop}: {''.join(lines)}")
         reader.join(timeout=20)
-    assert proc.returncode == 0, lines
+    assert proc.returncode == (-signal.SIGKILL if signal.SIGKILL in stop else 0), lines
 
 
 def test_serve_register_reads_local_json_and_agent_yaml(live_stack, stack_dir, tmp_path):
@@ -565,6 +565,8 @@ def test_a_lent_agent_whose_server_stopped_first_stays_where_it_was_lent(
         assert gql(live_stack, DESCRIBED, id=agent_id)["agentById"]["name"] == "Shouter"
 
 
+SWITCH = "mutation ($h: String!, $r: ID!) { updateAgent(agentData: {handle: $h, " \
+    "currentRevisionId: $r}) { agent { agentId } } }"
 EDIT = "mutation ($h: String!, $d: String) { updateAgent(agentData: {handle: $h, " \
     "description: $d}) { agent { agentId } } }"
 RESTORED = "description and sample queries\n"
@@ -641,28 +643,176 @@ def test_a_server_still_down_at_ctrl_c_is_kept_and_no_revision_piles_up(
     assert revisions(live_stack, agent_id) == [(False, first_url), (True, url)]
 
 
-def test_serves_stacked_on_one_agent_stop_in_any_order(live_stack, stack_dir, tmp_path):
-    """A serve lent the agent another serve had lent: the first lender's Ctrl-C switched
-    the agent home under the second and deleted the revision the second was to go back
-    to; the second's Ctrl-C then failed with NOT_FOUND, exit 2."""
+@pytest.mark.parametrize("first_stopped", ["lower", "upper", "lower killed"])
+def test_serves_stacked_on_one_agent_go_home_whatever_the_stop_order(
+        live_stack, stack_dir, tmp_path, first_stopped):
+    """A serve lent the agent another serve had lent. Stopped in start order, the lower
+    one left its revision behind and the upper one left the agent at its stopped URL
+    with a hint, not back at its home (the lower's revision did not answer); so did a
+    lower one killed with SIGKILL."""
     agent_id, first, second = lender_dirs(tmp_path)
-    first_serving, _ = serving(stack_dir, first, f"Registered {agent_id}")
+    first_serving, first_url = serving(stack_dir, first, f"Registered {agent_id}")
     with first_serving:
-        lower_port = free_port()
-        lower, lower_url = serving(stack_dir, second, f"Updated {agent_id}", port=lower_port)
+        own = gql(live_stack, DESCRIBED, id=agent_id)["agentById"]
+        lower, lower_url = serving(
+            stack_dir, second, f"Updated {agent_id}",
+            stop=(signal.SIGKILL,) if first_stopped == "lower killed" else (signal.SIGTERM,))
         lower_lines = lower.__enter__()
         try:
             upper, upper_url = serving(stack_dir, first, f"Updated {agent_id}")
             with upper as upper_lines:
-                lower.__exit__(None, None, None)
-                assert ask(live_stack, agent_id, "Shout hello") == "HELLO!"
+                if first_stopped != "upper":
+                    lower.__exit__(None, None, None)
+                    assert ask(live_stack, agent_id, "Shout hello") == "HELLO!"
         finally:
             lower.__exit__(None, None, None)
-    assert lower_lines[-1] == f"{agent_id} was switched to {upper_url} meanwhile (another " \
-        f"serve, or its owner): left there, its revision at {lower_url} kept\n"
-    assert upper_lines[-1] == f"{agent_id} stays at {upper_url} (stopped now): its previous " \
-        f"server {lower_url} does not answer; serve it again with `codeshot serve DIR " \
-        f"--register --port {lower_port}`\n"
+        if first_stopped == "lower":
+            assert lower_lines[-1] == f"{agent_id} was lent on to {upper_url} meanwhile by " \
+                f"another serve: it goes back to {first_url} when that one stops; its " \
+                f"revision at {lower_url} deleted\n"
+        elif first_stopped == "upper":
+            assert upper_lines[-1] == f"Restored {agent_id} at {lower_url}, with its own " \
+                f"name, {RESTORED}"
+        last = lower_lines if first_stopped == "upper" else upper_lines
+        assert last[-1] == f"Restored {agent_id} at {first_url}, with its own name, {RESTORED}"
+        assert revisions(live_stack, agent_id) == [(True, first_url)]
+        assert gql(live_stack, DESCRIBED, id=agent_id)["agentById"] == own
+        assert ask(live_stack, agent_id, "Shout hello") == "HELLO!"
+    assert not records_of(stack_dir, agent_id)
+
+
+def records_of(stack_dir: Path, agent_id: str) -> list[dict]:
+    """The pending-restore records serve keeps in .codeshot/lent/ for ``agent_id``."""
+    found = [json.loads(path.read_text())
+             for path in (stack_dir / ".codeshot" / "lent").glob("*.json")]
+    return [record for record in found if record["agent_id"] == agent_id]
+
+
+def killed_while_lending(live_stack, stack_dir: Path, tmp_path: Path, served: list
+                         ) -> tuple[str, Path, str, str]:
+    """An agent served at its home (its serve added to ``served``), lent by a serve
+    killed with SIGKILL (no restore) after its owner edited its description: the agent
+    id, the lender's directory, the home URL and the dead serve's."""
+    agent_id, first, second = lender_dirs(tmp_path)
+    home, first_url = serving(stack_dir, first, f"Registered {agent_id}")
+    home.__enter__()
+    served.append(home)
+    lending, second_url = serving(stack_dir, second, f"Updated {agent_id}",
+                                  stop=(signal.SIGKILL,))
+    with lending as lines:
+        gql(live_stack, EDIT, h=agent_id.split("/")[1], d="Edited while lent")
+    assert lines[-1].startswith(f"Updated {agent_id}: served here until Ctrl-C"), lines
+    assert revisions(live_stack, agent_id) == [(False, first_url), (True, second_url)]
+    [record] = records_of(stack_dir, agent_id)
+    assert (record["url"], record["previous_url"]) == (second_url, first_url)
+    return agent_id, second, first_url, second_url
+
+
+@pytest.fixture
+def home_served() -> Iterator[list]:
+    """Serves to stop when the test ends (their `with` blocks entered by hand)."""
+    served: list = []
+    yield served
+    for each in served:
+        each.__exit__(None, None, None)
+
+
+def test_the_next_serve_gives_back_what_a_killed_serve_left_lent(live_stack, stack_dir,
+                                                                 tmp_path, home_served):
+    """After SIGKILL the agent stayed lent to the dead URL: the next serve took that
+    revision over ("its previous server ... does not answer") and kept the lender's name,
+    the home revision left behind."""
+    agent_id, second, first_url, second_url = killed_while_lending(
+        live_stack, stack_dir, tmp_path, home_served)
+    again, _ = serving(stack_dir, second, f"Updated {agent_id}")
+    with again as lines:
+        assert ask(live_stack, agent_id, "Whisper hello") == "HELLO!"
+    said = "".join(lines)
+    assert f"{agent_id} was left lent to {second_url} by a serve that ended without " \
+        f"giving it back: giving it back now\nRestored {agent_id} at {first_url}; " \
+        "changed meanwhile, not restored: description\n" \
+        f"Updated {agent_id}: served here until Ctrl-C, then again at {first_url} " in said, said
+    assert lines[-1] == f"Restored {agent_id} at {first_url}, with its own name, {RESTORED}"
+    assert revisions(live_stack, agent_id) == [(True, first_url)]
+    described = gql(live_stack, DESCRIBED, id=agent_id)["agentById"]
+    assert (described["name"], described["description"]) == ("Shouter", "Edited while lent")
+    assert not records_of(stack_dir, agent_id)
+
+
+ALL_REVISIONS = "query ($id: String!) { agentById(agentId: $id) { allRevisions { id " \
+    "externalDeployment { url } } } }"
+
+
+@pytest.mark.parametrize("switched", [False, True])
+def test_agent_restore_gives_back_by_the_record_and_leaves_a_switched_agent(
+        live_stack, stack_dir, tmp_path, home_served, switched):
+    """The restore SIGKILL cut short, asked for: by the same rules as a Ctrl-C's."""
+    agent_id, _, first_url, second_url = killed_while_lending(live_stack, stack_dir, tmp_path,
+                                                              home_served)
+    handle = agent_id.split("/")[1]
+    if switched:  # the owner made the home revision current again by hand
+        [home] = [r["id"] for r in gql(live_stack, ALL_REVISIONS, id=agent_id)["agentById"][
+            "allRevisions"] if r["externalDeployment"]["url"] == first_url]
+        gql(live_stack, SWITCH, h=handle, r=home)
+    out = codeshot("agent", "restore", handle, cwd=stack_dir)
+    assert out.returncode == 0, out.stderr
+    then = f"{agent_id} was left lent to {second_url} by a serve that ended without " \
+        "giving it back: giving it back now\n"
+    if switched:
+        assert out.stdout == f"{then}{agent_id} was switched to {first_url} meanwhile " \
+            f"(another serve, or its owner): left there, its revision at {second_url} kept\n"
+        assert sorted(revisions(live_stack, agent_id)) == [(False, second_url),
+                                                           (True, first_url)]
+        assert gql(live_stack, DESCRIBED, id=agent_id)["agentById"]["name"] == "Whisperer"
+    else:
+        assert out.stdout == f"{then}Restored {agent_id} at {first_url}; changed meanwhile, " \
+            "not restored: description\n"
+        assert revisions(live_stack, agent_id) == [(True, first_url)]
+        assert gql(live_stack, DESCRIBED, id=agent_id)["agentById"]["name"] == "Shouter"
+    assert not records_of(stack_dir, agent_id)
+    again = codeshot("agent", "restore", handle, cwd=stack_dir)
+    assert again.returncode == 0 and again.stdout.startswith(
+        f"Nothing to restore: no serve left {agent_id} lent from this directory"), again
+
+
+def test_a_restore_cut_short_after_its_switch_is_finished_not_taken_for_a_switch(
+        live_stack, stack_dir, tmp_path, home_served):
+    """The connection lost (or a third Ctrl-C) once the previous revision was current
+    again: the restore finished from the record took that for a switch made meanwhile,
+    leaving the lender's revision, name and description."""
+    from codeshot.client import DELETE_REVISION, GivenBack, PlatformClient, Target, agent_fields
+    from codeshot.errors import Unavailable
+    from codeshot.lending import LentRecords
+    from codeshot.sdk.project import read_config
+
+    agent_id, first, second = lender_dirs(tmp_path)
+    home, first_url = serving(stack_dir, first, f"Registered {agent_id}")
+    home_served.append(home)
+    home.__enter__()
+    lender, second_url = serving(stack_dir, second, "Serving ", register=False)
+    lender.__enter__()
+    target = Target(live_stack["api_url"], live_stack["api_key"], "the test")
+    records = LentRecords(target.api_url, tmp_path / "lent")
+    lent = PlatformClient(target, records).serve_here(
+        agent_fields(read_config(second), second_url)).lent
+    assert lent is not None and records.of(agent_id) == [lent]
+
+    class LostAfterTheSwitch(PlatformClient):
+        def call(self, query: str, variables: dict | None = None) -> dict:
+            if query == DELETE_REVISION:
+                raise Unavailable("the connection was lost")
+            return super().call(query, variables)
+
+    with pytest.raises(Unavailable):
+        LostAfterTheSwitch(target, records).give_back(lent)
+    lender.__exit__(None, None, None)
+    assert sorted(revisions(live_stack, agent_id)) == [(False, second_url), (True, first_url)]
+    [(finished, given)] = PlatformClient(target, records).finish_restores(agent_id)
+    assert (finished.revision_id, given) == (lent.revision_id,
+                                             GivenBack(True, back_to=first_url))
+    assert revisions(live_stack, agent_id) == [(True, first_url)]
+    assert gql(live_stack, DESCRIBED, id=agent_id)["agentById"]["name"] == "Shouter"
+    assert records.of(agent_id) == []
 
 
 def test_a_second_signal_does_not_cut_the_restore_short(live_stack, stack_dir, tmp_path):

@@ -496,3 +496,32 @@ def test_a_blank_sample_query_stored_before_blanks_were_refused_is_not_given_bac
     assert _described(stored) == {"name": "Dice", "description": "Rolls dice.",
                                   "moreInfoUrl": "", "sampleQueries": ["Roll a d20"],
                                   "published": False}
+
+
+def test_lending_records_are_one_file_a_lending_read_per_platform_and_agent(tmp_path):
+    """`serve --register` keeps each lending until it is given back; the next serve of
+    the agent reads its own platform's and agent's, the latest first, past what is not
+    a record (another tool's file, one half written by a writer that died)."""
+    import dataclasses
+
+    from codeshot.lending import Lent, LentRecords
+
+    def lent(revision_id: str, agent_id: str = "local/dice") -> Lent:
+        return Lent(agent_id, agent_id.split("/")[1], "http://127.0.0.1:8181", revision_id,
+                    "01HOME", "http://127.0.0.1:9000", {"name": "Dice"}, {}, "01HOME",
+                    "http://127.0.0.1:9000", {"name": "Dice"})
+
+    here = LentRecords("http://127.0.0.1:8080", tmp_path)
+    older, newer = lent("01J0000000000000000000000A"), lent("01J0000000000000000000000B")
+    for each in (newer, older, lent("01J0000000000000000000000C", "local/notes")):
+        here.keep(each)
+    LentRecords("https://api.example.com", tmp_path).keep(lent("01J0000000000000000000000D"))
+    (tmp_path / "junk.json").write_text("[1, 2")
+    (tmp_path / "other.json").write_text("[1, 2]")
+    named = dataclasses.replace(newer, lent_as={"name": "Whisperer"})
+    here.keep(named)  # the same lending again: its record replaced
+    assert here.of("local/dice") == [named, older]
+    assert len(list(tmp_path.iterdir())) == 6  # no temporary file left
+    here.drop("local/dice", named.revision_id)
+    here.drop("local/dice", named.revision_id)  # a retry: nothing left to drop
+    assert here.of("local/dice") == [older]
