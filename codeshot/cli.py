@@ -872,8 +872,12 @@ def _main(argv: list[str] | None) -> int:
 
 
 def _report(error: CodeshotError) -> int:
-    """docs/errors.md's line on stderr (one per problem the message lists), exit code 2."""
-    for problem in error.message.splitlines():
+    """docs/errors.md's line on stderr (one per problem the message lists), exit code 2.
+    An error without a message still gets its line: a bare exit 2 tells the user nothing."""
+    problems = [line for line in error.message.splitlines() if line.strip()] or [
+        f"{type(error).__name__} without a message (docs/errors.md says what {error.code} "
+        f"means; the platform's log has this one's details)"]
+    for problem in problems:
         print(f"codeshot: error: {problem} ({error.code})", file=sys.stderr)
     return 2
 

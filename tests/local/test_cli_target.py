@@ -21,9 +21,10 @@ REFUSAL = json.dumps({"errors": [{"message": "who are you", "extensions": {
 
 
 class Listener(ThreadingHTTPServer):
-    """A platform on 127.0.0.1 that writes down every Authorization header it gets."""
+    """A platform on 127.0.0.1 that writes down every Authorization header it gets and
+    answers each request with ``body``."""
 
-    def __init__(self) -> None:
+    def __init__(self, body: bytes = REFUSAL) -> None:
         self.seen: list[str] = []
         listener = self
 
@@ -33,9 +34,9 @@ class Listener(ThreadingHTTPServer):
                 listener.seen.append(self.headers.get("Authorization", ""))
                 self.send_response(200)
                 self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(REFUSAL)))
+                self.send_header("Content-Length", str(len(body)))
                 self.end_headers()
-                self.wfile.write(REFUSAL)
+                self.wfile.write(body)
 
             def log_message(self, *args: object) -> None:
                 pass
@@ -131,3 +132,18 @@ def test_a_stale_local_json_says_its_stack_is_not_running(tmp_path):
     err = error_line(codeshot("chat", cwd=tmp_path), "UNAVAILABLE")
     assert f"the platform at {down}/graphql does not answer: the `codeshot local up` that " \
         "wrote .codeshot/local.json here is not running; start it again" in err
+
+
+def test_an_error_without_a_message_still_gets_its_line(tmp_path):
+    """A refusal whose message is empty printed nothing at all: exit 2 and a blank stderr."""
+    blank = Listener(json.dumps({"errors": [{"message": "", "extensions": {
+        "code": "FORBIDDEN"}}]}).encode())
+    threading.Thread(target=blank.serve_forever, daemon=True).start()
+    try:
+        out = codeshot("oauth", "list", "--api-url", blank.url, "--api-key", "k", cwd=tmp_path)
+    finally:
+        blank.shutdown()
+        blank.server_close()
+    err = one_error_line(out, "FORBIDDEN")
+    assert err == "codeshot: error: RemoteError without a message (docs/errors.md says what " \
+        "FORBIDDEN means; the platform's log has this one's details) (FORBIDDEN)\n"
