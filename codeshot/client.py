@@ -19,6 +19,7 @@ import httpx
 
 from codeshot.errors import AgentUnavailable, CodeshotError, InvalidInput, NotFound, Unavailable
 from codeshot.lending import Lent, LentRecords
+from codeshot.models import as_sample_query
 
 if TYPE_CHECKING:
     from codeshot.sdk.project import AgentConfig
@@ -166,11 +167,13 @@ DESCRIBING = {"name": "name", "description": "description", "moreInfoUrl": "more
 
 def _described(agent: dict[str, Any]) -> dict[str, Any]:
     """DESCRIBING's fields of ``agent`` (as CURRENT reads it), as AgentInput takes them:
-    moreInfoUrl may be null, and "" clears it (null leaves a field as it is); a blank sample
-    query stored before blanks were refused is left out (given back, it would be refused)."""
+    moreInfoUrl may be null, and "" clears it (null leaves a field as it is); a sample query
+    stored before blanks were refused is left out, one stored before long ones were cut is
+    cut (given back as it is, either would be refused)."""
     described = {k: "" if agent[name] is None else agent[name]
                  for k, name in DESCRIBING.items()}
-    described["sampleQueries"] = [q for q in described["sampleQueries"] if q.strip()]
+    described["sampleQueries"] = [as_sample_query(q) for q in described["sampleQueries"]
+                                  if q.strip()]
     return described
 
 

@@ -536,16 +536,18 @@ def test_loading_an_agent_refuses_a_func_its_few_shots_ask_and_it_lacks(agent_di
         "@agent.register_func defines (did you mean Func[fixie_calc]?); defined: none")
 
 
-def test_a_blank_sample_query_stored_before_blanks_were_refused_is_not_given_back():
-    """`codeshot serve --register` sets back what it read: a blank stored query, sent
-    back, was refused (INVALID_INPUT) and the agent's other fields were left lent."""
+def test_a_blank_or_long_sample_query_stored_before_they_were_refused_is_given_back_valid():
+    """`codeshot serve --register` sets back what it read: a blank stored query, or a
+    few-shot's Q line over the 500 characters stored whole, sent back, was refused
+    (INVALID_INPUT) and the agent's other fields were left lent."""
     from codeshot.client import _described
 
+    long = "Roll " + "d20 " * 200
     stored = {"name": "Dice", "description": "Rolls dice.", "moreInfoUrl": None,
-              "queries": ["Roll a d20", "", " "], "published": False}
+              "queries": ["Roll a d20", "", " ", long], "published": False}
     assert _described(stored) == {"name": "Dice", "description": "Rolls dice.",
-                                  "moreInfoUrl": "", "sampleQueries": ["Roll a d20"],
-                                  "published": False}
+                                  "moreInfoUrl": "", "sampleQueries": [
+                                      "Roll a d20", long[:499] + "…"], "published": False}
 
 
 def test_lending_records_are_one_file_a_lending_read_per_platform_and_agent(tmp_path):
