@@ -876,9 +876,10 @@ def test_ctrl_c_during_a_func_tells_the_chat_the_agent_stopped(live_stack, stack
     asking.join(timeout=60)
     assert lines[-1] == "Stopping (SIGTERM) ...\n", lines
     assert not [line for line in lines if "Error" in line or "ERROR" in line], lines
-    assert "> ! AGENT_UNAVAILABLE: Sorry, I could not finish: Func[wait] failed (agent at " \
-        f"{url}/wait is unavailable: it answered HTTP 503: UNAVAILABLE the server was " \
-        "stopped before it answered).\n" in chat[0].stdout, chat[0].stdout
+    assert "> ! AGENT_UNAVAILABLE: Sorry, I could not finish: Func[wait] failed (agent " \
+        f"local/{handle}'s Func[wait] is unavailable: it answered HTTP 503: UNAVAILABLE the " \
+        "server was stopped before it answered).\n" in chat[0].stdout, chat[0].stdout
+    assert url not in chat[0].stdout  # the platform's address for the agent: the log's
 
 
 def test_a_func_slower_than_the_call_timeout_fails_its_test_naming_the_setting(
@@ -897,6 +898,6 @@ def test_a_func_slower_than_the_call_timeout_fails_its_test_naming_the_setting(
     assert time.monotonic() - started < 25  # a local platform starts, the Func is given 1 s
     assert out.returncode == 1 and out.stderr == "", out.stderr
     # The engine's wait for the Func or the call's own timeout, whichever ends first
-    assert re.search(r"Func\[wait\] failed \((no reply|agent at \S+ did not answer) within "
-                     r"1s[^;]*; CODESHOT_AGENT_CALL_TIMEOUT_SECONDS sets how long\)\.",
+    assert re.search(r"Func\[wait\] failed \((no reply|agent \S+'s Func\[wait\] did not "
+                     r"answer) within 1s[^;]*; CODESHOT_AGENT_CALL_TIMEOUT_SECONDS sets how long\)\.",
                      " ".join(out.stdout.split())), out.stdout
