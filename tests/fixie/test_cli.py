@@ -211,6 +211,31 @@ def test_agent_register_again_says_updated_and_keeps_what_agent_yaml_leaves_out(
                )["agentById"]["description"] == "The `shouter` agent shouts words back."
 
 
+def test_serve_chat_and_register_find_the_stack_from_inside_an_agents_directory(
+        live_stack, stack_dir):
+    """Run in the agent's own directory under the stack's, each said to run it "in the
+    directory where `codeshot local up` runs": local.json is now looked for upward."""
+    handle = f"nested{uuid.uuid4().hex[:6]}"
+    (stack_dir / "agents").mkdir(exist_ok=True)
+    directory = agent_dir(stack_dir / "agents", handle)
+    found = f"{live_stack['api_url']} (from {stack_dir.resolve() / '.codeshot' / 'local.json'})"
+    argv = [sys.executable, "-m", "codeshot.cli", "serve", ".", "--port", "0", "--register"]
+    try:
+        with running(argv, directory, {**os.environ, "PYTHONPATH": str(ROOT)},
+                     until=f"Registered local/{handle}") as lines:
+            talked = codeshot("chat", "--agent", f"local/{handle}", cwd=directory,
+                              input="Shout hello\n")
+            url = lines[0].split(" at ")[1].split()[0]
+            registered = codeshot("agent", "register", ".", "--url", url, cwd=directory)
+    finally:
+        shutil.rmtree(directory)
+    assert lines[0] == f"Serving {handle} at {url} for the platform at {found}\n", lines
+    assert talked.stdout.startswith(f"Platform: {found}\n"), talked.stderr
+    assert "HELLO!" in talked.stdout, talked.stdout
+    assert registered.stdout == f"Updated local/{handle} at {url} with the platform at " \
+        f"{found}\n", registered.stderr
+
+
 def readme_steps() -> list[list[str]]:
     """The commands of the README's "Writing an agent" block, as a new user types them."""
     section = (ROOT / "README.md").read_text().split("\n## Writing an agent\n", 1)[1]

@@ -5,6 +5,7 @@ key the environment or the command line names for another platform."""
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import threading
 from collections.abc import Iterator
@@ -147,3 +148,37 @@ def test_an_error_without_a_message_still_gets_its_line(tmp_path):
     err = one_error_line(out, "FORBIDDEN")
     assert err == "codeshot: error: RemoteError without a message (docs/errors.md says what " \
         "FORBIDDEN means; the platform's log has this one's details) (FORBIDDEN)\n"
+
+
+def test_the_local_json_is_looked_for_upward_until_home(tmp_path, monkeypatch):
+    """As git looks for .git: from a directory under the stack's, the stack's file (the
+    nearest one); never above the home directory."""
+    from codeshot.client import find_state, read_state
+
+    stack, home = tmp_path / "stack", tmp_path / "stack" / "home"
+    nested = home / "agents" / "dice"
+    nested.mkdir(parents=True)
+    plant(stack, "http://127.0.0.1:9")
+    monkeypatch.setenv("HOME", str(tmp_path))
+    assert find_state(nested) == (stack / ".codeshot" / "local.json",
+                                  {"api_url": "http://127.0.0.1:9"})
+    plant(home / "agents", "http://127.0.0.1:10")  # the nearest wins
+    monkeypatch.chdir(nested)
+    assert read_state() == {"api_url": "http://127.0.0.1:10"}
+    monkeypatch.setenv("HOME", str(home / "agents" / "dice"))  # not above home
+    assert find_state() is None and read_state() is None
+
+
+@pytest.mark.skipif(not hasattr(os, "geteuid") or os.geteuid() != 0,
+                    reason="giving a file to another user takes root")
+def test_a_local_json_another_user_owns_is_passed_over(tmp_path, monkeypatch):
+    """In a shared directory (/tmp) anyone could plant one above a user's directory."""
+    from codeshot.client import find_state
+
+    nested = tmp_path / "mine"
+    nested.mkdir()
+    plant(tmp_path, "http://127.0.0.1:9")
+    monkeypatch.setenv("HOME", "/nonexistent-home")
+    assert find_state(nested) is not None
+    os.chown(tmp_path / ".codeshot" / "local.json", 65534, 65534)
+    assert find_state(nested) is None
