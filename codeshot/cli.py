@@ -31,8 +31,9 @@ MAX_PORT = 65535
 API_KEY_HELP = "your API key (other users of this machine see it in `ps`: prefer " \
     "CODESHOT_API_KEY)"
 # Where a user's commands find the platform and their key (codeshot.client.Target.find).
-TARGETS = ("of the running `codeshot local up` of this directory with its own key "
-           "(.codeshot/local.json), else of CODESHOT_API_URL with CODESHOT_API_KEY")
+TARGETS = ("of the running `codeshot local up` of this directory or the nearest above it, "
+           "with its own key (.codeshot/local.json), else of CODESHOT_API_URL with "
+           "CODESHOT_API_KEY")
 
 
 def _check_ports(port: int, aws_port: int | None) -> None:
@@ -101,8 +102,8 @@ def _local_up(args: argparse.Namespace) -> int:
 
 
 def _target_settings(**overrides: object) -> Settings:
-    """The stack to act on: the running `codeshot local up` in this directory, or the
-    environment's settings (a deployed platform), with ``overrides``."""
+    """The stack to act on: the running `codeshot local up` in this directory or above, or
+    the environment's settings (a deployed platform), with ``overrides``."""
     from codeshot.client import read_state
     from codeshot.settings import Settings, get_settings
 
@@ -543,9 +544,9 @@ def build_parser() -> argparse.ArgumentParser:
     create = user_commands.add_parser(
         "create",
         help="create a user and print their API key (shown once)",
-        description="Create a user and print a new API key. Run in the directory of a running "
-        "`codeshot local up`, it targets that stack (via .codeshot/local.json); otherwise the "
-        "platform named by the CODESHOT_* environment.",
+        description="Create a user and print a new API key. Run in (or under) the directory "
+        "of a running `codeshot local up`, it targets that stack (via .codeshot/local.json); "
+        "otherwise the platform named by the CODESHOT_* environment.",
     )
     create.add_argument("name", metavar="NAME", help="username: 1-63 of a-z, 0-9, '_' or '-'")
     create.set_defaults(run=_users_create)
@@ -779,22 +780,22 @@ def _unreachable(exc: Exception) -> CodeshotError | None:
         from botocore.exceptions import NoCredentialsError, PartialCredentialsError
     except ModuleNotFoundError:
         return None
-    from codeshot.client import STATE_FILE, read_state
+    from codeshot.client import STATE_FILE, find_state, stale_stack, state_source
     from codeshot.errors import Unauthenticated, Unavailable
 
     if isinstance(exc, NoCredentialsError | PartialCredentialsError):
         return Unauthenticated(
-            f"no local stack here (no {STATE_FILE} in this directory) and no AWS "
+            f"no local stack here (no {STATE_FILE} in this directory or above) and no AWS "
             f"credentials either: run this beside a running `codeshot local up`, or set "
             f"CODESHOT_* and AWS credentials (AWS_PROFILE, or AWS_ACCESS_KEY_ID and "
             f"AWS_SECRET_ACCESS_KEY) for a deployed platform")
     if isinstance(exc, AwsConnectionError):  # refused, no such host, connect timeout
-        state = read_state()
-        if state is not None:
+        found = find_state()
+        if found is not None:
+            path, state = found
             return Unavailable(
                 f"the local stack's AWS endpoint {state.get('aws_endpoint_url')} does not "
-                f"answer: the `codeshot local up` that wrote {STATE_FILE} here is not "
-                f"running; start it again")
+                f"answer: {stale_stack(state_source(path))}")
         return Unavailable(f"cannot reach AWS: {exc}")
     return None
 
@@ -872,8 +873,12 @@ def _main(argv: list[str] | None) -> int:
 
 
 def _report(error: CodeshotError) -> int:
-    """docs/errors.md's line on stderr (one per problem the message lists), exit code 2."""
-    for problem in error.message.splitlines():
+    """docs/errors.md's line on stderr (one per problem the message lists), exit code 2.
+    An error without a message still gets its line: a bare exit 2 tells the user nothing."""
+    problems = [line for line in error.message.splitlines() if line.strip()] or [
+        f"{type(error).__name__} without a message (docs/errors.md says what {error.code} "
+        f"means; the platform's log has this one's details)"]
+    for problem in problems:
         print(f"codeshot: error: {problem} ({error.code})", file=sys.stderr)
     return 2
 

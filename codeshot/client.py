@@ -1,12 +1,14 @@
 """A user's side of a platform: its GraphQL API with an API key, and registering agents.
 
-The platform is the running ``codeshot local up`` of the working directory (its
-``.codeshot/local.json``), else the one ``CODESHOT_API_URL`` / ``CODESHOT_API_KEY`` name.
+The platform is the running ``codeshot local up`` of the working directory or the nearest
+directory above it (its ``.codeshot/local.json``, found as git finds ``.git``), else the
+one ``CODESHOT_API_URL`` / ``CODESHOT_API_KEY`` name.
 Needs only httpx: it works where just the SDK is installed.
 """
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import os
@@ -19,6 +21,7 @@ import httpx
 
 from codeshot.errors import AgentUnavailable, CodeshotError, InvalidInput, NotFound, Unavailable
 from codeshot.lending import Lent, LentRecords
+from codeshot.models import as_sample_query
 
 if TYPE_CHECKING:
     from codeshot.sdk.project import AgentConfig
@@ -35,13 +38,54 @@ class RemoteError(CodeshotError):
 
 
 def read_state(directory: Path | None = None) -> dict[str, Any] | None:
-    """The running local stack's ``local.json`` in ``directory`` (default: cwd), if any."""
-    path = (directory or Path.cwd()) / STATE_FILE
+    """The running local stack's ``local.json`` in ``directory``, if any; without one, the
+    nearest from the working directory up (:func:`find_state`)."""
+    if directory is None:
+        found = find_state()
+        return found[1] if found else None
+    path = directory / STATE_FILE
     try:
         state = json.loads(path.read_text())
     except (FileNotFoundError, NotADirectoryError, ValueError):  # no stack here
         return None
     return state if isinstance(state, dict) else None
+
+
+def find_state(start: Path | None = None) -> tuple[Path, dict[str, Any]] | None:
+    """(the file, its state) of the nearest ``.codeshot/local.json`` in ``start`` (default:
+    cwd) or a directory above it, as git finds ``.git``: so an agent's directory inside the
+    one `codeshot local up` runs in finds that stack. The search stops at the home
+    directory (of a start under it) or the root; a file another user owns is passed over
+    (in a shared directory such as /tmp, it would take this user's chats)."""
+    here = (start or Path.cwd()).resolve()
+    try:
+        home: Path | None = Path.home().resolve()
+    except RuntimeError:  # no HOME and no passwd entry
+        home = None
+    uid = getattr(os, "getuid", lambda: None)()
+    for directory in (here, *here.parents):
+        path = directory / STATE_FILE
+        with contextlib.suppress(OSError):
+            if uid is None or path.stat().st_uid == uid:
+                state = read_state(directory)
+                if state is not None:
+                    return path, state
+        if directory == home:
+            break
+    return None
+
+
+def state_source(path: Path) -> str:
+    """A found local.json as the user would name it: relative in the working directory,
+    else its whole path."""
+    return str(STATE_FILE) if path == Path.cwd().resolve() / STATE_FILE else str(path)
+
+
+def stale_stack(source: str) -> str:
+    """What to say of the local.json named ``source`` (:func:`state_source`) whose stack
+    does not answer."""
+    here = " here" if source == str(STATE_FILE) else ""
+    return f"the `codeshot local up` that wrote {source}{here} is not running; start it again"
 
 
 def _from_environment(field: str) -> tuple[str, str] | None:
@@ -63,29 +107,30 @@ class Target:
         """The platform and the key for it, taken together: a key never goes to a URL
         from another source (a planted .codeshot/local.json must not get the
         environment's key). --api-url with --api-key or CODESHOT_API_KEY; else the local
-        stack's .codeshot/local.json here with its own key; else CODESHOT_API_URL (or the
-        default URL) with --api-key or CODESHOT_API_KEY."""
+        stack's .codeshot/local.json here or above (:func:`find_state`) with its own key;
+        else CODESHOT_API_URL (or the default URL) with --api-key or CODESHOT_API_KEY."""
         from codeshot.settings import get_settings
 
         settings = get_settings()
         key = api_key or settings.api_key
         if api_url:
             return cls(api_url.rstrip("/"), key, "--api-url")
-        state = read_state()
-        if state is None:
+        found = find_state()
+        if found is None:
             named = _from_environment("api_url")
             return cls(named[1].rstrip("/"), key, named[0]) if named else \
                 cls(settings.api_url.rstrip("/"), key, "the default URL")
+        path, state = found
+        source = state_source(path)
         if api_key:
-            raise InvalidInput(f"--api-key without --api-url here: {STATE_FILE} names a "
+            raise InvalidInput(f"--api-key without --api-url here: {source} names a "
                                f"local stack with its own key; give --api-url too to send "
                                f"this key")
         url = state.get("api_url")
         if not isinstance(url, str) or not url:
-            raise InvalidInput(f"{STATE_FILE} here names no api_url")
+            raise InvalidInput(f"{source} names no api_url")
         stored = state.get("api_key")
-        return cls(url.rstrip("/"), stored if isinstance(stored, str) else None,
-                   str(STATE_FILE))
+        return cls(url.rstrip("/"), stored if isinstance(stored, str) else None, source)
 
     def __str__(self) -> str:
         return f"{self.api_url} (from {self.source})"
@@ -97,9 +142,9 @@ class GraphQLClient:
         """``source``: where the URL came from (Target.source), named in errors."""
         if not api_key:
             raise InvalidInput(f"no API key for {graphql_url}"
-                               f"{f' (from {source})' if source else ''}: run in the "
-                               f"directory where `codeshot local up` runs (it reads "
-                               f".codeshot/local.json there), or set CODESHOT_API_KEY "
+                               f"{f' (from {source})' if source else ''}: run in (or "
+                               f"under) the directory where `codeshot local up` runs (it "
+                               f"reads .codeshot/local.json there), or set CODESHOT_API_KEY "
                                f"(or pass --api-key, where the command has it)")
         self.url, self.source = graphql_url, source
         self.http = httpx.Client(headers={"Authorization": f"Bearer {api_key}"},
@@ -126,10 +171,9 @@ class GraphQLClient:
         return data
 
     def unreachable(self, url: str, exc: httpx.HTTPError) -> Unavailable:
-        if self.source == str(STATE_FILE):
-            return Unavailable(f"the platform at {url} does not answer: the `codeshot local "
-                               f"up` that wrote {STATE_FILE} here is not running; start it "
-                               f"again")
+        if self.source.endswith(str(STATE_FILE)):
+            return Unavailable(f"the platform at {url} does not answer: "
+                               f"{stale_stack(self.source)}")
         return Unavailable(f"cannot reach the platform at {url}: {exc}")
 
 
@@ -166,11 +210,13 @@ DESCRIBING = {"name": "name", "description": "description", "moreInfoUrl": "more
 
 def _described(agent: dict[str, Any]) -> dict[str, Any]:
     """DESCRIBING's fields of ``agent`` (as CURRENT reads it), as AgentInput takes them:
-    moreInfoUrl may be null, and "" clears it (null leaves a field as it is); a blank sample
-    query stored before blanks were refused is left out (given back, it would be refused)."""
+    moreInfoUrl may be null, and "" clears it (null leaves a field as it is); a sample query
+    stored before blanks were refused is left out, one stored before long ones were cut is
+    cut (given back as it is, either would be refused)."""
     described = {k: "" if agent[name] is None else agent[name]
                  for k, name in DESCRIBING.items()}
-    described["sampleQueries"] = [q for q in described["sampleQueries"] if q.strip()]
+    described["sampleQueries"] = [as_sample_query(q) for q in described["sampleQueries"]
+                                  if q.strip()]
     return described
 
 

@@ -19,7 +19,7 @@ from typing import Any, ClassVar, TypeVar
 
 from codeshot import ids
 from codeshot.errors import InvalidInput
-from codeshot.text import check_text
+from codeshot.text import as_one_line, check_text
 
 HANDLE_RE = re.compile(r"[a-z0-9][a-z0-9_-]{0,62}")
 # The planner's agent id: the sender of its messages, its A2A path; asking it is asking
@@ -265,6 +265,13 @@ def check_sample_query(query: str) -> str:
     return check_text(query, "a sample query", MAX_SAMPLE_QUERY, one_line=True)
 
 
+def as_sample_query(text: str) -> str:
+    """``text`` within a sample query's cap: a few-shot's Q line (up to a few-shot's length),
+    or one stored whole before they were cut, is cut rather than refused: its owner wrote a
+    few-shot, not this sample query, and the router needs only its start."""
+    return text if len(text) <= MAX_SAMPLE_QUERY else as_one_line(text, MAX_SAMPLE_QUERY)
+
+
 def check_prompts(base_prompt: str, few_shots: list[str]) -> None:
     """INVALID_INPUT unless the base prompt and few-shots are within their caps (the SDK
     checks them when an agent is made, the platform when it is registered)."""
@@ -287,7 +294,8 @@ def check_agent_fields(agent: Agent) -> Agent:
     if len(agent.sample_queries) > MAX_SAMPLE_QUERIES:
         raise InvalidInput(f"{len(agent.sample_queries)} sample queries; an agent has at most "
                            f"{MAX_SAMPLE_QUERIES}")
-    for query in agent.sample_queries:
+    queries = [as_sample_query(query) for query in agent.sample_queries]
+    for query in queries:
         check_text(query, "a sample query", MAX_SAMPLE_QUERY, one_line=True)
     _check_corpora(agent.corpora or [])
     funcs = agent.funcs or []
@@ -297,9 +305,10 @@ def check_agent_fields(agent: Agent) -> Agent:
         if not FUNC_NAME_RE.fullmatch(name) or len(name) > MAX_FUNC_NAME:
             raise InvalidInput(f"func name {name[:MAX_FUNC_NAME]!r} must be 1-"
                                f"{MAX_FUNC_NAME} letters, digits or '_'")
-    # A blank one is refused as given (check_sample_query); one a handshake sends or one
-    # stored before that was checked is dropped, not a reason to refuse other changes.
-    return agent.replace(sample_queries=[q for q in agent.sample_queries if q.strip()])
+    # A blank or long one is refused as given (check_sample_query); one a handshake sends
+    # or one stored before that was checked is dropped, or cut, not a reason to refuse other
+    # changes.
+    return agent.replace(sample_queries=[q for q in queries if q.strip()])
 
 
 def _check_corpora(corpora: list[Any]) -> None:

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from enum import Enum
 
 from codeshot.errors import InvalidInput
-from codeshot.models import FUNC_NAME_RE
+from codeshot.models import FUNC_NAME_RE, as_sample_query
 
 AGENT_ID = r"[\w.-]+(?:/[\w.-]+)?"
 # Continuation lines of a rendered step start with this, so they never read as steps.
@@ -396,8 +396,10 @@ def validate_base_prompt(base_prompt: str) -> str:
 
 
 def sample_queries(few_shots: Iterable[FewShot]) -> list[str]:
-    """The Q lines of the few-shots, in order: what the router embeds for an agent."""
-    return [step.text for shot in few_shots for step in shot.steps if step.kind is Kind.Q]
+    """The Q lines of the few-shots, in order, each within a sample query's cap: what the
+    router embeds for an agent."""
+    return [as_sample_query(step.text) for shot in few_shots for step in shot.steps
+            if step.kind is Kind.Q]
 
 
 def func_names(few_shots: Iterable[FewShot]) -> list[str]:

@@ -10,8 +10,11 @@ pydantic.
 
 from __future__ import annotations
 
+import contextlib
 import json
+import logging
 import time
+from collections.abc import Iterator
 from contextvars import ContextVar
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, NamedTuple
@@ -26,6 +29,7 @@ from codeshot.errors import (
     AgentFailed,
     AgentUnavailable,
     CallTimeout,
+    CodeshotError,
     InvalidInput,
     ReplyTooLarge,
 )
@@ -35,6 +39,8 @@ from codeshot.text import MAX_REPLY_TEXT_BYTES, as_one_line
 
 if TYPE_CHECKING:
     from codeshot.auth.service import CallTokens
+
+log = logging.getLogger("codeshot.runner")
 
 MAX_REPLY_BYTES = 2 * 1024 * 1024
 
@@ -73,22 +79,25 @@ def request(
     json_body: Any = None,
     accept: str = "application/json",
     client: httpx.Client,
+    who: str | None = None,
 ) -> Reply:
     """One call through ``client`` (a :func:`~codeshot.net.http.public_client`: a refused
-    address raises INVALID_INPUT; a host that does not resolve is unreachable)."""
+    address raises INVALID_INPUT; a host that does not resolve is unreachable). ``who``
+    names the agent in errors (default: "agent at ``url``")."""
+    who = who or f"agent at {url}"
     headers = {"Authorization": f"Bearer {token}", "Accept": accept} | observability.headers()
     try:
         with client.stream(method, url, headers=headers, json=json_body,
                          timeout=httpx.Timeout(timeout, connect=min(timeout, 5.0))) as r:
             return Reply(r.status_code, r.headers, _read_capped(r))
     except (httpx.ConnectError, httpx.ConnectTimeout) as exc:  # the call never left
-        raise AgentUnavailable(f"agent at {url} is unreachable: "
+        raise AgentUnavailable(f"{who} is unreachable: "
                                f"{exc or exc.__class__.__name__}") from exc
     except httpx.TimeoutException as exc:
-        raise CallTimeout(f"agent at {url} did not answer within {timeout:g}s (or the "
+        raise CallTimeout(f"{who} did not answer within {timeout:g}s (or the "
                           "query's time ran out)") from exc
     except httpx.HTTPError as exc:
-        raise AgentCallDropped(f"agent at {url} dropped the call before answering: "
+        raise AgentCallDropped(f"{who} dropped the call before answering: "
                                f"{exc.__class__.__name__}") from exc
 
 
@@ -147,21 +156,22 @@ class AgentClient:
         self.http.close()
 
     def _post(self, agent_id: str, url: str, body: dict[str, Any], registration: int | None,
-              seconds: float | None) -> tuple[bytes, str]:
+              seconds: float | None, who: str) -> tuple[bytes, str]:
         """(reply body, its content type) of a 2xx reply, after bounded retries, within
-        ``seconds`` (None: the query's time) and the query's deadline."""
+        ``seconds`` (None: the query's time) and the query's deadline; ``who`` names the
+        agent in errors."""
         check_public_url(url, allow_loopback=self.allow_loopback, resolve=False)
         now = time.monotonic()
         query_ends = self.deadline if self.deadline is not None else now + self.timeout
         ends = query_ends if seconds is None else min(now + seconds, query_ends)
         ends_here = _CALL_ENDS.set(ends)
         try:
-            return self._post_until(agent_id, url, body, registration, ends)
+            return self._post_until(agent_id, url, body, registration, ends, who)
         finally:
             _CALL_ENDS.reset(ends_here)
 
     def _post_until(self, agent_id: str, url: str, body: dict[str, Any],
-                    registration: int | None, ends: float) -> tuple[bytes, str]:
+                    registration: int | None, ends: float, who: str) -> tuple[bytes, str]:
         attempt = 0
         while True:
             token = self.mint_token(agent_id, registration, ends - time.monotonic())
@@ -169,7 +179,7 @@ class AgentClient:
                 reply = request(
                     "POST", url, token, timeout=self.timeout,
                     json_body={**body, "access_token": token}, client=self.http,
-                    accept="application/json, application/x-ndjson",
+                    accept="application/json, application/x-ndjson", who=who,
                 )
             except CallTimeout as exc:
                 if self.timeout_set_by is None:
@@ -184,7 +194,7 @@ class AgentClient:
             else:
                 delay = _retry_delay(reply)
                 if delay is None or attempt >= self.retries or time.monotonic() + delay >= ends:
-                    return _checked(url, reply), reply.content_type  # busy: AgentBusy
+                    return _checked(who, reply), reply.content_type  # busy: AgentBusy
                 wait = delay  # as long as the agent asked
             attempt += 1
             time.sleep(wait)
@@ -195,9 +205,12 @@ class AgentClient:
         """``registration``: the agent's (:attr:`codeshot.models.Agent.registration`) whose
         URL this is, for its call token; None for an agent not registered."""
         url = func_url.rstrip("/") + "/" + func
-        data, _ = self._post(agent_id, url, {"message": {"text": text, "embeds": embeds or {}}},
-                             registration, self.timeout)
-        return FuncReply.parse(url, data)
+        who = f"agent {agent_id}'s Func[{func}]"
+        with _logged(url):
+            data, _ = self._post(agent_id, url, {"message": {"text": text,
+                                                             "embeds": embeds or {}}},
+                                 registration, self.timeout, who)
+            return FuncReply.parse(who, data)
 
     def query_standalone(self, agent_id: str, query_url: str, text: str,
                          embeds: dict[str, Any] | None = None, *,
@@ -205,20 +218,34 @@ class AgentClient:
         """POST the query; the reply streams newline-delimited AgentResponse objects and
         the last one is the answer (as the Fixie SDK reads it). It may stream as long as
         the query's time lasts (``timeout`` bounds each read)."""
-        data, _ = self._post(agent_id, query_url.rstrip("/") + "/",
-                             {"message": {"text": text, "embeds": embeds or {}}}, registration,
-                             None)
-        lines = [line for line in data.decode("utf-8", "replace").splitlines() if line.strip()]
-        if not lines:
-            raise AgentFailed(f"agent {agent_id} sent an empty reply")
-        return FuncReply.parse(query_url, lines[-1].encode())
+        url, who = query_url.rstrip("/") + "/", f"agent {agent_id}"
+        with _logged(url):
+            data, _ = self._post(agent_id, url, {"message": {"text": text,
+                                                             "embeds": embeds or {}}},
+                                 registration, None, who)
+            lines = [line for line in data.decode("utf-8", "replace").splitlines()
+                     if line.strip()]
+            if not lines:
+                raise AgentFailed(f"{who} sent an empty reply")
+            return FuncReply.parse(who, lines[-1].encode())
+
+
+@contextlib.contextmanager
+def _logged(url: str) -> Iterator[None]:
+    """A failed call's URL in the log: its error, which users read in the chat, names the
+    agent by its id, not by the address the platform reaches it at."""
+    try:
+        yield
+    except CodeshotError as exc:
+        log.info("agent call to %s failed (%s): %s", url, exc.code, exc.message)
+        raise
 
 
 class FuncNotDefined(AgentFailed):
     """The agent has no Func of that name (HTTP 404, ERR_FUNC_NOT_DEFINED)."""
 
 
-def _checked(url: str, reply: Reply) -> bytes:
+def _checked(who: str, reply: Reply) -> bytes:
     """The body of a 2xx reply; any other status is the agent's failure, with its own
     error message when it sent one (Fixie agents send {"error": {"code", "message"}})."""
     status, data = reply.status, reply.body
@@ -237,10 +264,10 @@ def _checked(url: str, reply: Reply) -> bytes:
         raise InvalidInput(said)
     if status in RETRYABLE_STATUS:  # busy or throttled, and not called (again)
         wait = reply.headers.get("retry-after")
-        raise AgentBusy(f"agent at {url} is unavailable: it answered HTTP {status}{detail}"
+        raise AgentBusy(f"{who} is unavailable: it answered HTTP {status}{detail}"
                         + (f" (Retry-After: {as_one_line(wait, 40)})" if wait else ""))
     failure = FuncNotDefined if status == 404 and code == ERR_FUNC_NOT_DEFINED else AgentFailed
-    raise failure(f"agent at {url} answered HTTP {status}{detail}")
+    raise failure(f"{who} answered HTTP {status}{detail}")
 
 
 def _said(value: Any, limit: int = 300) -> str:
@@ -261,32 +288,33 @@ class FuncReply:
     repeat_on_answer: bool = False
 
     @classmethod
-    def parse(cls, url: str, data: bytes) -> FuncReply:
+    def parse(cls, who: str, data: bytes) -> FuncReply:
+        """``who``: the agent as its errors name it."""
         try:
             body = json.loads(data)
             if not isinstance(body, dict):
                 raise ValueError("not an object")
         except (ValueError, UnicodeDecodeError) as exc:
-            raise AgentFailed(f"agent at {url} sent invalid JSON") from exc
+            raise AgentFailed(f"{who} sent invalid JSON") from exc
         except RecursionError as exc:  # deeper than json's recursion: the agent's fault
-            raise AgentFailed(f"agent at {url} sent JSON nested too deeply") from exc
+            raise AgentFailed(f"{who} sent JSON nested too deeply") from exc
         error = body.get("error")
         if error:
             message = error.get("message") if isinstance(error, dict) else error
-            raise AgentFailed(f"agent at {url} reported an error: {_said(message)}")
+            raise AgentFailed(f"{who} reported an error: {_said(message)}")
         message = body.get("message") or {}
         question = body.get("question")
         if question is not None and not isinstance(question, str):
-            raise AgentFailed(f"agent at {url} sent a question that is not text")
+            raise AgentFailed(f"{who} sent a question that is not text")
         # A pause may say its question alone; any other reply is its message's text ({} or
         # {"ok": true}, a gateway's, was an empty answer).
         asks = bool(body.get("needs_input")) and bool(question)
         if not isinstance(message, dict) or not isinstance(
                 message.get("text", "" if asks else None), str):
-            raise AgentFailed(f"agent at {url} sent a reply without message.text")
+            raise AgentFailed(f"{who} sent a reply without message.text")
         for what, text in (("reply text", message.get("text", "")), ("question", question)):
             if len((text or "").encode("utf-8", "surrogatepass")) > MAX_REPLY_TEXT_BYTES:
-                raise ReplyTooLarge(f"agent at {url} sent a {what} over {MAX_REPLY_TEXT_BYTES} "
+                raise ReplyTooLarge(f"{who} sent a {what} over {MAX_REPLY_TEXT_BYTES} "
                                     "bytes (send large content as an embed)")
         embeds = message.get("embeds") or {}
         return cls(text=message.get("text", ""),

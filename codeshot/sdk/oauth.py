@@ -48,6 +48,11 @@ class MissingOAuthSetting(KeyError):
         return str(self.args[0])
 
 
+class ClientSecretsInvalid(ValueError):
+    """A client secrets file that cannot be read as one (a ValueError: a refusal of the
+    agent's code when it loads, its line named)."""
+
+
 @dataclass
 class OAuthParams:
     """The agent's OAuth client: where users authorize it and what it may access."""
@@ -61,15 +66,39 @@ class OAuthParams:
     @classmethod
     def from_client_secrets_file(cls, secrets_path: str | Path, scopes: list[str]
                                  ) -> OAuthParams:
-        """From a client secrets file as the Google Cloud Console writes it."""
-        data = json.loads(Path(secrets_path).read_text())
+        """From a client secrets file as the Google Cloud Console writes it: a JSON object
+        whose "web" (or "installed") object holds client_id, client_secret, auth_uri and
+        token_uri."""
+        def refuse(problem: str) -> ClientSecretsInvalid:
+            return ClientSecretsInvalid(f"OAuthParams.from_client_secrets_file: {secrets_path} "
+                                        f"{problem}")
+
         try:
-            secrets = data.get("web") or data["installed"]
-            return cls(secrets["client_id"], secrets["client_secret"], secrets["auth_uri"],
-                       secrets["token_uri"], scopes)
-        except KeyError as exc:
-            raise MissingOAuthSetting(f"OAuthParams.from_client_secrets_file: {secrets_path} "
-                                      f"has no {exc.args[0]!r}") from None
+            data = json.loads(Path(secrets_path).read_text())
+        except OSError as exc:
+            raise refuse(f"cannot be read ({exc.strerror or exc})") from None
+        except ValueError as exc:  # UnicodeDecodeError too
+            raise refuse(f"is not JSON ({exc})") from None
+        if not isinstance(data, dict):
+            raise refuse(f"holds a JSON {type(data).__name__}, not an object with a 'web' or "
+                         f"'installed' client")
+        section = "web" if "web" in data else "installed"
+        if section not in data:
+            raise refuse(f"has neither 'web' nor 'installed' (it has {sorted(data) or 'nothing'}): "
+                         f"download the OAuth client's JSON again")
+        secrets = data[section]
+        if not isinstance(secrets, dict):
+            raise refuse(f"is not a client secrets file: its '{section}' is not an object")
+        fields = ("client_id", "client_secret", "auth_uri", "token_uri")
+        if missing := [name for name in fields if name not in secrets]:
+            raise MissingOAuthSetting(f"OAuthParams.from_client_secrets_file: {secrets_path}'s "
+                                      f"'{section}' has no {', '.join(map(repr, missing))}")
+        if blank := [name for name in fields
+                     if not isinstance(secrets[name], str) or not secrets[name].strip()]:
+            raise refuse(f"is not a client secrets file: its '{section}' needs non-empty "
+                         f"strings for {', '.join(map(repr, blank))}")
+        return cls(secrets["client_id"], secrets["client_secret"], secrets["auth_uri"],
+                   secrets["token_uri"], scopes)
 
     @classmethod
     def from_env(cls, prefix: str, scopes: list[str]) -> OAuthParams:

@@ -82,6 +82,45 @@ def test_a_blank_sample_query_stored_before_it_was_refused_blocks_no_other_chang
                                                    "queries": ["Help me"]}, out
 
 
+LONG_Q = "Roll " + " ".join(["1d20"] * 150)  # 754 characters: a sample query's cap is 500
+CUT_Q = LONG_Q[:499] + "…"
+
+
+def test_a_few_shots_long_q_line_is_cut_as_a_sample_query_and_updates_still_work(platform):
+    """Stored whole as a sample query, it made every later update INVALID_INPUT ("a sample
+    query is 754 characters; the limit is 500"), though the few-shot itself is valid."""
+    _, key = platform.user()
+    shot = f"Q: {LONG_Q}\nAsk Func[roll]: 1d20\nFunc[roll] says: 7\nA: You rolled 7."
+    made = platform.gql(key, """mutation ($f: [String!]) { createAgent(agentData: {handle:
+        "dice", fewShots: $f, basePrompt: "I roll dice.", funcUrl: "http://127.0.0.1:9/"})
+        { agent { queries fewShots } } }""", {"f": [shot]})
+    assert "errors" not in made, made
+    assert made["data"]["createAgent"]["agent"] == {"queries": [CUT_Q], "fewShots": [shot]}
+    out = platform.gql(key, """mutation { updateAgent(agentData: {handle: "dice",
+        description: "Rolls dice"}) { agent { description queries } } }""")
+    assert "errors" not in out, out
+    assert out["data"]["updateAgent"]["agent"] == {"description": "Rolls dice",
+                                                   "queries": [CUT_Q]}
+
+
+def test_a_long_sample_query_stored_before_they_were_cut_blocks_no_other_change(platform):
+    _, key = platform.user()
+    made = platform.gql(key, """mutation { createAgent(agentData: {handle: "quiet",
+        fewShots: [], basePrompt: "I help.", sampleQueries: ["Help me"]}) { agent { agentId } } }""")
+    registry = platform.services.registry
+    stored = registry.get(made["data"]["createAgent"]["agent"]["agentId"])
+    registry.replace(stored.replace(sample_queries=["Help me", LONG_Q]))
+    out = platform.gql(key, """mutation { updateAgent(agentData: {handle: "quiet",
+        description: "A new description"}) { agent { description queries } } }""")
+    assert "errors" not in out, out
+    assert out["data"]["updateAgent"]["agent"] == {"description": "A new description",
+                                                   "queries": ["Help me", CUT_Q]}, out
+    given = platform.gql(key, """mutation ($q: [String!]) { updateAgent(agentData: {handle:
+        "quiet", sampleQueries: $q}) { agent { queries } } }""", {"q": [LONG_Q]})
+    assert code(given) == "INVALID_INPUT", given  # one the owner writes is still refused
+    assert "a sample query is 754 characters; the limit is 500" in given["errors"][0]["message"]
+
+
 def test_json_nested_100000_deep_is_invalid_input(platform):
     _, key = platform.user()
     headers = {"Authorization": f"Bearer {key}", "Content-Type": "application/json"}

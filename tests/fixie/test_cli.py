@@ -211,6 +211,31 @@ def test_agent_register_again_says_updated_and_keeps_what_agent_yaml_leaves_out(
                )["agentById"]["description"] == "The `shouter` agent shouts words back."
 
 
+def test_serve_chat_and_register_find_the_stack_from_inside_an_agents_directory(
+        live_stack, stack_dir):
+    """Run in the agent's own directory under the stack's, each said to run it "in the
+    directory where `codeshot local up` runs": local.json is now looked for upward."""
+    handle = f"nested{uuid.uuid4().hex[:6]}"
+    (stack_dir / "agents").mkdir(exist_ok=True)
+    directory = agent_dir(stack_dir / "agents", handle)
+    found = f"{live_stack['api_url']} (from {stack_dir.resolve() / '.codeshot' / 'local.json'})"
+    argv = [sys.executable, "-m", "codeshot.cli", "serve", ".", "--port", "0", "--register"]
+    try:
+        with running(argv, directory, {**os.environ, "PYTHONPATH": str(ROOT)},
+                     until=f"Registered local/{handle}") as lines:
+            talked = codeshot("chat", "--agent", f"local/{handle}", cwd=directory,
+                              input="Shout hello\n")
+            url = lines[0].split(" at ")[1].split()[0]
+            registered = codeshot("agent", "register", ".", "--url", url, cwd=directory)
+    finally:
+        shutil.rmtree(directory)
+    assert lines[0] == f"Serving {handle} at {url} for the platform at {found}\n", lines
+    assert talked.stdout.startswith(f"Platform: {found}\n"), talked.stderr
+    assert "HELLO!" in talked.stdout, talked.stdout
+    assert registered.stdout == f"Updated local/{handle} at {url} with the platform at " \
+        f"{found}\n", registered.stderr
+
+
 def readme_steps() -> list[list[str]]:
     """The commands of the README's "Writing an agent" block, as a new user types them."""
     section = (ROOT / "README.md").read_text().split("\n## Writing an agent\n", 1)[1]
@@ -876,9 +901,10 @@ def test_ctrl_c_during_a_func_tells_the_chat_the_agent_stopped(live_stack, stack
     asking.join(timeout=60)
     assert lines[-1] == "Stopping (SIGTERM) ...\n", lines
     assert not [line for line in lines if "Error" in line or "ERROR" in line], lines
-    assert "> ! AGENT_UNAVAILABLE: Sorry, I could not finish: Func[wait] failed (agent at " \
-        f"{url}/wait is unavailable: it answered HTTP 503: UNAVAILABLE the server was " \
-        "stopped before it answered).\n" in chat[0].stdout, chat[0].stdout
+    assert "> ! AGENT_UNAVAILABLE: Sorry, I could not finish: Func[wait] failed (agent " \
+        f"local/{handle}'s Func[wait] is unavailable: it answered HTTP 503: UNAVAILABLE the " \
+        "server was stopped before it answered).\n" in chat[0].stdout, chat[0].stdout
+    assert url not in chat[0].stdout  # the platform's address for the agent: the log's
 
 
 def test_a_func_slower_than_the_call_timeout_fails_its_test_naming_the_setting(
@@ -897,6 +923,6 @@ def test_a_func_slower_than_the_call_timeout_fails_its_test_naming_the_setting(
     assert time.monotonic() - started < 25  # a local platform starts, the Func is given 1 s
     assert out.returncode == 1 and out.stderr == "", out.stderr
     # The engine's wait for the Func or the call's own timeout, whichever ends first
-    assert re.search(r"Func\[wait\] failed \((no reply|agent at \S+ did not answer) within "
-                     r"1s[^;]*; CODESHOT_AGENT_CALL_TIMEOUT_SECONDS sets how long\)\.",
+    assert re.search(r"Func\[wait\] failed \((no reply|agent \S+'s Func\[wait\] did not "
+                     r"answer) within 1s[^;]*; CODESHOT_AGENT_CALL_TIMEOUT_SECONDS sets how long\)\.",
                      " ".join(out.stdout.split())), out.stdout

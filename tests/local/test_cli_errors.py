@@ -44,7 +44,7 @@ def one_error_line(out: subprocess.CompletedProcess[str], code: str) -> str:
                                   ("keys", "rotate")])
 def test_no_local_stack_and_no_aws_credentials(tmp_path, args):
     err = one_error_line(codeshot(*args, cwd=tmp_path), "UNAUTHENTICATED")
-    assert "no local stack here (no .codeshot/local.json in this directory) and no AWS " \
+    assert "no local stack here (no .codeshot/local.json in this directory or above) and no AWS " \
         "credentials either: run this beside a running `codeshot local up`" in err
     assert not (tmp_path / ".codeshot").exists()
 

@@ -5,6 +5,7 @@ key the environment or the command line names for another platform."""
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import threading
 from collections.abc import Iterator
@@ -21,9 +22,10 @@ REFUSAL = json.dumps({"errors": [{"message": "who are you", "extensions": {
 
 
 class Listener(ThreadingHTTPServer):
-    """A platform on 127.0.0.1 that writes down every Authorization header it gets."""
+    """A platform on 127.0.0.1 that writes down every Authorization header it gets and
+    answers each request with ``body``."""
 
-    def __init__(self) -> None:
+    def __init__(self, body: bytes = REFUSAL) -> None:
         self.seen: list[str] = []
         listener = self
 
@@ -33,9 +35,9 @@ class Listener(ThreadingHTTPServer):
                 listener.seen.append(self.headers.get("Authorization", ""))
                 self.send_response(200)
                 self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(REFUSAL)))
+                self.send_header("Content-Length", str(len(body)))
                 self.end_headers()
-                self.wfile.write(REFUSAL)
+                self.wfile.write(body)
 
             def log_message(self, *args: object) -> None:
                 pass
@@ -131,3 +133,52 @@ def test_a_stale_local_json_says_its_stack_is_not_running(tmp_path):
     err = error_line(codeshot("chat", cwd=tmp_path), "UNAVAILABLE")
     assert f"the platform at {down}/graphql does not answer: the `codeshot local up` that " \
         "wrote .codeshot/local.json here is not running; start it again" in err
+
+
+def test_an_error_without_a_message_still_gets_its_line(tmp_path):
+    """A refusal whose message is empty printed nothing at all: exit 2 and a blank stderr."""
+    blank = Listener(json.dumps({"errors": [{"message": "", "extensions": {
+        "code": "FORBIDDEN"}}]}).encode())
+    threading.Thread(target=blank.serve_forever, daemon=True).start()
+    try:
+        out = codeshot("oauth", "list", "--api-url", blank.url, "--api-key", "k", cwd=tmp_path)
+    finally:
+        blank.shutdown()
+        blank.server_close()
+    err = one_error_line(out, "FORBIDDEN")
+    assert err == "codeshot: error: RemoteError without a message (docs/errors.md says what " \
+        "FORBIDDEN means; the platform's log has this one's details) (FORBIDDEN)\n"
+
+
+def test_the_local_json_is_looked_for_upward_until_home(tmp_path, monkeypatch):
+    """As git looks for .git: from a directory under the stack's, the stack's file (the
+    nearest one); never above the home directory."""
+    from codeshot.client import find_state, read_state
+
+    stack, home = tmp_path / "stack", tmp_path / "stack" / "home"
+    nested = home / "agents" / "dice"
+    nested.mkdir(parents=True)
+    plant(stack, "http://127.0.0.1:9")
+    monkeypatch.setenv("HOME", str(tmp_path))
+    assert find_state(nested) == (stack / ".codeshot" / "local.json",
+                                  {"api_url": "http://127.0.0.1:9"})
+    plant(home / "agents", "http://127.0.0.1:10")  # the nearest wins
+    monkeypatch.chdir(nested)
+    assert read_state() == {"api_url": "http://127.0.0.1:10"}
+    monkeypatch.setenv("HOME", str(home / "agents" / "dice"))  # not above home
+    assert find_state() is None and read_state() is None
+
+
+@pytest.mark.skipif(not hasattr(os, "geteuid") or os.geteuid() != 0,
+                    reason="giving a file to another user takes root")
+def test_a_local_json_another_user_owns_is_passed_over(tmp_path, monkeypatch):
+    """In a shared directory (/tmp) anyone could plant one above a user's directory."""
+    from codeshot.client import find_state
+
+    nested = tmp_path / "mine"
+    nested.mkdir()
+    plant(tmp_path, "http://127.0.0.1:9")
+    monkeypatch.setenv("HOME", "/nonexistent-home")
+    assert find_state(nested) is not None
+    os.chown(tmp_path / ".codeshot" / "local.json", 65534, 65534)
+    assert find_state(nested) is None

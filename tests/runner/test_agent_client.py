@@ -23,7 +23,7 @@ from codeshot.errors import (
 )
 from codeshot.local.http_server import HttpServer
 from codeshot.runner.agent_client import AgentClient
-from tests.conftest import HANGING_DOMAIN
+from tests.conftest import HANGING_DOMAIN, free_port
 from tests.raw_server import gzip_bomb, raw_server
 
 CALLS: Counter[str] = Counter()  # the busy agent's calls, by path
@@ -79,6 +79,15 @@ def agent():
     async def ask_at_length() -> dict:
         return {"message": {"text": ""}, "needs_input": True, "question": "why? " * 40_000}
 
+    @app.post("/crash")
+    async def crash() -> Response:  # what an SDK Func raising answers
+        return JSONResponse({"error": {"code": "ERR_AGENT_UNHANDLED_EXCEPTION",
+                                       "message": "Sorry, something went wrong."}}, 500)
+
+    @app.post("/page")
+    async def page() -> Response:
+        return Response("<html>hello</html>", media_type="text/html")
+
     server = HttpServer(app)
     server.start()
     yield server.url, seen
@@ -118,6 +127,35 @@ def test_a_func_refusing_its_input_is_input_to_correct_not_the_agents_failure(ag
     url, _ = agent
     with pytest.raises(InvalidInput, match=r"^give two whole numbers, such as 1 6$"):
         client("alice").call_func("me/dice", url, "roll", "1, many")
+
+
+@pytest.mark.parametrize(("func", "says"), [
+    ("crash", "agent me/dice's Func[crash] answered HTTP 500: ERR_AGENT_UNHANDLED_EXCEPTION "
+              "Sorry, something went wrong."),
+    ("page", "agent me/dice's Func[page] sent invalid JSON"),
+    ("ask", "agent me/dice's Func[ask] sent a question that is not text"),
+])
+def test_a_funcs_failure_names_the_agent_and_func_and_logs_the_url(agent, caplog, func, says):
+    """The chat read "agent at http://127.0.0.1:PORT/crash answered HTTP 500 ...": the
+    platform's own address for the agent, which says nothing to a user."""
+    url, _ = agent
+    with caplog.at_level("INFO", "codeshot.runner"), pytest.raises(AgentFailed) as err:
+        client("alice").call_func("me/dice", url, func, "roll")
+    assert err.value.message == says and "127.0.0.1" not in err.value.message
+    assert f"agent call to {url}/{func} failed (AGENT_ERROR): {says}" in caplog.messages
+
+
+def test_an_unreachable_or_standalone_agent_is_named_by_its_id_not_its_url():
+    down = f"http://127.0.0.1:{free_port()}"
+    with pytest.raises(AgentUnavailable) as err:
+        AgentClient(lambda *_: "t", timeout=5, allow_loopback=True, retries=0).call_func(
+            "me/dice", down, "roll", "1d6")
+    assert err.value.message.startswith("agent me/dice's Func[roll] is unreachable: ")
+    with pytest.raises(AgentUnavailable) as err:
+        AgentClient(lambda *_: "t", timeout=5, allow_loopback=True, retries=0
+                    ).query_standalone("me/chat", down, "hi")
+    assert err.value.message.startswith("agent me/chat is unreachable: ")
+    assert "127.0.0.1" not in err.value.message
 
 
 def test_a_call_dropped_after_it_was_sent_is_not_sent_again():

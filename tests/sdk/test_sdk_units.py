@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import pytest
 from pydantic import ValidationError
 
@@ -390,6 +392,54 @@ def test_an_oauth_client_missing_from_the_environment_names_the_agents_line(tmp_
     assert isinstance(raised.value.__cause__, KeyError)
 
 
+CLIENT = {"client_id": "id", "client_secret": "s", "auth_uri": "https://a.example/auth",
+          "token_uri": "https://a.example/token"}
+
+
+@pytest.mark.parametrize(("text", "says"), [
+    ("", "secrets.json is not JSON (Expecting value: line 1 column 1 (char 0))"),
+    ("<html>", "secrets.json is not JSON (Expecting value: line 1 column 1 (char 0))"),
+    ("[]", "secrets.json holds a JSON list, not an object with a 'web' or 'installed' client"),
+    (json.dumps({"client_id": "id"}), "secrets.json has neither 'web' nor 'installed' (it has "
+                                      "['client_id']): download the OAuth client's JSON again"),
+    (json.dumps({"installed": "id"}), "secrets.json is not a client secrets file: its "
+                                       "'installed' is not an object"),
+    (json.dumps({"web": {**CLIENT, "client_secret": ""}}),
+     "secrets.json is not a client secrets file: its 'web' needs non-empty strings for "
+     "'client_secret'"),
+    (json.dumps({"web": {"client_id": "id", "auth_uri": "https://a.example/auth"}}),
+     "secrets.json's 'web' has no 'client_secret', 'token_uri'"),
+])
+def test_a_malformed_client_secrets_file_names_the_file_and_what_is_wrong(tmp_path, monkeypatch,
+                                                                         text, says):
+    """Each was an AttributeError ('list' object has no attribute 'get'), a TypeError, a bare
+    JSONDecodeError naming no file, or "has no 'installed'" for a file with neither client:
+    a traceback or a riddle when the agent loads."""
+    from codeshot.sdk.project import _import_entry
+
+    (tmp_path / "secrets.json").write_text(text)
+    (tmp_path / "booker.py").write_text(
+        "from codeshot.sdk import OAuthParams\n\n"
+        f"params = OAuthParams.from_client_secrets_file({str(tmp_path / 'secrets.json')!r}, "
+        "['books'])\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    with pytest.raises(InvalidInput) as raised:
+        _import_entry("booker", tmp_path.resolve())
+    assert raised.value.message.startswith("booker.py line 3: ")
+    assert raised.value.message.endswith(
+        f": OAuthParams.from_client_secrets_file: {tmp_path}/{says}"), raised.value.message
+
+
+def test_a_client_secrets_file_reads_web_before_installed(tmp_path):
+    from codeshot.sdk import OAuthParams
+
+    secrets = tmp_path / "secrets.json"
+    secrets.write_text(json.dumps({"installed": {**CLIENT, "client_id": "app"},
+                                   "web": CLIENT}))
+    assert OAuthParams.from_client_secrets_file(secrets, ["b"]) == OAuthParams(
+        "id", "s", "https://a.example/auth", "https://a.example/token", ["b"])
+
+
 def test_codeshot_bundled_in_the_agents_directory_still_raises_on_its_behalf(tmp_path,
                                                                             monkeypatch):
     """A Lambda bundle holds codeshot beside agent.py: its frames are not the agent's. But
@@ -486,16 +536,18 @@ def test_loading_an_agent_refuses_a_func_its_few_shots_ask_and_it_lacks(agent_di
         "@agent.register_func defines (did you mean Func[fixie_calc]?); defined: none")
 
 
-def test_a_blank_sample_query_stored_before_blanks_were_refused_is_not_given_back():
-    """`codeshot serve --register` sets back what it read: a blank stored query, sent
-    back, was refused (INVALID_INPUT) and the agent's other fields were left lent."""
+def test_a_blank_or_long_sample_query_stored_before_they_were_refused_is_given_back_valid():
+    """`codeshot serve --register` sets back what it read: a blank stored query, or a
+    few-shot's Q line over the 500 characters stored whole, sent back, was refused
+    (INVALID_INPUT) and the agent's other fields were left lent."""
     from codeshot.client import _described
 
+    long = "Roll " + "d20 " * 200
     stored = {"name": "Dice", "description": "Rolls dice.", "moreInfoUrl": None,
-              "queries": ["Roll a d20", "", " "], "published": False}
+              "queries": ["Roll a d20", "", " ", long], "published": False}
     assert _described(stored) == {"name": "Dice", "description": "Rolls dice.",
-                                  "moreInfoUrl": "", "sampleQueries": ["Roll a d20"],
-                                  "published": False}
+                                  "moreInfoUrl": "", "sampleQueries": [
+                                      "Roll a d20", long[:499] + "…"], "published": False}
 
 
 def test_lending_records_are_one_file_a_lending_read_per_platform_and_agent(tmp_path):
