@@ -303,7 +303,6 @@ class _Stops:
 
 def _serve(args: argparse.Namespace) -> int:
     from codeshot.client import PlatformClient, Target, agent_fields
-    from codeshot.lending import LentRecords
     from codeshot.local.http_server import HttpServer
     from codeshot.sdk.project import load_agent, read_config
     from codeshot.settings import get_settings
@@ -316,7 +315,7 @@ def _serve(args: argparse.Namespace) -> int:
     config = read_config(args.agent_dir)
     target = Target.find()
     settings = get_settings().replace(api_url=target.api_url)
-    client = PlatformClient(target, LentRecords(target.api_url)) if args.register else None
+    client = PlatformClient(target, target.lending_records()) if args.register else None
     agent_id = f"{client.username()}/{config.handle}" if client is not None else None
     if agent_id is not None:  # it will be this user's agent: accept tokens for it only
         settings = settings.replace(agent_id=agent_id)
@@ -441,14 +440,14 @@ def _agent_register(args: argparse.Namespace) -> int:
 
 def _agent_restore(args: argparse.Namespace) -> int:
     from codeshot.client import PlatformClient, Target
-    from codeshot.lending import RECORDS, LentRecords
 
     target = Target.find()
-    client = PlatformClient(target, LentRecords(target.api_url))
+    records = target.lending_records()
+    client = PlatformClient(target, records)
     agent_id = f"{client.username()}/{args.handle}"
     if not _finish_restores(client, agent_id):
-        print(f"Nothing to restore: no serve left {agent_id} lent from this directory "
-              f"({RECORDS} names none for the platform at {target})")
+        print(f"Nothing to restore: no serve left {agent_id} lent ({records.directory} "
+              f"names none for the platform at {target})")
     return 0
 
 
@@ -682,8 +681,9 @@ def build_parser() -> argparse.ArgumentParser:
         "then its previous revision is current again if its server answers (even one that "
         "did not answer at the start), with the fields you did not change meanwhile; with "
         "serves lending it on, one on top of another, the last to stop takes it back to its "
-        "revision before them all. What that needs is kept in .codeshot/lent/ here while it "
-        "is lent: the next `serve --register` of the agent here (or `codeshot agent restore "
+        "revision before them all. What that needs is kept in .codeshot/lent/ while it is "
+        "lent (beside the local stack's .codeshot/local.json, else here): the next `serve "
+        "--register` of the agent (or `codeshot agent restore "
         "HANDLE`) first finishes a restore a killed serve left undone. A new "
         "agent, one registered at this URL, or one an earlier serve left at a loopback URL "
         "that does not answer, stays registered here, answering only while served.",
@@ -733,10 +733,11 @@ def build_parser() -> argparse.ArgumentParser:
     restore = agent_commands.add_parser(
         "restore", help="give back an agent a killed `serve --register` left lent",
         description="Give back your agent HANDLE where a `codeshot serve --register` run "
-        "from this directory lent it and then ended without giving it back (SIGKILL, a "
-        "crash, a closed laptop): as its Ctrl-C would have, by the record it kept in "
-        ".codeshot/lent/ while lent. The next `serve --register` of the agent here does this "
-        "first too. A lending whose serve is still running is left to it.")
+        "lent it and then ended without giving it back (SIGKILL, a crash, a closed laptop): "
+        "as its Ctrl-C would have, by the record it kept in .codeshot/lent/ while lent "
+        "(beside the local stack's .codeshot/local.json, else in the directory serve ran "
+        "in). The next `serve --register` of the agent does this first too. A lending whose "
+        "serve is still running is left to it.")
     restore.add_argument("handle", metavar="HANDLE", help="the agent's handle (yours)")
     restore.set_defaults(run=_agent_restore)
 

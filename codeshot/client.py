@@ -20,7 +20,7 @@ from urllib.parse import urlsplit
 import httpx
 
 from codeshot.errors import AgentUnavailable, CodeshotError, InvalidInput, NotFound, Unavailable
-from codeshot.lending import Lent, LentRecords
+from codeshot.lending import RECORDS, Lent, LentRecords
 from codeshot.models import as_sample_query
 
 if TYPE_CHECKING:
@@ -101,6 +101,9 @@ class Target:
     api_url: str
     api_key: str | None
     source: str  # where the URL came from, as the user would name it
+    # The directory `codeshot local up` ran in, when its local.json named the platform:
+    # serve keeps its lending records there (see :func:`lending_records`).
+    stack_dir: Path | None = None
 
     @classmethod
     def find(cls, api_url: str | None = None, api_key: str | None = None) -> Target:
@@ -130,10 +133,17 @@ class Target:
         if not isinstance(url, str) or not url:
             raise InvalidInput(f"{source} names no api_url")
         stored = state.get("api_key")
-        return cls(url.rstrip("/"), stored if isinstance(stored, str) else None, source)
+        return cls(url.rstrip("/"), stored if isinstance(stored, str) else None, source,
+                   path.parent.parent)
 
     def __str__(self) -> str:
         return f"{self.api_url} (from {self.source})"
+
+    def lending_records(self) -> LentRecords:
+        """Where serve's lendings to this platform are kept: beside the local stack's
+        local.json (a serve run in an agent's directory below it finds them there too),
+        else in the working directory."""
+        return LentRecords(self.api_url, (self.stack_dir or Path.cwd()) / RECORDS)
 
 
 class GraphQLClient:

@@ -3,7 +3,8 @@ disk until it is given back: a serve killed (SIGKILL, a crash, a closed laptop) 
 its agent lent to a URL nobody serves, and the next serve of it (or `codeshot agent
 restore`) finishes the restore from that record.
 
-Records live in ``.codeshot/lent/`` of the working directory, one file a lending (two
+Records live in ``.codeshot/lent/`` beside the local stack's local.json (else of the
+working directory: :meth:`codeshot.client.Target.lending_records`), one file a lending (two
 serves of one agent may lend it at once, one on top of the other), named by the platform,
 the agent and the lent revision, written whole (a reader never sees half of one).
 """

@@ -797,7 +797,8 @@ def test_agent_restore_gives_back_by_the_record_and_leaves_a_switched_agent(
     assert not records_of(stack_dir, agent_id)
     again = codeshot("agent", "restore", handle, cwd=stack_dir)
     assert again.returncode == 0 and again.stdout.startswith(
-        f"Nothing to restore: no serve left {agent_id} lent from this directory"), again
+        f"Nothing to restore: no serve left {agent_id} lent "
+        f"({stack_dir.resolve() / '.codeshot' / 'lent'} names none"), again
 
 
 def test_a_restore_cut_short_after_its_switch_is_finished_not_taken_for_a_switch(

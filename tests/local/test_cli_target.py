@@ -169,6 +169,26 @@ def test_the_local_json_is_looked_for_upward_until_home(tmp_path, monkeypatch):
     assert find_state() is None and read_state() is None
 
 
+def test_serves_lending_records_are_kept_beside_the_stack_they_lend_to(tmp_path,
+                                                                      monkeypatch):
+    """A serve run in an agent's directory below the stack's keeps what a restore needs
+    beside the stack's local.json, where a serve or `agent restore` run elsewhere under
+    it finds it (not in the agent's directory, which would ship it with the agent)."""
+    from codeshot.client import Target
+
+    stack, elsewhere = tmp_path / "stack", tmp_path / "elsewhere"
+    nested = stack / "agents" / "dice"
+    nested.mkdir(parents=True)
+    elsewhere.mkdir()
+    plant(stack, "http://127.0.0.1:9")
+    monkeypatch.setenv("HOME", str(tmp_path))
+    monkeypatch.delenv("CODESHOT_API_URL", raising=False)
+    monkeypatch.chdir(nested)
+    assert Target.find().lending_records().directory == stack / ".codeshot" / "lent"
+    monkeypatch.chdir(elsewhere)  # a platform not named by a local stack: here
+    assert Target.find().lending_records().directory == elsewhere / ".codeshot" / "lent"
+
+
 @pytest.mark.skipif(not hasattr(os, "geteuid") or os.geteuid() != 0,
                     reason="giving a file to another user takes root")
 def test_a_local_json_another_user_owns_is_passed_over(tmp_path, monkeypatch):
