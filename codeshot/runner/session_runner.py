@@ -192,6 +192,9 @@ class SessionRunner:
             if self.s.sessions.purge(work.session_id, PURGE_PAGES):
                 self.s.queue.enqueue(work.next_part())
             return
+        # From the record's start: a wait for its message to land (_pending) is part of
+        # the time a record may take.
+        deadline = query_deadline(self.s.settings)
         pending = self._pending(work, final_attempt)
         if pending is None:
             return
@@ -202,7 +205,6 @@ class SessionRunner:
             return
         task = _task_of(query, paused)
         trace: list[Message] = []
-        deadline = query_deadline(self.s.settings)
         book = EmbedBook(self.s.embeds, self._fetch_embed, given=query.embeds,
                          max_bytes=self.s.settings.max_query_embed_bytes, deadline=deadline,
                          lookup=functools.partial(self._bound_embed, session.session_id))
