@@ -215,7 +215,8 @@ def newest(services: Services, session_id: str, limit: int = LISTED_MESSAGES
            ) -> list[Message]:
     """The session's newest ``limit`` messages in time order, led by its newest turn's
     query when that turn has more steps than ``limit`` (so :func:`turns` gives its
-    state): one page of ``limit`` and at most three single reads, however long the log."""
+    state): one page of ``limit`` and at most three single reads (and a page for an
+    answer refused unrun: :func:`_led`), however long the log."""
     return _led(services, session_id, services.sessions.newest_messages(session_id, limit))
 
 

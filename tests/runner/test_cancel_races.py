@@ -366,3 +366,30 @@ def test_a_refusal_keeping_the_question_that_sorts_after_the_cancel_reads_cancel
               message={"messageId": "m-new", "role": "ROLE_USER",
                        "parts": [{"text": "Book a table at Nino's"}], "contextId": h})
     assert "result" in new and new["result"]["task"]["contextId"] == h, new
+
+
+
+@pytest.mark.parametrize("order", ["QACF", "QAFC", "QCAF", "ACF", "AFC"])
+def test_a_questions_end_closes_the_turn_that_keeps_it_whatever_sorts_first(order):
+    """The question Q, an answer A refused keeping Q (F), and Q's end C, in each order
+    their ids can take (the end's id may be made before the refusal's, or the answer's,
+    and written after both), and as a walk back from the refusal reads them (from the
+    answer on): one task, canceled, its status C's. With C before F, a read from A on
+    left C out (its question not among them) and the task input-required, so the
+    context's next message was taken as its answer."""
+    from codeshot.models import Message, MessageType, TaskState
+
+    fields: dict[str, dict] = {
+        "Q": {"type": MessageType.AWAITING_INPUT, "in_reply_to": "q0"},
+        "A": {"answers": "Q"},
+        "F": {"type": MessageType.ERROR, "in_reply_to": "A", "keeps_question": "Q",
+              "error_code": "RATE_LIMITED"},
+        "C": {"type": MessageType.ERROR, "in_reply_to": "Q", "error_code": "CANCELED"},
+    }
+    first = [Message(session_id="s", message_id="q0", text="Book a table")] \
+        if order.startswith("Q") else []
+    messages = [*first, *(Message(session_id="s", message_id=name, text=name,
+                                  **fields[name]) for name in order)]
+    [task] = tasks.chains(messages)
+    assert task.state is TaskState.CANCELED
+    assert task.turns[-1].reply is not None and task.turns[-1].reply.message_id == "C"
