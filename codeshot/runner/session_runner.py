@@ -15,7 +15,7 @@ import json
 import logging
 import time
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
 from codeshot import ids
 from codeshot.engine.builtin import SessionHistory
@@ -98,8 +98,17 @@ SWEEP_PAGES = 10
 # request, and may arrive first: it looks again once after this pause before it waits
 # for a redelivery (the queue's visibility timeout, half an hour).
 SWEEP_RECHECK_SECONDS = 2.0
+# How long after a post gave up on a write DynamoDB did not confirm a send of it may
+# still land (one in flight when the connection dropped or the read timed out). A copy of
+# its message (:attr:`Work.unconfirmed_at`) taken before then and finding no message
+# waits out the rest and looks once more: skipped at once, a write landing after the
+# look was never answered (the retry under its key finds it answered by then, and an
+# Agent Protocol callback's answer was lost so).
+LANDING_SECONDS = 15.0
 ANSWERED_ENDED = ("the question this message answered was ended before it was taken in (a "
                   "cancel won): nothing ran, and it was not charged")
+ANSWERED: Literal["answered"] = "answered"  # why a queued query has nothing to do
+MISSING: Literal["missing"] = "missing"
 _TERMINAL = {Status.DONE: MessageType.RESPONSE, Status.ERROR: MessageType.ERROR,
              Status.AWAITING_INPUT: MessageType.AWAITING_INPUT}
 
@@ -183,6 +192,9 @@ class SessionRunner:
             if self.s.sessions.purge(work.session_id, PURGE_PAGES):
                 self.s.queue.enqueue(work.next_part())
             return
+        # From the record's start: a wait for its message to land (_pending) is part of
+        # the time a record may take.
+        deadline = query_deadline(self.s.settings)
         pending = self._pending(work, final_attempt)
         if pending is None:
             return
@@ -193,7 +205,6 @@ class SessionRunner:
             return
         task = _task_of(query, paused)
         trace: list[Message] = []
-        deadline = query_deadline(self.s.settings)
         book = EmbedBook(self.s.embeds, self._fetch_embed, given=query.embeds,
                          max_bytes=self.s.settings.max_query_embed_bytes, deadline=deadline,
                          lookup=functools.partial(self._bound_embed, session.session_id))
@@ -283,7 +294,7 @@ class SessionRunner:
         if work.kind in (Work.CORPUS, Work.SWEEP, Work.PURGE):
             self.s.queue.enqueue(work, again=True)
             return
-        pending = self._pending(work, final=True)
+        pending = self._pending(work, final=True, landing=False)  # no time left to wait
         if pending is None:
             return
         session, recent, query, _ = pending
@@ -304,16 +315,25 @@ class SessionRunner:
                      had_state=recent.state is not None, task=_task_of(query, paused),
                      refund=True, unless_run=Lease(self.s, session.owner, query.message_id))
 
-    def _pending(self, work: Work, final: bool
+    def _pending(self, work: Work, final: bool, landing: bool = True
                  ) -> tuple[Session, Recent, Message, list[Message]] | None:
         """The session, its paused program and recent history (the query in it), in one
         read; None once the session is deleted or the query answered (a redelivery;
-        ``final``: its last)."""
+        ``final``: its last), or its message is not there (an unconfirmed post's copy:
+        with ``landing``, read again once its write can no longer land)."""
         recent = self.s.sessions.recent(work.session_id, HISTORY_MESSAGES)
         if recent.session is None:
             return None
         found = self._query(work, recent.messages)
-        if found is None:
+        if found == MISSING:
+            wait = (work.unconfirmed_at or 0.0) + LANDING_SECONDS - time.time()
+            if landing and work.unconfirmed_at is not None and wait > 0:
+                log.info("%s/%s not there yet: its unconfirmed write may land in %.1f s",
+                         work.session_id, work.message_id, wait)
+                time.sleep(min(wait, LANDING_SECONDS))
+                return self._pending(work, final, landing=False)
+            return None
+        if found == ANSWERED:
             self._ask_again(recent.session, work, recent.messages, final)
             return None
         return recent.session, recent, *found
@@ -387,8 +407,11 @@ class SessionRunner:
         """Whether the registration a sweep is of is still the agent's."""
         return self.s.registry.registration(work.agent_id) == work.registration
 
-    def _query(self, work: Work, recent: list[Message]) -> tuple[Message, list[Message]] | None:
-        """The queued query and the history before it, or None if there is nothing to do.
+    def _query(self, work: Work, recent: list[Message]
+               ) -> tuple[Message, list[Message]] | Literal["answered", "missing"]:
+        """The queued query and the history before it, or why there is nothing to do:
+        ``ANSWERED``, or ``MISSING`` (an unconfirmed post's copy, whose write did not land
+        or not yet).
 
         Its reply is written with the marker, so a terminal reply among the recent
         messages means "answered"; a query older than the recent window (many messages
@@ -398,12 +421,14 @@ class SessionRunner:
             marker = ANSWER_PREFIX + work.message_id
             items = self.s.sessions.get_items(work.session_id,
                                               [MSG_PREFIX + work.message_id, marker])
-            if marker in items or MSG_PREFIX + work.message_id not in items:
-                return None
+            if marker in items:
+                return ANSWERED
+            if MSG_PREFIX + work.message_id not in items:
+                return MISSING
             return self.s.sessions.message_of(items[MSG_PREFIX + work.message_id]), recent
         if any(m.in_reply_to == query.message_id and m.type in _TERMINAL.values()
                for m in recent):
-            return None
+            return ANSWERED
         return query, recent
 
     # -- running -----------------------------------------------------------------------

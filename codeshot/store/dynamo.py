@@ -166,13 +166,18 @@ def _note_unsure(request_dict: dict[str, Any], response: Any,
         _UNSURE.add(token)
 
 
-def transact_write(db: Any, items: Sequence[Any], unsure: list[bool]) -> None:
-    """``db.transact_write_items(items)`` under a token of its own. If it raises, whether
-    any send of it (botocore's own resends included) may have been written is appended to
-    ``unsure``: a throttle after a resend of a send that timed out refuses only that
-    resend."""
+def note_unsure_sends(db: Any) -> None:
+    """Have ``db`` tell :func:`transact_write` of its sends that may have been written:
+    once, where the client is made (the sessions store's)."""
     db.meta.events.register_first("needs-retry.dynamodb.TransactWriteItems", _note_unsure,
                                   unique_id="codeshot-note-unsure")
+
+
+def transact_write(db: Any, items: Sequence[Any], unsure: list[bool]) -> None:
+    """``db.transact_write_items(items)`` under a token of its own, ``db`` being a client
+    :func:`note_unsure_sends` was given. If it raises, whether any send of it (botocore's
+    own resends included) may have been written is appended to ``unsure``: a throttle
+    after a resend of a send that timed out refuses only that resend."""
     token = str(uuid.uuid4())
     _SENDING.add(token)
     try:

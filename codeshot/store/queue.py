@@ -37,6 +37,9 @@ class Work:
     message_id: str
     kind: str = "query"
     correlation_id: str | None = None  # the posting request's (codeshot/observability.py)
+    # A copy queued by a post whose write DynamoDB did not confirm: when (epoch seconds).
+    # A send of it may land a little after that (see SessionRunner's LANDING_SECONDS).
+    unconfirmed_at: float | None = None
 
     CORPUS = "corpus"
     SWEEP = "sweep"
@@ -81,20 +84,24 @@ class Work:
         return Work.sweep(self.agent_id, self.registration, part)
 
     def body(self) -> str:
-        body = {"session_id": self.session_id, "message_id": self.message_id}
+        body: dict[str, str | float] = {"session_id": self.session_id,
+                                        "message_id": self.message_id}
         if self.kind != "query":
             body["kind"] = self.kind
         if self.correlation_id:
             body["correlation_id"] = self.correlation_id
+        if self.unconfirmed_at is not None:
+            body["unconfirmed_at"] = self.unconfirmed_at
         return json.dumps(body)
 
     @classmethod
     def parse(cls, body: str) -> Work:
         data = json.loads(body)
-        correlation = data.get("correlation_id")
+        correlation, unconfirmed = data.get("correlation_id"), data.get("unconfirmed_at")
         return cls(session_id=str(data["session_id"]), message_id=str(data["message_id"]),
                    kind=str(data.get("kind", "query")),
-                   correlation_id=str(correlation) if correlation else None)
+                   correlation_id=str(correlation) if correlation else None,
+                   unconfirmed_at=None if unconfirmed is None else float(unconfirmed))
 
 
 @dataclass(frozen=True)

@@ -47,6 +47,7 @@ from codeshot.store.dynamo import (
     is_transient,
     item_bytes,
     lookup_key,
+    note_unsure_sends,
     query_pages,
     retry_transient,
     to_item,
@@ -54,6 +55,7 @@ from codeshot.store.dynamo import (
 from codeshot.store.tables import EXPIRES_AT, RUNNER_TIMEOUT_SECONDS, SESSIONS
 
 if TYPE_CHECKING:
+    from types_boto3_dynamodb import DynamoDBClient
     from types_boto3_dynamodb.type_defs import (
         AttributeValueTypeDef,
         ConditionCheckTypeDef,
@@ -62,6 +64,8 @@ if TYPE_CHECKING:
         TransactWriteItemTypeDef,
         UpdateTypeDef,
     )
+
+    from codeshot.settings import Settings
 
 SESSION_ITEM = "SESSION"
 STATE_ITEM = "STATE"
@@ -159,6 +163,10 @@ def _message(values: dict[str, Any]) -> Message:
 
 class SessionStore(Repository):
     table = SESSIONS
+
+    def __init__(self, settings: Settings, dynamodb: DynamoDBClient | None = None) -> None:
+        super().__init__(settings, dynamodb)
+        note_unsure_sends(self.db)  # a post's transaction is written with transact_write
 
     # -- expiry -----------------------------------------------------------------------
     def expires_at(self) -> int | None:

@@ -294,13 +294,14 @@ class Messaging:
                          idempotency_key: str | None) -> Unavailable:
         """The error of a post whose transaction DynamoDB neither confirmed nor refused
         for good: a send of it may have been written. Its message is queued all the
-        same, so one that was written is answered (the runner skips work whose message is
-        not there). Under a deduplication id of its own: a send that lands after the runner
-        took this copy (and skipped it) is queued by the same post again under its key,
-        which the queue must not drop as this copy's duplicate; of two copies the runner
-        answers one (a session's queries run one at a time) and skips the other, answered."""
+        same, so one that was written is answered: the runner skips work whose message is
+        not there, once a send could still land (a copy taken sooner waits for that). Under
+        a deduplication id of its own: a send that lands after the runner took this copy
+        (and skipped it) is queued by the same post again under its key, which the queue
+        must not drop as this copy's duplicate; of two copies the runner answers one (a
+        session's queries run one at a time) and skips the other, answered."""
         try:
-            self._queue(session_id, message, again=True)
+            self._queue(session_id, message, unconfirmed=True)
         except Exception:  # the retry under the key queues it
             log.exception("could not queue %s/%s, whose post may have been written",
                           session_id, message.message_id)
@@ -420,9 +421,13 @@ class Messaging:
                                    "it again") from exc
         return earlier
 
-    def _queue(self, session_id: str, message: Message, again: bool = False) -> None:
+    def _queue(self, session_id: str, message: Message, unconfirmed: bool = False) -> None:
+        """``unconfirmed``: a copy of a message whose write may land after this (under a
+        deduplication id of its own, stamped for the runner to wait for it)."""
         self.s.queue.enqueue(Work(session_id, message.message_id,
-                                  correlation_id=correlation_id()), again=again)
+                                  correlation_id=correlation_id(),
+                                  unconfirmed_at=time.time() if unconfirmed else None),
+                             again=unconfirmed)
 
     def _enqueue(self, session_id: str, message: Message) -> None:
         try:

@@ -65,21 +65,32 @@ def frontend_of(agent_id: str | None) -> str | None:
 def turns(messages: Sequence[Message]) -> list[Turn]:
     """A session's turns in order: each user message with its terminal reply. A reply
     that ends a paused question (a cancel, a failed callback) answers the question's turn,
-    or the turn of the refused answer that kept it (``keeps_question``): that is the one
-    left waiting on it.
+    or the turn of the last refused answer that kept it (``keeps_question``): that is the
+    one left waiting on it, whichever of the end and the refusal sorts first. A refusal
+    keeps a question only while it is asked, so it was written before the end, whose id
+    may still be the older (made before the refusal's, written after it): the end is that
+    turn's reply all the same.
     """
+    keeper = {m.keeps_question: m.in_reply_to for m in messages
+              if m.keeps_question and m.type in TERMINAL}
     out: list[Turn] = []
     by_message: dict[str, int] = {}
+    ended: set[int] = set()  # turns a question's end closed
     for message in messages:
         if message.type is MessageType.QUERY:
             by_message[message.message_id] = len(out)
             out.append(Turn(message))
-        elif message.type in TERMINAL and message.in_reply_to in by_message:
-            at = by_message[message.in_reply_to]
-            out[at] = Turn(out[at].query, message)
+        elif message.type in TERMINAL:
+            asked = message.in_reply_to or ""
+            at = by_message.get(keeper.get(asked) or "", by_message.get(asked))
+            if at is None:  # its turn began before these messages
+                continue
             by_message[message.message_id] = at  # a question's own replies end its turn
-            if message.keeps_question:  # an end of the kept question ends this turn
-                by_message[message.keeps_question] = at
+            if message.keeps_question and at in ended:
+                continue  # written before the end that closed the turn
+            if asked != out[at].query.message_id:
+                ended.add(at)
+            out[at] = Turn(out[at].query, message)
     return out
 
 
@@ -165,7 +176,9 @@ def first_query(services: Services, session_id: str, query_id: str) -> Message:
 
 def _led(services: Services, session_id: str, found: list[Message]) -> list[Message]:
     """``found`` (in time order) led by the messages its last one replies to, up to its
-    turn's query: at most ``_CHAIN`` single reads of those older than ``found``."""
+    turn's query: at most ``_CHAIN`` single reads of those older than ``found``. A turn
+    of an answer refused without running (:func:`_unrun`) read so is read whole (one
+    read): the end of the question it answered may sort inside it."""
     by_id = {m.message_id: m for m in found}
     current = found[-1] if found else None
     for _ in range(_CHAIN):
@@ -179,23 +192,40 @@ def _led(services: Services, session_id: str, found: list[Message]) -> list[Mess
                 break
             found.insert(0, parent)
             by_id[parent.message_id] = parent
+            if _unrun(parent, current):
+                between = services.sessions.list_messages(
+                    session_id, limit=LISTED_MESSAGES, after=parent.message_id).items
+                return _merged(found, [m for m in between
+                                       if m.message_id < current.message_id])
         current = parent
     return found
+
+
+def _unrun(query: Message, reply: Message) -> bool:
+    """Whether ``reply`` refused the answer ``query`` without running it: a refusal that
+    kept the question, or the CANCELED of an answer whose question was ended first.
+    Nothing of it ran, so only the end of that question (made before the reply, perhaps
+    before the answer) can sort between them."""
+    return reply.in_reply_to == query.message_id and (
+        reply.keeps_question is not None or
+        (query.answers is not None and reply.error_code == Canceled.code))
 
 
 def newest(services: Services, session_id: str, limit: int = LISTED_MESSAGES
            ) -> list[Message]:
     """The session's newest ``limit`` messages in time order, led by its newest turn's
     query when that turn has more steps than ``limit`` (so :func:`turns` gives its
-    state): one page of ``limit`` and at most three single reads, however long the log."""
+    state): one page of ``limit`` and at most three single reads (and a page for an
+    answer refused unrun: :func:`_led`), however long the log."""
     return _led(services, session_id, services.sessions.newest_messages(session_id, limit))
 
 
 def turn_before(services: Services, session_id: str, message_id: str) -> list[Message]:
     """The turn that ended just before ``message_id`` (what tells whether that message
     answered its question): the message before it, led by its turn's query and the
-    question it answers; one read of one item and at most ``_CHAIN`` single reads, however
-    many steps that turn took. Empty at the log's start."""
+    question it answers; one read of one item and at most ``_CHAIN`` single reads (and a
+    page of ``LISTED_MESSAGES`` for an answer refused unrun: :func:`_led`), however many
+    steps that turn took. Empty at the log's start."""
     before = services.sessions.list_messages(session_id, limit=1, newest_first=True,
                                              before=message_id).items
     return _led(services, session_id, before)

@@ -483,6 +483,63 @@ def test_a_callbacks_answer_refused_after_a_post_not_confirmed_is_redelivered_no
     assert "error" not in (step.get("additional_output") or {}), step  # not ended
 
 
+@pytest.mark.parametrize("callback", [[(200, {"prompt_id": "p-8", "status": "resolved",
+                                             "answer": "8"})]], indirect=True)
+def test_a_callbacks_answer_whose_write_lands_after_the_runner_looked_is_run(
+        stack, booking, callback, monkeypatch):
+    """The answer's post timed out, every try (UNAVAILABLE: the exchange is redelivered);
+    the first try's write landed only after the runner had taken its queued copy and
+    found no message. The copy was dropped, and the redelivered exchange found the
+    question answered and did nothing: the answer was written and never run."""
+    from botocore.exceptions import ReadTimeoutError
+
+    from codeshot.errors import Unavailable
+    from codeshot.runner import session_runner
+    from codeshot.store.queue import PromptWork
+    from codeshot.usecases.prompts import Prompts
+
+    monkeypatch.setattr(session_runner, "LANDING_SECONDS", 2.0)  # the test's patience
+    agent_id, made = booking
+    key, task_id, asked = asked_without_callback(stack, agent_id, "Rui")
+    with_callback(stack, task_id, callback.url)
+    db = stack.services.sessions.db
+    write, held = db.transact_write_items, []
+    missed, landed = threading.Event(), threading.Event()
+
+    def in_flight(request):
+        if not held:  # the first try's write: in flight, it lands later
+            held.append(request)
+        raise ReadTimeoutError(endpoint_url="https://dynamodb.us-east-1.amazonaws.com")
+
+    answer_post_faults(stack, monkeypatch, asked, in_flight)
+    looked = session_runner.SessionRunner._query
+
+    def missing_until_it_lands(self, work, recent):
+        found = looked(self, work, recent)
+        if not isinstance(found, tuple) and not missed.is_set() and \
+                f"MSG#{work.message_id}" in str(held):
+            missed.set()  # the runner took the first try's copy: no message yet
+            assert landed.wait(10)
+        return found
+
+    monkeypatch.setattr(session_runner.SessionRunner, "_query", missing_until_it_lands)
+    work = PromptWork(task_id, asked.message_id, time.time() + 60, "p-8", 1)  # a poll
+    with pytest.raises(Unavailable):  # redelivered by SQS
+        Prompts(stack.services).handle(work)
+    assert missed.wait(10), "the runner never took the first try's copy"
+    monkeypatch.setattr(db, "transact_write_items", write)
+    write(**held[0])  # the write lands, after the runner looked
+    landed.set()
+    Prompts(stack.services).handle(work)  # the redelivery
+    deadline = time.monotonic() + 15
+    while ap(stack, key, "GET", f"/tasks/{task_id}").json()["status"] != "completed":
+        assert time.monotonic() < deadline, "the answer was written and never run"
+        time.sleep(0.2)
+    _, answered = ap(stack, key, "GET", f"/tasks/{task_id}/steps").json()["steps"]
+    assert answered["input"] == "8" and "Booked Rui for 8" in answered["output"]
+    assert made[-1:] == ["Rui for 8"] and made.count("Rui for 8") == 1
+
+
 @pytest.mark.parametrize("callback", [[(200, {"prompt_id": "p-7", "status": "resolved",
                                              "answer": "7"})]], indirect=True)
 def test_a_callbacks_answer_is_not_posted_again_past_the_invocations_time(

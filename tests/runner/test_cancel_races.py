@@ -18,6 +18,7 @@ from codeshot.runner.fairness import RUNNING
 from codeshot.runner.session_runner import SessionRunner
 from codeshot.store.queue import Work
 from codeshot.store.sessions import RESUMED_AT, RESUMING, RESUMING_LASTS, SESSION_ITEM
+from codeshot.usecases import tasks
 from tests.dynamo_faults import refuse
 from tests.runner.conftest import register, session
 from tests.runner.test_redelivery import post, terminal
@@ -48,16 +49,20 @@ class HeldCancel:
     """An A2A CancelTask of a task, held between its check (the question is pending) and
     its write, so the user's answer is posted in between, until :meth:`land`."""
 
-    def __init__(self, platform, key: str, agent_id: str, task_id: str, monkeypatch) -> None:
+    def __init__(self, platform, key: str, agent_id: str, task_id: str, monkeypatch,
+                 after: tuple[object, str] | None = None) -> None:
+        """Held just before the store's ``end_pause``, or just after ``after`` returns."""
         self.checked, self.release, self.out = threading.Event(), threading.Event(), []
-        end = platform.services.sessions.end_pause
+        where, name = after or (platform.services.sessions, "end_pause")
+        real = getattr(where, name)
 
         def held(*args, **kwargs):
+            out = real(*args, **kwargs) if after else None
             self.checked.set()
             assert self.release.wait(30)
-            return end(*args, **kwargs)
+            return out if after else real(*args, **kwargs)
 
-        monkeypatch.setattr(platform.services.sessions, "end_pause", held)
+        monkeypatch.setattr(where, name, held)
         self.thread = threading.Thread(target=lambda: self.out.append(
             a2a(platform, key, agent_id, "CancelTask", id=task_id)))
         self.thread.start()
@@ -279,3 +284,112 @@ def test_an_a2a_answer_to_a_question_canceled_before_it_was_taken_runs_nothing(
     [(_, pushed)] = receiver.received
     update = pushed["statusUpdate"]
     assert (update["taskId"], update["status"]["state"]) == (task_id, "TASK_STATE_CANCELED")
+
+
+def shown(task: dict) -> tuple:
+    """What a task's status shows: its id, state, and the message saying why."""
+    status = task["status"]
+    return (task["id"], status["state"], status["message"]["messageId"],
+            status["message"]["parts"][0]["text"])
+
+
+def read_alike(platform, key: str, agent_id: str, h: str, task_id: str) -> tuple:
+    """The task as GetTask shows it, once ListTasks (of its context, and of all the
+    caller's tasks) was seen to show it the same."""
+    got = shown(a2a(platform, key, agent_id, "GetTask", id=task_id)["result"])
+    for listing in ({"contextId": h}, {}):
+        listed = a2a(platform, key, agent_id, "ListTasks", **listing)["result"]["tasks"]
+        assert [shown(t) for t in listed] == [got], listing
+    return got
+
+
+def test_an_answer_posted_between_a_cancels_read_and_its_write_reads_alike_everywhere(
+        platform, agents, monkeypatch):
+    """The cancel read the question, the answer was posted, and the cancel's message was
+    made after it: GetTask (reading forward) showed the cancel's status, ListTasks
+    (walking back from the answer's reply, never meeting the cancel) the answer's."""
+    key, booking, h, task_id, runner = asked(platform, agents, "ines")
+    cancel = HeldCancel(platform, key, booking, task_id, monkeypatch,
+                        after=(tasks, "_pending_question"))
+    sent = a2a(platform, key, booking, "SendMessage", configuration={"returnImmediately": True},
+               message={"messageId": "m-4", "role": "ROLE_USER", "parts": [{"text": "4"}],
+                        "taskId": task_id})
+    assert sent["result"]["task"]["id"] == task_id, sent
+    cancel.land()
+    assert cancel.out[0]["result"]["status"]["state"] == "TASK_STATE_CANCELED", cancel.out
+    assert process_batch({"Records": [queued(platform)]}, runner.handle) == {
+        "batchItemFailures": []}
+    monkeypatch.undo()
+    got = read_alike(platform, key, booking, h, task_id)
+    assert got[1:2] + got[3:] == ("TASK_STATE_CANCELED", "The user canceled the question.")
+
+
+@pytest.mark.settings(max_running_queries=1)
+def test_a_refusal_keeping_the_question_that_sorts_after_the_cancel_reads_canceled(
+        platform, agents, monkeypatch):
+    """The answer was posted after the cancel read the question; the cancel's message was
+    made; the runner refused the answer (the user's one running slot taken), keeping the
+    question, and wrote that before the cancel landed, sorting after it. ListTasks
+    (walking back from the refusal) read the canceled task as input-required, GetTask as
+    canceled, and the context took no new task though the question was over."""
+    key, booking, h, task_id, runner = asked(platform, agents, "iris")
+    owner = platform.services.sessions.get(h).owner
+    platform.services.usage.take_lease(RUNNING, owner, 1, "other", timedelta(minutes=5))
+    minted, write = threading.Event(), threading.Event()
+    end = platform.services.sessions.end_pause
+
+    def held_end(*args, **kwargs):  # its message made, not written yet
+        minted.set()
+        assert write.wait(30)
+        return end(*args, **kwargs)
+
+    monkeypatch.setattr(platform.services.sessions, "end_pause", held_end)
+    cancel = HeldCancel(platform, key, booking, task_id, monkeypatch,
+                        after=(tasks, "_pending_question"))
+    sent = a2a(platform, key, booking, "SendMessage", configuration={"returnImmediately": True},
+               message={"messageId": "m-4", "role": "ROLE_USER", "parts": [{"text": "4"}],
+                        "taskId": task_id})
+    assert sent["result"]["task"]["id"] == task_id, sent
+    cancel.release.set()
+    assert minted.wait(30)
+    assert process_batch({"Records": [queued(platform)]}, runner.handle) == {
+        "batchItemFailures": []}
+    refused = terminal(platform, h)[-1]
+    assert refused.error_code == "RATE_LIMITED" and refused.keeps_question, refused
+    write.set()
+    cancel.thread.join(30)
+    monkeypatch.undo()
+    assert cancel.out[0]["result"]["status"]["state"] == "TASK_STATE_CANCELED", cancel.out
+    got = read_alike(platform, key, booking, h, task_id)
+    assert got[1:2] + got[3:] == ("TASK_STATE_CANCELED", "The user canceled the question.")
+    new = a2a(platform, key, booking, "SendMessage", configuration={"returnImmediately": True},
+              message={"messageId": "m-new", "role": "ROLE_USER",
+                       "parts": [{"text": "Book a table at Nino's"}], "contextId": h})
+    assert "result" in new and new["result"]["task"]["contextId"] == h, new
+
+
+
+@pytest.mark.parametrize("order", ["QACF", "QAFC", "QCAF", "ACF", "AFC"])
+def test_a_questions_end_closes_the_turn_that_keeps_it_whatever_sorts_first(order):
+    """The question Q, an answer A refused keeping Q (F), and Q's end C, in each order
+    their ids can take (the end's id may be made before the refusal's, or the answer's,
+    and written after both), and as a walk back from the refusal reads them (from the
+    answer on): one task, canceled, its status C's. With C before F, a read from A on
+    left C out (its question not among them) and the task input-required, so the
+    context's next message was taken as its answer."""
+    from codeshot.models import Message, MessageType, TaskState
+
+    fields: dict[str, dict] = {
+        "Q": {"type": MessageType.AWAITING_INPUT, "in_reply_to": "q0"},
+        "A": {"answers": "Q"},
+        "F": {"type": MessageType.ERROR, "in_reply_to": "A", "keeps_question": "Q",
+              "error_code": "RATE_LIMITED"},
+        "C": {"type": MessageType.ERROR, "in_reply_to": "Q", "error_code": "CANCELED"},
+    }
+    first = [Message(session_id="s", message_id="q0", text="Book a table")] \
+        if order.startswith("Q") else []
+    messages = [*first, *(Message(session_id="s", message_id=name, text=name,
+                                  **fields[name]) for name in order)]
+    [task] = tasks.chains(messages)
+    assert task.state is TaskState.CANCELED
+    assert task.turns[-1].reply is not None and task.turns[-1].reply.message_id == "C"

@@ -21,6 +21,7 @@ def test_a_send_that_got_no_answer_may_have_landed_and_other_calls_tokens_are_no
                       aws_access_key_id="test", aws_secret_access_key="test",
                       config=Config(retries={"mode": "standard", "max_attempts": 2},
                                     connect_timeout=1))
+    dynamo.note_unsure_sends(db)
     unsure: list[bool] = []
     with pytest.raises(EndpointConnectionError):
         dynamo.transact_write(db, ITEMS, unsure)
