@@ -242,3 +242,26 @@ def test_not_action_and_not_resource():
     assert ask([everything_but], {})[0]
     assert not ask([everything_but], {}, action="dynamodb:DeleteItem")[0]
     assert not ask([everything_but], {}, resource=TABLE + "/index/by-owner")[0]
+
+
+def test_a_special_variable_is_the_character_itself():
+    """IAM: ``${*}``, ``${?}`` and ``${$}`` stand for the literal characters (to match a name
+    that holds one), not for wildcards."""
+    star = grant(action="s3:GetObject", resource=BUCKET + "/${*}")
+    assert ask([star], {}, action="s3:GetObject", resource=BUCKET + "/*")[0]
+    assert not ask([star], {}, action="s3:GetObject", resource=BUCKET + "/someone-elses-key")[0]
+    condition = {"StringLike": {"s3:prefix": "home/${?}${$}*"}}
+    assert allows(condition, {"s3:prefix": ("home/?$notes",)})
+    assert not allows(condition, {"s3:prefix": ("home/a$notes",)})
+    assert not allows({"StringLike": {"s3:prefix": "home/${*}"}}, {"s3:prefix": ("home/alice",)})
+
+
+def test_a_policy_variable_s_value_holds_no_wildcards():
+    """A ``*`` or ``?`` in the request's value of a variable matches only itself."""
+    home = grant(action="s3:GetObject", resource=BUCKET + "/home/${aws:username}/*")
+    starred = {"aws:username": ("*",)}
+    assert ask([home], starred, action="s3:GetObject", resource=BUCKET + "/home/*/a")[0]
+    assert not ask([home], starred, action="s3:GetObject", resource=BUCKET + "/home/bob/a")[0]
+    condition = {"StringLike": {"s3:prefix": "${aws:username}/*"}}
+    assert not allows(condition, {"aws:username": ("?",), "s3:prefix": ("b/notes",)})
+    assert allows(condition, {"aws:username": ("?",), "s3:prefix": ("?/notes",)})
