@@ -102,9 +102,7 @@ def _applies(statement: Mapping[str, Any], request: Request, of_resource: bool) 
     if not _matches_either(statement, "Resource", _listed, request.resource,
                            lambda pattern, arn: _like_all(pattern, arn, request.context)):
         return False
-    if of_resource and not _matches_either(
-            statement, "Principal", _principals, request.principal_arn,
-            lambda pattern, arn: _principal_match(pattern, arn, request.account)):
+    if of_resource and not _names_caller(statement, request):
         return False
     return _condition_holds(statement.get("Condition") or {}, request.context)
 
@@ -129,8 +127,30 @@ def _principals(value: Any) -> Values:
     return tuple("AWS|" + name for name in _listed(value))
 
 
+def _names_caller(statement: Mapping[str, Any], request: Request) -> bool:
+    """Principal names a role's session by the role's ARN, its account, or every AWS
+    principal. NotPrincipal exempts only the session itself ("the assumed-role user is
+    identified by the role session name"), which the rehearsal does not name: one naming a
+    session of the caller's role is undetermined, one naming the role or account exempts
+    nothing."""
+    arn, account = request.principal_arn, request.account
+    if "Principal" in statement:
+        return any(_principal_match(pattern, arn, account)
+                   for pattern in _principals(statement["Principal"]))
+    if "NotPrincipal" not in statement:
+        return False
+    exempted = _principals(statement["NotPrincipal"])
+    if "AWS|*" in exempted:
+        return False
+    partition, role = arn.split(":")[1], arn.rsplit("/", 1)[-1]
+    if any(name.startswith(f"AWS|arn:{partition}:sts::{account}:assumed-role/{role}/")
+           for name in exempted):
+        raise Undetermined(f"NotPrincipal names a session of {arn}: the rehearsal does not "
+                           "know a call's session")
+    return True
+
+
 def _principal_match(pattern: str, arn: str, account: str) -> bool:
-    """A role's caller is named by its ARN, its account, or every AWS principal."""
     kind, _, name = pattern.partition("|")
     return kind == "AWS" and name in (
         "*", arn, account, f"arn:{arn.split(':')[1]}:iam::{account}:root")

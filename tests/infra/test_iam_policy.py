@@ -265,3 +265,20 @@ def test_a_policy_variable_s_value_holds_no_wildcards():
     condition = {"StringLike": {"s3:prefix": "${aws:username}/*"}}
     assert not allows(condition, {"aws:username": ("?",), "s3:prefix": ("b/notes",)})
     assert allows(condition, {"aws:username": ("?",), "s3:prefix": ("?/notes",)})
+
+
+def test_a_not_principal_naming_the_role_does_not_exempt_its_session():
+    """IAM: a Deny's NotPrincipal exempts an assumed-role caller only where it names its
+    session ("identified by the role session name"); the role's ARN and its account do not.
+    The rehearsal names no session, so one that names a session of the role refuses."""
+    def deny(*exempted: str) -> dict[str, Any]:
+        return {"Statement": [{"Effect": "Deny", "NotPrincipal": {"AWS": list(exempted)},
+                               "Action": "dynamodb:*", "Resource": TABLE}]}
+
+    root = "arn:aws:iam::123456789012:root"
+    assert not ask([grant()], {}, resource_policies=[deny(ROLE, root)])[0]
+    session = "arn:aws:sts::123456789012:assumed-role/api/notes-function"
+    allowed, reason = ask([grant()], {}, resource_policies=[deny(session, ROLE, root)])
+    assert not allowed
+    assert "session" in reason
+    assert ask([grant()], {}, resource_policies=[deny("*")])[0]
