@@ -24,6 +24,7 @@ import ipaddress
 import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from decimal import Decimal
 from functools import cache
 from typing import Any
 
@@ -231,12 +232,16 @@ def _substitute(text: str, context: Context) -> Pattern | None:
 
 
 # -- conditions ---------------------------------------------------------------------------
-def _numbers(compare: Callable[[float, float], bool]) -> Callable[[str, str], bool]:
+# An IAM number: "an integer or decimal value". Not float()'s "1_000", " 5 ", "nan", "1e3".
+NUMBER = re.compile(r"-?\d+(\.\d+)?")
+
+
+def _numbers(compare: Callable[[Decimal, Decimal], bool]) -> Callable[[str, str], bool]:
     def match(expected: str, actual: str) -> bool:
-        try:
-            return compare(float(actual), float(expected))
-        except ValueError:
-            return False
+        for value in (expected, actual):
+            if not NUMBER.fullmatch(value):
+                raise Undetermined(f"{value!r} is no number IAM documents")
+        return compare(Decimal(actual), Decimal(expected))
     return match
 
 

@@ -282,3 +282,20 @@ def test_a_not_principal_naming_the_role_does_not_exempt_its_session():
     assert not allowed
     assert "session" in reason
     assert ask([grant()], {}, resource_policies=[deny("*")])[0]
+
+
+@pytest.mark.parametrize(("operator", "expected"), [
+    ("NumericLessThan", "1_000"), ("NumericLessThanEquals", " 5 "), ("NumericLessThan", "inf"),
+    ("NumericLessThan", "1e3"), ("NumericNotEquals", "nan")])
+def test_a_numeric_condition_on_what_is_no_iam_number_refuses(operator, expected):
+    """IAM compares "an integer or decimal value", not what Python's float() reads."""
+    allowed, reason = ask([grant({operator: {"s3:max-keys": expected}})],
+                          {"s3:max-keys": ("5",)})
+    assert not allowed
+    assert repr(expected) in reason
+
+
+def test_numbers_compare_exactly():
+    assert not allows({"NumericEquals": {"test:Key": "9007199254740993"}},
+                      {"test:key": ("9007199254740992",)})
+    assert allows({"NumericEquals": {"test:Key": "10"}}, {"test:key": ("10.00",)})
