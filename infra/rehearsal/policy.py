@@ -325,7 +325,11 @@ def _holds(operator: str, key: str, expected: Values, context: Context) -> bool:
         return any((value.lower() == "true") == (not actual) for value in expected)
     match, negated = OPERATORS[base]
     if base in STRING_OPERATORS:
-        patterns = tuple(p for p in (_substitute(e, context) for e in expected) if p is not None)
+        resolved = [_substitute(e, context) for e in expected]
+        if negated and None in resolved:  # dropping the value would make it hold
+            raise Undetermined(f"{operator} on {key}: a policy variable the request does "
+                               "not carry, which IAM does not say how it reads")
+        patterns = tuple(p for p in resolved if p is not None)
     else:
         patterns = tuple((e,) for e in expected)
 

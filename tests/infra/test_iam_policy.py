@@ -299,3 +299,14 @@ def test_numbers_compare_exactly():
     assert not allows({"NumericEquals": {"test:Key": "9007199254740993"}},
                       {"test:key": ("9007199254740992",)})
     assert allows({"NumericEquals": {"test:Key": "10"}}, {"test:key": ("10.00",)})
+
+
+def test_a_negated_operator_on_a_variable_the_request_does_not_carry_refuses():
+    """``StringNotEquals: ${aws:username}`` where the request has no user name: IAM does
+    not say it holds (dropping the value would make it hold for anything)."""
+    condition = {"StringNotEquals": {"s3:prefix": ["${aws:username}"]}}
+    allowed, reason = ask([grant(condition)], {"aws:username": (), "s3:prefix": ("alice/",)})
+    assert not allowed
+    assert "StringNotEquals" in reason
+    assert not allows({"StringEquals": {"s3:prefix": ["${aws:username}"]}},
+                      {"aws:username": (), "s3:prefix": ("alice/",)})
