@@ -131,24 +131,25 @@ def _principals(value: Any) -> Values:
 def _names_caller(statement: Mapping[str, Any], request: Request) -> bool:
     """Principal names a role's session by the role's ARN, its account, or every AWS
     principal. NotPrincipal exempts only the session itself ("the assumed-role user is
-    identified by the role session name"), which the rehearsal does not name: one naming a
-    session of the caller's role is undetermined, one naming the role or account exempts
-    nothing."""
+    identified by the role session name"): one naming the role or account exempts nothing.
+    The rehearsal names no session: either naming a session of the caller's role is
+    undetermined."""
     arn, account = request.principal_arn, request.account
     if "Principal" in statement:
-        return any(_principal_match(pattern, arn, account)
-                   for pattern in _principals(statement["Principal"]))
-    if "NotPrincipal" not in statement:
+        named, negated = _principals(statement["Principal"]), False
+    elif "NotPrincipal" in statement:
+        named, negated = _principals(statement["NotPrincipal"]), True
+    else:
         return False
-    exempted = _principals(statement["NotPrincipal"])
-    if "AWS|*" in exempted:
-        return False
+    if any(name == "AWS|*" if negated else _principal_match(name, arn, account)
+           for name in named):
+        return not negated
     partition, role = arn.split(":")[1], arn.rsplit("/", 1)[-1]
     if any(name.startswith(f"AWS|arn:{partition}:sts::{account}:assumed-role/{role}/")
-           for name in exempted):
-        raise Undetermined(f"NotPrincipal names a session of {arn}: the rehearsal does not "
+           for name in named):
+        raise Undetermined(f"a principal names a session of {arn}: the rehearsal does not "
                            "know a call's session")
-    return True
+    return negated
 
 
 def _principal_match(pattern: str, arn: str, account: str) -> bool:

@@ -284,6 +284,20 @@ def test_a_not_principal_naming_the_role_does_not_exempt_its_session():
     assert ask([grant()], {}, resource_policies=[deny("*")])[0]
 
 
+def test_a_deny_naming_a_session_of_the_role_refuses():
+    """A Deny's Principal naming one of the role's sessions applies to that session in AWS;
+    the rehearsal does not know a call's session, so it cannot pass it."""
+    session = "arn:aws:sts::123456789012:assumed-role/api/notes-function"
+    deny = {"Statement": [{"Effect": "Deny", "Principal": {"AWS": session},
+                           "Action": "dynamodb:*", "Resource": TABLE}]}
+    allowed, reason = ask([grant()], {}, resource_policies=[deny])
+    assert not allowed
+    assert "session" in reason
+    other = {"Statement": [deny["Statement"][0] | {"Principal": {"AWS": session.replace(
+        "/api/", "/runner/")}}]}
+    assert ask([grant()], {}, resource_policies=[other])[0]
+
+
 @pytest.mark.parametrize(("operator", "expected"), [
     ("NumericLessThan", "1_000"), ("NumericLessThanEquals", " 5 "), ("NumericLessThan", "inf"),
     ("NumericLessThan", "1e3"), ("NumericNotEquals", "nan")])
