@@ -184,25 +184,85 @@ def s3_call(method: str, path: str, query: dict[str, list[str]], headers: Any) -
                         (Check("s3:ListBucket", bucket_arn, signed | listing),))
         raise Unmapped(f"s3 bucket request {method} ?{'&'.join(query)}")
     object_arn = f"{bucket_arn}/{key}"
-    if set(query) & {"uploads", "uploadId", "partNumber"} and method in ("POST", "PUT"):
-        completes = method == "POST" and "uploadId" in query
+    names = {name for name in query
+             if name not in OBJECT_PARAMETERS and not name.lower().startswith("x-amz-")}
+    if len(names) > 1:
+        raise Unmapped(f"s3 object request {method} ?{'&'.join(sorted(query))}")
+    subresource = next(iter(names), "")
+    source = _copy_source(headers.get("x-amz-copy-source"), signed) if method == "PUT" \
+        else ()
+    if (method, subresource) in MULTIPART_WRITES:
         return Call("s3", "MultipartUpload", (Check("s3:PutObject", object_arn, signed | (
-            s3_put_context(headers, query, creates=completes))),))
-    if method in ("GET", "HEAD"):
-        action = "s3:GetObjectVersion" if "versionId" in query else "s3:GetObject"
-        return Call("s3", "GetObject" if method == "GET" else "HeadObject",
-                    (Check(action, object_arn, signed),))
-    if method == "PUT":
-        source = headers.get("x-amz-copy-source")
-        checks = [Check("s3:PutObject", object_arn, signed | s3_put_context(
-            headers, query, creates=True, copy=bool(source)))]
-        if source:
-            checks.append(Check("s3:GetObject",
-                                f"arn:{PARTITION}:s3:::{unquote(source).lstrip('/')}", signed))
-        return Call("s3", "CopyObject" if source else "PutObject", tuple(checks))
-    if method == "DELETE":
-        return Call("s3", "DeleteObject", (Check("s3:DeleteObject", object_arn, signed),))
-    raise Unmapped(f"s3 object request {method}")
+            s3_put_context(headers, query, creates=MULTIPART_WRITES[method, subresource]))),
+            *source))
+    if method == "PUT" and not subresource:
+        return Call("s3", "CopyObject" if source else "PutObject", (Check(
+            "s3:PutObject", object_arn, signed | s3_put_context(
+                headers, query, creates=True, copy=bool(source))), *source))
+    known = OBJECT_SUBRESOURCES.get((method, subresource))
+    if known is None:
+        raise Unmapped(f"s3 object request {method} ?{subresource}")
+    operation, actions, of_version = known
+    return Call("s3", operation, tuple(Check(action, object_arn, signed) for action in (
+        of_version if "versionId" in query else actions)))
+
+
+# An object request's parameters that name no other operation (its other ones but the
+# presigned x-amz-* do: a sub-resource): a version, a part, a response override, a list
+# of parts' page, the operation some SDKs name (x-id).
+OBJECT_PARAMETERS = frozenset({
+    "versionId", "partNumber", "max-parts", "part-number-marker", "x-id",
+    "response-cache-control", "response-content-disposition", "response-content-encoding",
+    "response-content-language", "response-content-type", "response-expires"})
+# A multipart upload's writes, all s3:PutObject (CreateMultipartUpload, UploadPart and
+# UploadPartCopy, CompleteMultipartUpload), by method and sub-resource: whether it creates
+# the object.
+MULTIPART_WRITES = {("POST", "uploads"): False, ("PUT", "uploadId"): False,
+                    ("POST", "uploadId"): True}
+# By method and sub-resource ("": none): the operation, the actions AWS authorizes it as,
+# and those with a versionId. A put, a copy and a multipart upload's writes are s3_call's.
+OBJECT_SUBRESOURCES: dict[tuple[str, str], tuple[str, Values, Values]] = {
+    ("GET", ""): ("GetObject", ("s3:GetObject",), ("s3:GetObjectVersion",)),
+    ("HEAD", ""): ("HeadObject", ("s3:GetObject",), ("s3:GetObjectVersion",)),
+    ("DELETE", ""): ("DeleteObject", ("s3:DeleteObject",), ("s3:DeleteObjectVersion",)),
+    ("GET", "acl"): ("GetObjectAcl", ("s3:GetObjectAcl",), ("s3:GetObjectVersionAcl",)),
+    ("PUT", "acl"): ("PutObjectAcl", ("s3:PutObjectAcl",), ("s3:PutObjectVersionAcl",)),
+    ("GET", "tagging"): ("GetObjectTagging", ("s3:GetObjectTagging",),
+                         ("s3:GetObjectVersionTagging",)),
+    ("PUT", "tagging"): ("PutObjectTagging", ("s3:PutObjectTagging",),
+                         ("s3:PutObjectVersionTagging",)),
+    ("DELETE", "tagging"): ("DeleteObjectTagging", ("s3:DeleteObjectTagging",),
+                            ("s3:DeleteObjectVersionTagging",)),
+    # "you need the s3:GetObject and s3:GetObjectAttributes permissions" (S3 API reference)
+    ("GET", "attributes"): ("GetObjectAttributes", ("s3:GetObject", "s3:GetObjectAttributes"),
+                            ("s3:GetObjectVersion", "s3:GetObjectVersionAttributes")),
+    ("GET", "retention"): ("GetObjectRetention", ("s3:GetObjectRetention",),
+                           ("s3:GetObjectRetention",)),
+    ("PUT", "retention"): ("PutObjectRetention", ("s3:PutObjectRetention",),
+                           ("s3:PutObjectRetention",)),
+    ("GET", "legal-hold"): ("GetObjectLegalHold", ("s3:GetObjectLegalHold",),
+                            ("s3:GetObjectLegalHold",)),
+    ("PUT", "legal-hold"): ("PutObjectLegalHold", ("s3:PutObjectLegalHold",),
+                            ("s3:PutObjectLegalHold",)),
+    ("POST", "restore"): ("RestoreObject", ("s3:RestoreObject",), ("s3:RestoreObject",)),
+    ("GET", "uploadId"): ("ListParts", ("s3:ListMultipartUploadParts",),
+                          ("s3:ListMultipartUploadParts",)),
+    ("DELETE", "uploadId"): ("AbortMultipartUpload", ("s3:AbortMultipartUpload",),
+                             ("s3:AbortMultipartUpload",)),
+}
+
+
+def _copy_source(header: str | None, signed: Mapping[str, Values]) -> tuple[Check, ...]:
+    """The read of a copy's source (CopyObject, UploadPartCopy): ``/bucket/key``, with
+    ``?versionId=`` a read of that version."""
+    if not header:
+        return ()
+    path, _, parameters = header.partition("?")
+    version = parse_qs(parameters, keep_blank_values=True)
+    if header.startswith("arn:") or set(version) - {"versionId"}:
+        raise Unmapped(f"s3 copy source {header}")
+    return (Check("s3:GetObjectVersion" if version else "s3:GetObject",
+                  f"arn:{PARTITION}:s3:::{unquote(path).lstrip('/')}", signed),)
 
 
 def _model_arns(model: str) -> list[str]:

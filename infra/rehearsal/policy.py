@@ -24,6 +24,7 @@ import ipaddress
 import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from decimal import Decimal
 from functools import cache
 from typing import Any
 
@@ -102,9 +103,7 @@ def _applies(statement: Mapping[str, Any], request: Request, of_resource: bool) 
     if not _matches_either(statement, "Resource", _listed, request.resource,
                            lambda pattern, arn: _like_all(pattern, arn, request.context)):
         return False
-    if of_resource and not _matches_either(
-            statement, "Principal", _principals, request.principal_arn,
-            lambda pattern, arn: _principal_match(pattern, arn, request.account)):
+    if of_resource and not _names_caller(statement, request):
         return False
     return _condition_holds(statement.get("Condition") or {}, request.context)
 
@@ -129,8 +128,31 @@ def _principals(value: Any) -> Values:
     return tuple("AWS|" + name for name in _listed(value))
 
 
+def _names_caller(statement: Mapping[str, Any], request: Request) -> bool:
+    """Principal names a role's session by the role's ARN, its account, or every AWS
+    principal. NotPrincipal exempts only the session itself ("the assumed-role user is
+    identified by the role session name"): one naming the role or account exempts nothing.
+    The rehearsal names no session: either naming a session of the caller's role is
+    undetermined."""
+    arn, account = request.principal_arn, request.account
+    if "Principal" in statement:
+        named, negated = _principals(statement["Principal"]), False
+    elif "NotPrincipal" in statement:
+        named, negated = _principals(statement["NotPrincipal"]), True
+    else:
+        return False
+    if any(name == "AWS|*" if negated else _principal_match(name, arn, account)
+           for name in named):
+        return not negated
+    partition, role = arn.split(":")[1], arn.rsplit("/", 1)[-1]
+    if any(name.startswith(f"AWS|arn:{partition}:sts::{account}:assumed-role/{role}/")
+           for name in named):
+        raise Undetermined(f"a principal names a session of {arn}: the rehearsal does not "
+                           "know a call's session")
+    return negated
+
+
 def _principal_match(pattern: str, arn: str, account: str) -> bool:
-    """A role's caller is named by its ARN, its account, or every AWS principal."""
     kind, _, name = pattern.partition("|")
     return kind == "AWS" and name in (
         "*", arn, account, f"arn:{arn.split(':')[1]}:iam::{account}:root")
@@ -139,31 +161,40 @@ def _principal_match(pattern: str, arn: str, account: str) -> bool:
 def _like_all(pattern: str, value: str, context: Context) -> bool:
     """A Resource, after its policy variables."""
     resolved = _substitute(pattern, context)
-    return resolved is not None and _resource_wildcard(resolved).fullmatch(value) is not None
+    return resolved is not None and _glob(resolved, arn=True).fullmatch(value) is not None
+
+
+# A policy's string after its variables: the policy's own text at even places, where ``*``
+# and ``?`` are wildcards, and each variable's value at odd ones, where they are the
+# characters themselves (IAM documents no wildcard in a value; ``${*}`` is a literal ``*``).
+Pattern = tuple[str, ...]
 
 
 @cache
-def _resource_wildcard(pattern: str) -> re.Pattern[str]:
-    """A ``*`` stays within its part of the ARN, but for one that ends a part (IAM: "if the
-    * wildcard is the last character of a resource ARN segment, it can expand to match
-    beyond the colon boundaries")."""
-    return re.compile("".join(
-        (".*" if pattern[i + 1:i + 2] in ("", ":") else "[^:]*") if char == "*" else
-        "." if char == "?" else re.escape(char) for i, char in enumerate(pattern)), re.DOTALL)
+def _glob(pattern: Pattern, *, arn: bool = False) -> re.Pattern[str]:
+    """The wildcards of the policy's own text. In a resource ARN (``arn``) a ``*`` stays
+    within its part, but for one that ends a part (IAM: "if the * wildcard is the last
+    character of a resource ARN segment, it can expand to match beyond the colon
+    boundaries")."""
+    text, regex, at = "".join(pattern), [], 0
+    for place, piece in enumerate(pattern):
+        for char in piece:
+            at += 1
+            if place % 2 or char not in "*?":
+                regex.append(re.escape(char))
+            elif char == "?":
+                regex.append(".")
+            else:
+                regex.append(".*" if not arn or text[at:at + 1] in ("", ":") else "[^:]*")
+    return re.compile("".join(regex), re.DOTALL)
 
 
 def _action_match(pattern: str, action: str) -> bool:
-    return _wildcard(pattern.lower()).fullmatch(action.lower()) is not None
+    return _glob((pattern.lower(),)).fullmatch(action.lower()) is not None
 
 
-@cache
-def _wildcard(pattern: str) -> re.Pattern[str]:
-    return re.compile(".*".join(".".join(map(re.escape, part.split("?")))
-                                for part in pattern.split("*")), re.DOTALL)
-
-
-def _like(pattern: str, value: str) -> bool:
-    return _wildcard(pattern).fullmatch(value) is not None
+def _like(pattern: Pattern, value: str) -> bool:
+    return _glob(pattern).fullmatch(value) is not None
 
 
 def _arn_like(pattern: str, value: str) -> bool:
@@ -171,46 +202,47 @@ def _arn_like(pattern: str, value: str) -> bool:
     if pattern == "*":
         return True
     parts, values = pattern.split(":", 5), value.split(":", 5)
-    return len(parts) == len(values) == 6 and all(map(_like, parts, values))
+    return len(parts) == len(values) == 6 and all(
+        _like((part,), actual) for part, actual in zip(parts, values))
 
 
 VARIABLE = re.compile(r"\$\{([^}]+)\}")
 DEFAULT = re.compile(r"'[^']*'")
 
 
-def _substitute(text: str, context: Context) -> str | None:
+def _substitute(text: str, context: Context) -> Pattern | None:
     """Policy variables (``${aws:username}``) from the request, or their default
     (``${aws:username, 'anyone'}``) where the request does not carry the key; None where
     it does not and there is none (the element then matches nothing)."""
-    missing = False
-
-    def value(match: re.Match[str]) -> str:
-        nonlocal missing
-        name = match.group(1)
-        if name in ("*", "?", "$"):
-            return name
+    pieces = VARIABLE.split(text)
+    for place in range(1, len(pieces), 2):
+        name = pieces[place]
+        if name in ("*", "?", "$"):  # the character itself
+            continue
         key, _, default = (part.strip() for part in name.partition(","))
         key = key.lower()
         if key not in context:
             raise Undetermined(f"condition key {key} (a policy variable) is not derived")
         if not context[key] and DEFAULT.fullmatch(default):
-            return default[1:-1]
-        if len(context[key]) != 1:
-            missing = True
-            return ""
-        return context[key][0]
-
-    text = VARIABLE.sub(value, text)
-    return None if missing else text
+            pieces[place] = default[1:-1]
+        elif len(context[key]) != 1:
+            return None
+        else:
+            pieces[place] = context[key][0]
+    return tuple(pieces)
 
 
 # -- conditions ---------------------------------------------------------------------------
-def _numbers(compare: Callable[[float, float], bool]) -> Callable[[str, str], bool]:
+# An IAM number: "an integer or decimal value". Not float()'s "1_000", " 5 ", "nan", "1e3".
+NUMBER = re.compile(r"-?\d+(\.\d+)?")
+
+
+def _numbers(compare: Callable[[Decimal, Decimal], bool]) -> Callable[[str, str], bool]:
     def match(expected: str, actual: str) -> bool:
-        try:
-            return compare(float(actual), float(expected))
-        except ValueError:
-            return False
+        for value in (expected, actual):
+            if not NUMBER.fullmatch(value):
+                raise Undetermined(f"{value!r} is no number IAM documents")
+        return compare(Decimal(actual), Decimal(expected))
     return match
 
 
@@ -233,28 +265,33 @@ def _bool_equals(expected: str, actual: str) -> bool:
     return expected.lower() == actual.lower()
 
 
+def _plain(compare: Callable[[str, str], bool]) -> Callable[[Pattern, str], bool]:
+    """``compare`` of the policy's value as a whole (its ``*`` and ``?`` are no wildcards)."""
+    return lambda expected, actual: compare("".join(expected), actual)
+
+
 # The operators and whether each is the negation of its match (true for a missing key).
-OPERATORS: dict[str, tuple[Callable[[str, str], bool], bool]] = {
-    "StringEquals": (_string_equals, False),
-    "StringNotEquals": (_string_equals, True),
-    "StringEqualsIgnoreCase": (_string_equals_ignore_case, False),
-    "StringNotEqualsIgnoreCase": (_string_equals_ignore_case, True),
+OPERATORS: dict[str, tuple[Callable[[Pattern, str], bool], bool]] = {
+    "StringEquals": (_plain(_string_equals), False),
+    "StringNotEquals": (_plain(_string_equals), True),
+    "StringEqualsIgnoreCase": (_plain(_string_equals_ignore_case), False),
+    "StringNotEqualsIgnoreCase": (_plain(_string_equals_ignore_case), True),
     "StringLike": (_like, False),
     "StringNotLike": (_like, True),
-    "NumericEquals": (_numbers(lambda a, e: a == e), False),
-    "NumericNotEquals": (_numbers(lambda a, e: a == e), True),
-    "NumericLessThan": (_numbers(lambda a, e: a < e), False),
-    "NumericLessThanEquals": (_numbers(lambda a, e: a <= e), False),
-    "NumericGreaterThan": (_numbers(lambda a, e: a > e), False),
-    "NumericGreaterThanEquals": (_numbers(lambda a, e: a >= e), False),
-    "Bool": (_bool_equals, False),
-    "BinaryEquals": (_string_equals, False),
-    "ArnEquals": (_arn_like, False),
-    "ArnLike": (_arn_like, False),
-    "ArnNotEquals": (_arn_like, True),
-    "ArnNotLike": (_arn_like, True),
-    "IpAddress": (_in_network, False),
-    "NotIpAddress": (_in_network, True),
+    "NumericEquals": (_plain(_numbers(lambda a, e: a == e)), False),
+    "NumericNotEquals": (_plain(_numbers(lambda a, e: a == e)), True),
+    "NumericLessThan": (_plain(_numbers(lambda a, e: a < e)), False),
+    "NumericLessThanEquals": (_plain(_numbers(lambda a, e: a <= e)), False),
+    "NumericGreaterThan": (_plain(_numbers(lambda a, e: a > e)), False),
+    "NumericGreaterThanEquals": (_plain(_numbers(lambda a, e: a >= e)), False),
+    "Bool": (_plain(_bool_equals), False),
+    "BinaryEquals": (_plain(_string_equals), False),
+    "ArnEquals": (_plain(_arn_like), False),
+    "ArnLike": (_plain(_arn_like), False),
+    "ArnNotEquals": (_plain(_arn_like), True),
+    "ArnNotLike": (_plain(_arn_like), True),
+    "IpAddress": (_plain(_in_network), False),
+    "NotIpAddress": (_plain(_in_network), True),
 }
 STRING_OPERATORS = frozenset(op for op in OPERATORS if op.startswith("String"))
 
@@ -289,10 +326,16 @@ def _holds(operator: str, key: str, expected: Values, context: Context) -> bool:
         return any((value.lower() == "true") == (not actual) for value in expected)
     match, negated = OPERATORS[base]
     if base in STRING_OPERATORS:
-        expected = tuple(v for v in (_substitute(e, context) for e in expected) if v is not None)
+        resolved = [_substitute(e, context) for e in expected]
+        if negated and None in resolved:  # dropping the value would make it hold
+            raise Undetermined(f"{operator} on {key}: a policy variable the request does "
+                               "not carry, which IAM does not say how it reads")
+        patterns = tuple(p for p in resolved if p is not None)
+    else:
+        patterns = tuple((e,) for e in expected)
 
     def one(value: str) -> bool:
-        return any(match(e, value) for e in expected) != negated
+        return any(match(p, value) for p in patterns) != negated
 
     if qualifier == "ForAllValues":
         return all(map(one, actual))

@@ -17,6 +17,7 @@ from infra.rehearsal.aws_proxy import (
     AwsProxy,
     Check,
     Principal,
+    Unmapped,
     authorize,
     describe,
     dynamodb_checks,
@@ -235,7 +236,8 @@ def test_the_bucket_policy_refuses_a_put_without_if_none_match(proxy, bucket):
 
 def test_if_none_match_is_read_from_the_headers_only():
     """An HTTP conditional header, not a parameter S3 reads from a presigned URL's query
-    (as it reads x-amz-*): a put carrying it only there is an unconditional put."""
+    (as it reads x-amz-*): a put carrying it only there is no conditional put (the
+    rehearsal refuses it: a parameter it does not know may name another operation)."""
     deny = policy({"Sid": "DenyOverwrites", "Effect": "Deny", "Principal": {"AWS": "*"},
                    "Action": "s3:PutObject", "Resource": BUCKET + "/*",
                    "Condition": {"Null": {"s3:if-none-match": "true"}}})
@@ -249,7 +251,8 @@ def test_if_none_match_is_read_from_the_headers_only():
     conditional = Message()
     conditional["If-None-Match"] = "*"
     assert put({}, conditional)
-    assert not put({"if-none-match": ["*"]}, Message())
+    with pytest.raises(Unmapped):
+        put({"if-none-match": ["*"]}, Message())
 
 
 def test_an_empty_prefix_parameter_is_the_empty_string():
@@ -264,6 +267,72 @@ def test_an_empty_prefix_parameter_is_the_empty_string():
     assert listing({"prefix": [""]}).context["s3:prefix"] == ("",)
     assert authorize(lister, listing({"prefix": [""], "delimiter": ["/"]})).allowed
     assert not authorize(lister, listing({})).allowed  # no prefix: the key is absent
+
+
+
+def actions(method: str, path: str, query: dict[str, list[str]], **headers: str) -> list[
+        tuple[str, str]]:
+    message = Message()
+    for name, value in headers.items():
+        message[name.replace("_", "-")] = value
+    return [(c.action, c.resource) for c in s3_call(method, path, query, message).checks]
+
+
+@pytest.mark.parametrize(("method", "query", "expected"), [
+    ("GET", {"response-content-type": ["text/plain"]}, ["s3:GetObject"]),
+    ("GET", {"acl": [""]}, ["s3:GetObjectAcl"]),
+    ("GET", {"acl": [""], "versionId": ["v1"]}, ["s3:GetObjectVersionAcl"]),
+    ("PUT", {"acl": [""]}, ["s3:PutObjectAcl"]),
+    ("GET", {"tagging": [""]}, ["s3:GetObjectTagging"]),
+    ("PUT", {"tagging": [""]}, ["s3:PutObjectTagging"]),
+    ("DELETE", {"tagging": [""]}, ["s3:DeleteObjectTagging"]),
+    ("GET", {"attributes": [""]}, ["s3:GetObject", "s3:GetObjectAttributes"]),
+    ("GET", {"attributes": [""], "versionId": ["v1"]},
+     ["s3:GetObjectVersion", "s3:GetObjectVersionAttributes"]),
+    ("GET", {"retention": [""]}, ["s3:GetObjectRetention"]),
+    ("PUT", {"legal-hold": [""]}, ["s3:PutObjectLegalHold"]),
+    ("POST", {"restore": [""]}, ["s3:RestoreObject"]),
+    ("DELETE", {"versionId": ["v1"]}, ["s3:DeleteObjectVersion"]),
+    ("POST", {"uploads": [""]}, ["s3:PutObject"]),
+    ("PUT", {"uploadId": ["u"], "partNumber": ["1"]}, ["s3:PutObject"]),
+    ("POST", {"uploadId": ["u"]}, ["s3:PutObject"]),
+    ("GET", {"uploadId": ["u"]}, ["s3:ListMultipartUploadParts"]),
+    ("DELETE", {"uploadId": ["u"]}, ["s3:AbortMultipartUpload"]),
+])
+def test_an_object_request_is_checked_as_the_action_its_sub_resource_names(
+        method, query, expected):
+    """AWS authorizes GET ?acl as s3:GetObjectAcl, PUT ?tagging as s3:PutObjectTagging ...:
+    a role granted only GetObject and PutObject may make none of them."""
+    assert actions(method, "/embeds/uploads/a", query) == [
+        (action, BUCKET + "/uploads/a") for action in expected]
+
+
+def test_a_copy_reads_its_source_s_version():
+    assert actions("PUT", "/embeds/b", {}, x_amz_copy_source="/embeds/a%20b?versionId=v1") == [
+        ("s3:PutObject", BUCKET + "/b"), ("s3:GetObjectVersion", BUCKET + "/a b")]
+    assert actions("PUT", "/embeds/b", {"uploadId": ["u"], "partNumber": ["2"]},
+                   x_amz_copy_source="/embeds/a") == [
+        ("s3:PutObject", BUCKET + "/b"), ("s3:GetObject", BUCKET + "/a")]
+
+
+@pytest.mark.parametrize(("method", "query"), [
+    ("GET", {"torrent": [""]}), ("POST", {"select": [""], "select-type": ["2"]}),
+    ("PUT", {"restore": [""]}), ("GET", {"acl": [""], "tagging": [""]})])
+def test_a_sub_resource_the_rehearsal_does_not_know_is_refused(method, query):
+    with pytest.raises(Unmapped):
+        s3_call(method, "/embeds/uploads/a", query, Message())
+
+
+def test_a_role_with_get_and_put_may_not_tag_or_read_attributes(proxy, bucket):
+    arn = f"arn:aws:s3:::{bucket}"
+    s3 = as_role(proxy, "s3", {"Effect": "Allow", "Action": ["s3:GetObject", "s3:PutObject"],
+                               "Resource": f"{arn}/*"})
+    s3.put_object(Bucket=bucket, Key="a", Body=b"a")
+    assert s3.get_object(Bucket=bucket, Key="a")["Body"].read() == b"a"
+    assert "s3:PutObjectTagging" in refused(lambda: s3.put_object_tagging(
+        Bucket=bucket, Key="a", Tagging={"TagSet": [{"Key": "k", "Value": "v"}]}))
+    assert "s3:GetObjectAttributes" in refused(lambda: s3.get_object_attributes(
+        Bucket=bucket, Key="a", ObjectAttributes=["ObjectSize"]))
 
 
 SCHEMA = [{"AttributeName": "pk", "KeyType": "HASH"}, {"AttributeName": "sk", "KeyType": "RANGE"}]

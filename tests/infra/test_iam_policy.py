@@ -242,3 +242,85 @@ def test_not_action_and_not_resource():
     assert ask([everything_but], {})[0]
     assert not ask([everything_but], {}, action="dynamodb:DeleteItem")[0]
     assert not ask([everything_but], {}, resource=TABLE + "/index/by-owner")[0]
+
+
+def test_a_special_variable_is_the_character_itself():
+    """IAM: ``${*}``, ``${?}`` and ``${$}`` stand for the literal characters (to match a name
+    that holds one), not for wildcards."""
+    star = grant(action="s3:GetObject", resource=BUCKET + "/${*}")
+    assert ask([star], {}, action="s3:GetObject", resource=BUCKET + "/*")[0]
+    assert not ask([star], {}, action="s3:GetObject", resource=BUCKET + "/someone-elses-key")[0]
+    condition = {"StringLike": {"s3:prefix": "home/${?}${$}*"}}
+    assert allows(condition, {"s3:prefix": ("home/?$notes",)})
+    assert not allows(condition, {"s3:prefix": ("home/a$notes",)})
+    assert not allows({"StringLike": {"s3:prefix": "home/${*}"}}, {"s3:prefix": ("home/alice",)})
+
+
+def test_a_policy_variable_s_value_holds_no_wildcards():
+    """A ``*`` or ``?`` in the request's value of a variable matches only itself."""
+    home = grant(action="s3:GetObject", resource=BUCKET + "/home/${aws:username}/*")
+    starred = {"aws:username": ("*",)}
+    assert ask([home], starred, action="s3:GetObject", resource=BUCKET + "/home/*/a")[0]
+    assert not ask([home], starred, action="s3:GetObject", resource=BUCKET + "/home/bob/a")[0]
+    condition = {"StringLike": {"s3:prefix": "${aws:username}/*"}}
+    assert not allows(condition, {"aws:username": ("?",), "s3:prefix": ("b/notes",)})
+    assert allows(condition, {"aws:username": ("?",), "s3:prefix": ("?/notes",)})
+
+
+def test_a_not_principal_naming_the_role_does_not_exempt_its_session():
+    """IAM: a Deny's NotPrincipal exempts an assumed-role caller only where it names its
+    session ("identified by the role session name"); the role's ARN and its account do not.
+    The rehearsal names no session, so one that names a session of the role refuses."""
+    def deny(*exempted: str) -> dict[str, Any]:
+        return {"Statement": [{"Effect": "Deny", "NotPrincipal": {"AWS": list(exempted)},
+                               "Action": "dynamodb:*", "Resource": TABLE}]}
+
+    root = "arn:aws:iam::123456789012:root"
+    assert not ask([grant()], {}, resource_policies=[deny(ROLE, root)])[0]
+    session = "arn:aws:sts::123456789012:assumed-role/api/notes-function"
+    allowed, reason = ask([grant()], {}, resource_policies=[deny(session, ROLE, root)])
+    assert not allowed
+    assert "session" in reason
+    assert ask([grant()], {}, resource_policies=[deny("*")])[0]
+
+
+def test_a_deny_naming_a_session_of_the_role_refuses():
+    """A Deny's Principal naming one of the role's sessions applies to that session in AWS;
+    the rehearsal does not know a call's session, so it cannot pass it."""
+    session = "arn:aws:sts::123456789012:assumed-role/api/notes-function"
+    deny = {"Statement": [{"Effect": "Deny", "Principal": {"AWS": session},
+                           "Action": "dynamodb:*", "Resource": TABLE}]}
+    allowed, reason = ask([grant()], {}, resource_policies=[deny])
+    assert not allowed
+    assert "session" in reason
+    other = {"Statement": [deny["Statement"][0] | {"Principal": {"AWS": session.replace(
+        "/api/", "/runner/")}}]}
+    assert ask([grant()], {}, resource_policies=[other])[0]
+
+
+@pytest.mark.parametrize(("operator", "expected"), [
+    ("NumericLessThan", "1_000"), ("NumericLessThanEquals", " 5 "), ("NumericLessThan", "inf"),
+    ("NumericLessThan", "1e3"), ("NumericNotEquals", "nan")])
+def test_a_numeric_condition_on_what_is_no_iam_number_refuses(operator, expected):
+    """IAM compares "an integer or decimal value", not what Python's float() reads."""
+    allowed, reason = ask([grant({operator: {"s3:max-keys": expected}})],
+                          {"s3:max-keys": ("5",)})
+    assert not allowed
+    assert repr(expected) in reason
+
+
+def test_numbers_compare_exactly():
+    assert not allows({"NumericEquals": {"test:Key": "9007199254740993"}},
+                      {"test:key": ("9007199254740992",)})
+    assert allows({"NumericEquals": {"test:Key": "10"}}, {"test:key": ("10.00",)})
+
+
+def test_a_negated_operator_on_a_variable_the_request_does_not_carry_refuses():
+    """``StringNotEquals: ${aws:username}`` where the request has no user name: IAM does
+    not say it holds (dropping the value would make it hold for anything)."""
+    condition = {"StringNotEquals": {"s3:prefix": ["${aws:username}"]}}
+    allowed, reason = ask([grant(condition)], {"aws:username": (), "s3:prefix": ("alice/",)})
+    assert not allowed
+    assert "StringNotEquals" in reason
+    assert not allows({"StringEquals": {"s3:prefix": ["${aws:username}"]}},
+                      {"aws:username": (), "s3:prefix": ("alice/",)})
