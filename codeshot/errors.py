@@ -70,6 +70,24 @@ class RateLimited(CodeshotError):
     http_status = 429
 
 
+# AWS's error codes for a call throttled (DynamoDB, SQS, S3, Cognito, ...).
+THROTTLING = frozenset({
+    "ProvisionedThroughputExceededException", "ThrottlingException", "RequestLimitExceeded",
+    "Throttling", "TooManyRequestsException", "SlowDown",
+})
+
+
+def throttled(exc: BaseException | None) -> RateLimited | None:
+    """RATE_LIMITED for ``exc`` if it is AWS throttling (which outlasted botocore's retries
+    with backoff, or it would not be raised), else None. Read from the ``response`` dict
+    botocore's errors carry, so this module imports no botocore."""
+    response = getattr(exc, "response", None)
+    error = response.get("Error") if isinstance(response, dict) else None
+    if isinstance(error, dict) and error.get("Code") in THROTTLING:
+        return RateLimited("the platform is busy right now; retry in a moment")
+    return None
+
+
 class BudgetExceeded(RateLimited):
     """A user's or an agent's LLM token budget is spent: the query ends here, whichever
     program or nested agent was running (no failure handler retries or explains it)."""

@@ -433,8 +433,9 @@ class Message(Record):
     # taken, or the session too busy) while the session waited on this question, which
     # still waits: the message is to be sent again, and its task still requires input.
     keeps_question: str | None = None
-    # The question a user message was sent to answer (A2A, by its task's id): if it was
-    # ended before the runner took the message, its task is over, and nothing runs.
+    # The question a user message was sent to answer (A2A, by its task's id; a task's
+    # callback_url): if it was ended, or answered (and another asked), before the runner
+    # took the message, nothing runs.
     answers: str | None = None
     # That task (the id of its first message): the one its reply is pushed for then.
     task: str | None = None

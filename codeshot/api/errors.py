@@ -9,15 +9,9 @@ from graphql.error import GraphQLError
 from pydantic import ValidationError
 from strawberry.extensions import MaskErrors
 
-from codeshot.errors import INTERNAL_MESSAGE, CodeshotError, InvalidInput, RateLimited
+from codeshot.errors import INTERNAL_MESSAGE, CodeshotError, InvalidInput, throttled
 
 log = logging.getLogger("codeshot.api")
-
-
-THROTTLING = frozenset({
-    "ProvisionedThroughputExceededException", "ThrottlingException", "RequestLimitExceeded",
-    "Throttling", "TooManyRequestsException", "SlowDown",
-})
 
 
 def as_codeshot_error(exc: BaseException | None) -> CodeshotError | None:
@@ -27,11 +21,9 @@ def as_codeshot_error(exc: BaseException | None) -> CodeshotError | None:
         return InvalidInput("text must be valid UTF-8 without lone surrogates")
     if isinstance(exc, RecursionError):  # JSON (or a query) nested beyond any use
         return InvalidInput("the request is nested too deeply")
-    response = getattr(exc, "response", None)  # botocore's errors carry a dict
-    error = response.get("Error") if isinstance(response, dict) else None
-    code = error.get("Code") if isinstance(error, dict) else None
-    if code in THROTTLING:  # still throttled after botocore's retries with backoff
-        return RateLimited("the platform is busy right now; retry in a moment")
+    busy = throttled(exc)
+    if busy is not None:
+        return busy
     if isinstance(exc, ValidationError):
         if not exc.errors():
             return InvalidInput("invalid value")

@@ -105,8 +105,8 @@ SWEEP_RECHECK_SECONDS = 2.0
 # look was never answered (the retry under its key finds it answered by then, and an
 # Agent Protocol callback's answer was lost so).
 LANDING_SECONDS = 15.0
-ANSWERED_ENDED = ("the question this message answered was ended before it was taken in (a "
-                  "cancel won): nothing ran, and it was not charged")
+ANSWERED_ENDED = ("the question this message answered was ended or answered before it was "
+                  "taken in: nothing ran, and it was not charged")
 ANSWERED: Literal["answered"] = "answered"  # why a queued query has nothing to do
 MISSING: Literal["missing"] = "missing"
 _TERMINAL = {Status.DONE: MessageType.RESPONSE, Status.ERROR: MessageType.ERROR,
@@ -175,6 +175,16 @@ def _task_of(query: Message, paused: dict[str, Any] | None) -> str:
     return str((paused or {}).get("task") or query.task or query.message_id)
 
 
+def _answers_ended(query: Message, paused: dict[str, Any] | None, recent: Recent) -> bool:
+    """Whether ``query`` was sent to answer a question (``Message.answers``) the session
+    no longer waits on: ended (no paused program), or answered another way and the
+    program asked another since (the one kept with its state): nothing of it runs, nor is
+    it taken as the answer to that other question. (A program paused before states kept
+    their question takes it.)"""
+    return query.answers is not None and (
+        paused is None or recent.question not in (None, query.answers))
+
+
 class SessionRunner:
     def __init__(self, services: Services, llm: Any | None = None) -> None:
         self.s = services
@@ -200,8 +210,8 @@ class SessionRunner:
             return
         session, recent, query, history = pending
         paused = recent.state if session.status is SessionStatus.AWAITING_INPUT else None
-        if paused is None and query.answers:  # runs nothing: no running slot to take
-            self._answered_ended(session, query, had_state=recent.state is not None)
+        if _answers_ended(query, paused, recent):  # runs nothing: no running slot to take
+            self._answered_ended(session, query, recent, paused)
             return
         task = _task_of(query, paused)
         trace: list[Message] = []
@@ -218,8 +228,7 @@ class SessionRunner:
                     # paused program runs, and the message is a query of its own (unless
                     # it was sent to that question's task).
                     if query.answers:
-                        self._answered_ended(session, query, lease,
-                                             had_state=recent.state is not None)
+                        self._answered_ended(session, query, recent, None, lease)
                         return
                     paused, task = None, query.message_id
                 try:
@@ -271,15 +280,18 @@ class SessionRunner:
         self._finish(session, query, outcome, None, trace, book,
                      had_state=recent.state is not None, task=task)
 
-    def _answered_ended(self, session: Session, query: Message, lease: Lease | None = None,
-                        *, had_state: bool) -> None:
-        """Answer ``query``, sent to answer a question that was ended since (A2A, to its
-        task): that task is over, so nothing runs, and the post is not charged. The reply
-        is that task's (pushed for it), not a task of its own. Without its running slot
+    def _answered_ended(self, session: Session, query: Message, recent: Recent,
+                        paused: dict[str, Any] | None, lease: Lease | None = None) -> None:
+        """Answer ``query``, sent to answer a question that was ended or answered since
+        (:func:`_answers_ended`): that question's turn is over, so nothing runs, and the
+        post is not charged. The reply is that task's (pushed for it), not a task of its
+        own; a question asked since (``paused``) keeps waiting. Without its running slot
         (``lease``), it says so only if no earlier run of it took one."""
         nothing = EmbedBook(self.s.embeds, self._fetch_embed)
         self._finish(session, query, failure_outcome(Canceled(ANSWERED_ENDED)), None, [],
-                     nothing, lease, had_state=had_state, task=_task_of(query, None),
+                     nothing, lease, had_state=recent.state is not None,
+                     task=_task_of(query, None),
+                     kept_question=recent.question if paused is not None else None,
                      refund=True, unless_run=None if lease else Lease(
                          self.s, session.owner, query.message_id))
 
@@ -299,8 +311,8 @@ class SessionRunner:
             return
         session, recent, query, _ = pending
         paused = recent.state if session.status is SessionStatus.AWAITING_INPUT else None
-        if paused is None and query.answers:  # its task is over: not to be sent again
-            self._answered_ended(session, query, had_state=recent.state is not None)
+        if _answers_ended(query, paused, recent):  # its turn is over: not to be sent again
+            self._answered_ended(session, query, recent, paused)
             return
         outcome = self._given_up("The platform could not get to this message in time (an "
                                  "earlier one kept failing, or the runners were busy); "

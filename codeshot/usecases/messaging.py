@@ -29,6 +29,7 @@ from codeshot.errors import (
     InvalidInput,
     NotFound,
     Unavailable,
+    throttled,
 )
 from codeshot.models import (
     MAX_EMBEDS_PER_MESSAGE,
@@ -357,7 +358,8 @@ class Messaging:
                 return self.s.usage.rate_limited(what, most, "day")
         if reasons:
             return Conflict("the message collided with a concurrent change; retry")
-        return exc
+        # Throttled through every send: RATE_LIMITED to every caller, not only the API's.
+        return throttled(exc) or exc
 
     def _unbound_embeds(
         self, session_id: str, owner: str, refs: dict[str, EmbedRef]

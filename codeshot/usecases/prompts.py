@@ -42,6 +42,7 @@ import httpx
 from codeshot.errors import (
     CallbackFailed,
     Canceled,
+    Changed,
     CodeshotError,
     NotFound,
     Timeout,
@@ -226,9 +227,13 @@ class Prompts:
         # Keyed by the question: a poll delivered twice still answers once, and a post
         # whose write was not confirmed (UNAVAILABLE) is safely sent again, here: the
         # callback is not asked again, and a first exchange's redelivery cannot post it
-        # (its prompt was POSTed, no id kept).
+        # (its prompt was POSTed, no id kept). As A2A's answers: only while nothing was
+        # posted since the question was read pending (a step that answered it during the
+        # call is its answer: this one would run as a new, charged query), and naming the
+        # question, so one ended before the runner takes it runs nothing.
         post = partial(Messaging(self.s).post, owner, session.session_id, answer,
-                       idempotency_key=f"prompt-{question.message_id}")
+                       idempotency_key=f"prompt-{question.message_id}",
+                       unchanged_since=session.modified, answers=question.message_id)
         unconfirmed = False
         for attempt in range(ANSWER_TRIES):
             try:
@@ -241,6 +246,10 @@ class Prompts:
                 if attempt + 1 == ANSWER_TRIES or not _time_for(remaining_ms, delay):
                     raise
                 unconfirmed = True
+            except Changed:
+                log.info("the question of %s was answered or ended meanwhile; the "
+                         "callback's answer is not posted", session.session_id)
+                return
             except CodeshotError as exc:  # too long, over the daily quota ...
                 if unconfirmed:  # ... or refused for an earlier try's write, in flight
                     raise Unavailable("the callback's answer was not confirmed posted, and "

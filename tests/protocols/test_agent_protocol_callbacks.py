@@ -681,6 +681,74 @@ def test_a_callbacks_late_no_to_an_answered_question_leaves_the_next_question(
     assert made[-1] == "Gigi's for 4 on Friday"
 
 
+def test_a_callbacks_late_answer_to_an_answered_question_runs_nothing(stack, booking):
+    """While the callback was being asked, the user answered the question with a step; the
+    callback's "resolved" answer then ran as a new, charged query of its own (the booking
+    agent ran on it, and the task had a third step)."""
+    from codeshot.store.queue import PromptWork
+    from codeshot.usecases.prompts import Prompts
+
+    agent_id, made = booking
+    key, task_id, asked = asked_without_callback(stack, agent_id, "Ada's")
+    answered: list[str] = []
+    app = FastAPI()
+
+    @app.post("/prompts")
+    def prompt() -> dict:
+        answered.append(ap(stack, key, "POST", f"/tasks/{task_id}/steps",
+                           json={"input": "4"}).json()["output"])
+        return {"prompt_id": "p-1", "status": "resolved", "answer": "6"}
+
+    server = HttpServer(app, "127.0.0.1", 0)
+    try:
+        with_callback(stack, task_id, f"{server.start()}/prompts")
+        Prompts(stack.services).handle(PromptWork(task_id, asked.message_id,
+                                                  time.time() + 60))
+    finally:
+        server.stop()
+    assert len(answered) == 1 and "Booked Ada's for 4" in answered[0], answered
+    # The question and the step that answered it: the late "6" is no step of its own.
+    steps = ap(stack, key, "GET", f"/tasks/{task_id}/steps").json()["steps"]
+    assert [step["input"] for step in steps] == ["Book a table at Ada's", "4"], steps
+    owner = stack.services.sessions.get(task_id).owner
+    assert stack.services.usage.used("query", owner) == 2
+    assert ap(stack, key, "GET", f"/tasks/{task_id}").json()["status"] == "completed"
+    assert [m for m in made if m.startswith("Ada's")] == ["Ada's for 4"]
+
+
+def test_an_answer_to_a_question_answered_since_is_not_the_next_questions_answer(
+        stack, booking_day):
+    """An answer sent to the first question (a callback's, posted as its prompt was
+    answered by a step) is taken after that step resumed the program and the agent asked
+    the next question: it answered the next question ("for 4 on 6"). It runs nothing, is
+    not charged, and the next question keeps waiting for its own answer."""
+    from codeshot.usecases.messaging import Messaging
+    from codeshot.usecases.users import principal_of
+    from tests.protocols.conftest import new_account
+
+    agent_id, made = booking_day
+    user, key = new_account(stack, "late")
+    task_id = ap(stack, key, "POST", "/tasks", json={
+        "input": "Book a table at Ida's", "additional_input": {"agent": agent_id}}
+                 ).json()["task_id"]
+    assert ap(stack, key, "POST", f"/tasks/{task_id}/steps").json()["output"] == QUESTION
+    [first] = stack.services.sessions.list_messages(task_id, limit=1, newest_first=True).items
+    assert ap(stack, key, "POST", f"/tasks/{task_id}/steps",
+              json={"input": "4"}).json()["output"] == "On which day?"
+    late, _ = Messaging(stack.services).post(principal_of(user), task_id, "6",
+                                             answers=first.message_id)
+    deadline = time.monotonic() + 30
+    while (reply := Messaging(stack.services).reply_to(task_id, late.message_id)) is None:
+        assert time.monotonic() < deadline, "the late answer was never answered"
+        time.sleep(0.2)
+    assert reply.error_code == "CANCELED" and "nothing ran" in reply.text, reply
+    assert stack.services.usage.used("query", user.user_id) == 2  # its charge given back
+    assert ap(stack, key, "GET", f"/tasks/{task_id}").json()["status"] == "awaiting_input"
+    done = ap(stack, key, "POST", f"/tasks/{task_id}/steps", json={"input": "Friday"}).json()
+    assert "Booked Ida's for 4 on Friday" in done["output"] and done["is_last"], done
+    assert [m for m in made if m.startswith("Ida's")] == ["Ida's for 4 on Friday"]
+
+
 def test_declining_a_question_answered_since_it_was_read_leaves_the_next_question(
         stack, booking_day, monkeypatch):
     """A decline of the first question (MCP's, by its id) read it as pending; before its

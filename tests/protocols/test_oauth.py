@@ -460,6 +460,41 @@ def test_an_authorization_whose_resuming_post_is_not_confirmed_says_authorized(
     assert again["message"]["text"] == "Your reading list: Middlemarch, Ulysses."
 
 
+def test_an_authorization_whose_resuming_post_is_throttled_says_authorized(
+        stack, provider, reader, monkeypatch):
+    """The token is stored, but the post that resumes the session is throttled through
+    every send (refused, none unconfirmed): the page says the agent is authorized and to
+    ask again in a moment (it answered JSON 429, and the retry it asked for found the
+    state used up: "Not authorized")."""
+    from botocore.exceptions import ClientError
+
+    _, ivan = new_account(stack, "ivan")
+    session, paused = ask(stack, ivan, QUESTION)
+    (url,) = URL.findall(paused["message"]["text"])
+    db = stack.services.sessions.db
+    write = db.transact_write_items
+
+    def throttled(**request):
+        if "I authorized" in str(request):
+            raise ClientError({"Error": {"Code": "ThrottlingException", "Message": "slow"},
+                               "ResponseMetadata": {"HTTPStatusCode": 400}},
+                              "TransactWriteItems")
+        return write(**request)
+
+    monkeypatch.setattr(db, "transact_write_items", throttled)
+    back = authorize(provider, url, "alice")
+    monkeypatch.undo()
+    assert back.status_code == 200, back.text
+    assert "You authorized" in back.text
+    assert "Your conversation could not continue (the platform is busy right now; retry " \
+        "in a moment); ask it again in your conversation in a moment" in back.text, back.text
+    assert stack.services.oauth.get_token(user_id(stack, ivan), reader) is not None
+    posted = stack.services.sessions.all_messages(session)
+    assert [m.type for m in posted][-1] is MessageType.AWAITING_INPUT  # nothing posted
+    _, again = ask(stack, ivan, QUESTION, session=session)
+    assert again["message"]["text"] == "Your reading list: Middlemarch, Ulysses."
+
+
 def test_an_authorization_whose_resuming_post_is_over_the_daily_quota_names_the_limit(
         stack, provider, reader):
     """The token is stored, but the post that resumes the session is over the user's
