@@ -201,8 +201,7 @@ def _count_start(words: list[str], start: int, end: int) -> int | None:
     """Where the count ``words[start:end]`` ends with starts, or None: it ends with none.
     A count is three words at most ("a pair of"): only those are tried, so a long run
     costs no more than a short one."""
-    return next((k for k in range(max(start, end - 3), end) if _count(words[k:end]) is not None),
-                None)
+    return next((k for k in range(max(start, end - 3), end) if _is_count(words[k:end])), None)
 
 
 def _content(words: Sequence[str]) -> bool:
@@ -253,7 +252,7 @@ def _kept(old: str, new: str) -> bool:
     count ("two" -> "a"); an article alone is no key ("a" -> "two" would hit every "a")."""
     if old.lower() not in _STOPWORDS and new.lower() not in _STOPWORDS:
         return True
-    return old.lower() not in _ARTICLES and None not in (_count(old.split()), _count(new.split()))
+    return old.lower() not in _ARTICLES and _is_count(old.split()) and _is_count(new.split())
 
 
 def _replaced(left: list[str], right: list[str], i1: int, i2: int, j1: int,
@@ -315,17 +314,15 @@ def _core(words: list[str]) -> tuple[int, int]:
     return start, end
 
 
-def _count(words: Sequence[str]) -> int | None:
-    """The number a run of words is when it is only a count ("two", "3", "a", "a pair
-    of"), else None."""
+def _is_count(words: Sequence[str]) -> bool:
+    """Whether a run of words is only a count ("two", "3", "a", "a pair of"); its value is
+    not read (int() refuses a word of more than 4300 digits)."""
     names = [w.lower() for w in words]
     if len(names) > 1 and names[-1] == "of" and names[-2] in _GROUPS:
         names.pop()
     if len(names) == 2 and names[0] in _ARTICLES and names[1] in _GROUPS:
         names.pop(0)
-    if len(names) != 1:
-        return None
-    return int(names[0]) if names[0].isdecimal() else _COUNT_WORDS.get(names[0])
+    return len(names) == 1 and (names[0].isdecimal() or names[0] in _COUNT_WORDS)
 
 
 def _said(word: str) -> bool:

@@ -419,6 +419,17 @@ def test_the_dice_func_reads_a_whole_request_as_a_model_may_pass_it() -> None:
         assert answers[vague].startswith("I can't read"), answers
 
 
+def test_a_count_of_thousands_of_digits_is_past_the_dice_limit_not_a_crash() -> None:
+    """"Roll <4301 nines> d20" ended the query LLM_ERROR "internal error" (the replay's
+    int() refuses more than 4300 digits), and the dice Func raised the same: a number
+    that long is a count like any other, over the dice agent's limit."""
+    huge = "9" * 4301
+    for query in (f"Roll {huge} d20", f"Roll a d{huge}"):
+        asks, answer = dice_example(query)
+        assert asks == [query.removeprefix("Roll ")], query
+        assert answer.endswith("returned: I roll 1 to 100 dice of 2 to 1000 sides."), query
+
+
 # The benchmark's dice, converter and booking agents (benchmarks/engine.py), in part.
 CODED = parse_few_shots(
     "Q: Roll a d20\nAsk Func[roll]: 20 1\nFunc[roll] says: 12\nA: You rolled a 12!\n\n"
