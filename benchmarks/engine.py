@@ -16,7 +16,8 @@ side. Scores, separately:
   words a case names) and the engine's grounding check flags nothing invented.
 
 Categories: single Func, two Funcs, Ask Agent, Ask User, multi-line answers. Also LLM calls,
-tokens and seconds per query, and how many replies needed a corrective re-prompt.
+tokens and seconds per query, and how many replies needed a corrective re-prompt; for the
+offline replay, the seconds of one step after a Func's 80 kB reply (it must stay linear).
 """
 
 from __future__ import annotations
@@ -35,13 +36,15 @@ from decimal import Decimal, InvalidOperation
 from codeshot.engine.builtin import AgentTool, code_shot_components, planner_components
 from codeshot.engine.components import Command, CommandResult, command
 from codeshot.engine.executor import Executor, Status, TraceStep
+from codeshot.engine.fewshot import Kind, Step, parse_few_shots
 from codeshot.engine.grounding import numbers
 from codeshot.errors import InvalidInput
 from codeshot.llm import get_llm
 from codeshot.llm.base import LLM, ChatMessage, Completion
-from codeshot.llm.fewshot import FewShotLLM
+from codeshot.llm.fewshot import FewShotLLM, next_lines
 from codeshot.models import MessageType
 from codeshot.settings import Settings
+from codeshot.text import MAX_REPLY_TEXT_BYTES
 
 Reply = Callable[[str], str]
 
@@ -705,6 +708,20 @@ def report(title: str, results: Sequence[Result], verbose: bool) -> None:
                   f"-> {r.answer[:100]!r}")
 
 
+def long_reply() -> str:
+    """The replay's next step after the dice Func replied "3 + 3 + ... = N" (80 kB, under
+    MAX_REPLY_TEXT_BYTES): its cost must grow with the reply, not its square (it took 10 s
+    a step, once)."""
+    terms = MAX_REPLY_TEXT_BYTES // 5
+    reply = " + ".join(["3"] * terms) + f" = {3 * terms}"
+    transcript = [Step(Kind.Q, "Roll 3d8"), Step(Kind.ASK_FUNC, "8 3", "roll"),
+                  Step(Kind.FUNC_SAYS, reply, "roll")]
+    started = time.perf_counter()
+    next_lines(parse_few_shots(DICE.few_shots), transcript)
+    return (f"fewshot replay after a Func reply of {len(reply) // 1000} kB: "
+            f"{time.perf_counter() - started:.2f} s")
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--reprompt", choices=("off", "on", "both"), default="both",
@@ -725,6 +742,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     for label, llm, reprompt in runs:
         results = [run_case(agent, case, llm, reprompt) for agent in agents for case in agent.cases]
         report(label, results, args.verbose)
+        if isinstance(llm, FewShotLLM):
+            print(f"\n{long_reply()}")
     return 0
 
 

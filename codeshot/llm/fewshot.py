@@ -29,6 +29,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from decimal import Decimal
 from difflib import SequenceMatcher
+from itertools import pairwise
 
 from codeshot.engine.fewshot import ASKS, SAYS, FewShot, Kind, Step
 from codeshot.engine.grounding import grounded_numbers, numbers
@@ -81,7 +82,7 @@ _NO_COUNT = re.compile(r"(?i)\d+(?:am|pm|h|st|nd|rd|th)")
 _TIMES = frozenset({"times", "x"})  # "3 times", "3 x": a count of what the Ask receives
 _PUNCTUATED = re.compile(r"[,:.?;!]")  # after a number: "In 2024," counts nothing after it
 _PLACES = frozenset({Kind.ASK_FUNC, Kind.ASK_AGENT})  # the lines a count reaches a call in
-_GIVEN = re.compile(r"\s*\(given: (.*)\)\s*\Z", re.DOTALL)  # the planner's hand-off
+_GIVEN = "(given: "  # the planner's hand-off: "<task> (given: <first answer>)"
 
 
 def content_words(text: str) -> set[str]:
@@ -167,10 +168,10 @@ def _runs(example: str, actual: str) -> list[_Run]:
     # A number before punctuation ("In 2024, ", "Today at 5: ") counts nothing after it.
     loose = {k for k, m in enumerate(_WORD.finditer(actual))
              if _NUMBER.fullmatch(m.group(0)) and _PUNCTUATED.match(actual, m.end())}
-    matcher = SequenceMatcher(
-        None, [w.lower() for w in left], [w.lower() for w in right], autojunk=False
-    )
+    lower = [w.lower() for w in right]
+    matcher = SequenceMatcher(None, [w.lower() for w in left], lower, autojunk=False)
     runs = []
+    beside = _Beside.of(lower)
     for op, i1, i2, j1, j2 in matcher.get_opcodes():
         if op == "equal":
             continue
@@ -192,13 +193,15 @@ def _runs(example: str, actual: str) -> list[_Run]:
                          right[j2] if j2 < len(right) else None,
                          _counts(left[i1:i2]) != _counts(
                              [w for k, w in enumerate(right[j1:j2], j1) if k not in loose]),
-                         _misplaced(left, right, i1, i2, dict(kept))))
+                         _misplaced(left, i1, i2, dict(kept), beside)))
     return runs
 
 
 def _count_start(words: list[str], start: int, end: int) -> int | None:
-    """Where the count ``words[start:end]`` ends with starts, or None: it ends with none."""
-    return next((k for k in range(start, end) if _count(words[k:end]) is not None), None)
+    """Where the count ``words[start:end]`` ends with starts, or None: it ends with none.
+    A count is three words at most ("a pair of"): only those are tried, so a long run
+    costs no more than a short one."""
+    return next((k for k in range(max(start, end - 3), end) if _is_count(words[k:end])), None)
 
 
 def _content(words: Sequence[str]) -> bool:
@@ -206,27 +209,42 @@ def _content(words: Sequence[str]) -> bool:
     return any(w.lower() not in _STOPWORDS for w in words)
 
 
-def _misplaced(left: list[str], right: list[str], start: int, end: int,
-               mapped: dict[str, str]) -> list[str]:
+def _misplaced(left: list[str], start: int, end: int, mapped: dict[str, str],
+               beside: _Beside) -> list[str]:
     """The example's numbers in ``left[start:end]`` that the run maps, whose neighbouring
     word (the next, else the one before) the actual text has beside another word: "5
     miles" aligned with "2 minutes" where the query says "10 miles"."""
-    lower = [w.lower() for w in right]
     found = []
     for k in range(start, end):
         new = mapped.get(left[k])
         if new is None or not _NUMBER.fullmatch(left[k]):
             continue
-        for step in (1, -1):
+        for step, words in ((1, beside.before), (-1, beside.after)):
             if not 0 <= k + step < len(left) or left[k + step].lower() in _STOPWORDS:
                 continue
-            beside = [lower[n - step] for n, w in enumerate(lower)
-                      if w == left[k + step].lower() and 0 <= n - step < len(lower)]
-            if beside:
-                if new.split()[-1 if step == 1 else 0].lower() not in beside:
+            if there := words.get(left[k + step].lower()):
+                if new.split()[-1 if step == 1 else 0].lower() not in there:
                     found.append(left[k])
                 break
     return found
+
+
+@dataclass(frozen=True)
+class _Beside:
+    """The words the actual text has before and after each of its words (lower-cased),
+    read once for all of a text's runs: a lookup per number, not a scan of the text."""
+
+    before: dict[str, set[str]]
+    after: dict[str, set[str]]
+
+    @classmethod
+    def of(cls, lower: list[str]) -> _Beside:
+        before: dict[str, set[str]] = {}
+        after: dict[str, set[str]] = {}
+        for first, second in pairwise(lower):
+            before.setdefault(second, set()).add(first)
+            after.setdefault(first, set()).add(second)
+        return cls(before, after)
 
 
 def _kept(old: str, new: str) -> bool:
@@ -234,7 +252,7 @@ def _kept(old: str, new: str) -> bool:
     count ("two" -> "a"); an article alone is no key ("a" -> "two" would hit every "a")."""
     if old.lower() not in _STOPWORDS and new.lower() not in _STOPWORDS:
         return True
-    return old.lower() not in _ARTICLES and None not in (_count(old.split()), _count(new.split()))
+    return old.lower() not in _ARTICLES and _is_count(old.split()) and _is_count(new.split())
 
 
 def _replaced(left: list[str], right: list[str], i1: int, i2: int, j1: int,
@@ -296,17 +314,15 @@ def _core(words: list[str]) -> tuple[int, int]:
     return start, end
 
 
-def _count(words: Sequence[str]) -> int | None:
-    """The number a run of words is when it is only a count ("two", "3", "a", "a pair
-    of"), else None."""
+def _is_count(words: Sequence[str]) -> bool:
+    """Whether a run of words is only a count ("two", "3", "a", "a pair of"); its value is
+    not read (int() refuses a word of more than 4300 digits)."""
     names = [w.lower() for w in words]
     if len(names) > 1 and names[-1] == "of" and names[-2] in _GROUPS:
         names.pop()
     if len(names) == 2 and names[0] in _ARTICLES and names[1] in _GROUPS:
         names.pop(0)
-    if len(names) != 1:
-        return None
-    return int(names[0]) if names[0].isdecimal() else _COUNT_WORDS.get(names[0])
+    return len(names) == 1 and (names[0].isdecimal() or names[0] in _COUNT_WORDS)
 
 
 def _said(word: str) -> bool:
@@ -412,7 +428,7 @@ def next_lines(examples: Sequence[FewShot], transcript: Sequence[Step]) -> str:
         return f"A: {CANT_HELP}"
     # The planner's hand-off of a first answer ("save it as a note (given: You rolled
     # 15.)") read as the text it gives, as an example's "Save a note: buy milk" is.
-    query = _GIVEN.sub(r": \1", transcript[q_index].text)
+    query = _given(transcript[q_index].text)
     turn, score = _nearest(turns, query)
     if score < THRESHOLD:
         return _declined(_missed(turn, score))
@@ -463,6 +479,16 @@ def next_lines(examples: Sequence[FewShot], transcript: Sequence[Step]) -> str:
         if step.kind is not Kind.THOUGHT:
             break
     return "\n".join(lines)
+
+
+def _given(text: str) -> str:
+    """The planner's hand-off ("save it (given: You rolled 15.)") as the text it gives
+    ("save it: You rolled 15."): from its first "(given: " to the closing parenthesis that
+    ends the text. Found, not matched: a regex rescans a long run of spaces per space."""
+    start, body = text.find(_GIVEN), text.rstrip()
+    if start < 0 or not body.endswith(")"):
+        return text
+    return f"{text[:start].rstrip()}: {body[start + len(_GIVEN):-1]}"
 
 
 def _example_words(ask: str, asked: str, query: str, real: Sequence[Step]) -> set[str]:

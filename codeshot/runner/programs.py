@@ -5,6 +5,7 @@ run with the user's answer; nested calls (planner -> agent -> Func) share one tr
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
 import logging
 import re
@@ -347,9 +348,12 @@ class PlannerProgram:
         # A bare "and" after a colon that ends a request to an agent is that request's
         # text ("Save a note: call mom and check the time" is one note); "then" and
         # "also" still start a task there, and a colon of a time or a URL is no payload's.
-        match = next((m for m in _COMPOUND.finditer(query)
-                      if m.group(1).lower() != "and" or not self._payload(query[:m.start()])),
-                     None)
+        # The request before the first such colon is the same for every "and" after it:
+        # routed once, when one asks (each routing embeds it: a Bedrock call).
+        lead = _PAYLOAD.match(query)
+        payload = functools.cache(lambda: lead is not None and self._fits(lead.group(1)))
+        match = next((m for m in _COMPOUND.finditer(query) if m.group(1).lower() != "and"
+                      or lead is None or lead.end() > m.start() or not payload()), None)
         if match is None:
             return None
         halves = (query[:match.start()].strip(" ,;"), query[match.end():].strip(" ,;"))
@@ -362,13 +366,10 @@ class PlannerProgram:
         first, second = steps
         return (first, second) if first[0] != second[0] else None
 
-    def _payload(self, before: str) -> bool:
-        """Whether ``before`` ends in a payload: it has a colon and a space after a request
-        that fits an agent on its own ("Save a note: ...", not "Quick question: ...")."""
-        lead = _PAYLOAD.match(before)
-        if lead is None:
-            return False
-        best = next(iter(self.router.route(lead.group(1), 1, self.viewer)), None)
+    def _fits(self, request: str) -> bool:
+        """Whether the request before a colon fits an agent on its own, so the text after
+        it is its payload ("Save a note: ...", not "Quick question: ...")."""
+        best = next(iter(self.router.route(request, 1, self.viewer)), None)
         return best is not None and best.fits
 
     def _run_steps(self, first: tuple[str, str], second: tuple[str, str]) -> Outcome:

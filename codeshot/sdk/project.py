@@ -14,6 +14,7 @@ import os
 import re
 import sys
 import traceback
+from collections.abc import Hashable
 from pathlib import Path
 from types import ModuleType
 
@@ -163,6 +164,8 @@ class _UniqueKeyLoader(yaml.SafeLoader):
             if key_node.tag == "tag:yaml.org,2002:merge":  # "<<": keys an explicit one overrides
                 continue
             key = self.construct_object(key_node, deep=deep)
+            if not isinstance(key, Hashable):  # "? [a, b]": super() refuses it, as safe_load
+                continue
             if key in seen:
                 raise yaml.constructor.ConstructorError(
                     None, None, f"duplicate key {key!r}", key_node.start_mark)

@@ -3,11 +3,18 @@
 from __future__ import annotations
 
 import re
+import sys
+from collections.abc import Callable
+from types import FrameType
+from typing import Any
+
+import pytest
 
 from codeshot.engine.builtin import code_shot_components
 from codeshot.engine.executor import Executor, TraceStep
 from codeshot.engine.fewshot import Kind, Step, parse_few_shots
 from codeshot.engine.prompt import STOP_SEQUENCES, read_examples, read_transcript
+from codeshot.llm import fewshot
 from codeshot.llm.fewshot import (
     CANT_HELP,
     NEEDS_LLM,
@@ -412,6 +419,17 @@ def test_the_dice_func_reads_a_whole_request_as_a_model_may_pass_it() -> None:
         assert answers[vague].startswith("I can't read"), answers
 
 
+def test_a_count_of_thousands_of_digits_is_past_the_dice_limit_not_a_crash() -> None:
+    """"Roll <4301 nines> d20" ended the query LLM_ERROR "internal error" (the replay's
+    int() refuses more than 4300 digits), and the dice Func raised the same: a number
+    that long is a count like any other, over the dice agent's limit."""
+    huge = "9" * 4301
+    for query in (f"Roll {huge} d20", f"Roll a d{huge}"):
+        asks, answer = dice_example(query)
+        assert asks == [query.removeprefix("Roll ")], query
+        assert answer.endswith("returned: I roll 1 to 100 dice of 2 to 1000 sides."), query
+
+
 # The benchmark's dice, converter and booking agents (benchmarks/engine.py), in part.
 CODED = parse_few_shots(
     "Q: Roll a d20\nAsk Func[roll]: 20 1\nFunc[roll] says: 12\nA: You rolled a 12!\n\n"
@@ -484,3 +502,50 @@ def test_a_count_said_otherwise_is_mapped_apart_from_the_words_before_it() -> No
     assert next_lines(pair, [Step(Kind.Q, "Roll a handful of six-sided dice")]) == (
         'Thought: No replay: the nearest few-shot, "Throw two six-sided dice", would ask '
         f'"two six-sided dice": two not in the question\nA: {NO_PLACE}')
+
+
+def lines_run(call: Callable[[], object]) -> int:
+    """How many lines of the replay's code ``call`` runs: its work, counted, not timed."""
+    count = 0
+
+    def line(frame: FrameType, event: str, arg: Any) -> Any:
+        nonlocal count
+        count += event == "line"
+        return line
+
+    def enter(frame: FrameType, event: str, arg: Any) -> Any:
+        return line if frame.f_code.co_filename == fewshot.__file__ else None
+
+    sys.settrace(enter)
+    try:
+        call()
+    finally:
+        sys.settrace(None)
+    return count
+
+
+ROLLED = parse_few_shots([*WORDS, "Q: Roll 3d8\nAsk Func[roll]: 3d8\n"
+                          "Func[roll] says: 4 + 2 + 7 = 13\nA: You rolled 4 + 2 + 7 = 13."])
+
+
+def func_reply(n: int) -> None:
+    sums = " + ".join(["3"] * n) + f" = {3 * n}"
+    next_lines(ROLLED, [Step(Kind.Q, "Roll 3d8"), Step(Kind.ASK_FUNC, "3d8", "roll"),
+                        Step(Kind.FUNC_SAYS, sums, "roll")])
+
+
+@pytest.mark.parametrize("replay", [
+    func_reply,  # a Func's reply of n numbers
+    lambda n: next_lines(ROLLED, [Step(Kind.Q, "Roll a d20 " + " ".join(["two"] * n))]),
+    lambda n: word_substitutions(" ".join(["3"] * (n // 5)), " ".join(["4"] * n)),
+    lambda n: word_substitutions(" ".join(["5 miles"] * (n // 20)),
+                                 " ".join(["10 miles"] * (n // 20))),
+], ids=["a Func's long reply", "a long query", "an example of many numbers",
+        "many numbers beside a word"])
+def test_the_replay_of_a_text_twice_as_long_does_twice_the_work(
+        replay: Callable[[int], object]) -> None:
+    """An agent's Func replying "3 + 3 + ... = 60000" (80 kB, under the reply limit) took
+    10 s of the runner's CPU per replay step: each word re-read the rest of the run for a
+    count (three words at most), each number of an example rescanned the whole reply."""
+    once, twice = (lines_run(lambda n=n: replay(n)) for n in (1000, 2000))
+    assert twice < 2.2 * once, (once, twice)  # was 3.9 times

@@ -247,3 +247,31 @@ def test_a_bare_and_splits_two_tasks_unless_it_is_in_a_requests_text(registry):
     ]:
         steps = two(query)
         assert (steps and (steps[0][0], steps[1][0])) == agents, query
+
+
+class CountingEmbedder(HashingEmbedder):
+    """The hashing embedder, noting each text it embeds (each a Titan call with Bedrock)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.embedded: list[str] = []
+
+    def embed(self, texts: list[str]) -> Any:
+        self.embedded += texts
+        return super().embed(texts)
+
+
+def test_a_note_of_many_ands_routes_its_request_once(registry):
+    """"Save a note: x and x and ... x" (16 000 characters) routed "Save a note" again for
+    each "and": 2 599 embeddings, Bedrock calls in a deployment, for one query."""
+    program = planner(registry, ScriptedLLM(), "auto", [])
+    embedder = CountingEmbedder()
+    program.router = Router(registry, embedder)
+    query = "Save a note: " + " and ".join(["x"] * 2600)
+    assert program._two_steps(query) is None  # one note: the model is not asked to plan
+    assert embedder.embedded == ["Save a note"]
+    # A "then" after them is still a second task, the request still routed once.
+    embedder.embedded.clear()
+    steps = program._two_steps(f"{query} then tell me the time")
+    assert steps and (steps[0][0], steps[1][0]) == ("me/notes", "me/clock")
+    assert embedder.embedded[0] == "Save a note" and len(embedder.embedded) == 3

@@ -500,6 +500,19 @@ def test_a_key_written_twice_in_agent_yaml_is_refused(agent_dirs):
                                     "YAML: duplicate key 'handle'")
 
 
+@pytest.mark.parametrize("key", ["? [a, b]\n: 1\n", "? {a: 1}\n: x\n"])
+def test_a_list_or_mapping_as_a_key_in_agent_yaml_is_refused(agent_dirs, key):
+    """The duplicate-key check hashed it: a TypeError, and `agent test` printed a traceback."""
+    from codeshot.errors import InvalidInput
+    from codeshot.sdk.project import read_config
+
+    write_agent(agent_dirs / "a", "handle: a\n" + key)
+    with pytest.raises(InvalidInput) as raised:
+        read_config(agent_dirs / "a")
+    assert raised.value.message == (f"{agent_dirs / 'a' / 'agent.yaml'} line 2: not valid "
+                                    "YAML: found unhashable key")
+
+
 def test_yaml_merge_keys_still_load_in_agent_yaml(agent_dirs):
     """The duplicate-key check read "<<" as a key and refused YAML's merge keys."""
     from codeshot.sdk.project import read_config

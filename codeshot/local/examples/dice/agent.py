@@ -47,8 +47,11 @@ NOT_COUNTS = frozenset({"roll", "throw", "toss", "the", "my", "me", "us", "pleas
 
 
 def number(word: str) -> int | None:
-    """A count or a number of sides, in digits or in words (None: neither)."""
-    return int(word) if word.isdecimal() else WORDS.get(word.lower())
+    """A count or a number of sides, in digits or in words (None: neither). Digits past
+    six (DICE's bound) read as a million, over any limit: int() refuses 4301 of them."""
+    if word.isdecimal():
+        return int(word) if len(word) <= 6 else 1_000_000
+    return WORDS.get(word.lower())
 
 
 def count_before(text: str) -> int | None:
