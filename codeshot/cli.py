@@ -111,6 +111,7 @@ def _target_settings(**overrides: object) -> Settings:
         settings = settings.replace(
             aws_endpoint_url=state["aws_endpoint_url"], api_url=state["api_url"],
             queue_url=state.get("queue_url"), user_pool_id=state.get("user_pool_id"),
+            erasure_queue_url=state.get("erasure_queue_url"),
             user_pool_client_id=state.get("user_pool_client_id"),
         )
     return settings
@@ -180,7 +181,8 @@ def _users_list(args: argparse.Namespace) -> int:
     while True:
         page = list_users(services, after)
         for user in page.users:
-            flags = [f for f in ("operator", "disabled") if getattr(user, f)]
+            flags = ["deleted"] if user.deleted else \
+                [f for f in ("operator", "disabled") if getattr(user, f)]
             limit = services.daily_limit(user.daily_query_limit)
             print(f"{user.username}\t{user.email or '-'}\t{limit} queries/day\t"
                   f"{','.join(flags) or 'active'}")
@@ -195,6 +197,18 @@ def _users_disable(args: argparse.Namespace) -> int:
 
     user = set_disabled(Services(_target_settings()), args.name, args.disable)
     print(f"{user.username} is {'disabled' if user.disabled else 'enabled'}")
+    return 0
+
+
+def _users_delete(args: argparse.Namespace) -> int:
+    from codeshot.services import Services
+    from codeshot.usecases.accounts import delete_user
+    from codeshot.usecases.erasure_start import window_seconds
+
+    services = Services(_target_settings())
+    user = delete_user(services, args.name)
+    print(f"{user.username} is deleted: their data is erased from "
+          f"{window_seconds(services.settings)} s from now")
     return 0
 
 
@@ -495,7 +509,7 @@ def build_parser() -> argparse.ArgumentParser:
                         help="LLM tokens (prompt + completion) per day, across agents")
     limits.set_defaults(run=_users_limits)
     listing = user_commands.add_parser(
-        "list", help="list users: name, email, daily query limit, operator or disabled",
+        "list", help="list users: name, email, daily query limit, operator, disabled or deleted",
         description="Print every user, one a line (tab-separated). Targets the stack as "
         "`users create` does.")
     listing.set_defaults(run=_users_list)
@@ -514,6 +528,17 @@ def build_parser() -> argparse.ArgumentParser:
     operator.add_argument("name", metavar="NAME", help="username")
     operator.add_argument("--off", action="store_true", help="take the role away")
     operator.set_defaults(run=_users_operator)
+    delete = user_commands.add_parser(
+        "delete", help="delete a user and erase their data",
+        description="Refuse every API key and sign-in of the user at once, and queue the "
+        "erasure of their sessions (messages, embeds), agents, user storage, uploads, OAuth "
+        "tokens and usage, which the eraser function starts once every credential the user "
+        "held has run out (minutes). The username stays taken. Run again for a deleted "
+        "user, it queues their erasure again. Targets the stack as `users create` does.")
+    delete.add_argument("name", metavar="NAME", help="username")
+    delete.add_argument("--yes", action="store_true", required=True,
+                        help="required: there is no undo")
+    delete.set_defaults(run=_users_delete)
     confirm = user_commands.add_parser(
         "confirm", help="confirm an account's email without its code",
         description="Confirm EMAIL's sign-up (Cognito AdminConfirmSignUp), for an account "

@@ -32,6 +32,7 @@ from codeshot.errors import Forbidden, InvalidInput, OAuthBrowserMismatch, OAuth
 from codeshot.models import utcnow
 from codeshot.settings import Settings
 from codeshot.store.base import Repository
+from codeshot.store.dynamo import drop_partition
 from codeshot.store.tables import OAUTH, OAUTH_KEY_SECRET
 
 if TYPE_CHECKING:
@@ -272,6 +273,11 @@ class OAuthStore(Repository):
             if "LastEvaluatedKey" not in page:
                 return deleted
             kwargs["ExclusiveStartKey"] = page["LastEvaluatedKey"]
+
+    def forget_user(self, user_id: str, most: int) -> bool:
+        """Delete up to ``most`` of a deleted user's tokens; whether any may be left."""
+        return drop_partition(self.db, self.table_name, "pk", "sk", USER_PREFIX + user_id,
+                              most)
 
     # -- tokens -------------------------------------------------------------------------
     @staticmethod

@@ -15,6 +15,7 @@ from codeshot import aws
 from codeshot.settings import Settings
 from codeshot.store.tables import (
     EMBEDS_BUCKET,
+    ERASURE_QUEUE,
     OAUTH_KEY_SECRET,
     PROMPT_QUEUE,
     SESSION_QUEUE,
@@ -140,4 +141,5 @@ def create_all(settings: Settings) -> Settings:
     for spec in (SIGNING_SECRET, OAUTH_KEY_SECRET):
         create_seed_secret(settings, spec)
     return settings.replace(queue_url=create_queue(settings),
-                            prompt_queue_url=create_queue(settings, spec=PROMPT_QUEUE))
+                            prompt_queue_url=create_queue(settings, spec=PROMPT_QUEUE),
+                            erasure_queue_url=create_queue(settings, spec=ERASURE_QUEUE))

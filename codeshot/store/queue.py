@@ -3,7 +3,8 @@ session, keeping each session's messages in order; the message id deduplicates r
 of the same send (FIFO ids: at most 128 characters of ASCII letters, digits and
 punctuation, which SQS checks and moto does not). The prompt queue (standard, for its
 per-message delays): the polls of an Agent Protocol task's callback, each sent with its
-backoff as its delay."""
+backoff as its delay. The erasure queue (standard, for the same reason): the parts of a
+deleted user's erasure."""
 
 from __future__ import annotations
 
@@ -121,6 +122,28 @@ class PromptWork:
                    attempt=int(data.get("attempt", 0)))
 
 
+@dataclass(frozen=True)
+class ErasureWork:
+    """Part ``part`` of deleted user ``user_id``'s erasure: step ``step`` of its list
+    (codeshot/usecases/erasure.py), going on after ``after`` where the step keeps a
+    place."""
+
+    user_id: str
+    part: int = 0
+    step: int = 0
+    after: str | None = None
+
+    def body(self) -> str:
+        return json.dumps(asdict(self))
+
+    @classmethod
+    def parse(cls, body: str) -> ErasureWork:
+        data = json.loads(body)
+        after = data.get("after")
+        return cls(user_id=str(data["user_id"]), part=int(data["part"]),
+                   step=int(data["step"]), after=None if after is None else str(after))
+
+
 class _Queue:
     def __init__(self, url: str | None, what: str, settings: Settings,
                  sqs: Any | None = None) -> None:
@@ -176,12 +199,23 @@ class SessionQueue(_Queue):
         )
 
 
-class PromptQueue(_Queue):
-    MAX_DELAY_SECONDS = 900  # SQS's limit
+MAX_DELAY_SECONDS = 900  # SQS's limit on a message's delay
 
+
+class PromptQueue(_Queue):
     def __init__(self, settings: Settings, sqs: Any | None = None) -> None:
         super().__init__(settings.prompt_queue_url, "CODESHOT_PROMPT_QUEUE_URL", settings, sqs)
 
     def schedule(self, work: PromptWork, delay_seconds: int = 0) -> None:
         self.sqs.send_message(QueueUrl=self.url, MessageBody=work.body(),
-                              DelaySeconds=max(0, min(delay_seconds, self.MAX_DELAY_SECONDS)))
+                              DelaySeconds=max(0, min(delay_seconds, MAX_DELAY_SECONDS)))
+
+
+class ErasureQueue(_Queue):
+    def __init__(self, settings: Settings, sqs: Any | None = None) -> None:
+        super().__init__(settings.erasure_queue_url, "CODESHOT_ERASURE_QUEUE_URL", settings,
+                         sqs)
+
+    def send(self, work: ErasureWork, delay_seconds: int = 0) -> None:
+        self.sqs.send_message(QueueUrl=self.url, MessageBody=work.body(),
+                              DelaySeconds=max(0, min(delay_seconds, MAX_DELAY_SECONDS)))

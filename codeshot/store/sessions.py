@@ -40,6 +40,7 @@ from codeshot.store.dynamo import (
     clamp_limit,
     count_items,
     decode_token,
+    drop_partition,
     encode_token,
     every_page,
     fill_page,
@@ -76,6 +77,7 @@ RESUMING_LASTS = RUNNER_TIMEOUT_SECONDS
 MSG_PREFIX = "MSG#"
 MSG_END = "MSG$"  # sorts just after every MSG# key
 EMBED_PREFIX = "EMBED#"
+BY_CONTENT = "by_content"  # embeds by content hash and owner (tables.SESSIONS)
 PAGE_READS = 4  # DynamoDB reads (of at most 1 MB each) for one page of messages
 # A bounded read of a log filtered in DynamoDB (:meth:`SessionStore.messages_of`) asks
 # each Query for at most SCAN_PAGE messages (its Limit, counted before the filter; the
@@ -324,6 +326,41 @@ class SessionStore(Repository):
                                 Key=_key(GUARD_PARTITION + owner, key),
                                 ConsistentRead=True).get("Item")
         return item["guarded_session"]["S"] if item else None
+
+    # -- a deleted user's erasure (codeshot/usecases/erasure.py) --------------------------
+    def drop_guards(self, owner: str, most: int) -> bool:
+        """Delete up to ``most`` of a deleted user's one-time session keys; whether any
+        may be left."""
+        return drop_partition(self.db, self.table_name, "session_id", "item",
+                              GUARD_PARTITION + owner, most)
+
+    def embed_hashes(self, session_id: str, most: int) -> list[tuple[str, str]]:
+        """Up to ``most`` of the session's embeds: (item, content hash), keys and hash
+        alone read."""
+        out = self.db.query(
+            TableName=self.table_name, Limit=most, ConsistentRead=True,
+            Select="SPECIFIC_ATTRIBUTES",
+            KeyConditionExpression="session_id = :s AND begins_with(#i, :e)",
+            ProjectionExpression="#i, content_hash",
+            ExpressionAttributeNames={"#i": "item"},
+            ExpressionAttributeValues={":s": {"S": session_id}, ":e": {"S": EMBED_PREFIX}})
+        return [(i["item"]["S"], i["content_hash"]["S"]) for i in out.get("Items", [])]
+
+    def drop_item(self, session_id: str, item: str) -> None:
+        self.db.delete_item(TableName=self.table_name, Key=_key(session_id, item))
+
+    def held_by_another(self, content_hash: str, owner: str) -> bool:
+        """Whether a session of another user than ``owner`` holds an embed of these bytes
+        (content-addressed: the same object on S3). Read through the by_content index,
+        whose sort key is the embed's owner: one read each side of ``owner``."""
+        for side in ("<", ">"):
+            out = self.db.query(
+                TableName=self.table_name, IndexName=BY_CONTENT, Limit=1,
+                KeyConditionExpression=f"content_hash = :h AND embed_owner {side} :o",
+                ExpressionAttributeValues={":h": {"S": content_hash}, ":o": {"S": owner}})
+            if out.get("Items"):
+                return True
+        return False
 
     def get(self, session_id: str, owner: str | None = None) -> Session:
         """The session; with ``owner``, another user's session is reported as missing."""

@@ -41,6 +41,10 @@ LIST_PAGE = 100  # users an operator's list shows at a time
 # that name would share the planner's id, counters and name in chat logs.
 PLATFORM_USERNAME = "platform"
 LIMITS = ("daily_query_limit", "daily_token_limit")
+# What a deleted user's tombstone no longer holds (its identity stays: the account's
+# sign-in then finds a deleted user, not a new one to name).
+ERASED_FIELDS = ("api_key_ids", "email", "first_name", "last_name", "time_zone",
+                 "operator", *LIMITS)
 
 
 @dataclass(frozen=True)
@@ -152,6 +156,39 @@ class UserStore(Repository):
         except self.db.exceptions.ConditionalCheckFailedException as exc:
             raise NotFound(f"user {user_id} not found") from exc
         return _user(out["Attributes"])
+
+    def mark_deleted(self, user_id: str, when: str) -> User:
+        """Make the user a tombstone: deleted (``when``, ISO; kept as first written, so a
+        retry changes nothing), disabled, every API key id and profile field gone. The
+        user item and its ``@<username>`` guard stay: the name is never taken again."""
+        try:
+            out = self.db.update_item(
+                TableName=self.table_name, Key={"user_id": {"S": user_id}},
+                UpdateExpression="SET deleted = if_not_exists(deleted, :w), disabled = :t "
+                                 "REMOVE " + ", ".join(f"#r{i}" for i in range(len(ERASED_FIELDS))),
+                ConditionExpression="attribute_exists(user_id)",
+                ExpressionAttributeNames={f"#r{i}": n for i, n in enumerate(ERASED_FIELDS)},
+                ExpressionAttributeValues={":w": {"S": when}, ":t": {"BOOL": True}},
+                ReturnValues="ALL_NEW")
+        except self.db.exceptions.ConditionalCheckFailedException as exc:
+            raise NotFound(f"user {user_id} not found") from exc
+        return _user(out["Attributes"])
+
+    def advance_erasure(self, user_id: str, part: int) -> bool:
+        """Count erasure part ``part`` done, if it is the one the tombstone awaits: False
+        when another delivery of it counted it first (nothing more to do for it)."""
+        awaited = "erasure_part = :part" if part else \
+            "(attribute_not_exists(erasure_part) OR erasure_part = :part)"
+        try:
+            self.db.update_item(
+                TableName=self.table_name, Key={"user_id": {"S": user_id}},
+                UpdateExpression="SET erasure_part = :next",
+                ConditionExpression=f"attribute_exists(deleted) AND {awaited}",
+                ExpressionAttributeValues={":part": {"N": str(part)},
+                                           ":next": {"N": str(part + 1)}})
+        except self.db.exceptions.ConditionalCheckFailedException:
+            return False
+        return True
 
     def _key_update(self, user_id: str, action: str, key_id: str, rule: str = "",
                     values: dict[str, AttributeValueTypeDef] | None = None,

@@ -184,6 +184,7 @@ def put_token(services: Services, caller: Principal, token: Any) -> None:
     user_id, agent_id, _ = _acting_for(services, caller)
     check_token(token)
     _charge(services, user_id, agent_id)
+    services.auth.refuse_deleted(user_id)
     services.oauth.put_token(user_id, agent_id, token)
 
 

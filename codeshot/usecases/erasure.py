@@ -1,0 +1,157 @@
+"""A deleted user's erasure: a bounded part a message on the erasure queue, each part
+queueing the next, run by the eraser function (handlers/eraser.py) on a role of its own.
+
+The user's deletion (codeshot/usecases/accounts.py) queues the first part, then makes the
+user a tombstone: every credential refused from then on. A credential checked before
+that may still write for the user a while: an API key's user record cached in a warm API
+(``api_key_cache_seconds``), a query the runner had started (``query_time_budget_seconds``)
+and the agent call tokens it minted (``agent_token_ttl_seconds`` past its end). So the
+erasure starts only once all of those are over (``window_seconds`` after the deletion;
+a part that comes earlier waits again), and runs the agents and sessions steps once more
+at the end.
+
+Each part runs one of :data:`STEPS` on a bounded number of items and deletes only what it
+reads, so running it again deletes nothing twice. The tombstone counts the parts done
+(``erasure_part``): a part delivered again after it was counted does nothing, and one
+that fails on every delivery goes to the queue's dead-letter queue (nothing loops).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import logging
+import math
+from collections.abc import Callable
+from datetime import timedelta
+from typing import Any
+
+from codeshot.errors import NotFound
+from codeshot.models import User
+from codeshot.runner.batch import process_batch
+from codeshot.runner.budgets import USER_TOKENS
+from codeshot.runner.fairness import RUNNING
+from codeshot.services import Services
+from codeshot.store.queue import ErasureWork, Work
+from codeshot.store.usage import UPLOAD_BYTES
+from codeshot.usecases.agent_removal import remove_agent
+from codeshot.usecases.erasure_start import window_seconds
+
+log = logging.getLogger("codeshot.erasure")
+
+AGENTS_PART = 2  # agents removed a part (each several calls: its OAuth, corpora, registry)
+SESSIONS_PART = 5  # sessions deleted a part (each up to a few thousand items)
+EMBEDS_PART = 50  # embeds a part looks at (each: two index reads, an object, an item)
+ITEMS_PART = 100  # items (session keys, OAuth tokens, uploads) deleted a part
+# User storage: SCOPES_PART agents' partitions read a part, SCOPE_ITEMS items of each
+# deleted (at most 1,000 a part, as a sweep's part).
+SCOPES_PART = 50
+SCOPE_ITEMS = 20
+# The user's daily counters (the rest, per minute or per agent, expire within a day).
+DAILY_COUNTERS = ("query", "session", "route", "agent-change", "revision-switch",
+                  UPLOAD_BYTES, USER_TOKENS)
+COUNTER_DAYS = 2  # a daily counter is kept a day past its day (codeshot/store/usage.py)
+
+# A step: (whether it is done, where its next part goes on after).
+Step = Callable[[Services, User, str | None], tuple[bool, str | None]]
+
+
+def erase_part(services: Services, work: ErasureWork) -> None:
+    """Run one part of an erasure, queue the next and count this one done."""
+    try:
+        user = services.users.get(work.user_id)
+    except NotFound:
+        log.warning("erasure of %s: no such user", work.user_id)
+        return
+    if user.deleted is None:  # queued by a deletion whose tombstone was never written
+        log.warning("erasure of %s: the user is not deleted; nothing erased", work.user_id)
+        return
+    if user.erasure_part != work.part:  # another delivery of this part was counted
+        log.info("erasure of %s: part %d done already", work.user_id, work.part)
+        return
+    wait = user.deleted + timedelta(seconds=window_seconds(services.settings)) \
+        - services.clock()
+    if wait > timedelta(0):
+        services.erasure_queue.send(work, math.ceil(wait.total_seconds()))
+        return
+    done, after = STEPS[work.step](services, user, work.after)
+    step = work.step + 1 if done else work.step
+    if step < len(STEPS):
+        services.erasure_queue.send(ErasureWork(user.user_id, work.part + 1, step,
+                                                None if done else after))
+    else:
+        log.info("erased user %s", user.user_id)
+    # Counted last: a part that failed before is run again whole (nothing in it twice).
+    services.users.advance_erasure(user.user_id, work.part)
+
+
+def erase_batch(services: Services, event: dict[str, Any]) -> dict[str, list[dict[str, str]]]:
+    """An SQS event's parts, each on its own; the failed ones, to be delivered again."""
+    return process_batch(event, lambda work, _final: erase_part(services, work),
+                         parse=ErasureWork.parse)
+
+
+def _agents(services: Services, user: User, after: str | None) -> tuple[bool, str | None]:
+    owned = [a for a in services.registry.listed() if a.owner == user.username]
+    for agent in owned[:AGENTS_PART]:
+        with contextlib.suppress(NotFound):  # removed meanwhile
+            remove_agent(services, agent)
+    return len(owned) <= AGENTS_PART, None
+
+
+def _sessions(services: Services, user: User, after: str | None) -> tuple[bool, str | None]:
+    """The user's sessions, each with its embeds' objects no other user's session holds
+    (content-addressed: the same bytes are one object)."""
+    page = services.sessions.list_by_owner(user.user_id, limit=SESSIONS_PART)
+    budget = EMBEDS_PART
+    for session in page.items:
+        embeds = services.sessions.embed_hashes(session.session_id, budget)
+        for item, digest in embeds:
+            if not services.sessions.held_by_another(digest, user.user_id):
+                services.embeds.forget(digest)
+            services.sessions.drop_item(session.session_id, item)
+        budget -= len(embeds)
+        if budget <= 0:  # this session's other embeds, and the rest, in the next part
+            return False, None
+        purge = functools.partial(services.queue.enqueue, Work.purge(session.session_id))
+        with contextlib.suppress(NotFound):  # deleted meanwhile (the index lags)
+            services.sessions.delete(session.session_id, user.user_id, purge_later=purge)
+    return not page.items, None
+
+
+def _guards(services: Services, user: User, after: str | None) -> tuple[bool, str | None]:
+    return not services.sessions.drop_guards(user.user_id, ITEMS_PART), None
+
+
+def _oauth(services: Services, user: User, after: str | None) -> tuple[bool, str | None]:
+    return not services.oauth.forget_user(user.user_id, ITEMS_PART), None
+
+
+def _uploads(services: Services, user: User, after: str | None) -> tuple[bool, str | None]:
+    return not services.embeds.drop_uploads(user.user_id, ITEMS_PART), None
+
+
+def _storage(services: Services, user: User, after: str | None) -> tuple[bool, str | None]:
+    """The user's storage with the next SCOPES_PART registered agents after ``after`` (by
+    id). A deleted agent's storage is swept with its registration; this is the registered
+    agents'."""
+    start = after or ""
+    agent_ids = sorted(a.agent_id for a in services.registry.listed() if a.agent_id > start)
+    for agent_id in agent_ids[:SCOPES_PART]:
+        if services.storage.drop_scope(user.user_id, agent_id, SCOPE_ITEMS):
+            return False, start  # this agent's rest in the next part
+        start = agent_id
+    return len(agent_ids) <= SCOPES_PART, start
+
+
+def _usage(services: Services, user: User, after: str | None) -> tuple[bool, str | None]:
+    for kind in DAILY_COUNTERS:
+        services.usage.forget(kind, user.user_id, COUNTER_DAYS)
+    services.usage.forget(RUNNING, user.user_id)
+    return True, None
+
+
+# In order; the agents and sessions steps once more at the end, for what a credential
+# checked before the deletion wrote after those steps first ran.
+STEPS: tuple[Step, ...] = (_agents, _sessions, _guards, _oauth, _uploads, _storage, _usage,
+                           _agents, _sessions)

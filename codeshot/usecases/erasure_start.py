@@ -1,0 +1,28 @@
+"""Queueing a deleted user's erasure (codeshot/usecases/erasure.py runs it), apart from
+the erasure's steps: the API queues it, only the eraser function runs them."""
+
+from __future__ import annotations
+
+import math
+
+from codeshot.models import User
+from codeshot.services import Services
+from codeshot.settings import Settings
+from codeshot.store.queue import ErasureWork
+
+WINDOW_MARGIN_SECONDS = 60  # clock skew and the writes a query makes after its budget
+
+
+def window_seconds(settings: Settings) -> int:
+    """How long after a deletion something may still be written for the user."""
+    return math.ceil(settings.api_key_cache_seconds + settings.query_time_budget_seconds
+                     + settings.agent_token_ttl_seconds + WINDOW_MARGIN_SECONDS)
+
+
+def start_erasure(services: Services, user: User) -> None:
+    """Queue the user's erasure, to start once :func:`window_seconds` are over. Again for
+    a user being erased, it goes on from the part the tombstone awaits, from the first
+    step (each finds done what was): a chain still under way and this one merge at the
+    next part, as only one delivery of a part is counted."""
+    services.erasure_queue.send(ErasureWork(user.user_id, part=user.erasure_part),
+                                window_seconds(services.settings))

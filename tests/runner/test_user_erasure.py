@@ -1,0 +1,329 @@
+"""Deleting a user: every credential refused at once; their data erased by the eraser, a
+bounded part a message on its own queue, once every credential they held has run out;
+another user's data untouched, bytes another user's embed holds kept; a part delivered
+twice done once; a part failing on every delivery left in the dead-letter queue."""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import json
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from unittest import mock
+
+import pytest
+from botocore.exceptions import ClientError
+
+from codeshot.errors import NotFound, Unauthenticated, UserDeleted
+from codeshot.models import Agent, Principal, User
+from codeshot.runner.batch import record_of
+from codeshot.runner.session_runner import SessionRunner
+from codeshot.services import Services
+from codeshot.store.queue import ErasureWork, Work
+from codeshot.store.tables import ERASURE_QUEUE
+from codeshot.usecases import accounts, erasure, erasure_start, oauth, user_storage, users
+from codeshot.usecases.messaging import EmbedUpload, Messaging
+from codeshot.usecases.registration import AgentFields, AgentRegistration, daily_agent_change
+from codeshot.usecases.sessions import create_session
+from tests import conftest
+
+SHARED = b"bytes both users sent"
+
+
+@pytest.fixture
+def clock() -> conftest.TestClock:
+    clock = conftest.TestClock()
+    clock.now = datetime.now(UTC)
+    return clock
+
+
+@pytest.fixture
+def services(aws, clock) -> Services:
+    return Services(aws.replace(local_mode=True), clock=clock)
+
+
+def digest(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+@dataclass
+class Holdings:
+    user: User
+    key: str
+    agent: Agent
+    session_id: str
+    own_bytes: bytes
+
+    @property
+    def principal(self) -> Principal:
+        return users.principal_of(self.user)
+
+
+def holdings(services: Services, name: str, common: Agent) -> Holdings:
+    """A user with some of everything: an API key, an agent, a session (once-key too)
+    with a message and two embeds (one of bytes only they sent), storage with their
+    agent and another user's, an OAuth token for that agent, an upload, a day's usage."""
+    user, key = users.create_user(services, name)
+    principal = users.principal_of(user)
+    agent = register(services, principal, "notes")
+    session_id = create_session(services, principal, once=f"{name}-once").session_id
+    own = f"{name}'s own bytes".encode()
+    Messaging(services).post(principal, session_id, "hello", embeds=[
+        EmbedUpload(k, "text/plain", base64.b64encode(data).decode())
+        for k, data in (("own.txt", own), ("shared.txt", SHARED))])
+    for with_agent in (agent, common):
+        user_storage.put_value(services, as_agent(services, with_agent, user.user_id),
+                               with_agent.agent_id, "diary", {"of": name})
+    services.oauth.put_token(user.user_id, common.agent_id, {"access_token": f"{name}-t"})
+    upload = services.embeds.upload_key(user.user_id, digest(own))
+    services.embeds.s3.put_object(Bucket=services.embeds.bucket, Key=upload, Body=own)
+    return Holdings(user, key, agent, session_id, own)
+
+
+def register(services: Services, owner: Principal, handle: str) -> Agent:
+    return AgentRegistration(services, charge=daily_agent_change).create(owner, handle, AgentFields(
+        base_prompt="I keep notes.", few_shots=["Q: Remember milk\nA: Noted."]))
+
+
+def as_agent(services: Services, agent: Agent, user_id: str) -> Principal:
+    return services.auth.principal_for_agent_token(
+        services.auth.agent_token(agent.agent_id, user_id, None, agent.registration))
+
+
+def object_exists(services: Services, key: str) -> bool:
+    try:
+        services.embeds.s3.head_object(Bucket=services.embeds.bucket, Key=key)
+    except ClientError:
+        return False
+    return True
+
+
+def what_is_left(services: Services, h: Holdings, common: Agent) -> dict[str, object]:
+    """What of ``h``'s holdings the platform still has."""
+    user_id = h.user.user_id
+    storage = services.storage.db.scan(TableName=services.settings.user_storage_table)
+    sessions = services.sessions.db.query(
+        TableName=services.settings.sessions_table, KeyConditionExpression="session_id = :s",
+        ExpressionAttributeValues={":s": {"S": h.session_id}})["Items"]
+    try:
+        services.registry.get(h.agent.agent_id)
+        agent = True
+    except NotFound:
+        agent = False
+    return {
+        "sessions": [s.session_id for s in services.sessions.list_by_owner(user_id).items],
+        "session items": sorted(i["item"]["S"].split("#")[0] for i in sessions),
+        "once keys": bool(services.sessions.guarded(user_id, f"{h.user.username}-once")),
+        "own embed": object_exists(services, services.embeds.object_key(digest(h.own_bytes))),
+        "shared embed": object_exists(services, services.embeds.object_key(digest(SHARED))),
+        "upload": object_exists(services, services.embeds.upload_key(user_id,
+                                                                     digest(h.own_bytes))),
+        "agent": agent,
+        "storage": sorted(i["scope"]["S"].split("#", 1)[1] for i in storage["Items"]
+                          if i["scope"]["S"].startswith(user_id + "#") and i["key"]["S"] != " "),
+        "oauth": services.oauth.get_token(user_id, common.agent_id) is not None,
+        "queries today": services.usage.used("query", user_id),
+    }
+
+
+def kept(h: Holdings, common: Agent) -> dict[str, object]:
+    return {"sessions": [h.session_id], "session items": ["EMBED", "EMBED", "MSG", "SESSION"],
+            "once keys": True, "own embed": True, "shared embed": True, "upload": True,
+            "agent": True, "storage": sorted([common.agent_id, h.agent.agent_id]),
+            "oauth": True, "queries today": 1}
+
+
+@contextmanager
+def later(services: Services, clock: conftest.TestClock, seconds: float) -> Iterator[None]:
+    """``seconds`` from now, for the platform's clock and for SQS's delays."""
+    from moto.sqs import models
+
+    clock.now = (clock.now or datetime.now(UTC)) + timedelta(seconds=seconds)
+    real = models.unix_time_millis
+    with mock.patch.object(models, "unix_time_millis",
+                           side_effect=lambda *_: real() + seconds * 1000):
+        yield
+
+
+def deliveries(services: Services) -> list[dict]:
+    """The erasure queue's messages visible now (received, not yet acknowledged)."""
+    return [record_of(m) for m in services.erasure_queue.receive(wait_seconds=0)]
+
+
+def run_erasure(services: Services) -> int:
+    """Deliver the erasure queue's visible parts to the eraser until none is left; how
+    many parts ran."""
+    ran = 0
+    while records := deliveries(services):
+        assert erasure.erase_batch(services, {"Records": records}) == {"batchItemFailures": []}
+        for record in records:
+            services.erasure_queue.delete(record["receiptHandle"])
+        ran += len(records)
+    return ran
+
+
+def run_sweeps(services: Services, queries_of: str | None = None) -> None:
+    """The storage sweeps (and session purges) the erasure queued, through the runner,
+    as the session queue's trigger gives them; the queries queued for the session
+    ``queries_of`` too (the rest are left unrun)."""
+    runner = SessionRunner(services)
+    while messages := services.queue.receive(wait_seconds=0):
+        for message in messages:
+            work = Work.parse(message["Body"])
+            if work.kind in (Work.SWEEP, Work.PURGE) or work.session_id == queries_of:
+                runner.handle(work, False)
+
+
+@pytest.fixture
+def people(services):
+    carol, _ = users.create_user(services, "carol")
+    common = register(services, users.principal_of(carol), "common")
+    return holdings(services, "alice", common), holdings(services, "bob", common), common
+
+
+def test_a_deleted_users_data_is_erased_after_their_credentials_ran_out_and_no_one_elses(
+        services, clock, people):
+    alice, bob, common = people
+    assert what_is_left(services, alice, common) == kept(alice, common)
+
+    accounts.delete_account(services, alice.principal, "alice")
+
+    with pytest.raises(Unauthenticated, match="deleted"):
+        services.auth.user_for_api_key(alice.key)
+    # Nothing is erased before a credential checked before the deletion can have run out.
+    assert run_erasure(services) == 0
+    with later(services, clock, erasure_start.window_seconds(services.settings) - 5):
+        assert run_erasure(services) == 0
+    assert what_is_left(services, alice, common) == kept(alice, common)
+
+    with later(services, clock, erasure_start.window_seconds(services.settings) + 1):
+        parts = run_erasure(services)
+    run_sweeps(services)  # the storage of alice's agent, every user's
+    assert parts >= len(erasure.STEPS)
+    left = what_is_left(services, alice, common)
+    assert left == {"sessions": [], "session items": ["DELETED"], "once keys": False,
+                    "own embed": False, "shared embed": True, "upload": False,
+                    "agent": False, "storage": [], "oauth": False, "queries today": 0}
+    assert what_is_left(services, bob, common) == kept(bob, common)
+    tombstone = services.users.get(alice.user.user_id)
+    assert tombstone.deleted and tombstone.api_key_ids == set() and tombstone.email is None
+    assert tombstone.erasure_part == parts
+
+
+def test_a_part_delivered_again_does_nothing_twice(services, clock, people):
+    alice, bob, common = people
+    accounts.delete_account(services, alice.principal, "alice")
+    with later(services, clock, erasure_start.window_seconds(services.settings) + 1):
+        [first] = deliveries(services)
+        assert json.loads(first["body"])["part"] == 0
+        erasure.erase_batch(services, {"Records": [first]})
+        [second] = deliveries(services)  # part 1, queued by part 0
+        # Part 0 delivered again (SQS delivers at least once): nothing runs, nothing is
+        # queued; its agent was removed once.
+        with mock.patch("codeshot.usecases.erasure.remove_agent") as remove:
+            assert erasure.erase_batch(services, {"Records": [first]}) == \
+                {"batchItemFailures": []}
+        remove.assert_not_called()
+        assert deliveries(services) == []
+        services.erasure_queue.delete(first["receiptHandle"])
+        services.erasure_queue.set_visibility([second["receiptHandle"]], 0)
+        run_erasure(services)
+    run_sweeps(services)
+    assert what_is_left(services, alice, common)["session items"] == ["DELETED"]
+    assert what_is_left(services, bob, common) == kept(bob, common)
+
+
+def test_an_erasure_for_a_user_not_deleted_erases_nothing(services, clock, people):
+    """The deletion queues the erasure before it writes the tombstone: one whose
+    tombstone was never written finds a live user, and erases nothing of theirs."""
+    alice, _, common = people
+    erasure_start.start_erasure(services, alice.user)
+    with later(services, clock, erasure_start.window_seconds(services.settings) + 1):
+        assert run_erasure(services) == 1
+    assert what_is_left(services, alice, common) == kept(alice, common)
+
+
+def test_a_part_failing_on_every_delivery_ends_in_the_dead_letter_queue(services, clock,
+                                                                         people):
+    alice, _, _ = people
+    accounts.delete_account(services, alice.principal, "alice")
+    sqs = services.erasure_queue.sqs
+    with later(services, clock, erasure_start.window_seconds(services.settings) + 1), \
+            mock.patch.object(type(services.registry), "listed",
+                              side_effect=RuntimeError("the registry is down")):
+        for _ in range(ERASURE_QUEUE.max_receive_count):
+            [record] = deliveries(services)
+            assert erasure.erase_batch(services, {"Records": [record]}) == \
+                {"batchItemFailures": [{"itemIdentifier": record["messageId"]}]}
+            services.erasure_queue.set_visibility([record["receiptHandle"]], 0)
+        assert deliveries(services) == []  # moved to the DLQ, not queued again
+        dlq = sqs.get_queue_url(QueueName=ERASURE_QUEUE.dlq_name(
+            services.settings.erasure_queue_name))["QueueUrl"]
+        [dead] = sqs.receive_message(QueueUrl=dlq)["Messages"]
+    assert ErasureWork.parse(dead["Body"]) == ErasureWork(alice.user.user_id)
+
+
+def test_a_deleted_user_gets_no_key_no_deploys_and_no_operator_command(services, people):
+    alice, _, _ = people
+    accounts.delete_user(services, "alice")
+    deleted = services.users.get(alice.user.user_id)
+    for refused in (
+            lambda: users.create_api_key(services, alice.principal),
+            lambda: users.ensure_user(services, "alice"),
+            lambda: users.find_user(services, "alice"),
+            lambda: users.set_limits(services, "alice", daily_queries=5),
+            lambda: users.revoke_key_of(services, "alice", "key_x"),
+            lambda: accounts.set_disabled(services, "alice", False),
+            lambda: accounts.set_operator(services, "alice", True)):
+        with pytest.raises(UserDeleted):
+            refused()
+    assert services.users.get(alice.user.user_id) == deleted  # nothing written
+    # Deleting again queues the erasure again (one left in the dead-letter queue goes on).
+    accounts.delete_user(services, "alice")
+    assert services.erasure_queue.sqs.get_queue_attributes(
+        QueueUrl=services.erasure_queue.url, AttributeNames=["All"],
+    )["Attributes"]["ApproximateNumberOfMessagesDelayed"] == "2"
+
+
+def test_deleting_ones_account_takes_ones_username_and_no_agent(services, people):
+    alice, _, _ = people
+    with pytest.raises(Exception, match="type your username"):
+        accounts.delete_account(services, alice.principal, "bob")
+    agent_call = as_agent(services, alice.agent, alice.user.user_id)
+    with pytest.raises(Exception, match="only the user"):
+        accounts.delete_account(services, agent_call, "alice")
+    assert services.users.get(alice.user.user_id).deleted is None
+
+
+def test_deleting_a_missing_agent_still_moves_the_registry_version(services, people):
+    """A retry of a removal whose first try deleted the agent but not the version bump
+    (it failed in between) moves it: every process's cached listing reloads."""
+    alice, _, _ = people
+    services.registry.db.delete_item(TableName=services.settings.registry_table,
+                                     Key={"agent_id": {"S": alice.agent.agent_id}})
+    version = services.registry.version()
+    with pytest.raises(NotFound):
+        services.registry.delete(alice.agent.agent_id, owner="alice")
+    assert services.registry.version() == version + 1
+
+
+def test_a_deleted_users_call_tokens_write_nothing_and_their_queued_query_does_not_run(
+        services, people):
+    """Tokens minted before the deletion still verify for minutes: their writes are
+    refused (reads are not checked, which the erasure's wait covers); a query of theirs
+    still queued runs nothing (no agent is called, no token minted, nothing written)."""
+    alice, _, common = people
+    call = as_agent(services, common, alice.user.user_id)
+    accounts.delete_user(services, "alice")
+    with pytest.raises(Unauthenticated, match="deleted"):
+        user_storage.put_value(services, call, common.agent_id, "later", {"x": 1})
+    with pytest.raises(Unauthenticated, match="deleted"):
+        oauth.put_token(services, call, {"access_token": "later"})
+    before = what_is_left(services, alice, common)
+    with mock.patch.object(SessionRunner, "_run") as run:
+        run_sweeps(services, queries_of=alice.session_id)
+    run.assert_not_called()
+    assert what_is_left(services, alice, common) == before
