@@ -19,6 +19,7 @@ from tests.infra.cfn import refs as refs_of
 API = "handlers.api.handler"
 RUNNER = "handlers.runner.handler"
 REGISTER = "handlers.register_agent.handler"
+ERASER = "handlers.eraser.handler"
 SQS_CONSUME = {"sqs:ReceiveMessage", "sqs:DeleteMessage", "sqs:ChangeMessageVisibility"}
 
 
@@ -153,7 +154,8 @@ def test_queue_is_fifo_with_a_fifo_dead_letter_queue(synth):
     assert dlq_id in template.find_resources("AWS::SQS::Queue", {"Properties": {
         "FifoQueue": True, "SqsManagedSseEnabled": True}})
     # The runner consumes it in batches and reports failures per message.
-    template.resource_count_is("AWS::Lambda::EventSourceMapping", 2)  # and the prompt queue
+    # (the prompt queue's too, and the eraser's its own queue)
+    template.resource_count_is("AWS::Lambda::EventSourceMapping", 3)
     template.has_resource_properties("AWS::Lambda::EventSourceMapping", {
         "EventSourceArn": {"Fn::GetAtt": [queue_id, "Arn"]},
         "FunctionResponseTypes": ["ReportBatchItemFailures"],
@@ -164,7 +166,7 @@ def test_queue_is_fifo_with_a_fifo_dead_letter_queue(synth):
     # TLS only for the queues too.
     denies = [st for p in synth.platform.of_type("AWS::SQS::QueuePolicy").values()
               for st in p["Properties"]["PolicyDocument"]["Statement"] if st["Effect"] == "Deny"]
-    assert len(denies) == 4 and all(  # the session and prompt queues and their DLQs
+    assert len(denies) == 6 and all(  # the session, prompt, erasure queues and their DLQs
         d["Condition"] == {"Bool": {"aws:SecureTransport": "false"}} for d in denies)
 
 
@@ -190,7 +192,35 @@ def test_the_prompt_queue_is_standard_for_its_delays_and_read_by_the_runner(synt
     assert env_name("prompt_queue_url") not in synth.platform.env(API)
 
 
-@pytest.mark.parametrize("handler", [API, RUNNER, REGISTER])
+def test_the_eraser_has_its_own_queue_and_the_runner_no_destructive_grant(synth):
+    """A deleted user's data is erased by a function of its own, fed by an encrypted
+    standard queue (per-message delays) with a dead-letter queue; the runner, which
+    handles agents' and LLMs' traffic, may delete no agent, secret, user, OAuth token or
+    usage counter, nor send to that queue."""
+    platform = synth.platform
+    queue_id = platform.env(ERASER)[env_name("erasure_queue_url")]["Ref"]
+    assert platform.env(API)[env_name("erasure_queue_url")] == {"Ref": queue_id}
+    assert env_name("erasure_queue_url") not in platform.env(RUNNER)
+    spec = tables.ERASURE_QUEUE
+    props = platform.of_type("AWS::SQS::Queue")[queue_id]["Properties"]
+    assert "FifoQueue" not in props and props["SqsManagedSseEnabled"]
+    assert props["RedrivePolicy"]["maxReceiveCount"] == spec.max_receive_count
+    assert props["VisibilityTimeout"] == spec.visibility_timeout_seconds
+    platform.assertions.has_resource_properties("AWS::Lambda::EventSourceMapping", {
+        "EventSourceArn": {"Fn::GetAtt": [queue_id, "Arn"]},
+        "FunctionResponseTypes": ["ReportBatchItemFailures"],
+        "FunctionName": {"Ref": platform.function(ERASER)[0]},
+    })
+    assert "secretsmanager:DeleteSecret" not in platform.all_actions(RUNNER)
+    assert "secretsmanager:DeleteSecret" in platform.all_actions(ERASER)
+    for table in (tables.REGISTRY, tables.USERS, tables.USAGE, tables.OAUTH):
+        assert not platform.actions_on(RUNNER, synth.table_id(table)) & {
+            "dynamodb:DeleteItem", "dynamodb:BatchWriteItem", "dynamodb:UpdateItem"} - (
+            {"dynamodb:UpdateItem"} if table is tables.USAGE else set()), table.logical
+    assert not platform.grants_on(RUNNER, queue_id)
+
+
+@pytest.mark.parametrize("handler", [API, RUNNER, REGISTER, ERASER])
 def test_functions_runtime_and_observability(synth, handler):
     _, props = synth.platform.function(handler)
     version = tuple(int(p) for p in props["Runtime"].removeprefix("python").split("."))
@@ -486,8 +516,10 @@ def test_reservations_come_from_context_and_cover_the_runners_triggers(tmp_path)
     platform = synthesize(tmp_path, **{"codeshot:runnerMaxConcurrency": 40,
                                        "codeshot:reserveRunnerConcurrency": "true",
                                        "codeshot:apiReservedConcurrency": 200}).platform
+    runner = {"Ref": platform.function(RUNNER)[0]}
     maximums = sorted(m["Properties"]["ScalingConfig"]["MaximumConcurrency"]
-                      for m in platform.of_type("AWS::Lambda::EventSourceMapping").values())
+                      for m in platform.of_type("AWS::Lambda::EventSourceMapping").values()
+                      if m["Properties"]["FunctionName"] == runner)
     assert maximums == [2, 40]  # the prompt queue's is fixed
     assert platform.function(RUNNER)[1]["ReservedConcurrentExecutions"] == 42 == sum(maximums)
     assert platform.function(API)[1]["ReservedConcurrentExecutions"] == 200
