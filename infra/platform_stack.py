@@ -331,7 +331,8 @@ class PlatformStack(Stack):
         CfnOutput(self, "ErasureQueueUrl", value=self.eraser.queue.queue.queue_url,
                   description="CODESHOT_ERASURE_QUEUE_URL for `codeshot users delete`")
         CfnOutput(self, "UserPoolId", value=self.accounts.pool.user_pool_id,
-                  description="CODESHOT_USER_POOL_ID for `codeshot users disable/confirm`")
+                  description="CODESHOT_USER_POOL_ID for `codeshot users disable/confirm/"
+                              "delete`")
 
     def _code(self, function: PlatformFunction) -> lambda_.Code:
         spec = platform_bundle(function, target=self.config.target,

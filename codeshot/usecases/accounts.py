@@ -127,14 +127,15 @@ def delete_user(services: Services, username: str) -> User:
 
 
 def _delete(services: Services, user: User) -> User:
-    """Queue the user's erasure, then make them a tombstone: every API key, token and
-    sign-in refused from then on, the username never taken again (nobody inherits their
-    agent ids). Queued first: the user can no longer ask again once the tombstone is
-    written, and an erasure that finds no tombstone erases nothing. Each write is
-    idempotent, so a retry of a deletion that failed half-way finishes it."""
+    """Queue the user's erasure, delete their account in the user pool (its email with
+    it), then make them a tombstone: every API key, token and sign-in refused from then on,
+    the username never taken again (nobody inherits their agent ids). The tombstone last:
+    the user can no longer ask again once it is written, and an erasure that finds no
+    tombstone erases nothing. Each write is idempotent, so a retry of a deletion that
+    failed half-way finishes it."""
     start_erasure(services, user)
-    if user.identity and services.settings.user_pool_id and user.deleted is None:
-        services.accounts.set_enabled(user.identity, False)
+    if user.identity and services.settings.user_pool_id:
+        services.accounts.delete(user.identity)
     tombstone = services.users.mark_deleted(user.user_id, services.clock().isoformat())
     services.auth.forget_user(user.user_id)
     return tombstone

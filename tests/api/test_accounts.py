@@ -300,8 +300,12 @@ def test_deleting_a_user_refuses_them_everywhere_and_operators_touch_them_no_mor
         answer = whoami(stack, credential)
         assert error_code(answer) == "UNAUTHENTICATED" and "deleted" in \
             answer["errors"][0]["message"]
-    with pytest.raises(Unauthenticated):
+    # The account is gone with its email: signing in finds none, and the email may sign
+    # up again (a new account: it names a new user).
+    with pytest.raises(Unauthenticated, match="wrong email or password"):
         accounts.sign_in(stack.services, email, PASSWORD)
+    assert cli(stack, "users", "delete", name, "--yes").returncode == 0  # again: no error
+    accounts.sign_up(stack.services, email, PASSWORD)
     for command in (("new-key", name), ("disable", name), ("limits", name, "--daily-queries",
                                                           "5")):
         refused = cli(stack, "users", *command)
