@@ -146,18 +146,15 @@ class Auth:
         return lambda agent_id, registration, lasting: self.agent_token(
             agent_id, user_id, session_id, registration, lasting)
 
-    def is_deleted(self, user_id: str) -> bool:
-        """Whether the user has been deleted (read, never cached). Asked before a query
-        runs and by an agent token's writes, not by every request: a deleted user's
-        erasure waits out the credentials checked before (codeshot/usecases/erasure.py)."""
-        try:
-            return self.users.get(user_id).deleted is not None
-        except NotFound:  # a user not stored: nothing of theirs to keep from being written
-            return False
-
     def refuse_deleted(self, user_id: str) -> None:
-        """An agent call token's write for a user deleted since it was minted."""
-        if self.is_deleted(user_id):
+        """Refuse an agent call token's write for a user deleted since it was minted (read,
+        never cached). Only writes ask, not every request: a deleted user's erasure waits
+        out the credentials checked before (codeshot/usecases/erasure.py)."""
+        try:
+            deleted = self.users.get(user_id).deleted is not None
+        except NotFound:  # a user not stored: nothing of theirs to keep from being written
+            return
+        if deleted:
             raise Unauthenticated(DELETED)
 
     def principal_for_agent_token(self, token: str) -> Principal:

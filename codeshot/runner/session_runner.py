@@ -187,9 +187,6 @@ class SessionRunner:
         if pending is None:
             return
         session, recent, query, history = pending
-        if self.s.auth.is_deleted(session.owner):  # its erasure takes the session: run nothing
-            log.info("session %s: its user has been deleted; not run", session.session_id)
-            return
         paused = recent.state if session.status is SessionStatus.AWAITING_INPUT else None
         if paused is None and query.answers:  # runs nothing: no running slot to take
             self._answered_ended(session, query, had_state=recent.state is not None)
