@@ -14,6 +14,7 @@ from codeshot.errors import CodeshotError, install_hint
 if TYPE_CHECKING:
     from collections.abc import Callable
 
+    from codeshot.client import Serving
     from codeshot.settings import Settings
 
 # Third-party packages of the `platform` and `local` extras (not installed with the SDK).
@@ -335,22 +336,46 @@ def _serve(args: argparse.Namespace) -> int:
     try:
         print(f"Serving {config.handle} at {url} for the platform at {target}", flush=True)
         if client is not None:
-            agent_id, lent = client.serve_here(agent_fields(config, url))
-            if lent is not None and lent.previous_url != url:
-                print(f"Updated {agent_id}: served here until Ctrl-C, then again at "
-                      f"{lent.previous_url}", flush=True)
-            else:  # new, or registered here before: it stays at this URL
-                print(f"{'Updated' if lent else 'Registered'} {agent_id} at {url} "
-                      "(agent.yaml and its handshake read): it stays registered there "
-                      "after Ctrl-C, answering only while served", flush=True)
+            serving = client.serve_here(agent_fields(config, url))
+            print(_serving_said(serving, url), flush=True)
+            lent = serving.lent
         print(f"Stopping ({wait_for_signal()}) ...", flush=True)
         if client is not None and lent is not None:
-            client.give_back(lent)
-            if lent.previous_url != url:
-                print(f"Restored {lent.agent_id} at {lent.previous_url}", flush=True)
+            restored = client.give_back(lent)
+            if not restored:
+                print(f"{lent.agent_id} stays at {url} (stopped now): its previous server "
+                      f"{lent.previous_url} does not answer; {_serve_again(lent.previous_url)}",
+                      flush=True)
+            elif lent.previous_url != url:
+                print(f"Restored {lent.agent_id} at {lent.previous_url}, with its own name, "
+                      "description and sample queries", flush=True)
     finally:
         server.stop()
     return 0
+
+
+def _serving_said(serving: Serving, url: str) -> str:
+    """What `serve --register` did, as it tells the user."""
+    lent = serving.lent
+    if lent is not None and lent.previous_url != url:
+        return (f"Updated {serving.agent_id}: served here until Ctrl-C, then again at "
+                f"{lent.previous_url} with its own name, description and sample queries")
+    # New, registered here before, or its server stopped: it stays at this URL.
+    unanswered = (f"; its previous server {serving.unanswered} does not answer"
+                  if serving.unanswered else "")
+    return (f"{'Updated' if lent or serving.unanswered else 'Registered'} {serving.agent_id} "
+            f"at {url} (agent.yaml and its handshake read{unanswered}): it stays registered "
+            "there after Ctrl-C, answering only while served")
+
+
+def _serve_again(url: str | None) -> str:
+    """How the user brings an agent back to its server at ``url``."""
+    from urllib.parse import urlsplit
+
+    where = urlsplit(url or "")
+    if where.hostname in ("127.0.0.1", "localhost") and where.port:
+        return f"serve it again with `codeshot serve DIR --register --port {where.port}`"
+    return f"start that server again, then `codeshot agent register DIR --url {url}`"
 
 
 def _agent_register(args: argparse.Namespace) -> int:

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 import httpx
 
-from codeshot.errors import CodeshotError, InvalidInput, Unavailable
+from codeshot.errors import AgentUnavailable, CodeshotError, InvalidInput, Unavailable
 
 if TYPE_CHECKING:
     from codeshot.sdk.project import AgentConfig
@@ -137,8 +137,8 @@ CREATE = f"mutation ($d: AgentInput!) {{ createAgent(agentData: $d) {{ {AGENT_FI
 UPDATE = f"mutation ($d: AgentInput!) {{ updateAgent(agentData: $d) {{ {AGENT_FIELDS} }} }}"
 
 
-CURRENT = ("query ($id: String!) { agentById(agentId: $id) { currentRevision { id "
-           "externalDeployment { url } } } }")
+CURRENT = ("query ($id: String!) { agentById(agentId: $id) { name description queries "
+           "moreInfoUrl published currentRevision { id externalDeployment { url } } } }")
 NEW_REVISION = ("mutation ($h: String!, $u: String!) { createAgentRevision(agentHandle: $h, "
                 "makeCurrent: true, revision: {metadata: [], externalDeployment: {url: $u}}, "
                 "reindexCorpora: false) { revision { id } } }")
@@ -146,18 +146,46 @@ SET_CURRENT = ("mutation ($h: String!, $r: ID!) { updateAgent(agentData: {handle
                "currentRevisionId: $r}) { agent { agentId } } }")
 DELETE_REVISION = ("mutation ($h: String!, $r: ID!) { deleteAgentRevision(agentHandle: $h, "
                    "revisionId: $r) { agent { agentId } } }")
+# What describes an agent to users and the router (AgentInput's names: AgentType's),
+# read before serve_here lends the agent and set back after.
+DESCRIBING = {"name": "name", "description": "description", "moreInfoUrl": "moreInfoUrl",
+              "sampleQueries": "queries", "published": "published"}
 
 
 @dataclass(frozen=True)
 class Lent:
     """An agent that was registered already, served here for a while: its new revision
-    (current while served) and the one to make current again after."""
+    (current while served), the one to make current again after, and what described it
+    before (``restore``: DESCRIBING's fields, as AgentInput takes them)."""
 
     agent_id: str
     handle: str
     revision_id: str
     previous_id: str
     previous_url: str | None
+    restore: dict[str, Any]
+
+
+@dataclass(frozen=True)
+class Serving:
+    """What :meth:`PlatformClient.serve_here` did: ``lent`` is None when the agent stays
+    at the URL served (new, or its server at ``unanswered`` did not answer)."""
+
+    agent_id: str
+    lent: Lent | None = None
+    unanswered: str | None = None
+
+
+def answers(url: str, timeout: float = 5.0) -> bool:
+    """Whether anything answers at ``url`` (any HTTP status does): a server that stopped
+    refuses the connection, or never takes it."""
+    try:
+        httpx.get(url, timeout=timeout)
+    except (httpx.ConnectError, httpx.ConnectTimeout):
+        return False
+    except httpx.HTTPError:  # it took the connection: a server is there
+        return True
+    return True
 
 
 class PlatformClient(GraphQLClient):
@@ -190,36 +218,53 @@ class PlatformClient(GraphQLClient):
                               error.get("code", CodeshotError.code))
         return agent_id, True
 
-
-    def serve_here(self, fields: dict[str, Any]) -> tuple[str, Lent | None]:
+    def serve_here(self, fields: dict[str, Any]) -> Serving:
         """The caller's agent ``fields["handle"]`` answered at ``fields["funcUrl"]`` for as
-        long as it is served there (as `fixie serve` does): a new agent is created (None);
-        an existing one gets a new current revision at that URL and agent.yaml's other
-        fields, its previous revision kept for :meth:`give_back`."""
+        long as it is served there (as `fixie serve` does). A new agent is created; one
+        whose server does not answer any more is registered here (its current revision
+        moves: no revision is left behind). One served elsewhere is lent: a new current
+        revision at this URL and agent.yaml's other fields, its previous revision and
+        what described it kept for :meth:`give_back`."""
         agent_id = f"{self.username()}/{fields['handle']}"
         agent = self.call(CURRENT, {"id": agent_id})["agentById"]
         previous = (agent or {}).get("currentRevision")
         if agent is None or previous is None:
-            return self.register(fields)[0], None
+            return Serving(self.register(fields)[0])
+        previous_url = (previous.get("externalDeployment") or {}).get("url")
+        if previous_url and previous_url != fields["funcUrl"] and not answers(previous_url):
+            return Serving(self.register(fields)[0], unanswered=previous_url)
         made = self.call(NEW_REVISION, {"h": fields["handle"], "u": fields["funcUrl"]})
+        # All of them, also those agent.yaml leaves out: switching revisions adds the
+        # few-shots' queries to the sample queries. moreInfoUrl may be null: "" clears it
+        # (null leaves a field as it is).
+        restore = {} if previous_url == fields["funcUrl"] else {  # served here again: kept
+            k: "" if agent[name] is None else agent[name] for k, name in DESCRIBING.items()}
         lent = Lent(agent_id, fields["handle"],
                     str(made["createAgentRevision"]["revision"]["id"]), str(previous["id"]),
-                    (previous.get("externalDeployment") or {}).get("url"))
+                    previous_url, restore)
         try:
             self.call(UPDATE, {"d": {k: v for k, v in fields.items()
                                      if k not in ("queryUrl", "funcUrl")}})
         except CodeshotError:  # agent.yaml refused: the agent goes back as it was
             self.give_back(lent)
             raise
-        return agent_id, lent
+        return Serving(agent_id, lent)
 
-    def give_back(self, lent: Lent) -> None:
-        """Make the revision before :meth:`serve_here`'s current again, and delete its own
-        (AGENT_UNAVAILABLE, nothing changed, if the previous URL does not answer).
-        agent.yaml's fields, applied by serve_here, stay (they are the agent's, not the
-        revision's)."""
-        self.call(SET_CURRENT, {"h": lent.handle, "r": lent.previous_id})
+    def give_back(self, lent: Lent) -> bool:
+        """Make the revision before :meth:`serve_here`'s current again, delete its own and
+        set back what described the agent; or, if the previous URL does not
+        answer, nothing (False): the agent stays at the URL it was lent to, as served
+        there."""
+        try:
+            self.call(SET_CURRENT, {"h": lent.handle, "r": lent.previous_id})
+        except RemoteError as exc:
+            if exc.code != AgentUnavailable.code:
+                raise
+            return False
         self.call(DELETE_REVISION, {"h": lent.handle, "r": lent.revision_id})
+        if lent.restore:
+            self.call(UPDATE, {"d": {"handle": lent.handle, **lent.restore}})
+        return True
 
 
 def agent_fields(config: AgentConfig, url: str) -> dict[str, Any]:

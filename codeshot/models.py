@@ -288,7 +288,7 @@ def check_agent_fields(agent: Agent) -> Agent:
         raise InvalidInput(f"{len(agent.sample_queries)} sample queries; an agent has at most "
                            f"{MAX_SAMPLE_QUERIES}")
     for query in agent.sample_queries:
-        check_sample_query(query)
+        check_text(query, "a sample query", MAX_SAMPLE_QUERY, one_line=True)
     _check_corpora(agent.corpora or [])
     funcs = agent.funcs or []
     if len(funcs) > MAX_FUNCS:
@@ -297,7 +297,9 @@ def check_agent_fields(agent: Agent) -> Agent:
         if not FUNC_NAME_RE.fullmatch(name) or len(name) > MAX_FUNC_NAME:
             raise InvalidInput(f"func name {name[:MAX_FUNC_NAME]!r} must be 1-"
                                f"{MAX_FUNC_NAME} letters, digits or '_'")
-    return agent
+    # A blank one is refused as given (check_sample_query); one a handshake sends or one
+    # stored before that was checked is dropped, not a reason to refuse other changes.
+    return agent.replace(sample_queries=[q for q in agent.sample_queries if q.strip()])
 
 
 def _check_corpora(corpora: list[Any]) -> None:

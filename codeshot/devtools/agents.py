@@ -24,11 +24,17 @@ from typing import Any
 from codeshot import ids
 from codeshot.engine.builtin import code_shot_components
 from codeshot.engine.components import CommandResult
-from codeshot.engine.executor import Executor, Status, TraceStep
+from codeshot.engine.executor import (
+    COMMAND_TIMEOUT_SETTING,
+    Executor,
+    Limits,
+    Status,
+    TraceStep,
+)
 from codeshot.engine.fewshot import parse_few_shots
 from codeshot.errors import CodeshotError, InvalidInput
 from codeshot.llm import LLM, ChatMessage, get_llm
-from codeshot.llm.fewshot import CANT_HELP, NO_REPLAY, miss
+from codeshot.llm.fewshot import DECLINES, NO_REPLAY, miss
 from codeshot.local.http_server import HttpServer
 from codeshot.local.stack import LOCAL_USER, TEMPLATE_DIR, LocalStack
 from codeshot.net.http import public_client
@@ -38,8 +44,6 @@ from codeshot.sdk.agent import AgentBase
 from codeshot.sdk.project import CONFIG_FILE, AgentConfig, AgentTest, load_agent, read_config
 from codeshot.services import Services
 from codeshot.settings import Settings, get_settings
-
-CALL_TIMEOUT = 30.0
 
 
 def handle_for(name: str) -> str:
@@ -121,6 +125,9 @@ class AgentTestClient:
     url: str
     agent_id: str
     token: Callable[[], str]
+    # Each call's, as the platform's (CODESHOT_AGENT_CALL_TIMEOUT_SECONDS, this user's)
+    timeout: float = dataclasses.field(
+        default_factory=lambda: get_settings().agent_call_timeout_seconds)
 
     def handshake(self) -> Handshake:
         return fetch_handshake(self.url, self.token(), allow_loopback=True)
@@ -130,15 +137,15 @@ class AgentTestClient:
         token = self.token()
         body = {"message": {"text": text, "embeds": {}}, "access_token": token}
         with public_client(allow_loopback=True) as client:
-            status, _, raw = request("POST", f"{self.url}/{func}", token, timeout=CALL_TIMEOUT,
+            status, _, raw = request("POST", f"{self.url}/{func}", token, timeout=self.timeout,
                                      json_body=body, client=client)
         return status, json.loads(raw)
 
     @contextmanager
     def runner(self) -> Iterator[AgentClient]:
         """The platform runner's own client (retries, reply parsing), minting our tokens."""
-        client = AgentClient(lambda *_: self.token(), timeout=CALL_TIMEOUT,
-                              allow_loopback=True)
+        client = AgentClient(lambda *_: self.token(), timeout=self.timeout,
+                             allow_loopback=True, timeout_set_by=COMMAND_TIMEOUT_SETTING)
         try:
             yield client
         finally:
@@ -268,10 +275,12 @@ def run_cases(client: AgentTestClient, cases: list[AgentTest], llm: LLM,
             else:
                 components = code_shot_components(handshake.base_prompt, handshake.few_shots,
                                                   call_func)
-                outcome = Executor(components, llm, trace=steps.append).run(case.query)
+                outcome = Executor(components, llm, trace=steps.append,
+                                   limits=Limits(command_timeout=client.timeout)
+                                   ).run(case.query)
                 text, status = outcome.text, outcome.status.value
             result = check(case, text, status, llm, judging)
-            if result.verdict is Verdict.FAIL and text == CANT_HELP:  # the replay had none
+            if result.verdict is Verdict.FAIL and text in DECLINES:  # the replay declined
                 why = [s.text.removeprefix(NO_REPLAY) for s in steps
                        if s.text.startswith(NO_REPLAY)]
                 result = dataclasses.replace(result, reason=why[-1] if why else miss(

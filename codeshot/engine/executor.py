@@ -60,6 +60,7 @@ from codeshot.errors import (
 )
 from codeshot.llm.base import LLM, ChatMessage, calls_ending_by
 from codeshot.models import MessageType
+from codeshot.settings import env_names, field_named
 from codeshot.text import cap_bytes
 
 log = logging.getLogger(__name__)
@@ -99,12 +100,16 @@ class Status(str, Enum):
     ERROR = "error"
 
 
+# What sets Limits.command_timeout where a query runs (the runner; `codeshot agent test`).
+COMMAND_TIMEOUT_SETTING = env_names(field_named("agent_call_timeout_seconds"))[0]
+
+
 @dataclass(frozen=True)
 class Limits:
     max_steps: int = 12  # LLM calls per run (a resume starts from the paused count)
     token_budget: int = 30_000  # input + output tokens per run
     max_tokens_per_call: int = 1_024
-    command_timeout: float = 30.0  # seconds per command call
+    command_timeout: float = 30.0  # seconds per command call: COMMAND_TIMEOUT_SETTING
     max_attempts: int = 5  # calls per command step, whatever failure handlers decide
     # time.monotonic() by which the whole query ends (shared by nested runs); None: no end
     deadline: float | None = None
@@ -570,7 +575,8 @@ class Executor:
             # again could run it twice.
             if wait < self.limits.command_timeout:
                 raise CallTimeout("this query's time ran out while waiting for a reply")
-            raise CallTimeout(f"no reply within {wait:g}s")
+            raise CallTimeout(f"no reply within {wait:g}s; {COMMAND_TIMEOUT_SETTING} sets "
+                              "how long")
         if "error" in box:
             raise box["error"]
         result: CommandResult | str = box["result"]

@@ -10,8 +10,14 @@ writes it). A replay never contradicts a result: when the example's answer canno
 every real result (a total the example computed, more dice than it rolled, a Func's
 reply in words where the example's was a number: a refusal), the answer is the results
 as returned. When no example is close it says it is an offline replay that found none,
-and so when its Ask would hold the example's own words or has no place for a count the
-query changed (an Ask of "2d6" for "two six-sided dice" cannot roll "a six-sided die").
+and so when its Ask would hold the example's own words; when the Ask has no place for a
+count the query changed (an Ask of "2d6" for "two six-sided dice" cannot roll "a
+six-sided die"; a number counts where the example said a count, fused with letters
+wherever it stands ("d12", "x3"; not "3pm", "2nd"), or right before a word its Ask
+receives or "times", so "at 3pm" or "In 2024," elsewhere in a question replays as without
+it), or an example's number in an Ask would take a query's number that stands elsewhere
+("2" of "in 2 minutes" for the "5" of "5 miles" where the query says "10 miles"), it says
+the example is close but the replay cannot fit that number, where a model would.
 Use it for local runs and tests of agents whose queries look like their few-shots; use
 ``bedrock`` or ``openai`` for anything else.
 """
@@ -32,11 +38,17 @@ from codeshot.llm.base import ChatMessage, Completion
 CANT_HELP = ("No example of this agent is close to your question, and this is an offline "
              "replay (the fewshot provider), not a language model: it only replays examples. "
              "Set CODESHOT_LLM to bedrock or openai for a real model.")
+# The example is close, but its Ask has no place for a count the question changed.
+NO_PLACE = ("An example of this agent is close to your question, but this offline replay (the "
+            "fewshot provider) cannot fit a number your question says into the call its "
+            "example makes; a language model would. Set CODESHOT_LLM to bedrock or openai for "
+            "a real model.")
+DECLINES = (CANT_HELP, NO_PLACE)  # the answers a replay gives when it replays nothing
 AS_RETURNED = "The offline replay cannot fit these results into its example's answer:"
 # An agent with no few-shots is a plain LLM agent: nothing here can stand in for the model.
 NEEDS_LLM = ("This agent needs a language model to answer, and the offline fewshot provider "
              "is not one: set CODESHOT_LLM to bedrock or openai.")
-NO_REPLAY = "No replay: "  # a Thought's start: why the replay answered CANT_HELP
+NO_REPLAY = "No replay: "  # a Thought's start: why the replay declined (DECLINES)
 THRESHOLD = 0.4  # below this Dice overlap of content words, an example does not apply
 
 _LETTERS = re.compile(r"[^\W\d_]{2}")  # a word: two letters running (not "18C"'s unit)
@@ -62,6 +74,13 @@ _COUNT_WORDS = {
 }
 # fmt: on
 _GROUPS = frozenset({"pair", "couple", "dozen"})
+# A number fused with letters counts wherever it stands ("d12", "2d6", "12-sided", "x3"),
+# but a time or an ordinal does not ("3pm", "9am", "2nd").
+_FUSED = re.compile(r"(?i)(?=[\w-]*\d)(?=[\w-]*[^\W\d_])[\w-]+")
+_NO_COUNT = re.compile(r"(?i)\d+(?:am|pm|h|st|nd|rd|th)")
+_TIMES = frozenset({"times", "x"})  # "3 times", "3 x": a count of what the Ask receives
+_PUNCTUATED = re.compile(r"[,:.?;!]")  # after a number: "In 2024," counts nothing after it
+_PLACES = frozenset({Kind.ASK_FUNC, Kind.ASK_AGENT})  # the lines a count reaches a call in
 _GIVEN = re.compile(r"\s*\(given: (.*)\)\s*\Z", re.DOTALL)  # the planner's hand-off
 
 
@@ -93,25 +112,61 @@ def word_substitutions(example: str, actual: str) -> dict[str, str]:
     article before its run, where the actual run has none, goes with it too ("the quick
     brown fox" -> "green eggs and ham", not "the green eggs and ham"). A count is no
     function word: "a" -> "two" maps with the word it counts ("a d20" -> "two d20"), as an
-    article alone would replace every "a" of a line.
+    article alone would replace every "a" of a line; nor is one after a function word
+    ("Roll me two d20" maps "a d20" -> "two d20" too), nor after other words, which map
+    apart ("Throw two" -> "Roll a pair of": "Throw" -> "Roll", "two" -> "a pair of").
     """
     return {old: new for run in _runs(example, actual) for old, new in run.pairs}
 
 
 @dataclass(frozen=True)
 class _Run:
-    """A run of words the two texts differ in: what it maps, its words (the actual
-    text's, or the example's where the actual left it out), and whether it changes a
+    """A run of words the two texts differ in: what it maps, the example's words and the
+    actual text's (with the word after them, which both have), and whether it changes a
     count or number (a replay that cannot carry one does what the example asked)."""
 
     pairs: list[tuple[str, str]]
-    words: str
+    example: list[str]
+    actual: list[str]
+    after: str | None
     recounts: bool
+    # The example's numbers it maps whose neighbouring word the query has beside another
+    # word ("5 miles" -> "2" where the query says "10 miles"): the alignment misplaced them.
+    misplaced: list[str]
+
+    @property
+    def words(self) -> str:
+        """The actual text's words, or the example's where the actual left them out."""
+        return " ".join(self.actual or self.example)
+
+    def counts_for(self, asked: set[str]) -> bool:
+        """Whether the number it changes is a count the Ask must carry: the example said a
+        count or number here ("a table" -> "two tables"), the actual text says one fused
+        with letters ("d12", "2d6", "x3") or right before a word the example's Ask receives
+        ("two" d20) or "times". A year, a time or a "#2" elsewhere in the question is no
+        count: a model would not carry it either."""
+        if not self.recounts:
+            return False
+        if any(_said(word) for word in self.example):
+            return True
+        words = [w.lower() for w in (*self.actual, *([self.after] if self.after else []))]
+        for k, word in enumerate(words[:len(self.actual)]):
+            if _fused(word):
+                return True
+            rest = words[k + 1:]
+            if word in _GROUPS and rest[:1] == ["of"]:  # "a pair of" d20
+                rest = rest[1:]
+            if _counts([word]) and rest and rest[0] in (asked - _STOPWORDS) | _TIMES:
+                return True
+        return False
 
 
 def _runs(example: str, actual: str) -> list[_Run]:
     """The runs the texts differ in, by alignment of their words."""
     left, right = _WORD.findall(example), _WORD.findall(actual)
+    # A number before punctuation ("In 2024, ", "Today at 5: ") counts nothing after it.
+    loose = {k for k, m in enumerate(_WORD.finditer(actual))
+             if _NUMBER.fullmatch(m.group(0)) and _PUNCTUATED.match(actual, m.end())}
     matcher = SequenceMatcher(
         None, [w.lower() for w in left], [w.lower() for w in right], autojunk=False
     )
@@ -119,16 +174,59 @@ def _runs(example: str, actual: str) -> list[_Run]:
     for op, i1, i2, j1, j2 in matcher.get_opcodes():
         if op == "equal":
             continue
-        if op == "replace" and None not in (_count(left[i1:i2]), _count(right[j1:j2])):
-            pairs = _recounted(left, right, i1, i2, j1, j2)
+        # A count after other words is still one, mapped on its own: "Roll me two d20",
+        # "the two d20"; "Throw two" -> "Roll a pair of" is "Throw" -> "Roll" and "two" ->
+        # "a pair of".
+        c1, d1 = _count_start(left, i1, i2), _count_start(right, j1, j2)
+        if op == "replace" and c1 is not None and d1 is not None and \
+                _content(left[i1:c1]) == _content(right[j1:d1]):
+            pairs = _recounted(left, right, c1, i2, d1, j2)
+            if _content(left[i1:c1]):
+                pairs = _replaced(left, right, i1, c1, j1, d1) + pairs
         elif op == "replace":
             pairs = _replaced(left, right, i1, i2, j1, j2)
         else:
             pairs = _widened(left, right, i1, i2, j1, j2)
-        runs.append(_Run([pair for pair in pairs if _kept(*pair)],
-                         " ".join(right[j1:j2] or left[i1:i2]),
-                         _counts(left[i1:i2]) != _counts(right[j1:j2])))
+        kept = [pair for pair in pairs if _kept(*pair)]
+        runs.append(_Run(kept, left[i1:i2], right[j1:j2],
+                         right[j2] if j2 < len(right) else None,
+                         _counts(left[i1:i2]) != _counts(
+                             [w for k, w in enumerate(right[j1:j2], j1) if k not in loose]),
+                         _misplaced(left, right, i1, i2, dict(kept))))
     return runs
+
+
+def _count_start(words: list[str], start: int, end: int) -> int | None:
+    """Where the count ``words[start:end]`` ends with starts, or None: it ends with none."""
+    return next((k for k in range(start, end) if _count(words[k:end]) is not None), None)
+
+
+def _content(words: Sequence[str]) -> bool:
+    """Whether any of the words is no function word."""
+    return any(w.lower() not in _STOPWORDS for w in words)
+
+
+def _misplaced(left: list[str], right: list[str], start: int, end: int,
+               mapped: dict[str, str]) -> list[str]:
+    """The example's numbers in ``left[start:end]`` that the run maps, whose neighbouring
+    word (the next, else the one before) the actual text has beside another word: "5
+    miles" aligned with "2 minutes" where the query says "10 miles"."""
+    lower = [w.lower() for w in right]
+    found = []
+    for k in range(start, end):
+        new = mapped.get(left[k])
+        if new is None or not _NUMBER.fullmatch(left[k]):
+            continue
+        for step in (1, -1):
+            if not 0 <= k + step < len(left) or left[k + step].lower() in _STOPWORDS:
+                continue
+            beside = [lower[n - step] for n, w in enumerate(lower)
+                      if w == left[k + step].lower() and 0 <= n - step < len(lower)]
+            if beside:
+                if new.split()[-1 if step == 1 else 0].lower() not in beside:
+                    found.append(left[k])
+                break
+    return found
 
 
 def _kept(old: str, new: str) -> bool:
@@ -209,6 +307,17 @@ def _count(words: Sequence[str]) -> int | None:
     if len(names) != 1:
         return None
     return int(names[0]) if names[0].isdecimal() else _COUNT_WORDS.get(names[0])
+
+
+def _said(word: str) -> bool:
+    """Whether a word says a count or number, one included ("a", "2", "d20", "six-sided")."""
+    return bool(numbers(word)) or any(part in _COUNT_WORDS for part in word.lower().split("-"))
+
+
+def _fused(word: str) -> bool:
+    """Whether a word is a number fused with letters that counts ("d12", "2d6", "x3",
+    "12-sided"), not a time or an ordinal ("3pm", "2nd")."""
+    return _FUSED.fullmatch(word) is not None and _NO_COUNT.fullmatch(word) is None
 
 
 def _counts(words: Sequence[str]) -> list[Decimal]:
@@ -333,12 +442,20 @@ def next_lines(examples: Sequence[FewShot], transcript: Sequence[Step]) -> str:
             break
         replayed = Step(step.kind, substitute(step.text, subs), step.target)
         if step.kind in ASKS and (kept := _example_words(replayed.text, asked, query, real)):
+            # A count word of the example's missing ("two" for "a pair of"): one the
+            # replay could not place.
             return _declined(f'the nearest few-shot, "{asked}", would ask "{replayed.text}": '
-                             f'{", ".join(sorted(kept))} not in the question')
-        if step.kind in ASKS and (lost := _lost_counts(turn, query)):
+                             f'{", ".join(sorted(kept))} not in the question',
+                             NO_PLACE if kept <= _COUNT_WORDS.keys() else CANT_HELP)
+        if step.kind in ASKS and (moved := _moved_numbers(turn, query)):
+            said = ", ".join(f'"{word}"' for word in moved)
+            return _declined(f'the nearest few-shot, "{asked}", would ask "{replayed.text}": '
+                             f"the question's number for {said} is not where the example's "
+                             "was", NO_PLACE)
+        if step.kind in ASKS and (lost := _lost_counts(turn, query, subs)):
             said = ", ".join(f'"{words}"' for words in lost)
             return _declined(f'the nearest few-shot, "{asked}", would ask "{replayed.text}": '
-                             f"it has no place for {said}")
+                             f"it has no place for {said}", NO_PLACE)
         if step.kind is Kind.A and real and not _carried(replayed.text, turn, query, real):
             lines.append(_as_returned(real))
             break
@@ -356,13 +473,26 @@ def _example_words(ask: str, asked: str, query: str, real: Sequence[Step]) -> se
     return content_words(ask) & content_words(asked) - known
 
 
-def _lost_counts(turn: Sequence[Step], query: str) -> list[str]:
+def _lost_counts(turn: Sequence[Step], query: str, subs: dict[str, str]) -> list[str]:
     """The query's words for each count it says where the example said another (and for
-    each count it left out) that no line the example writes has a place for: its "2d6"
-    for "two six-sided dice" would roll two dice for "a six-sided die"."""
-    written = [s.text for s in turn[1:] if s.kind not in SAYS]
-    return [run.words for run in _runs(turn[0].text, query) if run.recounts and not any(
-        _holds(text, old) for old, _ in run.pairs for text in written)]
+    each count it left out) that no Ask line of the example has a place for: its "2d6"
+    for "two six-sided dice" would roll two dice for "a six-sided die". Only an Ask is a
+    place: a count the answer alone carries ("Done: two tables") was never asked for; nor
+    one a longer substitution took first ("a d20" -> "2 d20" before "d20" -> "d20 3x")."""
+    written = [s.text for s in turn[1:] if s.kind in _PLACES]
+    asked = {word.lower() for text in written for word in _WORD.findall(text)}
+    return [run.words for run in _runs(turn[0].text, query) if run.counts_for(asked) and not any(
+        _holds(text, old) and _holds(substitute(text, subs), new)
+        for old, new in run.pairs for text in written)]
+
+
+def _moved_numbers(turn: Sequence[Step], query: str) -> list[str]:
+    """The example's numbers an Ask line holds that the alignment replaced by a number of
+    the query's standing elsewhere ("5" of "5 miles" by the "2" of "in 2 minutes", where
+    the query says "10 miles"): the replay would pass the wrong one."""
+    written = [s.text for s in turn[1:] if s.kind in _PLACES]
+    return [old for run in _runs(turn[0].text, query) for old in run.misplaced
+            if any(_holds(text, old) for text in written)]
 
 
 def _holds(text: str, phrase: str) -> bool:
@@ -370,9 +500,10 @@ def _holds(text: str, phrase: str) -> bool:
     return re.search(rf"(?<!\w){re.escape(phrase)}(?!\w)", text) is not None
 
 
-def _declined(why: str) -> str:
-    """CANT_HELP, after a Thought saying why: the trace shows it, the answer stays plain."""
-    return f"{Step(Kind.THOUGHT, NO_REPLAY + why).render()}\nA: {CANT_HELP}"
+def _declined(why: str, answer: str = CANT_HELP) -> str:
+    """An answer that declines (DECLINES), after a Thought saying why: the trace shows it,
+    the answer stays plain."""
+    return f"{Step(Kind.THOUGHT, NO_REPLAY + why).render()}\nA: {answer}"
 
 
 class FewShotLLM:

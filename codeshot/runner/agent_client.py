@@ -128,11 +128,13 @@ class AgentClient:
         retries: int = 2,
         backoff: float = 0.2,
         deadline: float | None = None,
+        timeout_set_by: str | None = None,
     ) -> None:
-        """``timeout``: seconds a Func call may take, its reply included; ``deadline``
+        """``timeout``: seconds a Func call may take, its reply included, which
+        ``timeout_set_by`` (a setting's variable) sets, named in TIMEOUT; ``deadline``
         (time.monotonic()): when the query's time is up, for every call."""
         self.mint_token = mint_token
-        self.timeout = timeout
+        self.timeout, self.timeout_set_by = timeout, timeout_set_by
         self.deadline = deadline
         self.allow_loopback = allow_loopback
         self.retries = retries
@@ -169,6 +171,11 @@ class AgentClient:
                     json_body={**body, "access_token": token}, client=self.http,
                     accept="application/json, application/x-ndjson",
                 )
+            except CallTimeout as exc:
+                if self.timeout_set_by is None:
+                    raise
+                raise CallTimeout(f"{exc.message}; {self.timeout_set_by} sets how long"
+                                  ) from exc
             except AgentUnavailable as exc:
                 wait = self.backoff * 2 ** attempt
                 # Not again: it may have run, or there is no time left to (unavailable).

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 from codeshot import ids
 from codeshot.engine.builtin import SessionHistory
-from codeshot.engine.executor import Limits, Outcome, Status, TraceStep
+from codeshot.engine.executor import COMMAND_TIMEOUT_SETTING, Limits, Outcome, Status, TraceStep
 from codeshot.errors import (
     AgentFailed,
     CallbackFailed,
@@ -423,7 +423,7 @@ class SessionRunner:
         client = AgentClient(
             self.s.auth.call_tokens(session.owner, session.session_id),
             timeout=settings.agent_call_timeout_seconds, allow_loopback=settings.local_mode,
-            deadline=deadline,
+            deadline=deadline, timeout_set_by=COMMAND_TIMEOUT_SETTING,
         )
         viewer = self.s.users.owner_name(session)
         refresh = functools.cache(self.s.agents.refresh)  # once a query, if it calls agents
@@ -449,6 +449,7 @@ class SessionRunner:
                 history=SessionHistory(memory.turns(), listed, unlisted),
                 agent_turns=memory.turns_with,
                 limits=Limits(max_tokens_per_call=settings.llm_max_tokens_per_call,
+                              command_timeout=settings.agent_call_timeout_seconds,
                               deadline=deadline),
                 budget=budget_for(self.s, session.owner),
                 agent_secret=self.s.agent_secrets.get,

@@ -198,11 +198,12 @@ class CodeShotAgent(AgentBase):
             func = self._funcs.get(name)
             if func is None and name not in PLATFORM_FUNC_NAMES:
                 near = difflib.get_close_matches(name, [*self._funcs, *PLATFORM_FUNC_NAMES], 1)
+                defined = sorted(f for f in self._funcs if not f.startswith("_"))  # not _oauth
                 raise FewShotError(
                     f"{where}: the few-shots ask Func[{name}], which no "
                     "@agent.register_func defines"
                     + (f" (did you mean Func[{near[0]}]?)" if near else "")
-                    + f"; defined: {', '.join(sorted(self._funcs)) or 'none'}",
+                    + f"; defined: {', '.join(defined) or 'none'}",
                     few_shot=number, line=line)
             if func is not None and func.arguments is not None and step.kind is Kind.ASK_FUNC:
                 try:

@@ -21,7 +21,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 from pydantic_core import ErrorDetails
 
-from codeshot.errors import InvalidInput
+from codeshot.errors import CodeshotError, InvalidInput
 from codeshot.models import check_sample_query, validate_handle
 from codeshot.sdk.agent import AgentBase
 
@@ -159,6 +159,8 @@ class _UniqueKeyLoader(yaml.SafeLoader):
                           ) -> dict[object, object]:
         seen: set[object] = set()
         for key_node, _ in node.value:
+            if key_node.tag == "tag:yaml.org,2002:merge":  # "<<": keys an explicit one overrides
+                continue
             key = self.construct_object(key_node, deep=deep)
             if key in seen:
                 raise yaml.constructor.ConstructorError(
@@ -231,26 +233,36 @@ def _import_entry(module_name: str, root: Path) -> ModuleType:
         raise InvalidInput(f"{where}: {type(exc).__name__}: {said}") from exc
 
 
-# Frames that raise on the agent code's behalf: codeshot's (the SDK refusing a Func name
-# or a parameter's type, the engine a few-shot's grammar), importlib's not finding a
-# module the agent imports. The agent's line is the one to name.
-_ON_BEHALF = (Path(__file__).resolve().parents[1], Path(importlib.__file__).resolve().parent)
+# Frames that raise on the agent code's behalf: importlib's not finding a module the agent
+# imports, and codeshot's refusing what the agent wrote (the SDK a Func name or a
+# parameter's type, the engine a few-shot's grammar: its own errors, TypeError and
+# ValueError). The agent's line is the one to name; any other error raised in codeshot
+# is a bug of ours, whose traceback is what to read.
+_CODESHOT = Path(__file__).resolve().parents[1]
+_IMPORTLIB = Path(importlib.__file__).resolve().parent
+_REFUSALS = (CodeshotError, TypeError, ValueError)
 
 
-def _on_behalf(path: Path, root: Path) -> bool:
+def _within(path: Path, root: Path, package: Path) -> bool:
     # Also codeshot installed inside the agent's directory (a bundle); but the examples
     # shipped inside the package are the agent's own code.
-    return any(path.is_relative_to(b) and not root.is_relative_to(b) for b in _ON_BEHALF)
+    return path.is_relative_to(package) and not root.is_relative_to(package)
 
 
 def _failed_at(exc: Exception, root: Path) -> str | None:
     """``file line N`` where ``exc`` was raised, if that is the agent's own code (under
     ``root``, not a package installed there): the innermost frame in a real file other
     than codeshot's and importlib's, or the file a SyntaxError names. None for an error
-    raised elsewhere (a library), whose traceback is what to read."""
-    places = [(frame.filename, frame.lineno) for frame in traceback.extract_tb(exc.__traceback__)
-              if not frame.filename.startswith("<")  # "<frozen importlib._bootstrap>"
-              and not _on_behalf(Path(frame.filename).resolve(), root)]
+    raised elsewhere (a library, or codeshot's own bug: not one of its refusals), whose
+    traceback is what to read."""
+    frames = [(Path(frame.filename).resolve(), frame.lineno)
+              for frame in traceback.extract_tb(exc.__traceback__)
+              if not frame.filename.startswith("<")]  # "<frozen importlib._bootstrap>"
+    if frames and _within(frames[-1][0], root, _CODESHOT) and not isinstance(exc, _REFUSALS):
+        return None
+    places: list[tuple[str | Path, int | None]] = [
+        (path, line) for path, line in frames
+        if not _within(path, root, _IMPORTLIB) and not _within(path, root, _CODESHOT)]
     if isinstance(exc, SyntaxError) and exc.filename:
         places.append((exc.filename, exc.lineno))
     if not places:

@@ -16,7 +16,6 @@ import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Mapping
 from dataclasses import dataclass
 from datetime import datetime
-from functools import partial
 from typing import TYPE_CHECKING
 
 from botocore.exceptions import ClientError, HTTPClientError
@@ -42,7 +41,7 @@ from codeshot.models import (
 )
 from codeshot.observability import correlation_id
 from codeshot.services import Services
-from codeshot.store.dynamo import cancelled_by, retry_transient
+from codeshot.store.dynamo import cancelled_by, is_transient, retry_transient
 from codeshot.store.embeds import check_content_type
 from codeshot.store.embeds import content_hash as hash_of
 from codeshot.store.queue import Work
@@ -82,13 +81,17 @@ class _Checked:
     ref: EmbedRef
 
 
-def _unconfirmed(exc: ClientError) -> bool:
-    """Whether DynamoDB's answer to a transaction leaves it unknown whether it was
-    written: an error of its own (5xx), or a resend's token still in progress; botocore
-    resent it after a timeout or a 5xx, so an earlier send may have landed."""
-    status = exc.response.get("ResponseMetadata", {}).get("HTTPStatusCode", 0)
-    return status >= 500 or exc.response.get("Error", {}).get("Code") == \
-        "TransactionInProgressException"
+def _unconfirmed(exc: Exception) -> bool:
+    """Whether DynamoDB's answer to a send of a transaction leaves it unknown whether it
+    was written: none (a timeout, a dropped connection), an error of its own (5xx), a
+    resend's token still in progress, or a refusal for the moment after botocore's own
+    resends (one that timed out or failed may have landed before it)."""
+    if not isinstance(exc, ClientError):
+        return isinstance(exc, (HTTPClientError, BotoConnectionError))
+    meta = exc.response.get("ResponseMetadata", {})
+    return meta.get("HTTPStatusCode", 0) >= 500 or \
+        exc.response.get("Error", {}).get("Code") == "TransactionInProgressException" or \
+        (meta.get("RetryAttempts", 0) > 0 and is_transient(exc))
 
 
 def _landed(exc: ClientError, at: int) -> bool:
@@ -186,8 +189,9 @@ class Messaging:
         message, in its transaction (a post that refuses its input, or is refused, holds
         none; see :mod:`codeshot.usecases.waits`), or on its own before a retry's wait for
         the first post's reply or before embeds are written to S3 (a refused wait writes
-        nothing). A transaction DynamoDB neither confirms nor refuses is UNAVAILABLE, its
-        message queued in case it was written (:meth:`_outcome_unknown`)."""
+        nothing). A transaction DynamoDB neither confirms nor refuses (or refuses for the
+        moment after a send it did not confirm) is UNAVAILABLE, its message queued in case
+        it was written (:meth:`_outcome_unknown`)."""
         user_id = user_id_of(principal)
         embeds = embeds or []
         slot = slot if slot and not slot.held else None  # one taken already is kept
@@ -246,18 +250,30 @@ class Messaging:
                 session_id, idempotency_key, message.message_id)})
         if slot:  # last: its refusal is read after the session's (bad input's own error)
             items.append({"Update": slot.take_request()})
+        unknown: list[bool] = []  # per send: whether DynamoDB left its outcome unknown
+
+        def send() -> None:
+            try:
+                self.s.sessions.db.transact_write_items(TransactItems=items)
+            except Exception as exc:
+                unknown.append(_unconfirmed(exc))
+                raise
+
         for attempt in range(SLOT_TRIES):
             if slot:
                 slot.held = True  # unless refused: a write whose outcome is unknown
             try:
                 # Cancelled because another write held one of its items (the runner's reply
                 # on the session, another post's quota charge): tried again, not refused.
-                retry_transient(partial(self.s.sessions.db.transact_write_items,
-                                        TransactItems=items))
+                retry_transient(send)
                 break
             except (ClientError, HTTPClientError, BotoConnectionError) as exc:
-                if not isinstance(exc, ClientError) or _unconfirmed(exc):
-                    raise self._outcome_unknown(session_id, message) from exc
+                # Unconfirmed, or given up on a refusal for the moment after a send that
+                # was (under its own token, it may still land); a definite refusal tells
+                # whether an earlier send landed (its message is there: _landed).
+                if not isinstance(exc, ClientError) or unknown[-1] or \
+                        (is_transient(exc) and any(unknown)):
+                    raise self._outcome_unknown(session_id, message, idempotency_key) from exc
                 if _landed(exc, len(charges) + 2):
                     if slot:
                         slot.held = True  # taken with it
@@ -274,21 +290,26 @@ class Messaging:
         self._enqueue(session_id, message)
         return message, True
 
-    def _outcome_unknown(self, session_id: str, message: Message) -> Unavailable:
-        """The error of a post whose transaction DynamoDB neither confirmed nor refused:
-        any of botocore's sends of it may have been written. Its message is queued all the
+    def _outcome_unknown(self, session_id: str, message: Message,
+                         idempotency_key: str | None) -> Unavailable:
+        """The error of a post whose transaction DynamoDB neither confirmed nor refused
+        for good: a send of it may have been written. Its message is queued all the
         same, so one that was written is answered (the runner skips work whose message is
-        not there); the same post again under its idempotency key finds it and queues it
-        again, which the queue drops (or the runner skips: answered) rather than run twice."""
+        not there). Under a deduplication id of its own: a send that lands after the runner
+        took this copy (and skipped it) is queued by the same post again under its key,
+        which the queue must not drop as this copy's duplicate; of two copies the runner
+        answers one (a session's queries run one at a time) and skips the other, answered."""
         try:
-            self._queue(session_id, message)
+            self._queue(session_id, message, again=True)
         except Exception:  # the retry under the key queues it
             log.exception("could not queue %s/%s, whose post may have been written",
                           session_id, message.message_id)
-        return Unavailable("the store did not confirm the message was posted: it may have "
-                           "been, and is then answered; send it again under the same "
-                           "idempotency key to be sure (it is never posted twice), or read "
-                           "the session first")
+        then = ("send it again under the same idempotency key to be sure (it is never "
+                "posted twice), or read the session first" if idempotency_key else
+                "read the session before sending it again (if it was posted, that posts it "
+                "twice)")
+        return Unavailable(f"the store did not confirm the message was posted to session "
+                           f"{session_id}: it may have been, and is then answered; {then}")
 
     def _refused(self, exc: ClientError, session_id: str, user_id: str,
                  charges: list[tuple[str, int]], unchanged_since: datetime | None,
@@ -399,9 +420,9 @@ class Messaging:
                                    "it again") from exc
         return earlier
 
-    def _queue(self, session_id: str, message: Message) -> None:
+    def _queue(self, session_id: str, message: Message, again: bool = False) -> None:
         self.s.queue.enqueue(Work(session_id, message.message_id,
-                                  correlation_id=correlation_id()))
+                                  correlation_id=correlation_id()), again=again)
 
     def _enqueue(self, session_id: str, message: Message) -> None:
         try:

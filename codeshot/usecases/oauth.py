@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import ipaddress
 import json
+import logging
 import re
 from dataclasses import dataclass
 from typing import Any
@@ -37,6 +38,8 @@ from codeshot.store.oauth import Flow, Grant, check_token
 from codeshot.text import as_one_line
 from codeshot.usecases.messaging import Messaging
 from codeshot.usecases.users import principal_of, user_id_of
+
+log = logging.getLogger("codeshot.api")
 
 CALLBACK_PATH = "/api/oauth/callback"
 START_PATH = "/api/oauth/start"
@@ -209,7 +212,9 @@ def complete(services: Services, state: str, browser: str | None, code: str | No
 def _resume(services: Services, flow: Flow) -> bool:
     """Answer the session's question with "I authorized <agent>." (as its user), if the
     question is this flow's link: not one asked since, nor a Fixie-style agent's link
-    that was part of an answer (the user asks again then)."""
+    that was part of an answer (the user asks again then). So does a post refused (the
+    daily quota) or not confirmed (UNAVAILABLE): the token is stored all the same, and
+    the page says so rather than "Not authorized"."""
     recent = services.sessions.recent(flow.session_id, RECENT_MESSAGES)
     session = recent.session
     if session is None or session.owner != flow.user_id or \
@@ -219,7 +224,11 @@ def _resume(services: Services, flow: Flow) -> bool:
     if question is None or flow.state not in question.text:
         return False
     user = principal_of(services.users.get(flow.user_id))
-    Messaging(services).post(user, flow.session_id, f"I authorized {flow.agent_id}.")
+    try:
+        Messaging(services).post(user, flow.session_id, f"I authorized {flow.agent_id}.")
+    except CodeshotError as exc:
+        log.info("could not resume %s after its authorization: %s", flow.session_id, exc)
+        return False
     return True
 
 

@@ -33,6 +33,7 @@ import json
 import logging
 import math
 import time
+from functools import partial
 from typing import Any
 from urllib.parse import quote
 
@@ -61,6 +62,7 @@ CALL_TIMEOUT_SECONDS = 5.0
 FIRST_DELAY_SECONDS = 1
 MAX_REPLY_BYTES = 64 * 1024
 MAX_PROMPT_ID = 200
+ANSWER_TRIES = 3  # the answer's post, sent again while its write is not confirmed
 STATUSES = frozenset({"pending", "resolved", "rejected"})
 
 
@@ -216,12 +218,23 @@ class Prompts:
     def _answer(self, session: Session, question: Message, answer: str) -> None:
         """The answer as the session owner's message: the runner resumes the program."""
         owner = principal_of(self.s.users.get(session.owner))
+        # Keyed by the question: a poll delivered twice still answers once, and a post
+        # whose write was not confirmed (UNAVAILABLE) is safely sent again, here: the
+        # callback is not asked again, and a first exchange's redelivery cannot post it
+        # (its prompt was POSTed, no id kept).
+        post = partial(Messaging(self.s).post, owner, session.session_id, answer,
+                       idempotency_key=f"prompt-{question.message_id}")
         try:
-            # Keyed by the question: a poll delivered twice still answers once.
-            Messaging(self.s).post(owner, session.session_id, answer,
-                                   idempotency_key=f"prompt-{question.message_id}")
-        except Unavailable:  # perhaps posted (then queued): a redelivery that finds the
-            raise  # question still open posts it again, under its key
+            for attempt in range(ANSWER_TRIES - 1):
+                with contextlib.suppress(Unavailable):
+                    post()
+                    return
+                time.sleep(0.2 * 2 ** attempt)
+            post()
+        except Unavailable:  # perhaps posted (queued: then answered). If not, a poll's
+            # redelivery polls again and posts it; a first exchange's cannot, and the last
+            # ends the question CALLBACK_FAILED, for the user to answer with a step.
+            raise
         except CodeshotError as exc:  # too long, over the daily quota ...
             self._end(session, question,
                       f"The callback's answer could not be used: {exc.message}", exc.code)

@@ -31,6 +31,7 @@ from codeshot.models import (
     AgentKind,
     Principal,
     check_agent_fields,
+    check_sample_query,
     utcnow,
     validate_handle,
 )
@@ -332,7 +333,8 @@ class AgentRegistration:
         agent = self._apply(current, fields)
         # The handshake's funcs and corpora are checked when it is read (describe): stored
         # ones from before their caps must not stop the owner changing anything else.
-        check_agent_fields(agent.replace(funcs=None, corpora=None))
+        checked = check_agent_fields(agent.replace(funcs=None, corpora=None))
+        agent = agent.replace(sample_queries=checked.sample_queries)  # blanks stored: dropped
         check_size(agent)  # with its vectors as they are: new ones are checked once made
         if new_handle and new_handle != handle:
             validate_handle(new_handle)
@@ -407,6 +409,8 @@ class AgentRegistration:
 
     @staticmethod
     def _apply(agent: Agent, fields: AgentFields) -> Agent:
+        for query in fields.sample_queries or []:
+            check_sample_query(query)
         updates = {k: v for k, v in vars(fields).items()
                    if v is not None and k != "mcp_authorization"}
         if updates.get("mcp_url") == "":

@@ -139,7 +139,7 @@ def dynamodb_checks(operation: str, body: dict[str, Any],
             partition_keys.get(table.rsplit("/", 1)[-1])
         arn = _table_arn(table) + (f"/index/{index}" if index else "")
         return Check(f"dynamodb:{action}", arn, dynamodb_context(
-            request | {"ReturnConsumedCapacity": body.get("ReturnConsumedCapacity")},
+            action, request | {"ReturnConsumedCapacity": body.get("ReturnConsumedCapacity")},
             key, items=items, enclosing=enclosing))
 
     if operation == "BatchGetItem":

@@ -137,9 +137,19 @@ def _principal_match(pattern: str, arn: str, account: str) -> bool:
 
 
 def _like_all(pattern: str, value: str, context: Context) -> bool:
-    """A Resource: wildcards across the whole ARN, after its policy variables."""
+    """A Resource, after its policy variables."""
     resolved = _substitute(pattern, context)
-    return resolved is not None and _like(resolved, value)
+    return resolved is not None and _resource_wildcard(resolved).fullmatch(value) is not None
+
+
+@cache
+def _resource_wildcard(pattern: str) -> re.Pattern[str]:
+    """A ``*`` stays within its part of the ARN, but for one that ends a part (IAM: "if the
+    * wildcard is the last character of a resource ARN segment, it can expand to match
+    beyond the colon boundaries")."""
+    return re.compile("".join(
+        (".*" if pattern[i + 1:i + 2] in ("", ":") else "[^:]*") if char == "*" else
+        "." if char == "?" else re.escape(char) for i, char in enumerate(pattern)), re.DOTALL)
 
 
 def _action_match(pattern: str, action: str) -> bool:
@@ -165,11 +175,13 @@ def _arn_like(pattern: str, value: str) -> bool:
 
 
 VARIABLE = re.compile(r"\$\{([^}]+)\}")
+DEFAULT = re.compile(r"'[^']*'")
 
 
 def _substitute(text: str, context: Context) -> str | None:
-    """Policy variables (``${aws:username}``) from the request; None where the request
-    does not carry the variable's key (the element then matches nothing)."""
+    """Policy variables (``${aws:username}``) from the request, or their default
+    (``${aws:username, 'anyone'}``) where the request does not carry the key; None where
+    it does not and there is none (the element then matches nothing)."""
     missing = False
 
     def value(match: re.Match[str]) -> str:
@@ -177,9 +189,12 @@ def _substitute(text: str, context: Context) -> str | None:
         name = match.group(1)
         if name in ("*", "?", "$"):
             return name
-        key = name.split(",", 1)[0].strip().lower()
+        key, _, default = (part.strip() for part in name.partition(","))
+        key = key.lower()
         if key not in context:
             raise Undetermined(f"condition key {key} (a policy variable) is not derived")
+        if not context[key] and DEFAULT.fullmatch(default):
+            return default[1:-1]
         if len(context[key]) != 1:
             missing = True
             return ""

@@ -34,35 +34,78 @@ def global_context(principal_arn: str, account: str, region: str) -> Context:
 
 
 # -- DynamoDB -----------------------------------------------------------------------------
-UPDATE_NAMES = re.compile(r"(?<![\w.#:])(#\w+|[A-Za-z_]\w*)(?!\w|\s*\()")
-UPDATE_KEYWORDS = frozenset({"set", "remove", "add", "delete"})
+# A name in an expression: a path's top level (not after "." or within a placeholder), not a
+# function (followed by "(").
+EXPRESSION_NAMES = re.compile(r"(?<![\w.#:])(#\w+|[A-Za-z_]\w*)(?!\w|\s*\()")
+# The grammar's words; reserved, so an attribute so named is always written as a #name.
+KEYWORDS = frozenset({"set", "remove", "add", "delete", "and", "or", "not", "between", "in"})
+# All an expression is made of: names, placeholders, paths, comparators, + and -.
+EXPRESSION_TEXT = re.compile(r"[\w\s#:.,()\[\]=<>+-]*")
+EXPRESSIONS = ("ProjectionExpression", "UpdateExpression", "ConditionExpression",
+               "FilterExpression", "KeyConditionExpression")
+# The legacy parameters, each a list or a map of attribute names.
+LEGACY_NAMES = ("AttributesToGet", "AttributeUpdates", "Expected", "QueryFilter", "ScanFilter",
+                "KeyConditions")
 KEY_EQUALITY = re.compile(r"^\(?\s*(#?\w+)\s*=\s*(:\w+)\s*\)?$|^\(?\s*(:\w+)\s*=\s*(#?\w+)\s*\)?$")
+READS = frozenset({"GetItem", "BatchGetItem", "Query", "Scan"})
+WRITES = frozenset({"PutItem", "UpdateItem", "DeleteItem"})
 
 
-def dynamodb_context(request: Mapping[str, Any], partition_key: str | None, *,
+def dynamodb_context(action: str, request: Mapping[str, Any], partition_key: str | None, *,
                      items: list[Mapping[str, Any]], enclosing: str | None = None) -> Context:
-    """``dynamodb:*`` keys of a request on one table (one item of a transaction, or one
-    table's part of a batch): ``items`` are its keys or items (``Key``, ``Item``, a batch's
-    ``Keys``), ``partition_key`` the table's. LeadingKeys is derived from the items or a
-    Query's key condition; not for a Scan or a read through an index (``partition_key``
-    None), nor for a request that names no partition value."""
+    """``dynamodb:*`` keys of ``action`` (``GetItem`` ...) on one table (one item of a
+    transaction, or one table's part of a batch): ``items`` are its keys or items (``Key``,
+    ``Item``, a batch's ``Keys``), ``partition_key`` the table's. LeadingKeys is derived from
+    the items or a Query's key condition; not for a Scan or a read through an index
+    (``partition_key`` None), nor for a request that names no partition value. Attributes
+    are every attribute the request reads, writes or conditions on ("read, written, or
+    evaluated in a conditional write or scan filter"); not derived where an expression holds
+    what the rehearsal does not parse."""
     names = request.get("ExpressionAttributeNames") or {}
-    attributes = {name for item in items for name in item} | _projection(
-        request.get("ProjectionExpression", ""), names) | set(
-        request.get("AttributesToGet") or ()) | set(request.get("AttributeUpdates") or ()) | {
-        names.get(name, name) for name in UPDATE_NAMES.findall(
-            request.get("UpdateExpression", "")) if name.lower() not in UPDATE_KEYWORDS}
+    expressed = _expression_names(request, names)
     context: Context = {
-        "dynamodb:Attributes": tuple(sorted(attributes)),
-        "dynamodb:Select": _present(request.get("Select")),
-        "dynamodb:ReturnValues": _present(request.get("ReturnValues")),
+        "dynamodb:Select": _select(action, request),
+        # "the ReturnValues parameter always has a value (NONE unless otherwise specified)"
+        "dynamodb:ReturnValues": _present(request.get("ReturnValues") or (
+            "NONE" if action in WRITES else None)),
         "dynamodb:ReturnConsumedCapacity": _present(request.get("ReturnConsumedCapacity")),
         "dynamodb:EnclosingOperation": _present(enclosing),
     }
+    if expressed is not None:
+        context["dynamodb:Attributes"] = tuple(sorted(
+            {name for item in items for name in item} | expressed |
+            {str(name) for key in LEGACY_NAMES for name in request.get(key) or ()}))
     leading = _leading_keys(request, partition_key, names, items)
     if leading is not None:
         context["dynamodb:LeadingKeys"] = tuple(sorted(set(leading)))
     return context
+
+
+def _expression_names(request: Mapping[str, Any], names: Mapping[str, str]) -> set[str] | None:
+    """The top-level attributes the request's expressions name (``#t`` as the name it stands
+    for), or None if one holds what the grammar does not, or an undefined ``#name``."""
+    found: set[str] = set()
+    for field in EXPRESSIONS:
+        expression = request.get(field) or ""
+        if not EXPRESSION_TEXT.fullmatch(expression):
+            return None
+        for name in EXPRESSION_NAMES.findall(expression):
+            if name.startswith("#") and name not in names:
+                return None
+            if name.lower() not in KEYWORDS:
+                found.add(names.get(name, name))
+    return found
+
+
+def _select(action: str, request: Mapping[str, Any]) -> Values:
+    """A read's Select, as DynamoDB fills it in when the request leaves it out ("the Select
+    parameter always has a value"): the projection's attributes, or all of the table's (of
+    the index's projection, through an index)."""
+    if request.get("Select") or action not in READS:
+        return _present(request.get("Select"))
+    if request.get("ProjectionExpression") or request.get("AttributesToGet"):
+        return ("SPECIFIC_ATTRIBUTES",)
+    return ("ALL_PROJECTED_ATTRIBUTES" if request.get("IndexName") else "ALL_ATTRIBUTES",)
 
 
 def _leading_keys(request: Mapping[str, Any], partition_key: str | None,
@@ -82,13 +125,6 @@ def _present(value: str | None) -> Values:
 
 def _scalar(value: Mapping[str, Any]) -> str:
     return str(next(iter(value.values())))
-
-
-def _projection(expression: str, names: Mapping[str, str]) -> set[str]:
-    """The top-level attributes of ``a, #b.c, d[0]``."""
-    paths = (p.strip() for p in expression.split(",") if p.strip())
-    return {names.get(top, top) for top in (re.split(r"[.\[]", p, maxsplit=1)[0]
-                                            for p in paths)}
 
 
 def _queried_partition(request: Mapping[str, Any], partition_key: str,
@@ -128,17 +164,21 @@ def s3_context(headers: Any, query: Mapping[str, list[str]]) -> Context:
 
 
 def s3_list_context(query: Mapping[str, list[str]]) -> Context:
-    """A ListObjects(V2) request's parameters (none for HeadBucket)."""
-    return {f"s3:{name}": _present(_first(query, name)) for name in LIST_PARAMETERS}
+    """A ListObjects(V2) request's parameters (none for HeadBucket). An empty one is the
+    empty string, as AWS's root-listing example (``"s3:prefix": ["", "home/"]``) reads
+    ``?prefix=``."""
+    return {f"s3:{name}": tuple(query.get(name, ())[:1]) for name in LIST_PARAMETERS}
 
 
 def s3_put_context(headers: Any, query: Mapping[str, list[str]], *, creates: bool,
                    copy: bool = False) -> Context:
-    """A write's headers (or a presigned URL's parameters), and whether it creates the
-    object (PutObject, CopyObject, CompleteMultipartUpload: ``s3:ObjectCreationOperation``;
-    not a multipart upload's start or its parts)."""
+    """A write's headers (its ``x-amz-*`` ones also from a presigned URL's parameters; the
+    HTTP conditional headers, If-None-Match and If-Match, only as headers), and whether it
+    creates the object (PutObject, CopyObject, CompleteMultipartUpload:
+    ``s3:ObjectCreationOperation``; not a multipart upload's start or its parts)."""
     names = PUT_HEADERS + (COPY_HEADERS if copy else ())
-    return {f"s3:{name}": _present(headers.get(name) or _first(query, name))
+    return {f"s3:{name}": _present(headers.get(name) or (
+        _first(query, name) if name.startswith("x-amz-") else None))
             for name in names} | {"s3:ObjectCreationOperation": (str(creates).lower(),)}
 
 

@@ -2,7 +2,9 @@
 unreachable gives a clear error and the API keeps serving what does not need it."""
 
 import json
+import re
 import threading
+from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import httpx
@@ -13,8 +15,10 @@ from codeshot import ids
 from codeshot.api.app import create_app
 from codeshot.errors import NotFound
 from codeshot.local.http_server import HttpServer
+from codeshot.models import MessageType
 from codeshot.services import Services
 from codeshot.store.sessions import SessionStore
+from codeshot.usecases.messaging import TERMINAL
 from tests.api.test_quota_and_posting import new_session
 from tests.conftest import code, free_port
 from tests.runner.conftest import run_queue
@@ -194,6 +198,37 @@ POST = """mutation ($s: String!, $k: String) { sendSessionMessage(messageData:
     {session: $s, text: "hello", wait: false, idempotencyKey: $k}) { message { id } } }"""
 
 
+def error(code_: str, status: int, **response) -> ClientError:
+    """DynamoDB's answer ``code_`` (HTTP ``status``) to a transaction."""
+    return ClientError({"Error": {"Code": code_, "Message": code_},
+                        "ResponseMetadata": {"HTTPStatusCode": status}, **response},
+                       "TransactWriteItems")
+
+
+def fifo(monkeypatch, platform) -> list[str]:
+    """SQS FIFO's rule, which moto keeps only while a copy is still queued: a send of a
+    deduplication id sent in the last five minutes is accepted, and dropped. The list
+    holds the ids dropped."""
+    sqs, sent, dropped = platform.services.queue.sqs, set(), []
+    send = sqs.send_message
+
+    def deduplicated(**request):
+        if request["MessageDeduplicationId"] in sent:
+            dropped.append(request["MessageDeduplicationId"])
+            return {"MessageId": "dropped"}
+        sent.add(request["MessageDeduplicationId"])
+        return send(**request)
+
+    monkeypatch.setattr(sqs, "send_message", deduplicated)
+    return dropped
+
+
+def replies(platform, session: str) -> list[str]:
+    """The ids of the messages the runner answered in ``session``, once each answer."""
+    return [m.in_reply_to for m in platform.services.sessions.all_messages(session)
+            if m.type in TERMINAL]
+
+
 def posted(platform, session: str) -> tuple[list[str], list[str]]:
     """The session's messages' texts, and the ids of the messages queued for the runner."""
     queued = platform.services.queue.receive(wait_seconds=0)
@@ -225,9 +260,9 @@ def test_a_post_whose_resend_was_refused_for_what_it_wrote_is_queued_unread(plat
     assert platform.services.usage.used("query", user_id) == 1
 
 
-def unconfirmed(monkeypatch, db, fault: Exception, written: bool = True) -> None:
+def unconfirmed(monkeypatch, db, fault: Exception, written: bool = True) -> Callable:
     """Every transaction that writes a message answered with ``fault`` (botocore's last
-    resend timed out, DynamoDB failed), ``written`` or not."""
+    resend timed out, DynamoDB failed), ``written`` or not; returns the real write."""
     write = db.transact_write_items
 
     def lost(**request):
@@ -238,6 +273,7 @@ def unconfirmed(monkeypatch, db, fault: Exception, written: bool = True) -> None
         raise fault
 
     monkeypatch.setattr(db, "transact_write_items", lost)
+    return write
 
 
 @pytest.mark.parametrize("written", [True, False])
@@ -254,8 +290,9 @@ def test_a_post_whose_write_is_unconfirmed_says_so_and_leaves_no_query_unqueued(
     out = platform.gql(key, POST, {"s": session})
     monkeypatch.undo()
     assert code(out) == "UNAVAILABLE", out
-    assert "may have been" in out["errors"][0]["message"]
-    assert "same idempotency key" in out["errors"][0]["message"]
+    said = out["errors"][0]["message"]  # sent without a key: none to send it again under
+    assert "may have been" in said and f"session {session}" in said
+    assert "idempotency key" not in said
     if written:  # charged once, and queued: the runner answers it
         texts, queued = posted(platform, session)
         assert texts == ["hello"] and len(queued) == 1
@@ -267,20 +304,150 @@ def test_a_post_whose_write_is_unconfirmed_says_so_and_leaves_no_query_unqueued(
         assert platform.services.usage.used("query", user_id) == 0
 
 
+def test_an_unconfirmed_post_in_a_session_its_request_made_names_that_session(
+        platform, monkeypatch):
+    """MCP's ask made the session in the request whose post was not confirmed: the error
+    names it, so it can be read, and asks for no idempotency key the caller never sent."""
+    _, key = platform.user()
+    unconfirmed(monkeypatch, platform.services.sessions.db,
+                ReadTimeoutError(endpoint_url="https://dynamodb"))
+    asked = platform.rpc(key, "/mcp", "tools/call", {"name": "ask", "arguments": {
+        "query": "hello"}}).json()
+    monkeypatch.undo()
+    said = asked["result"]["content"][0]["text"]
+    assert said.startswith("UNAVAILABLE: ") and "idempotency key" not in said, said
+    (session,) = re.findall(r"session (\S+):", said)
+    assert platform.rpc(key, "/mcp", "tools/call", {"name": "ask", "arguments": {
+        "query": "hello again", "session": session}}).json()["result"]
+    assert [m.text for m in platform.services.sessions.all_messages(session)
+            if m.type is MessageType.QUERY] == ["hello", "hello again"]
+
+
 def test_the_same_post_again_under_its_key_after_an_unconfirmed_write_is_that_post(
         platform, monkeypatch):
     """DynamoDB failed (500) a post's write it had made: the post again under its key is
-    that message, written, charged and queued once."""
+    that message, written and charged once; each queued a copy (the queue drops neither),
+    and the runner answers it once."""
     user_id, key = platform.user()
     session = new_session(platform, key)
-    unconfirmed(monkeypatch, platform.services.sessions.db, ClientError(
-        {"Error": {"Code": "InternalServerError", "Message": "Internal server error"},
-         "ResponseMetadata": {"HTTPStatusCode": 500}}, "TransactWriteItems"))
+    dropped = fifo(monkeypatch, platform)
+    write = unconfirmed(monkeypatch, platform.services.sessions.db,
+                        error("InternalServerError", 500))
     first = platform.gql(key, POST, {"s": session, "k": "k1"})
-    monkeypatch.undo()
+    monkeypatch.setattr(platform.services.sessions.db, "transact_write_items", write)
     assert code(first) == "UNAVAILABLE", first
+    assert "send it again under the same idempotency key" in first["errors"][0]["message"]
     again = platform.gql(key, POST, {"s": session, "k": "k1"})
     assert "errors" not in again, again
-    assert posted(platform, session) == (
-        ["hello"], [again["data"]["sendSessionMessage"]["message"]["id"]])
+    posted_id = again["data"]["sendSessionMessage"]["message"]["id"]
+    assert dropped == []
+    assert run_queue(platform.services) == 2  # two copies: one run, one skipped
+    assert replies(platform, session) == [posted_id]
     assert platform.services.usage.used("query", user_id) == 1
+
+
+def test_a_post_that_lands_after_the_runner_skipped_it_is_answered_when_sent_again(
+        platform, monkeypatch):
+    """DynamoDB answered 500 while the post's transaction was still being applied; the
+    runner took the copy the post queued before the write was visible, and skipped it;
+    then the write landed. The same post again under its key queues it again, and the
+    queue does not drop that as the first copy's duplicate (it did: written, charged,
+    and never answered)."""
+    user_id, key = platform.user()
+    session = new_session(platform, key)
+    db = platform.services.sessions.db
+    write, held = db.transact_write_items, []
+
+    def in_flight(**request):
+        if "MSG#" in str(request) and not held:
+            held.append(request)
+            raise error("InternalServerError", 500)
+        return write(**request)
+
+    dropped = fifo(monkeypatch, platform)
+    monkeypatch.setattr(db, "transact_write_items", in_flight)
+    first = platform.gql(key, POST, {"s": session, "k": "k1"})
+    monkeypatch.setattr(db, "transact_write_items", write)
+    assert code(first) == "UNAVAILABLE", first
+    assert run_queue(platform.services) == 1  # skipped: not written yet
+    write(**held[0])  # DynamoDB's transaction completes
+    again = platform.gql(key, POST, {"s": session, "k": "k1"})
+    assert "errors" not in again, again
+    assert dropped == []
+    assert run_queue(platform.services) == 1
+    assert replies(platform, session) == [again["data"]["sendSessionMessage"]["message"]["id"]]
+    assert platform.services.usage.used("query", user_id) == 1
+
+
+WAIT_POST = """mutation ($s: String!) { sendSessionMessage(messageData:
+    {session: $s, text: "hello", wait: true}) { message { id } } }"""
+
+
+def test_a_post_given_up_on_conflicts_while_its_first_send_was_in_progress_is_unconfirmed(
+        platform, monkeypatch):
+    """botocore's resends of a post's transaction ended in TransactionInProgressException
+    (an earlier send of its token still being applied); the tries after it, under tokens
+    of their own, conflict with that one until the post gives up. It may land still: the
+    post is UNAVAILABLE, its message queued (it was CONFLICT, and the message, once it
+    landed, written and charged, and never queued). Its waiting slot, given back when the
+    request ends, is taken again if it lands later: that one lapses."""
+    user_id, key = platform.user()
+    session = new_session(platform, key)
+    db = platform.services.sessions.db
+    write, held = db.transact_write_items, []
+
+    def busy(**request):
+        if "MSG#" not in str(request):
+            return write(**request)
+        if not held:
+            held.append(request)
+            raise error("TransactionInProgressException", 400)
+        reasons = [{"Code": "TransactionConflict"}] + \
+            [{"Code": "None"}] * (len(request["TransactItems"]) - 1)
+        raise error("TransactionCanceledException", 400, CancellationReasons=reasons)
+
+    platform.services.usage.make_room("waiting", user_id, "earlier")  # slots' item made
+    monkeypatch.setattr(db, "transact_write_items", busy)
+    out = platform.gql(key, WAIT_POST, {"s": session})
+    monkeypatch.undo()
+    write(**held[0])  # the send in progress is applied
+    assert code(out) == "UNAVAILABLE", out
+    texts, queued = posted(platform, session)
+    assert texts == ["hello"]
+    assert queued == [platform.services.sessions.all_messages(session)[0].message_id]
+    assert platform.services.usage.used("query", user_id) == 1
+
+
+@pytest.mark.parametrize("retried", [3, 0])
+def test_a_post_throttled_after_botocores_resends_may_have_been_written(platform, monkeypatch,
+                                                                        retried):
+    """A post throttled to the end: after botocore's own resends (``retried``), one before
+    may have been written (its response lost), so the post is UNAVAILABLE and its message
+    queued (it was RATE_LIMITED, though written and charged, and never queued); with none,
+    each send was refused, and it is RATE_LIMITED, nothing written."""
+    user_id, key = platform.user()
+    session = new_session(platform, key)
+    db = platform.services.sessions.db
+    write, calls = db.transact_write_items, []
+
+    def throttled(**request):
+        if "MSG#" not in str(request):
+            return write(**request)
+        if retried and not calls:
+            write(**request)  # botocore's first send landed; its response was lost
+        calls.append(1)
+        raise error("ThrottlingException", 400, ResponseMetadata={
+            "HTTPStatusCode": 400, "RetryAttempts": retried, "MaxAttemptsReached": True})
+
+    monkeypatch.setattr(db, "transact_write_items", throttled)
+    out = platform.gql(key, POST, {"s": session})
+    monkeypatch.undo()
+    texts, queued = posted(platform, session)
+    if retried:
+        assert code(out) == "UNAVAILABLE", out
+        assert texts == ["hello"] and len(queued) == 1
+        assert platform.services.usage.used("query", user_id) == 1
+    else:
+        assert code(out) == "RATE_LIMITED", out
+        assert (texts, queued) == ([], [])
+        assert platform.services.usage.used("query", user_id) == 0

@@ -66,7 +66,7 @@ def test_a_retry_queues_a_post_whose_first_try_died_before_queueing_it(platform,
     user_id, key = platform.user()
     session = new_session(platform, key)
 
-    def killed(work):
+    def killed(work, again=False):
         raise Killed
 
     monkeypatch.setattr(platform.services.queue, "enqueue", killed)

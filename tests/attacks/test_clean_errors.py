@@ -65,6 +65,23 @@ def test_an_empty_sample_query_is_refused(platform, query):
     assert platform.services.registry.scan_all() == []
 
 
+def test_a_blank_sample_query_stored_before_it_was_refused_blocks_no_other_change(platform):
+    """Stored before blanks were refused, it made every later update INVALID_INPUT."""
+    _, key = platform.user()
+    made = platform.gql(key, """mutation { createAgent(agentData: {handle: "quiet",
+        fewShots: [], basePrompt: "I help.", sampleQueries: ["Help me"]}) { agent { agentId } } }""")
+    assert "errors" not in made, made
+    agent_id = made["data"]["createAgent"]["agent"]["agentId"]
+    registry = platform.services.registry
+    stored = registry.get(agent_id)
+    registry.replace(stored.replace(sample_queries=["Help me", ""]))
+    out = platform.gql(key, """mutation { updateAgent(agentData: {handle: "quiet",
+        description: "A new description"}) { agent { description queries } } }""")
+    assert "errors" not in out, out
+    assert out["data"]["updateAgent"]["agent"] == {"description": "A new description",
+                                                   "queries": ["Help me"]}, out
+
+
 def test_json_nested_100000_deep_is_invalid_input(platform):
     _, key = platform.user()
     headers = {"Authorization": f"Bearer {key}", "Content-Type": "application/json"}

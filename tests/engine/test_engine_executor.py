@@ -132,7 +132,8 @@ def test_a_hanging_command_times_out(scripted, trace: list[TraceStep]) -> None:
     finally:
         release.set()
     assert time.monotonic() - started < 2
-    assert outcome.text == "Sorry, I could not finish: Func[quote] failed (no reply within 0.2s)."
+    assert outcome.text == "Sorry, I could not finish: Func[quote] failed (no reply within " \
+        "0.2s; CODESHOT_AGENT_CALL_TIMEOUT_SECONDS sets how long)."
     # Once: the first call may still be running, so it is not made again.
     assert [t.error_code for t in trace if t.type is MessageType.ERROR] == ["TIMEOUT"]
 
@@ -163,7 +164,8 @@ def test_a_nested_run_whose_caller_timed_out_stops_at_its_next_step(scripted) ->
                        sleep=lambda s: None)
     outcome = planner.run("What is GOOG at?")
     assert (outcome.error_code, outcome.text) == (
-        "TIMEOUT", "Sorry, I could not finish: Agent[fixie/stocks] failed (no reply within 0.1s).")
+        "TIMEOUT", "Sorry, I could not finish: Agent[fixie/stocks] failed (no reply within "
+        "0.1s; CODESHOT_AGENT_CALL_TIMEOUT_SECONDS sets how long).")
     time.sleep(1.0)  # time for three more of the nested model's steps, were it going on
     assert nested_calls == ["call"] and funcs_called == []
 

@@ -15,6 +15,7 @@ import subprocess
 import sys
 import textwrap
 import threading
+import time
 import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -23,6 +24,7 @@ from pathlib import Path
 import httpx
 import pytest
 
+import codeshot as codeshot_package
 from codeshot.devtools.agents import (
     NEEDS_JUDGE,
     format_results,
@@ -32,6 +34,7 @@ from codeshot.devtools.agents import (
     serve_agent_dir,
 )
 from codeshot.errors import InvalidInput
+from codeshot.llm.fewshot import NO_PLACE
 from codeshot.settings import Settings
 from tests.conftest import free_port
 from tests.engine.conftest import ScriptedLLM
@@ -334,6 +337,24 @@ def test_a_test_the_replay_would_answer_with_the_examples_words_says_so(tmp_path
                              "not in the question")
 
 
+def test_a_test_whose_count_the_replay_cannot_place_says_so(tmp_path):
+    """The answer said no example was close where one was, only its Ask ("2d6") had no
+    place for the test's "a": it says the replay cannot fit the number, and the reason
+    says where."""
+    directory = tmp_path / "dice"
+    shutil.copytree(Path(codeshot_package.__file__).parent / "local/examples/dice", directory)
+    main = directory / "agent.py"
+    main.write_text(main.read_text().replace("Ask Func[roll]: two six-sided dice",
+                                             "Ask Func[roll]: 2d6"))
+    config = directory / "agent.yaml"
+    config.write_text(config.read_text().split("tests:")[0] + "tests:\n"
+                      "  - query: Throw a six-sided die\n    regex: \"^You rolled [1-6]\\\\.$\"\n")
+    [result] = run_agent_tests(directory, Settings())
+    assert result.verdict.value == "FAIL" and result.answer == NO_PLACE
+    assert result.reason == ('the nearest few-shot, "Throw two six-sided dice", would ask '
+                             '"2d6": it has no place for "a"')
+
+
 def test_agent_test_finds_the_agents_own_mistakes_before_starting_a_platform(
         tmp_path, monkeypatch):
     """A few-shot's grammar or a file without tests is reported at once: no local
@@ -433,45 +454,171 @@ REVISIONS = "query ($id: String!) { agentById(agentId: $id) { allRevisions { isC
     "externalDeployment { url } } } }"
 
 
+def lender_dirs(tmp_path: Path) -> tuple[str, Path, Path]:
+    """An agent id of its own (were the test run again) and two agents of that handle:
+    the shouter, and one with its own name, description and few-shot (whose query the
+    platform adds to its sample queries)."""
+    handle = f"lender{uuid.uuid4().hex[:6]}"
+    first, second = agent_dir(tmp_path, handle), tmp_path / "again"
+    second.mkdir()
+    (second / "main.py").write_text((first / "main.py").read_text().replace(
+        "Q: Shout hello", "Q: Whisper hello"))
+    (second / "agent.yaml").write_text((first / "agent.yaml").read_text().replace(
+        "name: Shouter", "name: Whisperer").replace(
+        "The `shouter` agent shouts words back.", "Whispers notes."))
+    return f"local/{handle}", first, second
+
+
+def serving(stack_dir: Path, directory: Path, until: str, port: int | None = None):
+    """`codeshot serve DIR --register` on ``port`` (a free one by default), once it
+    printed ``until``; and its URL."""
+    port = port or free_port()
+    return running([sys.executable, "-m", "codeshot.cli", "serve", str(directory), "--port",
+                    str(port), "--register"], stack_dir, {**os.environ, "PYTHONPATH": str(ROOT)},
+                   until), f"http://127.0.0.1:{port}"
+
+
+def revisions(live_stack, agent_id: str) -> list[tuple[bool, str]]:
+    return [(r["isCurrent"], r["externalDeployment"]["url"]) for r in gql(
+        live_stack, REVISIONS, id=agent_id)["agentById"]["allRevisions"]]
+
+
+DESCRIBED = "query ($id: String!) { agentById(agentId: $id) { name description queries } }"
+
+
 def test_serve_register_lends_an_existing_agent_and_gives_it_back(live_stack, stack_dir,
                                                                   tmp_path):
     """It re-pointed the registered agent for good and said "Registered": after Ctrl-C
-    the agent was at a stopped server (AGENT_UNAVAILABLE)."""
-    handle = f"lender{uuid.uuid4().hex[:6]}"  # its own, were the test run again
-    agent_id = f"local/{handle}"
-    first, second = agent_dir(tmp_path, handle), tmp_path / "again"
-    second.mkdir()
-    for name in ("main.py", "agent.yaml"):
-        (second / name).write_text((first / name).read_text())
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
-
-    def serve(directory: Path, until: str):
-        return running([sys.executable, "-m", "codeshot.cli", "serve", str(directory),
-                        "--port", str(port := free_port()), "--register"], stack_dir, env,
-                       until), f"http://127.0.0.1:{port}"
-
-    def revisions() -> list[tuple[bool, str]]:
-        return [(r["isCurrent"], r["externalDeployment"]["url"]) for r in gql(
-            live_stack, REVISIONS, id=agent_id)["agentById"]["allRevisions"]]
-
-    serving, first_url = serve(first, f"Registered {agent_id}")
-    with serving:
-        lending, second_url = serve(second, f"Updated {agent_id}")
+    the agent was at a stopped server (AGENT_UNAVAILABLE). Then the URL came back, but
+    the name, description and sample queries stayed the lending agent's (the router sent
+    its queries to the agent served back)."""
+    agent_id, first, second = lender_dirs(tmp_path)
+    first_serving, first_url = serving(stack_dir, first, f"Registered {agent_id}")
+    with first_serving:
+        own = gql(live_stack, DESCRIBED, id=agent_id)["agentById"]
+        assert own["name"] == "Shouter"
+        lending, second_url = serving(stack_dir, second, f"Updated {agent_id}")
         with lending as lines:
             assert f"Updated {agent_id}: served here until Ctrl-C, then again at " \
-                f"{first_url}\n" in lines
-            assert (True, second_url) in revisions()
-            assert ask(live_stack, agent_id, "Shout hello") == "HELLO!"
-        assert lines[-1] == f"Restored {agent_id} at {first_url}\n"
-        assert revisions() == [(True, first_url)]
+                f"{first_url} with its own name, description and sample queries\n" in lines
+            assert (True, second_url) in revisions(live_stack, agent_id)
+            lent = gql(live_stack, DESCRIBED, id=agent_id)["agentById"]
+            assert (lent["name"], lent["description"]) == ("Whisperer", "Whispers notes.")
+            assert "Whisper hello" in lent["queries"]
+            assert ask(live_stack, agent_id, "Whisper hello") == "HELLO!"
+        assert lines[-1] == f"Restored {agent_id} at {first_url}, with its own name, " \
+            "description and sample queries\n"
+        assert revisions(live_stack, agent_id) == [(True, first_url)]
+        assert gql(live_stack, DESCRIBED, id=agent_id)["agentById"] == own
         assert ask(live_stack, agent_id, "Shout hello") == "HELLO!"
 
     # Served again where it is registered (the edit-and-serve loop): updated there, and
     # left there at Ctrl-C. It said "then again at" and "Restored" that same URL.
-    argv = [sys.executable, "-m", "codeshot.cli", "serve", str(first), "--port",
-            first_url.rsplit(":", 1)[1], "--register"]
-    with running(argv, stack_dir, env, f"Updated {agent_id}") as lines:
+    again, _ = serving(stack_dir, first, f"Updated {agent_id}",
+                       port=int(first_url.rsplit(":", 1)[1]))
+    with again as lines:
         assert f"Updated {agent_id} at {first_url} (agent.yaml and its handshake read): " \
             "it stays registered there after Ctrl-C, answering only while served\n" in lines
     assert not [line for line in lines if "Restored" in line or "then again" in line], lines
-    assert revisions() == [(True, first_url)]
+    assert revisions(live_stack, agent_id) == [(True, first_url)]
+
+
+def test_a_lent_agent_whose_server_stopped_first_stays_where_it_was_lent(
+        live_stack, stack_dir, tmp_path):
+    """Two servers of one agent, the first stopped first: the second's Ctrl-C ended in
+    AGENT_UNAVAILABLE ("revision ... was not made current") and exit 2, the agent at a
+    dead URL; serving it again lent that dead URL and failed the same way at each Ctrl-C,
+    leaving a revision behind each time."""
+    agent_id, first, second = lender_dirs(tmp_path)
+    first_port = free_port()
+    first_serving, first_url = serving(stack_dir, first, f"Registered {agent_id}",
+                                       port=first_port)
+    first_serving.__enter__()
+    lending, second_url = serving(stack_dir, second, f"Updated {agent_id}")
+    with lending as lines:
+        first_serving.__exit__(None, None, None)
+    assert lines[-1] == f"{agent_id} stays at {second_url} (stopped now): its previous " \
+        f"server {first_url} does not answer; serve it again with `codeshot serve DIR " \
+        f"--register --port {first_port}`\n"
+    assert revisions(live_stack, agent_id) == [(False, first_url), (True, second_url)]
+
+    for _ in range(2):  # the agent's server did not answer: registered here, no lending
+        again, url = serving(stack_dir, first, f"Updated {agent_id}")
+        stopped = revisions(live_stack, agent_id)[-1][1]
+        with again as lines:
+            assert f"Updated {agent_id} at {url} (agent.yaml and its handshake read; its " \
+                f"previous server {stopped} does not answer): it stays registered there " \
+                "after Ctrl-C, answering only while served\n" in lines
+            assert ask(live_stack, agent_id, "Shout hello") == "HELLO!"
+        assert lines[-1] == "Stopping (SIGTERM) ...\n"
+        assert revisions(live_stack, agent_id) == [(False, first_url), (True, url)]
+        assert gql(live_stack, DESCRIBED, id=agent_id)["agentById"]["name"] == "Shouter"
+
+
+SLOW = '''
+import time
+
+import codeshot.sdk as fixieai
+
+agent = fixieai.CodeShotAgent("I am an agent that waits.", """
+Q: Wait a bit
+Ask Func[wait]: 60
+Func[wait] says: waited
+A: I waited.
+""")
+
+
+@agent.register_func
+def wait(query: fixieai.Message) -> str:
+    print("The Func is running", flush=True)
+    time.sleep(float(query.text))
+    return "waited"
+'''
+
+
+def test_ctrl_c_during_a_func_tells_the_chat_the_agent_stopped(live_stack, stack_dir,
+                                                               tmp_path):
+    """uvicorn cancelled the Func's request 2 s after the Ctrl-C, printed some 60 lines
+    of traceback and answered 500: the chat read AGENT_ERROR (the agent's own failure)
+    where the agent had stopped."""
+    handle = f"slow{uuid.uuid4().hex[:6]}"
+    directory = agent_dir(tmp_path, handle)
+    (directory / "main.py").write_text(SLOW)
+    chat: list[subprocess.CompletedProcess] = []
+    asking = threading.Thread(target=lambda: chat.append(codeshot(
+        "chat", "--agent", f"local/{handle}", cwd=stack_dir, input="Wait a bit\n")))
+    served, url = serving(stack_dir, directory, f"Registered local/{handle}")
+    with served as lines:
+        asking.start()
+        for _ in range(300):
+            if "The Func is running\n" in lines:
+                break
+            time.sleep(0.1)
+        assert "The Func is running\n" in lines
+    asking.join(timeout=60)
+    assert lines[-1] == "Stopping (SIGTERM) ...\n", lines
+    assert not [line for line in lines if "Error" in line or "ERROR" in line], lines
+    assert "> ! AGENT_UNAVAILABLE: Sorry, I could not finish: Func[wait] failed (agent at " \
+        f"{url}/wait is unavailable: it answered HTTP 503: UNAVAILABLE the server was " \
+        "stopped before it answered).\n" in chat[0].stdout, chat[0].stdout
+
+
+def test_a_func_slower_than_the_call_timeout_fails_its_test_naming_the_setting(
+        tmp_path, monkeypatch):
+    """`codeshot agent test` waited its own 30 s whatever the setting, said "no reply
+    within 30s" without naming it, then printed uvicorn's traceback of the Func it
+    cancelled when the agent's server stopped."""
+    directory = agent_dir(tmp_path, "slow")
+    (directory / "main.py").write_text(SLOW)
+    yaml = directory / "agent.yaml"
+    yaml.write_text(yaml.read_text().split("tests:")[0]
+                    + "tests:\n  - query: Wait a bit\n    expected: I waited\n")
+    monkeypatch.setenv("CODESHOT_AGENT_CALL_TIMEOUT_SECONDS", "1")
+    started = time.monotonic()
+    out = codeshot("agent", "test", str(directory), cwd=tmp_path)
+    assert time.monotonic() - started < 25  # a local platform starts, the Func is given 1 s
+    assert out.returncode == 1 and out.stderr == "", out.stderr
+    # The engine's wait for the Func or the call's own timeout, whichever ends first
+    assert re.search(r"Func\[wait\] failed \((no reply|agent at \S+ did not answer) within "
+                     r"1s[^;]*; CODESHOT_AGENT_CALL_TIMEOUT_SECONDS sets how long\)\.",
+                     " ".join(out.stdout.split())), out.stdout

@@ -6,13 +6,22 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Callable, Iterator
+from email.message import Message
 from typing import Any
 
 import boto3
 import pytest
 from botocore.exceptions import ClientError
 
-from infra.rehearsal.aws_proxy import AwsProxy, Principal, describe, dynamodb_checks
+from infra.rehearsal.aws_proxy import (
+    AwsProxy,
+    Check,
+    Principal,
+    authorize,
+    describe,
+    dynamodb_checks,
+    s3_call,
+)
 
 BUCKET = "arn:aws:s3:::embeds"
 
@@ -56,7 +65,7 @@ def test_the_condition_keys_of_a_dynamodb_request():
     (check,) = dynamodb_checks("Query", query | {"ExpressionAttributeNames": {
         "#k": "pk", "#n": "items"}}, {"notes": "pk"})
     assert check.context["dynamodb:LeadingKeys"] == ("bob",)
-    assert check.context["dynamodb:Attributes"] == ("items", "sk")
+    assert check.context["dynamodb:Attributes"] == ("items", "pk", "sk")
     assert check.context["dynamodb:Select"] == ("SPECIFIC_ATTRIBUTES",)
     # a scan or a read through an index: the rehearsal does not say which keys it reads
     (scan,) = dynamodb_checks("Scan", {"TableName": "notes"}, {"notes": "pk"})
@@ -71,6 +80,77 @@ def test_the_condition_keys_of_a_dynamodb_request():
     assert (put.action, put.context["dynamodb:LeadingKeys"]) == ("dynamodb:PutItem", ("alice",))
     assert condition_check.context["dynamodb:LeadingKeys"] == ("carol",)
     assert put.context["dynamodb:EnclosingOperation"] == ("TransactWriteItems",)
+
+
+TABLE = "arn:aws:dynamodb:us-east-1:123456789012:table/notes"
+
+
+def on_notes(condition: dict) -> Principal:
+    return Principal("api", "api", [policy({"Effect": "Allow", "Action": "dynamodb:*",
+                                            "Resource": TABLE, "Condition": condition})])
+
+
+def one(operation: str, body: dict) -> Check:
+    (check,) = dynamodb_checks(operation, {"TableName": "notes"} | body, {"notes": "pk"})
+    return check
+
+
+def test_attributes_count_those_a_request_conditions_or_filters_on():
+    """The FGAC guide: the listed attributes are those that "can be read, written, or
+    evaluated in a conditional write or scan filter"."""
+    only = on_notes({"ForAllValues:StringEquals": {"dynamodb:Attributes": ["pk", "a"]}})
+    item = {"Item": {"pk": {"S": "x"}, "a": {"S": "1"}}}
+    assert authorize(only, one("PutItem", item | {
+        "ConditionExpression": "attribute_not_exists(pk)"})).allowed
+    assert not authorize(only, one("PutItem", item | {
+        "ConditionExpression": "attribute_not_exists(secret)"})).allowed
+    filtered = one("Scan", {"FilterExpression": "#s.k > :v AND size(b[0]) < :n OR NOT c IN (:v)",
+                            "ExpressionAttributeNames": {"#s": "secret"}})
+    assert filtered.context["dynamodb:Attributes"] == ("b", "c", "secret")
+    legacy = one("Query", {"KeyConditions": {"pk": {}}, "QueryFilter": {"d": {}},
+                           "Expected": {"e": {}}})
+    assert legacy.context["dynamodb:Attributes"] == ("d", "e", "pk")
+    # an expression the rehearsal cannot read (an undefined #name, an unknown character):
+    # the key is not derived, and a decision on it refuses naming it
+    for untrusted in ({"ConditionExpression": "#nope = :v"},
+                      {"FilterExpression": "a = :v; b"}):
+        check = one("Scan", untrusted)
+        assert "dynamodb:Attributes" not in check.context
+        assert "dynamodb:attributes" in authorize(only, check).reason
+
+
+def test_select_is_aws_s_default_where_a_read_leaves_it_out():
+    """The FGAC guide: "the Select parameter always has a value (ALL_ATTRIBUTES, unless
+    otherwise specified)"; its example policy refuses a Query without a projection."""
+    example = on_notes({"ForAllValues:StringEquals": {"dynamodb:Attributes": ["pk", "a"]},
+                        "StringEqualsIfExists": {"dynamodb:Select": "SPECIFIC_ATTRIBUTES"}})
+    query = {"KeyConditionExpression": "pk = :p", "ExpressionAttributeValues": {
+        ":p": {"S": "x"}}}
+    assert not authorize(example, one("Query", query)).allowed
+    assert authorize(example, one("Query", query | {"ProjectionExpression": "a"})).allowed
+    assert [one(operation, body).context["dynamodb:Select"] for operation, body in [
+        ("GetItem", {"Key": {"pk": {"S": "x"}}}),
+        ("GetItem", {"Key": {"pk": {"S": "x"}}, "AttributesToGet": ["a"]}),
+        ("Query", query | {"IndexName": "by-a"}),
+        ("Scan", {"Select": "COUNT"}),
+        ("PutItem", {"Item": {"pk": {"S": "x"}}})]] == [
+        ("ALL_ATTRIBUTES",), ("SPECIFIC_ATTRIBUTES",), ("ALL_PROJECTED_ATTRIBUTES",),
+        ("COUNT",), ()]
+    (get,) = dynamodb_checks("TransactGetItems", {"TransactItems": [
+        {"Get": {"TableName": "notes", "Key": {"pk": {"S": "x"}}}}]}, {"notes": "pk"})
+    assert get.context["dynamodb:Select"] == ("ALL_ATTRIBUTES",)
+
+
+def test_return_values_is_none_where_a_write_leaves_it_out():
+    """The FGAC guide: "the ReturnValues parameter always has a value (NONE unless
+    otherwise specified)"; its example 3 allows a plain UpdateItem."""
+    example3 = on_notes({"StringEquals": {"dynamodb:ReturnValues": ["NONE", "UPDATED_OLD"]}})
+    update = {"Key": {"pk": {"S": "x"}}, "UpdateExpression": "SET a = :v"}
+    assert authorize(example3, one("UpdateItem", update)).allowed
+    assert not authorize(example3, one("UpdateItem", update | {
+        "ReturnValues": "ALL_NEW"})).allowed
+    assert one("DeleteItem", update).context["dynamodb:ReturnValues"] == ("NONE",)
+    assert one("GetItem", update).context["dynamodb:ReturnValues"] == ()
 
 
 # -- through the proxy, in front of moto's server -----------------------------------------
@@ -151,6 +231,39 @@ def test_the_bucket_policy_refuses_a_put_without_if_none_match(proxy, bucket):
     assert "DenyOverwrites" in refused(lambda: s3.complete_multipart_upload(
         Bucket=bucket, Key="embeds/c", UploadId=upload,
         MultipartUpload={"Parts": [{"ETag": part["ETag"], "PartNumber": 1}]}))
+
+
+def test_if_none_match_is_read_from_the_headers_only():
+    """An HTTP conditional header, not a parameter S3 reads from a presigned URL's query
+    (as it reads x-amz-*): a put carrying it only there is an unconditional put."""
+    deny = policy({"Sid": "DenyOverwrites", "Effect": "Deny", "Principal": {"AWS": "*"},
+                   "Action": "s3:PutObject", "Resource": BUCKET + "/*",
+                   "Condition": {"Null": {"s3:if-none-match": "true"}}})
+    api = Principal("api", "api", [policy({"Effect": "Allow", "Action": "s3:*",
+                                           "Resource": BUCKET + "/*"})])
+
+    def put(query: dict[str, list[str]], headers: Message) -> bool:
+        (check,) = s3_call("PUT", "/embeds/uploads/u/abc", query, headers).checks
+        return authorize(api, check, resource_policies={BUCKET: [deny]}).allowed
+
+    conditional = Message()
+    conditional["If-None-Match"] = "*"
+    assert put({}, conditional)
+    assert not put({"if-none-match": ["*"]}, Message())
+
+
+def test_an_empty_prefix_parameter_is_the_empty_string():
+    """AWS's example grant of the bucket's root listing: "s3:prefix": ["", "home/"]."""
+    lister = Principal("api", "api", [policy({
+        "Effect": "Allow", "Action": "s3:ListBucket", "Resource": BUCKET,
+        "Condition": {"StringEquals": {"s3:prefix": ["", "home/"]}}})])
+
+    def listing(query: dict[str, list[str]]) -> Check:
+        return s3_call("GET", "/embeds", {"list-type": ["2"]} | query, Message()).checks[0]
+
+    assert listing({"prefix": [""]}).context["s3:prefix"] == ("",)
+    assert authorize(lister, listing({"prefix": [""], "delimiter": ["/"]})).allowed
+    assert not authorize(lister, listing({})).allowed  # no prefix: the key is absent
 
 
 SCHEMA = [{"AttributeName": "pk", "KeyType": "HASH"}, {"AttributeName": "sk", "KeyType": "RANGE"}]

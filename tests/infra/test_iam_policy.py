@@ -128,6 +128,35 @@ def test_a_policy_variable_is_the_request_s_value():
     assert not ask([objects], mine, action="s3:GetObject", resource=BUCKET + "/home/bob/a")[0]
 
 
+def test_a_policy_variable_s_default_stands_for_an_absent_key():
+    """IAM: ``${key, 'default'}`` is ``default`` where the request does not carry key."""
+    home = grant(action="s3:GetObject", resource=BUCKET + "/home/${aws:username, 'shared'}/*")
+    nobody: dict[str, tuple[str, ...]] = {"aws:username": ()}
+    assert ask([home], nobody, action="s3:GetObject", resource=BUCKET + "/home/shared/a")[0]
+    assert not ask([home], nobody, action="s3:GetObject", resource=BUCKET + "/home/bob/a")[0]
+    assert ask([home], {"aws:username": ("bob",)}, action="s3:GetObject",
+               resource=BUCKET + "/home/bob/a")[0]
+    deny = {"Statement": [grant()["Statement"][0] | {
+        "Effect": "Deny", "Resource": TABLE.replace("notes", "${aws:username, 'notes'}")}]}
+    assert not ask([grant(), deny], nobody)[0]
+
+
+def test_a_wildcard_within_a_part_of_an_arn_does_not_cross_its_colons():
+    """IAM: "if the * wildcard is the last character of a resource ARN segment, it can
+    expand to match beyond the colon boundaries": one that is not, cannot."""
+    model = "arn:aws:bedrock:us-east-1::foundation-model/anthropic.claude-v1:0"
+
+    def on(resource: str) -> bool:
+        return ask([grant(action="bedrock:InvokeModel", resource=resource)], {},
+                   action="bedrock:InvokeModel", resource=model)[0]
+
+    assert on("arn:aws:bedrock:*::foundation-model/anthropic.*")
+    assert on("arn:aws:bedrock:us-east-1:*")
+    assert on("arn:aws:bedrock:us-east-1::foundation-model/*-v1:0")
+    assert not on("arn:aws:bedrock:us-east-1::foundation-model/*-v1*0")
+    assert not on("arn:aws:bedrock:us-east-1*foundation-model/anthropic.claude-v1:0")
+
+
 def test_a_key_the_rehearsal_does_not_derive_refuses_naming_it():
     """Where moto's evaluator let such a grant through, whatever the request held."""
     allowed, reason = ask([grant({"IpAddress": {"aws:SourceIp": "10.0.0.0/8"}})], {})

@@ -333,7 +333,7 @@ def test_a_retried_task_whose_first_try_died_before_queueing_its_input_is_answer
     user, key = new_account(stack, "apkilled")
     principal = principal_of(user)
 
-    def killed(work):
+    def killed(work, again=False):
         raise Killed
 
     monkeypatch.setattr(stack.services.queue, "enqueue", killed)

@@ -20,7 +20,7 @@ from codeshot.cli import main
 from codeshot.models import MessageType
 from codeshot.sdk import CodeShotAgent, Message, OAuthHandler, OAuthParams
 from tests.oauth_provider import Provider, continue_from_page, origin
-from tests.protocols.conftest import new_user, register_served
+from tests.protocols.conftest import new_account, new_user, register_served
 
 READER_FEW_SHOTS = """
 Q: What is on my reading list?
@@ -426,6 +426,34 @@ def test_the_console_account_page_lists_authorized_agents_and_revokes_them(
     assert "Revoked local/reader&#39;s token" in revoked.text
     assert "No agent holds a token of yours." in revoked.text
     assert stack.services.oauth.get_token(user_id(stack, grace), reader) is None
+
+
+def test_an_authorization_whose_resuming_post_is_not_confirmed_says_authorized(
+        stack, provider, reader, monkeypatch):
+    """The token is stored, but the post that resumes the session timed out (botocore's
+    last resend): the page says the agent is authorized and to ask again (it said "Not
+    authorized" and to send the post again under an idempotency key the user never saw)."""
+    from botocore.exceptions import ReadTimeoutError
+
+    _, ivan = new_account(stack, "ivan")
+    session, paused = ask(stack, ivan, QUESTION)
+    (url,) = URL.findall(paused["message"]["text"])
+    db = stack.services.sessions.db
+    write = db.transact_write_items
+
+    def timed_out(**request):
+        if "I authorized" in str(request):
+            raise ReadTimeoutError(endpoint_url="https://dynamodb.us-east-1.amazonaws.com")
+        return write(**request)
+
+    monkeypatch.setattr(db, "transact_write_items", timed_out)
+    back = authorize(provider, url, "alice")  # at the provider
+    monkeypatch.undo()
+    assert back.status_code == 200, back.text
+    assert "You authorized" in back.text and "Ask it again in your conversation" in back.text
+    assert stack.services.oauth.get_token(user_id(stack, ivan), reader) is not None
+    _, again = ask(stack, ivan, QUESTION, session=session)
+    assert again["message"]["text"] == "Your reading list: Middlemarch, Ulysses."
 
 
 def test_a_fixie_style_func_answers_with_the_link_and_the_user_asks_again(stack, provider):

@@ -374,7 +374,7 @@ def test_a_query_closed_because_it_could_not_be_queued_is_never_answered_later(
     roll = """mutation ($s: String!) { sendSessionMessage(messageData: {session: $s,
         text: "Roll 1d20", wait: false, idempotencyKey: "k1"}) { message { id } } }"""
 
-    def unqueued(work):
+    def unqueued(work, again=False):
         raise ConnectionError("SQS is unreachable")
 
     monkeypatch.setattr(platform.services.queue, "enqueue", unqueued)

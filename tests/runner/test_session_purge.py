@@ -130,7 +130,7 @@ def test_a_message_that_could_not_be_queued_leaves_no_error_in_a_deleted_session
     session_id = session_with(services, 0)
     finishes = []
 
-    def queue_down(work):
+    def queue_down(work, again=False):
         finishes.append(deletion_begun(services, session_id))
         raise ConnectionError("the queue is down")
 

@@ -375,18 +375,25 @@ def test_what_the_sdk_and_engine_refuse_while_the_agent_loads_names_its_line(tmp
 
 def test_codeshot_bundled_in_the_agents_directory_still_raises_on_its_behalf(tmp_path,
                                                                             monkeypatch):
-    """A Lambda bundle holds codeshot beside agent.py: its frames are not the agent's."""
+    """A Lambda bundle holds codeshot beside agent.py: its frames are not the agent's. But
+    only its refusals raise on the agent's behalf: any other error in codeshot is a bug of
+    ours, which kept its traceback no longer once every codeshot frame was skipped."""
     from codeshot.sdk import project
 
     bundled = tmp_path / "bundled_sdk"
     bundled.mkdir()
-    (bundled / "refusing.py").write_text("def refuse():\n    raise TypeError('refused')\n")
-    (tmp_path / "bundle_agent.py").write_text(
-        f"import sys\nsys.path.insert(0, {str(bundled)!r})\nimport refusing\nrefusing.refuse()\n")
-    monkeypatch.setattr(project, "_ON_BEHALF", (bundled.resolve(),))
+    (bundled / "refusing.py").write_text("def refuse():\n    raise TypeError('refused')\n\n"
+                                         "def bug():\n    return {}['integer']\n")
+    for name, call in (("bundle_agent", "refuse"), ("bundle_bug", "bug")):
+        (tmp_path / f"{name}.py").write_text(
+            f"import sys\nsys.path.insert(0, {str(bundled)!r})\nimport refusing\n"
+            f"refusing.{call}()\n")
+    monkeypatch.setattr(project, "_CODESHOT", bundled.resolve())
     monkeypatch.syspath_prepend(str(tmp_path))
     with pytest.raises(InvalidInput, match=r"^bundle_agent.py line 4: TypeError: refused$"):
         project._import_entry("bundle_agent", tmp_path.resolve())
+    with pytest.raises(KeyError, match="integer"):  # not "bundle_bug.py line 4: KeyError"
+        project._import_entry("bundle_bug", tmp_path.resolve())
 
 
 @pytest.mark.parametrize(("text", "says"), [
@@ -424,6 +431,15 @@ def test_a_key_written_twice_in_agent_yaml_is_refused(agent_dirs):
         read_config(agent_dirs / "a")
     assert raised.value.message == (f"{agent_dirs / 'a' / 'agent.yaml'} line 3: not valid "
                                     "YAML: duplicate key 'handle'")
+
+
+def test_yaml_merge_keys_still_load_in_agent_yaml(agent_dirs):
+    """The duplicate-key check read "<<" as a key and refused YAML's merge keys."""
+    from codeshot.sdk.project import read_config
+
+    write_agent(agent_dirs / "a", "handle: a\ntests:\n  - &roll\n    query: Roll a d20\n"
+                "    regex: '^You rolled'\n  - <<: *roll\n    query: Roll a d6\n")
+    assert [t.query for t in read_config(agent_dirs / "a").tests] == ["Roll a d20", "Roll a d6"]
 
 
 def test_every_key_of_the_fixie_examples_agent_yaml_files_still_loads(agent_dirs):

@@ -32,9 +32,18 @@ DICE = re.compile(r"(?:\b(\d{1,6})\s{0,3}|\b)d\s{0,3}(\d{1,6})", re.IGNORECASE)
 # "a twenty-sided die", "two 6-sided dice", "a pair of dice": how people say it (and what
 # the offline replay passes on, where a model might write 1d20); dice of no sides are six
 SIDED = re.compile(r"\b(?:(\w{1,12})[ -]sided\s{1,3})?dic?e\b", re.IGNORECASE)
-WORDS = {"a": 1, "an": 1, "one": 1, "two": 2, "three": 3, "four": 4, "five": 5, "six": 6,
-         "seven": 7, "eight": 8, "nine": 9, "ten": 10, "twelve": 12, "twenty": 20,
-         "hundred": 100, "pair": 2}
+_UNITS = ("zero", "one", "two", "three", "four", "five", "six", "seven", "eight", "nine", "ten",
+          "eleven", "twelve", "thirteen", "fourteen", "fifteen", "sixteen", "seventeen",
+          "eighteen", "nineteen")
+_TENS = {"twenty": 20, "thirty": 30, "forty": 40, "fifty": 50, "sixty": 60, "seventy": 70,
+         "eighty": 80, "ninety": 90}
+WORDS = {**{word: n for n, word in enumerate(_UNITS)}, **_TENS, "a": 1, "an": 1,
+         "hundred": 100, "pair": 2, "couple": 2, "dozen": 12}
+# Words that may stand before the dice without counting them: one die ("roll d20",
+# "roll the dice", as a model may pass the request on); any other word is refused, as
+# "some dice" or "thirty-one dice" would otherwise quietly roll one.
+NOT_COUNTS = frozenset({"roll", "throw", "toss", "the", "my", "me", "us", "please", "of",
+                        "and", "then", "now", "just", "for"})
 
 
 def number(word: str) -> int | None:
@@ -42,31 +51,32 @@ def number(word: str) -> int | None:
     return int(word) if word.isdecimal() else WORDS.get(word.lower())
 
 
-def count_before(text: str) -> int:
-    """The count said just before the dice ("two", "3", "a", "a pair of"); none: one."""
+def count_before(text: str) -> int | None:
+    """The count said just before the dice ("two", "3", "a", "a pair of"; a word of
+    :data:`NOT_COUNTS` or none: one), or None for any other word ("some", "a trio of")."""
     words = text.lower().split()
-    if words[-1:] == ["of"]:  # "a pair of"
+    if words[-2:-1] and words[-1] == "of":  # "a pair of", "a handful of"
         words.pop()
-    said = number(words[-1]) if words else None
-    return 1 if said is None else said
+    if not words or words[-1] in NOT_COUNTS:
+        return 1
+    return number(words[-1])
 
 
 def dice_asked(text: str) -> tuple[int, int] | None:
     """(count, sides) of the dice ``text`` asks for, or None."""
     if match := DICE.search(text):
         count = int(match.group(1)) if match.group(1) else count_before(text[:match.start()])
-        return count, int(match.group(2))
-    if match := SIDED.search(text):
-        sides = number(match.group(1) or "6")
-        if sides is not None:
-            return count_before(text[:match.start()]), sides
+        return None if count is None else (count, int(match.group(2)))
+    if (match := SIDED.search(text)) and (sides := number(match.group(1) or "6")) is not None:
+        count = count_before(text[:match.start()])
+        return None if count is None else (count, sides)
     return None
 
 
 @agent.register_func
 def roll(query: Message) -> str:
     """Roll dice written as NdM, "N M-sided dice" or "N dice" (six-sided), N in digits or
-    words ("two", "a pair of"); up to 100 dice of up to 1000 sides."""
+    words ("two", "a pair of", "a dozen"); up to 100 dice of up to 1000 sides."""
     asked = dice_asked(query.text)
     if asked is None:
         return f"I can't read {query.text!r} as dice; write them like 2d6."
