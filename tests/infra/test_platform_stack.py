@@ -383,16 +383,17 @@ def test_outputs(synth):
         "CODESHOT_SIGNING_SECRET_ID"]
 
 
-def test_alarms_notify_a_topic_on_errors_throttles_backlog_and_given_up_queries(synth):
+def test_alarms_notify_a_topic_on_errors_throttles_backlog_and_given_up_work(synth):
     alarms = [a["Properties"] for a in synth.platform.of_type("AWS::CloudWatch::Alarm").values()]
     errors = {refs_of(a["Dimensions"]).pop() for a in alarms if a["MetricName"] == "Errors"}
-    assert errors == {synth.platform.function(h)[0] for h in (API, RUNNER, REGISTER)}
+    assert errors == {synth.platform.function(h)[0] for h in (API, RUNNER, REGISTER, ERASER)}
     dlqs = [a for a in alarms if a["MetricName"] == "ApproximateNumberOfMessagesVisible"]
-    assert len(dlqs) == 2 and all(a["Threshold"] == 1 for a in dlqs)
+    assert len(dlqs) == 3 and all(a["Threshold"] == 1 for a in dlqs)
     queue_id = synth.platform.env(API)["CODESHOT_QUEUE_URL"]["Ref"]
     dlq_ids = set()
     for queue in (queue_id,
-                  synth.platform.env(RUNNER)["CODESHOT_PROMPT_QUEUE_URL"]["Ref"]):
+                  synth.platform.env(RUNNER)["CODESHOT_PROMPT_QUEUE_URL"]["Ref"],
+                  synth.platform.env(ERASER)[env_name("erasure_queue_url")]["Ref"]):
         dlq_ids.add(synth.platform.props(queue)["RedrivePolicy"]["deadLetterTargetArn"][
             "Fn::GetAtt"][0])
     assert {refs_of(a["Dimensions"]).pop() for a in dlqs} == dlq_ids
