@@ -12,7 +12,7 @@ from __future__ import annotations
 import functools
 import json
 import time
-from collections.abc import Callable, Collection, Mapping
+from collections.abc import Callable, Collection, Iterable, Mapping
 from dataclasses import dataclass
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
@@ -77,7 +77,12 @@ RESUMING_LASTS = RUNNER_TIMEOUT_SECONDS
 MSG_PREFIX = "MSG#"
 MSG_END = "MSG$"  # sorts just after every MSG# key
 EMBED_PREFIX = "EMBED#"
-BY_CONTENT = "by_content"  # embeds by content hash and owner (tables.SESSIONS)
+# Bytes a reply of the session names (an agent's embed, stored by the runner and named in
+# the reply message alone): their hash and the session's owner, so that by_content finds
+# them as it finds EMBED# items (the erasure keeps bytes another user's session holds,
+# and erases those only the deleted user's do). Written with the reply.
+HELD_PREFIX = "HELD#"
+BY_CONTENT = "by_content"  # embeds and held bytes by content hash and owner (tables.SESSIONS)
 PAGE_READS = 4  # DynamoDB reads (of at most 1 MB each) for one page of messages
 # A bounded read of a log filtered in DynamoDB (:meth:`SessionStore.messages_of`) asks
 # each Query for at most SCAN_PAGE messages (its Limit, counted before the filter; the
@@ -181,6 +186,14 @@ class SessionStore(Repository):
         values["item"] = EMBED_PREFIX + embed.key
         values["embed_owner"] = values.pop("owner")  # keep `owner` for SESSION items only
         return self.item(values)
+
+    def held_items(self, session_id: str, owner: str,
+                   refs: Iterable[EmbedRef]) -> list[dict[str, Any]]:
+        """The ``HELD#`` items of a reply's embeds, one per distinct bytes (a transaction
+        may name an item once)."""
+        return [self.item({"session_id": session_id, "item": HELD_PREFIX + digest,
+                           "content_hash": digest, "embed_owner": owner})
+                for digest in sorted({ref.content_hash for ref in refs})]
 
     def idempotency_item(self, session_id: str, key: str, message_id: str) -> PutTypeDef:
         """A transaction's Put of ``key``: it fails if the key was used before."""
@@ -335,23 +348,29 @@ class SessionStore(Repository):
                               GUARD_PARTITION + owner, most)
 
     def embed_hashes(self, session_id: str, most: int) -> list[tuple[str, str]]:
-        """Up to ``most`` of the session's embeds: (item, content hash), keys and hash
-        alone read."""
-        out = self.db.query(
-            TableName=self.table_name, Limit=most, ConsistentRead=True,
-            Select="SPECIFIC_ATTRIBUTES",
-            KeyConditionExpression="session_id = :s AND begins_with(#i, :e)",
-            ProjectionExpression="#i, content_hash",
-            ExpressionAttributeNames={"#i": "item"},
-            ExpressionAttributeValues={":s": {"S": session_id}, ":e": {"S": EMBED_PREFIX}})
-        return [(i["item"]["S"], i["content_hash"]["S"]) for i in out.get("Items", [])]
+        """Up to ``most`` of the session's embeds, then of the bytes its replies hold
+        (``HELD#``): (item, content hash), keys and hash alone read."""
+        found: list[tuple[str, str]] = []
+        for prefix in (EMBED_PREFIX, HELD_PREFIX):
+            if len(found) >= most:
+                break
+            out = self.db.query(
+                TableName=self.table_name, Limit=most - len(found), ConsistentRead=True,
+                Select="SPECIFIC_ATTRIBUTES",
+                KeyConditionExpression="session_id = :s AND begins_with(#i, :e)",
+                ProjectionExpression="#i, content_hash",
+                ExpressionAttributeNames={"#i": "item"},
+                ExpressionAttributeValues={":s": {"S": session_id}, ":e": {"S": prefix}})
+            found += [(i["item"]["S"], i["content_hash"]["S"]) for i in out.get("Items", [])]
+        return found
 
     def drop_item(self, session_id: str, item: str) -> None:
         self.db.delete_item(TableName=self.table_name, Key=_key(session_id, item))
 
     def held_by_another(self, content_hash: str, owner: str) -> bool:
-        """Whether a session of another user than ``owner`` holds an embed of these bytes
-        (content-addressed: the same object on S3). Read through the by_content index,
+        """Whether a session of another user than ``owner`` holds an embed or a reply's
+        embed of these bytes (content-addressed: the same object on S3). Read through the
+        by_content index,
         whose sort key is the embed's owner: one read each side of ``owner``."""
         for side in ("<", ">"):
             out = self.db.query(

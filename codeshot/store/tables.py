@@ -92,8 +92,9 @@ REGISTRY_VERSION_ID = "#version"  # the registry's counter, bumped on every chan
 # carry `created` (messages have `timestamp`): by_created finds a session's newest embeds
 # (the runner lists a few in each prompt, however many the session has); it projects
 # only what embeds have, so updates of the SESSION item never write it. Only EMBED# items
-# carry `content_hash`: by_content tells whether another user's session holds the same
-# bytes (one object on S3), which a deleted user's erasure then keeps.
+# and HELD#<hash> items (bytes a reply's agent embed names, written with the reply) carry
+# `content_hash`: by_content tells whether another user's session holds the same bytes
+# (one object on S3), which a deleted user's erasure then keeps.
 # Every item expires CODESHOT_SESSION_TTL_DAYS after it was last written.
 SESSIONS = Table(
     logical="sessions",
