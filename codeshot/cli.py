@@ -560,7 +560,8 @@ def build_parser() -> argparse.ArgumentParser:
         "erasure of their sessions (messages, embeds), agents, user storage, uploads, OAuth "
         "tokens and usage, which the eraser function starts once every credential the user "
         "held has run out (minutes). The username stays taken. Run again for a deleted "
-        "user, it queues their erasure again. Targets the stack as `users create` does.")
+        "user, it queues their erasure again unless it is over. Targets the stack as "
+        "`users create` does.")
     delete.add_argument("name", metavar="NAME", help="username")
     delete.add_argument("--yes", action="store_true", required=True,
                         help="required: there is no undo")

@@ -474,9 +474,10 @@ class User(Record):
     # by the eraser (codeshot/usecases/erasure.py), which counts its parts done here.
     deleted: datetime | None = None
     erasure_part: int = 0
+    erased: datetime | None = None  # when the erasure's last part ran
 
     COERCE: ClassVar[dict[str, Any]] = {"api_key_ids": set, "created": _datetime,
-                                        "deleted": _datetime}
+                                        "deleted": _datetime, "erased": _datetime}
 
 
 @dataclasses.dataclass(kw_only=True)

@@ -174,18 +174,22 @@ class UserStore(Repository):
             raise NotFound(f"user {user_id} not found") from exc
         return _user(out["Attributes"])
 
-    def advance_erasure(self, user_id: str, part: int) -> bool:
+    def advance_erasure(self, user_id: str, part: int, erased: str | None = None) -> bool:
         """Count erasure part ``part`` done, if it is the one the tombstone awaits: False
-        when another delivery of it counted it first (nothing more to do for it)."""
+        when another delivery of it counted it first (nothing more to do for it). With
+        ``erased`` (ISO), it was the last: the erasure is over."""
         awaited = "erasure_part = :part" if part else \
             "(attribute_not_exists(erasure_part) OR erasure_part = :part)"
+        values: dict[str, AttributeValueTypeDef] = {":part": {"N": str(part)},
+                                                    ":next": {"N": str(part + 1)}}
+        if erased is not None:
+            values[":e"] = {"S": erased}
         try:
             self.db.update_item(
                 TableName=self.table_name, Key={"user_id": {"S": user_id}},
-                UpdateExpression="SET erasure_part = :next",
+                UpdateExpression="SET erasure_part = :next" + (", erased = :e" if erased else ""),
                 ConditionExpression=f"attribute_exists(deleted) AND {awaited}",
-                ExpressionAttributeValues={":part": {"N": str(part)},
-                                           ":next": {"N": str(part + 1)}})
+                ExpressionAttributeValues=values)
         except self.db.exceptions.ConditionalCheckFailedException:
             return False
         return True

@@ -115,15 +115,19 @@ def delete_account(services: Services, principal: Principal, confirm_username: s
     if principal.agent_id:
         raise Forbidden("only the user may delete their account")
     user = services.users.get(principal.user_id or "")
+    if user.deleted:  # a key another API process still holds (it caches users a while)
+        raise Unauthenticated(DELETED)
     if confirm_username.strip() != user.username:
         raise InvalidInput("type your username to confirm the deletion of your account")
     return _delete(services, user)
 
 
 def delete_user(services: Services, username: str) -> User:
-    """An operator's deletion of ``username``; again for a deleted user, it queues their
-    erasure again (one that went to the dead-letter queue goes on)."""
-    return _delete(services, services.users.get_by_username(username))
+    """An operator's deletion of ``username``; again for a deleted user whose erasure is
+    not over, it queues their erasure again (one that went to the dead-letter queue goes
+    on); for one erased, it does nothing."""
+    user = services.users.get_by_username(username)
+    return user if user.erased else _delete(services, user)
 
 
 def _delete(services: Services, user: User) -> User:

@@ -76,13 +76,15 @@ def erase_part(services: Services, work: ErasureWork) -> None:
         return
     done, after = STEPS[work.step](services, user, work.after)
     step = work.step + 1 if done else work.step
+    erased = None
     if step < len(STEPS):
         services.erasure_queue.send(ErasureWork(user.user_id, work.part + 1, step,
                                                 None if done else after))
     else:
         log.info("erased user %s", user.user_id)
+        erased = services.clock().isoformat()
     # Counted last: a part that failed before is run again whole (nothing in it twice).
-    services.users.advance_erasure(user.user_id, work.part)
+    services.users.advance_erasure(user.user_id, work.part, erased)
 
 
 def erase_batch(services: Services, event: dict[str, Any]) -> dict[str, list[dict[str, str]]]:

@@ -81,10 +81,12 @@ class Eraser(Construct):
             access.key_query(role, data.by_spec(spec), spec)
         (by_agent,) = tables.OAUTH.indexes  # users' tokens for an agent it removes
         access.index_sweep(role, data.by_spec(tables.OAUTH), by_agent.name)
-        # The registry's version (its removals move it); a tombstone's count of parts done.
+        # The registry's version (its removals move it); a tombstone's count of parts done
+        # and when the last ran (`deleted` only in its condition: IAM's Attributes name
+        # what a write's condition evaluates too).
         access.limited_update(role, data.by_spec(tables.REGISTRY), key=tables.REGISTRY_VERSION_ID)
         access.limited_update(role, data.by_spec(tables.USERS),
-                              attributes=(tables.USERS.pk, "erasure_part", "deleted"))
+                              attributes=(tables.USERS.pk, "erasure_part", "erased", "deleted"))
         access.send_messages(role, self.queue.queue)
         access.send_messages(role, session_queue)
         access.object_delete(role, embeds.bucket, embeds.prefix)

@@ -165,6 +165,14 @@ def run_erasure(services: Services) -> int:
     return ran
 
 
+def queued(services: Services) -> dict[str, str]:
+    """How many parts the erasure queue holds, visible and delayed."""
+    attributes = services.erasure_queue.sqs.get_queue_attributes(
+        QueueUrl=services.erasure_queue.url, AttributeNames=["All"])["Attributes"]
+    return {name: attributes[name] for name in ("ApproximateNumberOfMessages",
+                                                "ApproximateNumberOfMessagesDelayed")}
+
+
 def run_sweeps(services: Services, queries_of: str | None = None) -> None:
     """The storage sweeps (and session purges) the erasure queued, through the runner,
     as the session queue's trigger gives them; the queries queued for the session
@@ -210,7 +218,11 @@ def test_a_deleted_users_data_is_erased_after_their_credentials_ran_out_and_no_o
     assert what_is_left(services, bob, common) == kept(bob, common)
     tombstone = services.users.get(alice.user.user_id)
     assert tombstone.deleted and tombstone.api_key_ids == set() and tombstone.email is None
-    assert tombstone.erasure_part == parts
+    assert tombstone.erasure_part == parts and tombstone.erased == clock.now
+    # An operator deleting an erased user again queues nothing.
+    accounts.delete_user(services, "alice")
+    assert queued(services) == {"ApproximateNumberOfMessages": "0",
+                                "ApproximateNumberOfMessagesDelayed": "0"}
 
 
 def test_a_part_delivered_again_does_nothing_twice(services, clock, people):
@@ -283,9 +295,22 @@ def test_a_deleted_user_gets_no_key_no_deploys_and_no_operator_command(services,
     assert services.users.get(alice.user.user_id) == deleted  # nothing written
     # Deleting again queues the erasure again (one left in the dead-letter queue goes on).
     accounts.delete_user(services, "alice")
-    assert services.erasure_queue.sqs.get_queue_attributes(
-        QueueUrl=services.erasure_queue.url, AttributeNames=["All"],
-    )["Attributes"]["ApproximateNumberOfMessagesDelayed"] == "2"
+    assert queued(services)["ApproximateNumberOfMessagesDelayed"] == "2"
+
+
+def test_a_deleted_users_key_another_api_process_still_holds_queues_nothing(
+        services, clock, people):
+    """Another warm API process still accepts alice's key (it caches users a while):
+    deleting her account again through it is refused as her key is, and queues nothing."""
+    alice, _, _ = people
+    other = Services(services.settings, clock=clock)
+    cached = other.auth.user_for_api_key(alice.key)
+    accounts.delete_account(services, alice.principal, "alice")
+    assert other.auth.user_for_api_key(alice.key) == cached
+    for _ in range(3):
+        with pytest.raises(Unauthenticated, match="deleted"):
+            accounts.delete_account(other, cached, "alice")
+    assert queued(services)["ApproximateNumberOfMessagesDelayed"] == "1"
 
 
 def test_deleting_ones_account_takes_ones_username_and_no_agent(services, people):
