@@ -5,7 +5,9 @@ The user's deletion (codeshot/usecases/accounts.py) queues the first part, then 
 user a tombstone: every credential refused from then on. A credential checked before
 that may still write for the user a while: an API key's user record cached in a warm API
 (``api_key_cache_seconds``), a query the runner had started (``query_time_budget_seconds``)
-and the agent call tokens it minted (``agent_token_ttl_seconds`` past its end). So the
+and the agent call tokens it minted (``agent_token_ttl_seconds`` past its end), a presigned
+upload URL (``embed_url_ttl_seconds``). An OAuth flow opened before is refused at its
+callback (codeshot/usecases/oauth.py), so it writes nothing. So the
 erasure starts only once all of those are over (``window_seconds`` after the deletion;
 a part that comes earlier waits again), and runs the agents and sessions steps once more
 at the end.

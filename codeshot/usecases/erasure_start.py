@@ -14,9 +14,12 @@ WINDOW_MARGIN_SECONDS = 60  # clock skew and the writes a query makes after its 
 
 
 def window_seconds(settings: Settings) -> int:
-    """How long after a deletion something may still be written for the user."""
-    return math.ceil(settings.api_key_cache_seconds + settings.query_time_budget_seconds
-                     + settings.agent_token_ttl_seconds + WINDOW_MARGIN_SECONDS)
+    """How long after a deletion something may still be written for the user: through a
+    key a warm API still caches, a query started then and the call tokens it minted, or a
+    presigned upload URL one of those requests handed out (an upload of theirs)."""
+    return math.ceil(settings.api_key_cache_seconds + max(
+        settings.query_time_budget_seconds + settings.agent_token_ttl_seconds,
+        settings.embed_url_ttl_seconds) + WINDOW_MARGIN_SECONDS)
 
 
 def start_erasure(services: Services, user: User) -> None:

@@ -30,7 +30,15 @@ from dataclasses import dataclass
 from typing import Any
 from urllib.parse import SplitResult, urlencode, urlsplit, urlunsplit
 
-from codeshot.errors import CodeshotError, Forbidden, InvalidInput, NotFound, OAuthFailed
+from codeshot.auth.service import DELETED
+from codeshot.errors import (
+    CodeshotError,
+    Forbidden,
+    InvalidInput,
+    NotFound,
+    OAuthFailed,
+    Unauthenticated,
+)
 from codeshot.models import Agent, MessageType, Principal, SessionStatus
 from codeshot.services import Services
 from codeshot.settings import API_CALL_SECONDS
@@ -111,7 +119,10 @@ class LinkPage:
 
 def describe_link(services: Services, state: str, browser: str | None) -> LinkPage:
     pending = services.oauth.peek_flow(state, browser)
-    return LinkPage(services.users.get(pending.user_id).username, pending.agent_id,
+    user = services.users.get(pending.user_id)
+    if user.deleted:  # a flow opened before the deletion (flows outlast its wait)
+        raise Unauthenticated(DELETED)
+    return LinkPage(user.username, pending.agent_id,
                     urlsplit(pending.authorize_url).hostname or "")
 
 
@@ -203,6 +214,8 @@ def complete(services: Services, state: str, browser: str | None, code: str | No
     if error or not code:
         raise OAuthFailed("the authorization server did not authorize the agent: "
                           + as_one_line(error or "no code", 100))
+    # A flow opened before its user's deletion: no call token minted, no token kept.
+    services.auth.refuse_deleted(flow.user_id)
     _exchange(services, flow, code)
     if services.oauth.get_token(flow.user_id, flow.agent_id) is None:
         raise OAuthFailed(f"{flow.agent_id} did not keep a token from the authorization")
