@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import signal
 import sys
@@ -201,13 +202,25 @@ def _users_disable(args: argparse.Namespace) -> int:
     return 0
 
 
+def _deploy_owner() -> str:
+    """The owner of the kit's deployed agents: codeshot:adminUsername in this directory's
+    cdk.json, else its default."""
+    from codeshot.usecases.accounts import DEFAULT_DEPLOY_OWNER
+
+    try:
+        context = json.loads(Path("cdk.json").read_text(encoding="utf-8"))["context"]
+        return str(context.get("codeshot:adminUsername", DEFAULT_DEPLOY_OWNER))
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+        return DEFAULT_DEPLOY_OWNER
+
+
 def _users_delete(args: argparse.Namespace) -> int:
     from codeshot.services import Services
     from codeshot.usecases.accounts import delete_user
     from codeshot.usecases.erasure_start import window_seconds
 
     services = Services(_target_settings())
-    user = delete_user(services, args.name)
+    user = delete_user(services, args.name, None if args.force else _deploy_owner())
     print(f"{user.username} is deleted: their data is erased from "
           f"{window_seconds(services.settings)} s from now")
     return 0
@@ -565,6 +578,9 @@ def build_parser() -> argparse.ArgumentParser:
     delete.add_argument("name", metavar="NAME", help="username")
     delete.add_argument("--yes", action="store_true", required=True,
                         help="required: there is no undo")
+    delete.add_argument("--force", action="store_true",
+                        help="delete even the owner of the deployed agents "
+                        "(codeshot:adminUsername in ./cdk.json, else admin): refused without")
     delete.set_defaults(run=_users_delete)
     confirm = user_commands.add_parser(
         "confirm", help="confirm an account's email without its code",

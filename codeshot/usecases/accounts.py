@@ -58,7 +58,8 @@ def principal_for_token(services: Services, token: str) -> Principal:
 
 # Not for self sign-up: the default owner of the kit's deployed agents (the CDK app's
 # codeshot:adminUsername), which would otherwise go to whoever signs up first.
-RESERVED_USERNAMES = frozenset({"admin"})
+DEFAULT_DEPLOY_OWNER = "admin"
+RESERVED_USERNAMES = frozenset({DEFAULT_DEPLOY_OWNER})
 
 
 def choose_username(services: Services, token: str, username: str) -> User:
@@ -122,10 +123,15 @@ def delete_account(services: Services, principal: Principal, confirm_username: s
     return _delete(services, user)
 
 
-def delete_user(services: Services, username: str) -> User:
+def delete_user(services: Services, username: str, deploy_owner: str | None = None) -> User:
     """An operator's deletion of ``username``; again for a deleted user whose erasure is
     not over, it queues their erasure again (one that went to the dead-letter queue goes
-    on); for one erased, it does nothing."""
+    on); for one erased, it does nothing. ``deploy_owner`` (the owner of the kit's
+    deployed agents) is refused: its agents would go, and every later deploy with it."""
+    if username.strip() == deploy_owner:
+        raise InvalidInput(f"{username.strip()!r} owns the deployed agents "
+                           "(codeshot:adminUsername): deleting it deletes them, and deploys "
+                           "under that name fail from then on; --force deletes it all the same")
     user = services.users.get_by_username(username)
     return user if user.erased else _delete(services, user)
 

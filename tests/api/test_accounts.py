@@ -291,10 +291,19 @@ def test_deleting_a_user_refuses_them_everywhere_and_operators_touch_them_no_mor
                                                                      name))
 
     assert cli(stack, "users", "delete", name).returncode == 2  # --yes is required
+    # The owner of the deployed agents (cdk.json's codeshot:adminUsername) only if forced.
+    cdk_json = stack.state_path.parents[1] / "cdk.json"
+    cdk_json.write_text(json.dumps({"context": {"codeshot:adminUsername": name}}))
+    try:
+        owner = cli(stack, "users", "delete", name, "--yes")
+    finally:
+        cdk_json.unlink()
+    assert owner.returncode == 2 and "owns the deployed agents" in owner.stderr
+    assert owner.stderr.strip().endswith("(INVALID_INPUT)"), owner.stderr
     assert stack.services.users.get_by_username(name).deleted is None
     # (Not used before: a warm API reuses a key's user record for 30 s, which the
     # erasure waits out.)
-    gone = cli(stack, "users", "delete", name, "--yes")
+    gone = cli(stack, "users", "delete", name, "--yes", "--force")
     assert gone.returncode == 0 and gone.stdout.startswith(f"{name} is deleted"), gone.stderr
     for credential in (key, token):
         answer = whoami(stack, credential)

@@ -17,7 +17,7 @@ from unittest import mock
 import pytest
 from botocore.exceptions import ClientError
 
-from codeshot.errors import NotFound, Unauthenticated, UserDeleted
+from codeshot.errors import InvalidInput, NotFound, Unauthenticated, UserDeleted
 from codeshot.models import Agent, Principal, User
 from codeshot.runner.batch import record_of
 from codeshot.runner.session_runner import SessionRunner
@@ -313,6 +313,15 @@ def test_a_deleted_users_key_another_api_process_still_holds_queues_nothing(
         with pytest.raises(Unauthenticated, match="deleted"):
             accounts.delete_account(other, cached, "alice")
     assert queued(services)["ApproximateNumberOfMessagesDelayed"] == "1"
+
+
+def test_the_owner_of_the_deployed_agents_is_deleted_only_when_forced(services, people):
+    alice, _, _ = people
+    with pytest.raises(InvalidInput, match="owns the deployed agents"):
+        accounts.delete_user(services, "alice", deploy_owner="alice")
+    assert services.users.get(alice.user.user_id).deleted is None
+    assert queued(services)["ApproximateNumberOfMessagesDelayed"] == "0"
+    assert accounts.delete_user(services, "alice", deploy_owner=None).deleted
 
 
 def test_deleting_ones_account_takes_ones_username_and_no_agent(services, people):
