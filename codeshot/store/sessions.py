@@ -98,6 +98,8 @@ PROMPT_PREFIX = "ASKED#"
 # A deleted session's place in its owner's list (its created time; no `owner` attribute:
 # not listed), kept a week: a client paging with its handle as `after` goes on from it.
 DELETED_ITEM = "DELETED"
+# Its attributes beside its key and expiry: the eraser may put no other (its grant).
+DELETED_MARKER_FIELDS = ("deleted_owner", "deleted_created")
 DELETED_KEPT_SECONDS = 7 * 86400
 # A session's deletion reads its keys KEYS_PAGE at a time (each read also at most 1 MB
 # of items, whatever the projection): DELETE_PAGES of them in the request, a few seconds

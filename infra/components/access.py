@@ -67,13 +67,13 @@ def key_query(role: iam.Role, table: dynamodb.ITable, spec: Table) -> None:
 
 
 def limited_update(role: iam.Role, table: dynamodb.ITable, *, key: str | None = None,
-                   attributes: Collection[str] = ()) -> None:
-    """UpdateItem of the one item whose partition key is ``key``, or naming no other
-    attributes than ``attributes`` (with the table's key)."""
+                   attributes: Collection[str] = (), action: str = UPDATE) -> None:
+    """UpdateItem (or ``action``, PutItem) of the one item whose partition key is ``key``,
+    or naming no other attributes than ``attributes`` (with the table's key)."""
     name, values = ("dynamodb:LeadingKeys", [key]) if key is not None else \
         ("dynamodb:Attributes", list(attributes))
     role.add_to_principal_policy(iam.PolicyStatement(
-        actions=[UPDATE], resources=[table.table_arn],
+        actions=[action], resources=[table.table_arn],
         conditions={"ForAllValues:StringEquals": {name: values}}))
 
 

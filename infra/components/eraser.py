@@ -21,6 +21,7 @@ from aws_cdk import aws_sqs as sqs
 from constructs import Construct
 
 from codeshot.store import tables
+from codeshot.store.sessions import DELETED_MARKER_FIELDS
 from infra.bundling import ERASER_FUNCTION, Target
 from infra.components import access
 from infra.components.access import BATCH_WRITE, DELETE, GET, PUT, QUERY, SCAN
@@ -41,9 +42,9 @@ ERASER_BATCH_SIZE = 5  # each part a few dozen deletes: five fit in the timeout
 ERASER_TABLES: dict[str, tuple[str, ...]] = {
     # a deleted user's agents: listed, and deleted
     tables.REGISTRY.logical: (GET, SCAN, DELETE),
-    # their sessions: listed (by_owner), embeds found (by_content), items deleted, the
-    # session's DELETED marker put (every write into it refused from then on)
-    tables.SESSIONS.logical: (GET, QUERY, PUT, DELETE, BATCH_WRITE),
+    # their sessions: listed (by_owner), embeds found (by_content), items deleted (and the
+    # session's DELETED marker put: access.limited_update'd, no other item)
+    tables.SESSIONS.logical: (GET, QUERY, DELETE, BATCH_WRITE),
     tables.USERS.logical: (GET,),  # the tombstone; its part count is access.item_update'd
     tables.USAGE.logical: (DELETE,),  # their counters
     tables.USER_STORAGE.logical: (DELETE,),
@@ -87,6 +88,10 @@ class Eraser(Construct):
         access.limited_update(role, data.by_spec(tables.REGISTRY), key=tables.REGISTRY_VERSION_ID)
         access.limited_update(role, data.by_spec(tables.USERS),
                               attributes=(tables.USERS.pk, "erasure_part", "erased", "deleted"))
+        # A session's DELETED marker (every write into it refused from then on), no other
+        # item: its attributes alone (codeshot/store/sessions.py SessionStore.delete).
+        access.limited_update(role, data.by_spec(tables.SESSIONS), action=PUT, attributes=(
+            tables.SESSIONS.pk, str(tables.SESSIONS.sk), *DELETED_MARKER_FIELDS, tables.EXPIRES_AT))
         access.send_messages(role, self.queue.queue)
         access.send_messages(role, session_queue)
         access.object_delete(role, embeds.bucket, embeds.prefix)

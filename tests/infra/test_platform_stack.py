@@ -218,6 +218,13 @@ def test_the_eraser_has_its_own_queue_and_the_runner_no_destructive_grant(synth)
             "dynamodb:DeleteItem", "dynamodb:BatchWriteItem", "dynamodb:UpdateItem"} - (
             {"dynamodb:UpdateItem"} if table is tables.USAGE else set()), table.logical
     assert not platform.grants_on(RUNNER, queue_id)
+    # The eraser puts no session item but a DELETED marker: its PutItem names no other
+    # attribute than the marker's.
+    sessions = synth.table_id(tables.SESSIONS)
+    [put] = [g for g in platform.grants(ERASER) if "dynamodb:PutItem" in g.actions
+             and sessions in g.targets()]
+    assert put.condition == {"ForAllValues:StringEquals": {"dynamodb:Attributes": [
+        "session_id", "item", "deleted_owner", "deleted_created", "expires_at"]}}
 
 
 @pytest.mark.parametrize("handler", [API, RUNNER, REGISTER, ERASER])
@@ -506,7 +513,7 @@ def test_the_default_deploy_fits_a_new_accounts_concurrency_quota(synth):
         assert reserved(template) == 0, "any reservation needs a quota of 100 more"
     maximums = sorted(m["Properties"]["ScalingConfig"]["MaximumConcurrency"]
                       for m in synth.platform.of_type("AWS::Lambda::EventSourceMapping").values())
-    assert maximums == [2, 10]
+    assert maximums == [2, 2, 10]  # the prompt queue's, the erasure queue's, the runner's
 
 
 def test_reservations_come_from_context_and_cover_the_runners_triggers(tmp_path):
