@@ -133,6 +133,18 @@ and route latency.
     mostly requests another agent could fairly take ("new task: book flights" to flights,
     not the to-do list; "how much is one ETH worth in dollars?" to currency, not crypto).
 
+    Nor did a second stage (a one-off experiment, dev only): MiniLM as a cross-encoder,
+    a one-logit head trained on the agents' own rows only (each row against its agent's
+    card, name, description and other samples with that row left out, and against the
+    cards of the 3 agents the tuned router ranks nearest plus a random one; listwise loss, 3
+    epochs), scoring (query, card) for the router's top 3 and fused with its score. Alone
+    over the top 3 it took 231-241 of 282 (the router: 257); it set right 6 of the
+    router's 25 misses and broke 22 of its hits, so no fusion weight (0.005-0.2, two seeds,
+    three variants, top 3 or 5) passed 257. About 200 rows teach a cross-encoder less than
+    the tuned embedder knows, and the misses are the same ambiguous requests; it would also
+    cost 63-142 ms a query on the loaded machine (3 pairs, one thread) where the router
+    takes 3.
+
     A tuned model routes without torch: the tuning exports the transformer as an ONNX
     graph (``torch.onnx.export``, opset 17, 90 MB), which onnxruntime runs on one thread,
     fed by :mod:`codeshot.routing.wordpiece`. Its vectors are sentence-transformers' to

@@ -7,15 +7,14 @@ import json
 import os
 import signal
 import sys
+import time
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from codeshot.errors import CodeshotError, install_hint
 
 if TYPE_CHECKING:
-    from collections.abc import Callable
-
-    from codeshot.client import Serving
+    from codeshot.client import GivenBack, Lent, Serving
     from codeshot.settings import Settings
 
 # Third-party packages of the `platform` and `local` extras (not installed with the SDK).
@@ -295,31 +294,36 @@ def _router_check(args: argparse.Namespace) -> int:
     return 0
 
 
-def _stop_signals() -> Callable[[], str]:
-    """Take SIGINT, SIGTERM and SIGHUP from now on (the terminal closed, the ssh session
-    dropped: their default ended the process without giving a lent revision back, when
-    one came before the wait). Returns the wait: it blocks until one came (at once if
-    one did already) and names it. A second signal ends the process at once."""
-    import threading
+class _Stops:
+    """SIGINT, SIGTERM and SIGHUP, taken from creation on (the terminal closed, the ssh
+    session dropped: their default ended the process without giving a lent revision
+    back, when one came before the wait). A second signal ends the process at once; if
+    ``during`` is set (a lent agent to give back) it only prints that, and a third does:
+    a restore cut short is half done."""
 
-    received: list[str] = []
-    stop = threading.Event()
+    def __init__(self) -> None:
+        self.received: list[str] = []
+        self.during: str | None = None
+        for name in ("SIGINT", "SIGTERM", "SIGHUP"):
+            if hasattr(signal, name):  # Windows has no SIGHUP
+                signal.signal(getattr(signal, name), self.handler)
 
-    def handler(signum: int, _frame: object) -> None:
-        if received:
+    def handler(self, signum: int, _frame: object) -> None:
+        # Runs in the main thread between two of its bytecodes: no lock (an Event's set()
+        # could wait on the one its wait() holds) and no print (it may be mid-print).
+        if not self.received:
+            self.received.append(signal.Signals(signum).name)
+        elif self.during:
+            os.write(sys.stdout.fileno(), f"{self.during}\n".encode())
+            self.during = None
+        else:
             raise SystemExit(128 + signum)
-        received.append(signal.Signals(signum).name)
-        stop.set()
 
-    for name in ("SIGINT", "SIGTERM", "SIGHUP"):
-        if hasattr(signal, name):  # Windows has no SIGHUP
-            signal.signal(getattr(signal, name), handler)
-
-    def wait() -> str:
-        stop.wait()
-        return received[0]
-
-    return wait
+    def wait(self) -> str:
+        """Blocks until a signal came (at once if one did already) and names it."""
+        while not self.received:
+            time.sleep(0.1)
+        return self.received[0]
 
 
 def _serve(args: argparse.Namespace) -> int:
@@ -332,7 +336,7 @@ def _serve(args: argparse.Namespace) -> int:
         from codeshot.errors import InvalidInput
 
         raise InvalidInput(f"--port {args.port} is not a port: give 1-{MAX_PORT} (0: any)")
-    wait_for_signal = _stop_signals()  # before registering: a stop then still gives back
+    stops = _Stops()  # before registering: a stop then still gives back
     config = read_config(args.agent_dir)
     target = Target.find()
     settings = get_settings().replace(api_url=target.api_url)
@@ -350,18 +354,17 @@ def _serve(args: argparse.Namespace) -> int:
         print(f"Serving {config.handle} at {url} for the platform at {target}", flush=True)
         if client is not None:
             serving = client.serve_here(agent_fields(config, url))
-            print(_serving_said(serving, url), flush=True)
             lent = serving.lent
-        print(f"Stopping ({wait_for_signal()}) ...", flush=True)
+            if lent is not None:
+                stops.during = (f"Restoring {lent.agent_id} ... (Ctrl-C again leaves it lent "
+                                f"at {url})")
+            print(_serving_said(serving, url), flush=True)
+        print(f"Stopping ({stops.wait()}) ...", flush=True)
         if client is not None and lent is not None:
-            restored = client.give_back(lent)
-            if not restored:
-                print(f"{lent.agent_id} stays at {url} (stopped now): its previous server "
-                      f"{lent.previous_url} does not answer; {_serve_again(lent.previous_url)}",
-                      flush=True)
-            elif lent.previous_url != url:
-                print(f"Restored {lent.agent_id} at {lent.previous_url}, with its own name, "
-                      "description and sample queries", flush=True)
+            said = _given_back(lent, client.give_back(lent), url)
+            stops.during = None  # given back: a signal now only cuts the server's stop short
+            if said:
+                print(said, flush=True)
     finally:
         server.stop()
     return 0
@@ -371,9 +374,12 @@ def _serving_said(serving: Serving, url: str) -> str:
     """What `serve --register` did, as it tells the user."""
     lent = serving.lent
     if lent is not None and lent.previous_url != url:
+        now = " (it does not answer now)" if serving.unanswered else ""
         return (f"Updated {serving.agent_id}: served here until Ctrl-C, then again at "
-                f"{lent.previous_url} with its own name, description and sample queries")
-    # New, registered here before, or its server stopped: it stays at this URL.
+                f"{lent.previous_url}{now} with its own name, description and sample "
+                "queries")
+    # New, registered here before, or at a serve's revision whose server stopped: it
+    # stays at this URL.
     unanswered = (f"; its previous server {serving.unanswered} does not answer"
                   if serving.unanswered else "")
     return (f"{'Updated' if lent or serving.unanswered else 'Registered'} {serving.agent_id} "
@@ -381,13 +387,34 @@ def _serving_said(serving: Serving, url: str) -> str:
             "there after Ctrl-C, answering only while served")
 
 
+def _given_back(lent: Lent, given: GivenBack, url: str) -> str | None:
+    """What give_back did with the agent lent to ``url``, as serve tells the user (nothing
+    when it stays where it was registered, with agent.yaml's fields)."""
+    if given.moved_to is not None:
+        return (f"{lent.agent_id} was switched to {given.moved_to} meanwhile (another serve, "
+                f"or its owner): left there, its revision at {url} kept")
+    if given.gone:
+        return (f"{lent.agent_id} stays at {url} (stopped now): its previous revision at "
+                f"{lent.previous_url} was deleted meanwhile")
+    if not given.restored:
+        return (f"{lent.agent_id} stays at {url} (stopped now): its previous server "
+                f"{lent.previous_url} does not answer; {_serve_again(lent.previous_url)}")
+    if lent.previous_url == url:
+        return None
+    if given.changed:
+        return (f"Restored {lent.agent_id} at {lent.previous_url}; changed meanwhile, not "
+                f"restored: {', '.join(given.changed)}")
+    return (f"Restored {lent.agent_id} at {lent.previous_url}, with its own name, "
+            "description and sample queries")
+
+
 def _serve_again(url: str | None) -> str:
     """How the user brings an agent back to its server at ``url``."""
-    from urllib.parse import urlsplit
+    from codeshot.client import loopback_port
 
-    where = urlsplit(url or "")
-    if where.hostname in ("127.0.0.1", "localhost") and where.port:
-        return f"serve it again with `codeshot serve DIR --register --port {where.port}`"
+    port = loopback_port(url)
+    if port:
+        return f"serve it again with `codeshot serve DIR --register --port {port}`"
     return f"start that server again, then `codeshot agent register DIR --url {url}`"
 
 
@@ -652,8 +679,10 @@ def build_parser() -> argparse.ArgumentParser:
         "registers the agent as yours (<your username>/<handle>, whatever CODESHOT_AGENT_ID "
         "says) and prints its id; an agent of yours registered at another URL is served here "
         "until Ctrl-C, SIGTERM or SIGHUP (a new current revision, with agent.yaml's fields), "
-        "then its previous revision is current again. A new agent, or one registered at "
-        "this URL, stays registered here, answering only while served.",
+        "then its previous revision is current again if its server answers (even one that "
+        "did not answer at the start), with the fields you did not change meanwhile. A new "
+        "agent, one registered at this URL, or one an earlier serve left at a loopback URL "
+        "that does not answer, stays registered here, answering only while served.",
     )
     serve.add_argument("agent_dir", type=Path, metavar="AGENT_DIR")
     serve.add_argument("--port", type=int, default=8181, help="port (default 8181; 0: any)")

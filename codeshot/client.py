@@ -7,15 +7,17 @@ Needs only httpx: it works where just the SDK is installed.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
+from urllib.parse import urlsplit
 
 import httpx
 
-from codeshot.errors import AgentUnavailable, CodeshotError, InvalidInput, Unavailable
+from codeshot.errors import AgentUnavailable, CodeshotError, InvalidInput, NotFound, Unavailable
 
 if TYPE_CHECKING:
     from codeshot.sdk.project import AgentConfig
@@ -138,10 +140,15 @@ UPDATE = f"mutation ($d: AgentInput!) {{ updateAgent(agentData: $d) {{ {AGENT_FI
 
 
 CURRENT = ("query ($id: String!) { agentById(agentId: $id) { name description queries "
-           "moreInfoUrl published currentRevision { id externalDeployment { url } } } }")
-NEW_REVISION = ("mutation ($h: String!, $u: String!) { createAgentRevision(agentHandle: $h, "
-                "makeCurrent: true, revision: {metadata: [], externalDeployment: {url: $u}}, "
-                "reindexCorpora: false) { revision { id } } }")
+           "moreInfoUrl published currentRevision { id metadata { key value } "
+           "externalDeployment { url } } } }")
+# Marks the revisions serve_here makes: one left current at a loopback URL (its previous
+# server did not answer at the Ctrl-C) is serve's own, taken over by the next serve_here.
+SERVED = {"key": "codeshot", "value": "serve"}
+NEW_REVISION = ("mutation ($h: String!, $u: String!, $m: [RevisionMetadataKeyValuePairInput!]!)"
+                " { createAgentRevision(agentHandle: $h, makeCurrent: true, revision: "
+                "{metadata: $m, externalDeployment: {url: $u}}, reindexCorpora: false) "
+                "{ revision { id } } }")
 SET_CURRENT = ("mutation ($h: String!, $r: ID!) { updateAgent(agentData: {handle: $h, "
                "currentRevisionId: $r}) { agent { agentId } } }")
 DELETE_REVISION = ("mutation ($h: String!, $r: ID!) { deleteAgentRevision(agentHandle: $h, "
@@ -152,11 +159,28 @@ DESCRIBING = {"name": "name", "description": "description", "moreInfoUrl": "more
               "sampleQueries": "queries", "published": "published"}
 
 
+def _described(agent: dict[str, Any]) -> dict[str, Any]:
+    """DESCRIBING's fields of ``agent`` (as CURRENT reads it), as AgentInput takes them:
+    moreInfoUrl may be null, and "" clears it (null leaves a field as it is); a blank sample
+    query stored before blanks were refused is left out (given back, it would be refused)."""
+    described = {k: "" if agent[name] is None else agent[name]
+                 for k, name in DESCRIBING.items()}
+    described["sampleQueries"] = [q for q in described["sampleQueries"] if q.strip()]
+    return described
+
+
+def loopback_port(url: str | None) -> int | None:
+    """The port of ``url`` if it is on this machine (where `codeshot serve` serves)."""
+    where = urlsplit(url or "")
+    return where.port if where.hostname in ("127.0.0.1", "localhost", "::1") else None
+
+
 @dataclass(frozen=True)
 class Lent:
     """An agent that was registered already, served here for a while: its new revision
-    (current while served), the one to make current again after, and what described it
-    before (``restore``: DESCRIBING's fields, as AgentInput takes them)."""
+    (current while served), the one to make current again after, what described it
+    before (``restore``) and what serve_here made of that (``lent_as``; both
+    DESCRIBING's fields, as AgentInput takes them)."""
 
     agent_id: str
     handle: str
@@ -164,16 +188,33 @@ class Lent:
     previous_id: str
     previous_url: str | None
     restore: dict[str, Any]
+    lent_as: dict[str, Any]
 
 
 @dataclass(frozen=True)
 class Serving:
     """What :meth:`PlatformClient.serve_here` did: ``lent`` is None when the agent stays
-    at the URL served (new, or its server at ``unanswered`` did not answer)."""
+    at the URL served (new, or at a serve's own revision left behind); ``unanswered``:
+    the previous server, if it did not answer."""
 
     agent_id: str
     lent: Lent | None = None
     unanswered: str | None = None
+
+
+@dataclass(frozen=True)
+class GivenBack:
+    """What :meth:`PlatformClient.give_back` did. ``restored``: the previous revision is
+    current again, with DESCRIBING's fields but ``changed`` (the owner's changes made
+    while lent). Otherwise the agent was left as it is: ``moved_to`` the URL of a
+    current revision that is not the lent one (switched meanwhile), ``gone`` if the
+    previous revision (or the agent) was deleted meanwhile, else the previous server
+    does not answer."""
+
+    restored: bool
+    changed: tuple[str, ...] = ()
+    moved_to: str | None = None
+    gone: bool = False
 
 
 def answers(url: str, timeout: float = 5.0) -> bool:
@@ -221,50 +262,66 @@ class PlatformClient(GraphQLClient):
     def serve_here(self, fields: dict[str, Any]) -> Serving:
         """The caller's agent ``fields["handle"]`` answered at ``fields["funcUrl"]`` for as
         long as it is served there (as `fixie serve` does). A new agent is created; one
-        whose server does not answer any more is registered here (its current revision
-        moves: no revision is left behind). One served elsewhere is lent: a new current
-        revision at this URL and agent.yaml's other fields, its previous revision and
-        what described it kept for :meth:`give_back`."""
+        at a revision an earlier serve left current at a loopback URL that does not
+        answer is registered here (that revision moves: no revision piles up). Any other
+        is lent (one served here again keeps agent.yaml's fields after): a new current
+        revision at this URL and agent.yaml's other fields, its previous revision (kept,
+        even if its server does not answer now) and what described it kept for
+        :meth:`give_back`."""
         agent_id = f"{self.username()}/{fields['handle']}"
         agent = self.call(CURRENT, {"id": agent_id})["agentById"]
         previous = (agent or {}).get("currentRevision")
         if agent is None or previous is None:
             return Serving(self.register(fields)[0])
         previous_url = (previous.get("externalDeployment") or {}).get("url")
-        if previous_url and previous_url != fields["funcUrl"] and not answers(previous_url):
-            return Serving(self.register(fields)[0], unanswered=previous_url)
-        made = self.call(NEW_REVISION, {"h": fields["handle"], "u": fields["funcUrl"]})
+        here = previous_url == fields["funcUrl"]  # served here again: it stays here
+        unanswered = previous_url if previous_url and not here and not answers(
+            previous_url) else None
+        if unanswered and SERVED in previous.get("metadata", []) and loopback_port(unanswered):
+            return Serving(self.register(fields)[0], unanswered=unanswered)
+        made = self.call(NEW_REVISION, {"h": fields["handle"], "u": fields["funcUrl"],
+                                        "m": [SERVED]})
         # All of them, also those agent.yaml leaves out: switching revisions adds the
-        # few-shots' queries to the sample queries. moreInfoUrl may be null: "" clears it
-        # (null leaves a field as it is).
-        restore = {} if previous_url == fields["funcUrl"] else {  # served here again: kept
-            k: "" if agent[name] is None else agent[name] for k, name in DESCRIBING.items()}
+        # few-shots' queries to the sample queries.
         lent = Lent(agent_id, fields["handle"],
                     str(made["createAgentRevision"]["revision"]["id"]), str(previous["id"]),
-                    previous_url, restore)
+                    previous_url, {} if here else _described(agent), {})
         try:
             self.call(UPDATE, {"d": {k: v for k, v in fields.items()
                                      if k not in ("queryUrl", "funcUrl")}})
         except CodeshotError:  # agent.yaml refused: the agent goes back as it was
             self.give_back(lent)
             raise
-        return Serving(agent_id, lent)
+        now = self.call(CURRENT, {"id": agent_id})["agentById"]
+        return Serving(agent_id, dataclasses.replace(lent, lent_as=_described(now)),
+                       unanswered)
 
-    def give_back(self, lent: Lent) -> bool:
+    def give_back(self, lent: Lent) -> GivenBack:
         """Make the revision before :meth:`serve_here`'s current again, delete its own and
-        set back what described the agent; or, if the previous URL does not
-        answer, nothing (False): the agent stays at the URL it was lent to, as served
-        there."""
+        set back what described the agent, but the fields its owner changed while it was
+        lent. Nothing is changed if the lent revision is no longer current (switched
+        meanwhile), if the previous one was deleted, or if the previous URL does not
+        answer: the agent stays where it is."""
+        agent = self.call(CURRENT, {"id": lent.agent_id})["agentById"]
+        current = (agent or {}).get("currentRevision")
+        if agent is None or current is None:
+            return GivenBack(False, gone=True)
+        if str(current["id"]) != lent.revision_id:
+            return GivenBack(False, moved_to=(current.get("externalDeployment") or {}).get(
+                "url"))
+        described = _described(agent)
+        changed = tuple(k for k, v in lent.lent_as.items() if described[k] != v)
         try:
             self.call(SET_CURRENT, {"h": lent.handle, "r": lent.previous_id})
         except RemoteError as exc:
-            if exc.code != AgentUnavailable.code:
+            if exc.code not in (AgentUnavailable.code, NotFound.code):
                 raise
-            return False
+            return GivenBack(False, gone=exc.code == NotFound.code)
         self.call(DELETE_REVISION, {"h": lent.handle, "r": lent.revision_id})
-        if lent.restore:
-            self.call(UPDATE, {"d": {"handle": lent.handle, **lent.restore}})
-        return True
+        restore = {k: v for k, v in lent.restore.items() if k not in changed}
+        if restore:
+            self.call(UPDATE, {"d": {"handle": lent.handle, **restore}})
+        return GivenBack(True, changed)
 
 
 def agent_fields(config: AgentConfig, url: str) -> dict[str, Any]:

@@ -83,3 +83,16 @@ def get_state(store: SessionStore, session_id: str) -> dict[str, Any] | None:
 
 def delete_state(store: SessionStore, session_id: str) -> None:
     store.db.delete_item(TableName=store.table_name, Key=_key(session_id, STATE_ITEM))
+
+
+def resent_after_landing(store: SessionStore) -> Any:
+    """The store's transactions each written, then sent again and refused for what they
+    wrote: a send whose response was lost, resent (for ``monkeypatch.setattr(db,
+    "transact_write_items", ...)``)."""
+    write = store.db.transact_write_items
+
+    def written_then_resent(**request: Any) -> Any:
+        write(**request)
+        return write(**request)  # the same request again: its conditions now fail
+
+    return written_then_resent

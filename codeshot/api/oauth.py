@@ -164,11 +164,9 @@ async def callback(request: Request, state: str = "", code: str | None = None,
                    error: str | None = None, services: Services = Depends(get_services)
                    ) -> Response:
     try:
-        flow, resumed = await blocking(oauth.complete, services, state,
-                                       _browser_cookie(request), code, error)
+        flow, then = await blocking(oauth.complete, services, state,
+                                    _browser_cookie(request), code, error)
     except CodeshotError as exc:
         return _refusal(request, exc)
-    then = ("Your conversation continues where it paused" if resumed else
-            "Ask it again in your conversation")
-    return _page("Authorized", f"You authorized <b>{html.escape(flow.agent_id)}</b>. {then}; "
-                 "you may close this tab.")
+    return _page("Authorized", f"You authorized <b>{html.escape(flow.agent_id)}</b>. "
+                 f"{html.escape(then)}; you may close this tab.")

@@ -39,6 +39,15 @@ OAUTH_API = PlatformApi("the platform's OAuth API", ERR_OAUTH,
                         "I'm sorry, I could not reach your authorization for this agent.")
 
 
+class MissingOAuthSetting(KeyError):
+    """A setting the agent's OAuth client is read from is absent: a KeyError, as Fixie's
+    was (in a Func, an error of the agent's, logged there), and a refusal of the agent's
+    code when it loads (its line named: codeshot.sdk.project)."""
+
+    def __str__(self) -> str:  # KeyError's would quote the message
+        return str(self.args[0])
+
+
 @dataclass
 class OAuthParams:
     """The agent's OAuth client: where users authorize it and what it may access."""
@@ -54,9 +63,13 @@ class OAuthParams:
                                  ) -> OAuthParams:
         """From a client secrets file as the Google Cloud Console writes it."""
         data = json.loads(Path(secrets_path).read_text())
-        secrets = data.get("web") or data["installed"]
-        return cls(secrets["client_id"], secrets["client_secret"], secrets["auth_uri"],
-                   secrets["token_uri"], scopes)
+        try:
+            secrets = data.get("web") or data["installed"]
+            return cls(secrets["client_id"], secrets["client_secret"], secrets["auth_uri"],
+                       secrets["token_uri"], scopes)
+        except KeyError as exc:
+            raise MissingOAuthSetting(f"OAuthParams.from_client_secrets_file: {secrets_path} "
+                                      f"has no {exc.args[0]!r}") from None
 
     @classmethod
     def from_env(cls, prefix: str, scopes: list[str]) -> OAuthParams:
@@ -67,7 +80,8 @@ class OAuthParams:
                 os.environ[prefix + name]
                 for name in ("CLIENT_ID", "CLIENT_SECRET", "AUTH_URI", "TOKEN_URI"))
         except KeyError as exc:
-            raise KeyError(f"OAuthParams.from_env: {exc.args[0]} is not set") from None
+            raise MissingOAuthSetting(f"OAuthParams.from_env: {exc.args[0]} is not set"
+                                      ) from None
         return cls(client_id, secret, auth_uri, token_uri, scopes)
 
 

@@ -24,6 +24,7 @@ from pydantic_core import ErrorDetails
 from codeshot.errors import CodeshotError, InvalidInput
 from codeshot.models import check_sample_query, validate_handle
 from codeshot.sdk.agent import AgentBase
+from codeshot.sdk.oauth import MissingOAuthSetting
 
 CONFIG_FILE = "agent.yaml"
 # A Fixie test's `expected` is a sentence about the response, for a language model to judge.
@@ -235,12 +236,12 @@ def _import_entry(module_name: str, root: Path) -> ModuleType:
 
 # Frames that raise on the agent code's behalf: importlib's not finding a module the agent
 # imports, and codeshot's refusing what the agent wrote (the SDK a Func name or a
-# parameter's type, the engine a few-shot's grammar: its own errors, TypeError and
-# ValueError). The agent's line is the one to name; any other error raised in codeshot
-# is a bug of ours, whose traceback is what to read.
+# parameter's type, the engine a few-shot's grammar, OAuthParams a missing setting). The
+# agent's line is the one to name; any other error raised in codeshot is a bug of ours,
+# whose traceback is what to read.
 _CODESHOT = Path(__file__).resolve().parents[1]
 _IMPORTLIB = Path(importlib.__file__).resolve().parent
-_REFUSALS = (CodeshotError, TypeError, ValueError)
+_REFUSALS = (CodeshotError, TypeError, ValueError, MissingOAuthSetting)
 
 
 def _within(path: Path, root: Path, package: Path) -> bool:

@@ -8,6 +8,7 @@ import json
 import logging
 import random
 import time
+import uuid
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from decimal import Decimal
@@ -141,6 +142,47 @@ def is_transient(exc: Exception) -> bool:
         return "ConditionalCheckFailed" not in reasons and \
             any(r in TRANSIENT_REASONS for r in reasons)
     return code in TRANSIENT_CODES
+
+
+# Tokens of transact_write's calls under way, and those of them one of whose sends
+# (botocore's own resends included) got no answer, a 5xx or "in progress": they may have
+# been written, whatever the last send got. Other callers' tokens are not kept.
+_SENDING: set[str] = set()
+_UNSURE: set[str] = set()
+
+
+def _note_unsure(request_dict: dict[str, Any], response: Any,
+                 caught_exception: Exception | None, **_: Any) -> None:
+    """botocore's ``needs-retry`` hook, after each send of a TransactWriteItems."""
+    if caught_exception is None:
+        if response is None:
+            return
+        http, parsed = response
+        if http.status_code < 500 and \
+                parsed.get("Error", {}).get("Code") != "TransactionInProgressException":
+            return
+    token = json.loads(request_dict.get("body") or b"{}").get("ClientRequestToken")
+    if token in _SENDING:
+        _UNSURE.add(token)
+
+
+def transact_write(db: Any, items: Sequence[Any], unsure: list[bool]) -> None:
+    """``db.transact_write_items(items)`` under a token of its own. If it raises, whether
+    any send of it (botocore's own resends included) may have been written is appended to
+    ``unsure``: a throttle after a resend of a send that timed out refuses only that
+    resend."""
+    db.meta.events.register_first("needs-retry.dynamodb.TransactWriteItems", _note_unsure,
+                                  unique_id="codeshot-note-unsure")
+    token = str(uuid.uuid4())
+    _SENDING.add(token)
+    try:
+        db.transact_write_items(TransactItems=items, ClientRequestToken=token)
+    except Exception:
+        unsure.append(token in _UNSURE)
+        raise
+    finally:
+        _SENDING.discard(token)
+        _UNSURE.discard(token)
 
 
 def retry_transient(write: Callable[[], T], attempts: int = WRITE_ATTEMPTS) -> T:

@@ -41,7 +41,7 @@ from codeshot.models import (
 )
 from codeshot.observability import correlation_id
 from codeshot.services import Services
-from codeshot.store.dynamo import cancelled_by, is_transient, retry_transient
+from codeshot.store.dynamo import cancelled_by, is_transient, retry_transient, transact_write
 from codeshot.store.embeds import check_content_type
 from codeshot.store.embeds import content_hash as hash_of
 from codeshot.store.queue import Work
@@ -83,15 +83,14 @@ class _Checked:
 
 def _unconfirmed(exc: Exception) -> bool:
     """Whether DynamoDB's answer to a send of a transaction leaves it unknown whether it
-    was written: none (a timeout, a dropped connection), an error of its own (5xx), a
-    resend's token still in progress, or a refusal for the moment after botocore's own
-    resends (one that timed out or failed may have landed before it)."""
+    was written: none (a timeout, a dropped connection), an error of its own (5xx), or a
+    resend's token still in progress. A throttle is a refusal of that send only: botocore's
+    resends carry the first send's token, and one of them that timed out may have been
+    written (:func:`~codeshot.store.dynamo.transact_write` tells)."""
     if not isinstance(exc, ClientError):
         return isinstance(exc, (HTTPClientError, BotoConnectionError))
-    meta = exc.response.get("ResponseMetadata", {})
-    return meta.get("HTTPStatusCode", 0) >= 500 or \
-        exc.response.get("Error", {}).get("Code") == "TransactionInProgressException" or \
-        (meta.get("RetryAttempts", 0) > 0 and is_transient(exc))
+    return exc.response.get("ResponseMetadata", {}).get("HTTPStatusCode", 0) >= 500 or \
+        exc.response.get("Error", {}).get("Code") == "TransactionInProgressException"
 
 
 def _landed(exc: ClientError, at: int) -> bool:
@@ -253,10 +252,11 @@ class Messaging:
         unknown: list[bool] = []  # per send: whether DynamoDB left its outcome unknown
 
         def send() -> None:
+            unsure: list[bool] = []
             try:
-                self.s.sessions.db.transact_write_items(TransactItems=items)
+                transact_write(self.s.sessions.db, items, unsure)
             except Exception as exc:
-                unknown.append(_unconfirmed(exc))
+                unknown.append(_unconfirmed(exc) or any(unsure))
                 raise
 
         for attempt in range(SLOT_TRIES):

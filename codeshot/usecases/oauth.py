@@ -37,7 +37,9 @@ from codeshot.errors import (
     InvalidInput,
     NotFound,
     OAuthFailed,
+    RateLimited,
     Unauthenticated,
+    Unavailable,
 )
 from codeshot.models import Agent, MessageType, Principal, SessionStatus
 from codeshot.services import Services
@@ -203,12 +205,12 @@ def put_token(services: Services, caller: Principal, token: Any) -> None:
 
 
 def complete(services: Services, state: str, browser: str | None, code: str | None,
-             error: str | None) -> tuple[Flow, bool]:
+             error: str | None) -> tuple[Flow, str]:
     """The provider's redirect: take the flow (OAUTH_STATE_INVALID if it is not one the
     platform has open, OAUTH_BROWSER_MISMATCH if ``browser``, the callback's cookie, is
     not the one that opened its link), have the agent exchange the code, and resume the
-    session if it is paused on this authorization; returns the flow and whether it
-    resumed."""
+    session if it is paused on this authorization; returns the flow and what the user
+    should do next (:func:`_resume`)."""
     # First: a replay or another browser is refused whatever it carries.
     flow = services.oauth.take_flow(state, browser)
     if error or not code:
@@ -222,27 +224,39 @@ def complete(services: Services, state: str, browser: str | None, code: str | No
     return flow, _resume(services, flow)
 
 
-def _resume(services: Services, flow: Flow) -> bool:
+RESUMED = "Your conversation continues where it paused"
+ASK_AGAIN = "Ask it again in your conversation"
+
+
+def _resume(services: Services, flow: Flow) -> str:
     """Answer the session's question with "I authorized <agent>." (as its user), if the
     question is this flow's link: not one asked since, nor a Fixie-style agent's link
-    that was part of an answer (the user asks again then). So does a post refused (the
-    daily quota) or not confirmed (UNAVAILABLE): the token is stored all the same, and
-    the page says so rather than "Not authorized"."""
+    that was part of an answer (the user asks again then); returns what the user should
+    do next. A refused post is not an error (the token is stored all the same), but says
+    what to do: one not confirmed (UNAVAILABLE) may have landed, its copy queued, so
+    asking again could run the query twice; one over a limit waits for its reset."""
     recent = services.sessions.recent(flow.session_id, RECENT_MESSAGES)
     session = recent.session
     if session is None or session.owner != flow.user_id or \
             session.status is not SessionStatus.AWAITING_INPUT:
-        return False
+        return ASK_AGAIN
     question = next((m for m in recent.messages if m.type is MessageType.AWAITING_INPUT), None)
     if question is None or flow.state not in question.text:
-        return False
+        return ASK_AGAIN
     user = principal_of(services.users.get(flow.user_id))
     try:
         Messaging(services).post(user, flow.session_id, f"I authorized {flow.agent_id}.")
     except CodeshotError as exc:
         log.info("could not resume %s after its authorization: %s", flow.session_id, exc)
-        return False
-    return True
+        if isinstance(exc, Unavailable):
+            return ("Your conversation should continue where it paused in a moment; if it "
+                    "does not, ask again")
+        if isinstance(exc, RateLimited):
+            when = "once it resets" if "resets_at" in exc.details else "in a moment"
+            return (f"Your conversation could not continue ({exc.message}); ask it again "
+                    f"in your conversation {when}")
+        return ASK_AGAIN
+    return RESUMED
 
 
 def _exchange(services: Services, flow: Flow, code: str) -> None:

@@ -52,6 +52,7 @@ from codeshot.net.http import public_client
 from codeshot.runner.batch import Invocation, RemainingMs, process_batch
 from codeshot.runner.callbacks import event_claims
 from codeshot.services import Services
+from codeshot.settings import RUNNER_RECORD_MARGIN_SECONDS
 from codeshot.store.queue import PromptWork
 from codeshot.usecases.messaging import Messaging
 from codeshot.usecases.tasks import end_question
@@ -70,10 +71,12 @@ class Prompts:
     def __init__(self, services: Services) -> None:
         self.s = services
 
-    def handle(self, work: PromptWork, final_attempt: bool = False) -> None:
-        """One exchange about ``work``'s question (a queue delivery). Trouble of the
-        platform's own (a failed read or write) is retried by redelivery; on the last
-        delivery the question ends instead of waiting forever."""
+    def handle(self, work: PromptWork, final_attempt: bool = False,
+               remaining_ms: RemainingMs | None = None) -> None:
+        """One exchange about ``work``'s question (a queue delivery), in an invocation
+        with ``remaining_ms`` left (None: no end). Trouble of the platform's own (a failed
+        read or write) is retried by redelivery; on the last delivery the question ends
+        instead of waiting forever."""
         try:
             session = self.s.sessions.get(work.session_id)
         except NotFound:
@@ -82,7 +85,7 @@ class Prompts:
         if question is None:
             return  # answered or ended another way meanwhile
         try:
-            self._exchange(session, question, work)
+            self._exchange(session, question, work, remaining_ms)
         except NotFound:
             return  # deleted meanwhile: its prompt's claim was refused, nothing asked
         except Exception:
@@ -97,7 +100,8 @@ class Prompts:
         order to keep), so the question is still asked or polled."""
         self.s.prompt_queue.schedule(work)
 
-    def _exchange(self, session: Session, question: Message, work: PromptWork) -> None:
+    def _exchange(self, session: Session, question: Message, work: PromptWork,
+                  remaining_ms: RemainingMs | None) -> None:
         url = session.callback_url or ""
         try:
             if work.prompt_id is None:
@@ -110,7 +114,7 @@ class Prompts:
                 return
             else:
                 reply = self._call(session, f"{url.rstrip('/')}/{quote(work.prompt_id, safe='')}")
-            self._follow(session, question, work, reply)
+            self._follow(session, question, work, reply, remaining_ms)
         except CallbackFailed as exc:
             self._end(session, question, f"The question {question.text!r} could not be "
                       f"asked through the task's callback: {exc.message}", exc.code)
@@ -182,13 +186,13 @@ class Prompts:
         return reply
 
     def _follow(self, session: Session, question: Message, work: PromptWork,
-                reply: dict[str, Any]) -> None:
+                reply: dict[str, Any], remaining_ms: RemainingMs | None) -> None:
         status = reply["status"]
         if status == "resolved":
             answer = reply.get("answer")
             if not isinstance(answer, str) or not answer.strip():
                 raise CallbackFailed("a resolved prompt needs a non-empty text answer")
-            self._answer(session, question, answer)
+            self._answer(session, question, answer, remaining_ms)
         elif status == "rejected":
             self._end(session, question,
                       f"The user declined to answer the question {question.text!r}.",
@@ -215,7 +219,8 @@ class Prompts:
         delay = min(backoff, math.ceil(max(0.0, work.deadline - time.time())))
         self.s.prompt_queue.schedule(work, delay)
 
-    def _answer(self, session: Session, question: Message, answer: str) -> None:
+    def _answer(self, session: Session, question: Message, answer: str,
+                remaining_ms: RemainingMs | None) -> None:
         """The answer as the session owner's message: the runner resumes the program."""
         owner = principal_of(self.s.users.get(session.owner))
         # Keyed by the question: a poll delivered twice still answers once, and a post
@@ -224,20 +229,26 @@ class Prompts:
         # (its prompt was POSTed, no id kept).
         post = partial(Messaging(self.s).post, owner, session.session_id, answer,
                        idempotency_key=f"prompt-{question.message_id}")
-        try:
-            for attempt in range(ANSWER_TRIES - 1):
-                with contextlib.suppress(Unavailable):
-                    post()
-                    return
-                time.sleep(0.2 * 2 ** attempt)
-            post()
-        except Unavailable:  # perhaps posted (queued: then answered). If not, a poll's
-            # redelivery polls again and posts it; a first exchange's cannot, and the last
-            # ends the question CALLBACK_FAILED, for the user to answer with a step.
-            raise
-        except CodeshotError as exc:  # too long, over the daily quota ...
-            self._end(session, question,
-                      f"The callback's answer could not be used: {exc.message}", exc.code)
+        unconfirmed = False
+        for attempt in range(ANSWER_TRIES):
+            try:
+                post()
+                return
+            except Unavailable:  # perhaps posted (queued: then answered). If not, a poll's
+                # redelivery polls again and posts it; a first exchange's cannot, and the
+                # last ends the question CALLBACK_FAILED, for the user to answer with a step.
+                delay = 0.2 * 2 ** attempt
+                if attempt + 1 == ANSWER_TRIES or not _time_for(remaining_ms, delay):
+                    raise
+                unconfirmed = True
+            except CodeshotError as exc:  # too long, over the daily quota ...
+                if unconfirmed:  # ... or refused for an earlier try's write, in flight
+                    raise Unavailable("the callback's answer was not confirmed posted, and "
+                                      f"then refused: {exc.message}") from exc
+                self._end(session, question,
+                          f"The callback's answer could not be used: {exc.message}", exc.code)
+                return
+            time.sleep(delay)
 
     def _end(self, session: Session, question: Message, text: str, code: str) -> None:
         """End ``question``, and only it: during the exchange (a call of up to
@@ -248,10 +259,18 @@ class Prompts:
             end_question(self.s, session, text, code, question_id=question.message_id)
 
 
+def _time_for(remaining_ms: RemainingMs | None, delay: float) -> bool:
+    """Whether the invocation has time for a post after ``delay`` seconds: the margin a
+    record keeps for its writes (past it, Lambda could stop the post midway)."""
+    return remaining_ms is None or \
+        remaining_ms() >= (delay + RUNNER_RECORD_MARGIN_SECONDS) * 1000
+
+
 def process_prompts(event: dict[str, Any], prompts: Prompts,
                     remaining_ms: RemainingMs | None = None) -> dict[str, list[dict[str, str]]]:
     """A batch of the prompt queue, as the runner's batches are processed: an exchange
     takes at most ``CALL_TIMEOUT_SECONDS``."""
     invocation = None if remaining_ms is None else Invocation(remaining_ms, CALL_TIMEOUT_SECONDS)
-    return process_batch(event, prompts.handle, invocation, parse=PromptWork.parse,
+    return process_batch(event, partial(prompts.handle, remaining_ms=remaining_ms), invocation,
+                         parse=PromptWork.parse,
                          queue=prompts.s.prompt_queue, give_up=prompts.give_up)

@@ -22,6 +22,7 @@ from codeshot.usecases.messaging import TERMINAL
 from tests.api.test_quota_and_posting import new_session
 from tests.conftest import code, free_port
 from tests.runner.conftest import run_queue
+from tests.store_helpers import resent_after_landing
 
 THROTTLED = b'{"__type":"com.amazonaws.dynamodb.v20120810#ThrottlingException",' \
             b'"message":"Rate of requests exceeds the allowed throughput."}'
@@ -244,13 +245,8 @@ def test_a_post_whose_resend_was_refused_for_what_it_wrote_is_queued_unread(plat
     user_id, key = platform.user()
     session = new_session(platform, key)
     db = platform.services.sessions.db
-    write = db.transact_write_items
-
-    def written_then_resent(**request):
-        write(**request)
-        return write(**request)  # the same request again: its conditions now fail
-
-    monkeypatch.setattr(db, "transact_write_items", written_then_resent)
+    monkeypatch.setattr(db, "transact_write_items",
+                        resent_after_landing(platform.services.sessions))
     monkeypatch.setattr(db, "get_item", throttled(db.get_item, "MSG#"))
     out = platform.gql(key, POST, {"s": session})
     monkeypatch.undo()
@@ -418,36 +414,94 @@ def test_a_post_given_up_on_conflicts_while_its_first_send_was_in_progress_is_un
     assert platform.services.usage.used("query", user_id) == 1
 
 
-@pytest.mark.parametrize("retried", [3, 0])
-def test_a_post_throttled_after_botocores_resends_may_have_been_written(platform, monkeypatch,
-                                                                        retried):
-    """A post throttled to the end: after botocore's own resends (``retried``), one before
-    may have been written (its response lost), so the post is UNAVAILABLE and its message
-    queued (it was RATE_LIMITED, though written and charged, and never queued); with none,
-    each send was refused, and it is RATE_LIMITED, nothing written."""
+class _Body:
+    """A canned HTTP body, read as botocore reads a real one."""
+
+    def __init__(self, data: bytes) -> None:
+        self.data = data
+
+    def stream(self, **_):
+        yield self.data
+
+
+def posts_sent_through(platform, monkeypatch, answer) -> list[str]:
+    """Each send of a post's transaction (botocore's own resends too, whose backoff's wait
+    is cut short) is given to ``answer(request, body)`` in place of moto; the tokens sent."""
+    from botocore.retries.standard import ExponentialBackoff
+
+    events, tokens = platform.services.sessions.db.meta.events, []
+
+    def hook(request, **_):
+        body = json.loads(request.body or b"{}")
+        if "MSG#" not in json.dumps(body) or "ClientRequestToken" not in body:
+            return None  # sent on to moto
+        tokens.append(body["ClientRequestToken"])
+        return answer(request, body)
+
+    monkeypatch.setattr(ExponentialBackoff, "delay_amount", lambda self, context: 0.0)
+    events.register("before-send.dynamodb.TransactWriteItems", hook, unique_id="test-posts")
+    monkeypatch.setattr(platform, "_unhook", lambda: events.unregister(
+        "before-send.dynamodb.TransactWriteItems", unique_id="test-posts"), raising=False)
+    return tokens
+
+
+def post_unhooked(platform, key: str, session: str) -> dict:
+    """The post, through :func:`posts_sent_through`'s hook, which is then taken off."""
+    try:
+        return platform.gql(key, POST, {"s": session})
+    finally:
+        platform._unhook()
+
+
+def throttle(request, body):
+    from botocore.awsrequest import AWSResponse
+
+    return AWSResponse(request.url, 400, {"Content-Type": "application/x-amz-json-1.0"},
+                       _Body(THROTTLED))
+
+
+def test_a_throttled_post_is_rate_limited_with_nothing_queued(platform, monkeypatch):
+    """DynamoDB throttles every send of the post's transaction, botocore's own resends
+    included (under one token a call: a token whose first send was written is answered
+    with success, not a throttle, so none was). The post is RATE_LIMITED, nothing
+    written, charged or queued (it was UNAVAILABLE, with a copy of a message never
+    posted queued, as botocore's resends were taken for sends that may have landed)."""
+    user_id, key = platform.user()
+    session = new_session(platform, key)
+    tokens = posts_sent_through(platform, monkeypatch, throttle)
+    out = post_unhooked(platform, key, session)
+    assert code(out) == "RATE_LIMITED", out
+    assert posted(platform, session) == ([], [])
+    assert platform.services.usage.used("query", user_id) == 0
+    # botocore's four sends a call, each call's under one token of its own
+    assert len(tokens) % 4 == 0 and len(tokens) > 4
+    assert len(set(tokens)) == len(tokens) // 4
+
+
+def test_a_post_throttled_after_a_send_that_timed_out_and_landed_is_unconfirmed(
+        platform, monkeypatch):
+    """botocore's first send was written and its response lost (a read timeout); its
+    resends, and every later call, were throttled. The post was RATE_LIMITED "nothing
+    stored", its message written, charged and never queued; it is UNAVAILABLE, queued."""
+    import boto3
+    from botocore.exceptions import ReadTimeoutError
+
     user_id, key = platform.user()
     session = new_session(platform, key)
     db = platform.services.sessions.db
-    write, calls = db.transact_write_items, []
+    other = boto3.client("dynamodb", region_name=db.meta.region_name,  # moto's, unhooked
+                         endpoint_url=db.meta.endpoint_url)
 
-    def throttled(**request):
-        if "MSG#" not in str(request):
-            return write(**request)
-        if retried and not calls:
-            write(**request)  # botocore's first send landed; its response was lost
-        calls.append(1)
-        raise error("ThrottlingException", 400, ResponseMetadata={
-            "HTTPStatusCode": 400, "RetryAttempts": retried, "MaxAttemptsReached": True})
+    def land_then_throttle(request, body):
+        if len(tokens) == 1:
+            other.transact_write_items(TransactItems=body["TransactItems"])
+            raise ReadTimeoutError(endpoint_url=request.url)
+        return throttle(request, body)
 
-    monkeypatch.setattr(db, "transact_write_items", throttled)
-    out = platform.gql(key, POST, {"s": session})
-    monkeypatch.undo()
+    tokens = posts_sent_through(platform, monkeypatch, land_then_throttle)
+    out = post_unhooked(platform, key, session)
+    assert code(out) == "UNAVAILABLE", out
     texts, queued = posted(platform, session)
-    if retried:
-        assert code(out) == "UNAVAILABLE", out
-        assert texts == ["hello"] and len(queued) == 1
-        assert platform.services.usage.used("query", user_id) == 1
-    else:
-        assert code(out) == "RATE_LIMITED", out
-        assert (texts, queued) == ([], [])
-        assert platform.services.usage.used("query", user_id) == 0
+    assert texts == ["hello"]
+    assert queued == [platform.services.sessions.all_messages(session)[0].message_id]
+    assert platform.services.usage.used("query", user_id) == 1

@@ -20,6 +20,7 @@ from tests.api.test_fixie_compat import fixieai
 from tests.attacks.test_fairness import reply_to
 from tests.conftest import code
 from tests.runner.conftest import messages, register, send, session
+from tests.store_helpers import resent_after_landing
 
 SEND = """mutation ($s: String!, $t: String!, $w: Boolean) { sendSessionMessage(
   messageData: {session: $s, text: $t, wait: $w}) { message { id } reply { type } } }"""
@@ -307,13 +308,8 @@ def test_a_waiting_post_whose_written_transaction_lost_its_reply_is_posted_once(
     user_id, key = platform.user("unlucky")
     handle = session(platform, key)
     db = platform.services.sessions.db
-    write = db.transact_write_items
-
-    def written_then_resent(**request):
-        write(**request)
-        return write(**request)  # the same request again: its conditions now fail
-
-    monkeypatch.setattr(db, "transact_write_items", written_then_resent)
+    monkeypatch.setattr(db, "transact_write_items",
+                        resent_after_landing(platform.services.sessions))
     out = platform.gql(key, SEND, {"s": handle, "t": "hello"})
     monkeypatch.undo()
     assert "errors" not in out, out

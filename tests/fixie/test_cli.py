@@ -115,9 +115,11 @@ def ask(live_stack, agent_id: str, text: str) -> str:
 
 
 @contextmanager
-def running(argv: list[str], cwd: Path, env: dict[str, str], until: str) -> Iterator[list[str]]:
+def running(argv: list[str], cwd: Path, env: dict[str, str], until: str,
+            stop: tuple[signal.Signals, ...] = (signal.SIGTERM,)) -> Iterator[list[str]]:
     """A long-running process, once it printed a line containing ``until`` (within 60 s,
-    however silent it stays); its output, read on until it ends."""
+    however silent it stays); its output, read on until it ends (at ``stop``'s signals,
+    sent at once)."""
     proc = subprocess.Popen(argv, cwd=cwd, env=env, stdout=subprocess.PIPE,
                             stderr=subprocess.STDOUT, text=True)
     lines: list[str] = []
@@ -137,8 +139,14 @@ def running(argv: list[str], cwd: Path, env: dict[str, str], until: str) -> Iter
             pytest.fail(f"{argv} printed no {until!r} in 60 s: {''.join(lines)}")
         yield lines
     finally:
-        proc.send_signal(signal.SIGTERM)
-        proc.wait(timeout=20)
+        for signum in stop:
+            proc.send_signal(signum)
+        try:
+            proc.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            reader.join(timeout=20)
+            pytest.fail(f"{argv} did not end within 20 s of {stop}: {''.join(lines)}")
         reader.join(timeout=20)
     assert proc.returncode == 0, lines
 
@@ -469,13 +477,15 @@ def lender_dirs(tmp_path: Path) -> tuple[str, Path, Path]:
     return f"local/{handle}", first, second
 
 
-def serving(stack_dir: Path, directory: Path, until: str, port: int | None = None):
-    """`codeshot serve DIR --register` on ``port`` (a free one by default), once it
-    printed ``until``; and its URL."""
+def serving(stack_dir: Path, directory: Path, until: str, port: int | None = None,
+            register: bool = True, stop: tuple[signal.Signals, ...] = (signal.SIGTERM,)):
+    """`codeshot serve DIR --register` (or without) on ``port`` (a free one by default),
+    once it printed ``until``; and its URL."""
     port = port or free_port()
     return running([sys.executable, "-m", "codeshot.cli", "serve", str(directory), "--port",
-                    str(port), "--register"], stack_dir, {**os.environ, "PYTHONPATH": str(ROOT)},
-                   until), f"http://127.0.0.1:{port}"
+                    str(port), *(["--register"] if register else [])], stack_dir,
+                   {**os.environ, "PYTHONPATH": str(ROOT)}, until, stop), \
+        f"http://127.0.0.1:{port}"
 
 
 def revisions(live_stack, agent_id: str) -> list[tuple[bool, str]]:
@@ -552,6 +562,124 @@ def test_a_lent_agent_whose_server_stopped_first_stays_where_it_was_lent(
             assert ask(live_stack, agent_id, "Shout hello") == "HELLO!"
         assert lines[-1] == "Stopping (SIGTERM) ...\n"
         assert revisions(live_stack, agent_id) == [(False, first_url), (True, url)]
+        assert gql(live_stack, DESCRIBED, id=agent_id)["agentById"]["name"] == "Shouter"
+
+
+EDIT = "mutation ($h: String!, $d: String) { updateAgent(agentData: {handle: $h, " \
+    "description: $d}) { agent { agentId } } }"
+RESTORED = "description and sample queries\n"
+
+
+def test_an_edit_made_while_lent_is_kept_at_ctrl_c(live_stack, stack_dir, tmp_path):
+    """The Ctrl-C set back the name, description, sample queries... as they were before
+    the lending: the owner's edit made meanwhile was lost."""
+    agent_id, first, second = lender_dirs(tmp_path)
+    first_serving, first_url = serving(stack_dir, first, f"Registered {agent_id}")
+    with first_serving:
+        lending, _ = serving(stack_dir, second, f"Updated {agent_id}")
+        with lending as lines:
+            gql(live_stack, EDIT, h=agent_id.split("/")[1], d="Edited while lent")
+        assert lines[-1] == f"Restored {agent_id} at {first_url}; changed meanwhile, not " \
+            "restored: description\n"
+        described = gql(live_stack, DESCRIBED, id=agent_id)["agentById"]
+        assert (described["name"], described["description"]) == ("Shouter",
+                                                                  "Edited while lent")
+        assert revisions(live_stack, agent_id) == [(True, first_url)]
+
+
+def stopped_after_registering(stack_dir: Path, agent: Path, agent_id: str) -> tuple[int, str]:
+    """``agent`` served and registered, then stopped: its port and URL, which no longer
+    answer."""
+    port = free_port()
+    first_serving, url = serving(stack_dir, agent, f"Registered {agent_id}", port=port)
+    with first_serving:
+        pass
+    return port, url
+
+
+def test_a_server_down_at_start_is_kept_to_go_back_to(live_stack, stack_dir, tmp_path):
+    """Its server did not answer when serve started (down for a moment, or its listen
+    backlog full): its revision's URL was rewritten in place, gone for good; the agent
+    stayed at the stopped serve's URL."""
+    agent_id, first, second = lender_dirs(tmp_path)
+    port, first_url = stopped_after_registering(stack_dir, first, agent_id)
+    lending, second_url = serving(stack_dir, second, f"Updated {agent_id}")
+    lines = lending.__enter__()
+    try:
+        kept = revisions(live_stack, agent_id)
+        back, _ = serving(stack_dir, first, f"at {first_url} for", port=port, register=False)
+        with back:  # its server is back before the Ctrl-C
+            lending.__exit__(None, None, None)
+            assert ask(live_stack, agent_id, "Shout hello") == "HELLO!"
+    finally:
+        lending.__exit__(None, None, None)
+    assert f"Updated {agent_id}: served here until Ctrl-C, then again at {first_url} (it " \
+        f"does not answer now) with its own name, {RESTORED}" in lines
+    assert kept == [(False, first_url), (True, second_url)]
+    assert lines[-1] == f"Restored {agent_id} at {first_url}, with its own name, {RESTORED}"
+    assert revisions(live_stack, agent_id) == [(True, first_url)]
+    assert gql(live_stack, DESCRIBED, id=agent_id)["agentById"]["name"] == "Shouter"
+
+
+def test_a_server_still_down_at_ctrl_c_is_kept_and_no_revision_piles_up(
+        live_stack, stack_dir, tmp_path):
+    """Its URL was gone from the revisions at the start already; now the stopped serve's
+    revision is left current, kept in the history with the server's, and the next serve
+    takes it over rather than making one more."""
+    agent_id, first, second = lender_dirs(tmp_path)
+    port, first_url = stopped_after_registering(stack_dir, first, agent_id)
+    lending, second_url = serving(stack_dir, second, f"Updated {agent_id}")
+    with lending as lines:
+        pass
+    assert lines[-1] == f"{agent_id} stays at {second_url} (stopped now): its previous " \
+        f"server {first_url} does not answer; serve it again with `codeshot serve DIR " \
+        f"--register --port {port}`\n"
+    assert revisions(live_stack, agent_id) == [(False, first_url), (True, second_url)]
+    again, url = serving(stack_dir, second, f"Updated {agent_id}")
+    with again:
+        pass
+    assert revisions(live_stack, agent_id) == [(False, first_url), (True, url)]
+
+
+def test_serves_stacked_on_one_agent_stop_in_any_order(live_stack, stack_dir, tmp_path):
+    """A serve lent the agent another serve had lent: the first lender's Ctrl-C switched
+    the agent home under the second and deleted the revision the second was to go back
+    to; the second's Ctrl-C then failed with NOT_FOUND, exit 2."""
+    agent_id, first, second = lender_dirs(tmp_path)
+    first_serving, _ = serving(stack_dir, first, f"Registered {agent_id}")
+    with first_serving:
+        lower_port = free_port()
+        lower, lower_url = serving(stack_dir, second, f"Updated {agent_id}", port=lower_port)
+        lower_lines = lower.__enter__()
+        try:
+            upper, upper_url = serving(stack_dir, first, f"Updated {agent_id}")
+            with upper as upper_lines:
+                lower.__exit__(None, None, None)
+                assert ask(live_stack, agent_id, "Shout hello") == "HELLO!"
+        finally:
+            lower.__exit__(None, None, None)
+    assert lower_lines[-1] == f"{agent_id} was switched to {upper_url} meanwhile (another " \
+        f"serve, or its owner): left there, its revision at {lower_url} kept\n"
+    assert upper_lines[-1] == f"{agent_id} stays at {upper_url} (stopped now): its previous " \
+        f"server {lower_url} does not answer; serve it again with `codeshot serve DIR " \
+        f"--register --port {lower_port}`\n"
+
+
+def test_a_second_signal_does_not_cut_the_restore_short(live_stack, stack_dir, tmp_path):
+    """Ctrl-C twice (or SIGINT and SIGTERM at once) ended serve in the middle of giving
+    the lent agent back, exit 130, nothing said: the agent at the stopped URL or with
+    the lender's name."""
+    agent_id, first, second = lender_dirs(tmp_path)
+    first_serving, first_url = serving(stack_dir, first, f"Registered {agent_id}")
+    with first_serving:
+        lending, second_url = serving(stack_dir, second, f"Updated {agent_id}",
+                                      stop=(signal.SIGINT, signal.SIGTERM))
+        with lending as lines:
+            pass
+        assert f"Restoring {agent_id} ... (Ctrl-C again leaves it lent at {second_url})\n" \
+            in lines
+        assert lines[-1] == f"Restored {agent_id} at {first_url}, with its own name, {RESTORED}"
+        assert revisions(live_stack, agent_id) == [(True, first_url)]
         assert gql(live_stack, DESCRIBED, id=agent_id)["agentById"]["name"] == "Shouter"
 
 

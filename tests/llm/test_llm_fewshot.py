@@ -401,6 +401,13 @@ def test_the_dice_func_reads_a_whole_request_as_a_model_may_pass_it() -> None:
     assert re.fullmatch(r"[1-6]", answers["roll the dice"]), answers
     assert answers["roll 0 d6"] == "I roll 1 to 100 dice of 2 to 1000 sides."
     assert answers["Roll fifteen d6"].count(" + ") == 14, answers
+    # Rolled again: "twice", "3 times" (the replay passes them on; they rolled one die).
+    assert roll(Message("a d20 3 times")).count(" + ") == 2
+    assert roll(Message("a d20 twice")).count(" + ") == 1
+    assert roll(Message("a d20 many times")).startswith("I can't read")
+    assert roll(Message("roll d20x3")).count(" + ") == 2  # fused: one die was rolled
+    assert roll(Message("roll 2d6 3x")).count(" + ") == 5
+    assert roll(Message("roll d20 x 1000")) == "I roll 1 to 100 dice of 2 to 1000 sides."
     for vague in ("Roll a trio of dice", "Roll two pairs of dice", "Roll a handful of dice"):
         assert answers[vague].startswith("I can't read"), answers
 

@@ -12,6 +12,8 @@ import json
 import threading
 import time
 import uuid
+from collections.abc import Callable
+from typing import Any
 
 import httpx
 import jwt
@@ -425,6 +427,101 @@ def test_a_callbacks_answer_whose_write_timed_out_is_posted_again_and_resumes_th
     assert answered["input"] == "5" and "Booked Nico for 5" in answered["output"]
     assert made[before:] == ["Nico for 5"]
     assert [m for _, m, *_ in callback.seen] == ["POST"]
+
+
+def answer_post_faults(stack, monkeypatch, asked, fault: Callable[[Any], Any]) -> None:
+    """The answer's posts (under its key) answered by ``fault(request)``, the rest
+    written."""
+    db = stack.services.sessions.db
+    write = db.transact_write_items
+
+    def faulty(**request):
+        if f"prompt-{asked.message_id}" in str(request):
+            return fault(request)
+        return write(**request)
+
+    monkeypatch.setattr(db, "transact_write_items", faulty)
+
+
+@pytest.mark.parametrize("callback", [[(200, {"prompt_id": "p-6", "status": "resolved",
+                                             "answer": "6"})]], indirect=True)
+def test_a_callbacks_answer_refused_after_a_post_not_confirmed_is_redelivered_not_ended(
+        stack, booking, callback, monkeypatch):
+    """The answer's first post timed out, its write still in flight; the next, under its
+    key, collided with it until it gave up (CONFLICT). The exchange is redelivered
+    (UNAVAILABLE), the question left waiting for that write. It ended the question
+    CONFLICT, though the first write could still land: an answer to a question ended."""
+    from botocore.exceptions import ClientError, ReadTimeoutError
+
+    from codeshot.errors import Unavailable
+    from codeshot.store.queue import PromptWork
+    from codeshot.usecases.prompts import Prompts
+
+    agent_id, _ = booking
+    key, task_id, asked = asked_without_callback(stack, agent_id, "Olga")
+    with_callback(stack, task_id, callback.url)
+    held: list[dict[str, Any]] = []
+
+    def in_flight(request):
+        if not held:
+            held.append(request)
+            raise ReadTimeoutError(endpoint_url="https://dynamodb.us-east-1.amazonaws.com")
+        reasons = [{"Code": "TransactionConflict"}] + \
+            [{"Code": "None"}] * (len(request["TransactItems"]) - 1)
+        raise ClientError({"Error": {"Code": "TransactionCanceledException", "Message": "busy"},
+                           "ResponseMetadata": {"HTTPStatusCode": 400},
+                           "CancellationReasons": reasons}, "TransactWriteItems")
+
+    answer_post_faults(stack, monkeypatch, asked, in_flight)
+    work = PromptWork(task_id, asked.message_id, time.time() + 60, "p-6", 1)  # a poll
+    with pytest.raises(Unavailable):  # redelivered by SQS
+        Prompts(stack.services).handle(work)
+    monkeypatch.undo()
+    assert len(held) == 1
+    assert ap(stack, key, "GET", f"/tasks/{task_id}").json()["status"] == "awaiting_input"
+    [step] = ap(stack, key, "GET", f"/tasks/{task_id}/steps").json()["steps"]
+    assert "error" not in (step.get("additional_output") or {}), step  # not ended
+
+
+@pytest.mark.parametrize("callback", [[(200, {"prompt_id": "p-7", "status": "resolved",
+                                             "answer": "7"})]], indirect=True)
+def test_a_callbacks_answer_is_not_posted_again_past_the_invocations_time(
+        stack, booking, callback, monkeypatch):
+    """The answer's post timed out, using up the invocation's time but 9 s, less than a
+    record keeps for its writes: the record is redelivered rather than the post sent
+    again, which Lambda could stop midway (it was sent again however little time was
+    left); the redelivery's poll posts it."""
+    from botocore.exceptions import ReadTimeoutError
+
+    from codeshot.store.queue import PromptWork
+    from codeshot.usecases.prompts import Prompts, process_prompts
+
+    agent_id, made = booking
+    key, task_id, asked = asked_without_callback(stack, agent_id, "Pia")
+    with_callback(stack, task_id, callback.url)
+    sent: list[int] = []
+
+    def timed_out(request):
+        sent.append(1)
+        raise ReadTimeoutError(endpoint_url="https://dynamodb.us-east-1.amazonaws.com")
+
+    answer_post_faults(stack, monkeypatch, asked, timed_out)
+    work = PromptWork(task_id, asked.message_id, time.time() + 60, "p-7", 1)  # a poll
+    record = {"messageId": "m-1", "receiptHandle": "r-1", "body": work.body(),
+              "attributes": {"ApproximateReceiveCount": "1"}}
+    out = process_prompts({"Records": [record]}, Prompts(stack.services),
+                          lambda: 9_000 if sent else 16_000)  # the timeout took the rest
+    monkeypatch.undo()
+    assert out == {"batchItemFailures": [{"itemIdentifier": "m-1"}]}
+    assert sent == [1]
+    assert ap(stack, key, "GET", f"/tasks/{task_id}").json()["status"] == "awaiting_input"
+    before = len(made)
+    Prompts(stack.services).handle(work)  # the redelivery
+    deadline = time.monotonic() + 30
+    while ap(stack, key, "GET", f"/tasks/{task_id}").json()["status"] != "completed":
+        assert time.monotonic() < deadline, "the answer was never run"
+        time.sleep(0.2)
+    assert made[before:] == ["Pia for 7"]
 
 
 def test_a_huge_or_dripping_callback_reply_is_cut_off(stack, booking):

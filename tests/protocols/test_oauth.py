@@ -431,8 +431,10 @@ def test_the_console_account_page_lists_authorized_agents_and_revokes_them(
 def test_an_authorization_whose_resuming_post_is_not_confirmed_says_authorized(
         stack, provider, reader, monkeypatch):
     """The token is stored, but the post that resumes the session timed out (botocore's
-    last resend): the page says the agent is authorized and to ask again (it said "Not
-    authorized" and to send the post again under an idempotency key the user never saw)."""
+    last resend): the page says the agent is authorized and that the conversation should
+    go on by itself (the post may have landed, its copy queued: asking again at once could
+    run the query twice), else to ask again (it said "Not authorized" and to send the
+    post again under an idempotency key the user never saw)."""
     from botocore.exceptions import ReadTimeoutError
 
     _, ivan = new_account(stack, "ivan")
@@ -450,10 +452,32 @@ def test_an_authorization_whose_resuming_post_is_not_confirmed_says_authorized(
     back = authorize(provider, url, "alice")  # at the provider
     monkeypatch.undo()
     assert back.status_code == 200, back.text
-    assert "You authorized" in back.text and "Ask it again in your conversation" in back.text
+    assert "You authorized" in back.text
+    assert "Your conversation should continue where it paused in a moment; if it does " \
+        "not, ask again" in back.text
     assert stack.services.oauth.get_token(user_id(stack, ivan), reader) is not None
     _, again = ask(stack, ivan, QUESTION, session=session)
     assert again["message"]["text"] == "Your reading list: Middlemarch, Ulysses."
+
+
+def test_an_authorization_whose_resuming_post_is_over_the_daily_quota_names_the_limit(
+        stack, provider, reader):
+    """The token is stored, but the post that resumes the session is over the user's
+    daily query limit: the page names the limit and its reset, to ask again then (it
+    said only to ask again, which the same limit refuses)."""
+    user, ivan = new_account(stack, "ivan")
+    session, paused = ask(stack, ivan, QUESTION)
+    (url,) = URL.findall(paused["message"]["text"])
+    stack.services.users.set_limits(user.user_id, 1, None)  # the question's query was it
+    back = authorize(provider, url, "alice")
+    assert back.status_code == 200, back.text
+    assert "You authorized" in back.text
+    assert re.search(r"Your conversation could not continue \(daily query limit of 1 per day "
+                     r"reached; resets at [0-9T:.+-]+\); ask it again in your conversation "
+                     r"once it resets", back.text), back.text
+    assert stack.services.oauth.get_token(user.user_id, reader) is not None
+    posted = stack.services.sessions.all_messages(session)
+    assert [m.type for m in posted][-1] is MessageType.AWAITING_INPUT  # still paused
 
 
 def test_a_fixie_style_func_answers_with_the_link_and_the_user_asks_again(stack, provider):

@@ -373,6 +373,23 @@ def test_what_the_sdk_and_engine_refuse_while_the_agent_loads_names_its_line(tmp
                                     'end with "A:", got "Func[tip] says: 2"')
 
 
+def test_an_oauth_client_missing_from_the_environment_names_the_agents_line(tmp_path,
+                                                                           monkeypatch):
+    """OAuthParams.from_env raised a KeyError of its own, which a bug of codeshot's also
+    raises: it is a refusal (still a KeyError, as Fixie's was), so the line is named."""
+    from codeshot.sdk.project import _import_entry
+
+    (tmp_path / "mailer.py").write_text(
+        "from codeshot.sdk import OAuthParams\n\n"
+        "params = OAuthParams.from_env('GMAIL_', ['mail'])\n")
+    monkeypatch.delenv("GMAIL_CLIENT_ID", raising=False)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    with pytest.raises(InvalidInput, match=r"^mailer.py line 3: MissingOAuthSetting: "
+                       r"OAuthParams.from_env: GMAIL_CLIENT_ID is not set$") as raised:
+        _import_entry("mailer", tmp_path.resolve())
+    assert isinstance(raised.value.__cause__, KeyError)
+
+
 def test_codeshot_bundled_in_the_agents_directory_still_raises_on_its_behalf(tmp_path,
                                                                             monkeypatch):
     """A Lambda bundle holds codeshot beside agent.py: its frames are not the agent's. But
@@ -467,3 +484,15 @@ def test_loading_an_agent_refuses_a_func_its_few_shots_ask_and_it_lacks(agent_di
     assert raised.value.message == (
         "agent.py: few-shot 1, line 2: the few-shots ask Func[fixie_cacl], which no "
         "@agent.register_func defines (did you mean Func[fixie_calc]?); defined: none")
+
+
+def test_a_blank_sample_query_stored_before_blanks_were_refused_is_not_given_back():
+    """`codeshot serve --register` sets back what it read: a blank stored query, sent
+    back, was refused (INVALID_INPUT) and the agent's other fields were left lent."""
+    from codeshot.client import _described
+
+    stored = {"name": "Dice", "description": "Rolls dice.", "moreInfoUrl": None,
+              "queries": ["Roll a d20", "", " "], "published": False}
+    assert _described(stored) == {"name": "Dice", "description": "Rolls dice.",
+                                  "moreInfoUrl": "", "sampleQueries": ["Roll a d20"],
+                                  "published": False}

@@ -62,21 +62,39 @@ def count_before(text: str) -> int | None:
     return number(words[-1])
 
 
+# "a d20 3 times", "twice", "x3": the dice rolled again (so many more of them)
+REPEATS = re.compile(r"\b(?:(\w{1,12})\s{1,3}times|(twice)|(thrice))\b"
+                     r"|(?<![a-z])x\s{0,3}(\d{1,6})\b|\b(\d{1,6})\s{0,3}x\b", re.IGNORECASE)
+
+
+def repeats(text: str) -> int | None:
+    """How many times the dice are to be rolled (1 unless said), or None if unreadable."""
+    match = REPEATS.search(text)
+    if match is None:
+        return 1
+    times, twice, thrice, x, x_after = match.groups()
+    return 2 if twice else 3 if thrice else int(x or x_after) if x or x_after else number(times)
+
+
 def dice_asked(text: str) -> tuple[int, int] | None:
     """(count, sides) of the dice ``text`` asks for, or None."""
+    count: int | None = None
     if match := DICE.search(text):
         count = int(match.group(1)) if match.group(1) else count_before(text[:match.start()])
-        return None if count is None else (count, int(match.group(2)))
-    if (match := SIDED.search(text)) and (sides := number(match.group(1) or "6")) is not None:
-        count = count_before(text[:match.start()])
-        return None if count is None else (count, sides)
-    return None
+        sides: int | None = int(match.group(2))
+    elif match := SIDED.search(text):
+        count, sides = count_before(text[:match.start()]), number(match.group(1) or "6")
+    times = repeats(text)
+    if count is None or sides is None or times is None:
+        return None
+    return count * times, sides
 
 
 @agent.register_func
 def roll(query: Message) -> str:
     """Roll dice written as NdM, "N M-sided dice" or "N dice" (six-sided), N in digits or
-    words ("two", "a pair of", "a dozen"); up to 100 dice of up to 1000 sides."""
+    words ("two", "a pair of", "a dozen"), perhaps "twice" or "3 times"; up to 100 dice of
+    up to 1000 sides."""
     asked = dice_asked(query.text)
     if asked is None:
         return f"I can't read {query.text!r} as dice; write them like 2d6."
