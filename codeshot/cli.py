@@ -8,6 +8,7 @@ import os
 import signal
 import sys
 import time
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -15,6 +16,7 @@ from codeshot.errors import CodeshotError, install_hint
 
 if TYPE_CHECKING:
     from codeshot.client import GivenBack, Lent, Serving
+    from codeshot.models import User
     from codeshot.settings import Settings
 
 # Third-party packages of the `platform` and `local` extras (not installed with the SDK).
@@ -182,7 +184,9 @@ def _users_list(args: argparse.Namespace) -> int:
     while True:
         page = list_users(services, after)
         for user in page.users:
-            flags = ["deleted"] if user.deleted else \
+            if args.erasing and (user.deleted is None or user.erased is not None):
+                continue
+            flags = [_deleted(services.settings, user)] if user.deleted else \
                 [f for f in ("operator", "disabled") if getattr(user, f)]
             limit = services.daily_limit(user.daily_query_limit)
             print(f"{user.username}\t{user.email or '-'}\t{limit} queries/day\t"
@@ -190,6 +194,24 @@ def _users_list(args: argparse.Namespace) -> int:
         if page.after is None:
             return 0
         after = page.after
+
+
+def _deleted(settings: Settings, user: User) -> str:
+    """A deleted user's state in a listing: how far their erasure is, and when its last
+    part ran (a part not run for long, with an empty dead-letter queue, is stuck)."""
+    from codeshot.usecases.erasure_start import window_seconds
+
+    assert user.deleted is not None
+    if user.erased is not None:
+        return f"deleted (erased {_when(user.erased)})"
+    if user.erasure_ran is None:
+        due = user.deleted + timedelta(seconds=window_seconds(settings))
+        return f"deleted (erasure not started; due {_when(due)})"
+    return f"deleted (erasing: {user.erasure_part} parts done, the last {_when(user.erasure_ran)})"
+
+
+def _when(moment: datetime) -> str:
+    return moment.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 def _users_disable(args: argparse.Namespace) -> int:
@@ -575,8 +597,13 @@ def build_parser() -> argparse.ArgumentParser:
     limits.set_defaults(run=_users_limits)
     listing = user_commands.add_parser(
         "list", help="list users: name, email, daily query limit, operator, disabled or deleted",
-        description="Print every user, one a line (tab-separated). Targets the stack as "
-        "`users create` does.")
+        description="Print every user, one a line (tab-separated). A deleted user's line "
+        "says how far their erasure is: not started (and when it is due), erasing (parts "
+        "done, and when the last ran: one not moving for long, with nothing in the erasure "
+        "dead-letter queue, is stuck; `users delete` again goes on from it), or erased "
+        "(when). Targets the stack as `users create` does.")
+    listing.add_argument("--erasing", action="store_true",
+                         help="only deleted users whose erasure is not over")
     listing.set_defaults(run=_users_list)
     for name, disable, what in (("disable", True, "refuse all of a user's API keys and "
                                  "their sign-in at once"),

@@ -11,7 +11,8 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
-from dataclasses import asdict, dataclass
+import uuid
+from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from codeshot import aws, ids
@@ -124,14 +125,14 @@ class PromptWork:
 
 @dataclass(frozen=True)
 class ErasureWork:
-    """Part ``part`` of deleted user ``user_id``'s erasure: step ``step`` of its list
-    (codeshot/usecases/erasure.py), going on after ``after`` where the step keeps a
-    place."""
+    """Part ``part`` of deleted user ``user_id``'s erasure (codeshot/usecases/erasure.py:
+    which step, and where in it, the tombstone says). ``sent`` names this send: a delivery
+    of it that finds its part counted with its name counted it, and may have failed before
+    sending the next part (a copy of the part, sent again, counted by another name)."""
 
     user_id: str
     part: int = 0
-    step: int = 0
-    after: str | None = None
+    sent: str = field(default_factory=lambda: uuid.uuid4().hex)
 
     def body(self) -> str:
         return json.dumps(asdict(self))
@@ -139,9 +140,8 @@ class ErasureWork:
     @classmethod
     def parse(cls, body: str) -> ErasureWork:
         data = json.loads(body)
-        after = data.get("after")
         return cls(user_id=str(data["user_id"]), part=int(data["part"]),
-                   step=int(data["step"]), after=None if after is None else str(after))
+                   sent=str(data["sent"]))
 
 
 class _Queue:

@@ -43,8 +43,24 @@ PLATFORM_USERNAME = "platform"
 LIMITS = ("daily_query_limit", "daily_token_limit")
 # What a deleted user's tombstone no longer holds (its identity stays: the account's
 # sign-in then finds a deleted user, not a new one to name).
+# A tombstone's erasure's progress, written by each part's count (the eraser's grant).
+ERASURE_FIELDS = ("erasure_part", "erasure_step", "erasure_after", "erasure_by",
+                  "erasure_ran")
 ERASED_FIELDS = ("api_key_ids", "email", "first_name", "last_name", "time_zone",
                  "operator", *LIMITS)
+
+
+@dataclass(frozen=True)
+class ErasureProgress:
+    """Where a deleted user's erasure goes on after a part: its ``step`` and cursor in it
+    (``after``), the send that counted the part (``sent``), when it ran (``ran``, ISO) and
+    whether it was the last (``erased``)."""
+
+    step: int
+    after: str | None
+    sent: str
+    ran: str
+    erased: bool = False
 
 
 @dataclass(frozen=True)
@@ -174,20 +190,29 @@ class UserStore(Repository):
             raise NotFound(f"user {user_id} not found") from exc
         return _user(out["Attributes"])
 
-    def advance_erasure(self, user_id: str, part: int, erased: str | None = None) -> bool:
-        """Count erasure part ``part`` done, if it is the one the tombstone awaits: False
-        when another delivery of it counted it first (nothing more to do for it). With
-        ``erased`` (ISO), it was the last: the erasure is over."""
+    def advance_erasure(self, user_id: str, part: int, progress: ErasureProgress) -> bool:
+        """Count erasure part ``part`` done, if it is the one the tombstone awaits, with
+        where the next part goes on (``progress``): False when another copy of the part
+        counted it first (nothing more to do for it)."""
         awaited = "erasure_part = :part" if part else \
             "(attribute_not_exists(erasure_part) OR erasure_part = :part)"
-        values: dict[str, AttributeValueTypeDef] = {":part": {"N": str(part)},
-                                                    ":next": {"N": str(part + 1)}}
-        if erased is not None:
-            values[":e"] = {"S": erased}
+        values: dict[str, AttributeValueTypeDef] = {
+            ":part": {"N": str(part)}, ":next": {"N": str(part + 1)},
+            ":step": {"N": str(progress.step)}, ":by": {"S": progress.sent},
+            ":ran": {"S": progress.ran}}
+        sets = ["erasure_part = :next", "erasure_step = :step", "erasure_by = :by",
+                "erasure_ran = :ran"]
+        if progress.after is not None:
+            values[":after"] = {"S": progress.after}
+            sets.append("erasure_after = :after")
+        if progress.erased:
+            values[":e"] = {"S": progress.ran}
+            sets.append("erased = :e")
         try:
             self.db.update_item(
                 TableName=self.table_name, Key={"user_id": {"S": user_id}},
-                UpdateExpression="SET erasure_part = :next" + (", erased = :e" if erased else ""),
+                UpdateExpression="SET " + ", ".join(sets) +
+                ("" if progress.after is not None else " REMOVE erasure_after"),
                 ConditionExpression=f"attribute_exists(deleted) AND {awaited}",
                 ExpressionAttributeValues=values)
         except self.db.exceptions.ConditionalCheckFailedException:

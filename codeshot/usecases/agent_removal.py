@@ -3,16 +3,28 @@ agents in their erasure (codeshot/usecases/erasure.py)."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from codeshot.models import Agent
 from codeshot.services import Services
+from codeshot.store.corpora import CorpusVersion
 from codeshot.store.queue import Work
 
 
 def forget_corpora(services: Services, agent_id: str, seconds: float | None = None) -> None:
     """The id's corpus versions, their objects and (S3 Vectors) indexes."""
+    services.corpora.delete_agent(agent_id, seconds=seconds, drop=_index_drop(services))
+
+
+def forget_some_corpora(services: Services, agent_id: str, most: int) -> bool:
+    """Up to ``most`` of the id's corpus versions, as :func:`forget_corpora`; whether any
+    may be left."""
+    return services.corpora.delete_some(agent_id, most, drop=_index_drop(services))
+
+
+def _index_drop(services: Services) -> Callable[[CorpusVersion], None] | None:
     vectors = services.settings.corpus_search == "s3vectors"
-    services.corpora.delete_agent(agent_id, seconds=seconds,
-                                  drop=services.vector_indexes.drop if vectors else None)
+    return services.vector_indexes.drop if vectors else None
 
 
 def sweep_storage(services: Services, agent: Agent) -> None:

@@ -14,8 +14,12 @@ at the end.
 
 Each part runs one of :data:`STEPS` on a bounded number of items and deletes only what it
 reads, so running it again deletes nothing twice. The tombstone counts the parts done
-(``erasure_part``): a part delivered again after it was counted does nothing, and one
-that fails on every delivery goes to the queue's dead-letter queue (nothing loops).
+(``erasure_part``) and keeps where the next part goes on (its step and cursor), in one
+conditional update before the next part is queued: a part is counted once (two copies of
+it may both run, as their deletes are idempotent; the second to count does nothing
+more), a delivery that counted it and failed before queueing the next queues it again,
+and one that fails on every delivery goes to the queue's dead-letter queue (nothing
+loops).
 """
 
 from __future__ import annotations
@@ -36,12 +40,14 @@ from codeshot.runner.fairness import RUNNING
 from codeshot.services import Services
 from codeshot.store.queue import ErasureWork, Work
 from codeshot.store.usage import UPLOAD_BYTES
-from codeshot.usecases.agent_removal import remove_agent
+from codeshot.store.users import ErasureProgress
+from codeshot.usecases.agent_removal import forget_some_corpora, remove_agent
 from codeshot.usecases.erasure_start import window_seconds
 
 log = logging.getLogger("codeshot.erasure")
 
-AGENTS_PART = 2  # agents removed a part (each several calls: its OAuth, corpora, registry)
+# An agent's corpus versions deleted a part (each its object, item and index: a few calls)
+CORPUS_VERSIONS_PART = 50
 SESSIONS_PART = 5  # sessions deleted a part (each up to a few thousand items)
 EMBEDS_PART = 50  # embeds a part looks at (each: two index reads, an object, an item)
 ITEMS_PART = 100  # items (session keys, OAuth tokens, uploads) deleted a part
@@ -59,7 +65,7 @@ Step = Callable[[Services, User, str | None], tuple[bool, str | None]]
 
 
 def erase_part(services: Services, work: ErasureWork) -> None:
-    """Run one part of an erasure, queue the next and count this one done."""
+    """Run one part of an erasure, count it done, then queue the next."""
     try:
         user = services.users.get(work.user_id)
     except NotFound:
@@ -68,7 +74,12 @@ def erase_part(services: Services, work: ErasureWork) -> None:
     if user.deleted is None:  # queued by a deletion whose tombstone was never written
         log.warning("erasure of %s: the user is not deleted; nothing erased", work.user_id)
         return
-    if user.erasure_part != work.part:  # another delivery of this part was counted
+    if user.erasure_part == work.part + 1 and user.erasure_by == work.sent:
+        # This send's part was counted: its delivery may have failed before queueing the
+        # next one, so it goes again (a copy of a part that counts second does nothing).
+        _queue_next(services, user)
+        return
+    if user.erasure_part != work.part:  # another copy of this part was counted
         log.info("erasure of %s: part %d done already", work.user_id, work.part)
         return
     wait = user.deleted + timedelta(seconds=window_seconds(services.settings)) \
@@ -76,17 +87,25 @@ def erase_part(services: Services, work: ErasureWork) -> None:
     if wait > timedelta(0):
         services.erasure_queue.send(work, math.ceil(wait.total_seconds()))
         return
-    done, after = STEPS[work.step](services, user, work.after)
-    step = work.step + 1 if done else work.step
-    erased = None
-    if step < len(STEPS):
-        services.erasure_queue.send(ErasureWork(user.user_id, work.part + 1, step,
-                                                None if done else after))
-    else:
+    done, after = STEPS[user.erasure_step](services, user, user.erasure_after)
+    step = user.erasure_step + 1 if done else user.erasure_step
+    ran = services.clock()
+    # Counted before the next part is queued: a copy of the next part run before this
+    # count would find its part not yet awaited, and be dropped (the chain would stop).
+    if not services.users.advance_erasure(user.user_id, work.part, ErasureProgress(
+            step=step, after=None if done else after, sent=work.sent, ran=ran.isoformat(),
+            erased=step >= len(STEPS))):
+        log.info("erasure of %s: part %d counted by another copy", work.user_id, work.part)
+        return
+    if step >= len(STEPS):
         log.info("erased user %s", user.user_id)
-        erased = services.clock().isoformat()
-    # Counted last: a part that failed before is run again whole (nothing in it twice).
-    services.users.advance_erasure(user.user_id, work.part, erased)
+        return
+    services.erasure_queue.send(ErasureWork(user.user_id, work.part + 1))
+
+
+def _queue_next(services: Services, user: User) -> None:
+    if user.erased is None:
+        services.erasure_queue.send(ErasureWork(user.user_id, user.erasure_part))
 
 
 def erase_batch(services: Services, event: dict[str, Any]) -> dict[str, list[dict[str, str]]]:
@@ -96,11 +115,19 @@ def erase_batch(services: Services, event: dict[str, Any]) -> dict[str, list[dic
 
 
 def _agents(services: Services, user: User, after: str | None) -> tuple[bool, str | None]:
-    owned = [a for a in services.registry.listed() if a.owner == user.username]
-    for agent in owned[:AGENTS_PART]:
-        with contextlib.suppress(NotFound):  # removed meanwhile
-            remove_agent(services, agent)
-    return len(owned) <= AGENTS_PART, None
+    """The user's agents, one at a time: its OAuth tokens and corpus versions a bounded
+    part at a time (an agent may hold thousands), then the rest of it (a few calls)."""
+    owned = sorted((a for a in services.registry.listed() if a.owner == user.username),
+                   key=lambda a: a.agent_id)
+    if not owned:
+        return True, None
+    agent = owned[0]
+    if services.oauth.forget_agent_part(agent.agent_id, ITEMS_PART) or \
+            forget_some_corpora(services, agent.agent_id, CORPUS_VERSIONS_PART):
+        return False, None  # this agent's rest in the next part
+    with contextlib.suppress(NotFound):  # removed meanwhile
+        remove_agent(services, agent)
+    return len(owned) == 1, None
 
 
 def _sessions(services: Services, user: User, after: str | None) -> tuple[bool, str | None]:

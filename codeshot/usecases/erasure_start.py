@@ -24,8 +24,8 @@ def window_seconds(settings: Settings) -> int:
 
 def start_erasure(services: Services, user: User) -> None:
     """Queue the user's erasure, to start once :func:`window_seconds` are over. Again for
-    a user being erased, it goes on from the part the tombstone awaits, from the first
-    step (each finds done what was): a chain still under way and this one merge at the
-    next part, as only one delivery of a part is counted."""
+    a user being erased, it goes on from the part the tombstone awaits, where the last
+    part counted left off: a chain still under way and this one merge at the next part,
+    as only one copy of a part is counted (the other does nothing more)."""
     services.erasure_queue.send(ErasureWork(user.user_id, part=user.erasure_part),
                                 window_seconds(services.settings))

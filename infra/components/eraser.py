@@ -22,6 +22,7 @@ from constructs import Construct
 
 from codeshot.store import tables
 from codeshot.store.sessions import DELETED_MARKER_FIELDS
+from codeshot.store.users import ERASURE_FIELDS
 from infra.bundling import ERASER_FUNCTION, Target
 from infra.components import access
 from infra.components.access import BATCH_WRITE, DELETE, GET, PUT, QUERY, SCAN
@@ -82,12 +83,12 @@ class Eraser(Construct):
             access.key_query(role, data.by_spec(spec), spec)
         (by_agent,) = tables.OAUTH.indexes  # users' tokens for an agent it removes
         access.index_sweep(role, data.by_spec(tables.OAUTH), by_agent.name)
-        # The registry's version (its removals move it); a tombstone's count of parts done
-        # and when the last ran (`deleted` only in its condition: IAM's Attributes name
-        # what a write's condition evaluates too).
+        # The registry's version (its removals move it); a tombstone's count of parts done,
+        # where the next goes on and when the last ran (`deleted` only in its condition:
+        # IAM's Attributes name what a write's condition evaluates too).
         access.limited_update(role, data.by_spec(tables.REGISTRY), key=tables.REGISTRY_VERSION_ID)
-        access.limited_update(role, data.by_spec(tables.USERS),
-                              attributes=(tables.USERS.pk, "erasure_part", "erased", "deleted"))
+        access.limited_update(role, data.by_spec(tables.USERS), attributes=(
+            tables.USERS.pk, *ERASURE_FIELDS, "erased", "deleted"))
         # A session's DELETED marker (every write into it refused from then on), no other
         # item: its attributes alone (codeshot/store/sessions.py SessionStore.delete).
         access.limited_update(role, data.by_spec(tables.SESSIONS), action=PUT, attributes=(

@@ -321,4 +321,6 @@ def test_deleting_a_user_refuses_them_everywhere_and_operators_touch_them_no_mor
         assert refused.returncode == 2 and "(USER_DELETED)" in refused.stderr, refused.stderr
     [listed] = [line for line in cli(stack, "users", "list").stdout.splitlines()
                 if line.startswith(f"{name}\t")]
-    assert listed.startswith(f"{name}\t-\t") and listed.endswith("deleted")  # no email
+    # no email; the erasure's state (an operator sees one stuck)
+    assert listed.startswith(f"{name}\t-\t") and "\tdeleted (erasure not started; due 20" in listed
+    assert listed in cli(stack, "users", "list", "--erasing").stdout.splitlines()

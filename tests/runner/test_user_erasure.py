@@ -1,12 +1,14 @@
 """Deleting a user: every credential refused at once; their data erased by the eraser, a
 bounded part a message on its own queue, once every credential they held has run out;
 another user's data untouched, bytes another user's embed holds kept; a part delivered
-twice done once; a part failing on every delivery left in the dead-letter queue."""
+twice counted once, the chain of parts never stopped by it; a part failing on every
+delivery left in the dead-letter queue."""
 
 from __future__ import annotations
 
 import base64
 import hashlib
+import itertools
 import json
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -227,7 +229,7 @@ def test_a_deleted_users_data_is_erased_after_their_credentials_ran_out_and_no_o
                                 "ApproximateNumberOfMessagesDelayed": "0"}
 
 
-def test_a_part_delivered_again_does_nothing_twice(services, clock, people):
+def test_a_part_delivered_again_is_counted_once(services, clock, people):
     alice, bob, common = people
     accounts.delete_account(services, alice.principal, "alice")
     with later(services, clock, erasure_start.window_seconds(services.settings) + 1):
@@ -235,19 +237,91 @@ def test_a_part_delivered_again_does_nothing_twice(services, clock, people):
         assert json.loads(first["body"])["part"] == 0
         erasure.erase_batch(services, {"Records": [first]})
         [second] = deliveries(services)  # part 1, queued by part 0
-        # Part 0 delivered again (SQS delivers at least once): nothing runs, nothing is
-        # queued; its agent was removed once.
+        # Part 0 delivered again (SQS delivers at least once): nothing of it runs; as its
+        # delivery that counted it may have failed before queueing part 1, part 1 goes
+        # again: a copy, which does nothing once part 1 is counted.
         with mock.patch("codeshot.usecases.erasure.remove_agent") as remove:
             assert erasure.erase_batch(services, {"Records": [first]}) == \
                 {"batchItemFailures": []}
         remove.assert_not_called()
-        assert deliveries(services) == []
+        [copy] = deliveries(services)
+        assert json.loads(copy["body"])["part"] == 1
         services.erasure_queue.delete(first["receiptHandle"])
-        services.erasure_queue.set_visibility([second["receiptHandle"]], 0)
-        run_erasure(services)
+        erasure.erase_batch(services, {"Records": [second]})
+        services.erasure_queue.delete(second["receiptHandle"])
+        with mock.patch("codeshot.usecases.erasure.STEPS") as steps:
+            assert erasure.erase_batch(services, {"Records": [copy]}) == \
+                {"batchItemFailures": []}
+        steps.__getitem__.assert_not_called()  # nothing of the copy ran, nothing queued
+        services.erasure_queue.delete(copy["receiptHandle"])
+        assert [json.loads(r["body"])["part"] for r in deliveries(services)] == [2]
+    with later(services, clock, erasure_start.window_seconds(services.settings) + 2):
+        parts = run_erasure(services)
     run_sweeps(services)
     assert what_is_left(services, alice, common)["session items"] == ["DELETED"]
     assert what_is_left(services, bob, common) == kept(bob, common)
+    assert services.users.get(alice.user.user_id).erasure_part == parts + 2  # each once
+
+
+def test_the_next_part_taken_at_once_by_another_eraser_goes_on(services, clock, people):
+    """Two erasers side by side (the function's concurrency): one takes the next part as
+    soon as it is queued, while the part that queued it has not returned. The part is
+    counted first, so the next one is the part the tombstone awaits: the chain goes on to
+    the end (it stopped there, data left, nothing queued, when the count came second)."""
+    alice, _, common = people
+    accounts.delete_account(services, alice.principal, "alice")
+    real = services.erasure_queue.send
+    taken: list[int] = []
+
+    def send_and_run_at_once(work, delay_seconds=0):
+        real(work, delay_seconds)
+        if work.part == 4 and not taken:
+            taken.append(work.part)
+            records = deliveries(services)
+            assert erasure.erase_batch(services, {"Records": records}) == \
+                {"batchItemFailures": []}
+            for record in records:
+                services.erasure_queue.delete(record["receiptHandle"])
+
+    with later(services, clock, erasure_start.window_seconds(services.settings) + 1), \
+            mock.patch.object(services.erasure_queue, "send", send_and_run_at_once):
+        run_erasure(services)
+    run_sweeps(services)
+    assert taken == [4]
+    tombstone = services.users.get(alice.user.user_id)
+    assert tombstone.erased == clock.now and tombstone.erasure_step == len(erasure.STEPS)
+    left = what_is_left(services, alice, common)
+    assert (left["upload"], left["oauth"], left["storage"], left["sessions"]) == \
+        (False, False, [], [])
+
+
+def test_a_part_counted_whose_next_part_failed_to_queue_queues_it_when_delivered_again(
+        services, clock, people):
+    alice, _, common = people
+    accounts.delete_account(services, alice.principal, "alice")
+    real = services.erasure_queue.send
+    failed: list[int] = []
+
+    def send_failing_once(work, delay_seconds=0):
+        if work.part == 3 and not failed:
+            failed.append(work.part)
+            raise ClientError({"Error": {"Code": "InternalError"}}, "SendMessage")
+        real(work, delay_seconds)
+
+    with later(services, clock, erasure_start.window_seconds(services.settings) + 1), \
+            mock.patch.object(services.erasure_queue, "send", send_failing_once):
+        while records := deliveries(services):
+            out = erasure.erase_batch(services, {"Records": records})
+            failures = {f["itemIdentifier"] for f in out["batchItemFailures"]}
+            for record in records:
+                if record["messageId"] in failures:  # delivered again
+                    services.erasure_queue.set_visibility([record["receiptHandle"]], 0)
+                else:
+                    services.erasure_queue.delete(record["receiptHandle"])
+    run_sweeps(services)
+    assert failed == [3]
+    assert services.users.get(alice.user.user_id).erased == clock.now
+    assert what_is_left(services, alice, common)["storage"] == []
 
 
 def test_an_erasure_for_a_user_not_deleted_erases_nothing(services, clock, people):
@@ -277,7 +351,7 @@ def test_a_part_failing_on_every_delivery_ends_in_the_dead_letter_queue(services
         dlq = sqs.get_queue_url(QueueName=ERASURE_QUEUE.dlq_name(
             services.settings.erasure_queue_name))["QueueUrl"]
         [dead] = sqs.receive_message(QueueUrl=dlq)["Messages"]
-    assert ErasureWork.parse(dead["Body"]) == ErasureWork(alice.user.user_id)
+    assert ErasureWork.parse(dead["Body"]).part == 0
 
 
 def test_a_deleted_user_gets_no_key_no_deploys_and_no_operator_command(services, people):
@@ -395,3 +469,39 @@ def test_an_oauth_flow_or_an_upload_url_from_before_the_deletion_writes_nothing_
     with later(services, clock, window + 1):
         run_erasure(services)
     assert not object_exists(services, late)
+
+
+def test_an_agent_with_many_tokens_and_corpus_versions_is_removed_a_bounded_part_at_a_time(
+        services, clock, people):
+    """Each part stays within the eraser's timeout however much an agent holds: its
+    users' OAuth tokens and its corpus versions go ITEMS_PART and CORPUS_VERSIONS_PART a
+    part (all of them went in one part, unbounded, or UNAVAILABLE past 1,000 versions)."""
+    alice, bob, common = people
+    agent_id = alice.agent.agent_id
+    for n in range(7):
+        services.oauth.put_token(f"u_reader{n}", agent_id, {"access_token": f"t{n}"})
+    for _ in range(5):
+        services.corpora.finish(services.corpora.start(agent_id, [{"urls": ["https://a/*"]}]))
+
+    def held() -> tuple[int, int]:
+        tokens = sum(services.oauth.get_token(f"u_reader{n}", agent_id) is not None
+                     for n in range(7))
+        return tokens, len(services.corpora.recent(agent_id, 100))
+
+    accounts.delete_account(services, alice.principal, "alice")
+    seen = [held()]
+    with later(services, clock, erasure_start.window_seconds(services.settings) + 1), \
+            mock.patch.object(erasure, "ITEMS_PART", 3), \
+            mock.patch.object(erasure, "CORPUS_VERSIONS_PART", 2):
+        while records := deliveries(services):
+            for record in records:  # one part at a time
+                assert erasure.erase_batch(services, {"Records": [record]}) == \
+                    {"batchItemFailures": []}
+                services.erasure_queue.delete(record["receiptHandle"])
+                seen.append(held())
+    assert seen[0] == (7, 5) and seen[-1] == (0, 0)
+    gone = [(a[0] - b[0], a[1] - b[1]) for a, b in itertools.pairwise(seen)]
+    assert max(t for t, _ in gone) == 3 and max(c for _, c in gone) == 2, seen
+    run_sweeps(services)
+    assert what_is_left(services, alice, common)["agent"] is False
+    assert what_is_left(services, bob, common) == kept(bob, common)
