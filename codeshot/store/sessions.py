@@ -477,18 +477,43 @@ class SessionStore(Repository):
         owner's list (:meth:`place`), kept a while. A session larger than DELETE_PAGES
         reads (a request has 29 s) is gone for its owner at once: ``purge_later`` queues
         the rest's deletion (:meth:`purge`) before its SESSION item goes."""
-        session = self.get(session_id, owner)
-        # The place first: from then on every write into the session is refused
-        # (:meth:`unless_deleted`), so the keys read next are all there will be.
-        self.db.put_item(TableName=self.table_name, Item=to_item({
-            "session_id": session_id, "item": DELETED_ITEM, "deleted_owner": owner,
-            "deleted_created": session.to_dict()["created"],
-            EXPIRES_AT: int(time.time()) + DELETED_KEPT_SECONDS}))
+        session = self._mark_deleted(session_id, owner)
         keys, more = self._item_keys(session_id, DELETE_PAGES)
         if more:
             purge_later()
             keys = [_key(session_id, SESSION_ITEM)]
         self._delete_keys(keys)
+        return session
+
+    def erase(self, session_id: str, owner: str, purge_later: Callable[[], None],
+              most: int) -> None:
+        """:meth:`delete` for a deleted user's erasure: up to ``most`` items, key by key
+        (DeleteItem: the eraser's role may put no item, which BatchWriteItem could),
+        the rest left to :meth:`purge` (queued by ``purge_later``)."""
+        self._mark_deleted(session_id, owner)
+        out = self.db.query(
+            TableName=self.table_name, Limit=most, ConsistentRead=True,
+            KeyConditionExpression="session_id = :s", FilterExpression="#i <> :deleted",
+            ExpressionAttributeValues={":s": {"S": session_id},
+                                       ":deleted": {"S": DELETED_ITEM}},
+            ProjectionExpression="session_id, #i", ExpressionAttributeNames={"#i": "item"})
+        keys = out.get("Items", [])
+        if "LastEvaluatedKey" in out:
+            purge_later()
+            keys = [_key(session_id, SESSION_ITEM)]
+        keys.sort(key=lambda k: k["item"]["S"] == SESSION_ITEM)  # last, as in delete
+        for key in keys:
+            self.db.delete_item(TableName=self.table_name, Key=key)
+
+    def _mark_deleted(self, session_id: str, owner: str) -> Session:
+        """Put the session's place (its DELETED marker) first: from then on every write
+        into it is refused (:meth:`unless_deleted`), so the keys read next are all there
+        will be."""
+        session = self.get(session_id, owner)
+        self.db.put_item(TableName=self.table_name, Item=to_item({
+            "session_id": session_id, "item": DELETED_ITEM, "deleted_owner": owner,
+            "deleted_created": session.to_dict()["created"],
+            EXPIRES_AT: int(time.time()) + DELETED_KEPT_SECONDS}))
         return session
 
     def purge(self, session_id: str, pages: int) -> bool:

@@ -48,7 +48,9 @@ log = logging.getLogger("codeshot.erasure")
 
 # An agent's corpus versions deleted a part (each its object, item and index: a few calls)
 CORPUS_VERSIONS_PART = 50
-SESSIONS_PART = 5  # sessions deleted a part (each up to a few thousand items)
+# Sessions deleted a part, each ITEMS_PART items at most, key by key (a larger one's rest
+# is purged by the runner, as a large session's deletion by its owner is).
+SESSIONS_PART = 5
 EMBEDS_PART = 50  # embeds a part looks at (each: two index reads, an object, an item)
 ITEMS_PART = 100  # items (session keys, OAuth tokens, uploads) deleted a part
 # User storage: SCOPES_PART agents' partitions read a part, SCOPE_ITEMS items of each
@@ -146,7 +148,7 @@ def _sessions(services: Services, user: User, after: str | None) -> tuple[bool, 
             return False, None
         purge = functools.partial(services.queue.enqueue, Work.purge(session.session_id))
         with contextlib.suppress(NotFound):  # deleted meanwhile (the index lags)
-            services.sessions.delete(session.session_id, user.user_id, purge_later=purge)
+            services.sessions.erase(session.session_id, user.user_id, purge, ITEMS_PART)
     return not page.items, None
 
 

@@ -25,7 +25,7 @@ from codeshot.store.sessions import DELETED_MARKER_FIELDS
 from codeshot.store.users import ERASURE_FIELDS
 from infra.bundling import ERASER_FUNCTION, Target
 from infra.components import access
-from infra.components.access import BATCH_WRITE, DELETE, GET, PUT, QUERY, SCAN
+from infra.components.access import DELETE, GET, PUT, QUERY, SCAN
 from infra.components.corpus_vectors import CorpusVectors
 from infra.components.data import EmbedsBucket, PlatformTables, SessionQueue
 from infra.components.function import PythonFunction
@@ -43,9 +43,10 @@ ERASER_BATCH_SIZE = 5  # each part a few dozen deletes: five fit in the timeout
 ERASER_TABLES: dict[str, tuple[str, ...]] = {
     # a deleted user's agents: listed, and deleted
     tables.REGISTRY.logical: (GET, SCAN, DELETE),
-    # their sessions: listed (by_owner), embeds found (by_content), items deleted (and the
-    # session's DELETED marker put: access.limited_update'd, no other item)
-    tables.SESSIONS.logical: (GET, QUERY, DELETE, BATCH_WRITE),
+    # their sessions: listed (by_owner), embeds found (by_content), items deleted key by
+    # key (and the session's DELETED marker put: access.limited_update'd, no other item;
+    # no BatchWriteItem, which could put any; a large session's rest is the runner's purge)
+    tables.SESSIONS.logical: (GET, QUERY, DELETE),
     tables.USERS.logical: (GET,),  # the tombstone; its part count is access.item_update'd
     tables.USAGE.logical: (DELETE,),  # their counters
     tables.USER_STORAGE.logical: (DELETE,),

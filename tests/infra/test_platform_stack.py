@@ -219,7 +219,8 @@ def test_the_eraser_has_its_own_queue_and_the_runner_no_destructive_grant(synth)
             {"dynamodb:UpdateItem"} if table is tables.USAGE else set()), table.logical
     assert not platform.grants_on(RUNNER, queue_id)
     # The eraser puts no session item but a DELETED marker: its PutItem names no other
-    # attribute than the marker's.
+    # attribute than the marker's, and it has no BatchWriteItem (which puts any item).
+    assert "dynamodb:BatchWriteItem" not in platform.all_actions(ERASER)
     sessions = synth.table_id(tables.SESSIONS)
     [put] = [g for g in platform.grants(ERASER) if "dynamodb:PutItem" in g.actions
              and sessions in g.targets()]

@@ -505,3 +505,25 @@ def test_an_agent_with_many_tokens_and_corpus_versions_is_removed_a_bounded_part
     run_sweeps(services)
     assert what_is_left(services, alice, common)["agent"] is False
     assert what_is_left(services, bob, common) == kept(bob, common)
+
+
+def test_a_large_session_is_erased_key_by_key_its_rest_purged_by_the_runner(
+        services, clock, people):
+    """The eraser deletes items with DeleteItem alone, ITEMS_PART a session (its role may
+    put no session item, as BatchWriteItem could); a larger session's rest is the
+    runner's purge, as for its owner's own deletion of it."""
+    alice, bob, common = people
+    for n in range(6):
+        Messaging(services).post(alice.principal, alice.session_id, f"note {n}")
+    accounts.delete_account(services, alice.principal, "alice")
+    with later(services, clock, erasure_start.window_seconds(services.settings) + 1), \
+            mock.patch.object(erasure, "ITEMS_PART", 3), \
+            mock.patch.object(type(services.sessions.db), "batch_write_item",
+                              side_effect=AssertionError("BatchWriteItem")) as batch:
+        run_erasure(services)
+    batch.assert_not_called()
+    left = what_is_left(services, alice, common)
+    assert left["sessions"] == [] and "MSG" in left["session items"]  # the runner's part
+    run_sweeps(services)
+    assert what_is_left(services, alice, common)["session items"] == ["DELETED"]
+    assert what_is_left(services, bob, common) == kept(bob, common)
