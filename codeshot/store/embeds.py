@@ -198,10 +198,18 @@ class EmbedStore:
         return len(data)
 
     # -- a deleted user's erasure (codeshot/usecases/erasure.py) --------------------------
-    def forget(self, digest: str) -> None:
+    def forget(self, digest: str) -> str | None:
         """Delete the object of these bytes (the bucket is versioned: its bytes stay a
-        noncurrent version until the lifecycle rule expires them)."""
-        self.s3.delete_object(Bucket=self.bucket, Key=self.object_key(digest))
+        noncurrent version until the lifecycle rule expires them); the delete marker's
+        version, which :meth:`restore` takes."""
+        out = self.s3.delete_object(Bucket=self.bucket, Key=self.object_key(digest))
+        return out.get("VersionId") if out.get("DeleteMarker") else None
+
+    def restore(self, digest: str, marker: str) -> None:
+        """Undo :meth:`forget`: its delete marker removed, the bytes' version is current
+        again (bytes stored again since are current already: nothing changes)."""
+        self.s3.delete_object(Bucket=self.bucket, Key=self.object_key(digest),
+                              VersionId=marker)
 
     def drop_uploads(self, owner: str, most: int) -> bool:
         """Delete up to ``most`` of ``owner``'s uploads; whether any may be left."""

@@ -26,10 +26,11 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import json
 import logging
 import math
 from collections.abc import Callable
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Any
 
 from codeshot.errors import NotFound
@@ -42,7 +43,7 @@ from codeshot.store.queue import ErasureWork, Work
 from codeshot.store.usage import UPLOAD_BYTES
 from codeshot.store.users import ErasureProgress
 from codeshot.usecases.agent_removal import forget_some_corpora, remove_agent
-from codeshot.usecases.erasure_start import window_seconds
+from codeshot.usecases.erasure_start import recheck_seconds, window_seconds
 
 log = logging.getLogger("codeshot.erasure")
 
@@ -61,6 +62,14 @@ SCOPE_ITEMS = 20
 DAILY_COUNTERS = ("query", "session", "route", "agent-change", "revision-switch",
                   UPLOAD_BYTES, USER_TOKENS)
 COUNTER_DAYS = 2  # a daily counter is kept a day past its day (codeshot/store/usage.py)
+
+class NotYet(Exception):
+    """A part that cannot run before ``seconds`` from now."""
+
+    def __init__(self, seconds: int) -> None:
+        super().__init__(f"not before {seconds} s")
+        self.seconds = seconds
+
 
 # A step: (whether it is done, where its next part goes on after).
 Step = Callable[[Services, User, str | None], tuple[bool, str | None]]
@@ -89,7 +98,11 @@ def erase_part(services: Services, work: ErasureWork) -> None:
     if wait > timedelta(0):
         services.erasure_queue.send(work, math.ceil(wait.total_seconds()))
         return
-    done, after = STEPS[user.erasure_step](services, user, user.erasure_after)
+    try:
+        done, after = STEPS[user.erasure_step](services, user, user.erasure_after)
+    except NotYet as wait:  # nothing done: the same part again, later
+        services.erasure_queue.send(work, wait.seconds)
+        return
     step = user.erasure_step + 1 if done else user.erasure_step
     ran = services.clock()
     # Counted before the next part is queued: a copy of the next part run before this
@@ -134,22 +147,47 @@ def _agents(services: Services, user: User, after: str | None) -> tuple[bool, st
 
 def _sessions(services: Services, user: User, after: str | None) -> tuple[bool, str | None]:
     """The user's sessions, each with its embeds' objects no other user's session holds
-    (content-addressed: the same bytes are one object)."""
+    (content-addressed: the same bytes are one object). The objects a part deleted are
+    looked at again by the next (``after``), once a writer that found one before its
+    delete has named it (:func:`_recheck`)."""
+    if after is not None:
+        _recheck(services, user, json.loads(after))
+        return False, None
     page = services.sessions.list_by_owner(user.user_id, limit=SESSIONS_PART)
     budget = EMBEDS_PART
+    deleted: list[tuple[str, str | None]] = []
     for session in page.items:
         embeds = services.sessions.embed_hashes(session.session_id, budget)
         for item, digest in embeds:
             if not services.sessions.held_by_another(digest, user.user_id):
-                services.embeds.forget(digest)
+                deleted.append((digest, services.embeds.forget(digest)))
             services.sessions.drop_item(session.session_id, item)
         budget -= len(embeds)
         if budget <= 0:  # this session's other embeds, and the rest, in the next part
-            return False, None
+            break
         purge = functools.partial(services.queue.enqueue, Work.purge(session.session_id))
         with contextlib.suppress(NotFound):  # deleted meanwhile (the index lags)
             services.sessions.erase(session.session_id, user.user_id, purge, ITEMS_PART)
+    if deleted:
+        return False, json.dumps({"at": services.clock().isoformat(), "objects": deleted})
     return not page.items, None
+
+
+def _recheck(services: Services, user: User, pending: dict[str, Any]) -> None:
+    """Restore each object deleted at ``pending["at"]`` that another user's session holds
+    now: the check before its delete may have come between another writer's finding the
+    object (an embed bound, a reply's embed stored) and its naming it (its EMBED# or
+    HELD# item), at most :func:`recheck_seconds` apart. Not before then (NotYet)."""
+    due = datetime.fromisoformat(pending["at"]) + \
+        timedelta(seconds=recheck_seconds(services.settings))
+    wait = due - services.clock()
+    if wait > timedelta(0):
+        raise NotYet(math.ceil(wait.total_seconds()))
+    for digest, marker in pending["objects"]:
+        if marker is not None and services.sessions.held_by_another(digest, user.user_id):
+            log.warning("erasure of %s: embed %s named meanwhile by another user; restored",
+                        user.user_id, digest)
+            services.embeds.restore(digest, marker)
 
 
 def _guards(services: Services, user: User, after: str | None) -> tuple[bool, str | None]:

@@ -7,7 +7,7 @@ import math
 
 from codeshot.models import User
 from codeshot.services import Services
-from codeshot.settings import Settings
+from codeshot.settings import RUNNER_RECORD_MARGIN_SECONDS, Settings, runner_record_seconds
 from codeshot.store.queue import ErasureWork
 
 WINDOW_MARGIN_SECONDS = 60  # clock skew and the writes a query makes after its budget
@@ -20,6 +20,15 @@ def window_seconds(settings: Settings) -> int:
     return math.ceil(settings.api_key_cache_seconds + max(
         settings.query_time_budget_seconds + settings.agent_token_ttl_seconds,
         settings.embed_url_ttl_seconds) + WINDOW_MARGIN_SECONDS)
+
+
+def recheck_seconds(settings: Settings) -> int:
+    """The longest a writer may take from finding an embed's object (its bytes stored or
+    found stored) to naming it in its session (an EMBED# or HELD# item, seen by the
+    by_content index): a runner's record (a query storing an agent's embed, then its
+    reply), the API's requests being shorter."""
+    return math.ceil(runner_record_seconds(settings.query_time_budget_seconds) +
+                     RUNNER_RECORD_MARGIN_SECONDS + WINDOW_MARGIN_SECONDS)
 
 
 def start_erasure(services: Services, user: User) -> None:

@@ -104,10 +104,11 @@ def object_access(role: iam.Role, bucket: s3.IBucket, prefix: str, *, put: bool,
 
 
 def object_delete(role: iam.Role, bucket: s3.IBucket, prefix: str, *,
-                  listed: bool = False) -> None:
+                  listed: bool = False, markers: bool = False) -> None:
     """DeleteObject under ``prefix`` only (a deleted agent's corpus indexes: their keys are
     read from their versions' items, so no read or list is needed); with ``listed``,
-    ListBucket of that prefix too (a deleted user's uploads, found by listing)."""
+    ListBucket of that prefix too (a deleted user's uploads, found by listing); with
+    ``markers``, DeleteObjectVersion too (a delete undone: its delete marker removed)."""
     if listed:
         role.add_to_principal_policy(iam.PolicyStatement(
             actions=["s3:ListBucket"], resources=[bucket.bucket_arn],
@@ -117,7 +118,8 @@ def object_delete(role: iam.Role, bucket: s3.IBucket, prefix: str, *,
              "deletion is scoped to the prefix, not to single objects.",
              [RegexAppliesTo(regex=rf"/^Resource::<.*\.Arn>\/{prefix.rstrip('/')}\/\*$/g")])
     role.add_to_principal_policy(iam.PolicyStatement(
-        actions=["s3:DeleteObject"], resources=[bucket.arn_for_objects(prefix + "*")]))
+        actions=["s3:DeleteObject"] + (["s3:DeleteObjectVersion"] if markers else []),
+        resources=[bucket.arn_for_objects(prefix + "*")]))
 
 
 def send_messages(role: iam.IRole, queue: sqs.IQueue) -> None:

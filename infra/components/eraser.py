@@ -96,7 +96,8 @@ class Eraser(Construct):
             tables.SESSIONS.pk, str(tables.SESSIONS.sk), *DELETED_MARKER_FIELDS, tables.EXPIRES_AT))
         access.send_messages(role, self.queue.queue)
         access.send_messages(role, session_queue)
-        access.object_delete(role, embeds.bucket, embeds.prefix)
+        # An embed's object deleted, and restored if another user named it meanwhile.
+        access.object_delete(role, embeds.bucket, embeds.prefix, markers=True)
         access.object_delete(role, embeds.bucket, embeds.uploads_prefix, listed=True)
         access.object_delete(role, embeds.bucket, tables.CORPUS_OBJECTS_PREFIX)
         if corpus_vectors is not None:

@@ -200,8 +200,9 @@ def s3_call(method: str, path: str, query: dict[str, list[str]], headers: Any) -
             checks.append(Check("s3:GetObject",
                                 f"arn:{PARTITION}:s3:::{unquote(source).lstrip('/')}", signed))
         return Call("s3", "CopyObject" if source else "PutObject", tuple(checks))
-    if method == "DELETE":
-        return Call("s3", "DeleteObject", (Check("s3:DeleteObject", object_arn, signed),))
+    if method == "DELETE":  # a version's deletion (a delete marker's too) is its own action
+        action = "s3:DeleteObjectVersion" if "versionId" in query else "s3:DeleteObject"
+        return Call("s3", "DeleteObject", (Check(action, object_arn, signed),))
     raise Unmapped(f"s3 object request {method}")
 
 

@@ -33,8 +33,10 @@ NOT_CALLS = {
     # metadata is authorised by GetVectors too.
     "runner": {"sqs:ReceiveMessage", "sqs:DeleteMessage", "sqs:GetQueueAttributes",
                "sqs:GetQueueUrl", "s3vectors:GetVectors"},
+    # DeleteObject of a version (an embed's delete marker: EmbedStore.restore) is
+    # authorised as DeleteObjectVersion, which the reader, going by operation, cannot see.
     "eraser": {"sqs:ReceiveMessage", "sqs:DeleteMessage", "sqs:GetQueueAttributes",
-               "sqs:GetQueueUrl"},
+               "sqs:GetQueueUrl", "s3:DeleteObjectVersion"},
 }
 # Calls the reader finds on paths this function's inputs never take (each still checked
 # to be found, so that an entry cannot outlive its reason).

@@ -119,6 +119,11 @@ def test_the_embeds_bucket_refuses_overwrites(synth):
         texts = [r for g in synth.platform.grants(handler) if "s3:DeleteObject" in g.actions
                  for r in g.resource_texts()]
         assert sorted(texts) == may, handler
+    # A delete marker's removal (an embed's delete undone) is the eraser's, under embeds/.
+    texts = [(handler, r) for handler in (API, RUNNER, REGISTER, ERASER)
+             for g in synth.platform.grants(handler) if "s3:DeleteObjectVersion" in g.actions
+             for r in g.resource_texts()]
+    assert texts == [(ERASER, embeds)]
 
 
 def test_sessions_expire_after_the_ttl_setting(synth, tmp_path):
