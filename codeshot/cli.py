@@ -247,6 +247,20 @@ def _users_delete(args: argparse.Namespace) -> int:
     return 0
 
 
+def _users_hold_replies(args: argparse.Namespace) -> int:
+    from codeshot.services import Services
+
+    services = Services(_target_settings())
+    start, held = None, 0
+    while True:
+        written, start = services.sessions.hold_replies(start)
+        held += written
+        if start is None:
+            print(f"{held} reply embeds held: erasures now delete objects no other user's "
+                  "session holds")
+            return 0
+
+
 def _users_operator(args: argparse.Namespace) -> int:
     from codeshot.services import Services
     from codeshot.usecases.accounts import set_operator
@@ -636,6 +650,16 @@ def build_parser() -> argparse.ArgumentParser:
                         help="delete even the owner of the deployed agents "
                         "(codeshot:adminUsername in ./cdk.json, else admin): refused without")
     delete.set_defaults(run=_users_delete)
+    hold = user_commands.add_parser(
+        "hold-replies", help="once after upgrading: let erasures delete embeds' objects",
+        description="Write the HELD# items of every reply's embeds in the sessions table "
+        "(replies written before this version named their embeds' bytes in the message "
+        "alone), then mark the table: until then a deleted user's erasure deletes no "
+        "embed's object (another user's old reply may name the same bytes); a table made "
+        "by this version (`local up`) is marked already. Run it once after deploying this "
+        "version (a new stack too), every writer upgraded; again, it writes the same items. "
+        "Targets the stack as `users create` does.")
+    hold.set_defaults(run=_users_hold_replies)
     confirm = user_commands.add_parser(
         "confirm", help="confirm an account's email without its code",
         description="Confirm EMAIL's sign-up (Cognito AdminConfirmSignUp), for an account "

@@ -18,7 +18,9 @@ from codeshot.store.tables import (
     ERASURE_QUEUE,
     OAUTH_KEY_SECRET,
     PROMPT_QUEUE,
+    REPLIES_HELD_MARK,
     SESSION_QUEUE,
+    SESSIONS,
     SIGNING_SECRET,
     TABLES,
     Queue,
@@ -36,6 +38,8 @@ def create_tables(settings: Settings, dynamodb: Any | None = None) -> list[str]:
         if name in existing:
             continue
         db.create_table(**table.create_table_kwargs(name))
+        if table is SESSIONS:  # made with HELD# items: no reply of before them to backfill
+            db.put_item(TableName=name, Item=REPLIES_HELD_MARK)
         if table.ttl:
             db.update_time_to_live(
                 TableName=name,

@@ -52,7 +52,12 @@ from codeshot.store.dynamo import (
     retry_transient,
     to_item,
 )
-from codeshot.store.tables import EXPIRES_AT, RUNNER_TIMEOUT_SECONDS, SESSIONS
+from codeshot.store.tables import (
+    EXPIRES_AT,
+    REPLIES_HELD_MARK,
+    RUNNER_TIMEOUT_SECONDS,
+    SESSIONS,
+)
 
 if TYPE_CHECKING:
     from types_boto3_dynamodb.type_defs import (
@@ -365,6 +370,44 @@ class SessionStore(Repository):
                 ExpressionAttributeValues={":s": {"S": session_id}, ":e": {"S": prefix}})
             found += [(i["item"]["S"], i["content_hash"]["S"]) for i in out.get("Items", [])]
         return found
+
+    def replies_held(self) -> bool:
+        """Whether every reply's embeds are held (``HELD#`` items): the table was made
+        with them, or :meth:`hold_replies` went through it since. Until then a reply
+        written before they were may name bytes by_content does not find."""
+        return "Item" in self.db.get_item(TableName=self.table_name, Key=REPLIES_HELD_MARK,
+                                          ConsistentRead=True)
+
+    def hold_replies(self, start: dict[str, Any] | None) -> tuple[int, dict[str, Any] | None]:
+        """One Scan page of the table: the ``HELD#`` items of each message's embeds, for
+        its session's owner (written again, they change nothing but their expiry); how
+        many, and where the next page starts (None: the last was done, and the table
+        marked :meth:`replies_held`). An operator's backfill, run once after upgrading."""
+        kwargs: dict[str, Any] = {
+            "TableName": self.table_name, "ConsistentRead": True,
+            "FilterExpression": "begins_with(#i, :m) AND attribute_exists(embeds)",
+            "ProjectionExpression": "session_id, embeds", "ExpressionAttributeNames": {
+                "#i": "item"}, "ExpressionAttributeValues": {":m": {"S": MSG_PREFIX}}}
+        if start:
+            kwargs["ExclusiveStartKey"] = start
+        out = self.db.scan(**kwargs)
+        owners: dict[str, str | None] = {}
+        held: list[dict[str, Any]] = []
+        for item in out.get("Items", []):
+            session_id = item["session_id"]["S"]
+            if session_id not in owners:
+                found = self.get_items(session_id, [SESSION_ITEM]).get(SESSION_ITEM)
+                owners[session_id] = found.get("owner") if found else None
+            owner = owners[session_id]
+            refs = json.loads(item["embeds"]["S"])
+            if owner and refs:  # a session being deleted has no owner to hold them for
+                held += self.held_items(session_id, owner, (
+                    EmbedRef.from_dict(ref) for ref in refs.values()))
+        batch_write(self.db, self.table_name, [{"PutRequest": {"Item": i}} for i in held])
+        nxt = out.get("LastEvaluatedKey")
+        if nxt is None:
+            self.db.put_item(TableName=self.table_name, Item=REPLIES_HELD_MARK)
+        return len(held), nxt
 
     def drop_item(self, session_id: str, item: str) -> None:
         self.db.delete_item(TableName=self.table_name, Key=_key(session_id, item))

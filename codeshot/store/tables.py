@@ -200,6 +200,11 @@ PROMPT_QUEUE = Queue(
 )
 
 
+# Marks a sessions table whose every reply's embeds are held (HELD# items): made with
+# them, or backfilled (SessionStore.hold_replies). An erasure deletes an embed's object
+# only then.
+REPLIES_HELD_MARK = {"session_id": {"S": "#replies-held"}, "item": {"S": "#replies-held"}}
+
 # The eraser Lambda's timeout (infra): each part of an erasure is a few dozen deletes.
 ERASER_TIMEOUT_SECONDS = 120
 

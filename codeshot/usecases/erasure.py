@@ -156,10 +156,13 @@ def _sessions(services: Services, user: User, after: str | None) -> tuple[bool, 
     page = services.sessions.list_by_owner(user.user_id, limit=SESSIONS_PART)
     budget = EMBEDS_PART
     deleted: list[tuple[str, str | None]] = []
+    # A reply written before replies held their embeds' bytes may name any object, unseen
+    # by by_content: until they are backfilled, every object stays (to its lifecycle).
+    held = services.sessions.replies_held()
     for session in page.items:
         embeds = services.sessions.embed_hashes(session.session_id, budget)
         for item, digest in embeds:
-            if not services.sessions.held_by_another(digest, user.user_id):
+            if held and not services.sessions.held_by_another(digest, user.user_id):
                 deleted.append((digest, services.embeds.forget(digest)))
             services.sessions.drop_item(session.session_id, item)
         budget -= len(embeds)

@@ -407,6 +407,7 @@ def check_erasure(rehearsal: Any) -> str:
     from datetime import UTC, datetime, timedelta
 
     from codeshot.store.queue import ErasureWork
+    from codeshot.store.tables import REPLIES_HELD_MARK
     from codeshot.store.users import GUARD_PREFIX
     from codeshot.usecases.erasure import STEPS
 
@@ -426,6 +427,9 @@ def check_erasure(rehearsal: Any) -> str:
     db.update_item(TableName=users, Key={"user_id": {"S": user_id}},
                    UpdateExpression="SET deleted = :d",
                    ExpressionAttributeValues={":d": {"S": an_hour_ago}})
+    sessions = [t for t in db.list_tables()["TableNames"] if "Sessions" in t]
+    for table in sessions:  # a new stack's `codeshot users hold-replies`: embeds' objects go
+        db.put_item(TableName=table, Item=REPLIES_HELD_MARK)
     rehearsal.admin("sqs").send_message(QueueUrl=outputs["ErasureQueueUrl"],
                                         MessageBody=ErasureWork(user_id).body())
     deadline, done, erased = time.monotonic() + 180, 0, False
@@ -449,7 +453,6 @@ def check_erasure(rehearsal: Any) -> str:
     if not erased:
         raise RehearsalError(f"the erasure stopped after {done} parts (of {len(STEPS)} at "
                              "least): see the eraser's log")
-    sessions = [t for t in db.list_tables()["TableNames"] if "Sessions" in t]
     left = [i["item"]["S"] for t in sessions for i in db.query(
         TableName=t, KeyConditionExpression="session_id = :s",
         ExpressionAttributeValues={":s": {"S": session_id}})["Items"]]

@@ -19,14 +19,15 @@ from unittest import mock
 import pytest
 from botocore.exceptions import ClientError
 
+from codeshot import ids
 from codeshot.errors import InvalidInput, NotFound, Unauthenticated, UserDeleted
-from codeshot.models import Agent, Principal, User
+from codeshot.models import Agent, EmbedRef, Message, MessageType, Principal, User
 from codeshot.runner.batch import record_of
 from codeshot.runner.session_runner import SessionRunner
 from codeshot.services import Services
 from codeshot.store.oauth import Flow
 from codeshot.store.queue import ErasureWork, Work
-from codeshot.store.tables import ERASURE_QUEUE
+from codeshot.store.tables import ERASURE_QUEUE, REPLIES_HELD_MARK
 from codeshot.usecases import accounts, erasure, erasure_start, oauth, user_storage, users
 from codeshot.usecases.messaging import EmbedUpload, Messaging
 from codeshot.usecases.registration import AgentFields, AgentRegistration, daily_agent_change
@@ -567,3 +568,65 @@ def test_bytes_another_user_binds_between_the_check_and_the_delete_are_restored(
     assert services.embeds.read(h) == alice.own_bytes
     assert "copy.txt" in services.sessions.embeds_named(bob.session_id, ["copy.txt"])
     assert what_is_left(services, alice, common)["sessions"] == []
+
+
+def old_reply(services: Services, session_id: str, agent: Agent, data: bytes) -> str:
+    """A reply naming an agent's embed of ``data`` as replies did before they held their
+    embeds' bytes (no HELD# item); the bytes' hash."""
+    h = services.embeds.put(data, "image/png")
+    services.sessions.put_messages([Message(
+        session_id=session_id, message_id=ids.ulid(), text="here", type=MessageType.RESPONSE,
+        sent_by=agent.agent_id, embeds={"chart.png": EmbedRef(
+            content_type="image/png", content_hash=h, size=len(data))})])
+    return h
+
+
+def test_until_old_replies_are_held_an_erasure_deletes_no_embeds_object(
+        services, clock, people):
+    """Bob's reply from before replies held their bytes names a chart; alice posts the
+    same bytes and deletes her account. by_content cannot see bob's reply, so until an
+    operator backfills (`users hold-replies`), her erasure keeps every object: her own
+    bytes too, which no one else holds (deleted, as before, bob's chart was)."""
+    alice, bob, common = people
+    services.sessions.db.delete_item(TableName=services.settings.sessions_table,
+                                     Key=REPLIES_HELD_MARK)  # a table from before them
+    chart = b"\x89PNG bob's chart"
+    h = old_reply(services, bob.session_id, common, chart)
+    Messaging(services).post(alice.principal, alice.session_id, "look", embeds=[
+        EmbedUpload("c.png", "image/png", base64.b64encode(chart).decode())])
+    accounts.delete_account(services, alice.principal, "alice")
+    with later(services, clock, erasure_start.window_seconds(services.settings) + 1):
+        run_erasure(services, clock)
+    assert services.embeds.read(h) == chart
+    left = what_is_left(services, alice, common)
+    assert left["sessions"] == [] and left["own embed"] is True
+
+
+def test_old_replies_held_by_the_backfill_keep_their_bytes_and_lose_their_users(
+        services, clock, people):
+    alice, bob, common = people
+    services.sessions.db.delete_item(TableName=services.settings.sessions_table,
+                                     Key=REPLIES_HELD_MARK)
+    assert not services.sessions.replies_held()
+    bobs = old_reply(services, bob.session_id, common, b"\x89PNG bob's chart")
+    alices = old_reply(services, alice.session_id, common, b"\x89PNG alice's report")
+    Messaging(services).post(alice.principal, alice.session_id, "look", embeds=[
+        EmbedUpload("c.png", "image/png", base64.b64encode(b"\x89PNG bob's chart").decode())])
+    start, pages = None, 0
+    while True:  # what `codeshot users hold-replies` runs
+        _, start = services.sessions.hold_replies(start)
+        pages += 1
+        if start is None:
+            break
+    assert services.sessions.replies_held()
+    services.sessions.hold_replies(None)  # again: the same items, nothing more
+    accounts.delete_account(services, alice.principal, "alice")
+    with later(services, clock, erasure_start.window_seconds(services.settings) + 1):
+        run_erasure(services, clock)
+    assert services.embeds.read(bobs) == b"\x89PNG bob's chart"  # bob's reply holds it
+    with pytest.raises(NotFound):
+        services.embeds.read(alices)  # only alice's sessions held it
+    assert what_is_left(services, alice, common)["own embed"] is False
+    bobs_left = what_is_left(services, bob, common)
+    assert (bobs_left["sessions"], bobs_left["own embed"], bobs_left["shared embed"]) == \
+        ([bob.session_id], True, True)
