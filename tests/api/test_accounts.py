@@ -27,6 +27,7 @@ from codeshot.errors import (
     Unauthenticated,
     Unavailable,
 )
+from codeshot.store.tables import REPLIES_HELD_MARK
 from codeshot.usecases import accounts
 
 PASSWORD = "Correct-horse-9"
@@ -62,7 +63,8 @@ def error_code(answer: dict) -> str:
 def cli(stack, *args: str) -> subprocess.CompletedProcess[str]:
     """`codeshot ...` run where the stack's .codeshot/local.json is, as an operator does
     (with this test run's own table names)."""
-    names = ("users_table", "usage_table", "registry_table", "signing_secret_id")
+    names = ("users_table", "usage_table", "registry_table", "sessions_table",
+             "signing_secret_id")
     env = {**os.environ, "PYTHONPATH": str(REPO)} | {
         f"CODESHOT_{name.upper()}": getattr(stack.settings, name) for name in names}
     return subprocess.run([sys.executable, "-m", "codeshot.cli", *args],
@@ -324,3 +326,14 @@ def test_deleting_a_user_refuses_them_everywhere_and_operators_touch_them_no_mor
     # no email; the erasure's state (an operator sees one stuck)
     assert listed.startswith(f"{name}\t-\t") and "\tdeleted (erasure not started; due 20" in listed
     assert listed in cli(stack, "users", "list", "--erasing").stdout.splitlines()
+
+
+def test_holding_old_replies_marks_the_sessions_table_for_erasures(stack):
+    """`users hold-replies`, once after upgrading: until it has gone through the table, an
+    erasure deletes no embed's object (a reply from before may name the same bytes)."""
+    db, table = stack.services.sessions.db, stack.settings.sessions_table
+    db.delete_item(TableName=table, Key=REPLIES_HELD_MARK)  # a table from before HELD#
+    assert not stack.services.sessions.replies_held()
+    held = cli(stack, "users", "hold-replies")
+    assert held.returncode == 0 and "reply embeds held" in held.stdout, held.stderr
+    assert stack.services.sessions.replies_held()
