@@ -63,6 +63,7 @@ DAILY_COUNTERS = ("query", "session", "route", "agent-change", "revision-switch"
                   UPLOAD_BYTES, USER_TOKENS)
 COUNTER_DAYS = 2  # a daily counter is kept a day past its day (codeshot/store/usage.py)
 
+
 class NotYet(Exception):
     """A part that cannot run before ``seconds`` from now."""
 
@@ -100,8 +101,8 @@ def erase_part(services: Services, work: ErasureWork) -> None:
         return
     try:
         done, after = STEPS[user.erasure_step](services, user, user.erasure_after)
-    except NotYet as wait:  # nothing done: the same part again, later
-        services.erasure_queue.send(work, wait.seconds)
+    except NotYet as not_yet:  # nothing done: the same part again, later
+        services.erasure_queue.send(work, not_yet.seconds)
         return
     step = user.erasure_step + 1 if done else user.erasure_step
     ran = services.clock()
