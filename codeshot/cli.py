@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import signal
 import sys
 import time
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -15,6 +17,7 @@ from codeshot.errors import CodeshotError, install_hint
 if TYPE_CHECKING:
     from codeshot.client import GivenBack, PlatformClient, Serving
     from codeshot.lending import Lent
+    from codeshot.models import User
     from codeshot.settings import Settings
 
 # Third-party packages of the `platform` and `local` extras (not installed with the SDK).
@@ -113,6 +116,7 @@ def _target_settings(**overrides: object) -> Settings:
         settings = settings.replace(
             aws_endpoint_url=state["aws_endpoint_url"], api_url=state["api_url"],
             queue_url=state.get("queue_url"), user_pool_id=state.get("user_pool_id"),
+            erasure_queue_url=state.get("erasure_queue_url"),
             user_pool_client_id=state.get("user_pool_client_id"),
         )
     return settings
@@ -182,13 +186,34 @@ def _users_list(args: argparse.Namespace) -> int:
     while True:
         page = list_users(services, after)
         for user in page.users:
-            flags = [f for f in ("operator", "disabled") if getattr(user, f)]
+            if args.erasing and (user.deleted is None or user.erased is not None):
+                continue
+            flags = [_deleted(services.settings, user)] if user.deleted else \
+                [f for f in ("operator", "disabled") if getattr(user, f)]
             limit = services.daily_limit(user.daily_query_limit)
             print(f"{user.username}\t{user.email or '-'}\t{limit} queries/day\t"
                   f"{','.join(flags) or 'active'}")
         if page.after is None:
             return 0
         after = page.after
+
+
+def _deleted(settings: Settings, user: User) -> str:
+    """A deleted user's state in a listing: how far their erasure is, and when its last
+    part ran (a part not run for long, with an empty dead-letter queue, is stuck)."""
+    from codeshot.usecases.erasure_start import window_seconds
+
+    assert user.deleted is not None
+    if user.erased is not None:
+        return f"deleted (erased {_when(user.erased)})"
+    if user.erasure_ran is None:
+        due = user.deleted + timedelta(seconds=window_seconds(settings))
+        return f"deleted (erasure not started; due {_when(due)})"
+    return f"deleted (erasing: {user.erasure_part} parts done, the last {_when(user.erasure_ran)})"
+
+
+def _when(moment: datetime) -> str:
+    return moment.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 def _users_disable(args: argparse.Namespace) -> int:
@@ -198,6 +223,44 @@ def _users_disable(args: argparse.Namespace) -> int:
     user = set_disabled(Services(_target_settings()), args.name, args.disable)
     print(f"{user.username} is {'disabled' if user.disabled else 'enabled'}")
     return 0
+
+
+def _deploy_owner() -> str:
+    """The owner of the kit's deployed agents: codeshot:adminUsername in this directory's
+    cdk.json, else its default."""
+    from codeshot.usecases.accounts import DEFAULT_DEPLOY_OWNER
+
+    try:
+        context = json.loads(Path("cdk.json").read_text(encoding="utf-8"))["context"]
+        return str(context.get("codeshot:adminUsername", DEFAULT_DEPLOY_OWNER))
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+        return DEFAULT_DEPLOY_OWNER
+
+
+def _users_delete(args: argparse.Namespace) -> int:
+    from codeshot.services import Services
+    from codeshot.usecases.accounts import delete_user
+    from codeshot.usecases.erasure_start import window_seconds
+
+    services = Services(_target_settings())
+    user = delete_user(services, args.name, None if args.force else _deploy_owner())
+    print(f"{user.username} is deleted: their data is erased from "
+          f"{window_seconds(services.settings)} s from now")
+    return 0
+
+
+def _users_hold_replies(args: argparse.Namespace) -> int:
+    from codeshot.services import Services
+
+    services = Services(_target_settings())
+    start, held = None, 0
+    while True:
+        written, start = services.sessions.hold_replies(start)
+        held += written
+        if start is None:
+            print(f"{held} reply embeds held: erasures now delete objects no other user's "
+                  "session holds")
+            return 0
 
 
 def _users_operator(args: argparse.Namespace) -> int:
@@ -589,9 +652,14 @@ def build_parser() -> argparse.ArgumentParser:
                         help="LLM tokens (prompt + completion) per day, across agents")
     limits.set_defaults(run=_users_limits)
     listing = user_commands.add_parser(
-        "list", help="list users: name, email, daily query limit, operator or disabled",
-        description="Print every user, one a line (tab-separated). Targets the stack as "
-        "`users create` does.")
+        "list", help="list users: name, email, daily query limit, operator, disabled or deleted",
+        description="Print every user, one a line (tab-separated). A deleted user's line "
+        "says how far their erasure is: not started (and when it is due), erasing (parts "
+        "done, and when the last ran: one not moving for long, with nothing in the erasure "
+        "dead-letter queue, is stuck; `users delete` again goes on from it), or erased "
+        "(when). Targets the stack as `users create` does.")
+    listing.add_argument("--erasing", action="store_true",
+                         help="only deleted users whose erasure is not over")
     listing.set_defaults(run=_users_list)
     for name, disable, what in (("disable", True, "refuse all of a user's API keys and "
                                  "their sign-in at once"),
@@ -608,6 +676,32 @@ def build_parser() -> argparse.ArgumentParser:
     operator.add_argument("name", metavar="NAME", help="username")
     operator.add_argument("--off", action="store_true", help="take the role away")
     operator.set_defaults(run=_users_operator)
+    delete = user_commands.add_parser(
+        "delete", help="delete a user and erase their data",
+        description="Refuse every API key and sign-in of the user at once, delete their "
+        "account in the user pool (with CODESHOT_USER_POOL_ID), and queue the "
+        "erasure of their sessions (messages, embeds), agents, user storage, uploads, OAuth "
+        "tokens and usage, which the eraser function starts once every credential the user "
+        "held has run out (minutes). The username stays taken. Run again for a deleted "
+        "user, it queues their erasure again unless it is over. Targets the stack as "
+        "`users create` does.")
+    delete.add_argument("name", metavar="NAME", help="username")
+    delete.add_argument("--yes", action="store_true", required=True,
+                        help="required: there is no undo")
+    delete.add_argument("--force", action="store_true",
+                        help="delete even the owner of the deployed agents "
+                        "(codeshot:adminUsername in ./cdk.json, else admin): refused without")
+    delete.set_defaults(run=_users_delete)
+    hold = user_commands.add_parser(
+        "hold-replies", help="once after upgrading: let erasures delete embeds' objects",
+        description="Write the HELD# items of every reply's embeds in the sessions table "
+        "(replies written before this version named their embeds' bytes in the message "
+        "alone), then mark the table: until then a deleted user's erasure deletes no "
+        "embed's object (another user's old reply may name the same bytes); a table made "
+        "by this version (`local up`) is marked already. Run it once after deploying this "
+        "version (a new stack too), every writer upgraded; again, it writes the same items. "
+        "Targets the stack as `users create` does.")
+    hold.set_defaults(run=_users_hold_replies)
     confirm = user_commands.add_parser(
         "confirm", help="confirm an account's email without its code",
         description="Confirm EMAIL's sign-up (Cognito AdminConfirmSignUp), for an account "

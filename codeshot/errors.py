@@ -237,6 +237,15 @@ class NotSupported(CodeshotError):
     http_status = 501
 
 
+class UserDeleted(CodeshotError):
+    """An operator's command, a deploy's owner or a new API key for a user who has been
+    deleted: what is left of them is a tombstone, being erased, never used again."""
+
+    code = "USER_DELETED"
+    http_status = 410
+    permanent = True
+
+
 # The codes of an agent's error replies on the Fixie wire (``{"error": {"code", ...}}``),
 # named as the Fixie 1.0 SDK names them. Agents send these; the platform reports such a
 # reply as AGENT_ERROR with the agent's code in the message.

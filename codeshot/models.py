@@ -479,8 +479,20 @@ class User(Record):
     identity: str | None = None  # the Cognito user (sub) who signs in as this user
     disabled: bool = False  # an operator turned the user off: every credential is refused
     operator: bool = False  # may list users, set their limits and disable them
+    # When the user was deleted: what is left is this tombstone (the username stays taken,
+    # so nobody inherits its agent ids), every credential refused, the rest being erased
+    # by the eraser (codeshot/usecases/erasure.py), which counts its parts done here.
+    deleted: datetime | None = None
+    erasure_part: int = 0  # parts counted done
+    erasure_step: int = 0  # the step the next part runs, and where in it (its cursor)
+    erasure_after: str | None = None
+    erasure_by: str | None = None  # the send (ErasureWork.sent) whose part was counted last
+    erasure_ran: datetime | None = None  # when the last part counted ran
+    erased: datetime | None = None  # when the erasure's last part ran
 
-    COERCE: ClassVar[dict[str, Any]] = {"api_key_ids": set, "created": _datetime}
+    COERCE: ClassVar[dict[str, Any]] = {"api_key_ids": set, "created": _datetime,
+                                        "deleted": _datetime, "erased": _datetime,
+                                        "erasure_ran": _datetime}
 
 
 @dataclasses.dataclass(kw_only=True)

@@ -23,7 +23,7 @@ if TYPE_CHECKING:  # the parts are imported when first used, not when Services i
     from codeshot.store.corpora import CorpusStore, VectorIndexes
     from codeshot.store.embeds import EmbedStore
     from codeshot.store.oauth import OAuthStore
-    from codeshot.store.queue import PromptQueue, SessionQueue
+    from codeshot.store.queue import ErasureQueue, PromptQueue, SessionQueue
     from codeshot.store.registry import AgentCache, AgentRegistry
     from codeshot.store.sessions import SessionStore
     from codeshot.store.usage import UsageCounters
@@ -115,6 +115,12 @@ class Services:
         from codeshot.store.queue import PromptQueue
 
         return PromptQueue(self.settings)
+
+    @cached_property
+    def erasure_queue(self) -> ErasureQueue:
+        from codeshot.store.queue import ErasureQueue
+
+        return ErasureQueue(self.settings)
 
     @cached_property
     def keyring(self) -> KeyRing:

@@ -93,6 +93,10 @@ class Settings:
     # delays), read by the runner too.
     prompt_queue_name: str = "codeshot-prompts"
     prompt_queue_url: str | None = None
+    # Deleted users' erasure, a part a message (standard: the first part is delayed past
+    # every credential the user held), read by the eraser function alone.
+    erasure_queue_name: str = "codeshot-erasure"
+    erasure_queue_url: str | None = None
     signing_secret_id: str = "codeshot/signing-keys"  # noqa: S105 - the secret's name
     # The seed of the key that encrypts users' OAuth tokens for agents (codeshot/store/oauth.py).
     oauth_key_secret_id: str = "codeshot/oauth-token-key"  # noqa: S105 - the secret's name

@@ -287,6 +287,7 @@ class PlatformFunction:
     aws_services: tuple[str, ...]
     data: Callable[[], list[tuple[str, Path]]] = list
     left_out: frozenset[str] = frozenset()  # see BundleSpec.left_out
+    routes: bool = True  # routes or embeds agents: ships a tuned router model's files
 
 
 def platform_bundle(function: PlatformFunction, *, target: Target = LAMBDA_TARGET,
@@ -299,7 +300,7 @@ def platform_bundle(function: PlatformFunction, *, target: Target = LAMBDA_TARGE
              (handler_file, REPO_ROOT / handler_file), *function.data()]
     lock = function.lock()
     pruned: tuple[str, ...] = ()
-    if router_model is not None:
+    if router_model is not None and function.routes:
         files += router_model_files(router_model)
         lock, pruned = router_model_lock(lock), ONNXRUNTIME_UNUSED
     return BundleSpec(function.name, tuple(files), lock, target,
@@ -326,7 +327,12 @@ REGISTER_FUNCTION = PlatformFunction("register", "handlers.register_agent.handle
                                      register_lock,
                                      ("dynamodb", "s3", "sqs", "secretsmanager",
                                       "bedrock-runtime", "s3vectors"), router_files)
-PLATFORM_FUNCTIONS = (API_FUNCTION, RUNNER_FUNCTION, REGISTER_FUNCTION)
+# The eraser: deleted users' data (codeshot/usecases/erasure.py), on a role of its own. It
+# embeds nothing and calls no LLM; it imports what the runner's lock holds, no more.
+ERASER_FUNCTION = PlatformFunction("eraser", "handlers.eraser.handler", runner_lock,
+                                   ("dynamodb", "s3", "sqs", "secretsmanager", "s3vectors"),
+                                   left_out=MCP_SERVER_PROCESS | FORM_PARSING, routes=False)
+PLATFORM_FUNCTIONS = (API_FUNCTION, RUNNER_FUNCTION, REGISTER_FUNCTION, ERASER_FUNCTION)
 
 
 _SDK_PROBE = r"""

@@ -23,6 +23,7 @@ from codeshot.settings import (
 from codeshot.store import tables
 from infra.bundling import (
     API_FUNCTION,
+    ERASER_FUNCTION,
     REGISTER_FUNCTION,
     ROUTER_MODEL_DIR,
     RUNNER_FUNCTION,
@@ -48,6 +49,7 @@ from infra.components.agent_function import REGISTRATION_SERVICE_TIMEOUT
 from infra.components.alarms import PlatformAlarms
 from infra.components.corpus_vectors import CorpusVectors
 from infra.components.data import EmbedsBucket, PlatformTables, SessionQueue
+from infra.components.eraser import Eraser
 from infra.components.function import PythonFunction
 from infra.components.http_api import LambdaHttpApi
 from infra.components.signing import OAuthTokenKey, SigningKeys
@@ -169,6 +171,7 @@ class PlatformStack(Stack):
         # vectors' bucket and its grants come with the context key alone.
         refuse_stack_settings(extra, common | data_env | self.accounts.env() | settings_env(
             queue_url="", queue_name="", prompt_queue_url="", prompt_queue_name="",
+            erasure_queue_url="", erasure_queue_name="",
             corpus_search="", corpus_vector_bucket=""))
         embedding_models = [config.embedding_model] if config.embedder == "bedrock" else []
         llm_models = [config.llm_model] if config.llm == "bedrock" else []
@@ -184,6 +187,15 @@ class PlatformStack(Stack):
                     access.check_profile_region(model_id, self.region, setting)
         llm_models += agent_models
 
+        # Deleted users' erasure: its own function, role and queue (the API queues it).
+        self.eraser = Eraser(
+            self, "Eraser", code=self._code(ERASER_FUNCTION), target=config.target,
+            environment=common | corpus_env | settings_env(
+                embeds_bucket=self.embeds.bucket.bucket_name,
+                session_ttl_days=config.session_ttl_days) | extra,
+            data=self.tables, embeds=self.embeds, session_queue=self.sessions_queue.queue,
+            corpus_vectors=self.corpus_vectors, agent_secrets_prefix=AGENT_SECRETS_PREFIX)
+
         self.api = PythonFunction(
             self, "ApiFunction", code=self._code(API_FUNCTION), handler=API_FUNCTION.handler,
             target=config.target,
@@ -193,6 +205,8 @@ class PlatformStack(Stack):
             environment=common | data_env | settings_env(
                 queue_url=self.sessions_queue.queue.queue_url,
                 queue_name=self.sessions_queue.queue.queue_name,
+                erasure_queue_url=self.eraser.queue.queue.queue_url,
+                erasure_queue_name=self.eraser.queue.queue.queue_name,
                 reply_wait_seconds=API_REPLY_WAIT_SECONDS,
                 # A deployed schema is not browsable; codeshot:extraEnv can turn it on.
                 graphql_introspection=False) | self.accounts.env() | extra,
@@ -208,6 +222,7 @@ class PlatformStack(Stack):
         if self.corpus_vectors is not None:
             self.corpus_vectors.grant_index_deletion(role)
         access.send_messages(role, self.sessions_queue.queue)
+        access.send_messages(role, self.eraser.queue.queue)  # a deleted user's erasure
         self.signing_keys.grant_read(role)
         # OAuth for agents (codeshot/usecases/oauth.py): only the API seals and opens tokens.
         self.oauth_key.grant_read(role)
@@ -296,10 +311,12 @@ class PlatformStack(Stack):
         self.alarms = PlatformAlarms(
             self, "Alarms",
             functions={"Api": self.api.function, "Runner": self.runner.function,
-                       "RegisterAgent": self.register_agent.function},
+                       "RegisterAgent": self.register_agent.function,
+                       "Eraser": self.eraser.function.function},
             queue=self.sessions_queue.queue,
             # "" keeps the session queue's alarm id (DeadLetters) as it was deployed.
-            dead_letter_queues={"": self.sessions_queue.dlq, "Prompt": self.prompt_queue.dlq},
+            dead_letter_queues={"": self.sessions_queue.dlq, "Prompt": self.prompt_queue.dlq,
+                                "Erasure": self.eraser.queue.dlq},
             email=config.alarm_email,
         )
 
@@ -311,8 +328,11 @@ class PlatformStack(Stack):
                   description="CODESHOT_USERS_TABLE for the codeshot CLI")
         CfnOutput(self, "SigningSecretId", value=self.signing_keys.secret_id,
                   description="CODESHOT_SIGNING_SECRET_ID for the codeshot CLI")
+        CfnOutput(self, "ErasureQueueUrl", value=self.eraser.queue.queue.queue_url,
+                  description="CODESHOT_ERASURE_QUEUE_URL for `codeshot users delete`")
         CfnOutput(self, "UserPoolId", value=self.accounts.pool.user_pool_id,
-                  description="CODESHOT_USER_POOL_ID for `codeshot users disable/confirm`")
+                  description="CODESHOT_USER_POOL_ID for `codeshot users disable/confirm/"
+                              "delete`")
 
     def _code(self, function: PlatformFunction) -> lambda_.Code:
         spec = platform_bundle(function, target=self.config.target,
@@ -338,9 +358,7 @@ class PlatformStack(Stack):
                     self.router_graph.s3_object_key)]))
 
     def _tables(self, role: iam.Role, actions: dict[str, tuple[str, ...]]) -> None:
-        for spec in tables.TABLES:
-            if spec.logical in actions:
-                access.table_access(role, self.tables.by_spec(spec), spec, actions[spec.logical])
+        self.tables.grant(role, actions)
 
     @property
     def api_url(self) -> str:

@@ -168,6 +168,7 @@ def unique_settings(**overrides: Any) -> Settings:
         oauth_key_secret_id=f"codeshot/oauth-key-{suffix}",
         queue_name=f"sessions-{suffix}.fifo",
         prompt_queue_name=f"prompts-{suffix}",
+        erasure_queue_name=f"erasure-{suffix}",
         **overrides,
     )
 

@@ -11,7 +11,7 @@ The pool's rules (``POOL``) are shared by the CDK app and the local stack.
 from __future__ import annotations
 
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from dataclasses import dataclass
 from functools import cached_property
 from typing import TYPE_CHECKING, Any
@@ -219,6 +219,12 @@ class Accounts:
                 self.client.admin_enable_user(UserPoolId=self.pool_id, Username=identity)
             else:
                 self.client.admin_disable_user(UserPoolId=self.pool_id, Username=identity)
+
+    def delete(self, identity: str) -> None:
+        """Delete the identity's account, its email with it (a deleted user's); one gone
+        already is not an error (a retry)."""
+        with suppress(NotFound), _errors("admin_delete_user", identity):
+            self.client.admin_delete_user(UserPoolId=self.pool_id, Username=identity)
 
 
 @contextmanager

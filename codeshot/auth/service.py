@@ -19,6 +19,7 @@ MAX_CACHED_KEYS = 10_000  # per warm process; expired entries go when it fills
 
 KEY_PREFIX = "key_"  # API key ids (the key's jti)
 DISABLED = "this user has been disabled by an operator"
+DELETED = "this user has been deleted"
 
 # (agent id, its registration if known, seconds the call may last) -> a call token
 CallTokens = Callable[[str, int | None, float], str]
@@ -105,6 +106,8 @@ class Auth:
             user = self.users.get(claims["sub"])
         except NotFound as exc:
             raise Unauthenticated("API key belongs to no user") from exc
+        if user.deleted:
+            raise Unauthenticated(DELETED)
         if claims["jti"] not in user.api_key_ids:
             raise Unauthenticated("API key has been revoked")
         if user.disabled:
@@ -142,6 +145,17 @@ class Auth:
         """Mints call tokens for ``user_id`` (and the session) as an AgentClient asks."""
         return lambda agent_id, registration, lasting: self.agent_token(
             agent_id, user_id, session_id, registration, lasting)
+
+    def refuse_deleted(self, user_id: str) -> None:
+        """Refuse an agent call token's write for a user deleted since it was minted (read,
+        never cached). Only writes ask, not every request: a deleted user's erasure waits
+        out the credentials checked before (codeshot/usecases/erasure.py)."""
+        try:
+            deleted = self.users.get(user_id).deleted is not None
+        except NotFound:  # a user not stored: nothing of theirs to keep from being written
+            return
+        if deleted:
+            raise Unauthenticated(DELETED)
 
     def principal_for_agent_token(self, token: str) -> Principal:
         claims = tokens.decode(

@@ -106,6 +106,7 @@ class LocalStack:
             "graphql_url": f"{self.api_url}/graphql",
             "aws_endpoint_url": endpoint,
             "queue_url": self.settings.queue_url,
+            "erasure_queue_url": self.settings.erasure_queue_url,  # `users delete`
             "user_pool_id": self.settings.user_pool_id,
             "user_pool_client_id": self.settings.user_pool_client_id,
             "api_key": api_key,
@@ -158,7 +159,8 @@ class LocalStack:
     def _start_runner(self) -> None:
         from codeshot.local.poller import QueuePoller
         from codeshot.runner.session_runner import SessionRunner
-        from codeshot.store.queue import PromptWork
+        from codeshot.store.queue import ErasureWork, PromptWork
+        from codeshot.usecases.erasure import erase_part
         from codeshot.usecases.prompts import Prompts
 
         self.progress("Starting the session runner ...")
@@ -167,7 +169,11 @@ class LocalStack:
             QueuePoller(self.services.queue, runner.handle, give_up=runner.give_up),
             # Agent Protocol callbacks: each poll waits out its delay in the queue.
             QueuePoller(self.services.prompt_queue, prompts.handle, parse=PromptWork.parse,
-                        name="prompt-poller", give_up=prompts.give_up)]
+                        name="prompt-poller", give_up=prompts.give_up),
+            # Deleted users' erasure (the eraser function in AWS).
+            QueuePoller(self.services.erasure_queue,
+                        lambda work, _final: erase_part(self.services, work),
+                        parse=ErasureWork.parse, name="erasure-poller", workers=1)]
         for poller in self.pollers:
             poller.start()
 

@@ -139,7 +139,7 @@ def _process_group(records: list[dict[str, Any]], handle: Handle,
                 else:
                     handle(work, final)
         except Exception:
-            log.exception("session %s work %s failed", work.session_id, record["messageId"])
+            log.exception("work %s failed: %s", record["messageId"], work)
             failed.append((record, False))
     return failed
 

@@ -635,6 +635,11 @@ class SessionRunner:
         if refund:
             items.append({"Update": self.s.usage.refund_request("query", session.owner,
                                                                 query.timestamp)})
+        # The reply's embeds held for its session's owner (by_content: an erasure keeps
+        # what another user's session holds), in this write, not a call of their own.
+        items += [{"Put": {"TableName": table, "Item": held}} for held in
+                  self.s.sessions.held_items(session.session_id, session.owner,
+                                             reply.embeds.values())]
         steps = [self.s.sessions.message_item(m) for m in trace]
         if len(items) + len(steps) <= TRANSACTION_ITEMS and \
                 len(json.dumps(steps)) <= TRANSACTION_BYTES:

@@ -215,16 +215,23 @@ class CorpusStore(Repository):
         for page in range(DELETE_PAGES):
             if page and time.monotonic() > ends:  # one page at least: each request goes on
                 break
-            versions = self.recent(agent_id, DELETE_PAGE)
-            if not versions:
+            if not self.delete_some(agent_id, DELETE_PAGE, drop):
                 return
-            for version in versions:
-                if drop is not None:
-                    drop(version)
-                self._forget(version)
         if self.recent(agent_id, 1):
             raise Unavailable(f"agent {agent_id} has more corpus versions than one request "
                               "deletes: send the same request again to go on")
+
+
+    def delete_some(self, agent_id: str, most: int,
+                    drop: Callable[[CorpusVersion], None] | None = None) -> bool:
+        """Forget up to ``most`` of the agent's versions (as :meth:`delete_agent`); whether
+        any may be left."""
+        versions = self.recent(agent_id, most)
+        for version in versions:
+            if drop is not None:
+                drop(version)
+            self._forget(version)
+        return len(versions) == most
 
 
 class VectorIndexes:

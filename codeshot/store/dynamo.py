@@ -226,6 +226,21 @@ def batch_write(db: Any, table: str, requests: Sequence[dict[str, Any]]) -> None
             raise Unavailable("the store is busy; try again in a moment")
 
 
+def drop_partition(db: Any, table_name: str, pk: str, sk: str, key: str, most: int) -> bool:
+    """Delete up to ``most`` items of the partition ``key``, key by key (DeleteItem: a
+    role that erases need not put an item), having read only their keys; whether any may
+    be left. Deleted items are not read again, so a part cut short resumes by starting
+    again. The Query names its Select: the eraser's grant allows reading keys alone."""
+    out = db.query(TableName=table_name, KeyConditionExpression="#p = :p", Limit=most,
+                   ProjectionExpression="#p, #s", ConsistentRead=True,
+                   Select="SPECIFIC_ATTRIBUTES",
+                   ExpressionAttributeNames={"#p": pk, "#s": sk},
+                   ExpressionAttributeValues={":p": {"S": key}})
+    for item in out.get("Items", []):
+        db.delete_item(TableName=table_name, Key={pk: item[pk], sk: item[sk]})
+    return "LastEvaluatedKey" in out
+
+
 def query_pages(db: Any, kwargs: dict[str, Any], reads: int | None = None
                 ) -> Iterator[dict[str, Any]]:
     """The answers of a Query read on from where each stopped (DynamoDB ends one at

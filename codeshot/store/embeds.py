@@ -90,9 +90,13 @@ class EmbedStore:
         return EMBEDS_BUCKET.prefix + _check_hash(digest)
 
     def upload_key(self, owner: str, digest: str) -> str:
+        return self._uploads_of(owner) + _check_hash(digest)
+
+    @staticmethod
+    def _uploads_of(owner: str) -> str:
         if not _OWNER_RE.fullmatch(owner or ""):
             raise InvalidInput("uploads belong to a user")
-        return f"{EMBEDS_BUCKET.uploads_prefix}{owner}/{_check_hash(digest)}"
+        return f"{EMBEDS_BUCKET.uploads_prefix}{owner}/"
 
     def put(self, data: bytes, content_type: str) -> str:
         """Store bytes once; returns their SHA-256. Storing the same bytes again is a
@@ -192,6 +196,28 @@ class EmbedStore:
             raise InvalidInput(UPLOAD_MISMATCH)
         self.put(data, content_type)
         return len(data)
+
+    # -- a deleted user's erasure (codeshot/usecases/erasure.py) --------------------------
+    def forget(self, digest: str) -> str | None:
+        """Delete the object of these bytes (the bucket is versioned: its bytes stay a
+        noncurrent version until the lifecycle rule expires them); the delete marker's
+        version, which :meth:`restore` takes."""
+        out = self.s3.delete_object(Bucket=self.bucket, Key=self.object_key(digest))
+        return out.get("VersionId") if out.get("DeleteMarker") else None
+
+    def restore(self, digest: str, marker: str) -> None:
+        """Undo :meth:`forget`: its delete marker removed, the bytes' version is current
+        again (bytes stored again since are current already: nothing changes)."""
+        self.s3.delete_object(Bucket=self.bucket, Key=self.object_key(digest),
+                              VersionId=marker)
+
+    def drop_uploads(self, owner: str, most: int) -> bool:
+        """Delete up to ``most`` of ``owner``'s uploads; whether any may be left."""
+        out = self.s3.list_objects_v2(Bucket=self.bucket, Prefix=self._uploads_of(owner),
+                                      MaxKeys=most)
+        for item in out.get("Contents", ()):
+            self.s3.delete_object(Bucket=self.bucket, Key=item["Key"])
+        return bool(out.get("IsTruncated"))
 
     def get_url(self, digest: str, content_type: str = "application/octet-stream",
                 expires_in: int | None = None, download_as: str | None = None) -> str:

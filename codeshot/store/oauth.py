@@ -32,6 +32,7 @@ from codeshot.errors import Forbidden, InvalidInput, OAuthBrowserMismatch, OAuth
 from codeshot.models import utcnow
 from codeshot.settings import Settings
 from codeshot.store.base import Repository
+from codeshot.store.dynamo import drop_partition
 from codeshot.store.tables import OAUTH, OAUTH_KEY_SECRET
 
 if TYPE_CHECKING:
@@ -272,6 +273,23 @@ class OAuthStore(Repository):
             if "LastEvaluatedKey" not in page:
                 return deleted
             kwargs["ExclusiveStartKey"] = page["LastEvaluatedKey"]
+
+    def forget_agent_part(self, agent_id: str, most: int) -> bool:
+        """Delete up to ``most`` of the agent's flows and users' tokens for it (as
+        :meth:`forget_agent`, a bounded part of it); whether any may be left (items just
+        deleted may still be in the index a moment: deleting them again does nothing)."""
+        page = self.db.query(TableName=self.table_name, IndexName=BY_AGENT, Limit=most,
+                             KeyConditionExpression="agent_id = :a",
+                             ExpressionAttributeValues={":a": {"S": agent_id}})
+        for item in page["Items"]:
+            self.db.delete_item(TableName=self.table_name,
+                                Key={"pk": item["pk"], "sk": item["sk"]})
+        return "LastEvaluatedKey" in page
+
+    def forget_user(self, user_id: str, most: int) -> bool:
+        """Delete up to ``most`` of a deleted user's tokens; whether any may be left."""
+        return drop_partition(self.db, self.table_name, "pk", "sk", USER_PREFIX + user_id,
+                              most)
 
     # -- tokens -------------------------------------------------------------------------
     @staticmethod

@@ -15,9 +15,12 @@ from codeshot import aws
 from codeshot.settings import Settings
 from codeshot.store.tables import (
     EMBEDS_BUCKET,
+    ERASURE_QUEUE,
     OAUTH_KEY_SECRET,
     PROMPT_QUEUE,
+    REPLIES_HELD_MARK,
     SESSION_QUEUE,
+    SESSIONS,
     SIGNING_SECRET,
     TABLES,
     Queue,
@@ -35,6 +38,8 @@ def create_tables(settings: Settings, dynamodb: Any | None = None) -> list[str]:
         if name in existing:
             continue
         db.create_table(**table.create_table_kwargs(name))
+        if table is SESSIONS:  # made with HELD# items: no reply of before them to backfill
+            db.put_item(TableName=name, Item=REPLIES_HELD_MARK)
         if table.ttl:
             db.update_time_to_live(
                 TableName=name,
@@ -140,4 +145,5 @@ def create_all(settings: Settings) -> Settings:
     for spec in (SIGNING_SECRET, OAUTH_KEY_SECRET):
         create_seed_secret(settings, spec)
     return settings.replace(queue_url=create_queue(settings),
-                            prompt_queue_url=create_queue(settings, spec=PROMPT_QUEUE))
+                            prompt_queue_url=create_queue(settings, spec=PROMPT_QUEUE),
+                            erasure_queue_url=create_queue(settings, spec=ERASURE_QUEUE))

@@ -3,14 +3,16 @@ session, keeping each session's messages in order; the message id deduplicates r
 of the same send (FIFO ids: at most 128 characters of ASCII letters, digits and
 punctuation, which SQS checks and moto does not). The prompt queue (standard, for its
 per-message delays): the polls of an Agent Protocol task's callback, each sent with its
-backoff as its delay."""
+backoff as its delay. The erasure queue (standard, for the same reason): the parts of a
+deleted user's erasure."""
 
 from __future__ import annotations
 
 import hashlib
 import json
 import logging
-from dataclasses import asdict, dataclass
+import uuid
+from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from codeshot import aws, ids
@@ -128,6 +130,27 @@ class PromptWork:
                    attempt=int(data.get("attempt", 0)))
 
 
+@dataclass(frozen=True)
+class ErasureWork:
+    """Part ``part`` of deleted user ``user_id``'s erasure (codeshot/usecases/erasure.py:
+    which step, and where in it, the tombstone says). ``sent`` names this send: a delivery
+    of it that finds its part counted with its name counted it, and may have failed before
+    sending the next part (a copy of the part, sent again, counted by another name)."""
+
+    user_id: str
+    part: int = 0
+    sent: str = field(default_factory=lambda: uuid.uuid4().hex)
+
+    def body(self) -> str:
+        return json.dumps(asdict(self))
+
+    @classmethod
+    def parse(cls, body: str) -> ErasureWork:
+        data = json.loads(body)
+        return cls(user_id=str(data["user_id"]), part=int(data["part"]),
+                   sent=str(data["sent"]))
+
+
 class _Queue:
     def __init__(self, url: str | None, what: str, settings: Settings,
                  sqs: Any | None = None) -> None:
@@ -183,12 +206,23 @@ class SessionQueue(_Queue):
         )
 
 
-class PromptQueue(_Queue):
-    MAX_DELAY_SECONDS = 900  # SQS's limit
+MAX_DELAY_SECONDS = 900  # SQS's limit on a message's delay
 
+
+class PromptQueue(_Queue):
     def __init__(self, settings: Settings, sqs: Any | None = None) -> None:
         super().__init__(settings.prompt_queue_url, "CODESHOT_PROMPT_QUEUE_URL", settings, sqs)
 
     def schedule(self, work: PromptWork, delay_seconds: int = 0) -> None:
         self.sqs.send_message(QueueUrl=self.url, MessageBody=work.body(),
-                              DelaySeconds=max(0, min(delay_seconds, self.MAX_DELAY_SECONDS)))
+                              DelaySeconds=max(0, min(delay_seconds, MAX_DELAY_SECONDS)))
+
+
+class ErasureQueue(_Queue):
+    def __init__(self, settings: Settings, sqs: Any | None = None) -> None:
+        super().__init__(settings.erasure_queue_url, "CODESHOT_ERASURE_QUEUE_URL", settings,
+                         sqs)
+
+    def send(self, work: ErasureWork, delay_seconds: int = 0) -> None:
+        self.sqs.send_message(QueueUrl=self.url, MessageBody=work.body(),
+                              DelaySeconds=max(0, min(delay_seconds, MAX_DELAY_SECONDS)))

@@ -19,7 +19,7 @@ from codeshot.store.dynamo import (
     lookup_key,
     to_item,
 )
-from codeshot.store.tables import REGISTRY
+from codeshot.store.tables import REGISTRY, REGISTRY_VERSION_ID
 
 if TYPE_CHECKING:
     from types_boto3_dynamodb import DynamoDBClient
@@ -50,7 +50,7 @@ def check_size(agent: Agent) -> Agent:
     return agent
 
 
-VERSION_ID = "#version"  # a counter bumped on every change, so caches know to reload
+VERSION_ID = REGISTRY_VERSION_ID  # bumped on every change, so caches know to reload
 # Vectors the router keeps beside the agents (the no-agent examples, per embedder), so
 # each runner container reads them instead of embedding them again: keys start with "#",
 # which no agent id does, and items have no handle, owner or published flag, so no
@@ -255,7 +255,10 @@ class AgentRegistry(Repository):
                 ExpressionAttributeValues={":owner": {"S": owner}},
             )
         except self.db.exceptions.ConditionalCheckFailedException as exc:
-            # Someone else's agent and a missing one look the same to the caller.
+            # Someone else's agent and a missing one look the same to the caller. Bumped
+            # all the same: a retry whose first try deleted the item but failed to bump
+            # would otherwise leave every process's cache holding the deleted agent.
+            self._bump()
             raise NotFound(f"agent {agent_id} not found") from exc
         self._bump()
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 import functools
 import json
 import time
-from collections.abc import Callable, Collection, Mapping
+from collections.abc import Callable, Collection, Iterable, Mapping
 from dataclasses import dataclass
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
@@ -40,6 +40,7 @@ from codeshot.store.dynamo import (
     clamp_limit,
     count_items,
     decode_token,
+    drop_partition,
     encode_token,
     every_page,
     fill_page,
@@ -52,7 +53,12 @@ from codeshot.store.dynamo import (
     retry_transient,
     to_item,
 )
-from codeshot.store.tables import EXPIRES_AT, RUNNER_TIMEOUT_SECONDS, SESSIONS
+from codeshot.store.tables import (
+    EXPIRES_AT,
+    REPLIES_HELD_MARK,
+    RUNNER_TIMEOUT_SECONDS,
+    SESSIONS,
+)
 
 if TYPE_CHECKING:
     from types_boto3_dynamodb import DynamoDBClient
@@ -80,6 +86,12 @@ RESUMING_LASTS = RUNNER_TIMEOUT_SECONDS
 MSG_PREFIX = "MSG#"
 MSG_END = "MSG$"  # sorts just after every MSG# key
 EMBED_PREFIX = "EMBED#"
+# Bytes a reply of the session names (an agent's embed, stored by the runner and named in
+# the reply message alone): their hash and the session's owner, so that by_content finds
+# them as it finds EMBED# items (the erasure keeps bytes another user's session holds,
+# and erases those only the deleted user's do). Written with the reply.
+HELD_PREFIX = "HELD#"
+BY_CONTENT = "by_content"  # embeds and held bytes by content hash and owner (tables.SESSIONS)
 PAGE_READS = 4  # DynamoDB reads (of at most 1 MB each) for one page of messages
 # A bounded read of a log filtered in DynamoDB (:meth:`SessionStore.messages_of`) asks
 # each Query for at most SCAN_PAGE messages (its Limit, counted before the filter; the
@@ -95,6 +107,8 @@ PROMPT_PREFIX = "ASKED#"
 # A deleted session's place in its owner's list (its created time; no `owner` attribute:
 # not listed), kept a week: a client paging with its handle as `after` goes on from it.
 DELETED_ITEM = "DELETED"
+# Its attributes beside its key and expiry: the eraser may put no other (its grant).
+DELETED_MARKER_FIELDS = ("deleted_owner", "deleted_created")
 DELETED_KEPT_SECONDS = 7 * 86400
 # A session's deletion reads its keys KEYS_PAGE at a time (each read also at most 1 MB
 # of items, whatever the projection): DELETE_PAGES of them in the request, a few seconds
@@ -187,6 +201,14 @@ class SessionStore(Repository):
         values["item"] = EMBED_PREFIX + embed.key
         values["embed_owner"] = values.pop("owner")  # keep `owner` for SESSION items only
         return self.item(values)
+
+    def held_items(self, session_id: str, owner: str,
+                   refs: Iterable[EmbedRef]) -> list[dict[str, Any]]:
+        """The ``HELD#`` items of a reply's embeds, one per distinct bytes (a transaction
+        may name an item once)."""
+        return [self.item({"session_id": session_id, "item": HELD_PREFIX + digest,
+                           "content_hash": digest, "embed_owner": owner})
+                for digest in sorted({ref.content_hash for ref in refs})]
 
     def idempotency_item(self, session_id: str, key: str, message_id: str) -> PutTypeDef:
         """A transaction's Put of ``key``: it fails if the key was used before."""
@@ -333,6 +355,85 @@ class SessionStore(Repository):
                                 ConsistentRead=True).get("Item")
         return item["guarded_session"]["S"] if item else None
 
+    # -- a deleted user's erasure (codeshot/usecases/erasure.py) --------------------------
+    def drop_guards(self, owner: str, most: int) -> bool:
+        """Delete up to ``most`` of a deleted user's one-time session keys; whether any
+        may be left."""
+        return drop_partition(self.db, self.table_name, "session_id", "item",
+                              GUARD_PARTITION + owner, most)
+
+    def embed_hashes(self, session_id: str, most: int) -> list[tuple[str, str]]:
+        """Up to ``most`` of the session's embeds, then of the bytes its replies hold
+        (``HELD#``): (item, content hash), keys and hash alone read."""
+        found: list[tuple[str, str]] = []
+        for prefix in (EMBED_PREFIX, HELD_PREFIX):
+            if len(found) >= most:
+                break
+            out = self.db.query(
+                TableName=self.table_name, Limit=most - len(found), ConsistentRead=True,
+                Select="SPECIFIC_ATTRIBUTES",
+                KeyConditionExpression="session_id = :s AND begins_with(#i, :e)",
+                ProjectionExpression="#i, content_hash",
+                ExpressionAttributeNames={"#i": "item"},
+                ExpressionAttributeValues={":s": {"S": session_id}, ":e": {"S": prefix}})
+            found += [(i["item"]["S"], i["content_hash"]["S"]) for i in out.get("Items", [])]
+        return found
+
+    def replies_held(self) -> bool:
+        """Whether every reply's embeds are held (``HELD#`` items): the table was made
+        with them, or :meth:`hold_replies` went through it since. Until then a reply
+        written before they were may name bytes by_content does not find."""
+        return "Item" in self.db.get_item(TableName=self.table_name, Key=REPLIES_HELD_MARK,
+                                          ConsistentRead=True)
+
+    def hold_replies(self, start: dict[str, Any] | None) -> tuple[int, dict[str, Any] | None]:
+        """One Scan page of the table: the ``HELD#`` items of each message's embeds, for
+        its session's owner (written again, they change nothing but their expiry); how
+        many, and where the next page starts (None: the last was done, and the table
+        marked :meth:`replies_held`). An operator's backfill, run once after upgrading."""
+        kwargs: dict[str, Any] = {
+            "TableName": self.table_name, "ConsistentRead": True,
+            "FilterExpression": "begins_with(#i, :m) AND attribute_exists(embeds)",
+            "ProjectionExpression": "session_id, embeds", "ExpressionAttributeNames": {
+                "#i": "item"}, "ExpressionAttributeValues": {":m": {"S": MSG_PREFIX}}}
+        if start:
+            kwargs["ExclusiveStartKey"] = start
+        out = self.db.scan(**kwargs)
+        owners: dict[str, str | None] = {}
+        held: list[dict[str, Any]] = []
+        for item in out.get("Items", []):
+            session_id = item["session_id"]["S"]
+            if session_id not in owners:
+                found = self.get_items(session_id, [SESSION_ITEM]).get(SESSION_ITEM)
+                owners[session_id] = found.get("owner") if found else None
+            owner = owners[session_id]
+            refs = json.loads(item["embeds"]["S"])
+            if owner and refs:  # a session being deleted has no owner to hold them for
+                held += self.held_items(session_id, owner, (
+                    EmbedRef.from_dict(ref) for ref in refs.values()))
+        batch_write(self.db, self.table_name, [{"PutRequest": {"Item": i}} for i in held])
+        nxt = out.get("LastEvaluatedKey")
+        if nxt is None:
+            self.db.put_item(TableName=self.table_name, Item=REPLIES_HELD_MARK)
+        return len(held), nxt
+
+    def drop_item(self, session_id: str, item: str) -> None:
+        self.db.delete_item(TableName=self.table_name, Key=_key(session_id, item))
+
+    def held_by_another(self, content_hash: str, owner: str) -> bool:
+        """Whether a session of another user than ``owner`` holds an embed or a reply's
+        embed of these bytes (content-addressed: the same object on S3). Read through the
+        by_content index,
+        whose sort key is the embed's owner: one read each side of ``owner``."""
+        for side in ("<", ">"):
+            out = self.db.query(
+                TableName=self.table_name, IndexName=BY_CONTENT, Limit=1,
+                KeyConditionExpression=f"content_hash = :h AND embed_owner {side} :o",
+                ExpressionAttributeValues={":h": {"S": content_hash}, ":o": {"S": owner}})
+            if out.get("Items"):
+                return True
+        return False
+
     def get(self, session_id: str, owner: str | None = None) -> Session:
         """The session; with ``owner``, another user's session is reported as missing."""
         item = self.db.get_item(
@@ -427,18 +528,43 @@ class SessionStore(Repository):
         owner's list (:meth:`place`), kept a while. A session larger than DELETE_PAGES
         reads (a request has 29 s) is gone for its owner at once: ``purge_later`` queues
         the rest's deletion (:meth:`purge`) before its SESSION item goes."""
-        session = self.get(session_id, owner)
-        # The place first: from then on every write into the session is refused
-        # (:meth:`unless_deleted`), so the keys read next are all there will be.
-        self.db.put_item(TableName=self.table_name, Item=to_item({
-            "session_id": session_id, "item": DELETED_ITEM, "deleted_owner": owner,
-            "deleted_created": session.to_dict()["created"],
-            EXPIRES_AT: int(time.time()) + DELETED_KEPT_SECONDS}))
+        session = self._mark_deleted(session_id, owner)
         keys, more = self._item_keys(session_id, DELETE_PAGES)
         if more:
             purge_later()
             keys = [_key(session_id, SESSION_ITEM)]
         self._delete_keys(keys)
+        return session
+
+    def erase(self, session_id: str, owner: str, purge_later: Callable[[], None],
+              most: int) -> None:
+        """:meth:`delete` for a deleted user's erasure: up to ``most`` items, key by key
+        (DeleteItem: the eraser's role may put no item, which BatchWriteItem could),
+        the rest left to :meth:`purge` (queued by ``purge_later``)."""
+        self._mark_deleted(session_id, owner)
+        out = self.db.query(
+            TableName=self.table_name, Limit=most, ConsistentRead=True,
+            KeyConditionExpression="session_id = :s", FilterExpression="#i <> :deleted",
+            ExpressionAttributeValues={":s": {"S": session_id},
+                                       ":deleted": {"S": DELETED_ITEM}},
+            ProjectionExpression="session_id, #i", ExpressionAttributeNames={"#i": "item"})
+        keys = out.get("Items", [])
+        if "LastEvaluatedKey" in out:
+            purge_later()
+            keys = [_key(session_id, SESSION_ITEM)]
+        keys.sort(key=lambda k: k["item"]["S"] == SESSION_ITEM)  # last, as in delete
+        for key in keys:
+            self.db.delete_item(TableName=self.table_name, Key=key)
+
+    def _mark_deleted(self, session_id: str, owner: str) -> Session:
+        """Put the session's place (its DELETED marker) first: from then on every write
+        into it is refused (:meth:`unless_deleted`), so the keys read next are all there
+        will be."""
+        session = self.get(session_id, owner)
+        self.db.put_item(TableName=self.table_name, Item=to_item({
+            "session_id": session_id, "item": DELETED_ITEM, "deleted_owner": owner,
+            "deleted_created": session.to_dict()["created"],
+            EXPIRES_AT: int(time.time()) + DELETED_KEPT_SECONDS}))
         return session
 
     def purge(self, session_id: str, pages: int) -> bool:

@@ -84,13 +84,17 @@ class Table:
 
 # Read by id, or scanned whole (listings and the router keep every agent in memory).
 REGISTRY = Table(logical="registry", setting="registry_table", pk="agent_id")
+REGISTRY_VERSION_ID = "#version"  # the registry's counter, bumped on every change
 
 # One partition per session: the SESSION item, MSG#<ulid> messages, EMBED#<key> embeds,
 # STATE (a paused program); once deleted, DELETED (its place in the owner's list, a week).
 # Only SESSION items carry `owner`, so by_owner is sparse. Only SESSION and EMBED# items
 # carry `created` (messages have `timestamp`): by_created finds a session's newest embeds
 # (the runner lists a few in each prompt, however many the session has); it projects
-# only what embeds have, so updates of the SESSION item never write it.
+# only what embeds have, so updates of the SESSION item never write it. Only EMBED# items
+# and HELD#<hash> items (bytes a reply's agent embed names, written with the reply) carry
+# `content_hash`: by_content tells whether another user's session holds the same bytes
+# (one object on S3), which a deleted user's erasure then keeps.
 # Every item expires CODESHOT_SESSION_TTL_DAYS after it was last written.
 SESSIONS = Table(
     logical="sessions",
@@ -99,7 +103,8 @@ SESSIONS = Table(
     sk="item",
     indexes=(Index("by_owner", pk="owner", sk="created"),
              Index("by_created", pk="session_id", sk="created", projection="INCLUDE",
-                   include=("content_type", "content_hash", "size"))),
+                   include=("content_type", "content_hash", "size")),
+             Index("by_content", pk="content_hash", sk="embed_owner", projection="KEYS_ONLY")),
     ttl=EXPIRES_AT,
 )
 
@@ -189,6 +194,25 @@ SESSION_QUEUE = Queue(
 PROMPT_QUEUE = Queue(
     setting="prompt_queue_name",
     visibility_timeout_seconds=6 * RUNNER_TIMEOUT_SECONDS,
+    max_receive_count=5,
+    retention_seconds=4 * 24 * 3600,
+    fifo=False,
+)
+
+
+# Marks a sessions table whose every reply's embeds are held (HELD# items): made with
+# them, or backfilled (SessionStore.hold_replies). An erasure deletes an embed's object
+# only then.
+REPLIES_HELD_MARK = {"session_id": {"S": "#replies-held"}, "item": {"S": "#replies-held"}}
+
+# The eraser Lambda's timeout (infra): each part of an erasure is a few dozen deletes.
+ERASER_TIMEOUT_SECONDS = 120
+
+# Standard (per-message delays): a deleted user's erasure, a part a message, each queueing
+# the next; read by the eraser Lambda. A part failing on each delivery goes to the DLQ.
+ERASURE_QUEUE = Queue(
+    setting="erasure_queue_name",
+    visibility_timeout_seconds=6 * ERASER_TIMEOUT_SECONDS,
     max_receive_count=5,
     retention_seconds=4 * 24 * 3600,
     fifo=False,

@@ -29,6 +29,7 @@ if TYPE_CHECKING:
         UpdateTypeDef,
     )
 
+UPLOAD_BYTES = "upload_bytes"  # usage counter: bytes uploaded (inline or presigned) per day
 UNPROCESSED_RETRIES = 4  # BatchGetItem rounds for keys DynamoDB left unprocessed
 WINDOWS = {"day": timedelta(days=1), "minute": timedelta(minutes=1)}
 # How long a subject's leases item outlives its last lease taken (TTL), and a lapsed lease
@@ -371,3 +372,12 @@ class UsageCounters(Repository):
                 return [TokenUsage.of(found.get(c)) for c in counters]
         # Unread under throttling: not "nothing used", which would let a spent budget pass.
         raise RateLimited("the usage counters cannot be read right now; retry in a moment")
+
+    def forget(self, kind: str, subject: str, days: int = 0) -> None:
+        """Delete ``subject``'s ``kind`` counter: with ``days``, its daily counters of the
+        last ``days`` days (older ones have expired), else its one without a window."""
+        now = self.clock()
+        counters = [self._counter(kind, subject, "day", now - timedelta(days=back))[0]
+                    for back in range(days)] if days else [f"{kind}#{subject}"]
+        for counter in counters:
+            self.db.delete_item(TableName=self.table_name, Key={"counter": {"S": counter}})

@@ -37,6 +37,7 @@ from codeshot.store.dynamo import (
     clamp_limit,
     count_items,
     decode_token,
+    drop_partition,
     encode_token,
     from_item,
     query_pages,
@@ -272,6 +273,12 @@ class UserStorageStore(Repository):
             [from_item(i)["key"] for i in out.get("Items", [])],
             encode_token(out.get("LastEvaluatedKey")),
         )
+
+    def drop_scope(self, user_id: str, agent_id: str, most: int) -> bool:
+        """Delete up to ``most`` of a deleted user's items with the agent, every
+        registration's, its count too; whether any may be left."""
+        scope = Holder(user_id, agent_id, 0).scope
+        return drop_partition(self.db, self.table_name, "scope", "key", scope, most)
 
     def sweep_registration(self, agent_id: str, registration: int, pages: int) -> bool:
         """Delete up to ``pages`` pages of a deleted registration's items, every user's,

@@ -41,6 +41,26 @@ LIST_PAGE = 100  # users an operator's list shows at a time
 # that name would share the planner's id, counters and name in chat logs.
 PLATFORM_USERNAME = "platform"
 LIMITS = ("daily_query_limit", "daily_token_limit")
+# What a deleted user's tombstone no longer holds (its identity stays: the account's
+# sign-in then finds a deleted user, not a new one to name).
+# A tombstone's erasure's progress, written by each part's count (the eraser's grant).
+ERASURE_FIELDS = ("erasure_part", "erasure_step", "erasure_after", "erasure_by",
+                  "erasure_ran")
+ERASED_FIELDS = ("api_key_ids", "email", "first_name", "last_name", "time_zone",
+                 "operator", *LIMITS)
+
+
+@dataclass(frozen=True)
+class ErasureProgress:
+    """Where a deleted user's erasure goes on after a part: its ``step`` and cursor in it
+    (``after``), the send that counted the part (``sent``), when it ran (``ran``, ISO) and
+    whether it was the last (``erased``)."""
+
+    step: int
+    after: str | None
+    sent: str
+    ran: str
+    erased: bool = False
 
 
 @dataclass(frozen=True)
@@ -152,6 +172,52 @@ class UserStore(Repository):
         except self.db.exceptions.ConditionalCheckFailedException as exc:
             raise NotFound(f"user {user_id} not found") from exc
         return _user(out["Attributes"])
+
+    def mark_deleted(self, user_id: str, when: str) -> User:
+        """Make the user a tombstone: deleted (``when``, ISO; kept as first written, so a
+        retry changes nothing), disabled, every API key id and profile field gone. The
+        user item and its ``@<username>`` guard stay: the name is never taken again."""
+        try:
+            out = self.db.update_item(
+                TableName=self.table_name, Key={"user_id": {"S": user_id}},
+                UpdateExpression="SET deleted = if_not_exists(deleted, :w), disabled = :t "
+                                 "REMOVE " + ", ".join(f"#r{i}" for i in range(len(ERASED_FIELDS))),
+                ConditionExpression="attribute_exists(user_id)",
+                ExpressionAttributeNames={f"#r{i}": n for i, n in enumerate(ERASED_FIELDS)},
+                ExpressionAttributeValues={":w": {"S": when}, ":t": {"BOOL": True}},
+                ReturnValues="ALL_NEW")
+        except self.db.exceptions.ConditionalCheckFailedException as exc:
+            raise NotFound(f"user {user_id} not found") from exc
+        return _user(out["Attributes"])
+
+    def advance_erasure(self, user_id: str, part: int, progress: ErasureProgress) -> bool:
+        """Count erasure part ``part`` done, if it is the one the tombstone awaits, with
+        where the next part goes on (``progress``): False when another copy of the part
+        counted it first (nothing more to do for it)."""
+        awaited = "erasure_part = :part" if part else \
+            "(attribute_not_exists(erasure_part) OR erasure_part = :part)"
+        values: dict[str, AttributeValueTypeDef] = {
+            ":part": {"N": str(part)}, ":next": {"N": str(part + 1)},
+            ":step": {"N": str(progress.step)}, ":by": {"S": progress.sent},
+            ":ran": {"S": progress.ran}}
+        sets = ["erasure_part = :next", "erasure_step = :step", "erasure_by = :by",
+                "erasure_ran = :ran"]
+        if progress.after is not None:
+            values[":after"] = {"S": progress.after}
+            sets.append("erasure_after = :after")
+        if progress.erased:
+            values[":e"] = {"S": progress.ran}
+            sets.append("erased = :e")
+        try:
+            self.db.update_item(
+                TableName=self.table_name, Key={"user_id": {"S": user_id}},
+                UpdateExpression="SET " + ", ".join(sets) +
+                ("" if progress.after is not None else " REMOVE erasure_after"),
+                ConditionExpression=f"attribute_exists(deleted) AND {awaited}",
+                ExpressionAttributeValues=values)
+        except self.db.exceptions.ConditionalCheckFailedException:
+            return False
+        return True
 
     def _key_update(self, user_id: str, action: str, key_id: str, rule: str = "",
                     values: dict[str, AttributeValueTypeDef] | None = None,

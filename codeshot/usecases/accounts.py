@@ -11,10 +11,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from codeshot.auth.cognito import Identity
-from codeshot.auth.service import DISABLED
+from codeshot.auth.service import DELETED, DISABLED
 from codeshot.errors import Forbidden, InvalidInput, Unauthenticated
 from codeshot.models import Principal, User
 from codeshot.services import Services
+from codeshot.usecases.erasure_start import start_erasure
 from codeshot.usecases.users import find_user
 
 
@@ -47,6 +48,8 @@ def principal_for_token(services: Services, token: str) -> Principal:
     user = services.users.find_by_identity(identity.sub)
     if user is None:
         raise NoUsername(identity)
+    if user.deleted:
+        raise Unauthenticated(DELETED)
     if user.disabled:
         raise Unauthenticated(DISABLED)
     return Principal(user_id=user.user_id, username=user.username,
@@ -55,7 +58,8 @@ def principal_for_token(services: Services, token: str) -> Principal:
 
 # Not for self sign-up: the default owner of the kit's deployed agents (the CDK app's
 # codeshot:adminUsername), which would otherwise go to whoever signs up first.
-RESERVED_USERNAMES = frozenset({"admin"})
+DEFAULT_DEPLOY_OWNER = "admin"
+RESERVED_USERNAMES = frozenset({DEFAULT_DEPLOY_OWNER})
 
 
 def choose_username(services: Services, token: str, username: str) -> User:
@@ -103,3 +107,45 @@ def set_disabled(services: Services, username: str, disabled: bool) -> User:
 
 def set_operator(services: Services, username: str, operator: bool) -> User:
     return services.users.set_flag(find_user(services, username).user_id, "operator", operator)
+
+
+# -- deletion ----------------------------------------------------------------------------
+def delete_account(services: Services, principal: Principal, confirm_username: str) -> User:
+    """Delete the caller's own user, who confirms by typing their username (never an
+    agent acting for them)."""
+    if principal.agent_id:
+        raise Forbidden("only the user may delete their account")
+    user = services.users.get(principal.user_id or "")
+    if user.deleted:  # a key another API process still holds (it caches users a while)
+        raise Unauthenticated(DELETED)
+    if confirm_username.strip() != user.username:
+        raise InvalidInput("type your username to confirm the deletion of your account")
+    return _delete(services, user)
+
+
+def delete_user(services: Services, username: str, deploy_owner: str | None = None) -> User:
+    """An operator's deletion of ``username``; again for a deleted user whose erasure is
+    not over, it queues their erasure again (one that went to the dead-letter queue goes
+    on); for one erased, it does nothing. ``deploy_owner`` (the owner of the kit's
+    deployed agents) is refused: its agents would go, and every later deploy with it."""
+    if username.strip() == deploy_owner:
+        raise InvalidInput(f"{username.strip()!r} owns the deployed agents "
+                           "(codeshot:adminUsername): deleting it deletes them, and deploys "
+                           "under that name fail from then on; --force deletes it all the same")
+    user = services.users.get_by_username(username)
+    return user if user.erased else _delete(services, user)
+
+
+def _delete(services: Services, user: User) -> User:
+    """Queue the user's erasure, delete their account in the user pool (its email with
+    it), then make them a tombstone: every API key, token and sign-in refused from then on,
+    the username never taken again (nobody inherits their agent ids). The tombstone last:
+    the user can no longer ask again once it is written, and an erasure that finds no
+    tombstone erases nothing. Each write is idempotent, so a retry of a deletion that
+    failed half-way finishes it."""
+    start_erasure(services, user)
+    if user.identity and services.settings.user_pool_id:
+        services.accounts.delete(user.identity)
+    tombstone = services.users.mark_deleted(user.user_id, services.clock().isoformat())
+    services.auth.forget_user(user.user_id)
+    return tombstone

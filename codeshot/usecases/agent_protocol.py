@@ -45,12 +45,12 @@ from codeshot.models import (
 from codeshot.runner.callbacks import PROMPT_FORMAT
 from codeshot.services import Services
 from codeshot.store.embeds import check_content_type, content_hash
+from codeshot.store.usage import UPLOAD_BYTES
 from codeshot.text import check_text
 from codeshot.usecases import paging, tasks
 from codeshot.usecases.agents import usable_agent
 from codeshot.usecases.messaging import (
     TERMINAL,
-    UPLOAD_BYTES,
     UPLOAD_LIMIT,
     Messaging,
     wait_for_reply,

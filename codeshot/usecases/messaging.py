@@ -46,6 +46,7 @@ from codeshot.store.dynamo import cancelled_by, is_transient, retry_transient, t
 from codeshot.store.embeds import check_content_type
 from codeshot.store.embeds import content_hash as hash_of
 from codeshot.store.queue import Work
+from codeshot.store.usage import UPLOAD_BYTES
 from codeshot.text import check_idempotency_key, check_text
 from codeshot.usecases.threads import blocking
 from codeshot.usecases.users import user_id_of
@@ -57,7 +58,6 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("codeshot.api")
 TERMINAL = frozenset({MessageType.RESPONSE, MessageType.ERROR, MessageType.AWAITING_INPUT})
-UPLOAD_BYTES = "upload_bytes"  # usage counter: bytes uploaded (inline or presigned) per day
 UPLOAD_LIMIT = "daily upload bytes"  # its limit, as RATE_LIMITED names it
 SLOT_TRIES = 3  # a post taking a waiting slot: again once its item is made or one lapsed
 NEWEST_PAGE = 100  # messages a read without `after` returns: the newest

@@ -30,6 +30,7 @@ from dataclasses import dataclass
 from typing import Any
 from urllib.parse import SplitResult, urlencode, urlsplit, urlunsplit
 
+from codeshot.auth.service import DELETED
 from codeshot.errors import (
     CodeshotError,
     Forbidden,
@@ -37,6 +38,7 @@ from codeshot.errors import (
     NotFound,
     OAuthFailed,
     RateLimited,
+    Unauthenticated,
     Unavailable,
 )
 from codeshot.models import Agent, MessageType, Principal, SessionStatus
@@ -119,7 +121,10 @@ class LinkPage:
 
 def describe_link(services: Services, state: str, browser: str | None) -> LinkPage:
     pending = services.oauth.peek_flow(state, browser)
-    return LinkPage(services.users.get(pending.user_id).username, pending.agent_id,
+    user = services.users.get(pending.user_id)
+    if user.deleted:  # a flow opened before the deletion (flows outlast its wait)
+        raise Unauthenticated(DELETED)
+    return LinkPage(user.username, pending.agent_id,
                     urlsplit(pending.authorize_url).hostname or "")
 
 
@@ -195,6 +200,7 @@ def put_token(services: Services, caller: Principal, token: Any) -> None:
     user_id, agent_id, _ = _acting_for(services, caller)
     check_token(token)
     _charge(services, user_id, agent_id)
+    services.auth.refuse_deleted(user_id)
     services.oauth.put_token(user_id, agent_id, token)
 
 
@@ -210,6 +216,8 @@ def complete(services: Services, state: str, browser: str | None, code: str | No
     if error or not code:
         raise OAuthFailed("the authorization server did not authorize the agent: "
                           + as_one_line(error or "no code", 100))
+    # A flow opened before its user's deletion: no call token minted, no token kept.
+    services.auth.refuse_deleted(flow.user_id)
     _exchange(services, flow, code)
     if services.oauth.get_token(flow.user_id, flow.agent_id) is None:
         raise OAuthFailed(f"{flow.agent_id} did not keep a token from the authorization")

@@ -42,6 +42,7 @@ from codeshot.services import Services
 from codeshot.settings import API_CALL_SECONDS
 from codeshot.store.registry import check_size
 from codeshot.text import as_one_line
+from codeshot.usecases.agent_removal import forget_corpora, remove_agent, sweep_storage
 
 if TYPE_CHECKING:
     from codeshot.runner.mcp_servers import McpServerInfo
@@ -282,10 +283,7 @@ class AgentRegistration:
         self._forget_corpora(agent_id)
 
     def _forget_corpora(self, agent_id: str, seconds: float | None = None) -> None:
-        """The id's corpus versions, their objects and (S3 Vectors) indexes."""
-        vectors = self.s.settings.corpus_search == "s3vectors"
-        self.s.corpora.delete_agent(agent_id, seconds=seconds,
-                                    drop=self.s.vector_indexes.drop if vectors else None)
+        forget_corpora(self.s, agent_id, seconds)
 
     def _forget_oauth(self, agent_id: str) -> None:
         """Users' OAuth tokens (and open flows) for the id."""
@@ -396,26 +394,11 @@ class AgentRegistration:
 
     def delete(self, principal: Principal, owner: str, handle: str) -> Agent:
         agent = self._owned(self._owner(principal), handle, owner=owner)
-        # What the agent holds goes first, the registry record last: if a part fails, the
-        # agent is still there and the same delete again finishes (each part is
-        # idempotent); the other way round, its retry would be NOT_FOUND, the rest left.
-        self._forget_oauth(agent.agent_id)
-        self._forget_corpora(agent.agent_id)
-        self._sweep_storage(agent)
-        self.s.agent_secrets.delete(agent.mcp_auth_secret)
-        self.s.registry.delete(agent.agent_id, owner=agent.owner)
+        remove_agent(self.s, agent)
         return agent
 
     def _sweep_storage(self, agent: Agent) -> None:
-        """Queue the sweep of every user's storage with this registration of the agent.
-        The runner does it, a bounded part per queued message, once the registration is
-        gone (an agent may keep a thousand keys for each of thousands of users: more
-        than one request may delete); until then no later registration reads those
-        items (codeshot/store/user_storage.py). One message per request: a retry of the
-        same deletion is deduplicated, and sweeping twice deletes nothing twice."""
-        from codeshot.store.queue import Work
-
-        self.s.queue.enqueue(Work.sweep(agent.agent_id, agent.registration))
+        sweep_storage(self.s, agent)
 
     def _owned(self, caller: str, handle: str, owner: str | None = None) -> Agent:
         agent_id = Agent.make_id(owner or caller, handle)

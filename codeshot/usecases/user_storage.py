@@ -63,7 +63,9 @@ def put_value(services: Services, caller: Principal, agent_id: str, key: str,
               data: Any) -> None:
     """Store ``data``: JSON text as it is (Fixie's SDK sends text), anything else as JSON."""
     text = data if isinstance(data, str) else json.dumps(data)
-    services.storage.put(storage_scope(services, caller, agent_id, key, text), key, text)
+    holder = storage_scope(services, caller, agent_id, key, text)
+    services.auth.refuse_deleted(holder.user_id)
+    services.storage.put(holder, key, text)
 
 
 def get_value(services: Services, caller: Principal, agent_id: str, key: str) -> str:

@@ -8,7 +8,7 @@ from datetime import UTC, datetime
 
 from codeshot import ids
 from codeshot.auth.service import KEY_PREFIX
-from codeshot.errors import Conflict, InvalidInput, NotFound, Unauthenticated
+from codeshot.errors import Conflict, InvalidInput, NotFound, Unauthenticated, UserDeleted
 from codeshot.models import MAX_INT, Agent, Principal, User
 from codeshot.runner.budgets import AGENT_TOKENS, USER_TOKENS, WINDOW
 from codeshot.services import Services
@@ -53,6 +53,13 @@ def ensure_user(services: Services, username: str) -> User:
     if user.identity:
         raise Conflict(f"username {username!r} belongs to an account that signed up: "
                        "deploy the agents under another codeshot:adminUsername")
+    return not_deleted(user)
+
+
+def not_deleted(user: User) -> User:
+    """``user``, unless deleted: a tombstone owns nothing new and gets no key."""
+    if user.deleted:
+        raise UserDeleted(f"user {user.username!r} has been deleted")
     return user
 
 
@@ -78,7 +85,8 @@ def set_time_zone(services: Services, principal: Principal, time_zone: str | Non
 
 
 def find_user(services: Services, username: str) -> User:
-    return services.users.get_by_username(username)
+    """The user an operator names; a deleted one is refused."""
+    return not_deleted(services.users.get_by_username(username))
 
 
 @dataclass(frozen=True)
@@ -156,7 +164,7 @@ def create_api_key(services: Services, principal: Principal,
     """A new API key for the caller: (its record, the key, shown this once). With
     ``idempotency_key``, a retry within a day gets the key the first try made (the very
     same key: a lost answer is not a key nobody saw) and adds none."""
-    user = services.users.get(user_id_of(principal))
+    user = not_deleted(services.users.get(user_id_of(principal)))
     if idempotency_key is None:
         key_id, key = services.auth.new_api_key(user, most=MAX_API_KEYS)
     else:
@@ -175,7 +183,7 @@ def revoke_api_key(services: Services, principal: Principal, key_id: str) -> Api
 
 def revoke_key_of(services: Services, username: str, key: str) -> ApiKey:
     """Revoke ``username``'s key, named by its id or given whole (the CLI, an operator)."""
-    user = services.users.get_by_username(username)
+    user = find_user(services, username)
     return _revoke(services, user, key if key.startswith(KEY_PREFIX) else key_id_of(key), None)
 
 

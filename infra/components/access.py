@@ -56,6 +56,27 @@ def index_sweep(role: iam.Role, table: dynamodb.ITable, index: str) -> None:
     role.add_to_principal_policy(iam.PolicyStatement(actions=[DELETE], resources=[table.table_arn]))
 
 
+def key_query(role: iam.Role, table: dynamodb.ITable, spec: Table) -> None:
+    """Query the table for its items' keys alone (a Query naming any other attribute, or
+    none, is refused): a role that deletes items it finds need not read them."""
+    keys = [spec.pk] + ([spec.sk] if spec.sk else [])
+    role.add_to_principal_policy(iam.PolicyStatement(
+        actions=[QUERY], resources=[table.table_arn],
+        conditions={"StringEquals": {"dynamodb:Select": "SPECIFIC_ATTRIBUTES"},
+                    "ForAllValues:StringEquals": {"dynamodb:Attributes": keys}}))
+
+
+def limited_update(role: iam.Role, table: dynamodb.ITable, *, key: str | None = None,
+                   attributes: Collection[str] = (), action: str = UPDATE) -> None:
+    """UpdateItem (or ``action``, PutItem) of the one item whose partition key is ``key``,
+    or naming no other attributes than ``attributes`` (with the table's key)."""
+    name, values = ("dynamodb:LeadingKeys", [key]) if key is not None else \
+        ("dynamodb:Attributes", list(attributes))
+    role.add_to_principal_policy(iam.PolicyStatement(
+        actions=[action], resources=[table.table_arn],
+        conditions={"ForAllValues:StringEquals": {name: values}}))
+
+
 def object_access(role: iam.Role, bucket: s3.IBucket, prefix: str, *, put: bool,
                   delete: bool = False, missing_as_404: bool = True) -> None:
     """GetObject (GET and HEAD), optionally PutObject and DeleteObject, under ``prefix``.
@@ -82,15 +103,23 @@ def object_access(role: iam.Role, bucket: s3.IBucket, prefix: str, *, put: bool,
             conditions={"StringLike": {"s3:prefix": [prefix + "*"]}}))
 
 
-def object_delete(role: iam.Role, bucket: s3.IBucket, prefix: str) -> None:
+def object_delete(role: iam.Role, bucket: s3.IBucket, prefix: str, *,
+                  listed: bool = False, markers: bool = False) -> None:
     """DeleteObject under ``prefix`` only (a deleted agent's corpus indexes: their keys are
-    read from their versions' items, so no read or list is needed)."""
+    read from their versions' items, so no read or list is needed); with ``listed``,
+    ListBucket of that prefix too (a deleted user's uploads, found by listing); with
+    ``markers``, DeleteObjectVersion too (a delete undone: its delete marker removed)."""
+    if listed:
+        role.add_to_principal_policy(iam.PolicyStatement(
+            actions=["s3:ListBucket"], resources=[bucket.bucket_arn],
+            conditions={"StringLike": {"s3:prefix": [prefix + "*"]}}))
     suppress(role, "AwsSolutions-IAM5",
              f"Objects under '{prefix}' are named by their content, unknown until written: "
              "deletion is scoped to the prefix, not to single objects.",
              [RegexAppliesTo(regex=rf"/^Resource::<.*\.Arn>\/{prefix.rstrip('/')}\/\*$/g")])
     role.add_to_principal_policy(iam.PolicyStatement(
-        actions=["s3:DeleteObject"], resources=[bucket.arn_for_objects(prefix + "*")]))
+        actions=["s3:DeleteObject"] + (["s3:DeleteObjectVersion"] if markers else []),
+        resources=[bucket.arn_for_objects(prefix + "*")]))
 
 
 def send_messages(role: iam.IRole, queue: sqs.IQueue) -> None:
@@ -150,11 +179,16 @@ def invoke_models(role: iam.IRole, model_ids: list[str]) -> None:
 # deletes them with the agent (and reads one to read an MCP server's tools again), the
 # runner reads them to call the agent.
 AGENT_SECRETS_READ = ("secretsmanager:GetSecretValue",)
-AGENT_SECRETS_MANAGE = ("secretsmanager:CreateSecret", "secretsmanager:DeleteSecret")
+AGENT_SECRETS_DELETE = ("secretsmanager:DeleteSecret",)
+AGENT_SECRETS_MANAGE = ("secretsmanager:CreateSecret", *AGENT_SECRETS_DELETE)
 
 
-def agent_secrets(role: iam.Role, prefix: str, *, manage: bool) -> None:
-    actions = AGENT_SECRETS_READ + (AGENT_SECRETS_MANAGE if manage else ())
+def agent_secrets(role: iam.Role, prefix: str, *, manage: bool = False,
+                  actions: tuple[str, ...] | None = None) -> None:
+    """``actions`` on the agent secrets under ``prefix``: by default reading them (and
+    with ``manage``, creating and deleting them)."""
+    if actions is None:
+        actions = AGENT_SECRETS_READ + (AGENT_SECRETS_MANAGE if manage else ())
     suppress(role, "AwsSolutions-IAM5",
              f"Each agent secret is created at run time under '{prefix}' with a name of its "
              "own (codeshot/store/agent_secrets.py): access is scoped to that prefix.",

@@ -30,9 +30,11 @@ from infra.settings_env import settings_env
 
 CONTEXT_KEY = "codeshot:identityProviders"
 # What the API calls with its role: an operator disabling or enabling a user turns their
-# sign-in off or on (codeshot/usecases/accounts.py). Sign-up, confirmation and sign-in are
-# Cognito's public calls, authorised by the app client, not by IAM.
-ADMIN_ACTIONS = ("cognito-idp:AdminDisableUser", "cognito-idp:AdminEnableUser")
+# sign-in off or on, a deleted user's account goes (codeshot/usecases/accounts.py).
+# Sign-up, confirmation and sign-in are Cognito's public calls, authorised by the app
+# client, not by IAM.
+ADMIN_ACTIONS = ("cognito-idp:AdminDisableUser", "cognito-idp:AdminEnableUser",
+                 "cognito-idp:AdminDeleteUser")
 PROVIDERS = {"google": ("clientId", "clientSecretName"),
              "github": ("clientId", "clientSecretName", "issuerUrl")}
 

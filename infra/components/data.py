@@ -14,6 +14,7 @@ from aws_cdk import aws_sqs as sqs
 from constructs import Construct
 
 from codeshot.store import tables
+from infra.components import access
 
 _TYPES = {"S": dynamodb.AttributeType.STRING, "N": dynamodb.AttributeType.NUMBER,
           "B": dynamodb.AttributeType.BINARY}
@@ -65,6 +66,13 @@ class PlatformTables(Construct):
 
     def by_spec(self, spec: tables.Table) -> dynamodb.Table:
         return self.tables[spec.setting]
+
+    def grant(self, role: iam.Role, actions: dict[str, tuple[str, ...]]) -> None:
+        """Each table's actions (by its logical name) to ``role``, as access.table_access
+        spells them."""
+        for spec in tables.TABLES:
+            if spec.logical in actions:
+                access.table_access(role, self.by_spec(spec), spec, actions[spec.logical])
 
 
 class EmbedsBucket(Construct):

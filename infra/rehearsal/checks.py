@@ -9,6 +9,7 @@ own virtualenv) and the GraphQL API, all over the front doors.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import hashlib
 import json
 import os
@@ -397,9 +398,73 @@ def check_destroy(rehearsal: Any, user: User) -> str:
             f"agent's {stored} user-storage items")
 
 
-def user_storage_of(rehearsal: Any, agent_id: str) -> int:
-    """How many user-storage items, every user's, registrations of the agent hold (read
-    as the operator, outside the functions' roles)."""
+def check_erasure(rehearsal: Any) -> str:
+    """A deleted user's erasure, run by the eraser on its own role (each call checked
+    against its policy, conditions included): their session, embed and storage go. The
+    deletion's wait for their credentials to run out (minutes) is skipped: the tombstone
+    is dated back an hour and the first part sent now, as the operator."""
+    import base64
+    from datetime import UTC, datetime, timedelta
+
+    from codeshot.store.queue import ErasureWork
+    from codeshot.store.tables import REPLIES_HELD_MARK
+    from codeshot.store.users import GUARD_PREFIX
+    from codeshot.usecases.erasure import STEPS
+
+    name = f"leaver{secrets.token_hex(3)}"
+    user = create_user(rehearsal, name)
+    data = secrets.token_bytes(64)
+    session_id = user.session("admin/notes")  # its handle is its id
+    user.ask(session_id, "Save a note: leaving soon", embeds=[
+        {"key": "note.bin", "contentType": "application/octet-stream",
+         "content": base64.b64encode(data).decode()}])
+    user.gql("mutation($u: String!) { deleteAccount(confirmUsername: $u) }", {"u": name})
+    outputs, db = rehearsal.outputs[PLATFORM_STACK], rehearsal.admin("dynamodb")
+    users = outputs["UsersTable"]
+    user_id = db.get_item(TableName=users, Key={"user_id": {"S": GUARD_PREFIX + name}}
+                          )["Item"]["owner_id"]["S"]
+    an_hour_ago = (datetime.now(UTC) - timedelta(hours=1)).isoformat()
+    db.update_item(TableName=users, Key={"user_id": {"S": user_id}},
+                   UpdateExpression="SET deleted = :d",
+                   ExpressionAttributeValues={":d": {"S": an_hour_ago}})
+    sessions = [t for t in db.list_tables()["TableNames"] if "Sessions" in t]
+    for table in sessions:  # a new stack's `codeshot users hold-replies`: embeds' objects go
+        db.put_item(TableName=table, Item=REPLIES_HELD_MARK)
+    rehearsal.admin("sqs").send_message(QueueUrl=outputs["ErasureQueueUrl"],
+                                        MessageBody=ErasureWork(user_id).body())
+    deadline, done, erased = time.monotonic() + 180, 0, False
+    while not erased and time.monotonic() < deadline:
+        time.sleep(1)
+        item = db.get_item(TableName=users, Key={"user_id": {"S": user_id}})["Item"]
+        done, erased = int(item.get("erasure_part", {}).get("N", "0")), "erased" in item
+        pending = item.get("erasure_after", {}).get("S", "")
+        if pending.startswith('{"at"') and json.loads(pending)["at"] != an_hour_ago:
+            # The look again at the objects a part deleted waits minutes too: made due.
+            due = json.dumps(json.loads(pending) | {"at": an_hour_ago})
+            with contextlib.suppress(db.exceptions.ConditionalCheckFailedException):
+                db.update_item(TableName=users, Key={"user_id": {"S": user_id}},
+                               UpdateExpression="SET erasure_after = :d",
+                               ConditionExpression="erasure_after = :p",
+                               ExpressionAttributeValues={":d": {"S": due},
+                                                          ":p": {"S": pending}})
+                rehearsal.admin("sqs").send_message(
+                    QueueUrl=outputs["ErasureQueueUrl"],
+                    MessageBody=ErasureWork(user_id, done).body())
+    if not erased:
+        raise RehearsalError(f"the erasure stopped after {done} parts (of {len(STEPS)} at "
+                             "least): see the eraser's log")
+    left = [i["item"]["S"] for t in sessions for i in db.query(
+        TableName=t, KeyConditionExpression="session_id = :s",
+        ExpressionAttributeValues={":s": {"S": session_id}})["Items"]]
+    stored = user_storage_of(rehearsal, "admin/notes", owner=user_id)
+    if left != ["DELETED"] or stored:
+        raise RehearsalError(f"after the erasure: session items {left}, {stored} stored")
+    return f"{done} parts: session, embed and storage erased"
+
+
+def user_storage_of(rehearsal: Any, agent_id: str, owner: str = "") -> int:
+    """How many user-storage items, every user's (``owner``'s alone, if given),
+    registrations of the agent hold (read as the operator, outside the functions' roles)."""
     from codeshot.store.user_storage import BY_REGISTRATION, REGISTRATION
 
     (table,) = (deployed.refs[logical_id] for deployed in rehearsal.deployment.stacks.values()
@@ -407,9 +472,10 @@ def user_storage_of(rehearsal: Any, agent_id: str) -> int:
                 if any(index["IndexName"] == BY_REGISTRATION for index in
                        resource["Properties"].get("GlobalSecondaryIndexes", [])))
     scan = rehearsal.admin("dynamodb").get_paginator("scan").paginate(
-        TableName=table, Select="COUNT", FilterExpression="begins_with(#g, :a)",
-        ExpressionAttributeNames={"#g": REGISTRATION},
-        ExpressionAttributeValues={":a": {"S": f"{agent_id}#"}})
+        TableName=table, Select="COUNT",
+        FilterExpression="begins_with(#g, :a) AND begins_with(#s, :o)",
+        ExpressionAttributeNames={"#g": REGISTRATION, "#s": "scope"},
+        ExpressionAttributeValues={":a": {"S": f"{agent_id}#"}, ":o": {"S": owner}})
     return sum(page["Count"] for page in scan)
 
 
@@ -530,6 +596,7 @@ def run_checks(rehearsal: Any) -> str:
     report.check("user storage from an agent", lambda: check_user_storage(user))
     report.check("console sign-up (Cognito)", lambda: check_sign_up(rehearsal))
     report.check("embed upload and download", lambda: check_embeds(user))
+    report.check("a deleted user's erasure (the eraser)", lambda: check_erasure(rehearsal))
     rows = []
     for name, agent, text in (("plain (planner -> clock)", None, "What time is it?"),
                               ("Func (planner -> dice -> roll)", None, "Roll a d20")):

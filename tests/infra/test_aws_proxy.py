@@ -255,6 +255,20 @@ def test_if_none_match_is_read_from_the_headers_only():
         put({"if-none-match": ["*"]}, Message())
 
 
+def test_deleting_a_version_is_its_own_action():
+    """A delete naming a version (a delete marker removed: an embed's delete undone) is
+    s3:DeleteObjectVersion, which DeleteObject alone does not grant."""
+    deleter = Principal("eraser", "eraser", [policy({
+        "Effect": "Allow", "Action": "s3:DeleteObject", "Resource": BUCKET + "/*"})])
+
+    def delete(query: dict[str, list[str]]) -> bool:
+        (check,) = s3_call("DELETE", "/embeds/embeds/abc", query, Message()).checks
+        return authorize(deleter, check).allowed
+
+    assert delete({})
+    assert not delete({"versionId": ["v1"]})
+
+
 def test_an_empty_prefix_parameter_is_the_empty_string():
     """AWS's example grant of the bucket's root listing: "s3:prefix": ["", "home/"]."""
     lister = Principal("api", "api", [policy({

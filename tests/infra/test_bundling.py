@@ -40,15 +40,16 @@ def dists(spec: bundling.BundleSpec) -> set[str]:
 
 
 def test_each_platform_function_ships_only_what_it_imports():
-    api, runner, register = (platform_bundle(f) for f in PLATFORM_FUNCTIONS)
-    for spec in (api, runner, register):
+    api, runner, register, eraser = (platform_bundle(f) for f in PLATFORM_FUNCTIONS)
+    for spec in (api, runner, register, eraser):
         dests = {d for d, _ in spec.files}
         assert {"codeshot/store/tables.py", "codeshot/api/app.py", "handlers/__init__.py"} <= dests
         assert not [d for d in dests if d.startswith(bundling.PLATFORM_EXCLUDED_PATHS)]
         assert "moto" not in dists(spec)
-        # Each routes or embeds agents: codeshot:embedder=static needs its vectors there.
-        assert {"codeshot/routing/data/static-minilm.bin",
-                "codeshot/routing/data/minilm-vocab.txt"} <= dests
+        # Each but the eraser routes or embeds agents: codeshot:embedder=static needs its
+        # vectors there.
+        assert ({"codeshot/routing/data/static-minilm.bin",
+                 "codeshot/routing/data/minilm-vocab.txt"} <= dests) == (spec is not eraser)
     # The protocol SDKs the API imports on /mcp and /a2a bring cryptography (`import mcp`
     # imports it, as a2a-sdk's google-auth does); the runner has mcp's client for MCP
     # servers registered as agents (imported only when one is called, see
@@ -66,6 +67,9 @@ def test_each_platform_function_ships_only_what_it_imports():
         assert {"boto3", "botocore", "pyjwt", "pynacl", "httpx"} <= dists(spec)
     assert [d for d, _ in api.files if d.startswith("handlers/")] == [
         "handlers/__init__.py", "handlers/api.py"]
+    assert [d for d, _ in eraser.files if d.startswith("handlers/")] == [
+        "handlers/__init__.py", "handlers/eraser.py"]
+    assert not dists(eraser) & {"fastapi", "strawberry-graphql", "mangum", "python-multipart"}
     assert {"fastapi", "strawberry-graphql", "mangum", "pydantic"} <= dists(api)
     assert "numpy" not in dists(api) | dists(register)  # routing works without it
     assert "numpy" in dists(runner)  # routing thousands of agents: one matrix product

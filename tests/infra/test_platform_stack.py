@@ -19,6 +19,7 @@ from tests.infra.cfn import refs as refs_of
 API = "handlers.api.handler"
 RUNNER = "handlers.runner.handler"
 REGISTER = "handlers.register_agent.handler"
+ERASER = "handlers.eraser.handler"
 SQS_CONSUME = {"sqs:ReceiveMessage", "sqs:DeleteMessage", "sqs:ChangeMessageVisibility"}
 
 
@@ -118,6 +119,11 @@ def test_the_embeds_bucket_refuses_overwrites(synth):
         texts = [r for g in synth.platform.grants(handler) if "s3:DeleteObject" in g.actions
                  for r in g.resource_texts()]
         assert sorted(texts) == may, handler
+    # A delete marker's removal (an embed's delete undone) is the eraser's, under embeds/.
+    texts = [(handler, r) for handler in (API, RUNNER, REGISTER, ERASER)
+             for g in synth.platform.grants(handler) if "s3:DeleteObjectVersion" in g.actions
+             for r in g.resource_texts()]
+    assert texts == [(ERASER, embeds)]
 
 
 def test_sessions_expire_after_the_ttl_setting(synth, tmp_path):
@@ -153,7 +159,8 @@ def test_queue_is_fifo_with_a_fifo_dead_letter_queue(synth):
     assert dlq_id in template.find_resources("AWS::SQS::Queue", {"Properties": {
         "FifoQueue": True, "SqsManagedSseEnabled": True}})
     # The runner consumes it in batches and reports failures per message.
-    template.resource_count_is("AWS::Lambda::EventSourceMapping", 2)  # and the prompt queue
+    # (the prompt queue's too, and the eraser's its own queue)
+    template.resource_count_is("AWS::Lambda::EventSourceMapping", 3)
     template.has_resource_properties("AWS::Lambda::EventSourceMapping", {
         "EventSourceArn": {"Fn::GetAtt": [queue_id, "Arn"]},
         "FunctionResponseTypes": ["ReportBatchItemFailures"],
@@ -164,7 +171,7 @@ def test_queue_is_fifo_with_a_fifo_dead_letter_queue(synth):
     # TLS only for the queues too.
     denies = [st for p in synth.platform.of_type("AWS::SQS::QueuePolicy").values()
               for st in p["Properties"]["PolicyDocument"]["Statement"] if st["Effect"] == "Deny"]
-    assert len(denies) == 4 and all(  # the session and prompt queues and their DLQs
+    assert len(denies) == 6 and all(  # the session, prompt, erasure queues and their DLQs
         d["Condition"] == {"Bool": {"aws:SecureTransport": "false"}} for d in denies)
 
 
@@ -190,7 +197,43 @@ def test_the_prompt_queue_is_standard_for_its_delays_and_read_by_the_runner(synt
     assert env_name("prompt_queue_url") not in synth.platform.env(API)
 
 
-@pytest.mark.parametrize("handler", [API, RUNNER, REGISTER])
+def test_the_eraser_has_its_own_queue_and_the_runner_no_destructive_grant(synth):
+    """A deleted user's data is erased by a function of its own, fed by an encrypted
+    standard queue (per-message delays) with a dead-letter queue; the runner, which
+    handles agents' and LLMs' traffic, may delete no agent, secret, user, OAuth token or
+    usage counter, nor send to that queue."""
+    platform = synth.platform
+    queue_id = platform.env(ERASER)[env_name("erasure_queue_url")]["Ref"]
+    assert platform.env(API)[env_name("erasure_queue_url")] == {"Ref": queue_id}
+    assert env_name("erasure_queue_url") not in platform.env(RUNNER)
+    spec = tables.ERASURE_QUEUE
+    props = platform.of_type("AWS::SQS::Queue")[queue_id]["Properties"]
+    assert "FifoQueue" not in props and props["SqsManagedSseEnabled"]
+    assert props["RedrivePolicy"]["maxReceiveCount"] == spec.max_receive_count
+    assert props["VisibilityTimeout"] == spec.visibility_timeout_seconds
+    platform.assertions.has_resource_properties("AWS::Lambda::EventSourceMapping", {
+        "EventSourceArn": {"Fn::GetAtt": [queue_id, "Arn"]},
+        "FunctionResponseTypes": ["ReportBatchItemFailures"],
+        "FunctionName": {"Ref": platform.function(ERASER)[0]},
+    })
+    assert "secretsmanager:DeleteSecret" not in platform.all_actions(RUNNER)
+    assert "secretsmanager:DeleteSecret" in platform.all_actions(ERASER)
+    for table in (tables.REGISTRY, tables.USERS, tables.USAGE, tables.OAUTH):
+        assert not platform.actions_on(RUNNER, synth.table_id(table)) & {
+            "dynamodb:DeleteItem", "dynamodb:BatchWriteItem", "dynamodb:UpdateItem"} - (
+            {"dynamodb:UpdateItem"} if table is tables.USAGE else set()), table.logical
+    assert not platform.grants_on(RUNNER, queue_id)
+    # The eraser puts no session item but a DELETED marker: its PutItem names no other
+    # attribute than the marker's, and it has no BatchWriteItem (which puts any item).
+    assert "dynamodb:BatchWriteItem" not in platform.all_actions(ERASER)
+    sessions = synth.table_id(tables.SESSIONS)
+    [put] = [g for g in platform.grants(ERASER) if "dynamodb:PutItem" in g.actions
+             and sessions in g.targets()]
+    assert put.condition == {"ForAllValues:StringEquals": {"dynamodb:Attributes": [
+        "session_id", "item", "deleted_owner", "deleted_created", "expires_at"]}}
+
+
+@pytest.mark.parametrize("handler", [API, RUNNER, REGISTER, ERASER])
 def test_functions_runtime_and_observability(synth, handler):
     _, props = synth.platform.function(handler)
     version = tuple(int(p) for p in props["Runtime"].removeprefix("python").split("."))
@@ -353,16 +396,17 @@ def test_outputs(synth):
         "CODESHOT_SIGNING_SECRET_ID"]
 
 
-def test_alarms_notify_a_topic_on_errors_throttles_backlog_and_given_up_queries(synth):
+def test_alarms_notify_a_topic_on_errors_throttles_backlog_and_given_up_work(synth):
     alarms = [a["Properties"] for a in synth.platform.of_type("AWS::CloudWatch::Alarm").values()]
     errors = {refs_of(a["Dimensions"]).pop() for a in alarms if a["MetricName"] == "Errors"}
-    assert errors == {synth.platform.function(h)[0] for h in (API, RUNNER, REGISTER)}
+    assert errors == {synth.platform.function(h)[0] for h in (API, RUNNER, REGISTER, ERASER)}
     dlqs = [a for a in alarms if a["MetricName"] == "ApproximateNumberOfMessagesVisible"]
-    assert len(dlqs) == 2 and all(a["Threshold"] == 1 for a in dlqs)
+    assert len(dlqs) == 3 and all(a["Threshold"] == 1 for a in dlqs)
     queue_id = synth.platform.env(API)["CODESHOT_QUEUE_URL"]["Ref"]
     dlq_ids = set()
     for queue in (queue_id,
-                  synth.platform.env(RUNNER)["CODESHOT_PROMPT_QUEUE_URL"]["Ref"]):
+                  synth.platform.env(RUNNER)["CODESHOT_PROMPT_QUEUE_URL"]["Ref"],
+                  synth.platform.env(ERASER)[env_name("erasure_queue_url")]["Ref"]):
         dlq_ids.add(synth.platform.props(queue)["RedrivePolicy"]["deadLetterTargetArn"][
             "Fn::GetAtt"][0])
     assert {refs_of(a["Dimensions"]).pop() for a in dlqs} == dlq_ids
@@ -475,7 +519,7 @@ def test_the_default_deploy_fits_a_new_accounts_concurrency_quota(synth):
         assert reserved(template) == 0, "any reservation needs a quota of 100 more"
     maximums = sorted(m["Properties"]["ScalingConfig"]["MaximumConcurrency"]
                       for m in synth.platform.of_type("AWS::Lambda::EventSourceMapping").values())
-    assert maximums == [2, 10]
+    assert maximums == [2, 2, 10]  # the prompt queue's, the erasure queue's, the runner's
 
 
 def test_reservations_come_from_context_and_cover_the_runners_triggers(tmp_path):
@@ -486,8 +530,10 @@ def test_reservations_come_from_context_and_cover_the_runners_triggers(tmp_path)
     platform = synthesize(tmp_path, **{"codeshot:runnerMaxConcurrency": 40,
                                        "codeshot:reserveRunnerConcurrency": "true",
                                        "codeshot:apiReservedConcurrency": 200}).platform
+    runner = {"Ref": platform.function(RUNNER)[0]}
     maximums = sorted(m["Properties"]["ScalingConfig"]["MaximumConcurrency"]
-                      for m in platform.of_type("AWS::Lambda::EventSourceMapping").values())
+                      for m in platform.of_type("AWS::Lambda::EventSourceMapping").values()
+                      if m["Properties"]["FunctionName"] == runner)
     assert maximums == [2, 40]  # the prompt queue's is fixed
     assert platform.function(RUNNER)[1]["ReservedConcurrentExecutions"] == 42 == sum(maximums)
     assert platform.function(API)[1]["ReservedConcurrentExecutions"] == 200

@@ -68,7 +68,8 @@ def test_the_rehearsal_passes_and_reports(assembly, tmp_path):
     report = rehearse(assembly, tmp_path)
     for check in ("agent stacks registered", "codeshot chat: Roll a d20",
                   "fixieai 1.0.4 Session.query", "user storage from an agent",
-                  "embed upload and download", "MCP server as an agent, asked over /mcp",
+                  "embed upload and download", "a deleted user's erasure (the eraser)",
+                  "MCP server as an agent, asked over /mcp",
                   "agent redeploy", "cdk destroy"):
         assert f"| {check}" in report
     assert "## AWS calls per query" in report and "## Cold starts" in report

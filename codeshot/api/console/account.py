@@ -1,6 +1,7 @@
 """The account page: who is signed in, today's quota and when it resets, the API keys
 (listed by id and creation time, created: the key is shown once, and revoked), and the
-agents holding the user's OAuth tokens (revoked)."""
+agents holding the user's OAuth tokens (revoked), and the deletion of the account
+(confirmed by typing the username)."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ from codeshot import ids
 from codeshot.api.console.web import (
     ConsoleRoute,
     caller,
+    form,
     html,
     page_request,
     services_of,
@@ -18,8 +20,9 @@ from codeshot.api.console.web import (
 )
 from codeshot.models import Principal
 from codeshot.services import Services
-from codeshot.usecases import oauth, users
+from codeshot.usecases import accounts, oauth, users
 from codeshot.usecases.accounts import NoUsername
+from codeshot.usecases.erasure_start import window_seconds
 from codeshot.usecases.threads import blocking
 
 router = APIRouter(route_class=ConsoleRoute)
@@ -77,6 +80,15 @@ async def revoke_grant(request: Request, owner: str, handle: str,
     await blocking(oauth.revoke, services, user, agent_id)
     return html(await blocking(_grants, services, user,
                                f"Revoked {agent_id}'s token: it must ask you again."))
+
+
+@router.post("/console/account/delete")
+async def delete_account(request: Request, user: Principal = Depends(caller)) -> HTMLResponse:
+    services = services_of(request)
+    confirm = (await form(request)).get("username", "")
+    deleted = await blocking(accounts.delete_account, services, user, confirm)
+    return html(templates.render("account/deleted.html", username=deleted.username,
+                                 minutes=-(-window_seconds(services.settings) // 60)))
 
 
 @router.get("/console/signed-in")

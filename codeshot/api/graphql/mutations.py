@@ -32,7 +32,7 @@ from codeshot.api.graphql.types import (
 )
 from codeshot.errors import InvalidInput
 from codeshot.services import Services
-from codeshot.usecases import oauth, sessions, users
+from codeshot.usecases import accounts, oauth, sessions, users
 from codeshot.usecases.messaging import EmbedUpload, Messaging, upload_url, wait_for_reply
 from codeshot.usecases.threads import blocking
 from codeshot.usecases.waits import waiting
@@ -195,3 +195,12 @@ class Mutation:
     async def revoke_api_key(self, info: Info, id: str) -> ApiKeyType:
         services, p = await caller(info)
         return ApiKeyType.of(await blocking(users.revoke_api_key, services, p, id))
+
+    @strawberry.mutation(description="Delete your account, confirmed by your username: "
+                         "every API key and sign-in is refused at once, and your sessions "
+                         "(messages, embeds), agents, user storage, uploads, OAuth grants "
+                         "and usage are erased minutes later. Your username stays taken.")
+    async def delete_account(self, info: Info, confirm_username: str) -> bool:
+        services, p = await caller(info)
+        await blocking(accounts.delete_account, services, p, confirm_username)
+        return True

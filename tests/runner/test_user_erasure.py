@@ -1,0 +1,632 @@
+"""Deleting a user: every credential refused at once; their data erased by the eraser, a
+bounded part a message on its own queue, once every credential they held has run out;
+another user's data untouched, bytes another user's embed holds kept; a part delivered
+twice counted once, the chain of parts never stopped by it; a part failing on every
+delivery left in the dead-letter queue."""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import itertools
+import json
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from unittest import mock
+
+import pytest
+from botocore.exceptions import ClientError
+
+from codeshot import ids
+from codeshot.errors import InvalidInput, NotFound, Unauthenticated, UserDeleted
+from codeshot.models import Agent, EmbedRef, Message, MessageType, Principal, User
+from codeshot.runner.batch import record_of
+from codeshot.runner.session_runner import SessionRunner
+from codeshot.services import Services
+from codeshot.store.oauth import Flow
+from codeshot.store.queue import ErasureWork, Work
+from codeshot.store.tables import ERASURE_QUEUE, REPLIES_HELD_MARK
+from codeshot.usecases import accounts, erasure, erasure_start, oauth, user_storage, users
+from codeshot.usecases.messaging import EmbedUpload, Messaging
+from codeshot.usecases.registration import AgentFields, AgentRegistration, daily_agent_change
+from codeshot.usecases.sessions import create_session
+from tests import conftest
+
+SHARED = b"bytes both users sent"
+
+
+@pytest.fixture
+def clock() -> conftest.TestClock:
+    clock = conftest.TestClock()
+    clock.now = datetime.now(UTC)
+    return clock
+
+
+@pytest.fixture
+def services(aws, clock) -> Services:
+    return Services(aws.replace(local_mode=True), clock=clock)
+
+
+def digest(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+@dataclass
+class Holdings:
+    user: User
+    key: str
+    agent: Agent
+    session_id: str
+    own_bytes: bytes
+
+    @property
+    def principal(self) -> Principal:
+        return users.principal_of(self.user)
+
+
+def holdings(services: Services, name: str, common: Agent) -> Holdings:
+    """A user with some of everything: an API key, an agent, a session (once-key too)
+    with a message and two embeds (one of bytes only they sent), storage with their
+    agent and another user's, an OAuth token for that agent, an upload, a day's usage."""
+    user, key = users.create_user(services, name)
+    principal = users.principal_of(user)
+    agent = register(services, principal, "notes")
+    session_id = create_session(services, principal, once=f"{name}-once").session_id
+    own = f"{name}'s own bytes".encode()
+    Messaging(services).post(principal, session_id, "hello", embeds=[
+        EmbedUpload(k, "text/plain", base64.b64encode(data).decode())
+        for k, data in (("own.txt", own), ("shared.txt", SHARED))])
+    for with_agent in (agent, common):
+        user_storage.put_value(services, as_agent(services, with_agent, user.user_id),
+                               with_agent.agent_id, "diary", {"of": name})
+    services.oauth.put_token(user.user_id, common.agent_id, {"access_token": f"{name}-t"})
+    upload = services.embeds.upload_key(user.user_id, digest(own))
+    services.embeds.s3.put_object(Bucket=services.embeds.bucket, Key=upload, Body=own)
+    return Holdings(user, key, agent, session_id, own)
+
+
+def register(services: Services, owner: Principal, handle: str) -> Agent:
+    return AgentRegistration(services, charge=daily_agent_change).create(owner, handle, AgentFields(
+        base_prompt="I keep notes.", few_shots=["Q: Remember milk\nA: Noted."]))
+
+
+def as_agent(services: Services, agent: Agent, user_id: str) -> Principal:
+    return services.auth.principal_for_agent_token(
+        services.auth.agent_token(agent.agent_id, user_id, None, agent.registration))
+
+
+def object_exists(services: Services, key: str) -> bool:
+    try:
+        services.embeds.s3.head_object(Bucket=services.embeds.bucket, Key=key)
+    except ClientError:
+        return False
+    return True
+
+
+def what_is_left(services: Services, h: Holdings, common: Agent) -> dict[str, object]:
+    """What of ``h``'s holdings the platform still has."""
+    user_id = h.user.user_id
+    storage = services.storage.db.scan(TableName=services.settings.user_storage_table)
+    sessions = services.sessions.db.query(
+        TableName=services.settings.sessions_table, KeyConditionExpression="session_id = :s",
+        ExpressionAttributeValues={":s": {"S": h.session_id}})["Items"]
+    try:
+        services.registry.get(h.agent.agent_id)
+        agent = True
+    except NotFound:
+        agent = False
+    return {
+        "sessions": [s.session_id for s in services.sessions.list_by_owner(user_id).items],
+        "session items": sorted(i["item"]["S"].split("#")[0] for i in sessions),
+        "once keys": bool(services.sessions.guarded(user_id, f"{h.user.username}-once")),
+        "own embed": object_exists(services, services.embeds.object_key(digest(h.own_bytes))),
+        "shared embed": object_exists(services, services.embeds.object_key(digest(SHARED))),
+        "upload": object_exists(services, services.embeds.upload_key(user_id,
+                                                                     digest(h.own_bytes))),
+        "agent": agent,
+        "storage": sorted(i["scope"]["S"].split("#", 1)[1] for i in storage["Items"]
+                          if i["scope"]["S"].startswith(user_id + "#") and i["key"]["S"] != " "),
+        "oauth": services.oauth.get_token(user_id, common.agent_id) is not None,
+        "queries today": services.usage.used("query", user_id),
+    }
+
+
+def kept(h: Holdings, common: Agent) -> dict[str, object]:
+    return {"sessions": [h.session_id], "session items": ["EMBED", "EMBED", "MSG", "SESSION"],
+            "once keys": True, "own embed": True, "shared embed": True, "upload": True,
+            "agent": True, "storage": sorted([common.agent_id, h.agent.agent_id]),
+            "oauth": True, "queries today": 1}
+
+
+@contextmanager
+def later(services: Services, clock: conftest.TestClock, seconds: float) -> Iterator[None]:
+    """``seconds`` from now, for the platform's clock and for SQS's delays."""
+    from moto.sqs import models
+
+    clock.now = (clock.now or datetime.now(UTC)) + timedelta(seconds=seconds)
+    real = models.unix_time_millis
+    with mock.patch.object(models, "unix_time_millis",
+                           side_effect=lambda *_: real() + seconds * 1000):
+        yield
+
+
+def deliveries(services: Services) -> list[dict]:
+    """The erasure queue's messages visible now (received, not yet acknowledged)."""
+    return [record_of(m) for m in services.erasure_queue.receive(wait_seconds=0)]
+
+
+def run_erasure(services: Services, clock: conftest.TestClock | None = None) -> int:
+    """Deliver the erasure queue's visible parts to the eraser until none is left; how
+    many parts ran. With ``clock``, on through the erasure's own waits (a part that looks
+    again at the objects the one before deleted, once a writer could have named them)."""
+    ran = 0
+    while records := deliveries(services):
+        assert erasure.erase_batch(services, {"Records": records}) == {"batchItemFailures": []}
+        for record in records:
+            services.erasure_queue.delete(record["receiptHandle"])
+        ran += len(records)
+    if clock is not None and queued(services)["ApproximateNumberOfMessagesDelayed"] != "0":
+        with later(services, clock, erasure_start.recheck_seconds(services.settings) + 1):
+            ran += run_erasure(services, clock)
+    return ran
+
+
+def queued(services: Services) -> dict[str, str]:
+    """How many parts the erasure queue holds, visible and delayed."""
+    attributes = services.erasure_queue.sqs.get_queue_attributes(
+        QueueUrl=services.erasure_queue.url, AttributeNames=["All"])["Attributes"]
+    return {name: attributes[name] for name in ("ApproximateNumberOfMessages",
+                                                "ApproximateNumberOfMessagesDelayed")}
+
+
+def run_sweeps(services: Services, queries_of: str | None = None) -> None:
+    """The storage sweeps (and session purges) the erasure queued, through the runner,
+    as the session queue's trigger gives them; the queries queued for the session
+    ``queries_of`` too (the rest are left unrun)."""
+    runner = SessionRunner(services)
+    while messages := services.queue.receive(wait_seconds=0):
+        for message in messages:
+            work = Work.parse(message["Body"])
+            if work.kind in (Work.SWEEP, Work.PURGE) or work.session_id == queries_of:
+                runner.handle(work, False)
+
+
+@pytest.fixture
+def people(services):
+    carol, _ = users.create_user(services, "carol")
+    common = register(services, users.principal_of(carol), "common")
+    return holdings(services, "alice", common), holdings(services, "bob", common), common
+
+
+def test_a_deleted_users_data_is_erased_after_their_credentials_ran_out_and_no_one_elses(
+        services, clock, people):
+    alice, bob, common = people
+    assert what_is_left(services, alice, common) == kept(alice, common)
+
+    accounts.delete_account(services, alice.principal, "alice")
+
+    with pytest.raises(Unauthenticated, match="deleted"):
+        services.auth.user_for_api_key(alice.key)
+    # Nothing is erased before a credential checked before the deletion can have run out
+    # (SQS delays a message 900 s at most: a part delivered before waits again).
+    assert run_erasure(services) == 0
+    with later(services, clock, erasure_start.window_seconds(services.settings) - 5):
+        run_erasure(services)
+    assert what_is_left(services, alice, common) == kept(alice, common)
+
+    with later(services, clock, erasure_start.window_seconds(services.settings) + 1):
+        parts = run_erasure(services, clock)
+    run_sweeps(services)  # the storage of alice's agent, every user's
+    assert parts >= len(erasure.STEPS)
+    left = what_is_left(services, alice, common)
+    assert left == {"sessions": [], "session items": ["DELETED"], "once keys": False,
+                    "own embed": False, "shared embed": True, "upload": False,
+                    "agent": False, "storage": [], "oauth": False, "queries today": 0}
+    assert what_is_left(services, bob, common) == kept(bob, common)
+    tombstone = services.users.get(alice.user.user_id)
+    assert tombstone.deleted and tombstone.api_key_ids == set() and tombstone.email is None
+    assert tombstone.erasure_part >= len(erasure.STEPS) and tombstone.erased == clock.now
+    # An operator deleting an erased user again queues nothing.
+    accounts.delete_user(services, "alice")
+    assert queued(services) == {"ApproximateNumberOfMessages": "0",
+                                "ApproximateNumberOfMessagesDelayed": "0"}
+
+
+def test_a_part_delivered_again_is_counted_once(services, clock, people):
+    alice, bob, common = people
+    accounts.delete_account(services, alice.principal, "alice")
+    with later(services, clock, erasure_start.window_seconds(services.settings) + 1):
+        [first] = deliveries(services)
+        assert json.loads(first["body"])["part"] == 0
+        erasure.erase_batch(services, {"Records": [first]})
+        [second] = deliveries(services)  # part 1, queued by part 0
+        # Part 0 delivered again (SQS delivers at least once): nothing of it runs; as its
+        # delivery that counted it may have failed before queueing part 1, part 1 goes
+        # again: a copy, which does nothing once part 1 is counted.
+        with mock.patch("codeshot.usecases.erasure.remove_agent") as remove:
+            assert erasure.erase_batch(services, {"Records": [first]}) == \
+                {"batchItemFailures": []}
+        remove.assert_not_called()
+        [copy] = deliveries(services)
+        assert json.loads(copy["body"])["part"] == 1
+        services.erasure_queue.delete(first["receiptHandle"])
+        erasure.erase_batch(services, {"Records": [second]})
+        services.erasure_queue.delete(second["receiptHandle"])
+        with mock.patch("codeshot.usecases.erasure.STEPS") as steps:
+            assert erasure.erase_batch(services, {"Records": [copy]}) == \
+                {"batchItemFailures": []}
+        steps.__getitem__.assert_not_called()  # nothing of the copy ran, nothing queued
+        services.erasure_queue.delete(copy["receiptHandle"])
+        [third] = deliveries(services)
+        assert json.loads(third["body"])["part"] == 2
+        services.erasure_queue.set_visibility([third["receiptHandle"]], 0)
+        parts = run_erasure(services, clock)
+    run_sweeps(services)
+    assert what_is_left(services, alice, common)["session items"] == ["DELETED"]
+    assert what_is_left(services, bob, common) == kept(bob, common)
+    assert parts and services.users.get(alice.user.user_id).erased == clock.now
+
+
+def test_the_next_part_taken_at_once_by_another_eraser_goes_on(services, clock, people):
+    """Two erasers side by side (the function's concurrency): one takes the next part as
+    soon as it is queued, while the part that queued it has not returned. The part is
+    counted first, so the next one is the part the tombstone awaits: the chain goes on to
+    the end (it stopped there, data left, nothing queued, when the count came second)."""
+    alice, _, common = people
+    accounts.delete_account(services, alice.principal, "alice")
+    real = services.erasure_queue.send
+    taken: list[int] = []
+
+    def send_and_run_at_once(work, delay_seconds=0):
+        real(work, delay_seconds)
+        if work.part == 4 and not taken:
+            taken.append(work.part)
+            records = deliveries(services)
+            assert erasure.erase_batch(services, {"Records": records}) == \
+                {"batchItemFailures": []}
+            for record in records:
+                services.erasure_queue.delete(record["receiptHandle"])
+
+    with later(services, clock, erasure_start.window_seconds(services.settings) + 1), \
+            mock.patch.object(services.erasure_queue, "send", send_and_run_at_once):
+        run_erasure(services, clock)
+    run_sweeps(services)
+    assert taken == [4]
+    tombstone = services.users.get(alice.user.user_id)
+    assert tombstone.erased == clock.now and tombstone.erasure_step == len(erasure.STEPS)
+    left = what_is_left(services, alice, common)
+    assert (left["upload"], left["oauth"], left["storage"], left["sessions"]) == \
+        (False, False, [], [])
+
+
+def test_a_part_counted_whose_next_part_failed_to_queue_queues_it_when_delivered_again(
+        services, clock, people):
+    alice, _, common = people
+    accounts.delete_account(services, alice.principal, "alice")
+    real = services.erasure_queue.send
+    failed: list[int] = []
+
+    def send_failing_once(work, delay_seconds=0):
+        if work.part == 1 and not failed:
+            failed.append(work.part)
+            raise ClientError({"Error": {"Code": "InternalError"}}, "SendMessage")
+        real(work, delay_seconds)
+
+    with later(services, clock, erasure_start.window_seconds(services.settings) + 1), \
+            mock.patch.object(services.erasure_queue, "send", send_failing_once):
+        while records := deliveries(services):
+            out = erasure.erase_batch(services, {"Records": records})
+            failures = {f["itemIdentifier"] for f in out["batchItemFailures"]}
+            for record in records:
+                if record["messageId"] in failures:  # delivered again
+                    services.erasure_queue.set_visibility([record["receiptHandle"]], 0)
+                else:
+                    services.erasure_queue.delete(record["receiptHandle"])
+        run_erasure(services, clock)
+    run_sweeps(services)
+    assert failed == [1]
+    assert services.users.get(alice.user.user_id).erased == clock.now
+    assert what_is_left(services, alice, common)["storage"] == []
+
+
+def test_an_erasure_for_a_user_not_deleted_erases_nothing(services, clock, people):
+    """The deletion queues the erasure before it writes the tombstone: one whose
+    tombstone was never written finds a live user, and erases nothing of theirs."""
+    alice, _, common = people
+    erasure_start.start_erasure(services, alice.user)
+    with later(services, clock, erasure_start.window_seconds(services.settings) + 1):
+        assert run_erasure(services) == 1
+    assert what_is_left(services, alice, common) == kept(alice, common)
+
+
+def test_a_part_failing_on_every_delivery_ends_in_the_dead_letter_queue(services, clock,
+                                                                         people):
+    alice, _, _ = people
+    accounts.delete_account(services, alice.principal, "alice")
+    sqs = services.erasure_queue.sqs
+    with later(services, clock, erasure_start.window_seconds(services.settings) + 1), \
+            mock.patch.object(type(services.registry), "listed",
+                              side_effect=RuntimeError("the registry is down")):
+        for _ in range(ERASURE_QUEUE.max_receive_count):
+            [record] = deliveries(services)
+            assert erasure.erase_batch(services, {"Records": [record]}) == \
+                {"batchItemFailures": [{"itemIdentifier": record["messageId"]}]}
+            services.erasure_queue.set_visibility([record["receiptHandle"]], 0)
+        assert deliveries(services) == []  # moved to the DLQ, not queued again
+        dlq = sqs.get_queue_url(QueueName=ERASURE_QUEUE.dlq_name(
+            services.settings.erasure_queue_name))["QueueUrl"]
+        [dead] = sqs.receive_message(QueueUrl=dlq)["Messages"]
+    assert ErasureWork.parse(dead["Body"]).part == 0
+
+
+def test_a_deleted_user_gets_no_key_no_deploys_and_no_operator_command(services, people):
+    alice, _, _ = people
+    accounts.delete_user(services, "alice")
+    deleted = services.users.get(alice.user.user_id)
+    for refused in (
+            lambda: users.create_api_key(services, alice.principal),
+            lambda: users.ensure_user(services, "alice"),
+            lambda: users.find_user(services, "alice"),
+            lambda: users.set_limits(services, "alice", daily_queries=5),
+            lambda: users.revoke_key_of(services, "alice", "key_x"),
+            lambda: accounts.set_disabled(services, "alice", False),
+            lambda: accounts.set_operator(services, "alice", True)):
+        with pytest.raises(UserDeleted):
+            refused()
+    assert services.users.get(alice.user.user_id) == deleted  # nothing written
+    # Deleting again queues the erasure again (one left in the dead-letter queue goes on).
+    accounts.delete_user(services, "alice")
+    assert queued(services)["ApproximateNumberOfMessagesDelayed"] == "2"
+
+
+def test_a_deleted_users_key_another_api_process_still_holds_queues_nothing(
+        services, clock, people):
+    """Another warm API process still accepts alice's key (it caches users a while):
+    deleting her account again through it is refused as her key is, and queues nothing."""
+    alice, _, _ = people
+    other = Services(services.settings, clock=clock)
+    cached = other.auth.user_for_api_key(alice.key)
+    accounts.delete_account(services, alice.principal, "alice")
+    assert other.auth.user_for_api_key(alice.key) == cached
+    for _ in range(3):
+        with pytest.raises(Unauthenticated, match="deleted"):
+            accounts.delete_account(other, cached, "alice")
+    assert queued(services)["ApproximateNumberOfMessagesDelayed"] == "1"
+
+
+def test_the_owner_of_the_deployed_agents_is_deleted_only_when_forced(services, people):
+    alice, _, _ = people
+    with pytest.raises(InvalidInput, match="owns the deployed agents"):
+        accounts.delete_user(services, "alice", deploy_owner="alice")
+    assert services.users.get(alice.user.user_id).deleted is None
+    assert queued(services)["ApproximateNumberOfMessagesDelayed"] == "0"
+    assert accounts.delete_user(services, "alice", deploy_owner=None).deleted
+
+
+def test_deleting_ones_account_takes_ones_username_and_no_agent(services, people):
+    alice, _, _ = people
+    with pytest.raises(Exception, match="type your username"):
+        accounts.delete_account(services, alice.principal, "bob")
+    agent_call = as_agent(services, alice.agent, alice.user.user_id)
+    with pytest.raises(Exception, match="only the user"):
+        accounts.delete_account(services, agent_call, "alice")
+    assert services.users.get(alice.user.user_id).deleted is None
+
+
+def test_deleting_a_missing_agent_still_moves_the_registry_version(services, people):
+    """A retry of a removal whose first try deleted the agent but not the version bump
+    (it failed in between) moves it: every process's cached listing reloads."""
+    alice, _, _ = people
+    services.registry.db.delete_item(TableName=services.settings.registry_table,
+                                     Key={"agent_id": {"S": alice.agent.agent_id}})
+    version = services.registry.version()
+    with pytest.raises(NotFound):
+        services.registry.delete(alice.agent.agent_id, owner="alice")
+    assert services.registry.version() == version + 1
+
+
+def test_a_deleted_users_call_tokens_write_nothing_and_their_late_query_runs_nothing(
+        services, clock, people):
+    """Tokens minted before the deletion still verify for minutes: their writes are
+    refused (reads are not checked: the erasure waits them out). A query of theirs that
+    the runner takes only after the erasure finds no session, and runs nothing (no agent
+    called, no token minted, nothing written)."""
+    alice, _, common = people
+    call = as_agent(services, common, alice.user.user_id)
+    accounts.delete_user(services, "alice")
+    with pytest.raises(Unauthenticated, match="deleted"):
+        user_storage.put_value(services, call, common.agent_id, "later", {"x": 1})
+    with pytest.raises(Unauthenticated, match="deleted"):
+        oauth.put_token(services, call, {"access_token": "later"})
+    with later(services, clock, erasure_start.window_seconds(services.settings) + 1):
+        run_erasure(services, clock)
+    with mock.patch.object(SessionRunner, "_run") as run:
+        run_sweeps(services, queries_of=alice.session_id)
+    run.assert_not_called()
+    assert what_is_left(services, alice, common)["session items"] == ["DELETED"]
+
+
+def test_an_oauth_flow_or_an_upload_url_from_before_the_deletion_writes_nothing_after_it(
+        services, clock, people):
+    """An OAuth flow opened before the deletion outlives the credentials' wait: its link
+    page and its callback are refused (no agent called for the code, no token kept). An
+    upload URL handed out before the deletion (or through a key a warm API still caches)
+    expires before the erasure starts, so an upload through it is erased."""
+    alice, _, common = people
+    flow = Flow.new(alice.user.user_id, common.agent_id, alice.session_id,
+                    oauth.redirect_uri(services))
+    services.oauth.start_flow(flow, "https://provider.example/authorize")
+    services.oauth.open_flow(flow.state, "alices-browser")
+    services.oauth.forget_user(alice.user.user_id, 100)
+    late = services.embeds.upload_key(alice.user.user_id, digest(b"late"))
+    accounts.delete_account(services, alice.principal, "alice")
+    with pytest.raises(Unauthenticated, match="deleted"):
+        oauth.describe_link(services, flow.state, "alices-browser")
+    with pytest.raises(Unauthenticated, match="deleted"):
+        oauth.complete(services, flow.state, "alices-browser", "the-code", None)
+    assert services.oauth.get_token(alice.user.user_id, common.agent_id) is None
+    window = erasure_start.window_seconds(services.settings)
+    assert window > services.settings.api_key_cache_seconds + \
+        services.settings.embed_url_ttl_seconds
+    with later(services, clock, window - 5):
+        run_erasure(services)  # nothing erased yet: an upload URL may still be used
+        services.embeds.s3.put_object(Bucket=services.embeds.bucket, Key=late, Body=b"late")
+    with later(services, clock, window + 1):
+        run_erasure(services, clock)
+    assert not object_exists(services, late)
+
+
+def test_an_agent_with_many_tokens_and_corpus_versions_is_removed_a_bounded_part_at_a_time(
+        services, clock, people):
+    """Each part stays within the eraser's timeout however much an agent holds: its
+    users' OAuth tokens and its corpus versions go ITEMS_PART and CORPUS_VERSIONS_PART a
+    part (all of them went in one part, unbounded, or UNAVAILABLE past 1,000 versions)."""
+    alice, bob, common = people
+    agent_id = alice.agent.agent_id
+    for n in range(7):
+        services.oauth.put_token(f"u_reader{n}", agent_id, {"access_token": f"t{n}"})
+    for _ in range(5):
+        services.corpora.finish(services.corpora.start(agent_id, [{"urls": ["https://a/*"]}]))
+
+    def held() -> tuple[int, int]:
+        tokens = sum(services.oauth.get_token(f"u_reader{n}", agent_id) is not None
+                     for n in range(7))
+        return tokens, len(services.corpora.recent(agent_id, 100))
+
+    accounts.delete_account(services, alice.principal, "alice")
+    seen = [held()]
+    with later(services, clock, erasure_start.window_seconds(services.settings) + 1), \
+            mock.patch.object(erasure, "ITEMS_PART", 3), \
+            mock.patch.object(erasure, "CORPUS_VERSIONS_PART", 2):
+        while records := deliveries(services):
+            for record in records:  # one part at a time
+                assert erasure.erase_batch(services, {"Records": [record]}) == \
+                    {"batchItemFailures": []}
+                services.erasure_queue.delete(record["receiptHandle"])
+                seen.append(held())
+    assert seen[0] == (7, 5) and seen[-1] == (0, 0)
+    gone = [(a[0] - b[0], a[1] - b[1]) for a, b in itertools.pairwise(seen)]
+    assert max(t for t, _ in gone) == 3 and max(c for _, c in gone) == 2, seen
+    run_sweeps(services)
+    assert what_is_left(services, alice, common)["agent"] is False
+    assert what_is_left(services, bob, common) == kept(bob, common)
+
+
+def test_a_large_session_is_erased_key_by_key_its_rest_purged_by_the_runner(
+        services, clock, people):
+    """The eraser deletes items with DeleteItem alone, ITEMS_PART a session (its role may
+    put no session item, as BatchWriteItem could); a larger session's rest is the
+    runner's purge, as for its owner's own deletion of it."""
+    alice, bob, common = people
+    for n in range(6):
+        Messaging(services).post(alice.principal, alice.session_id, f"note {n}")
+    accounts.delete_account(services, alice.principal, "alice")
+    with later(services, clock, erasure_start.window_seconds(services.settings) + 1), \
+            mock.patch.object(erasure, "ITEMS_PART", 3), \
+            mock.patch.object(type(services.sessions.db), "batch_write_item",
+                              side_effect=AssertionError("BatchWriteItem")) as batch:
+        run_erasure(services, clock)
+    batch.assert_not_called()
+    left = what_is_left(services, alice, common)
+    assert left["sessions"] == [] and "MSG" in left["session items"]  # the runner's part
+    run_sweeps(services)
+    assert what_is_left(services, alice, common)["session items"] == ["DELETED"]
+    assert what_is_left(services, bob, common) == kept(bob, common)
+
+
+def test_bytes_another_user_binds_between_the_check_and_the_delete_are_restored(
+        services, clock, people):
+    """Bob posts the bytes of alice's own embed just after her erasure found no other
+    session holding them, and before it deletes their object: the erasure looks again
+    once a writer that found the object before the delete has named it, finds bob's
+    embed, and restores the object (missing in between)."""
+    alice, bob, common = people
+    h = digest(alice.own_bytes)
+    real = services.sessions.held_by_another
+    posted: list[str] = []
+
+    def check_then_bob_posts(content_hash, owner):
+        held = real(content_hash, owner)
+        if content_hash == h and not posted:
+            posted.append(content_hash)
+            Messaging(services).post(bob.principal, bob.session_id, "same file", embeds=[
+                EmbedUpload("copy.txt", "text/plain",
+                            base64.b64encode(alice.own_bytes).decode())])
+        return held
+
+    accounts.delete_account(services, alice.principal, "alice")
+    with later(services, clock, erasure_start.window_seconds(services.settings) + 1), \
+            mock.patch.object(services.sessions, "held_by_another", check_then_bob_posts):
+        run_erasure(services)  # up to the look again, not yet due
+        assert posted == [h]
+        with pytest.raises(NotFound):
+            services.embeds.read(h)
+        run_erasure(services, clock)
+    assert services.users.get(alice.user.user_id).erased == clock.now
+    assert services.embeds.read(h) == alice.own_bytes
+    assert "copy.txt" in services.sessions.embeds_named(bob.session_id, ["copy.txt"])
+    assert what_is_left(services, alice, common)["sessions"] == []
+
+
+def old_reply(services: Services, session_id: str, agent: Agent, data: bytes) -> str:
+    """A reply naming an agent's embed of ``data`` as replies did before they held their
+    embeds' bytes (no HELD# item); the bytes' hash."""
+    h = services.embeds.put(data, "image/png")
+    services.sessions.put_messages([Message(
+        session_id=session_id, message_id=ids.ulid(), text="here", type=MessageType.RESPONSE,
+        sent_by=agent.agent_id, embeds={"chart.png": EmbedRef(
+            content_type="image/png", content_hash=h, size=len(data))})])
+    return h
+
+
+def test_until_old_replies_are_held_an_erasure_deletes_no_embeds_object(
+        services, clock, people):
+    """Bob's reply from before replies held their bytes names a chart; alice posts the
+    same bytes and deletes her account. by_content cannot see bob's reply, so until an
+    operator backfills (`users hold-replies`), her erasure keeps every object: her own
+    bytes too, which no one else holds (deleted, as before, bob's chart was)."""
+    alice, bob, common = people
+    services.sessions.db.delete_item(TableName=services.settings.sessions_table,
+                                     Key=REPLIES_HELD_MARK)  # a table from before them
+    chart = b"\x89PNG bob's chart"
+    h = old_reply(services, bob.session_id, common, chart)
+    Messaging(services).post(alice.principal, alice.session_id, "look", embeds=[
+        EmbedUpload("c.png", "image/png", base64.b64encode(chart).decode())])
+    accounts.delete_account(services, alice.principal, "alice")
+    with later(services, clock, erasure_start.window_seconds(services.settings) + 1):
+        run_erasure(services, clock)
+    assert services.embeds.read(h) == chart
+    left = what_is_left(services, alice, common)
+    assert left["sessions"] == [] and left["own embed"] is True
+
+
+def test_old_replies_held_by_the_backfill_keep_their_bytes_and_lose_their_users(
+        services, clock, people):
+    alice, bob, common = people
+    services.sessions.db.delete_item(TableName=services.settings.sessions_table,
+                                     Key=REPLIES_HELD_MARK)
+    assert not services.sessions.replies_held()
+    bobs = old_reply(services, bob.session_id, common, b"\x89PNG bob's chart")
+    alices = old_reply(services, alice.session_id, common, b"\x89PNG alice's report")
+    Messaging(services).post(alice.principal, alice.session_id, "look", embeds=[
+        EmbedUpload("c.png", "image/png", base64.b64encode(b"\x89PNG bob's chart").decode())])
+    start, pages = None, 0
+    while True:  # what `codeshot users hold-replies` runs
+        _, start = services.sessions.hold_replies(start)
+        pages += 1
+        if start is None:
+            break
+    assert services.sessions.replies_held()
+    services.sessions.hold_replies(None)  # again: the same items, nothing more
+    accounts.delete_account(services, alice.principal, "alice")
+    with later(services, clock, erasure_start.window_seconds(services.settings) + 1):
+        run_erasure(services, clock)
+    assert services.embeds.read(bobs) == b"\x89PNG bob's chart"  # bob's reply holds it
+    with pytest.raises(NotFound):
+        services.embeds.read(alices)  # only alice's sessions held it
+    assert what_is_left(services, alice, common)["own embed"] is False
+    bobs_left = what_is_left(services, bob, common)
+    assert (bobs_left["sessions"], bobs_left["own embed"], bobs_left["shared embed"]) == \
+        ([bob.session_id], True, True)
