@@ -806,26 +806,13 @@ def finished(stack, key: str, task_id: str) -> list[tuple[str, str, str | None]]
     return steps_of(stack, key, task_id)
 
 
-@pytest.mark.parametrize("callback", [[PENDING, RESOLVED]], indirect=True)
-def test_a_step_refused_for_the_running_cap_leaves_the_question_asked_through_the_callback(
-        stack, booking, callback, monkeypatch):
-    """While the callback was polled, the user's answer by a step was refused (all their
-    running slots taken), which keeps the question; the next poll found the session's
-    newest message no question and stopped: the callback's answer was never used, and
-    the task waited for a step."""
+def refused_for_the_running_cap(stack, key: str, task_id: str, question) -> None:
+    """A step answering ``question`` while all the user's running slots are taken: the
+    runner refuses it (RATE_LIMITED), keeping the question."""
     from datetime import timedelta
 
     from codeshot.runner.fairness import RUNNING
-    from codeshot.store.queue import PromptWork
-    from codeshot.usecases.prompts import Prompts
 
-    agent_id, made = booking
-    key, task_id, asked = asked_without_callback(stack, agent_id, "Teo's")
-    with_callback(stack, task_id, callback.url)
-    held = held_prompts(stack, monkeypatch)
-    prompts = Prompts(stack.services)
-    prompts.handle(PromptWork(task_id, asked.message_id, time.time() + 60))  # pending
-    [poll] = held
     usage, owner = stack.services.usage, stack.services.sessions.get(task_id).owner
     others = [f"other-{n}" for n in range(stack.settings.max_running_queries)]
     for other in others:
@@ -839,7 +826,27 @@ def test_a_step_refused_for_the_running_cap_leaves_the_question_asked_through_th
     [refused] = stack.services.sessions.list_messages(task_id, limit=1,
                                                       newest_first=True).items
     assert (refused.error_code, refused.keeps_question) == ("RATE_LIMITED",
-                                                            asked.message_id), refused
+                                                            question.message_id), refused
+
+
+@pytest.mark.parametrize("callback", [[PENDING, RESOLVED]], indirect=True)
+def test_a_step_refused_for_the_running_cap_leaves_the_question_asked_through_the_callback(
+        stack, booking, callback, monkeypatch):
+    """While the callback was polled, the user's answer by a step was refused (all their
+    running slots taken), which keeps the question; the next poll found the session's
+    newest message no question and stopped: the callback's answer was never used, and
+    the task waited for a step."""
+    from codeshot.store.queue import PromptWork
+    from codeshot.usecases.prompts import Prompts
+
+    agent_id, made = booking
+    key, task_id, asked = asked_without_callback(stack, agent_id, "Teo's")
+    with_callback(stack, task_id, callback.url)
+    held = held_prompts(stack, monkeypatch)
+    prompts = Prompts(stack.services)
+    prompts.handle(PromptWork(task_id, asked.message_id, time.time() + 60))  # pending
+    [poll] = held
+    refused_for_the_running_cap(stack, key, task_id, asked)
     prompts.handle(poll)
     assert [(m, path) for _, m, path, *_ in callback.seen] == [("POST", "/prompts"),
                                                                ("GET", "/prompts/p-1")]
@@ -881,3 +888,29 @@ def test_a_late_answer_refused_keeping_the_next_question_leaves_it_asked_through
     steps = finished(stack, key, task_id)
     assert steps[-1][0] == "Friday" and "Booked Eva's for 3 on Friday" in steps[-1][1], steps
     assert [m for m in made if m.startswith("Eva's")] == ["Eva's for 3 on Friday"]
+
+
+@pytest.mark.parametrize("callback", [[RESOLVED]], indirect=True)
+def test_a_redelivered_query_asks_its_question_that_a_refusal_kept(stack, booking, callback,
+                                                                   monkeypatch):
+    """The runner stored the question and stopped before queueing its prompt; a step
+    answering it was then refused for the running cap, keeping it. The query's redelivery
+    took the refusal, the session's newest message, for no question, and queued nothing:
+    nobody asked the callback, and the task waited for a step."""
+    from codeshot.runner.session_runner import SessionRunner
+    from codeshot.store.queue import Work
+    from codeshot.usecases.prompts import Prompts
+
+    agent_id, made = booking
+    key, task_id, asked = asked_without_callback(stack, agent_id, "Zoe's")  # none queued
+    with_callback(stack, task_id, callback.url)
+    held = held_prompts(stack, monkeypatch)
+    refused_for_the_running_cap(stack, key, task_id, asked)
+    SessionRunner(stack.services).handle(Work(task_id, asked.in_reply_to))  # redelivered
+    [prompt] = held
+    assert prompt.question_id == asked.message_id
+    Prompts(stack.services).handle(prompt)
+    assert [m for _, m, *_ in callback.seen] == ["POST"]
+    steps = finished(stack, key, task_id)
+    assert steps[-1][0] == "4" and "Booked Zoe's for 4" in steps[-1][1], steps
+    assert [m for m in made if m.startswith("Zoe's")] == ["Zoe's for 4"]
