@@ -358,13 +358,17 @@ class SessionRunner:
         fails too, the query's next delivery tries again; on its last, the question ends
         CALLBACK_FAILED rather than wait for ever). A prompt taken up has its own
         redeliveries; a second one queued before the first was taken up polls the
-        first's (codeshot.usecases.prompts)."""
+        first's (codeshot.usecases.prompts). The question is the session's newest
+        message, or the one a refusal of its answer kept (one more read)."""
         if not (session.callback_url and session.callback_format == PROMPT_FORMAT and
-                session.status is SessionStatus.AWAITING_INPUT and newest_first and
-                newest_first[0].type is MessageType.AWAITING_INPUT and
-                newest_first[0].in_reply_to == work.message_id):
+                session.status is SessionStatus.AWAITING_INPUT and newest_first):
             return
         question = newest_first[0]
+        if question.keeps_question:
+            question = self.s.sessions.get_message(session.session_id, question.keeps_question)
+        if question.type is not MessageType.AWAITING_INPUT or \
+                question.in_reply_to != work.message_id:
+            return
         if self.s.sessions.prompt_claimed(session.session_id, question.message_id):
             return
         if final:

@@ -19,7 +19,8 @@ called and ``body_sha256`` the body's hash), and goes through the SSRF-checked c
 A reply is read up to ``MAX_REPLY_BYTES`` (more is refused unread) within
 ``CALL_TIMEOUT_SECONDS`` in all, however slowly it comes: a callback cannot hold or
 flood the runner.
-A question answered meanwhile (by a step's input, or canceled) stops the exchange. A
+A question answered meanwhile (by a step's input, or canceled) stops the exchange; one
+an answer's refusal kept (``keeps_question``) is still asked, and polled. A
 prompt is POSTed once a question: a redelivered first exchange polls the prompt the first
 one named, once its id is kept; before that, it waits for another delivery, and the
 last ends the question (CALLBACK_FAILED) rather than ask the user twice.
@@ -44,11 +45,12 @@ from codeshot.errors import (
     Canceled,
     Changed,
     CodeshotError,
+    Conflict,
     NotFound,
     Timeout,
     Unavailable,
 )
-from codeshot.models import Message, MessageType, Session, SessionStatus
+from codeshot.models import Message, Session, SessionStatus
 from codeshot.net.http import public_client
 from codeshot.runner.batch import Invocation, RemainingMs, process_batch
 from codeshot.runner.callbacks import event_claims
@@ -56,7 +58,7 @@ from codeshot.services import Services
 from codeshot.settings import RUNNER_RECORD_MARGIN_SECONDS
 from codeshot.store.queue import PromptWork
 from codeshot.usecases.messaging import Messaging
-from codeshot.usecases.tasks import end_question
+from codeshot.usecases.tasks import end_question, pending_question
 from codeshot.usecases.users import principal_of
 
 log = logging.getLogger("codeshot.prompts")
@@ -135,14 +137,15 @@ class Prompts:
         return dataclasses.replace(work, prompt_id=prompt_id, attempt=max(work.attempt, 1))
 
     def _pending_question(self, session: Session, question_id: str) -> Message | None:
+        """``question_id``, if the session still waits on it: its newest message, or the
+        question a refusal of an answer kept (the running-query cap's, or a late
+        answer's to a question before it), which is still to be asked."""
         if session.status is not SessionStatus.AWAITING_INPUT:
             return None
-        newest = self.s.sessions.list_messages(session.session_id, limit=1,
-                                               newest_first=True).items
-        if not newest or newest[0].message_id != question_id or \
-                newest[0].type is not MessageType.AWAITING_INPUT:
+        try:
+            return pending_question(self.s, session.session_id, question_id)
+        except (Conflict, NotFound):  # answered, ended, or deleted meanwhile
             return None
-        return newest[0]
 
     def _call(self, session: Session, url: str, payload: dict[str, Any] | None = None
               ) -> dict[str, Any]:

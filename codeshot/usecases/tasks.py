@@ -489,12 +489,12 @@ def cancel(services: Services, principal: Principal, session_id: str,
 def awaited_question(services: Services, principal: Principal, session_id: str,
                      question_id: str) -> Message:
     """The caller's session's pending question, if it is ``question_id``; else CONFLICT."""
-    return _pending_question(services, get_session(services, principal, session_id).session_id,
-                             question_id)
+    return pending_question(services, get_session(services, principal, session_id).session_id,
+                            question_id)
 
 
-def _pending_question(services: Services, session_id: str, question_id: str | None = None
-                      ) -> Message:
+def pending_question(services: Services, session_id: str, question_id: str | None = None
+                     ) -> Message:
     """The question the session waits on (``question_id``, when given); else CONFLICT.
     Its newest message, or the question a refusal of its answer kept (one more read)."""
     pending = services.sessions.list_messages(session_id, limit=1, newest_first=True).items
@@ -513,7 +513,7 @@ def end_question(services: Services, session: Session, text: str, code: str,
     """End a session's pending question (``question_id``, when given) with an error
     ``code`` (stored as the question's reply), drop its paused program, and make it idle:
     exactly once."""
-    pending = _pending_question(services, session.session_id, question_id)
+    pending = pending_question(services, session.session_id, question_id)
     message = Message(session_id=session.session_id, message_id=ids.ulid(), text=text,
                       type=MessageType.ERROR, sent_by="platform",
                       in_reply_to=pending.message_id, error_code=code)

@@ -786,3 +786,131 @@ def test_declining_a_question_answered_since_it_was_read_leaves_the_next_questio
     assert "Booked Lia's for 2 on Monday" in done["output"] and done["is_last"], done
     assert made[-1] == "Lia's for 2 on Monday"
     assert all(code is None for *_, code in steps_of(stack, key, task_id))
+
+
+def held_prompts(stack, monkeypatch) -> list:
+    """The prompt exchanges queued from now on, held here instead of sent (the stack's
+    own poller never takes them): each is handled when the test says."""
+    held: list = []
+    monkeypatch.setattr(stack.services.prompt_queue, "schedule",
+                        lambda work, delay_seconds=0: held.append(work))
+    return held
+
+
+def finished(stack, key: str, task_id: str) -> list[tuple[str, str, str | None]]:
+    """The task's steps once it completed (within 30 s)."""
+    deadline = time.monotonic() + 30
+    while ap(stack, key, "GET", f"/tasks/{task_id}").json()["status"] != "completed":
+        assert time.monotonic() < deadline, steps_of(stack, key, task_id)
+        time.sleep(0.2)
+    return steps_of(stack, key, task_id)
+
+
+def refused_for_the_running_cap(stack, key: str, task_id: str, question) -> None:
+    """A step answering ``question`` while all the user's running slots are taken: the
+    runner refuses it (RATE_LIMITED), keeping the question."""
+    from datetime import timedelta
+
+    from codeshot.runner.fairness import RUNNING
+
+    usage, owner = stack.services.usage, stack.services.sessions.get(task_id).owner
+    others = [f"other-{n}" for n in range(stack.settings.max_running_queries)]
+    for other in others:
+        usage.take_lease(RUNNING, owner, stack.settings.max_running_queries, other,
+                         timedelta(minutes=5))
+    try:
+        ap(stack, key, "POST", f"/tasks/{task_id}/steps", json={"input": "2"})
+    finally:
+        for other in others:
+            usage.release(RUNNING, owner, other)
+    [refused] = stack.services.sessions.list_messages(task_id, limit=1,
+                                                      newest_first=True).items
+    assert (refused.error_code, refused.keeps_question) == ("RATE_LIMITED",
+                                                            question.message_id), refused
+
+
+@pytest.mark.parametrize("callback", [[PENDING, RESOLVED]], indirect=True)
+def test_a_step_refused_for_the_running_cap_leaves_the_question_asked_through_the_callback(
+        stack, booking, callback, monkeypatch):
+    """While the callback was polled, the user's answer by a step was refused (all their
+    running slots taken), which keeps the question; the next poll found the session's
+    newest message no question and stopped: the callback's answer was never used, and
+    the task waited for a step."""
+    from codeshot.store.queue import PromptWork
+    from codeshot.usecases.prompts import Prompts
+
+    agent_id, made = booking
+    key, task_id, asked = asked_without_callback(stack, agent_id, "Teo's")
+    with_callback(stack, task_id, callback.url)
+    held = held_prompts(stack, monkeypatch)
+    prompts = Prompts(stack.services)
+    prompts.handle(PromptWork(task_id, asked.message_id, time.time() + 60))  # pending
+    [poll] = held
+    refused_for_the_running_cap(stack, key, task_id, asked)
+    prompts.handle(poll)
+    assert [(m, path) for _, m, path, *_ in callback.seen] == [("POST", "/prompts"),
+                                                               ("GET", "/prompts/p-1")]
+    steps = finished(stack, key, task_id)
+    assert steps[-1][0] == "4" and "Booked Teo's for 4" in steps[-1][1], steps
+    assert [m for m in made if m.startswith("Teo's")] == ["Teo's for 4"]
+
+
+@pytest.mark.parametrize("callback", [[(200, {"prompt_id": "p-2", "status": "resolved",
+                                             "answer": "Friday"})]], indirect=True)
+def test_a_late_answer_refused_keeping_the_next_question_leaves_it_asked_through_the_callback(
+        stack, booking_day, callback, monkeypatch):
+    """The next question's prompt was queued; before it was taken, an answer sent to the
+    first question (answered by a step since) was answered CANCELED, keeping the next
+    question: the prompt found the session's newest message no question, and the callback
+    was never asked it."""
+    from codeshot.usecases.messaging import Messaging
+    from codeshot.usecases.prompts import Prompts
+    from codeshot.usecases.users import principal_of
+
+    agent_id, made = booking_day
+    key, task_id, first = asked_without_callback(stack, agent_id, "Eva's")
+    with_callback(stack, task_id, callback.url)
+    held = held_prompts(stack, monkeypatch)
+    assert ap(stack, key, "POST", f"/tasks/{task_id}/steps",
+              json={"input": "3"}).json()["output"] == "On which day?"
+    [prompt] = held  # the next question's
+    owner = stack.services.users.get(stack.services.sessions.get(task_id).owner)
+    late, _ = Messaging(stack.services).post(principal_of(owner), task_id, "6",
+                                             answers=first.message_id)
+    deadline = time.monotonic() + 30
+    while (reply := Messaging(stack.services).reply_to(task_id, late.message_id)) is None:
+        assert time.monotonic() < deadline, "the late answer was never answered"
+        time.sleep(0.2)
+    assert (reply.error_code, reply.keeps_question) == ("CANCELED", prompt.question_id), reply
+    Prompts(stack.services).handle(prompt)
+    assert [m for _, m, *_ in callback.seen] == ["POST"]
+    assert json.loads(callback.seen[0][4]) == {"prompt": "On which day?"}
+    steps = finished(stack, key, task_id)
+    assert steps[-1][0] == "Friday" and "Booked Eva's for 3 on Friday" in steps[-1][1], steps
+    assert [m for m in made if m.startswith("Eva's")] == ["Eva's for 3 on Friday"]
+
+
+@pytest.mark.parametrize("callback", [[RESOLVED]], indirect=True)
+def test_a_redelivered_query_asks_its_question_that_a_refusal_kept(stack, booking, callback,
+                                                                   monkeypatch):
+    """The runner stored the question and stopped before queueing its prompt; a step
+    answering it was then refused for the running cap, keeping it. The query's redelivery
+    took the refusal, the session's newest message, for no question, and queued nothing:
+    nobody asked the callback, and the task waited for a step."""
+    from codeshot.runner.session_runner import SessionRunner
+    from codeshot.store.queue import Work
+    from codeshot.usecases.prompts import Prompts
+
+    agent_id, made = booking
+    key, task_id, asked = asked_without_callback(stack, agent_id, "Zoe's")  # none queued
+    with_callback(stack, task_id, callback.url)
+    held = held_prompts(stack, monkeypatch)
+    refused_for_the_running_cap(stack, key, task_id, asked)
+    SessionRunner(stack.services).handle(Work(task_id, asked.in_reply_to))  # redelivered
+    [prompt] = held
+    assert prompt.question_id == asked.message_id
+    Prompts(stack.services).handle(prompt)
+    assert [m for _, m, *_ in callback.seen] == ["POST"]
+    steps = finished(stack, key, task_id)
+    assert steps[-1][0] == "4" and "Booked Zoe's for 4" in steps[-1][1], steps
+    assert [m for m in made if m.startswith("Zoe's")] == ["Zoe's for 4"]

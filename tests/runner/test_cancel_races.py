@@ -310,7 +310,7 @@ def test_an_answer_posted_between_a_cancels_read_and_its_write_reads_alike_every
     (walking back from the answer's reply, never meeting the cancel) the answer's."""
     key, booking, h, task_id, runner = asked(platform, agents, "ines")
     cancel = HeldCancel(platform, key, booking, task_id, monkeypatch,
-                        after=(tasks, "_pending_question"))
+                        after=(tasks, "pending_question"))
     sent = a2a(platform, key, booking, "SendMessage", configuration={"returnImmediately": True},
                message={"messageId": "m-4", "role": "ROLE_USER", "parts": [{"text": "4"}],
                         "taskId": task_id})
@@ -345,7 +345,7 @@ def test_a_refusal_keeping_the_question_that_sorts_after_the_cancel_reads_cancel
 
     monkeypatch.setattr(platform.services.sessions, "end_pause", held_end)
     cancel = HeldCancel(platform, key, booking, task_id, monkeypatch,
-                        after=(tasks, "_pending_question"))
+                        after=(tasks, "pending_question"))
     sent = a2a(platform, key, booking, "SendMessage", configuration={"returnImmediately": True},
                message={"messageId": "m-4", "role": "ROLE_USER", "parts": [{"text": "4"}],
                         "taskId": task_id})
