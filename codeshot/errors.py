@@ -77,14 +77,19 @@ THROTTLING = frozenset({
 })
 
 
-def throttled(exc: BaseException | None) -> RateLimited | None:
+class Throttled(RateLimited):
+    """AWS throttling that outlasted botocore's retries: nothing wrong with the request
+    and no limit of the user's reached, so a retry (a queue's redelivery) goes on."""
+
+
+def throttled(exc: BaseException | None) -> Throttled | None:
     """RATE_LIMITED for ``exc`` if it is AWS throttling (which outlasted botocore's retries
     with backoff, or it would not be raised), else None. Read from the ``response`` dict
     botocore's errors carry, so this module imports no botocore."""
     response = getattr(exc, "response", None)
     error = response.get("Error") if isinstance(response, dict) else None
     if isinstance(error, dict) and error.get("Code") in THROTTLING:
-        return RateLimited("the platform is busy right now; retry in a moment")
+        return Throttled("the platform is busy right now; retry in a moment")
     return None
 
 

@@ -47,6 +47,7 @@ from codeshot.errors import (
     CodeshotError,
     Conflict,
     NotFound,
+    Throttled,
     Timeout,
     Unavailable,
 )
@@ -236,11 +237,11 @@ class Prompts:
         # question, so one ended before the runner takes it runs nothing.
         post = partial(Messaging(self.s).post, owner, session.session_id, answer,
                        idempotency_key=f"prompt-{question.message_id}",
-                       unchanged_since=session.modified, answers=question.message_id)
+                       answers=question.message_id)
         unconfirmed = False
         for attempt in range(ANSWER_TRIES):
             try:
-                post()
+                post(unchanged_since=session.modified)
                 return
             except Unavailable:  # perhaps posted (queued: then answered). If not, a poll's
                 # redelivery polls again and posts it; a first exchange's cannot, and the
@@ -249,14 +250,22 @@ class Prompts:
                 if attempt + 1 == ANSWER_TRIES or not _time_for(remaining_ms, delay):
                     raise
                 unconfirmed = True
-            except Changed:
-                log.info("the question of %s was answered or ended meanwhile; the "
-                         "callback's answer is not posted", session.session_id)
-                return
+            except Changed:  # a post since: a step that answered it, or one refused
+                # (busy, or a late answer's CANCELED) that left the question waiting
+                session = self.s.sessions.get(session.session_id)
+                if self._pending_question(session, question.message_id) is None:
+                    log.info("the question of %s was answered or ended meanwhile; the "
+                             "callback's answer is not posted", session.session_id)
+                    return
+                if attempt + 1 == ANSWER_TRIES:
+                    raise  # still waiting on it: the redelivery polls and posts again
+                continue
             except CodeshotError as exc:  # too long, over the daily quota ...
                 if unconfirmed:  # ... or refused for an earlier try's write, in flight
                     raise Unavailable("the callback's answer was not confirmed posted, and "
                                       f"then refused: {exc.message}") from exc
+                if isinstance(exc, Throttled):
+                    raise  # nothing written: the redelivery polls and posts it again
                 self._end(session, question,
                           f"The callback's answer could not be used: {exc.message}", exc.code)
                 return

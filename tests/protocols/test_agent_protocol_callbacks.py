@@ -914,3 +914,76 @@ def test_a_redelivered_query_asks_its_question_that_a_refusal_kept(stack, bookin
     steps = finished(stack, key, task_id)
     assert steps[-1][0] == "4" and "Booked Zoe's for 4" in steps[-1][1], steps
     assert [m for m in made if m.startswith("Zoe's")] == ["Zoe's for 4"]
+
+
+@pytest.mark.parametrize("callback", [[(200, {"prompt_id": "p-4", "status": "resolved",
+                                             "answer": "4"})] * 2], indirect=True)
+def test_a_callbacks_answer_throttled_through_every_send_is_redelivered_not_the_end(
+        stack, booking, callback, monkeypatch):
+    """DynamoDB throttled the answer's post through botocore's retries: nothing written,
+    nothing wrong with the answer. It ended the question RATE_LIMITED (the task failed
+    and the callback's answer was lost) once a throttled post became RATE_LIMITED; the
+    exchange is redelivered instead, and its poll posts the answer."""
+    from botocore.exceptions import ClientError
+
+    from codeshot.errors import Throttled
+    from codeshot.store.queue import PromptWork
+    from codeshot.usecases.prompts import Prompts
+
+    agent_id, made = booking
+    key, task_id, asked = asked_without_callback(stack, agent_id, "Tess")
+    with_callback(stack, task_id, callback.url)
+
+    def throttled(_request):
+        raise ClientError({"Error": {"Code": "ThrottlingException", "Message": "slow"},
+                           "ResponseMetadata": {"HTTPStatusCode": 400}}, "TransactWriteItems")
+
+    answer_post_faults(stack, monkeypatch, asked, throttled)
+    work = PromptWork(task_id, asked.message_id, time.time() + 60, "p-4", 1)  # a poll
+    with pytest.raises(Throttled):  # redelivered by SQS
+        Prompts(stack.services).handle(work)
+    monkeypatch.undo()
+    assert ap(stack, key, "GET", f"/tasks/{task_id}").json()["status"] == "awaiting_input"
+    Prompts(stack.services).handle(work)  # the redelivery polls again
+    assert wait_until_completed(stack, key, task_id)
+    assert made[-1] == "Tess for 4"
+
+
+@pytest.mark.parametrize("callback", [[(200, {"prompt_id": "p-4", "status": "resolved",
+                                             "answer": "4"})]], indirect=True)
+def test_a_callbacks_answer_is_posted_though_a_refused_step_changed_the_session(
+        stack, booking, callback, monkeypatch):
+    """During the callback's call a step was refused without running (the user's running
+    queries all taken: RATE_LIMITED, the question kept). Its post moved the session on,
+    so the answer, sent only while nothing was posted since, was CHANGED, and dropped:
+    nothing posted or polled again, the question waiting for good."""
+    from codeshot.errors import RateLimited
+    from codeshot.store.queue import PromptWork
+    from codeshot.usecases.prompts import Prompts
+
+    agent_id, made = booking
+    key, task_id, asked = asked_without_callback(stack, agent_id, "Ugo")
+    with_callback(stack, task_id, callback.url)
+    sessions = stack.services.sessions
+    session = sessions.get(task_id)  # as the exchange read it, before the step
+
+    def busy(*_args):
+        raise RateLimited("the platform is busy right now; retry in a moment")
+
+    monkeypatch.setattr(sessions, "claim_pause", busy)
+    refused = ap(stack, key, "POST", f"/tasks/{task_id}/steps", json={"input": "5"}).json()
+    monkeypatch.undo()
+    assert "RATE_LIMITED" in str(refused), refused
+    prompts = Prompts(stack.services)
+    prompts._answer(session, asked, "4", None)  # the callback's answer, after the step
+    assert wait_until_completed(stack, key, task_id)
+    assert made[-1] == "Ugo for 4"
+
+
+def wait_until_completed(stack, key: str, task_id: str, seconds: float = 30) -> bool:
+    deadline = time.monotonic() + seconds
+    while ap(stack, key, "GET", f"/tasks/{task_id}").json()["status"] != "completed":
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.2)
+    return True
