@@ -958,7 +958,6 @@ def test_a_callbacks_answer_is_posted_though_a_refused_step_changed_the_session(
     so the answer, sent only while nothing was posted since, was CHANGED, and dropped:
     nothing posted or polled again, the question waiting for good."""
     from codeshot.errors import RateLimited
-    from codeshot.store.queue import PromptWork
     from codeshot.usecases.prompts import Prompts
 
     agent_id, made = booking
