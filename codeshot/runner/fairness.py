@@ -55,6 +55,10 @@ class Lease:
         return {"ConditionCheck": self.services.usage.never_leased(RUNNING, self.user_id,
                                                                   self.query_id)}
 
+    def held(self) -> bool:
+        """Whether a run of the query holds this slot (or held it, and stopped mid-way)."""
+        return self.services.usage.leased(RUNNING, self.user_id, self.query_id)
+
     def release(self) -> None:
         if not self.released:
             self.services.usage.release(RUNNING, self.user_id, self.query_id)
