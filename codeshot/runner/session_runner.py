@@ -102,8 +102,8 @@ SWEEP_RECHECK_SECONDS = 2.0
 # still land (one in flight when the connection dropped or the read timed out). A copy of
 # its message (:attr:`Work.unconfirmed_at`) taken before then and finding no message
 # waits out the rest and looks once more: skipped at once, a write landing after the
-# look was never answered (the retry under its key finds it answered by then, and an
-# Agent Protocol callback's answer was lost so).
+# look was never answered (the retry under its key finds it answered by then; an Agent
+# Protocol callback's answer waits for its exchange's redelivery to queue it again).
 LANDING_SECONDS = 15.0
 ANSWERED_ENDED = ("the question this message answered was ended or answered before it was "
                   "taken in: nothing ran, and it was not charged")
@@ -202,12 +202,14 @@ class SessionRunner:
             if self.s.sessions.purge(work.session_id, PURGE_PAGES):
                 self.s.queue.enqueue(work.next_part())
             return
-        # From the record's start: a wait for its message to land (_pending) is part of
-        # the time a record may take.
-        deadline = query_deadline(self.s.settings)
+        # A wait for its message to land (_pending) is part of the time the record may
+        # take, not of the query's budget (with a short one, a query that landed then
+        # was answered TIMEOUT with nothing run).
+        started = time.monotonic()
         pending = self._pending(work, final_attempt)
         if pending is None:
             return
+        deadline = query_deadline(self.s.settings, record_start=started)
         session, recent, query, history = pending
         paused = recent.state if session.status is SessionStatus.AWAITING_INPUT else None
         if _answers_ended(query, paused, recent):  # runs nothing: no running slot to take
