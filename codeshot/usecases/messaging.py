@@ -46,7 +46,7 @@ from codeshot.services import Services
 from codeshot.store.dynamo import cancelled_by, is_transient, retry_transient, transact_write
 from codeshot.store.embeds import check_content_type
 from codeshot.store.embeds import content_hash as hash_of
-from codeshot.store.queue import Work
+from codeshot.store.queue import LANDING_SECONDS, Work
 from codeshot.store.usage import UPLOAD_BYTES
 from codeshot.text import check_idempotency_key, check_text
 from codeshot.usecases.threads import blocking
@@ -307,10 +307,12 @@ class Messaging:
         except Exception:  # the retry under the key queues it
             log.exception("could not queue %s/%s, whose post may have been written",
                           session_id, message.message_id)
+        # Its write may land up to LANDING_SECONDS from now: a read sooner can miss it.
+        read = (f"wait {LANDING_SECONDS:g} s (until its write can no longer land), then "
+                "read the session")
         then = ("send it again under the same idempotency key to be sure (it is never "
-                "posted twice), or read the session first" if idempotency_key else
-                "read the session before sending it again (if it was posted, that posts it "
-                "twice)")
+                f"posted twice), or {read}" if idempotency_key else
+                f"{read} before sending it again (if it was posted, that posts it twice)")
         return Unavailable(f"the store did not confirm the message was posted to session "
                            f"{session_id}: it may have been, and is then answered; {then}")
 
