@@ -22,6 +22,7 @@ from datetime import timedelta
 from typing import TYPE_CHECKING
 
 from codeshot.errors import CodeshotError, RateLimited
+from codeshot.settings import runner_record_seconds
 
 if TYPE_CHECKING:
     from types_boto3_dynamodb.type_defs import TransactWriteItemTypeDef
@@ -55,6 +56,10 @@ class Lease:
         return {"ConditionCheck": self.services.usage.never_leased(RUNNING, self.user_id,
                                                                   self.query_id)}
 
+    def held(self) -> bool:
+        """Whether a run of the query holds this slot (or held it, and stopped mid-way)."""
+        return self.services.usage.leased(RUNNING, self.user_id, self.query_id)
+
     def release(self) -> None:
         if not self.released:
             self.services.usage.release(RUNNING, self.user_id, self.query_id)
@@ -85,6 +90,13 @@ def running_query(services: Services, user_id: str, query_id: str) -> Iterator[L
     lease.release()
 
 
-def query_deadline(settings: Settings) -> float:
-    """The ``time.monotonic()`` by which a query starting now must end."""
-    return time.monotonic() + settings.query_time_budget_seconds
+def query_deadline(settings: Settings, record_start: float | None = None) -> float:
+    """The ``time.monotonic()`` by which a query starting now must end: its whole budget,
+    but no later than the time its queue record may take from its ``record_start`` (a
+    wait before the query starts comes out of the record's reserve, not of the query's
+    budget, as far as the reserve goes)."""
+    budget = settings.query_time_budget_seconds
+    deadline = time.monotonic() + budget
+    if record_start is None:
+        return deadline
+    return min(deadline, record_start + runner_record_seconds(budget))

@@ -58,7 +58,7 @@ from codeshot.runner.programs import (
 from codeshot.services import Services
 from codeshot.store.corpora import CorpusState
 from codeshot.store.dynamo import MAX_ITEM_BYTES, cancelled_by, item_bytes, retry_transient
-from codeshot.store.queue import PromptWork, Work
+from codeshot.store.queue import LANDING_SECONDS, PromptWork, Work
 from codeshot.store.sessions import (
     ANSWER_PREFIX,
     MSG_PREFIX,
@@ -98,13 +98,6 @@ SWEEP_PAGES = 10
 # request, and may arrive first: it looks again once after this pause before it waits
 # for a redelivery (the queue's visibility timeout, half an hour).
 SWEEP_RECHECK_SECONDS = 2.0
-# How long after a post gave up on a write DynamoDB did not confirm a send of it may
-# still land (one in flight when the connection dropped or the read timed out). A copy of
-# its message (:attr:`Work.unconfirmed_at`) taken before then and finding no message
-# waits out the rest and looks once more: skipped at once, a write landing after the
-# look was never answered (the retry under its key finds it answered by then, and an
-# Agent Protocol callback's answer was lost so).
-LANDING_SECONDS = 15.0
 ANSWERED_ENDED = ("the question this message answered was ended or answered before it was "
                   "taken in: nothing ran, and it was not charged")
 ANSWERED: Literal["answered"] = "answered"  # why a queued query has nothing to do
@@ -202,12 +195,14 @@ class SessionRunner:
             if self.s.sessions.purge(work.session_id, PURGE_PAGES):
                 self.s.queue.enqueue(work.next_part())
             return
-        # From the record's start: a wait for its message to land (_pending) is part of
-        # the time a record may take.
-        deadline = query_deadline(self.s.settings)
+        # A wait for its message to land (_pending) is part of the time the record may
+        # take, not of the query's budget (with a short one, a query that landed then
+        # was answered TIMEOUT with nothing run).
+        started = time.monotonic()
         pending = self._pending(work, final_attempt)
         if pending is None:
             return
+        deadline = query_deadline(self.s.settings, record_start=started)
         session, recent, query, history = pending
         paused = recent.state if session.status is SessionStatus.AWAITING_INPUT else None
         if _answers_ended(query, paused, recent):  # runs nothing: no running slot to take

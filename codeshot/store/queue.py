@@ -23,6 +23,14 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("codeshot.store")
 SQS_BATCH = 10  # entries per ChangeMessageVisibilityBatch
+# How long after a post gave up on a write DynamoDB did not confirm a send of it may
+# still land (one in flight when the connection dropped or the read timed out). The
+# runner's copy of its message (:attr:`Work.unconfirmed_at`) taken before then and finding
+# no message waits out the rest and looks once more: skipped at once, a write landing
+# after the look was never answered (the retry under its key finds it answered by then;
+# an Agent Protocol callback's answer waits for its exchange's redelivery to queue it
+# again). A client without a key waits it out before it reads the session.
+LANDING_SECONDS = 15.0
 
 
 @dataclass(frozen=True)
@@ -40,7 +48,7 @@ class Work:
     kind: str = "query"
     correlation_id: str | None = None  # the posting request's (codeshot/observability.py)
     # A copy queued by a post whose write DynamoDB did not confirm: when (epoch seconds).
-    # A send of it may land a little after that (see SessionRunner's LANDING_SECONDS).
+    # A send of it may land up to LANDING_SECONDS after that.
     unconfirmed_at: float | None = None
 
     CORPUS = "corpus"

@@ -291,6 +291,12 @@ class SessionStore(Repository):
                                 ConsistentRead=True).get("Item")
         return self.get_message(session_id, item["message_id"]["S"]) if item else None
 
+    def answered(self, session_id: str, query_id: str) -> bool:
+        """Whether the runner answered ``query_id`` (its ``ANSWER#`` marker is written)."""
+        return "Item" in self.db.get_item(TableName=self.table_name,
+                                          Key=_key(session_id, ANSWER_PREFIX + query_id),
+                                          ConsistentRead=True)
+
     def touch(self, expression: str, values: dict[str, AttributeValueTypeDef]
               ) -> tuple[str, dict[str, AttributeValueTypeDef]]:
         """An update (expression starting with SET, and its values) that also pushes the

@@ -238,9 +238,16 @@ class UsageCounters(Repository):
                     ConditionExpression="attribute_not_exists(#c)",
                     ExpressionAttributeNames={"#c": "counter"})
             return True
-        if any(lease_id in item.get(held, {}).get("M", {}) for held in ("leases", "lapsed")):
+        if _holds(item, lease_id):
             raise Interrupted(INTERRUPTED)
         return self._lapse(key, item, now)
+
+    def leased(self, kind: str, subject: str, lease_id: str) -> bool:
+        """Whether ``lease_id`` holds one of ``subject``'s slots, or a lapsed one (its run
+        may be under way, or stopped mid-way: its redelivery answers it)."""
+        item = self.db.get_item(TableName=self.table_name, Key=self._lease_key(kind, subject),
+                                ConsistentRead=True).get("Item")
+        return _holds(item or {}, lease_id)
 
     @staticmethod
     def _lease_key(kind: str, subject: str) -> dict[str, Any]:
@@ -381,3 +388,8 @@ class UsageCounters(Repository):
                     for back in range(days)] if days else [f"{kind}#{subject}"]
         for counter in counters:
             self.db.delete_item(TableName=self.table_name, Key={"counter": {"S": counter}})
+
+
+def _holds(item: dict[str, Any], lease_id: str) -> bool:
+    """Whether a subject's lease ``item`` has ``lease_id`` holding a slot, or a lapsed one."""
+    return any(lease_id in item.get(held, {}).get("M", {}) for held in ("leases", "lapsed"))

@@ -41,11 +41,12 @@ from codeshot.models import (
     check_embed_key,
 )
 from codeshot.observability import correlation_id
+from codeshot.runner.fairness import Lease
 from codeshot.services import Services
 from codeshot.store.dynamo import cancelled_by, is_transient, retry_transient, transact_write
 from codeshot.store.embeds import check_content_type
 from codeshot.store.embeds import content_hash as hash_of
-from codeshot.store.queue import Work
+from codeshot.store.queue import LANDING_SECONDS, Work
 from codeshot.store.usage import UPLOAD_BYTES
 from codeshot.text import check_idempotency_key, check_text
 from codeshot.usecases.threads import blocking
@@ -306,10 +307,12 @@ class Messaging:
         except Exception:  # the retry under the key queues it
             log.exception("could not queue %s/%s, whose post may have been written",
                           session_id, message.message_id)
+        # Its write may land up to LANDING_SECONDS from now: a read sooner can miss it.
+        read = (f"wait {LANDING_SECONDS:g} s (until its write can no longer land), then "
+                "read the session")
         then = ("send it again under the same idempotency key to be sure (it is never "
-                "posted twice), or read the session first" if idempotency_key else
-                "read the session before sending it again (if it was posted, that posts it "
-                "twice)")
+                f"posted twice), or {read}" if idempotency_key else
+                f"{read} before sending it again (if it was posted, that posts it twice)")
         return Unavailable(f"the store did not confirm the message was posted to session "
                            f"{session_id}: it may have been, and is then answered; {then}")
 
@@ -423,13 +426,29 @@ class Messaging:
                                    "it again") from exc
         return earlier
 
-    def _queue(self, session_id: str, message: Message, unconfirmed: bool = False) -> None:
-        """``unconfirmed``: a copy of a message whose write may land after this (under a
-        deduplication id of its own, stamped for the runner to wait for it)."""
+    def queue_unrun(self, session_id: str, owner: str, idempotency_key: str) -> None:
+        """The message posted under ``idempotency_key``, queued again if it is written but
+        neither answered nor run: a write the store did not confirm may land after the
+        runner skipped its queued copy (see its ``LANDING_SECONDS``), and a retry under
+        the key, which would queue it, may never come. Under a deduplication id of its
+        own (an earlier copy's may be within SQS's 5 minutes); of two copies the runner
+        answers one (its answer marker and running slot)."""
+        message = self.s.sessions.posted_under(session_id, idempotency_key)
+        if message is None or self.s.sessions.answered(session_id, message.message_id) or \
+                Lease(self.s, owner, message.message_id).held():
+            return
+        log.info("queueing %s/%s again: written, never run", session_id, message.message_id)
+        self._queue(session_id, message, again=True)
+
+    def _queue(self, session_id: str, message: Message, unconfirmed: bool = False,
+               again: bool = False) -> None:
+        """``unconfirmed``: a copy of a message whose write may land after this (stamped
+        for the runner to wait for it); it and ``again``: under a deduplication id of its
+        own."""
         self.s.queue.enqueue(Work(session_id, message.message_id,
                                   correlation_id=correlation_id(),
                                   unconfirmed_at=time.time() if unconfirmed else None),
-                             again=unconfirmed)
+                             again=unconfirmed or again)
 
     def _enqueue(self, session_id: str, message: Message) -> None:
         try:

@@ -19,8 +19,10 @@ called and ``body_sha256`` the body's hash), and goes through the SSRF-checked c
 A reply is read up to ``MAX_REPLY_BYTES`` (more is refused unread) within
 ``CALL_TIMEOUT_SECONDS`` in all, however slowly it comes: a callback cannot hold or
 flood the runner.
-A question answered meanwhile (by a step's input, or canceled) stops the exchange; one
-an answer's refusal kept (``keeps_question``) is still asked, and polled. A
+A question answered meanwhile (by a step's input, or canceled) stops the exchange (when
+by the callback's answer, one written and never run is queued again: its write may land
+after the runner skipped its copy, see ``Messaging.queue_unrun``); one an answer's
+refusal kept (``keeps_question``) is still asked, and polled. A
 prompt is POSTed once a question: a redelivered first exchange polls the prompt the first
 one named, once its id is kept; before that, it waits for another delivery, and the
 last ends the question (CALLBACK_FAILED) rather than ask the user twice.
@@ -86,8 +88,11 @@ class Prompts:
         except NotFound:
             return  # deleted meanwhile
         question = self._pending_question(session, work.question_id)
-        if question is None:
-            return  # answered or ended another way meanwhile
+        if question is None:  # answered or ended meanwhile; perhaps by the callback's
+            # answer, whose write landed after the runner skipped its copy: run then
+            Messaging(self.s).queue_unrun(session.session_id, session.owner,
+                                          _answer_key(work.question_id))
+            return
         try:
             self._exchange(session, question, work, remaining_ms)
         except NotFound:
@@ -236,7 +241,7 @@ class Prompts:
         # call is its answer: this one would run as a new, charged query), and naming the
         # question, so one ended before the runner takes it runs nothing.
         post = partial(Messaging(self.s).post, owner, session.session_id, answer,
-                       idempotency_key=f"prompt-{question.message_id}",
+                       idempotency_key=_answer_key(question.message_id),
                        answers=question.message_id)
         unconfirmed = False
         for attempt in range(ANSWER_TRIES):
@@ -278,6 +283,11 @@ class Prompts:
         log.info("ending the question of %s: %s", session.session_id, text)
         with contextlib.suppress(CodeshotError):  # answered meanwhile: nothing to end
             end_question(self.s, session, text, code, question_id=question.message_id)
+
+
+def _answer_key(question_id: str) -> str:
+    """The idempotency key the callback's answer to ``question_id`` is posted under."""
+    return f"prompt-{question_id}"
 
 
 def _time_for(remaining_ms: RemainingMs | None, delay: float) -> bool:

@@ -276,7 +276,8 @@ def unconfirmed(monkeypatch, db, fault: Exception, written: bool = True) -> Call
 def test_a_post_whose_write_is_unconfirmed_says_so_and_leaves_no_query_unqueued(
         platform, monkeypatch, written):
     """A post whose write's answer was lost is UNAVAILABLE, saying it may have been posted
-    and that the same post under its key is safe (it was INTERNAL); its message is queued
+    and that the same post under its key is safe (it was INTERNAL), or, without a key, to
+    read the session once its write can no longer land; its message is queued
     either way, so one that was written is answered, and the runner finds nothing to do
     for one that was not."""
     user_id, key = platform.user()
@@ -289,6 +290,8 @@ def test_a_post_whose_write_is_unconfirmed_says_so_and_leaves_no_query_unqueued(
     said = out["errors"][0]["message"]  # sent without a key: none to send it again under
     assert "may have been" in said and f"session {session}" in said
     assert "idempotency key" not in said
+    # A read sooner may miss a write still in flight: the message sent again runs twice.
+    assert "wait 15 s (until its write can no longer land), then read the session" in said
     if written:  # charged once, and queued: the runner answers it
         texts, queued = posted(platform, session)
         assert texts == ["hello"] and len(queued) == 1

@@ -498,7 +498,8 @@ def test_a_callbacks_answer_whose_write_lands_after_the_runner_looked_is_run(
     from codeshot.store.queue import PromptWork
     from codeshot.usecases.prompts import Prompts
 
-    monkeypatch.setattr(session_runner, "LANDING_SECONDS", 2.0)  # the test's patience
+    # The test's patience: the write lands within it, on a loaded machine too.
+    monkeypatch.setattr(session_runner, "LANDING_SECONDS", 5.0)
     agent_id, made = booking
     key, task_id, asked = asked_without_callback(stack, agent_id, "Rui")
     with_callback(stack, task_id, callback.url)
@@ -538,6 +539,77 @@ def test_a_callbacks_answer_whose_write_lands_after_the_runner_looked_is_run(
     _, answered = ap(stack, key, "GET", f"/tasks/{task_id}/steps").json()["steps"]
     assert answered["input"] == "8" and "Booked Rui for 8" in answered["output"]
     assert made[-1:] == ["Rui for 8"] and made.count("Rui for 8") == 1
+
+
+@pytest.mark.parametrize("redeliveries", [1, 2])
+@pytest.mark.parametrize("callback", [[(200, {"prompt_id": "p-4", "status": "resolved",
+                                             "answer": "4"})]], indirect=True)
+def test_a_callbacks_answer_landing_after_the_window_is_run_once(stack, booking, callback,
+                                                                 monkeypatch, redeliveries):
+    """The answer's post timed out, every try (UNAVAILABLE: the exchange is redelivered);
+    the first try's write landed only after its queued copy had waited out the landing
+    window and been dropped. The redelivered exchange found the question answered and
+    did nothing: the answer was written and never run. Queued again by each redelivery
+    that finds it so, it runs once."""
+    from botocore.exceptions import ReadTimeoutError
+
+    from codeshot.errors import Unavailable
+    from codeshot.runner import session_runner
+    from codeshot.store.queue import PromptWork
+    from codeshot.usecases.prompts import Prompts
+
+    monkeypatch.setattr(session_runner, "LANDING_SECONDS", 1.0)  # the window, shortened
+    agent_id, made = booking
+    key, task_id, asked = asked_without_callback(stack, agent_id, "Ines")
+    before = len(made)
+    with_callback(stack, task_id, callback.url)
+    db = stack.services.sessions.db
+    write, held = db.transact_write_items, []
+    dropped = threading.Event()
+
+    def in_flight(request):
+        if not held:  # the first try's write: in flight, it lands later
+            held.append(request)
+        raise ReadTimeoutError(endpoint_url="https://dynamodb.us-east-1.amazonaws.com")
+
+    answer_post_faults(stack, monkeypatch, asked, in_flight)
+    looked = session_runner.SessionRunner._pending
+
+    def pending(self, work, final, landing=True):
+        found = looked(self, work, final, landing)
+        if found is None and landing and f"MSG#{work.message_id}" in str(held):
+            dropped.set()  # waited out the window, found nothing
+        return found
+
+    monkeypatch.setattr(session_runner.SessionRunner, "_pending", pending)
+    queued, enqueue = [], stack.services.queue.enqueue
+
+    def counted(work, again=False):
+        queued.append(work.message_id)
+        enqueue(work, again)
+
+    monkeypatch.setattr(stack.services.queue, "enqueue", counted)
+    work = PromptWork(task_id, asked.message_id, time.time() + 60, "p-4", 1)  # a poll
+    with pytest.raises(Unavailable):  # redelivered by SQS
+        Prompts(stack.services).handle(work)
+    assert dropped.wait(15), "the runner never dropped the first try's copy"
+    answer_id = queued[0]  # the first try's (each try is a message of its own)
+    monkeypatch.setattr(db, "transact_write_items", write)
+    write(**held[0])  # the write lands, after the window
+    for _ in range(redeliveries):
+        Prompts(stack.services).handle(work)
+    deadline = time.monotonic() + 15
+    while ap(stack, key, "GET", f"/tasks/{task_id}").json()["status"] != "completed":
+        assert time.monotonic() < deadline, "the answer was written and never run"
+        time.sleep(0.2)
+    assert queued[3:] == [answer_id] * redeliveries  # a copy per try, and per redelivery
+    time.sleep(1)  # the other copy's turn
+    _, answered = ap(stack, key, "GET", f"/tasks/{task_id}/steps").json()["steps"]
+    assert answered["input"] == "4" and "Booked Ines for 4" in answered["output"]
+    assert made[before:] == ["Ines for 4"]
+    replies = [m for m in stack.services.sessions.list_messages(task_id, limit=50).items
+               if m.in_reply_to == answer_id and m.type.value in ("response", "error")]
+    assert len(replies) == 1, replies  # answered once
 
 
 @pytest.mark.parametrize("callback", [[(200, {"prompt_id": "p-7", "status": "resolved",

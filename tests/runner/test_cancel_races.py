@@ -368,7 +368,6 @@ def test_a_refusal_keeping_the_question_that_sorts_after_the_cancel_reads_cancel
     assert "result" in new and new["result"]["task"]["contextId"] == h, new
 
 
-
 @pytest.mark.parametrize("order", ["QACF", "QAFC", "QCAF", "ACF", "AFC"])
 def test_a_questions_end_closes_the_turn_that_keeps_it_whatever_sorts_first(order):
     """The question Q, an answer A refused keeping Q (F), and Q's end C, in each order

@@ -393,3 +393,49 @@ def test_a_query_closed_because_it_could_not_be_queued_is_never_answered_later(
     replies = [m.type.value for m in platform.services.sessions.all_messages(h)
                if m.in_reply_to == query.message_id]
     assert replies == ["error"]  # not rolled after all
+
+
+@pytest.mark.settings(query_time_budget_seconds=2)
+def test_a_query_that_landed_during_the_wait_gets_its_whole_budget(platform, agents,
+                                                                  monkeypatch):
+    """A copy of a post the store did not confirm waits for its write to land, and it
+    lands: the query runs with its whole budget. The wait came out of it: with a budget
+    under the wait, the query was answered TIMEOUT, its agent never called (and
+    charged)."""
+    from codeshot.runner import session_runner
+
+    monkeypatch.setattr(session_runner, "LANDING_SECONDS", 3.0)
+    _, key = platform.user("lena")
+    dice = register(platform, key, "dice", agents.url + "/dice")
+    h = session(platform, key, frontend=dice)
+    mid = post(platform, key, h, "Roll 1d20")
+    platform.services.queue.receive(wait_seconds=1)  # the post's own copy: not run here
+    looked, seen = SessionRunner._query, []
+
+    def not_there_at_first(self, work, recent):  # the write lands during the wait
+        seen.append(1)
+        return session_runner.MISSING if len(seen) == 1 else looked(self, work, recent)
+
+    monkeypatch.setattr(SessionRunner, "_query", not_there_at_first)
+    calls = len(agents.calls)
+    SessionRunner(platform.services).handle(Work(h, mid, unconfirmed_at=time.time()))
+    [reply] = [m for m in terminal(platform, h) if m.in_reply_to == mid]
+    assert reply.type.value == "response", (reply.error_code, reply.text)
+    assert len(agents.calls) == calls + 1
+
+
+@pytest.mark.parametrize("budget", [30, 120])
+def test_a_wait_before_the_query_comes_out_of_its_records_reserve(budget):
+    """The deadline of a query that started after a 15 s wait: its whole budget while its
+    record's reserve (the longest a record may take) has room for it, else the reserve's
+    end (counted from the record's start), so the invocation keeps the time its next
+    record was promised."""
+    from codeshot.runner.fairness import query_deadline
+    from codeshot.settings import Settings, runner_record_seconds
+
+    settings = Settings(region="us-east-1", query_time_budget_seconds=budget)
+    reserve = runner_record_seconds(budget)
+    now = time.monotonic()
+    deadline = query_deadline(settings, record_start=now - 15)
+    assert deadline == pytest.approx(min(now + budget, now - 15 + reserve), abs=1)
+    assert deadline - now == pytest.approx(30 if budget == 30 else 105, abs=1)
