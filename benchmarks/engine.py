@@ -17,7 +17,8 @@ side. Scores, separately:
 
 Categories: single Func, two Funcs, Ask Agent, Ask User, multi-line answers. Also LLM calls,
 tokens and seconds per query, and how many replies needed a corrective re-prompt; for the
-offline replay, the seconds of one step after a Func's 80 kB reply (it must stay linear).
+offline replay, the seconds of one step after a Func's 80 kB reply (it must stay linear) and
+after a repetitive 9 kB one (its word alignment must stay bounded).
 """
 
 from __future__ import annotations
@@ -36,7 +37,7 @@ from decimal import Decimal, InvalidOperation
 from codeshot.engine.builtin import AgentTool, code_shot_components, planner_components
 from codeshot.engine.components import Command, CommandResult, command
 from codeshot.engine.executor import Executor, Status, TraceStep
-from codeshot.engine.fewshot import Kind, Step, parse_few_shots
+from codeshot.engine.fewshot import FewShot, Kind, Step, parse_few_shots
 from codeshot.engine.grounding import numbers
 from codeshot.errors import InvalidInput
 from codeshot.llm import get_llm
@@ -716,10 +717,32 @@ def long_reply() -> str:
     reply = " + ".join(["3"] * terms) + f" = {3 * terms}"
     transcript = [Step(Kind.Q, "Roll 3d8"), Step(Kind.ASK_FUNC, "8 3", "roll"),
                   Step(Kind.FUNC_SAYS, reply, "roll")]
-    started = time.perf_counter()
-    next_lines(parse_few_shots(DICE.few_shots), transcript)
     return (f"fewshot replay after a Func reply of {len(reply) // 1000} kB: "
-            f"{time.perf_counter() - started:.2f} s")
+            f"{_seconds(parse_few_shots(DICE.few_shots), transcript):.2f} s")
+
+
+WALK = ("Q: How far is the walk?\nAsk Func[distance]: the walk\n"
+        "Func[distance] says: {legs}\nA: The walk is {legs}.")
+
+
+def repetitive_reply() -> str:
+    """The replay's next step after a Func replied 1,000 x "10 miles" where its few-shot
+    replied 200 x "5 miles": difflib's alignment of repetitive words grows with their cube,
+    so the replay aligns MAX_ALIGNED pairs of words at most (it took 3.0 s a step before)."""
+    reply = " ".join(["10 miles"] * 1000)
+    transcript = [Step(Kind.Q, "How far is the walk?"),
+                  Step(Kind.ASK_FUNC, "the walk", "distance"), Step(Kind.FUNC_SAYS, reply, "distance")]
+    walk = parse_few_shots(WALK.format(legs=" ".join(["5 miles"] * 200)))
+    return (f'fewshot replay after a Func reply of 1,000 x "10 miles" ({len(reply) / 1000:.0f} kB) '
+            f'to a few-shot\'s 200 x "5 miles": {_seconds(walk, transcript):.2f} s (3.0 s with '
+            "its alignment unbounded)")
+
+
+def _seconds(few_shots: Sequence[FewShot], transcript: Sequence[Step]) -> float:
+    """The seconds of the replay's next step."""
+    started = time.perf_counter()
+    next_lines(few_shots, transcript)
+    return time.perf_counter() - started
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -743,7 +766,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         results = [run_case(agent, case, llm, reprompt) for agent in agents for case in agent.cases]
         report(label, results, args.verbose)
         if isinstance(llm, FewShotLLM):
-            print(f"\n{long_reply()}")
+            print(f"\n{long_reply()}\n{repetitive_reply()}")
     return 0
 
 

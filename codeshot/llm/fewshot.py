@@ -17,7 +17,9 @@ wherever it stands ("d12", "x3"; not "3pm", "2nd"), or right before a word its A
 receives or "times", so "at 3pm" or "In 2024," elsewhere in a question replays as without
 it), or an example's number in an Ask would take a query's number that stands elsewhere
 ("2" of "in 2 minutes" for the "5" of "5 miles" where the query says "10 miles"), it says
-the example is close but the replay cannot fit that number, where a model would.
+the example is close but the replay cannot fit that number, where a model would. It
+aligns a few-shot's text with the actual one word by word up to MAX_ALIGNED pairs of words:
+past it a Func's reply is carried whole or as returned, and a question is declined.
 Use it for local runs and tests of agents whose queries look like their few-shots; use
 ``bedrock`` or ``openai`` for anything else.
 """
@@ -51,6 +53,10 @@ NEEDS_LLM = ("This agent needs a language model to answer, and the offline fewsh
              "is not one: set CODESHOT_LLM to bedrock or openai.")
 NO_REPLAY = "No replay: "  # a Thought's start: why the replay declined (DECLINES)
 THRESHOLD = 0.4  # below this Dice overlap of content words, an example does not apply
+# The most word pairs (an example text's words times the actual's) the replay aligns: difflib's
+# work on repetitive text grows with their cube (200 x "5 miles" against 1,000 x "10 miles",
+# 9 kB, took 3 to 6 s a step); 200 x 200 words take under 0.1 s, and a few-shot's lines far less.
+MAX_ALIGNED = 40_000
 
 _LETTERS = re.compile(r"[^\W\d_]{2}")  # a word: two letters running (not "18C"'s unit)
 _NUMBER = re.compile(r"\d+(?:[.,]\d+)*")  # a word that is a number: "15", "3.5"
@@ -116,6 +122,7 @@ def word_substitutions(example: str, actual: str) -> dict[str, str]:
     article alone would replace every "a" of a line; nor is one after a function word
     ("Roll me two d20" maps "a d20" -> "two d20" too), nor after other words, which map
     apart ("Throw two" -> "Roll a pair of": "Throw" -> "Roll", "two" -> "a pair of").
+    None past MAX_ALIGNED pairs of words.
     """
     return {old: new for run in _runs(example, actual) for old, new in run.pairs}
 
@@ -162,9 +169,18 @@ class _Run:
         return False
 
 
+def _aligned(left: Sequence[str], right: Sequence[str]) -> bool:
+    """Whether the replay aligns the two texts' words one by one (MAX_ALIGNED)."""
+    return len(left) * len(right) <= MAX_ALIGNED
+
+
 def _runs(example: str, actual: str) -> list[_Run]:
-    """The runs the texts differ in, by alignment of their words."""
+    """The runs the texts differ in, by alignment of their words; none past MAX_ALIGNED (a
+    reply is still replaced whole, and an answer that then holds the example's words is the
+    results as returned)."""
     left, right = _WORD.findall(example), _WORD.findall(actual)
+    if not _aligned(left, right):
+        return []
     # A number before punctuation ("In 2024, ", "Today at 5: ") counts nothing after it.
     loose = {k for k, m in enumerate(_WORD.finditer(actual))
              if _NUMBER.fullmatch(m.group(0)) and _PUNCTUATED.match(actual, m.end())}
@@ -432,6 +448,12 @@ def next_lines(examples: Sequence[FewShot], transcript: Sequence[Step]) -> str:
     turn, score = _nearest(turns, query)
     if score < THRESHOLD:
         return _declined(_missed(turn, score))
+    asked_words, query_words = _WORD.findall(turn[0].text), _WORD.findall(query)
+    if not _aligned(asked_words, query_words):
+        return _declined(f"the question ({len(query_words)} words) is too long to align word "
+                         f'by word with the nearest few-shot, "{turn[0].text}" '
+                         f"({len(asked_words)} words): the replay aligns {MAX_ALIGNED:,} pairs "
+                         "of words at most")
 
     real = [s for s in transcript[q_index + 1 :] if s.kind in SAYS]
     real_replies = [s.text for s in real]

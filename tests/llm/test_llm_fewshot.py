@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+import difflib
 import re
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from types import FrameType
 from typing import Any
 
@@ -504,8 +505,9 @@ def test_a_count_said_otherwise_is_mapped_apart_from_the_words_before_it() -> No
         f'"two six-sided dice": two not in the question\nA: {NO_PLACE}')
 
 
-def lines_run(call: Callable[[], object]) -> int:
-    """How many lines of the replay's code ``call`` runs: its work, counted, not timed."""
+def lines_run(call: Callable[[], object], files: Collection[str] = (fewshot.__file__,)) -> int:
+    """How many lines of the replay's code (or of ``files``) ``call`` runs: its work,
+    counted, not timed."""
     count = 0
 
     def line(frame: FrameType, event: str, arg: Any) -> Any:
@@ -514,7 +516,7 @@ def lines_run(call: Callable[[], object]) -> int:
         return line
 
     def enter(frame: FrameType, event: str, arg: Any) -> Any:
-        return line if frame.f_code.co_filename == fewshot.__file__ else None
+        return line if frame.f_code.co_filename in files else None
 
     sys.settrace(enter)
     try:
@@ -549,3 +551,45 @@ def test_the_replay_of_a_text_twice_as_long_does_twice_the_work(
     count (three words at most), each number of an example rescanned the whole reply."""
     once, twice = (lines_run(lambda n=n: replay(n)) for n in (1000, 2000))
     assert twice < 2.2 * once, (once, twice)  # was 3.9 times
+
+
+ALIGNING = (fewshot.__file__, difflib.__file__)  # the replay's work and its alignment's
+
+
+def walked(n: int) -> str:
+    """The replay's answer after a Func replied 5 * n times "10 miles" where its few-shot
+    replied n times "5 miles"."""
+    legs = " ".join(["5 miles"] * n)
+    walk = parse_few_shots(f"Q: How far is the walk?\nAsk Func[distance]: the walk\n"
+                           f"Func[distance] says: {legs}\nA: The walk is {legs}.")
+    return next_lines(walk, [Step(Kind.Q, "How far is the walk?"),
+                             Step(Kind.ASK_FUNC, "the walk", "distance"),
+                             Step(Kind.FUNC_SAYS, " ".join(["10 miles"] * 5 * n), "distance")])
+
+
+def test_a_long_repetitive_reply_is_replaced_whole_not_aligned_word_by_word() -> None:
+    """A few-shot's reply of 200 x "5 miles" against a Func's 1,000 x "10 miles" (9 kB)
+    took 3 to 6 s of the runner's CPU per replay step: difflib's alignment of repetitive words
+    grows with their cube. The answer carries the reply whole, as it did."""
+    once, twice = (lines_run(lambda n=n: walked(n), ALIGNING) for n in (50, 100))
+    assert twice < 2.2 * once, (once, twice)  # was 7.8 times
+    assert walked(200) == "A: The walk is " + " ".join(["10 miles"] * 1000) + "."
+
+
+def test_a_question_too_long_to_align_with_its_few_shot_is_declined_saying_why() -> None:
+    """The same alignment of a long question against a long few-shot question: the replay
+    declines, as for a question it has no example for, and its Thought says why."""
+
+    def asked(n: int) -> str:
+        walk = "Walk " + " ".join(["5 miles"] * (n // 16))
+        legs = parse_few_shots(f"Q: {walk}\nAsk Func[walk]: 5 miles\nFunc[walk] says: done\n"
+                               "A: Walked.")
+        return next_lines(legs, [Step(Kind.Q, "Walk " + " ".join(["10 miles"] * n))])
+
+    once, twice = (lines_run(lambda n=n: asked(n), ALIGNING) for n in (400, 800))
+    assert twice < 2.2 * once, (once, twice)  # was 7.4 times
+    walk = "Walk " + " ".join(["5 miles"] * 50)
+    assert asked(800) == (
+        "Thought: No replay: the question (1601 words) is too long to align word by word with "
+        f'the nearest few-shot, "{walk}" (101 words): the replay aligns 40,000 pairs of '
+        f"words at most\nA: {CANT_HELP}")
