@@ -190,8 +190,8 @@ def s3_call(method: str, path: str, query: dict[str, list[str]], headers: Any) -
     if len(names) > 1:
         raise Unmapped(f"s3 object request {method} ?{'&'.join(sorted(query))}")
     subresource = next(iter(names), "")
-    source = _copy_source(headers.get("x-amz-copy-source"), signed) if method == "PUT" \
-        else ()
+    source = _copy_source(s3_header(headers, query, "x-amz-copy-source"), signed) \
+        if method == "PUT" else ()
     if (method, subresource) in MULTIPART_WRITES:
         put = Check("s3:PutObject", object_arn, signed | (
             s3_put_context(headers, query, creates=MULTIPART_WRITES[method, subresource])))
@@ -293,7 +293,8 @@ def _also_sets(put: Check, headers: Any, query: Mapping[str, list[str]], *,
 
 def _copy_source(header: str | None, signed: Mapping[str, Values]) -> tuple[Check, ...]:
     """The read of a copy's source (CopyObject, UploadPartCopy): ``/bucket/key``, with
-    ``?versionId=`` a read of that version."""
+    ``?versionId=`` a read of that version. A header, or a presigned URL's parameter (as
+    its other ``x-amz-*`` ones: read, so that it cannot pass unchecked either way)."""
     if not header:
         return ()
     path, _, parameters = header.partition("?")

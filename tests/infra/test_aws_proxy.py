@@ -329,6 +329,18 @@ def test_a_copy_reads_its_source_s_version():
         ("s3:PutObject", BUCKET + "/b"), ("s3:GetObject", BUCKET + "/a")]
 
 
+def test_a_presigned_copy_source_is_read_too():
+    """A presigned PUT with ``x-amz-copy-source`` as a parameter: a role that may write
+    uploads/ but not read private/ may not copy private/x there."""
+    role = Principal("api", "api", [policy({
+        "Effect": "Allow", "Action": ["s3:GetObject", "s3:PutObject"],
+        "Resource": BUCKET + "/uploads/*"})])
+    call = s3_call("PUT", "/embeds/uploads/a", {"x-amz-copy-source": ["/embeds/private/x"]},
+                   Message())
+    assert [c.action for c in call.checks] == ["s3:PutObject", "s3:GetObject"]
+    assert not authorize(role, call.checks[1]).allowed
+
+
 @pytest.mark.parametrize(("method", "query", "headers", "expected"), [
     ("PUT", {}, {"x_amz_tagging": "owner=mallory"}, ["s3:PutObject", "s3:PutObjectTagging"]),
     ("PUT", {}, {"x_amz_acl": "public-read"}, ["s3:PutObject", "s3:PutObjectAcl"]),
