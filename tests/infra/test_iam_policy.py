@@ -141,6 +141,42 @@ def test_a_policy_variable_s_default_stands_for_an_absent_key():
     assert not ask([grant(), deny], nobody)[0]
 
 
+def test_a_resource_with_a_variable_the_request_does_not_carry_widens_nothing():
+    """IAM: a key "not present ... any attempt to match it fails and causes the statement
+    to be invalid". A role carries no aws:username: a NotResource naming it must not make
+    the Allow grant every other object, nor one of several Resources the rest of them."""
+    nobody: dict[str, tuple[str, ...]] = {"aws:username": ()}
+    secret = BUCKET + "/private/alice/secret"
+
+    def get(statement: dict[str, Any], resource_policies: list[dict[str, Any]] | None = None
+            ) -> tuple[bool, str]:
+        return ask([{"Statement": [{"Effect": "Allow", "Action": "s3:GetObject"} | statement]}],
+                   nobody, action="s3:GetObject", resource=secret,
+                   resource_policies=resource_policies)
+
+    allowed, reason = get({"NotResource": BUCKET + "/private/${aws:username}/*"})
+    assert not allowed
+    assert "aws:username" in reason
+    assert not get({"Resource": [BUCKET + "/home/${aws:username}/*", BUCKET + "/private/*"]})[0]
+    assert not get({"Resource": BUCKET + "/home/${aws:username}/*"})[0]
+    # a Deny that could apply refuses; one that applies to no reading of it does not
+    deny = {"Statement": [{"Effect": "Deny", "Principal": "*", "Action": "s3:GetObject",
+                           "NotResource": BUCKET + "/home/${aws:username}/*"}]}
+    assert not get({"Resource": BUCKET + "/*"}, [deny])[0]
+    deny["Statement"][0]["NotResource"] = [deny["Statement"][0]["NotResource"], secret]
+    assert get({"Resource": BUCKET + "/*"}, [deny])[0]
+
+
+def test_a_string_condition_s_unresolved_value_is_not_dropped_to_allow():
+    """``StringLike: ["${aws:username}/*", "public/*"]`` without a user name: IAM reads the
+    statement as invalid, so reading it as ``public/*`` alone would widen the Allow."""
+    condition = {"StringLike": {"s3:prefix": ["${aws:username}/*", "public/*"]}}
+    allowed, reason = ask([grant(condition)], {"aws:username": (), "s3:prefix": ("public/a",)})
+    assert not allowed
+    assert "StringLike" in reason
+    assert allows(condition, {"aws:username": ("bob",), "s3:prefix": ("public/a",)})
+
+
 def test_a_wildcard_within_a_part_of_an_arn_does_not_cross_its_colons():
     """IAM: "if the * wildcard is the last character of a resource ARN segment, it can
     expand to match beyond the colon boundaries": one that is not, cannot."""
