@@ -176,8 +176,13 @@ def _resource_matches(statement: Mapping[str, Any], request: Request) -> bool:
         return False
     patterns = [_substitute(pattern, request.context)
                 for pattern in _listed(statement[element])]
-    if any(p is not None and _glob(p, arn=True).fullmatch(request.resource)
-           for p in patterns) == negated:
+    readings = {any(p is not None and _glob(p, arn=arn).fullmatch(request.resource)
+                    for p in patterns) for arn in (True, False)}
+    if len(readings) > 1:
+        raise Undetermined(f"{element} {statement[element]!r}: a wildcard within a part of "
+                           f"the ARN meets a ':' of {request.resource}, which IAM does not "
+                           "say whether it crosses")
+    if readings.pop() == negated:
         return False
     if None in patterns:
         raise Undetermined(f"{element} {statement[element]!r}: a policy variable the request "
@@ -193,10 +198,11 @@ Pattern = tuple[str, ...]
 
 @cache
 def _glob(pattern: Pattern, *, arn: bool = False) -> re.Pattern[str]:
-    """The wildcards of the policy's own text. In a resource ARN (``arn``) a ``*`` stays
-    within its part, but for one that ends a part (IAM: "if the * wildcard is the last
-    character of a resource ARN segment, it can expand to match beyond the colon
-    boundaries")."""
+    """The wildcards of the policy's own text. In a resource ARN (``arn``) a ``*`` or ``?``
+    stays within its part, but for a ``*`` that ends a part (IAM: "if the * wildcard is the
+    last character of a resource ARN segment, it can expand to match beyond the colon
+    boundaries"). IAM does not say whether one within a part crosses a ``:`` in a key:
+    a Resource is matched both ways."""
     text, regex, at = "".join(pattern), [], 0
     for place, piece in enumerate(pattern):
         for char in piece:
@@ -204,7 +210,7 @@ def _glob(pattern: Pattern, *, arn: bool = False) -> re.Pattern[str]:
             if place % 2 or char not in "*?":
                 regex.append(re.escape(char))
             elif char == "?":
-                regex.append(".")
+                regex.append("[^:]" if arn else ".")
             else:
                 regex.append(".*" if not arn or text[at:at + 1] in ("", ":") else "[^:]*")
     return re.compile("".join(regex), re.DOTALL)

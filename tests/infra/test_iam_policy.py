@@ -177,9 +177,10 @@ def test_a_string_condition_s_unresolved_value_is_not_dropped_to_allow():
     assert allows(condition, {"aws:username": ("bob",), "s3:prefix": ("public/a",)})
 
 
-def test_a_wildcard_within_a_part_of_an_arn_does_not_cross_its_colons():
+def test_a_wildcard_within_a_part_of_an_arn_decides_nothing_at_its_colons():
     """IAM: "if the * wildcard is the last character of a resource ARN segment, it can
-    expand to match beyond the colon boundaries": one that is not, cannot."""
+    expand to match beyond the colon boundaries"; of one that is not, it does not say
+    whether it can: where that decides, the rehearsal refuses."""
     model = "arn:aws:bedrock:us-east-1::foundation-model/anthropic.claude-v1:0"
 
     def on(resource: str) -> bool:
@@ -191,6 +192,21 @@ def test_a_wildcard_within_a_part_of_an_arn_does_not_cross_its_colons():
     assert on("arn:aws:bedrock:us-east-1::foundation-model/*-v1:0")
     assert not on("arn:aws:bedrock:us-east-1::foundation-model/*-v1*0")
     assert not on("arn:aws:bedrock:us-east-1*foundation-model/anthropic.claude-v1:0")
+    assert not on("arn:aws:bedrock:us-east-1::foundation-model/*-v1?0")
+    # a Deny of embeds/*/secret: a key 'a:b/secret' may be what it denies
+    deny = {"Statement": [{"Effect": "Deny", "Principal": "*", "Action": "s3:GetObject",
+                           "Resource": BUCKET + "/*/secret"}]}
+    objects = grant(action="s3:GetObject", resource=BUCKET + "/*")
+
+    def get(key: str) -> tuple[bool, str]:
+        return ask([objects], {}, action="s3:GetObject", resource=f"{BUCKET}/{key}",
+                   resource_policies=[deny])
+
+    allowed, reason = get("a:b/secret")
+    assert not allowed
+    assert "a:b/secret" in reason
+    assert not get("a/secret")[0]
+    assert get("a:b/public")[0]
 
 
 def test_a_key_the_rehearsal_does_not_derive_refuses_naming_it():
