@@ -224,13 +224,28 @@ def _like(pattern: Pattern, value: str) -> bool:
     return _glob(pattern).fullmatch(value) is not None
 
 
-def _arn_like(pattern: str, value: str) -> bool:
+def _arn_like(pattern: Pattern, value: str) -> bool:
     """ArnLike: the six parts compared each with wildcards (a ``*`` stays in its part)."""
-    if pattern == "*":
+    if pattern == ("*",):
         return True
-    parts, values = pattern.split(":", 5), value.split(":", 5)
+    parts, values = _arn_parts(pattern), value.split(":", 5)
     return len(parts) == len(values) == 6 and all(
-        _like((part,), actual) for part, actual in zip(parts, values))
+        _like(part, actual) for part, actual in zip(parts, values))
+
+
+def _arn_parts(pattern: Pattern) -> list[Pattern]:
+    """An ARN after its policy variables, split at its colons into (at most) six parts,
+    each still telling the policy's text from the variables' values (as ``Pattern``)."""
+    parts: list[list[str]] = [[""]]
+    for place, piece in enumerate(pattern):
+        for index, text in enumerate(piece.split(":", 6 - len(parts))):
+            if index:
+                parts.append([""])
+            if len(parts[-1]) % 2 != place % 2:  # the same kind as the part's last piece
+                parts[-1][-1] += text
+            else:
+                parts[-1].append(text)
+    return [tuple(part) for part in parts]
 
 
 VARIABLE = re.compile(r"\$\{([^}]+)\}")
@@ -313,14 +328,16 @@ OPERATORS: dict[str, tuple[Callable[[Pattern, str], bool], bool]] = {
     "NumericGreaterThanEquals": (_plain(_numbers(lambda a, e: a >= e)), False),
     "Bool": (_plain(_bool_equals), False),
     "BinaryEquals": (_plain(_string_equals), False),
-    "ArnEquals": (_plain(_arn_like), False),
-    "ArnLike": (_plain(_arn_like), False),
-    "ArnNotEquals": (_plain(_arn_like), True),
-    "ArnNotLike": (_plain(_arn_like), True),
+    "ArnEquals": (_arn_like, False),
+    "ArnLike": (_arn_like, False),
+    "ArnNotEquals": (_arn_like, True),
+    "ArnNotLike": (_arn_like, True),
     "IpAddress": (_plain(_in_network), False),
     "NotIpAddress": (_plain(_in_network), True),
 }
-STRING_OPERATORS = frozenset(op for op in OPERATORS if op.startswith("String"))
+# IAM: "a policy variable for Condition values in any condition that involves the string
+# operators or the ARN operators"
+SUBSTITUTING = frozenset(op for op in OPERATORS if op.startswith(("String", "Arn")))
 
 
 def _condition_holds(condition: Mapping[str, Mapping[str, Any]], context: Context) -> bool:
@@ -353,7 +370,7 @@ def _holds(operator: str, key: str, expected: Values, context: Context) -> bool:
         return any((value.lower() == "true") == (not actual) for value in expected)
     match, negated = OPERATORS[base]
     resolved: list[Pattern | None] = [
-        _substitute(e, context) if base in STRING_OPERATORS else (e,) for e in expected]
+        _substitute(e, context) if base in SUBSTITUTING else (e,) for e in expected]
     patterns = tuple(p for p in resolved if p is not None)
 
     def one(value: str) -> bool:

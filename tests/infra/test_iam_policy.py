@@ -128,6 +128,25 @@ def test_a_policy_variable_is_the_request_s_value():
     assert not ask([objects], mine, action="s3:GetObject", resource=BUCKET + "/home/bob/a")[0]
 
 
+def test_an_arn_condition_s_policy_variable_is_the_request_s_value():
+    """IAM: "a policy variable for Condition values in any condition that involves the
+    string operators or the ARN operators": a Deny of the caller's own account's api role,
+    written with ${aws:PrincipalAccount}, applies; an ArnNotLike Allow of every other
+    account's roles does not allow this one's."""
+    mine = {"aws:principalarn": (ROLE,), "aws:principalaccount": ("123456789012",)}
+    own_role = "arn:aws:iam::${aws:PrincipalAccount}:role/api"
+    deny = {"Statement": [{"Effect": "Deny", "Principal": "*", "Action": "dynamodb:*",
+                           "Resource": "*",
+                           "Condition": {"ArnLike": {"aws:PrincipalArn": own_role}}}]}
+    assert not ask([grant()], mine, resource_policies=[deny])[0]
+    assert ask([grant()], mine | {"aws:principalaccount": ("999999999999",)},
+               resource_policies=[deny])[0]
+    others = {"ArnNotLike": {"aws:PrincipalArn": "arn:aws:iam::${aws:PrincipalAccount}:role/*"}}
+    assert not ask([grant(others)], mine)[0]
+    assert allows({"ArnEquals": {"aws:SourceArn": "${aws:PrincipalArn}"}},
+                  mine | {"aws:sourcearn": (ROLE,)})
+
+
 def test_a_policy_variable_s_default_stands_for_an_absent_key():
     """IAM: ``${key, 'default'}`` is ``default`` where the request does not carry key."""
     home = grant(action="s3:GetObject", resource=BUCKET + "/home/${aws:username, 'shared'}/*")
