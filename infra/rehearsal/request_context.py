@@ -184,8 +184,9 @@ def s3_put_context(headers: Any, query: Mapping[str, list[str]], *, creates: boo
 
 def s3_header(headers: Any, query: Mapping[str, list[str]], name: str) -> str | None:
     """An ``x-amz-*`` header, or the presigned URL's parameter of that name (S3 reads
-    either)."""
-    return headers.get(name) or _first(query, name)
+    either; in any case, as a header's, so that no spelling passes unchecked)."""
+    return headers.get(name) or next(
+        (values[0] for key, values in query.items() if key.lower() == name and values), None)
 
 
 def _first(query: Mapping[str, list[str]], name: str) -> str | None:

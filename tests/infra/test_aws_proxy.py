@@ -345,6 +345,7 @@ def test_a_presigned_copy_source_is_read_too():
     ("PUT", {}, {"x_amz_tagging": "owner=mallory"}, ["s3:PutObject", "s3:PutObjectTagging"]),
     ("PUT", {}, {"x_amz_acl": "public-read"}, ["s3:PutObject", "s3:PutObjectAcl"]),
     ("PUT", {"x-amz-acl": ["public-read"]}, {}, ["s3:PutObject", "s3:PutObjectAcl"]),
+    ("PUT", {"X-Amz-Tagging": ["k=v"]}, {}, ["s3:PutObject", "s3:PutObjectTagging"]),
     ("PUT", {}, {"x_amz_grant_read": "uri=http://acs.amazonaws.com/groups/global/AllUsers"},
      ["s3:PutObject", "s3:PutObjectAcl"]),
     ("PUT", {}, {"x_amz_object_lock_mode": "GOVERNANCE",
