@@ -44,6 +44,7 @@ from infra.rehearsal.request_context import (
     dynamodb_context,
     global_context,
     s3_context,
+    s3_header,
     s3_list_context,
     s3_put_context,
 )
@@ -189,22 +190,30 @@ def s3_call(method: str, path: str, query: dict[str, list[str]], headers: Any) -
     if len(names) > 1:
         raise Unmapped(f"s3 object request {method} ?{'&'.join(sorted(query))}")
     subresource = next(iter(names), "")
-    source = _copy_source(headers.get("x-amz-copy-source"), signed) if method == "PUT" \
-        else ()
+    source = _copy_source(s3_header(headers, query, "x-amz-copy-source"), signed) \
+        if method == "PUT" else ()
     if (method, subresource) in MULTIPART_WRITES:
-        return Call("s3", "MultipartUpload", (Check("s3:PutObject", object_arn, signed | (
-            s3_put_context(headers, query, creates=MULTIPART_WRITES[method, subresource]))),
-            *source))
+        put = Check("s3:PutObject", object_arn, signed | (
+            s3_put_context(headers, query, creates=MULTIPART_WRITES[method, subresource])))
+        # only the upload's start sets the object's tags, ACL and lock (parts carry none)
+        return Call("s3", "MultipartUpload", (put, *source, *(_also_sets(
+            put, headers, query, copy=False) if subresource == "uploads" else ())))
     if method == "PUT" and not subresource:
-        return Call("s3", "CopyObject" if source else "PutObject", (Check(
-            "s3:PutObject", object_arn, signed | s3_put_context(
-                headers, query, creates=True, copy=bool(source))), *source))
+        put = Check("s3:PutObject", object_arn, signed | s3_put_context(
+            headers, query, creates=True, copy=bool(source)))
+        return Call("s3", "CopyObject" if source else "PutObject", (
+            put, *source, *_also_sets(put, headers, query, copy=bool(source))))
     known = OBJECT_SUBRESOURCES.get((method, subresource))
     if known is None:
         raise Unmapped(f"s3 object request {method} ?{subresource}")
     operation, actions, of_version = known
+    # DeleteObject: "To use this header, you must have the s3:BypassGovernanceRetention
+    # permission" (S3 API reference; the same for PutObjectRetention)
+    bypass = ("s3:BypassGovernanceRetention",) if s3_header(
+        headers, query, "x-amz-bypass-governance-retention") and (method, subresource) in (
+        ("DELETE", ""), ("PUT", "retention")) else ()
     return Call("s3", operation, tuple(Check(action, object_arn, signed) for action in (
-        of_version if "versionId" in query else actions)))
+        of_version if "versionId" in query else actions) + bypass))
 
 
 # An object request's parameters that name no other operation (its other ones but the
@@ -252,9 +261,40 @@ OBJECT_SUBRESOURCES: dict[tuple[str, str], tuple[str, Values, Values]] = {
 }
 
 
+# A write's headers (or a presigned URL's parameters) that set what AWS authorizes as an
+# action of its own. PutObject: "To successfully set the tag-set with your PutObject request,
+# you must have the s3:PutObjectTagging" (and s3:PutObjectAcl for its ACL); Object Lock's
+# retention and legal hold are s3:PutObjectRetention and s3:PutObjectLegalHold.
+SETTING_HEADERS = {
+    "x-amz-tagging": "s3:PutObjectTagging", "x-amz-acl": "s3:PutObjectAcl",
+    "x-amz-grant-read": "s3:PutObjectAcl", "x-amz-grant-read-acp": "s3:PutObjectAcl",
+    "x-amz-grant-write-acp": "s3:PutObjectAcl", "x-amz-grant-full-control": "s3:PutObjectAcl",
+    "x-amz-object-lock-mode": "s3:PutObjectRetention",
+    "x-amz-object-lock-retain-until-date": "s3:PutObjectRetention",
+    "x-amz-object-lock-legal-hold": "s3:PutObjectLegalHold"}
+# Object Lock's event hold: IAM documents no action for it, so the rehearsal cannot check it.
+EVENT_HOLD = "x-amz-object-lock-event-hold"
+
+
+def _also_sets(put: Check, headers: Any, query: Mapping[str, list[str]], *,
+               copy: bool) -> tuple[Check, ...]:
+    """The actions a put, a copy or a multipart upload's start also needs for what its
+    headers set, each on the object with the put's keys. A copy that replaces its source's
+    tags sets them (``x-amz-tagging-directive: REPLACE``, even to none)."""
+    if any(name.lower().startswith(EVENT_HOLD) for name in [*headers.keys(), *query]):
+        raise Unmapped(f"s3 write with an {EVENT_HOLD} header")
+    replaces = copy and (s3_header(headers, query, "x-amz-tagging-directive") or "").upper() \
+        == "REPLACE"
+    actions = dict.fromkeys(action for name, action in SETTING_HEADERS.items()
+                            if s3_header(headers, query, name) or (
+                                replaces and action == "s3:PutObjectTagging"))
+    return tuple(Check(action, put.resource, put.context) for action in actions)
+
+
 def _copy_source(header: str | None, signed: Mapping[str, Values]) -> tuple[Check, ...]:
     """The read of a copy's source (CopyObject, UploadPartCopy): ``/bucket/key``, with
-    ``?versionId=`` a read of that version."""
+    ``?versionId=`` a read of that version. A header, or a presigned URL's parameter (as
+    its other ``x-amz-*`` ones: read, so that it cannot pass unchecked either way)."""
     if not header:
         return ()
     path, _, parameters = header.partition("?")

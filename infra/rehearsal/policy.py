@@ -100,12 +100,19 @@ def _listed(value: Any) -> Values:
 def _applies(statement: Mapping[str, Any], request: Request, of_resource: bool) -> bool:
     if not _matches_either(statement, "Action", _listed, request.action, _action_match):
         return False
-    if not _matches_either(statement, "Resource", _listed, request.resource,
-                           lambda pattern, arn: _like_all(pattern, arn, request.context)):
-        return False
+    unsure = None  # the resource may match: decided only if nothing else makes it false
+    try:
+        if not _resource_matches(statement, request):
+            return False
+    except Undetermined as exc:
+        unsure = exc
     if of_resource and not _names_caller(statement, request):
         return False
-    return _condition_holds(statement.get("Condition") or {}, request.context)
+    if not _condition_holds(statement.get("Condition") or {}, request.context):
+        return False
+    if unsure:
+        raise unsure
+    return True
 
 
 def _matches_either(statement: Mapping[str, Any], element: str,
@@ -158,10 +165,29 @@ def _principal_match(pattern: str, arn: str, account: str) -> bool:
         "*", arn, account, f"arn:{arn.split(':')[1]}:iam::{account}:root")
 
 
-def _like_all(pattern: str, value: str, context: Context) -> bool:
-    """A Resource, after its policy variables."""
-    resolved = _substitute(pattern, context)
-    return resolved is not None and _glob(resolved, arn=True).fullmatch(value) is not None
+def _resource_matches(statement: Mapping[str, Any], request: Request) -> bool:
+    """Resource or NotResource covers the request's resource, after its policy variables.
+    One the request does not carry (with no default) makes the statement invalid ("any
+    attempt to match it fails and causes the statement to be invalid"): where the others
+    would make the statement apply, the rehearsal cannot tell which."""
+    negated = "Resource" not in statement
+    element = "NotResource" if negated else "Resource"
+    if element not in statement:
+        return False
+    patterns = [_substitute(pattern, request.context)
+                for pattern in _listed(statement[element])]
+    readings = {any(p is not None and _glob(p, arn=arn).fullmatch(request.resource)
+                    for p in patterns) for arn in (True, False)}
+    if len(readings) > 1:
+        raise Undetermined(f"{element} {statement[element]!r}: a wildcard within a part of "
+                           f"the ARN meets a ':' of {request.resource}, which IAM does not "
+                           "say whether it crosses")
+    if readings.pop() == negated:
+        return False
+    if None in patterns:
+        raise Undetermined(f"{element} {statement[element]!r}: a policy variable the request "
+                           "does not carry, which makes the statement invalid in IAM")
+    return True
 
 
 # A policy's string after its variables: the policy's own text at even places, where ``*``
@@ -172,10 +198,11 @@ Pattern = tuple[str, ...]
 
 @cache
 def _glob(pattern: Pattern, *, arn: bool = False) -> re.Pattern[str]:
-    """The wildcards of the policy's own text. In a resource ARN (``arn``) a ``*`` stays
-    within its part, but for one that ends a part (IAM: "if the * wildcard is the last
-    character of a resource ARN segment, it can expand to match beyond the colon
-    boundaries")."""
+    """The wildcards of the policy's own text. In a resource ARN (``arn``) a ``*`` or ``?``
+    stays within its part, but for a ``*`` that ends a part (IAM: "if the * wildcard is the
+    last character of a resource ARN segment, it can expand to match beyond the colon
+    boundaries"). IAM does not say whether one within a part crosses a ``:`` in a key:
+    a Resource is matched both ways."""
     text, regex, at = "".join(pattern), [], 0
     for place, piece in enumerate(pattern):
         for char in piece:
@@ -183,7 +210,7 @@ def _glob(pattern: Pattern, *, arn: bool = False) -> re.Pattern[str]:
             if place % 2 or char not in "*?":
                 regex.append(re.escape(char))
             elif char == "?":
-                regex.append(".")
+                regex.append("[^:]" if arn else ".")
             else:
                 regex.append(".*" if not arn or text[at:at + 1] in ("", ":") else "[^:]*")
     return re.compile("".join(regex), re.DOTALL)
@@ -197,13 +224,28 @@ def _like(pattern: Pattern, value: str) -> bool:
     return _glob(pattern).fullmatch(value) is not None
 
 
-def _arn_like(pattern: str, value: str) -> bool:
+def _arn_like(pattern: Pattern, value: str) -> bool:
     """ArnLike: the six parts compared each with wildcards (a ``*`` stays in its part)."""
-    if pattern == "*":
+    if pattern == ("*",):
         return True
-    parts, values = pattern.split(":", 5), value.split(":", 5)
+    parts, values = _arn_parts(pattern), value.split(":", 5)
     return len(parts) == len(values) == 6 and all(
-        _like((part,), actual) for part, actual in zip(parts, values))
+        _like(part, actual) for part, actual in zip(parts, values))
+
+
+def _arn_parts(pattern: Pattern) -> list[Pattern]:
+    """An ARN after its policy variables, split at its colons into (at most) six parts,
+    each still telling the policy's text from the variables' values (as ``Pattern``)."""
+    parts: list[list[str]] = [[""]]
+    for place, piece in enumerate(pattern):
+        for index, text in enumerate(piece.split(":", 6 - len(parts))):
+            if index:
+                parts.append([""])
+            if len(parts[-1]) % 2 != place % 2:  # the same kind as the part's last piece
+                parts[-1][-1] += text
+            else:
+                parts[-1].append(text)
+    return [tuple(part) for part in parts]
 
 
 VARIABLE = re.compile(r"\$\{([^}]+)\}")
@@ -213,7 +255,7 @@ DEFAULT = re.compile(r"'[^']*'")
 def _substitute(text: str, context: Context) -> Pattern | None:
     """Policy variables (``${aws:username}``) from the request, or their default
     (``${aws:username, 'anyone'}``) where the request does not carry the key; None where
-    it does not and there is none (the element then matches nothing)."""
+    it does not and there is none (IAM: the statement is then invalid)."""
     pieces = VARIABLE.split(text)
     for place in range(1, len(pieces), 2):
         name = pieces[place]
@@ -286,14 +328,16 @@ OPERATORS: dict[str, tuple[Callable[[Pattern, str], bool], bool]] = {
     "NumericGreaterThanEquals": (_plain(_numbers(lambda a, e: a >= e)), False),
     "Bool": (_plain(_bool_equals), False),
     "BinaryEquals": (_plain(_string_equals), False),
-    "ArnEquals": (_plain(_arn_like), False),
-    "ArnLike": (_plain(_arn_like), False),
-    "ArnNotEquals": (_plain(_arn_like), True),
-    "ArnNotLike": (_plain(_arn_like), True),
+    "ArnEquals": (_arn_like, False),
+    "ArnLike": (_arn_like, False),
+    "ArnNotEquals": (_arn_like, True),
+    "ArnNotLike": (_arn_like, True),
     "IpAddress": (_plain(_in_network), False),
     "NotIpAddress": (_plain(_in_network), True),
 }
-STRING_OPERATORS = frozenset(op for op in OPERATORS if op.startswith("String"))
+# IAM: "a policy variable for Condition values in any condition that involves the string
+# operators or the ARN operators"
+SUBSTITUTING = frozenset(op for op in OPERATORS if op.startswith(("String", "Arn")))
 
 
 def _condition_holds(condition: Mapping[str, Mapping[str, Any]], context: Context) -> bool:
@@ -325,25 +369,27 @@ def _holds(operator: str, key: str, expected: Values, context: Context) -> bool:
     if base == "Null":  # "true": the request must not carry the key
         return any((value.lower() == "true") == (not actual) for value in expected)
     match, negated = OPERATORS[base]
-    if base in STRING_OPERATORS:
-        resolved = [_substitute(e, context) for e in expected]
-        if negated and None in resolved:  # dropping the value would make it hold
-            raise Undetermined(f"{operator} on {key}: a policy variable the request does "
-                               "not carry, which IAM does not say how it reads")
-        patterns = tuple(p for p in resolved if p is not None)
-    else:
-        patterns = tuple((e,) for e in expected)
+    resolved: list[Pattern | None] = [
+        _substitute(e, context) if base in SUBSTITUTING else (e,) for e in expected]
+    patterns = tuple(p for p in resolved if p is not None)
 
     def one(value: str) -> bool:
         return any(match(p, value) for p in patterns) != negated
 
     if qualifier == "ForAllValues":
-        return all(map(one, actual))
-    if qualifier == "ForAnyValue":
-        return any(map(one, actual)) or (if_exists and not actual)
-    if not actual:
-        return if_exists or negated
-    if len(actual) > 1:
+        holds = all(map(one, actual))
+    elif qualifier == "ForAnyValue":
+        holds = any(map(one, actual)) or (if_exists and not actual)
+    elif not actual:
+        holds = if_exists or negated
+    elif len(actual) > 1:
         raise Undetermined(f"condition key {key} has several values in this request: "
                            f"{operator} needs ForAllValues or ForAnyValue")
-    return one(actual[0])
+    else:
+        holds = one(actual[0])
+    # A value with a variable the request does not carry makes the statement invalid in
+    # IAM; read without that value, the condition holds: IAM does not say which.
+    if holds and None in resolved:
+        raise Undetermined(f"{operator} on {key}: a policy variable the request does not "
+                           "carry, without which it would hold")
+    return holds

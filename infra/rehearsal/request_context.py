@@ -177,9 +177,16 @@ def s3_put_context(headers: Any, query: Mapping[str, list[str]], *, creates: boo
     creates the object (PutObject, CopyObject, CompleteMultipartUpload:
     ``s3:ObjectCreationOperation``; not a multipart upload's start or its parts)."""
     names = PUT_HEADERS + (COPY_HEADERS if copy else ())
-    return {f"s3:{name}": _present(headers.get(name) or (
-        _first(query, name) if name.startswith("x-amz-") else None))
-            for name in names} | {"s3:ObjectCreationOperation": (str(creates).lower(),)}
+    return {f"s3:{name}": _present(s3_header(headers, query, name) if name.startswith(
+        "x-amz-") else headers.get(name)) for name in names} | {
+        "s3:ObjectCreationOperation": (str(creates).lower(),)}
+
+
+def s3_header(headers: Any, query: Mapping[str, list[str]], name: str) -> str | None:
+    """An ``x-amz-*`` header, or the presigned URL's parameter of that name (S3 reads
+    either; in any case, as a header's, so that no spelling passes unchecked)."""
+    return headers.get(name) or next(
+        (values[0] for key, values in query.items() if key.lower() == name and values), None)
 
 
 def _first(query: Mapping[str, list[str]], name: str) -> str | None:

@@ -329,6 +329,55 @@ def test_a_copy_reads_its_source_s_version():
         ("s3:PutObject", BUCKET + "/b"), ("s3:GetObject", BUCKET + "/a")]
 
 
+def test_a_presigned_copy_source_is_read_too():
+    """A presigned PUT with ``x-amz-copy-source`` as a parameter: a role that may write
+    uploads/ but not read private/ may not copy private/x there."""
+    role = Principal("api", "api", [policy({
+        "Effect": "Allow", "Action": ["s3:GetObject", "s3:PutObject"],
+        "Resource": BUCKET + "/uploads/*"})])
+    call = s3_call("PUT", "/embeds/uploads/a", {"x-amz-copy-source": ["/embeds/private/x"]},
+                   Message())
+    assert [c.action for c in call.checks] == ["s3:PutObject", "s3:GetObject"]
+    assert not authorize(role, call.checks[1]).allowed
+
+
+@pytest.mark.parametrize(("method", "query", "headers", "expected"), [
+    ("PUT", {}, {"x_amz_tagging": "owner=mallory"}, ["s3:PutObject", "s3:PutObjectTagging"]),
+    ("PUT", {}, {"x_amz_acl": "public-read"}, ["s3:PutObject", "s3:PutObjectAcl"]),
+    ("PUT", {"x-amz-acl": ["public-read"]}, {}, ["s3:PutObject", "s3:PutObjectAcl"]),
+    ("PUT", {"X-Amz-Tagging": ["k=v"]}, {}, ["s3:PutObject", "s3:PutObjectTagging"]),
+    ("PUT", {}, {"x_amz_grant_read": "uri=http://acs.amazonaws.com/groups/global/AllUsers"},
+     ["s3:PutObject", "s3:PutObjectAcl"]),
+    ("PUT", {}, {"x_amz_object_lock_mode": "GOVERNANCE",
+                 "x_amz_object_lock_retain_until_date": "2030-01-01T00:00:00Z"},
+     ["s3:PutObject", "s3:PutObjectRetention"]),
+    ("POST", {"uploads": [""]}, {"x_amz_tagging": "k=v", "x_amz_object_lock_legal_hold": "ON"},
+     ["s3:PutObject", "s3:PutObjectTagging", "s3:PutObjectLegalHold"]),
+    ("PUT", {"uploadId": ["u"], "partNumber": ["1"]}, {"x_amz_tagging": "k=v"},
+     ["s3:PutObject"]),
+    ("PUT", {}, {"x_amz_copy_source": "/embeds/a", "x_amz_tagging_directive": "REPLACE"},
+     ["s3:PutObject", "s3:GetObject", "s3:PutObjectTagging"]),
+    ("PUT", {}, {"x_amz_copy_source": "/embeds/a", "x_amz_acl": "public-read"},
+     ["s3:PutObject", "s3:GetObject", "s3:PutObjectAcl"]),
+    ("DELETE", {}, {"x_amz_bypass_governance_retention": "true"},
+     ["s3:DeleteObject", "s3:BypassGovernanceRetention"]),
+])
+def test_a_write_s_tags_acl_and_lock_are_actions_of_their_own(method, query, headers, expected):
+    """S3 PutObject: "To successfully set the tag-set with your PutObject request, you must
+    have the s3:PutObjectTagging" (s3:PutObjectAcl for its ACL); DeleteObject: "To use this
+    header, you must have the s3:BypassGovernanceRetention permission". As headers or as a
+    presigned URL's parameters; a copy replacing its source's tags sets them."""
+    assert [action for action, _ in actions(method, "/embeds/uploads/a", query,
+                                            **headers)] == expected
+
+
+def test_an_event_hold_is_refused():
+    """Object Lock's event hold: IAM documents no action for it."""
+    with pytest.raises(Unmapped):
+        s3_call("PUT", "/embeds/uploads/a", {"x-amz-object-lock-event-hold": ["ON"]},
+                Message())
+
+
 @pytest.mark.parametrize(("method", "query"), [
     ("GET", {"torrent": [""]}), ("POST", {"select": [""], "select-type": ["2"]}),
     ("PUT", {"restore": [""]}), ("GET", {"acl": [""], "tagging": [""]})])
@@ -347,6 +396,11 @@ def test_a_role_with_get_and_put_may_not_tag_or_read_attributes(proxy, bucket):
         Bucket=bucket, Key="a", Tagging={"TagSet": [{"Key": "k", "Value": "v"}]}))
     assert "s3:GetObjectAttributes" in refused(lambda: s3.get_object_attributes(
         Bucket=bucket, Key="a", ObjectAttributes=["ObjectSize"]))
+    # nor set tags or an ACL with the put itself
+    assert "s3:PutObjectTagging" in refused(lambda: s3.put_object(
+        Bucket=bucket, Key="b", Body=b"b", Tagging="owner=mallory"))
+    assert "s3:PutObjectAcl" in refused(lambda: s3.put_object(
+        Bucket=bucket, Key="b", Body=b"b", ACL="public-read"))
 
 
 SCHEMA = [{"AttributeName": "pk", "KeyType": "HASH"}, {"AttributeName": "sk", "KeyType": "RANGE"}]

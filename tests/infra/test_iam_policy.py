@@ -128,6 +128,25 @@ def test_a_policy_variable_is_the_request_s_value():
     assert not ask([objects], mine, action="s3:GetObject", resource=BUCKET + "/home/bob/a")[0]
 
 
+def test_an_arn_condition_s_policy_variable_is_the_request_s_value():
+    """IAM: "a policy variable for Condition values in any condition that involves the
+    string operators or the ARN operators": a Deny of the caller's own account's api role,
+    written with ${aws:PrincipalAccount}, applies; an ArnNotLike Allow of every other
+    account's roles does not allow this one's."""
+    mine = {"aws:principalarn": (ROLE,), "aws:principalaccount": ("123456789012",)}
+    own_role = "arn:aws:iam::${aws:PrincipalAccount}:role/api"
+    deny = {"Statement": [{"Effect": "Deny", "Principal": "*", "Action": "dynamodb:*",
+                           "Resource": "*",
+                           "Condition": {"ArnLike": {"aws:PrincipalArn": own_role}}}]}
+    assert not ask([grant()], mine, resource_policies=[deny])[0]
+    assert ask([grant()], mine | {"aws:principalaccount": ("999999999999",)},
+               resource_policies=[deny])[0]
+    others = {"ArnNotLike": {"aws:PrincipalArn": "arn:aws:iam::${aws:PrincipalAccount}:role/*"}}
+    assert not ask([grant(others)], mine)[0]
+    assert allows({"ArnEquals": {"aws:SourceArn": "${aws:PrincipalArn}"}},
+                  mine | {"aws:sourcearn": (ROLE,)})
+
+
 def test_a_policy_variable_s_default_stands_for_an_absent_key():
     """IAM: ``${key, 'default'}`` is ``default`` where the request does not carry key."""
     home = grant(action="s3:GetObject", resource=BUCKET + "/home/${aws:username, 'shared'}/*")
@@ -141,9 +160,46 @@ def test_a_policy_variable_s_default_stands_for_an_absent_key():
     assert not ask([grant(), deny], nobody)[0]
 
 
-def test_a_wildcard_within_a_part_of_an_arn_does_not_cross_its_colons():
+def test_a_resource_with_a_variable_the_request_does_not_carry_widens_nothing():
+    """IAM: a key "not present ... any attempt to match it fails and causes the statement
+    to be invalid". A role carries no aws:username: a NotResource naming it must not make
+    the Allow grant every other object, nor one of several Resources the rest of them."""
+    nobody: dict[str, tuple[str, ...]] = {"aws:username": ()}
+    secret = BUCKET + "/private/alice/secret"
+
+    def get(statement: dict[str, Any], resource_policies: list[dict[str, Any]] | None = None
+            ) -> tuple[bool, str]:
+        return ask([{"Statement": [{"Effect": "Allow", "Action": "s3:GetObject"} | statement]}],
+                   nobody, action="s3:GetObject", resource=secret,
+                   resource_policies=resource_policies)
+
+    allowed, reason = get({"NotResource": BUCKET + "/private/${aws:username}/*"})
+    assert not allowed
+    assert "aws:username" in reason
+    assert not get({"Resource": [BUCKET + "/home/${aws:username}/*", BUCKET + "/private/*"]})[0]
+    assert not get({"Resource": BUCKET + "/home/${aws:username}/*"})[0]
+    # a Deny that could apply refuses; one that applies to no reading of it does not
+    deny = {"Statement": [{"Effect": "Deny", "Principal": "*", "Action": "s3:GetObject",
+                           "NotResource": BUCKET + "/home/${aws:username}/*"}]}
+    assert not get({"Resource": BUCKET + "/*"}, [deny])[0]
+    deny["Statement"][0]["NotResource"] = [deny["Statement"][0]["NotResource"], secret]
+    assert get({"Resource": BUCKET + "/*"}, [deny])[0]
+
+
+def test_a_string_condition_s_unresolved_value_is_not_dropped_to_allow():
+    """``StringLike: ["${aws:username}/*", "public/*"]`` without a user name: IAM reads the
+    statement as invalid, so reading it as ``public/*`` alone would widen the Allow."""
+    condition = {"StringLike": {"s3:prefix": ["${aws:username}/*", "public/*"]}}
+    allowed, reason = ask([grant(condition)], {"aws:username": (), "s3:prefix": ("public/a",)})
+    assert not allowed
+    assert "StringLike" in reason
+    assert allows(condition, {"aws:username": ("bob",), "s3:prefix": ("public/a",)})
+
+
+def test_a_wildcard_within_a_part_of_an_arn_decides_nothing_at_its_colons():
     """IAM: "if the * wildcard is the last character of a resource ARN segment, it can
-    expand to match beyond the colon boundaries": one that is not, cannot."""
+    expand to match beyond the colon boundaries"; of one that is not, it does not say
+    whether it can: where that decides, the rehearsal refuses."""
     model = "arn:aws:bedrock:us-east-1::foundation-model/anthropic.claude-v1:0"
 
     def on(resource: str) -> bool:
@@ -155,6 +211,21 @@ def test_a_wildcard_within_a_part_of_an_arn_does_not_cross_its_colons():
     assert on("arn:aws:bedrock:us-east-1::foundation-model/*-v1:0")
     assert not on("arn:aws:bedrock:us-east-1::foundation-model/*-v1*0")
     assert not on("arn:aws:bedrock:us-east-1*foundation-model/anthropic.claude-v1:0")
+    assert not on("arn:aws:bedrock:us-east-1::foundation-model/*-v1?0")
+    # a Deny of embeds/*/secret: a key 'a:b/secret' may be what it denies
+    deny = {"Statement": [{"Effect": "Deny", "Principal": "*", "Action": "s3:GetObject",
+                           "Resource": BUCKET + "/*/secret"}]}
+    objects = grant(action="s3:GetObject", resource=BUCKET + "/*")
+
+    def get(key: str) -> tuple[bool, str]:
+        return ask([objects], {}, action="s3:GetObject", resource=f"{BUCKET}/{key}",
+                   resource_policies=[deny])
+
+    allowed, reason = get("a:b/secret")
+    assert not allowed
+    assert "a:b/secret" in reason
+    assert not get("a/secret")[0]
+    assert get("a:b/public")[0]
 
 
 def test_a_key_the_rehearsal_does_not_derive_refuses_naming_it():
