@@ -371,6 +371,9 @@ def _given_back(lent: Lent, given: GivenBack) -> str | None:
     if given.deleted:
         return (f"{lent.agent_id}'s revision at {url} was deleted meanwhile (another serve "
                 "took it home past it, or its owner): nothing to give back")
+    if given.taken_over:
+        return (f"{lent.agent_id}'s revision at {url} was taken over meanwhile by a serve at "
+                f"{given.moved_to}: left to it")
     if given.lent_on:
         return (f"{lent.agent_id} was lent on to {given.moved_to} meanwhile by another serve: "
                 f"it goes back to {lent.home_url} when that one stops; its revision at {url} "

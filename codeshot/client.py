@@ -257,12 +257,14 @@ class GivenBack:
     takes it home when it stops: the lent revision was deleted), ``deleted`` if the lent
     revision was (a later serve took the agent home past it, or its owner deleted it),
     ``gone`` if the revision to go back to (or the agent) was deleted meanwhile, else
-    its server (``back_to``) does not answer."""
+    its server (``back_to``) does not answer. ``taken_over``: the lent revision is
+    current at ``moved_to``, where another serve took it over (its own serve stopped)."""
 
     restored: bool
     changed: tuple[str, ...] = ()
     moved_to: str | None = None
     lent_on: bool = False
+    taken_over: bool = False
     deleted: bool = False
     gone: bool = False
     back_to: str | None = None
@@ -379,7 +381,8 @@ class PlatformClient(GraphQLClient):
         while it was lent. Nothing is changed if the lent revision is no longer current
         (switched meanwhile; by another serve lending it on: then the lent revision is
         deleted, that serve goes home past it), if the revision to go back to was
-        deleted, or if its URL does not answer: the agent stays where it is. Its record
+        deleted, if another serve took the lent revision over (moved it to its own URL),
+        or if its URL does not answer: the agent stays where it is. Its record
         is dropped then, kept if this fails (the platform unreachable)."""
         given = self._give_back(lent)
         if self.records is not None:
@@ -403,6 +406,8 @@ class PlatformClient(GraphQLClient):
             if lent_on:
                 self.call(DELETE_REVISION, {"h": lent.handle, "r": lent.revision_id})
             return GivenBack(False, moved_to=_url(current), lent_on=lent_on)
+        elif _url(current) != lent.url:  # another serve took it over: it serves it now
+            return GivenBack(False, moved_to=_url(current), taken_over=True)
         else:
             past = lent.previous_id != lent.home_id and lent.home_id in kept and (
                 lent.previous_id not in kept

@@ -841,6 +841,34 @@ def test_a_restore_cut_short_after_its_switch_is_finished_not_taken_for_a_switch
     assert records.of(agent_id) == []
 
 
+def elsewhere_env(live_stack) -> dict[str, str]:
+    """A serve run outside the stack's directory: the platform named by the environment."""
+    return {**os.environ, "PYTHONPATH": str(ROOT), "CODESHOT_API_URL": live_stack["api_url"],
+            "CODESHOT_API_KEY": live_stack["api_key"]}
+
+
+def test_a_killed_serves_revision_another_serve_took_over_is_left_to_it(
+        live_stack, stack_dir, tmp_path, home_served):
+    """A serve from another directory took the killed serve's revision over (moved it to
+    its own URL): `agent restore` by the killed one's record switched the agent home and
+    deleted that revision while the other serve still served it."""
+    agent_id, second, first_url, second_url = killed_while_lending(
+        live_stack, stack_dir, tmp_path, home_served)
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    port = free_port()
+    other_url = f"http://127.0.0.1:{port}"
+    with running([sys.executable, "-m", "codeshot.cli", "serve", str(second), "--port",
+                  str(port), "--register"], elsewhere, elsewhere_env(live_stack),
+                 f"Updated {agent_id} at {other_url}"):
+        out = codeshot("agent", "restore", agent_id.split("/")[1], cwd=stack_dir)
+        assert out.stdout.endswith(f"{agent_id}'s revision at {second_url} was taken over "
+                                   f"meanwhile by a serve at {other_url}: left to it\n"), out
+        assert revisions(live_stack, agent_id) == [(False, first_url), (True, other_url)]
+        assert ask(live_stack, agent_id, "Whisper hello") == "HELLO!"
+    assert not records_of(stack_dir, agent_id)
+
+
 def test_a_second_signal_does_not_cut_the_restore_short(live_stack, stack_dir, tmp_path):
     """Ctrl-C twice (or SIGINT and SIGTERM at once) ended serve in the middle of giving
     the lent agent back, exit 130, nothing said: the agent at the stopped URL or with
