@@ -336,6 +336,11 @@ class PlatformClient(GraphQLClient):
         if unanswered and SERVED in previous.get("metadata", []) and loopback_port(unanswered):
             return Serving(self.register(fields)[0], unanswered=unanswered)
         home_id, home_url = _home(agent, previous)
+        if self.records is not None:
+            try:
+                self.records.check()
+            except OSError as exc:
+                raise self._unkept(agent_id, exc, "nothing was lent") from exc
         made = self.call(NEW_REVISION, {"h": fields["handle"], "u": fields["funcUrl"],
                                         "m": [SERVED, {"key": HOME, "value": home_id}]})
         # All of them, also those agent.yaml leaves out: switching revisions adds the
@@ -346,7 +351,7 @@ class PlatformClient(GraphQLClient):
                     previous_url, restore, {}, home_id, home_url,
                     self._home_restore(agent_id, str(previous["id"]), restore)
                     if home_id != str(previous["id"]) else restore)
-        self._keep(lent)
+        self._kept(lent)
         try:
             self.call(UPDATE, {"d": {k: v for k, v in fields.items()
                                      if k not in ("queryUrl", "funcUrl")}})
@@ -355,12 +360,27 @@ class PlatformClient(GraphQLClient):
             raise
         now = self.call(CURRENT, {"id": agent_id})["agentById"]
         lent = dataclasses.replace(lent, lent_as=_described(now))
-        self._keep(lent)
+        self._kept(lent)
         return Serving(agent_id, lent, unanswered)
 
     def _keep(self, lent: Lent) -> None:
         if self.records is not None:
             self.records.keep(lent)
+
+    def _kept(self, lent: Lent) -> None:
+        """Keep serve_here's record of ``lent``; if it cannot be written, the agent is
+        given back at once (lent without a record, a kill would strand it)."""
+        try:
+            self._keep(lent)
+        except OSError as exc:
+            PlatformClient(self.target).give_back(lent)  # no records: they cannot be kept
+            raise self._unkept(lent.agent_id, exc, "given back") from exc
+
+    def _unkept(self, agent_id: str, exc: OSError, done: str) -> InvalidInput:
+        where = self.records.directory if self.records is not None else None
+        return InvalidInput(f"cannot keep the record of lending {agent_id} in {where} "
+                            f"({exc.strerror or exc}): {done}; make that directory writable, "
+                            "or serve without --register")
 
     def _home_restore(self, agent_id: str, lender_id: str,
                       restore: dict[str, Any]) -> dict[str, Any]:

@@ -61,6 +61,14 @@ class LentRecords:
         key = "\n".join((self.api_url, agent_id, revision_id))
         return self.directory / f"{hashlib.sha256(key.encode()).hexdigest()[:32]}.json"
 
+    def check(self) -> None:
+        """Raise OSError if no record can be written here (a read-only checkout,
+        ``.codeshot`` a file, a full disk): before anything is lent."""
+        self.directory.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=self.directory, prefix="lent.", suffix=".tmp")
+        os.close(fd)
+        os.unlink(tmp)
+
     def keep(self, lent: Lent) -> None:
         """Write (or replace) ``lent``'s record whole."""
         self.directory.mkdir(parents=True, exist_ok=True)

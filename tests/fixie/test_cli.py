@@ -869,6 +869,57 @@ def test_a_killed_serves_revision_another_serve_took_over_is_left_to_it(
     assert not records_of(stack_dir, agent_id)
 
 
+def test_serve_that_cannot_keep_its_record_lends_nothing(live_stack, stack_dir, tmp_path,
+                                                         home_served):
+    """Where .codeshot/lent/ cannot be written (a read-only checkout; here .codeshot/lent a
+    file): serve lent the agent, then died with a traceback writing its record, leaving
+    the agent at its dead URL with no record to give it back."""
+    agent_id, first, second = lender_dirs(tmp_path)
+    home, first_url = serving(stack_dir, first, f"Registered {agent_id}")
+    home_served.append(home)
+    home.__enter__()
+    elsewhere = tmp_path / "elsewhere"
+    (elsewhere / ".codeshot").mkdir(parents=True)
+    (elsewhere / ".codeshot" / "lent").write_text("not a directory")
+    out = subprocess.run([sys.executable, "-m", "codeshot.cli", "serve", str(second),
+                          "--port", str(free_port()), "--register"], cwd=elsewhere,
+                         env=elsewhere_env(live_stack), capture_output=True, text=True,
+                         timeout=120, check=False)
+    assert (out.returncode, out.stderr.splitlines()[-1]) == (2, (
+        f"codeshot: error: cannot keep the record of lending {agent_id} in "
+        f"{elsewhere.resolve() / '.codeshot' / 'lent'} (File exists): nothing was lent; make "
+        "that directory writable, or serve without --register (INVALID_INPUT)")), out
+    assert revisions(live_stack, agent_id) == [(True, first_url)]
+
+
+def test_a_record_that_cannot_be_written_once_lent_gives_the_agent_back(
+        live_stack, stack_dir, tmp_path, home_served):
+    """The record written after the agent was lent failed (a full disk): the agent was
+    left lent with no record to give it back."""
+    from codeshot.client import PlatformClient, Target, agent_fields
+    from codeshot.lending import LentRecords
+    from codeshot.sdk.project import read_config
+
+    agent_id, first, second = lender_dirs(tmp_path)
+    home, first_url = serving(stack_dir, first, f"Registered {agent_id}")
+    home_served.append(home)
+    home.__enter__()
+    lender, second_url = serving(stack_dir, second, "Serving ", register=False)
+    home_served.append(lender)
+    lender.__enter__()
+
+    class DiskFull(LentRecords):
+        def keep(self, lent) -> None:
+            raise OSError(28, "No space left on device")
+
+    target = Target(live_stack["api_url"], live_stack["api_key"], "the test")
+    with pytest.raises(InvalidInput, match=r"\(No space left on device\): given back; "):
+        PlatformClient(target, DiskFull(target.api_url, tmp_path / "lent")).serve_here(
+            agent_fields(read_config(second), second_url))
+    assert revisions(live_stack, agent_id) == [(True, first_url)]
+    assert gql(live_stack, DESCRIBED, id=agent_id)["agentById"]["name"] == "Shouter"
+
+
 def test_a_second_signal_does_not_cut_the_restore_short(live_stack, stack_dir, tmp_path):
     """Ctrl-C twice (or SIGINT and SIGTERM at once) ended serve in the middle of giving
     the lent agent back, exit 130, nothing said: the agent at the stopped URL or with
