@@ -394,22 +394,25 @@ class PlatformClient(GraphQLClient):
         return {k: lender.home_restore.get(k, v) if lender.lent_as.get(k, v) == v else v
                 for k, v in restore.items()}
 
-    def give_back(self, lent: Lent) -> GivenBack:
+    def give_back(self, lent: Lent, home: bool = False) -> GivenBack:
         """Make the revision before :meth:`serve_here`'s current again (the home one if
         the serve it was lent from stopped: that one's revision is deleted too), delete
         its own and set back what described the agent, but the fields its owner changed
         while it was lent. Nothing is changed if the lent revision is no longer current
         (switched meanwhile; by another serve lending it on: then the lent revision is
-        deleted, that serve goes home past it), if the revision to go back to was
-        deleted, if another serve took the lent revision over (moved it to its own URL),
-        or if its URL does not answer: the agent stays where it is. Its record
-        is dropped then, kept if this fails (the platform unreachable)."""
-        given = self._give_back(lent)
+        deleted, that serve goes home past it, or this one if that serve stopped), if the
+        revision to go back to was deleted, if another serve took the lent revision over
+        (moved it to its own URL), or if its URL does not answer: the agent stays where
+        it is. Its record
+        is dropped then, kept if this fails (the platform unreachable). ``home``: go
+        home past the previous revision even if its server answers (the serve lending it
+        on to this one stopped; so did the serve the agent was lent on to)."""
+        given = self._give_back(lent, home)
         if self.records is not None:
             self.records.drop(lent.agent_id, lent.revision_id)
         return given
 
-    def _give_back(self, lent: Lent) -> GivenBack:
+    def _give_back(self, lent: Lent, home: bool) -> GivenBack:
         agent = self.call(CURRENT, {"id": lent.agent_id})["agentById"]
         current = (agent or {}).get("currentRevision")
         if agent is None or current is None:
@@ -423,15 +426,18 @@ class PlatformClient(GraphQLClient):
         elif current_id != lent.revision_id:
             lent_on = SERVED in current["metadata"] and {"key": HOME, "value": lent.home_id} \
                 in current["metadata"]
+            upper_url = _url(current)
+            if lent_on and upper_url and not answers(upper_url):  # that serve stopped
+                return self._home_past(lent, current_id, upper_url)
             if lent_on:
                 self.call(DELETE_REVISION, {"h": lent.handle, "r": lent.revision_id})
             return GivenBack(False, moved_to=_url(current), lent_on=lent_on)
         elif _url(current) != lent.url:  # another serve took it over: it serves it now
             return GivenBack(False, moved_to=_url(current), taken_over=True)
         else:
-            past = lent.previous_id != lent.home_id and lent.home_id in kept and (
+            past = home or (lent.previous_id != lent.home_id and lent.home_id in kept and (
                 lent.previous_id not in kept
-                or not (lent.previous_url and answers(lent.previous_url)))
+                or not (lent.previous_url and answers(lent.previous_url))))
             described = _described(agent)
             # Home, past the revision of the serve it was lent from, if that one stopped.
             lent = dataclasses.replace(
@@ -456,6 +462,17 @@ class PlatformClient(GraphQLClient):
         if restore:
             self.call(UPDATE, {"d": {"handle": lent.handle, **restore}})
         return GivenBack(True, tuple(lent.changed), back_to=_back_to(lent))
+
+    def _home_past(self, lent: Lent, upper_id: str, upper_url: str) -> GivenBack:
+        """Take the agent ``lent`` was lent on from (to the revision ``upper_id`` at
+        ``upper_url``, whose serve stopped) home, as that serve would have: by its record
+        if it is here, else with the home's fields all set back (what it set is not
+        known)."""
+        upper = next((other for other in self.records.of(lent.agent_id)
+                      if other.revision_id == upper_id), None) if self.records else None
+        return self.give_back(upper or Lent(
+            lent.agent_id, lent.handle, upper_url, upper_id, lent.revision_id, lent.url, {}, {},
+            lent.home_id, lent.home_url, lent.home_restore), home=True)
 
     def finish_restores(self, agent_id: str, here: str | None = None
                         ) -> list[tuple[Lent, GivenBack | None]]:

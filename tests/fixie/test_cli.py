@@ -706,6 +706,29 @@ def test_serves_stacked_on_one_agent_go_home_whatever_the_stop_order(
     assert not records_of(stack_dir, agent_id)
 
 
+def test_stacked_serves_the_upper_killed_the_lower_one_takes_it_home(live_stack, stack_dir,
+                                                                      tmp_path):
+    """The upper of two stacked serves SIGKILLed: the lower one's Ctrl-C said the agent
+    "goes back to <home> when that one stops" (it had stopped) and left it at the dead
+    upper URL."""
+    agent_id, first, second = lender_dirs(tmp_path)
+    home, first_url = serving(stack_dir, first, f"Registered {agent_id}")
+    with home:
+        own = gql(live_stack, DESCRIBED, id=agent_id)["agentById"]
+        lower, _ = serving(stack_dir, second, f"Updated {agent_id}")
+        with lower as lower_lines:
+            upper, _ = serving(stack_dir, first, f"Updated {agent_id}",
+                               stop=(signal.SIGKILL,))
+            with upper:
+                pass
+        assert lower_lines[-1] == f"Restored {agent_id} at {first_url}, with its own name, " \
+            f"{RESTORED}"
+        assert revisions(live_stack, agent_id) == [(True, first_url)]
+        assert gql(live_stack, DESCRIBED, id=agent_id)["agentById"] == own
+        assert ask(live_stack, agent_id, "Shout hello") == "HELLO!"
+    assert not records_of(stack_dir, agent_id)
+
+
 def records_of(stack_dir: Path, agent_id: str) -> list[dict]:
     """The pending-restore records serve keeps in .codeshot/lent/ for ``agent_id``."""
     found = [json.loads(path.read_text())
