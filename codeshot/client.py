@@ -420,7 +420,12 @@ class PlatformClient(GraphQLClient):
         kept = {str(r["id"]) for r in agent["allRevisions"]}
         current_id = str(current["id"])
         if lent.back_id is not None and current_id == lent.back_id:
-            pass  # this restore, cut short after its switch: finished below
+            # This restore, cut short after its switch: finished below, but the fields
+            # the owner changed since (neither the lender's nor those it sets back).
+            described, back = _described(agent), _restore_of(lent)
+            lent = dataclasses.replace(lent, changed=[
+                k for k, v in lent.lent_as.items()
+                if k in lent.changed or _set_since(k, described[k], (v, back.get(k, v)))])
         elif lent.revision_id not in kept:  # a later serve took it home past this one
             return GivenBack(False, deleted=True)
         elif current_id != lent.revision_id:
@@ -457,8 +462,7 @@ class PlatformClient(GraphQLClient):
                 self.call(DELETE_REVISION, {"h": lent.handle, "r": revision_id})
         if home and self.records is not None:  # the stopped serve's, if it was killed here
             self.records.drop(lent.agent_id, lent.previous_id)
-        restore = {k: v for k, v in (lent.home_restore if home else lent.restore).items()
-                   if k not in lent.changed}
+        restore = {k: v for k, v in _restore_of(lent).items() if k not in lent.changed}
         if restore:
             self.call(UPDATE, {"d": {"handle": lent.handle, **restore}})
         return GivenBack(True, tuple(lent.changed), back_to=_back_to(lent))
@@ -488,6 +492,20 @@ class PlatformClient(GraphQLClient):
 def _back_to(lent: Lent) -> str | None:
     """The URL ``lent`` is given back to: its previous revision's, or its home's."""
     return lent.home_url if lent.back_id != lent.previous_id else lent.previous_url
+
+
+def _set_since(field: str, value: Any, before: tuple[Any, ...]) -> bool:
+    """Whether the agent's ``field`` now ``value`` was set since it was one of ``before``:
+    sample queries only by a query none of them has (switching revisions adds its
+    few-shots' queries to them)."""
+    if field == "sampleQueries":
+        return not set(value) <= {query for queries in before for query in queries}
+    return value not in before
+
+
+def _restore_of(lent: Lent) -> dict[str, Any]:
+    """What described the agent where ``lent`` is given back to (``back_id``)."""
+    return lent.home_restore if lent.back_id != lent.previous_id else lent.restore
 
 
 def _url(revision: dict[str, Any]) -> str | None:

@@ -824,19 +824,18 @@ def test_agent_restore_gives_back_by_the_record_and_leaves_a_switched_agent(
         f"({stack_dir.resolve() / '.codeshot' / 'lent'} names none"), again
 
 
-def test_a_restore_cut_short_after_its_switch_is_finished_not_taken_for_a_switch(
-        live_stack, stack_dir, tmp_path, home_served):
-    """The connection lost (or a third Ctrl-C) once the previous revision was current
-    again: the restore finished from the record took that for a switch made meanwhile,
-    leaving the lender's revision, name and description."""
-    from codeshot.client import DELETE_REVISION, GivenBack, PlatformClient, Target, agent_fields
+def cut_short(live_stack, stack_dir: Path, tmp_path: Path, served: list):
+    """A lending (by a client, its server run without --register) whose give_back lost
+    the connection right after its switch home; the lender's server then stopped: the
+    agent id, the client's target and records, the lending and the home URL."""
+    from codeshot.client import DELETE_REVISION, PlatformClient, Target, agent_fields
     from codeshot.errors import Unavailable
     from codeshot.lending import LentRecords
     from codeshot.sdk.project import read_config
 
     agent_id, first, second = lender_dirs(tmp_path)
     home, first_url = serving(stack_dir, first, f"Registered {agent_id}")
-    home_served.append(home)
+    served.append(home)
     home.__enter__()
     lender, second_url = serving(stack_dir, second, "Serving ", register=False)
     lender.__enter__()
@@ -856,12 +855,41 @@ def test_a_restore_cut_short_after_its_switch_is_finished_not_taken_for_a_switch
         LostAfterTheSwitch(target, records).give_back(lent)
     lender.__exit__(None, None, None)
     assert sorted(revisions(live_stack, agent_id)) == [(False, second_url), (True, first_url)]
+    return agent_id, target, records, lent, first_url
+
+
+def test_a_restore_cut_short_after_its_switch_is_finished_not_taken_for_a_switch(
+        live_stack, stack_dir, tmp_path, home_served):
+    """The connection lost (or a third Ctrl-C) once the previous revision was current
+    again: the restore finished from the record took that for a switch made meanwhile,
+    leaving the lender's revision, name and description."""
+    from codeshot.client import GivenBack, PlatformClient
+
+    agent_id, target, records, lent, first_url = cut_short(live_stack, stack_dir, tmp_path,
+                                                           home_served)
     [(finished, given)] = PlatformClient(target, records).finish_restores(agent_id)
     assert (finished.revision_id, given) == (lent.revision_id,
                                              GivenBack(True, back_to=first_url))
     assert revisions(live_stack, agent_id) == [(True, first_url)]
     assert gql(live_stack, DESCRIBED, id=agent_id)["agentById"]["name"] == "Shouter"
     assert records.of(agent_id) == []
+
+
+def test_finishing_a_cut_short_restore_keeps_what_the_owner_changed_since(
+        live_stack, stack_dir, tmp_path, home_served):
+    """The owner edited the agent after the cut-short restore's switch home (seeing the
+    lender's description there): finishing it set the description kept before the
+    lending over that edit (what changed was judged at the switch only)."""
+    from codeshot.client import GivenBack, PlatformClient
+
+    agent_id, target, records, _, first_url = cut_short(live_stack, stack_dir, tmp_path,
+                                                        home_served)
+    gql(live_stack, EDIT, h=agent_id.split("/")[1], d="Edited after the switch")
+    [(_, given)] = PlatformClient(target, records).finish_restores(agent_id)
+    assert given == GivenBack(True, ("description",), back_to=first_url)
+    described = gql(live_stack, DESCRIBED, id=agent_id)["agentById"]
+    assert (described["name"], described["description"]) == ("Shouter",
+                                                              "Edited after the switch")
 
 
 def elsewhere_env(live_stack) -> dict[str, str]:
