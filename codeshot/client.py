@@ -435,7 +435,7 @@ class PlatformClient(GraphQLClient):
             if lent_on and upper_url and not answers(upper_url):  # that serve stopped
                 return self._home_past(lent, current_id, upper_url)
             if lent_on:
-                self.call(DELETE_REVISION, {"h": lent.handle, "r": lent.revision_id})
+                self._delete(lent.handle, lent.revision_id)
             return GivenBack(False, moved_to=_url(current), lent_on=lent_on)
         elif _url(current) != lent.url:  # another serve took it over: it serves it now
             return GivenBack(False, moved_to=_url(current), taken_over=True)
@@ -459,13 +459,22 @@ class PlatformClient(GraphQLClient):
         home = lent.back_id != lent.previous_id
         for revision_id in (lent.revision_id, *([lent.previous_id] if home else [])):
             if revision_id in kept:
-                self.call(DELETE_REVISION, {"h": lent.handle, "r": revision_id})
+                self._delete(lent.handle, revision_id)
         if home and self.records is not None:  # the stopped serve's, if it was killed here
             self.records.drop(lent.agent_id, lent.previous_id)
         restore = {k: v for k, v in _restore_of(lent).items() if k not in lent.changed}
         if restore:
             self.call(UPDATE, {"d": {"handle": lent.handle, **restore}})
         return GivenBack(True, tuple(lent.changed), back_to=_back_to(lent))
+
+    def _delete(self, handle: str, revision_id: str) -> None:
+        """Delete the revision ``revision_id``; one deleted already is done (another
+        process finishing the same lending at once)."""
+        try:
+            self.call(DELETE_REVISION, {"h": handle, "r": revision_id})
+        except RemoteError as exc:
+            if exc.code != NotFound.code:
+                raise
 
     def _home_past(self, lent: Lent, upper_id: str, upper_url: str) -> GivenBack:
         """Take the agent ``lent`` was lent on from (to the revision ``upper_id`` at

@@ -892,6 +892,41 @@ def test_finishing_a_cut_short_restore_keeps_what_the_owner_changed_since(
                                                               "Edited after the switch")
 
 
+def test_two_finishers_of_one_record_both_end_well(live_stack, stack_dir, tmp_path,
+                                                   home_served):
+    """Two processes finished one record at once (`agent restore` while a serve of the
+    agent started): the second's delete of the revision the first deleted answered
+    NOT_FOUND, and it ended with that error (a serve then never served)."""
+    from codeshot.client import SET_CURRENT, GivenBack, PlatformClient, Target, agent_fields
+    from codeshot.lending import LentRecords
+    from codeshot.sdk.project import read_config
+
+    agent_id, first, second = lender_dirs(tmp_path)
+    home, first_url = serving(stack_dir, first, f"Registered {agent_id}")
+    home_served.append(home)
+    home.__enter__()
+    lender, second_url = serving(stack_dir, second, "Serving ", register=False)
+    lender.__enter__()
+    target = Target(live_stack["api_url"], live_stack["api_key"], "the test")
+    records = LentRecords(target.api_url, tmp_path / "lent")
+    assert PlatformClient(target, records).serve_here(
+        agent_fields(read_config(second), second_url)).lent is not None
+    lender.__exit__(None, None, None)  # killed: its URL does not answer
+    other: list = []
+
+    class Racing(PlatformClient):
+        def call(self, query: str, variables: dict | None = None) -> dict:
+            if query == SET_CURRENT and not other:  # the other runs to its end meanwhile
+                other.extend(PlatformClient(target, records).finish_restores(agent_id))
+            return super().call(query, variables)
+
+    [(_, given)] = Racing(target, records).finish_restores(agent_id)
+    assert [given, other[0][1]] == [GivenBack(True, back_to=first_url)] * 2
+    assert revisions(live_stack, agent_id) == [(True, first_url)]
+    assert gql(live_stack, DESCRIBED, id=agent_id)["agentById"]["name"] == "Shouter"
+    assert records.of(agent_id) == []
+
+
 def elsewhere_env(live_stack) -> dict[str, str]:
     """A serve run outside the stack's directory: the platform named by the environment."""
     return {**os.environ, "PYTHONPATH": str(ROOT), "CODESHOT_API_URL": live_stack["api_url"],
