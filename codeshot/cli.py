@@ -371,6 +371,8 @@ def _given_back(lent: Lent, given: GivenBack) -> str | None:
     if given.deleted:
         return (f"{lent.agent_id}'s revision at {url} was deleted meanwhile (another serve "
                 "took it home past it, or its owner): nothing to give back")
+    if given.agent_gone:
+        return f"{lent.agent_id} was deleted meanwhile (or renamed): nothing to give back"
     if given.taken_over:
         return (f"{lent.agent_id}'s revision at {url} was taken over meanwhile by a serve at "
                 f"{given.moved_to}: left to it")

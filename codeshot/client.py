@@ -256,7 +256,8 @@ class GivenBack:
     that is not the lent one (switched meanwhile; ``lent_on`` if by another serve, which
     takes it home when it stops: the lent revision was deleted), ``deleted`` if the lent
     revision was (a later serve took the agent home past it, or its owner deleted it),
-    ``gone`` if the revision to go back to (or the agent) was deleted meanwhile, else
+    ``gone`` if the revision to go back to was deleted meanwhile (``agent_gone``: the
+    agent, or its handle renamed), else
     its server (``back_to``) does not answer. ``taken_over``: the lent revision is
     current at ``moved_to``, where another serve took it over (its own serve stopped)."""
 
@@ -265,6 +266,7 @@ class GivenBack:
     moved_to: str | None = None
     lent_on: bool = False
     taken_over: bool = False
+    agent_gone: bool = False
     deleted: bool = False
     gone: bool = False
     back_to: str | None = None
@@ -415,8 +417,10 @@ class PlatformClient(GraphQLClient):
     def _give_back(self, lent: Lent, home: bool) -> GivenBack:
         agent = self.call(CURRENT, {"id": lent.agent_id})["agentById"]
         current = (agent or {}).get("currentRevision")
-        if agent is None or current is None:
-            return GivenBack(False, gone=True)
+        if agent is None:
+            return GivenBack(False, agent_gone=True)
+        if current is None:
+            return GivenBack(False, gone=True, back_to=_back_to(lent))
         kept = {str(r["id"]) for r in agent["allRevisions"]}
         current_id = str(current["id"])
         if lent.back_id is not None and current_id == lent.back_id:

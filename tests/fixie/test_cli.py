@@ -927,6 +927,26 @@ def test_two_finishers_of_one_record_both_end_well(live_stack, stack_dir, tmp_pa
     assert records.of(agent_id) == []
 
 
+DELETE_AGENT = "mutation ($h: String!) { deleteAgent(agentData: {handle: $h}) { agent { " \
+    "agentId } } }"
+
+
+def test_an_agent_deleted_while_lent_is_said_to_be_gone(live_stack, stack_dir, tmp_path,
+                                                        home_served):
+    """The owner deleted the agent while a serve lent it: its Ctrl-C said it "stays at
+    <url> (stopped now): its previous revision at None was deleted meanwhile"."""
+    agent_id, first, second = lender_dirs(tmp_path)
+    home, _ = serving(stack_dir, first, f"Registered {agent_id}")
+    home_served.append(home)
+    home.__enter__()
+    lending, _ = serving(stack_dir, second, f"Updated {agent_id}")
+    with lending as lines:
+        gql(live_stack, DELETE_AGENT, h=agent_id.split("/")[1])
+    assert lines[-1] == f"{agent_id} was deleted meanwhile (or renamed): nothing to give " \
+        "back\n"
+    assert not records_of(stack_dir, agent_id)
+
+
 def elsewhere_env(live_stack) -> dict[str, str]:
     """A serve run outside the stack's directory: the platform named by the environment."""
     return {**os.environ, "PYTHONPATH": str(ROOT), "CODESHOT_API_URL": live_stack["api_url"],
