@@ -267,6 +267,12 @@ class GivenBack:
     lent_on: bool = False
     taken_over: bool = False
     agent_gone: bool = False
+
+    @property
+    def left_lent(self) -> bool:
+        """Whether the agent is still lent, its server to go back to not answering."""
+        return not (self.restored or self.moved_to or self.lent_on or self.taken_over
+                    or self.deleted or self.gone or self.agent_gone)
     deleted: bool = False
     gone: bool = False
     back_to: str | None = None
@@ -405,12 +411,13 @@ class PlatformClient(GraphQLClient):
         deleted, that serve goes home past it, or this one if that serve stopped), if the
         revision to go back to was deleted, if another serve took the lent revision over
         (moved it to its own URL), or if its URL does not answer: the agent stays where
-        it is. Its record
-        is dropped then, kept if this fails (the platform unreachable). ``home``: go
+        it is. Its record is dropped then, kept if this fails (the platform unreachable)
+        or the agent stays lent (the URL to go back to does not answer: for a retry,
+        the only thing that knows it). ``home``: go
         home past the previous revision even if its server answers (the serve lending it
         on to this one stopped; so did the serve the agent was lent on to)."""
         given = self._give_back(lent, home)
-        if self.records is not None:
+        if self.records is not None and not given.left_lent:
             self.records.drop(lent.agent_id, lent.revision_id)
         return given
 

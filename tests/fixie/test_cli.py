@@ -947,6 +947,38 @@ def test_an_agent_deleted_while_lent_is_said_to_be_gone(live_stack, stack_dir, t
     assert not records_of(stack_dir, agent_id)
 
 
+def test_agent_restore_while_home_is_down_keeps_the_record_for_a_retry(
+        live_stack, stack_dir, tmp_path):
+    """The killed serve's home did not answer when `agent restore` ran (its server not
+    started yet): the record was dropped all the same, exit 0, so once home answered
+    there was "Nothing to restore", the agent left at the dead URL."""
+    served: list = []
+    try:
+        agent_id, _, first_url, second_url = killed_while_lending(
+            live_stack, stack_dir, tmp_path, served)
+        served.pop().__exit__(None, None, None)  # the home server stops
+        handle = agent_id.split("/")[1]
+        out = codeshot("agent", "restore", handle, cwd=stack_dir)
+        assert (out.returncode, out.stdout.splitlines()[-1], out.stderr) == (
+            2, f"{agent_id} stays lent to {second_url}: its previous server {first_url} does "
+            "not answer (its record is kept)",
+            f"codeshot: error: {agent_id} is still lent: start its server at {first_url}, then "
+            f"run `codeshot agent restore {handle}` again (AGENT_UNAVAILABLE)\n"), out
+        assert revisions(live_stack, agent_id) == [(False, first_url), (True, second_url)]
+        home, _ = serving(stack_dir, tmp_path / handle, "Serving ", register=False,
+                          port=int(first_url.rsplit(":", 1)[1]))
+        with home:
+            again = codeshot("agent", "restore", handle, cwd=stack_dir)
+            assert again.returncode == 0, again
+            assert again.stdout.endswith(f"Restored {agent_id} at {first_url}; changed "
+                                         "meanwhile, not restored: description\n"), again
+            assert revisions(live_stack, agent_id) == [(True, first_url)]
+        assert not records_of(stack_dir, agent_id)
+    finally:
+        for each in served:
+            each.__exit__(None, None, None)
+
+
 def elsewhere_env(live_stack) -> dict[str, str]:
     """A serve run outside the stack's directory: the platform named by the environment."""
     return {**os.environ, "PYTHONPATH": str(ROOT), "CODESHOT_API_URL": live_stack["api_url"],
