@@ -375,6 +375,10 @@ class PlatformClient(GraphQLClient):
         if self.records is not None:
             self.records.keep(lent)
 
+    def _drop(self, agent_id: str, revision_id: str) -> None:
+        if self.records is not None:
+            self.records.drop(agent_id, revision_id)
+
     def _kept(self, lent: Lent) -> None:
         """Keep serve_here's record of ``lent``; if it cannot be written, the agent is
         given back at once (lent without a record, a kill would strand it)."""
@@ -397,10 +401,24 @@ class PlatformClient(GraphQLClient):
         owner changed while that serve lent it; ``restore`` if no record of it is here."""
         lender = next((lent for lent in self.records.of(agent_id)
                        if lent.revision_id == lender_id), None) if self.records else None
-        if lender is None:
-            return restore
-        return {k: lender.home_restore.get(k, v) if lender.lent_as.get(k, v) == v else v
-                for k, v in restore.items()}
+        return restore if lender is None else _under(lender, lender.home_restore, restore)
+
+    def _past_stopped(self, lent: Lent, kept: set[str]) -> tuple[Lent, list[Lent]]:
+        """``lent`` to be given back past the serves under it that stopped (killed), by
+        their records here, to the first one still serving (or home); their records."""
+        stopped = []
+        while (lent.previous_id != lent.home_id and lent.previous_id in kept
+               and self.records is not None
+               and not (lent.previous_url and answers(lent.previous_url))):
+            below = next((other for other in self.records.of(lent.agent_id)
+                          if other.revision_id == lent.previous_id), None)
+            if below is None:
+                break
+            stopped.append(below)
+            lent = dataclasses.replace(lent, previous_id=below.previous_id,
+                                       previous_url=below.previous_url,
+                                       restore=_under(below, below.restore, lent.restore))
+        return lent, stopped
 
     def give_back(self, lent: Lent, home: bool = False) -> GivenBack:
         """Make the revision before :meth:`serve_here`'s current again (the home one if
@@ -417,8 +435,8 @@ class PlatformClient(GraphQLClient):
         home past the previous revision even if its server answers (the serve lending it
         on to this one stopped; so did the serve the agent was lent on to)."""
         given = self._give_back(lent, home)
-        if self.records is not None and not given.left_lent:
-            self.records.drop(lent.agent_id, lent.revision_id)
+        if not given.left_lent:
+            self._drop(lent.agent_id, lent.revision_id)
         return given
 
     def _give_back(self, lent: Lent, home: bool) -> GivenBack:
@@ -451,6 +469,7 @@ class PlatformClient(GraphQLClient):
         elif _url(current) != lent.url:  # another serve took it over: it serves it now
             return GivenBack(False, moved_to=_url(current), taken_over=True)
         else:
+            lent, stopped = self._past_stopped(lent, kept)
             past = home or (lent.previous_id != lent.home_id and lent.home_id in kept and (
                 lent.previous_id not in kept
                 or not (lent.previous_url and answers(lent.previous_url))))
@@ -460,6 +479,9 @@ class PlatformClient(GraphQLClient):
                 lent, back_id=lent.home_id if past else lent.previous_id,
                 changed=[k for k, v in lent.lent_as.items() if described[k] != v])
             self._keep(lent)
+            for below in stopped:  # not current: deleted before the switch (a retry's not)
+                self._delete(lent.handle, below.revision_id)
+                self._drop(lent.agent_id, below.revision_id)
             try:
                 self.call(SET_CURRENT, {"h": lent.handle, "r": lent.back_id})
             except RemoteError as exc:
@@ -471,8 +493,8 @@ class PlatformClient(GraphQLClient):
         for revision_id in (lent.revision_id, *([lent.previous_id] if home else [])):
             if revision_id in kept:
                 self._delete(lent.handle, revision_id)
-        if home and self.records is not None:  # the stopped serve's, if it was killed here
-            self.records.drop(lent.agent_id, lent.previous_id)
+        if home:  # the stopped serve's, if it was killed here
+            self._drop(lent.agent_id, lent.previous_id)
         restore = {k: v for k, v in _restore_of(lent).items() if k not in lent.changed}
         if restore:
             self.call(UPDATE, {"d": {"handle": lent.handle, **restore}})
@@ -512,6 +534,13 @@ class PlatformClient(GraphQLClient):
 def _back_to(lent: Lent) -> str | None:
     """The URL ``lent`` is given back to: its previous revision's, or its home's."""
     return lent.home_url if lent.back_id != lent.previous_id else lent.previous_url
+
+
+def _under(lender: Lent, before: dict[str, Any], restore: dict[str, Any]) -> dict[str, Any]:
+    """What described the agent before ``lender`` lent it (``before``), seen as
+    ``restore`` since: but the fields its owner changed while ``lender`` lent it."""
+    return {k: before.get(k, v) if lender.lent_as.get(k, v) == v else v
+            for k, v in restore.items()}
 
 
 def _set_since(field: str, value: Any, before: tuple[Any, ...]) -> bool:

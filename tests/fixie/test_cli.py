@@ -729,6 +729,35 @@ def test_stacked_serves_the_upper_killed_the_lower_one_takes_it_home(live_stack,
     assert not records_of(stack_dir, agent_id)
 
 
+def test_three_stacked_the_middle_killed_the_top_goes_back_to_the_bottom_one(
+        live_stack, stack_dir, tmp_path):
+    """Three stacked serves, the middle one SIGKILLed: the top one's Ctrl-C took the agent
+    home past the bottom one, still serving it; that one's Ctrl-C then left its revision
+    behind ("switched to <home> meanwhile ... kept")."""
+    agent_id, first, second = lender_dirs(tmp_path)
+    home, first_url = serving(stack_dir, first, f"Registered {agent_id}")
+    with home:
+        own = gql(live_stack, DESCRIBED, id=agent_id)["agentById"]
+        bottom, bottom_url = serving(stack_dir, second, f"Updated {agent_id}")
+        with bottom as bottom_lines:
+            lent = gql(live_stack, DESCRIBED, id=agent_id)["agentById"]
+            middle, _ = serving(stack_dir, first, f"Updated {agent_id}",
+                                stop=(signal.SIGKILL,))
+            with middle:
+                top, _ = serving(stack_dir, second, f"Updated {agent_id}")
+                top_lines = top.__enter__()
+            top.__exit__(None, None, None)
+            assert top_lines[-1] == f"Restored {agent_id} at {bottom_url}, with its own " \
+                f"name, {RESTORED}"
+            assert revisions(live_stack, agent_id) == [(False, first_url), (True, bottom_url)]
+            assert gql(live_stack, DESCRIBED, id=agent_id)["agentById"] == lent
+        assert bottom_lines[-1] == f"Restored {agent_id} at {first_url}, with its own name, " \
+            f"{RESTORED}"
+        assert revisions(live_stack, agent_id) == [(True, first_url)]
+        assert gql(live_stack, DESCRIBED, id=agent_id)["agentById"] == own
+    assert not records_of(stack_dir, agent_id)
+
+
 def records_of(stack_dir: Path, agent_id: str) -> list[dict]:
     """The pending-restore records serve keeps in .codeshot/lent/ for ``agent_id``."""
     found = [json.loads(path.read_text())
