@@ -527,8 +527,14 @@ class PlatformClient(GraphQLClient):
         served (its URL answers, and is not ``here``, where this process serves)."""
         if self.records is None:
             return []
-        return [(lent, None if lent.url != here and answers(lent.url) else self.give_back(lent))
-                for lent in self.records.of(agent_id)]
+        done: list[tuple[Lent, GivenBack | None]] = []
+        for lent in self.records.of(agent_id):
+            if lent.revision_id not in {other.revision_id
+                                        for other in self.records.of(agent_id)}:
+                continue  # given back meanwhile, past it by the one above it
+            done.append((lent, None if lent.url != here and answers(lent.url)
+                         else self.give_back(lent)))
+        return done
 
 
 def _back_to(lent: Lent) -> str | None:

@@ -758,6 +758,29 @@ def test_three_stacked_the_middle_killed_the_top_goes_back_to_the_bottom_one(
     assert not records_of(stack_dir, agent_id)
 
 
+def test_both_stacked_serves_killed_one_restore_says_it_once(live_stack, stack_dir,
+                                                             tmp_path, home_served):
+    """Both stacked serves SIGKILLed: `agent restore` gave the upper one back home past
+    the lower one, then still said the lower one was being given back, and that its
+    revision "was deleted meanwhile ...: nothing to give back"."""
+    agent_id, first, second = lender_dirs(tmp_path)
+    home, first_url = serving(stack_dir, first, f"Registered {agent_id}")
+    home_served.append(home)
+    home.__enter__()
+    lower, _ = serving(stack_dir, second, f"Updated {agent_id}", stop=(signal.SIGKILL,))
+    with lower:
+        upper, upper_url = serving(stack_dir, first, f"Updated {agent_id}",
+                                   stop=(signal.SIGKILL,))
+        with upper:
+            pass
+    out = codeshot("agent", "restore", agent_id.split("/")[1], cwd=stack_dir)
+    assert out.stdout == f"{agent_id} was left lent to {upper_url} by a serve that ended " \
+        f"without giving it back: giving it back now\nRestored {agent_id} at {first_url}, " \
+        f"with its own name, {RESTORED}", out
+    assert revisions(live_stack, agent_id) == [(True, first_url)]
+    assert not records_of(stack_dir, agent_id)
+
+
 def records_of(stack_dir: Path, agent_id: str) -> list[dict]:
     """The pending-restore records serve keeps in .codeshot/lent/ for ``agent_id``."""
     found = [json.loads(path.read_text())
