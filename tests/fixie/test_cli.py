@@ -999,6 +999,50 @@ def test_an_agent_deleted_while_lent_is_said_to_be_gone(live_stack, stack_dir, t
     assert not records_of(stack_dir, agent_id)
 
 
+def test_the_same_serve_run_again_on_the_killed_ones_port_gives_back(
+        live_stack, stack_dir, tmp_path, home_served):
+    """The usual recovery: the same command run again (the same port), the killed serve's
+    recorded URL is this serve's own, answering: it is given back, not taken for a serve
+    still running."""
+    agent_id, first, second = lender_dirs(tmp_path)
+    home, first_url = serving(stack_dir, first, f"Registered {agent_id}")
+    home_served.append(home)
+    home.__enter__()
+    port = free_port()
+    killed, second_url = serving(stack_dir, second, f"Updated {agent_id}", port=port,
+                                 stop=(signal.SIGKILL,))
+    with killed:
+        pass
+    again, _ = serving(stack_dir, second, f"Updated {agent_id}", port=port)
+    with again as lines:
+        pass
+    said = "".join(lines)
+    assert f"{agent_id} was left lent to {second_url} by a serve that ended without " \
+        f"giving it back: giving it back now\nRestored {agent_id} at {first_url}, with its " \
+        f"own name, {RESTORED}Updated {agent_id}: served here until Ctrl-C" in said, said
+    assert revisions(live_stack, agent_id) == [(True, first_url)]
+    assert not records_of(stack_dir, agent_id)
+
+
+def test_agent_restore_leaves_a_running_serves_lending_to_it(live_stack, stack_dir, tmp_path,
+                                                             home_served):
+    """`agent restore` while the serve lending the agent runs: it says so, changes
+    nothing; the serve gives it back at its Ctrl-C."""
+    agent_id, first, second = lender_dirs(tmp_path)
+    home, first_url = serving(stack_dir, first, f"Registered {agent_id}")
+    home_served.append(home)
+    home.__enter__()
+    lending, second_url = serving(stack_dir, second, f"Updated {agent_id}")
+    with lending as lines:
+        out = codeshot("agent", "restore", agent_id.split("/")[1], cwd=stack_dir)
+        assert (out.returncode, out.stdout) == (0, f"{agent_id} is lent to {second_url} by a "
+                                                "serve still running: it gives it back when "
+                                                "it stops\n"), out
+        assert revisions(live_stack, agent_id) == [(False, first_url), (True, second_url)]
+    assert lines[-1] == f"Restored {agent_id} at {first_url}, with its own name, {RESTORED}"
+    assert revisions(live_stack, agent_id) == [(True, first_url)]
+
+
 def test_agent_restore_while_home_is_down_keeps_the_record_for_a_retry(
         live_stack, stack_dir, tmp_path):
     """The killed serve's home did not answer when `agent restore` ran (its server not
