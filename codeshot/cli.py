@@ -403,6 +403,9 @@ def _finish_restores(client: PlatformClient, agent_id: str, here: str | None = N
     """Give back what serves killed before their restore left lent (their records here),
     saying so; what there was (those still served too)."""
     done = client.finish_restores(agent_id, here)
+    for unreadable in client.records.unreadable if client.records is not None else []:
+        print(f"codeshot: a lending record that cannot be read is left as it is: {unreadable}",
+              file=sys.stderr, flush=True)
     for lent, given in done:
         if given is None:
             print(f"{agent_id} is lent to {lent.url} by a serve still running: it gives it "

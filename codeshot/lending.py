@@ -56,6 +56,9 @@ class LentRecords:
     def __init__(self, api_url: str, directory: Path | None = None) -> None:
         self.api_url = api_url
         self.directory = directory or Path.cwd() / RECORDS
+        # What the last :meth:`of` could not read (cut by a power cut, or of another
+        # codeshot version's fields): "<path>: <why>", to be told, not taken for none.
+        self.unreadable: list[str] = []
 
     def _path(self, agent_id: str, revision_id: str) -> Path:
         key = "\n".join((self.api_url, agent_id, revision_id))
@@ -77,6 +80,8 @@ class LentRecords:
             with os.fdopen(fd, "w") as file:
                 json.dump({"api_url": self.api_url, **dataclasses.asdict(lent)}, file,
                           indent=2)
+                file.flush()
+                os.fsync(file.fileno())  # whole on disk before it replaces the last one
             os.replace(tmp, self._path(lent.agent_id, lent.revision_id))
         except BaseException:
             os.unlink(tmp)
@@ -89,12 +94,16 @@ class LentRecords:
 
     def of(self, agent_id: str) -> list[Lent]:
         """The records of ``agent_id``'s lendings, the latest first."""
-        found = []
+        found, self.unreadable = [], []
         for path in self.directory.glob("*.json"):
             try:
                 record = json.loads(path.read_text())
-                if record.pop("api_url") == self.api_url and record["agent_id"] == agent_id:
-                    found.append(Lent(**record))
-            except (OSError, ValueError, KeyError, TypeError, AttributeError):
-                continue  # not a record (or one being replaced): not ours to judge
+                if not isinstance(record, dict) or (record.pop("api_url", None), record.get(
+                        "agent_id")) != (self.api_url, agent_id):
+                    continue  # another platform's or agent's: not ours to judge
+                found.append(Lent(**record))
+            except FileNotFoundError:
+                continue  # given back meanwhile
+            except (OSError, ValueError, TypeError) as exc:
+                self.unreadable.append(f"{path} ({exc})")
         return sorted(found, key=lambda lent: lent.revision_id, reverse=True)

@@ -1043,6 +1043,22 @@ def test_agent_restore_leaves_a_running_serves_lending_to_it(live_stack, stack_d
     assert revisions(live_stack, agent_id) == [(True, first_url)]
 
 
+def test_agent_restore_tells_of_a_record_it_cannot_read(stack_dir, tmp_path):
+    """A record cut short by a power cut was skipped silently: "Nothing to restore", the
+    file right there."""
+    handle = f"lender{uuid.uuid4().hex[:6]}"
+    cut = stack_dir / ".codeshot" / "lent" / f"{handle}.json"
+    cut.parent.mkdir(parents=True, exist_ok=True)
+    cut.write_text('{"api_url": "http://127.0.0.1:1", "agent_id": "local/')
+    try:
+        out = codeshot("agent", "restore", handle, cwd=stack_dir)
+    finally:
+        cut.unlink()
+    assert out.returncode == 0 and out.stdout.startswith("Nothing to restore"), out
+    assert out.stderr.startswith("codeshot: a lending record that cannot be read is left as "
+                                 f"it is: {cut.resolve()} (Unterminated string"), out
+
+
 def test_agent_restore_while_home_is_down_keeps_the_record_for_a_retry(
         live_stack, stack_dir, tmp_path):
     """The killed serve's home did not answer when `agent restore` ran (its server not

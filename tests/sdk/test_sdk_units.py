@@ -577,3 +577,26 @@ def test_lending_records_are_one_file_a_lending_read_per_platform_and_agent(tmp_
     here.drop("local/dice", named.revision_id)
     here.drop("local/dice", named.revision_id)  # a retry: nothing left to drop
     assert here.of("local/dice") == [older]
+
+
+def test_a_lending_record_that_cannot_be_read_is_told_not_skipped(tmp_path):
+    """A record cut short (a power cut) or written with another codeshot version's fields
+    was skipped silently: `agent restore` said "Nothing to restore" with it right there.
+    Another agent's or platform's is still not ours to judge."""
+    import dataclasses
+    import json
+
+    from codeshot.lending import Lent, LentRecords
+
+    here = LentRecords("http://127.0.0.1:8080", tmp_path)
+    record = {"api_url": here.api_url, **dataclasses.asdict(Lent(
+        "local/dice", "dice", "http://127.0.0.1:8181", "01J0000000000000000000000A", "01HOME",
+        None, {}, {}, "01HOME", None, {})), "machine": "laptop"}
+    (tmp_path / "newer.json").write_text(json.dumps(record))
+    (tmp_path / "notes.json").write_text(json.dumps({**record, "agent_id": "local/notes"}))
+    (tmp_path / "cut.json").write_text(json.dumps(record)[:60])
+    assert here.of("local/dice") == []
+    cut, newer = sorted(here.unreadable)
+    assert cut.startswith(f"{tmp_path / 'cut.json'} (Unterminated string starting at"), cut
+    assert newer == f"{tmp_path / 'newer.json'} (Lent.__init__() got an unexpected keyword " \
+        "argument 'machine')"
