@@ -11,16 +11,21 @@ the agent and the lent revision, written whole (a reader never sees half of one)
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import hashlib
 import json
 import os
 import tempfile
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 RECORDS = Path(".codeshot") / "lent"
+# A temporary file this old was left by a writer killed mid-write (one writes in
+# milliseconds): removed when records are read.
+STALE_SECONDS = 600
 
 
 @dataclass(frozen=True)
@@ -95,6 +100,10 @@ class LentRecords:
     def of(self, agent_id: str) -> list[Lent]:
         """The records of ``agent_id``'s lendings, the latest first."""
         found, self.unreadable = [], []
+        for tmp in self.directory.glob("lent.*.tmp"):
+            with contextlib.suppress(OSError):
+                if time.time() - tmp.stat().st_mtime > STALE_SECONDS:
+                    tmp.unlink()
         for path in self.directory.glob("*.json"):
             try:
                 record = json.loads(path.read_text())

@@ -600,3 +600,19 @@ def test_a_lending_record_that_cannot_be_read_is_told_not_skipped(tmp_path):
     assert cut.startswith(f"{tmp_path / 'cut.json'} (Unterminated string starting at"), cut
     assert newer == f"{tmp_path / 'newer.json'} (Lent.__init__() got an unexpected keyword " \
         "argument 'machine')"
+
+
+def test_a_temporary_record_a_killed_writer_left_is_removed(tmp_path):
+    """A writer killed mid-write left its temporary file for good: they piled up."""
+    import os
+    import time
+
+    from codeshot.lending import STALE_SECONDS, LentRecords
+
+    left, writing = tmp_path / "lent.abc.tmp", tmp_path / "lent.def.tmp"
+    for each in (left, writing):
+        each.write_text("{")
+    then = time.time() - STALE_SECONDS - 60
+    os.utime(left, (then, then))
+    assert LentRecords("http://127.0.0.1:8080", tmp_path).of("local/dice") == []
+    assert list(tmp_path.iterdir()) == [writing]
