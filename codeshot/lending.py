@@ -110,7 +110,10 @@ class LentRecords:
                 if not isinstance(record, dict) or (record.pop("api_url", None), record.get(
                         "agent_id")) != (self.api_url, agent_id):
                     continue  # another platform's or agent's: not ours to judge
-                found.append(Lent(**record))
+                lent = Lent(**record)
+                if lent.handle != agent_id.split("/")[1]:  # its mutations name the handle
+                    raise ValueError(f"its handle {lent.handle!r} is not {agent_id}'s")
+                found.append(lent)
             except FileNotFoundError:
                 continue  # given back meanwhile
             except (OSError, ValueError, TypeError) as exc:

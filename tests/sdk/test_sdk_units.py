@@ -582,7 +582,8 @@ def test_lending_records_are_one_file_a_lending_read_per_platform_and_agent(tmp_
 def test_a_lending_record_that_cannot_be_read_is_told_not_skipped(tmp_path):
     """A record cut short (a power cut) or written with another codeshot version's fields
     was skipped silently: `agent restore` said "Nothing to restore" with it right there.
-    Another agent's or platform's is still not ours to judge."""
+    Another agent's or platform's is still not ours to judge; one whose handle is not its
+    agent's (its restore would act on another agent) is not read either."""
     import dataclasses
     import json
 
@@ -595,8 +596,11 @@ def test_a_lending_record_that_cannot_be_read_is_told_not_skipped(tmp_path):
     (tmp_path / "newer.json").write_text(json.dumps(record))
     (tmp_path / "notes.json").write_text(json.dumps({**record, "agent_id": "local/notes"}))
     (tmp_path / "cut.json").write_text(json.dumps(record)[:60])
+    del record["machine"]
+    (tmp_path / "other.json").write_text(json.dumps({**record, "handle": "notes"}))
     assert here.of("local/dice") == []
-    cut, newer = sorted(here.unreadable)
+    cut, newer, other = sorted(here.unreadable)
+    assert other == f"{tmp_path / 'other.json'} (its handle 'notes' is not local/dice's)"
     assert cut.startswith(f"{tmp_path / 'cut.json'} (Unterminated string starting at"), cut
     assert newer == f"{tmp_path / 'newer.json'} (Lent.__init__() got an unexpected keyword " \
         "argument 'machine')"
