@@ -434,6 +434,11 @@ def _given_back(lent: Lent, given: GivenBack) -> str | None:
     if given.deleted:
         return (f"{lent.agent_id}'s revision at {url} was deleted meanwhile (another serve "
                 "took it home past it, or its owner): nothing to give back")
+    if given.agent_gone:
+        return f"{lent.agent_id} was deleted meanwhile (or renamed): nothing to give back"
+    if given.taken_over:
+        return (f"{lent.agent_id}'s revision at {url} was taken over meanwhile by a serve at "
+                f"{given.moved_to}: left to it")
     if given.lent_on:
         return (f"{lent.agent_id} was lent on to {given.moved_to} meanwhile by another serve: "
                 f"it goes back to {lent.home_url} when that one stops; its revision at {url} "
@@ -456,10 +461,14 @@ def _given_back(lent: Lent, given: GivenBack) -> str | None:
             "description and sample queries")
 
 
-def _finish_restores(client: PlatformClient, agent_id: str, here: str | None = None) -> int:
+def _finish_restores(client: PlatformClient, agent_id: str, here: str | None = None
+                     ) -> list[tuple[Lent, GivenBack | None]]:
     """Give back what serves killed before their restore left lent (their records here),
-    saying so; how many there were (those still served too)."""
+    saying so; what there was (those still served too)."""
     done = client.finish_restores(agent_id, here)
+    for unreadable in client.records.unreadable if client.records is not None else []:
+        print(f"codeshot: a lending record that cannot be read is left as it is: {unreadable}",
+              file=sys.stderr, flush=True)
     for lent, given in done:
         if given is None:
             print(f"{agent_id} is lent to {lent.url} by a serve still running: it gives it "
@@ -467,10 +476,14 @@ def _finish_restores(client: PlatformClient, agent_id: str, here: str | None = N
             continue
         print(f"{agent_id} was left lent to {lent.url} by a serve that ended without giving "
               "it back: giving it back now", flush=True)
+        if given.left_lent:
+            print(f"{agent_id} stays lent to {lent.url}: its previous server {given.back_to} "
+                  "does not answer (its record is kept)", flush=True)
+            continue
         said = _given_back(lent, given)
         if said:
             print(said, flush=True)
-    return len(done)
+    return done
 
 
 def _serve_again(url: str | None) -> str:
@@ -503,14 +516,21 @@ def _agent_register(args: argparse.Namespace) -> int:
 
 def _agent_restore(args: argparse.Namespace) -> int:
     from codeshot.client import PlatformClient, Target
+    from codeshot.errors import AgentUnavailable
 
     target = Target.find()
     records = target.lending_records()
     client = PlatformClient(target, records)
     agent_id = f"{client.username()}/{args.handle}"
-    if not _finish_restores(client, agent_id):
+    done = _finish_restores(client, agent_id)
+    if not done:
         print(f"Nothing to restore: no serve left {agent_id} lent ({records.directory} "
               f"names none for the platform at {target})")
+    homes = [str(given.back_to) for _, given in done if given is not None and given.left_lent]
+    if homes:
+        raise AgentUnavailable(f"{agent_id} is still lent: start its server at "
+                               f"{', '.join(homes)}, then run `codeshot agent restore "
+                               f"{args.handle}` again")
     return 0
 
 
@@ -776,7 +796,8 @@ def build_parser() -> argparse.ArgumentParser:
         "did not answer at the start), with the fields you did not change meanwhile; with "
         "serves lending it on, one on top of another, the last to stop takes it back to its "
         "revision before them all. What that needs is kept in .codeshot/lent/ while it is "
-        "lent (beside the local stack's .codeshot/local.json, else here): the next `serve "
+        "lent (beside the local stack's .codeshot/local.json, else here; where it cannot be "
+        "written, nothing is lent: INVALID_INPUT): the next `serve "
         "--register` of the agent (or `codeshot agent restore "
         "HANDLE`) first finishes a restore a killed serve left undone. A new "
         "agent, one registered at this URL, or one an earlier serve left at a loopback URL "
@@ -831,7 +852,8 @@ def build_parser() -> argparse.ArgumentParser:
         "as its Ctrl-C would have, by the record it kept in .codeshot/lent/ while lent "
         "(beside the local stack's .codeshot/local.json, else in the directory serve ran "
         "in). The next `serve --register` of the agent does this first too. A lending whose "
-        "serve is still running is left to it.")
+        "serve is still running is left to it; one whose previous server does not answer "
+        "stays lent, its record kept for a retry (AGENT_UNAVAILABLE).")
     restore.add_argument("handle", metavar="HANDLE", help="the agent's handle (yours)")
     restore.set_defaults(run=_agent_restore)
 

@@ -256,13 +256,23 @@ class GivenBack:
     that is not the lent one (switched meanwhile; ``lent_on`` if by another serve, which
     takes it home when it stops: the lent revision was deleted), ``deleted`` if the lent
     revision was (a later serve took the agent home past it, or its owner deleted it),
-    ``gone`` if the revision to go back to (or the agent) was deleted meanwhile, else
-    its server (``back_to``) does not answer."""
+    ``gone`` if the revision to go back to was deleted meanwhile (``agent_gone``: the
+    agent, or its handle renamed), else
+    its server (``back_to``) does not answer. ``taken_over``: the lent revision is
+    current at ``moved_to``, where another serve took it over (its own serve stopped)."""
 
     restored: bool
     changed: tuple[str, ...] = ()
     moved_to: str | None = None
     lent_on: bool = False
+    taken_over: bool = False
+    agent_gone: bool = False
+
+    @property
+    def left_lent(self) -> bool:
+        """Whether the agent is still lent, its server to go back to not answering."""
+        return not (self.restored or self.moved_to or self.lent_on or self.taken_over
+                    or self.deleted or self.gone or self.agent_gone)
     deleted: bool = False
     gone: bool = False
     back_to: str | None = None
@@ -334,6 +344,11 @@ class PlatformClient(GraphQLClient):
         if unanswered and SERVED in previous.get("metadata", []) and loopback_port(unanswered):
             return Serving(self.register(fields)[0], unanswered=unanswered)
         home_id, home_url = _home(agent, previous)
+        if self.records is not None:
+            try:
+                self.records.check()
+            except OSError as exc:
+                raise self._unkept(agent_id, exc, "nothing was lent") from exc
         made = self.call(NEW_REVISION, {"h": fields["handle"], "u": fields["funcUrl"],
                                         "m": [SERVED, {"key": HOME, "value": home_id}]})
         # All of them, also those agent.yaml leaves out: switching revisions adds the
@@ -344,7 +359,7 @@ class PlatformClient(GraphQLClient):
                     previous_url, restore, {}, home_id, home_url,
                     self._home_restore(agent_id, str(previous["id"]), restore)
                     if home_id != str(previous["id"]) else restore)
-        self._keep(lent)
+        self._kept(lent)
         try:
             self.call(UPDATE, {"d": {k: v for k, v in fields.items()
                                      if k not in ("queryUrl", "funcUrl")}})
@@ -353,12 +368,31 @@ class PlatformClient(GraphQLClient):
             raise
         now = self.call(CURRENT, {"id": agent_id})["agentById"]
         lent = dataclasses.replace(lent, lent_as=_described(now))
-        self._keep(lent)
+        self._kept(lent)
         return Serving(agent_id, lent, unanswered)
 
     def _keep(self, lent: Lent) -> None:
         if self.records is not None:
             self.records.keep(lent)
+
+    def _drop(self, agent_id: str, revision_id: str) -> None:
+        if self.records is not None:
+            self.records.drop(agent_id, revision_id)
+
+    def _kept(self, lent: Lent) -> None:
+        """Keep serve_here's record of ``lent``; if it cannot be written, the agent is
+        given back at once (lent without a record, a kill would strand it)."""
+        try:
+            self._keep(lent)
+        except OSError as exc:
+            PlatformClient(self.target).give_back(lent)  # no records: they cannot be kept
+            raise self._unkept(lent.agent_id, exc, "given back") from exc
+
+    def _unkept(self, agent_id: str, exc: OSError, done: str) -> InvalidInput:
+        where = self.records.directory if self.records is not None else None
+        return InvalidInput(f"cannot keep the record of lending {agent_id} in {where} "
+                            f"({exc.strerror or exc}): {done}; make that directory writable, "
+                            "or serve without --register")
 
     def _home_restore(self, agent_id: str, lender_id: str,
                       restore: dict[str, Any]) -> dict[str, Any]:
@@ -367,52 +401,87 @@ class PlatformClient(GraphQLClient):
         owner changed while that serve lent it; ``restore`` if no record of it is here."""
         lender = next((lent for lent in self.records.of(agent_id)
                        if lent.revision_id == lender_id), None) if self.records else None
-        if lender is None:
-            return restore
-        return {k: lender.home_restore.get(k, v) if lender.lent_as.get(k, v) == v else v
-                for k, v in restore.items()}
+        return restore if lender is None else _under(lender, lender.home_restore, restore)
 
-    def give_back(self, lent: Lent) -> GivenBack:
+    def _past_stopped(self, lent: Lent, kept: set[str]) -> tuple[Lent, list[Lent]]:
+        """``lent`` to be given back past the serves under it that stopped (killed), by
+        their records here, to the first one still serving (or home); their records."""
+        stopped = []
+        while (lent.previous_id != lent.home_id and lent.previous_id in kept
+               and self.records is not None
+               and not (lent.previous_url and answers(lent.previous_url))):
+            below = next((other for other in self.records.of(lent.agent_id)
+                          if other.revision_id == lent.previous_id), None)
+            if below is None:
+                break
+            stopped.append(below)
+            lent = dataclasses.replace(lent, previous_id=below.previous_id,
+                                       previous_url=below.previous_url,
+                                       restore=_under(below, below.restore, lent.restore))
+        return lent, stopped
+
+    def give_back(self, lent: Lent, home: bool = False) -> GivenBack:
         """Make the revision before :meth:`serve_here`'s current again (the home one if
         the serve it was lent from stopped: that one's revision is deleted too), delete
         its own and set back what described the agent, but the fields its owner changed
         while it was lent. Nothing is changed if the lent revision is no longer current
         (switched meanwhile; by another serve lending it on: then the lent revision is
-        deleted, that serve goes home past it), if the revision to go back to was
-        deleted, or if its URL does not answer: the agent stays where it is. Its record
-        is dropped then, kept if this fails (the platform unreachable)."""
-        given = self._give_back(lent)
-        if self.records is not None:
-            self.records.drop(lent.agent_id, lent.revision_id)
+        deleted, that serve goes home past it, or this one if that serve stopped), if the
+        revision to go back to was deleted, if another serve took the lent revision over
+        (moved it to its own URL), or if its URL does not answer: the agent stays where
+        it is. Its record is dropped then, kept if this fails (the platform unreachable)
+        or the agent stays lent (the URL to go back to does not answer: for a retry,
+        the only thing that knows it). ``home``: go
+        home past the previous revision even if its server answers (the serve lending it
+        on to this one stopped; so did the serve the agent was lent on to)."""
+        given = self._give_back(lent, home)
+        if not given.left_lent:
+            self._drop(lent.agent_id, lent.revision_id)
         return given
 
-    def _give_back(self, lent: Lent) -> GivenBack:
+    def _give_back(self, lent: Lent, home: bool) -> GivenBack:
         agent = self.call(CURRENT, {"id": lent.agent_id})["agentById"]
         current = (agent or {}).get("currentRevision")
-        if agent is None or current is None:
-            return GivenBack(False, gone=True)
+        if agent is None:
+            return GivenBack(False, agent_gone=True)
+        if current is None:
+            return GivenBack(False, gone=True, back_to=_back_to(lent))
         kept = {str(r["id"]) for r in agent["allRevisions"]}
         current_id = str(current["id"])
         if lent.back_id is not None and current_id == lent.back_id:
-            pass  # this restore, cut short after its switch: finished below
+            # This restore, cut short after its switch: finished below, but the fields
+            # the owner changed since (neither the lender's nor those it sets back).
+            described, back = _described(agent), _restore_of(lent)
+            lent = dataclasses.replace(lent, changed=[
+                k for k, v in lent.lent_as.items()
+                if k in lent.changed or _set_since(k, described[k], (v, back.get(k, v)))])
         elif lent.revision_id not in kept:  # a later serve took it home past this one
             return GivenBack(False, deleted=True)
         elif current_id != lent.revision_id:
             lent_on = SERVED in current["metadata"] and {"key": HOME, "value": lent.home_id} \
                 in current["metadata"]
+            upper_url = _url(current)
+            if lent_on and upper_url and not answers(upper_url):  # that serve stopped
+                return self._home_past(lent, current_id, upper_url)
             if lent_on:
-                self.call(DELETE_REVISION, {"h": lent.handle, "r": lent.revision_id})
+                self._delete(lent.handle, lent.revision_id)
             return GivenBack(False, moved_to=_url(current), lent_on=lent_on)
+        elif _url(current) != lent.url:  # another serve took it over: it serves it now
+            return GivenBack(False, moved_to=_url(current), taken_over=True)
         else:
-            past = lent.previous_id != lent.home_id and lent.home_id in kept and (
+            lent, stopped = self._past_stopped(lent, kept)
+            past = home or (lent.previous_id != lent.home_id and lent.home_id in kept and (
                 lent.previous_id not in kept
-                or not (lent.previous_url and answers(lent.previous_url)))
+                or not (lent.previous_url and answers(lent.previous_url))))
             described = _described(agent)
             # Home, past the revision of the serve it was lent from, if that one stopped.
             lent = dataclasses.replace(
                 lent, back_id=lent.home_id if past else lent.previous_id,
                 changed=[k for k, v in lent.lent_as.items() if described[k] != v])
             self._keep(lent)
+            for below in stopped:  # not current: deleted before the switch (a retry's not)
+                self._delete(lent.handle, below.revision_id)
+                self._drop(lent.agent_id, below.revision_id)
             try:
                 self.call(SET_CURRENT, {"h": lent.handle, "r": lent.back_id})
             except RemoteError as exc:
@@ -423,14 +492,33 @@ class PlatformClient(GraphQLClient):
         home = lent.back_id != lent.previous_id
         for revision_id in (lent.revision_id, *([lent.previous_id] if home else [])):
             if revision_id in kept:
-                self.call(DELETE_REVISION, {"h": lent.handle, "r": revision_id})
-        if home and self.records is not None:  # the stopped serve's, if it was killed here
-            self.records.drop(lent.agent_id, lent.previous_id)
-        restore = {k: v for k, v in (lent.home_restore if home else lent.restore).items()
-                   if k not in lent.changed}
+                self._delete(lent.handle, revision_id)
+        if home:  # the stopped serve's, if it was killed here
+            self._drop(lent.agent_id, lent.previous_id)
+        restore = {k: v for k, v in _restore_of(lent).items() if k not in lent.changed}
         if restore:
             self.call(UPDATE, {"d": {"handle": lent.handle, **restore}})
         return GivenBack(True, tuple(lent.changed), back_to=_back_to(lent))
+
+    def _delete(self, handle: str, revision_id: str) -> None:
+        """Delete the revision ``revision_id``; one deleted already is done (another
+        process finishing the same lending at once)."""
+        try:
+            self.call(DELETE_REVISION, {"h": handle, "r": revision_id})
+        except RemoteError as exc:
+            if exc.code != NotFound.code:
+                raise
+
+    def _home_past(self, lent: Lent, upper_id: str, upper_url: str) -> GivenBack:
+        """Take the agent ``lent`` was lent on from (to the revision ``upper_id`` at
+        ``upper_url``, whose serve stopped) home, as that serve would have: by its record
+        if it is here, else with the home's fields all set back (what it set is not
+        known)."""
+        upper = next((other for other in self.records.of(lent.agent_id)
+                      if other.revision_id == upper_id), None) if self.records else None
+        return self.give_back(upper or Lent(
+            lent.agent_id, lent.handle, upper_url, upper_id, lent.revision_id, lent.url, {}, {},
+            lent.home_id, lent.home_url, lent.home_restore), home=True)
 
     def finish_restores(self, agent_id: str, here: str | None = None
                         ) -> list[tuple[Lent, GivenBack | None]]:
@@ -439,13 +527,40 @@ class PlatformClient(GraphQLClient):
         served (its URL answers, and is not ``here``, where this process serves)."""
         if self.records is None:
             return []
-        return [(lent, None if lent.url != here and answers(lent.url) else self.give_back(lent))
-                for lent in self.records.of(agent_id)]
+        done: list[tuple[Lent, GivenBack | None]] = []
+        for lent in self.records.of(agent_id):
+            if lent.revision_id not in {other.revision_id
+                                        for other in self.records.of(agent_id)}:
+                continue  # given back meanwhile, past it by the one above it
+            done.append((lent, None if lent.url != here and answers(lent.url)
+                         else self.give_back(lent)))
+        return done
 
 
 def _back_to(lent: Lent) -> str | None:
     """The URL ``lent`` is given back to: its previous revision's, or its home's."""
     return lent.home_url if lent.back_id != lent.previous_id else lent.previous_url
+
+
+def _under(lender: Lent, before: dict[str, Any], restore: dict[str, Any]) -> dict[str, Any]:
+    """What described the agent before ``lender`` lent it (``before``), seen as
+    ``restore`` since: but the fields its owner changed while ``lender`` lent it."""
+    return {k: before.get(k, v) if lender.lent_as.get(k, v) == v else v
+            for k, v in restore.items()}
+
+
+def _set_since(field: str, value: Any, before: tuple[Any, ...]) -> bool:
+    """Whether the agent's ``field`` now ``value`` was set since it was one of ``before``:
+    sample queries only by a query none of them has (switching revisions adds its
+    few-shots' queries to them)."""
+    if field == "sampleQueries":
+        return not set(value) <= {query for queries in before for query in queries}
+    return value not in before
+
+
+def _restore_of(lent: Lent) -> dict[str, Any]:
+    """What described the agent where ``lent`` is given back to (``back_id``)."""
+    return lent.home_restore if lent.back_id != lent.previous_id else lent.restore
 
 
 def _url(revision: dict[str, Any]) -> str | None:

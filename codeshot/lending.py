@@ -11,16 +11,21 @@ the agent and the lent revision, written whole (a reader never sees half of one)
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import hashlib
 import json
 import os
 import tempfile
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 RECORDS = Path(".codeshot") / "lent"
+# A temporary file this old was left by a writer killed mid-write (one writes in
+# milliseconds): removed when records are read.
+STALE_SECONDS = 600
 
 
 @dataclass(frozen=True)
@@ -56,10 +61,21 @@ class LentRecords:
     def __init__(self, api_url: str, directory: Path | None = None) -> None:
         self.api_url = api_url
         self.directory = directory or Path.cwd() / RECORDS
+        # What the last :meth:`of` could not read (cut by a power cut, or of another
+        # codeshot version's fields): "<path>: <why>", to be told, not taken for none.
+        self.unreadable: list[str] = []
 
     def _path(self, agent_id: str, revision_id: str) -> Path:
         key = "\n".join((self.api_url, agent_id, revision_id))
         return self.directory / f"{hashlib.sha256(key.encode()).hexdigest()[:32]}.json"
+
+    def check(self) -> None:
+        """Raise OSError if no record can be written here (a read-only checkout,
+        ``.codeshot`` a file, a full disk): before anything is lent."""
+        self.directory.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=self.directory, prefix="lent.", suffix=".tmp")
+        os.close(fd)
+        os.unlink(tmp)
 
     def keep(self, lent: Lent) -> None:
         """Write (or replace) ``lent``'s record whole."""
@@ -69,6 +85,8 @@ class LentRecords:
             with os.fdopen(fd, "w") as file:
                 json.dump({"api_url": self.api_url, **dataclasses.asdict(lent)}, file,
                           indent=2)
+                file.flush()
+                os.fsync(file.fileno())  # whole on disk before it replaces the last one
             os.replace(tmp, self._path(lent.agent_id, lent.revision_id))
         except BaseException:
             os.unlink(tmp)
@@ -81,12 +99,23 @@ class LentRecords:
 
     def of(self, agent_id: str) -> list[Lent]:
         """The records of ``agent_id``'s lendings, the latest first."""
-        found = []
+        found, self.unreadable = [], []
+        for tmp in self.directory.glob("lent.*.tmp"):
+            with contextlib.suppress(OSError):
+                if time.time() - tmp.stat().st_mtime > STALE_SECONDS:
+                    tmp.unlink()
         for path in self.directory.glob("*.json"):
             try:
                 record = json.loads(path.read_text())
-                if record.pop("api_url") == self.api_url and record["agent_id"] == agent_id:
-                    found.append(Lent(**record))
-            except (OSError, ValueError, KeyError, TypeError, AttributeError):
-                continue  # not a record (or one being replaced): not ours to judge
+                if not isinstance(record, dict) or (record.pop("api_url", None), record.get(
+                        "agent_id")) != (self.api_url, agent_id):
+                    continue  # another platform's or agent's: not ours to judge
+                lent = Lent(**record)
+                if lent.handle != agent_id.split("/")[1]:  # its mutations name the handle
+                    raise ValueError(f"its handle {lent.handle!r} is not {agent_id}'s")
+                found.append(lent)
+            except FileNotFoundError:
+                continue  # given back meanwhile
+            except (OSError, ValueError, TypeError) as exc:
+                self.unreadable.append(f"{path} ({exc})")
         return sorted(found, key=lambda lent: lent.revision_id, reverse=True)

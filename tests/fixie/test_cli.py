@@ -706,6 +706,81 @@ def test_serves_stacked_on_one_agent_go_home_whatever_the_stop_order(
     assert not records_of(stack_dir, agent_id)
 
 
+def test_stacked_serves_the_upper_killed_the_lower_one_takes_it_home(live_stack, stack_dir,
+                                                                      tmp_path):
+    """The upper of two stacked serves SIGKILLed: the lower one's Ctrl-C said the agent
+    "goes back to <home> when that one stops" (it had stopped) and left it at the dead
+    upper URL."""
+    agent_id, first, second = lender_dirs(tmp_path)
+    home, first_url = serving(stack_dir, first, f"Registered {agent_id}")
+    with home:
+        own = gql(live_stack, DESCRIBED, id=agent_id)["agentById"]
+        lower, _ = serving(stack_dir, second, f"Updated {agent_id}")
+        with lower as lower_lines:
+            upper, _ = serving(stack_dir, first, f"Updated {agent_id}",
+                               stop=(signal.SIGKILL,))
+            with upper:
+                pass
+        assert lower_lines[-1] == f"Restored {agent_id} at {first_url}, with its own name, " \
+            f"{RESTORED}"
+        assert revisions(live_stack, agent_id) == [(True, first_url)]
+        assert gql(live_stack, DESCRIBED, id=agent_id)["agentById"] == own
+        assert ask(live_stack, agent_id, "Shout hello") == "HELLO!"
+    assert not records_of(stack_dir, agent_id)
+
+
+def test_three_stacked_the_middle_killed_the_top_goes_back_to_the_bottom_one(
+        live_stack, stack_dir, tmp_path):
+    """Three stacked serves, the middle one SIGKILLed: the top one's Ctrl-C took the agent
+    home past the bottom one, still serving it; that one's Ctrl-C then left its revision
+    behind ("switched to <home> meanwhile ... kept")."""
+    agent_id, first, second = lender_dirs(tmp_path)
+    home, first_url = serving(stack_dir, first, f"Registered {agent_id}")
+    with home:
+        own = gql(live_stack, DESCRIBED, id=agent_id)["agentById"]
+        bottom, bottom_url = serving(stack_dir, second, f"Updated {agent_id}")
+        with bottom as bottom_lines:
+            lent = gql(live_stack, DESCRIBED, id=agent_id)["agentById"]
+            middle, _ = serving(stack_dir, first, f"Updated {agent_id}",
+                                stop=(signal.SIGKILL,))
+            with middle:
+                top, _ = serving(stack_dir, second, f"Updated {agent_id}")
+                top_lines = top.__enter__()
+            top.__exit__(None, None, None)
+            assert top_lines[-1] == f"Restored {agent_id} at {bottom_url}, with its own " \
+                f"name, {RESTORED}"
+            assert revisions(live_stack, agent_id) == [(False, first_url), (True, bottom_url)]
+            assert gql(live_stack, DESCRIBED, id=agent_id)["agentById"] == lent
+        assert bottom_lines[-1] == f"Restored {agent_id} at {first_url}, with its own name, " \
+            f"{RESTORED}"
+        assert revisions(live_stack, agent_id) == [(True, first_url)]
+        assert gql(live_stack, DESCRIBED, id=agent_id)["agentById"] == own
+    assert not records_of(stack_dir, agent_id)
+
+
+def test_both_stacked_serves_killed_one_restore_says_it_once(live_stack, stack_dir,
+                                                             tmp_path, home_served):
+    """Both stacked serves SIGKILLed: `agent restore` gave the upper one back home past
+    the lower one, then still said the lower one was being given back, and that its
+    revision "was deleted meanwhile ...: nothing to give back"."""
+    agent_id, first, second = lender_dirs(tmp_path)
+    home, first_url = serving(stack_dir, first, f"Registered {agent_id}")
+    home_served.append(home)
+    home.__enter__()
+    lower, _ = serving(stack_dir, second, f"Updated {agent_id}", stop=(signal.SIGKILL,))
+    with lower:
+        upper, upper_url = serving(stack_dir, first, f"Updated {agent_id}",
+                                   stop=(signal.SIGKILL,))
+        with upper:
+            pass
+    out = codeshot("agent", "restore", agent_id.split("/")[1], cwd=stack_dir)
+    assert out.stdout == f"{agent_id} was left lent to {upper_url} by a serve that ended " \
+        f"without giving it back: giving it back now\nRestored {agent_id} at {first_url}, " \
+        f"with its own name, {RESTORED}", out
+    assert revisions(live_stack, agent_id) == [(True, first_url)]
+    assert not records_of(stack_dir, agent_id)
+
+
 def records_of(stack_dir: Path, agent_id: str) -> list[dict]:
     """The pending-restore records serve keeps in .codeshot/lent/ for ``agent_id``."""
     found = [json.loads(path.read_text())
@@ -801,19 +876,18 @@ def test_agent_restore_gives_back_by_the_record_and_leaves_a_switched_agent(
         f"({stack_dir.resolve() / '.codeshot' / 'lent'} names none"), again
 
 
-def test_a_restore_cut_short_after_its_switch_is_finished_not_taken_for_a_switch(
-        live_stack, stack_dir, tmp_path, home_served):
-    """The connection lost (or a third Ctrl-C) once the previous revision was current
-    again: the restore finished from the record took that for a switch made meanwhile,
-    leaving the lender's revision, name and description."""
-    from codeshot.client import DELETE_REVISION, GivenBack, PlatformClient, Target, agent_fields
+def cut_short(live_stack, stack_dir: Path, tmp_path: Path, served: list):
+    """A lending (by a client, its server run without --register) whose give_back lost
+    the connection right after its switch home; the lender's server then stopped: the
+    agent id, the client's target and records, the lending and the home URL."""
+    from codeshot.client import DELETE_REVISION, PlatformClient, Target, agent_fields
     from codeshot.errors import Unavailable
     from codeshot.lending import LentRecords
     from codeshot.sdk.project import read_config
 
     agent_id, first, second = lender_dirs(tmp_path)
     home, first_url = serving(stack_dir, first, f"Registered {agent_id}")
-    home_served.append(home)
+    served.append(home)
     home.__enter__()
     lender, second_url = serving(stack_dir, second, "Serving ", register=False)
     lender.__enter__()
@@ -833,12 +907,267 @@ def test_a_restore_cut_short_after_its_switch_is_finished_not_taken_for_a_switch
         LostAfterTheSwitch(target, records).give_back(lent)
     lender.__exit__(None, None, None)
     assert sorted(revisions(live_stack, agent_id)) == [(False, second_url), (True, first_url)]
+    return agent_id, target, records, lent, first_url
+
+
+def test_a_restore_cut_short_after_its_switch_is_finished_not_taken_for_a_switch(
+        live_stack, stack_dir, tmp_path, home_served):
+    """The connection lost (or a third Ctrl-C) once the previous revision was current
+    again: the restore finished from the record took that for a switch made meanwhile,
+    leaving the lender's revision, name and description."""
+    from codeshot.client import GivenBack, PlatformClient
+
+    agent_id, target, records, lent, first_url = cut_short(live_stack, stack_dir, tmp_path,
+                                                           home_served)
     [(finished, given)] = PlatformClient(target, records).finish_restores(agent_id)
     assert (finished.revision_id, given) == (lent.revision_id,
                                              GivenBack(True, back_to=first_url))
     assert revisions(live_stack, agent_id) == [(True, first_url)]
     assert gql(live_stack, DESCRIBED, id=agent_id)["agentById"]["name"] == "Shouter"
     assert records.of(agent_id) == []
+
+
+def test_finishing_a_cut_short_restore_keeps_what_the_owner_changed_since(
+        live_stack, stack_dir, tmp_path, home_served):
+    """The owner edited the agent after the cut-short restore's switch home (seeing the
+    lender's description there): finishing it set the description kept before the
+    lending over that edit (what changed was judged at the switch only)."""
+    from codeshot.client import GivenBack, PlatformClient
+
+    agent_id, target, records, _, first_url = cut_short(live_stack, stack_dir, tmp_path,
+                                                        home_served)
+    gql(live_stack, EDIT, h=agent_id.split("/")[1], d="Edited after the switch")
+    [(_, given)] = PlatformClient(target, records).finish_restores(agent_id)
+    assert given == GivenBack(True, ("description",), back_to=first_url)
+    described = gql(live_stack, DESCRIBED, id=agent_id)["agentById"]
+    assert (described["name"], described["description"]) == ("Shouter",
+                                                              "Edited after the switch")
+
+
+def test_two_finishers_of_one_record_both_end_well(live_stack, stack_dir, tmp_path,
+                                                   home_served):
+    """Two processes finished one record at once (`agent restore` while a serve of the
+    agent started): the second's delete of the revision the first deleted answered
+    NOT_FOUND, and it ended with that error (a serve then never served)."""
+    from codeshot.client import SET_CURRENT, GivenBack, PlatformClient, Target, agent_fields
+    from codeshot.lending import LentRecords
+    from codeshot.sdk.project import read_config
+
+    agent_id, first, second = lender_dirs(tmp_path)
+    home, first_url = serving(stack_dir, first, f"Registered {agent_id}")
+    home_served.append(home)
+    home.__enter__()
+    lender, second_url = serving(stack_dir, second, "Serving ", register=False)
+    lender.__enter__()
+    target = Target(live_stack["api_url"], live_stack["api_key"], "the test")
+    records = LentRecords(target.api_url, tmp_path / "lent")
+    assert PlatformClient(target, records).serve_here(
+        agent_fields(read_config(second), second_url)).lent is not None
+    lender.__exit__(None, None, None)  # killed: its URL does not answer
+    other: list = []
+
+    class Racing(PlatformClient):
+        def call(self, query: str, variables: dict | None = None) -> dict:
+            if query == SET_CURRENT and not other:  # the other runs to its end meanwhile
+                other.extend(PlatformClient(target, records).finish_restores(agent_id))
+            return super().call(query, variables)
+
+    [(_, given)] = Racing(target, records).finish_restores(agent_id)
+    assert [given, other[0][1]] == [GivenBack(True, back_to=first_url)] * 2
+    assert revisions(live_stack, agent_id) == [(True, first_url)]
+    assert gql(live_stack, DESCRIBED, id=agent_id)["agentById"]["name"] == "Shouter"
+    assert records.of(agent_id) == []
+
+
+DELETE_AGENT = "mutation ($h: String!) { deleteAgent(agentData: {handle: $h}) { agent { " \
+    "agentId } } }"
+
+
+def test_an_agent_deleted_while_lent_is_said_to_be_gone(live_stack, stack_dir, tmp_path,
+                                                        home_served):
+    """The owner deleted the agent while a serve lent it: its Ctrl-C said it "stays at
+    <url> (stopped now): its previous revision at None was deleted meanwhile"."""
+    agent_id, first, second = lender_dirs(tmp_path)
+    home, _ = serving(stack_dir, first, f"Registered {agent_id}")
+    home_served.append(home)
+    home.__enter__()
+    lending, _ = serving(stack_dir, second, f"Updated {agent_id}")
+    with lending as lines:
+        gql(live_stack, DELETE_AGENT, h=agent_id.split("/")[1])
+    assert lines[-1] == f"{agent_id} was deleted meanwhile (or renamed): nothing to give " \
+        "back\n"
+    assert not records_of(stack_dir, agent_id)
+
+
+def test_the_same_serve_run_again_on_the_killed_ones_port_gives_back(
+        live_stack, stack_dir, tmp_path, home_served):
+    """The usual recovery: the same command run again (the same port), the killed serve's
+    recorded URL is this serve's own, answering: it is given back, not taken for a serve
+    still running."""
+    agent_id, first, second = lender_dirs(tmp_path)
+    home, first_url = serving(stack_dir, first, f"Registered {agent_id}")
+    home_served.append(home)
+    home.__enter__()
+    port = free_port()
+    killed, second_url = serving(stack_dir, second, f"Updated {agent_id}", port=port,
+                                 stop=(signal.SIGKILL,))
+    with killed:
+        pass
+    again, _ = serving(stack_dir, second, f"Updated {agent_id}", port=port)
+    with again as lines:
+        pass
+    said = "".join(lines)
+    assert f"{agent_id} was left lent to {second_url} by a serve that ended without " \
+        f"giving it back: giving it back now\nRestored {agent_id} at {first_url}, with its " \
+        f"own name, {RESTORED}Updated {agent_id}: served here until Ctrl-C" in said, said
+    assert revisions(live_stack, agent_id) == [(True, first_url)]
+    assert not records_of(stack_dir, agent_id)
+
+
+def test_agent_restore_leaves_a_running_serves_lending_to_it(live_stack, stack_dir, tmp_path,
+                                                             home_served):
+    """`agent restore` while the serve lending the agent runs: it says so, changes
+    nothing; the serve gives it back at its Ctrl-C."""
+    agent_id, first, second = lender_dirs(tmp_path)
+    home, first_url = serving(stack_dir, first, f"Registered {agent_id}")
+    home_served.append(home)
+    home.__enter__()
+    lending, second_url = serving(stack_dir, second, f"Updated {agent_id}")
+    with lending as lines:
+        out = codeshot("agent", "restore", agent_id.split("/")[1], cwd=stack_dir)
+        assert (out.returncode, out.stdout) == (0, f"{agent_id} is lent to {second_url} by a "
+                                                "serve still running: it gives it back when "
+                                                "it stops\n"), out
+        assert revisions(live_stack, agent_id) == [(False, first_url), (True, second_url)]
+    assert lines[-1] == f"Restored {agent_id} at {first_url}, with its own name, {RESTORED}"
+    assert revisions(live_stack, agent_id) == [(True, first_url)]
+
+
+def test_agent_restore_tells_of_a_record_it_cannot_read(stack_dir, tmp_path):
+    """A record cut short by a power cut was skipped silently: "Nothing to restore", the
+    file right there."""
+    handle = f"lender{uuid.uuid4().hex[:6]}"
+    cut = stack_dir / ".codeshot" / "lent" / f"{handle}.json"
+    cut.parent.mkdir(parents=True, exist_ok=True)
+    cut.write_text('{"api_url": "http://127.0.0.1:1", "agent_id": "local/')
+    try:
+        out = codeshot("agent", "restore", handle, cwd=stack_dir)
+    finally:
+        cut.unlink()
+    assert out.returncode == 0 and out.stdout.startswith("Nothing to restore"), out
+    assert out.stderr.startswith("codeshot: a lending record that cannot be read is left as "
+                                 f"it is: {cut.resolve()} (Unterminated string"), out
+
+
+def test_agent_restore_while_home_is_down_keeps_the_record_for_a_retry(
+        live_stack, stack_dir, tmp_path):
+    """The killed serve's home did not answer when `agent restore` ran (its server not
+    started yet): the record was dropped all the same, exit 0, so once home answered
+    there was "Nothing to restore", the agent left at the dead URL."""
+    served: list = []
+    try:
+        agent_id, _, first_url, second_url = killed_while_lending(
+            live_stack, stack_dir, tmp_path, served)
+        served.pop().__exit__(None, None, None)  # the home server stops
+        handle = agent_id.split("/")[1]
+        out = codeshot("agent", "restore", handle, cwd=stack_dir)
+        assert (out.returncode, out.stdout.splitlines()[-1], out.stderr) == (
+            2, f"{agent_id} stays lent to {second_url}: its previous server {first_url} does "
+            "not answer (its record is kept)",
+            f"codeshot: error: {agent_id} is still lent: start its server at {first_url}, then "
+            f"run `codeshot agent restore {handle}` again (AGENT_UNAVAILABLE)\n"), out
+        assert revisions(live_stack, agent_id) == [(False, first_url), (True, second_url)]
+        home, _ = serving(stack_dir, tmp_path / handle, "Serving ", register=False,
+                          port=int(first_url.rsplit(":", 1)[1]))
+        with home:
+            again = codeshot("agent", "restore", handle, cwd=stack_dir)
+            assert again.returncode == 0, again
+            assert again.stdout.endswith(f"Restored {agent_id} at {first_url}; changed "
+                                         "meanwhile, not restored: description\n"), again
+            assert revisions(live_stack, agent_id) == [(True, first_url)]
+        assert not records_of(stack_dir, agent_id)
+    finally:
+        for each in served:
+            each.__exit__(None, None, None)
+
+
+def elsewhere_env(live_stack) -> dict[str, str]:
+    """A serve run outside the stack's directory: the platform named by the environment."""
+    return {**os.environ, "PYTHONPATH": str(ROOT), "CODESHOT_API_URL": live_stack["api_url"],
+            "CODESHOT_API_KEY": live_stack["api_key"]}
+
+
+def test_a_killed_serves_revision_another_serve_took_over_is_left_to_it(
+        live_stack, stack_dir, tmp_path, home_served):
+    """A serve from another directory took the killed serve's revision over (moved it to
+    its own URL): `agent restore` by the killed one's record switched the agent home and
+    deleted that revision while the other serve still served it."""
+    agent_id, second, first_url, second_url = killed_while_lending(
+        live_stack, stack_dir, tmp_path, home_served)
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    port = free_port()
+    other_url = f"http://127.0.0.1:{port}"
+    with running([sys.executable, "-m", "codeshot.cli", "serve", str(second), "--port",
+                  str(port), "--register"], elsewhere, elsewhere_env(live_stack),
+                 f"Updated {agent_id} at {other_url}"):
+        out = codeshot("agent", "restore", agent_id.split("/")[1], cwd=stack_dir)
+        assert out.stdout.endswith(f"{agent_id}'s revision at {second_url} was taken over "
+                                   f"meanwhile by a serve at {other_url}: left to it\n"), out
+        assert revisions(live_stack, agent_id) == [(False, first_url), (True, other_url)]
+        assert ask(live_stack, agent_id, "Whisper hello") == "HELLO!"
+    assert not records_of(stack_dir, agent_id)
+
+
+def test_serve_that_cannot_keep_its_record_lends_nothing(live_stack, stack_dir, tmp_path,
+                                                         home_served):
+    """Where .codeshot/lent/ cannot be written (a read-only checkout; here .codeshot/lent a
+    file): serve lent the agent, then died with a traceback writing its record, leaving
+    the agent at its dead URL with no record to give it back."""
+    agent_id, first, second = lender_dirs(tmp_path)
+    home, first_url = serving(stack_dir, first, f"Registered {agent_id}")
+    home_served.append(home)
+    home.__enter__()
+    elsewhere = tmp_path / "elsewhere"
+    (elsewhere / ".codeshot").mkdir(parents=True)
+    (elsewhere / ".codeshot" / "lent").write_text("not a directory")
+    out = subprocess.run([sys.executable, "-m", "codeshot.cli", "serve", str(second),
+                          "--port", str(free_port()), "--register"], cwd=elsewhere,
+                         env=elsewhere_env(live_stack), capture_output=True, text=True,
+                         timeout=120, check=False)
+    assert (out.returncode, out.stderr.splitlines()[-1]) == (2, (
+        f"codeshot: error: cannot keep the record of lending {agent_id} in "
+        f"{elsewhere.resolve() / '.codeshot' / 'lent'} (File exists): nothing was lent; make "
+        "that directory writable, or serve without --register (INVALID_INPUT)")), out
+    assert revisions(live_stack, agent_id) == [(True, first_url)]
+
+
+def test_a_record_that_cannot_be_written_once_lent_gives_the_agent_back(
+        live_stack, stack_dir, tmp_path, home_served):
+    """The record written after the agent was lent failed (a full disk): the agent was
+    left lent with no record to give it back."""
+    from codeshot.client import PlatformClient, Target, agent_fields
+    from codeshot.lending import LentRecords
+    from codeshot.sdk.project import read_config
+
+    agent_id, first, second = lender_dirs(tmp_path)
+    home, first_url = serving(stack_dir, first, f"Registered {agent_id}")
+    home_served.append(home)
+    home.__enter__()
+    lender, second_url = serving(stack_dir, second, "Serving ", register=False)
+    home_served.append(lender)
+    lender.__enter__()
+
+    class DiskFull(LentRecords):
+        def keep(self, lent) -> None:
+            raise OSError(28, "No space left on device")
+
+    target = Target(live_stack["api_url"], live_stack["api_key"], "the test")
+    with pytest.raises(InvalidInput, match=r"\(No space left on device\): given back; "):
+        PlatformClient(target, DiskFull(target.api_url, tmp_path / "lent")).serve_here(
+            agent_fields(read_config(second), second_url))
+    assert revisions(live_stack, agent_id) == [(True, first_url)]
+    assert gql(live_stack, DESCRIBED, id=agent_id)["agentById"]["name"] == "Shouter"
 
 
 def test_a_second_signal_does_not_cut_the_restore_short(live_stack, stack_dir, tmp_path):

@@ -590,3 +590,46 @@ def test_lending_records_are_one_file_a_lending_read_per_platform_and_agent(tmp_
     here.drop("local/dice", named.revision_id)
     here.drop("local/dice", named.revision_id)  # a retry: nothing left to drop
     assert here.of("local/dice") == [older]
+
+
+def test_a_lending_record_that_cannot_be_read_is_told_not_skipped(tmp_path):
+    """A record cut short (a power cut) or written with another codeshot version's fields
+    was skipped silently: `agent restore` said "Nothing to restore" with it right there.
+    Another agent's or platform's is still not ours to judge; one whose handle is not its
+    agent's (its restore would act on another agent) is not read either."""
+    import dataclasses
+    import json
+
+    from codeshot.lending import Lent, LentRecords
+
+    here = LentRecords("http://127.0.0.1:8080", tmp_path)
+    record = {"api_url": here.api_url, **dataclasses.asdict(Lent(
+        "local/dice", "dice", "http://127.0.0.1:8181", "01J0000000000000000000000A", "01HOME",
+        None, {}, {}, "01HOME", None, {})), "machine": "laptop"}
+    (tmp_path / "newer.json").write_text(json.dumps(record))
+    (tmp_path / "notes.json").write_text(json.dumps({**record, "agent_id": "local/notes"}))
+    (tmp_path / "cut.json").write_text(json.dumps(record)[:60])
+    del record["machine"]
+    (tmp_path / "other.json").write_text(json.dumps({**record, "handle": "notes"}))
+    assert here.of("local/dice") == []
+    cut, newer, other = sorted(here.unreadable)
+    assert other == f"{tmp_path / 'other.json'} (its handle 'notes' is not local/dice's)"
+    assert cut.startswith(f"{tmp_path / 'cut.json'} (Unterminated string starting at"), cut
+    assert newer == f"{tmp_path / 'newer.json'} (Lent.__init__() got an unexpected keyword " \
+        "argument 'machine')"
+
+
+def test_a_temporary_record_a_killed_writer_left_is_removed(tmp_path):
+    """A writer killed mid-write left its temporary file for good: they piled up."""
+    import os
+    import time
+
+    from codeshot.lending import STALE_SECONDS, LentRecords
+
+    left, writing = tmp_path / "lent.abc.tmp", tmp_path / "lent.def.tmp"
+    for each in (left, writing):
+        each.write_text("{")
+    then = time.time() - STALE_SECONDS - 60
+    os.utime(left, (then, then))
+    assert LentRecords("http://127.0.0.1:8080", tmp_path).of("local/dice") == []
+    assert list(tmp_path.iterdir()) == [writing]
