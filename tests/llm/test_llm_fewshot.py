@@ -539,7 +539,8 @@ def func_reply(n: int) -> None:
 @pytest.mark.parametrize("replay", [
     func_reply,  # a Func's reply of n numbers
     lambda n: next_lines(ROLLED, [Step(Kind.Q, "Roll a d20 " + " ".join(["two"] * n))]),
-    lambda n: word_substitutions(" ".join(["3"] * (n // 5)), " ".join(["4"] * n)),
+    # (within the words the replay aligns, MAX_ALIGNED: 100 x 400 at most)
+    lambda n: word_substitutions(" ".join(["3"] * (n // 20)), " ".join(["4"] * (n // 5))),
     lambda n: word_substitutions(" ".join(["5 miles"] * (n // 20)),
                                  " ".join(["10 miles"] * (n // 20))),
 ], ids=["a Func's long reply", "a long query", "an example of many numbers",
