@@ -429,10 +429,10 @@ class Messaging:
     def queue_unrun(self, session_id: str, owner: str, idempotency_key: str) -> None:
         """The message posted under ``idempotency_key``, queued again if it is written but
         neither answered nor run: a write the store did not confirm may land after the
-        runner skipped its queued copy (see its ``LANDING_SECONDS``), and a retry under
-        the key, which would queue it, may never come. Under a deduplication id of its
-        own (an earlier copy's may be within SQS's 5 minutes); of two copies the runner
-        answers one (its answer marker and running slot)."""
+        runner skipped its queued copy (see :data:`codeshot.store.queue.LANDING_SECONDS`),
+        and a retry under the key, which would queue it, may never come. Under a
+        deduplication id of its own (an earlier copy's may be within SQS's 5 minutes); of
+        two copies the runner answers one (its answer marker and running slot)."""
         message = self.s.sessions.posted_under(session_id, idempotency_key)
         if message is None or self.s.sessions.answered(session_id, message.message_id) or \
                 Lease(self.s, owner, message.message_id).held():
