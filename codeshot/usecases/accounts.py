@@ -16,7 +16,7 @@ from codeshot.errors import Forbidden, InvalidInput, Unauthenticated
 from codeshot.models import Principal, User
 from codeshot.services import Services
 from codeshot.usecases.erasure_start import start_erasure
-from codeshot.usecases.users import find_user
+from codeshot.usecases.users import find_user, new_user
 
 
 class NoUsername(Forbidden):
@@ -67,8 +67,7 @@ def choose_username(services: Services, token: str, username: str) -> User:
     identity = services.accounts.verify(token)
     if username.strip() in RESERVED_USERNAMES:
         raise InvalidInput(f"username {username.strip()!r} is reserved: choose another")
-    return services.users.create(username.strip(), identity=identity.sub,
-                                 email=identity.email)
+    return new_user(services, username.strip(), identity=identity.sub, email=identity.email)
 
 
 # -- operators ---------------------------------------------------------------------------

@@ -427,9 +427,12 @@ def check_erasure(rehearsal: Any) -> str:
     db.update_item(TableName=users, Key={"user_id": {"S": user_id}},
                    UpdateExpression="SET deleted = :d",
                    ExpressionAttributeValues={":d": {"S": an_hour_ago}})
-    sessions = [t for t in db.list_tables()["TableNames"] if "Sessions" in t]
-    for table in sessions:  # a new stack's `codeshot users hold-replies`: embeds' objects go
-        db.put_item(TableName=table, Item=REPLIES_HELD_MARK)
+    # A new stack's sessions table is marked by its first user (no operator step): the
+    # leaver's embed's object goes.
+    sessions = [outputs["SessionsTable"]]
+    if "Item" not in db.get_item(TableName=sessions[0], Key=REPLIES_HELD_MARK):
+        raise RehearsalError("the new stack's sessions table is not marked as holding every "
+                             "reply's embeds: an erasure would keep their objects")
     rehearsal.admin("sqs").send_message(QueueUrl=outputs["ErasureQueueUrl"],
                                         MessageBody=ErasureWork(user_id).body())
     deadline, done, erased = time.monotonic() + 180, 0, False

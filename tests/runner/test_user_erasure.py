@@ -19,7 +19,7 @@ from unittest import mock
 import pytest
 from botocore.exceptions import ClientError
 
-from codeshot import ids
+from codeshot import cli, ids
 from codeshot.errors import InvalidInput, NotFound, Unauthenticated, UserDeleted
 from codeshot.models import Agent, EmbedRef, Message, MessageType, Principal, User
 from codeshot.runner.batch import record_of
@@ -602,6 +602,56 @@ def test_until_old_replies_are_held_an_erasure_deletes_no_embeds_object(
     assert left["sessions"] == [] and left["own embed"] is True
 
 
+def unmark(services: Services) -> None:
+    """The sessions table as a deploy makes it: no replies-held mark (CDK writes no item)."""
+    services.sessions.db.delete_item(TableName=services.settings.sessions_table,
+                                     Key=REPLIES_HELD_MARK)
+
+
+def test_a_new_stacks_erasures_delete_embeds_objects_with_no_operator_step(services, clock):
+    """A deployed stack's sessions table has no mark; its first user (here `users create`;
+    a deploy's owner and a first sign-in go the same way) finds it empty, so without
+    replies of before HELD# items: marked. A deleted user's embeds then go."""
+    unmark(services)
+    alice, _ = users.create_user(services, "alice")
+    assert services.sessions.replies_held()
+    principal = users.principal_of(alice)
+    session_id = create_session(services, principal).session_id
+    own = b"alice's holiday photo"
+    Messaging(services).post(principal, session_id, "look", embeds=[
+        EmbedUpload("p.jpg", "image/jpeg", base64.b64encode(own).decode())])
+    accounts.delete_account(services, principal, "alice")
+    with later(services, clock, erasure_start.window_seconds(services.settings) + 1):
+        run_erasure(services, clock)
+    with pytest.raises(NotFound):
+        services.embeds.read(digest(own))
+    assert not services.users.get(alice.user_id).embeds_kept
+
+
+def test_a_stack_with_sessions_from_before_held_replies_is_not_marked_by_a_new_user(
+        services, clock):
+    """An upgraded stack: its table holds sessions (their replies may name bytes with no
+    HELD# item), so a user made now does not mark it; an erasure keeps the objects, and
+    the tombstone says so."""
+    carol, _ = users.create_user(services, "carol")
+    create_session(services, users.principal_of(carol))
+    unmark(services)
+    alice, _ = users.create_user(services, "alice")
+    assert not services.sessions.replies_held()
+    principal = users.principal_of(alice)
+    session_id = create_session(services, principal).session_id
+    Messaging(services).post(principal, session_id, "look", embeds=[
+        EmbedUpload("p.jpg", "image/jpeg", base64.b64encode(b"photo").decode())])
+    accounts.delete_account(services, principal, "alice")
+    with later(services, clock, erasure_start.window_seconds(services.settings) + 1):
+        run_erasure(services, clock)
+    tombstone = services.users.get(alice.user_id)
+    assert tombstone.erased is not None and tombstone.embeds_kept
+    assert services.embeds.read(digest(b"photo")) == b"photo"
+    listed = cli._deleted(services.settings, tombstone)  # her line in `users list`
+    assert "kept for good" in listed and "codeshot users hold-replies" in listed
+
+
 def test_old_replies_held_by_the_backfill_keep_their_bytes_and_lose_their_users(
         services, clock, people):
     alice, bob, common = people
@@ -630,3 +680,4 @@ def test_old_replies_held_by_the_backfill_keep_their_bytes_and_lose_their_users(
     bobs_left = what_is_left(services, bob, common)
     assert (bobs_left["sessions"], bobs_left["own embed"], bobs_left["shared embed"]) == \
         ([bob.session_id], True, True)
+
