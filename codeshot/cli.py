@@ -683,7 +683,8 @@ def build_parser() -> argparse.ArgumentParser:
     delete = user_commands.add_parser(
         "delete", help="delete a user and erase their data",
         description="Refuse every API key and sign-in of the user at once, delete their "
-        "account in the user pool (with CODESHOT_USER_POOL_ID), and queue the "
+        "account in the user pool (CODESHOT_USER_POOL_ID: a user with an account is "
+        "refused without it, writing nothing), and queue the "
         "erasure of their sessions (messages, embeds), agents, user storage, uploads, OAuth "
         "tokens and usage, which the eraser function starts once every credential the user "
         "held has run out (minutes). The username stays taken. Run again for a deleted "

@@ -141,9 +141,15 @@ def _delete(services: Services, user: User) -> User:
     the username never taken again (nobody inherits their agent ids). The tombstone last:
     the user can no longer ask again once it is written, and an erasure that finds no
     tombstone erases nothing. Each write is idempotent, so a retry of a deletion that
-    failed half-way finishes it."""
+    failed half-way finishes it. A user with an account, and no pool to delete it from
+    (an operator's environment without it), is refused: their account and its email
+    would stay, for good."""
+    if user.identity and not services.settings.user_pool_id:
+        raise InvalidInput(f"{user.username!r} has an account in the user pool, and "
+                           "CODESHOT_USER_POOL_ID is not set (the stack's UserPoolId "
+                           "output): deleting them would keep the account and its email")
     start_erasure(services, user)
-    if user.identity and services.settings.user_pool_id:
+    if user.identity:
         services.accounts.delete(user.identity)
     tombstone = services.users.mark_deleted(user.user_id, services.clock().isoformat())
     services.auth.forget_user(user.user_id)

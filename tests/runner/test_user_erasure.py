@@ -681,3 +681,29 @@ def test_old_replies_held_by_the_backfill_keep_their_bytes_and_lose_their_users(
     assert (bobs_left["sessions"], bobs_left["own embed"], bobs_left["shared embed"]) == \
         ([bob.session_id], True, True)
 
+
+def test_deleting_a_user_with_an_account_needs_the_user_pool(services):
+    """An operator whose environment lacks CODESHOT_USER_POOL_ID (a deployed stack's
+    UserPoolId output) is refused, naming it, and nothing is written: else the account and
+    its email would stay for good, the deletion said done."""
+    from codeshot.store.provision import create_user_pool
+
+    pooled = Services(create_user_pool(services.settings), clock=services.clock)
+    email = "leaver@example.com"
+    accounts.sign_up(pooled, email, "Correct-horse-9")
+    pooled.accounts.admin_confirm(email)
+    sub = next(a["Value"] for a in pooled.accounts.client.admin_get_user(
+        UserPoolId=pooled.settings.user_pool_id, Username=email)["UserAttributes"]
+        if a["Name"] == "sub")
+    user = pooled.users.create("leaver", identity=sub, email=email)
+    with pytest.raises(InvalidInput, match="CODESHOT_USER_POOL_ID"):
+        accounts.delete_user(services, "leaver")  # services: no pool id
+    assert pooled.users.get(user.user_id).deleted is None
+    queued = services.erasure_queue.sqs.get_queue_attributes(
+        QueueUrl=services.erasure_queue.url, AttributeNames=["All"])["Attributes"]
+    assert queued["ApproximateNumberOfMessagesDelayed"] == "0"  # no erasure queued
+    gone = accounts.delete_user(pooled, "leaver")  # with it: the account goes
+    assert gone.deleted is not None
+    with pytest.raises(ClientError, match="UserNotFound"):
+        pooled.accounts.client.admin_get_user(UserPoolId=pooled.settings.user_pool_id,
+                                               Username=email)
