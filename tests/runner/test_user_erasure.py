@@ -430,7 +430,8 @@ def test_deleting_a_missing_agent_still_moves_the_registry_version(services, peo
 def test_a_deleted_users_call_tokens_write_nothing_and_their_late_query_runs_nothing(
         services, clock, people):
     """Tokens minted before the deletion still verify for minutes: their writes are
-    refused (reads are not checked: the erasure waits them out). A query of theirs that
+    refused, and so is their OAuth token's read (other reads are not checked: the erasure
+    waits them out). A query of theirs that
     the runner takes only after the erasure finds no session, and runs nothing (no agent
     called, no token minted, nothing written)."""
     alice, _, common = people
@@ -440,6 +441,12 @@ def test_a_deleted_users_call_tokens_write_nothing_and_their_late_query_runs_not
         user_storage.put_value(services, call, common.agent_id, "later", {"x": 1})
     with pytest.raises(Unauthenticated, match="deleted"):
         oauth.put_token(services, call, {"access_token": "later"})
+    # A token the runner mints after the deletion (a query of hers still queued) is not
+    # handed her OAuth token either, though it stays until the erasure's OAuth step.
+    minted = as_agent(services, common, alice.user.user_id)
+    with pytest.raises(Unauthenticated, match="deleted"):
+        oauth.get_token(services, minted)
+    assert services.oauth.get_token(alice.user.user_id, common.agent_id) is not None
     with later(services, clock, erasure_start.window_seconds(services.settings) + 1):
         run_erasure(services, clock)
     with mock.patch.object(SessionRunner, "_run") as run:
