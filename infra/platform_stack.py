@@ -171,7 +171,7 @@ class PlatformStack(Stack):
         # vectors' bucket and its grants come with the context key alone.
         refuse_stack_settings(extra, common | data_env | self.accounts.env() | settings_env(
             queue_url="", queue_name="", prompt_queue_url="", prompt_queue_name="",
-            erasure_queue_url="", erasure_queue_name="",
+            erasure_queue_url="", erasure_queue_name="", deploy_owner="",
             corpus_search="", corpus_vector_bucket=""))
         embedding_models = [config.embedding_model] if config.embedder == "bedrock" else []
         llm_models = [config.llm_model] if config.llm == "bedrock" else []
@@ -208,6 +208,7 @@ class PlatformStack(Stack):
                 erasure_queue_url=self.eraser.queue.queue.queue_url,
                 erasure_queue_name=self.eraser.queue.queue.queue_name,
                 reply_wait_seconds=API_REPLY_WAIT_SECONDS,
+                deploy_owner=config.admin_username,
                 # A deployed schema is not browsable; codeshot:extraEnv can turn it on.
                 graphql_introspection=False) | self.accounts.env() | extra,
         )

@@ -368,6 +368,8 @@ def test_environment_points_functions_at_the_resources(synth):
     assert "CODESHOT_PROMPT_QUEUE_URL" in runner
     assert env["CODESHOT_API_URL"] == synth.platform.env(RUNNER)["CODESHOT_API_URL"]
     assert env["CODESHOT_GRAPHQL_INTROSPECTION"] == "false"  # a deployed schema is not browsable
+    # its deleteAccount refused (codeshot:adminUsername)
+    assert env["CODESHOT_DEPLOY_OWNER"] == "admin"
 
 
 def test_http_api_default_route_goes_to_the_api_function_with_throttling(synth):

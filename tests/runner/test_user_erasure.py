@@ -714,3 +714,32 @@ def test_deleting_a_user_with_an_account_needs_the_user_pool(services):
     with pytest.raises(ClientError, match="UserNotFound"):
         pooled.accounts.client.admin_get_user(UserPoolId=pooled.settings.user_pool_id,
                                                Username=email)
+
+
+def test_delete_account_is_refused_to_a_key_revoked_a_user_disabled_and_the_deploy_owner(
+        services):
+    """The one change with no undo reads the user fresh, not as a warm API process still
+    caches a key's user: a key revoked (leaked) or a user disabled (under investigation)
+    since cannot delete the account. Nor can the owner of the deployed agents
+    (CODESHOT_DEPLOY_OWNER, CDK's codeshot:adminUsername), as `users delete` refuses it."""
+    leaky, key = users.create_user(services, "leaky")
+    cached = services.auth.user_for_api_key(key)
+    users.create_api_key(services, cached)
+    users.revoke_api_key(services, cached, str(cached.key_id))
+    with pytest.raises(Unauthenticated, match="revoked"):
+        accounts.delete_account(services, cached, "leaky")
+    watched, key = users.create_user(services, "watched")
+    cached = services.auth.user_for_api_key(key)
+    accounts.set_disabled(services, "watched", True)
+    with pytest.raises(Unauthenticated, match="disabled"):
+        accounts.delete_account(services, cached, "watched")
+    deployed = Services(services.settings.replace(deploy_owner="acme"), clock=services.clock)
+    acme = users.ensure_user(deployed, "acme")
+    owner = deployed.auth.user_for_api_key(deployed.auth.issue_api_key(acme))
+    with pytest.raises(InvalidInput, match="owns the deployed agents"):
+        accounts.delete_account(deployed, owner, "acme")
+    for user in (leaky, watched, acme):
+        assert services.users.get(user.user_id).deleted is None
+    queued = services.erasure_queue.sqs.get_queue_attributes(
+        QueueUrl=services.erasure_queue.url, AttributeNames=["All"])["Attributes"]
+    assert queued["ApproximateNumberOfMessagesDelayed"] == "0"
