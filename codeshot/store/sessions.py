@@ -390,8 +390,13 @@ class SessionStore(Repository):
         """Mark the table :meth:`replies_held` if it holds no item: a session has an owner,
         so a table that is empty when a user is made (a new stack's first user) holds no
         reply of before ``HELD#`` items. One GetItem once marked; a Scan of one key while
-        not (a table of before them stays unmarked, to :meth:`hold_replies`)."""
-        if self.replies_held():
+        not (a table of before them stays unmarked, to :meth:`hold_replies`). Nothing
+        when the table is not there: `codeshot users create` on a deployed stack needs no
+        CODESHOT_SESSIONS_TABLE (a deploy's owner or a sign-in, made in AWS, marks it)."""
+        try:
+            if self.replies_held():
+                return
+        except self.db.exceptions.ResourceNotFoundException:
             return
         found = self.db.scan(TableName=self.table_name, Limit=1, ConsistentRead=True,
                              Select="SPECIFIC_ATTRIBUTES", ProjectionExpression="session_id")
