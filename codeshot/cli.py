@@ -204,6 +204,9 @@ def _deleted(settings: Settings, user: User) -> str:
     from codeshot.usecases.erasure_start import window_seconds
 
     assert user.deleted is not None
+    if user.erased is not None and user.embeds_kept:
+        return (f"deleted (erased {_when(user.erased)}, but for their embeds' files: kept "
+                "for good, the sessions table not marked by `codeshot users hold-replies`)")
     if user.erased is not None:
         return f"deleted (erased {_when(user.erased)})"
     if user.erasure_ran is None:
@@ -677,7 +680,8 @@ def build_parser() -> argparse.ArgumentParser:
         "says how far their erasure is: not started (and when it is due), erasing (parts "
         "done, and when the last ran: one not moving for long, with nothing in the erasure "
         "dead-letter queue, is stuck; `users delete` again goes on from it), or erased "
-        "(when). Targets the stack as `users create` does.")
+        "(when; and whether their embeds' files were kept, the sessions table not marked "
+        "by `users hold-replies`). Targets the stack as `users create` does.")
     listing.add_argument("--erasing", action="store_true",
                          help="only deleted users whose erasure is not over")
     listing.set_defaults(run=_users_list)
@@ -699,7 +703,8 @@ def build_parser() -> argparse.ArgumentParser:
     delete = user_commands.add_parser(
         "delete", help="delete a user and erase their data",
         description="Refuse every API key and sign-in of the user at once, delete their "
-        "account in the user pool (with CODESHOT_USER_POOL_ID), and queue the "
+        "account in the user pool (CODESHOT_USER_POOL_ID: a user with an account is "
+        "refused without it, writing nothing), and queue the "
         "erasure of their sessions (messages, embeds), agents, user storage, uploads, OAuth "
         "tokens and usage, which the eraser function starts once every credential the user "
         "held has run out (minutes). The username stays taken. Run again for a deleted "
@@ -717,10 +722,12 @@ def build_parser() -> argparse.ArgumentParser:
         description="Write the HELD# items of every reply's embeds in the sessions table "
         "(replies written before this version named their embeds' bytes in the message "
         "alone), then mark the table: until then a deleted user's erasure deletes no "
-        "embed's object (another user's old reply may name the same bytes); a table made "
-        "by this version (`local up`) is marked already. Run it once after deploying this "
-        "version (a new stack too), every writer upgraded; again, it writes the same items. "
-        "Targets the stack as `users create` does.")
+        "embed's object (another user's old reply may name the same bytes), and keeps it "
+        "for good. A new stack's table is marked when its first user is made (a table "
+        "with no session has no old reply); one of a stack upgraded from before this "
+        "version is not: run it once after deploying, every writer upgraded; again, it "
+        "writes the same items. Targets the stack as `users create` does, with "
+        "CODESHOT_SESSIONS_TABLE (the stack's SessionsTable output).")
     hold.set_defaults(run=_users_hold_replies)
     confirm = user_commands.add_parser(
         "confirm", help="confirm an account's email without its code",

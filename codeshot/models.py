@@ -489,6 +489,9 @@ class User(Record):
     erasure_by: str | None = None  # the send (ErasureWork.sent) whose part was counted last
     erasure_ran: datetime | None = None  # when the last part counted ran
     erased: datetime | None = None  # when the erasure's last part ran
+    # Embeds' objects the erasure kept, the sessions table not marked as holding every
+    # reply's embeds (SessionStore.replies_held): they stay on S3 for good.
+    embeds_kept: bool = False
 
     COERCE: ClassVar[dict[str, Any]] = {"api_key_ids": set, "created": _datetime,
                                         "deleted": _datetime, "erased": _datetime,

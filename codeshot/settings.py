@@ -106,6 +106,9 @@ class Settings:
     # console signs users up and in with; unset: API keys are the only way in.
     user_pool_id: str | None = None
     user_pool_client_id: str | None = None
+    # The owner of the kit's deployed agents (CDK's codeshot:adminUsername): its own
+    # deleteAccount is refused (its agents would go, and every later deploy fail).
+    deploy_owner: str = "admin"
     # Google and GitHub sign-in go through the pool's hosted pages at this base URL
     # (https://<prefix>.auth.<region>.amazoncognito.com), for the providers named here
     # (comma-separated, as the pool names them: "Google,GitHub"); both set by CDK.

@@ -171,7 +171,7 @@ class PlatformStack(Stack):
         # vectors' bucket and its grants come with the context key alone.
         refuse_stack_settings(extra, common | data_env | self.accounts.env() | settings_env(
             queue_url="", queue_name="", prompt_queue_url="", prompt_queue_name="",
-            erasure_queue_url="", erasure_queue_name="",
+            erasure_queue_url="", erasure_queue_name="", deploy_owner="",
             corpus_search="", corpus_vector_bucket=""))
         embedding_models = [config.embedding_model] if config.embedder == "bedrock" else []
         llm_models = [config.llm_model] if config.llm == "bedrock" else []
@@ -208,6 +208,7 @@ class PlatformStack(Stack):
                 erasure_queue_url=self.eraser.queue.queue.queue_url,
                 erasure_queue_name=self.eraser.queue.queue.queue_name,
                 reply_wait_seconds=API_REPLY_WAIT_SECONDS,
+                deploy_owner=config.admin_username,
                 # A deployed schema is not browsable; codeshot:extraEnv can turn it on.
                 graphql_introspection=False) | self.accounts.env() | extra,
         )
@@ -221,6 +222,7 @@ class PlatformStack(Stack):
         access.object_delete(role, self.embeds.bucket, tables.CORPUS_OBJECTS_PREFIX)
         if self.corpus_vectors is not None:
             self.corpus_vectors.grant_index_deletion(role)
+        self._hold_if_new(role, any_item=True)  # a first sign-in makes a user
         access.send_messages(role, self.sessions_queue.queue)
         access.send_messages(role, self.eraser.queue.queue)  # a deleted user's erasure
         self.signing_keys.grant_read(role)
@@ -296,6 +298,7 @@ class PlatformStack(Stack):
         )
         role = self.register_agent.role
         self._tables(role, REGISTER_TABLES)
+        self._hold_if_new(role, any_item=False)  # a new stack's first deploy makes its owner
         access.object_delete(role, self.embeds.bucket, tables.CORPUS_OBJECTS_PREFIX)
         if self.corpus_vectors is not None:
             self.corpus_vectors.grant_index_deletion(role)
@@ -328,6 +331,8 @@ class PlatformStack(Stack):
                   description="CODESHOT_USERS_TABLE for the codeshot CLI")
         CfnOutput(self, "SigningSecretId", value=self.signing_keys.secret_id,
                   description="CODESHOT_SIGNING_SECRET_ID for the codeshot CLI")
+        CfnOutput(self, "SessionsTable", value=self.tables.by_spec(tables.SESSIONS).table_name,
+                  description="CODESHOT_SESSIONS_TABLE for `codeshot users hold-replies`")
         CfnOutput(self, "ErasureQueueUrl", value=self.eraser.queue.queue.queue_url,
                   description="CODESHOT_ERASURE_QUEUE_URL for `codeshot users delete`")
         CfnOutput(self, "UserPoolId", value=self.accounts.pool.user_pool_id,
@@ -359,6 +364,17 @@ class PlatformStack(Stack):
 
     def _tables(self, role: iam.Role, actions: dict[str, tuple[str, ...]]) -> None:
         self.tables.grant(role, actions)
+
+    def _hold_if_new(self, role: iam.Role, *, any_item: bool) -> None:
+        """What making a user needs of the sessions table (SessionStore.hold_if_new): a
+        Scan of keys alone (is it empty?), and GetItem and PutItem of the replies-held
+        mark's item, unless the role has them on any item (``any_item``)."""
+        table = self.tables.by_spec(tables.SESSIONS)
+        access.key_query(role, table, tables.SESSIONS, action=SCAN)
+        if not any_item:
+            for action in (GET, PUT):
+                access.limited_update(role, table, key=tables.REPLIES_HELD_MARK["session_id"]["S"],
+                                      action=action)
 
     @property
     def api_url(self) -> str:

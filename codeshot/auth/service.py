@@ -20,6 +20,7 @@ MAX_CACHED_KEYS = 10_000  # per warm process; expired entries go when it fills
 KEY_PREFIX = "key_"  # API key ids (the key's jti)
 DISABLED = "this user has been disabled by an operator"
 DELETED = "this user has been deleted"
+REVOKED = "API key has been revoked"
 
 # (agent id, its registration if known, seconds the call may last) -> a call token
 CallTokens = Callable[[str, int | None, float], str]
@@ -109,7 +110,7 @@ class Auth:
         if user.deleted:
             raise Unauthenticated(DELETED)
         if claims["jti"] not in user.api_key_ids:
-            raise Unauthenticated("API key has been revoked")
+            raise Unauthenticated(REVOKED)
         if user.disabled:
             raise Unauthenticated(DISABLED)
         principal = Principal(user_id=user.user_id, username=user.username,

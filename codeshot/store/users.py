@@ -219,6 +219,14 @@ class UserStore(Repository):
             return False
         return True
 
+    def note_embeds_kept(self, user_id: str) -> None:
+        """Record on the tombstone that its erasure kept embeds' objects."""
+        self.db.update_item(
+            TableName=self.table_name, Key={"user_id": {"S": user_id}},
+            UpdateExpression="SET embeds_kept = :t",
+            ConditionExpression="attribute_exists(deleted)",
+            ExpressionAttributeValues={":t": {"BOOL": True}})
+
     def _key_update(self, user_id: str, action: str, key_id: str, rule: str = "",
                     values: dict[str, AttributeValueTypeDef] | None = None,
                     names: dict[str, str] | None = None) -> UpdateTypeDef:

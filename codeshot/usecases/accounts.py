@@ -11,12 +11,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from codeshot.auth.cognito import Identity
-from codeshot.auth.service import DELETED, DISABLED
+from codeshot.auth.service import DELETED, DISABLED, REVOKED
 from codeshot.errors import Forbidden, InvalidInput, Unauthenticated
 from codeshot.models import Principal, User
 from codeshot.services import Services
+from codeshot.settings import Settings
 from codeshot.usecases.erasure_start import start_erasure
-from codeshot.usecases.users import find_user
+from codeshot.usecases.users import find_user, new_user
 
 
 class NoUsername(Forbidden):
@@ -58,7 +59,7 @@ def principal_for_token(services: Services, token: str) -> Principal:
 
 # Not for self sign-up: the default owner of the kit's deployed agents (the CDK app's
 # codeshot:adminUsername), which would otherwise go to whoever signs up first.
-DEFAULT_DEPLOY_OWNER = "admin"
+DEFAULT_DEPLOY_OWNER = Settings.deploy_owner
 RESERVED_USERNAMES = frozenset({DEFAULT_DEPLOY_OWNER})
 
 
@@ -67,8 +68,7 @@ def choose_username(services: Services, token: str, username: str) -> User:
     identity = services.accounts.verify(token)
     if username.strip() in RESERVED_USERNAMES:
         raise InvalidInput(f"username {username.strip()!r} is reserved: choose another")
-    return services.users.create(username.strip(), identity=identity.sub,
-                                 email=identity.email)
+    return new_user(services, username.strip(), identity=identity.sub, email=identity.email)
 
 
 # -- operators ---------------------------------------------------------------------------
@@ -116,11 +116,25 @@ def delete_account(services: Services, principal: Principal, confirm_username: s
     if principal.agent_id:
         raise Forbidden("only the user may delete their account")
     user = services.users.get(principal.user_id or "")
-    if user.deleted:  # a key another API process still holds (it caches users a while)
+    # Read fresh, not as a key another API process still caches (a while): a key revoked
+    # or a user disabled since cannot make this change, the one with no undo.
+    if user.deleted:
         raise Unauthenticated(DELETED)
+    if user.disabled:
+        raise Unauthenticated(DISABLED)
+    if principal.key_id and principal.key_id not in user.api_key_ids:
+        raise Unauthenticated(REVOKED)
     if confirm_username.strip() != user.username:
         raise InvalidInput("type your username to confirm the deletion of your account")
+    _refuse_deploy_owner(user.username, services.settings.deploy_owner)
     return _delete(services, user)
+
+
+def _refuse_deploy_owner(username: str, deploy_owner: str | None, hint: str = "") -> None:
+    if username == deploy_owner:
+        raise InvalidInput(f"{username!r} owns the deployed agents "
+                           "(codeshot:adminUsername): deleting it deletes them, and deploys "
+                           f"under that name fail from then on{hint}")
 
 
 def delete_user(services: Services, username: str, deploy_owner: str | None = None) -> User:
@@ -128,10 +142,7 @@ def delete_user(services: Services, username: str, deploy_owner: str | None = No
     not over, it queues their erasure again (one that went to the dead-letter queue goes
     on); for one erased, it does nothing. ``deploy_owner`` (the owner of the kit's
     deployed agents) is refused: its agents would go, and every later deploy with it."""
-    if username.strip() == deploy_owner:
-        raise InvalidInput(f"{username.strip()!r} owns the deployed agents "
-                           "(codeshot:adminUsername): deleting it deletes them, and deploys "
-                           "under that name fail from then on; --force deletes it all the same")
+    _refuse_deploy_owner(username.strip(), deploy_owner, "; --force deletes it all the same")
     user = services.users.get_by_username(username)
     return user if user.erased else _delete(services, user)
 
@@ -142,9 +153,15 @@ def _delete(services: Services, user: User) -> User:
     the username never taken again (nobody inherits their agent ids). The tombstone last:
     the user can no longer ask again once it is written, and an erasure that finds no
     tombstone erases nothing. Each write is idempotent, so a retry of a deletion that
-    failed half-way finishes it."""
+    failed half-way finishes it. A user with an account, and no pool to delete it from
+    (an operator's environment without it), is refused: their account and its email
+    would stay, for good."""
+    if user.identity and not services.settings.user_pool_id:
+        raise InvalidInput(f"{user.username!r} has an account in the user pool, and "
+                           "CODESHOT_USER_POOL_ID is not set (the stack's UserPoolId "
+                           "output): deleting them would keep the account and its email")
     start_erasure(services, user)
-    if user.identity and services.settings.user_pool_id:
+    if user.identity:
         services.accounts.delete(user.identity)
     tombstone = services.users.mark_deleted(user.user_id, services.clock().isoformat())
     services.auth.forget_user(user.user_id)

@@ -158,10 +158,12 @@ def _sessions(services: Services, user: User, after: str | None) -> tuple[bool, 
     budget = EMBEDS_PART
     deleted: list[tuple[str, str | None]] = []
     # A reply written before replies held their embeds' bytes may name any object, unseen
-    # by by_content: until they are backfilled, every object stays (to its lifecycle).
+    # by by_content: until they are backfilled, every object stays (for good: recorded).
     held = services.sessions.replies_held()
     for session in page.items:
         embeds = services.sessions.embed_hashes(session.session_id, budget)
+        if embeds and not held and not user.embeds_kept:
+            services.users.note_embeds_kept(user.user_id)
         for item, digest in embeds:
             if held and not services.sessions.held_by_another(digest, user.user_id):
                 deleted.append((digest, services.embeds.forget(digest)))

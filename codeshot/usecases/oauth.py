@@ -188,7 +188,11 @@ def _client_host(parts: SplitResult) -> str:
 
 
 def get_token(services: Services, caller: Principal) -> dict[str, Any]:
+    """The user's token for the calling agent. Refused for a deleted user (one read per
+    fetch, not per query): a query of theirs still queued runs after the deletion, and the
+    erasure drops OAuth tokens only after their agents and sessions, maybe hours later."""
     user_id, agent_id, agent = _acting_for(services, caller)
+    services.auth.refuse_deleted(user_id)
     _charge(services, user_id, agent_id)
     token = services.oauth.get_token(user_id, agent_id, not_before=agent.created)
     if token is None:

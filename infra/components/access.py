@@ -56,19 +56,20 @@ def index_sweep(role: iam.Role, table: dynamodb.ITable, index: str) -> None:
     role.add_to_principal_policy(iam.PolicyStatement(actions=[DELETE], resources=[table.table_arn]))
 
 
-def key_query(role: iam.Role, table: dynamodb.ITable, spec: Table) -> None:
-    """Query the table for its items' keys alone (a Query naming any other attribute, or
-    none, is refused): a role that deletes items it finds need not read them."""
+def key_query(role: iam.Role, table: dynamodb.ITable, spec: Table, action: str = QUERY) -> None:
+    """Query (or ``action``, Scan) the table for its items' keys alone (one naming any
+    other attribute, or none, is refused): a role that deletes items it finds, or asks
+    whether there are any, need not read them."""
     keys = [spec.pk] + ([spec.sk] if spec.sk else [])
     role.add_to_principal_policy(iam.PolicyStatement(
-        actions=[QUERY], resources=[table.table_arn],
+        actions=[action], resources=[table.table_arn],
         conditions={"StringEquals": {"dynamodb:Select": "SPECIFIC_ATTRIBUTES"},
                     "ForAllValues:StringEquals": {"dynamodb:Attributes": keys}}))
 
 
 def limited_update(role: iam.Role, table: dynamodb.ITable, *, key: str | None = None,
                    attributes: Collection[str] = (), action: str = UPDATE) -> None:
-    """UpdateItem (or ``action``, PutItem) of the one item whose partition key is ``key``,
+    """UpdateItem (or ``action``: PutItem, GetItem) of the one item whose partition key is ``key``,
     or naming no other attributes than ``attributes`` (with the table's key)."""
     name, values = ("dynamodb:LeadingKeys", [key]) if key is not None else \
         ("dynamodb:Attributes", list(attributes))

@@ -85,11 +85,12 @@ class Eraser(Construct):
         (by_agent,) = tables.OAUTH.indexes  # users' tokens for an agent it removes
         access.index_sweep(role, data.by_spec(tables.OAUTH), by_agent.name)
         # The registry's version (its removals move it); a tombstone's count of parts done,
-        # where the next goes on and when the last ran (`deleted` only in its condition:
-        # IAM's Attributes name what a write's condition evaluates too).
+        # where the next goes on and when the last ran, whether embeds' objects were kept
+        # (`deleted` only in its condition: IAM's Attributes name what a write's condition
+        # evaluates too).
         access.limited_update(role, data.by_spec(tables.REGISTRY), key=tables.REGISTRY_VERSION_ID)
         access.limited_update(role, data.by_spec(tables.USERS), attributes=(
-            tables.USERS.pk, *ERASURE_FIELDS, "erased", "deleted"))
+            tables.USERS.pk, *ERASURE_FIELDS, "erased", "deleted", "embeds_kept"))
         # A session's DELETED marker (every write into it refused from then on), no other
         # item: its attributes alone (codeshot/store/sessions.py SessionStore.delete).
         access.limited_update(role, data.by_spec(tables.SESSIONS), action=PUT, attributes=(

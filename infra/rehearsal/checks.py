@@ -407,7 +407,7 @@ def check_erasure(rehearsal: Any) -> str:
     from datetime import UTC, datetime, timedelta
 
     from codeshot.store.queue import ErasureWork
-    from codeshot.store.tables import REPLIES_HELD_MARK
+    from codeshot.store.tables import EMBEDS_BUCKET, REPLIES_HELD_MARK
     from codeshot.store.users import GUARD_PREFIX
     from codeshot.usecases.erasure import STEPS
 
@@ -418,6 +418,20 @@ def check_erasure(rehearsal: Any) -> str:
     user.ask(session_id, "Save a note: leaving soon", embeds=[
         {"key": "note.bin", "contentType": "application/octet-stream",
          "content": base64.b64encode(data).decode()}])
+    (bucket,) = (deployed.refs[logical_id] for deployed in rehearsal.deployment.stacks.values()
+                 for logical_id in deployed.stack.of_type("AWS::S3::Bucket")
+                 if logical_id.startswith("EmbedsBucket"))
+    s3, embed = rehearsal.admin("s3"), EMBEDS_BUCKET.prefix + hashlib.sha256(data).hexdigest()
+
+    def embed_kept() -> bool:
+        try:
+            s3.head_object(Bucket=bucket, Key=embed)
+        except s3.exceptions.ClientError:
+            return False
+        return True
+
+    if not embed_kept():
+        raise RehearsalError(f"the leaver's embed was not stored as {embed}")
     user.gql("mutation($u: String!) { deleteAccount(confirmUsername: $u) }", {"u": name})
     outputs, db = rehearsal.outputs[PLATFORM_STACK], rehearsal.admin("dynamodb")
     users = outputs["UsersTable"]
@@ -427,9 +441,12 @@ def check_erasure(rehearsal: Any) -> str:
     db.update_item(TableName=users, Key={"user_id": {"S": user_id}},
                    UpdateExpression="SET deleted = :d",
                    ExpressionAttributeValues={":d": {"S": an_hour_ago}})
-    sessions = [t for t in db.list_tables()["TableNames"] if "Sessions" in t]
-    for table in sessions:  # a new stack's `codeshot users hold-replies`: embeds' objects go
-        db.put_item(TableName=table, Item=REPLIES_HELD_MARK)
+    # A new stack's sessions table is marked by its first user (no operator step): the
+    # leaver's embed's object goes.
+    sessions = [outputs["SessionsTable"]]
+    if "Item" not in db.get_item(TableName=sessions[0], Key=REPLIES_HELD_MARK):
+        raise RehearsalError("the new stack's sessions table is not marked as holding every "
+                             "reply's embeds: an erasure would keep their objects")
     rehearsal.admin("sqs").send_message(QueueUrl=outputs["ErasureQueueUrl"],
                                         MessageBody=ErasureWork(user_id).body())
     deadline, done, erased = time.monotonic() + 180, 0, False
@@ -457,9 +474,10 @@ def check_erasure(rehearsal: Any) -> str:
         TableName=t, KeyConditionExpression="session_id = :s",
         ExpressionAttributeValues={":s": {"S": session_id}})["Items"]]
     stored = user_storage_of(rehearsal, "admin/notes", owner=user_id)
-    if left != ["DELETED"] or stored:
-        raise RehearsalError(f"after the erasure: session items {left}, {stored} stored")
-    return f"{done} parts: session, embed and storage erased"
+    if left != ["DELETED"] or stored or embed_kept():
+        raise RehearsalError(f"after the erasure: session items {left}, {stored} stored, "
+                             f"embed's object kept: {embed_kept()}")
+    return f"{done} parts: session, embed (its object too) and storage erased"
 
 
 def user_storage_of(rehearsal: Any, agent_id: str, owner: str = "") -> int:

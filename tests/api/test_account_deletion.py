@@ -45,6 +45,9 @@ def test_the_consoles_delete_button_deletes_only_with_the_username_typed(platfor
     done = httpx.post(f"{platform.url}/console/account/delete", headers=page,
                       data={"username": "cora"})
     assert done.status_code == 200 and "cora is deleted" in done.text
+    # When the erasure starts: how long it takes depends on how much there is.
+    assert "the erasure of your data starts in about 17 minutes" in done.text
+    assert "files are kept" not in done.text  # this stack's sessions table is marked
     assert httpx.get(f"{platform.url}/console/account", headers=page).status_code == 401
     # Operators see the tombstone as deleted, with nothing to change.
     op_id, op_key = platform.user("opal")

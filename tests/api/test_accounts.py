@@ -60,13 +60,14 @@ def error_code(answer: dict) -> str:
     return answer["errors"][0]["extensions"]["code"]
 
 
-def cli(stack, *args: str) -> subprocess.CompletedProcess[str]:
+def cli(stack, *args: str, **settings: str) -> subprocess.CompletedProcess[str]:
     """`codeshot ...` run where the stack's .codeshot/local.json is, as an operator does
-    (with this test run's own table names)."""
+    (with this test run's own table names, or ``settings``)."""
     names = ("users_table", "usage_table", "registry_table", "sessions_table",
              "signing_secret_id")
     env = {**os.environ, "PYTHONPATH": str(REPO)} | {
-        f"CODESHOT_{name.upper()}": getattr(stack.settings, name) for name in names}
+        f"CODESHOT_{name.upper()}": settings.get(name, getattr(stack.settings, name))
+        for name in names}
     return subprocess.run([sys.executable, "-m", "codeshot.cli", *args],
                           cwd=stack.state_path.parents[1], env=env, capture_output=True,
                           text=True, timeout=60, check=False)
@@ -326,6 +327,14 @@ def test_deleting_a_user_refuses_them_everywhere_and_operators_touch_them_no_mor
     # no email; the erasure's state (an operator sees one stuck)
     assert listed.startswith(f"{name}\t-\t") and "\tdeleted (erasure not started; due 20" in listed
     assert listed in cli(stack, "users", "list", "--erasing").stdout.splitlines()
+
+
+def test_users_create_needs_no_sessions_table(stack):
+    """As README's "Deploy to AWS" runs it, with the users table and signing secret alone:
+    the sessions table it would mark (if empty) is not there, and the user is made."""
+    made = cli(stack, "users", "create", f"new{ids.ulid().lower()[-8:]}",
+               sessions_table="no-such-sessions-table")
+    assert made.returncode == 0 and made.stdout.strip(), made.stderr
 
 
 def test_holding_old_replies_marks_the_sessions_table_for_erasures(stack):

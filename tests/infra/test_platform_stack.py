@@ -4,6 +4,7 @@ holding exactly what that function needs."""
 from __future__ import annotations
 
 import json
+from typing import Any
 
 import pytest
 from aws_cdk.assertions import Match
@@ -367,6 +368,8 @@ def test_environment_points_functions_at_the_resources(synth):
     assert "CODESHOT_PROMPT_QUEUE_URL" in runner
     assert env["CODESHOT_API_URL"] == synth.platform.env(RUNNER)["CODESHOT_API_URL"]
     assert env["CODESHOT_GRAPHQL_INTROSPECTION"] == "false"  # a deployed schema is not browsable
+    # its deleteAccount refused (codeshot:adminUsername)
+    assert env["CODESHOT_DEPLOY_OWNER"] == "admin"
 
 
 def test_http_api_default_route_goes_to_the_api_function_with_throttling(synth):
@@ -392,6 +395,8 @@ def test_outputs(synth):
     assert outputs["GraphqlUrl"]["Value"] == {"Fn::Join": ["", [endpoint, "/graphql"]]}
     assert outputs["JwksUrl"]["Value"] == {"Fn::Join": ["", [endpoint, "/.well-known/jwks.json"]]}
     assert outputs["UsersTable"]["Value"] == {"Ref": synth.table_id(tables.USERS)}
+    # what `codeshot users hold-replies` needs besides
+    assert outputs["SessionsTable"]["Value"] == {"Ref": synth.table_id(tables.SESSIONS)}
     assert outputs["SigningSecretId"]["Value"] == synth.platform.env(API)[
         "CODESHOT_SIGNING_SECRET_ID"]
 
@@ -597,10 +602,25 @@ def assert_reads_only_the_signing_secret(synth, handler: str,
 
 # --- least privilege, function by function -------------------------------------------------
 
+def sessions_scan(t, handler: str, table: str) -> list[Any]:
+    """The conditions of each grant of a Scan of the sessions table to ``handler``."""
+    return [g.condition for g in t.grants(handler)
+            if table in g.targets() and "dynamodb:Scan" in g.actions]
+
+
+# A user made asks whether the sessions table is empty (SessionStore.hold_if_new): a Scan
+# of keys alone, reading no message.
+KEYS_ONLY = {"StringEquals": {"dynamodb:Select": "SPECIFIC_ATTRIBUTES"},
+             "ForAllValues:StringEquals": {"dynamodb:Attributes": ["session_id", "item"]}}
+
+
 def test_api_role(synth):
     t = synth.platform
+    sessions = synth.table_id(tables.SESSIONS)
     for spec in tables.TABLES:  # it reads and writes every table
-        assert t.actions_on(API, synth.table_id(spec)) == set(API_TABLES[spec.logical])
+        scan = {"dynamodb:Scan"} if spec is tables.SESSIONS else set()
+        assert t.actions_on(API, synth.table_id(spec)) == set(API_TABLES[spec.logical]) | scan
+    assert sessions_scan(t, API, sessions) == [KEYS_ONLY]
     bucket = embeds_bucket_id(synth)
     assert t.actions_on(API, bucket) == {"s3:GetObject", "s3:PutObject", "s3:DeleteObject",
                                          "s3:ListBucket"}
@@ -668,8 +688,17 @@ def test_register_agent_role(synth):
         "dynamodb:GetItem", "dynamodb:PutItem", "dynamodb:UpdateItem", "dynamodb:DeleteItem"}
     assert t.actions_on(REGISTER, synth.table_id(tables.USERS)) == {
         "dynamodb:GetItem", "dynamodb:PutItem"}
-    for spec in (tables.SESSIONS, tables.USAGE, tables.USER_STORAGE):
+    for spec in (tables.USAGE, tables.USER_STORAGE):
         assert not t.actions_on(REGISTER, synth.table_id(spec))
+    # The owner made on a new stack's first deploy marks its empty sessions table: the
+    # mark's item alone, and a Scan of keys.
+    sessions = synth.table_id(tables.SESSIONS)
+    assert sessions_scan(t, REGISTER, sessions) == [KEYS_ONLY]
+    mark = {"ForAllValues:StringEquals": {"dynamodb:LeadingKeys": ["#replies-held"]}}
+    assert {(a, json.dumps(g.condition)) for g in t.grants(REGISTER)
+            if sessions in g.targets() for a in g.actions} == {
+        ("dynamodb:Scan", json.dumps(KEYS_ONLY)), ("dynamodb:GetItem", json.dumps(mark)),
+        ("dynamodb:PutItem", json.dumps(mark))}
     # Users' OAuth tokens for an agent it (un)registers: found through the keys-only
     # index, deleted key by key; it can neither read a token nor write an item.
     oauth = synth.table_id(tables.OAUTH)

@@ -19,7 +19,7 @@ from unittest import mock
 import pytest
 from botocore.exceptions import ClientError
 
-from codeshot import ids
+from codeshot import cli, ids
 from codeshot.errors import InvalidInput, NotFound, Unauthenticated, UserDeleted
 from codeshot.models import Agent, EmbedRef, Message, MessageType, Principal, User
 from codeshot.runner.batch import record_of
@@ -430,7 +430,8 @@ def test_deleting_a_missing_agent_still_moves_the_registry_version(services, peo
 def test_a_deleted_users_call_tokens_write_nothing_and_their_late_query_runs_nothing(
         services, clock, people):
     """Tokens minted before the deletion still verify for minutes: their writes are
-    refused (reads are not checked: the erasure waits them out). A query of theirs that
+    refused, and so is their OAuth token's read (other reads are not checked: the erasure
+    waits them out). A query of theirs that
     the runner takes only after the erasure finds no session, and runs nothing (no agent
     called, no token minted, nothing written)."""
     alice, _, common = people
@@ -440,6 +441,12 @@ def test_a_deleted_users_call_tokens_write_nothing_and_their_late_query_runs_not
         user_storage.put_value(services, call, common.agent_id, "later", {"x": 1})
     with pytest.raises(Unauthenticated, match="deleted"):
         oauth.put_token(services, call, {"access_token": "later"})
+    # A token the runner mints after the deletion (a query of hers still queued) is not
+    # handed her OAuth token either, though it stays until the erasure's OAuth step.
+    minted = as_agent(services, common, alice.user.user_id)
+    with pytest.raises(Unauthenticated, match="deleted"):
+        oauth.get_token(services, minted)
+    assert services.oauth.get_token(alice.user.user_id, common.agent_id) is not None
     with later(services, clock, erasure_start.window_seconds(services.settings) + 1):
         run_erasure(services, clock)
     with mock.patch.object(SessionRunner, "_run") as run:
@@ -602,6 +609,56 @@ def test_until_old_replies_are_held_an_erasure_deletes_no_embeds_object(
     assert left["sessions"] == [] and left["own embed"] is True
 
 
+def unmark(services: Services) -> None:
+    """The sessions table as a deploy makes it: no replies-held mark (CDK writes no item)."""
+    services.sessions.db.delete_item(TableName=services.settings.sessions_table,
+                                     Key=REPLIES_HELD_MARK)
+
+
+def test_a_new_stacks_erasures_delete_embeds_objects_with_no_operator_step(services, clock):
+    """A deployed stack's sessions table has no mark; its first user (here `users create`;
+    a deploy's owner and a first sign-in go the same way) finds it empty, so without
+    replies of before HELD# items: marked. A deleted user's embeds then go."""
+    unmark(services)
+    alice, _ = users.create_user(services, "alice")
+    assert services.sessions.replies_held()
+    principal = users.principal_of(alice)
+    session_id = create_session(services, principal).session_id
+    own = b"alice's holiday photo"
+    Messaging(services).post(principal, session_id, "look", embeds=[
+        EmbedUpload("p.jpg", "image/jpeg", base64.b64encode(own).decode())])
+    accounts.delete_account(services, principal, "alice")
+    with later(services, clock, erasure_start.window_seconds(services.settings) + 1):
+        run_erasure(services, clock)
+    with pytest.raises(NotFound):
+        services.embeds.read(digest(own))
+    assert not services.users.get(alice.user_id).embeds_kept
+
+
+def test_a_stack_with_sessions_from_before_held_replies_is_not_marked_by_a_new_user(
+        services, clock):
+    """An upgraded stack: its table holds sessions (their replies may name bytes with no
+    HELD# item), so a user made now does not mark it; an erasure keeps the objects, and
+    the tombstone says so."""
+    carol, _ = users.create_user(services, "carol")
+    create_session(services, users.principal_of(carol))
+    unmark(services)
+    alice, _ = users.create_user(services, "alice")
+    assert not services.sessions.replies_held()
+    principal = users.principal_of(alice)
+    session_id = create_session(services, principal).session_id
+    Messaging(services).post(principal, session_id, "look", embeds=[
+        EmbedUpload("p.jpg", "image/jpeg", base64.b64encode(b"photo").decode())])
+    accounts.delete_account(services, principal, "alice")
+    with later(services, clock, erasure_start.window_seconds(services.settings) + 1):
+        run_erasure(services, clock)
+    tombstone = services.users.get(alice.user_id)
+    assert tombstone.erased is not None and tombstone.embeds_kept
+    assert services.embeds.read(digest(b"photo")) == b"photo"
+    listed = cli._deleted(services.settings, tombstone)  # her line in `users list`
+    assert "kept for good" in listed and "codeshot users hold-replies" in listed
+
+
 def test_old_replies_held_by_the_backfill_keep_their_bytes_and_lose_their_users(
         services, clock, people):
     alice, bob, common = people
@@ -630,3 +687,59 @@ def test_old_replies_held_by_the_backfill_keep_their_bytes_and_lose_their_users(
     bobs_left = what_is_left(services, bob, common)
     assert (bobs_left["sessions"], bobs_left["own embed"], bobs_left["shared embed"]) == \
         ([bob.session_id], True, True)
+
+
+def test_deleting_a_user_with_an_account_needs_the_user_pool(services):
+    """An operator whose environment lacks CODESHOT_USER_POOL_ID (a deployed stack's
+    UserPoolId output) is refused, naming it, and nothing is written: else the account and
+    its email would stay for good, the deletion said done."""
+    from codeshot.store.provision import create_user_pool
+
+    pooled = Services(create_user_pool(services.settings), clock=services.clock)
+    email = "leaver@example.com"
+    accounts.sign_up(pooled, email, "Correct-horse-9")
+    pooled.accounts.admin_confirm(email)
+    sub = next(a["Value"] for a in pooled.accounts.client.admin_get_user(
+        UserPoolId=pooled.settings.user_pool_id, Username=email)["UserAttributes"]
+        if a["Name"] == "sub")
+    user = pooled.users.create("leaver", identity=sub, email=email)
+    with pytest.raises(InvalidInput, match="CODESHOT_USER_POOL_ID"):
+        accounts.delete_user(services, "leaver")  # services: no pool id
+    assert pooled.users.get(user.user_id).deleted is None
+    queued = services.erasure_queue.sqs.get_queue_attributes(
+        QueueUrl=services.erasure_queue.url, AttributeNames=["All"])["Attributes"]
+    assert queued["ApproximateNumberOfMessagesDelayed"] == "0"  # no erasure queued
+    gone = accounts.delete_user(pooled, "leaver")  # with it: the account goes
+    assert gone.deleted is not None
+    with pytest.raises(ClientError, match="UserNotFound"):
+        pooled.accounts.client.admin_get_user(UserPoolId=pooled.settings.user_pool_id,
+                                               Username=email)
+
+
+def test_delete_account_is_refused_to_a_key_revoked_a_user_disabled_and_the_deploy_owner(
+        services):
+    """The one change with no undo reads the user fresh, not as a warm API process still
+    caches a key's user: a key revoked (leaked) or a user disabled (under investigation)
+    since cannot delete the account. Nor can the owner of the deployed agents
+    (CODESHOT_DEPLOY_OWNER, CDK's codeshot:adminUsername), as `users delete` refuses it."""
+    leaky, key = users.create_user(services, "leaky")
+    cached = services.auth.user_for_api_key(key)
+    users.create_api_key(services, cached)
+    users.revoke_api_key(services, cached, str(cached.key_id))
+    with pytest.raises(Unauthenticated, match="revoked"):
+        accounts.delete_account(services, cached, "leaky")
+    watched, key = users.create_user(services, "watched")
+    cached = services.auth.user_for_api_key(key)
+    accounts.set_disabled(services, "watched", True)
+    with pytest.raises(Unauthenticated, match="disabled"):
+        accounts.delete_account(services, cached, "watched")
+    deployed = Services(services.settings.replace(deploy_owner="acme"), clock=services.clock)
+    acme = users.ensure_user(deployed, "acme")
+    owner = deployed.auth.user_for_api_key(deployed.auth.issue_api_key(acme))
+    with pytest.raises(InvalidInput, match="owns the deployed agents"):
+        accounts.delete_account(deployed, owner, "acme")
+    for user in (leaky, watched, acme):
+        assert services.users.get(user.user_id).deleted is None
+    queued = services.erasure_queue.sqs.get_queue_attributes(
+        QueueUrl=services.erasure_queue.url, AttributeNames=["All"])["Attributes"]
+    assert queued["ApproximateNumberOfMessagesDelayed"] == "0"

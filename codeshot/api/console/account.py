@@ -87,8 +87,10 @@ async def delete_account(request: Request, user: Principal = Depends(caller)) ->
     services = services_of(request)
     confirm = (await form(request)).get("username", "")
     deleted = await blocking(accounts.delete_account, services, user, confirm)
+    files_kept = not await blocking(services.sessions.replies_held)
     return html(templates.render("account/deleted.html", username=deleted.username,
-                                 minutes=-(-window_seconds(services.settings) // 60)))
+                                 minutes=-(-window_seconds(services.settings) // 60),
+                                 files_kept=files_kept))
 
 
 @router.get("/console/signed-in")

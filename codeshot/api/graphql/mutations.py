@@ -197,9 +197,13 @@ class Mutation:
         return ApiKeyType.of(await blocking(users.revoke_api_key, services, p, id))
 
     @strawberry.mutation(description="Delete your account, confirmed by your username: "
-                         "every API key and sign-in is refused at once, and your sessions "
-                         "(messages, embeds), agents, user storage, uploads, OAuth grants "
-                         "and usage are erased minutes later. Your username stays taken.")
+                         "every API key and sign-in is refused at once, and the erasure of "
+                         "your sessions (messages, embeds), agents, user storage, uploads, "
+                         "OAuth grants and usage starts minutes later, a part at a time. "
+                         "Embeds' files another user's session holds too stay, and every "
+                         "one on a platform upgraded from before it tracked them until its "
+                         "operator runs `codeshot users hold-replies`. Your username stays "
+                         "taken.")
     async def delete_account(self, info: Info, confirm_username: str) -> bool:
         services, p = await caller(info)
         await blocking(accounts.delete_account, services, p, confirm_username)
