@@ -758,6 +758,67 @@ def test_three_stacked_the_middle_killed_the_top_goes_back_to_the_bottom_one(
     assert not records_of(stack_dir, agent_id)
 
 
+def three_stacked_top_killed(live_stack, stack_dir: Path, tmp_path: Path, served: list):
+    """An agent served at its home, lent by a bottom serve, on by a middle one (both
+    entered, added to ``served``: the bottom one first) and on by a top one SIGKILLed: the
+    agent id, the serves' lines (bottom, middle), their URLs (home, bottom, middle) and
+    what described the agent while the bottom and while the middle one lent it."""
+    agent_id, first, second = lender_dirs(tmp_path)
+    home, first_url = serving(stack_dir, first, f"Registered {agent_id}")
+    served.append(home)
+    home.__enter__()
+    lines, urls, described = [], [first_url], []
+    for directory in (second, first):
+        lending, url = serving(stack_dir, directory, f"Updated {agent_id}")
+        served.append(lending)
+        lines.append(lending.__enter__())
+        urls.append(url)
+        described.append(gql(live_stack, DESCRIBED, id=agent_id)["agentById"])
+    top, _ = serving(stack_dir, second, f"Updated {agent_id}", stop=(signal.SIGKILL,))
+    with top:
+        pass
+    return agent_id, lines, urls, described
+
+
+def test_three_stacked_the_top_killed_the_middle_goes_back_to_the_bottom_one(
+        live_stack, stack_dir, tmp_path, home_served):
+    """Three stacked serves, the top one SIGKILLed: the middle one's Ctrl-C took the agent
+    home past the bottom one, still serving it, whose Ctrl-C then left its revision behind
+    ("switched to <home> meanwhile ... kept")."""
+    agent_id, [bottom_lines, middle_lines], [first_url, bottom_url, _], [lent, _] = \
+        three_stacked_top_killed(live_stack, stack_dir, tmp_path, home_served)
+    home_served.pop().__exit__(None, None, None)  # the middle one
+    assert middle_lines[-1] == f"Restored {agent_id} at {bottom_url}, with its own name, " \
+        f"{RESTORED}"
+    assert revisions(live_stack, agent_id) == [(False, first_url), (True, bottom_url)]
+    assert gql(live_stack, DESCRIBED, id=agent_id)["agentById"] == lent
+    home_served.pop().__exit__(None, None, None)  # the bottom one
+    assert bottom_lines[-1] == f"Restored {agent_id} at {first_url}, with its own name, " \
+        f"{RESTORED}"
+    assert revisions(live_stack, agent_id) == [(True, first_url)]
+    assert not records_of(stack_dir, agent_id)
+
+
+def test_three_stacked_the_top_killed_the_bottom_stopping_leaves_it_to_the_middle_one(
+        live_stack, stack_dir, tmp_path, home_served):
+    """Three stacked serves, the top one SIGKILLed, the bottom one stopped first: it took
+    the agent home, deleting the revision of the middle one, still serving it, and left
+    its own behind."""
+    agent_id, [bottom_lines, middle_lines], [first_url, _, middle_url], [_, lent_on] = \
+        three_stacked_top_killed(live_stack, stack_dir, tmp_path, home_served)
+    bottom = home_served.pop(1)
+    bottom.__exit__(None, None, None)
+    assert bottom_lines[-1] == f"Restored {agent_id} at {middle_url}, with its own name, " \
+        f"{RESTORED}"
+    assert revisions(live_stack, agent_id) == [(False, first_url), (True, middle_url)]
+    assert gql(live_stack, DESCRIBED, id=agent_id)["agentById"] == lent_on
+    home_served.pop().__exit__(None, None, None)  # the middle one
+    assert middle_lines[-1] == f"Restored {agent_id} at {first_url}, with its own name, " \
+        f"{RESTORED}"
+    assert revisions(live_stack, agent_id) == [(True, first_url)]
+    assert not records_of(stack_dir, agent_id)
+
+
 def test_both_stacked_serves_killed_one_restore_says_it_once(live_stack, stack_dir,
                                                              tmp_path, home_served):
     """Both stacked serves SIGKILLed: `agent restore` gave the upper one back home past
