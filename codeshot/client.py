@@ -433,8 +433,8 @@ class PlatformClient(GraphQLClient):
         (switched meanwhile; by another serve lending it on: then the lent revision is
         deleted, that serve goes home past it, or this one if that serve stopped), if the
         revision to go back to was deleted, if another serve took the lent revision over
-        (moved it to its own URL), or if its URL does not answer: the agent stays where
-        it is. Its record is dropped then, kept if this fails (the platform unreachable)
+        (moved it to its own URL) and serves it, or if its URL does not answer: the agent
+        stays where it is. Its record is dropped then, kept if this fails (the platform unreachable)
         or the agent stays lent (the URL to go back to does not answer: for a retry,
         the only thing that knows it). ``stopping``: the lending of a serve under this one
         that is stopping (it lent the agent on to this one, which stopped): given back
@@ -473,8 +473,10 @@ class PlatformClient(GraphQLClient):
             if lent_on:
                 self._delete(lent.handle, lent.revision_id)
             return GivenBack(False, moved_to=_url(current), lent_on=lent_on)
-        elif _url(current) != lent.url:  # another serve took it over: it serves it now
-            return GivenBack(False, moved_to=_url(current), taken_over=True)
+        elif (moved := _url(current)) != lent.url and moved and answers(moved):
+            # Another serve took it over and serves it; one that stopped since left it to
+            # this record, the only one that knows where it goes back to.
+            return GivenBack(False, moved_to=moved, taken_over=True)
         else:
             lent, stopped = self._past_stopped(lent, kept, stopping)
             past = lent.previous_id != lent.home_id and lent.home_id in kept and (

@@ -1158,25 +1158,37 @@ def elsewhere_env(live_stack) -> dict[str, str]:
             "CODESHOT_API_KEY": live_stack["api_key"]}
 
 
-def test_a_killed_serves_revision_another_serve_took_over_is_left_to_it(
-        live_stack, stack_dir, tmp_path, home_served):
+@pytest.mark.parametrize("taker_stopped", [False, True])
+def test_a_killed_serves_revision_another_serve_took_over_is_left_to_it_while_served(
+        live_stack, stack_dir, tmp_path, home_served, taker_stopped):
     """A serve from another directory took the killed serve's revision over (moved it to
     its own URL): `agent restore` by the killed one's record switched the agent home and
-    deleted that revision while the other serve still served it."""
+    deleted that revision while the other serve still served it; once that serve stopped,
+    it said "taken over ...: left to it" and dropped the record, the agent stranded at a
+    dead URL."""
     agent_id, second, first_url, second_url = killed_while_lending(
         live_stack, stack_dir, tmp_path, home_served)
     elsewhere = tmp_path / "elsewhere"
     elsewhere.mkdir()
     port = free_port()
     other_url = f"http://127.0.0.1:{port}"
+    restore = ["agent", "restore", agent_id.split("/")[1]]
     with running([sys.executable, "-m", "codeshot.cli", "serve", str(second), "--port",
                   str(port), "--register"], elsewhere, elsewhere_env(live_stack),
                  f"Updated {agent_id} at {other_url}"):
-        out = codeshot("agent", "restore", agent_id.split("/")[1], cwd=stack_dir)
-        assert out.stdout.endswith(f"{agent_id}'s revision at {second_url} was taken over "
-                                   f"meanwhile by a serve at {other_url}: left to it\n"), out
-        assert revisions(live_stack, agent_id) == [(False, first_url), (True, other_url)]
-        assert ask(live_stack, agent_id, "Whisper hello") == "HELLO!"
+        if not taker_stopped:
+            out = codeshot(*restore, cwd=stack_dir)
+            assert out.stdout.endswith(f"{agent_id}'s revision at {second_url} was taken "
+                                       f"over meanwhile by a serve at {other_url}: left to "
+                                       "it\n"), out
+            assert revisions(live_stack, agent_id) == [(False, first_url), (True, other_url)]
+            assert ask(live_stack, agent_id, "Whisper hello") == "HELLO!"
+    if taker_stopped:
+        out = codeshot(*restore, cwd=stack_dir)
+        assert out.stdout.endswith(f"Restored {agent_id} at {first_url}, with its own name, "
+                                   f"{RESTORED}"), out
+        assert revisions(live_stack, agent_id) == [(True, first_url)]
+        assert ask(live_stack, agent_id, "Shout hello") == "HELLO!"
     assert not records_of(stack_dir, agent_id)
 
 
