@@ -381,12 +381,19 @@ class PlatformClient(GraphQLClient):
 
     def _kept(self, lent: Lent) -> None:
         """Keep serve_here's record of ``lent``; if it cannot be written, the agent is
-        given back at once (lent without a record, a kill would strand it)."""
+        given back at once (lent without a record, a kill would strand it); said if it
+        cannot be either."""
         try:
             self._keep(lent)
         except OSError as exc:
-            PlatformClient(self.target).give_back(lent)  # no records: they cannot be kept
-            raise self._unkept(lent.agent_id, exc, "given back") from exc
+            stays = f"it stays lent to {lent.url}, not given back"
+            try:  # no records: they cannot be kept
+                given = PlatformClient(self.target).give_back(lent)
+            except CodeshotError as failed:
+                raise self._unkept(lent.agent_id, exc, f"{stays} ({failed})") from failed
+            raise self._unkept(lent.agent_id, exc, f"{stays} (its previous server "
+                               f"{given.back_to} does not answer)" if given.left_lent
+                               else "given back") from exc
 
     def _unkept(self, agent_id: str, exc: OSError, done: str) -> InvalidInput:
         where = self.records.directory if self.records is not None else None

@@ -1215,18 +1215,23 @@ def test_serve_that_cannot_keep_its_record_lends_nothing(live_stack, stack_dir, 
     assert revisions(live_stack, agent_id) == [(True, first_url)]
 
 
+@pytest.mark.parametrize("home_down", [False, True])
 def test_a_record_that_cannot_be_written_once_lent_gives_the_agent_back(
-        live_stack, stack_dir, tmp_path, home_served):
+        live_stack, stack_dir, tmp_path, home_served, home_down):
     """The record written after the agent was lent failed (a full disk): the agent was
-    left lent with no record to give it back."""
+    left lent with no record to give it back; one that could not be given back either
+    (its server down) was said to be "given back"."""
     from codeshot.client import PlatformClient, Target, agent_fields
     from codeshot.lending import LentRecords
     from codeshot.sdk.project import read_config
 
     agent_id, first, second = lender_dirs(tmp_path)
-    home, first_url = serving(stack_dir, first, f"Registered {agent_id}")
-    home_served.append(home)
-    home.__enter__()
+    if home_down:
+        _, first_url = stopped_after_registering(stack_dir, first, agent_id)
+    else:
+        home, first_url = serving(stack_dir, first, f"Registered {agent_id}")
+        home_served.append(home)
+        home.__enter__()
     lender, second_url = serving(stack_dir, second, "Serving ", register=False)
     home_served.append(lender)
     lender.__enter__()
@@ -1236,11 +1241,16 @@ def test_a_record_that_cannot_be_written_once_lent_gives_the_agent_back(
             raise OSError(28, "No space left on device")
 
     target = Target(live_stack["api_url"], live_stack["api_key"], "the test")
-    with pytest.raises(InvalidInput, match=r"\(No space left on device\): given back; "):
+    done = f"it stays lent to {second_url}, not given back (its previous server " \
+        f"{first_url} does not answer)" if home_down else "given back"
+    with pytest.raises(InvalidInput, match=re.escape(f"(No space left on device): {done}; ")):
         PlatformClient(target, DiskFull(target.api_url, tmp_path / "lent")).serve_here(
             agent_fields(read_config(second), second_url))
-    assert revisions(live_stack, agent_id) == [(True, first_url)]
-    assert gql(live_stack, DESCRIBED, id=agent_id)["agentById"]["name"] == "Shouter"
+    if home_down:
+        assert revisions(live_stack, agent_id) == [(False, first_url), (True, second_url)]
+    else:
+        assert revisions(live_stack, agent_id) == [(True, first_url)]
+        assert gql(live_stack, DESCRIBED, id=agent_id)["agentById"]["name"] == "Shouter"
 
 
 def test_a_second_signal_does_not_cut_the_restore_short(live_stack, stack_dir, tmp_path):
