@@ -381,12 +381,19 @@ class PlatformClient(GraphQLClient):
 
     def _kept(self, lent: Lent) -> None:
         """Keep serve_here's record of ``lent``; if it cannot be written, the agent is
-        given back at once (lent without a record, a kill would strand it)."""
+        given back at once (lent without a record, a kill would strand it); said if it
+        cannot be either."""
         try:
             self._keep(lent)
         except OSError as exc:
-            PlatformClient(self.target).give_back(lent)  # no records: they cannot be kept
-            raise self._unkept(lent.agent_id, exc, "given back") from exc
+            stays = f"it stays lent to {lent.url}, not given back"
+            try:  # no records: they cannot be kept
+                given = PlatformClient(self.target).give_back(lent)
+            except CodeshotError as failed:
+                raise self._unkept(lent.agent_id, exc, f"{stays} ({failed})") from failed
+            raise self._unkept(lent.agent_id, exc, f"{stays} (its previous server "
+                               f"{given.back_to} does not answer)" if given.left_lent
+                               else "given back") from exc
 
     def _unkept(self, agent_id: str, exc: OSError, done: str) -> InvalidInput:
         where = self.records.directory if self.records is not None else None
@@ -403,15 +410,20 @@ class PlatformClient(GraphQLClient):
                        if lent.revision_id == lender_id), None) if self.records else None
         return restore if lender is None else _under(lender, lender.home_restore, restore)
 
-    def _past_stopped(self, lent: Lent, kept: set[str]) -> tuple[Lent, list[Lent]]:
+    def _past_stopped(self, lent: Lent, kept: set[str], stopping: Lent | None
+                      ) -> tuple[Lent, list[Lent]]:
         """``lent`` to be given back past the serves under it that stopped (killed), by
-        their records here, to the first one still serving (or home); their records."""
+        their records here, and ``stopping``'s (that serve is stopping, its server still
+        answers), to the first one still serving (or home); their records."""
         stopped = []
-        while (lent.previous_id != lent.home_id and lent.previous_id in kept
-               and self.records is not None
-               and not (lent.previous_url and answers(lent.previous_url))):
-            below = next((other for other in self.records.of(lent.agent_id)
-                          if other.revision_id == lent.previous_id), None)
+        while lent.previous_id != lent.home_id and lent.previous_id in kept:
+            if stopping is not None and lent.previous_id == stopping.revision_id:
+                below: Lent | None = stopping
+            elif self.records is None or (lent.previous_url and answers(lent.previous_url)):
+                break
+            else:
+                below = next((other for other in self.records.of(lent.agent_id)
+                              if other.revision_id == lent.previous_id), None)
             if below is None:
                 break
             stopped.append(below)
@@ -420,7 +432,7 @@ class PlatformClient(GraphQLClient):
                                        restore=_under(below, below.restore, lent.restore))
         return lent, stopped
 
-    def give_back(self, lent: Lent, home: bool = False) -> GivenBack:
+    def give_back(self, lent: Lent, stopping: Lent | None = None) -> GivenBack:
         """Make the revision before :meth:`serve_here`'s current again (the home one if
         the serve it was lent from stopped: that one's revision is deleted too), delete
         its own and set back what described the agent, but the fields its owner changed
@@ -428,18 +440,18 @@ class PlatformClient(GraphQLClient):
         (switched meanwhile; by another serve lending it on: then the lent revision is
         deleted, that serve goes home past it, or this one if that serve stopped), if the
         revision to go back to was deleted, if another serve took the lent revision over
-        (moved it to its own URL), or if its URL does not answer: the agent stays where
-        it is. Its record is dropped then, kept if this fails (the platform unreachable)
+        (moved it to its own URL) and serves it, or if its URL does not answer: the agent
+        stays where it is. Its record is dropped then, kept if this fails (the platform unreachable)
         or the agent stays lent (the URL to go back to does not answer: for a retry,
-        the only thing that knows it). ``home``: go
-        home past the previous revision even if its server answers (the serve lending it
-        on to this one stopped; so did the serve the agent was lent on to)."""
-        given = self._give_back(lent, home)
+        the only thing that knows it). ``stopping``: the lending of a serve under this one
+        that is stopping (it lent the agent on to this one, which stopped): given back
+        past it too, though its server still answers."""
+        given = self._give_back(lent, stopping)
         if not given.left_lent:
             self._drop(lent.agent_id, lent.revision_id)
         return given
 
-    def _give_back(self, lent: Lent, home: bool) -> GivenBack:
+    def _give_back(self, lent: Lent, stopping: Lent | None) -> GivenBack:
         agent = self.call(CURRENT, {"id": lent.agent_id})["agentById"]
         current = (agent or {}).get("currentRevision")
         if agent is None:
@@ -462,17 +474,21 @@ class PlatformClient(GraphQLClient):
                 in current["metadata"]
             upper_url = _url(current)
             if lent_on and upper_url and not answers(upper_url):  # that serve stopped
-                return self._home_past(lent, current_id, upper_url)
+                given = self._back_past(lent, current_id, upper_url)
+                self._delete(lent.handle, lent.revision_id)  # if it was not given back past
+                return given
             if lent_on:
                 self._delete(lent.handle, lent.revision_id)
             return GivenBack(False, moved_to=_url(current), lent_on=lent_on)
-        elif _url(current) != lent.url:  # another serve took it over: it serves it now
-            return GivenBack(False, moved_to=_url(current), taken_over=True)
+        elif (moved := _url(current)) != lent.url and moved and answers(moved):
+            # Another serve took it over and serves it; one that stopped since left it to
+            # this record, the only one that knows where it goes back to.
+            return GivenBack(False, moved_to=moved, taken_over=True)
         else:
-            lent, stopped = self._past_stopped(lent, kept)
-            past = home or (lent.previous_id != lent.home_id and lent.home_id in kept and (
+            lent, stopped = self._past_stopped(lent, kept, stopping)
+            past = lent.previous_id != lent.home_id and lent.home_id in kept and (
                 lent.previous_id not in kept
-                or not (lent.previous_url and answers(lent.previous_url))))
+                or not (lent.previous_url and answers(lent.previous_url)))
             described = _described(agent)
             # Home, past the revision of the serve it was lent from, if that one stopped.
             lent = dataclasses.replace(
@@ -509,16 +525,16 @@ class PlatformClient(GraphQLClient):
             if exc.code != NotFound.code:
                 raise
 
-    def _home_past(self, lent: Lent, upper_id: str, upper_url: str) -> GivenBack:
-        """Take the agent ``lent`` was lent on from (to the revision ``upper_id`` at
-        ``upper_url``, whose serve stopped) home, as that serve would have: by its record
-        if it is here, else with the home's fields all set back (what it set is not
-        known)."""
+    def _back_past(self, lent: Lent, upper_id: str, upper_url: str) -> GivenBack:
+        """Give the agent ``lent`` (stopping) was lent on from (to the revision ``upper_id``
+        at ``upper_url``, whose serve stopped) back past ``lent``, as that serve would
+        have: to the first serve under them still running, else home; by its record if it
+        is here, else as lent on from ``lent`` (what it set is not known)."""
         upper = next((other for other in self.records.of(lent.agent_id)
                       if other.revision_id == upper_id), None) if self.records else None
         return self.give_back(upper or Lent(
-            lent.agent_id, lent.handle, upper_url, upper_id, lent.revision_id, lent.url, {}, {},
-            lent.home_id, lent.home_url, lent.home_restore), home=True)
+            lent.agent_id, lent.handle, upper_url, upper_id, lent.revision_id, lent.url,
+            lent.lent_as, {}, lent.home_id, lent.home_url, lent.home_restore), stopping=lent)
 
     def finish_restores(self, agent_id: str, here: str | None = None
                         ) -> list[tuple[Lent, GivenBack | None]]:

@@ -758,6 +758,67 @@ def test_three_stacked_the_middle_killed_the_top_goes_back_to_the_bottom_one(
     assert not records_of(stack_dir, agent_id)
 
 
+def three_stacked_top_killed(live_stack, stack_dir: Path, tmp_path: Path, served: list):
+    """An agent served at its home, lent by a bottom serve, on by a middle one (both
+    entered, added to ``served``: the bottom one first) and on by a top one SIGKILLed: the
+    agent id, the serves' lines (bottom, middle), their URLs (home, bottom, middle) and
+    what described the agent while the bottom and while the middle one lent it."""
+    agent_id, first, second = lender_dirs(tmp_path)
+    home, first_url = serving(stack_dir, first, f"Registered {agent_id}")
+    served.append(home)
+    home.__enter__()
+    lines, urls, described = [], [first_url], []
+    for directory in (second, first):
+        lending, url = serving(stack_dir, directory, f"Updated {agent_id}")
+        served.append(lending)
+        lines.append(lending.__enter__())
+        urls.append(url)
+        described.append(gql(live_stack, DESCRIBED, id=agent_id)["agentById"])
+    top, _ = serving(stack_dir, second, f"Updated {agent_id}", stop=(signal.SIGKILL,))
+    with top:
+        pass
+    return agent_id, lines, urls, described
+
+
+def test_three_stacked_the_top_killed_the_middle_goes_back_to_the_bottom_one(
+        live_stack, stack_dir, tmp_path, home_served):
+    """Three stacked serves, the top one SIGKILLed: the middle one's Ctrl-C took the agent
+    home past the bottom one, still serving it, whose Ctrl-C then left its revision behind
+    ("switched to <home> meanwhile ... kept")."""
+    agent_id, [bottom_lines, middle_lines], [first_url, bottom_url, _], [lent, _] = \
+        three_stacked_top_killed(live_stack, stack_dir, tmp_path, home_served)
+    home_served.pop().__exit__(None, None, None)  # the middle one
+    assert middle_lines[-1] == f"Restored {agent_id} at {bottom_url}, with its own name, " \
+        f"{RESTORED}"
+    assert revisions(live_stack, agent_id) == [(False, first_url), (True, bottom_url)]
+    assert gql(live_stack, DESCRIBED, id=agent_id)["agentById"] == lent
+    home_served.pop().__exit__(None, None, None)  # the bottom one
+    assert bottom_lines[-1] == f"Restored {agent_id} at {first_url}, with its own name, " \
+        f"{RESTORED}"
+    assert revisions(live_stack, agent_id) == [(True, first_url)]
+    assert not records_of(stack_dir, agent_id)
+
+
+def test_three_stacked_the_top_killed_the_bottom_stopping_leaves_it_to_the_middle_one(
+        live_stack, stack_dir, tmp_path, home_served):
+    """Three stacked serves, the top one SIGKILLed, the bottom one stopped first: it took
+    the agent home, deleting the revision of the middle one, still serving it, and left
+    its own behind."""
+    agent_id, [bottom_lines, middle_lines], [first_url, _, middle_url], [_, lent_on] = \
+        three_stacked_top_killed(live_stack, stack_dir, tmp_path, home_served)
+    bottom = home_served.pop(1)
+    bottom.__exit__(None, None, None)
+    assert bottom_lines[-1] == f"Restored {agent_id} at {middle_url}, with its own name, " \
+        f"{RESTORED}"
+    assert revisions(live_stack, agent_id) == [(False, first_url), (True, middle_url)]
+    assert gql(live_stack, DESCRIBED, id=agent_id)["agentById"] == lent_on
+    home_served.pop().__exit__(None, None, None)  # the middle one
+    assert middle_lines[-1] == f"Restored {agent_id} at {first_url}, with its own name, " \
+        f"{RESTORED}"
+    assert revisions(live_stack, agent_id) == [(True, first_url)]
+    assert not records_of(stack_dir, agent_id)
+
+
 def test_both_stacked_serves_killed_one_restore_says_it_once(live_stack, stack_dir,
                                                              tmp_path, home_served):
     """Both stacked serves SIGKILLed: `agent restore` gave the upper one back home past
@@ -1097,25 +1158,37 @@ def elsewhere_env(live_stack) -> dict[str, str]:
             "CODESHOT_API_KEY": live_stack["api_key"]}
 
 
-def test_a_killed_serves_revision_another_serve_took_over_is_left_to_it(
-        live_stack, stack_dir, tmp_path, home_served):
+@pytest.mark.parametrize("taker_stopped", [False, True])
+def test_a_killed_serves_revision_another_serve_took_over_is_left_to_it_while_served(
+        live_stack, stack_dir, tmp_path, home_served, taker_stopped):
     """A serve from another directory took the killed serve's revision over (moved it to
     its own URL): `agent restore` by the killed one's record switched the agent home and
-    deleted that revision while the other serve still served it."""
+    deleted that revision while the other serve still served it; once that serve stopped,
+    it said "taken over ...: left to it" and dropped the record, the agent stranded at a
+    dead URL."""
     agent_id, second, first_url, second_url = killed_while_lending(
         live_stack, stack_dir, tmp_path, home_served)
     elsewhere = tmp_path / "elsewhere"
     elsewhere.mkdir()
     port = free_port()
     other_url = f"http://127.0.0.1:{port}"
+    restore = ["agent", "restore", agent_id.split("/")[1]]
     with running([sys.executable, "-m", "codeshot.cli", "serve", str(second), "--port",
                   str(port), "--register"], elsewhere, elsewhere_env(live_stack),
                  f"Updated {agent_id} at {other_url}"):
-        out = codeshot("agent", "restore", agent_id.split("/")[1], cwd=stack_dir)
-        assert out.stdout.endswith(f"{agent_id}'s revision at {second_url} was taken over "
-                                   f"meanwhile by a serve at {other_url}: left to it\n"), out
-        assert revisions(live_stack, agent_id) == [(False, first_url), (True, other_url)]
-        assert ask(live_stack, agent_id, "Whisper hello") == "HELLO!"
+        if not taker_stopped:
+            out = codeshot(*restore, cwd=stack_dir)
+            assert out.stdout.endswith(f"{agent_id}'s revision at {second_url} was taken "
+                                       f"over meanwhile by a serve at {other_url}: left to "
+                                       "it\n"), out
+            assert revisions(live_stack, agent_id) == [(False, first_url), (True, other_url)]
+            assert ask(live_stack, agent_id, "Whisper hello") == "HELLO!"
+    if taker_stopped:
+        out = codeshot(*restore, cwd=stack_dir)
+        assert out.stdout.endswith(f"Restored {agent_id} at {first_url}, with its own name, "
+                                   f"{RESTORED}"), out
+        assert revisions(live_stack, agent_id) == [(True, first_url)]
+        assert ask(live_stack, agent_id, "Shout hello") == "HELLO!"
     assert not records_of(stack_dir, agent_id)
 
 
@@ -1142,18 +1215,23 @@ def test_serve_that_cannot_keep_its_record_lends_nothing(live_stack, stack_dir, 
     assert revisions(live_stack, agent_id) == [(True, first_url)]
 
 
+@pytest.mark.parametrize("home_down", [False, True])
 def test_a_record_that_cannot_be_written_once_lent_gives_the_agent_back(
-        live_stack, stack_dir, tmp_path, home_served):
+        live_stack, stack_dir, tmp_path, home_served, home_down):
     """The record written after the agent was lent failed (a full disk): the agent was
-    left lent with no record to give it back."""
+    left lent with no record to give it back; one that could not be given back either
+    (its server down) was said to be "given back"."""
     from codeshot.client import PlatformClient, Target, agent_fields
     from codeshot.lending import LentRecords
     from codeshot.sdk.project import read_config
 
     agent_id, first, second = lender_dirs(tmp_path)
-    home, first_url = serving(stack_dir, first, f"Registered {agent_id}")
-    home_served.append(home)
-    home.__enter__()
+    if home_down:
+        _, first_url = stopped_after_registering(stack_dir, first, agent_id)
+    else:
+        home, first_url = serving(stack_dir, first, f"Registered {agent_id}")
+        home_served.append(home)
+        home.__enter__()
     lender, second_url = serving(stack_dir, second, "Serving ", register=False)
     home_served.append(lender)
     lender.__enter__()
@@ -1163,11 +1241,16 @@ def test_a_record_that_cannot_be_written_once_lent_gives_the_agent_back(
             raise OSError(28, "No space left on device")
 
     target = Target(live_stack["api_url"], live_stack["api_key"], "the test")
-    with pytest.raises(InvalidInput, match=r"\(No space left on device\): given back; "):
+    done = f"it stays lent to {second_url}, not given back (its previous server " \
+        f"{first_url} does not answer)" if home_down else "given back"
+    with pytest.raises(InvalidInput, match=re.escape(f"(No space left on device): {done}; ")):
         PlatformClient(target, DiskFull(target.api_url, tmp_path / "lent")).serve_here(
             agent_fields(read_config(second), second_url))
-    assert revisions(live_stack, agent_id) == [(True, first_url)]
-    assert gql(live_stack, DESCRIBED, id=agent_id)["agentById"]["name"] == "Shouter"
+    if home_down:
+        assert revisions(live_stack, agent_id) == [(False, first_url), (True, second_url)]
+    else:
+        assert revisions(live_stack, agent_id) == [(True, first_url)]
+        assert gql(live_stack, DESCRIBED, id=agent_id)["agentById"]["name"] == "Shouter"
 
 
 def test_a_second_signal_does_not_cut_the_restore_short(live_stack, stack_dir, tmp_path):
