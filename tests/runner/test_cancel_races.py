@@ -303,18 +303,24 @@ def read_alike(platform, key: str, agent_id: str, h: str, task_id: str) -> tuple
     return got
 
 
-def test_an_answer_posted_between_a_cancels_read_and_its_write_reads_alike_everywhere(
-        platform, agents, monkeypatch):
-    """The cancel read the question, the answer was posted, and the cancel's message was
-    made after it: GetTask (reading forward) showed the cancel's status, ListTasks
-    (walking back from the answer's reply, never meeting the cancel) the answer's."""
-    key, booking, h, task_id, runner = asked(platform, agents, "ines")
+def answered_during_cancel(platform, key, booking, task_id, monkeypatch) -> HeldCancel:
+    """A cancel held once it read the question, and the answer "4" sent meanwhile."""
     cancel = HeldCancel(platform, key, booking, task_id, monkeypatch,
                         after=(tasks, "pending_question"))
     sent = a2a(platform, key, booking, "SendMessage", configuration={"returnImmediately": True},
                message={"messageId": "m-4", "role": "ROLE_USER", "parts": [{"text": "4"}],
                         "taskId": task_id})
     assert sent["result"]["task"]["id"] == task_id, sent
+    return cancel
+
+
+def test_an_answer_posted_between_a_cancels_read_and_its_write_reads_alike_everywhere(
+        platform, agents, monkeypatch):
+    """The cancel read the question, the answer was posted, and the cancel's message was
+    made after it: GetTask (reading forward) showed the cancel's status, ListTasks
+    (walking back from the answer's reply, never meeting the cancel) the answer's."""
+    key, booking, h, task_id, runner = asked(platform, agents, "ines")
+    cancel = answered_during_cancel(platform, key, booking, task_id, monkeypatch)
     cancel.land()
     assert cancel.out[0]["result"]["status"]["state"] == "TASK_STATE_CANCELED", cancel.out
     assert process_batch({"Records": [queued(platform)]}, runner.handle) == {
@@ -344,12 +350,7 @@ def test_a_refusal_keeping_the_question_that_sorts_after_the_cancel_reads_cancel
         return end(*args, **kwargs)
 
     monkeypatch.setattr(platform.services.sessions, "end_pause", held_end)
-    cancel = HeldCancel(platform, key, booking, task_id, monkeypatch,
-                        after=(tasks, "pending_question"))
-    sent = a2a(platform, key, booking, "SendMessage", configuration={"returnImmediately": True},
-               message={"messageId": "m-4", "role": "ROLE_USER", "parts": [{"text": "4"}],
-                        "taskId": task_id})
-    assert sent["result"]["task"]["id"] == task_id, sent
+    cancel = answered_during_cancel(platform, key, booking, task_id, monkeypatch)
     cancel.release.set()
     assert minted.wait(30)
     assert process_batch({"Records": [queued(platform)]}, runner.handle) == {
