@@ -44,10 +44,11 @@ def new_user(services: Services, username: str, identity: str | None = None,
              **profile: Any) -> User:
     """A new user (:meth:`UserStore.create`). A new stack's sessions table is marked as
     holding every reply's embeds when its first user is made (no session before it), so
-    that erasures delete embeds' objects with no operator step."""
-    user = services.users.create(username, identity=identity, **profile)
+    that erasures delete embeds' objects with no operator step. Marked first: a mark that
+    fails writes no user, and the retry makes it (the user first, a retry would find the
+    username taken)."""
     services.sessions.hold_if_new()
-    return user
+    return services.users.create(username, identity=identity, **profile)
 
 
 def ensure_user(services: Services, username: str) -> User:

@@ -635,6 +635,27 @@ def test_a_new_stacks_erasures_delete_embeds_objects_with_no_operator_step(servi
     assert not services.users.get(alice.user_id).embeds_kept
 
 
+def test_a_mark_that_fails_makes_no_user_and_the_retry_makes_both(services, monkeypatch):
+    """The mark's Scan throttled: the user was made and the call failed, so the retry of
+    `users create` (or of a first sign-in's username) found the username taken."""
+    from botocore.exceptions import ClientError
+
+    unmark(services)
+    scan = services.sessions.db.scan
+
+    def throttled(**_request):
+        raise ClientError({"Error": {"Code": "ThrottlingException", "Message": "slow"}}, "Scan")
+
+    monkeypatch.setattr(services.sessions.db, "scan", throttled)
+    with pytest.raises(ClientError):
+        users.create_user(services, "dora")
+    monkeypatch.setattr(services.sessions.db, "scan", scan)
+    with pytest.raises(NotFound):
+        services.users.get_by_username("dora")
+    dora, _ = users.create_user(services, "dora")
+    assert dora.username == "dora" and services.sessions.replies_held()
+
+
 def test_a_stack_with_sessions_from_before_held_replies_is_not_marked_by_a_new_user(
         services, clock):
     """An upgraded stack: its table holds sessions (their replies may name bytes with no
