@@ -406,7 +406,9 @@ class SessionStore(Repository):
             return
         found = self.db.scan(TableName=self.table_name, Limit=1, ConsistentRead=True,
                              Select="SPECIFIC_ATTRIBUTES", ProjectionExpression="session_id")
-        if not found.get("Items"):  # (an item found is the mark only if put meanwhile)
+        # Empty only with no page to go on (a page may be empty and the table not); an
+        # item found is the mark only if put meanwhile.
+        if not found.get("Items") and "LastEvaluatedKey" not in found:
             self.db.put_item(TableName=self.table_name, Item=REPLIES_HELD_MARK)
 
     def hold_replies(self, start: dict[str, Any] | None) -> tuple[int, dict[str, Any] | None]:

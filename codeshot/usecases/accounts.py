@@ -57,16 +57,16 @@ def principal_for_token(services: Services, token: str) -> Principal:
                      daily_query_limit=user.daily_query_limit)
 
 
-# Not for self sign-up: the default owner of the kit's deployed agents (the CDK app's
-# codeshot:adminUsername), which would otherwise go to whoever signs up first.
+# Not for self sign-up: the owner of the kit's deployed agents (the CDK app's
+# codeshot:adminUsername, which the API has as CODESHOT_DEPLOY_OWNER; the default too),
+# which would otherwise go to whoever signs up first.
 DEFAULT_DEPLOY_OWNER = Settings.deploy_owner
-RESERVED_USERNAMES = frozenset({DEFAULT_DEPLOY_OWNER})
 
 
 def choose_username(services: Services, token: str, username: str) -> User:
     """The codeshot user for this account, named ``username`` (unique, as any user's)."""
     identity = services.accounts.verify(token)
-    if username.strip() in RESERVED_USERNAMES:
+    if username.strip() in {DEFAULT_DEPLOY_OWNER, services.settings.deploy_owner}:
         raise InvalidInput(f"username {username.strip()!r} is reserved: choose another")
     return new_user(services, username.strip(), identity=identity.sub, email=identity.email)
 

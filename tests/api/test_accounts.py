@@ -186,7 +186,7 @@ def test_an_id_token_is_accepted_only_as_the_pool_signed_it_for_the_console(stac
         assert error_code(answer) == "UNAUTHENTICATED", answer
 
 
-def test_an_account_picks_one_username_that_no_one_else_has(stack):
+def test_an_account_picks_one_username_that_no_one_else_has(stack, monkeypatch):
     _, token = confirmed(stack)
     with pytest.raises(Conflict, match="username 'local' is taken"):
         accounts.choose_username(stack.services, token, "local")
@@ -195,6 +195,11 @@ def test_an_account_picks_one_username_that_no_one_else_has(stack):
     # The deployed agents' default owner, and the planner's owner ("platform/planner").
     with pytest.raises(InvalidInput, match="'admin' is reserved"):
         accounts.choose_username(stack.services, token, "admin")
+    # codeshot:adminUsername set to another name
+    monkeypatch.setattr(stack.services, "settings", stack.settings.replace(deploy_owner="ops"))
+    with pytest.raises(InvalidInput, match="'ops' is reserved"):
+        accounts.choose_username(stack.services, token, "ops")
+    monkeypatch.undo()
     with pytest.raises(InvalidInput, match="'platform' is the platform's own"):
         accounts.choose_username(stack.services, token, "platform")
     name = f"pick{ids.ulid().lower()[-8:]}"

@@ -656,6 +656,17 @@ def test_a_mark_that_fails_makes_no_user_and_the_retry_makes_both(services, monk
     assert dora.username == "dora" and services.sessions.replies_held()
 
 
+def test_an_empty_page_with_more_to_read_is_no_empty_table(services, monkeypatch):
+    """DynamoDB may answer a Scan with no item and a LastEvaluatedKey (the table not
+    empty): read as empty, an upgraded table was marked, and erasures deleted bytes its
+    older replies name."""
+    unmark(services)
+    monkeypatch.setattr(services.sessions.db, "scan", lambda **_request: {
+        "Items": [], "Count": 0, "LastEvaluatedKey": {"session_id": {"S": "s-1"}}})
+    users.create_user(services, "erin")
+    assert not services.sessions.replies_held()
+
+
 def test_a_stack_with_sessions_from_before_held_replies_is_not_marked_by_a_new_user(
         services, clock):
     """An upgraded stack: its table holds sessions (their replies may name bytes with no
