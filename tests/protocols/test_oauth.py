@@ -9,7 +9,9 @@ from __future__ import annotations
 import json
 import re
 import time
+from collections.abc import Callable
 from datetime import timedelta
+from typing import Any
 
 import httpx
 import pytest
@@ -428,6 +430,28 @@ def test_the_console_account_page_lists_authorized_agents_and_revokes_them(
     assert stack.services.oauth.get_token(user_id(stack, grace), reader) is None
 
 
+def authorized_with_resume_failing(stack, provider, monkeypatch, fail: Callable[[], None]
+                                   ) -> tuple[str, str, httpx.Response]:
+    """A new user's query paused for authorization, authorized at the provider while the
+    post that resumes the session ("I authorized ...") fails by ``fail()``: (their key,
+    the session, the callback's page)."""
+    _, key = new_account(stack, "ivan")
+    session, paused = ask(stack, key, QUESTION)
+    (url,) = URL.findall(paused["message"]["text"])
+    db = stack.services.sessions.db
+    write = db.transact_write_items
+
+    def failing(**request: Any) -> Any:
+        if "I authorized" in str(request):
+            fail()
+        return write(**request)
+
+    monkeypatch.setattr(db, "transact_write_items", failing)
+    back = authorize(provider, url, "alice")  # at the provider
+    monkeypatch.undo()
+    return key, session, back
+
+
 def test_an_authorization_whose_resuming_post_is_not_confirmed_says_authorized(
         stack, provider, reader, monkeypatch):
     """The token is stored, but the post that resumes the session timed out (botocore's
@@ -437,20 +461,11 @@ def test_an_authorization_whose_resuming_post_is_not_confirmed_says_authorized(
     post again under an idempotency key the user never saw)."""
     from botocore.exceptions import ReadTimeoutError
 
-    _, ivan = new_account(stack, "ivan")
-    session, paused = ask(stack, ivan, QUESTION)
-    (url,) = URL.findall(paused["message"]["text"])
-    db = stack.services.sessions.db
-    write = db.transact_write_items
+    def timed_out() -> None:
+        raise ReadTimeoutError(endpoint_url="https://dynamodb.us-east-1.amazonaws.com")
 
-    def timed_out(**request):
-        if "I authorized" in str(request):
-            raise ReadTimeoutError(endpoint_url="https://dynamodb.us-east-1.amazonaws.com")
-        return write(**request)
-
-    monkeypatch.setattr(db, "transact_write_items", timed_out)
-    back = authorize(provider, url, "alice")  # at the provider
-    monkeypatch.undo()
+    ivan, session, back = authorized_with_resume_failing(stack, provider, monkeypatch,
+                                                         timed_out)
     assert back.status_code == 200, back.text
     assert "You authorized" in back.text
     assert "Your conversation should continue where it paused in a moment; if it does " \
@@ -468,22 +483,12 @@ def test_an_authorization_whose_resuming_post_is_throttled_says_authorized(
     state used up: "Not authorized")."""
     from botocore.exceptions import ClientError
 
-    _, ivan = new_account(stack, "ivan")
-    session, paused = ask(stack, ivan, QUESTION)
-    (url,) = URL.findall(paused["message"]["text"])
-    db = stack.services.sessions.db
-    write = db.transact_write_items
+    def throttled() -> None:
+        raise ClientError({"Error": {"Code": "ThrottlingException", "Message": "slow"},
+                           "ResponseMetadata": {"HTTPStatusCode": 400}}, "TransactWriteItems")
 
-    def throttled(**request):
-        if "I authorized" in str(request):
-            raise ClientError({"Error": {"Code": "ThrottlingException", "Message": "slow"},
-                               "ResponseMetadata": {"HTTPStatusCode": 400}},
-                              "TransactWriteItems")
-        return write(**request)
-
-    monkeypatch.setattr(db, "transact_write_items", throttled)
-    back = authorize(provider, url, "alice")
-    monkeypatch.undo()
+    ivan, session, back = authorized_with_resume_failing(stack, provider, monkeypatch,
+                                                         throttled)
     assert back.status_code == 200, back.text
     assert "You authorized" in back.text
     assert "Your conversation could not continue (the platform is busy right now; retry " \
