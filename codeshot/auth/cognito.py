@@ -10,6 +10,7 @@ The pool's rules (``POOL``) are shared by the CDK app and the local stack.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterator
 from contextlib import contextmanager, suppress
 from dataclasses import dataclass
@@ -59,6 +60,9 @@ POOL = PoolSpec()
 CONSOLE_CALLBACK = "/console/auth/callback"
 MAX_EMAIL = 254
 MAX_PASSWORD = 256
+# A Cognito sub is a UUID: anything else names no account, nor may it reach a ListUsers
+# filter, whose quotes it could leave.
+_SUB = re.compile(r"[0-9A-Za-z-]{1,128}")
 
 
 @dataclass(frozen=True)
@@ -211,20 +215,37 @@ class Accounts:
             self.client.admin_confirm_sign_up(UserPoolId=self.pool_id, Username=email)
 
     def set_enabled(self, identity: str, enabled: bool) -> None:
-        """Let the identity sign in, or not (Cognito refuses its password from then on).
-        In a pool whose usernames are emails, a user's username is its sub."""
+        """Let the identity sign in, or not (Cognito refuses its password from then on)."""
+        username = self._username(identity)
         # Each call spelled out: tests/infra reads the IAM actions the role needs from them.
         with _errors("admin_enable_user", identity):
             if enabled:
-                self.client.admin_enable_user(UserPoolId=self.pool_id, Username=identity)
+                self.client.admin_enable_user(UserPoolId=self.pool_id, Username=username)
             else:
-                self.client.admin_disable_user(UserPoolId=self.pool_id, Username=identity)
+                self.client.admin_disable_user(UserPoolId=self.pool_id, Username=username)
 
     def delete(self, identity: str) -> None:
         """Delete the identity's account, its email with it (a deleted user's); one gone
         already is not an error (a retry)."""
-        with suppress(NotFound), _errors("admin_delete_user", identity):
-            self.client.admin_delete_user(UserPoolId=self.pool_id, Username=identity)
+        with suppress(NotFound):
+            username = self._username(identity)
+            with _errors("admin_delete_user", identity):
+                self.client.admin_delete_user(UserPoolId=self.pool_id, Username=username)
+
+    def _username(self, identity: str) -> str:
+        """The pool's username of the account whose sub is ``identity``, which the Admin*
+        calls take (or its email, which two accounts may share). A password account's
+        username is its sub, but one made by a Google or GitHub sign-in is named after
+        its provider (``Google_<id>``): with its sub, each call found no account."""
+        if not _SUB.fullmatch(identity):
+            raise _error("UserNotFoundException", "", "list_users", identity)
+        with _errors("list_users", identity):
+            found = self.client.list_users(UserPoolId=self.pool_id, Limit=1,
+                                           Filter=f'sub = "{identity}"')["Users"]
+        if not found:
+            raise _error("UserNotFoundException", "", "list_users", identity)
+        username: str = found[0]["Username"]
+        return username
 
 
 @contextmanager

@@ -30,11 +30,12 @@ from infra.settings_env import settings_env
 
 CONTEXT_KEY = "codeshot:identityProviders"
 # What the API calls with its role: an operator disabling or enabling a user turns their
-# sign-in off or on, a deleted user's account goes (codeshot/usecases/accounts.py).
-# Sign-up, confirmation and sign-in are Cognito's public calls, authorised by the app
-# client, not by IAM.
-ADMIN_ACTIONS = ("cognito-idp:AdminDisableUser", "cognito-idp:AdminEnableUser",
-                 "cognito-idp:AdminDeleteUser")
+# sign-in off or on, a deleted user's account goes (codeshot/usecases/accounts.py), each
+# after finding the account's username by its sub (ListUsers: a Google or GitHub
+# account's username is not its sub). Sign-up, confirmation and sign-in are Cognito's
+# public calls, authorised by the app client, not by IAM.
+ADMIN_ACTIONS = ("cognito-idp:ListUsers", "cognito-idp:AdminDisableUser",
+                 "cognito-idp:AdminEnableUser", "cognito-idp:AdminDeleteUser")
 PROVIDERS = {"google": ("clientId", "clientSecretName"),
              "github": ("clientId", "clientSecretName", "issuerUrl")}
 

@@ -345,7 +345,7 @@ def describe(service: str, method: str, path: str, query: dict[str, list[str]],
                                                                  partition_keys)))
     if service == "sqs":
         return Call(service, operation, tuple(sqs_checks(operation, params)))
-    if service == "cognito-idp" and "UserPoolId" in params:  # the Admin* calls
+    if service == "cognito-idp" and "UserPoolId" in params:  # Admin*, ListUsers
         return Call(service, operation, (Check(f"cognito-idp:{operation}", _pool_arn(
             params["UserPoolId"])),))
     secret = params.get("SecretId") or (params.get("Name") if operation == "CreateSecret"

@@ -127,7 +127,8 @@ def test_incomplete_identity_provider_settings_are_refused(tmp_path, value, mess
         synthesize(tmp_path, **{CONTEXT_KEY: value})
 
 
-def test_only_the_api_administers_users_and_only_to_disable_or_enable_them(synth):
+def test_only_the_api_administers_users_and_only_to_find_disable_enable_or_delete_them(
+        synth):
     t = synth.platform
     pool_id, _ = only(t, "AWS::Cognito::UserPool")
     assert t.actions_on(API, pool_id) == set(ADMIN_ACTIONS)
