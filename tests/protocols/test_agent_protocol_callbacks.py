@@ -1174,3 +1174,34 @@ def test_a_refused_callbacks_answer_is_posted_again_though_the_runner_stopped_af
     assert failed == ["_answer_work"]
     assert steps[-1][0] == "4" and "Booked Rev8 for 4" in steps[-1][1], steps
     assert [m for m in made if m.startswith("Rev8")] == ["Rev8 for 4"]
+
+
+@pytest.mark.parametrize("callback", [[RESOLVED]], indirect=True)
+def test_a_refused_callbacks_answer_posted_again_twice_runs_once(stack, booking, callback,
+                                                                 monkeypatch):
+    """The post again of a refused answer, delivered twice (SQS delivers at least once):
+    the second finds the first's post under its key and posts nothing more."""
+    from codeshot.store.queue import PromptWork
+    from codeshot.usecases.prompts import Prompts
+
+    agent_id, made = booking
+    key, task_id, asked = asked_without_callback(stack, agent_id, "Rev9")
+    with_callback(stack, task_id, callback.url)
+    held = held_prompts(stack, monkeypatch)
+    give_back = running_slots_taken(stack, task_id)
+    try:
+        Prompts(stack.services).handle(PromptWork(task_id, asked.message_id, time.time() + 60))
+        [refused] = refusals_of_answers(stack, task_id, asked.message_id)
+    finally:
+        give_back()
+    [again] = held  # queued by the runner with its refusal
+    assert (again.question_id, again.answer_id) == (asked.message_id, refused.in_reply_to)
+    prompts = Prompts(stack.services)
+    prompts.handle(again)
+    prompts.handle(again)  # redelivered, before or after the answer ran
+    steps = finished(stack, key, task_id)
+    prompts.handle(again)
+    assert steps[-1][0] == "4" and "Booked Rev9 for 4" in steps[-1][1], steps
+    assert [m for m in made if m.startswith("Rev9")] == ["Rev9 for 4"]
+    assert len(answers_posted(stack, task_id, asked.message_id)) == 2
+    assert steps_of(stack, key, task_id) == steps
