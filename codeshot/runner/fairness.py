@@ -90,6 +90,12 @@ def running_query(services: Services, user_id: str, query_id: str) -> Iterator[L
     lease.release()
 
 
+def running_slot_free(services: Services, user_id: str) -> bool:
+    """Whether ``user_id`` has a running-query slot free now (a query taken in now would
+    most likely run, not be refused RATE_LIMITED)."""
+    return services.usage.has_room(RUNNING, user_id, services.settings.max_running_queries)
+
+
 def query_deadline(settings: Settings, record_start: float | None = None) -> float:
     """The ``time.monotonic()`` by which a query starting now must end: its whole budget,
     but no later than the time its queue record may take from its ``record_start`` (a

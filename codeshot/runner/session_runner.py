@@ -28,6 +28,7 @@ from codeshot.errors import (
     Conflict,
     Interrupted,
     NotFound,
+    RateLimited,
     Unavailable,
 )
 from codeshot.llm import get_llm
@@ -58,7 +59,12 @@ from codeshot.runner.programs import (
 from codeshot.services import Services
 from codeshot.store.corpora import CorpusState
 from codeshot.store.dynamo import MAX_ITEM_BYTES, cancelled_by, item_bytes, retry_transient
-from codeshot.store.queue import LANDING_SECONDS, PromptWork, Work
+from codeshot.store.queue import (
+    LANDING_SECONDS,
+    PROMPT_FIRST_DELAY_SECONDS,
+    PromptWork,
+    Work,
+)
 from codeshot.store.sessions import (
     ANSWER_PREFIX,
     MSG_PREFIX,
@@ -176,6 +182,16 @@ def _answers_ended(query: Message, paused: dict[str, Any] | None, recent: Recent
     their question takes it.)"""
     return query.answers is not None and (
         paused is None or recent.question not in (None, query.answers))
+
+
+def _posted_again(query: Message, reply: Message) -> bool:
+    """Whether ``reply`` refused ``query``, an answer to the question it kept, at the
+    user's running-query cap: in a task with a callback, the platform posts it again
+    once a slot is free (codeshot.usecases.prompts). The callback's answer has no one
+    else to send it again; one sent by A2A is too (of two, one runs: a paused program
+    is taken once)."""
+    return reply.keeps_question is not None and query.answers == reply.keeps_question and \
+        reply.error_code == RateLimited.code
 
 
 class SessionRunner:
@@ -354,11 +370,20 @@ class SessionRunner:
         CALLBACK_FAILED rather than wait for ever). A prompt taken up has its own
         redeliveries; a second one queued before the first was taken up polls the
         first's (codeshot.usecases.prompts). The question is the session's newest
-        message, or the one a refusal of its answer kept (one more read)."""
+        message, or the one a refusal of its answer kept (one more read). Likewise a
+        redelivered answer of the callback refused at the running-query cap: its post
+        again is queued (a second one posts nothing more: it is keyed by the refusal)."""
         if not (session.callback_url and session.callback_format == PROMPT_FORMAT and
                 session.status is SessionStatus.AWAITING_INPUT and newest_first):
             return
         question = newest_first[0]
+        if question.keeps_question and question.in_reply_to == work.message_id:
+            answer = next((m for m in newest_first if m.message_id == work.message_id), None) \
+                or self.s.sessions.get_message(session.session_id, work.message_id)
+            if _posted_again(answer, question):
+                self._queue_prompt(session, self._answer_work(session, answer), final,
+                                   PROMPT_FIRST_DELAY_SECONDS)
+            return
         if question.keeps_question:
             question = self.s.sessions.get_message(session.session_id, question.keeps_question)
         if question.type is not MessageType.AWAITING_INPUT or \
@@ -366,10 +391,16 @@ class SessionRunner:
             return
         if self.s.sessions.prompt_claimed(session.session_id, question.message_id):
             return
+        self._queue_prompt(session, self._prompt_work(session, question), final)
+
+    def _queue_prompt(self, session: Session, work: PromptWork, final: bool,
+                      delay_seconds: int = 0) -> None:
+        """``work`` queued for a redelivered query: if that fails, its next delivery tries
+        again; on its last, the question ends (:meth:`_prompt`)."""
         if final:
-            self._prompt(session, question)
+            self._prompt(session, work, delay_seconds)
         else:
-            self.s.prompt_queue.schedule(self._prompt_work(session, question))
+            self.s.prompt_queue.schedule(work, delay_seconds)
 
     def _given_up(self, text: str, code: str) -> Outcome:
         """The error a query is answered with when the runner gives up on it (counted: an
@@ -676,15 +707,19 @@ class SessionRunner:
             lease.released = True
         if session.callback_url and session.callback_format == PROMPT_FORMAT:
             if reply.type is MessageType.AWAITING_INPUT:
-                self._prompt(session, reply)
+                self._prompt(session, self._prompt_work(session, reply))
+            elif _posted_again(query, reply):
+                self._prompt(session, self._answer_work(session, query),
+                             PROMPT_FIRST_DELAY_SECONDS)
         elif session.callback_url:
             self._notify(session, reply, task)
 
-    def _prompt(self, session: Session, question: Message) -> None:
-        """Queue the question for the task's callback (codeshot.usecases.prompts); if it
-        cannot be queued, end it: a question nobody will ask would wait forever."""
+    def _prompt(self, session: Session, work: PromptWork, delay_seconds: int = 0) -> None:
+        """Queue ``work`` on the question for the task's callback (codeshot.usecases.prompts);
+        if it cannot be queued, end the question: one nobody will ask, or whose answer
+        nobody will post again, would wait forever."""
         try:
-            self.s.prompt_queue.schedule(self._prompt_work(session, question))
+            self.s.prompt_queue.schedule(work, delay_seconds)
         except Exception:
             log.exception("could not queue the question of %s", session.session_id)
             try:
@@ -692,7 +727,7 @@ class SessionRunner:
                     session_id=session.session_id, message_id=ids.ulid(),
                     text="The platform could not send the question to the task's callback.",
                     type=MessageType.ERROR, sent_by="platform",
-                    in_reply_to=question.message_id, error_code=CallbackFailed.code))
+                    in_reply_to=work.question_id, error_code=CallbackFailed.code))
             except Conflict:  # answered meanwhile
                 pass
             except CodeshotError:  # the session busy through every retry: left waiting
@@ -701,6 +736,16 @@ class SessionRunner:
     def _prompt_work(self, session: Session, question: Message) -> PromptWork:
         return PromptWork(session.session_id, question.message_id,
                           time.time() + self.s.settings.prompt_deadline_seconds)
+
+    def _answer_work(self, session: Session, answer: Message) -> PromptWork:
+        """The post again of ``answer`` to the question it names, refused at the
+        running-query cap: as that question's exchanges, it ends with its deadline
+        (counted from when it was asked: its id's time)."""
+        question_id = answer.answers or ""
+        asked_at = ids.ulid_time_ms(question_id) / 1000
+        return PromptWork(session.session_id, question_id,
+                          asked_at + self.s.settings.prompt_deadline_seconds, attempt=1,
+                          answer_id=answer.message_id)
 
     def _notify(self, session: Session, reply: Message, task: str) -> None:
         from codeshot.runner.callbacks import A2A_TOKEN_HEADER, deliver, sign_event

@@ -114,16 +114,22 @@ class Work:
                    unconfirmed_at=None if unconfirmed is None else float(unconfirmed))
 
 
+PROMPT_FIRST_DELAY_SECONDS = 1  # a prompt's first pause; each one after doubles
+
+
 @dataclass(frozen=True)
 class PromptWork:
     """The next exchange with a task's callback about the question ``question_id``: the
-    prompt's POST (no ``prompt_id`` yet), or poll number ``attempt`` of its status."""
+    prompt's POST (no ``prompt_id`` yet), or poll number ``attempt`` of its status; with
+    ``answer_id``, try number ``attempt`` to post again the callback's answer the runner
+    refused at the user's running-query cap (that message's id), once a slot is free."""
 
     session_id: str
     question_id: str
     deadline: float  # epoch seconds: no answer by then ends the question
     prompt_id: str | None = None
     attempt: int = 0
+    answer_id: str | None = None
 
     def body(self) -> str:
         return json.dumps(asdict(self))
@@ -131,11 +137,12 @@ class PromptWork:
     @classmethod
     def parse(cls, body: str) -> PromptWork:
         data = json.loads(body)
-        prompt_id = data.get("prompt_id")
+        prompt_id, answer_id = data.get("prompt_id"), data.get("answer_id")
         return cls(session_id=str(data["session_id"]), question_id=str(data["question_id"]),
                    deadline=float(data["deadline"]),
                    prompt_id=None if prompt_id is None else str(prompt_id),
-                   attempt=int(data.get("attempt", 0)))
+                   attempt=int(data.get("attempt", 0)),
+                   answer_id=None if answer_id is None else str(answer_id))
 
 
 @dataclass(frozen=True)

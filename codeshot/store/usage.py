@@ -249,6 +249,16 @@ class UsageCounters(Repository):
                                 ConsistentRead=True).get("Item")
         return _holds(item or {}, lease_id)
 
+    def has_room(self, kind: str, subject: str, limit: int) -> bool:
+        """Whether one of ``subject``'s ``limit`` slots is free now (a lease past its time
+        counts as free: a take moves it out of the way). A read, not a claim: a take may
+        still be refused."""
+        item = self.db.get_item(TableName=self.table_name, Key=self._lease_key(kind, subject),
+                                ConsistentRead=True).get("Item") or {}
+        epoch = int(self.clock().timestamp())
+        held = item.get("leases", {}).get("M", {}).values()
+        return sum(int(until["N"]) > epoch for until in held) < limit
+
     @staticmethod
     def _lease_key(kind: str, subject: str) -> dict[str, Any]:
         return {"counter": {"S": f"{kind}#{subject}"}}

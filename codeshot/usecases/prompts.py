@@ -26,6 +26,14 @@ refusal kept (``keeps_question``) is still asked, and polled. A
 prompt is POSTed once a question: a redelivered first exchange polls the prompt the first
 one named, once its id is kept; before that, it waits for another delivery, and the
 last ends the question (CALLBACK_FAILED) rather than ask the user twice.
+
+The callback's answer (or another answer to the question) refused at the user's
+running-query cap (RATE_LIMITED, the question kept) is posted again, under a key of its
+own, once the user has a slot free: the runner queues a :class:`PromptWork` naming it
+(``answer_id``), which looks for a free slot after the same backoff as the polls, until
+the deadline ends the question (TIMEOUT). The callback is not asked again: its answer
+stands. Of the answers to one question, one runs (the runner takes a paused program
+once), so a repeated post runs nothing twice.
 """
 
 from __future__ import annotations
@@ -57,16 +65,16 @@ from codeshot.models import Message, Session, SessionStatus
 from codeshot.net.http import public_client
 from codeshot.runner.batch import Invocation, RemainingMs, process_batch
 from codeshot.runner.callbacks import event_claims
+from codeshot.runner.fairness import running_slot_free
 from codeshot.services import Services
 from codeshot.settings import RUNNER_RECORD_MARGIN_SECONDS
-from codeshot.store.queue import PromptWork
+from codeshot.store.queue import PROMPT_FIRST_DELAY_SECONDS, PromptWork
 from codeshot.usecases.messaging import Messaging
 from codeshot.usecases.tasks import end_question, pending_question
 from codeshot.usecases.users import principal_of
 
 log = logging.getLogger("codeshot.prompts")
 CALL_TIMEOUT_SECONDS = 5.0
-FIRST_DELAY_SECONDS = 1
 MAX_REPLY_BYTES = 64 * 1024
 MAX_PROMPT_ID = 200
 ANSWER_TRIES = 3  # the answer's post, sent again while its write is not confirmed
@@ -91,10 +99,13 @@ class Prompts:
         if question is None:  # answered or ended meanwhile; perhaps by the callback's
             # answer, whose write landed after the runner skipped its copy: run then
             Messaging(self.s).queue_unrun(session.session_id, session.owner,
-                                          _answer_key(work.question_id))
+                                          _answer_key(work.question_id, work.answer_id))
             return
         try:
-            self._exchange(session, question, work, remaining_ms)
+            if work.answer_id is None:
+                self._exchange(session, question, work, remaining_ms)
+            else:
+                self._answer_again(session, question, work, remaining_ms)
         except NotFound:
             return  # deleted meanwhile: its prompt's claim was refused, nothing asked
         except Exception:
@@ -224,14 +235,37 @@ class Prompts:
 
     def _schedule(self, work: PromptWork) -> None:
         """The next poll, after the backoff (the deadline's poll ends the question)."""
-        backoff = min(FIRST_DELAY_SECONDS * 2 ** (work.attempt - 1),
+        backoff = min(PROMPT_FIRST_DELAY_SECONDS * 2 ** (work.attempt - 1),
                       self.s.settings.prompt_poll_max_seconds)
         delay = min(backoff, math.ceil(max(0.0, work.deadline - time.time())))
         self.s.prompt_queue.schedule(work, delay)
 
+    def _answer_again(self, session: Session, question: Message, work: PromptWork,
+                      remaining_ms: RemainingMs | None) -> None:
+        """The answer the runner refused at the running-query cap (``work.answer_id``),
+        posted again once the user has a slot free (else looked at again after the
+        backoff); past the deadline, the question ends, as one the callback never
+        answered does."""
+        if time.time() >= work.deadline:
+            self._end(session, question, f"The answer to the question {question.text!r} "
+                      "could not run in time: all of the user's running-query slots stayed "
+                      "taken.", Timeout.code)
+            return
+        if not running_slot_free(self.s, session.owner):
+            self._schedule(dataclasses.replace(work, attempt=work.attempt + 1))
+            return
+        refused = self.s.sessions.get_message(session.session_id, work.answer_id or "")
+        if refused.answers != question.message_id:
+            log.warning("%s/%s answers no question %s: not posted again", session.session_id,
+                        refused.message_id, question.message_id)
+            return
+        self._answer(session, question, refused.text, remaining_ms,
+                     _answer_key(question.message_id, refused.message_id))
+
     def _answer(self, session: Session, question: Message, answer: str,
-                remaining_ms: RemainingMs | None) -> None:
-        """The answer as the session owner's message: the runner resumes the program."""
+                remaining_ms: RemainingMs | None, key: str | None = None) -> None:
+        """The answer as the session owner's message: the runner resumes the program.
+        ``key``: its idempotency key (by default the callback's first answer's)."""
         owner = principal_of(self.s.users.get(session.owner))
         # Keyed by the question: a poll delivered twice still answers once, and a post
         # whose write was not confirmed (UNAVAILABLE) is safely sent again, here: the
@@ -241,7 +275,7 @@ class Prompts:
         # call is its answer: this one would run as a new, charged query), and naming the
         # question, so one ended before the runner takes it runs nothing.
         post = partial(Messaging(self.s).post, owner, session.session_id, answer,
-                       idempotency_key=_answer_key(question.message_id),
+                       idempotency_key=key or _answer_key(question.message_id),
                        answers=question.message_id)
         unconfirmed = False
         for attempt in range(ANSWER_TRIES):
@@ -285,9 +319,10 @@ class Prompts:
             end_question(self.s, session, text, code, question_id=question.message_id)
 
 
-def _answer_key(question_id: str) -> str:
-    """The idempotency key the callback's answer to ``question_id`` is posted under."""
-    return f"prompt-{question_id}"
+def _answer_key(question_id: str, refused_id: str | None = None) -> str:
+    """The idempotency key the callback's answer to ``question_id`` is posted under; the
+    key it is posted again under after the runner refused its post ``refused_id``."""
+    return f"prompt-{question_id}" + (f"-{refused_id}" if refused_id else "")
 
 
 def _time_for(remaining_ms: RemainingMs | None, delay: float) -> bool:

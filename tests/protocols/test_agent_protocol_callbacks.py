@@ -20,6 +20,7 @@ import jwt
 import pytest
 from fastapi import FastAPI, Header, Request, Response
 
+from codeshot import ids
 from codeshot.local.http_server import HttpServer
 from tests.conftest import free_port
 from tests.protocols.conftest import new_user, stack_with
@@ -878,9 +879,9 @@ def finished(stack, key: str, task_id: str) -> list[tuple[str, str, str | None]]
     return steps_of(stack, key, task_id)
 
 
-def refused_for_the_running_cap(stack, key: str, task_id: str, question) -> None:
-    """A step answering ``question`` while all the user's running slots are taken: the
-    runner refuses it (RATE_LIMITED), keeping the question."""
+def running_slots_taken(stack, task_id: str) -> Callable[[], None]:
+    """Every running-query slot of the task's owner taken, as by queries of theirs still
+    running; returns what gives them back."""
     from datetime import timedelta
 
     from codeshot.runner.fairness import RUNNING
@@ -890,11 +891,22 @@ def refused_for_the_running_cap(stack, key: str, task_id: str, question) -> None
     for other in others:
         usage.take_lease(RUNNING, owner, stack.settings.max_running_queries, other,
                          timedelta(minutes=5))
+
+    def give_back() -> None:
+        for other in others:
+            usage.release(RUNNING, owner, other)
+
+    return give_back
+
+
+def refused_for_the_running_cap(stack, key: str, task_id: str, question) -> None:
+    """A step answering ``question`` while all the user's running slots are taken: the
+    runner refuses it (RATE_LIMITED), keeping the question."""
+    give_back = running_slots_taken(stack, task_id)
     try:
         ap(stack, key, "POST", f"/tasks/{task_id}/steps", json={"input": "2"})
     finally:
-        for other in others:
-            usage.release(RUNNING, owner, other)
+        give_back()
     [refused] = stack.services.sessions.list_messages(task_id, limit=1,
                                                       newest_first=True).items
     assert (refused.error_code, refused.keeps_question) == ("RATE_LIMITED",
@@ -1058,3 +1070,138 @@ def wait_until_completed(stack, key: str, task_id: str, seconds: float = 30) -> 
             return False
         time.sleep(0.2)
     return True
+
+
+def refusals_of_answers(stack, task_id: str, question_id: str, count: int = 1) -> list:
+    """The runner's refusals (at the running cap) of answers to ``question_id``, once there
+    are ``count`` of them (within 30 s)."""
+    deadline = time.monotonic() + 30
+    while True:
+        messages = stack.services.sessions.list_messages(task_id, limit=100).items
+        refused = [m for m in messages if m.keeps_question == question_id
+                   and m.error_code == "RATE_LIMITED"]
+        if len(refused) >= count:
+            return refused
+        assert time.monotonic() < deadline, messages
+        time.sleep(0.1)
+
+
+def answers_posted(stack, task_id: str, question_id: str) -> list:
+    return [m for m in stack.services.sessions.list_messages(task_id, limit=100).items
+            if m.answers == question_id]
+
+
+@pytest.mark.parametrize("callback", [[RESOLVED]], indirect=True)
+def test_a_callbacks_answer_refused_for_the_running_cap_is_posted_again_once_a_slot_frees(
+        stack, booking, callback):
+    """The callback's answer was posted while all the user's running slots were taken:
+    the runner refused it (RATE_LIMITED), keeping the question, and nothing asked the
+    callback or posted the answer again (its exchange was over, and the deadline had no
+    work left to end the question): the task waited for a step for good, though the user
+    had answered (review s24, finding 1). It is posted again once a slot frees, under a
+    key of its own, and runs once; the callback is asked once."""
+    from codeshot.store.queue import PromptWork
+    from codeshot.usecases.prompts import Prompts
+
+    agent_id, made = booking
+    key, task_id, asked = asked_without_callback(stack, agent_id, "Rev6")
+    with_callback(stack, task_id, callback.url)
+    give_back = running_slots_taken(stack, task_id)
+    try:
+        Prompts(stack.services).handle(PromptWork(task_id, asked.message_id, time.time() + 60))
+        refusals_of_answers(stack, task_id, asked.message_id)
+        time.sleep(1.5)  # while the slots stay taken, nothing more is posted
+        assert len(answers_posted(stack, task_id, asked.message_id)) == 1
+    finally:
+        give_back()
+    steps = finished(stack, key, task_id)
+    assert steps[-1][0] == "4" and "Booked Rev6 for 4" in steps[-1][1], steps
+    assert [m for m in made if m.startswith("Rev6")] == ["Rev6 for 4"]
+    assert [m for _, m, *_ in callback.seen] == ["POST"]
+    assert len(answers_posted(stack, task_id, asked.message_id)) == 2
+
+
+@pytest.mark.parametrize("callback", [[RESOLVED]], indirect=True)
+def test_a_callbacks_answer_refused_while_the_slots_stay_taken_ends_at_the_deadline(
+        stack, booking, callback):
+    """As above, but no slot frees: the question ends TIMEOUT at the prompt's deadline
+    (8 s here), as one the callback never answered does; it waited for good."""
+    from codeshot.store.queue import PromptWork
+    from codeshot.usecases.prompts import Prompts
+
+    agent_id, made = booking
+    key, task_id, asked = asked_without_callback(stack, agent_id, "Rev7")
+    with_callback(stack, task_id, callback.url)
+    give_back = running_slots_taken(stack, task_id)
+    try:
+        Prompts(stack.services).handle(PromptWork(task_id, asked.message_id, time.time() + 60))
+        deadline = time.monotonic() + 30
+        while ap(stack, key, "GET", f"/tasks/{task_id}").json()["status"] in (
+                "running", "awaiting_input"):
+            assert time.monotonic() < deadline, steps_of(stack, key, task_id)
+            time.sleep(0.2)
+    finally:
+        give_back()
+    assert ap(stack, key, "GET", f"/tasks/{task_id}").json()["status"] == "failed"
+    *_, (_, text, code) = steps_of(stack, key, task_id)
+    assert code == "TIMEOUT" and "could not run in time" in text, text
+    assert time.time() >= ids.ulid_time_ms(asked.message_id) / 1000 + 8  # not before it
+    assert not [m for m in made if m.startswith("Rev7")]
+    assert len(answers_posted(stack, task_id, asked.message_id)) == 1  # no refusal storm
+
+
+@pytest.mark.parametrize("callback", [[RESOLVED]], indirect=True)
+def test_a_refused_callbacks_answer_is_posted_again_though_the_runner_stopped_after_refusing(
+        stack, booking, callback, monkeypatch):
+    """The runner stored its refusal of the callback's answer, then stopped before
+    queueing the answer's post again: the query's redelivery, which finds it answered,
+    queues it."""
+    from codeshot.runner.session_runner import SessionRunner
+    from codeshot.store.queue import PromptWork
+    from codeshot.usecases.prompts import Prompts
+
+    agent_id, made = booking
+    key, task_id, asked = asked_without_callback(stack, agent_id, "Rev8")
+    with_callback(stack, task_id, callback.url)
+    failed = fails_once(monkeypatch, SessionRunner, "_answer_work")
+    give_back = running_slots_taken(stack, task_id)
+    try:
+        Prompts(stack.services).handle(PromptWork(task_id, asked.message_id, time.time() + 60))
+        refusals_of_answers(stack, task_id, asked.message_id)
+    finally:
+        give_back()
+    steps = finished(stack, key, task_id)
+    assert failed == ["_answer_work"]
+    assert steps[-1][0] == "4" and "Booked Rev8 for 4" in steps[-1][1], steps
+    assert [m for m in made if m.startswith("Rev8")] == ["Rev8 for 4"]
+
+
+@pytest.mark.parametrize("callback", [[RESOLVED]], indirect=True)
+def test_a_refused_callbacks_answer_posted_again_twice_runs_once(stack, booking, callback,
+                                                                 monkeypatch):
+    """The post again of a refused answer, delivered twice (SQS delivers at least once):
+    the second finds the first's post under its key and posts nothing more."""
+    from codeshot.store.queue import PromptWork
+    from codeshot.usecases.prompts import Prompts
+
+    agent_id, made = booking
+    key, task_id, asked = asked_without_callback(stack, agent_id, "Rev9")
+    with_callback(stack, task_id, callback.url)
+    held = held_prompts(stack, monkeypatch)
+    give_back = running_slots_taken(stack, task_id)
+    try:
+        Prompts(stack.services).handle(PromptWork(task_id, asked.message_id, time.time() + 60))
+        [refused] = refusals_of_answers(stack, task_id, asked.message_id)
+    finally:
+        give_back()
+    [again] = held  # queued by the runner with its refusal
+    assert (again.question_id, again.answer_id) == (asked.message_id, refused.in_reply_to)
+    prompts = Prompts(stack.services)
+    prompts.handle(again)
+    prompts.handle(again)  # redelivered, before or after the answer ran
+    steps = finished(stack, key, task_id)
+    prompts.handle(again)
+    assert steps[-1][0] == "4" and "Booked Rev9 for 4" in steps[-1][1], steps
+    assert [m for m in made if m.startswith("Rev9")] == ["Rev9 for 4"]
+    assert len(answers_posted(stack, task_id, asked.message_id)) == 2
+    assert steps_of(stack, key, task_id) == steps

@@ -100,6 +100,29 @@ def test_running_leases_count_per_user_across_any_clock_boundary_and_lapse_one_b
         counters.take_lease("running", "u1", 2, "q6", lasts)
 
 
+def test_has_room_tells_what_a_take_would_find_without_taking_a_slot(aws):
+    """What an answer refused at the running cap waits on (codeshot.usecases.prompts):
+    free once a slot is given back or its lease lapsed, without taking one."""
+    now = [datetime(2026, 11, 21, 10, 0, 0, tzinfo=UTC)]
+    counters = UsageCounters(aws, clock=lambda: now[0])
+    lasts = timedelta(minutes=15)
+    assert counters.has_room("running", "u1", 2)  # no item yet
+    counters.take_lease("running", "u1", 2, "q1", lasts)
+    assert counters.has_room("running", "u1", 2)
+    now[0] += timedelta(minutes=1)
+    counters.take_lease("running", "u1", 2, "q2", lasts)
+    assert not counters.has_room("running", "u1", 2)
+    assert counters.has_room("running", "u2", 2)  # another user's own slots
+    counters.release("running", "u1", "q2")
+    assert counters.has_room("running", "u1", 2)
+    assert counters.has_room("running", "u1", 2)  # a look takes nothing
+    counters.take_lease("running", "u1", 2, "q3", lasts)
+    assert not counters.has_room("running", "u1", 2)
+    now[0] = datetime(2026, 11, 21, 10, 15, 0, tzinfo=UTC)  # q1's lease lapses
+    assert counters.has_room("running", "u1", 2)
+    counters.take_lease("running", "u1", 2, "q4", lasts)  # as the look said
+
+
 def test_running_leases_stop_exactly_at_the_cap_under_20_threads(aws):
     counters = UsageCounters(aws)
     taken, refused, lock = [], [], threading.Lock()
