@@ -12,7 +12,7 @@ from __future__ import annotations
 import functools
 import json
 import time
-from collections.abc import Callable, Collection, Iterable, Mapping
+from collections.abc import Callable, Collection, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
@@ -88,8 +88,8 @@ MSG_END = "MSG$"  # sorts just after every MSG# key
 EMBED_PREFIX = "EMBED#"
 # Bytes a reply of the session names (an agent's embed, stored by the runner and named in
 # the reply message alone): their hash and the session's owner, so that by_content finds
-# them as it finds EMBED# items (the erasure keeps bytes another user's session holds,
-# and erases those only the deleted user's do). Written with the reply.
+# them as it finds EMBED# items (the erasure keeps bytes a session of another user who is
+# not deleted holds, and erases the rest). Written with the reply.
 HELD_PREFIX = "HELD#"
 BY_CONTENT = "by_content"  # embeds and held bytes by content hash and owner (tables.SESSIONS)
 PAGE_READS = 4  # DynamoDB reads (of at most 1 MB each) for one page of messages
@@ -445,19 +445,27 @@ class SessionStore(Repository):
     def drop_item(self, session_id: str, item: str) -> None:
         self.db.delete_item(TableName=self.table_name, Key=_key(session_id, item))
 
-    def held_by_another(self, content_hash: str, owner: str) -> bool:
-        """Whether a session of another user than ``owner`` holds an embed or a reply's
-        embed of these bytes (content-addressed: the same object on S3). Read through the
-        by_content index,
-        whose sort key is the embed's owner: one read each side of ``owner``."""
-        for side in ("<", ">"):
-            out = self.db.query(
+    def other_holders(self, content_hash: str, owner: str) -> Iterator[str]:
+        """The users but ``owner`` whose sessions hold an embed or a reply's embed of
+        these bytes (content-addressed: the same object on S3), by id, read as they are
+        wanted through the by_content index, whose sort key is the embed's owner: one
+        read of one item each (and one past ``owner``'s own), however many items a user
+        has. An index is eventually consistent: an item written a moment ago may be
+        missing, one deleted a moment ago still there."""
+        values: dict[str, AttributeValueTypeDef] = {":h": {"S": content_hash}}
+        condition = "content_hash = :h"
+        while True:
+            found = self.db.query(
                 TableName=self.table_name, IndexName=BY_CONTENT, Limit=1,
-                KeyConditionExpression=f"content_hash = :h AND embed_owner {side} :o",
-                ExpressionAttributeValues={":h": {"S": content_hash}, ":o": {"S": owner}})
-            if out.get("Items"):
-                return True
-        return False
+                KeyConditionExpression=condition, ExpressionAttributeValues=values,
+            ).get("Items")
+            if not found:
+                return
+            holder = found[0]["embed_owner"]["S"]
+            if holder != owner:
+                yield holder
+            condition = "content_hash = :h AND embed_owner > :after"
+            values[":after"] = {"S": holder}
 
     def get(self, session_id: str, owner: str | None = None) -> Session:
         """The session; with ``owner``, another user's session is reported as missing."""

@@ -52,7 +52,14 @@ CORPUS_VERSIONS_PART = 50
 # Sessions deleted a part, each ITEMS_PART items at most, key by key (a larger one's rest
 # is purged by the runner, as a large session's deletion by its owner is).
 SESSIONS_PART = 5
-EMBEDS_PART = 50  # embeds a part looks at (each: two index reads, an object, an item)
+# Embeds a part looks at (each: an object, an item, and for each other user whose session
+# holds the same bytes, up to HOLDERS_LOOKED of them, an index read and their user item).
+EMBEDS_PART = 50
+# Deleted users holding the same bytes looked past for one who is not: more than the
+# parts that run at once (the eraser's concurrency times its batch), which are all the
+# deleted ones whose items the last erasure to look can find still there (see
+# _held_by_the_living). Past them the bytes count as held: kept, for a later look.
+HOLDERS_LOOKED = 20
 ITEMS_PART = 100  # items (session keys, OAuth tokens, uploads) deleted a part
 # User storage: SCOPES_PART agents' partitions read a part, SCOPE_ITEMS items of each
 # deleted (at most 1,000 a part, as a sweep's part).
@@ -147,8 +154,9 @@ def _agents(services: Services, user: User, after: str | None) -> tuple[bool, st
 
 
 def _sessions(services: Services, user: User, after: str | None) -> tuple[bool, str | None]:
-    """The user's sessions, each with its embeds' objects no other user's session holds
-    (content-addressed: the same bytes are one object). The objects a part deleted are
+    """The user's sessions, each with its embeds' objects no session of another user who
+    is not deleted holds (content-addressed: the same bytes are one object; see
+    :func:`_held_by_the_living`). The objects a part deleted are
     looked at again by the next (``after``), once a writer that found one before its
     delete has named it (:func:`_recheck`)."""
     if after is not None:
@@ -165,7 +173,7 @@ def _sessions(services: Services, user: User, after: str | None) -> tuple[bool, 
         if embeds and not held and not user.embeds_kept:
             services.users.note_embeds_kept(user.user_id)
         for item, digest in embeds:
-            if held and not services.sessions.held_by_another(digest, user.user_id):
+            if held and not _held_by_the_living(services, digest, user.user_id):
                 deleted.append((digest, services.embeds.forget(digest)))
             services.sessions.drop_item(session.session_id, item)
         budget -= len(embeds)
@@ -179,18 +187,40 @@ def _sessions(services: Services, user: User, after: str | None) -> tuple[bool, 
     return not page.items, None
 
 
+def _held_by_the_living(services: Services, digest: str, user_id: str) -> bool:
+    """Whether a session of a user but ``user_id`` who is not deleted (or not found)
+    holds these bytes. A deleted user's sessions do not count: their own erasure deletes
+    them, and two erasures of the same bytes at once would otherwise each keep them for
+    the other (or restore them on looking again), leaving them to no one for good. Of
+    the erasures of all the bytes' holders, the one whose look (before a delete, or
+    again after it) comes last finds every other holder deleted (each was before its
+    own erasure looked) and their items gone but for those of parts running meanwhile:
+    it deletes the bytes, or leaves them deleted. A deletion is never undone (``deleted``
+    is kept as first written): a user found deleted holds nothing from then on."""
+    for looked, holder in enumerate(services.sessions.other_holders(digest, user_id)):
+        if looked == HOLDERS_LOOKED:
+            return True
+        try:
+            if services.users.get(holder).deleted is None:
+                return True
+        except NotFound:  # not a user's id: held, to be safe
+            return True
+    return False
+
+
 def _recheck(services: Services, user: User, pending: dict[str, Any]) -> None:
-    """Restore each object deleted at ``pending["at"]`` that another user's session holds
-    now: the check before its delete may have come between another writer's finding the
-    object (an embed bound, a reply's embed stored) and its naming it (its EMBED# or
-    HELD# item), at most :func:`recheck_seconds` apart. Not before then (NotYet)."""
+    """Restore each object deleted at ``pending["at"]`` that a session of another user
+    who is not deleted holds now: the check before its delete may have come between
+    another writer's finding the object (an embed bound, a reply's embed stored) and
+    its naming it (its EMBED# or HELD# item), at most :func:`recheck_seconds` apart.
+    Not before then (NotYet)."""
     due = datetime.fromisoformat(pending["at"]) + \
         timedelta(seconds=recheck_seconds(services.settings))
     wait = due - services.clock()
     if wait > timedelta(0):
         raise NotYet(math.ceil(wait.total_seconds()))
     for digest, marker in pending["objects"]:
-        if marker is not None and services.sessions.held_by_another(digest, user.user_id):
+        if marker is not None and _held_by_the_living(services, digest, user.user_id):
             log.warning("erasure of %s: embed %s named meanwhile by another user; restored",
                         user.user_id, digest)
             services.embeds.restore(digest, marker)

@@ -1,8 +1,9 @@
 """Deleting a user: every credential refused at once; their data erased by the eraser, a
 bounded part a message on its own queue, once every credential they held has run out;
-another user's data untouched, bytes another user's embed holds kept; a part delivered
-twice counted once, the chain of parts never stopped by it; a part failing on every
-delivery left in the dead-letter queue."""
+another user's data untouched, bytes another user's embed holds kept (bytes two users
+erased at once held, deleted whatever the interleaving of their erasures); a part
+delivered twice counted once, the chain of parts never stopped by it; a part failing on
+every delivery left in the dead-letter queue."""
 
 from __future__ import annotations
 
@@ -10,7 +11,8 @@ import base64
 import hashlib
 import itertools
 import json
-from collections.abc import Iterator
+from collections import defaultdict
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
@@ -27,6 +29,7 @@ from codeshot.runner.session_runner import SessionRunner
 from codeshot.services import Services
 from codeshot.store.oauth import Flow
 from codeshot.store.queue import ErasureWork, Work
+from codeshot.store.sessions import BY_CONTENT
 from codeshot.store.tables import ERASURE_QUEUE, REPLIES_HELD_MARK
 from codeshot.usecases import accounts, erasure, erasure_start, oauth, user_storage, users
 from codeshot.usecases.messaging import EmbedUpload, Messaging
@@ -179,6 +182,36 @@ def queued(services: Services) -> dict[str, str]:
         QueueUrl=services.erasure_queue.url, AttributeNames=["All"])["Attributes"]
     return {name: attributes[name] for name in ("ApproximateNumberOfMessages",
                                                 "ApproximateNumberOfMessagesDelayed")}
+
+
+@contextmanager
+def at_look(services: Services, digest: str, then: Callable[[], None], read: int | None = None,
+            before: bool = False) -> Iterator[None]:
+    """Run ``then`` once, in the middle of an erasure's look at who holds ``digest``:
+    after its by_content read number ``read`` (0 the first; None: its first read that
+    finds no one, the look's last), or just ``before`` it; at the block's end if no such
+    read came. What ``then`` reads itself is not counted."""
+    real = services.sessions.db.query
+    reads = itertools.count()
+    fired: list[bool] = []
+
+    def query(**kwargs):
+        looks = not fired and kwargs.get("IndexName") == BY_CONTENT and \
+            kwargs["ExpressionAttributeValues"][":h"]["S"] == digest
+        if looks and before and read == next(reads):
+            fired.append(True)
+            then()
+        out = real(**kwargs)
+        if looks and not before and (read == next(reads) if read is not None
+                                     else not out.get("Items")):
+            fired.append(True)
+            then()
+        return out
+
+    with mock.patch.object(services.sessions.db, "query", query):
+        yield
+    if not fired:
+        then()
 
 
 def run_sweeps(services: Services, queries_of: str | None = None) -> None:
@@ -551,21 +584,16 @@ def test_bytes_another_user_binds_between_the_check_and_the_delete_are_restored(
     embed, and restores the object (missing in between)."""
     alice, bob, common = people
     h = digest(alice.own_bytes)
-    real = services.sessions.held_by_another
     posted: list[str] = []
 
-    def check_then_bob_posts(content_hash, owner):
-        held = real(content_hash, owner)
-        if content_hash == h and not posted:
-            posted.append(content_hash)
-            Messaging(services).post(bob.principal, bob.session_id, "same file", embeds=[
-                EmbedUpload("copy.txt", "text/plain",
-                            base64.b64encode(alice.own_bytes).decode())])
-        return held
+    def bob_posts():
+        posted.append(h)
+        Messaging(services).post(bob.principal, bob.session_id, "same file", embeds=[
+            EmbedUpload("copy.txt", "text/plain", base64.b64encode(alice.own_bytes).decode())])
 
     accounts.delete_account(services, alice.principal, "alice")
     with later(services, clock, erasure_start.window_seconds(services.settings) + 1), \
-            mock.patch.object(services.sessions, "held_by_another", check_then_bob_posts):
+            at_look(services, h, bob_posts):
         run_erasure(services)  # up to the look again, not yet due
         assert posted == [h]
         with pytest.raises(NotFound):
@@ -775,3 +803,143 @@ def test_delete_account_is_refused_to_a_key_revoked_a_user_disabled_and_the_depl
     queued = services.erasure_queue.sqs.get_queue_attributes(
         QueueUrl=services.erasure_queue.url, AttributeNames=["All"])["Attributes"]
     assert queued["ApproximateNumberOfMessagesDelayed"] == "0"
+
+
+# Two users holding the same bytes (one object) erased at the same time, their erasures'
+# parts interleaved as two eraser functions running at once would interleave them.
+
+class Erasures:
+    """The erasure queue as two eraser functions would take from it: each user's parts
+    kept apart, each with when it is due, so that a test runs one user's parts at any
+    point of another's. The clock moves on to a part's due time as it runs."""
+
+    def __init__(self, services: Services, clock: conftest.TestClock) -> None:
+        self.services, self.clock = services, clock
+        self.parts: dict[str, list[tuple[datetime, ErasureWork]]] = defaultdict(list)
+
+    def send(self, work: ErasureWork, delay_seconds: int = 0) -> None:
+        self.parts[work.user_id].append(
+            (self.clock() + timedelta(seconds=delay_seconds), work))
+
+    def run(self, user_id: str) -> None:
+        """The user's parts, one after another, to the erasure's end."""
+        while self.parts[user_id]:
+            due, work = self.parts[user_id].pop(0)
+            self.clock.now = max(self.clock(), due)
+            erasure.erase_part(self.services, work)
+        assert self.services.users.get(user_id).erased is not None
+
+
+@pytest.fixture
+def erasures(services, clock):
+    chains = Erasures(services, clock)
+    with mock.patch.object(services.erasure_queue, "send", chains.send):
+        yield chains
+
+
+def delete(services: Services, *people: Holdings) -> None:
+    for h in people:
+        accounts.delete_account(services, h.principal, h.user.username)
+
+
+def shared_kept(services: Services) -> bool:
+    return object_exists(services, services.embeds.object_key(digest(SHARED)))
+
+
+def post_shared(services: Services, name: str) -> tuple[User, Callable[[], None]]:
+    """A user ``name`` who is not deleted, and the post of the shared bytes into a
+    session of theirs (to run later)."""
+    user, _ = users.create_user(services, name)
+    principal = users.principal_of(user)
+    session_id = create_session(services, principal).session_id
+
+    def post() -> None:
+        Messaging(services).post(principal, session_id, "same file", embeds=[
+            EmbedUpload("copy.txt", "text/plain", base64.b64encode(SHARED).decode())])
+    return user, post
+
+
+# Where the second erasure runs, whole, within the first's looks at who holds the shared
+# bytes: after (or just before) each index read of them, its first look's and its look
+# again's (a read past the last of them: the second after the first).
+READS = range(6)
+WHEN = ("after", "before")
+
+
+@pytest.mark.parametrize("first", ["alice", "bob"])
+@pytest.mark.parametrize("when", WHEN)
+@pytest.mark.parametrize("read", READS)
+def test_two_users_erased_at_once_leave_no_bytes_they_shared(
+        services, people, erasures, first, when, read):
+    alice, bob, _ = people
+    one, other = (alice, bob) if first == "alice" else (bob, alice)
+    delete(services, alice, bob)
+    with at_look(services, digest(SHARED), lambda: erasures.run(other.user.user_id),
+                 read=read, before=when == "before"):
+        erasures.run(one.user.user_id)
+    assert not shared_kept(services)
+    assert not object_exists(services, services.embeds.object_key(digest(alice.own_bytes)))
+
+
+def test_bytes_only_a_deleted_user_still_holds_are_deleted_and_not_restored(
+        services, people, erasures):
+    """Bob is deleted too, his erasure not yet run (it may be stuck, in the dead-letter
+    queue): alice's erasure deletes the bytes they shared, and its look again does not
+    bring them back for his session, whose items are still there."""
+    alice, bob, _ = people
+    delete(services, alice, bob)
+    erasures.run(alice.user.user_id)
+    assert not shared_kept(services)
+    assert services.sessions.embed_hashes(bob.session_id, 10)
+    erasures.run(bob.user.user_id)
+    assert not shared_kept(services)
+
+
+@pytest.mark.parametrize("when", WHEN)
+@pytest.mark.parametrize("read", READS)
+def test_bytes_a_user_not_deleted_holds_stay_however_the_erasures_interleave(
+        services, people, erasures, when, read):
+    alice, bob, _ = people
+    post_shared(services, "dora")[1]()
+    delete(services, alice, bob)
+    with at_look(services, digest(SHARED), lambda: erasures.run(bob.user.user_id),
+                 read=read, before=when == "before"):
+        erasures.run(alice.user.user_id)
+    assert shared_kept(services)
+
+
+@pytest.mark.parametrize("read", [*READS, None])
+def test_bytes_a_user_comes_to_hold_while_both_are_erased_stay(
+        services, people, erasures, read):
+    """Dora posts the shared bytes in the middle of alice's look (finding the object, or
+    storing it again once deleted), and bob's erasure runs right then: whoever deleted
+    the object before she named it restores it on looking again."""
+    alice, bob, _ = people
+    _, dora_posts = post_shared(services, "dora")
+    delete(services, alice, bob)
+
+    def dora_posts_then_bob_is_erased() -> None:
+        dora_posts()
+        erasures.run(bob.user.user_id)
+
+    with at_look(services, digest(SHARED), dora_posts_then_bob_is_erased, read=read):
+        erasures.run(alice.user.user_id)
+    assert shared_kept(services)
+
+
+def test_past_a_crowd_of_deleted_holders_the_bytes_are_kept_for_the_last_to_look(
+        services, people, erasures):
+    """More deleted users hold the bytes than a look reads past: it keeps them (bounded
+    reads), and the last erasure to look, finding fewer, deletes them."""
+    alice, bob, _ = people
+    dora, dora_posts = post_shared(services, "dora")
+    dora_posts()
+    delete(services, alice, bob)
+    accounts.delete_account(services, users.principal_of(dora), "dora")
+    with mock.patch.object(erasure, "HOLDERS_LOOKED", 1):
+        erasures.run(alice.user.user_id)
+        assert shared_kept(services)  # bob and dora still held them
+        erasures.run(bob.user.user_id)
+        assert not shared_kept(services)
+        erasures.run(dora.user_id)
+    assert not shared_kept(services)
