@@ -61,7 +61,31 @@ class RefusedAddress(InvalidInput):
 class Unresolved(Exception):
     """A host name that resolves to nothing now (no such name, or DNS failing): the host
     cannot be reached, which says nothing against the URL. A call reports it as a failed
-    connection (:mod:`codeshot.net.http`); a URL being registered is refused."""
+    connection (:mod:`codeshot.net.http`); a URL being registered is refused. ``why``:
+    what the resolver said, without the name."""
+
+    def __init__(self, host: str, why: str = "") -> None:
+        super().__init__(f"host {host!r} does not resolve{f' ({why})' if why else ''}")
+        self.why = why
+
+
+def unresolved_cause(exc: BaseException) -> Unresolved | None:
+    """The failed name lookup behind a connection error, if that is what it was."""
+    cause: BaseException | None = exc
+    while cause is not None and not isinstance(cause, Unresolved):
+        cause = cause.__cause__ or cause.__context__
+    return cause
+
+
+def why_unreachable(exc: BaseException, url: str) -> str:
+    """Why a connection to ``url`` failed, for users: without its host's name (an agent's
+    internal address is the platform's business; the log names the URL)."""
+    unresolved = unresolved_cause(exc)
+    if unresolved is not None:
+        return f"its host name does not resolve{f' ({unresolved.why})' if unresolved.why else ''}"
+    text = str(exc) or exc.__class__.__name__
+    host = urlsplit(url).hostname
+    return text.replace(host, "its host") if host else text
 
 
 def embedded_ipv4(address: ipaddress.IPv6Address) -> ipaddress.IPv4Address | None:
@@ -99,7 +123,7 @@ def _look_up(resolve: Resolver, host: str, port: int, timeout: float) -> list[tu
     """``resolve(host, port)`` on a lookup thread, waited for ``timeout`` seconds at most
     (for a free thread too); Unresolved past that."""
     ends = time.monotonic() + timeout
-    late = Unresolved(f"host {host!r} does not resolve (no answer within {timeout:.3g}s)")
+    late = Unresolved(host, f"no answer within {timeout:.3g}s")
     try:
         _LOOKUP_SLOTS.get(timeout=max(0.0, timeout))
     except queue.Empty:
@@ -142,11 +166,11 @@ def resolve_public(host: str, port: int, *, allow_loopback: bool,
         except UnicodeError as exc:  # not a host name at all
             raise RefusedAddress(f"host {host!r} is not a valid host name") from exc
         except socket.gaierror as exc:
-            raise Unresolved(f"host {host!r} does not resolve ({exc.strerror})") from exc
+            raise Unresolved(host, exc.strerror or "") from exc
         addresses = list(dict.fromkeys(
             ipaddress.ip_address(str(info[4][0]).split("%")[0]) for info in infos))
     if not addresses:
-        raise Unresolved(f"host {host!r} does not resolve")
+        raise Unresolved(host)
     for address in addresses:
         why = refusal(address, allow_loopback)
         if why:
