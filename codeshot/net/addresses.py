@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import ipaddress
 import queue
+import re
 import socket
 import threading
 import time
@@ -77,15 +78,23 @@ def unresolved_cause(exc: BaseException) -> Unresolved | None:
     return cause
 
 
+def without_address(text: str, url: str) -> str:
+    """``text`` naming ``url`` and its host only as "its URL" and "its host": for users,
+    who are told which agent failed, not where the platform reaches it (a URL may carry a
+    token; the log names it)."""
+    text = text.replace(repr(url), "its URL").replace(url, "its URL")
+    host = urlsplit(url).hostname
+    # The name alone, not the same letters in other words (a host may be "api").
+    return re.sub(rf"(?<![\w.-]){re.escape(host)}(?![\w.-])", "its host", text) if host \
+        else text
+
+
 def why_unreachable(exc: BaseException, url: str) -> str:
-    """Why a connection to ``url`` failed, for users: without its host's name (an agent's
-    internal address is the platform's business; the log names the URL)."""
+    """Why a connection to ``url`` failed, for users (:func:`without_address`)."""
     unresolved = unresolved_cause(exc)
     if unresolved is not None:
         return f"its host name does not resolve{f' ({unresolved.why})' if unresolved.why else ''}"
-    text = str(exc) or exc.__class__.__name__
-    host = urlsplit(url).hostname
-    return text.replace(host, "its host") if host else text
+    return without_address(str(exc) or exc.__class__.__name__, url)
 
 
 def embedded_ipv4(address: ipaddress.IPv6Address) -> ipaddress.IPv4Address | None:

@@ -33,7 +33,12 @@ from codeshot.errors import (
     InvalidInput,
     ReplyTooLarge,
 )
-from codeshot.net.addresses import check_public_url, why_unreachable
+from codeshot.net.addresses import (
+    RefusedAddress,
+    check_public_url,
+    why_unreachable,
+    without_address,
+)
 from codeshot.net.http import CompressedReply, public_client, retry_after
 from codeshot.text import MAX_REPLY_TEXT_BYTES, as_one_line
 
@@ -101,6 +106,13 @@ def request(
                                f"{exc.__class__.__name__}") from exc
     except CompressedReply as exc:  # raised by the transport, which names the URL
         raise CompressedReply(who, exc.problem) from exc
+    except RefusedAddress as exc:  # its host resolved to an address the platform never calls
+        raise refused(who, url, exc) from exc
+
+
+def refused(who: str, url: str, exc: RefusedAddress) -> RefusedAddress:
+    """``exc`` naming the agent as ``who``, not by its URL or host."""
+    return RefusedAddress(f"{who}: {without_address(exc.message, url)}")
 
 
 # Statuses that say the call was not run (throttled, not started), but only with a
@@ -162,7 +174,10 @@ class AgentClient:
         """(reply body, its content type) of a 2xx reply, after bounded retries, within
         ``seconds`` (None: the query's time) and the query's deadline; ``who`` names the
         agent in errors."""
-        check_public_url(url, allow_loopback=self.allow_loopback, resolve=False)
+        try:
+            check_public_url(url, allow_loopback=self.allow_loopback, resolve=False)
+        except RefusedAddress as exc:  # one stored before a rule it breaks
+            raise refused(who, url, exc) from exc
         now = time.monotonic()
         query_ends = self.deadline if self.deadline is not None else now + self.timeout
         ends = query_ends if seconds is None else min(now + seconds, query_ends)

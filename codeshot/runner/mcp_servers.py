@@ -36,10 +36,10 @@ from codeshot.errors import (
     InvalidInput,
     ReplyTooLarge,
 )
-from codeshot.net.addresses import why_unreachable
+from codeshot.net.addresses import RefusedAddress, why_unreachable
 from codeshot.net.async_http import ReplyTooLong, public_async_client
 from codeshot.net.http import CompressedReply
-from codeshot.runner.agent_client import MAX_REPLY_BYTES
+from codeshot.runner.agent_client import MAX_REPLY_BYTES, refused
 from codeshot.text import MAX_REPLY_TEXT_BYTES, as_one_line
 
 log = logging.getLogger("codeshot.runner")
@@ -183,6 +183,8 @@ class McpServer:
         cause = _first_cause(exc)
         if isinstance(cause, CompressedReply):  # the transport's names the URL
             return CompressedReply(who, cause.problem)
+        if isinstance(cause, RefusedAddress):  # and this one the host
+            return refused(who, self.url, cause)
         if isinstance(cause, CodeshotError):
             return cause
         if isinstance(cause, httpx2.ConnectError | httpx2.ConnectTimeout):  # nothing sent

@@ -264,7 +264,8 @@ def test_a_host_that_does_not_resolve_is_unreachable_and_tried_again(monkeypatch
     assert "host 'dice.invalid' does not resolve" in caplog.text  # the log has it
 
     strict = AgentClient(lambda *_: "token", timeout=5, allow_loopback=False)
-    with pytest.raises(InvalidInput, match=r"localhost resolves to .*a loopback address"):
+    with pytest.raises(InvalidInput, match=r"^agent me/dice's Func\[roll\]: its host "
+                                           r"resolves to .*a loopback address"):
         strict.call_func("me/dice", "http://localhost:9", "roll", "1d6")
     assert looked_up.count("localhost") == 1
 
@@ -374,6 +375,13 @@ def test_an_mcp_agents_errors_name_its_func_not_the_url_which_may_hold_a_token(c
     assert any(url in line for line in caplog.messages), caplog.messages
     with pytest.raises(AgentUnavailable, match=f"^MCP server at {url} is unreachable: "):
         server.describe()
+    strict = McpServer("http://localhost:9/mcp/tok_s3cr3t", None, timeout=5,
+                       allow_loopback=False)
+    with pytest.raises(InvalidInput) as err:
+        strict.call("stock_level", "{}", "agent me/shop's Func[stock_level]")
+    assert err.value.message.startswith("agent me/shop's Func[stock_level]: its host resolves "
+                                        "to "), err.value.message
+    assert "localhost" not in err.value.message
 
 
 def test_an_mcp_servers_hung_lookup_ends_with_the_calls_time(hanging_dns):
