@@ -34,9 +34,9 @@ MAX_PORT = 65535
 API_KEY_HELP = "your API key (other users of this machine see it in `ps`: prefer " \
     "CODESHOT_API_KEY)"
 # Where a user's commands find the platform and their key (codeshot.client.Target.find).
-TARGETS = ("of the running `codeshot local up` of this directory or the nearest above it, "
-           "with its own key (.codeshot/local.json), else of CODESHOT_API_URL with "
-           "CODESHOT_API_KEY")
+TARGETS = ("of CODESHOT_API_URL with CODESHOT_API_KEY when set, else of the running "
+           "`codeshot local up` of this directory or the nearest above it, with its own key "
+           "(.codeshot/local.json; one above left by a crashed stack is passed over)")
 
 
 def _check_ports(port: int, aws_port: int | None) -> None:
@@ -630,8 +630,9 @@ def build_parser() -> argparse.ArgumentParser:
         "create",
         help="create a user and print their API key (shown once)",
         description="Create a user and print a new API key. Run in (or under) the directory "
-        "of a running `codeshot local up`, it targets that stack (via .codeshot/local.json); "
-        "otherwise the platform named by the CODESHOT_* environment.",
+        "of a running `codeshot local up`, it targets that stack (via .codeshot/local.json) "
+        "unless CODESHOT_API_URL is set; otherwise the platform named by the CODESHOT_* "
+        "environment.",
     )
     create.add_argument("name", metavar="NAME", help="username: 1-63 of a-z, 0-9, '_' or '-'")
     create.set_defaults(run=_users_create)
@@ -759,7 +760,8 @@ def build_parser() -> argparse.ArgumentParser:
         help="tune the minilm router model on the registered agents",
         description="Tune all-MiniLM-L6-v2 on the registered agents' sample queries, "
         "names and descriptions (the agents of the running `codeshot local up` of this "
-        "directory, else of the platform CODESHOT_* names), and save it to OUT. Routing "
+        "directory or above, unless CODESHOT_API_URL is set, else of the platform CODESHOT_* "
+        "names), and save it to OUT. Routing "
         "with it (CODESHOT_EMBEDDER=minilm CODESHOT_MINILM_MODEL=OUT) picks the right "
         "agent first more often: 0.875 of the router benchmark's held-out queries, "
         "against 0.830 untuned. About a second an agent on two CPUs. Needs the "
@@ -904,7 +906,7 @@ def _unreachable(exc: Exception) -> CodeshotError | None:
         from botocore.exceptions import NoCredentialsError, PartialCredentialsError
     except ModuleNotFoundError:
         return None
-    from codeshot.client import STATE_FILE, find_state, stale_stack, state_source
+    from codeshot.client import STATE_FILE, local_stack, stale_stack, state_source
     from codeshot.errors import Unauthenticated, Unavailable
 
     if isinstance(exc, NoCredentialsError | PartialCredentialsError):
@@ -914,7 +916,7 @@ def _unreachable(exc: Exception) -> CodeshotError | None:
             f"CODESHOT_* and AWS credentials (AWS_PROFILE, or AWS_ACCESS_KEY_ID and "
             f"AWS_SECRET_ACCESS_KEY) for a deployed platform")
     if isinstance(exc, AwsConnectionError):  # refused, no such host, connect timeout
-        found = find_state()
+        found = local_stack()
         if found is not None:
             path, state = found
             return Unavailable(

@@ -1,17 +1,19 @@
 """A user's side of a platform: its GraphQL API with an API key, and registering agents.
 
-The platform is the running ``codeshot local up`` of the working directory or the nearest
-directory above it (its ``.codeshot/local.json``, found as git finds ``.git``), else the
-one ``CODESHOT_API_URL`` / ``CODESHOT_API_KEY`` name.
+The platform is the one ``CODESHOT_API_URL`` / ``CODESHOT_API_KEY`` name when that is set
+(a setting the user made wins over a file found), else the running ``codeshot local up``
+of the working directory or the nearest directory above it (its ``.codeshot/local.json``,
+found as git finds ``.git``), else the default URL.
 Needs only httpx: it works where just the SDK is installed.
 """
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import json
 import os
+import stat
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -39,9 +41,9 @@ class RemoteError(CodeshotError):
 
 def read_state(directory: Path | None = None) -> dict[str, Any] | None:
     """The running local stack's ``local.json`` in ``directory``, if any; without one, the
-    nearest from the working directory up (:func:`find_state`)."""
+    local stack a user's command acts on (:func:`local_stack`)."""
     if directory is None:
-        found = find_state()
+        found = local_stack()
         return found[1] if found else None
     path = directory / STATE_FILE
     try:
@@ -51,12 +53,22 @@ def read_state(directory: Path | None = None) -> dict[str, Any] | None:
     return state if isinstance(state, dict) else None
 
 
+def local_stack() -> tuple[Path, dict[str, Any]] | None:
+    """(the file, its state) of the local stack a user's command acts on: the nearest
+    (:func:`find_state`), unless ``CODESHOT_API_URL`` (or ``FIXIE_API_URL``) is set: a
+    platform the user named wins over a file found in a directory."""
+    return None if _from_environment("api_url") else find_state()
+
+
 def find_state(start: Path | None = None) -> tuple[Path, dict[str, Any]] | None:
     """(the file, its state) of the nearest ``.codeshot/local.json`` in ``start`` (default:
     cwd) or a directory above it, as git finds ``.git``: so an agent's directory inside the
     one `codeshot local up` runs in finds that stack. The search stops at the home
-    directory (of a start under it) or the root; a file another user owns is passed over
-    (in a shared directory such as /tmp, it would take this user's chats)."""
+    directory (of a start under it) or the root, and, as git's safe.directory, before a
+    directory this user does not own or that others may write to (unless sticky): there
+    anyone could plant a file that would take this user's chats. A file (or its
+    ``.codeshot``) another user owns is passed over, and so is one above ``start`` whose
+    stack's process is gone (a crashed stack's, noted on stderr)."""
     here = (start or Path.cwd()).resolve()
     try:
         home: Path | None = Path.home().resolve()
@@ -64,15 +76,85 @@ def find_state(start: Path | None = None) -> tuple[Path, dict[str, Any]] | None:
         home = None
     uid = getattr(os, "getuid", lambda: None)()
     for directory in (here, *here.parents):
+        if uid is not None and not _safe_to_search(directory, uid):
+            break
+        state = read_state(directory) if uid is None else _read_owned_state(directory, uid)
         path = directory / STATE_FILE
-        with contextlib.suppress(OSError):
-            if uid is None or path.stat().st_uid == uid:
-                state = read_state(directory)
-                if state is not None:
-                    return path, state
+        if state is not None and (directory == here or not stack_process_gone(state)):
+            return path, state
+        if state is not None:
+            _note_once(f"codeshot: passing over {path}: the `codeshot local up` that wrote "
+                       f"it (pid {state.get('pid')}) is not running")
         if directory == home:
             break
     return None
+
+
+def _others_may_replace(mode: int) -> bool:
+    """Whether users other than the owner may rename or delete entries of a directory of
+    ``mode``: it is writable by all and not sticky (as /tmp is)."""
+    return bool(mode & stat.S_IWOTH) and not mode & stat.S_ISVTX
+
+
+def _safe_to_search(directory: Path, uid: int) -> bool:
+    try:
+        st = directory.stat()
+    except OSError:
+        return False
+    return st.st_uid == uid and not _others_may_replace(st.st_mode)
+
+
+def _read_owned_state(directory: Path, uid: int) -> dict[str, Any] | None:
+    """``directory``'s local.json if it and its ``.codeshot`` are this user's own: each
+    opened once without following a symlink and checked on the open file, so nothing can
+    be swapped in between the check and the read."""
+    flags = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK  # a FIFO must not hang the CLI
+    try:
+        folder = os.open(directory / STATE_FILE.parent, flags | os.O_DIRECTORY)
+    except OSError:
+        return None
+    try:
+        st = os.fstat(folder)
+        if st.st_uid != uid or _others_may_replace(st.st_mode):
+            return None
+        fd = os.open(STATE_FILE.name, flags, dir_fd=folder)
+    except OSError:
+        return None
+    finally:
+        os.close(folder)
+    with os.fdopen(fd, "rb") as file:
+        st = os.fstat(file.fileno())
+        if st.st_uid != uid or not stat.S_ISREG(st.st_mode):
+            return None
+        try:
+            state = json.loads(file.read())
+        except (OSError, ValueError):
+            return None
+    return state if isinstance(state, dict) else None
+
+
+def stack_process_gone(state: dict[str, Any]) -> bool:
+    """Whether the process of the stack that wrote ``state`` (its ``pid``) no longer
+    exists: a crash, kill -9 or reboot left its local.json behind."""
+    pid = state.get("pid")
+    if not isinstance(pid, int) or pid <= 0:
+        return False  # not known: taken as running
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return True
+    except (PermissionError, OverflowError):
+        pass  # another user's process: it exists
+    return False
+
+
+_NOTED: set[str] = set()  # what a command has said on stderr already (it looks again)
+
+
+def _note_once(line: str) -> None:
+    if line not in _NOTED:
+        _NOTED.add(line)
+        print(line, file=sys.stderr)
 
 
 def state_source(path: Path) -> str:
@@ -109,16 +191,16 @@ class Target:
     def find(cls, api_url: str | None = None, api_key: str | None = None) -> Target:
         """The platform and the key for it, taken together: a key never goes to a URL
         from another source (a planted .codeshot/local.json must not get the
-        environment's key). --api-url with --api-key or CODESHOT_API_KEY; else the local
-        stack's .codeshot/local.json here or above (:func:`find_state`) with its own key;
-        else CODESHOT_API_URL (or the default URL) with --api-key or CODESHOT_API_KEY."""
+        environment's key). --api-url with --api-key or CODESHOT_API_KEY; else
+        CODESHOT_API_URL, when set, with them; else the local stack's .codeshot/local.json
+        here or above (:func:`local_stack`) with its own key; else the default URL."""
         from codeshot.settings import get_settings
 
         settings = get_settings()
         key = api_key or settings.api_key
         if api_url:
             return cls(api_url.rstrip("/"), key, "--api-url")
-        found = find_state()
+        found = local_stack()
         if found is None:
             named = _from_environment("api_url")
             return cls(named[1].rstrip("/"), key, named[0]) if named else \

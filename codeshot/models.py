@@ -19,7 +19,7 @@ from typing import Any, ClassVar, TypeVar
 
 from codeshot import ids
 from codeshot.errors import InvalidInput
-from codeshot.text import as_one_line, check_text
+from codeshot.text import as_one_line, check_text, is_one_line
 
 HANDLE_RE = re.compile(r"[a-z0-9][a-z0-9_-]{0,62}")
 # The planner's agent id: the sender of its messages, its A2A path; asking it is asking
@@ -266,10 +266,13 @@ def check_sample_query(query: str) -> str:
 
 
 def as_sample_query(text: str) -> str:
-    """``text`` within a sample query's cap: a few-shot's Q line (up to a few-shot's length),
-    or one stored whole before they were cut, is cut rather than refused: its owner wrote a
-    few-shot, not this sample query, and the router needs only its start."""
-    return text if len(text) <= MAX_SAMPLE_QUERY else as_one_line(text, MAX_SAMPLE_QUERY)
+    """``text`` as a valid sample query: a few-shot's Q line (up to a few-shot's length, and
+    its grammar allows tabs and other controls), or one stored whole before this, is made
+    one line and cut rather than refused: its owner wrote a few-shot, not this sample query,
+    and the router needs only its words. One already valid is kept as it is."""
+    if len(text) <= MAX_SAMPLE_QUERY and is_one_line(text):
+        return text
+    return as_one_line(text, MAX_SAMPLE_QUERY)
 
 
 def check_prompts(base_prompt: str, few_shots: list[str]) -> None:
@@ -305,9 +308,9 @@ def check_agent_fields(agent: Agent) -> Agent:
         if not FUNC_NAME_RE.fullmatch(name) or len(name) > MAX_FUNC_NAME:
             raise InvalidInput(f"func name {name[:MAX_FUNC_NAME]!r} must be 1-"
                                f"{MAX_FUNC_NAME} letters, digits or '_'")
-    # A blank or long one is refused as given (check_sample_query); one a handshake sends
-    # or one stored before that was checked is dropped, or cut, not a reason to refuse other
-    # changes.
+    # A blank, long or multi-line one is refused as given (check_sample_query); one a
+    # few-shot or handshake gives, or one stored before that was checked, is dropped, or
+    # made one line and cut: not a reason to refuse other changes.
     return agent.replace(sample_queries=[q for q in queries if q.strip()])
 
 

@@ -32,10 +32,15 @@ def check_text(value: str, what: str, max_chars: int, *, one_line: bool = False)
         raise InvalidInput(f"{what} must be valid Unicode (it has a lone surrogate)") from None
     if "\x00" in value:
         raise InvalidInput(f"{what} must not contain NUL characters")
-    if one_line and _CONTROLS.search(value):
+    if one_line and not is_one_line(value):
         raise InvalidInput(f"{what} must be one line, without line breaks or control "
                            "characters")
     return value
+
+
+def is_one_line(value: str) -> bool:
+    """Whether ``value`` has no line break or control character (as a name must not)."""
+    return not _CONTROLS.search(value)
 
 
 MAX_IDEMPOTENCY_KEY = 128

@@ -17,7 +17,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from codeshot.client import STATE_FILE, read_state
+from codeshot.client import STATE_FILE, read_state, stack_process_gone
 from codeshot.errors import InvalidInput, StackRunning
 from codeshot.local.aws_server import LocalAWS, check_port_free
 from codeshot.settings import Settings
@@ -244,14 +244,8 @@ def _alive(state: dict[str, Any]) -> bool:
     next) and its API port takes connections."""
     from urllib.parse import urlsplit
 
-    pid = state.get("pid")
-    if isinstance(pid, int):
-        try:
-            os.kill(pid, 0)
-        except ProcessLookupError:
-            return False
-        except PermissionError:
-            pass  # another user's process: it exists
+    if stack_process_gone(state):
+        return False
     url = urlsplit(str(state.get("api_url", "")))
     try:
         with socket.create_connection((url.hostname or "", url.port or 80), timeout=1):

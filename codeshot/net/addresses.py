@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import ipaddress
 import queue
+import re
 import socket
 import threading
 import time
@@ -61,7 +62,39 @@ class RefusedAddress(InvalidInput):
 class Unresolved(Exception):
     """A host name that resolves to nothing now (no such name, or DNS failing): the host
     cannot be reached, which says nothing against the URL. A call reports it as a failed
-    connection (:mod:`codeshot.net.http`); a URL being registered is refused."""
+    connection (:mod:`codeshot.net.http`); a URL being registered is refused. ``why``:
+    what the resolver said, without the name."""
+
+    def __init__(self, host: str, why: str = "") -> None:
+        super().__init__(f"host {host!r} does not resolve{f' ({why})' if why else ''}")
+        self.why = why
+
+
+def unresolved_cause(exc: BaseException) -> Unresolved | None:
+    """The failed name lookup behind a connection error, if that is what it was."""
+    cause: BaseException | None = exc
+    while cause is not None and not isinstance(cause, Unresolved):
+        cause = cause.__cause__ or cause.__context__
+    return cause
+
+
+def without_address(text: str, url: str) -> str:
+    """``text`` naming ``url`` and its host only as "its URL" and "its host": for users,
+    who are told which agent failed, not where the platform reaches it (a URL may carry a
+    token; the log names it)."""
+    text = text.replace(repr(url), "its URL").replace(url, "its URL")
+    host = urlsplit(url).hostname
+    # The name alone, not the same letters in other words (a host may be "api").
+    return re.sub(rf"(?<![\w.-]){re.escape(host)}(?![\w.-])", "its host", text) if host \
+        else text
+
+
+def why_unreachable(exc: BaseException, url: str) -> str:
+    """Why a connection to ``url`` failed, for users (:func:`without_address`)."""
+    unresolved = unresolved_cause(exc)
+    if unresolved is not None:
+        return f"its host name does not resolve{f' ({unresolved.why})' if unresolved.why else ''}"
+    return without_address(str(exc) or exc.__class__.__name__, url)
 
 
 def embedded_ipv4(address: ipaddress.IPv6Address) -> ipaddress.IPv4Address | None:
@@ -99,7 +132,7 @@ def _look_up(resolve: Resolver, host: str, port: int, timeout: float) -> list[tu
     """``resolve(host, port)`` on a lookup thread, waited for ``timeout`` seconds at most
     (for a free thread too); Unresolved past that."""
     ends = time.monotonic() + timeout
-    late = Unresolved(f"host {host!r} does not resolve (no answer within {timeout:.3g}s)")
+    late = Unresolved(host, f"no answer within {timeout:.3g}s")
     try:
         _LOOKUP_SLOTS.get(timeout=max(0.0, timeout))
     except queue.Empty:
@@ -142,11 +175,11 @@ def resolve_public(host: str, port: int, *, allow_loopback: bool,
         except UnicodeError as exc:  # not a host name at all
             raise RefusedAddress(f"host {host!r} is not a valid host name") from exc
         except socket.gaierror as exc:
-            raise Unresolved(f"host {host!r} does not resolve ({exc.strerror})") from exc
+            raise Unresolved(host, exc.strerror or "") from exc
         addresses = list(dict.fromkeys(
             ipaddress.ip_address(str(info[4][0]).split("%")[0]) for info in infos))
     if not addresses:
-        raise Unresolved(f"host {host!r} does not resolve")
+        raise Unresolved(host)
     for address in addresses:
         why = refusal(address, allow_loopback)
         if why:

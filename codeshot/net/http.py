@@ -63,7 +63,12 @@ INFLATE_STEP = 64 << 10
 
 
 class CompressedReply(AgentFailed):
-    """A reply came compressed though asked for none: refused unread."""
+    """A reply came compressed though asked for none: refused unread. ``problem`` is the
+    message without ``sender``, for an error that names the agent instead of its URL."""
+
+    def __init__(self, sender: object, problem: str) -> None:
+        super().__init__(f"{sender} {problem}")
+        self.problem = problem
 
 
 def content_codings(headers: Any) -> list[str]:
@@ -79,9 +84,10 @@ def refuse_compressed(url: object, headers: Any) -> None:
     body is read as sent."""
     codings = content_codings(headers)
     if codings:
-        raise CompressedReply(f"{url} answered with Content-Encoding {', '.join(codings)[:40]!r} "
-                              "though asked for none: a compressed reply's size cannot be "
-                              "capped before it is in memory")
+        raise CompressedReply(url, f"answered with Content-Encoding "
+                                   f"{', '.join(codings)[:40]!r} though asked for none: a "
+                                   "compressed reply's size cannot be capped before it is in "
+                                   "memory")
 
 
 def capped_body(response: httpx.Response, max_bytes: int) -> Iterator[bytes]:
@@ -97,9 +103,9 @@ def capped_body(response: httpx.Response, max_bytes: int) -> Iterator[bytes]:
         return
     url = response.request.url
     if len(codings) > 1 or codings[0] not in INFLATED_CODINGS:
-        raise CompressedReply(f"{url} answered with Content-Encoding {', '.join(codings)[:40]!r}"
-                              ", which cannot be read within a size cap: only gzip and deflate"
-                              " can")
+        raise CompressedReply(url, f"answered with Content-Encoding "
+                                   f"{', '.join(codings)[:40]!r}, which cannot be read within "
+                                   "a size cap: only gzip and deflate can")
     inflater: Any = None
     left, out_full = max_bytes + 1, False
     try:
@@ -117,7 +123,7 @@ def capped_body(response: httpx.Response, max_bytes: int) -> Iterator[bytes]:
                 if left <= 0:
                     return
     except zlib.error as exc:
-        raise CompressedReply(f"{url} sent a body that is not valid {codings[0]}: {exc}"
+        raise CompressedReply(url, f"sent a body that is not valid {codings[0]}: {exc}"
                               ) from exc
 
 

@@ -33,8 +33,13 @@ from codeshot.errors import (
     InvalidInput,
     ReplyTooLarge,
 )
-from codeshot.net.addresses import check_public_url
-from codeshot.net.http import public_client, retry_after
+from codeshot.net.addresses import (
+    RefusedAddress,
+    check_public_url,
+    why_unreachable,
+    without_address,
+)
+from codeshot.net.http import CompressedReply, public_client, retry_after
 from codeshot.text import MAX_REPLY_TEXT_BYTES, as_one_line
 
 if TYPE_CHECKING:
@@ -83,7 +88,8 @@ def request(
 ) -> Reply:
     """One call through ``client`` (a :func:`~codeshot.net.http.public_client`: a refused
     address raises INVALID_INPUT; a host that does not resolve is unreachable). ``who``
-    names the agent in errors (default: "agent at ``url``")."""
+    names the agent in errors (default: "agent at ``url``"); nothing else in them names
+    its URL or host."""
     who = who or f"agent at {url}"
     headers = {"Authorization": f"Bearer {token}", "Accept": accept} | observability.headers()
     try:
@@ -91,14 +97,22 @@ def request(
                          timeout=httpx.Timeout(timeout, connect=min(timeout, 5.0))) as r:
             return Reply(r.status_code, r.headers, _read_capped(r))
     except (httpx.ConnectError, httpx.ConnectTimeout) as exc:  # the call never left
-        raise AgentUnavailable(f"{who} is unreachable: "
-                               f"{exc or exc.__class__.__name__}") from exc
+        raise AgentUnavailable(f"{who} is unreachable: {why_unreachable(exc, url)}") from exc
     except httpx.TimeoutException as exc:
         raise CallTimeout(f"{who} did not answer within {timeout:g}s (or the "
                           "query's time ran out)") from exc
     except httpx.HTTPError as exc:
         raise AgentCallDropped(f"{who} dropped the call before answering: "
                                f"{exc.__class__.__name__}") from exc
+    except CompressedReply as exc:  # raised by the transport, which names the URL
+        raise CompressedReply(who, exc.problem) from exc
+    except RefusedAddress as exc:  # its host resolved to an address the platform never calls
+        raise refused(who, url, exc) from exc
+
+
+def refused(who: str, url: str, exc: RefusedAddress) -> RefusedAddress:
+    """``exc`` naming the agent as ``who``, not by its URL or host."""
+    return RefusedAddress(f"{who}: {without_address(exc.message, url)}")
 
 
 # Statuses that say the call was not run (throttled, not started), but only with a
@@ -160,7 +174,10 @@ class AgentClient:
         """(reply body, its content type) of a 2xx reply, after bounded retries, within
         ``seconds`` (None: the query's time) and the query's deadline; ``who`` names the
         agent in errors."""
-        check_public_url(url, allow_loopback=self.allow_loopback, resolve=False)
+        try:
+            check_public_url(url, allow_loopback=self.allow_loopback, resolve=False)
+        except RefusedAddress as exc:  # one stored before a rule it breaks
+            raise refused(who, url, exc) from exc
         now = time.monotonic()
         query_ends = self.deadline if self.deadline is not None else now + self.timeout
         ends = query_ends if seconds is None else min(now + seconds, query_ends)
@@ -237,7 +254,8 @@ def _logged(url: str) -> Iterator[None]:
     try:
         yield
     except CodeshotError as exc:
-        log.info("agent call to %s failed (%s): %s", url, exc.code, exc.message)
+        log.info("agent call to %s failed (%s): %s%s", url, exc.code, exc.message,
+                 f" ({exc.__cause__})" if exc.__cause__ else "")
         raise
 
 

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 import httpx
 
 from codeshot.errors import AgentUnavailable, InvalidInput, Timeout
-from codeshot.net.addresses import Unresolved, check_public_url
+from codeshot.net.addresses import check_public_url, unresolved_cause
 from codeshot.net.http import CompressedReply, capped_body, public_client
 
 
@@ -54,16 +54,9 @@ def fetch_public_url(url: str, *, max_bytes: int, allow_loopback: bool,
             raise Timeout(f"the time ran out while fetching {url}") from exc
         raise Timeout(f"{url} did not answer within {timeout:g}s") from exc
     except httpx.HTTPError as exc:
-        unresolved = _unresolved(exc)
+        unresolved = unresolved_cause(exc)
         if unresolved is not None:  # most often a name the model made up
             raise InvalidInput(f"{url} cannot be fetched: {unresolved}") from exc
         raise AgentUnavailable(f"{url} is unreachable: {exc.__class__.__name__}") from exc
     return Fetched(content_type, b"".join(chunks))
 
-
-def _unresolved(exc: BaseException) -> Unresolved | None:
-    """The failed name lookup behind a connection error, if that is what it was."""
-    cause: BaseException | None = exc
-    while cause is not None and not isinstance(cause, Unresolved):
-        cause = cause.__cause__ or cause.__context__
-    return cause

@@ -36,8 +36,10 @@ from codeshot.errors import (
     InvalidInput,
     ReplyTooLarge,
 )
+from codeshot.net.addresses import RefusedAddress, why_unreachable
 from codeshot.net.async_http import ReplyTooLong, public_async_client
-from codeshot.runner.agent_client import MAX_REPLY_BYTES
+from codeshot.net.http import CompressedReply
+from codeshot.runner.agent_client import MAX_REPLY_BYTES, refused
 from codeshot.text import MAX_REPLY_TEXT_BYTES, as_one_line
 
 log = logging.getLogger("codeshot.runner")
@@ -131,9 +133,11 @@ class McpServer:
                                f"bytes; an agent holds at most {MAX_TOOLS_JSON}")
         return out
 
-    def call(self, tool: str, arguments_text: str) -> str:
+    def call(self, tool: str, arguments_text: str, who: str) -> str:
         """The tool's result as text. Arguments that are not a JSON object, and a result
-        the tool marks as an error, are INVALID_INPUT: the model may ask again."""
+        the tool marks as an error, are INVALID_INPUT: the model may ask again. ``who``
+        names the tool in errors, which users read: not the server's URL (it may carry a
+        token), which goes to the log."""
         try:
             arguments = json.loads(arguments_text) if arguments_text.strip() else {}
         except ValueError:
@@ -150,10 +154,15 @@ class McpServer:
                 raise InvalidInput(as_one_line(f"{tool} failed: {text}", 500))
             return text
 
-        return self._run(call)
+        try:
+            return self._run(call, who)
+        except CodeshotError as exc:
+            log.info("MCP call to %s failed (%s): %s", self.url, exc.code, exc.message)
+            raise
 
-    def _run(self, use: Callable[[Client], Awaitable[T]]) -> T:
-        """``use`` on a fresh connection, within the deadline, errors as codeshot's."""
+    def _run(self, use: Callable[[Client], Awaitable[T]], who: str | None = None) -> T:
+        """``use`` on a fresh connection, within the deadline, errors as codeshot's,
+        naming the server as ``who`` (default: by its URL, for its owner registering it)."""
         headers = {"Authorization": self.authorization} if self.authorization else {}
 
         async def session() -> T:
@@ -168,33 +177,34 @@ class McpServer:
         try:
             return asyncio.run(session())
         except BaseException as exc:  # the SDK's task groups wrap what went wrong
-            raise self._error(exc) from None
+            raise self._error(exc, who or f"MCP server at {self.url}") from None
 
-    def _error(self, exc: BaseException) -> BaseException:
+    def _error(self, exc: BaseException, who: str) -> BaseException:
         cause = _first_cause(exc)
+        if isinstance(cause, CompressedReply):  # the transport's names the URL
+            return CompressedReply(who, cause.problem)
+        if isinstance(cause, RefusedAddress):  # and this one the host
+            return refused(who, self.url, cause)
         if isinstance(cause, CodeshotError):
             return cause
         if isinstance(cause, httpx2.ConnectError | httpx2.ConnectTimeout):  # nothing sent
-            return AgentUnavailable(f"MCP server at {self.url} is unreachable: "
-                                    f"{cause or cause.__class__.__name__}")
+            return AgentUnavailable(f"{who} is unreachable: {why_unreachable(cause, self.url)}")
         if isinstance(cause, TimeoutError | httpx2.TimeoutException):
-            return CallTimeout(f"MCP server at {self.url} did not answer within "
-                                f"{self.timeout:g}s")
+            return CallTimeout(f"{who} did not answer within {self.timeout:g}s")
         if isinstance(cause, ReplyTooLong):
-            return AgentFailed(f"MCP server at {self.url} sent a reply over "
-                               f"{MAX_REPLY_BYTES} bytes")
+            return AgentFailed(f"{who} sent a reply over {MAX_REPLY_BYTES} bytes")
         if isinstance(cause, MCPError):
             said = as_one_line(cause.message, 300)
             if cause.code == types.INVALID_PARAMS:
-                return InvalidInput(f"MCP server at {self.url} refused the call: {said}")
-            return AgentFailed(f"MCP server at {self.url} answered error {cause.code}: {said}")
+                return InvalidInput(f"{who} refused the call: {said}")
+            return AgentFailed(f"{who} answered error {cause.code}: {said}")
         if isinstance(cause, httpx2.TransportError):  # it may have run the tool
-            return AgentCallDropped(f"MCP server at {self.url} dropped the call before "
-                                    f"answering: {cause.__class__.__name__}")
+            return AgentCallDropped(f"{who} dropped the call before answering: "
+                                    f"{cause.__class__.__name__}")
         if isinstance(cause, Exception):
             # What a server answered beyond that stays in the logs (see handshake.py).
-            log.info("MCP server at %s failed: %r", self.url, cause)
-            return AgentFailed(f"MCP server at {self.url} failed: {cause.__class__.__name__}")
+            log.info("%s failed (%s): %r", who, self.url, cause)
+            return AgentFailed(f"{who} failed: {cause.__class__.__name__}")
         return exc  # KeyboardInterrupt, SystemExit: not the server's doing
 
 

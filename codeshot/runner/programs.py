@@ -198,7 +198,8 @@ def mcp_funcs(agent: Agent, ctx: RunContext, platform: FuncContext
     def call_func(name: str, text: str) -> CommandResult:
         tool = tools.get(name)
         if tool is not None:
-            return CommandResult(server.call(tool.name, text))
+            return CommandResult(server.call(tool.name, text,
+                                             f"agent {agent.agent_id}'s Func[{name}]"))
         builtin = LIBRARY.get(name)
         if builtin is None:
             raise FuncNotDefined(f"the MCP server of {agent.agent_id} has no tool {name}")

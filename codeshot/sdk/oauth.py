@@ -82,10 +82,11 @@ class OAuthParams:
         if not isinstance(data, dict):
             raise refuse(f"holds a JSON {type(data).__name__}, not an object with a 'web' or "
                          f"'installed' client")
-        section = "web" if "web" in data else "installed"
-        if section not in data:
+        if "web" not in data and "installed" not in data:
             raise refuse(f"has neither 'web' nor 'installed' (it has {sorted(data) or 'nothing'}): "
                          f"download the OAuth client's JSON again")
+        # An empty or null "web" beside an "installed" client is passed over, as it always was.
+        section = "web" if data.get("web") or "installed" not in data else "installed"
         secrets = data[section]
         if not isinstance(secrets, dict):
             raise refuse(f"is not a client secrets file: its '{section}' is not an object")

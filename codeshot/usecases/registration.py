@@ -334,7 +334,7 @@ class AgentRegistration:
         # The handshake's funcs and corpora are checked when it is read (describe): stored
         # ones from before their caps must not stop the owner changing anything else.
         checked = check_agent_fields(agent.replace(funcs=None, corpora=None))
-        agent = agent.replace(sample_queries=checked.sample_queries)  # blanks dropped, long cut
+        agent = agent.replace(sample_queries=checked.sample_queries)  # blanks dropped, cut
         check_size(agent)  # with its vectors as they are: new ones are checked once made
         if new_handle and new_handle != handle:
             validate_handle(new_handle)

@@ -103,6 +103,34 @@ def test_a_few_shots_long_q_line_is_cut_as_a_sample_query_and_updates_still_work
                                                    "queries": [CUT_Q]}
 
 
+def test_a_few_shots_q_line_with_a_tab_is_made_one_line_and_updates_still_work(platform):
+    """The grammar takes a tab in a Q line; stored as it was as a sample query, it made
+    every later update INVALID_INPUT ("a sample query must be one line"). One already
+    stored so no longer blocks an update; one the owner types is still refused."""
+    _, key = platform.user()
+    shot = "Q: Roll\ta d20\u2028now\nAsk Func[roll]: 1d20\nFunc[roll] says: 7\nA: You rolled 7."
+    made = platform.gql(key, """mutation ($f: [String!]) { createAgent(agentData: {handle:
+        "dice", fewShots: $f, basePrompt: "I roll dice.", funcUrl: "http://127.0.0.1:9/"})
+        { agent { agentId queries fewShots } } }""", {"f": [shot]})
+    assert "errors" not in made, made
+    agent = made["data"]["createAgent"]["agent"]
+    assert (agent["queries"], agent["fewShots"]) == (["Roll a d20 now"], [shot])
+    update = """mutation { updateAgent(agentData: {handle: "dice",
+        description: "Rolls dice"}) { agent { description queries } } }"""
+    out = platform.gql(key, update)
+    assert "errors" not in out, out
+    assert out["data"]["updateAgent"]["agent"] == {"description": "Rolls dice",
+                                                   "queries": ["Roll a d20 now"]}
+    registry = platform.services.registry
+    registry.replace(registry.get(agent["agentId"]).replace(sample_queries=["Roll\ta d20"]))
+    out = platform.gql(key, update)
+    assert out["data"]["updateAgent"]["agent"]["queries"] == ["Roll a d20"], out
+    given = platform.gql(key, """mutation ($q: [String!]) { updateAgent(agentData: {handle:
+        "dice", sampleQueries: $q}) { agent { queries } } }""", {"q": ["Roll\ta d20"]})
+    assert code(given) == "INVALID_INPUT", given
+    assert "a sample query must be one line" in given["errors"][0]["message"]
+
+
 def test_a_long_sample_query_stored_before_they_were_cut_blocks_no_other_change(platform):
     _, key = platform.user()
     made = platform.gql(key, """mutation { createAgent(agentData: {handle: "quiet",

@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import os
 import subprocess
+import sys
 import threading
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -68,16 +69,23 @@ COMMANDS = [("chat",), ("oauth", "list"),
 
 
 @pytest.mark.parametrize("command", COMMANDS)
-def test_a_local_json_goes_with_its_own_key_never_the_environments(tmp_path, listeners,
-                                                                    command):
-    """The local stack's file wins over CODESHOT_API_URL (a stable contract), but only
-    with the key it holds: the environment's key went to the file's URL before."""
+def test_codeshot_api_url_wins_over_a_local_json_here_or_above(tmp_path, listeners, command):
+    """A platform the user names wins over a file found in a directory: a local.json (one
+    left above by a crashed stack, say) took over every command below it, ahead of
+    CODESHOT_API_URL. Each goes with its own key only."""
     mine, planted = listeners
+    nested = tmp_path / "agents"
+    nested.mkdir()
     plant(tmp_path, planted.url, api_key="FILE")
-    out = codeshot(*command, cwd=tmp_path, CODESHOT_API_URL=mine.url, CODESHOT_API_KEY="REAL")
-    assert out.returncode == 2 and out.stderr.strip().endswith("(UNAUTHENTICATED)"), out.stderr
-    assert planted.seen[0] == "Bearer FILE" and "Bearer REAL" not in planted.seen
-    assert mine.seen == []
+    plant(nested, planted.url, api_key="FILE")
+    for cwd in (nested, tmp_path / "agents" / ".codeshot"):  # here, and above
+        out = codeshot(*command, cwd=cwd, HOME=str(tmp_path), CODESHOT_API_URL=mine.url,
+                       CODESHOT_API_KEY="REAL")
+        assert out.returncode == 2 and out.stderr.strip().endswith("(UNAUTHENTICATED)"), \
+            out.stderr
+    assert planted.seen == [] and mine.seen and set(mine.seen) == {"Bearer REAL"}
+    out = codeshot(*command, cwd=nested, HOME=str(tmp_path), CODESHOT_API_KEY="REAL")
+    assert out.returncode == 2 and planted.seen and set(planted.seen) == {"Bearer FILE"}
 
 
 def test_without_a_local_json_the_environment_names_the_platform(tmp_path, listeners):
@@ -187,6 +195,83 @@ def test_serves_lending_records_are_kept_beside_the_stack_they_lend_to(tmp_path,
     assert Target.find().lending_records().directory == stack / ".codeshot" / "lent"
     monkeypatch.chdir(elsewhere)  # a platform not named by a local stack: here
     assert Target.find().lending_records().directory == elsewhere / ".codeshot" / "lent"
+
+
+def gone_pid() -> int:
+    """The pid of a process that has ended (a crashed stack's)."""
+    process = subprocess.Popen([sys.executable, "-c", ""])
+    process.wait()
+    return process.pid
+
+
+def test_a_crashed_stacks_local_json_above_is_passed_over_with_a_note(tmp_path, listeners):
+    """A file kill -9, an OOM kill or a reboot left in ~ took over every command in that
+    tree; the working directory's own still says its stack is not running."""
+    mine, _ = listeners
+    nested = tmp_path / "projects" / "deployed-agent"
+    nested.mkdir(parents=True)
+    plant(tmp_path, "http://127.0.0.1:9", api_key="FILE")
+    state = tmp_path / ".codeshot" / "local.json"
+    state.write_text(json.dumps({**json.loads(state.read_text()), "pid": gone_pid()}))
+    out = codeshot("chat", cwd=nested, HOME=str(tmp_path), CODESHOT_API_KEY="REAL")
+    assert out.stdout.startswith("Platform: http://127.0.0.1:8080 (from the default URL)\n")
+    assert out.stderr.startswith(f"codeshot: passing over {state}: the `codeshot local up` "
+                                 "that wrote it (pid "), out.stderr
+    out = codeshot("chat", "--api-key", "REAL", cwd=nested, HOME=str(tmp_path),
+                   CODESHOT_API_URL=mine.url)  # no longer refused beside the file
+    assert mine.seen == ["Bearer REAL"], out.stderr
+    err = error_line(codeshot("chat", cwd=tmp_path), "UNAVAILABLE")
+    assert "wrote .codeshot/local.json here is not running" in err
+
+
+def test_a_local_json_that_is_a_symlink_is_passed_over(tmp_path):
+    """It was followed: a symlink swapped in between the owner check and the read (both
+    followed it) gave another user's file to this one's commands."""
+    from codeshot.client import find_state
+
+    nested = tmp_path / "mine"
+    nested.mkdir()
+    plant(tmp_path, "http://127.0.0.1:9")
+    real = tmp_path / "real.json"
+    (tmp_path / ".codeshot" / "local.json").rename(real)
+    (tmp_path / ".codeshot" / "local.json").symlink_to(real)
+    assert find_state(nested) is None
+    (tmp_path / ".codeshot").rename(tmp_path / "elsewhere")
+    (tmp_path / ".codeshot").symlink_to(tmp_path / "elsewhere")  # nor its directory
+    assert find_state(nested) is None
+
+
+@pytest.mark.parametrize(("mode", "found"), [(0o777, False), (0o1777, True), (0o755, True)])
+def test_the_search_stops_at_a_directory_anyone_may_write_to_unless_sticky(tmp_path, mode,
+                                                                           found):
+    """As git's safe.directory: there anyone could rename this user's .codeshot away and
+    put their own in its place. In a sticky one (/tmp) only the owner may."""
+    from codeshot.client import find_state
+
+    shared, nested = tmp_path / "shared", tmp_path / "shared" / "mine"
+    nested.mkdir(parents=True)
+    plant(shared, "http://127.0.0.1:9")
+    shared.chmod(mode)
+    assert (find_state(nested) is not None) is found
+
+
+@pytest.mark.skipif(not hasattr(os, "geteuid") or os.geteuid() != 0,
+                    reason="giving a file to another user takes root")
+def test_the_search_stops_at_a_directory_another_user_owns(tmp_path):
+    """Its owner may swap what is in it, this user's own file included; nothing above it
+    is looked at either."""
+    from codeshot.client import find_state
+
+    theirs, nested = tmp_path / "theirs", tmp_path / "theirs" / "mine"
+    nested.mkdir(parents=True)
+    plant(theirs, "http://127.0.0.1:9")
+    plant(tmp_path, "http://127.0.0.1:10")
+    assert find_state(nested)[1] == {"api_url": "http://127.0.0.1:9"}
+    os.chown(theirs, 65534, 65534)
+    assert find_state(nested) is None
+    os.chown(theirs / ".codeshot", 65534, 65534)  # and a .codeshot of theirs anywhere
+    os.chown(theirs, 0, 0)
+    assert find_state(nested)[1] == {"api_url": "http://127.0.0.1:10"}
 
 
 @pytest.mark.skipif(not hasattr(os, "geteuid") or os.geteuid() != 0,

@@ -142,7 +142,8 @@ def test_a_funcs_failure_names_the_agent_and_func_and_logs_the_url(agent, caplog
     with caplog.at_level("INFO", "codeshot.runner"), pytest.raises(AgentFailed) as err:
         client("alice").call_func("me/dice", url, func, "roll")
     assert err.value.message == says and "127.0.0.1" not in err.value.message
-    assert f"agent call to {url}/{func} failed (AGENT_ERROR): {says}" in caplog.messages
+    logged = f"agent call to {url}/{func} failed (AGENT_ERROR): {says}"  # and its cause
+    assert any(line.startswith(logged) for line in caplog.messages), caplog.messages
 
 
 def test_an_unreachable_or_standalone_agent_is_named_by_its_id_not_its_url():
@@ -240,7 +241,7 @@ def test_a_retry_after_beyond_the_cap_is_not_waited_for(agent):
     assert err.value.permanent
 
 
-def test_a_host_that_does_not_resolve_is_unreachable_and_tried_again(monkeypatch):
+def test_a_host_that_does_not_resolve_is_unreachable_and_tried_again(monkeypatch, caplog):
     """RFC 6761: .invalid never resolves. That is an agent out of reach (tried again, as
     a refused connection), not input the model should change; a name that resolves to a
     refused address is still refused, once."""
@@ -252,12 +253,19 @@ def test_a_host_that_does_not_resolve_is_unreachable_and_tried_again(monkeypatch
         return resolve(host, *args, **kwargs)
 
     monkeypatch.setattr(socket, "getaddrinfo", counting)
-    with pytest.raises(AgentUnavailable, match=r"'dice\.invalid' does not resolve") as err:
+    with caplog.at_level("INFO", "codeshot.runner"), pytest.raises(AgentUnavailable) as err:
         client("alice").call_func("me/dice", "http://dice.invalid", "roll", "1d6")
     assert not err.value.permanent and looked_up.count("dice.invalid") == 3
+    # The platform's name for the agent's host is not the user's business (it said
+    # "host 'dice.invalid' does not resolve").
+    assert err.value.message.startswith("agent me/dice's Func[roll] is unreachable: its "
+                                        "host name does not resolve ("), err.value.message
+    assert "dice.invalid" not in err.value.message
+    assert "host 'dice.invalid' does not resolve" in caplog.text  # the log has it
 
     strict = AgentClient(lambda *_: "token", timeout=5, allow_loopback=False)
-    with pytest.raises(InvalidInput, match=r"localhost resolves to .*a loopback address"):
+    with pytest.raises(InvalidInput, match=r"^agent me/dice's Func\[roll\]: its host "
+                                           r"resolves to .*a loopback address"):
         strict.call_func("me/dice", "http://localhost:9", "roll", "1d6")
     assert looked_up.count("localhost") == 1
 
@@ -270,7 +278,7 @@ def test_a_resolver_that_hangs_ends_with_the_calls_time(hanging_dns):
         began = time.monotonic()
         hung = AgentClient(lambda *_: "token", timeout=timeout, allow_loopback=True,
                            deadline=None if deadline is None else began + deadline)
-        with pytest.raises(AgentUnavailable, match=r"'dice\.hang\.example' does not "
+        with pytest.raises(AgentUnavailable, match=r"is unreachable: its host name does not "
                            r"resolve \(no answer within") as err:
             hung.call_func("me/dice", f"http://dice.{HANGING_DOMAIN}:9", "roll", "1d6")
         took = time.monotonic() - began
@@ -321,13 +329,18 @@ def test_a_compressed_reply_is_refused_unread_not_inflated_past_the_cap(agent):
 
     url, seen = agent
     assert len(gzip_bomb()) < 100_000
-    with pytest.raises(AgentFailed, match="Content-Encoding 'gzip' though asked for none"):
+    with pytest.raises(AgentFailed) as err:
         client("alice").call_func("me/bomb", url, "bomb", "hi")
     assert seen[-1] == "identity"
+    # Named by the agent, as every other error of a call to it (it named the URL).
+    assert err.value.message.startswith("agent me/bomb's Func[bomb] answered with "
+                                        "Content-Encoding 'gzip' though asked for none")
     server = McpServer(url + "/bomb", None, timeout=5, allow_loopback=True)
-    with pytest.raises(AgentFailed, match="Content-Encoding 'gzip' though asked for none"):
-        server.call("stock_level", '{"sku": "SKU-1"}')
+    with pytest.raises(AgentFailed) as err:
+        server.call("stock_level", '{"sku": "SKU-1"}', "agent me/shop's Func[stock_level]")
     assert seen[-1] == "identity"
+    assert err.value.message.startswith("agent me/shop's Func[stock_level] answered with "
+                                        "Content-Encoding 'gzip' though asked for none")
 
 
 def test_a_reply_in_a_coding_nothing_decodes_is_read_as_sent(agent):
@@ -339,9 +352,36 @@ def test_an_mcp_server_whose_host_does_not_resolve_is_unreachable():
     from codeshot.runner.mcp_servers import McpServer
 
     server = McpServer("http://tools.invalid/mcp", None, timeout=5, allow_loopback=True)
-    with pytest.raises(AgentUnavailable, match=r"'tools\.invalid' does not resolve") as err:
-        server.call("stock_level", '{"sku": "SKU-1"}')
+    with pytest.raises(AgentUnavailable) as err:
+        server.call("stock_level", '{"sku": "SKU-1"}', "agent me/shop's Func[stock_level]")
     assert not err.value.permanent
+    assert err.value.message.startswith("agent me/shop's Func[stock_level] is unreachable: "
+                                        "its host name does not resolve")
+    assert "tools.invalid" not in err.value.message
+
+
+def test_an_mcp_agents_errors_name_its_func_not_the_url_which_may_hold_a_token(caplog):
+    """They read "MCP server at http://.../mcp/tok_s3cr3t is unreachable: ...": users of
+    a published MCP agent saw its URL. Its owner, registering it, still does; operators
+    find it in the log."""
+    from codeshot.runner.mcp_servers import McpServer
+
+    url = f"http://127.0.0.1:{free_port()}/mcp/tok_s3cr3t"
+    server = McpServer(url, None, timeout=5, allow_loopback=True)
+    with caplog.at_level("INFO", "codeshot.runner"), pytest.raises(AgentUnavailable) as err:
+        server.call("stock_level", "{}", "agent me/shop's Func[stock_level]")
+    assert err.value.message.startswith("agent me/shop's Func[stock_level] is unreachable: ")
+    assert "tok_s3cr3t" not in err.value.message and "127.0.0.1" not in err.value.message
+    assert any(url in line for line in caplog.messages), caplog.messages
+    with pytest.raises(AgentUnavailable, match=f"^MCP server at {url} is unreachable: "):
+        server.describe()
+    strict = McpServer("http://localhost:9/mcp/tok_s3cr3t", None, timeout=5,
+                       allow_loopback=False)
+    with pytest.raises(InvalidInput) as err:
+        strict.call("stock_level", "{}", "agent me/shop's Func[stock_level]")
+    assert err.value.message.startswith("agent me/shop's Func[stock_level]: its host resolves "
+                                        "to "), err.value.message
+    assert "localhost" not in err.value.message
 
 
 def test_an_mcp_servers_hung_lookup_ends_with_the_calls_time(hanging_dns):
@@ -350,8 +390,8 @@ def test_an_mcp_servers_hung_lookup_ends_with_the_calls_time(hanging_dns):
     began = time.monotonic()
     server = McpServer(f"http://tools.{HANGING_DOMAIN}/mcp", None, timeout=1,
                        allow_loopback=True)
-    with pytest.raises(AgentUnavailable, match=r"'tools\.hang\.example' does not resolve"):
-        server.call("stock_level", '{"sku": "SKU-1"}')
+    with pytest.raises(AgentUnavailable, match=r"its host name does not resolve \(no answer"):
+        server.call("stock_level", '{"sku": "SKU-1"}', "agent me/shop's Func[stock_level]")
     took = time.monotonic() - began
     assert took < 3, f"ended after {took:.1f}s (the lookup hangs for 30 s)"
 

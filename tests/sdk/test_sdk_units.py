@@ -404,6 +404,8 @@ CLIENT = {"client_id": "id", "client_secret": "s", "auth_uri": "https://a.exampl
                                       "['client_id']): download the OAuth client's JSON again"),
     (json.dumps({"installed": "id"}), "secrets.json is not a client secrets file: its "
                                        "'installed' is not an object"),
+    (json.dumps({"web": None}), "secrets.json is not a client secrets file: its 'web' is "
+                                "not an object"),
     (json.dumps({"web": {**CLIENT, "client_secret": ""}}),
      "secrets.json is not a client secrets file: its 'web' needs non-empty strings for "
      "'client_secret'"),
@@ -436,6 +438,17 @@ def test_a_client_secrets_file_reads_web_before_installed(tmp_path):
     secrets = tmp_path / "secrets.json"
     secrets.write_text(json.dumps({"installed": {**CLIENT, "client_id": "app"},
                                    "web": CLIENT}))
+    assert OAuthParams.from_client_secrets_file(secrets, ["b"]) == OAuthParams(
+        "id", "s", "https://a.example/auth", "https://a.example/token", ["b"])
+
+
+@pytest.mark.parametrize("web", [None, {}])
+def test_a_client_secrets_file_with_an_empty_web_reads_installed(tmp_path, web):
+    """Refused ("its 'web' is not an object") once "web" was read whenever present."""
+    from codeshot.sdk import OAuthParams
+
+    secrets = tmp_path / "secrets.json"
+    secrets.write_text(json.dumps({"web": web, "installed": CLIENT}))
     assert OAuthParams.from_client_secrets_file(secrets, ["b"]) == OAuthParams(
         "id", "s", "https://a.example/auth", "https://a.example/token", ["b"])
 
