@@ -112,7 +112,8 @@ def respond(event: dict[str, Any], status: str, physical_id: str, reason: str,
 
 
 def handler(event: dict[str, Any], context: Any) -> None:
-    log.info("%s %s", event.get("RequestType"), event.get("ResourceProperties", {}).get("Handle"))
+    log.info("%s %s %s", event.get("RequestType"), event.get("ResourceType"),
+             event.get("ResourceProperties", {}).get("Handle", ""))
 
     def deadline() -> bool:
         remaining: int = context.get_remaining_time_in_millis()
