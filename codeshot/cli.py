@@ -724,9 +724,9 @@ def build_parser() -> argparse.ArgumentParser:
         "(replies written before this version named their embeds' bytes in the message "
         "alone), then mark the table: until then a deleted user's erasure deletes no "
         "embed's object (another user's old reply may name the same bytes), and keeps it "
-        "for good. A new stack's table is marked when its first user is made (a table "
-        "with no session has no old reply); one of a stack upgraded from before this "
-        "version is not: run it once after deploying, every writer upgraded; again, it "
+        "for good. A new stack's table is marked as CloudFormation creates the stack (only "
+        "this version writes to it); one of a stack deployed before is not, even empty: "
+        "run it once after upgrading, every writer upgraded; again, it "
         "writes the same items. Targets the stack as `users create` does, with "
         "CODESHOT_SESSIONS_TABLE (the stack's SessionsTable output).")
     hold.set_defaults(run=_users_hold_replies)

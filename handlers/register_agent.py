@@ -1,6 +1,7 @@
 """Lambda entry point of the ``Custom::CodeshotAgentRegistration`` resource: registers a
 deployed agent with the platform on create/update and unregisters it on delete, so
-``cdk deploy`` is the only step.
+``cdk deploy`` is the only step. It serves the platform stack's
+``Custom::CodeshotRepliesHeld`` too (codeshot.usecases.new_stack).
 
 It goes through :class:`codeshot.usecases.registration.AgentRegistration`, exactly as a user's
 ``createAgent`` would (handshake, few-shot validation, embeddings), as the admin user
@@ -58,6 +59,10 @@ def retrying(fetch: Callable[[str, str], Any], deadline: Callable[[], bool],
 def apply(event: dict[str, Any], services: Any, fetch: Callable[[str, str], Any] | None = None,
           ) -> tuple[str, dict[str, str]]:
     """Do what the event asks; returns (physical resource id = agent id, response data)."""
+    from codeshot.usecases.new_stack import RESOURCE_TYPE, hold_new_stack_replies
+
+    if event.get("ResourceType") == RESOURCE_TYPE:
+        return hold_new_stack_replies(services, event)
     from codeshot.errors import NotFound
     from codeshot.usecases.registration import AgentFields, AgentRegistration
     from codeshot.usecases.users import ensure_user, find_user, principal_of
@@ -107,7 +112,8 @@ def respond(event: dict[str, Any], status: str, physical_id: str, reason: str,
 
 
 def handler(event: dict[str, Any], context: Any) -> None:
-    log.info("%s %s", event.get("RequestType"), event.get("ResourceProperties", {}).get("Handle"))
+    log.info("%s %s %s", event.get("RequestType"), event.get("ResourceType"),
+             event.get("ResourceProperties", {}).get("Handle", ""))
 
     def deadline() -> bool:
         remaining: int = context.get_remaining_time_in_millis()

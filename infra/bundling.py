@@ -326,7 +326,9 @@ RUNNER_FUNCTION = PlatformFunction("runner", "handlers.runner.handler", runner_l
 REGISTER_FUNCTION = PlatformFunction("register", "handlers.register_agent.handler",
                                      register_lock,
                                      ("dynamodb", "s3", "sqs", "secretsmanager",
-                                      "bedrock-runtime", "s3vectors"), router_files)
+                                      "bedrock-runtime", "s3vectors",
+                                      "cloudformation"),  # is its stack new? (new_stack.py)
+                                     router_files)
 # The eraser: deleted users' data (codeshot/usecases/erasure.py), on a role of its own. It
 # embeds nothing and calls no LLM; it imports what the runner's lock holds, no more.
 ERASER_FUNCTION = PlatformFunction("eraser", "handlers.eraser.handler", runner_lock,

@@ -7,7 +7,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from aws_cdk import Aws, CfnOutput, Duration, Stack, Token
+from aws_cdk import Aws, CfnOutput, CustomResource, Duration, Stack, Token
 from aws_cdk import aws_iam as iam
 from aws_cdk import aws_lambda as lambda_
 from aws_cdk import aws_lambda_event_sources as events
@@ -21,6 +21,7 @@ from codeshot.settings import (
     runner_record_seconds,
 )
 from codeshot.store import tables
+from codeshot.usecases import new_stack
 from infra.bundling import (
     API_FUNCTION,
     ERASER_FUNCTION,
@@ -222,7 +223,6 @@ class PlatformStack(Stack):
         access.object_delete(role, self.embeds.bucket, tables.CORPUS_OBJECTS_PREFIX)
         if self.corpus_vectors is not None:
             self.corpus_vectors.grant_index_deletion(role)
-        self._hold_if_new(role, any_item=True)  # a first sign-in makes a user
         access.send_messages(role, self.sessions_queue.queue)
         access.send_messages(role, self.eraser.queue.queue)  # a deleted user's erasure
         self.signing_keys.grant_read(role)
@@ -298,7 +298,7 @@ class PlatformStack(Stack):
         )
         role = self.register_agent.role
         self._tables(role, REGISTER_TABLES)
-        self._hold_if_new(role, any_item=False)  # a new stack's first deploy makes its owner
+        self._hold_new_stack_replies(role)
         access.object_delete(role, self.embeds.bucket, tables.CORPUS_OBJECTS_PREFIX)
         if self.corpus_vectors is not None:
             self.corpus_vectors.grant_index_deletion(role)
@@ -365,16 +365,19 @@ class PlatformStack(Stack):
     def _tables(self, role: iam.Role, actions: dict[str, tuple[str, ...]]) -> None:
         self.tables.grant(role, actions)
 
-    def _hold_if_new(self, role: iam.Role, *, any_item: bool) -> None:
-        """What making a user needs of the sessions table (SessionStore.hold_if_new): a
-        Scan of keys alone (is it empty?), and GetItem and PutItem of the replies-held
-        mark's item, unless the role has them on any item (``any_item``)."""
+    def _hold_new_stack_replies(self, role: iam.Role) -> None:
+        """The resource that marks a new stack's sessions table as holding every reply's
+        embeds (codeshot/usecases/new_stack.py), served by ``role``'s function: it may
+        describe this stack alone (is it being created?) and put the mark's item alone. No
+        role reads the table's keys to tell whether it is new."""
         table = self.tables.by_spec(tables.SESSIONS)
-        access.key_query(role, table, tables.SESSIONS, action=SCAN)
-        if not any_item:
-            for action in (GET, PUT):
-                access.limited_update(role, table, key=tables.REPLIES_HELD_MARK["session_id"]["S"],
-                                      action=action)
+        access.limited_update(role, table, key=tables.REPLIES_HELD_MARK["session_id"]["S"],
+                              action=PUT)
+        role.add_to_principal_policy(iam.PolicyStatement(
+            actions=["cloudformation:DescribeStacks"], resources=[Aws.STACK_ID]))
+        CustomResource(self, "RepliesHeld", service_token=self.register_agent.function.function_arn,
+                       resource_type=new_stack.RESOURCE_TYPE,
+                       service_timeout=REGISTRATION_SERVICE_TIMEOUT)
 
     @property
     def api_url(self) -> str:

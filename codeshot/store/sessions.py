@@ -392,24 +392,10 @@ class SessionStore(Repository):
         return "Item" in self.db.get_item(TableName=self.table_name, Key=REPLIES_HELD_MARK,
                                           ConsistentRead=True)
 
-    def hold_if_new(self) -> None:
-        """Mark the table :meth:`replies_held` if it holds no item: a session has an owner,
-        so a table that is empty when a user is made (a new stack's first user) holds no
-        reply of before ``HELD#`` items. One GetItem once marked; a Scan of one key while
-        not (a table of before them stays unmarked, to :meth:`hold_replies`). Nothing
-        when the table is not there: `codeshot users create` on a deployed stack needs no
-        CODESHOT_SESSIONS_TABLE (a deploy's owner or a sign-in, made in AWS, marks it)."""
-        try:
-            if self.replies_held():
-                return
-        except self.db.exceptions.ResourceNotFoundException:
-            return
-        found = self.db.scan(TableName=self.table_name, Limit=1, ConsistentRead=True,
-                             Select="SPECIFIC_ATTRIBUTES", ProjectionExpression="session_id")
-        # Empty only with no page to go on (a page may be empty and the table not); an
-        # item found is the mark only if put meanwhile.
-        if not found.get("Items") and "LastEvaluatedKey" not in found:
-            self.db.put_item(TableName=self.table_name, Item=REPLIES_HELD_MARK)
+    def mark_replies_held(self) -> None:
+        """Mark the table :meth:`replies_held`: made with ``HELD#`` items (a new stack's,
+        codeshot.usecases.new_stack), or gone through by :meth:`hold_replies`."""
+        self.db.put_item(TableName=self.table_name, Item=REPLIES_HELD_MARK)
 
     def hold_replies(self, start: dict[str, Any] | None) -> tuple[int, dict[str, Any] | None]:
         """One Scan page of the table: the ``HELD#`` items of each message's embeds, for
@@ -439,7 +425,7 @@ class SessionStore(Repository):
         batch_write(self.db, self.table_name, [{"PutRequest": {"Item": i}} for i in held])
         nxt = out.get("LastEvaluatedKey")
         if nxt is None:
-            self.db.put_item(TableName=self.table_name, Item=REPLIES_HELD_MARK)
+            self.mark_replies_held()
         return len(held), nxt
 
     def drop_item(self, session_id: str, item: str) -> None:

@@ -17,7 +17,7 @@ from codeshot.models import Principal, User
 from codeshot.services import Services
 from codeshot.settings import Settings
 from codeshot.usecases.erasure_start import start_erasure
-from codeshot.usecases.users import find_user, new_user
+from codeshot.usecases.users import find_user
 
 
 class NoUsername(Forbidden):
@@ -68,7 +68,7 @@ def choose_username(services: Services, token: str, username: str) -> User:
     identity = services.accounts.verify(token)
     if username.strip() in {DEFAULT_DEPLOY_OWNER, services.settings.deploy_owner}:
         raise InvalidInput(f"username {username.strip()!r} is reserved: choose another")
-    return new_user(services, username.strip(), identity=identity.sub, email=identity.email)
+    return services.users.create(username.strip(), identity=identity.sub, email=identity.email)
 
 
 # -- operators ---------------------------------------------------------------------------

@@ -5,7 +5,6 @@ from __future__ import annotations
 import functools
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any
 
 from codeshot import ids
 from codeshot.auth.service import KEY_PREFIX
@@ -36,19 +35,8 @@ def create_user(services: Services, username: str) -> tuple[User, str]:
     """A new user and their first API key (shown once: only its id is stored). The
     signing key is read first: keys that cannot be read leave no user without a key."""
     services.auth.keyring.signing_key()
-    user = new_user(services, username)
+    user = services.users.create(username)
     return user, services.auth.issue_api_key(user)
-
-
-def new_user(services: Services, username: str, identity: str | None = None,
-             **profile: Any) -> User:
-    """A new user (:meth:`UserStore.create`). A new stack's sessions table is marked as
-    holding every reply's embeds when its first user is made (no session before it), so
-    that erasures delete embeds' objects with no operator step. Marked first: a mark that
-    fails writes no user, and the retry makes it (the user first, a retry would find the
-    username taken)."""
-    services.sessions.hold_if_new()
-    return services.users.create(username, identity=identity, **profile)
 
 
 def ensure_user(services: Services, username: str) -> User:
@@ -59,7 +47,7 @@ def ensure_user(services: Services, username: str) -> User:
         user = services.users.get_by_username(username)
     except NotFound:
         try:
-            user = new_user(services, username)
+            user = services.users.create(username)
         except Conflict:  # created concurrently (another deploy's registration)
             user = services.users.get_by_username(username)
     if user.identity:

@@ -107,6 +107,13 @@ def read_assembly(outdir: Path) -> list[Stack]:
     return ordered
 
 
+def stack_id(name: str) -> str:
+    """The stack's id (ARN), the same in its template (``AWS::StackId``) as in its custom
+    resources' events."""
+    return f"arn:{PARTITION}:cloudformation:{REGION}:{ACCOUNT}:stack/{name}/" \
+        "00000000-0000-0000-0000-000000000000"
+
+
 @dataclass
 class Deployed:
     """What a stack's resources became: physical ids (Ref) and attributes (GetAtt)."""
@@ -132,8 +139,7 @@ class Resolver:
         values = {
             "AWS::AccountId": ACCOUNT, "AWS::Region": REGION, "AWS::Partition": PARTITION,
             "AWS::URLSuffix": "amazonaws.com", "AWS::StackName": stack, "AWS::NoValue": "",
-            "AWS::StackId": f"arn:{PARTITION}:cloudformation:{REGION}:{ACCOUNT}:stack/{stack}/"
-                            "00000000-0000-0000-0000-000000000000",
+            "AWS::StackId": stack_id(stack),
         }
         if name not in values:
             raise RehearsalError(f"unknown pseudo parameter {name}")

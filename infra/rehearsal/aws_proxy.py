@@ -1,5 +1,7 @@
 """The AWS endpoint the rehearsed functions see: every call is checked against the
-caller's role policy from the template, counted, then passed on to moto's server.
+caller's role policy from the template, counted, then passed on to moto's server (but a
+DescribeStacks of a stack the rehearsal deploys, which it answers: it is their
+CloudFormation).
 
 The caller is known from the access key in the request's SigV4 signature (or in a
 presigned URL's ``X-Amz-Credential``: S3 authorizes a presigned request as its signer, so
@@ -49,6 +51,8 @@ from infra.rehearsal.request_context import (
     s3_put_context,
 )
 
+CLOUDFORMATION_XMLNS = "http://cloudformation.amazonaws.com/doc/2010-05-15/"
+STACK_CREATED = "2026-01-01T00:00:00Z"  # any time: the rehearsal creates each stack once
 CREDENTIAL = re.compile(r"Credential=([A-Z0-9]+)/\d{8}/([a-z0-9-]+)/([a-z0-9-]+)/aws4_request")
 
 
@@ -338,6 +342,10 @@ def describe(service: str, method: str, path: str, query: dict[str, list[str]],
         form = {k: v[0] for k, v in parse_qs(body.decode()).items()} | \
             {k: v[0] for k, v in query.items()}
         operation, params = form.get("Action", ""), form
+    if service == "cloudformation" and operation == "DescribeStacks" and \
+            params.get("StackName", "").startswith("arn:"):  # a name: IAM needs the ARN
+        return Call(service, operation, (Check("cloudformation:DescribeStacks",
+                                               params["StackName"]),))
     if service == "sts" and operation == "GetCallerIdentity":
         return Call("sts", operation, ())  # allowed to everyone, as in AWS
     if service == "dynamodb":
@@ -407,6 +415,8 @@ class AwsProxy:
         self.principals: dict[str, Principal] = {}
         self.partition_keys: dict[str, str] = {}
         self.resource_policies: dict[str, list[dict[str, Any]]] = {}
+        # The rehearsal is the functions' CloudFormation: stack id -> its status now.
+        self.stack_statuses: dict[str, str] = {}
         self.log = CallLog()
         self.loopback = LoopbackServer(self.handle)
         self.url = self.loopback.url
@@ -473,7 +483,26 @@ class AwsProxy:
             missing_is_403 = not authorize(principal, listing, region,
                                            self.resource_policies).allowed
             return self._forward(request, body, missing_is_403=missing_is_403)
+        if call.service == "cloudformation":
+            return self._describe_stack(request, call.checks[0].resource)
         self._forward(request, body)
+
+    def _describe_stack(self, request: BaseHTTPRequestHandler, stack_id: str) -> None:
+        """DescribeStacks of a stack the rehearsal deploys, in CloudFormation's XML."""
+        status = self.stack_statuses.get(stack_id)
+        if status is None:
+            data = (f"<ErrorResponse><Error><Type>Sender</Type><Code>ValidationError</Code>"
+                    f"<Message>Stack with id {stack_id} does not exist</Message></Error>"
+                    f"</ErrorResponse>").encode()
+            return reply(request, 400, data, [("Content-Type", "text/xml")])
+        name = stack_id.split(":stack/", 1)[1].split("/", 1)[0]
+        data = (f'<DescribeStacksResponse xmlns="{CLOUDFORMATION_XMLNS}"><DescribeStacksResult>'
+                f"<Stacks><member><StackId>{stack_id}</StackId><StackName>{name}</StackName>"
+                f"<CreationTime>{STACK_CREATED}</CreationTime><StackStatus>{status}"
+                f"</StackStatus></member></Stacks></DescribeStacksResult><ResponseMetadata>"
+                f"<RequestId>rehearsal</RequestId></ResponseMetadata></DescribeStacksResponse>"
+                ).encode()
+        reply(request, 200, data, [("Content-Type", "text/xml")])
 
     def _forward(self, request: BaseHTTPRequestHandler, body: bytes, *,
                  missing_is_403: bool = False) -> None:

@@ -441,8 +441,8 @@ def check_erasure(rehearsal: Any) -> str:
     db.update_item(TableName=users, Key={"user_id": {"S": user_id}},
                    UpdateExpression="SET deleted = :d",
                    ExpressionAttributeValues={":d": {"S": an_hour_ago}})
-    # A new stack's sessions table is marked by its first user (no operator step): the
-    # leaver's embed's object goes.
+    # A new stack's sessions table is marked while the stack is created (its
+    # Custom::CodeshotRepliesHeld; no operator step): the leaver's embed's object goes.
     sessions = [outputs["SessionsTable"]]
     if "Item" not in db.get_item(TableName=sessions[0], Key=REPLIES_HELD_MARK):
         raise RehearsalError("the new stack's sessions table is not marked as holding every "

@@ -29,6 +29,7 @@ from infra.rehearsal.assembly import (
     RehearsalError,
     Resolver,
     Stack,
+    stack_id,
 )
 from infra.rehearsal.aws_proxy import AwsProxy, Principal, queue_arn
 from infra.rehearsal.front_door import FrontDoor, Route
@@ -155,6 +156,8 @@ class Deployment:
     def deploy(self, stack: Stack) -> Deployed:
         deployed = Deployed(stack)
         self.stacks[stack.name] = deployed
+        # What its custom resources find when they describe it (codeshot/usecases/new_stack.py)
+        self.proxy.stack_statuses[stack_id(stack.name)] = "CREATE_IN_PROGRESS"
         resolve = Resolver(deployed, lambda name: self.stacks[name], self.exports)
         for logical_id in stack.creation_order():
             resource = stack.resources[logical_id]
@@ -178,6 +181,7 @@ class Deployment:
             if "Export" in output:
                 deployed.exports[resolve(output["Export"]["Name"])] = value
         self._check_api_permissions(stack, deployed)
+        self.proxy.stack_statuses[stack_id(stack.name)] = "CREATE_COMPLETE"
         return deployed
 
     def destroy(self, stack: Stack) -> list[str]:
@@ -512,8 +516,7 @@ class Deployment:
         event: dict[str, Any] = {
             "RequestType": request_type, "ServiceToken": props["ServiceToken"],
             "ResponseURL": self.responses.expect(request_id),
-            "StackId": f"arn:{PARTITION}:cloudformation:{REGION}:{ACCOUNT}:stack/{stack.name}/"
-                       f"{uuid.uuid4()}",
+            "StackId": stack_id(stack.name),
             "RequestId": request_id, "LogicalResourceId": logical_id, "ResourceType": kind,
             "ResourceProperties": props,
         }

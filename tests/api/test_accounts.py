@@ -336,7 +336,7 @@ def test_deleting_a_user_refuses_them_everywhere_and_operators_touch_them_no_mor
 
 def test_users_create_needs_no_sessions_table(stack):
     """As README's "Deploy to AWS" runs it, with the users table and signing secret alone:
-    the sessions table it would mark (if empty) is not there, and the user is made."""
+    a user made touches no sessions table (the stack's creation marked it)."""
     made = cli(stack, "users", "create", f"new{ids.ulid().lower()[-8:]}",
                sessions_table="no-such-sessions-table")
     assert made.returncode == 0 and made.stdout.strip(), made.stderr

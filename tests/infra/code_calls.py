@@ -35,7 +35,8 @@ REPO = Path(__file__).resolve().parents[2]
 # boto3 service name -> IAM prefix
 PREFIXES = {"dynamodb": "dynamodb", "s3": "s3", "sqs": "sqs",
             "secretsmanager": "secretsmanager", "bedrock-runtime": "bedrock",
-            "s3vectors": "s3vectors", "cognito-idp": "cognito-idp"}
+            "s3vectors": "s3vectors", "cognito-idp": "cognito-idp",
+            "cloudformation": "cloudformation"}
 # Operations authorised by another action than their own name.
 AUTHORISED_AS = {
     "s3:HeadObject": "s3:GetObject",

@@ -482,3 +482,27 @@ def test_a_condition_on_a_key_the_proxy_cannot_derive_refuses_naming_it(proxy, t
     assert "aws:sourceip" in message
     (denial,) = proxy.log.denials
     assert "aws:sourceip" in str(denial)
+
+
+def test_the_rehearsal_answers_describe_stacks_of_its_stacks_to_a_role_granted_it(proxy):
+    """It is the functions' CloudFormation (moto's knows none of its stacks): a stack it
+    deploys is described with its status now, to the role granted that stack alone."""
+    own = "arn:aws:cloudformation:us-east-1:123456789012:stack/Codeshot/0000"
+    other = "arn:aws:cloudformation:us-east-1:123456789012:stack/Other/0000"
+    proxy.stack_statuses |= {own: "CREATE_IN_PROGRESS", other: "CREATE_COMPLETE"}
+    cloudformation = as_role(proxy, "cloudformation", {
+        "Effect": "Allow", "Action": "cloudformation:DescribeStacks", "Resource": own})
+    (stack,) = cloudformation.describe_stacks(StackName=own)["Stacks"]
+    assert (stack["StackName"], stack["StackStatus"]) == ("Codeshot", "CREATE_IN_PROGRESS")
+    proxy.stack_statuses[own] = "CREATE_COMPLETE"
+    assert cloudformation.describe_stacks(StackName=own)["Stacks"][0]["StackStatus"] == \
+        "CREATE_COMPLETE"
+    assert "cloudformation:DescribeStacks" in refused(
+        lambda: cloudformation.describe_stacks(StackName=other))
+    with pytest.raises(ClientError, match="does not exist"):
+        as_role(proxy, "cloudformation", {"Effect": "Allow", "Action": "cloudformation:*",
+                                          "Resource": "*"}).describe_stacks(
+            StackName=own.replace("Codeshot", "Gone"))
+    with pytest.raises(Unmapped):  # by name: IAM authorizes the stack's ARN
+        describe("cloudformation", "POST", "/", {}, {}, b"Action=DescribeStacks&StackName=S",
+                 str)

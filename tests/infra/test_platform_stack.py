@@ -4,13 +4,13 @@ holding exactly what that function needs."""
 from __future__ import annotations
 
 import json
-from typing import Any
 
 import pytest
 from aws_cdk.assertions import Match
 
 from codeshot.settings import FIELDS, RUNNER_RECORD_MARGIN_SECONDS, field_named
 from codeshot.store import tables
+from codeshot.usecases import new_stack
 from infra.bundling import PLATFORM_FUNCTIONS
 from infra.platform_stack import API_TABLES, RUNNER_TABLES
 from infra.settings_env import env_name
@@ -602,25 +602,45 @@ def assert_reads_only_the_signing_secret(synth, handler: str,
 
 # --- least privilege, function by function -------------------------------------------------
 
-def sessions_scan(t, handler: str, table: str) -> list[Any]:
-    """The conditions of each grant of a Scan of the sessions table to ``handler``."""
-    return [g.condition for g in t.grants(handler)
-            if table in g.targets() and "dynamodb:Scan" in g.actions]
+def sessions_scans(t, table: str) -> list[str]:
+    """The logical ids of the roles granted a Scan of the sessions table."""
+    return sorted(p for p, props in t.of_type("AWS::IAM::Policy").items()
+                  for st in props["Properties"]["PolicyDocument"]["Statement"]
+                  if table in refs_of(st["Resource"]) and "dynamodb:Scan" in (
+                      st["Action"] if isinstance(st["Action"], list) else [st["Action"]]))
 
 
-# A user made asks whether the sessions table is empty (SessionStore.hold_if_new): a Scan
-# of keys alone, reading no message.
-KEYS_ONLY = {"StringEquals": {"dynamodb:Select": "SPECIFIC_ATTRIBUTES"},
-             "ForAllValues:StringEquals": {"dynamodb:Attributes": ["session_id", "item"]}}
+def test_no_role_may_page_through_the_sessions_tables_keys(synth):
+    """A Scan, even of keys alone, pages through every session id and content hash: the
+    API and registration roles once had one to tell a new stack's empty table (a user
+    made marked it). The mark is now made while CloudFormation creates the stack
+    (test_a_new_stacks_sessions_table_is_marked_by_a_resource_of_its_creation)."""
+    t = synth.platform
+    sessions = synth.table_id(tables.SESSIONS)
+    for handler in (API, RUNNER, REGISTER, ERASER):
+        assert "dynamodb:Scan" not in t.actions_on(handler, sessions), handler
+    assert sessions_scans(t, sessions) == []
+
+
+def test_a_new_stacks_sessions_table_is_marked_by_a_resource_of_its_creation(synth):
+    """The registration function serves it: it may describe this stack alone (is it
+    being created?) and put the mark's item alone."""
+    t = synth.platform
+    (resource,) = t.of_type(new_stack.RESOURCE_TYPE).values()
+    register_id, _ = t.function(REGISTER)
+    assert refs_of(resource["Properties"]["ServiceToken"]) == {register_id}
+    describe = [g for g in t.grants(REGISTER) if any(a.startswith("cloudformation:")
+                                                     for a in g.actions)]
+    assert [(set(g.actions), g.resources, g.condition) for g in describe] == [
+        ({"cloudformation:DescribeStacks"}, ({"Ref": "AWS::StackId"},), None)]
+    for handler in (API, RUNNER, ERASER):
+        assert not {a for a in t.all_actions(handler) if a.startswith("cloudformation:")}
 
 
 def test_api_role(synth):
     t = synth.platform
-    sessions = synth.table_id(tables.SESSIONS)
     for spec in tables.TABLES:  # it reads and writes every table
-        scan = {"dynamodb:Scan"} if spec is tables.SESSIONS else set()
-        assert t.actions_on(API, synth.table_id(spec)) == set(API_TABLES[spec.logical]) | scan
-    assert sessions_scan(t, API, sessions) == [KEYS_ONLY]
+        assert t.actions_on(API, synth.table_id(spec)) == set(API_TABLES[spec.logical])
     bucket = embeds_bucket_id(synth)
     assert t.actions_on(API, bucket) == {"s3:GetObject", "s3:PutObject", "s3:DeleteObject",
                                          "s3:ListBucket"}
@@ -690,14 +710,12 @@ def test_register_agent_role(synth):
         "dynamodb:GetItem", "dynamodb:PutItem"}
     for spec in (tables.USAGE, tables.USER_STORAGE):
         assert not t.actions_on(REGISTER, synth.table_id(spec))
-    # The owner made on a new stack's first deploy marks its empty sessions table: the
-    # mark's item alone, and a Scan of keys.
+    # It marks a new stack's sessions table (its Custom::CodeshotRepliesHeld): the mark's
+    # item alone, put; no read of the table.
     sessions = synth.table_id(tables.SESSIONS)
-    assert sessions_scan(t, REGISTER, sessions) == [KEYS_ONLY]
     mark = {"ForAllValues:StringEquals": {"dynamodb:LeadingKeys": ["#replies-held"]}}
     assert {(a, json.dumps(g.condition)) for g in t.grants(REGISTER)
             if sessions in g.targets() for a in g.actions} == {
-        ("dynamodb:Scan", json.dumps(KEYS_ONLY)), ("dynamodb:GetItem", json.dumps(mark)),
         ("dynamodb:PutItem", json.dumps(mark))}
     # Users' OAuth tokens for an agent it (un)registers: found through the keys-only
     # index, deleted key by key; it can neither read a token nor write an item.

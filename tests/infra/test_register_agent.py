@@ -14,8 +14,11 @@ from codeshot.errors import NotFound
 from codeshot.runner.handshake import Handshake
 from codeshot.sdk.project import load_agent, read_config
 from codeshot.services import Services
+from codeshot.store.tables import REPLIES_HELD_MARK
+from codeshot.usecases import new_stack
 from handlers import register_agent
 from infra.config import REPO_ROOT
+from tests import stacks
 
 URL = "https://93.184.215.14/notes"  # public address literal: passes the SSRF check offline
 
@@ -200,3 +203,61 @@ def test_a_long_reason_is_cut_so_that_cloudformation_takes_the_answer(reason):
     assert len(long["Reason"]) > 1000  # as much of the reason as fits, not a stub
     assert (long["Status"], long["Data"]) == ("FAILED", {"AgentId": "a/b"})
     assert short["Reason"] == reason[:40]  # a short one is whole
+
+
+def answers(services: Services, monkeypatch, *events: dict) -> list[dict]:
+    """The handler's answers to CloudFormation, one per event, PUT to a loopback server."""
+    server = HTTPServer(("127.0.0.1", 0), _Recorder)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    _Recorder.bodies.clear()
+    monkeypatch.setattr(register_agent, "_services", lambda: services)
+    try:
+        for sent in events:
+            sent["ResponseURL"] = f"http://127.0.0.1:{server.server_port}/response"
+            register_agent.handler(sent, _Context())
+    finally:
+        server.shutdown()
+    return list(_Recorder.bodies)
+
+
+def test_the_replies_held_resource_marks_the_sessions_table_of_a_stack_being_created(
+        services, monkeypatch):
+    """Its create, update and delete answer CloudFormation under one physical id (never a
+    replacement); only while the stack is being created is the table marked, and its
+    delete (the stack's rollback or deletion) leaves the mark with its table."""
+    db, table = services.sessions.db, services.settings.sessions_table
+    db.delete_item(TableName=table, Key=REPLIES_HELD_MARK)  # as CDK makes the table
+    stack = stacks.stack_in(services.settings, stacks.CREATING)
+    bodies = answers(services, monkeypatch, stacks.replies_held_event(stack))
+    stacks.now_in(services.settings, stack, stacks.UPDATING)
+    bodies += answers(services, monkeypatch, *(
+        stacks.replies_held_event(stack, kind) for kind in ("Update", "Delete")))
+    assert [(b["Status"], b["PhysicalResourceId"], b["Data"]) for b in bodies] == [
+        ("SUCCESS", new_stack.PHYSICAL_ID, {"Marked": "true"}),
+        ("SUCCESS", new_stack.PHYSICAL_ID, {"Marked": "false"}),
+        ("SUCCESS", new_stack.PHYSICAL_ID, {})]
+    assert services.sessions.replies_held()
+    assert services.registry.scan_all() == []  # no agent registration
+
+
+def test_the_replies_held_resource_added_by_an_upgrade_marks_nothing(services, monkeypatch):
+    """Created by the update that brings it, into a stack whose table may hold replies
+    from before HELD# items: unmarked, for `codeshot users hold-replies`."""
+    db, table = services.sessions.db, services.settings.sessions_table
+    db.delete_item(TableName=table, Key=REPLIES_HELD_MARK)
+    updating = stacks.stack_in(services.settings, stacks.UPDATING)
+    (body,) = answers(services, monkeypatch, stacks.replies_held_event(updating))
+    assert (body["Status"], body["Data"]) == ("SUCCESS", {"Marked": "false"})
+    assert not services.sessions.replies_held()
+
+
+def test_a_replies_held_resource_that_cannot_read_its_stack_fails_and_marks_nothing(
+        services, monkeypatch):
+    """In AWS, a stack its role may not describe (any but its own) is refused as this
+    missing one is: the stack's creation fails (and rolls back) rather than guess."""
+    db, table = services.sessions.db, services.settings.sessions_table
+    db.delete_item(TableName=table, Key=REPLIES_HELD_MARK)
+    (body,) = answers(services, monkeypatch, stacks.replies_held_event(
+        "arn:aws:cloudformation:us-east-1:123456789012:stack/another/x"))
+    assert body["Status"] == "FAILED" and "does not exist" in body["Reason"], body
+    assert not services.sessions.replies_held()

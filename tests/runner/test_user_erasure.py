@@ -31,11 +31,19 @@ from codeshot.store.oauth import Flow
 from codeshot.store.queue import ErasureWork, Work
 from codeshot.store.sessions import BY_CONTENT
 from codeshot.store.tables import ERASURE_QUEUE, REPLIES_HELD_MARK
-from codeshot.usecases import accounts, erasure, erasure_start, oauth, user_storage, users
+from codeshot.usecases import (
+    accounts,
+    erasure,
+    erasure_start,
+    new_stack,
+    oauth,
+    user_storage,
+    users,
+)
 from codeshot.usecases.messaging import EmbedUpload, Messaging
 from codeshot.usecases.registration import AgentFields, AgentRegistration, daily_agent_change
 from codeshot.usecases.sessions import create_session
-from tests import conftest
+from tests import conftest, stacks
 
 SHARED = b"bytes both users sent"
 
@@ -643,13 +651,21 @@ def unmark(services: Services) -> None:
                                      Key=REPLIES_HELD_MARK)
 
 
+def deploy_marks(services: Services, status: str) -> bool:
+    """What the platform stack's Custom::CodeshotRepliesHeld does, created while its stack
+    has ``status``; whether it says it marked the table."""
+    _, data = new_stack.hold_new_stack_replies(
+        services, stacks.replies_held_event(stacks.stack_in(services.settings, status)))
+    return data["Marked"] == "true"
+
+
 def test_a_new_stacks_erasures_delete_embeds_objects_with_no_operator_step(services, clock):
-    """A deployed stack's sessions table has no mark; its first user (here `users create`;
-    a deploy's owner and a first sign-in go the same way) finds it empty, so without
-    replies of before HELD# items: marked. A deleted user's embeds then go."""
+    """A deployed stack's sessions table has no mark; CloudFormation creating the stack
+    creates the table with it, so it holds no reply of before HELD# items: marked. A
+    deleted user's embeds then go."""
     unmark(services)
+    assert deploy_marks(services, stacks.CREATING) and services.sessions.replies_held()
     alice, _ = users.create_user(services, "alice")
-    assert services.sessions.replies_held()
     principal = users.principal_of(alice)
     session_id = create_session(services, principal).session_id
     own = b"alice's holiday photo"
@@ -663,46 +679,16 @@ def test_a_new_stacks_erasures_delete_embeds_objects_with_no_operator_step(servi
     assert not services.users.get(alice.user_id).embeds_kept
 
 
-def test_a_mark_that_fails_makes_no_user_and_the_retry_makes_both(services, monkeypatch):
-    """The mark's Scan throttled: the user was made and the call failed, so the retry of
-    `users create` (or of a first sign-in's username) found the username taken."""
-    from botocore.exceptions import ClientError
-
-    unmark(services)
-    scan = services.sessions.db.scan
-
-    def throttled(**_request):
-        raise ClientError({"Error": {"Code": "ThrottlingException", "Message": "slow"}}, "Scan")
-
-    monkeypatch.setattr(services.sessions.db, "scan", throttled)
-    with pytest.raises(ClientError):
-        users.create_user(services, "dora")
-    monkeypatch.setattr(services.sessions.db, "scan", scan)
-    with pytest.raises(NotFound):
-        services.users.get_by_username("dora")
-    dora, _ = users.create_user(services, "dora")
-    assert dora.username == "dora" and services.sessions.replies_held()
-
-
-def test_an_empty_page_with_more_to_read_is_no_empty_table(services, monkeypatch):
-    """DynamoDB may answer a Scan with no item and a LastEvaluatedKey (the table not
-    empty): read as empty, an upgraded table was marked, and erasures deleted bytes its
-    older replies name."""
-    unmark(services)
-    monkeypatch.setattr(services.sessions.db, "scan", lambda **_request: {
-        "Items": [], "Count": 0, "LastEvaluatedKey": {"session_id": {"S": "s-1"}}})
-    users.create_user(services, "erin")
-    assert not services.sessions.replies_held()
-
-
-def test_a_stack_with_sessions_from_before_held_replies_is_not_marked_by_a_new_user(
+def test_a_stack_with_sessions_from_before_held_replies_is_not_marked_by_its_upgrade(
         services, clock):
-    """An upgraded stack: its table holds sessions (their replies may name bytes with no
-    HELD# item), so a user made now does not mark it; an erasure keeps the objects, and
-    the tombstone says so."""
+    """An upgraded stack: the resource is created by the update that brings it, when its
+    table may hold sessions whose replies name bytes with no HELD# item; it marks
+    nothing, and nor does a user made since. An erasure keeps the objects, and the
+    tombstone says so."""
     carol, _ = users.create_user(services, "carol")
     create_session(services, users.principal_of(carol))
     unmark(services)
+    assert not deploy_marks(services, stacks.UPDATING)
     alice, _ = users.create_user(services, "alice")
     assert not services.sessions.replies_held()
     principal = users.principal_of(alice)
@@ -717,6 +703,16 @@ def test_a_stack_with_sessions_from_before_held_replies_is_not_marked_by_a_new_u
     assert services.embeds.read(digest(b"photo")) == b"photo"
     listed = cli._deleted(services.settings, tombstone)  # her line in `users list`
     assert "kept for good" in listed and "codeshot users hold-replies" in listed
+
+
+def test_an_upgraded_stacks_empty_table_is_not_marked_either(services):
+    """Whether the table is empty is not asked (that took a Scan of its keys, which the
+    API and registration roles no longer have): an upgraded stack is the backfill's, an
+    empty table one Scan page of it. Made by the old code, the first user marked it."""
+    unmark(services)
+    assert not deploy_marks(services, stacks.UPDATING)
+    users.create_user(services, "erin")
+    assert not services.sessions.replies_held()
 
 
 def test_old_replies_held_by_the_backfill_keep_their_bytes_and_lose_their_users(
