@@ -34,9 +34,9 @@ MAX_PORT = 65535
 API_KEY_HELP = "your API key (other users of this machine see it in `ps`: prefer " \
     "CODESHOT_API_KEY)"
 # Where a user's commands find the platform and their key (codeshot.client.Target.find).
-TARGETS = ("of CODESHOT_API_URL with CODESHOT_API_KEY when set, else of the running "
-           "`codeshot local up` of this directory or the nearest above it, with its own key "
-           "(.codeshot/local.json; one above left by a crashed stack is passed over)")
+TARGETS = ("of the running `codeshot local up` of this directory, with its own key "
+           "(.codeshot/local.json), else of CODESHOT_API_URL with CODESHOT_API_KEY when set, "
+           "else of the nearest such stack above (one left by a crashed stack is passed over)")
 
 
 def _check_ports(port: int, aws_port: int | None) -> None:
@@ -630,9 +630,9 @@ def build_parser() -> argparse.ArgumentParser:
         "create",
         help="create a user and print their API key (shown once)",
         description="Create a user and print a new API key. Run in (or under) the directory "
-        "of a running `codeshot local up`, it targets that stack (via .codeshot/local.json) "
-        "unless CODESHOT_API_URL is set; otherwise the platform named by the CODESHOT_* "
-        "environment.",
+        "of a running `codeshot local up`, it targets that stack (via .codeshot/local.json; "
+        "one above only while CODESHOT_API_URL is not set); otherwise the platform named "
+        "by the CODESHOT_* environment.",
     )
     create.add_argument("name", metavar="NAME", help="username: 1-63 of a-z, 0-9, '_' or '-'")
     create.set_defaults(run=_users_create)
@@ -760,7 +760,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="tune the minilm router model on the registered agents",
         description="Tune all-MiniLM-L6-v2 on the registered agents' sample queries, "
         "names and descriptions (the agents of the running `codeshot local up` of this "
-        "directory or above, unless CODESHOT_API_URL is set, else of the platform CODESHOT_* "
+        "directory, or above while CODESHOT_API_URL is not set, else of the platform CODESHOT_* "
         "names), and save it to OUT. Routing "
         "with it (CODESHOT_EMBEDDER=minilm CODESHOT_MINILM_MODEL=OUT) picks the right "
         "agent first more often: 0.875 of the router benchmark's held-out queries, "

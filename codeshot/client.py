@@ -54,16 +54,19 @@ def read_state(directory: Path | None = None) -> dict[str, Any] | None:
 
 
 def local_stack() -> tuple[Path, dict[str, Any]] | None:
-    """(the file, its state) of the local stack a user's command acts on: the nearest
+    """(the file, its state) of the local stack a user's command acts on: the working
+    directory's own, whatever the environment says (a stable contract: a command run
+    where `codeshot local up` runs targets that stack), else the nearest above it
     (:func:`find_state`), unless ``CODESHOT_API_URL`` (or ``FIXIE_API_URL``) is set: a
-    platform the user named wins over a file found in a directory."""
-    return None if _from_environment("api_url") else find_state()
+    platform the user named wins over a file found in a directory above."""
+    return find_state(upward=not _from_environment("api_url"))
 
 
-def find_state(start: Path | None = None) -> tuple[Path, dict[str, Any]] | None:
+def find_state(start: Path | None = None, upward: bool = True
+               ) -> tuple[Path, dict[str, Any]] | None:
     """(the file, its state) of the nearest ``.codeshot/local.json`` in ``start`` (default:
-    cwd) or a directory above it, as git finds ``.git``: so an agent's directory inside the
-    one `codeshot local up` runs in finds that stack. The search stops at the home
+    cwd) or (``upward``) a directory above it, as git finds ``.git``: so an agent's
+    directory inside the one `codeshot local up` runs in finds that stack. The search stops at the home
     directory (of a start under it) or the root, and, as git's safe.directory, before a
     directory this user does not own or that others may write to (unless sticky): there
     anyone could plant a file that would take this user's chats. A file (or its
@@ -75,7 +78,7 @@ def find_state(start: Path | None = None) -> tuple[Path, dict[str, Any]] | None:
     except RuntimeError:  # no HOME and no passwd entry
         home = None
     uid = getattr(os, "getuid", lambda: None)()
-    for directory in (here, *here.parents):
+    for directory in (here, *here.parents) if upward else (here,):
         if uid is not None and not _safe_to_search(directory, uid):
             break
         state = read_state(directory) if uid is None else _read_owned_state(directory, uid)
@@ -191,9 +194,10 @@ class Target:
     def find(cls, api_url: str | None = None, api_key: str | None = None) -> Target:
         """The platform and the key for it, taken together: a key never goes to a URL
         from another source (a planted .codeshot/local.json must not get the
-        environment's key). --api-url with --api-key or CODESHOT_API_KEY; else
-        CODESHOT_API_URL, when set, with them; else the local stack's .codeshot/local.json
-        here or above (:func:`local_stack`) with its own key; else the default URL."""
+        environment's key). --api-url with --api-key or CODESHOT_API_KEY; else the local
+        stack's .codeshot/local.json here (:func:`local_stack`) with its own key; else
+        CODESHOT_API_URL, when set, with them; else such a file above; else the default
+        URL."""
         from codeshot.settings import get_settings
 
         settings = get_settings()

@@ -69,23 +69,25 @@ COMMANDS = [("chat",), ("oauth", "list"),
 
 
 @pytest.mark.parametrize("command", COMMANDS)
-def test_codeshot_api_url_wins_over_a_local_json_here_or_above(tmp_path, listeners, command):
-    """A platform the user names wins over a file found in a directory: a local.json (one
-    left above by a crashed stack, say) took over every command below it, ahead of
-    CODESHOT_API_URL. Each goes with its own key only."""
+def test_a_local_json_here_wins_over_codeshot_api_url_and_one_above_does_not(
+        tmp_path, listeners, command):
+    """The working directory's local.json wins over CODESHOT_API_URL (a stable contract:
+    a command run where `codeshot local up` runs targets that stack), each with its own
+    key only; a file found above is a guess the platform the user named wins over (one
+    left above by a crashed stack, say, took over every command below it)."""
     mine, planted = listeners
     nested = tmp_path / "agents"
     nested.mkdir()
     plant(tmp_path, planted.url, api_key="FILE")
-    plant(nested, planted.url, api_key="FILE")
-    for cwd in (nested, tmp_path / "agents" / ".codeshot"):  # here, and above
-        out = codeshot(*command, cwd=cwd, HOME=str(tmp_path), CODESHOT_API_URL=mine.url,
-                       CODESHOT_API_KEY="REAL")
-        assert out.returncode == 2 and out.stderr.strip().endswith("(UNAUTHENTICATED)"), \
-            out.stderr
+    out = codeshot(*command, cwd=nested, HOME=str(tmp_path), CODESHOT_API_URL=mine.url,
+                   CODESHOT_API_KEY="REAL")
+    assert out.returncode == 2 and out.stderr.strip().endswith("(UNAUTHENTICATED)"), \
+        out.stderr
     assert planted.seen == [] and mine.seen and set(mine.seen) == {"Bearer REAL"}
-    out = codeshot(*command, cwd=nested, HOME=str(tmp_path), CODESHOT_API_KEY="REAL")
+    out = codeshot(*command, cwd=tmp_path, HOME=str(tmp_path), CODESHOT_API_URL=mine.url,
+                   CODESHOT_API_KEY="REAL")
     assert out.returncode == 2 and planted.seen and set(planted.seen) == {"Bearer FILE"}
+    assert set(mine.seen) == {"Bearer REAL"}
 
 
 def test_without_a_local_json_the_environment_names_the_platform(tmp_path, listeners):
