@@ -66,8 +66,9 @@ def find_state(start: Path | None = None, upward: bool = True
                ) -> tuple[Path, dict[str, Any]] | None:
     """(the file, its state) of the nearest ``.codeshot/local.json`` in ``start`` (default:
     cwd) or (``upward``) a directory above it, as git finds ``.git``: so an agent's
-    directory inside the one `codeshot local up` runs in finds that stack. The search stops at the home
-    directory (of a start under it) or the root, and, as git's safe.directory, before a
+    directory inside the one `codeshot local up` runs in finds that stack. The search
+    stops at the home directory (of a start under it) or the root, and, as git's
+    safe.directory, before a
     directory this user does not own or that others may write to (unless sticky): there
     anyone could plant a file that would take this user's chats. A file (or its
     ``.codeshot``) another user owns is passed over, and so is one above ``start`` whose
