@@ -528,6 +528,19 @@ def test_a_disabled_users_oauth_flow_is_refused_at_its_link_and_callback(service
     assert services.oauth.get_token(alice.user.user_id, common.agent_id) is None
 
 
+def test_a_query_sent_before_its_user_was_disabled_runs_nothing(services, people):
+    """The runner takes a query of a user disabled since they sent it: nothing runs for
+    them (no agent called, no LLM spent), and the reply says why."""
+    alice, _, _ = people
+    accounts.set_disabled(services, "alice", True)
+    with mock.patch.object(SessionRunner, "_program") as program:
+        run_sweeps(services, queries_of=alice.session_id)
+    program.assert_not_called()
+    reply = services.sessions.recent(alice.session_id, 1).messages[0]
+    assert (reply.type, reply.error_code, reply.text) == (
+        MessageType.ERROR, "UNAUTHENTICATED", "this user has been disabled by an operator")
+
+
 def test_an_agent_with_many_tokens_and_corpus_versions_is_removed_a_bounded_part_at_a_time(
         services, clock, people):
     """Each part stays within the eraser's timeout however much an agent holds: its
