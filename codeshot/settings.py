@@ -219,8 +219,9 @@ class Settings:
     agent_call_timeout_seconds: float = setting(30.0, gt=0)
     # How long a user has to authorize an agent at its OAuth provider (the state's life).
     oauth_state_seconds: int = setting(600, ge=60, le=3600)
-    # How long a warm API reuses an API key's user record (revocation, limits); a key is
-    # still verified by its signature on every request (0: read the user every time).
+    # How long a warm API reuses an API key's user record (revocation, limits), and a
+    # user's state (deleted, disabled) for agents' call tokens (the runner: for queries); a
+    # key is still verified by its signature on every request (0: read the user every time).
     api_key_cache_seconds: float = setting(30.0, ge=0)
 
     # GraphQL: storage reads one request may make (see codeshot/api/graphql/cost.py), and

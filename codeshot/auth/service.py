@@ -21,6 +21,19 @@ KEY_PREFIX = "key_"  # API key ids (the key's jti)
 DISABLED = "this user has been disabled by an operator"
 DELETED = "this user has been deleted"
 REVOKED = "API key has been revoked"
+NO_USER = "this user does not exist"
+
+
+def refusal(user: User) -> str | None:
+    """Why every credential acting for ``user`` is refused (UNAUTHENTICATED), if it is."""
+    return DELETED if user.deleted else DISABLED if user.disabled else None
+
+
+def check_active(user: User) -> None:
+    """UNAUTHENTICATED for a deleted or disabled user."""
+    if (why := refusal(user)) is not None:
+        raise Unauthenticated(why)
+
 
 # (agent id, its registration if known, seconds the call may last) -> a call token
 CallTokens = Callable[[str, int | None, float], str]
@@ -32,6 +45,8 @@ class Auth:
         self.keyring = keyring
         self.users = users
         self._principals: dict[str, tuple[Principal, float]] = {}  # key id -> (who, until)
+        # user id -> (why a credential acting for them is refused, None: it is not; until)
+        self._refusals: dict[str, tuple[str | None, float]] = {}
 
     @property
     def issuer(self) -> str:
@@ -88,6 +103,18 @@ class Auth:
         """Drop this process's cached records of the user (disabled: refused at once)."""
         self._principals = {k: v for k, v in self._principals.items()
                             if v[0].user_id != user_id}
+        self._refusals.pop(user_id, None)
+
+    def _remember(self, cache: dict[str, tuple[Any, float]], key: str, value: Any) -> None:
+        """Keep ``value`` for ``api_key_cache_seconds`` (none at 0); expired entries go
+        when the cache is full."""
+        if self.settings.api_key_cache_seconds <= 0:
+            return
+        now = time.monotonic()
+        if len(cache) >= MAX_CACHED_KEYS:
+            for stale in [k for k, v in cache.items() if v[1] <= now]:
+                del cache[stale]
+        cache[key] = (value, now + self.settings.api_key_cache_seconds)
 
     def user_for_api_key(self, token: str) -> Principal:
         """The key's user, if the key is signed by us and not revoked. The user record (key
@@ -115,13 +142,30 @@ class Auth:
             raise Unauthenticated(DISABLED)
         principal = Principal(user_id=user.user_id, username=user.username,
                               key_id=claims["jti"], daily_query_limit=user.daily_query_limit)
-        if self.settings.api_key_cache_seconds > 0:
-            now = time.monotonic()
-            if len(self._principals) >= MAX_CACHED_KEYS:
-                self._principals = {k: v for k, v in self._principals.items() if v[1] > now}
-            self._principals[claims["jti"]] = (principal,
-                                               now + self.settings.api_key_cache_seconds)
+        self._remember(self._principals, claims["jti"], principal)
         return principal
+
+    def refuse_inactive(self, user_id: str, fresh: bool = False) -> None:
+        """Refuse (UNAUTHENTICATED, as their API keys) what acts for ``user_id`` without a
+        key of theirs: an agent's call token, an OAuth flow, unless the user is stored,
+        not deleted and not disabled. The answer is reused for ``api_key_cache_seconds``
+        in a warm process, as a key's user record (:meth:`forget_user` drops it);
+        ``fresh``: read now, for a write that must not land for a user deleted a moment
+        ago in another process."""
+        cached = None if fresh else self._refusals.get(user_id)
+        if cached is not None and cached[1] > time.monotonic():
+            why = cached[0]
+        else:
+            why = self._refusal(user_id)
+            self._remember(self._refusals, user_id, why)
+        if why is not None:
+            raise Unauthenticated(why)
+
+    def _refusal(self, user_id: str) -> str | None:
+        try:
+            return refusal(self.users.get(user_id))
+        except NotFound:
+            return NO_USER
 
     # -- agent-call tokens ------------------------------------------------------------
     def agent_token(self, agent_id: str, user_id: str | None, session_id: str | None,
@@ -147,18 +191,9 @@ class Auth:
         return lambda agent_id, registration, lasting: self.agent_token(
             agent_id, user_id, session_id, registration, lasting)
 
-    def refuse_deleted(self, user_id: str) -> None:
-        """Refuse an agent call token's write for a user deleted since it was minted (read,
-        never cached). Only writes ask, not every request: a deleted user's erasure waits
-        out the credentials checked before (codeshot/usecases/erasure.py)."""
-        try:
-            deleted = self.users.get(user_id).deleted is not None
-        except NotFound:  # a user not stored: nothing of theirs to keep from being written
-            return
-        if deleted:
-            raise Unauthenticated(DELETED)
-
     def principal_for_agent_token(self, token: str) -> Principal:
+        """The call token's agent, user and session: refused, as an API key would be, if
+        issued for a user since deleted or disabled (whenever it was minted)."""
         claims = tokens.decode(
             token,
             self.keyring.verification_key,
@@ -167,6 +202,8 @@ class Auth:
             typ=tokens.AGENT_TOKEN_TYPE,
             require=("exp", "aid"),
         )
+        if claims.get("sub"):
+            self.refuse_inactive(claims["sub"])
         return Principal(
             user_id=claims.get("sub"), agent_id=claims["aid"], session_id=claims.get("sid"),
             issued_at=claims["iat"],

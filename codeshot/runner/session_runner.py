@@ -478,6 +478,9 @@ class SessionRunner:
              recent: list[Message], trace: list[Message], book: EmbedBook,
              deadline: float, task: str) -> tuple[Outcome, dict[str, Any] | None]:
         settings = self.s.settings
+        # A query queued before its user was deleted or disabled runs nothing: no agent is
+        # called and no LLM spent for them (the API refuses their call tokens too).
+        self.s.auth.refuse_inactive(session.owner)
         memory = self._memory(session, query, recent)
         # The newest embeds only, those a prompt can list: a session may have thousands
         # (an older one is read by key when named, see _bound_embed).

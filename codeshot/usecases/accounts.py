@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from codeshot.auth.cognito import Identity
-from codeshot.auth.service import DELETED, DISABLED, REVOKED
+from codeshot.auth.service import REVOKED, check_active
 from codeshot.errors import Forbidden, InvalidInput, Unauthenticated
 from codeshot.models import Principal, User
 from codeshot.services import Services
@@ -49,10 +49,7 @@ def principal_for_token(services: Services, token: str) -> Principal:
     user = services.users.find_by_identity(identity.sub)
     if user is None:
         raise NoUsername(identity)
-    if user.deleted:
-        raise Unauthenticated(DELETED)
-    if user.disabled:
-        raise Unauthenticated(DISABLED)
+    check_active(user)
     return Principal(user_id=user.user_id, username=user.username,
                      daily_query_limit=user.daily_query_limit)
 
@@ -118,10 +115,7 @@ def delete_account(services: Services, principal: Principal, confirm_username: s
     user = services.users.get(principal.user_id or "")
     # Read fresh, not as a key another API process still caches (a while): a key revoked
     # or a user disabled since cannot make this change, the one with no undo.
-    if user.deleted:
-        raise Unauthenticated(DELETED)
-    if user.disabled:
-        raise Unauthenticated(DISABLED)
+    check_active(user)
     if principal.key_id and principal.key_id not in user.api_key_ids:
         raise Unauthenticated(REVOKED)
     if confirm_username.strip() != user.username:

@@ -30,7 +30,7 @@ from dataclasses import dataclass
 from typing import Any
 from urllib.parse import SplitResult, urlencode, urlsplit, urlunsplit
 
-from codeshot.auth.service import DELETED
+from codeshot.auth.service import check_active
 from codeshot.errors import (
     CodeshotError,
     Forbidden,
@@ -38,7 +38,6 @@ from codeshot.errors import (
     NotFound,
     OAuthFailed,
     RateLimited,
-    Unauthenticated,
     Unavailable,
 )
 from codeshot.models import Agent, MessageType, Principal, SessionStatus
@@ -122,8 +121,7 @@ class LinkPage:
 def describe_link(services: Services, state: str, browser: str | None) -> LinkPage:
     pending = services.oauth.peek_flow(state, browser)
     user = services.users.get(pending.user_id)
-    if user.deleted:  # a flow opened before the deletion (flows outlast its wait)
-        raise Unauthenticated(DELETED)
+    check_active(user)  # a flow opened before the deletion (flows outlast its wait)
     return LinkPage(user.username, pending.agent_id,
                     urlsplit(pending.authorize_url).hostname or "")
 
@@ -192,7 +190,7 @@ def get_token(services: Services, caller: Principal) -> dict[str, Any]:
     fetch, not per query): a query of theirs still queued runs after the deletion, and the
     erasure drops OAuth tokens only after their agents and sessions, maybe hours later."""
     user_id, agent_id, agent = _acting_for(services, caller)
-    services.auth.refuse_deleted(user_id)
+    services.auth.refuse_inactive(user_id, fresh=True)
     _charge(services, user_id, agent_id)
     token = services.oauth.get_token(user_id, agent_id, not_before=agent.created)
     if token is None:
@@ -204,7 +202,7 @@ def put_token(services: Services, caller: Principal, token: Any) -> None:
     user_id, agent_id, _ = _acting_for(services, caller)
     check_token(token)
     _charge(services, user_id, agent_id)
-    services.auth.refuse_deleted(user_id)
+    services.auth.refuse_inactive(user_id, fresh=True)
     services.oauth.put_token(user_id, agent_id, token)
 
 
@@ -221,7 +219,7 @@ def complete(services: Services, state: str, browser: str | None, code: str | No
         raise OAuthFailed("the authorization server did not authorize the agent: "
                           + as_one_line(error or "no code", 100))
     # A flow opened before its user's deletion: no call token minted, no token kept.
-    services.auth.refuse_deleted(flow.user_id)
+    services.auth.refuse_inactive(flow.user_id, fresh=True)
     _exchange(services, flow, code)
     if services.oauth.get_token(flow.user_id, flow.agent_id) is None:
         raise OAuthFailed(f"{flow.agent_id} did not keep a token from the authorization")

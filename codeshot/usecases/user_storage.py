@@ -64,7 +64,7 @@ def put_value(services: Services, caller: Principal, agent_id: str, key: str,
     """Store ``data``: JSON text as it is (Fixie's SDK sends text), anything else as JSON."""
     text = data if isinstance(data, str) else json.dumps(data)
     holder = storage_scope(services, caller, agent_id, key, text)
-    services.auth.refuse_deleted(holder.user_id)
+    services.auth.refuse_inactive(holder.user_id, fresh=True)
     services.storage.put(holder, key, text)
 
 

@@ -9,6 +9,8 @@ import jwt
 import pytest
 
 from codeshot.auth import tokens
+from codeshot.store.user_storage import Holder
+from codeshot.usecases import accounts
 
 
 def storage(platform, token, method, path, **kw):
@@ -131,3 +133,74 @@ def test_an_agent_keeps_at_most_so_many_keys_per_user(platform):
     other_token = platform.services.auth.agent_token("h/notes", other, None)
     assert storage(platform, other_token, "POST", "h/notes/a",
                    json={"data": "1"}).status_code == 200
+
+
+def refused(r, message):
+    """UNAUTHENTICATED with ``message`` (HEAD: the status, as it has no body)."""
+    return r.status_code == 401 and (r.request.method == "HEAD" or r.json()["error"] == {
+        "code": "UNAUTHENTICATED", "message": message})
+
+
+def every_call(platform, token, path):
+    """Each storage call of the Fixie SDK, on ``path`` (owner/handle): a read, the list,
+    a test, a write, a delete."""
+    return [storage(platform, token, "GET", f"{path}/k"),
+            storage(platform, token, "GET", path),
+            storage(platform, token, "HEAD", f"{path}/k"),
+            storage(platform, token, "POST", f"{path}/k", json={"data": "2"}),
+            storage(platform, token, "DELETE", f"{path}/k")]
+
+
+def test_a_deleted_users_call_tokens_neither_read_nor_write_and_recreate_nothing(platform):
+    """Minted before the deletion (a call in flight) or after it (a query of theirs still
+    queued): every storage call is refused as their API keys are, and a write lands
+    nothing where the erasure has deleted their items."""
+    user_id, _ = platform.user("gil")
+    before = platform.services.auth.agent_token("gil/notes", user_id, "s1")
+    assert storage(platform, before, "POST", "gil/notes/k", json={"data": "1"}).status_code == 200
+    accounts.delete_user(platform.services, "gil")
+    platform.services.storage.drop_scope(user_id, "gil/notes", 100)  # as the erasure does
+    after = platform.services.auth.agent_token("gil/notes", user_id, "s1")
+    for token in (before, after):
+        assert all(refused(r, "this user has been deleted")
+                   for r in every_call(platform, token, "gil/notes"))
+    holder = Holder(user_id, "gil/notes", 0)
+    assert platform.services.storage.list_keys(holder).items == []
+
+
+def test_a_disabled_users_call_tokens_are_refused_until_they_are_enabled_again(platform):
+    user_id, _ = platform.user("hal")
+    token = platform.services.auth.agent_token("hal/notes", user_id, "s1")
+    assert storage(platform, token, "POST", "hal/notes/k", json={"data": "1"}).status_code == 200
+    accounts.set_disabled(platform.services, "hal", True)
+    assert all(refused(r, "this user has been disabled by an operator")
+               for r in every_call(platform, token, "hal/notes"))
+    holder = Holder(user_id, "hal/notes", 0)
+    assert platform.services.storage.get(holder, "k") == "1"  # the refused write wrote nothing
+    accounts.set_disabled(platform.services, "hal", False)
+    assert [r.status_code for r in every_call(platform, token, "hal/notes")] == [200] * 5
+
+
+def test_a_call_token_for_no_stored_user_is_refused(platform):
+    token = platform.services.auth.agent_token("ivy/notes", "u_never_made", "s1")
+    assert refused(storage(platform, token, "GET", "ivy/notes"), "this user does not exist")
+
+
+def test_every_route_taking_call_tokens_refuses_a_disabled_users(platform):
+    """The OpenAI proxy and OAuth take call tokens as storage does: a disabled user's
+    agents spend no LLM tokens and reach no OAuth token of theirs."""
+    user_id, _ = platform.user("jon")
+    token = platform.services.auth.agent_token("jon/asker", user_id, "s1")
+    accounts.set_disabled(platform.services, "jon", True)
+    chat = {"messages": [{"role": "user", "content": "hi"}]}
+    calls = [("POST", "/api/openai-proxy/v1/chat/completions", chat),
+             ("POST", "/api/openai-proxy/v1/completions", {"prompt": "hi"}),
+             ("POST", "/api/oauth/authorizations",
+              {"authUri": "https://provider.example/authorize", "clientId": "c"}),
+             ("GET", "/api/oauth/token", None),
+             ("PUT", "/api/oauth/token", {"token": {"access_token": "t"}})]
+    for method, path, body in calls:
+        r = httpx.request(method, platform.url + path, json=body,
+                          headers={"Authorization": f"Bearer {token}"})
+        assert refused(r, "this user has been disabled by an operator"), path
+    assert platform.services.oauth.get_token(user_id, "jon/asker") is None

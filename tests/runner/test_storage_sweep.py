@@ -9,12 +9,13 @@ import pytest
 from botocore.exceptions import ClientError
 
 from codeshot.errors import NotFound
-from codeshot.models import Agent, Principal
+from codeshot.models import Agent, Principal, User
 from codeshot.runner import session_runner
 from codeshot.runner.batch import process_batch, record_of
 from codeshot.runner.session_runner import SessionRunner
 from codeshot.services import Services
 from codeshot.store import user_storage as store
+from codeshot.store.dynamo import to_item
 from codeshot.store.queue import Work
 from codeshot.store.tables import SESSION_QUEUE
 from codeshot.usecases import user_storage
@@ -35,7 +36,10 @@ def create(services: Services, handle: str, owner: Principal = OWNER) -> Agent:
 
 
 def as_agent(services: Services, agent: Agent, user: str) -> Principal:
-    """The agent calling the platform for ``user`` with the token of one of its calls."""
+    """The agent calling the platform for ``user`` (stored, as a user a call is for must
+    be) with the token of one of its calls."""
+    services.users.db.put_item(TableName=services.users.table_name,
+                               Item=to_item(User(user_id=user, username=user).to_dict()))
     return services.auth.principal_for_agent_token(
         services.auth.agent_token(agent.agent_id, user, None, agent.registration))
 

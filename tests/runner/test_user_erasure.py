@@ -11,6 +11,7 @@ import base64
 import hashlib
 import itertools
 import json
+import time
 from collections import defaultdict
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -470,23 +471,27 @@ def test_deleting_a_missing_agent_still_moves_the_registry_version(services, peo
 
 def test_a_deleted_users_call_tokens_write_nothing_and_their_late_query_runs_nothing(
         services, clock, people):
-    """Tokens minted before the deletion still verify for minutes: their writes are
-    refused, and so is their OAuth token's read (other reads are not checked: the erasure
-    waits them out). A query of theirs that
+    """Tokens minted before the deletion still verify for minutes: they are refused, and
+    so are their writes and OAuth token reads checked before it. A query of theirs that
     the runner takes only after the erasure finds no session, and runs nothing (no agent
     called, no token minted, nothing written)."""
     alice, _, common = people
-    call = as_agent(services, common, alice.user.user_id)
+    token = services.auth.agent_token(common.agent_id, alice.user.user_id, None,
+                                      common.registration)
+    call = services.auth.principal_for_agent_token(token)
     accounts.delete_user(services, "alice")
+    with pytest.raises(Unauthenticated, match="deleted"):
+        services.auth.principal_for_agent_token(token)
     with pytest.raises(Unauthenticated, match="deleted"):
         user_storage.put_value(services, call, common.agent_id, "later", {"x": 1})
     with pytest.raises(Unauthenticated, match="deleted"):
         oauth.put_token(services, call, {"access_token": "later"})
-    # A token the runner mints after the deletion (a query of hers still queued) is not
-    # handed her OAuth token either, though it stays until the erasure's OAuth step.
-    minted = as_agent(services, common, alice.user.user_id)
     with pytest.raises(Unauthenticated, match="deleted"):
-        oauth.get_token(services, minted)
+        oauth.get_token(services, call)
+    # A token the runner mints after the deletion (a query of hers still queued) is
+    # refused too: not handed her OAuth token, though it stays until the erasure's step.
+    with pytest.raises(Unauthenticated, match="deleted"):
+        as_agent(services, common, alice.user.user_id)
     assert services.oauth.get_token(alice.user.user_id, common.agent_id) is not None
     with later(services, clock, erasure_start.window_seconds(services.settings) + 1):
         run_erasure(services, clock)
@@ -494,6 +499,27 @@ def test_a_deleted_users_call_tokens_write_nothing_and_their_late_query_runs_not
         run_sweeps(services, queries_of=alice.session_id)
     run.assert_not_called()
     assert what_is_left(services, alice, common)["session items"] == ["DELETED"]
+
+
+def test_another_api_process_serves_a_deleted_users_call_token_reads_only_while_it_caches(
+        services, clock, people):
+    """A warm API process that checked alice's call token just before her deletion reads
+    for it up to CODESHOT_API_KEY_CACHE_SECONDS more, as for her API key (the erasure
+    waits that out), but writes nothing (a write reads her record afresh)."""
+    alice, _, common = people
+    token = services.auth.agent_token(common.agent_id, alice.user.user_id, None,
+                                      common.registration)
+    other = Services(services.settings, clock=clock)
+    call = other.auth.principal_for_agent_token(token)
+    accounts.delete_user(services, "alice")
+    assert user_storage.get_value(other, other.auth.principal_for_agent_token(token),
+                                  common.agent_id, "diary") == '{"of": "alice"}'
+    with pytest.raises(Unauthenticated, match="deleted"):
+        user_storage.put_value(other, call, common.agent_id, "later", {"x": 1})
+    cached = services.settings.api_key_cache_seconds
+    with mock.patch("time.monotonic", return_value=time.monotonic() + cached + 1), \
+            pytest.raises(Unauthenticated, match="deleted"):
+        other.auth.principal_for_agent_token(token)
 
 
 def test_an_oauth_flow_or_an_upload_url_from_before_the_deletion_writes_nothing_after_it(
@@ -524,6 +550,36 @@ def test_an_oauth_flow_or_an_upload_url_from_before_the_deletion_writes_nothing_
     with later(services, clock, window + 1):
         run_erasure(services, clock)
     assert not object_exists(services, late)
+
+
+def test_a_disabled_users_oauth_flow_is_refused_at_its_link_and_callback(services, people):
+    """A flow opened before an operator disabled its user: its page and its callback are
+    refused as the user's API keys are (no agent called for the code, no token kept)."""
+    alice, _, common = people
+    flow = Flow.new(alice.user.user_id, common.agent_id, alice.session_id,
+                    oauth.redirect_uri(services))
+    services.oauth.start_flow(flow, "https://provider.example/authorize")
+    services.oauth.open_flow(flow.state, "alices-browser")
+    services.oauth.forget_user(alice.user.user_id, 100)
+    accounts.set_disabled(services, "alice", True)
+    with pytest.raises(Unauthenticated, match="disabled"):
+        oauth.describe_link(services, flow.state, "alices-browser")
+    with pytest.raises(Unauthenticated, match="disabled"):
+        oauth.complete(services, flow.state, "alices-browser", "the-code", None)
+    assert services.oauth.get_token(alice.user.user_id, common.agent_id) is None
+
+
+def test_a_query_sent_before_its_user_was_disabled_runs_nothing(services, people):
+    """The runner takes a query of a user disabled since they sent it: nothing runs for
+    them (no agent called, no LLM spent), and the reply says why."""
+    alice, _, _ = people
+    accounts.set_disabled(services, "alice", True)
+    with mock.patch.object(SessionRunner, "_program") as program:
+        run_sweeps(services, queries_of=alice.session_id)
+    program.assert_not_called()
+    reply = services.sessions.recent(alice.session_id, 1).messages[0]
+    assert (reply.type, reply.error_code, reply.text) == (
+        MessageType.ERROR, "UNAUTHENTICATED", "this user has been disabled by an operator")
 
 
 def test_an_agent_with_many_tokens_and_corpus_versions_is_removed_a_bounded_part_at_a_time(
