@@ -123,9 +123,9 @@ def handler(event: dict[str, Any], context: Any) -> None:
 
     from codeshot.runner.handshake import fetch_handshake
 
-    services = _services()
-    fetch = partial(fetch_handshake, allow_loopback=services.settings.local_mode)
-    try:
+    try:  # every event is answered, one whose services fail too (or a delete would hang)
+        services = _services()
+        fetch = partial(fetch_handshake, allow_loopback=services.settings.local_mode)
         physical_id, data = apply(event, services, retrying(fetch, deadline))
         status, reason = "SUCCESS", ""
     except Exception as exc:

@@ -31,7 +31,8 @@ def hold_new_stack_replies(services: Services, event: dict[str, Any]) -> tuple[s
     a delete asks the stack's status (its role may describe that stack alone) and marks
     the table if the stack is being created; ``Marked`` says whether it did."""
     if event["RequestType"] == "Delete":  # the mark goes with its table
-        return PHYSICAL_ID, {}
+        # The id CloudFormation holds: a failed create's (answered by the handler) too.
+        return event.get("PhysicalResourceId") or PHYSICAL_ID, {}
     cloudformation = aws.client("cloudformation", services.settings)
     (stack,) = cloudformation.describe_stacks(StackName=event["StackId"])["Stacks"]
     new = stack["StackStatus"] == CREATING

@@ -261,3 +261,34 @@ def test_a_replies_held_resource_that_cannot_read_its_stack_fails_and_marks_noth
         "arn:aws:cloudformation:us-east-1:123456789012:stack/another/x"))
     assert body["Status"] == "FAILED" and "does not exist" in body["Reason"], body
     assert not services.sessions.replies_held()
+
+
+def test_a_failed_creates_rollback_is_answered_under_the_id_cloudformation_holds(
+        services, monkeypatch):
+    """A create that failed is answered under an id of the handler's making; the
+    rollback's delete must answer that same id (CloudFormation requires one id a
+    resource), and is answered even when the function cannot build its services."""
+    missing = "arn:aws:cloudformation:us-east-1:123456789012:stack/another/x"
+    (failed,) = answers(services, monkeypatch, stacks.replies_held_event(missing))
+    assert failed["Status"] == "FAILED"
+    rollback = stacks.replies_held_event(missing, "Delete") | {
+        "PhysicalResourceId": failed["PhysicalResourceId"]}
+    (deleted,) = answers(services, monkeypatch, rollback)
+    assert (deleted["Status"], deleted["PhysicalResourceId"]) == (
+        "SUCCESS", failed["PhysicalResourceId"])
+
+    def broken() -> Services:
+        raise RuntimeError("no settings in this environment")
+
+    monkeypatch.setattr(register_agent, "_services", broken)
+    server = HTTPServer(("127.0.0.1", 0), _Recorder)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    _Recorder.bodies.clear()
+    try:
+        register_agent.handler(rollback | {
+            "ResponseURL": f"http://127.0.0.1:{server.server_port}/response"}, _Context())
+    finally:
+        server.shutdown()
+    (answer,) = _Recorder.bodies
+    assert answer["Status"] == "FAILED" and "no settings" in answer["Reason"]
+    assert answer["PhysicalResourceId"] == failed["PhysicalResourceId"]
