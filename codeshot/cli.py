@@ -105,8 +105,9 @@ def _local_up(args: argparse.Namespace) -> int:
 
 
 def _target_settings(**overrides: object) -> Settings:
-    """The stack to act on: the running `codeshot local up` in this directory or above, or
-    the environment's settings (a deployed platform), with ``overrides``."""
+    """The stack to act on: the running `codeshot local up` in this directory (or above,
+    while CODESHOT_API_URL is not set: :func:`codeshot.client.local_stack`), or the
+    environment's settings (a deployed platform), with ``overrides``."""
     from codeshot.client import read_state
     from codeshot.settings import Settings, get_settings
 
@@ -906,12 +907,20 @@ def _unreachable(exc: Exception) -> CodeshotError | None:
         from botocore.exceptions import NoCredentialsError, PartialCredentialsError
     except ModuleNotFoundError:
         return None
-    from codeshot.client import STATE_FILE, local_stack, stale_stack, state_source
+    from codeshot.client import (
+        STATE_FILE,
+        local_stack,
+        searches_above,
+        stale_stack,
+        state_source,
+    )
     from codeshot.errors import Unauthenticated, Unavailable
 
     if isinstance(exc, NoCredentialsError | PartialCredentialsError):
+        where = " or above" if searches_above() else \
+            "; with CODESHOT_API_URL set, one above does not count"
         return Unauthenticated(
-            f"no local stack here (no {STATE_FILE} in this directory or above) and no AWS "
+            f"no local stack here (no {STATE_FILE} in this directory{where}) and no AWS "
             f"credentials either: run this beside a running `codeshot local up`, or set "
             f"CODESHOT_* and AWS credentials (AWS_PROFILE, or AWS_ACCESS_KEY_ID and "
             f"AWS_SECRET_ACCESS_KEY) for a deployed platform")

@@ -1,9 +1,10 @@
 """A user's side of a platform: its GraphQL API with an API key, and registering agents.
 
-The platform is the one ``CODESHOT_API_URL`` / ``CODESHOT_API_KEY`` name when that is set
-(a setting the user made wins over a file found), else the running ``codeshot local up``
-of the working directory or the nearest directory above it (its ``.codeshot/local.json``,
-found as git finds ``.git``), else the default URL.
+The platform is the running ``codeshot local up`` of the working directory (its
+``.codeshot/local.json``), else the one ``CODESHOT_API_URL`` / ``CODESHOT_API_KEY`` name
+when that is set (a setting the user made wins over a file found above), else the
+running stack of the nearest directory above (found as git finds ``.git``), else the
+default URL.
 Needs only httpx: it works where just the SDK is installed.
 """
 
@@ -59,7 +60,13 @@ def local_stack() -> tuple[Path, dict[str, Any]] | None:
     where `codeshot local up` runs targets that stack), else the nearest above it
     (:func:`find_state`), unless ``CODESHOT_API_URL`` (or ``FIXIE_API_URL``) is set: a
     platform the user named wins over a file found in a directory above."""
-    return find_state(upward=not _from_environment("api_url"))
+    return find_state(upward=searches_above())
+
+
+def searches_above() -> bool:
+    """Whether a local stack's file above the working directory counts: not when the user
+    named a platform (``CODESHOT_API_URL`` or ``FIXIE_API_URL``)."""
+    return not _from_environment("api_url")
 
 
 def find_state(start: Path | None = None, upward: bool = True

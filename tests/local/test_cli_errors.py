@@ -49,6 +49,23 @@ def test_no_local_stack_and_no_aws_credentials(tmp_path, args):
     assert not (tmp_path / ".codeshot").exists()
 
 
+def test_operator_commands_take_a_local_stack_above_only_while_no_platform_is_named(
+        tmp_path):
+    """`users` commands find the local stack as the user's do: its file in this directory
+    whatever CODESHOT_API_URL says, one above only while it is unset."""
+    endpoint = f"http://127.0.0.1:{free_port()}"  # nothing listens there
+    local_json(tmp_path, endpoint)
+    below = tmp_path / "agents"
+    below.mkdir()
+    named = {"CODESHOT_API_URL": f"http://127.0.0.1:{free_port()}", "HOME": str(tmp_path)}
+    for cwd, env in ((tmp_path, named), (below, {"HOME": str(tmp_path)})):
+        err = one_error_line(codeshot("users", "list", cwd=cwd, **env), "UNAVAILABLE")
+        assert f"the local stack's AWS endpoint {endpoint} does not answer" in err
+    err = one_error_line(codeshot("users", "list", cwd=below, **named), "UNAUTHENTICATED")
+    assert "no local stack here (no .codeshot/local.json in this directory; with " \
+        "CODESHOT_API_URL set, one above does not count) and no AWS credentials" in err
+
+
 def test_a_local_stack_that_is_down(tmp_path):
     endpoint = f"http://127.0.0.1:{free_port()}"  # nothing listens there
     local_json(tmp_path, endpoint)
