@@ -201,8 +201,8 @@ def get_token(services: Services, caller: Principal) -> dict[str, Any]:
 def put_token(services: Services, caller: Principal, token: Any) -> None:
     user_id, agent_id, _ = _acting_for(services, caller)
     check_token(token)
+    services.auth.refuse_inactive(user_id, fresh=True)  # before the charge: writes nothing
     _charge(services, user_id, agent_id)
-    services.auth.refuse_inactive(user_id, fresh=True)
     services.oauth.put_token(user_id, agent_id, token)
 
 

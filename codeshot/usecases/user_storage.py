@@ -63,9 +63,9 @@ def put_value(services: Services, caller: Principal, agent_id: str, key: str,
               data: Any) -> None:
     """Store ``data``: JSON text as it is (Fixie's SDK sends text), anything else as JSON."""
     text = data if isinstance(data, str) else json.dumps(data)
-    holder = storage_scope(services, caller, agent_id, key, text)
-    services.auth.refuse_inactive(holder.user_id, fresh=True)
-    services.storage.put(holder, key, text)
+    if caller.user_id:  # before the rate charge: a refused write writes nothing (a token
+        services.auth.refuse_inactive(caller.user_id, fresh=True)  # for none: FORBIDDEN)
+    services.storage.put(storage_scope(services, caller, agent_id, key, text), key, text)
 
 
 def get_value(services: Services, caller: Principal, agent_id: str, key: str) -> str:

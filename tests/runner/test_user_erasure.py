@@ -514,8 +514,15 @@ def test_another_api_process_serves_a_deleted_users_call_token_reads_only_while_
     accounts.delete_user(services, "alice")
     assert user_storage.get_value(other, other.auth.principal_for_agent_token(token),
                                   common.agent_id, "diary") == '{"of": "alice"}'
+    subject = f"{alice.user.user_id}#{common.agent_id}"
+    charged = other.usage.used("storage", subject, window="minute")
     with pytest.raises(Unauthenticated, match="deleted"):
         user_storage.put_value(other, call, common.agent_id, "later", {"x": 1})
+    with pytest.raises(Unauthenticated, match="deleted"):
+        oauth.put_token(other, call, {"access_token": "t"})
+    # A refused write writes nothing, its rate counters neither.
+    assert other.usage.used("storage", subject, window="minute") == charged
+    assert other.usage.used("oauth", subject, window="minute") == 0
     cached = services.settings.api_key_cache_seconds
     with mock.patch("time.monotonic", return_value=time.monotonic() + cached + 1), \
             pytest.raises(Unauthenticated, match="deleted"):
