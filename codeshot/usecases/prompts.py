@@ -33,8 +33,9 @@ own, once the user has a slot free: the runner queues a :class:`PromptWork` nami
 (``answer_id``), which looks for a free slot after the same backoff as the polls, until
 the deadline ends the question (TIMEOUT): the polls' own, counted from the question. Past
 it, with a slot free, the answer is posted once more (it came in time), and refused
-again, the question ends. The callback is not asked again: its answer stands. Of the answers to one question, one runs (the runner takes a paused program
-once), so a repeated post runs nothing twice.
+again, the question ends. The callback is not asked again: its answer stands. Of the
+answers to one question, one runs (the runner takes a paused program once), so a
+repeated post runs nothing twice.
 """
 
 from __future__ import annotations
