@@ -90,6 +90,25 @@ def running_query(services: Services, user_id: str, query_id: str) -> Iterator[L
     lease.release()
 
 
+def posted_again(refusal: RateLimited) -> RateLimited:
+    """``refusal`` of an answer the platform posts again itself once a slot is free (an
+    Agent Protocol task's with a callback, codeshot.usecases.prompts): saying so, rather
+    than asking the client to send it again (of two answers, one would be CANCELED)."""
+    limit = refusal.details.get("limit")
+    reason = f"you already have {limit} queries running" if limit is not None else \
+        "the platform was too busy to run it"
+    return RateLimited(f"{reason}; the platform sends this answer again once one of your "
+                       "running-query slots is free (until the question's deadline)",
+                       **refusal.details)
+
+
+# The question ends so (UNAVAILABLE) when the platform's own queue or store fails to post
+# an answer again that was refused at the cap: the callback (or the user) did answer.
+UNQUEUED_ANSWER = ("The platform could not post the answer to the question again (its own "
+                   "queue or store failed, not the task's callback); the task can go on "
+                   "with a new step.")
+
+
 def running_slot_free(services: Services, user_id: str) -> bool:
     """Whether ``user_id`` has a running-query slot free now (a query taken in now would
     most likely run, not be refused RATE_LIMITED)."""

@@ -47,7 +47,13 @@ from codeshot.runner.agent_client import AgentClient
 from codeshot.runner.budgets import budget_for
 from codeshot.runner.callbacks import PROMPT_FORMAT
 from codeshot.runner.embeds import EmbedBook
-from codeshot.runner.fairness import Lease, query_deadline, running_query
+from codeshot.runner.fairness import (
+    UNQUEUED_ANSWER,
+    Lease,
+    posted_again,
+    query_deadline,
+    running_query,
+)
 from codeshot.runner.fetch import Fetched, fetch_public_url
 from codeshot.runner.platform_funcs import FuncContext
 from codeshot.runner.programs import (
@@ -184,14 +190,19 @@ def _answers_ended(query: Message, paused: dict[str, Any] | None, recent: Recent
         paused is None or recent.question not in (None, query.answers))
 
 
-def _posted_again(query: Message, reply: Message) -> bool:
-    """Whether ``reply`` refused ``query``, an answer to the question it kept, at the
-    user's running-query cap: in a task with a callback, the platform posts it again
-    once a slot is free (codeshot.usecases.prompts). The callback's answer has no one
-    else to send it again; one sent by A2A is too (of two, one runs: a paused program
-    is taken once)."""
-    return reply.keeps_question is not None and query.answers == reply.keeps_question and \
-        reply.error_code == RateLimited.code
+def _posted_again(query: Message, kept_question: str | None, error_code: str | None) -> bool:
+    """Whether a reply that refused ``query`` with ``error_code``, keeping
+    ``kept_question``, refused an answer to that question at the user's running-query
+    cap: in a task with a callback, the platform posts it again once a slot is free
+    (codeshot.usecases.prompts). The callback's answer has no one else to send it again;
+    one sent by A2A is too (of two, one runs: a paused program is taken once)."""
+    return kept_question is not None and query.answers == kept_question and \
+        error_code == RateLimited.code
+
+
+def _asks_by_prompt(session: Session) -> bool:
+    """Whether the session's questions are asked through its task's callback."""
+    return bool(session.callback_url) and session.callback_format == PROMPT_FORMAT
 
 
 class SessionRunner:
@@ -271,14 +282,17 @@ class SessionRunner:
             return
         except CodeshotError as exc:
             # Not run: all slots taken, or the session too busy to take its paused program
-            # (the slot given back). The reply asks for the message again: a paused program
+            # (the slot given back). The reply asks for the message again (an answer the
+            # platform posts again itself, its refusal says so instead): a paused program
             # stays paused (its state and status untouched), so the answer sent again
             # resumes it. One paused before its question was kept ends (the reply could
             # not name it). Nothing ran, so the day's query charge is given back: the
             # message sent again is charged instead.
-            self._finish(session, query, failure_outcome(exc), None, trace, book,
-                         had_state=recent.state is not None, task=task,
-                         kept_question=recent.question if paused is not None else None,
+            kept = recent.question if paused is not None else None
+            refusal = posted_again(exc) if isinstance(exc, RateLimited) and \
+                _asks_by_prompt(session) and _posted_again(query, kept, exc.code) else exc
+            self._finish(session, query, failure_outcome(refusal), None, trace, book,
+                         had_state=recent.state is not None, task=task, kept_question=kept,
                          refund=True)
             return
         except Exception:
@@ -373,14 +387,14 @@ class SessionRunner:
         message, or the one a refusal of its answer kept (one more read). Likewise a
         redelivered answer of the callback refused at the running-query cap: its post
         again is queued (a second one posts nothing more: it is keyed by the refusal)."""
-        if not (session.callback_url and session.callback_format == PROMPT_FORMAT and
-                session.status is SessionStatus.AWAITING_INPUT and newest_first):
+        if not (_asks_by_prompt(session) and session.status is SessionStatus.AWAITING_INPUT
+                and newest_first):
             return
         question = newest_first[0]
         if question.keeps_question and question.in_reply_to == work.message_id:
             answer = next((m for m in newest_first if m.message_id == work.message_id), None) \
                 or self.s.sessions.get_message(session.session_id, work.message_id)
-            if _posted_again(answer, question):
+            if _posted_again(answer, question.keeps_question, question.error_code):
                 self._queue_prompt(session, self._answer_work(session, answer), final,
                                    PROMPT_FIRST_DELAY_SECONDS)
             return
@@ -708,10 +722,10 @@ class SessionRunner:
             return
         if lease is not None:
             lease.released = True
-        if session.callback_url and session.callback_format == PROMPT_FORMAT:
+        if _asks_by_prompt(session):
             if reply.type is MessageType.AWAITING_INPUT:
                 self._prompt(session, self._prompt_work(session, reply))
-            elif _posted_again(query, reply):
+            elif _posted_again(query, reply.keeps_question, reply.error_code):
                 self._prompt(session, self._answer_work(session, query),
                              PROMPT_FIRST_DELAY_SECONDS)
         elif session.callback_url:
@@ -720,17 +734,20 @@ class SessionRunner:
     def _prompt(self, session: Session, work: PromptWork, delay_seconds: int = 0) -> None:
         """Queue ``work`` on the question for the task's callback (codeshot.usecases.prompts);
         if it cannot be queued, end the question: one nobody will ask, or whose answer
-        nobody will post again, would wait forever."""
+        nobody will post again, would wait forever. The platform's own trouble: the
+        question's answer refused at the cap ends UNAVAILABLE (the callback answered)."""
         try:
             self.s.prompt_queue.schedule(work, delay_seconds)
         except Exception:
             log.exception("could not queue the question of %s", session.session_id)
+            text, code = ("The platform could not send the question to the task's callback.",
+                          CallbackFailed.code) if work.answer_id is None else (
+                UNQUEUED_ANSWER, Unavailable.code)
             try:
                 self.s.sessions.end_pause(Message(
-                    session_id=session.session_id, message_id=ids.ulid(),
-                    text="The platform could not send the question to the task's callback.",
+                    session_id=session.session_id, message_id=ids.ulid(), text=text,
                     type=MessageType.ERROR, sent_by="platform",
-                    in_reply_to=work.question_id, error_code=CallbackFailed.code))
+                    in_reply_to=work.question_id, error_code=code))
             except Conflict:  # answered meanwhile
                 pass
             except CodeshotError:  # the session busy through every retry: left waiting
@@ -738,17 +755,20 @@ class SessionRunner:
 
     def _prompt_work(self, session: Session, question: Message) -> PromptWork:
         return PromptWork(session.session_id, question.message_id,
-                          time.time() + self.s.settings.prompt_deadline_seconds)
+                          self._deadline(question.message_id))
 
     def _answer_work(self, session: Session, answer: Message) -> PromptWork:
         """The post again of ``answer`` to the question it names, refused at the
-        running-query cap: as that question's exchanges, it ends with its deadline
-        (counted from when it was asked: its id's time)."""
+        running-query cap: it ends with that question's exchanges' deadline."""
         question_id = answer.answers or ""
-        asked_at = ids.ulid_time_ms(question_id) / 1000
-        return PromptWork(session.session_id, question_id,
-                          asked_at + self.s.settings.prompt_deadline_seconds, attempt=1,
-                          answer_id=answer.message_id)
+        return PromptWork(session.session_id, question_id, self._deadline(question_id),
+                          attempt=1, answer_id=answer.message_id)
+
+    def _deadline(self, question_id: str) -> float:
+        """The question's one deadline, for its polls and its answer's posts again alike:
+        counted from when it was asked (its id's time), however late a redelivered query
+        queues its prompt."""
+        return ids.ulid_time_ms(question_id) / 1000 + self.s.settings.prompt_deadline_seconds
 
     def _notify(self, session: Session, reply: Message, task: str) -> None:
         from codeshot.runner.callbacks import A2A_TOKEN_HEADER, deliver, sign_event

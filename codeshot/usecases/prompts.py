@@ -31,9 +31,11 @@ The callback's answer (or another answer to the question) refused at the user's
 running-query cap (RATE_LIMITED, the question kept) is posted again, under a key of its
 own, once the user has a slot free: the runner queues a :class:`PromptWork` naming it
 (``answer_id``), which looks for a free slot after the same backoff as the polls, until
-the deadline ends the question (TIMEOUT). The callback is not asked again: its answer
-stands. Of the answers to one question, one runs (the runner takes a paused program
-once), so a repeated post runs nothing twice.
+the deadline ends the question (TIMEOUT): the polls' own, counted from the question. Past
+it, with a slot free, the answer is posted once more (it came in time), and refused
+again, the question ends. The callback is not asked again: its answer stands. Of the
+answers to one question, one runs (the runner takes a paused program once), so a
+repeated post runs nothing twice.
 """
 
 from __future__ import annotations
@@ -50,6 +52,7 @@ from urllib.parse import quote
 
 import httpx
 
+from codeshot import ids
 from codeshot.errors import (
     CallbackFailed,
     Canceled,
@@ -65,7 +68,7 @@ from codeshot.models import Message, Session, SessionStatus
 from codeshot.net.http import public_client
 from codeshot.runner.batch import Invocation, RemainingMs, process_batch
 from codeshot.runner.callbacks import event_claims
-from codeshot.runner.fairness import running_slot_free
+from codeshot.runner.fairness import UNQUEUED_ANSWER, running_slot_free
 from codeshot.services import Services
 from codeshot.settings import RUNNER_RECORD_MARGIN_SECONDS
 from codeshot.store.queue import PROMPT_FIRST_DELAY_SECONDS, PromptWork
@@ -112,8 +115,14 @@ class Prompts:
             if not final_attempt:
                 raise
             log.exception("giving up on the question of %s", session.session_id)
-            self._end(session, question, "The platform could not ask the question through "
-                      "the task's callback; please answer it with a step.", CallbackFailed.code)
+            text, code = ("The platform could not ask the question through the task's "
+                          "callback; please answer it with a step.", CallbackFailed.code) \
+                if work.answer_id is None else (UNQUEUED_ANSWER, Unavailable.code)
+            try:
+                self._end(session, question, text, code)
+            except CodeshotError:  # busy even now: queued again, whose deliveries end it
+                log.exception("could not end the question of %s", session.session_id)
+                self.give_up(work)
 
     def give_up(self, work: PromptWork) -> None:
         """``work`` on its last delivery, never started: queued again (prompts have no
@@ -244,23 +253,43 @@ class Prompts:
                       remaining_ms: RemainingMs | None) -> None:
         """The answer the runner refused at the running-query cap (``work.answer_id``),
         posted again once the user has a slot free (else looked at again after the
-        backoff); past the deadline, the question ends, as one the callback never
-        answered does."""
-        if time.time() >= work.deadline:
-            self._end(session, question, f"The answer to the question {question.text!r} "
-                      "could not run in time: all of the user's running-query slots stayed "
-                      "taken.", Timeout.code)
-            return
+        backoff). Past the question's deadline, with a slot free, it is posted once more
+        (refused in the deadline's last moment, or asked late by a redelivered query, it
+        came in time); with none free, or refused again so, the question ends TIMEOUT, as
+        one the callback never answered does."""
+        late = time.time() >= work.deadline
         if not running_slot_free(self.s, session.owner):
-            self._schedule(dataclasses.replace(work, attempt=work.attempt + 1))
+            if late:
+                self._end(session, question, f"The answer to the question {question.text!r} "
+                          "could not run: none of the user's running-query slots was free "
+                          "by the question's deadline.", Timeout.code)
+            else:
+                self._schedule(dataclasses.replace(work, attempt=work.attempt + 1))
             return
         refused = self.s.sessions.get_message(session.session_id, work.answer_id or "")
         if refused.answers != question.message_id:
             log.warning("%s/%s answers no question %s: not posted again", session.session_id,
                         refused.message_id, question.message_id)
             return
+        if late and self._posted_late_again(session, question, refused, work.deadline):
+            self._end(session, question, f"The answer to the question {question.text!r} "
+                      "could not run: posted again past the question's deadline, it was "
+                      "refused again (the user's running-query slots taken, or the "
+                      "platform busy).", Timeout.code)
+            return
         self._answer(session, question, refused.text, remaining_ms,
                      _answer_key(question.message_id, refused.message_id))
+
+    def _posted_late_again(self, session: Session, question: Message, refused: Message,
+                           deadline: float) -> bool:
+        """Whether ``refused`` is the platform's own post again of an answer, made past the
+        ``deadline``: posted after it, and not the callback's answer (which a prompt asked
+        late may bring after it). Such a post is the last: this bounds the posts again."""
+        if ids.ulid_time_ms(refused.message_id) / 1000 < deadline:
+            return False
+        first = self.s.sessions.posted_under(session.session_id,
+                                             _answer_key(question.message_id))
+        return first is None or first.message_id != refused.message_id
 
     def _answer(self, session: Session, question: Message, answer: str,
                 remaining_ms: RemainingMs | None, key: str | None = None) -> None:
@@ -315,7 +344,10 @@ class Prompts:
         ``CALL_TIMEOUT_SECONDS``) the user may have answered it and the agent asked
         another, which this exchange must not end."""
         log.info("ending the question of %s: %s", session.session_id, text)
-        with contextlib.suppress(CodeshotError):  # answered meanwhile: nothing to end
+        # Answered, ended or deleted meanwhile: nothing to end. The platform busy (or its
+        # store unavailable) raises: the work is delivered again, and its next delivery
+        # ends the question (consumed, nothing else would: it would wait for ever).
+        with contextlib.suppress(Conflict, NotFound):
             end_question(self.s, session, text, code, question_id=question.message_id)
 
 

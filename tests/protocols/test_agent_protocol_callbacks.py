@@ -22,6 +22,7 @@ from fastapi import FastAPI, Header, Request, Response
 
 from codeshot import ids
 from codeshot.local.http_server import HttpServer
+from codeshot.store.queue import PromptWork
 from tests.conftest import free_port
 from tests.protocols.conftest import new_user, stack_with
 from tests.protocols.test_agent_protocol import ap
@@ -1144,7 +1145,7 @@ def test_a_callbacks_answer_refused_while_the_slots_stay_taken_ends_at_the_deadl
         give_back()
     assert ap(stack, key, "GET", f"/tasks/{task_id}").json()["status"] == "failed"
     *_, (_, text, code) = steps_of(stack, key, task_id)
-    assert code == "TIMEOUT" and "could not run in time" in text, text
+    assert code == "TIMEOUT" and "none of the user's running-query slots was free" in text, text
     assert time.time() >= ids.ulid_time_ms(asked.message_id) / 1000 + 8  # not before it
     assert not [m for m in made if m.startswith("Rev7")]
     assert len(answers_posted(stack, task_id, asked.message_id)) == 1  # no refusal storm
@@ -1196,6 +1197,10 @@ def test_a_refused_callbacks_answer_posted_again_twice_runs_once(stack, booking,
         give_back()
     [again] = held  # queued by the runner with its refusal
     assert (again.question_id, again.answer_id) == (asked.message_id, refused.in_reply_to)
+    # The refusal says the platform sends it again (it asked the client to: review s24b,
+    # finding 4); if the client did too, one of the two would be answered CANCELED.
+    assert "the platform sends this answer again once one of your running-query slots " \
+        "is free" in refused.text and "send this one again" not in refused.text, refused.text
     prompts = Prompts(stack.services)
     prompts.handle(again)
     prompts.handle(again)  # redelivered, before or after the answer ran
@@ -1205,3 +1210,185 @@ def test_a_refused_callbacks_answer_posted_again_twice_runs_once(stack, booking,
     assert [m for m in made if m.startswith("Rev9")] == ["Rev9 for 4"]
     assert len(answers_posted(stack, task_id, asked.message_id)) == 2
     assert steps_of(stack, key, task_id) == steps
+
+
+def wait_for(held: list, count: int) -> list:
+    """``held`` once it holds ``count`` prompt exchanges (within 30 s)."""
+    deadline = time.monotonic() + 30
+    while len(held) < count:
+        assert time.monotonic() < deadline, held
+        time.sleep(0.1)
+    return held
+
+
+def past_the_deadline(asked) -> None:
+    """Sleeps until the question ``asked`` is past its prompt deadline (8 s here)."""
+    time.sleep(max(0.0, ids.ulid_time_ms(asked.message_id) / 1000 + 8.5 - time.time()))
+
+
+@pytest.mark.parametrize("callback", [[RESOLVED]], indirect=True)
+def test_a_callbacks_answer_refused_past_the_deadline_with_a_slot_free_is_posted_once_more(
+        stack, booking, callback, monkeypatch):
+    """A redelivered query queued the question's prompt past the question's deadline (in
+    AWS, 30 min later: the session queue's visibility timeout); the prompt's deadline was
+    counted from then, the post again's from the question. The callback answered at once,
+    was refused once at the cap, and its post again ended the question TIMEOUT at once,
+    with a slot free, saying the slots "stayed taken" (review s24b, finding 1). Both count
+    from the question now, and past it an answer refused is posted once more while a slot
+    is free: the booking runs."""
+    from codeshot.runner.session_runner import SessionRunner
+    from codeshot.store.queue import Work
+    from codeshot.usecases.prompts import Prompts
+
+    agent_id, made = booking
+    key, task_id, asked = asked_without_callback(stack, agent_id, "Rev10")  # none queued
+    with_callback(stack, task_id, callback.url)
+    held = held_prompts(stack, monkeypatch)
+    past_the_deadline(asked)
+    SessionRunner(stack.services).handle(Work(task_id, asked.in_reply_to))  # redelivered
+    [prompt] = held
+    give_back = running_slots_taken(stack, task_id)
+    try:
+        Prompts(stack.services).handle(prompt)  # asked late: answered, refused at the cap
+        refusals_of_answers(stack, task_id, asked.message_id)
+    finally:
+        give_back()
+    _, again = wait_for(held, 2)
+    Prompts(stack.services).handle(again)
+    steps = finished(stack, key, task_id)
+    assert steps[-1][0] == "4" and "Booked Rev10 for 4" in steps[-1][1], steps
+    assert [m for m in made if m.startswith("Rev10")] == ["Rev10 for 4"]
+    asked_at = ids.ulid_time_ms(asked.message_id) / 1000
+    assert prompt.deadline == again.deadline == asked_at + 8  # one deadline
+
+
+@pytest.mark.parametrize("callback", [[RESOLVED]], indirect=True)
+def test_an_answer_posted_again_past_the_deadline_and_refused_again_ends_the_question(
+        stack, booking, callback, monkeypatch):
+    """Past the deadline an answer is posted again once, not for as long as a slot looks
+    free: refused again so, the question ends TIMEOUT, saying why."""
+
+    from codeshot.usecases import prompts as module
+
+    agent_id, made = booking
+    key, task_id, asked = asked_without_callback(stack, agent_id, "Rev11")
+    with_callback(stack, task_id, callback.url)
+    held = held_prompts(stack, monkeypatch)
+    prompts = module.Prompts(stack.services)
+    give_back = running_slots_taken(stack, task_id)
+    prompts.handle(PromptWork(task_id, asked.message_id, time.time() + 60))
+    [first] = wait_for(held, 1)  # the answer refused in time
+    past_the_deadline(asked)
+    give_back()
+    slot_free, taken = module.running_slot_free, []
+
+    def free_then_taken(services, user_id: str) -> bool:
+        free = slot_free(services, user_id)
+        if not taken:  # the user's other queries start just after the look
+            taken.append(running_slots_taken(stack, task_id))
+        return free
+
+    monkeypatch.setattr(module, "running_slot_free", free_then_taken)
+    try:
+        prompts.handle(first)  # a slot free: posted once more, and refused again
+        refusals_of_answers(stack, task_id, asked.message_id, count=2)
+        _, second = wait_for(held, 2)
+    finally:
+        taken[0]()
+    prompts.handle(second)  # a slot free again: still the end
+    assert ap(stack, key, "GET", f"/tasks/{task_id}").json()["status"] == "failed"
+    *_, (_, text, code) = steps_of(stack, key, task_id)
+    assert code == "TIMEOUT" and "posted again past the question's deadline" in text, text
+    assert not [m for m in made if m.startswith("Rev11")]
+    assert len(answers_posted(stack, task_id, asked.message_id)) == 2
+
+
+@pytest.mark.parametrize("callback", [[RESOLVED]], indirect=True)
+def test_the_deadlines_end_refused_busy_is_delivered_again_not_lost(stack, booking, callback,
+                                                                  monkeypatch):
+    """Ending the question at its deadline was refused once, the platform busy: the end was
+    dropped with the post again's work (consumed, nothing queued), and the task waited for
+    ever (review s24b, finding 2). The work fails, so SQS delivers it again, and that ends
+    the question; on its last delivery, it is queued again."""
+    from codeshot.errors import RateLimited
+    from codeshot.usecases.prompts import Prompts
+
+    agent_id, _ = booking
+    key, task_id, asked = asked_without_callback(stack, agent_id, "Rev12")
+    with_callback(stack, task_id, callback.url)
+    held = held_prompts(stack, monkeypatch)
+    prompts = Prompts(stack.services)
+    give_back = running_slots_taken(stack, task_id)
+    try:
+        prompts.handle(PromptWork(task_id, asked.message_id, time.time() + 60))
+        [again] = wait_for(held, 1)
+        past_the_deadline(asked)
+        sessions = stack.services.sessions
+        real = sessions.end_pause
+        busy_for = [3]  # this delivery's end; the last's, then its own end
+
+        def busy(*args, **kwargs):
+            if busy_for[0]:
+                busy_for[0] -= 1
+                raise RateLimited("the platform is busy right now; retry in a moment")
+            return real(*args, **kwargs)
+
+        monkeypatch.setattr(sessions, "end_pause", busy)
+        with pytest.raises(RateLimited):  # delivered again by SQS
+            prompts.handle(again)
+        assert ap(stack, key, "GET", f"/tasks/{task_id}").json()["status"] == \
+            "awaiting_input"
+        prompts.handle(again, final_attempt=True)  # busy still: queued again
+        assert held[1:] == [again]
+        prompts.handle(again)
+    finally:
+        give_back()
+    assert ap(stack, key, "GET", f"/tasks/{task_id}").json()["status"] == "failed"
+    *_, (_, text, code) = steps_of(stack, key, task_id)
+    assert code == "TIMEOUT" and "none of the user's running-query slots was free" in text
+
+
+@pytest.mark.parametrize("callback", [[RESOLVED]], indirect=True)
+def test_an_answer_the_platform_cannot_post_again_ends_unavailable_not_blaming_the_callback(
+        stack, booking, callback, monkeypatch):
+    """The callback answered; refused at the cap, its post again could not be queued (or
+    failed through every delivery): the question ended CALLBACK_FAILED, saying the
+    platform could not send the question to the callback, which had answered it (review
+    s24b, finding 4). It ends UNAVAILABLE, saying the platform's queue or store failed."""
+    from codeshot.usecases.prompts import Prompts
+
+    agent_id, _ = booking
+    for place, final_delivery_fails in (("Rev13", False), ("Rev14", True)):
+        key, task_id, asked = asked_without_callback(stack, agent_id, place)
+        with_callback(stack, task_id, callback.url)
+        held = held_prompts(stack, monkeypatch)
+        prompts = Prompts(stack.services)
+        give_back = running_slots_taken(stack, task_id)
+        try:
+            if final_delivery_fails:
+                prompts.handle(PromptWork(task_id, asked.message_id, time.time() + 60))
+                [again] = wait_for(held, 1)
+                monkeypatch.setattr("codeshot.usecases.prompts.running_slot_free",
+                                    lambda *_: (_ for _ in ()).throw(ConnectionError(
+                                        "the usage table is down")))
+                prompts.handle(again, final_attempt=True)
+            else:
+                def answers_unqueued(work, delay_seconds=0, hold=held.append):
+                    if work.answer_id is not None:
+                        raise ConnectionError("SQS is down")
+                    hold(work)
+
+                monkeypatch.setattr(stack.services.prompt_queue, "schedule", answers_unqueued)
+                prompts.handle(PromptWork(task_id, asked.message_id, time.time() + 60))
+                refusals_of_answers(stack, task_id, asked.message_id)
+            deadline = time.monotonic() + 30
+            while ap(stack, key, "GET", f"/tasks/{task_id}").json()["status"] != "failed":
+                assert time.monotonic() < deadline, steps_of(stack, key, task_id)
+                time.sleep(0.2)
+        finally:
+            give_back()
+            monkeypatch.undo()
+        *_, (_, text, code) = steps_of(stack, key, task_id)
+        assert code == "UNAVAILABLE", (place, text)
+        assert "could not post the answer to the question again" in text, text
+        assert "not the task's callback" in text
