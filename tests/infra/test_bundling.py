@@ -258,8 +258,8 @@ from codeshot.runner.mcp_servers import McpServer
 
 server = McpServer(url, authorization, timeout=30, allow_loopback=True)
 tools = [tool.func for tool in server.describe().tools]
-text = server.call("stock_level", '{"sku": "SKU-1"}')
-structured = json.loads(server.call("levels", '{"skus": ["SKU-1", "SKU-2"]}'))
+text = server.call("stock_level", '{"sku": "SKU-1"}', "agent stock")
+structured = json.loads(server.call("levels", '{"skus": ["SKU-1", "SKU-2"]}', "agent stock"))
 if len(sys.argv) > 4:
     import codeshot.api.mcp  # the API's /mcp: the SDK's server, under Mangum
 files = [getattr(m, "__file__", None) for m in list(sys.modules.values())]

@@ -252,8 +252,7 @@ def test_the_runner_lambda_takes_prompt_queue_batches(stack, booking, callback, 
     from codeshot.store.queue import PromptWork
 
     agent_id, made = booking
-    key, task_id, asked = asked_without_callback(stack, agent_id, "Lino")
-    with_callback(stack, task_id, callback.url)
+    key, task_id, asked = asked_with_callback(stack, agent_id, "Lino", callback.url)
     monkeypatch.setattr("codeshot.settings.get_settings", lambda: stack.settings)
     handlers.runner._runner.cache_clear()
     handlers.runner._prompts.cache_clear()
@@ -403,8 +402,7 @@ def test_a_callbacks_answer_whose_write_timed_out_is_posted_again_and_resumes_th
     from codeshot.usecases.prompts import Prompts
 
     agent_id, made = booking
-    key, task_id, asked = asked_without_callback(stack, agent_id, "Nico")
-    with_callback(stack, task_id, callback.url)
+    key, task_id, asked = asked_with_callback(stack, agent_id, "Nico", callback.url)
     db = stack.services.sessions.db
     write, lost = db.transact_write_items, []
 
@@ -460,8 +458,7 @@ def test_a_callbacks_answer_refused_after_a_post_not_confirmed_is_redelivered_no
     from codeshot.usecases.prompts import Prompts
 
     agent_id, _ = booking
-    key, task_id, asked = asked_without_callback(stack, agent_id, "Olga")
-    with_callback(stack, task_id, callback.url)
+    key, task_id, asked = asked_with_callback(stack, agent_id, "Olga", callback.url)
     held: list[dict[str, Any]] = []
 
     def in_flight(request):
@@ -503,8 +500,7 @@ def test_a_callbacks_answer_whose_write_lands_after_the_runner_looked_is_run(
     # The test's patience: the write lands within it, on a loaded machine too.
     monkeypatch.setattr(session_runner, "LANDING_SECONDS", 5.0)
     agent_id, made = booking
-    key, task_id, asked = asked_without_callback(stack, agent_id, "Rui")
-    with_callback(stack, task_id, callback.url)
+    key, task_id, asked = asked_with_callback(stack, agent_id, "Rui", callback.url)
     db = stack.services.sessions.db
     write, held = db.transact_write_items, []
     missed, landed = threading.Event(), threading.Event()
@@ -628,8 +624,7 @@ def test_a_callbacks_answer_is_not_posted_again_past_the_invocations_time(
     from codeshot.usecases.prompts import Prompts, process_prompts
 
     agent_id, made = booking
-    key, task_id, asked = asked_without_callback(stack, agent_id, "Pia")
-    with_callback(stack, task_id, callback.url)
+    key, task_id, asked = asked_with_callback(stack, agent_id, "Pia", callback.url)
     sent: list[int] = []
 
     def timed_out(request):
@@ -880,6 +875,13 @@ def finished(stack, key: str, task_id: str) -> list[tuple[str, str, str | None]]
     return steps_of(stack, key, task_id)
 
 
+def asked_with_callback(stack, agent_id: str, name: str, url: str):
+    """(key, task id, question) of a task asked with no callback, then given ``url``."""
+    key, task_id, asked = asked_without_callback(stack, agent_id, name)
+    with_callback(stack, task_id, url)
+    return key, task_id, asked
+
+
 def running_slots_taken(stack, task_id: str) -> Callable[[], None]:
     """Every running-query slot of the task's owner taken, as by queries of theirs still
     running; returns what gives them back."""
@@ -925,8 +927,7 @@ def test_a_step_refused_for_the_running_cap_leaves_the_question_asked_through_th
     from codeshot.usecases.prompts import Prompts
 
     agent_id, made = booking
-    key, task_id, asked = asked_without_callback(stack, agent_id, "Teo's")
-    with_callback(stack, task_id, callback.url)
+    key, task_id, asked = asked_with_callback(stack, agent_id, "Teo's", callback.url)
     held = held_prompts(stack, monkeypatch)
     prompts = Prompts(stack.services)
     prompts.handle(PromptWork(task_id, asked.message_id, time.time() + 60))  # pending
@@ -1016,8 +1017,7 @@ def test_a_callbacks_answer_throttled_through_every_send_is_redelivered_not_the_
     from codeshot.usecases.prompts import Prompts
 
     agent_id, made = booking
-    key, task_id, asked = asked_without_callback(stack, agent_id, "Tess")
-    with_callback(stack, task_id, callback.url)
+    key, task_id, asked = asked_with_callback(stack, agent_id, "Tess", callback.url)
 
     def throttled(_request):
         raise ClientError({"Error": {"Code": "ThrottlingException", "Message": "slow"},
@@ -1046,8 +1046,7 @@ def test_a_callbacks_answer_is_posted_though_a_refused_step_changed_the_session(
     from codeshot.usecases.prompts import Prompts
 
     agent_id, made = booking
-    key, task_id, asked = asked_without_callback(stack, agent_id, "Ugo")
-    with_callback(stack, task_id, callback.url)
+    key, task_id, asked = asked_with_callback(stack, agent_id, "Ugo", callback.url)
     sessions = stack.services.sessions
     session = sessions.get(task_id)  # as the exchange read it, before the step
 
@@ -1105,8 +1104,7 @@ def test_a_callbacks_answer_refused_for_the_running_cap_is_posted_again_once_a_s
     from codeshot.usecases.prompts import Prompts
 
     agent_id, made = booking
-    key, task_id, asked = asked_without_callback(stack, agent_id, "Rev6")
-    with_callback(stack, task_id, callback.url)
+    key, task_id, asked = asked_with_callback(stack, agent_id, "Rev6", callback.url)
     give_back = running_slots_taken(stack, task_id)
     try:
         Prompts(stack.services).handle(PromptWork(task_id, asked.message_id, time.time() + 60))
@@ -1131,8 +1129,7 @@ def test_a_callbacks_answer_refused_while_the_slots_stay_taken_ends_at_the_deadl
     from codeshot.usecases.prompts import Prompts
 
     agent_id, made = booking
-    key, task_id, asked = asked_without_callback(stack, agent_id, "Rev7")
-    with_callback(stack, task_id, callback.url)
+    key, task_id, asked = asked_with_callback(stack, agent_id, "Rev7", callback.url)
     give_back = running_slots_taken(stack, task_id)
     try:
         Prompts(stack.services).handle(PromptWork(task_id, asked.message_id, time.time() + 60))
@@ -1162,8 +1159,7 @@ def test_a_refused_callbacks_answer_is_posted_again_though_the_runner_stopped_af
     from codeshot.usecases.prompts import Prompts
 
     agent_id, made = booking
-    key, task_id, asked = asked_without_callback(stack, agent_id, "Rev8")
-    with_callback(stack, task_id, callback.url)
+    key, task_id, asked = asked_with_callback(stack, agent_id, "Rev8", callback.url)
     failed = fails_once(monkeypatch, SessionRunner, "_answer_work")
     give_back = running_slots_taken(stack, task_id)
     try:
@@ -1186,8 +1182,7 @@ def test_a_refused_callbacks_answer_posted_again_twice_runs_once(stack, booking,
     from codeshot.usecases.prompts import Prompts
 
     agent_id, made = booking
-    key, task_id, asked = asked_without_callback(stack, agent_id, "Rev9")
-    with_callback(stack, task_id, callback.url)
+    key, task_id, asked = asked_with_callback(stack, agent_id, "Rev9", callback.url)
     held = held_prompts(stack, monkeypatch)
     give_back = running_slots_taken(stack, task_id)
     try:
@@ -1271,8 +1266,7 @@ def test_an_answer_posted_again_past_the_deadline_and_refused_again_ends_the_que
     from codeshot.usecases import prompts as module
 
     agent_id, made = booking
-    key, task_id, asked = asked_without_callback(stack, agent_id, "Rev11")
-    with_callback(stack, task_id, callback.url)
+    key, task_id, asked = asked_with_callback(stack, agent_id, "Rev11", callback.url)
     held = held_prompts(stack, monkeypatch)
     prompts = module.Prompts(stack.services)
     give_back = running_slots_taken(stack, task_id)
@@ -1314,8 +1308,7 @@ def test_the_deadlines_end_refused_busy_is_delivered_again_not_lost(stack, booki
     from codeshot.usecases.prompts import Prompts
 
     agent_id, _ = booking
-    key, task_id, asked = asked_without_callback(stack, agent_id, "Rev12")
-    with_callback(stack, task_id, callback.url)
+    key, task_id, asked = asked_with_callback(stack, agent_id, "Rev12", callback.url)
     held = held_prompts(stack, monkeypatch)
     prompts = Prompts(stack.services)
     give_back = running_slots_taken(stack, task_id)
