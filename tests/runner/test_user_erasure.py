@@ -1189,8 +1189,39 @@ def test_a_part_looking_past_crowds_of_deleted_holders_reads_each_once_within_a_
     assert calls["Query", BY_CONTENT] <= looked, dict(calls)
     deleted = services.users.get(last.user_id).erasure_recheck
     assert 0 < len(deleted) < len(blobs)  # the rest in the next parts
+    # Its look again is bounded the same way: the objects it has not looked at stay.
+    clock.now += timedelta(seconds=erasure_start.recheck_seconds(services.settings))
+    with mock.patch.object(erasure, "INDEX_READS_PART", 1):
+        assert erasure.STEPS[last.erasure_step + 1](
+            services, services.users.get(last.user_id), after) == (False, after)
+    assert len(services.users.get(last.user_id).erasure_recheck) == len(deleted) - 1
     with mock.patch.object(erasure, "INDEX_READS_PART", reads):
         run_erasure(services, clock)
     for b in blobs:
         with pytest.raises(NotFound):
             services.embeds.read(digest(b))
+
+
+def test_a_look_again_counted_before_the_tombstone_kept_its_objects_still_restores(
+        services, people, erasures):
+    """A part counted by the code before this one kept the objects it deleted (and their
+    markers) in the tombstone's cursor alone: the look again after an upgrade takes them
+    from there, and restores bytes bob named meanwhile."""
+    alice, bob, _ = people
+    h = digest(alice.own_bytes)
+    accounts.delete_account(services, alice.principal, "alice")
+    uid = alice.user.user_id
+    while services.users.get(uid).erasure_after is None:
+        due, work = erasures.parts[uid].pop(0)
+        erasures.clock.now = max(erasures.clock(), due)
+        erasure.erase_part(services, work)
+    pending = json.loads(services.users.get(uid).erasure_after)
+    services.users.db.update_item(
+        TableName=services.settings.users_table, Key={"user_id": {"S": uid}},
+        UpdateExpression="SET erasure_after = :a REMOVE erasure_recheck",
+        ExpressionAttributeValues={":a": {"S": json.dumps(pending | {"objects": [[h, "m"]]})}})
+    named_by(services, bob.user)[1](alice.own_bytes)
+    with pytest.raises(NotFound):
+        services.embeds.read(h)
+    erasures.run(uid)
+    assert services.embeds.read(h) == alice.own_bytes
