@@ -208,6 +208,10 @@ def _deleted(settings: Settings, user: User) -> str:
     if user.erased is not None and user.embeds_kept:
         return (f"deleted (erased {_when(user.erased)}, but for their embeds' files: kept "
                 "for good, the sessions table not marked by `codeshot users hold-replies`)")
+    if user.erased is not None and user.embeds_crowded:
+        return (f"deleted (erased {_when(user.erased)}, but for some of their embeds' files: "
+                "kept, shared with more deleted users than an erasure looks past; see the "
+                "eraser's log)")
     if user.erased is not None:
         return f"deleted (erased {_when(user.erased)})"
     if user.erasure_ran is None:

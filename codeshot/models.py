@@ -491,12 +491,18 @@ class User(Record):
     erasure_after: str | None = None
     erasure_by: str | None = None  # the send (ErasureWork.sent) whose part was counted last
     erasure_ran: datetime | None = None  # when the last part counted ran
+    # Embeds' objects the erasure deleted (or is about to), to look at again: written
+    # before the first delete, so a part that fails after it still has them looked at.
+    erasure_recheck: set[str] = dataclasses.field(default_factory=set)
     erased: datetime | None = None  # when the erasure's last part ran
     # Embeds' objects the erasure kept, the sessions table not marked as holding every
     # reply's embeds (SessionStore.replies_held): they stay on S3 for good.
     embeds_kept: bool = False
+    # Some kept as more deleted users' sessions held them than a look reads past.
+    embeds_crowded: bool = False
 
-    COERCE: ClassVar[dict[str, Any]] = {"api_key_ids": set, "created": _datetime,
+    COERCE: ClassVar[dict[str, Any]] = {"api_key_ids": set, "erasure_recheck": set,
+                                        "created": _datetime,
                                         "deleted": _datetime, "erased": _datetime,
                                         "erasure_ran": _datetime}
 

@@ -198,18 +198,36 @@ class EmbedStore:
         return len(data)
 
     # -- a deleted user's erasure (codeshot/usecases/erasure.py) --------------------------
-    def forget(self, digest: str) -> str | None:
+    def forget(self, digest: str) -> None:
         """Delete the object of these bytes (the bucket is versioned: its bytes stay a
-        noncurrent version until the lifecycle rule expires them); the delete marker's
-        version, which :meth:`restore` takes."""
-        out = self.s3.delete_object(Bucket=self.bucket, Key=self.object_key(digest))
-        return out.get("VersionId") if out.get("DeleteMarker") else None
+        noncurrent version until the lifecycle rule expires them, for :meth:`restore`)."""
+        self.s3.delete_object(Bucket=self.bucket, Key=self.object_key(digest))
 
-    def restore(self, digest: str, marker: str) -> None:
-        """Undo :meth:`forget`: its delete marker removed, the bytes' version is current
-        again (bytes stored again since are current already: nothing changes)."""
-        self.s3.delete_object(Bucket=self.bucket, Key=self.object_key(digest),
-                              VersionId=marker)
+    def restore(self, digest: str) -> bool:
+        """Undo every :meth:`forget` of these bytes since their newest version was stored,
+        whoever made it (any erasure, any copy of a part, one whose part died): each delete
+        marker no older than that version removed, it is current again. Idempotent;
+        nothing when no version of the bytes is left. Whether they were deleted."""
+        key = self.object_key(digest)
+        newest, markers = None, []
+        page: dict[str, Any] = {}
+        while True:  # a key's versions: its Prefix lists longer keys too, none under embeds/
+            out = self.s3.list_object_versions(Bucket=self.bucket, Prefix=key, **page)
+            for version in out.get("Versions", ()):
+                if version["Key"] == key and (newest is None or version["LastModified"] > newest):
+                    newest = version["LastModified"]
+            markers += [marker for marker in out.get("DeleteMarkers", ()) if marker["Key"] == key]
+            if not out.get("IsTruncated"):
+                break
+            page = {"KeyMarker": out["NextKeyMarker"],
+                    "VersionIdMarker": out["NextVersionIdMarker"]}
+        # Markers stored in the same second as that version may be below it: removing a
+        # noncurrent marker changes nothing.
+        above = [marker for marker in markers
+                 if newest is not None and marker["LastModified"] >= newest]
+        for marker in above:
+            self.s3.delete_object(Bucket=self.bucket, Key=key, VersionId=marker["VersionId"])
+        return any(marker["IsLatest"] for marker in above)
 
     def drop_uploads(self, owner: str, most: int) -> bool:
         """Delete up to ``most`` of ``owner``'s uploads; whether any may be left."""

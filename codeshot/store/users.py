@@ -45,7 +45,7 @@ LIMITS = ("daily_query_limit", "daily_token_limit")
 # sign-in then finds a deleted user, not a new one to name).
 # A tombstone's erasure's progress, written by each part's count (the eraser's grant).
 ERASURE_FIELDS = ("erasure_part", "erasure_step", "erasure_after", "erasure_by",
-                  "erasure_ran")
+                  "erasure_ran", "erasure_recheck")
 ERASED_FIELDS = ("api_key_ids", "email", "first_name", "last_name", "time_zone",
                  "operator", *LIMITS)
 
@@ -88,6 +88,13 @@ def _user(item: dict[str, Any]) -> User:
     return User.from_dict(from_item(item))
 
 
+def _awaiting(part: int) -> str:
+    """A tombstone's condition: its erasure awaits part ``part`` (``:part``)."""
+    awaited = "erasure_part = :part" if part else \
+        "(attribute_not_exists(erasure_part) OR erasure_part = :part)"
+    return f"attribute_exists(deleted) AND {awaited}"
+
+
 class UserStore(Repository):
     table = USERS
 
@@ -101,7 +108,7 @@ class UserStore(Repository):
                     **profile)
         guards = [GUARD_PREFIX + username] + ([IDENTITY_PREFIX + identity] if identity else [])
         puts = [{"user_id": guard, "owner_id": user.user_id} for guard in guards]
-        puts.append(user.to_dict() | {"api_key_ids": None})
+        puts.append(user.to_dict() | {"api_key_ids": None, "erasure_recheck": None})  # sets
         try:
             self.db.transact_write_items(TransactItems=[
                 {"Put": {"TableName": self.table_name, "Item": to_item(item),
@@ -194,8 +201,6 @@ class UserStore(Repository):
         """Count erasure part ``part`` done, if it is the one the tombstone awaits, with
         where the next part goes on (``progress``): False when another copy of the part
         counted it first (nothing more to do for it)."""
-        awaited = "erasure_part = :part" if part else \
-            "(attribute_not_exists(erasure_part) OR erasure_part = :part)"
         values: dict[str, AttributeValueTypeDef] = {
             ":part": {"N": str(part)}, ":next": {"N": str(part + 1)},
             ":step": {"N": str(progress.step)}, ":by": {"S": progress.sent},
@@ -213,17 +218,40 @@ class UserStore(Repository):
                 TableName=self.table_name, Key={"user_id": {"S": user_id}},
                 UpdateExpression="SET " + ", ".join(sets) +
                 ("" if progress.after is not None else " REMOVE erasure_after"),
-                ConditionExpression=f"attribute_exists(deleted) AND {awaited}",
+                ConditionExpression=_awaiting(part),
                 ExpressionAttributeValues=values)
         except self.db.exceptions.ConditionalCheckFailedException:
             return False
         return True
 
-    def note_embeds_kept(self, user_id: str) -> None:
-        """Record on the tombstone that its erasure kept embeds' objects."""
+    def note_recheck(self, user_id: str, part: int, digests: set[str]) -> bool:
+        """Add embeds' objects to those the erasure looks at again (``erasure_recheck``),
+        before part ``part`` deletes them, if the tombstone still awaits that part: False
+        when another copy of it counted it (it must delete nothing more)."""
+        return self._recheck_update(user_id, part, "ADD", digests)
+
+    def rechecked(self, user_id: str, part: int, digests: set[str]) -> bool:
+        """Drop embeds' objects part ``part`` looked at again from ``erasure_recheck``."""
+        return self._recheck_update(user_id, part, "DELETE", digests)
+
+    def _recheck_update(self, user_id: str, part: int, action: str, digests: set[str]) -> bool:
+        try:
+            self.db.update_item(
+                TableName=self.table_name, Key={"user_id": {"S": user_id}},
+                UpdateExpression=f"{action} erasure_recheck :d",
+                ConditionExpression=_awaiting(part),
+                ExpressionAttributeValues={":part": {"N": str(part)},
+                                           ":d": {"SS": sorted(digests)}})
+        except self.db.exceptions.ConditionalCheckFailedException:
+            return False
+        return True
+
+    def note_embeds_kept(self, user_id: str, crowded: bool = False) -> None:
+        """Record on the tombstone that its erasure kept embeds' objects (``crowded``:
+        bytes held by more deleted users than a look reads past)."""
         self.db.update_item(
             TableName=self.table_name, Key={"user_id": {"S": user_id}},
-            UpdateExpression="SET embeds_kept = :t",
+            UpdateExpression=f"SET {'embeds_crowded' if crowded else 'embeds_kept'} = :t",
             ConditionExpression="attribute_exists(deleted)",
             ExpressionAttributeValues={":t": {"BOOL": True}})
 

@@ -53,13 +53,20 @@ CORPUS_VERSIONS_PART = 50
 # is purged by the runner, as a large session's deletion by its owner is).
 SESSIONS_PART = 5
 # Embeds a part looks at (each: an object, an item, and for each other user whose session
-# holds the same bytes, up to HOLDERS_LOOKED of them, an index read and their user item).
+# holds the same bytes, up to HOLDERS_LOOKED of them, an index read and, once a part,
+# their user item).
 EMBEDS_PART = 50
 # Deleted users holding the same bytes looked past for one who is not: more than the
-# parts that run at once (the eraser's concurrency times its batch), which are all the
-# deleted ones whose items the last erasure to look can find still there (see
-# _held_by_the_living). Past them the bytes count as held: kept, for a later look.
+# parts that run at once (the eraser's concurrency times its batch), whose deleted users'
+# items the last erasure to look can find still there (_Looks.held_by_the_living). Items
+# of sessions a deleted user deleted before, still to be purged, count too. Past them the
+# bytes count as held: kept (logged, and noted on the tombstone).
 HOLDERS_LOOKED = 20
+# by_content reads a part makes at most (a look: one past the owner's own item, one for
+# each other holder, one that finds no more), and so users' reads (each holder once): the
+# looks it has not made go to the next part, so a part of bytes shared with crowds of
+# deleted users stays within the eraser's timeout (unshared, EMBEDS_PART take 100).
+INDEX_READS_PART = 200
 ITEMS_PART = 100  # items (session keys, OAuth tokens, uploads) deleted a part
 # User storage: SCOPES_PART agents' partitions read a part, SCOPE_ITEMS items of each
 # deleted (at most 1,000 a part, as a sweep's part).
@@ -111,6 +118,9 @@ def erase_part(services: Services, work: ErasureWork) -> None:
     except NotYet as not_yet:  # nothing done: the same part again, later
         services.erasure_queue.send(work, not_yet.seconds)
         return
+    except PartCounted:
+        log.info("erasure of %s: part %d counted by another copy", work.user_id, work.part)
+        return
     step = user.erasure_step + 1 if done else user.erasure_step
     ran = services.clock()
     # Counted before the next part is queued: a copy of the next part run before this
@@ -153,18 +163,22 @@ def _agents(services: Services, user: User, after: str | None) -> tuple[bool, st
     return len(owned) == 1, None
 
 
+class PartCounted(Exception):
+    """Another copy of this part counted it: this one does nothing more."""
+
+
 def _sessions(services: Services, user: User, after: str | None) -> tuple[bool, str | None]:
     """The user's sessions, each with its embeds' objects no session of another user who
     is not deleted holds (content-addressed: the same bytes are one object; see
-    :func:`_held_by_the_living`). The objects a part deleted are
-    looked at again by the next (``after``), once a writer that found one before its
-    delete has named it (:func:`_recheck`)."""
+    :meth:`_Looks.held_by_the_living`). The objects a part deletes are added to the
+    tombstone's ``erasure_recheck`` before it deletes any, and looked at again by the next part
+    (``after``), once a writer that found one before its delete has named it
+    (:func:`_recheck`): a part that fails after a delete, run again, still has them looked
+    at."""
     if after is not None:
-        _recheck(services, user, json.loads(after))
-        return False, None
+        return _recheck(services, user, json.loads(after))
     page = services.sessions.list_by_owner(user.user_id, limit=SESSIONS_PART)
-    budget = EMBEDS_PART
-    deleted: list[tuple[str, str | None]] = []
+    budget, looks = EMBEDS_PART, _Looks(services, user)
     # A reply written before replies held their embeds' bytes may name any object, unseen
     # by by_content: until they are backfilled, every object stays (for good: recorded).
     held = services.sessions.replies_held()
@@ -172,58 +186,120 @@ def _sessions(services: Services, user: User, after: str | None) -> tuple[bool, 
         embeds = services.sessions.embed_hashes(session.session_id, budget)
         if embeds and not held and not user.embeds_kept:
             services.users.note_embeds_kept(user.user_id)
+        looked: list[tuple[str, str | None]] = []  # (item, the digest to delete)
         for item, digest in embeds:
-            if held and not _held_by_the_living(services, digest, user.user_id):
-                deleted.append((digest, services.embeds.forget(digest)))
+            if held and looks.spent():  # the rest in the next part
+                break
+            unheld = held and not looks.held_by_the_living(digest)
+            looked.append((item, digest if unheld else None))
+        doomed = {gone for _, gone in looked if gone is not None}
+        if doomed and not services.users.note_recheck(user.user_id, user.erasure_part, doomed):
+            raise PartCounted
+        for item, gone in looked:
+            if gone is not None:
+                services.embeds.forget(gone)
             services.sessions.drop_item(session.session_id, item)
-        budget -= len(embeds)
-        if budget <= 0:  # this session's other embeds, and the rest, in the next part
+        looks.deleted |= doomed
+        budget -= len(looked)
+        if budget <= 0 or len(looked) < len(embeds):  # this session's rest, and the others
             break
         purge = functools.partial(services.queue.enqueue, Work.purge(session.session_id))
         with contextlib.suppress(NotFound):  # deleted meanwhile (the index lags)
             services.sessions.erase(session.session_id, user.user_id, purge, ITEMS_PART)
-    if deleted:
-        return False, json.dumps({"at": services.clock().isoformat(), "objects": deleted})
+    looks.note_kept()
+    # Objects a copy of this part that failed deleted count as this part's.
+    if looks.deleted or user.erasure_recheck:
+        return False, json.dumps({"at": services.clock().isoformat()})
     return not page.items, None
 
 
-def _held_by_the_living(services: Services, digest: str, user_id: str) -> bool:
-    """Whether a session of a user but ``user_id`` who is not deleted (or not found)
-    holds these bytes. A deleted user's sessions do not count: their own erasure deletes
-    them, and two erasures of the same bytes at once would otherwise each keep them for
-    the other (or restore them on looking again), leaving them to no one for good. Of
-    the erasures of all the bytes' holders, the one whose look (before a delete, or
-    again after it) comes last finds every other holder deleted (each was before its
-    own erasure looked) and their items gone but for those of parts running meanwhile:
-    it deletes the bytes, or leaves them deleted. A deletion is never undone (``deleted``
-    is kept as first written): a user found deleted holds nothing from then on."""
-    for looked, holder in enumerate(services.sessions.other_holders(digest, user_id)):
-        if looked == HOLDERS_LOOKED:
-            return True
-        try:
-            if services.users.get(holder).deleted is None:
+class _Looks:
+    """One part's looks at who holds bytes: each other holder's user read once (deleted
+    is for good; found live, the bytes stay, which is safe), at most INDEX_READS_PART
+    index reads, and the bytes kept past HOLDERS_LOOKED deleted holders."""
+
+    def __init__(self, services: Services, user: User) -> None:
+        self.services, self.user = services, user
+        self.live: dict[str, bool] = {}
+        self.reads = 0
+        self.crowded: list[str] = []
+        self.deleted: set[str] = set()
+
+    def spent(self) -> bool:
+        return self.reads >= INDEX_READS_PART
+
+    def held_by_the_living(self, digest: str) -> bool:
+        """Whether a session of a user but this one who is not deleted (or not found)
+        holds these bytes. A deleted user's sessions do not count: their own erasure
+        deletes them, and two erasures of the same bytes at once would otherwise each keep
+        them for the other (or restore them on looking again), leaving them to no one for
+        good. Of the erasures of all the bytes' holders, the one whose look (before a
+        delete, or again after it) comes last finds every other holder deleted (each was
+        before its own erasure looked) and their items gone but for those of parts running
+        meanwhile: it deletes the bytes, or leaves them deleted. A deletion is never undone
+        (``deleted`` is kept as first written): a user found deleted holds nothing from
+        then on."""
+        self.reads += 2  # the read past the user's own item, and the one that finds no one
+        for looked, holder in enumerate(self.services.sessions.other_holders(
+                digest, self.user.user_id)):
+            self.reads += 1
+            if looked == HOLDERS_LOOKED:
+                self.crowded.append(digest)
                 return True
-        except NotFound:  # not a user's id: held, to be safe
-            return True
-    return False
+            if holder not in self.live:
+                self.live[holder] = _live(self.services, holder)
+            if self.live[holder]:
+                return True
+        return False
+
+    def note_kept(self) -> None:
+        """Bytes kept past HOLDERS_LOOKED deleted holders: logged, and on the tombstone."""
+        if not self.crowded:
+            return
+        log.warning("erasure of %s: embeds %s kept, held by more than %d deleted users",
+                    self.user.user_id, ", ".join(self.crowded), HOLDERS_LOOKED)
+        if not self.user.embeds_crowded:
+            self.services.users.note_embeds_kept(self.user.user_id, crowded=True)
 
 
-def _recheck(services: Services, user: User, pending: dict[str, Any]) -> None:
-    """Restore each object deleted at ``pending["at"]`` that a session of another user
-    who is not deleted holds now: the check before its delete may have come between
-    another writer's finding the object (an embed bound, a reply's embed stored) and
-    its naming it (its EMBED# or HELD# item), at most :func:`recheck_seconds` apart.
-    Not before then (NotYet)."""
+def _live(services: Services, user_id: str) -> bool:
+    try:
+        return services.users.get(user_id).deleted is None
+    except NotFound:  # not a user's id: held, to be safe
+        return True
+
+
+def _recheck(services: Services, user: User, pending: dict[str, Any]) -> tuple[bool, str | None]:
+    """Restore each object of the tombstone's ``erasure_recheck`` (deleted by the parts
+    before, up to ``pending["at"]``) that a session of another user who is not deleted
+    holds now: the check before its delete may have come between another writer's finding
+    the object (an embed bound, a reply's embed stored) and its naming it (its EMBED# or
+    HELD# item), at most :func:`recheck_seconds` apart. Not before then (NotYet). A
+    restore undoes every erasure's delete of the bytes (EmbedStore.restore). As many as
+    a part's index reads allow; the rest in the next part."""
     due = datetime.fromisoformat(pending["at"]) + \
         timedelta(seconds=recheck_seconds(services.settings))
     wait = due - services.clock()
     if wait > timedelta(0):
         raise NotYet(math.ceil(wait.total_seconds()))
-    for digest, marker in pending["objects"]:
-        if marker is not None and _held_by_the_living(services, digest, user.user_id):
+    # Counted before the tombstone kept them: the objects (and their markers) in ``after``.
+    if (older := {digest for digest, _ in pending.pop("objects", ())}) and \
+            not services.users.note_recheck(user.user_id, user.erasure_part, older):
+        raise PartCounted
+    looks, rechecked = _Looks(services, user), set()
+    for digest in sorted(user.erasure_recheck | older):
+        if looks.spent():
+            break
+        if looks.held_by_the_living(digest) and services.embeds.restore(digest):
             log.warning("erasure of %s: embed %s named meanwhile by another user; restored",
                         user.user_id, digest)
-            services.embeds.restore(digest, marker)
+        rechecked.add(digest)
+    looks.note_kept()
+    if rechecked and not services.users.rechecked(user.user_id, user.erasure_part, rechecked):
+        raise PartCounted
+    if rechecked != user.erasure_recheck | older:
+        return False, json.dumps(pending)  # the rest in the next part
+    return False, None
 
 
 def _guards(services: Services, user: User, after: str | None) -> tuple[bool, str | None]:

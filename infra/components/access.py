@@ -109,10 +109,14 @@ def object_delete(role: iam.Role, bucket: s3.IBucket, prefix: str, *,
     """DeleteObject under ``prefix`` only (a deleted agent's corpus indexes: their keys are
     read from their versions' items, so no read or list is needed); with ``listed``,
     ListBucket of that prefix too (a deleted user's uploads, found by listing); with
-    ``markers``, DeleteObjectVersion too (a delete undone: its delete marker removed)."""
-    if listed:
+    ``markers``, DeleteObjectVersion and ListBucketVersions of that prefix too (a delete
+    undone: the delete markers above the bytes' newest version, found by listing its
+    versions, removed)."""
+    listings = (["s3:ListBucket"] if listed else []) + \
+        (["s3:ListBucketVersions"] if markers else [])
+    if listings:
         role.add_to_principal_policy(iam.PolicyStatement(
-            actions=["s3:ListBucket"], resources=[bucket.bucket_arn],
+            actions=listings, resources=[bucket.bucket_arn],
             conditions={"StringLike": {"s3:prefix": [prefix + "*"]}}))
     suppress(role, "AwsSolutions-IAM5",
              f"Objects under '{prefix}' are named by their content, unknown until written: "

@@ -35,7 +35,10 @@ ERASER_TIMEOUT = Duration.seconds(tables.ERASER_TIMEOUT_SECONDS)
 ERASER_MEMORY_MB = 512  # mostly waiting on DynamoDB and S3
 # Parts of different users' erasures side by side; one user's parts come one at a time.
 ERASER_MAX_CONCURRENCY = 2
-ERASER_BATCH_SIZE = 5  # each part a few dozen deletes: five fit in the timeout
+# Each part bounded (codeshot/usecases/erasure.py): up to EMBEDS_PART objects and
+# SESSIONS_PART x ITEMS_PART items deleted, INDEX_READS_PART index reads and as many user
+# reads, about a thousand calls of a few ms at worst: five fit in the timeout.
+ERASER_BATCH_SIZE = 5
 # What its code calls on each table (tests/infra/test_function_actions.py checks both
 # ways); besides these, a key-only Query of user storage and OAuth (access.key_query), the
 # OAuth agent index's sweep, and updates limited to the registry's version item and to a
@@ -90,7 +93,8 @@ class Eraser(Construct):
         # evaluates too).
         access.limited_update(role, data.by_spec(tables.REGISTRY), key=tables.REGISTRY_VERSION_ID)
         access.limited_update(role, data.by_spec(tables.USERS), attributes=(
-            tables.USERS.pk, *ERASURE_FIELDS, "erased", "deleted", "embeds_kept"))
+            tables.USERS.pk, *ERASURE_FIELDS, "erased", "deleted", "embeds_kept",
+            "embeds_crowded"))
         # A session's DELETED marker (every write into it refused from then on), no other
         # item: its attributes alone (codeshot/store/sessions.py SessionStore.delete).
         access.limited_update(role, data.by_spec(tables.SESSIONS), action=PUT, attributes=(

@@ -187,6 +187,11 @@ def s3_call(method: str, path: str, query: dict[str, list[str]], headers: Any) -
             listing = s3_list_context(query if method == "GET" else {})
             return Call("s3", "ListObjectsV2" if method == "GET" else "HeadBucket",
                         (Check("s3:ListBucket", bucket_arn, signed | listing),))
+        if method == "GET" and "versions" in query and not (set(query) - {
+                "versions", "prefix", "delimiter", "max-keys", "key-marker",
+                "version-id-marker", "encoding-type"}):
+            return Call("s3", "ListObjectVersions", (Check(
+                "s3:ListBucketVersions", bucket_arn, signed | s3_list_context(query)),))
         raise Unmapped(f"s3 bucket request {method} ?{'&'.join(query)}")
     object_arn = f"{bucket_arn}/{key}"
     names = {name for name in query

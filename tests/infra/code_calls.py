@@ -41,6 +41,7 @@ PREFIXES = {"dynamodb": "dynamodb", "s3": "s3", "sqs": "sqs",
 AUTHORISED_AS = {
     "s3:HeadObject": "s3:GetObject",
     "s3:ListObjectsV2": "s3:ListBucket",
+    "s3:ListObjectVersions": "s3:ListBucketVersions",
     "bedrock:Converse": "bedrock:InvokeModel",
     "bedrock:ConverseStream": "bedrock:InvokeModelWithResponseStream",
     "sqs:ChangeMessageVisibilityBatch": "sqs:ChangeMessageVisibility",

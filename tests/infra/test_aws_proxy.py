@@ -210,6 +210,21 @@ def test_a_listing_outside_the_granted_prefix_is_refused(proxy, bucket):
         ("s3:ListBucket", "api"), ("s3:ListBucket", "api")]
 
 
+def test_a_listing_of_versions_is_its_own_action_limited_to_the_granted_prefix(proxy, bucket):
+    """The eraser's grant (access.object_delete with markers): ListBucketVersions where
+    s3:prefix is embeds/*, which a restore's listing of one embed's versions meets."""
+    s3 = as_role(proxy, "s3", {
+        "Effect": "Allow", "Action": "s3:ListBucketVersions",
+        "Resource": f"arn:aws:s3:::{bucket}",
+        "Condition": {"StringLike": {"s3:prefix": ["embeds/*"]}}})
+    assert s3.list_object_versions(Bucket=bucket, Prefix="embeds/abc").get("Versions") is None
+    assert "s3:ListBucketVersions" in refused(lambda: s3.list_object_versions(
+        Bucket=bucket, Prefix="uploads/"))
+    refused(lambda: s3.list_object_versions(Bucket=bucket))
+    assert "s3:ListBucket" in refused(lambda: s3.list_objects_v2(Bucket=bucket,
+                                                                 Prefix="embeds/abc"))
+
+
 def test_the_bucket_policy_refuses_a_put_without_if_none_match(proxy, bucket):
     """The embeds bucket's DenyOverwrites (infra/components/data.py) holds in the
     rehearsal: a put must carry If-None-Match; a part of a multipart upload need not."""

@@ -125,6 +125,12 @@ def test_the_embeds_bucket_refuses_overwrites(synth):
              for g in synth.platform.grants(handler) if "s3:DeleteObjectVersion" in g.actions
              for r in g.resource_texts()]
     assert texts == [(ERASER, embeds)]
+    # Found by listing the embed's versions: that listing too, of embeds/ alone.
+    listings = [(handler, g.resource_texts(), g.condition)
+                for handler in (API, RUNNER, REGISTER, ERASER)
+                for g in synth.platform.grants(handler) if "s3:ListBucketVersions" in g.actions]
+    assert listings == [(ERASER, [f"<{bucket}.Arn>"],
+                         {"StringLike": {"s3:prefix": [tables.EMBEDS_BUCKET.prefix + "*"]}})]
 
 
 def test_sessions_expire_after_the_ttl_setting(synth, tmp_path):

@@ -996,16 +996,246 @@ def test_bytes_a_user_comes_to_hold_while_both_are_erased_stay(
 def test_past_a_crowd_of_deleted_holders_the_bytes_are_kept_for_the_last_to_look(
         services, people, erasures):
     """More deleted users hold the bytes than a look reads past: it keeps them (bounded
-    reads), and the last erasure to look, finding fewer, deletes them."""
+    reads), and says so (its log, the tombstone: `users list`); the last erasure to look,
+    finding fewer, deletes them."""
     alice, bob, _ = people
     dora, dora_posts = post_shared(services, "dora")
     dora_posts()
     delete(services, alice, bob)
     accounts.delete_account(services, users.principal_of(dora), "dora")
-    with mock.patch.object(erasure, "HOLDERS_LOOKED", 1):
+    with mock.patch.object(erasure, "HOLDERS_LOOKED", 1), \
+            mock.patch.object(erasure.log, "warning") as warned:
         erasures.run(alice.user.user_id)
         assert shared_kept(services)  # bob and dora still held them
+        assert any(digest(SHARED) in str(c.args) for c in warned.call_args_list)
+        listed = cli._deleted(services.settings, services.users.get(alice.user.user_id))
+        assert "kept, shared with more deleted users" in listed
+        assert not services.users.get(bob.user.user_id).embeds_crowded
         erasures.run(bob.user.user_id)
         assert not shared_kept(services)
         erasures.run(dora.user_id)
     assert not shared_kept(services)
+
+
+def redeliver(erasures: Erasures, user_id: str) -> None:
+    """The user's erasure run to its end, a part that fails delivered again (as SQS
+    delivers a message whose handler raised)."""
+    while True:
+        if not erasures.parts[user_id]:
+            part = erasures.services.users.get(user_id).erasure_part
+            erasures.send(ErasureWork(user_id, part))
+        try:
+            erasures.run(user_id)
+            return
+        except (ClientError, TimeoutError):
+            pass
+
+
+def named_by(services: Services, user: User) -> tuple[str, Callable[[bytes], None]]:
+    """A session of ``user`` (not deleted), and what names bytes in it as a writer that
+    found their object before an erasure deleted it does (its EMBED# item, no put)."""
+    from codeshot.models import Embed
+
+    session_id = create_session(services, users.principal_of(user)).session_id
+
+    def name(data: bytes) -> None:
+        services.sessions.bind_embed(Embed(
+            key="copy.txt", session_id=session_id, owner=user.user_id,
+            content_type="text/plain", content_hash=digest(data), size=len(data)))
+    return session_id, name
+
+
+def test_bytes_two_erasures_deleted_come_back_though_a_part_died_after_its_delete(
+        services, people, erasures):
+    """Alice and bob are deleted, dora is not. Alice's part deletes the shared object and
+    dies (the eraser's timeout); bob's erasure deletes it again (a second delete marker),
+    then dora's writer, which found the object before, names it. Every delete is undone
+    by a look again: the object was left deleted when each look undid its own marker
+    only (the dead part's was in no list)."""
+    alice, bob, _ = people
+    dora, _ = users.create_user(services, "dora")
+    dora_session, dora_names = named_by(services, dora)
+    h = digest(SHARED)
+    real_forget = services.embeds.forget
+    running = {"user": alice.user.user_id}
+    died: list[str] = []
+
+    def forget(d: str) -> object:
+        deleted = real_forget(d)
+        if d == h and running["user"] == alice.user.user_id and not died:
+            died.append(d)
+            raise TimeoutError("the eraser timed out right after the delete")
+        if d == h and running["user"] == bob.user.user_id:
+            dora_names(SHARED)
+        return deleted
+
+    delete(services, alice, bob)
+    with mock.patch.object(services.embeds, "forget", side_effect=forget):
+        with pytest.raises(TimeoutError):
+            erasures.run(alice.user.user_id)
+        running["user"] = bob.user.user_id
+        erasures.run(bob.user.user_id)
+        running["user"] = alice.user.user_id
+        redeliver(erasures, alice.user.user_id)
+    assert died == [h]
+    assert services.sessions.embeds_named(dora_session, ["copy.txt"])
+    assert services.embeds.read(h) == SHARED
+
+
+def test_bytes_two_copies_of_a_part_deleted_come_back(services, people, erasures):
+    """Two copies of alice's part run at once (SQS delivers a message twice): each deletes
+    her own bytes' object (two markers), then dora's writer, which found it before, names
+    it. The look again brings it back (it undid the marker of the copy that counted)."""
+    alice, _, _ = people
+    dora, _ = users.create_user(services, "dora")
+    dora_session, dora_names = named_by(services, dora)
+    h = digest(alice.own_bytes)
+    real_forget, real_part = services.embeds.forget, erasure.erase_part
+    parts: list[ErasureWork] = []
+    copies: list[str] = []
+
+    def forget(d: str) -> object:
+        deleted = real_forget(d)
+        if d == h and not copies:
+            copies.append(d)
+            real_part(services, parts[-1])  # the other copy, at once, to its end
+            dora_names(alice.own_bytes)
+        return deleted
+
+    accounts.delete_account(services, alice.principal, "alice")
+    with mock.patch.object(services.embeds, "forget", side_effect=forget), \
+            mock.patch.object(erasure, "erase_part",
+                              side_effect=lambda s, w: (parts.append(w), real_part(s, w))):
+        erasures.run(alice.user.user_id)
+    assert copies == [h]
+    assert services.sessions.embeds_named(dora_session, ["copy.txt"])
+    assert services.embeds.read(h) == alice.own_bytes
+
+
+@pytest.mark.parametrize("failing", ["drop_item", "erase"])
+def test_objects_a_part_deleted_before_it_failed_are_looked_at_again(
+        services, people, erasures, failing):
+    """Bob names alice's own bytes right after her look found no one; her part deletes
+    them, then fails (a throttled write: dropping the embed's item, or erasing the
+    session) and is delivered again. The part run again finds bob holding the bytes, or
+    their item gone, yet looks at their object again (the tombstone had it before the
+    delete) and restores it for bob: it stayed deleted."""
+    alice, bob, _ = people
+    h = digest(alice.own_bytes)
+    key = services.embeds.object_key(h)
+
+    def bob_posts() -> None:
+        Messaging(services).post(bob.principal, bob.session_id, "same file", embeds=[
+            EmbedUpload("copy.txt", "text/plain", base64.b64encode(alice.own_bytes).decode())])
+
+    failed: list[str] = []
+    real = getattr(services.sessions, failing)
+
+    def throttled_once(*args, **kwargs):
+        if not failed and not object_exists(services, key):
+            failed.append(failing)
+            raise ClientError({"Error": {"Code": "ProvisionedThroughputExceededException",
+                                         "Message": "throttled"}}, "DeleteItem")
+        return real(*args, **kwargs)
+
+    accounts.delete_account(services, alice.principal, "alice")
+    with at_look(services, h, bob_posts), \
+            mock.patch.object(services.sessions, failing, side_effect=throttled_once):
+        redeliver(erasures, alice.user.user_id)
+    assert failed == [failing]
+    assert services.sessions.embeds_named(bob.session_id, ["copy.txt"])
+    assert services.embeds.read(h) == alice.own_bytes
+    assert services.users.get(alice.user.user_id).erasure_recheck == set()
+
+
+def test_a_restore_undoes_every_delete_of_the_bytes_and_only_those(services):
+    """EmbedStore.restore takes no marker: however many deletes (erasures, copies of a
+    part) are stacked on the bytes, one restore brings them back; again, or with the
+    bytes stored since, it changes nothing."""
+    embeds = services.embeds
+    h = embeds.put(b"photo", "image/jpeg")
+    for _ in range(3):
+        embeds.forget(h)
+    with pytest.raises(NotFound):
+        embeds.read(h)
+    assert embeds.restore(h) and embeds.read(h) == b"photo"
+    assert not embeds.restore(h)
+    embeds.forget(h)
+    embeds.put(b"photo", "image/jpeg")  # stored again since the delete
+    assert not embeds.restore(h) and embeds.read(h) == b"photo"
+    never = digest(b"never stored")
+    assert not embeds.restore(never)
+
+
+def test_a_part_looking_past_crowds_of_deleted_holders_reads_each_once_within_a_bound(
+        services, clock):
+    """Eight deleted users share six files. A part of the last one's erasure reads each
+    other holder's user once (not once for each file), and makes at most INDEX_READS_PART
+    index reads: the files it has not looked at go to the next part, and all go."""
+    blobs = [f"blob {i}".encode() for i in range(6)]
+    made = []
+    for n in range(8):
+        user, _ = users.create_user(services, f"u{n:02d}")
+        principal = users.principal_of(user)
+        session_id = create_session(services, principal).session_id
+        Messaging(services).post(principal, session_id, "files", embeds=[
+            EmbedUpload(f"f{i}.txt", "text/plain", base64.b64encode(b).decode())
+            for i, b in enumerate(blobs)])
+        made.append(user)
+    for user in made:
+        accounts.delete_account(services, users.principal_of(user), user.username)
+    clock.now += timedelta(seconds=erasure_start.window_seconds(services.settings) + 1)
+    last = services.users.get(made[-1].user_id)  # its id sorts last: the others before it
+    calls: defaultdict[tuple[str, str | None], int] = defaultdict(int)
+    real_call = type(services.sessions.db)._make_api_call
+
+    def counting(client, operation, params):
+        calls[operation, params.get("IndexName")] += 1
+        return real_call(client, operation, params)
+
+    reads = 20  # a look at one file: one read for each of 7 holders and its own, one more
+    with mock.patch.object(type(services.sessions.db), "_make_api_call", counting), \
+            mock.patch.object(erasure, "INDEX_READS_PART", reads):
+        done, after = erasure.STEPS[last.erasure_step + 1](services, last, None)
+    assert not done and after is not None
+    assert calls["GetItem", None] <= 7 + 1  # the other holders; the replies-held mark
+    looked = reads + 8  # the look that reaches the bound ends
+    assert calls["Query", BY_CONTENT] <= looked, dict(calls)
+    deleted = services.users.get(last.user_id).erasure_recheck
+    assert 0 < len(deleted) < len(blobs)  # the rest in the next parts
+    # Its look again is bounded the same way: the objects it has not looked at stay.
+    clock.now += timedelta(seconds=erasure_start.recheck_seconds(services.settings))
+    with mock.patch.object(erasure, "INDEX_READS_PART", 1):
+        assert erasure.STEPS[last.erasure_step + 1](
+            services, services.users.get(last.user_id), after) == (False, after)
+    assert len(services.users.get(last.user_id).erasure_recheck) == len(deleted) - 1
+    with mock.patch.object(erasure, "INDEX_READS_PART", reads):
+        run_erasure(services, clock)
+    for b in blobs:
+        with pytest.raises(NotFound):
+            services.embeds.read(digest(b))
+
+
+def test_a_look_again_counted_before_the_tombstone_kept_its_objects_still_restores(
+        services, people, erasures):
+    """A part counted by the code before this one kept the objects it deleted (and their
+    markers) in the tombstone's cursor alone: the look again after an upgrade takes them
+    from there, and restores bytes bob named meanwhile."""
+    alice, bob, _ = people
+    h = digest(alice.own_bytes)
+    accounts.delete_account(services, alice.principal, "alice")
+    uid = alice.user.user_id
+    while services.users.get(uid).erasure_after is None:
+        due, work = erasures.parts[uid].pop(0)
+        erasures.clock.now = max(erasures.clock(), due)
+        erasure.erase_part(services, work)
+    pending = json.loads(services.users.get(uid).erasure_after)
+    services.users.db.update_item(
+        TableName=services.settings.users_table, Key={"user_id": {"S": uid}},
+        UpdateExpression="SET erasure_after = :a REMOVE erasure_recheck",
+        ExpressionAttributeValues={":a": {"S": json.dumps(pending | {"objects": [[h, "m"]]})}})
+    named_by(services, bob.user)[1](alice.own_bytes)
+    with pytest.raises(NotFound):
+        services.embeds.read(h)
+    erasures.run(uid)
+    assert services.embeds.read(h) == alice.own_bytes
