@@ -530,6 +530,17 @@ def test_another_api_process_serves_a_deleted_users_call_token_reads_only_while_
         other.auth.principal_for_agent_token(token)
 
 
+def opened_flow(services: Services, alice, common) -> Flow:
+    """An OAuth flow of alice's for the common agent, its link opened in her browser (her
+    tokens forgotten: the flow is what would give her one)."""
+    flow = Flow.new(alice.user.user_id, common.agent_id, alice.session_id,
+                    oauth.redirect_uri(services))
+    services.oauth.start_flow(flow, "https://provider.example/authorize")
+    services.oauth.open_flow(flow.state, "alices-browser")
+    services.oauth.forget_user(alice.user.user_id, 100)
+    return flow
+
+
 def test_an_oauth_flow_or_an_upload_url_from_before_the_deletion_writes_nothing_after_it(
         services, clock, people):
     """An OAuth flow opened before the deletion outlives the credentials' wait: its link
@@ -537,11 +548,7 @@ def test_an_oauth_flow_or_an_upload_url_from_before_the_deletion_writes_nothing_
     upload URL handed out before the deletion (or through a key a warm API still caches)
     expires before the erasure starts, so an upload through it is erased."""
     alice, _, common = people
-    flow = Flow.new(alice.user.user_id, common.agent_id, alice.session_id,
-                    oauth.redirect_uri(services))
-    services.oauth.start_flow(flow, "https://provider.example/authorize")
-    services.oauth.open_flow(flow.state, "alices-browser")
-    services.oauth.forget_user(alice.user.user_id, 100)
+    flow = opened_flow(services, alice, common)
     late = services.embeds.upload_key(alice.user.user_id, digest(b"late"))
     accounts.delete_account(services, alice.principal, "alice")
     with pytest.raises(Unauthenticated, match="deleted"):
@@ -564,11 +571,7 @@ def test_a_disabled_users_oauth_flow_is_refused_at_its_link_and_callback(service
     """A flow opened before an operator disabled its user: its page and its callback are
     refused as the user's API keys are (no agent called for the code, no token kept)."""
     alice, _, common = people
-    flow = Flow.new(alice.user.user_id, common.agent_id, alice.session_id,
-                    oauth.redirect_uri(services))
-    services.oauth.start_flow(flow, "https://provider.example/authorize")
-    services.oauth.open_flow(flow.state, "alices-browser")
-    services.oauth.forget_user(alice.user.user_id, 100)
+    flow = opened_flow(services, alice, common)
     accounts.set_disabled(services, "alice", True)
     with pytest.raises(Unauthenticated, match="disabled"):
         oauth.describe_link(services, flow.state, "alices-browser")
