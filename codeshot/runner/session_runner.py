@@ -241,10 +241,6 @@ class SessionRunner:
                          max_bytes=self.s.settings.max_query_embed_bytes, deadline=deadline,
                          lookup=functools.partial(self._bound_embed, session.session_id))
         try:
-            # A query queued before its user was deleted or disabled runs nothing (no
-            # agent called, no LLM spent; the API refuses their call tokens too), refused
-            # as below: no slot taken, the day's charge given back, a question kept.
-            self.s.auth.refuse_inactive(session.owner)
             # The slot is held until the reply is stored: a run that stops before that
             # (a crash, a failed write) is not run again when the queue redelivers it.
             with running_query(self.s, session.owner, query.message_id) as lease:
@@ -496,6 +492,9 @@ class SessionRunner:
              recent: list[Message], trace: list[Message], book: EmbedBook,
              deadline: float, task: str) -> tuple[Outcome, dict[str, Any] | None]:
         settings = self.s.settings
+        # A query queued before its user was deleted or disabled runs nothing: no agent is
+        # called and no LLM spent for them (the API refuses their call tokens too).
+        self.s.auth.refuse_inactive(session.owner)
         memory = self._memory(session, query, recent)
         # The newest embeds only, those a prompt can list: a session may have thousands
         # (an older one is read by key when named, see _bound_embed).
