@@ -922,7 +922,7 @@ def _unreachable(exc: Exception) -> CodeshotError | None:
 
     if isinstance(exc, NoCredentialsError | PartialCredentialsError):
         where = " or above" if searches_above() else \
-            "; with CODESHOT_API_URL set, one above does not count"
+            "; with CODESHOT_API_URL (or FIXIE_API_URL) set, one above does not count"
         return Unauthenticated(
             f"no local stack here (no {STATE_FILE} in this directory{where}) and no AWS "
             f"credentials either: run this beside a running `codeshot local up`, or set "

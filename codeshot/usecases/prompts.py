@@ -120,7 +120,7 @@ class Prompts:
                 if work.answer_id is None else (UNQUEUED_ANSWER, Unavailable.code)
             try:
                 self._end(session, question, text, code)
-            except CodeshotError:  # busy even now: queued again, whose deliveries end it
+            except Exception:  # busy even now (or AWS's raw error): queued again, to end it
                 log.exception("could not end the question of %s", session.session_id)
                 self.give_up(work)
 

@@ -63,7 +63,8 @@ def test_operator_commands_take_a_local_stack_above_only_while_no_platform_is_na
         assert f"the local stack's AWS endpoint {endpoint} does not answer" in err
     err = one_error_line(codeshot("users", "list", cwd=below, **named), "UNAUTHENTICATED")
     assert "no local stack here (no .codeshot/local.json in this directory; with " \
-        "CODESHOT_API_URL set, one above does not count) and no AWS credentials" in err
+        "CODESHOT_API_URL (or FIXIE_API_URL) set, one above does not count) and no AWS " \
+        "credentials" in err
 
 
 def test_a_local_stack_that_is_down(tmp_path):
