@@ -138,9 +138,16 @@ class Prompts:
             if work.prompt_id is None:
                 reply = self._call(session, url, {"prompt": question.text})
             elif time.time() >= work.deadline:
-                self._end(session, question, f"No answer to the question {question.text!r} "
-                          "came back from the task's callback in time.", Timeout.code)
-                return
+                # One last look first: a prompt asked late (a redelivered query queues it
+                # up to the queue's visibility timeout after the question, whose time the
+                # deadline counts from) may have its answer by now.
+                last = self._last_look(session, url, work.prompt_id)
+                if last is None:
+                    self._end(session, question, f"No answer to the question "
+                              f"{question.text!r} came back from the task's callback in "
+                              "time.", Timeout.code)
+                    return
+                reply = last
             else:
                 reply = self._call(session, f"{url.rstrip('/')}/{quote(work.prompt_id, safe='')}")
             self._follow(session, question, work, reply, remaining_ms)
@@ -241,6 +248,16 @@ class Prompts:
                     return  # the session was deleted meanwhile
             self._schedule(PromptWork(session.session_id, question.message_id, work.deadline,
                                       prompt_id, work.attempt + 1))
+
+    def _last_look(self, session: Session, url: str, prompt_id: str
+                   ) -> dict[str, Any] | None:
+        """The prompt's reply at its deadline if it is an end (resolved or rejected);
+        None for one still pending or a callback failing now (the deadline's TIMEOUT)."""
+        try:
+            reply = self._call(session, f"{url.rstrip('/')}/{quote(prompt_id, safe='')}")
+        except CallbackFailed:
+            return None
+        return reply if reply.get("status") in ("resolved", "rejected") else None
 
     def _schedule(self, work: PromptWork) -> None:
         """The next poll, after the backoff (the deadline's poll ends the question)."""

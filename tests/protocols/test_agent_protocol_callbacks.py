@@ -1400,3 +1400,30 @@ def test_an_answer_the_platform_cannot_post_again_ends_unavailable_not_blaming_t
         assert code == "UNAVAILABLE", (place, text)
         assert "could not post the answer to the question again" in text, text
         assert "not the task's callback" in text
+
+
+@pytest.mark.parametrize("callback", [[PENDING, RESOLVED]], indirect=True)
+def test_a_prompt_asked_past_its_deadline_takes_the_answer_its_last_look_finds(
+        stack, booking, callback, monkeypatch):
+    """A redelivered query asked the question's prompt past the question's deadline: its
+    first poll ended the question TIMEOUT without a look, though the user had been asked
+    (review s24e, finding 3). The deadline's poll looks once more: the answer it finds
+    runs."""
+    from codeshot.runner.session_runner import SessionRunner
+    from codeshot.store.queue import Work
+    from codeshot.usecases.prompts import Prompts
+
+    agent_id, made = booking
+    key, task_id, asked = asked_without_callback(stack, agent_id, "Rev13")  # none queued
+    with_callback(stack, task_id, callback.url)
+    held = held_prompts(stack, monkeypatch)
+    past_the_deadline(asked)
+    SessionRunner(stack.services).handle(Work(task_id, asked.in_reply_to))  # redelivered
+    [prompt] = held
+    Prompts(stack.services).handle(prompt)  # asked: pending
+    _, poll = wait_for(held, 2)
+    Prompts(stack.services).handle(poll)  # past the deadline: one last look, answered
+    steps = finished(stack, key, task_id)
+    assert steps[-1][0] == "4" and "Booked Rev13 for 4" in steps[-1][1], steps
+    assert [m for m in made if m.startswith("Rev13")] == ["Rev13 for 4"]
+    assert [m for _, m, *_ in callback.seen] == ["POST", "GET"]
