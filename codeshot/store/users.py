@@ -224,6 +224,13 @@ class UserStore(Repository):
             return False
         return True
 
+    def pending_recheck(self, user_id: str) -> set[str]:
+        """The tombstone's ``erasure_recheck`` as it is now (a consistent read)."""
+        item = self.db.get_item(
+            TableName=self.table_name, Key={"user_id": {"S": user_id}}, ConsistentRead=True,
+            ProjectionExpression="erasure_recheck").get("Item", {})
+        return set(item.get("erasure_recheck", {}).get("SS", []))
+
     def note_recheck(self, user_id: str, part: int, digests: set[str]) -> bool:
         """Add embeds' objects to those the erasure looks at again (``erasure_recheck``),
         before part ``part`` deletes them, if the tombstone still awaits that part: False

@@ -207,8 +207,11 @@ def _sessions(services: Services, user: User, after: str | None) -> tuple[bool, 
         with contextlib.suppress(NotFound):  # deleted meanwhile (the index lags)
             services.sessions.erase(session.session_id, user.user_id, purge, ITEMS_PART)
     looks.note_kept()
-    # Objects a copy of this part that failed deleted count as this part's.
-    if looks.deleted or user.erasure_recheck:
+    # Objects a copy of this part that failed deleted count as this part's; before the
+    # step ends, those a copy running at once added since this one read the tombstone too
+    # (else the step, the last one even, could end with them never looked at again).
+    if looks.deleted or user.erasure_recheck or (
+            not page.items and services.users.pending_recheck(user.user_id)):
         return False, json.dumps({"at": services.clock().isoformat()})
     return not page.items, None
 

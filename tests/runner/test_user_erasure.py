@@ -1235,3 +1235,54 @@ def test_a_look_again_counted_before_the_tombstone_kept_its_objects_still_restor
         services.embeds.read(h)
     erasures.run(uid)
     assert services.embeds.read(h) == alice.own_bytes
+
+
+def test_a_copy_of_the_last_part_that_read_the_tombstone_early_leaves_no_bytes_unrechecked(
+        services, clock, people, erasures):
+    """Two copies of alice's last sessions part at once: one deletes bytes (recorded in
+    the tombstone's recheck set first) that a live user's writer had found; the other,
+    which read the tombstone before that record and found no session left, ended the
+    erasure with the set still holding them: never looked at again, the live user's
+    bytes lost for good (review s24f, finding 1). It looks at the set once more first."""
+    from codeshot.models import Embed
+    from codeshot.store.queue import ErasureWork
+    from codeshot.usecases import erasure
+
+    alice = people[0]
+    dora, _ = users.create_user(services, "dora")
+    _, dora_names = named_by(services, dora)
+    late = b"bytes alice's cached key posted during her window"
+    held = services.embeds.put(late, "text/plain")
+    delete(services, alice)
+    uid = alice.user.user_id
+    real_get, real_advance = services.users.get, services.users.advance_erasure
+    final = len(erasure.STEPS) - 1
+    state: dict[str, object] = {"stale": None, "late": False, "done": False}
+
+    def get(user_id: str) -> User:
+        user = real_get(user_id)
+        if user_id == uid and user.erasure_step == final and state["stale"] is None:
+            state["stale"] = user
+        return user
+
+    def advance(user_id: str, part: int, progress: object) -> bool:
+        user = real_get(user_id)
+        if user_id == uid and user.erasure_step == 2 and not state["late"]:
+            state["late"] = True  # a session her still-cached key made in the window
+            session_id = create_session(services, users.principal_of(alice.user)).session_id
+            services.sessions.bind_embed(Embed(
+                key="late.txt", session_id=session_id, owner=uid, content_type="text/plain",
+                content_hash=held, size=len(late)))
+        if user_id == uid and user.erasure_step == final and user.erasure_recheck \
+                and not state["done"]:
+            state["done"] = True
+            dora_names(late)  # dora's writer found the object before the delete
+            with mock.patch.object(services.users, "get", return_value=state["stale"]):
+                erasure.erase_part(services, ErasureWork(uid, part))  # the early copy
+        return real_advance(user_id, part, progress)
+
+    with mock.patch.object(services.users, "get", get), \
+            mock.patch.object(services.users, "advance_erasure", advance):
+        erasures.run(uid)
+    assert state["done"] and real_get(uid).erased is not None
+    assert object_exists(services, services.embeds.object_key(held))  # dora's, kept
