@@ -246,9 +246,10 @@ class GraphQLClient:
         """``source``: where the URL came from (Target.source), named in errors."""
         if not api_key:
             raise InvalidInput(f"no API key for {graphql_url}"
-                               f"{f' (from {source})' if source else ''}: run in (or "
-                               f"under) the directory where `codeshot local up` runs (it "
-                               f"reads .codeshot/local.json there), or set CODESHOT_API_KEY "
+                               f"{f' (from {source})' if source else ''}: run in the "
+                               f"directory where `codeshot local up` runs (or under it, "
+                               f"CODESHOT_API_URL unset: it reads .codeshot/local.json "
+                               f"there), or set CODESHOT_API_KEY "
                                f"(or pass --api-key, where the command has it)")
         self.url, self.source = graphql_url, source
         self.http = httpx.Client(headers={"Authorization": f"Bearer {api_key}"},

@@ -1216,6 +1216,20 @@ def wait_for(held: list, count: int) -> list:
     return held
 
 
+def asked_late_by_a_redelivery(stack, agent_id: str, name: str, callback, monkeypatch):
+    """(key, task id, question, held prompts) of a task asked with no callback, given one,
+    whose query was redelivered past the question's deadline: the prompt it queued held."""
+    from codeshot.runner.session_runner import SessionRunner
+    from codeshot.store.queue import Work
+
+    key, task_id, asked = asked_without_callback(stack, agent_id, name)  # none queued
+    with_callback(stack, task_id, callback.url)
+    held = held_prompts(stack, monkeypatch)
+    past_the_deadline(asked)
+    SessionRunner(stack.services).handle(Work(task_id, asked.in_reply_to))  # redelivered
+    return key, task_id, asked, held
+
+
 def past_the_deadline(asked) -> None:
     """Sleeps until the question ``asked`` is past its prompt deadline (8 s here)."""
     time.sleep(max(0.0, ids.ulid_time_ms(asked.message_id) / 1000 + 8.5 - time.time()))
@@ -1231,16 +1245,11 @@ def test_a_callbacks_answer_refused_past_the_deadline_with_a_slot_free_is_posted
     with a slot free, saying the slots "stayed taken" (review s24b, finding 1). Both count
     from the question now, and past it an answer refused is posted once more while a slot
     is free: the booking runs."""
-    from codeshot.runner.session_runner import SessionRunner
-    from codeshot.store.queue import Work
     from codeshot.usecases.prompts import Prompts
 
     agent_id, made = booking
-    key, task_id, asked = asked_without_callback(stack, agent_id, "Rev10")  # none queued
-    with_callback(stack, task_id, callback.url)
-    held = held_prompts(stack, monkeypatch)
-    past_the_deadline(asked)
-    SessionRunner(stack.services).handle(Work(task_id, asked.in_reply_to))  # redelivered
+    key, task_id, asked, held = asked_late_by_a_redelivery(stack, agent_id, "Rev10",
+                                                           callback, monkeypatch)
     [prompt] = held
     give_back = running_slots_taken(stack, task_id)
     try:
@@ -1409,16 +1418,11 @@ def test_a_prompt_asked_past_its_deadline_takes_the_answer_its_last_look_finds(
     first poll ended the question TIMEOUT without a look, though the user had been asked
     (review s24e, finding 3). The deadline's poll looks once more: the answer it finds
     runs."""
-    from codeshot.runner.session_runner import SessionRunner
-    from codeshot.store.queue import Work
     from codeshot.usecases.prompts import Prompts
 
     agent_id, made = booking
-    key, task_id, asked = asked_without_callback(stack, agent_id, "Rev13")  # none queued
-    with_callback(stack, task_id, callback.url)
-    held = held_prompts(stack, monkeypatch)
-    past_the_deadline(asked)
-    SessionRunner(stack.services).handle(Work(task_id, asked.in_reply_to))  # redelivered
+    key, task_id, _, held = asked_late_by_a_redelivery(stack, agent_id, "Rev13",
+                                                       callback, monkeypatch)
     [prompt] = held
     Prompts(stack.services).handle(prompt)  # asked: pending
     _, poll = wait_for(held, 2)
